@@ -1,0 +1,5 @@
+"""Pulumi entry point: `pulumi up -s <stack>` runs this. See components/program.py."""
+
+from components.program import main
+
+main()

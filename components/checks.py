@@ -1,0 +1,220 @@
+"""Checks that span config keys, run after pydantic has validated each key's shape.
+
+Each returns :class:`~components.errors.ConfigProblem` values naming the key path to fix.
+:func:`semantic_problems` runs them all; :func:`components.config.parse_stack_config` raises
+them as one :class:`~components.errors.StackConfigError` before anything is registered.
+"""
+
+from __future__ import annotations
+
+from components.config import StackConfig, image_tag_version
+from components.errors import ConfigProblem
+from components.links import resolve_link
+from components.models import UnknownModelError, known_model
+from components.sizing import parse_quantity
+
+_KV_ROLES = {
+    "prefill": ("kv_producer", "kv_both"),
+    "decode": ("kv_consumer", "kv_both"),
+}
+
+
+def _workers_key(i: int, field: str) -> str:
+    return f"topology.workers[{i}].{field}"
+
+
+def placement_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Node classes that exist; workers that a node class can hold at all."""
+    known = ", ".join(sorted(cfg.node_classes))
+    out = []
+    for i, w in enumerate(cfg.topology.workers):
+        if w.node_class not in cfg.node_classes:
+            out.append(
+                ConfigProblem(
+                    _workers_key(i, "nodeClass"),
+                    w.node_class,
+                    f"unknown node class; defined in nodeClasses: {known}",
+                )
+            )
+    fe_class = cfg.topology.frontend.node_class
+    if fe_class is not None and fe_class not in cfg.node_classes:
+        out.append(
+            ConfigProblem(
+                "topology.frontend.nodeClass",
+                fe_class,
+                f"unknown node class; defined in nodeClasses: {known}",
+            )
+        )
+    if out or cfg.engine.kind != "vllm":
+        return out
+    for name, node_class in cfg.node_classes.items():
+        on_class = [w for w in cfg.topology.workers if w.node_class == name]
+        wanted = sum(w.replicas for w in on_class)
+        slicing = node_class.time_slicing.replicas_per_gpu if node_class.time_slicing else 1
+        units = node_class.nodes * node_class.gpus_per_node * slicing
+        if wanted > units:
+            out.append(
+                ConfigProblem(
+                    f"nodeClasses.{name}",
+                    f"{units} nvidia.com/gpu",
+                    f"GPU oversubscription: workers {', '.join(w.name for w in on_class)} need "
+                    f"{wanted} nvidia.com/gpu (one per replica) but the class offers {units} "
+                    f"(nodes {node_class.nodes} x gpusPerNode {node_class.gpus_per_node} x "
+                    f"time-slicing replicas {slicing}); add nodes, enable timeSlicing or lower "
+                    "replicas",
+                )
+            )
+    return out
+
+
+def role_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Prefill with decode (and the reverse), roles per topology kind, KV connector roles."""
+    out = []
+    roles = {w.role for w in cfg.topology.workers}
+    if "prefill" in roles and "decode" not in roles:
+        out.append(
+            ConfigProblem(
+                "topology.workers",
+                sorted(roles),
+                "prefill workers without decode workers: add a worker group with role decode",
+            )
+        )
+    if "decode" in roles and "prefill" not in roles:
+        out.append(
+            ConfigProblem(
+                "topology.workers",
+                sorted(roles),
+                "decode workers without prefill workers: add a worker group with role prefill",
+            )
+        )
+    if "aggregated" in roles and roles & {"prefill", "decode"}:
+        out.append(
+            ConfigProblem(
+                "topology.workers",
+                sorted(roles),
+                "mixes aggregated with prefill/decode workers: use one kind of graph per stack",
+            )
+        )
+    if cfg.topology.kind == "vllm-service":
+        if roles != {"aggregated"}:
+            out.append(
+                ConfigProblem(
+                    "topology.workers",
+                    sorted(roles),
+                    "topology kind vllm-service runs plain vLLM replicas: every role must be "
+                    "aggregated",
+                )
+            )
+        if cfg.engine.kind != "vllm":
+            out.append(
+                ConfigProblem(
+                    "engine.kind",
+                    cfg.engine.kind,
+                    "topology kind vllm-service needs engine kind vllm (the mocker has no HTTP "
+                    "server of its own); use topology kind dynamo",
+                )
+            )
+    for i, w in enumerate(cfg.topology.workers):
+        kv = w.kv_transfer
+        if w.role == "aggregated" and kv is not None:
+            out.append(
+                ConfigProblem(
+                    _workers_key(i, "kvTransfer"),
+                    kv.model_dump(by_alias=True),
+                    "aggregated workers transfer no KV: remove kvTransfer or set role "
+                    "prefill/decode",
+                )
+            )
+        elif w.role in _KV_ROLES and cfg.engine.kind == "vllm":
+            allowed = _KV_ROLES[w.role]
+            if kv is None:
+                out.append(
+                    ConfigProblem(
+                        _workers_key(i, "kvTransfer"),
+                        None,
+                        f"a {w.role} worker needs kvTransfer (vLLM rejects "
+                        f"--disaggregation-mode without --kv-transfer-config); role one of "
+                        f"{', '.join(allowed)}",
+                    )
+                )
+            elif kv.role not in allowed:
+                out.append(
+                    ConfigProblem(
+                        _workers_key(i, "kvTransfer.role"),
+                        kv.role,
+                        f"does not match worker role {w.role}; allowed: {', '.join(allowed)}",
+                    )
+                )
+    return out
+
+
+def engine_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """An image tag that is not a version needs ``runtimeVersionOverride`` (DGD admission)."""
+    if cfg.topology.kind != "dynamo" or cfg.engine.runtime_version_override:
+        return []
+    image = cfg.engine.resolved_image
+    if image_tag_version(image) is None:
+        return [
+            ConfigProblem(
+                "engine.image",
+                image,
+                "the image tag is not a MAJOR.MINOR.PATCH version, so DGD admission needs "
+                "engine.runtimeVersionOverride (the Dynamo version inside the image, e.g. "
+                "'1.6.2'); set it or use a versioned tag",
+            )
+        ]
+    return []
+
+
+def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Model geometry, quantities, links; then the memory floor and GPU memory fit."""
+    from components.stack_sizing import stack_sizing
+
+    out = []
+    for i, w in enumerate(cfg.topology.workers):
+        for field, value in (("memoryLimit", w.memory_limit), ("baseMemory", w.base_memory)):
+            try:
+                parse_quantity(value)
+            except ValueError as exc:
+                out.append(ConfigProblem(_workers_key(i, field), value, str(exc)))
+    for field, value in (("sameNode", cfg.links.same_node), ("crossNode", cfg.links.cross_node)):
+        try:
+            resolve_link(value)
+        except ValueError as exc:
+            out.append(ConfigProblem(f"links.{field}", value, str(exc)))
+    if cfg.model.geometry is None:
+        try:
+            known_model(cfg.model.name)
+        except UnknownModelError as exc:
+            out.append(ConfigProblem("model.geometry", None, str(exc)))
+    if out:
+        return out
+    index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
+    for finding in stack_sizing(cfg).report.errors:
+        if finding.check == "memory-floor":
+            key = _workers_key(index[finding.subject], "memoryLimit")
+            value: object = cfg.topology.workers[index[finding.subject]].memory_limit
+        elif cfg.engine.kind == "vllm":
+            worker = finding.workers[0].rsplit("-", 1)[0] if finding.workers else ""
+            key = (
+                _workers_key(index[worker], "gpuMemoryUtilization")
+                if worker in index
+                else f"nodeClasses.{finding.subject}"
+            )
+            value = (
+                cfg.topology.workers[index[worker]].gpu_memory_utilization
+                if worker in index
+                else finding.subject
+            )
+        else:
+            continue  # the mocker engine uses no GPU
+        out.append(ConfigProblem(key, value, finding.message))
+    return out
+
+
+def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Every cross-key problem of a shape-valid config (empty when the stack is deployable)."""
+    out = placement_problems(cfg) + role_problems(cfg) + engine_problems(cfg)
+    if any(p.key.endswith("nodeClass") for p in out):
+        return out  # sizing needs every node class to exist
+    return out + sizing_problems(cfg)

@@ -1,0 +1,432 @@
+"""The validated model of one stack: the single source of truth for every consumer.
+
+The Pulumi program, the offline ``testbed`` commands and the local simulation all read a
+:class:`StackConfig`. Keys are camelCase, exactly as they are written under ``config:`` in
+``stacks/Pulumi.<stack>.yaml`` (``dynamo-testbed:<key>``); unknown keys are rejected.
+
+Two layers of checks, both raised as one :class:`~components.errors.StackConfigError` before any
+resource is registered:
+
+1. shape: pydantic validates types, ranges and allowed values of every key;
+2. meaning: :func:`semantic_problems` checks what spans keys (node classes that exist,
+   prefill with decode, KV connector roles, image tags, GPU fit, the memory floor, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from components.errors import ConfigProblem, StackConfigError, key_path
+from components.platform import PlatformConfig
+from components.models import ModelGeometry
+from components.sizing import (
+    DEFAULT_ACTIVATION_OVERHEAD_BYTES,
+    DEFAULT_MEMORY_MARGIN,
+    DEFAULT_PREFILL_TOKENS_PER_S,
+    GI,
+)
+from loadgen.config import LoadConfig
+
+
+class CamelModel(BaseModel):
+    """Base for config sections: camelCase keys, unknown keys rejected, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+# --- placement -------------------------------------------------------------------------------
+
+
+class Toleration(CamelModel):
+    """A Kubernetes toleration for a node class's taint (same fields as ``core/v1 Toleration``)."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class TimeSlicing(CamelModel):
+    """NVIDIA device-plugin GPU time-slicing on a node class.
+
+    ``replicasPerGpu`` is the plugin's ``sharing.timeSlicing.resources[].replicas``: how many
+    ``nvidia.com/gpu`` units one physical GPU advertises, so at most that many workers share it.
+    """
+
+    replicas_per_gpu: int = Field(ge=2, description="nvidia.com/gpu units per physical GPU.")
+
+
+class NodeClass(CamelModel):
+    """A group of identical GPU nodes that workers are placed on.
+
+    Labels and names are examples the user edits; no code assumes them.
+    """
+
+    node_selector: dict[str, str] = Field(
+        min_length=1, description="Labels a node must carry (becomes the pod's nodeSelector)."
+    )
+    tolerations: tuple[Toleration, ...] = Field(
+        default=(), description="Taints on these nodes that the workers tolerate."
+    )
+    gpu_memory_gib: float = Field(gt=0, alias="gpuMemoryGiB", description="Memory of one GPU, GiB.")
+    gpus_per_node: int = Field(default=1, ge=1, description="Physical GPUs per node.")
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        description="Nodes in the class; with 1, prefill and decode on it share a host.",
+    )
+    time_slicing: TimeSlicing | None = Field(
+        default=None, description="Set when the GPUs are shared by time-slicing."
+    )
+
+
+LinkName = str
+"""A link profile name from :data:`components.sizing.LINK_PROFILES` (e.g. ``1gbe``)."""
+
+
+class Links(CamelModel):
+    """The network paths KV cache takes between a prefill and a decode worker.
+
+    Each value is a profile name from :data:`components.sizing.LINK_PROFILES` or a number in
+    decimal GB/s.
+    """
+
+    same_node: LinkName | float = Field(
+        default="same-node-tcp", description="Prefill and decode on the same host."
+    )
+    cross_node: LinkName | float = Field(
+        default="1gbe", description="Prefill and decode on different hosts."
+    )
+
+
+# --- engine and model ------------------------------------------------------------------------
+
+DEFAULT_DYNAMO_VERSION = "1.6.2"
+"""The Dynamo release of the seed (Dynamo 1.6.2, vLLM 0.31.0)."""
+
+_DEFAULT_IMAGES = {
+    "vllm": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:{version}",
+    # The mocker has no image of its own: it runs in the planner image (upstream mocker example).
+    "mocker": "nvcr.io/nvidia/ai-dynamo/dynamo-planner:{version}",
+}
+
+_SEMVER_TAG = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+.][0-9A-Za-z.-]+)?$")
+
+
+def image_tag_version(image: str) -> str | None:
+    """The MAJOR.MINOR.PATCH in an image reference's tag, or None if the tag is not a version.
+
+    ``nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2`` -> ``"1.6.2"``; ``...:latest``, a digest
+    reference or no tag -> None (the DGD then needs ``runtimeVersionOverride``).
+    """
+    if "@" in image:
+        return None
+    name = image.rsplit("/", 1)[-1]
+    if ":" not in name:
+        return None
+    match = _SEMVER_TAG.match(name.split(":", 1)[1])
+    return ".".join(match.groups()) if match else None
+
+
+class EngineConfig(CamelModel):
+    """Which engine the workers run and with what image and arguments."""
+
+    kind: Literal["vllm", "mocker"] = Field(
+        default="vllm",
+        description="vllm: real GPU workers; mocker: Dynamo's CPU-only simulated workers.",
+    )
+    dynamo_version: str = Field(default=DEFAULT_DYNAMO_VERSION, pattern=r"^\d+\.\d+\.\d+$")
+    image: str | None = Field(
+        default=None,
+        description="Container image; default vllm-runtime (vllm) or dynamo-planner (mocker) "
+        "at dynamoVersion.",
+    )
+    runtime_version_override: str | None = Field(
+        default=None,
+        pattern=r"^\d+\.\d+\.\d+$",
+        description="DGD runtimeVersionOverride; required when the image tag is not a version.",
+    )
+    extra_args: tuple[str, ...] = Field(
+        default=(), description="Engine arguments added to every worker."
+    )
+    speedup_ratio: float = Field(
+        default=1.0, gt=0, description="Mocker only: --speedup-ratio of the simulated compute."
+    )
+
+    @property
+    def resolved_image(self) -> str:
+        """The image the workers run (explicit, else the default for the engine kind)."""
+        return self.image or _DEFAULT_IMAGES[self.kind].format(version=self.dynamo_version)
+
+
+class ModelConfig(CamelModel):
+    """The served model."""
+
+    name: str = Field(min_length=1, description="Hugging Face id, e.g. Qwen/Qwen3-0.6B.")
+    geometry: ModelGeometry | None = Field(
+        default=None,
+        description="Layers, KV heads, head dim, dtype bytes; default from the known-model table.",
+    )
+    max_model_len: int | None = Field(default=None, ge=1, description="vLLM --max-model-len.")
+
+
+# --- topology --------------------------------------------------------------------------------
+
+WorkerRole = Literal["aggregated", "prefill", "decode"]
+
+
+class KvTransfer(CamelModel):
+    """vLLM ``--kv-transfer-config`` for a disaggregated worker.
+
+    The seed: ``{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cpu"}``
+    on prefill and ``kv_consumer`` on decode (KV through host memory over TCP).
+    """
+
+    connector: str = Field(default="NixlConnector", min_length=1)
+    role: Literal["kv_producer", "kv_consumer", "kv_both"]
+    buffer_device: Literal["cpu", "cuda"] = Field(
+        default="cpu",
+        description="cpu: KV staged in host memory (needed over TCP; costs memory, see sizing).",
+    )
+
+    def as_vllm_json(self) -> dict[str, str]:
+        """The dict vLLM parses from ``--kv-transfer-config``."""
+        return {
+            "kv_connector": self.connector,
+            "kv_role": self.role,
+            "kv_buffer_device": self.buffer_device,
+        }
+
+
+class WorkerGroup(CamelModel):
+    """Identical workers of one role on one node class (one DGD component)."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=40,
+        description="Component name (DNS label).",
+    )
+    role: WorkerRole
+    replicas: int = Field(ge=1)
+    node_class: str = Field(description="A key of nodeClasses.")
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization: fraction of one GPU."
+    )
+    memory_limit: str = Field(
+        default="3584Mi", description="Container memory limit (the seed's part-3 value)."
+    )
+    base_memory: str = Field(
+        default="3584Mi",
+        description="Memory the worker needs without host-buffered KV; the sizing floor adds "
+        "concurrency x per-request KV on top (3,584Mi: every part-3 run passed with it).",
+    )
+    cpu: str | None = Field(default=None, description="CPU request, e.g. '2'.")
+    kv_transfer: KvTransfer | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+
+
+class FrontendConfig(CamelModel):
+    """The Dynamo frontend (OpenAI-compatible HTTP, router)."""
+
+    replicas: int = Field(default=1, ge=1)
+    node_class: str | None = Field(
+        default=None, description="Optional node class for the frontend (it needs no GPU)."
+    )
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        default="NodePort",
+        description="How the load step reaches the frontend (port-forward adds ~2 ms/request).",
+    )
+    node_port: int | None = Field(default=None, ge=30000, le=32767)
+
+
+class TopologyConfig(CamelModel):
+    """What is deployed: a Dynamo graph, or the part-1 baseline of plain vLLM replicas."""
+
+    kind: Literal["dynamo", "vllm-service"] = "dynamo"
+    name: str = Field(
+        default="testbed",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=40,
+        description="DGD (or Deployment prefix) name.",
+    )
+    router_mode: Literal["kv", "round-robin", "random"] = "kv"
+    ready_timeout_minutes: int = Field(
+        default=15, ge=1, le=240, description="How long Pulumi waits for the DGD's Ready."
+    )
+    frontend: FrontendConfig = Field(default_factory=FrontendConfig)
+    workers: tuple[WorkerGroup, ...] = Field(min_length=1)
+
+    @field_validator("workers")
+    @classmethod
+    def _unique_names(cls, workers: tuple[WorkerGroup, ...]) -> tuple[WorkerGroup, ...]:
+        names = [w.name for w in workers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"worker names must be unique; repeated: {', '.join(dupes)}")
+        return workers
+
+
+class SizingConfig(CamelModel):
+    """Knobs of the sizing checks (:mod:`components.sizing`); defaults documented there."""
+
+    memory_margin: float = Field(
+        default=DEFAULT_MEMORY_MARGIN,
+        ge=1,
+        description="Multiplier on concurrency x per-request KV in the memory floor.",
+    )
+    allow_unsafe_memory: bool = Field(
+        default=False,
+        description="Deploy below the memory floor with a warning (reproduces the seed's OOM).",
+    )
+    prefill_tokens_per_s: float = Field(
+        default=DEFAULT_PREFILL_TOKENS_PER_S,
+        gt=0,
+        description="Prefill throughput for the 'will disaggregation pay?' estimate.",
+    )
+    activation_overhead_gib: float = Field(
+        default=DEFAULT_ACTIVATION_OVERHEAD_BYTES / GI,
+        alias="activationOverheadGiB",
+        ge=0,
+        description="Per-worker GPU memory outside weights and KV cache, GiB.",
+    )
+
+
+# --- the stack -------------------------------------------------------------------------------
+
+
+class StackConfig(CamelModel):
+    """Everything one stack deploys and measures.
+
+    The Pulumi config keys are this model's fields (``dynamo-testbed:nodeClasses`` etc.), plus
+    the secret ``dynamo-testbed:hfToken`` which is read separately and never enters this model.
+    """
+
+    namespace: str = Field(
+        default="dynamo-testbed",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Namespace the graph and load step run in.",
+    )
+    node_classes: dict[str, NodeClass] = Field(min_length=1)
+    links: Links = Field(default_factory=Links)
+    platform: PlatformConfig = Field(default_factory=PlatformConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    model: ModelConfig
+    topology: TopologyConfig
+    load: LoadConfig = Field(default_factory=LoadConfig)
+    sizing: SizingConfig = Field(default_factory=SizingConfig)
+
+
+SECRET_KEYS = frozenset({"hfToken"})
+"""Keys read as Pulumi secrets outside :class:`StackConfig`."""
+
+KNOWN_KEYS = frozenset(
+    {field.alias or name for name, field in StackConfig.model_fields.items()} | SECRET_KEYS
+)
+
+
+def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
+    """Validate a stack's config (keys without the project prefix) into a :class:`StackConfig`.
+
+    Args:
+        stack: stack name, used in messages.
+        raw: ``{key: value}`` with structured values already parsed (dicts/lists), e.g.
+            ``{"nodeClasses": {...}, "topology": {...}}``. ``hfToken`` is ignored here.
+
+    Returns:
+        The validated config; all semantic checks passed.
+
+    Raises:
+        StackConfigError: listing every problem (key path, bad value, what is allowed).
+    """
+    data = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
+    problems = [
+        ConfigProblem(k, data[k], f"unknown key; known keys: {', '.join(sorted(KNOWN_KEYS))}")
+        for k in sorted(data)
+        if k not in KNOWN_KEYS
+    ]
+    if problems:
+        raise StackConfigError(stack, problems)
+    try:
+        cfg = StackConfig.model_validate(data)
+    except ValidationError as exc:
+        raise StackConfigError(stack, [_problem(e) for e in exc.errors()]) from None
+    from components.checks import semantic_problems  # the checks import this module
+
+    problems = semantic_problems(cfg)
+    if problems:
+        raise StackConfigError(stack, problems)
+    return cfg
+
+
+def _problem(error: Any) -> ConfigProblem:
+    """A pydantic error dict -> :class:`ConfigProblem` with the allowed values spelled out."""
+    loc, model = _walk(tuple(error["loc"]))
+    msg = error["msg"]
+    if error["type"] == "extra_forbidden":
+        model = _walk(loc[:-1])[1]
+        allowed = (
+            ", ".join(sorted(f.alias or n for n, f in model.model_fields.items()))
+            if model is not None
+            else "see Pulumi.yaml"
+        )
+        msg = f"unknown key; allowed here: {allowed}"
+    elif error["type"] == "missing":
+        msg = "required key is missing"
+    value = None if error["type"] == "missing" else error.get("input")
+    return ConfigProblem(key_path(loc), value, msg)
+
+
+def _walk(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], type[BaseModel] | None]:
+    """Follow a pydantic error location through :class:`StackConfig`'s annotations.
+
+    Returns the location with pydantic's union-member tags (``'str'``, ``'float'``, model names)
+    removed, and the model of the innermost section reached (None below a leaf).
+    """
+    kept: list[str | int] = []
+    annotation: Any = StackConfig
+    for part in loc:
+        model = _model_in(annotation)
+        origin = getattr(annotation, "__origin__", None)
+        if origin in (tuple, list) and isinstance(part, int):
+            kept.append(part)
+            annotation = annotation.__args__[0]
+        elif origin is dict:
+            kept.append(part)
+            annotation = annotation.__args__[1]
+        elif model is not None and isinstance(part, str):
+            field = next(
+                (f for n, f in model.model_fields.items() if (f.alias or n) == part), None
+            )
+            if field is None:
+                kept.append(part)  # an unknown key: keep it, nothing below it
+                annotation = None
+            else:
+                kept.append(part)
+                annotation = _strip_optional(field.annotation)
+        # else: a union-member tag pydantic adds to the location; not a key
+    return tuple(kept), _model_in(annotation)
+
+
+def _strip_optional(annotation: Any) -> Any:
+    """``X | None`` -> ``X``; anything else unchanged."""
+    args = [a for a in getattr(annotation, "__args__", ()) if a is not type(None)]
+    if getattr(annotation, "__origin__", None) is None and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation is (``X`` or ``X | None``), else None."""
+    annotation = _strip_optional(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None

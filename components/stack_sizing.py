@@ -1,0 +1,194 @@
+"""Sizing of one stack: :mod:`components.sizing`'s rules applied to a :class:`StackConfig`.
+
+Decides which link each prefill group's KV crosses, which workers can share a GPU, and feeds
+the stack's memory limits, load concurrency and prompt length to
+:func:`components.sizing.build_sizing_report`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from components.config import StackConfig, WorkerGroup
+from components.links import LinkProfile, resolve_link
+from components.models import ModelGeometry, known_model
+from components.sizing import (
+    GI,
+    MOCKER_BLOCK_SIZE_TOKENS,
+    VLLM_BLOCK_SIZE_TOKENS,
+    ComponentMemory,
+    GpuAllocation,
+    GpuWorker,
+    SizingReport,
+    build_sizing_report,
+)
+
+
+def model_geometry(cfg: StackConfig) -> ModelGeometry:
+    """The model's geometry: from config, else the known-model table.
+
+    Raises:
+        UnknownModelError: neither is available (the message lists known models).
+    """
+    return cfg.model.geometry or known_model(cfg.model.name)
+
+
+def same_host(cfg: StackConfig, a: str, b: str) -> bool:
+    """True when pods on node classes ``a`` and ``b`` are certain to share a host.
+
+    Only when both are the same class and that class has a single node.
+    """
+    return a == b and cfg.node_classes[a].nodes == 1
+
+
+def kv_link(cfg: StackConfig, prefill: WorkerGroup) -> str | float:
+    """The link setting (profile name or GB/s) a prefill group's KV crosses to decode.
+
+    ``links.sameNode`` when every decode group is certainly on the prefill group's host,
+    else ``links.crossNode`` (the slower case when decode groups are spread).
+    """
+    decode_classes = {w.node_class for w in cfg.topology.workers if w.role == "decode"}
+    same = all(same_host(cfg, prefill.node_class, c) for c in decode_classes)
+    return cfg.links.same_node if same else cfg.links.cross_node
+
+
+def gpu_sharing_sets(cfg: StackConfig) -> list[GpuAllocation]:
+    """For each node class, the workers that may end up on one GPU (the worst case).
+
+    Workers are named ``<group>-<replica index>``. Without time-slicing a worker has a GPU to
+    itself, so each group is checked alone (replica 0). With time-slicing, up to ``replicasPerGpu`` workers share a GPU, and the scheduler
+    does not know GPU memory: the set checked is the ``min(replicasPerGpu, workers on the
+    class)`` workers with the largest ``gpuMemoryUtilization``.
+    """
+    out: list[GpuAllocation] = []
+    for class_name, node_class in cfg.node_classes.items():
+        groups = [w for w in cfg.topology.workers if w.node_class == class_name]
+        if not groups:
+            continue
+        if node_class.time_slicing is None:
+            for g in groups:
+                out.append(
+                    GpuAllocation(
+                        node_class=class_name,
+                        gpu_memory_gib=node_class.gpu_memory_gib,
+                        workers=[
+                            GpuWorker(
+                                name=f"{g.name}-0", gpu_memory_utilization=g.gpu_memory_utilization
+                            )
+                        ],
+                    )
+                )
+            continue
+        replicas = [
+            GpuWorker(name=f"{g.name}-{i}", gpu_memory_utilization=g.gpu_memory_utilization)
+            for g in groups
+            for i in range(g.replicas)
+        ]
+        replicas.sort(key=lambda w: -w.gpu_memory_utilization)
+        out.append(
+            GpuAllocation(
+                node_class=class_name,
+                gpu_memory_gib=node_class.gpu_memory_gib,
+                workers=replicas[: node_class.time_slicing.replicas_per_gpu],
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class StackSizing:
+    """A stack's sizing numbers and findings.
+
+    Attributes:
+        geometry: the model geometry used.
+        report: the full :class:`~components.sizing.SizingReport`.
+        links: prefill group name -> the link its KV crosses.
+    """
+
+    geometry: ModelGeometry
+    report: SizingReport
+    links: dict[str, LinkProfile]
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes per token (bytes)."""
+        return self.geometry.kv_bytes_per_token
+
+    @property
+    def warnings(self) -> list[str]:
+        """Messages of findings downgraded to warnings (e.g. ``allowUnsafeMemory``)."""
+        return [f.message for f in self.report.findings if f.severity == "warning"]
+
+    def link_gb_per_s(self, prefill_group: str) -> float:
+        """Throughput of a prefill group's KV link, decimal GB/s (the mocker's unit)."""
+        return self.links[prefill_group].bytes_per_s / 1e9
+
+    def kv_capacity_blocks(self, group: str) -> int:
+        """KV-cache capacity of one worker of ``group``, in blocks of the report's block size.
+
+        Raises:
+            KeyError: no worker of that group in the report.
+        """
+        for w in self.report.workers:
+            if w.name.rsplit("-", 1)[0] == group:
+                return w.kv_capacity_blocks
+        raise KeyError(group)
+
+    def export(self) -> dict[str, Any]:
+        """The ``sizing`` stack output: JSON-ready, units in the key names."""
+        out: dict[str, Any] = self.report.model_dump(mode="json")
+        out["kv_links"] = {
+            name: {"link": link.name, "gb_per_s": link.bytes_per_s / 1e9}
+            for name, link in self.links.items()
+        }
+        return out
+
+
+def stack_sizing(cfg: StackConfig) -> StackSizing:
+    """Run the sizing rules for a stack.
+
+    The concurrency is the load grid's highest; the prompt length is the load's
+    ``promptTokens``; the link for the "will disaggregation pay?" verdict is the slowest
+    prefill link (``links.crossNode`` for an aggregated stack).
+
+    Raises:
+        UnknownModelError: no geometry for the model.
+        ValueError: an invalid memory quantity or link name.
+    """
+    geometry = model_geometry(cfg)
+    settings = {w.name: kv_link(cfg, w) for w in cfg.topology.workers if w.role == "prefill"}
+    links = {name: resolve_link(setting) for name, setting in settings.items()}
+    verdict_link = (
+        min(settings.values(), key=lambda s: resolve_link(s).bytes_per_s)
+        if settings
+        else cfg.links.cross_node
+    )
+    components = [
+        ComponentMemory(
+            name=w.name,
+            memory_limit=w.memory_limit,
+            host_buffers_kv=w.kv_transfer is not None and w.kv_transfer.buffer_device == "cpu",
+            base_memory=w.base_memory,
+        )
+        for w in cfg.topology.workers
+    ]
+    report = build_sizing_report(
+        model=cfg.model.name,
+        geometry=geometry,
+        prompt_tokens=cfg.load.prompt_tokens,
+        concurrency=max(cfg.load.concurrency),
+        link=verdict_link,
+        components=components,
+        gpus=gpu_sharing_sets(cfg),
+        margin=cfg.sizing.memory_margin,
+        prefill_tokens_per_s=cfg.sizing.prefill_tokens_per_s,
+        block_size_tokens=(
+            VLLM_BLOCK_SIZE_TOKENS if cfg.engine.kind == "vllm" else MOCKER_BLOCK_SIZE_TOKENS
+        ),
+        activation_overhead_bytes=math.floor(cfg.sizing.activation_overhead_gib * GI),
+        allow_unsafe_memory=cfg.sizing.allow_unsafe_memory,
+    )
+    return StackSizing(geometry=geometry, report=report, links=links)
+

@@ -1,0 +1,248 @@
+"""Pure functions from a :class:`~components.config.StackConfig` to a deployable topology.
+
+A :class:`Topology` is a list of :class:`ComponentPlan` (one per DGD component or Deployment):
+role, replicas, placement (node selector, tolerations, ``nvidia.com/gpu``), the container's
+command, arguments, environment and resources. The Kubernetes manifests
+(:mod:`components.manifests`), ``testbed render`` and ``testbed simulate`` all read it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+from components.config import NodeClass, StackConfig, WorkerGroup
+
+ComponentType = Literal["frontend", "worker", "prefill", "decode"]
+"""The DGD ``spec.components[].type`` values this program uses (CRD enum, v1beta1)."""
+
+FRONTEND_PORT = 8000
+"""The Dynamo frontend's HTTP port (operator default) and the vLLM OpenAI server's port."""
+
+KV_EVENTS_CONFIG = {
+    "publisher": "zmq",
+    "topic": "kv-events",
+    "endpoint": "tcp://*:20080",
+    "enable_kv_cache_events": True,
+}
+"""vLLM ``--kv-events-config`` for KV-routed workers, as in upstream
+``examples/backends/vllm/deploy/agg_router.yaml`` and ``disagg_router.yaml`` (Dynamo 1.5 line)."""
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a component's pods run.
+
+    Attributes:
+        node_class: the node class name, or None (anywhere; the frontend by default).
+        node_selector: pod ``nodeSelector``.
+        tolerations: pod ``tolerations`` (``core/v1 Toleration`` dicts).
+        gpus: ``nvidia.com/gpu`` per pod (0 for the frontend and the mocker engine).
+    """
+
+    node_class: str | None
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, str], ...] = ()
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class ComponentPlan:
+    """One DGD component (or, for ``vllm-service``, one Deployment).
+
+    Attributes:
+        name: component name (DNS label).
+        type: DGD component type.
+        role: ``frontend``, ``aggregated``, ``prefill`` or ``decode``.
+        replicas: pod count.
+        placement: where the pods run.
+        command, args: the ``main`` container's command and arguments (empty: the
+            operator's default, used for the frontend).
+        env: the ``main`` container's environment.
+        memory_limit, memory_request: Kubernetes quantities, or None.
+        cpu_request: Kubernetes quantity, or None.
+        gpu_memory_utilization: the worker's share of one GPU (None for the frontend).
+    """
+
+    name: str
+    type: ComponentType
+    role: Literal["frontend", "aggregated", "prefill", "decode"]
+    replicas: int
+    placement: Placement
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: dict[str, str]
+    memory_limit: str | None = None
+    memory_request: str | None = None
+    cpu_request: str | None = None
+    gpu_memory_utilization: float | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The deployable shape of a stack.
+
+    Attributes:
+        kind: ``dynamo`` (one DGD) or ``vllm-service`` (Deployments behind one Service).
+        name: DGD name, or the prefix of the Deployments.
+        image: the engine image every component runs.
+        components: frontend first (dynamo), then workers in config order.
+    """
+
+    kind: Literal["dynamo", "vllm-service"]
+    name: str
+    image: str
+    components: tuple[ComponentPlan, ...]
+
+    def placement_table(self) -> list[dict[str, object]]:
+        """Rows ``{"component", "type", "replicas", "nodeClass", "gpus"}`` for the stack output."""
+        return [
+            {
+                "component": c.name,
+                "type": c.type,
+                "replicas": c.replicas,
+                "nodeClass": c.placement.node_class,
+                "gpus": c.placement.gpus,
+            }
+            for c in self.components
+        ]
+
+
+_TYPE_OF_ROLE: dict[str, ComponentType] = {
+    "aggregated": "worker",
+    "prefill": "prefill",
+    "decode": "decode",
+}
+
+
+def placement_for(node_class_name: str, node_class: NodeClass, gpus: int) -> Placement:
+    """The node selector, tolerations and GPU request for pods on ``node_class``."""
+    return Placement(
+        node_class=node_class_name,
+        node_selector=dict(node_class.node_selector),
+        tolerations=tuple(
+            t.model_dump(by_alias=True, exclude_none=True) for t in node_class.tolerations
+        ),
+        gpus=gpus,
+    )
+
+
+def worker_args(cfg: StackConfig, group: WorkerGroup) -> tuple[str, ...]:
+    """The ``python3 -m dynamo.vllm`` / ``dynamo.mocker`` arguments for a worker group.
+
+    vllm: ``--model``, ``--gpu-memory-utilization``, ``--max-model-len`` (if set); prefill/decode
+    add ``--disaggregation-mode`` and ``--kv-transfer-config``; with the KV router, aggregated and
+    prefill workers (the ones that hold prefix cache) add ``--kv-events-config``.
+
+    mocker: ``--model-path``/``--model-name``, ``--kv-bytes-per-token`` from sizing (the mocker's
+    own estimate ignores ``head_dim``), ``--speedup-ratio``, ``--disaggregation-mode``; prefill
+    adds ``--kv-transfer-bandwidth`` (decimal GB/s) of the link to the decode workers.
+
+    Engine ``extraArgs`` then the group's ``extraArgs`` come last.
+    """
+    from components.stack_sizing import stack_sizing
+
+    args: list[str]
+    if cfg.engine.kind == "vllm":
+        args = [
+            "--model",
+            cfg.model.name,
+            "--gpu-memory-utilization",
+            f"{group.gpu_memory_utilization:g}",
+        ]
+        if cfg.model.max_model_len:
+            args += ["--max-model-len", str(cfg.model.max_model_len)]
+        if group.role != "aggregated":
+            args += ["--disaggregation-mode", group.role]
+        if group.kv_transfer is not None:
+            args += [
+                "--kv-transfer-config",
+                json.dumps(group.kv_transfer.as_vllm_json(), separators=(",", ":")),
+            ]
+        if cfg.topology.router_mode == "kv" and group.role in ("aggregated", "prefill"):
+            args += ["--kv-events-config", json.dumps(KV_EVENTS_CONFIG, separators=(",", ":"))]
+    else:
+        sizing = stack_sizing(cfg)
+        args = [
+            "--model-path",
+            cfg.model.name,
+            "--model-name",
+            cfg.model.name,
+            "--kv-bytes-per-token",
+            str(sizing.kv_bytes_per_token),
+            "--speedup-ratio",
+            f"{cfg.engine.speedup_ratio:g}",
+        ]
+        if group.role != "aggregated":
+            args += ["--disaggregation-mode", group.role]
+        if group.role == "prefill":
+            args += [
+                "--kv-transfer-bandwidth",
+                f"{sizing.link_gb_per_s(group.name):g}",
+            ]
+    return (*args, *cfg.engine.extra_args, *group.extra_args)
+
+
+def build_topology(cfg: StackConfig) -> Topology:
+    """The topology of a validated stack config.
+
+    For ``dynamo``: a frontend component (router mode from config) and one component per worker
+    group. For ``vllm-service``: one Deployment plan per worker group running vLLM's own
+    OpenAI-compatible server with the same image, model and arguments.
+
+    Raises:
+        KeyError: a node class is unknown (cannot happen after :func:`parse_stack_config`).
+    """
+    image = cfg.engine.resolved_image
+    gpu_per_worker = 1 if cfg.engine.kind == "vllm" else 0
+    components: list[ComponentPlan] = []
+    if cfg.topology.kind == "dynamo":
+        fe = cfg.topology.frontend
+        fe_class = fe.node_class
+        components.append(
+            ComponentPlan(
+                name="frontend",
+                type="frontend",
+                role="frontend",
+                replicas=fe.replicas,
+                placement=(
+                    placement_for(fe_class, cfg.node_classes[fe_class], 0)
+                    if fe_class
+                    else Placement(node_class=None)
+                ),
+                # The operator supplies the frontend's command and port (upstream examples).
+                command=(),
+                args=(),
+                env={"DYN_ROUTER_MODE": cfg.topology.router_mode},
+            )
+        )
+    module = "dynamo.vllm" if cfg.engine.kind == "vllm" else "dynamo.mocker"
+    for group in cfg.topology.workers:
+        args = worker_args(cfg, group)
+        if cfg.topology.kind == "vllm-service":
+            command: tuple[str, ...] = ("vllm", "serve")
+            # vLLM's own server: model is positional, same engine args, fixed port.
+            args = (cfg.model.name, "--port", str(FRONTEND_PORT), *args[2:])
+        else:
+            command = ("python3", "-m", module)
+        components.append(
+            ComponentPlan(
+                name=group.name,
+                type=_TYPE_OF_ROLE[group.role],
+                role=group.role,
+                replicas=group.replicas,
+                placement=placement_for(
+                    group.node_class, cfg.node_classes[group.node_class], gpu_per_worker
+                ),
+                command=command,
+                args=args,
+                env=dict(group.env),
+                memory_limit=group.memory_limit,
+                memory_request=group.memory_limit,
+                cpu_request=group.cpu,
+                gpu_memory_utilization=group.gpu_memory_utilization,
+            )
+        )
+    return Topology(
+        kind=cfg.topology.kind, name=cfg.topology.name, image=image, components=tuple(components)
+    )

@@ -1,0 +1,203 @@
+"""Run the Pulumi program offline, under Pulumi's own mocks, and capture what it would apply.
+
+No cluster and no Pulumi CLI: the stack's config is read from ``Pulumi.yaml`` (declared
+defaults) and ``stacks/Pulumi.<stack>.yaml`` the way the CLI passes it (structured values as
+JSON strings, secrets marked secret), then ``components.program.main`` runs under
+``pulumi.runtime.set_mocks`` with a monitor that records every resource registration: its type,
+name, parent, dependencies and inputs (secret values replaced by ``[secret]``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
+
+from components.errors import PROJECT
+
+REPO = Path(__file__).resolve().parent.parent
+"""The project root (holds ``Pulumi.yaml`` and ``stacks/``)."""
+
+SECRET_PLACEHOLDER = "[secret]"
+"""What a secret value renders as: the plain value never leaves the program."""
+
+_K8S_PREFIX = "kubernetes:"
+_HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+def stack_names(project_dir: Path = REPO) -> list[str]:
+    """The stacks that have a config file in ``stacks/``, sorted."""
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in project_dir.glob("stacks/Pulumi.*.yaml"))
+
+
+def stack_config(stack: str, project_dir: Path = REPO) -> tuple[dict[str, str], list[str]]:
+    """The config map the Pulumi CLI would pass to the program for ``stack``.
+
+    Returns:
+        ``({"dynamo-testbed:<key>": <str or JSON string>}, [secret keys])``. Declared defaults
+        from ``Pulumi.yaml`` come first; ``secure:`` values (encrypted, cannot be read here)
+        become :data:`SECRET_PLACEHOLDER` and are listed as secret.
+
+    Raises:
+        FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``; the message lists known stacks.
+    """
+    path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        known = ", ".join(stack_names(project_dir)) or "(none)"
+        raise FileNotFoundError(f"stack '{stack}': no {path}; known stacks: {known}")
+    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    values: dict[str, Any] = {}
+    for key, decl in (project.get("config") or {}).items():
+        if isinstance(decl, dict) and "default" in decl:
+            values[f"{PROJECT}:{key}"] = decl["default"]
+    secrets: list[str] = []
+    for key, value in (yaml.safe_load(path.read_text()).get("config") or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            value = SECRET_PLACEHOLDER
+            secrets.append(full)
+        values[full] = value
+    as_strings = {
+        k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()
+    }
+    return as_strings, secrets
+
+
+@dataclass
+class Registration:
+    """One resource the program registered.
+
+    Attributes:
+        type: Pulumi type token, e.g. ``kubernetes:apps/v1:Deployment``.
+        name: Pulumi resource name.
+        urn: its URN.
+        parent: the parent's URN ('' for the stack).
+        dependencies: URNs from ``depends_on`` (explicit dependencies).
+        inputs: the inputs, secrets replaced by :data:`SECRET_PLACEHOLDER`, integral floats
+            (the mock transport sends every number as a float) turned back into ints.
+        custom: False for component resources.
+    """
+
+    type: str
+    name: str
+    urn: str
+    parent: str
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    custom: bool
+
+
+@dataclass
+class Rendered:
+    """What a stack would apply: every registration and the stack's outputs."""
+
+    stack: str
+    registrations: list[Registration] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def kubernetes_objects(self) -> list[dict[str, Any]]:
+        """Every Kubernetes object (not Helm releases), in registration order."""
+        return [
+            r.inputs
+            for r in self.registrations
+            if r.custom and r.type.startswith(_K8S_PREFIX) and r.type != _HELM_RELEASE
+        ]
+
+    def helm_releases(self) -> list[dict[str, Any]]:
+        """The Helm releases' inputs (chart, version, repository, namespace, values)."""
+        return [r.inputs for r in self.registrations if r.type == _HELM_RELEASE]
+
+    def by_name(self, name: str) -> Registration:
+        """The registration with that Pulumi resource name. Raises KeyError if absent."""
+        for r in self.registrations:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+
+def _clean(value: Any) -> Any:
+    """Unwrap Pulumi's secret wrappers into the placeholder; integral floats back to ints."""
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+            return SECRET_PLACEHOLDER
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class _RecordingMonitor(pulumi_mocks.MockMonitor):
+    """A MockMonitor that also records parents, dependencies and secret-masked inputs."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks, sink: list[Registration]) -> None:
+        super().__init__(mocks)
+        self._sink = sink
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = rpc.deserialize_properties(request.object)
+            self._sink.append(
+                Registration(
+                    type=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    parent=request.parent,
+                    dependencies=list(request.dependencies),
+                    inputs=_clean(inputs),
+                    custom=bool(request.custom),
+                )
+            )
+        return response
+
+
+class _EchoMocks(pulumi.runtime.Mocks):
+    """Resources echo their inputs as outputs; no function calls are made."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+
+def render_stack(stack: str, project_dir: Path = REPO, *, preview: bool = True) -> Rendered:
+    """Run the program for ``stack`` under mocks and return what it registered and exported.
+
+    Raises:
+        FileNotFoundError: unknown stack.
+        StackConfigError: the stack's config is invalid (nothing is registered).
+    """
+    from components.program import main
+
+    config, secret_keys = stack_config(stack, project_dir)
+    rendered = Rendered(stack=stack)
+    pulumi.runtime.reset_options(project=PROJECT, stack=stack, preview=preview)
+    pulumi.runtime.set_all_config(config, secret_keys)
+    mocks = _EchoMocks()
+    pulumi.runtime.set_mocks(
+        mocks,
+        project=PROJECT,
+        stack=stack,
+        preview=preview,
+        monitor=_RecordingMonitor(mocks, rendered.registrations),
+    )
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[Any]:
+        main()
+        root = pulumi.runtime.settings.get_root_resource()
+        outputs = dict(root.outputs) if root is not None else {}  # type: ignore[attr-defined]
+        return pulumi.Output.all(**outputs).apply(rendered.outputs.update)
+
+    run()
+    rendered.outputs = _clean(rendered.outputs)
+    return rendered
