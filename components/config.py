@@ -27,7 +27,6 @@ from components.models import ModelGeometry
 from components.sizing import (
     DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     DEFAULT_MEMORY_MARGIN,
-    DEFAULT_PREFILL_TOKENS_PER_S,
     GI,
 )
 from loadgen.config import LoadConfig
@@ -286,10 +285,12 @@ class SizingConfig(CamelModel):
         default=False,
         description="Deploy below the memory floor with a warning (reproduces the seed's OOM).",
     )
-    prefill_tokens_per_s: float = Field(
-        default=DEFAULT_PREFILL_TOKENS_PER_S,
+    prefill_tokens_per_s: float | None = Field(
+        default=None,
         gt=0,
-        description="Prefill throughput for the 'will disaggregation pay?' estimate.",
+        description="Prefill throughput (tokens/s) for the 'will disaggregation pay?' estimate; "
+        "default: 25,000 for Qwen3-0.6B (the seed: prefill under 100 ms for 2,371 tokens), "
+        "scaled by 1/parameters for other models.",
     )
     activation_overhead_gib: float = Field(
         default=DEFAULT_ACTIVATION_OVERHEAD_BYTES / GI,

@@ -85,7 +85,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     )
     depends: list[pulumi.Resource] = [namespace]
     if uses_dynamo:
-        platform = DynamoPlatform("platform", cfg.platform, cfg.namespace)
+        platform = DynamoPlatform("platform", cfg.platform, cfg.namespace, depends_on=[namespace])
         if platform.release is not None:
             depends.append(platform.release)
 

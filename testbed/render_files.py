@@ -1,0 +1,180 @@
+"""Write a rendered stack to a folder and compare two rendered stacks object by object.
+
+Pure functions over :class:`testbed.render.Rendered`: stable file names and order, and a
+field-by-field diff (DeepDiff) in which lists of named items (DGD components, containers, env)
+are matched by name rather than by position.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from deepdiff import DeepDiff
+
+from testbed.render import Rendered
+
+_KIND_ORDER = [
+    "Namespace",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "Secret",
+    "Service",
+    "Deployment",
+    "DynamoGraphDeployment",
+]
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    """A stable identity for an object: ``<Kind>/<namespace>/<name>`` (no namespace: ``-``)."""
+    meta = obj.get("metadata", {})
+    return f"{obj['kind']}/{meta.get('namespace', '-')}/{meta['name']}"
+
+
+def _rank(obj: dict[str, Any]) -> tuple[int, str]:
+    kind = obj["kind"]
+    rank = _KIND_ORDER.index(kind) if kind in _KIND_ORDER else len(_KIND_ORDER)
+    return rank, object_key(obj)
+
+
+def ordered_objects(rendered: Rendered) -> list[dict[str, Any]]:
+    """Every Kubernetes object, in apply order (namespace first, workloads last), then by key."""
+    return sorted(rendered.kubernetes_objects(), key=_rank)
+
+
+def file_name(index: int, obj: dict[str, Any]) -> str:
+    """``NN-<kind>-<name>.yaml`` in lower case: stable for a given stack."""
+    return f"{index:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def write_rendered(rendered: Rendered, out_dir: Path) -> list[Path]:
+    """Write one YAML file per object, the Helm releases and the stack outputs.
+
+    Files: ``NN-<kind>-<name>.yaml`` per object; ``helm-release-<name>.yaml`` per release
+    (chart, version, repository, namespace, values); ``outputs.json`` (the stack outputs).
+    Files from an earlier render of any stack are removed first, so the folder holds exactly
+    this stack. Returns the paths written, in order.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in [*out_dir.glob("[0-9][0-9]-*.yaml"), *out_dir.glob("helm-release-*.yaml")]:
+        old.unlink()
+    written = []
+    for i, obj in enumerate(ordered_objects(rendered), start=1):
+        path = out_dir / file_name(i, obj)
+        path.write_text(yaml.safe_dump(_canonical(obj), sort_keys=False))
+        written.append(path)
+    for release in rendered.helm_releases():
+        path = out_dir / f"helm-release-{release.get('name', 'release')}.yaml"
+        path.write_text(yaml.safe_dump(release, sort_keys=True))
+        written.append(path)
+    path = out_dir / "outputs.json"
+    path.write_text(json.dumps(rendered.outputs, indent=2, sort_keys=True) + "\n")
+    written.append(path)
+    return written
+
+
+def _canonical(obj: dict[str, Any]) -> dict[str, Any]:
+    """apiVersion, kind, metadata first (as kubectl writes them), then the rest sorted."""
+    head = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
+    rest = {k: obj[k] for k in sorted(obj) if k not in head}
+    return {**head, **rest}
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One difference between two stacks.
+
+    Attributes:
+        object: the object's key (:func:`object_key`), or ``helm:<release>`` / ``outputs``.
+        path: the field path, e.g. ``spec.components[prefill].replicas``; ``''`` for a whole
+            object that exists on one side only.
+        a, b: the values in stack A and B (None where absent).
+    """
+
+    object: str
+    path: str
+    a: Any
+    b: Any
+
+
+def _by_name(value: Any) -> Any:
+    """Lists whose items are all dicts with a ``name`` become dicts keyed by that name."""
+    if isinstance(value, dict):
+        return {k: _by_name(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and all(isinstance(v, dict) and "name" in v for v in value):
+            return {str(v["name"]): _by_name(v) for v in value}
+        return [_by_name(v) for v in value]
+    return value
+
+
+def _path(parts: list[Any]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) or "." in str(p) or "/" in str(p) else f".{p}"
+    return out.lstrip(".")
+
+
+def diff_rendered(a: Rendered, b: Rendered) -> list[FieldChange]:
+    """What changes from stack ``a`` to stack ``b``: objects added/removed, fields changed.
+
+    Objects are matched by kind and name (namespaces may differ between stacks: a changed
+    namespace is a field change); where one object of a kind is left unmatched on each side
+    (e.g. the DGD, named after each stack's graph), those two are paired and their names show
+    as a change. Helm releases are matched by name; stack outputs are compared too. Returns
+    changes sorted by object, then path.
+    """
+
+    def index(r: Rendered) -> dict[str, Any]:
+        objs: dict[str, Any] = {
+            f"{o['kind']}/{o['metadata']['name']}": o for o in r.kubernetes_objects()
+        }
+        for rel in r.helm_releases():
+            objs[f"helm:{rel.get('name', 'release')}"] = rel
+        objs["outputs"] = r.outputs
+        return objs
+
+    left, right = index(a), index(b)
+    _pair_lone_kinds(left, right)
+    changes: list[FieldChange] = []
+    for key in sorted(left.keys() | right.keys()):
+        if key not in right:
+            changes.append(FieldChange(key, "", "present", None))
+            continue
+        if key not in left:
+            changes.append(FieldChange(key, "", None, "present"))
+            continue
+        delta = DeepDiff(_by_name(left[key]), _by_name(right[key]), view="tree")
+        for items in delta.values():
+            for item in items:
+                changes.append(
+                    FieldChange(
+                        key,
+                        _path(item.path(output_format="list")),
+                        None if _absent(item.t1) else item.t1,
+                        None if _absent(item.t2) else item.t2,
+                    )
+                )
+    return sorted(changes, key=lambda c: (c.object, c.path))
+
+
+def _pair_lone_kinds(left: dict[str, Any], right: dict[str, Any]) -> None:
+    """Re-key, in place, the one unmatched object of a kind on each side to ``<Kind>/a -> b``."""
+    only_left = [k for k in left if k not in right and "/" in k]
+    only_right = [k for k in right if k not in left and "/" in k]
+    for kind in {k.split("/", 1)[0] for k in only_left}:
+        lk = [k for k in only_left if k.startswith(f"{kind}/")]
+        rk = [k for k in only_right if k.startswith(f"{kind}/")]
+        if len(lk) == 1 and len(rk) == 1:
+            paired = f"{lk[0]} -> {rk[0].split('/', 1)[1]}"
+            left[paired] = left.pop(lk[0])
+            right[paired] = right.pop(rk[0])
+
+
+def _absent(value: Any) -> bool:
+    """DeepDiff's marker for 'not there on this side'."""
+    return type(value).__name__ == "NotPresent"

@@ -1,0 +1,65 @@
+"""Link profiles and the seed's transfer-cost numbers."""
+
+import math
+
+import pytest
+
+from components.links import LINK_PROFILES, resolve_link, transfer_seconds
+from components.models import known_model
+from components.sizing import kv_bytes_per_request
+
+SEED_PROMPT_TOKENS = 2_371
+
+
+@pytest.fixture
+def seed_request_kv() -> int:
+    return kv_bytes_per_request(known_model("Qwen/Qwen3-0.6B"), SEED_PROMPT_TOKENS)
+
+
+def test_seed_request_kv_is_about_272_mb(seed_request_kv: int) -> None:
+    assert seed_request_kv == 271_925_248
+    assert round(seed_request_kv / 1e6) == 272
+
+
+def test_1gbe_takes_2_3_to_2_5_seconds(seed_request_kv: int) -> None:
+    profile = LINK_PROFILES["1gbe"]
+    assert profile.range_bytes_per_s is not None
+    for bytes_per_s in (profile.bytes_per_s, *profile.range_bytes_per_s):
+        assert 2.3 <= transfer_seconds(seed_request_kv, bytes_per_s) <= 2.5
+
+
+def test_same_node_takes_about_0_27_seconds(seed_request_kv: int) -> None:
+    seconds = transfer_seconds(seed_request_kv, LINK_PROFILES["same-node-tcp"].bytes_per_s)
+    assert seconds == pytest.approx(0.27, abs=0.005)
+
+
+def test_profiles_have_sources_and_ethernet_scales_with_line_rate() -> None:
+    assert all(profile.source for profile in LINK_PROFILES.values())
+    gbe10, gbe25, gbe100 = (LINK_PROFILES[n].bytes_per_s for n in ("10gbe", "25gbe", "100gbe"))
+    assert (gbe10, gbe25, gbe100) == pytest.approx((1.15e9, 2.875e9, 11.5e9))
+    assert LINK_PROFILES["rdma"].bytes_per_s > gbe100
+
+
+def test_resolve_link_by_name_or_gb_per_s() -> None:
+    assert resolve_link("1gbe") is LINK_PROFILES["1gbe"]
+    custom = resolve_link(2.5)
+    assert (custom.name, custom.bytes_per_s) == ("2.5GB/s", 2.5e9)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf])
+def test_resolve_link_rejects_non_positive_throughput(bad: float) -> None:
+    with pytest.raises(ValueError, match="GB/s"):
+        resolve_link(bad)
+
+
+def test_resolve_link_unknown_name_lists_profiles() -> None:
+    with pytest.raises(ValueError) as caught:
+        resolve_link("infiniband")
+    assert all(name in str(caught.value) for name in LINK_PROFILES)
+
+
+def test_transfer_seconds_rejects_bad_inputs() -> None:
+    with pytest.raises(ValueError):
+        transfer_seconds(-1, 1e9)
+    with pytest.raises(ValueError):
+        transfer_seconds(1, 0)
