@@ -170,18 +170,18 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Model geometry, quantities, links; then the memory floor and GPU memory fit."""
     from components.stack_sizing import stack_sizing
 
-    out = []
+    out: list[ConfigProblem] = []
     for i, w in enumerate(cfg.topology.workers):
-        for field, value in (("memoryLimit", w.memory_limit), ("baseMemory", w.base_memory)):
+        for field, quantity in (("memoryLimit", w.memory_limit), ("baseMemory", w.base_memory)):
             try:
-                parse_quantity(value)
+                parse_quantity(quantity)
             except ValueError as exc:
-                out.append(ConfigProblem(_workers_key(i, field), value, str(exc)))
-    for field, value in (("sameNode", cfg.links.same_node), ("crossNode", cfg.links.cross_node)):
+                out.append(ConfigProblem(_workers_key(i, field), quantity, str(exc)))
+    for field, link in (("sameNode", cfg.links.same_node), ("crossNode", cfg.links.cross_node)):
         try:
-            resolve_link(value)
+            resolve_link(link)
         except ValueError as exc:
-            out.append(ConfigProblem(f"links.{field}", value, str(exc)))
+            out.append(ConfigProblem(f"links.{field}", link, str(exc)))
     if cfg.model.geometry is None:
         try:
             known_model(cfg.model.name)
@@ -190,10 +190,11 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
     if out:
         return out
     index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
+    value: object
     for finding in stack_sizing(cfg).report.errors:
         if finding.check == "memory-floor":
             key = _workers_key(index[finding.subject], "memoryLimit")
-            value: object = cfg.topology.workers[index[finding.subject]].memory_limit
+            value = cfg.topology.workers[index[finding.subject]].memory_limit
         elif cfg.engine.kind == "vllm":
             worker = finding.workers[0].rsplit("-", 1)[0] if finding.workers else ""
             key = (

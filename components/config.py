@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from components.errors import ConfigProblem, StackConfigError, key_path
-from components.platform import PlatformConfig
 from components.models import ModelGeometry
+from components.platform import PlatformConfig
 from components.sizing import (
     DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     DEFAULT_MEMORY_MARGIN,
@@ -404,9 +404,7 @@ def _walk(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], type[BaseM
             kept.append(part)
             annotation = annotation.__args__[1]
         elif model is not None and isinstance(part, str):
-            field = next(
-                (f for n, f in model.model_fields.items() if (f.alias or n) == part), None
-            )
+            field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
             if field is None:
                 kept.append(part)  # an unknown key: keep it, nothing below it
                 annotation = None

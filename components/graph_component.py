@@ -68,9 +68,7 @@ class TestbedGraph(pulumi.ComponentResource):
         self.workloads = [register_object(obj, workload_opts) for obj in args.workloads]
         self.service = register_object(args.frontend_service, child)
         self.graph_name = pulumi.Output.from_input(args.graph_name)
-        self.frontend_service = pulumi.Output.from_input(
-            args.frontend_service["metadata"]["name"]
-        )
+        self.frontend_service = pulumi.Output.from_input(args.frontend_service["metadata"]["name"])
         self.frontend_port = pulumi.Output.from_input(args.frontend_port)
         self.register_outputs(
             {

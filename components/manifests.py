@@ -93,9 +93,7 @@ def _pod_labels(topology: Topology, plan: ComponentPlan) -> dict[str, str]:
     return {GRAPH_LABEL: topology.name, COMPONENT_LABEL: plan.name}
 
 
-def dgd_manifest(
-    cfg: StackConfig, topology: Topology, *, with_hf_token: bool
-) -> dict[str, Any]:
+def dgd_manifest(cfg: StackConfig, topology: Topology, *, with_hf_token: bool) -> dict[str, Any]:
     """The DynamoGraphDeployment (``nvidia.com/v1beta1``) of a ``dynamo`` topology.
 
     Annotated ``pulumi.com/waitFor: condition=Ready`` (the operator sets Ready when

@@ -106,9 +106,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
             namespace=cfg.namespace,
             workloads=workloads,
             frontend_service=service,
-            secret=hf_secret_manifest(cfg.namespace, hf_token)
-            if hf_token is not None
-            else None,
+            secret=hf_secret_manifest(cfg.namespace, hf_token) if hf_token is not None else None,
             graph_name=topology.name,
             frontend_port=FRONTEND_PORT,
         ),

@@ -58,9 +58,10 @@ def gpu_sharing_sets(cfg: StackConfig) -> list[GpuAllocation]:
     """For each node class, the workers that may end up on one GPU (the worst case).
 
     Workers are named ``<group>-<replica index>``. Without time-slicing a worker has a GPU to
-    itself, so each group is checked alone (replica 0). With time-slicing, up to ``replicasPerGpu`` workers share a GPU, and the scheduler
-    does not know GPU memory: the set checked is the ``min(replicasPerGpu, workers on the
-    class)`` workers with the largest ``gpuMemoryUtilization``.
+    itself, so each group is checked alone (replica 0). With time-slicing, up to
+    ``replicasPerGpu`` workers share a GPU, and the scheduler does not know GPU memory: the set
+    checked is the ``min(replicasPerGpu, workers on the class)`` workers with the largest
+    ``gpuMemoryUtilization``.
     """
     out: list[GpuAllocation] = []
     for class_name, node_class in cfg.node_classes.items():
@@ -191,4 +192,3 @@ def stack_sizing(cfg: StackConfig) -> StackSizing:
         allow_unsafe_memory=cfg.sizing.allow_unsafe_memory,
     )
     return StackSizing(geometry=geometry, report=report, links=links)
-

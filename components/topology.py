@@ -29,6 +29,7 @@ KV_EVENTS_CONFIG = {
 """vLLM ``--kv-events-config`` for KV-routed workers, as in upstream
 ``examples/backends/vllm/deploy/agg_router.yaml`` and ``disagg_router.yaml`` (Dynamo 1.5 line)."""
 
+
 @dataclass(frozen=True)
 class Placement:
     """Where a component's pods run.

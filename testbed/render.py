@@ -33,7 +33,9 @@ _HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
 def stack_names(project_dir: Path = REPO) -> list[str]:
     """The stacks that have a config file in ``stacks/``, sorted."""
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in project_dir.glob("stacks/Pulumi.*.yaml"))
+    return sorted(
+        p.name[len("Pulumi.") : -len(".yaml")] for p in project_dir.glob("stacks/Pulumi.*.yaml")
+    )
 
 
 def stack_config(stack: str, project_dir: Path = REPO) -> tuple[dict[str, str], list[str]]:
@@ -63,9 +65,7 @@ def stack_config(stack: str, project_dir: Path = REPO) -> tuple[dict[str, str], 
             value = SECRET_PLACEHOLDER
             secrets.append(full)
         values[full] = value
-    as_strings = {
-        k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()
-    }
+    as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     return as_strings, secrets
 
 
@@ -141,7 +141,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self._sink = sink
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+    def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             inputs = rpc.deserialize_properties(request.object)
@@ -165,8 +165,10 @@ class _EchoMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         return f"{args.name}-id", dict(args.inputs)
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        return {}
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
 
 
 def render_stack(stack: str, project_dir: Path = REPO, *, preview: bool = True) -> Rendered:

@@ -79,7 +79,7 @@ def write_rendered(rendered: Rendered, out_dir: Path) -> list[Path]:
 
 def _canonical(obj: dict[str, Any]) -> dict[str, Any]:
     """apiVersion, kind, metadata first (as kubectl writes them), then the rest sorted."""
-    head = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
+    head: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
     rest = {k: obj[k] for k in sorted(obj) if k not in head}
     return {**head, **rest}
 

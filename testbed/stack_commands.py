@@ -48,14 +48,16 @@ def render_command(
         "out/render"
     ),
 ) -> None:
-    """Write every object the stack would apply (one YAML file each), its Helm release and outputs."""
+    """Write every object the stack would apply (a YAML file each), its Helm release, outputs."""
     rendered = _render_or_exit(stack)
     paths = write_rendered(rendered, out)
     placement = Table(title=f"stack {stack}: placement")
     for col in ("component", "type", "replicas", "nodeClass", "gpus"):
         placement.add_column(col)
     for row in rendered.outputs.get("placement", []):
-        placement.add_row(*(str(row[c]) for c in ("component", "type", "replicas", "nodeClass", "gpus")))
+        placement.add_row(
+            *(str(row[c]) for c in ("component", "type", "replicas", "nodeClass", "gpus"))
+        )
     console.print(placement)
     sizing = rendered.outputs["sizing"]
     console.print(_sizing_table(sizing))
