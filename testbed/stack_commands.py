@@ -95,3 +95,46 @@ def _show(value: Any) -> str:
     if value is None:
         return "-"
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def simulate_command(
+    stack: Annotated[str, typer.Argument(help="Stack to simulate.")],
+    stack_b: Annotated[
+        str | None, typer.Argument(help="Optional second stack, shown side by side as A / B.")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("out/simulate"),
+    full: Annotated[
+        bool, typer.Option("--full", help="The stack's whole grid (seed: 4 x 2 x 3 runs).")
+    ] = False,
+    speedup: Annotated[
+        float | None, typer.Option(help="Mocker --speedup-ratio (default: the stack's).")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run a stack's topology on this machine (real Dynamo frontend, CPU-only mocker workers)
+    with its load grid, and print the seed-style table; with STACK_B, both as "A / B"."""
+    from components.errors import StackConfigError
+    from loadgen.report import comparison_table, seed_table
+    from testbed.localgraph import LocalGraphError
+    from testbed.simulate import simulate_stack
+
+    results = []
+    for name in [stack, *([stack_b] if stack_b else [])]:
+        console.print(f"simulating {name} ...", highlight=False)
+        try:
+            sim = simulate_stack(name, out, full=full, speedup_ratio=speedup, progress=progress)
+        except (FileNotFoundError, StackConfigError, LocalGraphError) as exc:
+            console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
+        console.print(f"{name}: router {sim.spec.router_mode}; {groups}", highlight=False)
+        console.print(seed_table(sim.result.points, title=f"{name} (simulated)"))
+        for warning in sim.result.warnings:
+            console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        results.append(sim)
+    if len(results) == 2:
+        a, b = results
+        console.print(
+            comparison_table(a.result.points, b.result.points, title=f"{a.stack} / {b.stack}")
+        )
+    console.print(f"results in {out}/", highlight=False)

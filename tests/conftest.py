@@ -1,6 +1,61 @@
 """Shared pytest setup."""
 
 import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, make_model_dir
 
 # Pulumi's mocks (and asyncio code under test) need a current event loop on Python >= 3.12.
 asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+# --- Local Dynamo graphs (frontend + CPU-only mocker workers on 127.0.0.1; testbed.localgraph) ---
+
+
+# Qwen/Qwen3-0.6B: 28 layers x 8 KV heads x head_dim 128 x 2 (K and V) x 2 bytes (bf16).
+QWEN3_0_6B_KV_BYTES_PER_TOKEN = 28 * 8 * 128 * 2 * 2
+QWEN3_0_6B_MODEL_NAME = "Qwen/Qwen3-0.6B"
+
+
+@pytest.fixture(scope="session")
+def local_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One weight-less Qwen3 model directory (testbed.model_dir) shared by the whole session."""
+    return make_model_dir(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="session")
+def agg_kv_graph(
+    tmp_path_factory: pytest.TempPathFactory, local_model_dir: Path
+) -> Iterator[LocalGraph]:
+    """A running aggregated graph shared by the session: KV routing, 2 mocker workers (group
+    "worker", 114,688 KV bytes/token, default 16,384 blocks of 64 tokens), model
+    "Qwen/Qwen3-0.6B". Shared state: use prompts unique to your test if you count cache hits.
+    """
+    spec = LocalGraphSpec(
+        model_name=QWEN3_0_6B_MODEL_NAME,
+        router_mode="kv",
+        groups=(MockerGroup("worker", "aggregated", 2, QWEN3_0_6B_KV_BYTES_PER_TOKEN),),
+    )
+    with LocalGraph(spec, tmp_path_factory.mktemp("agg_kv_graph"), local_model_dir) as graph:
+        yield graph
+
+
+@pytest.fixture
+def start_local_graph(
+    tmp_path: Path, local_model_dir: Path
+) -> Iterator[Callable[[LocalGraphSpec], LocalGraph]]:
+    """Factory: start_local_graph(spec) starts a LocalGraph in its own tmp dir and returns it
+    running; every graph it started is stopped when the test ends."""
+    graphs: list[LocalGraph] = []
+
+    def start(spec: LocalGraphSpec) -> LocalGraph:
+        graph = LocalGraph(spec, tmp_path / f"graph{len(graphs)}", local_model_dir)
+        graphs.append(graph)
+        return graph.__enter__()
+
+    yield start
+    for graph in graphs:
+        graph.stop()
