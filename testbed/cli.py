@@ -10,3 +10,12 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+from loadgen.cli import compare_command, load_command  # noqa: E402
+from testbed.stack_commands import diff_command, render_command, simulate_command  # noqa: E402
+
+app.command("render")(render_command)
+app.command("diff")(diff_command)
+app.command("simulate")(simulate_command)
+app.command("load")(load_command)
+app.command("compare")(compare_command)

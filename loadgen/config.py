@@ -1,0 +1,136 @@
+"""`LoadConfig`: the measurement grid, the workload and the client settings.
+
+The same model is the `load:` section of a Pulumi stack config, so its fields have camelCase
+aliases (`prefixKinds`, `requestsPerRun`, ...) and unknown keys are rejected.
+"""
+
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+# The seed's grid (BRIEF.md, "The load"): prefix kinds {2, 7, 12, 24} x concurrency {4, 8}, 3 runs
+# per point, median reported; one request averages 2,371 prompt tokens.
+SEED_PREFIX_KINDS = (2, 7, 12, 24)
+SEED_CONCURRENCY = (4, 8)
+SEED_REPETITIONS = 3
+SEED_PROMPT_TOKENS = 2371
+
+
+class Api(StrEnum):
+    """Which OpenAI-compatible endpoint is called: `/v1/chat/completions` or `/v1/completions`."""
+
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+
+
+class Arrival(StrEnum):
+    """How requests are issued.
+
+    `closed`: a fixed number of requests in flight (the concurrency); one starts as one ends.
+    `poisson`: an open loop at `request_rate` requests/s with exponential gaps, at most
+    `concurrency` in flight; each request's intended send time is recorded, so time spent waiting
+    for a free slot shows up as client queue time (no coordinated omission).
+    """
+
+    CLOSED = "closed"
+    POISSON = "poisson"
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class LoadConfig(BaseModel):
+    """The grid (prefix kinds x concurrency x repetitions), the workload, and the client settings.
+
+    Defaults reproduce the seed's grid. Lengths are in tokens, times in seconds. Raises
+    `pydantic.ValidationError` naming the field path and the allowed values on bad input.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    prefix_kinds: list[PositiveInt] = Field(
+        default=list(SEED_PREFIX_KINDS),
+        min_length=1,
+        description="Grid axis: numbers of distinct shared prefixes (each > 0).",
+    )
+    concurrency: list[PositiveInt] = Field(
+        default=list(SEED_CONCURRENCY),
+        min_length=1,
+        description="Grid axis: requests in flight in the closed loop (each > 0).",
+    )
+    repetitions: PositiveInt = Field(
+        default=SEED_REPETITIONS, description="Runs per grid point; the point reports the median."
+    )
+    requests_per_run: PositiveInt = Field(
+        default=200,
+        description="Measured requests per run: exactly this many, or fewer if duration_s ends "
+        "the run first (all prompts are built before the run, so this is also the cap).",
+    )
+    duration_s: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Optional run length in seconds: no request starts after it.",
+    )
+    warmup_requests: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Unmeasured requests before each run, on their own prefixes (see README); "
+        "default: the run's concurrency, one per pool connection.",
+    )
+    prompt_tokens: PositiveInt = Field(
+        default=SEED_PROMPT_TOKENS,
+        description="Prompt length in tokens of the message text (the seed's average: 2,371).",
+    )
+    prefix_share: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
+        default=0.9,
+        description="Fraction of the prompt tokens that is the shared prefix (0..1).",
+    )
+    max_tokens: PositiveInt = Field(
+        default=64,
+        description="max_tokens sent with every request (the seed does not state its own).",
+    )
+    api: Api = Field(default=Api.CHAT, description="Endpoint: chat or completions.")
+    arrival: Arrival = Field(default=Arrival.CLOSED, description="closed loop or poisson.")
+    request_rate: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Requests/s for arrival=poisson."
+    )
+    seed: int = Field(default=0, description="Seed for prompts and arrival times.")
+    connect_timeout_s: Annotated[float, Field(gt=0)] = Field(default=10.0)
+    read_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=300.0,
+        description="Longest silence between two reads; covers a queued long prefill.",
+    )
+    request_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=600.0, description="Per-request deadline from the intended send time."
+    )
+    max_connections: PositiveInt | None = Field(
+        default=None,
+        description="httpx pool size; default: the run's concurrency.",
+    )
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> Self:
+        if self.arrival is Arrival.POISSON and self.request_rate is None:
+            raise ValueError("arrival 'poisson' needs requestRate (requests/s > 0)")
+        if self.max_connections is not None:
+            too_small = [c for c in self.concurrency if c > self.max_connections]
+            if too_small:
+                raise ValueError(
+                    f"maxConnections={self.max_connections} is below concurrency {too_small}: "
+                    "the pool must hold every request in flight"
+                )
+        return self
+
+    def pool_size(self, concurrency: int) -> int:
+        """Connections in the httpx pool for a run at `concurrency` (>= the requests in flight)."""
+        return self.max_connections if self.max_connections is not None else concurrency
+
+    @property
+    def prefix_tokens(self) -> int:
+        """Tokens of the shared prefix: round(prompt_tokens x prefix_share)."""
+        return round(self.prompt_tokens * self.prefix_share)
+
+    @property
+    def suffix_tokens(self) -> int:
+        """Tokens of the unique suffix: prompt_tokens - prefix_tokens."""
+        return self.prompt_tokens - self.prefix_tokens

@@ -1,0 +1,53 @@
+"""Writes a grid's result folder.
+
+- `summary.json`: a list, one object per grid point (`PointSummary` fields).
+- `result.json`: the whole `GridResult` (settings, per-run rows, errors, warnings).
+- `runs.csv`: the per-run table (`RunSummary` fields, errors by kind as JSON).
+- `requests.parquet`: one row per measured request: grid coordinates, the raw monotonic
+  nanosecond times (`intended_ns`, `sent_ns`, ..., `token_ns` as a list), usage, error.
+- `table.txt`: the seed-style table as printed.
+"""
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from loadgen.report import SUMMARY_FILE, seed_table, table_text
+from loadgen.request import RunRecords
+from loadgen.results import GridResult
+
+
+def records_frame(runs: Sequence[RunRecords]) -> pd.DataFrame:
+    """One row per request with its run's `prefix_kinds`, `concurrency`, `repetition` and every
+    `RequestRecord` field (times in monotonic ns; `error_kind` as its string value)."""
+    rows = [
+        {
+            "prefix_kinds": run.prefix_kinds,
+            "concurrency": run.concurrency,
+            "repetition": run.repetition,
+            **dataclasses.asdict(record),
+        }
+        for run in runs
+        for record in run.records
+    ]
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["error_kind"] = frame["error_kind"].map(lambda k: None if k is None else str(k))
+    return frame
+
+
+def write_outputs(out_dir: Path, result: GridResult, runs: Sequence[RunRecords]) -> None:
+    """Write the five files described in this module's docstring into `out_dir` (created)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    points = [p.model_dump(mode="json") for p in result.points]
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(points, indent=2) + "\n")
+    (out_dir / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
+    run_rows = pd.DataFrame([r.model_dump(mode="json") for r in result.runs])
+    for column in ("errors_by_kind", "warnings"):
+        run_rows[column] = run_rows[column].map(json.dumps)
+    run_rows.to_csv(out_dir / "runs.csv", index=False)
+    records_frame(runs).to_parquet(out_dir / "requests.parquet", index=False)
+    (out_dir / "table.txt").write_text(table_text(seed_table(result.points)))

@@ -1,0 +1,108 @@
+"""The typed result schema: per run, per grid point (median over repetitions), whole grid.
+
+Everything here is JSON-serialisable with `model_dump(mode="json")`; `GridResult` is what the
+Pulumi step exports as a stack output. Times are in milliseconds, rates per second.
+"""
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from loadgen.config import LoadConfig
+
+LOW_SAMPLE_P99 = 100  # a p99 over fewer samples rests on its one or two largest values
+
+
+class ErrorSample(BaseModel):
+    """One failed request's error: kind, message, and the run it happened in."""
+
+    kind: str
+    message: str
+    prefix_kinds: int
+    concurrency: int
+    repetition: int
+    at: datetime = Field(description="Wall-clock time of the failure (UTC).")
+
+
+class RunSummary(BaseModel):
+    """One run (one repetition of one grid point).
+
+    Latency fields cover successful requests only and are None when there are none.
+    TTFT: `sent` to the first non-empty content/reasoning text. First chunk: `sent` to the first
+    data event. ITL: gaps between consecutive content-bearing chunks after the first (vLLM's
+    per-chunk definition), pooled over requests. TPOT: per request (E2E - TTFT) /
+    (completion_tokens - 1) for requests with more than one output token, as vLLM defines it.
+    E2E: `sent` to end of body. Queue: intended to actual send (client-side waiting).
+    requests_per_s / output_tokens_per_s: successful requests / completion tokens over the span
+    from the first send to the last end. cached_ratio: sum of cached tokens / sum of prompt tokens
+    over the successful requests that reported cached tokens (`cached_reported` of them).
+    """
+
+    prefix_kinds: int
+    concurrency: int
+    repetition: int
+    requests: int
+    samples: int
+    errors: int
+    errors_by_kind: dict[str, int]
+    duration_s: float
+    ttft_p50_ms: float | None
+    ttft_p90_ms: float | None
+    ttft_p99_ms: float | None
+    first_chunk_p50_ms: float | None
+    itl_p50_ms: float | None
+    tpot_p50_ms: float | None
+    e2e_p50_ms: float | None
+    queue_p50_ms: float | None
+    queue_p99_ms: float | None
+    requests_per_s: float
+    output_tokens_per_s: float
+    prompt_tokens_mean: float | None
+    cached_ratio: float | None
+    cached_reported: int
+    new_connections: int
+    warnings: list[str]
+
+
+class PointSummary(BaseModel):
+    """One grid point: the median over its repetitions of each run metric (as in the seed);
+    `errors`, `samples` and `cached_reported` are sums over the repetitions."""
+
+    prefix_kinds: int
+    concurrency: int
+    repetitions: int
+    ttft_p50_ms: float | None
+    ttft_p90_ms: float | None
+    ttft_p99_ms: float | None
+    itl_p50_ms: float | None
+    tpot_p50_ms: float | None
+    e2e_p50_ms: float | None
+    queue_p99_ms: float | None
+    requests_per_s: float
+    output_tokens_per_s: float
+    cached_ratio: float | None
+    cached_reported: int
+    errors: int
+    samples: int
+
+
+class GridResult(BaseModel):
+    """A whole grid: settings, per-point medians, per-run rows, errors and warnings.
+
+    `token_count_source` says how prompt lengths were sized: `tokenizer:<path>`,
+    `server-calibrated:<tokens/word>` or `approximate:1 token/word`.
+    `first_failure_at` is the wall-clock time (UTC) of the earliest failed request, if any.
+    """
+
+    url: str
+    model: str
+    config: LoadConfig
+    token_count_source: str
+    started_at: datetime
+    finished_at: datetime
+    points: list[PointSummary]
+    runs: list[RunSummary]
+    errors_by_kind: dict[str, int]
+    first_errors: list[ErrorSample]
+    first_failure_at: datetime | None
+    warnings: list[str]

@@ -1,0 +1,162 @@
+"""Percentiles and the reduction of request records to run and grid-point summaries."""
+
+import itertools
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+
+from loadgen.request import RequestRecord
+from loadgen.results import LOW_SAMPLE_P99, PointSummary, RunSummary
+
+_NS_PER_MS = 1e6
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation between closest ranks (the same as
+    numpy's default `method="linear"`); None for no values. Raises ValueError for q outside 0..100.
+    """
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q must be within 0..100, got {q}")
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _ms(start: int | None, end: int | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return (end - start) / _NS_PER_MS
+
+
+def ttft_ms(record: RequestRecord) -> float | None:
+    """Time to first token (ms): sent to first non-empty content/reasoning text."""
+    return _ms(record.sent_ns, record.first_token_ns)
+
+
+def e2e_ms(record: RequestRecord) -> float | None:
+    """End-to-end latency (ms): sent to end of body."""
+    return _ms(record.sent_ns, record.end_ns)
+
+
+def queue_ms(record: RequestRecord) -> float | None:
+    """Client queue time (ms): intended send to the request headers going out on a connection."""
+    return _ms(record.intended_ns, record.sent_ns)
+
+
+def itl_ms(record: RequestRecord) -> list[float]:
+    """Inter-token latencies (ms): gaps between consecutive content-bearing chunks (vLLM's ITL)."""
+    t = record.token_ns
+    return [(b - a) / _NS_PER_MS for a, b in itertools.pairwise(t)]
+
+
+def tpot_ms(record: RequestRecord) -> float | None:
+    """Time per output token (ms) as vLLM defines it: (E2E - TTFT) / (completion_tokens - 1);
+    None with fewer than 2 output tokens or no usage."""
+    ttft, e2e, out = ttft_ms(record), e2e_ms(record), record.completion_tokens
+    if ttft is None or e2e is None or out is None or out < 2:
+        return None
+    return (e2e - ttft) / (out - 1)
+
+
+def _present(values: Sequence[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
+
+
+def summarize_run(
+    records: Sequence[RequestRecord], *, prefix_kinds: int, concurrency: int, repetition: int
+) -> RunSummary:
+    """Reduce one run's records to a `RunSummary` (see its docstring for every definition).
+
+    Adds a warning when the TTFT p99 rests on fewer than 100 successful samples.
+    """
+    good = [r for r in records if r.ok]
+    first_chunks = _present([_ms(r.sent_ns, r.first_chunk_ns) for r in good])
+    errors = Counter(str(r.error_kind) for r in records if not r.ok)
+    starts = [r.sent_ns for r in good if r.sent_ns is not None]
+    ends = [r.end_ns for r in good if r.end_ns is not None]
+    span_s = (max(ends) - min(starts)) / 1e9 if starts and ends else 0.0
+    ttfts = _present([ttft_ms(r) for r in good])
+    queues = _present([queue_ms(r) for r in records])
+    reported = [r for r in good if r.cached_tokens is not None and r.prompt_tokens]
+    prompt_sum = sum(r.prompt_tokens or 0 for r in reported)
+    cached_sum = sum(r.cached_tokens or 0 for r in reported)
+    output_sum = sum(r.completion_tokens or 0 for r in good)
+    prompt_lengths = _present([r.prompt_tokens for r in good])
+    warnings = []
+    no_text = sum(r.first_token_ns is None for r in good)
+    if no_text:
+        warnings.append(
+            f"{no_text} of {len(good)} successful requests streamed no content text: "
+            "they have no TTFT or ITL (their first-chunk time is recorded)"
+        )
+    if 0 < len(ttfts) < LOW_SAMPLE_P99:
+        warnings.append(
+            f"TTFT p99 rests on {len(ttfts)} samples (< {LOW_SAMPLE_P99}): "
+            "it is close to the maximum, not a stable p99"
+        )
+    return RunSummary(
+        prefix_kinds=prefix_kinds,
+        concurrency=concurrency,
+        repetition=repetition,
+        requests=len(records),
+        samples=len(good),
+        errors=sum(errors.values()),
+        errors_by_kind=dict(errors),
+        duration_s=span_s,
+        ttft_p50_ms=percentile(ttfts, 50),
+        ttft_p90_ms=percentile(ttfts, 90),
+        ttft_p99_ms=percentile(ttfts, 99),
+        first_chunk_p50_ms=percentile(first_chunks, 50),
+        itl_p50_ms=percentile([gap for r in good for gap in itl_ms(r)], 50),
+        tpot_p50_ms=percentile(_present([tpot_ms(r) for r in good]), 50),
+        e2e_p50_ms=percentile(_present([e2e_ms(r) for r in good]), 50),
+        queue_p50_ms=percentile(queues, 50),
+        queue_p99_ms=percentile(queues, 99),
+        requests_per_s=len(good) / span_s if span_s > 0 else 0.0,
+        output_tokens_per_s=output_sum / span_s if span_s > 0 else 0.0,
+        prompt_tokens_mean=statistics.fmean(prompt_lengths) if prompt_lengths else None,
+        cached_ratio=cached_sum / prompt_sum if prompt_sum else None,
+        cached_reported=len(reported),
+        new_connections=sum(r.connect_ns is not None for r in records),
+        warnings=warnings,
+    )
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = _present(values)
+    return statistics.median(present) if present else None
+
+
+def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
+    """Median over the repetitions of one grid point (sums for errors, samples, cached_reported).
+
+    Raises ValueError when `runs` is empty or mixes grid points.
+    """
+    if not runs:
+        raise ValueError("a grid point needs at least one run")
+    points = {(r.prefix_kinds, r.concurrency) for r in runs}
+    if len(points) != 1:
+        raise ValueError(f"runs from several grid points: {sorted(points)}")
+    return PointSummary(
+        prefix_kinds=runs[0].prefix_kinds,
+        concurrency=runs[0].concurrency,
+        repetitions=len(runs),
+        ttft_p50_ms=_median([r.ttft_p50_ms for r in runs]),
+        ttft_p90_ms=_median([r.ttft_p90_ms for r in runs]),
+        ttft_p99_ms=_median([r.ttft_p99_ms for r in runs]),
+        itl_p50_ms=_median([r.itl_p50_ms for r in runs]),
+        tpot_p50_ms=_median([r.tpot_p50_ms for r in runs]),
+        e2e_p50_ms=_median([r.e2e_p50_ms for r in runs]),
+        queue_p99_ms=_median([r.queue_p99_ms for r in runs]),
+        requests_per_s=statistics.median(r.requests_per_s for r in runs),
+        output_tokens_per_s=statistics.median(r.output_tokens_per_s for r in runs),
+        cached_ratio=_median([r.cached_ratio for r in runs]),
+        cached_reported=sum(r.cached_reported for r in runs),
+        errors=sum(r.errors for r in runs),
+        samples=sum(r.samples for r in runs),
+    )

@@ -1,0 +1,182 @@
+"""A scriptable, fault-injecting OpenAI-style streaming server for the loadgen tests.
+
+Speaks just enough HTTP/1.1 (keep-alive, chunked responses) over asyncio streams. A handler maps
+each request (its JSON body and arrival number) to a script of `Send` (one HTTP chunk written
+and flushed on its own), `Sleep`, `Wait` (for an asyncio.Event), `Close` (cut the connection) and
+`Status` (a non-200 response). The server counts connections and requests in flight.
+"""
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+ABSENT = object()
+
+
+@dataclass(frozen=True)
+class Send:
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Wait:
+    event: asyncio.Event
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Close:
+    pass
+
+
+@dataclass(frozen=True)
+class Status:
+    code: int
+    body: bytes = b'{"error": "unavailable"}'
+
+
+Step = Send | Sleep | Wait | Close | Status
+Handler = Callable[[dict[str, Any], int], Sequence[Step] | Awaitable[Sequence[Step]]]
+
+
+def event(obj: object) -> bytes:
+    """One `data:` event with its blank line."""
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def chat_chunk(
+    content: str | None = None, *, role: str | None = None, finish: str | None = None
+) -> bytes:
+    delta: dict[str, str] = {}
+    if role is not None:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return event({"id": "x", "object": "chat.completion.chunk", "choices": [choice]})
+
+
+def usage_chunk(prompt: int, completion: int, cached: object = ABSENT) -> bytes:
+    """The include_usage chunk (`choices: []`); `cached` ABSENT omits prompt_tokens_details."""
+    usage: dict[str, object] = {"prompt_tokens": prompt, "completion_tokens": completion}
+    if cached is not ABSENT:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return event({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+
+
+def normal_stream(tokens: Sequence[str], prompt: int = 100, cached: object = 40) -> list[Step]:
+    """Role-only first chunk, one chunk per token, finish_reason, usage chunk, [DONE]."""
+    steps: list[Step] = [Send(chat_chunk(role="assistant"))]
+    steps += [Send(chat_chunk(t)) for t in tokens]
+    steps += [Send(chat_chunk(finish="length")), Send(usage_chunk(prompt, len(tokens), cached))]
+    return [*steps, Send(DONE)]
+
+
+@dataclass
+class FakeServer:
+    """`async with FakeServer(handler) as server:` serves on 127.0.0.1 at `server.url`."""
+
+    handler: Handler
+    connections: int = 0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    _server: asyncio.Server | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def __aenter__(self) -> "FakeServer":
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)  # type: ignore[arg-type]
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = json.loads(await reader.readexactly(length))
+                number = len(self.requests)
+                self.requests.append(body)
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                try:
+                    if not await self._respond(writer, body, number):
+                        return
+                finally:
+                    self.in_flight -= 1
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            self._tasks.discard(task)  # type: ignore[arg-type]
+            writer.close()
+
+    async def _respond(self, writer: asyncio.StreamWriter, body: dict[str, Any], n: int) -> bool:
+        """Play the handler's script; False when the connection must be dropped."""
+        script = self.handler(body, n)
+        steps = await script if isinstance(script, Awaitable) else script
+        if steps and isinstance(steps[0], Status):
+            status = steps[0]
+            writer.write(
+                f"HTTP/1.1 {status.code} Error\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(status.body)}\r\n\r\n".encode()
+                + status.body
+            )
+            await writer.drain()
+            return True
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        await writer.drain()
+        for step in steps:
+            if isinstance(step, Send):
+                writer.write(b"%x\r\n%s\r\n" % (len(step.data), step.data))
+                await writer.drain()
+            elif isinstance(step, Sleep):
+                await asyncio.sleep(step.seconds)
+            elif isinstance(step, Wait):
+                await asyncio.wait_for(step.event.wait(), step.timeout_s)
+            elif isinstance(step, Close):
+                writer.transport.abort()
+                return False
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+def fragments(data: bytes, size: int) -> list[Step]:
+    """`data` cut into HTTP chunks of `size` bytes, with a pause so each is read on its own."""
+    steps: list[Step] = []
+    for i in range(0, len(data), size):
+        steps += [Send(data[i : i + size]), Sleep(0.0005)]
+    return steps

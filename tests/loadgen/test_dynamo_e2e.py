@@ -1,0 +1,96 @@
+"""End to end against the real Dynamo frontend with CPU-only mocker workers on localhost."""
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loadgen.config import LoadConfig
+from loadgen.results import GridResult
+from loadgen.runner import run_grid
+
+localgraph = pytest.importorskip("testbed.localgraph")
+
+MODEL = "Qwen/Qwen3-0.6B"
+KV_BYTES_PER_TOKEN = 114_688  # Qwen3-0.6B: 28 layers x 8 KV heads x 128 head dim x 2 x 2 bytes
+
+
+def metric_sum(text: str, name: str) -> float:
+    """The `<name>_sum` sample of a histogram for our model in Prometheus text format."""
+    match = re.search(rf'^{name}_sum\{{model="{re.escape(MODEL)}"\}} (\S+)$', text, re.M)
+    assert match is not None, f"{name}_sum not in /metrics"
+    return float(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory: pytest.TempPathFactory) -> tuple[GridResult, Path, str]:
+    tmp = tmp_path_factory.mktemp("dynamo")
+    spec = localgraph.LocalGraphSpec(
+        model_name=MODEL,
+        router_mode="kv",
+        groups=(
+            localgraph.MockerGroup(
+                name="worker", role="aggregated", replicas=2, kv_bytes_per_token=KV_BYTES_PER_TOKEN
+            ),
+        ),
+    )
+    model_dir = localgraph.make_model_dir(tmp / "model")
+    config = LoadConfig(
+        prefix_kinds=[2, 24],
+        concurrency=[4],
+        repetitions=1,
+        requests_per_run=48,
+        warmup_requests=0,
+        max_tokens=8,
+        prompt_tokens=1024,
+    )
+    with localgraph.LocalGraph(spec, workdir=tmp, model_dir=model_dir) as graph:
+        result = run_grid(
+            graph.url, MODEL, config, tmp / "out", tokenizer=str(model_dir), progress=False
+        )
+        metrics = graph.metrics_text()
+    return result, tmp / "out", metrics
+
+
+@pytest.mark.timeout(180)
+def test_small_grid_runs_end_to_end(grid: tuple[GridResult, Path, str]) -> None:
+    result, out, _ = grid
+    assert result.errors_by_kind == {}
+    assert [(p.prefix_kinds, p.samples, p.errors) for p in result.points] == [
+        (2, 48, 0),
+        (24, 48, 0),
+    ]
+    assert result.token_count_source.startswith("tokenizer:")
+    for p in result.points:
+        assert p.requests_per_s > 0 and p.e2e_p50_ms is not None
+    frame = pd.read_parquet(out / "requests.parquet")
+    assert set(frame["completion_tokens"]) == {8}  # the mocker never stops early
+    assert frame["cached_tokens"].notna().all()
+    assert (frame["cached_tokens"] % 64 == 0).all()  # block-aligned, 64-token blocks
+
+
+@pytest.mark.timeout(180)
+def test_cached_ratio_rises_as_prefix_kinds_fall(grid: tuple[GridResult, Path, str]) -> None:
+    result, _, _ = grid
+    two, twenty_four = (p.cached_ratio for p in result.points)
+    assert two is not None and twenty_four is not None
+    assert two > twenty_four
+    # 2 kinds: all but the first request of each kind hit the ~90 % shared prefix.
+    assert two > 0.75
+
+
+@pytest.mark.timeout(180)
+def test_our_token_sums_equal_the_frontends_metrics(grid: tuple[GridResult, Path, str]) -> None:
+    _, out, metrics = grid
+    frame = pd.read_parquet(out / "requests.parquet")
+    assert frame["cached_tokens"].sum() == metric_sum(metrics, "dynamo_frontend_cached_tokens")
+    assert frame["prompt_tokens"].sum() == metric_sum(
+        metrics, "dynamo_frontend_input_sequence_tokens"
+    )
+
+
+@pytest.mark.timeout(180)
+def test_ttft_is_measured(grid: tuple[GridResult, Path, str]) -> None:
+    result, _, _ = grid
+    assert all(p.ttft_p50_ms is not None and p.itl_p50_ms is not None for p in result.points)

@@ -1,0 +1,78 @@
+"""Prompt building: exact token counts, shared prefixes, determinism, fresh prefixes per salt."""
+
+import random
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from loadgen.prompts import (
+    TokenizerSizer,
+    WordSizer,
+    build_prompts,
+    find_tokenizer_file,
+    load_tokenizer_sizer,
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    """A small byte-level BPE with merges, so tokens span several characters."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    rng = random.Random(0)
+    words = ["the", "of", "and", "prefix", "cache", "decode", "prefill", "token", "water", "people"]
+    texts = [" ".join(rng.choices(words, k=40)) for _ in range(200)]
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def test_tokenizer_sizer_is_exact(tokenizer: Tokenizer) -> None:
+    sizer = TokenizerSizer(tokenizer, "test")
+    rng = random.Random(1)
+    for n in (1, 5, 64, 2371):
+        text = sizer.make_text(rng, n)
+        assert len(tokenizer.encode(text, add_special_tokens=False).ids) == n
+
+
+def test_prompts_share_prefixes_and_are_deterministic(tokenizer: Tokenizer) -> None:
+    sizer = TokenizerSizer(tokenizer, "test")
+    kwargs = dict(n=40, prefix_kinds=3, prefix_tokens=100, suffix_tokens=20, seed=5)
+    prompts = build_prompts(sizer, salt="k3-c4-r1", **kwargs)
+    assert prompts == build_prompts(sizer, salt="k3-c4-r1", **kwargs)
+    assert {p.prefix_id for p in prompts} == {0, 1, 2}
+    heads = {p.prefix_id: p.text.split("\n\n")[0] for p in prompts}
+    for p in prompts:
+        assert p.text.startswith(heads[p.prefix_id] + "\n\n")
+        assert len(tokenizer.encode(heads[p.prefix_id]).ids) == 100
+    assert len({p.text for p in prompts}) == 40  # every suffix is unique
+    # Another repetition (salt) starts with different words: no inherited prefix cache.
+    other = build_prompts(sizer, salt="k3-c4-r2", **kwargs)
+    assert {p.text.split()[0:3] == q.text.split()[0:3] for p in prompts for q in other} == {False}
+
+
+def test_word_sizer_uses_its_ratio() -> None:
+    text = WordSizer(1.25, "calibrated").make_text(random.Random(0), 100)
+    assert len(text.split()) == 80
+
+
+def test_tokenizer_lookup(
+    tmp_path: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    tokenizer.save(str(model_dir / "tokenizer.json"))
+    assert find_tokenizer_file(str(model_dir)) == model_dir / "tokenizer.json"
+    snapshot = tmp_path / "hub" / "models--Org--Name" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    tokenizer.save(str(snapshot / "tokenizer.json"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    sizer = load_tokenizer_sizer(None, "Org/Name")
+    assert sizer is not None and sizer.source == f"tokenizer:{snapshot / 'tokenizer.json'}"
+    assert load_tokenizer_sizer(None, "Org/Missing") is None
+    with pytest.raises(FileNotFoundError, match=r"no tokenizer\.json for 'Org/Missing'"):
+        load_tokenizer_sizer("Org/Missing", "Org/Name")

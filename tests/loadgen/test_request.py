@@ -1,0 +1,198 @@
+"""One streamed request against the fault-injecting server: exact fields per scenario."""
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from fake_openai_server import (
+    ABSENT,
+    DONE,
+    Close,
+    FakeServer,
+    Send,
+    Sleep,
+    Status,
+    Step,
+    chat_chunk,
+    event,
+    fragments,
+    normal_stream,
+    usage_chunk,
+)
+
+from loadgen.config import LoadConfig
+from loadgen.request import ErrorKind, RequestRecord, stream_request
+from loadgen.runner import make_client
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(20)]
+
+PATH = "/v1/chat/completions"
+BODY = b'{"model": "m", "messages": [], "stream": true, "max_tokens": 3}'
+
+
+async def fetch(
+    steps: Sequence[Step], *, read_timeout_s: float = 5.0, deadline_s: float = 5.0
+) -> RequestRecord:
+    """Serve `steps` once and return the loadgen's record of it."""
+    async with FakeServer(lambda body, n: steps) as server:
+        config = LoadConfig(read_timeout_s=read_timeout_s)
+        async with make_client(server.url, config, 1) as client:
+            record = RequestRecord(index=0, prefix_id=0, intended_ns=time.monotonic_ns())
+            await stream_request(client, PATH, BODY, record, deadline_s)
+    return record
+
+
+def _fields(record: RequestRecord) -> dict[str, Any]:
+    """The fields that do not depend on timing."""
+    return {
+        "ok": record.ok,
+        "status": record.status,
+        "chunks": record.chunks,
+        "tokens": len(record.token_ns),
+        "finish": record.finish_reason,
+        "usage": (record.prompt_tokens, record.completion_tokens, record.cached_tokens),
+    }
+
+
+EXPECTED_NORMAL = {
+    "ok": True,
+    "status": 200,
+    "chunks": 6,  # role-only, 3 content, finish, usage
+    "tokens": 3,
+    "finish": "length",
+    "usage": (100, 3, 40),
+}
+
+
+async def test_role_only_first_chunk_is_not_the_first_token() -> None:
+    steps = normal_stream(["Hel", "lo", "!"])
+    steps.insert(1, Sleep(0.02))
+    record = await fetch(steps)
+    assert _fields(record) == EXPECTED_NORMAL
+    assert record.sent_ns is not None and record.first_chunk_ns is not None
+    assert record.first_token_ns is not None and record.end_ns is not None
+    # The role-only chunk arrived in an earlier read than the first content.
+    assert record.sent_ns < record.first_chunk_ns < record.first_token_ns == record.token_ns[0]
+    assert record.token_ns == sorted(record.token_ns)
+    assert record.end_ns >= record.token_ns[-1]
+    assert record.connect_ns is not None  # a fresh client opens a connection
+
+
+async def test_tiny_fragments_and_one_coalesced_read_give_the_same_record() -> None:
+    stream = normal_stream(["a", "\u00e9\u4e2d", "\U0001f600"])
+    whole = b"".join(step.data for step in stream if isinstance(step, Send))
+    for size in (1, 2, 3, 7):
+        assert _fields(await fetch(fragments(whole, size))) == EXPECTED_NORMAL
+    coalesced = await fetch([Send(whole)])
+    assert _fields(coalesced) == EXPECTED_NORMAL
+    assert len(set(coalesced.token_ns)) == 1  # one read: one arrival time for every event
+
+
+async def test_keepalive_comments_before_the_first_token_are_ignored() -> None:
+    steps: list[Step] = [Send(b": keep-alive\n\n"), Sleep(0.01), Send(b":\r\n\r\n")]
+    record = await fetch(steps + normal_stream(["x", "y", "z"]))
+    assert _fields(record) == EXPECTED_NORMAL
+
+
+async def test_usage_chunk_with_empty_choices_is_normal() -> None:
+    record = await fetch([Send(chat_chunk("hi", finish="stop")), Send(usage_chunk(7, 1, 0))])
+    assert record.ok, record.error  # no [DONE], but a finish_reason: complete
+    assert (record.prompt_tokens, record.completion_tokens, record.cached_tokens) == (7, 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("cached", "expected"), [(ABSENT, None), (None, None), (0, 0), (1536, 1536)]
+)
+async def test_cached_tokens_absent_null_zero_and_n(cached: object, expected: int | None) -> None:
+    record = await fetch(normal_stream(["a"], prompt=2048, cached=cached))
+    assert record.ok
+    assert record.cached_tokens == expected
+
+
+async def test_in_band_error_after_some_tokens() -> None:
+    steps: list[Step] = [Send(chat_chunk("a", role="assistant")), Send(chat_chunk("b"))]
+    steps += [Send(event({"error": {"message": "KV capacity exceeded", "code": 500}})), Send(DONE)]
+    record = await fetch(steps)
+    assert record.error_kind is ErrorKind.IN_BAND
+    assert record.error is not None and "KV capacity exceeded" in record.error
+    assert len(record.token_ns) == 2
+
+
+async def test_event_type_error_is_in_band() -> None:
+    record = await fetch([Send(b"event: error\ndata: overloaded\n\n"), Send(DONE)])
+    assert (record.error_kind, record.error) == (ErrorKind.IN_BAND, "overloaded")
+
+
+async def test_connection_cut_mid_stream_is_truncated() -> None:
+    record = await fetch([Send(chat_chunk("a", role="assistant")), Sleep(0.01), Close()])
+    assert record.error_kind is ErrorKind.TRUNCATED
+    assert len(record.token_ns) == 1
+
+
+async def test_stream_that_ends_without_done_or_finish_reason_is_truncated() -> None:
+    record = await fetch([Send(chat_chunk("a")), Send(chat_chunk("b"))])
+    assert record.error_kind is ErrorKind.TRUNCATED
+    assert record.error == "stream ended without [DONE] or a finish_reason"
+
+
+async def test_stalled_stream_hits_the_read_timeout() -> None:
+    record = await fetch([Send(chat_chunk("a")), Sleep(3.0)], read_timeout_s=0.2)
+    assert record.error_kind is ErrorKind.TIMEOUT
+    assert record.error is not None and "ReadTimeout" in record.error
+
+
+async def test_stalled_stream_hits_the_request_deadline() -> None:
+    # Keeps sending comments (so the read timeout never fires) but never finishes.
+    keepalive: list[Step] = [Send(b":\n"), Sleep(0.05)]
+    steps = [Send(chat_chunk("a")), *(keepalive * 60)]
+    record = await fetch(steps, read_timeout_s=1.0, deadline_s=0.3)
+    assert record.error_kind is ErrorKind.TIMEOUT
+    assert record.error == "no complete response within the 0.3 s deadline"
+
+
+async def test_http_status_error_keeps_the_body() -> None:
+    record = await fetch([Status(503, b'{"error": "no workers"}')])
+    assert (record.error_kind, record.status) == (ErrorKind.HTTP_STATUS, 503)
+    assert record.error == 'HTTP 503: {"error": "no workers"}'
+
+
+async def test_non_json_event_is_invalid() -> None:
+    record = await fetch([Send(b"data: {oops\n\n"), Send(DONE)])
+    assert record.error_kind is ErrorKind.INVALID_EVENT
+
+
+async def test_connection_refused_is_a_connection_error() -> None:
+    config = LoadConfig()
+    async with make_client("http://127.0.0.1:9", config, 1) as client:
+        record = RequestRecord(index=0, prefix_id=0, intended_ns=time.monotonic_ns())
+        await stream_request(client, PATH, BODY, record, 5.0)
+    assert record.error_kind is ErrorKind.CONNECTION
+    assert record.sent_ns is None
+
+
+async def test_connection_is_reused_after_done() -> None:
+    """Reading past [DONE] to the end of the body keeps the connection in the pool."""
+    steps = [*normal_stream(["a"]), Sleep(0.01)]  # body ends a little after [DONE]
+    async with (
+        FakeServer(lambda body, n: steps) as server,
+        make_client(server.url, LoadConfig(), 1) as client,
+    ):
+        records = [RequestRecord(index=i, prefix_id=0) for i in range(5)]
+        for record in records:
+            record.intended_ns = time.monotonic_ns()
+            await stream_request(client, PATH, BODY, record, 5.0)
+    assert all(r.ok for r in records)
+    assert server.connections == 1
+    assert [r.connect_ns is not None for r in records] == [True, False, False, False, False]
+
+
+async def test_deadline_counts_from_the_intended_send_time() -> None:
+    async with (
+        FakeServer(lambda body, n: normal_stream(["a"])) as server,
+        make_client(server.url, LoadConfig(), 1) as client,
+    ):
+        late = RequestRecord(index=0, prefix_id=0, intended_ns=time.monotonic_ns() - 10**9)
+        await stream_request(client, PATH, BODY, late, 0.5)
+    assert late.error_kind is ErrorKind.TIMEOUT
+    assert late.sent_ns is None  # never sent: it was already past its deadline

@@ -1,0 +1,274 @@
+"""Closed and open loops, the grid, the result folder and the CLI against the fake server."""
+
+import asyncio
+import itertools
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from fake_openai_server import FakeServer, Step, Wait, normal_stream
+from typer.testing import CliRunner
+
+from loadgen.config import LoadConfig
+from loadgen.request import RequestRecord
+from loadgen.runner import make_client, run_closed_loop, run_grid_async, run_poisson
+from testbed.cli import app
+
+pytestmark = pytest.mark.timeout(30)
+
+PATH = "/v1/chat/completions"
+WIDE = {"COLUMNS": "200"}  # rich wraps table headers at the default 80 columns
+
+
+def bodies(n: int) -> list[bytes]:
+    return [
+        json.dumps({"messages": [{"role": "user", "content": str(i)}]}).encode() for i in range(n)
+    ]
+
+
+def content_of(body: dict[str, Any]) -> str:
+    return str(body["messages"][0]["content"])
+
+
+@pytest.mark.asyncio
+async def test_closed_loop_above_httpx_default_pool_keeps_every_request_in_flight() -> None:
+    """120 requests in flight at once (httpx's default pool holds 100): the server releases no
+    response until all 120 have arrived, so a smaller pool would deadlock into timeouts."""
+    n = 120
+    everyone_here = asyncio.Event()
+
+    def handler(body: dict[str, Any], number: int) -> list[Step]:
+        if number == n - 1:
+            everyone_here.set()
+        return [Wait(everyone_here, timeout_s=10), *normal_stream(["a", "b"])]
+
+    async with FakeServer(handler) as server:
+        config = LoadConfig(concurrency=[n])
+        async with make_client(server.url, config, n) as client:
+            records = [RequestRecord(index=i, prefix_id=0) for i in range(n)]
+            done = await run_closed_loop(
+                client, PATH, bodies(n), records, concurrency=n, deadline_s=20
+            )
+    assert [r.error for r in done if not r.ok] == []
+    assert (len(done), server.max_in_flight, server.connections) == (n, n, n)
+
+
+@pytest.mark.asyncio
+async def test_one_slow_request_does_not_hold_back_the_others() -> None:
+    """Closed loop, no waves: request 0 is only answered after the other 19 finished; with
+    waves of 4 it would block its wave and time out."""
+    n, concurrency = 20, 4
+    others_done = asyncio.Event()
+    served: list[str] = []
+
+    def handler(body: dict[str, Any], number: int) -> list[Step]:
+        if content_of(body) == "0":
+            return [Wait(others_done, timeout_s=10), *normal_stream(["slow"])]
+        served.append(content_of(body))
+        if len(served) == n - 1:
+            others_done.set()
+        return normal_stream(["fast"])
+
+    async with (
+        FakeServer(handler) as server,
+        make_client(server.url, LoadConfig(), concurrency) as client,
+    ):
+        records = [RequestRecord(index=i, prefix_id=0) for i in range(n)]
+        done = await run_closed_loop(
+            client, PATH, bodies(n), records, concurrency=concurrency, deadline_s=20
+        )
+    assert all(r.ok for r in done)
+    assert len(server.requests) == n  # exactly N, no extra
+    assert server.max_in_flight <= concurrency
+    assert server.connections <= concurrency  # connections are reused, not one per request
+    assert max(done, key=lambda r: r.end_ns or 0).index == 0
+
+
+@pytest.mark.asyncio
+async def test_closed_loop_duration_stops_starting_requests() -> None:
+    async with (
+        FakeServer(lambda body, n: normal_stream(["a"])) as server,
+        make_client(server.url, LoadConfig(), 2) as client,
+    ):
+        records = [RequestRecord(index=i, prefix_id=0) for i in range(10_000)]
+        done = await run_closed_loop(
+            client, PATH, bodies(10_000), records, concurrency=2, deadline_s=5, duration_s=0.3
+        )
+    assert 0 < len(done) == len(server.requests) < 10_000
+    assert [r.index for r in done] == list(range(len(done)))
+
+
+@pytest.mark.asyncio
+async def test_poisson_records_intended_times_and_caps_in_flight() -> None:
+    n = 30
+    async with (
+        FakeServer(lambda body, k: normal_stream(["a"])) as server,
+        make_client(server.url, LoadConfig(), 2) as client,
+    ):
+        records = [RequestRecord(index=i, prefix_id=0) for i in range(n)]
+        start = time.monotonic_ns()
+        done = await run_poisson(
+            client,
+            PATH,
+            bodies(n),
+            records,
+            rate=200.0,
+            concurrency=2,
+            deadline_s=5,
+            rng=random.Random(3),
+        )
+    assert len(done) == len(server.requests) == n
+    assert server.max_in_flight <= 2
+    intended = [r.intended_ns for r in done]
+    assert intended == sorted(intended) and intended[0] > start
+    # The schedule is the seeded exponential gaps, independent of how the server responded.
+    rng = random.Random(3)
+    gaps = [int(rng.expovariate(200.0) * 1e9) for _ in range(n)]
+    assert [b - a for a, b in itertools.pairwise(intended)] == gaps[1:]
+    assert all(r.sent_ns is not None and r.sent_ns >= r.intended_ns for r in done)
+
+
+def grid_handler(body: dict[str, Any], number: int) -> list[Step]:
+    """Cached tokens = 900 of 1000 for K=2 runs, 500 for others; request 'x' fails with 500."""
+    prompt = content_of(body)
+    cached = 900 if prompt.startswith("P2") else 500
+    return normal_stream(["a", "b", "c", "d"], prompt=1000, cached=cached)
+
+
+@pytest.mark.asyncio
+async def test_grid_writes_summary_and_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Mark each prompt with its grid point's prefix kinds so the server can answer per point.
+    import loadgen.runner as runner
+
+    real_build = runner.build_prompts
+
+    def marked(sizer: Any, **kw: Any) -> Any:
+        prompts = real_build(sizer, **kw)
+        return [type(p)(f"P{kw['prefix_kinds']} {p.text}", p.prefix_id) for p in prompts]
+
+    monkeypatch.setattr(runner, "build_prompts", marked)
+    config = LoadConfig(
+        prefix_kinds=[2, 12],
+        concurrency=[3],
+        repetitions=2,
+        requests_per_run=9,
+        warmup_requests=2,
+        prompt_tokens=50,
+    )
+    async with FakeServer(grid_handler) as server:
+        result = await run_grid_async(server.url, "m", config, tmp_path, progress=False)
+    # 2 calibration requests + 2 points x 2 repetitions x (2 warm-up + 9 measured)
+    assert len(server.requests) == 2 + 4 * 11
+    assert result.token_count_source == "approximate:1 token/word (server reported no usage)" or (
+        result.token_count_source.startswith("server-calibrated")
+    )
+    assert [(p.prefix_kinds, p.concurrency, p.repetitions, p.samples) for p in result.points] == [
+        (2, 3, 2, 18),
+        (12, 3, 2, 18),
+    ]
+    assert [p.cached_ratio for p in result.points] == [0.9, 0.5]
+    assert result.errors_by_kind == {} and result.first_failure_at is None
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    required = {
+        "prefix_kinds",
+        "concurrency",
+        "repetitions",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "requests_per_s",
+        "cached_ratio",
+        "errors",
+        "samples",
+    }
+    assert all(required <= set(point) for point in summary)
+    frame = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(frame) == 36
+    assert set(frame["cached_tokens"]) == {900, 500}
+    assert frame["token_ns"].map(len).tolist() == [4] * 36
+    assert "prefix kinds" in (tmp_path / "table.txt").read_text()
+    assert json.loads(result.model_dump_json())["config"]["prefix_kinds"] == [2, 12]
+
+
+@pytest.mark.asyncio
+async def test_grid_counts_errors_by_kind_and_keeps_first_messages() -> None:
+    def handler(body: dict[str, Any], number: int) -> list[Step]:
+        from fake_openai_server import Status
+
+        if number % 3 == 0:
+            return [Status(503, b"no workers")]
+        return normal_stream(["a"], prompt=10, cached=None)
+
+    config = LoadConfig(
+        prefix_kinds=[1],
+        concurrency=[1],
+        repetitions=1,
+        requests_per_run=9,
+        warmup_requests=0,
+        prompt_tokens=20,
+    )
+    async with FakeServer(handler) as server:
+        result = await run_grid_async(server.url, "m", config, None, tokenizer=None, progress=False)
+    # Requests 0 and 1 calibrate (0 fails, so the sizer falls back); measured are numbers 2..10.
+    assert result.token_count_source == "approximate:1 token/word (server reported no usage)"
+    assert result.errors_by_kind == {"http_status": 3}  # numbers 3, 6, 9
+    assert result.points[0].errors == 3 and result.points[0].samples == 6
+    assert result.points[0].cached_ratio is None
+    assert [e.message for e in result.first_errors] == ["HTTP 503: no workers"] * 3
+    assert result.first_failure_at == result.first_errors[0].at
+
+
+def test_cli_load_and_compare(tmp_path: Path) -> None:
+    import threading
+
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    holder: dict[str, FakeServer] = {}
+
+    async def serve() -> None:
+        async with FakeServer(grid_handler) as server:
+            holder["server"] = server
+            ready.set()
+            await asyncio.sleep(25)
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    assert ready.wait(5)
+    url = holder["server"].url
+    runner = CliRunner()
+    args = [
+        "load",
+        "--url",
+        url,
+        "--model",
+        "m",
+        "--prefix-kinds",
+        "2",
+        "--concurrency",
+        "2",
+        "--repetitions",
+        "1",
+        "--requests-per-run",
+        "6",
+        "--prompt-tokens",
+        "30",
+        "--no-progress",
+    ]
+    first = runner.invoke(app, [*args, "--out", str(tmp_path / "a")], env=WIDE)
+    assert first.exit_code == 0, first.output
+    assert "cached ratio" in first.output and "0.500" in first.output
+    second = runner.invoke(
+        app, [*args, "--out", str(tmp_path / "b"), "--concurrency", "1"], env=WIDE
+    )
+    assert second.exit_code == 0, second.output
+    compared = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")], env=WIDE)
+    assert compared.exit_code == 0, compared.output
+    assert "0.500 / -" in compared.output and "- / 0.500" in compared.output
+    bad = runner.invoke(app, [*args, "--out", str(tmp_path / "c"), "--concurrency", "0"], env=WIDE)
+    assert bad.exit_code == 2
+    assert "concurrency.0: Input should be greater than 0" in bad.output

@@ -1,0 +1,116 @@
+"""Run and grid-point summaries from records with known times (ns): exact values."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loadgen.request import ErrorKind, RequestRecord
+from loadgen.stats import itl_ms, percentile, summarize_point, summarize_run, tpot_ms
+
+MS = 1_000_000
+
+
+def record(i: int, sent_ms: int, ttft: int, gaps: list[int], **usage: int | None) -> RequestRecord:
+    """A successful record: sent at `sent_ms`, first token `ttft` ms later, then `gaps` (ms)."""
+    tokens = [sent_ms + ttft]
+    for gap in gaps:
+        tokens.append(tokens[-1] + gap)
+    return RequestRecord(
+        index=i,
+        prefix_id=0,
+        intended_ns=(sent_ms - 1) * MS,
+        sent_ns=sent_ms * MS,
+        first_chunk_ns=(sent_ms + ttft - 1) * MS,
+        first_token_ns=tokens[0] * MS,
+        token_ns=[t * MS for t in tokens],
+        end_ns=(tokens[-1] + 2) * MS,
+        prompt_tokens=usage.get("prompt", 1000),
+        completion_tokens=usage.get("completion", len(tokens)),
+        cached_tokens=usage.get("cached"),
+    )
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=50), st.floats(0, 100))
+def test_percentile_matches_numpy_linear(values: list[float], q: float) -> None:
+    assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), abs=1e-6)
+
+
+def test_percentile_edges() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    with pytest.raises(ValueError, match=r"within 0\.\.100"):
+        percentile([1.0], 101)
+
+
+def test_itl_and_tpot_follow_vllm() -> None:
+    r = record(0, 1000, 50, [10, 20, 30], completion=4)
+    assert itl_ms(r) == [10, 20, 30]
+    # E2E = 50 + 60 + 2 = 112 ms; (112 - 50) / (4 - 1)
+    assert tpot_ms(r) == pytest.approx(62 / 3)
+    assert tpot_ms(record(1, 0, 5, [], completion=1)) is None
+
+
+def test_run_summary_exact_values_and_errors_excluded() -> None:
+    good = [
+        record(0, 0, 40, [10, 10], prompt=1000, cached=800),
+        record(1, 0, 60, [20, 20], prompt=1000, cached=None),  # did not report cached tokens
+        record(2, 100, 80, [30, 30], prompt=3000, cached=0),
+    ]
+    failed = RequestRecord(index=3, prefix_id=1, intended_ns=0, sent_ns=0, first_token_ns=MS)
+    failed.fail(ErrorKind.HTTP_STATUS, "HTTP 503")
+    timeout = RequestRecord(index=4, prefix_id=1, intended_ns=0)
+    timeout.fail(ErrorKind.TIMEOUT, "deadline")
+    s = summarize_run([*good, failed, timeout], prefix_kinds=2, concurrency=4, repetition=1)
+    assert (s.requests, s.samples, s.errors) == (5, 3, 2)
+    assert s.errors_by_kind == {"http_status": 1, "timeout": 1}
+    assert s.ttft_p50_ms == 60
+    assert s.ttft_p99_ms == pytest.approx(40 + (80 - 40) * 0.99)  # linear between 60 and 80
+    assert s.first_chunk_p50_ms == 59
+    assert s.itl_p50_ms == 20  # pooled [10, 10, 20, 20, 30, 30]
+    assert s.e2e_p50_ms == 102  # [62, 102, 142]
+    # span: first send 0 ms to last end 100 + 80 + 60 + 2 = 242 ms
+    assert s.duration_s == pytest.approx(0.242)
+    assert s.requests_per_s == pytest.approx(3 / 0.242)
+    assert s.output_tokens_per_s == pytest.approx(9 / 0.242)
+    assert s.cached_ratio == pytest.approx(800 / 4000)
+    assert s.cached_reported == 2
+    assert s.queue_p50_ms == 1  # intended 1 ms before sent for the three
+    assert s.warnings == [
+        "TTFT p99 rests on 3 samples (< 100): it is close to the maximum, not a stable p99"
+    ]
+
+
+def test_requests_without_content_text_are_flagged() -> None:
+    r = record(0, 0, 10, [])
+    r.first_token_ns, r.token_ns = None, []
+    s = summarize_run([r], prefix_kinds=1, concurrency=1, repetition=1)
+    assert s.ttft_p50_ms is None
+    assert s.first_chunk_p50_ms == 9
+    assert any("1 of 1 successful requests streamed no content text" in w for w in s.warnings)
+
+
+def test_no_warning_with_enough_samples_and_no_cached_ratio_without_reports() -> None:
+    s = summarize_run(
+        [record(i, i, 10, [5]) for i in range(100)], prefix_kinds=1, concurrency=1, repetition=1
+    )
+    assert s.warnings == []
+    assert (s.cached_ratio, s.cached_reported) == (None, 0)
+
+
+def test_point_is_the_median_of_its_runs() -> None:
+    runs = [
+        summarize_run(
+            [record(0, 0, ttft, [5], prompt=100, cached=cached)],
+            prefix_kinds=7,
+            concurrency=8,
+            repetition=rep,
+        )
+        for rep, (ttft, cached) in enumerate([(30, 10), (10, 50), (20, 30)], start=1)
+    ]
+    p = summarize_point(runs)
+    assert (p.prefix_kinds, p.concurrency, p.repetitions, p.samples) == (7, 8, 3, 3)
+    assert p.ttft_p50_ms == 20
+    assert p.cached_ratio == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="several grid points"):
+        summarize_point([runs[0], runs[0].model_copy(update={"concurrency": 4})])
