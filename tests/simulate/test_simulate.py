@@ -11,6 +11,7 @@ import pytest
 
 from components.config import StackConfig
 from components.stack_sizing import stack_sizing
+from loadgen.results import GridResult, PointSummary
 from loadgen.runner import run_grid
 from testbed.localgraph import LocalGraph
 from testbed.model_dir import make_model_dir
@@ -47,8 +48,13 @@ def test_graph_spec_maps_the_stack_topology_and_sizing() -> None:
     assert sum(g.replicas for g in service.groups) == 6
 
 
-def _ttft_p50(result_points: list, kinds: int) -> float:
-    return next(p.ttft_p50_ms for p in result_points if p.prefix_kinds == kinds)
+def _point(result: GridResult, kinds: int) -> PointSummary:
+    return next(p for p in result.points if p.prefix_kinds == kinds)
+
+
+def _ms(value: float | None) -> float:
+    assert value is not None, "no TTFT: the stream carried no content"
+    return value
 
 
 def test_disaggregation_adds_the_kv_transfer_to_ttft(tmp_path: Path) -> None:
@@ -66,19 +72,20 @@ def test_disaggregation_adds_the_kv_transfer_to_ttft(tmp_path: Path) -> None:
         assert r.token_count_source.startswith("tokenizer")
         assert sum(p.errors for p in r.points) == 0
         # More prefix kinds, fewer prefix cache hits.
-        ratios = {p.prefix_kinds: p.cached_ratio for p in r.points}
-        assert ratios[2] > ratios[24]
+        assert _ms(_point(r, 2).cached_ratio) > _ms(_point(r, 24).cached_ratio)
     sizing = stack_sizing(load_stack("disagg-same-node"))
     prompt_tokens = statistics.median(
         run.prompt_tokens_mean for run in disagg.runs if run.prompt_tokens_mean
     )
     expected_ms = prompt_tokens * sizing.kv_bytes_per_token / 1e9 * 1000  # 1 GB/s link
-    delta = _ttft_p50(disagg.points, 2) - _ttft_p50(agg.points, 2)
+    delta = _ms(_point(disagg, 2).ttft_p50_ms) - _ms(_point(agg, 2).ttft_p50_ms)
     assert expected_ms == pytest.approx(272, rel=0.05)
     assert delta == pytest.approx(expected_ms, rel=0.35)
 
 
-def test_simulate_stack_writes_results_and_leaves_no_process(tmp_path: Path, monkeypatch) -> None:
+def test_simulate_stack_writes_results_and_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import testbed.simulate as simulate
 
     monkeypatch.setattr(simulate, "REDUCED_GRID", {**SMALL, "prefix_kinds": [2]})
@@ -90,7 +97,7 @@ def test_simulate_stack_writes_results_and_leaves_no_process(tmp_path: Path, mon
     (point,) = sim.result.points
     assert point.samples == 8 and point.errors == 0
     # 1 GbE: ~2.4 s of transfer per request dominates TTFT.
-    assert point.ttft_p50_ms > 2000
+    assert _ms(point.ttft_p50_ms) > 2000
     alive = [
         p
         for p in psutil.Process().children(recursive=True)
