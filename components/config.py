@@ -14,6 +14,8 @@ resource is registered:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -21,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from components.errors import ConfigProblem, StackConfigError, key_path
+from components.errors import PROJECT, ConfigProblem, StackConfigError, key_path
 from components.models import ModelGeometry
 from components.platform import PlatformConfig
 from components.sizing import (
@@ -332,6 +334,26 @@ SECRET_KEYS = frozenset({"hfToken"})
 KNOWN_KEYS = frozenset(
     {field.alias or name for name, field in StackConfig.model_fields.items()} | SECRET_KEYS
 )
+
+
+def project_values(config_map: Mapping[str, Any]) -> dict[str, Any]:
+    """This project's values from a Pulumi config map, keys without the ``dynamo-testbed:``.
+
+    ``{"dynamo-testbed:topology": '{"kind": ...}', "kubernetes:context": "x"}`` ->
+    ``{"topology": {"kind": ...}}``: other namespaces are dropped; structured values arrive as
+    JSON strings (as the CLI passes them) and are parsed; plain strings stay strings.
+    """
+    out: dict[str, Any] = {}
+    for full_key, value in config_map.items():
+        project, _, key = full_key.partition(":")
+        if project != PROJECT or not key:
+            continue
+        if isinstance(value, str) and value[:1] in "{[":
+            # A string that only looks like JSON stays a string (e.g. render's "[secret]").
+            with contextlib.suppress(json.JSONDecodeError):
+                value = json.loads(value)
+        out[key] = value
+    return out
 
 
 def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:

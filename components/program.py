@@ -6,12 +6,11 @@ mocks, so what it writes is what ``pulumi up`` would apply.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pulumi
 
-from components.config import StackConfig, parse_stack_config
+from components.config import StackConfig, parse_stack_config, project_values
 from components.errors import PROJECT
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
@@ -33,23 +32,13 @@ LOAD_STEP_ACCOUNT = "testbed-load"
 
 
 def project_config() -> dict[str, Any]:
-    """Every ``dynamo-testbed:*`` config value of the running stack, keys without the prefix.
+    """Every ``dynamo-testbed:*`` config value of the running stack (see ``project_values``).
 
-    Structured values arrive as JSON strings (as the CLI passes them) and are parsed; plain
-    strings stay strings. Reads the whole config map so that unknown keys can be rejected.
+    Reads the whole config map, not only known keys, so that unknown keys can be rejected.
     """
     from pulumi.runtime import config as runtime_config
 
-    merged = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    out: dict[str, Any] = {}
-    for full_key, value in merged.items():
-        project, _, key = full_key.partition(":")
-        if project != PROJECT or not key:
-            continue
-        if isinstance(value, str) and value[:1] in "{[":
-            value = json.loads(value)
-        out[key] = value
-    return out
+    return project_values({**runtime_config.get_config_env(), **runtime_config.CONFIG.get()})
 
 
 def main() -> None:
@@ -119,6 +108,8 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("frontendService", graph.frontend_service)
     pulumi.export("frontendPort", graph.frontend_port)
     pulumi.export("placement", topology.placement_table())
-    pulumi.export("rbac", rbac_summary(cfg.platform, cfg.namespace, rbac_objects))
+    rbac = rbac_summary(cfg.platform, cfg.namespace, rbac_objects)
+    # vllm-service installs no operator: drop the summary's operator entry (always the first).
+    pulumi.export("rbac", rbac if uses_dynamo else rbac[1:])
     pulumi.export("sizing", sizing.export())
     pulumi.export("warnings", list(sizing.warnings))

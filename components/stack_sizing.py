@@ -126,15 +126,15 @@ class StackSizing:
         """Throughput of a prefill group's KV link, decimal GB/s (the mocker's unit)."""
         return self.links[prefill_group].bytes_per_s / 1e9
 
-    def kv_capacity_blocks(self, group: str) -> int:
-        """KV-cache capacity of one worker of ``group``, in blocks of the report's block size.
+    def kv_capacity_tokens(self, group: str) -> int:
+        """KV-cache capacity of one worker of ``group`` (tokens): what its GPU share leaves.
 
         Raises:
             KeyError: no worker of that group in the report.
         """
         for w in self.report.workers:
             if w.name.rsplit("-", 1)[0] == group:
-                return w.kv_capacity_blocks
+                return w.kv_capacity_tokens
         raise KeyError(group)
 
     def export(self) -> dict[str, Any]:

@@ -132,8 +132,9 @@ def worker_args(cfg: StackConfig, group: WorkerGroup) -> tuple[str, ...]:
     """The ``python3 -m dynamo.vllm`` / ``dynamo.mocker`` arguments for a worker group.
 
     vllm: ``--model``, ``--gpu-memory-utilization``, ``--max-model-len`` (if set); prefill/decode
-    add ``--disaggregation-mode`` and ``--kv-transfer-config``; with the KV router, aggregated and
-    prefill workers (the ones that hold prefix cache) add ``--kv-events-config``.
+    add ``--disaggregation-mode`` and ``--kv-transfer-config``; with the KV router (dynamo
+    topology only: vllm-service has no router), aggregated and prefill workers (the ones that hold
+    prefix cache) add ``--kv-events-config``.
 
     mocker: ``--model-path``/``--model-name``, ``--kv-bytes-per-token`` from sizing (the mocker's
     own estimate ignores ``head_dim``), ``--speedup-ratio``, ``--disaggregation-mode``; prefill
@@ -160,7 +161,8 @@ def worker_args(cfg: StackConfig, group: WorkerGroup) -> tuple[str, ...]:
                 "--kv-transfer-config",
                 json.dumps(group.kv_transfer.as_vllm_json(), separators=(",", ":")),
             ]
-        if cfg.topology.router_mode == "kv" and group.role in ("aggregated", "prefill"):
+        kv_routed = cfg.topology.kind == "dynamo" and cfg.topology.router_mode == "kv"
+        if kv_routed and group.role in ("aggregated", "prefill"):
             args += ["--kv-events-config", json.dumps(KV_EVENTS_CONFIG, separators=(",", ":"))]
     else:
         sizing = stack_sizing(cfg)

@@ -10,6 +10,7 @@ name, parent, dependencies and inputs (secret values replaced by ``[secret]``).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,11 +122,30 @@ class Rendered:
         raise KeyError(name)
 
 
-def _clean(value: Any) -> Any:
-    """Unwrap Pulumi's secret wrappers into the placeholder; integral floats back to ints."""
+def _is_secret(value: Any) -> bool:
+    """True for Pulumi's serialized secret wrapper ``{<sig>: <secret sig>, "value": ...}``."""
+    return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+
+
+def _masked(value: Any) -> Any:
+    """A secret's shape with every leaf value replaced by the placeholder.
+
+    Keys stay, so a masked Secret is still a valid object: ``{"HF_TOKEN": "[secret]"}``.
+    """
+    if _is_secret(value):
+        return _masked(value.get("value"))
     if isinstance(value, dict):
-        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
-            return SECRET_PLACEHOLDER
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return SECRET_PLACEHOLDER
+
+
+def _clean(value: Any) -> Any:
+    """Mask Pulumi's secret values (:func:`_masked`); integral floats back to ints."""
+    if _is_secret(value):
+        return _masked(value)
+    if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_clean(v) for v in value]
@@ -171,8 +191,21 @@ class _EchoMocks(pulumi.runtime.Mocks):
         return {}, None
 
 
-def render_stack(stack: str, project_dir: Path = REPO, *, preview: bool = True) -> Rendered:
+def render_stack(
+    stack: str,
+    project_dir: Path = REPO,
+    *,
+    preview: bool = True,
+    secrets: Mapping[str, str] | None = None,
+) -> Rendered:
     """Run the program for ``stack`` under mocks and return what it registered and exported.
+
+    Args:
+        stack: stack name (``stacks/Pulumi.<stack>.yaml`` under ``project_dir``).
+        project_dir: folder holding ``Pulumi.yaml`` and ``stacks/``.
+        preview: run as ``pulumi preview`` (True) or ``pulumi up``.
+        secrets: extra config values passed as secrets, keys without the project prefix (e.g.
+            ``{"hfToken": token}``), as ``pulumi config set --secret`` would pass them.
 
     Raises:
         FileNotFoundError: unknown stack.
@@ -181,6 +214,9 @@ def render_stack(stack: str, project_dir: Path = REPO, *, preview: bool = True) 
     from components.program import main
 
     config, secret_keys = stack_config(stack, project_dir)
+    for key, value in (secrets or {}).items():
+        config[f"{PROJECT}:{key}"] = value
+        secret_keys.append(f"{PROJECT}:{key}")
     rendered = Rendered(stack=stack)
     pulumi.runtime.reset_options(project=PROJECT, stack=stack, preview=preview)
     pulumi.runtime.set_all_config(config, secret_keys)

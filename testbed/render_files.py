@@ -148,7 +148,11 @@ def diff_rendered(a: Rendered, b: Rendered) -> list[FieldChange]:
         if key not in left:
             changes.append(FieldChange(key, "", None, "present"))
             continue
-        delta = DeepDiff(_by_name(left[key]), _by_name(right[key]), view="tree")
+        # threshold_to_diff_deeper=0: never collapse a mostly-changed dict (e.g. components
+        # with different names) into one whole-value change; report each item.
+        delta = DeepDiff(
+            _by_name(left[key]), _by_name(right[key]), view="tree", threshold_to_diff_deeper=0
+        )
         for items in delta.values():
             for item in items:
                 changes.append(

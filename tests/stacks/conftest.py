@@ -1,0 +1,76 @@
+"""Fixtures for the stack tests: the shipped stacks rendered under mocks, raw stack configs, and
+throw-away project folders for modified stacks."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import project_values
+from components.errors import PROJECT
+from testbed.render import REPO, Rendered, render_stack, stack_config, stack_names
+
+STACKS = ("disagg-cross-node", "disagg-same-node", "kv-routing", "vllm-service")
+DYNAMO_STACKS = ("disagg-cross-node", "disagg-same-node", "kv-routing")
+
+
+@pytest.fixture(scope="session")
+def rendered() -> dict[str, Rendered]:
+    """Every shipped stack rendered once under mocks, by stack name."""
+    assert stack_names() == sorted(STACKS)
+    return {stack: render_stack(stack) for stack in STACKS}
+
+
+@pytest.fixture(scope="session")
+def _raw_configs() -> dict[str, dict[str, Any]]:
+    return {stack: project_values(stack_config(stack)[0]) for stack in STACKS}
+
+
+@pytest.fixture
+def raw_config(_raw_configs: dict[str, dict[str, Any]]) -> Callable[[str], dict[str, Any]]:
+    """Factory: raw_config(stack) -> a fresh copy of the stack's config as the program reads it
+    (keys without the ``dynamo-testbed:`` prefix, Pulumi.yaml defaults applied, objects parsed);
+    safe to modify."""
+    return lambda stack: copy.deepcopy(_raw_configs[stack])
+
+
+@pytest.fixture
+def project_with(tmp_path: Path) -> Callable[[str, dict[str, Any]], Path]:
+    """Factory: project_with(stack, raw) writes a project folder (a copy of Pulumi.yaml plus
+    ``stacks/Pulumi.<stack>.yaml`` holding ``raw`` under the project prefix) and returns it."""
+
+    def make(stack: str, raw: dict[str, Any]) -> Path:
+        project = tmp_path / "project"
+        (project / "stacks").mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / "Pulumi.yaml", project / "Pulumi.yaml")
+        config = {f"{PROJECT}:{key}": value for key, value in raw.items()}
+        path = project / "stacks" / f"Pulumi.{stack}.yaml"
+        path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+        return project
+
+    return make
+
+
+HF_TOKEN = "hf_TestbedPlaintextToken0123456789"
+
+
+@pytest.fixture(scope="session")
+def hf_token() -> str:
+    """A token-shaped plaintext that must never appear in anything rendered."""
+    return HF_TOKEN
+
+
+@pytest.fixture(scope="session")
+def rendered_with_token(hf_token: str) -> dict[str, Rendered]:
+    """kv-routing and vllm-service rendered with ``hf_token`` passed as the secret ``hfToken``
+    (as ``pulumi config set --secret hfToken ...`` would), by stack name."""
+    return {
+        stack: render_stack(stack, secrets={"hfToken": hf_token})
+        for stack in ("kv-routing", "vllm-service")
+    }

@@ -1,0 +1,143 @@
+"""`testbed render` and `testbed diff` through the CLI (typer's CliRunner)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from testbed.cli import app
+from testbed.render import Rendered
+
+pytestmark = pytest.mark.timeout(60)
+
+DGD_PAIR = "DynamoGraphDeployment/kv-routing -> disagg-same-node"
+
+CROSS_NODE_FILES = [
+    "01-namespace-dynamo-testbed.yaml",
+    "02-serviceaccount-testbed-load.yaml",
+    "03-role-testbed-load.yaml",
+    "04-rolebinding-testbed-load.yaml",
+    "05-service-disagg-cross-node-frontend-testbed.yaml",
+    "06-dynamographdeployment-disagg-cross-node.yaml",
+    "helm-release-dynamo-platform.yaml",
+    "outputs.json",
+]
+
+
+def invoke(*args: str) -> Any:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def memory_limit(component: dict[str, Any]) -> str:
+    """The memory limit of a component as the diff shows it (lists keyed by name)."""
+    limit: str = component["podTemplate"]["spec"]["containers"]["main"]["resources"]["limits"][
+        "memory"
+    ]
+    return limit
+
+
+@pytest.fixture(scope="module")
+def changes() -> dict[tuple[str, str], tuple[Any, Any]]:
+    """`testbed diff kv-routing disagg-same-node --json`, as {(object, path): (a, b)}."""
+    result = CliRunner().invoke(app, ["diff", "kv-routing", "disagg-same-node", "--json"])
+    assert result.exit_code == 0, result.output
+    return {(c["object"], c["path"]): (c["a"], c["b"]) for c in json.loads(result.output)}
+
+
+def test_diff_shows_worker_components_replaced(
+    changes: dict[tuple[str, str], tuple[Any, Any]],
+) -> None:
+    for removed in ("worker-24gb", "worker-8gb"):
+        a, b = changes[(DGD_PAIR, f"spec.components.{removed}")]
+        assert a["name"] == removed and a["type"] == "worker"
+        assert b is None
+    for added in ("prefill", "decode"):
+        a, b = changes[(DGD_PAIR, f"spec.components.{added}")]
+        assert a is None
+        assert (b["name"], b["type"], b["replicas"]) == (added, added, 2)
+
+
+def test_diff_shows_memory_limits(changes: dict[tuple[str, str], tuple[Any, Any]]) -> None:
+    removed, _ = changes[(DGD_PAIR, "spec.components.worker-24gb")]
+    _, added = changes[(DGD_PAIR, "spec.components.prefill")]
+    assert memory_limit(removed) == "3584Mi"
+    assert memory_limit(added) == "10Gi"
+    _, sizing = changes[("outputs", "sizing.components.prefill")]
+    assert sizing["memory_limit_bytes"] == 10 * 2**30
+    assert sizing["host_buffers_kv"] is True
+
+
+def test_diff_shows_field_changes_of_matched_objects(
+    changes: dict[tuple[str, str], tuple[Any, Any]],
+) -> None:
+    # The frontend component is in both graphs: only its graph label changes.
+    frontend = [path for obj, path in changes if obj == DGD_PAIR and "frontend" in path]
+    assert frontend == [
+        "spec.components.frontend.podTemplate.metadata.labels[dynamo-testbed/graph]"
+    ]
+    assert changes[(DGD_PAIR, "metadata.name")] == ("kv-routing", "disagg-same-node")
+    assert changes[("outputs", "placement[1].replicas")] == (4, 2)
+    assert changes[("outputs", "placement[2].nodeClass")] == ("gpu-8gb", "gpu-24gb")
+    assert changes[("outputs", "sizing.disaggregation.link")] == ("1gbe", "same-node-tcp")
+    # Namespace, RBAC and the Helm release are the same in both stacks.
+    assert not [obj for obj, _ in changes if obj.startswith(("Namespace/", "Role", "helm:"))]
+
+
+def test_diff_of_a_stack_with_itself_is_empty() -> None:
+    assert json.loads(invoke("diff", "kv-routing", "kv-routing", "--json").output) == []
+
+
+def test_diff_table_counts_changes(changes: dict[tuple[str, str], tuple[Any, Any]]) -> None:
+    output = invoke("diff", "kv-routing", "disagg-same-node").output
+    assert f"kv-routing -> disagg-same-node: {len(changes)} changes" in output
+
+
+def test_unknown_stack_exits_2_and_lists_known_stacks() -> None:
+    result = CliRunner().invoke(app, ["diff", "kv-routing", "kv-routng"])
+    assert result.exit_code == 2
+    assert "stack 'kv-routng'" in result.output
+    assert "known stacks: disagg-cross-node, disagg-same-node, kv-routing, vllm-service" in (
+        " ".join(result.output.split())
+    )
+
+
+def test_render_writes_stable_files(tmp_path: Path, rendered: dict[str, Rendered]) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    output = invoke("render", "disagg-cross-node", "--out", str(first)).output
+    invoke("render", "disagg-cross-node", "--out", str(second))
+    assert sorted(p.name for p in first.iterdir()) == CROSS_NODE_FILES
+    assert f"wrote {len(CROSS_NODE_FILES)} files" in output
+    for name in CROSS_NODE_FILES:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    dgd = yaml.safe_load((first / "06-dynamographdeployment-disagg-cross-node.yaml").read_text())
+    (expected,) = [
+        o
+        for o in rendered["disagg-cross-node"].kubernetes_objects()
+        if o["kind"] == "DynamoGraphDeployment"
+    ]
+    assert dgd == expected
+    assert list(dgd)[:3] == ["apiVersion", "kind", "metadata"]
+    outputs = json.loads((first / "outputs.json").read_text())
+    assert outputs == rendered["disagg-cross-node"].outputs
+
+
+def test_render_replaces_an_earlier_stack(tmp_path: Path) -> None:
+    invoke("render", "kv-routing", "--out", str(tmp_path))
+    invoke("render", "vllm-service", "--out", str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "01-namespace-dynamo-testbed.yaml",
+        "02-serviceaccount-testbed-load.yaml",
+        "03-role-testbed-load.yaml",
+        "04-rolebinding-testbed-load.yaml",
+        "05-service-vllm-service.yaml",
+        "06-deployment-vllm-service-worker-24gb.yaml",
+        "07-deployment-vllm-service-worker-8gb.yaml",
+        "outputs.json",
+    ]

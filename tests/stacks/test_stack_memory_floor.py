@@ -1,0 +1,113 @@
+"""Issue #4: the seed's cross-node OOMKill is caught at preview. The prefill worker buffers every
+in-flight request's KV in host memory (kv_buffer_device cpu), so its memory limit must cover
+base + concurrency x KV/request x margin."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import testbed.stack_commands
+from components.config import parse_stack_config
+from components.errors import StackConfigError
+from testbed.cli import app
+from testbed.render import Rendered, render_stack
+
+pytestmark = pytest.mark.timeout(60)
+
+STACK = "disagg-cross-node"
+SEED_LIMIT = "3584Mi"
+# base 3,584Mi (3,758,096,384 B) + 4 x 271,925,248 B (Qwen3-0.6B KV of a 2,371-token prompt) x 2
+# = 5,933,498,368 B = 5,658.6Mi, rounded up to 5,659Mi.
+FORMULA = "base 3584Mi + concurrency 4 x KV/request 271,925,248 B x margin 2 = 5659Mi"
+REQUIRED = "below the required 5659Mi (5,933,498,368 B)"
+
+
+def seed_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """The shipped stack with the seed's prefill limit, loaded at concurrency 4 only."""
+    assert raw["topology"]["workers"][0]["name"] == "prefill"
+    raw["topology"]["workers"][0]["memoryLimit"] = SEED_LIMIT
+    raw["load"]["concurrency"] = [4]
+    return raw
+
+
+def test_seed_limit_fails_with_the_required_value_and_formula(
+    raw_config: Callable[[str], dict[str, Any]],
+) -> None:
+    with pytest.raises(StackConfigError) as info:
+        parse_stack_config(STACK, seed_config(raw_config(STACK)))
+    (problem,) = info.value.problems
+    assert problem.key == "topology.workers[0].memoryLimit"
+    assert problem.value == SEED_LIMIT
+    text = str(info.value)
+    assert text.startswith(f"stack '{STACK}': invalid config (1 problem)")
+    assert "dynamo-testbed:topology.workers[0].memoryLimit = '3584Mi'" in text
+    assert "memory limit 3584Mi (3,758,096,384 B)" in text
+    assert REQUIRED in text
+    assert FORMULA in text
+
+
+def test_seed_limit_at_the_shipped_grid_needs_more(
+    raw_config: Callable[[str], dict[str, Any]],
+) -> None:
+    raw = raw_config(STACK)
+    raw["topology"]["workers"][0]["memoryLimit"] = SEED_LIMIT  # concurrency stays [4, 8]
+    with pytest.raises(StackConfigError) as info:
+        parse_stack_config(STACK, raw)
+    # 3,758,096,384 + 8 x 271,925,248 x 2 = 8,108,900,352 B = 7,733.3Mi -> 7,734Mi.
+    assert "concurrency 8 x KV/request 271,925,248 B x margin 2 = 7734Mi" in str(info.value)
+
+
+def test_seed_limit_fails_testbed_render_with_exit_2(
+    raw_config: Callable[[str], dict[str, Any]],
+    project_with: Callable[[str, dict[str, Any]], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    project = project_with(STACK, seed_config(raw_config(STACK)))
+    monkeypatch.setattr(
+        testbed.stack_commands, "render_stack", functools.partial(render_stack, project_dir=project)
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["render", STACK, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert f"stack '{STACK}': invalid config" in result.output
+    assert "topology.workers[0].memoryLimit" in result.output
+    assert REQUIRED in result.output
+    assert FORMULA in result.output
+    assert not out.exists()  # nothing written
+
+
+def test_allow_unsafe_memory_renders_with_a_warning(
+    raw_config: Callable[[str], dict[str, Any]],
+    project_with: Callable[[str, dict[str, Any]], Path],
+) -> None:
+    raw = seed_config(raw_config(STACK))
+    raw["sizing"] = {"allowUnsafeMemory": True}
+    rendered = render_stack(STACK, project_with(STACK, raw))
+    (warning,) = rendered.outputs["warnings"]
+    assert "component 'prefill'" in warning
+    assert REQUIRED in warning
+    assert "allowUnsafeMemory is set, so it is deployed anyway" in warning
+    assert "OOMKilled" in warning
+    components = {c["name"]: c for c in rendered.outputs["sizing"]["components"]}
+    assert components["prefill"]["fits"] is False
+    assert components["prefill"]["memory_floor_quantity"] == "5659Mi"
+    assert components["decode"]["fits"] is True
+    (dgd,) = [o for o in rendered.kubernetes_objects() if o["kind"] == "DynamoGraphDeployment"]
+    prefill = next(c for c in dgd["spec"]["components"] if c["name"] == "prefill")
+    limits = prefill["podTemplate"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["memory"] == SEED_LIMIT  # deployed as configured
+
+
+def test_shipped_stack_passes(rendered: dict[str, Rendered]) -> None:
+    outputs = rendered[STACK].outputs
+    assert outputs["warnings"] == []
+    components = {c["name"]: c for c in outputs["sizing"]["components"]}
+    assert components["prefill"]["memory_limit_bytes"] == 8 * 2**30
+    assert components["prefill"]["fits"] is True

@@ -1,0 +1,362 @@
+"""The four shipped stacks rendered under Pulumi mocks: what each would apply, and its outputs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from components.rbac import find_wildcards
+from testbed.render import Registration, Rendered
+
+DGD_TYPE = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
+RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+GRAPH_TYPE = "dynamo-testbed:index:TestbedGraph"
+NODE_CLASS_LABEL = "dynamo-testbed/node-class"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+UCX_ENV = {"UCX_TLS": "tcp,self", "UCX_RNDV_THRESH": "inf"}
+
+
+def objects_of(rendered: Rendered, kind: str) -> list[dict[str, Any]]:
+    return [o for o in rendered.kubernetes_objects() if o["kind"] == kind]
+
+
+def dgd(rendered: Rendered) -> dict[str, Any]:
+    (graph,) = objects_of(rendered, "DynamoGraphDeployment")
+    return graph
+
+
+def components(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    """DGD components by name."""
+    return {c["name"]: c for c in dgd(rendered)["spec"]["components"]}
+
+
+def main_container(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    (container,) = pod_spec["containers"]
+    assert container["name"] == "main"
+    return container
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+def arg_value(args: list[str], flag: str) -> str:
+    """The value after ``flag`` in an argument list (fails if the flag is absent)."""
+    assert flag in args, f"{flag} not in {args}"
+    return args[args.index(flag) + 1]
+
+
+def registration_of(rendered: Rendered, type_: str) -> Registration:
+    (found,) = [r for r in rendered.registrations if r.type == type_]
+    return found
+
+
+# --- replicas, node classes, roles -----------------------------------------------------------
+
+EXPECTED_PLACEMENT = {
+    "kv-routing": [
+        ("frontend", "frontend", 1, None),
+        ("worker-24gb", "worker", 4, "gpu-24gb"),
+        ("worker-8gb", "worker", 2, "gpu-8gb"),
+    ],
+    "disagg-same-node": [
+        ("frontend", "frontend", 1, None),
+        ("prefill", "prefill", 2, "gpu-24gb"),
+        ("decode", "decode", 2, "gpu-24gb"),
+    ],
+    "disagg-cross-node": [
+        ("frontend", "frontend", 1, None),
+        ("prefill", "prefill", 1, "gpu-8gb"),
+        ("decode", "decode", 2, "gpu-24gb"),
+    ],
+}
+
+
+@pytest.mark.parametrize("stack", sorted(EXPECTED_PLACEMENT))
+def test_dgd_components_have_the_stack_replicas_and_node_classes(
+    rendered: dict[str, Rendered], stack: str
+) -> None:
+    got = []
+    for c in dgd(rendered[stack])["spec"]["components"]:
+        pod = c["podTemplate"]["spec"]
+        got.append(
+            (c["name"], c["type"], c["replicas"], pod.get("nodeSelector", {}).get(NODE_CLASS_LABEL))
+        )
+    assert got == EXPECTED_PLACEMENT[stack]
+    assert rendered[stack].outputs["placement"] == [
+        {
+            "component": name,
+            "type": type_,
+            "replicas": replicas,
+            "nodeClass": node_class,
+            "gpus": 0 if type_ == "frontend" else 1,
+        }
+        for name, type_, replicas, node_class in EXPECTED_PLACEMENT[stack]
+    ]
+
+
+def test_kv_routing_is_aggregated_behind_the_kv_router(rendered: dict[str, Rendered]) -> None:
+    graph = components(rendered["kv-routing"])
+    frontend = main_container(graph["frontend"]["podTemplate"]["spec"])
+    assert env_of(frontend) == {"DYN_ROUTER_MODE": "kv"}
+    assert "command" not in frontend  # the operator supplies the frontend's command
+    for name in ("worker-24gb", "worker-8gb"):
+        args = main_container(graph[name]["podTemplate"]["spec"])["args"]
+        assert "--disaggregation-mode" not in args
+        assert "--kv-transfer-config" not in args
+        # Aggregated workers hold prefix cache: they publish KV events to the router.
+        assert json.loads(arg_value(args, "--kv-events-config"))["publisher"] == "zmq"
+    assert dgd(rendered["kv-routing"])["spec"]["backendFramework"] == "vllm"
+
+
+@pytest.mark.parametrize("stack", ["disagg-same-node", "disagg-cross-node"])
+def test_disaggregated_workers_get_mode_kv_transfer_config_and_ucx_env(
+    rendered: dict[str, Rendered], stack: str
+) -> None:
+    graph = components(rendered[stack])
+    for name, kv_role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
+        container = main_container(graph[name]["podTemplate"]["spec"])
+        assert container["command"] == ["python3", "-m", "dynamo.vllm"]
+        args = container["args"]
+        assert arg_value(args, "--model") == "Qwen/Qwen3-0.6B"
+        assert arg_value(args, "--disaggregation-mode") == name
+        assert json.loads(arg_value(args, "--kv-transfer-config")) == {
+            "kv_connector": "NixlConnector",
+            "kv_role": kv_role,
+            "kv_buffer_device": "cpu",
+        }
+        assert env_of(container) == UCX_ENV
+    # Only prefill holds prefix cache, so only prefill publishes KV events.
+    assert "--kv-events-config" in main_container(graph["prefill"]["podTemplate"]["spec"])["args"]
+    assert (
+        "--kv-events-config" not in main_container(graph["decode"]["podTemplate"]["spec"])["args"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("stack", "worker", "gpu_util", "memory"),
+    [
+        ("kv-routing", "worker-24gb", "0.22", "3584Mi"),
+        ("kv-routing", "worker-8gb", "0.45", "3584Mi"),
+        ("disagg-same-node", "prefill", "0.22", "10Gi"),
+        ("disagg-same-node", "decode", "0.22", "10Gi"),
+        ("disagg-cross-node", "prefill", "0.85", "8Gi"),
+        ("disagg-cross-node", "decode", "0.44", "8Gi"),
+    ],
+)
+def test_worker_resources_and_placement(
+    rendered: dict[str, Rendered], stack: str, worker: str, gpu_util: str, memory: str
+) -> None:
+    pod = components(rendered[stack])[worker]["podTemplate"]["spec"]
+    container = main_container(pod)
+    assert container["image"] == "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2"
+    assert container["resources"] == {
+        "limits": {"memory": memory, "nvidia.com/gpu": "1"},
+        "requests": {"memory": memory},
+    }
+    assert arg_value(container["args"], "--gpu-memory-utilization") == gpu_util
+    assert pod["tolerations"] == [GPU_TOLERATION]
+    assert "envFrom" not in container  # no hfToken configured in the shipped stacks
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
+def test_frontend_has_no_gpu_and_no_placement(rendered: dict[str, Rendered], stack: str) -> None:
+    pod = components(rendered[stack])["frontend"]["podTemplate"]["spec"]
+    assert "nodeSelector" not in pod
+    assert "tolerations" not in pod
+    assert "resources" not in main_container(pod)
+
+
+def test_vllm_service_is_two_deployments_and_one_service(rendered: dict[str, Rendered]) -> None:
+    stack = rendered["vllm-service"]
+    kinds = sorted(o["kind"] for o in stack.kubernetes_objects())
+    assert kinds == [
+        "Deployment",
+        "Deployment",
+        "Namespace",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+    ]
+    assert stack.helm_releases() == []
+    assert not [r for r in stack.registrations if r.type == DGD_TYPE]
+    deployments = {d["metadata"]["name"]: d for d in objects_of(stack, "Deployment")}
+    assert sorted(deployments) == ["vllm-service-worker-24gb", "vllm-service-worker-8gb"]
+    for name, replicas, node_class, memory in (
+        ("vllm-service-worker-24gb", 4, "gpu-24gb", "3584Mi"),
+        ("vllm-service-worker-8gb", 2, "gpu-8gb", "3584Mi"),
+    ):
+        spec = deployments[name]["spec"]
+        assert spec["replicas"] == replicas
+        assert spec["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
+        pod = spec["template"]["spec"]
+        assert pod["nodeSelector"] == {NODE_CLASS_LABEL: node_class}
+        assert pod["tolerations"] == [GPU_TOLERATION]
+        container = main_container(pod)
+        assert container["command"] == ["vllm", "serve"]
+        assert container["args"][:3] == ["Qwen/Qwen3-0.6B", "--port", "8000"]
+        # Plain replicas behind a Service: no router, so no KV events.
+        assert "--kv-events-config" not in container["args"]
+        assert container["resources"]["limits"] == {"memory": memory, "nvidia.com/gpu": "1"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
+    (service,) = objects_of(stack, "Service")
+    assert service["spec"]["selector"] == {"dynamo-testbed/graph": "vllm-service"}
+    assert service["spec"]["type"] == "NodePort"
+    assert service["spec"]["ports"][0]["port"] == 8000
+    # No operator, so the namespace carries no webhook label and the RBAC output no operator.
+    (namespace,) = objects_of(stack, "Namespace")
+    assert namespace["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "dynamo-testbed"}
+    assert [entry["subject"] for entry in stack.outputs["rbac"]] == [
+        "ServiceAccount dynamo-testbed/testbed-load"
+    ]
+    assert stack.outputs["dgdName"] is None
+
+
+# --- platform, namespace, await annotations, dependencies ---------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
+def test_platform_release_values(rendered: dict[str, Rendered], stack: str) -> None:
+    (release,) = rendered[stack].helm_releases()
+    assert release["chart"] == "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform"
+    assert release["version"] == "1.6.2"
+    assert release["namespace"] == "dynamo-system"
+    assert release["createNamespace"] is True
+    assert release["timeout"] == 600
+    values = release["values"]
+    assert values["global"] == {
+        "etcd": {"install": False},
+        "nats": {"install": False},
+        "grove": {"install": False, "enabled": False},
+        "kai-scheduler": {"install": False, "enabled": False},
+    }
+    operator = values["dynamo-operator"]
+    assert operator["discoveryBackend"] == "kubernetes"
+    assert operator["webhook"]["failurePolicy"] == "Fail"
+    assert operator["webhook"]["podCheckpointRestoreFailurePolicy"] == "Ignore"
+    assert operator["namespaceRestriction"] == {"enabled": False}
+    assert operator["upgradeCRD"] is True
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
+def test_namespace_labels_and_dgd_await_annotations(
+    rendered: dict[str, Rendered], stack: str
+) -> None:
+    (namespace,) = objects_of(rendered[stack], "Namespace")
+    assert namespace["metadata"] == {
+        "name": "dynamo-testbed",
+        "labels": {
+            "app.kubernetes.io/managed-by": "dynamo-testbed",
+            "dynamo-testbed/managed": "true",
+        },
+    }
+    meta = dgd(rendered[stack])["metadata"]
+    assert meta["name"] == stack
+    assert meta["namespace"] == "dynamo-testbed"
+    # readyTimeoutMinutes defaults to 15: Pulumi waits 900 s for the operator's Ready.
+    assert meta["annotations"] == {
+        "pulumi.com/waitFor": "condition=Ready",
+        "pulumi.com/timeoutSeconds": "900",
+    }
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
+def test_dgd_depends_on_platform_release_and_is_parented_by_graph(
+    rendered: dict[str, Rendered], stack: str
+) -> None:
+    stack_rendered = rendered[stack]
+    release = registration_of(stack_rendered, RELEASE_TYPE)
+    graph = registration_of(stack_rendered, GRAPH_TYPE)
+    namespace = registration_of(stack_rendered, "kubernetes:core/v1:Namespace")
+    dgd_reg = registration_of(stack_rendered, DGD_TYPE)
+    assert dgd_reg.parent == graph.urn
+    assert release.urn in dgd_reg.dependencies
+    assert namespace.urn in dgd_reg.dependencies
+    assert graph.urn.endswith("dynamo-testbed:index:TestbedGraph::graph")
+    # The release waits for nothing but the namespace (cluster scope: its own namespace).
+    assert release.dependencies == [namespace.urn]
+    service = registration_of(stack_rendered, "kubernetes:core/v1:Service")
+    assert service.parent == graph.urn
+    assert release.urn in service.dependencies
+
+
+# --- outputs --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
+def test_dynamo_stack_outputs(rendered: dict[str, Rendered], stack: str) -> None:
+    outputs = rendered[stack].outputs
+    assert outputs["namespace"] == "dynamo-testbed"
+    assert outputs["topology"] == "dynamo"
+    assert outputs["dgdName"] == stack
+    assert outputs["frontendService"] == f"{stack}-frontend-testbed"
+    assert outputs["frontendPort"] == 8000
+    assert outputs["warnings"] == []
+    operator, load_step = outputs["rbac"]
+    assert operator["scope"] == "cluster"
+    assert operator["admission"]["failurePolicy"] == "Fail"
+    assert operator["admission"]["managedByStack"] is True
+    assert load_step == {
+        "subject": "ServiceAccount dynamo-testbed/testbed-load",
+        "scope": "namespace/dynamo-testbed",
+        "rules": [
+            "get,list,watch services,pods,endpoints",
+            "get,list,watch dynamographdeployments.nvidia.com",
+        ],
+    }
+    sizing = outputs["sizing"]
+    # Qwen3-0.6B: 28 layers x 8 KV heads x 128 head dim x 2 (K, V) x 2 bytes; 2,371-token prompts.
+    assert sizing["kv_bytes_per_token"] == 114_688
+    assert sizing["kv_bytes_per_request"] == 114_688 * 2371
+    assert sizing["concurrency"] == 8
+    assert all(c["fits"] for c in sizing["components"])
+    (service,) = objects_of(rendered[stack], "Service")
+    assert service["metadata"]["name"] == outputs["frontendService"]
+    assert service["spec"]["selector"] == {
+        "dynamo-testbed/graph": stack,
+        "dynamo-testbed/component": "frontend",
+    }
+
+
+@pytest.mark.parametrize(
+    ("stack", "link", "floor_mib"),
+    [
+        # Floor: 3,584Mi base + 8 (concurrency) x 271,925,248 B (KV/request) x 2 (margin)
+        # = 8,108,900,352 B = 7,733.3Mi, rounded up to 7,734Mi.
+        ("disagg-cross-node", "1gbe", 7734),
+        ("disagg-same-node", "same-node-tcp", 7734),
+    ],
+)
+def test_disaggregated_sizing_outputs(
+    rendered: dict[str, Rendered], stack: str, link: str, floor_mib: int
+) -> None:
+    sizing = rendered[stack].outputs["sizing"]
+    assert sizing["kv_links"]["prefill"]["link"] == link
+    assert sizing["disaggregation"]["link"] == link
+    assert sizing["disaggregation"]["disaggregation_pays"] is False
+    floors = {c["name"]: c["memory_floor_quantity"] for c in sizing["components"]}
+    assert floors == {"prefill": f"{floor_mib}Mi", "decode": f"{floor_mib}Mi"}
+
+
+def test_kv_routing_components_have_no_memory_floor(rendered: dict[str, Rendered]) -> None:
+    sizing = rendered["kv-routing"].outputs["sizing"]
+    assert [(c["name"], c["memory_floor_bytes"]) for c in sizing["components"]] == [
+        ("worker-24gb", None),
+        ("worker-8gb", None),
+    ]
+
+
+# --- RBAC -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stack", ["kv-routing", "disagg-same-node", "disagg-cross-node", "vllm-service"]
+)
+def test_rendered_roles_have_no_wildcards(rendered: dict[str, Rendered], stack: str) -> None:
+    roles = objects_of(rendered[stack], "Role") + objects_of(rendered[stack], "ClusterRole")
+    assert [r["metadata"]["name"] for r in roles] == ["testbed-load"]
+    assert find_wildcards(roles) == []
+    assert all(rule["verbs"] == ["get", "list", "watch"] for rule in roles[0]["rules"])
