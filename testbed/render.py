@@ -9,6 +9,7 @@ name, parent, dependencies and inputs (secret values replaced by ``[secret]``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -218,6 +219,8 @@ def render_stack(
         config[f"{PROJECT}:{key}"] = value
         secret_keys.append(f"{PROJECT}:{key}")
     rendered = Rendered(stack=stack)
+    # Pulumi's mocks run on the current event loop; asyncio.run (the load generator) leaves none.
+    asyncio.set_event_loop(asyncio.new_event_loop())
     pulumi.runtime.reset_options(project=PROJECT, stack=stack, preview=preview)
     pulumi.runtime.set_all_config(config, secret_keys)
     mocks = _EchoMocks()

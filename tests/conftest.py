@@ -8,8 +8,18 @@ import pytest
 
 from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, make_model_dir
 
-# Pulumi's mocks (and asyncio code under test) need a current event loop on Python >= 3.12.
-asyncio.set_event_loop(asyncio.new_event_loop())
+
+@pytest.fixture(autouse=True)
+def current_event_loop() -> Iterator[None]:
+    """Give every test a current event loop.
+
+    Pulumi's mocks run on the current loop; ``asyncio.run`` (used by the load generator) closes
+    its loop and leaves none current, which would break any Pulumi test that runs after it.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield
+    loop.close()
 
 
 # --- Local Dynamo graphs (frontend + CPU-only mocker workers on 127.0.0.1; testbed.localgraph) ---
