@@ -234,8 +234,9 @@ class LocalGraph:
         stop_timeout_s: float = 10.0,
     ) -> None:
         self.spec = spec
-        self.workdir = workdir
-        self.model_dir = model_dir
+        # Absolute: the mocker reads a relative --model-path as a Hugging Face model id.
+        self.workdir = workdir.resolve()
+        self.model_dir = model_dir.resolve() if model_dir is not None else None
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.url = ""
