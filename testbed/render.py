@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,7 +155,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-class _RecordingMonitor(pulumi_mocks.MockMonitor):
+class RecordingMonitor(pulumi_mocks.MockMonitor):
     """A MockMonitor that also records parents, dependencies and secret-masked inputs."""
 
     def __init__(self, mocks: pulumi.runtime.Mocks, sink: list[Registration]) -> None:
@@ -180,7 +180,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
         return response
 
 
-class _EchoMocks(pulumi.runtime.Mocks):
+class EchoMocks(pulumi.runtime.Mocks):
     """Resources echo their inputs as outputs; no function calls are made."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
@@ -190,6 +190,52 @@ class _EchoMocks(pulumi.runtime.Mocks):
         self, args: pulumi.runtime.MockCallArgs
     ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         return {}, None
+
+
+def run_under_mocks(
+    program: Callable[[], None],
+    *,
+    stack: str,
+    config: Mapping[str, str] | None = None,
+    secret_keys: Sequence[str] = (),
+    preview: bool = True,
+) -> Rendered:
+    """Run any Pulumi program function under mocks; return its registrations and outputs.
+
+    Args:
+        program: the program (e.g. ``components.program.main``), called with no arguments.
+        stack: stack name the program sees (``pulumi.get_stack()``).
+        config: the full config map (``{"dynamo-testbed:<key>": <str or JSON string>}``).
+        secret_keys: keys of ``config`` that are secrets.
+        preview: run as ``pulumi preview`` (True) or ``pulumi up``.
+
+    Raises:
+        whatever ``program`` raises (e.g. StackConfigError); nothing is registered then.
+    """
+    rendered = Rendered(stack=stack)
+    # Pulumi's mocks run on the current event loop; asyncio.run (the load generator) leaves none.
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    pulumi.runtime.reset_options(project=PROJECT, stack=stack, preview=preview)
+    pulumi.runtime.set_all_config(dict(config or {}), list(secret_keys))
+    mocks = EchoMocks()
+    pulumi.runtime.set_mocks(
+        mocks,
+        project=PROJECT,
+        stack=stack,
+        preview=preview,
+        monitor=RecordingMonitor(mocks, rendered.registrations),
+    )
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[Any]:
+        program()
+        root = pulumi.runtime.settings.get_root_resource()
+        outputs = dict(root.outputs) if root is not None else {}  # type: ignore[attr-defined]
+        return pulumi.Output.all(**outputs).apply(rendered.outputs.update)
+
+    run()
+    rendered.outputs = _clean(rendered.outputs)
+    return rendered
 
 
 def render_stack(
@@ -218,27 +264,6 @@ def render_stack(
     for key, value in (secrets or {}).items():
         config[f"{PROJECT}:{key}"] = value
         secret_keys.append(f"{PROJECT}:{key}")
-    rendered = Rendered(stack=stack)
-    # Pulumi's mocks run on the current event loop; asyncio.run (the load generator) leaves none.
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    pulumi.runtime.reset_options(project=PROJECT, stack=stack, preview=preview)
-    pulumi.runtime.set_all_config(config, secret_keys)
-    mocks = _EchoMocks()
-    pulumi.runtime.set_mocks(
-        mocks,
-        project=PROJECT,
-        stack=stack,
-        preview=preview,
-        monitor=_RecordingMonitor(mocks, rendered.registrations),
+    return run_under_mocks(
+        main, stack=stack, config=config, secret_keys=secret_keys, preview=preview
     )
-
-    @pulumi.runtime.test
-    def run() -> pulumi.Output[Any]:
-        main()
-        root = pulumi.runtime.settings.get_root_resource()
-        outputs = dict(root.outputs) if root is not None else {}  # type: ignore[attr-defined]
-        return pulumi.Output.all(**outputs).apply(rendered.outputs.update)
-
-    run()
-    rendered.outputs = _clean(rendered.outputs)
-    return rendered

@@ -1,63 +1,17 @@
 """Tests of components.platform_component.DynamoPlatform under Pulumi mocks."""
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
-import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-from pulumi.runtime.mocks import MockMonitor
 
 from components.platform import PlatformConfig, helm_release_spec
 from components.platform_component import COMPONENT_TYPE, DynamoPlatform
+from testbed.render import Registration, run_under_mocks
 
 TESTBED = "dynamo-testbed"
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
-
-
-class Registration(NamedTuple):
-    """One RegisterResource request as the engine would receive it."""
-
-    type: str
-    name: str
-    urn: str
-    parent: str
-    dependencies: list[str]
-    inputs: dict[str, Any]
-
-
-class _Mocks(pulumi.runtime.Mocks):
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        return f"{args.name}-id", dict(args.inputs)
-
-    def call(
-        self, args: pulumi.runtime.MockCallArgs
-    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
-
-
-class _RecordingMonitor(MockMonitor):
-    """MockMonitor that keeps parent and dependencies, which `Mocks.new_resource` never sees."""
-
-    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
-        super().__init__(mocks)
-        self.registrations: list[Registration] = []
-
-    def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)
-        if request.type != "pulumi:pulumi:Stack":
-            inputs = self.resources[response.urn].state
-            self.registrations.append(
-                Registration(
-                    request.type,
-                    request.name,
-                    response.urn,
-                    request.parent,
-                    list(request.dependencies),
-                    inputs,
-                )
-            )
-        return response
 
 
 def _platform(cfg: PlatformConfig, built: list[DynamoPlatform] | None = None) -> Callable[[], None]:
@@ -73,15 +27,8 @@ def _platform(cfg: PlatformConfig, built: list[DynamoPlatform] | None = None) ->
 
 def _run(program: Callable[[], None]) -> dict[str, list[Registration]]:
     """Run `program` under fresh mocks; return the registrations grouped by resource type."""
-    pulumi.runtime.reset_options(project="dynamo-testbed", stack="test")
-    mocks = _Mocks()
-    monitor = _RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(
-        mocks, project="dynamo-testbed", stack="test", preview=False, monitor=monitor
-    )
-    pulumi.runtime.test(program)()
     by_type: dict[str, list[Registration]] = {}
-    for reg in monitor.registrations:
+    for reg in run_under_mocks(program, stack="test", preview=False).registrations:
         by_type.setdefault(reg.type, []).append(reg)
     return by_type
 
