@@ -10,7 +10,7 @@ from __future__ import annotations
 from components.config import StackConfig, image_tag_version
 from components.errors import ConfigProblem
 from components.links import resolve_link
-from components.models import UnknownModelError, known_model
+from components.models import UnknownModelError
 from components.sizing import parse_quantity
 
 _KV_ROLES = {
@@ -168,7 +168,7 @@ def engine_problems(cfg: StackConfig) -> list[ConfigProblem]:
 
 def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Model geometry, quantities, links; then the memory floor and GPU memory fit."""
-    from components.stack_sizing import stack_sizing
+    from components.stack_sizing import model_geometry, stack_sizing
 
     out: list[ConfigProblem] = []
     for i, w in enumerate(cfg.topology.workers):
@@ -184,9 +184,17 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
             out.append(ConfigProblem(f"links.{field}", link, str(exc)))
     if cfg.model.geometry is None:
         try:
-            known_model(cfg.model.name)
+            model_geometry(cfg)
         except UnknownModelError as exc:
             out.append(ConfigProblem("model.geometry", None, str(exc)))
+        except (OSError, ValueError, KeyError) as exc:
+            out.append(
+                ConfigProblem(
+                    "model.configJson",
+                    cfg.model.config_json,
+                    f"cannot read the model geometry from it: {exc!s}",
+                )
+            )
     if out:
         return out
     index = {w.name: i for i, w in enumerate(cfg.topology.workers)}

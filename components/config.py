@@ -173,7 +173,13 @@ class ModelConfig(CamelModel):
     name: str = Field(min_length=1, description="Hugging Face id, e.g. Qwen/Qwen3-0.6B.")
     geometry: ModelGeometry | None = Field(
         default=None,
-        description="Layers, KV heads, head dim, dtype bytes; default from the known-model table.",
+        description="Layers, KV heads, head dim, dtype bytes; default from configJson, else "
+        "from the known-model table.",
+    )
+    config_json: str | None = Field(
+        default=None,
+        description="Path to the model's Hugging Face config.json (or its folder), relative to "
+        "the project folder; the geometry is read from it.",
     )
     max_model_len: int | None = Field(default=None, ge=1, description="vLLM --max-model-len.")
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from components.config import StackConfig, WorkerGroup
 from components.links import LinkProfile, resolve_link
-from components.models import ModelGeometry, known_model
+from components.models import ModelGeometry, geometry_from_hf_config, known_model
 from components.sizing import (
     GI,
     MOCKER_BLOCK_SIZE_TOKENS,
@@ -25,14 +26,23 @@ from components.sizing import (
     build_sizing_report,
 )
 
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+"""The project folder (holds ``Pulumi.yaml``); ``model.configJson`` is relative to it."""
+
 
 def model_geometry(cfg: StackConfig) -> ModelGeometry:
-    """The model's geometry: from config, else the known-model table.
+    """The model's geometry: ``model.geometry``, else ``model.configJson``, else the table.
 
     Raises:
-        UnknownModelError: neither is available (the message lists known models).
+        UnknownModelError: none is available (the message lists known models).
+        FileNotFoundError, ValueError, KeyError: ``model.configJson`` cannot be read (see
+            :func:`components.models.geometry_from_hf_config`).
     """
-    return cfg.model.geometry or known_model(cfg.model.name)
+    if cfg.model.geometry is not None:
+        return cfg.model.geometry
+    if cfg.model.config_json is not None:
+        return geometry_from_hf_config(PROJECT_DIR / cfg.model.config_json)
+    return known_model(cfg.model.name)
 
 
 def same_host(cfg: StackConfig, a: str, b: str) -> bool:
