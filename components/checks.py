@@ -223,7 +223,11 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
 
 def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Every cross-key problem of a shape-valid config (empty when the stack is deployable)."""
-    out = placement_problems(cfg) + role_problems(cfg) + engine_problems(cfg)
+    from components.load_step import endpoint_problems  # load_step imports the config model
+
+    out = (
+        placement_problems(cfg) + role_problems(cfg) + engine_problems(cfg) + endpoint_problems(cfg)
+    )
     if any(p.key.endswith("nodeClass") for p in out):
         return out  # sizing needs every node class to exist
     return out + sizing_problems(cfg)

@@ -281,6 +281,62 @@ class TopologyConfig(CamelModel):
         return workers
 
 
+class StackLoadConfig(LoadConfig):
+    """The stack's ``load:`` section: the loadgen grid plus the post-deploy load step's settings.
+
+    The grid fields are :class:`~loadgen.config.LoadConfig`'s (``prefixKinds``, ...); the rest
+    drive :mod:`components.load_step`. Unknown keys are rejected, as everywhere.
+    """
+
+    enabled: bool = Field(
+        default=True, description="Run the grid after deploy; false: a plain deploy, no step."
+    )
+    url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^/\s]+$",
+        description="The frontend's base URL as this machine reaches it (e.g. "
+        "http://10.0.0.5:30080); default: nodeAddress + the Service's NodePort, or the "
+        "LoadBalancer's ingress.",
+    )
+    node_address: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9.:\[\]-]+$",
+        description="Address of any cluster node (a NodePort is open on every node).",
+    )
+    run_id: str | None = Field(
+        default=None, description="Change it to re-run the grid on an unchanged topology."
+    )
+    fail_on_errors: bool = Field(
+        default=False,
+        description="Fail `pulumi up` when the step is not ok (errors, deadline, no model).",
+    )
+    deadline_minutes: float = Field(
+        default=60.0,
+        gt=0,
+        description="Overall limit of the step (model wait + grid); points not finished by "
+        "then are left out and the status says so (the engine ignores custom timeouts).",
+    )
+    model_wait_minutes: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long to wait for /v1/models to list the model before timing.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="tokenizer.json (or its folder) on this machine for exact prompt lengths; "
+        "default: the local Hugging Face cache, else calibrated against the server.",
+    )
+    results_dir: str = Field(
+        default="results",
+        min_length=1,
+        description="Local folder (relative to the project) the step writes its results under.",
+    )
+
+    def grid(self) -> LoadConfig:
+        """The loadgen part alone (what :func:`loadgen.runner.run_grid` takes)."""
+        return LoadConfig.model_validate(self.model_dump(include=set(LoadConfig.model_fields)))
+
+
 class SizingConfig(CamelModel):
     """Knobs of the sizing checks (:mod:`components.sizing`); defaults documented there."""
 
@@ -330,8 +386,14 @@ class StackConfig(CamelModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     model: ModelConfig
     topology: TopologyConfig
-    load: LoadConfig = Field(default_factory=LoadConfig)
+    load: StackLoadConfig = Field(default_factory=StackLoadConfig)
     sizing: SizingConfig = Field(default_factory=SizingConfig)
+    baseline_stack: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+)?$",
+        description="Stack whose `results` output this stack's are compared with: a stack "
+        "name in this project and organization, or a full `org/project/stack` name.",
+    )
 
 
 SECRET_KEYS = frozenset({"hfToken"})

@@ -10,10 +10,13 @@ from typing import Any
 
 import pulumi
 
+from components.comparison import baseline_stack_name, comparison_output
 from components.config import StackConfig, parse_stack_config, project_values
 from components.errors import PROJECT
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
+from components.load_provider import LoadStep, register_load_step
+from components.load_step import topology_fingerprint
 from components.manifests import (
     dgd_manifest,
     frontend_service_manifest,
@@ -59,7 +62,9 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     Outputs: ``namespace``, ``topology`` (kind), ``dgdName`` (None for vllm-service),
     ``frontendService``, ``frontendPort``, ``placement`` (component, type, replicas, nodeClass,
     gpus), ``rbac`` (what the stack grants), ``sizing`` (numbers with units in the keys),
-    ``warnings``.
+    ``warnings``; with ``load.enabled`` the load step's ``results``, ``loadStatus``,
+    ``loadRanAt``, ``loadResultsDir`` (:mod:`components.load_step`), and with ``baselineStack``
+    also ``comparison`` (:mod:`components.comparison`).
     """
     topology = build_topology(cfg)
     sizing = stack_sizing(cfg)
@@ -113,3 +118,28 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("rbac", rbac if uses_dynamo else rbac[1:])
     pulumi.export("sizing", sizing.export())
     pulumi.export("warnings", list(sizing.warnings))
+    if cfg.load.enabled:
+        step = register_load_step(
+            cfg, pulumi.get_stack(), graph, topology_fingerprint(workloads, service)
+        )
+        export_load_step(cfg, step)
+
+
+def export_load_step(cfg: StackConfig, step: LoadStep) -> None:
+    """Export the load step's outputs and, with ``baselineStack``, the comparison with that
+    stack's ``results`` (read through a StackReference)."""
+    pulumi.export("results", step.results)
+    pulumi.export("loadStatus", step.status)
+    pulumi.export("loadRanAt", step.ranAt)
+    pulumi.export("loadResultsDir", step.resultsDir)
+    if cfg.baseline_stack is None:
+        return
+    this = pulumi.get_stack()
+    name = baseline_stack_name(cfg.baseline_stack, pulumi.get_organization(), PROJECT)
+    baseline = pulumi.StackReference(f"baseline-{cfg.baseline_stack.replace('/', '-')}", name)
+    pulumi.export(
+        "comparison",
+        pulumi.Output.all(baseline.get_output("results"), step.results).apply(
+            lambda both: comparison_output(cfg.baseline_stack or name, this, both[0], both[1])
+        ),
+    )

@@ -13,11 +13,13 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pulumi
 import yaml
+from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
@@ -28,6 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 SECRET_PLACEHOLDER = "[secret]"
 """What a secret value renders as: the plain value never leaves the program."""
+
+UNKNOWN_PLACEHOLDER = "[unknown]"
+"""What a value known only after deploy renders as at preview (e.g. the load step's URL, built
+from the NodePort Kubernetes assigns), as ``pulumi preview`` shows ``output<string>``."""
 
 _K8S_PREFIX = "kubernetes:"
 _HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -143,9 +149,12 @@ def _masked(value: Any) -> Any:
 
 
 def _clean(value: Any) -> Any:
-    """Mask Pulumi's secret values (:func:`_masked`); integral floats back to ints."""
+    """Mask Pulumi's secret values (:func:`_masked`); values unknown at preview become
+    :data:`UNKNOWN_PLACEHOLDER`; integral floats back to ints."""
     if _is_secret(value):
         return _masked(value)
+    if isinstance(value, Unknown):
+        return UNKNOWN_PLACEHOLDER
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -181,9 +190,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
 
 class EchoMocks(pulumi.runtime.Mocks):
-    """Resources echo their inputs as outputs; no function calls are made."""
+    """Resources echo their inputs as outputs; no function calls are made. A StackReference
+    reads a stack without outputs (the baseline stack does not exist offline)."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        if args.typ == "pulumi:pulumi:StackReference":
+            return f"{args.name}-id", {**args.inputs, "outputs": {}}
         return f"{args.name}-id", dict(args.inputs)
 
     def call(
@@ -231,7 +243,14 @@ def run_under_mocks(
         program()
         root = pulumi.runtime.settings.get_root_resource()
         outputs = dict(root.outputs) if root is not None else {}  # type: ignore[attr-defined]
-        return pulumi.Output.all(**outputs).apply(rendered.outputs.update)
+        # One apply per output: an output unknown at preview (the load step's results) is left
+        # out instead of hiding every other output.
+        return pulumi.Output.all(
+            *(
+                pulumi.Output.from_input(value).apply(partial(rendered.outputs.__setitem__, key))
+                for key, value in outputs.items()
+            )
+        )
 
     run()
     rendered.outputs = _clean(rendered.outputs)

@@ -1,0 +1,167 @@
+"""Two stacks' load results side by side, with ratios (this stack / the baseline).
+
+Pure: takes the ``results`` outputs of two stacks (loadgen ``summary.json`` objects) and
+returns the ``comparison`` output. The layout is the seed's: each cell ``A / B`` with A the
+baseline (e.g. ``kv-routing``) and B this stack (e.g. ``disagg-same-node``), plus B/A.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from rich import box
+from rich.table import Table
+
+from loadgen.report import table_text
+
+RATIO_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_ratio")
+"""Compared with a ratio B/A: TTFT p50 and p99 (ms), requests/s, cached-token ratio."""
+
+RATIO_DIGITS = 3
+
+DEFAULT_ORGANIZATION = "organization"
+"""The organization of stacks in a self-managed (DIY) backend, where ``pulumi stack ls`` shows
+``organization/<project>/<stack>``."""
+
+
+def baseline_stack_name(baseline: str, organization: str | None, project: str) -> str:
+    """The full ``org/project/stack`` name a StackReference needs.
+
+    ``kv-routing`` -> ``<organization>/<project>/kv-routing`` with this stack's organization
+    (Pulumi Cloud) or :data:`DEFAULT_ORGANIZATION` when there is none (DIY backends, mocks); a
+    name with slashes (``acme/dynamo-testbed/kv-routing``) is used as given.
+    """
+    if "/" in baseline:
+        return baseline
+    return f"{organization or DEFAULT_ORGANIZATION}/{project}/{baseline}"
+
+
+class PointMetrics(BaseModel):
+    """The fields of one grid point (a ``summary.json`` object) that are compared; others are
+    ignored. Numbers may arrive as floats (Pulumi's wire format)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prefix_kinds: int
+    concurrency: int
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    requests_per_s: float | None = None
+    cached_ratio: float | None = None
+    errors: int = 0
+
+
+class Pair(BaseModel):
+    """One metric of one grid point: baseline (A), this stack (B), and B/A (None when either
+    is missing or A is 0)."""
+
+    baseline: float | None
+    this: float | None
+    ratio: float | None
+
+
+class ComparisonRow(BaseModel):
+    """One grid point present in either stack's results."""
+
+    prefix_kinds: int
+    concurrency: int
+    ttft_p50_ms: Pair
+    ttft_p99_ms: Pair
+    requests_per_s: Pair
+    cached_ratio: Pair
+    errors: Pair
+
+
+def ratio(baseline: float | None, this: float | None) -> float | None:
+    """``this / baseline`` rounded to 3 decimals; None if either is None or the baseline is 0."""
+    if baseline is None or this is None or baseline == 0:
+        return None
+    return round(this / baseline, RATIO_DIGITS)
+
+
+def _pair(a: float | None, b: float | None) -> Pair:
+    return Pair(baseline=a, this=b, ratio=ratio(a, b))
+
+
+def compare_points(
+    baseline: Sequence[Mapping[str, Any]], this: Sequence[Mapping[str, Any]]
+) -> list[ComparisonRow]:
+    """Rows for the union of grid points, ordered by concurrency then prefix kinds (the seed's
+    order); a point missing on one side has None there.
+
+    Raises:
+        pydantic.ValidationError: an item lacks ``prefix_kinds``/``concurrency`` or has a
+            non-numeric metric.
+    """
+    a = {(p.prefix_kinds, p.concurrency): p for p in map(PointMetrics.model_validate, baseline)}
+    b = {(p.prefix_kinds, p.concurrency): p for p in map(PointMetrics.model_validate, this)}
+    rows = []
+    for key in sorted(a.keys() | b.keys(), key=lambda k: (k[1], k[0])):
+        pa, pb = a.get(key), b.get(key)
+        pairs = {
+            metric: _pair(getattr(pa, metric) if pa else None, getattr(pb, metric) if pb else None)
+            for metric in (*RATIO_METRICS, "errors")
+        }
+        rows.append(ComparisonRow(prefix_kinds=key[0], concurrency=key[1], **pairs))
+    return rows
+
+
+def _cell(pair: Pair, fmt: str) -> str:
+    def one(value: float | None) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    shown = f"{one(pair.baseline)} / {one(pair.this)}"
+    return shown if pair.ratio is None else f"{shown} (x{pair.ratio:.2f})"
+
+
+_COLUMNS = (
+    ("TTFT p50 ms", "ttft_p50_ms", ",.0f"),
+    ("TTFT p99 ms", "ttft_p99_ms", ",.0f"),
+    ("requests/s", "requests_per_s", ".1f"),
+    ("cached ratio", "cached_ratio", ".3f"),
+)
+
+
+def comparison_text(rows: Sequence[ComparisonRow], baseline: str, this: str) -> str:
+    """The seed-style table as plain text: cells ``A / B (xB/A)``, errors ``A / B``."""
+    table = Table(
+        "prefix kinds",
+        "concurrency",
+        *(name for name, _, _ in _COLUMNS),
+        "errors",
+        title=f"{baseline} / {this}",
+        box=box.MARKDOWN,
+    )
+    for row in rows:
+        cells = [_cell(getattr(row, metric), fmt) for _, metric, fmt in _COLUMNS]
+        errors = row.errors
+        table.add_row(
+            str(row.prefix_kinds),
+            str(row.concurrency),
+            *cells,
+            _cell(Pair(baseline=errors.baseline, this=errors.this, ratio=None), ".0f"),
+        )
+    return table_text(table, width=140)
+
+
+def comparison_output(
+    baseline_stack: str,
+    this_stack: str,
+    baseline_results: Sequence[Mapping[str, Any]] | None,
+    this_results: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """The ``comparison`` stack output.
+
+    Returns ``{"baseline": name, "this": name, "rows": [ComparisonRow as dict], "table": text}``;
+    a side without results (not run yet, or the baseline stack has no ``results`` output)
+    counts as no points.
+    """
+    rows = compare_points(baseline_results or [], this_results or [])
+    return {
+        "baseline": baseline_stack,
+        "this": this_stack,
+        "rows": [row.model_dump(mode="json") for row in rows],
+        "table": comparison_text(rows, baseline_stack, this_stack),
+    }

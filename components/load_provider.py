@@ -1,0 +1,284 @@
+"""The post-deploy load step as a Pulumi dynamic resource: wait for the model, run the grid,
+record the results as outputs.
+
+Keep this module's path (``components.load_provider``) and the class names stable: Pulumi
+pickles :class:`LoadStepProvider` *by reference* into the state of every stack that ran it, and
+a later ``pulumi up``/``destroy`` imports it again from this path. The provider holds no client,
+lock or other state on ``self``; everything it needs arrives in the resource's inputs.
+
+The engine ignores custom timeouts for dynamic resources, so the step enforces its own overall
+deadline (``load.deadlineMinutes``): the grid runs one point at a time, and a point still
+running at the deadline is cancelled; the finished points are kept and the status says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
+from pydantic.alias_generators import to_camel
+
+from components.config import StackConfig
+from components.graph_component import TestbedGraph
+from components.load_step import (
+    OUTPUT_KEYS,
+    LoadStepInputs,
+    frontend_url,
+    merge_grid_results,
+    rerun_reasons,
+    step_inputs,
+    step_outputs,
+    step_status,
+)
+from components.topology import FRONTEND_PORT
+from loadgen.config import LoadConfig
+from loadgen.report import SUMMARY_FILE, seed_table, table_text
+from loadgen.results import GridResult
+from loadgen.runner import run_grid_async
+
+MODEL_POLL_INTERVAL_S = 1.0
+"""Seconds between two ``GET /v1/models`` while waiting for the model to be listed."""
+
+STATUS_FILE = "status.json"
+"""The run's :class:`~components.load_step.StepStatus`, beside loadgen's ``summary.json``."""
+
+
+class ModelNotListedError(TimeoutError):
+    """``/v1/models`` did not list the model in time (the message has the last answer seen)."""
+
+
+class LoadStepError(RuntimeError):
+    """Raised from create/update when ``failOnErrors`` is set and the status is not ok."""
+
+
+def wait_for_model(url: str, model: str, timeout_s: float) -> float:
+    """Poll ``GET <url>/v1/models`` until it lists ``model``; return the seconds waited.
+
+    ``/health`` is not used: Dynamo's frontend reports healthy with zero workers; the model is
+    listed once a worker serving it has registered.
+
+    Raises:
+        ModelNotListedError: not listed within ``timeout_s`` seconds.
+    """
+    started = time.monotonic()
+    last = "no answer yet"
+    with httpx.Client(base_url=url, timeout=min(5.0, max(timeout_s, 0.1))) as client:
+        while True:
+            try:
+                response = client.get("/v1/models")
+                ids = [m.get("id") for m in response.json().get("data", [])]
+                if response.status_code == 200 and model in ids:
+                    return time.monotonic() - started
+                last = f"HTTP {response.status_code}, models {ids}"
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() - started + MODEL_POLL_INTERVAL_S > timeout_s:
+                raise ModelNotListedError(
+                    f"{url}/v1/models did not list {model!r} within {timeout_s:.0f} s ({last})"
+                )
+            time.sleep(MODEL_POLL_INTERVAL_S)
+
+
+async def _run_points(
+    inputs: LoadStepInputs, config: LoadConfig, run_dir: Path, deadline: float
+) -> tuple[list[GridResult], bool, str | None]:
+    """Run the grid one point at a time until done or ``deadline`` (monotonic seconds).
+
+    Returns the finished points' results, whether the deadline stopped the run, and the error
+    that stopped it, if any. Each point writes loadgen's files to ``run_dir/k<K>-c<C>/``.
+    """
+    assert inputs.url is not None  # checked by the caller
+    parts: list[GridResult] = []
+    for kinds, concurrency in itertools.product(config.prefix_kinds, config.concurrency):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return parts, True, None
+        point = config.model_copy(update={"prefix_kinds": [kinds], "concurrency": [concurrency]})
+        run = run_grid_async(
+            inputs.url,
+            inputs.model,
+            point,
+            run_dir / f"k{kinds}-c{concurrency}",
+            tokenizer=inputs.tokenizer,
+            progress=False,
+        )
+        try:
+            parts.append(await asyncio.wait_for(run, remaining))
+        except TimeoutError:
+            return parts, True, None
+        except Exception as exc:  # keep the finished points; the status carries the error
+            return parts, False, f"grid point K={kinds} c={concurrency}: {exc!r}"
+    return parts, False, None
+
+
+def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
+    """Run one load step: wait for the model, run the grid within the deadline, write the
+    results folder, return the output properties (see :func:`components.load_step.step_outputs`).
+
+    The folder ``<resultsRoot>/<stack>/<UTC time>/`` holds ``summary.json`` (the ``results``
+    output), ``result.json`` (the merged :class:`GridResult`), ``status.json``, ``table.txt``
+    and one loadgen folder per grid point. Request failures, a model that is never listed and
+    the deadline are recorded in the status, never raised.
+    """
+    ran_at = datetime.now(UTC)
+    deadline = time.monotonic() + inputs.deadline_s
+    config = inputs.load_config()
+    run_dir = Path(inputs.results_root) / inputs.stack / ran_at.strftime("%Y%m%dT%H%M%SZ")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    parts: list[GridResult] = []
+    exceeded = False
+    failure: str | None = None
+    try:
+        if inputs.url is None:
+            raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
+        wait_for_model(inputs.url, inputs.model, min(inputs.model_wait_s, inputs.deadline_s))
+    except ModelNotListedError as exc:
+        failure = str(exc)
+    else:
+        parts, exceeded, failure = asyncio.run(_run_points(inputs, config, run_dir, deadline))
+    result = merge_grid_results(config, parts)
+    status = step_status(config, result, deadline_exceeded=exceeded, failure=failure)
+    outputs = step_outputs(result, status, ran_at, datetime.now(UTC), str(run_dir.resolve()))
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(outputs["results"], indent=2) + "\n")
+    (run_dir / STATUS_FILE).write_text(json.dumps(outputs["status"], indent=2) + "\n")
+    if result is not None:
+        (run_dir / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
+        (run_dir / "table.txt").write_text(table_text(seed_table(result.points)))
+    return outputs
+
+
+def _checked_run(props: dict[str, Any]) -> dict[str, Any]:
+    """Inputs + outputs of a run; raises LoadStepError if failOnErrors and the status is not ok."""
+    inputs = LoadStepInputs.from_props(props)
+    outputs = run_load_step(inputs)
+    status = outputs["status"]
+    if inputs.fail_on_errors and status["state"] != "ok":
+        raise LoadStepError(
+            f"load step {status['state']} (failOnErrors is set): {status['message']}; "
+            f"results in {outputs['resultsDir']}"
+        )
+    return {**inputs.props(), **outputs}
+
+
+class LoadStepProvider(ResourceProvider):
+    """Create and update run the grid; diff re-runs only on :data:`RERUN_INPUTS` changes;
+    delete does nothing (the results folder stays on disk).
+
+    Raises:
+        LoadStepError: from create/update, only when ``failOnErrors`` is set and the status is
+            not ok (the results folder is written first).
+    """
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        """Run the step; the id is random (the step has no external object)."""
+        return CreateResult(id_=f"load-{uuid.uuid4().hex[:12]}", outs=_checked_run(props))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        """Changes when url, model, grid, fingerprint or runId differ; never a replacement."""
+        return DiffResult(
+            changes=bool(rerun_reasons(olds, news)),
+            replaces=[],
+            stables=[],
+            delete_before_replace=False,
+        )
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        """Run the step again with the new inputs."""
+        return UpdateResult(outs=_checked_run(news))
+
+    def delete(self, _id: str, _props: dict[str, Any]) -> None:
+        """Nothing to delete: the step made no cluster object."""
+
+
+class LoadStep(pulumi.dynamic.Resource, module="testbed", name="LoadStep"):
+    """The load step resource (type ``pulumi-python:dynamic/testbed:LoadStep``).
+
+    Register it with ``depends_on`` the graph's workloads (the DGD waits for Ready; Deployments
+    for their rollout) so it runs after them. Outputs: ``results`` (summary.json objects),
+    ``status`` (StepStatus as a dict), ``ranAt``, ``finishedAt`` (ISO-8601 UTC), ``resultsDir``.
+    """
+
+    results: pulumi.Output[list[dict[str, Any]]]
+    status: pulumi.Output[dict[str, Any]]
+    ranAt: pulumi.Output[str]  # the output property's name
+    finishedAt: pulumi.Output[str]
+    resultsDir: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        inputs: LoadStepInputs,
+        url: pulumi.Input[str | None] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``url`` overrides ``inputs.url`` with a value known only after deploy (the Service's
+        NodePort or LoadBalancer ingress)."""
+        props: dict[str, Any] = {**inputs.props(), **dict.fromkeys(OUTPUT_KEYS)}
+        if url is not None:
+            props["url"] = url
+        super().__init__(LoadStepProvider(), name, props, opts)
+
+
+def register_load_step(
+    cfg: StackConfig,
+    stack: str,
+    graph: TestbedGraph,
+    fingerprint: str,
+    opts: pulumi.ResourceOptions | None = None,
+) -> LoadStep:
+    """Register the step after the graph: it depends on every workload (the DGD, which Pulumi
+    awaits until Ready, or the vllm-service Deployments) and on the frontend Service.
+
+    The URL is ``load.url``, else built from the Service once created (its assigned
+    ``spec.ports[0].nodePort`` with ``load.nodeAddress``, or its LoadBalancer ingress); the
+    results root is ``load.resultsDir`` made absolute against the working directory (the
+    project folder under ``pulumi up``).
+    """
+    results_root = str(Path(cfg.load.results_dir).resolve())
+    inputs = step_inputs(cfg, stack, fingerprint, results_root, url=cfg.load.url)
+    url: pulumi.Output[str | None] | None = None
+    if cfg.load.url is None:
+        service = cast(k8s.core.v1.Service, graph.service)
+        url = pulumi.Output.all(service.spec, service.status).apply(
+            lambda values: frontend_url(
+                cfg, _node_port(values[0]), _ingress(values[1]), FRONTEND_PORT
+            )
+        )
+    depends = [*graph.workloads, graph.service]
+    return LoadStep(
+        "load",
+        inputs,
+        url=url,
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends)),
+    )
+
+
+def _field(value: Any, name: str) -> Any:
+    """``value.name`` of a Pulumi output value that may arrive as a typed object or a dict (with
+    snake_case or camelCase keys); None if absent."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return value.get(name, value.get(to_camel(name)))
+    return getattr(value, name, None)
+
+
+def _node_port(spec: Any) -> Any:
+    """``spec.ports[0].nodePort`` of a Service output (None until Kubernetes assigns it)."""
+    ports = _field(spec, "ports") or [None]
+    return _field(ports[0], "node_port")
+
+
+def _ingress(status: Any) -> Any:
+    """``status.loadBalancer.ingress`` of a Service output (None until an address exists)."""
+    return _field(_field(status, "load_balancer"), "ingress")

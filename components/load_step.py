@@ -1,0 +1,324 @@
+"""The post-deploy load step, pure part: its inputs, the topology fingerprint, the frontend URL,
+the per-point results merged into one grid, the status, and the stack outputs.
+
+No I/O and no Pulumi here; :mod:`components.load_provider` runs the step (waits for the model,
+runs the grid with :mod:`loadgen`, enforces the deadline) and registers it with Pulumi.
+
+Outputs of the step (``pulumi stack output results --json`` etc.):
+
+- ``results``: one object per grid point, exactly the objects of loadgen's ``summary.json``
+  (:class:`loadgen.results.PointSummary`: times in ms, rates per second);
+- ``status``: :class:`StepStatus` (``ok`` / ``degraded`` / ``failed`` with error counts);
+- ``ranAt`` / ``finishedAt``: UTC ISO-8601 times of the run; ``resultsDir``: the local folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from components.config import StackConfig
+from components.errors import ConfigProblem
+from loadgen.config import LoadConfig
+from loadgen.results import GridResult
+from loadgen.runner import FIRST_ERRORS_KEPT
+
+RERUN_INPUTS = ("url", "model", "grid", "fingerprint", "runId")
+"""Inputs whose change re-runs the grid (``diff`` reports them); the other inputs (deadline,
+failOnErrors, ...) only shape the next run."""
+
+OUTPUT_KEYS = ("results", "status", "ranAt", "finishedAt", "resultsDir")
+"""The step's output properties (set by create/update; None until the step has run)."""
+
+
+class LoadStepInputs(BaseModel):
+    """The dynamic resource's inputs (camelCase, as stored in the Pulumi state).
+
+    Attributes:
+        stack: stack name (names the results folder).
+        url: the frontend's base URL, e.g. ``http://10.0.0.5:30080``; None while unknown
+            (under mocks, before the Service exists).
+        model: served model name, e.g. ``Qwen/Qwen3-0.6B``.
+        grid: the :class:`LoadConfig` as canonical JSON (sorted keys, camelCase), so the state
+            compares it as one string.
+        fingerprint: :func:`topology_fingerprint` of what was deployed.
+        run_id: user-chosen token; changing it re-runs the grid.
+        fail_on_errors: raise from create/update (failing ``pulumi up``) unless the status is ok.
+        deadline_s: overall limit of one run (model wait + grid), seconds.
+        model_wait_s: limit of the wait for ``/v1/models`` to list the model, seconds.
+        tokenizer: tokenizer.json path or folder for exact prompt lengths, or None.
+        results_root: local folder; a run writes ``<results_root>/<stack>/<UTC time>/``.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    stack: str
+    url: str | None = None
+    model: str
+    grid: str
+    fingerprint: str
+    run_id: str | None = None
+    fail_on_errors: bool = False
+    deadline_s: float = Field(gt=0)
+    model_wait_s: float = Field(gt=0)
+    tokenizer: str | None = None
+    results_root: str
+
+    def load_config(self) -> LoadConfig:
+        """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
+        return LoadConfig.model_validate_json(self.grid)
+
+    def props(self) -> dict[str, Any]:
+        """The Pulumi property map: camelCase keys, None kept (the resource's props)."""
+        return self.model_dump(by_alias=True)
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any]) -> LoadStepInputs:
+        """Read the inputs back from a property map (outputs and ``__provider`` ignored).
+
+        Raises:
+            pydantic.ValidationError: a required input is missing or has the wrong type.
+        """
+        known = {field.alias for field in cls.model_fields.values()}
+        return cls.model_validate({k: v for k, v in props.items() if k in known})
+
+
+def grid_json(config: LoadConfig) -> str:
+    """Canonical JSON of a load grid: camelCase keys, sorted, no spaces."""
+    return json.dumps(config.model_dump(mode="json", by_alias=True), sort_keys=True)
+
+
+def step_inputs(
+    cfg: StackConfig, stack: str, fingerprint: str, results_root: str, url: str | None = None
+) -> LoadStepInputs:
+    """The step's inputs for a validated stack config (``url``: see :func:`frontend_url`)."""
+    load = cfg.load
+    return LoadStepInputs(
+        stack=stack,
+        url=url,
+        model=cfg.model.name,
+        grid=grid_json(load.grid()),
+        fingerprint=fingerprint,
+        run_id=load.run_id,
+        fail_on_errors=load.fail_on_errors,
+        deadline_s=load.deadline_minutes * 60,
+        model_wait_s=load.model_wait_minutes * 60,
+        tokenizer=load.tokenizer,
+        results_root=results_root,
+    )
+
+
+def topology_fingerprint(workloads: Sequence[Mapping[str, Any]], service: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of the rendered workloads (DGD or Deployments) and frontend Service.
+
+    Canonical JSON (sorted keys), so any change of image, args, env, replicas, placement,
+    resources or Service changes it, and nothing else does. The objects hold no secret values
+    (the HF token is only referenced by Secret name).
+    """
+    text = json.dumps({"workloads": list(workloads), "service": service}, sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def rerun_reasons(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
+    """The :data:`RERUN_INPUTS` whose values differ between the stored and the new inputs."""
+    return [key for key in RERUN_INPUTS if olds.get(key) != news.get(key)]
+
+
+# --- reaching the frontend -------------------------------------------------------------------
+
+
+def endpoint_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Why the load step could not reach the frontend, as config problems ([] when it can).
+
+    With ``load.url`` the URL is used as given. Otherwise a NodePort Service needs
+    ``load.nodeAddress``; a LoadBalancer needs nothing; a ClusterIP Service is unreachable
+    from the machine running Pulumi (port-forwarding is not used: it adds ~2 ms per request).
+    """
+    load = cfg.load
+    if not load.enabled or load.url is not None:
+        return []
+    service_type = cfg.topology.frontend.service_type
+    if service_type == "NodePort" and load.node_address is None:
+        return [
+            ConfigProblem(
+                "load.nodeAddress",
+                None,
+                "the load step reaches the frontend's NodePort Service on a node: set "
+                "load.nodeAddress to any node's address, or load.url, or load.enabled: false",
+            )
+        ]
+    if service_type == "ClusterIP":
+        return [
+            ConfigProblem(
+                "load.url",
+                None,
+                "topology.frontend.serviceType is ClusterIP, which is not reachable from the "
+                "machine running Pulumi: set load.url, use NodePort or LoadBalancer, or "
+                "load.enabled: false",
+            )
+        ]
+    return []
+
+
+def frontend_url(
+    cfg: StackConfig,
+    node_port: int | float | None,
+    ingress: Sequence[Mapping[str, Any]] | None,
+    port: int,
+) -> str | None:
+    """The base URL the step times requests against; None while the Service's values are unknown.
+
+    Args:
+        cfg: a config for which :func:`endpoint_problems` is empty.
+        node_port: the Service's ``spec.ports[0].nodePort`` (assigned by Kubernetes on create).
+        ingress: the Service's ``status.loadBalancer.ingress`` (each with ``ip`` or ``hostname``).
+        port: the Service's port (LoadBalancer).
+    """
+    load = cfg.load
+    if load.url is not None:
+        return load.url
+    if cfg.topology.frontend.service_type == "LoadBalancer":
+        host = next((i.get("ip") or i.get("hostname") for i in ingress or () if i), None)
+        return None if host is None else f"http://{_host(host)}:{port}"
+    if node_port is None or load.node_address is None:
+        return None
+    return f"http://{_host(load.node_address)}:{int(node_port)}"
+
+
+def _host(address: str) -> str:
+    """An IPv6 literal in brackets, anything else as it is."""
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+# --- results and status ----------------------------------------------------------------------
+
+
+def merge_grid_results(config: LoadConfig, parts: Sequence[GridResult]) -> GridResult | None:
+    """One :class:`GridResult` for the whole grid from per-point results (run one point at a
+    time so that a deadline keeps the finished points). None when no point finished.
+
+    Points and runs are concatenated in run order; errors by kind are summed; the first
+    errors are the earliest :data:`~loadgen.runner.FIRST_ERRORS_KEPT` of all parts; the first
+    failure is the earliest; the config is the whole grid's.
+    """
+    if not parts:
+        return None
+    by_kind: Counter[str] = Counter()
+    for part in parts:
+        by_kind.update(part.errors_by_kind)
+    failures = [p.first_failure_at for p in parts if p.first_failure_at is not None]
+    first_errors = sorted((e for p in parts for e in p.first_errors), key=lambda e: e.at)
+    return GridResult(
+        url=parts[0].url,
+        model=parts[0].model,
+        config=config,
+        token_count_source=parts[0].token_count_source,
+        started_at=parts[0].started_at,
+        finished_at=parts[-1].finished_at,
+        points=[point for part in parts for point in part.points],
+        runs=[run for part in parts for run in part.runs],
+        errors_by_kind=dict(by_kind),
+        first_errors=first_errors[:FIRST_ERRORS_KEPT],
+        first_failure_at=min(failures) if failures else None,
+        warnings=[w for part in parts for w in part.warnings],
+    )
+
+
+class StepStatus(BaseModel):
+    """The ``status`` output: how the run went.
+
+    ``state``: ``ok`` (every grid point ran, no failed request), ``degraded`` (some requests
+    failed, or the deadline cut grid points off, but some succeeded), ``failed`` (no request
+    succeeded: the model was never listed, nothing answered, or every request failed).
+    Counts are requests over the measured runs (warm-up and calibration requests excluded):
+    ``requests = successes + failures``. ``first_failure_at``: UTC time of the earliest failed
+    request (e.g. when a worker was OOMKilled).
+    """
+
+    state: Literal["ok", "degraded", "failed"]
+    requests: int
+    successes: int
+    failures: int
+    errors_by_kind: dict[str, int]
+    first_failure_at: datetime | None
+    points_done: int
+    points_planned: int
+    deadline_exceeded: bool
+    message: str
+
+
+def step_status(
+    config: LoadConfig,
+    result: GridResult | None,
+    *,
+    deadline_exceeded: bool = False,
+    failure: str | None = None,
+) -> StepStatus:
+    """Classify a run (see :class:`StepStatus`).
+
+    Args:
+        config: the whole grid that was planned.
+        result: the merged result of the points that finished, or None if none did.
+        deadline_exceeded: the overall deadline stopped the run before every point finished.
+        failure: why the run could not start (e.g. the model never listed), if it could not.
+    """
+    planned = len(list(itertools.product(config.prefix_kinds, config.concurrency)))
+    points = result.points if result is not None else []
+    successes = sum(p.samples for p in points)
+    failures = sum(p.errors for p in points)
+    by_kind = dict(result.errors_by_kind) if result is not None else {}
+    problems = []
+    if failure is not None:
+        problems.append(failure)
+    if deadline_exceeded:
+        problems.append(f"deadline reached: {len(points)} of {planned} grid points finished")
+    if failures:
+        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(by_kind.items()))
+        problems.append(f"{failures} of {successes + failures} requests failed ({kinds})")
+    if successes == 0:
+        state: Literal["ok", "degraded", "failed"] = "failed"
+        problems.append("no request succeeded")
+    elif problems or len(points) < planned:
+        state = "degraded"
+    else:
+        state = "ok"
+    return StepStatus(
+        state=state,
+        requests=successes + failures,
+        successes=successes,
+        failures=failures,
+        errors_by_kind=by_kind,
+        first_failure_at=result.first_failure_at if result is not None else None,
+        points_done=len(points),
+        points_planned=planned,
+        deadline_exceeded=deadline_exceeded,
+        message="; ".join(problems) or f"{successes} requests, no errors",
+    )
+
+
+def step_outputs(
+    result: GridResult | None,
+    status: StepStatus,
+    ran_at: datetime,
+    finished_at: datetime,
+    results_dir: str,
+) -> dict[str, Any]:
+    """The output properties (:data:`OUTPUT_KEYS`) of one run, JSON-ready.
+
+    ``results`` holds loadgen's ``summary.json`` objects of the finished points ([] if none).
+    """
+    return {
+        "results": [] if result is None else [p.model_dump(mode="json") for p in result.points],
+        "status": status.model_dump(mode="json"),
+        "ranAt": ran_at.isoformat(),
+        "finishedAt": finished_at.isoformat(),
+        "resultsDir": results_dir,
+    }

@@ -1,0 +1,59 @@
+"""Produce the README's example of `pulumi stack output --json` for disagg-same-node, for real.
+
+For kv-routing (the baseline) and then disagg-same-node: start the stack's local Dynamo graph
+(the real frontend + CPU-only mocker workers, `testbed.simulate.graph_spec`), call the load
+step's provider `create` with the inputs the Pulumi program gives it (the stack's config, the
+local frontend's URL, the reduced grid of `testbed simulate`), and print disagg-same-node's
+stack outputs as `pulumi stack output --json` would show them, with the comparison.
+
+    uv run python tests/load_step/example_output.py [OUT_DIR]   # default out/load-step
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from components.comparison import comparison_output
+from components.load_provider import LoadStepProvider
+from components.load_step import step_inputs
+from testbed.localgraph import LocalGraph
+from testbed.model_dir import make_model_dir
+from testbed.simulate import graph_spec, load_stack, simulation_load
+
+BASELINE, STACK = "kv-routing", "disagg-same-node"
+
+
+def run_stack(stack: str, out_dir: Path, model_dir: Path) -> dict[str, Any]:
+    """The load step's outputs for ``stack`` against its local graph."""
+    cfg = load_stack(stack)
+    cfg = cfg.model_copy(update={"load": simulation_load(cfg, full=False)})
+    with LocalGraph(graph_spec(cfg), out_dir / stack / "graph", model_dir) as graph:
+        inputs = step_inputs(
+            cfg, stack, "sha256:local-graph", str(out_dir / "results"), url=graph.url
+        )
+        props = {**inputs.props(), "tokenizer": str(model_dir)}
+        outs = LoadStepProvider().create(props).outs
+    assert outs is not None
+    return outs
+
+
+def main(out_dir: Path) -> None:
+    model_dir = make_model_dir(out_dir / "model")
+    baseline = run_stack(BASELINE, out_dir, model_dir)
+    this = run_stack(STACK, out_dir, model_dir)
+    outputs = {
+        "results": this["results"],
+        "loadStatus": this["status"],
+        "loadRanAt": this["ranAt"],
+        "loadResultsDir": this["resultsDir"],
+        "comparison": comparison_output(BASELINE, STACK, baseline["results"], this["results"]),
+    }
+    json.dump(outputs, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "out/load-step").resolve())

@@ -1,0 +1,203 @@
+"""The load step in the Pulumi program, under Pulumi's mocks: registered after the graph with
+the right inputs, skipped when disabled, refused when the frontend is unreachable, and the
+baseline comparison read through a StackReference."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import parse_stack_config, project_values
+from components.errors import PROJECT, StackConfigError
+from components.load_step import LoadStepInputs, rerun_reasons, topology_fingerprint
+from testbed.render import REPO, UNKNOWN_PLACEHOLDER, EchoMocks, Rendered, render_stack
+from testbed.render import stack_config as cli_config
+
+pytestmark = pytest.mark.timeout(60)
+
+STEP_TYPE = "pulumi-python:dynamic/testbed:LoadStep"
+DGD_TYPE = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
+SERVICE_TYPE = "kubernetes:core/v1:Service"
+DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
+LOAD_OUTPUTS = {"results", "loadStatus", "loadRanAt", "loadResultsDir"}
+
+Raw = dict[str, Any]
+
+
+@pytest.fixture
+def raw() -> Callable[[str], Raw]:
+    """raw(stack): the stack's config as the program reads it (a fresh copy)."""
+    return lambda stack: copy.deepcopy(project_values(cli_config(stack)[0]))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Callable[[str, Raw], Path]:
+    """project(stack, raw): a project folder holding Pulumi.yaml and that stack's config."""
+
+    def make(stack: str, config: Raw) -> Path:
+        (tmp_path / "stacks").mkdir(exist_ok=True)
+        shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+        body = {"config": {f"{PROJECT}:{key}": value for key, value in config.items()}}
+        (tmp_path / "stacks" / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(body))
+        return tmp_path
+
+    return make
+
+
+def step_of(rendered: Rendered) -> Any:
+    (step,) = [r for r in rendered.registrations if r.type == STEP_TYPE]
+    return step
+
+
+def test_step_registered_after_the_dgd_with_the_stacks_inputs(
+    raw: Callable[[str], Raw], project: Callable[[str, Raw], Path]
+) -> None:
+    config = raw("disagg-same-node")
+    config["topology"]["frontend"] = {"nodePort": 30080}
+    config["load"]["runId"] = "first"
+    rendered = render_stack("disagg-same-node", project("disagg-same-node", config), preview=False)
+    step = step_of(rendered)
+    (dgd,) = [r for r in rendered.registrations if r.type == DGD_TYPE]
+    (service,) = [r for r in rendered.registrations if r.type == SERVICE_TYPE]
+    assert set(step.dependencies) == {dgd.urn, service.urn}
+    assert step.parent.endswith("pulumi:pulumi:Stack::dynamo-testbed-disagg-same-node")
+
+    inputs = LoadStepInputs.from_props(step.inputs)
+    assert inputs.url == "http://192.0.2.10:30080"  # load.nodeAddress + the Service's nodePort
+    assert inputs.model == "Qwen/Qwen3-0.6B"
+    assert inputs.stack == "disagg-same-node"
+    assert inputs.run_id == "first"
+    grid = inputs.load_config()  # the stack's load: section, as loadgen takes it
+    assert (grid.prefix_kinds, grid.concurrency) == ([2, 7, 12, 24], [4, 8])
+    assert (grid.repetitions, grid.prompt_tokens) == (3, 2371)
+    # The fingerprint is the hash of exactly what the step depends on.
+    assert inputs.fingerprint == topology_fingerprint([dgd.inputs], service.inputs)
+    assert (inputs.deadline_s, inputs.model_wait_s, inputs.fail_on_errors) == (3600, 600, False)
+    assert Path(inputs.results_root).is_absolute()
+    assert step.inputs["__provider"] == "[secret]"  # the pickled provider, never plain
+
+
+def test_preview_url_is_unknown_until_the_service_exists() -> None:
+    rendered = render_stack("kv-routing")
+    assert step_of(rendered).inputs["url"] == UNKNOWN_PLACEHOLDER
+    assert not LOAD_OUTPUTS & set(rendered.outputs)  # unknown at preview: left out
+
+
+def test_user_url_is_used_as_given(
+    raw: Callable[[str], Raw], project: Callable[[str, Raw], Path]
+) -> None:
+    config = raw("kv-routing")
+    config["load"] = {**config["load"], "url": "http://frontend.lab:8000"}
+    del config["load"]["nodeAddress"]
+    rendered = render_stack("kv-routing", project("kv-routing", config))
+    assert step_of(rendered).inputs["url"] == "http://frontend.lab:8000"
+
+
+def test_vllm_service_step_depends_on_every_deployment() -> None:
+    rendered = render_stack("vllm-service")
+    step = step_of(rendered)
+    deployments = [r.urn for r in rendered.registrations if r.type == DEPLOYMENT_TYPE]
+    (service,) = [r for r in rendered.registrations if r.type == SERVICE_TYPE]
+    assert len(deployments) == 2
+    assert set(step.dependencies) == {*deployments, service.urn}
+
+
+def test_disabled_step_is_not_registered(
+    raw: Callable[[str], Raw], project: Callable[[str, Raw], Path]
+) -> None:
+    config = raw("kv-routing")
+    config["load"] = {"enabled": False}  # no nodeAddress needed either
+    rendered = render_stack("kv-routing", project("kv-routing", config), preview=False)
+    assert not [r for r in rendered.registrations if r.type.startswith("pulumi-python:dynamic")]
+    assert not LOAD_OUTPUTS & set(rendered.outputs)
+    assert "namespace" in rendered.outputs
+
+
+@pytest.mark.parametrize(
+    ("frontend", "load", "key"),
+    [
+        ({}, {"nodeAddress": None}, "load.nodeAddress"),
+        ({"serviceType": "ClusterIP"}, {}, "load.url"),
+    ],
+)
+def test_unreachable_frontend_is_refused_before_registering(
+    raw: Callable[[str], Raw],
+    frontend: Raw,
+    load: Raw,
+    key: str,
+) -> None:
+    config = raw("kv-routing")
+    config["topology"]["frontend"] = frontend
+    config["load"] = {k: v for k, v in {**config["load"], **load}.items() if v is not None}
+    # Refused by config validation, which runs before the program registers anything.
+    with pytest.raises(StackConfigError) as info:
+        parse_stack_config("kv-routing", config)
+    assert [p.key for p in info.value.problems] == [key]
+
+
+def test_fingerprint_follows_the_topology_only(raw: Callable[[str], Raw]) -> None:
+    same = render_stack("disagg-same-node")
+    again = render_stack("disagg-same-node")
+    cross = render_stack("disagg-cross-node")
+    fingerprint = step_of(same).inputs["fingerprint"]
+    assert step_of(again).inputs["fingerprint"] == fingerprint
+    assert step_of(cross).inputs["fingerprint"] != fingerprint
+    dgd = next(o for o in same.kubernetes_objects() if o["kind"] == "DynamoGraphDeployment")
+    service = next(o for o in same.kubernetes_objects() if o["kind"] == "Service")
+    reordered = json.loads(json.dumps(dgd, sort_keys=True))
+    assert topology_fingerprint([reordered], service) == fingerprint
+    scaled = copy.deepcopy(dgd)
+    scaled["spec"]["components"][1]["replicas"] = 3
+    assert topology_fingerprint([scaled], service) != fingerprint
+    olds = step_of(same).inputs
+    assert rerun_reasons(olds, step_of(cross).inputs) == ["fingerprint"]
+
+
+# --- the comparison through a StackReference -------------------------------------------------
+
+BASELINE = [{"prefix_kinds": 2, "concurrency": 4, "ttft_p50_ms": 34.0, "requests_per_s": 10.9}]
+THIS = [{"prefix_kinds": 2, "concurrency": 4, "ttft_p50_ms": 286.0, "requests_per_s": 6.5}]
+
+
+@pytest.fixture
+def references(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Mocks in which the baseline stack has results and the load step has run; yields the
+    stack names the program references."""
+    names: list[str] = []
+    echo = EchoMocks.new_resource
+
+    def new_resource(self: EchoMocks, args: Any) -> tuple[str, dict[str, Any]]:
+        if args.typ == "pulumi:pulumi:StackReference":
+            names.append(args.inputs["name"])
+            return f"{args.name}-id", {**args.inputs, "outputs": {"results": BASELINE}}
+        if args.typ == STEP_TYPE:
+            return f"{args.name}-id", {**args.inputs, "results": THIS}
+        return echo(self, args)
+
+    monkeypatch.setattr(EchoMocks, "new_resource", new_resource)
+    yield names
+
+
+def test_comparison_reads_the_baseline_stack(references: list[str]) -> None:
+    rendered = render_stack("disagg-same-node", preview=False)
+    assert references == ["organization/dynamo-testbed/kv-routing"]
+    comparison = rendered.outputs["comparison"]
+    assert (comparison["baseline"], comparison["this"]) == ("kv-routing", "disagg-same-node")
+    (row,) = comparison["rows"]
+    assert row["ttft_p50_ms"] == {"baseline": 34, "this": 286, "ratio": 8.412}
+    assert row["requests_per_s"]["ratio"] == 0.596
+    assert rendered.outputs["results"] == THIS
+
+
+def test_no_baseline_no_comparison(references: list[str]) -> None:
+    rendered = render_stack("kv-routing", preview=False)
+    assert references == []
+    assert "comparison" not in rendered.outputs
+    assert rendered.outputs["results"] == THIS

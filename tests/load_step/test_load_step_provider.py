@@ -1,0 +1,199 @@
+"""The provider's create/diff/update called directly against a real local Dynamo graph (the
+frontend + CPU-only mocker workers shaped like disagg-same-node), as the Pulumi engine would."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from components.load_provider import LoadStepError, LoadStepProvider
+from components.load_step import OUTPUT_KEYS, grid_json, step_inputs
+from loadgen.config import LoadConfig
+from loadgen.report import SUMMARY_FILE
+from testbed.localgraph import LocalGraph, LocalGraphSpec, free_port
+from testbed.simulate import graph_spec, load_stack
+
+pytestmark = pytest.mark.timeout(120)
+
+STACK = "disagg-same-node"
+TINY = {"prefix_kinds": [2], "concurrency": [2], "repetitions": 1, "requests_per_run": 8}
+"""The issue's tiny grid: prefix kinds [2], concurrency [2], 8 requests."""
+
+
+@pytest.fixture(scope="module")
+def spec() -> LocalGraphSpec:
+    """disagg-same-node as a local graph: 2 prefill + 2 decode mockers, KV routing."""
+    return graph_spec(load_stack(STACK))
+
+
+@pytest.fixture(scope="module")
+def graph(
+    spec: LocalGraphSpec, tmp_path_factory: pytest.TempPathFactory, local_model_dir: Path
+) -> Iterator[LocalGraph]:
+    with LocalGraph(spec, tmp_path_factory.mktemp("graph"), local_model_dir) as running:
+        yield running
+
+
+def make_props(url: str, results: Path, tokenizer: Path | None, **overrides: Any) -> dict[str, Any]:
+    """The property map the engine would pass: the stack's inputs with the given grid/URL."""
+    cfg = load_stack(STACK)
+    load = cfg.load.model_copy(update={**TINY, **overrides.pop("load", {})})
+    inputs = step_inputs(
+        cfg.model_copy(update={"load": load}),
+        STACK,
+        "sha256:fixed",
+        str(results),
+        url=url,
+    )
+    props = {**inputs.props(), "tokenizer": None if tokenizer is None else str(tokenizer)}
+    return {**props, **overrides}
+
+
+@pytest.fixture(scope="module")
+def created(
+    graph: LocalGraph, tmp_path_factory: pytest.TempPathFactory, local_model_dir: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(props, outs) of one create against the graph."""
+    props = make_props(graph.url, tmp_path_factory.mktemp("results"), local_model_dir)
+    result = LoadStepProvider().create(props)
+    assert result.id.startswith("load-")
+    assert result.outs is not None
+    return props, result.outs
+
+
+def test_create_runs_the_grid_and_records_the_outputs(
+    created: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    props, outs = created
+    assert {k: outs[k] for k in props} == props  # inputs kept, so diff compares them
+    (point,) = outs["results"]
+    assert (point["prefix_kinds"], point["concurrency"], point["repetitions"]) == (2, 2, 1)
+    assert point["samples"] == 8 and point["errors"] == 0
+    # Disaggregated at ~1 GB/s: every TTFT carries the KV transfer of ~2,400 tokens x 114,688 B.
+    assert point["ttft_p50_ms"] > 150
+    # 2 prefixes, 8 requests: later requests hit the prefill worker's prefix cache.
+    assert point["cached_ratio"] > 0.3
+    status = outs["status"]
+    assert status["state"] == "ok"
+    assert (status["requests"], status["successes"], status["failures"]) == (8, 8, 0)
+    assert status["first_failure_at"] is None
+    assert (status["points_done"], status["points_planned"]) == (1, 1)
+    ran_at = datetime.fromisoformat(outs["ranAt"])
+    assert ran_at <= datetime.fromisoformat(outs["finishedAt"]) <= datetime.now(UTC)
+    folder = Path(outs["resultsDir"])
+    assert folder.parent.name == STACK
+    assert json.loads((folder / SUMMARY_FILE).read_text()) == outs["results"]
+    assert json.loads((folder / "status.json").read_text()) == status
+    assert (folder / "k2-c2" / "requests.parquet").is_file()
+
+
+def test_diff_reruns_only_on_topology_grid_url_or_run_id(
+    created: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    _, olds = created
+    provider = LoadStepProvider()
+    assert provider.diff("id", olds, dict(olds)).changes is False
+    for key, value in [("fingerprint", "sha256:other"), ("runId", "again"), ("url", "http://x:1")]:
+        assert provider.diff("id", olds, {**olds, key: value}).changes is True, key
+    bigger = LoadConfig.model_validate_json(olds["grid"]).model_copy(update={"concurrency": [2, 4]})
+    assert provider.diff("id", olds, {**olds, "grid": grid_json(bigger)}).changes is True
+    settings: dict[str, Any] = {"deadlineS": 1.0, "failOnErrors": True, "resultsRoot": "/x"}
+    for key, setting in settings.items():
+        diff = provider.diff("id", olds, {**olds, key: setting})
+        assert diff.changes is False, key
+        assert diff.replaces == []
+
+
+def test_update_runs_the_grid_again(
+    graph: LocalGraph, created: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    _, olds = created
+    news = {k: v for k, v in olds.items() if k not in OUTPUT_KEYS} | {"runId": "second"}
+    outs = LoadStepProvider().update("id", olds, news).outs
+    assert outs is not None
+    assert outs["runId"] == "second"
+    assert outs["status"]["state"] == "ok"
+    assert outs["results"][0]["samples"] == 8
+    assert outs["ranAt"] > olds["finishedAt"]
+    assert outs["resultsDir"] != olds["resultsDir"]
+    LoadStepProvider().delete("id", outs)  # a no-op: the results stay
+    assert Path(outs["resultsDir"], SUMMARY_FILE).is_file()
+
+
+def test_deadline_cancels_the_running_point_and_says_so(
+    graph: LocalGraph, tmp_path: Path, local_model_dir: Path
+) -> None:
+    # 0.5 s cannot hold the warm-up plus 8 requests of ~2,400-token prompts at ~0.3 s TTFT.
+    props = make_props(graph.url, tmp_path, local_model_dir, deadlineS=0.5)
+    outs = LoadStepProvider().create(props).outs
+    assert outs is not None
+    status = outs["status"]
+    assert status["deadline_exceeded"] is True
+    assert (status["points_done"], status["points_planned"]) == (0, 1)
+    assert status["state"] == "failed"
+    assert "deadline reached: 0 of 1 grid points finished" in status["message"]
+    assert outs["results"] == []
+
+
+def test_no_model_listed_fails_only_with_fail_on_errors(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    props = make_props(url, tmp_path, None, modelWaitS=1.5)
+    outs = LoadStepProvider().create(props).outs
+    assert outs is not None
+    assert outs["status"]["state"] == "failed"
+    assert "did not list 'Qwen/Qwen3-0.6B' within 2 s" in outs["status"]["message"]
+    assert outs["status"]["requests"] == 0
+    with pytest.raises(LoadStepError, match=r"load step failed \(failOnErrors is set\)"):
+        LoadStepProvider().create({**props, "failOnErrors": True})
+
+
+def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
+    spec: LocalGraphSpec,
+    start_local_graph: Callable[[LocalGraphSpec], LocalGraph],
+    tmp_path: Path,
+    local_model_dir: Path,
+) -> None:
+    """The seed's OOMKill: the prefill workers die during the run; the successes before and the
+    failures after are kept, with the time of the first failure."""
+    graph = start_local_graph(spec)
+    requests = 40
+    props = make_props(
+        graph.url,
+        tmp_path,
+        local_model_dir,
+        load={"requests_per_run": requests, "max_tokens": 8, "warmup_requests": 0},
+    )
+    killed_at: list[datetime] = []
+
+    def kill_prefill() -> None:
+        killed_at.append(datetime.now(UTC))
+        graph.kill_worker("prefill")
+        graph.kill_worker("prefill")
+
+    timer = threading.Timer(2.0, kill_prefill)
+    timer.start()
+    try:
+        outs = LoadStepProvider().create(props).outs
+    finally:
+        timer.cancel()
+    assert outs is not None and killed_at, "the run ended before the kill"
+    status = outs["status"]
+    assert status["state"] == "degraded"
+    assert status["successes"] > 0 and status["failures"] > 0
+    assert status["successes"] + status["failures"] == status["requests"] == requests
+    assert sum(status["errors_by_kind"].values()) == status["failures"]
+    first_failure = datetime.fromisoformat(status["first_failure_at"])
+    assert first_failure >= killed_at[0]
+    # The counts match the per-request records loadgen wrote.
+    frame = pd.read_parquet(Path(outs["resultsDir"]) / "k2-c2" / "requests.parquet")
+    assert len(frame) == requests
+    assert int(frame["error_ns"].notna().sum()) == status["failures"]
+    (point,) = outs["results"]
+    assert (point["samples"], point["errors"]) == (status["successes"], status["failures"])

@@ -1,0 +1,144 @@
+"""Pure parts of the load step: the frontend URL, merging per-point results, the status."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from components.load_step import frontend_url, merge_grid_results, step_outputs, step_status
+from loadgen.config import LoadConfig
+from loadgen.results import ErrorSample, GridResult, PointSummary
+from testbed.simulate import load_stack
+
+T0 = datetime(2026, 11, 13, 10, 0, tzinfo=UTC)
+GRID = LoadConfig(prefix_kinds=[2, 24], concurrency=[4], repetitions=1, requests_per_run=10)
+
+
+def point(kinds: int, samples: int, errors: int) -> PointSummary:
+    return PointSummary(
+        prefix_kinds=kinds, concurrency=4, repetitions=1, ttft_p50_ms=300.0, ttft_p90_ms=None,
+        ttft_p99_ms=None, itl_p50_ms=None, tpot_p50_ms=None, e2e_p50_ms=None, queue_p99_ms=None,
+        requests_per_s=3.0, output_tokens_per_s=100.0, cached_ratio=0.8, cached_reported=samples,
+        errors=errors, samples=samples,
+    )  # fmt: skip
+
+
+def part(kinds: int, samples: int, errors: int, start_s: int) -> GridResult:
+    """A one-point result; each failure is an http_status error at start_s + its index."""
+    started = T0 + timedelta(seconds=start_s)
+    failures = [
+        ErrorSample(
+            kind="http_status",
+            message="503",
+            prefix_kinds=kinds,
+            concurrency=4,
+            repetition=1,
+            at=started + timedelta(seconds=i),
+        )
+        for i in range(errors)
+    ]
+    return GridResult(
+        url="http://127.0.0.1:1",
+        model="m",
+        config=GRID.model_copy(update={"prefix_kinds": [kinds]}),
+        token_count_source="tokenizer:x",
+        started_at=started,
+        finished_at=started + timedelta(seconds=30),
+        points=[point(kinds, samples, errors)],
+        runs=[],
+        errors_by_kind={"http_status": errors} if errors else {},
+        first_errors=failures,
+        first_failure_at=failures[0].at if failures else None,
+        warnings=[f"w{kinds}"],
+    )
+
+
+def test_merge_keeps_every_point_and_the_earliest_failures() -> None:
+    merged = merge_grid_results(GRID, [part(2, 10, 0, 0), part(24, 4, 12, 60)])
+    assert merged is not None
+    assert [p.prefix_kinds for p in merged.points] == [2, 24]
+    assert merged.config == GRID
+    assert merged.errors_by_kind == {"http_status": 12}
+    assert len(merged.first_errors) == 10  # loadgen keeps the first 10
+    assert merged.first_failure_at == T0 + timedelta(seconds=60)
+    assert (merged.started_at, merged.finished_at) == (T0, T0 + timedelta(seconds=90))
+    assert merged.warnings == ["w2", "w24"]
+    assert merge_grid_results(GRID, []) is None
+
+
+def test_status_ok_degraded_failed() -> None:
+    ok = step_status(GRID, merge_grid_results(GRID, [part(2, 10, 0, 0), part(24, 10, 0, 30)]))
+    assert (ok.state, ok.requests, ok.failures, ok.message) == (
+        "ok",
+        20,
+        0,
+        "20 requests, no errors",
+    )
+
+    worker_died = merge_grid_results(GRID, [part(2, 10, 0, 0), part(24, 3, 7, 30)])
+    degraded = step_status(GRID, worker_died)
+    assert (degraded.state, degraded.successes, degraded.failures) == ("degraded", 13, 7)
+    assert degraded.errors_by_kind == {"http_status": 7}
+    assert degraded.first_failure_at == T0 + timedelta(seconds=30)
+    assert degraded.message == "7 of 20 requests failed (http_status 7)"
+
+    cut = step_status(GRID, merge_grid_results(GRID, [part(2, 10, 0, 0)]), deadline_exceeded=True)
+    assert (cut.state, cut.points_done, cut.points_planned) == ("degraded", 1, 2)
+    assert cut.message == "deadline reached: 1 of 2 grid points finished"
+
+    all_failed = step_status(GRID, merge_grid_results(GRID, [part(2, 0, 10, 0)]))
+    assert all_failed.state == "failed"
+    never = step_status(GRID, None, failure="model never listed")
+    assert (never.state, never.requests, never.points_done) == ("failed", 0, 0)
+    assert never.message == "model never listed; no request succeeded"
+
+
+def test_outputs_are_the_summary_json_objects() -> None:
+    result = merge_grid_results(GRID, [part(2, 10, 0, 0)])
+    status = step_status(GRID, result)
+    outs = step_outputs(result, status, T0, T0 + timedelta(seconds=31), "/r/x")
+    assert outs["results"] == [point(2, 10, 0).model_dump(mode="json")]
+    assert outs["status"]["state"] == "degraded"  # 1 of 2 planned points
+    assert (outs["ranAt"], outs["finishedAt"]) == (
+        "2026-11-13T10:00:00+00:00",
+        "2026-11-13T10:00:31+00:00",
+    )
+    assert outs["resultsDir"] == "/r/x"
+
+
+@pytest.mark.parametrize(
+    ("frontend", "load", "node_port", "ingress", "expected"),
+    [
+        ({}, {"nodeAddress": "10.0.0.5"}, 30080.0, None, "http://10.0.0.5:30080"),
+        ({}, {"nodeAddress": "fd00::5"}, 30080, None, "http://[fd00::5]:30080"),
+        ({}, {"nodeAddress": "10.0.0.5"}, None, None, None),  # not assigned yet
+        (
+            {"serviceType": "LoadBalancer"},
+            {},
+            31000,
+            [{"hostname": "lb.lab"}],
+            "http://lb.lab:8000",
+        ),
+        ({"serviceType": "LoadBalancer"}, {}, 31000, [], None),
+        ({}, {"url": "https://fe.lab:443"}, 30080, None, "https://fe.lab:443"),
+    ],
+)
+def test_frontend_url(
+    frontend: dict[str, Any],
+    load: dict[str, Any],
+    node_port: float | None,
+    ingress: list[dict[str, str]] | None,
+    expected: str | None,
+) -> None:
+    cfg = load_stack("kv-routing")
+    cfg = cfg.model_copy(
+        update={
+            "topology": cfg.topology.model_copy(
+                update={"frontend": cfg.topology.frontend.model_validate(frontend)}
+            ),
+            "load": cfg.load.model_validate({"nodeAddress": None, **load}),
+        }
+    )
+    assert frontend_url(cfg, node_port, ingress, 8000) == expected
