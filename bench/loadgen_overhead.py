@@ -1,15 +1,21 @@
-"""The loadgen's own overhead and TTFT accuracy against a local server that knows the truth.
+"""The loadgen's own overhead and TTFT accuracy against a local server that knows the truth,
+with AIPerf run side by side in the same invocation.
 
-Run: `uv run python bench/loadgen_overhead.py [--concurrency 8,64,256] [--aiperf PATH]`
-(or set AIPERF_BIN). For each concurrency it starts `bench/mock_server.py` in its own process,
-16-token streams, and runs the loadgen's closed loop in this process:
-- zero first-token delay: requests/s, chunks/s and client CPU per request (process CPU time /
-  requests), the largest number of requests in flight seen by the server;
+Run: `uv run python bench/loadgen_overhead.py [--concurrency 8,64,256] [--requests 3000]
+[--workers auto|N] [--aiperf PATH]` (or set AIPERF_BIN; AIPerf lives in its own venv, see the
+README). For each concurrency and each client, `bench/mock_server.py` runs in its own process
+with 16-token streams:
+- a zero first-token delay: requests/s and chunks/s (the client's ceiling on this machine);
 - a first-token delay of 50 ms: TTFT error = client TTFT percentile - the server's own measured
-  first-token delay at the same percentile (p50, p99), and the client queue time p99.
-With --aiperf, AIPerf (installed in a separate venv) runs against the same server with the same
-settings, and its TTFT percentiles and CPU (its child processes' CPU time) are printed beside.
-This is a measurement script, not a test: nothing here asserts.
+  first-token delay at the same percentile (p50, p99); the client queue time (intended send to
+  actual send) p50/p99; the time-weighted mean and the largest number of requests in flight
+  seen by the server; the client's event-loop lag p99; and client CPU per request. Ours is
+  given twice: the measured loops only (every process, `ShareResult.cpu_s`) and everything the
+  client processes spent from the start of the run (warm-up, spawning and importing workers).
+  AIPerf's is all CPU time of its processes (its start-up included: it has no loop-only figure).
+Same settings for both: closed loop, the same concurrency and request count, `concurrency`
+warm-up requests, 16 output tokens, a 10-token prompt. This is a measurement script, not a
+test: nothing here asserts.
 """
 
 import asyncio
@@ -19,6 +25,7 @@ import resource
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,27 +36,37 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.config import LoadConfig
+from loadgen.config import Api, LoadConfig
+from loadgen.lag import LagMonitor
+from loadgen.loops import Share, ShareResult, run_share
 from loadgen.request import RequestRecord
-from loadgen.runner import make_client, request_body, run_closed_loop
+from loadgen.runner import API_PATHS, request_body
 from loadgen.stats import percentile, queue_ms, ttft_ms
+from loadgen.workers import auto_workers, run_in_workers, split_share
+from testbed.model_dir import make_model_dir
 
 TOKENS = 16
+SLOW_MS = 50
 SERVER = Path(__file__).with_name("mock_server.py")
 
 
 @dataclass
 class Row:
-    """One client at one concurrency: zero-delay throughput and 50 ms TTFT error."""
+    """One client at one concurrency: zero-delay throughput, then the 50 ms measurements."""
 
     client: str
     concurrency: int
+    workers: int | None
     requests_per_s: float
     chunks_per_s: float | None
-    cpu_ms_per_request: float
+    cpu_loop_ms: float | None
+    cpu_total_ms: float
     ttft_err_p50_ms: float
     ttft_err_p99_ms: float
+    queue_p50_ms: float | None
     queue_p99_ms: float | None
+    lag_p99_ms: float | None
+    mean_in_flight: float
     max_in_flight: int
 
 
@@ -79,196 +96,237 @@ class MockServer:
         response = httpx.post(f"{self.url}/reset") if reset else httpx.get(f"{self.url}/stats")
         return dict(response.json())
 
-    def close(self) -> None:
+    def truth(self, q: float) -> float:
+        """The server's own first-token delay (ms) at percentile q."""
+        delays = self.stats()["delays_ms"]
+        assert isinstance(delays, list)
+        value = percentile(delays, q)
+        assert value is not None
+        return value
+
+    def __enter__(self) -> "MockServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self.process.terminate()
         self.process.wait(10)
 
 
-async def _ours(url: str, concurrency: int, n: int) -> tuple[list[RequestRecord], float, float]:
-    config = LoadConfig(concurrency=[concurrency], max_tokens=TOKENS)
-    body = request_body(config.api, "m", "hello", TOKENS)
-    async with make_client(url, config, concurrency) as client:
-        warm = [RequestRecord(index=i, prefix_id=0) for i in range(concurrency)]
-        await run_closed_loop(
-            client,
-            "/v1/chat/completions",
-            [body] * concurrency,
-            warm,
-            concurrency=concurrency,
-            deadline_s=60,
-        )
-        records = [RequestRecord(index=i, prefix_id=0) for i in range(n)]
-        wall, cpu = time.monotonic(), time.process_time()
-        await run_closed_loop(
-            client,
-            "/v1/chat/completions",
-            [body] * n,
-            records,
-            concurrency=concurrency,
-            deadline_s=60,
-        )
-        return records, time.monotonic() - wall, time.process_time() - cpu
+def _cpu_s() -> float:
+    """CPU time (s) of this process and its waited-for children (worker processes)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _truth(server: MockServer, q: float) -> float:
-    delays = server.stats()["delays_ms"]
-    assert isinstance(delays, list)
-    value = percentile(delays, q)
-    assert value is not None
-    return value
+def _ours(url: str, concurrency: int, n: int, workers: int) -> tuple[ShareResult, float, float]:
+    """One closed-loop run as `run_grid` makes it; returns the result, wall time (s) of the
+    measured part and the client CPU (s) of the whole run. The server's stats are reset after
+    the warm-up, so they cover the measured requests."""
+    body = request_body(Api.CHAT, "m", "hello", TOKENS)
+    share = Share(
+        url=url,
+        path=API_PATHS[Api.CHAT],
+        config=LoadConfig(concurrency=[concurrency], max_tokens=TOKENS),
+        concurrency=concurrency,
+        warmup=[body] * concurrency,
+        bodies=[body] * n,
+        records=[RequestRecord(index=i, prefix_id=0) for i in range(n)],
+        arrival_seed="bench",
+    )
+
+    async def reset() -> None:
+        await asyncio.to_thread(httpx.post, f"{url}/reset")
+
+    cpu = _cpu_s()
+    if workers == 1:
+        result = asyncio.run(run_share(share, ready=reset))
+    else:
+        result = asyncio.run(run_in_workers(split_share(share, workers), ready=reset))
+    cpu = _cpu_s() - cpu
+    sent = [r.sent_ns for r in result.records if r.sent_ns is not None]
+    ends = [r.end_ns for r in result.records if r.end_ns is not None]
+    return result, (max(ends) - min(sent)) / 1e9, cpu
 
 
-def measure_ours(concurrency: int, n: int) -> Row:
-    """Our loadgen at `concurrency`: n requests against each server."""
-    fast = MockServer(0)
-    try:
-        records, wall, cpu = asyncio.run(_ours(fast.url, concurrency, n))
-        in_flight = fast.stats()["max_in_flight"]
-    finally:
-        fast.close()
-    slow = MockServer(50)
-    try:
-        slow_records, _, _ = asyncio.run(_ours(slow.url, concurrency, n))
-        slow.stats(reset=False)
-        ttfts = [t for r in slow_records if r.ok and (t := ttft_ms(r)) is not None]
-        queues = [q for r in slow_records if (q := queue_ms(r)) is not None]
-        err50 = (percentile(ttfts, 50) or 0) - _truth(slow, 50)
-        err99 = (percentile(ttfts, 99) or 0) - _truth(slow, 99)
-    finally:
-        slow.close()
-    ok = [r for r in records if r.ok]
+def measure_ours(concurrency: int, n: int, workers: int) -> Row:
+    """Our loadgen at `concurrency` with `workers` processes: n requests against each server."""
+    with MockServer(0) as fast:
+        result, wall, _ = _ours(fast.url, concurrency, n, workers)
+    ok = [r for r in result.records if r.ok]
+    with MockServer(SLOW_MS) as slow:
+        timed, _, cpu_total = _ours(slow.url, concurrency, n, workers)
+        seen = slow.stats()
+        good = [r for r in timed.records if r.ok]
+        ttfts = [t for r in good if (t := ttft_ms(r)) is not None]
+        queues = [q for r in timed.records if (q := queue_ms(r)) is not None]
+        err50 = (percentile(ttfts, 50) or 0) - slow.truth(50)
+        err99 = (percentile(ttfts, 99) or 0) - slow.truth(99)
     return Row(
-        "loadgen",
-        concurrency,
-        len(ok) / wall,
-        sum(r.chunks for r in ok) / wall,
-        cpu / n * 1e3,
-        err50,
-        err99,
-        percentile(queues, 99),
-        int(str(in_flight)),
+        client="loadgen",
+        concurrency=concurrency,
+        workers=workers,
+        requests_per_s=len(ok) / wall,
+        chunks_per_s=sum(r.chunks for r in ok) / wall,
+        cpu_loop_ms=timed.cpu_s / n * 1e3,
+        cpu_total_ms=cpu_total / n * 1e3,
+        ttft_err_p50_ms=err50,
+        ttft_err_p99_ms=err99,
+        queue_p50_ms=percentile(queues, 50),
+        queue_p99_ms=percentile(queues, 99),
+        lag_p99_ms=percentile(timed.loop_lags_ms, 99),
+        mean_in_flight=float(str(seen["mean_in_flight"])),
+        max_in_flight=int(str(seen["max_in_flight"])),
     )
 
 
 def _aiperf_run(
     aiperf: str, url: str, concurrency: int, n: int, tokenizer: Path, out: Path
-) -> dict:
+) -> tuple[dict[str, dict[str, float]], float]:
+    """One AIPerf profile; returns its aggregate JSON and the CPU time (s) of its processes."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall = time.monotonic()
-    subprocess.run(
-        [
-            aiperf,
-            "profile",
-            "--model",
-            "m",
-            "--url",
-            url,
-            "--endpoint-type",
-            "chat",
-            "--streaming",
-            "--concurrency",
-            str(concurrency),
-            "--request-count",
-            str(n),
-            "--warmup-request-count",
-            str(concurrency),
-            "--synthetic-input-tokens-mean",
-            "10",
-            "--output-tokens-mean",
-            str(TOKENS),
-            "--tokenizer",
-            str(tokenizer),
-            "--artifact-dir",
-            str(out),
-            "--ui-type",
-            "none",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    args = [
+        aiperf,
+        "profile",
+        *("--model", "m", "--url", url, "--endpoint-type", "chat", "--streaming"),
+        *("--concurrency", str(concurrency), "--request-count", str(n)),
+        *("--warmup-request-count", str(concurrency)),
+        *("--synthetic-input-tokens-mean", "10", "--output-tokens-mean", str(TOKENS)),
+        *("--tokenizer", str(tokenizer), "--artifact-dir", str(out), "--ui-type", "none"),
+    ]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"aiperf failed ({done.returncode}): {done.stderr[-2000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    found = sorted(out.rglob("profile_export_aiperf.json"))
-    data = json.loads(found[-1].read_text())
-    return {"data": data, "wall": time.monotonic() - wall, "cpu": cpu}
+    found = sorted(out.rglob("profile_export_aiperf.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(found[-1].read_text()), cpu
 
 
 def measure_aiperf(aiperf: str, concurrency: int, n: int, tokenizer: Path, work: Path) -> Row:
-    """AIPerf at `concurrency` against the same two servers (CPU includes its start-up)."""
-    fast = MockServer(0)
-    try:
-        run = _aiperf_run(aiperf, fast.url, concurrency, n, tokenizer, work / f"fast{concurrency}")
-        in_flight = fast.stats()["max_in_flight"]
-    finally:
-        fast.close()
-    slow = MockServer(50)
-    try:
-        slow_run = _aiperf_run(
+    """AIPerf at `concurrency` against the same two kinds of server. The server's stats cover
+    AIPerf's warm-up too (it has no hook between warm-up and profiling)."""
+    with MockServer(0) as fast:
+        data, _ = _aiperf_run(
+            aiperf, fast.url, concurrency, n, tokenizer, work / f"fast{concurrency}"
+        )
+    with MockServer(SLOW_MS) as slow:
+        slow_data, cpu = _aiperf_run(
             aiperf, slow.url, concurrency, n, tokenizer, work / f"slow{concurrency}"
         )
-        ttft = slow_run["data"]["time_to_first_token"]
-        err50, err99 = ttft["p50"] - _truth(slow, 50), ttft["p99"] - _truth(slow, 99)
-    finally:
-        slow.close()
-    throughput = run["data"]["request_throughput"]["avg"]
+        seen = slow.stats()
+        ttft = slow_data["time_to_first_token"]
+        err50, err99 = ttft["p50"] - slow.truth(50), ttft["p99"] - slow.truth(99)
     return Row(
-        "aiperf",
-        concurrency,
-        throughput,
-        None,
-        run["cpu"] / n * 1e3,
-        err50,
-        err99,
-        None,
-        int(str(in_flight)),
+        client="aiperf 0.13",
+        concurrency=concurrency,
+        workers=None,
+        requests_per_s=data["request_throughput"]["avg"],
+        chunks_per_s=None,
+        cpu_loop_ms=None,
+        cpu_total_ms=cpu / n * 1e3,
+        ttft_err_p50_ms=err50,
+        ttft_err_p99_ms=err99,
+        queue_p50_ms=None,
+        queue_p99_ms=None,
+        lag_p99_ms=None,
+        mean_in_flight=float(str(seen["mean_in_flight"])),
+        max_in_flight=int(str(seen["max_in_flight"])),
     )
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _tables(rows: list[Row], n: int) -> tuple[Table, Table]:
+    main = Table(
+        "client",
+        "c",
+        "workers",
+        "req/s (0 ms)",
+        "chunks/s (0 ms)",
+        "CPU ms/req loop",
+        "CPU ms/req total",
+        "TTFT err p50 ms",
+        "TTFT err p99 ms",
+        "queue p50/p99 ms",
+        "loop lag p99 ms",
+        "in flight mean/max",
+        title=f"{n} requests of {TOKENS} tokens per cell, true TTFT {SLOW_MS} ms; python "
+        f"{sys.version.split()[0]}, {os.cpu_count()} cores",
+    )
+    for r in rows:
+        main.add_row(
+            r.client,
+            str(r.concurrency),
+            _fmt(r.workers, "d"),
+            f"{r.requests_per_s:,.0f}",
+            _fmt(r.chunks_per_s, ",.0f"),
+            _fmt(r.cpu_loop_ms, ".2f"),
+            f"{r.cpu_total_ms:.2f}",
+            f"{r.ttft_err_p50_ms:+.1f}",
+            f"{r.ttft_err_p99_ms:+.1f}",
+            "-" if r.queue_p99_ms is None else f"{r.queue_p50_ms:.1f} / {r.queue_p99_ms:.1f}",
+            _fmt(r.lag_p99_ms, ".1f"),
+            f"{r.mean_in_flight:.1f} / {r.max_in_flight}",
+        )
+    ratios = Table(
+        "c",
+        "CPU total aiperf/loadgen",
+        "|TTFT err p50| aiperf/loadgen",
+        "|TTFT err p99| aiperf/loadgen",
+        "mean in flight aiperf/loadgen",
+        title="ratios (AIPerf / loadgen)",
+    )
+    ours = {r.concurrency: r for r in rows if r.client == "loadgen"}
+    for theirs in (r for r in rows if r.client != "loadgen"):
+        our = ours[theirs.concurrency]
+        ratios.add_row(
+            str(theirs.concurrency),
+            f"{theirs.cpu_total_ms / our.cpu_total_ms:.1f}x",
+            f"{abs(theirs.ttft_err_p50_ms) / max(abs(our.ttft_err_p50_ms), 0.1):.1f}x",
+            f"{abs(theirs.ttft_err_p99_ms) / max(abs(our.ttft_err_p99_ms), 0.1):.1f}x",
+            f"{theirs.mean_in_flight / our.mean_in_flight:.2f}",
+        )
+    return main, ratios
+
+
+async def _idle_lag_ms(seconds: float = 3.0) -> tuple[float | None, float | None]:
+    """p50 and p99 (ms) of an idle event loop's lag: the machine's own scheduling noise."""
+    async with LagMonitor() as lag:
+        await asyncio.sleep(seconds)
+    return percentile(lag.lags_ms, 50), percentile(lag.lags_ms, 99)
 
 
 def main(
     concurrency: Annotated[str, typer.Option(help="Comma-separated concurrencies.")] = "8,64,256",
-    requests: Annotated[int, typer.Option(help="Requests per measurement.")] = 2000,
+    requests: Annotated[int, typer.Option(help="Requests per measurement.")] = 3000,
+    workers: Annotated[str, typer.Option(help="Client processes: auto or a number.")] = "auto",
     aiperf: Annotated[str | None, typer.Option(envvar="AIPERF_BIN", help="aiperf binary.")] = None,
-    tokenizer: Annotated[
-        Path | None, typer.Option(help="Local tokenizer folder for AIPerf (no network).")
-    ] = None,
     work: Annotated[Path, typer.Option(help="AIPerf artifact folder.")] = Path(
         "/tmp/loadgen-bench"
     ),
 ) -> None:
-    """Print our figures (and AIPerf's) per concurrency."""
+    """Print our figures (and AIPerf's, with ratios) per concurrency."""
+    idle50, idle99 = asyncio.run(_idle_lag_ms())
     rows = []
-    for c in (int(x) for x in concurrency.split(",")):
-        rows.append(measure_ours(c, requests))
-        if aiperf is not None:
-            if tokenizer is None:
-                raise typer.BadParameter("--aiperf needs --tokenizer (a local tokenizer folder)")
-            rows.append(measure_aiperf(aiperf, c, requests, tokenizer, work))
-    table = Table(
-        "client",
-        "c",
-        "req/s",
-        "chunks/s",
-        "CPU ms/req",
-        "TTFT err p50 ms",
-        "TTFT err p99 ms",
-        "queue p99 ms",
-        "max in flight",
-        title=f"{requests} requests of {TOKENS} tokens per cell; python {sys.version.split()[0]}, "
-        f"{os.cpu_count()} cores",
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = make_model_dir(Path(tmp) / "model")  # a local tokenizer for AIPerf
+        for c in (int(x) for x in concurrency.split(",")):
+            count = auto_workers(c) if workers == "auto" else int(workers)
+            rows.append(measure_ours(c, requests, count))
+            if aiperf is not None:
+                rows.append(measure_aiperf(aiperf, c, requests, tokenizer, work))
+    main_table, ratios = _tables(rows, requests)
+    console = Console(width=200)
+    console.print(main_table)
+    console.print(
+        f"idle event loop lag before the runs (machine noise): p50 {_fmt(idle50, '.2f')} ms, "
+        f"p99 {_fmt(idle99, '.2f')} ms; load average {os.getloadavg()[0]:.2f}"
     )
-    for r in rows:
-        table.add_row(
-            r.client,
-            str(r.concurrency),
-            f"{r.requests_per_s:,.0f}",
-            "-" if r.chunks_per_s is None else f"{r.chunks_per_s:,.0f}",
-            f"{r.cpu_ms_per_request:.2f}",
-            f"{r.ttft_err_p50_ms:+.1f}",
-            f"{r.ttft_err_p99_ms:+.1f}",
-            "-" if r.queue_p99_ms is None else f"{r.queue_p99_ms:.1f}",
-            str(r.max_in_flight),
-        )
-    Console(width=160).print(table)
+    if aiperf is not None:
+        console.print(ratios)
 
 
 if __name__ == "__main__":

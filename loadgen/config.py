@@ -105,13 +105,24 @@ class LoadConfig(BaseModel):
     )
     max_connections: PositiveInt | None = Field(
         default=None,
-        description="httpx pool size; default: the run's concurrency.",
+        description="HTTP connection pool size; default: the run's concurrency.",
+    )
+
+    workers: PositiveInt | None = Field(
+        default=None,
+        description="Client processes sharing a closed-loop run's streams; default: automatic "
+        "(one per 128 streams, at most one per CPU; see loadgen.workers). The open loop always "
+        "runs in one process.",
     )
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Self:
         if self.arrival is Arrival.POISSON and self.request_rate is None:
             raise ValueError("arrival 'poisson' needs requestRate (requests/s > 0)")
+        if self.arrival is Arrival.POISSON and (self.workers or 1) > 1:
+            raise ValueError(
+                "workers > 1 splits the closed loop only; arrival 'poisson' runs in one process"
+            )
         if self.max_connections is not None:
             too_small = [c for c in self.concurrency if c > self.max_connections]
             if too_small:
@@ -122,7 +133,7 @@ class LoadConfig(BaseModel):
         return self
 
     def pool_size(self, concurrency: int) -> int:
-        """Connections in the httpx pool for a run at `concurrency` (>= the requests in flight)."""
+        """Connections in the HTTP pool for a run at `concurrency` (>= the requests in flight)."""
         return self.max_connections if self.max_connections is not None else concurrency
 
     @property

@@ -1,7 +1,11 @@
 """One streamed OpenAI-compatible request and its timing record.
 
-All times are `time.monotonic_ns()` readings (nanoseconds, one system-wide clock), taken when the
-bytes arrive: at the top of each iteration over `response.aiter_raw()`, before parsing.
+All times are `time.monotonic_ns()` readings (nanoseconds; CLOCK_MONOTONIC, one system-wide
+clock on Linux, so records from worker processes compare directly), taken when the bytes reach
+our code: at the top of each iteration over `response.content.iter_any()`, before parsing.
+
+The HTTP client is aiohttp (its C HTTP parser, one pooled connection per request in flight):
+`bench/loadgen_overhead.py` and the README's performance section show why not httpx.
 """
 
 import asyncio
@@ -9,13 +13,15 @@ import json
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import SimpleNamespace
 from typing import Any
 
-import httpx
+import aiohttp
 
 from loadgen.sse import SSEParser
 
 _ERROR_BODY_BYTES = 2048
+_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
 
 
 class ErrorKind(StrEnum):
@@ -33,9 +39,10 @@ class ErrorKind(StrEnum):
 class RequestRecord:
     """Timing and usage of one request.
 
-    `intended_ns`: when the load pattern wanted it sent. `sent_ns`: when its request headers
-    started going out on a pool connection (httpcore trace), so time spent waiting for a
-    connection or opening one is client queue time (`sent - intended`), never TTFT.
+    `intended_ns`: when the load pattern wanted it sent. `sent_ns`: when the request (headers and
+    JSON body in one write) went to the socket of a connection taken from the pool (aiohttp's
+    `on_request_chunk_sent` trace), so time spent waiting for a connection or opening one is
+    client queue time (`sent - intended`), never TTFT.
     `connect_ns`: when a new TCP connection was opened for it (None: a reused connection).
     `first_byte_ns`: first body bytes; `first_chunk_ns`: first data event of any kind;
     `first_token_ns`: first event with non-empty `content`/`reasoning_content`/`reasoning`
@@ -130,8 +137,32 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
     return False
 
 
+async def _body_sent(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    # aiohttp calls this right before it writes the body, coalesced with the headers, to the
+    # socket, with no suspension in between; headers_sent would come a loop iteration earlier
+    # on Python 3.11, where the body is written by a task of its own.
+    context.trace_request_ctx.sent_ns = time.monotonic_ns()
+
+
+async def _connection_opened(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    context.trace_request_ctx.connect_ns = time.monotonic_ns()
+
+
+def timing_trace() -> aiohttp.TraceConfig:
+    """The trace that fills `RequestRecord.sent_ns` and `connect_ns`; a session made with it
+    must pass the request's record as `trace_request_ctx`."""
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_body_sent)
+    trace.on_connection_create_start.append(_connection_opened)
+    return trace
+
+
 async def stream_request(
-    client: httpx.AsyncClient,
+    session: aiohttp.ClientSession,
     path: str,
     body: bytes,
     record: RequestRecord,
@@ -139,38 +170,27 @@ async def stream_request(
 ) -> None:
     """POST `body` (a JSON request with `stream: true`) to `path` and fill `record` in place.
 
-    Reads the body to its end even after `[DONE]`, so httpx returns the connection to the pool
-    for reuse. `deadline_s` (seconds) bounds the whole request from `record.intended_ns`. Never
+    `session` comes from `loadgen.runner.make_client` (base URL, timeouts, `timing_trace`).
+    Reads the body to its end even after `[DONE]`, so the connection goes back to the pool for
+    reuse. `deadline_s` (seconds) bounds the whole request from `record.intended_ns`. Never
     raises for request failures: they are recorded as `record.error_kind`/`record.error`.
     """
     now = time.monotonic_ns
-
-    async def trace(name: str, info: dict[str, Any]) -> None:
-        if name.endswith("send_request_headers.started"):
-            record.sent_ns = now()
-        elif name == "connection.connect_tcp.started":
-            record.connect_ns = now()
-
     remaining = deadline_s - (now() - record.intended_ns) / 1e9
     done = False
     try:
-        async with asyncio.timeout(max(remaining, 0.0)):
-            request = client.build_request(
-                "POST",
-                path,
-                content=body,
-                headers={"content-type": "application/json", "accept": "text/event-stream"},
-                extensions={"trace": trace},
-            )
-            response = await client.send(request, stream=True)
+        async with (
+            asyncio.timeout(max(remaining, 0.0)),
+            session.post(path, data=body, headers=_HEADERS, trace_request_ctx=record) as response,
+        ):
+            record.status = response.status
+            if response.status != 200:
+                text = (await response.read())[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
+                record.fail(ErrorKind.HTTP_STATUS, f"HTTP {response.status}: {text}")
+                return
+            parser = SSEParser()
             try:
-                record.status = response.status_code
-                if response.status_code != 200:
-                    text = (await response.aread())[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
-                    record.fail(ErrorKind.HTTP_STATUS, f"HTTP {response.status_code}: {text}")
-                    return
-                parser = SSEParser()
-                async for raw in response.aiter_raw():
+                async for raw in response.content.iter_any():
                     t = now()
                     if record.first_byte_ns is None:
                         record.first_byte_ns = t
@@ -180,17 +200,13 @@ async def stream_request(
                         elif _apply_event(record, event.data, t):
                             done = True
             finally:
-                await response.aclose()
                 record.end_ns = now()
+    except aiohttp.ServerTimeoutError as exc:  # connect or read timeout (a TimeoutError too)
+        record.fail(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}")
     except TimeoutError:
         record.fail(ErrorKind.TIMEOUT, f"no complete response within the {deadline_s:g} s deadline")
-    except httpx.TimeoutException as exc:
-        record.fail(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}")
-    except httpx.RemoteProtocolError as exc:
+    except (aiohttp.ClientError, OSError) as exc:
         kind = ErrorKind.CONNECTION if record.status is None else ErrorKind.TRUNCATED
-        record.fail(kind, f"{type(exc).__name__}: {exc}")
-    except httpx.TransportError as exc:
-        kind = ErrorKind.CONNECTION if record.first_byte_ns is None else ErrorKind.TRUNCATED
         record.fail(kind, f"{type(exc).__name__}: {exc}")
     if record.ok and not done and record.finish_reason is None:
         record.fail(ErrorKind.TRUNCATED, "stream ended without [DONE] or a finish_reason")

@@ -61,6 +61,17 @@ class RunSummary(BaseModel):
     cached_ratio: float | None
     cached_reported: int
     new_connections: int
+    workers: int = Field(default=1, description="Client processes that ran it (1: in-process).")
+    loop_lag_p99_ms: float | None = Field(
+        default=None,
+        description="p99 of how late the client's event loop(s) woke (ms; loadgen.lag).",
+    )
+    loop_lag_max_ms: float | None = None
+    client_cpu_ms_per_request: float | None = Field(
+        default=None,
+        description="CPU time of the client process(es) during the measured loop / requests "
+        "(ms); in-process runs count every thread of the calling process.",
+    )
     warnings: list[str]
 
 

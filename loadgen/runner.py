@@ -10,17 +10,16 @@ server without priming the measured prefixes. No cache-reset endpoint is used.
 import asyncio
 import itertools
 import json
-import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 from rich.progress import Progress
 
 from loadgen.config import Api, Arrival, LoadConfig
+from loadgen.loops import OnDone, Share, ShareResult, make_client, run_share
 from loadgen.output import write_outputs
 from loadgen.prompts import (
     Prompt,
@@ -33,11 +32,10 @@ from loadgen.prompts import (
 from loadgen.request import RequestRecord, RunRecords, stream_request
 from loadgen.results import ErrorSample, GridResult, RunSummary
 from loadgen.stats import summarize_point, summarize_run
+from loadgen.workers import auto_workers, run_in_workers, split_share
 
 API_PATHS = {Api.CHAT: "/v1/chat/completions", Api.COMPLETIONS: "/v1/completions"}
 FIRST_ERRORS_KEPT = 10
-
-OnDone = Callable[[RequestRecord], None]
 
 
 def request_body(api: Api, model: str, prompt: str, max_tokens: int) -> bytes:
@@ -51,101 +49,6 @@ def request_body(api: Api, model: str, prompt: str, max_tokens: int) -> bytes:
     return json.dumps(body).encode()
 
 
-def make_client(url: str, config: LoadConfig, concurrency: int) -> httpx.AsyncClient:
-    """An HTTP/1.1 client whose pool holds `config.pool_size(concurrency)` connections.
-
-    Timeouts: connect and write `connect_timeout_s`, read `read_timeout_s`; no pool timeout
-    (the per-request deadline bounds it).
-    """
-    size = config.pool_size(concurrency)
-    return httpx.AsyncClient(
-        base_url=url,
-        limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
-        timeout=httpx.Timeout(
-            connect=config.connect_timeout_s,
-            read=config.read_timeout_s,
-            write=config.connect_timeout_s,
-            pool=None,
-        ),
-    )
-
-
-async def run_closed_loop(
-    client: httpx.AsyncClient,
-    path: str,
-    bodies: Sequence[bytes],
-    records: Sequence[RequestRecord],
-    *,
-    concurrency: int,
-    deadline_s: float,
-    duration_s: float | None = None,
-    on_done: OnDone | None = None,
-) -> list[RequestRecord]:
-    """Send `bodies` with exactly `concurrency` requests in flight until all are sent (or, with
-    `duration_s`, until that many seconds have passed: no request starts after). A request's
-    intended send time is the moment its predecessor on the same slot finished.
-
-    Returns the records of the requests that were started, in index order.
-    """
-    pending = iter(range(len(bodies)))
-    stop_ns = None if duration_s is None else time.monotonic_ns() + int(duration_s * 1e9)
-    started: list[RequestRecord] = []
-
-    async def slot() -> None:
-        for i in pending:
-            now = time.monotonic_ns()
-            if stop_ns is not None and now >= stop_ns:
-                return
-            record = records[i]
-            record.intended_ns = now
-            started.append(record)
-            await stream_request(client, path, bodies[i], record, deadline_s)
-            if on_done is not None:
-                on_done(record)
-
-    await asyncio.gather(*(slot() for _ in range(concurrency)))
-    return sorted(started, key=lambda r: r.index)
-
-
-async def run_poisson(
-    client: httpx.AsyncClient,
-    path: str,
-    bodies: Sequence[bytes],
-    records: Sequence[RequestRecord],
-    *,
-    rate: float,
-    concurrency: int,
-    deadline_s: float,
-    rng: random.Random,
-    on_done: OnDone | None = None,
-) -> list[RequestRecord]:
-    """Open loop: request i is due at the sum of i+1 exponential gaps of mean 1/`rate` seconds,
-    whatever happened to earlier requests; at most `concurrency` are in flight. Each record's
-    `intended_ns` is its due time, so waiting for the event loop or a free slot is client queue
-    time, not hidden (no coordinated omission). Returns all records in index order.
-    """
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(i: int) -> None:
-        async with gate:
-            await stream_request(client, path, bodies[i], records[i], deadline_s)
-        if on_done is not None:
-            on_done(records[i])
-
-    start = time.monotonic_ns()
-    due = start
-    tasks = []
-    for i in range(len(bodies)):
-        due += int(rng.expovariate(rate) * 1e9)
-        records[i].intended_ns = due
-        delay = (due - time.monotonic_ns()) / 1e9
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(i)))
-    await asyncio.gather(*tasks)
-    return list(records)
-
-
 async def _run_once(
     url: str,
     model: str,
@@ -155,44 +58,29 @@ async def _run_once(
     concurrency: int,
     repetition: int,
     on_done: OnDone | None,
-) -> list[RequestRecord]:
-    path = API_PATHS[config.api]
-    bodies = [request_body(config.api, model, p.text, config.max_tokens) for p in prompts]
-    records = [RequestRecord(index=i, prefix_id=p.prefix_id) for i, p in enumerate(prompts)]
-    async with make_client(url, config, concurrency) as client:
-        if warmup:
-            warm = [request_body(config.api, model, p.text, config.max_tokens) for p in warmup]
-            await run_closed_loop(
-                client,
-                path,
-                warm,
-                [RequestRecord(index=i, prefix_id=p.prefix_id) for i, p in enumerate(warmup)],
-                concurrency=concurrency,
-                deadline_s=config.request_timeout_s,
-            )
-        if config.arrival is Arrival.POISSON:
-            assert config.request_rate is not None  # enforced by LoadConfig's validator
-            return await run_poisson(
-                client,
-                path,
-                bodies,
-                records,
-                rate=config.request_rate,
-                concurrency=concurrency,
-                deadline_s=config.request_timeout_s,
-                rng=random.Random(f"{config.seed}:arrivals:{repetition}"),
-                on_done=on_done,
-            )
-        return await run_closed_loop(
-            client,
-            path,
-            bodies,
-            records,
-            concurrency=concurrency,
-            deadline_s=config.request_timeout_s,
-            duration_s=config.duration_s,
-            on_done=on_done,
-        )
+) -> tuple[ShareResult, int]:
+    """One run in this process or spread over worker processes (`config.workers`, else
+    `auto_workers`); returns the merged records and lag samples, and the number of workers
+    (1: this process)."""
+    share = Share(
+        url=url,
+        path=API_PATHS[config.api],
+        config=config,
+        concurrency=concurrency,
+        warmup=[request_body(config.api, model, p.text, config.max_tokens) for p in warmup],
+        bodies=[request_body(config.api, model, p.text, config.max_tokens) for p in prompts],
+        records=[RequestRecord(index=i, prefix_id=p.prefix_id) for i, p in enumerate(prompts)],
+        arrival_seed=f"{config.seed}:arrivals:{repetition}",
+    )
+    if config.arrival is Arrival.POISSON:
+        workers = 1  # LoadConfig allows workers > 1 only for the closed loop
+    elif config.workers is not None:
+        workers = min(config.workers, concurrency)
+    else:
+        workers = auto_workers(concurrency)
+    if workers == 1:
+        return await run_share(share, on_done=on_done), 1
+    return await run_in_workers(split_share(share, workers)), workers
 
 
 async def calibrate_word_sizer(url: str, model: str, config: LoadConfig) -> WordSizer:
@@ -277,12 +165,22 @@ async def run_grid_async(
             prompts = build_prompts(sizer, n=config.requests_per_run, salt=salt, **shape)
             n_warmup = conc if config.warmup_requests is None else config.warmup_requests
             warmup = build_prompts(sizer, n=n_warmup, salt=f"warmup-{salt}", **shape)
-            records = await _run_once(
+            done, workers = await _run_once(
                 url, model, config, prompts, warmup, conc, rep, lambda _: bar.advance(task)
             )
-            runs.append(RunRecords(kinds, conc, rep, records))
+            if workers > 1:
+                bar.advance(task, len(done.records))
+            runs.append(RunRecords(kinds, conc, rep, done.records))
             summaries.append(
-                summarize_run(records, prefix_kinds=kinds, concurrency=conc, repetition=rep)
+                summarize_run(
+                    done.records,
+                    prefix_kinds=kinds,
+                    concurrency=conc,
+                    repetition=rep,
+                    workers=workers,
+                    loop_lags_ms=done.loop_lags_ms,
+                    client_cpu_s=done.cpu_s,
+                )
             )
     points = [
         summarize_point([s for s in summaries if (s.prefix_kinds, s.concurrency) == point])

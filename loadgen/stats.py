@@ -6,6 +6,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
+from loadgen.lag import lag_warning
 from loadgen.request import RequestRecord
 from loadgen.results import LOW_SAMPLE_P99, PointSummary, RunSummary
 
@@ -68,11 +69,21 @@ def _present(values: Sequence[float | None]) -> list[float]:
 
 
 def summarize_run(
-    records: Sequence[RequestRecord], *, prefix_kinds: int, concurrency: int, repetition: int
+    records: Sequence[RequestRecord],
+    *,
+    prefix_kinds: int,
+    concurrency: int,
+    repetition: int,
+    workers: int = 1,
+    loop_lags_ms: Sequence[float] = (),
+    client_cpu_s: float | None = None,
 ) -> RunSummary:
-    """Reduce one run's records to a `RunSummary` (see its docstring for every definition).
+    """Reduce one run's records to a `RunSummary` (see its docstring for every definition);
+    `loop_lags_ms` are the client event loops' lag samples (ms, `loadgen.lag.LagMonitor`),
+    `client_cpu_s` the client's CPU time during the measured loop (s).
 
-    Adds a warning when the TTFT p99 rests on fewer than 100 successful samples.
+    Adds a warning when the TTFT p99 rests on fewer than 100 successful samples, and
+    `loadgen.lag.lag_warning`'s when the loop lag is large enough to distort TTFT.
     """
     good = [r for r in records if r.ok]
     first_chunks = _present([_ms(r.sent_ns, r.first_chunk_ns) for r in good])
@@ -99,6 +110,11 @@ def summarize_run(
             f"TTFT p99 rests on {len(ttfts)} samples (< {LOW_SAMPLE_P99}): "
             "it is close to the maximum, not a stable p99"
         )
+    lag_p99 = percentile(loop_lags_ms, 99)
+    lag_max = max(loop_lags_ms, default=None)
+    lagging = lag_warning(lag_p99, lag_max)
+    if lagging is not None:
+        warnings.append(lagging)
     return RunSummary(
         prefix_kinds=prefix_kinds,
         concurrency=concurrency,
@@ -123,6 +139,12 @@ def summarize_run(
         cached_ratio=cached_sum / prompt_sum if prompt_sum else None,
         cached_reported=len(reported),
         new_connections=sum(r.connect_ns is not None for r in records),
+        workers=workers,
+        loop_lag_p99_ms=lag_p99,
+        loop_lag_max_ms=lag_max,
+        client_cpu_ms_per_request=(
+            client_cpu_s * 1e3 / len(records) if client_cpu_s is not None and records else None
+        ),
         warnings=warnings,
     )
 

@@ -57,3 +57,10 @@ def test_combinations() -> None:
         LoadConfig(arrival=Arrival.POISSON)
     with pytest.raises(ValidationError, match=r"below concurrency \[8\]"):
         LoadConfig(concurrency=[4, 8], max_connections=6)
+
+
+def test_workers_split_only_the_closed_loop() -> None:
+    assert LoadConfig.model_validate({"workers": 3}).workers == 3
+    assert LoadConfig(arrival=Arrival.POISSON, request_rate=5, workers=1).workers == 1
+    with pytest.raises(ValidationError, match="workers > 1 splits the closed loop only"):
+        LoadConfig(arrival=Arrival.POISSON, request_rate=5, workers=2)

@@ -14,8 +14,9 @@ from fake_openai_server import FakeServer, Step, Wait, normal_stream
 from typer.testing import CliRunner
 
 from loadgen.config import LoadConfig
+from loadgen.loops import make_client, run_closed_loop, run_poisson
 from loadgen.request import RequestRecord
-from loadgen.runner import make_client, run_closed_loop, run_grid_async, run_poisson
+from loadgen.runner import run_grid_async
 from testbed.cli import app
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,0 +1,195 @@
+"""The load loops of one process: the HTTP session, the closed and open (Poisson) loops, and
+`run_share`, which runs one process's share of a run (warm-up, then the measured loop under a
+`LagMonitor`). `loadgen.workers` runs several shares in worker processes.
+"""
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+
+from loadgen.config import Arrival, LoadConfig
+from loadgen.lag import LagMonitor
+from loadgen.request import RequestRecord, stream_request, timing_trace
+
+OnDone = Callable[[RequestRecord], None]
+
+
+def make_client(url: str, config: LoadConfig, concurrency: int) -> aiohttp.ClientSession:
+    """An HTTP/1.1 aiohttp session on `url` whose pool holds `config.pool_size(concurrency)`
+    connections, with the `timing_trace` that fills `sent_ns`/`connect_ns`.
+
+    Timeouts: connect `connect_timeout_s`, between two reads `read_timeout_s`; no total (the
+    per-request deadline bounds it). Must be made inside a running event loop.
+    """
+    return aiohttp.ClientSession(
+        base_url=url,
+        connector=aiohttp.TCPConnector(limit=config.pool_size(concurrency), limit_per_host=0),
+        timeout=aiohttp.ClientTimeout(
+            total=None, sock_connect=config.connect_timeout_s, sock_read=config.read_timeout_s
+        ),
+        trace_configs=[timing_trace()],
+        auto_decompress=False,
+    )
+
+
+async def run_closed_loop(
+    client: aiohttp.ClientSession,
+    path: str,
+    bodies: Sequence[bytes],
+    records: Sequence[RequestRecord],
+    *,
+    concurrency: int,
+    deadline_s: float,
+    duration_s: float | None = None,
+    on_done: OnDone | None = None,
+) -> list[RequestRecord]:
+    """Send `bodies` with exactly `concurrency` requests in flight until all are sent (or, with
+    `duration_s`, until that many seconds have passed: no request starts after). A request's
+    intended send time is the moment its predecessor on the same slot finished.
+
+    Returns the records of the requests that were started, in index order.
+    """
+    pending = iter(range(len(bodies)))
+    stop_ns = None if duration_s is None else time.monotonic_ns() + int(duration_s * 1e9)
+    started: list[RequestRecord] = []
+
+    async def slot() -> None:
+        for i in pending:
+            now = time.monotonic_ns()
+            if stop_ns is not None and now >= stop_ns:
+                return
+            record = records[i]
+            record.intended_ns = now
+            started.append(record)
+            await stream_request(client, path, bodies[i], record, deadline_s)
+            if on_done is not None:
+                on_done(record)
+
+    await asyncio.gather(*(slot() for _ in range(concurrency)))
+    return sorted(started, key=lambda r: r.index)
+
+
+async def run_poisson(
+    client: aiohttp.ClientSession,
+    path: str,
+    bodies: Sequence[bytes],
+    records: Sequence[RequestRecord],
+    *,
+    rate: float,
+    concurrency: int,
+    deadline_s: float,
+    rng: random.Random,
+    on_done: OnDone | None = None,
+) -> list[RequestRecord]:
+    """Open loop: request i is due at the sum of i+1 exponential gaps of mean 1/`rate` seconds,
+    whatever happened to earlier requests; at most `concurrency` are in flight. Each record's
+    `intended_ns` is its due time, so waiting for the event loop or a free slot is client queue
+    time, not hidden (no coordinated omission). Returns all records in index order.
+    """
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await stream_request(client, path, bodies[i], records[i], deadline_s)
+        if on_done is not None:
+            on_done(records[i])
+
+    start = time.monotonic_ns()
+    due = start
+    tasks = []
+    for i in range(len(bodies)):
+        due += int(rng.expovariate(rate) * 1e9)
+        records[i].intended_ns = due
+        delay = (due - time.monotonic_ns()) / 1e9
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+    return list(records)
+
+
+@dataclass
+class Share:
+    """One process's part of a run: `concurrency` of the run's streams, its warm-up bodies
+    (sent first, unmeasured) and its measured `bodies` with their `records` (same length).
+    `arrival_seed` seeds the Poisson gaps. Picklable, so it can go to a worker process."""
+
+    url: str
+    path: str
+    config: LoadConfig
+    concurrency: int
+    warmup: list[bytes]
+    bodies: list[bytes]
+    records: list[RequestRecord]
+    arrival_seed: str
+
+
+@dataclass
+class ShareResult:
+    """A share's filled records (the started ones, in index order), its event loop's lag
+    samples (ms, see `loadgen.lag`) and the CPU time (s, user + system, all threads of the
+    process) spent during its measured loop."""
+
+    records: list[RequestRecord]
+    loop_lags_ms: list[float]
+    cpu_s: float
+
+
+async def run_share(
+    share: Share,
+    *,
+    on_done: OnDone | None = None,
+    ready: Callable[[], Awaitable[None]] | None = None,
+) -> ShareResult:
+    """Warm up (one closed loop over `share.warmup`), await `ready()` (worker processes meet at
+    a barrier there so their measured loops start together), then run the measured loop
+    (closed, or Poisson for `config.arrival`) while a `LagMonitor` samples the loop's lag.
+    Request failures are in the records, never raised.
+    """
+    config = share.config
+    deadline = config.request_timeout_s
+    async with make_client(share.url, config, share.concurrency) as client:
+        if share.warmup:
+            warm = [RequestRecord(index=i, prefix_id=0) for i in range(len(share.warmup))]
+            await run_closed_loop(
+                client,
+                share.path,
+                share.warmup,
+                warm,
+                concurrency=share.concurrency,
+                deadline_s=deadline,
+            )
+        if ready is not None:
+            await ready()
+        cpu = time.process_time()
+        async with LagMonitor() as lag:
+            if config.arrival is Arrival.POISSON:
+                assert config.request_rate is not None  # enforced by LoadConfig's validator
+                records = await run_poisson(
+                    client,
+                    share.path,
+                    share.bodies,
+                    share.records,
+                    rate=config.request_rate,
+                    concurrency=share.concurrency,
+                    deadline_s=deadline,
+                    rng=random.Random(share.arrival_seed),
+                    on_done=on_done,
+                )
+            else:
+                records = await run_closed_loop(
+                    client,
+                    share.path,
+                    share.bodies,
+                    share.records,
+                    concurrency=share.concurrency,
+                    deadline_s=deadline,
+                    duration_s=config.duration_s,
+                    on_done=on_done,
+                )
+        cpu = time.process_time() - cpu
+    return ShareResult(records, lag.lags_ms, cpu)
