@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai_server import FakeServer, Step, Wait, normal_stream
+from fake_openai_server import FakeServer, Sleep, Step, Wait, normal_stream
 
 from loadgen.config import LoadConfig
 from loadgen.loops import Share
@@ -107,7 +107,11 @@ async def test_grid_with_workers_reports_them_per_run(tmp_path: Path) -> None:
         prompt_tokens=20,
         workers=2,
     )
-    async with FakeServer(lambda request, number: normal_stream(["a", "b", "c"])) as server:
+    # 20 ms before each stream: every worker's share outlasts several 5 ms lag ticks, so the lag
+    # is measured however fast the machine is.
+    async with FakeServer(
+        lambda request, number: [Sleep(0.02), *normal_stream(["a", "b", "c"])]
+    ) as server:
         result = await run_grid_async(server.url, "m", config, tmp_path, progress=False)
     (run,) = result.runs
     assert (run.workers, run.requests, run.samples, run.errors) == (2, 20, 20, 0)
