@@ -53,11 +53,13 @@ def placement_problems(cfg: StackConfig) -> list[ConfigProblem]:
         slicing = node_class.time_slicing.replicas_per_gpu if node_class.time_slicing else 1
         units = node_class.nodes * node_class.gpus_per_node * slicing
         if wanted > units:
+            last = max(i for i, w in enumerate(cfg.topology.workers) if w.node_class == name)
             out.append(
                 ConfigProblem(
-                    f"nodeClasses.{name}",
-                    f"{units} nvidia.com/gpu",
-                    f"GPU oversubscription: workers {', '.join(w.name for w in on_class)} need "
+                    _workers_key(last, "replicas"),
+                    cfg.topology.workers[last].replicas,
+                    f"GPU oversubscription on node class '{name}': workers "
+                    f"{', '.join(w.name for w in on_class)} need "
                     f"{wanted} nvidia.com/gpu (one per replica) but the class offers {units} "
                     f"(nodes {node_class.nodes} x gpusPerNode {node_class.gpus_per_node} x "
                     f"time-slicing replicas {slicing}); add nodes, enable timeSlicing or lower "
@@ -199,6 +201,7 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
         return out
     index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
     value: object
+    seen: set[tuple[str, str]] = set()
     for finding in stack_sizing(cfg).report.errors:
         if finding.check == "memory-floor":
             key = _workers_key(index[finding.subject], "memoryLimit")
@@ -217,7 +220,9 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
             )
         else:
             continue  # the mocker engine uses no GPU
-        out.append(ConfigProblem(key, value, finding.message))
+        if (key, finding.check) not in seen:  # one problem per group, not per replica
+            seen.add((key, finding.check))
+            out.append(ConfigProblem(key, value, finding.message))
     return out
 
 

@@ -15,12 +15,20 @@ resource is registered:
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import re
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from components.errors import PROJECT, ConfigProblem, StackConfigError, key_path
@@ -212,6 +220,11 @@ class KvTransfer(CamelModel):
         }
 
 
+def _quantity_text(value: object) -> object:
+    """A memory quantity given as a plain number of bytes (``4000000000``) -> its string."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 class WorkerGroup(CamelModel):
     """Identical workers of one role on one node class (one DGD component)."""
 
@@ -226,10 +239,10 @@ class WorkerGroup(CamelModel):
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization: fraction of one GPU."
     )
-    memory_limit: str = Field(
+    memory_limit: Annotated[str, BeforeValidator(_quantity_text)] = Field(
         default="3584Mi", description="Container memory limit (the seed's part-3 value)."
     )
-    base_memory: str = Field(
+    base_memory: Annotated[str, BeforeValidator(_quantity_text)] = Field(
         default="3584Mi",
         description="Memory the worker needs without host-buffered KV; the sizing floor adds "
         "concurrency x per-request KV on top (3,584Mi: every part-3 run passed with it).",
@@ -440,7 +453,7 @@ def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
     """
     data = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
     problems = [
-        ConfigProblem(k, data[k], f"unknown key; known keys: {', '.join(sorted(KNOWN_KEYS))}")
+        ConfigProblem(k, data[k], unknown_key_message(k, KNOWN_KEYS))
         for k in sorted(data)
         if k not in KNOWN_KEYS
     ]
@@ -458,18 +471,22 @@ def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
     return cfg
 
 
+def unknown_key_message(key: str, allowed: Iterable[str]) -> str:
+    """``unknown key; did you mean 'x'? allowed here: a, b, c`` (the hint when one is close)."""
+    allowed = sorted(allowed)
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown key; {hint}allowed here: {', '.join(allowed)}"
+
+
 def _problem(error: Any) -> ConfigProblem:
     """A pydantic error dict -> :class:`ConfigProblem` with the allowed values spelled out."""
     loc, model = _walk(tuple(error["loc"]))
     msg = error["msg"]
     if error["type"] == "extra_forbidden":
         model = _walk(loc[:-1])[1]
-        allowed = (
-            ", ".join(sorted(f.alias or n for n, f in model.model_fields.items()))
-            if model is not None
-            else "see Pulumi.yaml"
-        )
-        msg = f"unknown key; allowed here: {allowed}"
+        names = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []
+        msg = unknown_key_message(str(loc[-1]), names) if names else "unknown key; see Pulumi.yaml"
     elif error["type"] == "missing":
         msg = "required key is missing"
     value = None if error["type"] == "missing" else error.get("input")

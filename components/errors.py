@@ -14,6 +14,9 @@ from typing import Any
 
 PROJECT = "dynamo-testbed"
 
+MAX_VALUE_CHARS = 80
+"""Longer bad values (a whole misspelled section) are cut in messages; the key says where."""
+
 
 @dataclass(frozen=True)
 class ConfigProblem:
@@ -30,8 +33,10 @@ class ConfigProblem:
     message: str
 
     def render(self) -> str:
-        """One line: ``dynamo-testbed:<key> = <value>: <message>``."""
+        """One line: ``dynamo-testbed:<key> = <value>: <message>`` (long values abbreviated)."""
         shown = "(missing)" if self.value is None else repr(self.value)
+        if len(shown) > MAX_VALUE_CHARS:
+            shown = shown[: MAX_VALUE_CHARS - 3] + "..."
         return f"{PROJECT}:{self.key} = {shown}: {self.message}"
 
 

@@ -220,8 +220,12 @@ def check_memory_floor(
     base_memory: str | int = DEFAULT_BASE_MEMORY,
     margin: float = DEFAULT_MEMORY_MARGIN,
     allow_unsafe_memory: bool = False,
+    host_buffers_kv: bool = True,
 ) -> SizingFinding | None:
-    """Check a host-buffered-KV worker's memory limit against `memory_floor_bytes`.
+    """Check a worker's memory limit against `memory_floor_bytes`.
+
+    A worker that buffers KV in host memory needs the seed's floor; any other worker needs at
+    least its base memory (the floor with no in-flight KV).
 
     Args:
         component: the component's name, used in the message.
@@ -232,6 +236,8 @@ def check_memory_floor(
         margin: multiplier on the KV term (>= 1).
         allow_unsafe_memory: the stack's explicit override: report a ``warning`` instead of an
             ``error`` (to reproduce the seed's OOMKill on purpose).
+        host_buffers_kv: False for a worker without host-buffered KV: the floor is
+            ``base_memory`` alone.
 
     Returns:
         None when the limit is at or above the floor, else the finding.
@@ -241,28 +247,44 @@ def check_memory_floor(
     """
     configured = parse_quantity(memory_limit)
     base = parse_quantity(base_memory)
+    if not host_buffers_kv:
+        concurrency = 0
     required = memory_floor_bytes(base, concurrency, kv_bytes_per_request, margin)
     if configured >= required:
         return None
-    formula = (
-        f"base {format_quantity(base)} + concurrency {concurrency} x KV/request "
-        f"{kv_bytes_per_request:,} B x margin {margin:g} = {_bytes_text(required)}"
-    )
-    message = (
-        f"component '{component}' buffers KV in host memory (kv_buffer_device: cpu) and its "
-        f"memory limit {_bytes_text(configured)} is below the required "
-        f"{_bytes_text(required)}; {formula}. "
-    )
+    minimum = format_quantity(ceil_mib(required))
+    if host_buffers_kv:
+        formula = (
+            f"base {format_quantity(base)} + concurrency {concurrency} x KV/request "
+            f"{kv_bytes_per_request:,} B x margin {margin:g} = {_bytes_text(required)}"
+        )
+        message = (
+            f"component '{component}' buffers KV in host memory (kv_buffer_device: cpu) and its "
+            f"memory limit {_bytes_text(configured)} is below the required "
+            f"{_bytes_text(required)}; {formula}. "
+        )
+        fix = (
+            f"Raise memoryLimit to at least {minimum}, lower load.concurrency, or set "
+            "sizing.allowUnsafeMemory: true to reproduce the seed's OOMKill."
+        )
+    else:
+        formula = f"base memory {format_quantity(base)} = {_bytes_text(required)}"
+        message = (
+            f"component '{component}' has memory limit {_bytes_text(configured)}, below its "
+            f"base memory {_bytes_text(required)} (what the worker needs without host-buffered "
+            "KV; the default 3584Mi is the limit every part-3 run of the seed passed with). "
+        )
+        fix = (
+            f"Raise memoryLimit to at least {minimum}, or lower baseMemory if this engine and "
+            "model need less, or set sizing.allowUnsafeMemory: true."
+        )
     if allow_unsafe_memory:
         message += (
-            "allowUnsafeMemory is set, so it is deployed anyway: expect the worker to be "
+            "sizing.allowUnsafeMemory is set, so it is deployed anyway: expect the worker to be "
             "OOMKilled (exit 137) under load, as in the seed's cross-node run."
         )
     else:
-        message += (
-            f"Raise the limit to at least {format_quantity(ceil_mib(required))}, lower the "
-            "load concurrency, or set allowUnsafeMemory to reproduce the seed's OOMKill."
-        )
+        message += fix
     return SizingFinding(
         check="memory-floor",
         subject=component,
@@ -568,17 +590,15 @@ class GpuAllocation(BaseModel):
 
 
 class ComponentMemoryReport(BaseModel):
-    """A component's memory limit against the floor.
-
-    ``memory_floor_*`` are None for components that do not buffer KV in host memory.
-    """
+    """A component's memory limit against its floor (base memory, plus the host-buffered KV
+    of every in-flight request when ``host_buffers_kv``)."""
 
     name: str
     host_buffers_kv: bool
     memory_limit_bytes: int
-    memory_floor_bytes: int | None
-    memory_floor_mib: int | None
-    memory_floor_quantity: str | None
+    memory_floor_bytes: int
+    memory_floor_mib: int
+    memory_floor_quantity: str
     fits: bool
 
 
@@ -658,31 +678,31 @@ def build_sizing_report(
     component_reports = []
     for component in components:
         limit = parse_quantity(component.memory_limit)
-        floor = None
-        if component.host_buffers_kv:
-            floor = memory_floor_bytes(
-                parse_quantity(component.base_memory), concurrency, request_kv, margin
-            )
-            finding = check_memory_floor(
-                component.name,
-                component.memory_limit,
-                concurrency=concurrency,
-                kv_bytes_per_request=request_kv,
-                base_memory=component.base_memory,
-                margin=margin,
-                allow_unsafe_memory=allow_unsafe_memory,
-            )
-            if finding is not None:
-                findings.append(finding)
+        in_flight = concurrency if component.host_buffers_kv else 0
+        floor = memory_floor_bytes(
+            parse_quantity(component.base_memory), in_flight, request_kv, margin
+        )
+        finding = check_memory_floor(
+            component.name,
+            component.memory_limit,
+            concurrency=concurrency,
+            kv_bytes_per_request=request_kv,
+            base_memory=component.base_memory,
+            margin=margin,
+            allow_unsafe_memory=allow_unsafe_memory,
+            host_buffers_kv=component.host_buffers_kv,
+        )
+        if finding is not None:
+            findings.append(finding)
         component_reports.append(
             ComponentMemoryReport(
                 name=component.name,
                 host_buffers_kv=component.host_buffers_kv,
                 memory_limit_bytes=limit,
                 memory_floor_bytes=floor,
-                memory_floor_mib=None if floor is None else ceil_mib(floor) // MI,
-                memory_floor_quantity=None if floor is None else format_quantity(ceil_mib(floor)),
-                fits=floor is None or limit >= floor,
+                memory_floor_mib=ceil_mib(floor) // MI,
+                memory_floor_quantity=format_quantity(ceil_mib(floor)),
+                fits=limit >= floor,
             )
         )
     worker_reports = []

@@ -56,6 +56,7 @@ def stack_config(stack: str, project_dir: Path = REPO) -> tuple[dict[str, str], 
 
     Raises:
         FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``; the message lists known stacks.
+        StackFileError: the file is not YAML, or has no ``config:`` mapping.
     """
     path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
     if not path.exists():
@@ -67,7 +68,7 @@ def stack_config(stack: str, project_dir: Path = REPO) -> tuple[dict[str, str], 
         if isinstance(decl, dict) and "default" in decl:
             values[f"{PROJECT}:{key}"] = decl["default"]
     secrets: list[str] = []
-    for key, value in (yaml.safe_load(path.read_text()).get("config") or {}).items():
+    for key, value in _stack_file_config(stack, path).items():
         full = key if ":" in key else f"{PROJECT}:{key}"
         if isinstance(value, dict) and set(value) == {"secure"}:
             value = SECRET_PLACEHOLDER
@@ -75,6 +76,33 @@ def stack_config(stack: str, project_dir: Path = REPO) -> tuple[dict[str, str], 
         values[full] = value
     as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     return as_strings, secrets
+
+
+class StackFileError(ValueError):
+    """A stack file that cannot be read as a Pulumi stack config (names the file and line)."""
+
+
+def _stack_file_config(stack: str, path: Path) -> dict[str, Any]:
+    """The ``config:`` mapping of a stack file.
+
+    Raises:
+        StackFileError: not YAML (with the line), or no ``config:`` mapping at the top.
+    """
+    where = f"stack '{stack}': {path}"
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise StackFileError(f"{where}{line}: not valid YAML: {problem}") from None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        raise StackFileError(
+            f"{where}: no `config:` mapping at the top of the file; a stack file looks like\n"
+            "config:\n  dynamo-testbed:nodeClasses: {...}\n  dynamo-testbed:topology: {...}"
+        )
+    return config
 
 
 @dataclass

@@ -1,42 +1,58 @@
-"""``testbed render`` and ``testbed diff``: the Pulumi program offline, no cluster, no CLI."""
+"""``testbed render``, ``testbed diff`` and ``testbed simulate``: stacks without a cluster."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from components.errors import StackConfigError
-from testbed.render import Rendered, render_stack
+from components.sizing import format_quantity
+from testbed.render import Rendered, StackFileError, render_stack
 from testbed.render_files import diff_rendered, write_rendered
 
-console = Console()
+# Piped output (CI, `| less`) gets 120 columns rather than rich's default 80.
+console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+
+STACK_ERRORS = (FileNotFoundError, StackFileError, StackConfigError)
+"""What a bad stack name, file or config raises: printed as one message, exit code 2."""
+
+
+def fail(exc: BaseException) -> typer.Exit:
+    """Print ``error: <message>`` (the message verbatim, no markup) and return exit code 2."""
+    console.print(Text("error: ", style="red") + Text(str(exc)), soft_wrap=True)
+    return typer.Exit(2)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: <message>`` (verbatim)."""
+    console.print(Text("warning: ", style="yellow") + Text(message), soft_wrap=True)
 
 
 def _render_or_exit(stack: str) -> Rendered:
-    """Render a stack; a bad stack name or config prints the message and exits with 2."""
+    """Render a stack; a bad stack name, file or config prints the message and exits with 2."""
     try:
         return render_stack(stack)
-    except (FileNotFoundError, StackConfigError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    except STACK_ERRORS as exc:
+        raise fail(exc) from None
 
 
 def _sizing_table(sizing: dict[str, Any]) -> Table:
-    table = Table(title="sizing", show_header=True)
-    table.add_column("component")
-    table.add_column("memory limit")
-    table.add_column("floor (host-buffered KV)")
-    table.add_column("fits")
+    table = Table(title="sizing")
+    for col in ("component", "memory limit", "memory floor", "why", "fits"):
+        table.add_column(col)
     for c in sizing["components"]:
         table.add_row(
             c["name"],
-            f"{c['memory_limit_bytes'] / 2**20:,.0f}Mi",
+            format_quantity(c["memory_limit_bytes"]),
             c["memory_floor_quantity"] or "-",
+            "base + host-buffered KV" if c["host_buffers_kv"] else "base memory",
             "yes" if c["fits"] else "NO",
         )
     return table
@@ -52,25 +68,26 @@ def render_command(
     rendered = _render_or_exit(stack)
     paths = write_rendered(rendered, out)
     placement = Table(title=f"stack {stack}: placement")
-    for col in ("component", "type", "replicas", "nodeClass", "gpus"):
+    columns = ("component", "type", "replicas", "nodeClass", "gpus")
+    for col in columns:
         placement.add_column(col)
     for row in rendered.outputs.get("placement", []):
-        placement.add_row(
-            *(str(row[c]) for c in ("component", "type", "replicas", "nodeClass", "gpus"))
-        )
+        placement.add_row(*(Text("-" if row[c] is None else str(row[c])) for c in columns))
     console.print(placement)
     sizing = rendered.outputs["sizing"]
     console.print(_sizing_table(sizing))
     console.print(
         f"KV per token {sizing['kv_bytes_per_token']:,} B; per request "
         f"({sizing['prompt_tokens']:,} tokens) {sizing['kv_mb_per_request']:,.1f} MB; "
-        f"highest concurrency {sizing['concurrency']}.",
-        highlight=False,
+        f"highest concurrency {sizing['concurrency']}."
     )
-    console.print(sizing["disaggregation"]["summary"], highlight=False, soft_wrap=True)
+    verdict = sizing["disaggregation"]["summary"]
+    if not any(row["type"] == "prefill" for row in rendered.outputs.get("placement", [])):
+        verdict = f"(aggregated stack, no KV transfer) if it were disaggregated: {verdict}"
+    console.print(Text(verdict), soft_wrap=True)
     for warning in rendered.outputs.get("warnings", []):
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
-    console.print(f"wrote {len(paths)} files to {out}/", highlight=False)
+        warn(warning)
+    console.print(f"wrote {len(paths)} files to {out}/")
 
 
 def diff_command(
@@ -87,7 +104,9 @@ def diff_command(
     for col in ("object", "field", stack_a, stack_b):
         table.add_column(col, overflow="fold")
     for c in changes:
-        table.add_row(c.object, c.path or "(whole object)", _show(c.a), _show(c.b))
+        table.add_row(
+            Text(c.object), Text(c.path or "(whole object)"), Text(_show(c.a)), Text(_show(c.b))
+        )
     console.print(table)
 
 
@@ -107,34 +126,46 @@ def simulate_command(
         bool, typer.Option("--full", help="The stack's whole grid (seed: 4 x 2 x 3 runs).")
     ] = False,
     speedup: Annotated[
-        float | None, typer.Option(help="Mocker --speedup-ratio (default: the stack's).")
+        float | None,
+        typer.Option(
+            help="Mocker --speedup-ratio, > 0 (default: the stack's engine.speedupRatio)."
+        ),
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Run a stack's topology on this machine (real Dynamo frontend, CPU-only mocker workers)
     with its load grid, and print the seed-style table; with STACK_B, both as "A / B"."""
-    from components.errors import StackConfigError
     from loadgen.report import comparison_table, seed_table
     from testbed.localgraph import LocalGraphError
-    from testbed.simulate import simulate_stack
+    from testbed.simulate import load_stack, simulate_stack
 
+    if speedup is not None and not speedup > 0:
+        raise typer.BadParameter(f"must be > 0, got {speedup:g}", param_hint="--speedup")
+    names = [stack, *([stack_b] if stack_b else [])]
+    for name in names:  # every stack is checked before anything starts
+        try:
+            load_stack(name)
+        except STACK_ERRORS as exc:
+            raise fail(exc) from None
     results = []
-    for name in [stack, *([stack_b] if stack_b else [])]:
-        console.print(f"simulating {name} ...", highlight=False)
+    for name in names:
+        console.print(f"simulating {name} ...")
         try:
             sim = simulate_stack(name, out, full=full, speedup_ratio=speedup, progress=progress)
-        except (FileNotFoundError, StackConfigError, LocalGraphError) as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+        except LocalGraphError as exc:
+            raise fail(exc) from None
+        except KeyboardInterrupt:
+            console.print(f"interrupted; every process of {name}'s graph was stopped")
+            raise typer.Exit(130) from None
         groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
-        console.print(f"{name}: router {sim.spec.router_mode}; {groups}", highlight=False)
+        console.print(f"{name}: router {sim.spec.router_mode}; {groups}")
         console.print(seed_table(sim.result.points, title=f"{name} (simulated)"))
         for warning in sim.result.warnings:
-            console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+            warn(warning)
         results.append(sim)
     if len(results) == 2:
         a, b = results
         console.print(
             comparison_table(a.result.points, b.result.points, title=f"{a.stack} / {b.stack}")
         )
-    console.print(f"results in {out}/", highlight=False)
+    console.print(f"results in {out}/")

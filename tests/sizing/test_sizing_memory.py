@@ -103,3 +103,22 @@ def test_memory_floor_rejects_bad_inputs(
 ) -> None:
     with pytest.raises(ValueError):
         memory_floor_bytes(base, concurrency, kv, margin)
+
+
+def test_a_worker_without_host_buffered_kv_needs_its_base_memory() -> None:
+    finding = check_memory_floor(
+        "worker",
+        "100Mi",
+        concurrency=8,
+        kv_bytes_per_request=271_925_248,
+        host_buffers_kv=False,
+    )
+    assert finding is not None
+    assert (finding.configured_bytes, finding.required_bytes) == (100 * 2**20, 3584 * 2**20)
+    assert "below its base memory" in finding.message and "lower baseMemory" in finding.message
+    assert (
+        check_memory_floor(
+            "worker", "3584Mi", concurrency=8, kv_bytes_per_request=10**9, host_buffers_kv=False
+        )
+        is None
+    )

@@ -25,7 +25,9 @@ def cross_node_report(prefill_limit: str, *, allow_unsafe_memory: bool = False) 
         concurrency=4,
         link="1gbe",
         components=[
-            ComponentMemory(name="frontend", memory_limit="1Gi", host_buffers_kv=False),
+            ComponentMemory(
+                name="frontend", memory_limit="1Gi", host_buffers_kv=False, base_memory="512Mi"
+            ),
             ComponentMemory.model_validate(
                 {"name": "prefill", "memoryLimit": prefill_limit, "hostBuffersKv": True}
             ),
@@ -60,7 +62,9 @@ def test_seed_cross_node_limit_is_an_error_in_the_report() -> None:
     assert (prefill.memory_floor_bytes, prefill.memory_floor_quantity) == (5_933_498_368, "5659Mi")
     assert prefill.memory_floor_mib == 5_659
     assert not prefill.fits
-    assert report.components[0].memory_floor_bytes is None and report.components[0].fits
+    # Without host-buffered KV the floor is the base memory alone.
+    frontend = report.components[0]
+    assert (frontend.memory_floor_bytes, frontend.fits) == (512 * 2**20, True)
 
 
 def test_override_leaves_only_a_warning() -> None:

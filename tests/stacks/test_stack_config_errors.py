@@ -72,14 +72,14 @@ BAD_CONFIGS = {
         setting("nodeClass", value={"x": 1}),
         "nodeClass",
         "{'x': 1}",
-        "unknown key; known keys:",
+        "unknown key; did you mean 'nodeClasses'? allowed here:",
     ),
     "unknown-nested-key-typo": BadConfig(
         CROSS,
         rename_replicas,
         "topology.workers[1].replica",
         "2",
-        "unknown key; allowed here: baseMemory, cpu",
+        "unknown key; did you mean 'replicas'? allowed here: baseMemory, cpu",
     ),
     "unknown-node-class": BadConfig(
         CROSS,
@@ -118,9 +118,9 @@ BAD_CONFIGS = {
     "more-replicas-than-gpus-without-time-slicing": BadConfig(
         CROSS,
         removing("nodeClasses", "gpu-24gb", "timeSlicing"),
-        "nodeClasses.gpu-24gb",
-        "'1 nvidia.com/gpu'",
-        "GPU oversubscription: workers decode need 2 nvidia.com/gpu",
+        "topology.workers[1].replicas",
+        "2",
+        "GPU oversubscription on node class 'gpu-24gb': workers decode need 2 nvidia.com/gpu",
     ),
     "latest-tag-without-runtime-version-override": BadConfig(
         CROSS,
@@ -335,3 +335,30 @@ def test_registration_spy_sees_a_good_stack(
     # 9 Kubernetes/Helm/component resources + the post-deploy load step (a dynamic resource).
     assert len(registered_types) == len(rendered.registrations) == 10
     assert "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment" in registered_types
+
+
+def test_memory_in_plain_bytes_is_accepted(raw_config: Callable[[str], Raw]) -> None:
+    config = raw_config(CROSS)
+    config["topology"]["workers"][0]["memoryLimit"] = 9 * 2**30
+    cfg = parse_stack_config(CROSS, config)
+    assert cfg.topology.workers[0].memory_limit == str(9 * 2**30)
+
+
+def test_a_misspelled_section_is_shown_short(raw_config: Callable[[str], Raw]) -> None:
+    config = raw_config(CROSS)
+    config["topolgy"] = config.pop("topology")
+    with pytest.raises(StackConfigError) as err:
+        parse_stack_config(CROSS, config)
+    line = next(x for x in str(err.value).splitlines() if "topolgy" in x)
+    assert "did you mean 'topology'?" in line
+    value = line.split(" = ", 1)[1].split(": unknown key", 1)[0]
+    assert len(value) <= 80 and value.endswith("...")
+
+
+def test_one_problem_per_worker_group_not_per_replica(raw_config: Callable[[str], Raw]) -> None:
+    config = raw_config("disagg-same-node")
+    config["topology"]["workers"][0]["gpuMemoryUtilization"] = 0.01
+    with pytest.raises(StackConfigError) as err:
+        parse_stack_config("disagg-same-node", config)
+    keys = [p.key for p in err.value.problems]
+    assert keys == ["topology.workers[0].gpuMemoryUtilization"]

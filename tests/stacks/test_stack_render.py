@@ -341,11 +341,11 @@ def test_disaggregated_sizing_outputs(
     assert floors == {"prefill": f"{floor_mib}Mi", "decode": f"{floor_mib}Mi"}
 
 
-def test_kv_routing_components_have_no_memory_floor(rendered: dict[str, Rendered]) -> None:
+def test_kv_routing_workers_need_their_base_memory(rendered: dict[str, Rendered]) -> None:
     sizing = rendered["kv-routing"].outputs["sizing"]
-    assert [(c["name"], c["memory_floor_bytes"]) for c in sizing["components"]] == [
-        ("worker-24gb", None),
-        ("worker-8gb", None),
+    assert [(c["name"], c["memory_floor_quantity"], c["fits"]) for c in sizing["components"]] == [
+        ("worker-24gb", "3584Mi", True),
+        ("worker-8gb", "3584Mi", True),
     ]
 
 
