@@ -1,111 +1,313 @@
-"""`testbed load` (run a grid against an endpoint) and `testbed compare` (two results as A / B)."""
+"""`testbed load` (run a grid against an endpoint) and `testbed compare` (two results as A / B).
+
+Exit codes: 0 done (failed requests are results: counted, printed, written); 1 no request
+succeeded; 2 a bad option, URL, file or folder (one `error: ...` line, no traceback);
+130 interrupted (Ctrl-C).
+"""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from loadgen.config import LoadConfig
-from loadgen.report import comparison_table, load_points, seed_table
-from loadgen.runner import run_grid
+from loadgen.prompts import load_tokenizer_sizer
+from loadgen.report import comparison_table, load_points, seed_table, table_console
+from loadgen.results import GridResult
+from loadgen.runner import base_url, run_grid
+
+EXIT_USAGE = 2
+EXIT_NO_SUCCESS = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+STACK_LOAD_KEY = "dynamo-testbed:load"
+# Keys that a stack's `load` section holds for the post-deploy load step, beyond LoadConfig's:
+# the fields of StackLoadConfig in components/config.py (loadgen does not import components;
+# tests/loadgen/test_cli.py checks this set against it). `testbed load` ignores them.
+STACK_LOAD_STEP_KEYS = frozenset(
+    {
+        "enabled",
+        "url",
+        "nodeAddress",
+        "runId",
+        "failOnErrors",
+        "deadlineMinutes",
+        "modelWaitMinutes",
+        "tokenizer",
+        "resultsDir",
+    }
+)
+ERRORS_SHOWN = 3  # first error messages printed after the table
 
 
-def _int_list(text: str | None) -> list[int] | None:
+def _stderr_line(markup: str) -> None:
+    Console(stderr=True, soft_wrap=True, highlight=False).print(markup)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """Print `error: <message>` to stderr (taken literally, never hard-wrapped) and exit with
+    `code` (default 2, a usage error)."""
+    _stderr_line(f"[red]error:[/] {escape(message)}")
+    raise typer.Exit(code)
+
+
+def _int_list(option: str, text: str | None) -> list[int] | None:
     if text is None:
         return None
     try:
         return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise typer.BadParameter(f"expected comma-separated integers, got {text!r}") from exc
+    except ValueError:
+        raise ValueError(f"--{option} expects comma-separated integers, got {text!r}") from None
 
 
-def _validation_message(exc: ValidationError) -> str:
-    lines = [f"invalid load config ({exc.error_count()} error(s)):"]
+def _validation_message(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid load config{source} ({exc.error_count()} error(s)):"]
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(config)"
         lines.append(f"  {where}: {error['msg']}")
     return "\n".join(lines)
 
 
+def _without_step_keys(section: Any, config_file: Path, where: str) -> dict[str, Any]:
+    if not isinstance(section, dict):
+        raise ValueError(f"{where} in {config_file} is not a mapping of load settings")
+    return {key: value for key, value in section.items() if key not in STACK_LOAD_STEP_KEYS}
+
+
+def read_load_settings(config_file: Path) -> dict[str, Any]:
+    """The load settings (LoadConfig's camelCase keys) in a YAML file, which is one of:
+
+    - a Pulumi stack file (`stacks/Pulumi.<stack>.yaml`): its `config: dynamo-testbed:load`
+      section, without the load step's own keys (`STACK_LOAD_STEP_KEYS`); a stack file without
+      that section gives {} (the stack runs the default grid);
+    - a stack's project values holding a `load:` section (same keys dropped);
+    - the settings themselves, e.g. `prefixKinds: [2, 12]` (an empty file gives {}).
+
+    Raises ValueError (one line, naming the file) when the file is missing, not YAML, or not a
+    mapping.
+    """
+    if not config_file.is_file():
+        what = "is not a file" if config_file.exists() else "does not exist"
+        raise ValueError(f"config file {config_file} {what} (expected a YAML of LoadConfig keys)")
+    try:
+        loaded = yaml.safe_load(config_file.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{config_file} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{config_file} does not hold a mapping of load settings")
+    stack_config = loaded.get("config")
+    if isinstance(stack_config, dict) and any(":" in str(key) for key in stack_config):
+        return _without_step_keys(stack_config.get(STACK_LOAD_KEY, {}), config_file, STACK_LOAD_KEY)
+    if "load" in loaded:
+        return _without_step_keys(loaded["load"], config_file, "load")
+    return loaded
+
+
 def build_config(config_file: Path | None, overrides: dict[str, Any]) -> LoadConfig:
-    """A `LoadConfig` from an optional YAML file (the stack's `load:` section, camelCase keys,
-    or a whole stack config holding a `load:` key) with `overrides` (field names; None = unset)
-    on top. Raises typer.BadParameter listing each invalid field path and its allowed values."""
-    data: dict[str, Any] = {}
-    if config_file is not None:
-        loaded = yaml.safe_load(config_file.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise typer.BadParameter(f"{config_file} does not hold a mapping of load settings")
-        data = dict(loaded.get("load", loaded))
+    """A `LoadConfig` from an optional YAML file (see `read_load_settings`) with `overrides`
+    (field names; None = unset) on top. Raises ValueError: the file's problem in one line, or
+    each invalid field path and its allowed values."""
+    data = read_load_settings(config_file) if config_file is not None else {}
     data |= {key: value for key, value in overrides.items() if value is not None}
     try:
         return LoadConfig.model_validate(data)
     except ValidationError as exc:
-        raise typer.BadParameter(_validation_message(exc)) from exc
+        source = f" (from {config_file} and the options)" if config_file is not None else ""
+        raise ValueError(_validation_message(exc, source)) from None
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+def _field_help(name: str, text: str | None = None) -> str:
+    """Help for the option of LoadConfig field `name`: `text` or the field's description, then
+    its default (from LoadConfig, so help and behaviour cannot drift)."""
+    field = LoadConfig.model_fields[name]
+    help_text = text or field.description or ""
+    if field.default is None:
+        return help_text
+    return f"{help_text} Default: {_default_text(field.default)}."
+
+
+def _check_tokenizer(tokenizer: str, model: str) -> None:
+    """Raise FileNotFoundError (no tokenizer.json found) or ValueError (not readable)."""
+    try:
+        load_tokenizer_sizer(tokenizer, model)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # the tokenizers library raises a bare Exception for a bad file
+        message = " ".join(str(exc).split())[:200]
+        raise ValueError(f"cannot read the tokenizer {tokenizer!r}: {message}") from None
+
+
+def _print_result(result: GridResult, out: Path, title: str) -> None:
+    console = table_console()
+    console.print(seed_table(result.points, title=title))
+    console.print(f"prompt sizes: {escape(result.token_count_source)}", soft_wrap=True)
+    console.print(f"results in {escape(str(out))}", soft_wrap=True)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    failed = sum(result.errors_by_kind.values())
+    if failed:
+        total = failed + sum(p.samples for p in result.points)
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(result.errors_by_kind.items()))
+        console.print(f"[red]errors:[/] {failed} of {total} requests failed ({kinds})")
+    for sample in result.first_errors[:ERRORS_SHOWN]:
+        console.print(f"[red]error[/] {sample.kind}: {escape(sample.message)}", soft_wrap=True)
 
 
 def load_command(
-    url: Annotated[str, typer.Option(help="Base URL of the OpenAI-compatible server.")],
+    url: Annotated[
+        str,
+        typer.Option(
+            help="Base URL of the OpenAI-compatible server, http:// or https://HOST:PORT, "
+            "with or without a trailing /v1."
+        ),
+    ],
     model: Annotated[str, typer.Option(help="Model name sent in each request.")],
-    out: Annotated[Path, typer.Option(help="Result folder (summary.json, requests.parquet, ...).")],
-    config: Annotated[Path | None, typer.Option(help="YAML with the load settings.")] = None,
-    prefix_kinds: Annotated[str | None, typer.Option(help="e.g. 2,7,12,24")] = None,
-    concurrency: Annotated[str | None, typer.Option(help="e.g. 4,8")] = None,
-    repetitions: Annotated[int | None, typer.Option()] = None,
-    requests_per_run: Annotated[int | None, typer.Option()] = None,
-    duration_s: Annotated[float | None, typer.Option(help="Optional run length (s).")] = None,
-    warmup_requests: Annotated[int | None, typer.Option()] = None,
-    prompt_tokens: Annotated[int | None, typer.Option()] = None,
-    prefix_share: Annotated[float | None, typer.Option(help="Shared fraction, 0..1.")] = None,
-    max_tokens: Annotated[int | None, typer.Option()] = None,
-    api: Annotated[str | None, typer.Option(help="chat or completions.")] = None,
-    arrival: Annotated[str | None, typer.Option(help="closed or poisson.")] = None,
-    request_rate: Annotated[float | None, typer.Option(help="Requests/s (poisson).")] = None,
-    seed: Annotated[int | None, typer.Option()] = None,
-    read_timeout_s: Annotated[float | None, typer.Option()] = None,
-    request_timeout_s: Annotated[float | None, typer.Option()] = None,
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Result folder, created if needed: summary.json, result.json, runs.csv, "
+            "requests.parquet, table.txt."
+        ),
+    ],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML of load settings: LoadConfig keys in camelCase (e.g. prefixKinds: "
+            "[2, 12]), or a stack file, stacks/Pulumi.*.yaml, whose dynamo-testbed:load "
+            "section is used. Options given here override it."
+        ),
+    ] = None,
+    prefix_kinds: Annotated[
+        str | None, typer.Option(help=_field_help("prefix_kinds", "Comma-separated grid axis."))
+    ] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(help=_field_help("concurrency", "Comma-separated requests in flight.")),
+    ] = None,
+    repetitions: Annotated[int | None, typer.Option(help=_field_help("repetitions"))] = None,
+    requests_per_run: Annotated[
+        int | None, typer.Option(help=_field_help("requests_per_run"))
+    ] = None,
+    duration_s: Annotated[
+        float | None,
+        typer.Option(help="Optional run length (s): no request starts after it. Default: none."),
+    ] = None,
+    warmup_requests: Annotated[
+        int | None, typer.Option(help=_field_help("warmup_requests"))
+    ] = None,
+    prompt_tokens: Annotated[int | None, typer.Option(help=_field_help("prompt_tokens"))] = None,
+    prefix_share: Annotated[float | None, typer.Option(help=_field_help("prefix_share"))] = None,
+    max_tokens: Annotated[int | None, typer.Option(help=_field_help("max_tokens"))] = None,
+    api: Annotated[str | None, typer.Option(help=_field_help("api"))] = None,
+    arrival: Annotated[
+        str | None,
+        typer.Option(help=_field_help("arrival", "closed (fixed concurrency) or poisson.")),
+    ] = None,
+    request_rate: Annotated[
+        float | None,
+        typer.Option(help="Requests/s for --arrival poisson (required there). Default: none."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help=_field_help("seed"))] = None,
+    connect_timeout_s: Annotated[
+        float | None,
+        typer.Option(help=_field_help("connect_timeout_s", "TCP connect timeout (s).")),
+    ] = None,
+    read_timeout_s: Annotated[
+        float | None,
+        typer.Option(help=_field_help("read_timeout_s", "Longest silence between reads (s).")),
+    ] = None,
+    request_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            help=_field_help("request_timeout_s", "Per-request deadline (s) from its send time.")
+        ),
+    ] = None,
+    max_connections: Annotated[
+        int | None, typer.Option(help=_field_help("max_connections"))
+    ] = None,
+    workers: Annotated[int | None, typer.Option(help=_field_help("workers"))] = None,
     tokenizer: Annotated[
-        str | None, typer.Option(help="tokenizer.json, its folder, or a cached hub id.")
+        str | None,
+        typer.Option(
+            help="tokenizer.json, its folder, or a model id in the local Hugging Face cache, "
+            "for exact prompt lengths. Default: the --model id's cache entry, else tokens per "
+            "word calibrated against the server."
+        ),
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Run the prefix-kinds x concurrency x repetitions grid and print the seed-style table."""
-    load_config = build_config(
-        config,
-        {
-            "prefix_kinds": _int_list(prefix_kinds),
-            "concurrency": _int_list(concurrency),
-            "repetitions": repetitions,
-            "requests_per_run": requests_per_run,
-            "duration_s": duration_s,
-            "warmup_requests": warmup_requests,
-            "prompt_tokens": prompt_tokens,
-            "prefix_share": prefix_share,
-            "max_tokens": max_tokens,
-            "api": api,
-            "arrival": arrival,
-            "request_rate": request_rate,
-            "seed": seed,
-            "read_timeout_s": read_timeout_s,
-            "request_timeout_s": request_timeout_s,
-        },
-    )
-    result = run_grid(url, model, load_config, out, tokenizer=tokenizer, progress=progress)
-    console = Console()
-    console.print(seed_table(result.points, title=f"{model} at {url}"))
-    console.print(f"prompt sizes: {result.token_count_source}; results in {out}")
-    for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
-    for sample in result.first_errors[:3]:
-        console.print(f"[red]error[/] {sample.kind}: {sample.message}")
+    """Run the prefix-kinds x concurrency x repetitions grid and print the seed-style table.
+
+    Exit codes: 0 done (failed requests count as results), 1 no request succeeded, 2 bad input.
+    """
+    try:
+        base_url(url)
+        load_config = build_config(
+            config,
+            {
+                "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
+                "concurrency": _int_list("concurrency", concurrency),
+                "repetitions": repetitions,
+                "requests_per_run": requests_per_run,
+                "duration_s": duration_s,
+                "warmup_requests": warmup_requests,
+                "prompt_tokens": prompt_tokens,
+                "prefix_share": prefix_share,
+                "max_tokens": max_tokens,
+                "api": api,
+                "arrival": arrival,
+                "request_rate": request_rate,
+                "seed": seed,
+                "connect_timeout_s": connect_timeout_s,
+                "read_timeout_s": read_timeout_s,
+                "request_timeout_s": request_timeout_s,
+                "max_connections": max_connections,
+                "workers": workers,
+            },
+        )
+        if tokenizer is not None:
+            _check_tokenizer(tokenizer, model)
+        out.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+    try:
+        result = run_grid(url, model, load_config, out, tokenizer=tokenizer, progress=progress)
+    except KeyboardInterrupt:
+        _stderr_line(
+            f"interrupted; partial results are not saved ({escape(str(out))} is written when "
+            "the whole grid has run)"
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    _print_result(result, out, title=f"{model} at {url}")
+    if not any(p.samples for p in result.points):
+        fail(
+            f"no request succeeded: is the server at {url} up and serving model {model!r}?",
+            EXIT_NO_SUCCESS,
+        )
 
 
 def compare_command(
-    a: Annotated[Path, typer.Argument(help="Result folder A.")],
-    b: Annotated[Path, typer.Argument(help="Result folder B.")],
+    a: Annotated[Path, typer.Argument(help="Result folder A (holding summary.json).")],
+    b: Annotated[Path, typer.Argument(help="Result folder B (holding summary.json).")],
 ) -> None:
-    """Print two `testbed load` results side by side, each cell "A / B" as in the seed."""
-    Console().print(comparison_table(load_points(a), load_points(b), title=f"{a} / {b}"))
+    """Print two `testbed load` results side by side, each cell "A / B" as in the seed.
+
+    Exit code 2 with one `error:` line when a folder has no readable summary.json.
+    """
+    try:
+        points_a, points_b = load_points(a), load_points(b)
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    table_console().print(comparison_table(points_a, points_b, title=f"{a} / {b}"))

@@ -1,16 +1,26 @@
-"""Seed-style tables: one result, or two results side by side as "A / B"."""
+"""Seed-style tables: one result, or two results side by side as "A / B"; reading a result
+folder's `summary.json` back.
+
+The tables fit 80 columns for the seed's values (BRIEF.md, results table) in "A / B" form:
+two-line headers, no outer frame, and cells that never wrap. `table_console` gives a console
+at least `PIPED_WIDTH` wide when stdout is not a terminal, so larger values fit in logs too.
+"""
 
 import io
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from loadgen.results import PointSummary
 
 SUMMARY_FILE = "summary.json"
+PIPED_WIDTH = 100  # columns for tables when stdout is a pipe or file (rich assumes 80)
+SUGGESTIONS_SHOWN = 5  # result folders named in a "did you mean" message
 
 _Cell = Callable[[PointSummary], str]
 
@@ -23,14 +33,22 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+_KEY_HEADERS = ("prefix\nkinds", "conc")  # the grid point: prefix kinds, concurrency
 # The seed's columns (BRIEF.md, results table) plus the cached-token ratio and errors.
 _COLUMNS: tuple[tuple[str, _Cell], ...] = (
-    ("TTFT p50 ms", lambda p: _ms(p.ttft_p50_ms)),
-    ("TTFT p99 ms", lambda p: _ms(p.ttft_p99_ms)),
-    ("requests/s", lambda p: f"{p.requests_per_s:.1f}"),
-    ("cached ratio", lambda p: _ratio(p.cached_ratio)),
+    ("TTFT p50\nms", lambda p: _ms(p.ttft_p50_ms)),
+    ("TTFT p99\nms", lambda p: _ms(p.ttft_p99_ms)),
+    ("req/s", lambda p: f"{p.requests_per_s:.1f}"),
+    ("cached\nratio", lambda p: _ratio(p.cached_ratio)),
     ("errors", lambda p: str(p.errors)),
 )
+
+
+def _table(title: str | None) -> Table:
+    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
+    for header in (*_KEY_HEADERS, *(name for name, _ in _COLUMNS)):
+        table.add_column(header, no_wrap=True)
+    return table
 
 
 def _ordered(points: Sequence[PointSummary]) -> list[PointSummary]:
@@ -39,8 +57,9 @@ def _ordered(points: Sequence[PointSummary]) -> list[PointSummary]:
 
 def seed_table(points: Sequence[PointSummary], title: str | None = None) -> Table:
     """A table with one row per grid point (ordered by concurrency, then prefix kinds): prefix
-    kinds, concurrency, TTFT p50 and p99 (ms), requests/s, cached ratio, errors."""
-    table = Table("prefix kinds", "concurrency", *(name for name, _ in _COLUMNS), title=title)
+    kinds, concurrency ("conc"), TTFT p50 and p99 (ms), requests/s, cached-token ratio, errors
+    (failed requests, summed over repetitions)."""
+    table = _table(title)
     for p in _ordered(points):
         table.add_row(str(p.prefix_kinds), str(p.concurrency), *(cell(p) for _, cell in _COLUMNS))
     return table
@@ -50,11 +69,11 @@ def comparison_table(
     a: Sequence[PointSummary], b: Sequence[PointSummary], title: str | None = None
 ) -> Table:
     """The seed's "A / B" layout: each cell holds A's value, " / ", B's value, for the union of
-    grid points (a point missing on one side shows "-" there)."""
+    grid points (a point missing on one side shows "-" there). Columns as in `seed_table`."""
     by_point_a = {(p.prefix_kinds, p.concurrency): p for p in a}
     by_point_b = {(p.prefix_kinds, p.concurrency): p for p in b}
     keys = sorted(by_point_a.keys() | by_point_b.keys(), key=lambda k: (k[1], k[0]))
-    table = Table("prefix kinds", "concurrency", *(name for name, _ in _COLUMNS), title=title)
+    table = _table(title)
     for key in keys:
         pa, pb = by_point_a.get(key), by_point_b.get(key)
         cells = [f"{cell(pa) if pa else '-'} / {cell(pb) if pb else '-'}" for _, cell in _COLUMNS]
@@ -63,14 +82,70 @@ def comparison_table(
 
 
 def table_text(table: Table, width: int = 120) -> str:
-    """Render a rich table to plain text (no colour codes)."""
+    """Render a rich table to plain text (no colour codes), `width` columns at most."""
     buffer = io.StringIO()
     Console(file=buffer, width=width, no_color=True, color_system=None).print(table)
     return buffer.getvalue()
 
 
+def table_console(stderr: bool = False) -> Console:
+    """A rich Console for printing these tables: the terminal's width on a terminal, else at
+    least `PIPED_WIDTH` (100) columns, so piped output (CI logs, `| tee`) neither truncates
+    nor wraps cells. `COLUMNS` in the environment still sets the width when larger."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console.width = max(console.width, PIPED_WIDTH)
+    return console
+
+
+def result_dirs_under(folder: Path) -> list[Path]:
+    """The outermost folders under `folder` (sorted) that hold a `summary.json`; folders
+    inside one of them (e.g. the load step's per-point `k2-c4/`) are left out. [] when
+    `folder` is not a directory."""
+    if not folder.is_dir():
+        return []
+    found = sorted(path.parent for path in folder.rglob(SUMMARY_FILE) if path.is_file())
+    return [path for path in found if not any(other in path.parents for other in found)]
+
+
+def _missing_summary_message(result_dir: Path) -> str:
+    if not result_dir.exists():
+        return f"{result_dir} does not exist (expected a result folder holding {SUMMARY_FILE})"
+    if not result_dir.is_dir():
+        return f"{result_dir} is not a folder (expected a result folder holding {SUMMARY_FILE})"
+    found = result_dirs_under(result_dir)
+    if not found:
+        return (
+            f"no {SUMMARY_FILE} in {result_dir} or below (expected a folder written by "
+            "`testbed load --out` or `testbed simulate`)"
+        )
+    shown = ", ".join(str(path) for path in found[:SUGGESTIONS_SHOWN])
+    more = f" (and {len(found) - SUGGESTIONS_SHOWN} more)" if len(found) > SUGGESTIONS_SHOWN else ""
+    return f"no {SUMMARY_FILE} in {result_dir}; did you mean one of: {shown}{more}?"
+
+
 def load_points(result_dir: Path) -> list[PointSummary]:
-    """Read `result_dir/summary.json` (written by `testbed load`). Raises FileNotFoundError if
-    absent and pydantic.ValidationError if it does not hold grid-point summaries."""
-    data = json.loads((result_dir / SUMMARY_FILE).read_text())
-    return [PointSummary.model_validate(item) for item in data]
+    """Read `result_dir/summary.json` (written by `testbed load`): one `PointSummary` per grid
+    point.
+
+    Raises FileNotFoundError with a one-line message when it is absent (naming the result
+    folders below `result_dir`, if any: "did you mean one of: ..."), and ValueError when the
+    file is not JSON or does not hold a list of grid-point summaries (the first problem named).
+    """
+    file = result_dir / SUMMARY_FILE
+    if not file.is_file():
+        raise FileNotFoundError(_missing_summary_message(result_dir))
+    try:
+        data = json.loads(file.read_text())
+        if not isinstance(data, list):
+            raise ValueError(f"{file} holds a {type(data).__name__}, not a list of grid points")
+        return [PointSummary.model_validate(item) for item in data]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(point)"
+        raise ValueError(
+            f"{file} is not a grid-point summary ({exc.error_count()} error(s); {where}: "
+            f"{first['msg']})"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{file} is not JSON: {exc}") from None

@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import json
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -34,8 +35,43 @@ from loadgen.results import ErrorSample, GridResult, RunSummary
 from loadgen.stats import summarize_point, summarize_run
 from loadgen.workers import auto_workers, run_in_workers, split_share
 
-API_PATHS = {Api.CHAT: "/v1/chat/completions", Api.COMPLETIONS: "/v1/completions"}
+# Relative to `base_url(url)`, so a path prefix in the URL (e.g. behind a proxy) is kept.
+API_PATHS = {Api.CHAT: "v1/chat/completions", Api.COMPLETIONS: "v1/completions"}
 FIRST_ERRORS_KEPT = 10
+ERROR_MESSAGE_CHARS = 300  # error samples are cut here: an HTML error page is not a message
+
+
+def base_url(url: str) -> str:
+    """The base the `API_PATHS` are joined to: `url` ("http[s]://HOST[:PORT][/PREFIX]") with a
+    trailing "/", and one trailing "/v1" removed, since OpenAI-style base URLs include it:
+    "http://h:8000", "http://h:8000/" and "http://h:8000/v1" all give "http://h:8000/".
+
+    Raises ValueError with a one-line message when the scheme is not http or https, the host
+    is missing, the port is not a number, or there is a query or fragment.
+    """
+    shape = "expected http://HOST:PORT or https://HOST:PORT, optionally ending in /v1"
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        hint = f"; did you mean http://{url.strip()}?" if url.strip() and "://" not in url else ""
+        raise ValueError(f"invalid server URL {url!r}: {shape}{hint}")
+    try:
+        parts.port  # noqa: B018 - parsing the port raises ValueError when it is not a number
+    except ValueError as exc:
+        raise ValueError(f"invalid server URL {url!r}: {exc}") from None
+    if parts.query or parts.fragment:
+        raise ValueError(f"invalid server URL {url!r}: {shape} (no query or fragment)")
+    path = parts.path.rstrip("/")
+    path = path.removesuffix("/v1")
+    return f"{parts.scheme}://{parts.netloc}{path}/"
+
+
+def short_message(message: str) -> str:
+    """`message` on one line (whitespace runs collapsed) and at most `ERROR_MESSAGE_CHARS`
+    characters, ending in "..." when cut."""
+    text = " ".join(message.split())
+    if len(text) <= ERROR_MESSAGE_CHARS:
+        return text
+    return text[: ERROR_MESSAGE_CHARS - 3] + "..."
 
 
 def request_body(api: Api, model: str, prompt: str, max_tokens: int) -> bytes:
@@ -85,21 +121,37 @@ async def _run_once(
 
 async def calibrate_word_sizer(url: str, model: str, config: LoadConfig) -> WordSizer:
     """Measure tokens per word from the server's `usage.prompt_tokens` for two prompts of
-    different length (see `calibration_texts`); fall back to 1 token/word if the server does
-    not report usage. Sends 2 requests with max_tokens=1.
+    different length (see `calibration_texts`); sends 2 requests with max_tokens=1 to `url`
+    (a `base_url`). Falls back to 1 token/word, its `source` saying why: a calibration request
+    failed (the first error's kind and message), the server reported no usage, or its
+    prompt_tokens did not grow with the prompt. Never raises for request failures.
     """
     short, long = calibration_texts()
     path = API_PATHS[config.api]
-    counts = []
+    records = []
     async with make_client(url, config, 1) as client:
         for i, text in enumerate((short, long)):
             record = RequestRecord(index=i, prefix_id=0, intended_ns=time.monotonic_ns())
             body = request_body(config.api, model, text, 1)
             await stream_request(client, path, body, record, config.request_timeout_s)
-            counts.append(record.prompt_tokens)
+            records.append(record)
+            if not record.ok:
+                break
+    fallback = "approximate:1 token/word"
+    failed = [r for r in records if not r.ok]
+    if failed:
+        reason = f"{failed[0].error_kind}: {short_message(failed[0].error or '')}"
+        return WordSizer(1.0, f"{fallback} (calibration request failed: {reason})")
+    counts = [r.prompt_tokens for r in records]
+    if counts[0] is None or counts[1] is None:
+        return WordSizer(1.0, f"{fallback} (server reported no usage)")
+    if counts[1] <= counts[0]:
+        return WordSizer(
+            1.0,
+            f"{fallback} (server's prompt_tokens did not grow with the prompt: "
+            f"{counts[0]} then {counts[1]})",
+        )
     words = (len(short.split()), len(long.split()))
-    if counts[0] is None or counts[1] is None or counts[1] <= counts[0]:
-        return WordSizer(1.0, "approximate:1 token/word (server reported no usage)")
     per_word = (counts[1] - counts[0]) / (words[1] - words[0])
     return WordSizer(per_word, f"server-calibrated:{per_word:.3f} tokens/word")
 
@@ -115,7 +167,7 @@ def _collect_errors(
     samples = [
         ErrorSample(
             kind=str(r.error_kind),
-            message=r.error or "",
+            message=short_message(r.error or ""),
             prefix_kinds=run.prefix_kinds,
             concurrency=run.concurrency,
             repetition=run.repetition,
@@ -136,18 +188,21 @@ async def run_grid_async(
     progress: bool = True,
 ) -> GridResult:
     """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
-    OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000") serving `model`.
+    OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
+    `base_url`) serving `model`.
 
     Prompt lengths use `tokenizer` (a tokenizer.json path, a directory, or a hub id in the local
     cache), else `model`'s tokenizer from the local hub cache, else words calibrated against the
     server's usage. With `out_dir`, writes summary.json, result.json, runs.csv, requests.parquet
-    and table.txt there (see `loadgen.output`). Raises FileNotFoundError for an explicit
-    `tokenizer` that is not found; request failures are counted in the result, never raised.
+    and table.txt there (see `loadgen.output`). Raises ValueError for a malformed `url` and
+    FileNotFoundError for an explicit `tokenizer` that is not found, both before any request;
+    request failures are counted in the result, never raised.
     """
+    server = base_url(url)
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
     sizer: TextSizer | None = load_tokenizer_sizer(tokenizer, model)
     if sizer is None:
-        sizer = await calibrate_word_sizer(url, model, config)
+        sizer = await calibrate_word_sizer(server, model, config)
     grid = list(itertools.product(config.prefix_kinds, config.concurrency))
     runs: list[RunRecords] = []
     summaries: list[RunSummary] = []
@@ -166,7 +221,7 @@ async def run_grid_async(
             n_warmup = conc if config.warmup_requests is None else config.warmup_requests
             warmup = build_prompts(sizer, n=n_warmup, salt=f"warmup-{salt}", **shape)
             done, workers = await _run_once(
-                url, model, config, prompts, warmup, conc, rep, lambda _: bar.advance(task)
+                server, model, config, prompts, warmup, conc, rep, lambda _: bar.advance(task)
             )
             if workers > 1:
                 bar.advance(task, len(done.records))

@@ -16,6 +16,7 @@ import math
 import multiprocessing
 import os
 import queue
+import signal
 from collections.abc import Awaitable, Callable, Sequence
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Barrier
@@ -78,7 +79,8 @@ def _worker(
     number: int, share: Share, barrier: Barrier, results: "multiprocessing.Queue[object]"
 ) -> None:
     """A worker process: run the share; after warm-up, pass `barrier` twice (all warmed up;
-    the parent's `ready` done)."""
+    the parent's `ready` done). Ctrl-C is the parent's to handle: it stops the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     async def ready() -> None:
         await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT_S)
@@ -127,6 +129,11 @@ async def run_in_workers(
             await ready()
         await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT_S)
         parts = await asyncio.to_thread(_collect, processes, results)
+    except BaseException:  # Ctrl-C, cancellation (a deadline), a dead worker: stop them all now
+        barrier.abort()  # frees the threads waiting at the barrier, here and in the workers
+        for process in processes:
+            process.kill()
+        raise
     finally:
         for process in processes:
             process.join(timeout=5)

@@ -7,8 +7,10 @@ and flushed on its own), `Sleep`, `Wait` (for an asyncio.Event), `Close` (cut th
 """
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +91,7 @@ class FakeServer:
     handler: Handler
     connections: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # each request's target, e.g. /v1/...
     in_flight: int = 0
     max_in_flight: int = 0
     _server: asyncio.Server | None = None
@@ -119,6 +122,7 @@ class FakeServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                self.paths.append(head.split(b" ", 2)[1].decode())
                 length = 0
                 for line in head.split(b"\r\n"):
                     name, _, value = line.partition(b":")
@@ -180,3 +184,29 @@ def fragments(data: bytes, size: int) -> list[Step]:
     for i in range(0, len(data), size):
         steps += [Send(data[i : i + size]), Sleep(0.0005)]
     return steps
+
+
+@contextlib.contextmanager
+def serve_in_thread(handler: Handler) -> Iterator[FakeServer]:
+    """A `FakeServer` on its own event loop in a daemon thread, for synchronous callers such as
+    typer's CliRunner; stopped on exit."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    holder: dict[str, Any] = {}
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        async with FakeServer(handler) as server:
+            holder["server"], holder["stop"] = server, stop
+            started.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    assert started.wait(5), "the fake server did not start"
+    try:
+        yield holder["server"]
+    finally:
+        loop.call_soon_threadsafe(holder["stop"].set)
+        thread.join(5)
+        loop.close()

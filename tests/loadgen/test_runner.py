@@ -4,25 +4,24 @@ import asyncio
 import itertools
 import json
 import random
+import re
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from fake_openai_server import FakeServer, Step, Wait, normal_stream
-from typer.testing import CliRunner
+from fake_openai_server import FakeServer, Status, Step, Wait, normal_stream
 
 from loadgen.config import LoadConfig
 from loadgen.loops import make_client, run_closed_loop, run_poisson
 from loadgen.request import RequestRecord
-from loadgen.runner import run_grid_async
-from testbed.cli import app
+from loadgen.runner import ERROR_MESSAGE_CHARS, base_url, run_grid_async, short_message
 
 pytestmark = pytest.mark.timeout(30)
 
 PATH = "/v1/chat/completions"
-WIDE = {"COLUMNS": "200"}  # rich wraps table headers at the default 80 columns
 
 
 def bodies(n: int) -> list[bytes]:
@@ -166,8 +165,10 @@ async def test_grid_writes_summary_and_records(
         result = await run_grid_async(server.url, "m", config, tmp_path, progress=False)
     # 2 calibration requests + 2 points x 2 repetitions x (2 warm-up + 9 measured)
     assert len(server.requests) == 2 + 4 * 11
-    assert result.token_count_source == "approximate:1 token/word (server reported no usage)" or (
-        result.token_count_source.startswith("server-calibrated")
+    # The handler reports 1000 prompt tokens for any prompt: no tokens/word to measure.
+    assert result.token_count_source == (
+        "approximate:1 token/word (server's prompt_tokens did not grow with the prompt: "
+        "1000 then 1000)"
     )
     assert [(p.prefix_kinds, p.concurrency, p.repetitions, p.samples) for p in result.points] == [
         (2, 3, 2, 18),
@@ -192,15 +193,13 @@ async def test_grid_writes_summary_and_records(
     assert len(frame) == 36
     assert set(frame["cached_tokens"]) == {900, 500}
     assert frame["token_ns"].map(len).tolist() == [4] * 36
-    assert "prefix kinds" in (tmp_path / "table.txt").read_text()
+    assert "prefix" in (tmp_path / "table.txt").read_text()
     assert json.loads(result.model_dump_json())["config"]["prefix_kinds"] == [2, 12]
 
 
 @pytest.mark.asyncio
 async def test_grid_counts_errors_by_kind_and_keeps_first_messages() -> None:
     def handler(body: dict[str, Any], number: int) -> list[Step]:
-        from fake_openai_server import Status
-
         if number % 3 == 0:
             return [Status(503, b"no workers")]
         return normal_stream(["a"], prompt=10, cached=None)
@@ -215,8 +214,10 @@ async def test_grid_counts_errors_by_kind_and_keeps_first_messages() -> None:
     )
     async with FakeServer(handler) as server:
         result = await run_grid_async(server.url, "m", config, None, tokenizer=None, progress=False)
-    # Requests 0 and 1 calibrate (0 fails, so the sizer falls back); measured are numbers 2..10.
-    assert result.token_count_source == "approximate:1 token/word (server reported no usage)"
+    # Request 0 calibrates and fails, so the sizer falls back and says why; measured: 1..9.
+    assert result.token_count_source == (
+        "approximate:1 token/word (calibration request failed: http_status: HTTP 503: no workers)"
+    )
     assert result.errors_by_kind == {"http_status": 3}  # numbers 3, 6, 9
     assert result.points[0].errors == 3 and result.points[0].samples == 6
     assert result.points[0].cached_ratio is None
@@ -224,52 +225,85 @@ async def test_grid_counts_errors_by_kind_and_keeps_first_messages() -> None:
     assert result.first_failure_at == result.first_errors[0].at
 
 
-def test_cli_load_and_compare(tmp_path: Path) -> None:
-    import threading
+@pytest.mark.parametrize(
+    ("url", "base"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000/"),
+        ("http://127.0.0.1:8000/", "http://127.0.0.1:8000/"),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/"),
+        ("https://h/v1/", "https://h/"),
+        (" http://h:1/proxy/v1 ", "http://h:1/proxy/"),
+        ("http://[::1]:8000/v1", "http://[::1]:8000/"),
+    ],
+)
+def test_base_url_strips_one_v1(url: str, base: str) -> None:
+    assert base_url(url) == base
 
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    holder: dict[str, FakeServer] = {}
 
-    async def serve() -> None:
-        async with FakeServer(grid_handler) as server:
-            holder["server"] = server
-            ready.set()
-            await asyncio.sleep(25)
+@pytest.mark.parametrize("url", ["127.0.0.1:9", "ftp://h", "", "http://", "http://h?x=1"])
+def test_base_url_rejects(url: str) -> None:
+    with pytest.raises(ValueError, match=f"invalid server URL {re.escape(repr(url))}"):
+        base_url(url)
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    assert ready.wait(5)
-    url = holder["server"].url
-    runner = CliRunner()
-    args = [
-        "load",
-        "--url",
-        url,
-        "--model",
-        "m",
-        "--prefix-kinds",
-        "2",
-        "--concurrency",
-        "2",
-        "--repetitions",
-        "1",
-        "--requests-per-run",
-        "6",
-        "--prompt-tokens",
-        "30",
-        "--no-progress",
-    ]
-    first = runner.invoke(app, [*args, "--out", str(tmp_path / "a")], env=WIDE)
-    assert first.exit_code == 0, first.output
-    assert "cached ratio" in first.output and "0.500" in first.output
-    second = runner.invoke(
-        app, [*args, "--out", str(tmp_path / "b"), "--concurrency", "1"], env=WIDE
+
+@pytest.mark.asyncio
+async def test_url_prefix_is_kept_and_v1_not_doubled() -> None:
+    config = LoadConfig(prefix_kinds=[1], concurrency=[1], repetitions=1, requests_per_run=1)
+    config = config.model_copy(update={"warmup_requests": 0, "prompt_tokens": 10})
+    async with FakeServer(grid_handler) as server:
+        await run_grid_async(f"{server.url}/proxy/v1", "m", config, None, progress=False)
+    assert set(server.paths) == {"/proxy/v1/chat/completions"}
+
+
+SMALL_GRID = LoadConfig(
+    prefix_kinds=[1],
+    concurrency=[1],
+    repetitions=1,
+    requests_per_run=2,
+    warmup_requests=0,
+    prompt_tokens=20,
+)
+
+
+@pytest.mark.asyncio
+async def test_calibration_failure_says_why() -> None:
+    """An unreachable server: the prompt-size source names the failed calibration request
+    (not "no usage"), and only one calibration request is tried."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    result = await run_grid_async(url, "m", SMALL_GRID, None, progress=False)
+    assert result.token_count_source.startswith(
+        "approximate:1 token/word (calibration request failed: connection_error: "
+        "ClientConnectorError: Cannot connect to host 127.0.0.1"
     )
-    assert second.exit_code == 0, second.output
-    compared = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")], env=WIDE)
-    assert compared.exit_code == 0, compared.output
-    assert "0.500 / -" in compared.output and "- / 0.500" in compared.output
-    bad = runner.invoke(app, [*args, "--out", str(tmp_path / "c"), "--concurrency", "0"], env=WIDE)
-    assert bad.exit_code == 2
-    assert "concurrency.0: Input should be greater than 0" in bad.output
+    assert result.errors_by_kind == {"connection_error": 2}
+
+
+@pytest.mark.asyncio
+async def test_calibration_without_growing_usage_says_so() -> None:
+    async with FakeServer(lambda body, n: normal_stream(["a"], prompt=50)) as server:
+        result = await run_grid_async(server.url, "m", SMALL_GRID, None, progress=False)
+    assert result.token_count_source == (
+        "approximate:1 token/word (server's prompt_tokens did not grow with the prompt: 50 then 50)"
+    )
+
+
+@pytest.mark.asyncio
+async def test_error_messages_are_one_short_line() -> None:
+    page = b"<html>\n<head><title>404 Not Found</title></head>\n<body>" + b"x" * 3000 + b"</body>"
+
+    async with FakeServer(lambda body, n: [Status(404, page)]) as server:
+        result = await run_grid_async(server.url, "m", SMALL_GRID, None, progress=False)
+    message = result.first_errors[0].message
+    assert len(message) == ERROR_MESSAGE_CHARS and message.endswith("...")
+    assert message.startswith("HTTP 404: <html> <head><title>404 Not Found</title></head> <body>x")
+    assert "calibration request failed: http_status: HTTP 404: <html> <head>" in (
+        result.token_count_source
+    )
+
+
+def test_short_message() -> None:
+    assert short_message("a\n  b\tc") == "a b c"
+    assert short_message("y" * ERROR_MESSAGE_CHARS) == "y" * ERROR_MESSAGE_CHARS
+    assert short_message("y" * 1000) == "y" * (ERROR_MESSAGE_CHARS - 3) + "..."

@@ -1,0 +1,262 @@
+"""`testbed load` and `testbed compare`: results, exit codes and one-line errors."""
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from fake_openai_server import Status, Step, normal_stream, serve_in_thread
+from typer.core import TyperGroup
+from typer.testing import CliRunner
+
+import loadgen.cli
+from components.config import StackLoadConfig
+from loadgen.cli import STACK_LOAD_STEP_KEYS, build_config
+from loadgen.config import LoadConfig
+from testbed.cli import app
+
+pytestmark = pytest.mark.timeout(60)
+
+STACKS = Path(__file__).parents[2] / "stacks"
+# A small grid: 1 point, 1 repetition, 6 requests of 30 tokens.
+SMALL = [
+    *("--model", "m", "--prefix-kinds", "2", "--concurrency", "2", "--repetitions", "1"),
+    *("--requests-per-run", "6", "--prompt-tokens", "30", "--no-progress"),
+]
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def cached_half(body: dict[str, Any], number: int) -> list[Step]:
+    return normal_stream(["a", "b"], prompt=1000, cached=500)
+
+
+def refused_url() -> str:
+    """A loopback URL nobody listens on (a port just released by the OS)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def assert_one_error_line(result: Any, *fragments: str) -> None:
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_load_then_compare(tmp_path: Path) -> None:
+    with serve_in_thread(cached_half) as server:
+        first = run("load", "--url", server.url, *SMALL, "--out", str(tmp_path / "a"))
+        assert first.exit_code == 0, first.output
+        assert "0.500" in first.output and "results in" in first.output
+        second = run(
+            "load", "--url", server.url, *SMALL, "--out", str(tmp_path / "b"), "--concurrency", "1"
+        )
+        assert second.exit_code == 0, second.output
+    compared = run("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert compared.exit_code == 0, compared.output
+    assert "0.500 / -" in compared.output and "- / 0.500" in compared.output
+
+
+def test_invalid_option_values_exit_2_naming_the_field(tmp_path: Path) -> None:
+    result = run(
+        "load", "--url", "http://127.0.0.1:1", *SMALL, "--out", str(tmp_path), "--concurrency", "0"
+    )
+    assert result.exit_code == 2
+    assert "concurrency.0: Input should be greater than 0" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_non_integer_list_is_one_line(tmp_path: Path) -> None:
+    result = run(
+        "load",
+        "--url",
+        "http://127.0.0.1:1",
+        *SMALL,
+        "--out",
+        str(tmp_path),
+        "--concurrency",
+        "4,x",
+    )
+    assert_one_error_line(result, "--concurrency expects comma-separated integers, got '4,x'")
+
+
+def test_compare_missing_folder_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexist"
+    assert_one_error_line(
+        run("compare", str(missing), str(tmp_path)), str(missing), "does not exist"
+    )
+
+
+def test_compare_parent_folder_suggests_the_result_folders(tmp_path: Path) -> None:
+    for stack in ("kv-routing", "disagg-same-node"):
+        (tmp_path / "simulate" / stack).mkdir(parents=True)
+        (tmp_path / "simulate" / stack / "summary.json").write_text("[]")
+    # A per-point folder inside a result folder is not suggested on its own.
+    (tmp_path / "simulate" / "kv-routing" / "k2-c4").mkdir()
+    (tmp_path / "simulate" / "kv-routing" / "k2-c4" / "summary.json").write_text("[]")
+    parent = tmp_path / "simulate"
+    result = run("compare", str(parent), str(parent / "kv-routing"))
+    assert_one_error_line(
+        result,
+        f"no summary.json in {parent}; did you mean one of: {parent / 'disagg-same-node'}, "
+        f"{parent / 'kv-routing'}?",
+    )
+
+
+def test_compare_unreadable_summary_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps([{"prefix_kinds": 2}]))
+    result = run("compare", str(tmp_path), str(tmp_path))
+    assert_one_error_line(result, "is not a grid-point summary", "concurrency: Field required")
+
+
+def test_load_missing_config_file_is_one_line(tmp_path: Path) -> None:
+    result = run(
+        "load", "--url", "http://127.0.0.1:1", *SMALL, "--out", str(tmp_path), "--config", "no.yaml"
+    )
+    assert_one_error_line(result, "config file no.yaml does not exist")
+
+
+def test_load_bad_tokenizer_is_one_line(tmp_path: Path) -> None:
+    args = ("load", "--url", "http://127.0.0.1:1", *SMALL, "--out", str(tmp_path / "o"))
+    assert_one_error_line(
+        run(*args, "--tokenizer", "/bad/path"), "no tokenizer.json for '/bad/path'"
+    )
+    not_a_tokenizer = tmp_path / "tokenizer.json"
+    not_a_tokenizer.write_text("[1, 2]")
+    assert_one_error_line(
+        run(*args, "--tokenizer", str(not_a_tokenizer)),
+        f"cannot read the tokenizer '{not_a_tokenizer}'",
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        ("127.0.0.1:9", "did you mean http://127.0.0.1:9?"),
+        ("localhost:9", "did you mean http://localhost:9?"),
+        ("ftp://example.com", "expected http://HOST:PORT"),
+        ("", "expected http://HOST:PORT"),
+        ("http://", "expected http://HOST:PORT"),
+        ("http://h:port", "Port could not be cast"),
+    ],
+)
+def test_load_rejects_bad_urls_before_any_request(tmp_path: Path, url: str, hint: str) -> None:
+    result = run("load", "--url", url, *SMALL, "--out", str(tmp_path / "o"))
+    assert_one_error_line(result, f"invalid server URL {url!r}", hint)
+    assert not (tmp_path / "o").exists()
+
+
+def test_url_with_v1_reaches_the_api_path(tmp_path: Path) -> None:
+    with serve_in_thread(cached_half) as server:
+        result = run("load", "--url", f"{server.url}/v1", *SMALL, "--out", str(tmp_path))
+        paths = set(server.paths)
+    assert result.exit_code == 0, result.output
+    assert paths == {"/v1/chat/completions"}
+
+
+def test_no_request_succeeded_exits_1_with_counts(tmp_path: Path) -> None:
+    url = refused_url()
+    result = run("load", "--url", url, *SMALL, "--out", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert "errors: 6 of 6 requests failed (connection_error 6)" in result.output
+    assert f"error: no request succeeded: is the server at {url} up" in result.output
+    assert "calibration request failed: connection_error" in result.output
+    assert (tmp_path / "summary.json").is_file()  # the failures are still written
+
+
+def test_some_failures_still_exit_0(tmp_path: Path) -> None:
+    def every_third_fails(body: dict[str, Any], number: int) -> list[Step]:
+        return [Status(503, b"busy")] if number % 3 == 0 else cached_half(body, number)
+
+    with serve_in_thread(every_third_fails) as server:
+        result = run("load", "--url", server.url, *SMALL, "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "requests failed (http_status " in result.output
+    assert "error http_status: HTTP 503: busy" in result.output
+
+
+def test_interrupt_prints_a_line_and_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loadgen.cli, "run_grid", interrupted)
+    result = run("load", "--url", "http://127.0.0.1:1", *SMALL, "--out", str(tmp_path))
+    assert result.exit_code == 130
+    assert result.output.startswith("interrupted; partial results are not saved")
+
+
+def test_every_load_option_has_help() -> None:
+    group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)
+    helps = {p.name: getattr(p, "help", None) for p in group.commands["load"].params}
+    assert [name for name, text in helps.items() if not text] == []
+    assert "camelCase" in str(helps["config"]) and "stacks/Pulumi.*.yaml" in str(helps["config"])
+    assert str(helps["repetitions"]).endswith("Default: 3.")
+    assert str(helps["prefix_kinds"]).endswith("Default: 2,7,12,24.")
+
+
+def test_config_from_a_stack_file() -> None:
+    config = build_config(STACKS / "Pulumi.kv-routing.yaml", {"repetitions": 1})
+    assert (config.prefix_kinds, config.concurrency, config.repetitions) == (
+        [2, 7, 12, 24],
+        [4, 8],
+        1,
+    )
+    assert config.prompt_tokens == 2371
+
+
+def test_stack_file_load_step_keys_are_dropped(tmp_path: Path) -> None:
+    stack = {
+        "config": {
+            "dynamo-testbed:namespace": "x",
+            "dynamo-testbed:load": {
+                "requestsPerRun": 7,
+                "url": "http://10.0.0.5:30080",
+                "runId": "2",
+                "enabled": True,
+                "deadlineMinutes": 5,
+            },
+        }
+    }
+    file = tmp_path / "Pulumi.s.yaml"
+    file.write_text(json.dumps(stack))  # JSON is YAML
+    assert build_config(file, {}).requests_per_run == 7
+    del stack["config"]["dynamo-testbed:load"]  # type: ignore[attr-defined]
+    file.write_text(json.dumps(stack))
+    assert build_config(file, {}) == LoadConfig()  # no section: the stack's default grid
+
+
+def test_plain_load_yaml_and_its_errors(tmp_path: Path) -> None:
+    file = tmp_path / "load.yaml"
+    file.write_text("prefixKinds: [3]\nrequestPerRun: 10\n")
+    with pytest.raises(ValueError, match=r"requestPerRun: Extra inputs are not permitted"):
+        build_config(file, {})
+    file.write_text("prefixKinds: [3\n")
+    with pytest.raises(ValueError, match=r"is not valid YAML"):
+        build_config(file, {})
+    file.write_text("prefixKinds: [3]\n")
+    assert build_config(file, {"concurrency": [5]}).model_dump(
+        include={"prefix_kinds", "concurrency"}
+    ) == {
+        "prefix_kinds": [3],
+        "concurrency": [5],
+    }
+
+
+def test_step_keys_match_stack_load_config() -> None:
+    """The keys dropped from a stack's load section are exactly StackLoadConfig's own."""
+
+    def aliases(model: type[LoadConfig]) -> set[str]:
+        return {field.alias or name for name, field in model.model_fields.items()}
+
+    assert aliases(StackLoadConfig) - aliases(LoadConfig) == STACK_LOAD_STEP_KEYS

@@ -1,0 +1,105 @@
+"""The seed-style tables at 80 columns, the console they print on, and reading summary.json."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadgen.report import (
+    PIPED_WIDTH,
+    comparison_table,
+    load_points,
+    seed_table,
+    table_console,
+    table_text,
+)
+from loadgen.results import PointSummary
+
+# BRIEF.md "Results: same node" (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms, req/s):
+# aggregated KV routing as A, disaggregated as B.
+SEED_ROWS = [
+    (2, 4, (34, 286), (73, 592), (10.9, 6.5)),
+    (24, 4, (64, 518), (149, 958), (8.1, 4.8)),
+    (7, 8, (60, 650), (163, 1477), (12.2, 7.2)),
+    (24, 8, (106, 896), (184, 1776), (11.5, 6.0)),
+]
+
+
+def point(kinds: int, conc: int, p50: float, p99: float, rps: float, errors: int) -> PointSummary:
+    return PointSummary(
+        prefix_kinds=kinds,
+        concurrency=conc,
+        repetitions=3,
+        ttft_p50_ms=p50,
+        ttft_p90_ms=None,
+        ttft_p99_ms=p99,
+        itl_p50_ms=None,
+        tpot_p50_ms=None,
+        e2e_p50_ms=None,
+        queue_p99_ms=None,
+        requests_per_s=rps,
+        output_tokens_per_s=0.0,
+        cached_ratio=0.857,
+        cached_reported=600,
+        errors=errors,
+        samples=600,
+    )
+
+
+def side(index: int) -> list[PointSummary]:
+    return [
+        point(k, c, p50[index], p99[index], rps[index], errors=12 * index)
+        for k, c, p50, p99, rps in SEED_ROWS
+    ]
+
+
+def test_comparison_of_the_seed_values_fits_80_columns() -> None:
+    text = table_text(comparison_table(side(0), side(1), title="kv-routing / disagg"), width=80)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in text  # no header or cell cut short
+    header = " ".join(lines[1:3])
+    for name in ("prefix", "kinds", "conc", "TTFT p50", "TTFT p99", "ms", "req/s", "cached"):
+        assert name in header
+    # Each grid point is one line holding every "A / B" cell (nothing wrapped).
+    row = next(line for line in lines if "184 / 1,776" in line)
+    assert row.split("│")[0].strip() == "24"
+    for cell in ("106 / 896", "11.5 / 6.0", "0.857 / 0.857", "0 / 12"):
+        assert cell in row
+    assert sum("/" in line for line in lines[4:]) == len(SEED_ROWS)
+
+
+def test_seed_table_orders_by_concurrency_then_kinds() -> None:
+    text = table_text(seed_table(side(1)), width=80)
+    rows = [line.split("│") for line in text.splitlines() if line.count("│") == 6][2:]
+    assert [(r[0].strip(), r[1].strip(), r[3].strip()) for r in rows] == [
+        ("2", "4", "592"),
+        ("24", "4", "958"),
+        ("7", "8", "1,477"),
+        ("24", "8", "1,776"),
+    ]
+
+
+def test_piped_console_is_at_least_100_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    console = table_console()
+    assert not console.is_terminal  # pytest captures stdout
+    assert console.width == PIPED_WIDTH
+    monkeypatch.setenv("COLUMNS", "150")
+    assert table_console().width == 150
+
+
+def test_load_points_round_trip_and_errors(tmp_path: Path) -> None:
+    points, result = side(0), tmp_path / "kv-routing"
+    result.mkdir()
+    (result / "summary.json").write_text(json.dumps([p.model_dump(mode="json") for p in points]))
+    assert load_points(result) == points
+    with pytest.raises(FileNotFoundError) as missing:
+        load_points(tmp_path)
+    assert str(missing.value) == f"no summary.json in {tmp_path}; did you mean one of: {result}?"
+    (result / "summary.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"summary.json is not JSON"):
+        load_points(result)
+    (result / "summary.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"holds a dict, not a list of grid points"):
+        load_points(result)
