@@ -29,14 +29,14 @@ def records_frame(runs: Sequence[RunRecords]) -> pd.DataFrame:
             "concurrency": run.concurrency,
             "repetition": run.repetition,
             **dataclasses.asdict(record),
+            # As text before pandas sees it: a column mixing None with enum members would turn
+            # None into NaN, and str(NaN) into the string "nan".
+            "error_kind": None if record.error_kind is None else str(record.error_kind),
         }
         for run in runs
         for record in run.records
     ]
-    frame = pd.DataFrame(rows)
-    if not frame.empty:
-        frame["error_kind"] = frame["error_kind"].map(lambda k: None if k is None else str(k))
-    return frame
+    return pd.DataFrame(rows)
 
 
 def write_outputs(out_dir: Path, result: GridResult, runs: Sequence[RunRecords]) -> None:
