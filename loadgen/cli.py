@@ -5,6 +5,8 @@ succeeded; 2 a bad option, URL, file or folder (one `error: ...` line, no traceb
 130 interrupted (Ctrl-C).
 """
 
+import socket
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -149,6 +151,20 @@ def _check_tokenizer(tokenizer: str, model: str) -> None:
         raise ValueError(f"cannot read the tokenizer {tokenizer!r}: {message}") from None
 
 
+def check_reachable(url: str, timeout_s: float) -> None:
+    """Open (and close) one TCP connection to the server before the grid; no HTTP is sent.
+
+    An address that refuses or never answers would otherwise cost every request of the grid
+    its connect timeout. Exits with a one-line error (code 2) when the connection fails.
+    """
+    parts = urllib.parse.urlsplit(base_url(url))
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+    except OSError as exc:
+        fail(f"cannot reach {url} ({parts.hostname}:{port}): {exc}; no request was sent")
+
+
 def _print_result(result: GridResult, out: Path, title: str) -> None:
     console = table_console()
     console.print(seed_table(result.points, title=title))
@@ -282,6 +298,7 @@ def load_command(
         out.mkdir(parents=True, exist_ok=True)
     except (ValueError, OSError) as exc:
         fail(str(exc))
+    check_reachable(url, load_config.connect_timeout_s)
     try:
         result = run_grid(url, model, load_config, out, tokenizer=tokenizer, progress=progress)
     except KeyboardInterrupt:

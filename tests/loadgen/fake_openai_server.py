@@ -201,7 +201,17 @@ def serve_in_thread(handler: Handler) -> Iterator[FakeServer]:
             started.set()
             await stop.wait()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    def run() -> None:
+        loop.run_until_complete(serve())
+        # Connections accepted as the server closed (e.g. a bare TCP reachability check) may
+        # still have a handler task: finish them before the loop is closed.
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     assert started.wait(5), "the fake server did not start"
     try:

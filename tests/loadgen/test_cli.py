@@ -162,13 +162,24 @@ def test_url_with_v1_reaches_the_api_path(tmp_path: Path) -> None:
     assert paths == {"/v1/chat/completions"}
 
 
-def test_no_request_succeeded_exits_1_with_counts(tmp_path: Path) -> None:
+def test_an_unreachable_server_is_one_error_before_any_request(tmp_path: Path) -> None:
     url = refused_url()
-    result = run("load", "--url", url, *SMALL, "--out", str(tmp_path))
+    result = run("load", "--url", url, *SMALL, "--out", str(tmp_path / "out"))
+    assert_one_error_line(result, f"cannot reach {url}", "no request was sent")
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_no_request_succeeded_exits_1_with_counts(tmp_path: Path) -> None:
+    def always_busy(body: dict[str, Any], number: int) -> list[Step]:
+        return [Status(503, b"busy")]
+
+    with serve_in_thread(always_busy) as server:
+        url = server.url
+        result = run("load", "--url", url, *SMALL, "--out", str(tmp_path))
     assert result.exit_code == 1, result.output
-    assert "errors: 6 of 6 requests failed (connection_error 6)" in result.output
+    assert "errors: 6 of 6 requests failed (http_status 6)" in result.output
     assert f"error: no request succeeded: is the server at {url} up" in result.output
-    assert "calibration request failed: connection_error" in result.output
+    assert "calibration request failed: http_status" in result.output
     assert (tmp_path / "summary.json").is_file()  # the failures are still written
 
 
@@ -190,7 +201,8 @@ def test_interrupt_prints_a_line_and_exits_130(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(loadgen.cli, "run_grid", interrupted)
-    result = run("load", "--url", "http://127.0.0.1:1", *SMALL, "--out", str(tmp_path))
+    with serve_in_thread(cached_half) as server:
+        result = run("load", "--url", server.url, *SMALL, "--out", str(tmp_path))
     assert result.exit_code == 130
     assert result.output.startswith("interrupted; partial results are not saved")
 
