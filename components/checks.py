@@ -170,7 +170,7 @@ def engine_problems(cfg: StackConfig) -> list[ConfigProblem]:
 
 def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Model geometry, quantities, links; then the memory floor and GPU memory fit."""
-    from components.stack_sizing import model_geometry, stack_sizing
+    from components.stack_sizing import group_of, model_geometry, stack_sizing
 
     out: list[ConfigProblem] = []
     for i, w in enumerate(cfg.topology.workers):
@@ -207,7 +207,7 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
             key = _workers_key(index[finding.subject], "memoryLimit")
             value = cfg.topology.workers[index[finding.subject]].memory_limit
         elif cfg.engine.kind == "vllm":
-            worker = finding.workers[0].rsplit("-", 1)[0] if finding.workers else ""
+            worker = group_of(finding.workers[0]) if finding.workers else ""
             key = (
                 _workers_key(index[worker], "gpuMemoryUtilization")
                 if worker in index

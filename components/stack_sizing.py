@@ -64,10 +64,20 @@ def kv_link(cfg: StackConfig, prefill: WorkerGroup) -> str | float:
     return cfg.links.same_node if same else cfg.links.cross_node
 
 
+def replica_name(group: str, index: int) -> str:
+    """The name sizing gives one replica of a worker group: ``<group>-<index>``."""
+    return f"{group}-{index}"
+
+
+def group_of(replica: str) -> str:
+    """The worker group of a :func:`replica_name` (``prefill-1`` -> ``prefill``)."""
+    return replica.rsplit("-", 1)[0]
+
+
 def gpu_sharing_sets(cfg: StackConfig) -> list[GpuAllocation]:
     """For each node class, the workers that may end up on one GPU (the worst case).
 
-    Workers are named ``<group>-<replica index>``. Without time-slicing a worker has a GPU to
+    Workers are named by :func:`replica_name`. Without time-slicing a worker has a GPU to
     itself, so each group is checked alone (replica 0). With time-slicing, up to
     ``replicasPerGpu`` workers share a GPU, and the scheduler does not know GPU memory: the set
     checked is the ``min(replicasPerGpu, workers on the class)`` workers with the largest
@@ -86,14 +96,15 @@ def gpu_sharing_sets(cfg: StackConfig) -> list[GpuAllocation]:
                         gpu_memory_gib=node_class.gpu_memory_gib,
                         workers=[
                             GpuWorker(
-                                name=f"{g.name}-0", gpu_memory_utilization=g.gpu_memory_utilization
+                                name=replica_name(g.name, 0),
+                                gpu_memory_utilization=g.gpu_memory_utilization,
                             )
                         ],
                     )
                 )
             continue
         replicas = [
-            GpuWorker(name=f"{g.name}-{i}", gpu_memory_utilization=g.gpu_memory_utilization)
+            GpuWorker(name=replica_name(g.name, i), gpu_memory_utilization=g.gpu_memory_utilization)
             for g in groups
             for i in range(g.replicas)
         ]
@@ -143,7 +154,7 @@ class StackSizing:
             KeyError: no worker of that group in the report.
         """
         for w in self.report.workers:
-            if w.name.rsplit("-", 1)[0] == group:
+            if group_of(w.name) == group:
                 return w.kv_capacity_tokens
         raise KeyError(group)
 

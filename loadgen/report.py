@@ -88,11 +88,12 @@ def table_text(table: Table, width: int = 120) -> str:
     return buffer.getvalue()
 
 
-def table_console(stderr: bool = False) -> Console:
+def table_console(stderr: bool = False, highlight: bool = True) -> Console:
     """A rich Console for printing these tables: the terminal's width on a terminal, else at
     least `PIPED_WIDTH` (100) columns, so piped output (CI logs, `| tee`) neither truncates
-    nor wraps cells. `COLUMNS` in the environment still sets the width when larger."""
-    console = Console(stderr=stderr)
+    nor wraps cells. `COLUMNS` in the environment still sets the width when larger.
+    `highlight=False` turns off rich's colouring of numbers and paths in plain prints."""
+    console = Console(stderr=stderr, highlight=highlight)
     if not console.is_terminal:
         console.width = max(console.width, PIPED_WIDTH)
     return console

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from components.errors import StackConfigError
 from components.sizing import format_quantity
+from loadgen.report import table_console
 from testbed.render import Rendered, StackFileError, render_stack
 from testbed.render_files import diff_rendered, write_rendered
 
-# Piped output (CI, `| less`) gets 120 columns rather than rich's default 80.
-console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+console = table_console(highlight=False)
 
 STACK_ERRORS = (FileNotFoundError, StackFileError, StackConfigError)
 """What a bad stack name, file or config raises: printed as one message, exit code 2."""
