@@ -12,6 +12,7 @@ from rich.text import Text
 
 from components.errors import StackConfigError
 from components.sizing import format_quantity
+from loadgen.cli import fail
 from loadgen.report import table_console
 from testbed.render import Rendered, StackFileError, render_stack
 from testbed.render_files import diff_rendered, write_rendered
@@ -19,13 +20,8 @@ from testbed.render_files import diff_rendered, write_rendered
 console = table_console(highlight=False)
 
 STACK_ERRORS = (FileNotFoundError, StackFileError, StackConfigError)
-"""What a bad stack name, file or config raises: printed as one message, exit code 2."""
-
-
-def fail(exc: BaseException) -> typer.Exit:
-    """Print ``error: <message>`` (the message verbatim, no markup) and return exit code 2."""
-    console.print(Text("error: ", style="red") + Text(str(exc)), soft_wrap=True)
-    return typer.Exit(2)
+"""What a bad stack name, file or config raises: one ``error:`` line (``loadgen.cli.fail``),
+exit code 2."""
 
 
 def warn(message: str) -> None:
@@ -38,7 +34,7 @@ def _render_or_exit(stack: str) -> Rendered:
     try:
         return render_stack(stack)
     except STACK_ERRORS as exc:
-        raise fail(exc) from None
+        fail(str(exc))
 
 
 def _sizing_table(sizing: dict[str, Any]) -> Table:
@@ -144,14 +140,14 @@ def simulate_command(
         try:
             load_stack(name)
         except STACK_ERRORS as exc:
-            raise fail(exc) from None
+            fail(str(exc))
     results = []
     for name in names:
         console.print(f"simulating {name} ...")
         try:
             sim = simulate_stack(name, out, full=full, speedup_ratio=speedup, progress=progress)
         except LocalGraphError as exc:
-            raise fail(exc) from None
+            fail(str(exc))
         except KeyboardInterrupt:
             console.print(f"interrupted; every process of {name}'s graph was stopped")
             raise typer.Exit(130) from None
