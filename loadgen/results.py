@@ -9,6 +9,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from loadgen.config import LoadConfig
+from loadgen.incidents import Incident, RunWindow
 
 LOW_SAMPLE_P99 = 100  # a p99 over fewer samples rests on its one or two largest values
 
@@ -73,6 +74,24 @@ class RunSummary(BaseModel):
         "(ms); in-process runs count every thread of the calling process.",
     )
     warnings: list[str]
+    started_at: datetime | None = Field(
+        default=None, description="Wall-clock start of the run's warm-up (UTC)."
+    )
+    finished_at: datetime | None = Field(
+        default=None, description="Wall-clock end of the run's last request (UTC)."
+    )
+
+    def window(self) -> RunWindow | None:
+        """When this run was running (None for results written before runs kept times)."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return RunWindow(
+            prefix_kinds=self.prefix_kinds,
+            concurrency=self.concurrency,
+            repetition=self.repetition,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+        )
 
 
 class PointSummary(BaseModel):
@@ -117,3 +136,11 @@ class GridResult(BaseModel):
     first_errors: list[ErrorSample]
     first_failure_at: datetime | None
     warnings: list[str]
+    incidents: list[Incident] = Field(
+        default_factory=list,
+        description="What the serving side did during the grid (loadgen.incidents), in time order.",
+    )
+
+    def windows(self) -> list[RunWindow]:
+        """Every run's window, in run order (runs without times are left out)."""
+        return [w for w in (run.window() for run in self.runs) if w is not None]

@@ -220,6 +220,7 @@ async def run_grid_async(
             prompts = build_prompts(sizer, n=config.requests_per_run, salt=salt, **shape)
             n_warmup = conc if config.warmup_requests is None else config.warmup_requests
             warmup = build_prompts(sizer, n=n_warmup, salt=f"warmup-{salt}", **shape)
+            run_started_at = datetime.now(UTC)
             done, workers = await _run_once(
                 server, model, config, prompts, warmup, conc, rep, lambda _: bar.advance(task)
             )
@@ -235,6 +236,8 @@ async def run_grid_async(
                     workers=workers,
                     loop_lags_ms=done.loop_lags_ms,
                     client_cpu_s=done.cpu_s,
+                ).model_copy(
+                    update={"started_at": run_started_at, "finished_at": datetime.now(UTC)}
                 )
             )
     points = [
