@@ -32,6 +32,7 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"  # connect/read timeout or the per-request deadline
     CONNECTION = "connection_error"  # refused, reset, or closed before the response started
     TRUNCATED = "truncated_stream"  # body ended without `[DONE]` or a finish_reason, or cut off
+    EMPTY_STREAM = "empty_stream"  # a 200 stream with no sign of a generated token (see below)
     INVALID_EVENT = "invalid_event"  # an event whose data is not JSON
 
 
@@ -47,6 +48,9 @@ class RequestRecord:
     `first_byte_ns`: first body bytes; `first_chunk_ns`: first data event of any kind;
     `first_token_ns`: first event with non-empty `content`/`reasoning_content`/`reasoning`
     (chat) or `text` (completions); `token_ns`: arrival of every such content-bearing event;
+    `last_token_ns`: the last generated token, where E2E ends: the last content-bearing event,
+    or, in a stream that carried no text at all (the Dynamo mocker's), the last event with a
+    `choices` entry; never the usage-only chunk, which only supplies counts.
     `chunks`: all data events (including role-only and usage chunks); `end_ns`: end of the body.
     Usage fields keep the last `usage` seen; `cached_tokens` is None when
     `usage.prompt_tokens_details.cached_tokens` was absent or null, distinct from 0.
@@ -60,6 +64,7 @@ class RequestRecord:
     first_byte_ns: int | None = None
     first_chunk_ns: int | None = None
     first_token_ns: int | None = None
+    last_token_ns: int | None = None
     end_ns: int | None = None
     token_ns: list[int] = field(default_factory=list)
     chunks: int = 0
@@ -124,8 +129,11 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
         choice = choices[0]
         if _content_text(choice):
             record.token_ns.append(now)
+            record.last_token_ns = now
             if record.first_token_ns is None:
                 record.first_token_ns = now
+        elif record.first_token_ns is None:
+            record.last_token_ns = now  # a text-less stream: each choice chunk is a token
         if choice.get("finish_reason"):
             record.finish_reason = choice["finish_reason"]
     usage = obj.get("usage")
@@ -172,8 +180,10 @@ async def stream_request(
 
     `session` comes from `loadgen.runner.make_client` (base URL, timeouts, `timing_trace`).
     Reads the body to its end even after `[DONE]`, so the connection goes back to the pool for
-    reuse. `deadline_s` (seconds) bounds the whole request from `record.intended_ns`. Never
-    raises for request failures: they are recorded as `record.error_kind`/`record.error`.
+    reuse. `deadline_s` (seconds) bounds the whole request from `record.intended_ns`. A 200
+    stream without a generated token (`generated_token`) fails as `EMPTY_STREAM`; one with
+    tokens that ends without `[DONE]` or a finish_reason as `TRUNCATED`. Never raises for
+    request failures: they are recorded as `record.error_kind`/`record.error`.
     """
     now = time.monotonic_ns
     remaining = deadline_s - (now() - record.intended_ns) / 1e9
@@ -208,5 +218,34 @@ async def stream_request(
     except (aiohttp.ClientError, OSError) as exc:
         kind = ErrorKind.CONNECTION if record.status is None else ErrorKind.TRUNCATED
         record.fail(kind, f"{type(exc).__name__}: {exc}")
-    if record.ok and not done and record.finish_reason is None:
+    if not record.ok:
+        return
+    if not generated_token(record):
+        record.fail(ErrorKind.EMPTY_STREAM, _empty_message(record, done))
+    elif not done and record.finish_reason is None:
         record.fail(ErrorKind.TRUNCATED, "stream ended without [DONE] or a finish_reason")
+
+
+def generated_token(record: RequestRecord) -> bool:
+    """True when a 200 stream shows that the server generated at least one token: some
+    content text arrived, or `usage.completion_tokens` > 0 (the Dynamo mocker streams chunks
+    without decodable text but counts its tokens). A stream with neither is `EMPTY_STREAM`."""
+    tokens = record.completion_tokens
+    return record.first_token_ns is not None or (isinstance(tokens, int) and tokens > 0)
+
+
+def _empty_message(record: RequestRecord, done: bool) -> str:
+    if record.first_byte_ns is None:
+        body = "an empty (zero-byte) body"
+    elif record.chunks == 0:
+        body = "only [DONE]" if done else "no data event"
+    else:
+        if done or record.finish_reason is not None:
+            ending = "ended with [DONE]" if done else f"finish_reason {record.finish_reason!r}"
+        else:
+            ending = "ended without [DONE] or a finish_reason"
+        body = f"{record.chunks} data event(s) with no content text, {ending}"
+    return (
+        f"HTTP 200 stream with no generated token: {body}; usage.completion_tokens "
+        f"{record.completion_tokens!r}"
+    )

@@ -33,7 +33,8 @@ class RunSummary(BaseModel):
     data event. ITL: gaps between consecutive content-bearing chunks after the first (vLLM's
     per-chunk definition), pooled over requests. TPOT: per request (E2E - TTFT) /
     (completion_tokens - 1) for requests with more than one output token, as vLLM defines it.
-    E2E: `sent` to end of body. Queue: intended to actual send (client-side waiting).
+    E2E: `sent` to the last generated token (`RequestRecord.last_token_ns`; a trailing usage
+    chunk only supplies counts). Queue: intended to actual send (client-side waiting).
     requests_per_s / output_tokens_per_s: successful requests / completion tokens over the span
     from the first send to the last end. cached_ratio: sum of cached tokens / sum of prompt tokens
     over the successful requests that reported cached tokens (`cached_reported` of them).

@@ -40,8 +40,9 @@ def ttft_ms(record: RequestRecord) -> float | None:
 
 
 def e2e_ms(record: RequestRecord) -> float | None:
-    """End-to-end latency (ms): sent to end of body."""
-    return _ms(record.sent_ns, record.end_ns)
+    """End-to-end latency (ms): sent to the last generated token (`last_token_ns`), so a usage
+    chunk sent after the tokens does not stretch it; the body's end is `end_ns`."""
+    return _ms(record.sent_ns, record.last_token_ns)
 
 
 def queue_ms(record: RequestRecord) -> float | None:

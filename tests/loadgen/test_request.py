@@ -24,6 +24,7 @@ from fake_openai_server import (
 from loadgen.config import LoadConfig
 from loadgen.loops import make_client
 from loadgen.request import ErrorKind, RequestRecord, stream_request
+from loadgen.stats import e2e_ms, tpot_ms, ttft_ms
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(20)]
 
@@ -134,6 +135,60 @@ async def test_stream_that_ends_without_done_or_finish_reason_is_truncated() -> 
     record = await fetch([Send(chat_chunk("a")), Send(chat_chunk("b"))])
     assert record.error_kind is ErrorKind.TRUNCATED
     assert record.error == "stream ended without [DONE] or a finish_reason"
+
+
+@pytest.mark.parametrize(
+    ("steps", "seen"),
+    [
+        ([Send(DONE)], "only [DONE]"),
+        ([], "an empty (zero-byte) body"),
+        (
+            [Send(chat_chunk(role="assistant")), Send(chat_chunk(finish="stop")), Send(DONE)],
+            "2 data event(s) with no content text, ended with [DONE]",
+        ),
+        (
+            [Send(chat_chunk(role="assistant")), Send(usage_chunk(10, 0, 0))],
+            "2 data event(s) with no content text, ended without [DONE] or a finish_reason",
+        ),
+    ],
+    ids=["done-only", "zero-byte", "role-and-finish-only", "clean-end-no-done-no-finish"],
+)
+async def test_200_stream_without_a_generated_token_is_an_empty_stream(
+    steps: list[Step], seen: str
+) -> None:
+    record = await fetch(steps)
+    assert (record.status, record.error_kind) == (200, ErrorKind.EMPTY_STREAM)
+    assert record.error is not None and seen in record.error
+    assert (record.first_token_ns, record.token_ns) == (None, [])
+
+
+async def test_textless_stream_with_completion_tokens_is_a_success() -> None:
+    """The Dynamo mocker streams chunks whose text does not decode but counts its tokens:
+    a success without TTFT; E2E ends at its last choice chunk, not at the usage chunk."""
+    steps: list[Step] = [Send(chat_chunk("", role="assistant")), Sleep(0.01)]
+    steps += [Send(chat_chunk("")), Sleep(0.01), Send(chat_chunk(finish="length")), Sleep(0.2)]
+    steps += [Send(usage_chunk(10, 3, 0)), Send(DONE)]
+    record = await fetch(steps)
+    assert record.ok, record.error
+    assert (record.first_token_ns, record.completion_tokens, record.chunks) == (None, 3, 4)
+    assert record.last_token_ns is not None and record.end_ns is not None
+    assert 0.19 < (record.end_ns - record.last_token_ns) / 1e9 < 1.0
+
+
+async def test_e2e_ends_at_the_last_token_not_the_late_usage_chunk() -> None:
+    """Three tokens 5 ms apart, finish_reason, then the usage chunk 500 ms later (the issue's
+    fault): E2E ~ 10 ms and TPOT ~ 5 ms, the body's end ~ 500 ms later."""
+    steps: list[Step] = [Send(chat_chunk("a", role="assistant")), Sleep(0.005)]
+    steps += [Send(chat_chunk("b")), Sleep(0.005), Send(chat_chunk("c"))]
+    steps += [Send(chat_chunk(finish="stop")), Sleep(0.5), Send(usage_chunk(10, 3, 0))]
+    record = await fetch([*steps, Send(DONE)])
+    assert record.ok, record.error
+    assert record.last_token_ns == record.token_ns[-1]
+    e2e, ttft, tpot = e2e_ms(record), ttft_ms(record), tpot_ms(record)
+    assert e2e is not None and ttft is not None and tpot is not None
+    assert 9 < e2e - ttft < 60  # two 5 ms gaps (+ scheduling), not 500 ms
+    assert tpot == pytest.approx((e2e - ttft) / 2)
+    assert record.end_ns is not None and (record.end_ns - record.last_token_ns) / 1e6 > 490
 
 
 async def test_stalled_stream_hits_the_read_timeout() -> None:

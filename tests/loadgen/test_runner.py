@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from fake_openai_server import FakeServer, Status, Step, Wait, normal_stream
+from fake_openai_server import DONE, FakeServer, Send, Status, Step, Wait, normal_stream
 
 from loadgen.config import LoadConfig
 from loadgen.loops import make_client, run_closed_loop, run_poisson
@@ -307,3 +307,19 @@ def test_short_message() -> None:
     assert short_message("a\n  b\tc") == "a b c"
     assert short_message("y" * ERROR_MESSAGE_CHARS) == "y" * ERROR_MESSAGE_CHARS
     assert short_message("y" * 1000) == "y" * (ERROR_MESSAGE_CHARS - 3) + "..."
+
+
+@pytest.mark.asyncio
+async def test_done_only_server_is_failures_not_fast_successes() -> None:
+    """The issue's fault: every answer is HTTP 200 with the body `data: [DONE]`. Each request
+    is an `empty_stream` failure; nothing enters TTFT, requests/s or the cached ratio."""
+    config = SMALL_GRID.model_copy(update={"requests_per_run": 3})
+    async with FakeServer(lambda body, n: [Send(DONE)]) as server:
+        result = await run_grid_async(server.url, "m", config, None, progress=False)
+    (point,) = result.points
+    assert (point.samples, point.errors, point.requests_per_s) == (0, 3, 0.0)
+    assert (point.ttft_p50_ms, point.e2e_p50_ms, point.cached_ratio) == (None, None, None)
+    assert result.errors_by_kind == {"empty_stream": 3}
+    assert result.first_errors[0].message == (
+        "HTTP 200 stream with no generated token: only [DONE]; usage.completion_tokens None"
+    )

@@ -24,6 +24,7 @@ def record(i: int, sent_ms: int, ttft: int, gaps: list[int], **usage: int | None
         first_chunk_ns=(sent_ms + ttft - 1) * MS,
         first_token_ns=tokens[0] * MS,
         token_ns=[t * MS for t in tokens],
+        last_token_ns=tokens[-1] * MS,
         end_ns=(tokens[-1] + 2) * MS,
         prompt_tokens=usage.get("prompt", 1000),
         completion_tokens=usage.get("completion", len(tokens)),
@@ -46,8 +47,8 @@ def test_percentile_edges() -> None:
 def test_itl_and_tpot_follow_vllm() -> None:
     r = record(0, 1000, 50, [10, 20, 30], completion=4)
     assert itl_ms(r) == [10, 20, 30]
-    # E2E = 50 + 60 + 2 = 112 ms; (112 - 50) / (4 - 1)
-    assert tpot_ms(r) == pytest.approx(62 / 3)
+    # E2E = 50 + 60 = 110 ms (to the last token, not the body's end 2 ms later); (110 - 50) / 3
+    assert tpot_ms(r) == pytest.approx(60 / 3)
     assert tpot_ms(record(1, 0, 5, [], completion=1)) is None
 
 
@@ -68,7 +69,7 @@ def test_run_summary_exact_values_and_errors_excluded() -> None:
     assert s.ttft_p99_ms == pytest.approx(40 + (80 - 40) * 0.99)  # linear between 60 and 80
     assert s.first_chunk_p50_ms == 59
     assert s.itl_p50_ms == 20  # pooled [10, 10, 20, 20, 30, 30]
-    assert s.e2e_p50_ms == 102  # [62, 102, 142]
+    assert s.e2e_p50_ms == 100  # [60, 100, 140]: to the last token, not the body's end
     # span: first send 0 ms to last end 100 + 80 + 60 + 2 = 242 ms
     assert s.duration_s == pytest.approx(0.242)
     assert s.requests_per_s == pytest.approx(3 / 0.242)
