@@ -1,7 +1,7 @@
 """Checks that span config keys, run after pydantic has validated each key's shape.
 
 Each returns :class:`~components.errors.ConfigProblem` values naming the key path to fix.
-:func:`semantic_problems` runs them all; :func:`components.config.parse_stack_config` raises
+:func:`semantic_problems` runs them all; :func:`components.validation.parse_stack_config` raises
 them as one :class:`~components.errors.StackConfigError` before anything is registered.
 """
 
@@ -10,8 +10,10 @@ from __future__ import annotations
 from components.config import StackConfig, image_tag_version
 from components.errors import ConfigProblem
 from components.links import resolve_link
+from components.load_step import endpoint_problems
 from components.models import UnknownModelError
 from components.sizing import parse_quantity
+from components.stack_sizing import group_of, model_geometry, stack_sizing
 
 _KV_ROLES = {
     "prefill": ("kv_producer", "kv_both"),
@@ -170,8 +172,6 @@ def engine_problems(cfg: StackConfig) -> list[ConfigProblem]:
 
 def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Model geometry, quantities, links; then the memory floor and GPU memory fit."""
-    from components.stack_sizing import group_of, model_geometry, stack_sizing
-
     out: list[ConfigProblem] = []
     for i, w in enumerate(cfg.topology.workers):
         for field, quantity in (("memoryLimit", w.memory_limit), ("baseMemory", w.base_memory)):
@@ -228,8 +228,6 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
 
 def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Every cross-key problem of a shape-valid config (empty when the stack is deployable)."""
-    from components.load_step import endpoint_problems  # load_step imports the config model
-
     out = (
         placement_problems(cfg) + role_problems(cfg) + engine_problems(cfg) + endpoint_problems(cfg)
     )

@@ -4,21 +4,17 @@ The Pulumi program, the offline ``testbed`` commands and the local simulation al
 :class:`StackConfig`. Keys are camelCase, exactly as they are written under ``config:`` in
 ``stacks/Pulumi.<stack>.yaml`` (``dynamo-testbed:<key>``); unknown keys are rejected.
 
-Two layers of checks, both raised as one :class:`~components.errors.StackConfigError` before any
-resource is registered:
-
-1. shape: pydantic validates types, ranges and allowed values of every key;
-2. meaning: :func:`semantic_problems` checks what spans keys (node classes that exist,
-   prefill with decode, KV connector roles, image tags, GPU fit, the memory floor, ...).
+This module holds the model and its key-level (shape) rules only;
+:func:`components.validation.parse_stack_config` validates a raw config against it and runs the
+cross-key checks of :mod:`components.checks`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -26,12 +22,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
 
-from components.errors import PROJECT, ConfigProblem, StackConfigError, key_path
+from components.errors import PROJECT
 from components.models import ModelGeometry
 from components.platform import PlatformConfig
 from components.sizing import (
@@ -435,104 +430,3 @@ def project_values(config_map: Mapping[str, Any]) -> dict[str, Any]:
                 value = json.loads(value)
         out[key] = value
     return out
-
-
-def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
-    """Validate a stack's config (keys without the project prefix) into a :class:`StackConfig`.
-
-    Args:
-        stack: stack name, used in messages.
-        raw: ``{key: value}`` with structured values already parsed (dicts/lists), e.g.
-            ``{"nodeClasses": {...}, "topology": {...}}``. ``hfToken`` is ignored here.
-
-    Returns:
-        The validated config; all semantic checks passed.
-
-    Raises:
-        StackConfigError: listing every problem (key path, bad value, what is allowed).
-    """
-    data = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
-    problems = [
-        ConfigProblem(k, data[k], unknown_key_message(k, KNOWN_KEYS))
-        for k in sorted(data)
-        if k not in KNOWN_KEYS
-    ]
-    if problems:
-        raise StackConfigError(stack, problems)
-    try:
-        cfg = StackConfig.model_validate(data)
-    except ValidationError as exc:
-        raise StackConfigError(stack, [_problem(e) for e in exc.errors()]) from None
-    from components.checks import semantic_problems  # the checks import this module
-
-    problems = semantic_problems(cfg)
-    if problems:
-        raise StackConfigError(stack, problems)
-    return cfg
-
-
-def unknown_key_message(key: str, allowed: Iterable[str]) -> str:
-    """``unknown key; did you mean 'x'? allowed here: a, b, c`` (the hint when one is close)."""
-    allowed = sorted(allowed)
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    return f"unknown key; {hint}allowed here: {', '.join(allowed)}"
-
-
-def _problem(error: Any) -> ConfigProblem:
-    """A pydantic error dict -> :class:`ConfigProblem` with the allowed values spelled out."""
-    loc, model = _walk(tuple(error["loc"]))
-    msg = error["msg"]
-    if error["type"] == "extra_forbidden":
-        model = _walk(loc[:-1])[1]
-        names = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []
-        msg = unknown_key_message(str(loc[-1]), names) if names else "unknown key; see Pulumi.yaml"
-    elif error["type"] == "missing":
-        msg = "required key is missing"
-    value = None if error["type"] == "missing" else error.get("input")
-    return ConfigProblem(key_path(loc), value, msg)
-
-
-def _walk(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], type[BaseModel] | None]:
-    """Follow a pydantic error location through :class:`StackConfig`'s annotations.
-
-    Returns the location with pydantic's union-member tags (``'str'``, ``'float'``, model names)
-    removed, and the model of the innermost section reached (None below a leaf).
-    """
-    kept: list[str | int] = []
-    annotation: Any = StackConfig
-    for part in loc:
-        model = _model_in(annotation)
-        origin = getattr(annotation, "__origin__", None)
-        if origin in (tuple, list) and isinstance(part, int):
-            kept.append(part)
-            annotation = annotation.__args__[0]
-        elif origin is dict:
-            kept.append(part)
-            annotation = annotation.__args__[1]
-        elif model is not None and isinstance(part, str):
-            field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
-            if field is None:
-                kept.append(part)  # an unknown key: keep it, nothing below it
-                annotation = None
-            else:
-                kept.append(part)
-                annotation = _strip_optional(field.annotation)
-        # else: a union-member tag pydantic adds to the location; not a key
-    return tuple(kept), _model_in(annotation)
-
-
-def _strip_optional(annotation: Any) -> Any:
-    """``X | None`` -> ``X``; anything else unchanged."""
-    args = [a for a in getattr(annotation, "__args__", ()) if a is not type(None)]
-    if getattr(annotation, "__origin__", None) is None and len(args) == 1:
-        return args[0]
-    return annotation
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model an annotation is (``X`` or ``X | None``), else None."""
-    annotation = _strip_optional(annotation)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return None

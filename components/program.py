@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 
 from components.comparison import baseline_stack_name, comparison_output
-from components.config import StackConfig, parse_stack_config, project_values
+from components.config import StackConfig, project_values
 from components.errors import PROJECT
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
@@ -29,6 +29,7 @@ from components.platform_component import DynamoPlatform
 from components.rbac import load_step_rbac, rbac_summary
 from components.stack_sizing import stack_sizing
 from components.topology import FRONTEND_PORT, build_topology
+from components.validation import parse_stack_config
 
 LOAD_STEP_ACCOUNT = "testbed-load"
 """ServiceAccount of the post-deploy load step (reads the frontend Service and pods only)."""

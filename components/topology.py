@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from components.config import NodeClass, StackConfig, WorkerGroup
+from components.stack_sizing import stack_sizing
 
 ComponentType = Literal["frontend", "worker", "prefill", "decode"]
 """The DGD ``spec.components[].type`` values this program uses (CRD enum, v1beta1)."""
@@ -142,8 +143,6 @@ def worker_args(cfg: StackConfig, group: WorkerGroup) -> tuple[str, ...]:
 
     Engine ``extraArgs`` then the group's ``extraArgs`` come last.
     """
-    from components.stack_sizing import stack_sizing
-
     args: list[str]
     if cfg.engine.kind == "vllm":
         args = [
@@ -194,7 +193,8 @@ def build_topology(cfg: StackConfig) -> Topology:
     OpenAI-compatible server with the same image, model and arguments.
 
     Raises:
-        KeyError: a node class is unknown (cannot happen after :func:`parse_stack_config`).
+        KeyError: a node class is unknown (cannot happen after
+            :func:`~components.validation.parse_stack_config`).
     """
     image = cfg.engine.resolved_image
     gpu_per_worker = 1 if cfg.engine.kind == "vllm" else 0

@@ -24,6 +24,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
 from components.errors import PROJECT
+from components.program import main
 
 REPO = Path(__file__).resolve().parent.parent
 """The project root (holds ``Pulumi.yaml`` and ``stacks/``)."""
@@ -305,8 +306,6 @@ def render_stack(
         FileNotFoundError: unknown stack.
         StackConfigError: the stack's config is invalid (nothing is registered).
     """
-    from components.program import main
-
     config, secret_keys = stack_config(stack, project_dir)
     for key, value in (secrets or {}).items():
         config[f"{PROJECT}:{key}"] = value

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.config import StackConfig, parse_stack_config, project_values
+from components.config import StackConfig, project_values
 from components.sizing import MOCKER_BLOCK_SIZE_TOKENS
 from components.stack_sizing import stack_sizing
 from components.topology import build_topology
+from components.validation import parse_stack_config
 from loadgen.config import LoadConfig
 from loadgen.results import GridResult
 from loadgen.runner import run_grid

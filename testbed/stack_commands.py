@@ -13,9 +13,11 @@ from rich.text import Text
 from components.errors import StackConfigError
 from components.sizing import format_quantity
 from loadgen.cli import fail
-from loadgen.report import table_console
+from loadgen.report import comparison_table, seed_table, table_console
+from testbed.localgraph import LocalGraphError
 from testbed.render import Rendered, StackFileError, render_stack
 from testbed.render_files import diff_rendered, write_rendered
+from testbed.simulate import load_stack, simulate_stack
 
 console = table_console(highlight=False)
 
@@ -129,10 +131,6 @@ def simulate_command(
 ) -> None:
     """Run a stack's topology on this machine (real Dynamo frontend, CPU-only mocker workers)
     with its load grid, and print the seed-style table; with STACK_B, both as "A / B"."""
-    from loadgen.report import comparison_table, seed_table
-    from testbed.localgraph import LocalGraphError
-    from testbed.simulate import load_stack, simulate_stack
-
     if speedup is not None and not speedup > 0:
         raise typer.BadParameter(f"must be > 0, got {speedup:g}", param_hint="--speedup")
     names = [stack, *([stack_b] if stack_b else [])]

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from components.config import parse_stack_config, project_values
+from components.config import project_values
 from components.errors import StackConfigError
 from components.stack_sizing import PROJECT_DIR, stack_sizing
+from components.validation import parse_stack_config
 from testbed.render import stack_config
 
 # Qwen/Qwen3-0.6B's config.json (huggingface.co/Qwen/Qwen3-0.6B) with 4 KV heads instead of 8, so

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import parse_stack_config, project_values
+from components.config import project_values
 from components.errors import PROJECT, StackConfigError
 from components.load_step import LoadStepInputs, rerun_reasons, topology_fingerprint
+from components.validation import parse_stack_config
 from testbed.render import REPO, UNKNOWN_PLACEHOLDER, EchoMocks, Rendered, render_stack
 from testbed.render import stack_config as cli_config
 

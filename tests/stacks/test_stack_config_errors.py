@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 import pytest
 from pulumi.runtime.mocks import MockMonitor
 
-from components.config import parse_stack_config
 from components.errors import StackConfigError
+from components.validation import parse_stack_config
 from testbed.render import render_stack
 
 pytestmark = pytest.mark.timeout(60)

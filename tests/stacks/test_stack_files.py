@@ -70,10 +70,12 @@ def test_messages_keep_their_square_brackets(
 
 
 def test_simulate_checks_every_stack_before_starting(monkeypatch: pytest.MonkeyPatch) -> None:
-    import testbed.simulate as simulate
-
     started: list[str] = []
-    monkeypatch.setattr(simulate, "simulate_stack", lambda name, *a, **k: started.append(name))
+
+    def fake_simulate(name: str, *args: object, **kwargs: object) -> None:
+        started.append(name)
+
+    monkeypatch.setattr(stack_commands, "simulate_stack", fake_simulate)
     result = CliRunner().invoke(app, ["simulate", "kv-routing", "no-such-stack"])
     assert result.exit_code == 2
     assert "stack 'no-such-stack'" in result.output

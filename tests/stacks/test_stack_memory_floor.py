@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 import testbed.stack_commands
-from components.config import parse_stack_config
 from components.errors import StackConfigError
+from components.validation import parse_stack_config
 from testbed.cli import app
 from testbed.render import Rendered, render_stack
 

@@ -10,9 +10,9 @@ import kubernetes_validate
 import pytest
 from jsonschema import Draft7Validator
 
-from components.config import parse_stack_config
 from components.manifests import dgd_manifest
 from components.topology import build_topology
+from components.validation import parse_stack_config
 from testbed.crd_schema import crd_schema, schema_errors, strict_schema, strict_validator
 from testbed.render import REPO, Rendered
 
