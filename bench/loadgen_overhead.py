@@ -38,11 +38,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from loadgen.api import API_PATHS, request_body
 from loadgen.config import Api, LoadConfig
 from loadgen.lag import LagMonitor
 from loadgen.loops import Share, ShareResult, run_share
 from loadgen.request import RequestRecord
-from loadgen.runner import API_PATHS, request_body
 from loadgen.stats import percentile, queue_ms, ttft_ms
 from loadgen.workers import auto_workers, run_in_workers, split_share
 from testbed.model_dir import make_model_dir

@@ -327,7 +327,16 @@ class StackLoadConfig(LoadConfig):
     model_wait_minutes: float = Field(
         default=10.0,
         gt=0,
-        description="How long to wait for /v1/models to list the model before timing.",
+        description="How long to wait for /v1/models to list the model before timing, and "
+        "again for the readiness gate (readyCheck).",
+    )
+    ready_check: bool = Field(
+        default=True,
+        description="Before the grid, wait until readySuccesses streamed completions in a row "
+        "succeed (a listed model may still answer 500/404 for seconds; loadgen.readiness).",
+    )
+    ready_successes: int = Field(
+        default=3, gt=0, description="Completions in a row the readiness gate needs."
     )
     tokenizer: str | None = Field(
         default=None,

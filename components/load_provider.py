@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-import httpx
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
@@ -41,52 +40,19 @@ from components.load_step import (
     step_status,
 )
 from components.topology import FRONTEND_PORT
+from loadgen.api import base_url
 from loadgen.config import LoadConfig
+from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
 from loadgen.report import SUMMARY_FILE, seed_table, table_text
 from loadgen.results import GridResult
 from loadgen.runner import run_grid_async
-
-MODEL_POLL_INTERVAL_S = 1.0
-"""Seconds between two ``GET /v1/models`` while waiting for the model to be listed."""
 
 STATUS_FILE = "status.json"
 """The run's :class:`~components.load_step.StepStatus`, beside loadgen's ``summary.json``."""
 
 
-class ModelNotListedError(TimeoutError):
-    """``/v1/models`` did not list the model in time (the message has the last answer seen)."""
-
-
 class LoadStepError(RuntimeError):
     """Raised from create/update when ``failOnErrors`` is set and the status is not ok."""
-
-
-def wait_for_model(url: str, model: str, timeout_s: float) -> float:
-    """Poll ``GET <url>/v1/models`` until it lists ``model``; return the seconds waited.
-
-    ``/health`` is not used: Dynamo's frontend reports healthy with zero workers; the model is
-    listed once a worker serving it has registered.
-
-    Raises:
-        ModelNotListedError: not listed within ``timeout_s`` seconds.
-    """
-    started = time.monotonic()
-    last = "no answer yet"
-    with httpx.Client(base_url=url, timeout=min(5.0, max(timeout_s, 0.1))) as client:
-        while True:
-            try:
-                response = client.get("/v1/models")
-                ids = [m.get("id") for m in response.json().get("data", [])]
-                if response.status_code == 200 and model in ids:
-                    return time.monotonic() - started
-                last = f"HTTP {response.status_code}, models {ids}"
-            except (httpx.HTTPError, ValueError, AttributeError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() - started + MODEL_POLL_INTERVAL_S > timeout_s:
-                raise ModelNotListedError(
-                    f"{url}/v1/models did not list {model!r} within {timeout_s:.0f} s ({last})"
-                )
-            time.sleep(MODEL_POLL_INTERVAL_S)
 
 
 async def _run_points(
@@ -99,6 +65,7 @@ async def _run_points(
     """
     assert inputs.url is not None  # checked by the caller
     parts: list[GridResult] = []
+    ready = inputs.ready_check()
     for kinds, concurrency in itertools.product(config.prefix_kinds, config.concurrency):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -111,9 +78,12 @@ async def _run_points(
             run_dir / f"k{kinds}-c{concurrency}",
             tokenizer=inputs.tokenizer,
             progress=False,
+            ready=None if parts else ready,
         )
         try:
             parts.append(await asyncio.wait_for(run, remaining))
+        except NotServingError as exc:
+            return parts, False, str(exc)
         except TimeoutError:
             return parts, True, None
         except Exception as exc:  # keep the finished points; the status carries the error
@@ -121,8 +91,24 @@ async def _run_points(
     return parts, False, None
 
 
+async def _wait_and_run(
+    inputs: LoadStepInputs, config: LoadConfig, run_dir: Path, deadline: float
+) -> tuple[list[GridResult], bool, str | None]:
+    """Wait until ``/v1/models`` lists the model, then :func:`_run_points`.
+
+    Raises:
+        ModelNotListedError: the URL is unknown, or the model was not listed in time.
+    """
+    if inputs.url is None:
+        raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
+    wait_s = min(inputs.model_wait_s, inputs.deadline_s)
+    await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
+    return await _run_points(inputs, config, run_dir, deadline)
+
+
 def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
-    """Run one load step: wait for the model, run the grid within the deadline, write the
+    """Run one load step: wait for the model (and, with ``readyCheck``, for the readiness gate:
+    :mod:`loadgen.readiness`), run the grid within the deadline, write the
     results folder, return the output properties (see :func:`components.load_step.step_outputs`).
 
     The folder ``<resultsRoot>/<stack>/<UTC time>/`` holds ``summary.json`` (the ``results``
@@ -139,13 +125,9 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     exceeded = False
     failure: str | None = None
     try:
-        if inputs.url is None:
-            raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
-        wait_for_model(inputs.url, inputs.model, min(inputs.model_wait_s, inputs.deadline_s))
+        parts, exceeded, failure = asyncio.run(_wait_and_run(inputs, config, run_dir, deadline))
     except ModelNotListedError as exc:
         failure = str(exc)
-    else:
-        parts, exceeded, failure = asyncio.run(_run_points(inputs, config, run_dir, deadline))
     result = merge_grid_results(config, parts)
     status = step_status(config, result, deadline_exceeded=exceeded, failure=failure)
     outputs = step_outputs(result, status, ran_at, datetime.now(UTC), str(run_dir.resolve()))

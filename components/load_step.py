@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 from components.config import StackConfig
 from components.errors import ConfigProblem
 from loadgen.config import LoadConfig
+from loadgen.readiness import ReadyCheck
 from loadgen.results import GridResult
 from loadgen.runner import FIRST_ERRORS_KEPT
 
@@ -54,6 +55,8 @@ class LoadStepInputs(BaseModel):
         fail_on_errors: raise from create/update (failing ``pulumi up``) unless the status is ok.
         deadline_s: overall limit of one run (model wait + grid), seconds.
         model_wait_s: limit of the wait for ``/v1/models`` to list the model, seconds.
+        ready_successes: streamed completions that must succeed in a row before the grid
+            (the readiness gate, :mod:`loadgen.readiness`); None: no gate.
         tokenizer: tokenizer.json path or folder for exact prompt lengths, or None.
         results_root: local folder; a run writes ``<results_root>/<stack>/<UTC time>/``.
     """
@@ -69,12 +72,19 @@ class LoadStepInputs(BaseModel):
     fail_on_errors: bool = False
     deadline_s: float = Field(gt=0)
     model_wait_s: float = Field(gt=0)
+    ready_successes: int | None = Field(default=None, gt=0)
     tokenizer: str | None = None
     results_root: str
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
         return LoadConfig.model_validate_json(self.grid)
+
+    def ready_check(self) -> ReadyCheck | None:
+        """The readiness gate's settings (deadline: ``model_wait_s``), None when it is off."""
+        if self.ready_successes is None:
+            return None
+        return ReadyCheck(successes=self.ready_successes, timeout_s=self.model_wait_s)
 
     def props(self) -> dict[str, Any]:
         """The Pulumi property map: camelCase keys, None kept (the resource's props)."""
@@ -111,6 +121,7 @@ def step_inputs(
         fail_on_errors=load.fail_on_errors,
         deadline_s=load.deadline_minutes * 60,
         model_wait_s=load.model_wait_minutes * 60,
+        ready_successes=load.ready_successes if load.ready_check else None,
         tokenizer=load.tokenizer,
         results_root=results_root,
     )
@@ -229,6 +240,8 @@ def merge_grid_results(config: LoadConfig, parts: Sequence[GridResult]) -> GridR
         first_errors=first_errors[:FIRST_ERRORS_KEPT],
         first_failure_at=min(failures) if failures else None,
         warnings=[w for part in parts for w in part.warnings],
+        incidents=sorted((i for part in parts for i in part.incidents), key=lambda i: i.at),
+        readiness=parts[0].readiness,
     )
 
 

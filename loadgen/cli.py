@@ -16,11 +16,13 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from loadgen.api import base_url
 from loadgen.config import LoadConfig
 from loadgen.prompts import load_tokenizer_sizer
+from loadgen.readiness import NotServingError, Readiness, ReadyCheck
 from loadgen.report import comparison_table, load_points, seed_table, table_console
 from loadgen.results import GridResult
-from loadgen.runner import base_url, run_grid
+from loadgen.runner import run_grid
 
 EXIT_USAGE = 2
 EXIT_NO_SUCCESS = 1
@@ -39,6 +41,8 @@ STACK_LOAD_STEP_KEYS = frozenset(
         "failOnErrors",
         "deadlineMinutes",
         "modelWaitMinutes",
+        "readyCheck",
+        "readySuccesses",
         "tokenizer",
         "resultsDir",
     }
@@ -169,6 +173,8 @@ def _print_result(result: GridResult, out: Path, title: str) -> None:
     console = table_console()
     console.print(seed_table(result.points, title=title))
     console.print(f"prompt sizes: {escape(result.token_count_source)}", soft_wrap=True)
+    if result.readiness is not None:
+        console.print(readiness_line(result.readiness), soft_wrap=True)
     console.print(f"results in {escape(str(out))}", soft_wrap=True)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
@@ -179,6 +185,16 @@ def _print_result(result: GridResult, out: Path, title: str) -> None:
         console.print(f"[red]errors:[/] {failed} of {total} requests failed ({kinds})")
     for sample in result.first_errors[:ERRORS_SHOWN]:
         console.print(f"[red]error[/] {sample.kind}: {escape(sample.message)}", soft_wrap=True)
+
+
+def readiness_line(readiness: Readiness) -> str:
+    """One line on the readiness gate, e.g. "ready after 5.2 s: 3 completions in a row
+    succeeded (14 sent; failed: http_status 11)"."""
+    kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(readiness.failures_by_kind.items()))
+    return (
+        f"ready after {readiness.waited_s:.1f} s: {readiness.successes} completions in a row "
+        f"succeeded ({readiness.attempts} sent; failed: {kinds or 'none'})"
+    )
 
 
 def load_command(
@@ -262,6 +278,19 @@ def load_command(
             "word calibrated against the server."
         ),
     ] = None,
+    ready_check: Annotated[
+        bool,
+        typer.Option(
+            help="Before the grid, wait until --ready-successes streamed completions in a row "
+            "succeed (a server may list the model and still answer 500/404 for a while)."
+        ),
+    ] = True,
+    ready_successes: Annotated[
+        int, typer.Option(min=1, help="Completions in a row the readiness check needs.")
+    ] = ReadyCheck.model_fields["successes"].default,
+    ready_timeout_s: Annotated[
+        float, typer.Option(min=0.001, help="Deadline of the readiness check (s).")
+    ] = ReadyCheck.model_fields["timeout_s"].default,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Run the prefix-kinds x concurrency x repetitions grid and print the seed-style table.
@@ -299,8 +328,21 @@ def load_command(
     except (ValueError, OSError) as exc:
         fail(str(exc))
     check_reachable(url, load_config.connect_timeout_s)
+    ready = (
+        ReadyCheck(successes=ready_successes, timeout_s=ready_timeout_s) if ready_check else None
+    )
     try:
-        result = run_grid(url, model, load_config, out, tokenizer=tokenizer, progress=progress)
+        result = run_grid(
+            url,
+            model,
+            load_config,
+            out,
+            tokenizer=tokenizer,
+            progress=progress,
+            ready=ready if ready_check else None,
+        )
+    except NotServingError as exc:
+        fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)
     except KeyboardInterrupt:
         _stderr_line(
             f"interrupted; partial results are not saved ({escape(str(out))} is written when "

@@ -16,11 +16,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from loadgen.incidents import INCIDENTS_FILE, Incident, describe
 from loadgen.results import PointSummary
 
 SUMMARY_FILE = "summary.json"
 PIPED_WIDTH = 100  # columns for tables when stdout is a pipe or file (rich assumes 80)
 SUGGESTIONS_SHOWN = 5  # result folders named in a "did you mean" message
+INCIDENT_MARK = "!"  # after the concurrency of a grid point during which an incident happened
+INCIDENTS_SHOWN = 5  # incidents listed under a table (all of them are in incidents.json)
 
 _Cell = Callable[[PointSummary], str]
 
@@ -55,13 +58,31 @@ def _ordered(points: Sequence[PointSummary]) -> list[PointSummary]:
     return sorted(points, key=lambda p: (p.concurrency, p.prefix_kinds))
 
 
-def seed_table(points: Sequence[PointSummary], title: str | None = None) -> Table:
+def seed_table(
+    points: Sequence[PointSummary],
+    title: str | None = None,
+    incidents: Sequence[Incident] = (),
+) -> Table:
     """A table with one row per grid point (ordered by concurrency, then prefix kinds): prefix
     kinds, concurrency ("conc"), TTFT p50 and p99 (ms), requests/s, cached-token ratio, errors
-    (failed requests, summed over repetitions)."""
+    (failed requests, summed over repetitions).
+
+    With `incidents` (placed: `loadgen.incidents.placed`), the concurrency of a grid point that
+    had one is followed by `INCIDENT_MARK`, and the caption lists the first `INCIDENTS_SHOWN`
+    incidents, one `describe` line each."""
     table = _table(title)
+    marked = {(i.prefix_kinds, i.concurrency) for i in incidents}
     for p in _ordered(points):
-        table.add_row(str(p.prefix_kinds), str(p.concurrency), *(cell(p) for _, cell in _COLUMNS))
+        mark = f" {INCIDENT_MARK}" if (p.prefix_kinds, p.concurrency) in marked else ""
+        table.add_row(
+            str(p.prefix_kinds), f"{p.concurrency}{mark}", *(cell(p) for _, cell in _COLUMNS)
+        )
+    if incidents:
+        lines = [f"{INCIDENT_MARK} {describe(i)}" for i in incidents[:INCIDENTS_SHOWN]]
+        if len(incidents) > INCIDENTS_SHOWN:
+            lines.append(f"(and {len(incidents) - INCIDENTS_SHOWN} more in {INCIDENTS_FILE})")
+        table.caption = "\n".join(lines)
+        table.caption_justify = "left"
     return table
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident, RunWindow
+from loadgen.readiness import Readiness
 
 LOW_SAMPLE_P99 = 100  # a p99 over fewer samples rests on its one or two largest values
 
@@ -140,6 +141,11 @@ class GridResult(BaseModel):
     incidents: list[Incident] = Field(
         default_factory=list,
         description="What the serving side did during the grid (loadgen.incidents), in time order.",
+    )
+
+    readiness: Readiness | None = Field(
+        default=None,
+        description="The readiness gate before the grid (loadgen.readiness); None: not run.",
     )
 
     def windows(self) -> list[RunWindow]:

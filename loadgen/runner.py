@@ -9,9 +9,7 @@ server without priming the measured prefixes. No cache-reset endpoint is used.
 
 import asyncio
 import itertools
-import json
 import time
-import urllib.parse
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -19,8 +17,11 @@ from pathlib import Path
 
 from rich.progress import Progress
 
-from loadgen.config import Api, Arrival, LoadConfig
+from loadgen.api import API_PATHS, base_url, request_body, short_message
+from loadgen.config import Arrival, LoadConfig
+from loadgen.incidents import placed
 from loadgen.loops import OnDone, Share, ShareResult, make_client, run_share
+from loadgen.observers import GridObserver
 from loadgen.output import write_outputs
 from loadgen.prompts import (
     Prompt,
@@ -30,59 +31,13 @@ from loadgen.prompts import (
     calibration_texts,
     load_tokenizer_sizer,
 )
+from loadgen.readiness import ReadyCheck, wait_until_serving
 from loadgen.request import RequestRecord, RunRecords, stream_request
 from loadgen.results import ErrorSample, GridResult, RunSummary
 from loadgen.stats import summarize_point, summarize_run
 from loadgen.workers import auto_workers, run_in_workers, split_share
 
-# Relative to `base_url(url)`, so a path prefix in the URL (e.g. behind a proxy) is kept.
-API_PATHS = {Api.CHAT: "v1/chat/completions", Api.COMPLETIONS: "v1/completions"}
-FIRST_ERRORS_KEPT = 10
-ERROR_MESSAGE_CHARS = 300  # error samples are cut here: an HTML error page is not a message
-
-
-def base_url(url: str) -> str:
-    """The base the `API_PATHS` are joined to: `url` ("http[s]://HOST[:PORT][/PREFIX]") with a
-    trailing "/", and one trailing "/v1" removed, since OpenAI-style base URLs include it:
-    "http://h:8000", "http://h:8000/" and "http://h:8000/v1" all give "http://h:8000/".
-
-    Raises ValueError with a one-line message when the scheme is not http or https, the host
-    is missing, the port is not a number, or there is a query or fragment.
-    """
-    shape = "expected http://HOST:PORT or https://HOST:PORT, optionally ending in /v1"
-    parts = urllib.parse.urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        hint = f"; did you mean http://{url.strip()}?" if url.strip() and "://" not in url else ""
-        raise ValueError(f"invalid server URL {url!r}: {shape}{hint}")
-    try:
-        parts.port  # noqa: B018 - parsing the port raises ValueError when it is not a number
-    except ValueError as exc:
-        raise ValueError(f"invalid server URL {url!r}: {exc}") from None
-    if parts.query or parts.fragment:
-        raise ValueError(f"invalid server URL {url!r}: {shape} (no query or fragment)")
-    path = parts.path.rstrip("/")
-    path = path.removesuffix("/v1")
-    return f"{parts.scheme}://{parts.netloc}{path}/"
-
-
-def short_message(message: str) -> str:
-    """`message` on one line (whitespace runs collapsed) and at most `ERROR_MESSAGE_CHARS`
-    characters, ending in "..." when cut."""
-    text = " ".join(message.split())
-    if len(text) <= ERROR_MESSAGE_CHARS:
-        return text
-    return text[: ERROR_MESSAGE_CHARS - 3] + "..."
-
-
-def request_body(api: Api, model: str, prompt: str, max_tokens: int) -> bytes:
-    """The JSON body of one streamed request (`stream_options.include_usage`, `max_tokens`)."""
-    body: dict[str, object] = {"model": model}
-    if api is Api.CHAT:
-        body["messages"] = [{"role": "user", "content": prompt}]
-    else:
-        body["prompt"] = prompt
-    body |= {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": max_tokens}
-    return json.dumps(body).encode()
+FIRST_ERRORS_KEPT = 10  # failed requests kept with their messages in `GridResult.first_errors`
 
 
 async def _run_once(
@@ -186,6 +141,8 @@ async def run_grid_async(
     *,
     tokenizer: str | None = None,
     progress: bool = True,
+    ready: ReadyCheck | None = None,
+    observers: Sequence[GridObserver] = (),
 ) -> GridResult:
     """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
     OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
@@ -194,11 +151,19 @@ async def run_grid_async(
     Prompt lengths use `tokenizer` (a tokenizer.json path, a directory, or a hub id in the local
     cache), else `model`'s tokenizer from the local hub cache, else words calibrated against the
     server's usage. With `out_dir`, writes summary.json, result.json, runs.csv, requests.parquet
-    and table.txt there (see `loadgen.output`). Raises ValueError for a malformed `url` and
-    FileNotFoundError for an explicit `tokenizer` that is not found, both before any request;
-    request failures are counted in the result, never raised.
+    incidents.json and table.txt there (see `loadgen.output`).
+
+    With `ready`, the readiness gate (`loadgen.readiness.wait_until_serving`) runs first and its
+    wait is kept as `GridResult.readiness`; the grid's clock (`started_at`, the incidents'
+    `t_s`) starts after it. `observers` are called around every run (`loadgen.observers`);
+    their incidents are placed on the grid's timeline (`loadgen.incidents.placed`).
+
+    Raises ValueError for a malformed `url` and FileNotFoundError for an explicit `tokenizer`
+    that is not found, both before any request; `loadgen.readiness.NotServingError` when the
+    gate's deadline passes. Request failures are counted in the result, never raised.
     """
     server = base_url(url)
+    readiness = None if ready is None else await wait_until_serving(server, model, config, ready)
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
     sizer: TextSizer | None = load_tokenizer_sizer(tokenizer, model)
     if sizer is None:
@@ -220,6 +185,8 @@ async def run_grid_async(
             prompts = build_prompts(sizer, n=config.requests_per_run, salt=salt, **shape)
             n_warmup = conc if config.warmup_requests is None else config.warmup_requests
             warmup = build_prompts(sizer, n=n_warmup, salt=f"warmup-{salt}", **shape)
+            for observer in observers:
+                await observer.before_run(kinds, conc, rep)
             run_started_at = datetime.now(UTC)
             done, workers = await _run_once(
                 server, model, config, prompts, warmup, conc, rep, lambda _: bar.advance(task)
@@ -227,19 +194,18 @@ async def run_grid_async(
             if workers > 1:
                 bar.advance(task, len(done.records))
             runs.append(RunRecords(kinds, conc, rep, done.records))
-            summaries.append(
-                summarize_run(
-                    done.records,
-                    prefix_kinds=kinds,
-                    concurrency=conc,
-                    repetition=rep,
-                    workers=workers,
-                    loop_lags_ms=done.loop_lags_ms,
-                    client_cpu_s=done.cpu_s,
-                ).model_copy(
-                    update={"started_at": run_started_at, "finished_at": datetime.now(UTC)}
-                )
-            )
+            summary = summarize_run(
+                done.records,
+                prefix_kinds=kinds,
+                concurrency=conc,
+                repetition=rep,
+                workers=workers,
+                loop_lags_ms=done.loop_lags_ms,
+                client_cpu_s=done.cpu_s,
+            ).model_copy(update={"started_at": run_started_at, "finished_at": datetime.now(UTC)})
+            for observer in observers:
+                summary = await observer.after_run(summary)
+            summaries.append(summary)
     points = [
         summarize_point([s for s in summaries if (s.prefix_kinds, s.concurrency) == point])
         for point in grid
@@ -257,6 +223,7 @@ async def run_grid_async(
             for s in summaries
             if s.requests == config.requests_per_run
         ]
+    warnings += [w for observer in observers for w in observer.warnings()]
     result = GridResult(
         url=url,
         model=model,
@@ -270,7 +237,11 @@ async def run_grid_async(
         first_errors=first_errors,
         first_failure_at=first_failure_at,
         warnings=warnings,
+        readiness=readiness,
     )
+    windows = result.windows()
+    incidents = [placed(i, started_at, windows) for o in observers for i in o.incidents()]
+    result.incidents = sorted(incidents, key=lambda i: i.at)
     if out_dir is not None:
         write_outputs(out_dir, result, runs)
     return result
@@ -284,9 +255,20 @@ def run_grid(
     *,
     tokenizer: str | None = None,
     progress: bool = True,
+    ready: ReadyCheck | None = None,
+    observers: Sequence[GridObserver] = (),
 ) -> GridResult:
     """Synchronous `run_grid_async` (runs its own event loop; call the async one from inside a
     running loop). Same arguments, result and errors."""
     return asyncio.run(
-        run_grid_async(url, model, config, out_dir, tokenizer=tokenizer, progress=progress)
+        run_grid_async(
+            url,
+            model,
+            config,
+            out_dir,
+            tokenizer=tokenizer,
+            progress=progress,
+            ready=ready,
+            observers=observers,
+        )
     )

@@ -12,11 +12,15 @@ Disaggregation in 1.6.1 needs no `--bootstrap-ports`: without them the frontend 
 on a prefill worker, then hands the request to a decode worker (observed: the frontend log names
 different prefill and decode worker ids, and TTFT grows by the transfer time).
 
+Readiness is polled with the load's own HTTP client (`loadgen.readiness.model_listed`), from
+a private event loop: start a LocalGraph from synchronous code, not inside a running loop.
+
 Every process is started in its own session (process group) and with PR_SET_PDEATHSIG=SIGKILL, so
 it dies with the parent thread that started it even if the parent is SIGKILLed: start a
 LocalGraph from a thread that outlives it (normally the main thread).
 """
 
+import asyncio
 import contextlib
 import ctypes
 import os
@@ -37,6 +41,9 @@ from urllib.parse import unquote
 import httpx
 import psutil
 
+from loadgen.config import LoadConfig
+from loadgen.loops import make_client
+from loadgen.readiness import model_listed
 from testbed.model_dir import make_model_dir
 
 __all__ = [
@@ -73,6 +80,8 @@ _COMPONENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 _LOG_TAIL_LINES = 30
 _POLL_INTERVAL_S = 0.1
+# The readiness poll uses the load's own HTTP client (loadgen.loops.make_client), short timeouts.
+_POLL_CLIENT = LoadConfig(connect_timeout_s=2.0, read_timeout_s=2.0)
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -402,9 +411,12 @@ class LocalGraph:
         self._processes.append(_Process(name, group, popen, log_path, log_file))
 
     def _wait_ready(self, started: float) -> None:
+        asyncio.run(self._wait_ready_async(started))
+
+    async def _wait_ready_async(self, started: float) -> None:
         expected = {g.name: g.replicas for g in self.spec.groups}
         deadline = started + self.ready_timeout_s
-        with httpx.Client(base_url=self.url, timeout=2.0) as client:
+        async with make_client(self.url, _POLL_CLIENT, 1) as client:
             while True:
                 exited = [p for p in self._processes if p.popen.poll() is not None]
                 if exited:
@@ -413,27 +425,20 @@ class LocalGraph:
                         + "\n".join(_describe(p, f"exit code {p.popen.returncode}") for p in exited)
                     )
                 registered = self.registered_workers()
-                if self._model_listed(client) and all(
+                why_not = await model_listed(client, self.spec.model_name)
+                if why_not is None and all(
                     registered[name] >= count for name, count in expected.items()
                 ):
                     return
                 if time.monotonic() > deadline:
                     raise LocalGraphError(
                         f"graph not ready after {self.ready_timeout_s:.0f} s "
-                        f"(model {self.spec.model_name!r} at {self.url}/v1/models; registered "
-                        f"workers {dict(registered)}, expected {expected}):\n"
+                        f"(model {self.spec.model_name!r} at {self.url}/v1/models: "
+                        f"{why_not or 'listed'}; registered workers {dict(registered)}, "
+                        f"expected {expected}):\n"
                         + "\n".join(_describe(p, "running") for p in self._processes)
                     )
-                time.sleep(_POLL_INTERVAL_S)
-
-    def _model_listed(self, client: httpx.Client) -> bool:
-        try:
-            response = client.get("/v1/models")
-        except httpx.TransportError:
-            return False
-        if response.status_code != 200:
-            return False
-        return any(m.get("id") == self.spec.model_name for m in response.json().get("data", []))
+                await asyncio.sleep(_POLL_INTERVAL_S)
 
 
 def _describe(proc: _Process, state: str) -> str:

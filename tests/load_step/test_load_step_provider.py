@@ -92,6 +92,9 @@ def test_create_runs_the_grid_and_records_the_outputs(
     assert json.loads((folder / SUMMARY_FILE).read_text()) == outs["results"]
     assert json.loads((folder / "status.json").read_text()) == status
     assert (folder / "k2-c2" / "requests.parquet").is_file()
+    # The readiness gate ran before the grid: 3 completions in a row on a ready graph.
+    readiness = json.loads((folder / "result.json").read_text())["readiness"]
+    assert (readiness["attempts"], readiness["failures_by_kind"]) == (3, {})
 
 
 def test_diff_reruns_only_on_topology_grid_url_or_run_id(
@@ -148,7 +151,7 @@ def test_no_model_listed_fails_only_with_fail_on_errors(tmp_path: Path) -> None:
     outs = LoadStepProvider().create(props).outs
     assert outs is not None
     assert outs["status"]["state"] == "failed"
-    assert "did not list 'Qwen/Qwen3-0.6B' within 2 s" in outs["status"]["message"]
+    assert "did not list 'Qwen/Qwen3-0.6B' within 1.5 s" in outs["status"]["message"]
     assert outs["status"]["requests"] == 0
     with pytest.raises(LoadStepError, match=r"load step failed \(failOnErrors is set\)"):
         LoadStepProvider().create({**props, "failOnErrors": True})

@@ -20,11 +20,13 @@ from testbed.cli import app
 pytestmark = pytest.mark.timeout(60)
 
 STACKS = Path(__file__).parents[2] / "stacks"
-# A small grid: 1 point, 1 repetition, 6 requests of 30 tokens.
-SMALL = [
+# A small grid: 1 point, 1 repetition, 6 requests of 30 tokens; no readiness gate, so a
+# script's request numbers are the calibration's and the grid's.
+GATED = [
     *("--model", "m", "--prefix-kinds", "2", "--concurrency", "2", "--repetitions", "1"),
     *("--requests-per-run", "6", "--prompt-tokens", "30", "--no-progress"),
 ]
+SMALL = [*GATED, "--no-ready-check"]
 
 
 def run(*args: str) -> Any:
@@ -181,6 +183,34 @@ def test_no_request_succeeded_exits_1_with_counts(tmp_path: Path) -> None:
     assert f"error: no request succeeded: is the server at {url} up" in result.output
     assert "calibration request failed: http_status" in result.output
     assert (tmp_path / "summary.json").is_file()  # the failures are still written
+
+
+def test_the_readiness_gate_is_on_by_default_and_says_what_it_waited_for(tmp_path: Path) -> None:
+    def busy_then_serving(body: dict[str, Any], number: int) -> list[Step]:
+        return [Status(503, b"busy")] if number < 2 else cached_half(body, number)
+
+    with serve_in_thread(busy_then_serving) as server:
+        result = run("load", "--url", server.url, *GATED, "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "3 completions in a row succeeded (5 sent; failed: http_status 2)" in result.output
+    saved = json.loads((tmp_path / "result.json").read_text())["readiness"]
+    assert (saved["attempts"], saved["failures_by_kind"]) == (5, {"http_status": 2})
+    assert "errors:" not in result.output
+
+
+def test_a_server_that_never_serves_stops_at_the_gate(tmp_path: Path) -> None:
+    def always_busy(body: dict[str, Any], number: int) -> list[Step]:
+        return [Status(503, b"busy")]
+
+    with serve_in_thread(always_busy) as server:
+        args = ("load", "--url", server.url, *GATED, "--out", str(tmp_path))
+        result = run(*args, "--ready-timeout-s", "1")
+    assert result.exit_code == 1, result.output
+    assert "did not serve 'm': 3 streamed completions in a row did not succeed within 1 s" in (
+        result.output
+    )
+    assert "no grid point was run (--no-ready-check skips this check)" in result.output
+    assert not (tmp_path / "summary.json").exists()
 
 
 def test_some_failures_still_exit_0(tmp_path: Path) -> None:

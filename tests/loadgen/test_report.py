@@ -1,10 +1,12 @@
 """The seed-style tables at 80 columns, the console they print on, and reading summary.json."""
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from loadgen.incidents import Incident
 from loadgen.report import (
     PIPED_WIDTH,
     comparison_table,
@@ -103,3 +105,25 @@ def test_load_points_round_trip_and_errors(tmp_path: Path) -> None:
     (result / "summary.json").write_text("{}")
     with pytest.raises(ValueError, match=r"holds a dict, not a list of grid points"):
         load_points(result)
+
+
+def test_grid_points_with_an_incident_are_marked_and_listed() -> None:
+    at = datetime(2026, 11, 30, 12, 0, 9, tzinfo=UTC)
+    oom = Incident(
+        source="kubernetes",
+        component="prefill",
+        instance="prefill-0",
+        kind="terminated",
+        reason="OOMKilled",
+        exit_code=137,
+        at=at,
+        t_s=9.1,
+        prefix_kinds=24,
+        concurrency=4,
+        repetition=1,
+    )
+    points = [point(k, c, p50[1], p99[1], rps[1], 0) for k, c, p50, p99, rps in SEED_ROWS]
+    lines = table_text(seed_table(points, incidents=[oom])).splitlines()
+    rows = [[cell.strip() for cell in line.split("│")] for line in lines if "│" in line]
+    assert [row[:2] for row in rows if "!" in row[1]] == [["24", "4 !"]]
+    assert lines[-1].strip() == "! prefill-0 OOMKilled (exit 137) 9.1 s into K=24 c=4"

@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 from fake_openai_server import DONE, FakeServer, Send, Status, Step, Wait, normal_stream
 
+from loadgen.api import ERROR_MESSAGE_CHARS, base_url, short_message
 from loadgen.config import LoadConfig
 from loadgen.loops import make_client, run_closed_loop, run_poisson
 from loadgen.request import RequestRecord
-from loadgen.runner import ERROR_MESSAGE_CHARS, base_url, run_grid_async, short_message
+from loadgen.runner import run_grid_async
 
 pytestmark = pytest.mark.timeout(30)
 

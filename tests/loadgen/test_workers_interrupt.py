@@ -26,6 +26,7 @@ def test_ctrl_c_stops_every_worker_process(tmp_path: Path) -> None:
         args += ["--out", str(tmp_path / "out"), "--workers", "2", "--concurrency", "4"]
         args += ["--prefix-kinds", "2", "--repetitions", "1", "--requests-per-run", "8"]
         args += ["--tokenizer", str(make_model_dir(tmp_path / "model")), "--no-progress"]
+        args += ["--no-ready-check"]  # the gate would wait on the silent server instead
         proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
         )

@@ -1,0 +1,157 @@
+"""Is the server ready to be measured? `/v1/models` listing the model, then a readiness gate.
+
+Listing is not readiness: right after a DynamoGraphDeployment turns Ready, Dynamo frontends
+have been seen listing the model while answering 500 and then 404 for several seconds (issue
+#13). The gate (`wait_until_serving`) therefore sends streamed completions, exactly as the load
+does, until `ReadyCheck.successes` in a row succeed.
+
+Every request here goes through `loadgen.loops.make_client`, the one HTTP client configuration
+of the load itself (aiohttp, which ignores `HTTP(S)_PROXY`; same connect/read timeouts), so the
+gate never waits for a server the load would reach differently, nor the other way round.
+"""
+
+import asyncio
+import json
+import time
+from collections import Counter
+from types import SimpleNamespace
+
+import aiohttp
+from pydantic import BaseModel, Field
+
+from loadgen.api import API_PATHS, request_body, short_message
+from loadgen.config import LoadConfig
+from loadgen.loops import make_client
+from loadgen.request import RequestRecord, stream_request
+
+MODELS_PATH = "v1/models"  # relative to `loadgen.api.base_url`
+POLL_INTERVAL_S = 0.5  # between two /v1/models polls, and after a failed gate request
+GATE_PROMPT = "Reply with one word: ready?"
+GATE_MAX_TOKENS = 2  # the gate checks the path end to end; two tokens give a first token and ITL
+
+
+class ModelNotListedError(TimeoutError):
+    """`/v1/models` did not list the model in time (the message has the last answer seen)."""
+
+
+class NotServingError(TimeoutError):
+    """The readiness gate's deadline passed before enough completions in a row succeeded."""
+
+
+class ReadyCheck(BaseModel):
+    """The readiness gate's settings: `successes` streamed completions in a row must succeed
+    within `timeout_s` seconds (counted from the gate's first request)."""
+
+    successes: int = Field(default=3, gt=0)
+    timeout_s: float = Field(default=600.0, gt=0)
+
+
+class Readiness(BaseModel):
+    """What the gate saw: `waited_s` seconds until `successes` completions in a row had
+    succeeded, after `attempts` requests, of which the failed ones are counted by error kind
+    (e.g. {"http_status": 9}); `first_failure`/`last_failure` are one-line error messages."""
+
+    waited_s: float
+    attempts: int
+    successes: int
+    failures_by_kind: dict[str, int]
+    first_failure: str | None
+    last_failure: str | None
+
+
+async def model_listed(client: aiohttp.ClientSession, model: str) -> str | None:
+    """None when `GET /v1/models` (on `client`'s base URL) lists `model`; else why not, in one
+    line ("HTTP 503, models []", "ClientConnectorError: ...")."""
+    try:
+        # make_client's timing trace writes its times into the request context: a scratch one.
+        async with client.get(
+            MODELS_PATH,
+            headers={"accept-encoding": "identity"},
+            trace_request_ctx=SimpleNamespace(),
+        ) as response:
+            text = await response.text()
+            status = response.status
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        return short_message(f"{type(exc).__name__}: {exc}")
+    try:
+        data = json.loads(text).get("data", [])
+        ids = [entry.get("id") for entry in data]
+    except (ValueError, AttributeError, TypeError):
+        return short_message(f"HTTP {status}, not a model list: {text}")
+    if status == 200 and model in ids:
+        return None
+    return short_message(f"HTTP {status}, models {ids}")
+
+
+async def wait_for_model(url: str, model: str, config: LoadConfig, timeout_s: float) -> float:
+    """Poll `GET <url>/v1/models` (url: a `base_url`) every `POLL_INTERVAL_S` until it lists
+    `model`; return the seconds waited.
+
+    `/health` is not used: Dynamo's frontend reports healthy with zero workers; the model is
+    listed once a worker serving it has registered.
+
+    Raises:
+        ModelNotListedError: not listed within `timeout_s` seconds (message: the last answer).
+    """
+    started = time.monotonic()
+    async with make_client(url, config, 1) as client:
+        while True:
+            why_not = await model_listed(client, model)
+            if why_not is None:
+                return time.monotonic() - started
+            if time.monotonic() - started + POLL_INTERVAL_S > timeout_s:
+                raise ModelNotListedError(
+                    f"{url}v1/models did not list {model!r} within {timeout_s:g} s ({why_not})"
+                )
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+
+async def wait_until_serving(
+    url: str, model: str, config: LoadConfig, check: ReadyCheck
+) -> Readiness:
+    """Send streamed completions (`config.api`, a short prompt, `GATE_MAX_TOKENS` tokens) to
+    `url` (a `base_url`) one at a time until `check.successes` in a row succeed; a failure
+    resets the count and is followed by a `POLL_INTERVAL_S` pause.
+
+    Raises:
+        NotServingError: `check.timeout_s` passed first; the message has the failures by kind
+            and the last one.
+    """
+    started = time.monotonic()
+    body = request_body(config.api, model, GATE_PROMPT, GATE_MAX_TOKENS)
+    path = API_PATHS[config.api]
+    failures: Counter[str] = Counter()
+    first: str | None = None
+    last: str | None = None
+    in_a_row = attempts = 0
+    async with make_client(url, config, 1) as client:
+        while in_a_row < check.successes:
+            remaining = check.timeout_s - (time.monotonic() - started)
+            if remaining <= 0:
+                kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(failures.items()))
+                raise NotServingError(
+                    f"{url} did not serve {model!r}: {check.successes} streamed completions in "
+                    f"a row did not succeed within {check.timeout_s:g} s ({attempts} sent; "
+                    f"failed: {kinds or 'none'}; last: {last or 'none'})"
+                )
+            record = RequestRecord(index=attempts, prefix_id=0, intended_ns=time.monotonic_ns())
+            attempts += 1
+            await stream_request(
+                client, path, body, record, min(config.request_timeout_s, remaining)
+            )
+            if record.ok:
+                in_a_row += 1
+                continue
+            in_a_row = 0
+            failures[str(record.error_kind)] += 1
+            last = short_message(f"{record.error_kind}: {record.error or ''}")
+            first = first or last
+            await asyncio.sleep(POLL_INTERVAL_S)
+    return Readiness(
+        waited_s=time.monotonic() - started,
+        attempts=attempts,
+        successes=check.successes,
+        failures_by_kind=dict(failures),
+        first_failure=first,
+        last_failure=last,
+    )
