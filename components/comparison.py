@@ -21,22 +21,6 @@ RATIO_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_ratio")
 
 RATIO_DIGITS = 3
 
-DEFAULT_ORGANIZATION = "organization"
-"""The organization of stacks in a self-managed (DIY) backend, where ``pulumi stack ls`` shows
-``organization/<project>/<stack>``."""
-
-
-def baseline_stack_name(baseline: str, organization: str | None, project: str) -> str:
-    """The full ``org/project/stack`` name a StackReference needs.
-
-    ``kv-routing`` -> ``<organization>/<project>/kv-routing`` with this stack's organization
-    (Pulumi Cloud) or :data:`DEFAULT_ORGANIZATION` when there is none (DIY backends, mocks); a
-    name with slashes (``acme/dynamo-testbed/kv-routing``) is used as given.
-    """
-    if "/" in baseline:
-        return baseline
-    return f"{organization or DEFAULT_ORGANIZATION}/{project}/{baseline}"
-
 
 class PointMetrics(BaseModel):
     """The fields of one grid point (a ``summary.json`` object) that are compared; others are

@@ -22,7 +22,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -34,6 +38,7 @@ from components.sizing import (
     DEFAULT_MEMORY_MARGIN,
     GI,
 )
+from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
 from loadgen.config import LoadConfig
 
 
@@ -384,18 +389,37 @@ class SizingConfig(CamelModel):
 # --- the stack -------------------------------------------------------------------------------
 
 
+_STACK_NAME = r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+)?$"
+"""A stack of this project (``kv-routing``) or a full ``org/project/stack`` name."""
+
+
 class StackConfig(CamelModel):
-    """Everything one stack deploys and measures.
+    """Everything one graph (or standalone) stack deploys and measures.
 
     The Pulumi config keys are this model's fields (``dynamo-testbed:nodeClasses`` etc.), plus
     the secret ``dynamo-testbed:hfToken`` which is read separately and never enters this model.
+    A ``platform`` stack is a :class:`PlatformStackConfig` instead.
+
+    Validate with ``context={"stack": <stack name>}`` (as
+    :func:`components.validation.parse_stack_config` does): an empty or absent ``namespace``
+    becomes :func:`~components.stack_layout.stack_namespace` of the stack, so two graph stacks
+    never share a namespace.
     """
 
+    stack_role: Literal["graph", "standalone"] = Field(
+        default="graph",
+        description="graph: the serving graph only, reading the platform stack; standalone: "
+        "the dynamo-platform release too, everything in one `pulumi up`.",
+    )
+    platform_stack: str = Field(
+        default=DEFAULT_PLATFORM_STACK,
+        pattern=_STACK_NAME,
+        description="The platform stack a graph stack reads the operator from (StackReference).",
+    )
     namespace: str = Field(
-        default="dynamo-testbed",
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         max_length=63,
-        description="Namespace the graph and load step run in.",
+        description="Namespace the graph and load step run in; default testbed-<stack>.",
     )
     node_classes: dict[str, NodeClass] = Field(min_length=1)
     links: Links = Field(default_factory=Links)
@@ -407,10 +431,30 @@ class StackConfig(CamelModel):
     sizing: SizingConfig = Field(default_factory=SizingConfig)
     baseline_stack: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+)?$",
+        pattern=_STACK_NAME,
         description="Stack whose `results` output this stack's are compared with: a stack "
         "name in this project and organization, or a full `org/project/stack` name.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _namespace_from_stack(cls, data: Any, info: ValidationInfo) -> Any:
+        """Fill an empty or absent ``namespace`` from the stack name in the context."""
+        stack = (info.context or {}).get("stack")
+        if isinstance(data, dict) and not data.get("namespace") and stack:
+            return {**data, "namespace": stack_namespace(stack)}
+        return data
+
+
+class PlatformStackConfig(CamelModel):
+    """A ``stackRole: platform`` stack: the Dynamo platform once per cluster, no graph.
+
+    Only ``stackRole`` and ``platform`` apply; ``platform.operatorScope`` must be ``cluster``
+    (one operator serving every graph stack's namespace). Graph keys must stay unset.
+    """
+
+    stack_role: Literal["platform"]
+    platform: PlatformConfig = Field(default_factory=PlatformConfig)
 
 
 SECRET_KEYS = frozenset({"hfToken"})
@@ -419,6 +463,29 @@ SECRET_KEYS = frozenset({"hfToken"})
 KNOWN_KEYS = frozenset(
     {field.alias or name for name, field in StackConfig.model_fields.items()} | SECRET_KEYS
 )
+
+PLATFORM_KEYS = frozenset({"stackRole", "platform"})
+"""The keys a platform stack uses; every other key of :data:`KNOWN_KEYS` is a graph key."""
+
+
+def stack_role(raw: Mapping[str, Any]) -> str:
+    """The ``stackRole`` of a raw config (``graph`` when unset or empty); unchecked."""
+    return raw.get("stackRole") or "graph"
+
+
+def unset_key(key: str, value: Any) -> bool:
+    """True if a graph key holds nothing: empty, or its field's default once validated (the
+    CLI passes ``false`` as a string; ``{}`` is a section of defaults)."""
+    if value in (None, "", {}, []):
+        return True
+    field = next(f for n, f in StackConfig.model_fields.items() if (f.alias or n) == key)
+    if field.is_required():
+        return False
+    try:
+        parsed: Any = TypeAdapter(field.annotation).validate_python(value)
+    except ValidationError:
+        return False
+    return bool(parsed == field.get_default(call_default_factory=True))
 
 
 def project_values(config_map: Mapping[str, Any]) -> dict[str, Any]:

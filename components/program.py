@@ -1,7 +1,9 @@
 """The Pulumi program: read the stack's config, validate it, register the testbed.
 
 ``__main__.py`` calls :func:`main`. ``testbed render`` runs the same :func:`main` under Pulumi's
-mocks, so what it writes is what ``pulumi up`` would apply.
+mocks, so what it writes is what ``pulumi up`` would apply. The stack's ``stackRole`` decides
+what it registers (:mod:`components.stack_layout`): the platform (``platform``), a graph that
+reads its platform stack (``graph``, the default), or both in one stack (``standalone``).
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from typing import Any
 
 import pulumi
 
-from components.comparison import baseline_stack_name, comparison_output
-from components.config import StackConfig, project_values
+from components.comparison import comparison_output
+from components.config import PlatformStackConfig, StackConfig, project_values, stack_role
 from components.errors import PROJECT
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
@@ -27,9 +29,17 @@ from components.manifests import (
 from components.platform import testbed_namespace_labels
 from components.platform_component import DynamoPlatform
 from components.rbac import load_step_rbac, rbac_summary
+from components.stack_layout import (
+    PlatformExports,
+    PlatformStackError,
+    missing_platform_message,
+    platform_exports,
+    read_platform_exports,
+    stack_reference_name,
+)
 from components.stack_sizing import stack_sizing
 from components.topology import FRONTEND_PORT, build_topology
-from components.validation import parse_stack_config
+from components.validation import parse_platform_stack_config, parse_stack_config
 
 LOAD_STEP_ACCOUNT = "testbed-load"
 """ServiceAccount of the post-deploy load step (reads the frontend Service and pods only)."""
@@ -52,39 +62,102 @@ def main() -> None:
         StackConfigError: bad config; raised before any resource is registered.
     """
     stack = pulumi.get_stack()
-    cfg = parse_stack_config(stack, project_config())
+    raw = project_config()
+    if stack_role(raw) == "platform":
+        deploy_platform(parse_platform_stack_config(stack, raw))
+        return
+    cfg = parse_stack_config(stack, raw)
     token = pulumi.Config(PROJECT).get_secret("hfToken")
     deploy(cfg, token)
 
 
+def deploy_platform(cfg: PlatformStackConfig) -> None:
+    """Register the platform stack: the ``dynamo-platform`` release (cluster-wide operator,
+    CRDs, webhooks, RBAC from the chart) and export :class:`PlatformExports`, one output each
+    (``stackRole``, ``operatorNamespace``, ``operatorScope``, ``releaseName``,
+    ``chartVersion``, ``installed``, ``operatorRbac``)."""
+    DynamoPlatform("platform", cfg.platform, cfg.platform.namespace)
+    for key, value in platform_exports(cfg.platform).outputs().items():
+        pulumi.export(key, value)
+
+
+async def _checked_platform(
+    stack: str, name: str, reference: pulumi.StackReference
+) -> PlatformExports:
+    """The platform stack's exports; a missing stack (the engine's ``unknown stack`` read
+    error) or one without outputs raises :class:`PlatformStackError` naming it."""
+    try:
+        outputs = await reference.outputs.future()
+    except Exception as exc:
+        raise PlatformStackError(missing_platform_message(stack, name, str(exc))) from exc
+    return read_platform_exports(stack, name, outputs)
+
+
+def platform_reference(
+    cfg: StackConfig, stack: str
+) -> tuple[pulumi.Output[PlatformExports], pulumi.Output[list[pulumi.Resource]]]:
+    """Read the graph stack's platform stack (``platformStack``) through a StackReference.
+
+    Returns the checked exports and a ``depends_on`` value that resolves only once they are
+    checked: the namespace (and through it every object of the stack) waits for it, so a
+    missing platform fails before anything is created, in ``pulumi preview`` too (the engine
+    reads references at preview).
+    """
+    name = stack_reference_name(cfg.platform_stack, pulumi.get_organization(), PROJECT)
+    reference = pulumi.StackReference("platform-stack", name)
+    # An awaitable is an Input (``Output.from_input`` awaits it); the stubs do not say so.
+    checked: Any = _checked_platform(stack, name, reference)
+    exports: pulumi.Output[PlatformExports] = pulumi.Output.from_input(checked)
+    return exports, exports.apply(lambda _: [reference])
+
+
 def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
-    """Register the testbed for a validated config and export its outputs.
+    """Register a graph (or standalone) stack for a validated config and export its outputs.
 
     Outputs: ``namespace``, ``topology`` (kind), ``dgdName`` (None for vllm-service),
     ``frontendService``, ``frontendPort``, ``placement`` (component, type, replicas, nodeClass,
-    gpus), ``rbac`` (what the stack grants), ``sizing`` (numbers with units in the keys),
-    ``warnings``; with ``load.enabled`` the load step's ``results``, ``loadStatus``,
-    ``loadRanAt``, ``loadResultsDir`` (:mod:`components.load_step`), and with ``baselineStack``
-    also ``comparison`` (:mod:`components.comparison`).
+    gpus), ``platform`` (the operator the graph runs under: :class:`PlatformExports` plus the
+    platform ``stack``; None for vllm-service), ``rbac`` (what the stack grants, the operator
+    first), ``sizing`` (numbers with units in the keys), ``warnings``; with ``load.enabled`` the
+    load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
+    (:mod:`components.load_step`), and with ``baselineStack`` also ``comparison``
+    (:mod:`components.comparison`).
     """
+    stack = pulumi.get_stack()
     topology = build_topology(cfg)
     sizing = stack_sizing(cfg)
     for warning in sizing.warnings:
         pulumi.log.warn(warning)
 
     uses_dynamo = topology.kind == "dynamo"
+    rbac_objects = load_step_rbac(cfg.namespace, LOAD_STEP_ACCOUNT)
+    # vllm-service needs no operator: drop the summary's operator entry (always the first).
+    bindings = rbac_summary(cfg.platform, cfg.namespace, rbac_objects)[1:]
+    rbac: Any = bindings
+    platform: Any = None
+    namespace_opts = None
+    if uses_dynamo and cfg.stack_role == "graph":
+        exports, ready = platform_reference(cfg, stack)
+        namespace_opts = pulumi.ResourceOptions(depends_on=ready)
+        platform = exports.apply(lambda e: {"stack": cfg.platform_stack, **e.outputs()})
+        rbac = exports.apply(lambda e: [e.operator_rbac, *bindings])
+    elif uses_dynamo:
+        platform = {"stack": stack, **platform_exports(cfg.platform).outputs()}
+        rbac = rbac_summary(cfg.platform, cfg.namespace, rbac_objects)
     namespace = register_object(
         namespace_manifest(
             cfg.namespace, testbed_namespace_labels(cfg.platform) if uses_dynamo else {}
-        )
+        ),
+        namespace_opts,
     )
     depends: list[pulumi.Resource] = [namespace]
-    if uses_dynamo:
-        platform = DynamoPlatform("platform", cfg.platform, cfg.namespace, depends_on=[namespace])
-        if platform.release is not None:
-            depends.append(platform.release)
+    if uses_dynamo and cfg.stack_role == "standalone":
+        release = DynamoPlatform(
+            "platform", cfg.platform, cfg.namespace, depends_on=[namespace]
+        ).release
+        if release is not None:
+            depends.append(release)
 
-    rbac_objects = load_step_rbac(cfg.namespace, LOAD_STEP_ACCOUNT)
     for obj in rbac_objects:
         register_object(obj, pulumi.ResourceOptions(depends_on=[namespace]))
 
@@ -114,15 +187,12 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("frontendService", graph.frontend_service)
     pulumi.export("frontendPort", graph.frontend_port)
     pulumi.export("placement", topology.placement_table())
-    rbac = rbac_summary(cfg.platform, cfg.namespace, rbac_objects)
-    # vllm-service installs no operator: drop the summary's operator entry (always the first).
-    pulumi.export("rbac", rbac if uses_dynamo else rbac[1:])
+    pulumi.export("platform", platform)
+    pulumi.export("rbac", rbac)
     pulumi.export("sizing", sizing.export())
     pulumi.export("warnings", list(sizing.warnings))
     if cfg.load.enabled:
-        step = register_load_step(
-            cfg, pulumi.get_stack(), graph, topology_fingerprint(workloads, service)
-        )
+        step = register_load_step(cfg, stack, graph, topology_fingerprint(workloads, service))
         export_load_step(cfg, step)
 
 
@@ -136,7 +206,7 @@ def export_load_step(cfg: StackConfig, step: LoadStep) -> None:
     if cfg.baseline_stack is None:
         return
     this = pulumi.get_stack()
-    name = baseline_stack_name(cfg.baseline_stack, pulumi.get_organization(), PROJECT)
+    name = stack_reference_name(cfg.baseline_stack, pulumi.get_organization(), PROJECT)
     baseline = pulumi.StackReference(f"baseline-{cfg.baseline_stack.replace('/', '-')}", name)
     pulumi.export(
         "comparison",

@@ -21,7 +21,15 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from components.checks import semantic_problems
-from components.config import KNOWN_KEYS, SECRET_KEYS, StackConfig
+from components.config import (
+    KNOWN_KEYS,
+    PLATFORM_KEYS,
+    SECRET_KEYS,
+    PlatformStackConfig,
+    StackConfig,
+    stack_role,
+    unset_key,
+)
 from components.errors import ConfigProblem, StackConfigError, key_path
 
 
@@ -40,21 +48,88 @@ def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
         StackConfigError: listing every problem (key path, bad value, what is allowed).
     """
     data = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
-    problems = [
-        ConfigProblem(k, data[k], unknown_key_message(k, KNOWN_KEYS))
-        for k in sorted(data)
-        if k not in KNOWN_KEYS
-    ]
+    problems = _unknown_keys(data)
+    if stack_role(data) == "platform":
+        problems.append(
+            ConfigProblem(
+                "stackRole",
+                "platform",
+                "this is the platform stack: it deploys no graph to render as one, simulate "
+                "or load; use a graph stack (stackRole: graph or standalone)",
+            )
+        )
+    if stack_role(data) == "graph" and data.get("platform"):
+        problems.append(
+            ConfigProblem(
+                "platform",
+                data["platform"],
+                "a graph stack installs no platform: it uses the operator of its platform "
+                "stack (platformStack); set these in that stack's file, or set stackRole: "
+                "standalone to install the platform in this stack",
+            )
+        )
     if problems:
         raise StackConfigError(stack, problems)
     try:
-        cfg = StackConfig.model_validate(data)
+        cfg = StackConfig.model_validate(data, context={"stack": stack})
     except ValidationError as exc:
         raise StackConfigError(stack, [_problem(e) for e in exc.errors()]) from None
     problems = semantic_problems(cfg)
     if problems:
         raise StackConfigError(stack, problems)
     return cfg
+
+
+def parse_platform_stack_config(stack: str, raw: Mapping[str, Any]) -> PlatformStackConfig:
+    """Validate a ``stackRole: platform`` stack's config (keys without the project prefix).
+
+    Raises:
+        StackConfigError: unknown keys, graph keys that are set (a platform stack registers no
+            graph), an invalid ``platform`` section, or ``operatorScope: namespace`` (a
+            namespace-restricted operator serves one namespace: install it with the graph,
+            ``stackRole: standalone``).
+    """
+    data = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
+    problems = _unknown_keys(data)
+    problems += [
+        ConfigProblem(
+            key,
+            data[key],
+            "a platform stack registers no graph: remove this key from the platform stack's "
+            "file (graph stacks set it), or set stackRole: graph",
+        )
+        for key in sorted(data)
+        if key in KNOWN_KEYS and key not in PLATFORM_KEYS and not unset_key(key, data[key])
+    ]
+    if problems:
+        raise StackConfigError(stack, problems)
+    try:
+        cfg = PlatformStackConfig.model_validate({k: data[k] for k in PLATFORM_KEYS & set(data)})
+    except ValidationError as exc:
+        raise StackConfigError(stack, [_problem(e) for e in exc.errors()]) from None
+    if cfg.platform.operator_scope != "cluster":
+        raise StackConfigError(
+            stack,
+            [
+                ConfigProblem(
+                    "platform.operatorScope",
+                    cfg.platform.operator_scope,
+                    "a platform stack serves every graph stack's namespace, so its operator "
+                    "is cluster-wide; allowed: cluster. A namespace-restricted operator "
+                    "belongs to one graph: set stackRole: standalone in that graph's stack",
+                )
+            ],
+        )
+    return cfg
+
+
+def _unknown_keys(data: Mapping[str, Any]) -> list[ConfigProblem]:
+    """A problem for every key that is not a config key of this project."""
+    return [
+        ConfigProblem(k, data[k], unknown_key_message(k, KNOWN_KEYS))
+        for k in sorted(data)
+        if k not in KNOWN_KEYS
+    ]
 
 
 def unknown_key_message(key: str, allowed: Iterable[str]) -> str:

@@ -23,8 +23,10 @@ from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
+from components.config import project_values, stack_role
 from components.errors import PROJECT
 from components.program import main
+from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_reference_name
 
 REPO = Path(__file__).resolve().parent.parent
 """The project root (holds ``Pulumi.yaml`` and ``stacks/``)."""
@@ -218,13 +220,28 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return response
 
 
+class UnknownStackError(Exception):
+    """What the engine answers for a StackReference to a stack that does not exist."""
+
+
 class EchoMocks(pulumi.runtime.Mocks):
-    """Resources echo their inputs as outputs; no function calls are made. A StackReference
-    reads a stack without outputs (the baseline stack does not exist offline)."""
+    """Resources echo their inputs as outputs; no function calls are made.
+
+    A StackReference (``pulumi:pulumi:StackReference``, read by full ``org/project/stack``
+    name) gets the outputs given for its name in ``stacks``; a name not given fails the read
+    as the engine does for a stack that does not exist: ``unknown stack "<name>"``
+    (pulumi/pulumi ``pkg/backend/backend.go``, ``backendClient.GetStackOutputs``).
+    """
+
+    def __init__(self, stacks: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.stacks = dict(stacks or {})
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         if args.typ == "pulumi:pulumi:StackReference":
-            return f"{args.name}-id", {**args.inputs, "outputs": {}}
+            name = args.inputs["name"]
+            if name not in self.stacks:
+                raise UnknownStackError(f'unknown stack "{name}"')
+            return f"{args.name}-id", {**args.inputs, "outputs": dict(self.stacks[name])}
         return f"{args.name}-id", dict(args.inputs)
 
     def call(
@@ -240,6 +257,7 @@ def run_under_mocks(
     config: Mapping[str, str] | None = None,
     secret_keys: Sequence[str] = (),
     preview: bool = True,
+    mocks: EchoMocks | None = None,
 ) -> Rendered:
     """Run any Pulumi program function under mocks; return its registrations and outputs.
 
@@ -249,6 +267,7 @@ def run_under_mocks(
         config: the full config map (``{"dynamo-testbed:<key>": <str or JSON string>}``).
         secret_keys: keys of ``config`` that are secrets.
         preview: run as ``pulumi preview`` (True) or ``pulumi up``.
+        mocks: the mocks (default: :class:`EchoMocks` knowing no other stack).
 
     Raises:
         whatever ``program`` raises (e.g. StackConfigError); nothing is registered then.
@@ -258,7 +277,7 @@ def run_under_mocks(
     asyncio.set_event_loop(asyncio.new_event_loop())
     pulumi.runtime.reset_options(project=PROJECT, stack=stack, preview=preview)
     pulumi.runtime.set_all_config(dict(config or {}), list(secret_keys))
-    mocks = EchoMocks()
+    mocks = mocks or EchoMocks()
     pulumi.runtime.set_mocks(
         mocks,
         project=PROJECT,
@@ -302,14 +321,38 @@ def render_stack(
         secrets: extra config values passed as secrets, keys without the project prefix (e.g.
             ``{"hfToken": token}``), as ``pulumi config set --secret`` would pass them.
 
+    The stacks it references exist as they would beside it: its platform stack
+    (``platformStack``) with the outputs of rendering that stack's file from ``project_dir``
+    (a platform stack without a file does not exist), its ``baselineStack`` without outputs
+    (offline, no load step has run).
+
     Raises:
         FileNotFoundError: unknown stack.
         StackConfigError: the stack's config is invalid (nothing is registered).
+        PlatformStackError: its platform stack has no file in ``project_dir``, or no outputs.
     """
     config, secret_keys = stack_config(stack, project_dir)
     for key, value in (secrets or {}).items():
         config[f"{PROJECT}:{key}"] = value
         secret_keys.append(f"{PROJECT}:{key}")
     return run_under_mocks(
-        main, stack=stack, config=config, secret_keys=secret_keys, preview=preview
+        main,
+        stack=stack,
+        config=config,
+        secret_keys=secret_keys,
+        preview=preview,
+        mocks=EchoMocks(_referenced_stacks(project_values(config), project_dir)),
     )
+
+
+def _referenced_stacks(raw: Mapping[str, Any], project_dir: Path) -> dict[str, dict[str, Any]]:
+    """Outputs of the stacks a stack's config references, by full reference name."""
+    stacks: dict[str, dict[str, Any]] = {}
+    baseline = raw.get("baselineStack")
+    if baseline:
+        stacks[stack_reference_name(baseline, None, PROJECT)] = {}
+    platform = raw.get("platformStack") or DEFAULT_PLATFORM_STACK
+    if stack_role(raw) == "graph" and platform in stack_names(project_dir):
+        outputs = render_stack(platform, project_dir).outputs
+        stacks[stack_reference_name(platform, None, PROJECT)] = outputs
+    return stacks

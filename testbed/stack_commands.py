@@ -63,6 +63,15 @@ def render_command(
     """Write every object the stack would apply (a YAML file each), its Helm release, outputs."""
     rendered = _render_or_exit(stack)
     paths = write_rendered(rendered, out)
+    if rendered.outputs.get("stackRole") == "platform":
+        outputs = rendered.outputs
+        console.print(
+            f"platform stack {stack}: dynamo-platform chart {outputs['chartVersion']}, release "
+            f"{outputs['releaseName']} in {outputs['operatorNamespace']}, operator scope "
+            f"{outputs['operatorScope']}; graph stacks read it with platformStack: {stack}."
+        )
+        console.print(f"wrote {len(paths)} files to {out}/")
+        return
     placement = Table(title=f"stack {stack}: placement")
     columns = ("component", "type", "replicas", "nodeClass", "gpus")
     for col in columns:

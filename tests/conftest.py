@@ -1,12 +1,17 @@
 """Shared pytest setup."""
 
 import asyncio
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from components.errors import PROJECT
 from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, make_model_dir
+from testbed.render import REPO
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +25,26 @@ def current_event_loop() -> Iterator[None]:
     asyncio.set_event_loop(loop)
     yield
     loop.close()
+
+
+@pytest.fixture
+def project_with(tmp_path: Path) -> Callable[[str, dict[str, Any]], Path]:
+    """Factory: project_with(stack, raw) writes a project folder (a copy of Pulumi.yaml and of
+    the platform stack's file, plus ``stacks/Pulumi.<stack>.yaml`` holding ``raw`` under the
+    project prefix) and returns it."""
+
+    def make(stack: str, raw: dict[str, Any]) -> Path:
+        project = tmp_path / "project"
+        (project / "stacks").mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / "Pulumi.yaml", project / "Pulumi.yaml")
+        platform = Path("stacks") / "Pulumi.platform.yaml"
+        shutil.copy(REPO / platform, project / platform)
+        config = {f"{PROJECT}:{key}": value for key, value in raw.items()}
+        path = project / "stacks" / f"Pulumi.{stack}.yaml"
+        path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+        return project
+
+    return make
 
 
 # --- Local Dynamo graphs (frontend + CPU-only mocker workers on 127.0.0.1; testbed.localgraph) ---

@@ -7,12 +7,8 @@ from typing import Any
 
 import pytest
 
-from components.comparison import (
-    baseline_stack_name,
-    compare_points,
-    comparison_output,
-    ratio,
-)
+from components.comparison import compare_points, comparison_output, ratio
+from components.stack_layout import stack_reference_name
 
 # BRIEF.md "Results: same node": (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms, req/s),
 # KV routing with 6 workers (A) / disaggregated (B).
@@ -129,5 +125,5 @@ def test_missing_results_compare_as_no_points() -> None:
         ("team/other-project/kv", "acme", "team/other-project/kv"),
     ],
 )
-def test_baseline_stack_name(baseline: str, organization: str | None, expected: str) -> None:
-    assert baseline_stack_name(baseline, organization, "dynamo-testbed") == expected
+def test_stack_reference_name(baseline: str, organization: str | None, expected: str) -> None:
+    assert stack_reference_name(baseline, organization, "dynamo-testbed") == expected

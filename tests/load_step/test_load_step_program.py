@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.config import project_values
-from components.errors import PROJECT, StackConfigError
+from components.errors import StackConfigError
 from components.load_step import LoadStepInputs, rerun_reasons, topology_fingerprint
 from components.validation import parse_stack_config
-from testbed.render import REPO, UNKNOWN_PLACEHOLDER, EchoMocks, Rendered, render_stack
+from testbed.render import UNKNOWN_PLACEHOLDER, EchoMocks, Rendered, render_stack
 from testbed.render import stack_config as cli_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -38,32 +36,20 @@ def raw() -> Callable[[str], Raw]:
     return lambda stack: copy.deepcopy(project_values(cli_config(stack)[0]))
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Callable[[str, Raw], Path]:
-    """project(stack, raw): a project folder holding Pulumi.yaml and that stack's config."""
-
-    def make(stack: str, config: Raw) -> Path:
-        (tmp_path / "stacks").mkdir(exist_ok=True)
-        shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-        body = {"config": {f"{PROJECT}:{key}": value for key, value in config.items()}}
-        (tmp_path / "stacks" / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(body))
-        return tmp_path
-
-    return make
-
-
 def step_of(rendered: Rendered) -> Any:
     (step,) = [r for r in rendered.registrations if r.type == STEP_TYPE]
     return step
 
 
 def test_step_registered_after_the_dgd_with_the_stacks_inputs(
-    raw: Callable[[str], Raw], project: Callable[[str, Raw], Path]
+    raw: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
 ) -> None:
     config = raw("disagg-same-node")
     config["topology"]["frontend"] = {"nodePort": 30080}
     config["load"]["runId"] = "first"
-    rendered = render_stack("disagg-same-node", project("disagg-same-node", config), preview=False)
+    rendered = render_stack(
+        "disagg-same-node", project_with("disagg-same-node", config), preview=False
+    )
     step = step_of(rendered)
     (dgd,) = [r for r in rendered.registrations if r.type == DGD_TYPE]
     (service,) = [r for r in rendered.registrations if r.type == SERVICE_TYPE]
@@ -92,12 +78,12 @@ def test_preview_url_is_unknown_until_the_service_exists() -> None:
 
 
 def test_user_url_is_used_as_given(
-    raw: Callable[[str], Raw], project: Callable[[str, Raw], Path]
+    raw: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
 ) -> None:
     config = raw("kv-routing")
     config["load"] = {**config["load"], "url": "http://frontend.lab:8000"}
     del config["load"]["nodeAddress"]
-    rendered = render_stack("kv-routing", project("kv-routing", config))
+    rendered = render_stack("kv-routing", project_with("kv-routing", config))
     assert step_of(rendered).inputs["url"] == "http://frontend.lab:8000"
 
 
@@ -111,11 +97,11 @@ def test_vllm_service_step_depends_on_every_deployment() -> None:
 
 
 def test_disabled_step_is_not_registered(
-    raw: Callable[[str], Raw], project: Callable[[str, Raw], Path]
+    raw: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
 ) -> None:
     config = raw("kv-routing")
     config["load"] = {"enabled": False}  # no nodeAddress needed either
-    rendered = render_stack("kv-routing", project("kv-routing", config), preview=False)
+    rendered = render_stack("kv-routing", project_with("kv-routing", config), preview=False)
     assert not [r for r in rendered.registrations if r.type.startswith("pulumi-python:dynamic")]
     assert not LOAD_OUTPUTS & set(rendered.outputs)
     assert "namespace" in rendered.outputs
@@ -175,7 +161,7 @@ def references(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     echo = EchoMocks.new_resource
 
     def new_resource(self: EchoMocks, args: Any) -> tuple[str, dict[str, Any]]:
-        if args.typ == "pulumi:pulumi:StackReference":
+        if args.typ == "pulumi:pulumi:StackReference" and args.name != "platform-stack":
             names.append(args.inputs["name"])
             return f"{args.name}-id", {**args.inputs, "outputs": {"results": BASELINE}}
         if args.typ == STEP_TYPE:

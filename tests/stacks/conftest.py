@@ -4,20 +4,17 @@ throw-away project folders for modified stacks."""
 from __future__ import annotations
 
 import copy
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.config import project_values
-from components.errors import PROJECT
-from testbed.render import REPO, Rendered, render_stack, stack_config, stack_names
+from testbed.render import Rendered, render_stack, stack_config, stack_names
 
-STACKS = ("disagg-cross-node", "disagg-same-node", "kv-routing", "vllm-service")
+GRAPH_STACKS = ("disagg-cross-node", "disagg-same-node", "kv-routing", "vllm-service")
 DYNAMO_STACKS = ("disagg-cross-node", "disagg-same-node", "kv-routing")
+STACKS = ("platform", *GRAPH_STACKS)
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +26,7 @@ def rendered() -> dict[str, Rendered]:
 
 @pytest.fixture(scope="session")
 def _raw_configs() -> dict[str, dict[str, Any]]:
-    return {stack: project_values(stack_config(stack)[0]) for stack in STACKS}
+    return {stack: project_values(stack_config(stack)[0]) for stack in GRAPH_STACKS}
 
 
 @pytest.fixture
@@ -38,23 +35,6 @@ def raw_config(_raw_configs: dict[str, dict[str, Any]]) -> Callable[[str], dict[
     (keys without the ``dynamo-testbed:`` prefix, Pulumi.yaml defaults applied, objects parsed);
     safe to modify."""
     return lambda stack: copy.deepcopy(_raw_configs[stack])
-
-
-@pytest.fixture
-def project_with(tmp_path: Path) -> Callable[[str, dict[str, Any]], Path]:
-    """Factory: project_with(stack, raw) writes a project folder (a copy of Pulumi.yaml plus
-    ``stacks/Pulumi.<stack>.yaml`` holding ``raw`` under the project prefix) and returns it."""
-
-    def make(stack: str, raw: dict[str, Any]) -> Path:
-        project = tmp_path / "project"
-        (project / "stacks").mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / "Pulumi.yaml", project / "Pulumi.yaml")
-        config = {f"{PROJECT}:{key}": value for key, value in raw.items()}
-        path = project / "stacks" / f"Pulumi.{stack}.yaml"
-        path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
-        return project
-
-    return make
 
 
 HF_TOKEN = "hf_TestbedPlaintextToken0123456789"

@@ -18,13 +18,12 @@ pytestmark = pytest.mark.timeout(60)
 DGD_PAIR = "DynamoGraphDeployment/kv-routing -> disagg-same-node"
 
 CROSS_NODE_FILES = [
-    "01-namespace-dynamo-testbed.yaml",
+    "01-namespace-testbed-disagg-cross-node.yaml",
     "02-serviceaccount-testbed-load.yaml",
     "03-role-testbed-load.yaml",
     "04-rolebinding-testbed-load.yaml",
     "05-service-disagg-cross-node-frontend-testbed.yaml",
     "06-dynamographdeployment-disagg-cross-node.yaml",
-    "helm-release-dynamo-platform.yaml",
     "outputs.json",
 ]
 
@@ -86,8 +85,18 @@ def test_diff_shows_field_changes_of_matched_objects(
     assert changes[("outputs", "placement[1].replicas")] == (4, 2)
     assert changes[("outputs", "placement[2].nodeClass")] == ("gpu-8gb", "gpu-24gb")
     assert changes[("outputs", "sizing.disaggregation.link")] == ("1gbe", "same-node-tcp")
-    # Namespace, RBAC and the Helm release are the same in both stacks.
-    assert not [obj for obj, _ in changes if obj.startswith(("Namespace/", "Role", "helm:"))]
+    # Each stack has its own namespace; the RBAC objects in it are the same.
+    assert changes[
+        ("Namespace/testbed-kv-routing -> testbed-disagg-same-node", "metadata.name")
+    ] == (
+        "testbed-kv-routing",
+        "testbed-disagg-same-node",
+    )
+    assert changes[("Role/testbed-load", "metadata.namespace")] == (
+        "testbed-kv-routing",
+        "testbed-disagg-same-node",
+    )
+    assert not [obj for obj, _ in changes if obj.startswith("helm:")]  # neither has a release
 
 
 def test_diff_of_a_stack_with_itself_is_empty() -> None:
@@ -103,8 +112,9 @@ def test_unknown_stack_exits_2_and_lists_known_stacks() -> None:
     result = CliRunner().invoke(app, ["diff", "kv-routing", "kv-routng"])
     assert result.exit_code == 2
     assert "stack 'kv-routng'" in result.output
-    assert "known stacks: disagg-cross-node, disagg-same-node, kv-routing, vllm-service" in (
-        " ".join(result.output.split())
+    assert (
+        "known stacks: disagg-cross-node, disagg-same-node, kv-routing, platform, vllm-service"
+        in (" ".join(result.output.split()))
     )
 
 
@@ -132,7 +142,7 @@ def test_render_replaces_an_earlier_stack(tmp_path: Path) -> None:
     invoke("render", "kv-routing", "--out", str(tmp_path))
     invoke("render", "vllm-service", "--out", str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "01-namespace-dynamo-testbed.yaml",
+        "01-namespace-testbed-vllm-service.yaml",
         "02-serviceaccount-testbed-load.yaml",
         "03-role-testbed-load.yaml",
         "04-rolebinding-testbed-load.yaml",
@@ -141,3 +151,13 @@ def test_render_replaces_an_earlier_stack(tmp_path: Path) -> None:
         "07-deployment-vllm-service-worker-8gb.yaml",
         "outputs.json",
     ]
+
+
+def test_render_platform_writes_the_release_and_its_outputs(tmp_path: Path) -> None:
+    output = " ".join(invoke("render", "platform", "--out", str(tmp_path)).output.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "helm-release-dynamo-platform.yaml",
+        "outputs.json",
+    ]
+    assert "dynamo-platform chart 1.6.2, release dynamo-platform in dynamo-system" in output
+    assert json.loads((tmp_path / "outputs.json").read_text())["operatorScope"] == "cluster"

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import pulumi
 import pytest
 from pulumi.runtime.mocks import MockMonitor
 
@@ -200,10 +201,24 @@ BAD_CONFIGS = {
     ),
     "namespace-scope-without-crds-preinstalled": BadConfig(
         CROSS,
-        setting("platform", value={"operatorScope": "namespace"}),
+        lambda raw: raw.update(stackRole="standalone", platform={"operatorScope": "namespace"}),
         "platform",
         "{'operatorScope': 'namespace'}",
         "operatorScope='namespace' with install=true needs crdsPreinstalled=true",
+    ),
+    "platform-section-in-a-graph-stack": BadConfig(
+        CROSS,
+        setting("platform", value={"chartVersion": "1.6.1"}),
+        "platform",
+        "{'chartVersion': '1.6.1'}",
+        "a graph stack installs no platform: it uses the operator of its platform stack",
+    ),
+    "bad-stack-role": BadConfig(
+        CROSS,
+        setting("stackRole", value="cluster"),
+        "stackRole",
+        "'cluster'",
+        "'graph' or 'standalone'",
     ),
     "bad-router-mode": BadConfig(
         CROSS,
@@ -298,7 +313,8 @@ def registered_types(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     register = MockMonitor.RegisterResource
 
     def recording(self: MockMonitor, request: Any) -> Any:
-        if request.type != "pulumi:pulumi:Stack":
+        # Only the stack under test: rendering a graph stack renders its platform stack first.
+        if request.type != "pulumi:pulumi:Stack" and pulumi.get_stack() != "platform":
             types.append(request.type)
         return register(self, request)
 
@@ -332,8 +348,9 @@ def test_registration_spy_sees_a_good_stack(
 ) -> None:
     """The control for the test above: the same spy records a valid stack's resources."""
     rendered = render_stack(CROSS, project_with(CROSS, raw_config(CROSS)))
-    # 9 Kubernetes/Helm/component resources + the post-deploy load step (a dynamic resource).
-    assert len(registered_types) == len(rendered.registrations) == 10
+    # 7 Kubernetes/component resources + the post-deploy load step (a dynamic resource); the
+    # platform stack reference is read, not registered.
+    assert len(registered_types) == len(rendered.registrations) == 8
     assert "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment" in registered_types
 
 

@@ -13,6 +13,7 @@ from testbed.render import Registration, Rendered
 DGD_TYPE = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 GRAPH_TYPE = "dynamo-testbed:index:TestbedGraph"
+COMPONENT_TYPE = "dynamo-testbed:platform:DynamoPlatform"
 NODE_CLASS_LABEL = "dynamo-testbed/node-class"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 UCX_ENV = {"UCX_TLS": "tcp,self", "UCX_RNDV_THRESH": "inf"}
@@ -210,17 +211,54 @@ def test_vllm_service_is_two_deployments_and_one_service(rendered: dict[str, Ren
     (namespace,) = objects_of(stack, "Namespace")
     assert namespace["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "dynamo-testbed"}
     assert [entry["subject"] for entry in stack.outputs["rbac"]] == [
-        "ServiceAccount dynamo-testbed/testbed-load"
+        "ServiceAccount testbed-vllm-service/testbed-load"
     ]
     assert stack.outputs["dgdName"] is None
+    # ... and it reads no platform stack.
+    assert stack.outputs["platform"] is None
+    assert not [r for r in stack.registrations if r.type == "pulumi:pulumi:StackReference"]
 
 
 # --- platform, namespace, await annotations, dependencies ---------------------------------------
 
 
-@pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
-def test_platform_release_values(rendered: dict[str, Rendered], stack: str) -> None:
-    (release,) = rendered[stack].helm_releases()
+def test_only_the_platform_stack_installs_the_release(rendered: dict[str, Rendered]) -> None:
+    installs = {stack: len(r.helm_releases()) for stack, r in rendered.items()}
+    assert installs == {
+        "platform": 1,
+        "kv-routing": 0,
+        "disagg-same-node": 0,
+        "disagg-cross-node": 0,
+        "vllm-service": 0,
+    }
+    platform = rendered["platform"]
+    assert [r.type for r in platform.registrations] == [COMPONENT_TYPE, RELEASE_TYPE]
+    assert platform.outputs == {
+        "stackRole": "platform",
+        "operatorNamespace": "dynamo-system",
+        "operatorScope": "cluster",
+        "releaseName": "dynamo-platform",
+        "chartVersion": "1.6.2",
+        "installed": True,
+        "operatorRbac": {
+            "subject": "dynamo-operator (Helm release dynamo-platform in dynamo-system,"
+            " chart 1.6.2)",
+            "scope": "cluster",
+            "rules": ["as defined by the dynamo-platform chart 1.6.2"],
+            "admission": {
+                "namespaces": "all",
+                "namespaceSelector": {},
+                "failurePolicy": "Fail",
+                "podCreateFailurePolicy": "Ignore",
+                "timeoutSeconds": 10,
+                "managedByStack": True,
+            },
+        },
+    }
+
+
+def test_platform_release_values(rendered: dict[str, Rendered]) -> None:
+    (release,) = rendered["platform"].helm_releases()
     assert release["chart"] == "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform"
     assert release["version"] == "1.6.2"
     assert release["namespace"] == "dynamo-system"
@@ -247,7 +285,7 @@ def test_namespace_labels_and_dgd_await_annotations(
 ) -> None:
     (namespace,) = objects_of(rendered[stack], "Namespace")
     assert namespace["metadata"] == {
-        "name": "dynamo-testbed",
+        "name": f"testbed-{stack}",
         "labels": {
             "app.kubernetes.io/managed-by": "dynamo-testbed",
             "dynamo-testbed/managed": "true",
@@ -255,7 +293,7 @@ def test_namespace_labels_and_dgd_await_annotations(
     }
     meta = dgd(rendered[stack])["metadata"]
     assert meta["name"] == stack
-    assert meta["namespace"] == "dynamo-testbed"
+    assert meta["namespace"] == f"testbed-{stack}"
     # readyTimeoutMinutes defaults to 15: Pulumi waits 900 s for the operator's Ready.
     assert meta["annotations"] == {
         "pulumi.com/waitFor": "condition=Ready",
@@ -264,23 +302,24 @@ def test_namespace_labels_and_dgd_await_annotations(
 
 
 @pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
-def test_dgd_depends_on_platform_release_and_is_parented_by_graph(
+def test_graph_waits_for_the_platform_stack_and_is_parented_by_graph(
     rendered: dict[str, Rendered], stack: str
 ) -> None:
     stack_rendered = rendered[stack]
-    release = registration_of(stack_rendered, RELEASE_TYPE)
     graph = registration_of(stack_rendered, GRAPH_TYPE)
     namespace = registration_of(stack_rendered, "kubernetes:core/v1:Namespace")
     dgd_reg = registration_of(stack_rendered, DGD_TYPE)
     assert dgd_reg.parent == graph.urn
-    assert release.urn in dgd_reg.dependencies
-    assert namespace.urn in dgd_reg.dependencies
+    assert dgd_reg.dependencies == [namespace.urn]
     assert graph.urn.endswith("dynamo-testbed:index:TestbedGraph::graph")
-    # The release waits for nothing but the namespace (cluster scope: its own namespace).
-    assert release.dependencies == [namespace.urn]
+    # The namespace, and through it everything else, waits for the checked platform stack.
+    assert namespace.dependencies == [
+        f"urn:pulumi:{stack}::dynamo-testbed::pulumi:pulumi:Stack$"
+        "pulumi:pulumi:StackReference::platform-stack"
+    ]
     service = registration_of(stack_rendered, "kubernetes:core/v1:Service")
     assert service.parent == graph.urn
-    assert release.urn in service.dependencies
+    assert service.dependencies == [namespace.urn]
 
 
 # --- outputs --------------------------------------------------------------------------------
@@ -289,19 +328,22 @@ def test_dgd_depends_on_platform_release_and_is_parented_by_graph(
 @pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
 def test_dynamo_stack_outputs(rendered: dict[str, Rendered], stack: str) -> None:
     outputs = rendered[stack].outputs
-    assert outputs["namespace"] == "dynamo-testbed"
+    assert outputs["namespace"] == f"testbed-{stack}"
     assert outputs["topology"] == "dynamo"
     assert outputs["dgdName"] == stack
     assert outputs["frontendService"] == f"{stack}-frontend-testbed"
     assert outputs["frontendPort"] == 8000
     assert outputs["warnings"] == []
+    platform = rendered["platform"].outputs
+    assert outputs["platform"] == {"stack": "platform", **platform}
     operator, load_step = outputs["rbac"]
+    assert operator == platform["operatorRbac"]  # read from the platform stack
     assert operator["scope"] == "cluster"
     assert operator["admission"]["failurePolicy"] == "Fail"
     assert operator["admission"]["managedByStack"] is True
     assert load_step == {
-        "subject": "ServiceAccount dynamo-testbed/testbed-load",
-        "scope": "namespace/dynamo-testbed",
+        "subject": f"ServiceAccount testbed-{stack}/testbed-load",
+        "scope": f"namespace/testbed-{stack}",
         "rules": [
             "get,list,watch services,pods,endpoints",
             "get,list,watch dynamographdeployments.nvidia.com",

@@ -54,7 +54,7 @@ def test_secret_token_is_masked_everywhere(
     secret = the_secret(rendered)
     assert secret["metadata"] == {
         "name": "hf-token-secret",
-        "namespace": "dynamo-testbed",
+        "namespace": f"testbed-{stack}",
         "labels": {"app.kubernetes.io/managed-by": "dynamo-testbed"},
     }
     assert secret["type"] == "Opaque"

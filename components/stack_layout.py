@@ -1,0 +1,188 @@
+"""How stacks share one cluster: stack roles, a namespace per graph stack, stack references.
+
+Pure: no Pulumi import. The program (:mod:`components.program`) reads a stack's role and
+registers accordingly:
+
+- ``platform``: the cluster-scoped Dynamo install (the ``dynamo-platform`` Helm release with the
+  CRDs it brings, the operator's webhook scope and RBAC), once per cluster. It exports what graph
+  stacks need (:class:`PlatformExports`).
+- ``graph`` (the default): a serving graph (DGD or vLLM Deployments), its load step and results,
+  in a namespace of its own. A Dynamo graph reads its platform stack (``platformStack``, default
+  ``platform``) through a StackReference and registers no release.
+- ``standalone``: everything in one ``pulumi up`` (release + graph), for a cluster that runs
+  one stack at a time; two standalone stacks would both install the same cluster-wide release.
+
+What a StackReference to the platform stack sees (Pulumi's engine, ``pulumi/pulumi``):
+
+- a stack that does not exist: the read fails with ``unknown stack "<org/project/stack>"``
+  (``pkg/backend/backend.go``, ``backendClient.GetStackOutputs``);
+- a stack that exists but has no root stack resource (``pulumi stack init`` without ``up``, or
+  after ``pulumi destroy``): the read succeeds with outputs ``{}`` (same function, ``res == nil``);
+- an existing stack: its outputs, also during ``pulumi preview``
+  (``pkg/resource/deploy/builtins.go``, ``readStackReference``).
+
+:func:`read_platform_exports` turns the last two into a :class:`PlatformStackError` naming the
+stack to bring up first; the program wraps the first one the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.alias_generators import to_camel
+
+from components.platform import PlatformConfig
+from components.rbac import rbac_summary
+
+DEFAULT_PLATFORM_STACK = "platform"
+"""The platform stack a graph stack references unless ``platformStack`` says otherwise."""
+
+NAMESPACE_PREFIX = "testbed-"
+"""A graph stack's namespace is ``testbed-<stack>`` unless ``namespace`` is set."""
+
+DEFAULT_ORGANIZATION = "organization"
+"""The organization of stacks in a self-managed (DIY) backend, where ``pulumi stack ls`` shows
+``organization/<project>/<stack>``."""
+
+_MAX_NAMESPACE = 63  # DNS-1123 label
+_NOT_IN_LABEL = re.compile(r"[^a-z0-9-]+")
+
+
+def stack_namespace(stack: str) -> str:
+    """The namespace a graph stack gets by default: ``testbed-<stack>``, a DNS-1123 label.
+
+    ``kv-routing`` -> ``testbed-kv-routing``. A stack name that is not already a valid label
+    (upper case, ``_``, ``.``, too long) is lower-cased, runs of other characters become ``-``,
+    and a 6-hex SHA-256 suffix of the original name is added so that two such names stay apart:
+    ``Kv_Routing`` -> ``testbed-kv-routing-<hash>``.
+    """
+    plain = f"{NAMESPACE_PREFIX}{stack}"
+    if len(plain) <= _MAX_NAMESPACE and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", plain):
+        return plain
+    digest = hashlib.sha256(stack.encode()).hexdigest()[:6]
+    body = _NOT_IN_LABEL.sub("-", plain.lower()).strip("-")
+    body = body[: _MAX_NAMESPACE - len(digest) - 1].rstrip("-")
+    return f"{body}-{digest}"
+
+
+def stack_reference_name(stack: str, organization: str | None, project: str) -> str:
+    """The full ``org/project/stack`` name a StackReference needs.
+
+    ``kv-routing`` -> ``<organization>/<project>/kv-routing`` with this stack's organization
+    (Pulumi Cloud) or :data:`DEFAULT_ORGANIZATION` when there is none (DIY backends, mocks); a
+    name with slashes (``acme/dynamo-testbed/kv-routing``) is used as given.
+    """
+    if "/" in stack:
+        return stack
+    return f"{organization or DEFAULT_ORGANIZATION}/{project}/{stack}"
+
+
+def short_stack_name(reference: str) -> str:
+    """The stack part of a reference name: ``org/project/platform`` -> ``platform``."""
+    return reference.rsplit("/", 1)[-1]
+
+
+class PlatformStackError(RuntimeError):
+    """A graph stack's platform stack is missing, not up, or not a platform stack.
+
+    The message names the graph stack, the platform stack and the command to run first.
+    """
+
+
+class PlatformExports(BaseModel):
+    """What a platform stack exports for its graph stacks (camelCase output names).
+
+    Attributes:
+        stack_role: always ``platform`` (how a graph stack recognises one).
+        operator_namespace: namespace of the Helm release / operator, e.g. ``dynamo-system``.
+        operator_scope: ``cluster`` (a platform stack serves every namespace).
+        release_name: Helm release name, e.g. ``dynamo-platform``; None when not installed.
+        chart_version: the chart (== Dynamo) version, e.g. ``1.6.2``.
+        installed: whether the platform stack manages the release (``platform.install``).
+        operator_rbac: the operator's entry of the ``rbac`` summary
+            (:func:`components.rbac.rbac_summary`).
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    stack_role: Literal["platform"]
+    operator_namespace: str
+    operator_scope: Literal["cluster"]
+    release_name: str | None
+    chart_version: str
+    installed: bool
+    operator_rbac: dict[str, Any]
+
+    def outputs(self) -> dict[str, Any]:
+        """The stack outputs, by output name."""
+        return self.model_dump(by_alias=True)
+
+
+def platform_exports(cfg: PlatformConfig) -> PlatformExports:
+    """What a platform stack with this ``platform`` section exports.
+
+    Raises:
+        pydantic.ValidationError: ``operatorScope`` is not ``cluster`` (refused earlier by
+            :func:`components.config.parse_platform_stack_config`).
+    """
+    (operator,) = rbac_summary(cfg, cfg.namespace, [])
+    return PlatformExports.model_validate(
+        {
+            "stack_role": "platform",
+            "operator_namespace": cfg.namespace,
+            "operator_scope": cfg.operator_scope,
+            "release_name": cfg.release_name if cfg.install else None,
+            "chart_version": cfg.chart_version,
+            "installed": cfg.install,
+            "operator_rbac": operator,
+        }
+    )
+
+
+def read_platform_exports(
+    graph_stack: str, platform_stack: str, outputs: Mapping[str, Any] | None
+) -> PlatformExports:
+    """Validate a platform stack's outputs as read through a StackReference.
+
+    Args:
+        graph_stack: the stack reading them (named in messages).
+        platform_stack: the reference name (``org/project/stack``).
+        outputs: the referenced stack's outputs (``{}`` when it has never been up).
+
+    Raises:
+        PlatformStackError: no outputs (bring the platform stack up first), or outputs that are
+            not a platform stack's (wrong ``platformStack``); the message has the command.
+    """
+    up = f"`pulumi up -s {short_stack_name(platform_stack)}`"
+    if not outputs:
+        raise PlatformStackError(
+            f"stack '{graph_stack}': its platform stack '{platform_stack}' has no outputs (it "
+            f"was created but never brought up, or it was destroyed). Bring it up first: "
+            f"{up}, then run this stack again; or set dynamo-testbed:platformStack to the "
+            "stack that runs the platform, or stackRole: standalone."
+        )
+    try:
+        return PlatformExports.model_validate(dict(outputs))
+    except ValidationError as exc:
+        missing = sorted({str(e["loc"][0]) for e in exc.errors()})
+        raise PlatformStackError(
+            f"stack '{graph_stack}': stack '{platform_stack}' is not an up-to-date platform "
+            f"stack (outputs {', '.join(missing)} missing or invalid; a platform stack has "
+            f"dynamo-testbed:stackRole: platform). Run {up} with this project's program, or "
+            "set dynamo-testbed:platformStack to the stack that runs the platform."
+        ) from None
+
+
+def missing_platform_message(graph_stack: str, platform_stack: str, error: str) -> str:
+    """The message for a StackReference read that failed (the stack does not exist)."""
+    short = short_stack_name(platform_stack)
+    return (
+        f"stack '{graph_stack}': cannot read its platform stack '{platform_stack}' ({error}). "
+        f"Create and bring it up first: `pulumi stack init {short}` and `pulumi up -s {short}` "
+        "(config in stacks/Pulumi.platform.yaml); or set dynamo-testbed:platformStack to the "
+        "stack that runs the platform, or stackRole: standalone."
+    )

@@ -1,0 +1,221 @@
+"""Stacks sharing one cluster: the platform stack, graph stacks that read it, one namespace per
+graph stack, and no object claimed by two shipped stacks."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.errors import StackConfigError
+from components.program import main
+from components.stack_layout import PlatformStackError, stack_namespace
+from components.validation import parse_platform_stack_config, parse_stack_config
+from testbed.render import (
+    EchoMocks,
+    Rendered,
+    render_stack,
+    run_under_mocks,
+    stack_config,
+    stack_names,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+Raw = dict[str, Any]
+REFERENCE_TYPE = "pulumi:pulumi:StackReference"
+RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+PLATFORM_REF = "organization/dynamo-testbed/platform"
+
+
+def claimed_objects(rendered: Rendered) -> list[tuple[str, str, str]]:
+    """(kind, namespace, name) of every cluster object a stack would own; a Helm release is
+    ``HelmRelease`` in its namespace (Helm refuses a second release of that name there)."""
+    objects = [
+        (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+        for o in rendered.kubernetes_objects()
+    ]
+    releases = [("HelmRelease", r["namespace"], r["name"]) for r in rendered.helm_releases()]
+    return objects + releases
+
+
+def test_no_two_shipped_stacks_claim_the_same_object() -> None:
+    owners: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    stacks = stack_names()  # every stacks/Pulumi.*.yaml
+    assert len(stacks) >= 5
+    for stack in stacks:
+        for key in claimed_objects(render_stack(stack)):
+            owners[key].append(stack)
+    shared = {key: names for key, names in owners.items() if len(names) > 1}
+    assert shared == {}
+    # The control: the release and each stack's namespace are claimed, once.
+    assert owners[("HelmRelease", "dynamo-system", "dynamo-platform")] == ["platform"]
+    assert owners[("Namespace", "", "testbed-kv-routing")] == ["kv-routing"]
+    assert owners[("Role", "testbed-disagg-same-node", "testbed-load")] == ["disagg-same-node"]
+
+
+def test_the_old_shared_namespace_would_be_caught(
+    raw_config: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
+) -> None:
+    """Two stacks set to one namespace claim the same Namespace and RBAC objects."""
+    raw = raw_config("kv-routing")
+    raw["namespace"] = "testbed-disagg-same-node"
+    forced = render_stack("kv-routing", project_with("kv-routing", raw))
+    clash = set(claimed_objects(forced)) & set(claimed_objects(render_stack("disagg-same-node")))
+    assert ("Namespace", "", "testbed-disagg-same-node") in clash
+    assert ("ServiceAccount", "testbed-disagg-same-node", "testbed-load") in clash
+
+
+@pytest.mark.parametrize(
+    ("stack", "namespace"),
+    [
+        ("kv-routing", "testbed-kv-routing"),
+        ("disagg-cross-node", "testbed-disagg-cross-node"),
+        # Not a DNS label as it is: cleaned, plus the first 6 hex of SHA-256 of the name.
+        ("Kv_Routing", "testbed-kv-routing-b94256"),
+        ("lab.kv", "testbed-lab-kv-cdd940"),
+    ],
+)
+def test_stack_namespace(stack: str, namespace: str) -> None:
+    assert stack_namespace(stack) == namespace
+    if namespace != f"testbed-{stack}":
+        assert namespace.endswith(hashlib.sha256(stack.encode()).hexdigest()[:6])
+
+
+def test_stack_namespace_keeps_altered_names_apart() -> None:
+    names = {stack_namespace(s) for s in ("Kv_Routing", "kv_routing", "kv.routing", "kv-routing")}
+    assert len(names) == 4
+    long = stack_namespace("x" * 80)
+    assert len(long) == 63
+    assert long.startswith("testbed-xxx")
+
+
+def test_namespace_override_is_used(raw_config: Callable[[str], Raw]) -> None:
+    raw = raw_config("kv-routing")
+    raw["namespace"] = "lab-a"
+    assert parse_stack_config("kv-routing", raw).namespace == "lab-a"
+    raw["namespace"] = ""  # Pulumi.yaml's default: derived from the stack name
+    assert parse_stack_config("my-run", raw).namespace == "testbed-my-run"
+
+
+# --- a graph stack without its platform ------------------------------------------------------
+
+
+def render_with(stack: str, stacks: dict[str, dict[str, Any]], types: list[str]) -> Rendered:
+    """Render a shipped stack with these referenced stacks; ``types`` records registrations."""
+    config, _ = stack_config(stack)
+
+    class Recording(EchoMocks):
+        def new_resource(self, args: Any) -> tuple[str, dict[str, Any]]:
+            types.append(args.typ)
+            return super().new_resource(args)
+
+    return run_under_mocks(main, stack=stack, config=config, mocks=Recording(stacks))
+
+
+@pytest.mark.parametrize(
+    ("stacks", "expected"),
+    [
+        (
+            {},  # `pulumi up -s platform` never ran `stack init`: the engine's read fails
+            "stack 'kv-routing': cannot read its platform stack "
+            "'organization/dynamo-testbed/platform' (unknown stack "
+            '"organization/dynamo-testbed/platform"). Create and bring it up first: '
+            "`pulumi stack init platform` and `pulumi up -s platform`",
+        ),
+        (
+            {PLATFORM_REF: {}},  # initialised, never up (or destroyed): no outputs
+            "stack 'kv-routing': its platform stack 'organization/dynamo-testbed/platform' has "
+            "no outputs (it was created but never brought up, or it was destroyed). Bring it "
+            "up first: `pulumi up -s platform`",
+        ),
+        (
+            {PLATFORM_REF: {"namespace": "testbed-kv-routing", "results": []}},  # a graph stack
+            "stack 'kv-routing': stack 'organization/dynamo-testbed/platform' is not an "
+            "up-to-date platform stack (outputs chartVersion, installed, operatorNamespace, "
+            "operatorRbac, operatorScope, releaseName, stackRole missing or invalid",
+        ),
+    ],
+)
+def test_missing_platform_names_the_stack_to_bring_up_first(
+    stacks: dict[str, dict[str, Any]], expected: str
+) -> None:
+    types: list[str] = []
+    with pytest.raises(PlatformStackError) as info:
+        render_with("kv-routing", stacks, types)
+    assert str(info.value).startswith(expected)
+    # Only the reference was read: no namespace, graph or load step was registered.
+    assert types == [REFERENCE_TYPE]
+
+
+def test_a_platform_stack_is_read_not_registered() -> None:
+    platform = render_stack("platform").outputs
+    types: list[str] = []
+    rendered = render_with("kv-routing", {PLATFORM_REF: platform}, types)
+    assert types[0] == REFERENCE_TYPE
+    assert RELEASE_TYPE not in types
+    assert rendered.outputs["platform"]["operatorNamespace"] == "dynamo-system"
+
+
+def test_vllm_service_needs_no_platform() -> None:
+    types: list[str] = []
+    render_with("vllm-service", {}, types)  # no platform stack exists: fine
+    assert REFERENCE_TYPE not in types
+
+
+# --- the platform stack's config ---------------------------------------------------------------
+
+
+def test_platform_stack_refuses_graph_keys_and_a_restricted_operator(
+    raw_config: Callable[[str], Raw],
+) -> None:
+    raw = {**raw_config("kv-routing"), "stackRole": "platform"}
+    with pytest.raises(StackConfigError) as info:
+        parse_platform_stack_config("platform", raw)
+    keys = [p.key for p in info.value.problems]
+    assert keys == ["load", "model", "nodeClasses", "topology"]
+    assert "a platform stack registers no graph" in info.value.problems[0].message
+    with pytest.raises(StackConfigError) as info:
+        parse_platform_stack_config(
+            "platform",
+            {
+                "stackRole": "platform",
+                "platform": {"operatorScope": "namespace", "crdsPreinstalled": True},
+            },
+        )
+    (problem,) = info.value.problems
+    assert problem.key == "platform.operatorScope"
+    assert "set stackRole: standalone in that graph's stack" in problem.message
+
+
+def test_defaults_of_graph_keys_are_not_set_keys() -> None:
+    """Pulumi.yaml's defaults reach every stack (as strings from the CLI): not an error."""
+    raw = {"stackRole": "platform", "namespace": "", "platformStack": "platform"}
+    assert parse_platform_stack_config("platform", raw).platform.namespace == "dynamo-system"
+
+
+def test_the_platform_stack_is_not_a_graph() -> None:
+    with pytest.raises(StackConfigError, match="this is the platform stack"):
+        parse_stack_config("platform", {"stackRole": "platform"})
+
+
+# --- everything in one stack -------------------------------------------------------------------
+
+
+def test_standalone_stack_installs_the_platform_itself(
+    raw_config: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
+) -> None:
+    raw = {**raw_config("kv-routing"), "stackRole": "standalone"}
+    rendered = render_stack("kv-routing", project_with("kv-routing", raw))
+    assert not [r for r in rendered.registrations if r.type == REFERENCE_TYPE]
+    (release,) = [r for r in rendered.registrations if r.type == RELEASE_TYPE]
+    namespace = rendered.by_name("namespace-testbed-kv-routing")
+    dgd = next(r for r in rendered.registrations if r.type.endswith("DynamoGraphDeployment"))
+    assert release.dependencies == [namespace.urn]
+    assert release.urn in dgd.dependencies  # destroy removes the DGD while the operator runs
+    assert rendered.outputs["platform"]["stack"] == "kv-routing"
+    assert rendered.outputs["rbac"][0]["subject"].startswith("dynamo-operator (Helm release")
