@@ -14,6 +14,7 @@ from components.load_step import endpoint_problems
 from components.models import UnknownModelError
 from components.sizing import parse_quantity
 from components.stack_sizing import group_of, model_geometry, stack_sizing
+from components.ucx import CUDA_CAPABLE_EXAMPLE, UCX_TLS, moves_gpu_memory
 
 _KV_ROLES = {
     "prefill": ("kv_producer", "kv_both"),
@@ -152,6 +153,42 @@ def role_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return out
 
 
+def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """A GPU KV buffer (``kvTransfer.bufferDevice: cuda``) needs a UCX transport list that moves
+    GPU memory (:func:`components.ucx.moves_gpu_memory`) on that worker.
+
+    The check is per worker: the NIXL connector registers each side's buffer with its own
+    memory type, and vLLM 0.31.0's NIXL handshake does not compare ``kv_buffer_device``
+    (``compute_nixl_compatibility_hash`` in ``.../kv_connector/v1/nixl/metadata.py`` hashes
+    model, dtype, KV layout, attention backend and transfer mode only), so a host-buffered
+    prefill may feed a GPU-buffered decode; the decode side then needs the CUDA transport.
+    """
+    if cfg.engine.kind != "vllm":
+        return []  # the mocker moves no real KV
+    out = []
+    for i, w in enumerate(cfg.topology.workers):
+        if w.kv_transfer is None or w.kv_transfer.buffer_device != "cuda":
+            continue
+        tls = w.env.get(UCX_TLS)
+        if moves_gpu_memory(tls):
+            continue
+        out.append(
+            ConfigProblem(
+                _workers_key(i, "kvTransfer.bufferDevice"),
+                "cuda",
+                f"a GPU KV buffer needs UCX to move GPU memory, but "
+                f"{_workers_key(i, 'env.UCX_TLS')} = {tls!r} has no CUDA transport "
+                "(UCX FAQ: with an explicit UCX_TLS 'must also specify cuda ... otherwise the GPU "
+                "memory will not be recognized'); the seed's worker crashed inside UCX this way "
+                "('UCX CUDA support was not found'). Fix one of: set kvTransfer.bufferDevice: "
+                "cpu (KV through host memory, as the seed did; the memory floor then applies), "
+                f"or add cuda to env.UCX_TLS (e.g. '{CUDA_CAPABLE_EXAMPLE}') in an image whose "
+                "UCX has CUDA support",
+            )
+        )
+    return out
+
+
 def engine_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """An image tag that is not a version needs ``runtimeVersionOverride`` (DGD admission)."""
     if cfg.topology.kind != "dynamo" or cfg.engine.runtime_version_override:
@@ -174,11 +211,26 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Model geometry, quantities, links; then the memory floor and GPU memory fit."""
     out: list[ConfigProblem] = []
     for i, w in enumerate(cfg.topology.workers):
-        for field, quantity in (("memoryLimit", w.memory_limit), ("baseMemory", w.base_memory)):
+        quantities = (
+            ("memoryLimit", w.memory_limit),
+            ("baseMemory", w.base_memory),
+            ("sharedMemorySize", w.shared_memory_size),
+        )
+        for field, quantity in quantities:
             try:
                 parse_quantity(quantity)
             except ValueError as exc:
                 out.append(ConfigProblem(_workers_key(i, field), quantity, str(exc)))
+    try:
+        parse_quantity(cfg.topology.frontend.shared_memory_size)
+    except ValueError as exc:
+        out.append(
+            ConfigProblem(
+                "topology.frontend.sharedMemorySize",
+                cfg.topology.frontend.shared_memory_size,
+                str(exc),
+            )
+        )
     for field, link in (("sameNode", cfg.links.same_node), ("crossNode", cfg.links.cross_node)):
         try:
             resolve_link(link)
@@ -229,7 +281,11 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
 def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Every cross-key problem of a shape-valid config (empty when the stack is deployable)."""
     out = (
-        placement_problems(cfg) + role_problems(cfg) + engine_problems(cfg) + endpoint_problems(cfg)
+        placement_problems(cfg)
+        + role_problems(cfg)
+        + kv_buffer_problems(cfg)
+        + engine_problems(cfg)
+        + endpoint_problems(cfg)
     )
     if any(p.key.endswith("nodeClass") for p in out):
         return out  # sizing needs every node class to exist

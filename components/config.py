@@ -35,7 +35,9 @@ from components.models import ModelGeometry
 from components.platform import PlatformConfig
 from components.sizing import (
     DEFAULT_ACTIVATION_OVERHEAD_BYTES,
+    DEFAULT_BASE_MEMORY,
     DEFAULT_MEMORY_MARGIN,
+    DEFAULT_SHARED_MEMORY,
     GI,
 )
 from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
@@ -243,9 +245,16 @@ class WorkerGroup(CamelModel):
         default="3584Mi", description="Container memory limit (the seed's part-3 value)."
     )
     base_memory: Annotated[str, BeforeValidator(_quantity_text)] = Field(
-        default="3584Mi",
-        description="Memory the worker needs without host-buffered KV; the sizing floor adds "
-        "concurrency x per-request KV on top (3,584Mi: every part-3 run passed with it).",
+        default=DEFAULT_BASE_MEMORY,
+        description="Memory the worker needs without host-buffered KV and /dev/shm; the sizing "
+        "floor adds sharedMemorySize and concurrency x per-request KV on top (3,328Mi + 256Mi "
+        "= 3,584Mi: every part-3 run passed with it).",
+    )
+    shared_memory_size: Annotated[str, BeforeValidator(_quantity_text)] = Field(
+        default=DEFAULT_SHARED_MEMORY,
+        description="DGD sharedMemorySize: the memory-backed /dev/shm (the operator's default is "
+        "8Gi); it counts against memoryLimit, so the floor includes it. Raise it for tensor "
+        "parallelism.",
     )
     cpu: str | None = Field(default=None, description="CPU request, e.g. '2'.")
     kv_transfer: KvTransfer | None = None
@@ -265,6 +274,11 @@ class FrontendConfig(CamelModel):
         description="How the load step reaches the frontend (port-forward adds ~2 ms/request).",
     )
     node_port: int | None = Field(default=None, ge=30000, le=32767)
+    shared_memory_size: Annotated[str, BeforeValidator(_quantity_text)] = Field(
+        default=DEFAULT_SHARED_MEMORY,
+        description="DGD sharedMemorySize of the frontend: its memory-backed /dev/shm (the "
+        "operator's default is 8Gi).",
+    )
 
 
 class TopologyConfig(CamelModel):

@@ -22,6 +22,9 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "dynamo-testbed"}
 HF_SECRET_NAME = "hf-token-secret"
 """Secret holding ``HF_TOKEN`` (the name upstream Dynamo examples use)."""
 
+SHM_VOLUME = "dshm"
+"""The ``medium: Memory`` emptyDir mounted at /dev/shm in a Deployment's pods."""
+
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
 
@@ -100,6 +103,9 @@ def dgd_manifest(cfg: StackConfig, topology: Topology, *, with_hf_token: bool) -
     ``status.state`` is ``successful``) and ``pulumi.com/timeoutSeconds`` from
     ``topology.readyTimeoutMinutes``. ``runtimeVersionOverride`` is set on every component when
     configured (required by DGD admission when the image tag is not a version).
+    ``sharedMemorySize`` is set on every component, so the operator's 8Gi default /dev/shm never
+    applies unseen (it counts against the memory limit; see
+    :data:`components.sizing.DEFAULT_SHARED_MEMORY`).
     """
     components = []
     for plan in topology.components:
@@ -107,6 +113,7 @@ def dgd_manifest(cfg: StackConfig, topology: Topology, *, with_hf_token: bool) -
             "name": plan.name,
             "type": plan.type,
             "replicas": plan.replicas,
+            "sharedMemorySize": plan.shared_memory_size,
             "podTemplate": {
                 "metadata": {"labels": _pod_labels(topology, plan)},
                 "spec": _pod_spec(plan, topology.image, with_hf_token),
@@ -174,7 +181,9 @@ def vllm_deployment_manifests(
 ) -> list[dict[str, Any]]:
     """The part-1 baseline: one ``apps/v1`` Deployment per worker group, vLLM's own server.
 
-    Readiness is vLLM's ``/health`` on the serving port.
+    Readiness is vLLM's ``/health`` on the serving port. /dev/shm is a ``medium: Memory``
+    emptyDir of the component's ``sharedMemorySize``, as the DGD's operator would mount it
+    (kubernetes.io/docs/concepts/storage/volumes/#emptydir).
     """
     out = []
     for plan in topology.components:
@@ -188,6 +197,13 @@ def vllm_deployment_manifests(
             "periodSeconds": 5,
             "failureThreshold": 3,
         }
+        pod_spec["containers"][0]["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+        pod_spec["volumes"] = [
+            {
+                "name": SHM_VOLUME,
+                "emptyDir": {"medium": "Memory", "sizeLimit": plan.shared_memory_size},
+            }
+        ]
         out.append(
             {
                 "apiVersion": "apps/v1",

@@ -29,10 +29,23 @@ from components.models import ModelGeometry
 
 KI, MI, GI = 2**10, 2**20, 2**30
 
-# The memory limit with which every part-3 run of the seed passed: a vLLM worker serving
-# Qwen3-0.6B without host-buffered KV. Used as a component's base memory unless the stack sets
-# baseMemory.
-DEFAULT_BASE_MEMORY = "3584Mi"
+# Every part-3 run of the seed passed with a 3,584Mi memory limit: a vLLM worker serving
+# Qwen3-0.6B without host-buffered KV, its /dev/shm use included. The floor counts the worker's
+# memory-backed /dev/shm (`DEFAULT_SHARED_MEMORY`) separately, so the base is the rest:
+# 3,584Mi - 256Mi = 3,328Mi, and the default floor is the seed's 3,584Mi again. Used as a
+# component's base memory unless the stack sets baseMemory.
+DEFAULT_BASE_MEMORY = "3328Mi"
+
+# The memory-backed /dev/shm (DGD ``sharedMemorySize``) each component gets. The Dynamo operator
+# mounts 8Gi when the DGD leaves it unset (``DefaultSharedMemorySize = "8Gi"``,
+# ai-dynamo/dynamo deploy/operator/internal/consts/consts.go; the v1beta1 CRD: "nil selects the
+# operator default (8Gi)"), and a tmpfs's files count against the container's memory limit
+# (kubernetes.io/docs/concepts/storage/volumes/#emptydir: with ``medium: Memory`` "files you
+# write count against your container's memory limit"), so an 8Gi mount could take a 3,584Mi
+# worker down. A single-GPU (tensor-parallel 1) vLLM worker exchanges no tensors between ranks
+# through /dev/shm (that is what needs a large one, vllm-project/production-stack PR #994);
+# 256Mi is four times a container runtime's 64Mi default. Raise it for tensor parallelism.
+DEFAULT_SHARED_MEMORY = "256Mi"
 
 # Safety margin on the host-buffered KV term. 2.0 allows each in-flight request's KV to sit in
 # host memory twice: the buffer being sent plus one finished buffer not yet freed (at
@@ -156,32 +169,36 @@ def memory_floor_bytes(
     concurrency: int,
     kv_bytes_per_request: int,
     margin: float = DEFAULT_MEMORY_MARGIN,
+    shared_memory_bytes: int = 0,
 ) -> int:
     """The memory limit a worker that buffers KV in host memory needs (bytes).
 
-    base limit + ceil(concurrency x KV bytes per request x margin): the seed's rule, with
-    ``concurrency`` the highest load concurrency the stack runs (every in-flight request holds
-    its KV in the worker's host memory).
+    base limit + /dev/shm size + ceil(concurrency x KV bytes per request x margin): the seed's
+    rule, with ``concurrency`` the highest load concurrency the stack runs (every in-flight
+    request holds its KV in the worker's host memory), plus the memory-backed /dev/shm, whose
+    files count against the container's memory limit (see `DEFAULT_SHARED_MEMORY`).
 
     Args:
-        base_limit_bytes: the limit the worker needs without host-buffered KV (bytes);
-            see `DEFAULT_BASE_MEMORY`.
+        base_limit_bytes: the limit the worker needs without host-buffered KV and /dev/shm
+            (bytes); see `DEFAULT_BASE_MEMORY`.
         concurrency: in-flight requests (>= 0).
         kv_bytes_per_request: one request's KV cache (bytes), see `kv_bytes_per_request`.
         margin: multiplier on the KV term (>= 1); see `DEFAULT_MEMORY_MARGIN`.
+        shared_memory_bytes: size of the worker's memory-backed /dev/shm (bytes).
 
     Raises:
         ValueError: a negative input, or ``margin`` < 1 or not finite.
     """
-    if min(base_limit_bytes, concurrency, kv_bytes_per_request) < 0:
+    if min(base_limit_bytes, concurrency, kv_bytes_per_request, shared_memory_bytes) < 0:
         raise ValueError(
-            "base_limit_bytes, concurrency and kv_bytes_per_request must be >= 0, got "
-            f"{base_limit_bytes}, {concurrency}, {kv_bytes_per_request}"
+            "base_limit_bytes, concurrency, kv_bytes_per_request and shared_memory_bytes must "
+            f"be >= 0, got {base_limit_bytes}, {concurrency}, {kv_bytes_per_request}, "
+            f"{shared_memory_bytes}"
         )
     if not (math.isfinite(margin) and margin >= 1):
         raise ValueError(f"margin must be a finite number >= 1, got {margin}")
     kv_term = Fraction(concurrency * kv_bytes_per_request) * Fraction(repr(margin))
-    return base_limit_bytes + math.ceil(kv_term)
+    return base_limit_bytes + shared_memory_bytes + math.ceil(kv_term)
 
 
 class SizingFinding(BaseModel):
@@ -218,6 +235,7 @@ def check_memory_floor(
     concurrency: int,
     kv_bytes_per_request: int,
     base_memory: str | int = DEFAULT_BASE_MEMORY,
+    shared_memory: str | int = DEFAULT_SHARED_MEMORY,
     margin: float = DEFAULT_MEMORY_MARGIN,
     allow_unsafe_memory: bool = False,
     host_buffers_kv: bool = True,
@@ -225,19 +243,21 @@ def check_memory_floor(
     """Check a worker's memory limit against `memory_floor_bytes`.
 
     A worker that buffers KV in host memory needs the seed's floor; any other worker needs at
-    least its base memory (the floor with no in-flight KV).
+    least its base memory and /dev/shm (the floor with no in-flight KV).
 
     Args:
         component: the component's name, used in the message.
         memory_limit: its configured limit (Kubernetes quantity or bytes).
         concurrency: the stack's highest load concurrency.
         kv_bytes_per_request: one request's KV cache (bytes).
-        base_memory: the limit it needs without host-buffered KV (quantity or bytes).
+        base_memory: the limit it needs without host-buffered KV and /dev/shm (quantity or
+            bytes).
+        shared_memory: its memory-backed /dev/shm size (quantity or bytes).
         margin: multiplier on the KV term (>= 1).
         allow_unsafe_memory: the stack's explicit override: report a ``warning`` instead of an
             ``error`` (to reproduce the seed's OOMKill on purpose).
         host_buffers_kv: False for a worker without host-buffered KV: the floor is
-            ``base_memory`` alone.
+            ``base_memory`` + ``shared_memory``.
 
     Returns:
         None when the limit is at or above the floor, else the finding.
@@ -247,15 +267,17 @@ def check_memory_floor(
     """
     configured = parse_quantity(memory_limit)
     base = parse_quantity(base_memory)
+    shm = parse_quantity(shared_memory)
     if not host_buffers_kv:
         concurrency = 0
-    required = memory_floor_bytes(base, concurrency, kv_bytes_per_request, margin)
+    required = memory_floor_bytes(base, concurrency, kv_bytes_per_request, margin, shm)
+    base_text = f"base {format_quantity(base)} + /dev/shm {format_quantity(shm)}"
     if configured >= required:
         return None
     minimum = format_quantity(ceil_mib(required))
     if host_buffers_kv:
         formula = (
-            f"base {format_quantity(base)} + concurrency {concurrency} x KV/request "
+            f"{base_text} + concurrency {concurrency} x KV/request "
             f"{kv_bytes_per_request:,} B x margin {margin:g} = {_bytes_text(required)}"
         )
         message = (
@@ -268,15 +290,15 @@ def check_memory_floor(
             "sizing.allowUnsafeMemory: true to reproduce the seed's OOMKill."
         )
     else:
-        formula = f"base memory {format_quantity(base)} = {_bytes_text(required)}"
+        formula = f"{base_text} = {_bytes_text(required)}"
         message = (
             f"component '{component}' has memory limit {_bytes_text(configured)}, below its "
-            f"base memory {_bytes_text(required)} (what the worker needs without host-buffered "
-            "KV; the default 3584Mi is the limit every part-3 run of the seed passed with). "
+            f"floor {formula} (what the worker needs without host-buffered KV; the defaults "
+            "add up to 3584Mi, the limit every part-3 run of the seed passed with). "
         )
         fix = (
-            f"Raise memoryLimit to at least {minimum}, or lower baseMemory if this engine and "
-            "model need less, or set sizing.allowUnsafeMemory: true."
+            f"Raise memoryLimit to at least {minimum}, or lower baseMemory or sharedMemorySize "
+            "if this engine and model need less, or set sizing.allowUnsafeMemory: true."
         )
     if allow_unsafe_memory:
         message += (
@@ -557,8 +579,9 @@ class ComponentMemory(BaseModel):
         name: the component name (e.g. ``prefill``).
         memory_limit: its memory limit (Kubernetes quantity or bytes).
         host_buffers_kv: True when its KV transfer uses ``kv_buffer_device: cpu``.
-        base_memory: the limit it needs without host-buffered KV; default
+        base_memory: the limit it needs without host-buffered KV and /dev/shm; default
             `DEFAULT_BASE_MEMORY`.
+        shared_memory_size: its memory-backed /dev/shm; default `DEFAULT_SHARED_MEMORY`.
     """
 
     model_config = ConfigDict(
@@ -569,6 +592,7 @@ class ComponentMemory(BaseModel):
     memory_limit: str | int
     host_buffers_kv: bool
     base_memory: str | int = DEFAULT_BASE_MEMORY
+    shared_memory_size: str | int = DEFAULT_SHARED_MEMORY
 
 
 class GpuAllocation(BaseModel):
@@ -590,11 +614,12 @@ class GpuAllocation(BaseModel):
 
 
 class ComponentMemoryReport(BaseModel):
-    """A component's memory limit against its floor (base memory, plus the host-buffered KV
-    of every in-flight request when ``host_buffers_kv``)."""
+    """A component's memory limit against its floor (base memory + /dev/shm, plus the
+    host-buffered KV of every in-flight request when ``host_buffers_kv``)."""
 
     name: str
     host_buffers_kv: bool
+    shared_memory_bytes: int
     memory_limit_bytes: int
     memory_floor_bytes: int
     memory_floor_mib: int
@@ -647,6 +672,7 @@ def build_sizing_report(
     link: str | float,
     components: Sequence[ComponentMemory] = (),
     gpus: Sequence[GpuAllocation] = (),
+    kv_workers: Sequence[GpuAllocation] | None = None,
     margin: float = DEFAULT_MEMORY_MARGIN,
     prefill_tokens_per_s: float | None = None,
     block_size_tokens: int = VLLM_BLOCK_SIZE_TOKENS,
@@ -662,7 +688,9 @@ def build_sizing_report(
         concurrency: the stack's highest load concurrency.
         link: the KV path between prefill and decode: a profile name or GB/s.
         components: the components' memory settings.
-        gpus: the GPUs and the workers placed on each.
+        gpus: the GPUs and the workers placed on each (the GPU memory fit checks).
+        kv_workers: the workers whose KV-cache budget is reported in ``workers``, each with
+            its GPU (a stack reports one per worker group); default: every worker of ``gpus``.
         margin: the memory-floor margin.
         prefill_tokens_per_s: prefill throughput for the disaggregation verdict (tokens/s);
             default `default_prefill_tokens_per_s` of ``geometry``.
@@ -680,7 +708,11 @@ def build_sizing_report(
         limit = parse_quantity(component.memory_limit)
         in_flight = concurrency if component.host_buffers_kv else 0
         floor = memory_floor_bytes(
-            parse_quantity(component.base_memory), in_flight, request_kv, margin
+            parse_quantity(component.base_memory),
+            in_flight,
+            request_kv,
+            margin,
+            parse_quantity(component.shared_memory_size),
         )
         finding = check_memory_floor(
             component.name,
@@ -688,6 +720,7 @@ def build_sizing_report(
             concurrency=concurrency,
             kv_bytes_per_request=request_kv,
             base_memory=component.base_memory,
+            shared_memory=component.shared_memory_size,
             margin=margin,
             allow_unsafe_memory=allow_unsafe_memory,
             host_buffers_kv=component.host_buffers_kv,
@@ -698,6 +731,7 @@ def build_sizing_report(
             ComponentMemoryReport(
                 name=component.name,
                 host_buffers_kv=component.host_buffers_kv,
+                shared_memory_bytes=parse_quantity(component.shared_memory_size),
                 memory_limit_bytes=limit,
                 memory_floor_bytes=floor,
                 memory_floor_mib=ceil_mib(floor) // MI,
@@ -705,7 +739,6 @@ def build_sizing_report(
                 fits=limit >= floor,
             )
         )
-    worker_reports = []
     for gpu in gpus:
         findings += check_gpu_fit(
             gpu.node_class,
@@ -714,6 +747,8 @@ def build_sizing_report(
             geometry.weight_bytes,
             activation_overhead_bytes,
         )
+    worker_reports = []
+    for gpu in gpus if kv_workers is None else kv_workers:
         gpu_bytes = math.floor(gpu.gpu_memory_gib * GI)
         for worker in gpu.workers:
             budget = kv_cache_budget_bytes(

@@ -23,6 +23,7 @@ from components.sizing import (
     GpuAllocation,
     GpuWorker,
     SizingReport,
+    WorkerKvReport,
     build_sizing_report,
 )
 
@@ -119,6 +120,23 @@ def gpu_sharing_sets(cfg: StackConfig) -> list[GpuAllocation]:
     return out
 
 
+def kv_worker_sets(cfg: StackConfig) -> list[GpuAllocation]:
+    """One entry per worker group, named as the group, on its node class's GPU.
+
+    A worker's KV-cache budget depends only on its own ``gpuMemoryUtilization`` and GPU size
+    (:func:`components.sizing.kv_cache_budget_bytes`), so every replica of a group gets the
+    same number, whichever workers share its GPU.
+    """
+    return [
+        GpuAllocation(
+            node_class=g.node_class,
+            gpu_memory_gib=cfg.node_classes[g.node_class].gpu_memory_gib,
+            workers=[GpuWorker(name=g.name, gpu_memory_utilization=g.gpu_memory_utilization)],
+        )
+        for g in cfg.topology.workers
+    ]
+
+
 @dataclass(frozen=True)
 class StackSizing:
     """A stack's sizing numbers and findings.
@@ -147,16 +165,32 @@ class StackSizing:
         """Throughput of a prefill group's KV link, decimal GB/s (the mocker's unit)."""
         return self.links[prefill_group].bytes_per_s / 1e9
 
-    def kv_capacity_tokens(self, group: str) -> int:
-        """KV-cache capacity of one worker of ``group`` (tokens): what its GPU share leaves.
+    def worker_kv(self, group: str) -> WorkerKvReport:
+        """The KV-cache budget and capacity of one worker of ``group`` (the ``sizing`` output's
+        ``workers`` row of that name).
 
         Raises:
-            KeyError: no worker of that group in the report.
+            KeyError: no worker group of that name.
         """
         for w in self.report.workers:
-            if group_of(w.name) == group:
-                return w.kv_capacity_tokens
+            if w.name == group:
+                return w
         raise KeyError(group)
+
+    def kv_cache_bytes(self, group: str) -> int:
+        """KV-cache size of one worker of ``group`` (bytes): its GPU share minus weights and
+        activation overhead. vLLM gets it as ``--kv-cache-memory-bytes``."""
+        return self.worker_kv(group).kv_cache_budget_bytes
+
+    def kv_capacity_tokens(self, group: str) -> int:
+        """KV-cache capacity of one worker of ``group`` (tokens): what its GPU share leaves."""
+        return self.worker_kv(group).kv_capacity_tokens
+
+    def gpu_blocks(self, group: str, block_size_tokens: int) -> int:
+        """The KV capacity of one worker of ``group`` in whole blocks of ``block_size_tokens``
+        (at least 1): the mocker's ``--num-gpu-blocks-override``, in the Kubernetes graph and in
+        ``testbed simulate`` alike."""
+        return max(1, self.kv_capacity_tokens(group) // block_size_tokens)
 
     def export(self) -> dict[str, Any]:
         """The ``sizing`` stack output: JSON-ready, units in the key names."""
@@ -193,6 +227,7 @@ def stack_sizing(cfg: StackConfig) -> StackSizing:
             memory_limit=w.memory_limit,
             host_buffers_kv=w.kv_transfer is not None and w.kv_transfer.buffer_device == "cpu",
             base_memory=w.base_memory,
+            shared_memory_size=w.shared_memory_size,
         )
         for w in cfg.topology.workers
     ]
@@ -204,6 +239,7 @@ def stack_sizing(cfg: StackConfig) -> StackSizing:
         link=verdict_link,
         components=components,
         gpus=gpu_sharing_sets(cfg),
+        kv_workers=kv_worker_sets(cfg),
         margin=cfg.sizing.memory_margin,
         prefill_tokens_per_s=cfg.sizing.prefill_tokens_per_s,
         block_size_tokens=(

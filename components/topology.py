@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from components.config import NodeClass, StackConfig, WorkerGroup
-from components.stack_sizing import stack_sizing
+from components.sizing import MOCKER_BLOCK_SIZE_TOKENS
+from components.stack_sizing import StackSizing, stack_sizing
 
 ComponentType = Literal["frontend", "worker", "prefill", "decode"]
 """The DGD ``spec.components[].type`` values this program uses (CRD enum, v1beta1)."""
@@ -61,6 +62,8 @@ class ComponentPlan:
         command, args: the ``main`` container's command and arguments (empty: the
             operator's default, used for the frontend).
         env: the ``main`` container's environment.
+        shared_memory_size: the memory-backed /dev/shm (Kubernetes quantity): the DGD
+            component's ``sharedMemorySize``, a ``medium: Memory`` emptyDir in a Deployment.
         memory_limit, memory_request: Kubernetes quantities, or None.
         cpu_request: Kubernetes quantity, or None.
         gpu_memory_utilization: the worker's share of one GPU (None for the frontend).
@@ -74,6 +77,7 @@ class ComponentPlan:
     command: tuple[str, ...]
     args: tuple[str, ...]
     env: dict[str, str]
+    shared_memory_size: str
     memory_limit: str | None = None
     memory_request: str | None = None
     cpu_request: str | None = None
@@ -129,19 +133,30 @@ def placement_for(node_class_name: str, node_class: NodeClass, gpus: int) -> Pla
     )
 
 
-def worker_args(cfg: StackConfig, group: WorkerGroup) -> tuple[str, ...]:
+def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tuple[str, ...]:
     """The ``python3 -m dynamo.vllm`` / ``dynamo.mocker`` arguments for a worker group.
 
-    vllm: ``--model``, ``--gpu-memory-utilization``, ``--max-model-len`` (if set); prefill/decode
+    vllm: ``--model``, ``--gpu-memory-utilization``, ``--kv-cache-memory-bytes`` (the KV-cache
+    size sizing computes for the group, :meth:`StackSizing.kv_cache_bytes`), ``--max-model-len``
+    (if set); prefill/decode
     add ``--disaggregation-mode`` and ``--kv-transfer-config``; with the KV router (dynamo
     topology only: vllm-service has no router), aggregated and prefill workers (the ones that hold
     prefix cache) add ``--kv-events-config``.
 
-    mocker: ``--model-path``/``--model-name``, ``--kv-bytes-per-token`` from sizing (the mocker's
-    own estimate ignores ``head_dim``), ``--speedup-ratio``, ``--disaggregation-mode``; prefill
-    adds ``--kv-transfer-bandwidth`` (decimal GB/s) of the link to the decode workers.
+    ``--kv-cache-memory-bytes`` (vLLM >= 0.10.2 ``CacheConfig.kv_cache_memory_bytes``, present
+    in vLLM 0.31.0: "Size of KV Cache per GPU in bytes ... (when not-None) ignores
+    gpu_memory_utilization") makes the engine skip its startup memory profiling, which measures
+    device-wide free memory and misjudges it when other workers on a time-sliced GPU start at the
+    same time (vllm-project/vllm PR #21489). ``--gpu-memory-utilization`` still gates startup:
+    vLLM refuses to start unless that share of the GPU is free (``request_memory`` in
+    ``vllm/v1/worker/utils.py``).
 
-    Engine ``extraArgs`` then the group's ``extraArgs`` come last.
+    mocker: ``--model-path``/``--model-name``, ``--kv-bytes-per-token`` from sizing (the mocker's
+    own estimate ignores ``head_dim``), ``--num-gpu-blocks-override`` (the same KV capacity, in
+    the mocker's 64-token blocks), ``--speedup-ratio``, ``--disaggregation-mode``; prefill adds
+    ``--kv-transfer-bandwidth`` (decimal GB/s) of the link to the decode workers.
+
+    Engine ``extraArgs`` then the group's ``extraArgs`` come last (argparse: the last wins).
     """
     args: list[str]
     if cfg.engine.kind == "vllm":
@@ -150,6 +165,8 @@ def worker_args(cfg: StackConfig, group: WorkerGroup) -> tuple[str, ...]:
             cfg.model.name,
             "--gpu-memory-utilization",
             f"{group.gpu_memory_utilization:g}",
+            "--kv-cache-memory-bytes",
+            str(sizing.kv_cache_bytes(group.name)),
         ]
         if cfg.model.max_model_len:
             args += ["--max-model-len", str(cfg.model.max_model_len)]
@@ -164,7 +181,6 @@ def worker_args(cfg: StackConfig, group: WorkerGroup) -> tuple[str, ...]:
         if kv_routed and group.role in ("aggregated", "prefill"):
             args += ["--kv-events-config", json.dumps(KV_EVENTS_CONFIG, separators=(",", ":"))]
     else:
-        sizing = stack_sizing(cfg)
         args = [
             "--model-path",
             cfg.model.name,
@@ -172,6 +188,8 @@ def worker_args(cfg: StackConfig, group: WorkerGroup) -> tuple[str, ...]:
             cfg.model.name,
             "--kv-bytes-per-token",
             str(sizing.kv_bytes_per_token),
+            "--num-gpu-blocks-override",
+            str(sizing.gpu_blocks(group.name, MOCKER_BLOCK_SIZE_TOKENS)),
             "--speedup-ratio",
             f"{cfg.engine.speedup_ratio:g}",
         ]
@@ -217,11 +235,13 @@ def build_topology(cfg: StackConfig) -> Topology:
                 command=(),
                 args=(),
                 env={"DYN_ROUTER_MODE": cfg.topology.router_mode},
+                shared_memory_size=fe.shared_memory_size,
             )
         )
     module = "dynamo.vllm" if cfg.engine.kind == "vllm" else "dynamo.mocker"
+    sizing = stack_sizing(cfg)
     for group in cfg.topology.workers:
-        args = worker_args(cfg, group)
+        args = worker_args(cfg, group, sizing)
         if cfg.topology.kind == "vllm-service":
             command: tuple[str, ...] = ("vllm", "serve")
             # vLLM's own server: model is positional, same engine args, fixed port.
@@ -240,6 +260,7 @@ def build_topology(cfg: StackConfig) -> Topology:
                 command=command,
                 args=args,
                 env=dict(group.env),
+                shared_memory_size=group.shared_memory_size,
                 memory_limit=group.memory_limit,
                 memory_request=group.memory_limit,
                 cpu_request=group.cpu,

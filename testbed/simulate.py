@@ -50,9 +50,10 @@ def graph_spec(cfg: StackConfig, *, speedup_ratio: float | None = None) -> Local
     Each worker group becomes a mocker group (``-`` in names becomes ``_``, as Dynamo component
     names require) with the stack's replicas and role; ``--kv-bytes-per-token`` from the model
     geometry; ``--num-gpu-blocks-override`` from the KV capacity sizing computes for one worker
-    of the group, in the mocker's 64-token blocks; prefill groups get the link throughput to
-    decode (decimal GB/s). A ``vllm-service`` stack has no Dynamo router: requests are spread
-    round-robin, as a Kubernetes Service would.
+    of the group, in the mocker's 64-token blocks (:meth:`StackSizing.gpu_blocks`, the same
+    number a mocker DGD and, as bytes, vLLM's ``--kv-cache-memory-bytes`` get); prefill groups
+    get the link throughput to decode (decimal GB/s). A ``vllm-service`` stack has no Dynamo
+    router: requests are spread round-robin, as a Kubernetes Service would.
     """
     topology = build_topology(cfg)
     sizing = stack_sizing(cfg)
@@ -61,7 +62,6 @@ def graph_spec(cfg: StackConfig, *, speedup_ratio: float | None = None) -> Local
     for plan in topology.components:
         if plan.role == "frontend":
             continue
-        capacity_tokens = sizing.kv_capacity_tokens(plan.name)
         groups.append(
             MockerGroup(
                 name=plan.name.replace("-", "_"),
@@ -71,7 +71,7 @@ def graph_spec(cfg: StackConfig, *, speedup_ratio: float | None = None) -> Local
                 kv_transfer_bandwidth_gb_per_s=(
                     sizing.link_gb_per_s(plan.name) if plan.role == "prefill" else None
                 ),
-                num_gpu_blocks=max(1, capacity_tokens // MOCKER_BLOCK_SIZE_TOKENS),
+                num_gpu_blocks=sizing.gpu_blocks(plan.name, MOCKER_BLOCK_SIZE_TOKENS),
                 speedup_ratio=speedup,
             )
         )

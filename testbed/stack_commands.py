@@ -48,7 +48,7 @@ def _sizing_table(sizing: dict[str, Any]) -> Table:
             c["name"],
             format_quantity(c["memory_limit_bytes"]),
             c["memory_floor_quantity"] or "-",
-            "base + host-buffered KV" if c["host_buffers_kv"] else "base memory",
+            "base + /dev/shm + host-buffered KV" if c["host_buffers_kv"] else "base + /dev/shm",
             "yes" if c["fits"] else "NO",
         )
     return table

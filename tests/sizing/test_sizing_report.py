@@ -62,9 +62,10 @@ def test_seed_cross_node_limit_is_an_error_in_the_report() -> None:
     assert (prefill.memory_floor_bytes, prefill.memory_floor_quantity) == (5_933_498_368, "5659Mi")
     assert prefill.memory_floor_mib == 5_659
     assert not prefill.fits
-    # Without host-buffered KV the floor is the base memory alone.
+    # Without host-buffered KV the floor is base memory + /dev/shm (default 256Mi).
     frontend = report.components[0]
-    assert (frontend.memory_floor_bytes, frontend.fits) == (512 * 2**20, True)
+    assert (frontend.memory_floor_bytes, frontend.fits) == ((512 + 256) * 2**20, True)
+    assert frontend.shared_memory_bytes == 256 * 2**20
 
 
 def test_override_leaves_only_a_warning() -> None:

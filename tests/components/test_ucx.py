@@ -1,0 +1,46 @@
+"""Which UCX_TLS values move GPU memory (components.ucx; sources in its docstring: the UCX FAQ and
+ucp_context.c's alias table)."""
+
+import pytest
+
+from components.ucx import CUDA_CAPABLE_EXAMPLE, moves_gpu_memory
+
+
+@pytest.mark.parametrize(
+    "tls",
+    [
+        None,  # unset: UCX uses all available transports, GPU ones included
+        "all",
+        CUDA_CAPABLE_EXAMPLE,
+        "tcp,cuda",
+        "tcp,self,cuda_copy",
+        "rc,cuda",  # the FAQ's own example
+        " TCP , CUDA_COPY ",
+        "tcp,\\cuda_copy",  # '\' disables aliasing; cuda_copy is a transport name already
+        "^rc",  # deny list without a CUDA transport in it
+        "^cuda_ipc,gdr_copy",  # cuda_copy itself is still allowed
+    ],
+)
+def test_lists_that_move_gpu_memory(tls: str | None) -> None:
+    assert moves_gpu_memory(tls)
+
+
+@pytest.mark.parametrize(
+    "tls",
+    [
+        "tcp,self",  # the seed's setting
+        "tcp",
+        "tcp,sm,self",
+        "tcp,shm",
+        "rc",  # RDMA alone: "must also specify cuda"
+        "rc,ud:aux,dc",
+        "tcp,cuda_ipc",  # GPU-to-GPU on one host only: nothing recognizes CUDA pointers
+        "tcp,gdr_copy",
+        "tcp,\\cuda",  # '\cuda' is the literal name, not the alias
+        "^cuda",
+        "^tcp,cuda_copy",
+        "",
+    ],
+)
+def test_lists_that_do_not(tls: str) -> None:
+    assert not moves_gpu_memory(tls)

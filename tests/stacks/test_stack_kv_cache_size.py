@@ -1,0 +1,116 @@
+"""One KV-cache size per worker: sizing computes it, vLLM gets it as --kv-cache-memory-bytes (so
+it does not profile free GPU memory at startup, which other workers starting on a time-sliced GPU
+disturb), the mocker gets it as --num-gpu-blocks-override, and `testbed simulate` uses the same
+number."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_stack_render import arg_value, components, main_container, objects_of
+
+from components.models import known_model
+from components.sizing import GI, MOCKER_BLOCK_SIZE_TOKENS
+from components.stack_sizing import stack_sizing
+from components.topology import build_topology
+from components.validation import parse_stack_config
+from testbed.render import Rendered, render_stack
+from testbed.simulate import graph_spec
+
+QWEN3_0_6B = known_model("Qwen/Qwen3-0.6B")
+Raw = dict[str, Any]
+DYNAMO_STACKS = ("disagg-cross-node", "disagg-same-node", "kv-routing")
+
+
+def sizing_rows(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    """The ``sizing`` output's KV rows by worker group."""
+    return {w["name"]: w for w in rendered.outputs["sizing"]["workers"]}
+
+
+@pytest.mark.parametrize("stack", DYNAMO_STACKS)
+def test_every_dgd_worker_gets_the_kv_size_of_the_sizing_output(
+    rendered: dict[str, Rendered], stack: str
+) -> None:
+    rows = sizing_rows(rendered[stack])
+    workers = {n: c for n, c in components(rendered[stack]).items() if c["type"] != "frontend"}
+    assert set(workers) == set(rows)
+    for name, component in workers.items():
+        args = main_container(component["podTemplate"]["spec"])["args"]
+        assert (
+            int(arg_value(args, "--kv-cache-memory-bytes")) == rows[name]["kv_cache_budget_bytes"]
+        )
+        assert (
+            float(arg_value(args, "--gpu-memory-utilization"))
+            == rows[name]["gpu_memory_utilization"]
+        )
+
+
+def test_the_cross_node_prefill_size_is_its_share_minus_weights_and_overhead(
+    rendered: dict[str, Rendered],
+) -> None:
+    # prefill: gpuMemoryUtilization 0.85 of the 8 GiB GPU, alone on it.
+    expected = math.floor(8 * GI * 0.85) - QWEN3_0_6B.weight_bytes - 1 * GI
+    row = sizing_rows(rendered["disagg-cross-node"])["prefill"]
+    assert row["kv_cache_budget_bytes"] == expected
+    assert row["kv_capacity_tokens"] == expected // 114_688
+    args = main_container(
+        components(rendered["disagg-cross-node"])["prefill"]["podTemplate"]["spec"]
+    )["args"]
+    assert arg_value(args, "--kv-cache-memory-bytes") == str(expected)
+
+
+def test_vllm_service_deployments_get_the_same_flag(rendered: dict[str, Rendered]) -> None:
+    rows = sizing_rows(rendered["vllm-service"])
+    deployments = objects_of(rendered["vllm-service"], "Deployment")
+    assert len(deployments) == len(rows) == 2
+    for deployment in deployments:
+        group = deployment["metadata"]["labels"]["dynamo-testbed/component"]
+        args = main_container(deployment["spec"]["template"]["spec"])["args"]
+        assert (
+            int(arg_value(args, "--kv-cache-memory-bytes")) == rows[group]["kv_cache_budget_bytes"]
+        )
+
+
+def test_mocker_graph_and_simulation_use_one_block_count(
+    raw_config: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
+) -> None:
+    stack = "disagg-cross-node"
+    raw = raw_config(stack)
+    raw["engine"] = {"kind": "mocker"}
+    rendered = render_stack(stack, project_with(stack, raw))
+    cfg = parse_stack_config(stack, raw)
+    simulated = {g.name: g.num_gpu_blocks for g in graph_spec(cfg).groups}
+    sizing = stack_sizing(cfg)
+    for name, component in components(rendered).items():
+        if component["type"] == "frontend":
+            continue
+        args = main_container(component["podTemplate"]["spec"])["args"]
+        blocks = int(arg_value(args, "--num-gpu-blocks-override"))
+        assert blocks == simulated[name] == sizing.gpu_blocks(name, MOCKER_BLOCK_SIZE_TOKENS)
+        assert blocks == sizing.kv_capacity_tokens(name) // 64 > 0
+        assert "--kv-cache-memory-bytes" not in args  # not a mocker flag
+
+
+def test_a_group_outside_the_checked_sharing_set_still_gets_its_size(
+    raw_config: Callable[[str], Raw],
+) -> None:
+    """Time-slicing checks the workers with the biggest shares; a smaller group sharing the class
+    still needs its own KV size (its budget depends only on its own share)."""
+    raw = raw_config("kv-routing")
+    raw["nodeClasses"]["gpu-24gb"]["nodes"] = 2
+    raw["nodeClasses"]["gpu-24gb"]["timeSlicing"]["replicasPerGpu"] = 2
+    workers = raw["topology"]["workers"]
+    workers[0].update(replicas=3, gpuMemoryUtilization=0.45)
+    workers.append({**workers[0], "name": "small", "replicas": 1, "gpuMemoryUtilization": 0.3})
+    cfg = parse_stack_config("kv-routing", raw)
+    sizing = stack_sizing(cfg)
+    expected = math.floor(24 * GI * 0.3) - QWEN3_0_6B.weight_bytes - 1 * GI
+    assert sizing.kv_cache_bytes("small") == expected
+    (small,) = [c for c in build_topology(cfg).components if c.name == "small"]
+    assert arg_value(list(small.args), "--kv-cache-memory-bytes") == str(expected)
+    with pytest.raises(KeyError):
+        sizing.kv_cache_bytes("no-such-group")
