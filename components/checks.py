@@ -183,7 +183,7 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
                 "('UCX CUDA support was not found'). Fix one of: set kvTransfer.bufferDevice: "
                 "cpu (KV through host memory, as the seed did; the memory floor then applies), "
                 f"or add cuda to env.UCX_TLS (e.g. '{CUDA_CAPABLE_EXAMPLE}') in an image whose "
-                "UCX has CUDA support",
+                "UCX has CUDA support.",
             )
         )
     return out
