@@ -435,6 +435,11 @@ class StackConfig(CamelModel):
         max_length=63,
         description="Namespace the graph and load step run in; default testbed-<stack>.",
     )
+    parked: bool = Field(
+        default=False,
+        description="Remove the GPU workloads (DGD or Deployments), keep the stack, its "
+        "Service and its load results; the load step does not run while parked.",
+    )
     node_classes: dict[str, NodeClass] = Field(min_length=1)
     links: Links = Field(default_factory=Links)
     platform: PlatformConfig = Field(default_factory=PlatformConfig)

@@ -34,7 +34,7 @@ from components.load_step import (
     LoadStepInputs,
     frontend_url,
     merge_grid_results,
-    rerun_reasons,
+    run_reasons,
     step_inputs,
     step_outputs,
     step_status,
@@ -153,8 +153,9 @@ def _checked_run(props: dict[str, Any]) -> dict[str, Any]:
 
 
 class LoadStepProvider(ResourceProvider):
-    """Create and update run the grid; diff re-runs only on :data:`RERUN_INPUTS` changes;
-    delete does nothing (the results folder stays on disk).
+    """Create and update run the grid; diff re-runs only on :data:`RERUN_INPUTS` changes and
+    never while the stack is parked (the stored outputs then stay as they are); delete does
+    nothing (the results folder stays on disk).
 
     Raises:
         LoadStepError: from create/update, only when ``failOnErrors`` is set and the status is
@@ -162,13 +163,20 @@ class LoadStepProvider(ResourceProvider):
     """
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        """Run the step; the id is random (the step has no external object)."""
-        return CreateResult(id_=f"load-{uuid.uuid4().hex[:12]}", outs=_checked_run(props))
+        """Run the step; the id is random (the step has no external object). A stack created
+        parked runs nothing: its outputs stay None until it is unparked."""
+        id_ = f"load-{uuid.uuid4().hex[:12]}"
+        inputs = LoadStepInputs.from_props(props)
+        if inputs.parked:
+            return CreateResult(id_=id_, outs={**inputs.props(), **dict.fromkeys(OUTPUT_KEYS)})
+        return CreateResult(id_=id_, outs=_checked_run(props))
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        """Changes when url, model, grid, fingerprint or runId differ; never a replacement."""
+        """Changes when url, model, grid, fingerprint or runId differ, or the step has never
+        run, unless the stack is parked (:func:`~components.load_step.run_reasons`); never a
+        replacement."""
         return DiffResult(
-            changes=bool(rerun_reasons(olds, news)),
+            changes=bool(run_reasons(olds, news)),
             replaces=[],
             stables=[],
             delete_before_replace=False,

@@ -59,6 +59,8 @@ class LoadStepInputs(BaseModel):
             (the readiness gate, :mod:`loadgen.readiness`); None: no gate.
         tokenizer: tokenizer.json path or folder for exact prompt lengths, or None.
         results_root: local folder; a run writes ``<results_root>/<stack>/<UTC time>/``.
+        parked: the stack is parked (``parked: true``): no GPU workloads, so the step never
+            runs; it keeps the outputs it has (see :func:`run_reasons`).
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
@@ -75,6 +77,7 @@ class LoadStepInputs(BaseModel):
     ready_successes: int | None = Field(default=None, gt=0)
     tokenizer: str | None = None
     results_root: str
+    parked: bool = False
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
@@ -124,6 +127,7 @@ def step_inputs(
         ready_successes=load.ready_successes if load.ready_check else None,
         tokenizer=load.tokenizer,
         results_root=results_root,
+        parked=cfg.parked,
     )
 
 
@@ -141,6 +145,35 @@ def topology_fingerprint(workloads: Sequence[Mapping[str, Any]], service: Mappin
 def rerun_reasons(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
     """The :data:`RERUN_INPUTS` whose values differ between the stored and the new inputs."""
     return [key for key in RERUN_INPUTS if olds.get(key) != news.get(key)]
+
+
+NOT_RUN_YET = "notRunYet"
+"""The reason :func:`run_reasons` gives for a step created while parked (it has no results)."""
+
+
+def run_reasons(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
+    """Why the step must run now: what the provider's ``diff`` reports as changes.
+
+    Args:
+        olds: the stored outputs (a dynamic provider's ``diff`` gets the old *outputs*, which
+            hold the inputs of the last run: create/update return inputs + results).
+        news: the new inputs.
+
+    Returns:
+        ``[]`` while ``news`` is parked: the step never runs on a parked stack, and Pulumi keeps
+        a resource's stored outputs when ``diff`` reports no change (the engine's ``SameStep``
+        retains the old outputs: pulumi/pulumi ``pkg/resource/deploy/step.go``), so
+        ``results``, ``status`` and ``ranAt`` stay exactly as they were, and the inputs of the
+        last run stay in them; so on unpark, a ``runId`` changed while parked still differs
+        from the stored one and runs the grid. Otherwise :func:`rerun_reasons`, plus
+        :data:`NOT_RUN_YET` when the stored outputs have no run (created while parked).
+    """
+    if news.get("parked"):
+        return []
+    reasons = rerun_reasons(olds, news)
+    if olds.get("ranAt") is None:
+        reasons.append(NOT_RUN_YET)
+    return reasons
 
 
 # --- reaching the frontend -------------------------------------------------------------------

@@ -114,7 +114,13 @@ def platform_reference(
 def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     """Register a graph (or standalone) stack for a validated config and export its outputs.
 
-    Outputs: ``namespace``, ``topology`` (kind), ``dgdName`` (None for vllm-service),
+    With ``parked`` the DGD (or Deployments) is not registered, so ``pulumi up`` deletes it and
+    frees its GPUs; the namespace, Service, RBAC and the load step stay, the step with the
+    fingerprint of the unparked topology, so its stored results are kept
+    (:func:`components.load_step.run_reasons`).
+
+    Outputs: ``namespace``, ``topology`` (kind), ``dgdName`` (None for vllm-service or parked),
+    ``parked``,
     ``frontendService``, ``frontendPort``, ``placement`` (component, type, replicas, nodeClass,
     gpus), ``platform`` (the operator the graph runs under: :class:`PlatformExports` plus the
     platform ``stack``; None for vllm-service), ``rbac`` (what the stack grants, the operator
@@ -172,7 +178,8 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         "graph",
         GraphArgs(
             namespace=cfg.namespace,
-            workloads=workloads,
+            # Parked: no GPU workloads; the Service stays, so its NodePort (the step's URL) too.
+            workloads=[] if cfg.parked else workloads,
             frontend_service=service,
             secret=hf_secret_manifest(cfg.namespace, hf_token) if hf_token is not None else None,
             graph_name=topology.name,
@@ -183,7 +190,8 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
 
     pulumi.export("namespace", cfg.namespace)
     pulumi.export("topology", topology.kind)
-    pulumi.export("dgdName", topology.name if uses_dynamo else None)
+    pulumi.export("dgdName", topology.name if uses_dynamo and not cfg.parked else None)
+    pulumi.export("parked", cfg.parked)
     pulumi.export("frontendService", graph.frontend_service)
     pulumi.export("frontendPort", graph.frontend_port)
     pulumi.export("placement", topology.placement_table())

@@ -13,8 +13,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from components import load_provider
 from components.load_provider import LoadStepError, LoadStepProvider
-from components.load_step import OUTPUT_KEYS, grid_json, step_inputs
+from components.load_step import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons, step_inputs
 from loadgen.config import LoadConfig
 from loadgen.report import SUMMARY_FILE
 from testbed.localgraph import LocalGraph, LocalGraphSpec, free_port
@@ -112,6 +113,35 @@ def test_diff_reruns_only_on_topology_grid_url_or_run_id(
         diff = provider.diff("id", olds, {**olds, key: setting})
         assert diff.changes is False, key
         assert diff.replaces == []
+
+
+def test_parking_keeps_the_results_and_never_runs(
+    created: tuple[dict[str, Any], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parked stack's step reports no change whatever its inputs, so the engine keeps the
+    stored outputs (its SameStep retains them); on unpark only a real change runs it."""
+    props, olds = created  # olds: the outputs of a real run against the local graph
+    runs: list[Any] = []
+    monkeypatch.setattr(load_provider, "run_load_step", runs.append)
+    provider = LoadStepProvider()
+    parked = {**props, "parked": True}
+    assert provider.diff("id", olds, parked).changes is False
+    # While parked, even a new runId, grid or URL does not run (there are no workers).
+    for key, value in [("runId", "2"), ("fingerprint", "sha256:other"), ("url", "http://x:1")]:
+        assert provider.diff("id", olds, {**parked, key: value}).changes is False, key
+    # Unparked with nothing changed: the stored results stay ...
+    assert provider.diff("id", olds, {**props, "parked": False}).changes is False
+    # ... and a runId set while parked (the stored outputs still hold the old one) runs now.
+    assert provider.diff("id", olds, {**props, "runId": "2"}).changes is True
+    assert run_reasons(olds, {**props, "runId": "2"}) == ["runId"]
+    # A stack brought up parked creates the step without running it, and runs it on unpark.
+    created_parked = provider.create(parked).outs
+    assert created_parked is not None
+    assert {k: created_parked[k] for k in OUTPUT_KEYS} == dict.fromkeys(OUTPUT_KEYS)
+    assert run_reasons(created_parked, props) == [NOT_RUN_YET]
+    assert provider.diff("id", created_parked, props).changes is True
+    assert runs == []  # nothing above ran the grid
+    assert olds["results"][0]["samples"] == 8  # the real run's results, untouched
 
 
 def test_update_runs_the_grid_again(

@@ -194,7 +194,7 @@ def test_platform_stack_refuses_graph_keys_and_a_restricted_operator(
 
 def test_defaults_of_graph_keys_are_not_set_keys() -> None:
     """Pulumi.yaml's defaults reach every stack (as strings from the CLI): not an error."""
-    raw = {"stackRole": "platform", "namespace": "", "platformStack": "platform"}
+    raw = {"stackRole": "platform", "parked": "false", "namespace": "", "platformStack": "platform"}
     assert parse_platform_stack_config("platform", raw).platform.namespace == "dynamo-system"
 
 
