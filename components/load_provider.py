@@ -7,14 +7,14 @@ a later ``pulumi up``/``destroy`` imports it again from this path. The provider 
 lock or other state on ``self``; everything it needs arrives in the resource's inputs.
 
 The engine ignores custom timeouts for dynamic resources, so the step enforces its own overall
-deadline (``load.deadlineMinutes``): the grid runs one point at a time, and a point still
-running at the deadline is cancelled; the finished points are kept and the status says so.
+deadline (``load.deadlineMinutes``): loadgen writes every run to the results folder as it
+finishes, so when the deadline cancels the grid the finished runs are kept (read back from the
+folder) and the status says so.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
 import uuid
@@ -33,7 +33,6 @@ from components.load_step import (
     OUTPUT_KEYS,
     LoadStepInputs,
     frontend_url,
-    merge_grid_results,
     run_reasons,
     step_inputs,
     step_outputs,
@@ -42,10 +41,11 @@ from components.load_step import (
 from components.topology import FRONTEND_PORT
 from loadgen.api import base_url
 from loadgen.config import LoadConfig
+from loadgen.output import read_result, write_text_atomic
 from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
-from loadgen.report import SUMMARY_FILE, seed_table, table_text
+from loadgen.report import SUMMARY_FILE
 from loadgen.results import GridResult
-from loadgen.runner import run_grid_async
+from loadgen.runner import grid_keys, run_grid_async
 
 STATUS_FILE = "status.json"
 """The run's :class:`~components.load_step.StepStatus`, beside loadgen's ``summary.json``."""
@@ -55,46 +55,45 @@ class LoadStepError(RuntimeError):
     """Raised from create/update when ``failOnErrors`` is set and the status is not ok."""
 
 
-async def _run_points(
+async def _run_grid(
     inputs: LoadStepInputs, config: LoadConfig, run_dir: Path, deadline: float
-) -> tuple[list[GridResult], bool, str | None]:
-    """Run the grid one point at a time until done or ``deadline`` (monotonic seconds).
+) -> tuple[GridResult | None, bool, str | None]:
+    """Run the grid into ``run_dir`` (loadgen writes every run as it finishes; with
+    ``readyCheck`` the readiness gate runs first) until done or ``deadline`` (monotonic s).
 
-    Returns the finished points' results, whether the deadline stopped the run, and the error
-    that stopped it, if any. Each point writes loadgen's files to ``run_dir/k<K>-c<C>/``.
+    Returns the result (the finished runs, read back from ``run_dir`` when the grid was cut
+    short; None if no run finished), whether the deadline stopped the grid, and the error
+    that stopped it, if any (the gate's, or naming the run it stopped in).
     """
     assert inputs.url is not None  # checked by the caller
-    parts: list[GridResult] = []
-    ready = inputs.ready_check()
-    for kinds, concurrency in itertools.product(config.prefix_kinds, config.concurrency):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return parts, True, None
-        point = config.model_copy(update={"prefix_kinds": [kinds], "concurrency": [concurrency]})
-        run = run_grid_async(
-            inputs.url,
-            inputs.model,
-            point,
-            run_dir / f"k{kinds}-c{concurrency}",
-            tokenizer=inputs.tokenizer,
-            progress=False,
-            ready=None if parts else ready,
-        )
-        try:
-            parts.append(await asyncio.wait_for(run, remaining))
-        except NotServingError as exc:
-            return parts, False, str(exc)
-        except TimeoutError:
-            return parts, True, None
-        except Exception as exc:  # keep the finished points; the status carries the error
-            return parts, False, f"grid point K={kinds} c={concurrency}: {exc!r}"
-    return parts, False, None
+    run = run_grid_async(
+        inputs.url,
+        inputs.model,
+        config,
+        run_dir,
+        tokenizer=inputs.tokenizer,
+        progress=False,
+        ready=inputs.ready_check(),
+    )
+    try:
+        return await asyncio.wait_for(run, max(deadline - time.monotonic(), 0.0)), False, None
+    except NotServingError as exc:
+        return None, False, str(exc)
+    except TimeoutError:
+        return read_result(run_dir), True, None
+    except Exception as exc:  # keep the finished runs; the status carries the error
+        partial = read_result(run_dir)
+        runs = [] if partial is None else partial.runs
+        finished = {(r.prefix_kinds, r.concurrency, r.repetition) for r in runs}
+        stopped = next((key for key in grid_keys(config) if key not in finished), None)
+        where = f"run K={stopped[0]} c={stopped[1]} rep {stopped[2]}: " if stopped else ""
+        return partial, False, f"{where}{exc!r}"
 
 
 async def _wait_and_run(
     inputs: LoadStepInputs, config: LoadConfig, run_dir: Path, deadline: float
-) -> tuple[list[GridResult], bool, str | None]:
-    """Wait until ``/v1/models`` lists the model, then :func:`_run_points`.
+) -> tuple[GridResult | None, bool, str | None]:
+    """Wait until ``/v1/models`` lists the model, then :func:`_run_grid`.
 
     Raises:
         ModelNotListedError: the URL is unknown, or the model was not listed in time.
@@ -103,39 +102,37 @@ async def _wait_and_run(
         raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
     wait_s = min(inputs.model_wait_s, inputs.deadline_s)
     await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
-    return await _run_points(inputs, config, run_dir, deadline)
+    return await _run_grid(inputs, config, run_dir, deadline)
 
 
 def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     """Run one load step: wait for the model (and, with ``readyCheck``, for the readiness gate:
-    :mod:`loadgen.readiness`), run the grid within the deadline, write the
-    results folder, return the output properties (see :func:`components.load_step.step_outputs`).
+    :mod:`loadgen.readiness`), run the grid within the deadline, write the results folder,
+    return the output properties (see :func:`components.load_step.step_outputs`).
 
-    The folder ``<resultsRoot>/<stack>/<UTC time>/`` holds ``summary.json`` (the ``results``
-    output), ``result.json`` (the merged :class:`GridResult`), ``status.json``, ``table.txt``
-    and one loadgen folder per grid point. Request failures, a model that is never listed and
-    the deadline are recorded in the status, never raised.
+    The folder ``<resultsRoot>/<stack>/<UTC time>/`` is loadgen's results folder
+    (:mod:`loadgen.output`: ``summary.json``, the ``results`` output; ``result.json``;
+    ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``; ``runs/<run>/``),
+    written after every run, plus ``status.json``. Request failures, a model that is never
+    listed and the deadline are recorded in the status, never raised.
     """
     ran_at = datetime.now(UTC)
     deadline = time.monotonic() + inputs.deadline_s
     config = inputs.load_config()
     run_dir = Path(inputs.results_root) / inputs.stack / ran_at.strftime("%Y%m%dT%H%M%SZ")
     run_dir.mkdir(parents=True, exist_ok=True)
-    parts: list[GridResult] = []
+    result: GridResult | None = None
     exceeded = False
     failure: str | None = None
     try:
-        parts, exceeded, failure = asyncio.run(_wait_and_run(inputs, config, run_dir, deadline))
+        result, exceeded, failure = asyncio.run(_wait_and_run(inputs, config, run_dir, deadline))
     except ModelNotListedError as exc:
         failure = str(exc)
-    result = merge_grid_results(config, parts)
     status = step_status(config, result, deadline_exceeded=exceeded, failure=failure)
     outputs = step_outputs(result, status, ran_at, datetime.now(UTC), str(run_dir.resolve()))
-    (run_dir / SUMMARY_FILE).write_text(json.dumps(outputs["results"], indent=2) + "\n")
-    (run_dir / STATUS_FILE).write_text(json.dumps(outputs["status"], indent=2) + "\n")
-    if result is not None:
-        (run_dir / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
-        (run_dir / "table.txt").write_text(table_text(seed_table(result.points)))
+    if result is None:  # no run finished: the folder still answers with an empty summary
+        write_text_atomic(run_dir / SUMMARY_FILE, "[]\n")
+    write_text_atomic(run_dir / STATUS_FILE, json.dumps(outputs["status"], indent=2) + "\n")
     return outputs
 
 

@@ -1,5 +1,5 @@
 """The post-deploy load step, pure part: its inputs, the topology fingerprint, the frontend URL,
-the per-point results merged into one grid, the status, and the stack outputs.
+the status, and the stack outputs.
 
 No I/O and no Pulumi here; :mod:`components.load_provider` runs the step (waits for the model,
 runs the grid with :mod:`loadgen`, enforces the deadline) and registers it with Pulumi.
@@ -15,9 +15,7 @@ Outputs of the step (``pulumi stack output results --json`` etc.):
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -30,7 +28,6 @@ from components.errors import ConfigProblem
 from loadgen.config import LoadConfig
 from loadgen.readiness import ReadyCheck
 from loadgen.results import GridResult
-from loadgen.runner import FIRST_ERRORS_KEPT
 
 RERUN_INPUTS = ("url", "model", "grid", "fingerprint", "runId")
 """Inputs whose change re-runs the grid (``diff`` reports them); the other inputs (deadline,
@@ -245,39 +242,6 @@ def _host(address: str) -> str:
 # --- results and status ----------------------------------------------------------------------
 
 
-def merge_grid_results(config: LoadConfig, parts: Sequence[GridResult]) -> GridResult | None:
-    """One :class:`GridResult` for the whole grid from per-point results (run one point at a
-    time so that a deadline keeps the finished points). None when no point finished.
-
-    Points and runs are concatenated in run order; errors by kind are summed; the first
-    errors are the earliest :data:`~loadgen.runner.FIRST_ERRORS_KEPT` of all parts; the first
-    failure is the earliest; the config is the whole grid's.
-    """
-    if not parts:
-        return None
-    by_kind: Counter[str] = Counter()
-    for part in parts:
-        by_kind.update(part.errors_by_kind)
-    failures = [p.first_failure_at for p in parts if p.first_failure_at is not None]
-    first_errors = sorted((e for p in parts for e in p.first_errors), key=lambda e: e.at)
-    return GridResult(
-        url=parts[0].url,
-        model=parts[0].model,
-        config=config,
-        token_count_source=parts[0].token_count_source,
-        started_at=parts[0].started_at,
-        finished_at=parts[-1].finished_at,
-        points=[point for part in parts for point in part.points],
-        runs=[run for part in parts for run in part.runs],
-        errors_by_kind=dict(by_kind),
-        first_errors=first_errors[:FIRST_ERRORS_KEPT],
-        first_failure_at=min(failures) if failures else None,
-        warnings=[w for part in parts for w in part.warnings],
-        incidents=sorted((i for part in parts for i in part.incidents), key=lambda i: i.at),
-        readiness=parts[0].readiness,
-    )
-
-
 class StepStatus(BaseModel):
     """The ``status`` output: how the run went.
 
@@ -295,7 +259,7 @@ class StepStatus(BaseModel):
     failures: int
     errors_by_kind: dict[str, int]
     first_failure_at: datetime | None
-    points_done: int
+    points_done: int = Field(description="Grid points with all their repetitions finished.")
     points_planned: int
     deadline_exceeded: bool
     message: str
@@ -312,12 +276,14 @@ def step_status(
 
     Args:
         config: the whole grid that was planned.
-        result: the merged result of the points that finished, or None if none did.
+        result: the grid so far (its finished runs; a point counts as done when all its
+            repetitions finished), or None if no run finished.
         deadline_exceeded: the overall deadline stopped the run before every point finished.
         failure: why the run could not start (e.g. the model never listed), if it could not.
     """
-    planned = len(list(itertools.product(config.prefix_kinds, config.concurrency)))
+    planned = len(config.prefix_kinds) * len(config.concurrency)
     points = result.points if result is not None else []
+    done = sum(p.repetitions == config.repetitions for p in points)
     successes = sum(p.samples for p in points)
     failures = sum(p.errors for p in points)
     by_kind = dict(result.errors_by_kind) if result is not None else {}
@@ -325,14 +291,14 @@ def step_status(
     if failure is not None:
         problems.append(failure)
     if deadline_exceeded:
-        problems.append(f"deadline reached: {len(points)} of {planned} grid points finished")
+        problems.append(f"deadline reached: {done} of {planned} grid points finished")
     if failures:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(by_kind.items()))
         problems.append(f"{failures} of {successes + failures} requests failed ({kinds})")
     if successes == 0:
         state: Literal["ok", "degraded", "failed"] = "failed"
         problems.append("no request succeeded")
-    elif problems or len(points) < planned:
+    elif problems or done < planned:
         state = "degraded"
     else:
         state = "ok"
@@ -343,7 +309,7 @@ def step_status(
         failures=failures,
         errors_by_kind=by_kind,
         first_failure_at=result.first_failure_at if result is not None else None,
-        points_done=len(points),
+        points_done=done,
         points_planned=planned,
         deadline_exceeded=deadline_exceeded,
         message="; ".join(problems) or f"{successes} requests, no errors",

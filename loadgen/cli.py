@@ -1,8 +1,8 @@
 """`testbed load` (run a grid against an endpoint) and `testbed compare` (two results as A / B).
 
 Exit codes: 0 done (failed requests are results: counted, printed, written); 1 no request
-succeeded; 2 a bad option, URL, file or folder (one `error: ...` line, no traceback);
-130 interrupted (Ctrl-C).
+succeeded; 2 a bad option, URL, file or folder, or a `--resume` with other settings (one
+`error: ...` line, no traceback); 130 interrupted (Ctrl-C; the finished runs are saved).
 """
 
 import socket
@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from loadgen.api import base_url
 from loadgen.config import LoadConfig
+from loadgen.output import ResumeError, complete_runs
 from loadgen.prompts import load_tokenizer_sizer
 from loadgen.readiness import NotServingError, Readiness, ReadyCheck
 from loadgen.report import comparison_table, load_points, seed_table, table_console
@@ -210,7 +211,7 @@ def load_command(
         Path,
         typer.Option(
             help="Result folder, created if needed: summary.json, result.json, runs.csv, "
-            "requests.parquet, table.txt."
+            "requests.parquet, table.txt, runs/ (written after every run)."
         ),
     ],
     config: Annotated[
@@ -292,6 +293,13 @@ def load_command(
         float, typer.Option(min=0.001, help="Deadline of the readiness check (s).")
     ] = ReadyCheck.model_fields["timeout_s"].default,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Continue the grid in --out: keep its complete runs (same settings, checked) "
+            "and measure only the others."
+        ),
+    ] = False,
 ) -> None:
     """Run the prefix-kinds x concurrency x repetitions grid and print the seed-style table.
 
@@ -327,6 +335,12 @@ def load_command(
         out.mkdir(parents=True, exist_ok=True)
     except (ValueError, OSError) as exc:
         fail(str(exc))
+    earlier = complete_runs(out)
+    if earlier and not resume:
+        fail(
+            f"{out} already holds {earlier} complete run(s) of an earlier grid: add --resume to "
+            "continue it (same settings), or choose another --out folder"
+        )
     check_reachable(url, load_config.connect_timeout_s)
     ready = (
         ReadyCheck(successes=ready_successes, timeout_s=ready_timeout_s) if ready_check else None
@@ -339,14 +353,17 @@ def load_command(
             out,
             tokenizer=tokenizer,
             progress=progress,
-            ready=ready if ready_check else None,
+            resume=resume,
+            ready=ready,
         )
     except NotServingError as exc:
         fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)
+    except ResumeError as exc:
+        fail(str(exc))
     except KeyboardInterrupt:
         _stderr_line(
-            f"interrupted; partial results are not saved ({escape(str(out))} is written when "
-            "the whole grid has run)"
+            f"interrupted; {complete_runs(out)} complete run(s) are saved in {escape(str(out))} "
+            "(run the same command with --resume to measure the rest)"
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     _print_result(result, out, title=f"{model} at {url}")

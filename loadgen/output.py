@@ -1,5 +1,6 @@
-"""Writes a grid's result folder.
+"""A grid's result folder, written run by run so that nothing finished is lost.
 
+Top level (the whole grid so far; rewritten after every run, each file replaced atomically):
 - `summary.json`: a list, one object per grid point (`PointSummary` fields).
 - `result.json`: the whole `GridResult` (settings, per-run rows, errors, warnings).
 - `runs.csv`: the per-run table (`RunSummary` fields, errors by kind as JSON).
@@ -7,58 +8,260 @@
   nanosecond times (`intended_ns`, `sent_ns`, ..., `token_ns` as a list), usage, error.
 - `table.txt`: the seed-style table as printed, grid points with an incident marked.
 - `incidents.json`: `GridResult.incidents` (`loadgen.incidents`), [] when none.
+
+Per run, `runs/k<K>-c<C>-r<R>/`: `requests.parquet` (that run's rows), then `run.json`
+(`StoredRun`: the settings it was measured with, how prompts were sized, its `RunSummary` and
+first errors). `run.json` is written last, so a run folder holding it is complete; a run cut
+off by Ctrl-C or a crash leaves no `run.json` and is measured again by `--resume`.
+
+Every file is written to a temporary name in the same folder and renamed over the old one
+(`os.replace`, atomic on POSIX), so a reader sees the previous or the new version, never half
+of one: a results folder read while a grid runs always parses.
 """
 
 import dataclasses
+import hashlib
 import json
-from collections.abc import Sequence
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel, ValidationError
 
+from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, Incident
 from loadgen.report import SUMMARY_FILE, seed_table, table_text
-from loadgen.request import RunRecords
-from loadgen.results import GridResult
+from loadgen.request import RequestRecord
+from loadgen.results import ErrorSample, GridResult, RunSummary
+
+RESULT_FILE = "result.json"
+RUNS_FILE = "runs.csv"
+REQUESTS_FILE = "requests.parquet"
+TABLE_FILE = "table.txt"
+RUNS_DIR = "runs"
+RUN_FILE = "run.json"
+# Grid axes: a resumed grid may add or drop points and repetitions; every other setting must
+# match the runs already in the folder.
+_AXES = ("prefixKinds", "concurrency", "repetitions")
 
 
-def records_frame(runs: Sequence[RunRecords]) -> pd.DataFrame:
-    """One row per request with its run's `prefix_kinds`, `concurrency`, `repetition` and every
+class ResumeError(ValueError):
+    """`--resume` on a folder whose runs were measured with other settings (the message names
+    each differing setting with both values), or holding an unreadable run."""
+
+
+class PromptSizing(BaseModel):
+    """How a grid sized its prompts (`loadgen.prompts`): the sizer's `source`, and for a word
+    sizer its tokens per word, so a resumed grid builds the very same prompts without
+    calibrating again."""
+
+    source: str
+    tokens_per_word: float | None = None
+
+
+class StoredRun(BaseModel):
+    """`runs/<run>/run.json`: one complete run. `settings` are `grid_settings` (fingerprinted
+    as `fingerprint`); `errors` are the run's first failed requests, earliest first."""
+
+    fingerprint: str
+    settings: dict[str, Any]
+    sizing: PromptSizing
+    summary: RunSummary
+    errors: list[ErrorSample]
+
+
+@dataclass
+class MeasuredRun:
+    """One finished run as the runner keeps it: its summary, first errors (earliest first)
+    and its request rows (`records_frame`)."""
+
+    summary: RunSummary
+    errors: list[ErrorSample]
+    frame: pd.DataFrame
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """(prefix kinds, concurrency, repetition)."""
+        s = self.summary
+        return s.prefix_kinds, s.concurrency, s.repetition
+
+
+def run_name(prefix_kinds: int, concurrency: int, repetition: int) -> str:
+    """The run's folder under `runs/`, e.g. "k2-c4-r1"."""
+    return f"k{prefix_kinds}-c{concurrency}-r{repetition}"
+
+
+def records_frame(
+    prefix_kinds: int, concurrency: int, repetition: int, records: Sequence[RequestRecord]
+) -> pd.DataFrame:
+    """One row per request with the run's `prefix_kinds`, `concurrency`, `repetition` and every
     `RequestRecord` field (times in monotonic ns; `error_kind` as its string value)."""
     rows = [
         {
-            "prefix_kinds": run.prefix_kinds,
-            "concurrency": run.concurrency,
-            "repetition": run.repetition,
+            "prefix_kinds": prefix_kinds,
+            "concurrency": concurrency,
+            "repetition": repetition,
             **dataclasses.asdict(record),
             # As text before pandas sees it: a column mixing None with enum members would turn
             # None into NaN, and str(NaN) into the string "nan".
             "error_kind": None if record.error_kind is None else str(record.error_kind),
         }
-        for run in runs
-        for record in run.records
+        for record in records
     ]
     return pd.DataFrame(rows)
 
 
-def write_outputs(out_dir: Path, result: GridResult, runs: Sequence[RunRecords]) -> None:
-    """Write the six files described in this module's docstring into `out_dir` (created)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    points = [p.model_dump(mode="json") for p in result.points]
-    (out_dir / SUMMARY_FILE).write_text(json.dumps(points, indent=2) + "\n")
-    (out_dir / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
-    run_rows = pd.DataFrame([r.model_dump(mode="json") for r in result.runs])
-    for column in ("errors_by_kind", "warnings"):
-        run_rows[column] = run_rows[column].map(json.dumps)
-    run_rows.to_csv(out_dir / "runs.csv", index=False)
-    records_frame(runs).to_parquet(out_dir / "requests.parquet", index=False)
-    (out_dir / "table.txt").write_text(
-        table_text(seed_table(result.points, incidents=result.incidents))
-    )
-    write_incidents(out_dir, result.incidents)
+def grid_settings(
+    url: str, model: str, config: LoadConfig, tokenizer: str | None
+) -> dict[str, Any]:
+    """What a run's measurement depends on beyond its grid coordinates: the server (`url`, as
+    given), `model`, the `tokenizer` option and every `LoadConfig` field (camelCase) except the
+    grid axes (prefixKinds, concurrency, repetitions)."""
+    fields = config.model_dump(mode="json", by_alias=True)
+    return {
+        "url": url,
+        "model": model,
+        "tokenizer": tokenizer,
+        **{key: value for key, value in fields.items() if key not in _AXES},
+    }
 
 
-def write_incidents(out_dir: Path, incidents: Sequence[Incident]) -> None:
-    """`out_dir/incidents.json`: the incidents as a JSON list (`Incident` in JSON mode)."""
-    data = [incident.model_dump(mode="json") for incident in incidents]
-    (out_dir / INCIDENTS_FILE).write_text(json.dumps(data, indent=2) + "\n")
+def fingerprint(settings: dict[str, Any]) -> str:
+    """`sha256:<hex>` of `settings` as canonical JSON (sorted keys)."""
+    text = json.dumps(settings, sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _replace(path: Path, write: Callable[[Path], object]) -> None:
+    """Write `path` through `write(temporary path)` in the same folder, then rename it over
+    `path` (atomic: readers see the old or the new file)."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    write(temporary)
+    os.replace(temporary, path)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path`'s content with `text` atomically (temporary file, then rename)."""
+    _replace(path, lambda tmp: tmp.write_text(text))
+
+
+def _differences(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    keys = sorted(stored.keys() | now.keys())
+    return [
+        f"{key}: {stored.get(key)!r} in the folder, {now.get(key)!r} now"
+        for key in keys
+        if stored.get(key) != now.get(key)
+    ]
+
+
+class ResultsFolder:
+    """The result folder of one grid (see the module docstring for its files).
+
+    `ResultsFolder(path, settings, resume=False)` starts a fresh grid there: runs of an
+    earlier grid in `path/runs/` are removed (the top-level files are replaced after the first
+    run). With `resume=True` the complete runs already there are kept (`completed`); raises
+    `ResumeError` when their settings differ from `settings` (naming each difference) or a
+    `run.json` cannot be read.
+    """
+
+    def __init__(self, path: Path, settings: dict[str, Any], *, resume: bool) -> None:
+        self.path = path
+        self.settings = settings
+        self.fingerprint = fingerprint(settings)
+        self._runs = path / RUNS_DIR
+        self._stored: dict[tuple[int, int, int], StoredRun] = {}
+        if resume:
+            self._stored = self._read_stored()
+        elif self._runs.exists():
+            shutil.rmtree(self._runs)
+        self._runs.mkdir(parents=True, exist_ok=True)
+
+    def _read_stored(self) -> dict[tuple[int, int, int], StoredRun]:
+        stored: dict[tuple[int, int, int], StoredRun] = {}
+        for file in sorted(self._runs.glob(f"*/{RUN_FILE}")):
+            try:
+                run = StoredRun.model_validate_json(file.read_text())
+            except ValidationError as exc:
+                raise ResumeError(
+                    f"cannot resume in {self.path}: {file} is not a complete run "
+                    f"({exc.error_count()} error(s)); delete that run's folder to measure it again"
+                ) from None
+            if run.fingerprint != self.fingerprint:
+                differences = "; ".join(_differences(run.settings, self.settings))
+                raise ResumeError(
+                    f"cannot resume in {self.path}: its runs were measured with other settings "
+                    f"({differences}); resume with the same settings, or use another --out folder"
+                )
+            s = run.summary
+            stored[(s.prefix_kinds, s.concurrency, s.repetition)] = run
+        return stored
+
+    def earlier_incidents(self) -> list[Incident]:
+        """The incidents the interrupted grid recorded (`result.json`), [] when not resuming."""
+        result = read_result(self.path) if self._stored else None
+        return [] if result is None else result.incidents
+
+    def sizing(self) -> PromptSizing | None:
+        """How the stored runs sized their prompts (None: no stored run)."""
+        return next((run.sizing for run in self._stored.values()), None)
+
+    def completed(self) -> list[MeasuredRun]:
+        """The complete runs found by `resume=True`, with their request rows ([] otherwise)."""
+        return [
+            MeasuredRun(
+                summary=run.summary,
+                errors=run.errors,
+                frame=pd.read_parquet(self._runs / run_name(*key) / REQUESTS_FILE),
+            )
+            for key, run in self._stored.items()
+        ]
+
+    def add_run(self, run: MeasuredRun, sizing: PromptSizing) -> None:
+        """Write one finished run to `runs/<run>/`: its requests, then its `run.json`."""
+        folder = self._runs / run_name(*run.key)
+        folder.mkdir(parents=True, exist_ok=True)
+        _replace(folder / REQUESTS_FILE, lambda tmp: run.frame.to_parquet(tmp, index=False))
+        stored = StoredRun(
+            fingerprint=self.fingerprint,
+            settings=self.settings,
+            sizing=sizing,
+            summary=run.summary,
+            errors=run.errors,
+        )
+        write_text_atomic(folder / RUN_FILE, stored.model_dump_json(indent=2) + "\n")
+
+    def write_grid(self, result: GridResult, runs: Sequence[MeasuredRun]) -> None:
+        """Replace the six top-level files with the grid so far (`result`, built from
+        `runs`), each atomically; `requests.parquet` first and `summary.json` last."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        frames = [run.frame for run in runs if not run.frame.empty]
+        requests = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        _replace(self.path / REQUESTS_FILE, lambda tmp: requests.to_parquet(tmp, index=False))
+        run_rows = pd.DataFrame([r.model_dump(mode="json") for r in result.runs])
+        for column in ("errors_by_kind", "warnings"):
+            if column in run_rows:
+                run_rows[column] = run_rows[column].map(json.dumps)
+        _replace(self.path / RUNS_FILE, lambda tmp: run_rows.to_csv(tmp, index=False))
+        table = seed_table(result.points, incidents=result.incidents)
+        write_text_atomic(self.path / TABLE_FILE, table_text(table))
+        incidents = [incident.model_dump(mode="json") for incident in result.incidents]
+        write_text_atomic(self.path / INCIDENTS_FILE, json.dumps(incidents, indent=2) + "\n")
+        write_text_atomic(self.path / RESULT_FILE, result.model_dump_json(indent=2) + "\n")
+        points = [p.model_dump(mode="json") for p in result.points]
+        write_text_atomic(self.path / SUMMARY_FILE, json.dumps(points, indent=2) + "\n")
+
+
+def complete_runs(out_dir: Path) -> int:
+    """How many complete runs (`runs/<run>/run.json`) `out_dir` holds (0: none, or no folder)."""
+    return sum(1 for _ in (out_dir / RUNS_DIR).glob(f"*/{RUN_FILE}"))
+
+
+def read_result(out_dir: Path) -> GridResult | None:
+    """The `GridResult` in `out_dir/result.json` (the grid so far), None when there is none.
+    Raises pydantic.ValidationError when the file is not a GridResult."""
+    file = out_dir / RESULT_FILE
+    return GridResult.model_validate_json(file.read_text()) if file.is_file() else None

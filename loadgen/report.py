@@ -122,8 +122,7 @@ def table_console(stderr: bool = False, highlight: bool = True) -> Console:
 
 def result_dirs_under(folder: Path) -> list[Path]:
     """The outermost folders under `folder` (sorted) that hold a `summary.json`; folders
-    inside one of them (e.g. the load step's per-point `k2-c4/`) are left out. [] when
-    `folder` is not a directory."""
+    inside one of them are left out. [] when `folder` is not a directory."""
     if not folder.is_dir():
         return []
     found = sorted(path.parent for path in folder.rglob(SUMMARY_FILE) if path.is_file())

@@ -90,16 +90,6 @@ class RequestRecord:
             self.error_ns = time.monotonic_ns()
 
 
-@dataclass(slots=True)
-class RunRecords:
-    """One run's grid coordinates and its request records."""
-
-    prefix_kinds: int
-    concurrency: int
-    repetition: int
-    records: list[RequestRecord]
-
-
 def _content_text(choice: dict[str, Any]) -> str | None:
     delta = choice.get("delta")
     if isinstance(delta, dict):

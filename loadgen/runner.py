@@ -19,10 +19,17 @@ from rich.progress import Progress
 
 from loadgen.api import API_PATHS, base_url, request_body, short_message
 from loadgen.config import Arrival, LoadConfig
-from loadgen.incidents import placed
+from loadgen.incidents import Incident, placed
 from loadgen.loops import OnDone, Share, ShareResult, make_client, run_share
 from loadgen.observers import GridObserver
-from loadgen.output import write_outputs
+from loadgen.output import (
+    MeasuredRun,
+    PromptSizing,
+    ResultsFolder,
+    ResumeError,
+    grid_settings,
+    records_frame,
+)
 from loadgen.prompts import (
     Prompt,
     TextSizer,
@@ -31,11 +38,11 @@ from loadgen.prompts import (
     calibration_texts,
     load_tokenizer_sizer,
 )
-from loadgen.readiness import ReadyCheck, wait_until_serving
-from loadgen.request import RequestRecord, RunRecords, stream_request
-from loadgen.results import ErrorSample, GridResult, RunSummary
+from loadgen.readiness import Readiness, ReadyCheck, wait_until_serving
+from loadgen.request import RequestRecord, stream_request
+from loadgen.results import ErrorSample, GridResult
 from loadgen.stats import summarize_point, summarize_run
-from loadgen.workers import auto_workers, run_in_workers, split_share
+from loadgen.workers import WorkerPool, auto_workers, split_share
 
 FIRST_ERRORS_KEPT = 10  # failed requests kept with their messages in `GridResult.first_errors`
 
@@ -49,10 +56,11 @@ async def _run_once(
     concurrency: int,
     repetition: int,
     on_done: OnDone | None,
+    pool: WorkerPool,
 ) -> tuple[ShareResult, int]:
-    """One run in this process or spread over worker processes (`config.workers`, else
-    `auto_workers`); returns the merged records and lag samples, and the number of workers
-    (1: this process)."""
+    """One run in this process or spread over `pool`'s worker processes (`config.workers`,
+    else `auto_workers`); returns the merged records and lag samples, and the number of
+    workers (1: this process)."""
     share = Share(
         url=url,
         path=API_PATHS[config.api],
@@ -71,7 +79,7 @@ async def _run_once(
         workers = auto_workers(concurrency)
     if workers == 1:
         return await run_share(share, on_done=on_done), 1
-    return await run_in_workers(split_share(share, workers)), workers
+    return await pool.run(split_share(share, workers)), workers
 
 
 async def calibrate_word_sizer(url: str, model: str, config: LoadConfig) -> WordSizer:
@@ -111,106 +119,57 @@ async def calibrate_word_sizer(url: str, model: str, config: LoadConfig) -> Word
     return WordSizer(per_word, f"server-calibrated:{per_word:.3f} tokens/word")
 
 
-def _collect_errors(
-    runs: Sequence[RunRecords], started_ns: int, started_at: datetime
-) -> tuple[dict[str, int], list[ErrorSample], datetime | None]:
-    failed = sorted(
-        ((run, r) for run in runs for r in run.records if not r.ok),
-        key=lambda pair: pair[1].error_ns or 0,
-    )
-    by_kind = Counter(str(r.error_kind) for _, r in failed)
-    samples = [
+def _first_errors(
+    key: tuple[int, int, int],
+    records: Sequence[RequestRecord],
+    started_ns: int,
+    started_at: datetime,
+) -> list[ErrorSample]:
+    """The run's first `FIRST_ERRORS_KEPT` failed requests, earliest first; wall-clock times
+    from the run's start (`started_ns` monotonic = `started_at` UTC)."""
+    failed = sorted((r for r in records if not r.ok), key=lambda r: r.error_ns or 0)
+    return [
         ErrorSample(
             kind=str(r.error_kind),
             message=short_message(r.error or ""),
-            prefix_kinds=run.prefix_kinds,
-            concurrency=run.concurrency,
-            repetition=run.repetition,
+            prefix_kinds=key[0],
+            concurrency=key[1],
+            repetition=key[2],
             at=started_at + timedelta(microseconds=((r.error_ns or started_ns) - started_ns) / 1e3),
         )
-        for run, r in failed[:FIRST_ERRORS_KEPT]
+        for r in failed[:FIRST_ERRORS_KEPT]
     ]
-    return dict(by_kind), samples, samples[0].at if samples else None
 
 
-async def run_grid_async(
+def grid_result(
     url: str,
     model: str,
     config: LoadConfig,
-    out_dir: Path | None,
+    token_count_source: str,
+    started_at: datetime,
+    runs: Sequence[MeasuredRun],
     *,
-    tokenizer: str | None = None,
-    progress: bool = True,
-    ready: ReadyCheck | None = None,
+    readiness: Readiness | None = None,
     observers: Sequence[GridObserver] = (),
+    earlier_incidents: Sequence[Incident] = (),
 ) -> GridResult:
-    """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
-    OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
-    `base_url`) serving `model`.
+    """The `GridResult` of the runs finished so far (in any order; reported in grid order).
 
-    Prompt lengths use `tokenizer` (a tokenizer.json path, a directory, or a hub id in the local
-    cache), else `model`'s tokenizer from the local hub cache, else words calibrated against the
-    server's usage. With `out_dir`, writes summary.json, result.json, runs.csv, requests.parquet
-    incidents.json and table.txt there (see `loadgen.output`).
-
-    With `ready`, the readiness gate (`loadgen.readiness.wait_until_serving`) runs first and its
-    wait is kept as `GridResult.readiness`; the grid's clock (`started_at`, the incidents'
-    `t_s`) starts after it. `observers` are called around every run (`loadgen.observers`);
-    their incidents are placed on the grid's timeline (`loadgen.incidents.placed`).
-
-    Raises ValueError for a malformed `url` and FileNotFoundError for an explicit `tokenizer`
-    that is not found, both before any request; `loadgen.readiness.NotServingError` when the
-    gate's deadline passes. Request failures are counted in the result, never raised.
+    Points: those with at least one finished run (`PointSummary.repetitions` says how many).
+    Errors by kind are summed over the runs; the first errors are the earliest
+    `FIRST_ERRORS_KEPT` of all runs; warnings are the runs' own, each prefixed with its run,
+    then the `observers`'. Incidents: `earlier_incidents` (a resumed grid's) and the
+    observers', placed on the grid's timeline (`loadgen.incidents.placed`), in time order.
     """
-    server = base_url(url)
-    readiness = None if ready is None else await wait_until_serving(server, model, config, ready)
-    started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
-    sizer: TextSizer | None = load_tokenizer_sizer(tokenizer, model)
-    if sizer is None:
-        sizer = await calibrate_word_sizer(server, model, config)
-    grid = list(itertools.product(config.prefix_kinds, config.concurrency))
-    runs: list[RunRecords] = []
-    summaries: list[RunSummary] = []
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("load", total=len(grid) * config.repetitions * config.requests_per_run)
-        for (kinds, conc), rep in itertools.product(grid, range(1, config.repetitions + 1)):
-            bar.update(task, description=f"K={kinds} c={conc} rep {rep}")
-            salt = f"k{kinds}-c{conc}-r{rep}"
-            shape = dict(
-                prefix_kinds=kinds,
-                prefix_tokens=config.prefix_tokens,
-                suffix_tokens=config.suffix_tokens,
-                seed=config.seed,
-            )
-            prompts = build_prompts(sizer, n=config.requests_per_run, salt=salt, **shape)
-            n_warmup = conc if config.warmup_requests is None else config.warmup_requests
-            warmup = build_prompts(sizer, n=n_warmup, salt=f"warmup-{salt}", **shape)
-            for observer in observers:
-                await observer.before_run(kinds, conc, rep)
-            run_started_at = datetime.now(UTC)
-            done, workers = await _run_once(
-                server, model, config, prompts, warmup, conc, rep, lambda _: bar.advance(task)
-            )
-            if workers > 1:
-                bar.advance(task, len(done.records))
-            runs.append(RunRecords(kinds, conc, rep, done.records))
-            summary = summarize_run(
-                done.records,
-                prefix_kinds=kinds,
-                concurrency=conc,
-                repetition=rep,
-                workers=workers,
-                loop_lags_ms=done.loop_lags_ms,
-                client_cpu_s=done.cpu_s,
-            ).model_copy(update={"started_at": run_started_at, "finished_at": datetime.now(UTC)})
-            for observer in observers:
-                summary = await observer.after_run(summary)
-            summaries.append(summary)
-    points = [
-        summarize_point([s for s in summaries if (s.prefix_kinds, s.concurrency) == point])
-        for point in grid
-    ]
-    by_kind, first_errors, first_failure_at = _collect_errors(runs, started_ns, started_at)
+    order = {key: n for n, key in enumerate(grid_keys(config))}
+    ordered = sorted(runs, key=lambda run: order.get(run.key, len(order)))
+    summaries = [run.summary for run in ordered]
+    points = {(s.prefix_kinds, s.concurrency): 0 for s in summaries}
+    by_kind: Counter[str] = Counter()
+    for s in summaries:
+        by_kind.update(s.errors_by_kind)
+    first_errors = sorted((e for run in ordered for e in run.errors), key=lambda e: e.at)
+    first_errors = first_errors[:FIRST_ERRORS_KEPT]
     warnings = [
         f"K={s.prefix_kinds} c={s.concurrency} rep {s.repetition}: {w}"
         for s in summaries
@@ -224,26 +183,191 @@ async def run_grid_async(
             if s.requests == config.requests_per_run
         ]
     warnings += [w for observer in observers for w in observer.warnings()]
-    result = GridResult(
+    windows = [w for w in (s.window() for s in summaries) if w is not None]
+    incidents = [*earlier_incidents, *(i for o in observers for i in o.incidents())]
+    return GridResult(
         url=url,
         model=model,
         config=config,
-        token_count_source=sizer.source,
+        token_count_source=token_count_source,
         started_at=started_at,
         finished_at=datetime.now(UTC),
-        points=points,
+        points=[
+            summarize_point([s for s in summaries if (s.prefix_kinds, s.concurrency) == point])
+            for point in points
+        ],
         runs=summaries,
-        errors_by_kind=by_kind,
+        errors_by_kind=dict(by_kind),
         first_errors=first_errors,
-        first_failure_at=first_failure_at,
+        first_failure_at=first_errors[0].at if first_errors else None,
         warnings=warnings,
+        incidents=sorted((placed(i, started_at, windows) for i in incidents), key=lambda i: i.at),
         readiness=readiness,
     )
-    windows = result.windows()
-    incidents = [placed(i, started_at, windows) for o in observers for i in o.incidents()]
-    result.incidents = sorted(incidents, key=lambda i: i.at)
+
+
+def grid_keys(config: LoadConfig) -> list[tuple[int, int, int]]:
+    """Every run of the grid in the order it runs: (prefix kinds, concurrency, repetition),
+    points in `prefix_kinds` x `concurrency` order, repetitions together."""
+    points = itertools.product(config.prefix_kinds, config.concurrency)
+    return [
+        (k, c, rep) for (k, c), rep in itertools.product(points, range(1, config.repetitions + 1))
+    ]
+
+
+async def _sizer(
+    server: str,
+    model: str,
+    config: LoadConfig,
+    tokenizer: str | None,
+    stored: PromptSizing | None,
+    folder: Path | None,
+) -> TextSizer:
+    """The prompt sizer: a resumed grid's stored one (its tokens per word, or the same
+    tokenizer again), else `tokenizer`/`model`'s, else words calibrated against the server.
+    Raises ResumeError when the tokenizer found now is not the one the stored runs used."""
+    sizer: TextSizer | None = load_tokenizer_sizer(tokenizer, model)
+    if stored is not None:
+        if stored.tokens_per_word is not None and sizer is None:
+            return WordSizer(stored.tokens_per_word, stored.source)
+        found = "no tokenizer" if sizer is None else sizer.source
+        if sizer is None or sizer.source != stored.source:
+            raise ResumeError(
+                f"cannot resume in {folder}: its runs sized prompts by {stored.source!r}, "
+                f"now {found!r} would; resume where that tokenizer is found, or use another "
+                "--out folder"
+            )
+    return sizer if sizer is not None else await calibrate_word_sizer(server, model, config)
+
+
+async def _measure(
+    server: str,
+    model: str,
+    config: LoadConfig,
+    sizer: TextSizer,
+    key: tuple[int, int, int],
+    pool: WorkerPool,
+    on_done: OnDone,
+) -> tuple[MeasuredRun, int]:
+    """One run: build its prompts (salted by its key, see the module docstring), warm up,
+    measure; returns it and its number of worker processes (1: in this process)."""
+    kinds, conc, rep = key
+    salt = f"k{kinds}-c{conc}-r{rep}"
+    shape = dict(
+        prefix_kinds=kinds,
+        prefix_tokens=config.prefix_tokens,
+        suffix_tokens=config.suffix_tokens,
+        seed=config.seed,
+    )
+    prompts = build_prompts(sizer, n=config.requests_per_run, salt=salt, **shape)
+    n_warmup = conc if config.warmup_requests is None else config.warmup_requests
+    warmup = build_prompts(sizer, n=n_warmup, salt=f"warmup-{salt}", **shape)
+    started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
+    done, workers = await _run_once(
+        server, model, config, prompts, warmup, conc, rep, on_done, pool
+    )
+    summary = summarize_run(
+        done.records,
+        prefix_kinds=kinds,
+        concurrency=conc,
+        repetition=rep,
+        workers=workers,
+        loop_lags_ms=done.loop_lags_ms,
+        client_cpu_s=done.cpu_s,
+    ).model_copy(update={"started_at": started_at, "finished_at": datetime.now(UTC)})
+    errors = _first_errors(key, done.records, started_ns, started_at)
+    return MeasuredRun(summary, errors, records_frame(*key, done.records)), workers
+
+
+async def run_grid_async(
+    url: str,
+    model: str,
+    config: LoadConfig,
+    out_dir: Path | None,
+    *,
+    tokenizer: str | None = None,
+    progress: bool = True,
+    resume: bool = False,
+    ready: ReadyCheck | None = None,
+    observers: Sequence[GridObserver] = (),
+) -> GridResult:
+    """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
+    OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
+    `base_url`) serving `model`.
+
+    Prompt lengths use `tokenizer` (a tokenizer.json path, a directory, or a hub id in the local
+    cache), else `model`'s tokenizer from the local hub cache, else words calibrated against the
+    server's usage. With `out_dir`, every finished run is written there at once, with the grid
+    so far (`loadgen.output.ResultsFolder`: summary.json, result.json, runs.csv,
+    requests.parquet, table.txt, incidents.json, runs/<run>/), so an interrupted grid keeps its
+    finished runs; `resume=True` keeps the complete runs already in `out_dir` and measures only
+    the others (without it, earlier runs there are replaced). Worker processes
+    (`loadgen.workers`) are spawned once for the whole grid.
+
+    With `ready`, the readiness gate (`loadgen.readiness.wait_until_serving`) runs first and its
+    wait is kept as `GridResult.readiness`; the grid's clock (`started_at`, the incidents'
+    `t_s`) starts after it. `observers` are called around every run (`loadgen.observers`);
+    their incidents are placed on the grid's timeline (`loadgen.incidents.placed`).
+
+    Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
+    is not found, `loadgen.output.ResumeError` when `out_dir`'s runs were measured with other
+    settings or prompt sizing, all before any measured request;
+    `loadgen.readiness.NotServingError` when the gate's deadline passes. Request failures are
+    counted in the result, never raised.
+    """
+    server = base_url(url)
+    keys = grid_keys(config)
+    folder = None
+    finished: list[MeasuredRun] = []
     if out_dir is not None:
-        write_outputs(out_dir, result, runs)
+        folder = ResultsFolder(out_dir, grid_settings(url, model, config, tokenizer), resume=resume)
+        finished = [run for run in folder.completed() if run.key in set(keys)]
+    readiness = None if ready is None else await wait_until_serving(server, model, config, ready)
+    stored = folder.sizing() if folder is not None else None
+    sizer = await _sizer(server, model, config, tokenizer, stored, out_dir)
+    sizing = PromptSizing(
+        source=sizer.source,
+        tokens_per_word=sizer.tokens_per_word if isinstance(sizer, WordSizer) else None,
+    )
+    earlier = [r.summary.started_at for r in finished if r.summary.started_at is not None]
+    started_at = min([datetime.now(UTC), *earlier])
+
+    def result_so_far() -> GridResult:
+        return grid_result(
+            url,
+            model,
+            config,
+            sizer.source,
+            started_at,
+            finished,
+            readiness=readiness,
+            observers=observers,
+            earlier_incidents=folder.earlier_incidents() if folder is not None else (),
+        )
+
+    done_keys = {run.key for run in finished}
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("load", total=len(keys) * config.requests_per_run)
+        bar.advance(task, sum(run.summary.requests for run in finished))
+        async with WorkerPool() as pool:
+            for key in (key for key in keys if key not in done_keys):
+                bar.update(task, description=f"K={key[0]} c={key[1]} rep {key[2]}")
+                for observer in observers:
+                    await observer.before_run(*key)
+                run, workers = await _measure(
+                    server, model, config, sizer, key, pool, lambda _: bar.advance(task)
+                )
+                if workers > 1:
+                    bar.advance(task, run.summary.requests)
+                for observer in observers:
+                    run.summary = await observer.after_run(run.summary)
+                finished.append(run)
+                if folder is not None:
+                    folder.add_run(run, sizing)
+                    folder.write_grid(result_so_far(), finished)
+    result = result_so_far()
+    if folder is not None:
+        folder.write_grid(result, finished)
     return result
 
 
@@ -255,6 +379,7 @@ def run_grid(
     *,
     tokenizer: str | None = None,
     progress: bool = True,
+    resume: bool = False,
     ready: ReadyCheck | None = None,
     observers: Sequence[GridObserver] = (),
 ) -> GridResult:
@@ -268,6 +393,7 @@ def run_grid(
             out_dir,
             tokenizer=tokenizer,
             progress=progress,
+            resume=resume,
             ready=ready,
             observers=observers,
         )

@@ -1,10 +1,11 @@
 """Spreading one closed-loop run over worker processes and merging their records.
 
-Each worker is a fresh `spawn`ed Python process (no fork of a process that may hold threads or
-a running event loop, e.g. a Pulumi provider) running `loops.run_share` on its share: a fixed
-part of the streams and a contiguous block of the run's requests, in proportion. All workers
-warm up, meet at a barrier, then start their measured loops together, so the requested total
-is in flight at once and exactly N requests are sent. Near the end a worker that has finished
+Each worker is a `spawn`ed Python process (no fork of a process that may hold threads or a
+running event loop, e.g. a Pulumi provider), kept for the whole grid (`WorkerPool`), running
+`loops.run_share` on its share of each run: a fixed part of the streams and a contiguous block
+of the run's requests, in proportion. All workers warm up, wait for the parent's go, then
+start their measured loops together, so the requested total is in flight at once and exactly
+N requests are sent. Near the end a worker that has finished
 its block stops, so in flight falls off over the last requests as in any closed loop of N.
 Records carry `time.monotonic_ns()` readings; on Linux that is CLOCK_MONOTONIC, one clock for
 the whole system, so records from different processes are merged and compared directly.
@@ -17,9 +18,9 @@ import multiprocessing
 import os
 import queue
 import signal
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from multiprocessing.process import BaseProcess
-from multiprocessing.synchronize import Barrier
 from typing import cast
 
 from loadgen.loops import Share, ShareResult, run_share
@@ -75,70 +76,144 @@ def split_share(share: Share, workers: int) -> list[Share]:
     ]
 
 
+_WARM, _DONE, _FAILED = "warm", "done", "failed"  # what a worker reports on the results queue
+
+
 def _worker(
-    number: int, share: Share, barrier: Barrier, results: "multiprocessing.Queue[object]"
+    number: int, tasks: "multiprocessing.Queue[object]", results: "multiprocessing.Queue[object]"
 ) -> None:
-    """A worker process: run the share; after warm-up, pass `barrier` twice (all warmed up;
-    the parent's `ready` done). Ctrl-C is the parent's to handle: it stops the workers."""
+    """A pool process: run one share after another until it gets None. For each share it
+    reports `_WARM` after the warm-up and waits for the parent's go (every worker warmed up,
+    the parent's `ready` done) before its measured loop, then reports `_DONE` with the result
+    (`_FAILED` with the error's repr if the share raised). Ctrl-C is the parent's to handle:
+    it kills the pool."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while (task := tasks.get()) is not None:
+        run, share = cast(tuple[int, Share], task)
 
-    async def ready() -> None:
-        await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT_S)
-        await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT_S)
+        async def ready(run: int = run) -> None:
+            results.put((run, number, _WARM, None))
+            go = await asyncio.to_thread(tasks.get, True, BARRIER_TIMEOUT_S)
+            if go != run:
+                raise RuntimeError(f"worker {number}: expected the go for run {run}, got {go!r}")
 
-    results.put((number, asyncio.run(run_share(share, ready=ready))))
-
-
-def _collect(
-    processes: Sequence[BaseProcess], results: "multiprocessing.Queue[object]"
-) -> list[ShareResult]:
-    """Wait for one result per process; raises RuntimeError when a worker dies without one."""
-    got: dict[int, ShareResult] = {}
-    while len(got) < len(processes):
         try:
-            number, result = cast(tuple[int, ShareResult], results.get(timeout=0.5))
-            got[number] = result
-        except queue.Empty:
-            dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
-            if dead:
-                raise RuntimeError(f"a loadgen worker process exited with code {dead[0]}") from None
-    return [got[k] for k in range(len(processes))]
+            results.put((run, number, _DONE, asyncio.run(run_share(share, ready=ready))))
+        except Exception as exc:  # reported to the parent, which raises it as RuntimeError
+            results.put((run, number, _FAILED, repr(exc)))
+
+
+class WorkerPool:
+    """Worker processes kept for a whole grid: `async with WorkerPool() as pool:` then
+    `await pool.run(shares)` per run. Processes are `spawn`ed when a run first needs them
+    (a grid whose runs all stay in-process spawns none) and reused by later runs, so the
+    ~1 s of CPU a spawn and its imports cost is paid once per process, not per run.
+
+    Leaving the block stops the processes (asks them to exit, kills any still alive after
+    5 s). Any exception during `run` (Ctrl-C, a deadline's cancellation, a dead worker) kills
+    them at once and the pool cannot be used again.
+    """
+
+    def __init__(self) -> None:
+        self._context = multiprocessing.get_context("spawn")
+        self._results: multiprocessing.Queue[object] = self._context.Queue()
+        self._tasks: list[multiprocessing.Queue[object]] = []
+        self._processes: list[BaseProcess] = []
+        self._runs = 0
+        self._broken = False
+
+    @property
+    def pids(self) -> list[int | None]:
+        """Process ids of the workers spawned so far, in spawn order."""
+        return [process.pid for process in self._processes]
+
+    def _grow(self, workers: int) -> None:
+        while len(self._processes) < workers:
+            tasks = self._context.Queue()
+            number = len(self._processes)
+            process = self._context.Process(
+                target=_worker, args=(number, tasks, self._results), daemon=True
+            )
+            process.start()
+            self._tasks.append(tasks)
+            self._processes.append(process)
+
+    def _wait(self, run: int, stage: str, count: int, timeout_s: float | None) -> dict[int, object]:
+        """Wait until `count` workers report `stage` for `run`; raises RuntimeError when one
+        fails or dies, TimeoutError after `timeout_s`."""
+        got: dict[int, object] = {}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while len(got) < count:
+            try:
+                item = cast(tuple[int, int, str, object], self._results.get(timeout=0.5))
+            except queue.Empty:
+                dead = [p.exitcode for p in self._processes if p.exitcode is not None]
+                if dead:
+                    raise RuntimeError(
+                        f"a loadgen worker process exited with code {dead[0]}"
+                    ) from None
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"a loadgen worker took more than {timeout_s:g} s to warm up"
+                    ) from None
+                continue
+            item_run, number, what, payload = item
+            if what == _FAILED:
+                raise RuntimeError(f"loadgen worker {number} failed: {payload}")
+            if item_run == run and what == stage:
+                got[number] = payload
+        return got
+
+    async def run(
+        self, shares: Sequence[Share], *, ready: Callable[[], Awaitable[None]] | None = None
+    ) -> ShareResult:
+        """Run each share in its own worker process and merge: records of all shares in
+        index order, lag samples of all workers pooled, CPU times summed. All workers warm up,
+        then `ready()` (if given) runs in this process, then every worker starts its measured
+        loop. Raises RuntimeError when a worker process dies (e.g. killed, out of memory) or
+        its share raises, TimeoutError when one takes more than BARRIER_TIMEOUT_S to warm up."""
+        if self._broken:
+            raise RuntimeError("this worker pool was stopped by an earlier failure")
+        self._runs += 1
+        run = self._runs
+        try:
+            self._grow(len(shares))
+            for number, share in enumerate(shares):
+                self._tasks[number].put((run, share))
+            await asyncio.to_thread(self._wait, run, _WARM, len(shares), BARRIER_TIMEOUT_S)
+            if ready is not None:
+                await ready()
+            for number in range(len(shares)):
+                self._tasks[number].put(run)
+            done = await asyncio.to_thread(self._wait, run, _DONE, len(shares), None)
+        except BaseException:  # Ctrl-C, cancellation (a deadline), a dead worker: stop them now
+            self._broken = True
+            for process in self._processes:
+                process.kill()
+            raise
+        parts = [cast(ShareResult, done[k]) for k in range(len(shares))]
+        records = sorted((r for part in parts for r in part.records), key=lambda r: r.index)
+        lags = [lag for part in parts for lag in part.loop_lags_ms]
+        return ShareResult(records, lags, sum(part.cpu_s for part in parts))
+
+    async def __aenter__(self) -> "WorkerPool":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self._broken:
+            for tasks in self._tasks:
+                tasks.put(None)
+        for process in self._processes:
+            await asyncio.to_thread(process.join, 5)
+            if process.is_alive():
+                process.kill()
+                process.join(1)
 
 
 async def run_in_workers(
     shares: Sequence[Share], *, ready: Callable[[], Awaitable[None]] | None = None
 ) -> ShareResult:
-    """Run each share in its own spawned process and merge: records of all shares in index
-    order, lag samples of all workers pooled, CPU times summed. `ready()`, if given, runs in
-    this process once every worker has warmed up and before any starts its measured loop.
-    Raises RuntimeError when a worker process dies (e.g. killed, out of memory) before
-    returning its records, threading.BrokenBarrierError when one takes more than
-    BARRIER_TIMEOUT_S to warm up."""
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(len(shares) + 1)  # the workers and this process
-    results = context.Queue()
-    processes = [
-        context.Process(target=_worker, args=(k, share, barrier, results), daemon=True)
-        for k, share in enumerate(shares)
-    ]
-    for process in processes:
-        process.start()
-    try:
-        await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT_S)
-        if ready is not None:
-            await ready()
-        await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT_S)
-        parts = await asyncio.to_thread(_collect, processes, results)
-    except BaseException:  # Ctrl-C, cancellation (a deadline), a dead worker: stop them all now
-        barrier.abort()  # frees the threads waiting at the barrier, here and in the workers
-        for process in processes:
-            process.kill()
-        raise
-    finally:
-        for process in processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-    records = sorted((r for part in parts for r in part.records), key=lambda r: r.index)
-    lags = [lag for part in parts for lag in part.loop_lags_ms]
-    return ShareResult(records, lags, sum(part.cpu_s for part in parts))
+    """One run in a pool of its own (`WorkerPool.run`, same merge, `ready` and errors); the
+    processes are stopped on return."""
+    async with WorkerPool() as pool:
+        return await pool.run(shares, ready=ready)

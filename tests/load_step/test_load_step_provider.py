@@ -92,7 +92,8 @@ def test_create_runs_the_grid_and_records_the_outputs(
     assert folder.parent.name == STACK
     assert json.loads((folder / SUMMARY_FILE).read_text()) == outs["results"]
     assert json.loads((folder / "status.json").read_text()) == status
-    assert (folder / "k2-c2" / "requests.parquet").is_file()
+    assert len(pd.read_parquet(folder / "requests.parquet")) == 8
+    assert (folder / "runs" / "k2-c2-r1" / "run.json").is_file()
     # The readiness gate ran before the grid: 3 completions in a row on a ready graph.
     readiness = json.loads((folder / "result.json").read_text())["readiness"]
     assert (readiness["attempts"], readiness["failures_by_kind"]) == (3, {})
@@ -225,7 +226,7 @@ def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
     first_failure = datetime.fromisoformat(status["first_failure_at"])
     assert first_failure >= killed_at[0]
     # The counts match the per-request records loadgen wrote.
-    frame = pd.read_parquet(Path(outs["resultsDir"]) / "k2-c2" / "requests.parquet")
+    frame = pd.read_parquet(Path(outs["resultsDir"]) / "requests.parquet")
     assert len(frame) == requests
     assert int(frame["error_ns"].notna().sum()) == status["failures"]
     (point,) = outs["results"]

@@ -1,4 +1,4 @@
-"""Pure parts of the load step: the frontend URL, merging per-point results, the status."""
+"""Pure parts of the load step: the frontend URL, the status, the outputs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from components.load_step import frontend_url, merge_grid_results, step_outputs, step_status
+from components.load_step import frontend_url, step_outputs, step_status
 from loadgen.config import LoadConfig
-from loadgen.results import ErrorSample, GridResult, PointSummary
+from loadgen.results import GridResult, PointSummary
 from testbed.simulate import load_stack
 
 T0 = datetime(2026, 11, 13, 10, 0, tzinfo=UTC)
@@ -25,51 +25,30 @@ def point(kinds: int, samples: int, errors: int) -> PointSummary:
     )  # fmt: skip
 
 
-def part(kinds: int, samples: int, errors: int, start_s: int) -> GridResult:
-    """A one-point result; each failure is an http_status error at start_s + its index."""
-    started = T0 + timedelta(seconds=start_s)
-    failures = [
-        ErrorSample(
-            kind="http_status",
-            message="503",
-            prefix_kinds=kinds,
-            concurrency=4,
-            repetition=1,
-            at=started + timedelta(seconds=i),
-        )
-        for i in range(errors)
-    ]
+def grid(*points: tuple[int, int, int], repetitions: int = 1) -> GridResult:
+    """The grid so far with these (prefix kinds, samples, errors) points; the first failure
+    is at T0 + 30 s."""
+    errors = sum(e for _, _, e in points)
     return GridResult(
         url="http://127.0.0.1:1",
         model="m",
-        config=GRID.model_copy(update={"prefix_kinds": [kinds]}),
+        config=GRID,
         token_count_source="tokenizer:x",
-        started_at=started,
-        finished_at=started + timedelta(seconds=30),
-        points=[point(kinds, samples, errors)],
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=60),
+        points=[
+            point(k, s, e).model_copy(update={"repetitions": repetitions}) for k, s, e in points
+        ],
         runs=[],
         errors_by_kind={"http_status": errors} if errors else {},
-        first_errors=failures,
-        first_failure_at=failures[0].at if failures else None,
-        warnings=[f"w{kinds}"],
+        first_errors=[],
+        first_failure_at=T0 + timedelta(seconds=30) if errors else None,
+        warnings=[],
     )
 
 
-def test_merge_keeps_every_point_and_the_earliest_failures() -> None:
-    merged = merge_grid_results(GRID, [part(2, 10, 0, 0), part(24, 4, 12, 60)])
-    assert merged is not None
-    assert [p.prefix_kinds for p in merged.points] == [2, 24]
-    assert merged.config == GRID
-    assert merged.errors_by_kind == {"http_status": 12}
-    assert len(merged.first_errors) == 10  # loadgen keeps the first 10
-    assert merged.first_failure_at == T0 + timedelta(seconds=60)
-    assert (merged.started_at, merged.finished_at) == (T0, T0 + timedelta(seconds=90))
-    assert merged.warnings == ["w2", "w24"]
-    assert merge_grid_results(GRID, []) is None
-
-
 def test_status_ok_degraded_failed() -> None:
-    ok = step_status(GRID, merge_grid_results(GRID, [part(2, 10, 0, 0), part(24, 10, 0, 30)]))
+    ok = step_status(GRID, grid((2, 10, 0), (24, 10, 0)))
     assert (ok.state, ok.requests, ok.failures, ok.message) == (
         "ok",
         20,
@@ -77,18 +56,24 @@ def test_status_ok_degraded_failed() -> None:
         "20 requests, no errors",
     )
 
-    worker_died = merge_grid_results(GRID, [part(2, 10, 0, 0), part(24, 3, 7, 30)])
+    worker_died = grid((2, 10, 0), (24, 3, 7))
     degraded = step_status(GRID, worker_died)
     assert (degraded.state, degraded.successes, degraded.failures) == ("degraded", 13, 7)
     assert degraded.errors_by_kind == {"http_status": 7}
     assert degraded.first_failure_at == T0 + timedelta(seconds=30)
     assert degraded.message == "7 of 20 requests failed (http_status 7)"
 
-    cut = step_status(GRID, merge_grid_results(GRID, [part(2, 10, 0, 0)]), deadline_exceeded=True)
+    cut = step_status(GRID, grid((2, 10, 0)), deadline_exceeded=True)
     assert (cut.state, cut.points_done, cut.points_planned) == ("degraded", 1, 2)
     assert cut.message == "deadline reached: 1 of 2 grid points finished"
 
-    all_failed = step_status(GRID, merge_grid_results(GRID, [part(2, 0, 10, 0)]))
+    # Two repetitions planned, one finished at each point: no point is done yet.
+    twice = GRID.model_copy(update={"repetitions": 2})
+    half = step_status(twice, grid((2, 10, 0), (24, 10, 0)), deadline_exceeded=True)
+    assert (half.state, half.points_done, half.successes) == ("degraded", 0, 20)
+    assert half.message == "deadline reached: 0 of 2 grid points finished"
+
+    all_failed = step_status(GRID, grid((2, 0, 10)))
     assert all_failed.state == "failed"
     never = step_status(GRID, None, failure="model never listed")
     assert (never.state, never.requests, never.points_done) == ("failed", 0, 0)
@@ -96,7 +81,7 @@ def test_status_ok_degraded_failed() -> None:
 
 
 def test_outputs_are_the_summary_json_objects() -> None:
-    result = merge_grid_results(GRID, [part(2, 10, 0, 0)])
+    result = grid((2, 10, 0))
     status = step_status(GRID, result)
     outs = step_outputs(result, status, T0, T0 + timedelta(seconds=31), "/r/x")
     assert outs["results"] == [point(2, 10, 0).model_dump(mode="json")]

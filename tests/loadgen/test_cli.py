@@ -234,7 +234,7 @@ def test_interrupt_prints_a_line_and_exits_130(
     with serve_in_thread(cached_half) as server:
         result = run("load", "--url", server.url, *SMALL, "--out", str(tmp_path))
     assert result.exit_code == 130
-    assert result.output.startswith("interrupted; partial results are not saved")
+    assert result.output.startswith(f"interrupted; 0 complete run(s) are saved in {tmp_path} ")
 
 
 def test_every_load_option_has_help() -> None:

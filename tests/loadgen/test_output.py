@@ -5,13 +5,13 @@ from pathlib import Path
 import pandas as pd
 
 from loadgen.output import records_frame
-from loadgen.request import ErrorKind, RequestRecord, RunRecords
+from loadgen.request import ErrorKind, RequestRecord
 
 
 def test_error_kind_is_null_for_successes_and_text_for_failures(tmp_path: Path) -> None:
     ok = RequestRecord(index=0, prefix_id=0, sent_ns=1, end_ns=2)
     failed = RequestRecord(index=1, prefix_id=1, sent_ns=1, error_kind=ErrorKind.TIMEOUT)
-    frame = records_frame([RunRecords(2, 4, 1, [ok, failed])])
+    frame = records_frame(2, 4, 1, [ok, failed])
     path = tmp_path / "requests.parquet"
     frame.to_parquet(path, index=False)
     back = pd.read_parquet(path)

@@ -7,6 +7,7 @@ import random
 import re
 import socket
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,16 @@ from fake_openai_server import DONE, FakeServer, Send, Status, Step, Wait, norma
 from loadgen.api import ERROR_MESSAGE_CHARS, base_url, short_message
 from loadgen.config import LoadConfig
 from loadgen.loops import make_client, run_closed_loop, run_poisson
+from loadgen.output import MeasuredRun, records_frame
 from loadgen.request import RequestRecord
-from loadgen.runner import run_grid_async
+from loadgen.results import ErrorSample
+from loadgen.runner import FIRST_ERRORS_KEPT, grid_keys, grid_result, run_grid_async
+from loadgen.stats import summarize_run
 
 pytestmark = pytest.mark.timeout(30)
 
 PATH = "/v1/chat/completions"
+MS = 1_000_000
 
 
 def bodies(n: int) -> list[bytes]:
@@ -324,3 +329,42 @@ async def test_done_only_server_is_failures_not_fast_successes() -> None:
     assert result.first_errors[0].message == (
         "HTTP 200 stream with no generated token: only [DONE]; usage.completion_tokens None"
     )
+
+
+def test_grid_result_of_runs_so_far_orders_them_and_keeps_the_earliest_failures() -> None:
+    """Runs finished in any order (a resumed grid) are reported in grid order; a point with one
+    of its two repetitions is reported with `repetitions` 1; the first errors are the earliest
+    of all runs, at most FIRST_ERRORS_KEPT."""
+    t0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    config = LoadConfig(prefix_kinds=[2, 24], concurrency=[4], repetitions=2, requests_per_run=20)
+
+    def run(kinds: int, rep: int, failures: int, start_s: int) -> MeasuredRun:
+        records = [RequestRecord(index=i, prefix_id=0, sent_ns=0, first_token_ns=MS, end_ns=MS)
+                   for i in range(20 - failures)]  # fmt: skip
+        summary = summarize_run(records, prefix_kinds=kinds, concurrency=4, repetition=rep)
+        summary = summary.model_copy(
+            update={
+                "errors": failures,
+                "errors_by_kind": {"http_status": failures} if failures else {},
+            }
+        )
+        errors = [
+            ErrorSample(kind="http_status", message="503", prefix_kinds=kinds, concurrency=4,
+                        repetition=rep, at=t0 + timedelta(seconds=start_s + i))
+            for i in range(min(failures, FIRST_ERRORS_KEPT))
+        ]  # fmt: skip
+        return MeasuredRun(summary, errors, records_frame(kinds, 4, rep, records))
+
+    runs = [run(24, 1, 12, 60), run(2, 2, 0, 30), run(2, 1, 3, 0)]
+    result = grid_result("http://h:1", "m", config, "tokenizer:x", t0, runs)
+    assert [(r.prefix_kinds, r.repetition) for r in result.runs] == [(2, 1), (2, 2), (24, 1)]
+    assert [(p.prefix_kinds, p.repetitions, p.samples, p.errors) for p in result.points] == [
+        (2, 2, 37, 3),
+        (24, 1, 8, 12),
+    ]
+    assert result.errors_by_kind == {"http_status": 15}
+    assert [e.at for e in result.first_errors] == [
+        t0 + timedelta(seconds=s) for s in (0, 1, 2, 60, 61, 62, 63, 64, 65, 66)
+    ]
+    assert result.first_failure_at == t0
+    assert grid_keys(config) == [(2, 4, 1), (2, 4, 2), (24, 4, 1), (24, 4, 2)]

@@ -13,7 +13,7 @@ from loadgen.config import LoadConfig
 from loadgen.loops import Share
 from loadgen.request import RequestRecord
 from loadgen.runner import run_grid_async
-from loadgen.workers import auto_workers, run_in_workers, split_share
+from loadgen.workers import WorkerPool, auto_workers, run_in_workers, split_share
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -118,3 +118,20 @@ async def test_grid_with_workers_reports_them_per_run(tmp_path: Path) -> None:
     assert run.loop_lag_p99_ms is not None and run.client_cpu_ms_per_request is not None
     # 2 calibration requests, 4 warm-up (one per stream), 20 measured
     assert len(server.requests) == 26
+
+
+@pytest.mark.asyncio
+async def test_one_pool_serves_every_run_with_the_same_processes() -> None:
+    """Three runs through one pool: two processes spawned for the first run serve the later
+    ones (a run needing fewer uses some of them), and each run's records are its own."""
+    answer = normal_stream(["a", "b"])
+    async with FakeServer(lambda request, number: answer) as server, WorkerPool() as pool:
+        assert pool.pids == []
+        first = await pool.run(split_share(share(server.url, 4, 12, warmup=0), 2))
+        spawned = pool.pids
+        second = await pool.run(split_share(share(server.url, 4, 8, warmup=4), 2))
+        third = await pool.run(split_share(share(server.url, 1, 3, warmup=0), 1))
+        assert pool.pids == spawned and len(spawned) == 2
+    assert [len(r.records) for r in (first, second, third)] == [12, 8, 3]
+    assert all(r.ok for result in (first, second, third) for r in result.records)
+    assert len(server.requests) == 12 + 8 + 4 + 3
