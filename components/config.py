@@ -15,11 +15,10 @@ import contextlib
 import json
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -30,6 +29,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from components.config_text import ConfigText
 from components.errors import PROJECT
 from components.models import ModelGeometry
 from components.platform import PlatformConfig
@@ -58,9 +58,9 @@ class CamelModel(BaseModel):
 class Toleration(CamelModel):
     """A Kubernetes toleration for a node class's taint (same fields as ``core/v1 Toleration``)."""
 
-    key: str | None = None
+    key: ConfigText | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
+    value: ConfigText | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
 
 
@@ -80,7 +80,7 @@ class NodeClass(CamelModel):
     Labels and names are examples the user edits; no code assumes them.
     """
 
-    node_selector: dict[str, str] = Field(
+    node_selector: dict[str, ConfigText] = Field(
         min_length=1, description="Labels a node must carry (becomes the pod's nodeSelector)."
     )
     tolerations: tuple[Toleration, ...] = Field(
@@ -153,18 +153,18 @@ class EngineConfig(CamelModel):
         default="vllm",
         description="vllm: real GPU workers; mocker: Dynamo's CPU-only simulated workers.",
     )
-    dynamo_version: str = Field(default=DEFAULT_DYNAMO_VERSION, pattern=r"^\d+\.\d+\.\d+$")
-    image: str | None = Field(
+    dynamo_version: ConfigText = Field(default=DEFAULT_DYNAMO_VERSION, pattern=r"^\d+\.\d+\.\d+$")
+    image: ConfigText | None = Field(
         default=None,
         description="Container image; default vllm-runtime (vllm) or dynamo-planner (mocker) "
         "at dynamoVersion.",
     )
-    runtime_version_override: str | None = Field(
+    runtime_version_override: ConfigText | None = Field(
         default=None,
         pattern=r"^\d+\.\d+\.\d+$",
         description="DGD runtimeVersionOverride; required when the image tag is not a version.",
     )
-    extra_args: tuple[str, ...] = Field(
+    extra_args: tuple[ConfigText, ...] = Field(
         default=(), description="Engine arguments added to every worker."
     )
     speedup_ratio: float = Field(
@@ -180,13 +180,13 @@ class EngineConfig(CamelModel):
 class ModelConfig(CamelModel):
     """The served model."""
 
-    name: str = Field(min_length=1, description="Hugging Face id, e.g. Qwen/Qwen3-0.6B.")
+    name: ConfigText = Field(min_length=1, description="Hugging Face id, e.g. Qwen/Qwen3-0.6B.")
     geometry: ModelGeometry | None = Field(
         default=None,
         description="Layers, KV heads, head dim, dtype bytes; default from configJson, else "
         "from the known-model table.",
     )
-    config_json: str | None = Field(
+    config_json: ConfigText | None = Field(
         default=None,
         description="Path to the model's Hugging Face config.json (or its folder), relative to "
         "the project folder; the geometry is read from it.",
@@ -206,7 +206,7 @@ class KvTransfer(CamelModel):
     on prefill and ``kv_consumer`` on decode (KV through host memory over TCP).
     """
 
-    connector: str = Field(default="NixlConnector", min_length=1)
+    connector: ConfigText = Field(default="NixlConnector", min_length=1)
     role: Literal["kv_producer", "kv_consumer", "kv_both"]
     buffer_device: Literal["cpu", "cuda"] = Field(
         default="cpu",
@@ -222,51 +222,46 @@ class KvTransfer(CamelModel):
         }
 
 
-def _quantity_text(value: object) -> object:
-    """A memory quantity given as a plain number of bytes (``4000000000``) -> its string."""
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
 class WorkerGroup(CamelModel):
     """Identical workers of one role on one node class (one DGD component)."""
 
-    name: str = Field(
+    name: ConfigText = Field(
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         max_length=40,
         description="Component name (DNS label).",
     )
     role: WorkerRole
     replicas: int = Field(ge=1)
-    node_class: str = Field(description="A key of nodeClasses.")
+    node_class: ConfigText = Field(description="A key of nodeClasses.")
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization: fraction of one GPU."
     )
-    memory_limit: Annotated[str, BeforeValidator(_quantity_text)] = Field(
+    memory_limit: ConfigText = Field(
         default="3584Mi", description="Container memory limit (the seed's part-3 value)."
     )
-    base_memory: Annotated[str, BeforeValidator(_quantity_text)] = Field(
+    base_memory: ConfigText = Field(
         default=DEFAULT_BASE_MEMORY,
         description="Memory the worker needs without host-buffered KV and /dev/shm; the sizing "
         "floor adds sharedMemorySize and concurrency x per-request KV on top (3,328Mi + 256Mi "
         "= 3,584Mi: every part-3 run passed with it).",
     )
-    shared_memory_size: Annotated[str, BeforeValidator(_quantity_text)] = Field(
+    shared_memory_size: ConfigText = Field(
         default=DEFAULT_SHARED_MEMORY,
         description="DGD sharedMemorySize: the memory-backed /dev/shm (the operator's default is "
         "8Gi); it counts against memoryLimit, so the floor includes it. Raise it for tensor "
         "parallelism.",
     )
-    cpu: str | None = Field(default=None, description="CPU request, e.g. '2'.")
+    cpu: ConfigText | None = Field(default=None, description="CPU request, e.g. '2'.")
     kv_transfer: KvTransfer | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    extra_args: tuple[str, ...] = ()
+    env: dict[str, ConfigText] = Field(default_factory=dict)
+    extra_args: tuple[ConfigText, ...] = ()
 
 
 class FrontendConfig(CamelModel):
     """The Dynamo frontend (OpenAI-compatible HTTP, router)."""
 
     replicas: int = Field(default=1, ge=1)
-    node_class: str | None = Field(
+    node_class: ConfigText | None = Field(
         default=None, description="Optional node class for the frontend (it needs no GPU)."
     )
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
@@ -274,7 +269,7 @@ class FrontendConfig(CamelModel):
         description="How the load step reaches the frontend (port-forward adds ~2 ms/request).",
     )
     node_port: int | None = Field(default=None, ge=30000, le=32767)
-    shared_memory_size: Annotated[str, BeforeValidator(_quantity_text)] = Field(
+    shared_memory_size: ConfigText = Field(
         default=DEFAULT_SHARED_MEMORY,
         description="DGD sharedMemorySize of the frontend: its memory-backed /dev/shm (the "
         "operator's default is 8Gi).",
@@ -285,7 +280,7 @@ class TopologyConfig(CamelModel):
     """What is deployed: a Dynamo graph, or the part-1 baseline of plain vLLM replicas."""
 
     kind: Literal["dynamo", "vllm-service"] = "dynamo"
-    name: str = Field(
+    name: ConfigText = Field(
         default="testbed",
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         max_length=40,
@@ -318,19 +313,19 @@ class StackLoadConfig(LoadConfig):
     enabled: bool = Field(
         default=True, description="Run the grid after deploy; false: a plain deploy, no step."
     )
-    url: str | None = Field(
+    url: ConfigText | None = Field(
         default=None,
         pattern=r"^https?://[^/\s]+$",
         description="The frontend's base URL as this machine reaches it (e.g. "
         "http://10.0.0.5:30080); default: nodeAddress + the Service's NodePort, or the "
         "LoadBalancer's ingress.",
     )
-    node_address: str | None = Field(
+    node_address: ConfigText | None = Field(
         default=None,
         pattern=r"^[A-Za-z0-9.:\[\]-]+$",
         description="Address of any cluster node (a NodePort is open on every node).",
     )
-    run_id: str | None = Field(
+    run_id: ConfigText | None = Field(
         default=None, description="Change it to re-run the grid on an unchanged topology."
     )
     fail_on_errors: bool = Field(
@@ -357,12 +352,12 @@ class StackLoadConfig(LoadConfig):
     ready_successes: int = Field(
         default=3, gt=0, description="Completions in a row the readiness gate needs."
     )
-    tokenizer: str | None = Field(
+    tokenizer: ConfigText | None = Field(
         default=None,
         description="tokenizer.json (or its folder) on this machine for exact prompt lengths; "
         "default: the local Hugging Face cache, else calibrated against the server.",
     )
-    results_dir: str = Field(
+    results_dir: ConfigText = Field(
         default="results",
         min_length=1,
         description="Local folder (relative to the project) the step writes its results under.",
@@ -425,12 +420,12 @@ class StackConfig(CamelModel):
         description="graph: the serving graph only, reading the platform stack; standalone: "
         "the dynamo-platform release too, everything in one `pulumi up`.",
     )
-    platform_stack: str = Field(
+    platform_stack: ConfigText = Field(
         default=DEFAULT_PLATFORM_STACK,
         pattern=_STACK_NAME,
         description="The platform stack a graph stack reads the operator from (StackReference).",
     )
-    namespace: str = Field(
+    namespace: ConfigText = Field(
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         max_length=63,
         description="Namespace the graph and load step run in; default testbed-<stack>.",
@@ -448,12 +443,19 @@ class StackConfig(CamelModel):
     topology: TopologyConfig
     load: StackLoadConfig = Field(default_factory=StackLoadConfig)
     sizing: SizingConfig = Field(default_factory=SizingConfig)
-    baseline_stack: str | None = Field(
+    baseline_stack: ConfigText | None = Field(
         default=None,
         pattern=_STACK_NAME,
         description="Stack whose `results` output this stack's are compared with: a stack "
         "name in this project and organization, or a full `org/project/stack` name.",
     )
+
+    @field_validator("baseline_stack", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """``""`` means no baseline: it is the default ``Pulumi.yaml`` declares, since the CLI
+        requires a declared key without a default (see ``tests/cli_rules``)."""
+        return None if value == "" else value
 
     @model_validator(mode="before")
     @classmethod

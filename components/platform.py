@@ -39,6 +39,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from components.config_text import ConfigText
+
 CHART_REF = "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform"
 """NVIDIA's OCI location of the `dynamo-platform` chart (see the module docstring)."""
 
@@ -102,13 +104,15 @@ class WebhookConfig(_StackSection):
         description="Webhook call timeout in s (chart `dynamo-operator.webhook.timeoutSeconds`;"
         " default 10, the chart's; Kubernetes allows 1-30).",
     )
-    namespace_label_key: str = Field(
+    namespace_label_key: ConfigText = Field(
         "dynamo-testbed/managed",
         description="Label key put on the testbed namespace to mark it as managed by this"
         " program. It does not scope the webhooks: the 1.3+ chart refuses a custom"
         " webhook namespaceSelector (see operatorScope). Default `dynamo-testbed/managed`.",
     )
-    namespace_label_value: str = Field("true", description="Value of that label. Default `true`.")
+    namespace_label_value: ConfigText = Field(
+        "true", description="Value of that label. Default `true`."
+    )
 
     @field_validator("namespace_label_key")
     @classmethod
@@ -149,18 +153,18 @@ class PlatformConfig(_StackSection):
         description="Install the dynamo-platform chart. false: the cluster already runs the"
         " operator; nothing is registered for the chart. Default true.",
     )
-    chart_version: str = Field(
+    chart_version: ConfigText = Field(
         "1.6.2",
         description="dynamo-platform chart version, == the Dynamo release (default 1.6.2, the"
         " version the measured series used).",
     )
-    namespace: str = Field(
+    namespace: ConfigText = Field(
         "dynamo-system",
         description="Namespace of the Helm release with operatorScope=cluster (created if"
         " missing). With operatorScope=namespace the release goes into the testbed namespace,"
         " as upstream installs restricted operators. Default dynamo-system.",
     )
-    release_name: str = Field(
+    release_name: ConfigText = Field(
         "dynamo-platform",
         description="Helm release name (<= 53 chars). Default dynamo-platform.",
     )
