@@ -21,9 +21,10 @@ from markdown_it import MarkdownIt
 from pulumi_cli import coerce, merge_config, program_config, read_stack, set_path, stack_values
 from pydantic import BaseModel
 
-from components.config import StackConfig, parse_stack_config, project_values
+from components.config import StackConfig, project_values
 from components.config_text import cli_scalar_text
 from components.errors import PROJECT, StackConfigError
+from components.validation import parse_stack_config
 from testbed.render import REPO, stack_names
 
 STACKS = stack_names()

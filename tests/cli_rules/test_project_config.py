@@ -24,9 +24,10 @@ from pulumi_cli import (
     stack_values,
 )
 
-from components.config import SECRET_KEYS, StackConfig, parse_stack_config, project_values
+from components.config import SECRET_KEYS, StackConfig, project_values
 from components.errors import PROJECT
 from components.program import main
+from components.validation import parse_stack_config
 from testbed.render import REPO, run_under_mocks, stack_config, stack_names
 
 STACKS = stack_names()
