@@ -7,8 +7,10 @@ pulumi/pulumi ``sdk/python/toolchain/uv.go`` L152 and L370 at ``pulumi_cli.PULUM
 uv's default groups (https://docs.astral.sh/uv/concepts/projects/dependencies/#default-groups:
 ``dev`` unless ``tool.uv.default-groups`` says otherwise). ``uv sync --dry-run
 --python-platform`` resolves the locked install for another platform without downloading
-(metadata comes from ``uv.lock``; ``--offline`` proves it), and ``--no-build`` fails when a
-package has no wheel for that platform (a source build on a workstation is not an install).
+(metadata comes from ``uv.lock``; ``--offline`` proves it); ``tool.uv.no-build`` makes it fail
+when a package has no wheel for that platform (a source build on a workstation is not an
+install), and ``tool.uv.required-environments`` makes ``uv lock`` pick versions that have one
+(https://docs.astral.sh/uv/concepts/resolution/#required-environments).
 """
 
 from __future__ import annotations
@@ -22,15 +24,16 @@ from markdown_it import MarkdownIt
 
 from testbed.render import REPO
 
-SUPPORTED_PLATFORMS = (
-    "x86_64-unknown-linux-gnu",
-    "aarch64-unknown-linux-gnu",
-    "x86_64-apple-darwin",
-    "aarch64-apple-darwin",
-    "x86_64-pc-windows-msvc",
-)
-"""Workstations ``pulumi up`` installs on from wheels (uv's target triples). Windows on arm64
-is not one: see :func:`test_windows_arm64_needs_an_x64_python`."""
+SUPPORTED_PLATFORMS = {
+    "x86_64-unknown-linux-gnu": "sys_platform == 'linux' and platform_machine == 'x86_64'",
+    "aarch64-unknown-linux-gnu": "sys_platform == 'linux' and platform_machine == 'aarch64'",
+    "x86_64-apple-darwin": "sys_platform == 'darwin' and platform_machine == 'x86_64'",
+    "aarch64-apple-darwin": "sys_platform == 'darwin' and platform_machine == 'arm64'",
+    "x86_64-pc-windows-msvc": "sys_platform == 'win32' and platform_machine == 'AMD64'",
+}
+"""Workstations ``pulumi up`` installs on from wheels: uv's target triple -> the marker in
+``tool.uv.required-environments``. Windows on arm64 is not one: see
+:func:`test_windows_arm64_needs_an_x64_python`."""
 
 UV = shutil.which("uv")
 
@@ -44,9 +47,7 @@ def uv(*args: str) -> subprocess.CompletedProcess[str]:
 
 def dry_run_sync(platform: str) -> subprocess.CompletedProcess[str]:
     """``uv sync`` as ``pulumi up`` runs it (no group flags), for ``platform``, dry."""
-    return uv(
-        "sync", "--frozen", "--offline", "--dry-run", "--no-build", "--python-platform", platform
-    )
+    return uv("sync", "--frozen", "--offline", "--dry-run", "--python-platform", platform)
 
 
 @pytest.mark.parametrize("platform", SUPPORTED_PLATFORMS)
@@ -54,6 +55,12 @@ def test_pulumi_up_installs_from_wheels(platform: str) -> None:
     result = dry_run_sync(platform)
     assert result.returncode == 0, result.stderr
     assert "Would install" in result.stderr + result.stdout
+
+
+def test_the_lock_has_wheels_for_every_supported_platform() -> None:
+    uv_settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["uv"]
+    assert uv_settings["no-build"] is True
+    assert uv_settings["required-environments"] == list(SUPPORTED_PLATFORMS.values())
 
 
 def test_pulumi_up_installs_no_group() -> None:
