@@ -47,7 +47,11 @@ def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
     Raises:
         StackConfigError: listing every problem (key path, bad value, what is allowed).
     """
-    data = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
+    # {} is the default Pulumi.yaml declares for every section (the CLI requires a declared key
+    # without one): a section left at {} is not set, so a required one is reported missing.
+    data = {
+        k: v for k, v in raw.items() if k not in SECRET_KEYS and not (v == {} and k in KNOWN_KEYS)
+    }
     problems = _unknown_keys(data)
     if stack_role(data) == "platform":
         problems.append(

@@ -21,7 +21,9 @@ from typing import Any
 
 import yaml
 
+from components.config import PlatformStackConfig, StackConfig, project_values, stack_role
 from components.errors import PROJECT
+from components.validation import parse_platform_stack_config, parse_stack_config
 
 PULUMI_COMMIT = "1b5949891b3cefcb9974752b24a5ecef0acc86c8"
 """pulumi/pulumi commit the rules were read at (2026-08-21, after v3.187.0)."""
@@ -260,3 +262,16 @@ def program_config(merged: Mapping[str, StackValue]) -> tuple[dict[str, str], li
         {key: value.text for key, value in merged.items()},
         sorted(key for key, value in merged.items() if value.secure),
     )
+
+
+def program_validates(stack: str, config: Mapping[str, str]) -> StackConfig | PlatformStackConfig:
+    """The program's own validation of the config map the CLI hands it, by stack role (as
+    ``components.program.main`` dispatches).
+
+    Raises:
+        StackConfigError: the program's refusal, naming stack, keys and fixes.
+    """
+    raw = project_values(config)
+    if stack_role(raw) == "platform":
+        return parse_platform_stack_config(stack, raw)
+    return parse_stack_config(stack, raw)
