@@ -77,6 +77,13 @@ def value_at(cfg: StackConfig | PlatformStackConfig, path: str) -> Any:
     return node
 
 
+def as_typed(held: Any, text: str) -> Any:
+    """``text`` read as the type the program holds (``"true"`` for a bool field -> True)."""
+    if isinstance(held, bool):
+        return {"true": True, "false": False}[text]
+    return type(held)(text) if isinstance(held, int | float) else text
+
+
 def set_and_parse(
     stack: str, path: str, text: str, project: dict[str, Any]
 ) -> StackConfig | PlatformStackConfig:
@@ -177,7 +184,7 @@ def test_readme_commands_pass_the_cli_and_the_program(project: dict[str, Any]) -
             if "--secret" in flags:
                 assert secrets == [f"{PROJECT}:{key}"]
             else:
-                assert value_at(cfg, key) == text, (stack, args)
+                assert as_typed(value_at(cfg, key), text) == value_at(cfg, key), (stack, args)
 
 
 @pytest.mark.parametrize("stack", STACKS)
