@@ -13,7 +13,7 @@ from components.links import resolve_link
 from components.load_step import endpoint_problems
 from components.models import UnknownModelError
 from components.sizing import parse_quantity
-from components.stack_sizing import group_of, model_geometry, stack_sizing
+from components.stack_sizing import StackSizing, group_of, model_geometry, stack_sizing
 from components.ucx import CUDA_CAPABLE_EXAMPLE, UCX_TLS, moves_gpu_memory
 
 _KV_ROLES = {
@@ -254,7 +254,8 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
     index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
     value: object
     seen: set[tuple[str, str]] = set()
-    for finding in stack_sizing(cfg).report.errors:
+    sizing = stack_sizing(cfg)
+    for finding in sizing.report.errors:
         if finding.check == "memory-floor":
             key = _workers_key(index[finding.subject], "memoryLimit")
             value = cfg.topology.workers[index[finding.subject]].memory_limit
@@ -275,7 +276,50 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
         if (key, finding.check) not in seen:  # one problem per group, not per replica
             seen.add((key, finding.check))
             out.append(ConfigProblem(key, value, finding.message))
+    if cfg.engine.kind == "vllm":
+        out += context_problems(cfg, sizing)
     return out
+
+
+def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProblem]:
+    """Each vLLM worker's KV cache must hold one request of the max model length.
+
+    vLLM refuses to start otherwise (vLLM 0.31.0 ``check_enough_kv_cache_memory`` in
+    ``vllm/v1/core/kv_cache_utils.py``, which also holds one block back as the null block). The
+    max model length is ``model.maxModelLen``, else the model's ``max_position_embeddings``
+    (vLLM's default); the KV cache is the ``--kv-cache-memory-bytes`` sizing passes, so the
+    check is exact up to vLLM's block rounding. Groups left without any KV cache are reported
+    by the GPU fit check instead.
+    """
+    context = cfg.model.max_model_len or sizing.geometry.max_position_embeddings
+    if context is None:
+        return []
+    fits = {}
+    for w in cfg.topology.workers:
+        row = sizing.worker_kv(w.name)
+        if row.kv_cache_budget_bytes:
+            fits[w.name] = max(0, row.kv_capacity_blocks - 1) * row.block_size_tokens
+    short = {name: tokens for name, tokens in fits.items() if tokens < context}
+    if not short:
+        return []
+    tightest = min(short, key=lambda name: short[name])
+    source = (
+        "model.maxModelLen"
+        if cfg.model.max_model_len
+        else "model.maxModelLen is unset, so vLLM uses the model's max_position_embeddings"
+    )
+    groups = ", ".join(f"'{name}' {tokens:,}" for name, tokens in short.items())
+    return [
+        ConfigProblem(
+            "model.maxModelLen",
+            cfg.model.max_model_len,
+            f"vLLM refuses to start a worker whose KV cache cannot hold one request of the max "
+            f"model length, {context:,} tokens ({source}); the KV cache of these worker groups "
+            f"(--kv-cache-memory-bytes: GPU share - weights - activation overhead) holds fewer "
+            f"tokens: {groups}. Set model.maxModelLen to at most {short[tightest]:,}, or raise "
+            f"gpuMemoryUtilization of '{tightest}'.",
+        )
+    ]
 
 
 def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:

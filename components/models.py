@@ -45,6 +45,8 @@ class ModelGeometry(BaseModel):
         kv_cache_dtype_bytes: bytes per KV-cache element: 2 for bf16/fp16, 1 for fp8.
         num_parameters: total parameters, counting tied embeddings once.
         weight_dtype_bytes: bytes per weight element: 2 for bf16/fp16, 1 for fp8.
+        max_position_embeddings: the model's context length (config.json
+            ``max_position_embeddings``), vLLM's default ``--max-model-len``; None if unknown.
     """
 
     model_config = ConfigDict(
@@ -57,6 +59,7 @@ class ModelGeometry(BaseModel):
     kv_cache_dtype_bytes: int = Field(default=2, gt=0)
     num_parameters: int = Field(gt=0)
     weight_dtype_bytes: int = Field(default=2, gt=0)
+    max_position_embeddings: int | None = Field(default=None, gt=0)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -170,31 +173,49 @@ def geometry_from_hf_config(
             estimate_num_parameters(config) if num_parameters is None else num_parameters
         ),
         weight_dtype_bytes=weight_dtype_bytes,
+        max_position_embeddings=config.get("max_position_embeddings"),
     )
 
 
 # Numbers from each model's config.json on the Hugging Face hub (huggingface.co/<name>/blob/main/
 # config.json); all are bf16. num_parameters is `estimate_num_parameters` of that config, which
-# matches the hub's published totals (Qwen2.5-7B 7.62B, Llama-3.1-8B 8.03B, Qwen3-8B 8.19B).
+# matches the hub's published totals (Qwen2.5-7B 7.62B, Llama-3.1-8B 8.03B, Qwen3-8B 8.19B);
+# max_position_embeddings is that config's own key.
 KNOWN_MODELS: dict[str, ModelGeometry] = {
     # 28 layers, 8 KV heads (16 query heads), head_dim 128, hidden 1024, tied embeddings ->
     # 114,688 B/token. Model card: 0.6B parameters, 0.44B non-embedding; 596,049,920 counts the
     # tied embedding once (the hub's safetensors total, 752M, counts it twice).
     "Qwen/Qwen3-0.6B": ModelGeometry(
-        num_layers=28, num_kv_heads=8, head_dim=128, num_parameters=596_049_920
+        num_layers=28,
+        num_kv_heads=8,
+        head_dim=128,
+        num_parameters=596_049_920,
+        max_position_embeddings=40_960,
     ),
     # 36 layers, 8 KV heads (32 query heads), head_dim 128, hidden 4096, untied -> 147,456 B/token.
     "Qwen/Qwen3-8B": ModelGeometry(
-        num_layers=36, num_kv_heads=8, head_dim=128, num_parameters=8_190_735_360
+        num_layers=36,
+        num_kv_heads=8,
+        head_dim=128,
+        num_parameters=8_190_735_360,
+        max_position_embeddings=40_960,
     ),
     # 32 layers, 8 KV heads (32 query heads), head_dim 4096/32 = 128, untied -> 131,072 B/token.
     "meta-llama/Llama-3.1-8B-Instruct": ModelGeometry(
-        num_layers=32, num_kv_heads=8, head_dim=128, num_parameters=8_030_261_248
+        num_layers=32,
+        num_kv_heads=8,
+        head_dim=128,
+        num_parameters=8_030_261_248,
+        max_position_embeddings=131_072,
     ),
     # 28 layers, 4 KV heads (28 query heads), head_dim 3584/28 = 128, QKV bias, untied ->
     # 57,344 B/token.
     "Qwen/Qwen2.5-7B-Instruct": ModelGeometry(
-        num_layers=28, num_kv_heads=4, head_dim=128, num_parameters=7_615_616_512
+        num_layers=28,
+        num_kv_heads=4,
+        head_dim=128,
+        num_parameters=7_615_616_512,
+        max_position_embeddings=32_768,
     ),
 }
 

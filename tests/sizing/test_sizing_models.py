@@ -30,6 +30,7 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": True,
         "torch_dtype": "bfloat16",
         "vocab_size": 151936,
+        "max_position_embeddings": 40960,
     },
     "Qwen/Qwen3-8B": {
         "model_type": "qwen3",
@@ -43,6 +44,7 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
         "vocab_size": 151936,
+        "max_position_embeddings": 40960,
     },
     "meta-llama/Llama-3.1-8B-Instruct": {
         "model_type": "llama",
@@ -56,6 +58,7 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
         "vocab_size": 128256,
+        "max_position_embeddings": 131072,
     },
     "Qwen/Qwen2.5-7B-Instruct": {
         "model_type": "qwen2",
@@ -67,6 +70,7 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
         "vocab_size": 152064,
+        "max_position_embeddings": 32768,
     },
 }
 
@@ -161,7 +165,13 @@ def test_unknown_model_lists_known_names() -> None:
 
 def test_geometry_takes_camel_case_config_and_forbids_unknown_keys() -> None:
     geometry = ModelGeometry.model_validate(
-        {"numLayers": 28, "numKvHeads": 8, "headDim": 128, "numParameters": 596_049_920}
+        {
+            "numLayers": 28,
+            "numKvHeads": 8,
+            "headDim": 128,
+            "numParameters": 596_049_920,
+            "maxPositionEmbeddings": 40_960,
+        }
     )
     assert geometry == KNOWN_MODELS["Qwen/Qwen3-0.6B"]
     with pytest.raises(ValidationError):

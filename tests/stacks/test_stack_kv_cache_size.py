@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from test_stack_render import arg_value, components, main_container, objects_of
 
+from components.errors import StackConfigError
 from components.models import known_model
 from components.sizing import GI, MOCKER_BLOCK_SIZE_TOKENS
 from components.stack_sizing import stack_sizing
@@ -114,3 +115,35 @@ def test_a_group_outside_the_checked_sharing_set_still_gets_its_size(
     assert arg_value(list(small.args), "--kv-cache-memory-bytes") == str(expected)
     with pytest.raises(KeyError):
         sizing.kv_cache_bytes("no-such-group")
+
+
+def test_a_kv_cache_that_cannot_hold_one_max_length_request_fails(
+    raw_config: Callable[[str], Raw],
+) -> None:
+    """vLLM 0.31.0 refuses to start then (check_enough_kv_cache_memory); without maxModelLen it
+    uses Qwen3-0.6B's max_position_embeddings, 40,960, more than the seed's shares hold."""
+    raw = raw_config("kv-routing")
+    del raw["model"]["maxModelLen"]
+    with pytest.raises(StackConfigError) as info:
+        parse_stack_config("kv-routing", raw)
+    (problem,) = info.value.problems
+    assert (problem.key, problem.value) == ("model.maxModelLen", None)
+    # worker-8gb: 1,599,628,902 B // (114,688 B x 16) = 871 blocks, one held back: 870 x 16.
+    assert "max model length, 40,960 tokens" in problem.message
+    assert "'worker-24gb' 29,648, 'worker-8gb' 13,920" in problem.message
+    assert "Set model.maxModelLen to at most 13,920" in problem.message
+    raw["model"]["maxModelLen"] = 13_920
+    parse_stack_config("kv-routing", raw)
+    raw["model"]["maxModelLen"] = 13_921
+    with pytest.raises(StackConfigError):
+        parse_stack_config("kv-routing", raw)
+    raw["engine"] = {"kind": "mocker"}
+    parse_stack_config("kv-routing", raw)  # the mocker has no such check
+
+
+@pytest.mark.parametrize("stack", DYNAMO_STACKS)
+def test_the_shipped_stacks_cap_the_model_length(rendered: dict[str, Rendered], stack: str) -> None:
+    for component in components(rendered[stack]).values():
+        if component["type"] != "frontend":
+            args = main_container(component["podTemplate"]["spec"])["args"]
+            assert arg_value(args, "--max-model-len") == "8192"
