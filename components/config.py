@@ -276,6 +276,17 @@ class FrontendConfig(CamelModel):
     )
 
 
+DEFAULT_READY_TIMEOUT_MINUTES = 60
+"""Minutes ``pulumi up`` waits for the DGD's Ready by default: a first deploy, not a restart.
+
+Every node pulls the vLLM runtime image first (about 12 GB, the issue's figure for
+``vllm-runtime:1.6.2``): 12e9 B x 8 / 100 Mbit/s = 16 min from nvcr.io on a 100 Mbit/s link,
+plus unpacking; then every worker downloads the model (Qwen3-0.6B: ~1.5 GB) and vLLM loads it
+and captures its CUDA graphs (~1-2 min). 15 minutes (the old default) fails a first deploy on
+any link slower than ~150 Mbit/s and leaves a half-created stack; an hour covers ~30 Mbit/s.
+The wait ends as soon as the operator reports Ready, so a warm redeploy is not slower."""
+
+
 class TopologyConfig(CamelModel):
     """What is deployed: a Dynamo graph, or the part-1 baseline of plain vLLM replicas."""
 
@@ -288,7 +299,11 @@ class TopologyConfig(CamelModel):
     )
     router_mode: Literal["kv", "round-robin", "random"] = "kv"
     ready_timeout_minutes: int = Field(
-        default=15, ge=1, le=240, description="How long Pulumi waits for the DGD's Ready."
+        default=DEFAULT_READY_TIMEOUT_MINUTES,
+        ge=1,
+        le=240,
+        description="How long Pulumi waits for the DGD's Ready (see "
+        "DEFAULT_READY_TIMEOUT_MINUTES for why the default is an hour).",
     )
     frontend: FrontendConfig = Field(default_factory=FrontendConfig)
     workers: tuple[WorkerGroup, ...] = Field(min_length=1)

@@ -47,8 +47,12 @@ CHART_REF = "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform"
 OPERATOR_VALUES_KEY = "dynamo-operator"
 """Values key of the operator subchart inside the `dynamo-platform` umbrella chart."""
 
-HELM_TIMEOUT_S = 600
-"""Seconds Helm waits for the release's pods and hook jobs (the Release default is 300 s)."""
+HELM_TIMEOUT_S = 900
+"""Seconds Helm waits for the release's pods and hook jobs (the Release default is 300 s).
+
+A first install pulls the operator image and the chart's hook-job images on a node that has
+never seen them; with ``atomic`` a timeout uninstalls the release, so the limit is generous
+(15 min) rather than tight: retrying a purged install costs the same pulls again."""
 
 # Kubernetes name syntax: apimachinery `validation.IsDNS1123Label` and `IsQualifiedName`.
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -331,9 +335,18 @@ def helm_release_spec(cfg: PlatformConfig, testbed_namespace: str) -> dict[str, 
     """Keyword arguments for `pulumi_kubernetes.helm.v3.Release` installing the platform.
 
     Returns `{"name", "chart", "version", "namespace", "create_namespace", "skip_crds",
-    "timeout", "values"}`: the OCI chart pinned to `cfg.chart_version`; with operatorScope
-    namespace the release goes into the testbed namespace (which the caller creates first) with
-    `skip_crds=True`; `timeout` in s.
+    "atomic", "cleanup_on_fail", "timeout", "values"}`: the OCI chart pinned to
+    `cfg.chart_version`; with operatorScope namespace the release goes into the testbed
+    namespace (which the caller creates first) with `skip_crds=True`; `timeout` in s.
+
+    `atomic=True`: a failed or timed-out install is uninstalled instead of left half-applied,
+    e.g. fail-closed admission webhooks with no operator pod behind them, which would then
+    refuse every DGD (pulumi/pulumi-kubernetes#1697: "If helm release times-out and helm's
+    atomic mode is not turned on, the release leaves some orphaned resources"); an
+    interrupted install otherwise stays `pending-install` and blocks the next `pulumi up` with
+    "another operation (install/upgrade/rollback) is in progress" (pulumi-kubernetes#2054).
+    `cleanup_on_fail=True`: resources a failed upgrade created are deleted. Both are the
+    `helm.v3.Release` arguments of pulumi-kubernetes 4.x (`atomic`, `cleanupOnFail`).
 
     Raises:
         ValueError: `cfg.install` is false (nothing to install), or as `platform_values`.
@@ -348,6 +361,8 @@ def helm_release_spec(cfg: PlatformConfig, testbed_namespace: str) -> dict[str, 
         "namespace": release_namespace(cfg, testbed_namespace),
         "create_namespace": not restricted,
         "skip_crds": restricted,
+        "atomic": True,
+        "cleanup_on_fail": True,
         "timeout": HELM_TIMEOUT_S,
         "values": platform_values(cfg, testbed_namespace),
     }

@@ -56,7 +56,11 @@ def test_release_is_registered_from_the_spec_under_the_component(config: dict[st
     assert release.inputs["name"] == "dynamo-platform"
     assert release.inputs["createNamespace"] is spec["create_namespace"]
     assert release.inputs["skipCrds"] is spec["skip_crds"]
-    assert release.inputs["timeout"] == 600
+    # A timed-out or failed install is purged, not left half-applied (fail-closed webhooks
+    # without an operator, a pending-install release blocking retries): HELM_TIMEOUT_S docs.
+    assert release.inputs["timeout"] == 900
+    assert release.inputs["atomic"] is True
+    assert release.inputs["cleanupOnFail"] is True
     assert release.inputs["values"] == spec["values"]
     assert built[0].release is not None
 

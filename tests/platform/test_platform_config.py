@@ -104,7 +104,9 @@ def test_cluster_release_spec_is_exact() -> None:
         "namespace": "dynamo-system",
         "create_namespace": True,
         "skip_crds": False,
-        "timeout": 600,
+        "atomic": True,
+        "cleanup_on_fail": True,
+        "timeout": 900,
         "values": platform_values(cfg, TESTBED),
     }
 

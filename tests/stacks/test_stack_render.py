@@ -263,7 +263,7 @@ def test_platform_release_values(rendered: dict[str, Rendered]) -> None:
     assert release["version"] == "1.6.2"
     assert release["namespace"] == "dynamo-system"
     assert release["createNamespace"] is True
-    assert release["timeout"] == 600
+    assert (release["timeout"], release["atomic"], release["cleanupOnFail"]) == (900, True, True)
     values = release["values"]
     assert values["global"] == {
         "etcd": {"install": False},
@@ -294,10 +294,10 @@ def test_namespace_labels_and_dgd_await_annotations(
     meta = dgd(rendered[stack])["metadata"]
     assert meta["name"] == stack
     assert meta["namespace"] == f"testbed-{stack}"
-    # readyTimeoutMinutes defaults to 15: Pulumi waits 900 s for the operator's Ready.
+    # readyTimeoutMinutes defaults to 60 (a first deploy pulls ~12 GB per node): 3,600 s.
     assert meta["annotations"] == {
         "pulumi.com/waitFor": "condition=Ready",
-        "pulumi.com/timeoutSeconds": "900",
+        "pulumi.com/timeoutSeconds": "3600",
     }
 
 
