@@ -12,10 +12,12 @@ cross-key checks of :mod:`components.checks`.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -318,6 +320,43 @@ class TopologyConfig(CamelModel):
         return workers
 
 
+DOCUMENTATION_NETWORKS = {
+    ipaddress.ip_network(net): rfc
+    for net, rfc in (
+        ("192.0.2.0/24", "RFC 5737"),
+        ("198.51.100.0/24", "RFC 5737"),
+        ("203.0.113.0/24", "RFC 5737"),
+        ("2001:db8::/32", "RFC 3849"),
+        ("3fff::/20", "RFC 9637"),
+    )
+}
+"""Address blocks reserved for documentation and examples, never a real node, with the RFC
+that reserves each (TEST-NET-1/2/3 and the IPv6 documentation prefixes)."""
+
+DOCUMENTATION_DOMAINS = ("example", "example.com", "example.net", "example.org", "invalid", "test")
+"""Names reserved for examples and tests (RFC 2606, RFC 6761): no real node is under them."""
+
+
+def documentation_address(host: str) -> str | None:
+    """Why ``host`` (an IP literal, ``[v6]`` or a DNS name) is an example, or None if it is not.
+
+    ``"192.0.2.10"`` -> ``"192.0.2.10 is in 192.0.2.0/24, reserved for documentation (RFC
+    5737)"``; ``"node.example.com"`` -> a message naming RFC 2606; ``"10.0.0.5"`` -> None.
+    """
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        name = host.lower().rstrip(".")
+        reserved = next(
+            (d for d in DOCUMENTATION_DOMAINS if name == d or name.endswith(f".{d}")), None
+        )
+        return f"{host} is under {reserved}, reserved for examples (RFC 2606)" if reserved else None
+    network = next((n for n in DOCUMENTATION_NETWORKS if ip in n), None)
+    if network is None:
+        return None
+    return f"{host} is in {network}, reserved for documentation ({DOCUMENTATION_NETWORKS[network]})"
+
+
 class StackLoadConfig(LoadConfig):
     """The stack's ``load:`` section: the loadgen grid plus the post-deploy load step's settings.
 
@@ -377,6 +416,24 @@ class StackLoadConfig(LoadConfig):
         min_length=1,
         description="Local folder (relative to the project) the step writes its results under.",
     )
+
+    @field_validator("node_address")
+    @classmethod
+    def _not_a_documentation_address(cls, address: str | None) -> str | None:
+        if address is not None:
+            problem = documentation_address(address)
+            if problem:
+                raise ValueError(f"{problem}: set the address of one of your cluster's nodes")
+        return address
+
+    @field_validator("url")
+    @classmethod
+    def _not_a_documentation_host(cls, url: str | None) -> str | None:
+        host = urlsplit(url).hostname if url is not None else None
+        problem = documentation_address(host) if host else None
+        if problem:
+            raise ValueError(f"{problem}: set the URL your frontend answers on")
+        return url
 
     def grid(self) -> LoadConfig:
         """The loadgen part alone (what :func:`loadgen.runner.run_grid` takes)."""

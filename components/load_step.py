@@ -179,24 +179,15 @@ def run_reasons(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
 def endpoint_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Why the load step could not reach the frontend, as config problems ([] when it can).
 
-    With ``load.url`` the URL is used as given. Otherwise a NodePort Service needs
-    ``load.nodeAddress``; a LoadBalancer needs nothing; a ClusterIP Service is unreachable
-    from the machine running Pulumi (port-forwarding is not used: it adds ~2 ms per request).
+    With ``load.url`` the URL is used as given. Otherwise a LoadBalancer needs nothing and a
+    ClusterIP Service is unreachable from the machine running Pulumi (port-forwarding is not
+    used: it adds ~2 ms per request). A NodePort without ``load.nodeAddress`` is no problem
+    here: the step then waits for it (:func:`missing_address`).
     """
     load = cfg.load
     if not load.enabled or load.url is not None:
         return []
-    service_type = cfg.topology.frontend.service_type
-    if service_type == "NodePort" and load.node_address is None:
-        return [
-            ConfigProblem(
-                "load.nodeAddress",
-                None,
-                "the load step reaches the frontend's NodePort Service on a node: set "
-                "load.nodeAddress to any node's address, or load.url, or load.enabled: false",
-            )
-        ]
-    if service_type == "ClusterIP":
+    if cfg.topology.frontend.service_type == "ClusterIP":
         return [
             ConfigProblem(
                 "load.url",
@@ -207,6 +198,27 @@ def endpoint_problems(cfg: StackConfig) -> list[ConfigProblem]:
             )
         ]
     return []
+
+
+def missing_address(cfg: StackConfig, stack: str) -> str | None:
+    """Why the load step is not registered yet, or None when it can run.
+
+    A NodePort frontend is reached on a node's address, which only the user knows: the shipped
+    stacks leave ``load.nodeAddress`` unset (an example address would make the step wait for
+    the model on an address nobody answers, then record ``failed``). Until it is set,
+    ``pulumi up`` deploys the graph without the grid, says so at preview, and exports this text
+    as ``loadStatus``; setting it later creates the step on the unchanged topology.
+    """
+    load = cfg.load
+    if not load.enabled or load.url is not None or load.node_address is not None:
+        return None
+    if cfg.topology.frontend.service_type != "NodePort":
+        return None
+    return (
+        "not run: the load step reaches the frontend's NodePort on a node; set "
+        "load.nodeAddress to any node's address (pulumi config set --path -s "
+        f"{stack} load.nodeAddress <address>) or load.url, then pulumi up again"
+    )
 
 
 def frontend_url(

@@ -18,7 +18,7 @@ from components.errors import PROJECT
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
 from components.load_provider import LoadStep, register_load_step
-from components.load_step import topology_fingerprint
+from components.load_step import missing_address, topology_fingerprint
 from components.manifests import (
     dgd_manifest,
     frontend_service_manifest,
@@ -199,9 +199,15 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("rbac", rbac)
     pulumi.export("sizing", sizing.export())
     pulumi.export("warnings", list(sizing.warnings))
-    if cfg.load.enabled:
-        step = register_load_step(cfg, stack, graph, topology_fingerprint(workloads, service))
-        export_load_step(cfg, step)
+    if not cfg.load.enabled:
+        return
+    waiting = missing_address(cfg, stack)
+    if waiting is not None:
+        pulumi.log.warn(f"stack '{stack}': load step {waiting}")
+        pulumi.export("loadStatus", waiting)
+        return
+    step = register_load_step(cfg, stack, graph, topology_fingerprint(workloads, service))
+    export_load_step(cfg, step)
 
 
 def export_load_step(cfg: StackConfig, step: LoadStep) -> None:

@@ -63,6 +63,7 @@ DOCUMENTED = [
     ("kv-routing", "load.concurrency[0]", "16", 16),
     ("kv-routing", "load.resultsDir", "2026", "2026"),
     ("kv-routing", "load.runId", "007", "007"),
+    ("kv-routing", "load.nodeAddress", "10.0.0.5", "10.0.0.5"),
 ]
 
 
@@ -118,11 +119,14 @@ def test_same_validation_after_the_scalar_is_read(project: dict[str, Any]) -> No
         set_and_parse("kv-routing", "topology.workers[0].name", "-12", project)
     with pytest.raises(StackConfigError, match=r"engine\.dynamoVersion = '2': String should match"):
         set_and_parse("kv-routing", "engine.dynamoVersion", "2", project)
+    with pytest.raises(StackConfigError, match=r"reserved for documentation \(RFC 5737\)"):
+        set_and_parse("kv-routing", "load.nodeAddress", "192.0.2.10", project)
 
 
 def readme_config_set_commands() -> list[list[str]]:
     """Every ``pulumi config set`` command in the README's code (fenced blocks and inline
-    code), as argument lists (``&&``/``;`` chains split, ``#`` comments dropped)."""
+    code), as argument lists (``&&``/``;`` chains split, ``#`` comments dropped); templates
+    with ``<placeholders>`` are left out, the concrete commands beside them are checked."""
     tokens = MarkdownIt().parse((REPO / "README.md").read_text())
     code = [t.content for t in tokens if t.type == "fence"] + [
         child.content
@@ -138,7 +142,8 @@ def readme_config_set_commands() -> list[list[str]]:
                 continue
             words = shlex.split(line, comments=True)
             for command in _split_chain(words):
-                if command[:3] == ["pulumi", "config", "set"]:
+                templated = any(word.startswith("<") for word in command)  # `-s <stack>`
+                if command[:3] == ["pulumi", "config", "set"] and not templated:
                     commands.append(command[3:])
     return commands
 

@@ -30,10 +30,29 @@ LOAD_OUTPUTS = {"results", "loadStatus", "loadRanAt", "loadResultsDir"}
 Raw = dict[str, Any]
 
 
+NODE_ADDRESS = "10.0.0.5"
+"""A node's address, as the user sets it (the shipped stacks set none)."""
+
+
 @pytest.fixture
 def raw() -> Callable[[str], Raw]:
-    """raw(stack): the stack's config as the program reads it (a fresh copy)."""
-    return lambda stack: copy.deepcopy(project_values(cli_config(stack)[0]))
+    """raw(stack): the stack's config as the program reads it (a fresh copy), with
+    ``load.nodeAddress`` set as ``pulumi config set --path -s <stack> load.nodeAddress`` would."""
+
+    def make(stack: str) -> Raw:
+        config = copy.deepcopy(project_values(cli_config(stack)[0]))
+        config["load"]["nodeAddress"] = NODE_ADDRESS
+        return config
+
+    return make
+
+
+@pytest.fixture
+def addressed(
+    raw: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
+) -> Callable[[str], Path]:
+    """addressed(stack): a project folder holding the stack with its node address set."""
+    return lambda stack: project_with(stack, raw(stack))
 
 
 def step_of(rendered: Rendered) -> Any:
@@ -57,7 +76,7 @@ def test_step_registered_after_the_dgd_with_the_stacks_inputs(
     assert step.parent.endswith("pulumi:pulumi:Stack::dynamo-testbed-disagg-same-node")
 
     inputs = LoadStepInputs.from_props(step.inputs)
-    assert inputs.url == "http://192.0.2.10:30080"  # load.nodeAddress + the Service's nodePort
+    assert inputs.url == "http://10.0.0.5:30080"  # load.nodeAddress + the Service's nodePort
     assert inputs.model == "Qwen/Qwen3-0.6B"
     assert inputs.stack == "disagg-same-node"
     assert inputs.run_id == "first"
@@ -71,8 +90,8 @@ def test_step_registered_after_the_dgd_with_the_stacks_inputs(
     assert step.inputs["__provider"] == "[secret]"  # the pickled provider, never plain
 
 
-def test_preview_url_is_unknown_until_the_service_exists() -> None:
-    rendered = render_stack("kv-routing")
+def test_preview_url_is_unknown_until_the_service_exists(addressed: Callable[[str], Path]) -> None:
+    rendered = render_stack("kv-routing", addressed("kv-routing"))
     assert step_of(rendered).inputs["url"] == UNKNOWN_PLACEHOLDER
     assert not LOAD_OUTPUTS & set(rendered.outputs)  # unknown at preview: left out
 
@@ -87,8 +106,8 @@ def test_user_url_is_used_as_given(
     assert step_of(rendered).inputs["url"] == "http://frontend.lab:8000"
 
 
-def test_vllm_service_step_depends_on_every_deployment() -> None:
-    rendered = render_stack("vllm-service")
+def test_vllm_service_step_depends_on_every_deployment(addressed: Callable[[str], Path]) -> None:
+    rendered = render_stack("vllm-service", addressed("vllm-service"))
     step = step_of(rendered)
     deployments = [r.urn for r in rendered.registrations if r.type == DEPLOYMENT_TYPE]
     (service,) = [r for r in rendered.registrations if r.type == SERVICE_TYPE]
@@ -110,8 +129,10 @@ def test_disabled_step_is_not_registered(
 @pytest.mark.parametrize(
     ("frontend", "load", "key"),
     [
-        ({}, {"nodeAddress": None}, "load.nodeAddress"),
         ({"serviceType": "ClusterIP"}, {}, "load.url"),
+        ({}, {"nodeAddress": "192.0.2.10"}, "load.nodeAddress"),  # documentation (RFC 5737)
+        ({}, {"nodeAddress": "2001:db8::10"}, "load.nodeAddress"),  # documentation (RFC 3849)
+        ({}, {"url": "http://frontend.example.com:8000"}, "load.url"),  # example name (RFC 2606)
     ],
 )
 def test_unreachable_frontend_is_refused_before_registering(
@@ -129,10 +150,27 @@ def test_unreachable_frontend_is_refused_before_registering(
     assert [p.key for p in info.value.problems] == [key]
 
 
-def test_fingerprint_follows_the_topology_only(raw: Callable[[str], Raw]) -> None:
-    same = render_stack("disagg-same-node")
-    again = render_stack("disagg-same-node")
-    cross = render_stack("disagg-cross-node")
+@pytest.mark.parametrize("stack", ["kv-routing", "vllm-service"])
+def test_without_a_node_address_the_step_waits(stack: str) -> None:
+    """The shipped stacks set no node address: the graph deploys, no step is registered, and
+    loadStatus says which key to set (no ten-minute wait on an address nobody answers)."""
+    rendered = render_stack(stack, preview=False)
+    assert not [r for r in rendered.registrations if r.type == STEP_TYPE]
+    assert rendered.outputs["loadStatus"] == (
+        "not run: the load step reaches the frontend's NodePort on a node; set "
+        "load.nodeAddress to any node's address (pulumi config set --path -s "
+        f"{stack} load.nodeAddress <address>) or load.url, then pulumi up again"
+    )
+    assert not {"results", "loadRanAt"} & set(rendered.outputs)
+    assert "frontendService" in rendered.outputs
+
+
+def test_fingerprint_follows_the_topology_only(
+    raw: Callable[[str], Raw], addressed: Callable[[str], Path]
+) -> None:
+    same = render_stack("disagg-same-node", addressed("disagg-same-node"))
+    again = render_stack("disagg-same-node", addressed("disagg-same-node"))
+    cross = render_stack("disagg-cross-node", addressed("disagg-cross-node"))
     fingerprint = step_of(same).inputs["fingerprint"]
     assert step_of(again).inputs["fingerprint"] == fingerprint
     assert step_of(cross).inputs["fingerprint"] != fingerprint
@@ -172,8 +210,10 @@ def references(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield names
 
 
-def test_comparison_reads_the_baseline_stack(references: list[str]) -> None:
-    rendered = render_stack("disagg-same-node", preview=False)
+def test_comparison_reads_the_baseline_stack(
+    references: list[str], addressed: Callable[[str], Path]
+) -> None:
+    rendered = render_stack("disagg-same-node", addressed("disagg-same-node"), preview=False)
     assert references == ["organization/dynamo-testbed/kv-routing"]
     comparison = rendered.outputs["comparison"]
     assert (comparison["baseline"], comparison["this"]) == ("kv-routing", "disagg-same-node")
@@ -183,8 +223,8 @@ def test_comparison_reads_the_baseline_stack(references: list[str]) -> None:
     assert rendered.outputs["results"] == THIS
 
 
-def test_no_baseline_no_comparison(references: list[str]) -> None:
-    rendered = render_stack("kv-routing", preview=False)
+def test_no_baseline_no_comparison(references: list[str], addressed: Callable[[str], Path]) -> None:
+    rendered = render_stack("kv-routing", addressed("kv-routing"), preview=False)
     assert references == []
     assert "comparison" not in rendered.outputs
     assert rendered.outputs["results"] == THIS

@@ -286,6 +286,7 @@ def test_unparking_redeploys_and_keeps_the_results_until_run_id_changes() -> Non
         ["pulumi", "stack", "init", "platform"],
         ["pulumi", "up", "-s", "platform"],
         ["pulumi", "stack", "init", "kv-routing"],
+        ["pulumi", "config", "set", "--path", "-s", "kv-routing", "load.nodeAddress", "10.0.0.5"],
         ["pulumi", "up", "-s", "kv-routing"],
         ["pulumi", "config", "set", "-s", "kv-routing", "parked", "true"],
         ["pulumi", "up", "-s", "kv-routing"],
@@ -300,10 +301,10 @@ def test_unparking_redeploys_and_keeps_the_results_until_run_id_changes() -> Non
     # A runId changed while parked runs on unpark.
     cluster, _ = run_sequence(
         [
-            *commands[:5],
+            *commands[:6],
             ["pulumi", "config", "set", "--path", "-s", "kv-routing", "load.runId", "2"],
             ["pulumi", "up", "-s", "kv-routing"],
-            *commands[6:],
+            *commands[7:],
         ]
     )
     assert cluster.runs == ["kv-routing", "kv-routing"]
