@@ -18,6 +18,7 @@ from rich.table import Table
 
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe
 from loadgen.results import PointSummary
+from loadgen.stats import queue_large, short_of_offered
 
 SUMMARY_FILE = "summary.json"
 PIPED_WIDTH = 100  # columns for tables when stdout is a pipe or file (rich assumes 80)
@@ -45,11 +46,30 @@ _COLUMNS: tuple[tuple[str, _Cell], ...] = (
     ("cached\nratio", lambda p: _ratio(p.cached_ratio)),
     ("errors", lambda p: str(p.errors)),
 )
+# Shown when a grid point did not get the load it asked for (`_undelivered`): the open loop's
+# offered rate, the rate actually sent, and the client queue p99.
+_DELIVERY_COLUMNS: tuple[tuple[str, _Cell], ...] = (
+    ("offered\nreq/s", lambda p: _rate(p.offered_rate_per_s)),
+    ("sent\nreq/s", lambda p: _rate(p.sent_rate_per_s)),
+    ("queue\np99 ms", lambda p: _ms(p.queue_p99_ms)),
+)
 
 
-def _table(title: str | None) -> Table:
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _undelivered(p: PointSummary) -> bool:
+    """The point sent less than its offered rate, or its client queue p99 is large next to
+    its TTFT (`loadgen.stats.short_of_offered`, `queue_large`)."""
+    return short_of_offered(p.offered_rate_per_s, p.sent_rate_per_s) or queue_large(
+        p.queue_p99_ms, p.ttft_p50_ms
+    )
+
+
+def _table(title: str | None, columns: Sequence[tuple[str, _Cell]] = _COLUMNS) -> Table:
     table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
-    for header in (*_KEY_HEADERS, *(name for name, _ in _COLUMNS)):
+    for header in (*_KEY_HEADERS, *(name for name, _ in columns)):
         table.add_column(header, no_wrap=True)
     return table
 
@@ -65,17 +85,23 @@ def seed_table(
 ) -> Table:
     """A table with one row per grid point (ordered by concurrency, then prefix kinds): prefix
     kinds, concurrency ("conc"), TTFT p50 and p99 (ms), requests/s, cached-token ratio, errors
-    (failed requests, summed over repetitions).
+    (failed requests, summed over repetitions). When any point did not get the load it asked
+    for (an open loop that sent < 90% of its offered rate, or a client queue p99 large next to
+    TTFT), three columns follow: offered req/s ("-" for the closed loop), sent req/s and the
+    client queue p99 (ms).
 
     With `incidents` (placed: `loadgen.incidents.placed`), the concurrency of a grid point that
     had one is followed by `INCIDENT_MARK`, and the caption lists the first `INCIDENTS_SHOWN`
     incidents, one `describe` line each."""
-    table = _table(title)
+    columns = _COLUMNS
+    if any(_undelivered(p) for p in points):
+        columns = (*_COLUMNS, *_DELIVERY_COLUMNS)
+    table = _table(title, columns)
     marked = {(i.prefix_kinds, i.concurrency) for i in incidents}
     for p in _ordered(points):
         mark = f" {INCIDENT_MARK}" if (p.prefix_kinds, p.concurrency) in marked else ""
         table.add_row(
-            str(p.prefix_kinds), f"{p.concurrency}{mark}", *(cell(p) for _, cell in _COLUMNS)
+            str(p.prefix_kinds), f"{p.concurrency}{mark}", *(cell(p) for _, cell in columns)
         )
     if incidents:
         lines = [f"{INCIDENT_MARK} {describe(i)}" for i in incidents[:INCIDENTS_SHOWN]]

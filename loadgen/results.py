@@ -37,8 +37,12 @@ class RunSummary(BaseModel):
     E2E: `sent` to the last generated token (`RequestRecord.last_token_ns`; a trailing usage
     chunk only supplies counts). Queue: intended to actual send (client-side waiting).
     requests_per_s / output_tokens_per_s: successful requests / completion tokens over the span
-    from the first send to the last end. cached_ratio: sum of cached tokens / sum of prompt tokens
-    over the successful requests that reported cached tokens (`cached_reported` of them).
+    from the first send to the last end. offered_rate_per_s: the open loop's `requestRate` (None
+    for the closed loop); sent_rate_per_s: requests that went out per second, (sent - 1) over
+    the time from the first intended send to the last actual send (None below 2 sent);
+    max_in_flight: most requests in flight at once (sent to body end). cached_ratio: sum of
+    cached tokens / sum of prompt tokens over the successful requests that reported cached
+    tokens (`cached_reported` of them).
     """
 
     prefix_kinds: int
@@ -60,6 +64,9 @@ class RunSummary(BaseModel):
     queue_p99_ms: float | None
     requests_per_s: float
     output_tokens_per_s: float
+    offered_rate_per_s: float | None = None
+    sent_rate_per_s: float | None = None
+    max_in_flight: int | None = None
     prompt_tokens_mean: float | None
     cached_ratio: float | None
     cached_reported: int
@@ -112,6 +119,8 @@ class PointSummary(BaseModel):
     queue_p99_ms: float | None
     requests_per_s: float
     output_tokens_per_s: float
+    offered_rate_per_s: float | None = None
+    sent_rate_per_s: float | None = None
     cached_ratio: float | None
     cached_reported: int
     errors: int

@@ -274,6 +274,8 @@ async def _measure(
         workers=workers,
         loop_lags_ms=done.loop_lags_ms,
         client_cpu_s=done.cpu_s,
+        offered_rate_per_s=config.request_rate if config.arrival is Arrival.POISSON else None,
+        pool_size=config.pool_size(conc),
     ).model_copy(update={"started_at": started_at, "finished_at": datetime.now(UTC)})
     errors = _first_errors(key, done.records, started_ns, started_at)
     return MeasuredRun(summary, errors, records_frame(*key, done.records)), workers

@@ -69,6 +69,98 @@ def _present(values: Sequence[float | None]) -> list[float]:
     return [v for v in values if v is not None]
 
 
+# An open loop that sent less than this share of its offered rate did not deliver it.
+SENT_SHARE_MIN = 0.9
+# Client queue time is "large next to TTFT" above both: the TTFT p99 error budget of issue #7
+# (5 ms), and a tenth of the TTFT p50 it would otherwise hide in.
+QUEUE_P99_MIN_MS = 5.0
+QUEUE_TO_TTFT_MAX = 0.1
+# A client process busier than this during the measured loop reads its clock late
+# (README "Performance": loop-only CPU ~0.3 of a core at c=64 kept the TTFT p99 error in budget).
+BUSY_CLIENT_SHARE = 0.8
+
+
+def short_of_offered(offered_per_s: float | None, sent_per_s: float | None) -> bool:
+    """True when an open loop sent fewer than `SENT_SHARE_MIN` (90%) of its offered
+    requests/s; False for the closed loop (`offered_per_s` None) or nothing sent."""
+    if offered_per_s is None or sent_per_s is None:
+        return False
+    return sent_per_s < SENT_SHARE_MIN * offered_per_s
+
+
+def queue_large(queue_p99_ms: float | None, ttft_p50_ms: float | None) -> bool:
+    """True when the client queue p99 (ms) exceeds both `QUEUE_P99_MIN_MS` (5 ms) and
+    `QUEUE_TO_TTFT_MAX` (10%) of the TTFT p50 (ms; with no TTFT, the 5 ms alone)."""
+    if queue_p99_ms is None or queue_p99_ms <= QUEUE_P99_MIN_MS:
+        return False
+    return ttft_p50_ms is None or queue_p99_ms > QUEUE_TO_TTFT_MAX * ttft_p50_ms
+
+
+def max_in_flight(records: Sequence[RequestRecord]) -> int:
+    """Most requests in flight at once: intervals from `sent_ns` to `end_ns` (or `error_ns`)."""
+    edges = []
+    for r in records:
+        end = r.end_ns or r.error_ns
+        if r.sent_ns is not None and end is not None:
+            edges += [(r.sent_ns, 1), (end, -1)]
+    most = current = 0
+    for _, step in sorted(edges):
+        current += step
+        most = max(most, current)
+    return most
+
+
+def _delivery_warning(
+    *,
+    offered: float | None,
+    sent: float | None,
+    queue: float | None,
+    ttft: float | None,
+    in_flight: int,
+    cap: int,
+    concurrency: int,
+    pool_size: int,
+    e2e_mean_s: float | None,
+    busy_share: float | None,
+    lag_p99_ms: float | None,
+) -> str:
+    """The shortfall (offered vs sent req/s, queue p99 vs TTFT p50 ms) and the cause the
+    client can see. The in-flight cap is a cause only in the open loop: the closed loop runs
+    at its cap by design."""
+    what = []
+    if short_of_offered(offered, sent):
+        what.append(f"sent {sent:.1f} of the offered {offered:.1f} requests/s")
+    if queue_large(queue, ttft):
+        what.append(f"client queue p99 {queue:,.0f} ms next to a TTFT p50 of {_num(ttft)} ms")
+    if offered is not None and in_flight >= cap:
+        need = f"; at {offered:g} req/s"
+        if e2e_mean_s is not None:
+            need += f" and a mean E2E of {e2e_mean_s:.2f} s about {offered * e2e_mean_s:.0f}"
+            need += " would be in flight (Little's law)"
+        cause = (
+            f"the in-flight cap was reached: {in_flight} in flight, at most {cap} "
+            f"(concurrency {concurrency}, pool of {pool_size} connections = maxConnections)"
+            f"{need}; raise --concurrency and --max-connections"
+        )
+    elif (busy_share is not None and busy_share > BUSY_CLIENT_SHARE) or (
+        lag_p99_ms is not None and lag_p99_ms > QUEUE_P99_MIN_MS
+    ):
+        cause = (
+            f"the client was busy: {_num(busy_share, '.0%')} of a core, event-loop lag p99 "
+            f"{_num(lag_p99_ms, '.1f')} ms; use more workers or client cores"
+        )
+    else:
+        cause = (
+            f"no client-side cause seen (at most {in_flight} of {cap} in flight, the client kept "
+            "up): the server or the network took requests slowly"
+        )
+    return f"{' and '.join(what)}: {cause}"
+
+
+def _num(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def summarize_run(
     records: Sequence[RequestRecord],
     *,
@@ -78,13 +170,20 @@ def summarize_run(
     workers: int = 1,
     loop_lags_ms: Sequence[float] = (),
     client_cpu_s: float | None = None,
+    offered_rate_per_s: float | None = None,
+    pool_size: int | None = None,
 ) -> RunSummary:
     """Reduce one run's records to a `RunSummary` (see its docstring for every definition);
     `loop_lags_ms` are the client event loops' lag samples (ms, `loadgen.lag.LagMonitor`),
-    `client_cpu_s` the client's CPU time during the measured loop (s).
+    `client_cpu_s` the client's CPU time during the measured loop (s), `offered_rate_per_s`
+    the open loop's requests/s (None: closed loop), `pool_size` the connections per worker
+    (default: `concurrency`).
 
-    Adds a warning when the TTFT p99 rests on fewer than 100 successful samples, and
-    `loadgen.lag.lag_warning`'s when the loop lag is large enough to distort TTFT.
+    Adds a warning when the TTFT p99 rests on fewer than 100 successful samples,
+    `loadgen.lag.lag_warning`'s when the loop lag is large enough to distort TTFT, and one when
+    an open loop sent less than 90% of its offered rate or the client queue p99 is large next
+    to TTFT (`short_of_offered`, `queue_large`), naming the cause the client can see: the
+    in-flight cap (concurrency, pool size), a busy client, or neither.
     """
     good = [r for r in records if r.ok]
     first_chunks = _present([_ms(r.sent_ns, r.first_chunk_ns) for r in good])
@@ -116,6 +215,34 @@ def summarize_run(
     lagging = lag_warning(lag_p99, lag_max)
     if lagging is not None:
         warnings.append(lagging)
+    sent = [r.sent_ns for r in records if r.sent_ns is not None]
+    intended = min((r.intended_ns for r in records), default=0)
+    sent_span_s = (max(sent) - intended) / 1e9 if sent else 0.0
+    sent_rate = (len(sent) - 1) / sent_span_s if len(sent) > 1 and sent_span_s > 0 else None
+    in_flight = max_in_flight(records)
+    ttft_p50, queue_p99 = percentile(ttfts, 50), percentile(queues, 99)
+    if short_of_offered(offered_rate_per_s, sent_rate) or queue_large(queue_p99, ttft_p50):
+        e2es = _present([e2e_ms(r) for r in good])
+        pool = concurrency if pool_size is None else pool_size
+        warnings.append(
+            _delivery_warning(
+                offered=offered_rate_per_s,
+                sent=sent_rate,
+                queue=queue_p99,
+                ttft=ttft_p50,
+                in_flight=in_flight,
+                cap=min(concurrency, pool),
+                concurrency=concurrency,
+                pool_size=pool,
+                e2e_mean_s=statistics.fmean(e2es) / 1e3 if e2es else None,
+                busy_share=(
+                    client_cpu_s / workers / span_s
+                    if client_cpu_s is not None and span_s > 0
+                    else None
+                ),
+                lag_p99_ms=lag_p99,
+            )
+        )
     return RunSummary(
         prefix_kinds=prefix_kinds,
         concurrency=concurrency,
@@ -125,7 +252,7 @@ def summarize_run(
         errors=sum(errors.values()),
         errors_by_kind=dict(errors),
         duration_s=span_s,
-        ttft_p50_ms=percentile(ttfts, 50),
+        ttft_p50_ms=ttft_p50,
         ttft_p90_ms=percentile(ttfts, 90),
         ttft_p99_ms=percentile(ttfts, 99),
         first_chunk_p50_ms=percentile(first_chunks, 50),
@@ -133,9 +260,12 @@ def summarize_run(
         tpot_p50_ms=percentile(_present([tpot_ms(r) for r in good]), 50),
         e2e_p50_ms=percentile(_present([e2e_ms(r) for r in good]), 50),
         queue_p50_ms=percentile(queues, 50),
-        queue_p99_ms=percentile(queues, 99),
+        queue_p99_ms=queue_p99,
         requests_per_s=len(good) / span_s if span_s > 0 else 0.0,
         output_tokens_per_s=output_sum / span_s if span_s > 0 else 0.0,
+        offered_rate_per_s=offered_rate_per_s,
+        sent_rate_per_s=sent_rate,
+        max_in_flight=in_flight,
         prompt_tokens_mean=statistics.fmean(prompt_lengths) if prompt_lengths else None,
         cached_ratio=cached_sum / prompt_sum if prompt_sum else None,
         cached_reported=len(reported),
@@ -178,6 +308,8 @@ def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
         queue_p99_ms=_median([r.queue_p99_ms for r in runs]),
         requests_per_s=statistics.median(r.requests_per_s for r in runs),
         output_tokens_per_s=statistics.median(r.output_tokens_per_s for r in runs),
+        offered_rate_per_s=runs[0].offered_rate_per_s,
+        sent_rate_per_s=_median([r.sent_rate_per_s for r in runs]),
         cached_ratio=_median([r.cached_ratio for r in runs]),
         cached_reported=sum(r.cached_reported for r in runs),
         errors=sum(r.errors for r in runs),

@@ -13,12 +13,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from fake_openai_server import DONE, FakeServer, Send, Status, Step, Wait, normal_stream
+from fake_openai_server import DONE, FakeServer, Send, Sleep, Status, Step, Wait, normal_stream
 
 from loadgen.api import ERROR_MESSAGE_CHARS, base_url, short_message
 from loadgen.config import LoadConfig
 from loadgen.loops import make_client, run_closed_loop, run_poisson
 from loadgen.output import MeasuredRun, records_frame
+from loadgen.report import seed_table, table_text
 from loadgen.request import RequestRecord
 from loadgen.results import ErrorSample
 from loadgen.runner import FIRST_ERRORS_KEPT, grid_keys, grid_result, run_grid_async
@@ -368,3 +369,44 @@ def test_grid_result_of_runs_so_far_orders_them_and_keeps_the_earliest_failures(
     ]
     assert result.first_failure_at == t0
     assert grid_keys(config) == [(2, 4, 1), (2, 4, 2), (24, 4, 1), (24, 4, 2)]
+
+
+@pytest.mark.asyncio
+async def test_open_loop_short_of_its_offered_rate_says_so_and_why() -> None:
+    """The issue's case, smaller: 20 req/s offered, a 100 ms first token, one request in flight
+    at most: about 9 req/s go out. The run warns with the cause it can see (the cap), and the
+    table grows the offered / sent / queue p99 columns."""
+    config = LoadConfig.model_validate(
+        SMALL_GRID.model_dump()
+        | {"arrival": "poisson", "request_rate": 20.0, "requests_per_run": 8, "max_connections": 1}
+    )
+    async with FakeServer(lambda body, n: [Sleep(0.1), *normal_stream(["a"])]) as server:
+        result = await run_grid_async(server.url, "m", config, None, progress=False)
+    (run,) = result.runs
+    assert run.offered_rate_per_s == 20.0 and run.max_in_flight == 1
+    assert run.sent_rate_per_s is not None and 5 < run.sent_rate_per_s < 10.5
+    assert run.queue_p99_ms is not None and run.queue_p99_ms > 100
+    (warning,) = [w for w in result.warnings if "offered" in w]
+    assert warning.startswith(
+        f"K=1 c=1 rep 1: sent {run.sent_rate_per_s:.1f} of the offered 20.0 requests/s and "
+        f"client queue p99 {run.queue_p99_ms:,.0f} ms next to a TTFT p50 of "
+    )
+    assert (
+        "the in-flight cap was reached: 1 in flight, at most 1 (concurrency 1, pool of 1 "
+        "connections = maxConnections); at 20 req/s and a mean E2E of 0.10 s about 2 would be "
+        "in flight (Little's law); raise --concurrency and --max-connections"
+    ) in warning
+    text = table_text(seed_table(result.points))
+    assert "offered" in text and "sent" in text and "queue" in text
+    row = [cell for cell in text.strip().splitlines()[-1].split() if cell != "│"]
+    assert row[-3:] == ["20.0", f"{run.sent_rate_per_s:.1f}", f"{run.queue_p99_ms:,.0f}"]
+
+
+@pytest.mark.asyncio
+async def test_closed_loop_that_keeps_up_has_no_delivery_columns() -> None:
+    async with FakeServer(lambda body, n: normal_stream(["a"])) as server:
+        result = await run_grid_async(server.url, "m", SMALL_GRID, None, progress=False)
+    (run,) = result.runs
+    assert (run.offered_rate_per_s, run.max_in_flight) == (None, 1)
+    assert "offered" not in table_text(seed_table(result.points))
+    assert not any("requests/s" in w for w in result.warnings)

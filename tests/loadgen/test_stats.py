@@ -115,3 +115,32 @@ def test_point_is_the_median_of_its_runs() -> None:
     assert p.cached_ratio == pytest.approx(0.3)
     with pytest.raises(ValueError, match="several grid points"):
         summarize_point([runs[0], runs[0].model_copy(update={"concurrency": 4})])
+
+
+def test_shortfall_with_room_in_flight_blames_a_busy_client_or_nobody() -> None:
+    """Ten requests offered at 100/s went out 20 ms apart (50/s), one at a time of a cap of
+    4: not the cap. With 0.18 s of client CPU over the 0.188 s from first send to last end the
+    client was busy; with
+    none, no client-side cause is seen."""
+    records = [record(i, 20 * i, 5, [1]) for i in range(10)]
+    for r in records:
+        r.intended_ns = (r.sent_ns or 0) - MS
+
+    def warning(cpu_s: float) -> str:
+        s = summarize_run(
+            records, prefix_kinds=1, concurrency=4, repetition=1, client_cpu_s=cpu_s,
+            offered_rate_per_s=100.0, loop_lags_ms=[0.5] * 100,
+        )  # fmt: skip
+        assert s.sent_rate_per_s == pytest.approx(9 / 0.181)  # first intended -1 ms to 180 ms
+        assert s.max_in_flight == 1
+        (shortfall,) = [w for w in s.warnings if "offered" in w]
+        return shortfall
+
+    assert warning(0.18) == (
+        "sent 49.7 of the offered 100.0 requests/s: the client was busy: 96% of a core, "
+        "event-loop lag p99 0.5 ms; use more workers or client cores"
+    )
+    assert warning(0.0) == (
+        "sent 49.7 of the offered 100.0 requests/s: no client-side cause seen (at most 1 of 4 in "
+        "flight, the client kept up): the server or the network took requests slowly"
+    )
