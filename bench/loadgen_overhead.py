@@ -13,6 +13,11 @@ with 16-token streams:
   given twice: the measured loops only (every process, `ShareResult.cpu_s`) and everything the
   client processes spent from the start of the run (warm-up, spawning and importing workers).
   AIPerf's is all CPU time of its processes (its start-up included: it has no loop-only figure).
+- `testbed load` as a user runs it (`--cli`, default on; issue #15): one process (and its
+  workers) against the 50 ms server with 100-token prompts (the test tokenizer) and 16-token
+  streams, 3,000 then 9,000 requests; whole-process CPU per request = the difference of the
+  two runs' CPU (os.wait4 rusage: the process and every worker it waited for) / 6,000, so
+  start-up cancels; its TTFT error is that of the 9,000-request run.
 Same settings for both: closed loop, the same concurrency and request count, `concurrency`
 warm-up requests, 16 output tokens, a 10-token prompt. With two or more CPUs the server runs
 on one CPU and the clients (worker processes and AIPerf included) on the others (`--no-pin`
@@ -34,6 +39,7 @@ from pathlib import Path
 from typing import Annotated
 
 import httpx
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -70,6 +76,17 @@ class Row:
     lag_p99_ms: float | None
     mean_in_flight: float
     max_in_flight: int
+    cli: "CliFigures | None" = None
+
+
+@dataclass
+class CliFigures:
+    """`testbed load` as a user runs it (see `measure_cli`): whole-process CPU per request (ms)
+    and its TTFT error against the server's truth (ms)."""
+
+    cpu_ms: float
+    ttft_err_p50_ms: float
+    ttft_err_p99_ms: float
 
 
 def _free_port() -> int:
@@ -203,6 +220,45 @@ def measure_ours(concurrency: int, n: int, workers: int) -> Row:
     )
 
 
+CLI_REQUESTS = (3000, 9000)  # the difference of the two runs cancels start-up
+CLI_PROMPT_TOKENS = 100
+
+
+def _cli_run(url: str, concurrency: int, n: int, tokenizer: Path, out: Path) -> float:
+    """One `testbed load` process (1 grid point, 1 repetition, `n` requests of
+    `CLI_PROMPT_TOKENS`-token prompts, `TOKENS` output tokens, no readiness gate); returns the
+    CPU time (s, user + system) of the process and every process it waited for (workers)."""
+    args = [str(Path(sys.executable).parent / "testbed"), "load", "--url", url, "--model", "m"]
+    args += ["--prefix-kinds", "2", "--concurrency", str(concurrency), "--repetitions", "1"]
+    args += ["--requests-per-run", str(n), "--prompt-tokens", str(CLI_PROMPT_TOKENS)]
+    args += ["--max-tokens", str(TOKENS), "--tokenizer", str(tokenizer), "--out", str(out)]
+    args += ["--no-ready-check", "--no-progress"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"testbed load failed ({status}): {process.stderr!r}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_cli(concurrency: int, tokenizer: Path, work: Path) -> CliFigures:
+    """`testbed load` against the 50 ms server: whole-process CPU per request = CPU(9,000
+    requests) - CPU(3,000 requests) over 6,000 (start-up, imports, calibration cancel out);
+    the TTFT error of the larger run against the server's truth over its requests."""
+    with MockServer(SLOW_MS) as slow:
+        small, large = CLI_REQUESTS
+        cpu_small = _cli_run(slow.url, concurrency, small, tokenizer, work / f"cli{concurrency}a")
+        slow.stats(reset=True)
+        out = work / f"cli{concurrency}b"
+        cpu_large = _cli_run(slow.url, concurrency, large, tokenizer, out)
+        frame = pd.read_parquet(out / "requests.parquet")
+        ttfts = ((frame["first_token_ns"] - frame["sent_ns"]) / 1e6).dropna().tolist()
+        return CliFigures(
+            cpu_ms=(cpu_large - cpu_small) / (large - small) * 1e3,
+            ttft_err_p50_ms=(percentile(ttfts, 50) or 0) - slow.truth(50),
+            ttft_err_p99_ms=(percentile(ttfts, 99) or 0) - slow.truth(99),
+        )
+
+
 def _aiperf_run(
     aiperf: str, url: str, concurrency: int, n: int, tokenizer: Path, out: Path
 ) -> tuple[dict[str, dict[str, float]], float]:
@@ -271,6 +327,8 @@ def _tables(rows: list[Row], n: int) -> tuple[Table, Table]:
         "chunks/s (0 ms)",
         "CPU ms/req loop",
         "CPU ms/req total",
+        "CLI: CPU ms/req whole process",
+        "CLI: TTFT err p50 / p99 ms",
         "TTFT err p50 ms",
         "TTFT err p99 ms",
         "queue p50/p99 ms",
@@ -293,6 +351,10 @@ def _tables(rows: list[Row], n: int) -> tuple[Table, Table]:
             _fmt(r.chunks_per_s, ",.0f"),
             _fmt(r.cpu_loop_ms, ".2f"),
             f"{r.cpu_total_ms:.2f}",
+            "-" if r.cli is None else f"{r.cli.cpu_ms:.2f}",
+            "-"
+            if r.cli is None
+            else f"{r.cli.ttft_err_p50_ms:+.1f} / {r.cli.ttft_err_p99_ms:+.1f}",
             f"{r.ttft_err_p50_ms:+.1f}",
             f"{r.ttft_err_p99_ms:+.1f}",
             "-" if r.queue_p99_ms is None else f"{r.queue_p50_ms:.1f} / {r.queue_p99_ms:.1f}",
@@ -338,6 +400,9 @@ def main(
     work: Annotated[Path, typer.Option(help="AIPerf artifact folder.")] = Path(
         "/tmp/loadgen-bench"
     ),
+    cli: Annotated[
+        bool, typer.Option(help="Also time `testbed load` as a process (3,000 and 9,000 requests).")
+    ] = True,
 ) -> None:
     """Print our figures (and AIPerf's, with ratios) per concurrency."""
     global SERVER_CPUS, CLIENT_CPUS
@@ -351,7 +416,10 @@ def main(
         tokenizer = make_model_dir(Path(tmp) / "model")  # a local tokenizer for AIPerf
         for c in (int(x) for x in concurrency.split(",")):
             count = auto_workers(c) if workers == "auto" else int(workers)
-            rows.append(measure_ours(c, requests, count))
+            row = measure_ours(c, requests, count)
+            if cli:
+                row.cli = measure_cli(c, tokenizer, Path(tmp))
+            rows.append(row)
             if aiperf is not None:
                 rows.append(measure_aiperf(aiperf, c, requests, tokenizer, work))
     main_table, ratios = _tables(rows, requests)

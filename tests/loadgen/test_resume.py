@@ -86,6 +86,7 @@ def test_ctrl_c_after_two_runs_keeps_them_and_resume_finishes_with_the_same_tota
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
         wait_for_runs(out, 2, proc)
         # Mid-grid, the folder is the valid grid so far: two runs, one point complete.
@@ -95,7 +96,11 @@ def test_ctrl_c_after_two_runs_keeps_them_and_resume_finishes_with_the_same_tota
         assert mid["runs"] == [(1, 1, PER_RUN, PER_RUN), (1, 2, PER_RUN, PER_RUN)]
         assert mid["points"] == [(1, 2, 2 * PER_RUN, 0)]
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-        output, _ = proc.communicate(timeout=30)
+        try:
+            output, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            pytest.fail(f"no exit 30 s after SIGINT:\n{proc.communicate()[0].decode()}")
         assert proc.returncode == 130, output.decode()
         assert f"interrupted; 2 complete run(s) are saved in {out}" in output.decode()
         assert sorted(p.parent.name for p in out.glob("runs/*/run.json")) == [
