@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from rich import box
 from rich.table import Table
 
+from components.stack_resources import ResourceComparison, resource_note
 from loadgen.report import table_text
 
 RATIO_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_ratio")
@@ -135,17 +136,23 @@ def comparison_output(
     this_stack: str,
     baseline_results: Sequence[Mapping[str, Any]] | None,
     this_results: Sequence[Mapping[str, Any]] | None,
+    resources: ResourceComparison,
 ) -> dict[str, Any]:
     """The ``comparison`` stack output.
 
-    Returns ``{"baseline": name, "this": name, "rows": [ComparisonRow as dict], "table": text}``;
-    a side without results (not run yet, or the baseline stack has no ``results`` output)
-    counts as no points.
+    Returns ``{"baseline": name, "this": name, "rows": [ComparisonRow as dict], "resources":
+    ResourceComparison as dict, "table": text}``; the table ends with the resource note
+    (:func:`components.stack_resources.resource_note`: what differed and which metrics it
+    affects) when the stacks did not have the same resources. A side without results (not run
+    yet, or the baseline stack has no ``results`` output) counts as no points.
     """
     rows = compare_points(baseline_results or [], this_results or [])
+    table = comparison_text(rows, baseline_stack, this_stack)
+    note = resource_note(resources, baseline_stack, this_stack)
     return {
         "baseline": baseline_stack,
         "this": this_stack,
         "rows": [row.model_dump(mode="json") for row in rows],
-        "table": comparison_text(rows, baseline_stack, this_stack),
+        "resources": resources.model_dump(mode="json"),
+        "table": f"{table}{note}\n" if note else table,
     }

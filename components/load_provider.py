@@ -38,6 +38,7 @@ from components.load_step import (
     step_outputs,
     step_status,
 )
+from components.stack_resources import STACK_FILE, stack_file_text
 from components.topology import FRONTEND_PORT
 from loadgen.api import base_url
 from loadgen.config import LoadConfig
@@ -113,7 +114,8 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     The folder ``<resultsRoot>/<stack>/<UTC time>/`` is loadgen's results folder
     (:mod:`loadgen.output`: ``summary.json``, the ``results`` output; ``result.json``;
     ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``; ``runs/<run>/``),
-    written after every run, plus ``status.json``. Request failures, a model that is never
+    written after every run, plus ``status.json`` and ``stack.json`` (the stack's resources:
+    :data:`components.stack_resources.STACK_FILE`). Request failures, a model that is never
     listed and the deadline are recorded in the status, never raised.
     """
     ran_at = datetime.now(UTC)
@@ -133,6 +135,8 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     if result is None:  # no run finished: the folder still answers with an empty summary
         write_text_atomic(run_dir / SUMMARY_FILE, "[]\n")
     write_text_atomic(run_dir / STATUS_FILE, json.dumps(outputs["status"], indent=2) + "\n")
+    if inputs.resources is not None:
+        write_text_atomic(run_dir / STACK_FILE, stack_file_text(inputs.stack, inputs.resources))
     return outputs
 
 

@@ -25,6 +25,8 @@ from pydantic.alias_generators import to_camel
 
 from components.config import StackConfig
 from components.errors import ConfigProblem
+from components.stack_resources import stack_resources
+from components.topology import build_topology
 from loadgen.config import LoadConfig
 from loadgen.readiness import ReadyCheck
 from loadgen.results import GridResult
@@ -58,6 +60,9 @@ class LoadStepInputs(BaseModel):
         results_root: local folder; a run writes ``<results_root>/<stack>/<UTC time>/``.
         parked: the stack is parked (``parked: true``): no GPU workloads, so the step never
             runs; it keeps the outputs it has (see :func:`run_reasons`).
+        resources: the stack's :class:`~components.stack_resources.StackResources` as a dict,
+            written to the results folder as ``stack.json`` so that ``testbed compare`` can
+            say whether two results had the same workers and GPUs (the fingerprint covers it).
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
@@ -75,6 +80,7 @@ class LoadStepInputs(BaseModel):
     tokenizer: str | None = None
     results_root: str
     parked: bool = False
+    resources: dict[str, Any] | None = None
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
@@ -125,6 +131,7 @@ def step_inputs(
         tokenizer=load.tokenizer,
         results_root=results_root,
         parked=cfg.parked,
+        resources=stack_resources(cfg, build_topology(cfg)).model_dump(mode="json"),
     )
 
 

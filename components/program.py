@@ -37,6 +37,7 @@ from components.stack_layout import (
     read_platform_exports,
     stack_reference_name,
 )
+from components.stack_resources import StackResources, compare_resources, stack_resources
 from components.stack_sizing import stack_sizing
 from components.topology import FRONTEND_PORT, build_topology
 from components.validation import parse_platform_stack_config, parse_stack_config
@@ -120,10 +121,11 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     (:func:`components.load_step.run_reasons`).
 
     Outputs: ``namespace``, ``topology`` (kind), ``dgdName`` (None for vllm-service or parked),
-    ``parked``,
-    ``frontendService``, ``frontendPort``, ``placement`` (component, type, replicas, nodeClass,
-    gpus), ``platform`` (the operator the graph runs under: :class:`PlatformExports` plus the
-    platform ``stack``; None for vllm-service), ``rbac`` (what the stack grants, the operator
+    ``parked``, ``resources`` (workers, GPUs and node classes the graph runs on:
+    :class:`~components.stack_resources.StackResources`), ``frontendService``,
+    ``frontendPort``, ``placement`` (component, type, replicas, nodeClass, gpus), ``platform``
+    (the operator the graph runs under: :class:`PlatformExports` plus the platform ``stack``;
+    None for vllm-service), ``rbac`` (what the stack grants, the operator
     first), ``sizing`` (numbers with units in the keys), ``warnings``; with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
     (:mod:`components.load_step`), and with ``baselineStack`` also ``comparison``
@@ -195,6 +197,8 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("frontendService", graph.frontend_service)
     pulumi.export("frontendPort", graph.frontend_port)
     pulumi.export("placement", topology.placement_table())
+    resources = stack_resources(cfg, topology)
+    pulumi.export("resources", resources.model_dump(mode="json"))
     pulumi.export("platform", platform)
     pulumi.export("rbac", rbac)
     pulumi.export("sizing", sizing.export())
@@ -207,12 +211,13 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         pulumi.export("loadStatus", waiting)
         return
     step = register_load_step(cfg, stack, graph, topology_fingerprint(workloads, service))
-    export_load_step(cfg, step)
+    export_load_step(cfg, step, resources)
 
 
-def export_load_step(cfg: StackConfig, step: LoadStep) -> None:
+def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources) -> None:
     """Export the load step's outputs and, with ``baselineStack``, the comparison with that
-    stack's ``results`` (read through a StackReference)."""
+    stack's ``results`` and ``resources`` (read through a StackReference; a baseline without
+    ``resources`` makes them unknown, and the comparison says so)."""
     pulumi.export("results", step.results)
     pulumi.export("loadStatus", step.status)
     pulumi.export("loadRanAt", step.ranAt)
@@ -224,7 +229,15 @@ def export_load_step(cfg: StackConfig, step: LoadStep) -> None:
     baseline = pulumi.StackReference(f"baseline-{cfg.baseline_stack.replace('/', '-')}", name)
     pulumi.export(
         "comparison",
-        pulumi.Output.all(baseline.get_output("results"), step.results).apply(
-            lambda both: comparison_output(cfg.baseline_stack or name, this, both[0], both[1])
+        pulumi.Output.all(
+            baseline.get_output("results"), step.results, baseline.get_output("resources")
+        ).apply(
+            lambda values: comparison_output(
+                cfg.baseline_stack or name,
+                this,
+                values[0],
+                values[1],
+                compare_resources(cfg.baseline_stack or name, values[2], this, resources),
+            )
         ),
     )

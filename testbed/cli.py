@@ -5,7 +5,8 @@ Each subcommand lives in the module named for what it does; this file only assem
 
 import typer
 
-from loadgen.cli import compare_command, load_command
+from loadgen.cli import load_command
+from testbed.compare import compare_command
 from testbed.stack_commands import diff_command, render_command, simulate_command
 
 app = typer.Typer(

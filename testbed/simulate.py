@@ -15,6 +15,7 @@ from pathlib import Path
 
 from components.config import StackConfig, project_values
 from components.sizing import MOCKER_BLOCK_SIZE_TOKENS
+from components.stack_resources import STACK_FILE, stack_file_text, stack_resources
 from components.stack_sizing import stack_sizing
 from components.topology import build_topology
 from components.validation import parse_stack_config
@@ -108,7 +109,8 @@ def simulate_stack(
 ) -> Simulation:
     """Start the stack's local graph, run its grid, stop every process, return the result.
 
-    Writes ``out_dir/<stack>/`` (loadgen's summary.json, requests.parquet, ...), the model
+    Writes ``out_dir/<stack>/`` (loadgen's summary.json, requests.parquet, ..., and
+    ``stack.json``: the resources the stack would run on, for ``testbed compare``), the model
     directory and the graph's logs (``out_dir/<stack>/graph/logs``). Every process is stopped
     on return, on error and on Ctrl-C.
 
@@ -129,4 +131,6 @@ def simulate_stack(
             tokenizer=str(model_dir),
             progress=progress,
         )
+    resources = stack_resources(cfg, build_topology(cfg))
+    (stack_dir / STACK_FILE).write_text(stack_file_text(stack, resources))
     return Simulation(stack=stack, spec=spec, result=result, out_dir=stack_dir)

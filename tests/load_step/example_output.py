@@ -19,6 +19,7 @@ from typing import Any
 from components.comparison import comparison_output
 from components.load_provider import LoadStepProvider
 from components.load_step import step_inputs
+from components.stack_resources import compare_resources
 from testbed.localgraph import LocalGraph
 from testbed.model_dir import make_model_dir
 from testbed.simulate import graph_spec, load_stack, simulation_load
@@ -49,7 +50,13 @@ def main(out_dir: Path) -> None:
         "loadStatus": this["status"],
         "loadRanAt": this["ranAt"],
         "loadResultsDir": this["resultsDir"],
-        "comparison": comparison_output(BASELINE, STACK, baseline["results"], this["results"]),
+        "comparison": comparison_output(
+            BASELINE,
+            STACK,
+            baseline["results"],
+            this["results"],
+            compare_resources(BASELINE, baseline["resources"], STACK, this["resources"]),
+        ),
     }
     json.dump(outputs, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -9,6 +9,7 @@ import pytest
 
 from components.comparison import compare_points, comparison_output, ratio
 from components.stack_layout import stack_reference_name
+from components.stack_resources import compare_resources
 
 # BRIEF.md "Results: same node": (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms, req/s),
 # KV routing with 6 workers (A) / disaggregated (B).
@@ -100,9 +101,12 @@ def test_ratio_edges() -> None:
     assert ratio(0.857, 0.2) == 0.233
 
 
+UNKNOWN = compare_resources("kv-routing", None, "disagg-same-node", None)
+
+
 def test_output_table_shows_a_slash_b_and_the_ratio() -> None:
     out = comparison_output(
-        "kv-routing", "disagg-same-node", points(SEED_KV_ROUTING), points(SEED_DISAGG)
+        "kv-routing", "disagg-same-node", points(SEED_KV_ROUTING), points(SEED_DISAGG), UNKNOWN
     )
     assert (out["baseline"], out["this"]) == ("kv-routing", "disagg-same-node")
     assert len(out["rows"]) == 8
@@ -112,7 +116,9 @@ def test_output_table_shows_a_slash_b_and_the_ratio() -> None:
 
 
 def test_missing_results_compare_as_no_points() -> None:
-    out = comparison_output("kv-routing", "disagg-same-node", None, points(SEED_DISAGG[:1]))
+    out = comparison_output(
+        "kv-routing", "disagg-same-node", None, points(SEED_DISAGG[:1]), UNKNOWN
+    )
     (row,) = out["rows"]
     assert row["ttft_p50_ms"] == {"baseline": None, "this": 286, "ratio": None}
 

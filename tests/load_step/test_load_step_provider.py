@@ -94,6 +94,11 @@ def test_create_runs_the_grid_and_records_the_outputs(
     assert json.loads((folder / "status.json").read_text()) == status
     assert len(pd.read_parquet(folder / "requests.parquet")) == 8
     assert (folder / "runs" / "k2-c2-r1" / "run.json").is_file()
+    # stack.json: what the grid ran on (testbed compare reads it), 2 prefill + 2 decode.
+    stack_file = json.loads((folder / "stack.json").read_text())
+    assert stack_file["stack"] == STACK
+    assert stack_file["resources"]["workers_by_role"] == {"prefill": 2, "decode": 2}
+    assert stack_file["resources"]["gpus"] == 1
     # The readiness gate ran before the grid: 3 completions in a row on a ready graph.
     readiness = json.loads((folder / "result.json").read_text())["readiness"]
     assert (readiness["attempts"], readiness["failures_by_kind"]) == (3, {})

@@ -270,6 +270,12 @@ def test_the_comparison_reads_the_parked_baseline(sequence: tuple[Cluster, list[
     assert rows[(2, 4)]["ttft_p50_ms"] == {"baseline": 34, "this": 286, "ratio": 8.412}
     assert rows[(24, 8)]["requests_per_s"]["ratio"] == 0.522
     assert "34 / 286 (x8.41)" in printed[0]
+    # The parked baseline's `resources` output says what the ratios include.
+    assert comparison["resources"]["differences"][0] == (
+        "kv-routing also used node class gpu-8gb: 2 workers on 1 GPU"
+    )
+    assert set(comparison["resources"]["affects"]) == {"requests_per_s", "cached_ratio"}
+    assert "Resources differ (kv-routing / disagg-same-node)" in printed[0]
     cross = cluster.rendered["disagg-cross-node"].outputs["comparison"]
     assert cross["baseline"] == "disagg-same-node"  # parked before cross-node came up
     assert cross["rows"][0]["ttft_p50_ms"] == {"baseline": 286, "this": 2039.5, "ratio": 7.131}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 from pathlib import Path
@@ -93,6 +94,10 @@ def test_simulate_stack_writes_results_and_leaves_no_process(
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     sim = simulate_stack("disagg-cross-node", tmp_path, progress=False)
     assert (tmp_path / "disagg-cross-node" / "summary.json").exists()
+    # stack.json: what the stack runs on (1 prefill on gpu-8gb, 2 decode on gpu-24gb).
+    stack_file = json.loads((tmp_path / "disagg-cross-node" / "stack.json").read_text())
+    assert stack_file["stack"] == "disagg-cross-node"
+    assert stack_file["resources"]["workers_by_role"] == {"prefill": 1, "decode": 2}
     assert any((tmp_path / "disagg-cross-node" / "graph" / "logs").iterdir())
     (point,) = sim.result.points
     assert point.samples == 8 and point.errors == 0

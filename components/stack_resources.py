@@ -1,0 +1,222 @@
+"""What a stack measured with (workers, GPUs, node classes), and whether two stacks had the same.
+
+Pure. The seed compares KV routing with 6 workers (4 on the 24 GB GPU, 2 on the 8 GB server)
+with disaggregation on the 24 GB GPU alone, and says so: "Resources were not equal (KV routing
+also used 2 workers on the other server), so throughput differences include those 2 workers;
+TTFT differences do not" (BRIEF.md). :func:`compare_resources` states the same for any two
+stacks, and which metrics the difference affects:
+
+- ``requests_per_s``: when the workers or GPUs differ, throughput compares different serving
+  capacity;
+- ``cached_ratio``: when the workers that hold prefix cache (aggregated and prefill workers; a
+  decode worker receives KV, it does not serve prefixes) differ, the prefix-cache capacity
+  differs (the seed: "only the prefill workers hold prefix cache, a third of six workers'
+  capacity");
+- TTFT p50/p99: one request's prefill runs on one worker, so extra workers change TTFT only
+  through queueing; stated as not included, as the seed does.
+
+A stack's resources are its ``resources`` output and, in a results folder, ``stack.json``
+(:data:`STACK_FILE`) beside ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from components.config import StackConfig
+from components.topology import Topology
+
+STACK_FILE = "stack.json"
+"""``{"stack": name, "resources": StackResources}`` in a results folder, beside summary.json."""
+
+PREFIX_CACHE_ROLES = ("aggregated", "prefill")
+"""Worker roles that serve prompts from their own prefix cache."""
+
+
+class NodeClassUse(BaseModel):
+    """What a stack runs on one node class.
+
+    Attributes:
+        workers: worker pods on the class.
+        gpu_units: ``nvidia.com/gpu`` they request (time-slicing replicas count one each).
+        gpus: physical GPUs they need at least: ``ceil(gpu_units / replicasPerGpu)`` with
+            time-slicing, else ``gpu_units``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    workers: int
+    gpu_units: int
+    gpus: int
+
+
+class StackResources(BaseModel):
+    """The ``resources`` stack output.
+
+    Attributes:
+        workers: worker pods (the frontend excluded).
+        workers_by_role: ``{"aggregated": 6}``, ``{"prefill": 2, "decode": 2}``.
+        prefix_cache_workers: aggregated + prefill workers.
+        gpu_units: ``nvidia.com/gpu`` requested in all.
+        gpus: physical GPUs needed at least (sum over node classes).
+        node_classes: node class -> :class:`NodeClassUse`, only classes with workers.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    workers: int
+    workers_by_role: dict[str, int]
+    prefix_cache_workers: int
+    gpu_units: int
+    gpus: int
+    node_classes: dict[str, NodeClassUse]
+
+
+def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
+    """The resources of a stack's workers (what its DGD or Deployments request)."""
+    by_role: dict[str, int] = {}
+    classes: dict[str, tuple[int, int]] = {}
+    for plan in topology.components:
+        if plan.role == "frontend" or plan.placement.node_class is None:
+            continue
+        by_role[plan.role] = by_role.get(plan.role, 0) + plan.replicas
+        workers, units = classes.get(plan.placement.node_class, (0, 0))
+        classes[plan.placement.node_class] = (
+            workers + plan.replicas,
+            units + plan.replicas * plan.placement.gpus,
+        )
+    uses = {}
+    for name, (workers, units) in classes.items():
+        slicing = cfg.node_classes[name].time_slicing
+        per_gpu = slicing.replicas_per_gpu if slicing is not None else 1
+        uses[name] = NodeClassUse(workers=workers, gpu_units=units, gpus=math.ceil(units / per_gpu))
+    return StackResources(
+        workers=sum(by_role.values()),
+        workers_by_role=by_role,
+        prefix_cache_workers=sum(by_role.get(role, 0) for role in PREFIX_CACHE_ROLES),
+        gpu_units=sum(u.gpu_units for u in uses.values()),
+        gpus=sum(u.gpus for u in uses.values()),
+        node_classes=uses,
+    )
+
+
+def stack_file_text(stack: str, resources: Mapping[str, Any] | StackResources) -> str:
+    """The text of :data:`STACK_FILE`: ``{"stack": name, "resources": {...}}``, indented JSON."""
+    data = StackResources.model_validate(resources).model_dump(mode="json")
+    return json.dumps({"stack": stack, "resources": data}, indent=2) + "\n"
+
+
+class ResourceComparison(BaseModel):
+    """Whether two stacks measured with the same resources, and what a difference affects.
+
+    Attributes:
+        same: True when both used the same node classes with the same workers and GPUs on
+            each; None when either side's resources are unknown.
+        differences: one sentence per difference (empty when the same).
+        affects: metric -> why its ratio includes the difference (``requests_per_s``,
+            ``cached_ratio``).
+        not_affected: metric -> why not (``ttft``: TTFT p50/p99).
+    """
+
+    same: bool | None
+    differences: list[str]
+    affects: dict[str, str]
+    not_affected: dict[str, str]
+
+
+def _workers_on(use: NodeClassUse) -> str:
+    return f"{use.workers} worker{'s' if use.workers != 1 else ''} on {_gpus(use.gpus)}"
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU{'s' if count != 1 else ''}"
+
+
+def compare_resources(
+    name_a: str,
+    a: Mapping[str, Any] | StackResources | None,
+    name_b: str,
+    b: Mapping[str, Any] | StackResources | None,
+) -> ResourceComparison:
+    """Compare stack A's resources (the baseline) with stack B's (see the module docstring).
+
+    ``a``/``b``: :class:`StackResources` or their output dicts; None when unknown (a stack
+    deployed before the ``resources`` output, or a results folder without ``stack.json``).
+    Example (the seed): ``kv-routing also used node class gpu-8gb: 2 workers on 1 GPU``,
+    ``in all: 6 workers on 2 GPUs vs 4 workers on 1 GPU``.
+
+    Raises:
+        pydantic.ValidationError: a dict that is not a StackResources.
+    """
+    unknown = [name for name, r in ((name_a, a), (name_b, b)) if r is None]
+    if unknown:
+        return ResourceComparison(
+            same=None,
+            differences=[
+                f"resources of {' and '.join(unknown)} unknown (no `resources` output or "
+                f"stack.json): whether both stacks had the same workers and GPUs is not known"
+            ],
+            affects={},
+            not_affected={},
+        )
+    ra, rb = StackResources.model_validate(a), StackResources.model_validate(b)
+    differences = []
+    for name in sorted(ra.node_classes.keys() | rb.node_classes.keys()):
+        ua, ub = ra.node_classes.get(name), rb.node_classes.get(name)
+        if ua == ub:
+            continue
+        if ub is None and ua is not None:
+            differences.append(f"{name_a} also used node class {name}: {_workers_on(ua)}")
+        elif ua is None and ub is not None:
+            differences.append(f"{name_b} also used node class {name}: {_workers_on(ub)}")
+        elif ua is not None and ub is not None:
+            differences.append(f"node class {name}: {_workers_on(ua)} vs {_workers_on(ub)}")
+    if not differences:
+        return ResourceComparison(same=True, differences=[], affects={}, not_affected={})
+    differences.append(
+        f"in all: {ra.workers} workers on {_gpus(ra.gpus)} vs {rb.workers} workers on "
+        f"{_gpus(rb.gpus)}"
+    )
+    affects = {}
+    if (ra.workers, ra.gpus) != (rb.workers, rb.gpus):
+        affects["requests_per_s"] = (
+            f"throughput: {ra.workers} vs {rb.workers} workers on {_gpus(ra.gpus)} vs "
+            f"{_gpus(rb.gpus)} serve the requests, so the ratio includes the difference"
+        )
+    if ra.prefix_cache_workers != rb.prefix_cache_workers:
+        affects["cached_ratio"] = (
+            f"prefix-cache capacity: {ra.prefix_cache_workers} vs {rb.prefix_cache_workers} "
+            "workers hold prefix cache (aggregated and prefill workers)"
+        )
+    not_affected = {
+        "ttft": "one request's prefill runs on one worker: other workers change its TTFT only "
+        "through queueing, so TTFT ratios do not include the difference (as the seed reads it)"
+    }
+    return ResourceComparison(
+        same=False, differences=differences, affects=affects, not_affected=not_affected
+    )
+
+
+METRIC_NAMES = {
+    "requests_per_s": "requests/s",
+    "cached_ratio": "cached ratio",
+    "ttft": "TTFT p50/p99",
+}
+"""How :func:`resource_note` names the metrics (the table's column names)."""
+
+
+def resource_note(comparison: ResourceComparison, name_a: str, name_b: str) -> str:
+    """The lines printed under a comparison table ('' when the resources were the same)."""
+    if comparison.same:
+        return ""
+    if comparison.same is None:
+        return f"Resources: {comparison.differences[0]}."
+    lines = [f"Resources differ ({name_a} / {name_b}): {'; '.join(comparison.differences)}."]
+    lines += [f"- {METRIC_NAMES[m]} includes it: {why}." for m, why in comparison.affects.items()]
+    lines += [f"- {METRIC_NAMES[m]}: {why}." for m, why in comparison.not_affected.items()]
+    return "\n".join(lines)

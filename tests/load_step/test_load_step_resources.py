@@ -1,0 +1,184 @@
+"""What each stack measured with, and the comparison's statement when two stacks differ (the
+seed: KV routing used 2 more workers on the 8 GB server than disaggregation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_load_step_comparison import SEED_DISAGG, SEED_KV_ROUTING, points
+from typer.testing import CliRunner
+
+from components.comparison import comparison_output
+from components.stack_resources import (
+    STACK_FILE,
+    StackResources,
+    compare_resources,
+    resource_note,
+    stack_file_text,
+    stack_resources,
+)
+from components.topology import build_topology
+from testbed.cli import app
+from testbed.simulate import load_stack
+
+
+def resources_of(stack: str) -> StackResources:
+    cfg = load_stack(stack)
+    return stack_resources(cfg, build_topology(cfg))
+
+
+@pytest.mark.parametrize(
+    ("stack", "by_role", "classes", "gpus"),
+    [
+        ("kv-routing", {"aggregated": 6}, {"gpu-24gb": (4, 4, 1), "gpu-8gb": (2, 2, 1)}, 2),
+        ("vllm-service", {"aggregated": 6}, {"gpu-24gb": (4, 4, 1), "gpu-8gb": (2, 2, 1)}, 2),
+        ("disagg-same-node", {"prefill": 2, "decode": 2}, {"gpu-24gb": (4, 4, 1)}, 1),
+        (
+            "disagg-cross-node",
+            {"prefill": 1, "decode": 2},
+            {"gpu-24gb": (2, 2, 1), "gpu-8gb": (1, 1, 1)},
+            2,
+        ),
+    ],
+)
+def test_stack_resources(
+    stack: str, by_role: dict[str, int], classes: dict[str, tuple[int, int, int]], gpus: int
+) -> None:
+    """(workers, nvidia.com/gpu, physical GPUs) per node class; 4 time-sliced slots per 24 GB
+    GPU and 2 per 8 GB GPU, so 4 workers on the 24 GB class need 1 GPU."""
+    resources = resources_of(stack)
+    assert resources.workers_by_role == by_role
+    assert resources.workers == sum(by_role.values())
+    assert {
+        name: (use.workers, use.gpu_units, use.gpus) for name, use in resources.node_classes.items()
+    } == classes
+    assert resources.gpus == gpus
+    assert resources.prefix_cache_workers == by_role.get("aggregated", 0) + by_role.get(
+        "prefill", 0
+    )
+
+
+def test_the_seeds_comparison_says_what_differed_and_what_it_affects() -> None:
+    comparison = compare_resources(
+        "kv-routing",
+        resources_of("kv-routing"),
+        "disagg-same-node",
+        resources_of("disagg-same-node"),
+    )
+    assert comparison.same is False
+    assert comparison.differences == [
+        "kv-routing also used node class gpu-8gb: 2 workers on 1 GPU",
+        "in all: 6 workers on 2 GPUs vs 4 workers on 1 GPU",
+    ]
+    assert comparison.affects == {
+        "requests_per_s": "throughput: 6 vs 4 workers on 2 GPUs vs 1 GPU serve the requests, "
+        "so the ratio includes the difference",
+        "cached_ratio": "prefix-cache capacity: 6 vs 2 workers hold prefix cache (aggregated "
+        "and prefill workers)",
+    }
+    assert set(comparison.not_affected) == {"ttft"}
+    note = resource_note(comparison, "kv-routing", "disagg-same-node")
+    assert note.splitlines()[0] == (
+        "Resources differ (kv-routing / disagg-same-node): kv-routing also used node class "
+        "gpu-8gb: 2 workers on 1 GPU; in all: 6 workers on 2 GPUs vs 4 workers on 1 GPU."
+    )
+    assert "- requests/s includes it: throughput" in note
+    assert "- TTFT p50/p99: one request's prefill runs on one worker" in note
+
+
+def test_a_class_used_differently_by_both() -> None:
+    comparison = compare_resources(
+        "disagg-same-node",
+        resources_of("disagg-same-node"),
+        "disagg-cross-node",
+        resources_of("disagg-cross-node"),
+    )
+    assert comparison.differences == [
+        "node class gpu-24gb: 4 workers on 1 GPU vs 2 workers on 1 GPU",
+        "disagg-cross-node also used node class gpu-8gb: 1 worker on 1 GPU",
+        "in all: 4 workers on 1 GPU vs 3 workers on 2 GPUs",
+    ]
+    assert set(comparison.affects) == {"requests_per_s", "cached_ratio"}
+
+
+def test_same_resources_say_nothing() -> None:
+    """vllm-service and kv-routing: the same 6 workers on the same GPUs (part 1 vs part 3)."""
+    comparison = compare_resources(
+        "vllm-service", resources_of("vllm-service"), "kv-routing", resources_of("kv-routing")
+    )
+    assert (comparison.same, comparison.differences, comparison.affects) == (True, [], {})
+    assert resource_note(comparison, "vllm-service", "kv-routing") == ""
+
+
+def test_unknown_resources_are_said_to_be_unknown() -> None:
+    comparison = compare_resources(
+        "kv-routing", None, "disagg-same-node", resources_of("kv-routing")
+    )
+    assert comparison.same is None
+    assert resource_note(comparison, "kv-routing", "disagg-same-node") == (
+        "Resources: resources of kv-routing unknown (no `resources` output or stack.json): "
+        "whether both stacks had the same workers and GPUs is not known."
+    )
+
+
+def test_the_comparison_output_carries_the_note() -> None:
+    comparison = compare_resources(
+        "kv-routing",
+        resources_of("kv-routing"),
+        "disagg-same-node",
+        resources_of("disagg-same-node"),
+    )
+    out = comparison_output("kv-routing", "disagg-same-node", [], [], comparison)
+    assert out["resources"]["same"] is False
+    assert out["table"].endswith(resource_note(comparison, "kv-routing", "disagg-same-node") + "\n")
+
+
+# --- testbed compare on two results folders ----------------------------------------------------
+
+
+def results_folder(root: Path, stack: str, *, with_stack_file: bool) -> Path:
+    """A results folder as the load step writes it: summary.json (+ stack.json)."""
+    folder = root / stack
+    folder.mkdir()
+    rows = SEED_KV_ROUTING if stack == "kv-routing" else SEED_DISAGG
+    unmeasured = dict.fromkeys(("ttft_p90_ms", "itl_p50_ms", "tpot_p50_ms", "e2e_p50_ms"))
+    summary = [
+        {**point, **unmeasured, "repetitions": 3, "queue_p99_ms": None}
+        | {"output_tokens_per_s": 0.0, "cached_reported": 0}
+        for point in points(rows)
+    ]
+    (folder / "summary.json").write_text(json.dumps(summary))
+    if with_stack_file:
+        (folder / STACK_FILE).write_text(stack_file_text(stack, resources_of(stack)))
+    return folder
+
+
+def compare(a: Path, b: Path) -> str:
+    result = CliRunner().invoke(app, ["compare", str(a), str(b)])
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+def test_compare_says_what_the_folders_ran_on(tmp_path: Path) -> None:
+    a = results_folder(tmp_path, "kv-routing", with_stack_file=True)
+    b = results_folder(tmp_path, "disagg-same-node", with_stack_file=True)
+    output = compare(a, b)
+    assert "34 / 286" in output  # the seed's table first
+    assert (
+        "Resources differ (kv-routing / disagg-same-node): kv-routing also used node class "
+        "gpu-8gb: 2 workers on 1 GPU; in all: 6 workers on 2 GPUs vs 4 workers on 1 GPU."
+    ) in output
+    assert "- requests/s includes it: throughput: 6 vs 4 workers" in output
+    assert "- cached ratio includes it: prefix-cache capacity: 6 vs 2 workers" in output
+    assert "- TTFT p50/p99: one request's prefill runs on one worker" in output
+
+
+def test_compare_tolerates_folders_without_stack_json(tmp_path: Path) -> None:
+    a = results_folder(tmp_path, "kv-routing", with_stack_file=False)
+    b = results_folder(tmp_path, "disagg-same-node", with_stack_file=True)
+    assert f"Resources: resources of {a} unknown" in compare(a, b)
+    (b / STACK_FILE).unlink()
+    output = compare(a, b)  # plain `testbed load` folders: the table alone
+    assert "34 / 286" in output and "Resources" not in output
