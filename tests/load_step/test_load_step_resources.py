@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from components.comparison import comparison_output
 from components.stack_resources import (
     STACK_FILE,
+    ResourceComparison,
     StackResources,
     compare_resources,
     resource_note,
@@ -27,6 +28,11 @@ from testbed.simulate import load_stack
 def resources_of(stack: str) -> StackResources:
     cfg = load_stack(stack)
     return stack_resources(cfg, build_topology(cfg))
+
+
+def compare_stacks(a: str, b: str) -> ResourceComparison:
+    """The shipped stacks' resources compared, A the baseline."""
+    return compare_resources(a, resources_of(a), b, resources_of(b))
 
 
 @pytest.mark.parametrize(
@@ -61,12 +67,7 @@ def test_stack_resources(
 
 
 def test_the_seeds_comparison_says_what_differed_and_what_it_affects() -> None:
-    comparison = compare_resources(
-        "kv-routing",
-        resources_of("kv-routing"),
-        "disagg-same-node",
-        resources_of("disagg-same-node"),
-    )
+    comparison = compare_stacks("kv-routing", "disagg-same-node")
     assert comparison.same is False
     assert comparison.differences == [
         "kv-routing also used node class gpu-8gb: 2 workers on 1 GPU",
@@ -89,12 +90,7 @@ def test_the_seeds_comparison_says_what_differed_and_what_it_affects() -> None:
 
 
 def test_a_class_used_differently_by_both() -> None:
-    comparison = compare_resources(
-        "disagg-same-node",
-        resources_of("disagg-same-node"),
-        "disagg-cross-node",
-        resources_of("disagg-cross-node"),
-    )
+    comparison = compare_stacks("disagg-same-node", "disagg-cross-node")
     assert comparison.differences == [
         "node class gpu-24gb: 4 workers on 1 GPU vs 2 workers on 1 GPU",
         "disagg-cross-node also used node class gpu-8gb: 1 worker on 1 GPU",
@@ -105,9 +101,7 @@ def test_a_class_used_differently_by_both() -> None:
 
 def test_same_resources_say_nothing() -> None:
     """vllm-service and kv-routing: the same 6 workers on the same GPUs (part 1 vs part 3)."""
-    comparison = compare_resources(
-        "vllm-service", resources_of("vllm-service"), "kv-routing", resources_of("kv-routing")
-    )
+    comparison = compare_stacks("vllm-service", "kv-routing")
     assert (comparison.same, comparison.differences, comparison.affects) == (True, [], {})
     assert resource_note(comparison, "vllm-service", "kv-routing") == ""
 
@@ -124,12 +118,7 @@ def test_unknown_resources_are_said_to_be_unknown() -> None:
 
 
 def test_the_comparison_output_carries_the_note() -> None:
-    comparison = compare_resources(
-        "kv-routing",
-        resources_of("kv-routing"),
-        "disagg-same-node",
-        resources_of("disagg-same-node"),
-    )
+    comparison = compare_stacks("kv-routing", "disagg-same-node")
     out = comparison_output("kv-routing", "disagg-same-node", [], [], comparison)
     assert out["resources"]["same"] is False
     assert out["table"].endswith(resource_note(comparison, "kv-routing", "disagg-same-node") + "\n")

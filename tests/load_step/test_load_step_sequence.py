@@ -282,24 +282,29 @@ def test_the_comparison_reads_the_parked_baseline(sequence: tuple[Cluster, list[
 
 
 def test_without_the_park_the_gpus_would_not_fit() -> None:
-    commands = [c for c in readme_commands() if not (c[1] == "config" and "kv-routing" in c)]
+    unparked = [c for c in readme_commands() if "parked" not in c or "kv-routing" not in c]
     with pytest.raises(AssertionError, match="gpu-24gb"):
-        run_sequence(commands)
+        run_sequence(unparked)
+
+
+def commands(*lines: str) -> list[list[str]]:
+    """``pulumi ...`` command lines as argument lists."""
+    return [shlex.split(line) for line in lines]
 
 
 def test_unparking_redeploys_and_keeps_the_results_until_run_id_changes() -> None:
-    commands = [
-        ["pulumi", "stack", "init", "platform"],
-        ["pulumi", "up", "-s", "platform"],
-        ["pulumi", "stack", "init", "kv-routing"],
-        ["pulumi", "config", "set", "--path", "-s", "kv-routing", "load.nodeAddress", "10.0.0.5"],
-        ["pulumi", "up", "-s", "kv-routing"],
-        ["pulumi", "config", "set", "-s", "kv-routing", "parked", "true"],
-        ["pulumi", "up", "-s", "kv-routing"],
-        ["pulumi", "config", "set", "-s", "kv-routing", "parked", "false"],
-        ["pulumi", "up", "-s", "kv-routing"],
-    ]
-    cluster, _ = run_sequence(commands)
+    steps = commands(
+        "pulumi stack init platform",
+        "pulumi up -s platform",
+        "pulumi stack init kv-routing",
+        "pulumi config set --path -s kv-routing load.nodeAddress 10.0.0.5",
+        "pulumi up -s kv-routing",
+        "pulumi config set -s kv-routing parked true",
+        "pulumi up -s kv-routing",
+        "pulumi config set -s kv-routing parked false",
+        "pulumi up -s kv-routing",
+    )
+    cluster, _ = run_sequence(steps)
     kv = cluster.rendered["kv-routing"]
     assert [r.type for r in kv.registrations].count(DGD_TYPE) == 1  # redeployed
     assert cluster.runs == ["kv-routing"]  # same fingerprint, same runId: the old results
@@ -307,10 +312,9 @@ def test_unparking_redeploys_and_keeps_the_results_until_run_id_changes() -> Non
     # A runId changed while parked runs on unpark.
     cluster, _ = run_sequence(
         [
-            *commands[:6],
-            ["pulumi", "config", "set", "--path", "-s", "kv-routing", "load.runId", "2"],
-            ["pulumi", "up", "-s", "kv-routing"],
-            *commands[7:],
+            *steps[:6],
+            *commands("pulumi config set --path -s kv-routing load.runId 2"),
+            *steps[6:],
         ]
     )
     assert cluster.runs == ["kv-routing", "kv-routing"]
@@ -319,22 +323,22 @@ def test_unparking_redeploys_and_keeps_the_results_until_run_id_changes() -> Non
 def test_a_graph_before_its_platform_fails_naming_it() -> None:
     with pytest.raises(Exception, match=r"Bring it up first: `pulumi up -s platform`"):
         run_sequence(
-            [
-                ["pulumi", "stack", "init", "platform"],
-                ["pulumi", "stack", "init", "kv-routing"],
-                ["pulumi", "up", "-s", "kv-routing"],
-            ]
+            commands(
+                "pulumi stack init platform",
+                "pulumi stack init kv-routing",
+                "pulumi up -s kv-routing",
+            )
         )
 
 
 def test_destroying_the_platform_first_is_refused() -> None:
     with pytest.raises(AssertionError, match=r"platform destroyed while \['kv-routing'\]"):
         run_sequence(
-            [
-                ["pulumi", "stack", "init", "platform"],
-                ["pulumi", "up", "-s", "platform"],
-                ["pulumi", "stack", "init", "kv-routing"],
-                ["pulumi", "up", "-s", "kv-routing"],
-                ["pulumi", "destroy", "-s", "platform"],
-            ]
+            commands(
+                "pulumi stack init platform",
+                "pulumi up -s platform",
+                "pulumi stack init kv-routing",
+                "pulumi up -s kv-routing",
+                "pulumi destroy -s platform",
+            )
         )

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from components.platform import PlatformConfig, admission_scope
 from components.rbac import find_wildcards
 from testbed.render import Registration, Rendered
 
@@ -245,14 +246,8 @@ def test_only_the_platform_stack_installs_the_release(rendered: dict[str, Render
             " chart 1.6.2)",
             "scope": "cluster",
             "rules": ["as defined by the dynamo-platform chart 1.6.2"],
-            "admission": {
-                "namespaces": "all",
-                "namespaceSelector": {},
-                "failurePolicy": "Fail",
-                "podCreateFailurePolicy": "Ignore",
-                "timeoutSeconds": 10,
-                "managedByStack": True,
-            },
+            # Cluster-wide, Fail/Ignore, 10 s: the values are checked in tests/platform.
+            "admission": admission_scope(PlatformConfig(), "dynamo-system"),
         },
     }
 
