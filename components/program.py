@@ -13,7 +13,13 @@ from typing import Any
 import pulumi
 
 from components.comparison import comparison_output
-from components.config import PlatformStackConfig, StackConfig, project_values, stack_role
+from components.config import (
+    PlatformStackConfig,
+    StackConfig,
+    image_tag_version,
+    project_values,
+    stack_role,
+)
 from components.errors import PROJECT
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
@@ -36,6 +42,7 @@ from components.stack_layout import (
     platform_exports,
     read_platform_exports,
     stack_reference_name,
+    version_warning,
 )
 from components.stack_resources import StackResources, compare_resources, stack_resources
 from components.stack_sizing import stack_sizing
@@ -126,7 +133,9 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     ``frontendPort``, ``placement`` (component, type, replicas, nodeClass, gpus), ``platform``
     (the operator the graph runs under: :class:`PlatformExports` plus the platform ``stack``;
     None for vllm-service), ``rbac`` (what the stack grants, the operator
-    first), ``sizing`` (numbers with units in the keys), ``warnings``; with ``load.enabled`` the
+    first), ``sizing`` (numbers with units in the keys), ``warnings`` (sizing's, and
+    :func:`~components.stack_layout.version_warning` when the workers' Dynamo release is not
+    the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
     (:mod:`components.load_step`), and with ``baselineStack`` also ``comparison``
     (:mod:`components.comparison`).
@@ -136,6 +145,8 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     sizing = stack_sizing(cfg)
     for warning in sizing.warnings:
         pulumi.log.warn(warning)
+    runtime = cfg.engine.runtime_version_override or image_tag_version(cfg.engine.resolved_image)
+    warnings: Any = list(sizing.warnings)
 
     uses_dynamo = topology.kind == "dynamo"
     rbac_objects = load_step_rbac(cfg.namespace, LOAD_STEP_ACCOUNT)
@@ -149,9 +160,18 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         namespace_opts = pulumi.ResourceOptions(depends_on=ready)
         platform = exports.apply(lambda e: {"stack": cfg.platform_stack, **e.outputs()})
         rbac = exports.apply(lambda e: [e.operator_rbac, *bindings])
+        warnings = exports.apply(
+            lambda e: _with_warning(
+                sizing.warnings,
+                version_warning(stack, runtime, cfg.platform_stack, e.chart_version),
+            )
+        )
     elif uses_dynamo:
         platform = {"stack": stack, **platform_exports(cfg.platform).outputs()}
         rbac = rbac_summary(cfg.platform, cfg.namespace, rbac_objects)
+        warnings = _with_warning(
+            sizing.warnings, version_warning(stack, runtime, stack, cfg.platform.chart_version)
+        )
     namespace = register_object(
         namespace_manifest(
             cfg.namespace, testbed_namespace_labels(cfg.platform) if uses_dynamo else {}
@@ -202,7 +222,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("platform", platform)
     pulumi.export("rbac", rbac)
     pulumi.export("sizing", sizing.export())
-    pulumi.export("warnings", list(sizing.warnings))
+    pulumi.export("warnings", warnings)
     if not cfg.load.enabled:
         return
     waiting = missing_address(cfg, stack)
@@ -212,6 +232,14 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         return
     step = register_load_step(cfg, stack, graph, topology_fingerprint(workloads, service))
     export_load_step(cfg, step, resources)
+
+
+def _with_warning(warnings: list[str], warning: str | None) -> list[str]:
+    """``warnings`` plus ``warning`` (logged as a Pulumi warning), if there is one."""
+    if warning is None:
+        return list(warnings)
+    pulumi.log.warn(warning)
+    return [*warnings, warning]
 
 
 def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources) -> None:

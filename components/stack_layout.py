@@ -177,6 +177,27 @@ def read_platform_exports(
         ) from None
 
 
+def version_warning(
+    graph_stack: str, runtime_version: str | None, platform_stack: str, chart_version: str
+) -> str | None:
+    """A warning when the workers' Dynamo release is not the operator's, else None.
+
+    Args:
+        runtime_version: MAJOR.MINOR.PATCH of the workers' runtime (``runtimeVersionOverride``,
+            else the image tag's version); None when unknown (no check).
+        chart_version: the platform's ``dynamo-platform`` chart version, which is the Dynamo
+            release of its operator (Dynamo's release artifacts: chart version == release).
+    """
+    if runtime_version is None or runtime_version == chart_version:
+        return None
+    return (
+        f"stack '{graph_stack}': its workers run Dynamo {runtime_version} under the operator of "
+        f"dynamo-platform chart {chart_version} (platform stack '{platform_stack}'); the "
+        "operator and the runtime are released together: use one version in both "
+        "(engine.dynamoVersion or the image tag here, platform.chartVersion there)"
+    )
+
+
 def missing_platform_message(graph_stack: str, platform_stack: str, error: str) -> str:
     """The message for a StackReference read that failed (the stack does not exist)."""
     short = short_stack_name(platform_stack)

@@ -115,6 +115,25 @@ def test_vllm_service_step_depends_on_every_deployment(addressed: Callable[[str]
     assert set(step.dependencies) == {*deployments, service.urn}
 
 
+def test_parked_vllm_service_keeps_the_service_and_the_steps_fingerprint(
+    raw: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
+) -> None:
+    config = raw("vllm-service")
+    config["load"]["nodeAddress"] = "10.0.0.5"
+    running = render_stack("vllm-service", project_with("vllm-service", config), preview=False)
+    parked = render_stack(
+        "vllm-service", project_with("vllm-service", {**config, "parked": True}), preview=False
+    )
+    assert [r.type for r in parked.registrations].count(DEPLOYMENT_TYPE) == 0
+    assert [r.type for r in running.registrations].count(DEPLOYMENT_TYPE) == 2
+    (service,) = [r for r in parked.registrations if r.type == SERVICE_TYPE]
+    assert step_of(parked).dependencies == [service.urn]  # no workloads left to wait for
+    for key in ("fingerprint", "grid", "model", "runId"):
+        assert step_of(parked).inputs.get(key) == step_of(running).inputs.get(key), key
+    assert step_of(parked).inputs["parked"] is True
+    assert (parked.outputs["parked"], running.outputs["parked"]) == (True, False)
+
+
 def test_disabled_step_is_not_registered(
     raw: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
 ) -> None:

@@ -161,6 +161,19 @@ def test_a_platform_stack_is_read_not_registered() -> None:
     assert rendered.outputs["platform"]["operatorNamespace"] == "dynamo-system"
 
 
+def test_a_platform_of_another_dynamo_release_is_a_warning() -> None:
+    platform = {**render_stack("platform").outputs, "chartVersion": "1.6.1"}
+    rendered = render_with("kv-routing", {PLATFORM_REF: platform}, [])
+    assert rendered.outputs["warnings"] == [
+        "stack 'kv-routing': its workers run Dynamo 1.6.2 under the operator of dynamo-platform "
+        "chart 1.6.1 (platform stack 'platform'); the operator and the runtime are released "
+        "together: use one version in both (engine.dynamoVersion or the image tag here, "
+        "platform.chartVersion there)"
+    ]
+    same = render_with("kv-routing", {PLATFORM_REF: render_stack("platform").outputs}, [])
+    assert same.outputs["warnings"] == []
+
+
 def test_vllm_service_needs_no_platform() -> None:
     types: list[str] = []
     render_with("vllm-service", {}, types)  # no platform stack exists: fine
@@ -220,3 +233,8 @@ def test_standalone_stack_installs_the_platform_itself(
     assert release.urn in dgd.dependencies  # destroy removes the DGD while the operator runs
     assert rendered.outputs["platform"]["stack"] == "kv-routing"
     assert rendered.outputs["rbac"][0]["subject"].startswith("dynamo-operator (Helm release")
+    assert rendered.outputs["warnings"] == []
+    older = {**raw, "platform": {"chartVersion": "1.6.1"}}
+    warned = render_stack("kv-routing", project_with("kv-routing", older))
+    (warning,) = warned.outputs["warnings"]
+    assert "chart 1.6.1 (platform stack 'kv-routing')" in warning
