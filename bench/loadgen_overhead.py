@@ -47,7 +47,7 @@ from rich.table import Table
 from loadgen.api import API_PATHS, request_body
 from loadgen.config import Api, LoadConfig
 from loadgen.lag import LagMonitor
-from loadgen.loops import Share, ShareResult, run_share
+from loadgen.loops import Share, ShareResult, Warmup, run_share
 from loadgen.request import RequestRecord
 from loadgen.stats import percentile, queue_ms, ttft_ms
 from loadgen.workers import auto_workers, run_in_workers, split_share
@@ -175,7 +175,7 @@ def _ours(url: str, concurrency: int, n: int, workers: int) -> tuple[ShareResult
         arrival_seed="bench",
     )
 
-    async def reset() -> None:
+    async def reset(_: Warmup) -> None:
         await asyncio.to_thread(httpx.post, f"{url}/reset")
 
     cpu = _cpu_s()

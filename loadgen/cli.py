@@ -5,6 +5,7 @@ succeeded; 2 a bad option, URL, file or folder, or a `--resume` with other setti
 `error: ...` line, no traceback); 130 interrupted (Ctrl-C; the finished runs are saved).
 """
 
+import logging
 import socket
 import urllib.parse
 from pathlib import Path
@@ -345,6 +346,8 @@ def load_command(
     ready = (
         ReadyCheck(successes=ready_successes, timeout_s=ready_timeout_s) if ready_check else None
     )
+    # The runner logs what it sees before a run (e.g. a load too big for the client's CPUs).
+    logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
     try:
         result = run_grid(
             url,

@@ -4,9 +4,11 @@
 """
 
 import asyncio
+import contextlib
+import gc
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -129,6 +131,37 @@ class Share:
 
 
 @dataclass
+class Warmup:
+    """What a warm-up showed about the client's own cost: `requests` sent, the CPU time (s,
+    user + system, all threads of the process(es)) they took, and their mean E2E latency (s;
+    None when none succeeded). Merged over worker processes by `merge`."""
+
+    requests: int
+    cpu_s: float
+    e2e_mean_s: float | None
+
+    @property
+    def cpu_ms_per_request(self) -> float | None:
+        """Client CPU per warm-up request (ms); None without requests."""
+        return self.cpu_s * 1e3 / self.requests if self.requests else None
+
+    @staticmethod
+    def merge(parts: Sequence["Warmup"]) -> "Warmup":
+        """Requests and CPU summed, E2E averaged over the requests."""
+        requests = sum(p.requests for p in parts)
+        timed = [(p.e2e_mean_s, p.requests) for p in parts if p.e2e_mean_s is not None]
+        weight = sum(n for _, n in timed)
+        return Warmup(
+            requests=requests,
+            cpu_s=sum(p.cpu_s for p in parts),
+            e2e_mean_s=sum(e * n for e, n in timed) / weight if weight else None,
+        )
+
+
+Ready = Callable[[Warmup], Awaitable[None]]
+
+
+@dataclass
 class ShareResult:
     """A share's filled records (the started ones, in index order), its event loop's lag
     samples (ms, see `loadgen.lag`) and the CPU time (s, user + system, all threads of the
@@ -139,22 +172,41 @@ class ShareResult:
     cpu_s: float
 
 
+@contextlib.asynccontextmanager
+async def _frozen_heap() -> AsyncIterator[None]:
+    """For the block, every object that exists at its start is frozen out of garbage collection
+    (`gc.freeze`, after one full collection), so no full collection walks the heap of imports,
+    prompts, bodies and records while requests are timed. Measured: in a `testbed load`
+    process (pandas and pulumi imported) one gen-2 collection paused the loop for ~170 ms
+    (6,000 requests at c=64 on the shared 2-core machine, timed with `gc.callbacks`); frozen,
+    no gen-2 collection ran in the loop."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 async def run_share(
     share: Share,
     *,
     on_done: OnDone | None = None,
-    ready: Callable[[], Awaitable[None]] | None = None,
+    ready: Ready | None = None,
 ) -> ShareResult:
-    """Warm up (one closed loop over `share.warmup`), await `ready()` (worker processes meet at
-    a barrier there so their measured loops start together), then run the measured loop
-    (closed, or Poisson for `config.arrival`) while a `LagMonitor` samples the loop's lag.
+    """Warm up (one closed loop over `share.warmup`), await `ready(warmup)` with what the
+    warm-up cost (`Warmup`; worker processes meet at a barrier there so their measured loops
+    start together), then run the measured loop
+    (closed, or Poisson for `config.arrival`) while a `LagMonitor` samples the loop's lag,
+    with the objects that exist before it frozen out of garbage collection (`gc.freeze`).
     Request failures are in the records, never raised.
     """
     config = share.config
     deadline = config.request_timeout_s
     async with make_client(share.url, config, share.concurrency) as client:
+        warm = [RequestRecord(index=i, prefix_id=0) for i in range(len(share.warmup))]
+        warm_cpu = time.process_time()
         if share.warmup:
-            warm = [RequestRecord(index=i, prefix_id=0) for i in range(len(share.warmup))]
             await run_closed_loop(
                 client,
                 share.path,
@@ -163,10 +215,16 @@ async def run_share(
                 concurrency=share.concurrency,
                 deadline_s=deadline,
             )
+        e2es = [(r.end_ns - r.sent_ns) / 1e9 for r in warm if r.ok and r.end_ns and r.sent_ns]
+        warmup = Warmup(
+            requests=len(warm),
+            cpu_s=time.process_time() - warm_cpu,
+            e2e_mean_s=sum(e2es) / len(e2es) if e2es else None,
+        )
         if ready is not None:
-            await ready()
+            await ready(warmup)
         cpu = time.process_time()
-        async with LagMonitor() as lag:
+        async with LagMonitor() as lag, _frozen_heap():
             if config.arrival is Arrival.POISSON:
                 assert config.request_rate is not None  # enforced by LoadConfig's validator
                 records = await run_poisson(

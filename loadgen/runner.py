@@ -9,6 +9,7 @@ server without priming the measured prefixes. No cache-reset endpoint is used.
 
 import asyncio
 import itertools
+import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from rich.progress import Progress
 from loadgen.api import API_PATHS, base_url, request_body, short_message
 from loadgen.config import Arrival, LoadConfig
 from loadgen.incidents import Incident, placed
-from loadgen.loops import OnDone, Share, ShareResult, make_client, run_share
+from loadgen.loops import OnDone, Share, ShareResult, Warmup, make_client, run_share
 from loadgen.observers import GridObserver
 from loadgen.output import (
     MeasuredRun,
@@ -41,9 +42,10 @@ from loadgen.prompts import (
 from loadgen.readiness import Readiness, ReadyCheck, wait_until_serving
 from loadgen.request import RequestRecord, stream_request
 from loadgen.results import ErrorSample, GridResult
-from loadgen.stats import summarize_point, summarize_run
+from loadgen.stats import client_budget_warning, summarize_point, summarize_run
 from loadgen.workers import WorkerPool, auto_workers, split_share
 
+logger = logging.getLogger(__name__)
 FIRST_ERRORS_KEPT = 10  # failed requests kept with their messages in `GridResult.first_errors`
 
 
@@ -57,10 +59,13 @@ async def _run_once(
     repetition: int,
     on_done: OnDone | None,
     pool: WorkerPool,
+    notes: list[str],
 ) -> tuple[ShareResult, int]:
     """One run in this process or spread over `pool`'s worker processes (`config.workers`,
     else `auto_workers`); returns the merged records and lag samples, and the number of
-    workers (1: this process)."""
+    workers (1: this process). After the warm-up and before the measured loop, a load that
+    is more than the client can time honestly (`loadgen.stats.client_budget_warning`) is
+    logged as a warning and appended to `notes`."""
     share = Share(
         url=url,
         path=API_PATHS[config.api],
@@ -77,9 +82,19 @@ async def _run_once(
         workers = min(config.workers, concurrency)
     else:
         workers = auto_workers(concurrency)
+    offered = config.request_rate if config.arrival is Arrival.POISSON else None
+
+    async def preflight(warmup: Warmup) -> None:
+        note = client_budget_warning(
+            warmup, concurrency=concurrency, offered_rate_per_s=offered, workers=workers
+        )
+        if note is not None:
+            notes.append(note)
+            logger.warning("c=%d rep %d: %s", concurrency, repetition, note)
+
     if workers == 1:
-        return await run_share(share, on_done=on_done), 1
-    return await pool.run(split_share(share, workers)), workers
+        return await run_share(share, on_done=on_done, ready=preflight), 1
+    return await pool.run(split_share(share, workers), ready=preflight), workers
 
 
 async def calibrate_word_sizer(url: str, model: str, config: LoadConfig) -> WordSizer:
@@ -263,8 +278,9 @@ async def _measure(
     n_warmup = conc if config.warmup_requests is None else config.warmup_requests
     warmup = build_prompts(sizer, n=n_warmup, salt=f"warmup-{salt}", **shape)
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
+    notes: list[str] = []
     done, workers = await _run_once(
-        server, model, config, prompts, warmup, conc, rep, on_done, pool
+        server, model, config, prompts, warmup, conc, rep, on_done, pool, notes
     )
     summary = summarize_run(
         done.records,
@@ -276,7 +292,14 @@ async def _measure(
         client_cpu_s=done.cpu_s,
         offered_rate_per_s=config.request_rate if config.arrival is Arrival.POISSON else None,
         pool_size=config.pool_size(conc),
-    ).model_copy(update={"started_at": started_at, "finished_at": datetime.now(UTC)})
+    )
+    summary = summary.model_copy(
+        update={
+            "started_at": started_at,
+            "finished_at": datetime.now(UTC),
+            "warnings": [*notes, *summary.warnings],
+        }
+    )
     errors = _first_errors(key, done.records, started_ns, started_at)
     return MeasuredRun(summary, errors, records_frame(*key, done.records)), workers
 
@@ -347,6 +370,7 @@ async def run_grid_async(
             earlier_incidents=folder.earlier_incidents() if folder is not None else (),
         )
 
+    result = result_so_far()
     done_keys = {run.key for run in finished}
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("load", total=len(keys) * config.requests_per_run)
@@ -364,11 +388,11 @@ async def run_grid_async(
                 for observer in observers:
                     run.summary = await observer.after_run(run.summary)
                 finished.append(run)
+                result = result_so_far()
                 if folder is not None:
                     folder.add_run(run, sizing)
-                    folder.write_grid(result_so_far(), finished)
-    result = result_so_far()
-    if folder is not None:
+                    folder.write_grid(result, finished)
+    if folder is not None and done_keys >= set(keys):  # nothing was left to measure
         folder.write_grid(result, finished)
     return result
 

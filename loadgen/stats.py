@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from loadgen.lag import lag_warning
+from loadgen.loops import Warmup
 from loadgen.request import RequestRecord
 from loadgen.results import LOW_SAMPLE_P99, PointSummary, RunSummary
 
@@ -78,6 +79,36 @@ QUEUE_TO_TTFT_MAX = 0.1
 # A client process busier than this during the measured loop reads its clock late
 # (README "Performance": loop-only CPU ~0.3 of a core at c=64 kept the TTFT p99 error in budget).
 BUSY_CLIENT_SHARE = 0.8
+
+
+def client_budget_warning(
+    warmup: Warmup, *, concurrency: int, offered_rate_per_s: float | None, workers: int
+) -> str | None:
+    """Said before a run's measured loop: a warning when the load needs more than
+    `BUSY_CLIENT_SHARE` (80%) of a core per client process, else None.
+
+    The load's rate is the open loop's offered requests/s, or for the closed loop
+    `concurrency` / the warm-up's mean E2E (s); each request costs the client the warm-up's
+    CPU per request (ms; new connections included, so it errs high). None without a warm-up
+    to measure (`warmupRequests: 0`) or without a successful warm-up request (closed loop).
+    """
+    cost_ms = warmup.cpu_ms_per_request
+    if offered_rate_per_s is not None:
+        rate, how = offered_rate_per_s, "offered"
+    elif warmup.e2e_mean_s:
+        rate = concurrency / warmup.e2e_mean_s
+        how = f"{concurrency} streams / {warmup.e2e_mean_s * 1e3:,.0f} ms mean E2E in the warm-up"
+    else:
+        return None
+    if cost_ms is None or rate * cost_ms / 1e3 / workers <= BUSY_CLIENT_SHARE:
+        return None
+    share = rate * cost_ms / 1e3 / workers
+    return (
+        f"before the run: about {rate:,.0f} requests/s ({how}) x {cost_ms:.2f} ms of client "
+        f"CPU each (measured in the warm-up) = {share:.2f} of a core per client process "
+        f"({workers} process(es)): more than one core can time honestly, so TTFT and ITL will "
+        "be read late; give the client more CPUs (workers) or lower the concurrency"
+    )
 
 
 def short_of_offered(offered_per_s: float | None, sent_per_s: float | None) -> bool:

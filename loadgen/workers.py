@@ -19,11 +19,11 @@ import os
 import queue
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 from typing import cast
 
-from loadgen.loops import Share, ShareResult, run_share
+from loadgen.loops import Ready, Share, ShareResult, Warmup, run_share
 
 # One event loop keeps up with 128 streams of 16 tokens against a server that answers in
 # 50 ms (bench/loadgen_overhead.py, README "Performance"); above that a worker is added.
@@ -91,8 +91,8 @@ def _worker(
     while (task := tasks.get()) is not None:
         run, share = cast(tuple[int, Share], task)
 
-        async def ready(run: int = run) -> None:
-            results.put((run, number, _WARM, None))
+        async def ready(warmup: Warmup, run: int = run) -> None:
+            results.put((run, number, _WARM, warmup))
             go = await asyncio.to_thread(tasks.get, True, BARRIER_TIMEOUT_S)
             if go != run:
                 raise RuntimeError(f"worker {number}: expected the go for run {run}, got {go!r}")
@@ -164,14 +164,13 @@ class WorkerPool:
                 got[number] = payload
         return got
 
-    async def run(
-        self, shares: Sequence[Share], *, ready: Callable[[], Awaitable[None]] | None = None
-    ) -> ShareResult:
+    async def run(self, shares: Sequence[Share], *, ready: Ready | None = None) -> ShareResult:
         """Run each share in its own worker process and merge: records of all shares in
         index order, lag samples of all workers pooled, CPU times summed. All workers warm up,
-        then `ready()` (if given) runs in this process, then every worker starts its measured
-        loop. Raises RuntimeError when a worker process dies (e.g. killed, out of memory) or
-        its share raises, TimeoutError when one takes more than BARRIER_TIMEOUT_S to warm up."""
+        then `ready(warmup)` (if given; their `Warmup`s merged) runs in this process, then
+        every worker starts its measured loop. Raises RuntimeError when a worker process dies
+        (e.g. killed, out of memory) or its share raises, TimeoutError when one takes more than
+        BARRIER_TIMEOUT_S to warm up."""
         if self._broken:
             raise RuntimeError("this worker pool was stopped by an earlier failure")
         self._runs += 1
@@ -180,9 +179,9 @@ class WorkerPool:
             self._grow(len(shares))
             for number, share in enumerate(shares):
                 self._tasks[number].put((run, share))
-            await asyncio.to_thread(self._wait, run, _WARM, len(shares), BARRIER_TIMEOUT_S)
+            warm = await asyncio.to_thread(self._wait, run, _WARM, len(shares), BARRIER_TIMEOUT_S)
             if ready is not None:
-                await ready()
+                await ready(Warmup.merge([cast(Warmup, w) for w in warm.values()]))
             for number in range(len(shares)):
                 self._tasks[number].put(run)
             done = await asyncio.to_thread(self._wait, run, _DONE, len(shares), None)
@@ -210,9 +209,7 @@ class WorkerPool:
                 process.join(1)
 
 
-async def run_in_workers(
-    shares: Sequence[Share], *, ready: Callable[[], Awaitable[None]] | None = None
-) -> ShareResult:
+async def run_in_workers(shares: Sequence[Share], *, ready: Ready | None = None) -> ShareResult:
     """One run in a pool of its own (`WorkerPool.run`, same merge, `ready` and errors); the
     processes are stopped on return."""
     async with WorkerPool() as pool:

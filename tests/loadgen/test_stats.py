@@ -5,8 +5,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from loadgen.loops import Warmup
 from loadgen.request import ErrorKind, RequestRecord
-from loadgen.stats import itl_ms, percentile, summarize_point, summarize_run, tpot_ms
+from loadgen.stats import (
+    client_budget_warning,
+    itl_ms,
+    percentile,
+    summarize_point,
+    summarize_run,
+    tpot_ms,
+)
 
 MS = 1_000_000
 
@@ -143,4 +151,27 @@ def test_shortfall_with_room_in_flight_blames_a_busy_client_or_nobody() -> None:
     assert warning(0.0) == (
         "sent 49.7 of the offered 100.0 requests/s: no client-side cause seen (at most 1 of 4 in "
         "flight, the client kept up): the server or the network took requests slowly"
+    )
+
+
+def test_client_budget_warning_before_a_run_too_big_for_one_core() -> None:
+    """0.25 ms of client CPU per request (the warm-up's) and a 50 ms server: c=256 needs
+    ~5,120 requests/s x 0.25 ms = 1.28 cores in one process: said before the run; c=64
+    (0.32 of a core), the same over 2 processes at c=128, and a 100/s open loop are fine."""
+    warm = Warmup(requests=256, cpu_s=0.064, e2e_mean_s=0.05)
+    assert client_budget_warning(warm, concurrency=256, offered_rate_per_s=None, workers=1) == (
+        "before the run: about 5,120 requests/s (256 streams / 50 ms mean E2E in the warm-up) "
+        "x 0.25 ms of client CPU each (measured in the warm-up) = 1.28 of a core per client "
+        "process (1 process(es)): more than one core can time honestly, so TTFT and ITL will be "
+        "read late; give the client more CPUs (workers) or lower the concurrency"
+    )
+    assert client_budget_warning(warm, concurrency=64, offered_rate_per_s=None, workers=1) is None
+    assert client_budget_warning(warm, concurrency=128, offered_rate_per_s=None, workers=2) is None
+    assert client_budget_warning(warm, concurrency=1, offered_rate_per_s=100.0, workers=1) is None
+    offered = client_budget_warning(warm, concurrency=1, offered_rate_per_s=4000.0, workers=1)
+    assert offered is not None and "about 4,000 requests/s (offered) x 0.25 ms" in offered
+    no_warmup = Warmup(requests=0, cpu_s=0.0, e2e_mean_s=None)
+    assert (
+        client_budget_warning(no_warmup, concurrency=256, offered_rate_per_s=None, workers=1)
+        is None
     )

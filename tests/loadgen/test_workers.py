@@ -10,7 +10,7 @@ import pytest
 from fake_openai_server import FakeServer, Sleep, Step, Wait, normal_stream
 
 from loadgen.config import LoadConfig
-from loadgen.loops import Share
+from loadgen.loops import Share, Warmup
 from loadgen.request import RequestRecord
 from loadgen.runner import run_grid_async
 from loadgen.workers import WorkerPool, auto_workers, run_in_workers, split_share
@@ -70,7 +70,7 @@ async def test_two_worker_processes_keep_the_requested_concurrency_and_send_exac
     concurrency, n = 6, 30
     everyone_here = asyncio.Event()
     measured: list[str] = []
-    ready_calls: list[int] = []
+    ready_calls: list[tuple[int, int]] = []
 
     def handler(request: dict[str, Any], number: int) -> list[Step]:
         text = str(request["messages"][0]["content"])
@@ -81,8 +81,8 @@ async def test_two_worker_processes_keep_the_requested_concurrency_and_send_exac
             everyone_here.set()
         return [Wait(everyone_here, timeout_s=20), *normal_stream(["a", "b"])]
 
-    async def ready() -> None:
-        ready_calls.append(len(server.requests))
+    async def ready(warmup: Warmup) -> None:
+        ready_calls.append((len(server.requests), warmup.requests))
 
     async with FakeServer(handler) as server:
         parts = split_share(share(server.url, concurrency, n, warmup=concurrency), 2)
@@ -92,7 +92,8 @@ async def test_two_worker_processes_keep_the_requested_concurrency_and_send_exac
     assert sorted(measured, key=int) == [str(i) for i in range(n)]
     assert len(server.requests) == n + concurrency
     assert server.max_in_flight == concurrency
-    assert ready_calls == [concurrency]  # after every warm-up request, before any measured one
+    # After every warm-up request, before any measured one; the workers' warm-ups merged.
+    assert ready_calls == [(concurrency, concurrency)]
     assert all(len(r.token_ns) == 2 and r.sent_ns is not None for r in result.records)
     assert len(result.loop_lags_ms) > 0 and result.cpu_s > 0
 
