@@ -46,10 +46,8 @@ from loadgen.output import read_result, write_text_atomic
 from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
 from loadgen.report import SUMMARY_FILE
 from loadgen.results import GridResult
+from loadgen.results_folder import STATUS_FILE, STEP_FILE
 from loadgen.runner import grid_keys, run_grid_async
-
-STATUS_FILE = "status.json"
-"""The run's :class:`~components.load_step.StepStatus`, beside loadgen's ``summary.json``."""
 
 
 class LoadStepError(RuntimeError):
@@ -114,9 +112,11 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     The folder ``<resultsRoot>/<stack>/<UTC time>/`` is loadgen's results folder
     (:mod:`loadgen.output`: ``summary.json``, the ``results`` output; ``result.json``;
     ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``; ``runs/<run>/``),
-    written after every run, plus ``status.json`` and ``stack.json`` (the stack's resources:
-    :data:`components.stack_resources.STACK_FILE`). Request failures, a model that is never
-    listed and the deadline are recorded in the status, never raised.
+    written after every run, plus ``status.json``, ``stack.json`` (the stack's resources:
+    :data:`components.stack_resources.STACK_FILE`), ``step.json`` (the step's inputs: stack,
+    topology fingerprint, URL, grid) and ``report.html`` (:mod:`loadgen.html_report`). Request
+    failures, a model that is never listed and the deadline are recorded in the status, never
+    raised.
     """
     ran_at = datetime.now(UTC)
     deadline = time.monotonic() + inputs.deadline_s
@@ -137,7 +137,21 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     write_text_atomic(run_dir / STATUS_FILE, json.dumps(outputs["status"], indent=2) + "\n")
     if inputs.resources is not None:
         write_text_atomic(run_dir / STACK_FILE, stack_file_text(inputs.stack, inputs.resources))
+    write_text_atomic(run_dir / STEP_FILE, json.dumps(inputs.props(), indent=2) + "\n")
+    if result is not None:
+        _write_report(run_dir)
     return outputs
+
+
+def _write_report(run_dir: Path) -> None:
+    """``report.html`` beside ``summary.json`` (:mod:`loadgen.html_report`); a failure is a
+    Pulumi warning, never a failed step: the results are already written."""
+    from loadgen.html_report import write_folder_report
+
+    try:
+        write_folder_report(run_dir)
+    except (OSError, ValueError) as exc:
+        pulumi.log.warn(f"load step: no report written in {run_dir}: {exc}")
 
 
 def _checked_run(props: dict[str, Any]) -> dict[str, Any]:

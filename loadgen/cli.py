@@ -1,4 +1,5 @@
-"""`testbed load` (run a grid against an endpoint) and `testbed compare` (two results as A / B).
+"""`testbed load` (run a grid against an endpoint), `testbed compare` (two results as A / B)
+and `testbed report` (one or two results as an HTML report with plots).
 
 Exit codes: 0 done (failed requests are results: counted, printed, written); 1 no request
 succeeded; 2 a bad option, URL, file or folder, or a `--resume` with other settings (one
@@ -199,6 +200,18 @@ def readiness_line(readiness: Readiness) -> str:
     )
 
 
+def _report_beside(out: Path) -> None:
+    """Write `out/report.html` (loadgen.html_report); a failure is a warning, never an exit:
+    the results are already written."""
+    from loadgen.html_report import write_folder_report
+
+    console = table_console()
+    try:
+        console.print(f"report in {escape(str(write_folder_report(out)))}", soft_wrap=True)
+    except (OSError, ValueError) as exc:
+        console.print(f"[yellow]warning:[/] no report written: {escape(str(exc))}", soft_wrap=True)
+
+
 def load_command(
     url: Annotated[
         str,
@@ -370,6 +383,7 @@ def load_command(
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     _print_result(result, out, title=f"{model} at {url}")
+    _report_beside(out)
     if not any(p.samples for p in result.points):
         fail(
             f"no request succeeded: is the server at {url} up and serving model {model!r}?",
@@ -390,3 +404,39 @@ def compare_command(
     except (OSError, ValueError) as exc:
         fail(str(exc))
     table_console().print(comparison_table(points_a, points_b, title=f"{a} / {b}"))
+
+
+def report_command(
+    results: Annotated[
+        Path,
+        typer.Argument(
+            help="Results folder A: written by `testbed load --out`, `testbed simulate` "
+            "(<out>/<stack>) or the load step (<resultsDir>/<stack>/<time>)."
+        ),
+    ],
+    results_b: Annotated[
+        Path | None, typer.Argument(help="Optional results folder B, drawn beside A.")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+    png: Annotated[
+        bool,
+        typer.Option("--png", help="Also write each figure as <out stem>-<figure>.png beside it."),
+    ] = False,
+) -> None:
+    """Write one self-contained HTML report (opens offline): the seed-style table, TTFT p50/p99,
+    requests/s and cached-token ratio vs prefix kinds, TTFT distributions, a timeline per result.
+
+    Exit code 2 with one `error:` line when a folder holds no readable results.
+    """
+    from loadgen.html_report import write_report
+    from loadgen.results_folder import load_results
+
+    try:
+        folders = [load_results(folder) for folder in (results, results_b) if folder is not None]
+        html, pngs = write_report(folders, out, png=png)
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    console = table_console(highlight=False)
+    console.print(f"report in {escape(str(html))}", soft_wrap=True)
+    for path in pngs:
+        console.print(f"figure in {escape(str(path))}", soft_wrap=True)

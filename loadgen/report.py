@@ -93,16 +93,9 @@ def seed_table(
     With `incidents` (placed: `loadgen.incidents.placed`), the concurrency of a grid point that
     had one is followed by `INCIDENT_MARK`, and the caption lists the first `INCIDENTS_SHOWN`
     incidents, one `describe` line each."""
-    columns = _COLUMNS
-    if any(_undelivered(p) for p in points):
-        columns = (*_COLUMNS, *_DELIVERY_COLUMNS)
-    table = _table(title, columns)
-    marked = {(i.prefix_kinds, i.concurrency) for i in incidents}
-    for p in _ordered(points):
-        mark = f" {INCIDENT_MARK}" if (p.prefix_kinds, p.concurrency) in marked else ""
-        table.add_row(
-            str(p.prefix_kinds), f"{p.concurrency}{mark}", *(cell(p) for _, cell in columns)
-        )
+    table = _table(title, _seed_columns(points))
+    for row in seed_rows(points, incidents):
+        table.add_row(*row)
     if incidents:
         lines = [f"{INCIDENT_MARK} {describe(i)}" for i in incidents[:INCIDENTS_SHOWN]]
         if len(incidents) > INCIDENTS_SHOWN:
@@ -112,19 +105,55 @@ def seed_table(
     return table
 
 
+def _seed_columns(points: Sequence[PointSummary]) -> tuple[tuple[str, _Cell], ...]:
+    if any(_undelivered(p) for p in points):
+        return (*_COLUMNS, *_DELIVERY_COLUMNS)
+    return _COLUMNS
+
+
+def table_headers(points: Sequence[PointSummary] = ()) -> list[str]:
+    """The headers of `seed_table(points)`, two lines each ("TTFT p50\nms"); without points,
+    those of `comparison_table`."""
+    return [*_KEY_HEADERS, *(name for name, _ in _seed_columns(points))]
+
+
+def seed_rows(
+    points: Sequence[PointSummary], incidents: Sequence[Incident] = ()
+) -> list[list[str]]:
+    """The cells of `seed_table`, one list per row (columns as in `table_headers(points)`);
+    the concurrency of a grid point that had an incident is followed by `INCIDENT_MARK`."""
+    columns = _seed_columns(points)
+    marked = {(i.prefix_kinds, i.concurrency) for i in incidents}
+    rows = []
+    for p in _ordered(points):
+        mark = f" {INCIDENT_MARK}" if (p.prefix_kinds, p.concurrency) in marked else ""
+        rows.append(
+            [str(p.prefix_kinds), f"{p.concurrency}{mark}", *(cell(p) for _, cell in columns)]
+        )
+    return rows
+
+
+def comparison_rows(a: Sequence[PointSummary], b: Sequence[PointSummary]) -> list[list[str]]:
+    """The cells of `comparison_table` ("A / B"), one list per row."""
+    by_point_a = {(p.prefix_kinds, p.concurrency): p for p in a}
+    by_point_b = {(p.prefix_kinds, p.concurrency): p for p in b}
+    keys = sorted(by_point_a.keys() | by_point_b.keys(), key=lambda k: (k[1], k[0]))
+    rows = []
+    for key in keys:
+        pa, pb = by_point_a.get(key), by_point_b.get(key)
+        cells = [f"{cell(pa) if pa else '-'} / {cell(pb) if pb else '-'}" for _, cell in _COLUMNS]
+        rows.append([str(key[0]), str(key[1]), *cells])
+    return rows
+
+
 def comparison_table(
     a: Sequence[PointSummary], b: Sequence[PointSummary], title: str | None = None
 ) -> Table:
     """The seed's "A / B" layout: each cell holds A's value, " / ", B's value, for the union of
     grid points (a point missing on one side shows "-" there). Columns as in `seed_table`."""
-    by_point_a = {(p.prefix_kinds, p.concurrency): p for p in a}
-    by_point_b = {(p.prefix_kinds, p.concurrency): p for p in b}
-    keys = sorted(by_point_a.keys() | by_point_b.keys(), key=lambda k: (k[1], k[0]))
     table = _table(title)
-    for key in keys:
-        pa, pb = by_point_a.get(key), by_point_b.get(key)
-        cells = [f"{cell(pa) if pa else '-'} / {cell(pb) if pb else '-'}" for _, cell in _COLUMNS]
-        table.add_row(str(key[0]), str(key[1]), *cells)
+    for row in comparison_rows(a, b):
+        table.add_row(*row)
     return table
 
 

@@ -1,11 +1,11 @@
-"""The `testbed` console script: offline render/diff, local simulation, load and compare.
+"""The `testbed` console script: offline render/diff, local simulation, load, compare, report.
 
 Each subcommand lives in the module named for what it does; this file only assembles them.
 """
 
 import typer
 
-from loadgen.cli import load_command
+from loadgen.cli import load_command, report_command
 from testbed.compare import compare_command
 from testbed.stack_commands import diff_command, render_command, simulate_command
 
@@ -19,3 +19,4 @@ app.command("diff")(diff_command)
 app.command("simulate")(simulate_command)
 app.command("load")(load_command)
 app.command("compare")(compare_command)
+app.command("report")(report_command)

@@ -14,6 +14,7 @@ from components.errors import StackConfigError
 from components.sizing import format_quantity
 from loadgen.cli import fail
 from loadgen.report import comparison_table, seed_table, table_console
+from loadgen.results_folder import REPORT_FILE
 from testbed.localgraph import LocalGraphError
 from testbed.render import Rendered, StackFileError, render_stack
 from testbed.render_files import diff_rendered, write_rendered
@@ -169,4 +170,22 @@ def simulate_command(
         console.print(
             comparison_table(a.result.points, b.result.points, title=f"{a.stack} / {b.stack}")
         )
+    _write_reports([sim.out_dir for sim in results], out / REPORT_FILE)
     console.print(f"results in {out}/")
+
+
+def _write_reports(folders: list[Path], comparison: Path) -> None:
+    """``report.html`` in each stack's results folder and, for two stacks, the A / B report
+    at ``comparison``; a failure is a warning (the results are already written)."""
+    from loadgen.html_report import write_report
+    from loadgen.results_folder import load_results
+
+    try:
+        loaded = [load_results(folder) for folder in folders]
+        reports = [write_report([r], r.path / REPORT_FILE)[0] for r in loaded]
+        if len(loaded) == 2:
+            reports.append(write_report(loaded, comparison)[0])
+    except (OSError, ValueError) as exc:
+        warn(f"no report written: {exc}")
+        return
+    console.print(f"report{'s' if len(reports) > 1 else ''} in {', '.join(map(str, reports))}")

@@ -18,6 +18,7 @@ from components.load_provider import LoadStepError, LoadStepProvider
 from components.load_step import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons, step_inputs
 from loadgen.config import LoadConfig
 from loadgen.report import SUMMARY_FILE
+from loadgen.results_folder import REPORT_FILE, STEP_FILE, load_results
 from testbed.localgraph import LocalGraph, LocalGraphSpec, free_port
 from testbed.simulate import graph_spec, load_stack
 
@@ -102,6 +103,21 @@ def test_create_runs_the_grid_and_records_the_outputs(
     # The readiness gate ran before the grid: 3 completions in a row on a ready graph.
     readiness = json.loads((folder / "result.json").read_text())["readiness"]
     assert (readiness["attempts"], readiness["failures_by_kind"]) == (3, {})
+
+
+def test_create_writes_the_report_with_the_stack_and_its_fingerprint(
+    created: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    _, outs = created
+    folder = Path(outs["resultsDir"])
+    assert json.loads((folder / STEP_FILE).read_text())["fingerprint"] == "sha256:fixed"
+    loaded = load_results(folder)
+    assert loaded.name == STACK
+    assert len(loaded.requests) == 8  # read from the grid point's folder, k2-c2/
+    html = (folder / REPORT_FILE).read_text()
+    assert f"Load report: {STACK}</h1>" in html
+    assert "<dt>topology fingerprint</dt><dd>sha256:fixed</dd>" in html
+    assert html.count('<figure class="plot"') == 4  # TTFT, throughput, CDF, one timeline
 
 
 def test_diff_reruns_only_on_topology_grid_url_or_run_id(

@@ -1,0 +1,345 @@
+"""The report's figures as plain data: what is plotted, before any plotting library sees it.
+
+Each `Figure` holds panels of `Series` (x and y as tuples of floats), run windows (`Band`) and
+incidents (`Mark`); `loadgen.html_report` draws them. Keeping the numbers here lets tests check
+that the plotted values equal `summary.json`'s and `requests.parquet`'s.
+
+Result A is drawn with solid lines and round markers, result B with dashed lines and square
+markers; a colour stands for one concurrency throughout the report.
+
+Times on the timeline are seconds since the grid started (`GridResult.started_at`). Requests
+carry monotonic-clock nanoseconds only, so each run's requests are placed by its wall-clock end
+(`RunSummary.finished_at`, taken right after its last request ended): a request's time is
+`finished_at - (last event of the run - its send time)`; without `result.json` the timeline
+starts at the first request's intended send time.
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pandas as pd
+
+from loadgen.incidents import Incident, describe
+from loadgen.results import GridResult
+from loadgen.results_folder import ResultsFolder
+
+_NS_PER_MS = 1e6
+_NS_PER_S = 1e9
+WIDE_RANGE = 20.0
+"""An axis whose positive values span more than this factor (max / min) is drawn log-scaled."""
+
+SIDES = ("A", "B")
+Style = Literal["line", "step", "points", "failures"]
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line or cloud of points. `color` indexes the report's palette (the rank of the
+    concurrency); `side` is "A" or "B"; `style`: `line` (grid metrics), `step` (a CDF),
+    `points` (request TTFTs on a timeline), `failures` (failed requests)."""
+
+    label: str
+    side: str
+    color: int
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+    style: Style
+
+
+@dataclass(frozen=True)
+class Band:
+    """One run's window on a timeline: seconds since the grid started, and "K2 c4 r1"."""
+
+    start_s: float
+    end_s: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One incident on a timeline: seconds since the grid started, and `describe()`'s line."""
+
+    at_s: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One set of axes. `x_ticks`: the exact ticks (grid axes: prefix kinds), () for automatic."""
+
+    title: str
+    x_label: str
+    y_label: str
+    series: tuple[Series, ...]
+    log_x: bool = False
+    log_y: bool = False
+    x_ticks: tuple[float, ...] = ()
+    bands: tuple[Band, ...] = ()
+    marks: tuple[Mark, ...] = ()
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of the report: `key` names its PNG (`<key>.png`) and HTML anchor; panels
+    are laid out `columns` per row, on one x range when `share_x`."""
+
+    key: str
+    title: str
+    caption: str
+    panels: tuple[Panel, ...]
+    columns: int
+    share_x: bool = False
+
+
+def _wide(values: Sequence[float]) -> bool:
+    positive = [v for v in values if v > 0]
+    return bool(positive) and max(positive) / min(positive) > WIDE_RANGE
+
+
+def _concurrency_colors(results: Sequence[ResultsFolder]) -> dict[int, int]:
+    levels = sorted({p.concurrency for r in results for p in r.points})
+    return {c: i for i, c in enumerate(levels)}
+
+
+def _metric_panel(
+    results: Sequence[ResultsFolder], field: str, title: str, unit: str, log: bool
+) -> Panel:
+    colors = _concurrency_colors(results)
+    series = []
+    for side, result in zip(SIDES, results, strict=False):
+        for c in colors:
+            points = sorted(
+                (p for p in result.points if p.concurrency == c), key=lambda p: p.prefix_kinds
+            )
+            xy = [(p.prefix_kinds, getattr(p, field)) for p in points]
+            xy = [(x, y) for x, y in xy if y is not None]
+            if xy:
+                xs, ys = zip(*xy, strict=True)
+                series.append(
+                    Series(f"{side} c={c}", side, colors[c], tuple(xs), tuple(ys), "line")
+                )
+    kinds = sorted({p.prefix_kinds for r in results for p in r.points})
+    values = [y for s in series for y in s.y]
+    return Panel(
+        title=title,
+        x_label="prefix kinds",
+        y_label=f"{title} ({unit})" if unit else title,
+        series=tuple(series),
+        log_y=log and _wide(values),
+        x_ticks=tuple(float(k) for k in kinds),
+    )
+
+
+MetricSpec = tuple[str, str, str]
+"""A `PointSummary` field, its title and its unit ("" for a ratio)."""
+
+TTFT_METRICS: tuple[MetricSpec, ...] = (
+    ("ttft_p50_ms", "TTFT p50", "ms"),
+    ("ttft_p99_ms", "TTFT p99", "ms"),
+)
+THROUGHPUT_METRICS: tuple[MetricSpec, ...] = (
+    ("requests_per_s", "Requests/s", "req/s"),
+    ("cached_ratio", "Cached-token ratio", ""),
+)
+
+
+def grid_figure(
+    key: str, title: str, metrics: Sequence[MetricSpec], results: Sequence[ResultsFolder]
+) -> Figure:
+    """One panel per metric: the metric (the grid point's median over repetitions, as in
+    `summary.json`) against prefix kinds, one line per concurrency and result. Latency panels
+    (unit ms) are log-scaled when their values span more than `WIDE_RANGE`."""
+    panels = tuple(
+        _metric_panel(results, field, name, unit, log=unit == "ms") for field, name, unit in metrics
+    )
+    return Figure(
+        key=key,
+        title=title,
+        caption="Median over repetitions of each grid point (summary.json); one line per "
+        "concurrency; A solid, B dashed.",
+        panels=panels,
+        columns=len(panels),
+    )
+
+
+def successful_ttfts_ms(requests: pd.DataFrame) -> pd.DataFrame:
+    """The successful requests that streamed text: their grid coordinates and `ttft_ms`
+    (first token minus send, ms), from a `requests.parquet` frame."""
+    if requests.empty or "first_token_ns" not in requests:
+        return pd.DataFrame(columns=["prefix_kinds", "concurrency", "repetition", "ttft_ms"])
+    ok = requests[
+        requests["error_kind"].isna()
+        & requests["first_token_ns"].notna()
+        & requests["sent_ns"].notna()
+    ]
+    return ok.assign(ttft_ms=(ok["first_token_ns"] - ok["sent_ns"]) / _NS_PER_MS)[
+        ["prefix_kinds", "concurrency", "repetition", "ttft_ms"]
+    ]
+
+
+def cdf_figure(results: Sequence[ResultsFolder]) -> Figure:
+    """One panel per grid point (rows: concurrency, columns: prefix kinds): the empirical CDF
+    of TTFT over every successful request of the point's repetitions, one step line per
+    result (x: TTFT ms, sorted; y: rank / n)."""
+    colors = _concurrency_colors(results)
+    keys = sorted({(p.prefix_kinds, p.concurrency) for r in results for p in r.points})
+    keys.sort(key=lambda k: (k[1], k[0]))
+    frames = [successful_ttfts_ms(r.requests) for r in results]
+    panels = []
+    all_x: list[float] = []
+    for kinds, conc in keys:
+        series = []
+        for side, frame in zip(SIDES, frames, strict=False):
+            values = sorted(
+                frame.loc[
+                    (frame["prefix_kinds"] == kinds) & (frame["concurrency"] == conc), "ttft_ms"
+                ]
+            )
+            if values:
+                n = len(values)
+                ranks = tuple((i + 1) / n for i in range(n))
+                series.append(
+                    Series(f"{side} (n={n})", side, colors[conc], tuple(values), ranks, "step")
+                )
+                all_x += values
+        panels.append(
+            Panel(
+                title=f"K={kinds} c={conc}",
+                x_label="TTFT (ms)",
+                y_label="fraction of requests",
+                series=tuple(series),
+            )
+        )
+    log_x = _wide(all_x)
+    return Figure(
+        key="ttft-cdf",
+        title="TTFT distribution per grid point",
+        caption="Empirical CDF of every successful request's TTFT (requests.parquet), "
+        "repetitions pooled; A solid, B dashed.",
+        panels=tuple(dataclasses.replace(p, log_x=log_x) for p in panels),
+        columns=len({k for k, _ in keys}),
+        share_x=True,
+    )
+
+
+def request_times_s(requests: pd.DataFrame, grid: GridResult | None) -> pd.Series:
+    """Each request's send time (its intended time when it was never sent) in seconds since
+    the grid started, placed per run as this module's docstring says; indexed like
+    `requests`."""
+    send_ns = requests["sent_ns"].fillna(requests["intended_ns"]).astype("float64")
+    event_cols = [c for c in ("end_ns", "error_ns", "first_token_ns", "sent_ns") if c in requests]
+    last_ns = requests[event_cols].max(axis=1)
+    if grid is None:
+        return (send_ns - requests["intended_ns"].min()) / _NS_PER_S
+    ends = {
+        (r.prefix_kinds, r.concurrency, r.repetition): (
+            r.finished_at - grid.started_at
+        ).total_seconds()
+        for r in grid.runs
+        if r.finished_at is not None
+    }
+    run_columns = [requests[c] for c in ("prefix_kinds", "concurrency", "repetition")]
+    run_key = list(zip(*run_columns, strict=True))
+    run_last = last_ns.groupby(run_columns).transform("max")
+    end_s = pd.Series([ends.get(k, float("nan")) for k in run_key], index=requests.index)
+    return end_s - (run_last - send_ns) / _NS_PER_S
+
+
+def _bands(grid: GridResult | None) -> tuple[Band, ...]:
+    if grid is None:
+        return ()
+    return tuple(
+        Band(
+            (w.started_at - grid.started_at).total_seconds(),
+            (w.finished_at - grid.started_at).total_seconds(),
+            f"K{w.prefix_kinds} c{w.concurrency} r{w.repetition}",
+        )
+        for w in grid.windows()
+    )
+
+
+def _marks(incidents: Sequence[Incident], grid: GridResult | None) -> tuple[Mark, ...]:
+    marks = []
+    for incident in incidents:
+        at_s = incident.t_s
+        if at_s is None and grid is not None:
+            at_s = (incident.at - grid.started_at).total_seconds()
+        if at_s is not None:
+            marks.append(Mark(at_s, describe(incident)))
+    return tuple(marks)
+
+
+def timeline_figure(side: str, result: ResultsFolder, colors: dict[int, int]) -> Figure:
+    """One result's whole grid on one time axis (seconds since the grid started): each
+    successful request's TTFT (ms) at its send time, one colour per concurrency; each failed
+    request at its send time with the time it took to fail (ms, to `error_ns`); the runs'
+    windows as bands; incidents as vertical lines."""
+    frame = result.requests
+    series: list[Series] = []
+    if not frame.empty and "sent_ns" in frame:
+        frame = frame.assign(t_s=request_times_s(frame, result.grid))
+        ok = successful_ttfts_ms(frame).join(frame["t_s"])
+        for c, color in colors.items():
+            rows = ok[ok["concurrency"] == c].sort_values("t_s")
+            if not rows.empty:
+                series.append(
+                    Series(
+                        f"c={c}",
+                        side,
+                        color,
+                        tuple(rows["t_s"]),
+                        tuple(rows["ttft_ms"]),
+                        "points",
+                    )
+                )
+        failed = frame[frame["error_kind"].notna()].sort_values("t_s")
+        if not failed.empty:
+            start_ns = failed["sent_ns"].fillna(failed["intended_ns"])
+            took_ms = (failed["error_ns"].fillna(start_ns) - start_ns) / _NS_PER_MS
+            series.append(
+                Series(
+                    f"failed ({len(failed)})",
+                    side,
+                    -1,
+                    tuple(failed["t_s"]),
+                    tuple(took_ms),
+                    "failures",
+                )
+            )
+    values = [y for s in series for y in s.y]
+    panel = Panel(
+        title=f"{side}: {result.name}",
+        x_label="seconds since the grid started",
+        y_label="TTFT (ms); failures: time to fail",
+        series=tuple(series),
+        log_y=_wide(values),
+        bands=_bands(result.grid),
+        marks=_marks(result.incidents, result.grid),
+    )
+    return Figure(
+        key=f"timeline-{side.lower()}",
+        title=f"Timeline of {side} ({result.name})",
+        caption="Each request's TTFT at its send time; failed requests as red crosses at the "
+        "time they took to fail; shaded bands are the runs (K prefix kinds, c concurrency, "
+        "r repetition); vertical lines are incidents.",
+        panels=(panel,),
+        columns=1,
+    )
+
+
+def report_figures(results: Sequence[ResultsFolder]) -> list[Figure]:
+    """Every figure of the report for one or two results (A, then B), in report order:
+    TTFT p50/p99, requests/s and cached-token ratio, the TTFT CDFs, one timeline per result.
+
+    Raises ValueError for no result or more than two."""
+    if not 1 <= len(results) <= len(SIDES):
+        raise ValueError(f"a report compares one or two results, got {len(results)}")
+    colors = _concurrency_colors(results)
+    return [
+        grid_figure("ttft", "TTFT vs prefix kinds", TTFT_METRICS, results),
+        grid_figure("throughput", "Throughput and prefix-cache hits", THROUGHPUT_METRICS, results),
+        cdf_figure(results),
+        *(timeline_figure(side, r, colors) for side, r in zip(SIDES, results, strict=False)),
+    ]

@@ -1,0 +1,237 @@
+"""`testbed report`: one self-contained HTML file (and optionally PNGs) for one or two results.
+
+The figures (`loadgen.figures`) are drawn with matplotlib's object API (no pyplot, no global
+state; the Agg canvas needs no display) into PNGs that the HTML embeds as base64 data URIs:
+the file opens offline, holds no script, and the same PNGs are written with `--png`.
+`bench/report_render.py` measured this against plotly with its JavaScript inlined (README,
+"Report"). The page is a jinja2 template, `loadgen/templates/report.html.j2`.
+"""
+
+import base64
+import importlib.metadata
+import io
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from matplotlib.axes import Axes
+from matplotlib.axis import Axis
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.transforms import blended_transform_factory
+
+from loadgen.figures import Figure, Panel, Series, report_figures
+from loadgen.incidents import describe
+from loadgen.report import comparison_rows, seed_rows, table_headers
+from loadgen.results_folder import REPORT_FILE, ResultsFolder, load_results
+
+DPI = 100
+PANEL_SIZE_IN = (5.2, 3.6)  # one panel's width and height (inches) in a grid figure
+TIMELINE_SIZE_IN = (12.0, 4.4)
+# matplotlib's tab10 without its red, which marks failures and incidents.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+FAILURE_COLOR = "#d62728"
+SIDE_LINE = {"A": "-", "B": "--"}
+SIDE_MARKER = {"A": "o", "B": "s"}
+WARNINGS_SHOWN = 10  # per result, in the report's notes
+VERSIONED = ("dynamo-testbed", "matplotlib", "pandas", "ai-dynamo")
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+
+def _color(series: Series) -> str:
+    return FAILURE_COLOR if series.color < 0 else PALETTE[series.color % len(PALETTE)]
+
+
+def _draw_series(ax: Axes, s: Series) -> None:
+    color = _color(s)
+    if s.style == "line":
+        ax.plot(s.x, s.y, SIDE_LINE[s.side], marker=SIDE_MARKER[s.side], color=color, label=s.label)
+    elif s.style == "step":
+        ax.step(s.x, s.y, SIDE_LINE[s.side], where="post", color=color, label=s.label)
+    elif s.style == "points":
+        ax.scatter(
+            s.x, s.y, s=7, alpha=0.55, color=color, marker=SIDE_MARKER[s.side], linewidths=0,
+            label=s.label, rasterized=True,
+        )  # fmt: skip
+    else:
+        ax.scatter(s.x, s.y, s=22, color=color, marker="x", linewidths=1.2, label=s.label)
+
+
+def _plain_log_ticks(axis: Axis) -> None:
+    """Ticks at 1, 2 and 5 of each decade, labelled as plain numbers (50, 100, 200 ms)."""
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _draw_panel(ax: Axes, panel: Panel) -> None:
+    top = blended_transform_factory(ax.transData, ax.transAxes)
+    for i, band in enumerate(panel.bands):
+        ax.axvspan(band.start_s, band.end_s, color="#000000", alpha=0.05 if i % 2 else 0.1, lw=0)
+        ax.text(
+            (band.start_s + band.end_s) / 2, 0.99, band.label, transform=top, rotation=90,
+            ha="center", va="top", fontsize=6, color="#555555",
+        )  # fmt: skip
+    for mark in panel.marks:
+        ax.axvline(mark.at_s, color=FAILURE_COLOR, linestyle=":", linewidth=1.4)
+        ax.text(
+            mark.at_s, 0.02, f" {mark.label}", transform=top, rotation=90, ha="right",
+            va="bottom", fontsize=7, color=FAILURE_COLOR,
+        )  # fmt: skip
+    for s in panel.series:
+        _draw_series(ax, s)
+    if panel.log_x:
+        ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis)
+    if panel.log_y:
+        ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
+    if panel.x_ticks:
+        ax.set_xticks(panel.x_ticks, [f"{t:g}" for t in panel.x_ticks])
+    ax.set_title(panel.title, fontsize=10)
+    ax.set_xlabel(panel.x_label, fontsize=8)
+    ax.set_ylabel(panel.y_label, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, which="major", alpha=0.3)
+    if panel.series:
+        ax.legend(fontsize=7, markerscale=1.5, loc="best")
+    else:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="#888888")
+
+
+def draw(figure: Figure) -> MplFigure:
+    """A matplotlib figure of `figure`'s panels, `figure.columns` per row."""
+    rows = -(-len(figure.panels) // figure.columns)
+    if figure.key.startswith("timeline"):
+        size = TIMELINE_SIZE_IN
+    else:
+        size = (PANEL_SIZE_IN[0] * min(figure.columns, 3), PANEL_SIZE_IN[1] * rows)
+        if figure.columns > 3:  # narrower panels for wide grids (the seed's 4 prefix kinds)
+            size = (3.4 * figure.columns, 2.9 * rows)
+    fig = MplFigure(figsize=size, dpi=DPI, layout="constrained")
+    axes = fig.subplots(rows, figure.columns, squeeze=False, sharex=figure.share_x)
+    for ax, panel in zip(axes.flat, figure.panels, strict=False):
+        _draw_panel(ax, panel)
+    for ax in axes.flat[len(figure.panels) :]:
+        ax.set_visible(False)
+    return fig
+
+
+def figure_png(figure: Figure) -> bytes:
+    """`figure` as PNG bytes (`DPI` dots per inch)."""
+    buffer = io.BytesIO()
+    FigureCanvasAgg(draw(figure)).print_png(buffer)
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class _Side:
+    label: str
+    result: ResultsFolder
+    incidents: list[str]
+    warnings: list[str]
+    more_warnings: int
+    facts: list[tuple[str, str]]
+
+
+def _settings(result: ResultsFolder) -> str:
+    if result.grid is None:
+        return "-"
+    config = result.grid.config.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return ", ".join(f"{key}={value}" for key, value in sorted(config.items()))
+
+
+def _facts(result: ResultsFolder) -> list[tuple[str, str]]:
+    grid = result.grid
+    facts = [("folder", str(result.path.resolve()))]
+    if "fingerprint" in result.step:
+        facts.append(("topology fingerprint", str(result.step["fingerprint"])))
+    if grid is not None:
+        facts += [
+            ("server", f"{grid.model} at {grid.url}"),
+            ("ran", f"{grid.started_at:%Y-%m-%d %H:%M:%S} to {grid.finished_at:%H:%M:%S} UTC"),
+            ("prompt sizes", grid.token_count_source),
+            ("load settings", _settings(result)),
+        ]
+    if result.status:
+        facts.append(("load step", f"{result.status.get('state')}: {result.status.get('message')}"))
+    return facts
+
+
+def _side(label: str, result: ResultsFolder) -> _Side:
+    warnings = result.grid.warnings if result.grid is not None else []
+    return _Side(
+        label=label,
+        result=result,
+        incidents=[describe(incident) for incident in result.incidents],
+        warnings=warnings[:WARNINGS_SHOWN],
+        more_warnings=max(0, len(warnings) - WARNINGS_SHOWN),
+        facts=_facts(result),
+    )
+
+
+def _versions() -> list[tuple[str, str]]:
+    found = [("Python", platform.python_version())]
+    for name in VERSIONED:
+        try:
+            found.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def render_html(results: Sequence[ResultsFolder], pngs: Sequence[tuple[Figure, bytes]]) -> str:
+    """The report page: the seed-style table ("A / B" with two results), the figures as
+    embedded PNGs, incidents and warnings per result, and a footer with what produced it."""
+    sides = [_side(label, r) for label, r in zip(("A", "B"), results, strict=False)]
+    rows = (
+        comparison_rows(results[0].points, results[1].points)
+        if len(results) == 2
+        else seed_rows(results[0].points)
+    )
+    context: dict[str, Any] = {
+        "title": " vs ".join(r.name for r in results),
+        "sides": sides,
+        "headers": [h.split("\n") for h in table_headers()],
+        "rows": rows,
+        "figures": [(f, base64.b64encode(png).decode("ascii")) for f, png in pngs],
+        "versions": _versions(),
+        "generated_at": f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC",
+    }
+    return _TEMPLATES.get_template("report.html.j2").render(context)
+
+
+def write_report(
+    results: Sequence[ResultsFolder], out: Path, *, png: bool = False
+) -> tuple[Path, list[Path]]:
+    """Write the HTML report of one or two results to `out` (parent folders created); with
+    `png`, also each figure as `<out stem>-<figure key>.png` beside it. Returns the HTML path
+    and the PNG paths. Raises OSError when a file cannot be written."""
+    pngs = [(figure, figure_png(figure)) for figure in report_figures(results)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(results, pngs), encoding="utf-8")
+    written = []
+    if png:
+        for figure, data in pngs:
+            path = out.with_name(f"{out.stem}-{figure.key}.png")
+            path.write_bytes(data)
+            written.append(path)
+    return out, written
+
+
+def write_folder_report(folder: Path) -> Path:
+    """Write `folder/report.html` for the results in `folder` (what `testbed load`, `testbed
+    simulate` and the load step call after writing their results). Raises as `load_results`
+    and `write_report` do."""
+    out, _ = write_report([load_results(folder)], folder / REPORT_FILE)
+    return out

@@ -1,0 +1,160 @@
+"""Reading a results folder back: the one loader behind `testbed report`.
+
+A results folder is what `testbed load --out`, `testbed simulate` (`<out>/<stack>/`) or the
+post-deploy load step (`<resultsDir>/<stack>/<UTC time>/`) wrote. Only `summary.json` is
+required; every other file is optional and read when present:
+
+- `result.json`: the `GridResult` (settings, per-run rows with their wall-clock windows,
+  incidents, warnings);
+- `requests.parquet`: one row per request (`loadgen.output.records_frame`); at the top level,
+  else every outermost one below (the load step keeps one per grid point in `k<K>-c<C>/`);
+- `incidents.json`: a list of `Incident` (`loadgen.incidents`), else `GridResult.incidents`;
+- `step.json`: the load step's inputs (stack name, topology fingerprint, URL, grid);
+- `status.json`: the load step's status (ok / degraded / failed).
+"""
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import TypeAdapter, ValidationError
+
+from loadgen.incidents import INCIDENTS_FILE, Incident
+from loadgen.report import SUMMARY_FILE, load_points
+from loadgen.results import GridResult, PointSummary
+
+RESULT_FILE = "result.json"
+REQUESTS_FILE = "requests.parquet"
+STEP_FILE = "step.json"  # the load step's inputs (components/load_provider.py)
+STATUS_FILE = "status.json"  # the load step's status (components/load_provider.py)
+REPORT_FILE = "report.html"  # what `testbed load`, `testbed simulate` and the load step write
+
+REQUEST_KEY = ["prefix_kinds", "concurrency", "repetition", "index"]
+"""The columns that name one request across `requests.parquet` files."""
+
+_INCIDENTS = TypeAdapter(list[Incident])
+
+
+@dataclass(frozen=True)
+class ResultsFolder:
+    """Everything read from one results folder.
+
+    `name` is the stack (from `step.json`, else the folder name for `testbed simulate`'s
+    `<out>/<stack>/`, else the folder's name); `requests` has one row per request (empty with
+    no `requests.parquet`); `incidents` are in time order.
+    """
+
+    path: Path
+    name: str
+    points: list[PointSummary]
+    grid: GridResult | None
+    requests: pd.DataFrame
+    incidents: list[Incident]
+    step: dict[str, Any] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def started_at(self) -> datetime | None:
+        """Wall-clock start of the grid (UTC), when `result.json` was read."""
+        return self.grid.started_at if self.grid is not None else None
+
+
+def _json_file(path: Path) -> Any:
+    """The JSON in `path`, or None when absent. Raises ValueError (one line) when unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+
+
+def _first_error(path: Path, exc: ValidationError) -> ValueError:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    return ValueError(f"{path} is not in the expected shape ({where}: {first['msg']})")
+
+
+def _grid(path: Path) -> GridResult | None:
+    data = _json_file(path)
+    if data is None:
+        return None
+    try:
+        return GridResult.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(path, exc) from None
+
+
+def _incidents(path: Path, grid: GridResult | None) -> list[Incident]:
+    data = _json_file(path)
+    if data is None:
+        found = grid.incidents if grid is not None else []
+    else:
+        try:
+            found = _INCIDENTS.validate_python(data)
+        except ValidationError as exc:
+            raise _first_error(path, exc) from None
+    return sorted(found, key=lambda incident: incident.at)
+
+
+def request_files(folder: Path) -> list[Path]:
+    """`folder/requests.parquet` if present, else the outermost `requests.parquet` files
+    below `folder` (sorted): per-point or per-run folders inside them are left out."""
+    top = folder / REQUESTS_FILE
+    if top.is_file():
+        return [top]
+    found = sorted(path.parent for path in folder.rglob(REQUESTS_FILE) if path.is_file())
+    outer = [path for path in found if not any(other in path.parents for other in found)]
+    return [path / REQUESTS_FILE for path in outer]
+
+
+def _requests(folder: Path) -> pd.DataFrame:
+    frames = []
+    for file in request_files(folder):
+        try:
+            frames.append(pd.read_parquet(file))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{file} is not a readable Parquet file: {exc}") from None
+    frames = [frame for frame in frames if not frame.empty]
+    if not frames:
+        return pd.DataFrame(columns=REQUEST_KEY)
+    merged = pd.concat(frames, ignore_index=True)
+    return merged.drop_duplicates(subset=REQUEST_KEY, keep="last").reset_index(drop=True)
+
+
+def _name(folder: Path, step: dict[str, Any]) -> str:
+    stack = step.get("stack")
+    if isinstance(stack, str) and stack:
+        return stack
+    resolved = folder.resolve()
+    # The load step's <resultsDir>/<stack>/<UTC time>/: the time alone names nothing.
+    if resolved.name[:8].isdigit() and resolved.name.endswith("Z"):
+        return f"{resolved.parent.name} {resolved.name}"
+    return resolved.name
+
+
+def load_results(folder: Path) -> ResultsFolder:
+    """Read a results folder (see this module's docstring).
+
+    Raises FileNotFoundError (one line; naming the results folders below `folder`, if any)
+    when `folder` holds no `summary.json`, and ValueError (one line, naming the file) when a
+    file present is not JSON, not Parquet, or not in the shape loadgen writes.
+    """
+    points = load_points(folder)
+    if not points:
+        raise ValueError(f"{folder / SUMMARY_FILE} holds no grid points (did the grid run?)")
+    grid = _grid(folder / RESULT_FILE)
+    step = _json_file(folder / STEP_FILE) or {}
+    return ResultsFolder(
+        path=folder,
+        name=_name(folder, step),
+        points=points,
+        grid=grid,
+        requests=_requests(folder),
+        incidents=_incidents(folder / INCIDENTS_FILE, grid),
+        step=step,
+        status=_json_file(folder / STATUS_FILE) or {},
+    )

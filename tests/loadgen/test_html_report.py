@@ -1,0 +1,341 @@
+"""`testbed report`: the plotted numbers equal the results folder's, the page works in a real
+headless Chromium, and bad input gets one line.
+
+The results folders come from real grids run against the fault-injecting fake server (some
+requests get HTTP 503, some streams are cut after their first token), plus a crafted
+incidents.json placed in one run's window. A: 5 ms to the first token, B: 15 ms.
+"""
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from fake_openai_server import (
+    Close,
+    FakeServer,
+    Send,
+    Sleep,
+    Status,
+    Step,
+    chat_chunk,
+    normal_stream,
+)
+from typer.testing import CliRunner
+
+from loadgen.config import LoadConfig
+from loadgen.figures import Figure, Series, report_figures, request_times_s
+from loadgen.html_report import write_report
+from loadgen.incidents import INCIDENTS_FILE, Incident, describe, placed
+from loadgen.results import GridResult
+from loadgen.results_folder import REPORT_FILE, load_results
+from loadgen.runner import run_grid_async
+from testbed.cli import app
+
+pytestmark = pytest.mark.timeout(120)
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's `chromium` package (.ci/run installs it)
+SCREENSHOT = Path(__file__).parents[2] / "out" / "test-artifacts" / "report.png"
+"""Where the Chromium test keeps its screenshot of the A / B report (git-ignored `out/`)."""
+
+GRID = LoadConfig(
+    prefix_kinds=[2, 6],
+    concurrency=[1, 3],
+    repetitions=2,
+    requests_per_run=10,
+    warmup_requests=1,
+    prompt_tokens=40,
+)
+
+
+def _handler(first_token_s: float) -> Any:
+    def handle(body: dict[str, Any], n: int) -> list[Step]:
+        if n % 7 == 3:
+            return [Status(503, b'{"error": "no workers"}')]
+        if n % 11 == 5:  # cut after the first token: truncated_stream
+            return [Sleep(first_token_s), Send(chat_chunk("a", role="assistant")), Close()]
+        return [Sleep(first_token_s), *normal_stream(["a", "b", "c"], prompt=100, cached=40)]
+
+    return handle
+
+
+async def _run(folder: Path, first_token_s: float) -> GridResult:
+    async with FakeServer(_handler(first_token_s)) as server:
+        return await run_grid_async(server.url, "m", GRID, folder, progress=False)
+
+
+def _incident(result: GridResult) -> Incident:
+    window = result.windows()[2]
+    at = window.started_at + (window.finished_at - window.started_at) / 2
+    raw = Incident(
+        source="kubernetes",
+        component="prefill",
+        instance="prefill-0",
+        kind="terminated",
+        reason="OOMKilled",
+        exit_code=137,
+        at=at,
+    )
+    return placed(raw, result.started_at, result.windows())
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Results folders A and B; A also holds incidents.json with one OOMKill."""
+    root = tmp_path_factory.mktemp("results")
+    a, b = root / "kv-routing", root / "disagg-same-node"
+    result_a = asyncio.run(_run(a, 0.005))
+    asyncio.run(_run(b, 0.015))
+    incident = _incident(result_a)
+    (a / INCIDENTS_FILE).write_text(json.dumps([incident.model_dump(mode="json")]))
+    return a, b
+
+
+@pytest.fixture(scope="module")
+def figures(folders: tuple[Path, Path]) -> dict[str, Figure]:
+    return {f.key: f for f in report_figures([load_results(folder) for folder in folders])}
+
+
+def _summary(folder: Path) -> list[dict[str, Any]]:
+    return json.loads((folder / "summary.json").read_text())  # type: ignore[no-any-return]
+
+
+def _requests(folder: Path) -> pd.DataFrame:
+    return pd.read_parquet(folder / "requests.parquet")
+
+
+def _ttft_ms(frame: pd.DataFrame) -> pd.Series:
+    ok = frame[frame["error_kind"].isna()]
+    return (ok["first_token_ns"] - ok["sent_ns"]) / 1e6
+
+
+def test_the_folders_hold_failures_of_two_kinds(folders: tuple[Path, Path]) -> None:
+    for folder in folders:
+        kinds = set(_requests(folder)["error_kind"].dropna())
+        assert kinds == {"http_status", "truncated_stream"}
+
+
+@pytest.mark.parametrize(
+    ("key", "fields"),
+    [
+        ("ttft", ["ttft_p50_ms", "ttft_p99_ms"]),
+        ("throughput", ["requests_per_s", "cached_ratio"]),
+    ],
+)
+def test_grid_figures_plot_the_summary_values(
+    figures: dict[str, Figure], folders: tuple[Path, Path], key: str, fields: list[str]
+) -> None:
+    figure = figures[key]
+    assert len(figure.panels) == len(fields)
+    for panel, field in zip(figure.panels, fields, strict=True):
+        plotted = {(s.side, s.label): list(zip(s.x, s.y, strict=True)) for s in panel.series}
+        expected = {}
+        for side, folder in zip("AB", folders, strict=True):
+            for c in GRID.concurrency:
+                rows = sorted(
+                    (p["prefix_kinds"], p[field]) for p in _summary(folder) if p["concurrency"] == c
+                )
+                expected[(side, f"{side} c={c}")] = rows
+        assert plotted == expected
+        assert panel.x_ticks == (2.0, 6.0)
+
+
+def test_cdf_plots_every_successful_ttft_per_grid_point(
+    figures: dict[str, Figure], folders: tuple[Path, Path]
+) -> None:
+    figure = figures["ttft-cdf"]
+    assert [p.title for p in figure.panels] == ["K=2 c=1", "K=6 c=1", "K=2 c=3", "K=6 c=3"]
+    frames = [_requests(folder) for folder in folders]
+    for panel in figure.panels:
+        kinds, conc = (int(part.split("=")[1]) for part in panel.title.split())
+        assert [s.side for s in panel.series] == ["A", "B"]
+        for series, frame in zip(panel.series, frames, strict=True):
+            point = frame[(frame["prefix_kinds"] == kinds) & (frame["concurrency"] == conc)]
+            expected = sorted(_ttft_ms(point))
+            assert list(series.x) == pytest.approx(expected)
+            assert series.y[-1] == 1.0 and len(series.y) == len(expected)
+            assert series.label == f"{series.side} (n={len(expected)})"
+            # The summary's samples count the same successful requests.
+            samples = next(
+                p["samples"]
+                for p in _summary(folders["AB".index(series.side)])
+                if (p["prefix_kinds"], p["concurrency"]) == (kinds, conc)
+            )
+            assert samples == len(expected)
+
+
+def test_b_is_slower_in_the_plotted_medians(figures: dict[str, Figure]) -> None:
+    (p50, _) = figures["ttft"].panels
+    by_label = {s.label: s.y for s in p50.series}
+    for c in GRID.concurrency:
+        assert min(by_label[f"B c={c}"]) > max(by_label[f"A c={c}"])
+
+
+def _series(figure: Figure, style: str) -> list[Series]:
+    return [s for s in figure.panels[0].series if s.style == style]
+
+
+def test_timeline_places_every_request_inside_its_run(
+    figures: dict[str, Figure], folders: tuple[Path, Path]
+) -> None:
+    for side, folder in zip("AB", folders, strict=True):
+        figure = figures[f"timeline-{side.lower()}"]
+        frame = _requests(folder)
+        points = _series(figure, "points")
+        assert [s.label for s in points] == ["c=1", "c=3"]
+        plotted = sorted(y for s in points for y in s.y)
+        assert plotted == pytest.approx(sorted(_ttft_ms(frame)))
+        (failed,) = _series(figure, "failures")
+        errors = sum(p["errors"] for p in _summary(folder))
+        assert len(failed.x) == errors == frame["error_kind"].notna().sum()
+        assert failed.label == f"failed ({errors})"
+        grid = load_results(folder).grid
+        assert grid is not None
+        bands = figure.panels[0].bands
+        assert [b.label for b in bands] == [
+            f"K{r.prefix_kinds} c{r.concurrency} r{r.repetition}" for r in grid.runs
+        ]
+        # Each request's send time falls inside its own run's window (the warm-up included).
+        t_s = request_times_s(frame, grid)
+        for i, run in enumerate(grid.runs):
+            in_run = (
+                (frame["prefix_kinds"] == run.prefix_kinds)
+                & (frame["concurrency"] == run.concurrency)
+                & (frame["repetition"] == run.repetition)
+            )
+            assert t_s[in_run].between(bands[i].start_s, bands[i].end_s).all()
+
+
+def test_timeline_marks_the_incident_where_it_happened(
+    figures: dict[str, Figure], folders: tuple[Path, Path]
+) -> None:
+    (incident,) = load_results(folders[0]).incidents
+    (mark,) = figures["timeline-a"].panels[0].marks
+    assert incident.t_s is not None
+    assert mark.at_s == incident.t_s
+    assert mark.label == describe(incident)
+    assert "prefill-0 OOMKilled (exit 137)" in mark.label and "into K=2 c=3" in mark.label
+    third_run = figures["timeline-a"].panels[0].bands[2]
+    assert third_run.start_s < mark.at_s < third_run.end_s
+    assert figures["timeline-b"].panels[0].marks == ()
+
+
+def test_requests_are_found_in_per_point_folders(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The load step's layout: no top-level requests.parquet, one per grid point below."""
+    copy = tmp_path / "step"
+    shutil.copytree(folders[0], copy)
+    frame = _requests(copy)
+    (copy / "requests.parquet").unlink()
+    for (kinds, conc), rows in frame.groupby(["prefix_kinds", "concurrency"]):
+        (copy / f"k{kinds}-c{conc}").mkdir()
+        rows.to_parquet(copy / f"k{kinds}-c{conc}" / "requests.parquet", index=False)
+    loaded = load_results(copy).requests
+    key = ["prefix_kinds", "concurrency", "repetition", "index"]
+    assert len(loaded) == len(frame)
+    assert loaded.sort_values(key)["sent_ns"].tolist() == frame.sort_values(key)["sent_ns"].tolist()
+
+
+def test_report_command_writes_html_and_pngs(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cmp" / "report.html"
+    args = ["report", str(folders[0]), str(folders[1]), "--out", str(out), "--png"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert html.count('<figure class="plot"') == 5
+    assert "<script" not in html and "http://" not in html.split("<footer>")[0]
+    assert "prefill-0 OOMKilled (exit 137)" in html
+    assert "kv-routing vs disagg-same-node" in html
+    for key in ("ttft", "throughput", "ttft-cdf", "timeline-a", "timeline-b"):
+        png = out.with_name(f"report-{key}.png").read_bytes()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        assert f"report-{key}.png" in result.output
+
+
+def test_seed_table_cells_are_a_over_b(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    out, _ = write_report([load_results(f) for f in folders], tmp_path / "r.html")
+    html = out.read_text()
+    a, b = (
+        {(p["prefix_kinds"], p["concurrency"]): p for p in _summary(folder)} for folder in folders
+    )
+    for key in a:
+        cell = f"<td>{a[key]['errors']} / {b[key]['errors']}</td>"
+        assert cell in html
+        assert f"<td>{a[key]['requests_per_s']:.1f} / {b[key]['requests_per_s']:.1f}</td>" in html
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: None, "error: no summary.json in {d} or below"),
+        (lambda d: (d / "notes.txt").write_text("hello"), "error: no summary.json in {d} or below"),
+        (
+            lambda d: (d / "summary.json").write_text('{"a": 1}'),
+            "error: {d}/summary.json holds a dict, not a list of grid points",
+        ),
+        (
+            lambda d: (d / "summary.json").write_text("[]"),
+            "error: {d}/summary.json holds no grid points (did the grid run?)",
+        ),
+    ],
+    ids=["empty", "foreign", "not-a-summary", "no-points"],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, make: Any, message: str) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    make(folder)
+    result = CliRunner().invoke(app, ["report", str(folder), "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message.format(d=folder))
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_report_opens_in_headless_chromium(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """No console error, every figure decoded and drawn, the table there; the screenshot is
+    kept at `SCREENSHOT`."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not installed (Debian: apt-get install chromium; .ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    out, _ = write_report([load_results(f) for f in folders], tmp_path / REPORT_FILE)
+    problems: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+        page.goto(out.as_uri())
+        page.wait_for_load_state("load")
+        drawn = page.eval_on_selector_all(
+            "figure.plot img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])"
+        )
+        keys = page.eval_on_selector_all("figure.plot", "fs => fs.map(f => f.dataset.key)")
+        rows = page.eval_on_selector_all("table.seed tbody tr", "rows => rows.length")
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+        browser.close()
+    assert problems == []
+    assert keys == ["ttft", "throughput", "ttft-cdf", "timeline-a", "timeline-b"]
+    assert len(drawn) == 5 and all(done and width > 600 for done, width in drawn)
+    assert rows == len(GRID.prefix_kinds) * len(GRID.concurrency)
+    assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_one_result_gets_its_own_table_and_one_timeline(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    loaded = load_results(folders[1])
+    figures = report_figures([loaded])
+    assert [f.key for f in figures] == ["ttft", "throughput", "ttft-cdf", "timeline-a"]
+    assert {s.side for f in figures for p in f.panels for s in p.series} == {"A"}
+    out, _ = write_report([loaded], tmp_path / "one.html")
+    html = out.read_text()
+    assert "Load report: disagg-same-node</h1>" in html and " / " not in html.split("<h2")[1]
+    for p in _summary(folders[1]):
+        assert f"<td>{p['requests_per_s']:.1f}</td>" in html
