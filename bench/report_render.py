@@ -4,8 +4,9 @@ matplotlib (what the report uses) and with plotly (its JavaScript inlined), side
 Run: `uv run python bench/report_render.py [--requests 200] [--repeat 3]`. Builds two synthetic
 results folders of the seed's size (prefix kinds {2, 7, 12, 24} x concurrency {4, 8} x 3
 repetitions = 24 runs each, 200 requests per run, 2% failed, one incident each) with loadgen's
-own writer, then for each library: the time to read both folders and write the report (best of
-`--repeat`, in this process, imports done before), the HTML's size, and, when Chromium is
+own writer, then for each library: the time to read both folders and write the report and the
+CPU time it took (best of `--repeat`, in this process, imports done before: the CPU time is what
+a shared machine's load does not inflate), the HTML's size, and, when Chromium is
 installed (Debian's `chromium`), the time from opening the file to every figure drawn.
 The figures are the same `loadgen.figures` data for both libraries. Prints the load average
 beside the numbers: the machine is shared. This is a measurement script: nothing here asserts.
@@ -42,7 +43,7 @@ SEED_CONCURRENCY = (4, 8)
 SEED_REPETITIONS = 3
 FAILED_SHARE = 0.02
 OUTPUT_TOKENS = 16
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = shutil.which("chromium")
 
 
 def _run_records(
@@ -181,7 +182,7 @@ def write_plotly_report(results: list[ResultsFolder], out: Path) -> None:
 def _browser_seconds(html: Path, figures: int) -> float | None:
     """Seconds from opening `html` in headless Chromium to `figures` figures drawn (matplotlib:
     decoded images; plotly: plot containers with their SVG), or None without Chromium."""
-    if not Path(CHROMIUM).exists():
+    if CHROMIUM is None:
         return None
     from playwright.sync_api import sync_playwright
 
@@ -211,7 +212,8 @@ def main(
         synthetic_results(folders[0], slow=1.0, requests=requests, seed=1)
         synthetic_results(folders[1], slow=2.5, requests=requests, seed=2)
         table = Table(title=f"report of 2 x 24 runs x {requests} requests")
-        for column in ("renderer", "read + write (s)", "HTML (MB)", "browser draw (s)"):
+        columns = ("renderer", "read + write (s)", "its CPU (s)", "HTML (MB)", "browser draw (s)")
+        for column in columns:
             table.add_column(column)
 
         def matplotlib_report(out: Path) -> None:
@@ -226,15 +228,17 @@ def main(
             ("plotly (JS)", plotly_report),
         ):
             out = work / f"{name.split()[0]}.html"
-            times = []
+            times, cpu = [], []
             for _ in range(repeat):
-                started = time.perf_counter()
+                started, started_cpu = time.perf_counter(), time.process_time()
                 render(out)
                 times.append(time.perf_counter() - started)
+                cpu.append(time.process_time() - started_cpu)
             browser = _browser_seconds(out, figures)
             table.add_row(
                 name,
                 f"{min(times):.2f}",
+                f"{min(cpu):.2f}",
                 f"{out.stat().st_size / 1e6:.2f}",
                 "-" if browser is None else f"{browser:.2f}",
             )

@@ -60,7 +60,7 @@ def _draw_series(ax: Axes, s: Series) -> None:
         ax.step(s.x, s.y, SIDE_LINE[s.side], where="post", color=color, label=s.label)
     elif s.style == "points":
         ax.scatter(
-            s.x, s.y, s=7, alpha=0.55, color=color, marker=SIDE_MARKER[s.side], linewidths=0,
+            s.x, s.y, s=10, alpha=0.6, color=color, marker=SIDE_MARKER[s.side], linewidths=0,
             label=s.label, rasterized=True,
         )  # fmt: skip
     else:
@@ -80,7 +80,7 @@ def _draw_panel(ax: Axes, panel: Panel) -> None:
         ax.axvspan(band.start_s, band.end_s, color="#000000", alpha=0.05 if i % 2 else 0.1, lw=0)
         ax.text(
             (band.start_s + band.end_s) / 2, 0.99, band.label, transform=top, rotation=90,
-            ha="center", va="top", fontsize=6, color="#555555",
+            ha="center", va="top", fontsize=7, color="#555555",
         )  # fmt: skip
     for mark in panel.marks:
         ax.axvline(mark.at_s, color=FAILURE_COLOR, linestyle=":", linewidth=1.4)
@@ -104,7 +104,8 @@ def _draw_panel(ax: Axes, panel: Panel) -> None:
     ax.tick_params(labelsize=7)
     ax.grid(True, which="major", alpha=0.3)
     if panel.series:
-        ax.legend(fontsize=7, markerscale=1.5, loc="best")
+        clouds = any(s.style == "points" for s in panel.series)  # tiny markers: show larger
+        ax.legend(fontsize=7, markerscale=2.0 if clouds else 1.0, loc="best")
     else:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="#888888")
 

@@ -188,4 +188,6 @@ def _write_reports(folders: list[Path], comparison: Path) -> None:
     except (OSError, ValueError) as exc:
         warn(f"no report written: {exc}")
         return
-    console.print(f"report{'s' if len(reports) > 1 else ''} in {', '.join(map(str, reports))}")
+    console.print(
+        f"report{'s' if len(reports) > 1 else ''} in {', '.join(map(str, reports))}", soft_wrap=True
+    )
