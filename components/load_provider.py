@@ -146,10 +146,10 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
 def _write_report(run_dir: Path) -> None:
     """``report.html`` beside ``summary.json`` (:mod:`loadgen.html_report`); a failure is a
     Pulumi warning, never a failed step: the results are already written."""
-    from loadgen.html_report import write_folder_report
+    from loadgen.html_report import write_folder_reports
 
     try:
-        write_folder_report(run_dir)
+        write_folder_reports([run_dir])
     except (OSError, ValueError) as exc:
         pulumi.log.warn(f"load step: no report written in {run_dir}: {exc}")
 

@@ -203,11 +203,12 @@ def readiness_line(readiness: Readiness) -> str:
 def _report_beside(out: Path) -> None:
     """Write `out/report.html` (loadgen.html_report); a failure is a warning, never an exit:
     the results are already written."""
-    from loadgen.html_report import write_folder_report
+    from loadgen.html_report import write_folder_reports
 
     console = table_console()
     try:
-        console.print(f"report in {escape(str(write_folder_report(out)))}", soft_wrap=True)
+        (report,) = write_folder_reports([out])
+        console.print(f"report in {escape(str(report))}", soft_wrap=True)
     except (OSError, ValueError) as exc:
         console.print(f"[yellow]warning:[/] no report written: {escape(str(exc))}", soft_wrap=True)
 

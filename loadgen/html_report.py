@@ -230,9 +230,13 @@ def write_report(
     return out, written
 
 
-def write_folder_report(folder: Path) -> Path:
-    """Write `folder/report.html` for the results in `folder` (what `testbed load`, `testbed
-    simulate` and the load step call after writing their results). Raises as `load_results`
-    and `write_report` do."""
-    out, _ = write_report([load_results(folder)], folder / REPORT_FILE)
-    return out
+def write_folder_reports(folders: Sequence[Path], comparison: Path | None = None) -> list[Path]:
+    """Write `report.html` into each results folder (what `testbed load`, `testbed simulate`
+    and the load step call after writing their results) and, for two folders and a
+    `comparison` path, the A / B report there. Returns the paths written. Raises as
+    `load_results` and `write_report` do."""
+    loaded = [load_results(folder) for folder in folders]
+    written = [write_report([result], result.path / REPORT_FILE)[0] for result in loaded]
+    if comparison is not None and len(loaded) == 2:
+        written.append(write_report(loaded, comparison)[0])
+    return written

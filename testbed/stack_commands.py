@@ -177,14 +177,10 @@ def simulate_command(
 def _write_reports(folders: list[Path], comparison: Path) -> None:
     """``report.html`` in each stack's results folder and, for two stacks, the A / B report
     at ``comparison``; a failure is a warning (the results are already written)."""
-    from loadgen.html_report import write_report
-    from loadgen.results_folder import load_results
+    from loadgen.html_report import write_folder_reports
 
     try:
-        loaded = [load_results(folder) for folder in folders]
-        reports = [write_report([r], r.path / REPORT_FILE)[0] for r in loaded]
-        if len(loaded) == 2:
-            reports.append(write_report(loaded, comparison)[0])
+        reports = write_folder_reports(folders, comparison)
     except (OSError, ValueError) as exc:
         warn(f"no report written: {exc}")
         return

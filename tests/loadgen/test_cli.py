@@ -58,6 +58,9 @@ def test_load_then_compare(tmp_path: Path) -> None:
         first = run("load", "--url", server.url, *SMALL, "--out", str(tmp_path / "a"))
         assert first.exit_code == 0, first.output
         assert "0.500" in first.output and "results in" in first.output
+        report = tmp_path / "a" / "report.html"
+        assert f"report in {report}" in first.output
+        assert '<figure class="plot" data-key="timeline-a">' in report.read_text()
         second = run(
             "load", "--url", server.url, *SMALL, "--out", str(tmp_path / "b"), "--concurrency", "1"
         )

@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from loadgen.config import LoadConfig
 from loadgen.figures import Figure, Series, report_figures, request_times_s
-from loadgen.html_report import write_report
+from loadgen.html_report import write_folder_reports, write_report
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe, placed
 from loadgen.results import GridResult
 from loadgen.results_folder import REPORT_FILE, load_results
@@ -339,3 +339,13 @@ def test_one_result_gets_its_own_table_and_one_timeline(
     assert "Load report: disagg-same-node</h1>" in html and " / " not in html.split("<h2")[1]
     for p in _summary(folders[1]):
         assert f"<td>{p['requests_per_s']:.1f}</td>" in html
+
+
+def test_folder_reports_and_the_comparison(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """What `testbed simulate A B` writes: a report per stack folder and the A / B one."""
+    copies = [shutil.copytree(folder, tmp_path / folder.name) for folder in folders]
+    written = write_folder_reports(copies, tmp_path / REPORT_FILE)
+    assert written == [copy / REPORT_FILE for copy in copies] + [tmp_path / REPORT_FILE]
+    assert "Load report: kv-routing</h1>" in written[0].read_text()
+    assert "Load report: disagg-same-node</h1>" in written[1].read_text()
+    assert "Load report: kv-routing vs disagg-same-node</h1>" in written[2].read_text()

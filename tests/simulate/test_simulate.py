@@ -12,6 +12,7 @@ import pytest
 
 from components.config import StackConfig
 from components.stack_sizing import stack_sizing
+from loadgen.html_report import write_folder_reports
 from loadgen.results import GridResult, PointSummary
 from loadgen.runner import run_grid
 from testbed.localgraph import LocalGraph
@@ -98,6 +99,8 @@ def test_simulate_stack_writes_results_and_leaves_no_process(
     stack_file = json.loads((tmp_path / "disagg-cross-node" / "stack.json").read_text())
     assert stack_file["stack"] == "disagg-cross-node"
     assert stack_file["resources"]["workers_by_role"] == {"prefill": 1, "decode": 2}
+    (report,) = write_folder_reports([sim.out_dir])  # as `testbed simulate` does after this
+    assert "Load report: disagg-cross-node</h1>" in report.read_text()
     assert any((tmp_path / "disagg-cross-node" / "graph" / "logs").iterdir())
     (point,) = sim.result.points
     assert point.samples == 8 and point.errors == 0
