@@ -42,6 +42,7 @@ from components.stack_resources import STACK_FILE, stack_file_text
 from components.topology import FRONTEND_PORT
 from loadgen.api import base_url
 from loadgen.config import LoadConfig
+from loadgen.html_report import write_folder_reports
 from loadgen.output import read_result, write_text_atomic
 from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
 from loadgen.report import SUMMARY_FILE
@@ -146,8 +147,6 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
 def _write_report(run_dir: Path) -> None:
     """``report.html`` beside ``summary.json`` (:mod:`loadgen.html_report`); a failure is a
     Pulumi warning, never a failed step: the results are already written."""
-    from loadgen.html_report import write_folder_reports
-
     try:
         write_folder_reports([run_dir])
     except (OSError, ValueError) as exc:

@@ -20,11 +20,13 @@ from rich.markup import escape
 
 from loadgen.api import base_url
 from loadgen.config import LoadConfig
+from loadgen.html_report import write_folder_reports, write_report
 from loadgen.output import ResumeError, complete_runs
 from loadgen.prompts import load_tokenizer_sizer
 from loadgen.readiness import NotServingError, Readiness, ReadyCheck
 from loadgen.report import comparison_table, load_points, seed_table, table_console
 from loadgen.results import GridResult
+from loadgen.results_folder import load_results
 from loadgen.runner import run_grid
 
 EXIT_USAGE = 2
@@ -203,8 +205,6 @@ def readiness_line(readiness: Readiness) -> str:
 def _report_beside(out: Path) -> None:
     """Write `out/report.html` (loadgen.html_report); a failure is a warning, never an exit:
     the results are already written."""
-    from loadgen.html_report import write_folder_reports
-
     console = table_console()
     try:
         (report,) = write_folder_reports([out])
@@ -429,9 +429,6 @@ def report_command(
 
     Exit code 2 with one `error:` line when a folder holds no readable results.
     """
-    from loadgen.html_report import write_report
-    from loadgen.results_folder import load_results
-
     try:
         folders = [load_results(folder) for folder in (results, results_b) if folder is not None]
         html, pngs = write_report(folders, out, png=png)

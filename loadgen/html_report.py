@@ -198,7 +198,7 @@ def render_html(results: Sequence[ResultsFolder], pngs: Sequence[tuple[Figure, b
     rows = (
         comparison_rows(results[0].points, results[1].points)
         if len(results) == 2
-        else seed_rows(results[0].points)
+        else seed_rows(results[0].points, results[0].incidents)
     )
     context: dict[str, Any] = {
         "title": " vs ".join(r.name for r in results),

@@ -13,6 +13,7 @@ from rich.text import Text
 from components.errors import StackConfigError
 from components.sizing import format_quantity
 from loadgen.cli import fail
+from loadgen.html_report import write_folder_reports
 from loadgen.report import comparison_table, seed_table, table_console
 from loadgen.results_folder import REPORT_FILE
 from testbed.localgraph import LocalGraphError
@@ -177,8 +178,6 @@ def simulate_command(
 def _write_reports(folders: list[Path], comparison: Path) -> None:
     """``report.html`` in each stack's results folder and, for two stacks, the A / B report
     at ``comparison``; a failure is a warning (the results are already written)."""
-    from loadgen.html_report import write_folder_reports
-
     try:
         reports = write_folder_reports(folders, comparison)
     except (OSError, ValueError) as exc:

@@ -349,3 +349,12 @@ def test_folder_reports_and_the_comparison(folders: tuple[Path, Path], tmp_path:
     assert "Load report: kv-routing</h1>" in written[0].read_text()
     assert "Load report: disagg-same-node</h1>" in written[1].read_text()
     assert "Load report: kv-routing vs disagg-same-node</h1>" in written[2].read_text()
+
+
+def test_one_result_marks_the_grid_point_that_had_the_incident(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    out, _ = write_report([load_results(folders[0])], tmp_path / "a.html")
+    html = out.read_text()
+    assert html.count("<td>3 !</td>") == 1  # K=2 c=3, the third run's point
+    assert "<tr><td>2</td><td>3 !</td>" in html
