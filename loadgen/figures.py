@@ -10,8 +10,9 @@ markers; a colour stands for one concurrency throughout the report.
 Times on the timeline are seconds since the grid started (`GridResult.started_at`). Requests
 carry monotonic-clock nanoseconds only, so each run's requests are placed by its wall-clock end
 (`RunSummary.finished_at`, taken right after its last request ended): a request's time is
-`finished_at - (last event of the run - its send time)`; without `result.json` the timeline
-starts at the first request's intended send time.
+`finished_at - (last event of the run - its send time)`; without `result.json`, or with runs
+written before they kept their times, the timeline starts at the first request's intended send
+time (one monotonic clock serves the whole grid on one machine).
 """
 
 import dataclasses
@@ -231,7 +232,7 @@ def request_times_s(requests: pd.DataFrame, grid: GridResult | None) -> pd.Serie
     send_ns = requests["sent_ns"].fillna(requests["intended_ns"]).astype("float64")
     event_cols = [c for c in ("end_ns", "error_ns", "first_token_ns", "sent_ns") if c in requests]
     last_ns = requests[event_cols].max(axis=1)
-    if grid is None:
+    if grid is None or any(run.finished_at is None for run in grid.runs):
         return (send_ns - requests["intended_ns"].min()) / _NS_PER_S
     ends = {
         (r.prefix_kinds, r.concurrency, r.repetition): (

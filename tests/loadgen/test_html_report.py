@@ -358,3 +358,20 @@ def test_one_result_marks_the_grid_point_that_had_the_incident(
     html = out.read_text()
     assert html.count("<td>3 !</td>") == 1  # K=2 c=3, the third run's point
     assert "<tr><td>2</td><td>3 !</td>" in html
+
+
+def test_summary_json_alone_still_gives_the_grid_figures(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Every file but summary.json is optional: the figures that need requests are empty."""
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(folders[0] / "summary.json", alone / "summary.json")
+    loaded = load_results(alone)
+    assert (loaded.grid, loaded.incidents, loaded.requests.empty) == (None, [], True)
+    figures = {f.key: f for f in report_figures([loaded])}
+    assert len(figures["ttft"].panels[0].series) == len(GRID.concurrency)
+    assert all(p.series == () for p in figures["ttft-cdf"].panels)
+    assert figures["timeline-a"].panels[0].series == ()
+    out, _ = write_report([loaded], tmp_path / "alone.html")
+    assert out.read_text().count('<figure class="plot"') == 4
