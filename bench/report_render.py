@@ -31,11 +31,11 @@ from rich.table import Table
 from loadgen.config import LoadConfig
 from loadgen.figures import Figure, report_figures
 from loadgen.html_report import FAILURE_COLOR, PALETTE, write_report
-from loadgen.incidents import INCIDENTS_FILE, Incident, placed
-from loadgen.output import write_outputs
-from loadgen.request import ErrorKind, RequestRecord, RunRecords
+from loadgen.incidents import Incident, RunWindow, placed
+from loadgen.output import MeasuredRun, ResultsFolder, grid_settings, records_frame
+from loadgen.request import ErrorKind, RequestRecord
 from loadgen.results import GridResult
-from loadgen.results_folder import ResultsFolder, load_results
+from loadgen.results_folder import LoadedResults, load_results
 from loadgen.stats import summarize_point, summarize_run
 
 SEED_KINDS = (2, 7, 12, 24)
@@ -89,17 +89,17 @@ def synthetic_results(folder: Path, slow: float, requests: int, seed: int) -> No
     for kinds, conc, rep in grid:
         run_start = started_at + timedelta(seconds=(clock_ns - 10**12) / 1e9)
         records, end_ns = _run_records(rng, kinds, conc, requests, clock_ns, slow)
-        runs.append(RunRecords(kinds, conc, rep, records))
         summary = summarize_run(records, prefix_kinds=kinds, concurrency=conc, repetition=rep)
         finished = started_at + timedelta(seconds=(end_ns - 10**12) / 1e9)
-        summaries.append(
-            summary.model_copy(update={"started_at": run_start, "finished_at": finished})
-        )
+        summary = summary.model_copy(update={"started_at": run_start, "finished_at": finished})
+        summaries.append(summary)
+        runs.append(MeasuredRun(summary, [], records_frame(kinds, conc, rep, records)))
         clock_ns = end_ns + 500_000_000
     points = [
         summarize_point([s for s in summaries if (s.prefix_kinds, s.concurrency) == (k, c)])
         for k, c in itertools.product(SEED_KINDS, SEED_CONCURRENCY)
     ]
+    windows = [w for w in (run.window() for run in summaries) if w is not None]
     result = GridResult(
         url="http://127.0.0.1:8000",
         model="Qwen/Qwen3-0.6B",
@@ -113,10 +113,14 @@ def synthetic_results(folder: Path, slow: float, requests: int, seed: int) -> No
         first_errors=[],
         first_failure_at=None,
         warnings=[],
+        incidents=[_oom_kill(windows[len(windows) // 2], started_at, windows)],
     )
-    write_outputs(folder, result, runs)
-    middle = summaries[len(summaries) // 2]
-    assert middle.started_at is not None
+    settings = grid_settings(result.url, result.model, config, None)
+    ResultsFolder(folder, settings, resume=False).write_grid(result, runs)
+
+
+def _oom_kill(window: RunWindow, started_at: datetime, windows: list[RunWindow]) -> Incident:
+    """A prefill worker OOMKilled 1 s into `window`."""
     incident = Incident(
         source="simulation",
         component="prefill",
@@ -124,10 +128,9 @@ def synthetic_results(folder: Path, slow: float, requests: int, seed: int) -> No
         kind="terminated",
         reason="OOMKilled",
         exit_code=137,
-        at=middle.started_at + timedelta(seconds=1),
+        at=window.started_at + timedelta(seconds=1),
     )
-    located = placed(incident, started_at, result.windows())
-    (folder / INCIDENTS_FILE).write_text(f"[{located.model_dump_json()}]\n")
+    return placed(incident, started_at, windows)
 
 
 def _plotly_figure(figure: Figure) -> go.Figure:
@@ -169,7 +172,7 @@ def _plotly_figure(figure: Figure) -> go.Figure:
     return fig
 
 
-def write_plotly_report(results: list[ResultsFolder], out: Path) -> None:
+def write_plotly_report(results: list[LoadedResults], out: Path) -> None:
     """The same figures with plotly, its JavaScript inlined once (no CDN)."""
     parts = [
         _plotly_figure(f).to_html(full_html=False, include_plotlyjs=(i == 0))

@@ -24,7 +24,7 @@ import pandas as pd
 
 from loadgen.incidents import Incident, describe
 from loadgen.results import GridResult
-from loadgen.results_folder import ResultsFolder
+from loadgen.results_folder import LoadedResults
 
 _NS_PER_MS = 1e6
 _NS_PER_S = 1e9
@@ -99,13 +99,13 @@ def _wide(values: Sequence[float]) -> bool:
     return bool(positive) and max(positive) / min(positive) > WIDE_RANGE
 
 
-def _concurrency_colors(results: Sequence[ResultsFolder]) -> dict[int, int]:
+def _concurrency_colors(results: Sequence[LoadedResults]) -> dict[int, int]:
     levels = sorted({p.concurrency for r in results for p in r.points})
     return {c: i for i, c in enumerate(levels)}
 
 
 def _metric_panel(
-    results: Sequence[ResultsFolder], field: str, title: str, unit: str, log: bool
+    results: Sequence[LoadedResults], field: str, title: str, unit: str, log: bool
 ) -> Panel:
     colors = _concurrency_colors(results)
     series = []
@@ -147,7 +147,7 @@ THROUGHPUT_METRICS: tuple[MetricSpec, ...] = (
 
 
 def grid_figure(
-    key: str, title: str, metrics: Sequence[MetricSpec], results: Sequence[ResultsFolder]
+    key: str, title: str, metrics: Sequence[MetricSpec], results: Sequence[LoadedResults]
 ) -> Figure:
     """One panel per metric: the metric (the grid point's median over repetitions, as in
     `summary.json`) against prefix kinds, one line per concurrency and result. Latency panels
@@ -180,7 +180,7 @@ def successful_ttfts_ms(requests: pd.DataFrame) -> pd.DataFrame:
     ]
 
 
-def cdf_figure(results: Sequence[ResultsFolder]) -> Figure:
+def cdf_figure(results: Sequence[LoadedResults]) -> Figure:
     """One panel per grid point (rows: concurrency, columns: prefix kinds): the empirical CDF
     of TTFT over every successful request of the point's repetitions, one step line per
     result (x: TTFT ms, sorted; y: rank / n)."""
@@ -272,7 +272,7 @@ def _marks(incidents: Sequence[Incident], grid: GridResult | None) -> tuple[Mark
     return tuple(marks)
 
 
-def timeline_figure(side: str, result: ResultsFolder, colors: dict[int, int]) -> Figure:
+def timeline_figure(side: str, result: LoadedResults, colors: dict[int, int]) -> Figure:
     """One result's whole grid on one time axis (seconds since the grid started): each
     successful request's TTFT (ms) at its send time, one colour per concurrency; each failed
     request at its send time with the time it took to fail (ms, to `error_ns`); the runs'
@@ -330,7 +330,7 @@ def timeline_figure(side: str, result: ResultsFolder, colors: dict[int, int]) ->
     )
 
 
-def report_figures(results: Sequence[ResultsFolder]) -> list[Figure]:
+def report_figures(results: Sequence[LoadedResults]) -> list[Figure]:
     """Every figure of the report for one or two results (A, then B), in report order:
     TTFT p50/p99, requests/s and cached-token ratio, the TTFT CDFs, one timeline per result.
 

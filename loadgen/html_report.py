@@ -28,7 +28,7 @@ from matplotlib.transforms import blended_transform_factory
 from loadgen.figures import Figure, Panel, Series, report_figures
 from loadgen.incidents import describe
 from loadgen.report import comparison_rows, seed_rows, table_headers
-from loadgen.results_folder import REPORT_FILE, ResultsFolder, load_results
+from loadgen.results_folder import REPORT_FILE, LoadedResults, load_results
 
 DPI = 100
 PANEL_SIZE_IN = (5.2, 3.6)  # one panel's width and height (inches) in a grid figure
@@ -138,21 +138,21 @@ def figure_png(figure: Figure) -> bytes:
 @dataclass(frozen=True)
 class _Side:
     label: str
-    result: ResultsFolder
+    result: LoadedResults
     incidents: list[str]
     warnings: list[str]
     more_warnings: int
     facts: list[tuple[str, str]]
 
 
-def _settings(result: ResultsFolder) -> str:
+def _settings(result: LoadedResults) -> str:
     if result.grid is None:
         return "-"
     config = result.grid.config.model_dump(mode="json", by_alias=True, exclude_none=True)
     return ", ".join(f"{key}={value}" for key, value in sorted(config.items()))
 
 
-def _facts(result: ResultsFolder) -> list[tuple[str, str]]:
+def _facts(result: LoadedResults) -> list[tuple[str, str]]:
     grid = result.grid
     facts = [("folder", str(result.path.resolve()))]
     if "fingerprint" in result.step:
@@ -169,7 +169,7 @@ def _facts(result: ResultsFolder) -> list[tuple[str, str]]:
     return facts
 
 
-def _side(label: str, result: ResultsFolder) -> _Side:
+def _side(label: str, result: LoadedResults) -> _Side:
     warnings = result.grid.warnings if result.grid is not None else []
     return _Side(
         label=label,
@@ -191,7 +191,7 @@ def _versions() -> list[tuple[str, str]]:
     return found
 
 
-def render_html(results: Sequence[ResultsFolder], pngs: Sequence[tuple[Figure, bytes]]) -> str:
+def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, bytes]]) -> str:
     """The report page: the seed-style table ("A / B" with two results), the figures as
     embedded PNGs, incidents and warnings per result, and a footer with what produced it."""
     sides = [_side(label, r) for label, r in zip(("A", "B"), results, strict=False)]
@@ -213,7 +213,7 @@ def render_html(results: Sequence[ResultsFolder], pngs: Sequence[tuple[Figure, b
 
 
 def write_report(
-    results: Sequence[ResultsFolder], out: Path, *, png: bool = False
+    results: Sequence[LoadedResults], out: Path, *, png: bool = False
 ) -> tuple[Path, list[Path]]:
     """Write the HTML report of one or two results to `out` (parent folders created); with
     `png`, also each figure as `<out stem>-<figure key>.png` beside it. Returns the HTML path

@@ -1,4 +1,5 @@
-"""Reading a results folder back: the one loader behind `testbed report`.
+"""Reading a results folder back: the one loader behind `testbed report` (the writer is
+`loadgen.output.ResultsFolder`).
 
 A results folder is what `testbed load --out`, `testbed simulate` (`<out>/<stack>/`) or the
 post-deploy load step (`<resultsDir>/<stack>/<UTC time>/`) wrote. Only `summary.json` is
@@ -7,7 +8,8 @@ required; every other file is optional and read when present:
 - `result.json`: the `GridResult` (settings, per-run rows with their wall-clock windows,
   incidents, warnings);
 - `requests.parquet`: one row per request (`loadgen.output.records_frame`); at the top level,
-  else every outermost one below (the load step keeps one per grid point in `k<K>-c<C>/`);
+  else every outermost one below (e.g. only the per-run `runs/<run>/` ones of a grid cut off
+  before it rewrote the top level);
 - `incidents.json`: a list of `Incident` (`loadgen.incidents`), else `GridResult.incidents`;
 - `step.json`: the load step's inputs (stack name, topology fingerprint, URL, grid);
 - `status.json`: the load step's status (ok / degraded / failed).
@@ -23,11 +25,10 @@ import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
 from loadgen.incidents import INCIDENTS_FILE, Incident
+from loadgen.output import REQUESTS_FILE, RESULT_FILE
 from loadgen.report import SUMMARY_FILE, load_points
 from loadgen.results import GridResult, PointSummary
 
-RESULT_FILE = "result.json"
-REQUESTS_FILE = "requests.parquet"
 STEP_FILE = "step.json"  # the load step's inputs (components/load_provider.py)
 STATUS_FILE = "status.json"  # the load step's status (components/load_provider.py)
 REPORT_FILE = "report.html"  # what `testbed load`, `testbed simulate` and the load step write
@@ -39,7 +40,7 @@ _INCIDENTS = TypeAdapter(list[Incident])
 
 
 @dataclass(frozen=True)
-class ResultsFolder:
+class LoadedResults:
     """Everything read from one results folder.
 
     `name` is the stack (from `step.json`, else the folder name for `testbed simulate`'s
@@ -136,7 +137,7 @@ def _name(folder: Path, step: dict[str, Any]) -> str:
     return resolved.name
 
 
-def load_results(folder: Path) -> ResultsFolder:
+def load_results(folder: Path) -> LoadedResults:
     """Read a results folder (see this module's docstring).
 
     Raises FileNotFoundError (one line; naming the results folders below `folder`, if any)
@@ -148,7 +149,7 @@ def load_results(folder: Path) -> ResultsFolder:
         raise ValueError(f"{folder / SUMMARY_FILE} holds no grid points (did the grid run?)")
     grid = _grid(folder / RESULT_FILE)
     step = _json_file(folder / STEP_FILE) or {}
-    return ResultsFolder(
+    return LoadedResults(
         path=folder,
         name=_name(folder, step),
         points=points,

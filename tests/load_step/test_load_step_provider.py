@@ -113,7 +113,7 @@ def test_create_writes_the_report_with_the_stack_and_its_fingerprint(
     assert json.loads((folder / STEP_FILE).read_text())["fingerprint"] == "sha256:fixed"
     loaded = load_results(folder)
     assert loaded.name == STACK
-    assert len(loaded.requests) == 8  # read from the grid point's folder, k2-c2/
+    assert len(loaded.requests) == 8
     html = (folder / REPORT_FILE).read_text()
     assert f"Load report: {STACK}</h1>" in html
     assert "<dt>topology fingerprint</dt><dd>sha256:fixed</dd>" in html

@@ -223,17 +223,13 @@ def test_timeline_marks_the_incident_where_it_happened(
     assert figures["timeline-b"].panels[0].marks == ()
 
 
-def test_requests_are_found_in_per_point_folders(
-    folders: tuple[Path, Path], tmp_path: Path
-) -> None:
-    """The load step's layout: no top-level requests.parquet, one per grid point below."""
-    copy = tmp_path / "step"
-    shutil.copytree(folders[0], copy)
+def test_requests_are_found_in_per_run_folders(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """Without a top-level requests.parquet (a grid cut off before rewriting it), the rows
+    come from the per-run `runs/<run>/requests.parquet` files that loadgen wrote."""
+    copy = shutil.copytree(folders[0], tmp_path / "cut")
     frame = _requests(copy)
     (copy / "requests.parquet").unlink()
-    for (kinds, conc), rows in frame.groupby(["prefix_kinds", "concurrency"]):
-        (copy / f"k{kinds}-c{conc}").mkdir()
-        rows.to_parquet(copy / f"k{kinds}-c{conc}" / "requests.parquet", index=False)
+    assert len(list((copy / "runs").glob("*/requests.parquet"))) == 8
     loaded = load_results(copy).requests
     key = ["prefix_kinds", "concurrency", "repetition", "index"]
     assert len(loaded) == len(frame)
