@@ -195,15 +195,15 @@ def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, b
     """The report page: the seed-style table ("A / B" with two results), the figures as
     embedded PNGs, incidents and warnings per result, and a footer with what produced it."""
     sides = [_side(label, r) for label, r in zip(("A", "B"), results, strict=False)]
-    rows = (
-        comparison_rows(results[0].points, results[1].points)
-        if len(results) == 2
-        else seed_rows(results[0].points, results[0].incidents)
-    )
+    if len(results) == 2:
+        headers, rows = table_headers(), comparison_rows(results[0].points, results[1].points)
+    else:
+        points = results[0].points
+        headers, rows = table_headers(points), seed_rows(points, results[0].incidents)
     context: dict[str, Any] = {
         "title": " vs ".join(r.name for r in results),
         "sides": sides,
-        "headers": [h.split("\n") for h in table_headers()],
+        "headers": [h.split("\n") for h in headers],
         "rows": rows,
         "figures": [(f, base64.b64encode(png).decode("ascii")) for f, png in pngs],
         "versions": _versions(),
