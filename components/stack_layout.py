@@ -22,7 +22,10 @@ What a StackReference to the platform stack sees (Pulumi's engine, ``pulumi/pulu
   (``pkg/resource/deploy/builtins.go``, ``readStackReference``).
 
 :func:`read_platform_exports` turns the last two into a :class:`PlatformStackError` naming the
-stack to bring up first; the program wraps the first one the same way.
+stack to bring up first; the program wraps the first one the same way: the Python SDK sets a
+failed read's error on the reference's outputs (``pulumi/runtime/resource.py``, ``do_read``:
+``rpc.resolve_outputs_due_to_exception``), so awaiting ``outputs`` raises it, and the engine
+also reports the read error on the ``pulumi:pulumi:StackReference`` resource itself.
 """
 
 from __future__ import annotations
