@@ -43,6 +43,7 @@ from components.sizing import (
     GI,
 )
 from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
+from components.toleration import Toleration
 from loadgen.config import LoadConfig
 
 
@@ -55,15 +56,6 @@ class CamelModel(BaseModel):
 
 
 # --- placement -------------------------------------------------------------------------------
-
-
-class Toleration(CamelModel):
-    """A Kubernetes toleration for a node class's taint (same fields as ``core/v1 Toleration``)."""
-
-    key: ConfigText | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: ConfigText | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
 
 
 class TimeSlicing(CamelModel):
@@ -264,7 +256,10 @@ class FrontendConfig(CamelModel):
 
     replicas: int = Field(default=1, ge=1)
     node_class: ConfigText | None = Field(
-        default=None, description="Optional node class for the frontend (it needs no GPU)."
+        default=None,
+        description="Node class the frontend runs on (its selector and tolerations; it needs "
+        "no GPU). Default: any node, with every node class's tolerations, so tainted GPU "
+        "nodes do not leave it Pending (components.topology.anywhere_placement).",
     )
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         default="NodePort",

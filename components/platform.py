@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from components.config_text import ConfigText
+from components.toleration import GPU_TAINT_TOLERATION, Toleration
 
 CHART_REF = "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform"
 """NVIDIA's OCI location of the `dynamo-platform` chart (see the module docstring)."""
@@ -187,6 +188,13 @@ class PlatformConfig(_StackSection):
     webhook: WebhookConfig = Field(
         default_factory=WebhookConfig, description="Admission-webhook settings."
     )
+    tolerations: tuple[Toleration, ...] = Field(
+        default=(GPU_TAINT_TOLERATION,),
+        description="Tolerations of the operator pod (chart value "
+        "`dynamo-operator.controllerManager.tolerations`). Default: the nvidia.com/gpu "
+        "NoSchedule taint, so the operator schedules on a cluster of tainted GPU nodes (it uses "
+        "no GPU); [] for none.",
+    )
     extra_values: dict[str, Any] = Field(
         default_factory=dict,
         description="Chart values deep-merged over ours last (dicts merge, other values"
@@ -319,6 +327,7 @@ def platform_values(cfg: PlatformConfig, testbed_namespace: str) -> dict[str, An
             "upgradeCRD": not restricted,
             "namespaceRestriction": restriction,
             "discoveryBackend": "kubernetes",
+            "controllerManager": {"tolerations": [t.manifest() for t in cfg.tolerations]},
             "webhook": {
                 "failurePolicy": cfg.webhook.failure_policy,
                 "podCheckpointRestoreFailurePolicy": cfg.webhook.pod_failure_policy,

@@ -9,6 +9,7 @@ command, arguments, environment and resources. The Kubernetes manifests
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -126,11 +127,29 @@ def placement_for(node_class_name: str, node_class: NodeClass, gpus: int) -> Pla
     return Placement(
         node_class=node_class_name,
         node_selector=dict(node_class.node_selector),
-        tolerations=tuple(
-            t.model_dump(by_alias=True, exclude_none=True) for t in node_class.tolerations
-        ),
+        tolerations=tuple(t.manifest() for t in node_class.tolerations),
         gpus=gpus,
     )
+
+
+def anywhere_placement(node_classes: Mapping[str, NodeClass]) -> Placement:
+    """No node selector, and every node class's tolerations: pods that need no GPU (the
+    frontend by default) may run on any node, the tainted GPU nodes included.
+
+    On the seed's cluster every node is a GPU node; when the GPU nodes carry a taint (the
+    stacks tolerate ``nvidia.com/gpu:NoSchedule``) a pod without the matching toleration stays
+    Pending, as the scheduler's TaintToleration filter refuses every node
+    (https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/). The
+    tolerations only allow those nodes; with untainted CPU nodes the scheduler may still pick
+    them. ``topology.frontend.nodeClass`` pins the frontend to one node class instead.
+    """
+    tolerations: list[dict[str, str]] = []
+    for node_class in node_classes.values():
+        for toleration in node_class.tolerations:
+            entry = toleration.manifest()
+            if entry not in tolerations:
+                tolerations.append(entry)
+    return Placement(node_class=None, tolerations=tuple(tolerations))
 
 
 def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tuple[str, ...]:
@@ -229,7 +248,7 @@ def build_topology(cfg: StackConfig) -> Topology:
                 placement=(
                     placement_for(fe_class, cfg.node_classes[fe_class], 0)
                     if fe_class
-                    else Placement(node_class=None)
+                    else anywhere_placement(cfg.node_classes)
                 ),
                 # The operator supplies the frontend's command and port (upstream examples).
                 command=(),

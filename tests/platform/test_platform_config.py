@@ -67,6 +67,12 @@ def test_cluster_scope_values_are_exact() -> None:
             "upgradeCRD": True,
             "namespaceRestriction": {"enabled": False},
             "discoveryBackend": "kubernetes",
+            # ../shared/dynamo-chart/values.yaml: dynamo-operator.controllerManager.tolerations
+            "controllerManager": {
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                ]
+            },
             "webhook": {
                 "failurePolicy": "Fail",
                 "podCheckpointRestoreFailurePolicy": "Ignore",
@@ -74,6 +80,24 @@ def test_cluster_scope_values_are_exact() -> None:
             },
         },
     }
+
+
+def test_operator_tolerations_are_the_users_and_the_chart_has_the_key() -> None:
+    """The operator pod gets ``platform.tolerations`` (default: the GPU taint, so it does not
+    stay Pending on a cluster of tainted GPU nodes); [] removes them. The key is the chart's."""
+    chart = yaml.safe_load((SHARED_CHART / "values.yaml").read_text())
+    assert chart["dynamo-operator"]["controllerManager"]["tolerations"] == []
+    custom = PlatformConfig.model_validate(
+        {"tolerations": [{"key": "dedicated", "value": "infra", "effect": "NoExecute"}]}
+    )
+    values = platform_values(custom, TESTBED)["dynamo-operator"]["controllerManager"]
+    assert values == {
+        "tolerations": [
+            {"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoExecute"}
+        ]
+    }
+    none = platform_values(PlatformConfig.model_validate({"tolerations": []}), TESTBED)
+    assert none["dynamo-operator"]["controllerManager"] == {"tolerations": []}
 
 
 def test_namespace_scope_values_restrict_operator_and_skip_crds() -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from components.platform import PlatformConfig, admission_scope
 from components.rbac import find_wildcards
-from testbed.render import Registration, Rendered
+from testbed.render import Registration, Rendered, render_stack
 
 DGD_TYPE = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
@@ -164,10 +166,32 @@ def test_worker_resources_and_placement(
 
 
 @pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
-def test_frontend_has_no_gpu_and_no_placement(rendered: dict[str, Rendered], stack: str) -> None:
+def test_frontend_has_no_gpu_and_runs_on_any_node(
+    rendered: dict[str, Rendered], stack: str
+) -> None:
+    """No GPU and no node selector, but the GPU nodes' taint tolerated (every node of the
+    seed's cluster is a tainted GPU node: without it the frontend would stay Pending)."""
     pod = components(rendered[stack])["frontend"]["podTemplate"]["spec"]
     assert "nodeSelector" not in pod
-    assert "tolerations" not in pod
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert "resources" not in main_container(pod)
+
+
+def test_frontend_node_class_pins_it(
+    raw_config: Callable[[str], dict[str, Any]],
+    project_with: Callable[[str, dict[str, Any]], Path],
+) -> None:
+    config = raw_config("kv-routing")
+    config["topology"]["frontend"] = {"nodeClass": "gpu-8gb"}
+    pod = components(render_stack("kv-routing", project_with("kv-routing", config)))["frontend"][
+        "podTemplate"
+    ]["spec"]
+    assert pod["nodeSelector"] == {"dynamo-testbed/node-class": "gpu-8gb"}
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert "resources" not in main_container(pod)
 
 

@@ -1,0 +1,36 @@
+"""A Kubernetes toleration as the stack config writes it (node classes, the operator).
+
+Kept apart from :mod:`components.config` so that :mod:`components.platform`, which the config
+imports, can use it too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from components.config_text import ConfigText
+
+
+class Toleration(BaseModel):
+    """A ``core/v1 Toleration`` (same fields): tolerates a taint on the nodes a pod may use."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    key: ConfigText | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: ConfigText | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    def manifest(self) -> dict[str, str]:
+        """The toleration as the Kubernetes API takes it (camelCase, unset fields left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+GPU_TAINT_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+"""Tolerates the taint GPU nodes commonly carry (``nvidia.com/gpu:NoSchedule``; the shipped
+stacks' node classes tolerate the same): every node of the seed's cluster is a GPU node."""
