@@ -145,7 +145,17 @@ def frontend_service_manifest(cfg: StackConfig, topology: Topology) -> dict[str,
     """The Service the load step reaches the frontend through.
 
     ``dynamo``: selects the frontend pods of the graph (the operator's own ClusterIP Service
-    stays as it is); ``vllm-service``: the part-1 Service in front of all vLLM replicas. Its type
+    stays as it is) by the labels this program sets in the frontend's ``podTemplate``. They
+    reach the pods: the operator renders a pod's labels from ``GetDCDKubeLabels``, which copies
+    ``GetPodTemplateLabels`` of the component, then adds its own
+    (``nvidia.com/dynamo-graph-deployment-name``, ``nvidia.com/dynamo-component``,
+    ``nvidia.com/dynamo-component-type``, ``nvidia.com/selector``) in
+    ``dcdWorkloadRenderer.generatePodTemplateSpec`` (ai-dynamo/dynamo ``deploy/operator``,
+    ``internal/dynamo`` and ``internal/controller``, as stored on the main line; the 1.6.2 tag
+    itself was too large to fetch here, so re-check there). The operator's own labels are not
+    used because its ``nvidia.com/dynamo-namespace`` value is operator-derived and the older
+    ``deploy/cloud/operator`` set no graph-name label at all.
+    ``vllm-service``: the part-1 Service in front of all vLLM replicas. Its type
     comes from ``topology.frontend.serviceType`` (NodePort by default: a direct path, unlike
     ``kubectl port-forward``, which adds about 2 ms per request).
     """
