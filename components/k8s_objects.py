@@ -17,14 +17,11 @@ _TYPED: dict[tuple[str, str], Any] = {
     ("v1", "Namespace"): k8s.core.v1.Namespace,
     ("v1", "Secret"): k8s.core.v1.Secret,
     ("v1", "Service"): k8s.core.v1.Service,
-    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
-    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
 }
 
 # Top-level fields of the typed kinds above, as the Python SDK names them.
-_SNAKE = {"stringData": "string_data", "roleRef": "role_ref"}
+_SNAKE = {"stringData": "string_data"}
 
 
 def resource_name(obj: dict[str, Any]) -> str:

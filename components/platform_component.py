@@ -1,8 +1,6 @@
 """Pulumi component for the Dynamo platform: the `dynamo-platform` Helm release.
 
-Thin: the release's arguments come from `components.platform.helm_release_spec`. The load step's
-RBAC objects (`components.rbac.load_step_rbac`) are registered by the program with the other
-objects of the testbed namespace.
+Thin: the release's arguments come from `components.platform.helm_release_spec`.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from components.manifests import (
 )
 from components.platform import testbed_namespace_labels
 from components.platform_component import DynamoPlatform
-from components.rbac import load_step_rbac, rbac_summary
+from components.rbac import rbac_summary
 from components.stack_layout import (
     PlatformExports,
     PlatformStackError,
@@ -48,9 +48,6 @@ from components.stack_resources import StackResources, compare_resources, stack_
 from components.stack_sizing import stack_sizing
 from components.topology import FRONTEND_PORT, build_topology
 from components.validation import parse_platform_stack_config, parse_stack_config
-
-LOAD_STEP_ACCOUNT = "testbed-load"
-"""ServiceAccount of the post-deploy load step (reads the frontend Service and pods only)."""
 
 
 def project_config() -> dict[str, Any]:
@@ -132,8 +129,8 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     :class:`~components.stack_resources.StackResources`), ``frontendService``,
     ``frontendPort``, ``placement`` (component, type, replicas, nodeClass, gpus), ``platform``
     (the operator the graph runs under: :class:`PlatformExports` plus the platform ``stack``;
-    None for vllm-service), ``rbac`` (what the stack grants, the operator
-    first), ``sizing`` (numbers with units in the keys), ``warnings`` (sizing's, and
+    None for vllm-service), ``rbac`` (what the stack grants: the operator's entry; [] for
+    vllm-service), ``sizing`` (numbers with units in the keys), ``warnings`` (sizing's, and
     :func:`~components.stack_layout.version_warning` when the workers' Dynamo release is not
     the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
@@ -149,17 +146,16 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     warnings: Any = list(sizing.warnings)
 
     uses_dynamo = topology.kind == "dynamo"
-    rbac_objects = load_step_rbac(cfg.namespace, LOAD_STEP_ACCOUNT)
-    # vllm-service needs no operator: drop the summary's operator entry (always the first).
-    bindings = rbac_summary(cfg.platform, cfg.namespace, rbac_objects)[1:]
-    rbac: Any = bindings
+    # The stack writes no RBAC of its own (components.rbac): the output lists the operator's
+    # grants, and vllm-service runs no operator, so it grants nothing.
+    rbac: Any = []
     platform: Any = None
     namespace_opts = None
     if uses_dynamo and cfg.stack_role == "graph":
         exports, ready = platform_reference(cfg, stack)
         namespace_opts = pulumi.ResourceOptions(depends_on=ready)
         platform = exports.apply(lambda e: {"stack": cfg.platform_stack, **e.outputs()})
-        rbac = exports.apply(lambda e: [e.operator_rbac, *bindings])
+        rbac = exports.apply(lambda e: [e.operator_rbac])
         warnings = exports.apply(
             lambda e: _with_warning(
                 sizing.warnings,
@@ -168,7 +164,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         )
     elif uses_dynamo:
         platform = {"stack": stack, **platform_exports(cfg.platform).outputs()}
-        rbac = rbac_summary(cfg.platform, cfg.namespace, rbac_objects)
+        rbac = rbac_summary(cfg.platform, cfg.namespace)
         warnings = _with_warning(
             sizing.warnings, version_warning(stack, runtime, stack, cfg.platform.chart_version)
         )
@@ -185,9 +181,6 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         ).release
         if release is not None:
             depends.append(release)
-
-    for obj in rbac_objects:
-        register_object(obj, pulumi.ResourceOptions(depends_on=[namespace]))
 
     with_token = hf_token is not None
     workloads = (

@@ -132,7 +132,7 @@ def platform_exports(cfg: PlatformConfig) -> PlatformExports:
         pydantic.ValidationError: ``operatorScope`` is not ``cluster`` (refused earlier by
             :func:`components.config.parse_platform_stack_config`).
     """
-    (operator,) = rbac_summary(cfg, cfg.namespace, [])
+    (operator,) = rbac_summary(cfg, cfg.namespace)
     return PlatformExports.model_validate(
         {
             "stack_role": "platform",

@@ -19,9 +19,6 @@ from testbed.render import Rendered
 
 _KIND_ORDER = [
     "Namespace",
-    "ServiceAccount",
-    "Role",
-    "RoleBinding",
     "Secret",
     "Service",
     "Deployment",

@@ -19,11 +19,8 @@ DGD_PAIR = "DynamoGraphDeployment/kv-routing -> disagg-same-node"
 
 CROSS_NODE_FILES = [
     "01-namespace-testbed-disagg-cross-node.yaml",
-    "02-serviceaccount-testbed-load.yaml",
-    "03-role-testbed-load.yaml",
-    "04-rolebinding-testbed-load.yaml",
-    "05-service-disagg-cross-node-frontend-testbed.yaml",
-    "06-dynamographdeployment-disagg-cross-node.yaml",
+    "02-service-disagg-cross-node-frontend-testbed.yaml",
+    "03-dynamographdeployment-disagg-cross-node.yaml",
     "outputs.json",
 ]
 
@@ -85,14 +82,10 @@ def test_diff_shows_field_changes_of_matched_objects(
     assert changes[("outputs", "placement[1].replicas")] == (4, 2)
     assert changes[("outputs", "placement[2].nodeClass")] == ("gpu-8gb", "gpu-24gb")
     assert changes[("outputs", "sizing.disaggregation.link")] == ("1gbe", "same-node-tcp")
-    # Each stack has its own namespace; the RBAC objects in it are the same.
+    # Each stack has its own namespace.
     assert changes[
         ("Namespace/testbed-kv-routing -> testbed-disagg-same-node", "metadata.name")
     ] == (
-        "testbed-kv-routing",
-        "testbed-disagg-same-node",
-    )
-    assert changes[("Role/testbed-load", "metadata.namespace")] == (
         "testbed-kv-routing",
         "testbed-disagg-same-node",
     )
@@ -126,7 +119,7 @@ def test_render_writes_stable_files(tmp_path: Path, rendered: dict[str, Rendered
     assert f"wrote {len(CROSS_NODE_FILES)} files" in output
     for name in CROSS_NODE_FILES:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
-    dgd = yaml.safe_load((first / "06-dynamographdeployment-disagg-cross-node.yaml").read_text())
+    dgd = yaml.safe_load((first / "03-dynamographdeployment-disagg-cross-node.yaml").read_text())
     (expected,) = [
         o
         for o in rendered["disagg-cross-node"].kubernetes_objects()
@@ -143,12 +136,9 @@ def test_render_replaces_an_earlier_stack(tmp_path: Path) -> None:
     invoke("render", "vllm-service", "--out", str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "01-namespace-testbed-vllm-service.yaml",
-        "02-serviceaccount-testbed-load.yaml",
-        "03-role-testbed-load.yaml",
-        "04-rolebinding-testbed-load.yaml",
-        "05-service-vllm-service.yaml",
-        "06-deployment-vllm-service-worker-24gb.yaml",
-        "07-deployment-vllm-service-worker-8gb.yaml",
+        "02-service-vllm-service.yaml",
+        "03-deployment-vllm-service-worker-24gb.yaml",
+        "04-deployment-vllm-service-worker-8gb.yaml",
         "outputs.json",
     ]
 

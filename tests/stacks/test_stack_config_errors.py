@@ -350,9 +350,9 @@ def test_registration_spy_sees_a_good_stack(
     config = raw_config(CROSS)
     config["load"]["nodeAddress"] = "10.0.0.5"  # the shipped stacks leave it to the user
     rendered = render_stack(CROSS, project_with(CROSS, config))
-    # 7 Kubernetes/component resources + the post-deploy load step (a dynamic resource); the
-    # platform stack reference is read, not registered.
-    assert len(registered_types) == len(rendered.registrations) == 8
+    # Namespace, Service, the TestbedGraph component and its DGD + the post-deploy load step (a
+    # dynamic resource); the platform stack reference is read, not registered.
+    assert len(registered_types) == len(rendered.registrations) == 5
     assert "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment" in registered_types
 
 

@@ -55,19 +55,20 @@ def test_no_two_shipped_stacks_claim_the_same_object() -> None:
     # The control: the release and each stack's namespace are claimed, once.
     assert owners[("HelmRelease", "dynamo-system", "dynamo-platform")] == ["platform"]
     assert owners[("Namespace", "", "testbed-kv-routing")] == ["kv-routing"]
-    assert owners[("Role", "testbed-disagg-same-node", "testbed-load")] == ["disagg-same-node"]
+    assert owners[("Service", "testbed-disagg-same-node", "disagg-same-node-frontend-testbed")] == [
+        "disagg-same-node"
+    ]
 
 
 def test_the_old_shared_namespace_would_be_caught(
     raw_config: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
 ) -> None:
-    """Two stacks set to one namespace claim the same Namespace and RBAC objects."""
+    """Two stacks set to one namespace claim the same Namespace."""
     raw = raw_config("kv-routing")
     raw["namespace"] = "testbed-disagg-same-node"
     forced = render_stack("kv-routing", project_with("kv-routing", raw))
     clash = set(claimed_objects(forced)) & set(claimed_objects(render_stack("disagg-same-node")))
-    assert ("Namespace", "", "testbed-disagg-same-node") in clash
-    assert ("ServiceAccount", "testbed-disagg-same-node", "testbed-load") in clash
+    assert clash == {("Namespace", "", "testbed-disagg-same-node")}
 
 
 @pytest.mark.parametrize(
