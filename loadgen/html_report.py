@@ -152,11 +152,25 @@ def _settings(result: LoadedResults) -> str:
     return ", ".join(f"{key}={value}" for key, value in sorted(config.items()))
 
 
+def _workers(resources: dict[str, Any]) -> str:
+    """`stack.json`'s resources in one line, e.g. "prefill 1, decode 2 on 2 GPU(s): gpu-8gb
+    1 worker(s) / 1 GPU(s), gpu-24gb 2 worker(s) / 1 GPU(s)"."""
+    roles = ", ".join(f"{role} {n}" for role, n in resources.get("workers_by_role", {}).items())
+    classes = ", ".join(
+        f"{name} {use.get('workers')} worker(s) / {use.get('gpus')} GPU(s)"
+        for name, use in resources.get("node_classes", {}).items()
+    )
+    return f"{roles} on {resources.get('gpus')} GPU(s): {classes}"
+
+
 def _facts(result: LoadedResults) -> list[tuple[str, str]]:
     grid = result.grid
     facts = [("folder", str(result.path.resolve()))]
     if "fingerprint" in result.step:
         facts.append(("topology fingerprint", str(result.step["fingerprint"])))
+    resources = result.stack.get("resources")
+    if isinstance(resources, dict):
+        facts.append(("workers", _workers(resources)))
     if grid is not None:
         facts += [
             ("server", f"{grid.model} at {grid.url}"),

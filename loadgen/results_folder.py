@@ -12,10 +12,12 @@ required; every other file is optional and read when present:
   before it rewrote the top level);
 - `incidents.json`: a list of `Incident` (`loadgen.incidents`), else `GridResult.incidents`;
 - `step.json`: the load step's inputs (stack name, topology fingerprint, URL, grid);
+- `stack.json`: the stack and its workers' resources (`testbed simulate`, the load step);
 - `status.json`: the load step's status (ok / degraded / failed).
 """
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -31,6 +33,7 @@ from loadgen.results import GridResult, PointSummary
 
 STEP_FILE = "step.json"  # the load step's inputs (components/load_provider.py)
 STATUS_FILE = "status.json"  # the load step's status (components/load_provider.py)
+STACK_FILE = "stack.json"  # components.stack_resources.STACK_FILE (a test checks they agree)
 REPORT_FILE = "report.html"  # what `testbed load`, `testbed simulate` and the load step write
 
 REQUEST_KEY = ["prefix_kinds", "concurrency", "repetition", "index"]
@@ -43,9 +46,11 @@ _INCIDENTS = TypeAdapter(list[Incident])
 class LoadedResults:
     """Everything read from one results folder.
 
-    `name` is the stack (from `step.json`, else the folder name for `testbed simulate`'s
-    `<out>/<stack>/`, else the folder's name); `requests` has one row per request (empty with
-    no `requests.parquet`); `incidents` are in time order.
+    `name` is the stack (from `step.json` or `stack.json`, else the folder's name, or its
+    parent's and its own for the load step's `<stack>/<UTC time>/`); `requests` has one row
+    per request (empty with
+    no `requests.parquet`); `incidents` are in time order; `stack`, `step` and `status` are
+    `stack.json`, `step.json` and `status.json` as read ({} when absent).
     """
 
     path: Path
@@ -56,6 +61,7 @@ class LoadedResults:
     incidents: list[Incident]
     step: dict[str, Any] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
+    stack: dict[str, Any] = field(default_factory=dict)
 
     @property
     def started_at(self) -> datetime | None:
@@ -126,10 +132,11 @@ def _requests(folder: Path) -> pd.DataFrame:
     return merged.drop_duplicates(subset=REQUEST_KEY, keep="last").reset_index(drop=True)
 
 
-def _name(folder: Path, step: dict[str, Any]) -> str:
-    stack = step.get("stack")
-    if isinstance(stack, str) and stack:
-        return stack
+def _name(folder: Path, named: Sequence[dict[str, Any]]) -> str:
+    for data in named:
+        stack = data.get("stack")
+        if isinstance(stack, str) and stack:
+            return stack
     resolved = folder.resolve()
     # The load step's <resultsDir>/<stack>/<UTC time>/: the time alone names nothing.
     if resolved.name[:8].isdigit() and resolved.name.endswith("Z"):
@@ -149,13 +156,15 @@ def load_results(folder: Path) -> LoadedResults:
         raise ValueError(f"{folder / SUMMARY_FILE} holds no grid points (did the grid run?)")
     grid = _grid(folder / RESULT_FILE)
     step = _json_file(folder / STEP_FILE) or {}
+    stack = _json_file(folder / STACK_FILE) or {}
     return LoadedResults(
         path=folder,
-        name=_name(folder, step),
+        name=_name(folder, (step, stack)),
         points=points,
         grid=grid,
         requests=_requests(folder),
         incidents=_incidents(folder / INCIDENTS_FILE, grid),
         step=step,
         status=_json_file(folder / STATUS_FILE) or {},
+        stack=stack,
     )

@@ -117,6 +117,7 @@ def test_create_writes_the_report_with_the_stack_and_its_fingerprint(
     html = (folder / REPORT_FILE).read_text()
     assert f"Load report: {STACK}</h1>" in html
     assert "<dt>topology fingerprint</dt><dd>sha256:fixed</dd>" in html
+    assert "<dt>workers</dt><dd>prefill 2, decode 2 on 1 GPU(s): " in html  # stack.json
     assert html.count('<figure class="plot"') == 4  # TTFT, throughput, CDF, one timeline
 
 

@@ -100,7 +100,9 @@ def test_simulate_stack_writes_results_and_leaves_no_process(
     assert stack_file["stack"] == "disagg-cross-node"
     assert stack_file["resources"]["workers_by_role"] == {"prefill": 1, "decode": 2}
     (report,) = write_folder_reports([sim.out_dir])  # as `testbed simulate` does after this
-    assert "Load report: disagg-cross-node</h1>" in report.read_text()
+    html = report.read_text()
+    assert "Load report: disagg-cross-node</h1>" in html
+    assert "<dt>workers</dt><dd>prefill 1, decode 2 on " in html  # from stack.json
     assert any((tmp_path / "disagg-cross-node" / "graph" / "logs").iterdir())
     (point,) = sim.result.points
     assert point.samples == 8 and point.errors == 0
