@@ -24,7 +24,13 @@ from loadgen.html_report import write_folder_reports, write_report
 from loadgen.output import ResumeError, complete_runs
 from loadgen.prompts import load_tokenizer_sizer
 from loadgen.readiness import NotServingError, Readiness, ReadyCheck
-from loadgen.report import comparison_table, load_points, seed_table, table_console
+from loadgen.report import (
+    client_server_table,
+    comparison_table,
+    load_points,
+    seed_table,
+    table_console,
+)
 from loadgen.results import GridResult
 from loadgen.results_folder import load_results
 from loadgen.runner import run_grid
@@ -176,7 +182,10 @@ def check_reachable(url: str, timeout_s: float) -> None:
 
 def _print_result(result: GridResult, out: Path, title: str) -> None:
     console = table_console()
-    console.print(seed_table(result.points, title=title))
+    console.print(seed_table(result.points, title=title, incidents=result.incidents))
+    server_side = client_server_table(result.runs, title="client vs server (/metrics)")
+    if server_side is not None:
+        console.print(server_side)
     console.print(f"prompt sizes: {escape(result.token_count_source)}", soft_wrap=True)
     if result.readiness is not None:
         console.print(readiness_line(result.readiness), soft_wrap=True)

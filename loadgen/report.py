@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe
-from loadgen.results import PointSummary
+from loadgen.results import PointSummary, RunSummary
 from loadgen.stats import queue_large, short_of_offered
 
 SUMMARY_FILE = "summary.json"
@@ -144,6 +144,46 @@ def comparison_rows(a: Sequence[PointSummary], b: Sequence[PointSummary]) -> lis
         cells = [f"{cell(pa) if pa else '-'} / {cell(pb) if pb else '-'}" for _, cell in _COLUMNS]
         rows.append([str(key[0]), str(key[1]), *cells])
     return rows
+
+
+def client_server_table(runs: Sequence[RunSummary], title: str | None = None) -> Table | None:
+    """Per run, the client's TTFT beside the server's (`RunSummary.server`, from /metrics):
+    mean and p50 (ms; the server's p50 is a histogram estimate), the mean difference (client -
+    server: network plus client), and the requests the server counted (warm-up included) with
+    how many it did not count as successes. None when no run has server figures."""
+    rows = [(run, run.server) for run in runs if run.server is not None]
+    if not rows:
+        return None
+    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
+    headers = (
+        *_KEY_HEADERS,
+        "rep",
+        "TTFT mean ms\nclient / server",
+        "TTFT p50 ms\nclient / server",
+        "client -\nserver ms",
+        "server\nrequests",
+        "server\nfailed",
+    )
+    for header in headers:
+        table.add_column(header, no_wrap=True)
+    for run, server in rows:
+        gap = (
+            None
+            if run.ttft_mean_ms is None or server.ttft_mean_ms is None
+            else run.ttft_mean_ms - server.ttft_mean_ms
+        )
+        failed = server.requests - server.requests_by_status.get("success", 0)
+        table.add_row(
+            str(run.prefix_kinds),
+            str(run.concurrency),
+            str(run.repetition),
+            f"{_ms(run.ttft_mean_ms)} / {_ms(server.ttft_mean_ms)}",
+            f"{_ms(run.ttft_p50_ms)} / {_ms(server.ttft_p50_ms)}",
+            "-" if gap is None else f"{gap:,.1f}",
+            str(server.requests),
+            str(failed),
+        )
+    return table
 
 
 def comparison_table(

@@ -26,6 +26,26 @@ class ErrorSample(BaseModel):
     at: datetime = Field(description="Wall-clock time of the failure (UTC).")
 
 
+class ServerRunMetrics(BaseModel):
+    """What the server's `/metrics` counted during one run (`loadgen.server_metrics`): the
+    difference of two scrapes, so warm-up requests are included. Times in ms; the quantiles are
+    estimated from histogram buckets (coarse: about x2.2 apart), the means are exact. Tokens
+    are sums over the window's requests. None: the server does not export that metric."""
+
+    requests: int
+    requests_by_status: dict[str, int] = Field(
+        description='Requests by status ("success", or "<status>:<error type>").'
+    )
+    ttft_mean_ms: float | None
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    itl_mean_ms: float | None
+    itl_p50_ms: float | None
+    input_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int | None
+
+
 class RunSummary(BaseModel):
     """One run (one repetition of one grid point).
 
@@ -83,6 +103,12 @@ class RunSummary(BaseModel):
         "(ms); in-process runs count every thread of the calling process.",
     )
     warnings: list[str]
+    ttft_mean_ms: float | None = Field(
+        default=None, description="Mean TTFT (ms), beside the server's mean (`server`)."
+    )
+    server: ServerRunMetrics | None = Field(
+        default=None, description="What the server's /metrics counted during the run."
+    )
     started_at: datetime | None = Field(
         default=None, description="Wall-clock start of the run's warm-up (UTC)."
     )

@@ -42,6 +42,7 @@ from loadgen.prompts import (
 from loadgen.readiness import Readiness, ReadyCheck, wait_until_serving
 from loadgen.request import RequestRecord, stream_request
 from loadgen.results import ErrorSample, GridResult
+from loadgen.server_metrics import ServerMetrics
 from loadgen.stats import client_budget_warning, summarize_point, summarize_run
 from loadgen.workers import WorkerPool, auto_workers, split_share
 
@@ -315,6 +316,7 @@ async def run_grid_async(
     resume: bool = False,
     ready: ReadyCheck | None = None,
     observers: Sequence[GridObserver] = (),
+    server_metrics: bool = True,
 ) -> GridResult:
     """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
     OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
@@ -332,7 +334,10 @@ async def run_grid_async(
     With `ready`, the readiness gate (`loadgen.readiness.wait_until_serving`) runs first and its
     wait is kept as `GridResult.readiness`; the grid's clock (`started_at`, the incidents'
     `t_s`) starts after it. `observers` are called around every run (`loadgen.observers`);
-    their incidents are placed on the grid's timeline (`loadgen.incidents.placed`).
+    their incidents are placed on the grid's timeline (`loadgen.incidents.placed`). With
+    `server_metrics`, the server's /metrics is scraped around every run
+    (`loadgen.server_metrics.ServerMetrics`: `RunSummary.server`, raw scrapes in
+    `out_dir/metrics/`; a server without /metrics is one warning).
 
     Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
     is not found, `loadgen.output.ResumeError` when `out_dir`'s runs were measured with other
@@ -348,6 +353,8 @@ async def run_grid_async(
         folder = ResultsFolder(out_dir, grid_settings(url, model, config, tokenizer), resume=resume)
         finished = [run for run in folder.completed() if run.key in set(keys)]
     readiness = None if ready is None else await wait_until_serving(server, model, config, ready)
+    if server_metrics:
+        observers = [ServerMetrics(server, model, config, out_dir), *observers]
     stored = folder.sizing() if folder is not None else None
     sizer = await _sizer(server, model, config, tokenizer, stored, out_dir)
     sizing = PromptSizing(
@@ -408,6 +415,7 @@ def run_grid(
     resume: bool = False,
     ready: ReadyCheck | None = None,
     observers: Sequence[GridObserver] = (),
+    server_metrics: bool = True,
 ) -> GridResult:
     """Synchronous `run_grid_async` (runs its own event loop; call the async one from inside a
     running loop). Same arguments, result and errors."""
@@ -422,5 +430,6 @@ def run_grid(
             resume=resume,
             ready=ready,
             observers=observers,
+            server_metrics=server_metrics,
         )
     )

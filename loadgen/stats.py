@@ -283,6 +283,7 @@ def summarize_run(
         errors=sum(errors.values()),
         errors_by_kind=dict(errors),
         duration_s=span_s,
+        ttft_mean_ms=statistics.fmean(ttfts) if ttfts else None,
         ttft_p50_ms=ttft_p50,
         ttft_p90_ms=percentile(ttfts, 90),
         ttft_p99_ms=percentile(ttfts, 99),

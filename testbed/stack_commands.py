@@ -14,7 +14,7 @@ from components.errors import StackConfigError
 from components.sizing import format_quantity
 from loadgen.cli import fail
 from loadgen.html_report import write_folder_reports
-from loadgen.report import comparison_table, seed_table, table_console
+from loadgen.report import client_server_table, comparison_table, seed_table, table_console
 from loadgen.results_folder import REPORT_FILE
 from testbed.localgraph import LocalGraphError
 from testbed.render import Rendered, StackFileError, render_stack
@@ -162,7 +162,13 @@ def simulate_command(
             raise typer.Exit(130) from None
         groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
         console.print(f"{name}: router {sim.spec.router_mode}; {groups}")
-        console.print(seed_table(sim.result.points, title=f"{name} (simulated)"))
+        table = seed_table(
+            sim.result.points, title=f"{name} (simulated)", incidents=sim.result.incidents
+        )
+        console.print(table)
+        server_side = client_server_table(sim.result.runs, title=f"{name}: client vs server")
+        if server_side is not None:
+            console.print(server_side)
         for warning in sim.result.warnings:
             warn(warning)
         results.append(sim)

@@ -123,6 +123,10 @@ class FakeServer:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 self.paths.append(head.split(b" ", 2)[1].decode())
+                if head.startswith(b"GET "):  # e.g. /metrics: this server has none
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found")
+                    await writer.drain()
+                    continue
                 length = 0
                 for line in head.split(b"\r\n"):
                     name, _, value = line.partition(b":")

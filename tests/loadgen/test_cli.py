@@ -164,7 +164,7 @@ def test_url_with_v1_reaches_the_api_path(tmp_path: Path) -> None:
         result = run("load", "--url", f"{server.url}/v1", *SMALL, "--out", str(tmp_path))
         paths = set(server.paths)
     assert result.exit_code == 0, result.output
-    assert paths == {"/v1/chat/completions"}
+    assert paths == {"/v1/chat/completions", "/metrics"}  # /metrics at the root, not under /v1
 
 
 def test_an_unreachable_server_is_one_error_before_any_request(tmp_path: Path) -> None:

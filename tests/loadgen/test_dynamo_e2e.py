@@ -91,6 +91,34 @@ def test_our_token_sums_equal_the_frontends_metrics(grid: tuple[GridResult, Path
 
 
 @pytest.mark.timeout(180)
+def test_each_run_reports_what_the_server_measured(grid: tuple[GridResult, Path, str]) -> None:
+    """Per run, the difference of two /metrics scrapes of the real frontend (no warm-up here,
+    so the server saw exactly the client's requests) equals the client's own counts."""
+    result, out, _ = grid
+    frame = pd.read_parquet(out / "requests.parquet")
+    assert not [w for w in result.warnings if "metrics" in w]
+    for run in result.runs:
+        server = run.server
+        assert server is not None
+        rows = frame[frame["prefix_kinds"] == run.prefix_kinds]
+        assert (server.requests, server.requests_by_status) == (48, {"success": 48})
+        assert server.input_tokens == rows["prompt_tokens"].sum()
+        assert server.cached_tokens == rows["cached_tokens"].sum()
+        assert server.output_tokens == 48 * 8
+        # The server's TTFT starts when the frontend has the request and ends at its first
+        # token; the client's adds the loopback network and the client's own parsing.
+        assert run.ttft_mean_ms is not None and server.ttft_mean_ms is not None
+        assert 0 < server.ttft_mean_ms <= run.ttft_mean_ms
+        assert server.ttft_p50_ms is not None and server.itl_mean_ms is not None
+        raw = {
+            side: out / "metrics" / f"k{run.prefix_kinds}-c4-r1.{side}.prom"
+            for side in ("before", "after")
+        }
+        assert "# TYPE dynamo_frontend_" in raw["before"].read_text()
+        assert "dynamo_frontend_requests_total{" in raw["after"].read_text()
+
+
+@pytest.mark.timeout(180)
 def test_ttft_is_measured(grid: tuple[GridResult, Path, str]) -> None:
     result, _, _ = grid
     assert all(p.ttft_p50_ms is not None and p.itl_p50_ms is not None for p in result.points)

@@ -259,7 +259,7 @@ async def test_url_prefix_is_kept_and_v1_not_doubled() -> None:
     config = config.model_copy(update={"warmup_requests": 0, "prompt_tokens": 10})
     async with FakeServer(grid_handler) as server:
         await run_grid_async(f"{server.url}/proxy/v1", "m", config, None, progress=False)
-    assert set(server.paths) == {"/proxy/v1/chat/completions"}
+    assert set(server.paths) == {"/proxy/v1/chat/completions", "/proxy/metrics"}
 
 
 SMALL_GRID = LoadConfig(
