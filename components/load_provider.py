@@ -43,6 +43,9 @@ from components.topology import FRONTEND_PORT
 from loadgen.api import base_url
 from loadgen.config import LoadConfig
 from loadgen.html_report import write_folder_reports
+from loadgen.incidents import INCIDENTS_FILE, placed_all
+from loadgen.kube_watch import pod_watch
+from loadgen.observers import GridObserver
 from loadgen.output import read_result, write_text_atomic
 from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
 from loadgen.report import SUMMARY_FILE
@@ -56,7 +59,11 @@ class LoadStepError(RuntimeError):
 
 
 async def _run_grid(
-    inputs: LoadStepInputs, config: LoadConfig, run_dir: Path, deadline: float
+    inputs: LoadStepInputs,
+    config: LoadConfig,
+    run_dir: Path,
+    deadline: float,
+    pods: GridObserver,
 ) -> tuple[GridResult | None, bool, str | None]:
     """Run the grid into ``run_dir`` (loadgen writes every run as it finishes; with
     ``readyCheck`` the readiness gate runs first) until done or ``deadline`` (monotonic s).
@@ -74,6 +81,7 @@ async def _run_grid(
         tokenizer=inputs.tokenizer,
         progress=False,
         ready=inputs.ready_check(),
+        observers=[pods],
     )
     try:
         return await asyncio.wait_for(run, max(deadline - time.monotonic(), 0.0)), False, None
@@ -91,7 +99,11 @@ async def _run_grid(
 
 
 async def _wait_and_run(
-    inputs: LoadStepInputs, config: LoadConfig, run_dir: Path, deadline: float
+    inputs: LoadStepInputs,
+    config: LoadConfig,
+    run_dir: Path,
+    deadline: float,
+    pods: GridObserver,
 ) -> tuple[GridResult | None, bool, str | None]:
     """Wait until ``/v1/models`` lists the model, then :func:`_run_grid`.
 
@@ -102,7 +114,7 @@ async def _wait_and_run(
         raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
     wait_s = min(inputs.model_wait_s, inputs.deadline_s)
     await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
-    return await _run_grid(inputs, config, run_dir, deadline)
+    return await _run_grid(inputs, config, run_dir, deadline, pods)
 
 
 def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
@@ -127,18 +139,39 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     result: GridResult | None = None
     exceeded = False
     failure: str | None = None
-    try:
-        result, exceeded, failure = asyncio.run(_wait_and_run(inputs, config, run_dir, deadline))
-    except ModelNotListedError as exc:
-        failure = str(exc)
-    status = step_status(config, result, deadline_exceeded=exceeded, failure=failure)
+    # The pod watch (a no-op without a namespace, as in states written before it existed).
+    watch = pod_watch(inputs.namespace, kubeconfig=inputs.kubeconfig, context=inputs.kube_context)
+    with watch as pods:
+        try:
+            result, exceeded, failure = asyncio.run(
+                _wait_and_run(inputs, config, run_dir, deadline, pods)
+            )
+        except ModelNotListedError as exc:
+            failure = str(exc)
+    # All of them, also those after a deadline or an error cut the grid short, placed on the
+    # grid's timeline (before it: the model wait and the readiness gate).
+    incidents = placed_all(
+        pods.incidents(),
+        ran_at if result is None else result.started_at,
+        [] if result is None else result.windows(),
+    )
+    if result is not None:
+        result.incidents = incidents
+        result.warnings += [w for w in pods.warnings() if w not in result.warnings]
+    data = [incident.model_dump(mode="json") for incident in incidents]
+    write_text_atomic(run_dir / INCIDENTS_FILE, json.dumps(data, indent=2) + "\n")
+    status = step_status(
+        config, result, deadline_exceeded=exceeded, failure=failure, incidents=incidents
+    )
     outputs = step_outputs(result, status, ran_at, datetime.now(UTC), str(run_dir.resolve()))
     if result is None:  # no run finished: the folder still answers with an empty summary
         write_text_atomic(run_dir / SUMMARY_FILE, "[]\n")
     write_text_atomic(run_dir / STATUS_FILE, json.dumps(outputs["status"], indent=2) + "\n")
     if inputs.resources is not None:
         write_text_atomic(run_dir / STACK_FILE, stack_file_text(inputs.stack, inputs.resources))
-    write_text_atomic(run_dir / STEP_FILE, json.dumps(inputs.props(), indent=2) + "\n")
+    # Without the kubeconfig: it may be the kubeconfig itself, a secret in the state.
+    public = {k: v for k, v in inputs.props().items() if k != "kubeconfig"}
+    write_text_atomic(run_dir / STEP_FILE, json.dumps(public, indent=2) + "\n")
     if result is not None:
         _write_report(run_dir)
     return outputs
@@ -217,20 +250,29 @@ class LoadStep(pulumi.dynamic.Resource, module="testbed", name="LoadStep"):
     ranAt: pulumi.Output[str]  # the output property's name
     finishedAt: pulumi.Output[str]
     resultsDir: pulumi.Output[str]
+    incidents: pulumi.Output[list[dict[str, Any]]]
 
     def __init__(
         self,
         name: str,
         inputs: LoadStepInputs,
         url: pulumi.Input[str | None] | None = None,
+        kubeconfig: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``url`` overrides ``inputs.url`` with a value known only after deploy (the Service's
-        NodePort or LoadBalancer ingress)."""
+        NodePort or LoadBalancer ingress); ``kubeconfig`` sets the input of that name (the
+        stack's ``kubernetes:kubeconfig``, a secret: it stays encrypted in the state)."""
         props: dict[str, Any] = {**inputs.props(), **dict.fromkeys(OUTPUT_KEYS)}
         if url is not None:
             props["url"] = url
-        super().__init__(LoadStepProvider(), name, props, opts)
+        secrets = None
+        if kubeconfig is not None:
+            props["kubeconfig"] = kubeconfig
+            secrets = pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
+        super().__init__(
+            LoadStepProvider(), name, props, pulumi.ResourceOptions.merge(opts, secrets)
+        )
 
 
 def register_load_step(
@@ -249,7 +291,15 @@ def register_load_step(
     project folder under ``pulumi up``).
     """
     results_root = str(Path(cfg.load.results_dir).resolve())
-    inputs = step_inputs(cfg, stack, fingerprint, results_root, url=cfg.load.url)
+    kubernetes = pulumi.Config("kubernetes")
+    inputs = step_inputs(
+        cfg,
+        stack,
+        fingerprint,
+        results_root,
+        url=cfg.load.url,
+        kube_context=kubernetes.get("context"),
+    )
     url: pulumi.Output[str | None] | None = None
     if cfg.load.url is None:
         service = cast(k8s.core.v1.Service, graph.service)
@@ -263,6 +313,7 @@ def register_load_step(
         "load",
         inputs,
         url=url,
+        kubeconfig=kubernetes.get_secret("kubeconfig"),
         opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends)),
     )
 

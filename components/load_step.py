@@ -9,7 +9,9 @@ Outputs of the step (``pulumi stack output results --json`` etc.):
 - ``results``: one object per grid point, exactly the objects of loadgen's ``summary.json``
   (:class:`loadgen.results.PointSummary`: times in ms, rates per second);
 - ``status``: :class:`StepStatus` (``ok`` / ``degraded`` / ``failed`` with error counts);
-- ``ranAt`` / ``finishedAt``: UTC ISO-8601 times of the run; ``resultsDir``: the local folder.
+- ``ranAt`` / ``finishedAt``: UTC ISO-8601 times of the run; ``resultsDir``: the local folder;
+- ``incidents``: what the graph's pods did during the step (:mod:`loadgen.kube_watch`), as
+  :class:`loadgen.incidents.Incident` objects; also in ``status``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from components.errors import ConfigProblem
 from components.stack_resources import stack_resources
 from components.topology import build_topology
 from loadgen.config import LoadConfig
+from loadgen.incidents import Incident, describe
 from loadgen.readiness import ReadyCheck
 from loadgen.results import GridResult
 
@@ -35,7 +38,7 @@ RERUN_INPUTS = ("url", "model", "grid", "fingerprint", "runId")
 """Inputs whose change re-runs the grid (``diff`` reports them); the other inputs (deadline,
 failOnErrors, ...) only shape the next run."""
 
-OUTPUT_KEYS = ("results", "status", "ranAt", "finishedAt", "resultsDir")
+OUTPUT_KEYS = ("results", "status", "ranAt", "finishedAt", "resultsDir", "incidents")
 """The step's output properties (set by create/update; None until the step has run)."""
 
 
@@ -57,6 +60,10 @@ class LoadStepInputs(BaseModel):
         ready_successes: streamed completions that must succeed in a row before the grid
             (the readiness gate, :mod:`loadgen.readiness`); None: no gate.
         tokenizer: tokenizer.json path or folder for exact prompt lengths, or None.
+        namespace: the namespace whose pods are watched for incidents.
+        kube_context: the stack's ``kubernetes:context`` (None: the kubeconfig's current one).
+        kubeconfig: the stack's ``kubernetes:kubeconfig`` (a path or the kubeconfig itself;
+            a secret in the state), None: ``$KUBECONFIG`` / ``~/.kube/config``.
         results_root: local folder; a run writes ``<results_root>/<stack>/<UTC time>/``.
         parked: the stack is parked (``parked: true``): no GPU workloads, so the step never
             runs; it keeps the outputs it has (see :func:`run_reasons`).
@@ -81,6 +88,9 @@ class LoadStepInputs(BaseModel):
     results_root: str
     parked: bool = False
     resources: dict[str, Any] | None = None
+    namespace: str | None = None
+    kube_context: str | None = None
+    kubeconfig: str | None = None
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
@@ -113,9 +123,15 @@ def grid_json(config: LoadConfig) -> str:
 
 
 def step_inputs(
-    cfg: StackConfig, stack: str, fingerprint: str, results_root: str, url: str | None = None
+    cfg: StackConfig,
+    stack: str,
+    fingerprint: str,
+    results_root: str,
+    url: str | None = None,
+    kube_context: str | None = None,
 ) -> LoadStepInputs:
-    """The step's inputs for a validated stack config (``url``: see :func:`frontend_url`)."""
+    """The step's inputs for a validated stack config (``url``: see :func:`frontend_url`;
+    ``kube_context``: the stack's ``kubernetes:context``, for the pod watch)."""
     load = cfg.load
     return LoadStepInputs(
         stack=stack,
@@ -132,6 +148,8 @@ def step_inputs(
         results_root=results_root,
         parked=cfg.parked,
         resources=stack_resources(cfg, build_topology(cfg)).model_dump(mode="json"),
+        namespace=cfg.namespace,
+        kube_context=kube_context,
     )
 
 
@@ -282,6 +300,11 @@ class StepStatus(BaseModel):
     points_planned: int
     deadline_exceeded: bool
     message: str
+    incidents: list[Incident] = Field(
+        default_factory=list,
+        description="What the graph's pods did during the step (loadgen.kube_watch), in time "
+        "order; the message names the first.",
+    )
 
 
 def step_status(
@@ -290,6 +313,7 @@ def step_status(
     *,
     deadline_exceeded: bool = False,
     failure: str | None = None,
+    incidents: Sequence[Incident] = (),
 ) -> StepStatus:
     """Classify a run (see :class:`StepStatus`).
 
@@ -299,6 +323,9 @@ def step_status(
             repetitions finished), or None if no run finished.
         deadline_exceeded: the overall deadline stopped the run before every point finished.
         failure: why the run could not start (e.g. the model never listed), if it could not.
+        incidents: placed incidents (:mod:`loadgen.incidents`); any makes an otherwise ``ok``
+            run ``degraded``, and the message starts with the first one, e.g. "prefill-0
+            OOMKilled (exit 137) 9.1 s into K=2 c=4".
     """
     planned = len(config.prefix_kinds) * len(config.concurrency)
     points = result.points if result is not None else []
@@ -307,6 +334,9 @@ def step_status(
     failures = sum(p.errors for p in points)
     by_kind = dict(result.errors_by_kind) if result is not None else {}
     problems = []
+    if incidents:
+        more = f" (+{len(incidents) - 1} more incidents)" if len(incidents) > 1 else ""
+        problems.append(describe(incidents[0]) + more)
     if failure is not None:
         problems.append(failure)
     if deadline_exceeded:
@@ -332,6 +362,7 @@ def step_status(
         points_planned=planned,
         deadline_exceeded=deadline_exceeded,
         message="; ".join(problems) or f"{successes} requests, no errors",
+        incidents=list(incidents),
     )
 
 
@@ -352,4 +383,5 @@ def step_outputs(
         "ranAt": ran_at.isoformat(),
         "finishedAt": finished_at.isoformat(),
         "resultsDir": results_dir,
+        "incidents": [i.model_dump(mode="json") for i in status.incidents],
     }

@@ -243,6 +243,7 @@ def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources
     pulumi.export("loadStatus", step.status)
     pulumi.export("loadRanAt", step.ranAt)
     pulumi.export("loadResultsDir", step.resultsDir)
+    pulumi.export("incidents", step.incidents)
     if cfg.baseline_stack is None:
         return
     this = pulumi.get_stack()

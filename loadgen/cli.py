@@ -21,6 +21,7 @@ from rich.markup import escape
 from loadgen.api import base_url
 from loadgen.config import LoadConfig
 from loadgen.html_report import write_folder_reports, write_report
+from loadgen.kube_watch import pod_watch
 from loadgen.output import ResumeError, complete_runs
 from loadgen.prompts import load_tokenizer_sizer
 from loadgen.readiness import NotServingError, Readiness, ReadyCheck
@@ -316,6 +317,18 @@ def load_command(
     ready_timeout_s: Annotated[
         float, typer.Option(min=0.001, help="Deadline of the readiness check (s).")
     ] = ReadyCheck.model_fields["timeout_s"].default,
+    kube_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="Watch the pods of this Kubernetes namespace during the load and record what "
+            "they did (OOMKilled, restarts, readiness lost) as incidents, placed on the grid. "
+            "Uses $KUBECONFIG (else ~/.kube/config). Default: no watch."
+        ),
+    ] = None,
+    kube_context: Annotated[
+        str | None,
+        typer.Option(help="kubeconfig context for --kube-namespace. Default: the current one."),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     resume: Annotated[
         bool,
@@ -372,16 +385,18 @@ def load_command(
     # The runner logs what it sees before a run (e.g. a load too big for the client's CPUs).
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
     try:
-        result = run_grid(
-            url,
-            model,
-            load_config,
-            out,
-            tokenizer=tokenizer,
-            progress=progress,
-            resume=resume,
-            ready=ready,
-        )
+        with pod_watch(kube_namespace, context=kube_context) as pods:
+            result = run_grid(
+                url,
+                model,
+                load_config,
+                out,
+                tokenizer=tokenizer,
+                progress=progress,
+                resume=resume,
+                ready=ready,
+                observers=[pods],
+            )
     except NotServingError as exc:
         fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)
     except ResumeError as exc:

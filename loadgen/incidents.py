@@ -9,7 +9,7 @@ tables, the status line and the report can place it.
 The results folder keeps them as `incidents.json` (a list of `Incident` objects in JSON mode).
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -86,12 +86,22 @@ def placed(incident: Incident, grid_started_at: datetime, windows: Sequence[RunW
 def describe(incident: Incident) -> str:
     """One line for the status and the table's notes, e.g.
     "prefill-0 OOMKilled (exit 137) 9.1 s into K=2 c=4"; without a reason the kind is used, and
-    "between runs" when no run was running."""
+    "between runs" when no run was running, "before the load" when it came before the grid
+    started (e.g. during the readiness gate)."""
     what = incident.reason or incident.kind.replace("_", " ")
     code = f" (exit {incident.exit_code})" if incident.exit_code is not None else ""
-    when = f" {incident.t_s:.1f} s" if incident.t_s is not None else ""
+    when = f" {abs(incident.t_s):.1f} s" if incident.t_s is not None else ""
     if incident.prefix_kinds is not None and incident.concurrency is not None:
         where = f" into K={incident.prefix_kinds} c={incident.concurrency}"
+    elif incident.t_s is not None and incident.t_s < 0:
+        where = " before the load"
     else:
         where = " into the load, between runs" if when else ""
     return f"{incident.instance} {what}{code}{when}{where}"
+
+
+def placed_all(
+    incidents: Iterable[Incident], grid_started_at: datetime, windows: Sequence[RunWindow]
+) -> list[Incident]:
+    """Every incident `placed`, in time order."""
+    return sorted((placed(i, grid_started_at, windows) for i in incidents), key=lambda i: i.at)

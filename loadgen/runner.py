@@ -20,7 +20,7 @@ from rich.progress import Progress
 
 from loadgen.api import API_PATHS, base_url, request_body, short_message
 from loadgen.config import Arrival, LoadConfig
-from loadgen.incidents import Incident, placed
+from loadgen.incidents import Incident, placed_all
 from loadgen.loops import OnDone, Share, ShareResult, Warmup, make_client, run_share
 from loadgen.observers import GridObserver
 from loadgen.output import (
@@ -201,6 +201,7 @@ def grid_result(
     warnings += [w for observer in observers for w in observer.warnings()]
     windows = [w for w in (s.window() for s in summaries) if w is not None]
     incidents = [*earlier_incidents, *(i for o in observers for i in o.incidents())]
+    incidents = placed_all(incidents, started_at, windows)
     return GridResult(
         url=url,
         model=model,
@@ -217,7 +218,7 @@ def grid_result(
         first_errors=first_errors,
         first_failure_at=first_errors[0].at if first_errors else None,
         warnings=warnings,
-        incidents=sorted((placed(i, started_at, windows) for i in incidents), key=lambda i: i.at),
+        incidents=incidents,
         readiness=readiness,
     )
 

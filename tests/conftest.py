@@ -47,6 +47,15 @@ def project_with(tmp_path: Path) -> Callable[[str, dict[str, Any]], Path]:
     return make
 
 
+@pytest.fixture(autouse=True, scope="session")
+def no_real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """KUBECONFIG points nowhere, so no test reaches a real cluster through this machine's
+    kubeconfig (the load step's pod watch reads it; tests give their own fake API's)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KUBECONFIG", str(tmp_path_factory.mktemp("kube") / "no-kubeconfig"))
+        yield
+
+
 # --- Local Dynamo graphs (frontend + CPU-only mocker workers on 127.0.0.1; testbed.localgraph) ---
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components.config import project_values
 from components.errors import StackConfigError
@@ -25,7 +26,7 @@ STEP_TYPE = "pulumi-python:dynamic/testbed:LoadStep"
 DGD_TYPE = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
 SERVICE_TYPE = "kubernetes:core/v1:Service"
 DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
-LOAD_OUTPUTS = {"results", "loadStatus", "loadRanAt", "loadResultsDir"}
+LOAD_OUTPUTS = {"results", "loadStatus", "loadRanAt", "loadResultsDir", "incidents"}
 
 Raw = dict[str, Any]
 
@@ -247,3 +248,28 @@ def test_no_baseline_no_comparison(references: list[str], addressed: Callable[[s
     assert references == []
     assert "comparison" not in rendered.outputs
     assert rendered.outputs["results"] == THIS
+
+
+def test_pod_watch_uses_the_stacks_kubernetes_provider_settings(
+    raw: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
+) -> None:
+    """The step watches the stack's namespace with the kubeconfig and context the default
+    Kubernetes provider uses: `kubernetes:context` / `kubernetes:kubeconfig` when the stack sets
+    them (the kubeconfig stays a secret), else the kubeconfig's current context."""
+    config = raw("kv-routing")
+    plain = step_of(render_stack("kv-routing", project_with("kv-routing", config))).inputs
+    namespace = "testbed-kv-routing"  # the stack's own namespace (one per graph stack)
+    assert (plain["namespace"], plain.get("kubeContext"), plain.get("kubeconfig")) == (
+        namespace,
+        None,
+        None,
+    )
+    project = project_with("kv-routing", config)
+    stack_file = project / "stacks" / "Pulumi.kv-routing.yaml"
+    values = yaml.safe_load(stack_file.read_text())
+    values["config"]["kubernetes:context"] = "lab"
+    values["config"]["kubernetes:kubeconfig"] = {"secure": "v1:encrypted"}
+    stack_file.write_text(yaml.safe_dump(values))
+    step = step_of(render_stack("kv-routing", project))
+    assert (step.inputs["namespace"], step.inputs["kubeContext"]) == (namespace, "lab")
+    assert step.inputs["kubeconfig"] == "[secret]"

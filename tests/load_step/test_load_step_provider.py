@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from fake_kube_api import NAMESPACE, fake_kube_api, oom_killed, pod
 
 from components import load_provider
 from components.load_provider import LoadStepError, LoadStepProvider
@@ -217,31 +218,50 @@ def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
     local_model_dir: Path,
 ) -> None:
     """The seed's OOMKill: the prefill workers die during the run; the successes before and the
-    failures after are kept, with the time of the first failure."""
+    failures after are kept, with the time of the first failure. A fake Kubernetes API (the
+    stack's kubeconfig points at it) reports prefill-0 OOMKilled at that moment: the step names
+    it in the status line and exports it as `incidents`."""
     graph = start_local_graph(spec)
     requests = 40
-    props = make_props(
-        graph.url,
-        tmp_path,
-        local_model_dir,
-        load={"requests_per_run": requests, "max_tokens": 8, "warmup_requests": 0},
-    )
-    killed_at: list[datetime] = []
+    with fake_kube_api() as api:
+        api.put(pod("prefill-0"))
+        props = make_props(
+            graph.url,
+            tmp_path,
+            local_model_dir,
+            load={"requests_per_run": requests, "max_tokens": 8, "warmup_requests": 0},
+            namespace=NAMESPACE,
+            kubeconfig=str(api.kubeconfig(tmp_path)),
+        )
+        killed_at: list[datetime] = []
 
-    def kill_prefill() -> None:
-        killed_at.append(datetime.now(UTC))
-        graph.kill_worker("prefill")
-        graph.kill_worker("prefill")
+        def kill_prefill() -> None:
+            killed_at.append(datetime.now(UTC))
+            graph.kill_worker("prefill")
+            graph.kill_worker("prefill")
+            api.emit("MODIFIED", pod("prefill-0", ready=False, terminated=oom_killed()))
 
-    timer = threading.Timer(2.0, kill_prefill)
-    timer.start()
-    try:
-        outs = LoadStepProvider().create(props).outs
-    finally:
-        timer.cancel()
+        timer = threading.Timer(2.0, kill_prefill)
+        timer.start()
+        try:
+            outs = LoadStepProvider().create(props).outs
+        finally:
+            timer.cancel()
     assert outs is not None and killed_at, "the run ended before the kill"
     status = outs["status"]
     assert status["state"] == "degraded"
+    oom, lost = outs["incidents"]
+    assert (oom["instance"], oom["reason"], oom["exit_code"]) == ("prefill-0", "OOMKilled", 137)
+    assert (oom["prefix_kinds"], oom["concurrency"], lost["kind"]) == (2, 2, "ready_lost")
+    assert 0 <= (datetime.fromisoformat(oom["at"]) - killed_at[0]).total_seconds() < 2
+    assert status["message"].startswith(
+        f"prefill-0 OOMKilled (exit 137) {oom['t_s']:.1f} s into K=2 c=2 (+1 more incidents); "
+    )
+    assert status["incidents"] == outs["incidents"]
+    folder = Path(outs["resultsDir"])
+    assert json.loads((folder / "incidents.json").read_text()) == outs["incidents"]
+    assert "kubeconfig" not in json.loads((folder / "step.json").read_text())  # may be a secret
+    assert "2      │ 2 !" in (folder / "table.txt").read_text()
     assert status["successes"] > 0 and status["failures"] > 0
     assert status["successes"] + status["failures"] == status["requests"] == requests
     assert sum(status["errors_by_kind"].values()) == status["failures"]

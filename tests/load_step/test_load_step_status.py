@@ -9,6 +9,7 @@ import pytest
 
 from components.load_step import frontend_url, step_outputs, step_status
 from loadgen.config import LoadConfig
+from loadgen.incidents import Incident
 from loadgen.results import GridResult, PointSummary
 from testbed.simulate import load_stack
 
@@ -127,3 +128,29 @@ def test_frontend_url(
         }
     )
     assert frontend_url(cfg, node_port, ingress, 8000) == expected
+
+
+def test_the_status_line_names_the_first_incident_and_outputs_export_them() -> None:
+    def incident(kind: str, at_s: float, **fields: Any) -> Incident:
+        return Incident(
+            source="kubernetes",
+            component="prefill",
+            instance="prefill-0",
+            kind=kind,  # type: ignore[arg-type]
+            at=T0 + timedelta(seconds=at_s),
+            t_s=at_s,
+            prefix_kinds=2,
+            concurrency=4,
+            repetition=1,
+            **fields,
+        )
+
+    oom = incident("terminated", 9.1, reason="OOMKilled", exit_code=137)
+    result = grid((2, 10, 0), (24, 10, 0))
+    status = step_status(GRID, result, incidents=[oom, incident("restarted", 12.0)])
+    assert status.state == "degraded"  # no failed request, but a pod died during the load
+    assert status.message == "prefill-0 OOMKilled (exit 137) 9.1 s into K=2 c=4 (+1 more incidents)"
+    outs = step_outputs(result, status, T0, T0 + timedelta(seconds=60), "/r/x")
+    assert [i["reason"] for i in outs["incidents"]] == ["OOMKilled", None]
+    assert outs["status"]["incidents"] == outs["incidents"]
+    assert step_outputs(result, step_status(GRID, result), T0, T0, "/r")["incidents"] == []

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import typer
+from fake_kube_api import NAMESPACE, fake_kube_api, oom_killed, pod
 from fake_openai_server import Status, Step, normal_stream, serve_in_thread
 from typer.core import TyperGroup
 from typer.testing import CliRunner
@@ -305,3 +306,46 @@ def test_step_keys_match_stack_load_config() -> None:
         return {field.alias or name for name, field in model.model_fields.items()}
 
     assert aliases(StackLoadConfig) - aliases(LoadConfig) == STACK_LOAD_STEP_KEYS
+
+
+def test_kube_namespace_without_kubernetes_access_is_one_warning(tmp_path: Path) -> None:
+    # tests/conftest.py points KUBECONFIG at a file that does not exist.
+    with serve_in_thread(cached_half) as server:
+        args = ("load", "--url", server.url, *SMALL, "--out", str(tmp_path))
+        result = run(*args, "--kube-namespace", "testbed")
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if "no pod incidents" in line]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(
+        "warning: no pod incidents: cannot watch pods in namespace 'testbed' ("
+    )
+    assert json.loads((tmp_path / "incidents.json").read_text()) == []
+
+
+def test_kube_namespace_records_what_the_pods_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with fake_kube_api() as api:
+        api.put(pod("decode-0", component="decode"))
+        monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path)))
+
+        def decode_restarts_on_the_third(body: dict[str, Any], number: int) -> list[Step]:
+            if number == 2:
+                last = oom_killed()
+                api.emit(
+                    "MODIFIED",
+                    pod("decode-0", component="decode", restarts=1, last_terminated=last),
+                )
+            return cached_half(body, number)
+
+        with serve_in_thread(decode_restarts_on_the_third) as server:
+            args = ("load", "--url", server.url, *SMALL, "--out", str(tmp_path / "out"))
+            result = run(*args, "--kube-namespace", NAMESPACE, "--kube-context", "fake")
+    assert result.exit_code == 0, result.output
+    assert "! decode-0 OOMKilled (exit 137)" in result.output
+    assert "into K=2 c=2" in result.output
+    saved = json.loads((tmp_path / "out" / "incidents.json").read_text())
+    assert [(i["kind"], i["component"]) for i in saved] == [
+        ("terminated", "decode"),
+        ("restarted", "decode"),
+    ]

@@ -1,0 +1,194 @@
+"""A tiny fake Kubernetes API server (aiohttp, 127.0.0.1, free port) for the pod watch tests:
+`GET /api/v1/namespaces/<ns>/pods` lists the pods, and with `?watch=1` streams the events
+after `resourceVersion` as JSON lines, live, until `timeoutSeconds`. Fault injection: drop
+every watch connection after N events (`drop_after`), or answer 410 Gone to versions older
+than `expired_below`. Runs on its own event loop in a thread, so the watch (a thread using the
+synchronous kubernetes client) and the load (another loop) can run beside it."""
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+NAMESPACE = "testbed"
+
+
+def pod(
+    name: str,
+    *,
+    component: str = "prefill",
+    ready: bool = True,
+    restarts: int = 0,
+    terminated: dict[str, Any] | None = None,
+    last_terminated: dict[str, Any] | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """A pod object as the API returns it (only the fields the watch reads)."""
+    state = {"terminated": terminated} if terminated else {"running": {}}
+    status: dict[str, Any] = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        "containerStatuses": [
+            {
+                "name": "main",
+                "restartCount": restarts,
+                "state": state,
+                "lastState": {"terminated": last_terminated} if last_terminated else {},
+            }
+        ],
+    }
+    if reason is not None:
+        status["reason"] = reason
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {"nvidia.com/dynamo-component": component},
+        },
+        "status": status,
+    }
+
+
+def oom_killed(container_id: str = "containerd://1") -> dict[str, Any]:
+    """A container's `terminated` state after an OOMKill."""
+    return {
+        "reason": "OOMKilled",
+        "exitCode": 137,
+        "containerID": container_id,
+        "finishedAt": "2026-11-30T12:00:09Z",
+    }
+
+
+@dataclass
+class FakeKubeApi:
+    """The server's state: pods by name, the event log (resourceVersion, type, pod)."""
+
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    version: int = 100
+    drop_after: int | None = None  # events per watch connection before it is cut
+    expired_below: int = 0  # watch versions below this get 410 Gone
+    watches: list[int] = field(default_factory=list)  # resourceVersion of every watch request
+    lists: int = 0
+    url: str = ""
+    _changed: asyncio.Event | None = None  # set (and replaced) on every event
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def _stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        stamped = json.loads(json.dumps(obj))
+        stamped["metadata"]["resourceVersion"] = str(self.version)
+        return stamped
+
+    def put(self, obj: dict[str, Any]) -> None:
+        """Set a pod before the watch starts (no event)."""
+        self.pods[obj["metadata"]["name"]] = self._stamp(obj)
+
+    async def _emit(self, kind: str, obj: dict[str, Any]) -> None:
+        assert self._changed is not None
+        stamped = self._stamp(obj)
+        if kind == "DELETED":
+            self.pods.pop(obj["metadata"]["name"], None)
+        else:
+            self.pods[obj["metadata"]["name"]] = stamped
+        self.events.append((self.version, kind, stamped))
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def emit(self, kind: str, obj: dict[str, Any]) -> None:
+        """From any thread: the pod changes now (ADDED, MODIFIED or DELETED)."""
+        assert self._loop is not None
+        asyncio.run_coroutine_threadsafe(self._emit(kind, obj), self._loop).result(5)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") not in ("1", "true", "True"):
+            self.lists += 1
+            return web.json_response(
+                {
+                    "kind": "PodList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(self.version)},
+                    "items": list(self.pods.values()),
+                }
+            )
+        since = int(request.query.get("resourceVersion") or self.version)
+        self.watches.append(since)
+        if since < self.expired_below:
+            status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+            line = json.dumps({"type": "ERROR", "object": status}) + "\n"
+            return web.Response(text=line, content_type="application/json")
+        response = web.StreamResponse(headers={"content-type": "application/json"})
+        await response.prepare(request)
+        sent = 0
+        deadline = asyncio.get_running_loop().time() + float(request.query["timeoutSeconds"])
+        assert self._changed is not None
+        while True:
+            changed = self._changed
+            pending = [e for e in self.events if e[0] > since]
+            for version, kind, obj in pending:
+                await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                since, sent = version, sent + 1
+                if self.drop_after is not None and sent >= self.drop_after:
+                    assert request.transport is not None
+                    request.transport.abort()  # cut mid-stream, no final chunk
+                    return response
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return response
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+
+    def kubeconfig(self, folder: Path) -> Path:
+        """A kubeconfig file whose current context points at this server."""
+        path = folder / "kubeconfig"
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+                    "current-context": "fake",
+                }
+            )
+        )
+        return path
+
+
+@contextlib.contextmanager
+def fake_kube_api() -> Iterator[FakeKubeApi]:
+    """A running `FakeKubeApi` on its own loop in a daemon thread; stopped on exit."""
+    api = FakeKubeApi()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    stop = threading.Event()
+
+    async def serve() -> None:
+        api._loop, api._changed = loop, asyncio.Event()
+        app = web.Application()
+        app.router.add_get(f"/api/v1/namespaces/{NAMESPACE}/pods", api.handle)
+        runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        api.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        started.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        await runner.cleanup()
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
+    thread.start()
+    assert started.wait(5), "the fake Kubernetes API did not start"
+    try:
+        yield api
+    finally:
+        stop.set()
+        thread.join(10)
+        loop.close()
