@@ -30,9 +30,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Literal
@@ -42,7 +44,9 @@ import httpx
 import psutil
 
 from loadgen.config import LoadConfig
+from loadgen.incidents import Incident
 from loadgen.loops import make_client
+from loadgen.observers import GridObserver
 from loadgen.readiness import model_listed
 from testbed.model_dir import make_model_dir
 
@@ -51,6 +55,7 @@ __all__ = [
     "LocalGraphError",
     "LocalGraphSpec",
     "MockerGroup",
+    "ProcessWatch",
     "make_model_dir",
 ]
 
@@ -439,6 +444,75 @@ class LocalGraph:
                         + "\n".join(_describe(p, "running") for p in self._processes)
                     )
                 await asyncio.sleep(_POLL_INTERVAL_S)
+
+
+def exit_reason(returncode: int) -> tuple[str, int]:
+    """(reason, exit code) of a process's `Popen.returncode` in the container convention:
+    killed by signal N (returncode -N) -> ("SIGKILL", 128 + N), so a SIGKILL reads as the
+    OOMKill's 137; a nonzero exit -> ("Error", code); 0 -> ("Completed", 0)."""
+    if returncode < 0:
+        return signal.Signals(-returncode).name, 128 - returncode
+    return ("Error" if returncode else "Completed"), returncode
+
+
+class ProcessWatch(GridObserver):
+    """Incidents (source "local", kind "terminated") for the processes of `graph` that end
+    while the block runs: `with ProcessWatch(graph) as watch: run_grid(..., observers=[watch])`.
+
+    A thread polls every `interval_s` seconds; an incident's `at` is when the exit was seen (at
+    most `interval_s` late), its `instance` the process name ("worker-1", "frontend"), its
+    `component` the mocker group (or "frontend"), its reason and exit code from `exit_reason`.
+    Processes stopped with the graph after the block are not incidents.
+    """
+
+    def __init__(self, graph: LocalGraph, interval_s: float = 0.1) -> None:
+        self.graph = graph
+        self.interval_s = interval_s
+        self._seen: set[int] = set()
+        self._incidents: list[Incident] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll_until_stopped, daemon=True)
+
+    def __enter__(self) -> "ProcessWatch":
+        self._seen = {p.popen.pid for p in self.graph._processes if p.popen.poll() is not None}
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._poll()
+
+    def incidents(self) -> list[Incident]:
+        """The processes that ended so far, in the order they were seen."""
+        with self._lock:
+            return list(self._incidents)
+
+    def _poll_until_stopped(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._poll()
+
+    def _poll(self) -> None:
+        now = datetime.now(UTC)
+        for proc in list(self.graph._processes):
+            code = proc.popen.poll()
+            if code is None or proc.popen.pid in self._seen:
+                continue
+            self._seen.add(proc.popen.pid)
+            reason, exit_code = exit_reason(code)
+            incident = Incident(
+                source="local",
+                component=proc.group or "frontend",
+                instance=proc.name,
+                kind="terminated",
+                reason=reason,
+                exit_code=exit_code,
+                at=now,
+                message=f"pid {proc.popen.pid}; log {proc.log_path}",
+            )
+            with self._lock:
+                self._incidents.append(incident)
 
 
 def _describe(proc: _Process, state: str) -> str:

@@ -22,7 +22,7 @@ from components.validation import parse_stack_config
 from loadgen.config import LoadConfig
 from loadgen.results import GridResult
 from loadgen.runner import run_grid
-from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup
+from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, ProcessWatch
 from testbed.model_dir import make_model_dir
 from testbed.render import stack_config
 
@@ -111,8 +111,9 @@ def simulate_stack(
 
     Writes ``out_dir/<stack>/`` (loadgen's summary.json, requests.parquet, ..., and
     ``stack.json``: the resources the stack would run on, for ``testbed compare``), the model
-    directory and the graph's logs (``out_dir/<stack>/graph/logs``). Every process is stopped
-    on return, on error and on Ctrl-C.
+    directory and the graph's logs (``out_dir/<stack>/graph/logs``). A graph process that ends
+    during the grid is an incident (:class:`~testbed.localgraph.ProcessWatch`). Every process
+    is stopped on return, on error and on Ctrl-C.
 
     Raises:
         FileNotFoundError, StackConfigError: unknown stack or invalid config.
@@ -122,7 +123,10 @@ def simulate_stack(
     spec = graph_spec(cfg, speedup_ratio=speedup_ratio)
     stack_dir = out_dir / stack
     model_dir = make_model_dir(stack_dir / "model")
-    with LocalGraph(spec, workdir=stack_dir / "graph", model_dir=model_dir) as graph:
+    with (
+        LocalGraph(spec, workdir=stack_dir / "graph", model_dir=model_dir) as graph,
+        ProcessWatch(graph) as processes,
+    ):
         result = run_grid(
             graph.url,
             cfg.model.name,
@@ -130,6 +134,7 @@ def simulate_stack(
             stack_dir,
             tokenizer=str(model_dir),
             progress=progress,
+            observers=[processes],
         )
     resources = stack_resources(cfg, build_topology(cfg))
     (stack_dir / STACK_FILE).write_text(stack_file_text(stack, resources))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -13,9 +14,10 @@ import pytest
 from components.config import StackConfig
 from components.stack_sizing import stack_sizing
 from loadgen.html_report import write_folder_reports
+from loadgen.incidents import describe
 from loadgen.results import GridResult, PointSummary
 from loadgen.runner import run_grid
-from testbed.localgraph import LocalGraph
+from testbed.localgraph import LocalGraph, ProcessWatch
 from testbed.model_dir import make_model_dir
 from testbed.simulate import graph_spec, load_stack, simulate_stack
 
@@ -132,11 +134,27 @@ def test_a_worker_killed_mid_run_shows_up_as_errors(tmp_path: Path) -> None:
         }
     )
     model_dir = make_model_dir(tmp_path / "model")
-    with LocalGraph(graph_spec(cfg), tmp_path / "graph", model_dir=model_dir) as g:
-        killer = threading.Timer(2.0, lambda: [g.kill_worker(n) for n in ("worker_24gb",) * 4])
+    killed_at: list[datetime] = []
+    with (
+        LocalGraph(graph_spec(cfg), tmp_path / "graph", model_dir=model_dir) as g,
+        ProcessWatch(g) as processes,
+    ):
+
+        def kill() -> None:
+            killed_at.append(datetime.now(UTC))
+            for _ in range(4):
+                g.kill_worker("worker_24gb")
+
+        killer = threading.Timer(2.0, kill)
         killer.start()
         result = run_grid(
-            g.url, cfg.model.name, cfg.load, None, tokenizer=str(model_dir), progress=False
+            g.url,
+            cfg.model.name,
+            cfg.load,
+            None,
+            tokenizer=str(model_dir),
+            progress=False,
+            observers=[processes],
         )
         killer.join()
     (point,) = result.points
@@ -144,3 +162,16 @@ def test_a_worker_killed_mid_run_shows_up_as_errors(tmp_path: Path) -> None:
     assert point.errors > 0
     assert result.first_failure_at is not None
     assert result.first_errors
+    # Each killed process is a local incident in the pod watch's format, placed in the run.
+    incidents = result.incidents
+    assert sorted(i.instance for i in incidents) == [f"worker_24gb-{n}" for n in range(4)]
+    for incident in incidents:
+        assert (incident.source, incident.component, incident.kind) == (
+            "local",
+            "worker_24gb",
+            "terminated",
+        )
+        assert (incident.reason, incident.exit_code) == ("SIGKILL", 137)
+        assert (incident.prefix_kinds, incident.concurrency, incident.repetition) == (2, 4, 1)
+        assert 0 <= (incident.at - killed_at[0]).total_seconds() < 2
+    assert describe(incidents[0]).startswith(f"{incidents[0].instance} SIGKILL (exit 137) ")
