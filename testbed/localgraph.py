@@ -40,7 +40,6 @@ from types import TracebackType
 from typing import IO, Literal
 from urllib.parse import unquote
 
-import httpx
 import psutil
 
 from loadgen.config import LoadConfig
@@ -48,6 +47,7 @@ from loadgen.incidents import Incident
 from loadgen.loops import make_client
 from loadgen.observers import GridObserver
 from loadgen.readiness import model_listed
+from loadgen.server_metrics import scrape
 from testbed.model_dir import make_model_dir
 
 __all__ = [
@@ -378,13 +378,17 @@ class LocalGraph:
         return victim.popen.pid
 
     def metrics_text(self) -> str:
-        """The frontend's Prometheus text from GET /metrics.
+        """The frontend's Prometheus text from GET /metrics, with the load's HTTP client
+        (`loadgen.server_metrics.scrape`); call it from synchronous code.
 
-        Raises httpx.HTTPError on a connection error or a non-2xx status.
+        Raises loadgen.server_metrics.NoMetricsError on a connection error or a non-200 status.
         """
-        response = httpx.get(f"{self.url}/metrics", timeout=10.0)
-        response.raise_for_status()
-        return response.text
+
+        async def get() -> str:
+            async with make_client(self.url, _POLL_CLIENT, 1) as client:
+                return await scrape(client)
+
+        return asyncio.run(get())
 
     def registered_workers(self) -> Counter[str]:
         """Component name -> worker instances registered in this graph's file discovery.
