@@ -41,6 +41,9 @@ from pydantic.alias_generators import to_camel
 from components.platform import PlatformConfig
 from components.rbac import rbac_summary
 
+STACK_ROLES = ("platform", "graph", "standalone")
+"""The values of ``stackRole`` (see the module docstring)."""
+
 DEFAULT_PLATFORM_STACK = "platform"
 """The platform stack a graph stack references unless ``platformStack`` says otherwise."""
 

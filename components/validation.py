@@ -31,6 +31,7 @@ from components.config import (
     unset_key,
 )
 from components.errors import ConfigProblem, StackConfigError, key_path
+from components.stack_layout import STACK_ROLES
 
 
 def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
@@ -53,6 +54,15 @@ def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
         k: v for k, v in raw.items() if k not in SECRET_KEYS and not (v == {} and k in KNOWN_KEYS)
     }
     problems = _unknown_keys(data)
+    if stack_role(data) not in STACK_ROLES:
+        problems.append(
+            ConfigProblem(
+                "stackRole",
+                data["stackRole"],
+                "allowed: platform (the Dynamo platform, once per cluster), graph (a serving "
+                "graph under its platform stack; the default) or standalone (both in one stack)",
+            )
+        )
     if stack_role(data) == "platform":
         problems.append(
             ConfigProblem(

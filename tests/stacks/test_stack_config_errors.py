@@ -215,10 +215,10 @@ BAD_CONFIGS = {
     ),
     "bad-stack-role": BadConfig(
         CROSS,
-        setting("stackRole", value="cluster"),
+        setting("stackRole", value="platfrom"),
         "stackRole",
-        "'cluster'",
-        "'graph' or 'standalone'",
+        "'platfrom'",
+        "allowed: platform (the Dynamo platform, once per cluster), graph",
     ),
     "bad-router-mode": BadConfig(
         CROSS,
