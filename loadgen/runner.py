@@ -61,12 +61,13 @@ async def _run_once(
     on_done: OnDone | None,
     pool: WorkerPool,
     notes: list[str],
+    label: str,
 ) -> tuple[ShareResult, int]:
     """One run in this process or spread over `pool`'s worker processes (`config.workers`,
     else `auto_workers`); returns the merged records and lag samples, and the number of
     workers (1: this process). After the warm-up and before the measured loop, a load that
     is more than the client can time honestly (`loadgen.stats.client_budget_warning`) is
-    logged as a warning and appended to `notes`."""
+    logged as a warning (prefixed with the run's `label`) and appended to `notes`."""
     share = Share(
         url=url,
         path=API_PATHS[config.api],
@@ -91,7 +92,7 @@ async def _run_once(
         )
         if note is not None:
             notes.append(note)
-            logger.warning("c=%d rep %d: %s", concurrency, repetition, note)
+            logger.warning("%s: %s", label, note)
 
     if workers == 1:
         return await run_share(share, on_done=on_done, ready=preflight), 1
@@ -187,13 +188,13 @@ def grid_result(
     first_errors = sorted((e for run in ordered for e in run.errors), key=lambda e: e.at)
     first_errors = first_errors[:FIRST_ERRORS_KEPT]
     warnings = [
-        f"K={s.prefix_kinds} c={s.concurrency} rep {s.repetition}: {w}"
+        f"{run_label((s.prefix_kinds, s.concurrency, s.repetition))}: {w}"
         for s in summaries
         for w in s.warnings
     ]
     if config.duration_s is not None:
         warnings += [
-            f"K={s.prefix_kinds} c={s.concurrency} rep {s.repetition}: all "
+            f"{run_label((s.prefix_kinds, s.concurrency, s.repetition))}: all "
             f"{config.requests_per_run} prompts were used before durationS ended the run"
             for s in summaries
             if s.requests == config.requests_per_run
@@ -221,6 +222,11 @@ def grid_result(
         incidents=incidents,
         readiness=readiness,
     )
+
+
+def run_label(key: tuple[int, int, int]) -> str:
+    """How warnings name a run: "K=2 c=4 rep 1"."""
+    return f"K={key[0]} c={key[1]} rep {key[2]}"
 
 
 def grid_keys(config: LoadConfig) -> list[tuple[int, int, int]]:
@@ -282,7 +288,7 @@ async def _measure(
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
     notes: list[str] = []
     done, workers = await _run_once(
-        server, model, config, prompts, warmup, conc, rep, on_done, pool, notes
+        server, model, config, prompts, warmup, conc, rep, on_done, pool, notes, run_label(key)
     )
     summary = summarize_run(
         done.records,
@@ -385,7 +391,7 @@ async def run_grid_async(
         bar.advance(task, sum(run.summary.requests for run in finished))
         async with WorkerPool() as pool:
             for key in (key for key in keys if key not in done_keys):
-                bar.update(task, description=f"K={key[0]} c={key[1]} rep {key[2]}")
+                bar.update(task, description=run_label(key))
                 for observer in observers:
                     await observer.before_run(*key)
                 run, workers = await _measure(
