@@ -58,21 +58,28 @@ class LoadStepError(RuntimeError):
     """Raised from create/update when ``failOnErrors`` is set and the status is not ok."""
 
 
-async def _run_grid(
+async def _wait_and_run(
     inputs: LoadStepInputs,
     config: LoadConfig,
     run_dir: Path,
     deadline: float,
     pods: GridObserver,
 ) -> tuple[GridResult | None, bool, str | None]:
-    """Run the grid into ``run_dir`` (loadgen writes every run as it finishes; with
-    ``readyCheck`` the readiness gate runs first) until done or ``deadline`` (monotonic s).
+    """Wait until ``/v1/models`` lists the model, then run the grid into ``run_dir`` (loadgen
+    writes every run as it finishes; with ``readyCheck`` the readiness gate runs first, and
+    ``pods`` watches the namespace) until done or ``deadline`` (monotonic s).
 
     Returns the result (the finished runs, read back from ``run_dir`` when the grid was cut
     short; None if no run finished), whether the deadline stopped the grid, and the error
     that stopped it, if any (the gate's, or naming the run it stopped in).
+
+    Raises:
+        ModelNotListedError: the URL is unknown, or the model was not listed in time.
     """
-    assert inputs.url is not None  # checked by the caller
+    if inputs.url is None:
+        raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
+    wait_s = min(inputs.model_wait_s, inputs.deadline_s)
+    await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
     run = run_grid_async(
         inputs.url,
         inputs.model,
@@ -96,25 +103,6 @@ async def _run_grid(
         stopped = next((key for key in grid_keys(config) if key not in finished), None)
         where = f"run K={stopped[0]} c={stopped[1]} rep {stopped[2]}: " if stopped else ""
         return partial, False, f"{where}{exc!r}"
-
-
-async def _wait_and_run(
-    inputs: LoadStepInputs,
-    config: LoadConfig,
-    run_dir: Path,
-    deadline: float,
-    pods: GridObserver,
-) -> tuple[GridResult | None, bool, str | None]:
-    """Wait until ``/v1/models`` lists the model, then :func:`_run_grid`.
-
-    Raises:
-        ModelNotListedError: the URL is unknown, or the model was not listed in time.
-    """
-    if inputs.url is None:
-        raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
-    wait_s = min(inputs.model_wait_s, inputs.deadline_s)
-    await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
-    return await _run_grid(inputs, config, run_dir, deadline, pods)
 
 
 def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:

@@ -50,6 +50,7 @@ def main(out_dir: Path) -> None:
         "loadStatus": this["status"],
         "loadRanAt": this["ranAt"],
         "loadResultsDir": this["resultsDir"],
+        "incidents": this["incidents"],
         "comparison": comparison_output(
             BASELINE,
             STACK,
