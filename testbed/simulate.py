@@ -1,60 +1,161 @@
-"""Simulate a stack on this machine: the real Dynamo frontend, CPU-only mocker workers, the grid.
+"""Simulate a stack on this machine in two layers: the real Dynamo graph decides routing and
+prefix-cache hits, a discrete-event model of the stack's shared hardware decides timing.
 
-The stack's :class:`~components.config.StackConfig` gives the same topology the Pulumi program
-deploys (:func:`components.topology.build_topology`): router mode, worker roles and replicas.
-Sizing (:func:`components.stack_sizing.stack_sizing`) gives each mocker its KV bytes per token,
-its KV capacity (the GPU memory left for KV cache on the worker's node class) and, on prefill
-workers, the throughput of the link to the decode workers. Then the stack's load grid runs with
-:mod:`loadgen` and the seed-style table is printed.
+1. **Routing run** (real Dynamo): the stack's topology (:func:`components.topology.build_topology`)
+   as a local graph of the Dynamo frontend (KV router) and CPU-only mocker workers, with each
+   worker's KV capacity from sizing, runs the load grid with :mod:`loadgen`. Every request's
+   ``cached_tokens`` (block-aligned, reported by the worker the KV router chose) is kept in
+   ``<out>/<stack>/routing/`` (loadgen's result folder). Its timing is the mocker's, on a CPU:
+   not used. Requests there are short (:data:`ROUTING_MAX_TOKENS` output tokens) and the mocker
+   is sped up, so the run takes seconds per grid point.
+2. **Timing** (:mod:`testbed.timing_model`): the same requests, in the same order and
+   closed loop, on the stack's workers sharing time-sliced GPUs, the KV link and host memory,
+   with the constants of :mod:`testbed.calibration`. It produces loadgen request records, so
+   the same statistics give the seed-style table, and the memory model's OOMKills become
+   incidents (``incidents.json``, :mod:`loadgen.incidents`).
+
+The result folder ``<out>/<stack>/`` has loadgen's files (``summary.json``, ``result.json``,
+``requests.parquet``, ``runs.csv``, ``table.txt``) plus ``incidents.json``.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
 
 from components.config import StackConfig, project_values
-from components.sizing import MOCKER_BLOCK_SIZE_TOKENS
+from components.errors import ConfigProblem, StackConfigError
+from components.sizing import MOCKER_BLOCK_SIZE_TOKENS, parse_quantity
 from components.stack_resources import STACK_FILE, stack_file_text, stack_resources
-from components.stack_sizing import stack_sizing
+from components.stack_sizing import replica_name, stack_sizing
 from components.topology import build_topology
 from components.validation import parse_stack_config
 from loadgen.config import LoadConfig
+from loadgen.incidents import Incident
+from loadgen.output import (
+    REQUESTS_FILE,
+    MeasuredRun,
+    PromptSizing,
+    ResultsFolder,
+    grid_settings,
+    records_frame,
+)
+from loadgen.request import ErrorKind, RequestRecord
 from loadgen.results import GridResult
-from loadgen.runner import run_grid
+from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid
+from loadgen.stats import summarize_run
+from testbed.calibration import CONSTANTS
 from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, ProcessWatch
 from testbed.model_dir import make_model_dir
 from testbed.render import stack_config
+from testbed.timing_model import (
+    OOM_EXIT_CODE,
+    Kill,
+    RunTiming,
+    RunTopology,
+    SimRequest,
+    TimingConstants,
+    WorkerSpec,
+    simulate_run,
+)
 
 REDUCED_GRID = {"prefix_kinds": [2, 24], "concurrency": [4], "repetitions": 1}
 """The default simulation grid: the seed's extremes of prefix kinds at its lower concurrency,
 one repetition. ``--full`` runs the stack's own grid (the seed's {2,7,12,24} x {4,8} x 3)."""
 
-REDUCED_REQUESTS_PER_RUN = 40
-"""Requests per run on the reduced grid: enough for a stable p50 in a few seconds."""
+REDUCED_REQUESTS_PER_RUN = 100
+"""Requests per run on the reduced grid."""
+
+ROUTING_MAX_TOKENS = 4
+"""Output tokens of each request in the routing run: routing and prefix-cache hits depend on
+the prompts, not on how long the answers are; the timing model uses the stack's ``maxTokens``."""
+
+ROUTING_SPEEDUP = 10.0
+"""Mocker ``--speedup-ratio`` of the routing run (its timing is not used)."""
+
+ROUTING_DIR = "routing"
+
+_PATH_PART = re.compile(r"^([A-Za-z][A-Za-z0-9]*)((?:\[\d+\])*)$")
 
 
-def load_stack(stack: str) -> StackConfig:
-    """A stack's validated config, read as the Pulumi CLI would pass it.
+def apply_overrides(stack: str, raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``raw`` (a stack's config, keys without the project prefix) with ``KEY=VALUE`` overrides
+    applied, keys in ``pulumi config set --path`` syntax (``topology.workers[0].memoryLimit``),
+    values read as YAML scalars or flow lists (``true``, ``3584Mi``, ``[4, 1]``).
+
+    Raises:
+        StackConfigError: an override without ``=``, a malformed key, or a path that does not
+            exist in the stack's config (the message names the key and the fix).
+    """
+    out = json.loads(json.dumps(raw))
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise StackConfigError(
+                stack, [ConfigProblem(item, item, "expected KEY=VALUE, e.g. sizing.x=true")]
+            )
+        node: Any = out
+        steps: list[str | int] = []
+        for part in key.split("."):
+            match = _PATH_PART.match(part)
+            if not match:
+                raise StackConfigError(
+                    stack, [ConfigProblem(key, text, f"malformed key part {part!r}")]
+                )
+            steps.append(match.group(1))
+            steps += [int(i) for i in re.findall(r"\[(\d+)\]", match.group(2))]
+        for step in steps[:-1]:
+            try:
+                node = node.setdefault(step, {}) if isinstance(step, str) else node[step]
+            except (IndexError, KeyError, TypeError, AttributeError):
+                raise StackConfigError(
+                    stack, [ConfigProblem(key, text, f"no {step!r} in the stack's config")]
+                ) from None
+        try:
+            node[steps[-1]] = yaml.safe_load(text)
+        except (IndexError, TypeError):
+            raise StackConfigError(
+                stack, [ConfigProblem(key, text, f"no {steps[-1]!r} in the stack's config")]
+            ) from None
+    return out
+
+
+def load_stack(stack: str, overrides: Sequence[str] = ()) -> StackConfig:
+    """A stack's validated config, read as the Pulumi CLI would pass it, with ``overrides``
+    (see :func:`apply_overrides`).
 
     Raises:
         FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``.
-        StackConfigError: invalid config.
+        StackConfigError: invalid config or override.
     """
     config, _ = stack_config(stack)
-    return parse_stack_config(stack, project_values(config))
+    raw = apply_overrides(stack, project_values(config), overrides)
+    return parse_stack_config(stack, raw)
 
 
-def graph_spec(cfg: StackConfig, *, speedup_ratio: float | None = None) -> LocalGraphSpec:
-    """The local graph that stands in for a stack's deployment.
+def graph_spec(
+    cfg: StackConfig, *, speedup_ratio: float | None = None, routing_only: bool = False
+) -> LocalGraphSpec:
+    """The local Dynamo graph that stands in for a stack's deployment.
 
     Each worker group becomes a mocker group (``-`` in names becomes ``_``, as Dynamo component
     names require) with the stack's replicas and role; ``--kv-bytes-per-token`` from the model
     geometry; ``--num-gpu-blocks-override`` from the KV capacity sizing computes for one worker
     of the group, in the mocker's 64-token blocks (:meth:`StackSizing.gpu_blocks`, the same
     number a mocker DGD and, as bytes, vLLM's ``--kv-cache-memory-bytes`` get); prefill groups
-    get the link throughput to decode (decimal GB/s). A ``vllm-service`` stack has no Dynamo
-    router: requests are spread round-robin, as a Kubernetes Service would.
+    get the link throughput to decode (decimal GB/s), which the mocker charges per request as
+    if it had the link alone. ``routing_only`` (the routing run of ``testbed simulate``, whose
+    timing is not used) drops that charge. ``speedup_ratio`` defaults to the stack's
+    ``engine.speedupRatio``. A ``vllm-service`` stack has no Dynamo router: requests are spread
+    round-robin, as a Kubernetes Service would.
     """
     topology = build_topology(cfg)
     sizing = stack_sizing(cfg)
@@ -63,15 +164,16 @@ def graph_spec(cfg: StackConfig, *, speedup_ratio: float | None = None) -> Local
     for plan in topology.components:
         if plan.role == "frontend":
             continue
+        link = None
+        if plan.role == "prefill":
+            link = 0.0 if routing_only else sizing.link_gb_per_s(plan.name)
         groups.append(
             MockerGroup(
                 name=plan.name.replace("-", "_"),
                 role=plan.role,
                 replicas=plan.replicas,
                 kv_bytes_per_token=sizing.kv_bytes_per_token,
-                kv_transfer_bandwidth_gb_per_s=(
-                    sizing.link_gb_per_s(plan.name) if plan.role == "prefill" else None
-                ),
+                kv_transfer_bandwidth_gb_per_s=link,
                 num_gpu_blocks=sizing.gpu_blocks(plan.name, MOCKER_BLOCK_SIZE_TOKENS),
                 speedup_ratio=speedup,
             )
@@ -80,18 +182,192 @@ def graph_spec(cfg: StackConfig, *, speedup_ratio: float | None = None) -> Local
     return LocalGraphSpec(model_name=cfg.model.name, router_mode=router, groups=tuple(groups))
 
 
-def simulation_load(cfg: StackConfig, *, full: bool) -> LoadConfig:
-    """The stack's load config, reduced to :data:`REDUCED_GRID` unless ``full``."""
-    if full:
-        return cfg.load
-    requests = min(cfg.load.requests_per_run, REDUCED_REQUESTS_PER_RUN)
-    update = dict(REDUCED_GRID, requests_per_run=requests)
-    return cfg.load.model_copy(update=update)
+def run_topology(cfg: StackConfig) -> RunTopology:
+    """The stack's workers on their GPUs, its KV link and router, for the timing model.
+
+    GPUs: each node class has ``nodes x gpusPerNode`` GPUs; its workers fill them in config
+    order, ``timeSlicing.replicasPerGpu`` per GPU (one without time-slicing). Workers with
+    ``kvTransfer.bufferDevice: cpu`` get their ``memoryLimit`` and the memory model. The link is
+    the prefill groups' (the slowest if they differ; the seed's stacks have one).
+    """
+    sizing = stack_sizing(cfg)
+    topology = build_topology(cfg)
+    workers = []
+    slot = dict.fromkeys(cfg.node_classes, 0)
+    for group in cfg.topology.workers:
+        node_class = cfg.node_classes[group.node_class]
+        per_gpu = node_class.time_slicing.replicas_per_gpu if node_class.time_slicing else 1
+        gpus = node_class.nodes * node_class.gpus_per_node
+        host_buffer = group.kv_transfer is not None and group.kv_transfer.buffer_device == "cpu"
+        for i in range(group.replicas):
+            gpu = (slot[group.node_class] // per_gpu) % gpus
+            slot[group.node_class] += 1
+            workers.append(
+                WorkerSpec(
+                    name=replica_name(group.name, i),
+                    group=group.name,
+                    role=group.role,
+                    gpu=f"{group.node_class}/{gpu}",
+                    kv_capacity_tokens=sizing.kv_capacity_tokens(group.name),
+                    memory_limit=parse_quantity(group.memory_limit) if host_buffer else None,
+                )
+            )
+    prefill = [w.name for w in cfg.topology.workers if w.role == "prefill"]
+    link = min((sizing.link_gb_per_s(name) for name in prefill), default=None)
+    router = cfg.topology.router_mode if topology.kind == "dynamo" else "round-robin"
+    return RunTopology(
+        workers=tuple(workers),
+        link_bytes_per_s=None if link is None else link * 1e9,
+        kv_bytes_per_token=sizing.kv_bytes_per_token,
+        router=router,
+    )
+
+
+def simulation_load(
+    cfg: StackConfig, *, full: bool, grid: Mapping[str, Any] | None = None
+) -> LoadConfig:
+    """The stack's load config: its own grid with ``full``, else :data:`REDUCED_GRID` with
+    :data:`REDUCED_REQUESTS_PER_RUN`; ``grid`` (LoadConfig field names) overrides either."""
+    load = cfg.load.grid()
+    update: dict[str, Any] = {}
+    if not full:
+        update = dict(
+            REDUCED_GRID, requests_per_run=min(load.requests_per_run, REDUCED_REQUESTS_PER_RUN)
+        )
+    update |= dict(grid or {})
+    return LoadConfig.model_validate(load.model_dump() | update)
+
+
+def sim_requests(frame: pd.DataFrame, load: LoadConfig) -> list[SimRequest]:
+    """One run's rows of a routing run's ``requests.parquet`` as timing-model requests: its
+    prompt tokens and cached tokens as the real Dynamo run reported them, the stack's
+    ``maxTokens`` as output (the mocker never stops early). A request that failed in the
+    routing run (rare) keeps the configured prompt length and no prefix-cache hit."""
+    out = []
+    for row in frame.sort_values("index").itertuples():
+        prompt = row.prompt_tokens if pd.notna(row.prompt_tokens) else load.prompt_tokens
+        cached = row.cached_tokens if pd.notna(row.cached_tokens) else 0
+        out.append(
+            SimRequest(
+                index=int(row.index),
+                prefix_id=int(row.prefix_id),
+                prefix_tokens=load.prefix_tokens,
+                prompt_tokens=int(prompt),
+                cached_tokens=int(cached),
+                output_tokens=load.max_tokens,
+            )
+        )
+    return out
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * 1e9)
+
+
+def timing_records(
+    timing: RunTiming, requests: Sequence[SimRequest], offset_s: float
+) -> list[RequestRecord]:
+    """loadgen :class:`RequestRecord`\\ s of a simulated run, its clock starting at ``offset_s``
+    (seconds since the grid started; the records' "monotonic" ns count from the grid start)."""
+    by_index = {r.index: r for r in requests}
+    records = []
+    for o in timing.outcomes:
+        spec = by_index[o.index]
+        sent = _ns(offset_s + o.sent_s)
+        record = RequestRecord(index=o.index, prefix_id=spec.prefix_id, intended_ns=sent)
+        record.sent_ns = sent
+        if o.error is None:
+            tokens = [_ns(offset_s + t) for t in o.token_s]
+            record.status = 200
+            record.first_byte_ns = record.first_chunk_ns = record.first_token_ns = tokens[0]
+            record.token_ns = tokens
+            record.chunks = len(tokens) + 1
+            record.end_ns = tokens[-1]
+            record.finish_reason = "length"
+            record.prompt_tokens = spec.prompt_tokens
+            record.completion_tokens = len(tokens)
+            record.cached_tokens = spec.cached_tokens
+        else:
+            record.status = 503 if o.error_kind == ErrorKind.HTTP_STATUS else 200
+            record.error_kind = ErrorKind(o.error_kind or ErrorKind.IN_BAND)
+            record.error = o.error
+            record.error_ns = record.end_ns = _ns(offset_s + (o.error_s or o.sent_s))
+        records.append(record)
+    return records
+
+
+def _incident(kill: Kill, run_start: datetime) -> Incident:
+    return Incident(
+        source="simulation",
+        component=kill.group,
+        instance=kill.worker,
+        kind="terminated",
+        reason="OOMKilled",
+        exit_code=OOM_EXIT_CODE,
+        at=run_start + timedelta(seconds=kill.at_s),
+        memory_bytes=kill.memory_bytes,
+        message=(
+            f"host memory {kill.memory_bytes / 2**20:,.0f} MiB > limit "
+            f"{kill.limit_bytes / 2**20:,.0f} MiB, {kill.at_s:.1f} s into the run"
+        ),
+    )
+
+
+def retime_grid(
+    cfg: StackConfig,
+    load: LoadConfig,
+    routing: GridResult,
+    routing_frame: pd.DataFrame,
+    constants: TimingConstants = CONSTANTS,
+) -> tuple[GridResult, list[MeasuredRun]]:
+    """The grid of a routing run, timed by the timing model: per run, the same requests on the
+    stack's shared hardware; runs follow each other on one simulated clock from the routing
+    run's start. Returns the result (OOMKills as incidents, placed in their runs) and the runs
+    as loadgen keeps them."""
+    topology = run_topology(cfg)
+    runs: list[MeasuredRun] = []
+    incidents: list[Incident] = []
+    started_at = routing.started_at
+    clock_s = 0.0
+    keys = ["prefix_kinds", "concurrency", "repetition"]
+    groups = {k: g for k, g in routing_frame.groupby(keys)}
+    for key in grid_keys(load):
+        kinds, conc, rep = key
+        requests = sim_requests(groups[key], load)
+        timing = simulate_run(topology, constants, requests, conc)
+        records = timing_records(timing, requests, clock_s)
+        run_start = started_at + timedelta(seconds=clock_s)
+        summary = summarize_run(records, prefix_kinds=kinds, concurrency=conc, repetition=rep)
+        runs.append(
+            MeasuredRun(
+                summary=summary.model_copy(
+                    update={
+                        "started_at": run_start,
+                        "finished_at": run_start + timedelta(seconds=timing.end_s),
+                    }
+                ),
+                errors=_first_errors(key, records, 0, started_at),
+                frame=records_frame(kinds, conc, rep, records),
+            )
+        )
+        incidents += [_incident(kill, run_start) for kill in timing.kills]
+        clock_s += timing.end_s
+    result = grid_result(
+        f"simulation of {routing.url}",
+        routing.model,
+        load,
+        routing.token_count_source,
+        started_at,
+        runs,
+        earlier_incidents=incidents,
+    )
+    finished_at = started_at + timedelta(seconds=clock_s)
+    return result.model_copy(update={"finished_at": finished_at}), runs
 
 
 @dataclass(frozen=True)
 class Simulation:
-    """One simulated stack: its name, local graph, load result and result folder."""
+    """One simulated stack: its name, routing graph, timed result and result folder."""
 
     stack: str
     spec: LocalGraphSpec
@@ -104,38 +380,79 @@ def simulate_stack(
     out_dir: Path,
     *,
     full: bool = False,
-    speedup_ratio: float | None = None,
+    grid: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+    speedup_ratio: float = ROUTING_SPEEDUP,
+    constants: TimingConstants = CONSTANTS,
     progress: bool = True,
 ) -> Simulation:
-    """Start the stack's local graph, run its grid, stop every process, return the result.
+    """Routing run (real Dynamo graph), then the timing model; returns the timed result.
 
-    Writes ``out_dir/<stack>/`` (loadgen's summary.json, requests.parquet, ..., and
-    ``stack.json``: the resources the stack would run on, for ``testbed compare``), the model
-    directory and the graph's logs (``out_dir/<stack>/graph/logs``). A graph process that ends
-    during the grid is an incident (:class:`~testbed.localgraph.ProcessWatch`). Every process
-    is stopped on return, on error and on Ctrl-C.
+    Writes ``out_dir/<stack>/`` (summary.json, result.json, runs.csv, requests.parquet,
+    table.txt, incidents.json, and ``stack.json``: the resources the stack would run on, for
+    ``testbed compare``), the routing run's folder ``out_dir/<stack>/routing/``, the model
+    directory and the graph's logs (``out_dir/<stack>/graph/logs``). Every process is stopped on
+    return, on error and on Ctrl-C.
 
     Raises:
-        FileNotFoundError, StackConfigError: unknown stack or invalid config.
+        FileNotFoundError, StackConfigError: unknown stack, invalid config or override.
         LocalGraphError: the graph did not start (the message has the log tails).
     """
-    cfg = load_stack(stack)
-    spec = graph_spec(cfg, speedup_ratio=speedup_ratio)
+    cfg = load_stack(stack, overrides)
+    spec = graph_spec(cfg, speedup_ratio=speedup_ratio, routing_only=True)
+    load = simulation_load(cfg, full=full, grid=grid)
     stack_dir = out_dir / stack
+    routing = routing_run(cfg, spec, load, stack_dir, progress=progress)
+    result = write_timed(cfg, load, routing, stack_dir, constants)
+    resources = stack_resources(cfg, build_topology(cfg))
+    (stack_dir / STACK_FILE).write_text(stack_file_text(stack, resources))
+    return Simulation(stack=stack, spec=spec, result=result, out_dir=stack_dir)
+
+
+def routing_run(
+    cfg: StackConfig, spec: LocalGraphSpec, load: LoadConfig, stack_dir: Path, *, progress: bool
+) -> GridResult:
+    """Layer 1: the load grid (with :data:`ROUTING_MAX_TOKENS` output tokens) against the real
+    Dynamo graph ``spec``; loadgen's result folder is ``stack_dir/routing`` (with the frontend's
+    server-side metrics, and a graph process that ended during the grid as an incident,
+    :class:`~testbed.localgraph.ProcessWatch`). Every process is stopped on return, on error and
+    on Ctrl-C.
+
+    Raises:
+        LocalGraphError: the graph did not start.
+    """
     model_dir = make_model_dir(stack_dir / "model")
+    routing_load = load.model_copy(update={"max_tokens": ROUTING_MAX_TOKENS})
     with (
         LocalGraph(spec, workdir=stack_dir / "graph", model_dir=model_dir) as graph,
         ProcessWatch(graph) as processes,
     ):
-        result = run_grid(
+        return run_grid(
             graph.url,
             cfg.model.name,
-            simulation_load(cfg, full=full),
-            stack_dir,
+            routing_load,
+            stack_dir / ROUTING_DIR,
             tokenizer=str(model_dir),
             progress=progress,
             observers=[processes],
         )
-    resources = stack_resources(cfg, build_topology(cfg))
-    (stack_dir / STACK_FILE).write_text(stack_file_text(stack, resources))
-    return Simulation(stack=stack, spec=spec, result=result, out_dir=stack_dir)
+
+
+def write_timed(
+    cfg: StackConfig,
+    load: LoadConfig,
+    routing: GridResult,
+    stack_dir: Path,
+    constants: TimingConstants = CONSTANTS,
+) -> GridResult:
+    """Layer 2: time the routing run in ``stack_dir/routing`` with the timing model and write
+    loadgen's result folder (with ``incidents.json``) to ``stack_dir``; returns the result."""
+    frame = pd.read_parquet(stack_dir / ROUTING_DIR / REQUESTS_FILE)
+    result, runs = retime_grid(cfg, load, routing, frame, constants)
+    settings = grid_settings(result.url, result.model, load, None)
+    folder = ResultsFolder(stack_dir, settings, resume=False)
+    sizing = PromptSizing(source=routing.token_count_source)
+    for run in runs:
+        folder.add_run(run, sizing)
+    folder.write_grid(result, runs)
+    return result

@@ -7,13 +7,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
 from components.errors import StackConfigError
 from components.sizing import format_quantity
-from loadgen.cli import fail
+from components.stack_sizing import stack_sizing
+from loadgen.cli import _int_list, fail
 from loadgen.html_report import write_folder_reports
+from loadgen.incidents import describe
 from loadgen.report import client_server_table, comparison_table, seed_table, table_console
 from loadgen.results_folder import REPORT_FILE
 from testbed.localgraph import LocalGraphError
@@ -132,31 +135,75 @@ def simulate_command(
     full: Annotated[
         bool, typer.Option("--full", help="The stack's whole grid (seed: 4 x 2 x 3 runs).")
     ] = False,
-    speedup: Annotated[
-        float | None,
+    prefix_kinds: Annotated[
+        str | None, typer.Option(help="Grid: prefix kinds, comma-separated (e.g. 2,24).")
+    ] = None,
+    concurrency: Annotated[
+        str | None, typer.Option(help="Grid: concurrencies, comma-separated (e.g. 4,1).")
+    ] = None,
+    repetitions: Annotated[int | None, typer.Option(min=1, help="Runs per grid point.")] = None,
+    requests: Annotated[
+        int | None, typer.Option("--requests", min=1, help="Requests per run.")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
         typer.Option(
-            help="Mocker --speedup-ratio, > 0 (default: the stack's engine.speedupRatio)."
+            "--set",
+            help="Override a stack config key for this simulation, KEY=VALUE in `pulumi config "
+            "set --path` syntax, e.g. --set topology.workers[0].memoryLimit=3584Mi "
+            "--set sizing.allowUnsafeMemory=true (repeatable).",
         ),
     ] = None,
+    speedup: Annotated[
+        float,
+        typer.Option(help="Mocker --speedup-ratio of the routing run (its timing is not used)."),
+    ] = 10.0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Run a stack's topology on this machine (real Dynamo frontend, CPU-only mocker workers)
-    with its load grid, and print the seed-style table; with STACK_B, both as "A / B"."""
-    if speedup is not None and not speedup > 0:
+    """Simulate a stack on this machine: routing and prefix-cache hits from the real Dynamo
+    frontend with CPU-only mocker workers, timing from a model of the stack's shared GPUs, KV
+    link and host memory; print the seed-style table (with STACK_B, both as "A / B") and any
+    OOMKill the memory model saw."""
+    if not speedup > 0:
         raise typer.BadParameter(f"must be > 0, got {speedup:g}", param_hint="--speedup")
+    try:
+        grid = {
+            key: value
+            for key, value in {
+                "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
+                "concurrency": _int_list("concurrency", concurrency),
+                "repetitions": repetitions,
+                "requests_per_run": requests,
+            }.items()
+            if value is not None
+        }
+    except ValueError as exc:
+        fail(str(exc))
     names = [stack, *([stack_b] if stack_b else [])]
     for name in names:  # every stack is checked before anything starts
         try:
-            load_stack(name)
+            cfg = load_stack(name, overrides or ())
         except STACK_ERRORS as exc:
             fail(str(exc))
+        for message in stack_sizing(cfg).warnings:
+            warn(f"{name}: {message}")
     results = []
     for name in names:
         console.print(f"simulating {name} ...")
         try:
-            sim = simulate_stack(name, out, full=full, speedup_ratio=speedup, progress=progress)
+            sim = simulate_stack(
+                name,
+                out,
+                full=full,
+                grid=grid,
+                overrides=overrides or (),
+                speedup_ratio=speedup,
+                progress=progress,
+            )
         except LocalGraphError as exc:
             fail(str(exc))
+        except ValidationError as exc:
+            fail(f"invalid grid: {exc.errors()[0]['msg']}")
         except KeyboardInterrupt:
             console.print(f"interrupted; every process of {name}'s graph was stopped")
             raise typer.Exit(130) from None
@@ -171,6 +218,8 @@ def simulate_command(
             console.print(server_side)
         for warning in sim.result.warnings:
             warn(warning)
+        for incident in sim.result.incidents:
+            warn(f"{name}: {describe(incident)}: {incident.message}")
         results.append(sim)
     if len(results) == 2:
         a, b = results

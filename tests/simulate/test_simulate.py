@@ -8,18 +8,26 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pytest
 
 from components.config import StackConfig
+from components.errors import StackConfigError
 from components.stack_sizing import stack_sizing
 from loadgen.html_report import write_folder_reports
-from loadgen.incidents import describe
+from loadgen.incidents import Incident, describe
 from loadgen.results import GridResult, PointSummary
 from loadgen.runner import run_grid
 from testbed.localgraph import LocalGraph, ProcessWatch
 from testbed.model_dir import make_model_dir
-from testbed.simulate import graph_spec, load_stack, simulate_stack
+from testbed.simulate import (
+    ROUTING_MAX_TOKENS,
+    graph_spec,
+    load_stack,
+    retime_grid,
+    simulate_stack,
+)
 
 SMALL = {"prefix_kinds": [2, 24], "concurrency": [2], "repetitions": 1, "requests_per_run": 16}
 
@@ -47,6 +55,9 @@ def test_graph_spec_maps_the_stack_topology_and_sizing() -> None:
     # KV capacity: the GPU share left after weights and overhead, in the mocker's 64-token blocks.
     tokens = stack_sizing(cross).kv_capacity_tokens("prefill")
     assert prefill.num_gpu_blocks == tokens // 64
+    routing = graph_spec(cross, routing_only=True, speedup_ratio=10)
+    assert routing.groups[0].kv_transfer_bandwidth_gb_per_s == 0.0  # the timing model charges it
+    assert routing.groups[0].speedup_ratio == 10
     service = graph_spec(load_stack("vllm-service"))
     assert service.router_mode == "round-robin"  # a Service spreads requests, no KV routing
     assert sum(g.replicas for g in service.groups) == 6
@@ -87,35 +98,88 @@ def test_disaggregation_adds_the_kv_transfer_to_ttft(tmp_path: Path) -> None:
     assert delta == pytest.approx(expected_ms, rel=0.35)
 
 
-def test_simulate_stack_writes_results_and_leaves_no_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_simulate_stack_times_the_real_routing_run_and_leaves_no_process(
+    tmp_path: Path,
 ) -> None:
-    import testbed.simulate as simulate
-
-    monkeypatch.setattr(simulate, "REDUCED_GRID", {**SMALL, "prefix_kinds": [2]})
-    monkeypatch.setattr(simulate, "REDUCED_REQUESTS_PER_RUN", 8)
+    """The reduced end-to-end simulation of a disaggregated stack: the real Dynamo routing run,
+    then the timing model; the cache hits are the routing run's, the times the model's."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    sim = simulate_stack("disagg-cross-node", tmp_path, progress=False)
-    assert (tmp_path / "disagg-cross-node" / "summary.json").exists()
-    # stack.json: what the stack runs on (1 prefill on gpu-8gb, 2 decode on gpu-24gb).
-    stack_file = json.loads((tmp_path / "disagg-cross-node" / "stack.json").read_text())
-    assert stack_file["stack"] == "disagg-cross-node"
-    assert stack_file["resources"]["workers_by_role"] == {"prefill": 1, "decode": 2}
+    grid = {"prefix_kinds": [2], "concurrency": [4], "requests_per_run": 24}
+    sim = simulate_stack("disagg-same-node", tmp_path, grid=grid, progress=False)
+    out = tmp_path / "disagg-same-node"
+    for name in ("summary.json", "result.json", "requests.parquet", "runs.csv", "table.txt"):
+        assert (out / name).exists() and (out / "routing" / name).exists()
+    assert json.loads((out / "incidents.json").read_text()) == []
+    assert any((out / "graph" / "logs").iterdir())
+    # stack.json: what the stack runs on (2 prefill and 2 decode on gpu-24gb).
+    stack_file = json.loads((out / "stack.json").read_text())
+    assert stack_file["stack"] == "disagg-same-node"
+    assert stack_file["resources"]["workers_by_role"] == {"prefill": 2, "decode": 2}
     (report,) = write_folder_reports([sim.out_dir])  # as `testbed simulate` does after this
     html = report.read_text()
-    assert "Load report: disagg-cross-node</h1>" in html
-    assert "<dt>workers</dt><dd>prefill 1, decode 2 on " in html  # from stack.json
-    assert any((tmp_path / "disagg-cross-node" / "graph" / "logs").iterdir())
+    assert "Load report: disagg-same-node</h1>" in html
+    assert "<dt>workers</dt><dd>prefill 2, decode 2 on " in html  # from stack.json
     (point,) = sim.result.points
-    assert point.samples == 8 and point.errors == 0
-    # 1 GbE: ~2.4 s of transfer per request dominates TTFT.
-    assert _ms(point.ttft_p50_ms) > 2000
+    assert point.samples == 24 and point.errors == 0
+    routing = GridResult.model_validate_json((out / "routing" / "result.json").read_text())
+    assert point.cached_ratio == routing.points[0].cached_ratio  # Dynamo's KV-routed hits
+    assert routing.config.max_tokens == ROUTING_MAX_TOKENS
+    frame = pd.read_parquet(out / "requests.parquet")
+    assert set(frame["completion_tokens"]) == {64}  # the stack's maxTokens, timed by the model
+    # The same requests, re-timed by the model, give the same table: nothing else feeds it.
+    again, _ = retime_grid(
+        load_stack("disagg-same-node"),
+        sim.result.config,
+        routing,
+        pd.read_parquet(out / "routing" / "requests.parquet"),
+    )
+    assert again.points == sim.result.points
     alive = [
         p
         for p in psutil.Process().children(recursive=True)
         if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
     ]
     assert alive == []
+
+
+def test_the_seeds_cross_node_prefill_limit_is_oomkilled(tmp_path: Path) -> None:
+    """The seed's story on a short grid: 3,584Mi with allowUnsafeMemory, concurrency 4."""
+    sim = simulate_stack(
+        "disagg-cross-node",
+        tmp_path,
+        grid={"prefix_kinds": [2], "concurrency": [4], "requests_per_run": 40},
+        overrides=["topology.workers[0].memoryLimit=3584Mi", "sizing.allowUnsafeMemory=true"],
+        progress=False,
+    )
+    (incident,) = sim.result.incidents
+    assert (incident.source, incident.instance, incident.reason, incident.exit_code) == (
+        "simulation",
+        "prefill-0",
+        "OOMKilled",
+        137,
+    )
+    assert incident.t_s is not None and 4.5 <= incident.t_s <= 18  # the seed: 9 s
+    assert (incident.prefix_kinds, incident.concurrency, incident.repetition) == (2, 4, 1)
+    assert incident.memory_bytes is not None and incident.memory_bytes > 3584 * 2**20
+    saved = json.loads((tmp_path / "disagg-cross-node" / "incidents.json").read_text())
+    assert [Incident.model_validate(i) for i in saved] == [incident]
+    (point,) = sim.result.points
+    assert point.errors > 0 and point.samples + point.errors == 40
+
+
+def test_overrides_name_the_bad_key() -> None:
+    with pytest.raises(StackConfigError, match=r"topology\.workers\[9\]"):
+        load_stack("disagg-cross-node", ["topology.workers[9].memoryLimit=1Gi"])
+    with pytest.raises(StackConfigError, match="KEY=VALUE"):
+        load_stack("disagg-cross-node", ["sizing.allowUnsafeMemory"])
+    with pytest.raises(StackConfigError, match="below the required 7734Mi"):
+        load_stack("disagg-cross-node", ["topology.workers[0].memoryLimit=3584Mi"])
+    cfg = load_stack(
+        "disagg-cross-node",
+        ["topology.workers[0].memoryLimit=3584Mi", "sizing.allowUnsafeMemory=true"],
+    )
+    assert cfg.topology.workers[0].memory_limit == "3584Mi"
+    assert cfg.sizing.allow_unsafe_memory is True
 
 
 def test_a_worker_killed_mid_run_shows_up_as_errors(tmp_path: Path) -> None:

@@ -1,0 +1,134 @@
+"""Fit the timing model's free constants on the seed's kv-routing rows, and only those.
+
+Run: `uv run --group sim --group dev python bench/calibrate.py [--out out/calibration] [--reuse]`.
+
+1. The routing run of `kv-routing`'s full grid (the seed's {2,7,12,24} x {4,8} x 3 runs of 200
+   requests) against the real Dynamo frontend and mocker workers (`testbed.simulate`), written
+   to `<out>/kv-routing/routing/`; `--reuse` takes an existing one.
+2. SciPy's Nelder-Mead minimises the mean squared log error between the timing model's TTFT
+   p50, TTFT p99 and requests/s at the 8 grid points and the seed's 24 kv-routing values
+   (`testbed.seed.SEED_SAME_NODE["kv-routing"]`), over the constants named in
+   `testbed.calibration.FITTED`, starting from the current values.
+3. Prints the fitted values (paste them into `testbed/calibration.py`) and, per value, the
+   simulated figure beside the seed's.
+
+The disaggregated rows and the cross-node figures are not used here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from loadgen.results import GridResult, PointSummary
+from testbed.calibration import CONSTANTS, FITTED
+from testbed.seed import SEED_SAME_NODE, within
+from testbed.simulate import (
+    ROUTING_DIR,
+    ROUTING_SPEEDUP,
+    graph_spec,
+    load_stack,
+    retime_grid,
+    routing_run,
+    simulation_load,
+)
+from testbed.timing_model import TimingConstants
+
+STACK = "kv-routing"
+BOUNDS = {
+    "prefill_tokens_per_s": (5e3, 1e6),
+    "step_host_s": (2e-4, 0.05),
+    "step_gpu_s": (1e-5, 0.05),
+    "step_gpu_per_seq_s": (1e-6, 0.01),
+    "timeslice_efficiency": (0.2, 1.0),
+    "request_overhead_s": (1e-4, 0.05),
+}
+
+
+def constants_at(x: np.ndarray) -> TimingConstants:
+    """The constants for a point of the search (log space, clipped to BOUNDS)."""
+    values: dict[str, Any] = {}
+    for name, value in zip(FITTED, x, strict=True):
+        low, high = BOUNDS[name]
+        values[name] = min(max(math.exp(value), low), high)
+    return dataclasses.replace(CONSTANTS, **values)
+
+
+def errors(points: list[PointSummary]) -> list[tuple[str, float, float]]:
+    """(label, simulated, seed) for the 24 kv-routing values."""
+    by_point = {(p.prefix_kinds, p.concurrency): p for p in points}
+    out = []
+    for seed in SEED_SAME_NODE[STACK]:
+        p = by_point[(seed.prefix_kinds, seed.concurrency)]
+        where = f"K={seed.prefix_kinds} c={seed.concurrency}"
+        out += [
+            (f"{where} TTFT p50", p.ttft_p50_ms or math.inf, seed.ttft_p50_ms),
+            (f"{where} TTFT p99", p.ttft_p99_ms or math.inf, seed.ttft_p99_ms),
+            (f"{where} req/s", p.requests_per_s, seed.requests_per_s),
+        ]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("out/calibration"))
+    parser.add_argument("--reuse", action="store_true", help="reuse an existing routing run")
+    parser.add_argument("--maxiter", type=int, default=150)
+    parser.add_argument(
+        "--fit-repetitions",
+        type=int,
+        default=1,
+        help="repetitions per grid point the search times (the report uses all of them)",
+    )
+    parser.add_argument(
+        "--fit-requests",
+        type=int,
+        default=100,
+        help="requests of each run the search times (the report uses all of them)",
+    )
+    args = parser.parse_args()
+    cfg = load_stack(STACK)
+    load = simulation_load(cfg, full=True)
+    stack_dir = args.out / STACK
+    result_file = stack_dir / ROUTING_DIR / "result.json"
+    if args.reuse and result_file.exists():
+        routing = GridResult.model_validate_json(result_file.read_text())
+    else:
+        spec = graph_spec(cfg, speedup_ratio=ROUTING_SPEEDUP, routing_only=True)
+        routing = routing_run(cfg, spec, load, stack_dir, progress=True)
+    frame = pd.read_parquet(stack_dir / ROUTING_DIR / "requests.parquet")
+
+    fit_load = load.model_copy(
+        update={"repetitions": args.fit_repetitions, "requests_per_run": args.fit_requests}
+    )
+    fit_frame = frame[frame["index"] < args.fit_requests]
+
+    def loss(x: np.ndarray) -> float:
+        result, _ = retime_grid(cfg, fit_load, routing, fit_frame, constants_at(x))
+        return sum(math.log(s / t) ** 2 for _, s, t in errors(result.points)) / 24
+
+    start = np.array([math.log(getattr(CONSTANTS, name)) for name in FITTED])
+    fit = minimize(loss, start, method="Nelder-Mead", options={"maxiter": args.maxiter})
+    best = constants_at(fit.x)
+    print(
+        f"loss {loss(start):.4f} -> {fit.fun:.4f} ({fit.nit} iterations, search on "
+        f"{args.fit_repetitions} repetition(s) x {args.fit_requests} requests per point)"
+    )
+    for name in FITTED:
+        print(f"    {name}={getattr(best, name):.6g},")
+    result, _ = retime_grid(cfg, load, routing, frame, best)
+    rows = errors(result.points)
+    for label, sim, seed in rows:
+        print(f"{label:22} {sim:9.1f} {seed:9.1f} {'ok' if within(sim, seed) else 'MISS'}")
+    print(f"{sum(within(s, t) for _, s, t in rows)} of 24 within +-25%")
+
+
+if __name__ == "__main__":
+    main()
