@@ -44,6 +44,14 @@ def compare_command(
     Exit code 2 with one `error:` line when a folder has no readable summary.json.
     """
     compare_tables(a, b)
+    print_resource_note(a, b)
+
+
+def print_resource_note(a: Path, b: Path) -> None:
+    """After a table of results folders `a` and `b`: print what their stacks ran on when it
+    differed (workers, GPUs, node classes) and which metrics that affects, read from each
+    folder's stack.json; nothing when neither folder has one or the stacks were alike. An
+    unreadable stack.json is a warning line."""
     files = [read_stack_file(a), read_stack_file(b)]
     if files == [None, None]:
         return

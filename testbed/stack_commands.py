@@ -19,6 +19,7 @@ from loadgen.html_report import write_folder_reports
 from loadgen.incidents import describe
 from loadgen.report import client_server_table, comparison_table, seed_table, table_console
 from loadgen.results_folder import REPORT_FILE
+from testbed.compare import print_resource_note
 from testbed.localgraph import LocalGraphError
 from testbed.render import Rendered, StackFileError, render_stack
 from testbed.render_files import diff_rendered, write_rendered
@@ -226,6 +227,7 @@ def simulate_command(
         console.print(
             comparison_table(a.result.points, b.result.points, title=f"{a.stack} / {b.stack}")
         )
+        print_resource_note(a.out_dir, b.out_dir)
     _write_reports([sim.out_dir for sim in results], out / REPORT_FILE)
     console.print(f"results in {out}/")
 
