@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from fake_openai_server import Sleep, Step, normal_stream, serve_in_thread
+from interruptible import popen_interruptible
 from typer.testing import CliRunner
 
 from loadgen.config import LoadConfig
@@ -81,11 +82,10 @@ def test_ctrl_c_after_two_runs_keeps_them_and_resume_finishes_with_the_same_tota
     out = tmp_path / "out"
     with serve_in_thread(handler) as server:
         args = [str(TESTBED), "load", "--url", server.url, *GRID, "--tokenizer", tokenizer]
-        proc = subprocess.Popen(
+        proc = popen_interruptible(
             [*args, "--out", str(out)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
         wait_for_runs(out, 2, proc)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from interruptible import popen_interruptible
 
 from testbed.model_dir import make_model_dir
 
@@ -27,9 +28,7 @@ def test_ctrl_c_stops_every_worker_process(tmp_path: Path) -> None:
         args += ["--prefix-kinds", "2", "--repetitions", "1", "--requests-per-run", "8"]
         args += ["--tokenizer", str(make_model_dir(tmp_path / "model")), "--no-progress"]
         args += ["--no-ready-check"]  # the gate would wait on the silent server instead
-        proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        proc = popen_interruptible(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         parent = psutil.Process(proc.pid)
         deadline = time.monotonic() + 60
         while len(parent.children(recursive=True)) < 2 and time.monotonic() < deadline:
