@@ -382,6 +382,12 @@ def load_command(
     ready = (
         ReadyCheck(successes=ready_successes, timeout_s=ready_timeout_s) if ready_check else None
     )
+    if ready is not None:  # the gate can wait up to its timeout: say so before it starts
+        table_console(highlight=False).print(
+            f"waiting until {url} serves {model}: {ready.successes} streamed completions in a "
+            f"row, for up to {ready.timeout_s:g} s (--no-ready-check skips this)",
+            soft_wrap=True,
+        )
     # The runner logs what it sees before a run (e.g. a load too big for the client's CPUs).
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
     try:

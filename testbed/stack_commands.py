@@ -68,7 +68,10 @@ def render_command(
 ) -> None:
     """Write every object the stack would apply (a YAML file each), its Helm release, outputs."""
     rendered = _render_or_exit(stack)
-    paths = write_rendered(rendered, out)
+    try:
+        paths = write_rendered(rendered, out)
+    except OSError as exc:  # --out names a file, or a folder that cannot be written
+        fail(f"cannot write the rendered files to --out {out}: {exc.strerror or exc}")
     if rendered.outputs.get("stackRole") == "platform":
         outputs = rendered.outputs
         console.print(

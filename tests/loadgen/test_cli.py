@@ -207,9 +207,15 @@ def test_a_server_that_never_serves_stops_at_the_gate(tmp_path: Path) -> None:
         return [Status(503, b"busy")]
 
     with serve_in_thread(always_busy) as server:
-        args = ("load", "--url", server.url, *GATED, "--out", str(tmp_path))
+        url = server.url
+        args = ("load", "--url", url, *GATED, "--out", str(tmp_path))
         result = run(*args, "--ready-timeout-s", "1")
     assert result.exit_code == 1, result.output
+    # Said before the wait, which lasts up to --ready-timeout-s (600 s by default).
+    assert (
+        f"waiting until {url} serves m: 3 streamed completions in a row, for up to 1 s"
+        in " ".join(result.output.split())
+    )
     assert "did not serve 'm': 3 streamed completions in a row did not succeed within 1 s" in (
         result.output
     )

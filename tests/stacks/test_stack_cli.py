@@ -111,6 +111,17 @@ def test_unknown_stack_exits_2_and_lists_known_stacks() -> None:
     )
 
 
+def test_render_to_a_file_is_one_error_line(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "README.md"
+    not_a_folder.write_text("x")
+    result = CliRunner().invoke(app, ["render", "kv-routing", "--out", str(not_a_folder)])
+    assert result.exit_code == 2
+    assert result.output.startswith(
+        f"error: cannot write the rendered files to --out {not_a_folder}: File exists"
+    )
+    assert "Traceback" not in result.output
+
+
 def test_render_writes_stable_files(tmp_path: Path, rendered: dict[str, Rendered]) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     output = invoke("render", "disagg-cross-node", "--out", str(first)).output
