@@ -38,7 +38,7 @@ from components.load_step import (
     step_outputs,
     step_status,
 )
-from components.stack_resources import STACK_FILE, stack_file_text
+from components.stack_resources import stack_file_text
 from components.topology import FRONTEND_PORT
 from loadgen.api import base_url
 from loadgen.config import LoadConfig
@@ -50,7 +50,7 @@ from loadgen.output import read_result, write_text_atomic
 from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
 from loadgen.report import SUMMARY_FILE
 from loadgen.results import GridResult
-from loadgen.results_folder import STATUS_FILE, STEP_FILE
+from loadgen.results_folder import STACK_FILE, STATUS_FILE, STEP_FILE
 from loadgen.runner import grid_keys, run_grid_async
 
 
@@ -114,7 +114,7 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     (:mod:`loadgen.output`: ``summary.json``, the ``results`` output; ``result.json``;
     ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``; ``runs/<run>/``),
     written after every run, plus ``status.json``, ``stack.json`` (the stack's resources:
-    :data:`components.stack_resources.STACK_FILE`), ``step.json`` (the step's inputs: stack,
+    :data:`loadgen.results_folder.STACK_FILE`), ``step.json`` (the step's inputs: stack,
     topology fingerprint, URL, grid) and ``report.html`` (:mod:`loadgen.html_report`). Request
     failures, a model that is never listed and the deadline are recorded in the status, never
     raised.

@@ -16,7 +16,7 @@ stacks, and which metrics the difference affects:
   through queueing; stated as not included, as the seed does.
 
 A stack's resources are its ``resources`` output and, in a results folder, ``stack.json``
-(:data:`STACK_FILE`) beside ``summary.json``.
+(:data:`loadgen.results_folder.STACK_FILE`) beside ``summary.json``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ from pydantic import BaseModel, ConfigDict
 
 from components.config import StackConfig
 from components.topology import Topology
-
-STACK_FILE = "stack.json"
-"""``{"stack": name, "resources": StackResources}`` in a results folder, beside summary.json."""
 
 PREFIX_CACHE_ROLES = ("aggregated", "prefill")
 """Worker roles that serve prompts from their own prefix cache."""
@@ -106,7 +103,8 @@ def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
 
 
 def stack_file_text(stack: str, resources: Mapping[str, Any] | StackResources) -> str:
-    """The text of :data:`STACK_FILE`: ``{"stack": name, "resources": {...}}``, indented JSON."""
+    """The text of :data:`loadgen.results_folder.STACK_FILE` (``stack.json``):
+    ``{"stack": name, "resources": {...}}``, indented JSON."""
     data = StackResources.model_validate(resources).model_dump(mode="json")
     return json.dumps({"stack": stack, "resources": data}, indent=2) + "\n"
 

@@ -2,7 +2,7 @@
 the two stacks ran on when the folders say so.
 
 A folder written by the post-deploy load step or ``testbed simulate`` holds ``stack.json``
-(:data:`components.stack_resources.STACK_FILE`: the stack's name and resources) beside
+(:data:`loadgen.results_folder.STACK_FILE`: the stack's name and resources) beside
 ``summary.json``; a plain ``testbed load`` folder does not. With ``stack.json`` on either side,
 the table is followed by :func:`components.stack_resources.resource_note`: what differed
 (workers, GPUs, node classes) and which metrics the difference affects.
@@ -18,9 +18,10 @@ import typer
 from pydantic import ValidationError
 from rich.markup import escape
 
-from components.stack_resources import STACK_FILE, compare_resources, resource_note
+from components.stack_resources import compare_resources, resource_note
 from loadgen.cli import compare_command as compare_tables
 from loadgen.report import table_console
+from loadgen.results_folder import STACK_FILE
 
 
 def read_stack_file(folder: Path) -> dict[str, Any] | None:

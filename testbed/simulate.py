@@ -34,7 +34,7 @@ import yaml
 from components.config import StackConfig, project_values
 from components.errors import ConfigProblem, StackConfigError
 from components.sizing import MOCKER_BLOCK_SIZE_TOKENS, parse_quantity
-from components.stack_resources import STACK_FILE, stack_file_text, stack_resources
+from components.stack_resources import stack_file_text, stack_resources
 from components.stack_sizing import replica_name, stack_sizing
 from components.topology import build_topology
 from components.validation import parse_stack_config
@@ -50,6 +50,7 @@ from loadgen.output import (
 )
 from loadgen.request import ErrorKind, RequestRecord
 from loadgen.results import GridResult
+from loadgen.results_folder import STACK_FILE
 from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid
 from loadgen.stats import summarize_run
 from testbed.calibration import CONSTANTS

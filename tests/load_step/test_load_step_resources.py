@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from components.comparison import comparison_output
 from components.stack_resources import (
-    STACK_FILE,
     ResourceComparison,
     StackResources,
     compare_resources,
@@ -21,6 +20,7 @@ from components.stack_resources import (
     stack_resources,
 )
 from components.topology import build_topology
+from loadgen.results_folder import STACK_FILE
 from testbed.cli import app
 from testbed.simulate import load_stack
 

@@ -27,13 +27,12 @@ from fake_openai_server import (
 )
 from typer.testing import CliRunner
 
-from components.stack_resources import STACK_FILE as WRITTEN_STACK_FILE
 from loadgen.config import LoadConfig
 from loadgen.figures import Figure, Series, report_figures, request_times_s
 from loadgen.html_report import write_folder_reports, write_report
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe, placed
 from loadgen.results import GridResult
-from loadgen.results_folder import REPORT_FILE, STACK_FILE, load_results
+from loadgen.results_folder import REPORT_FILE, load_results
 from loadgen.runner import run_grid_async
 from testbed.cli import app
 
@@ -374,9 +373,3 @@ def test_summary_json_alone_still_gives_the_grid_figures(
     assert figures["timeline-a"].panels[0].series == ()
     out, _ = write_report([loaded], tmp_path / "alone.html")
     assert out.read_text().count('<figure class="plot"') == 4
-
-
-def test_stack_file_name_is_the_one_components_write() -> None:
-    """loadgen does not import components; both name the file the load step and `testbed
-    simulate` write beside summary.json."""
-    assert STACK_FILE == WRITTEN_STACK_FILE
