@@ -2,9 +2,9 @@
 with AIPerf run side by side in the same invocation.
 
 Run: `uv run python bench/loadgen_overhead.py [--concurrency 8,64,256] [--requests 3000]
-[--workers auto|N] [--aiperf PATH]` (or set AIPERF_BIN; AIPerf lives in its own venv, see the
-README). For each concurrency and each client, `bench/mock_server.py` runs in its own process
-with 16-token streams:
+[--workers auto|N] [--aiperf PATH]` (or set AIPERF_BIN; AIPerf lives in its own venv, see
+docs/loadgen.md). For each concurrency and each client, `bench/mock_server.py` runs in its own
+process with 16-token streams:
 - a zero first-token delay: requests/s and chunks/s (the client's ceiling on this machine);
 - a first-token delay of 50 ms: TTFT error = client TTFT percentile - the server's own measured
   first-token delay at the same percentile (p50, p99); the client queue time (intended send to

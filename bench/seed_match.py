@@ -11,8 +11,8 @@ minutes on 2 shared cores; `--reuse` re-times existing routing runs in seconds).
    concurrency 4, and what succeeded at concurrency 1.
 3. `disagg-cross-node` and `disagg-same-node` as shipped (8Gi / 10Gi), full grid: OOMKills.
 
-Prints Markdown (the README's tables) and the wall time of each step. kv-routing's rows are
-the calibration's (`bench/calibrate.py`); everything else is validation.
+Prints Markdown (the tables of docs/simulation.md) and the wall time of each step. kv-routing's
+rows are the calibration's (`bench/calibrate.py`); everything else is validation.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ class LoadConfig(BaseModel):
     )
     warmup_requests: Annotated[int, Field(ge=0)] | None = Field(
         default=None,
-        description="Unmeasured requests before each run, on their own prefixes (see README); "
-        "default: the run's concurrency, one per pool connection.",
+        description="Unmeasured requests before each run, on their own prefixes "
+        "(see docs/loadgen.md); default: the run's concurrency, one per pool connection.",
     )
     prompt_tokens: PositiveInt = Field(
         default=SEED_PROMPT_TOKENS,

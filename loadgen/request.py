@@ -5,7 +5,7 @@ clock on Linux, so records from worker processes compare directly), taken when t
 our code: at the top of each iteration over `response.content.iter_any()`, before parsing.
 
 The HTTP client is aiohttp (its C HTTP parser, one pooled connection per request in flight):
-`bench/loadgen_overhead.py` and the README's performance section show why not httpx. Event
+`bench/loadgen_overhead.py` and docs/loadgen.md's performance section show why not httpx. Event
 data is decoded with orjson (a few us per request saved against the standard json module).
 """
 

@@ -77,7 +77,8 @@ SENT_SHARE_MIN = 0.9
 QUEUE_P99_MIN_MS = 5.0
 QUEUE_TO_TTFT_MAX = 0.1
 # A client process busier than this during the measured loop reads its clock late
-# (README "Performance": loop-only CPU ~0.3 of a core at c=64 kept the TTFT p99 error in budget).
+# (docs/loadgen.md "Performance": loop-only CPU ~0.3 of a core at c=64 kept the TTFT p99 error
+# in budget).
 BUSY_CLIENT_SHARE = 0.8
 
 

@@ -26,7 +26,7 @@ from typing import cast
 from loadgen.loops import Ready, Share, ShareResult, Warmup, run_share
 
 # One event loop keeps up with 128 streams of 16 tokens against a server that answers in
-# 50 ms (bench/loadgen_overhead.py, README "Performance"); above that a worker is added.
+# 50 ms (bench/loadgen_overhead.py, docs/loadgen.md "Performance"); above that a worker is added.
 STREAMS_PER_WORKER = 128
 BARRIER_TIMEOUT_S = 120.0  # warm-up of a share must finish within this
 

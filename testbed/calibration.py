@@ -13,7 +13,7 @@ seen by the fit: they are the validation.
 Not fitted (nothing in the kv-routing rows can tell them): the KV links (the stack's own
 ``links``: same node ~1 GB/s, the seed's inference; 1 GbE 115 MB/s, the seed's measurement),
 the host memory of a worker without KV buffers, and how long a finished host buffer lingers.
-Their values below are stated assumptions; the README shows what the OOM figures do when
+Their values below are stated assumptions; docs/simulation.md shows what the OOM figures do when
 they change.
 """
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import pytest
+from docs_text import doc_files
 from markdown_it import MarkdownIt
 from pulumi_cli import (
     coerce,
@@ -37,7 +38,7 @@ from testbed.render import REPO, stack_names
 STACKS = stack_names()
 
 DOCUMENTED = [
-    # (stack, path, text, what the program holds): values the README and docstrings show.
+    # (stack, path, text, what the program holds): values the docs and docstrings show.
     ("disagg-same-node", "load.runId", "2", "2"),
     ("kv-routing", "topology.workers[0].cpu", "2", "2"),
     ("kv-routing", "topology.workers[0].memoryLimit", "4000000000", "4000000000"),
@@ -123,11 +124,12 @@ def test_same_validation_after_the_scalar_is_read(project: dict[str, Any]) -> No
         set_and_parse("kv-routing", "load.nodeAddress", "192.0.2.10", project)
 
 
-def readme_config_set_commands() -> list[list[str]]:
-    """Every ``pulumi config set`` command in the README's code (fenced blocks and inline
-    code), as argument lists (``&&``/``;`` chains split, ``#`` comments dropped); templates
-    with ``<placeholders>`` are left out, the concrete commands beside them are checked."""
-    tokens = MarkdownIt().parse((REPO / "README.md").read_text())
+def documented_config_set_commands() -> list[list[str]]:
+    """Every ``pulumi config set`` command in the code of the README and ``docs/*.md`` (fenced
+    blocks and inline code), as argument lists (``&&``/``;`` chains split, ``#`` comments
+    dropped); templates with ``<placeholders>`` are left out, the concrete commands beside them
+    are checked."""
+    tokens = [t for path in doc_files() for t in MarkdownIt().parse(path.read_text())]
     code = [t.content for t in tokens if t.type == "fence"] + [
         child.content
         for t in tokens
@@ -159,12 +161,12 @@ def _split_chain(words: list[str]) -> Iterator[list[str]]:
     yield current
 
 
-def test_readme_commands_pass_the_cli_and_the_program(project: dict[str, Any]) -> None:
-    """Each README ``pulumi config set`` command, applied as the CLI stores it to the stack it
+def test_documented_commands_pass_the_cli_and_the_program(project: dict[str, Any]) -> None:
+    """Each documented ``pulumi config set`` command, applied as the CLI stores it to the stack it
     names (every shipped stack when it names none), passes the CLI's merge and the program, and
     the program holds what was typed. ``--secret`` stores a ``secure:`` value (undeclared in
     ``Pulumi.yaml``, so no type check) that the program reads as a secret, never in the model."""
-    commands = readme_config_set_commands()
+    commands = documented_config_set_commands()
     assert any("--path" in c for c in commands) and any("--secret" in c for c in commands)
     for args in commands:
         flags = {a for a in args if a.startswith("--")}

@@ -1,4 +1,5 @@
-"""Produce the README's example of `pulumi stack output --json` for disagg-same-node, for real.
+"""Produce docs/load-step.md's example of `pulumi stack output --json` for disagg-same-node, for
+real.
 
 For kv-routing (the baseline) and then disagg-same-node: start the stack's local Dynamo graph
 (the real frontend + CPU-only mocker workers, `testbed.simulate.graph_spec`), call the load

@@ -1,5 +1,6 @@
-"""The README's seed sequence (platform, kv-routing, park, disagg-same-node, ...) run under
-Pulumi's mocks, command by command, with a mock engine that keeps each stack's state.
+"""The documented seed sequence (platform, kv-routing, park, disagg-same-node, ...: the section
+"The seed's sequence on one cluster" of ``docs/shared-cluster.md``) run under Pulumi's mocks,
+command by command, with a mock engine that keeps each stack's state.
 
 What the mocks stand in for:
 - ``pulumi:pulumi:StackReference`` reads answer with the referenced stack's outputs as the
@@ -22,12 +23,13 @@ from typing import Any
 
 import pulumi
 import pytest
+from docs_text import doc_files
 from test_load_step_comparison import SEED_DISAGG, SEED_KV_ROUTING, points
 
 from components.load_provider import LoadStepProvider
 from components.program import main
 from components.stack_layout import stack_reference_name
-from testbed.render import REPO, EchoMocks, Rendered, run_under_mocks, stack_config
+from testbed.render import EchoMocks, Rendered, run_under_mocks, stack_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,10 +48,10 @@ SEED_RESULTS: dict[str, list[dict[str, Any]]] = {
 """What a load run "returns" for each stack under these mocks."""
 
 
-def readme_commands() -> list[list[str]]:
-    """The commands of the README's seed-sequence block, each as its argument list."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("## The seed's sequence on one cluster", 1)[1]
+def sequence_commands() -> list[list[str]]:
+    """The commands of the docs' seed-sequence block, each as its argument list."""
+    text = "\n".join(path.read_text() for path in doc_files())
+    section = re.split(r"^#+ The seed's sequence on one cluster$", text, maxsplit=1, flags=re.M)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block is not None
     commands = []
@@ -197,11 +199,11 @@ def run_sequence(commands: list[list[str]]) -> tuple[Cluster, list[str]]:
 
 @pytest.fixture(scope="module")
 def sequence() -> tuple[Cluster, list[str]]:
-    return run_sequence(readme_commands())
+    return run_sequence(sequence_commands())
 
 
 def test_the_readme_block_is_the_seed_sequence() -> None:
-    ups = [c[-1] for c in readme_commands() if c[1] == "up"]
+    ups = [c[-1] for c in sequence_commands() if c[1] == "up"]
     assert ups == [
         "platform",
         "kv-routing",
@@ -282,7 +284,7 @@ def test_the_comparison_reads_the_parked_baseline(sequence: tuple[Cluster, list[
 
 
 def test_without_the_park_the_gpus_would_not_fit() -> None:
-    unparked = [c for c in readme_commands() if "parked" not in c or "kv-routing" not in c]
+    unparked = [c for c in sequence_commands() if "parked" not in c or "kv-routing" not in c]
     with pytest.raises(AssertionError, match="gpu-24gb"):
         run_sequence(unparked)
 
