@@ -131,28 +131,63 @@ def comparison_text(rows: Sequence[ComparisonRow], baseline: str, this: str) -> 
     return table_text(table, width=140)
 
 
+def baseline_note(
+    baseline_stack: str,
+    this_stack: str,
+    error: str | None,
+    outputs: Mapping[str, Any] | None,
+) -> str | None:
+    """Why the comparison has no baseline side, or None when the baseline has results.
+
+    Args:
+        baseline_stack: the ``baselineStack`` setting (named in the note).
+        this_stack: the stack comparing (named in the command to run again).
+        error: the engine's error for the read (e.g. ``unknown stack "kv-routing"`` for a
+            stack that does not exist), None when the read succeeded.
+        outputs: the baseline's stack outputs (``{}`` for a stack created but never up).
+
+    The note is all the comparison says: a missing baseline never stops a deploy.
+    """
+    short = baseline_stack.rsplit("/", 1)[-1]
+    again = f"then `pulumi up -s {this_stack}` again to compare"
+    if error is not None:
+        return (
+            f"no baseline: stack '{baseline_stack}' could not be read ({error}); create it and "
+            f"run its load step (`pulumi stack init {short}`, `pulumi up -s {short}`), {again}"
+        )
+    if not (outputs or {}).get("results"):
+        return (
+            f"no baseline results: stack '{baseline_stack}' has no `results` output (its load "
+            f"step has not run, or the stack was destroyed); `pulumi up -s {short}`, {again}"
+        )
+    return None
+
+
 def comparison_output(
     baseline_stack: str,
     this_stack: str,
     baseline_results: Sequence[Mapping[str, Any]] | None,
     this_results: Sequence[Mapping[str, Any]] | None,
     resources: ResourceComparison,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """The ``comparison`` stack output.
 
     Returns ``{"baseline": name, "this": name, "rows": [ComparisonRow as dict], "resources":
-    ResourceComparison as dict, "table": text}``; the table ends with the resource note
-    (:func:`components.stack_resources.resource_note`: what differed and which metrics it
-    affects) when the stacks did not have the same resources. A side without results (not run
-    yet, or the baseline stack has no ``results`` output) counts as no points.
+    ResourceComparison as dict, "note": text or None, "table": text}``; the table ends with the
+    resource note (:func:`components.stack_resources.resource_note`: what differed and which
+    metrics it affects) when the stacks did not have the same resources, and with ``note``
+    (:func:`baseline_note`: why there is no baseline side) when given. A side without results
+    (not run yet, or a baseline that could not be read) counts as no points.
     """
     rows = compare_points(baseline_results or [], this_results or [])
     table = comparison_text(rows, baseline_stack, this_stack)
-    note = resource_note(resources, baseline_stack, this_stack)
+    notes = [n for n in (resource_note(resources, baseline_stack, this_stack), note) if n]
     return {
         "baseline": baseline_stack,
         "this": this_stack,
         "rows": [row.model_dump(mode="json") for row in rows],
         "resources": resources.model_dump(mode="json"),
-        "table": f"{table}{note}\n" if note else table,
+        "note": note,
+        "table": "".join([table, *(f"{n}\n" for n in notes)]),
     }

@@ -12,7 +12,7 @@ from typing import Any
 
 import pulumi
 
-from components.comparison import comparison_output
+from components.comparison import baseline_note, comparison_output
 from components.config import (
     PlatformStackConfig,
     StackConfig,
@@ -237,8 +237,10 @@ def _with_warning(warnings: list[str], warning: str | None) -> list[str]:
 
 def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources) -> None:
     """Export the load step's outputs and, with ``baselineStack``, the comparison with that
-    stack's ``results`` and ``resources`` (read through a StackReference; a baseline without
-    ``resources`` makes them unknown, and the comparison says so)."""
+    stack's ``results`` and ``resources`` (:func:`read_stack_outputs`: a baseline that does not
+    exist, was never brought up or has no results is a ``note`` in the comparison, never a
+    failed preview or update; a baseline without ``resources`` makes them unknown, and the
+    comparison says so)."""
     pulumi.export("results", step.results)
     pulumi.export("loadStatus", step.status)
     pulumi.export("loadRanAt", step.ranAt)
@@ -247,19 +249,57 @@ def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources
     if cfg.baseline_stack is None:
         return
     this = pulumi.get_stack()
-    name = stack_reference_name(cfg.baseline_stack, pulumi.get_organization(), PROJECT)
-    baseline = pulumi.StackReference(f"baseline-{cfg.baseline_stack.replace('/', '-')}", name)
-    pulumi.export(
-        "comparison",
-        pulumi.Output.all(
-            baseline.get_output("results"), step.results, baseline.get_output("resources")
-        ).apply(
-            lambda values: comparison_output(
-                cfg.baseline_stack or name,
-                this,
-                values[0],
-                values[1],
-                compare_resources(cfg.baseline_stack or name, values[2], this, resources),
-            )
-        ),
+    baseline = cfg.baseline_stack
+    name = stack_reference_name(baseline, pulumi.get_organization(), PROJECT)
+    # An awaitable is an Input (``Output.from_input`` awaits it); the stubs do not say so.
+    reading: Any = read_stack_outputs(name)
+    read: pulumi.Output[tuple[dict[str, Any] | None, str | None]] = pulumi.Output.from_input(
+        reading
     )
+
+    def comparison(values: list[Any]) -> dict[str, Any]:
+        (outputs, error), results = values
+        note = baseline_note(baseline, this, error, outputs)
+        if note is not None:
+            pulumi.log.info(f"stack '{this}': comparison: {note}")
+        known = outputs or {}
+        return comparison_output(
+            baseline,
+            this,
+            known.get("results"),
+            results,
+            compare_resources(baseline, known.get("resources"), this, resources),
+            note,
+        )
+
+    pulumi.export("comparison", pulumi.Output.all(read, step.results).apply(comparison))
+
+
+READ_STACK_OUTPUTS = "pulumi:pulumi:readStackOutputs"
+"""The engine's builtin invoke that reads another stack's outputs (pulumi/pulumi
+``pkg/resource/deploy/builtins.go`` L333 and L338-355), the same read as a StackReference's
+(``readStackReference``, L371-420)."""
+
+
+async def read_stack_outputs(name: str) -> tuple[dict[str, Any] | None, str | None]:
+    """Stack ``name``'s outputs through :data:`READ_STACK_OUTPUTS`, or why they could not be read.
+
+    Returns ``(outputs, None)`` (``{}`` for a stack created but never brought up) or
+    ``(None, error)``: the engine's error for a stack that does not exist (``unknown stack``,
+    ``pkg/backend/backend.go`` L408-418) or a name the backend refuses.
+
+    Why an invoke and not a StackReference: a StackReference is a resource read, and a read that
+    fails fails its step, which cancels the whole preview or update whatever the program does
+    with the error (``pkg/resource/deploy/step.go`` L1338-1356, ``ReadStep.Apply``;
+    ``pkg/resource/deploy/step_executor.go`` L413-429, ``cancelDueToError``). An invoke's error
+    is only returned to the program (``pkg/resource/deploy/source_eval.go`` L1158-1165,
+    ``resmon.Invoke``), and the Python SDK returns it as the invoke's exception, not as an
+    unhandled RPC error that would fail the program (``pulumi/runtime/invoke.py``
+    ``_invoke``, pulumi 3.272.0 L340-356 and L404-417), so catching it here is enough. The engine
+    serves the invoke during preview too, so the note shows at ``pulumi preview``.
+    """
+    try:
+        result = await pulumi.runtime.invoke_async(READ_STACK_OUTPUTS, {"name": name})
+    except Exception as exc:  # noqa: BLE001 the engine's read error, kept as the note's text
+        return None, str(exc)
+    return dict(result.get("outputs") or {}), None

@@ -51,8 +51,10 @@ NAMESPACE_PREFIX = "testbed-"
 """A graph stack's namespace is ``testbed-<stack>`` unless ``namespace`` is set."""
 
 DEFAULT_ORGANIZATION = "organization"
-"""The organization of stacks in a self-managed (DIY) backend, where ``pulumi stack ls`` shows
-``organization/<project>/<stack>``."""
+"""The organization a self-managed (DIY) backend reports for every stack, in both of its layouts
+(pulumi/pulumi ``pkg/backend/diy/state.go`` L104, ``Organization: "organization"``), and what
+``pulumi.get_organization()`` returns under mocks."""
+
 
 _MAX_NAMESPACE = 63  # DNS-1123 label
 _NOT_IN_LABEL = re.compile(r"[^a-z0-9-]+")
@@ -76,15 +78,26 @@ def stack_namespace(stack: str) -> str:
 
 
 def stack_reference_name(stack: str, organization: str | None, project: str) -> str:
-    """The full ``org/project/stack`` name a StackReference needs.
+    """The name to read stack ``stack`` of this project by (StackReference or
+    ``pulumi:pulumi:readStackOutputs``), one that every backend parses as that stack.
 
-    ``kv-routing`` -> ``<organization>/<project>/kv-routing`` with this stack's organization
-    (Pulumi Cloud) or :data:`DEFAULT_ORGANIZATION` when there is none (DIY backends, mocks); a
-    name with slashes (``acme/dynamo-testbed/kv-routing``) is used as given.
+    - A self-managed (DIY) backend (``organization`` is :data:`DEFAULT_ORGANIZATION` or None):
+      the bare stack name, ``kv-routing``. The old non-project layout parses a reference with
+      ``tokens.ParseStackName`` alone, which refuses any ``/``; the project layout reads one
+      segment as a stack of the current project in ``organization`` (pulumi/pulumi
+      ``pkg/backend/diy/store.go`` L362-368 and L138-199; ``sdk/go/common/tokens/stack_name.go``
+      L54-85). ``organization/dynamo-testbed/kv-routing`` only works in the project layout.
+    - Pulumi Cloud: ``<organization>/<project>/kv-routing`` with this stack's organization. A
+      bare name would get the user's *default* organization, which need not be this stack's
+      (``pkg/backend/httpstate/backend.go`` L1086-1150, ``parseStackName`` and
+      ``ParseStackReference``).
+    - A name with slashes (``acme/other-project/kv``) is used as given.
     """
     if "/" in stack:
         return stack
-    return f"{organization or DEFAULT_ORGANIZATION}/{project}/{stack}"
+    if organization is None or organization == DEFAULT_ORGANIZATION:
+        return stack
+    return f"{organization}/{project}/{stack}"
 
 
 def short_stack_name(reference: str) -> str:

@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pulumi
 import yaml
 from pulumi.output import Unknown
@@ -25,7 +26,7 @@ from pulumi.runtime import rpc
 
 from components.config import project_values, stack_role
 from components.errors import PROJECT
-from components.program import main
+from components.program import READ_STACK_OUTPUTS, main
 from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_reference_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -224,13 +225,32 @@ class UnknownStackError(Exception):
     """What the engine answers for a StackReference to a stack that does not exist."""
 
 
-class EchoMocks(pulumi.runtime.Mocks):
-    """Resources echo their inputs as outputs; no function calls are made.
+class InvokeRpcError(grpc.RpcError):
+    """A failed invoke as the resource monitor returns it to the program: a gRPC error whose
+    details are ``invocation of <token> returned an error: <error>`` (pulumi/pulumi
+    ``pkg/resource/deploy/source_eval.go`` L1163-1165, ``resmon.Invoke``)."""
 
-    A StackReference (``pulumi:pulumi:StackReference``, read by full ``org/project/stack``
-    name) gets the outputs given for its name in ``stacks``; a name not given fails the read
-    as the engine does for a stack that does not exist: ``unknown stack "<name>"``
-    (pulumi/pulumi ``pkg/backend/backend.go``, ``backendClient.GetStackOutputs``).
+    def __init__(self, token: str, error: str) -> None:
+        super().__init__(error)
+        self.text = f"invocation of {token} returned an error: {error}"
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self) -> str:
+        return self.text
+
+
+class EchoMocks(pulumi.runtime.Mocks):
+    """Resources echo their inputs as outputs; the only function is the engine's
+    ``pulumi:pulumi:readStackOutputs``.
+
+    Another stack, read by the name :func:`~components.stack_layout.stack_reference_name` gives
+    (through a ``pulumi:pulumi:StackReference`` or that invoke), has the outputs given for its
+    name in ``stacks``; a name not given fails the read as the engine does for a stack that does
+    not exist: ``unknown stack "<name>"`` (pulumi/pulumi ``pkg/backend/backend.go`` L416-418,
+    ``backendClient.GetStackOutputs``), raised from the StackReference's registration, or
+    returned as the invoke's gRPC error (:class:`InvokeRpcError`).
     """
 
     def __init__(self, stacks: Mapping[str, Mapping[str, Any]] | None = None) -> None:
@@ -244,10 +264,14 @@ class EchoMocks(pulumi.runtime.Mocks):
             return f"{args.name}-id", {**args.inputs, "outputs": dict(self.stacks[name])}
         return f"{args.name}-id", dict(args.inputs)
 
-    def call(
-        self, args: pulumi.runtime.MockCallArgs
-    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        if args.token != READ_STACK_OUTPUTS:
+            return {}
+        name = args.args["name"]
+        if name not in self.stacks:
+            raise InvokeRpcError(args.token, f'unknown stack "{name}"')
+        # builtins.go L415-419: the outputs and the names of the secret ones.
+        return {"name": name, "outputs": dict(self.stacks[name]), "secretOutputNames": []}
 
 
 def run_under_mocks(

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from components.comparison import compare_points, comparison_output, ratio
-from components.stack_layout import stack_reference_name
 from components.stack_resources import compare_resources
 
 # BRIEF.md "Results: same node": (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms, req/s),
@@ -121,15 +120,3 @@ def test_missing_results_compare_as_no_points() -> None:
     )
     (row,) = out["rows"]
     assert row["ttft_p50_ms"] == {"baseline": None, "this": 286, "ratio": None}
-
-
-@pytest.mark.parametrize(
-    ("baseline", "organization", "expected"),
-    [
-        ("kv-routing", None, "organization/dynamo-testbed/kv-routing"),
-        ("kv-routing", "acme", "acme/dynamo-testbed/kv-routing"),
-        ("team/other-project/kv", "acme", "team/other-project/kv"),
-    ],
-)
-def test_stack_reference_name(baseline: str, organization: str | None, expected: str) -> None:
-    assert stack_reference_name(baseline, organization, "dynamo-testbed") == expected

@@ -1,6 +1,7 @@
 """The load step in the Pulumi program, under Pulumi's mocks: registered after the graph with
 the right inputs, skipped when disabled, refused when the frontend is unreachable, and the
-baseline comparison read through a StackReference."""
+baseline comparison read through the engine's ``readStackOutputs`` invoke (a missing
+baseline is a note, never a failure)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import pytest
 import yaml
 
@@ -17,6 +19,7 @@ from components.config import project_values
 from components.errors import StackConfigError
 from components.load_step import LoadStepInputs, rerun_reasons, topology_fingerprint
 from components.validation import parse_stack_config
+from components.program import READ_STACK_OUTPUTS
 from testbed.render import UNKNOWN_PLACEHOLDER, EchoMocks, Rendered, render_stack
 from testbed.render import stack_config as cli_config
 
@@ -205,47 +208,121 @@ def test_fingerprint_follows_the_topology_only(
     assert rerun_reasons(olds, step_of(cross).inputs) == ["fingerprint"]
 
 
-# --- the comparison through a StackReference -------------------------------------------------
+# --- the comparison, read through the engine's readStackOutputs invoke -----------------------
 
 BASELINE = [{"prefix_kinds": 2, "concurrency": 4, "ttft_p50_ms": 34.0, "requests_per_s": 10.9}]
 THIS = [{"prefix_kinds": 2, "concurrency": 4, "ttft_p50_ms": 286.0, "requests_per_s": 6.5}]
 
 
 @pytest.fixture
-def references(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Mocks in which the baseline stack has results and the load step has run; yields the
-    stack names the program references."""
+def baseline_outputs(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[list[str], Raw]]:
+    """Mocks in which the load step has run and the baseline stack has the yielded outputs
+    (a test may edit them first; ``outputs["missing"] = True``: no such stack in the backend);
+    yields the names the program read the baseline by, and the outputs."""
     names: list[str] = []
-    echo = EchoMocks.new_resource
+    outputs: Raw = {"results": BASELINE}
+    echo_call, echo_new = EchoMocks.call, EchoMocks.new_resource
+
+    def call(self: EchoMocks, args: Any) -> Any:
+        if args.token == READ_STACK_OUTPUTS:
+            names.append(args.args["name"])
+            if outputs.get("missing"):
+                self.stacks.pop(args.args["name"], None)
+            else:
+                self.stacks[args.args["name"]] = outputs
+        return echo_call(self, args)
 
     def new_resource(self: EchoMocks, args: Any) -> tuple[str, dict[str, Any]]:
-        if args.typ == "pulumi:pulumi:StackReference" and args.name != "platform-stack":
-            names.append(args.inputs["name"])
-            return f"{args.name}-id", {**args.inputs, "outputs": {"results": BASELINE}}
         if args.typ == STEP_TYPE:
             return f"{args.name}-id", {**args.inputs, "results": THIS}
-        return echo(self, args)
+        return echo_new(self, args)
 
+    monkeypatch.setattr(EchoMocks, "call", call)
     monkeypatch.setattr(EchoMocks, "new_resource", new_resource)
-    yield names
+    yield names, outputs
 
 
 def test_comparison_reads_the_baseline_stack(
-    references: list[str], addressed: Callable[[str], Path]
+    baseline_outputs: tuple[list[str], Raw], addressed: Callable[[str], Path]
 ) -> None:
+    names, _ = baseline_outputs
     rendered = render_stack("disagg-same-node", addressed("disagg-same-node"), preview=False)
-    assert references == ["organization/dynamo-testbed/kv-routing"]
+    assert names == ["kv-routing"]  # the bare name: every backend's layout reads it
     comparison = rendered.outputs["comparison"]
     assert (comparison["baseline"], comparison["this"]) == ("kv-routing", "disagg-same-node")
     (row,) = comparison["rows"]
     assert row["ttft_p50_ms"] == {"baseline": 34, "this": 286, "ratio": 8.412}
     assert row["requests_per_s"]["ratio"] == 0.596
+    assert comparison["note"] is None
     assert rendered.outputs["results"] == THIS
 
 
-def test_no_baseline_no_comparison(references: list[str], addressed: Callable[[str], Path]) -> None:
+def test_the_baseline_is_no_stack_reference(
+    baseline_outputs: tuple[list[str], Raw],
+    addressed: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A StackReference's failed read fails the whole preview/update
+    (:func:`components.program.read_stack_outputs`): only the platform is one."""
+    referenced: list[str] = []
+    init = pulumi.StackReference.__init__
+
+    def record(self: pulumi.StackReference, name: str, *args: Any, **kwargs: Any) -> None:
+        referenced.append(name)
+        init(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(pulumi.StackReference, "__init__", record)
+    rendered = render_stack("disagg-same-node", addressed("disagg-same-node"), preview=False)
+    assert referenced == ["platform-stack"]
+    assert rendered.outputs["comparison"]["note"] is None
+
+
+@pytest.mark.parametrize("preview", [True, False])
+def test_a_baseline_that_does_not_exist_is_a_note(
+    baseline_outputs: tuple[list[str], Raw], addressed: Callable[[str], Path], preview: bool
+) -> None:
+    _, outputs = baseline_outputs
+    outputs["missing"] = True
+    rendered = render_stack("disagg-same-node", addressed("disagg-same-node"), preview=preview)
+    comparison = rendered.outputs["comparison"]
+    note = (
+        "no baseline: stack 'kv-routing' could not be read (invoke of "
+        "pulumi:pulumi:readStackOutputs failed: invocation of pulumi:pulumi:readStackOutputs "
+        'returned an error: unknown stack "kv-routing"); create it and run its load step '
+        "(`pulumi stack init kv-routing`, `pulumi up -s kv-routing`), then "
+        "`pulumi up -s disagg-same-node` again to compare"
+    )
+    if preview:  # the step's results are unknown at preview, the note is not
+        assert comparison["note"] == note
+        return
+    assert comparison["note"] == note
+    assert comparison["table"].endswith(note + "\n")
+    (row,) = comparison["rows"]
+    assert row["ttft_p50_ms"] == {"baseline": None, "this": 286, "ratio": None}
+    assert rendered.outputs["results"] == THIS
+
+
+def test_a_baseline_without_results_is_a_note(
+    baseline_outputs: tuple[list[str], Raw], addressed: Callable[[str], Path]
+) -> None:
+    _, outputs = baseline_outputs
+    outputs.clear()  # created, never brought up (or destroyed): outputs {}
+    rendered = render_stack("disagg-same-node", addressed("disagg-same-node"), preview=False)
+    comparison = rendered.outputs["comparison"]
+    assert comparison["note"] == (
+        "no baseline results: stack 'kv-routing' has no `results` output (its load step has "
+        "not run, or the stack was destroyed); `pulumi up -s kv-routing`, then "
+        "`pulumi up -s disagg-same-node` again to compare"
+    )
+    assert comparison["resources"]["same"] is None
+
+
+def test_no_baseline_no_comparison(
+    baseline_outputs: tuple[list[str], Raw], addressed: Callable[[str], Path]
+) -> None:
+    names, _ = baseline_outputs
     rendered = render_stack("kv-routing", addressed("kv-routing"), preview=False)
-    assert references == []
+    assert names == []
     assert "comparison" not in rendered.outputs
     assert rendered.outputs["results"] == THIS
 

@@ -9,7 +9,8 @@ What the mocks stand in for:
 - the load step (a dynamic resource) is treated as the engine treats one: the first
   registration creates it; later ones call the real provider's ``diff`` with the stored outputs
   and keep them when it reports no change (the engine's ``SameStep``); a create or update of an
-  unparked step "runs the grid", answering with the seed's numbers (BRIEF.md) for that stack.
+  unparked step "runs the grid", answering with the seed's numbers (BRIEF.md) for that stack;
+  ``pulumi preview`` runs neither.
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ SEED_RESULTS: dict[str, list[dict[str, Any]]] = {
 """What a load run "returns" for each stack under these mocks."""
 
 
-def sequence_commands() -> list[list[str]]:
-    """The commands of the docs' seed-sequence block, each as its argument list."""
+def doc_commands(heading: str) -> list[list[str]]:
+    """The commands of the first ``sh`` block after the docs' line matching ``heading`` (a
+    regular expression of the whole line), each as its argument list."""
     text = "\n".join(path.read_text() for path in doc_files())
-    section = re.split(r"^#+ The seed's sequence on one cluster$", text, maxsplit=1, flags=re.M)[1]
+    section = re.split(rf"^{heading}$", text, maxsplit=1, flags=re.M)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block is not None
     commands = []
@@ -61,6 +63,11 @@ def sequence_commands() -> list[list[str]]:
             if part.strip():
                 commands.append(shlex.split(part.split("|", 1)[0]))
     return commands
+
+
+def sequence_commands() -> list[list[str]]:
+    """The commands of the docs' seed-sequence block."""
+    return doc_commands(r"#+ The seed's sequence on one cluster")
 
 
 @dataclass
@@ -83,7 +90,8 @@ class Cluster:
             for stack in self.initialised
         }
 
-    def up(self, stack: str) -> Rendered:
+    def up(self, stack: str, *, preview: bool = False) -> Rendered:
+        """``pulumi up`` (or, with ``preview``, ``pulumi preview``: nothing is kept)."""
         config, secrets = stack_config(stack)
         for path, value in self.overrides.get(stack, {}).items():
             # `pulumi config set [--path] KEY VALUE` (a string; `section.key` with --path).
@@ -98,9 +106,11 @@ class Cluster:
             stack=stack,
             config=config,
             secret_keys=secrets,
-            preview=False,
+            preview=preview,
             mocks=EngineMocks(self),
         )
+        if preview:
+            return rendered
         self.rendered[stack] = rendered
         self.outputs[stack] = rendered.outputs
         self.history.append((stack, rendered.outputs))
@@ -121,6 +131,8 @@ class EngineMocks(EchoMocks):
         news = {k: v for k, v in args.inputs.items() if k != "__provider"}
         provider = LoadStepProvider()
         olds = self.cluster.steps.get(stack)
+        if pulumi.runtime.is_dry_run():  # a preview runs no create or update
+            return f"{args.name}-id", dict(olds or news)
         if olds is None and news["parked"]:
             outs = provider.create(news).outs
         elif olds is None or provider.diff("id", olds, news).changes:
@@ -180,8 +192,12 @@ def run_sequence(commands: list[list[str]]) -> tuple[Cluster, list[str]]:
         elif verb == ["config", "set"] and stack is not None:
             key, value = command[-2:]
             cluster.overrides.setdefault(stack, {})[key] = value
+        elif verb[0] == "preview" and stack is not None:
+            assert stack in cluster.initialised, f"{stack} is previewed before `stack init`"
+            cluster.up(stack, preview=True)
         elif verb == ["stack", "output"] and stack is not None:
-            printed.append(cluster.outputs[stack][command[3]]["table"])
+            output = cluster.outputs[stack][command[3]]
+            printed.append(output["table"] if command[3] == "comparison" else output)
         elif verb[0] == "destroy" and stack is not None:
             users = [
                 name
@@ -344,3 +360,31 @@ def test_destroying_the_platform_first_is_refused() -> None:
                 "pulumi destroy -s platform",
             )
         )
+
+
+WALKTHROUGH = "One cluster, several stacks (the shipped layout):"
+"""The first walk-through of ``docs/shared-cluster.md``: the platform, then one graph stack
+with a baseline."""
+
+
+def test_the_walkthrough_runs_from_an_empty_backend() -> None:
+    """Its graph stack names a baseline (``disagg-same-node``) that the walk-through never
+    creates: the comparison says so and the deploy goes on (a StackReference would have failed
+    the preview with ``unknown stack``)."""
+    commands = doc_commands(re.escape(WALKTHROUGH))
+    assert [c[1:3] for c in commands[:2]] == [["stack", "init"], ["up", "-s"]]
+    cluster, printed = run_sequence(commands)  # an empty backend: Cluster() knows no stack
+    assert cluster.initialised == {"platform", "disagg-cross-node"}
+    assert cluster.runs == ["disagg-cross-node"]
+    (up,) = [out for stack, out in cluster.history if stack == "disagg-cross-node"]
+    assert up["results"] == SEED_RESULTS["disagg-cross-node"]
+    comparison = up["comparison"]
+    assert comparison["baseline"] == "disagg-same-node"
+    assert comparison["note"].startswith(
+        "no baseline: stack 'disagg-same-node' could not be read (invoke of "
+        "pulumi:pulumi:readStackOutputs failed: invocation of pulumi:pulumi:readStackOutputs "
+        'returned an error: unknown stack "disagg-same-node")'
+    )
+    assert [row["ttft_p50_ms"]["this"] for row in comparison["rows"]] == [2039.5]
+    assert printed == [up["placement"]]
+    assert cluster.destroyed == ["disagg-cross-node", "platform"]

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.timeout(60)
 Raw = dict[str, Any]
 REFERENCE_TYPE = "pulumi:pulumi:StackReference"
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
-PLATFORM_REF = "organization/dynamo-testbed/platform"
+PLATFORM_REF = "platform"
+"""How a graph stack on a DIY backend names its platform stack (``stack_reference_name``)."""
 
 
 def claimed_objects(rendered: Rendered) -> list[tuple[str, str, str]]:
@@ -123,21 +124,18 @@ def render_with(stack: str, stacks: dict[str, dict[str, Any]], types: list[str])
     [
         (
             {},  # `pulumi up -s platform` never ran `stack init`: the engine's read fails
-            "stack 'kv-routing': cannot read its platform stack "
-            "'organization/dynamo-testbed/platform' (unknown stack "
-            '"organization/dynamo-testbed/platform"). Create and bring it up first: '
+            "stack 'kv-routing': cannot read its platform stack 'platform' (unknown stack "
+            '"platform"). Create and bring it up first: '
             "`pulumi stack init platform` and `pulumi up -s platform`",
         ),
         (
             {PLATFORM_REF: {}},  # initialised, never up (or destroyed): no outputs
-            "stack 'kv-routing': its platform stack 'organization/dynamo-testbed/platform' has "
-            "no outputs (it was created but never brought up, or it was destroyed). Bring it "
+            "stack 'kv-routing': its platform stack 'platform' has no outputs (it was created but never brought up, or it was destroyed). Bring it "
             "up first: `pulumi up -s platform`",
         ),
         (
             {PLATFORM_REF: {"namespace": "testbed-kv-routing", "results": []}},  # a graph stack
-            "stack 'kv-routing': stack 'organization/dynamo-testbed/platform' is not an "
-            "up-to-date platform stack (outputs chartVersion, installed, operatorNamespace, "
+            "stack 'kv-routing': stack 'platform' is not an up-to-date platform stack (outputs chartVersion, installed, operatorNamespace, "
             "operatorRbac, operatorScope, releaseName, stackRole missing or invalid",
         ),
     ],
