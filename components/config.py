@@ -274,7 +274,9 @@ class FrontendConfig(CamelModel):
 
 
 DEFAULT_READY_TIMEOUT_MINUTES = 60
-"""Minutes ``pulumi up`` waits for the DGD's Ready by default: a first deploy, not a restart.
+"""Minutes ``pulumi up`` waits by default for each object pulumi-kubernetes awaits (the DGD's
+Ready, the vllm-service Deployments' rollout, the frontend Service's first ready endpoint:
+:func:`components.manifests.ready_timeout_annotations`): a first deploy, not a restart.
 
 Every node pulls the vLLM runtime image first (about 12 GB, the issue's figure for
 ``vllm-runtime:1.6.2``): 12e9 B x 8 / 100 Mbit/s = 16 min from nvcr.io on a 100 Mbit/s link,
@@ -299,8 +301,9 @@ class TopologyConfig(CamelModel):
         default=DEFAULT_READY_TIMEOUT_MINUTES,
         ge=1,
         le=240,
-        description="How long Pulumi waits for the DGD's Ready (see "
-        "DEFAULT_READY_TIMEOUT_MINUTES for why the default is an hour).",
+        description="How long Pulumi waits for the DGD's Ready, the Deployments' rollout and "
+        "the frontend Service's endpoints (see DEFAULT_READY_TIMEOUT_MINUTES for why the "
+        "default is an hour).",
     )
     frontend: FrontendConfig = Field(default_factory=FrontendConfig)
     workers: tuple[WorkerGroup, ...] = Field(min_length=1)

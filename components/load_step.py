@@ -27,6 +27,7 @@ from pydantic.alias_generators import to_camel
 
 from components.config import StackConfig
 from components.errors import ConfigProblem
+from components.manifests import PULUMI_ANNOTATION_PREFIX
 from components.stack_resources import stack_resources
 from components.topology import build_topology
 from loadgen.config import LoadConfig
@@ -157,11 +158,28 @@ def topology_fingerprint(workloads: Sequence[Mapping[str, Any]], service: Mappin
     """``sha256:<hex>`` of the rendered workloads (DGD or Deployments) and frontend Service.
 
     Canonical JSON (sorted keys), so any change of image, args, env, replicas, placement,
-    resources or Service changes it, and nothing else does. The objects hold no secret values
-    (the HF token is only referenced by Secret name).
+    resources or Service changes it, and nothing else does: the ``pulumi.com/`` annotations
+    (how long and for what pulumi-kubernetes waits, e.g. ``readyTimeoutMinutes``) are left out,
+    so changing them updates the objects in place without re-running the grid. The objects
+    hold no secret values (the HF token is only referenced by Secret name).
     """
-    text = json.dumps({"workloads": list(workloads), "service": service}, sort_keys=True)
+    objects = {"workloads": [_what_runs(w) for w in workloads], "service": _what_runs(service)}
+    text = json.dumps(objects, sort_keys=True)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _what_runs(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` without its ``pulumi.com/`` annotations (and without ``annotations`` if no
+    other is left)."""
+    metadata = dict(obj.get("metadata") or {})
+    kept = {
+        key: value
+        for key, value in (metadata.pop("annotations", None) or {}).items()
+        if not key.startswith(PULUMI_ANNOTATION_PREFIX)
+    }
+    if kept:
+        metadata["annotations"] = kept
+    return {**obj, "metadata": metadata}
 
 
 def rerun_reasons(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:

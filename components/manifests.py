@@ -27,6 +27,27 @@ SHM_VOLUME = "dshm"
 
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
+PULUMI_ANNOTATION_PREFIX = "pulumi.com/"
+"""Annotations that tell pulumi-kubernetes how to await an object, not what runs."""
+
+
+def ready_timeout_annotations(cfg: StackConfig) -> dict[str, str]:
+    """``pulumi.com/timeoutSeconds`` from ``topology.readyTimeoutMinutes``, for every object
+    pulumi-kubernetes awaits: the DGD (``waitFor``), the vllm-service Deployments and the
+    frontend Service (which waits for a ready endpoint, i.e. a frontend pod that has pulled its
+    image). Without it each waits 10 minutes, a cold node's image pull alone takes longer.
+
+    pulumi-kubernetes 4.x reads the annotation for every kind: ``Creation`` and ``Update`` take
+    ``metadata.TimeoutDuration`` (the ``customTimeouts`` option first, then this annotation,
+    else 10 minutes) and hand it to the kind's own awaiter (``provider/pkg/await/await.go``
+    L306-309 and L491-494, ``awaitConfig.timeout`` L341 and L525; ``awaiters.go`` L76-81,
+    ``getTimeout``; ``provider/pkg/metadata/overrides.go`` L53-66), which therefore overrides
+    ``DefaultDeploymentTimeoutMins`` (``deployment.go`` L105, L206) and
+    ``DefaultServiceTimeoutMins`` (``service.go`` L80, L158); pulumi/pulumi-kubernetes at
+    ``tests/cli_rules/kubernetes_await.PULUMI_KUBERNETES_COMMIT``. ``Deletion`` reads it too
+    (``await.go`` L976-979).
+    """
+    return {TIMEOUT_ANNOTATION: str(cfg.topology.ready_timeout_minutes * 60)}
 
 
 def namespace_manifest(name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -100,9 +121,12 @@ def dgd_manifest(cfg: StackConfig, topology: Topology, *, with_hf_token: bool) -
     """The DynamoGraphDeployment (``nvidia.com/v1beta1``) of a ``dynamo`` topology.
 
     Annotated ``pulumi.com/waitFor: condition=Ready`` (the operator sets Ready when
-    ``status.state`` is ``successful``) and ``pulumi.com/timeoutSeconds`` from
-    ``topology.readyTimeoutMinutes``. ``runtimeVersionOverride`` is set on every component when
-    configured (required by DGD admission when the image tag is not a version).
+    ``status.state`` is ``successful``) and :func:`ready_timeout_annotations`. An update that
+    changes only annotations (e.g. ``readyTimeoutMinutes``) returns at once on a Ready DGD:
+    ``condition=Ready`` checks the condition and ``observedGeneration`` only, and metadata
+    changes leave ``generation`` as it is (``tests/cli_rules/test_kubernetes_await.py``).
+    ``runtimeVersionOverride`` is set on every component when configured (required by DGD
+    admission when the image tag is not a version).
     ``sharedMemorySize`` is set on every component, so the operator's 8Gi default /dev/shm never
     applies unseen (it counts against the memory limit; see
     :data:`components.sizing.DEFAULT_SHARED_MEMORY`).
@@ -134,7 +158,7 @@ def dgd_manifest(cfg: StackConfig, topology: Topology, *, with_hf_token: bool) -
             "labels": {**MANAGED_BY, GRAPH_LABEL: topology.name},
             "annotations": {
                 WAIT_FOR_ANNOTATION: "condition=Ready",
-                TIMEOUT_ANNOTATION: str(cfg.topology.ready_timeout_minutes * 60),
+                **ready_timeout_annotations(cfg),
             },
         },
         "spec": spec,
@@ -181,6 +205,7 @@ def frontend_service_manifest(cfg: StackConfig, topology: Topology) -> dict[str,
             "name": name,
             "namespace": cfg.namespace,
             "labels": {**MANAGED_BY, GRAPH_LABEL: topology.name},
+            "annotations": ready_timeout_annotations(cfg),
         },
         "spec": {"type": fe.service_type, "selector": selector, "ports": [port]},
     }
@@ -222,6 +247,7 @@ def vllm_deployment_manifests(
                     "name": f"{topology.name}-{plan.name}",
                     "namespace": cfg.namespace,
                     "labels": {**MANAGED_BY, **labels},
+                    "annotations": ready_timeout_annotations(cfg),
                 },
                 "spec": {
                     "replicas": plan.replicas,

@@ -300,6 +300,6 @@ async def read_stack_outputs(name: str) -> tuple[dict[str, Any] | None, str | No
     """
     try:
         result = await pulumi.runtime.invoke_async(READ_STACK_OUTPUTS, {"name": name})
-    except Exception as exc:  # noqa: BLE001 the engine's read error, kept as the note's text
+    except Exception as exc:  # the engine's read error (any type): the note's text
         return None, str(exc)
     return dict(result.get("outputs") or {}), None

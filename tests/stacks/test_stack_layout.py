@@ -130,13 +130,15 @@ def render_with(stack: str, stacks: dict[str, dict[str, Any]], types: list[str])
         ),
         (
             {PLATFORM_REF: {}},  # initialised, never up (or destroyed): no outputs
-            "stack 'kv-routing': its platform stack 'platform' has no outputs (it was created but never brought up, or it was destroyed). Bring it "
-            "up first: `pulumi up -s platform`",
+            "stack 'kv-routing': its platform stack 'platform' has no outputs (it was created "
+            "but never brought up, or it was destroyed). Bring it up first: "
+            "`pulumi up -s platform`",
         ),
         (
             {PLATFORM_REF: {"namespace": "testbed-kv-routing", "results": []}},  # a graph stack
-            "stack 'kv-routing': stack 'platform' is not an up-to-date platform stack (outputs chartVersion, installed, operatorNamespace, "
-            "operatorRbac, operatorScope, releaseName, stackRole missing or invalid",
+            "stack 'kv-routing': stack 'platform' is not an up-to-date platform stack (outputs "
+            "chartVersion, installed, operatorNamespace, operatorRbac, operatorScope, "
+            "releaseName, stackRole missing or invalid",
         ),
     ],
 )
