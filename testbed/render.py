@@ -264,14 +264,16 @@ class EchoMocks(pulumi.runtime.Mocks):
             return f"{args.name}-id", {**args.inputs, "outputs": dict(self.stacks[name])}
         return f"{args.name}-id", dict(args.inputs)
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         if args.token != READ_STACK_OUTPUTS:
-            return {}
+            return {}, []
         name = args.args["name"]
         if name not in self.stacks:
             raise InvokeRpcError(args.token, f'unknown stack "{name}"')
         # builtins.go L415-419: the outputs and the names of the secret ones.
-        return {"name": name, "outputs": dict(self.stacks[name]), "secretOutputNames": []}
+        return {"name": name, "outputs": dict(self.stacks[name]), "secretOutputNames": []}, []
 
 
 def run_under_mocks(
