@@ -384,11 +384,12 @@ class StackLoadConfig(LoadConfig):
         default=False,
         description="Fail `pulumi up` when the step is not ok (errors, deadline, no model).",
     )
-    deadline_minutes: float = Field(
-        default=60.0,
+    deadline_minutes: float | None = Field(
+        default=None,
         gt=0,
         description="Overall limit of the step (model wait + grid); points not finished by "
-        "then are left out and the status says so (the engine ignores custom timeouts).",
+        "then are left out and the status says so (the engine ignores custom timeouts). "
+        "Default: sized from the grid (components.load_step.default_deadline_minutes).",
     )
     model_wait_minutes: float = Field(
         default=10.0,

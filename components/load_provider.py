@@ -9,7 +9,9 @@ lock or other state on ``self``; everything it needs arrives in the resource's i
 The engine ignores custom timeouts for dynamic resources, so the step enforces its own overall
 deadline (``load.deadlineMinutes``): loadgen writes every run to the results folder as it
 finishes, so when the deadline cancels the grid the finished runs are kept (read back from the
-folder) and the status says so.
+folder) and the status says so. A stop file ends the grid between two runs, and a step stopped
+that way (or killed by a second Ctrl-C) is resumed by the next ``pulumi up``
+(:mod:`components.load_step_folder`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from components.load_step import (
     step_outputs,
     step_status,
 )
+from components.load_step_folder import StopFileObserver, StopRequested, run_folder
 from components.stack_resources import stack_file_text
 from components.topology import FRONTEND_PORT
 from loadgen.api import base_url
@@ -50,12 +53,18 @@ from loadgen.output import read_result, write_text_atomic
 from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
 from loadgen.report import SUMMARY_FILE
 from loadgen.results import GridResult
-from loadgen.results_folder import STACK_FILE, STATUS_FILE, STEP_FILE
+from loadgen.results_folder import STACK_FILE, STATUS_FILE
 from loadgen.runner import grid_keys, run_grid_async
 
 
 class LoadStepError(RuntimeError):
     """Raised from create/update when ``failOnErrors`` is set and the status is not ok."""
+
+
+class LoadStepStopped(RuntimeError):
+    """Raised from create/update when the stop file stopped the grid
+    (:mod:`components.load_step_folder`): the engine then stores no outputs for this run, so the
+    next ``pulumi up`` runs the step again, which resumes the folder."""
 
 
 async def _wait_and_run(
@@ -87,11 +96,14 @@ async def _wait_and_run(
         run_dir,
         tokenizer=inputs.tokenizer,
         progress=False,
+        resume=True,  # run_dir is new, or an interrupted run to finish (load_step_folder)
         ready=inputs.ready_check(),
-        observers=[pods],
+        observers=[pods, StopFileObserver(inputs)],
     )
     try:
         return await asyncio.wait_for(run, max(deadline - time.monotonic(), 0.0)), False, None
+    except StopRequested:
+        raise
     except NotServingError as exc:
         return None, False, str(exc)
     except TimeoutError:
@@ -110,21 +122,26 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     :mod:`loadgen.readiness`), run the grid within the deadline, write the results folder,
     return the output properties (see :func:`components.load_step.step_outputs`).
 
-    The folder ``<resultsRoot>/<stack>/<UTC time>/`` is loadgen's results folder
-    (:mod:`loadgen.output`: ``summary.json``, the ``results`` output; ``result.json``;
-    ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``; ``runs/<run>/``),
-    written after every run, plus ``status.json``, ``stack.json`` (the stack's resources:
-    :data:`loadgen.results_folder.STACK_FILE`), ``step.json`` (the step's inputs: stack,
-    topology fingerprint, URL, grid) and ``report.html`` (:mod:`loadgen.html_report`). Request
-    failures, a model that is never listed and the deadline are recorded in the status, never
-    raised.
+    The folder (:func:`components.load_step_folder.run_folder`: a new
+    ``<resultsRoot>/<stack>/<UTC time>/``, or the interrupted run it resumes) is loadgen's
+    results folder (:mod:`loadgen.output`: ``summary.json``, the ``results`` output;
+    ``result.json``; ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``;
+    ``runs/<run>/``), written after every run, plus ``step.json`` (the step's inputs: stack,
+    topology fingerprint, URL, grid; written first), ``status.json`` (written last: the run is
+    finished), ``stack.json`` (the stack's resources: :data:`loadgen.results_folder.STACK_FILE`)
+    and ``report.html`` (:mod:`loadgen.html_report`). Request failures, a model that is never
+    listed and the deadline are recorded in the status, never raised.
+
+    Raises:
+        LoadStepStopped: the stop file stopped the grid between two runs; the folder keeps the
+            finished runs (and no ``status.json``), for the next step to resume.
     """
     ran_at = datetime.now(UTC)
     deadline = time.monotonic() + inputs.deadline_s
     config = inputs.load_config()
-    run_dir = Path(inputs.results_root) / inputs.stack / ran_at.strftime("%Y%m%dT%H%M%SZ")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = run_folder(inputs, ran_at)
     result: GridResult | None = None
+    stopped: StopRequested | None = None
     exceeded = False
     failure: str | None = None
     # The pod watch (a no-op without a namespace, as in states written before it existed).
@@ -136,6 +153,8 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
             )
         except ModelNotListedError as exc:
             failure = str(exc)
+        except StopRequested as stop:
+            stopped, result = stop, read_result(run_dir)
     # All of them, also those after a deadline or an error cut the grid short, placed on the
     # grid's timeline (before it: the model wait and the readiness gate).
     incidents = placed_all(
@@ -148,6 +167,8 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
         result.warnings += [w for w in pods.warnings() if w not in result.warnings]
     data = [incident.model_dump(mode="json") for incident in incidents]
     write_text_atomic(run_dir / INCIDENTS_FILE, json.dumps(data, indent=2) + "\n")
+    if stopped is not None:
+        raise _stopped(config, result, run_dir, stopped)
     status = step_status(
         config, result, deadline_exceeded=exceeded, failure=failure, incidents=incidents
     )
@@ -157,12 +178,23 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     write_text_atomic(run_dir / STATUS_FILE, json.dumps(outputs["status"], indent=2) + "\n")
     if inputs.resources is not None:
         write_text_atomic(run_dir / STACK_FILE, stack_file_text(inputs.stack, inputs.resources))
-    # Without the kubeconfig: it may be the kubeconfig itself, a secret in the state.
-    public = {k: v for k, v in inputs.props().items() if k != "kubeconfig"}
-    write_text_atomic(run_dir / STEP_FILE, json.dumps(public, indent=2) + "\n")
     if result is not None:
         _write_report(run_dir)
     return outputs
+
+
+def _stopped(
+    config: LoadConfig, result: GridResult | None, run_dir: Path, stop: StopRequested
+) -> LoadStepStopped:
+    """The error that ends ``pulumi up`` when the stop file stopped the grid: the folder keeps
+    the finished runs and no ``status.json``, so the next ``pulumi up`` resumes it."""
+    status = step_status(config, result)
+    return LoadStepStopped(
+        f"load step stopped: {stop}; {status.points_done} of {status.points_planned} grid "
+        f"points finished, in {run_dir}. "
+        "`pulumi up` again resumes the grid there (finished runs are not measured again); "
+        "change load.runId to start afresh instead"
+    )
 
 
 def _write_report(run_dir: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -25,12 +26,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from components.config import StackConfig
+from components.config import StackConfig, StackLoadConfig
 from components.errors import ConfigProblem
 from components.manifests import PULUMI_ANNOTATION_PREFIX
 from components.stack_resources import stack_resources
 from components.topology import build_topology
-from loadgen.config import LoadConfig
+from loadgen.config import Arrival, LoadConfig
 from loadgen.incidents import Incident, describe
 from loadgen.readiness import ReadyCheck
 from loadgen.results import GridResult
@@ -142,7 +143,7 @@ def step_inputs(
         fingerprint=fingerprint,
         run_id=load.run_id,
         fail_on_errors=load.fail_on_errors,
-        deadline_s=load.deadline_minutes * 60,
+        deadline_s=step_deadline_minutes(load) * 60,
         model_wait_s=load.model_wait_minutes * 60,
         ready_successes=load.ready_successes if load.ready_check else None,
         tokenizer=load.tokenizer,
@@ -152,6 +153,50 @@ def step_inputs(
         namespace=cfg.namespace,
         kube_context=kube_context,
     )
+
+
+SECONDS_PER_REQUEST_PER_STREAM = 8 / 6.0
+"""The seed's slowest closed-loop pace, s per request on one stream: disaggregated on one node,
+24 prefix kinds at concurrency 8 served 6.0 requests/s (BRIEF.md, "Results: same node"), i.e.
+each of the 8 streams finished a request every 1.33 s."""
+
+DEADLINE_MARGIN = 3.0
+"""Headroom on that pace: the seed's cross-node disaggregation took ~2.5x as long per request
+(TTFT p50 2,040 ms vs 286 ms same-node, plus the same ~0.9 s of decode for 64 tokens)."""
+
+
+def default_deadline_minutes(load: StackLoadConfig) -> float:
+    """``load.deadlineMinutes`` when the stack sets none, sized from the grid, whole minutes.
+
+    The model wait (``modelWaitMinutes``), the readiness gate's (the same limit again, with
+    ``readyCheck``), then every run (prefix kinds x concurrency x repetitions) at
+    :data:`SECONDS_PER_REQUEST_PER_STREAM` x :data:`DEADLINE_MARGIN` per request and stream:
+    ``ceil((requestsPerRun + warm-up) / concurrency)`` requests in a row on each stream of a
+    closed loop, ``(requestsPerRun + warm-up) / requestRate`` plus one request for poisson
+    arrivals, at most ``durationS`` plus one request. The seed's grid (4 kinds x 2
+    concurrencies x 3 repetitions, 200 requests) gives 82 minutes: 20 of waiting, 62 of runs.
+    """
+    grid = load.grid()
+    per_request = SECONDS_PER_REQUEST_PER_STREAM * DEADLINE_MARGIN
+    runs_s = 0.0
+    for concurrency in grid.concurrency:
+        requests = grid.requests_per_run + (
+            concurrency if grid.warmup_requests is None else grid.warmup_requests
+        )
+        if grid.arrival is Arrival.POISSON and grid.request_rate is not None:
+            run_s = requests / grid.request_rate + per_request
+        else:
+            run_s = math.ceil(requests / concurrency) * per_request
+        if grid.duration_s is not None:
+            run_s = min(run_s, grid.duration_s + per_request)
+        runs_s += run_s * len(grid.prefix_kinds) * grid.repetitions
+    waits = load.model_wait_minutes * (2 if load.ready_check else 1)
+    return float(math.ceil(waits + runs_s / 60))
+
+
+def step_deadline_minutes(load: StackLoadConfig) -> float:
+    """``load.deadlineMinutes``, else :func:`default_deadline_minutes`."""
+    return load.deadline_minutes or default_deadline_minutes(load)
 
 
 def topology_fingerprint(workloads: Sequence[Mapping[str, Any]], service: Mapping[str, Any]) -> str:

@@ -89,7 +89,8 @@ def test_step_registered_after_the_dgd_with_the_stacks_inputs(
     assert (grid.repetitions, grid.prompt_tokens) == (3, 2371)
     # The fingerprint is the hash of exactly what the step depends on.
     assert inputs.fingerprint == topology_fingerprint([dgd.inputs], service.inputs)
-    assert (inputs.deadline_s, inputs.model_wait_s, inputs.fail_on_errors) == (3600, 600, False)
+    # No deadlineMinutes: sized from the seed's grid (default_deadline_minutes), 82 minutes.
+    assert (inputs.deadline_s, inputs.model_wait_s, inputs.fail_on_errors) == (4920, 600, False)
     assert Path(inputs.results_root).is_absolute()
     assert step.inputs["__provider"] == "[secret]"  # the pickled provider, never plain
 

@@ -15,8 +15,9 @@ import pytest
 from fake_kube_api import NAMESPACE, fake_kube_api, oom_killed, pod
 
 from components import load_provider
-from components.load_provider import LoadStepError, LoadStepProvider
+from components.load_provider import LoadStepError, LoadStepProvider, LoadStepStopped
 from components.load_step import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons, step_inputs
+from components.load_step_folder import STOP_FILE, StopFileObserver
 from loadgen.config import LoadConfig
 from loadgen.report import SUMMARY_FILE
 from loadgen.results_folder import REPORT_FILE, STEP_FILE, load_results
@@ -197,6 +198,45 @@ def test_deadline_cancels_the_running_point_and_says_so(
     assert status["state"] == "failed"
     assert "deadline reached: 0 of 1 grid points finished" in status["message"]
     assert outs["results"] == []
+
+
+def test_a_stop_file_stops_between_runs_and_the_next_up_resumes(
+    graph: LocalGraph, tmp_path: Path, local_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user touches ``results/<stack>/STOP`` while the first of two runs is measured: the
+    step ends `pulumi up` after that run, keeping it; the next create measures only the other."""
+    props = make_props(graph.url, tmp_path, local_model_dir, load={"concurrency": [2, 3]})
+    stop = tmp_path / STACK / STOP_FILE
+
+    class TouchDuringFirstRun(StopFileObserver):
+        async def after_run(self, run: Any) -> Any:
+            stop.touch()  # as the user would, while the run finishes
+            return run
+
+    monkeypatch.setattr(load_provider, "StopFileObserver", TouchDuringFirstRun)
+    with pytest.raises(LoadStepStopped) as stopped:
+        LoadStepProvider().create(props)
+    (folder,) = (tmp_path / STACK).iterdir()
+    assert str(stopped.value) == (
+        f"load step stopped: stop file {stop} found before run K=2 c=3 rep 1; 1 of 2 grid "
+        f"points finished, in {folder}. `pulumi up` again resumes the grid there (finished "
+        "runs are not measured again); change load.runId to start afresh instead"
+    )
+    assert not stop.exists()  # one stop per file
+    assert not (folder / "status.json").exists()  # not finished: resumable
+    first = folder / "runs" / "k2-c2-r1" / "run.json"
+    measured = first.read_text()
+    assert not (folder / "runs" / "k2-c3-r1").exists()
+
+    monkeypatch.setattr(load_provider, "StopFileObserver", StopFileObserver)
+    outs = LoadStepProvider().create(props).outs
+    assert outs is not None
+    assert outs["resultsDir"] == str(folder.resolve())
+    assert first.read_text() == measured  # kept, not measured again
+    assert [p["concurrency"] for p in outs["results"]] == [2, 3]
+    assert outs["status"]["state"] == "ok"
+    assert (outs["status"]["points_done"], outs["status"]["requests"]) == (2, 16)
+    assert (folder / "status.json").is_file()
 
 
 def test_no_model_listed_fails_only_with_fail_on_errors(tmp_path: Path) -> None:
