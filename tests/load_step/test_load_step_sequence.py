@@ -3,9 +3,10 @@
 command by command, with a mock engine that keeps each stack's state.
 
 What the mocks stand in for:
-- ``pulumi:pulumi:StackReference`` reads answer with the referenced stack's outputs as the
-  commands before left them (``{}`` after ``pulumi destroy``; a stack never initialised fails
-  the read with ``unknown stack``, as the engine does);
+- reads of another stack (the platform's ``pulumi:pulumi:StackReference``, the baseline's
+  ``pulumi:pulumi:readStackOutputs`` invoke) answer with its outputs as the commands before
+  left them (``{}`` after ``pulumi destroy``; a stack never initialised fails the read with
+  ``unknown stack``, as the engine does: :class:`testbed.render.EchoMocks`);
 - the load step (a dynamic resource) is treated as the engine treats one: the first
   registration creates it; later ones call the real provider's ``diff`` with the stored outputs
   and keep them when it reports no change (the engine's ``SameStep``); a create or update of an
@@ -362,9 +363,9 @@ def test_destroying_the_platform_first_is_refused() -> None:
         )
 
 
-WALKTHROUGH = "One cluster, several stacks (the shipped layout):"
-"""The first walk-through of ``docs/shared-cluster.md``: the platform, then one graph stack
-with a baseline."""
+WALKTHROUGH = "## With a cluster: `pulumi up`"
+"""The README's walk-through (its first ``sh`` block): the platform, then one graph stack whose
+config names a baseline."""
 
 
 def test_the_walkthrough_runs_from_an_empty_backend() -> None:
