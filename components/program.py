@@ -257,22 +257,26 @@ def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources
         reading
     )
 
-    def comparison(values: list[Any]) -> dict[str, Any]:
-        (outputs, error), results = values
+    def noted(found: tuple[dict[str, Any] | None, str | None]) -> tuple[dict[str, Any], Any]:
+        outputs, error = found
         note = baseline_note(baseline, this, error, outputs)
-        if note is not None:
+        if note is not None:  # known at preview too: the engine serves the read then
             pulumi.log.info(f"stack '{this}': comparison: {note}")
-        known = outputs or {}
+        return outputs or {}, note
+
+    def comparison(values: list[Any]) -> dict[str, Any]:
+        (outputs, note), results = values
         return comparison_output(
             baseline,
             this,
-            known.get("results"),
+            outputs.get("results"),
             results,
-            compare_resources(baseline, known.get("resources"), this, resources),
+            compare_resources(baseline, outputs.get("resources"), this, resources),
             note,
         )
 
-    pulumi.export("comparison", pulumi.Output.all(read, step.results).apply(comparison))
+    checked = read.apply(noted)
+    pulumi.export("comparison", pulumi.Output.all(checked, step.results).apply(comparison))
 
 
 READ_STACK_OUTPUTS = "pulumi:pulumi:readStackOutputs"

@@ -318,6 +318,21 @@ def test_a_baseline_without_results_is_a_note(
     assert comparison["resources"]["same"] is None
 
 
+def test_the_note_is_shown_at_preview(
+    addressed: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At preview the step's results are unknown, the baseline's read is not: the note is
+    logged then (here the baseline exists without outputs, as render_stack gives it)."""
+    logged: list[str] = []
+    monkeypatch.setattr(pulumi.log, "info", lambda message, *_, **__: logged.append(message))
+    render_stack("disagg-same-node", addressed("disagg-same-node"), preview=True)
+    assert logged == [
+        "stack 'disagg-same-node': comparison: no baseline results: stack 'kv-routing' has no "
+        "`results` output (its load step has not run, or the stack was destroyed); "
+        "`pulumi up -s kv-routing`, then `pulumi up -s disagg-same-node` again to compare"
+    ]
+
+
 def test_no_baseline_no_comparison(
     baseline_outputs: tuple[list[str], Raw], addressed: Callable[[str], Path]
 ) -> None:
