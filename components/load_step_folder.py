@@ -15,9 +15,11 @@ the step (up to ``load.deadlineMinutes``); the plugin runs in a process group of
 L51-53, ``Setpgid``), so the terminal's SIGINT never reaches it. A second Ctrl-C terminates: the
 engine sends SIGINT to the plugin's group, then kills it after 5 s
 (``pkg/backend/cancellation_scope.go`` L64-113; ``plugin.go`` L640-665), and the step's create
-stays a pending operation without outputs. The stop file ends the grid cleanly instead; both
-leave the finished runs on disk (loadgen writes each run as it finishes), and the next ``pulumi
-up`` runs the step again, which measures only the runs not finished (:func:`resumable_run`).
+stays a pending operation without outputs: the next ``pulumi up`` only warns about it
+(``deployment_executor.go`` L90-113, ``printPendingOperationsWarning``; an interactive
+``pulumi refresh`` clears it) and creates the step again. The stop file ends the grid cleanly
+instead; both leave the finished runs on disk (loadgen writes each run as it finishes), and the
+step the next ``pulumi up`` runs measures only the runs not finished (:func:`resumable_run`).
 """
 
 from __future__ import annotations
