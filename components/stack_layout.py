@@ -14,8 +14,10 @@ registers accordingly:
 
 What a StackReference to the platform stack sees (Pulumi's engine, ``pulumi/pulumi``):
 
-- a stack that does not exist: the read fails with ``unknown stack "<org/project/stack>"``
-  (``pkg/backend/backend.go``, ``backendClient.GetStackOutputs``);
+- a stack that does not exist: the read fails with ``unknown stack "<name>"``
+  (``pkg/backend/backend.go``, ``backendClient.GetStackOutputs``), and with it the whole preview
+  or update (a comparison baseline is therefore read another way:
+  :func:`components.program.read_stack_outputs`);
 - a stack that exists but has no root stack resource (``pulumi stack init`` without ``up``, or
   after ``pulumi destroy``): the read succeeds with outputs ``{}`` (same function, ``res == nil``);
 - an existing stack: its outputs, also during ``pulumi preview``
