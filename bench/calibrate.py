@@ -7,10 +7,12 @@ Run: `uv run --group sim --group dev python bench/calibrate.py [--out out/calibr
    to `<out>/kv-routing/routing/`; `--reuse` takes an existing one.
 2. SciPy's Nelder-Mead minimises the mean squared log error between the timing model's TTFT
    p50, TTFT p99 and requests/s at the 8 grid points and the seed's 24 kv-routing values
-   (`testbed.seed.SEED_SAME_NODE["kv-routing"]`), over the constants named in
-   `testbed.calibration.FITTED`, starting from the current values.
-3. Prints the fitted values (paste them into `testbed/calibration.py`) and, per value, the
-   simulated figure beside the seed's.
+   (`testbed.seed.SEED_SAME_NODE["kv-routing"]`), over the engine-step efficiencies and host
+   time named in `testbed.calibration.FITTED_STEP` (`steptime.fit.SEED_FIT`: a roofline of the
+   seed's GPU, taken as `steptime.fit.FIT_GPU`, times efficiencies, each kept in (0, 1]) and
+   the timing constants in `testbed.calibration.FITTED`, starting from the current values.
+3. Prints the fitted values (paste them into `steptime/fit.py` and `testbed/calibration.py`)
+   and, per value, the simulated figure beside the seed's.
 
 The disaggregated rows and the cross-node figures are not used here.
 """
@@ -28,7 +30,9 @@ import pandas as pd
 from scipy.optimize import minimize
 
 from loadgen.results import GridResult, PointSummary
-from testbed.calibration import CONSTANTS, FITTED
+from steptime.fit import SEED_FIT
+from steptime.roofline import EngineFit
+from testbed.calibration import CONSTANTS, FITTED, FITTED_STEP
 from testbed.seed import SEED_SAME_NODE, within
 from testbed.simulate import (
     ROUTING_DIR,
@@ -43,22 +47,25 @@ from testbed.timing_model import TimingConstants
 
 STACK = "kv-routing"
 BOUNDS = {
-    "prefill_tokens_per_s": (5e3, 1e6),
+    "prefill_efficiency": (0.02, 1.0),
+    "weights_efficiency": (0.02, 1.0),
+    "kv_efficiency": (0.02, 1.0),
     "step_host_s": (2e-4, 0.05),
-    "step_gpu_s": (1e-5, 0.05),
-    "step_gpu_per_seq_s": (1e-6, 0.01),
     "timeslice_efficiency": (0.2, 1.0),
     "request_overhead_s": (1e-4, 0.05),
 }
+NAMES = (*FITTED_STEP, *FITTED)
 
 
-def constants_at(x: np.ndarray) -> TimingConstants:
-    """The constants for a point of the search (log space, clipped to BOUNDS)."""
+def constants_at(x: np.ndarray) -> tuple[TimingConstants, EngineFit]:
+    """The constants and engine fit for a point of the search (log space, clipped to
+    BOUNDS)."""
     values: dict[str, Any] = {}
-    for name, value in zip(FITTED, x, strict=True):
+    for name, value in zip(NAMES, x, strict=True):
         low, high = BOUNDS[name]
         values[name] = min(max(math.exp(value), low), high)
-    return dataclasses.replace(CONSTANTS, **values)
+    step = SEED_FIT.model_copy(update={k: values[k] for k in FITTED_STEP})
+    return dataclasses.replace(CONSTANTS, **{k: values[k] for k in FITTED}), step
 
 
 def errors(points: list[PointSummary]) -> list[tuple[str, float, float]]:
@@ -111,19 +118,22 @@ def main() -> None:
     fit_frame = frame[frame["index"] < args.fit_requests]
 
     def loss(x: np.ndarray) -> float:
-        result, _ = retime_grid(cfg, fit_load, routing, fit_frame, constants_at(x))
+        result, _ = retime_grid(cfg, fit_load, routing, fit_frame, *constants_at(x))
         return sum(math.log(s / t) ** 2 for _, s, t in errors(result.points)) / 24
 
-    start = np.array([math.log(getattr(CONSTANTS, name)) for name in FITTED])
+    current = {**SEED_FIT.model_dump(), **dataclasses.asdict(CONSTANTS)}
+    start = np.array([math.log(current[name]) for name in NAMES])
     fit = minimize(loss, start, method="Nelder-Mead", options={"maxiter": args.maxiter})
-    best = constants_at(fit.x)
+    best, best_step = constants_at(fit.x)
     print(
         f"loss {loss(start):.4f} -> {fit.fun:.4f} ({fit.nit} iterations, search on "
         f"{args.fit_repetitions} repetition(s) x {args.fit_requests} requests per point)"
     )
+    for name in FITTED_STEP:
+        print(f"    {name}={getattr(best_step, name):.6g},  # steptime/fit.py")
     for name in FITTED:
-        print(f"    {name}={getattr(best, name):.6g},")
-    result, _ = retime_grid(cfg, load, routing, frame, best)
+        print(f"    {name}={getattr(best, name):.6g},  # testbed/calibration.py")
+    result, _ = retime_grid(cfg, load, routing, frame, best, best_step)
     rows = errors(result.points)
     for label, sim, seed in rows:
         print(f"{label:22} {sim:9.1f} {seed:9.1f} {'ok' if within(sim, seed) else 'MISS'}")

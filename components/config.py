@@ -45,6 +45,7 @@ from components.sizing import (
 from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
 from components.toleration import Toleration
 from loadgen.config import LoadConfig
+from steptime.gpus import GPU_CATALOG, GpuSpec, catalog_gpu
 
 
 class CamelModel(BaseModel):
@@ -90,6 +91,23 @@ class NodeClass(CamelModel):
     time_slicing: TimeSlicing | None = Field(
         default=None, description="Set when the GPUs are shared by time-slicing."
     )
+    gpu: str | GpuSpec | None = Field(
+        default=None,
+        description="The GPU, for step times: a catalog name ("
+        + ", ".join(sorted(GPU_CATALOG))
+        + ") or {name, bf16DenseTflops, memoryGbPerS}; default: steptime.gpus.DEFAULT_GPU, "
+        "and the simulation says so.",
+    )
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, gpu: str | GpuSpec | None) -> str | GpuSpec | None:
+        if isinstance(gpu, str):
+            try:
+                catalog_gpu(gpu)
+            except KeyError as error:
+                raise ValueError(str(error)) from None
+        return gpu
 
 
 LinkName = str
@@ -454,9 +472,9 @@ class SizingConfig(CamelModel):
     prefill_tokens_per_s: float | None = Field(
         default=None,
         gt=0,
-        description="Prefill throughput (tokens/s) for the 'will disaggregation pay?' estimate; "
-        "default: 25,000 for Qwen3-0.6B (the seed: prefill under 100 ms for 2,371 tokens), "
-        "scaled by 1/parameters for other models.",
+        description="Prefill throughput (tokens/s) for the 'will disaggregation pay?' estimate "
+        "and the simulation; default: the step-time model's (steptime: the node class's GPU "
+        "roofline x the seed fit's efficiency).",
     )
     activation_overhead_gib: float = Field(
         default=DEFAULT_ACTIVATION_OVERHEAD_BYTES / GI,

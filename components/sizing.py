@@ -64,14 +64,6 @@ DEFAULT_ACTIVATION_OVERHEAD_BYTES = 1 * GI
 VLLM_BLOCK_SIZE_TOKENS = 16
 MOCKER_BLOCK_SIZE_TOKENS = 64
 
-# Prefill throughput of Qwen3-0.6B on the seed's 24 GB-class GPU, in prompt tokens/s. The seed
-# states that the 0.6B model's prefill is under 100 ms for its ~2,371-token prompts, i.e. more
-# than 23,710 tokens/s; 25,000 is that bound rounded up (94.8 ms per request). Not measured
-# directly: set prefillTokensPerS for other GPUs. `default_prefill_tokens_per_s` scales it to
-# other models.
-DEFAULT_PREFILL_TOKENS_PER_S = 25_000.0
-_DEFAULT_PREFILL_MODEL_PARAMETERS = 596_049_920  # Qwen/Qwen3-0.6B, see components.models
-
 _QUANTITY = re.compile(
     r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
     r"(?:(?P<suffix>[KMGTPE]i|[numkMGTPE])|[eE](?P<exponent>[+-]?\d+))?"
@@ -492,7 +484,9 @@ class DisaggregationVerdict(BaseModel):
         link_bytes_per_s: its throughput (decimal bytes/s).
         link_source: where that number comes from.
         transfer_seconds: estimated KV transfer time per request (s).
-        prefill_tokens_per_s: assumed prefill throughput (prompt tokens/s).
+        prefill_tokens_per_s: prefill throughput (prompt tokens/s), from the step-time model
+            (:mod:`steptime`) the simulation uses too, or the stack's ``prefillTokensPerS``.
+        prefill_source: where that number comes from (GPU, model, fit).
         prefill_seconds: estimated prefill time per request (s).
         disaggregation_pays: transfer_seconds < prefill_seconds.
         summary: one sentence with both numbers and the verdict.
@@ -505,29 +499,18 @@ class DisaggregationVerdict(BaseModel):
     link_source: str
     transfer_seconds: float
     prefill_tokens_per_s: float
+    prefill_source: str
     prefill_seconds: float
     disaggregation_pays: bool
     summary: str
-
-
-def default_prefill_tokens_per_s(geometry: ModelGeometry) -> float:
-    """Assumed prefill throughput for a model on the seed's GPU (prompt tokens/s).
-
-    Prefill is compute-bound at ~2 x parameters FLOPs per token, so throughput scales with
-    1 / parameters: `DEFAULT_PREFILL_TOKENS_PER_S` x 596,049,920 (Qwen3-0.6B) / parameters.
-    Qwen3-0.6B: 25,000 tokens/s; an 8B model: ~1,800 tokens/s. A rough default; measure and
-    configure the real value for a serious verdict.
-    """
-    return (
-        DEFAULT_PREFILL_TOKENS_PER_S * _DEFAULT_PREFILL_MODEL_PARAMETERS / geometry.num_parameters
-    )
 
 
 def disaggregation_verdict(
     kv_bytes_per_request: int,
     prompt_tokens: int,
     link: LinkProfile,
-    prefill_tokens_per_s: float = DEFAULT_PREFILL_TOKENS_PER_S,
+    prefill_tokens_per_s: float,
+    prefill_source: str,
 ) -> DisaggregationVerdict:
     """Compare the KV transfer cost on ``link`` with the prefill time it could save.
 
@@ -535,8 +518,9 @@ def disaggregation_verdict(
         kv_bytes_per_request: one request's KV cache (bytes).
         prompt_tokens: prompt tokens per request.
         link: the KV path, see `components.links.resolve_link`.
-        prefill_tokens_per_s: prefill throughput (tokens/s); see
-            `DEFAULT_PREFILL_TOKENS_PER_S`.
+        prefill_tokens_per_s: prefill throughput (tokens/s), e.g.
+            :meth:`steptime.roofline.EngineStep.prefill_tokens_per_s`.
+        prefill_source: where it comes from (shown in the summary).
 
     Raises:
         ValueError: ``prefill_tokens_per_s`` <= 0, ``prompt_tokens`` < 0, or a negative
@@ -553,7 +537,7 @@ def disaggregation_verdict(
     summary = (
         f"on {link.name} ({link.bytes_per_s / 1e9:g} GB/s) moving {kv_bytes_per_request / 1e6:,.1f}"
         f" MB of KV takes {cost * 1000:,.0f} ms vs {gain * 1000:,.0f} ms of prefill "
-        f"({prompt_tokens:,} tokens at {prefill_tokens_per_s:,.0f} tokens/s): "
+        f"({prompt_tokens:,} tokens at {prefill_tokens_per_s:,.0f} tokens/s, {prefill_source}): "
         + (
             "disaggregation can pay."
             if pays
@@ -566,6 +550,7 @@ def disaggregation_verdict(
         link_source=link.source,
         transfer_seconds=cost,
         prefill_tokens_per_s=prefill_tokens_per_s,
+        prefill_source=prefill_source,
         prefill_seconds=gain,
         disaggregation_pays=pays,
         summary=summary,
@@ -670,11 +655,12 @@ def build_sizing_report(
     prompt_tokens: int,
     concurrency: int,
     link: str | float,
+    prefill_tokens_per_s: float,
+    prefill_source: str,
     components: Sequence[ComponentMemory] = (),
     gpus: Sequence[GpuAllocation] = (),
     kv_workers: Sequence[GpuAllocation] | None = None,
     margin: float = DEFAULT_MEMORY_MARGIN,
-    prefill_tokens_per_s: float | None = None,
     block_size_tokens: int = VLLM_BLOCK_SIZE_TOKENS,
     activation_overhead_bytes: int = DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     allow_unsafe_memory: bool = False,
@@ -691,9 +677,9 @@ def build_sizing_report(
         gpus: the GPUs and the workers placed on each (the GPU memory fit checks).
         kv_workers: the workers whose KV-cache budget is reported in ``workers``, each with
             its GPU (a stack reports one per worker group); default: every worker of ``gpus``.
+        prefill_tokens_per_s: prefill throughput for the disaggregation verdict (tokens/s).
+        prefill_source: where it comes from (see `disaggregation_verdict`).
         margin: the memory-floor margin.
-        prefill_tokens_per_s: prefill throughput for the disaggregation verdict (tokens/s);
-            default `default_prefill_tokens_per_s` of ``geometry``.
         block_size_tokens: KV block size for the capacity in blocks.
         activation_overhead_bytes: per-worker GPU overhead outside weights and KV.
         allow_unsafe_memory: turn memory-floor errors into warnings.
@@ -783,11 +769,8 @@ def build_sizing_report(
             request_kv,
             prompt_tokens,
             resolve_link(link),
-            (
-                default_prefill_tokens_per_s(geometry)
-                if prefill_tokens_per_s is None
-                else prefill_tokens_per_s
-            ),
+            prefill_tokens_per_s,
+            prefill_source,
         ),
         components=component_reports,
         workers=worker_reports,

@@ -1,7 +1,9 @@
 """Sizing of one stack: :mod:`components.sizing`'s rules applied to a :class:`StackConfig`.
 
-Decides which link each prefill group's KV crosses, which workers can share a GPU, and feeds
-the stack's memory limits, load concurrency and prompt length to
+Decides which link each prefill group's KV crosses, which workers can share a GPU, which GPU
+and step times each worker group has (:func:`engine_step`, the one step-time model that the
+"will disaggregation pay" verdict and ``testbed simulate`` both read), and feeds the stack's
+memory limits, load concurrency and prompt length to
 :func:`components.sizing.build_sizing_report`.
 """
 
@@ -26,6 +28,9 @@ from components.sizing import (
     WorkerKvReport,
     build_sizing_report,
 )
+from steptime.fit import SEED_FIT
+from steptime.gpus import resolve_gpu
+from steptime.roofline import EngineFit, EngineStep
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 """The project folder (holds ``Pulumi.yaml``); ``model.configJson`` is relative to it."""
@@ -44,6 +49,51 @@ def model_geometry(cfg: StackConfig) -> ModelGeometry:
     if cfg.model.config_json is not None:
         return geometry_from_hf_config(PROJECT_DIR / cfg.model.config_json)
     return known_model(cfg.model.name)
+
+
+def gpu_note(cfg: StackConfig, node_class: str) -> str | None:
+    """A sentence when ``node_class`` names no GPU (which default it got), else None."""
+    _, note = resolve_gpu(cfg.node_classes[node_class].gpu)
+    return None if note is None else f"node class {node_class!r} {note}"
+
+
+def engine_step(cfg: StackConfig, group: str, fit: EngineFit = SEED_FIT) -> EngineStep:
+    """The step times of one worker of ``group``: its node class's GPU
+    (:func:`steptime.gpus.resolve_gpu`), the model's geometry, ``fit``, and the stack's
+    ``sizing.prefillTokensPerS`` when set.
+
+    Raises:
+        KeyError: no worker group ``group``.
+        UnknownModelError: no geometry for the model.
+    """
+    worker = next((w for w in cfg.topology.workers if w.name == group), None)
+    if worker is None:
+        raise KeyError(group)
+    gpu, _ = resolve_gpu(cfg.node_classes[worker.node_class].gpu)
+    return EngineStep(
+        gpu=gpu,
+        geometry=model_geometry(cfg),
+        fit=fit,
+        prefill_tokens_per_s_override=cfg.sizing.prefill_tokens_per_s,
+    )
+
+
+def verdict_group(cfg: StackConfig) -> WorkerGroup:
+    """The worker group whose prefill the verdict counts: the first prefill group, else (an
+    aggregated stack) the first worker group."""
+    prefill = [w for w in cfg.topology.workers if w.role == "prefill"]
+    return (prefill or list(cfg.topology.workers))[0]
+
+
+def prefill_source(cfg: StackConfig, group: WorkerGroup, step: EngineStep) -> str:
+    """Where the verdict's prefill rate comes from, in a few words."""
+    if step.prefill_tokens_per_s_override is not None:
+        return "sizing.prefillTokensPerS"
+    default = "" if cfg.node_classes[group.node_class].gpu is not None else ", the default"
+    return (
+        f"{group.name} on {step.gpu.name}{default}: dense BF16 roofline x "
+        f"{step.fit.prefill_efficiency:.2f} (seed fit)"
+    )
 
 
 def same_host(cfg: StackConfig, a: str, b: str) -> bool:
@@ -231,17 +281,20 @@ def stack_sizing(cfg: StackConfig) -> StackSizing:
         )
         for w in cfg.topology.workers
     ]
+    group = verdict_group(cfg)
+    step = engine_step(cfg, group.name)
     report = build_sizing_report(
         model=cfg.model.name,
         geometry=geometry,
         prompt_tokens=cfg.load.prompt_tokens,
         concurrency=max(cfg.load.concurrency),
         link=verdict_link,
+        prefill_tokens_per_s=step.prefill_tokens_per_s(),
+        prefill_source=prefill_source(cfg, group, step),
         components=components,
         gpus=gpu_sharing_sets(cfg),
         kv_workers=kv_worker_sets(cfg),
         margin=cfg.sizing.memory_margin,
-        prefill_tokens_per_s=cfg.sizing.prefill_tokens_per_s,
         block_size_tokens=(
             VLLM_BLOCK_SIZE_TOKENS if cfg.engine.kind == "vllm" else MOCKER_BLOCK_SIZE_TOKENS
         ),

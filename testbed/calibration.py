@@ -1,7 +1,9 @@
-"""The simulation's constants, in one place: what is fitted, on what, and by which command.
+"""The simulation's constants besides the engine steps: what is fitted, on what, by which command.
 
-Fitted on the seed's **kv-routing** rows only (24 values: TTFT p50, TTFT p99 and requests/s at
-8 grid points, ``testbed.seed.SEED_SAME_NODE["kv-routing"]``) by
+The engine steps' efficiencies (:data:`steptime.fit.SEED_FIT`) and the two constants here
+marked fitted are fitted together, on the seed's **kv-routing** rows only (24 values: TTFT
+p50, TTFT p99 and requests/s at 8 grid points, ``testbed.seed.SEED_SAME_NODE["kv-routing"]``)
+by
 
     uv run --group sim --group dev python bench/calibrate.py
 
@@ -23,15 +25,11 @@ from testbed.timing_model import TimingConstants
 
 GIB = 2**30
 
-FITTED = (
-    "prefill_tokens_per_s",
-    "step_host_s",
-    "step_gpu_s",
-    "step_gpu_per_seq_s",
-    "timeslice_efficiency",
-    "request_overhead_s",
-)
-"""The constants ``bench/calibrate.py`` fits on the seed's kv-routing rows (see above)."""
+FITTED_STEP = ("prefill_efficiency", "weights_efficiency", "kv_efficiency", "step_host_s")
+"""The :class:`steptime.roofline.EngineFit` fields ``bench/calibrate.py`` fits."""
+
+FITTED = ("timeslice_efficiency", "request_overhead_s")
+"""The :class:`~testbed.timing_model.TimingConstants` fields ``bench/calibrate.py`` fits."""
 
 HOST_BASE_BYTES = 2 * GIB
 """Host memory of a vLLM worker without KV buffers (bytes). Assumption: 2 GiB (CUDA context,
@@ -46,10 +44,6 @@ engine steps plus the notification round trip, not a measurement."""
 
 CONSTANTS = TimingConstants(
     # fitted (FITTED), by bench/calibrate.py on the seed's kv-routing rows:
-    prefill_tokens_per_s=121_072.0,
-    step_host_s=0.00206904,
-    step_gpu_s=0.0020073,
-    step_gpu_per_seq_s=0.000199823,
     timeslice_efficiency=0.891311,
     request_overhead_s=0.0328435,
     # assumed (not identifiable from the kv-routing rows):

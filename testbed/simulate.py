@@ -35,7 +35,7 @@ from components.config import StackConfig, project_values
 from components.errors import ConfigProblem, StackConfigError
 from components.sizing import MOCKER_BLOCK_SIZE_TOKENS, parse_quantity
 from components.stack_resources import stack_file_text, stack_resources
-from components.stack_sizing import replica_name, stack_sizing
+from components.stack_sizing import engine_step, replica_name, stack_sizing
 from components.topology import build_topology
 from components.validation import parse_stack_config
 from loadgen.config import LoadConfig
@@ -53,6 +53,8 @@ from loadgen.results import GridResult
 from loadgen.results_folder import STACK_FILE
 from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid
 from loadgen.stats import summarize_run
+from steptime.fit import SEED_FIT
+from steptime.roofline import EngineFit
 from testbed.calibration import CONSTANTS
 from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, ProcessWatch
 from testbed.model_dir import make_model_dir
@@ -183,11 +185,13 @@ def graph_spec(
     return LocalGraphSpec(model_name=cfg.model.name, router_mode=router, groups=tuple(groups))
 
 
-def run_topology(cfg: StackConfig) -> RunTopology:
+def run_topology(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> RunTopology:
     """The stack's workers on their GPUs, its KV link and router, for the timing model.
 
     GPUs: each node class has ``nodes x gpusPerNode`` GPUs; its workers fill them in config
-    order, ``timeSlicing.replicasPerGpu`` per GPU (one without time-slicing). Workers with
+    order, ``timeSlicing.replicasPerGpu`` per GPU (one without time-slicing). Each worker's
+    step times are :func:`components.stack_sizing.engine_step` of its group with ``fit``
+    (the same model sizing's verdict reads). Workers with
     ``kvTransfer.bufferDevice: cpu`` get their ``memoryLimit`` and the memory model. The link is
     the prefill groups' (the slowest if they differ; the seed's stacks have one).
     """
@@ -200,6 +204,7 @@ def run_topology(cfg: StackConfig) -> RunTopology:
         per_gpu = node_class.time_slicing.replicas_per_gpu if node_class.time_slicing else 1
         gpus = node_class.nodes * node_class.gpus_per_node
         host_buffer = group.kv_transfer is not None and group.kv_transfer.buffer_device == "cpu"
+        step = engine_step(cfg, group.name, fit)
         for i in range(group.replicas):
             gpu = (slot[group.node_class] // per_gpu) % gpus
             slot[group.node_class] += 1
@@ -209,6 +214,7 @@ def run_topology(cfg: StackConfig) -> RunTopology:
                     group=group.name,
                     role=group.role,
                     gpu=f"{group.node_class}/{gpu}",
+                    step=step,
                     kv_capacity_tokens=sizing.kv_capacity_tokens(group.name),
                     memory_limit=parse_quantity(group.memory_limit) if host_buffer else None,
                 )
@@ -320,12 +326,13 @@ def retime_grid(
     routing: GridResult,
     routing_frame: pd.DataFrame,
     constants: TimingConstants = CONSTANTS,
+    fit: EngineFit = SEED_FIT,
 ) -> tuple[GridResult, list[MeasuredRun]]:
     """The grid of a routing run, timed by the timing model: per run, the same requests on the
-    stack's shared hardware; runs follow each other on one simulated clock from the routing
-    run's start. Returns the result (OOMKills as incidents, placed in their runs) and the runs
-    as loadgen keeps them."""
-    topology = run_topology(cfg)
+    stack's shared hardware with engine steps of ``fit``; runs follow each other on one
+    simulated clock from the routing run's start. Returns the result (OOMKills as incidents,
+    placed in their runs) and the runs as loadgen keeps them."""
+    topology = run_topology(cfg, fit)
     runs: list[MeasuredRun] = []
     incidents: list[Incident] = []
     started_at = routing.started_at

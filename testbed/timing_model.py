@@ -12,12 +12,12 @@ block-aligned) and its output tokens. What it models:
   of Dynamo 1.6), over what this model knows each worker holds (the prefixes it served this
   run). The prefix-cache hit a request gets on its prefill is the real run's, not this guess.
 - **Workers**: a vLLM engine step batches every running request's next token with waiting
-  prefills. A step is ``step_host_s`` on the worker's own CPU (scheduling, input preparation,
-  sampling, output processing: not shared) then ``step_gpu_s + step_gpu_per_seq_s x decoding
-  requests + uncached prompt tokens / prefill_tokens_per_s`` seconds of the GPU alone; workers
-  on one GPU share that part (time-slicing as processor sharing with ``timeslice_efficiency``).
-  For a 0.6B model much of a decode step is host time, which is why 4 workers on one GPU do
-  not run 4 times slower.
+  prefills. Its times come from the worker's :class:`steptime.roofline.EngineStep` (its GPU,
+  the model, the fitted efficiencies): ``host_s`` on the worker's own CPU (scheduling, input
+  preparation, sampling, output processing: not shared), then ``gpu_s(uncached prompt tokens,
+  decoding requests' contexts)`` seconds of the GPU alone; workers on one GPU share that part
+  (time-slicing as processor sharing with ``timeslice_efficiency``). For a 0.6B model much of
+  a decode step is host time, which is why 4 workers on one GPU do not run 4 times slower.
 - **Disaggregation** (Dynamo 1.6 + vLLM's NixlConnector): the prefill worker computes the
   prompt (minus its prefix-cache hit); the decode worker then pulls the KV blocks it does not
   already hold (vLLM ``NixlConnectorScheduler.get_num_new_matched_tokens`` returns
@@ -53,6 +53,7 @@ from typing import Literal
 
 import simpy
 
+from steptime.roofline import EngineStep
 from testbed.sharing import HostMemory, SharedServer
 
 Role = Literal["aggregated", "prefill", "decode"]
@@ -66,12 +67,9 @@ OOM_EXIT_CODE = 137  # SIGKILL from the kernel's OOM killer: 128 + 9
 
 @dataclass(frozen=True)
 class TimingConstants:
-    """The model's constants (see :mod:`testbed.calibration` for values and sources).
+    """The model's constants besides the engine steps (see :mod:`testbed.calibration` for
+    values and sources; a worker's step times are its ``WorkerSpec.step``).
 
-    prefill_tokens_per_s: uncached prompt tokens per second of one GPU alone.
-    step_host_s: seconds of an engine step on the worker's own CPU (not shared).
-    step_gpu_s: seconds of one GPU alone for an engine step (fixed part).
-    step_gpu_per_seq_s: GPU seconds added per request decoding in that step.
     timeslice_efficiency: fraction of the GPU's work done while > 1 workers share it (0..1].
     request_overhead_s: frontend + router + HTTP seconds before a request reaches a worker.
     host_base_bytes: host memory of a worker without KV buffers (bytes).
@@ -80,10 +78,6 @@ class TimingConstants:
     decode_prefix_reuse: whether a decode worker skips pulling the prefix blocks it holds.
     """
 
-    prefill_tokens_per_s: float
-    step_host_s: float
-    step_gpu_s: float
-    step_gpu_per_seq_s: float
     timeslice_efficiency: float
     request_overhead_s: float
     host_base_bytes: int
@@ -95,14 +89,15 @@ class TimingConstants:
 @dataclass(frozen=True)
 class WorkerSpec:
     """One worker replica: ``name`` (``prefill-0``), its ``group``, ``role``, the ``gpu`` it
-    shares (any label; equal labels share one GPU), ``kv_capacity_tokens`` (how many prefix
-    tokens it keeps cached), and for host-buffering workers ``memory_limit`` (bytes; None: no
-    host buffer, no memory model)."""
+    shares (any label; equal labels share one GPU), its engine ``step`` times,
+    ``kv_capacity_tokens`` (how many prefix tokens it keeps cached), and for host-buffering
+    workers ``memory_limit`` (bytes; None: no host buffer, no memory model)."""
 
     name: str
     group: str
     role: Role
     gpu: str
+    step: EngineStep
     kv_capacity_tokens: int
     memory_limit: int | None = None
 
@@ -237,7 +232,7 @@ class _Worker:
             self.wake.succeed()
 
     def engine(self) -> Generator[simpy.Event, object, None]:
-        c = self.model.constants
+        step = self.spec.step
         while self.alive:
             if not self.waiting and not self.running:
                 yield self.wake
@@ -246,13 +241,9 @@ class _Worker:
             prefills, self.waiting = self.waiting, []
             decoding = list(self.running)
             uncached = sum(self._prefill_tokens(r) for r in prefills)
-            work = (
-                c.step_gpu_s
-                + c.step_gpu_per_seq_s * len(decoding)
-                + uncached / c.prefill_tokens_per_s
-            )
-            yield self.model.env.timeout(c.step_host_s)
-            yield self.gpu.serve(work)
+            contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in decoding]
+            yield self.model.env.timeout(step.host_s)
+            yield self.gpu.serve(step.gpu_s(uncached, contexts))
             if not self.alive:
                 return
             now = self.model.env.now

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("components", "loadgen", "testbed")
+PACKAGES = ("components", "loadgen", "steptime", "testbed")
 
 
 def _module_name(path: Path) -> str:

@@ -9,6 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from components.models import known_model
+from steptime.fit import SEED_FIT
+from steptime.gpus import GPU_CATALOG
+from steptime.roofline import EngineStep
 from testbed.calibration import CONSTANTS
 from testbed.simulate import load_stack, run_topology
 from testbed.timing_model import (
@@ -21,6 +25,7 @@ from testbed.timing_model import (
 KVB = 114_688  # B/token, Qwen3-0.6B
 PROMPT, PREFIX = 2381, 2134  # the server's prompt tokens (2,371 + chat template), 90% prefix
 MI = 2**20
+STEP = EngineStep(GPU_CATALOG["rtx-4090"], known_model("Qwen/Qwen3-0.6B"), SEED_FIT)
 
 
 def requests(n: int, kinds: int, cached: bool = True, out: int = 64) -> list[SimRequest]:
@@ -40,9 +45,9 @@ def requests(n: int, kinds: int, cached: bool = True, out: int = 64) -> list[Sim
 
 def cross_node(prefill_limit: int) -> RunTopology:
     workers = (
-        WorkerSpec("prefill-0", "prefill", "prefill", "gpu-8gb/0", 40_000, prefill_limit),
-        WorkerSpec("decode-0", "decode", "decode", "gpu-24gb/0", 80_000, 8192 * MI),
-        WorkerSpec("decode-1", "decode", "decode", "gpu-24gb/0", 80_000, 8192 * MI),
+        WorkerSpec("prefill-0", "prefill", "prefill", "gpu-8gb/0", STEP, 40_000, prefill_limit),
+        WorkerSpec("decode-0", "decode", "decode", "gpu-24gb/0", STEP, 80_000, 8192 * MI),
+        WorkerSpec("decode-1", "decode", "decode", "gpu-24gb/0", STEP, 80_000, 8192 * MI),
     )
     return RunTopology(workers=workers, link_bytes_per_s=115e6, kv_bytes_per_token=KVB)
 

@@ -1,60 +1,63 @@
-"""Will disaggregation pay? Transfer cost vs prefill time, per the seed's section 5."""
+"""Will disaggregation pay? Transfer cost vs prefill time, per the seed's section 5, with the
+prefill rate of the step-time model (:mod:`steptime`)."""
 
 import pytest
 
 from components.links import LINK_PROFILES, resolve_link
 from components.models import known_model
-from components.sizing import (
-    DEFAULT_PREFILL_TOKENS_PER_S,
-    default_prefill_tokens_per_s,
-    disaggregation_verdict,
-    kv_bytes_per_request,
-)
+from components.sizing import DisaggregationVerdict, disaggregation_verdict, kv_bytes_per_request
+from steptime.fit import SEED_FIT
+from steptime.gpus import GPU_CATALOG
+from steptime.roofline import EngineStep
 
-SEED_REQUEST_KV = kv_bytes_per_request(known_model("Qwen/Qwen3-0.6B"), 2_371)
+QWEN = known_model("Qwen/Qwen3-0.6B")
+LLAMA = known_model("meta-llama/Llama-3.1-8B-Instruct")
+SEED_REQUEST_KV = kv_bytes_per_request(QWEN, 2_371)
+SEED_PREFILL = EngineStep(GPU_CATALOG["rtx-4090"], QWEN, SEED_FIT).prefill_tokens_per_s()
 
 
-def test_default_prefill_is_under_100_ms_for_the_seed_prompt() -> None:
-    assert 2_371 / DEFAULT_PREFILL_TOKENS_PER_S < 0.1
+def verdict(
+    link: str, rate: float = SEED_PREFILL, kv: int = SEED_REQUEST_KV
+) -> DisaggregationVerdict:
+    return disaggregation_verdict(kv, 2_371, resolve_link(link), rate, "test")
+
+
+def test_seed_prefill_is_under_100_ms_for_the_seed_prompt() -> None:
+    # the seed: the 0.6B model's prefill is under 100 ms for its 2,371-token prompts
+    assert 2_371 / SEED_PREFILL < 0.1
 
 
 @pytest.mark.parametrize("link", ["same-node-tcp", "1gbe", "10gbe"])
 def test_seed_model_gains_nothing_on_tcp_links(link: str) -> None:
-    verdict = disaggregation_verdict(SEED_REQUEST_KV, 2_371, LINK_PROFILES[link])
-    assert not verdict.disaggregation_pays
-    assert verdict.transfer_seconds > verdict.prefill_seconds
-    assert "does not pay" in verdict.summary
+    v = verdict(link)
+    assert not v.disaggregation_pays
+    assert v.transfer_seconds > v.prefill_seconds
+    assert "does not pay" in v.summary
 
 
-def test_rdma_makes_the_transfer_cheaper_than_prefill() -> None:
-    verdict = disaggregation_verdict(SEED_REQUEST_KV, 2_371, LINK_PROFILES["rdma"])
-    assert verdict.disaggregation_pays
-    assert verdict.transfer_seconds == pytest.approx(271_925_248 / 20e9)
-    assert verdict.prefill_seconds == pytest.approx(2_371 / 25_000)
-
-
-def test_summary_carries_both_numbers() -> None:
-    verdict = disaggregation_verdict(SEED_REQUEST_KV, 2_371, LINK_PROFILES["1gbe"])
-    assert "2,365 ms" in verdict.summary and "95 ms" in verdict.summary
-    assert verdict.link == "1gbe" and verdict.link_source == LINK_PROFILES["1gbe"].source
+def test_summary_carries_both_numbers_and_the_source() -> None:
+    v = disaggregation_verdict(SEED_REQUEST_KV, 2_371, LINK_PROFILES["1gbe"], 25_000, "src x")
+    assert "2,365 ms" in v.summary and "95 ms" in v.summary and "src x" in v.summary
+    assert v.link == "1gbe" and v.link_source == LINK_PROFILES["1gbe"].source
+    assert v.prefill_seconds == pytest.approx(2_371 / 25_000)
 
 
 def test_slow_prefill_makes_a_fast_link_pay() -> None:
-    # A big model's slow prefill (2,000 tokens/s) takes ~1.2 s; 10 GbE moves 272 MB in ~0.24 s.
-    verdict = disaggregation_verdict(SEED_REQUEST_KV, 2_371, resolve_link("10gbe"), 2_000)
-    assert verdict.disaggregation_pays
+    # A slow prefill (2,000 tokens/s) takes ~1.2 s; 10 GbE moves 272 MB in ~0.24 s.
+    assert verdict("10gbe", 2_000).disaggregation_pays
 
 
 def test_rejects_non_positive_prefill_throughput() -> None:
     with pytest.raises(ValueError):
-        disaggregation_verdict(SEED_REQUEST_KV, 2_371, LINK_PROFILES["1gbe"], 0)
+        verdict("1gbe", 0)
 
 
-def test_default_prefill_throughput_scales_with_model_size() -> None:
-    assert default_prefill_tokens_per_s(known_model("Qwen/Qwen3-0.6B")) == 25_000
-    llama = default_prefill_tokens_per_s(known_model("meta-llama/Llama-3.1-8B-Instruct"))
-    assert llama == pytest.approx(25_000 * 596_049_920 / 8_030_261_248)
-    # ~1.3 s of prefill for the seed's prompt: 10 GbE (~0.29 s for 8B's KV) pays, 1 GbE does not.
-    kv = kv_bytes_per_request(known_model("meta-llama/Llama-3.1-8B-Instruct"), 2_371)
-    assert disaggregation_verdict(kv, 2_371, resolve_link("10gbe"), llama).disaggregation_pays
-    assert not disaggregation_verdict(kv, 2_371, resolve_link("1gbe"), llama).disaggregation_pays
+def test_an_8b_model_on_an_l40s_pays_on_10gbe_only_when_its_prefill_is_slower() -> None:
+    rate = EngineStep(GPU_CATALOG["l40s"], LLAMA, SEED_FIT).prefill_tokens_per_s()
+    # roofline: 362 TFLOP/s / 16.06 GFLOP per token = 22,543 tokens/s at efficiency 1
+    assert rate == pytest.approx(362.05e12 * SEED_FIT.prefill_efficiency / (2 * 8_030_261_248))
+    kv = kv_bytes_per_request(LLAMA, 2_371)  # 311 MB: 10 GbE ~0.3 s, 1 GbE ~2.7 s
+    prefill_s = 2_371 / rate
+    pays = kv / resolve_link("10gbe").bytes_per_s < prefill_s
+    assert verdict("10gbe", rate, kv).disaggregation_pays == pays
+    assert not verdict("1gbe", rate, kv).disaggregation_pays

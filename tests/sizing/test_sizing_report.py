@@ -24,6 +24,8 @@ def cross_node_report(prefill_limit: str, *, allow_unsafe_memory: bool = False) 
         prompt_tokens=2_371,
         concurrency=4,
         link="1gbe",
+        prefill_tokens_per_s=25_000,
+        prefill_source="test",
         components=[
             ComponentMemory(
                 name="frontend", memory_limit="1Gi", host_buffers_kv=False, base_memory="512Mi"
@@ -107,5 +109,11 @@ def test_bad_inputs_raise() -> None:
         cross_node_report("lots")
     with pytest.raises(ValueError, match="link profile"):
         build_sizing_report(
-            model="m", geometry=QWEN3_0_6B, prompt_tokens=1, concurrency=1, link="wifi"
+            model="m",
+            geometry=QWEN3_0_6B,
+            prompt_tokens=1,
+            concurrency=1,
+            link="wifi",
+            prefill_tokens_per_s=1,
+            prefill_source="test",
         )

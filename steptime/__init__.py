@@ -1,0 +1,17 @@
+"""One step-time model of a vLLM engine: how long a worker's engine step takes on its GPU.
+
+- :mod:`steptime.gpus`: the GPU catalog (datasheet figures, cited) and how a node class names
+  a GPU or gives its figures.
+- :mod:`steptime.roofline`: prefill and decode step times as a roofline (compute for prefill,
+  memory for weights plus the batch's KV in a decode step) times fitted efficiencies, and the
+  sanity bounds no step may cross.
+- :mod:`steptime.fit`: the efficiencies ``bench/calibrate.py`` fits on the seed's kv-routing
+  rows, and where every other GPU's come from.
+
+A stack's workers get theirs from :func:`components.stack_sizing.engine_step` (their node
+class's GPU, the model's geometry), which sizing's "will disaggregation pay" verdict,
+``testbed render`` and ``testbed simulate`` all read.
+
+Pure Python (pydantic and the model geometry of :mod:`components.models`); nothing heavy is
+imported, so ``pulumi preview`` pays nothing for it.
+"""

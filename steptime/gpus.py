@@ -1,0 +1,158 @@
+"""The GPU catalog: the datasheet figures a roofline needs, and how a node class names a GPU.
+
+Figures are the vendor's per-GPU peak numbers: dense (no structured sparsity) BF16 tensor-core
+TFLOP/s, memory bandwidth in decimal GB/s, memory in GiB as sold (GB on the datasheet; the
+catalog keeps the number as printed). Where a datasheet prints only the sparse figure (marked
+"with sparsity"), the dense one is half of it.
+
+A node class names a catalog GPU (``gpu: l40s``) or gives the figures itself
+(``gpu: {name: my-gpu, bf16DenseTflops: 100, memoryGbPerS: 800}``); one that names none gets
+:data:`DEFAULT_GPU`, and every consumer says so (:func:`resolve_gpu`).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class GpuSpec(BaseModel):
+    """One GPU's roofline figures.
+
+    Attributes:
+        name: catalog key or the user's label.
+        bf16_dense_tflops: peak dense BF16 tensor-core throughput, TFLOP/s (1e12 FLOP/s).
+        memory_gb_per_s: peak memory bandwidth, decimal GB/s (1e9 B/s).
+        source: where the figures come from (datasheet address, or "stack config").
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    name: str = Field(min_length=1)
+    bf16_dense_tflops: float = Field(gt=0, alias="bf16DenseTflops")
+    memory_gb_per_s: float = Field(gt=0, alias="memoryGbPerS")
+    source: str = "stack config"
+
+    @property
+    def flops_per_s(self) -> float:
+        """Peak dense BF16 FLOP/s."""
+        return self.bf16_dense_tflops * 1e12
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Peak memory bandwidth, bytes/s."""
+        return self.memory_gb_per_s * 1e9
+
+
+def _gpu(name: str, tflops: float, gb_per_s: float, source: str) -> GpuSpec:
+    return GpuSpec(name=name, bf16_dense_tflops=tflops, memory_gb_per_s=gb_per_s, source=source)
+
+
+_H100 = "https://www.nvidia.com/en-us/data-center/h100/ (BF16 1,979 / 1,513 TFLOPS with sparsity)"
+_A100 = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (BF16 312 TFLOPS dense)"
+)
+_ADA = (
+    "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/"
+    "nvidia-ada-gpu-architecture.pdf, Table 2 (BF16 with FP32 accumulate, dense)"
+)
+_AMPERE = (
+    "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf"
+    ", Table 9 (BF16 with FP32 accumulate, dense)"
+)
+
+GPU_CATALOG: dict[str, GpuSpec] = {
+    g.name: g
+    for g in (
+        _gpu("h100-sxm", 989.5, 3_350, _H100 + "; 3.35 TB/s HBM3, 80 GB"),
+        _gpu("h100-pcie", 756.5, 2_000, _H100 + "; 2 TB/s HBM2e, 80 GB"),
+        _gpu(
+            "h200",
+            989.5,
+            4_800,
+            "https://www.nvidia.com/en-us/data-center/h200/ (BF16 1,979 TFLOPS with sparsity; "
+            "4.8 TB/s HBM3e, 141 GB)",
+        ),
+        _gpu("a100-sxm-80gb", 312, 2_039, _A100 + "; 2,039 GB/s HBM2e, 80 GB"),
+        _gpu("a100-pcie-40gb", 312, 1_555, _A100 + "; 1,555 GB/s HBM2, 40 GB"),
+        _gpu(
+            "l40s",
+            362.05,
+            864,
+            "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413 (BF16 362.05 TFLOPS "
+            "dense, 733 with sparsity; 864 GB/s GDDR6, 48 GB)",
+        ),
+        _gpu(
+            "l4",
+            121,
+            300,
+            "https://www.nvidia.com/en-us/data-center/l4/ (BF16 242 TFLOPS with sparsity; "
+            "300 GB/s GDDR6, 24 GB)",
+        ),
+        _gpu(
+            "a10",
+            125,
+            600,
+            "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/"
+            "a10-datasheet.pdf (BF16 125 TFLOPS dense; 600 GB/s GDDR6, 24 GB)",
+        ),
+        _gpu("rtx-4090", 165.2, 1_008, _ADA + "; 1,008 GB/s GDDR6X, 24 GB"),
+        _gpu("rtx-3090", 71, 936, _AMPERE + "; 936 GB/s GDDR6X, 24 GB"),
+    )
+}
+"""Every GPU a node class can name by key."""
+
+DEFAULT_GPU = "rtx-4090"
+"""The GPU assumed for a node class that names none, as the seed's do (its GPUs are "a 24 GB
+class" and "an 8 GB class", unnamed). The RTX 4090 is the fastest 24 GB card: the calibration's
+prefill rate for Qwen3-0.6B (``bench/calibrate.py``, 100k+ tokens/s, ~150 TFLOP/s) is above
+the dense BF16 peak of any other 24 GB GPU in the catalog, so no slower default can hold the
+seed's rows within its roofline. The seed's 8 GB server gets it too: the seed fit cannot tell
+its GPU apart, and the simulation says so."""
+
+
+class UnknownGpuError(KeyError):
+    """A GPU name not in :data:`GPU_CATALOG`; the message lists the known names."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def catalog_gpu(name: str) -> GpuSpec:
+    """The catalog entry ``name``.
+
+    Raises:
+        UnknownGpuError: not in the catalog (the message lists the names and the other way).
+    """
+    try:
+        return GPU_CATALOG[name]
+    except KeyError:
+        raise UnknownGpuError(
+            f"unknown GPU {name!r}; known: {', '.join(sorted(GPU_CATALOG))}. Or give its "
+            "figures: {name: ..., bf16DenseTflops: ..., memoryGbPerS: ...}"
+        ) from None
+
+
+def resolve_gpu(setting: str | GpuSpec | None) -> tuple[GpuSpec, str | None]:
+    """A node class's ``gpu`` setting as a spec, and a note when it is the default.
+
+    Returns:
+        (the spec, None) for a named or given GPU; (the :data:`DEFAULT_GPU` spec, a sentence
+        saying it was assumed) for ``None``.
+
+    Raises:
+        UnknownGpuError: an unknown name.
+    """
+    if setting is None:
+        note = (
+            f"names no GPU: assumed {DEFAULT_GPU} figures (steptime.gpus.DEFAULT_GPU); set "
+            f"nodeClasses.<name>.gpu to one of {', '.join(sorted(GPU_CATALOG))} or give its "
+            "figures"
+        )
+        return GPU_CATALOG[DEFAULT_GPU], note
+    if isinstance(setting, GpuSpec):
+        return setting, None
+    return catalog_gpu(setting), None

@@ -1,0 +1,126 @@
+"""A vLLM engine step as a roofline times efficiencies, and the bounds no step may cross.
+
+One engine step of a worker batches every running request's next token (decode) with the
+waiting prompts' uncached tokens (prefill). Its time is host time plus GPU time:
+
+- **host** (``EngineFit.step_host_s``): scheduling, input preparation, sampling and output
+  processing on the worker's CPU; the same for every model and GPU (the seed fit's number).
+- **memory** (decode and any step): the weights once, plus every decoding request's KV read
+  by attention, at ``memory_gb_per_s x weights_efficiency`` and ``x kv_efficiency``:
+  ``weight_bytes / (bw x e_w) + sum(context_i) x kv_bytes_per_token / (bw x e_kv)``.
+- **decode compute**: ``2 x parameters`` FLOPs per decoding request at ``bf16 peak x
+  prefill_efficiency``; the decode part of a step is the larger of memory and this.
+- **prefill compute**: ``2 x parameters`` FLOPs per uncached prompt token at ``bf16 peak x
+  prefill_efficiency``, added to the decode part (vLLM runs them in one forward pass; the
+  model does not assume they overlap).
+
+Not modelled: attention FLOPs in prefill (about 4 x layers x query width x context per
+token: a fifth of a 0.6B model's 2,371-token prefill, a twentieth of an 8B model's; the
+embedding lookup counted in ``2 x parameters`` roughly offsets it), tensor parallelism,
+quantised weights beyond ``weight_dtype_bytes``, CUDA-graph and kernel-launch effects beyond
+what the efficiencies absorb.
+
+Sanity bounds (:func:`decode_floor_s`, :func:`prefill_ceiling_tokens_per_s`): with every
+efficiency in (0, 1] (``EngineFit`` refuses others) no decode step is faster than reading the
+weights plus the batch's KV at the GPU's full bandwidth, and no prefill is faster than the
+GPU's dense BF16 peak allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from components.models import ModelGeometry
+from steptime.gpus import GpuSpec
+
+
+class EngineFit(BaseModel):
+    """The efficiencies and host time of an engine step (see the module docstring).
+
+    Attributes:
+        prefill_efficiency: fraction of the GPU's dense BF16 peak a prefill reaches (0..1].
+        weights_efficiency: fraction of its memory bandwidth a step's weight read reaches.
+        kv_efficiency: fraction of its memory bandwidth the decode batch's KV read reaches.
+        step_host_s: seconds of an engine step on the worker's CPU (not shared).
+        source: where the numbers come from (the fit's command and rows).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    prefill_efficiency: float = Field(gt=0, le=1)
+    weights_efficiency: float = Field(gt=0, le=1)
+    kv_efficiency: float = Field(gt=0, le=1)
+    step_host_s: float = Field(ge=0)
+    source: str
+
+
+def prefill_flops_per_token(geometry: ModelGeometry) -> float:
+    """FLOPs of one prompt token's forward pass: 2 x parameters (multiply-add per weight)."""
+    return 2.0 * geometry.num_parameters
+
+
+def prefill_ceiling_tokens_per_s(gpu: GpuSpec, geometry: ModelGeometry) -> float:
+    """The most prompt tokens/s the GPU's dense BF16 peak allows (the compute roofline)."""
+    return gpu.flops_per_s / prefill_flops_per_token(geometry)
+
+
+def decode_floor_s(gpu: GpuSpec, geometry: ModelGeometry, contexts: Sequence[int]) -> float:
+    """The least a decode step can take: the weights plus the batch's KV read at full
+    bandwidth (seconds). ``contexts``: each decoding request's tokens so far."""
+    kv_bytes = sum(contexts) * geometry.kv_bytes_per_token
+    return (geometry.weight_bytes + kv_bytes) / gpu.bytes_per_s
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """The step times of one worker: its GPU, its model and the fit.
+
+    ``prefill_tokens_per_s_override``: the stack's ``sizing.prefillTokensPerS``; when set,
+    prefill takes ``tokens / override`` (render and simulate both use it).
+    """
+
+    gpu: GpuSpec
+    geometry: ModelGeometry
+    fit: EngineFit
+    prefill_tokens_per_s_override: float | None = None
+
+    @property
+    def host_s(self) -> float:
+        """CPU seconds of every engine step."""
+        return self.fit.step_host_s
+
+    def prefill_tokens_per_s(self) -> float:
+        """Uncached prompt tokens per second of GPU time."""
+        if self.prefill_tokens_per_s_override is not None:
+            return self.prefill_tokens_per_s_override
+        return (
+            self.gpu.flops_per_s
+            * self.fit.prefill_efficiency
+            / prefill_flops_per_token(self.geometry)
+        )
+
+    def prefill_s(self, tokens: int) -> float:
+        """GPU seconds to compute ``tokens`` uncached prompt tokens."""
+        return tokens / self.prefill_tokens_per_s()
+
+    def decode_s(self, contexts: Sequence[int]) -> float:
+        """GPU seconds of a step's decode part: the weights plus each decoding request's KV
+        (``contexts``: its tokens so far), or the batch's compute if that is larger."""
+        bw = self.gpu.bytes_per_s
+        memory = self.geometry.weight_bytes / (bw * self.fit.weights_efficiency) + sum(
+            contexts
+        ) * self.geometry.kv_bytes_per_token / (bw * self.fit.kv_efficiency)
+        compute = (
+            len(contexts)
+            * prefill_flops_per_token(self.geometry)
+            / (self.gpu.flops_per_s * self.fit.prefill_efficiency)
+        )
+        return max(memory, compute)
+
+    def gpu_s(self, prefill_tokens: int, contexts: Sequence[int]) -> float:
+        """GPU seconds of one engine step: ``prefill_tokens`` uncached prompt tokens and one
+        token for each decoding request (``contexts``)."""
+        return self.decode_s(contexts) + self.prefill_s(prefill_tokens)

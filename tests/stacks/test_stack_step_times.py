@@ -1,0 +1,89 @@
+"""One prefill rate (issue 22, item 2): ``testbed render``'s "will disaggregation pay" verdict
+and ``testbed simulate``'s timing read the same step-time model, for the issue's stack: two
+nodes with one 48 GB L40S each, 10 GbE, Llama-3.1-8B-Instruct."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.validation import parse_stack_config
+from steptime.roofline import decode_floor_s
+from testbed.calibration import CONSTANTS
+from testbed.render import render_stack
+from testbed.simulate import run_topology
+from testbed.timing_model import SimRequest, simulate_run
+
+pytestmark = pytest.mark.timeout(60)
+
+STACK = "l40s-kv"
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def l40s_stack(raw: dict[str, Any], gpu: object = "l40s") -> dict[str, Any]:
+    """kv-routing, moved to two L40S nodes on 10 GbE, serving Llama-3.1-8B."""
+    node_class = raw["nodeClasses"]["gpu-24gb"]
+    node_class.update(gpuMemoryGiB=48, nodes=2, gpu=gpu)
+    del node_class["timeSlicing"]
+    raw["nodeClasses"] = {"l40s": node_class}
+    raw["model"]["name"] = LLAMA
+    raw["links"] = {"crossNode": "10gbe"}
+    raw["topology"]["workers"] = [
+        {
+            "name": "worker",
+            "role": "aggregated",
+            "replicas": 2,
+            "nodeClass": "l40s",
+            "gpuMemoryUtilization": 0.9,
+            "memoryLimit": "3584Mi",
+        }
+    ]
+    if gpu is None:
+        del node_class["gpu"]
+    return raw
+
+
+def test_render_and_simulate_use_one_prefill_rate(
+    raw_config: Callable[[str], dict[str, Any]],
+    project_with: Callable[[str, dict[str, Any]], Path],
+) -> None:
+    raw = l40s_stack(raw_config("kv-routing"))
+    verdict = render_stack(STACK, project_with(STACK, raw)).outputs["sizing"]["disaggregation"]
+    assert "worker on l40s: dense BF16 roofline" in verdict["prefill_source"]
+    topology = run_topology(parse_stack_config(STACK, raw))
+    step = topology.workers[0].step
+    # one cold request alone: TTFT = request overhead + one engine step (host, weights, prefill)
+    prompt = 2_371
+    request = SimRequest(0, 0, 2_134, prompt, cached_tokens=0, output_tokens=8)
+    (outcome,) = simulate_run(topology, CONSTANTS, [request], 1).outcomes
+    prefill_s = (
+        outcome.token_s[0]
+        - outcome.sent_s
+        - CONSTANTS.request_overhead_s
+        - step.host_s
+        - step.decode_s([])
+    )
+    assert prompt / prefill_s == pytest.approx(verdict["prefill_tokens_per_s"], rel=1e-6)
+    # the issue's impossible figure: ~5 ms per output token; the weights alone need 18.6 ms
+    gaps = [b - a for a, b in zip(outcome.token_s, outcome.token_s[1:], strict=False)]
+    assert min(gaps) >= decode_floor_s(step.gpu, step.geometry, [prompt]) > 0.0186
+
+
+def test_a_node_class_without_a_gpu_says_which_default_it_got(
+    raw_config: Callable[[str], dict[str, Any]],
+    project_with: Callable[[str, dict[str, Any]], Path],
+) -> None:
+    raw = l40s_stack(raw_config("kv-routing"), gpu=None)
+    verdict = render_stack(STACK, project_with(STACK, raw)).outputs["sizing"]["disaggregation"]
+    assert "worker on rtx-4090, the default" in verdict["summary"]
+
+
+def test_an_unknown_gpu_is_a_one_line_error(
+    raw_config: Callable[[str], dict[str, Any]],
+) -> None:
+    with pytest.raises(Exception, match=r"nodeClasses\.l40s\.gpu.*unknown GPU 'l40'") as info:
+        parse_stack_config(STACK, l40s_stack(raw_config("kv-routing"), gpu="l40"))
+    assert "known: a10, a100-pcie-40gb" in str(info.value)
