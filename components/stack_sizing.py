@@ -28,7 +28,7 @@ from components.sizing import (
     WorkerKvReport,
     build_sizing_report,
 )
-from steptime.fit import SEED_FIT
+from steptime.fit import SEED_FIT, fit_for
 from steptime.gpus import resolve_gpu
 from steptime.roofline import EngineFit, EngineStep
 
@@ -59,8 +59,9 @@ def gpu_note(cfg: StackConfig, node_class: str) -> str | None:
 
 def engine_step(cfg: StackConfig, group: str, fit: EngineFit = SEED_FIT) -> EngineStep:
     """The step times of one worker of ``group``: its node class's GPU
-    (:func:`steptime.gpus.resolve_gpu`), the model's geometry, ``fit``, and the stack's
-    ``sizing.prefillTokensPerS`` when set.
+    (:func:`steptime.gpus.resolve_gpu`), the model's geometry, the efficiencies for that GPU
+    (:func:`steptime.fit.fit_for`: AIConfigurator's where it has the GPU, else ``fit``, the
+    seed fit), and the stack's ``sizing.prefillTokensPerS`` when set.
 
     Raises:
         KeyError: no worker group ``group``.
@@ -73,7 +74,7 @@ def engine_step(cfg: StackConfig, group: str, fit: EngineFit = SEED_FIT) -> Engi
     return EngineStep(
         gpu=gpu,
         geometry=model_geometry(cfg),
-        fit=fit,
+        fit=fit_for(gpu, fit),
         prefill_tokens_per_s_override=cfg.sizing.prefill_tokens_per_s,
     )
 
@@ -92,7 +93,7 @@ def prefill_source(cfg: StackConfig, group: WorkerGroup, step: EngineStep) -> st
     default = "" if cfg.node_classes[group.node_class].gpu is not None else ", the default"
     return (
         f"{group.name} on {step.gpu.name}{default}: dense BF16 roofline x "
-        f"{step.fit.prefill_efficiency:.2f} (seed fit)"
+        f"{step.fit.prefill_efficiency:.2f} ({step.fit.label})"
     )
 
 

@@ -172,9 +172,12 @@ def _facts(result: LoadedResults) -> list[tuple[str, str]]:
     if isinstance(resources, dict):
         facts.append(("workers", _workers(resources)))
     if grid is not None:
+        if grid.simulated is not None:
+            facts.append(("SIMULATED", grid.simulated))
+        ran = f"{grid.started_at:%Y-%m-%d %H:%M:%S} to {grid.finished_at:%H:%M:%S} UTC"
         facts += [
             ("server", f"{grid.model} at {grid.url}"),
-            ("ran", f"{grid.started_at:%Y-%m-%d %H:%M:%S} to {grid.finished_at:%H:%M:%S} UTC"),
+            ("ran" if grid.simulated is None else "ran (end on the simulated clock)", ran),
             ("prompt sizes", grid.token_count_source),
             ("load settings", _settings(result)),
         ]
@@ -205,6 +208,12 @@ def _versions() -> list[tuple[str, str]]:
     return found
 
 
+def _name(result: LoadedResults) -> str:
+    """The result's name, marked ``(SIMULATED)`` when it is a simulation's."""
+    simulated = result.grid is not None and result.grid.simulated is not None
+    return f"{result.name} (SIMULATED)" if simulated else result.name
+
+
 def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, bytes]]) -> str:
     """The report page: the seed-style table ("A / B" with two results), the figures as
     embedded PNGs, incidents and warnings per result, and a footer with what produced it."""
@@ -215,7 +224,7 @@ def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, b
         points = results[0].points
         headers, rows = table_headers(points), seed_rows(points, results[0].incidents)
     context: dict[str, Any] = {
-        "title": " vs ".join(r.name for r in results),
+        "title": " vs ".join(_name(r) for r in results),
         "sides": sides,
         "headers": [h.split("\n") for h in headers],
         "rows": rows,

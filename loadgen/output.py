@@ -248,12 +248,15 @@ class ResultsFolder:
             if column in run_rows:
                 run_rows[column] = run_rows[column].map(json.dumps)
         _replace(self.path / RUNS_FILE, lambda tmp: run_rows.to_csv(tmp, index=False))
-        table = seed_table(result.points, incidents=result.incidents)
+        title = None if result.simulated is None else f"SIMULATED: {result.simulated}"
+        table = seed_table(result.points, incidents=result.incidents, title=title)
         write_text_atomic(self.path / TABLE_FILE, table_text(table))
         incidents = [incident.model_dump(mode="json") for incident in result.incidents]
         write_text_atomic(self.path / INCIDENTS_FILE, json.dumps(incidents, indent=2) + "\n")
         write_text_atomic(self.path / RESULT_FILE, result.model_dump_json(indent=2) + "\n")
         points = [p.model_dump(mode="json") for p in result.points]
+        if result.simulated is not None:  # every point says so (read back, the key is ignored)
+            points = [{"simulated": result.simulated, **p} for p in points]
         write_text_atomic(self.path / SUMMARY_FILE, json.dumps(points, indent=2) + "\n")
 
 

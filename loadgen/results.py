@@ -182,6 +182,12 @@ class GridResult(BaseModel):
         default=None,
         description="The readiness gate before the grid (loadgen.readiness); None: not run.",
     )
+    simulated: str | None = Field(
+        default=None,
+        description="None: measured against a server. Else the figures are simulated, and this "
+        "says by what and from which sources (testbed simulate); every table and report of "
+        "this result says so.",
+    )
 
     def windows(self) -> list[RunWindow]:
         """Every run's window, in run order (runs without times are left out)."""

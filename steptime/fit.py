@@ -15,7 +15,7 @@ consumer say (:func:`extrapolation_note`).
 
 from __future__ import annotations
 
-from steptime.gpus import DEFAULT_GPU
+from steptime.gpus import DEFAULT_GPU, GpuSpec
 from steptime.roofline import EngineFit
 
 FIT_MODEL = "Qwen/Qwen3-0.6B"
@@ -30,6 +30,7 @@ SEED_FIT = EngineFit(
     weights_efficiency=0.589,
     kv_efficiency=1.0,
     step_host_s=0.00206904,
+    label="seed fit",
     source=(
         "seed fit: Qwen/Qwen3-0.6B on the seed's 24 GB / 8 GB GPUs taken as rtx-4090, "
         "kv-routing rows (bench/calibrate.py)"
@@ -38,20 +39,61 @@ SEED_FIT = EngineFit(
 """The efficiencies every worker uses."""
 
 
-def extrapolation_note(model: str, gpu: str) -> str | None:
-    """A warning when ``model`` on ``gpu`` is outside what the fit saw, else None."""
-    outside = [
-        what
-        for what, same in (
-            (f"model {model} (fit: {FIT_MODEL})", model == FIT_MODEL),
-            (f"GPU {gpu} (fit: {FIT_GPU})", gpu == FIT_GPU),
-        )
-        if not same
-    ]
+def extrapolation_note(model: str, gpu: str, fit: EngineFit) -> str | None:
+    """A warning when ``model`` on ``gpu`` with ``fit`` is outside what was calibrated, else
+    None: the seed fit saw only :data:`FIT_MODEL` on :data:`FIT_GPU`; AIConfigurator's
+    efficiencies were derived for Llama-3.1-8B on the GPU itself."""
+    outside = [f"model {model} (fit: {FIT_MODEL})"] if model != FIT_MODEL else []
+    if gpu != FIT_GPU:
+        outside.append(f"GPU {gpu} (fit: {FIT_GPU})")
     if not outside:
         return None
-    return (
-        f"extrapolated: {' and '.join(outside)} is outside the calibration; the step times are "
-        "a roofline of its figures times the seed fit's efficiencies, checked against "
-        "published measurements only where docs/simulation.md lists them"
+    sources = (
+        "efficiencies from AIConfigurator's measured vLLM kernels on this GPU, host time "
+        "from the seed fit"
+        if fit.label == "AIConfigurator"
+        else "the seed fit's efficiencies"
     )
+    return (
+        f"extrapolated: {' and '.join(outside)} is outside the seed calibration; the step "
+        f"times are a roofline of the GPU's datasheet figures x {sources}; docs/simulation.md "
+        "lists the published measurements it was checked against (bench/published.py)"
+    )
+
+
+AIC_SYSTEMS = {
+    "h100-sxm": "h100_sxm",
+    "h200": "h200_sxm",
+    "a100-sxm-80gb": "a100_sxm",
+    "l40s": "l40s",
+}
+"""Catalog GPUs for which aiconfigurator-core 0.12.0 ships measured vLLM kernel data, and its
+system name for each (its ``systems/data/<system>/``; its ``h100_pcie``, ``a100_pcie`` and
+``l4`` folders are empty)."""
+
+AIC_EFFICIENCIES: dict[str, dict[str, float]] = {
+    "h100-sxm": {"prefill_efficiency": 0.889, "weights_efficiency": 0.783, "kv_efficiency": 0.823},
+    "h200": {"prefill_efficiency": 0.861, "weights_efficiency": 0.697, "kv_efficiency": 0.819},
+    "a100-sxm-80gb": {
+        "prefill_efficiency": 0.928,
+        "weights_efficiency": 0.677,
+        "kv_efficiency": 0.627,
+    },
+    "l40s": {"prefill_efficiency": 0.738, "weights_efficiency": 0.851, "kv_efficiency": 0.736},
+}
+"""Per GPU of :data:`AIC_SYSTEMS`: the efficiencies AIConfigurator's measured vLLM data give
+for Llama-3.1-8B, derived and printed by ``bench/aic_efficiencies.py``."""
+
+
+def fit_for(gpu: GpuSpec, seed_fit: EngineFit = SEED_FIT) -> EngineFit:
+    """The fit a worker on ``gpu`` uses: AIConfigurator's efficiencies where
+    :data:`AIC_EFFICIENCIES` has the GPU (by catalog name), else ``seed_fit``'s; the host time
+    is always the seed fit's (AIConfigurator times the GPU only)."""
+    found = AIC_EFFICIENCIES.get(gpu.name)
+    if found is None or gpu.source == "stack config":
+        return seed_fit
+    source = (
+        f"AIConfigurator (aiconfigurator-core 0.12.0, vLLM data of {AIC_SYSTEMS[gpu.name]}; "
+        "bench/aic_efficiencies.py); host time: seed fit"
+    )
+    return seed_fit.model_copy(update={**found, "label": "AIConfigurator", "source": source})

@@ -77,7 +77,7 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             "4.8 TB/s HBM3e, 141 GB)",
         ),
         _gpu("a100-sxm-80gb", 312, 2_039, _A100 + "; 2,039 GB/s HBM2e, 80 GB"),
-        _gpu("a100-pcie-40gb", 312, 1_555, _A100 + "; 1,555 GB/s HBM2, 40 GB"),
+        _gpu("a100-40gb", 312, 1_555, _A100 + "; 1,555 GB/s HBM2, 40 GB (PCIe and SXM4 alike)"),
         _gpu(
             "l40s",
             362.05,

@@ -45,6 +45,7 @@ class EngineFit(BaseModel):
         weights_efficiency: fraction of its memory bandwidth a step's weight read reaches.
         kv_efficiency: fraction of its memory bandwidth the decode batch's KV read reaches.
         step_host_s: seconds of an engine step on the worker's CPU (not shared).
+        label: a short name of the source ("seed fit", "AIConfigurator").
         source: where the numbers come from (the fit's command and rows).
     """
 
@@ -54,6 +55,7 @@ class EngineFit(BaseModel):
     weights_efficiency: float = Field(gt=0, le=1)
     kv_efficiency: float = Field(gt=0, le=1)
     step_host_s: float = Field(ge=0)
+    label: str
     source: str
 
 

@@ -4,7 +4,9 @@ the cross-node attempts that ended in the OOMKill."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -62,3 +64,50 @@ WITHIN = 0.25
 def within(simulated: float | None, seed: float, tolerance: float = WITHIN) -> bool:
     """True when ``simulated`` is within ``+-tolerance`` (relative) of ``seed``."""
     return simulated is not None and abs(simulated - seed) <= tolerance * seed
+
+
+class _Point(Protocol):
+    """What :func:`seed_accuracy_note` reads of a grid point (``loadgen`` ``PointSummary``)."""
+
+    prefix_kinds: int
+    concurrency: int
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    requests_per_s: float
+
+
+def seed_accuracy_note(results: Mapping[str, Sequence[_Point]]) -> str | None:
+    """One line for under a simulated A / B table of the seed's own stacks: how many of the
+    seed's values at the grid points both share are within +-25% of the simulated ones, and
+    the seed's own figures for the first such point. None when a stack is not the seed's or
+    no point is shared."""
+    if not results or not set(results) <= set(SEED_SAME_NODE):
+        return None
+    hits = total = 0
+    shown: list[str] = []
+    for stack, points in results.items():
+        by_key = {(p.prefix_kinds, p.concurrency): p for p in points}
+        for seed in SEED_SAME_NODE[stack]:
+            p = by_key.get((seed.prefix_kinds, seed.concurrency))
+            if p is None:
+                continue
+            pairs = (
+                (p.ttft_p50_ms, seed.ttft_p50_ms),
+                (p.ttft_p99_ms, seed.ttft_p99_ms),
+                (p.requests_per_s, seed.requests_per_s),
+            )
+            hits += sum(within(sim, ref) for sim, ref in pairs)
+            total += len(pairs)
+            if len(shown) < len(results):
+                shown.append(
+                    f"{stack} at {seed.prefix_kinds} kinds / concurrency {seed.concurrency}: "
+                    f"TTFT p50 {seed.ttft_p50_ms:,.0f} ms, p99 {seed.ttft_p99_ms:,.0f} ms, "
+                    f"{seed.requests_per_s} req/s"
+                )
+    if not total:
+        return None
+    return (
+        f"Simulated, not measured: {hits} of {total} of the seed's values at these points are "
+        f"within +-25% of the figures above (the seed measured {'; '.join(shown)}; "
+        "docs/simulation.md has every value, bench/seed_match.py re-measures them)."
+    )

@@ -35,7 +35,7 @@ from components.config import StackConfig, project_values
 from components.errors import ConfigProblem, StackConfigError
 from components.sizing import MOCKER_BLOCK_SIZE_TOKENS, parse_quantity
 from components.stack_resources import stack_file_text, stack_resources
-from components.stack_sizing import engine_step, replica_name, stack_sizing
+from components.stack_sizing import engine_step, gpu_note, replica_name, stack_sizing
 from components.topology import build_topology
 from components.validation import parse_stack_config
 from loadgen.config import LoadConfig
@@ -53,7 +53,7 @@ from loadgen.results import GridResult
 from loadgen.results_folder import STACK_FILE
 from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid
 from loadgen.stats import summarize_run
-from steptime.fit import SEED_FIT
+from steptime.fit import SEED_FIT, extrapolation_note
 from steptime.roofline import EngineFit
 from testbed.calibration import CONSTANTS
 from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, ProcessWatch
@@ -230,6 +230,32 @@ def run_topology(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> RunTopology:
     )
 
 
+def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[str]]:
+    """What a simulated result says it is (``GridResult.simulated``: tables, ``summary.json``,
+    the HTML report), and the warnings it carries: each node class that names no GPU (which
+    default it got), and each worker group outside the seed fit (model or GPU other than the
+    fit's, :func:`steptime.fit.extrapolation_note`)."""
+    groups = []
+    warnings = []
+    for group in cfg.topology.workers:
+        step = engine_step(cfg, group.name, fit)
+        default = " (default)" if cfg.node_classes[group.node_class].gpu is None else ""
+        groups.append(f"{group.name} on {step.gpu.name}{default}, {step.fit.label}")
+        note = extrapolation_note(cfg.model.name, step.gpu.name, step.fit)
+        if note is not None:
+            warnings.append(f"{group.name}: {note}")
+    for node_class in dict.fromkeys(w.node_class for w in cfg.topology.workers):
+        note = gpu_note(cfg, node_class)
+        if note is not None:
+            warnings.append(note)
+    text = (
+        "testbed simulate: routing and prefix-cache hits from a real Dynamo frontend with "
+        f"mocker workers; engine steps of {cfg.model.name} ({'; '.join(groups)}): datasheet "
+        "roofline x efficiencies (steptime); KV path and host memory: testbed.timing_model"
+    )
+    return text, warnings
+
+
 def simulation_load(
     cfg: StackConfig, *, full: bool, grid: Mapping[str, Any] | None = None
 ) -> LoadConfig:
@@ -370,7 +396,13 @@ def retime_grid(
         earlier_incidents=incidents,
     )
     finished_at = started_at + timedelta(seconds=clock_s)
-    return result.model_copy(update={"finished_at": finished_at}), runs
+    simulated, notes = provenance(cfg, fit)
+    update = {
+        "finished_at": finished_at,
+        "simulated": simulated,
+        "warnings": result.warnings + notes,
+    }
+    return result.model_copy(update=update), runs
 
 
 @dataclass(frozen=True)

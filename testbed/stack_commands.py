@@ -23,6 +23,7 @@ from testbed.compare import print_resource_note
 from testbed.localgraph import LocalGraphError
 from testbed.render import Rendered, StackFileError, render_stack
 from testbed.render_files import diff_rendered, write_rendered
+from testbed.seed import seed_accuracy_note
 from testbed.simulate import load_stack, simulate_stack
 
 console = table_console(highlight=False)
@@ -214,9 +215,10 @@ def simulate_command(
         groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
         console.print(f"{name}: router {sim.spec.router_mode}; {groups}")
         table = seed_table(
-            sim.result.points, title=f"{name} (simulated)", incidents=sim.result.incidents
+            sim.result.points, title=f"{name} (SIMULATED)", incidents=sim.result.incidents
         )
         console.print(table)
+        console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
         server_side = client_server_table(sim.result.runs, title=f"{name}: client vs server")
         if server_side is not None:
             console.print(server_side)
@@ -228,8 +230,13 @@ def simulate_command(
     if len(results) == 2:
         a, b = results
         console.print(
-            comparison_table(a.result.points, b.result.points, title=f"{a.stack} / {b.stack}")
+            comparison_table(
+                a.result.points, b.result.points, title=f"{a.stack} / {b.stack} (SIMULATED)"
+            )
         )
+        note = seed_accuracy_note({a.stack: a.result.points, b.stack: b.result.points})
+        if note is not None:
+            console.print(Text(note), soft_wrap=True)
         print_resource_note(a.out_dir, b.out_dir)
     _write_reports([sim.out_dir for sim in results], out / REPORT_FILE)
     console.print(f"results in {out}/")

@@ -117,7 +117,15 @@ def test_simulate_stack_times_the_real_routing_run_and_leaves_no_process(
     assert stack_file["resources"]["workers_by_role"] == {"prefill": 2, "decode": 2}
     (report,) = write_folder_reports([sim.out_dir])  # as `testbed simulate` does after this
     html = report.read_text()
-    assert "Load report: disagg-same-node</h1>" in html
+    # Every simulated result says so, and from what (issue 22, item 3).
+    assert "Load report: disagg-same-node (SIMULATED)</h1>" in html
+    assert "<dt>SIMULATED</dt><dd>testbed simulate: routing and prefix-cache hits" in html
+    assert "<dt>ran (end on the simulated clock)</dt>" in html
+    assert "rtx-4090 (default)" in (sim.result.simulated or "")
+    assert (out / "table.txt").read_text().lstrip().startswith("SIMULATED: testbed simulate")
+    (summary,) = json.loads((out / "summary.json").read_text())
+    assert summary["simulated"] == sim.result.simulated
+    assert any("'gpu-24gb' names no GPU: assumed rtx-4090" in w for w in sim.result.warnings)
     assert "<dt>workers</dt><dd>prefill 2, decode 2 on " in html  # from stack.json
     (point,) = sim.result.points
     assert point.samples == 24 and point.errors == 0

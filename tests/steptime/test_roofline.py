@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from components.models import KNOWN_MODELS, known_model
-from steptime.fit import SEED_FIT, extrapolation_note
+from steptime.fit import AIC_EFFICIENCIES, SEED_FIT, extrapolation_note, fit_for
 from steptime.gpus import DEFAULT_GPU, GPU_CATALOG, GpuSpec, catalog_gpu, resolve_gpu
 from steptime.roofline import (
     EngineFit,
@@ -20,14 +20,21 @@ from steptime.roofline import (
 )
 
 PAIRS = list(itertools.product(GPU_CATALOG.values(), KNOWN_MODELS.items()))
-BATCHES: tuple[list[int], ...] = ([], [2_371], [2_403] * 4, [4_096] * 8, [8_192] * 64, [1_000] * 512)
+BATCHES: tuple[list[int], ...] = (
+    [],
+    [2_371],
+    [2_403] * 4,
+    [4_096] * 8,
+    [8_192] * 64,
+    [1_000] * 512,
+)
 
 
 @pytest.mark.parametrize(("gpu", "model"), PAIRS, ids=lambda p: getattr(p, "name", None))
 def test_no_step_beats_the_roofline(gpu: GpuSpec, model: tuple[str, object]) -> None:
     name, _ = model
     geometry = known_model(name)
-    step = EngineStep(gpu, geometry, SEED_FIT)
+    step = EngineStep(gpu, geometry, fit_for(gpu))
     ceiling = prefill_ceiling_tokens_per_s(gpu, geometry)
     assert 0 < step.prefill_tokens_per_s() <= ceiling
     for contexts in BATCHES:
@@ -86,7 +93,18 @@ def test_no_gpu_named_gets_the_default_and_says_so() -> None:
 
 
 def test_outside_the_fit_is_called_extrapolated() -> None:
-    assert extrapolation_note("Qwen/Qwen3-0.6B", DEFAULT_GPU) is None
-    note = extrapolation_note("meta-llama/Llama-3.1-8B-Instruct", "l40s")
+    assert extrapolation_note("Qwen/Qwen3-0.6B", DEFAULT_GPU, SEED_FIT) is None
+    note = extrapolation_note("meta-llama/Llama-3.1-8B-Instruct", "l40s", SEED_FIT)
     assert note is not None and note.startswith("extrapolated: model meta-llama/")
     assert "GPU l40s (fit: rtx-4090)" in note
+
+
+def test_aiconfigurator_gpus_get_its_efficiencies_and_the_seeds_host_time() -> None:
+    for name in AIC_EFFICIENCIES:
+        fit = fit_for(GPU_CATALOG[name])
+        assert fit.label == "AIConfigurator" and fit.step_host_s == SEED_FIT.step_host_s
+        assert fit.weights_efficiency == AIC_EFFICIENCIES[name]["weights_efficiency"]
+    assert fit_for(GPU_CATALOG[DEFAULT_GPU]) == SEED_FIT
+    # figures given in a stack are the user's GPU, not the catalog's: the seed fit applies
+    given = GpuSpec(name="l40s", bf16_dense_tflops=1, memory_gb_per_s=1)
+    assert fit_for(given) == SEED_FIT

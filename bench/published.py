@@ -1,0 +1,151 @@
+"""The step-time model against published measurements of model x GPU pairs nobody fitted on.
+
+Run: `uv run --frozen --all-groups python bench/published.py` (a second; no GPU, no Dynamo).
+
+Each case is a published vLLM measurement (address, vLLM version, GPU, model, concurrency,
+input / output tokens, the figure). The same timing model `testbed simulate` uses
+(:func:`testbed.timing_model.simulate_run` with each worker's
+:func:`components.stack_sizing.engine_step`-style :class:`steptime.roofline.EngineStep`: the
+GPU's catalog figures x its efficiencies, `steptime.fit.fit_for`) runs the case's load on
+one aggregated worker on one GPU, without prefix-cache hits: `concurrency` clients in a closed
+loop, `requests` requests of `input` prompt and `output` generated tokens. Request overhead:
+0 for an offline benchmark (vLLM's `benchmark_latency`), the seed fit's
+(`testbed.calibration.CONSTANTS.request_overhead_s`) for a server. Prints a Markdown table,
+each row marked when outside +-30%.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass
+
+from components.models import known_model
+from steptime.fit import fit_for
+from steptime.gpus import GPU_CATALOG
+from steptime.roofline import EngineStep
+from testbed.calibration import CONSTANTS
+from testbed.timing_model import RunTiming, RunTopology, SimRequest, WorkerSpec, simulate_run
+
+TOLERANCE = 0.30
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published figure and the load that produced it."""
+
+    source: str
+    gpu: str
+    model: str
+    concurrency: int
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    metric: str  # "e2e_mean_ms" | "tpot_ms" | "output_tokens_per_s"
+    published: float
+    offline: bool
+
+
+CASES = (
+    Case(
+        "vLLM's CI performance benchmark, https://buildkite.com/vllm/performance-benchmark/"
+        "builds/9515, latency_llama8B_tp1 (benchmark_latency, batch 8 fixed)",
+        "h200",
+        LLAMA,
+        8,
+        8,
+        32,
+        128,
+        "e2e_mean_ms",
+        833.421,
+        offline=True,
+    ),
+    Case(
+        "https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/ (vLLM 0.21.0, "
+        "H100-80GB-HBM3, fp16, chatbot-short: input length not stated, taken as 512), conc 1",
+        "h100-sxm",
+        LLAMA,
+        1,
+        20,
+        512,
+        128,
+        "tpot_ms",
+        6.48,
+        offline=False,
+    ),
+    Case(
+        "same page, conc 4",
+        "h100-sxm",
+        LLAMA,
+        4,
+        40,
+        512,
+        128,
+        "tpot_ms",
+        6.59,
+        offline=False,
+    ),
+    Case(
+        "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on (vLLM 0.23.0, "
+        "A100 40GB, BF16, vllm bench serve random 1024 in / 128 out, --ignore-eos), conc 1: "
+        "'about 75 tokens/sec'",
+        "a100-40gb",
+        LLAMA,
+        1,
+        20,
+        1024,
+        128,
+        "output_tokens_per_s",
+        75.0,
+        offline=False,
+    ),
+)
+
+
+def run(case: Case) -> RunTiming:
+    """The case's load on one aggregated worker alone on its GPU."""
+    gpu = GPU_CATALOG[case.gpu]
+    step = EngineStep(gpu, known_model(case.model), fit_for(gpu))
+    worker = WorkerSpec("worker-0", "worker", "aggregated", "gpu/0", step, 10**9)
+    requests = [
+        SimRequest(i, i, 0, case.input_tokens, 0, case.output_tokens) for i in range(case.requests)
+    ]
+    constants = (
+        dataclasses.replace(CONSTANTS, request_overhead_s=0.0) if case.offline else CONSTANTS
+    )
+    return simulate_run(RunTopology(workers=(worker,)), constants, requests, case.concurrency)
+
+
+def predicted(case: Case) -> float:
+    """The simulated figure of ``case.metric``."""
+    outcomes = [o for o in run(case).outcomes if o.error is None]
+    if case.metric == "e2e_mean_ms":
+        return statistics.mean((o.token_s[-1] - o.sent_s) * 1e3 for o in outcomes)
+    tpots = [(o.token_s[-1] - o.token_s[0]) / (len(o.token_s) - 1) for o in outcomes]
+    tpot = statistics.median(tpots)
+    return tpot * 1e3 if case.metric == "tpot_ms" else 1.0 / tpot
+
+
+def main() -> None:
+    print("| GPU | model | load | figure | published | simulated | error |")
+    print("|---|---|---|---|---|---|---|")
+    hits = 0
+    for case in CASES:
+        sim = predicted(case)
+        error = sim / case.published - 1
+        ok = abs(error) <= TOLERANCE
+        hits += ok
+        load = f"conc {case.concurrency}, {case.input_tokens} in / {case.output_tokens} out"
+        fit = fit_for(GPU_CATALOG[case.gpu]).label
+        print(
+            f"| {case.gpu} ({fit}) | {case.model} | {load} | {case.metric} | "
+            f"{case.published:,.2f} | {sim:,.2f} | {error:+.0%}{'' if ok else ' ✗'} |"
+        )
+    print(f"\n{hits} of {len(CASES)} within +-{TOLERANCE:.0%}. Sources:")
+    for case in CASES:
+        print(f"- {case.gpu}, conc {case.concurrency}: {case.source}")
+
+
+if __name__ == "__main__":
+    main()
