@@ -91,7 +91,7 @@ class NodeClass(CamelModel):
     time_slicing: TimeSlicing | None = Field(
         default=None, description="Set when the GPUs are shared by time-slicing."
     )
-    gpu: str | GpuSpec | None = Field(
+    gpu: ConfigText | GpuSpec | None = Field(
         default=None,
         description="The GPU, for step times: a catalog name ("
         + ", ".join(sorted(GPU_CATALOG))

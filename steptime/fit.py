@@ -26,10 +26,10 @@ FIT_GPU = DEFAULT_GPU
 
 SEED_FIT = EngineFit(
     # fitted by bench/calibrate.py on the seed's kv-routing rows:
-    prefill_efficiency=0.874,
-    weights_efficiency=0.589,
+    prefill_efficiency=0.873856,
+    weights_efficiency=0.58095,
     kv_efficiency=1.0,
-    step_host_s=0.00206904,
+    step_host_s=0.00206299,
     label="seed fit",
     source=(
         "seed fit: Qwen/Qwen3-0.6B on the seed's 24 GB / 8 GB GPUs taken as rtx-4090, "

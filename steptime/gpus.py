@@ -15,6 +15,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from components.config_text import ConfigText
+
 
 class GpuSpec(BaseModel):
     """One GPU's roofline figures.
@@ -30,10 +32,10 @@ class GpuSpec(BaseModel):
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
     )
 
-    name: str = Field(min_length=1)
+    name: ConfigText = Field(min_length=1)
     bf16_dense_tflops: float = Field(gt=0, alias="bf16DenseTflops")
     memory_gb_per_s: float = Field(gt=0, alias="memoryGbPerS")
-    source: str = "stack config"
+    source: ConfigText = "stack config"
 
     @property
     def flops_per_s(self) -> float:

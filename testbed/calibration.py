@@ -44,8 +44,8 @@ engine steps plus the notification round trip, not a measurement."""
 
 CONSTANTS = TimingConstants(
     # fitted (FITTED), by bench/calibrate.py on the seed's kv-routing rows:
-    timeslice_efficiency=0.891311,
-    request_overhead_s=0.0328435,
+    timeslice_efficiency=0.891282,
+    request_overhead_s=0.0329745,
     # assumed (not identifiable from the kv-routing rows):
     host_base_bytes=HOST_BASE_BYTES,
     buffer_linger_s=BUFFER_LINGER_S,

@@ -98,7 +98,7 @@ def seed_accuracy_note(results: Mapping[str, Sequence[_Point]]) -> str | None:
             )
             hits += sum(within(sim, ref) for sim, ref in pairs)
             total += len(pairs)
-            if len(shown) < len(results):
+            if not shown or not shown[-1].startswith(stack):
                 shown.append(
                     f"{stack} at {seed.prefix_kinds} kinds / concurrency {seed.concurrency}: "
                     f"TTFT p50 {seed.ttft_p50_ms:,.0f} ms, p99 {seed.ttft_p99_ms:,.0f} ms, "
