@@ -12,6 +12,10 @@ loop, `requests` requests of `input` prompt and `output` generated tokens. Reque
 0 for an offline benchmark (vLLM's `benchmark_latency`), the seed fit's
 (`testbed.calibration.CONSTANTS.request_overhead_s`) for a server. Prints a Markdown table,
 each row marked when outside +-30%.
+
+Then the issue's L40S case (Llama-3.1-8B-Instruct on an L40S, the seed's 2,371-token prompts, 64
+output tokens, concurrency 4, no prefix-cache hit) beside its roofline floor: the old absolute
+constants gave ~5 ms per output token, below the 18.6 ms its weights need.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 from components.models import known_model
 from steptime.fit import fit_for
 from steptime.gpus import GPU_CATALOG
-from steptime.roofline import EngineStep
+from steptime.roofline import EngineStep, decode_floor_s
 from testbed.calibration import CONSTANTS
 from testbed.timing_model import RunTiming, RunTopology, SimRequest, WorkerSpec, simulate_run
 
@@ -145,6 +149,16 @@ def main() -> None:
     print(f"\n{hits} of {len(CASES)} within +-{TOLERANCE:.0%}. Sources:")
     for case in CASES:
         print(f"- {case.gpu}, conc {case.concurrency}: {case.source}")
+    l40s = Case("the issue", "l40s", LLAMA, 4, 40, 2_371, 64, "tpot_ms", 0.0, offline=False)
+    gpu, geometry = GPU_CATALOG["l40s"], known_model(LLAMA)
+    outcomes = run(l40s).outcomes
+    ttft = statistics.median((o.token_s[0] - o.sent_s) * 1e3 for o in outcomes)
+    floor = decode_floor_s(gpu, geometry, [2_371] * 4) * 1e3
+    print(
+        f"\nthe issue's L40S case (Llama-3.1-8B, conc 4, 2,371 in / 64 out, cold): TPOT "
+        f"{predicted(l40s):.1f} ms (roofline floor {floor:.1f} ms: weights + 4 requests' KV at "
+        f"864 GB/s), TTFT p50 {ttft:,.0f} ms"
+    )
 
 
 if __name__ == "__main__":
