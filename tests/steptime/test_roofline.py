@@ -97,6 +97,7 @@ def test_outside_the_fit_is_called_extrapolated() -> None:
     note = extrapolation_note("meta-llama/Llama-3.1-8B-Instruct", "l40s", SEED_FIT)
     assert note is not None and note.startswith("extrapolated: model meta-llama/")
     assert "GPU l40s (fit: rtx-4090)" in note
+    assert "checked: 3 of 4 published vLLM measurements" in note
 
 
 def test_aiconfigurator_gpus_get_its_efficiencies_and_the_seeds_host_time() -> None:
