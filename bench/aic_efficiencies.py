@@ -1,6 +1,6 @@
 """Derive the step-time model's per-GPU efficiencies from NVIDIA AIConfigurator's measured data.
 
-Run: `uv run --frozen --all-groups python bench/aic_efficiencies.py` (Linux x86_64: the `sim`
+Run: `uv run --frozen --all-groups python bench/aic_efficiencies.py` (Linux x86_64: the `calibrate`
 group's aiconfigurator-core; a few seconds per GPU).
 
 For each catalog GPU that aiconfigurator-core 0.12.0 ships measured vLLM kernel data for
