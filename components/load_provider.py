@@ -22,7 +22,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -40,21 +40,20 @@ from components.load_step import (
     step_outputs,
     step_status,
 )
-from components.load_step_folder import StopFileObserver, StopRequested, run_folder
 from components.stack_resources import stack_file_text
 from components.topology import FRONTEND_PORT
-from loadgen.api import base_url
-from loadgen.config import LoadConfig
-from loadgen.html_report import write_folder_reports
-from loadgen.incidents import INCIDENTS_FILE, placed_all
-from loadgen.kube_watch import pod_watch
-from loadgen.observers import GridObserver
-from loadgen.output import read_result, write_text_atomic
-from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
-from loadgen.report import SUMMARY_FILE
-from loadgen.results import GridResult
-from loadgen.results_folder import STACK_FILE, STATUS_FILE
-from loadgen.runner import grid_keys, run_grid_async
+
+if TYPE_CHECKING:
+    from components.load_step_folder import StopRequested
+    from loadgen.config import LoadConfig
+    from loadgen.observers import GridObserver
+    from loadgen.results import GridResult
+
+# The step's own modules (the grid runner, the pod watch with the `kubernetes` client, the
+# report with matplotlib, the results folder with pandas) are imported where the step runs:
+# every `pulumi preview`/`up` imports this module, and the dynamic provider's process imports
+# it again, so importing them here cost seconds of CPU per command (bench/program_import.py;
+# tests/test_program_imports.py keeps them out).
 
 
 class LoadStepError(RuntimeError):
@@ -85,6 +84,12 @@ async def _wait_and_run(
     Raises:
         ModelNotListedError: the URL is unknown, or the model was not listed in time.
     """
+    from components.load_step_folder import StopFileObserver, StopRequested
+    from loadgen.api import base_url
+    from loadgen.output import read_result
+    from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
+    from loadgen.runner import grid_keys, run_grid_async
+
     if inputs.url is None:
         raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
     wait_s = min(inputs.model_wait_s, inputs.deadline_s)
@@ -136,6 +141,14 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
         LoadStepStopped: the stop file stopped the grid between two runs; the folder keeps the
             finished runs (and no ``status.json``), for the next step to resume.
     """
+    from components.load_step_folder import StopRequested, run_folder
+    from loadgen.incidents import INCIDENTS_FILE, placed_all
+    from loadgen.kube_watch import pod_watch
+    from loadgen.output import read_result, write_text_atomic
+    from loadgen.readiness import ModelNotListedError
+    from loadgen.report import SUMMARY_FILE
+    from loadgen.results_folder import STACK_FILE, STATUS_FILE
+
     ran_at = datetime.now(UTC)
     deadline = time.monotonic() + inputs.deadline_s
     config = inputs.load_config()
@@ -200,6 +213,8 @@ def _stopped(
 def _write_report(run_dir: Path) -> None:
     """``report.html`` beside ``summary.json`` (:mod:`loadgen.html_report`); a failure is a
     Pulumi warning, never a failed step: the results are already written."""
+    from loadgen.html_report import write_folder_reports
+
     try:
         write_folder_reports([run_dir])
     except (OSError, ValueError) as exc:

@@ -31,9 +31,8 @@ from components.errors import ConfigProblem
 from components.manifests import PULUMI_ANNOTATION_PREFIX
 from components.stack_resources import stack_resources
 from components.topology import build_topology
-from loadgen.config import Arrival, LoadConfig
+from loadgen.config import Arrival, LoadConfig, ReadyCheck
 from loadgen.incidents import Incident, describe
-from loadgen.readiness import ReadyCheck
 from loadgen.results import GridResult
 
 RERUN_INPUTS = ("url", "model", "grid", "fingerprint", "runId")

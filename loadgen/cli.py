@@ -19,12 +19,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from loadgen.api import base_url
-from loadgen.config import LoadConfig
+from loadgen.config import LoadConfig, ReadyCheck
 from loadgen.html_report import write_folder_reports, write_report
 from loadgen.kube_watch import pod_watch
 from loadgen.output import ResumeError, complete_runs
 from loadgen.prompts import load_tokenizer_sizer
-from loadgen.readiness import NotServingError, Readiness, ReadyCheck
+from loadgen.readiness import NotServingError
 from loadgen.report import (
     client_server_table,
     comparison_table,
@@ -32,7 +32,7 @@ from loadgen.report import (
     seed_table,
     table_console,
 )
-from loadgen.results import GridResult
+from loadgen.results import GridResult, Readiness
 from loadgen.results_folder import load_results
 from loadgen.runner import run_grid
 

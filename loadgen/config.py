@@ -145,3 +145,11 @@ class LoadConfig(BaseModel):
     def suffix_tokens(self) -> int:
         """Tokens of the unique suffix: prompt_tokens - prefix_tokens."""
         return self.prompt_tokens - self.prefix_tokens
+
+
+class ReadyCheck(BaseModel):
+    """The readiness gate's settings: `successes` streamed completions in a row must succeed
+    within `timeout_s` seconds (counted from the gate's first request)."""
+
+    successes: int = Field(default=3, gt=0)
+    timeout_s: float = Field(default=600.0, gt=0)

@@ -17,12 +17,12 @@ from collections import Counter
 from types import SimpleNamespace
 
 import aiohttp
-from pydantic import BaseModel, Field
 
 from loadgen.api import API_PATHS, request_body, short_message
-from loadgen.config import LoadConfig
+from loadgen.config import LoadConfig, ReadyCheck
 from loadgen.loops import make_client
 from loadgen.request import RequestRecord, stream_request
+from loadgen.results import Readiness
 
 MODELS_PATH = "v1/models"  # relative to `loadgen.api.base_url`
 POLL_INTERVAL_S = 0.5  # between two /v1/models polls, and after a failed gate request
@@ -36,27 +36,6 @@ class ModelNotListedError(TimeoutError):
 
 class NotServingError(TimeoutError):
     """The readiness gate's deadline passed before enough completions in a row succeeded."""
-
-
-class ReadyCheck(BaseModel):
-    """The readiness gate's settings: `successes` streamed completions in a row must succeed
-    within `timeout_s` seconds (counted from the gate's first request)."""
-
-    successes: int = Field(default=3, gt=0)
-    timeout_s: float = Field(default=600.0, gt=0)
-
-
-class Readiness(BaseModel):
-    """What the gate saw: `waited_s` seconds until `successes` completions in a row had
-    succeeded, after `attempts` requests, of which the failed ones are counted by error kind
-    (e.g. {"http_status": 9}); `first_failure`/`last_failure` are one-line error messages."""
-
-    waited_s: float
-    attempts: int
-    successes: int
-    failures_by_kind: dict[str, int]
-    first_failure: str | None
-    last_failure: str | None
 
 
 async def model_listed(client: aiohttp.ClientSession, model: str) -> str | None:

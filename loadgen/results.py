@@ -10,9 +10,21 @@ from pydantic import BaseModel, Field
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident, RunWindow
-from loadgen.readiness import Readiness
 
 LOW_SAMPLE_P99 = 100  # a p99 over fewer samples rests on its one or two largest values
+
+
+class Readiness(BaseModel):
+    """What the gate saw: `waited_s` seconds until `successes` completions in a row had
+    succeeded, after `attempts` requests, of which the failed ones are counted by error kind
+    (e.g. {"http_status": 9}); `first_failure`/`last_failure` are one-line error messages."""
+
+    waited_s: float
+    attempts: int
+    successes: int
+    failures_by_kind: dict[str, int]
+    first_failure: str | None
+    last_failure: str | None
 
 
 class ErrorSample(BaseModel):

@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.progress import Progress
 
 from loadgen.api import API_PATHS, base_url, request_body, short_message
-from loadgen.config import Arrival, LoadConfig
+from loadgen.config import Arrival, LoadConfig, ReadyCheck
 from loadgen.incidents import Incident, placed_all
 from loadgen.loops import OnDone, Share, ShareResult, Warmup, make_client, run_share
 from loadgen.observers import GridObserver
@@ -39,9 +39,9 @@ from loadgen.prompts import (
     calibration_texts,
     load_tokenizer_sizer,
 )
-from loadgen.readiness import Readiness, ReadyCheck, wait_until_serving
+from loadgen.readiness import wait_until_serving
 from loadgen.request import RequestRecord, stream_request
-from loadgen.results import ErrorSample, GridResult
+from loadgen.results import ErrorSample, GridResult, Readiness
 from loadgen.server_metrics import ServerMetrics
 from loadgen.stats import client_budget_warning, summarize_point, summarize_run
 from loadgen.workers import WorkerPool, auto_workers, split_share

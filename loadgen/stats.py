@@ -1,15 +1,20 @@
 """Percentiles and the reduction of request records to run and grid-point summaries."""
 
+from __future__ import annotations
+
 import itertools
 import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from loadgen.lag import lag_warning
-from loadgen.loops import Warmup
-from loadgen.request import RequestRecord
 from loadgen.results import LOW_SAMPLE_P99, PointSummary, RunSummary
+
+if TYPE_CHECKING:  # annotations only: the client modules import aiohttp (bench/program_import.py)
+    from loadgen.loops import Warmup
+    from loadgen.request import RequestRecord
 
 _NS_PER_MS = 1e6
 

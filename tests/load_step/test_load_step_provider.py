@@ -14,7 +14,12 @@ import pandas as pd
 import pytest
 from fake_kube_api import NAMESPACE, fake_kube_api, oom_killed, pod
 
-from components import load_provider
+# The step imports its runtime where it runs (components.load_provider): import it before the
+# tests, so a timed fault below falls in the run, not in the step's first imports.
+import loadgen.html_report
+import loadgen.kube_watch
+import loadgen.runner  # noqa: F401
+from components import load_provider, load_step_folder
 from components.load_provider import LoadStepError, LoadStepProvider, LoadStepStopped
 from components.load_step import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons, step_inputs
 from components.load_step_folder import STOP_FILE, StopFileObserver
@@ -214,7 +219,8 @@ def test_a_stop_file_stops_between_runs_and_the_next_up_resumes(
             stop.touch()  # as the user would, while the run finishes
             return run
 
-    monkeypatch.setattr(load_provider, "StopFileObserver", TouchDuringFirstRun)
+    # The step imports it where it runs (components.load_provider), from its module.
+    monkeypatch.setattr(load_step_folder, "StopFileObserver", TouchDuringFirstRun)
     with pytest.raises(LoadStepStopped) as stopped:
         LoadStepProvider().create(props)
     (folder,) = (tmp_path / STACK).iterdir()
@@ -229,7 +235,7 @@ def test_a_stop_file_stops_between_runs_and_the_next_up_resumes(
     measured = first.read_text()
     assert not (folder / "runs" / "k2-c3-r1").exists()
 
-    monkeypatch.setattr(load_provider, "StopFileObserver", StopFileObserver)
+    monkeypatch.setattr(load_step_folder, "StopFileObserver", StopFileObserver)
     outs = LoadStepProvider().create(props).outs
     assert outs is not None
     assert outs["resultsDir"] == str(folder.resolve())

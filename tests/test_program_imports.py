@@ -1,0 +1,59 @@
+"""What importing the Pulumi program loads: never the load step's heavy packages.
+
+``pulumi preview`` and every ``pulumi up`` import ``components.program`` (``__main__.py``)
+before registering anything, and the load step's dynamic-provider process imports it again;
+the step's own packages are imported where it runs (``components.load_provider``). Issue 20
+item 10 measured ~6.7 s of CPU for the import when they were module-level imports; the timing
+itself is ``bench/program_import.py`` (timings live in bench/, not in tests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from testbed.render import REPO
+
+HEAVY = (
+    "matplotlib",  # the load step's report (loadgen.html_report)
+    "pandas",  # the results folder (loadgen.output, loadgen.results_folder)
+    "numpy",
+    "pyarrow",
+    "kubernetes",  # the pod watch's client (loadgen.kube_watch)
+    "aiohttp",  # the load's HTTP client (loadgen.loops, loadgen.request)
+    "jinja2",  # the report's template
+    "tokenizers",  # prompt sizing (loadgen.prompts)
+    "prometheus_client",  # server metrics (loadgen.server_metrics)
+    "simpy",  # the local simulation
+)
+
+
+def loaded_by(module: str) -> set[str]:
+    """Top-level packages in ``sys.modules`` after importing ``module`` in a fresh interpreter."""
+    code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    return {name.split(".")[0] for name in json.loads(out)}
+
+
+@pytest.fixture(scope="module")
+def program_modules() -> set[str]:
+    return loaded_by("components.program")
+
+
+@pytest.mark.parametrize("package", HEAVY)
+def test_the_program_does_not_import(program_modules: set[str], package: str) -> None:
+    assert package not in program_modules, (
+        f"importing components.program loads {package}: import it where the load step runs"
+    )
+
+
+def test_the_check_sees_what_the_step_imports() -> None:
+    """The same check on the step's runtime finds the heavy packages, so it can fail."""
+    loaded = loaded_by("loadgen.runner, loadgen.html_report, loadgen.kube_watch")
+    assert {"matplotlib", "pandas", "kubernetes", "aiohttp"} <= loaded
+    assert {"pulumi", "pydantic"} <= loaded_by("components.program")
