@@ -201,6 +201,19 @@ class PlatformConfig(_StackSection):
         " replace). Default {}.",
     )
 
+    @field_validator("extra_values")
+    @classmethod
+    def _check_no_null(cls, values: dict[str, Any]) -> dict[str, Any]:
+        nulls = null_paths(values)
+        if nulls:
+            raise ValueError(
+                f"extraValues key '{nulls[0]}' is null: a null set from a Python program never"
+                " reaches the Helm release (pulumi-kubernetes #3178, #3811), so the chart's"
+                " default would stay; allowed: the value you want there (a null cannot delete"
+                " a chart default from this program)"
+            )
+        return values
+
     @field_validator("chart_version")
     @classmethod
     def _check_chart_version(cls, version: str) -> str:
@@ -253,6 +266,32 @@ def testbed_namespace_labels(cfg: PlatformConfig) -> dict[str, str]:
     return {cfg.webhook.namespace_label_key: cfg.webhook.namespace_label_value}
 
 
+def null_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths (``a.b[0].c``) of every None in `values` (dicts and lists), in order.
+
+    `helm.v3.Release` never receives them from this program: the Python SDK sends a nested
+    None, but it does not reach the provider (pulumi/pulumi-kubernetes 7e10bf37a, #4293, in
+    4.30.0: "Go/C#/Python inline null (#3234, #3178): These SDKs strip null at the SDK marshaler
+    layer before it reaches the provider"; #3811 is the report for a Python `Release`), so a
+    null meant to delete a chart default silently keeps it.
+    """
+    found: list[str] = []
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        found += _nulls_in(value, path)
+    return found
+
+
+def _nulls_in(value: Any, path: str) -> list[str]:
+    if value is None:
+        return [path]
+    if isinstance(value, dict):
+        return null_paths(value, path)
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _nulls_in(item, f"{path}[{i}]")]
+    return []
+
+
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """Return `override` merged into `base`: nested dicts merge, anything else replaces.
 
@@ -267,10 +306,18 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
+_REMOVED_TOGGLES = ("nats", "etcd", "grove", "kai-scheduler")
+"""Umbrella-chart keys whose `<key>.enabled` the chart refuses (moved to `global.<key>.*`)."""
+_LEADER_ID = "dynamo.nvidia.com"
+"""The one leader-election ID the chart accepts for a cluster-wide operator (its default)."""
+
+
 def _check_chart_contract(
     values: dict[str, Any], cfg: PlatformConfig, testbed_namespace: str
 ) -> None:
-    """Reject merged values the 1.3+ chart would refuse, or that contradict `operatorScope`."""
+    """Reject merged values the chart's validation templates would refuse (restated one by one
+    in tests/platform/test_chart_rules.py, with their upstream lines), or that contradict
+    `operatorScope`."""
     operator = values.get(OPERATOR_VALUES_KEY, {})
     selector = operator.get("webhook", {}).get("namespaceSelector")
     if selector:
@@ -279,6 +326,31 @@ def _check_chart_contract(
             " refused by the dynamo-platform chart (1.3+ fails the install); allowed: {}. The"
             " admission scope follows operatorScope: cluster = every namespace, namespace = the"
             " testbed namespace only"
+        )
+    for toggle in _REMOVED_TOGGLES:
+        if isinstance(values.get(toggle), dict) and "enabled" in values[toggle]:
+            raise ValueError(
+                f"extraValues key '{toggle}.enabled' is refused by the dynamo-platform chart"
+                f" (removed; the install fails); allowed: 'global.{toggle}.install'"
+            )
+    backend = operator.get("discoveryBackend")
+    if backend not in ("kubernetes", "etcd"):
+        raise ValueError(
+            f"extraValues key '{OPERATOR_VALUES_KEY}.discoveryBackend'={backend!r} is refused by"
+            " the dynamo-platform chart; allowed: 'kubernetes' (ours: no etcd is installed)"
+        )
+    election = operator.get("controllerManager", {}).get("leaderElection", {})
+    if cfg.operator_scope == "cluster" and election.get("id") not in (None, "", _LEADER_ID):
+        raise ValueError(
+            f"extraValues key '{OPERATOR_VALUES_KEY}.controllerManager.leaderElection.id'="
+            f"{election['id']!r} is refused by the dynamo-platform chart for a cluster-wide"
+            f" operator; allowed: '' or {_LEADER_ID!r}"
+        )
+    if cfg.operator_scope == "cluster" and election.get("namespace") == cfg.namespace:
+        raise ValueError(
+            f"extraValues key '{OPERATOR_VALUES_KEY}.controllerManager.leaderElection.namespace'="
+            f"{cfg.namespace!r} (the release namespace) is refused by the dynamo-platform chart"
+            " for a cluster-wide operator; allowed: another namespace (e.g. 'kube-system') or ''"
         )
     restricted = cfg.operator_scope == "namespace"
     expected = {
