@@ -2,4 +2,4 @@
 
 from components.program import main
 
-main()
+main(cluster_checks=True)

@@ -476,6 +476,13 @@ class SizingConfig(CamelModel):
         "and the simulation; default: the step-time model's (steptime: the node class's GPU "
         "roofline x the seed fit's efficiency).",
     )
+    cluster_check: Literal["error", "warn", "off"] = Field(
+        default="error",
+        description="What a missing cluster precondition does at preview (nodes with the node"
+        " classes' labels, tolerated taints, allocatable GPUs and memory:"
+        " components.cluster_checks): error stops before anything is deployed, warn deploys"
+        " anyway, off reads nothing. Without API access it is one warning.",
+    )
     activation_overhead_gib: float = Field(
         default=DEFAULT_ACTIVATION_OVERHEAD_BYTES / GI,
         alias="activationOverheadGiB",

@@ -11,6 +11,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.cluster_checks import release_description
+from components.errors import PROJECT
 from components.platform import PlatformConfig, admission_scope, helm_release_spec
 
 COMPONENT_TYPE = "dynamo-testbed:platform:DynamoPlatform"
@@ -36,7 +38,9 @@ class DynamoPlatform(pulumi.ComponentResource):
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """Register the release (if any) as a child named `<name>-release`.
+        """Register the release (if any) as a child named `<name>-release`, described as this
+        stack's (`components.cluster_checks.release_description`: a later preview tells it
+        from a release installed otherwise).
 
         Args:
             name: Pulumi name of the component.
@@ -56,6 +60,7 @@ class DynamoPlatform(pulumi.ComponentResource):
             self.release = k8s.helm.v3.Release(
                 f"{name}-release",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends_on)),
+                description=release_description(PROJECT, pulumi.get_stack()),
                 **helm_release_spec(cfg, testbed_namespace),
             )
         self.admission = admission_scope(cfg, testbed_namespace)

@@ -12,6 +12,12 @@ from typing import Any
 
 import pulumi
 
+from components.cluster_checks import (
+    cluster_problems,
+    existing_operator_problem,
+    release_description,
+)
+from components.cluster_read import ClusterReadError, read_cluster
 from components.comparison import baseline_note, comparison_output
 from components.config import (
     PlatformStackConfig,
@@ -20,7 +26,7 @@ from components.config import (
     project_values,
     stack_role,
 )
-from components.errors import PROJECT
+from components.errors import PROJECT, ConfigProblem, StackConfigError
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
 from components.load_provider import LoadStep, register_load_step
@@ -32,7 +38,7 @@ from components.manifests import (
     namespace_manifest,
     vllm_deployment_manifests,
 )
-from components.platform import testbed_namespace_labels
+from components.platform import PlatformConfig, release_namespace, testbed_namespace_labels
 from components.platform_component import DynamoPlatform
 from components.rbac import rbac_summary
 from components.stack_layout import (
@@ -60,20 +66,85 @@ def project_config() -> dict[str, Any]:
     return project_values({**runtime_config.get_config_env(), **runtime_config.CONFIG.get()})
 
 
-def main() -> None:
+def main(cluster_checks: bool = False) -> None:
     """Entry point of ``pulumi up``/``preview``: validate, then register everything.
 
+    Args:
+        cluster_checks: read the cluster first and check what the stack needs of it
+            (:func:`check_cluster`); ``__main__.py`` sets it, offline render and tests do not.
+
     Raises:
-        StackConfigError: bad config; raised before any resource is registered.
+        StackConfigError: bad config, or a cluster that lacks what the stack needs; raised
+            before any resource is registered.
     """
     stack = pulumi.get_stack()
     raw = project_config()
     if stack_role(raw) == "platform":
-        deploy_platform(parse_platform_stack_config(stack, raw))
+        platform_cfg = parse_platform_stack_config(stack, raw)
+        if cluster_checks:
+            check_cluster(stack, None, platform_cfg.platform, platform_cfg.platform.namespace)
+        deploy_platform(platform_cfg)
         return
     cfg = parse_stack_config(stack, raw)
+    if cluster_checks:
+        installs = cfg.stack_role == "standalone" and cfg.topology.kind == "dynamo"
+        check_cluster(stack, cfg, cfg.platform if installs else None, cfg.namespace)
     token = pulumi.Config(PROJECT).get_secret("hfToken")
     deploy(cfg, token)
+
+
+def check_cluster(
+    stack: str, cfg: StackConfig | None, platform: PlatformConfig | None, namespace: str
+) -> None:
+    """Check the cluster the stack's Kubernetes provider points at, before anything is
+    registered: the nodes against ``cfg``'s node classes (:func:`cluster_problems`; with
+    ``sizing.clusterCheck`` error, warn or off), and for a ``platform`` that installs the
+    release, an operator already running (:func:`existing_operator_problem`, always an error).
+
+    No access to the API (no kubeconfig, unreachable, forbidden) is one warning, never a
+    failure: the engine then reports what it finds when it deploys.
+
+    Raises:
+        StackConfigError: naming ``nodeClasses.<class>`` (what the nodes have, what the stack
+            needs) or ``platform.install``.
+    """
+    mode = "off" if cfg is None or cfg.parked else cfg.sizing.cluster_check
+    installs = platform is not None and platform.install
+    if mode == "off" and not installs:
+        return
+    kubernetes = pulumi.Config("kubernetes")
+    release = None
+    if platform is not None and installs:
+        release = (release_namespace(platform, namespace), platform.release_name)
+    try:
+        view = read_cluster(
+            kubernetes.get("kubeconfig"),
+            kubernetes.get("context"),
+            nodes=mode != "off",
+            release=release,
+        )
+    except ClusterReadError as exc:
+        pulumi.log.warn(f"stack '{stack}': cluster not checked (no API access: {exc})")
+        return
+    for what in view.unreadable:
+        pulumi.log.warn(f"stack '{stack}': cluster partly checked, not readable: {what}")
+    problems: list[ConfigProblem] = []
+    if platform is not None and release is not None:
+        own = release_description(PROJECT, stack)
+        found = existing_operator_problem(
+            platform, namespace, own, view.releases or [], view.cluster_roles or []
+        )
+        if found is not None:
+            problems.append(ConfigProblem("platform.install", True, found))
+    if cfg is not None and view.nodes is not None:
+        nodes = cluster_problems(cfg, build_topology(cfg), view.nodes)
+        if mode == "warn":
+            for problem in nodes:
+                pulumi.log.warn(f"stack '{stack}': {problem.render()}")
+        else:
+            problems += nodes
+    if problems:
+        raise StackConfigError(stack, problems)
 
 
 def deploy_platform(cfg: PlatformStackConfig) -> None:

@@ -1,9 +1,12 @@
-"""A tiny fake Kubernetes API server (aiohttp, 127.0.0.1, free port) for the pod watch tests:
-`GET /api/v1/namespaces/<ns>/pods` lists the pods, and with `?watch=1` streams the events
-after `resourceVersion` as JSON lines, live, until `timeoutSeconds`. Fault injection: drop
-every watch connection after N events (`drop_after`), or answer 410 Gone to versions older
-than `expired_below`. Runs on its own event loop in a thread, so the watch (a thread using the
-synchronous kubernetes client) and the load (another loop) can run beside it."""
+"""A tiny fake Kubernetes API server (aiohttp, 127.0.0.1, free port) for the pod watch tests: `GET
+/api/v1/namespaces/<ns>/pods` lists the pods, and with `?watch=1` streams the events after
+`resourceVersion` as JSON lines, live, until `timeoutSeconds`. Fault injection: drop every watch
+connection after N events (`drop_after`), or answer 410 Gone to versions older than
+`expired_below`. For the cluster checks at preview it also lists `nodes` (`GET /api/v1/nodes`),
+`secrets` by namespace (`GET /api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs)
+and `cluster_roles`; a path in `forbidden` answers 403. Runs on its own event loop in a thread,
+so the watch (a thread using the synchronous kubernetes client) and the load (another loop) can
+run beside it."""
 
 import asyncio
 import contextlib
@@ -77,6 +80,10 @@ class FakeKubeApi:
     watches: list[int] = field(default_factory=list)  # resourceVersion of every watch request
     lists: int = 0
     url: str = ""
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    secrets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    cluster_roles: list[dict[str, Any]] = field(default_factory=list)
+    forbidden: set[str] = field(default_factory=set)  # request paths answered 403
     _changed: asyncio.Event | None = None  # set (and replaced) on every event
     _loop: asyncio.AbstractEventLoop | None = None
 
@@ -144,6 +151,29 @@ class FakeKubeApi:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
 
+    async def list_objects(self, request: web.Request) -> web.Response:
+        """A list of nodes, of one namespace's secrets (label selector applied) or of
+        ClusterRoles; 403 for a path in `forbidden`."""
+        if request.path in self.forbidden:
+            status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
+            return web.json_response(status, status=403)
+        if request.path == "/api/v1/nodes":
+            items = self.nodes
+        elif request.path.endswith("/clusterroles"):
+            items = self.cluster_roles
+        else:
+            wanted = dict(
+                pair.split("=", 1)
+                for pair in request.query.get("labelSelector", "").split(",")
+                if pair
+            )
+            items = [
+                s
+                for s in self.secrets.get(request.match_info["namespace"], [])
+                if all(s["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+            ]
+        return web.json_response({"kind": "List", "metadata": {}, "items": items})
+
     def kubeconfig(self, folder: Path) -> Path:
         """A kubeconfig file whose current context points at this server."""
         path = folder / "kubeconfig"
@@ -174,6 +204,9 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         api._loop, api._changed = loop, asyncio.Event()
         app = web.Application()
         app.router.add_get(f"/api/v1/namespaces/{NAMESPACE}/pods", api.handle)
+        app.router.add_get("/api/v1/nodes", api.list_objects)
+        app.router.add_get("/api/v1/namespaces/{namespace}/secrets", api.list_objects)
+        app.router.add_get("/apis/rbac.authorization.k8s.io/v1/clusterroles", api.list_objects)
         runner = web.AppRunner(app, shutdown_timeout=0.5)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()

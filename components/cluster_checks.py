@@ -1,0 +1,303 @@
+"""What the cluster must have for a stack, checked against what it has (pure functions).
+
+The inputs are plain dicts as the Kubernetes API returns them (``GET /api/v1/nodes`` items:
+``metadata.labels``, ``spec.taints``, ``spec.unschedulable``, ``status.allocatable``; Helm's
+release records, decoded; ClusterRoles), read at ``pulumi preview`` by
+:mod:`components.cluster_read`. Per node class of the stack (the workers placed on it):
+
+- nodes: at least ``nodes`` schedulable nodes carry every label of ``nodeSelector``;
+- taints: a ``NoSchedule``/``NoExecute`` taint on those nodes that the class does not tolerate
+  keeps its pods off (toleration semantics: k8s.io/api ``core/v1/toleration.go``
+  ``ToleratesTaint``: the effect matches or is empty; ``Exists`` matches any value and, with an
+  empty key, any taint; ``Equal`` needs key and value);
+- GPUs: ``status.allocatable["nvidia.com/gpu"]`` of the class's nodes covers the units its
+  workers request (with time-slicing a node advertises ``gpusPerNode x replicasPerGpu``), and
+  one node holds the largest worker's request;
+- memory: ``status.allocatable.memory`` of the class's ``nodes`` largest nodes covers the sum
+  of its workers' memory requests (disagg-same-node: 40Gi on one node), one node the largest.
+
+Allocatable is what the kubelet offers pods in all; pods already running there are not
+subtracted (the scheduler does), so a pass is necessary, not sufficient.
+
+For a platform that installs the release, :func:`existing_operator_problem` says whether the
+cluster already runs an operator this stack did not install.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components.config import StackConfig
+from components.errors import ConfigProblem
+from components.platform import PlatformConfig, release_namespace
+from components.sizing import format_quantity, parse_quantity
+from components.topology import Topology
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The NVIDIA device plugin's extended resource (time-sliced units included)."""
+
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+"""Taint effects that keep a pod off a node (``PreferNoSchedule`` only discourages)."""
+
+
+@dataclass(frozen=True)
+class ClassNeed:
+    """What a stack's workers need of one node class.
+
+    Attributes:
+        name: the node class.
+        selector: its ``nodeSelector``.
+        tolerations: its tolerations (``core/v1 Toleration`` dicts).
+        nodes: nodes the class should have (``nodes``).
+        units_per_node: ``nvidia.com/gpu`` one node should advertise (``gpusPerNode``, times
+            ``replicasPerGpu`` with time-slicing).
+        gpu_units, largest_gpus: units the class's workers request in all / the largest pod.
+        memory_bytes, largest_memory: memory requests in all / the largest pod, bytes.
+    """
+
+    name: str
+    selector: dict[str, str]
+    tolerations: tuple[dict[str, str], ...]
+    nodes: int
+    units_per_node: int
+    gpu_units: int
+    largest_gpus: int
+    memory_bytes: int
+    largest_memory: int
+
+
+def class_needs(cfg: StackConfig, topology: Topology) -> list[ClassNeed]:
+    """One :class:`ClassNeed` per node class that has workers, in config order."""
+    pods: dict[str, list[tuple[int, int]]] = {}
+    for plan in topology.components:
+        name = plan.placement.node_class
+        if plan.role == "frontend" or name is None:
+            continue
+        memory = parse_quantity(plan.memory_request) if plan.memory_request else 0
+        pods.setdefault(name, []).extend([(plan.placement.gpus, memory)] * plan.replicas)
+    needs = []
+    for name, node_class in cfg.node_classes.items():
+        if name not in pods:
+            continue
+        slicing = node_class.time_slicing
+        per_gpu = slicing.replicas_per_gpu if slicing is not None else 1
+        needs.append(
+            ClassNeed(
+                name=name,
+                selector=dict(node_class.node_selector),
+                tolerations=tuple(t.manifest() for t in node_class.tolerations),
+                nodes=node_class.nodes,
+                units_per_node=node_class.gpus_per_node * per_gpu,
+                gpu_units=sum(g for g, _ in pods[name]),
+                largest_gpus=max(g for g, _ in pods[name]),
+                memory_bytes=sum(m for _, m in pods[name]),
+                largest_memory=max(m for _, m in pods[name]),
+            )
+        )
+    return needs
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Whether ``toleration`` tolerates ``taint`` (k8s.io/api ``core/v1`` ``ToleratesTaint``)."""
+    effect = toleration.get("effect")
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key")
+    if key and key != taint.get("key"):
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def _labels(node: Mapping[str, Any]) -> dict[str, str]:
+    return dict((node.get("metadata") or {}).get("labels") or {})
+
+
+def _name(node: Mapping[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name", "?"))
+
+
+def _allocatable(node: Mapping[str, Any], resource: str) -> str | None:
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+    return None if value is None else str(value)
+
+
+def _taint_text(taint: Mapping[str, Any]) -> str:
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint.get('key')}{value}:{taint.get('effect')}"
+
+
+def blocking_taints(node: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``key=value:Effect`` of the node's NoSchedule/NoExecute taints no toleration tolerates."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    return [
+        _taint_text(t)
+        for t in taints
+        if t.get("effect") in _BLOCKING_EFFECTS and not any(tolerates(x, t) for x in tolerations)
+    ]
+
+
+def _selector_text(selector: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in selector.items())
+
+
+def class_problems(need: ClassNeed, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the cluster's nodes lack for ``need``; each line names what the nodes have and what
+    the stack needs ([] when every check passes)."""
+    selected = [
+        n
+        for n in nodes
+        if all(_labels(n).get(k) == v for k, v in need.selector.items())
+        and not (n.get("spec") or {}).get("unschedulable")
+    ]
+    if not selected:
+        return [
+            f"no schedulable node has the labels {_selector_text(need.selector)}; the stack"
+            f" needs {need.nodes} such node{'s' if need.nodes != 1 else ''}"
+        ]
+    problems = []
+    usable = []
+    for node in selected:
+        blocked = blocking_taints(node, need.tolerations)
+        if blocked:
+            problems.append(
+                f"node {_name(node)} has the taint {', '.join(blocked)}, which the node class"
+                " does not tolerate; the stack needs a toleration for it (nodeClasses.<class>"
+                ".tolerations)"
+            )
+        else:
+            usable.append(node)
+    if len(usable) < need.nodes:
+        problems.append(
+            f"{len(usable)} usable node{'s' if len(usable) != 1 else ''} with the labels"
+            f" {_selector_text(need.selector)}; the stack needs {need.nodes}"
+        )
+    if not usable:
+        return problems
+    problems += _gpu_problems(need, usable) + _memory_problems(need, usable)
+    return problems
+
+
+def _gpu_problems(need: ClassNeed, usable: Sequence[Mapping[str, Any]]) -> list[str]:
+    if need.gpu_units == 0:
+        return []
+    units = {_name(n): int(_allocatable(n, GPU_RESOURCE) or 0) for n in usable}
+    best = sorted(units.values(), reverse=True)[: need.nodes]
+    has = ", ".join(f"{name}: {count}" for name, count in units.items())
+    if sum(best) >= need.gpu_units and best[0] >= need.largest_gpus:
+        return []
+    hint = ""
+    if need.units_per_node > max(units.values()):
+        hint = (
+            f" (each node should advertise {need.units_per_node}: gpusPerNode x replicasPerGpu;"
+            " is the device plugin's time-slicing configured?)"
+        )
+    return [
+        f"allocatable {GPU_RESOURCE} per node {has}; the stack needs {need.gpu_units} on"
+        f" {need.nodes} node{'s' if need.nodes != 1 else ''}, {need.largest_gpus} on one{hint}"
+    ]
+
+
+def _memory_problems(need: ClassNeed, usable: Sequence[Mapping[str, Any]]) -> list[str]:
+    if need.memory_bytes == 0:
+        return []
+    memory = {_name(n): parse_quantity(_allocatable(n, "memory") or 0) for n in usable}
+    best = sorted(memory.values(), reverse=True)[: need.nodes]
+    if sum(best) >= need.memory_bytes and best[0] >= need.largest_memory:
+        return []
+    has = ", ".join(f"{name}: {format_quantity(b)}" for name, b in memory.items())
+    return [
+        f"allocatable memory per node {has}; the workers request"
+        f" {format_quantity(need.memory_bytes)} on {need.nodes}"
+        f" node{'s' if need.nodes != 1 else ''} ({format_quantity(need.largest_memory)} the"
+        " largest)"
+    ]
+
+
+def cluster_problems(
+    cfg: StackConfig, topology: Topology, nodes: Sequence[Mapping[str, Any]]
+) -> list[ConfigProblem]:
+    """One :class:`ConfigProblem` per problem, keyed ``nodeClasses.<class>``, each ending with
+    the opt-out (``sizing.clusterCheck: warn``)."""
+    found = []
+    for need in class_needs(cfg, topology):
+        selector = {"nodeSelector": need.selector}
+        for problem in class_problems(need, nodes):
+            found.append(
+                ConfigProblem(
+                    key=f"nodeClasses.{need.name}",
+                    value=selector,
+                    message=f"{problem} (checked at preview against the cluster; to deploy"
+                    " anyway set sizing.clusterCheck: warn)",
+                )
+            )
+    return found
+
+
+RELEASE_MARKER = "dynamo-testbed stack"
+"""Start of the Helm release description the platform sets (:func:`release_description`), so a
+later preview tells its own release from one installed otherwise."""
+
+
+def release_description(project: str, stack: str) -> str:
+    """The ``description`` of the release the stack installs (Helm keeps it in the release)."""
+    return f"{RELEASE_MARKER} {project}/{stack}"
+
+
+def existing_operator_problem(
+    cfg: PlatformConfig,
+    testbed_namespace: str,
+    own_description: str,
+    releases: Sequence[Mapping[str, Any]],
+    cluster_roles: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """Why installing ``cfg``'s release would fail on a cluster that already runs an operator,
+    with the fix; None when nothing is in the way.
+
+    Args:
+        releases: Helm's records of the release named ``cfg.release_name`` in its namespace
+            (decoded; ``info.status``, ``info.description``, ``chart.metadata.version``).
+        cluster_roles: ClusterRoles (``metadata.name``, ``metadata.labels``).
+
+    A release of that name (its latest revision, whatever its status: an uninstalled one kept
+    with ``--keep-history`` too) not described as ``own_description`` makes Helm's install
+    refuse with "cannot re-use a name that is still in use" (helm ``pkg/action/install.go``
+    ``availableName``, reached without ``replace``: pulumi/pulumi-kubernetes
+    ``provider/pkg/provider/helm_release.go`` L622 ``client.Replace = newRelease.Replace`` at
+    94977969d64112b04e19945818a7d5d5f38f631d; the report: pulumi-kubernetes #1727). A ClusterRole
+    ``<release>-dynamo-operator-manager-role`` of another release makes the chart fail a
+    cluster-wide install ("Found existing cluster-wide Dynamo operator": the operator's
+    ``_validation.tpl`` L27-78, tests/platform/test_chart_rules.py).
+    """
+    namespace = release_namespace(cfg, testbed_namespace)
+    fix = (
+        "set platform.install: false to use the running operator (graph stacks then read this"
+        " stack as their platform), or adopt the release with `pulumi import` (docs/"
+        "shared-cluster.md, 'A cluster that already runs the operator')"
+    )
+    if releases:
+        latest = max(releases, key=lambda r: int(r.get("version") or 0))
+        info = latest.get("info") or {}
+        if info.get("description") == own_description:
+            return None
+        version = ((latest.get("chart") or {}).get("metadata") or {}).get("version", "?")
+        return (
+            f"a Helm release '{cfg.release_name}' (chart {version}, {info.get('status')}) already"
+            f" exists in namespace '{namespace}' and this stack did not install it; installing"
+            f' would fail with "cannot re-use a name that is still in use": {fix}'
+        )
+    own_role = f"{cfg.release_name}-dynamo-operator-manager-role"
+    if cfg.operator_scope != "cluster":
+        return None
+    for role in cluster_roles:
+        name = str((role.get("metadata") or {}).get("name", ""))
+        if "-dynamo-operator-" in name and name.endswith("-manager-role") and name != own_role:
+            return (
+                f"the cluster already runs a cluster-wide Dynamo operator (ClusterRole {name});"
+                ' the dynamo-platform chart refuses a second one ("Found existing cluster-wide'
+                f' Dynamo operator"): {fix}'
+            )
+    return None

@@ -1,0 +1,113 @@
+"""Read what the cluster has, at ``pulumi preview``, for :mod:`components.cluster_checks`.
+
+Kubernetes access is the stack's Kubernetes provider's, resolved as the load step's pod watch
+resolves it (:func:`loadgen.kube_watch.api_client`: ``kubernetes:kubeconfig``, else
+``$KUBECONFIG``, else ``~/.kube/config``; ``kubernetes:context``). The official ``kubernetes``
+client (and with it :mod:`loadgen.kube_watch`) is imported inside :func:`read_cluster`, where
+the check runs: importing it with the program would cost every command ~0.7 s of CPU
+(bench/program_import.py). Objects come back as the API's JSON (plain dicts, camelCase).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+ACCESS_TIMEOUT_S = 10.0
+"""Seconds one API request may take before the check is skipped with a warning."""
+
+
+class ClusterReadError(RuntimeError):
+    """No usable access to the cluster's API; the message is one line."""
+
+
+@dataclass
+class ClusterView:
+    """What the checks read (each list None when it was not asked for or not readable).
+
+    Attributes:
+        nodes: ``GET /api/v1/nodes`` items.
+        releases: Helm's records of one release (decoded, :func:`helm_record`).
+        cluster_roles: ``GET /apis/rbac.authorization.k8s.io/v1/clusterroles`` items.
+        unreadable: what could not be read (e.g. forbidden), one line each.
+    """
+
+    nodes: list[dict[str, Any]] | None = None
+    releases: list[dict[str, Any]] | None = None
+    cluster_roles: list[dict[str, Any]] | None = None
+    unreadable: list[str] = field(default_factory=list)
+
+
+def helm_record(secret: dict[str, Any]) -> dict[str, Any]:
+    """A Helm 3 release record from its Secret (``type: helm.sh/release.v1``): ``data.release``
+    is base64 (the Secret's) of base64 of gzipped JSON (helm ``pkg/storage/driver/util.go``
+    ``encodeRelease``)."""
+    inner = base64.b64decode(secret["data"]["release"])
+    raw = base64.b64decode(inner)
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    record: dict[str, Any] = json.loads(raw)
+    return record
+
+
+def read_cluster(
+    kubeconfig: str | None,
+    context: str | None,
+    *,
+    nodes: bool = False,
+    release: tuple[str, str] | None = None,
+) -> ClusterView:
+    """Read the nodes (``nodes``) and/or, for ``release`` = (namespace, name), Helm's records of
+    that release and the ClusterRoles.
+
+    Raises:
+        ClusterReadError: no kubeconfig, unknown context, API unreachable or not answering
+            within :data:`ACCESS_TIMEOUT_S`, or the nodes forbidden (one line).
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from loadgen.kube_watch import KubeAccessError, api_client
+
+    try:
+        api = api_client(kubeconfig, context)
+    except KubeAccessError as exc:
+        raise ClusterReadError(str(exc)) from None
+    view = ClusterView()
+    core = client.CoreV1Api(api)
+
+    def get(call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        response = call(*args, _preload_content=False, _request_timeout=ACCESS_TIMEOUT_S, **kwargs)
+        items: list[dict[str, Any]] = json.loads(response.data)["items"]
+        return items
+
+    with api:
+        try:
+            if nodes:
+                view.nodes = get(core.list_node)
+            if release is not None:
+                namespace, name = release
+                selector = f"owner=helm,name={name}"
+                try:
+                    secrets = get(core.list_namespaced_secret, namespace, label_selector=selector)
+                    view.releases = [helm_record(s) for s in secrets]
+                except ApiException as exc:
+                    view.unreadable.append(f"Helm releases in {namespace}: {_reason(exc)}")
+                try:
+                    view.cluster_roles = get(client.RbacAuthorizationV1Api(api).list_cluster_role)
+                except ApiException as exc:
+                    view.unreadable.append(f"ClusterRoles: {_reason(exc)}")
+        except ApiException as exc:
+            raise ClusterReadError(f"nodes: {_reason(exc)}") from None
+        except (HTTPError, OSError) as exc:
+            raise ClusterReadError(" ".join(str(exc).split()) or type(exc).__name__) from None
+    return view
+
+
+def _reason(exc: Any) -> str:
+    """``403 Forbidden`` of a client ``ApiException``."""
+    return f"{exc.status} {exc.reason}"

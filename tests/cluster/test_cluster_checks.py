@@ -1,0 +1,180 @@
+"""The cluster preconditions as pure functions over node dicts (components.cluster_checks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.cluster_checks import (
+    class_needs,
+    class_problems,
+    cluster_problems,
+    existing_operator_problem,
+    release_description,
+    tolerates,
+)
+from components.platform import PlatformConfig
+from components.topology import build_topology
+from testbed.simulate import load_stack
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+
+
+def node(
+    name: str,
+    node_class: str,
+    *,
+    gpus: int | None = 4,
+    memory: str = "62Gi",
+    taints: tuple[dict[str, str], ...] = (GPU_TAINT,),
+    unschedulable: bool = False,
+) -> dict[str, Any]:
+    """A node as ``GET /api/v1/nodes`` lists it (the fields the checks read)."""
+    allocatable = {"cpu": "16", "memory": memory}
+    if gpus is not None:
+        allocatable["nvidia.com/gpu"] = str(gpus)
+    return {
+        "metadata": {"name": name, "labels": {"dynamo-testbed/node-class": node_class}},
+        "spec": {"taints": list(taints), "unschedulable": unschedulable},
+        "status": {"allocatable": allocatable},
+    }
+
+
+SEED = [node("main", "gpu-24gb", gpus=4), node("laptop", "gpu-8gb", gpus=2, memory="30Gi")]
+"""The seed's two servers with time-slicing on (4 and 2 units) and room for the workers."""
+
+
+def needs(stack: str) -> dict[str, Any]:
+    cfg = load_stack(stack)
+    return {n.name: n for n in class_needs(cfg, build_topology(cfg))}
+
+
+def test_disagg_same_node_needs_40gi_and_4_units_on_one_node() -> None:
+    need = needs("disagg-same-node")["gpu-24gb"]
+    assert (need.nodes, need.gpu_units, need.units_per_node) == (1, 4, 4)
+    assert (need.memory_bytes, need.largest_memory) == (40 * 2**30, 10 * 2**30)
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
+def test_the_seeds_cluster_passes(stack: str) -> None:
+    cfg = load_stack(stack)
+    assert cluster_problems(cfg, build_topology(cfg), SEED) == []
+
+
+def test_time_slicing_off_names_the_class_what_it_has_and_needs() -> None:
+    cfg = load_stack("disagg-same-node")
+    nodes = [node("main", "gpu-24gb", gpus=1), SEED[1]]
+    (problem,) = cluster_problems(cfg, build_topology(cfg), nodes)
+    assert problem.key == "nodeClasses.gpu-24gb"
+    assert "allocatable nvidia.com/gpu per node main: 1; the stack needs 4 on 1 node" in (
+        problem.message
+    )
+    assert "time-slicing configured?" in problem.message
+    assert problem.message.endswith("to deploy anyway set sizing.clusterCheck: warn)")
+
+
+def test_node_memory_below_the_workers_requests() -> None:
+    need = needs("disagg-same-node")["gpu-24gb"]
+    (problem,) = class_problems(need, [node("main", "gpu-24gb", memory="32Gi")])
+    assert problem == (
+        "allocatable memory per node main: 32Gi; the workers request 40Gi on 1 node"
+        " (10Gi the largest)"
+    )
+
+
+def test_missing_labels_and_unschedulable_nodes() -> None:
+    need = needs("disagg-same-node")["gpu-24gb"]
+    assert class_problems(need, [node("x", "other")]) == [
+        "no schedulable node has the labels dynamo-testbed/node-class=gpu-24gb; the stack"
+        " needs 1 such node"
+    ]
+    assert class_problems(need, [node("main", "gpu-24gb", unschedulable=True)])[0].startswith(
+        "no schedulable node"
+    )
+
+
+def test_an_untolerated_taint_keeps_the_class_off_its_node() -> None:
+    need = needs("disagg-same-node")["gpu-24gb"]
+    tainted = node(
+        "main",
+        "gpu-24gb",
+        taints=(GPU_TAINT, {"key": "dedicated", "value": "ml", "effect": "NoExecute"}),
+    )
+    problems = class_problems(need, [tainted])
+    assert problems[0].startswith("node main has the taint dedicated=ml:NoExecute")
+    assert (
+        problems[1] == "0 usable nodes with the labels dynamo-testbed/node-class=gpu-24gb;"
+        " the stack needs 1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("toleration", "taint", "expected"),
+    [
+        ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, GPU_TAINT, True),
+        ({"key": "nvidia.com/gpu", "operator": "Exists"}, GPU_TAINT, True),
+        ({"operator": "Exists"}, {"key": "any", "value": "x", "effect": "NoExecute"}, True),
+        ({"key": "a", "value": "1"}, {"key": "a", "value": "1", "effect": "NoSchedule"}, True),
+        ({"key": "a", "value": "1"}, {"key": "a", "value": "2", "effect": "NoSchedule"}, False),
+        (
+            {"key": "a", "operator": "Exists", "effect": "NoExecute"},
+            {"key": "a", "effect": "NoSchedule"},
+            False,
+        ),
+    ],
+)
+def test_toleration_semantics(
+    toleration: dict[str, str], taint: dict[str, str], expected: bool
+) -> None:
+    assert tolerates(toleration, taint) is expected
+
+
+def test_prefer_no_schedule_does_not_block() -> None:
+    need = needs("kv-routing")["gpu-24gb"]
+    soft = node("main", "gpu-24gb", taints=({"key": "x", "effect": "PreferNoSchedule"},))
+    assert class_problems(need, [soft]) == []
+
+
+OWN = release_description("dynamo-testbed", "platform")
+
+
+def record(description: str, version: int = 1, status: str = "deployed") -> dict[str, Any]:
+    """A Helm release record (decoded) as Helm stores it."""
+    return {
+        "name": "dynamo-platform",
+        "version": version,
+        "info": {"status": status, "description": description},
+        "chart": {"metadata": {"version": "1.6.2"}},
+    }
+
+
+def test_a_release_installed_by_hand_is_the_cannot_reuse_error_with_its_fix() -> None:
+    problem = existing_operator_problem(
+        PlatformConfig(), "ns", OWN, [record("Install complete")], []
+    )
+    assert problem is not None
+    assert problem.startswith(
+        "a Helm release 'dynamo-platform' (chart 1.6.2, deployed) already exists in namespace"
+        " 'dynamo-system' and this stack did not install it; installing would fail with"
+        ' "cannot re-use a name that is still in use": set platform.install: false'
+    )
+
+
+def test_the_stacks_own_release_is_not_a_problem() -> None:
+    assert existing_operator_problem(PlatformConfig(), "ns", OWN, [record(OWN)], []) is None
+    # Its latest revision decides: an upgrade by hand after ours is not ours any more.
+    hand = [record(OWN, 1), record("Upgrade complete", 2)]
+    assert existing_operator_problem(PlatformConfig(), "ns", OWN, hand, []) is not None
+
+
+def test_another_releases_operator_is_refused_by_the_chart() -> None:
+    roles = [
+        {"metadata": {"name": "seed-dynamo-operator-manager-role"}},
+        {"metadata": {"name": "dynamo-platform-dynamo-operator-manager-role"}},
+        {"metadata": {"name": "view"}},
+    ]
+    problem = existing_operator_problem(PlatformConfig(), "ns", OWN, [], roles)
+    assert problem is not None
+    assert "ClusterRole seed-dynamo-operator-manager-role" in problem
+    assert existing_operator_problem(PlatformConfig(), "ns", OWN, [], roles[1:]) is None

@@ -1,0 +1,179 @@
+"""The cluster check at preview end to end: the program (``main(cluster_checks=True)``, as
+``__main__.py`` runs it) under Pulumi's mocks reads a fake Kubernetes API through the stack's
+``kubernetes:kubeconfig`` with the official client (components.cluster_read)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+from fake_kube_api import FakeKubeApi, fake_kube_api
+from test_cluster_checks import SEED, node
+
+from components.cluster_checks import release_description
+from components.cluster_read import ClusterReadError, helm_record, read_cluster
+from components.config import project_values
+from components.errors import PROJECT, StackConfigError
+from components.program import main
+from testbed.render import (
+    REPO,
+    EchoMocks,
+    Rendered,
+    _referenced_stacks,
+    run_under_mocks,
+    stack_config,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def helm_secret(name: str, namespace: str, description: str, version: int = 1) -> dict[str, Any]:
+    """A Helm 3 release Secret as ``helm install`` leaves it (helm pkg/storage/driver)."""
+    record = {
+        "name": name,
+        "namespace": namespace,
+        "version": version,
+        "info": {"status": "deployed", "description": description},
+        "chart": {"metadata": {"name": "dynamo-platform", "version": "1.6.2"}},
+    }
+    helm_text = base64.b64encode(gzip.compress(json.dumps(record).encode()))
+    return {
+        "metadata": {
+            "name": f"sh.helm.release.v1.{name}.v{version}",
+            "namespace": namespace,
+            "labels": {"owner": "helm", "name": name, "version": str(version)},
+        },
+        "type": "helm.sh/release.v1",
+        "data": {"release": base64.b64encode(helm_text).decode()},
+    }
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    with fake_kube_api() as server:
+        yield server
+
+
+@pytest.fixture
+def warnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *a, **k: seen.append(message))
+    return seen
+
+
+def preview(stack: str, kubeconfig: str, **keys: str) -> Rendered:
+    """``pulumi preview -s <stack>`` with the cluster check, ``kubernetes:kubeconfig`` set."""
+    config, secrets = stack_config(stack)
+    config["kubernetes:kubeconfig"] = kubeconfig
+    config.update({f"{PROJECT}:{k}": v for k, v in keys.items()})
+    return run_under_mocks(
+        partial(main, cluster_checks=True),
+        stack=stack,
+        config=config,
+        secret_keys=secrets,
+        mocks=EchoMocks(_referenced_stacks(project_values(config), REPO)),
+    )
+
+
+def test_helm_record_decodes_what_helm_stores() -> None:
+    secret = helm_secret("dynamo-platform", "dynamo-system", "Install complete")
+    assert helm_record(secret)["info"]["description"] == "Install complete"
+
+
+def test_read_cluster_lists_nodes_releases_and_roles(api: FakeKubeApi, tmp_path: Path) -> None:
+    api.nodes = SEED
+    api.secrets["dynamo-system"] = [
+        helm_secret("dynamo-platform", "dynamo-system", "Install complete"),
+        helm_secret("other", "dynamo-system", "x"),
+    ]
+    api.cluster_roles = [{"metadata": {"name": "view"}}]
+    view = read_cluster(
+        str(api.kubeconfig(tmp_path)),
+        None,
+        nodes=True,
+        release=("dynamo-system", "dynamo-platform"),
+    )
+    assert [n["metadata"]["name"] for n in view.nodes or []] == ["main", "laptop"]
+    assert [r["name"] for r in view.releases or []] == ["dynamo-platform"]
+    assert view.cluster_roles == [{"metadata": {"name": "view"}}]
+    assert view.unreadable == []
+
+
+def test_forbidden_roles_are_unreadable_forbidden_nodes_no_access(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    api.forbidden = {"/apis/rbac.authorization.k8s.io/v1/clusterroles"}
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    view = read_cluster(kubeconfig, None, release=("dynamo-system", "dynamo-platform"))
+    assert view.unreadable == ["ClusterRoles: 403 Forbidden"]
+    api.forbidden.add("/api/v1/nodes")
+    with pytest.raises(ClusterReadError, match=r"^nodes: 403 Forbidden$"):
+        read_cluster(kubeconfig, None, nodes=True)
+
+
+def test_a_cluster_without_time_slicing_stops_preview_before_anything(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    api.nodes = [node("main", "gpu-24gb", gpus=1), SEED[1]]
+    with pytest.raises(StackConfigError) as caught:
+        preview("disagg-same-node", str(api.kubeconfig(tmp_path)))
+    message = str(caught.value)
+    assert "nothing was deployed" in message
+    assert "dynamo-testbed:nodeClasses.gpu-24gb = {'nodeSelector':" in message
+    assert "main: 1; the stack needs 4 on 1 node" in message
+
+
+def test_warn_deploys_anyway_with_the_problem_as_a_warning(
+    api: FakeKubeApi, tmp_path: Path, warnings: list[str]
+) -> None:
+    api.nodes = [node("main", "gpu-24gb", gpus=1), SEED[1]]
+    rendered = preview(
+        "disagg-same-node", str(api.kubeconfig(tmp_path)), sizing='{"clusterCheck": "warn"}'
+    )
+    assert rendered.registrations
+    assert any("nodeClasses.gpu-24gb" in w and "needs 4" in w for w in warnings)
+
+
+def test_the_seeds_cluster_passes_silently(
+    api: FakeKubeApi, tmp_path: Path, warnings: list[str]
+) -> None:
+    api.nodes = SEED
+    assert preview("disagg-same-node", str(api.kubeconfig(tmp_path))).registrations
+    assert not [w for w in warnings if "cluster" in w or "nodeClasses" in w]
+
+
+def test_no_api_access_is_one_warning(tmp_path: Path, warnings: list[str]) -> None:
+    rendered = preview("kv-routing", str(tmp_path / "missing-kubeconfig"))
+    assert rendered.registrations
+    (warning,) = [w for w in warnings if "cluster not checked" in w]
+    assert warning.startswith("stack 'kv-routing': cluster not checked (no API access: ")
+
+
+def test_platform_on_a_cluster_with_a_hand_installed_operator(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    api.secrets["dynamo-system"] = [
+        helm_secret("dynamo-platform", "dynamo-system", "Install complete")
+    ]
+    with pytest.raises(StackConfigError) as caught:
+        preview("platform", str(api.kubeconfig(tmp_path)))
+    message = str(caught.value)
+    assert "dynamo-testbed:platform.install = True: a Helm release 'dynamo-platform'" in message
+    assert "cannot re-use a name that is still in use" in message
+    assert "set platform.install: false" in message
+
+
+def test_platform_stacks_own_release_passes(api: FakeKubeApi, tmp_path: Path) -> None:
+    own = release_description(PROJECT, "platform")
+    api.secrets["dynamo-system"] = [helm_secret("dynamo-platform", "dynamo-system", own)]
+    api.cluster_roles = [{"metadata": {"name": "dynamo-platform-dynamo-operator-manager-role"}}]
+    rendered = preview("platform", str(api.kubeconfig(tmp_path)))
+    (release,) = rendered.helm_releases()
+    assert release["description"] == own
