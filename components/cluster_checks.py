@@ -33,6 +33,7 @@ from components.config import StackConfig
 from components.errors import ConfigProblem
 from components.platform import PlatformConfig, release_namespace
 from components.sizing import format_quantity, parse_quantity
+from components.stack_layout import NAMESPACE_PREFIX
 from components.topology import Topology
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -301,3 +302,31 @@ def existing_operator_problem(
                 f' Dynamo operator"): {fix}'
             )
     return None
+
+
+def deployed_graphs_problem(graphs: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a platform must not lose its protection yet: DynamoGraphDeployments still exist
+    (each names its namespace and, for a default ``testbed-<stack>`` namespace, the graph
+    stack); None when there are none.
+
+    Destroying the platform first removes the operator and its webhooks while DGDs remain:
+    their finalizers need the operator, so the graph stacks' destroy then hangs (issue 20,
+    item 4). Pulumi's ``protect`` refuses the release's delete (pulumi/pulumi
+    ``pkg/resource/deploy/step.go`` L645-648 at 1b5949891b3cefcb9974752b24a5ecef0acc86c8,
+    also in preview); this check guards the step that lifts it.
+    """
+    if not graphs:
+        return None
+    where = []
+    for graph in graphs:
+        metadata = graph.get("metadata") or {}
+        namespace = str(metadata.get("namespace", "?"))
+        stack = namespace.removeprefix(NAMESPACE_PREFIX)
+        owner = f" (graph stack '{stack}'?)" if namespace.startswith(NAMESPACE_PREFIX) else ""
+        where.append(f"{namespace}/{metadata.get('name', '?')}{owner}")
+    return (
+        f"{len(where)} DynamoGraphDeployment{'s' if len(where) != 1 else ''} still in the"
+        f" cluster: {', '.join(where)}; destroy those graph stacks first (`pulumi destroy -s"
+        " <stack>`: the operator must run while their finalizers do), then set"
+        " platform.protect: false to destroy the platform"
+    )

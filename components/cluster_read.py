@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.manifests import DGD_API_VERSION
+
 ACCESS_TIMEOUT_S = 10.0
 """Seconds one API request may take before the check is skipped with a warning."""
 
@@ -30,12 +32,14 @@ class ClusterView:
 
     Attributes:
         nodes: ``GET /api/v1/nodes`` items.
+        graphs: the DynamoGraphDeployments of every namespace ([] without the CRD).
         releases: Helm's records of one release (decoded, :func:`helm_record`).
         cluster_roles: ``GET /apis/rbac.authorization.k8s.io/v1/clusterroles`` items.
         unreadable: what could not be read (e.g. forbidden), one line each.
     """
 
     nodes: list[dict[str, Any]] | None = None
+    graphs: list[dict[str, Any]] | None = None
     releases: list[dict[str, Any]] | None = None
     cluster_roles: list[dict[str, Any]] | None = None
     unreadable: list[str] = field(default_factory=list)
@@ -59,9 +63,11 @@ def read_cluster(
     *,
     nodes: bool = False,
     release: tuple[str, str] | None = None,
+    graphs: bool = False,
 ) -> ClusterView:
-    """Read the nodes (``nodes``) and/or, for ``release`` = (namespace, name), Helm's records of
-    that release and the ClusterRoles.
+    """Read the nodes (``nodes``), for ``release`` = (namespace, name) Helm's records of that
+    release and the ClusterRoles, and the DynamoGraphDeployments of every namespace
+    (``graphs``; ``nvidia.com/v1beta1``, the version the program writes).
 
     Raises:
         ClusterReadError: no kubeconfig, unknown context, API unreachable or not answering
@@ -101,11 +107,27 @@ def read_cluster(
                     view.cluster_roles = get(client.RbacAuthorizationV1Api(api).list_cluster_role)
                 except ApiException as exc:
                     view.unreadable.append(f"ClusterRoles: {_reason(exc)}")
+            if graphs:
+                view.graphs = _graphs(client.CustomObjectsApi(api), get, ApiException)
         except ApiException as exc:
-            raise ClusterReadError(f"nodes: {_reason(exc)}") from None
+            raise ClusterReadError(_reason(exc)) from None
         except (HTTPError, OSError) as exc:
             raise ClusterReadError(" ".join(str(exc).split()) or type(exc).__name__) from None
     return view
+
+
+def _graphs(custom: Any, get: Any, api_exception: type[Exception]) -> list[dict[str, Any]]:
+    """Every DGD in the cluster; [] when the CRD is not installed (404)."""
+    group, version = DGD_API_VERSION.split("/")
+    try:
+        graphs: list[dict[str, Any]] = get(
+            custom.list_cluster_custom_object, group, version, "dynamographdeployments"
+        )
+    except api_exception as exc:
+        if getattr(exc, "status", None) == 404:
+            return []
+        raise
+    return graphs
 
 
 def _reason(exc: Any) -> str:

@@ -195,6 +195,14 @@ class PlatformConfig(_StackSection):
         "NoSchedule taint, so the operator schedules on a cluster of tainted GPU nodes (it uses "
         "no GPU); [] for none.",
     )
+    protect: bool = Field(
+        True,
+        description="Pulumi `protect` on the release of a platform stack (stackRole platform):"
+        " `pulumi destroy -s platform` is refused while it is set, so the operator and its"
+        " webhooks outlive the graph stacks' DGDs (their finalizers need the operator). Set"
+        " false, after destroying every graph stack, to destroy the platform"
+        " (docs/shared-cluster.md). Default true.",
+    )
     extra_values: dict[str, Any] = Field(
         default_factory=dict,
         description="Chart values deep-merged over ours last (dicts merge, other values"

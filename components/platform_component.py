@@ -36,6 +36,7 @@ class DynamoPlatform(pulumi.ComponentResource):
         testbed_namespace: str,
         *,
         depends_on: Sequence[pulumi.Resource] = (),
+        protect: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """Register the release (if any) as a child named `<name>-release`, described as this
@@ -49,6 +50,7 @@ class DynamoPlatform(pulumi.ComponentResource):
                 release's namespace, so pass its Namespace resource in `depends_on`.
             depends_on: resources the release waits for (a component's own `depends_on` does
                 not reach its children).
+            protect: Pulumi `protect` on the release (the platform stack's `platform.protect`).
             opts: options of the component itself.
 
         Raises:
@@ -59,7 +61,9 @@ class DynamoPlatform(pulumi.ComponentResource):
         if cfg.install:
             self.release = k8s.helm.v3.Release(
                 f"{name}-release",
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends_on)),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=list(depends_on), protect=protect
+                ),
                 description=release_description(PROJECT, pulumi.get_stack()),
                 **helm_release_spec(cfg, testbed_namespace),
             )

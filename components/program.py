@@ -14,6 +14,7 @@ import pulumi
 
 from components.cluster_checks import (
     cluster_problems,
+    deployed_graphs_problem,
     existing_operator_problem,
     release_description,
 )
@@ -82,7 +83,13 @@ def main(cluster_checks: bool = False) -> None:
     if stack_role(raw) == "platform":
         platform_cfg = parse_platform_stack_config(stack, raw)
         if cluster_checks:
-            check_cluster(stack, None, platform_cfg.platform, platform_cfg.platform.namespace)
+            check_cluster(
+                stack,
+                None,
+                platform_cfg.platform,
+                platform_cfg.platform.namespace,
+                unprotecting=not platform_cfg.platform.protect,
+            )
         deploy_platform(platform_cfg)
         return
     cfg = parse_stack_config(stack, raw)
@@ -94,12 +101,19 @@ def main(cluster_checks: bool = False) -> None:
 
 
 def check_cluster(
-    stack: str, cfg: StackConfig | None, platform: PlatformConfig | None, namespace: str
+    stack: str,
+    cfg: StackConfig | None,
+    platform: PlatformConfig | None,
+    namespace: str,
+    *,
+    unprotecting: bool = False,
 ) -> None:
     """Check the cluster the stack's Kubernetes provider points at, before anything is
     registered: the nodes against ``cfg``'s node classes (:func:`cluster_problems`; with
-    ``sizing.clusterCheck`` error, warn or off), and for a ``platform`` that installs the
-    release, an operator already running (:func:`existing_operator_problem`, always an error).
+    ``sizing.clusterCheck`` error, warn or off), for a ``platform`` that installs the
+    release an operator already running (:func:`existing_operator_problem`), and when a
+    platform stack lifts its ``protect`` (``unprotecting``) DGDs still deployed
+    (:func:`deployed_graphs_problem`); the last two are always errors.
 
     No access to the API (no kubeconfig, unreachable, forbidden) is one warning, never a
     failure: the engine then reports what it finds when it deploys.
@@ -110,7 +124,7 @@ def check_cluster(
     """
     mode = "off" if cfg is None or cfg.parked else cfg.sizing.cluster_check
     installs = platform is not None and platform.install
-    if mode == "off" and not installs:
+    if mode == "off" and not installs and not unprotecting:
         return
     kubernetes = pulumi.Config("kubernetes")
     release = None
@@ -122,6 +136,7 @@ def check_cluster(
             kubernetes.get("context"),
             nodes=mode != "off",
             release=release,
+            graphs=unprotecting,
         )
     except ClusterReadError as exc:
         pulumi.log.warn(f"stack '{stack}': cluster not checked (no API access: {exc})")
@@ -136,6 +151,9 @@ def check_cluster(
         )
         if found is not None:
             problems.append(ConfigProblem("platform.install", True, found))
+    graphs = deployed_graphs_problem(view.graphs or [])
+    if graphs is not None:
+        problems.append(ConfigProblem("platform.protect", False, graphs))
     if cfg is not None and view.nodes is not None:
         nodes = cluster_problems(cfg, build_topology(cfg), view.nodes)
         if mode == "warn":
@@ -152,7 +170,7 @@ def deploy_platform(cfg: PlatformStackConfig) -> None:
     CRDs, webhooks, RBAC from the chart) and export :class:`PlatformExports`, one output each
     (``stackRole``, ``operatorNamespace``, ``operatorScope``, ``releaseName``,
     ``chartVersion``, ``installed``, ``operatorRbac``)."""
-    DynamoPlatform("platform", cfg.platform, cfg.platform.namespace)
+    DynamoPlatform("platform", cfg.platform, cfg.platform.namespace, protect=cfg.platform.protect)
     for key, value in platform_exports(cfg.platform).outputs().items():
         pulumi.export(key, value)
 

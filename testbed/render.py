@@ -122,6 +122,7 @@ class Registration:
         inputs: the inputs, secrets replaced by :data:`SECRET_PLACEHOLDER`, integral floats
             (the mock transport sends every number as a float) turned back into ints.
         custom: False for component resources.
+        protect: the ``protect`` option (the engine refuses to delete it).
     """
 
     type: str
@@ -131,6 +132,7 @@ class Registration:
     dependencies: list[str]
     inputs: dict[str, Any]
     custom: bool
+    protect: bool = False
 
 
 @dataclass
@@ -216,6 +218,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     dependencies=list(request.dependencies),
                     inputs=_clean(inputs),
                     custom=bool(request.custom),
+                    protect=bool(request.protect),
                 )
             )
         return response

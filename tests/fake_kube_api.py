@@ -3,10 +3,10 @@
 `resourceVersion` as JSON lines, live, until `timeoutSeconds`. Fault injection: drop every watch
 connection after N events (`drop_after`), or answer 410 Gone to versions older than
 `expired_below`. For the cluster checks at preview it also lists `nodes` (`GET /api/v1/nodes`),
-`secrets` by namespace (`GET /api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs)
-and `cluster_roles`; a path in `forbidden` answers 403. Runs on its own event loop in a thread,
-so the watch (a thread using the synchronous kubernetes client) and the load (another loop) can
-run beside it."""
+`secrets` by namespace (`GET /api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs),
+`cluster_roles` and `graphs` (DGDs); a path in `forbidden` answers 403. Runs on its own event
+loop in a thread, so the watch (a thread using the synchronous kubernetes client) and the load
+(another loop) can run beside it."""
 
 import asyncio
 import contextlib
@@ -83,6 +83,7 @@ class FakeKubeApi:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     secrets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     cluster_roles: list[dict[str, Any]] = field(default_factory=list)
+    graphs: list[dict[str, Any]] | None = None  # DGDs; None: the CRD is not installed (404)
     forbidden: set[str] = field(default_factory=set)  # request paths answered 403
     _changed: asyncio.Event | None = None  # set (and replaced) on every event
     _loop: asyncio.AbstractEventLoop | None = None
@@ -157,7 +158,12 @@ class FakeKubeApi:
         if request.path in self.forbidden:
             status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
             return web.json_response(status, status=403)
-        if request.path == "/api/v1/nodes":
+        if request.path.endswith("/dynamographdeployments"):
+            if self.graphs is None:
+                status = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "no"}
+                return web.json_response(status, status=404)
+            items = self.graphs
+        elif request.path == "/api/v1/nodes":
             items = self.nodes
         elif request.path.endswith("/clusterroles"):
             items = self.cluster_roles
@@ -207,6 +213,7 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         app.router.add_get("/api/v1/nodes", api.list_objects)
         app.router.add_get("/api/v1/namespaces/{namespace}/secrets", api.list_objects)
         app.router.add_get("/apis/rbac.authorization.k8s.io/v1/clusterroles", api.list_objects)
+        app.router.add_get("/apis/nvidia.com/v1beta1/dynamographdeployments", api.list_objects)
         runner = web.AppRunner(app, shutdown_timeout=0.5)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -10,6 +10,7 @@ from components.cluster_checks import (
     class_needs,
     class_problems,
     cluster_problems,
+    deployed_graphs_problem,
     existing_operator_problem,
     release_description,
     tolerates,
@@ -178,3 +179,17 @@ def test_another_releases_operator_is_refused_by_the_chart() -> None:
     assert problem is not None
     assert "ClusterRole seed-dynamo-operator-manager-role" in problem
     assert existing_operator_problem(PlatformConfig(), "ns", OWN, [], roles[1:]) is None
+
+
+def test_graphs_still_deployed_name_their_stacks() -> None:
+    graphs = [
+        {"metadata": {"name": "kv-routing", "namespace": "testbed-kv-routing"}},
+        {"metadata": {"name": "mine", "namespace": "team-a"}},
+    ]
+    assert deployed_graphs_problem(graphs) == (
+        "2 DynamoGraphDeployments still in the cluster: testbed-kv-routing/kv-routing (graph"
+        " stack 'kv-routing'?), team-a/mine; destroy those graph stacks first (`pulumi destroy"
+        " -s <stack>`: the operator must run while their finalizers do), then set"
+        " platform.protect: false to destroy the platform"
+    )
+    assert deployed_graphs_problem([]) is None

@@ -114,7 +114,7 @@ def test_forbidden_roles_are_unreadable_forbidden_nodes_no_access(
     view = read_cluster(kubeconfig, None, release=("dynamo-system", "dynamo-platform"))
     assert view.unreadable == ["ClusterRoles: 403 Forbidden"]
     api.forbidden.add("/api/v1/nodes")
-    with pytest.raises(ClusterReadError, match=r"^nodes: 403 Forbidden$"):
+    with pytest.raises(ClusterReadError, match=r"^403 Forbidden$"):
         read_cluster(kubeconfig, None, nodes=True)
 
 
@@ -177,3 +177,20 @@ def test_platform_stacks_own_release_passes(api: FakeKubeApi, tmp_path: Path) ->
     rendered = preview("platform", str(api.kubeconfig(tmp_path)))
     (release,) = rendered.helm_releases()
     assert release["description"] == own
+
+
+def test_lifting_protect_while_graphs_run_is_refused_naming_them(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    api.graphs = [{"metadata": {"name": "kv-routing", "namespace": "testbed-kv-routing"}}]
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    with pytest.raises(StackConfigError) as caught:
+        preview("platform", kubeconfig, platform='{"protect": false}')
+    assert "dynamo-testbed:platform.protect = False: 1 DynamoGraphDeployment still" in str(
+        caught.value
+    )
+    assert "graph stack 'kv-routing'" in str(caught.value)
+    api.graphs = None  # no CRD: nothing to wait for
+    rendered = preview("platform", kubeconfig, platform='{"protect": false}')
+    (release,) = [r for r in rendered.registrations if r.type == "kubernetes:helm.sh/v3:Release"]
+    assert release.protect is False

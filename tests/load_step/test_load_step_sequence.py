@@ -207,6 +207,10 @@ def run_sequence(commands: list[list[str]]) -> tuple[Cluster, list[str]]:
                 and (out.get("platform") or {}).get("stack") == stack
             ]
             assert users == [], f"{stack} destroyed while {users} run under it"
+            # The engine refuses to delete a protected resource (tests/cli_rules/
+            # test_destroy_order.py): the platform's release until `platform.protect: false`.
+            kept = [r.urn for r in cluster.rendered[stack].registrations if r.protect]
+            assert kept == [], f"{stack}: `pulumi destroy` refused, protected: {kept}"
             cluster.destroyed.append(stack)
             cluster.outputs[stack] = {}  # a destroyed stack has no outputs
         else:
@@ -228,6 +232,7 @@ def test_the_readme_block_is_the_seed_sequence() -> None:
         "disagg-same-node",
         "disagg-same-node",
         "disagg-cross-node",
+        "platform",  # platform.protect: false, before `pulumi destroy -s platform`
     ]
 
 
@@ -346,6 +351,17 @@ def test_a_graph_before_its_platform_fails_naming_it() -> None:
                 "pulumi stack init platform",
                 "pulumi stack init kv-routing",
                 "pulumi up -s kv-routing",
+            )
+        )
+
+
+def test_destroying_a_protected_platform_is_refused() -> None:
+    with pytest.raises(AssertionError, match=r"platform: `pulumi destroy` refused, protected"):
+        run_sequence(
+            commands(
+                "pulumi stack init platform",
+                "pulumi up -s platform",
+                "pulumi destroy -s platform",
             )
         )
 
