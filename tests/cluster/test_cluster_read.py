@@ -82,6 +82,13 @@ def preview(stack: str, kubeconfig: str, **keys: str) -> Rendered:
     )
 
 
+def refusal(stack: str, kubeconfig: str, **keys: str) -> str:
+    """The message of the StackConfigError the preview of ``stack`` stops with."""
+    with pytest.raises(StackConfigError) as caught:
+        preview(stack, kubeconfig, **keys)
+    return str(caught.value)
+
+
 def test_helm_record_decodes_what_helm_stores() -> None:
     secret = helm_secret("dynamo-platform", "dynamo-system", "Install complete")
     assert helm_record(secret)["info"]["description"] == "Install complete"
@@ -122,9 +129,7 @@ def test_a_cluster_without_time_slicing_stops_preview_before_anything(
     api: FakeKubeApi, tmp_path: Path
 ) -> None:
     api.nodes = [node("main", "gpu-24gb", gpus=1), SEED[1]]
-    with pytest.raises(StackConfigError) as caught:
-        preview("disagg-same-node", str(api.kubeconfig(tmp_path)))
-    message = str(caught.value)
+    message = refusal("disagg-same-node", str(api.kubeconfig(tmp_path)))
     assert "nothing was deployed" in message
     assert "dynamo-testbed:nodeClasses.gpu-24gb = {'nodeSelector':" in message
     assert "main: 1; the stack needs 4 on 1 node" in message
@@ -162,9 +167,7 @@ def test_platform_on_a_cluster_with_a_hand_installed_operator(
     api.secrets["dynamo-system"] = [
         helm_secret("dynamo-platform", "dynamo-system", "Install complete")
     ]
-    with pytest.raises(StackConfigError) as caught:
-        preview("platform", str(api.kubeconfig(tmp_path)))
-    message = str(caught.value)
+    message = refusal("platform", str(api.kubeconfig(tmp_path)))
     assert "dynamo-testbed:platform.install = True: a Helm release 'dynamo-platform'" in message
     assert "cannot re-use a name that is still in use" in message
     assert "set platform.install: false" in message
@@ -184,12 +187,9 @@ def test_lifting_protect_while_graphs_run_is_refused_naming_them(
 ) -> None:
     api.graphs = [{"metadata": {"name": "kv-routing", "namespace": "testbed-kv-routing"}}]
     kubeconfig = str(api.kubeconfig(tmp_path))
-    with pytest.raises(StackConfigError) as caught:
-        preview("platform", kubeconfig, platform='{"protect": false}')
-    assert "dynamo-testbed:platform.protect = False: 1 DynamoGraphDeployment still" in str(
-        caught.value
-    )
-    assert "graph stack 'kv-routing'" in str(caught.value)
+    message = refusal("platform", kubeconfig, platform='{"protect": false}')
+    assert "dynamo-testbed:platform.protect = False: 1 DynamoGraphDeployment still" in message
+    assert "graph stack 'kv-routing'" in message
     api.graphs = None  # no CRD: nothing to wait for
     rendered = preview("platform", kubeconfig, platform='{"protect": false}')
     (release,) = [r for r in rendered.registrations if r.type == "kubernetes:helm.sh/v3:Release"]
