@@ -52,8 +52,7 @@ def test_the_program_does_not_import(program_modules: set[str], package: str) ->
     )
 
 
-def test_the_check_sees_what_the_step_imports() -> None:
-    """The same check on the step's runtime finds the heavy packages, so it can fail."""
-    loaded = loaded_by("loadgen.runner, loadgen.html_report, loadgen.kube_watch")
-    assert {"matplotlib", "pandas", "kubernetes", "aiohttp"} <= loaded
-    assert {"pulumi", "pydantic"} <= loaded_by("components.program")
+def test_the_check_sees_what_the_step_imports(program_modules: set[str]) -> None:
+    """The same check on the pod watch finds its client, so it can fail."""
+    assert "kubernetes" in loaded_by("loadgen.kube_watch")
+    assert {"pulumi", "pulumi_kubernetes", "pydantic", "components"} <= program_modules
