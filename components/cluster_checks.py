@@ -52,6 +52,7 @@ class ClassNeed:
         selector: its ``nodeSelector``.
         tolerations: its tolerations (``core/v1 Toleration`` dicts).
         nodes: nodes the class should have (``nodes``).
+        time_sliced: the class's GPUs are shared by time-slicing (``timeSlicing`` set).
         units_per_node: ``nvidia.com/gpu`` one node should advertise (``gpusPerNode``, times
             ``replicasPerGpu`` with time-slicing).
         gpu_units, largest_gpus: units the class's workers request in all / the largest pod.
@@ -62,6 +63,7 @@ class ClassNeed:
     selector: dict[str, str]
     tolerations: tuple[dict[str, str], ...]
     nodes: int
+    time_sliced: bool
     units_per_node: int
     gpu_units: int
     largest_gpus: int
@@ -90,6 +92,7 @@ def class_needs(cfg: StackConfig, topology: Topology) -> list[ClassNeed]:
                 selector=dict(node_class.node_selector),
                 tolerations=tuple(t.manifest() for t in node_class.tolerations),
                 nodes=node_class.nodes,
+                time_sliced=slicing is not None,
                 units_per_node=node_class.gpus_per_node * per_gpu,
                 gpu_units=sum(g for g, _ in pods[name]),
                 largest_gpus=max(g for g, _ in pods[name]),
@@ -191,7 +194,9 @@ def _gpu_problems(need: ClassNeed, usable: Sequence[Mapping[str, Any]]) -> list[
     if sum(best) >= need.gpu_units and best[0] >= need.largest_gpus:
         return []
     hint = ""
-    if need.units_per_node > max(units.values()):
+    if max(units.values()) == 0:
+        hint = f" (no node advertises {GPU_RESOURCE}: is the NVIDIA device plugin running there?)"
+    elif need.time_sliced and need.units_per_node > max(units.values()):
         hint = (
             f" (each node should advertise {need.units_per_node}: gpusPerNode x replicasPerGpu;"
             " is the device plugin's time-slicing configured?)"

@@ -88,7 +88,7 @@ def main(cluster_checks: bool = False) -> None:
                 None,
                 platform_cfg.platform,
                 platform_cfg.platform.namespace,
-                unprotecting=not platform_cfg.platform.protect,
+                unprotecting=platform_cfg.platform.install and not platform_cfg.platform.protect,
             )
         deploy_platform(platform_cfg)
         return
@@ -120,7 +120,7 @@ def check_cluster(
 
     Raises:
         StackConfigError: naming ``nodeClasses.<class>`` (what the nodes have, what the stack
-            needs) or ``platform.install``.
+            needs), ``platform.install`` or ``platform.protect``.
     """
     mode = "off" if cfg is None or cfg.parked else cfg.sizing.cluster_check
     installs = platform is not None and platform.install

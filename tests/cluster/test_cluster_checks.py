@@ -193,3 +193,11 @@ def test_graphs_still_deployed_name_their_stacks() -> None:
         " platform.protect: false to destroy the platform"
     )
     assert deployed_graphs_problem([]) is None
+
+
+def test_no_device_plugin_is_named_as_such() -> None:
+    need = needs("kv-routing")["gpu-24gb"]
+    (problem,) = class_problems(need, [node("main", "gpu-24gb", gpus=None)])
+    assert problem.endswith(
+        "(no node advertises nvidia.com/gpu: is the NVIDIA device plugin running there?)"
+    )
