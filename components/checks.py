@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from components.config import StackConfig, image_tag_version
 from components.errors import ConfigProblem
-from components.links import resolve_link
 from components.load_step import endpoint_problems
 from components.models import UnknownModelError
 from components.sizing import parse_quantity
-from components.stack_sizing import StackSizing, group_of, model_geometry, stack_sizing
+from components.stack_sizing import (
+    StackSizing,
+    group_of,
+    link_profile,
+    model_geometry,
+    stack_sizing,
+)
 from components.ucx import CUDA_CAPABLE_EXAMPLE, UCX_TLS, moves_gpu_memory
+from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_nixl
 
 _KV_ROLES = {
     "prefill": ("kv_producer", "kv_both"),
@@ -189,6 +195,46 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return out
 
 
+def dynamo_runtime_version(cfg: StackConfig) -> str:
+    """The Dynamo release the workers run: ``runtimeVersionOverride``, else the image tag's
+    version, else ``dynamoVersion``."""
+    return (
+        cfg.engine.runtime_version_override
+        or image_tag_version(cfg.engine.resolved_image)
+        or cfg.engine.dynamo_version
+    )
+
+
+def nixl_tls_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """A vLLM worker with a KV transfer on a Dynamo release whose NIXL refuses a ``UCX_TLS``
+    without CUDA memory support on a GPU node (:mod:`kvpath.versions`: Dynamo 1.7.0 and later)
+    needs one that moves GPU memory (:func:`components.ucx.moves_gpu_memory`). The seed's
+    ``tcp,self`` stays valid on Dynamo 1.6.2."""
+    version = dynamo_runtime_version(cfg)
+    if cfg.engine.kind != "vllm" or not nixl_refuses_tls_without_cuda(version):
+        return []
+    nixl = shipped_nixl(version)
+    known = {".".join(map(str, d)) for d in DYNAMO_NIXL}
+    out = []
+    for i, w in enumerate(cfg.topology.workers):
+        tls = w.env.get(UCX_TLS)
+        if w.kv_transfer is None or tls is None or moves_gpu_memory(tls):
+            continue
+        out.append(
+            ConfigProblem(
+                _workers_key(i, "env.UCX_TLS"),
+                tls,
+                f"Dynamo {version} ships NIXL {nixl}{'' if version in known else ' or later'}, whose UCX backend refuses to start "
+                "on a GPU node when UCX_TLS enables no CUDA memory transport ('Invalid UCX_TLS="
+                f"{tls} for NIXL UCX backend: NVIDIA GPU(s) are present, but this setting does "
+                "not enable CUDA memory support'; ai-dynamo/nixl PR #1617, first in NIXL 1.5.0). "
+                f"Add cuda_copy to env.UCX_TLS (e.g. '{tls},cuda_copy'; with bufferDevice: cpu "
+                "the KV still moves through host memory), or set engine.dynamoVersion: 1.6.2.",
+            )
+        )
+    return out
+
+
 def engine_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """An image tag that is not a version needs ``runtimeVersionOverride`` (DGD admission)."""
     if cfg.topology.kind != "dynamo" or cfg.engine.runtime_version_override:
@@ -233,7 +279,7 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
         )
     for field, link in (("sameNode", cfg.links.same_node), ("crossNode", cfg.links.cross_node)):
         try:
-            resolve_link(link)
+            link_profile(link)
         except ValueError as exc:
             out.append(ConfigProblem(f"links.{field}", link, str(exc)))
     if cfg.model.geometry is None:
@@ -329,6 +375,7 @@ def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
         + role_problems(cfg)
         + kv_buffer_problems(cfg)
         + engine_problems(cfg)
+        + nixl_tls_problems(cfg)
         + endpoint_problems(cfg)
     )
     if any(p.key.endswith("nodeClass") for p in out):

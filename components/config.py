@@ -38,12 +38,12 @@ from components.platform import PlatformConfig
 from components.sizing import (
     DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     DEFAULT_BASE_MEMORY,
-    DEFAULT_MEMORY_MARGIN,
     DEFAULT_SHARED_MEMORY,
     GI,
 )
 from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
 from components.toleration import Toleration
+from kvpath.profile import LinkProfile
 from loadgen.config import LoadConfig
 from steptime.gpus import GPU_CATALOG, GpuSpec, catalog_gpu
 
@@ -110,21 +110,23 @@ class NodeClass(CamelModel):
         return gpu
 
 
-LinkName = str
-"""A link profile name from :data:`components.sizing.LINK_PROFILES` (e.g. ``1gbe``)."""
+LinkSettingValue = str | float | LinkProfile
+"""A link setting (:func:`kvpath.profile.resolve_link`): a profile name from
+:data:`kvpath.profile.LINK_PROFILES` (e.g. ``1gbe``), decimal GB/s, a profile file (``*.json``,
+relative to the project folder) or the profile's figures."""
 
 
 class Links(CamelModel):
     """The network paths KV cache takes between a prefill and a decode worker.
 
-    Each value is a profile name from :data:`components.sizing.LINK_PROFILES` or a number in
-    decimal GB/s.
+    Each value is a profile name, decimal GB/s, a profile file or the figures
+    (:data:`LinkSettingValue`).
     """
 
-    same_node: LinkName | float = Field(
+    same_node: LinkSettingValue = Field(
         default="same-node-tcp", description="Prefill and decode on the same host."
     )
-    cross_node: LinkName | float = Field(
+    cross_node: LinkSettingValue = Field(
         default="1gbe", description="Prefill and decode on different hosts."
     )
 
@@ -460,11 +462,6 @@ class StackLoadConfig(LoadConfig):
 class SizingConfig(CamelModel):
     """Knobs of the sizing checks (:mod:`components.sizing`); defaults documented there."""
 
-    memory_margin: float = Field(
-        default=DEFAULT_MEMORY_MARGIN,
-        ge=1,
-        description="Multiplier on concurrency x per-request KV in the memory floor.",
-    )
     allow_unsafe_memory: bool = Field(
         default=False,
         description="Deploy below the memory floor with a warning (reproduces the seed's OOM).",

@@ -3,11 +3,12 @@
 The seed's two lessons, checked before anything is deployed:
 
 1. A worker that buffers KV in host memory (``kv_buffer_device: cpu``) needs, on top of the
-   memory limit it had without that buffer, room for every in-flight request's KV cache
-   (`memory_floor_bytes`, `check_memory_floor`). The seed's cross-node prefill worker kept its
-   part-3 limit of 3,584Mi and was OOMKilled at concurrency 4.
-2. Moving a request's KV cache costs KV bytes / link throughput; disaggregation only pays when
-   that is smaller than the prefill time it takes off the decode GPU (`disaggregation_verdict`).
+   memory limit it had without that buffer, its whole host mirror: vLLM allocates a host buffer
+   the size of its KV cache (:mod:`kvpath.memory`; `check_memory_floor`). The seed's cross-node
+   prefill worker kept its part-3 limit of 3,584Mi and was OOMKilled at concurrency 4 and 1.
+2. Moving a request's KV cache costs vLLM's device -> host copy, the transfer and the
+   host -> device copy (:mod:`kvpath`); disaggregation only pays when that is smaller than the
+   prefill time it takes off the decode GPU (`disaggregation_verdict`).
 
 Memory values are bytes (int); Kubernetes quantities ("3584Mi", "10Gi", "4G") are parsed with
 `parse_quantity` and written back with `format_quantity`. Times are seconds.
@@ -24,8 +25,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from components.links import LinkProfile, resolve_link, transfer_seconds
 from components.models import ModelGeometry
+from kvpath.copies import NOTES_HOST_COPIES, d2h_seconds, h2d_seconds
+from kvpath.memory import host_mirror_bytes, memory_floor_bytes
+from kvpath.profile import LinkProfile, LinkSetting, resolve_link
+from kvpath.transfers import transfer_seconds
 
 KI, MI, GI = 2**10, 2**20, 2**30
 
@@ -46,14 +50,6 @@ DEFAULT_BASE_MEMORY = "3328Mi"
 # through /dev/shm (that is what needs a large one, vllm-project/production-stack PR #994);
 # 256Mi is four times a container runtime's 64Mi default. Raise it for tensor parallelism.
 DEFAULT_SHARED_MEMORY = "256Mi"
-
-# Safety margin on the host-buffered KV term. 2.0 allows each in-flight request's KV to sit in
-# host memory twice: the buffer being sent plus one finished buffer not yet freed (at
-# concurrency 1 the seed's worker still died after 4 requests, so finished buffers seem not to be
-# freed at once). It is consistent with both seed observations: 3,584Mi at concurrency 4 fails
-# the floor (needs 5,659Mi; the worker was OOMKilled), 10Gi at concurrency 8 passes (needs
-# 7,733Mi; the same-node workers never hit the limit).
-DEFAULT_MEMORY_MARGIN = 2.0
 
 # Per-worker GPU memory outside weights and KV cache: CUDA context, the activation peak vLLM
 # profiles at startup, CUDA-graph pools. An assumption for small models (~0.5 GiB of CUDA
@@ -156,43 +152,6 @@ def kv_bytes_per_request(geometry: ModelGeometry, prompt_tokens: int) -> int:
     return geometry.kv_bytes_per_token * prompt_tokens
 
 
-def memory_floor_bytes(
-    base_limit_bytes: int,
-    concurrency: int,
-    kv_bytes_per_request: int,
-    margin: float = DEFAULT_MEMORY_MARGIN,
-    shared_memory_bytes: int = 0,
-) -> int:
-    """The memory limit a worker that buffers KV in host memory needs (bytes).
-
-    base limit + /dev/shm size + ceil(concurrency x KV bytes per request x margin): the seed's
-    rule, with ``concurrency`` the highest load concurrency the stack runs (every in-flight
-    request holds its KV in the worker's host memory), plus the memory-backed /dev/shm, whose
-    files count against the container's memory limit (see `DEFAULT_SHARED_MEMORY`).
-
-    Args:
-        base_limit_bytes: the limit the worker needs without host-buffered KV and /dev/shm
-            (bytes); see `DEFAULT_BASE_MEMORY`.
-        concurrency: in-flight requests (>= 0).
-        kv_bytes_per_request: one request's KV cache (bytes), see `kv_bytes_per_request`.
-        margin: multiplier on the KV term (>= 1); see `DEFAULT_MEMORY_MARGIN`.
-        shared_memory_bytes: size of the worker's memory-backed /dev/shm (bytes).
-
-    Raises:
-        ValueError: a negative input, or ``margin`` < 1 or not finite.
-    """
-    if min(base_limit_bytes, concurrency, kv_bytes_per_request, shared_memory_bytes) < 0:
-        raise ValueError(
-            "base_limit_bytes, concurrency, kv_bytes_per_request and shared_memory_bytes must "
-            f"be >= 0, got {base_limit_bytes}, {concurrency}, {kv_bytes_per_request}, "
-            f"{shared_memory_bytes}"
-        )
-    if not (math.isfinite(margin) and margin >= 1):
-        raise ValueError(f"margin must be a finite number >= 1, got {margin}")
-    kv_term = Fraction(concurrency * kv_bytes_per_request) * Fraction(repr(margin))
-    return base_limit_bytes + shared_memory_bytes + math.ceil(kv_term)
-
-
 class SizingFinding(BaseModel):
     """A sizing rule a stack breaks, with the numbers, for the caller to report.
 
@@ -224,67 +183,59 @@ def check_memory_floor(
     component: str,
     memory_limit: str | int,
     *,
-    concurrency: int,
-    kv_bytes_per_request: int,
+    host_mirror_bytes: int,
     base_memory: str | int = DEFAULT_BASE_MEMORY,
     shared_memory: str | int = DEFAULT_SHARED_MEMORY,
-    margin: float = DEFAULT_MEMORY_MARGIN,
     allow_unsafe_memory: bool = False,
-    host_buffers_kv: bool = True,
 ) -> SizingFinding | None:
-    """Check a worker's memory limit against `memory_floor_bytes`.
-
-    A worker that buffers KV in host memory needs the seed's floor; any other worker needs at
-    least its base memory and /dev/shm (the floor with no in-flight KV).
+    """Check a worker's memory limit against its floor, base + /dev/shm + host mirror
+    (:func:`kvpath.memory.memory_floor_bytes`).
 
     Args:
-        component: the component's name, used in the message.
+        component: the worker group's name, used in the message.
         memory_limit: its configured limit (Kubernetes quantity or bytes).
-        concurrency: the stack's highest load concurrency.
-        kv_bytes_per_request: one request's KV cache (bytes).
-        base_memory: the limit it needs without host-buffered KV and /dev/shm (quantity or
-            bytes).
+        host_mirror_bytes: its host mirror (its KV cache bytes, whole blocks) when it buffers
+            KV in host memory (``kv_buffer_device: cpu``), else 0.
+        base_memory: the limit it needs without host mirror and /dev/shm (quantity or bytes).
         shared_memory: its memory-backed /dev/shm size (quantity or bytes).
-        margin: multiplier on the KV term (>= 1).
         allow_unsafe_memory: the stack's explicit override: report a ``warning`` instead of an
             ``error`` (to reproduce the seed's OOMKill on purpose).
-        host_buffers_kv: False for a worker without host-buffered KV: the floor is
-            ``base_memory`` + ``shared_memory``.
 
     Returns:
         None when the limit is at or above the floor, else the finding.
 
     Raises:
-        ValueError: an invalid quantity, or the inputs `memory_floor_bytes` rejects.
+        ValueError: an invalid quantity or a negative mirror.
     """
     configured = parse_quantity(memory_limit)
     base = parse_quantity(base_memory)
     shm = parse_quantity(shared_memory)
-    if not host_buffers_kv:
-        concurrency = 0
-    required = memory_floor_bytes(base, concurrency, kv_bytes_per_request, margin, shm)
+    required = memory_floor_bytes(base, shm, host_mirror_bytes)
     base_text = f"base {format_quantity(base)} + /dev/shm {format_quantity(shm)}"
     if configured >= required:
         return None
     minimum = format_quantity(ceil_mib(required))
-    if host_buffers_kv:
+    if host_mirror_bytes:
         formula = (
-            f"{base_text} + concurrency {concurrency} x KV/request "
-            f"{kv_bytes_per_request:,} B x margin {margin:g} = {_bytes_text(required)}"
+            f"{base_text} + host mirror {_bytes_text(host_mirror_bytes)} = {_bytes_text(required)}"
         )
         message = (
-            f"component '{component}' buffers KV in host memory (kv_buffer_device: cpu) and its "
-            f"memory limit {_bytes_text(configured)} is below the required "
-            f"{_bytes_text(required)}; {formula}. "
+            f"worker group '{component}' buffers KV in host memory (kv_buffer_device: cpu), so "
+            f"vLLM 0.31.0 gives each of its workers a host mirror of its whole KV cache "
+            f"({_bytes_text(host_mirror_bytes)}, filled as blocks are used and never returned); "
+            f"its memory limit {_bytes_text(configured)} is below the floor {formula}. "
         )
         fix = (
-            f"Raise memoryLimit to at least {minimum}, lower load.concurrency, or set "
-            "sizing.allowUnsafeMemory: true to reproduce the seed's OOMKill."
+            f"Raise memoryLimit to at least {minimum}, lower gpuMemoryUtilization of "
+            f"'{component}' (a smaller KV cache, a smaller mirror), or set "
+            "kvTransfer.bufferDevice: cuda with a UCX_TLS that moves GPU memory (e.g. "
+            "tcp,self,cuda); or set sizing.allowUnsafeMemory: true to reproduce the seed's "
+            "OOMKill."
         )
     else:
         formula = f"{base_text} = {_bytes_text(required)}"
         message = (
-            f"component '{component}' has memory limit {_bytes_text(configured)}, below its "
+            f"worker group '{component}' has memory limit {_bytes_text(configured)}, below its "
             f"floor {formula} (what the worker needs without host-buffered KV; the defaults "
             "add up to 3584Mi, the limit every part-3 run of the seed passed with). "
         )
@@ -295,7 +246,8 @@ def check_memory_floor(
     if allow_unsafe_memory:
         message += (
             "sizing.allowUnsafeMemory is set, so it is deployed anyway: expect the worker to be "
-            "OOMKilled (exit 137) under load, as in the seed's cross-node run."
+            "OOMKilled (exit 137) once the blocks it has used fill its limit, as in the seed's "
+            "cross-node run."
         )
     else:
         message += fix
@@ -475,21 +427,25 @@ def check_gpu_fit(
 class DisaggregationVerdict(BaseModel):
     """Whether disaggregated prefill/decode pays on a link (the seed's section 5).
 
-    cost ~= one request's KV bytes / link throughput; gain ~= the prefill time a long prompt
-    would otherwise block decode for ~= prompt tokens / prefill throughput. It pays when the
-    cost is below the gain.
+    cost ~= one request's KV path alone: with host buffers vLLM's device -> host copy of its
+    blocks (pages resident) + the transfer at the link's one-transfer rate + the host -> device
+    copy (:mod:`kvpath`); without, the transfer alone. gain ~= the prefill time a long prompt
+    would otherwise block decode for ~= prompt tokens / prefill throughput. It pays when the cost
+    is below the gain.
 
     Attributes:
         link: the link profile name.
-        link_bytes_per_s: its throughput (decimal bytes/s).
+        link_bytes_per_s: its one-transfer rate (decimal bytes/s).
         link_source: where that number comes from.
         transfer_seconds: estimated KV transfer time per request (s).
+        copy_seconds: vLLM's two host copies per request (s; 0 without host buffers).
+        copy_source: where the copy rates come from (None without host buffers).
         prefill_tokens_per_s: prefill throughput (prompt tokens/s), from the step-time model
             (:mod:`steptime`) the simulation uses too, or the stack's ``prefillTokensPerS``.
         prefill_source: where that number comes from (GPU, model, fit).
         prefill_seconds: estimated prefill time per request (s).
-        disaggregation_pays: transfer_seconds < prefill_seconds.
-        summary: one sentence with both numbers and the verdict.
+        disaggregation_pays: transfer_seconds + copy_seconds < prefill_seconds.
+        summary: one sentence with the numbers and the verdict.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -498,6 +454,8 @@ class DisaggregationVerdict(BaseModel):
     link_bytes_per_s: float
     link_source: str
     transfer_seconds: float
+    copy_seconds: float
+    copy_source: str | None
     prefill_tokens_per_s: float
     prefill_source: str
     prefill_seconds: float
@@ -511,16 +469,20 @@ def disaggregation_verdict(
     link: LinkProfile,
     prefill_tokens_per_s: float,
     prefill_source: str,
+    *,
+    host_buffered: bool = False,
 ) -> DisaggregationVerdict:
-    """Compare the KV transfer cost on ``link`` with the prefill time it could save.
+    """Compare one request's KV path on ``link`` with the prefill time it could save.
 
     Args:
         kv_bytes_per_request: one request's KV cache (bytes).
         prompt_tokens: prompt tokens per request.
-        link: the KV path, see `components.links.resolve_link`.
+        link: the KV path, see :func:`kvpath.profile.resolve_link`.
         prefill_tokens_per_s: prefill throughput (tokens/s), e.g.
             :meth:`steptime.roofline.EngineStep.prefill_tokens_per_s`.
         prefill_source: where it comes from (shown in the summary).
+        host_buffered: the workers use ``kv_buffer_device: cpu``: add vLLM's two copies at the
+            link profile's copy rates, else the notes' (:data:`kvpath.copies.NOTES_HOST_COPIES`).
 
     Raises:
         ValueError: ``prefill_tokens_per_s`` <= 0, ``prompt_tokens`` < 0, or a negative
@@ -531,24 +493,34 @@ def disaggregation_verdict(
             "need prefill_tokens_per_s > 0 and prompt_tokens >= 0, got "
             f"{prefill_tokens_per_s}, {prompt_tokens}"
         )
-    cost = transfer_seconds(kv_bytes_per_request, link.bytes_per_s)
+    moving = transfer_seconds(kv_bytes_per_request, link.bytes_per_s)
+    copies = link.host_copies or NOTES_HOST_COPIES
+    copying = (
+        d2h_seconds(0, kv_bytes_per_request, copies) + h2d_seconds(kv_bytes_per_request, copies)
+        if host_buffered
+        else 0.0
+    )
+    cost = moving + copying
     gain = prompt_tokens / prefill_tokens_per_s
     pays = cost < gain
+    copy_text = f" plus {copying * 1000:,.0f} ms of vLLM's host copies" if host_buffered else ""
     summary = (
         f"on {link.name} ({link.bytes_per_s / 1e9:g} GB/s) moving {kv_bytes_per_request / 1e6:,.1f}"
-        f" MB of KV takes {cost * 1000:,.0f} ms vs {gain * 1000:,.0f} ms of prefill "
+        f" MB of KV takes {moving * 1000:,.0f} ms{copy_text} vs {gain * 1000:,.0f} ms of prefill "
         f"({prompt_tokens:,} tokens at {prefill_tokens_per_s:,.0f} tokens/s, {prefill_source}): "
         + (
             "disaggregation can pay."
             if pays
-            else "disaggregation does not pay; the transfer costs more than the prefill."
+            else "disaggregation does not pay; the KV path costs more than the prefill."
         )
     )
     return DisaggregationVerdict(
         link=link.name,
         link_bytes_per_s=link.bytes_per_s,
         link_source=link.source,
-        transfer_seconds=cost,
+        transfer_seconds=moving,
+        copy_seconds=copying,
+        copy_source=copies.source if host_buffered else None,
         prefill_tokens_per_s=prefill_tokens_per_s,
         prefill_source=prefill_source,
         prefill_seconds=gain,
@@ -563,8 +535,9 @@ class ComponentMemory(BaseModel):
     Attributes:
         name: the component name (e.g. ``prefill``).
         memory_limit: its memory limit (Kubernetes quantity or bytes).
-        host_buffers_kv: True when its KV transfer uses ``kv_buffer_device: cpu``.
-        base_memory: the limit it needs without host-buffered KV and /dev/shm; default
+        host_buffers_kv: True when its KV transfer uses ``kv_buffer_device: cpu``: it then
+            needs its host mirror, the KV cache of the worker row of the same name.
+        base_memory: the limit it needs without host mirror and /dev/shm; default
             `DEFAULT_BASE_MEMORY`.
         shared_memory_size: its memory-backed /dev/shm; default `DEFAULT_SHARED_MEMORY`.
     """
@@ -599,11 +572,12 @@ class GpuAllocation(BaseModel):
 
 
 class ComponentMemoryReport(BaseModel):
-    """A component's memory limit against its floor (base memory + /dev/shm, plus the
-    host-buffered KV of every in-flight request when ``host_buffers_kv``)."""
+    """A component's memory limit against its floor (base memory + /dev/shm, plus its host
+    mirror when ``host_buffers_kv``)."""
 
     name: str
     host_buffers_kv: bool
+    host_mirror_bytes: int
     shared_memory_bytes: int
     memory_limit_bytes: int
     memory_floor_bytes: int
@@ -636,7 +610,6 @@ class SizingReport(BaseModel):
     kv_bytes_per_request: int
     kv_mb_per_request: float
     concurrency: int
-    memory_margin: float
     disaggregation: DisaggregationVerdict
     components: list[ComponentMemoryReport]
     workers: list[WorkerKvReport]
@@ -654,13 +627,12 @@ def build_sizing_report(
     geometry: ModelGeometry,
     prompt_tokens: int,
     concurrency: int,
-    link: str | float,
+    link: LinkSetting,
     prefill_tokens_per_s: float,
     prefill_source: str,
     components: Sequence[ComponentMemory] = (),
     gpus: Sequence[GpuAllocation] = (),
     kv_workers: Sequence[GpuAllocation] | None = None,
-    margin: float = DEFAULT_MEMORY_MARGIN,
     block_size_tokens: int = VLLM_BLOCK_SIZE_TOKENS,
     activation_overhead_bytes: int = DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     allow_unsafe_memory: bool = False,
@@ -672,61 +644,26 @@ def build_sizing_report(
         geometry: its geometry.
         prompt_tokens: prompt tokens per request (the load's average).
         concurrency: the stack's highest load concurrency.
-        link: the KV path between prefill and decode: a profile name or GB/s.
+        link: the KV path between prefill and decode (:func:`kvpath.profile.resolve_link`).
         components: the components' memory settings.
         gpus: the GPUs and the workers placed on each (the GPU memory fit checks).
         kv_workers: the workers whose KV-cache budget is reported in ``workers``, each with
             its GPU (a stack reports one per worker group); default: every worker of ``gpus``.
+            A host-buffering component's mirror is the KV cache of the row of its name.
         prefill_tokens_per_s: prefill throughput for the disaggregation verdict (tokens/s).
         prefill_source: where it comes from (see `disaggregation_verdict`).
-        margin: the memory-floor margin.
-        block_size_tokens: KV block size for the capacity in blocks.
+        block_size_tokens: KV block size for the capacity in blocks and the mirror.
         activation_overhead_bytes: per-worker GPU overhead outside weights and KV.
         allow_unsafe_memory: turn memory-floor errors into warnings.
 
     Raises:
-        ValueError: an invalid input (quantity, link, negative count).
+        ValueError: an invalid input (quantity, link, negative count), or a host-buffering
+            component without a KV-cache row of its name.
     """
     request_kv = kv_bytes_per_request(geometry, prompt_tokens)
-    findings: list[SizingFinding] = []
-    component_reports = []
-    for component in components:
-        limit = parse_quantity(component.memory_limit)
-        in_flight = concurrency if component.host_buffers_kv else 0
-        floor = memory_floor_bytes(
-            parse_quantity(component.base_memory),
-            in_flight,
-            request_kv,
-            margin,
-            parse_quantity(component.shared_memory_size),
-        )
-        finding = check_memory_floor(
-            component.name,
-            component.memory_limit,
-            concurrency=concurrency,
-            kv_bytes_per_request=request_kv,
-            base_memory=component.base_memory,
-            shared_memory=component.shared_memory_size,
-            margin=margin,
-            allow_unsafe_memory=allow_unsafe_memory,
-            host_buffers_kv=component.host_buffers_kv,
-        )
-        if finding is not None:
-            findings.append(finding)
-        component_reports.append(
-            ComponentMemoryReport(
-                name=component.name,
-                host_buffers_kv=component.host_buffers_kv,
-                shared_memory_bytes=parse_quantity(component.shared_memory_size),
-                memory_limit_bytes=limit,
-                memory_floor_bytes=floor,
-                memory_floor_mib=ceil_mib(floor) // MI,
-                memory_floor_quantity=format_quantity(ceil_mib(floor)),
-                fits=limit >= floor,
-            )
-        )
+    gpu_findings: list[SizingFinding] = []
     for gpu in gpus:
-        findings += check_gpu_fit(
+        gpu_findings += check_gpu_fit(
             gpu.node_class,
             gpu.gpu_memory_gib,
             gpu.workers,
@@ -756,6 +693,46 @@ def build_sizing_report(
                     block_size_tokens=block_size_tokens,
                 )
             )
+    budgets = {w.name: w.kv_cache_budget_bytes for w in worker_reports}
+    findings: list[SizingFinding] = []
+    component_reports = []
+    for component in components:
+        mirror = 0
+        if component.host_buffers_kv:
+            if component.name not in budgets:
+                raise ValueError(
+                    f"component {component.name!r} buffers KV in host memory but has no "
+                    "KV-cache row (kv_workers) of its name to size its host mirror"
+                )
+            mirror = host_mirror_bytes(
+                budgets[component.name], geometry.kv_bytes_per_token, block_size_tokens
+            )
+        limit = parse_quantity(component.memory_limit)
+        shm = parse_quantity(component.shared_memory_size)
+        floor = memory_floor_bytes(parse_quantity(component.base_memory), shm, mirror)
+        finding = check_memory_floor(
+            component.name,
+            component.memory_limit,
+            host_mirror_bytes=mirror,
+            base_memory=component.base_memory,
+            shared_memory=component.shared_memory_size,
+            allow_unsafe_memory=allow_unsafe_memory,
+        )
+        if finding is not None:
+            findings.append(finding)
+        component_reports.append(
+            ComponentMemoryReport(
+                name=component.name,
+                host_buffers_kv=component.host_buffers_kv,
+                host_mirror_bytes=mirror,
+                shared_memory_bytes=shm,
+                memory_limit_bytes=limit,
+                memory_floor_bytes=floor,
+                memory_floor_mib=ceil_mib(floor) // MI,
+                memory_floor_quantity=format_quantity(ceil_mib(floor)),
+                fits=limit >= floor,
+            )
+        )
     return SizingReport(
         model=model,
         kv_bytes_per_token=geometry.kv_bytes_per_token,
@@ -764,15 +741,15 @@ def build_sizing_report(
         kv_bytes_per_request=request_kv,
         kv_mb_per_request=request_kv / 1e6,
         concurrency=concurrency,
-        memory_margin=margin,
         disaggregation=disaggregation_verdict(
             request_kv,
             prompt_tokens,
             resolve_link(link),
             prefill_tokens_per_s,
             prefill_source,
+            host_buffered=any(c.host_buffers_kv for c in components),
         ),
         components=component_reports,
         workers=worker_reports,
-        findings=findings,
+        findings=findings + gpu_findings,
     )

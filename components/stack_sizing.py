@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from components.config import StackConfig, WorkerGroup
-from components.links import LinkProfile, resolve_link
 from components.models import ModelGeometry, geometry_from_hf_config, known_model
 from components.sizing import (
     GI,
@@ -28,6 +27,7 @@ from components.sizing import (
     WorkerKvReport,
     build_sizing_report,
 )
+from kvpath.profile import LinkProfile, LinkSetting, resolve_link
 from steptime.fit import SEED_FIT, fit_for
 from steptime.gpus import resolve_gpu
 from steptime.roofline import EngineFit, EngineStep
@@ -105,8 +105,17 @@ def same_host(cfg: StackConfig, a: str, b: str) -> bool:
     return a == b and cfg.node_classes[a].nodes == 1
 
 
-def kv_link(cfg: StackConfig, prefill: WorkerGroup) -> str | float:
-    """The link setting (profile name or GB/s) a prefill group's KV crosses to decode.
+def link_profile(link: LinkSetting) -> LinkProfile:
+    """The profile of a link setting, profile files read from the project folder.
+
+    Raises:
+        ValueError: see :func:`kvpath.profile.resolve_link`.
+    """
+    return resolve_link(link, PROJECT_DIR)
+
+
+def kv_link(cfg: StackConfig, prefill: WorkerGroup) -> LinkSetting:
+    """The link setting a prefill group's KV crosses to decode.
 
     ``links.sameNode`` when every decode group is certainly on the prefill group's host,
     else ``links.crossNode`` (the slower case when decode groups are spread).
@@ -266,11 +275,11 @@ def stack_sizing(cfg: StackConfig) -> StackSizing:
     """
     geometry = model_geometry(cfg)
     settings = {w.name: kv_link(cfg, w) for w in cfg.topology.workers if w.role == "prefill"}
-    links = {name: resolve_link(setting) for name, setting in settings.items()}
+    links = {name: link_profile(setting) for name, setting in settings.items()}
     verdict_link = (
-        min(settings.values(), key=lambda s: resolve_link(s).bytes_per_s)
-        if settings
-        else cfg.links.cross_node
+        min(links.values(), key=lambda p: p.bytes_per_s)
+        if links
+        else link_profile(cfg.links.cross_node)
     )
     components = [
         ComponentMemory(
@@ -295,7 +304,6 @@ def stack_sizing(cfg: StackConfig) -> StackSizing:
         components=components,
         gpus=gpu_sharing_sets(cfg),
         kv_workers=kv_worker_sets(cfg),
-        margin=cfg.sizing.memory_margin,
         block_size_tokens=(
             VLLM_BLOCK_SIZE_TOKENS if cfg.engine.kind == "vllm" else MOCKER_BLOCK_SIZE_TOKENS
         ),

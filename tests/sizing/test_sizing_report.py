@@ -33,7 +33,7 @@ def cross_node_report(prefill_limit: str, *, allow_unsafe_memory: bool = False) 
             ComponentMemory.model_validate(
                 {"name": "prefill", "memoryLimit": prefill_limit, "hostBuffersKv": True}
             ),
-            ComponentMemory(name="decode", memory_limit="10Gi", host_buffers_kv=True),
+            ComponentMemory(name="decode", memory_limit="12Gi", host_buffers_kv=True),
         ],
         gpus=[
             GpuAllocation(
@@ -52,6 +52,18 @@ def cross_node_report(prefill_limit: str, *, allow_unsafe_memory: bool = False) 
                 }
             ),
         ],
+        kv_workers=[
+            GpuAllocation(
+                node_class="gpu-8gb",
+                gpu_memory_gib=8,
+                workers=[GpuWorker(name="prefill", gpu_memory_utilization=0.8)],
+            ),
+            GpuAllocation(
+                node_class="gpu-24gb",
+                gpu_memory_gib=24,
+                workers=[GpuWorker(name="decode", gpu_memory_utilization=0.4)],
+            ),
+        ],
         allow_unsafe_memory=allow_unsafe_memory,
     )
 
@@ -61,9 +73,16 @@ def test_seed_cross_node_limit_is_an_error_in_the_report() -> None:
     assert [(f.subject, f.severity) for f in report.findings] == [("prefill", "error")]
     assert report.errors == report.findings
     prefill = report.components[1]
-    assert (prefill.memory_floor_bytes, prefill.memory_floor_quantity) == (5_933_498_368, "5659Mi")
-    assert prefill.memory_floor_mib == 5_659
+    # floor(0.8 x 8 GiB) - 1,192,099,840 B weights - 1 GiB = 4,606,106,009 B of KV cache: 2,510
+    # blocks of 1,835,008 B = a 4,605,870,080 B mirror, + 3,584Mi base and /dev/shm.
+    assert prefill.host_mirror_bytes == 4_605_870_080
+    assert (prefill.memory_floor_bytes, prefill.memory_floor_quantity) == (8_363_966_464, "7977Mi")
+    assert prefill.memory_floor_mib == 7_977
     assert not prefill.fits
+    # decode: floor(0.4 x 24 GiB) - weights - 1 GiB = 4,382 blocks; 12Gi holds its 11,253Mi floor.
+    decode = report.components[2]
+    assert (decode.host_mirror_bytes, decode.memory_floor_bytes) == (8_041_005_056, 11_799_101_440)
+    assert decode.fits
     # Without host-buffered KV the floor is base memory + /dev/shm (default 256Mi).
     frontend = report.components[0]
     assert (frontend.memory_floor_bytes, frontend.fits) == ((512 + 256) * 2**20, True)
@@ -85,11 +104,15 @@ def test_the_rule_computed_limit_passes() -> None:
 
 
 def test_report_numbers_and_json_keys() -> None:
-    report = cross_node_report("6Gi")
+    report = cross_node_report("8Gi")
     assert report.kv_bytes_per_token == 114_688
     assert report.kv_bytes_per_request == 271_925_248
     assert report.kv_mb_per_request == pytest.approx(271.925248)
     assert 2.3 <= report.disaggregation.transfer_seconds <= 2.5
+    # vLLM's copies at the notes' rates: d2h resident 134 ms + h2d 179 ms for 273,416,192 B.
+    assert report.disaggregation.copy_seconds == pytest.approx(
+        271_925_248 / 273_416_192 * (0.134 + 0.179)
+    )
     assert not report.disaggregation.disaggregation_pays
     assert report.disaggregation.prefill_tokens_per_s == 25_000
     decode = report.workers[1]
@@ -97,7 +120,7 @@ def test_report_numbers_and_json_keys() -> None:
     assert (decode.node_class, decode.kv_cache_budget_bytes) == ("gpu-24gb", budget)
     assert decode.kv_capacity_blocks == budget // (114_688 * 16)
     dumped = json.loads(json.dumps(report.model_dump()))
-    assert {"kv_bytes_per_token", "kv_bytes_per_request", "memory_margin"} <= dumped.keys()
+    assert {"kv_bytes_per_token", "kv_bytes_per_request", "concurrency"} <= dumped.keys()
     component_keys = dumped["components"][0].keys()
     assert {"memory_limit_bytes", "memory_floor_bytes", "memory_floor_mib"} <= component_keys
     assert {"transfer_seconds", "prefill_seconds"} <= dumped["disaggregation"].keys()

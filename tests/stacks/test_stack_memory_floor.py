@@ -1,6 +1,6 @@
-"""Issue #4: the seed's cross-node OOMKill is caught at preview. The prefill worker buffers every
-in-flight request's KV in host memory (kv_buffer_device cpu), so its memory limit must cover
-base + concurrency x KV/request x margin."""
+"""Issues #4 and #19: the seed's cross-node OOMKill is caught at preview. With kv_buffer_device
+cpu vLLM 0.31.0 gives the worker a host mirror of its whole KV cache, so its memory limit must
+cover base + /dev/shm + mirror, whatever the load."""
 
 from __future__ import annotations
 
@@ -22,12 +22,13 @@ pytestmark = pytest.mark.timeout(60)
 
 STACK = "disagg-cross-node"
 SEED_LIMIT = "3584Mi"
-# base 3,328Mi + /dev/shm 256Mi (3,758,096,384 B together) + 4 x 271,925,248 B (Qwen3-0.6B KV of
-# a 2,371-token prompt) x 2 = 5,933,498,368 B = 5,658.6Mi, rounded up to 5,659Mi.
+# base 3,328Mi + /dev/shm 256Mi (3,758,096,384 B together) + the mirror of the prefill worker's
+# KV cache: floor(0.85 x 8 GiB) - 1,192,099,840 B weights - 1 GiB = 5,035,602,739 B, 2,744 blocks
+# of 1,835,008 B = 5,035,261,952 B; floor 8,793,358,336 B = 8,386Mi.
 FORMULA = (
-    "base 3328Mi + /dev/shm 256Mi + concurrency 4 x KV/request 271,925,248 B x margin 2 = 5659Mi"
+    "base 3328Mi + /dev/shm 256Mi + host mirror 4802Mi (5,035,261,952 B) = 8386Mi (8,793,358,336 B)"
 )
-REQUIRED = "below the required 5659Mi (5,933,498,368 B)"
+REQUIRED = "is below the floor"
 
 
 def seed_config(raw: dict[str, Any]) -> dict[str, Any]:
@@ -54,15 +55,29 @@ def test_seed_limit_fails_with_the_required_value_and_formula(
     assert FORMULA in text
 
 
-def test_seed_limit_at_the_shipped_grid_needs_more(
+def test_the_floor_does_not_depend_on_the_load(
     raw_config: Callable[[str], dict[str, Any]],
 ) -> None:
     raw = raw_config(STACK)
-    raw["topology"]["workers"][0]["memoryLimit"] = SEED_LIMIT  # concurrency stays [4, 8]
+    raw["topology"]["workers"][0]["memoryLimit"] = SEED_LIMIT
+    raw["load"]["concurrency"] = [1]
     with pytest.raises(StackConfigError) as info:
         parse_stack_config(STACK, raw)
-    # 3,758,096,384 + 8 x 271,925,248 x 2 = 8,108,900,352 B = 7,733.3Mi -> 7,734Mi.
-    assert "concurrency 8 x KV/request 271,925,248 B x margin 2 = 7734Mi" in str(info.value)
+    assert FORMULA in str(info.value)
+
+
+def test_lower_gpu_memory_utilization_lowers_the_floor(
+    raw_config: Callable[[str], dict[str, Any]],
+) -> None:
+    raw = raw_config(STACK)
+    # floor(0.5 x 8 GiB) - weights - 1 GiB = 2,029,125,632 B: 1,105 blocks = 2,027,683,840 B;
+    # + 3,758,096,384 B = 5,785,780,224 B = 5,517.75Mi, under 6Gi.
+    raw["topology"]["workers"][0]["gpuMemoryUtilization"] = 0.5
+    raw["topology"]["workers"][0]["memoryLimit"] = "6Gi"
+    parse_stack_config(STACK, raw)
+    raw["topology"]["workers"][0]["memoryLimit"] = "5517Mi"
+    with pytest.raises(StackConfigError, match="5518Mi"):
+        parse_stack_config(STACK, raw)
 
 
 def test_seed_limit_fails_testbed_render_with_exit_2(
@@ -93,13 +108,13 @@ def test_allow_unsafe_memory_renders_with_a_warning(
     raw["sizing"] = {"allowUnsafeMemory": True}
     rendered = render_stack(STACK, project_with(STACK, raw))
     (warning,) = rendered.outputs["warnings"]
-    assert "component 'prefill'" in warning
+    assert "worker group 'prefill'" in warning
     assert REQUIRED in warning
     assert "allowUnsafeMemory is set, so it is deployed anyway" in warning
     assert "OOMKilled" in warning
     components = {c["name"]: c for c in rendered.outputs["sizing"]["components"]}
     assert components["prefill"]["fits"] is False
-    assert components["prefill"]["memory_floor_quantity"] == "5659Mi"
+    assert components["prefill"]["memory_floor_quantity"] == "8386Mi"
     assert components["decode"]["fits"] is True
     (dgd,) = [o for o in rendered.kubernetes_objects() if o["kind"] == "DynamoGraphDeployment"]
     prefill = next(c for c in dgd["spec"]["components"] if c["name"] == "prefill")
@@ -111,5 +126,5 @@ def test_shipped_stack_passes(rendered: dict[str, Rendered]) -> None:
     outputs = rendered[STACK].outputs
     assert outputs["warnings"] == []
     components = {c["name"]: c for c in outputs["sizing"]["components"]}
-    assert components["prefill"]["memory_limit_bytes"] == 8 * 2**30
+    assert components["prefill"]["memory_limit_bytes"] == 9 * 2**30
     assert components["prefill"]["fits"] is True

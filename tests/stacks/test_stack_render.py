@@ -145,8 +145,8 @@ def test_disaggregated_workers_get_mode_kv_transfer_config_and_ucx_env(
         ("kv-routing", "worker-8gb", "0.45", "3584Mi"),
         ("disagg-same-node", "prefill", "0.22", "10Gi"),
         ("disagg-same-node", "decode", "0.22", "10Gi"),
-        ("disagg-cross-node", "prefill", "0.85", "8Gi"),
-        ("disagg-cross-node", "decode", "0.44", "8Gi"),
+        ("disagg-cross-node", "prefill", "0.85", "9Gi"),
+        ("disagg-cross-node", "decode", "0.44", "13Gi"),
     ],
 )
 def test_worker_resources_and_placement(
@@ -371,21 +371,25 @@ def test_dynamo_stack_outputs(rendered: dict[str, Rendered], stack: str) -> None
 @pytest.mark.parametrize(
     ("stack", "link", "floor_mib"),
     [
-        # Floor: 3,584Mi base + 8 (concurrency) x 271,925,248 B (KV/request) x 2 (margin)
-        # = 8,108,900,352 B = 7,733.3Mi, rounded up to 7,734Mi.
-        ("disagg-cross-node", "1gbe", 7734),
-        ("disagg-same-node", "same-node-tcp", 7734),
+        # Floor: 3,584Mi base + /dev/shm + the host mirror, the worker's KV cache in whole
+        # blocks of 16 x 114,688 B: floor(GPU bytes x utilization) - 1,192,099,840 B weights -
+        # 1 GiB overhead. Cross node: prefill 0.85 x 8 GiB -> 2,744 blocks = 5,035,261,952 B,
+        # floor 8,793,358,336 B = 8,386Mi; decode 0.44 x 24 GiB -> 4,944 blocks = 9,072,279,552 B,
+        # floor 12,830,375,936 B = 12,236Mi. Same node: 0.22 x 24 GiB -> 1,854 blocks =
+        # 3,402,104,832 B, floor 7,160,201,216 B = 6,828.5Mi, rounded up to 6,829Mi.
+        ("disagg-cross-node", "1gbe", {"prefill": 8386, "decode": 12236}),
+        ("disagg-same-node", "same-node-tcp", {"prefill": 6829, "decode": 6829}),
     ],
 )
 def test_disaggregated_sizing_outputs(
-    rendered: dict[str, Rendered], stack: str, link: str, floor_mib: int
+    rendered: dict[str, Rendered], stack: str, link: str, floor_mib: dict[str, int]
 ) -> None:
     sizing = rendered[stack].outputs["sizing"]
     assert sizing["kv_links"]["prefill"]["link"] == link
     assert sizing["disaggregation"]["link"] == link
     assert sizing["disaggregation"]["disaggregation_pays"] is False
     floors = {c["name"]: c["memory_floor_quantity"] for c in sizing["components"]}
-    assert floors == {"prefill": f"{floor_mib}Mi", "decode": f"{floor_mib}Mi"}
+    assert floors == {name: f"{mib}Mi" for name, mib in floor_mib.items()}
 
 
 def test_kv_routing_workers_need_their_base_memory(rendered: dict[str, Rendered]) -> None:

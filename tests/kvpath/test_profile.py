@@ -1,12 +1,15 @@
 """Link profiles and the seed's transfer-cost numbers."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
-from components.links import LINK_PROFILES, resolve_link, transfer_seconds
 from components.models import known_model
 from components.sizing import kv_bytes_per_request
+from kvpath.profile import LINK_PROFILES, resolve_link
+from kvpath.transfers import transfer_seconds
 
 SEED_PROMPT_TOKENS = 2_371
 
@@ -63,3 +66,22 @@ def test_transfer_seconds_rejects_bad_inputs() -> None:
         transfer_seconds(-1, 1e9)
     with pytest.raises(ValueError):
         transfer_seconds(1, 0)
+
+
+def test_a_profile_file_or_its_figures_resolve(tmp_path: Path) -> None:
+    figures = {"name": "probed", "bytesPerS": 2e8, "connectionBytesPerS": 3e8, "source": "probe"}
+    (tmp_path / "link.json").write_text(json.dumps(figures))
+    from_file = resolve_link("link.json", tmp_path)
+    assert from_file == resolve_link(figures)
+    assert (from_file.bytes_per_s, from_file.connection_rate, from_file.wire_bytes_per_s) == (
+        2e8,
+        3e8,
+        None,
+    )
+    with pytest.raises(ValueError, match="cannot read link profile file"):
+        resolve_link("missing.json", tmp_path)
+    (tmp_path / "bad.json").write_text('{"bytesPerS": -1}')
+    with pytest.raises(ValueError, match="is not a profile"):
+        resolve_link("bad.json", tmp_path)
+    with pytest.raises(ValueError, match="invalid link profile figures"):
+        resolve_link({"speed": 1})

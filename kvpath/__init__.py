@@ -1,0 +1,16 @@
+"""The KV path of a disaggregated vLLM worker pair, as vLLM 0.31.0 and NIXL run it: one cost
+model read by the preview checks (:mod:`components.sizing`), ``testbed render``'s verdict and
+``testbed simulate`` (:mod:`testbed.timing_model`), with figures a probe (:mod:`kvpath.probe`)
+measures.
+
+- :mod:`kvpath.profile`: the link profile (a transfer's rate, a connection's, a wire's) a stack
+  names or gives as figures, and the built-in profiles with their sources.
+- :mod:`kvpath.memory`: a host-buffered worker's host mirror, its memory floor, the resident
+  pages as blocks are touched, and when a limit below the floor kills it.
+- :mod:`kvpath.copies`: vLLM's synchronous device <-> host copies and their contention.
+- :mod:`kvpath.transfers`: transfers sharing one connection per prefill/decode pair and one
+  wire per node pair.
+- :mod:`kvpath.versions`: which NIXL each Dynamo release ships, and NIXL's ``UCX_TLS`` rule.
+
+Pure Python (pydantic): nothing here imports torch, nixl or Pulumi.
+"""

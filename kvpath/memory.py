@@ -1,0 +1,99 @@
+"""Host memory of a worker that buffers KV in host memory (``kv_buffer_device: cpu``).
+
+What vLLM 0.31.0 does (``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py``,
+``initialize_host_xfer_buffer``; ``../shared/notes/kv-path-measured.md``): for every layer,
+``torch.empty(kv_cache.shape, dtype, device="cpu")``, a pageable host buffer the size of the
+worker's whole GPU KV cache, on prefill and decode alike (``use_host_buffer = kv_buffer_device ==
+"cpu"``). This **host mirror** is the worker's KV cache bytes: the program sets them with
+``--kv-cache-memory-bytes``, so the mirror is exact up to vLLM's rounding to whole blocks. Its
+pages become resident when a copy or a transfer first writes them and are never returned.
+
+Which pages a run touches follows from vLLM's free-block order (``vllm/v1/core/block_pool.py``
+at 0.31.0): ``BlockPool.__init__`` puts every block in ``FreeKVCacheBlockQueue`` in id order,
+``get_new_blocks`` takes blocks from the head (``popleft_n``) and ``free_blocks`` appends freed
+blocks at the tail (``append_n``). So a worker hands out never-used blocks first, until every
+block has been used once: each block newly allocated for a request (its prompt minus its
+prefix-cache hit on that worker) is a fresh block, whose mirror pages the first copy or transfer
+makes resident. Resident memory grows by those blocks and stops at the mirror.
+
+The floor of such a worker is therefore ``base + /dev/shm + mirror`` (`memory_floor_bytes`),
+whatever the load; below it the kernel kills the worker once ``base + resident`` crosses its limit
+(`blocks_until_kill`). Bytes throughout.
+"""
+
+from __future__ import annotations
+
+GI = 2**30
+
+HOST_BASE_BYTES = 2 * GI
+"""Host memory of a vLLM worker without its host mirror (bytes), the simulation's assumption:
+2 GiB (CUDA context, PyTorch and vLLM in one process). The seed bounds it only: the part-3
+workers ran within 3,584Mi. The preview floor uses the stack's ``baseMemory`` instead
+(default 3,328Mi, :data:`components.sizing.DEFAULT_BASE_MEMORY`)."""
+
+
+def block_bytes(kv_bytes_per_token: int, block_tokens: int) -> int:
+    """Bytes of one KV block over all layers: KV bytes per token x block tokens.
+
+    Raises:
+        ValueError: a count below 1.
+    """
+    if kv_bytes_per_token < 1 or block_tokens < 1:
+        raise ValueError(
+            f"need kv_bytes_per_token and block_tokens >= 1, got {kv_bytes_per_token}, "
+            f"{block_tokens}"
+        )
+    return kv_bytes_per_token * block_tokens
+
+
+def host_mirror_bytes(kv_cache_bytes: int, kv_bytes_per_token: int, block_tokens: int) -> int:
+    """The host mirror of a worker whose KV cache gets ``kv_cache_bytes``
+    (``--kv-cache-memory-bytes``): its whole blocks, each `block_bytes`.
+
+    Raises:
+        ValueError: ``kv_cache_bytes`` < 0, or what `block_bytes` rejects.
+    """
+    if kv_cache_bytes < 0:
+        raise ValueError(f"kv_cache_bytes must be >= 0, got {kv_cache_bytes}")
+    one = block_bytes(kv_bytes_per_token, block_tokens)
+    return kv_cache_bytes // one * one
+
+
+def memory_floor_bytes(base_bytes: int, shared_memory_bytes: int, mirror_bytes: int) -> int:
+    """The memory limit a worker needs: base + /dev/shm + host mirror (0 without host buffer).
+
+    Raises:
+        ValueError: a negative input.
+    """
+    if min(base_bytes, shared_memory_bytes, mirror_bytes) < 0:
+        raise ValueError(
+            "base, /dev/shm and mirror bytes must be >= 0, got "
+            f"{base_bytes}, {shared_memory_bytes}, {mirror_bytes}"
+        )
+    return base_bytes + shared_memory_bytes + mirror_bytes
+
+
+def resident_bytes(fresh_blocks_allocated: int, mirror_blocks: int, one_block_bytes: int) -> int:
+    """Resident mirror bytes after a worker allocated ``fresh_blocks_allocated`` new blocks in all
+    (never-used ones first, see the module docstring): never above the mirror.
+
+    Raises:
+        ValueError: a negative input.
+    """
+    if min(fresh_blocks_allocated, mirror_blocks, one_block_bytes) < 0:
+        raise ValueError("block counts and block bytes must be >= 0")
+    return min(fresh_blocks_allocated, mirror_blocks) * one_block_bytes
+
+
+def blocks_until_kill(limit_bytes: int, base_bytes: int, one_block_bytes: int) -> int:
+    """Fresh blocks a worker can make resident before ``base + resident`` exceeds its limit:
+    the kill comes while the next one is written. E.g. the seed's cross-node prefill worker
+    (limit 3,584Mi, base 2 GiB as the simulation assumes, 1.75 MiB blocks of Qwen3-0.6B): 877
+    blocks, 5 whole 149-block requests when none of them hits the prefix cache.
+
+    Raises:
+        ValueError: ``one_block_bytes`` < 1 or a negative byte count.
+    """
+    if one_block_bytes < 1 or min(limit_bytes, base_bytes) < 0:
+        raise ValueError("need one_block_bytes >= 1 and byte counts >= 0")
+    return max(0, limit_bytes - base_bytes) // one_block_bytes

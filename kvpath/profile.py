@@ -1,0 +1,175 @@
+"""Link profiles: how fast a request's KV moves from a prefill worker to a decode worker.
+
+A transfer runs over the connection of its prefill/decode pair (NIXL keeps one UCX endpoint per
+agent pair; over TCP one connection), shared by that pair's transfers in flight, and, between
+two nodes, over the node pair's wire, shared by every pair crossing it (:mod:`kvpath.transfers`).
+A profile gives the three rates:
+
+- ``bytes_per_s``: one transfer alone;
+- ``connection_bytes_per_s``: what one pair's connection carries in all with several transfers
+  in flight (None: the same as one alone);
+- ``wire_bytes_per_s``: the node pair's wire (None: no shared wire, as on one host).
+
+A stack's ``links.sameNode`` / ``links.crossNode`` (:func:`resolve_link`) is a profile name from
+`LINK_PROFILES`, a throughput in decimal GB/s, a profile file (``.json``, as ``testbed probe
+kv-path`` writes it; relative paths from the project folder), or the figures themselves (a
+mapping with this model's camelCase keys). Rates are decimal bytes per second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from kvpath.copies import HostCopyProfile
+
+
+class LinkProfile(BaseModel):
+    """A KV-transfer path and its rates (decimal bytes/s).
+
+    Attributes:
+        name: the profile name (e.g. ``1gbe``).
+        bytes_per_s: one transfer alone on its pair's connection.
+        connection_bytes_per_s: one pair's connection in all, several transfers in flight
+            (None: ``bytes_per_s``).
+        wire_bytes_per_s: the node pair's wire, shared by every pair crossing it (None: none).
+        range_bytes_per_s: (low, high) observed range of ``bytes_per_s`` when known.
+        source: where the numbers come from (measurement, inference or assumption).
+        measured_on: the machine a probe ran on (None: not measured by a probe).
+        host_copies: vLLM's copy-op rates the probe measured on that machine (None: not
+            measured; :data:`kvpath.copies.NOTES_HOST_COPIES` applies).
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    name: str = "stack config"
+    bytes_per_s: float = Field(gt=0)
+    connection_bytes_per_s: float | None = Field(default=None, gt=0)
+    wire_bytes_per_s: float | None = Field(default=None, gt=0)
+    range_bytes_per_s: tuple[float, float] | None = None
+    source: str = "stack config"
+    measured_on: str | None = None
+    host_copies: HostCopyProfile | None = None
+
+    @property
+    def connection_rate(self) -> float:
+        """What one pair's connection carries with several transfers in flight (bytes/s)."""
+        return self.connection_bytes_per_s or self.bytes_per_s
+
+
+# Share of line rate the seed's 1 GbE link carried: 115 MB/s of 125 MB/s.
+_SEED_ETHERNET_EFFICIENCY = 0.92
+_ETHERNET_SOURCE = (
+    "assumption: line rate x 0.92, the share of line rate the seed measured on 1 GbE; the seed's "
+    "same-node TCP path (UCX_TLS=tcp, host buffers) reached only ~1 GB/s without any wire, so with "
+    "that transport expect at most ~1 GB/s whatever the NIC"
+)
+
+
+def _ethernet(name: str, line_rate_gbit_per_s: int) -> LinkProfile:
+    """A profile for an Ethernet link at the seed's measured share of its line rate."""
+    rate = line_rate_gbit_per_s * 1e9 / 8 * _SEED_ETHERNET_EFFICIENCY
+    return LinkProfile(name=name, bytes_per_s=rate, wire_bytes_per_s=rate, source=_ETHERNET_SOURCE)
+
+
+LINK_PROFILES: dict[str, LinkProfile] = {
+    profile.name: profile
+    for profile in (
+        LinkProfile(
+            name="same-node-tcp",
+            bytes_per_s=1e9,
+            connection_bytes_per_s=1.2e9,
+            source=(
+                "one transfer: seed (inferred, not timed): disaggregation on one node added "
+                "~250 ms to TTFT for ~272 MB of KV over host-memory TCP, i.e. ~1 GB/s; one "
+                "pair's connection: ../shared/notes/kv-path-measured.md, NIXL 1.5.1 READs over "
+                "UCX/TCP between two processes, 2-8 in flight shared 1.10-1.37 GB/s (NVIDIA H200 "
+                "server, 16 cores)"
+            ),
+        ),
+        LinkProfile(
+            name="1gbe",
+            bytes_per_s=115e6,
+            wire_bytes_per_s=115e6,
+            range_bytes_per_s=(110e6, 117e6),
+            source="seed (measured): 1 GbE between the two nodes carried 110-117 MB/s",
+        ),
+        _ethernet("10gbe", 10),
+        _ethernet("25gbe", 25),
+        _ethernet("100gbe", 100),
+        LinkProfile(
+            name="rdma",
+            bytes_per_s=20e9,
+            wire_bytes_per_s=20e9,
+            source=(
+                "assumption (not measured in the seed, which says only 'tens of GB/s'): a "
+                "200 Gb/s InfiniBand/RoCE NIC with GPUDirect RDMA at 80% of its 25 GB/s line rate"
+            ),
+        ),
+    )
+}
+
+LinkSetting = str | float | Mapping[str, Any] | LinkProfile
+"""What ``links.sameNode`` / ``links.crossNode`` hold (see the module docstring)."""
+
+PROFILE_FILE_SUFFIX = ".json"
+
+
+def load_profile_file(path: Path) -> LinkProfile:
+    """The profile in a file ``testbed probe kv-path`` wrote (JSON, this model's keys).
+
+    Raises:
+        ValueError: the file is missing, not JSON or not a profile (the message names it).
+    """
+    try:
+        return LinkProfile.model_validate(json.loads(path.read_text()))
+    except OSError as exc:
+        raise ValueError(f"cannot read link profile file {str(path)!r}: {exc.strerror}") from None
+    except (json.JSONDecodeError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise ValueError(f"link profile file {str(path)!r} is not a profile: {first}") from None
+
+
+def resolve_link(link: LinkSetting, base_dir: Path | None = None) -> LinkProfile:
+    """The profile a link setting stands for.
+
+    Args:
+        link: a name from `LINK_PROFILES`, a throughput in decimal GB/s (e.g. ``2.5``: one
+            link of that rate shared by every transfer crossing it), a
+            profile file ending in ``.json``, a mapping of profile figures, or a profile.
+        base_dir: the folder relative file names start from (default: the working directory).
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones), a throughput that is
+            not a finite number above 0, an unreadable file, or invalid figures.
+    """
+    if isinstance(link, LinkProfile):
+        return link
+    if isinstance(link, Mapping):
+        try:
+            return LinkProfile.model_validate(dict(link))
+        except ValidationError as exc:
+            raise ValueError(f"invalid link profile figures: {str(exc).splitlines()[0]}") from None
+    if isinstance(link, str):
+        if link in LINK_PROFILES:
+            return LINK_PROFILES[link]
+        if link.endswith(PROFILE_FILE_SUFFIX):
+            return load_profile_file((base_dir or Path.cwd()) / link)
+        raise ValueError(
+            f"unknown link profile {link!r}; known: {', '.join(LINK_PROFILES)}, a profile file "
+            "(*.json, from `testbed probe kv-path`), or a throughput in GB/s (e.g. 2.5)"
+        )
+    if isinstance(link, bool) or not (math.isfinite(link) and link > 0):
+        raise ValueError(f"link throughput must be a finite number of GB/s above 0, got {link}")
+    rate = link * 1e9
+    return LinkProfile(
+        name=f"{link:g}GB/s", bytes_per_s=rate, wire_bytes_per_s=rate, source="stack config"
+    )

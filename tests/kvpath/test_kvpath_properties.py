@@ -1,0 +1,132 @@
+"""The KV-path cost model's pure functions: exact values and the directions the issue names
+(more workers copying never makes a copy faster; more transfers on a pair never raise any one's
+rate; resident memory never exceeds the mirror)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvpath.copies import (
+    NOTES_HOST_COPIES,
+    contention_factor,
+    d2h_seconds,
+    h2d_seconds,
+    threads_from_env,
+)
+from kvpath.memory import block_bytes, blocks_until_kill, host_mirror_bytes, resident_bytes
+from kvpath.profile import LINK_PROFILES, LinkProfile
+from kvpath.transfers import Flow, transfer_rates
+
+SEED_REQUEST = 273_416_192  # 149 blocks x 28 layers x 64 KiB
+SAME = LINK_PROFILES["same-node-tcp"]
+GBE = LINK_PROFILES["1gbe"]
+counts = st.integers(1, 64)
+
+
+def test_the_notes_copy_times_come_back() -> None:
+    assert d2h_seconds(SEED_REQUEST, 0, NOTES_HOST_COPIES) == pytest.approx(0.306)
+    assert d2h_seconds(0, SEED_REQUEST, NOTES_HOST_COPIES) == pytest.approx(0.134)
+    assert h2d_seconds(SEED_REQUEST, NOTES_HOST_COPIES) == pytest.approx(0.179)
+
+
+def test_contention_only_where_threads_outnumber_cores() -> None:
+    # The notes' rows: 1 thread per worker, 4 workers, 16 cores: no slowdown; 16 threads, 2 and
+    # 4 workers: 3.0x and 9.2x (measured 3.0x and 9.4x).
+    assert contention_factor(4, 16) == 1.0
+    assert contention_factor(32, 16) == pytest.approx(3.03, abs=0.01)
+    assert contention_factor(64, 16) == pytest.approx(9.19, abs=0.01)
+    assert contention_factor(64, None) == 1.0
+    slow = d2h_seconds(
+        0, SEED_REQUEST, NOTES_HOST_COPIES, copying_workers=4, threads_per_worker=16, cores=16
+    )
+    assert slow == pytest.approx(0.134 * 4**1.6)
+    with pytest.raises(ValueError):
+        contention_factor(1, 0)
+
+
+def test_threads_from_env() -> None:
+    assert threads_from_env({}) == 1
+    assert threads_from_env({"OMP_NUM_THREADS": "8"}) == 8
+    assert threads_from_env({"OMP_NUM_THREADS": "lots"}) == 1
+
+
+@settings(deadline=None)
+@given(counts, counts, st.integers(1, 32), st.integers(1, 128), st.integers(0, 2**31))
+def test_more_workers_copying_never_makes_a_copy_faster(
+    a: int, b: int, threads: int, cores: int, size: int
+) -> None:
+    few, many = sorted((a, b))
+    kw = {"threads_per_worker": threads, "cores": cores}
+    assert d2h_seconds(size, size, NOTES_HOST_COPIES, copying_workers=few, **kw) <= d2h_seconds(
+        size, size, NOTES_HOST_COPIES, copying_workers=many, **kw
+    )
+    assert h2d_seconds(size, NOTES_HOST_COPIES, copying_workers=few, **kw) <= h2d_seconds(
+        size, NOTES_HOST_COPIES, copying_workers=many, **kw
+    )
+
+
+def test_transfer_rates_exact() -> None:
+    # One alone at the one-transfer rate; two on one pair share the connection's 1.2 GB/s.
+    assert transfer_rates([Flow("p0-d0", None, SAME)]) == [1e9]
+    assert transfer_rates([Flow("p0-d0", None, SAME)] * 2) == [0.6e9, 0.6e9]
+    # Two pairs on one host: separate connections, no shared wire.
+    assert transfer_rates([Flow("p0-d0", None, SAME), Flow("p1-d0", None, SAME)]) == [1e9, 1e9]
+    # Across 1 GbE: two pairs share the wire; the pair with two transfers splits its half.
+    flows = [Flow("a", "n1-n2", GBE), Flow("b", "n1-n2", GBE), Flow("b", "n1-n2", GBE)]
+    assert transfer_rates(flows) == pytest.approx([57.5e6, 28.75e6, 28.75e6])
+
+
+profiles = st.builds(
+    lambda one, connection, wire: LinkProfile(
+        bytes_per_s=one, connection_bytes_per_s=connection, wire_bytes_per_s=wire
+    ),
+    st.floats(1e6, 1e11),
+    st.none() | st.floats(1e6, 1e11),
+    st.none() | st.floats(1e6, 1e11),
+)
+
+
+@settings(deadline=None)
+@given(
+    profiles,
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1)), max_size=12),
+    st.integers(0, 3),
+)
+def test_more_transfers_on_a_pair_never_raise_any_ones_rate(
+    profile: LinkProfile, others: list[tuple[int, int]], pair: int
+) -> None:
+    flows = [Flow(p, w or None, profile) for p, w in others]
+    before = transfer_rates(flows)
+    after = transfer_rates([*flows, Flow(pair, 1, profile)])
+    assert all(new <= old * (1 + 1e-12) for new, old in zip(after, before, strict=False))
+
+
+@settings(deadline=None)
+@given(profiles, st.floats(1.0, 100.0), counts)
+def test_a_faster_connection_never_lowers_a_rate(profile: LinkProfile, k: float, n: int) -> None:
+    faster = profile.model_copy(
+        update={
+            "bytes_per_s": profile.bytes_per_s * k,
+            "connection_bytes_per_s": (profile.connection_bytes_per_s or profile.bytes_per_s) * k,
+        }
+    )
+    slow = transfer_rates([Flow(0, 1, profile)] * n)
+    fast = transfer_rates([Flow(0, 1, faster)] * n)
+    assert all(f >= s * (1 - 1e-12) for f, s in zip(fast, slow, strict=True))
+
+
+def test_memory_exact_values() -> None:
+    one = block_bytes(114_688, 16)
+    assert one == 1_835_008
+    assert host_mirror_bytes(5_035_602_739, 114_688, 16) == 2_744 * one
+    assert blocks_until_kill(3_584 * 2**20, 2 * 2**30, one) == 877
+    assert resident_bytes(10_000, 2_744, one) == 2_744 * one
+
+
+@settings(deadline=None)
+@given(st.integers(0, 10**7), st.integers(0, 10**6), st.integers(1, 2**22))
+def test_resident_memory_never_exceeds_the_mirror(touched: int, mirror: int, one: int) -> None:
+    assert resident_bytes(touched, mirror, one) <= mirror * one
+    assert resident_bytes(touched, mirror, one) <= resident_bytes(touched + 1, mirror, one)
