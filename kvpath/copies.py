@@ -143,5 +143,3 @@ def threads_from_env(env: dict[str, str]) -> int:
     integer, else `VLLM_SERVING_THREADS`."""
     value = env.get("OMP_NUM_THREADS", "")
     return int(value) if value.isdigit() and int(value) > 0 else VLLM_SERVING_THREADS
-
-

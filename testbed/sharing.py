@@ -19,18 +19,23 @@ Model of sharing, and why:
   ``n`` transfers each move at ``bandwidth / n``. FIFO (one transfer at a time at full speed)
   was the alternative; the seed's 1 GbE figures cannot tell them apart and UCX over TCP runs
   transfers concurrently, so processor sharing it is.
+- **KV transfers** share their prefill/decode pair's connection and their node pair's wire
+  (:class:`FlowServer`, rates from :func:`kvpath.transfers.transfer_rates`).
 - **Host memory** of a worker that buffers KV in host memory (``kv_buffer_device: cpu``) is its
-  base memory plus every held buffer: a buffer is held from its allocation until its
-  transfer ends plus ``linger_s`` (see :class:`HostMemory`).
+  base memory plus the pages of its host mirror the run has touched (:class:`ResidentMirror`,
+  :mod:`kvpath.memory`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import simpy
+
+from kvpath.memory import resident_bytes
+from kvpath.transfers import Flow, transfer_rates
 
 _DONE_TOLERANCE = 1e-9  # a job is done when this fraction of its work is left (float error)
 
@@ -148,60 +153,92 @@ def finish_times(
     return ends
 
 
-@dataclass(frozen=True)
-class Hold:
-    """One KV buffer in host memory: ``bytes`` from ``start_s`` until ``end_s`` (its transfer
-    ended, or the worker died; None: still in use)."""
+class FlowServer:
+    """KV transfers in flight in a SimPy environment, each at the rate
+    :func:`kvpath.transfers.transfer_rates` gives it among the transfers active now (its pair's
+    connection, its node pair's wire). Rates change whenever a transfer starts or ends.
+    """
 
-    bytes: int
-    start_s: float
-    end_s: float | None = None
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self._jobs: dict[int, tuple[_Job, Flow]] = {}
+        self._rates: dict[int, float] = {}
+        self._ids = itertools.count()
+        self._last = env.now
+        self._version = 0
 
+    def serve(self, num_bytes: float, flow: Flow) -> simpy.Event:
+        """An event that succeeds when ``num_bytes`` (>= 0) of this transfer have moved."""
+        self._advance()
+        done = self.env.event()
+        if num_bytes <= 0:
+            done.succeed()
+            return done
+        self._jobs[next(self._ids)] = (_Job(remaining=num_bytes, total=num_bytes, done=done), flow)
+        self._reschedule()
+        return done
 
-def host_memory_bytes(base: int, holds: Sequence[Hold], linger_s: float, at_s: float) -> int:
-    """A worker's host memory at ``at_s`` (bytes): ``base`` plus every buffer allocated at or
-    before ``at_s`` and not yet released (released at ``end_s + linger_s``)."""
-    return base + sum(
-        h.bytes
-        for h in holds
-        if h.start_s <= at_s and (h.end_s is None or at_s < h.end_s + linger_s)
-    )
+    def cancel(self, done: simpy.Event) -> None:
+        """Stop the transfer whose event is ``done`` (it never succeeds); unknown: no-op."""
+        self._advance()
+        for key, (job, _) in list(self._jobs.items()):
+            if job.done is done:
+                del self._jobs[key]
+        self._reschedule()
+
+    def _advance(self) -> None:
+        elapsed = self.env.now - self._last
+        if elapsed > 0:
+            for key, (job, _) in self._jobs.items():
+                job.remaining -= self._rates.get(key, 0.0) * elapsed
+        self._last = self.env.now
+
+    def _reschedule(self) -> None:
+        self._version += 1
+        keys = list(self._jobs)
+        self._rates = dict(zip(keys, transfer_rates([self._jobs[k][1] for k in keys]), strict=True))
+        if not keys:
+            return
+        soonest = min(self._jobs[k][0].remaining / self._rates[k] for k in keys)
+        version = self._version
+        timer = self.env.timeout(max(soonest, 0.0))
+        timer.callbacks.append(lambda _: self._on_timer(version))
+
+    def _on_timer(self, version: int) -> None:
+        if version != self._version:
+            return
+        self._advance()
+        for key, (job, _) in list(self._jobs.items()):
+            if job.remaining <= job.total * _DONE_TOLERANCE:
+                del self._jobs[key]
+                job.done.succeed()
+        self._reschedule()
 
 
 @dataclass
-class HostMemory:
-    """Host memory of one worker that buffers KV in host memory (``kv_buffer_device: cpu``).
+class ResidentMirror:
+    """The host mirror of one host-buffered worker as a run touches it
+    (:mod:`kvpath.memory`): ``base`` bytes without it, its container ``limit``, the mirror's
+    ``mirror_blocks`` of ``block_bytes`` each, and how many fresh blocks the worker has
+    allocated so far (never-used blocks first, so each one makes its pages resident)."""
 
-    ``base`` (bytes) is the worker's memory without KV buffers; ``limit`` its container memory
-    limit (bytes); ``linger_s`` how long a finished buffer stays before it is freed. Each
-    :meth:`hold` adds a buffer; when memory then exceeds ``limit``, ``on_exceeded(memory)``
-    is called once (the kernel's OOM killer: the container dies with exit code 137).
-    Memory only grows at allocations, so checking there finds every crossing.
-    """
-
-    env: simpy.Environment
     base: int
     limit: int
-    linger_s: float
-    on_exceeded: Callable[[int], None]
-    holds: list[Hold] = field(default_factory=list)
-    exceeded: bool = False
+    mirror_blocks: int
+    block_bytes: int
+    fresh_blocks: int = 0
 
     def now_bytes(self) -> int:
-        """Memory now (bytes)."""
-        return host_memory_bytes(self.base, self.holds, self.linger_s, self.env.now)
+        """The worker's memory now: base + resident mirror (bytes)."""
+        return self.base + resident_bytes(self.fresh_blocks, self.mirror_blocks, self.block_bytes)
 
-    def hold(self, num_bytes: int) -> int:
-        """Allocate a buffer of ``num_bytes``; returns its handle for :meth:`release`."""
-        self.holds.append(Hold(bytes=num_bytes, start_s=self.env.now))
-        memory = self.now_bytes()
-        if memory > self.limit and not self.exceeded:
-            self.exceeded = True
-            self.on_exceeded(memory)
-        return len(self.holds) - 1
-
-    def release(self, handle: int) -> None:
-        """The buffer's transfer ended now; it is freed ``linger_s`` later."""
-        hold = self.holds[handle]
-        if hold.end_s is None:
-            self.holds[handle] = Hold(bytes=hold.bytes, start_s=hold.start_s, end_s=self.env.now)
+    def touch(self, new_blocks: int) -> tuple[int, int | None]:
+        """Allocate ``new_blocks`` and write them; returns the bytes that became resident and,
+        when that crosses the limit, how many of them were written before it did (None: no
+        crossing)."""
+        before = self.now_bytes()
+        self.fresh_blocks += new_blocks
+        after = self.now_bytes()
+        if before <= self.limit < after:
+            return after - before, self.limit - before
+        return after - before, None

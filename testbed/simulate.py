@@ -33,11 +33,19 @@ import yaml
 
 from components.config import StackConfig, project_values
 from components.errors import ConfigProblem, StackConfigError
-from components.sizing import MOCKER_BLOCK_SIZE_TOKENS, parse_quantity
+from components.sizing import MOCKER_BLOCK_SIZE_TOKENS, VLLM_BLOCK_SIZE_TOKENS, parse_quantity
 from components.stack_resources import stack_file_text, stack_resources
-from components.stack_sizing import engine_step, gpu_note, replica_name, stack_sizing
+from components.stack_sizing import (
+    engine_step,
+    gpu_note,
+    link_profile,
+    replica_name,
+    stack_sizing,
+)
 from components.topology import build_topology
 from components.validation import parse_stack_config
+from kvpath.copies import NOTES_HOST_COPIES, threads_from_env
+from kvpath.memory import host_mirror_bytes
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident
 from loadgen.output import (
@@ -186,14 +194,18 @@ def graph_spec(
 
 
 def run_topology(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> RunTopology:
-    """The stack's workers on their GPUs, its KV link and router, for the timing model.
+    """The stack's workers on their GPUs and hosts, its KV links and router, for the timing
+    model.
 
     GPUs: each node class has ``nodes x gpusPerNode`` GPUs; its workers fill them in config
-    order, ``timeSlicing.replicasPerGpu`` per GPU (one without time-slicing). Each worker's
-    step times are :func:`components.stack_sizing.engine_step` of its group with ``fit``
-    (the same model sizing's verdict reads). Workers with
-    ``kvTransfer.bufferDevice: cpu`` get their ``memoryLimit`` and the memory model. The link is
-    the prefill groups' (the slowest if they differ; the seed's stacks have one).
+    order, ``timeSlicing.replicasPerGpu`` per GPU (one without time-slicing); a GPU's host is
+    its node. Each worker's step times are :func:`components.stack_sizing.engine_step` of its
+    group with ``fit`` (the same model sizing's verdict reads). Workers with
+    ``kvTransfer.bufferDevice: cpu`` get their ``memoryLimit``, their host mirror
+    (:func:`kvpath.memory.host_mirror_bytes` of the KV cache sizing gives them) and their torch
+    threads (``OMP_NUM_THREADS``, else vLLM's one). Links: ``links.sameNode`` and
+    ``links.crossNode``; copy rates: those a link profile carries from the probe (same node
+    first), else the notes' (:data:`kvpath.copies.NOTES_HOST_COPIES`).
     """
     sizing = stack_sizing(cfg)
     topology = build_topology(cfg)
@@ -205,6 +217,9 @@ def run_topology(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> RunTopology:
         gpus = node_class.nodes * node_class.gpus_per_node
         host_buffer = group.kv_transfer is not None and group.kv_transfer.buffer_device == "cpu"
         step = engine_step(cfg, group.name, fit)
+        mirror = host_mirror_bytes(
+            sizing.kv_cache_bytes(group.name), sizing.kv_bytes_per_token, VLLM_BLOCK_SIZE_TOKENS
+        )
         for i in range(group.replicas):
             gpu = (slot[group.node_class] // per_gpu) % gpus
             slot[group.node_class] += 1
@@ -217,14 +232,21 @@ def run_topology(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> RunTopology:
                     step=step,
                     kv_capacity_tokens=sizing.kv_capacity_tokens(group.name),
                     memory_limit=parse_quantity(group.memory_limit) if host_buffer else None,
+                    mirror_bytes=mirror if host_buffer else 0,
+                    host=f"{group.node_class}/node-{gpu // node_class.gpus_per_node}",
+                    threads=threads_from_env(dict(group.env)),
                 )
             )
-    prefill = [w.name for w in cfg.topology.workers if w.role == "prefill"]
-    link = min((sizing.link_gb_per_s(name) for name in prefill), default=None)
+    disaggregated = any(w.role == "prefill" for w in cfg.topology.workers)
+    same = link_profile(cfg.links.same_node) if disaggregated else None
+    cross = link_profile(cfg.links.cross_node) if disaggregated else None
+    probed = [p.host_copies for p in (same, cross) if p is not None and p.host_copies]
     router = cfg.topology.router_mode if topology.kind == "dynamo" else "round-robin"
     return RunTopology(
         workers=tuple(workers),
-        link_bytes_per_s=None if link is None else link * 1e9,
+        same_node_link=same,
+        cross_node_link=cross,
+        copies=probed[0] if probed else NOTES_HOST_COPIES,
         kv_bytes_per_token=sizing.kv_bytes_per_token,
         router=router,
     )

@@ -18,26 +18,38 @@ block-aligned) and its output tokens. What it models:
   decoding requests' contexts)`` seconds of the GPU alone; workers on one GPU share that part
   (time-slicing as processor sharing with ``timeslice_efficiency``). For a 0.6B model much of
   a decode step is host time, which is why 4 workers on one GPU do not run 4 times slower.
-- **Disaggregation** (Dynamo 1.6 + vLLM's NixlConnector): the prefill worker computes the
-  prompt (minus its prefix-cache hit); the decode worker then pulls the KV blocks it does not
+- **Disaggregation** (Dynamo 1.6 + vLLM 0.31.0's NixlConnector; the KV path's costs come from
+  :mod:`kvpath`): the prefill worker computes the prompt (minus its prefix-cache hit); with
+  ``kv_buffer_device: cpu`` it then copies **every block of the prompt** device -> host,
+  synchronously, its engine loop stalled meanwhile (``save_kv_to_host``; blocks into mirror
+  pages touched for the first time copy slower, :mod:`kvpath.copies`; workers of one host slow
+  each other only where their torch threads outnumber its cores). Dynamo picks the decode
+  worker by load alone: the KV router scores the decode leg with ``overlap_score_credit=0``
+  (``../shared/notes/kv-path-measured.md``, ai-dynamo/dynamo issue #10449), so the lowest
+  active-block count wins, ties at random. The decode worker pulls the blocks it does not
   already hold (vLLM ``NixlConnectorScheduler.get_num_new_matched_tokens`` returns
-  ``len(prompt) - num_computed_tokens``: a prefix the decode worker has cached is not moved),
-  over the link shared with every concurrent transfer; its first decode step produces the
-  first token. In Dynamo's flow the prefill worker returns only ``disaggregated_params`` and
-  the decode worker generates and streams every token ("vLLM: prefill runs synchronously;
-  decode waits for prefill to complete", ai-dynamo/dynamo
-  ``docs/design_docs/disagg_serving.md``). This is why the seed's cross-node TTFTs (1,637 ms
-  median at concurrency 1) can be below 272 MB / 115 MB/s = 2.37 s: a request whose prefix
-  already sits on its decode worker moves only its ~10% suffix.
-- **Host buffers** (``kv_buffer_device: cpu``): vLLM copies *all* of a request's blocks to the
-  prefill worker's host buffer after its prefill (``update_state_after_alloc``: "save all
-  blocks"), and the decode worker receives the moved blocks into its own; both are held until
-  the transfer ends plus ``buffer_linger_s``. A worker whose memory crosses its limit is
+  ``len(prompt) - num_computed_tokens``) over the connection of that prefill/decode pair,
+  shared by the pair's transfers, and between nodes over the node pair's wire, shared by every
+  pair crossing it (:class:`~testbed.sharing.FlowServer`); then copies them host -> device,
+  synchronously, before its first decode step produces the first token
+  (``sync_recved_kv_to_device``). In Dynamo's flow the prefill worker returns only
+  ``disaggregated_params`` and the decode worker generates and streams every token ("vLLM:
+  prefill runs synchronously; decode waits for prefill to complete", ai-dynamo/dynamo
+  ``docs/design_docs/disagg_serving.md``).
+- **Host memory** (``kv_buffer_device: cpu``): each worker's host mirror becomes resident as
+  blocks are touched (:class:`~testbed.sharing.ResidentMirror`): the prefill worker's fresh
+  blocks (its prompt minus its prefix-cache hit) during its device -> host copy, the decode
+  worker's received blocks as they arrive; vLLM hands out never-used blocks first
+  (:mod:`kvpath.memory`). A worker whose base + resident memory crosses its limit is
   OOMKilled: its requests in flight fail, and requests routed to it fail until Dynamo drops it
   (``lease_s``, ~10 s for a SIGKILLed worker, ``../shared/notes/dynamo-local.md``); after that
   the router uses the remaining workers, or fails the request when no worker of the role is
   left. A killed worker stays down for the rest of the run (a restart reloads the model,
-  about a minute, longer than a run); each run starts with every worker up.
+  about a minute, longer than a run); each run starts with every worker up and its mirror
+  untouched.
+
+The engine step times (the GPU and host parts above) are :class:`TimingConstants`; the KV path
+reads only the step's end, so its costs do not depend on those constants' values.
 
 What it does not model: GPU memory pressure and preemption, chunked-prefill limits, the
 frontend's own CPU, network latency besides the KV link, and KV events' delay.
@@ -53,8 +65,12 @@ from typing import Literal
 
 import simpy
 
+from kvpath.copies import NOTES_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d_seconds
+from kvpath.memory import HOST_BASE_BYTES, block_bytes
+from kvpath.profile import LinkProfile
+from kvpath.transfers import Flow
 from steptime.roofline import EngineStep
-from testbed.sharing import HostMemory, SharedServer
+from testbed.sharing import FlowServer, ResidentMirror, SharedServer
 
 Role = Literal["aggregated", "prefill", "decode"]
 
@@ -72,16 +88,12 @@ class TimingConstants:
 
     timeslice_efficiency: fraction of the GPU's work done while > 1 workers share it (0..1].
     request_overhead_s: frontend + router + HTTP seconds before a request reaches a worker.
-    host_base_bytes: host memory of a worker without KV buffers (bytes).
-    buffer_linger_s: seconds a host KV buffer stays after its transfer ended.
     block_tokens: KV block size in tokens (vLLM: 16); decode-side prefix hits are whole blocks.
     decode_prefix_reuse: whether a decode worker skips pulling the prefix blocks it holds.
     """
 
     timeslice_efficiency: float
     request_overhead_s: float
-    host_base_bytes: int
-    buffer_linger_s: float
     block_tokens: int = 16
     decode_prefix_reuse: bool = True
 
@@ -90,8 +102,10 @@ class TimingConstants:
 class WorkerSpec:
     """One worker replica: ``name`` (``prefill-0``), its ``group``, ``role``, the ``gpu`` it
     shares (any label; equal labels share one GPU), its engine ``step`` times,
-    ``kv_capacity_tokens`` (how many prefix tokens it keeps cached), and for host-buffering
-    workers ``memory_limit`` (bytes; None: no host buffer, no memory model)."""
+    ``kv_capacity_tokens`` (how many prefix tokens it keeps cached); for host-buffering workers
+    (``kv_buffer_device: cpu``) ``memory_limit`` (bytes; None: no host buffer, no copies, no
+    memory model) and ``mirror_bytes`` (its host mirror, :func:`kvpath.memory.host_mirror_bytes`);
+    the ``host`` it runs on (None: the GPU label's part before ``/``) and its torch ``threads``."""
 
     name: str
     group: str
@@ -100,18 +114,36 @@ class WorkerSpec:
     step: EngineStep
     kv_capacity_tokens: int
     memory_limit: int | None = None
+    mirror_bytes: int = 0
+    host: str | None = None
+    threads: int = 1
+
+    @property
+    def host_name(self) -> str:
+        """The host it runs on."""
+        return self.host if self.host is not None else self.gpu.split("/", 1)[0]
 
 
 @dataclass(frozen=True)
 class RunTopology:
-    """Workers of a stack, the KV link's throughput (bytes/s; None: aggregated), the KV bytes
-    per token, and the router: ``kv`` (Dynamo's KV router) or ``round-robin`` (a Kubernetes
-    Service in front of plain vLLM, or Dynamo's round-robin mode)."""
+    """Workers of a stack, the KV links between two workers on one host (``same_node_link``)
+    and on two (``cross_node_link``; both None: aggregated), vLLM's host-copy rates, each
+    host's CPU cores (absent: enough), the host memory of a worker without its mirror, the KV
+    bytes per token, and the router: ``kv`` (Dynamo's KV router) or ``round-robin`` (a
+    Kubernetes Service in front of plain vLLM, or Dynamo's round-robin mode)."""
 
     workers: tuple[WorkerSpec, ...]
-    link_bytes_per_s: float | None = None
+    same_node_link: LinkProfile | None = None
+    cross_node_link: LinkProfile | None = None
+    copies: HostCopyProfile = NOTES_HOST_COPIES
+    host_cores: tuple[tuple[str, int], ...] = ()
+    host_base_bytes: int = HOST_BASE_BYTES
     kv_bytes_per_token: int = 0
     router: Literal["kv", "round-robin", "random"] = "kv"
+
+    def link(self, a: WorkerSpec, b: WorkerSpec) -> LinkProfile | None:
+        """The link between two workers."""
+        return self.same_node_link if a.host_name == b.host_name else self.cross_node_link
 
 
 @dataclass(frozen=True)
@@ -191,14 +223,14 @@ class _Worker:
         self.running: list[_Request] = []
         self.cache: OrderedDict[int, int] = OrderedDict()  # prefix id -> its tokens (LRU)
         self.wake = model.env.event()
-        self.memory: HostMemory | None = None
+        self.mirror: ResidentMirror | None = None
         if spec.memory_limit is not None:
-            self.memory = HostMemory(
-                env=model.env,
-                base=model.constants.host_base_bytes,
+            one = block_bytes(model.topology.kv_bytes_per_token, model.constants.block_tokens)
+            self.mirror = ResidentMirror(
+                base=model.topology.host_base_bytes,
                 limit=spec.memory_limit,
-                linger_s=model.constants.buffer_linger_s,
-                on_exceeded=lambda memory: model.kill(self, memory),
+                mirror_blocks=spec.mirror_bytes // one,
+                block_bytes=one,
             )
         model.env.process(self.engine())
 
@@ -240,6 +272,12 @@ class _Worker:
                 continue
             prefills, self.waiting = self.waiting, []
             decoding = list(self.running)
+            if self.spec.role == "decode" and self.mirror is not None:
+                # sync_recved_kv_to_device: the received blocks, host -> device, blocking.
+                received = sum(r.outcome.moved_bytes for r in prefills)
+                yield from self._copy(received, 0, h2d=True)
+                if not self.alive:
+                    return
             uncached = sum(self._prefill_tokens(r) for r in prefills)
             contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in decoding]
             yield self.model.env.timeout(step.host_s)
@@ -255,12 +293,70 @@ class _Worker:
                 if r.finished():
                     continue
                 if self.spec.role == "prefill":
+                    yield from self._save_to_host(r)
+                    if not self.alive:
+                        return
+                    if r.finished():
+                        continue
                     request_workers_leave(r, self)
                     self.model.env.process(self.model.transfer(self, r))
                 else:
-                    self._emit(r, now)
+                    self._emit(r, self.model.env.now)
                     if not r.finished():
                         self.running.append(r)
+
+    def _save_to_host(self, r: _Request) -> Generator[simpy.Event, object, None]:
+        """save_kv_to_host: every block of the prompt, device -> host, blocking the engine; the
+        blocks new on this worker (prompt minus its prefix-cache hit) are fresh mirror pages."""
+        if self.mirror is None:
+            return
+        block = self.model.constants.block_tokens
+        kvb = self.model.topology.kv_bytes_per_token
+        blocks = -(-r.spec.prompt_tokens // block)
+        new = max(blocks - r.spec.cached_tokens // block, 0)
+        fresh, kill_after = self.mirror.touch(new)
+        total = blocks * block * kvb
+        yield from self._copy(fresh, total - fresh, h2d=False, kill_after=kill_after)
+
+    def _copy(
+        self, fresh: int, resident: int, *, h2d: bool, kill_after: int | None = None
+    ) -> Generator[simpy.Event, object, None]:
+        """A synchronous host copy on this worker, slowed by the other workers of its host
+        copying at once; the kernel kills the worker ``kill_after`` fresh bytes into it."""
+        if fresh + resident <= 0:
+            return
+        topology, host = self.model.topology, self.spec.host_name
+        copying = self.model.copying
+        copying[host] = copying.get(host, 0) + 1
+        workers, threads = copying[host], self.spec.threads
+        cores = dict(topology.host_cores).get(host)
+        seconds = (
+            h2d_seconds(
+                fresh + resident,
+                topology.copies,
+                copying_workers=workers,
+                threads_per_worker=threads,
+                cores=cores,
+            )
+            if h2d
+            else d2h_seconds(
+                fresh,
+                resident,
+                topology.copies,
+                copying_workers=workers,
+                threads_per_worker=threads,
+                cores=cores,
+            )
+        )
+        try:
+            if kill_after is not None and self.mirror is not None:
+                share = kill_after / fresh if fresh else 0.0
+                yield self.model.env.timeout(seconds * share)
+                self.model.kill(self, self.mirror.limit + self.mirror.block_bytes)
+                return
+            yield self.model.env.timeout(seconds)
+        finally:
+            copying[host] -= 1
 
     def _prefill_tokens(self, r: _Request) -> int:
         if self.spec.role == "decode":
@@ -294,12 +390,9 @@ class _Model:
         for w in topology.workers:
             if w.gpu not in gpus:
                 gpus[w.gpu] = SharedServer(self.env, 1.0, constants.timeslice_efficiency)
+        self.copying: dict[str, int] = {}  # host -> workers copying now
         self.workers = [_Worker(self, w, gpus[w.gpu]) for w in topology.workers]
-        self.link = (
-            SharedServer(self.env, topology.link_bytes_per_s)
-            if topology.link_bytes_per_s is not None
-            else None
-        )
+        self.flows = FlowServer(self.env)
         self.requests = list(requests)
         self.next = 0
         self.turns = 0
@@ -309,7 +402,8 @@ class _Model:
         self.outcomes: list[Outcome] = []
 
     def route(self, role: Role, spec: SimRequest) -> _Worker | None:
-        """Dynamo's KV router cost (overlap weight 1): blocks to prefill + active blocks."""
+        """Dynamo's KV router: blocks to prefill (overlap weight 1) + active blocks; for the
+        decode leg of a disaggregated request active blocks alone (overlap credit 0)."""
         block = self.constants.block_tokens
         candidates = [w for w in self.workers if w.spec.role == role and w.registered()]
         if not candidates:
@@ -318,10 +412,12 @@ class _Model:
             self.turns += 1
             return candidates[self.turns % len(candidates)]
 
-        costs = {
-            w.spec.name: (spec.prompt_tokens - w.cached_tokens(spec)) // block + w.load_blocks()
-            for w in candidates
-        }
+        def cost(w: _Worker) -> int:
+            if role == "decode":
+                return w.load_blocks()
+            return (spec.prompt_tokens - w.cached_tokens(spec)) // block + w.load_blocks()
+
+        costs = {w.spec.name: cost(w) for w in candidates}
         lowest = min(costs.values())
         # Ties are broken at random, as the router's selection does (seeded: deterministic).
         return self.rng.choice([w for w in candidates if costs[w.spec.name] == lowest])
@@ -331,12 +427,14 @@ class _Model:
             return
         r.outcome.error, r.outcome.error_kind = message, kind
         r.outcome.error_s = self.env.now
-        if r.transfer is not None and self.link is not None:
-            self.link.cancel(r.transfer)
+        if r.transfer is not None:
+            self.flows.cancel(r.transfer)
         r.done.succeed()
 
     def kill(self, worker: _Worker, memory: int) -> None:
         """The kernel's OOM killer: the worker dies, its requests in flight fail."""
+        if not worker.alive:
+            return
         worker.alive = False
         worker.killed_at = self.env.now
         assert worker.spec.memory_limit is not None
@@ -359,40 +457,40 @@ class _Model:
         worker.waiting, worker.running = [], []
 
     def transfer(self, prefill: _Worker, r: _Request) -> Generator[simpy.Event, object, None]:
-        """Prefill done: hold the KV in host memory, pick a decode worker, move the blocks it
-        lacks over the shared link, then queue the request on the decode worker."""
+        """Prefill done and saved to host: pick a decode worker, move the blocks it lacks over
+        the pair's connection (and the node pair's wire), then queue it on the decode worker."""
         kvb = self.topology.kv_bytes_per_token
+        block = self.constants.block_tokens
         prefill.remember(r.spec)
         r.workers.add(prefill.spec.name)
-        held = prefill.memory.hold(r.spec.prompt_tokens * kvb) if prefill.memory else None
         if r.finished():
             return
         decode = self.route("decode", r.spec)
         if decode is None or not decode.alive:
             self.fail(r, "http_status", self._unavailable("decode", decode))
-            self._release(prefill, held)
             return
         reused = decode.cached_tokens(r.spec) if self.constants.decode_prefix_reuse else 0
-        moved = (r.spec.prompt_tokens - reused) * kvb
+        moved_tokens = max(r.spec.prompt_tokens - reused, 0)
+        r.outcome.moved_bytes = moved_tokens * kvb
         r.workers.add(decode.spec.name)
-        received = decode.memory.hold(moved) if decode.memory else None
-        r.outcome.moved_bytes = moved
-        if not r.finished() and self.link is not None:
-            r.transfer = self.link.serve(moved)
+        if decode.mirror is not None:
+            _, crossed = decode.mirror.touch(-(-moved_tokens // block))
+            if crossed is not None:
+                self.kill(decode, decode.mirror.now_bytes())
+                return
+        link = self.topology.link(prefill.spec, decode.spec)
+        if not r.finished() and link is not None:
+            same = prefill.spec.host_name == decode.spec.host_name
+            wire = None if same else frozenset((prefill.spec.host_name, decode.spec.host_name))
+            flow = Flow(pair=(prefill.spec.name, decode.spec.name), wire=wire, profile=link)
+            r.transfer = self.flows.serve(r.outcome.moved_bytes, flow)
             yield r.transfer | r.done
             r.transfer = None
-        self._release(prefill, held)
-        self._release(decode, received)
         r.workers.discard(prefill.spec.name)
         if r.finished() or not decode.alive:
             return
         decode.remember(r.spec)
         decode.submit(r)
-
-    @staticmethod
-    def _release(worker: _Worker, handle: int | None) -> None:
-        if handle is not None and worker.memory is not None:
-            worker.memory.release(handle)
 
     @staticmethod
     def _unavailable(role: str, worker: _Worker | None) -> str:
@@ -443,8 +541,8 @@ def simulate_run(
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     roles = {w.role for w in topology.workers}
-    if "prefill" in roles and topology.link_bytes_per_s is None:
-        raise ValueError("a topology with prefill workers needs link_bytes_per_s")
+    if "prefill" in roles and topology.same_node_link is None and topology.cross_node_link is None:
+        raise ValueError("a topology with prefill workers needs a link")
     model = _Model(topology, constants, requests)
     for _ in range(concurrency):
         model.env.process(model.client())

@@ -1,4 +1,5 @@
-"""The contention and memory models as pure functions: processor sharing and host memory."""
+"""The contention and memory models: processor sharing, transfers on pairs and wires, the
+resident host mirror."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.sharing import Hold, HostMemory, SharedServer, finish_times, host_memory_bytes
+from kvpath.profile import LINK_PROFILES
+from kvpath.transfers import Flow
+from testbed.sharing import FlowServer, ResidentMirror, SharedServer, finish_times
 
 KV_272_MB = 2371 * 114_688  # one seed request's KV (bytes)
 GBE = 115e6  # 1 GbE, B/s (seed: 110-117 MB/s)
@@ -61,38 +64,44 @@ def test_a_faster_link_never_finishes_a_transfer_later(
         assert f <= s + 1e-6
 
 
-holds = st.lists(
-    st.tuples(st.integers(1, 10**9), st.floats(0, 50), st.floats(0, 50)), max_size=12
-).map(lambda xs: [Hold(b, start, start + length) for b, start, length in xs])
-
-
-@settings(max_examples=100, deadline=None)
-@given(holds, st.floats(0, 10), st.floats(0, 200))
-def test_memory_returns_to_base_when_idle(buffers: list[Hold], linger: float, at: float) -> None:
-    base = 2 * 2**30
-    assert host_memory_bytes(base, buffers, linger, at) >= base
-    idle = max((h.end_s or 0.0 for h in buffers), default=0.0) + linger
-    assert host_memory_bytes(base, buffers, linger, idle + 1e-9) == base
-
-
-def test_memory_counts_buffers_in_use_and_lingering() -> None:
-    buffers = [Hold(100, 0.0, 2.0), Hold(10, 1.0, None)]
-    assert host_memory_bytes(1000, buffers, 1.0, 0.5) == 1100
-    assert host_memory_bytes(1000, buffers, 1.0, 2.5) == 1110  # first lingers until 3.0
-    assert host_memory_bytes(1000, buffers, 1.0, 3.0) == 1010  # still held: never ended
-
-
-def test_host_memory_reports_the_crossing_once() -> None:
+def flow_finish_times(flows: list[tuple[float, float, Flow]]) -> list[float]:
+    """When each transfer ``(start_s, bytes, flow)`` ends on one :class:`FlowServer`."""
     env = simpy.Environment()
-    seen: list[int] = []
-    memory = HostMemory(env, base=3_000, limit=3_500, linger_s=0.0, on_exceeded=seen.append)
-    first = memory.hold(400)
-    memory.release(first)
-    memory.hold(400)  # the first was freed at once (linger 0): 3,400 fits
-    assert seen == []
-    memory.hold(200)
-    memory.hold(200)
-    assert seen == [3_600]
+    server = FlowServer(env)
+    ends = [0.0] * len(flows)
+
+    def run(i: int, start: float, size: float, flow: Flow):  # type: ignore[no-untyped-def]
+        yield env.timeout(start)
+        yield server.serve(size, flow)
+        ends[i] = env.now
+
+    for i, (start, size, flow) in enumerate(flows):
+        env.process(run(i, start, size, flow))
+    env.run()
+    return ends
+
+
+def test_transfers_share_their_pair_and_their_wire() -> None:
+    same, gbe = LINK_PROFILES["same-node-tcp"], LINK_PROFILES["1gbe"]
+    # One pair on one host: two transfers share the connection's 1.2 GB/s.
+    assert flow_finish_times([(0, 1.2e9, Flow("a", None, same))] * 2) == pytest.approx([2.0, 2.0])
+    # Two pairs on one host: a connection each, 1 GB/s each.
+    ends = flow_finish_times([(0, 1e9, Flow("a", None, same)), (0, 1e9, Flow("b", None, same))])
+    assert ends == pytest.approx([1.0, 1.0])
+    # Two pairs across one 1 GbE wire: half each until the first ends, then the rest alone.
+    ends = flow_finish_times(
+        [(0, KV_272_MB, Flow("a", 1, gbe)), (0, KV_272_MB / 2, Flow("b", 1, gbe))]
+    )
+    assert ends == pytest.approx([1.5 * KV_272_MB / GBE, KV_272_MB / GBE])
+
+
+def test_the_mirror_grows_by_fresh_blocks_and_reports_the_crossing() -> None:
+    mirror = ResidentMirror(base=1_000, limit=1_250, mirror_blocks=4, block_bytes=100)
+    assert mirror.touch(2) == (200, None)
+    assert mirror.now_bytes() == 1_200
+    assert mirror.touch(2) == (200, 50)  # crosses 50 bytes into the copy
+    assert mirror.touch(5) == (0, None)  # the mirror is full: nothing more becomes resident
+    assert mirror.now_bytes() == 1_400
 
 
 def test_shared_server_refuses_a_bad_capacity() -> None:
