@@ -7,6 +7,7 @@ import typer
 
 from loadgen.cli import load_command, report_command
 from testbed.compare import compare_command
+from testbed.probe_command import probe_app
 from testbed.stack_commands import diff_command, render_command, simulate_command
 
 app = typer.Typer(
@@ -20,3 +21,4 @@ app.command("simulate")(simulate_command)
 app.command("load")(load_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
+app.add_typer(probe_app, name="probe")

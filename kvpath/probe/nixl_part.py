@@ -1,0 +1,187 @@
+"""NIXL READs between two agents, as vLLM's NixlConnector makes them (see :mod:`kvpath.probe`).
+
+The decode worker READs the prefill worker's registered host buffer: one descriptor per block
+and layer (vLLM registers each layer's KV cache and transfers per block), ``block_bytes`` each
+(Qwen3-0.6B: 64 KiB = 16 tokens x 8 KV heads x 128 x 2 (K and V) x 2 bytes). Uses the real
+``nixl`` package (PyPI ``nixl-cu12``; ``nixl_cu12._api`` imports without torch); imported only
+when a role runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import statistics
+import time
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from kvpath.probe import machine
+
+_POLL_S = 0.0005
+
+
+def _agent(name: str) -> Any:
+    from nixl_cu12._api import nixl_agent, nixl_agent_config
+
+    return nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+
+
+def _descs(base: int, blocks: int, layers: int, block_bytes: int) -> np.ndarray:
+    """``blocks x layers`` rows ``(address, length, device 0)``: one descriptor per block and
+    layer of one request's buffer."""
+    count = blocks * layers
+    rows = np.zeros((count, 3), dtype=np.uint64)
+    rows[:, 0] = base + np.arange(count, dtype=np.uint64) * block_bytes
+    rows[:, 1] = block_bytes
+    return rows
+
+
+def _send(conn: socket.socket, payload: dict[str, Any]) -> None:
+    data = json.dumps(payload).encode()
+    conn.sendall(len(data).to_bytes(8, "big") + data)
+
+
+def _receive(conn: socket.socket) -> dict[str, Any]:
+    size = int.from_bytes(_read_exact(conn, 8), "big")
+    return dict(json.loads(_read_exact(conn, size)))
+
+
+def _read_exact(conn: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = conn.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("peer closed the connection")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def run_target(
+    *,
+    port: int,
+    blocks: int,
+    layers: int,
+    block_bytes: int,
+    max_in_flight: int,
+    bind: str = "0.0.0.0",
+    timeout_s: float = 600.0,
+) -> None:
+    """Register ``max_in_flight`` request buffers, serve the agent metadata on ``port`` (0: any
+    free port; ``READY <port>`` is printed), and wait until the initiator says it is done."""
+    agent = _agent("kvpath-probe-target")
+    size = blocks * layers * block_bytes
+    buffers = [np.ones(size, dtype=np.uint8) for _ in range(max_in_flight)]  # resident pages
+    agent.register_memory([(b.ctypes.data, size, 0, "") for b in buffers], "DRAM")
+    with socket.create_server((bind, port)) as server:
+        server.settimeout(timeout_s)
+        print(f"READY {server.getsockname()[1]}", flush=True)
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(timeout_s)
+            _send(
+                conn,
+                {
+                    "metadata": base64.b64encode(agent.get_agent_metadata()).decode(),
+                    "addresses": [int(b.ctypes.data) for b in buffers],
+                },
+            )
+            _receive(conn)  # {"done": true}
+    del buffers
+
+
+def run_initiator(
+    *,
+    peer: str,
+    blocks: int,
+    layers: int,
+    block_bytes: int,
+    max_in_flight: int,
+    repeats: int,
+) -> dict[str, Any]:
+    """READ the target's buffers with 1, 2, 4 ... ``max_in_flight`` transfers in flight,
+    ``repeats`` times each; returns the figures (see :mod:`kvpath.probe` for the keys)."""
+    host, _, port = peer.rpartition(":")
+    agent = _agent("kvpath-probe-initiator")
+    size = blocks * layers * block_bytes
+    local = [np.zeros(size, dtype=np.uint8) for _ in range(max_in_flight)]
+    for buffer in local:
+        buffer[::4096] = 1  # touch every page: the decode side's buffer is resident too
+    agent.register_memory([(b.ctypes.data, size, 0, "") for b in local], "DRAM")
+    with socket.create_connection((host, int(port)), timeout=60) as conn:
+        hello = _receive(conn)
+        remote = agent.add_remote_agent(base64.b64decode(hello["metadata"]))
+        counts = sorted({n for n in (1, 2, 4, 8, 16, max_in_flight) if n <= max_in_flight})
+        runs: list[dict[str, Any]] = []
+        for n in counts:
+            handles = [
+                agent.initialize_xfer(
+                    "READ",
+                    agent.get_xfer_descs(
+                        _descs(local[i].ctypes.data, blocks, layers, block_bytes), "DRAM"
+                    ),
+                    agent.get_xfer_descs(
+                        _descs(hello["addresses"][i], blocks, layers, block_bytes), "DRAM"
+                    ),
+                    remote,
+                )
+                for i in range(n)
+            ]
+            if n == counts[0]:
+                _read_together(agent, handles[:1])  # untimed: connects the endpoint
+            seconds: list[float] = []
+            for _ in range(repeats):
+                seconds += _read_together(agent, handles)
+            for handle in handles:
+                agent.release_xfer_handle(handle)
+            median = statistics.median(seconds)
+            runs.append(
+                {
+                    "in_flight": n,
+                    "seconds": seconds,
+                    "median_s": median,
+                    "aggregate_bytes_per_s": n * size / median,
+                }
+            )
+        _send(conn, {"done": True})
+    shared = [float(r["aggregate_bytes_per_s"]) for r in runs if int(r["in_flight"]) > 1]
+    return {
+        "part": "nixl",
+        "machine": machine(),
+        "ucx_tls": os.environ.get("UCX_TLS"),
+        "ucx_rndv_thresh": os.environ.get("UCX_RNDV_THRESH"),
+        "nixl_version": metadata.version("nixl-cu12"),
+        "blocks": blocks,
+        "layers": layers,
+        "block_bytes": block_bytes,
+        "transfer_bytes": size,
+        "runs": runs,
+        "single_bytes_per_s": runs[0]["aggregate_bytes_per_s"],
+        "connection_bytes_per_s": statistics.median(shared) if shared else None,
+    }
+
+
+def _read_together(agent: Any, handles: list[Any]) -> list[float]:
+    """Post every transfer at once; seconds until each is done."""
+    start = time.perf_counter()
+    pending = {}
+    for i, handle in enumerate(handles):
+        state = agent.transfer(handle)
+        if state == "ERR":
+            raise RuntimeError("NIXL transfer failed to post")
+        pending[i] = handle
+    ends = [0.0] * len(handles)
+    while pending:
+        for i, handle in list(pending.items()):
+            state = agent.check_xfer_state(handle)
+            if state == "ERR":
+                raise RuntimeError("NIXL transfer failed")
+            if state == "DONE":
+                ends[i] = time.perf_counter() - start
+                del pending[i]
+        time.sleep(_POLL_S)
+    return ends

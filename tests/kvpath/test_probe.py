@@ -1,0 +1,67 @@
+"""The probe end to end on loopback with the real nixl: `testbed probe kv-path` runs the target
+and the initiator as two processes (small transfers, so it takes seconds on 2 busy cores) and
+writes a link profile that a stack's links can name."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvpath.probe.gpu_part import NO_GPU, run_copies
+from kvpath.profile import resolve_link
+from testbed.cli import app
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(
+        importlib.util.find_spec("nixl_cu12") is None,
+        reason="nixl-cu12 has no wheel for this platform (Linux x86_64 only)",
+    ),
+]
+
+
+def test_probe_kv_path_on_loopback_writes_a_profile(tmp_path: Path) -> None:
+    out = tmp_path / "same.json"
+    args = ["probe", "kv-path", "disagg-same-node", "--out", str(out), "--blocks", "2"]
+    result = CliRunner().invoke(app, [*args, "--max-in-flight", "2", "--max-workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "machine: " in result.output and "CPU cores" in result.output
+    assert "NIXL READ, 1 in flight: " in result.output
+    assert "NIXL READ, 2 in flight: " in result.output
+    raw = json.loads(out.with_suffix(".raw.json").read_text())
+    nixl = raw["nixl"]
+    # The stack's descriptor shape: 2 blocks x 28 layers of 64 KiB (Qwen3-0.6B), its UCX.
+    assert (nixl["blocks"], nixl["layers"], nixl["block_bytes"]) == (2, 28, 65_536)
+    assert nixl["transfer_bytes"] == 2 * 28 * 65_536
+    assert (nixl["ucx_tls"], nixl["ucx_rndv_thresh"], nixl["nixl_version"]) == (
+        "tcp,self",
+        "inf",
+        "1.5.1",
+    )
+    assert [r["in_flight"] for r in nixl["runs"]] == [1, 2]
+    assert all(s > 0 for r in nixl["runs"] for s in r["seconds"])
+    profile = resolve_link(out.name, tmp_path)  # a stack can name the file
+    assert profile.bytes_per_s == nixl["single_bytes_per_s"] > 0
+    assert profile.connection_rate == nixl["connection_bytes_per_s"] > 0
+    assert profile.wire_bytes_per_s is None  # loopback: no wire
+    assert profile.measured_on is not None and "CPU cores" in profile.measured_on
+    if raw["copies"]["skipped"]:
+        assert "GPU copies: no GPU: skipped" in result.output
+        assert profile.host_copies is None
+
+
+def test_the_copy_part_says_it_skipped_without_a_gpu() -> None:
+    figures = run_copies(blocks=1, layers=1, block_bytes=65_536, max_workers=1)
+    if figures["gpu"] is None:
+        assert (figures["skipped"], figures["runs"]) == (NO_GPU, [])
+    assert figures["request_bytes"] == 65_536
+
+
+def test_a_stack_without_prefill_is_refused(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["probe", "kv-path", "kv-routing"])
+    assert result.exit_code == 2
+    assert "no prefill worker group" in result.output
