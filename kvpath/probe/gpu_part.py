@@ -2,8 +2,9 @@
 
 As a host-buffered vLLM worker makes them (``../shared/notes/kv-path-measured.md``): per layer a
 GPU KV cache and a pageable host buffer of the same shape (``torch.empty(..., device="cpu")``,
-``initialize_host_xfer_buffer``); device -> host ``dst[idx] = src[idx].cpu()`` and host -> device
-``dst[idx] = src[idx].to(device)`` (``vllm/platforms/cuda.py``) over the request's block ids.
+``initialize_host_xfer_buffer``); device -> host ``dst[:, idx] = src[:, idx].cpu()`` and host ->
+device ``dst[:, idx] = src[:, idx].to(device)`` (``vllm/platforms/cuda.py``,
+``swap_out_blocks_to_host`` / ``insert_blocks_to_device``) over the request's block ids.
 The first device -> host copy writes pages for the first time; the second writes resident ones.
 Each process runs ``OMP_NUM_THREADS`` torch threads (default 1, as vLLM serves). torch is
 imported only here, and only if installed.
@@ -28,8 +29,9 @@ def _one_worker(
     import torch
 
     torch.set_num_threads(threads)
-    elements = block_bytes // 2  # bf16
-    shape = (blocks * 2, elements)  # room for one request twice: fresh ids, then the same ids
+    # FlashAttention's layout per layer: (K/V, blocks, tokens x heads x head dim), bf16; room
+    # for twice the request's blocks.
+    shape = (2, blocks * 2, block_bytes // 4)
     device = [torch.ones(shape, dtype=torch.bfloat16, device="cuda") for _ in range(layers)]
     host = [torch.empty(shape, dtype=torch.bfloat16, device="cpu") for _ in range(layers)]
     idx = torch.arange(blocks, device="cuda")
@@ -40,11 +42,11 @@ def _one_worker(
     for name in ("d2h_first_touch_s", "d2h_resident_s"):
         t0 = time.perf_counter()
         for src, dst in zip(device, host, strict=True):
-            dst[host_idx] = src[idx].cpu()
+            dst[:, host_idx] = src[:, idx].cpu()
         times[name] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for src, dst in zip(host, device, strict=True):
-        dst[idx] = src[host_idx].to("cuda")
+        dst[:, idx] = src[:, host_idx].to("cuda")
     torch.cuda.synchronize()
     times["h2d_s"] = time.perf_counter() - t0
     out.put(times)

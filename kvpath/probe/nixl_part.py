@@ -3,13 +3,13 @@
 The decode worker READs the prefill worker's registered host buffer: one descriptor per block
 and layer (vLLM registers each layer's KV cache and transfers per block), ``block_bytes`` each
 (Qwen3-0.6B: 64 KiB = 16 tokens x 8 KV heads x 128 x 2 (K and V) x 2 bytes). Uses the real
-``nixl`` package (PyPI ``nixl-cu12``; ``nixl_cu12._api`` imports without torch); imported only
-when a role runs.
+``nixl`` package (PyPI ``nixl-cu12`` or ``nixl-cu13``); imported only when a role runs.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import os
 import socket
@@ -25,10 +25,28 @@ from kvpath.probe import machine
 _POLL_S = 0.0005
 
 
-def _agent(name: str) -> Any:
-    from nixl_cu12._api import nixl_agent, nixl_agent_config
+NIXL_DISTRIBUTIONS = ("nixl-cu12", "nixl-cu13")
+"""The PyPI wheels of NIXL's Python API, by CUDA major; each imports without torch as
+``nixl_cu12._api`` / ``nixl_cu13._api``."""
 
-    return nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+
+def _nixl() -> tuple[Any, str]:
+    """The installed NIXL API module and its distribution name.
+
+    Raises:
+        ImportError: no NIXL wheel is installed.
+    """
+    for dist in NIXL_DISTRIBUTIONS:
+        try:
+            return importlib.import_module(dist.replace("-", "_") + "._api"), dist
+        except ImportError:
+            continue
+    raise ImportError(f"no NIXL installed: install one of {', '.join(NIXL_DISTRIBUTIONS)}")
+
+
+def _agent(name: str) -> Any:
+    api, _ = _nixl()
+    return api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
 
 
 def _descs(base: int, blocks: int, layers: int, block_bytes: int) -> np.ndarray:
@@ -154,7 +172,7 @@ def run_initiator(
         "machine": machine(),
         "ucx_tls": os.environ.get("UCX_TLS"),
         "ucx_rndv_thresh": os.environ.get("UCX_RNDV_THRESH"),
-        "nixl_version": metadata.version("nixl-cu12"),
+        "nixl_version": metadata.version(_nixl()[1]),
         "blocks": blocks,
         "layers": layers,
         "block_bytes": block_bytes,
