@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvpath.memory import HOST_BASE_BYTES
 from loadgen.results import GridResult, PointSummary
 from testbed.calibration import CONSTANTS
 from testbed.seed import (
@@ -63,6 +64,7 @@ def simulate(
     grid: Mapping[str, Any] | None = None,
     overrides: Sequence[str] = (),
     constants: TimingConstants = CONSTANTS,
+    host_base_bytes: int = HOST_BASE_BYTES,
 ) -> tuple[GridResult, float]:
     """Simulate (or, with ``reuse``, re-time an existing routing run); result and seconds."""
     started = time.monotonic()
@@ -75,7 +77,8 @@ def simulate(
     else:
         spec = graph_spec(cfg, speedup_ratio=10.0, routing_only=True)
         routing = routing_run(cfg, spec, load, stack_dir, progress=False)
-    return write_timed(cfg, load, routing, stack_dir, constants), time.monotonic() - started
+    result = write_timed(cfg, load, routing, stack_dir, constants, host_base_bytes)
+    return result, time.monotonic() - started
 
 
 def same_node_table(results: Mapping[str, GridResult]) -> tuple[list[str], int]:
@@ -165,6 +168,14 @@ def main() -> None:
         help="the variant where a decode worker pulls every block, even those it holds "
         "(TimingConstants.decode_prefix_reuse=False); same-node table only",
     )
+    parser.add_argument(
+        "--host-base-gib",
+        type=float,
+        nargs="*",
+        default=[],
+        help="also re-time the cross-node OOM story with these host bases (GiB; default "
+        "kvpath.memory.HOST_BASE_BYTES): how the kill figures move with that assumption",
+    )
     args = parser.parse_args()
     constants = dataclasses.replace(CONSTANTS, decode_prefix_reuse=not args.whole_transfer)
     same = {}
@@ -189,6 +200,18 @@ def main() -> None:
     )
     print(f"disagg-cross-node at {SEED_OOM_MEMORY_LIMIT}: {seconds:.0f} s")
     print("\n".join(cross_node_story(oom_dir / "disagg-cross-node", story)))
+    for gib in args.host_base_gib:
+        story, _ = simulate(
+            "disagg-cross-node",
+            oom_dir,
+            reuse=True,
+            full=False,
+            grid=SEED_OOM_GRID,
+            overrides=SEED_OOM_OVERRIDES,
+            host_base_bytes=round(gib * 2**30),
+        )
+        print(f"\nthe same with a worker's host memory without its mirror at {gib:g} GiB:")
+        print("\n".join(cross_node_story(oom_dir / "disagg-cross-node", story)))
     for stack in ("disagg-cross-node", "disagg-same-node"):
         result = same.get(stack)
         if result is None:

@@ -224,8 +224,9 @@ def nixl_tls_problems(cfg: StackConfig) -> list[ConfigProblem]:
             ConfigProblem(
                 _workers_key(i, "env.UCX_TLS"),
                 tls,
-                f"Dynamo {version} ships NIXL {nixl}{'' if version in known else ' or later'}, whose UCX backend refuses to start "
-                "on a GPU node when UCX_TLS enables no CUDA memory transport ('Invalid UCX_TLS="
+                f"Dynamo {version} ships NIXL {nixl}{'' if version in known else ' or later'}, "
+                "whose UCX backend refuses to start on a GPU node when UCX_TLS enables no CUDA "
+                "memory transport ('Invalid UCX_TLS="
                 f"{tls} for NIXL UCX backend: NVIDIA GPU(s) are present, but this setting does "
                 "not enable CUDA memory support'; ai-dynamo/nixl PR #1617, first in NIXL 1.5.0). "
                 f"Add cuda_copy to env.UCX_TLS (e.g. '{tls},cuda_copy'; with bufferDevice: cpu "

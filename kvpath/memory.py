@@ -25,11 +25,15 @@ from __future__ import annotations
 
 GI = 2**30
 
-HOST_BASE_BYTES = 2 * GI
-"""Host memory of a vLLM worker without its host mirror (bytes), the simulation's assumption:
-2 GiB (CUDA context, PyTorch and vLLM in one process). The seed bounds it only: the part-3
-workers ran within 3,584Mi. The preview floor uses the stack's ``baseMemory`` instead
-(default 3,328Mi, :data:`components.sizing.DEFAULT_BASE_MEMORY`)."""
+HOST_BASE_BYTES = 5 * GI // 2
+"""Host memory of a vLLM worker without its host mirror (bytes) in the simulation: 2.5 GiB
+(CUDA context, PyTorch, vLLM and Dynamo in one process). Not measured (the seed bounds it only:
+its part-3 workers ran within 3,584Mi); **fitted on one declared disaggregated value**, the
+seed's cross-node concurrency-1 run (the prefill worker died after 4 successful requests):
+re-timing that run with 2.0 / 2.25 / 2.5 / 2.75 / 3.0 GiB gives 19 / 11 / 5 / 2 / 1 successful
+requests (``bench/seed_match.py --reuse --host-base-gib 2 2.25 2.5 2.75 3``), and 2.5 is the
+closest. The cross-node concurrency-4 kill time is the validation (docs/kv-path.md). The
+preview floor uses the stack's ``baseMemory`` instead (default 3,328Mi, the seed's bound)."""
 
 
 def block_bytes(kv_bytes_per_token: int, block_tokens: int) -> int:
@@ -88,8 +92,8 @@ def resident_bytes(fresh_blocks_allocated: int, mirror_blocks: int, one_block_by
 def blocks_until_kill(limit_bytes: int, base_bytes: int, one_block_bytes: int) -> int:
     """Fresh blocks a worker can make resident before ``base + resident`` exceeds its limit:
     the kill comes while the next one is written. E.g. the seed's cross-node prefill worker
-    (limit 3,584Mi, base 2 GiB as the simulation assumes, 1.75 MiB blocks of Qwen3-0.6B): 877
-    blocks, 5 whole 149-block requests when none of them hits the prefix cache.
+    (limit 3,584Mi, the simulation's 2.5 GiB base, 1.75 MiB blocks of Qwen3-0.6B): 585 blocks,
+    3 whole 149-block requests when none of them hits the prefix cache.
 
     Raises:
         ValueError: ``one_block_bytes`` < 1 or a negative byte count.

@@ -12,8 +12,10 @@ mean squared log error of the timing model (:mod:`testbed.timing_model`) against
 values with SciPy's Nelder-Mead. The disaggregated rows and the cross-node figures are never
 seen by the fit: they are the validation.
 
-Not fitted: the KV path (links, vLLM's host copies, host memory) is :mod:`kvpath`'s, with the
-sources of its figures there; the timing model takes it from the stack
+Not fitted here: the KV path (links, vLLM's host copies, host memory) is :mod:`kvpath`'s, with
+the sources of its figures there (measurements and the seed's inference; the one fitted figure,
+a worker's host memory without its mirror, is fitted on a declared cross-node value:
+:data:`kvpath.memory.HOST_BASE_BYTES`); the timing model takes it from the stack
 (:func:`testbed.simulate.run_topology`).
 """
 

@@ -45,7 +45,7 @@ from components.stack_sizing import (
 from components.topology import build_topology
 from components.validation import parse_stack_config
 from kvpath.copies import NOTES_HOST_COPIES, threads_from_env
-from kvpath.memory import host_mirror_bytes
+from kvpath.memory import HOST_BASE_BYTES, host_mirror_bytes
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident
 from loadgen.output import (
@@ -193,7 +193,9 @@ def graph_spec(
     return LocalGraphSpec(model_name=cfg.model.name, router_mode=router, groups=tuple(groups))
 
 
-def run_topology(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> RunTopology:
+def run_topology(
+    cfg: StackConfig, fit: EngineFit = SEED_FIT, host_base_bytes: int = HOST_BASE_BYTES
+) -> RunTopology:
     """The stack's workers on their GPUs and hosts, its KV links and router, for the timing
     model.
 
@@ -205,7 +207,8 @@ def run_topology(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> RunTopology:
     (:func:`kvpath.memory.host_mirror_bytes` of the KV cache sizing gives them) and their torch
     threads (``OMP_NUM_THREADS``, else vLLM's one). Links: ``links.sameNode`` and
     ``links.crossNode``; copy rates: those a link profile carries from the probe (same node
-    first), else the notes' (:data:`kvpath.copies.NOTES_HOST_COPIES`).
+    first), else the notes' (:data:`kvpath.copies.NOTES_HOST_COPIES`). A worker's host memory
+    without its mirror is ``host_base_bytes``.
     """
     sizing = stack_sizing(cfg)
     topology = build_topology(cfg)
@@ -247,6 +250,7 @@ def run_topology(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> RunTopology:
         same_node_link=same,
         cross_node_link=cross,
         copies=probed[0] if probed else NOTES_HOST_COPIES,
+        host_base_bytes=host_base_bytes,
         kv_bytes_per_token=sizing.kv_bytes_per_token,
         router=router,
     )
@@ -375,12 +379,14 @@ def retime_grid(
     routing_frame: pd.DataFrame,
     constants: TimingConstants = CONSTANTS,
     fit: EngineFit = SEED_FIT,
+    host_base_bytes: int = HOST_BASE_BYTES,
 ) -> tuple[GridResult, list[MeasuredRun]]:
     """The grid of a routing run, timed by the timing model: per run, the same requests on the
     stack's shared hardware with engine steps of ``fit``; runs follow each other on one
     simulated clock from the routing run's start. Returns the result (OOMKills as incidents,
-    placed in their runs) and the runs as loadgen keeps them."""
-    topology = run_topology(cfg, fit)
+    placed in their runs) and the runs as loadgen keeps them. ``host_base_bytes``: see
+    :func:`run_topology`."""
+    topology = run_topology(cfg, fit, host_base_bytes)
     runs: list[MeasuredRun] = []
     incidents: list[Incident] = []
     started_at = routing.started_at
@@ -506,11 +512,14 @@ def write_timed(
     routing: GridResult,
     stack_dir: Path,
     constants: TimingConstants = CONSTANTS,
+    host_base_bytes: int = HOST_BASE_BYTES,
 ) -> GridResult:
     """Layer 2: time the routing run in ``stack_dir/routing`` with the timing model and write
     loadgen's result folder (with ``incidents.json``) to ``stack_dir``; returns the result."""
     frame = pd.read_parquet(stack_dir / ROUTING_DIR / REQUESTS_FILE)
-    result, runs = retime_grid(cfg, load, routing, frame, constants)
+    result, runs = retime_grid(
+        cfg, load, routing, frame, constants, host_base_bytes=host_base_bytes
+    )
     settings = grid_settings(result.url, result.model, load, None)
     folder = ResultsFolder(stack_dir, settings, resume=False)
     sizing = PromptSizing(source=routing.token_count_source)

@@ -122,6 +122,7 @@ def test_memory_exact_values() -> None:
     assert one == 1_835_008
     assert host_mirror_bytes(5_035_602_739, 114_688, 16) == 2_744 * one
     assert blocks_until_kill(3_584 * 2**20, 2 * 2**30, one) == 877
+    assert blocks_until_kill(3_584 * 2**20, 5 * 2**30 // 2, one) == 585
     assert resident_bytes(10_000, 2_744, one) == 2_744 * one
 
 

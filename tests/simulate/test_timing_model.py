@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.models import known_model
+from kvpath.memory import HOST_BASE_BYTES
 from kvpath.profile import LINK_PROFILES, LinkProfile
 from steptime.fit import SEED_FIT
 from steptime.gpus import GPU_CATALOG
@@ -149,12 +150,12 @@ def test_disaggregation_on_one_gpu_is_slower_than_aggregation() -> None:
 
 
 def test_the_seeds_prefill_limit_is_oomkilled_and_every_later_request_fails() -> None:
-    # Cold requests (no prefix-cache hit on the prefill worker): 149 fresh blocks each; 877
-    # fit between the 2 GiB base and 3,584Mi, so the 6th request's copy crosses the limit.
+    # Cold requests (no prefix-cache hit on the prefill worker): 149 fresh blocks each; 585
+    # fit between the 2.5 GiB base and 3,584Mi, so the 4th request's copy crosses the limit.
     timing = simulate_run(cross_node(3584 * MI), CONSTANTS, requests(40, 2, cached=False), 1)
     (kill,) = timing.kills
     assert kill.worker == "prefill-0"
-    assert sum(o.error is None for o in timing.outcomes) == 5
+    assert sum(o.error is None for o in timing.outcomes) == 3
     assert kill.memory_bytes > kill.limit_bytes == 3584 * MI
     later = [o for o in timing.outcomes if o.sent_s > kill.at_s + 0.1]
     assert later and all(o.error is not None for o in later)
@@ -162,7 +163,7 @@ def test_the_seeds_prefill_limit_is_oomkilled_and_every_later_request_fails() ->
 
 
 def test_resident_memory_stops_at_the_mirror_so_the_floor_is_never_crossed() -> None:
-    floor = 2 * 1024 * MI + PREFILL_MIRROR  # the simulation's base + the mirror
+    floor = HOST_BASE_BYTES + PREFILL_MIRROR  # the simulation's base + the mirror
     for concurrency in (4, 8):
         reqs = requests(80, 24, cached=False)  # every request fresh: the mirror fills up
         timing = simulate_run(cross_node(floor), CONSTANTS, reqs, concurrency)

@@ -57,7 +57,7 @@ def test_a_cuda_capable_or_unset_list_passes_on_dynamo_1_7_0(
 def test_the_image_tag_decides_the_release(raw_config: Callable[[str], Raw]) -> None:
     raw = raw_config(CROSS)
     raw["engine"]["image"] = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.7.1"
-    with pytest.raises(StackConfigError, match="Dynamo 1.7.1 ships NIXL 1.5.0 or later"):
+    with pytest.raises(StackConfigError, match=r"Dynamo 1\.7\.1 ships NIXL 1\.5\.0 or later"):
         parse_stack_config(CROSS, raw)
 
 
@@ -74,5 +74,5 @@ def test_the_version_table() -> None:
         "1.5.0",
     )
     assert parse_version("1.7.0") == (1, 7, 0)
-    with pytest.raises(ValueError, match="MAJOR.MINOR.PATCH"):
+    with pytest.raises(ValueError, match=r"MAJOR\.MINOR\.PATCH"):
         parse_version("1.7")
