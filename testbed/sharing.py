@@ -40,26 +40,14 @@ from kvpath.transfers import Flow, transfer_rates
 _DONE_TOLERANCE = 1e-9  # a job is done when this fraction of its work is left (float error)
 
 
-class SharedServer:
-    """A processor-sharing server in a SimPy environment.
+class _RateServer:
+    """Jobs in a SimPy environment, each served at a rate that depends on the jobs active now
+    (:meth:`_rates`); the rates are re-computed whenever a job starts or ends."""
 
-    ``capacity`` is work per second for one job alone (GPU: seconds of exclusive GPU time per
-    second, 1.0; link: bytes per second). While ``n > 1`` jobs are active the total rate is
-    ``capacity x efficiency`` split equally, each job ``capacity x efficiency / n``.
-
-    Raises:
-        ValueError: ``capacity`` not above 0 or ``efficiency`` outside (0, 1].
-    """
-
-    def __init__(self, env: simpy.Environment, capacity: float, efficiency: float = 1.0):
-        if not capacity > 0:
-            raise ValueError(f"capacity must be > 0, got {capacity}")
-        if not 0 < efficiency <= 1:
-            raise ValueError(f"efficiency must be within (0, 1], got {efficiency}")
+    def __init__(self, env: simpy.Environment):
         self.env = env
-        self.capacity = capacity
-        self.efficiency = efficiency
         self._jobs: dict[int, _Job] = {}
+        self._rates: dict[int, float] = {}
         self._ids = itertools.count()
         self._last = env.now
         self._version = 0  # timers of an older schedule are ignored
@@ -69,19 +57,16 @@ class SharedServer:
         """Jobs being served now."""
         return len(self._jobs)
 
-    def job_rate(self, n: int) -> float:
-        """Work per second each of ``n`` active jobs receives."""
-        total = self.capacity if n <= 1 else self.capacity * self.efficiency
-        return total / max(n, 1)
+    def _job_rates(self, jobs: list[_Job]) -> list[float]:
+        raise NotImplementedError
 
-    def serve(self, work: float) -> simpy.Event:
-        """An event that succeeds when ``work`` units (>= 0) of this job are done."""
+    def _start(self, work: float, tag: Flow | None) -> simpy.Event:
         self._advance()
         done = self.env.event()
         if work <= 0:
             done.succeed()
             return done
-        self._jobs[next(self._ids)] = _Job(remaining=work, total=work, done=done)
+        self._jobs[next(self._ids)] = _Job(remaining=work, total=work, done=done, tag=tag)
         self._reschedule()
         return done
 
@@ -95,19 +80,20 @@ class SharedServer:
 
     def _advance(self) -> None:
         elapsed = self.env.now - self._last
-        if self._jobs and elapsed > 0:
-            rate = self.job_rate(len(self._jobs))
-            for job in self._jobs.values():
-                job.remaining -= rate * elapsed
+        if elapsed > 0:
+            for key, job in self._jobs.items():
+                job.remaining -= self._rates.get(key, 0.0) * elapsed
         self._last = self.env.now
 
     def _reschedule(self) -> None:
         """Set one timer for the next completion under the current set of jobs."""
         self._version += 1
-        if not self._jobs:
+        keys = list(self._jobs)
+        rates = self._job_rates([self._jobs[k] for k in keys])
+        self._rates = dict(zip(keys, rates, strict=True))
+        if not keys:
             return
-        rate = self.job_rate(len(self._jobs))
-        soonest = min(job.remaining for job in self._jobs.values()) / rate
+        soonest = min(self._jobs[k].remaining / self._rates[k] for k in keys)
         version = self._version
         timer = self.env.timeout(max(soonest, 0.0))
         timer.callbacks.append(lambda _: self._on_timer(version))
@@ -123,11 +109,58 @@ class SharedServer:
         self._reschedule()
 
 
+class SharedServer(_RateServer):
+    """A processor-sharing server in a SimPy environment.
+
+    ``capacity`` is work per second for one job alone (GPU: seconds of exclusive GPU time per
+    second, 1.0). While ``n > 1`` jobs are active the total rate is ``capacity x efficiency``
+    split equally, each job ``capacity x efficiency / n``.
+
+    Raises:
+        ValueError: ``capacity`` not above 0 or ``efficiency`` outside (0, 1].
+    """
+
+    def __init__(self, env: simpy.Environment, capacity: float, efficiency: float = 1.0):
+        if not capacity > 0:
+            raise ValueError(f"capacity must be > 0, got {capacity}")
+        if not 0 < efficiency <= 1:
+            raise ValueError(f"efficiency must be within (0, 1], got {efficiency}")
+        super().__init__(env)
+        self.capacity = capacity
+        self.efficiency = efficiency
+
+    def job_rate(self, n: int) -> float:
+        """Work per second each of ``n`` active jobs receives."""
+        total = self.capacity if n <= 1 else self.capacity * self.efficiency
+        return total / max(n, 1)
+
+    def _job_rates(self, jobs: list[_Job]) -> list[float]:
+        return [self.job_rate(len(jobs))] * len(jobs)
+
+    def serve(self, work: float) -> simpy.Event:
+        """An event that succeeds when ``work`` units (>= 0) of this job are done."""
+        return self._start(work, None)
+
+
+class FlowServer(_RateServer):
+    """KV transfers in flight in a SimPy environment, each at the rate
+    :func:`kvpath.transfers.transfer_rates` gives it among the transfers active now (its pair's
+    connection, its node pair's wire)."""
+
+    def _job_rates(self, jobs: list[_Job]) -> list[float]:
+        return transfer_rates([j.tag for j in jobs if j.tag is not None])
+
+    def serve(self, num_bytes: float, flow: Flow) -> simpy.Event:
+        """An event that succeeds when ``num_bytes`` (>= 0) of this transfer have moved."""
+        return self._start(num_bytes, flow)
+
+
 @dataclass
 class _Job:
     remaining: float
     total: float
     done: simpy.Event
+    tag: Flow | None = None
 
 
 def finish_times(
@@ -151,68 +184,6 @@ def finish_times(
         env.process(job(i, arrival, work))
     env.run()
     return ends
-
-
-class FlowServer:
-    """KV transfers in flight in a SimPy environment, each at the rate
-    :func:`kvpath.transfers.transfer_rates` gives it among the transfers active now (its pair's
-    connection, its node pair's wire). Rates change whenever a transfer starts or ends.
-    """
-
-    def __init__(self, env: simpy.Environment):
-        self.env = env
-        self._jobs: dict[int, tuple[_Job, Flow]] = {}
-        self._rates: dict[int, float] = {}
-        self._ids = itertools.count()
-        self._last = env.now
-        self._version = 0
-
-    def serve(self, num_bytes: float, flow: Flow) -> simpy.Event:
-        """An event that succeeds when ``num_bytes`` (>= 0) of this transfer have moved."""
-        self._advance()
-        done = self.env.event()
-        if num_bytes <= 0:
-            done.succeed()
-            return done
-        self._jobs[next(self._ids)] = (_Job(remaining=num_bytes, total=num_bytes, done=done), flow)
-        self._reschedule()
-        return done
-
-    def cancel(self, done: simpy.Event) -> None:
-        """Stop the transfer whose event is ``done`` (it never succeeds); unknown: no-op."""
-        self._advance()
-        for key, (job, _) in list(self._jobs.items()):
-            if job.done is done:
-                del self._jobs[key]
-        self._reschedule()
-
-    def _advance(self) -> None:
-        elapsed = self.env.now - self._last
-        if elapsed > 0:
-            for key, (job, _) in self._jobs.items():
-                job.remaining -= self._rates.get(key, 0.0) * elapsed
-        self._last = self.env.now
-
-    def _reschedule(self) -> None:
-        self._version += 1
-        keys = list(self._jobs)
-        self._rates = dict(zip(keys, transfer_rates([self._jobs[k][1] for k in keys]), strict=True))
-        if not keys:
-            return
-        soonest = min(self._jobs[k][0].remaining / self._rates[k] for k in keys)
-        version = self._version
-        timer = self.env.timeout(max(soonest, 0.0))
-        timer.callbacks.append(lambda _: self._on_timer(version))
-
-    def _on_timer(self, version: int) -> None:
-        if version != self._version:
-            return
-        self._advance()
-        for key, (job, _) in list(self._jobs.items()):
-            if job.remaining <= job.total * _DONE_TOLERANCE:
-                del self._jobs[key]
-                job.done.succeed()
-        self._reschedule()
 
 
 @dataclass

@@ -26,13 +26,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout-s", type=float, default=600.0)
     parser.add_argument("--out", type=Path, help="initiator, copies: the JSON file to write")
     args = parser.parse_args(argv)
+    shape = {"blocks": args.blocks, "layers": args.layers, "block_bytes": args.block_bytes}
     try:
         if args.role == "target":
             run_target(
                 port=args.port,
-                blocks=args.blocks,
-                layers=args.layers,
-                block_bytes=args.block_bytes,
+                **shape,
                 max_in_flight=args.max_in_flight,
                 bind=args.bind,
                 timeout_s=args.timeout_s,
@@ -45,17 +44,13 @@ def main(argv: list[str] | None = None) -> None:
                 parser.error("--role initiator needs --peer HOST:PORT")
             figures = run_initiator(
                 peer=args.peer,
-                blocks=args.blocks,
-                layers=args.layers,
-                block_bytes=args.block_bytes,
+                **shape,
                 max_in_flight=args.max_in_flight,
                 repeats=args.repeats,
             )
         else:
             figures = run_copies(
-                blocks=args.blocks,
-                layers=args.layers,
-                block_bytes=args.block_bytes,
+                **shape,
                 max_workers=args.max_workers,
             )
         args.out.parent.mkdir(parents=True, exist_ok=True)
