@@ -32,7 +32,10 @@ Environment: ``UCX_TLS``, ``UCX_RNDV_THRESH`` (both roles; the stack's values), 
 Output (``--out``, JSON, keys stable): initiator ``{"part": "nixl", "machine": {...},
 "ucx_tls", "ucx_rndv_thresh", "nixl_version", "blocks", "layers", "block_bytes",
 "transfer_bytes", "runs": [{"in_flight": n, "seconds": [...], "median_s",
-"aggregate_bytes_per_s"}], "single_bytes_per_s", "connection_bytes_per_s"}``; copies
+"aggregate_bytes_per_s"}], "single_bytes_per_s", "connection_bytes_per_s"}`` (``seconds``: each
+transfer's time from the round's start; ``aggregate_bytes_per_s``: the median over rounds of
+``n x transfer_bytes`` over the round's last end; ``connection_bytes_per_s``: the median of the
+aggregates with more than one in flight); copies
 ``{"part": "copies", "machine": {...}, "skipped": null | reason, "gpu", "threads",
 "request_bytes", "runs": [{"workers": n, "d2h_first_touch_s", "d2h_resident_s", "h2d_s"}]}``,
 each time the median over the workers. ``machine`` is ``{"host", "cpu_count", "platform"}``.
