@@ -5,7 +5,7 @@ import pytest
 
 from components.models import known_model
 from components.sizing import DisaggregationVerdict, disaggregation_verdict, kv_bytes_per_request
-from kvpath.profile import resolve_link
+from kvpath.profile import LINK_PROFILES, resolve_link
 from steptime.fit import SEED_FIT
 from steptime.gpus import GPU_CATALOG
 from steptime.roofline import EngineStep
