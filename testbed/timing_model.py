@@ -48,8 +48,9 @@ block-aligned) and its output tokens. What it models:
   about a minute, longer than a run); each run starts with every worker up and its mirror
   untouched.
 
-The engine step times (the GPU and host parts above) are :class:`TimingConstants`; the KV path
-reads only the step's end, so its costs do not depend on those constants' values.
+The engine step times (the GPU and host parts above) are each worker's ``WorkerSpec.step``
+(:mod:`steptime`); the KV path reads only a step's end, so its costs do not depend on the step
+model's values.
 
 What it does not model: GPU memory pressure and preemption, chunked-prefill limits, the
 frontend's own CPU, network latency besides the KV link, and KV events' delay.
