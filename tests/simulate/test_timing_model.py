@@ -60,25 +60,18 @@ def cross_node(prefill_limit: int, link: LinkProfile = LINK_PROFILES["1gbe"]) ->
             prefill_limit,
             PREFILL_MIRROR,
         ),
-        WorkerSpec(
-            "decode-0",
-            "decode",
-            "decode",
-            "gpu-24gb/0",
-            STEP,
-            80_000,
-            13 * 1024 * MI,
-            DECODE_MIRROR,
-        ),
-        WorkerSpec(
-            "decode-1",
-            "decode",
-            "decode",
-            "gpu-24gb/0",
-            STEP,
-            80_000,
-            13 * 1024 * MI,
-            DECODE_MIRROR,
+        *(
+            WorkerSpec(
+                f"decode-{i}",
+                "decode",
+                "decode",
+                "gpu-24gb/0",
+                STEP,
+                80_000,
+                13 << 30,
+                DECODE_MIRROR,
+            )
+            for i in range(2)
         ),
     )
     return RunTopology(workers=workers, cross_node_link=link, kv_bytes_per_token=KVB)
