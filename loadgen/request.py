@@ -10,6 +10,7 @@ data is decoded with orjson (a few us per request saved against the standard jso
 """
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -23,7 +24,17 @@ import orjson
 from loadgen.sse import SSEParser
 
 _ERROR_BODY_BYTES = 2048
-_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
+# `accept-encoding: identity`: the session does not decompress (`make_client`), while aiohttp
+# would otherwise offer "gzip, deflate" and a compressing server or proxy would answer in gzip.
+_HEADERS = {
+    "content-type": "application/json",
+    "accept": "text/event-stream",
+    "accept-encoding": "identity",
+}
+# After `[DONE]`, how long the rest of the body (the chunked terminator, normally in the same or
+# the next read) is awaited so the connection goes back to the pool; a server that keeps the
+# stream open longer costs one new connection, never an error.
+DONE_GRACE_S = 0.05
 
 
 class ErrorKind(StrEnum):
@@ -53,7 +64,11 @@ class RequestRecord:
     `last_token_ns`: the last generated token, where E2E ends: the last content-bearing event,
     or, in a stream that carried no text at all (the Dynamo mocker's), the last event with a
     `choices` entry; never the usage-only chunk, which only supplies counts.
-    `chunks`: all data events (including role-only and usage chunks); `end_ns`: end of the body.
+    `chunks`: all data events (including role-only and usage chunks); `end_ns`: `[DONE]`, or
+    the end of the body without one.
+    `chunk_tokens`: the tokens each content-bearing event carried, where the server says so
+    (a `usage` on that event, cumulative, as vLLM's `stream_options.continuous_usage_stats`
+    sends it: the difference to the previous usage); empty when only a final usage came.
     Usage fields keep the last `usage` seen; `cached_tokens` is None when
     `usage.prompt_tokens_details.cached_tokens` was absent or null, distinct from 0.
     """
@@ -69,6 +84,7 @@ class RequestRecord:
     last_token_ns: int | None = None
     end_ns: int | None = None
     token_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
     chunks: int = 0
     status: int | None = None
     finish_reason: str | None = None
@@ -116,6 +132,13 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
         record.first_chunk_ns = now
     if obj.get("error"):
         record.fail(ErrorKind.IN_BAND, json.dumps(obj["error"])[:500])
+    before = record.completion_tokens
+    usage = obj.get("usage")
+    if usage:
+        record.prompt_tokens = usage.get("prompt_tokens")
+        record.completion_tokens = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details")
+        record.cached_tokens = details.get("cached_tokens") if isinstance(details, dict) else None
     choices = obj.get("choices")
     if choices:
         choice = choices[0]
@@ -124,16 +147,12 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
             record.last_token_ns = now
             if record.first_token_ns is None:
                 record.first_token_ns = now
+            if usage:  # per-chunk usage (vLLM `continuous_usage_stats`): this chunk's tokens
+                record.chunk_tokens.append((record.completion_tokens or 0) - (before or 0))
         elif record.first_token_ns is None:
             record.last_token_ns = now  # a text-less stream: each choice chunk is a token
         if choice.get("finish_reason"):
             record.finish_reason = choice["finish_reason"]
-    usage = obj.get("usage")
-    if usage:
-        record.prompt_tokens = usage.get("prompt_tokens")
-        record.completion_tokens = usage.get("completion_tokens")
-        details = usage.get("prompt_tokens_details")
-        record.cached_tokens = details.get("cached_tokens") if isinstance(details, dict) else None
     return False
 
 
@@ -171,11 +190,12 @@ async def stream_request(
     """POST `body` (a JSON request with `stream: true`) to `path` and fill `record` in place.
 
     `session` comes from `loadgen.runner.make_client` (base URL, timeouts, `timing_trace`).
-    Reads the body to its end even after `[DONE]`, so the connection goes back to the pool for
-    reuse. `deadline_s` (seconds) bounds the whole request from `record.intended_ns`. A 200
-    stream without a generated token (`generated_token`) fails as `EMPTY_STREAM`; one with
-    tokens that ends without `[DONE]` or a finish_reason as `TRUNCATED`. Never raises for
-    request failures: they are recorded as `record.error_kind`/`record.error`.
+    `[DONE]` ends the request (`end_ns`); the rest of the body is read for up to
+    `DONE_GRACE_S` so the connection goes back to the pool for reuse. `deadline_s` (seconds)
+    bounds the whole request from `record.intended_ns`. A 200 stream without a generated token
+    (`generated_token`) fails as `EMPTY_STREAM`; one with tokens that ends without `[DONE]` or a
+    finish_reason as `TRUNCATED`. Never raises for request failures: they are recorded as
+    `record.error_kind`/`record.error`.
     """
     now = time.monotonic_ns
     remaining = deadline_s - (now() - record.intended_ns) / 1e9
@@ -201,12 +221,19 @@ async def stream_request(
                             record.fail(ErrorKind.IN_BAND, event.data)
                         elif _apply_event(record, event.data, t):
                             done = True
+                    if done:
+                        break
             finally:
                 record.end_ns = now()
+            if done and not response.content.is_eof():
+                await _drain(response.content)
     except aiohttp.ServerTimeoutError as exc:  # connect or read timeout (a TimeoutError too)
         record.fail(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}")
     except TimeoutError:
-        record.fail(ErrorKind.TIMEOUT, f"no complete response within the {deadline_s:g} s deadline")
+        if not done:  # the deadline passing while `_drain` waits does not undo a response
+            record.fail(
+                ErrorKind.TIMEOUT, f"no complete response within the {deadline_s:g} s deadline"
+            )
     except (aiohttp.ClientError, OSError) as exc:
         kind = ErrorKind.CONNECTION if record.status is None else ErrorKind.TRUNCATED
         record.fail(kind, f"{type(exc).__name__}: {exc}")
@@ -216,6 +243,14 @@ async def stream_request(
         record.fail(ErrorKind.EMPTY_STREAM, _empty_message(record, done))
     elif not done and record.finish_reason is None:
         record.fail(ErrorKind.TRUNCATED, "stream ended without [DONE] or a finish_reason")
+
+
+async def _drain(content: aiohttp.StreamReader) -> None:
+    """Read what follows `[DONE]` for at most `DONE_GRACE_S`; a body still open after that is
+    left to aiohttp, which closes that connection instead of pooling it."""
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
+        async with asyncio.timeout(DONE_GRACE_S):
+            await content.read()
 
 
 def generated_token(record: RequestRecord) -> bool:

@@ -63,9 +63,13 @@ class RunSummary(BaseModel):
 
     Latency fields cover successful requests only and are None when there are none.
     TTFT: `sent` to the first non-empty content/reasoning text. First chunk: `sent` to the first
-    data event. ITL: gaps between consecutive content-bearing chunks after the first (vLLM's
-    per-chunk definition), pooled over requests. TPOT: per request (E2E - TTFT) /
-    (completion_tokens - 1) for requests with more than one output token, as vLLM defines it.
+    data event. ITL: per token, each gap between consecutive content-bearing chunks divided by
+    the tokens the later chunk carried, pooled over requests (`loadgen.stats.itl_ms`). ICL: the
+    gaps themselves (vLLM bench's per-chunk ITL). TPOT: per request (E2E - TTFT) /
+    (completion_tokens - tokens of the first chunk) (`loadgen.stats.tpot_ms`; vLLM's and
+    AIPerf's (E2E - TTFT) / (completion_tokens - 1) when chunks carry one token).
+    tokens_per_chunk_p50: over all content chunks, the server's per-chunk counts or the final
+    usage spread evenly (`loadgen.stats.chunk_tokens`); docs/metrics.md has the formulas.
     E2E: `sent` to the last generated token (`RequestRecord.last_token_ns`; a trailing usage
     chunk only supplies counts). Queue: intended to actual send (client-side waiting).
     requests_per_s / output_tokens_per_s: successful requests / completion tokens over the span
@@ -93,6 +97,12 @@ class RunSummary(BaseModel):
     tpot_p50_ms: float | None
     e2e_p50_ms: float | None
     queue_p50_ms: float | None
+    icl_p50_ms: float | None = Field(
+        default=None, description="Inter-chunk latency p50 (ms): gaps between content chunks."
+    )
+    tokens_per_chunk_p50: float | None = Field(
+        default=None, description="Tokens per content chunk, p50 over all chunks."
+    )
     queue_p99_ms: float | None
     requests_per_s: float
     output_tokens_per_s: float
@@ -155,6 +165,8 @@ class PointSummary(BaseModel):
     tpot_p50_ms: float | None
     e2e_p50_ms: float | None
     queue_p99_ms: float | None
+    icl_p50_ms: float | None = None
+    tokens_per_chunk_p50: float | None = None
     requests_per_s: float
     output_tokens_per_s: float
     offered_rate_per_s: float | None = None

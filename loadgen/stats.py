@@ -17,6 +17,10 @@ if TYPE_CHECKING:  # annotations only: the client modules import aiohttp (bench/
     from loadgen.request import RequestRecord
 
 _NS_PER_MS = 1e6
+# Chunks that carry this many tokens on average or more are multi-token (a chunk of 2 tokens
+# now and then comes from text a detokenizer held back; 1.5 is above that and below the
+# smallest batching of vLLM's `--stream-interval`, 2 tokens).
+MULTI_TOKEN_CHUNK = 1.5
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -56,19 +60,56 @@ def queue_ms(record: RequestRecord) -> float | None:
     return _ms(record.intended_ns, record.sent_ns)
 
 
-def itl_ms(record: RequestRecord) -> list[float]:
-    """Inter-token latencies (ms): gaps between consecutive content-bearing chunks (vLLM's ITL)."""
+def chunk_tokens(record: RequestRecord) -> list[float]:
+    """The tokens each content-bearing chunk carried (one value per `token_ns` entry): the
+    server's own per-chunk counts (`RequestRecord.chunk_tokens`) when every content chunk had
+    one, else `completion_tokens` spread evenly over the k chunks (N / k: the final usage says
+    how many tokens, not which chunk held them), and 1 per chunk when N / k is below
+    `MULTI_TOKEN_CHUNK` (the few tokens without text of their own, such as the end-of-sequence
+    token, which vLLM counts, make N = k + 1, not multi-token chunks); [] without content chunks
+    or a token count."""
+    chunks = len(record.token_ns)
+    if chunks and len(record.chunk_tokens) == chunks and sum(record.chunk_tokens) > 0:
+        return [float(n) for n in record.chunk_tokens]
+    out = record.completion_tokens
+    if not chunks or not out:
+        return []
+    per_chunk = out / chunks
+    return [per_chunk if per_chunk >= MULTI_TOKEN_CHUNK else 1.0] * chunks
+
+
+def icl_ms(record: RequestRecord) -> list[float]:
+    """Inter-chunk latencies (ms): gaps between consecutive content-bearing chunks (vLLM
+    bench's `itl`, AIPerf's inter-chunk latency); equal to ITL when every chunk is one token."""
     t = record.token_ns
     return [(b - a) / _NS_PER_MS for a, b in itertools.pairwise(t)]
 
 
+def itl_ms(record: RequestRecord) -> list[float]:
+    """Inter-token latencies (ms), one per chunk after the first: the gap to the previous
+    content chunk divided by the tokens the later chunk carried (`chunk_tokens`), so a chunk of
+    8 tokens 80 ms after the previous one gives 10 ms. With one token per chunk this is vLLM
+    bench's per-chunk ITL; without a token count, the gaps themselves."""
+    gaps = icl_ms(record)
+    tokens = chunk_tokens(record)
+    if not tokens:
+        return gaps
+    return [gap / n for gap, n in zip(gaps, tokens[1:], strict=True) if n > 0]
+
+
 def tpot_ms(record: RequestRecord) -> float | None:
-    """Time per output token (ms) as vLLM defines it: (E2E - TTFT) / (completion_tokens - 1);
-    None with fewer than 2 output tokens or no usage."""
+    """Time per output token (ms) after the first chunk: (E2E - TTFT) / (completion_tokens -
+    tokens of the first chunk) (`chunk_tokens`). With one token per chunk this is vLLM bench's
+    and AIPerf's (E2E - TTFT) / (completion_tokens - 1); with N tokens in k equal chunks it is
+    the mean chunk gap / (N / k). None with no usage, or no tokens after the first chunk."""
     ttft, e2e, out = ttft_ms(record), e2e_ms(record), record.completion_tokens
-    if ttft is None or e2e is None or out is None or out < 2:
+    if ttft is None or e2e is None or out is None:
         return None
-    return (e2e - ttft) / (out - 1)
+    tokens = chunk_tokens(record)
+    first = tokens[0] if tokens else 1.0
+    if out - first < 1:
+        return None
+    return (e2e - ttft) / (out - first)
 
 
 def _present(values: Sequence[float | None]) -> list[float]:
@@ -194,6 +235,29 @@ def _delivery_warning(
     return f"{' and '.join(what)}: {cause}"
 
 
+def _tokens_per_chunk(record: RequestRecord) -> float:
+    tokens = chunk_tokens(record)
+    return sum(tokens) / len(tokens) if tokens else 0.0
+
+
+def _multi_token_warning(good: Sequence[RequestRecord], multi: int, per_chunk: list[float]) -> str:
+    """The note for a run whose chunks carried several tokens: how many requests, the tokens
+    per chunk p50, where the counts came from, and the inter-chunk gap p50 (ms)."""
+    exact = sum(bool(r.chunk_tokens) and len(r.chunk_tokens) == len(r.token_ns) for r in good)
+    source = (
+        "per-chunk usage counts"
+        if exact == len(good)
+        else "the final usage spread evenly over the chunks where no per-chunk counts came"
+    )
+    gaps = percentile([gap for r in good for gap in icl_ms(r)], 50)
+    return (
+        f"{multi} of {len(good)} successful requests streamed {MULTI_TOKEN_CHUNK:g} or more "
+        f"tokens per chunk (tokens per chunk p50 {_num(percentile(per_chunk, 50), '.1f')}, "
+        f"from {source}): TTFT is the first chunk; TPOT and ITL are per token; the gap "
+        f"between chunks (ICL) p50 is {_num(gaps, '.1f')} ms"
+    )
+
+
 def _num(value: float | None, spec: str = ",.0f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -236,6 +300,10 @@ def summarize_run(
     output_sum = sum(r.completion_tokens or 0 for r in good)
     prompt_lengths = _present([r.prompt_tokens for r in good])
     warnings = []
+    per_chunk = [tokens for r in good for tokens in chunk_tokens(r)]
+    multi = sum(_tokens_per_chunk(r) >= MULTI_TOKEN_CHUNK for r in good)
+    if multi:
+        warnings.append(_multi_token_warning(good, multi, per_chunk))
     no_text = sum(r.first_token_ns is None for r in good)
     if no_text:
         warnings.append(
@@ -295,6 +363,8 @@ def summarize_run(
         ttft_p99_ms=percentile(ttfts, 99),
         first_chunk_p50_ms=percentile(first_chunks, 50),
         itl_p50_ms=percentile([gap for r in good for gap in itl_ms(r)], 50),
+        icl_p50_ms=percentile([gap for r in good for gap in icl_ms(r)], 50),
+        tokens_per_chunk_p50=percentile(per_chunk, 50),
         tpot_p50_ms=percentile(_present([tpot_ms(r) for r in good]), 50),
         e2e_p50_ms=percentile(_present([e2e_ms(r) for r in good]), 50),
         queue_p50_ms=percentile(queues, 50),
@@ -341,6 +411,8 @@ def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
         ttft_p90_ms=_median([r.ttft_p90_ms for r in runs]),
         ttft_p99_ms=_median([r.ttft_p99_ms for r in runs]),
         itl_p50_ms=_median([r.itl_p50_ms for r in runs]),
+        icl_p50_ms=_median([r.icl_p50_ms for r in runs]),
+        tokens_per_chunk_p50=_median([r.tokens_per_chunk_p50 for r in runs]),
         tpot_p50_ms=_median([r.tpot_p50_ms for r in runs]),
         e2e_p50_ms=_median([r.e2e_p50_ms for r in runs]),
         queue_p99_ms=_median([r.queue_p99_ms for r in runs]),

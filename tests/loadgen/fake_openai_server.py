@@ -39,12 +39,20 @@ class Close:
 
 
 @dataclass(frozen=True)
+class Header:
+    """A response header line (e.g. `content-encoding: gzip`): only as a 200 script's first
+    steps, before any `Send`."""
+
+    line: str
+
+
+@dataclass(frozen=True)
 class Status:
     code: int
     body: bytes = b'{"error": "unavailable"}'
 
 
-Step = Send | Sleep | Wait | Close | Status
+Step = Send | Sleep | Wait | Close | Status | Header
 Handler = Callable[[dict[str, Any], int], Sequence[Step] | Awaitable[Sequence[Step]]]
 
 
@@ -92,6 +100,7 @@ class FakeServer:
     connections: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)  # each request's target, e.g. /v1/...
+    headers: list[dict[str, str]] = field(default_factory=list)  # each request's, lower-case names
     in_flight: int = 0
     max_in_flight: int = 0
     _server: asyncio.Server | None = None
@@ -123,15 +132,18 @@ class FakeServer:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 self.paths.append(head.split(b" ", 2)[1].decode())
+                fields = (line.partition(b":") for line in head.split(b"\r\n")[1:] if line)
+                self.headers.append(
+                    {
+                        name.strip().lower().decode(): value.strip().decode()
+                        for name, _, value in fields
+                    }
+                )
                 if head.startswith(b"GET "):  # e.g. /metrics: this server has none
                     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found")
                     await writer.drain()
                     continue
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
+                length = int(self.headers[-1].get("content-length", 0))
                 body = json.loads(await reader.readexactly(length))
                 number = len(self.requests)
                 self.requests.append(body)
@@ -161,9 +173,10 @@ class FakeServer:
             )
             await writer.drain()
             return True
+        extra = "".join(f"{s.line}\r\n" for s in steps if isinstance(s, Header)).encode()
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
+            b"Transfer-Encoding: chunked\r\n" + extra + b"\r\n"
         )
         await writer.drain()
         for step in steps:

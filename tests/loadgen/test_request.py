@@ -1,5 +1,7 @@
 """One streamed request against the fault-injecting server: exact fields per scenario."""
 
+import gzip
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -10,6 +12,7 @@ from fake_openai_server import (
     DONE,
     Close,
     FakeServer,
+    Header,
     Send,
     Sleep,
     Status,
@@ -251,3 +254,50 @@ async def test_deadline_counts_from_the_intended_send_time() -> None:
         await stream_request(client, PATH, BODY, late, 0.5)
     assert late.error_kind is ErrorKind.TIMEOUT
     assert late.sent_ns is None  # never sent: it was already past its deadline
+
+
+async def test_every_request_asks_for_an_identity_body() -> None:
+    """A proxy that gzips what the client accepts (aiohttp's default `Accept-Encoding` offers
+    gzip while the session does not decompress) must get a request it answers in plain text."""
+    stream = normal_stream(["a", "b", "c"])
+    whole = b"".join(step.data for step in stream if isinstance(step, Send))
+    holder: dict[str, FakeServer] = {}
+
+    def compressing(body: dict[str, Any], n: int) -> list[Step]:
+        if "gzip" in holder["server"].headers[n].get("accept-encoding", ""):
+            return [Header("content-encoding: gzip"), Send(gzip.compress(whole))]
+        return [Send(whole)]
+
+    async with FakeServer(compressing) as server, make_client(server.url, LoadConfig(), 1) as c:
+        holder["server"] = server
+        record = RequestRecord(index=0, prefix_id=0, intended_ns=time.monotonic_ns())
+        await stream_request(c, PATH, BODY, record, 5.0)
+    assert _fields(record) == EXPECTED_NORMAL
+    assert server.headers[0]["accept-encoding"] == "identity"
+
+
+async def test_done_ends_a_request_whose_connection_stays_open() -> None:
+    """A complete response (finish_reason, usage, [DONE]) on a connection the server keeps open
+    past the read timeout is a success, ended at [DONE]."""
+    steps = [*normal_stream(["a", "b", "c"]), Sleep(3.0)]
+    started = time.monotonic()
+    record = await fetch(steps, read_timeout_s=1.0)
+    assert _fields(record) == EXPECTED_NORMAL, record.error
+    assert record.end_ns is not None and record.last_token_ns is not None
+    assert (record.end_ns - record.last_token_ns) / 1e9 < 0.5
+    assert time.monotonic() - started < 1.0
+
+
+async def test_per_chunk_usage_gives_each_chunks_tokens() -> None:
+    """vLLM's `continuous_usage_stats`: a cumulative usage on every chunk, so each content
+    chunk's tokens are the difference to the previous usage (role chunk: 0 tokens)."""
+
+    def chunk(content: str | None, completion: int, role: str | None = None) -> Step:
+        obj = json.loads(chat_chunk(content, role=role)[6:])
+        obj["usage"] = {"prompt_tokens": 10, "completion_tokens": completion}
+        return Send(event(obj))
+
+    steps = [chunk(None, 0, role="assistant"), chunk("a", 1), chunk("bcd", 4), chunk("ef", 6)]
+    record = await fetch([*steps, Send(chat_chunk(finish="length")), Send(DONE)])
+    assert record.ok, record.error
+    assert (record.chunk_tokens, record.completion_tokens) == ([1, 3, 2], 6)

@@ -175,3 +175,41 @@ def test_client_budget_warning_before_a_run_too_big_for_one_core() -> None:
         client_budget_warning(no_warmup, concurrency=256, offered_rate_per_s=None, workers=1)
         is None
     )
+
+
+def test_multi_token_chunks_give_per_token_tpot_and_itl() -> None:
+    """8 chunks of 8 tokens, 80 ms apart (10 ms per token), only a final usage: TPOT and ITL
+    are 10 ms per token (not 560 / 63 = 8.9 ms and 80 ms), the chunking is recorded and noted."""
+    r = record(0, 0, 100, [80] * 7, completion=64)
+    assert tpot_ms(r) == pytest.approx(10.0)
+    assert itl_ms(r) == pytest.approx([10.0] * 7)
+    s = summarize_run([r], prefix_kinds=1, concurrency=1, repetition=1)
+    assert (s.tpot_p50_ms, s.itl_p50_ms, s.icl_p50_ms) == pytest.approx((10.0, 10.0, 80.0))
+    assert s.tokens_per_chunk_p50 == 8.0
+    assert any(
+        "1 of 1 successful requests streamed 1.5 or more tokens per chunk (tokens per chunk "
+        "p50 8.0, from the final usage"
+        in w
+        and "ICL) p50 is 80.0 ms" in w
+        for w in s.warnings
+    ), s.warnings
+
+
+def test_per_chunk_counts_are_exact_when_the_server_sends_them() -> None:
+    """vLLM's stream interval: the first token alone, then chunks of 9, 20 ms apart; counts
+    from per-chunk usage: ITL 20 / 9 ms, TPOT 60 / 27 ms (the first chunk's one token out)."""
+    r = record(0, 0, 50, [20, 20, 20], completion=28)
+    r.chunk_tokens = [1, 9, 9, 9]
+    assert tpot_ms(r) == pytest.approx(60 / 27)
+    assert itl_ms(r) == pytest.approx([20 / 9] * 3)
+
+
+def test_one_token_per_chunk_and_a_textless_end_token_keep_vllms_definitions() -> None:
+    """Four content chunks and completion_tokens 5 (an end-of-sequence token with no text):
+    still one token per chunk, so ITL is the gaps and TPOT (E2E - TTFT) / (5 - 1), no note."""
+    r = record(0, 0, 50, [10, 20, 30], completion=5)
+    assert itl_ms(r) == [10, 20, 30]
+    assert tpot_ms(r) == pytest.approx(60 / 4)
+    s = summarize_run([r], prefix_kinds=1, concurrency=1, repetition=1)
+    assert s.tokens_per_chunk_p50 == 1.0
+    assert not any("tokens per chunk" in w for w in s.warnings)
