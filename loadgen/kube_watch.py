@@ -101,8 +101,25 @@ def _ready(pod: dict[str, Any]) -> bool | None:
     return None
 
 
-def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
-    return list((pod.get("status") or {}).get("containerStatuses") or [])
+# The pod status lists of container states (core/v1 PodStatus): app containers, init containers
+# (restartable init containers are how sidecars run since Kubernetes 1.29, KEP-753) and
+# ephemeral (debug) containers. A crash in any of them is an incident.
+CONTAINER_STATUS_LISTS = {
+    "containerStatuses": "container",
+    "initContainerStatuses": "init container",
+    "ephemeralContainerStatuses": "ephemeral container",
+}
+
+
+def _containers(pod: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(what, status) for every container status of `pod`, `what` naming the list it came from
+    ("container", "init container", "ephemeral container")."""
+    status = pod.get("status") or {}
+    return [
+        (what, container)
+        for key, what in CONTAINER_STATUS_LISTS.items()
+        for container in status.get(key) or []
+    ]
 
 
 def _termination_key(pod_name: str, container: str, terminated: dict[str, Any]) -> str:
@@ -129,9 +146,12 @@ def pod_incidents(
         )
 
     found: list[Incident] = []
-    old_restarts = {c.get("name"): c.get("restartCount", 0) for c in _containers(old or {})}
-    for status in _containers(new):
-        container = str(status.get("name"))
+    old_restarts = {
+        (what, c.get("name")): c.get("restartCount", 0) for what, c in _containers(old or {})
+    }
+    for what, status in _containers(new):
+        name_in_pod = str(status.get("name"))
+        container = name_in_pod if what == "container" else f"{name_in_pod} ({what})"
         for where in ("state", "lastState"):
             terminated = (status.get(where) or {}).get("terminated")
             if not terminated:
@@ -153,7 +173,7 @@ def pod_incidents(
                 )
             )
         restarts = status.get("restartCount", 0)
-        if old is not None and restarts > old_restarts.get(container, restarts):
+        if old is not None and restarts > old_restarts.get((what, name_in_pod), restarts):
             found.append(
                 incident("restarted", message=f"container {container}: restart count {restarts}")
             )

@@ -31,13 +31,15 @@ def pod(
     terminated: dict[str, Any] | None = None,
     last_terminated: dict[str, Any] | None = None,
     reason: str | None = None,
+    statuses: str = "containerStatuses",
 ) -> dict[str, Any]:
-    """A pod object as the API returns it (only the fields the watch reads)."""
+    """A pod object as the API returns it (only the fields the watch reads); its one container
+    ("main") is listed under `statuses` (e.g. "initContainerStatuses" for a sidecar)."""
     state = {"terminated": terminated} if terminated else {"running": {}}
     status: dict[str, Any] = {
         "phase": "Running",
         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        "containerStatuses": [
+        statuses: [
             {
                 "name": "main",
                 "restartCount": restarts,

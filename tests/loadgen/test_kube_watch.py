@@ -147,6 +147,29 @@ def test_a_termination_seen_twice_is_one_incident() -> None:
     assert [i.reason for i in pod_incidents(restarted, evicted, at, reported)] == ["Evicted"]
 
 
+@pytest.mark.parametrize(
+    ("statuses", "what"),
+    [
+        ("initContainerStatuses", "init container"),
+        ("ephemeralContainerStatuses", "ephemeral container"),
+    ],
+)
+def test_a_sidecar_or_ephemeral_container_crash_is_an_incident(statuses: str, what: str) -> None:
+    """An OOMKilled restartable init container (a sidecar, Kubernetes >= 1.29) or ephemeral
+    container is an incident like the main container's, named with its list."""
+    at = datetime.now(UTC)
+    reported: set[str] = set()
+    before = pod("decode-0", statuses=statuses)
+    ended = pod("decode-0", terminated=oom_killed(), statuses=statuses)
+    restarted = pod("decode-0", restarts=1, last_terminated=oom_killed(), statuses=statuses)
+    assert pod_incidents(None, before, at, reported) == []
+    [killed] = pod_incidents(before, ended, at, reported)
+    assert (killed.kind, killed.reason, killed.exit_code) == ("terminated", "OOMKilled", 137)
+    assert killed.message.startswith(f"container main ({what}) finished at")
+    [again] = pod_incidents(ended, restarted, at, reported)
+    assert (again.kind, again.message) == ("restarted", f"container main ({what}): restart count 1")
+
+
 def test_earlier_terminations_are_the_baseline_not_incidents(tmp_path: Path) -> None:
     with fake_kube_api() as api:
         api.put(pod("prefill-0", restarts=3, last_terminated=oom_killed()))
