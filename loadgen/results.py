@@ -76,9 +76,13 @@ class RunSummary(BaseModel):
     from the first send to the last end. offered_rate_per_s: the open loop's `requestRate` (None
     for the closed loop); sent_rate_per_s: requests that went out per second, (sent - 1) over
     the time from the first intended send to the last actual send (None below 2 sent);
-    max_in_flight: most requests in flight at once (sent to body end). cached_ratio: sum of
-    cached tokens / sum of prompt tokens over the successful requests that reported cached
-    tokens (`cached_reported` of them).
+    max_in_flight: most requests in flight at once (sent to body end). cached_ratio: what the
+    server told the client, sum of `usage.prompt_tokens_details.cached_tokens` / sum of prompt
+    tokens over the successful requests, those that omitted the field counted as 0 when others
+    in the run reported it (`cached_reported` reported, `cached_missing` did not; None when
+    none did); not necessarily a prefix-cache hit rate: `cached_not_prefix_hits` counts the
+    requests whose value cannot be one (`loadgen.stats.cached_tokens_summary`), and the
+    server's own prefix-cache counters are in `server`.
     """
 
     prefix_kinds: int
@@ -112,6 +116,13 @@ class RunSummary(BaseModel):
     prompt_tokens_mean: float | None
     cached_ratio: float | None
     cached_reported: int
+    cached_missing: int = Field(
+        default=0, description="Successful requests that reported no cached tokens (as 0)."
+    )
+    cached_not_prefix_hits: int = Field(
+        default=0,
+        description="Requests reporting cached >= prompt - 1 on a prompt with a unique suffix.",
+    )
     new_connections: int
     workers: int = Field(default=1, description="Client processes that ran it (1: in-process).")
     loop_lag_p99_ms: float | None = Field(
@@ -153,7 +164,7 @@ class RunSummary(BaseModel):
 
 class PointSummary(BaseModel):
     """One grid point: the median over its repetitions of each run metric (as in the seed);
-    `errors`, `samples` and `cached_reported` are sums over the repetitions."""
+    `errors`, `samples` and the `cached_*` counts are sums over the repetitions."""
 
     prefix_kinds: int
     concurrency: int
@@ -173,6 +184,8 @@ class PointSummary(BaseModel):
     sent_rate_per_s: float | None = None
     cached_ratio: float | None
     cached_reported: int
+    cached_missing: int = 0
+    cached_not_prefix_hits: int = 0
     errors: int
     samples: int
 

@@ -300,6 +300,7 @@ async def _measure(
         client_cpu_s=done.cpu_s,
         offered_rate_per_s=config.request_rate if config.arrival is Arrival.POISSON else None,
         pool_size=config.pool_size(conc),
+        unique_suffix_tokens=config.suffix_tokens,
     )
     summary = summary.model_copy(
         update={

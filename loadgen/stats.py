@@ -7,7 +7,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loadgen.lag import lag_warning
 from loadgen.results import LOW_SAMPLE_P99, PointSummary, RunSummary
@@ -258,6 +258,55 @@ def _multi_token_warning(good: Sequence[RequestRecord], multi: int, per_chunk: l
     )
 
 
+def cached_tokens_summary(
+    good: Sequence[RequestRecord], unique_suffix_tokens: int = 0
+) -> dict[str, Any]:
+    """The client-reported cached tokens of a run's successful requests: `cached_ratio`,
+    `cached_reported`, `cached_missing`, `cached_not_prefix_hits` (`RunSummary`) and
+    `warnings`.
+
+    Absent details: a server that reports `prompt_tokens_details.cached_tokens` on some requests
+    of the run and omits it on others omits it when nothing was cached, so the ratio counts
+    those requests as 0 over all requests with a prompt count (not over those that reported:
+    that gives 0.90 where the truth is 0.45); `cached_missing` says how many. With no report
+    at all in the run the ratio is None.
+    Not a prefix hit: with `unique_suffix_tokens` >= 2 no prefix cache can hold the end of
+    a prompt, so cached >= prompt - 1 is KV the server received rather than found (the decode
+    worker of a disaggregated stack: vLLM #43370, #47136), counted in `cached_not_prefix_hits`
+    with a warning; the ratio stays as the server reported it, under its name.
+    """
+    counted = [r for r in good if r.prompt_tokens]
+    reported = [r for r in counted if r.cached_tokens is not None]
+    missing = len(counted) - len(reported) if reported else 0
+    prompt_sum = sum(r.prompt_tokens or 0 for r in counted)
+    cached_sum = sum(r.cached_tokens or 0 for r in reported)
+    warnings = []
+    if missing:
+        warnings.append(
+            f"{missing} of {len(counted)} successful requests reported no "
+            "usage.prompt_tokens_details.cached_tokens while others in the run did: counted "
+            "as 0 cached tokens (the server omits the field when nothing was cached)"
+        )
+    impossible = 0
+    if unique_suffix_tokens >= 2:
+        impossible = sum((r.cached_tokens or 0) >= (r.prompt_tokens or 0) - 1 for r in reported)
+    if impossible:
+        warnings.append(
+            f"{impossible} of {len(reported)} requests reported cached tokens >= prompt - 1 "
+            f"although each prompt ends in {unique_suffix_tokens} tokens of its own: not "
+            "prefix-cache hits but KV received from elsewhere (a disaggregated decode worker "
+            "reports its transferred KV as cached: vLLM #43370, #47136); the client-reported "
+            "cached ratio is not a prefix-cache hit rate, see the server's prefix-cache figures"
+        )
+    return {
+        "cached_ratio": cached_sum / prompt_sum if reported and prompt_sum else None,
+        "cached_reported": len(reported),
+        "cached_missing": missing,
+        "cached_not_prefix_hits": impossible,
+        "warnings": warnings,
+    }
+
+
 def _num(value: float | None, spec: str = ",.0f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -273,12 +322,15 @@ def summarize_run(
     client_cpu_s: float | None = None,
     offered_rate_per_s: float | None = None,
     pool_size: int | None = None,
+    unique_suffix_tokens: int = 0,
 ) -> RunSummary:
     """Reduce one run's records to a `RunSummary` (see its docstring for every definition);
     `loop_lags_ms` are the client event loops' lag samples (ms, `loadgen.lag.LagMonitor`),
     `client_cpu_s` the client's CPU time during the measured loop (s), `offered_rate_per_s`
     the open loop's requests/s (None: closed loop), `pool_size` the connections per worker
-    (default: `concurrency`).
+    (default: `concurrency`), `unique_suffix_tokens` the prompt tokens at the end of every
+    prompt that no other prompt shares (`LoadConfig.suffix_tokens`; see
+    `cached_tokens_summary`).
 
     Adds a warning when the TTFT p99 rests on fewer than 100 successful samples,
     `loadgen.lag.lag_warning`'s when the loop lag is large enough to distort TTFT, and one when
@@ -294,12 +346,11 @@ def summarize_run(
     span_s = (max(ends) - min(starts)) / 1e9 if starts and ends else 0.0
     ttfts = _present([ttft_ms(r) for r in good])
     queues = _present([queue_ms(r) for r in records])
-    reported = [r for r in good if r.cached_tokens is not None and r.prompt_tokens]
-    prompt_sum = sum(r.prompt_tokens or 0 for r in reported)
-    cached_sum = sum(r.cached_tokens or 0 for r in reported)
+    cached = cached_tokens_summary(good, unique_suffix_tokens)
+    warnings_cached = cached.pop("warnings")
     output_sum = sum(r.completion_tokens or 0 for r in good)
     prompt_lengths = _present([r.prompt_tokens for r in good])
-    warnings = []
+    warnings: list[str] = list(warnings_cached)
     per_chunk = [tokens for r in good for tokens in chunk_tokens(r)]
     multi = sum(_tokens_per_chunk(r) >= MULTI_TOKEN_CHUNK for r in good)
     if multi:
@@ -375,8 +426,7 @@ def summarize_run(
         sent_rate_per_s=sent_rate,
         max_in_flight=in_flight,
         prompt_tokens_mean=statistics.fmean(prompt_lengths) if prompt_lengths else None,
-        cached_ratio=cached_sum / prompt_sum if prompt_sum else None,
-        cached_reported=len(reported),
+        **cached,
         new_connections=sum(r.connect_ns is not None for r in records),
         workers=workers,
         loop_lag_p99_ms=lag_p99,
@@ -422,6 +472,8 @@ def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
         sent_rate_per_s=_median([r.sent_rate_per_s for r in runs]),
         cached_ratio=_median([r.cached_ratio for r in runs]),
         cached_reported=sum(r.cached_reported for r in runs),
+        cached_missing=sum(r.cached_missing for r in runs),
+        cached_not_prefix_hits=sum(r.cached_not_prefix_hits for r in runs),
         errors=sum(r.errors for r in runs),
         samples=sum(r.samples for r in runs),
     )

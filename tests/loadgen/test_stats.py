@@ -82,11 +82,15 @@ def test_run_summary_exact_values_and_errors_excluded() -> None:
     assert s.duration_s == pytest.approx(0.242)
     assert s.requests_per_s == pytest.approx(3 / 0.242)
     assert s.output_tokens_per_s == pytest.approx(9 / 0.242)
-    assert s.cached_ratio == pytest.approx(800 / 4000)
-    assert s.cached_reported == 2
+    # The request without details counts as 0 cached: the server reported it for the others.
+    assert s.cached_ratio == pytest.approx(800 / 5000)
+    assert (s.cached_reported, s.cached_missing) == (2, 1)
     assert s.queue_p50_ms == 1  # intended 1 ms before sent for the three
     assert s.warnings == [
-        "TTFT p99 rests on 3 samples (< 100): it is close to the maximum, not a stable p99"
+        "1 of 3 successful requests reported no usage.prompt_tokens_details.cached_tokens while "
+        "others in the run did: counted as 0 cached tokens (the server omits the field when "
+        "nothing was cached)",
+        "TTFT p99 rests on 3 samples (< 100): it is close to the maximum, not a stable p99",
     ]
 
 
@@ -213,3 +217,34 @@ def test_one_token_per_chunk_and_a_textless_end_token_keep_vllms_definitions() -
     s = summarize_run([r], prefix_kinds=1, concurrency=1, repetition=1)
     assert s.tokens_per_chunk_p50 == 1.0
     assert not any("tokens per chunk" in w for w in s.warnings)
+
+
+def test_absent_cached_details_count_as_zero_when_the_server_reports_them_elsewhere() -> None:
+    """Half the requests hit 900 of 1000 tokens, the other half omit prompt_tokens_details
+    (nothing cached): the truth is 0.45, not 0.90 over the requests that reported."""
+    hits = [record(i, i, 10, [5], prompt=1000, cached=900) for i in range(5)]
+    misses = [record(i, i, 10, [5], prompt=1000) for i in range(5, 10)]
+    s = summarize_run([*hits, *misses], prefix_kinds=1, concurrency=1, repetition=1)
+    assert s.cached_ratio == pytest.approx(0.45)
+    assert (s.cached_reported, s.cached_missing) == (5, 5)
+
+
+def test_cached_tokens_that_cannot_be_a_prefix_hit_are_flagged() -> None:
+    """A disaggregated decode worker reports prompt - 1 cached tokens (vLLM #43370) on prompts
+    whose last 100 tokens are unique: counted and warned about; the ratio keeps its value."""
+    decode = [record(i, i, 10, [5], prompt=1000, cached=999) for i in range(3)]
+    honest = [record(3, 3, 10, [5], prompt=1000, cached=896)]
+    s = summarize_run(
+        [*decode, *honest], prefix_kinds=1, concurrency=1, repetition=1, unique_suffix_tokens=100
+    )
+    assert s.cached_not_prefix_hits == 3
+    assert s.cached_ratio == pytest.approx((3 * 999 + 896) / 4000)
+    assert any(
+        w.startswith(
+            "3 of 4 requests reported cached tokens >= prompt - 1 although each "
+            "prompt ends in 100 tokens of its own"
+        )
+        for w in s.warnings
+    )
+    whole = summarize_run(decode, prefix_kinds=1, concurrency=1, repetition=1)
+    assert whole.cached_not_prefix_hits == 0  # no unique suffix: a full hit is possible
