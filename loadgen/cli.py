@@ -329,6 +329,15 @@ def load_command(
         str | None,
         typer.Option(help="kubeconfig context for --kube-namespace. Default: the current one."),
     ] = None,
+    prefill_metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Base URL of a prefill worker's /metrics (vLLM's), repeatable: its "
+            "vllm:prefix_cache_hits / queries are the prefix-cache hit rate where prefixes are "
+            "looked up (a disaggregated decode worker reports received KV as cached). "
+            "Default: none."
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     resume: Annotated[
         bool,
@@ -402,6 +411,7 @@ def load_command(
                 resume=resume,
                 ready=ready,
                 observers=[pods],
+                prefill_metrics=prefill_metrics or (),
             )
     except NotServingError as exc:
         fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)

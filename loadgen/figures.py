@@ -142,7 +142,7 @@ TTFT_METRICS: tuple[MetricSpec, ...] = (
 )
 THROUGHPUT_METRICS: tuple[MetricSpec, ...] = (
     ("requests_per_s", "Requests/s", "req/s"),
-    ("cached_ratio", "Cached-token ratio", ""),
+    ("cached_ratio", "Cached-token ratio (client-reported)", ""),
 )
 
 

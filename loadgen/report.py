@@ -149,8 +149,10 @@ def comparison_rows(a: Sequence[PointSummary], b: Sequence[PointSummary]) -> lis
 def client_server_table(runs: Sequence[RunSummary], title: str | None = None) -> Table | None:
     """Per run, the client's TTFT beside the server's (`RunSummary.server`, from /metrics):
     mean and p50 (ms; the server's p50 is a histogram estimate), the mean difference (client -
-    server: network plus client), and the requests the server counted (warm-up included) with
-    how many it did not count as successes. None when no run has server figures."""
+    server: network plus client), the requests the server counted (warm-up included) with
+    how many it did not count as successes, and the cached-token ratio the server reported to
+    the client beside the prefill workers' prefix-cache hit rate (`--prefill-metrics`; "-"
+    without). None when no run has server figures."""
     rows = [(run, run.server) for run in runs if run.server is not None]
     if not rows:
         return None
@@ -163,6 +165,7 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
         "client -\nserver ms",
         "server\nrequests",
         "server\nfailed",
+        "cached ratio\nclient / prefill",
     )
     for header in headers:
         table.add_column(header, no_wrap=True)
@@ -182,6 +185,7 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
             "-" if gap is None else f"{gap:,.1f}",
             str(server.requests),
             str(failed),
+            f"{_ratio(run.cached_ratio)} / {_ratio(server.prefix_cache_hit_ratio)}",
         )
     return table
 

@@ -54,8 +54,36 @@ class ServerRunMetrics(BaseModel):
     itl_mean_ms: float | None
     itl_p50_ms: float | None
     input_tokens: int | None
-    cached_tokens: int | None
+    cached_tokens: int | None = Field(
+        description="The frontend's cached-token sum: the workers' usage, so on a "
+        "disaggregated stack the decode worker's (received KV counted as cached)."
+    )
     output_tokens: int | None
+    counter_resets: int = Field(
+        default=0,
+        description="Samples lower after the run than before it (a restart): counted from 0 "
+        "after the reset, as Prometheus's increase() does.",
+    )
+    process_changed: bool | None = Field(
+        default=None,
+        description="The two scrapes came from processes with different start times (a "
+        "restart, or several replicas behind one address); None: the server exports no "
+        "process_start_time_seconds.",
+    )
+    prefix_cache_hits: int | None = Field(
+        default=None,
+        description="Prefix-cache hits in tokens on the prefill workers (vllm:prefix_cache_hits).",
+    )
+    prefix_cache_queries: int | None = Field(
+        default=None, description="Prefix-cache lookups in tokens (vllm:prefix_cache_queries)."
+    )
+
+    @property
+    def prefix_cache_hit_ratio(self) -> float | None:
+        """Prefix-cache hits / queries (tokens) where the prefill workers were scraped."""
+        if not self.prefix_cache_queries or self.prefix_cache_hits is None:
+            return None
+        return self.prefix_cache_hits / self.prefix_cache_queries
 
 
 class RunSummary(BaseModel):

@@ -325,6 +325,7 @@ async def run_grid_async(
     ready: ReadyCheck | None = None,
     observers: Sequence[GridObserver] = (),
     server_metrics: bool = True,
+    prefill_metrics: Sequence[str] = (),
 ) -> GridResult:
     """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
     OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
@@ -345,7 +346,9 @@ async def run_grid_async(
     their incidents are placed on the grid's timeline (`loadgen.incidents.placed`). With
     `server_metrics`, the server's /metrics is scraped around every run
     (`loadgen.server_metrics.ServerMetrics`: `RunSummary.server`, raw scrapes in
-    `out_dir/metrics/`; a server without /metrics is one warning).
+    `out_dir/metrics/`; a server without /metrics is one warning), and with it the
+    `/metrics` of each `prefill_metrics` URL (the prefill workers: their vLLM prefix-cache
+    counters, `ServerRunMetrics.prefix_cache_hits`).
 
     Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
     is not found, `loadgen.output.ResumeError` when `out_dir`'s runs were measured with other
@@ -362,7 +365,8 @@ async def run_grid_async(
         finished = [run for run in folder.completed() if run.key in set(keys)]
     readiness = None if ready is None else await wait_until_serving(server, model, config, ready)
     if server_metrics:
-        observers = [ServerMetrics(server, model, config, out_dir), *observers]
+        prefill = [base_url(u) for u in prefill_metrics]
+        observers = [ServerMetrics(server, model, config, out_dir, prefill), *observers]
     stored = folder.sizing() if folder is not None else None
     sizer = await _sizer(server, model, config, tokenizer, stored, out_dir)
     sizing = PromptSizing(
@@ -424,6 +428,7 @@ def run_grid(
     ready: ReadyCheck | None = None,
     observers: Sequence[GridObserver] = (),
     server_metrics: bool = True,
+    prefill_metrics: Sequence[str] = (),
 ) -> GridResult:
     """Synchronous `run_grid_async` (runs its own event loop; call the async one from inside a
     running loop). Same arguments, result and errors."""
@@ -439,5 +444,6 @@ def run_grid(
             ready=ready,
             observers=observers,
             server_metrics=server_metrics,
+            prefill_metrics=prefill_metrics,
         )
     )

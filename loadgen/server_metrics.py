@@ -47,6 +47,15 @@ ITL = PREFIX + "inter_token_latency_seconds"
 INPUT_TOKENS = PREFIX + "input_sequence_tokens"
 CACHED_TOKENS = PREFIX + "cached_tokens"
 OUTPUT_TOKENS = PREFIX + "output_sequence_tokens"
+# Which process answered a scrape: the standard process collector's start time (seconds since
+# the epoch), where the server exports it.
+PROCESS_START = "process_start_time_seconds"
+# vLLM's prefix-cache counters, in tokens (vllm/v1/metrics/loggers.py, PrometheusStatLogger:
+# "vllm:prefix_cache_queries" / "vllm:prefix_cache_hits", counters, so exposed with `_total`).
+# Scraped on the prefill workers, where a prefix is looked up: a disaggregated decode worker
+# counts the KV it received as cached in the client's usage (vLLM #43370, #47136).
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 
 # (sample name, labels other than `model`, sorted) -> value
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -72,8 +81,25 @@ def parse_samples(text: str, model: str) -> Samples:
 
 
 def delta(before: Samples, after: Samples) -> Samples:
-    """`after - before` for every sample of `after` (a sample absent before counts from 0)."""
-    return {key: value - before.get(key, 0.0) for key, value in after.items()}
+    """What each counter (and histogram bucket, `_sum`, `_count`) of `after` grew by since
+    `before`, as Prometheus's `increase()` takes a counter reset: a value lower than before
+    means the counter restarted from 0, so the increase is the value itself
+    (prometheus/promql/functions.go, `extrapolatedRate`, "Handle counter resets": a drop adds
+    the previous value back). A sample absent before counts from 0. Never negative."""
+    return {
+        key: value - before.get(key, 0.0) if value >= before.get(key, 0.0) else value
+        for key, value in after.items()
+    }
+
+
+def resets(before: Samples, after: Samples) -> int:
+    """How many samples of `after` went below their `before` value (counter resets; the
+    process start time, a gauge, is not a counter)."""
+    return sum(
+        value < before[key]
+        for key, value in after.items()
+        if key in before and key[0] != PROCESS_START
+    )
 
 
 def _total(samples: Samples, name: str) -> float | None:
@@ -119,8 +145,19 @@ def _histogram_ms(samples: Samples, histogram: str) -> tuple[float | None, ...]:
     return mean, *(None if p is None else p * 1e3 for p in (p50, p99))
 
 
-def run_metrics(before: Samples, after: Samples) -> ServerRunMetrics:
-    """What the server measured between two scrapes (see this module's docstring)."""
+def _start_time(samples: Samples) -> float | None:
+    return samples.get((PROCESS_START, ()))
+
+
+def run_metrics(
+    before: Samples,
+    after: Samples,
+    prefix_cache: tuple[Samples, Samples] | None = None,
+) -> ServerRunMetrics:
+    """What the server measured between two scrapes (see this module's docstring), counters
+    reset in between taken as Prometheus's `increase()` does (`delta`). `prefix_cache`: the
+    prefill workers' scrapes (before, after; samples of every worker, keyed apart by
+    `_worker_samples`), whose `vllm:prefix_cache_*` counters give the prefix-cache figures."""
     window = delta(before, after)
     by_status: dict[str, int] = defaultdict(int)
     for (name, labels), value in window.items():
@@ -136,7 +173,19 @@ def run_metrics(before: Samples, after: Samples) -> ServerRunMetrics:
         value = _total(window, histogram + "_sum")
         return None if value is None else round(value)
 
+    hits = queries = None
+    if prefix_cache is not None:
+        worker_window = delta(*prefix_cache)
+        hits, queries = (
+            None if (total := _total(worker_window, name)) is None else round(total)
+            for name in (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES)
+        )
+    starts = (_start_time(before), _start_time(after))
     return ServerRunMetrics(
+        counter_resets=resets(before, after),
+        process_changed=None if None in starts else starts[0] != starts[1],
+        prefix_cache_hits=hits,
+        prefix_cache_queries=queries,
         requests=sum(by_status.values()),
         requests_by_status=dict(by_status),
         ttft_mean_ms=ttft_mean,
@@ -170,16 +219,46 @@ async def scrape(client: aiohttp.ClientSession) -> str:
         raise NoMetricsError(short_message(f"{type(exc).__name__}: {exc}")) from None
 
 
+def attribution_problem(server: ServerRunMetrics, sent: int) -> str | None:
+    """Why `server`'s figures cannot be one process's count of one run that sent `sent`
+    requests (warm-up included), or None: more requests counted than sent (several replicas
+    behind one address, or other clients), or a different process answered the second scrape
+    with no counter lower than before (another replica, not a restart)."""
+    if server.requests > sent:
+        return (
+            f"the server counted {server.requests} requests where this run sent {sent} "
+            "(warm-up included): the scrapes add up several processes (replicas behind one "
+            "address) or other clients"
+        )
+    if server.process_changed and not server.counter_resets:
+        return (
+            "the two scrapes came from different processes (process_start_time_seconds "
+            "differs) and no counter went back: another replica answered"
+        )
+    return None
+
+
 class ServerMetrics(GridObserver):
     """A `GridObserver` that scrapes `url`'s `/metrics` (url: a `base_url`) before and after
     every run with the load's client (`make_client`; `config`'s timeouts, at most
     `SCRAPE_TIMEOUT_S`, so a silent server delays the grid once by 10 s at most), sets
     `RunSummary.server`, and keeps the raw scrapes under `out_dir/metrics/` (when given).
+    `prefix_cache_urls`: `base_url`s of the prefill workers, whose own `/metrics` (vLLM's) is
+    scraped at the same moments for `ServerRunMetrics.prefix_cache_hits`/`queries`.
 
     The first failed scrape (no `/metrics`, or not Prometheus text) turns it off for the rest
-    of the grid and becomes one warning."""
+    of the grid and becomes one warning. Counter resets are taken as Prometheus's `increase()`
+    does (`delta`) with a run warning; figures that cannot be this run's
+    (`attribution_problem`) are left out (`server` None) with a run warning saying why."""
 
-    def __init__(self, url: str, model: str, config: LoadConfig, out_dir: Path | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        config: LoadConfig,
+        out_dir: Path | None,
+        prefix_cache_urls: Sequence[str] = (),
+    ) -> None:
         self.url = url
         self.model = model
         self.config = config.model_copy(
@@ -189,8 +268,11 @@ class ServerMetrics(GridObserver):
             }
         )
         self.out_dir = None if out_dir is None else out_dir / METRICS_DIR
+        self.prefix_cache_urls = list(prefix_cache_urls)
         self._before: tuple[str, Samples] | None = None
+        self._workers_before: Samples | None = None
         self._problem: str | None = None
+        self._worker_problem: str | None = None
 
     async def _scrape(self) -> tuple[str, Samples] | None:
         if self._problem is not None:
@@ -206,15 +288,34 @@ class ServerMetrics(GridObserver):
             self._problem = f"{self.url}{METRICS_PATH}: {exc}"
             return None
 
+    async def _scrape_workers(self) -> Samples | None:
+        """Every prefill worker's samples, each key's name prefixed with the worker's URL."""
+        if not self.prefix_cache_urls or self._worker_problem is not None:
+            return None
+        merged: Samples = {}
+        for url in self.prefix_cache_urls:
+            try:
+                async with make_client(url, self.config, 1) as client:
+                    text = await scrape(client)
+                for (name, labels), value in parse_samples(text, self.model).items():
+                    merged[(name, (("worker", url), *labels))] = value
+            except (NoMetricsError, ValueError) as exc:
+                self._worker_problem = f"{url}{METRICS_PATH}: {exc}"
+                return None
+        return merged
+
     async def before_run(self, prefix_kinds: int, concurrency: int, repetition: int) -> None:
         """Scrape the counters the run starts from."""
         self._before = await self._scrape()
+        self._workers_before = await self._scrape_workers()
 
     async def after_run(self, run: RunSummary) -> RunSummary:
         """Scrape again; the run with `server` set to the difference (unchanged when either
-        scrape failed)."""
+        scrape failed; None with a warning when it cannot be this run's)."""
         after = await self._scrape()
+        workers_after = await self._scrape_workers()
         before, self._before = self._before, None
+        workers_before, self._workers_before = self._workers_before, None
         if before is None or after is None:
             return run
         if self.out_dir is not None:
@@ -222,10 +323,36 @@ class ServerMetrics(GridObserver):
             stem = f"k{run.prefix_kinds}-c{run.concurrency}-r{run.repetition}"
             (self.out_dir / f"{stem}.before.prom").write_text(before[0])
             (self.out_dir / f"{stem}.after.prom").write_text(after[0])
-        return run.model_copy(update={"server": run_metrics(before[1], after[1])})
+        workers = (
+            None
+            if workers_before is None or workers_after is None
+            else (workers_before, workers_after)
+        )
+        server = run_metrics(before[1], after[1], workers)
+        warmup = (
+            run.concurrency if self.config.warmup_requests is None else self.config.warmup_requests
+        )
+        problem = attribution_problem(server, run.requests + warmup)
+        if problem is not None:
+            note = f"server figures left out: {problem}"
+            return run.model_copy(update={"server": None, "warnings": [*run.warnings, note]})
+        warnings = run.warnings
+        if server.counter_resets:
+            warnings = [
+                *warnings,
+                f"{server.counter_resets} server counters went back between the scrapes (a "
+                "restart): counted from 0 after it, as Prometheus's increase() does, so the "
+                "server figures miss what the old process counted in this run",
+            ]
+        return run.model_copy(update={"server": server, "warnings": warnings})
 
     def warnings(self) -> list[str]:
         """One line when /metrics could not be read: server-side figures are left out."""
-        if self._problem is None:
-            return []
-        return [f"no server-side metrics ({self._problem}); the load ran without them"]
+        lines = []
+        if self._problem is not None:
+            lines.append(f"no server-side metrics ({self._problem}); the load ran without them")
+        if self._worker_problem is not None:
+            lines.append(
+                f"no prefix-cache figures from the prefill workers ({self._worker_problem})"
+            )
+        return lines

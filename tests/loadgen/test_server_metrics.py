@@ -14,11 +14,13 @@ from loadgen.config import LoadConfig
 from loadgen.runner import run_grid_async
 from loadgen.server_metrics import (
     ServerMetrics,
+    attribution_problem,
     delta,
     histogram_quantile,
     parse_samples,
     run_metrics,
 )
+from loadgen.stats import summarize_run
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -112,3 +114,91 @@ async def test_prometheus_text_without_dynamo_names_is_no_server_metrics() -> No
         f"no server-side metrics ({url}metrics: no dynamo_frontend_* metrics: not a Dynamo "
         "frontend?); the load ran without them"
     ]
+
+
+def _requests(success: int, start: float = 1.0) -> str:
+    return (
+        f"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {start}\n"
+        "# TYPE dynamo_frontend_requests_total counter\n"
+        f'dynamo_frontend_requests_total{{model="m",status="success",error_type=""}} {success}\n'
+    )
+
+
+def test_a_restart_between_the_scrapes_counts_from_zero_like_increase() -> None:
+    """The frontend restarted mid-run: 43 before, 5 after (since the restart). Prometheus's
+    increase() gives 5, never 5 - 43 = -38."""
+    window = run_metrics(parse_samples(_requests(43), "m"), parse_samples(_requests(5, 2.0), "m"))
+    assert (window.requests, window.counter_resets, window.process_changed) == (5, 1, True)
+    assert attribution_problem(window, sent=24) is None
+
+
+def test_scrapes_of_two_replicas_are_not_attributed_to_the_run() -> None:
+    """Two frontends behind one Service: the before scrape hits one (10 requests), the after
+    scrape the other (5,032): 5,022 for a run that sent 22 is refused, as is any rise seen
+    across two processes."""
+    window = run_metrics(
+        parse_samples(_requests(10, 1.0), "m"), parse_samples(_requests(5032, 7.0), "m")
+    )
+    assert window.requests == 5022
+    assert attribution_problem(window, sent=22) == (
+        "the server counted 5022 requests where this run sent 22 (warm-up included): the "
+        "scrapes add up several processes (replicas behind one address) or other clients"
+    )
+    small = run_metrics(
+        parse_samples(_requests(10, 1.0), "m"), parse_samples(_requests(20, 7.0), "m")
+    )
+    assert attribution_problem(small, sent=22) == (
+        "the two scrapes came from different processes (process_start_time_seconds differs) "
+        "and no counter went back: another replica answered"
+    )
+
+
+class _Scripted:
+    """An HTTP server whose /metrics answers the next text of `texts` on each scrape."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> str:
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(text=self.texts.pop(0))
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{self.runner.addresses[0][1]}/"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()
+
+
+@pytest.mark.asyncio
+async def test_figures_of_two_replicas_are_left_out_and_prefill_hits_are_measured() -> None:
+    """The observer end to end: run 1 scrapes one replica then the other (left out, said in the
+    run's warnings); run 2 one process, and the prefill worker's vLLM counters give the
+    prefix-cache hit rate (300 of 1,000 tokens) beside the frontend's figures."""
+    frontend = [_requests(10, 1.0), _requests(5032, 7.0), _requests(5032, 7.0)]
+    frontend.append(_requests(5056, 7.0))
+    worker = [
+        "vllm:prefix_cache_queries_total 4000\nvllm:prefix_cache_hits_total 100\n",
+        "vllm:prefix_cache_queries_total 5000\nvllm:prefix_cache_hits_total 400\n",
+    ] * 2
+    run = summarize_run([], prefix_kinds=1, concurrency=2, repetition=1)
+    run = run.model_copy(update={"requests": 22})
+    async with _Scripted(frontend) as url, _Scripted(worker) as prefill:
+        observer = ServerMetrics(url, "m", LoadConfig(), None, [prefill])
+        await observer.before_run(1, 2, 1)
+        first = await observer.after_run(run)
+        await observer.before_run(1, 2, 2)
+        second = await observer.after_run(run)
+    assert first.server is None
+    assert first.warnings[-1].startswith("server figures left out: the server counted 5022")
+    assert second.server is not None
+    assert (second.server.requests, second.server.process_changed) == (24, False)
+    assert (second.server.prefix_cache_hits, second.server.prefix_cache_queries) == (300, 1000)
+    assert second.server.prefix_cache_hit_ratio == pytest.approx(0.3)
+    assert observer.warnings() == []
