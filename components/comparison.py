@@ -15,7 +15,9 @@ from rich import box
 from rich.table import Table
 
 from components.stack_resources import ResourceComparison, resource_note
+from loadgen.config import LoadConfig
 from loadgen.report import table_text
+from loadgen.settings_diff import settings_differences, settings_note
 
 RATIO_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_ratio")
 """Compared with a ratio B/A: TTFT p50 and p99 (ms), requests/s, cached-token ratio."""
@@ -170,24 +172,39 @@ def comparison_output(
     this_results: Sequence[Mapping[str, Any]] | None,
     resources: ResourceComparison,
     note: str | None = None,
+    load_settings: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """The ``comparison`` stack output.
 
     Returns ``{"baseline": name, "this": name, "rows": [ComparisonRow as dict], "resources":
-    ResourceComparison as dict, "note": text or None, "table": text}``; the table ends with the
-    resource note (:func:`components.stack_resources.resource_note`: what differed and which
-    metrics it affects) when the stacks did not have the same resources, and with ``note``
-    (:func:`baseline_note`: why there is no baseline side) when given. A side without results
-    (not run yet, or a baseline that could not be read) counts as no points.
+    ResourceComparison as dict, "settings": [SettingDifference as dict], "note": text or None,
+    "table": text}``; the table ends with the load-settings note
+    (:func:`loadgen.settings_diff.settings_note`: which load settings differ and which metrics
+    that invalidates; the two stacks' ``loadSettings`` outputs, given as ``load_settings``, a
+    side None when unknown), the resource note (:func:`components.stack_resources.resource_note`:
+    what differed and which metrics it affects) when the stacks did not have the same resources,
+    and with ``note`` (:func:`baseline_note`: why there is no baseline side) when given. A side
+    without results (not run yet, or a baseline that could not be read) counts as no points.
+
+    Raises:
+        pydantic.ValidationError: a ``loadSettings`` that is not a LoadConfig.
     """
     rows = compare_points(baseline_results or [], this_results or [])
     table = comparison_text(rows, baseline_stack, this_stack)
-    notes = [n for n in (resource_note(resources, baseline_stack, this_stack), note) if n]
+    differences = []
+    settings = ""
+    if load_settings is not None:
+        configs = [None if s is None else LoadConfig.model_validate(s) for s in load_settings]
+        differences = settings_differences(configs[0], configs[1])
+        settings = settings_note(configs[0], configs[1], baseline_stack, this_stack)
+    resource = resource_note(resources, baseline_stack, this_stack)
+    notes = [n for n in (settings, resource, note) if n]
     return {
         "baseline": baseline_stack,
         "this": this_stack,
         "rows": [row.model_dump(mode="json") for row in rows],
         "resources": resources.model_dump(mode="json"),
+        "settings": [d.model_dump(mode="json") for d in differences],
         "note": note,
         "table": "".join([table, *(f"{n}\n" for n in notes)]),
     }

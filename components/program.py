@@ -325,16 +325,19 @@ def _with_warning(warnings: list[str], warning: str | None) -> list[str]:
 
 
 def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources) -> None:
-    """Export the load step's outputs and, with ``baselineStack``, the comparison with that
-    stack's ``results`` and ``resources`` (:func:`read_stack_outputs`: a baseline that does not
-    exist, was never brought up or has no results is a ``note`` in the comparison, never a
-    failed preview or update; a baseline without ``resources`` makes them unknown, and the
+    """Export the load step's outputs, ``loadSettings`` (the grid's LoadConfig, camelCase) and,
+    with ``baselineStack``, the comparison with that stack's ``results``, ``resources`` and
+    ``loadSettings`` (:func:`read_stack_outputs`: a baseline that does not exist, was never
+    brought up or has no results is a ``note`` in the comparison, never a failed preview or
+    update; a baseline without ``resources`` or ``loadSettings`` makes them unknown, and the
     comparison says so)."""
     pulumi.export("results", step.results)
     pulumi.export("loadStatus", step.status)
     pulumi.export("loadRanAt", step.ranAt)
     pulumi.export("loadResultsDir", step.resultsDir)
     pulumi.export("incidents", step.incidents)
+    settings = cfg.load.grid().model_dump(mode="json", by_alias=True)
+    pulumi.export("loadSettings", settings)
     if cfg.baseline_stack is None:
         return
     this = pulumi.get_stack()
@@ -362,6 +365,7 @@ def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources
             results,
             compare_resources(baseline, outputs.get("resources"), this, resources),
             note,
+            (outputs.get("loadSettings"), settings),
         )
 
     checked = read.apply(noted)

@@ -33,8 +33,9 @@ from loadgen.report import (
     table_console,
 )
 from loadgen.results import GridResult, Readiness
-from loadgen.results_folder import load_results
+from loadgen.results_folder import load_config, load_results
 from loadgen.runner import run_grid
+from loadgen.settings_diff import nothing_comparable, settings_note
 
 EXIT_USAGE = 2
 EXIT_NO_SUCCESS = 1
@@ -436,15 +437,25 @@ def compare_command(
     a: Annotated[Path, typer.Argument(help="Result folder A (holding summary.json).")],
     b: Annotated[Path, typer.Argument(help="Result folder B (holding summary.json).")],
 ) -> None:
-    """Print two `testbed load` results side by side, each cell "A / B" as in the seed.
+    """Print two `testbed load` results side by side, each cell "A / B" as in the seed, then
+    which load settings differ and which metrics that invalidates
+    (`loadgen.settings_diff.settings_note`, from each folder's result.json).
 
-    Exit code 2 with one `error:` line when a folder has no readable summary.json.
+    Exit code 2 with one `error:` line when a folder has no readable summary.json, or when the
+    two share no grid point (nothing is comparable).
     """
     try:
         points_a, points_b = load_points(a), load_points(b)
+        configs = load_config(a), load_config(b)
     except (OSError, ValueError) as exc:
         fail(str(exc))
+    refusal = nothing_comparable(points_a, points_b)
+    if refusal is not None:
+        fail(f"nothing to compare between {a} and {b}: {refusal}")
     table_console().print(comparison_table(points_a, points_b, title=f"{a} / {b}"))
+    note = settings_note(*configs, str(a), str(b))
+    if note:
+        table_console(highlight=False).print(escape(note), soft_wrap=True)
 
 
 def report_command(

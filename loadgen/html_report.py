@@ -29,6 +29,7 @@ from loadgen.figures import Figure, Panel, Series, report_figures
 from loadgen.incidents import describe
 from loadgen.report import comparison_rows, seed_rows, table_headers
 from loadgen.results_folder import REPORT_FILE, LoadedResults, load_results
+from loadgen.settings_diff import settings_note
 
 DPI = 100
 PANEL_SIZE_IN = (5.2, 3.6)  # one panel's width and height (inches) in a grid figure
@@ -215,11 +216,17 @@ def _name(result: LoadedResults) -> str:
 
 
 def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, bytes]]) -> str:
-    """The report page: the seed-style table ("A / B" with two results), the figures as
-    embedded PNGs, incidents and warnings per result, and a footer with what produced it."""
+    """The report page: the seed-style table ("A / B" with two results, followed by which load
+    settings differ and what that invalidates: `loadgen.settings_diff.settings_note`), the
+    figures as embedded PNGs, incidents and warnings per result, and a footer with what
+    produced it."""
     sides = [_side(label, r) for label, r in zip(("A", "B"), results, strict=False)]
+    comparability: list[str] = []
     if len(results) == 2:
         headers, rows = table_headers(), comparison_rows(results[0].points, results[1].points)
+        configs = [r.grid.config if r.grid is not None else None for r in results]
+        note = settings_note(configs[0], configs[1], results[0].name, results[1].name)
+        comparability = note.splitlines() if note else []
     else:
         points = results[0].points
         headers, rows = table_headers(points), seed_rows(points, results[0].incidents)
@@ -228,6 +235,7 @@ def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, b
         "sides": sides,
         "headers": [h.split("\n") for h in headers],
         "rows": rows,
+        "comparability": comparability,
         "figures": [(f, base64.b64encode(png).decode("ascii")) for f, png in pngs],
         "versions": _versions(),
         "generated_at": f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC",

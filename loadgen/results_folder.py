@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
+from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, Incident
 from loadgen.output import REQUESTS_FILE, RESULT_FILE
 from loadgen.report import SUMMARY_FILE, load_points
@@ -142,6 +143,13 @@ def _name(folder: Path, named: Sequence[dict[str, Any]]) -> str:
     if resolved.name[:8].isdigit() and resolved.name.endswith("Z"):
         return f"{resolved.parent.name} {resolved.name}"
     return resolved.name
+
+
+def load_config(folder: Path) -> LoadConfig | None:
+    """The load settings `folder`'s `result.json` was measured with; None without that file.
+    Raises ValueError (one line) when it is not a `GridResult`."""
+    grid = _grid(folder / RESULT_FILE)
+    return None if grid is None else grid.config
 
 
 def load_results(folder: Path) -> LoadedResults:

@@ -9,6 +9,7 @@ import pytest
 
 from components.comparison import compare_points, comparison_output, ratio
 from components.stack_resources import compare_resources
+from loadgen.config import LoadConfig
 
 # BRIEF.md "Results: same node": (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms, req/s),
 # KV routing with 6 workers (A) / disaggregated (B).
@@ -120,3 +121,26 @@ def test_missing_results_compare_as_no_points() -> None:
     )
     (row,) = out["rows"]
     assert row["ttft_p50_ms"] == {"baseline": None, "this": 286, "ratio": None}
+
+
+def test_load_settings_that_differ_are_said_with_what_they_invalidate() -> None:
+    """The baseline ran 2,048-token prompts with 64 output tokens, this stack 1,024 and 64: the
+    table says so beside the resource note; an unknown baseline (deployed before the
+    loadSettings output) is said in one line; same settings add nothing."""
+    a = LoadConfig(prompt_tokens=2048).model_dump(mode="json", by_alias=True)
+    b = LoadConfig(prompt_tokens=1024).model_dump(mode="json", by_alias=True)
+    rows = points(SEED_DISAGG[:1])
+    out = comparison_output("kv-routing", "disagg-same-node", rows, rows, UNKNOWN, (a, b))
+    assert [d["setting"] for d in out["settings"]] == ["promptTokens"]
+    assert (
+        "Load settings differ (kv-routing / disagg-same-node): promptTokens 2048 / 1024.\n"
+        "- promptTokens: TTFT p50/p99, requests/s, cached ratio not comparable (prefill work "
+        "and cacheable share per request).\nResources: resources of kv-routing and "
+        "disagg-same-node unknown"
+    ) in out["table"]
+    unknown = comparison_output("kv-routing", "disagg-same-node", rows, rows, UNKNOWN, (None, b))
+    assert (
+        "Load settings of kv-routing unknown (no result.json or loadSettings)" in (unknown["table"])
+    )
+    same = comparison_output("kv-routing", "disagg-same-node", rows, rows, UNKNOWN, (b, b))
+    assert (same["settings"], "Load settings" in same["table"]) == ([], False)

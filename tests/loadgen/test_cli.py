@@ -62,13 +62,26 @@ def test_load_then_compare(tmp_path: Path) -> None:
         report = tmp_path / "a" / "report.html"
         assert f"report in {report}" in first.output
         assert '<figure class="plot" data-key="timeline-a">' in report.read_text()
-        second = run(
-            "load", "--url", server.url, *SMALL, "--out", str(tmp_path / "b"), "--concurrency", "1"
-        )
+        b = [*SMALL, "--out", str(tmp_path / "b"), "--concurrency", "2,1", "--max-tokens", "8"]
+        second = run("load", "--url", server.url, *b)
         assert second.exit_code == 0, second.output
     compared = run("compare", str(tmp_path / "a"), str(tmp_path / "b"))
     assert compared.exit_code == 0, compared.output
-    assert "0.500 / -" in compared.output and "- / 0.500" in compared.output
+    assert "0.500 / 0.500" in compared.output and "- / 0.500" in compared.output
+    # The load settings that differ, and what they invalidate (the grid axes do not).
+    a, b_name = tmp_path / "a", tmp_path / "b"
+    assert f"Load settings differ ({a} / {b_name}): maxTokens 64 / 8." in compared.output
+    assert "- maxTokens: TTFT p50/p99, requests/s not comparable (decode work per request" in (
+        compared.output
+    )
+    # No grid point in common: nothing is comparable, refused in one line.
+    points = json.loads((tmp_path / "b" / "summary.json").read_text())
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "summary.json").write_text(json.dumps([points[0] | {"concurrency": 3}]))
+    refused = run("compare", str(tmp_path / "a"), str(tmp_path / "c"))
+    assert refused.exit_code == 2
+    assert refused.output.strip().startswith("error: nothing to compare between")
+    assert "no grid point in common: A measured K=2 c=2; B measured K=2 c=3" in refused.output
 
 
 def test_invalid_option_values_exit_2_naming_the_field(tmp_path: Path) -> None:

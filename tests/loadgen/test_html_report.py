@@ -7,6 +7,7 @@ incidents.json placed in one run's window. A: 5 ms to the first token, B: 80 ms.
 """
 
 import asyncio
+import dataclasses
 import json
 import re
 import shutil
@@ -373,3 +374,23 @@ def test_summary_json_alone_still_gives_the_grid_figures(
     assert figures["timeline-a"].panels[0].series == ()
     out, _ = write_report([loaded], tmp_path / "alone.html")
     assert out.read_text().count('<figure class="plot"') == 4
+
+
+def test_a_over_b_says_which_load_settings_differ(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """B measured with other prompts (promptTokens 80, prefixShare 0.5): the report says so
+    under the table, with the metrics that are not comparable; same settings: nothing said."""
+    a, b = (load_results(f) for f in folders)
+    assert a.grid is not None and b.grid is not None
+    same, _ = write_report([a, b], tmp_path / "same.html")
+    assert 'class="notes comparability"' not in same.read_text()
+    other = b.grid.config.model_copy(update={"prompt_tokens": 80, "prefix_share": 0.5})
+    b = dataclasses.replace(b, grid=b.grid.model_copy(update={"config": other}))
+    out, _ = write_report([a, b], tmp_path / "differ.html")
+    html = out.read_text()
+    assert (
+        "<li>Load settings differ (kv-routing / disagg-same-node): promptTokens 40 / 80, "
+        f"prefixShare {a.grid.config.prefix_share} / 0.5.</li>"
+    ) in html
+    assert "<li>- prefixShare: TTFT p50/p99, cached ratio not comparable (" in html
