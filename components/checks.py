@@ -8,7 +8,7 @@ them as one :class:`~components.errors.StackConfigError` before anything is regi
 from __future__ import annotations
 
 from components.config import StackConfig, image_tag_version
-from components.errors import ConfigProblem
+from components.errors import PROJECT, ConfigProblem
 from components.load_step import endpoint_problems
 from components.models import UnknownModelError
 from components.sizing import parse_quantity
@@ -366,6 +366,28 @@ def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProble
             f"tokens: {groups}. Set model.maxModelLen to at most {short[tightest]:,}, or raise "
             f"gpuMemoryUtilization of '{tightest}'.",
         )
+    ]
+
+
+def deprecation_warnings(cfg: StackConfig) -> list[str]:
+    """Settings that deploy today but that upstream has deprecated, each with its replacement
+    (said at preview; nothing is refused).
+
+    ``kvTransfer.role: kv_both`` with NixlConnector: vLLM deprecates it (RFC vllm-project/vllm
+    #43807; phase 1, PR #43874, logs a warning from
+    ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py`` and asks for
+    ``kv_producer`` on prefill and ``kv_consumer`` on decode instances).
+    """
+    replacement = {"prefill": "kv_producer", "decode": "kv_consumer"}
+    return [
+        f"{PROJECT}:{_workers_key(i, 'kvTransfer.role')} = 'kv_both': deprecated for "
+        f"NixlConnector (vLLM RFC #43807); set kv_producer on prefill and kv_consumer on decode "
+        f"workers (here: {replacement[w.role]})"
+        for i, w in enumerate(cfg.topology.workers)
+        if w.kv_transfer is not None
+        and w.kv_transfer.role == "kv_both"
+        and w.kv_transfer.connector == "NixlConnector"
+        and w.role in replacement
     ]
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pulumi
 
+from components.checks import deprecation_warnings
 from components.cluster_checks import (
     cluster_problems,
     deployed_graphs_problem,
@@ -219,7 +220,8 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     ``frontendPort``, ``placement`` (component, type, replicas, nodeClass, gpus), ``platform``
     (the operator the graph runs under: :class:`PlatformExports` plus the platform ``stack``;
     None for vllm-service), ``rbac`` (what the stack grants: the operator's entry; [] for
-    vllm-service), ``sizing`` (numbers with units in the keys), ``warnings`` (sizing's, and
+    vllm-service), ``sizing`` (numbers with units in the keys), ``warnings`` (sizing's,
+    :func:`~components.checks.deprecation_warnings`, and
     :func:`~components.stack_layout.version_warning` when the workers' Dynamo release is not
     the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
@@ -229,10 +231,11 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     stack = pulumi.get_stack()
     topology = build_topology(cfg)
     sizing = stack_sizing(cfg)
-    for warning in sizing.warnings:
+    found = [*sizing.warnings, *deprecation_warnings(cfg)]
+    for warning in found:
         pulumi.log.warn(warning)
     runtime = cfg.engine.runtime_version_override or image_tag_version(cfg.engine.resolved_image)
-    warnings: Any = list(sizing.warnings)
+    warnings: Any = list(found)
 
     uses_dynamo = topology.kind == "dynamo"
     # The stack writes no RBAC of its own (components.rbac): the output lists the operator's
@@ -247,7 +250,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         rbac = exports.apply(lambda e: [e.operator_rbac])
         warnings = exports.apply(
             lambda e: _with_warning(
-                sizing.warnings,
+                found,
                 version_warning(stack, runtime, cfg.platform_stack, e.chart_version),
             )
         )
@@ -255,7 +258,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         platform = {"stack": stack, **platform_exports(cfg.platform).outputs()}
         rbac = rbac_summary(cfg.platform, cfg.namespace)
         warnings = _with_warning(
-            sizing.warnings, version_warning(stack, runtime, stack, cfg.platform.chart_version)
+            found, version_warning(stack, runtime, stack, cfg.platform.chart_version)
         )
     namespace = register_object(
         namespace_manifest(
