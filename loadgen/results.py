@@ -135,6 +135,12 @@ class RunSummary(BaseModel):
     tokens_per_chunk_p50: float | None = Field(
         default=None, description="Tokens per content chunk, p50 over all chunks."
     )
+    output_tokens_p50: float | None = Field(
+        default=None, description="Output tokens per request (usage.completion_tokens), p50."
+    )
+    output_tokens_mismatch: int = Field(
+        default=0, description="Successful requests whose output length was not max_tokens."
+    )
     queue_p99_ms: float | None
     requests_per_s: float
     output_tokens_per_s: float

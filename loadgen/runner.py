@@ -301,6 +301,7 @@ async def _measure(
         offered_rate_per_s=config.request_rate if config.arrival is Arrival.POISSON else None,
         pool_size=config.pool_size(conc),
         unique_suffix_tokens=config.suffix_tokens,
+        max_tokens=config.max_tokens,
     )
     summary = summary.model_copy(
         update={

@@ -323,6 +323,7 @@ def summarize_run(
     offered_rate_per_s: float | None = None,
     pool_size: int | None = None,
     unique_suffix_tokens: int = 0,
+    max_tokens: int | None = None,
 ) -> RunSummary:
     """Reduce one run's records to a `RunSummary` (see its docstring for every definition);
     `loop_lags_ms` are the client event loops' lag samples (ms, `loadgen.lag.LagMonitor`),
@@ -330,7 +331,8 @@ def summarize_run(
     the open loop's requests/s (None: closed loop), `pool_size` the connections per worker
     (default: `concurrency`), `unique_suffix_tokens` the prompt tokens at the end of every
     prompt that no other prompt shares (`LoadConfig.suffix_tokens`; see
-    `cached_tokens_summary`).
+    `cached_tokens_summary`), `max_tokens` what every request asked for (output lengths are
+    reported against it: `output_tokens_mismatch`, with a warning; None: not compared).
 
     Adds a warning when the TTFT p99 rests on fewer than 100 successful samples,
     `loadgen.lag.lag_warning`'s when the loop lag is large enough to distort TTFT, and one when
@@ -355,6 +357,15 @@ def summarize_run(
     multi = sum(_tokens_per_chunk(r) >= MULTI_TOKEN_CHUNK for r in good)
     if multi:
         warnings.append(_multi_token_warning(good, multi, per_chunk))
+    lengths = [r.completion_tokens for r in good if r.completion_tokens is not None]
+    mismatch = 0 if max_tokens is None else sum(n != max_tokens for n in lengths)
+    if mismatch:
+        warnings.append(
+            f"{mismatch} of {len(lengths)} successful requests produced another output length "
+            f"than the max_tokens {max_tokens} asked for (output tokens p50 "
+            f"{_num(percentile(lengths, 50), '.0f')}, from usage.completion_tokens): E2E, "
+            "requests/s and output tokens/s are for the outputs produced"
+        )
     no_text = sum(r.first_token_ns is None for r in good)
     if no_text:
         warnings.append(
@@ -416,6 +427,8 @@ def summarize_run(
         itl_p50_ms=percentile([gap for r in good for gap in itl_ms(r)], 50),
         icl_p50_ms=percentile([gap for r in good for gap in icl_ms(r)], 50),
         tokens_per_chunk_p50=percentile(per_chunk, 50),
+        output_tokens_p50=percentile(lengths, 50),
+        output_tokens_mismatch=mismatch,
         tpot_p50_ms=percentile(_present([tpot_ms(r) for r in good]), 50),
         e2e_p50_ms=percentile(_present([e2e_ms(r) for r in good]), 50),
         queue_p50_ms=percentile(queues, 50),

@@ -248,3 +248,20 @@ def test_cached_tokens_that_cannot_be_a_prefix_hit_are_flagged() -> None:
     )
     whole = summarize_run(decode, prefix_kinds=1, concurrency=1, repetition=1)
     assert whole.cached_not_prefix_hits == 0  # no unique suffix: a full hit is possible
+
+
+def test_output_lengths_are_reported_against_max_tokens() -> None:
+    """Two of three requests stopped early (EOS) under max_tokens 4: counted and warned about,
+    with the p50 of what was produced; requests that produced max_tokens are not."""
+    runs = [record(0, 0, 10, [5, 5, 5]), record(1, 0, 10, [5]), record(2, 0, 10, [])]
+    s = summarize_run(runs, prefix_kinds=1, concurrency=1, repetition=1, max_tokens=4)
+    assert (s.output_tokens_p50, s.output_tokens_mismatch) == (2, 2)
+    assert any(
+        w.startswith(
+            "2 of 3 successful requests produced another output length than the max_tokens 4 "
+            "asked for (output tokens p50 2, from usage.completion_tokens)"
+        )
+        for w in s.warnings
+    )
+    full = summarize_run(runs[:1], prefix_kinds=1, concurrency=1, repetition=1, max_tokens=4)
+    assert full.output_tokens_mismatch == 0
