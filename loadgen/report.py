@@ -151,8 +151,9 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
     mean and p50 (ms; the server's p50 is a histogram estimate), the mean difference (client -
     server: network plus client), the requests the server counted (warm-up included) with
     how many it did not count as successes, and the cached-token ratio the server reported to
-    the client beside the prefill workers' prefix-cache hit rate (`--prefill-metrics`; "-"
-    without). None when no run has server figures."""
+    the client beside the one measured where prefixes are looked up
+    (`ServerRunMetrics.prefill_cached_ratio`; "-" without). None when no run has server
+    figures."""
     rows = [(run, run.server) for run in runs if run.server is not None]
     if not rows:
         return None
@@ -165,7 +166,7 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
         "client -\nserver ms",
         "server\nrequests",
         "server\nfailed",
-        "cached ratio\nclient / prefill",
+        "cached ratio\nclient / server",
     )
     for header in headers:
         table.add_column(header, no_wrap=True)
@@ -185,7 +186,7 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
             "-" if gap is None else f"{gap:,.1f}",
             str(server.requests),
             str(failed),
-            f"{_ratio(run.cached_ratio)} / {_ratio(server.prefix_cache_hit_ratio)}",
+            f"{_ratio(run.cached_ratio)} / {_ratio(server.prefill_cached_ratio)}",
         )
     return table
 

@@ -66,9 +66,18 @@ class ServerRunMetrics(BaseModel):
     )
     process_changed: bool | None = Field(
         default=None,
-        description="The two scrapes came from processes with different start times (a "
-        "restart, or several replicas behind one address); None: the server exports no "
-        "process_start_time_seconds.",
+        description="The two scrapes came from different processes (start time, or the Dynamo "
+        "frontend's instance id: a restart, or several replicas behind one address); None: the "
+        "server exports neither.",
+    )
+    router_cached_tokens: int | None = Field(
+        default=None,
+        description="The frontend's KV router: prefix tokens it found cached on the worker it "
+        "picked for prefill (aggregated or prefill phase; an estimate from KV events at routing "
+        "time, not a measured hit).",
+    )
+    router_input_tokens: int | None = Field(
+        default=None, description="Input tokens the router routed in those phases."
     )
     prefix_cache_hits: int | None = Field(
         default=None,
@@ -77,6 +86,21 @@ class ServerRunMetrics(BaseModel):
     prefix_cache_queries: int | None = Field(
         default=None, description="Prefix-cache lookups in tokens (vllm:prefix_cache_queries)."
     )
+
+    @property
+    def router_cached_ratio(self) -> float | None:
+        """Router-estimated cached / routed input tokens in the prefill (or aggregated) phase."""
+        if not self.router_input_tokens or self.router_cached_tokens is None:
+            return None
+        return self.router_cached_tokens / self.router_input_tokens
+
+    @property
+    def prefill_cached_ratio(self) -> float | None:
+        """The cached share where prefixes are looked up: the prefill workers' own counters
+        (`prefix_cache_hit_ratio`) where they were scraped, else the frontend's KV router
+        (`router_cached_ratio`); None without either."""
+        measured = self.prefix_cache_hit_ratio
+        return measured if measured is not None else self.router_cached_ratio
 
     @property
     def prefix_cache_hit_ratio(self) -> float | None:

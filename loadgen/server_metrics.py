@@ -48,8 +48,19 @@ INPUT_TOKENS = PREFIX + "input_sequence_tokens"
 CACHED_TOKENS = PREFIX + "cached_tokens"
 OUTPUT_TOKENS = PREFIX + "output_sequence_tokens"
 # Which process answered a scrape: the standard process collector's start time (seconds since
-# the epoch), where the server exports it.
+# the epoch), where the server exports it; the Dynamo frontend (1.6.1, scraped from the real
+# frontend with mocker workers) exports neither that nor a pid, but labels its uptime gauge
+# with its own instance id (`dynamo_component_uptime_seconds{worker_id="..."}`).
 PROCESS_START = "process_start_time_seconds"
+UPTIME = "dynamo_component_uptime_seconds"
+# The frontend's KV router (same scrape): per phase ("aggregated", "prefill", "decode"), the
+# prefix tokens it found cached on the worker it selected (from the workers' KV events, at
+# routing time) and the input tokens it routed. Its prefill/aggregated phase is where a prefix
+# is looked up, so a disaggregated decode worker's received KV does not enter it.
+IDENTITY_GAUGES = (PROCESS_START, UPTIME)
+ROUTER_CACHED = "dynamo_component_router_kv_selected_cached_prefix_tokens_total"
+ROUTER_INPUT = "dynamo_component_router_input_sequence_tokens_sum"
+PREFIX_PHASES = ("aggregated", "prefill")
 # vLLM's prefix-cache counters, in tokens (vllm/v1/metrics/loggers.py, PrometheusStatLogger:
 # "vllm:prefix_cache_queries" / "vllm:prefix_cache_hits", counters, so exposed with `_total`).
 # Scraped on the prefill workers, where a prefix is looked up: a disaggregated decode worker
@@ -67,11 +78,14 @@ class NoMetricsError(RuntimeError):
 
 
 def parse_samples(text: str, model: str) -> Samples:
-    """Every sample of a Prometheus text exposition, keyed by sample name (with its `_total`,
-    `_bucket`, `_sum`, `_count` suffix) and its labels other than `model`; samples labelled with
-    another model are left out. Raises ValueError when `text` is not Prometheus text."""
+    """Every counter, histogram and untyped sample of a Prometheus text exposition (gauges only
+    for `IDENTITY_GAUGES`), keyed by sample name (with its `_total`, `_bucket`, `_sum`, `_count`
+    suffix) and its labels other than `model`; samples labelled with another model are left
+    out. Raises ValueError when `text` is not Prometheus text."""
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
+        if family.type == "gauge" and family.name not in IDENTITY_GAUGES:
+            continue  # a gauge goes up and down: only counters and histograms are differenced
         for sample in family.samples:
             labels = dict(sample.labels)
             if labels.pop("model", model) != model:
@@ -94,11 +108,11 @@ def delta(before: Samples, after: Samples) -> Samples:
 
 def resets(before: Samples, after: Samples) -> int:
     """How many samples of `after` went below their `before` value (counter resets; the
-    process start time, a gauge, is not a counter)."""
+    process start time and uptime gauges are not counters)."""
     return sum(
         value < before[key]
         for key, value in after.items()
-        if key in before and key[0] != PROCESS_START
+        if key in before and key[0] not in IDENTITY_GAUGES
     )
 
 
@@ -145,8 +159,24 @@ def _histogram_ms(samples: Samples, histogram: str) -> tuple[float | None, ...]:
     return mean, *(None if p is None else p * 1e3 for p in (p50, p99))
 
 
-def _start_time(samples: Samples) -> float | None:
-    return samples.get((PROCESS_START, ()))
+def process_identity(samples: Samples) -> object | None:
+    """What names the process that answered a scrape: its `process_start_time_seconds`, else the
+    label sets of the Dynamo frontend's `dynamo_component_uptime_seconds`; None when the server
+    exports neither."""
+    start = samples.get((PROCESS_START, ()))
+    if start is not None:
+        return start
+    ids = frozenset(labels for name, labels in samples if name == UPTIME)
+    return ids or None
+
+
+def _prefix_phase_total(samples: Samples, name: str) -> float | None:
+    values = [
+        value
+        for (sample, labels), value in samples.items()
+        if sample == name and dict(labels).get("phase") in PREFIX_PHASES
+    ]
+    return sum(values) if values else None
 
 
 def run_metrics(
@@ -180,10 +210,15 @@ def run_metrics(
             None if (total := _total(worker_window, name)) is None else round(total)
             for name in (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES)
         )
-    starts = (_start_time(before), _start_time(after))
+    ids = (process_identity(before), process_identity(after))
+    router_cached, router_input = (
+        _prefix_phase_total(window, name) for name in (ROUTER_CACHED, ROUTER_INPUT)
+    )
     return ServerRunMetrics(
         counter_resets=resets(before, after),
-        process_changed=None if None in starts else starts[0] != starts[1],
+        process_changed=None if None in ids else ids[0] != ids[1],
+        router_cached_tokens=None if router_cached is None else round(router_cached),
+        router_input_tokens=None if router_input is None else round(router_input),
         prefix_cache_hits=hits,
         prefix_cache_queries=queries,
         requests=sum(by_status.values()),
@@ -233,7 +268,8 @@ def attribution_problem(server: ServerRunMetrics, sent: int) -> str | None:
     if server.process_changed and not server.counter_resets:
         return (
             "the two scrapes came from different processes (process_start_time_seconds "
-            "differs) and no counter went back: another replica answered"
+            "or the frontend's instance id differs) and no counter went back: another "
+            "replica answered"
         )
     return None
 

@@ -105,6 +105,13 @@ def test_each_run_reports_what_the_server_measured(grid: tuple[GridResult, Path,
         assert server.input_tokens == rows["prompt_tokens"].sum()
         assert server.cached_tokens == rows["cached_tokens"].sum()
         assert server.output_tokens == 48 * 8
+        # One frontend process answered both scrapes (its instance id on the uptime gauge), no
+        # counter went back; the KV router counted the routed prompt tokens in the aggregated
+        # phase and an estimated cached share of them.
+        assert (server.process_changed, server.counter_resets) == (False, 0)
+        assert server.router_input_tokens == server.input_tokens
+        assert server.router_cached_tokens is not None
+        assert 0 <= server.router_cached_tokens <= server.input_tokens
         # The server's TTFT starts when the frontend has the request and ends at its first
         # token; the client's adds the loopback network and the client's own parsing.
         assert run.ttft_mean_ms is not None and server.ttft_mean_ms is not None

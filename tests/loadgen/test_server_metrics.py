@@ -148,8 +148,8 @@ def test_scrapes_of_two_replicas_are_not_attributed_to_the_run() -> None:
         parse_samples(_requests(10, 1.0), "m"), parse_samples(_requests(20, 7.0), "m")
     )
     assert attribution_problem(small, sent=22) == (
-        "the two scrapes came from different processes (process_start_time_seconds differs) "
-        "and no counter went back: another replica answered"
+        "the two scrapes came from different processes (process_start_time_seconds or the "
+        "frontend's instance id differs) and no counter went back: another replica answered"
     )
 
 
@@ -202,3 +202,51 @@ async def test_figures_of_two_replicas_are_left_out_and_prefill_hits_are_measure
     assert (second.server.prefix_cache_hits, second.server.prefix_cache_queries) == (300, 1000)
     assert second.server.prefix_cache_hit_ratio == pytest.approx(0.3)
     assert observer.warnings() == []
+
+
+def _frontend(worker_id: str, success: int, cached: dict[str, int], routed: int = 0) -> str:
+    """The Dynamo frontend's own identity (uptime gauge) and its KV router's per-phase counts,
+    as the real 1.6.1 frontend labels them."""
+    lines = [
+        "# TYPE dynamo_component_uptime_seconds gauge",
+        f'dynamo_component_uptime_seconds{{worker_id="{worker_id}"}} 12.5',
+        _requests(success).split("\n", 2)[2],
+        "# TYPE dynamo_component_router_kv_selected_cached_prefix_tokens_total counter",
+    ]
+    labels = f'model="m",router_id="1",worker_id="{worker_id}"'
+    selected = "dynamo_component_router_kv_selected_cached_prefix_tokens_total"
+    lines += [f'{selected}{{{labels},phase="{p}"}} {n}' for p, n in cached.items()]
+    lines.append("# TYPE dynamo_component_router_input_sequence_tokens histogram")
+    lines += [
+        f'dynamo_component_router_input_sequence_tokens_sum{{{labels},phase="{p}"}} {routed}'
+        for p in cached
+    ]
+    lines += [
+        f'dynamo_component_router_input_sequence_tokens_count{{{labels},phase="{p}"}} 2'
+        for p in cached
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_frontends_instance_id_names_the_process_and_its_router_gives_the_prefill_hits() -> (
+    None
+):
+    """No process_start_time_seconds (the Dynamo frontend has none): its uptime gauge's
+    worker_id tells two replicas apart; the router's prefill phase (not decode, which counts
+    the KV it received) gives the cached share: 300 of 1,000 tokens."""
+    empty = {"prefill": 0, "decode": 0}
+    same = run_metrics(
+        parse_samples(_frontend("a1", 0, empty), "m"),
+        parse_samples(_frontend("a1", 2, {"prefill": 300, "decode": 999}, routed=1000), "m"),
+    )
+    assert (same.process_changed, same.router_cached_tokens, same.router_input_tokens) == (
+        False,
+        300,
+        1000,
+    )
+    assert same.router_cached_ratio == pytest.approx(0.3)
+    other = run_metrics(
+        parse_samples(_frontend("a1", 5, empty), "m"),
+        parse_samples(_frontend("b2", 9, empty), "m"),
+    )
+    assert other.process_changed is True
