@@ -110,7 +110,7 @@ def test_each_run_reports_what_the_server_measured(grid: tuple[GridResult, Path,
         # phase and an estimated cached share of them.
         assert (server.process_changed, server.counter_resets) == (False, 0)
         assert server.router_input_tokens == server.input_tokens
-        assert server.router_cached_tokens is not None
+        assert server.router_cached_tokens is not None and server.input_tokens is not None
         assert 0 <= server.router_cached_tokens <= server.input_tokens
         # The server's TTFT starts when the frontend has the request and ends at its first
         # token; the client's adds the loopback network and the client's own parsing.
