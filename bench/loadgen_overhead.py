@@ -224,11 +224,17 @@ CLI_REQUESTS = (3000, 9000)  # the difference of the two runs cancels start-up
 CLI_PROMPT_TOKENS = 100
 
 
-def _cli_run(url: str, concurrency: int, n: int, tokenizer: Path, out: Path) -> float:
-    """One `testbed load` process (1 grid point, 1 repetition, `n` requests of
-    `CLI_PROMPT_TOKENS`-token prompts, `TOKENS` output tokens, no readiness gate); returns the
-    CPU time (s, user + system) of the process and every process it waited for (workers)."""
-    args = [str(Path(sys.executable).parent / "testbed"), "load", "--url", url, "--model", "m"]
+TESTBED = Path(sys.executable).parent / "testbed"  # this checkout's console script
+
+
+def _cli_run(
+    url: str, concurrency: int, n: int, tokenizer: Path, out: Path, testbed: Path = TESTBED
+) -> float:
+    """One `testbed load` process (`testbed`: the console script of a checkout; 1 grid point,
+    1 repetition, `n` requests of `CLI_PROMPT_TOKENS`-token prompts, `TOKENS` output tokens, no
+    readiness gate); returns the CPU time (s, user + system) of the process and every process
+    it waited for (workers)."""
+    args = [str(testbed), "load", "--url", url, "--model", "m"]
     args += ["--prefix-kinds", "2", "--concurrency", str(concurrency), "--repetitions", "1"]
     args += ["--requests-per-run", str(n), "--prompt-tokens", str(CLI_PROMPT_TOKENS)]
     args += ["--max-tokens", str(TOKENS), "--tokenizer", str(tokenizer), "--out", str(out)]
@@ -240,16 +246,24 @@ def _cli_run(url: str, concurrency: int, n: int, tokenizer: Path, out: Path) -> 
     return usage.ru_utime + usage.ru_stime
 
 
-def measure_cli(concurrency: int, tokenizer: Path, work: Path) -> CliFigures:
-    """`testbed load` against the 50 ms server: whole-process CPU per request = CPU(9,000
-    requests) - CPU(3,000 requests) over 6,000 (start-up, imports, calibration cancel out);
-    the TTFT error of the larger run against the server's truth over its requests."""
+def measure_cli(
+    concurrency: int,
+    tokenizer: Path,
+    work: Path,
+    testbed: Path = TESTBED,
+    requests: tuple[int, int] = CLI_REQUESTS,
+) -> CliFigures:
+    """`testbed load` (`testbed`: a checkout's console script) against the 50 ms server:
+    whole-process CPU per request = CPU(9,000 requests) - CPU(3,000 requests) over 6,000
+    (`requests`; start-up, imports, calibration cancel out); the TTFT error of the larger run
+    against the server's truth over its requests."""
     with MockServer(SLOW_MS) as slow:
-        small, large = CLI_REQUESTS
-        cpu_small = _cli_run(slow.url, concurrency, small, tokenizer, work / f"cli{concurrency}a")
+        small, large = requests
+        small_out = work / f"cli{concurrency}a"
+        cpu_small = _cli_run(slow.url, concurrency, small, tokenizer, small_out, testbed)
         slow.stats(reset=True)
         out = work / f"cli{concurrency}b"
-        cpu_large = _cli_run(slow.url, concurrency, large, tokenizer, out)
+        cpu_large = _cli_run(slow.url, concurrency, large, tokenizer, out, testbed)
         frame = pd.read_parquet(out / "requests.parquet")
         ttfts = ((frame["first_token_ns"] - frame["sent_ns"]) / 1e6).dropna().tolist()
         return CliFigures(
