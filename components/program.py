@@ -231,11 +231,11 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     stack = pulumi.get_stack()
     topology = build_topology(cfg)
     sizing = stack_sizing(cfg)
-    found = [*sizing.warnings, *deprecation_warnings(cfg)]
-    for warning in found:
+    noted_warnings = [*sizing.warnings, *deprecation_warnings(cfg)]
+    for warning in noted_warnings:
         pulumi.log.warn(warning)
     runtime = cfg.engine.runtime_version_override or image_tag_version(cfg.engine.resolved_image)
-    warnings: Any = list(found)
+    warnings: Any = list(noted_warnings)
 
     uses_dynamo = topology.kind == "dynamo"
     # The stack writes no RBAC of its own (components.rbac): the output lists the operator's
@@ -250,7 +250,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         rbac = exports.apply(lambda e: [e.operator_rbac])
         warnings = exports.apply(
             lambda e: _with_warning(
-                found,
+                noted_warnings,
                 version_warning(stack, runtime, cfg.platform_stack, e.chart_version),
             )
         )
@@ -258,7 +258,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         platform = {"stack": stack, **platform_exports(cfg.platform).outputs()}
         rbac = rbac_summary(cfg.platform, cfg.namespace)
         warnings = _with_warning(
-            found, version_warning(stack, runtime, stack, cfg.platform.chart_version)
+            noted_warnings, version_warning(stack, runtime, stack, cfg.platform.chart_version)
         )
     namespace = register_object(
         namespace_manifest(

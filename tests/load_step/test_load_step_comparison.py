@@ -130,7 +130,9 @@ def test_load_settings_that_differ_are_said_with_what_they_invalidate() -> None:
     a = LoadConfig(prompt_tokens=2048).model_dump(mode="json", by_alias=True)
     b = LoadConfig(prompt_tokens=1024).model_dump(mode="json", by_alias=True)
     rows = points(SEED_DISAGG[:1])
-    out = comparison_output("kv-routing", "disagg-same-node", rows, rows, UNKNOWN, (a, b))
+    out = comparison_output(
+        "kv-routing", "disagg-same-node", rows, rows, UNKNOWN, load_settings=(a, b)
+    )
     assert [d["setting"] for d in out["settings"]] == ["promptTokens"]
     assert (
         "Load settings differ (kv-routing / disagg-same-node): promptTokens 2048 / 1024.\n"
@@ -138,9 +140,13 @@ def test_load_settings_that_differ_are_said_with_what_they_invalidate() -> None:
         "and cacheable share per request).\nResources: resources of kv-routing and "
         "disagg-same-node unknown"
     ) in out["table"]
-    unknown = comparison_output("kv-routing", "disagg-same-node", rows, rows, UNKNOWN, (None, b))
+    unknown = comparison_output(
+        "kv-routing", "disagg-same-node", rows, rows, UNKNOWN, load_settings=(None, b)
+    )
     assert (
         "Load settings of kv-routing unknown (no result.json or loadSettings)" in (unknown["table"])
     )
-    same = comparison_output("kv-routing", "disagg-same-node", rows, rows, UNKNOWN, (b, b))
+    same = comparison_output(
+        "kv-routing", "disagg-same-node", rows, rows, UNKNOWN, load_settings=(b, b)
+    )
     assert (same["settings"], "Load settings" in same["table"]) == ([], False)
