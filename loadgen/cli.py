@@ -446,14 +446,26 @@ def compare_command(
     """
     try:
         points_a, points_b = load_points(a), load_points(b)
-        configs = load_config(a), load_config(b)
     except (OSError, ValueError) as exc:
         fail(str(exc))
     refusal = nothing_comparable(points_a, points_b)
     if refusal is not None:
         fail(f"nothing to compare between {a} and {b}: {refusal}")
     table_console().print(comparison_table(points_a, points_b, title=f"{a} / {b}"))
-    note = settings_note(*configs, str(a), str(b))
+    print_settings_note(a, b)
+
+
+def print_settings_note(a: Path, b: Path, names: tuple[str, str] | None = None) -> None:
+    """After an A / B table of results folders `a` and `b` (called `names`, default their
+    paths): print which load settings differ and which metrics that invalidates
+    (`loadgen.settings_diff.settings_note`, from each folder's result.json); nothing when they
+    match. An unreadable result.json is a warning line."""
+    name_a, name_b = names or (str(a), str(b))
+    try:
+        note = settings_note(load_config(a), load_config(b), name_a, name_b)
+    except ValueError as exc:
+        table_console().print(f"[yellow]warning:[/] {escape(str(exc))}")
+        return
     if note:
         table_console(highlight=False).print(escape(note), soft_wrap=True)
 

@@ -38,11 +38,13 @@ def compare_command(
     a: Annotated[Path, typer.Argument(help="Result folder A (holding summary.json).")],
     b: Annotated[Path, typer.Argument(help="Result folder B (holding summary.json).")],
 ) -> None:
-    """Print two results side by side, each cell "A / B" as in the seed; then, when the folders
-    hold stack.json, whether both stacks had the same workers, GPUs and node classes, and which
-    metrics a difference affects.
+    """Print two results side by side, each cell "A / B" as in the seed; then which load
+    settings differed and what that invalidates (`loadgen.cli.print_settings_note`); then, when
+    the folders hold stack.json, whether both stacks had the same workers, GPUs and node
+    classes, and which metrics a difference affects.
 
-    Exit code 2 with one `error:` line when a folder has no readable summary.json.
+    Exit code 2 with one `error:` line when a folder has no readable summary.json, or when the
+    two share no grid point.
     """
     compare_tables(a, b)
     print_resource_note(a, b)

@@ -14,7 +14,7 @@ from rich.text import Text
 from components.errors import StackConfigError
 from components.sizing import format_quantity
 from components.stack_sizing import stack_sizing
-from loadgen.cli import _int_list, fail
+from loadgen.cli import _int_list, fail, print_settings_note
 from loadgen.html_report import write_folder_reports
 from loadgen.incidents import describe
 from loadgen.report import client_server_table, comparison_table, seed_table, table_console
@@ -237,6 +237,7 @@ def simulate_command(
         note = seed_accuracy_note({a.stack: a.result.points, b.stack: b.result.points})
         if note is not None:
             console.print(Text(note), soft_wrap=True)
+        print_settings_note(a.out_dir, b.out_dir, (a.stack, b.stack))
         print_resource_note(a.out_dir, b.out_dir)
     _write_reports([sim.out_dir for sim in results], out / REPORT_FILE)
     console.print(f"results in {out}/")
