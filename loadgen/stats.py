@@ -85,27 +85,33 @@ def icl_ms(record: RequestRecord) -> list[float]:
     return [(b - a) / _NS_PER_MS for a, b in itertools.pairwise(t)]
 
 
-def itl_ms(record: RequestRecord) -> list[float]:
+def itl_ms(
+    record: RequestRecord,
+    tokens: list[float] | None = None,
+    gaps: list[float] | None = None,
+) -> list[float]:
     """Inter-token latencies (ms), one per chunk after the first: the gap to the previous
     content chunk divided by the tokens the later chunk carried (`chunk_tokens`), so a chunk of
     8 tokens 80 ms after the previous one gives 10 ms. With one token per chunk this is vLLM
-    bench's per-chunk ITL; without a token count, the gaps themselves."""
-    gaps = icl_ms(record)
-    tokens = chunk_tokens(record)
+    bench's per-chunk ITL; without a token count, the gaps themselves. `tokens`/`gaps`: the
+    record's `chunk_tokens`/`icl_ms` when already computed."""
+    gaps = icl_ms(record) if gaps is None else gaps
+    tokens = chunk_tokens(record) if tokens is None else tokens
     if not tokens:
         return gaps
     return [gap / n for gap, n in zip(gaps, tokens[1:], strict=True) if n > 0]
 
 
-def tpot_ms(record: RequestRecord) -> float | None:
+def tpot_ms(record: RequestRecord, tokens: list[float] | None = None) -> float | None:
     """Time per output token (ms) after the first chunk: (E2E - TTFT) / (completion_tokens -
-    tokens of the first chunk) (`chunk_tokens`). With one token per chunk this is vLLM bench's
-    and AIPerf's (E2E - TTFT) / (completion_tokens - 1); with N tokens in k equal chunks it is
-    the mean chunk gap / (N / k). None with no usage, or no tokens after the first chunk."""
+    tokens of the first chunk) (`chunk_tokens`, or `tokens` when already computed). With one
+    token per chunk this is vLLM bench's and AIPerf's (E2E - TTFT) / (completion_tokens - 1);
+    with N tokens in k equal chunks it is the mean chunk gap / (N / k). None with no usage, or
+    no tokens after the first chunk."""
     ttft, e2e, out = ttft_ms(record), e2e_ms(record), record.completion_tokens
     if ttft is None or e2e is None or out is None:
         return None
-    tokens = chunk_tokens(record)
+    tokens = chunk_tokens(record) if tokens is None else tokens
     first = tokens[0] if tokens else 1.0
     if out - first < 1:
         return None
@@ -235,12 +241,9 @@ def _delivery_warning(
     return f"{' and '.join(what)}: {cause}"
 
 
-def _tokens_per_chunk(record: RequestRecord) -> float:
-    tokens = chunk_tokens(record)
-    return sum(tokens) / len(tokens) if tokens else 0.0
-
-
-def _multi_token_warning(good: Sequence[RequestRecord], multi: int, per_chunk: list[float]) -> str:
+def _multi_token_warning(
+    good: Sequence[RequestRecord], multi: int, per_chunk: list[float], icl_p50: float | None
+) -> str:
     """The note for a run whose chunks carried several tokens: how many requests, the tokens
     per chunk p50, where the counts came from, and the inter-chunk gap p50 (ms)."""
     exact = sum(bool(r.chunk_tokens) and len(r.chunk_tokens) == len(r.token_ns) for r in good)
@@ -249,12 +252,11 @@ def _multi_token_warning(good: Sequence[RequestRecord], multi: int, per_chunk: l
         if exact == len(good)
         else "the final usage spread evenly over the chunks where no per-chunk counts came"
     )
-    gaps = percentile([gap for r in good for gap in icl_ms(r)], 50)
     return (
         f"{multi} of {len(good)} successful requests streamed {MULTI_TOKEN_CHUNK:g} or more "
         f"tokens per chunk (tokens per chunk p50 {_num(percentile(per_chunk, 50), '.1f')}, "
         f"from {source}): TTFT is the first chunk; TPOT and ITL are per token; the gap "
-        f"between chunks (ICL) p50 is {_num(gaps, '.1f')} ms"
+        f"between chunks (ICL) p50 is {_num(icl_p50, '.1f')} ms"
     )
 
 
@@ -353,10 +355,13 @@ def summarize_run(
     output_sum = sum(r.completion_tokens or 0 for r in good)
     prompt_lengths = _present([r.prompt_tokens for r in good])
     warnings: list[str] = list(warnings_cached)
-    per_chunk = [tokens for r in good for tokens in chunk_tokens(r)]
-    multi = sum(_tokens_per_chunk(r) >= MULTI_TOKEN_CHUNK for r in good)
+    tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
+    gaps = [icl_ms(r) for r in good]
+    per_chunk = [n for counts in tokens for n in counts]
+    icl_p50 = percentile([gap for g in gaps for gap in g], 50)
+    multi = sum(bool(n) and sum(n) / len(n) >= MULTI_TOKEN_CHUNK for n in tokens)
     if multi:
-        warnings.append(_multi_token_warning(good, multi, per_chunk))
+        warnings.append(_multi_token_warning(good, multi, per_chunk, icl_p50))
     lengths = [r.completion_tokens for r in good if r.completion_tokens is not None]
     mismatch = 0 if max_tokens is None else sum(n != max_tokens for n in lengths)
     if mismatch:
@@ -424,12 +429,17 @@ def summarize_run(
         ttft_p90_ms=percentile(ttfts, 90),
         ttft_p99_ms=percentile(ttfts, 99),
         first_chunk_p50_ms=percentile(first_chunks, 50),
-        itl_p50_ms=percentile([gap for r in good for gap in itl_ms(r)], 50),
-        icl_p50_ms=percentile([gap for r in good for gap in icl_ms(r)], 50),
+        itl_p50_ms=percentile(
+            [gap for r, n, g in zip(good, tokens, gaps, strict=True) for gap in itl_ms(r, n, g)],
+            50,
+        ),
+        icl_p50_ms=icl_p50,
         tokens_per_chunk_p50=percentile(per_chunk, 50),
         output_tokens_p50=percentile(lengths, 50),
         output_tokens_mismatch=mismatch,
-        tpot_p50_ms=percentile(_present([tpot_ms(r) for r in good]), 50),
+        tpot_p50_ms=percentile(
+            _present([tpot_ms(r, n) for r, n in zip(good, tokens, strict=True)]), 50
+        ),
         e2e_p50_ms=percentile(_present([e2e_ms(r) for r in good]), 50),
         queue_p50_ms=percentile(queues, 50),
         queue_p99_ms=queue_p99,
