@@ -8,12 +8,12 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from crd_schema import crd_schema, schema_errors, strict_schema, strict_validator
 from jsonschema import Draft7Validator
 
 from components.manifests import dgd_manifest
 from components.topology import build_topology
 from components.validation import parse_stack_config
-from testbed.crd_schema import crd_schema, schema_errors, strict_schema, strict_validator
 from testbed.render import REPO, Rendered
 
 CRD_DIR = REPO.parent / "shared" / "dynamo-crds"
