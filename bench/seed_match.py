@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from kvpath.memory import HOST_BASE_BYTES
+from loadgen.key_paths import parse_settings
 from loadgen.results import GridResult, PointSummary
 from testbed.calibration import CONSTANTS
 from testbed.seed import (
@@ -68,7 +69,7 @@ def simulate(
 ) -> tuple[GridResult, float]:
     """Simulate (or, with ``reuse``, re-time an existing routing run); result and seconds."""
     started = time.monotonic()
-    cfg = load_stack(stack, overrides)
+    cfg = load_stack(stack, parse_settings(overrides))
     load = simulation_load(cfg, full=full, grid=grid)
     stack_dir = out / stack
     routing_file = stack_dir / ROUTING_DIR / "result.json"

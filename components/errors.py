@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.key_paths import Setting, covers, parse_key_path
+
 PROJECT = "dynamo-testbed"
 
 MAX_VALUE_CHARS = 80
@@ -43,21 +45,53 @@ class ConfigProblem:
 class StackConfigError(ValueError):
     """A stack's config is invalid; lists every problem found.
 
+    A problem under a key set on the command line (``--set``, :mod:`loadgen.key_paths`) names
+    that ``--set`` item, not the stack file.
+
     Attributes:
         stack: the stack name.
         problems: the problems, in key order.
+        settings: the ``--set`` items the config was read with.
     """
 
-    def __init__(self, stack: str, problems: Sequence[ConfigProblem]) -> None:
+    def __init__(
+        self, stack: str, problems: Sequence[ConfigProblem], settings: Sequence[Setting] = ()
+    ) -> None:
         self.stack = stack
         self.problems = tuple(problems)
-        lines = "\n".join(f"  - {p.render()}" for p in self.problems)
-        super().__init__(
-            f"stack '{stack}': invalid config ({len(self.problems)} problem"
-            f"{'s' if len(self.problems) != 1 else ''}); nothing was deployed.\n{lines}\n"
+        self.settings = tuple(settings)
+        lines: list[str] = []
+        from_file = False
+        for problem in self.problems:
+            setting = _setting_of(problem.key, self.settings)
+            if setting is None:
+                from_file = True
+                lines.append(f"  - {problem.render()}")
+            else:
+                lines.append(f"  - --set {setting.text}: {problem.message}")
+        fix = (
             f"Fix the keys above in stacks/Pulumi.{stack}.yaml "
             f"(or with `pulumi config set --path -s {stack} <key> <value>`)."
+            if from_file
+            else "Fix the --set values above."
         )
+        head = f"stack '{stack}': invalid config ({len(self.problems)} problem"
+        if len(lines) == 1:  # one line: the problem and the fix
+            fix = fix.replace("the keys above", "it").replace("the --set values above", "it")
+            only = lines[0][4:].rstrip(".")
+            super().__init__(f"{head}); nothing was deployed: {only}. {fix}")
+            return
+        joined = "\n".join(lines)
+        super().__init__(f"{head}s); nothing was deployed.\n{joined}\n{fix}")
+
+
+def _setting_of(key: str, settings: Sequence[Setting]) -> Setting | None:
+    """The last ``--set`` whose path covers config ``key`` (the one that took effect)."""
+    try:
+        parts = parse_key_path(key)
+    except ValueError:
+        return None
+    return next((s for s in reversed(settings) if covers(s, parts)), None)
 
 
 def key_path(loc: Sequence[str | int]) -> str:

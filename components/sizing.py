@@ -76,6 +76,19 @@ _SUFFIX_MULTIPLIERS: dict[str, Fraction] = {
 }
 
 
+UNITLESS_LIMIT_BYTES = 2**20
+"""A memory quantity without a unit below this (1 MiB) is almost surely a unit left out: no
+container runs in it (``8`` is 8 bytes, not 8 GiB)."""
+
+
+def unitless_hint(quantity: str | int) -> str | None:
+    """``"memoryLimit 8 is 8 bytes: did you mean 8Gi?"`` for a small plain number, else None."""
+    text = str(quantity).strip()
+    if not re.fullmatch(r"\d+(\.\d+)?", text) or float(text) >= UNITLESS_LIMIT_BYTES:
+        return None
+    return f"{text} without a unit is {text} bytes: did you mean {text}Gi or {text}Mi?"
+
+
 def parse_quantity(quantity: str | int) -> int:
     """Bytes in a Kubernetes memory quantity, rounded up to a whole byte as Kubernetes does.
 
@@ -243,6 +256,9 @@ def check_memory_floor(
             f"Raise memoryLimit to at least {minimum}, or lower baseMemory or sharedMemorySize "
             "if this engine and model need less, or set sizing.allowUnsafeMemory: true."
         )
+    hint = unitless_hint(memory_limit)
+    if hint:
+        message = f"{hint}: {message}"
     if allow_unsafe_memory:
         message += (
             "sizing.allowUnsafeMemory is set, so it is deployed anyway: expect the worker to be "

@@ -6,37 +6,32 @@ succeeded; 2 a bad option, URL, file or folder, or a `--resume` with other setti
 `error: ...` line, no traceback); 130 interrupted (Ctrl-C; the finished runs are saved).
 """
 
-import logging
+from __future__ import annotations
+
 import socket
 import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-import yaml
-from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
 
-from loadgen.api import base_url
 from loadgen.config import LoadConfig, ReadyCheck
-from loadgen.html_report import write_folder_reports, write_report
-from loadgen.kube_watch import pod_watch
-from loadgen.output import ResumeError, complete_runs
-from loadgen.prompts import load_tokenizer_sizer
-from loadgen.readiness import NotServingError
-from loadgen.report import (
-    client_server_table,
-    comparison_table,
-    load_points,
-    seed_table,
-    table_console,
-)
-from loadgen.results import GridResult, Readiness
-from loadgen.results_folder import load_config, load_results
-from loadgen.runner import run_grid
-from loadgen.settings_diff import nothing_comparable, settings_note
 
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from loadgen.results import GridResult, Readiness
+
+# This module is read for every `testbed --help`: only typer and loadgen.config (the options'
+# defaults) are imported here; each command imports what it runs inside it
+# (tests/test_cli_help.py).
+
+SERVER = "Server"
+GRID = "Grid"
+REQUESTS = "Requests"
+CLIENT = "Client"
+OUTPUT = "Output"
 EXIT_USAGE = 2
 EXIT_NO_SUCCESS = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -64,12 +59,16 @@ ERRORS_SHOWN = 3  # first error messages printed after the table
 
 
 def _stderr_line(markup: str) -> None:
+    from rich.console import Console
+
     Console(stderr=True, soft_wrap=True, highlight=False).print(markup)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `error: <message>` to stderr (taken literally, never hard-wrapped) and exit with
     `code` (default 2, a usage error)."""
+    from rich.markup import escape
+
     _stderr_line(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
@@ -109,6 +108,8 @@ def read_load_settings(config_file: Path) -> dict[str, Any]:
     Raises ValueError (one line, naming the file) when the file is missing, not YAML, or not a
     mapping.
     """
+    import yaml
+
     if not config_file.is_file():
         what = "is not a file" if config_file.exists() else "does not exist"
         raise ValueError(f"config file {config_file} {what} (expected a YAML of LoadConfig keys)")
@@ -128,15 +129,28 @@ def read_load_settings(config_file: Path) -> dict[str, Any]:
     return loaded
 
 
-def build_config(config_file: Path | None, overrides: dict[str, Any]) -> LoadConfig:
-    """A `LoadConfig` from an optional YAML file (see `read_load_settings`) with `overrides`
-    (field names; None = unset) on top. Raises ValueError: the file's problem in one line, or
-    each invalid field path and its allowed values."""
-    data = read_load_settings(config_file) if config_file is not None else {}
+def build_config(
+    config_file: Path | None, overrides: dict[str, Any], base: dict[str, Any] | None = None
+) -> LoadConfig:
+    """A `LoadConfig` from an optional YAML file (see `read_load_settings`), or the settings
+    `base` read already, with `overrides` (field names; None = unset) on top. Raises
+    ValueError: the file's problem in one line, an option's problem naming the option, or each
+    invalid field path and its allowed values."""
+    from pydantic import ValidationError
+
+    data = dict(base) if base is not None else {}
+    if config_file is not None:
+        data = read_load_settings(config_file)
     data |= {key: value for key, value in overrides.items() if value is not None}
     try:
         return LoadConfig.model_validate(data)
     except ValidationError as exc:
+        options = {k for k, v in overrides.items() if v is not None}
+        (error, *_) = exc.errors()
+        field = str(error["loc"][0]) if error["loc"] else ""
+        if field in options:  # an option's value: name the option (one line)
+            option = "--" + field.replace("_", "-")
+            raise ValueError(f"{option}: {error['msg']}; see testbed load --help") from None
         source = f" (from {config_file} and the options)" if config_file is not None else ""
         raise ValueError(_validation_message(exc, source)) from None
 
@@ -159,6 +173,8 @@ def _field_help(name: str, text: str | None = None) -> str:
 
 def _check_tokenizer(tokenizer: str, model: str) -> None:
     """Raise FileNotFoundError (no tokenizer.json found) or ValueError (not readable)."""
+    from loadgen.prompts import load_tokenizer_sizer
+
     try:
         load_tokenizer_sizer(tokenizer, model)
     except FileNotFoundError:
@@ -174,6 +190,8 @@ def check_reachable(url: str, timeout_s: float) -> None:
     An address that refuses or never answers would otherwise cost every request of the grid
     its connect timeout. Exits with a one-line error (code 2) when the connection fails.
     """
+    from loadgen.api import base_url
+
     parts = urllib.parse.urlsplit(base_url(url))
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
@@ -183,6 +201,10 @@ def check_reachable(url: str, timeout_s: float) -> None:
 
 
 def _print_result(result: GridResult, out: Path, title: str) -> None:
+    from rich.markup import escape
+
+    from loadgen.report import client_server_table, seed_table, table_console
+
     console = table_console()
     console.print(seed_table(result.points, title=title, incidents=result.incidents))
     server_side = client_server_table(result.runs, title="client vs server (/metrics)")
@@ -216,6 +238,11 @@ def readiness_line(readiness: Readiness) -> str:
 def _report_beside(out: Path) -> None:
     """Write `out/report.html` (loadgen.html_report); a failure is a warning, never an exit:
     the results are already written."""
+    from rich.markup import escape
+
+    from loadgen.html_report import write_folder_reports
+    from loadgen.report import table_console
+
     console = table_console()
     try:
         (report,) = write_folder_reports([out])
@@ -224,141 +251,182 @@ def _report_beside(out: Path) -> None:
         console.print(f"[yellow]warning:[/] no report written: {escape(str(exc))}", soft_wrap=True)
 
 
+def _option(name: str, panel: str, text: str | None = None, **kwargs: Any) -> Any:
+    """The option of LoadConfig field `name`, in help panel `panel`, with `_field_help`."""
+    return typer.Option(help=_field_help(name, text), rich_help_panel=panel, **kwargs)
+
+
+def load_settings_with(config_file: Path | None, settings: Sequence[Any]) -> dict[str, Any] | None:
+    """The load settings of `config_file` with the `--set load.<key>=VALUE` items
+    (`loadgen.key_paths.Setting`) applied; None when there are none. Raises
+    `loadgen.key_paths.KeyPathError` for a key outside `load.`."""
+    from loadgen.key_paths import KeyPathError, Setting, apply_settings
+
+    if not settings:
+        return None
+    ours = []
+    for setting in settings:
+        if setting.path[0] != "load" or len(setting.path) < 2:
+            raise KeyPathError(
+                f"--set {setting.text}: testbed load reads only load.<key> settings (the "
+                "stack's grid and request shape); render and simulate take the others"
+            )
+        ours.append(Setting(setting.text, setting.path[1:], setting.value))
+    data = read_load_settings(config_file) if config_file is not None else {}
+    return apply_settings(data, ours)
+
+
 def load_command(
     url: Annotated[
         str,
         typer.Option(
-            help="Base URL of the OpenAI-compatible server, http:// or https://HOST:PORT, "
-            "with or without a trailing /v1."
+            help="Base URL of the OpenAI-compatible server: http://HOST:PORT, /v1 optional.",
+            rich_help_panel=SERVER,
         ),
     ],
-    model: Annotated[str, typer.Option(help="Model name sent in each request.")],
+    model: Annotated[
+        str, typer.Option(help="Model name sent in each request.", rich_help_panel=SERVER)
+    ],
     out: Annotated[
         Path,
         typer.Option(
-            help="Result folder, created if needed: summary.json, result.json, runs.csv, "
-            "requests.parquet, table.txt, runs/ (written after every run)."
+            help="Result folder (created; written after every run).", rich_help_panel=OUTPUT
         ),
     ],
     config: Annotated[
         Path | None,
         typer.Option(
-            help="YAML of load settings: LoadConfig keys in camelCase (e.g. prefixKinds: "
-            "[2, 12]), or a stack file, stacks/Pulumi.*.yaml, whose dynamo-testbed:load "
-            "section is used. Options given here override it."
+            help="YAML of load settings (camelCase LoadConfig keys), or a stack file "
+            "(its load section). Options override it.",
+            rich_help_panel=GRID,
+        ),
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="A load.KEY on top of --config, e.g. load.concurrency=[8] (repeatable).",
+            rich_help_panel=GRID,
         ),
     ] = None,
     prefix_kinds: Annotated[
-        str | None, typer.Option(help=_field_help("prefix_kinds", "Comma-separated grid axis."))
+        str | None, _option("prefix_kinds", GRID, "Prefix kinds, comma-separated.", metavar="N,N")
     ] = None,
     concurrency: Annotated[
         str | None,
-        typer.Option(help=_field_help("concurrency", "Comma-separated requests in flight.")),
+        _option("concurrency", GRID, "Requests in flight, comma-separated.", metavar="N,N"),
     ] = None,
-    repetitions: Annotated[int | None, typer.Option(help=_field_help("repetitions"))] = None,
-    requests_per_run: Annotated[
-        int | None, typer.Option(help=_field_help("requests_per_run"))
-    ] = None,
+    repetitions: Annotated[int | None, _option("repetitions", GRID)] = None,
+    requests_per_run: Annotated[int | None, _option("requests_per_run", GRID)] = None,
     duration_s: Annotated[
         float | None,
-        typer.Option(help="Optional run length (s): no request starts after it. Default: none."),
+        typer.Option(help="Run length (s): no request starts after it.", rich_help_panel=GRID),
     ] = None,
-    warmup_requests: Annotated[
-        int | None, typer.Option(help=_field_help("warmup_requests"))
-    ] = None,
-    prompt_tokens: Annotated[int | None, typer.Option(help=_field_help("prompt_tokens"))] = None,
-    prefix_share: Annotated[float | None, typer.Option(help=_field_help("prefix_share"))] = None,
-    max_tokens: Annotated[int | None, typer.Option(help=_field_help("max_tokens"))] = None,
-    api: Annotated[str | None, typer.Option(help=_field_help("api"))] = None,
+    warmup_requests: Annotated[int | None, _option("warmup_requests", GRID)] = None,
+    prompt_tokens: Annotated[int | None, _option("prompt_tokens", REQUESTS)] = None,
+    prefix_share: Annotated[float | None, _option("prefix_share", REQUESTS)] = None,
+    max_tokens: Annotated[int | None, _option("max_tokens", REQUESTS)] = None,
+    api: Annotated[str | None, _option("api", REQUESTS)] = None,
     arrival: Annotated[
-        str | None,
-        typer.Option(help=_field_help("arrival", "closed (fixed concurrency) or poisson.")),
+        str | None, _option("arrival", REQUESTS, "closed (fixed concurrency) or poisson.")
     ] = None,
     request_rate: Annotated[
         float | None,
-        typer.Option(help="Requests/s for --arrival poisson (required there). Default: none."),
-    ] = None,
-    seed: Annotated[int | None, typer.Option(help=_field_help("seed"))] = None,
-    connect_timeout_s: Annotated[
-        float | None,
-        typer.Option(help=_field_help("connect_timeout_s", "TCP connect timeout (s).")),
-    ] = None,
-    read_timeout_s: Annotated[
-        float | None,
-        typer.Option(help=_field_help("read_timeout_s", "Longest silence between reads (s).")),
-    ] = None,
-    request_timeout_s: Annotated[
-        float | None,
         typer.Option(
-            help=_field_help("request_timeout_s", "Per-request deadline (s) from its send time.")
+            help="Requests/s for --arrival poisson (required there).", rich_help_panel=REQUESTS
         ),
     ] = None,
-    max_connections: Annotated[
-        int | None, typer.Option(help=_field_help("max_connections"))
-    ] = None,
-    workers: Annotated[int | None, typer.Option(help=_field_help("workers"))] = None,
+    seed: Annotated[int | None, _option("seed", REQUESTS)] = None,
     tokenizer: Annotated[
         str | None,
         typer.Option(
-            help="tokenizer.json, its folder, or a model id in the local Hugging Face cache, "
-            "for exact prompt lengths. Default: the --model id's cache entry, else tokens per "
-            "word calibrated against the server."
+            help="tokenizer.json, its folder or a cached model id, for exact prompt lengths. "
+            "Default: --model's cache entry, else calibrated against the server.",
+            rich_help_panel=REQUESTS,
         ),
     ] = None,
-    ready_check: Annotated[
+    connect_timeout_s: Annotated[
+        float | None, _option("connect_timeout_s", CLIENT, "TCP connect timeout (s).")
+    ] = None,
+    read_timeout_s: Annotated[
+        float | None, _option("read_timeout_s", CLIENT, "Longest silence between reads (s).")
+    ] = None,
+    request_timeout_s: Annotated[
+        float | None, _option("request_timeout_s", CLIENT, "Deadline per request (s).")
+    ] = None,
+    max_connections: Annotated[int | None, _option("max_connections", CLIENT)] = None,
+    workers: Annotated[int | None, _option("workers", CLIENT)] = None,
+    no_ready_check: Annotated[
         bool,
         typer.Option(
-            help="Before the grid, wait until --ready-successes streamed completions in a row "
-            "succeed (a server may list the model and still answer 500/404 for a while)."
+            "--no-ready-check",
+            help="Skip the readiness gate (streamed completions in a row before the grid).",
+            rich_help_panel=SERVER,
         ),
-    ] = True,
+    ] = False,
     ready_successes: Annotated[
-        int, typer.Option(min=1, help="Completions in a row the readiness check needs.")
+        int,
+        typer.Option(min=1, help="Completions in a row the gate needs.", rich_help_panel=SERVER),
     ] = ReadyCheck.model_fields["successes"].default,
     ready_timeout_s: Annotated[
-        float, typer.Option(min=0.001, help="Deadline of the readiness check (s).")
+        float,
+        typer.Option(min=0.001, help="Deadline of the readiness gate (s).", rich_help_panel=SERVER),
     ] = ReadyCheck.model_fields["timeout_s"].default,
     kube_namespace: Annotated[
         str | None,
         typer.Option(
-            help="Watch the pods of this Kubernetes namespace during the load and record what "
-            "they did (OOMKilled, restarts, readiness lost) as incidents, placed on the grid. "
-            "Uses $KUBECONFIG (else ~/.kube/config). Default: no watch."
+            help="Record what this namespace's pods did (OOMKilled, restarts) as incidents; "
+            "uses $KUBECONFIG.",
+            rich_help_panel=SERVER,
         ),
     ] = None,
     kube_context: Annotated[
         str | None,
-        typer.Option(help="kubeconfig context for --kube-namespace. Default: the current one."),
+        typer.Option(help="kubeconfig context for --kube-namespace.", rich_help_panel=SERVER),
     ] = None,
     prefill_metrics: Annotated[
         list[str] | None,
         typer.Option(
             help="Base URL of a prefill worker's /metrics (vLLM's), repeatable: its "
-            "vllm:prefix_cache_hits / queries are the prefix-cache hit rate where prefixes are "
-            "looked up (a disaggregated decode worker reports received KV as cached). "
-            "Default: none."
+            "vllm:prefix_cache_hits / queries are the hit rate where prefixes are looked up.",
+            rich_help_panel=SERVER,
         ),
     ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No progress bar.", rich_help_panel=OUTPUT)
+    ] = False,
     resume: Annotated[
         bool,
         typer.Option(
-            help="Continue the grid in --out: keep its complete runs (same settings, checked) "
-            "and measure only the others."
+            "--resume",
+            help="Keep the complete runs in --out (same settings, checked); run the others.",
+            rich_help_panel=OUTPUT,
         ),
     ] = False,
 ) -> None:
     """Run the prefix-kinds x concurrency x repetitions grid and print the seed-style table.
 
     Exit codes: 0 done (failed requests count as results), 1 no request succeeded, 2 bad input.
+
+    Example: testbed load --url http://10.0.0.5:30080 --model Qwen/Qwen3-0.6B --out out/kv
     """
+    from loadgen.api import base_url
+    from loadgen.folder_lock import FolderBusyError, folder_lock
+    from loadgen.key_paths import parse_settings
+
     try:
         base_url(url)
+        settings = parse_settings(overrides or ())
+        from_sets = load_settings_with(config, settings)
+        grid_options = {
+            "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
+            "concurrency": _int_list("concurrency", concurrency),
+        }
         load_config = build_config(
-            config,
+            config if from_sets is None else None,
             {
-                "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
-                "concurrency": _int_list("concurrency", concurrency),
+                **grid_options,
                 "repetitions": repetitions,
                 "requests_per_run": requests_per_run,
                 "duration_s": duration_s,
@@ -376,12 +444,60 @@ def load_command(
                 "max_connections": max_connections,
                 "workers": workers,
             },
+            base=from_sets,
         )
         if tokenizer is not None:
             _check_tokenizer(tokenizer, model)
         out.mkdir(parents=True, exist_ok=True)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # KeyPathError is a ValueError
         fail(str(exc))
+    try:
+        with folder_lock(out):
+            _load(
+                url,
+                model,
+                load_config,
+                out,
+                tokenizer,
+                resume,
+                not no_ready_check,
+                ready_successes,
+                ready_timeout_s,
+                kube_namespace,
+                kube_context,
+                prefill_metrics or (),
+                not no_progress,
+            )
+    except FolderBusyError as exc:
+        fail(str(exc))
+
+
+def _load(
+    url: str,
+    model: str,
+    load_config: LoadConfig,
+    out: Path,
+    tokenizer: str | None,
+    resume: bool,
+    ready_check: bool,
+    ready_successes: int,
+    ready_timeout_s: float,
+    kube_namespace: str | None,
+    kube_context: str | None,
+    prefill_metrics: Sequence[str],
+    progress: bool,
+) -> None:
+    """`testbed load` once its options are checked, holding `out`'s lock."""
+    import logging
+
+    from rich.markup import escape
+
+    from loadgen.kube_watch import pod_watch
+    from loadgen.output import ResumeError, complete_runs
+    from loadgen.readiness import NotServingError
+    from loadgen.report import table_console
+    from loadgen.runner import run_grid
+
     earlier = complete_runs(out)
     if earlier and not resume:
         fail(
@@ -412,7 +528,7 @@ def load_command(
                 resume=resume,
                 ready=ready,
                 observers=[pods],
-                prefill_metrics=prefill_metrics or (),
+                prefill_metrics=prefill_metrics,
             )
     except NotServingError as exc:
         fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)
@@ -433,17 +549,13 @@ def load_command(
         )
 
 
-def compare_command(
-    a: Annotated[Path, typer.Argument(help="Result folder A (holding summary.json).")],
-    b: Annotated[Path, typer.Argument(help="Result folder B (holding summary.json).")],
-) -> None:
-    """Print two `testbed load` results side by side, each cell "A / B" as in the seed, then
-    which load settings differ and which metrics that invalidates
-    (`loadgen.settings_diff.settings_note`, from each folder's result.json).
+def compare_tables(a: Path, b: Path) -> None:
+    """Print two results folders side by side, each cell "A / B" as in the seed, then which
+    load settings differ (`print_settings_note`); exit 2 with one `error:` line when a folder
+    has no readable summary.json, or when the two share no grid point (nothing comparable)."""
+    from loadgen.report import comparison_table, load_points, table_console
+    from loadgen.settings_diff import nothing_comparable
 
-    Exit code 2 with one `error:` line when a folder has no readable summary.json, or when the
-    two share no grid point (nothing is comparable).
-    """
     try:
         points_a, points_b = load_points(a), load_points(b)
     except (OSError, ValueError) as exc:
@@ -460,6 +572,12 @@ def print_settings_note(a: Path, b: Path, names: tuple[str, str] | None = None) 
     paths): print which load settings differ and which metrics that invalidates
     (`loadgen.settings_diff.settings_note`, from each folder's result.json); nothing when they
     match. An unreadable result.json is a warning line."""
+    from rich.markup import escape
+
+    from loadgen.report import table_console
+    from loadgen.results_folder import load_config
+    from loadgen.settings_diff import settings_note
+
     name_a, name_b = names or (str(a), str(b))
     try:
         note = settings_note(load_config(a), load_config(b), name_a, name_b)
@@ -474,7 +592,7 @@ def report_command(
     results: Annotated[
         Path,
         typer.Argument(
-            help="Results folder A: written by `testbed load --out`, `testbed simulate` "
+            help="Results folder A: of `testbed load --out`, `testbed simulate` "
             "(<out>/<stack>) or the load step (<resultsDir>/<stack>/<time>)."
         ),
     ],
@@ -484,18 +602,28 @@ def report_command(
     out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
     png: Annotated[
         bool,
-        typer.Option("--png", help="Also write each figure as <out stem>-<figure>.png beside it."),
+        typer.Option("--png", help="Also write each figure as <out stem>-<figure>.png."),
     ] = False,
 ) -> None:
     """Write one self-contained HTML report (opens offline): the seed-style table, TTFT p50/p99,
     requests/s and cached-token ratio vs prefix kinds, TTFT distributions, a timeline per result.
 
     Exit code 2 with one `error:` line when a folder holds no readable results.
+
+    Example: testbed report out/simulate/kv-routing out/simulate/disagg-same-node
     """
+    from rich.markup import escape
+
+    from loadgen.html_report import write_report
+    from loadgen.report import table_console
+    from loadgen.results_folder import load_results
+
     try:
         folders = [load_results(folder) for folder in (results, results_b) if folder is not None]
         html, pngs = write_report(folders, out, png=png)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        fail(f"cannot write the report to --out {out}: {exc.strerror or exc}")
+    except ValueError as exc:
         fail(str(exc))
     console = table_console(highlight=False)
     console.print(f"report in {escape(str(html))}", soft_wrap=True)

@@ -327,6 +327,7 @@ async def run_grid_async(
     observers: Sequence[GridObserver] = (),
     server_metrics: bool = True,
     prefill_metrics: Sequence[str] = (),
+    server_id: str | None = None,
 ) -> GridResult:
     """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
     OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
@@ -350,6 +351,8 @@ async def run_grid_async(
     `out_dir/metrics/`; a server without /metrics is one warning), and with it the
     `/metrics` of each `prefill_metrics` URL (the prefill workers: their vLLM prefix-cache
     counters, `ServerRunMetrics.prefix_cache_hits`).
+    `server_id` stands for `url` in the settings a resumed grid must match (default `url`; a
+    local graph that listens on another port each time it starts is still the same server).
 
     Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
     is not found, `loadgen.output.ResumeError` when `out_dir`'s runs were measured with other
@@ -362,7 +365,8 @@ async def run_grid_async(
     folder = None
     finished: list[MeasuredRun] = []
     if out_dir is not None:
-        folder = ResultsFolder(out_dir, grid_settings(url, model, config, tokenizer), resume=resume)
+        settings = grid_settings(server_id or url, model, config, tokenizer)
+        folder = ResultsFolder(out_dir, settings, resume=resume)
         finished = [run for run in folder.completed() if run.key in set(keys)]
     readiness = None if ready is None else await wait_until_serving(server, model, config, ready)
     if server_metrics:
@@ -430,6 +434,7 @@ def run_grid(
     observers: Sequence[GridObserver] = (),
     server_metrics: bool = True,
     prefill_metrics: Sequence[str] = (),
+    server_id: str | None = None,
 ) -> GridResult:
     """Synchronous `run_grid_async` (runs its own event loop; call the async one from inside a
     running loop). Same arguments, result and errors."""
@@ -446,5 +451,6 @@ def run_grid(
             observers=observers,
             server_metrics=server_metrics,
             prefill_metrics=prefill_metrics,
+            server_id=server_id,
         )
     )

@@ -1,20 +1,73 @@
 """The `testbed` console script: offline render/diff, local simulation, load, compare, report.
 
 Each subcommand lives in the module named for what it does; this file only assembles them.
+Those modules import what a command runs inside the command, so `testbed --help` and an
+argument error answer in well under a second (tests/test_cli_help.py, bench/cli_help.py).
+
+Exit codes, every command: 0 done; 1 an unexpected error (one `error:` line; `testbed --debug
+...` shows the traceback); 2 a usage error (one `error:` line naming the option or key and the
+fix); 130 interrupted (one line saying what was kept).
 """
 
+from __future__ import annotations
+
+import sys
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from loadgen.cli import load_command, report_command
 from testbed.compare import compare_command
+from testbed.init_stack import init_stack_command
 from testbed.probe_command import probe_app
 from testbed.stack_commands import diff_command, render_command, simulate_command
 
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def _line(message: str) -> None:
+    """One line on stderr, never wrapped."""
+    print(" ".join(message.split()) if "\n" not in message else message, file=sys.stderr)
+
+
+class Commands(TyperGroup):
+    """The command group: an interrupt or an unexpected error in any command is one line."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except KeyboardInterrupt:
+            _line("interrupted (Ctrl-C); nothing more was written")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                raise
+            _line(f"error: {type(exc).__name__}: {exc} (testbed --debug ... shows the traceback)")
+            raise typer.Exit(EXIT_ERROR) from None
+
+
 app = typer.Typer(
+    cls=Commands,
     help="dynamo-testbed: build, render, load and simulate NVIDIA Dynamo serving stacks.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
+
+
+@app.callback()
+def options(
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an unexpected error."),
+) -> None:
+    """dynamo-testbed: build, render, load and simulate NVIDIA Dynamo serving stacks."""
+
+
 app.command("render")(render_command)
 app.command("diff")(diff_command)
 app.command("simulate")(simulate_command)
@@ -22,3 +75,32 @@ app.command("load")(load_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.add_typer(probe_app, name="probe")
+app.command("init-stack")(init_stack_command)
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run `testbed` with ``args`` (default: the command line); returns the exit code.
+
+    Usage errors (a bad option or argument) are one `error:` line with the command's
+    `--help`, exit 2, instead of click's usage block.
+    """
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=args, prog_name="testbed", standalone_mode=False)
+    except typer.TyperException as exc:  # click's UsageError, BadParameter, ...
+        context = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and context is not None:
+            typer.echo(context.get_help())
+            return 0
+        hint = f" (see {context.command_path} --help)" if context is not None else ""
+        _line(f"error: {exc.format_message()}{hint}")
+        return int(getattr(exc, "exit_code", EXIT_USAGE))
+    except typer.Abort:
+        _line("interrupted (Ctrl-C)")
+        return EXIT_INTERRUPTED
+    return code if isinstance(code, int) else 0
+
+
+def run() -> None:
+    """The console script's entry point (pyproject.toml ``[project.scripts]``)."""
+    sys.exit(main())

@@ -15,18 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
-from rich.markup import escape
 
-from components.stack_resources import compare_resources, resource_note
-from loadgen.cli import compare_command as compare_tables
-from loadgen.report import table_console
-from loadgen.results_folder import STACK_FILE
+from loadgen.cli import compare_tables
 
 
 def read_stack_file(folder: Path) -> dict[str, Any] | None:
     """``folder/stack.json`` as ``{"stack": name, "resources": {...}}``; None when absent or
     unreadable (a results folder of ``testbed load``, or one written before stack.json)."""
+    from loadgen.results_folder import STACK_FILE
+
     try:
         data = json.loads((folder / STACK_FILE).read_text())
     except (OSError, ValueError):
@@ -45,6 +42,8 @@ def compare_command(
 
     Exit code 2 with one `error:` line when a folder has no readable summary.json, or when the
     two share no grid point.
+
+    Example: testbed compare out/simulate/kv-routing out/simulate/disagg-same-node
     """
     compare_tables(a, b)
     print_resource_note(a, b)
@@ -55,6 +54,13 @@ def print_resource_note(a: Path, b: Path) -> None:
     differed (workers, GPUs, node classes) and which metrics that affects, read from each
     folder's stack.json; nothing when neither folder has one or the stacks were alike. An
     unreadable stack.json is a warning line."""
+    from pydantic import ValidationError
+    from rich.markup import escape
+
+    from components.stack_resources import compare_resources, resource_note
+    from loadgen.report import table_console
+    from loadgen.results_folder import STACK_FILE
+
     files = [read_stack_file(a), read_stack_file(b)]
     if files == [None, None]:
         return

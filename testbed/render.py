@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,9 +26,10 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
 from components.config import project_values, stack_role
-from components.errors import PROJECT
+from components.errors import PROJECT, StackConfigError
 from components.program import READ_STACK_OUTPUTS, main
 from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_reference_name
+from loadgen.key_paths import KeyPathError, Setting, apply_settings
 
 REPO = Path(__file__).resolve().parent.parent
 """The project root (holds ``Pulumi.yaml`` and ``stacks/``)."""
@@ -50,8 +52,11 @@ def stack_names(project_dir: Path = REPO) -> list[str]:
     )
 
 
-def stack_config(stack: str, project_dir: Path = REPO) -> tuple[dict[str, str], list[str]]:
-    """The config map the Pulumi CLI would pass to the program for ``stack``.
+def stack_config(
+    stack: str, project_dir: Path = REPO, settings: Sequence[Setting] = ()
+) -> tuple[dict[str, str], list[str]]:
+    """The config map the Pulumi CLI would pass to the program for ``stack``, with the
+    command line's ``--set`` items (:mod:`loadgen.key_paths`) applied on top of the file.
 
     Returns:
         ``({"dynamo-testbed:<key>": <str or JSON string>}, [secret keys])``. Declared defaults
@@ -61,6 +66,7 @@ def stack_config(stack: str, project_dir: Path = REPO) -> tuple[dict[str, str], 
     Raises:
         FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``; the message lists known stacks.
         StackFileError: the file is not YAML, or has no ``config:`` mapping.
+        KeyPathError: a ``--set`` that cannot be applied.
     """
     path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
     if not path.exists():
@@ -79,6 +85,20 @@ def stack_config(stack: str, project_dir: Path = REPO) -> tuple[dict[str, str], 
             secrets.append(full)
         values[full] = value
     as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    if settings:
+        for setting in settings:
+            if ":" in str(setting.path[0]) and not str(setting.path[0]).startswith(f"{PROJECT}:"):
+                raise KeyPathError(
+                    f"--set {setting.text}: only {PROJECT} keys can be set here (no namespace)"
+                )
+        ours = [
+            Setting(s.text, (str(s.path[0]).removeprefix(f"{PROJECT}:"), *s.path[1:]), s.value)
+            for s in settings
+        ]
+        changed = apply_settings(project_values(as_strings), ours)
+        as_strings |= {
+            f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in changed.items()
+        }
     return as_strings, secrets
 
 
@@ -142,6 +162,9 @@ class Rendered:
     stack: str
     registrations: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+    """What the program logged (``pulumi.log``), kept rather than printed: the commands say
+    what matters once, at the end (its warnings are in ``outputs["warnings"]`` too)."""
 
     def kubernetes_objects(self) -> list[dict[str, Any]]:
         """Every Kubernetes object (not Helm releases), in registration order."""
@@ -313,6 +336,7 @@ def run_under_mocks(
         stack=stack,
         preview=preview,
         monitor=RecordingMonitor(mocks, rendered.registrations),
+        logger=_recording_logger(rendered.log),
     )
 
     @pulumi.runtime.test
@@ -334,12 +358,33 @@ def run_under_mocks(
     return rendered
 
 
+class _ListHandler(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(record.getMessage())
+
+
+def _recording_logger(sink: list[str]) -> logging.Logger:
+    """A logger that appends each message to ``sink`` and prints nothing (Pulumi's mock engine
+    logs the program's ``pulumi.log`` calls to the logger ``set_mocks`` is given, else to the
+    root logger, which prints them to stderr)."""
+    logger = logging.getLogger(f"{__name__}.program")
+    logger.handlers = [_ListHandler(sink)]
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    return logger
+
+
 def render_stack(
     stack: str,
     project_dir: Path = REPO,
     *,
     preview: bool = True,
     secrets: Mapping[str, str] | None = None,
+    settings: Sequence[Setting] = (),
 ) -> Rendered:
     """Run the program for ``stack`` under mocks and return what it registered and exported.
 
@@ -349,6 +394,8 @@ def render_stack(
         preview: run as ``pulumi preview`` (True) or ``pulumi up``.
         secrets: extra config values passed as secrets, keys without the project prefix (e.g.
             ``{"hfToken": token}``), as ``pulumi config set --secret`` would pass them.
+        settings: ``--set`` items applied on top of the stack file (a problem under one of
+            them names it, not the file).
 
     The stacks it references exist as they would beside it: its platform stack
     (``platformStack``) with the outputs of rendering that stack's file from ``project_dir``
@@ -358,20 +405,26 @@ def render_stack(
     Raises:
         FileNotFoundError: unknown stack.
         StackConfigError: the stack's config is invalid (nothing is registered).
+        KeyPathError: a ``--set`` that cannot be applied.
         PlatformStackError: its platform stack has no file in ``project_dir``, or no outputs.
     """
-    config, secret_keys = stack_config(stack, project_dir)
+    config, secret_keys = stack_config(stack, project_dir, settings)
     for key, value in (secrets or {}).items():
         config[f"{PROJECT}:{key}"] = value
         secret_keys.append(f"{PROJECT}:{key}")
-    return run_under_mocks(
-        main,
-        stack=stack,
-        config=config,
-        secret_keys=secret_keys,
-        preview=preview,
-        mocks=EchoMocks(_referenced_stacks(project_values(config), project_dir)),
-    )
+    try:
+        return run_under_mocks(
+            main,
+            stack=stack,
+            config=config,
+            secret_keys=secret_keys,
+            preview=preview,
+            mocks=EchoMocks(_referenced_stacks(project_values(config), project_dir)),
+        )
+    except StackConfigError as exc:
+        if not settings:
+            raise
+        raise StackConfigError(exc.stack, exc.problems, settings) from None
 
 
 def _referenced_stacks(raw: Mapping[str, Any], project_dir: Path) -> dict[str, dict[str, Any]]:

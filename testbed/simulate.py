@@ -20,8 +20,6 @@ The result folder ``<out>/<stack>/`` has loadgen's files (``summary.json``, ``re
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from components.config import StackConfig, project_values
-from components.errors import ConfigProblem, StackConfigError
+from components.errors import StackConfigError
 from components.sizing import MOCKER_BLOCK_SIZE_TOKENS, VLLM_BLOCK_SIZE_TOKENS, parse_quantity
 from components.stack_resources import stack_file_text, stack_resources
 from components.stack_sizing import (
@@ -48,6 +45,7 @@ from kvpath.copies import NOTES_HOST_COPIES, threads_from_env
 from kvpath.memory import HOST_BASE_BYTES, host_mirror_bytes
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident
+from loadgen.key_paths import Setting
 from loadgen.output import (
     REQUESTS_FILE,
     MeasuredRun,
@@ -94,62 +92,23 @@ ROUTING_SPEEDUP = 10.0
 
 ROUTING_DIR = "routing"
 
-_PATH_PART = re.compile(r"^([A-Za-z][A-Za-z0-9]*)((?:\[\d+\])*)$")
 
-
-def apply_overrides(stack: str, raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """``raw`` (a stack's config, keys without the project prefix) with ``KEY=VALUE`` overrides
-    applied, keys in ``pulumi config set --path`` syntax (``topology.workers[0].memoryLimit``),
-    values read as YAML scalars or flow lists (``true``, ``3584Mi``, ``[4, 1]``).
-
-    Raises:
-        StackConfigError: an override without ``=``, a malformed key, or a path that does not
-            exist in the stack's config (the message names the key and the fix).
-    """
-    out = json.loads(json.dumps(raw))
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise StackConfigError(
-                stack, [ConfigProblem(item, item, "expected KEY=VALUE, e.g. sizing.x=true")]
-            )
-        node: Any = out
-        steps: list[str | int] = []
-        for part in key.split("."):
-            match = _PATH_PART.match(part)
-            if not match:
-                raise StackConfigError(
-                    stack, [ConfigProblem(key, text, f"malformed key part {part!r}")]
-                )
-            steps.append(match.group(1))
-            steps += [int(i) for i in re.findall(r"\[(\d+)\]", match.group(2))]
-        for step in steps[:-1]:
-            try:
-                node = node.setdefault(step, {}) if isinstance(step, str) else node[step]
-            except (IndexError, KeyError, TypeError, AttributeError):
-                raise StackConfigError(
-                    stack, [ConfigProblem(key, text, f"no {step!r} in the stack's config")]
-                ) from None
-        try:
-            node[steps[-1]] = yaml.safe_load(text)
-        except (IndexError, TypeError):
-            raise StackConfigError(
-                stack, [ConfigProblem(key, text, f"no {steps[-1]!r} in the stack's config")]
-            ) from None
-    return out
-
-
-def load_stack(stack: str, overrides: Sequence[str] = ()) -> StackConfig:
-    """A stack's validated config, read as the Pulumi CLI would pass it, with ``overrides``
-    (see :func:`apply_overrides`).
+def load_stack(stack: str, settings: Sequence[Setting] = ()) -> StackConfig:
+    """A stack's validated config, read as the Pulumi CLI would pass it, with the command
+    line's ``--set`` items applied (:func:`testbed.render.stack_config`).
 
     Raises:
         FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``.
-        StackConfigError: invalid config or override.
+        KeyPathError: a ``--set`` that cannot be applied.
+        StackConfigError: invalid config (a problem under a ``--set`` names it).
     """
-    config, _ = stack_config(stack)
-    raw = apply_overrides(stack, project_values(config), overrides)
-    return parse_stack_config(stack, raw)
+    config, _ = stack_config(stack, settings=settings)
+    try:
+        return parse_stack_config(stack, project_values(config))
+    except StackConfigError as exc:
+        if not settings:
+            raise
+        raise StackConfigError(exc.stack, exc.problems, settings) from None
 
 
 def graph_spec(
@@ -283,18 +242,36 @@ def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[s
 
 
 def simulation_load(
-    cfg: StackConfig, *, full: bool, grid: Mapping[str, Any] | None = None
+    cfg: StackConfig,
+    *,
+    full: bool,
+    grid: Mapping[str, Any] | None = None,
+    settings: Sequence[Setting] = (),
 ) -> LoadConfig:
     """The stack's load config: its own grid with ``full``, else :data:`REDUCED_GRID` with
-    :data:`REDUCED_REQUESTS_PER_RUN`; ``grid`` (LoadConfig field names) overrides either."""
+    :data:`REDUCED_REQUESTS_PER_RUN`; a ``load.<key>`` set by ``--set`` (``settings``) keeps the
+    stack's value, and ``grid`` (LoadConfig field names, from the options) overrides all."""
     load = cfg.load.grid()
     update: dict[str, Any] = {}
     if not full:
         update = dict(
             REDUCED_GRID, requests_per_run=min(load.requests_per_run, REDUCED_REQUESTS_PER_RUN)
         )
+    for name in set_load_fields(settings):
+        update.pop(name, None)
     update |= dict(grid or {})
     return LoadConfig.model_validate(load.model_dump() | update)
+
+
+def set_load_fields(settings: Sequence[Setting]) -> list[str]:
+    """The LoadConfig fields (snake_case) that ``load.<key>`` settings set."""
+    by_alias = {f.alias or n: n for n, f in LoadConfig.model_fields.items()}
+    by_alias |= {n: n for n in LoadConfig.model_fields}
+    return [
+        by_alias[str(s.path[1])]
+        for s in settings
+        if len(s.path) > 1 and s.path[0] == "load" and str(s.path[1]) in by_alias
+    ]
 
 
 def sim_requests(frame: pd.DataFrame, load: LoadConfig) -> list[SimRequest]:
@@ -449,28 +426,34 @@ def simulate_stack(
     *,
     full: bool = False,
     grid: Mapping[str, Any] | None = None,
-    overrides: Sequence[str] = (),
+    settings: Sequence[Setting] = (),
     speedup_ratio: float = ROUTING_SPEEDUP,
     constants: TimingConstants = CONSTANTS,
     progress: bool = True,
+    resume: bool = False,
 ) -> Simulation:
     """Routing run (real Dynamo graph), then the timing model; returns the timed result.
 
     Writes ``out_dir/<stack>/`` (summary.json, result.json, runs.csv, requests.parquet,
     table.txt, incidents.json, and ``stack.json``: the resources the stack would run on, for
-    ``testbed compare``), the routing run's folder ``out_dir/<stack>/routing/``, the model
-    directory and the graph's logs (``out_dir/<stack>/graph/logs``). Every process is stopped on
-    return, on error and on Ctrl-C.
+    ``testbed compare``), the routing run's folder ``out_dir/<stack>/routing/`` (one folder per
+    grid point and repetition in ``runs/``), the model directory and the graph's logs
+    (``out_dir/<stack>/graph/logs``). With ``resume``, the routing run keeps its complete runs
+    (same settings, checked by loadgen) and measures only the others; runs at grid points
+    outside this grid stay in ``routing/runs/``. Every process is stopped on return, on error
+    and on Ctrl-C. The caller holds the folder's lock (:mod:`loadgen.folder_lock`).
 
     Raises:
-        FileNotFoundError, StackConfigError: unknown stack, invalid config or override.
+        FileNotFoundError, KeyPathError, StackConfigError: unknown stack, bad ``--set``,
+            invalid config.
         LocalGraphError: the graph did not start (the message has the log tails).
+        ResumeError: ``resume`` in a folder measured with other settings.
     """
-    cfg = load_stack(stack, overrides)
+    cfg = load_stack(stack, settings)
     spec = graph_spec(cfg, speedup_ratio=speedup_ratio, routing_only=True)
-    load = simulation_load(cfg, full=full, grid=grid)
+    load = simulation_load(cfg, full=full, grid=grid, settings=settings)
     stack_dir = out_dir / stack
-    routing = routing_run(cfg, spec, load, stack_dir, progress=progress)
+    routing = routing_run(cfg, spec, load, stack_dir, progress=progress, resume=resume)
     result = write_timed(cfg, load, routing, stack_dir, constants)
     resources = stack_resources(cfg, build_topology(cfg))
     (stack_dir / STACK_FILE).write_text(stack_file_text(stack, resources))
@@ -478,13 +461,20 @@ def simulate_stack(
 
 
 def routing_run(
-    cfg: StackConfig, spec: LocalGraphSpec, load: LoadConfig, stack_dir: Path, *, progress: bool
+    cfg: StackConfig,
+    spec: LocalGraphSpec,
+    load: LoadConfig,
+    stack_dir: Path,
+    *,
+    progress: bool,
+    resume: bool = False,
 ) -> GridResult:
     """Layer 1: the load grid (with :data:`ROUTING_MAX_TOKENS` output tokens) against the real
     Dynamo graph ``spec``; loadgen's result folder is ``stack_dir/routing`` (with the frontend's
     server-side metrics, and a graph process that ended during the grid as an incident,
     :class:`~testbed.localgraph.ProcessWatch`). Every process is stopped on return, on error and
-    on Ctrl-C.
+    on Ctrl-C. The graph listens on another port each time: the folder's runs are told apart
+    by the graph's spec (``local <spec>``), so ``resume`` keeps runs of the same graph.
 
     Raises:
         LocalGraphError: the graph did not start.
@@ -503,6 +493,8 @@ def routing_run(
             tokenizer=str(model_dir),
             progress=progress,
             observers=[processes],
+            resume=resume,
+            server_id=f"local {spec!r}",
         )
 
 

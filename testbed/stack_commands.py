@@ -1,52 +1,122 @@
-"""``testbed render``, ``testbed diff`` and ``testbed simulate``: stacks without a cluster."""
+"""``testbed render``, ``testbed diff`` and ``testbed simulate``: stacks without a cluster.
+
+This module is read for every ``testbed --help``: it imports only typer at the top, and each
+command imports what it runs inside its function (``tests/test_cli_help.py`` checks that help
+loads none of the heavy modules).
+"""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
-from rich.table import Table
-from rich.text import Text
 
-from components.errors import StackConfigError
-from components.sizing import format_quantity
-from components.stack_sizing import stack_sizing
-from loadgen.cli import _int_list, fail, print_settings_note
-from loadgen.html_report import write_folder_reports
-from loadgen.incidents import describe
-from loadgen.report import client_server_table, comparison_table, seed_table, table_console
-from loadgen.results_folder import REPORT_FILE
-from testbed.compare import print_resource_note
-from testbed.localgraph import LocalGraphError
-from testbed.render import Rendered, StackFileError, render_stack
-from testbed.render_files import diff_rendered, write_rendered
-from testbed.seed import seed_accuracy_note
-from testbed.simulate import load_stack, simulate_stack
+if TYPE_CHECKING:
+    from loadgen.key_paths import Setting
+    from testbed.render import Rendered
 
-console = table_console(highlight=False)
+GRID = "Grid"
+STACK = "Stack"
+OUTPUT = "Output"
 
-STACK_ERRORS = (FileNotFoundError, StackFileError, StackConfigError)
-"""What a bad stack name, file or config raises: one ``error:`` line (``loadgen.cli.fail``),
-exit code 2."""
+SET_HELP = (
+    "Set a stack key for this command only, KEY=VALUE; keys as `pulumi config set --path` "
+    'spells them, e.g. nodeClasses["gpu-24gb"].gpuMemoryGiB=48 (repeatable).'
+)
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP, rich_help_panel=STACK),
+]
+
+
+def fail(message: str) -> NoReturn:
+    """One ``error:`` line on stderr, exit 2 (:func:`loadgen.cli.fail`)."""
+    from loadgen.cli import fail as fail_line
+
+    fail_line(message)
+
+
+def _settings(items: Sequence[str] | None) -> list[Setting]:
+    from loadgen.key_paths import KeyPathError, parse_settings
+
+    try:
+        return parse_settings(items or ())
+    except KeyPathError as exc:
+        fail(str(exc))
+
+
+def _stack_errors() -> tuple[type[Exception], ...]:
+    """What a bad stack name, file, config or ``--set`` raises: one ``error:`` line, exit 2."""
+    from components.errors import StackConfigError
+    from loadgen.key_paths import KeyPathError
+    from testbed.render import StackFileError
+
+    return (FileNotFoundError, StackFileError, StackConfigError, KeyPathError)
+
+
+def say_settings(stack: str, settings: Sequence[Setting]) -> None:
+    """Say where each ``--set`` value came from: ``kv-routing: load.concurrency = [8] (--set;
+    the stack file has [4, 8])``."""
+    from components.config import project_values
+    from loadgen.report import table_console
+    from testbed.render import stack_config
+
+    if not settings:
+        return
+    raw = project_values(stack_config(stack)[0])
+    console = table_console(highlight=False)
+    for setting in settings:
+        node: Any = raw
+        for part in setting.path:
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                node = None
+                break
+        before = "not set in the stack file" if node is None else f"the stack file has {node}"
+        console.print(f"{stack}: {setting.key} = {setting.value} (--set; {before})", soft_wrap=True)
+
+
+def _render_or_exit(stack: str, settings: Sequence[Setting] = ()) -> Rendered:
+    """Render a stack; a bad stack name, file, config or --set prints one line, exits 2."""
+    from testbed.render import render_stack
+
+    try:
+        return render_stack(stack, settings=settings)
+    except _stack_errors() as exc:
+        fail(str(exc))
 
 
 def warn(message: str) -> None:
     """Print ``warning: <message>`` (verbatim)."""
-    console.print(Text("warning: ", style="yellow") + Text(message), soft_wrap=True)
+    from rich.text import Text
+
+    from loadgen.report import table_console
+
+    table_console(highlight=False).print(
+        Text("warning: ", style="yellow") + Text(message), soft_wrap=True
+    )
 
 
-def _render_or_exit(stack: str) -> Rendered:
-    """Render a stack; a bad stack name, file or config prints the message and exits with 2."""
-    try:
-        return render_stack(stack)
-    except STACK_ERRORS as exc:
-        fail(str(exc))
+def load_step_note(rendered: Sequence[Rendered]) -> None:
+    """Offline, the load step cannot run: say so once, at the end, for every stack it concerns
+    (the program exports why as ``loadStatus``; ``pulumi preview`` logs it itself)."""
+    waiting = [r for r in rendered if isinstance(r.outputs.get("loadStatus"), str)]
+    if waiting:
+        names = ", ".join(r.stack for r in waiting)
+        warn(
+            f"load step not run ({names}): on a cluster, set load.nodeAddress (any node's "
+            "address) or load.url, then pulumi up"
+        )
 
 
-def _sizing_table(sizing: dict[str, Any]) -> Table:
+def _sizing_table(sizing: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    from components.sizing import format_quantity
+
     table = Table(title="sizing")
     for col in ("component", "memory limit", "memory floor", "why", "fits"):
         table.add_column(col)
@@ -63,12 +133,25 @@ def _sizing_table(sizing: dict[str, Any]) -> Table:
 
 def render_command(
     stack: Annotated[str, typer.Argument(help="Stack name (stacks/Pulumi.<stack>.yaml).")],
-    out: Annotated[Path, typer.Option("--out", help="Folder for the rendered files.")] = Path(
-        "out/render"
-    ),
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for the rendered files.", rich_help_panel=OUTPUT)
+    ] = Path("out/render"),
+    overrides: SetOption = None,
 ) -> None:
-    """Write every object the stack would apply (a YAML file each), its Helm release, outputs."""
-    rendered = _render_or_exit(stack)
+    """Write every object the stack would apply (a YAML file each), its Helm release, outputs.
+
+    Example: testbed render kv-routing --set topology.workers[0].replicas=2
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    from loadgen.report import table_console
+    from testbed.render_files import write_rendered
+
+    console = table_console(highlight=False)
+    settings = _settings(overrides)
+    rendered = _render_or_exit(stack, settings)
+    say_settings(stack, settings)
     try:
         paths = write_rendered(rendered, out)
     except OSError as exc:  # --out names a file, or a folder that cannot be written
@@ -103,95 +186,207 @@ def render_command(
     for warning in rendered.outputs.get("warnings", []):
         warn(warning)
     console.print(f"wrote {len(paths)} files to {out}/")
+    load_step_note([rendered])
 
 
 def diff_command(
     stack_a: Annotated[str, typer.Argument(help="First stack.")],
     stack_b: Annotated[str, typer.Argument(help="Second stack.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the changes as JSON.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print every changed field as JSON.", rich_help_panel=OUTPUT),
+    ] = False,
+    overrides: SetOption = None,
 ) -> None:
-    """Show, object by object and field by field, what changes from STACK_A to STACK_B."""
-    changes = diff_rendered(_render_or_exit(stack_a), _render_or_exit(stack_b))
+    """Show what changes from STACK_A to STACK_B: a summary, then component by component
+    (role, replicas, placement, image, args, env, resources); differences that are only the
+    stacks' names are folded into one line.
+
+    Example: testbed diff kv-routing disagg-same-node
+    """
+    import json
+
+    from loadgen.report import table_console
+    from testbed.component_diff import diff_lines
+    from testbed.render_files import diff_rendered
+
+    settings = _settings(overrides)
+    a, b = _render_or_exit(stack_a, settings), _render_or_exit(stack_b, settings)
+    changes = diff_rendered(a, b)
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in changes], indent=2, default=str))
         return
-    table = Table(title=f"{stack_a} -> {stack_b}: {len(changes)} changes")
-    for col in ("object", "field", stack_a, stack_b):
-        table.add_column(col, overflow="fold")
-    for c in changes:
-        table.add_row(
-            Text(c.object), Text(c.path or "(whole object)"), Text(_show(c.a)), Text(_show(c.b))
-        )
-    console.print(table)
+    say_settings(stack_a, settings)
+    console = table_console(highlight=False)
+    for line in diff_lines(stack_a, stack_b, a, b, changes):
+        console.print(line, soft_wrap=True, markup=False)
+    console.print(f"({len(changes)} field changes in all: testbed diff --json lists them)")
+    load_step_note([a, b])
 
 
-def _show(value: Any) -> str:
-    if value is None:
-        return "-"
-    return value if isinstance(value, str) else json.dumps(value)
+def _grid(
+    prefix_kinds: str | None, concurrency: str | None, repetitions: int | None, requests: int | None
+) -> dict[str, Any]:
+    from loadgen.cli import _int_list
+
+    try:
+        values = {
+            "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
+            "concurrency": _int_list("concurrency", concurrency),
+            "repetitions": repetitions,
+            "requests_per_run": requests,
+        }
+    except ValueError as exc:
+        fail(str(exc))
+    for name, text in (("prefix-kinds", prefix_kinds), ("concurrency", concurrency)):
+        parsed = values[name.replace("-", "_")]
+        if isinstance(parsed, list) and (not parsed or min(parsed) < 1):
+            fail(f"--{name} takes integers >= 1, got {text!r}; e.g. --{name} 4,8")
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def comparison_report(out: Path, a: str, b: str) -> Path:
+    """Where ``testbed simulate A B`` writes its A / B report: named after both stacks."""
+    return out / f"report-{a}-vs-{b}.html"
 
 
 def simulate_command(
     stack: Annotated[str, typer.Argument(help="Stack to simulate.")],
     stack_b: Annotated[
-        str | None, typer.Argument(help="Optional second stack, shown side by side as A / B.")
+        str | None, typer.Argument(help="Optional second stack, shown beside it as A / B.")
     ] = None,
-    out: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("out/simulate"),
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Results folder (one folder per stack).", rich_help_panel=OUTPUT
+        ),
+    ] = Path("out/simulate"),
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Keep the complete runs in --out (same settings) and run only the others.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
     full: Annotated[
-        bool, typer.Option("--full", help="The stack's whole grid (seed: 4 x 2 x 3 runs).")
+        bool,
+        typer.Option(
+            "--full", help="The stack's whole grid (seed: 4 x 2 x 3 runs).", rich_help_panel=GRID
+        ),
     ] = False,
     prefix_kinds: Annotated[
-        str | None, typer.Option(help="Grid: prefix kinds, comma-separated (e.g. 2,24).")
-    ] = None,
-    concurrency: Annotated[
-        str | None, typer.Option(help="Grid: concurrencies, comma-separated (e.g. 4,1).")
-    ] = None,
-    repetitions: Annotated[int | None, typer.Option(min=1, help="Runs per grid point.")] = None,
-    requests: Annotated[
-        int | None, typer.Option("--requests", min=1, help="Requests per run.")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None,
+        str | None,
         typer.Option(
-            "--set",
-            help="Override a stack config key for this simulation, KEY=VALUE in `pulumi config "
-            "set --path` syntax, e.g. --set topology.workers[0].memoryLimit=3584Mi "
-            "--set sizing.allowUnsafeMemory=true (repeatable).",
+            metavar="N,N", help="Prefix kinds, e.g. 2,24. [default: 2,24]", rich_help_panel=GRID
         ),
     ] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            metavar="N,N", help="Requests in flight, e.g. 4,8. [default: 4]", rich_help_panel=GRID
+        ),
+    ] = None,
+    repetitions: Annotated[
+        int | None,
+        typer.Option(min=1, help="Runs per grid point. [default: 1]", rich_help_panel=GRID),
+    ] = None,
+    requests: Annotated[
+        int | None,
+        typer.Option(
+            "--requests", min=1, help="Requests per run. [default: 100]", rich_help_panel=GRID
+        ),
+    ] = None,
+    overrides: SetOption = None,
     speedup: Annotated[
         float,
-        typer.Option(help="Mocker --speedup-ratio of the routing run (its timing is not used)."),
+        typer.Option(
+            min=0.001, help="Mocker --speedup-ratio of the routing run.", rich_help_panel=STACK
+        ),
     ] = 10.0,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No progress bar.", rich_help_panel=OUTPUT)
+    ] = False,
 ) -> None:
     """Simulate a stack on this machine: routing and prefix-cache hits from the real Dynamo
-    frontend with CPU-only mocker workers, timing from a model of the stack's shared GPUs, KV
-    link and host memory; print the seed-style table (with STACK_B, both as "A / B") and any
-    OOMKill the memory model saw."""
-    if not speedup > 0:
-        raise typer.BadParameter(f"must be > 0, got {speedup:g}", param_hint="--speedup")
-    try:
-        grid = {
-            key: value
-            for key, value in {
-                "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
-                "concurrency": _int_list("concurrency", concurrency),
-                "repetitions": repetitions,
-                "requests_per_run": requests,
-            }.items()
-            if value is not None
-        }
-    except ValueError as exc:
-        fail(str(exc))
+    frontend with CPU-only mocker workers, timing from a model of the stack's GPUs, KV link and
+    host memory. Prints the seed-style table (with STACK_B, both as "A / B").
+
+    Example: testbed simulate kv-routing disagg-same-node --out out/sim
+    """
+    from contextlib import ExitStack
+
+    from components.stack_sizing import stack_sizing
+    from loadgen.folder_lock import FolderBusyError, folder_lock
+    from loadgen.output import complete_runs
+    from testbed.simulate import ROUTING_DIR, load_stack
+
+    grid = _grid(prefix_kinds, concurrency, repetitions, requests)
+    settings = _settings(overrides)
     names = [stack, *([stack_b] if stack_b else [])]
+    if len(set(names)) < len(names):
+        fail(f"STACK and STACK_B are both {stack}: name two different stacks")
+    _refuse_twice_set(grid, settings)
     for name in names:  # every stack is checked before anything starts
         try:
-            cfg = load_stack(name, overrides or ())
-        except STACK_ERRORS as exc:
+            cfg = load_stack(name, settings)
+        except _stack_errors() as exc:
             fail(str(exc))
+        say_settings(name, settings)
         for message in stack_sizing(cfg).warnings:
             warn(f"{name}: {message}")
+    with ExitStack() as locks:
+        for name in names:
+            try:
+                locks.enter_context(folder_lock(out / name))
+            except FolderBusyError as exc:
+                fail(str(exc))
+            except OSError as exc:
+                fail(f"cannot write the results to --out {out}: {exc.strerror or exc}")
+            earlier = complete_runs(out / name / ROUTING_DIR)
+            if earlier and not resume:
+                fail(
+                    f"{out / name} already holds {earlier} complete run(s) of an earlier "
+                    "simulation: add --resume to continue it (runs at other grid points are "
+                    "kept), or choose another --out"
+                )
+        _simulate(names, out, grid, settings, full, speedup, not no_progress, resume)
+
+
+def _refuse_twice_set(grid: dict[str, Any], settings: Sequence[Setting]) -> None:
+    """An option and a ``--set load.<key>`` for the same grid field: refuse, naming both."""
+    from testbed.simulate import set_load_fields
+
+    for name in set_load_fields(settings):
+        if name in grid:
+            option = {"requests_per_run": "requests"}.get(name, name).replace("_", "-")
+            fail(f"--{option} and --set load.<{name}> both set it: keep one")
+
+
+def _simulate(
+    names: list[str],
+    out: Path,
+    grid: dict[str, Any],
+    settings: Sequence[Setting],
+    full: bool,
+    speedup: float,
+    progress: bool,
+    resume: bool,
+) -> None:
+    """Run the simulations (the caller holds the folders' locks) and print the tables."""
+    from pydantic import ValidationError
+    from rich.text import Text
+
+    from loadgen.incidents import describe
+    from loadgen.output import ResumeError
+    from loadgen.report import client_server_table, comparison_table, seed_table, table_console
+    from loadgen.cli import print_settings_note
+    from testbed.compare import print_resource_note
+    from testbed.localgraph import LocalGraphError
+    from testbed.seed import seed_accuracy_note
+    from testbed.simulate import simulate_stack
+
+    console = table_console(highlight=False)
     results = []
     for name in names:
         console.print(f"simulating {name} ...")
@@ -201,16 +396,19 @@ def simulate_command(
                 out,
                 full=full,
                 grid=grid,
-                overrides=overrides or (),
+                settings=settings,
                 speedup_ratio=speedup,
                 progress=progress,
+                resume=resume,
             )
-        except LocalGraphError as exc:
+        except (LocalGraphError, ResumeError) as exc:
             fail(str(exc))
         except ValidationError as exc:
-            fail(f"invalid grid: {exc.errors()[0]['msg']}")
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"])
+            fail(f"invalid grid: {where}: {error['msg']}")
         except KeyboardInterrupt:
-            console.print(f"interrupted; every process of {name}'s graph was stopped")
+            _say_kept(names, out)
             raise typer.Exit(130) from None
         groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
         console.print(f"{name}: router {sim.spec.router_mode}; {groups}")
@@ -239,18 +437,34 @@ def simulate_command(
             console.print(Text(note), soft_wrap=True)
         print_settings_note(a.out_dir, b.out_dir, (a.stack, b.stack))
         print_resource_note(a.out_dir, b.out_dir)
-    _write_reports([sim.out_dir for sim in results], out / REPORT_FILE)
+    _write_reports([sim.out_dir for sim in results], comparison_report(out, *names[:2]))
     console.print(f"results in {out}/")
+
+
+def _say_kept(names: list[str], out: Path) -> None:
+    """After Ctrl-C: what each stack's folder kept (every process was stopped)."""
+    from loadgen.cli import _stderr_line
+    from loadgen.output import complete_runs
+    from testbed.simulate import ROUTING_DIR
+
+    kept = [f"{name} {complete_runs(out / name / ROUTING_DIR)}" for name in names]
+    _stderr_line(
+        f"interrupted; every process was stopped. Complete runs kept in {out}: "
+        f"{', '.join(kept)} (the same command with --resume runs only the others)"
+    )
 
 
 def _write_reports(folders: list[Path], comparison: Path) -> None:
     """``report.html`` in each stack's results folder and, for two stacks, the A / B report
     at ``comparison``; a failure is a warning (the results are already written)."""
+    from loadgen.html_report import write_folder_reports
+    from loadgen.report import table_console
+
     try:
         reports = write_folder_reports(folders, comparison)
     except (OSError, ValueError) as exc:
         warn(f"no report written: {exc}")
         return
-    console.print(
+    table_console(highlight=False).print(
         f"report{'s' if len(reports) > 1 else ''} in {', '.join(map(str, reports))}", soft_wrap=True
     )

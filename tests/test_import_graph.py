@@ -16,6 +16,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("components", "loadgen", "steptime", "testbed")
+COMMAND_MODULES = frozenset(
+    {
+        "testbed.stack_commands",
+        "testbed.compare",
+        "testbed.init_stack",
+        "loadgen.cli",
+    }
+)
+"""The modules whose functions are `testbed`'s commands. They are read for every `--help`, so
+each command imports what it runs inside its function (tests/test_cli_help.py); those imports
+still count in the cycle check below (``_imports`` adds them to the graph)."""
 
 
 def _module_name(path: Path) -> str:
@@ -84,8 +95,8 @@ imports still count in the cycle check below (``_imports`` keeps every import)."
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_project_import_inside_a_function(module: str) -> None:
     nested = GRAPH[module][1]
-    if module in STEP_RUNTIME:
-        assert nested, f"{module} is in STEP_RUNTIME but imports nothing inside a function"
+    if module in STEP_RUNTIME | COMMAND_MODULES:
+        assert nested, f"{module} is exempt but imports nothing inside a function"
         return
     assert not nested, f"{module} imports project modules inside a def/class: {nested}"
 

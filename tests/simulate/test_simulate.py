@@ -17,6 +17,7 @@ from components.errors import StackConfigError
 from components.stack_sizing import stack_sizing
 from loadgen.html_report import write_folder_reports
 from loadgen.incidents import Incident, describe
+from loadgen.key_paths import KeyPathError, parse_settings
 from loadgen.results import GridResult, PointSummary
 from loadgen.runner import run_grid
 from testbed.localgraph import LocalGraph, ProcessWatch
@@ -156,7 +157,9 @@ def test_the_seeds_cross_node_prefill_limit_is_oomkilled(tmp_path: Path) -> None
         "disagg-cross-node",
         tmp_path,
         grid={"prefix_kinds": [2], "concurrency": [4], "requests_per_run": 40},
-        overrides=["topology.workers[0].memoryLimit=3584Mi", "sizing.allowUnsafeMemory=true"],
+        settings=parse_settings(
+            ["topology.workers[0].memoryLimit=3584Mi", "sizing.allowUnsafeMemory=true"]
+        ),
         progress=False,
     )
     (incident,) = sim.result.incidents
@@ -176,15 +179,15 @@ def test_the_seeds_cross_node_prefill_limit_is_oomkilled(tmp_path: Path) -> None
 
 
 def test_overrides_name_the_bad_key() -> None:
-    with pytest.raises(StackConfigError, match=r"topology\.workers\[9\]"):
-        load_stack("disagg-cross-node", ["topology.workers[9].memoryLimit=1Gi"])
-    with pytest.raises(StackConfigError, match="KEY=VALUE"):
-        load_stack("disagg-cross-node", ["sizing.allowUnsafeMemory"])
-    with pytest.raises(StackConfigError, match=r"below the floor .* = 8386Mi"):
-        load_stack("disagg-cross-node", ["topology.workers[0].memoryLimit=3584Mi"])
+    with pytest.raises(KeyPathError, match=r"--set topology\.workers\[9\]"):
+        load_stack("disagg-cross-node", parse_settings(["topology.workers[9].memoryLimit=1Gi"]))
+    with pytest.raises(KeyPathError, match="KEY=VALUE"):
+        parse_settings(["sizing.allowUnsafeMemory"])
+    with pytest.raises(StackConfigError, match=r"--set topology.* below the floor .* = 8386Mi"):
+        load_stack("disagg-cross-node", parse_settings(["topology.workers[0].memoryLimit=3584Mi"]))
     cfg = load_stack(
         "disagg-cross-node",
-        ["topology.workers[0].memoryLimit=3584Mi", "sizing.allowUnsafeMemory=true"],
+        parse_settings(["topology.workers[0].memoryLimit=3584Mi", "sizing.allowUnsafeMemory=true"]),
     )
     assert cfg.topology.workers[0].memory_limit == "3584Mi"
     assert cfg.sizing.allow_unsafe_memory is True

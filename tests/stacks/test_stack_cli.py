@@ -96,9 +96,25 @@ def test_diff_of_a_stack_with_itself_is_empty() -> None:
     assert json.loads(invoke("diff", "kv-routing", "kv-routing", "--json").output) == []
 
 
-def test_diff_table_counts_changes(changes: dict[tuple[str, str], tuple[Any, Any]]) -> None:
+def test_diff_reads_as_a_summary_then_components(
+    changes: dict[tuple[str, str], tuple[Any, Any]],
+) -> None:
     output = invoke("diff", "kv-routing", "disagg-same-node").output
-    assert f"kv-routing -> disagg-same-node: {len(changes)} changes" in output
+    lines = output.splitlines()
+    assert lines[0] == (
+        "kv-routing -> disagg-same-node: components 2 added, 2 removed; workers 6 -> 4, gpus 2 -> 1"
+    )
+    assert lines[1].startswith("  13 field(s) differ only by the stack's name")
+    assert lines[2:6] == [
+        "- worker-24gb: worker x4, on dynamo-testbed/node-class=gpu-24gb, memory 3584Mi, 1 GPU",
+        "- worker-8gb: worker x2, on dynamo-testbed/node-class=gpu-8gb, memory 3584Mi, 1 GPU",
+        "+ prefill: prefill x2, on dynamo-testbed/node-class=gpu-24gb, memory 10Gi, 1 GPU",
+        "+ decode: decode x2, on dynamo-testbed/node-class=gpu-24gb, memory 10Gi, 1 GPU",
+    ]
+    assert f"({len(changes)} field changes in all: testbed diff --json lists them)" in output
+    # Offline the load step cannot run: said once, at the end, for both stacks.
+    assert output.count("load step not run") == 1
+    assert lines[-1].startswith("warning: load step not run (kv-routing, disagg-same-node)")
 
 
 def test_unknown_stack_exits_2_and_lists_known_stacks() -> None:

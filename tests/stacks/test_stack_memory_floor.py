@@ -4,7 +4,6 @@ cover base + /dev/shm + mirror, whatever the load."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import testbed.stack_commands
+import testbed.render
 from components.errors import StackConfigError
 from components.validation import parse_stack_config
 from testbed.cli import app
@@ -88,7 +87,7 @@ def test_seed_limit_fails_testbed_render_with_exit_2(
 ) -> None:
     project = project_with(STACK, seed_config(raw_config(STACK)))
     monkeypatch.setattr(
-        testbed.stack_commands, "render_stack", functools.partial(render_stack, project_dir=project)
+        testbed.render, "render_stack", lambda stack, *_, **kw: render_stack(stack, project, **kw)
     )
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["render", STACK, "--out", str(out)])

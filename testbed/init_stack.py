@@ -1,0 +1,92 @@
+"""``testbed init-stack NAME --from STACK``: a new stack file to adapt to your own cluster.
+
+The new ``stacks/Pulumi.<NAME>.yaml`` is a copy of a shipped stack (its comments say what each
+key is for) with the graph renamed to NAME and a header listing the keys a new cluster changes;
+``testbed render NAME`` and ``testbed simulate NAME`` check it. Imports of what the command runs
+are inside it (``tests/test_cli_help.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+"""A new stack's name: it is also the graph's name (``topology.name``), a DNS label of at most 40
+characters (``components.config.TopologyConfig.name``)."""
+
+HEADER = """\
+# Made by `testbed init-stack {name} --from {source}`. Adapt it to your cluster, then check it
+# with `testbed render {name}` and `testbed simulate {name}` (README: "Adapt it to your cluster"):
+#   nodeClasses  one entry per kind of GPU node: nodeSelector (your nodes' labels),
+#                tolerations (their taints), gpuMemoryGiB, gpusPerNode, nodes, timeSlicing
+#   model        name (a Hugging Face id; known models need nothing else) or configJson (the
+#                model's config.json), maxModelLen
+#   topology     workers: role, replicas, nodeClass, gpuMemoryUtilization, memoryLimit
+#   links        sameNode / crossNode: 1gbe, 10gbe, 25gbe, 100gbe, rdma or GB/s
+#   load         the grid: prefixKinds, concurrency, repetitions, promptTokens
+# Every key: docs/config-reference.md.
+"""
+
+
+def new_stack_text(name: str, source: str, text: str) -> str:
+    """``text`` (the stack file of ``source``) as stack ``name``: the header above, the graph
+    renamed (``topology.name``) and ``-s <source>`` in comments made ``-s <name>``.
+
+    Raises:
+        ValueError: the source names its graph other than ``name: <source>`` on one line.
+    """
+    renamed, count = re.subn(
+        rf"^(\s+name:\s*){re.escape(source)}\s*$", rf"\g<1>{name}", text, flags=re.MULTILINE
+    )
+    if count != 1:
+        raise ValueError(f"stacks/Pulumi.{source}.yaml has no `name: {source}` line to rename")
+    renamed = renamed.replace(f"-s {source} ", f"-s {name} ")
+    return HEADER.format(name=name, source=source) + renamed
+
+
+def init_stack_command(
+    name: Annotated[str, typer.Argument(help="The new stack's name (also its graph's name).")],
+    source: Annotated[
+        str, typer.Option("--from", help="The shipped stack to start from.")
+    ] = "kv-routing",
+) -> None:
+    """Write stacks/Pulumi.NAME.yaml, a copy of a shipped stack to adapt to your cluster.
+
+    Example: testbed init-stack my-cluster --from kv-routing
+    """
+    from components.config import project_values
+    from components.errors import StackConfigError
+    from components.validation import parse_stack_config
+    from loadgen.cli import fail
+    from testbed.render import REPO, stack_config, stack_names
+
+    if not NAME_PATTERN.match(name):
+        fail(
+            f"NAME {name!r}: use lower-case letters, digits and '-', at most 40 characters "
+            "(it names the graph too), e.g. my-cluster"
+        )
+    known = stack_names()
+    if source not in known:
+        fail(f"--from {source}: no such stack; known stacks: {', '.join(known)}")
+    target = REPO / "stacks" / f"Pulumi.{name}.yaml"
+    if target.exists():
+        fail(f"{target} exists: choose another NAME, or delete that file first")
+    try:
+        text = new_stack_text(name, source, (REPO / "stacks" / f"Pulumi.{source}.yaml").read_text())
+    except ValueError as exc:
+        fail(str(exc))
+    target.write_text(text)
+    try:
+        parse_stack_config(name, project_values(stack_config(name)[0]))
+    except StackConfigError as exc:
+        target.unlink()
+        fail(f"--from {source}: the copy is not a valid graph stack, nothing written: {exc}")
+    shown = Path("stacks") / target.name
+    typer.echo(
+        f"wrote {shown}: edit nodeClasses, model, topology.workers, links and load for your "
+        f"cluster, then check it with `testbed render {name}` and `testbed simulate {name}`"
+    )

@@ -1,0 +1,63 @@
+"""``testbed diff`` component by component, and ``--set`` in the Pulumi CLI's path grammar
+applied to a render (``loadgen.key_paths``, ``testbed.component_diff``)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from components.errors import StackConfigError
+from loadgen.key_paths import KeyPathError, parse_settings
+from testbed.cli import app
+from testbed.component_diff import diff_lines
+from testbed.render import render_stack
+from testbed.render_files import diff_rendered
+
+pytestmark = pytest.mark.timeout(60)
+
+SETS = [
+    "topology.workers[0].replicas=2",
+    "topology.workers[0].env.UCX_TLS=tcp",
+    'nodeClasses["gpu-24gb"].nodeSelector.zone=b',
+    "topology.workers[1].memoryLimit=4Gi",
+    "topology.workers[1].extraArgs=[--enforce-eager]",
+]
+
+
+def test_each_aspect_of_a_changed_component_is_one_line() -> None:
+    a = render_stack("kv-routing")
+    b = render_stack("kv-routing", settings=parse_settings(SETS))
+    lines = diff_lines("kv-routing", "kv-routing", a, b, diff_rendered(a, b))
+    assert lines[0] == "kv-routing -> kv-routing: components 2 changed; workers 6 -> 4"
+    assert lines[1:] == [
+        "~ worker-24gb:",
+        "    ~ replicas: 4 -> 2",
+        "    + placement nodeSelector.zone: b",
+        "    + env UCX_TLS: tcp",
+        "~ worker-8gb:",
+        "    + arg --enforce-eager: ",
+        "    ~ resources limits.memory: 3584Mi -> 4Gi",
+        "    ~ resources requests.memory: 3584Mi -> 4Gi",
+    ]
+
+
+def test_render_says_where_a_set_value_came_from(tmp_path: object) -> None:
+    args = ["render", "kv-routing", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, [*args, "--set", 'nodeClasses["gpu-24gb"].gpuMemoryGiB=48'])
+    assert result.exit_code == 0, result.output
+    assert (
+        'kv-routing: nodeClasses["gpu-24gb"].gpuMemoryGiB = 48 (--set; the stack file has 24)'
+        in result.output
+    )
+
+
+def test_a_bad_set_names_the_command_line_key_not_the_stack_file() -> None:
+    with pytest.raises(StackConfigError) as info:
+        render_stack("kv-routing", settings=parse_settings(["topology.workers[0].memoryLimit=8"]))
+    text = str(info.value)
+    assert "\n" not in text
+    assert "--set topology.workers[0].memoryLimit=8: 8 without a unit is 8 bytes: did you " in text
+    assert "did you mean 8Gi" in text and "Fix it." in text
+    assert "stacks/Pulumi.kv-routing.yaml" not in text
+    with pytest.raises(KeyPathError, match=r"topology.workers has 2 item\(s\)"):
+        render_stack("kv-routing", settings=parse_settings(["topology.workers[5].replicas=1"]))
