@@ -99,8 +99,3 @@ def main(args: list[str] | None = None) -> int:
         _line("interrupted (Ctrl-C)")
         return EXIT_INTERRUPTED
     return code if isinstance(code, int) else 0
-
-
-def run() -> None:
-    """The console script's entry point (pyproject.toml ``[project.scripts]``)."""
-    sys.exit(main())

@@ -48,6 +48,40 @@ def new_stack_text(name: str, source: str, text: str) -> str:
     return HEADER.format(name=name, source=source) + renamed
 
 
+def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
+    """Write ``project_dir/stacks/Pulumi.<name>.yaml`` from stack ``source`` and check it
+    validates; returns its path.
+
+    Raises:
+        ValueError: a bad NAME, an unknown or unsuitable ``source``, a file that exists, or a
+            copy that does not validate (then nothing is left written); one line each.
+    """
+    from components.config import project_values
+    from components.errors import StackConfigError
+    from components.validation import parse_stack_config
+    from testbed.render import stack_config, stack_names
+
+    if not NAME_PATTERN.match(name):
+        raise ValueError(
+            f"NAME {name!r}: use lower-case letters, digits and '-', at most 40 characters "
+            "(it names the graph too), e.g. my-cluster"
+        )
+    known = stack_names(project_dir)
+    if source not in known:
+        raise ValueError(f"--from {source}: no such stack; known stacks: {', '.join(known)}")
+    target = project_dir / "stacks" / f"Pulumi.{name}.yaml"
+    if target.exists():
+        raise ValueError(f"{target} exists: choose another NAME, or delete that file first")
+    text = (project_dir / "stacks" / f"Pulumi.{source}.yaml").read_text()
+    target.write_text(new_stack_text(name, source, text))
+    try:
+        parse_stack_config(name, project_values(stack_config(name, project_dir)[0]))
+    except StackConfigError as exc:
+        target.unlink()
+        raise ValueError(f"--from {source}: the copy is not a valid graph stack: {exc}") from None
+    return target
+
+
 def init_stack_command(
     name: Annotated[str, typer.Argument(help="The new stack's name (also its graph's name).")],
     source: Annotated[
@@ -58,35 +92,15 @@ def init_stack_command(
 
     Example: testbed init-stack my-cluster --from kv-routing
     """
-    from components.config import project_values
-    from components.errors import StackConfigError
-    from components.validation import parse_stack_config
     from loadgen.cli import fail
-    from testbed.render import REPO, stack_config, stack_names
+    from testbed.render import REPO
 
-    if not NAME_PATTERN.match(name):
-        fail(
-            f"NAME {name!r}: use lower-case letters, digits and '-', at most 40 characters "
-            "(it names the graph too), e.g. my-cluster"
-        )
-    known = stack_names()
-    if source not in known:
-        fail(f"--from {source}: no such stack; known stacks: {', '.join(known)}")
-    target = REPO / "stacks" / f"Pulumi.{name}.yaml"
-    if target.exists():
-        fail(f"{target} exists: choose another NAME, or delete that file first")
     try:
-        text = new_stack_text(name, source, (REPO / "stacks" / f"Pulumi.{source}.yaml").read_text())
-    except ValueError as exc:
+        target = write_new_stack(name, source, REPO)
+    except (ValueError, OSError) as exc:
         fail(str(exc))
-    target.write_text(text)
-    try:
-        parse_stack_config(name, project_values(stack_config(name)[0]))
-    except StackConfigError as exc:
-        target.unlink()
-        fail(f"--from {source}: the copy is not a valid graph stack, nothing written: {exc}")
-    shown = Path("stacks") / target.name
     typer.echo(
-        f"wrote {shown}: edit nodeClasses, model, topology.workers, links and load for your "
-        f"cluster, then check it with `testbed render {name}` and `testbed simulate {name}`"
+        f"wrote stacks/{target.name}: edit nodeClasses, model, topology.workers, links and load "
+        f"for your cluster, then check it with `testbed render {name}` and "
+        f"`testbed simulate {name}`"
     )

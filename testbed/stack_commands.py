@@ -22,8 +22,8 @@ STACK = "Stack"
 OUTPUT = "Output"
 
 SET_HELP = (
-    "Set a stack key for this command only, KEY=VALUE; keys as `pulumi config set --path` "
-    'spells them, e.g. nodeClasses["gpu-24gb"].gpuMemoryGiB=48 (repeatable).'
+    "Set a stack key for this command only, KEY=VALUE, the key as `pulumi config set --path` "
+    "spells it: e.g. topology.workers[0].replicas=2 (repeatable)."
 )
 SetOption = Annotated[
     list[str] | None,

@@ -1,0 +1,74 @@
+"""`testbed init-stack NAME --from STACK`, and stack files beyond the shipped ones: checked for
+validity only, so adding your own stack never breaks the test command."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import STACKS
+
+from components.errors import PROJECT
+from testbed.init_stack import write_new_stack
+from testbed.render import REPO, render_stack, stack_names
+from testbed.render_files import diff_rendered
+
+pytestmark = pytest.mark.timeout(60)
+
+OTHER_STACKS = sorted(set(stack_names()) - set(STACKS))
+
+
+def _project(tmp_path: Path) -> Path:
+    shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    shutil.copytree(REPO / "stacks", tmp_path / "stacks")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "stack", OTHER_STACKS or [pytest.param("-", marks=pytest.mark.skip(reason="none beyond"))]
+)
+def test_every_other_stack_file_renders(stack: str) -> None:
+    """A stack file of your own (e.g. from init-stack) is valid: it renders under mocks."""
+    assert render_stack(stack).kubernetes_objects()
+
+
+def test_init_stack_copies_a_stack_under_the_new_name(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    path = write_new_stack("lab-a100", "kv-routing", project)
+    assert path == project / "stacks" / "Pulumi.lab-a100.yaml"
+    text = path.read_text()
+    assert text.startswith("# Made by `testbed init-stack lab-a100 --from kv-routing`.")
+    assert "`testbed render lab-a100` and `testbed simulate lab-a100`" in text
+    config = yaml.safe_load(text)["config"]
+    assert config[f"{PROJECT}:topology"]["name"] == "lab-a100"
+    assert "-s lab-a100 load.nodeAddress" in text  # the comments name the new stack
+    # The same workers and nodes as kv-routing; only the names differ.
+    a, b = render_stack("kv-routing", project), render_stack("lab-a100", project)
+    changes = diff_rendered(a, b)
+    assert changes
+    for change in changes:
+        assert change.a is None or change.b is None or (
+            repr(change.a).replace("kv-routing", "lab-a100") == repr(change.b)
+        ), change
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "says"),
+    [
+        ("Lab_A100", "kv-routing", "NAME 'Lab_A100': use lower-case letters"),
+        ("lab", "kv-routng", "--from kv-routng: no such stack; known stacks: disagg-cross-node"),
+        ("kv-routing", "kv-routing", "Pulumi.kv-routing.yaml exists: choose another NAME"),
+        ("lab", "platform", "has no `name: platform` line"),
+    ],
+)
+def test_init_stack_refuses_in_one_line(
+    tmp_path: Path, name: str, source: str, says: str
+) -> None:
+    project = _project(tmp_path)
+    before = sorted(p.name for p in (project / "stacks").iterdir())
+    with pytest.raises(ValueError) as info:
+        write_new_stack(name, source, project)
+    assert says in str(info.value) and "\n" not in str(info.value)
+    assert sorted(p.name for p in (project / "stacks").iterdir()) == before

@@ -1,0 +1,108 @@
+"""`testbed --help`, each command's `--help` and an argument error load none of the heavy
+modules (what made every `--help` take 8-10 s), and the help fits 80 columns with whole option
+names. Nothing here is timed: `bench/cli_help.py` measures the seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.core import TyperGroup
+
+from testbed.cli import app
+
+HEAVY = (
+    "pulumi",
+    "pulumi_kubernetes",
+    "pandas",
+    "pyarrow",
+    "matplotlib",
+    "kubernetes",
+    "aiohttp",
+    "deepdiff",
+    "simpy",
+    "tokenizers",
+    "jinja2",
+    "psutil",
+)
+"""Modules a command needs only while it runs (the import graph's most expensive)."""
+
+COMMANDS = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+
+PROBE = """
+import json, sys
+from testbed.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(m for m in sys.modules if "." not in m)}))
+"""
+
+
+def run_cli(*args: str) -> tuple[int, set[str], str]:
+    """Run `testbed ARGS` in a fresh interpreter at 80 columns: exit code, top-level modules
+    loaded, stdout and stderr."""
+    env = {**os.environ, "COLUMNS": "80", "TERMINAL_WIDTH": "80", "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, check=False
+    )
+    *shown, last = proc.stdout.rstrip("\n").split("\n")
+    probe = json.loads(last)
+    return probe["code"], set(probe["modules"]), "\n".join(shown) + proc.stderr
+
+
+def test_every_command_is_probed() -> None:
+    assert {"render", "diff", "simulate", "load", "compare", "report", "init-stack"} <= set(
+        COMMANDS
+    )
+
+
+def test_testbed_help_loads_no_heavy_module() -> None:
+    code, modules, output = run_cli("--help")
+    assert code == 0, output
+    assert sorted(modules & set(HEAVY)) == []
+    assert all(f" {command} " in output for command in COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_command_help_is_light_whole_at_80_columns_with_an_example(command: str) -> None:
+    code, modules, output = run_cli(command, "--help")
+    assert code == 0, output
+    assert sorted(modules & set(HEAVY)) == []
+    assert max(len(line) for line in output.splitlines()) <= 80
+    assert "…" not in output  # nothing cut off
+    group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)
+    names = [opt for p in group.commands[command].params for opt in p.opts if opt.startswith("--")]
+    missing = [name for name in names if f" {name} " not in output.replace("\n", " ")]
+    assert missing == []
+    assert f"Example: testbed {command}" in " ".join(output.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["simulate"], "error: Missing argument 'stack'. (see testbed simulate --help)"),
+        (["load", "--url", "http://h:1"], "error: Missing option '--model'."),
+        (["render", "kv-routing", "--bogus"], "error: No such option: --bogus"),
+    ],
+)
+def test_an_argument_error_is_one_line_and_loads_no_heavy_module(
+    args: list[str], says: str
+) -> None:
+    code, modules, output = run_cli(*args)
+    assert code == 2
+    assert output.strip().splitlines() == [output.strip()]
+    assert output.startswith(says)
+    assert sorted(modules & set(HEAVY)) == []
+
+
+def test_readiness_defaults_in_help_are_the_models() -> None:
+    """`testbed load` keeps the readiness gate's defaults without importing it (aiohttp)."""
+    from loadgen.cli import READY_SUCCESSES_DEFAULT, READY_TIMEOUT_DEFAULT_S
+    from loadgen.readiness import ReadyCheck
+
+    assert READY_SUCCESSES_DEFAULT == ReadyCheck.model_fields["successes"].default
+    assert READY_TIMEOUT_DEFAULT_S == ReadyCheck.model_fields["timeout_s"].default
