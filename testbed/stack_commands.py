@@ -357,10 +357,11 @@ def _refuse_twice_set(grid: dict[str, Any], settings: Sequence[Setting]) -> None
     """An option and a ``--set load.<key>`` for the same grid field: refuse, naming both."""
     from testbed.simulate import set_load_fields
 
-    for name in set_load_fields(settings):
-        if name in grid:
-            option = {"requests_per_run": "requests"}.get(name, name).replace("_", "-")
-            fail(f"--{option} and --set load.<{name}> both set it: keep one")
+    for setting in settings:
+        for name in set_load_fields([setting]):
+            if name in grid:
+                option = {"requests_per_run": "requests"}.get(name, name).replace("_", "-")
+                fail(f"--{option} and --set {setting.key} both set it: keep one")
 
 
 def _simulate(
@@ -437,7 +438,8 @@ def _simulate(
             console.print(Text(note), soft_wrap=True)
         print_settings_note(a.out_dir, b.out_dir, (a.stack, b.stack))
         print_resource_note(a.out_dir, b.out_dir)
-    _write_reports([sim.out_dir for sim in results], comparison_report(out, *names[:2]))
+    comparison = comparison_report(out, names[0], names[1]) if len(names) == 2 else None
+    _write_reports([sim.out_dir for sim in results], comparison)
     console.print(f"results in {out}/")
 
 
@@ -454,7 +456,7 @@ def _say_kept(names: list[str], out: Path) -> None:
     )
 
 
-def _write_reports(folders: list[Path], comparison: Path) -> None:
+def _write_reports(folders: list[Path], comparison: Path | None) -> None:
     """``report.html`` in each stack's results folder and, for two stacks, the A / B report
     at ``comparison``; a failure is a warning (the results are already written)."""
     from loadgen.html_report import write_folder_reports

@@ -1,21 +1,37 @@
-"""`testbed simulate A B` through the CLI: the A / B table, then what the two stacks ran on."""
+"""`testbed simulate` through the CLI: the A / B table, then what the two stacks ran on; results
+never lost or mixed (a folder lock, runs kept by grid point, --resume, reports named after both
+stacks, what Ctrl-C kept)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+import testbed.simulate
+from loadgen.folder_lock import HOLDER_FILE
 from testbed.cli import app
 
+pytestmark = pytest.mark.timeout(180)
 
-def test_two_stacks_print_the_resource_note_under_the_comparison(tmp_path: Path) -> None:
+TINY = ["--prefix-kinds", "2", "--repetitions", "1", "--requests", "8"]
+
+
+def run_json(folder: Path, name: str) -> Path:
+    return folder / "kv-routing" / "routing" / "runs" / name / "run.json"
+
+
+def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     """The seed's pair did not run on equal resources (kv-routing also used the 8 GB GPU's two
     workers): the simulation's A / B table is followed by the same note `testbed compare`
-    prints, read from each stack's stack.json."""
+    prints, read from each stack's stack.json. A second simulation into the folder is refused
+    unless it resumes, and resuming keeps the run it has."""
     args = ["simulate", "kv-routing", "disagg-same-node", "--out", str(tmp_path)]
-    args += ["--prefix-kinds", "2", "--concurrency", "4", "--repetitions", "1", "--requests", "8"]
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(app, [*args, *TINY, "--concurrency", "4"])
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     table_at = output.index("kv-routing / disagg-same-node")
@@ -31,4 +47,86 @@ def test_two_stacks_print_the_resource_note_under_the_comparison(tmp_path: Path)
     assert table_at < accuracy < note_at
     assert "of 6 of the seed's values at these points are within +-25%" in output
     assert "disagg-same-node at 2 kinds / concurrency 4: TTFT p50 286 ms, p99 592 ms" in output
-    assert (tmp_path / "report.html").exists()
+    assert (tmp_path / "report-kv-routing-vs-disagg-same-node.html").exists()
+    assert not (tmp_path / "kv-routing" / HOLDER_FILE).exists()  # the lock is released
+    first = run_json(tmp_path, "k2-c4-r1").read_text()
+
+    again = ["simulate", "kv-routing", "--out", str(tmp_path), *TINY, "--concurrency", "4,8"]
+    refused = CliRunner().invoke(app, again)
+    assert refused.exit_code == 2
+    assert f"{tmp_path / 'kv-routing'} already holds 1 complete run(s) of an earlier " in (
+        " ".join(refused.output.split())
+    )
+    resumed = CliRunner().invoke(app, [*again, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert run_json(tmp_path, "k2-c4-r1").read_text() == first  # kept, not measured again
+    assert json.loads(run_json(tmp_path, "k2-c8-r1").read_text())["summary"]["concurrency"] == 8
+    summary = json.loads((tmp_path / "kv-routing" / "summary.json").read_text())
+    assert [p["concurrency"] for p in summary] == [4, 8]
+
+
+def test_a_second_writer_is_refused_naming_the_first(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from loadgen.folder_lock import "
+            "folder_lock\nwith folder_lock(Path(sys.argv[1]), 'testbed simulate kv-routing'):\n"
+            "    print('held', flush=True); time.sleep(60)",
+            str(tmp_path / "kv-routing"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result = CliRunner().invoke(app, ["simulate", "kv-routing", "--out", str(tmp_path)])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 2
+    line = " ".join(result.output.split())
+    assert line.startswith(
+        f"error: {tmp_path / 'kv-routing'} is being written by pid {holder.pid} "
+        "(`testbed simulate kv-routing`, since "
+    )
+    assert line.endswith("wait for it to finish or choose another --out")
+
+
+def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testbed.simulate, "simulate_stack", interrupted)
+    args = ["simulate", "kv-routing", "disagg-same-node", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 130
+    assert " ".join(result.output.split()) == (
+        f"simulating kv-routing ... interrupted; every process was stopped. Complete runs kept in {tmp_path}: "
+        "kv-routing 0, disagg-same-node 0 (the same command with --resume runs only the others)"
+    )
+
+
+def test_set_load_grid_takes_effect_or_is_refused(tmp_path: Path) -> None:
+    """`--set load.concurrency=[8]` is the grid simulate runs (not silently replaced by its
+    reduced grid); with `--concurrency` too it is refused, naming both."""
+    from components.config import StackConfig
+    from loadgen.key_paths import parse_settings
+
+    settings = parse_settings(["load.concurrency=[8]", "load.prefixKinds=[7]"])
+    cfg: StackConfig = testbed.simulate.load_stack("kv-routing", settings)
+    load = testbed.simulate.simulation_load(cfg, full=False, settings=settings)
+    assert (load.concurrency, load.prefix_kinds, load.repetitions) == ([8], [7], 1)
+    both = ["simulate", "kv-routing", "--out", str(tmp_path), "--concurrency", "4"]
+    result = CliRunner().invoke(app, [*both, "--set", "load.concurrency=[8]"])
+    assert result.exit_code == 2
+    assert "--concurrency and --set load.concurrency both set it: keep one" in result.output
+
+
+def test_concurrency_zero_names_the_option(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["simulate", "kv-routing", "--concurrency", "0"])
+    assert result.exit_code == 2
+    assert (
+        result.output
+        == "error: --concurrency takes integers >= 1, got '0'; e.g. --concurrency 4,8\n"
+    )
