@@ -141,6 +141,10 @@ def build_config(
     data = dict(base) if base is not None else {}
     if config_file is not None:
         data = read_load_settings(config_file)
+    # The file's keys are camelCase, the options' field names: one spelling, or an option
+    # would meet its own key as an "extra input".
+    names = {field.alias: name for name, field in LoadConfig.model_fields.items() if field.alias}
+    data = {names.get(key, key): value for key, value in data.items()}
     data |= {key: value for key, value in overrides.items() if value is not None}
     try:
         return LoadConfig.model_validate(data)

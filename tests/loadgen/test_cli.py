@@ -85,13 +85,55 @@ def test_load_then_compare(tmp_path: Path) -> None:
     assert "no grid point in common: A measured K=2 c=2; B measured K=2 c=3" in refused.output
 
 
-def test_invalid_option_values_exit_2_naming_the_field(tmp_path: Path) -> None:
+def test_invalid_option_values_exit_2_naming_the_option(tmp_path: Path) -> None:
     result = run(
         "load", "--url", "http://127.0.0.1:1", *SMALL, "--out", str(tmp_path), "--concurrency", "0"
     )
-    assert result.exit_code == 2
-    assert "concurrency.0: Input should be greater than 0" in result.output
-    assert "Traceback" not in result.output
+    assert_one_error_line(
+        result, "--concurrency: Input should be greater than 0; see testbed load --help"
+    )
+
+
+def test_set_load_keys_take_effect_and_others_are_refused(tmp_path: Path) -> None:
+    stack = STACKS / "Pulumi.kv-routing.yaml"
+    sets = ["--set", "load.concurrency=[2]", "--set", "load.prefixKinds=[1]"]
+    with serve_in_thread(cached_half) as server:
+        result = run(
+            "load",
+            "--url",
+            server.url,
+            "--model",
+            "m",
+            "--config",
+            str(stack),
+            *sets,
+            "--repetitions",
+            "1",
+            "--requests-per-run",
+            "4",
+            "--prompt-tokens",
+            "30",
+            "--no-progress",
+            "--no-ready-check",
+            "--out",
+            str(tmp_path / "a"),
+        )
+    assert result.exit_code == 0, result.output
+    runs = sorted(p.parent.name for p in (tmp_path / "a").glob("runs/*/run.json"))
+    assert runs == ["k1-c2-r1"]
+    other = run(
+        "load",
+        "--url",
+        "http://127.0.0.1:1",
+        *SMALL,
+        "--out",
+        str(tmp_path / "b"),
+        "--set",
+        "topology.workers[0].replicas=2",
+    )
+    assert_one_error_line(
+        other, "--set topology.workers[0].replicas=2: testbed load reads only load.<key> settings"
+    )
 
 
 def test_non_integer_list_is_one_line(tmp_path: Path) -> None:
@@ -369,3 +411,12 @@ def test_kube_namespace_records_what_the_pods_did(
         ("terminated", "decode"),
         ("restarted", "decode"),
     ]
+
+
+def test_a_second_writer_of_the_folder_is_refused(tmp_path: Path) -> None:
+    from loadgen.folder_lock import folder_lock
+
+    with folder_lock(tmp_path, "testbed load --out x"):
+        result = run("load", "--url", "http://127.0.0.1:1", *SMALL, "--out", str(tmp_path))
+    assert_one_error_line(result, f"error: {tmp_path} is being written by pid ")
+    assert "(`testbed load --out x`, since " in result.output
