@@ -624,8 +624,11 @@ def report_command(
 
     try:
         folders = [load_results(folder) for folder in (results, results_b) if folder is not None]
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    try:
         html, pngs = write_report(folders, out, png=png)
-    except OSError as exc:
+    except OSError as exc:  # --out is a folder, or cannot be written
         fail(f"cannot write the report to --out {out}: {exc.strerror or exc}")
     except ValueError as exc:
         fail(str(exc))

@@ -130,3 +130,13 @@ def test_concurrency_zero_names_the_option(tmp_path: Path) -> None:
         result.output
         == "error: --concurrency takes integers >= 1, got '0'; e.g. --concurrency 4,8\n"
     )
+
+
+def test_an_out_that_is_a_file_is_one_line(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "notes.txt"
+    not_a_folder.write_text("x")
+    result = CliRunner().invoke(app, ["simulate", "kv-routing", "--out", str(not_a_folder)])
+    assert result.exit_code == 2
+    assert result.output == (
+        f"error: cannot write the results to --out {not_a_folder}: Not a directory\n"
+    )
