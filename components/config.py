@@ -167,7 +167,11 @@ class EngineConfig(CamelModel):
         default="vllm",
         description="vllm: real GPU workers; mocker: Dynamo's CPU-only simulated workers.",
     )
-    dynamo_version: ConfigText = Field(default=DEFAULT_DYNAMO_VERSION, pattern=r"^\d+\.\d+\.\d+$")
+    dynamo_version: ConfigText = Field(
+        default=DEFAULT_DYNAMO_VERSION,
+        pattern=r"^\d+\.\d+\.\d+$",
+        description="Dynamo release: the default image's tag and the DGD's runtime version.",
+    )
     image: ConfigText | None = Field(
         default=None,
         description="Container image; default vllm-runtime (vllm) or dynamo-planner (mocker) "
@@ -220,8 +224,12 @@ class KvTransfer(CamelModel):
     on prefill and ``kv_consumer`` on decode (KV through host memory over TCP).
     """
 
-    connector: ConfigText = Field(default="NixlConnector", min_length=1)
-    role: Literal["kv_producer", "kv_consumer", "kv_both"]
+    connector: ConfigText = Field(
+        default="NixlConnector", min_length=1, description="vLLM kv_connector (NIXL over UCX)."
+    )
+    role: Literal["kv_producer", "kv_consumer", "kv_both"] = Field(
+        description="vLLM kv_role: kv_producer on prefill, kv_consumer on decode."
+    )
     buffer_device: Literal["cpu", "cuda"] = Field(
         default="cpu",
         description="cpu: KV staged in host memory (needed over TCP; costs memory, see sizing).",
@@ -244,8 +252,11 @@ class WorkerGroup(CamelModel):
         max_length=40,
         description="Component name (DNS label).",
     )
-    role: WorkerRole
-    replicas: int = Field(ge=1)
+    role: WorkerRole = Field(
+        description="aggregated (prefill and decode in one worker), or prefill / decode "
+        "(disaggregated: a stack has both)."
+    )
+    replicas: int = Field(ge=1, description="Identical workers in the group.")
     node_class: ConfigText = Field(description="A key of nodeClasses.")
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization: fraction of one GPU."
@@ -266,15 +277,21 @@ class WorkerGroup(CamelModel):
         "parallelism.",
     )
     cpu: ConfigText | None = Field(default=None, description="CPU request, e.g. '2'.")
-    kv_transfer: KvTransfer | None = None
-    env: dict[str, ConfigText] = Field(default_factory=dict)
-    extra_args: tuple[ConfigText, ...] = ()
+    kv_transfer: KvTransfer | None = Field(
+        default=None, description="vLLM --kv-transfer-config of a disaggregated worker."
+    )
+    env: dict[str, ConfigText] = Field(
+        default_factory=dict, description="Environment variables of each worker, e.g. UCX_TLS."
+    )
+    extra_args: tuple[ConfigText, ...] = Field(
+        default=(), description="Engine arguments added to this group's workers."
+    )
 
 
 class FrontendConfig(CamelModel):
     """The Dynamo frontend (OpenAI-compatible HTTP, router)."""
 
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, description="Frontend pods.")
     node_class: ConfigText | None = Field(
         default=None,
         description="Node class the frontend runs on (its selector and tolerations; it needs "
@@ -285,7 +302,12 @@ class FrontendConfig(CamelModel):
         default="NodePort",
         description="How the load step reaches the frontend (port-forward adds ~2 ms/request).",
     )
-    node_port: int | None = Field(default=None, ge=30000, le=32767)
+    node_port: int | None = Field(
+        default=None,
+        ge=30000,
+        le=32767,
+        description="Fixed NodePort of the frontend Service; default: Kubernetes picks one.",
+    )
     shared_memory_size: ConfigText = Field(
         default=DEFAULT_SHARED_MEMORY,
         description="DGD sharedMemorySize of the frontend: its memory-backed /dev/shm (the "
@@ -309,14 +331,20 @@ The wait ends as soon as the operator reports Ready, so a warm redeploy is not s
 class TopologyConfig(CamelModel):
     """What is deployed: a Dynamo graph, or the part-1 baseline of plain vLLM replicas."""
 
-    kind: Literal["dynamo", "vllm-service"] = "dynamo"
+    kind: Literal["dynamo", "vllm-service"] = Field(
+        default="dynamo",
+        description="dynamo: a DynamoGraphDeployment (frontend, router, workers); "
+        "vllm-service: plain vLLM Deployments behind one Service (the seed's part 1).",
+    )
     name: ConfigText = Field(
         default="testbed",
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         max_length=40,
         description="DGD (or Deployment prefix) name.",
     )
-    router_mode: Literal["kv", "round-robin", "random"] = "kv"
+    router_mode: Literal["kv", "round-robin", "random"] = Field(
+        default="kv", description="The frontend's --router-mode (kv: KV-cache-aware routing)."
+    )
     ready_timeout_minutes: int = Field(
         default=DEFAULT_READY_TIMEOUT_MINUTES,
         ge=1,
@@ -326,7 +354,9 @@ class TopologyConfig(CamelModel):
         "default is an hour).",
     )
     frontend: FrontendConfig = Field(default_factory=FrontendConfig)
-    workers: tuple[WorkerGroup, ...] = Field(min_length=1)
+    workers: tuple[WorkerGroup, ...] = Field(
+        min_length=1, description="The worker groups, one DGD component each."
+    )
 
     @field_validator("workers")
     @classmethod
@@ -567,7 +597,7 @@ class PlatformStackConfig(CamelModel):
     (one operator serving every graph stack's namespace). Graph keys must stay unset.
     """
 
-    stack_role: Literal["platform"]
+    stack_role: Literal["platform"] = Field(description="platform: this stack is the platform.")
     platform: PlatformConfig = Field(default_factory=PlatformConfig)
 
 

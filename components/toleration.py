@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from components.config_text import ConfigText
@@ -21,10 +21,16 @@ class Toleration(BaseModel):
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
     )
 
-    key: ConfigText | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: ConfigText | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    key: ConfigText | None = Field(
+        default=None, description="The taint's key; unset with Exists: every taint."
+    )
+    operator: Literal["Exists", "Equal"] = Field(
+        default="Equal", description="Exists: any value; Equal: the value must match."
+    )
+    value: ConfigText | None = Field(default=None, description="The taint's value (Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="The taint effect tolerated; unset: every effect."
+    )
 
     def manifest(self) -> dict[str, str]:
         """The toleration as the Kubernetes API takes it (camelCase, unset fields left out)."""

@@ -95,7 +95,9 @@ class LoadConfig(BaseModel):
         default=None, description="Requests/s for arrival=poisson."
     )
     seed: int = Field(default=0, description="Seed for prompts and arrival times.")
-    connect_timeout_s: Annotated[float, Field(gt=0)] = Field(default=10.0)
+    connect_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=10.0, description="TCP connect timeout in seconds."
+    )
     read_timeout_s: Annotated[float, Field(gt=0)] = Field(
         default=300.0,
         description="Longest silence between two reads; covers a queued long prefill.",

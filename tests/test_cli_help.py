@@ -104,5 +104,5 @@ def test_readiness_defaults_in_help_are_the_models() -> None:
     from loadgen.cli import READY_SUCCESSES_DEFAULT, READY_TIMEOUT_DEFAULT_S
     from loadgen.readiness import ReadyCheck
 
-    assert READY_SUCCESSES_DEFAULT == ReadyCheck.model_fields["successes"].default
-    assert READY_TIMEOUT_DEFAULT_S == ReadyCheck.model_fields["timeout_s"].default
+    assert ReadyCheck.model_fields["successes"].default == READY_SUCCESSES_DEFAULT
+    assert ReadyCheck.model_fields["timeout_s"].default == READY_TIMEOUT_DEFAULT_S

@@ -102,7 +102,8 @@ def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130
     assert " ".join(result.output.split()) == (
-        f"simulating kv-routing ... interrupted; every process was stopped. Complete runs kept in {tmp_path}: "
+        "simulating kv-routing ... interrupted; every process was stopped. "
+        f"Complete runs kept in {tmp_path}: "
         "kv-routing 0, disagg-same-node 0 (the same command with --resume runs only the others)"
     )
 
