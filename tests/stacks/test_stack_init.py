@@ -49,8 +49,10 @@ def test_init_stack_copies_a_stack_under_the_new_name(tmp_path: Path) -> None:
     changes = diff_rendered(a, b)
     assert changes
     for change in changes:
-        assert change.a is None or change.b is None or (
-            repr(change.a).replace("kv-routing", "lab-a100") == repr(change.b)
+        assert (
+            change.a is None
+            or change.b is None
+            or (repr(change.a).replace("kv-routing", "lab-a100") == repr(change.b))
         ), change
 
 
@@ -63,9 +65,7 @@ def test_init_stack_copies_a_stack_under_the_new_name(tmp_path: Path) -> None:
         ("lab", "platform", "has no `name: platform` line"),
     ],
 )
-def test_init_stack_refuses_in_one_line(
-    tmp_path: Path, name: str, source: str, says: str
-) -> None:
+def test_init_stack_refuses_in_one_line(tmp_path: Path, name: str, source: str, says: str) -> None:
     project = _project(tmp_path)
     before = sorted(p.name for p in (project / "stacks").iterdir())
     with pytest.raises(ValueError) as info:
