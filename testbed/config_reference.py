@@ -194,7 +194,8 @@ def config_reference() -> str:
         "`tests/test_config_reference.py` fails when it is out of date). Every key is written "
         f"under `config:` in `stacks/Pulumi.<stack>.yaml` as `{PROJECT}:<key>`; `--set KEY=VALUE` "
         "on `testbed render`, `diff` and `simulate` (and `load.<key>` on `testbed load`) takes "
-        'the same keys in `pulumi config set --path` spelling, e.g. `nodeClasses["gpu-24gb"].'
+        "the same keys, spelled as the Pulumi CLI's config set --path spells them, e.g. "
+        '`nodeClasses["gpu-24gb"].'
         "gpuMemoryGiB=48`. `<name>` stands for a key you choose, `[]` for each item of a list. "
         "Unknown keys are refused. A quantity is a Kubernetes memory quantity (`3584Mi`, `10Gi`;"
         " a plain number is bytes).",

@@ -40,6 +40,7 @@ def test_types_defaults_and_units_are_the_models() -> None:
     assert table["topology.workers[].memoryLimit"][:3] == ["string", "`3584Mi`", "quantity"]
     assert table["topology.workers[].role"][0] == "one of aggregated, prefill, decode"
     assert table["load.concurrency"][:2] == ["list of int", "`[4, 8]`"]
-    assert table["load.deadlineMinutes"][1:3] == ["`60.0`", "min"]
+    assert table["load.deadlineMinutes"][1:3] == ["unset", "min"]
+    assert table["load.modelWaitMinutes"][1:3] == ["`10.0`", "min"]
     assert table["namespace"][1] == "`testbed-<stack>`"
     assert "(>= 1; <= 240)" in table["topology.readyTimeoutMinutes"][3]

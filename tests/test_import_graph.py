@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("components", "loadgen", "steptime", "testbed")
 COMMAND_MODULES = frozenset(
     {
+        "testbed.entry",
         "testbed.stack_commands",
         "testbed.compare",
         "testbed.init_stack",

@@ -24,6 +24,7 @@ import yaml
 from components.config import PlatformStackConfig, StackConfig, project_values, stack_role
 from components.errors import PROJECT
 from components.validation import parse_platform_stack_config, parse_stack_config
+from loadgen.key_paths import parse_key_path
 
 PULUMI_COMMIT = "1b5949891b3cefcb9974752b24a5ecef0acc86c8"
 """pulumi/pulumi commit the rules were read at (2026-08-21, after v3.187.0)."""
@@ -226,16 +227,13 @@ def coerce(text: str) -> Any:
 def set_path(stack_config: dict[str, Any], path: str, text: str) -> None:
     """``pulumi config set --path <path> <text>`` on a stack file's ``config:`` mapping.
 
-    ``path`` is ``key.sub[0].leaf`` (``[n]`` indexes a list, as ``parseKeyPath`` reads it); the
+    ``path`` is ``key.sub[0]["a.b"].leaf`` (``[n]`` indexes a list, ``["..."]`` quotes a key
+    with a dot, as ``parseKeyPath`` reads it: ``loadgen.key_paths.parse_key_path``); the
     top-level key gets the project prefix. Below the top level the value is stored as
     :func:`coerce` returns it; a top-level value always as the text (``config set --help``,
     ``pkg/cmd/pulumi/config/config.go`` L726-728). Missing maps are created.
     """
-    parts: list[str | int] = []
-    for segment in path.split("."):
-        name, *indexes = segment.replace("]", "").split("[")
-        parts.append(name)
-        parts.extend(int(i) for i in indexes)
+    parts = list(parse_key_path(path))
     top = str(parts[0])
     top = top if ":" in top else f"{PROJECT}:{top}"
     if len(parts) == 1:

@@ -221,11 +221,15 @@ def test_every_shipped_value_survives_being_set_with_path(
 
 
 def _leaves(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    """``(config set --path path, scalar)`` for every scalar below the top-level keys."""
+    """``(config set --path path, scalar)`` for every scalar below the top-level keys (a key
+    with a dot, e.g. the node label ``nvidia.com/gpu.product``, quoted as ``["..."]``)."""
     if isinstance(node, dict):
         for key, value in node.items():
             name = key.partition(":")[2] if not path else key
-            yield from _leaves(value, f"{path}.{name}" if path else name)
+            if "." in name and path:
+                yield from _leaves(value, f'{path}["{name}"]')
+            else:
+                yield from _leaves(value, f"{path}.{name}" if path else name)
     elif isinstance(node, list):
         for index, value in enumerate(node):
             yield from _leaves(value, f"{path}[{index}]")

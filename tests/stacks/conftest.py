@@ -26,6 +26,12 @@ def rendered() -> dict[str, Rendered]:
 
 
 @pytest.fixture(scope="session")
+def shipped_stacks() -> tuple[str, ...]:
+    """The stacks this project ships (any other stack file is a user's)."""
+    return STACKS
+
+
+@pytest.fixture(scope="session")
 def _raw_configs() -> dict[str, dict[str, Any]]:
     return {stack: project_values(stack_config(stack)[0]) for stack in GRAPH_STACKS}
 
