@@ -217,6 +217,7 @@ def diff_command(
         typer.echo(json.dumps([c.__dict__ for c in changes], indent=2, default=str))
         return
     say_settings(stack_a, settings)
+    say_settings(stack_b, settings)
     console = table_console(highlight=False)
     for line in diff_lines(stack_a, stack_b, a, b, changes):
         console.print(line, soft_wrap=True, markup=False)

@@ -99,6 +99,20 @@ def test_an_argument_error_is_one_line_and_loads_no_heavy_module(
     assert sorted(modules & set(HEAVY)) == []
 
 
+def test_simulate_help_shows_the_reduced_grid() -> None:
+    """`testbed simulate --help` states the default grid without importing it (pandas)."""
+    from testbed.simulate import REDUCED_GRID, REDUCED_REQUESTS_PER_RUN
+
+    group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)
+    helps = {p.name: getattr(p, "help", "") for p in group.commands["simulate"].params}
+    shown = ",".join(map(str, REDUCED_GRID["prefix_kinds"]))
+    assert f"[default: {shown}]" in helps["prefix_kinds"]
+    assert f"[default: {REDUCED_GRID['concurrency'][0]}]" in helps["concurrency"]
+    assert f"[default: {REDUCED_GRID['repetitions']}]" in helps["repetitions"]
+    assert f"[default: {REDUCED_REQUESTS_PER_RUN}]" in helps["requests"]
+
+
 def test_readiness_defaults_in_help_are_the_models() -> None:
     """`testbed load` keeps the readiness gate's defaults without importing it (aiohttp)."""
     from loadgen.cli import READY_SUCCESSES_DEFAULT, READY_TIMEOUT_DEFAULT_S
