@@ -77,7 +77,7 @@ class StackConfigError(ValueError):
         )
         head = f"stack '{stack}': invalid config ({len(self.problems)} problem"
         if len(lines) == 1:  # one line: the problem and the fix
-            fix = fix.replace("the keys above", "it").replace("the --set values above", "it")
+            fix = fix.replace("the keys above", "it").replace("values above", "value")
             only = lines[0][4:].rstrip(".")
             super().__init__(f"{head}); nothing was deployed: {only}. {fix}")
             return

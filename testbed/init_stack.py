@@ -33,8 +33,9 @@ HEADER = """\
 
 
 def new_stack_text(name: str, source: str, text: str) -> str:
-    """``text`` (the stack file of ``source``) as stack ``name``: the header above, the graph
-    renamed (``topology.name``) and ``-s <source>`` in comments made ``-s <name>``.
+    """``text`` (the stack file of ``source``) as stack ``name``: the header above instead of
+    the source's own, the graph renamed (``topology.name``) and ``-s <source>`` in comments
+    made ``-s <name>``; the comments on each key stay.
 
     Raises:
         ValueError: the source names its graph other than ``name: <source>`` on one line.
@@ -45,7 +46,8 @@ def new_stack_text(name: str, source: str, text: str) -> str:
     if count != 1:
         raise ValueError(f"stacks/Pulumi.{source}.yaml has no `name: {source}` line to rename")
     renamed = renamed.replace(f"-s {source} ", f"-s {name} ")
-    return HEADER.format(name=name, source=source) + renamed
+    body = renamed[renamed.index("config:") :]  # the source's own header describes the source
+    return HEADER.format(name=name, source=source) + body
 
 
 def write_new_stack(name: str, source: str, project_dir: Path) -> Path:

@@ -37,6 +37,7 @@ def test_init_stack_copies_a_stack_under_the_new_name(tmp_path: Path) -> None:
     text = path.read_text()
     assert text.startswith("# Made by `testbed init-stack lab-a100 --from kv-routing`.")
     assert "`testbed render lab-a100` and `testbed simulate lab-a100`" in text
+    assert "Part 3 of the series" not in text  # kv-routing's own header is replaced
     config = yaml.safe_load(text)["config"]
     assert config[f"{PROJECT}:topology"]["name"] == "lab-a100"
     assert "-s lab-a100 load.nodeAddress" in text  # the comments name the new stack
