@@ -17,6 +17,10 @@ from typing import Any
 from testbed.render import Rendered
 from testbed.render_files import FieldChange
 
+COMPONENT_OBJECTS = ("DynamoGraphDeployment/", "Deployment/")
+"""Objects whose changes the component view shows (a DGD's components, a vllm-service stack's
+Deployments): left out of the other objects' list."""
+
 ASPECTS = ("role", "replicas", "placement", "image", "args", "env", "resources")
 """What a component view holds, in the order ``testbed diff`` prints it."""
 
@@ -142,7 +146,8 @@ def diff_lines(
 ) -> list[str]:
     """The human diff: a summary line, the folded name-only line, then each component that
     changed (``+`` added, ``-`` removed, ``~`` changed, aspect by aspect), then the other
-    objects' changes (not the stack outputs: ``--json`` has every field)."""
+    objects' changes (not :data:`COMPONENT_OBJECTS`, nor the stack outputs: ``--json`` has
+    every field)."""
     views_a, views_b = component_views(a), component_views(b)
     added = [n for n in views_b if n not in views_a]
     removed = [n for n in views_a if n not in views_b]
@@ -157,7 +162,7 @@ def diff_lines(
         c
         for c in changes
         if c.object != "outputs"
-        and not c.object.startswith("DynamoGraphDeployment/")
+        and not c.object.startswith(COMPONENT_OBJECTS)
         and c not in folded
     ]
     summary = [
