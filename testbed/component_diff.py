@@ -161,9 +161,7 @@ def diff_lines(
     objects = [
         c
         for c in changes
-        if c.object != "outputs"
-        and not c.object.startswith(COMPONENT_OBJECTS)
-        and c not in folded
+        if c.object != "outputs" and not c.object.startswith(COMPONENT_OBJECTS) and c not in folded
     ]
     summary = [
         *(f"{len(added)} added" for _ in [0] if added),

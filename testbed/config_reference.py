@@ -33,6 +33,8 @@ COMMAND = "uv run python -m testbed.config_reference"
 UNITS = (
     (re.compile(r"GiB$"), "GiB"),
     (re.compile(r"TokensPerS$"), "tokens/s"),
+    (re.compile(r"GbPerS$"), "GB/s"),
+    (re.compile(r"Tflops$"), "TFLOP/s"),
     (re.compile(r"Minutes$"), "min"),
     (re.compile(r"Seconds$"), "s"),
     (re.compile(r"Bytes$"), "B"),

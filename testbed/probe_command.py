@@ -27,7 +27,6 @@ from components.errors import StackConfigError
 from components.stack_sizing import model_geometry
 from kvpath.copies import HostCopyProfile
 from kvpath.profile import LinkProfile
-from testbed.simulate import load_stack
 
 probe_app = typer.Typer(help="Measure the KV path on this machine.", no_args_is_help=True)
 
@@ -170,7 +169,12 @@ def kv_path_command(
     max_workers: Annotated[int, typer.Option(min=1, help="GPU copies: processes at most.")] = 4,
 ) -> None:
     """Measure NIXL READs (and, with a GPU, vLLM's host copies) on this machine with STACK's
-    descriptor shape and UCX settings; write a link profile STACK's links can name."""
+    descriptor shape and UCX settings; write a link profile STACK's links can name.
+
+    Example: testbed probe kv-path disagg-same-node
+    """
+    from testbed.simulate import load_stack  # pandas, simpy: not for `testbed --help`
+
     try:
         cfg = load_stack(stack)
     except (FileNotFoundError, StackConfigError) as exc:

@@ -31,7 +31,14 @@ HEAVY = (
 )
 """Modules a command needs only while it runs (the import graph's most expensive)."""
 
-COMMANDS = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+GROUP = typer.main.get_group(app)
+COMMANDS = sorted(GROUP.commands)
+LEAVES = sorted(
+    (name, sub)
+    for name, command in GROUP.commands.items()
+    for sub in (sorted(command.commands) if isinstance(command, TyperGroup) else [""])
+)
+"""Every command as (name, subcommand or ""): `probe kv-path` is a command of a group."""
 
 PROBE = """
 import json, sys
@@ -66,19 +73,22 @@ def test_testbed_help_loads_no_heavy_module() -> None:
     assert all(f" {command} " in output for command in COMMANDS)
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_command_help_is_light_whole_at_80_columns_with_an_example(command: str) -> None:
-    code, modules, output = run_cli(command, "--help")
+@pytest.mark.parametrize(("command", "sub"), LEAVES)
+def test_command_help_is_light_whole_at_80_columns_with_an_example(command: str, sub: str) -> None:
+    words = [command, sub] if sub else [command]
+    code, modules, output = run_cli(*words, "--help")
     assert code == 0, output
     assert sorted(modules & set(HEAVY)) == []
     assert max(len(line) for line in output.splitlines()) <= 80
     assert "…" not in output  # nothing cut off
-    group = typer.main.get_command(app)
-    assert isinstance(group, TyperGroup)
-    names = [opt for p in group.commands[command].params for opt in p.opts if opt.startswith("--")]
+    top = GROUP.commands[command]
+    if sub:
+        assert isinstance(top, TyperGroup)
+    leaf = top.commands[sub] if isinstance(top, TyperGroup) else top
+    names = [opt for p in leaf.params for opt in p.opts if opt.startswith("--")]
     missing = [name for name in names if f" {name} " not in output.replace("\n", " ")]
     assert missing == []
-    assert f"Example: testbed {command}" in " ".join(output.split())
+    assert f"Example: testbed {' '.join(words)}" in " ".join(output.split())
 
 
 @pytest.mark.parametrize(
@@ -115,12 +125,3 @@ def test_simulate_help_shows_the_reduced_grid() -> None:
     assert f"[default: {grid['concurrency'][0]}]" in helps["concurrency"]
     assert f"[default: {grid['repetitions']}]" in helps["repetitions"]
     assert f"[default: {REDUCED_REQUESTS_PER_RUN}]" in helps["requests"]
-
-
-def test_readiness_defaults_in_help_are_the_models() -> None:
-    """`testbed load` keeps the readiness gate's defaults without importing it (aiohttp)."""
-    from loadgen.cli import READY_SUCCESSES_DEFAULT, READY_TIMEOUT_DEFAULT_S
-    from loadgen.readiness import ReadyCheck
-
-    assert ReadyCheck.model_fields["successes"].default == READY_SUCCESSES_DEFAULT
-    assert ReadyCheck.model_fields["timeout_s"].default == READY_TIMEOUT_DEFAULT_S

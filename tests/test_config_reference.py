@@ -43,4 +43,5 @@ def test_types_defaults_and_units_are_the_models() -> None:
     assert table["load.deadlineMinutes"][1:3] == ["unset", "min"]
     assert table["load.modelWaitMinutes"][1:3] == ["`10.0`", "min"]
     assert table["namespace"][1] == "`testbed-<stack>`"
+    assert table["nodeClasses.<name>.gpu.memoryGbPerS"][2] == "GB/s"
     assert "(>= 1; <= 240)" in table["topology.readyTimeoutMinutes"][3]

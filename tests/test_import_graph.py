@@ -22,6 +22,7 @@ COMMAND_MODULES = frozenset(
         "testbed.stack_commands",
         "testbed.compare",
         "testbed.init_stack",
+        "testbed.probe_command",
         "loadgen.cli",
     }
 )
