@@ -25,6 +25,7 @@ CASES = [
         [command, "--help"]
         for command in ("render", "diff", "simulate", "load", "compare", "report", "init-stack")
     ),
+    ["probe", "kv-path", "--help"],
     ["simulate"],  # a usage error: missing argument
     ["load", "--url", "http://h:1"],  # a usage error: missing option
 ]

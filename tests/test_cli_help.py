@@ -40,24 +40,55 @@ LEAVES = sorted(
 )
 """Every command as (name, subcommand or ""): `probe kv-path` is a command of a group."""
 
+ERRORS = [
+    (["simulate"], "error: Missing argument 'stack'. (see testbed simulate --help)"),
+    (["load", "--url", "http://h:1"], "error: Missing option '--model'."),
+    (["render", "kv-routing", "--bogus"], "error: No such option: --bogus"),
+]
+"""Argument errors and the start of their one line."""
+
 PROBE = """
-import json, sys
+import contextlib, io, json, sys
 from testbed.cli import main
-code = main(sys.argv[1:])
-print(json.dumps({"code": code, "modules": sorted(m for m in sys.modules if "." not in m)}))
+runs = []
+for args in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(args)
+    runs.append({"code": code, "output": out.getvalue()})
+print(json.dumps({"runs": runs, "modules": sorted(m for m in sys.modules if "." not in m)}))
 """
 
 
-def run_cli(*args: str) -> tuple[int, set[str], str]:
-    """Run `testbed ARGS` in a fresh interpreter at 80 columns: exit code, top-level modules
-    loaded, stdout and stderr."""
+@pytest.fixture(scope="module")
+def probed() -> tuple[dict[str, tuple[int, str]], set[str]]:
+    """`testbed --help`, every command's `--help` and the argument errors, run one after the
+    other in one fresh interpreter at 80 columns: {" ".join(args): (exit code, output)} and the
+    top-level modules loaded by all of them together."""
+    cases = [["--help"], *([c, s, "--help"] if s else [c, "--help"] for c, s in LEAVES)]
+    cases += [args for args, _ in ERRORS]
     env = {**os.environ, "COLUMNS": "80", "TERMINAL_WIDTH": "80", "NO_COLOR": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, check=False
+        [sys.executable, "-c", PROBE, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
-    *shown, last = proc.stdout.rstrip("\n").split("\n")
-    probe = json.loads(last)
-    return probe["code"], set(probe["modules"]), "\n".join(shown) + proc.stderr
+    probe = json.loads(proc.stdout.rstrip("\n").split("\n")[-1])
+    runs = {
+        " ".join(args): (r["code"], r["output"])
+        for args, r in zip(cases, probe["runs"], strict=True)
+    }
+    return runs, set(probe["modules"])
+
+
+def test_help_and_argument_errors_load_no_heavy_module(
+    probed: tuple[dict[str, tuple[int, str]], set[str]],
+) -> None:
+    _, modules = probed
+    assert "typer" in modules  # the probe ran
+    assert sorted(modules & set(HEAVY)) == []
 
 
 def test_every_command_is_probed() -> None:
@@ -66,24 +97,24 @@ def test_every_command_is_probed() -> None:
     )
 
 
-def test_testbed_help_loads_no_heavy_module() -> None:
-    code, modules, output = run_cli("--help")
+def test_testbed_help_lists_every_command(
+    probed: tuple[dict[str, tuple[int, str]], set[str]],
+) -> None:
+    code, output = probed[0]["--help"]
     assert code == 0, output
-    assert sorted(modules & set(HEAVY)) == []
     assert all(f" {command} " in output for command in COMMANDS)
 
 
 @pytest.mark.parametrize(("command", "sub"), LEAVES)
-def test_command_help_is_light_whole_at_80_columns_with_an_example(command: str, sub: str) -> None:
+def test_command_help_is_whole_at_80_columns_with_an_example(
+    probed: tuple[dict[str, tuple[int, str]], set[str]], command: str, sub: str
+) -> None:
     words = [command, sub] if sub else [command]
-    code, modules, output = run_cli(*words, "--help")
+    code, output = probed[0][" ".join([*words, "--help"])]
     assert code == 0, output
-    assert sorted(modules & set(HEAVY)) == []
     assert max(len(line) for line in output.splitlines()) <= 80
     assert "…" not in output  # nothing cut off
     top = GROUP.commands[command]
-    if sub:
-        assert isinstance(top, TyperGroup)
     leaf = top.commands[sub] if isinstance(top, TyperGroup) else top
     names = [opt for p in leaf.params for opt in p.opts if opt.startswith("--")]
     missing = [name for name in names if f" {name} " not in output.replace("\n", " ")]
@@ -91,22 +122,14 @@ def test_command_help_is_light_whole_at_80_columns_with_an_example(command: str,
     assert f"Example: testbed {' '.join(words)}" in " ".join(output.split())
 
 
-@pytest.mark.parametrize(
-    ("args", "says"),
-    [
-        (["simulate"], "error: Missing argument 'stack'. (see testbed simulate --help)"),
-        (["load", "--url", "http://h:1"], "error: Missing option '--model'."),
-        (["render", "kv-routing", "--bogus"], "error: No such option: --bogus"),
-    ],
-)
-def test_an_argument_error_is_one_line_and_loads_no_heavy_module(
-    args: list[str], says: str
+@pytest.mark.parametrize(("args", "says"), ERRORS)
+def test_an_argument_error_is_one_line(
+    probed: tuple[dict[str, tuple[int, str]], set[str]], args: list[str], says: str
 ) -> None:
-    code, modules, output = run_cli(*args)
+    code, output = probed[0][" ".join(args)]
     assert code == 2
     assert output.strip().splitlines() == [output.strip()]
     assert output.startswith(says)
-    assert sorted(modules & set(HEAVY)) == []
 
 
 def test_simulate_help_shows_the_reduced_grid() -> None:
