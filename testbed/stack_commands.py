@@ -379,10 +379,10 @@ def _simulate(
     from pydantic import ValidationError
     from rich.text import Text
 
+    from loadgen.cli import print_settings_note
     from loadgen.incidents import describe
     from loadgen.output import ResumeError
     from loadgen.report import client_server_table, comparison_table, seed_table, table_console
-    from loadgen.cli import print_settings_note
     from testbed.compare import print_resource_note
     from testbed.localgraph import LocalGraphError
     from testbed.seed import seed_accuracy_note
