@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing.resource_tracker
 import statistics
 import threading
 from datetime import UTC, datetime
@@ -103,7 +104,14 @@ def test_simulate_stack_times_the_real_routing_run_and_leaves_no_process(
     tmp_path: Path,
 ) -> None:
     """The reduced end-to-end simulation of a disaggregated stack: the real Dynamo routing run,
-    then the timing model; the cache hits are the routing run's, the times the model's."""
+    then the timing model; the cache hits are the routing run's, the times the model's.
+
+    No process of ours outlives it. The load generator's worker queues (spawn context) start
+    Python's resource tracker, one helper per interpreter that lives until the interpreter exits
+    (CPython 3.11 ``Lib/multiprocessing/resource_tracker.py``, ``ensure_running``); it is started
+    here first, so that it counts among the processes before the run, whichever test runs first.
+    """
+    multiprocessing.resource_tracker.ensure_running()
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     grid = {"prefix_kinds": [2], "concurrency": [4], "requests_per_run": 24}
     sim = simulate_stack("disagg-same-node", tmp_path, grid=grid, progress=False)
