@@ -9,10 +9,24 @@ merged in late August 2026: after NIXL 1.4.0 (tagged 2026-08-13; the repository 
 has no such check), so the first release with it is **NIXL 1.5.0**; NIXL 1.5.1 refuses
 ``tcp,self`` (``../shared/notes/kv-path-measured.md``).
 
-Dynamo releases and their NIXL: **1.7.0 ships NIXL 1.5.0** (the notes); **1.6.2** ships one
-without the check: the seed ran ``UCX_TLS=tcp,self`` on GPU nodes with ``vllm-runtime:1.6.2``
-and its workers started. Later Dynamo releases are taken to ship NIXL >= 1.5.0 (NIXL versions
-only move forward in Dynamo's ``container/context.yaml``).
+Dynamo releases and the NIXL of their **vLLM** runtime image (the engine this program deploys;
+the SGLang and TensorRT-LLM images pin their own NIXL), from Dynamo's release pins
+(``docs/fern/components/releases.data.ts``, ``nixlVllm``; ai-dynamo/dynamo at commit
+0059bada94f8c52586523424ee05d4b2a1063608 for 1.0.0-1.4.2; the 1.6.x docs' upgrade panel,
+https://docs.nvidia.com/dynamo/v1.6.1/reference/releases/deprecations, "Upgrade to v1.6.0":
+"vLLM 0.28.0 -> 0.31.0", "NIXL · vLLM 1.3.2 -> 1.4.1", "NIXL · SGLang 1.4.0 -> 1.5.0"):
+
+- 1.4.0-1.4.2 (vLLM 0.26.0): NIXL 1.3.2;
+- **1.6.0 (vLLM 0.31.0): NIXL 1.4.1**, no check. 1.6.1 and 1.6.2 are patch releases whose
+  dependency changes name no NIXL (the v1.6.2 release notes, commit 28f9765: OS packages, the
+  SGLang image's CPython, the Planner's Python, Mooncake 0.3.14), and the seed ran
+  ``UCX_TLS=tcp,self`` on GPU nodes with ``vllm-runtime:1.6.2`` and its workers started;
+- **1.7.0: NIXL 1.5.0** (``../shared/notes/kv-path-measured.md``; the 1.7.0 pin table was not
+  found in the search index here), the first with the check.
+
+Later Dynamo releases are taken to ship NIXL >= 1.5.0 (NIXL versions only move forward in
+Dynamo's ``container/context.yaml``). Dynamo 1.6's SGLang image already ships NIXL 1.5.0; the
+rule is for the vLLM image only, as ``engine.kind`` is ``vllm`` or ``mocker``.
 """
 
 from __future__ import annotations
@@ -20,8 +34,13 @@ from __future__ import annotations
 NIXL_TLS_CHECK_SINCE = (1, 5, 0)
 """The first NIXL release whose UCX backend refuses a ``UCX_TLS`` without CUDA memory support."""
 
-DYNAMO_NIXL: dict[tuple[int, int, int], tuple[int, int, int]] = {(1, 7, 0): (1, 5, 0)}
-"""Dynamo release -> the NIXL it ships, where known (see the module docstring)."""
+DYNAMO_NIXL: dict[tuple[int, int, int], tuple[int, int, int]] = {
+    (1, 4, 0): (1, 3, 2),
+    (1, 6, 0): (1, 4, 1),
+    (1, 7, 0): (1, 5, 0),
+}
+"""Dynamo release -> the NIXL its vLLM runtime image ships, where known (see the module
+docstring); a release not listed ships that of the latest listed release below it."""
 
 FIRST_DYNAMO_WITH_CHECK = min(d for d, n in DYNAMO_NIXL.items() if n >= NIXL_TLS_CHECK_SINCE)
 """The first Dynamo release whose NIXL has the check: 1.7.0."""
@@ -51,9 +70,9 @@ def nixl_refuses_tls_without_cuda(dynamo_version: str) -> bool:
 
 
 def shipped_nixl(dynamo_version: str) -> str | None:
-    """The NIXL this Dynamo release ships, as far as `DYNAMO_NIXL` knows: that of the latest
-    listed release at or below it (NIXL only moves forward), e.g. ``"1.7.0"`` -> ``"1.5.0"``;
-    None below every listed release.
+    """The NIXL this Dynamo release's vLLM image ships, as far as `DYNAMO_NIXL` knows: that of
+    the latest listed release at or below it (NIXL only moves forward), e.g. ``"1.6.2"`` ->
+    ``"1.4.1"``, ``"1.7.0"`` -> ``"1.5.0"``; None below every listed release.
 
     Raises:
         ValueError: not a MAJOR.MINOR.PATCH version.

@@ -21,20 +21,30 @@ block-aligned) and its output tokens. What it models:
 - **Disaggregation** (Dynamo 1.6 + vLLM 0.31.0's NixlConnector; the KV path's costs come from
   :mod:`kvpath`): the prefill worker computes the prompt (minus its prefix-cache hit); with
   ``kv_buffer_device: cpu`` it then copies **every block of the prompt** device -> host,
-  synchronously, its engine loop stalled meanwhile (``save_kv_to_host``; blocks into mirror
-  pages touched for the first time copy slower, :mod:`kvpath.copies`; workers of one host slow
-  each other only where their torch threads outnumber its cores). Dynamo picks the decode
-  worker by load alone: the KV router scores the decode leg with ``overlap_score_credit=0``
-  (``../shared/notes/kv-path-measured.md``, ai-dynamo/dynamo issue #10449), so the lowest
-  active-block count wins, ties at random. The decode worker pulls the blocks it does not
-  already hold (vLLM ``NixlConnectorScheduler.get_num_new_matched_tokens`` returns
-  ``len(prompt) - num_computed_tokens``) over the connection of that prefill/decode pair,
-  shared by the pair's transfers, and between nodes over the node pair's wire, shared by every
-  pair crossing it (:class:`~testbed.sharing.FlowServer`); then copies them host -> device,
+  synchronously, its engine loop stalled meanwhile (``save_kv_to_host``; blocks into mirror pages
+  touched for the first time copy slower, :mod:`kvpath.copies`; workers of one host slow each other
+  only where their torch threads outnumber its cores). Dynamo picks the decode worker by load alone:
+  the frontend re-issues the decode leg with the per-request override ``overlap_score_credit=0,
+  assume_kv_reuse=false, track_prefill_tokens=false``
+  (``lib/llm/src/kv_router/prefill_router/types.rs``, ``build_decode_router_override``), so
+  ``DefaultWorkerScorer::worker_logit`` (``lib/kv-router/src/scheduling/selector/default.rs``)
+  scores each decode worker ``prefill_load_scale x 0 + decode blocks + active-request weight x
+  active requests`` and ``minimum_cost_index`` takes the lowest, ties at random (defaults in
+  ``lib/kv-router/src/scheduling/config.rs``: ``decode_active_request_weight`` 0.0,
+  ``router_temperature`` 0.0, no sampling): the lowest active-block count wins (ai-dynamo/dynamo at
+  commits 0243c51b and 07a6c9ce, the stored versions: the snapshot is over this workplace's fetch
+  limit, so not read at the v1.6.2 tag, 28f9765; the maintainers describe the same override in June
+  2026, issue #10449, and in August 2026, PR #12960 on ``prefill_router/mod.rs``, around 1.6's
+  October release; the decode-affinity branch, ``worker_type == "decode"`` with a positive credit,
+  is reached only by conditional disaggregation, which keeps a credit). The decode worker pulls the
+  blocks it does not already hold (vLLM ``NixlConnectorScheduler.get_num_new_matched_tokens``
+  returns ``len(prompt) - num_computed_tokens``) over the connection of that prefill/decode pair,
+  shared by the pair's transfers, and between nodes over the node pair's wire, shared by every pair
+  crossing it (:class:`~testbed.sharing.FlowServer`); then copies them host -> device,
   synchronously, before its first decode step produces the first token
   (``sync_recved_kv_to_device``). In Dynamo's flow the prefill worker returns only
-  ``disaggregated_params`` and the decode worker generates and streams every token ("vLLM:
-  prefill runs synchronously; decode waits for prefill to complete", ai-dynamo/dynamo
+  ``disaggregated_params`` and the decode worker generates and streams every token ("vLLM: prefill
+  runs synchronously; decode waits for prefill to complete", ai-dynamo/dynamo
   ``docs/design_docs/disagg_serving.md``).
 - **Host memory** (``kv_buffer_device: cpu``): each worker's host mirror becomes resident as
   blocks are touched (:class:`~testbed.sharing.ResidentMirror`): the prefill worker's fresh

@@ -68,11 +68,14 @@ def test_the_version_table() -> None:
         True,
         True,
     ]
-    assert (shipped_nixl("1.6.2"), shipped_nixl("1.7.0"), shipped_nixl("1.8.0")) == (
+    # The vLLM image's NIXL (kvpath/versions.py cites Dynamo's release pins).
+    assert [shipped_nixl(v) for v in ("1.3.1", "1.5.1", "1.6.2", "1.7.0", "1.8.0")] == [
         None,
+        "1.3.2",
+        "1.4.1",
         "1.5.0",
         "1.5.0",
-    )
+    ]
     assert parse_version("1.7.0") == (1, 7, 0)
     with pytest.raises(ValueError, match=r"MAJOR\.MINOR\.PATCH"):
         parse_version("1.7")
