@@ -1,8 +1,9 @@
 """What if the seed's workers held less KV than sizing gives them? The cached-ratio evidence of
 docs/simulation.md ("Why the disaggregated rows miss").
 
-Run: `uv run --group sim python bench/kv_capacity_whatif.py --scale 1 0.67 [--out DIR]` (about
-2 minutes per scale on 2 shared cores).
+Run: `uv run --group sim python bench/kv_capacity_whatif.py --scale 1 0.67 [--role decode]
+[--stack disagg-same-node] [--out DIR]` (about 1 minute per scale and stack on 2 shared cores;
+`--role` scales only the workers of those roles, `--stack` runs only those stacks).
 
 For each scale, `kv-routing` and `disagg-same-node` on the seed's full grid, as
 `bench/seed_match.py` runs them, with every worker's KV capacity multiplied by the scale: the
@@ -39,14 +40,17 @@ SEED_CACHED_RATIO = {
 """The seed's cached-token ratios (BRIEF.md, "Results: same node"); no others are reported."""
 
 
-def scaled(scale: float) -> None:
-    """Every worker's KV capacity times ``scale`` in the routing run and the timing model."""
+def scaled(scale: float, roles: frozenset[str]) -> None:
+    """The KV capacity of every worker whose role is in ``roles`` times ``scale``, in the
+    routing run and the timing model."""
     graph_spec, run_topology = seed_match.graph_spec, simulate_module.run_topology
 
     def small_graph(*args: object, **kwargs: object) -> LocalGraphSpec:
         spec = graph_spec(*args, **kwargs)  # type: ignore[arg-type]
         groups = tuple(
             dataclasses.replace(g, num_gpu_blocks=max(1, int((g.num_gpu_blocks or 1) * scale)))
+            if g.role in roles
+            else g
             for g in spec.groups
         )
         return dataclasses.replace(spec, groups=groups)
@@ -55,6 +59,8 @@ def scaled(scale: float) -> None:
         topology = run_topology(*args, **kwargs)  # type: ignore[arg-type]
         workers = tuple(
             dataclasses.replace(w, kv_capacity_tokens=int(w.kv_capacity_tokens * scale))
+            if w.role in roles
+            else w
             for w in topology.workers
         )
         return dataclasses.replace(topology, workers=workers)
@@ -81,26 +87,30 @@ def cached_rows(stack: str, frame: pd.DataFrame) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, nargs="+", required=True)
+    parser.add_argument("--role", nargs="+", default=["aggregated", "prefill", "decode"])
+    parser.add_argument("--stack", nargs="+", default=list(seed_match.SEED_SAME_NODE))
     parser.add_argument("--out", type=Path, default=Path("out/kv-capacity-whatif"))
     args = parser.parse_args()
     originals = seed_match.graph_spec, simulate_module.run_topology
     for scale in args.scale:
         seed_match.graph_spec, simulate_module.run_topology = originals
-        scaled(scale)
+        scaled(scale, frozenset(args.role))
         out = args.out / f"scale-{scale:g}"
         results = {}
         lines = [
-            f"\nKV capacity x {scale:g}",
+            f"\nKV capacity x {scale:g} ({', '.join(args.role)} workers)",
             "| stack | prefix kinds | conc | cached ratio | first 50 | 100 on | seed |",
             "|---|---|---|---|---|---|---|",
         ]
-        for stack in seed_match.SEED_SAME_NODE:
+        for stack in args.stack:
             results[stack], seconds = seed_match.simulate(stack, out, reuse=False, full=True)
             print(f"{stack} x {scale:g}: {seconds:.0f} s", flush=True)
             frame = pd.read_parquet(out / stack / "routing" / "requests.parquet")
             lines += cached_rows(stack, frame)
-        table, hits = seed_match.same_node_table(results)
-        print("\n".join([*lines, "", *table, f"\n{hits} of 48 within +-25%"]), flush=True)
+        print("\n".join(lines), flush=True)
+        if set(results) == set(seed_match.SEED_SAME_NODE):
+            table, hits = seed_match.same_node_table(results)
+            print("\n".join(["", *table, f"\n{hits} of 48 within +-25%"]), flush=True)
 
 
 if __name__ == "__main__":
