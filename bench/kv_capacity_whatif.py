@@ -1,5 +1,6 @@
-"""What if the seed's workers held less KV than sizing gives them? The cached-ratio evidence of
-docs/simulation.md ("Why the disaggregated rows miss").
+"""What if the seed's workers held less KV cache than sizing gives them.
+
+The cached-ratio evidence of docs/simulation.md ("Why the disaggregated rows miss").
 
 Run: `uv run --group sim python bench/kv_capacity_whatif.py --scale 1 0.67 [--role decode]
 [--stack disagg-same-node] [--out DIR]` (about 1 minute per scale and stack on 2 shared cores;
