@@ -171,6 +171,14 @@ class ShareResult:
     loop_lags_ms: list[float]
     cpu_s: float
 
+    @staticmethod
+    def merge(parts: Sequence["ShareResult"]) -> "ShareResult":
+        """One run from its shares (worker processes, or in-cluster clients): records of all
+        shares in index order, lag samples pooled, CPU times summed."""
+        records = sorted((r for part in parts for r in part.records), key=lambda r: r.index)
+        lags = [lag for part in parts for lag in part.loop_lags_ms]
+        return ShareResult(records, lags, sum(part.cpu_s for part in parts))
+
 
 @contextlib.asynccontextmanager
 async def _frozen_heap() -> AsyncIterator[None]:

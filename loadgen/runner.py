@@ -8,7 +8,6 @@ server without priming the measured prefixes. No cache-reset endpoint is used.
 """
 
 import asyncio
-import itertools
 import logging
 import time
 from collections import Counter
@@ -18,10 +17,10 @@ from pathlib import Path
 
 from rich.progress import Progress
 
-from loadgen.api import API_PATHS, base_url, request_body, short_message
+from loadgen.api import base_url, short_message
 from loadgen.config import Arrival, LoadConfig, ReadyCheck
 from loadgen.incidents import Incident, placed_all
-from loadgen.loops import OnDone, Share, ShareResult, Warmup, make_client, run_share
+from loadgen.loops import OnDone, Share, ShareResult, Warmup, run_share
 from loadgen.observers import GridObserver
 from loadgen.output import (
     MeasuredRun,
@@ -31,16 +30,10 @@ from loadgen.output import (
     grid_settings,
     records_frame,
 )
-from loadgen.prompts import (
-    Prompt,
-    TextSizer,
-    WordSizer,
-    build_prompts,
-    calibration_texts,
-    load_tokenizer_sizer,
-)
+from loadgen.plan import calibrate_word_sizer, grid_keys, run_label, share_for_run
+from loadgen.prompts import TextSizer, WordSizer, load_tokenizer_sizer
 from loadgen.readiness import wait_until_serving
-from loadgen.request import RequestRecord, stream_request
+from loadgen.request import RequestRecord
 from loadgen.results import ErrorSample, GridResult, Readiness
 from loadgen.server_metrics import ServerMetrics
 from loadgen.stats import client_budget_warning, summarize_point, summarize_run
@@ -51,33 +44,19 @@ FIRST_ERRORS_KEPT = 10  # failed requests kept with their messages in `GridResul
 
 
 async def _run_once(
-    url: str,
-    model: str,
-    config: LoadConfig,
-    prompts: Sequence[Prompt],
-    warmup: Sequence[Prompt],
-    concurrency: int,
-    repetition: int,
+    share: Share,
     on_done: OnDone | None,
     pool: WorkerPool,
     notes: list[str],
     label: str,
 ) -> tuple[ShareResult, int]:
-    """One run in this process or spread over `pool`'s worker processes (`config.workers`,
-    else `auto_workers`); returns the merged records and lag samples, and the number of
-    workers (1: this process). After the warm-up and before the measured loop, a load that
-    is more than the client can time honestly (`loadgen.stats.client_budget_warning`) is
-    logged as a warning (prefixed with the run's `label`) and appended to `notes`."""
-    share = Share(
-        url=url,
-        path=API_PATHS[config.api],
-        config=config,
-        concurrency=concurrency,
-        warmup=[request_body(config.api, model, p.text, config.max_tokens) for p in warmup],
-        bodies=[request_body(config.api, model, p.text, config.max_tokens) for p in prompts],
-        records=[RequestRecord(index=i, prefix_id=p.prefix_id) for i, p in enumerate(prompts)],
-        arrival_seed=f"{config.seed}:arrivals:{repetition}",
-    )
+    """One run (`loadgen.plan.share_for_run`) in this process or spread over `pool`'s worker
+    processes (`config.workers`, else `auto_workers`); returns the merged records and lag
+    samples, and the number of workers (1: this process). After the warm-up and before the
+    measured loop, a load that is more than the client can time honestly
+    (`loadgen.stats.client_budget_warning`) is logged as a warning (prefixed with the run's
+    `label`) and appended to `notes`."""
+    config, concurrency = share.config, share.concurrency
     if config.arrival is Arrival.POISSON:
         workers = 1  # LoadConfig allows workers > 1 only for the closed loop
     elif config.workers is not None:
@@ -97,43 +76,6 @@ async def _run_once(
     if workers == 1:
         return await run_share(share, on_done=on_done, ready=preflight), 1
     return await pool.run(split_share(share, workers), ready=preflight), workers
-
-
-async def calibrate_word_sizer(url: str, model: str, config: LoadConfig) -> WordSizer:
-    """Measure tokens per word from the server's `usage.prompt_tokens` for two prompts of
-    different length (see `calibration_texts`); sends 2 requests with max_tokens=1 to `url`
-    (a `base_url`). Falls back to 1 token/word, its `source` saying why: a calibration request
-    failed (the first error's kind and message), the server reported no usage, or its
-    prompt_tokens did not grow with the prompt. Never raises for request failures.
-    """
-    short, long = calibration_texts()
-    path = API_PATHS[config.api]
-    records = []
-    async with make_client(url, config, 1) as client:
-        for i, text in enumerate((short, long)):
-            record = RequestRecord(index=i, prefix_id=0, intended_ns=time.monotonic_ns())
-            body = request_body(config.api, model, text, 1)
-            await stream_request(client, path, body, record, config.request_timeout_s)
-            records.append(record)
-            if not record.ok:
-                break
-    fallback = "approximate:1 token/word"
-    failed = [r for r in records if not r.ok]
-    if failed:
-        reason = f"{failed[0].error_kind}: {short_message(failed[0].error or '')}"
-        return WordSizer(1.0, f"{fallback} (calibration request failed: {reason})")
-    counts = [r.prompt_tokens for r in records]
-    if counts[0] is None or counts[1] is None:
-        return WordSizer(1.0, f"{fallback} (server reported no usage)")
-    if counts[1] <= counts[0]:
-        return WordSizer(
-            1.0,
-            f"{fallback} (server's prompt_tokens did not grow with the prompt: "
-            f"{counts[0]} then {counts[1]})",
-        )
-    words = (len(short.split()), len(long.split()))
-    per_word = (counts[1] - counts[0]) / (words[1] - words[0])
-    return WordSizer(per_word, f"server-calibrated:{per_word:.3f} tokens/word")
 
 
 def _first_errors(
@@ -224,20 +166,6 @@ def grid_result(
     )
 
 
-def run_label(key: tuple[int, int, int]) -> str:
-    """How warnings name a run: "K=2 c=4 rep 1"."""
-    return f"K={key[0]} c={key[1]} rep {key[2]}"
-
-
-def grid_keys(config: LoadConfig) -> list[tuple[int, int, int]]:
-    """Every run of the grid in the order it runs: (prefix kinds, concurrency, repetition),
-    points in `prefix_kinds` x `concurrency` order, repetitions together."""
-    points = itertools.product(config.prefix_kinds, config.concurrency)
-    return [
-        (k, c, rep) for (k, c), rep in itertools.product(points, range(1, config.repetitions + 1))
-    ]
-
-
 async def _sizer(
     server: str,
     model: str,
@@ -274,22 +202,27 @@ async def _measure(
 ) -> tuple[MeasuredRun, int]:
     """One run: build its prompts (salted by its key, see the module docstring), warm up,
     measure; returns it and its number of worker processes (1: in this process)."""
-    kinds, conc, rep = key
-    salt = f"k{kinds}-c{conc}-r{rep}"
-    shape = dict(
-        prefix_kinds=kinds,
-        prefix_tokens=config.prefix_tokens,
-        suffix_tokens=config.suffix_tokens,
-        seed=config.seed,
-    )
-    prompts = build_prompts(sizer, n=config.requests_per_run, salt=salt, **shape)
-    n_warmup = conc if config.warmup_requests is None else config.warmup_requests
-    warmup = build_prompts(sizer, n=n_warmup, salt=f"warmup-{salt}", **shape)
+    share = share_for_run(server, model, config, sizer, key)
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
     notes: list[str] = []
-    done, workers = await _run_once(
-        server, model, config, prompts, warmup, conc, rep, on_done, pool, notes, run_label(key)
-    )
+    done, workers = await _run_once(share, on_done, pool, notes, run_label(key))
+    return measured_run(config, key, done, workers, started_ns, started_at, notes), workers
+
+
+def measured_run(
+    config: LoadConfig,
+    key: tuple[int, int, int],
+    done: ShareResult,
+    workers: int,
+    started_ns: int,
+    started_at: datetime,
+    notes: Sequence[str],
+) -> MeasuredRun:
+    """Run `key`'s `MeasuredRun` from its merged records (`done`, from `workers` processes or
+    clients): its `RunSummary` (`loadgen.stats.summarize_run`) with the run's start
+    (`started_ns` monotonic = `started_at` UTC), end (now) and `notes` as its first warnings,
+    its first errors and its request rows."""
+    kinds, conc, rep = key
     summary = summarize_run(
         done.records,
         prefix_kinds=kinds,
@@ -311,7 +244,7 @@ async def _measure(
         }
     )
     errors = _first_errors(key, done.records, started_ns, started_at)
-    return MeasuredRun(summary, errors, records_frame(*key, done.records)), workers
+    return MeasuredRun(summary, errors, records_frame(*key, done.records))
 
 
 async def run_grid_async(

@@ -190,10 +190,7 @@ class WorkerPool:
             for process in self._processes:
                 process.kill()
             raise
-        parts = [cast(ShareResult, done[k]) for k in range(len(shares))]
-        records = sorted((r for part in parts for r in part.records), key=lambda r: r.index)
-        lags = [lag for part in parts for lag in part.loop_lags_ms]
-        return ShareResult(records, lags, sum(part.cpu_s for part in parts))
+        return ShareResult.merge([cast(ShareResult, done[k]) for k in range(len(shares))])
 
     async def __aenter__(self) -> "WorkerPool":
         return self

@@ -151,15 +151,15 @@ async def test_grid_writes_summary_and_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Mark each prompt with its grid point's prefix kinds so the server can answer per point.
-    import loadgen.runner as runner
+    import loadgen.plan as plan
 
-    real_build = runner.build_prompts
+    real_build = plan.build_prompts
 
     def marked(sizer: Any, **kw: Any) -> Any:
         prompts = real_build(sizer, **kw)
         return [type(p)(f"P{kw['prefix_kinds']} {p.text}", p.prefix_id) for p in prompts]
 
-    monkeypatch.setattr(runner, "build_prompts", marked)
+    monkeypatch.setattr(plan, "build_prompts", marked)
     config = LoadConfig(
         prefix_kinds=[2, 12],
         concurrency=[3],
