@@ -16,7 +16,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -460,6 +460,18 @@ class StackLoadConfig(LoadConfig):
         description="tokenizer.json (or its folder) on this machine for exact prompt lengths; "
         "default: the local Hugging Face cache, else calibrated against the server.",
     )
+    runner: Literal["cluster", "local"] = Field(
+        default="cluster",
+        description="Where the grid runs: cluster (a Kubernetes Job in the stack's namespace, "
+        "against the frontend's in-cluster address: incluster) or local (this machine, "
+        "through the NodePort or LoadBalancer).",
+    )
+    clients: int = Field(
+        default=1,
+        ge=1,
+        description="With runner cluster: client pods that split every run (closed loop: its "
+        "concurrency; open loop: its rate), at most the grid's smallest concurrency.",
+    )
     results_dir: ConfigText = Field(
         default="results",
         min_length=1,
@@ -483,6 +495,17 @@ class StackLoadConfig(LoadConfig):
         if problem:
             raise ValueError(f"{problem}: set the URL your frontend answers on")
         return url
+
+    @model_validator(mode="after")
+    def _clients_fit(self) -> Self:
+        if self.clients > 1 and self.runner == "local":
+            raise ValueError("load.clients > 1 needs load.runner: cluster (one local process)")
+        if self.clients > min(self.concurrency):
+            raise ValueError(
+                f"load.clients ({self.clients}) is more than the smallest load.concurrency "
+                f"({min(self.concurrency)}): every client needs a stream; lower clients"
+            )
+        return self
 
     def grid(self) -> LoadConfig:
         """The loadgen part alone (what :func:`loadgen.runner.run_grid` takes)."""

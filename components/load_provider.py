@@ -122,6 +122,43 @@ async def _wait_and_run(
         return partial, False, f"{where}{exc!r}"
 
 
+def _run_grid(
+    inputs: LoadStepInputs,
+    config: LoadConfig,
+    run_dir: Path,
+    deadline: float,
+    pods: GridObserver,
+) -> tuple[GridResult | None, bool, str | None]:
+    """The grid where ``load.runner`` says: in this process (:func:`_wait_and_run`), or as a
+    Job of ``clients`` pods in the stack's namespace (:func:`incluster.runtime.run_in_cluster`;
+    imported here, so that ``pulumi preview`` never loads the Kubernetes client for it). Same
+    result, deadline flag and failure either way."""
+    if inputs.runner == "local":
+        return asyncio.run(_wait_and_run(inputs, config, run_dir, deadline, pods))
+    from incluster.manifests import LoadJob
+    from incluster.runtime import job_name, run_in_cluster
+
+    if inputs.url is None or inputs.namespace is None or inputs.image is None:
+        return None, False, "the in-cluster load needs the stack's namespace, image and URL"
+    job = LoadJob(
+        name=job_name(inputs.stack),
+        namespace=inputs.namespace,
+        image=inputs.image,
+        url=inputs.url,
+        model=inputs.model,
+        grid_json=inputs.grid,
+        clients=inputs.clients,
+        deadline_s=max(deadline - time.monotonic(), 1.0),
+        model_wait_s=inputs.model_wait_s,
+        ready_successes=inputs.ready_successes,
+        tolerations=tuple(inputs.tolerations),
+    )
+    run = run_in_cluster(
+        job, config, run_dir, deadline, kubeconfig=inputs.kubeconfig, context=inputs.kube_context
+    )
+    return run.result, run.deadline_exceeded, run.failure
+
+
 def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     """Run one load step: wait for the model (and, with ``readyCheck``, for the readiness gate:
     :mod:`loadgen.readiness`), run the grid within the deadline, write the results folder,
@@ -142,6 +179,7 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
             finished runs (and no ``status.json``), for the next step to resume.
     """
     from components.load_step_folder import StopRequested, run_folder
+    from incluster.manifests import NOT_LOAD_PODS
     from loadgen.incidents import INCIDENTS_FILE, placed_all
     from loadgen.kube_watch import pod_watch
     from loadgen.output import read_result, write_text_atomic
@@ -158,12 +196,16 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     exceeded = False
     failure: str | None = None
     # The pod watch (a no-op without a namespace, as in states written before it existed).
-    watch = pod_watch(inputs.namespace, kubeconfig=inputs.kubeconfig, context=inputs.kube_context)
+    # The graph's pods, not the in-cluster load's own (whose ending is no incident).
+    watch = pod_watch(
+        inputs.namespace,
+        kubeconfig=inputs.kubeconfig,
+        context=inputs.kube_context,
+        label_selector=NOT_LOAD_PODS,
+    )
     with watch as pods:
         try:
-            result, exceeded, failure = asyncio.run(
-                _wait_and_run(inputs, config, run_dir, deadline, pods)
-            )
+            result, exceeded, failure = _run_grid(inputs, config, run_dir, deadline, pods)
         except ModelNotListedError as exc:
             failure = str(exc)
         except StopRequested as stop:
@@ -336,7 +378,7 @@ def register_load_step(
         kube_context=kubernetes.get("context"),
     )
     url: pulumi.Output[str | None] | None = None
-    if cfg.load.url is None:
+    if cfg.load.url is None and cfg.load.runner == "local":
         service = cast(k8s.core.v1.Service, graph.service)
         url = pulumi.Output.all(service.spec, service.status).apply(
             lambda values: frontend_url(

@@ -28,9 +28,9 @@ from pydantic.alias_generators import to_camel
 
 from components.config import StackConfig, StackLoadConfig
 from components.errors import ConfigProblem
-from components.manifests import PULUMI_ANNOTATION_PREFIX
+from components.manifests import PULUMI_ANNOTATION_PREFIX, frontend_service_manifest
 from components.stack_resources import stack_resources
-from components.topology import build_topology
+from components.topology import FRONTEND_PORT, Topology, anywhere_placement, build_topology
 from loadgen.config import Arrival, LoadConfig, ReadyCheck
 from loadgen.incidents import Incident, describe
 from loadgen.results import GridResult
@@ -71,6 +71,11 @@ class LoadStepInputs(BaseModel):
         resources: the stack's :class:`~components.stack_resources.StackResources` as a dict,
             written to the results folder as ``stack.json`` so that ``testbed compare`` can
             say whether two results had the same workers and GPUs (the fingerprint covers it).
+        runner: ``local`` (this process times the requests) or ``cluster`` (a Job in
+            ``namespace``: :mod:`incluster`); ``local`` in states written before it existed.
+        clients: client pods of a ``cluster`` run.
+        image: the image the client pods run (the stack's runtime image).
+        tolerations: the client pods' tolerations (every node class's).
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
@@ -92,6 +97,10 @@ class LoadStepInputs(BaseModel):
     namespace: str | None = None
     kube_context: str | None = None
     kubeconfig: str | None = None
+    runner: Literal["local", "cluster"] = "local"
+    clients: int = Field(default=1, ge=1)
+    image: str | None = None
+    tolerations: list[dict[str, str]] = Field(default_factory=list)
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
@@ -134,6 +143,9 @@ def step_inputs(
     """The step's inputs for a validated stack config (``url``: see :func:`frontend_url`;
     ``kube_context``: the stack's ``kubernetes:context``, for the pod watch)."""
     load = cfg.load
+    topology = build_topology(cfg)
+    if load.runner == "cluster" and url is None:
+        url = in_cluster_url(cfg, topology)
     return LoadStepInputs(
         stack=stack,
         url=url,
@@ -148,9 +160,13 @@ def step_inputs(
         tokenizer=load.tokenizer,
         results_root=results_root,
         parked=cfg.parked,
-        resources=stack_resources(cfg, build_topology(cfg)).model_dump(mode="json"),
+        resources=stack_resources(cfg, topology).model_dump(mode="json"),
         namespace=cfg.namespace,
         kube_context=kube_context,
+        runner=load.runner,
+        clients=load.clients,
+        image=topology.image,
+        tolerations=list(anywhere_placement(cfg.node_classes).tolerations),
     )
 
 
@@ -272,7 +288,7 @@ def endpoint_problems(cfg: StackConfig) -> list[ConfigProblem]:
     here: the step then waits for it (:func:`missing_address`).
     """
     load = cfg.load
-    if not load.enabled or load.url is not None:
+    if not load.enabled or load.url is not None or load.runner == "cluster":
         return []
     if cfg.topology.frontend.service_type == "ClusterIP":
         return [
@@ -298,6 +314,8 @@ def missing_address(cfg: StackConfig, stack: str) -> str | None:
     """
     load = cfg.load
     if not load.enabled or load.url is not None or load.node_address is not None:
+        return None
+    if load.runner == "cluster":
         return None
     if cfg.topology.frontend.service_type != "NodePort":
         return None
@@ -331,6 +349,14 @@ def frontend_url(
     if node_port is None or load.node_address is None:
         return None
     return f"http://{_host(load.node_address)}:{int(node_port)}"
+
+
+def in_cluster_url(cfg: StackConfig, topology: Topology) -> str:
+    """The frontend Service's address inside the cluster, ``http://<service>.<namespace>.svc:
+    <port>`` (the pod's DNS search list completes ``svc`` with the cluster domain: Kubernetes
+    docs, "DNS for Services and Pods"); what the in-cluster load step's pods time against."""
+    service = frontend_service_manifest(cfg, topology)["metadata"]["name"]
+    return f"http://{service}.{cfg.namespace}.svc:{FRONTEND_PORT}"
 
 
 def _host(address: str) -> str:

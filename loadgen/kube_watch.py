@@ -350,10 +350,17 @@ class PodWatch(GridObserver):
 
 
 def pod_watch(
-    namespace: str | None, *, kubeconfig: str | None = None, context: str | None = None
+    namespace: str | None,
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    label_selector: str | None = None,
 ) -> PodWatch | contextlib.nullcontext[GridObserver]:
-    """`PodWatch` of `namespace` with that Kubernetes access; without a namespace, a context
-    manager giving an observer that does nothing (no watch asked for)."""
+    """`PodWatch` of `namespace` (its pods matching `label_selector`, if given) with that
+    Kubernetes access; without a namespace, a context manager giving an observer that does
+    nothing (no watch asked for)."""
     if namespace is None:
         return contextlib.nullcontext(GridObserver())
-    return PodWatch(namespace, kubeconfig=kubeconfig, context=context)
+    return PodWatch(
+        namespace, kubeconfig=kubeconfig, context=context, label_selector=label_selector
+    )

@@ -1,0 +1,135 @@
+"""The workstation side of an in-cluster run: the pods' logs (:mod:`incluster.wire`) turned into
+loadgen's results folder and :class:`loadgen.results.GridResult`, exactly as ``testbed load``
+writes them (:class:`loadgen.output.ResultsFolder`, :func:`loadgen.runner.grid_result`).
+
+A run's records from its N clients merge at the record level (:meth:`loadgen.loops.ShareResult.
+merge`, as worker processes' do) after each client's times are moved onto client 0's clock,
+then loadgen's own statistics run on them (:func:`loadgen.runner.measured_run`): one run, the
+same numbers as one client sending them all. A run counts when every client finished it.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from incluster.wire import ShardLog, parse_log, shifted
+from loadgen.config import Arrival, LoadConfig
+from loadgen.loops import ShareResult, Warmup
+from loadgen.output import MeasuredRun, PromptSizing, ResultsFolder, grid_settings
+from loadgen.plan import grid_keys
+from loadgen.readiness import Readiness
+from loadgen.results import GridResult
+from loadgen.runner import grid_result, measured_run
+from loadgen.stats import client_budget_warning
+
+
+@dataclass
+class Collected:
+    """What the logs gave: the grid so far (None: no run finished), the first failure a client
+    reported (naming its pod), and the clients whose log was missing or had no clock line."""
+
+    result: GridResult | None
+    failure: str | None
+    missing: list[str]
+
+
+def merged_run(
+    config: LoadConfig, key: tuple[int, int, int], shards: Sequence[ShardLog]
+) -> MeasuredRun:
+    """Run ``key`` from every client's part (each has it): times on shard 0's clock, records
+    merged, warm-ups merged for the client-budget note, the earliest start."""
+    base = shards[0].offset_ns or 0
+    parts: list[ShareResult] = []
+    starts: list[int] = []
+    for log in shards:
+        part = log.runs[key]
+        delta = (log.offset_ns or 0) - base
+        records = [shifted(r, delta) for r in part.done.records]
+        parts.append(ShareResult(records, part.done.loop_lags_ms, part.done.cpu_s))
+        starts.append(part.started_ns + delta)
+    warm = Warmup.merge([log.runs[key].warmup for log in shards])
+    offered = config.request_rate if config.arrival is Arrival.POISSON else None
+    note = client_budget_warning(
+        warm, concurrency=key[1], offered_rate_per_s=offered, workers=len(shards)
+    )
+    started_at = min(log.runs[key].started_at for log in shards)
+    return measured_run(
+        config,
+        key,
+        ShareResult.merge(parts),
+        len(shards),
+        min(starts),
+        started_at,
+        [note] if note else [],
+    )
+
+
+def collect(
+    logs: Mapping[str, str],
+    clients: int,
+    url: str,
+    model: str,
+    config: LoadConfig,
+    run_dir: Path,
+) -> Collected:
+    """Parse every pod's log (by pod name), merge the runs all ``clients`` finished, and write
+    them to ``run_dir`` (:class:`loadgen.output.ResultsFolder`; the grid's settings name the
+    in-cluster ``url``, no tokenizer: the pods size prompts by calibration)."""
+    parsed = {pod: parse_log(text.splitlines()) for pod, text in logs.items()}
+    by_shard: dict[int, tuple[str, ShardLog]] = {}
+    for pod, log in sorted(parsed.items()):
+        if log.shard is not None:
+            by_shard.setdefault(log.shard, (pod, log))
+    missing = [f"client {i}" for i in range(clients) if i not in by_shard]
+    failure = next(
+        (f"{pod}: {log.failure}" for pod, log in sorted(parsed.items()) if log.failure), None
+    )
+    first = by_shard.get(0)
+    if missing or first is None or first[1].sizing is None:
+        return Collected(None, failure, missing)
+    shards = [by_shard[i][1] for i in range(clients)]
+    keys = [k for k in grid_keys(config) if all(k in log.runs for log in shards)]
+    if not keys:
+        return Collected(None, failure, missing)
+    runs = [merged_run(config, key, shards) for key in keys]
+    sizing = PromptSizing.model_validate(first[1].sizing)
+    readiness = None if first[1].readiness is None else Readiness.model_validate(first[1].readiness)
+    folder = ResultsFolder(run_dir, grid_settings(url, model, config, None), resume=False)
+    started = min(r.summary.started_at for r in runs if r.summary.started_at is not None)
+    result = grid_result(url, model, config, sizing.source, started, runs, readiness=readiness)
+    for run in runs:
+        folder.add_run(run, sizing)
+    folder.write_grid(result, runs)
+    return Collected(result, failure, missing)
+
+
+def pod_summary(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One phrase per client pod that did not succeed: ``"<pod> OOMKilled (exit 137)"``,
+    ``"<pod> Evicted: <message>"``, ``"<pod> DeadlineExceeded"``, ``"<pod> Pending"``
+    (pods as the API returns them, camelCase dicts)."""
+    out = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        phase = status.get("phase")
+        if phase == "Succeeded":
+            continue
+        terminated = next(
+            (
+                c["state"]["terminated"]
+                for c in status.get("containerStatuses") or []
+                if (c.get("state") or {}).get("terminated")
+            ),
+            None,
+        )
+        if terminated is not None and terminated.get("exitCode") != 0:
+            out.append(
+                f"{name} {terminated.get('reason', 'Error')} (exit {terminated.get('exitCode')})"
+            )
+        elif status.get("reason"):
+            message = f": {status['message']}" if status.get("message") else ""
+            out.append(f"{name} {status['reason']}{message}")
+        elif phase != "Succeeded":
+            out.append(f"{name} {phase}")
+    return out

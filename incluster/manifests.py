@@ -1,0 +1,233 @@
+"""The in-cluster load step's Kubernetes objects, as plain dicts (pure; checked against the
+Kubernetes 1.34 schemas in tests): the ConfigMap of the pod's sources and grid, the headless
+Service of the start barrier (only with more than one client), the Indexed Job of the clients,
+the Role the step needs, and the KV-path probe's pod pair.
+
+Kubernetes behaviour relied on (kubernetes.io docs, "Jobs" at v1.34):
+
+- ``completionMode: Indexed``: each pod gets its index in ``JOB_COMPLETION_INDEX`` and the
+  hostname ``<job>-<index>``; with ``spec.template.spec.subdomain`` naming a headless Service
+  that selects the pods, ``<job>-<index>.<service>`` resolves to the pod ("Completion mode";
+  "Job with Pod-to-Pod Communication");
+- ``batch.kubernetes.io/job-name`` is set on the Job's pods ("Job labels", since v1.27);
+- ``activeDeadlineSeconds`` ends every pod of the Job when it passes (reason
+  ``DeadlineExceeded``); ``backoffLimit: 0`` with ``restartPolicy: Never``: a failed pod is not
+  replaced, its log stays readable until the Job is deleted; ``ttlSecondsAfterFinished`` deletes
+  a finished Job the step could not delete itself (e.g. the workstation went away).
+"""
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from incluster.barrier import PORT
+from incluster.sources import GRID_FILE, MOUNT_PATH, config_key
+
+LOAD_LABELS = {"app.kubernetes.io/name": "testbed-load", "app.kubernetes.io/managed-by": "testbed"}
+"""Labels of every object the load step creates."""
+
+NOT_LOAD_PODS = "app.kubernetes.io/name!=testbed-load"
+"""A label selector for every pod but the load's own (the pod watch's: incidents are the
+graph's)."""
+
+CPU_REQUEST = "1"
+"""One core per client: the pod runs its share in one event loop, which uses at most one."""
+
+MEMORY_REQUEST = "512Mi"
+MEMORY_LIMIT = "2Gi"
+"""Memory of one client: the runtime's imports plus the records of one run (bench/incluster.py
+prints the entrypoint's peak RSS); the limit leaves room for large runs."""
+
+TTL_AFTER_FINISHED_S = 3600
+"""A finished Job left behind is deleted by the TTL controller after an hour."""
+
+DEADLINE_MARGIN_S = 30
+"""The Job's ``activeDeadlineSeconds`` is the step's deadline plus this: the step stops waiting
+first and still reads every pod's log before the Job ends them."""
+
+
+class LoadJob(BaseModel):
+    """One in-cluster run of a grid.
+
+    Attributes:
+        name: the Job's name (also the ConfigMap's and the barrier Service's), a DNS label of at
+            most 52 characters, so ``<name>-<index>`` stays a valid hostname.
+        namespace: the stack's namespace.
+        image: the stack's runtime image (the nodes have pulled it already).
+        url: the frontend's in-cluster base URL, e.g. ``http://testbed-frontend.ns.svc:8000``.
+        model: served model name.
+        grid_json: the :class:`loadgen.config.LoadConfig` as JSON.
+        clients: pods that split each run (``load.clients``).
+        deadline_s: the step's deadline, seconds.
+        model_wait_s: the pods' wait for the model and the readiness gate, seconds.
+        ready_successes: the readiness gate's completions in a row (None: no gate).
+        tolerations: the pods' tolerations (every node class's, as for the frontend).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=52)
+    namespace: str
+    image: str
+    url: str
+    model: str
+    grid_json: str
+    clients: int = Field(ge=1)
+    deadline_s: float = Field(gt=0)
+    model_wait_s: float = Field(gt=0)
+    ready_successes: int | None = None
+    tolerations: tuple[dict[str, str], ...] = ()
+
+    def metadata(self, name: str | None = None) -> dict[str, Any]:
+        """``metadata`` of one of the run's objects."""
+        labels = {**LOAD_LABELS, "testbed/load-run": self.name}
+        return {"name": name or self.name, "namespace": self.namespace, "labels": labels}
+
+
+def source_configmap(job: LoadJob, files: dict[str, str]) -> dict[str, Any]:
+    """The ConfigMap holding the pod's files (:func:`incluster.sources.pod_files`), one key
+    per file (:func:`~incluster.sources.config_key`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": job.metadata(),
+        "data": {config_key(path): text for path, text in sorted(files.items())},
+    }
+
+
+def barrier_service(job: LoadJob) -> dict[str, Any]:
+    """The headless Service that gives the client pods their DNS names (the barrier's)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": job.metadata(),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"batch.kubernetes.io/job-name": job.name},
+            "ports": [{"name": "barrier", "port": PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def pod_args(job: LoadJob) -> list[str]:
+    """The entrypoint's arguments (:func:`incluster.pod.main`)."""
+    args = [
+        "--url", job.url,
+        "--model", job.model,
+        "--grid", f"{MOUNT_PATH}/{GRID_FILE}",
+        "--clients", str(job.clients),
+        "--barrier-host", f"{job.name}-0.{job.name}",
+        "--barrier-port", str(PORT),
+        "--model-wait-s", f"{job.model_wait_s:g}",
+    ]  # fmt: skip
+    if job.ready_successes is not None:
+        args += ["--ready-successes", str(job.ready_successes)]
+    return args
+
+
+def load_job(job: LoadJob, files: dict[str, str]) -> dict[str, Any]:
+    """The Indexed Job of ``job.clients`` pods running ``python3 -m incluster.pod`` in the
+    runtime image (its venv's ``python3`` is first on ``PATH``: ``ENV PATH`` of the runtime
+    stage of ai-dynamo/dynamo ``container/Dockerfile.vllm``) with the ConfigMap's ``files``
+    mounted at :data:`~incluster.sources.MOUNT_PATH`. The pods need no API access (no token
+    mounted) and no Service links."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [
+            {
+                "name": "loadgen",
+                "image": job.image,
+                "command": ["python3", "-m", "incluster.pod"],
+                "args": pod_args(job),
+                "env": [
+                    {"name": "PYTHONPATH", "value": MOUNT_PATH},
+                    {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                ],
+                "volumeMounts": [{"name": "loadgen", "mountPath": MOUNT_PATH, "readOnly": True}],
+                "resources": {
+                    "requests": {"cpu": CPU_REQUEST, "memory": MEMORY_REQUEST},
+                    "limits": {"memory": MEMORY_LIMIT},
+                },
+            }
+        ],
+        "volumes": [
+            {
+                "name": "loadgen",
+                "configMap": {
+                    "name": job.name,
+                    "items": [{"key": config_key(p), "path": p} for p in sorted(files)],
+                },
+            }
+        ],
+    }
+    if job.clients > 1:
+        spec["subdomain"] = job.name
+    if job.tolerations:
+        spec["tolerations"] = [dict(t) for t in job.tolerations]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": job.metadata(),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": job.clients,
+            "parallelism": job.clients,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": int(job.deadline_s) + DEADLINE_MARGIN_S,
+            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
+            "template": {"metadata": {"labels": job.metadata()["labels"]}, "spec": spec},
+        },
+    }
+
+
+def load_objects(job: LoadJob, files: dict[str, str]) -> list[dict[str, Any]]:
+    """Every object of one run, in creation order: ConfigMap, barrier Service (more than one
+    client), Job."""
+    service = [barrier_service(job)] if job.clients > 1 else []
+    return [source_configmap(job, files), *service, load_job(job, files)]
+
+
+ROLE_NAME = "testbed-load-step"
+
+LOAD_STEP_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]},
+    {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["create", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+)
+"""What the in-cluster load step does with the user's credentials, in the stack's namespace
+only (:mod:`incluster.runtime`): create, read and delete its Job, create and delete its
+ConfigMap and barrier Service, list and watch pods (its own, and the graph's for incidents:
+:mod:`loadgen.kube_watch`) and read their logs."""
+
+
+def load_step_role(namespace: str) -> dict[str, Any]:
+    """A namespaced Role granting :data:`LOAD_STEP_RULES`: what a cluster admin binds to the
+    identity that runs ``pulumi up`` when it has less (docs/in-cluster.md); nothing
+    cluster-wide."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": ROLE_NAME, "namespace": namespace, "labels": dict(LOAD_LABELS)},
+        "rules": [dict(rule) for rule in LOAD_STEP_RULES],
+    }
+
+
+def rbac_entry(namespace: str) -> dict[str, Any]:
+    """The load step's entry of the ``rbac`` stack output (beside the operator's:
+    :func:`components.rbac.rbac_summary`)."""
+    rules = [
+        f"{verb} {'/'.join(filter(None, [rule['apiGroups'][0], resource]))}"
+        for rule in LOAD_STEP_RULES
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    ]
+    return {
+        "subject": "load step (load.runner: cluster), with your kubeconfig's identity",
+        "scope": f"namespace/{namespace}",
+        "rules": rules,
+        "role": ROLE_NAME,
+    }

@@ -1,0 +1,146 @@
+"""The in-cluster load step's lifecycle with the official ``kubernetes`` client: create the run's
+objects (:func:`incluster.manifests.load_objects`) in the stack's namespace, wait for the Job
+until it completes, fails or the step's deadline passes, read every client pod's log, turn the
+logs into the results folder (:func:`incluster.collect.collect`) and delete the objects,
+whatever happened (the Job with its pods: ``propagationPolicy: Background``).
+
+Imported only when a step runs in the cluster (``pulumi preview`` never pays for the client).
+Access is the stack's Kubernetes provider's (:func:`loadgen.kube_watch.api_client`).
+"""
+
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from incluster.collect import collect, pod_summary
+from incluster.manifests import ROLE_NAME, LoadJob, load_objects
+from incluster.sources import pod_files
+from loadgen.config import LoadConfig
+from loadgen.kube_watch import KubeAccessError, api_client
+from loadgen.results import GridResult
+
+POLL_S = 2.0
+"""How often the Job's status is read while it runs (seconds)."""
+
+
+@dataclass
+class ClusterRun:
+    """What an in-cluster run gave: the grid so far (None: no run finished), whether the
+    deadline stopped it, and what went wrong, naming the pods (None: nothing)."""
+
+    result: GridResult | None
+    deadline_exceeded: bool
+    failure: str | None
+
+
+def job_name(stack: str) -> str:
+    """A fresh Job name for ``stack``: ``load-<stack, cut to 37>-<8 hex>`` in DNS-label form."""
+    base = "".join(c if c.isalnum() else "-" for c in stack.lower()).strip("-")[:37].strip("-")
+    return f"load-{base or 'stack'}-{uuid.uuid4().hex[:8]}"
+
+
+def _create(core: Any, batch: Any, namespace: str, obj: dict[str, Any]) -> None:
+    kind = obj["kind"]
+    if kind == "ConfigMap":
+        core.create_namespaced_config_map(namespace, obj)
+    elif kind == "Service":
+        core.create_namespaced_service(namespace, obj)
+    else:
+        batch.create_namespaced_job(namespace, obj)
+
+
+def _delete(core: Any, batch: Any, namespace: str, obj: dict[str, Any]) -> None:
+    """Delete one object; one already gone is fine."""
+    name, kind = obj["metadata"]["name"], obj["kind"]
+    with contextlib.suppress(ApiException):
+        if kind == "ConfigMap":
+            core.delete_namespaced_config_map(name, namespace)
+        elif kind == "Service":
+            core.delete_namespaced_service(name, namespace)
+        else:
+            batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+
+
+def _finished(job: Any) -> str | None:
+    """``Complete`` or ``Failed`` (with the condition's reason and message) once the Job ended."""
+    for condition in (job.status and job.status.conditions) or []:
+        if condition.status == "True" and condition.type in ("Complete", "Failed"):
+            if condition.type == "Complete":
+                return "Complete"
+            return f"Failed ({condition.reason}: {condition.message})"
+    return None
+
+
+def _forbidden(exc: ApiException, namespace: str) -> str:
+    return (
+        f"the load step may not manage its Job in namespace {namespace} ({exc.status} "
+        f"{exc.reason}); bind the Role {ROLE_NAME} (docs/in-cluster.md) to your identity, or set "
+        "load.runner: local"
+    )
+
+
+def run_in_cluster(
+    job: LoadJob,
+    config: LoadConfig,
+    run_dir: Path,
+    deadline: float,
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    poll_s: float = POLL_S,
+) -> ClusterRun:
+    """Run ``job`` and collect it into ``run_dir`` before ``deadline`` (monotonic s). Never
+    raises for cluster trouble: no access, a refused create, a failed or OOMKilled pod and the
+    deadline are in :attr:`ClusterRun.failure`, with the runs that finished kept."""
+    try:
+        api = api_client(kubeconfig, context)
+    except KubeAccessError as exc:
+        return ClusterRun(None, False, f"no access to the cluster: {exc}")
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    files = pod_files(job.grid_json)
+    objects = load_objects(job, files)
+    created: list[dict[str, Any]] = []
+    ns = job.namespace
+    try:
+        try:
+            for obj in objects:
+                _create(core, batch, ns, obj)
+                created.append(obj)
+        except ApiException as exc:
+            message = _forbidden(exc, ns) if exc.status in (401, 403) else f"create: {exc.reason}"
+            return ClusterRun(None, False, message)
+        ended, exceeded = None, False
+        while ended is None:
+            ended = _finished(batch.read_namespaced_job_status(job.name, ns))
+            if ended is None and time.monotonic() >= deadline:
+                exceeded = True
+                break
+            if ended is None:
+                time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
+        selector = f"batch.kubernetes.io/job-name={job.name}"
+        pods = [
+            api.sanitize_for_serialization(p)
+            for p in core.list_namespaced_pod(ns, label_selector=selector).items
+        ]
+        logs = {}
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            with contextlib.suppress(ApiException):  # a pod that never started has no log
+                logs[name] = core.read_namespaced_pod_log(name, ns, container="loadgen")
+        collected = collect(logs, job.clients, job.url, job.model, config, run_dir)
+    finally:
+        for obj in reversed(created):
+            _delete(core, batch, ns, obj)
+        api.close()
+    problems = [p for p in (collected.failure, *pod_summary(pods)) if p]
+    if ended is not None and ended != "Complete":
+        problems.insert(0, f"Job {job.name} {ended}")
+    if collected.missing:
+        problems.append(f"no log from {', '.join(collected.missing)}")
+    return ClusterRun(collected.result, exceeded, "; ".join(problems) or None)

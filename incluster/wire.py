@@ -1,0 +1,189 @@
+"""The load pod's output: one JSON object per line on its stdout (the container's log stream),
+and the reader that turns a pod's log back into its runs.
+
+Why the log stream: it is kept by the kubelet after the container ends, whether it finished,
+failed, was OOMKilled or cut by the Job's deadline, for as long as the pod object exists (the
+step reads it before deleting the Job), and it needs no volume, no object store and no write
+access to the API from the pod. Limits: the kubelet rotates a container's log at
+``containerLogMaxSize`` (default 10 MiB) and keeps ``containerLogMaxFiles`` (default 5)
+(``KubeletConfiguration``, kubernetes ``pkg/kubelet/apis/config/v1beta1/defaults.go`` at
+v1.34.0), but ``GET .../pods/<pod>/log`` serves the current file only
+(kubernetes ``pkg/kubelet/kuberuntime/kuberuntime_container.go`` ``GetContainerLogs`` opens
+``status.GetLogPath()``, the live file): so a pod must write less than 10 MiB in all, and
+:func:`record_line_bytes` says how many requests that holds (:mod:`incluster.manifests`
+splits a grid over more clients when it would not fit).
+
+Lines (``"tb"`` names the kind; any other line, e.g. a Python warning, is kept as text):
+
+- ``clock``: the shard's ``time.monotonic_ns()`` and ``time.time_ns()`` read together, so the
+  reader maps every shard's monotonic times onto shard 0's (pods on different nodes have
+  unrelated monotonic clocks; the mapping is as good as the nodes' wall-clock sync, NTP:
+  milliseconds, and only cross-pod orderings use it: TTFT, ITL and E2E are differences within
+  one pod's clock);
+- ``sizing``: how prompts were sized (shard 0 calibrates; every shard uses its answer);
+- ``readiness``: shard 0's readiness gate (:class:`loadgen.readiness.Readiness`);
+- ``record``: one :class:`loadgen.request.RequestRecord` of a run, every field as it is;
+- ``run``: a shard finished run ``key``: its record count, start, CPU, loop lags and warm-up;
+  written after the run's records, so a run with its ``run`` line is complete;
+- ``failure``: why the shard stopped before the grid ended.
+"""
+
+import dataclasses
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from loadgen.loops import ShareResult, Warmup
+from loadgen.request import ErrorKind, RequestRecord
+
+_NS_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name.endswith("_ns"))
+"""The record's monotonic times (ints, or lists of ints such as ``token_ns``)."""
+
+Key = tuple[int, int, int]
+
+
+def emit(kind: str, **fields: Any) -> None:
+    """Write one line of ``kind`` to stdout (buffered: :func:`flush` after a run)."""
+    sys.stdout.buffer.write(orjson.dumps({"tb": kind, **fields}) + b"\n")
+
+
+def flush() -> None:
+    """Hand what was written to the container runtime's log."""
+    sys.stdout.buffer.flush()
+
+
+def emit_clock(shard: int) -> None:
+    """The ``clock`` line (monotonic and wall-clock ns read back to back)."""
+    emit("clock", shard=shard, monotonic_ns=time.monotonic_ns(), unix_ns=time.time_ns())
+
+
+def emit_run(
+    shard: int, key: Key, started_ns: int, started_at: datetime, done: ShareResult, warm: Warmup
+) -> None:
+    """A finished run: its records, then the ``run`` line; flushed."""
+    for record in done.records:
+        emit("record", shard=shard, key=key, record=record)
+    emit(
+        "run",
+        shard=shard,
+        key=key,
+        records=len(done.records),
+        started_ns=started_ns,
+        started_at=started_at.isoformat(),
+        cpu_s=done.cpu_s,
+        loop_lags_ms=done.loop_lags_ms,
+        warmup=dataclasses.asdict(warm),
+    )
+    flush()
+
+
+@dataclass
+class ShardRun:
+    """One shard's part of a finished run, its times on the shard's own monotonic clock."""
+
+    started_ns: int
+    started_at: datetime
+    done: ShareResult
+    warmup: Warmup
+
+
+@dataclass
+class ShardLog:
+    """What one pod's log says: its shard number, clock offset (``unix_ns - monotonic_ns``),
+    complete runs by key, sizing and readiness (shard 0), failure, and the other lines."""
+
+    shard: int | None = None
+    offset_ns: int | None = None
+    runs: dict[Key, ShardRun] = field(default_factory=dict)
+    sizing: dict[str, Any] | None = None
+    readiness: dict[str, Any] | None = None
+    failure: str | None = None
+    text: list[str] = field(default_factory=list)
+
+
+def _record(data: dict[str, Any]) -> RequestRecord:
+    kind = data.get("error_kind")
+    return RequestRecord(**{**data, "error_kind": None if kind is None else ErrorKind(kind)})
+
+
+def parse_log(lines: Iterable[str]) -> ShardLog:
+    """Read a pod's log back. A run counts only with its ``run`` line and all its records (a
+    pod killed while writing one leaves it out); lines that are not ours go to ``text``."""
+    log = ShardLog()
+    pending: dict[Key, list[RequestRecord]] = {}
+    for line in lines:
+        try:
+            obj = orjson.loads(line) if line.startswith('{"tb":') else None
+        except orjson.JSONDecodeError:  # a line cut by the kill
+            obj = None
+        if not isinstance(obj, dict):
+            if line.strip():
+                log.text.append(line.rstrip("\n"))
+            continue
+        kind = obj["tb"]
+        if kind == "clock":
+            log.shard, log.offset_ns = obj["shard"], obj["unix_ns"] - obj["monotonic_ns"]
+        elif kind == "record":
+            pending.setdefault(tuple(obj["key"]), []).append(_record(obj["record"]))  # type: ignore[arg-type]
+        elif kind == "run":
+            key: Key = tuple(obj["key"])  # type: ignore[assignment]
+            records = pending.pop(key, [])
+            if len(records) == obj["records"]:
+                log.runs[key] = ShardRun(
+                    started_ns=obj["started_ns"],
+                    started_at=datetime.fromisoformat(obj["started_at"]),
+                    done=ShareResult(records, obj["loop_lags_ms"], obj["cpu_s"]),
+                    warmup=Warmup(**obj["warmup"]),
+                )
+        elif kind == "sizing":
+            log.sizing = {k: v for k, v in obj.items() if k != "tb"}
+        elif kind == "readiness":
+            log.readiness = obj["readiness"]
+        elif kind == "failure":
+            log.failure = obj["message"]
+    return log
+
+
+def shifted(record: RequestRecord, delta_ns: int) -> RequestRecord:
+    """``record`` with every monotonic time moved by ``delta_ns`` (onto another shard's clock)."""
+    moved: dict[str, Any] = {}
+    for name in _NS_FIELDS:
+        value = getattr(record, name)
+        if isinstance(value, list):
+            moved[name] = [t + delta_ns for t in value]
+        elif value is not None and (value or name != "intended_ns"):
+            moved[name] = value + delta_ns
+    return dataclasses.replace(record, **moved)
+
+
+def record_line_bytes(tokens: int) -> int:
+    """Log bytes of the ``record`` line of a request that streamed ``tokens`` content events,
+    at most: every time a 19-digit nanosecond count, usage and indexes at 6-7 digits (the
+    budget :mod:`incluster.manifests` checks a grid against; ~20 B per token + ~470 B)."""
+    t = 1_700_000_000_000_000_000
+    record = RequestRecord(
+        index=10**6,
+        prefix_id=10**3,
+        intended_ns=t,
+        connect_ns=t,
+        sent_ns=t,
+        first_byte_ns=t,
+        first_chunk_ns=t,
+        first_token_ns=t,
+        last_token_ns=t,
+        end_ns=t,
+        token_ns=[t] * tokens,
+        chunks=tokens + 3,
+        status=200,
+        finish_reason="length",
+        prompt_tokens=100_000,
+        completion_tokens=tokens,
+        cached_tokens=100_000,
+    )
+    line = orjson.dumps({"tb": "record", "shard": 99, "key": [999, 9999, 99], "record": record})
+    return len(line) + 1
