@@ -56,6 +56,7 @@ from components.stack_resources import StackResources, compare_resources, stack_
 from components.stack_sizing import stack_sizing
 from components.topology import FRONTEND_PORT, build_topology
 from components.validation import parse_platform_stack_config, parse_stack_config
+from incluster.manifests import rbac_entry as load_rbac_entry
 
 
 def project_config() -> dict[str, Any]:
@@ -219,9 +220,10 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     :class:`~components.stack_resources.StackResources`), ``frontendService``,
     ``frontendPort``, ``placement`` (component, type, replicas, nodeClass, gpus), ``platform``
     (the operator the graph runs under: :class:`PlatformExports` plus the platform ``stack``;
-    None for vllm-service), ``rbac`` (what the stack grants: the operator's entry; [] for
-    vllm-service), ``sizing`` (numbers with units in the keys), ``warnings`` (sizing's,
-    :func:`~components.checks.deprecation_warnings`, and
+    None for vllm-service), ``rbac`` (what the stack grants: the operator's entry, [] for
+    vllm-service, and with ``load.runner: cluster`` the load step's namespaced Role:
+    :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
+    ``warnings`` (sizing's, :func:`~components.checks.deprecation_warnings`, and
     :func:`~components.stack_layout.version_warning` when the workers' Dynamo release is not
     the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
@@ -305,6 +307,9 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     resources = stack_resources(cfg, topology)
     pulumi.export("resources", resources.model_dump(mode="json"))
     pulumi.export("platform", platform)
+    if cfg.load.enabled and cfg.load.runner == "cluster":  # the step's Job, with your identity
+        entry = load_rbac_entry(cfg.namespace)
+        rbac = pulumi.Output.from_input(rbac).apply(lambda grants: [*grants, entry])
     pulumi.export("rbac", rbac)
     pulumi.export("sizing", sizing.export())
     pulumi.export("warnings", warnings)

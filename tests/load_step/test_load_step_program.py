@@ -41,11 +41,13 @@ NODE_ADDRESS = "10.0.0.5"
 @pytest.fixture
 def raw() -> Callable[[str], Raw]:
     """raw(stack): the stack's config as the program reads it (a fresh copy), with
-    ``load.nodeAddress`` set as ``pulumi config set --path -s <stack> load.nodeAddress`` would."""
+    ``load.nodeAddress`` set as ``pulumi config set --path -s <stack> load.nodeAddress`` would,
+    and ``load.runner: local`` (these tests are about reaching the frontend from here)."""
 
     def make(stack: str) -> Raw:
         config = copy.deepcopy(project_values(cli_config(stack)[0]))
         config["load"]["nodeAddress"] = NODE_ADDRESS
+        config["load"]["runner"] = "local"
         return config
 
     return make
@@ -175,10 +177,14 @@ def test_unreachable_frontend_is_refused_before_registering(
 
 
 @pytest.mark.parametrize("stack", ["kv-routing", "vllm-service"])
-def test_without_a_node_address_the_step_waits(stack: str) -> None:
-    """The shipped stacks set no node address: the graph deploys, no step is registered, and
-    loadStatus says which key to set (no ten-minute wait on an address nobody answers)."""
-    rendered = render_stack(stack, preview=False)
+def test_without_a_node_address_the_step_waits(
+    stack: str, project_with: Callable[[str, Raw], Path]
+) -> None:
+    """With load.runner: local and no node address: the graph deploys, no step is registered,
+    and loadStatus says which key to set (no ten-minute wait on an address nobody answers)."""
+    config = copy.deepcopy(project_values(cli_config(stack)[0]))
+    config["load"]["runner"] = "local"
+    rendered = render_stack(stack, project_with(stack, config), preview=False)
     assert not [r for r in rendered.registrations if r.type == STEP_TYPE]
     assert rendered.outputs["loadStatus"] == (
         "not run: the load step reaches the frontend's NodePort on a node; set "
@@ -187,6 +193,22 @@ def test_without_a_node_address_the_step_waits(stack: str) -> None:
     )
     assert not {"results", "loadRanAt"} & set(rendered.outputs)
     assert "frontendService" in rendered.outputs
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "vllm-service"])
+def test_shipped_stacks_run_the_grid_in_the_cluster(stack: str) -> None:
+    """The default runner needs no node address: the step is registered with the frontend
+    Service's in-cluster address, the stack's image, and the load step's Role in ``rbac``."""
+    rendered = render_stack(stack, preview=False)
+    inputs = LoadStepInputs.from_props(step_of(rendered).inputs)
+    (service,) = [o for o in rendered.kubernetes_objects() if o["kind"] == "Service"]
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    assert (inputs.runner, inputs.clients) == ("cluster", 1)
+    assert inputs.url == f"http://{name}.{namespace}.svc:8000"
+    assert inputs.image is not None and "1.6.2" in inputs.image
+    (entry,) = [e for e in rendered.outputs["rbac"] if e.get("role") == "testbed-load-step"]
+    assert entry["scope"] == f"namespace/{namespace}"
+    assert "create batch/jobs" in entry["rules"] and "get pods/log" in entry["rules"]
 
 
 def test_fingerprint_follows_the_topology_only(

@@ -53,7 +53,7 @@ def graph(
 def make_props(url: str, results: Path, tokenizer: Path | None, **overrides: Any) -> dict[str, Any]:
     """The property map the engine would pass: the stack's inputs with the given grid/URL."""
     cfg = load_stack(STACK)
-    load = cfg.load.model_copy(update={**TINY, **overrides.pop("load", {})})
+    load = cfg.load.model_copy(update={"runner": "local", **TINY, **overrides.pop("load", {})})
     inputs = step_inputs(
         cfg.model_copy(update={"load": load}),
         STACK,

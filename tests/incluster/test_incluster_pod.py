@@ -1,0 +1,130 @@
+"""The load pod's entrypoint, run here as the rendered Job runs it (local_kubelet), against the
+fixed-delay server of bench/mock_server.py; its logs collected as the step collects them."""
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from local_kubelet import start_pod
+
+from incluster.collect import collect
+from incluster.manifests import LoadJob, load_job, source_configmap
+from incluster.sources import pod_files
+from loadgen.config import LoadConfig
+
+REPO = Path(__file__).resolve().parents[2]
+DELAY_MS = 20.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """bench/mock_server.py: first token after DELAY_MS, 8 tokens, model "m"."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "mock_server.py"), str(port), str(DELAY_MS), "8"]
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+GRID = LoadConfig(
+    prefix_kinds=[1],
+    concurrency=[4],
+    repetitions=1,
+    requests_per_run=160,
+    prompt_tokens=40,
+    max_tokens=8,
+)
+
+
+def _job(clients: int, grid: LoadConfig = GRID) -> LoadJob:
+    return LoadJob(
+        name="load-test-0123abcd",
+        namespace="testbed",
+        image="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2",
+        url="http://testbed-frontend-testbed.testbed.svc:8000",
+        model="m",
+        grid_json=grid.model_dump_json(by_alias=True),
+        clients=clients,
+        deadline_s=120,
+        model_wait_s=20,
+        ready_successes=2,
+    )
+
+
+def run_job(job: LoadJob, server: str, root: Path) -> dict[str, str]:
+    """Every pod of ``job`` to the end; their logs by pod name."""
+    files = pod_files(job.grid_json)
+    manifest, configmap = load_job(job, files), source_configmap(job, files)
+    replace = {job.url: server, f"{job.name}-0.{job.name}": "127.0.0.1"}
+    port = str(_free_port())
+    args = manifest["spec"]["template"]["spec"]["containers"][0]["args"]
+    args[args.index("--barrier-port") + 1] = port
+    pods = [start_pod(manifest, configmap, i, root, replace) for i in range(job.clients)]
+    logs = {}
+    for i, pod in enumerate(pods):
+        out, _ = pod.communicate(timeout=60)
+        assert pod.returncode == 0, out.decode()[-2000:]
+        logs[f"{job.name}-{i}"] = out.decode()
+    return logs
+
+
+def test_two_clients_give_one_clients_run(server: str, tmp_path: Path) -> None:
+    """Same request count, and the TTFT distribution of 2 clients x 2 streams matches 1 client
+    x 4 streams within noise (both near the server's fixed first-token delay)."""
+    results = {}
+    for clients in (1, 2):
+        job = _job(clients)
+        logs = run_job(job, server, tmp_path / f"pods{clients}")
+        got = collect(logs, clients, job.url, "m", GRID, tmp_path / f"run{clients}")
+        assert got.failure is None and got.missing == []
+        assert got.result is not None
+        results[clients] = got.result
+        assert (tmp_path / f"run{clients}" / "requests.parquet").is_file()
+        assert (tmp_path / f"run{clients}" / "summary.json").is_file()
+    one, two = results[1].runs[0], results[2].runs[0]
+    assert one.requests == two.requests == 160
+    assert one.errors == two.errors == 0
+    assert two.workers == 2
+    assert results[2].token_count_source.startswith("approximate")  # the server says 10 tokens
+    for run in (one, two):
+        assert run.ttft_p50_ms is not None and run.ttft_p90_ms is not None
+        assert DELAY_MS <= run.ttft_p50_ms < DELAY_MS + 15
+    assert one.ttft_p50_ms is not None and two.ttft_p50_ms is not None
+    assert abs(one.ttft_p50_ms - two.ttft_p50_ms) < 5
+    # the two clients' streams overlapped (the barrier): 4 in flight, as with one client
+    assert one.max_in_flight == two.max_in_flight == 4
+    assert two.duration_s < 1.5 * one.duration_s
+
+
+def test_open_loop_rate_is_split(server: str, tmp_path: Path) -> None:
+    """Poisson at 80 req/s over 2 clients: each sends at 40, together the run's rate."""
+    grid = LoadConfig.model_validate(
+        {**GRID.model_dump(), "arrival": "poisson", "request_rate": 80.0}
+    )
+    job = _job(2, grid)
+    got = collect(run_job(job, server, tmp_path / "pods"), 2, job.url, "m", grid, tmp_path / "run")
+    assert got.result is not None
+    run = got.result.runs[0]
+    assert run.requests == 160
+    assert run.sent_rate_per_s is not None and 60 < run.sent_rate_per_s < 100
