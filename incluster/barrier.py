@@ -93,17 +93,23 @@ class Barrier:
             return payload or {}
         if self.index != 0:
             reader, writer = self._peers[0]
-            writer.write(name.encode() + b"\n")
-            await writer.drain()
-            line = await reader.readline()
-            if not line:
-                raise BarrierBroken(f"shard 0 went away before {name!r}")
+            try:
+                writer.write(name.encode() + b"\n")
+                await writer.drain()
+                line = await reader.readline()
+            except ConnectionError as exc:
+                line = repr(exc).encode()
+            if not line.startswith(b"{"):
+                raise BarrierBroken(f"shard 0 went away before {name!r} ({line!r})")
             answer: dict[str, Any] = orjson.loads(line)
             return answer
         for number, (reader, _) in sorted(self._peers.items()):
-            line = await reader.readline()
+            try:
+                line = await reader.readline()
+            except ConnectionError as exc:
+                line = repr(exc).encode()
             if line.rstrip(b"\n") != name.encode():
-                raise BarrierBroken(f"shard {number} went away before {name!r} (sent {line!r})")
+                raise BarrierBroken(f"shard {number} went away before {name!r} ({line!r})")
         answer = payload or {}
         for _, writer in self._peers.values():
             writer.write(orjson.dumps(answer) + b"\n")

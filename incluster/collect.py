@@ -19,7 +19,7 @@ from loadgen.loops import ShareResult, Warmup
 from loadgen.output import MeasuredRun, PromptSizing, ResultsFolder, grid_settings
 from loadgen.plan import grid_keys
 from loadgen.readiness import Readiness
-from loadgen.results import GridResult
+from loadgen.results import GridResult, ServerRunMetrics
 from loadgen.runner import grid_result, measured_run
 from loadgen.stats import client_budget_warning
 
@@ -93,11 +93,18 @@ def collect(
     if not keys:
         return Collected(None, failure, missing)
     runs = [merged_run(config, key, shards) for key in keys]
+    for run in runs:
+        server = first[1].server.get(run.key)
+        if server is not None:
+            run.summary = run.summary.model_copy(
+                update={"server": ServerRunMetrics.model_validate(server)}
+            )
     sizing = PromptSizing.model_validate(first[1].sizing)
     readiness = None if first[1].readiness is None else Readiness.model_validate(first[1].readiness)
     folder = ResultsFolder(run_dir, grid_settings(url, model, config, None), resume=False)
     started = min(r.summary.started_at for r in runs if r.summary.started_at is not None)
     result = grid_result(url, model, config, sizing.source, started, runs, readiness=readiness)
+    result.warnings += first[1].warnings
     for run in runs:
         folder.add_run(run, sizing)
     folder.write_grid(result, runs)

@@ -7,8 +7,9 @@ Shard 0 waits for the model (and the readiness gate), sizes prompts against the 
 meeting; then every shard runs every grid run's part (:func:`shard`): it builds the whole
 run's requests exactly as ``testbed load`` does (:func:`loadgen.plan.share_for_run`), takes
 its block, warms up, meets the others at the barrier (:mod:`incluster.barrier`) and runs its
-measured loop (:func:`loadgen.loops.run_share`). After each run, outside the timed loop, it
-writes the run's records to its log (:mod:`incluster.wire`). Exit code 0 when the grid ended,
+measured loop (:func:`loadgen.loops.run_share`); shard 0 scrapes the server's ``/metrics``
+around the run (:func:`_measure`). After each run, outside the timed loop, every shard writes
+the run's records to its log (:mod:`incluster.wire`). Exit code 0 when the grid ended,
 1 when it stopped (the ``failure`` line says why).
 
 Imports only what :mod:`incluster.sources` ships: no pandas, pyarrow, matplotlib, rich,
@@ -37,6 +38,7 @@ from loadgen.readiness import (
     wait_for_model,
     wait_until_serving,
 )
+from loadgen.server_metrics import ServerMetrics
 from loadgen.workers import split_share
 
 
@@ -73,6 +75,43 @@ async def _prepare(
     return sizing
 
 
+async def _measure(
+    server: str,
+    model: str,
+    config: LoadConfig,
+    sizer: WordSizer,
+    key: tuple[int, int, int],
+    clients: int,
+    index: int,
+    barrier: Barrier,
+    metrics: ServerMetrics | None,
+) -> None:
+    """This client's part of run ``key``: shard 0 scrapes ``/metrics`` (``metrics``) before
+    anyone warms up; every client warms up, meets the others, runs its measured loop, meets
+    them again when all are done (then shard 0 scrapes again: the server's window is the
+    whole run, as :class:`loadgen.server_metrics.ServerMetrics` has it in ``testbed load``),
+    and writes its records."""
+    part = shard(share_for_run(server, model, config, sizer, key), clients, index)
+    label = run_label(key)
+    if metrics is not None:
+        await metrics.before_run(*key)
+    await barrier.meet(f"begin {label}")
+    warm: list[Warmup] = []
+
+    async def ready(warmup: Warmup) -> None:
+        warm.append(warmup)
+        await barrier.meet(label)
+
+    started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
+    done = await run_share(part, ready=ready)
+    await barrier.meet(f"end {label}")
+    window = None if metrics is None else await metrics.window(key)
+    wire.emit_run(index, key, started_ns, started_at, done, warm[0])
+    if window is not None:
+        wire.emit("server", shard=index, key=key, metrics=window.model_dump(mode="json"))
+        wire.flush()
+
+
 async def run_pod(
     url: str,
     model: str,
@@ -100,19 +139,11 @@ async def run_pod(
             if "error" in sizing:
                 raise NotServingError(str(sizing["error"]))
             sizer = WordSizer(float(sizing["tokens_per_word"]), str(sizing["source"]))
+            metrics = ServerMetrics(server, model, config, None) if index == 0 else None
             for key in grid_keys(config):
-                part = shard(share_for_run(server, model, config, sizer, key), clients, index)
-                warm: list[Warmup] = []
-
-                async def ready(
-                    warmup: Warmup, key: tuple[int, int, int] = key, warm: list[Warmup] = warm
-                ) -> None:
-                    warm.append(warmup)
-                    await barrier.meet(run_label(key))
-
-                started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
-                done = await run_share(part, ready=ready)
-                wire.emit_run(index, key, started_ns, started_at, done, warm[0])
+                await _measure(server, model, config, sizer, key, clients, index, barrier, metrics)
+            for warning in [] if metrics is None else metrics.warnings():
+                wire.emit("warning", shard=index, message=warning)
     except (TimeoutError, BarrierBroken, OSError, ValueError) as exc:
         wire.emit("failure", shard=index, message=f"{type(exc).__name__}: {exc}")
         wire.flush()

@@ -2,12 +2,14 @@
 ConfigMap mounted at :data:`MOUNT_PATH` and put on ``PYTHONPATH``.
 
 The pod runs in the stack's Dynamo runtime image, which already has what these modules import:
-Python 3, aiohttp, orjson, pydantic and tokenizers. ai-dynamo/dynamo ``container/Dockerfile.vllm``
-(runtime stage: ``uv pip install --requirement container/deps/requirements.txt``, whose ``aiperf``
-depends on ``aiohttp``, ``orjson``, ``pydantic`` and ``transformers`` (and so ``tokenizers``):
-ai-dynamo/aiperf ``pyproject.toml``), as stored on the main line; the 1.6.2 tag itself was too
-large to fetch here (as in :func:`components.manifests.frontend_service_manifest`), so re-check
-there. pandas, pyarrow, matplotlib and rich stay on the workstation (:mod:`incluster.collect`).
+Python 3, aiohttp, orjson, pydantic, prometheus-client and tokenizers. Source: ai-dynamo/dynamo
+``container/Dockerfile.vllm``, runtime stage, ``uv pip install --requirement
+container/deps/requirements.txt``; that file lists ``prometheus_client``, ``pydantic``,
+``transformers`` (so ``tokenizers``) and ``aiperf``, which depends on ``aiohttp`` and ``orjson``
+(ai-dynamo/aiperf ``pyproject.toml``). Read as stored on the main line: the 1.6.2 tag itself was
+too large to fetch here (as in :func:`components.manifests.frontend_service_manifest`), so
+re-check there. pandas, pyarrow, matplotlib and rich stay on the workstation
+(:mod:`incluster.collect`).
 """
 
 import hashlib
@@ -21,12 +23,16 @@ POD_MODULES = (
     "loadgen/__init__.py",
     "loadgen/api.py",
     "loadgen/config.py",
+    "loadgen/incidents.py",
     "loadgen/lag.py",
     "loadgen/loops.py",
+    "loadgen/observers.py",
     "loadgen/plan.py",
     "loadgen/prompts.py",
     "loadgen/readiness.py",
     "loadgen/request.py",
+    "loadgen/results.py",
+    "loadgen/server_metrics.py",
     "loadgen/sse.py",
     "loadgen/workers.py",
 )

@@ -25,6 +25,9 @@ Lines (``"tb"`` names the kind; any other line, e.g. a Python warning, is kept a
 - ``record``: one :class:`loadgen.request.RequestRecord` of a run, every field as it is;
 - ``run``: a shard finished run ``key``: its record count, start, CPU, loop lags and warm-up;
   written after the run's records, so a run with its ``run`` line is complete;
+- ``server``: what the server's ``/metrics`` measured during run ``key`` (shard 0:
+  :class:`loadgen.results.ServerRunMetrics`);
+- ``warning``: a warning of the grid (e.g. no ``/metrics`` on the server);
 - ``failure``: why the shard stopped before the grid ended.
 """
 
@@ -95,13 +98,16 @@ class ShardRun:
 @dataclass
 class ShardLog:
     """What one pod's log says: its shard number, clock offset (``unix_ns - monotonic_ns``),
-    complete runs by key, sizing and readiness (shard 0), failure, and the other lines."""
+    complete runs by key, sizing, readiness and server metrics by run (shard 0), warnings,
+    failure, and the other lines."""
 
     shard: int | None = None
     offset_ns: int | None = None
     runs: dict[Key, ShardRun] = field(default_factory=dict)
     sizing: dict[str, Any] | None = None
     readiness: dict[str, Any] | None = None
+    server: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
     failure: str | None = None
     text: list[str] = field(default_factory=list)
 
@@ -144,6 +150,10 @@ def parse_log(lines: Iterable[str]) -> ShardLog:
             log.sizing = {k: v for k, v in obj.items() if k != "tb"}
         elif kind == "readiness":
             log.readiness = obj["readiness"]
+        elif kind == "server":
+            log.server[tuple(obj["key"])] = obj["metrics"]  # type: ignore[index]
+        elif kind == "warning":
+            log.warnings.append(obj["message"])
         elif kind == "failure":
             log.failure = obj["message"]
     return log

@@ -274,6 +274,27 @@ def attribution_problem(server: ServerRunMetrics, sent: int) -> str | None:
     return None
 
 
+def with_server(run: RunSummary, server: ServerRunMetrics, config: LoadConfig) -> RunSummary:
+    """`run` with `server` (what the server measured in its window) set, or left out (None)
+    with a run warning when it cannot be this run's (`attribution_problem`, against the run's
+    requests plus its warm-up: `config.warmup_requests`, default one per stream); a warning
+    too when counters went back between the scrapes."""
+    warmup = run.concurrency if config.warmup_requests is None else config.warmup_requests
+    problem = attribution_problem(server, run.requests + warmup)
+    if problem is not None:
+        note = f"server figures left out: {problem}"
+        return run.model_copy(update={"server": None, "warnings": [*run.warnings, note]})
+    warnings = run.warnings
+    if server.counter_resets:
+        warnings = [
+            *warnings,
+            f"{server.counter_resets} server counters went back between the scrapes (a "
+            "restart): counted from 0 after it, as Prometheus's increase() does, so the "
+            "server figures miss what the old process counted in this run",
+        ]
+    return run.model_copy(update={"server": server, "warnings": warnings})
+
+
 class ServerMetrics(GridObserver):
     """A `GridObserver` that scrapes `url`'s `/metrics` (url: a `base_url`) before and after
     every run with the load's client (`make_client`; `config`'s timeouts, at most
@@ -347,16 +368,24 @@ class ServerMetrics(GridObserver):
 
     async def after_run(self, run: RunSummary) -> RunSummary:
         """Scrape again; the run with `server` set to the difference (unchanged when either
-        scrape failed; None with a warning when it cannot be this run's)."""
+        scrape failed; None with a warning when it cannot be this run's: `with_server`)."""
+        server = await self.window((run.prefix_kinds, run.concurrency, run.repetition))
+        return run if server is None else with_server(run, server, self.config)
+
+    async def window(self, key: tuple[int, int, int]) -> ServerRunMetrics | None:
+        """Scrape again: what the server (and the prefill workers) measured since `before_run`
+        for run `key` (prefix kinds, concurrency, repetition), its raw scrapes kept; None when
+        either scrape failed. The in-cluster load's client 0 sends this to the workstation,
+        which attributes it to the merged run (`with_server`)."""
         after = await self._scrape()
         workers_after = await self._scrape_workers()
         before, self._before = self._before, None
         workers_before, self._workers_before = self._workers_before, None
         if before is None or after is None:
-            return run
+            return None
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            stem = f"k{run.prefix_kinds}-c{run.concurrency}-r{run.repetition}"
+            stem = f"k{key[0]}-c{key[1]}-r{key[2]}"
             (self.out_dir / f"{stem}.before.prom").write_text(before[0])
             (self.out_dir / f"{stem}.after.prom").write_text(after[0])
         workers = (
@@ -364,23 +393,7 @@ class ServerMetrics(GridObserver):
             if workers_before is None or workers_after is None
             else (workers_before, workers_after)
         )
-        server = run_metrics(before[1], after[1], workers)
-        warmup = (
-            run.concurrency if self.config.warmup_requests is None else self.config.warmup_requests
-        )
-        problem = attribution_problem(server, run.requests + warmup)
-        if problem is not None:
-            note = f"server figures left out: {problem}"
-            return run.model_copy(update={"server": None, "warnings": [*run.warnings, note]})
-        warnings = run.warnings
-        if server.counter_resets:
-            warnings = [
-                *warnings,
-                f"{server.counter_resets} server counters went back between the scrapes (a "
-                "restart): counted from 0 after it, as Prometheus's increase() does, so the "
-                "server figures miss what the old process counted in this run",
-            ]
-        return run.model_copy(update={"server": server, "warnings": warnings})
+        return run_metrics(before[1], after[1], workers)
 
     def warnings(self) -> list[str]:
         """One line when /metrics could not be read: server-side figures are left out."""

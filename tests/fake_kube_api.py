@@ -1,18 +1,21 @@
-"""A tiny fake Kubernetes API server (aiohttp, 127.0.0.1, free port) for the pod watch tests: `GET
-/api/v1/namespaces/<ns>/pods` lists the pods, and with `?watch=1` streams the events after
-`resourceVersion` as JSON lines, live, until `timeoutSeconds`. Fault injection: drop every watch
-connection after N events (`drop_after`), or answer 410 Gone to versions older than
-`expired_below`. For the cluster checks at preview it also lists `nodes` (`GET /api/v1/nodes`),
-`secrets` by namespace (`GET /api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs),
-`cluster_roles` and `graphs` (DGDs); a path in `forbidden` answers 403. Runs on its own event
-loop in a thread, so the watch (a thread using the synchronous kubernetes client) and the load
-(another loop) can run beside it."""
+"""A tiny fake Kubernetes API server (aiohttp, 127.0.0.1, free port) for the pod watch, cluster
+check and in-cluster load tests: `GET /api/v1/namespaces/<ns>/pods` lists the pods (label
+selector applied), and with `?watch=1` streams the events after `resourceVersion` as JSON lines,
+live, until `timeoutSeconds`. Fault injection: drop every watch connection after N events
+(`drop_after`), or answer 410 Gone to versions older than `expired_below`. For the cluster
+checks at preview it also lists `nodes` (`GET /api/v1/nodes`), `secrets` by namespace (`GET
+/api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs), `cluster_roles` and `graphs`
+(DGDs); a path in `forbidden` answers 403 (also to a create). For the in-cluster load,
+ConfigMaps, Services and Jobs are created and deleted, a Job's status and a pod's log (`logs`)
+read, and a created Job is handed to `on_job`, the test's stand-in for the Job controller and
+kubelet. Runs on its own event loop in a thread, so the watch (a thread using the synchronous
+kubernetes client) and the load (another loop) can run beside it."""
 
 import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +90,11 @@ class FakeKubeApi:
     cluster_roles: list[dict[str, Any]] = field(default_factory=list)
     graphs: list[dict[str, Any]] | None = None  # DGDs; None: the CRD is not installed (404)
     forbidden: set[str] = field(default_factory=set)  # request paths answered 403
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    created: list[tuple[str, str]] = field(default_factory=list)
+    deleted: list[tuple[str, str]] = field(default_factory=list)
+    logs: dict[str, str] = field(default_factory=dict)  # pod name -> its log so far
+    on_job: Callable[["FakeKubeApi", dict[str, Any]], None] | None = None
     _changed: asyncio.Event | None = None  # set (and replaced) on every event
     _loop: asyncio.AbstractEventLoop | None = None
 
@@ -119,12 +127,16 @@ class FakeKubeApi:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.query.get("watch") not in ("1", "true", "True"):
             self.lists += 1
+            items = list(self.pods.values())
+            selector = request.query.get("labelSelector", "")
+            if selector.startswith("batch.kubernetes.io/job-name="):
+                items = [p for p in items if _job_of(p) == selector.split("=", 1)[1]]
             return web.json_response(
                 {
                     "kind": "PodList",
                     "apiVersion": "v1",
                     "metadata": {"resourceVersion": str(self.version)},
-                    "items": list(self.pods.values()),
+                    "items": items,
                 }
             )
         since = int(request.query.get("resourceVersion") or self.version)
@@ -182,6 +194,48 @@ class FakeKubeApi:
             ]
         return web.json_response({"kind": "List", "metadata": {}, "items": items})
 
+    async def create(self, request: web.Request) -> web.Response:
+        """POST of a ConfigMap, Service or Job: stored by kind and name (403 for a path in
+        `forbidden`); a Job is handed to `on_job` (the stand-in kubelet), if set."""
+        obj = await request.json()
+        kind = obj["kind"]
+        if request.path in self.forbidden:
+            status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
+            return web.json_response(status, status=403)
+        obj = self._stamp(obj)
+        self.objects[(kind, obj["metadata"]["name"])] = obj
+        self.created.append((kind, obj["metadata"]["name"]))
+        if kind == "Job" and self.on_job is not None:
+            self.on_job(self, obj)
+        return web.json_response(obj, status=201)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        """DELETE of a stored object (its Job's pods too); 404 if unknown."""
+        kind = {"configmaps": "ConfigMap", "services": "Service", "jobs": "Job"}[
+            request.match_info["resource"]
+        ]
+        name = request.match_info["name"]
+        obj = self.objects.pop((kind, name), None)
+        if obj is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        self.deleted.append((kind, name))
+        if kind == "Job":
+            for pod in [p for p in self.pods.values() if _job_of(p) == name]:
+                self.pods.pop(pod["metadata"]["name"])
+        return web.json_response({"kind": "Status", "status": "Success"})
+
+    async def read_job(self, request: web.Request) -> web.Response:
+        obj = self.objects.get(("Job", request.match_info["name"]))
+        if obj is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        return web.json_response(obj)
+
+    async def pod_log(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.logs:
+            return web.json_response({"kind": "Status", "code": 400}, status=400)
+        return web.Response(text=self.logs[name])
+
     def kubeconfig(self, folder: Path) -> Path:
         """A kubeconfig file whose current context points at this server."""
         path = folder / "kubeconfig"
@@ -200,6 +254,10 @@ class FakeKubeApi:
         return path
 
 
+def _job_of(pod: dict[str, Any]) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+
+
 @contextlib.contextmanager
 def fake_kube_api() -> Iterator[FakeKubeApi]:
     """A running `FakeKubeApi` on its own loop in a daemon thread; stopped on exit."""
@@ -216,6 +274,12 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         app.router.add_get("/api/v1/namespaces/{namespace}/secrets", api.list_objects)
         app.router.add_get("/apis/rbac.authorization.k8s.io/v1/clusterroles", api.list_objects)
         app.router.add_get("/apis/nvidia.com/v1beta1/dynamographdeployments", api.list_objects)
+        core, batch = f"/api/v1/namespaces/{NAMESPACE}", f"/apis/batch/v1/namespaces/{NAMESPACE}"
+        app.router.add_get(core + "/pods/{name}/log", api.pod_log)
+        for prefix, resource in ((core, "configmaps"), (core, "services"), (batch, "jobs")):
+            app.router.add_post(f"{prefix}/{resource}", api.create)
+            app.router.add_delete(prefix + "/{resource}/{name}", api.delete)
+        app.router.add_get(batch + "/jobs/{name}/status", api.read_job)
         runner = web.AppRunner(app, shutdown_timeout=0.5)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()

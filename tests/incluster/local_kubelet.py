@@ -3,13 +3,22 @@ subprocess with exactly its command, arguments and environment (plus ``JOB_COMPL
 which Kubernetes sets in an Indexed Job's pods), its ConfigMap's items written under a folder
 that stands for the mount path (paths in args and env are moved there), and a ``blocked``
 folder first on ``PYTHONPATH`` whose pandas, pyarrow, matplotlib, rich, kubernetes and pulumi
-raise ImportError: the runtime image may not need them. The pod's stdout is its log."""
+raise ImportError: the runtime image may not need them. The pod's stdout is its log.
+`controller` plays the Job controller for the fake Kubernetes API (tests/fake_kube_api.py)."""
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from fake_kube_api import FakeKubeApi
+
+from incluster.barrier import PORT
+from testbed.localgraph import free_port
 
 BLOCKED = ("pandas", "pyarrow", "matplotlib", "rich", "kubernetes", "pulumi", "components")
 
@@ -62,3 +71,86 @@ def start_pod(
     return subprocess.Popen(
         command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
+
+
+def pod_object(
+    job: dict[str, Any], index: int, code: int | None, reason: str = "Error"
+) -> dict[str, Any]:
+    name = f"{job['metadata']['name']}-{index}"
+    state: dict[str, Any] = {"running": {}}
+    phase = "Running"
+    if code is not None:
+        state = {
+            "terminated": {
+                "exitCode": code,
+                "reason": reason or ("Completed" if code == 0 else "Error"),
+            }
+        }
+        phase = "Succeeded" if code == 0 else "Failed"
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "testbed",
+            "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]},
+        },
+        "status": {
+            "phase": phase,
+            "containerStatuses": [
+                {
+                    "name": "loadgen",
+                    "state": state,
+                    "image": "vllm-runtime",
+                    "imageID": "",
+                    "ready": code is None,
+                    "restartCount": 0,
+                }
+            ],
+        },
+    }
+
+
+def controller(
+    server: str, root: Path, url: str, kill_after_first_run: int | None = None
+) -> Callable[[FakeKubeApi, dict[str, Any]], None]:
+    """The Job controller and kubelet: runs every index's pod, keeps its log and state, and
+    sets the Job's Complete or Failed condition when all ended (SIGKILLs pod
+    ``kill_after_first_run`` once it has written its first run: "OOMKilled")."""
+
+    def on_job(api: FakeKubeApi, job: dict[str, Any]) -> None:
+        configmap = api.objects[("ConfigMap", job["metadata"]["name"])]
+        count = job["spec"]["completions"]
+        name = job["metadata"]["name"]
+        replace = {url: server, f"{name}-0.{name}": "127.0.0.1", str(PORT): str(free_port())}
+
+        def run() -> None:
+            procs = [start_pod(job, configmap, i, root, replace) for i in range(count)]
+            codes: dict[int, int] = {}
+
+            def follow(i: int, proc: subprocess.Popen[bytes]) -> None:
+                log = f"{name}-{i}"
+                api.logs[log] = ""
+                api.pods[log] = pod_object(job, i, None)
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    api.logs[log] += line.decode()
+                    if i == kill_after_first_run and line.startswith(b'{"tb":"run"'):
+                        proc.send_signal(signal.SIGKILL)
+                codes[i] = proc.wait()
+                killed = codes[i] == -signal.SIGKILL
+                end = (137, "OOMKilled") if killed else (codes[i], "")
+                api.pods[log] = pod_object(job, i, *end)
+
+            threads = [threading.Thread(target=follow, args=(i, p)) for i, p in enumerate(procs)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            ok = all(c == 0 for c in codes.values())
+            condition = {"type": "Complete" if ok else "Failed", "status": "True"}
+            if not ok:
+                condition |= {"reason": "BackoffLimitExceeded", "message": "a pod failed"}
+            job["status"] = {"conditions": [condition]}
+
+        threading.Thread(target=run, daemon=True).start()
+
+    return on_job

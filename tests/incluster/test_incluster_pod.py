@@ -1,51 +1,16 @@
 """The load pod's entrypoint, run here as the rendered Job runs it (local_kubelet), against the
 fixed-delay server of bench/mock_server.py; its logs collected as the step collects them."""
 
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from conftest import DELAY_MS
 from local_kubelet import start_pod
 
 from incluster.collect import collect
 from incluster.manifests import LoadJob, load_job, source_configmap
 from incluster.sources import pod_files
 from loadgen.config import LoadConfig
-
-REPO = Path(__file__).resolve().parents[2]
-DELAY_MS = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """bench/mock_server.py: first token after DELAY_MS, 8 tokens, model "m"."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "bench" / "mock_server.py"), str(port), str(DELAY_MS), "8"]
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait()
-
+from testbed.localgraph import free_port
 
 GRID = LoadConfig(
     prefix_kinds=[1],
@@ -77,7 +42,7 @@ def run_job(job: LoadJob, server: str, root: Path) -> dict[str, str]:
     files = pod_files(job.grid_json)
     manifest, configmap = load_job(job, files), source_configmap(job, files)
     replace = {job.url: server, f"{job.name}-0.{job.name}": "127.0.0.1"}
-    port = str(_free_port())
+    port = str(free_port())
     args = manifest["spec"]["template"]["spec"]["containers"][0]["args"]
     args[args.index("--barrier-port") + 1] = port
     pods = [start_pod(manifest, configmap, i, root, replace) for i in range(job.clients)]

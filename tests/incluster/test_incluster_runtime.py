@@ -1,0 +1,92 @@
+"""The in-cluster load step's lifecycle against the fake Kubernetes API: the Job is created, a
+stand-in controller runs its pods here (local_kubelet: the rendered command, args, env and
+ConfigMap files), the step waits, reads the logs, writes the results folder and deletes what
+it created, also when a pod is killed or the create is refused."""
+
+import time
+from pathlib import Path
+
+from fake_kube_api import fake_kube_api
+from local_kubelet import controller
+
+from incluster.manifests import LoadJob
+from incluster.runtime import run_in_cluster
+from loadgen.config import LoadConfig
+
+REPO = Path(__file__).resolve().parents[2]
+URL = "http://testbed-frontend-testbed.testbed.svc:8000"
+GRID = LoadConfig(
+    prefix_kinds=[1], concurrency=[2], repetitions=2, requests_per_run=40, max_tokens=4
+)
+
+
+def _job(clients: int) -> LoadJob:
+    return LoadJob(
+        name="load-test-0123abcd",
+        namespace="testbed",
+        image="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2",
+        url=URL,
+        model="m",
+        grid_json=GRID.model_dump_json(by_alias=True),
+        clients=clients,
+        deadline_s=60,
+        model_wait_s=20,
+    )
+
+
+def test_a_job_runs_collects_and_is_deleted(server: str, tmp_path: Path) -> None:
+    with fake_kube_api() as api:
+        api.on_job = controller(server, tmp_path / "pods", URL)
+        run = run_in_cluster(
+            _job(2),
+            GRID,
+            tmp_path / "run",
+            time.monotonic() + 60,
+            kubeconfig=str(api.kubeconfig(tmp_path)),
+            poll_s=0.2,
+        )
+    assert run.failure is None and not run.deadline_exceeded
+    assert run.result is not None
+    assert [r.requests for r in run.result.runs] == [40, 40]
+    assert (tmp_path / "run" / "runs" / "k1-c2-r2" / "run.json").is_file()
+    made = [("ConfigMap", "load-test-0123abcd"), ("Service", "load-test-0123abcd")]
+    made.append(("Job", "load-test-0123abcd"))
+    assert api.created == made
+    assert sorted(api.deleted) == sorted(made)
+    assert not api.pods  # deleted with their Job
+
+
+def test_a_killed_pod_keeps_the_finished_runs_and_is_named(server: str, tmp_path: Path) -> None:
+    with fake_kube_api() as api:
+        api.on_job = controller(server, tmp_path / "pods", URL, kill_after_first_run=1)
+        run = run_in_cluster(
+            _job(2),
+            GRID,
+            tmp_path / "run",
+            time.monotonic() + 60,
+            kubeconfig=str(api.kubeconfig(tmp_path)),
+            poll_s=0.2,
+        )
+    assert run.result is not None
+    assert [(r.repetition, r.requests) for r in run.result.runs] == [(1, 40)]
+    assert run.failure is not None
+    assert "Job load-test-0123abcd Failed (BackoffLimitExceeded: a pod failed)" in run.failure
+    assert "load-test-0123abcd-1 OOMKilled (exit 137)" in run.failure
+    assert "BarrierBroken" in run.failure  # what client 0 said
+    assert len(api.deleted) == 3
+
+
+def test_a_refused_create_names_the_role_and_leaves_nothing(tmp_path: Path) -> None:
+    with fake_kube_api() as api:
+        api.forbidden = {"/apis/batch/v1/namespaces/testbed/jobs"}
+        run = run_in_cluster(
+            _job(1),
+            GRID,
+            tmp_path / "run",
+            time.monotonic() + 60,
+            kubeconfig=str(api.kubeconfig(tmp_path)),
+        )
+    assert run.result is None
+    assert run.failure is not None and "bind the Role testbed-load-step" in run.failure
+    assert api.created == [("ConfigMap", "load-test-0123abcd")]
+    assert api.deleted == [("ConfigMap", "load-test-0123abcd")]
