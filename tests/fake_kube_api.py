@@ -128,9 +128,7 @@ class FakeKubeApi:
         if request.query.get("watch") not in ("1", "true", "True"):
             self.lists += 1
             items = list(self.pods.values())
-            selector = request.query.get("labelSelector", "")
-            if selector.startswith("batch.kubernetes.io/job-name="):
-                items = [p for p in items if _job_of(p) == selector.split("=", 1)[1]]
+            items = [p for p in items if _matches(p, request.query.get("labelSelector", ""))]
             return web.json_response(
                 {
                     "kind": "PodList",
@@ -154,6 +152,9 @@ class FakeKubeApi:
             changed = self._changed
             pending = [e for e in self.events if e[0] > since]
             for version, kind, obj in pending:
+                if not _matches(obj, request.query.get("labelSelector", "")):
+                    since = version
+                    continue
                 await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
                 since, sent = version, sent + 1
                 if self.drop_after is not None and sent >= self.drop_after:
@@ -252,6 +253,22 @@ class FakeKubeApi:
             )
         )
         return path
+
+
+def _matches(obj: dict[str, Any], selector: str) -> bool:
+    """Equality-based label selector (``k=v``, ``k!=v``, comma-separated), as the API reads
+    it (a missing label matches ``!=``)."""
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        else:
+            key, value = term.split("=", 1)
+            if labels.get(key) != value:
+                return False
+    return True
 
 
 def _job_of(pod: dict[str, Any]) -> str | None:

@@ -1,0 +1,66 @@
+"""The load step with ``load.runner: cluster``, end to end without a cluster: the provider's
+create against the fake Kubernetes API, whose stand-in Job controller runs the rendered pods
+here against a real local Dynamo graph (frontend + CPU-only mocker workers shaped like
+disagg-same-node). Same outputs and results folder as the local runner."""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from fake_kube_api import NAMESPACE, fake_kube_api
+from local_kubelet import controller
+
+from components.load_provider import LoadStepProvider
+from components.load_step import step_inputs
+from loadgen.report import SUMMARY_FILE
+from testbed.localgraph import LocalGraph
+from testbed.simulate import graph_spec, load_stack
+
+pytestmark = pytest.mark.timeout(120)
+
+STACK = "disagg-same-node"
+TINY = {"prefix_kinds": [2], "concurrency": [2], "repetitions": 1, "requests_per_run": 8}
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory: pytest.TempPathFactory, local_model_dir: Path) -> Iterator[LocalGraph]:
+    spec = graph_spec(load_stack(STACK))
+    with LocalGraph(spec, tmp_path_factory.mktemp("graph"), local_model_dir) as running:
+        yield running
+
+
+def test_cluster_runner_records_the_same_outputs(graph: LocalGraph, tmp_path: Path) -> None:
+    cfg = load_stack(STACK)
+    load = cfg.load.model_copy(update={**TINY, "runner": "cluster", "clients": 2})
+    inputs = step_inputs(cfg.model_copy(update={"load": load}), STACK, "sha256:x", str(tmp_path))
+    url = inputs.url
+    assert url is not None and url.endswith(".svc:8000")  # the frontend's in-cluster address
+    with fake_kube_api() as api:
+        api.on_job = controller(graph.url, tmp_path / "pods", url)
+        props: dict[str, Any] = {
+            **inputs.props(),
+            "namespace": NAMESPACE,
+            "kubeconfig": str(api.kubeconfig(tmp_path)),
+        }
+        outs = LoadStepProvider().create(props).outs
+    assert outs is not None
+    status = outs["status"]
+    assert status["state"] == "ok", status["message"]
+    assert (status["requests"], status["successes"]) == (8, 8)
+    (point,) = outs["results"]
+    assert point["samples"] == 8 and point["ttft_p50_ms"] > 150  # the KV transfer, as locally
+    folder = Path(outs["resultsDir"])
+    assert json.loads((folder / SUMMARY_FILE).read_text()) == outs["results"]
+    assert len(pd.read_parquet(folder / "requests.parquet")) == 8
+    assert (folder / "report.html").is_file()
+    result = json.loads((folder / "result.json").read_text())
+    (run,) = result["runs"]
+    assert run["workers"] == 2
+    assert run["server"]["requests"] >= 8  # shard 0 scraped the real frontend's /metrics
+    assert result["readiness"]["attempts"] == 3
+    assert [kind for kind, _ in api.created] == ["ConfigMap", "Service", "Job"]
+    assert sorted(api.deleted) == sorted(api.created)
+    assert outs["incidents"] == []  # the load's own pods are not the graph's incidents
