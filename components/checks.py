@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from components.config import StackConfig, image_tag_version
 from components.errors import PROJECT, ConfigProblem
-from components.load_step import endpoint_problems
+from components.load_step import cluster_runner_problems, endpoint_problems
 from components.models import UnknownModelError
 from components.sizing import parse_quantity
 from components.stack_sizing import (
@@ -400,6 +400,7 @@ def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
         + engine_problems(cfg)
         + nixl_tls_problems(cfg)
         + endpoint_problems(cfg)
+        + cluster_runner_problems(cfg)
     )
     if any(p.key.endswith("nodeClass") for p in out):
         return out  # sizing needs every node class to exist

@@ -31,6 +31,7 @@ from components.errors import ConfigProblem
 from components.manifests import PULUMI_ANNOTATION_PREFIX, frontend_service_manifest
 from components.stack_resources import stack_resources
 from components.topology import FRONTEND_PORT, Topology, anywhere_placement, build_topology
+from incluster.budget import log_budget_problem
 from loadgen.config import Arrival, LoadConfig, ReadyCheck
 from loadgen.incidents import Incident, describe
 from loadgen.results import GridResult
@@ -301,6 +302,17 @@ def endpoint_problems(cfg: StackConfig) -> list[ConfigProblem]:
             )
         ]
     return []
+
+
+def cluster_runner_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Why the in-cluster load (``load.runner: cluster``) would lose results: a client's
+    records outgrowing the pod log the cluster keeps (:func:`incluster.budget.
+    log_budget_problem`)."""
+    load = cfg.load
+    if not load.enabled or load.runner != "cluster":
+        return []
+    problem = log_budget_problem(load.grid(), load.clients)
+    return [] if problem is None else [ConfigProblem("load.clients", load.clients, problem)]
 
 
 def missing_address(cfg: StackConfig, stack: str) -> str | None:

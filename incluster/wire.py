@@ -4,14 +4,13 @@ and the reader that turns a pod's log back into its runs.
 Why the log stream: it is kept by the kubelet after the container ends, whether it finished,
 failed, was OOMKilled or cut by the Job's deadline, for as long as the pod object exists (the
 step reads it before deleting the Job), and it needs no volume, no object store and no write
-access to the API from the pod. Limits: the kubelet rotates a container's log at
-``containerLogMaxSize`` (default 10 MiB) and keeps ``containerLogMaxFiles`` (default 5)
-(``KubeletConfiguration``, kubernetes ``pkg/kubelet/apis/config/v1beta1/defaults.go`` at
-v1.34.0), but ``GET .../pods/<pod>/log`` serves the current file only
-(kubernetes ``pkg/kubelet/kuberuntime/kuberuntime_container.go`` ``GetContainerLogs`` opens
-``status.GetLogPath()``, the live file): so a pod must write less than 10 MiB in all, and
-:func:`record_line_bytes` says how many requests that holds (:mod:`incluster.manifests`
-splits a grid over more clients when it would not fit).
+access to the API from the pod. Limits: the kubelet rotates a container's log file at
+``containerLogMaxSize``, 10 MiB by default, keeping ``containerLogMaxFiles`` (5), and the API
+serves the latest file only (Kubernetes docs, "Logging Architecture", "Log rotation": "Only
+the contents of the latest log file are available through kubectl logs"). So a client must
+write less than 10 MiB: :func:`incluster.budget.log_budget_problem` refuses a grid that could
+write more (preview stops on it, naming ``load.clients``). A pod evicted from its node loses its
+log with its containers: its runs are then missing, and the status says so.
 
 Lines (``"tb"`` names the kind; any other line, e.g. a Python warning, is kept as text):
 
@@ -79,7 +78,7 @@ def emit_run(
         started_ns=started_ns,
         started_at=started_at.isoformat(),
         cpu_s=done.cpu_s,
-        loop_lags_ms=done.loop_lags_ms,
+        loop_lags_ms=[round(lag, 2) for lag in done.loop_lags_ms],  # 10 us: below the timer's
         warmup=dataclasses.asdict(warm),
     )
     flush()
@@ -169,31 +168,3 @@ def shifted(record: RequestRecord, delta_ns: int) -> RequestRecord:
         elif value is not None and (value or name != "intended_ns"):
             moved[name] = value + delta_ns
     return dataclasses.replace(record, **moved)
-
-
-def record_line_bytes(tokens: int) -> int:
-    """Log bytes of the ``record`` line of a request that streamed ``tokens`` content events,
-    at most: every time a 19-digit nanosecond count, usage and indexes at 6-7 digits (the
-    budget :mod:`incluster.manifests` checks a grid against; ~20 B per token + ~470 B)."""
-    t = 1_700_000_000_000_000_000
-    record = RequestRecord(
-        index=10**6,
-        prefix_id=10**3,
-        intended_ns=t,
-        connect_ns=t,
-        sent_ns=t,
-        first_byte_ns=t,
-        first_chunk_ns=t,
-        first_token_ns=t,
-        last_token_ns=t,
-        end_ns=t,
-        token_ns=[t] * tokens,
-        chunks=tokens + 3,
-        status=200,
-        finish_reason="length",
-        prompt_tokens=100_000,
-        completion_tokens=tokens,
-        cached_tokens=100_000,
-    )
-    line = orjson.dumps({"tb": "record", "shard": 99, "key": [999, 9999, 99], "record": record})
-    return len(line) + 1

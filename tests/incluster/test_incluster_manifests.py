@@ -1,17 +1,25 @@
 """The in-cluster load's objects against the Kubernetes 1.34 schemas, and what the pod ships."""
 
+import copy
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
+import orjson
 import pytest
 
+from components.config import project_values
+from components.errors import StackConfigError
+from components.validation import parse_stack_config
+from incluster.budget import log_budget_problem, record_line_bytes
 from incluster.manifests import LoadJob, load_objects, load_step_role, rbac_entry
 from incluster.sources import CONFIGMAP_LIMIT_BYTES, POD_MODULES, pod_files
-from incluster.wire import record_line_bytes
 from loadgen.config import LoadConfig
+from loadgen.request import RequestRecord
+from testbed.render import stack_config as cli_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,6 +100,53 @@ def test_rbac_entry_is_namespaced() -> None:
     assert load_step_role("testbed-x")["kind"] == "Role"  # never a ClusterRole
 
 
-def test_a_record_line_is_about_20_bytes_a_token() -> None:
-    assert 400 < record_line_bytes(0) < 600
-    assert 19 * 256 < record_line_bytes(256) - record_line_bytes(0) <= 21 * 256
+@pytest.mark.parametrize("tokens", [0, 1, 64, 256])
+def test_the_record_line_budget_is_what_a_record_serializes_to(tokens: int) -> None:
+    """A record with 17-digit times, 6-digit counts and indexes: as long as the budget says."""
+    t = 90_000_000_000_000_000
+    record = RequestRecord(
+        index=10**6 - 1,
+        prefix_id=10**3,
+        intended_ns=t,
+        connect_ns=t,
+        sent_ns=t,
+        first_byte_ns=t,
+        first_chunk_ns=t,
+        first_token_ns=t,
+        last_token_ns=t,
+        end_ns=t,
+        token_ns=[t] * tokens,
+        chunks=10**6 - 1,
+        status=200,
+        finish_reason="length",
+        prompt_tokens=10**6 - 1,
+        completion_tokens=10**6 - 1,
+        cached_tokens=10**6 - 1,
+    )
+    line = orjson.dumps({"tb": "record", "shard": 99, "key": [999, 9999, 99], "record": record})
+    assert len(line) + 1 <= record_line_bytes(tokens) < len(line) + 1 + 20
+
+
+def _load(stack: str, **load: Any) -> dict[str, Any]:
+    config = copy.deepcopy(project_values(cli_config(stack)[0]))
+    config["load"] = {**config["load"], **load}
+    return config
+
+
+def test_a_grid_too_large_for_one_clients_log_is_refused() -> None:
+    """The shipped grid fits one client; ten times the requests need ten clients."""
+    parse_stack_config("kv-routing", _load("kv-routing"))
+    with pytest.raises(StackConfigError) as info:
+        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000))
+    (problem,) = info.value.problems
+    assert problem.key == "load.clients"
+    assert "set load.clients to 10 or more" in problem.message
+    # 10 clients (concurrency 4 and 8 allow at most 4): still refused, by the concurrency rule
+    with pytest.raises(StackConfigError, match=r"smallest load\.concurrency"):
+        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000, clients=10))
+    assert log_budget_problem(LoadConfig(requests_per_run=2000), 10) is None
+
+
+def test_clients_need_the_cluster_runner() -> None:
+    with pytest.raises(StackConfigError, match=r"needs load\.runner: cluster"):
+        parse_stack_config("kv-routing", _load("kv-routing", runner="local", clients=2))

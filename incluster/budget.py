@@ -1,0 +1,54 @@
+"""How much of a load pod's log its records take, and whether a grid fits (checked at preview,
+so light: pydantic only).
+
+A client writes one ``record`` line per request (:mod:`incluster.wire`); the API serves only
+the latest file of a container's log, rotated at the kubelet's ``containerLogMaxSize``
+(Kubernetes docs, "Logging Architecture", "Log rotation": "Only the contents of the latest log
+file are available through kubectl logs").
+"""
+
+from loadgen.config import LoadConfig
+
+LOG_FILE_BYTES = 10 * 1024 * 1024
+"""The kubelet's ``containerLogMaxSize`` default, 10 MiB (``KubeletConfiguration``; kubernetes
+``pkg/kubelet/apis/config/v1beta1/defaults.go``): the most of a pod's log the API serves."""
+
+RECORD_SHARE = 0.8
+"""Of :data:`LOG_FILE_BYTES`, what a client's request records may take; the rest is for the
+other lines, mostly the loop-lag samples (one per 5 ms of measured loop, ~6 B each: about
+1.2 kB a second, so ~29 minutes of runs per client)."""
+
+RECORD_LINE_BYTES = 534
+RECORD_TOKEN_BYTES = 18
+"""A ``record`` line is at most ``RECORD_LINE_BYTES + RECORD_TOKEN_BYTES`` x output tokens:
+every time a 17-digit nanosecond count (``CLOCK_MONOTONIC`` counts from boot: a node up for
+less than three years) plus its comma per token, counts and indexes at 6 digits; measured by
+serializing such a record (tests/incluster/test_incluster_manifests.py)."""
+
+
+def record_line_bytes(tokens: int) -> int:
+    """Log bytes of one request's ``record`` line with ``tokens`` output tokens, at most."""
+    return RECORD_LINE_BYTES + RECORD_TOKEN_BYTES * tokens
+
+
+def log_budget_problem(config: LoadConfig, clients: int) -> str | None:
+    """Why a client's log would outgrow :data:`LOG_FILE_BYTES` (its records' worst case, at
+    :data:`RECORD_SHARE`), naming the fix; None when it fits."""
+    runs = len(config.prefix_kinds) * len(config.concurrency) * config.repetitions
+    per_request = record_line_bytes(config.max_tokens)
+    budget = int(LOG_FILE_BYTES * RECORD_SHARE)
+    per_client = runs * -(-config.requests_per_run // clients)
+    if per_client * per_request <= budget:
+        return None
+    per_run = budget // (runs * per_request)  # requests of one run a client's log holds
+    fix = (
+        f"set load.clients to {-(-config.requests_per_run // per_run)} or more, or "
+        if per_run
+        else ""
+    )
+    return (
+        f"the grid's request records take up to {per_client * per_request / 2**20:.1f} MiB in "
+        f"each load client's log ({per_client} requests of up to {config.max_tokens} tokens), "
+        f"more than the {budget / 2**20:.0f} MiB of its log the cluster keeps: {fix}lower "
+        "requestsPerRun, repetitions or maxTokens"
+    )
