@@ -4,6 +4,7 @@ until it completes, fails or the step's deadline passes, read every client pod's
 logs into the results folder (:func:`incluster.collect.collect`) and delete the objects,
 whatever happened (the Job with its pods: ``propagationPolicy: Background``).
 
+:func:`run_probe` does the same for the KV-path probe's pod pair (:mod:`incluster.probe`).
 Imported only when a step runs in the cluster (``pulumi preview`` never pays for the client).
 Access is the stack's Kubernetes provider's (:func:`loadgen.kube_watch.api_client`).
 """
@@ -51,6 +52,8 @@ def _create(core: Any, batch: Any, namespace: str, obj: dict[str, Any]) -> None:
         core.create_namespaced_config_map(namespace, obj)
     elif kind == "Service":
         core.create_namespaced_service(namespace, obj)
+    elif kind == "Pod":
+        core.create_namespaced_pod(namespace, obj)
     else:
         batch.create_namespaced_job(namespace, obj)
 
@@ -63,8 +66,20 @@ def _delete(core: Any, batch: Any, namespace: str, obj: dict[str, Any]) -> None:
             core.delete_namespaced_config_map(name, namespace)
         elif kind == "Service":
             core.delete_namespaced_service(name, namespace)
+        elif kind == "Pod":
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
         else:
             batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+
+
+def _log(core: Any, pod: str, namespace: str, container: str) -> str:
+    """A container's log as the API serves it. Read raw (``_preload_content=False``): the
+    client would otherwise try to parse a log that is one JSON line as JSON and hand back its
+    Python repr."""
+    response = core.read_namespaced_pod_log(
+        pod, namespace, container=container, _preload_content=False
+    )
+    return bytes(response.data).decode("utf-8", errors="replace")
 
 
 def _finished(job: Any) -> str | None:
@@ -132,7 +147,7 @@ def run_in_cluster(
         for pod in pods:
             name = pod["metadata"]["name"]
             with contextlib.suppress(ApiException):  # a pod that never started has no log
-                logs[name] = core.read_namespaced_pod_log(name, ns, container="loadgen")
+                logs[name] = _log(core, name, ns, "loadgen")
         collected = collect(logs, job.clients, job.url, job.model, config, run_dir)
     finally:
         for obj in reversed(created):
@@ -144,3 +159,72 @@ def run_in_cluster(
     if collected.missing:
         problems.append(f"no log from {', '.join(collected.missing)}")
     return ClusterRun(collected.result, exceeded, "; ".join(problems) or None)
+
+
+@dataclass
+class ProbeRun:
+    """What the in-cluster KV-path probe gave: the initiator's figures (None: none) and what
+    went wrong (None: nothing), naming the pod."""
+
+    figures: dict[str, Any] | None
+    failure: str | None
+
+
+def _pod_state(pod: dict[str, Any]) -> str:
+    """``Pending: <why it is not scheduled>``, or the phase."""
+    status = pod.get("status") or {}
+    phase = str(status.get("phase", "Pending"))
+    if phase == "Pending":
+        why = [c.get("message") for c in status.get("conditions") or [] if c.get("message")]
+        return f"Pending: {why[0]}" if why else phase
+    return phase
+
+
+def run_probe(
+    objects: list[dict[str, Any]],
+    deadline: float,
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    poll_s: float = POLL_S,
+) -> ProbeRun:
+    """Create the probe's objects (:func:`incluster.probe.probe_objects`), wait until its
+    initiator pod ends or ``deadline`` (monotonic s) passes, read the figures from its log
+    (:func:`incluster.probe.figures_from_log`) and delete everything. Never raises for
+    cluster trouble (no access, refused create, a pod that never scheduled, no figures)."""
+    from incluster.probe import figures_from_log
+
+    try:
+        api = api_client(kubeconfig, context)
+    except KubeAccessError as exc:
+        return ProbeRun(None, f"no access to the cluster: {exc}")
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    ns = objects[0]["metadata"]["namespace"]
+    initiator = objects[-1]["metadata"]["name"]
+    created: list[dict[str, Any]] = []
+    try:
+        try:
+            for obj in objects:
+                _create(core, batch, ns, obj)
+                created.append(obj)
+        except ApiException as exc:
+            message = _forbidden(exc, ns) if exc.status in (401, 403) else f"create: {exc.reason}"
+            return ProbeRun(None, message)
+        while True:
+            pod = api.sanitize_for_serialization(core.read_namespaced_pod(initiator, ns))
+            state = _pod_state(pod)
+            if state in ("Succeeded", "Failed") or time.monotonic() >= deadline:
+                break
+            time.sleep(poll_s)
+        log = ""
+        with contextlib.suppress(ApiException):
+            log = _log(core, initiator, ns, "probe")
+    finally:
+        for obj in reversed(created):
+            _delete(core, batch, ns, obj)
+        api.close()
+    figures = figures_from_log(log)
+    if figures is not None:
+        return ProbeRun(figures, None if state == "Succeeded" else f"{initiator} {state}")
+    tail = " | ".join(log.strip().splitlines()[-3:])
+    return ProbeRun(None, f"{initiator} {state}: no figures" + (f" ({tail})" if tail else ""))

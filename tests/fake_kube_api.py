@@ -1,15 +1,15 @@
 """A tiny fake Kubernetes API server (aiohttp, 127.0.0.1, free port) for the pod watch, cluster
-check and in-cluster load tests: `GET /api/v1/namespaces/<ns>/pods` lists the pods (label
-selector applied), and with `?watch=1` streams the events after `resourceVersion` as JSON lines,
-live, until `timeoutSeconds`. Fault injection: drop every watch connection after N events
+check and in-cluster tests: `GET /api/v1/namespaces/<ns>/pods` lists the pods (label selector
+applied), and with `?watch=1` streams the events after `resourceVersion` as JSON lines, live,
+until `timeoutSeconds`. Fault injection: drop every watch connection after N events
 (`drop_after`), or answer 410 Gone to versions older than `expired_below`. For the cluster
 checks at preview it also lists `nodes` (`GET /api/v1/nodes`), `secrets` by namespace (`GET
 /api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs), `cluster_roles` and `graphs`
-(DGDs); a path in `forbidden` answers 403 (also to a create). For the in-cluster load,
-ConfigMaps, Services and Jobs are created and deleted, a Job's status and a pod's log (`logs`)
-read, and a created Job is handed to `on_job`, the test's stand-in for the Job controller and
-kubelet. Runs on its own event loop in a thread, so the watch (a thread using the synchronous
-kubernetes client) and the load (another loop) can run beside it."""
+(DGDs); a path in `forbidden` answers 403 (also to a create). For the in-cluster load and probe,
+ConfigMaps, Services, Jobs and Pods are created and deleted, a Job's status, a pod and its log
+(`logs`) read, and a created Job or Pod is handed to `on_job` / `on_pod`, the test's stand-in
+for the controller and kubelet. Runs on its own event loop in a thread, so the watch (a thread
+using the synchronous kubernetes client) and the load (another loop) can run beside it."""
 
 import asyncio
 import contextlib
@@ -95,6 +95,7 @@ class FakeKubeApi:
     deleted: list[tuple[str, str]] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> its log so far
     on_job: Callable[["FakeKubeApi", dict[str, Any]], None] | None = None
+    on_pod: Callable[["FakeKubeApi", dict[str, Any]], None] | None = None
     _changed: asyncio.Event | None = None  # set (and replaced) on every event
     _loop: asyncio.AbstractEventLoop | None = None
 
@@ -208,11 +209,15 @@ class FakeKubeApi:
         self.created.append((kind, obj["metadata"]["name"]))
         if kind == "Job" and self.on_job is not None:
             self.on_job(self, obj)
+        if kind == "Pod":
+            self.pods[obj["metadata"]["name"]] = obj
+            if self.on_pod is not None:
+                self.on_pod(self, obj)
         return web.json_response(obj, status=201)
 
     async def delete(self, request: web.Request) -> web.Response:
         """DELETE of a stored object (its Job's pods too); 404 if unknown."""
-        kind = {"configmaps": "ConfigMap", "services": "Service", "jobs": "Job"}[
+        kind = {"configmaps": "ConfigMap", "services": "Service", "jobs": "Job", "pods": "Pod"}[
             request.match_info["resource"]
         ]
         name = request.match_info["name"]
@@ -220,6 +225,8 @@ class FakeKubeApi:
         if obj is None:
             return web.json_response({"kind": "Status", "code": 404}, status=404)
         self.deleted.append((kind, name))
+        if kind == "Pod":
+            self.pods.pop(name, None)
         if kind == "Job":
             for pod in [p for p in self.pods.values() if _job_of(p) == name]:
                 self.pods.pop(pod["metadata"]["name"])
@@ -227,6 +234,12 @@ class FakeKubeApi:
 
     async def read_job(self, request: web.Request) -> web.Response:
         obj = self.objects.get(("Job", request.match_info["name"]))
+        if obj is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        return web.json_response(obj)
+
+    async def read_pod(self, request: web.Request) -> web.Response:
+        obj = self.pods.get(request.match_info["name"])
         if obj is None:
             return web.json_response({"kind": "Status", "code": 404}, status=404)
         return web.json_response(obj)
@@ -293,7 +306,9 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         app.router.add_get("/apis/nvidia.com/v1beta1/dynamographdeployments", api.list_objects)
         core, batch = f"/api/v1/namespaces/{NAMESPACE}", f"/apis/batch/v1/namespaces/{NAMESPACE}"
         app.router.add_get(core + "/pods/{name}/log", api.pod_log)
-        for prefix, resource in ((core, "configmaps"), (core, "services"), (batch, "jobs")):
+        app.router.add_get(core + "/pods/{name}", api.read_pod)
+        resources = ((core, "configmaps"), (core, "services"), (core, "pods"), (batch, "jobs"))
+        for prefix, resource in resources:
             app.router.add_post(f"{prefix}/{resource}", api.create)
             app.router.add_delete(prefix + "/{resource}/{name}", api.delete)
         app.router.add_get(batch + "/jobs/{name}/status", api.read_job)
