@@ -53,6 +53,8 @@ STACK_LOAD_STEP_KEYS = frozenset(
         "readySuccesses",
         "tokenizer",
         "resultsDir",
+        "runner",
+        "clients",
     }
 )
 ERRORS_SHOWN = 3  # first error messages printed after the table
