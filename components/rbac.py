@@ -1,10 +1,13 @@
 """What the stack grants, as the `rbac` stack output: the Dynamo operator's entry.
 
 The stack writes no RBAC object of its own. The post-deploy load step is a Pulumi dynamic
-resource: its provider runs inside the `pulumi up` process on the user's machine and reaches the
-frontend over HTTP; anything it (or a pod watch) reads from the Kubernetes API it reads with the
-user's kubeconfig, as the program's other resources are applied. A ServiceAccount, Role and
-RoleBinding in the cluster would be used by no pod, so they are not created (issue #10).
+resource: its provider runs inside the `pulumi up` process on the user's machine, and anything
+it does in the cluster (reading pods for incidents; with `load.runner: cluster`, creating its
+Job, ConfigMap and Service and reading the pods' logs) it does with the user's kubeconfig, as
+the program's other resources are applied. Its load pods need no API access (no token is
+mounted), so a ServiceAccount, Role and RoleBinding would be used by no pod (issue #10); the
+program appends the load step's namespaced rules to the output
+(:func:`incluster.manifests.rbac_entry`), for an administrator to bind where the user has less.
 """
 
 from __future__ import annotations

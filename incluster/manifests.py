@@ -196,12 +196,14 @@ LOAD_STEP_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]},
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["create", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
 """What the in-cluster load step does with the user's credentials, in the stack's namespace
 only (:mod:`incluster.runtime`): create, read and delete its Job, create and delete its
 ConfigMap and barrier Service, list and watch pods (its own, and the graph's for incidents:
-:mod:`loadgen.kube_watch`) and read their logs."""
+:mod:`loadgen.kube_watch`) and read their logs; the KV-path probe creates and deletes its two
+pods (:mod:`incluster.probe`)."""
 
 
 def load_step_role(namespace: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ Access is the stack's Kubernetes provider's (:func:`loadgen.kube_watch.api_clien
 import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from incluster.collect import collect, pod_summary
 from incluster.manifests import ROLE_NAME, LoadJob, load_objects
+from incluster.probe import figures_from_log
 from incluster.sources import pod_files
 from loadgen.config import LoadConfig
 from loadgen.kube_watch import KubeAccessError, api_client
@@ -92,12 +94,67 @@ def _finished(job: Any) -> str | None:
     return None
 
 
-def _forbidden(exc: ApiException, namespace: str) -> str:
+class Refused(RuntimeError):
+    """No access to the cluster, or it refused to create one of the objects; the message says
+    what to do."""
+
+
+def _forbidden(exc: ApiException, namespace: str, kind: str) -> str:
     return (
-        f"the load step may not manage its Job in namespace {namespace} ({exc.status} "
+        f"the load step may not create a {kind} in namespace {namespace} ({exc.status} "
         f"{exc.reason}); bind the Role {ROLE_NAME} (docs/in-cluster.md) to your identity, or set "
         "load.runner: local"
     )
+
+
+@contextlib.contextmanager
+def _created(
+    objects: list[dict[str, Any]], kubeconfig: str | None, context: str | None
+) -> Iterator[tuple[Any, Any, Any]]:
+    """``(api client, CoreV1Api, BatchV1Api)`` with ``objects`` created in order in their
+    namespace; on leaving, whatever happened, those created are deleted (last first).
+
+    Raises:
+        Refused: no access, or a create was refused (nothing is left behind).
+    """
+    try:
+        api = api_client(kubeconfig, context)
+    except KubeAccessError as exc:
+        raise Refused(f"no access to the cluster: {exc}") from None
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    ns = objects[0]["metadata"]["namespace"]
+    created: list[dict[str, Any]] = []
+    try:
+        for obj in objects:
+            try:
+                _create(core, batch, ns, obj)
+            except ApiException as exc:
+                forbidden = exc.status in (401, 403)
+                raise Refused(
+                    _forbidden(exc, ns, obj["kind"])
+                    if forbidden
+                    else f"create {obj['kind']}: {exc.reason}"
+                ) from None
+            created.append(obj)
+        yield api, core, batch
+    finally:
+        for obj in reversed(created):
+            _delete(core, batch, ns, obj)
+        api.close()
+
+
+def _wait_for_job(
+    batch: Any, job: LoadJob, deadline: float, poll_s: float
+) -> tuple[str | None, bool]:
+    """Poll the Job until it ends (:func:`_finished`) or ``deadline`` passes: (how it ended,
+    None if it had not; whether the deadline stopped the wait)."""
+    while True:
+        ended = _finished(batch.read_namespaced_job_status(job.name, job.namespace))
+        if ended is not None:
+            return ended, False
+        if time.monotonic() >= deadline:
+            return None, True
+        time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
 
 
 def run_in_cluster(
@@ -113,46 +170,27 @@ def run_in_cluster(
     """Run ``job`` and collect it into ``run_dir`` before ``deadline`` (monotonic s). Never
     raises for cluster trouble: no access, a refused create, a failed or OOMKilled pod and the
     deadline are in :attr:`ClusterRun.failure`, with the runs that finished kept."""
-    try:
-        api = api_client(kubeconfig, context)
-    except KubeAccessError as exc:
-        return ClusterRun(None, False, f"no access to the cluster: {exc}")
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    files = pod_files(job.grid_json)
-    objects = load_objects(job, files)
-    created: list[dict[str, Any]] = []
     ns = job.namespace
     try:
-        try:
-            for obj in objects:
-                _create(core, batch, ns, obj)
-                created.append(obj)
-        except ApiException as exc:
-            message = _forbidden(exc, ns) if exc.status in (401, 403) else f"create: {exc.reason}"
-            return ClusterRun(None, False, message)
-        ended, exceeded = None, False
-        while ended is None:
-            ended = _finished(batch.read_namespaced_job_status(job.name, ns))
-            if ended is None and time.monotonic() >= deadline:
-                exceeded = True
-                break
-            if ended is None:
-                time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
-        selector = f"batch.kubernetes.io/job-name={job.name}"
-        pods = [
-            api.sanitize_for_serialization(p)
-            for p in core.list_namespaced_pod(ns, label_selector=selector).items
-        ]
-        logs = {}
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            with contextlib.suppress(ApiException):  # a pod that never started has no log
-                logs[name] = _log(core, name, ns, "loadgen")
-        collected = collect(logs, job.clients, job.url, job.model, config, run_dir)
-    finally:
-        for obj in reversed(created):
-            _delete(core, batch, ns, obj)
-        api.close()
+        with _created(load_objects(job, pod_files(job.grid_json)), kubeconfig, context) as (
+            api,
+            core,
+            batch,
+        ):
+            ended, exceeded = _wait_for_job(batch, job, deadline, poll_s)
+            selector = f"batch.kubernetes.io/job-name={job.name}"
+            pods = [
+                api.sanitize_for_serialization(p)
+                for p in core.list_namespaced_pod(ns, label_selector=selector).items
+            ]
+            logs = {}
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                with contextlib.suppress(ApiException):  # a pod that never started has no log
+                    logs[name] = _log(core, name, ns, "loadgen")
+    except Refused as exc:
+        return ClusterRun(None, False, str(exc))
+    collected = collect(logs, job.clients, job.url, job.model, config, run_dir)
     problems = [p for p in (collected.failure, *pod_summary(pods)) if p]
     if ended is not None and ended != "Complete":
         problems.insert(0, f"Job {job.name} {ended}")
@@ -192,37 +230,21 @@ def run_probe(
     initiator pod ends or ``deadline`` (monotonic s) passes, read the figures from its log
     (:func:`incluster.probe.figures_from_log`) and delete everything. Never raises for
     cluster trouble (no access, refused create, a pod that never scheduled, no figures)."""
-    from incluster.probe import figures_from_log
-
-    try:
-        api = api_client(kubeconfig, context)
-    except KubeAccessError as exc:
-        return ProbeRun(None, f"no access to the cluster: {exc}")
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     ns = objects[0]["metadata"]["namespace"]
     initiator = objects[-1]["metadata"]["name"]
-    created: list[dict[str, Any]] = []
     try:
-        try:
-            for obj in objects:
-                _create(core, batch, ns, obj)
-                created.append(obj)
-        except ApiException as exc:
-            message = _forbidden(exc, ns) if exc.status in (401, 403) else f"create: {exc.reason}"
-            return ProbeRun(None, message)
-        while True:
-            pod = api.sanitize_for_serialization(core.read_namespaced_pod(initiator, ns))
-            state = _pod_state(pod)
-            if state in ("Succeeded", "Failed") or time.monotonic() >= deadline:
-                break
-            time.sleep(poll_s)
-        log = ""
-        with contextlib.suppress(ApiException):
-            log = _log(core, initiator, ns, "probe")
-    finally:
-        for obj in reversed(created):
-            _delete(core, batch, ns, obj)
-        api.close()
+        with _created(objects, kubeconfig, context) as (api, core, _):
+            while True:
+                pod = api.sanitize_for_serialization(core.read_namespaced_pod(initiator, ns))
+                state = _pod_state(pod)
+                if state in ("Succeeded", "Failed") or time.monotonic() >= deadline:
+                    break
+                time.sleep(poll_s)
+            log = ""
+            with contextlib.suppress(ApiException):
+                log = _log(core, initiator, ns, "probe")
+    except Refused as exc:
+        return ProbeRun(None, str(exc))
     figures = figures_from_log(log)
     if figures is not None:
         return ProbeRun(figures, None if state == "Succeeded" else f"{initiator} {state}")

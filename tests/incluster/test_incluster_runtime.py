@@ -6,11 +6,11 @@ it created, also when a pod is killed or the create is refused."""
 import time
 from pathlib import Path
 
-from fake_kube_api import fake_kube_api
+from fake_kube_api import FakeKubeApi, fake_kube_api
 from local_kubelet import controller
 
 from incluster.manifests import LoadJob
-from incluster.runtime import run_in_cluster
+from incluster.runtime import ClusterRun, run_in_cluster
 from loadgen.config import LoadConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,17 +34,21 @@ def _job(clients: int) -> LoadJob:
     )
 
 
+def _run(api: FakeKubeApi, tmp_path: Path, clients: int) -> ClusterRun:
+    return run_in_cluster(
+        _job(clients),
+        GRID,
+        tmp_path / "run",
+        time.monotonic() + 60,
+        kubeconfig=str(api.kubeconfig(tmp_path)),
+        poll_s=0.2,
+    )
+
+
 def test_a_job_runs_collects_and_is_deleted(server: str, tmp_path: Path) -> None:
     with fake_kube_api() as api:
         api.on_job = controller(server, tmp_path / "pods", URL)
-        run = run_in_cluster(
-            _job(2),
-            GRID,
-            tmp_path / "run",
-            time.monotonic() + 60,
-            kubeconfig=str(api.kubeconfig(tmp_path)),
-            poll_s=0.2,
-        )
+        run = _run(api, tmp_path, 2)
     assert run.failure is None and not run.deadline_exceeded
     assert run.result is not None
     assert [r.requests for r in run.result.runs] == [40, 40]
@@ -59,14 +63,7 @@ def test_a_job_runs_collects_and_is_deleted(server: str, tmp_path: Path) -> None
 def test_a_killed_pod_keeps_the_finished_runs_and_is_named(server: str, tmp_path: Path) -> None:
     with fake_kube_api() as api:
         api.on_job = controller(server, tmp_path / "pods", URL, kill_after_first_run=1)
-        run = run_in_cluster(
-            _job(2),
-            GRID,
-            tmp_path / "run",
-            time.monotonic() + 60,
-            kubeconfig=str(api.kubeconfig(tmp_path)),
-            poll_s=0.2,
-        )
+        run = _run(api, tmp_path, 2)
     assert run.result is not None
     assert [(r.repetition, r.requests) for r in run.result.runs] == [(1, 40)]
     assert run.failure is not None
@@ -79,14 +76,11 @@ def test_a_killed_pod_keeps_the_finished_runs_and_is_named(server: str, tmp_path
 def test_a_refused_create_names_the_role_and_leaves_nothing(tmp_path: Path) -> None:
     with fake_kube_api() as api:
         api.forbidden = {"/apis/batch/v1/namespaces/testbed/jobs"}
-        run = run_in_cluster(
-            _job(1),
-            GRID,
-            tmp_path / "run",
-            time.monotonic() + 60,
-            kubeconfig=str(api.kubeconfig(tmp_path)),
-        )
+        run = _run(api, tmp_path, 1)
     assert run.result is None
-    assert run.failure is not None and "bind the Role testbed-load-step" in run.failure
+    assert run.failure == (
+        "the load step may not create a Job in namespace testbed (403 Forbidden); bind the "
+        "Role testbed-load-step (docs/in-cluster.md) to your identity, or set load.runner: local"
+    )
     assert api.created == [("ConfigMap", "load-test-0123abcd")]
     assert api.deleted == [("ConfigMap", "load-test-0123abcd")]

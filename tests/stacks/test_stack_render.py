@@ -228,10 +228,11 @@ def test_vllm_service_is_two_deployments_and_one_service(rendered: dict[str, Ren
     assert service["spec"]["selector"] == {"dynamo-testbed/graph": "vllm-service"}
     assert service["spec"]["type"] == "NodePort"
     assert service["spec"]["ports"][0]["port"] == 8000
-    # No operator, so the namespace carries no webhook label and the RBAC output no operator.
+    # No operator, so the namespace carries no webhook label and the RBAC output no operator:
+    # only the in-cluster load step's namespaced rules.
     (namespace,) = objects_of(stack, "Namespace")
     assert namespace["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "dynamo-testbed"}
-    assert stack.outputs["rbac"] == []
+    assert [entry["role"] for entry in stack.outputs["rbac"]] == ["testbed-load-step"]
     assert stack.outputs["dgdName"] is None
     # ... and it reads no platform stack.
     assert stack.outputs["platform"] is None
@@ -349,7 +350,8 @@ def test_dynamo_stack_outputs(rendered: dict[str, Rendered], stack: str) -> None
     assert outputs["warnings"] == []
     platform = rendered["platform"].outputs
     assert outputs["platform"] == {"stack": "platform", **platform}
-    (operator,) = outputs["rbac"]  # the stack writes no RBAC of its own
+    operator, load = outputs["rbac"]  # the stack writes no RBAC of its own
+    assert load["scope"] == f"namespace/{outputs['namespace']}"  # the load step's, namespaced
     assert operator == platform["operatorRbac"]  # read from the platform stack
     assert operator["scope"] == "cluster"
     assert operator["admission"]["failurePolicy"] == "Fail"
@@ -407,7 +409,7 @@ def test_kv_routing_workers_need_their_base_memory(rendered: dict[str, Rendered]
     "stack", ["kv-routing", "disagg-same-node", "disagg-cross-node", "vllm-service"]
 )
 def test_graph_stacks_write_no_rbac(rendered: dict[str, Rendered], stack: str) -> None:
-    """The load step runs in the `pulumi up` process with the user's kubeconfig: an in-cluster
-    ServiceAccount/Role would be used by no pod (components.rbac)."""
+    """The load step acts with the user's kubeconfig (also to create its Job, whose pods need no
+    API access): an in-cluster ServiceAccount/Role would be used by no pod (components.rbac)."""
     kinds = {o["kind"] for o in rendered[stack].kubernetes_objects()}
     assert not kinds & {"ServiceAccount", "Role", "RoleBinding", "ClusterRole"}
