@@ -19,6 +19,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from incluster.collect import collect, pod_summary
 from incluster.manifests import ROLE_NAME, LoadJob, load_objects
@@ -27,6 +28,9 @@ from incluster.sources import pod_files
 from loadgen.config import LoadConfig
 from loadgen.kube_watch import KubeAccessError, api_client
 from loadgen.results import GridResult
+
+API_ERRORS = (ApiException, HTTPError)
+"""What a call to the API raises when it answers with an error or cannot be reached."""
 
 POLL_S = 2.0
 """How often the Job's status is read while it runs (seconds)."""
@@ -63,7 +67,7 @@ def _create(core: Any, batch: Any, namespace: str, obj: dict[str, Any]) -> None:
 def _delete(core: Any, batch: Any, namespace: str, obj: dict[str, Any]) -> None:
     """Delete one object; one already gone is fine."""
     name, kind = obj["metadata"]["name"], obj["kind"]
-    with contextlib.suppress(ApiException):
+    with contextlib.suppress(*API_ERRORS):  # ttlSecondsAfterFinished cleans up what stays
         if kind == "ConfigMap":
             core.delete_namespaced_config_map(name, namespace)
         elif kind == "Service":
@@ -99,7 +103,7 @@ class Refused(RuntimeError):
     what to do."""
 
 
-def _forbidden(exc: ApiException, namespace: str, kind: str) -> str:
+def _forbidden(exc: Any, namespace: str, kind: str) -> str:
     return (
         f"the load step may not create a {kind} in namespace {namespace} ({exc.status} "
         f"{exc.reason}); bind the Role {ROLE_NAME} (docs/in-cluster.md) to your identity, or set "
@@ -128,13 +132,12 @@ def _created(
         for obj in objects:
             try:
                 _create(core, batch, ns, obj)
-            except ApiException as exc:
-                forbidden = exc.status in (401, 403)
-                raise Refused(
-                    _forbidden(exc, ns, obj["kind"])
-                    if forbidden
-                    else f"create {obj['kind']}: {exc.reason}"
-                ) from None
+            except API_ERRORS as exc:
+                kind = obj["kind"]
+                forbidden = isinstance(exc, ApiException) and exc.status in (401, 403)
+                reason = exc.reason if isinstance(exc, ApiException) else exc
+                message = _forbidden(exc, ns, kind) if forbidden else f"create {kind}: {reason}"
+                raise Refused(message) from None
             created.append(obj)
         yield api, core, batch
     finally:
@@ -157,6 +160,25 @@ def _wait_for_job(
         time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
 
 
+def _pods_and_logs(
+    api: Any, core: Any, job: LoadJob
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The Job's pods (camelCase dicts, as the API returns them) and their logs by pod name (a
+    pod that never started has none)."""
+    selector = f"batch.kubernetes.io/job-name={job.name}"
+    try:
+        items = core.list_namespaced_pod(job.namespace, label_selector=selector).items
+    except API_ERRORS:
+        return [], {}
+    pods = [api.sanitize_for_serialization(p) for p in items]
+    logs = {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        with contextlib.suppress(*API_ERRORS):  # a pod that never started has no log
+            logs[name] = _log(core, name, job.namespace, "loadgen")
+    return pods, logs
+
+
 def run_in_cluster(
     job: LoadJob,
     config: LoadConfig,
@@ -170,28 +192,23 @@ def run_in_cluster(
     """Run ``job`` and collect it into ``run_dir`` before ``deadline`` (monotonic s). Never
     raises for cluster trouble: no access, a refused create, a failed or OOMKilled pod and the
     deadline are in :attr:`ClusterRun.failure`, with the runs that finished kept."""
-    ns = job.namespace
     try:
         with _created(load_objects(job, pod_files(job.grid_json)), kubeconfig, context) as (
             api,
             core,
             batch,
         ):
-            ended, exceeded = _wait_for_job(batch, job, deadline, poll_s)
-            selector = f"batch.kubernetes.io/job-name={job.name}"
-            pods = [
-                api.sanitize_for_serialization(p)
-                for p in core.list_namespaced_pod(ns, label_selector=selector).items
-            ]
-            logs = {}
-            for pod in pods:
-                name = pod["metadata"]["name"]
-                with contextlib.suppress(ApiException):  # a pod that never started has no log
-                    logs[name] = _log(core, name, ns, "loadgen")
+            ended, exceeded, lost = None, False, None
+            try:
+                ended, exceeded = _wait_for_job(batch, job, deadline, poll_s)
+            except API_ERRORS as exc:
+                lost = f"lost the Kubernetes API while waiting for Job {job.name}: {exc}"
+            finally:  # also on Ctrl-C: what the pods finished is kept before they are deleted
+                pods, logs = _pods_and_logs(api, core, job)
+                collected = collect(logs, job.clients, job.url, job.model, config, run_dir)
     except Refused as exc:
         return ClusterRun(None, False, str(exc))
-    collected = collect(logs, job.clients, job.url, job.model, config, run_dir)
-    problems = [p for p in (collected.failure, *pod_summary(pods)) if p]
+    problems = [p for p in (lost, collected.failure, *pod_summary(pods)) if p]
     if ended is not None and ended != "Complete":
         problems.insert(0, f"Job {job.name} {ended}")
     if collected.missing:
@@ -240,11 +257,11 @@ def run_probe(
                 if state in ("Succeeded", "Failed") or time.monotonic() >= deadline:
                     break
                 time.sleep(poll_s)
-            log = ""
-            with contextlib.suppress(ApiException):
-                log = _log(core, initiator, ns, "probe")
+            log = _log(core, initiator, ns, "probe")
     except Refused as exc:
         return ProbeRun(None, str(exc))
+    except API_ERRORS as exc:
+        return ProbeRun(None, f"the Kubernetes API failed while the probe ran: {exc}")
     figures = figures_from_log(log)
     if figures is not None:
         return ProbeRun(figures, None if state == "Succeeded" else f"{initiator} {state}")
