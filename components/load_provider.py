@@ -132,14 +132,32 @@ def _run_grid(
     """The grid where ``load.runner`` says: in this process (:func:`_wait_and_run`), or as a
     Job of ``clients`` pods in the stack's namespace (:func:`incluster.runtime.run_in_cluster`;
     imported here, so that ``pulumi preview`` never loads the Kubernetes client for it). Same
-    result, deadline flag and failure either way."""
+    result, deadline flag and failure either way; both resume ``run_dir``'s finished runs and
+    honour the stop file (:mod:`components.load_step_folder`).
+
+    Raises:
+        StopRequested: the stop file stopped the grid.
+    """
     if inputs.runner == "local":
         return asyncio.run(_wait_and_run(inputs, config, run_dir, deadline, pods))
+    from components.load_step_folder import StopRequested, stop_file, stop_requested
+    from incluster.collect import finished_runs
     from incluster.manifests import LoadJob
     from incluster.runtime import job_name, run_in_cluster
+    from loadgen.output import ResumeError
 
     if inputs.url is None or inputs.namespace is None or inputs.image is None:
         return None, False, "the in-cluster load needs the stack's namespace, image and URL"
+    try:  # a resumed folder's runs are not measured again (load_step_folder)
+        skip, sizing = finished_runs(run_dir, inputs.url, inputs.model, config)
+    except ResumeError as exc:
+        return None, False, str(exc)
+
+    def stop() -> str | None:
+        if not stop_requested(inputs):
+            return None
+        return f"stop file {stop_file(inputs)} found; the run in flight was dropped"
+
     job = LoadJob(
         name=job_name(inputs.stack),
         namespace=inputs.namespace,
@@ -152,10 +170,21 @@ def _run_grid(
         model_wait_s=inputs.model_wait_s,
         ready_successes=inputs.ready_successes,
         tolerations=tuple(inputs.tolerations),
+        skip=tuple(skip),
+        tokens_per_word=None if sizing is None else sizing.tokens_per_word,
+        sizing_source=None if sizing is None else sizing.source,
     )
     run = run_in_cluster(
-        job, config, run_dir, deadline, kubeconfig=inputs.kubeconfig, context=inputs.kube_context
+        job,
+        config,
+        run_dir,
+        deadline,
+        kubeconfig=inputs.kubeconfig,
+        context=inputs.kube_context,
+        stop=stop,
     )
+    if run.stopped is not None:
+        raise StopRequested(run.stopped)
     return run.result, run.deadline_exceeded, run.failure
 
 

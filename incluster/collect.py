@@ -16,7 +16,7 @@ from typing import Any
 from incluster.wire import ShardLog, parse_log, shifted
 from loadgen.config import Arrival, LoadConfig
 from loadgen.loops import ShareResult, Warmup
-from loadgen.output import MeasuredRun, PromptSizing, ResultsFolder, grid_settings
+from loadgen.output import MeasuredRun, PromptSizing, ResultsFolder, grid_settings, read_result
 from loadgen.plan import grid_keys
 from loadgen.readiness import Readiness
 from loadgen.results import GridResult, ServerRunMetrics
@@ -26,8 +26,9 @@ from loadgen.stats import client_budget_warning
 
 @dataclass
 class Collected:
-    """What the logs gave: the grid so far (None: no run finished), the first failure a client
-    reported (naming its pod), and the clients whose log was missing or had no clock line."""
+    """What the logs gave: the grid so far, with a resumed folder's earlier runs (None: no run
+    finished), the first failure a client reported (naming its pod), and the clients whose log
+    was missing or had no clock line."""
 
     result: GridResult | None
     failure: str | None
@@ -74,7 +75,8 @@ def collect(
     run_dir: Path,
 ) -> Collected:
     """Parse every pod's log (by pod name), merge the runs all ``clients`` finished, and write
-    them to ``run_dir`` (:class:`loadgen.output.ResultsFolder`; the grid's settings name the
+    them to ``run_dir`` beside the runs it holds already (a resumed grid's:
+    :class:`loadgen.output.ResultsFolder` with ``resume=True``; the grid's settings name the
     in-cluster ``url``, no tokenizer: the pods size prompts by calibration)."""
     parsed = {pod: parse_log(text.splitlines()) for pod, text in logs.items()}
     by_shard: dict[int, tuple[str, ShardLog]] = {}
@@ -86,12 +88,12 @@ def collect(
         (f"{pod}: {log.failure}" for pod, log in sorted(parsed.items()) if log.failure), None
     )
     first = by_shard.get(0)
-    if missing or first is None or first[1].sizing is None:
-        return Collected(None, failure, missing)
+    if missing or first is None or first[1].sizing is None:  # the runs it held before, if any
+        return Collected(read_result(run_dir), failure, missing)
     shards = [by_shard[i][1] for i in range(clients)]
     keys = [k for k in grid_keys(config) if all(k in log.runs for log in shards)]
     if not keys:
-        return Collected(None, failure, missing)
+        return Collected(read_result(run_dir), failure, missing)
     runs = [merged_run(config, key, shards) for key in keys]
     for run in runs:
         server = first[1].server.get(run.key)
@@ -101,14 +103,41 @@ def collect(
             )
     sizing = PromptSizing.model_validate(first[1].sizing)
     readiness = None if first[1].readiness is None else Readiness.model_validate(first[1].readiness)
-    folder = ResultsFolder(run_dir, grid_settings(url, model, config, None), resume=False)
-    started = min(r.summary.started_at for r in runs if r.summary.started_at is not None)
-    result = grid_result(url, model, config, sizing.source, started, runs, readiness=readiness)
+    folder = ResultsFolder(run_dir, grid_settings(url, model, config, None), resume=True)
+    every = [*folder.completed(), *runs]
+    started = min(r.summary.started_at for r in every if r.summary.started_at is not None)
+    result = grid_result(
+        url,
+        model,
+        config,
+        sizing.source,
+        started,
+        every,
+        readiness=readiness,
+        earlier_incidents=folder.earlier_incidents(),
+    )
     result.warnings += first[1].warnings
     for run in runs:
         folder.add_run(run, sizing)
-    folder.write_grid(result, runs)
+    folder.write_grid(result, every)
     return Collected(result, failure, missing)
+
+
+def finished_runs(
+    run_dir: Path, url: str, model: str, config: LoadConfig
+) -> tuple[list[tuple[int, int, int]], PromptSizing | None]:
+    """What a resumed results folder holds already (:class:`loadgen.output.ResultsFolder`,
+    ``resume=True``): its complete runs' keys, and how they sized prompts (None: no run, or
+    sized by a tokenizer, which the pods do not have: then nothing is skipped).
+
+    Raises:
+        loadgen.output.ResumeError: its runs were measured with other settings.
+    """
+    folder = ResultsFolder(run_dir, grid_settings(url, model, config, None), resume=True)
+    sizing = folder.sizing()
+    if sizing is None or sizing.tokens_per_word is None:
+        return [], None
+    return [run.key for run in folder.completed()], sizing
 
 
 def pod_summary(pods: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -62,6 +62,10 @@ class LoadJob(BaseModel):
         model_wait_s: the pods' wait for the model and the readiness gate, seconds.
         ready_successes: the readiness gate's completions in a row (None: no gate).
         tolerations: the pods' tolerations (every node class's, as for the frontend).
+        skip: runs (prefix kinds, concurrency, repetition) already in the results folder being
+            resumed: the pods measure only the others.
+        tokens_per_word, sizing_source: the resumed runs' prompt sizing, which the pods reuse
+            instead of calibrating (None: calibrate).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -77,6 +81,9 @@ class LoadJob(BaseModel):
     model_wait_s: float = Field(gt=0)
     ready_successes: int | None = None
     tolerations: tuple[dict[str, str], ...] = ()
+    skip: tuple[tuple[int, int, int], ...] = ()
+    tokens_per_word: float | None = None
+    sizing_source: str | None = None
 
     def metadata(self, name: str | None = None) -> dict[str, Any]:
         """``metadata`` of one of the run's objects."""
@@ -123,6 +130,10 @@ def pod_args(job: LoadJob) -> list[str]:
     ]  # fmt: skip
     if job.ready_successes is not None:
         args += ["--ready-successes", str(job.ready_successes)]
+    for key in job.skip:
+        args += ["--skip", ":".join(map(str, key))]
+    if job.tokens_per_word is not None and job.sizing_source is not None:
+        args += ["--tokens-per-word", repr(job.tokens_per_word), "--sizing", job.sizing_source]
     return args
 
 

@@ -57,10 +57,16 @@ def shard(share: Share, clients: int, index: int) -> Share:
 
 
 async def _prepare(
-    server: str, model: str, config: LoadConfig, wait_s: float, ready_successes: int | None
+    server: str,
+    model: str,
+    config: LoadConfig,
+    wait_s: float,
+    ready_successes: int | None,
+    sizer: WordSizer | None,
 ) -> dict[str, object]:
-    """Shard 0's start: the model listed, the readiness gate passed, prompts sized; the payload
-    of the first meeting (``{"error": ...}`` when the server never served)."""
+    """Shard 0's start: the model listed, the readiness gate passed, prompts sized (``sizer``,
+    a resumed grid's, else calibrated); the payload of the first meeting (``{"error": ...}``
+    when the server never served)."""
     try:
         await wait_for_model(server, model, config, wait_s)
         if ready_successes is not None:
@@ -69,7 +75,8 @@ async def _prepare(
             wire.emit("readiness", readiness=readiness.model_dump(mode="json"))
     except (ModelNotListedError, NotServingError) as exc:
         return {"error": str(exc)}
-    sizer = await calibrate_word_sizer(server, model, config)
+    if sizer is None:
+        sizer = await calibrate_word_sizer(server, model, config)
     sizing = {"source": sizer.source, "tokens_per_word": sizer.tokens_per_word}
     wire.emit("sizing", **sizing)
     return sizing
@@ -123,15 +130,18 @@ async def run_pod(
     barrier_port: int,
     wait_s: float,
     ready_successes: int | None,
+    skip: Sequence[tuple[int, int, int]] = (),
+    sizer: WordSizer | None = None,
 ) -> int:
-    """One client's whole grid (see the module docstring); returns the exit code."""
+    """One client's whole grid but the runs in ``skip`` (a resumed grid's, sized by ``sizer``;
+    see the module docstring); returns the exit code."""
     server = base_url(url)
     wire.emit_clock(index)
     wire.flush()
     try:
         async with Barrier(clients, index, barrier_host, barrier_port, wait_s) as barrier:
             start = (
-                await _prepare(server, model, config, wait_s, ready_successes)
+                await _prepare(server, model, config, wait_s, ready_successes, sizer)
                 if index == 0
                 else None
             )
@@ -140,7 +150,7 @@ async def run_pod(
                 raise NotServingError(str(sizing["error"]))
             sizer = WordSizer(float(sizing["tokens_per_word"]), str(sizing["source"]))
             metrics = ServerMetrics(server, model, config, None) if index == 0 else None
-            for key in grid_keys(config):
+            for key in (key for key in grid_keys(config) if key not in set(skip)):
                 await _measure(server, model, config, sizer, key, clients, index, barrier, metrics)
             for warning in [] if metrics is None else metrics.warnings():
                 wire.emit("warning", shard=index, message=warning)
@@ -163,7 +173,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--barrier-port", type=int, default=PORT)
     parser.add_argument("--model-wait-s", type=float, default=600.0)
     parser.add_argument("--ready-successes", type=int, default=None)
+    parser.add_argument(
+        "--skip", action="append", default=[], help="K:C:R, a run already measured (resume)"
+    )
+    parser.add_argument("--tokens-per-word", type=float, default=None, help="resumed sizing")
+    parser.add_argument("--sizing", default=None, help="the resumed sizing's source")
     args = parser.parse_args(argv)
+    skip: list[tuple[int, int, int]] = []
+    for key in args.skip:
+        kinds, concurrency, repetition = (int(n) for n in key.split(":"))
+        skip.append((kinds, concurrency, repetition))
+    sizer = None
+    if args.tokens_per_word is not None:
+        sizer = WordSizer(args.tokens_per_word, args.sizing or "resumed")
     with open(args.grid, encoding="utf-8") as file:
         config = LoadConfig.model_validate_json(file.read())
     return asyncio.run(
@@ -177,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             barrier_port=args.barrier_port,
             wait_s=args.model_wait_s,
             ready_successes=args.ready_successes,
+            skip=skip,
+            sizer=sizer,
         )
     )
 

@@ -12,7 +12,7 @@ Access is the stack's Kubernetes provider's (:func:`loadgen.kube_watch.api_clien
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +39,13 @@ POLL_S = 2.0
 @dataclass
 class ClusterRun:
     """What an in-cluster run gave: the grid so far (None: no run finished), whether the
-    deadline stopped it, and what went wrong, naming the pods (None: nothing)."""
+    deadline stopped it, what went wrong, naming the pods (None: nothing), and why ``stop``
+    stopped it (None: it did not)."""
 
     result: GridResult | None
     deadline_exceeded: bool
     failure: str | None
+    stopped: str | None = None
 
 
 def job_name(stack: str) -> str:
@@ -147,17 +149,25 @@ def _created(
 
 
 def _wait_for_job(
-    batch: Any, job: LoadJob, deadline: float, poll_s: float
-) -> tuple[str | None, bool]:
-    """Poll the Job until it ends (:func:`_finished`) or ``deadline`` passes: (how it ended,
-    None if it had not; whether the deadline stopped the wait)."""
+    batch: Any, job: LoadJob, deadline: float, poll_s: float, stop: Callable[[], str | None]
+) -> tuple[str | None, bool, str | None]:
+    """Poll the Job until it ends (:func:`_finished`), ``deadline`` passes or ``stop`` says
+    why to stop: (how it ended, None if it had not; whether the deadline stopped the wait;
+    what ``stop`` said)."""
     while True:
         ended = _finished(batch.read_namespaced_job_status(job.name, job.namespace))
         if ended is not None:
-            return ended, False
+            return ended, False, None
         if time.monotonic() >= deadline:
-            return None, True
+            return None, True, None
+        reason = stop()
+        if reason is not None:
+            return None, False, reason
         time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
+
+
+def _never() -> str | None:
+    return None
 
 
 def _pods_and_logs(
@@ -188,19 +198,25 @@ def run_in_cluster(
     kubeconfig: str | None = None,
     context: str | None = None,
     poll_s: float = POLL_S,
+    stop: Callable[[], str | None] = _never,
 ) -> ClusterRun:
     """Run ``job`` and collect it into ``run_dir`` before ``deadline`` (monotonic s). Never
     raises for cluster trouble: no access, a refused create, a failed or OOMKilled pod and the
-    deadline are in :attr:`ClusterRun.failure`, with the runs that finished kept."""
+    deadline are in :attr:`ClusterRun.failure`, with the runs that finished kept.
+
+    ``stop`` is asked at every poll (the load step's stop file:
+    :func:`components.load_step_folder.stop_requested`); when it gives a reason the step stops
+    waiting, keeps the runs every client finished and deletes the Job: the run in flight is
+    dropped (a pod cannot see the file), and the next step resumes the folder."""
     try:
         with _created(load_objects(job, pod_files(job.grid_json)), kubeconfig, context) as (
             api,
             core,
             batch,
         ):
-            ended, exceeded, lost = None, False, None
+            ended, exceeded, lost, stopped = None, False, None, None
             try:
-                ended, exceeded = _wait_for_job(batch, job, deadline, poll_s)
+                ended, exceeded, stopped = _wait_for_job(batch, job, deadline, poll_s, stop)
             except API_ERRORS as exc:
                 lost = f"lost the Kubernetes API while waiting for Job {job.name}: {exc}"
             finally:  # also on Ctrl-C: what the pods finished is kept before they are deleted
@@ -213,7 +229,7 @@ def run_in_cluster(
         problems.insert(0, f"Job {job.name} {ended}")
     if collected.missing:
         problems.append(f"no log from {', '.join(collected.missing)}")
-    return ClusterRun(collected.result, exceeded, "; ".join(problems) or None)
+    return ClusterRun(collected.result, exceeded, "; ".join(problems) or None, stopped)
 
 
 @dataclass

@@ -96,6 +96,7 @@ class FakeKubeApi:
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> its log so far
     on_job: Callable[["FakeKubeApi", dict[str, Any]], None] | None = None
     on_pod: Callable[["FakeKubeApi", dict[str, Any]], None] | None = None
+    on_delete: Callable[[str, str], None] | None = None  # (kind, name) of a deleted object
     _changed: asyncio.Event | None = None  # set (and replaced) on every event
     _loop: asyncio.AbstractEventLoop | None = None
 
@@ -225,6 +226,8 @@ class FakeKubeApi:
         if obj is None:
             return web.json_response({"kind": "Status", "code": 404}, status=404)
         self.deleted.append((kind, name))
+        if self.on_delete is not None:
+            self.on_delete(kind, name)
         if kind == "Pod":
             self.pods.pop(name, None)
         if kind == "Job":

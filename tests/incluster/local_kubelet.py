@@ -112,18 +112,26 @@ def pod_object(
 def controller(
     server: str, root: Path, url: str, kill_after_first_run: int | None = None
 ) -> Callable[[FakeKubeApi, dict[str, Any]], None]:
-    """The Job controller and kubelet: runs every index's pod, keeps its log and state, and
-    sets the Job's Complete or Failed condition when all ended (SIGKILLs pod
-    ``kill_after_first_run`` once it has written its first run: "OOMKilled")."""
+    """The Job controller and kubelet: runs every index's pod, keeps its log and state, sets
+    the Job's Complete or Failed condition when all ended, and kills its pods when the Job is
+    deleted (SIGKILLs pod ``kill_after_first_run`` once it has written its first run:
+    "OOMKilled")."""
 
     def on_job(api: FakeKubeApi, job: dict[str, Any]) -> None:
         configmap = api.objects[("ConfigMap", job["metadata"]["name"])]
         count = job["spec"]["completions"]
         name = job["metadata"]["name"]
         replace = {url: server, f"{name}-0.{name}": "127.0.0.1", str(PORT): str(free_port())}
+        procs = [start_pod(job, configmap, i, root, replace) for i in range(count)]
+
+        def on_delete(kind: str, deleted: str) -> None:
+            if (kind, deleted) == ("Job", name):
+                for proc in procs:
+                    proc.kill()
+
+        api.on_delete = on_delete
 
         def run() -> None:
-            procs = [start_pod(job, configmap, i, root, replace) for i in range(count)]
             codes: dict[int, int] = {}
 
             def follow(i: int, proc: subprocess.Popen[bytes]) -> None:
@@ -138,7 +146,8 @@ def controller(
                 codes[i] = proc.wait()
                 killed = codes[i] == -signal.SIGKILL
                 end = (137, "OOMKilled") if killed else (codes[i], "")
-                api.pods[log] = pod_object(job, i, *end)
+                if ("Job", name) in api.objects:  # not deleted meanwhile
+                    api.pods[log] = pod_object(job, i, *end)
 
             threads = [threading.Thread(target=follow, args=(i, p)) for i, p in enumerate(procs)]
             for t in threads:

@@ -4,11 +4,13 @@ ConfigMap files), the step waits, reads the logs, writes the results folder and 
 it created, also when a pod is killed or the create is refused."""
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fake_kube_api import FakeKubeApi, fake_kube_api
 from local_kubelet import controller
 
+from incluster.collect import finished_runs
 from incluster.manifests import LoadJob
 from incluster.runtime import ClusterRun, run_in_cluster
 from loadgen.config import LoadConfig
@@ -34,21 +36,24 @@ def _job(clients: int) -> LoadJob:
     )
 
 
-def _run(api: FakeKubeApi, tmp_path: Path, clients: int) -> ClusterRun:
+def _run(
+    api: FakeKubeApi, tmp_path: Path, job: LoadJob, stop: Callable[[], str | None] | None = None
+) -> ClusterRun:
     return run_in_cluster(
-        _job(clients),
+        job,
         GRID,
         tmp_path / "run",
         time.monotonic() + 60,
         kubeconfig=str(api.kubeconfig(tmp_path)),
         poll_s=0.2,
+        **({} if stop is None else {"stop": stop}),
     )
 
 
 def test_a_job_runs_collects_and_is_deleted(server: str, tmp_path: Path) -> None:
     with fake_kube_api() as api:
         api.on_job = controller(server, tmp_path / "pods", URL)
-        run = _run(api, tmp_path, 2)
+        run = _run(api, tmp_path, _job(2))
     assert run.failure is None and not run.deadline_exceeded
     assert run.result is not None
     assert [r.requests for r in run.result.runs] == [40, 40]
@@ -63,7 +68,7 @@ def test_a_job_runs_collects_and_is_deleted(server: str, tmp_path: Path) -> None
 def test_a_killed_pod_keeps_the_finished_runs_and_is_named(server: str, tmp_path: Path) -> None:
     with fake_kube_api() as api:
         api.on_job = controller(server, tmp_path / "pods", URL, kill_after_first_run=1)
-        run = _run(api, tmp_path, 2)
+        run = _run(api, tmp_path, _job(2))
     assert run.result is not None
     assert [(r.repetition, r.requests) for r in run.result.runs] == [(1, 40)]
     assert run.failure is not None
@@ -76,7 +81,7 @@ def test_a_killed_pod_keeps_the_finished_runs_and_is_named(server: str, tmp_path
 def test_a_refused_create_names_the_role_and_leaves_nothing(tmp_path: Path) -> None:
     with fake_kube_api() as api:
         api.forbidden = {"/apis/batch/v1/namespaces/testbed/jobs"}
-        run = _run(api, tmp_path, 1)
+        run = _run(api, tmp_path, _job(1))
     assert run.result is None
     assert run.failure == (
         "the load step may not create a Job in namespace testbed (403 Forbidden); bind the "
@@ -84,3 +89,44 @@ def test_a_refused_create_names_the_role_and_leaves_nothing(tmp_path: Path) -> N
     )
     assert api.created == [("ConfigMap", "load-test-0123abcd")]
     assert api.deleted == [("ConfigMap", "load-test-0123abcd")]
+
+
+def test_a_killed_grid_is_resumed_without_measuring_its_runs_again(
+    server: str, tmp_path: Path
+) -> None:
+    """The folder a killed client left (rep 1 finished) is resumed: the pods are told to skip
+    rep 1 and to size prompts as it did; the folder ends with both runs."""
+    with fake_kube_api() as api:
+        api.on_job = controller(server, tmp_path / "pods", URL, kill_after_first_run=1)
+        _run(api, tmp_path, _job(2))
+    skip, sizing = finished_runs(tmp_path / "run", URL, "m", GRID)
+    assert skip == [(1, 2, 1)] and sizing is not None and sizing.tokens_per_word == 1.0
+    marked = f"{sizing.source} (resumed)"  # to tell it from a fresh calibration's
+    job = _job(2).model_copy(
+        update={"skip": tuple(skip), "tokens_per_word": 1.0, "sizing_source": marked}
+    )
+    with fake_kube_api() as api:
+        api.on_job = controller(server, tmp_path / "pods2", URL)
+        run = _run(api, tmp_path, job)
+        logs = "".join(api.logs.values())
+    assert run.failure is None and run.result is not None
+    assert [(r.repetition, r.requests) for r in run.result.runs] == [(1, 40), (2, 40)]
+    assert '"key":[1,2,2]' in logs and '"key":[1,2,1]' not in logs  # rep 1 not sent again
+    assert f'"source":"{marked}"' in logs  # the stored sizing, not calibrated again
+
+
+def test_the_stop_file_keeps_the_finished_runs(server: str, tmp_path: Path) -> None:
+    """Asked to stop once client 0 has written run 1: that run is kept, the Job is deleted (its
+    pods with it) and the run says why it stopped."""
+    with fake_kube_api() as api:
+        api.on_job = controller(server, tmp_path / "pods", URL)
+
+        def stop() -> str | None:
+            written = '{"tb":"run"' in api.logs.get("load-test-0123abcd-0", "")
+            return "stop file found" if written else None
+
+        run = _run(api, tmp_path, _job(1), stop)
+    assert run.stopped == "stop file found" and not run.deadline_exceeded
+    assert run.result is not None
+    assert [(r.repetition, r.requests) for r in run.result.runs] == [(1, 40)]
+    assert ("Job", "load-test-0123abcd") in api.deleted
