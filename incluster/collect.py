@@ -18,8 +18,7 @@ from loadgen.config import Arrival, LoadConfig
 from loadgen.loops import ShareResult, Warmup
 from loadgen.output import MeasuredRun, PromptSizing, ResultsFolder, grid_settings, read_result
 from loadgen.plan import grid_keys
-from loadgen.readiness import Readiness
-from loadgen.results import GridResult, ServerRunMetrics
+from loadgen.results import GridResult, Readiness, ServerRunMetrics
 from loadgen.runner import grid_result, measured_run
 from loadgen.stats import client_budget_warning
 
@@ -39,7 +38,7 @@ def merged_run(
     config: LoadConfig, key: tuple[int, int, int], shards: Sequence[ShardLog]
 ) -> MeasuredRun:
     """Run ``key`` from every client's part (each has it): times on shard 0's clock, records
-    merged, warm-ups merged for the client-budget note, the earliest start."""
+    merged, warm-ups merged for the client-budget note, the earliest start, the latest end."""
     base = shards[0].offset_ns or 0
     parts: list[ShareResult] = []
     starts: list[int] = []
@@ -54,15 +53,15 @@ def merged_run(
     note = client_budget_warning(
         warm, concurrency=key[1], offered_rate_per_s=offered, workers=len(shards)
     )
-    started_at = min(log.runs[key].started_at for log in shards)
     return measured_run(
         config,
         key,
         ShareResult.merge(parts),
         len(shards),
         min(starts),
-        started_at,
+        min(log.runs[key].started_at for log in shards),
         [note] if note else [],
+        finished_at=max(log.runs[key].finished_at for log in shards),
     )
 
 

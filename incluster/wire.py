@@ -65,7 +65,13 @@ def emit_clock(shard: int) -> None:
 
 
 def emit_run(
-    shard: int, key: Key, started_ns: int, started_at: datetime, done: ShareResult, warm: Warmup
+    shard: int,
+    key: Key,
+    started_ns: int,
+    started_at: datetime,
+    finished_at: datetime,
+    done: ShareResult,
+    warm: Warmup,
 ) -> None:
     """A finished run: its records, then the ``run`` line; flushed."""
     for record in done.records:
@@ -77,6 +83,7 @@ def emit_run(
         records=len(done.records),
         started_ns=started_ns,
         started_at=started_at.isoformat(),
+        finished_at=finished_at.isoformat(),
         cpu_s=done.cpu_s,
         loop_lags_ms=[round(lag, 2) for lag in done.loop_lags_ms],  # 10 us: below the timer's
         warmup=dataclasses.asdict(warm),
@@ -90,6 +97,7 @@ class ShardRun:
 
     started_ns: int
     started_at: datetime
+    finished_at: datetime
     done: ShareResult
     warmup: Warmup
 
@@ -142,6 +150,7 @@ def parse_log(lines: Iterable[str]) -> ShardLog:
                 log.runs[key] = ShardRun(
                     started_ns=obj["started_ns"],
                     started_at=datetime.fromisoformat(obj["started_at"]),
+                    finished_at=datetime.fromisoformat(obj["finished_at"]),
                     done=ShareResult(records, obj["loop_lags_ms"], obj["cpu_s"]),
                     warmup=Warmup(**obj["warmup"]),
                 )

@@ -217,11 +217,12 @@ def measured_run(
     started_ns: int,
     started_at: datetime,
     notes: Sequence[str],
+    finished_at: datetime | None = None,
 ) -> MeasuredRun:
     """Run `key`'s `MeasuredRun` from its merged records (`done`, from `workers` processes or
     clients): its `RunSummary` (`loadgen.stats.summarize_run`) with the run's start
-    (`started_ns` monotonic = `started_at` UTC), end (now) and `notes` as its first warnings,
-    its first errors and its request rows."""
+    (`started_ns` monotonic = `started_at` UTC), end (`finished_at`, default now) and `notes`
+    as its first warnings, its first errors and its request rows."""
     kinds, conc, rep = key
     summary = summarize_run(
         done.records,
@@ -239,7 +240,7 @@ def measured_run(
     summary = summary.model_copy(
         update={
             "started_at": started_at,
-            "finished_at": datetime.now(UTC),
+            "finished_at": finished_at or datetime.now(UTC),
             "warnings": [*notes, *summary.warnings],
         }
     )

@@ -36,8 +36,12 @@ def _job(clients: int) -> LoadJob:
     )
 
 
+def _never() -> str | None:
+    return None
+
+
 def _run(
-    api: FakeKubeApi, tmp_path: Path, job: LoadJob, stop: Callable[[], str | None] | None = None
+    api: FakeKubeApi, tmp_path: Path, job: LoadJob, stop: Callable[[], str | None] = _never
 ) -> ClusterRun:
     return run_in_cluster(
         job,
@@ -46,7 +50,7 @@ def _run(
         time.monotonic() + 60,
         kubeconfig=str(api.kubeconfig(tmp_path)),
         poll_s=0.2,
-        **({} if stop is None else {"stop": stop}),
+        stop=stop,
     )
 
 
@@ -57,6 +61,9 @@ def test_a_job_runs_collects_and_is_deleted(server: str, tmp_path: Path) -> None
     assert run.failure is None and not run.deadline_exceeded
     assert run.result is not None
     assert [r.requests for r in run.result.runs] == [40, 40]
+    first, second = run.result.runs  # each run's end is its own, not when the logs were read
+    assert first.finished_at is not None and second.started_at is not None
+    assert first.finished_at <= second.started_at
     assert (tmp_path / "run" / "runs" / "k1-c2-r2" / "run.json").is_file()
     made = [("ConfigMap", "load-test-0123abcd"), ("Service", "load-test-0123abcd")]
     made.append(("Job", "load-test-0123abcd"))
