@@ -8,12 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from local_kubelet import DELAY_MS
 
 from testbed.localgraph import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-DELAY_MS = 20.0
-"""The server's first-token delay (ms); it streams 8 tokens."""
 
 
 @pytest.fixture(scope="module")

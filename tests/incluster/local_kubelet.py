@@ -20,6 +20,10 @@ from fake_kube_api import FakeKubeApi
 from incluster.barrier import PORT
 from testbed.localgraph import free_port
 
+DELAY_MS = 20.0
+"""The first-token delay (ms) of the tests' fixed-delay server (conftest.py); it streams 8
+tokens."""
+
 BLOCKED = ("pandas", "pyarrow", "matplotlib", "rich", "kubernetes", "pulumi", "components")
 
 
