@@ -1,27 +1,33 @@
 """The KV-path probe in the cluster: a pair of pods in the stack's runtime image (it carries
-nixl, UCX and torch: ai-dynamo/dynamo ``container/Dockerfile.vllm``, runtime stage, copies
-``/usr/local/ucx`` and ``$NIXL_PREFIX`` and installs the nixl wheel) placed where the stack's
-prefill and decode workers run, and the link profile read back from the initiator's log.
+NIXL and UCX: ai-dynamo/dynamo ``container/Dockerfile.vllm``, runtime stage, copies
+``/usr/local/ucx`` and ``$NIXL_PREFIX`` and installs the nixl wheel, and torch with vLLM) placed
+where the stack's prefill and decode workers run, and the figures read back from the
+initiator's log, from which ``testbed probe kv-path STACK --in-cluster`` writes the link profile.
 
-The probe itself is ``kvpath.probe`` (issue 19), run with the arguments it documents:
-``python -m kvpath.probe --role target --port PORT`` (serves its NIXL metadata on PORT) and
-``python -m kvpath.probe --role initiator --peer HOST:PORT`` (runs the READs and prints its
-figures as JSON). Its sources ship like the load pod's (a ConfigMap on ``PYTHONPATH``).
+The probe is :mod:`kvpath.probe`, run with the arguments it documents, as ``testbed probe
+kv-path`` runs it on loopback: the *target* pod runs ``python -m kvpath.probe --role target``
+where the prefill group runs and serves its NIXL metadata on :data:`PROBE_PORT`, behind a
+headless Service; the *initiator* pod runs :mod:`incluster.probe_pod` (the initiator's NIXL
+READs, then the GPU-copy part) where the decode group runs. Each gets its group's ``UCX_*``
+environment, the transports the workers' NIXL uses. ``same-node`` puts both on one node (pod
+affinity on ``kubernetes.io/hostname`` to the target), ``cross-node`` on two (anti-affinity).
+The sources ship as the load pod's do (a ConfigMap on ``PYTHONPATH``: :data:`PROBE_MODULES`).
 
-Placement (pure: :func:`probe_objects`): the target where the prefill group runs, the
-initiator where the decode group runs, each with its group's ``UCX_*`` environment (the
-transports the workers' NIXL uses); ``same-node`` puts both on one node (pod affinity on
-``kubernetes.io/hostname`` to the target), ``cross-node`` on two (anti-affinity). Each asks
-for one ``nvidia.com/gpu``: on a GPU node the stack's workers hold, the pods stay Pending until
-the stack is parked (``parked: true``) or a GPU is free, and the step says so.
+GPUs: the NIXL part reads host (DRAM) buffers, so no pod asks for a GPU by default and the
+pair schedules beside a running stack; the copy part then says ``no GPU: skipped``. With
+``gpu_copies`` the initiator asks for one ``nvidia.com/gpu`` (it stays Pending while the
+stack's workers hold every GPU of its node class: park the stack first).
 """
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
 from components.config import StackConfig, WorkerGroup
+from components.stack_sizing import model_geometry
 from components.topology import placement_for
 from incluster.manifests import LOAD_LABELS
 from incluster.sources import MOUNT_PATH, config_key
@@ -29,19 +35,63 @@ from incluster.sources import MOUNT_PATH, config_key
 PROBE_PORT = 5555
 """The target's metadata port (any free port in the pod)."""
 
+TARGET_TIMEOUT_S = 900
+"""The target serves at most this long (``--timeout-s``), then exits (the initiator's parts
+take seconds to minutes)."""
+
+BLOCK_TOKENS = 16
+"""vLLM's default ``--block-size``: tokens per KV block."""
+
+PROBE_MODULES = (
+    "incluster/__init__.py",
+    "incluster/probe_pod.py",
+    "kvpath/__init__.py",
+    "kvpath/probe/__init__.py",
+    "kvpath/probe/__main__.py",
+    "kvpath/probe/gpu_part.py",
+    "kvpath/probe/nixl_part.py",
+)
+"""What the probe pods import from this project."""
+
 KvPath = Literal["same-node", "cross-node"]
 """Which path the probe measures: prefill and decode on one node, or on two."""
 
 _ROOT = Path(__file__).resolve().parent.parent
 
 
+@dataclass(frozen=True)
+class ProbeShape:
+    """The probe's descriptors, the stack's: ``blocks`` per transfer (its prompt's, by default),
+    ``layers`` per block, ``block_bytes`` per block and layer."""
+
+    blocks: int
+    layers: int
+    block_bytes: int
+
+    def args(self) -> list[str]:
+        """``--blocks B --layers L --block-bytes S``."""
+        return [
+            "--blocks", str(self.blocks),
+            "--layers", str(self.layers),
+            "--block-bytes", str(self.block_bytes),
+        ]  # fmt: skip
+
+
+def probe_shape(cfg: StackConfig, blocks: int | None = None) -> ProbeShape:
+    """The stack's descriptor shape: its model's layers and KV bytes per token
+    (:func:`components.stack_sizing.model_geometry`) in :data:`BLOCK_TOKENS`-token blocks,
+    ``blocks`` (default: its prompt's) per transfer."""
+    geometry = model_geometry(cfg)
+    return ProbeShape(
+        blocks=blocks or math.ceil(cfg.load.prompt_tokens / BLOCK_TOKENS),
+        layers=geometry.num_layers,
+        block_bytes=geometry.kv_bytes_per_token * BLOCK_TOKENS // geometry.num_layers,
+    )
+
+
 def probe_files() -> dict[str, str]:
-    """The ``kvpath`` package's sources by relative path ({} while it is not in this tree)."""
-    package = _ROOT / "kvpath"
-    return {
-        str(p.relative_to(_ROOT)): p.read_text(encoding="utf-8")
-        for p in sorted(package.rglob("*.py"))
-    }
+    """The probe pods' files (:data:`PROBE_MODULES`) by relative path."""
+    return {p: (_ROOT / p).read_text(encoding="utf-8") for p in PROBE_MODULES}
 
 
 def _group(cfg: StackConfig, role: str) -> WorkerGroup:
@@ -60,31 +110,33 @@ def _pod(
     name: str,
     role: str,
     group: WorkerGroup,
-    args: list[str],
+    command: list[str],
+    gpus: int,
     affinity: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    placement = placement_for(group.node_class, cfg.node_classes[group.node_class], 1)
+    placement = placement_for(group.node_class, cfg.node_classes[group.node_class], gpus)
     labels = {**LOAD_LABELS, "testbed/probe": name, "testbed/probe-role": role}
     env = [{"name": "PYTHONPATH", "value": MOUNT_PATH}]
     env += [{"name": k, "value": v} for k, v in sorted(group.env.items()) if k.startswith("UCX_")]
+    container: dict[str, Any] = {
+        "name": "probe",
+        "image": image,
+        "command": ["python3", "-m", command[0]],
+        "args": command[1:],
+        "env": env,
+        "volumeMounts": [{"name": "probe", "mountPath": MOUNT_PATH, "readOnly": True}],
+    }
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    if role == "target":
+        container["ports"] = [{"containerPort": PROBE_PORT, "protocol": "TCP"}]
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "nodeSelector": dict(placement.node_selector),
-        "containers": [
-            {
-                "name": "probe",
-                "image": image,
-                "command": ["python3", "-m", "kvpath.probe"],
-                "args": args,
-                "env": env,
-                "ports": [{"containerPort": PROBE_PORT, "protocol": "TCP"}],
-                "resources": {"limits": {"nvidia.com/gpu": placement.gpus}},
-                "volumeMounts": [{"name": "kvpath", "mountPath": MOUNT_PATH, "readOnly": True}],
-            }
-        ],
-        "volumes": [{"name": "kvpath", "configMap": {"name": name}}],
+        "containers": [container],
+        "volumes": [{"name": "probe", "configMap": {"name": name}}],
     }
     if placement.tolerations:
         spec["tolerations"] = [dict(t) for t in placement.tolerations]
@@ -99,9 +151,21 @@ def _pod(
 
 
 def probe_objects(
-    cfg: StackConfig, image: str, name: str, path: KvPath, files: dict[str, str]
+    cfg: StackConfig,
+    image: str,
+    name: str,
+    path: KvPath,
+    shape: ProbeShape,
+    files: dict[str, str],
+    *,
+    max_in_flight: int = 4,
+    repeats: int = 1,
+    max_workers: int = 4,
+    gpu_copies: bool = False,
 ) -> list[dict[str, Any]]:
-    """ConfigMap (``files``), the target's headless Service, the target and the initiator pod.
+    """ConfigMap (``files``: :func:`probe_files`), the target's headless Service, the target
+    and the initiator pod (``max_in_flight``, ``repeats``, ``max_workers``: ``testbed probe
+    kv-path``'s options).
 
     Raises:
         ValueError: the stack has no prefill or no decode group.
@@ -117,8 +181,11 @@ def probe_objects(
     rule = "podAffinity" if path == "same-node" else "podAntiAffinity"
     affinity = {rule: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     metadata = {"name": name, "namespace": cfg.namespace, "labels": dict(LOAD_LABELS)}
-    target_args = ["--role", "target", "--port", str(PROBE_PORT)]
-    initiator_args = ["--role", "initiator", "--peer", f"{name}:{PROBE_PORT}"]
+    flight = ["--max-in-flight", str(max_in_flight)]
+    target = ["kvpath.probe", "--role", "target", "--bind", "0.0.0.0", "--port", str(PROBE_PORT)]
+    target += [*flight, "--timeout-s", str(TARGET_TIMEOUT_S), *shape.args()]
+    initiator = ["incluster.probe_pod", "--peer", f"{name}:{PROBE_PORT}", *flight]
+    initiator += ["--repeats", str(repeats), "--max-workers", str(max_workers), *shape.args()]
     items = [{"key": config_key(p), "path": p} for p in sorted(files)]
     configmap = {
         "apiVersion": "v1",
@@ -138,8 +205,8 @@ def probe_objects(
         },
     }
     pods = [
-        _pod(cfg, image, name, "target", prefill, target_args, None),
-        _pod(cfg, image, name, "initiator", decode, initiator_args, affinity),
+        _pod(cfg, image, name, "target", prefill, target, 0, None),
+        _pod(cfg, image, name, "initiator", decode, initiator, int(gpu_copies), affinity),
     ]
     for pod in pods:
         pod["spec"]["volumes"][0]["configMap"]["items"] = items
@@ -147,10 +214,10 @@ def probe_objects(
 
 
 def figures_from_log(text: str) -> dict[str, Any] | None:
-    """The initiator's figures: the last line of its log that is a JSON object (None: none,
-    e.g. the probe stopped before measuring; its other lines say why)."""
+    """The initiator's ``{"tb": "probe", ...}`` line (:mod:`incluster.probe_pod`): ``nixl``
+    and ``copies`` figures, or ``error``; None when it wrote none (it never ran, or died)."""
     for line in reversed(text.splitlines()):
-        if line.startswith("{"):
+        if line.startswith('{"tb": "probe"'):
             try:
                 value = orjson.loads(line)
             except orjson.JSONDecodeError:

@@ -4,7 +4,7 @@ until it completes, fails or the step's deadline passes, read every client pod's
 logs into the results folder (:func:`incluster.collect.collect`) and delete the objects,
 whatever happened (the Job with its pods: ``propagationPolicy: Background``).
 
-:func:`run_probe` does the same for the KV-path probe's pod pair (:mod:`incluster.probe`).
+:func:`run_probe_pods` does the same for the KV-path probe's pod pair (:mod:`incluster.probe`).
 Imported only when a step runs in the cluster (``pulumi preview`` never pays for the client).
 Access is the stack's Kubernetes provider's (:func:`loadgen.kube_watch.api_client`).
 """
@@ -88,6 +88,14 @@ def _log(core: Any, pod: str, namespace: str, container: str) -> str:
         pod, namespace, container=container, _preload_content=False
     )
     return bytes(response.data).decode("utf-8", errors="replace")
+
+
+def _log_or_empty(core: Any, pod: str, namespace: str) -> str:
+    """The pod's log so far, "" while it has none (not started yet)."""
+    try:
+        return _log(core, pod, namespace, "probe")
+    except ApiException:
+        return ""
 
 
 def _finished(job: Any) -> str | None:
@@ -234,8 +242,9 @@ def run_in_cluster(
 
 @dataclass
 class ProbeRun:
-    """What the in-cluster KV-path probe gave: the initiator's figures (None: none) and what
-    went wrong (None: nothing), naming the pod."""
+    """What the in-cluster KV-path probe gave: the initiator's figures (``{"nixl": ...,
+    "copies": ...}``, :mod:`incluster.probe_pod`; None: none) and what went wrong (None:
+    nothing), naming the pod."""
 
     figures: dict[str, Any] | None
     failure: str | None
@@ -251,7 +260,7 @@ def _pod_state(pod: dict[str, Any]) -> str:
     return phase
 
 
-def run_probe(
+def run_probe_pods(
     objects: list[dict[str, Any]],
     deadline: float,
     *,
@@ -259,26 +268,38 @@ def run_probe(
     context: str | None = None,
     poll_s: float = POLL_S,
 ) -> ProbeRun:
-    """Create the probe's objects (:func:`incluster.probe.probe_objects`), wait until its
-    initiator pod ends or ``deadline`` (monotonic s) passes, read the figures from its log
-    (:func:`incluster.probe.figures_from_log`) and delete everything. Never raises for
-    cluster trouble (no access, refused create, a pod that never scheduled, no figures)."""
+    """Create the probe's objects (:func:`incluster.probe.probe_objects`: ConfigMap, Service,
+    target, initiator), the initiator only once the target's log says ``READY`` (it accepts
+    one connection and the initiator does not retry), wait until the initiator pod ends or
+    ``deadline`` (monotonic s) passes, read the figures from its log
+    (:func:`incluster.probe.figures_from_log`) and delete everything. Never raises for cluster
+    trouble (no access, refused create, a pod that never scheduled, no figures)."""
     ns = objects[0]["metadata"]["namespace"]
-    initiator = objects[-1]["metadata"]["name"]
+    target, initiator = (obj["metadata"]["name"] for obj in objects[-2:])
+    state, log = "Pending", ""
     try:
-        with _created(objects, kubeconfig, context) as (api, core, _):
-            while True:
-                pod = api.sanitize_for_serialization(core.read_namespaced_pod(initiator, ns))
-                state = _pod_state(pod)
-                if state in ("Succeeded", "Failed") or time.monotonic() >= deadline:
-                    break
+        with _created(objects[:-1], kubeconfig, context) as (api, core, _):
+            while "READY " not in _log_or_empty(core, target, ns):
+                pod = api.sanitize_for_serialization(core.read_namespaced_pod(target, ns))
+                if _pod_state(pod) == "Failed" or time.monotonic() >= deadline:
+                    tail = " | ".join(_log_or_empty(core, target, ns).strip().splitlines()[-3:])
+                    return ProbeRun(None, f"{target} {_pod_state(pod)}: not ready ({tail})")
                 time.sleep(poll_s)
-            log = _log(core, initiator, ns, "probe")
+            with _created(objects[-1:], kubeconfig, context):
+                while True:
+                    pod = api.sanitize_for_serialization(core.read_namespaced_pod(initiator, ns))
+                    state = _pod_state(pod)
+                    if state in ("Succeeded", "Failed") or time.monotonic() >= deadline:
+                        break
+                    time.sleep(poll_s)
+                log = _log(core, initiator, ns, "probe")
     except Refused as exc:
         return ProbeRun(None, str(exc))
     except API_ERRORS as exc:
         return ProbeRun(None, f"the Kubernetes API failed while the probe ran: {exc}")
     figures = figures_from_log(log)
+    if figures is not None and "error" in figures:
+        return ProbeRun(None, f"{initiator} {state}: {figures['error']}")
     if figures is not None:
         return ProbeRun(figures, None if state == "Succeeded" else f"{initiator} {state}")
     tail = " | ".join(log.strip().splitlines()[-3:])

@@ -11,27 +11,31 @@ error.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from components.config import StackConfig
 from components.errors import StackConfigError
-from components.stack_sizing import model_geometry
+from components.topology import build_topology
+from incluster.probe import KvPath, ProbeShape, probe_files, probe_objects, probe_shape
 from kvpath.copies import HostCopyProfile
 from kvpath.profile import LinkProfile
 
 probe_app = typer.Typer(help="Measure the KV path on this machine.", no_args_is_help=True)
 
 _READY_TIMEOUT_S = 120.0
-_BLOCK_TOKENS = 16  # vLLM's default --block-size
+IN_CLUSTER_DEADLINE_S = 1200.0
+"""--in-cluster: how long the pods may take, scheduling and image start included."""
 
 
 def _module(*args: str) -> list[str]:
@@ -121,9 +125,12 @@ def _last_line(process: subprocess.Popen[str]) -> str:
     return (err.strip().splitlines() or [f"exit {process.returncode}"])[-1]
 
 
-def link_profile(stack: str, nixl: dict[str, Any], copies: dict[str, Any]) -> LinkProfile:
+def link_profile(
+    stack: str, nixl: dict[str, Any], copies: dict[str, Any], over: str = "loopback"
+) -> LinkProfile:
     """The link profile the figures give: one transfer alone, one pair's connection with
-    several in flight (no shared wire: loopback), and the copy rates where a GPU was probed."""
+    several in flight (no shared wire: one pair; ``over`` says which path the READs took), and
+    the copy rates where a GPU was probed."""
     m = nixl["machine"]
     on = f"{m['host']}: {m['cpu_count']} CPU cores, {m['platform']}"
     host_copies = None
@@ -148,11 +155,54 @@ def link_profile(stack: str, nixl: dict[str, Any], copies: dict[str, Any]) -> Li
         source=(
             f"testbed probe kv-path {stack}, {when}: NIXL {nixl['nixl_version']} READs of "
             f"{nixl['blocks']} x {nixl['layers']} descriptors of {nixl['block_bytes']:,} B over "
-            f"loopback, UCX_TLS={nixl['ucx_tls']}, UCX_RNDV_THRESH={nixl['ucx_rndv_thresh']}"
+            f"{over}, UCX_TLS={nixl['ucx_tls']}, UCX_RNDV_THRESH={nixl['ucx_rndv_thresh']}"
         ),
         measured_on=on,
         host_copies=host_copies,
     )
+
+
+def probe_in_cluster(
+    cfg: StackConfig,
+    stack: str,
+    path: KvPath,
+    shape: ProbeShape,
+    gpu_copies: bool,
+    context: str | None,
+    *,
+    max_in_flight: int,
+    repeats: int,
+    max_workers: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The probe as two pods in the stack's namespace (:func:`incluster.probe.probe_objects`,
+    :func:`incluster.runtime.run_probe_pods`, within :data:`IN_CLUSTER_DEADLINE_S`); returns
+    (nixl figures, copy figures).
+
+    Raises:
+        RuntimeError: the pods gave no figures (the message says why, naming the pod).
+        ValueError: the stack has no decode group.
+    """
+    from incluster.runtime import job_name, run_probe_pods
+
+    name = job_name(stack).replace("load-", "probe-", 1)
+    objects = probe_objects(
+        cfg,
+        build_topology(cfg).image,
+        name,
+        path,
+        shape,
+        probe_files(),
+        max_in_flight=max_in_flight,
+        repeats=repeats,
+        max_workers=max_workers,
+        gpu_copies=gpu_copies,
+    )
+    run = run_probe_pods(objects, time.monotonic() + IN_CLUSTER_DEADLINE_S, context=context)
+    if run.figures is None:
+        raise RuntimeError(run.failure or "the probe pods gave no figures")
+    if run.failure is not None:
+        typer.echo(f"warning: {run.failure}", err=True)
+    return run.figures["nixl"], run.figures["copies"]
 
 
 @probe_app.command("kv-path")
@@ -167,9 +217,25 @@ def kv_path_command(
     max_in_flight: Annotated[int, typer.Option(min=1, help="Transfers in flight at most.")] = 4,
     repeats: Annotated[int, typer.Option(min=1, help="Timed rounds per count.")] = 1,
     max_workers: Annotated[int, typer.Option(min=1, help="GPU copies: processes at most.")] = 4,
+    in_cluster: Annotated[
+        KvPath | None,
+        typer.Option(
+            "--in-cluster",
+            help="Run the probe as two pods in STACK's namespace instead (incluster.probe): "
+            "same-node (both where prefill runs) or cross-node (target where prefill runs, "
+            "initiator where decode runs).",
+        ),
+    ] = None,
+    gpu_copies: Annotated[
+        bool, typer.Option(help="--in-cluster: give the initiator a GPU for the copy part.")
+    ] = False,
+    context: Annotated[
+        str | None, typer.Option(help="--in-cluster: kubeconfig context ($KUBECONFIG's file).")
+    ] = None,
 ) -> None:
-    """Measure NIXL READs (and, with a GPU, vLLM's host copies) on this machine with STACK's
-    descriptor shape and UCX settings; write a link profile STACK's links can name.
+    """Measure NIXL READs (and, with a GPU, vLLM's host copies) on this machine, or with
+    --in-cluster between two pods on STACK's nodes, with STACK's descriptor shape and UCX
+    settings; write a link profile STACK's links can name.
 
     Example: testbed probe kv-path disagg-same-node
     """
@@ -184,29 +250,27 @@ def kv_path_command(
     if not prefill:
         typer.echo(f"stack {stack!r} has no prefill worker group: no KV path to probe", err=True)
         raise typer.Exit(2)
-    geometry = model_geometry(cfg)
     env = {k: v for k, v in prefill[0].env.items() if k.startswith("UCX_")}
-    shape = {
-        "blocks": blocks or math.ceil(cfg.load.prompt_tokens / _BLOCK_TOKENS),
-        "layers": geometry.num_layers,
-        "block_bytes": geometry.kv_bytes_per_token * _BLOCK_TOKENS // geometry.num_layers,
-    }
+    shape = probe_shape(cfg, blocks)
     target = out or Path("out/probe") / f"{stack}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            nixl, copies = run_probe(
-                **shape,
-                env=env,
-                max_in_flight=max_in_flight,
-                repeats=repeats,
-                max_workers=max_workers,
-                workdir=Path(tmp),
+    options = {"max_in_flight": max_in_flight, "repeats": repeats, "max_workers": max_workers}
+    try:
+        if in_cluster is None:
+            with tempfile.TemporaryDirectory() as tmp:
+                nixl, copies = run_probe(
+                    **dataclasses.asdict(shape), env=env, **options, workdir=Path(tmp)
+                )
+            over = "loopback"
+        else:
+            nixl, copies = probe_in_cluster(
+                cfg, stack, in_cluster, shape, gpu_copies, context, **options
             )
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            typer.echo(f"testbed probe kv-path {stack}: {exc}", err=True)
-            raise typer.Exit(1) from None
-    profile = link_profile(stack, nixl, copies)
+            over = f"two pods, {in_cluster} (in-cluster)"
+    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+        typer.echo(f"testbed probe kv-path {stack}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    profile = link_profile(stack, nixl, copies, over)
     target.write_text(profile.model_dump_json(by_alias=True, indent=2) + "\n")
     (target.with_suffix(".raw.json")).write_text(
         json.dumps({"nixl": nixl, "copies": copies}, indent=2) + "\n"

@@ -307,7 +307,7 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         app.router.add_get("/api/v1/namespaces/{namespace}/secrets", api.list_objects)
         app.router.add_get("/apis/rbac.authorization.k8s.io/v1/clusterroles", api.list_objects)
         app.router.add_get("/apis/nvidia.com/v1beta1/dynamographdeployments", api.list_objects)
-        core, batch = f"/api/v1/namespaces/{NAMESPACE}", f"/apis/batch/v1/namespaces/{NAMESPACE}"
+        core, batch = "/api/v1/namespaces/{namespace}", "/apis/batch/v1/namespaces/{namespace}"
         app.router.add_get(core + "/pods/{name}/log", api.pod_log)
         app.router.add_get(core + "/pods/{name}", api.read_pod)
         resources = ((core, "configmaps"), (core, "services"), (core, "pods"), (batch, "jobs"))

@@ -4,7 +4,8 @@ which Kubernetes sets in an Indexed Job's pods), its ConfigMap's items written u
 that stands for the mount path (paths in args and env are moved there), and a ``blocked``
 folder first on ``PYTHONPATH`` whose pandas, pyarrow, matplotlib, rich, kubernetes and pulumi
 raise ImportError: the runtime image may not need them. The pod's stdout is its log.
-`controller` plays the Job controller for the fake Kubernetes API (tests/fake_kube_api.py)."""
+`controller` plays the Job controller for the fake Kubernetes API (tests/fake_kube_api.py),
+`pod_runner` the kubelet of plain pods (the KV-path probe's)."""
 
 import os
 import signal
@@ -18,6 +19,7 @@ from typing import Any
 from fake_kube_api import FakeKubeApi
 
 from incluster.barrier import PORT
+from incluster.probe import PROBE_PORT
 from testbed.localgraph import free_port
 
 DELAY_MS = 20.0
@@ -27,10 +29,9 @@ tokens."""
 BLOCKED = ("pandas", "pyarrow", "matplotlib", "rich", "kubernetes", "pulumi", "components")
 
 
-def materialize(job: dict[str, Any], configmap: dict[str, Any], root: Path) -> Path:
-    """Write the Job's ConfigMap volume under ``root`` as the kubelet mounts it; returns the
-    local folder that stands for the mount path."""
-    spec = job["spec"]["template"]["spec"]
+def materialize(spec: dict[str, Any], configmap: dict[str, Any], root: Path) -> Path:
+    """Write the pod spec's ConfigMap volume under ``root`` as the kubelet mounts it; returns
+    the local folder that stands for the mount path."""
     (volume,) = spec["volumes"]
     (mount,) = spec["containers"][0]["volumeMounts"]
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
@@ -49,28 +50,31 @@ def materialize(job: dict[str, Any], configmap: dict[str, Any], root: Path) -> P
 
 
 def start_pod(
-    job: dict[str, Any],
+    spec: dict[str, Any],
     configmap: dict[str, Any],
-    index: int,
     root: Path,
     replace: dict[str, str] | None = None,
+    index: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start pod ``index`` of ``job``; ``replace`` maps argument values (the in-cluster URL and
-    barrier host) to local ones. Its working directory is an empty folder: only the mounted
-    sources and the installed packages are importable."""
-    local = materialize(job, configmap, root)
-    mount = job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    """Start the container of pod ``spec`` (pod ``index`` of an Indexed Job: its
+    ``JOB_COMPLETION_INDEX``); ``replace`` maps argument values (the in-cluster URL, the
+    barrier or target host and port) to local ones. Its working directory is an empty folder:
+    only the mounted sources and the installed packages are importable."""
+    local = materialize(spec, configmap, root)
+    container = spec["containers"][0]
+    mount = container["volumeMounts"][0]["mountPath"]
     assert container["command"][:1] == ["python3"]
     args = [str(local) + a[len(mount) :] if a.startswith(mount) else a for a in container["args"]]
     args = [(replace or {}).get(a, a) for a in args]
-    env = {"PATH": os.environ["PATH"], "JOB_COMPLETION_INDEX": str(index)}
+    env = {"PATH": os.environ["PATH"]}
+    if index is not None:
+        env["JOB_COMPLETION_INDEX"] = str(index)
     for var in container["env"]:
         value = var["value"]
         env[var["name"]] = str(local) + value[len(mount) :] if value.startswith(mount) else value
     env["PYTHONPATH"] = f"{root / 'blocked'}{os.pathsep}{env['PYTHONPATH']}"
-    cwd = root / f"cwd-{index}"
-    cwd.mkdir(exist_ok=True)
+    cwd = root / f"cwd-{len(list(root.glob('cwd-*')))}"
+    cwd.mkdir()
     command = [sys.executable, *container["command"][1:], *args]
     return subprocess.Popen(
         command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -126,7 +130,8 @@ def controller(
         count = job["spec"]["completions"]
         name = job["metadata"]["name"]
         replace = {url: server, f"{name}-0.{name}": "127.0.0.1", str(PORT): str(free_port())}
-        procs = [start_pod(job, configmap, i, root, replace) for i in range(count)]
+        spec = job["spec"]["template"]["spec"]
+        procs = [start_pod(spec, configmap, root, replace, i) for i in range(count)]
 
         def on_delete(kind: str, deleted: str) -> None:
             if (kind, deleted) == ("Job", name):
@@ -167,3 +172,35 @@ def controller(
         threading.Thread(target=run, daemon=True).start()
 
     return on_job
+
+
+def pod_runner(root: Path, port: int) -> Callable[[FakeKubeApi, dict[str, Any]], None]:
+    """The kubelet for the KV-path probe's pods: runs a created Pod's container (the target on
+    local ``port``, the initiator reaching it there), keeps its log, sets its phase (Running,
+    then Succeeded or Failed by its exit code), kills it when it is deleted."""
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def on_delete(kind: str, name: str) -> None:
+        if kind == "Pod" and name in procs:
+            procs[name].kill()
+
+    def on_pod(api: FakeKubeApi, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        configmap = api.objects[("ConfigMap", pod["spec"]["volumes"][0]["configMap"]["name"])]
+        args = pod["spec"]["containers"][0]["args"]
+        replace = {a: f"127.0.0.1:{port}" for a in args if a.endswith(f":{PROBE_PORT}")}
+        replace[str(PROBE_PORT)] = str(port)
+        proc = procs[name] = start_pod(pod["spec"], configmap, root, replace)
+        api.on_delete = on_delete
+        api.logs[name] = ""
+        pod["status"] = {"phase": "Running"}
+
+        def follow() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                api.logs[name] += line.decode()
+            pod["status"] = {"phase": "Succeeded" if proc.wait() == 0 else "Failed"}
+
+        threading.Thread(target=follow, daemon=True).start()
+
+    return on_pod

@@ -44,7 +44,8 @@ def run_job(job: LoadJob, server: str, root: Path) -> dict[str, str]:
     port = str(free_port())
     args = manifest["spec"]["template"]["spec"]["containers"][0]["args"]
     args[args.index("--barrier-port") + 1] = port
-    pods = [start_pod(manifest, configmap, i, root, replace) for i in range(job.clients)]
+    spec = manifest["spec"]["template"]["spec"]
+    pods = [start_pod(spec, configmap, root, replace, i) for i in range(job.clients)]
     logs = {}
     for i, pod in enumerate(pods):
         out, _ = pod.communicate(timeout=60)

@@ -1,7 +1,10 @@
 """The KV-path probe's pod pair: placement and UCX settings from the stack, valid Kubernetes
-1.34 objects, and the lifecycle against the fake Kubernetes API (its stand-in kubelet writes
-the initiator's log: fault injection; the probe itself is kvpath.probe, issue 19)."""
+1.34 objects, and `testbed probe kv-path --in-cluster` end to end against the fake Kubernetes
+API, whose stand-in kubelet runs the rendered pods here (the real kvpath.probe with the real
+NIXL over loopback: a link profile comes back); plus the failure a pod without NIXL gives."""
 
+import importlib.util
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -9,13 +12,19 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from fake_kube_api import FakeKubeApi, fake_kube_api
+from local_kubelet import pod_runner
+from typer.testing import CliRunner
 
 from components.config import StackConfig
-from incluster.probe import figures_from_log, probe_files, probe_objects
-from incluster.runtime import run_probe
+from incluster.probe import PROBE_PORT, figures_from_log, probe_files, probe_objects, probe_shape
+from incluster.runtime import run_probe_pods
+from kvpath.profile import resolve_link
+from testbed.cli import app
+from testbed.localgraph import free_port
 from testbed.simulate import load_stack
 
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2"
+HAS_NIXL = importlib.util.find_spec("nixl_cu12") is not None
 
 
 def _with_ucx(cfg: StackConfig) -> StackConfig:
@@ -38,63 +47,85 @@ def _with_ucx(cfg: StackConfig) -> StackConfig:
 )
 def test_pods_go_where_the_workers_run(stack: str, path: Any, rule: str) -> None:
     cfg = _with_ucx(load_stack(stack))
-    objects = probe_objects(cfg, IMAGE, "probe-x", path, {"kvpath/__init__.py": ""})
+    shape = probe_shape(cfg)
+    objects = probe_objects(cfg, IMAGE, "probe-x", path, shape, probe_files(), gpu_copies=True)
     for obj in objects:
         kubernetes_validate.validate(obj, "1.34", strict=True)
     _, service, target, initiator = objects
     prefill = next(w for w in cfg.topology.workers if w.role == "prefill")
     decode = next(w for w in cfg.topology.workers if w.role == "decode")
-    assert target["spec"]["nodeSelector"] == dict(
-        cfg.node_classes[prefill.node_class].node_selector
-    )
+    selector = cfg.node_classes[prefill.node_class].node_selector
+    assert target["spec"]["nodeSelector"] == dict(selector)
     on = prefill.node_class if path == "same-node" else decode.node_class
     assert initiator["spec"]["nodeSelector"] == dict(cfg.node_classes[on].node_selector)
     assert rule in initiator["spec"]["affinity"]
     env = {e["name"]: e["value"] for e in initiator["spec"]["containers"][0]["env"]}
     assert env["UCX_TLS"] == "tcp,self,cuda" and "OTHER" not in env
-    assert initiator["spec"]["containers"][0]["args"][-1] == f"{service['metadata']['name']}:5555"
-    assert target["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    args = initiator["spec"]["containers"][0]["args"]
+    assert args[args.index("--peer") + 1] == f"{service['metadata']['name']}:{PROBE_PORT}"
+    # Qwen3-0.6B, 2,371-token prompts: 149 blocks of 28 layers x 64 KiB, as on loopback
+    assert (shape.blocks, shape.layers, shape.block_bytes) == (149, 28, 65_536)
+    assert "resources" not in target["spec"]["containers"][0]  # NIXL reads host memory
+    assert initiator["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
 
 
 def test_an_aggregated_stack_has_no_kv_path() -> None:
+    cfg = load_stack("kv-routing")
     with pytest.raises(ValueError, match="no prefill group"):
-        probe_objects(load_stack("kv-routing"), IMAGE, "probe-x", "same-node", {})
+        probe_objects(cfg, IMAGE, "probe-x", "same-node", probe_shape(cfg), {})
 
 
-def test_figures_are_the_last_json_line() -> None:
-    log = 'nixl 0.7.1\n{"bytesPerS": 1.1e8}\nWARN done\n{"bytesPerS": 1.2e8, "source": "probe"}\n'
-    assert figures_from_log(log) == {"bytesPerS": 1.2e8, "source": "probe"}
-    assert figures_from_log("ImportError: nixl\n") is None
+def test_figures_are_the_probe_line() -> None:
+    log = 'READY 5555\n{"tb": "probe", "nixl": {"blocks": 2}, "copies": {}}\nbye\n'
+    assert figures_from_log(log) == {"tb": "probe", "nixl": {"blocks": 2}, "copies": {}}
+    assert figures_from_log("Traceback ...\n") is None
 
 
-def _kubelet(log: str, phase: str) -> Any:
+@pytest.mark.skipif(not HAS_NIXL, reason="nixl-cu12 has no wheel for this platform")
+@pytest.mark.timeout(180)
+def test_in_cluster_probe_writes_a_link_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "cross.json"
+    with fake_kube_api() as api:
+        api.on_pod = pod_runner(tmp_path / "pods", free_port())
+        monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path)))
+        args = ["probe", "kv-path", "disagg-cross-node", "--in-cluster", "cross-node"]
+        args += ["--out", str(out), "--blocks", "2", "--max-in-flight", "2", "--max-workers", "1"]
+        result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    raw = json.loads(out.with_suffix(".raw.json").read_text())
+    assert (raw["nixl"]["blocks"], raw["nixl"]["layers"]) == (2, 28)
+    assert [r["in_flight"] for r in raw["nixl"]["runs"]] == [1, 2]
+    profile = resolve_link(out.name, tmp_path)
+    assert profile.bytes_per_s == raw["nixl"]["single_bytes_per_s"] > 0
+    assert "over two pods, cross-node (in-cluster)" in profile.source
+    kinds = sorted(kind for kind, _ in api.deleted)
+    assert kinds == ["ConfigMap", "Pod", "Pod", "Service"]  # nothing left behind
+
+
+def _fake_kubelet(initiator_log: str, phase: str) -> Any:
+    """Fault injection: the target is ready at once, the initiator logs ``initiator_log``."""
+
     def on_pod(api: FakeKubeApi, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
-        api.logs[name] = log if name.endswith("initiator") else "serving\n"
-        pod["status"] = {"phase": phase}
+        target = name.endswith("target")
+        api.logs[name] = f"READY {PROBE_PORT}\n" if target else initiator_log
+        pod["status"] = {"phase": "Running" if target else phase}
 
     return on_pod
 
 
-def test_the_probe_runs_reads_its_figures_and_is_deleted(tmp_path: Path) -> None:
-    objects = probe_objects(
-        load_stack("disagg-cross-node"), IMAGE, "probe-x", "cross-node", probe_files()
-    )
-    objects = [{**o, "metadata": {**o["metadata"], "namespace": "testbed"}} for o in objects]
-    with fake_kube_api() as api:
-        api.on_pod = _kubelet('{"bytesPerS": 1.2e8}\n', "Succeeded")
-        run = run_probe(objects, time.monotonic() + 10, kubeconfig=str(api.kubeconfig(tmp_path)))
-    assert run == type(run)({"bytesPerS": 1.2e8}, None)
-    assert sorted(api.deleted) == sorted((o["kind"], o["metadata"]["name"]) for o in objects)
-
-
 def test_without_nixl_the_probe_says_so(tmp_path: Path) -> None:
-    objects = probe_objects(load_stack("disagg-same-node"), IMAGE, "probe-x", "same-node", {})
+    cfg = load_stack("disagg-same-node")
+    objects = probe_objects(cfg, IMAGE, "probe-x", "same-node", probe_shape(cfg), {})
     objects = [{**o, "metadata": {**o["metadata"], "namespace": "testbed"}} for o in objects]
+    error = {"tb": "probe", "error": "NIXL part: No module named 'nixl_cu12'"}
     with fake_kube_api() as api:
-        api.on_pod = _kubelet("ModuleNotFoundError: No module named 'nixl'\n", "Failed")
-        run = run_probe(objects, time.monotonic() + 10, kubeconfig=str(api.kubeconfig(tmp_path)))
+        api.on_pod = _fake_kubelet(json.dumps(error) + "\n", "Failed")
+        run = run_probe_pods(
+            objects, time.monotonic() + 10, kubeconfig=str(api.kubeconfig(tmp_path)), poll_s=0.1
+        )
     assert run.figures is None
-    assert run.failure == (
-        "probe-x-initiator Failed: no figures (ModuleNotFoundError: No module named 'nixl')"
-    )
+    assert run.failure == "probe-x-initiator Failed: NIXL part: No module named 'nixl_cu12'"
+    assert len(api.deleted) == 4
