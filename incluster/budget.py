@@ -18,24 +18,31 @@ RECORD_SHARE = 0.8
 other lines, mostly the loop-lag samples (one per 5 ms of measured loop, ~6 B each: about
 1.2 kB a second, so ~29 minutes of runs per client)."""
 
-RECORD_LINE_BYTES = 534
-RECORD_TOKEN_BYTES = 18
-"""A ``record`` line is at most ``RECORD_LINE_BYTES + RECORD_TOKEN_BYTES`` x output tokens:
-every time a 17-digit nanosecond count (``CLOCK_MONOTONIC`` counts from boot: a node up for
-less than three years) plus its comma per token, counts and indexes at 6 digits; measured by
+RECORD_LINE_BYTES = 552
+FIRST_TOKEN_BYTES = 18
+"""A ``record`` line (:func:`incluster.wire.record_line`) without tokens is at most
+``RECORD_LINE_BYTES``: every time a 17-digit nanosecond count (``CLOCK_MONOTONIC`` counts from
+boot: a node up for less than three years), counts and indexes at 6 digits. The first token
+adds its 17-digit time and its ``chunk_tokens`` entry; each further one a gap of at most
+``readTimeoutS`` in ns, a comma and a ``chunk_tokens`` entry with its comma. Measured by
 serializing such a record (tests/incluster/test_incluster_manifests.py)."""
 
 
-def record_line_bytes(tokens: int) -> int:
-    """Log bytes of one request's ``record`` line with ``tokens`` output tokens, at most."""
-    return RECORD_LINE_BYTES + RECORD_TOKEN_BYTES * tokens
+def record_line_bytes(tokens: int, read_timeout_s: float) -> int:
+    """Log bytes of one request's ``record`` line with ``tokens`` output tokens, at most, when
+    no gap between two chunks exceeds ``read_timeout_s`` (aiohttp's read timeout ends the
+    request before that: :func:`loadgen.loops.make_client`)."""
+    if tokens == 0:
+        return RECORD_LINE_BYTES
+    gap = len(str(int(read_timeout_s * 1e9))) + 3
+    return RECORD_LINE_BYTES + FIRST_TOKEN_BYTES + (tokens - 1) * gap
 
 
 def log_budget_problem(config: LoadConfig, clients: int) -> str | None:
     """Why a client's log would outgrow :data:`LOG_FILE_BYTES` (its records' worst case, at
     :data:`RECORD_SHARE`), naming the fix; None when it fits."""
     runs = len(config.prefix_kinds) * len(config.concurrency) * config.repetitions
-    per_request = record_line_bytes(config.max_tokens)
+    per_request = record_line_bytes(config.max_tokens, config.read_timeout_s)
     budget = int(LOG_FILE_BYTES * RECORD_SHARE)
     per_client = runs * -(-config.requests_per_run // clients)
     if per_client * per_request <= budget:

@@ -20,6 +20,7 @@ from loadgen.output import MeasuredRun, PromptSizing, ResultsFolder, grid_settin
 from loadgen.plan import grid_keys
 from loadgen.results import GridResult, Readiness, ServerRunMetrics
 from loadgen.runner import grid_result, measured_run
+from loadgen.server_metrics import with_server
 from loadgen.stats import client_budget_warning
 
 
@@ -96,10 +97,9 @@ def collect(
     runs = [merged_run(config, key, shards) for key in keys]
     for run in runs:
         server = first[1].server.get(run.key)
-        if server is not None:
-            run.summary = run.summary.model_copy(
-                update={"server": ServerRunMetrics.model_validate(server)}
-            )
+        if server is not None:  # attributed to the merged run, as testbed load does
+            window = ServerRunMetrics.model_validate(server)
+            run.summary = with_server(run.summary, window, config)
     sizing = PromptSizing.model_validate(first[1].sizing)
     readiness = None if first[1].readiness is None else Readiness.model_validate(first[1].readiness)
     folder = ResultsFolder(run_dir, grid_settings(url, model, config, None), resume=True)

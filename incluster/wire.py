@@ -21,7 +21,8 @@ Lines (``"tb"`` names the kind; any other line, e.g. a Python warning, is kept a
   one pod's clock);
 - ``sizing``: how prompts were sized (shard 0 calibrates; every shard uses its answer);
 - ``readiness``: shard 0's readiness gate (:class:`loadgen.readiness.Readiness`);
-- ``record``: one :class:`loadgen.request.RequestRecord` of a run, every field as it is;
+- ``record``: one :class:`loadgen.request.RequestRecord` of a run, every field as it is, but
+  ``token_ns`` as its first time and the gaps after it (:func:`record_line`);
 - ``run``: a shard finished run ``key``: its record count, start, CPU, loop lags and warm-up;
   written after the run's records, so a run with its ``run`` line is complete;
 - ``server``: what the server's ``/metrics`` measured during run ``key`` (shard 0:
@@ -31,6 +32,7 @@ Lines (``"tb"`` names the kind; any other line, e.g. a Python warning, is kept a
 """
 
 import dataclasses
+import itertools
 import sys
 import time
 from collections.abc import Iterable
@@ -43,8 +45,16 @@ import orjson
 from loadgen.loops import ShareResult, Warmup
 from loadgen.request import ErrorKind, RequestRecord
 
-_NS_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name.endswith("_ns"))
+_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+_NS_FIELDS = tuple(name for name in _FIELDS if name.endswith("_ns"))
 """The record's monotonic times (ints, or lists of ints such as ``token_ns``)."""
+_NS_LISTS = tuple(
+    f.name
+    for f in dataclasses.fields(RequestRecord)
+    if f.name in _NS_FIELDS and f.default_factory is list
+)
+"""The lists of times (``token_ns``): written as the first time, then each gap to the one
+before (at most ``readTimeoutS``: 12 digits, not 17), and summed back when read."""
 
 Key = tuple[int, int, int]
 
@@ -75,7 +85,7 @@ def emit_run(
 ) -> None:
     """A finished run: its records, then the ``run`` line; flushed."""
     for record in done.records:
-        emit("record", shard=shard, key=key, record=record)
+        sys.stdout.buffer.write(record_line(shard, key, record))
     emit(
         "run",
         shard=shard,
@@ -119,9 +129,23 @@ class ShardLog:
     text: list[str] = field(default_factory=list)
 
 
+def record_line(shard: int, key: Key, record: RequestRecord) -> bytes:
+    """The ``record`` line of one request: every field as it is, but the lists of times as
+    first time then gaps (:data:`_NS_LISTS`)."""
+    data = {name: getattr(record, name) for name in _FIELDS}
+    for name in _NS_LISTS:
+        times = data[name]
+        data[name] = times[:1] + [b - a for a, b in itertools.pairwise(times)]
+    return orjson.dumps({"tb": "record", "shard": shard, "key": key, "record": data}) + b"\n"
+
+
 def _record(data: dict[str, Any]) -> RequestRecord:
+    """The record of a ``record`` line (:func:`record_line`)."""
     kind = data.get("error_kind")
-    return RequestRecord(**{**data, "error_kind": None if kind is None else ErrorKind(kind)})
+    times = {name: list(itertools.accumulate(data[name])) for name in _NS_LISTS}
+    return RequestRecord(
+        **{**data, **times, "error_kind": None if kind is None else ErrorKind(kind)}
+    )
 
 
 def parse_log(lines: Iterable[str]) -> ShardLog:

@@ -17,6 +17,7 @@ from components.validation import parse_stack_config
 from incluster.budget import log_budget_problem, record_line_bytes
 from incluster.manifests import LoadJob, load_objects, load_step_role, rbac_entry
 from incluster.sources import CONFIGMAP_LIMIT_BYTES, POD_MODULES, pod_files
+from incluster.wire import parse_log, record_line
 from loadgen.config import LoadConfig
 from loadgen.request import RequestRecord
 from testbed.render import stack_config as cli_config
@@ -102,8 +103,9 @@ def test_rbac_entry_is_namespaced() -> None:
 
 @pytest.mark.parametrize("tokens", [0, 1, 64, 256])
 def test_the_record_line_budget_is_what_a_record_serializes_to(tokens: int) -> None:
-    """A record with 17-digit times, 6-digit counts and indexes: as long as the budget says."""
-    t = 90_000_000_000_000_000
+    """A record with 17-digit times, gaps of the whole read timeout, 6-digit counts: its line
+    is exactly as long as the budget says, and reads back as the same record."""
+    t, gap = 90_000_000_000_000_000, 300 * 10**9  # readTimeoutS 300 (the default)
     record = RequestRecord(
         index=10**6 - 1,
         prefix_id=10**3,
@@ -115,7 +117,8 @@ def test_the_record_line_budget_is_what_a_record_serializes_to(tokens: int) -> N
         first_token_ns=t,
         last_token_ns=t,
         end_ns=t,
-        token_ns=[t] * tokens,
+        token_ns=[t + i * gap for i in range(tokens)],
+        chunk_tokens=[1] * tokens,
         chunks=10**6 - 1,
         status=200,
         finish_reason="length",
@@ -123,8 +126,15 @@ def test_the_record_line_budget_is_what_a_record_serializes_to(tokens: int) -> N
         completion_tokens=10**6 - 1,
         cached_tokens=10**6 - 1,
     )
-    line = orjson.dumps({"tb": "record", "shard": 99, "key": [999, 9999, 99], "record": record})
-    assert len(line) + 1 <= record_line_bytes(tokens) < len(line) + 1 + 20
+    line = record_line(99, (999, 9999, 99), record)
+    assert len(line) == record_line_bytes(tokens, 300.0)
+    at = "2026-12-01T00:00:00+00:00"
+    warmup = {"requests": 0, "cpu_s": 0.0, "e2e_mean_s": None}
+    run: dict[str, Any] = {"tb": "run", "shard": 99, "key": [999, 9999, 99], "records": 1}
+    run |= {"started_ns": 0, "started_at": at, "finished_at": at, "cpu_s": 0.0}
+    run |= {"loop_lags_ms": [], "warmup": warmup}
+    log = parse_log([line.decode(), orjson.dumps(run).decode()])
+    assert log.runs[(999, 9999, 99)].done.records == [record]
 
 
 def _load(stack: str, **load: Any) -> dict[str, Any]:
@@ -134,17 +144,18 @@ def _load(stack: str, **load: Any) -> dict[str, Any]:
 
 
 def test_a_grid_too_large_for_one_clients_log_is_refused() -> None:
-    """The shipped grid fits one client; ten times the requests need ten clients."""
+    """The shipped grid fits one client; ten times the requests need nine."""
     parse_stack_config("kv-routing", _load("kv-routing"))
     with pytest.raises(StackConfigError) as info:
         parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000))
     (problem,) = info.value.problems
     assert problem.key == "load.clients"
-    assert "set load.clients to 10 or more" in problem.message
-    # 10 clients (concurrency 4 and 8 allow at most 4): still refused, by the concurrency rule
+    assert "set load.clients to 9 or more" in problem.message
+    # 9 clients (concurrency 4 and 8 allow at most 4): still refused, by the concurrency rule
     with pytest.raises(StackConfigError, match=r"smallest load\.concurrency"):
-        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000, clients=10))
-    assert log_budget_problem(LoadConfig(requests_per_run=2000), 10) is None
+        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000, clients=9))
+    assert log_budget_problem(LoadConfig(requests_per_run=2000), 9) is None
+    assert log_budget_problem(LoadConfig(requests_per_run=2000), 8) is not None
 
 
 def test_clients_need_the_cluster_runner() -> None:
