@@ -36,7 +36,7 @@ CPU_REQUEST = "1"
 MEMORY_REQUEST = "512Mi"
 MEMORY_LIMIT = "2Gi"
 """Memory of one client: the runtime's imports plus the records of one run; the entrypoint's
-peak RSS was 164-239 MiB with 9,000-request runs (``bench/incluster_overhead.py``,
+peak RSS was 164-234 MiB with 9,000-request runs (``bench/incluster_overhead.py``,
 docs/in-cluster.md); the limit leaves room for larger runs."""
 
 TTL_AFTER_FINISHED_S = 3600
