@@ -209,7 +209,11 @@ def probe_in_cluster(
 def kv_path_command(
     stack: Annotated[str, typer.Argument(help="Stack whose descriptor shape and UCX to probe.")],
     out: Annotated[
-        Path | None, typer.Option("--out", help="Profile file (default out/probe/STACK.json).")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Profile file (default: STACK.json in out/probe).",
+        ),
     ] = None,
     blocks: Annotated[
         int | None, typer.Option(min=1, help="Blocks per transfer (default: the stack's prompt).")
