@@ -12,6 +12,7 @@ error.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -36,6 +37,16 @@ probe_app = typer.Typer(help="Measure the KV path on this machine.", no_args_is_
 _READY_TIMEOUT_S = 120.0
 IN_CLUSTER_DEADLINE_S = 1200.0
 """--in-cluster: how long the pods may take, scheduling and image start included."""
+
+
+def nixl_installed() -> bool:
+    """Whether a NIXL wheel (:data:`kvpath.probe.nixl_part.NIXL_DISTRIBUTIONS`, the `kvprobe`
+    dependency group) is installed, found without importing it."""
+    from kvpath.probe.nixl_part import NIXL_DISTRIBUTIONS
+
+    return any(
+        importlib.util.find_spec(dist.replace("-", "_")) is not None for dist in NIXL_DISTRIBUTIONS
+    )
 
 
 def _module(*args: str) -> list[str]:
@@ -244,16 +255,23 @@ def kv_path_command(
     Example: testbed probe kv-path disagg-same-node
     """
     from testbed.simulate import load_stack  # pandas, simpy: not for `testbed --help`
+    from testbed.stack_commands import fail
 
     try:
         cfg = load_stack(stack)
     except (FileNotFoundError, StackConfigError) as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc))
     prefill = [w for w in cfg.topology.workers if w.role == "prefill"]
     if not prefill:
-        typer.echo(f"stack {stack!r} has no prefill worker group: no KV path to probe", err=True)
-        raise typer.Exit(2)
+        fail(
+            f"stack {stack!r} has no prefill worker group: no KV path to probe; probe a "
+            "disaggregated stack (e.g. disagg-same-node)"
+        )
+    if in_cluster is None and not nixl_installed():
+        fail(
+            f"the probe needs NIXL, which is in the `kvprobe` dependency group: run "
+            f"`uv run --group kvprobe testbed probe kv-path {stack}`"
+        )
     env = {k: v for k, v in prefill[0].env.items() if k.startswith("UCX_")}
     shape = probe_shape(cfg, blocks)
     target = out or Path("out/probe") / f"{stack}.json"

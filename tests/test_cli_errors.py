@@ -56,3 +56,24 @@ def test_usage_errors_are_one_line_exit_2(
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == 1
+
+
+def test_the_probe_without_nixl_names_the_kvprobe_group(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("testbed.probe_command.nixl_installed", lambda: False)
+    assert main(["probe", "kv-path", "disagg-same-node"]) == 2
+    assert capsys.readouterr().err == (
+        "error: the probe needs NIXL, which is in the `kvprobe` dependency group: run "
+        "`uv run --group kvprobe testbed probe kv-path disagg-same-node`\n"
+    )
+
+
+def test_the_probe_of_an_aggregated_stack_is_one_error_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["probe", "kv-path", "kv-routing"]) == 2
+    assert capsys.readouterr().err == (
+        "error: stack 'kv-routing' has no prefill worker group: no KV path to probe; probe a "
+        "disaggregated stack (e.g. disagg-same-node)\n"
+    )
