@@ -8,11 +8,12 @@ nothing is deployed and nothing is lost.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.key_paths import Setting, covers, parse_key_path
+from loadgen.key_paths import Setting, covers, parse_key_path, show_path
 
 PROJECT = "dynamo-testbed"
 
@@ -67,6 +68,9 @@ class StackConfigError(ValueError):
             if setting is None:
                 from_file = True
                 lines.append(f"  - {problem.render()}")
+            elif setting.creates and not covers(setting, parse_key_path(problem.key)):
+                entry = _new_entry(setting)
+                lines.append(f"  - --set {setting.text}: {entry}, so {problem.render()}")
             else:
                 lines.append(f"  - --set {setting.text}: {problem.message}")
         fix = (
@@ -86,12 +90,31 @@ class StackConfigError(ValueError):
 
 
 def _setting_of(key: str, settings: Sequence[Setting]) -> Setting | None:
-    """The last ``--set`` whose path covers config ``key`` (the one that took effect)."""
+    """The last ``--set`` whose path covers config ``key`` (the one that took effect), or whose
+    new map entry holds it (:attr:`~loadgen.key_paths.Setting.creates`)."""
     try:
         parts = parse_key_path(key)
     except ValueError:
         return None
-    return next((s for s in reversed(settings) if covers(s, parts)), None)
+    return next(
+        (
+            s
+            for s in reversed(settings)
+            if covers(s, parts) or (s.creates and parts[: len(s.creates)] == s.creates)
+        ),
+        None,
+    )
+
+
+def _new_entry(setting: Setting) -> str:
+    """``this adds nodeClasses.h100-c, which the stack lacks (nodeClasses has gpu-8gb, h100-a;
+    did you mean h100-a?)``."""
+    where, name = show_path(setting.creates[:-1]) or "the config", str(setting.creates[-1])
+    close = difflib.get_close_matches(name, setting.beside, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    has = ", ".join(setting.beside) or "nothing"
+    new = show_path(setting.creates)
+    return f"this adds {new}, which the stack lacks ({where} has {has}{hint})"
 
 
 def key_path(loc: Sequence[str | int]) -> str:

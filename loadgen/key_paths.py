@@ -17,6 +17,7 @@ set whole; the CLI itself would store ``[8]`` as text.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,11 +103,19 @@ def show_path(parts: Sequence[PathPart]) -> str:
 
 @dataclass(frozen=True)
 class Setting:
-    """One ``--set KEY=VALUE``: ``text`` as typed, its path and its value (YAML)."""
+    """One ``--set KEY=VALUE``: ``text`` as typed, its path and its value (YAML).
+
+    ``creates`` is the map entry its path adds to the settings it was applied to, above its last
+    key (``nodeClasses.h100-c`` for ``nodeClasses.h100-c.gpuMemoryGiB=24`` where there is no
+    ``h100-c``), and ``beside`` the names that map already had; both empty when every map on the
+    path exists (:func:`with_new_entries`).
+    """
 
     text: str
     path: tuple[PathPart, ...]
     value: Any
+    creates: tuple[PathPart, ...] = ()
+    beside: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -184,3 +193,31 @@ def covers(setting: Setting, key: Sequence[PathPart]) -> bool:
     """True when a problem at config ``key`` lies under (or above) what ``setting`` set."""
     n = min(len(setting.path), len(key))
     return tuple(setting.path[:n]) == tuple(key[:n])
+
+
+def with_new_entries(data: Mapping[str, Any], settings: Sequence[Setting]) -> list[Setting]:
+    """``settings`` (applied to ``data`` in order) with :attr:`Setting.creates` and
+    :attr:`Setting.beside` filled in where a setting's path adds a map entry above its last key.
+
+    Raises:
+        KeyPathError: as :func:`apply_settings`.
+    """
+    out = []
+    current: Any = dict(data)
+    for setting in settings:
+        node = current
+        for depth, part in enumerate(setting.path[:-1]):
+            if isinstance(node, dict) and isinstance(part, str) and node.get(part) is None:
+                names = tuple(sorted(str(k) for k in node))
+                setting = dataclasses.replace(
+                    setting, creates=setting.path[: depth + 1], beside=names
+                )
+                break
+            in_map = isinstance(node, dict) and isinstance(part, str)
+            in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
+            if not (in_map or in_list):
+                break
+            node = node[part]
+        out.append(setting)
+        current = apply_settings(current, [setting])
+    return out

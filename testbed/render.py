@@ -29,7 +29,7 @@ from components.config import project_values, stack_role
 from components.errors import PROJECT, StackConfigError
 from components.program import READ_STACK_OUTPUTS, main
 from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_reference_name
-from loadgen.key_paths import KeyPathError, Setting, apply_settings
+from loadgen.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
 
 REPO = Path(__file__).resolve().parent.parent
 """The project root (holds ``Pulumi.yaml`` and ``stacks/``)."""
@@ -86,20 +86,40 @@ def stack_config(
         values[full] = value
     as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     if settings:
-        for setting in settings:
-            if ":" in str(setting.path[0]) and not str(setting.path[0]).startswith(f"{PROJECT}:"):
-                raise KeyPathError(
-                    f"--set {setting.text}: only {PROJECT} keys can be set here (no namespace)"
-                )
-        ours = [
-            Setting(s.text, (str(s.path[0]).removeprefix(f"{PROJECT}:"), *s.path[1:]), s.value)
-            for s in settings
-        ]
-        changed = apply_settings(project_values(as_strings), ours)
+        changed = apply_settings(project_values(as_strings), _project_settings(settings))
         as_strings |= {
             f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in changed.items()
         }
     return as_strings, secrets
+
+
+def _project_settings(settings: Sequence[Setting]) -> list[Setting]:
+    """``--set`` items with keys below the project namespace (``dynamo-testbed:`` dropped).
+
+    Raises:
+        KeyPathError: a key of another namespace.
+    """
+    for setting in settings:
+        if ":" in str(setting.path[0]) and not str(setting.path[0]).startswith(f"{PROJECT}:"):
+            raise KeyPathError(
+                f"--set {setting.text}: only {PROJECT} keys can be set here (no namespace)"
+            )
+    return [
+        Setting(s.text, (str(s.path[0]).removeprefix(f"{PROJECT}:"), *s.path[1:]), s.value)
+        for s in settings
+    ]
+
+
+def settings_error(
+    exc: StackConfigError, settings: Sequence[Setting], project_dir: Path = REPO
+) -> StackConfigError:
+    """``exc``, raised for a stack read with ``settings``, with each problem under a ``--set``
+    naming it, and a ``--set`` that adds a map entry (a misspelt node class) saying so
+    (:func:`loadgen.key_paths.with_new_entries`)."""
+    raw = project_values(stack_config(exc.stack, project_dir)[0])
+    return StackConfigError(
+        exc.stack, exc.problems, with_new_entries(raw, _project_settings(settings))
+    )
 
 
 class StackFileError(ValueError):
@@ -424,7 +444,7 @@ def render_stack(
     except StackConfigError as exc:
         if not settings:
             raise
-        raise StackConfigError(exc.stack, exc.problems, settings) from None
+        raise settings_error(exc, settings, project_dir) from None
 
 
 def _referenced_stacks(raw: Mapping[str, Any], project_dir: Path) -> dict[str, dict[str, Any]]:

@@ -64,7 +64,7 @@ from steptime.roofline import EngineFit
 from testbed.calibration import CONSTANTS
 from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, ProcessWatch
 from testbed.model_dir import make_model_dir
-from testbed.render import stack_config
+from testbed.render import settings_error, stack_config
 from testbed.timing_model import (
     OOM_EXIT_CODE,
     Kill,
@@ -108,7 +108,7 @@ def load_stack(stack: str, settings: Sequence[Setting] = ()) -> StackConfig:
     except StackConfigError as exc:
         if not settings:
             raise
-        raise StackConfigError(exc.stack, exc.problems, settings) from None
+        raise settings_error(exc, settings) from None
 
 
 def graph_spec(

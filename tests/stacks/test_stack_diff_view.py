@@ -61,3 +61,16 @@ def test_a_bad_set_names_the_command_line_key_not_the_stack_file() -> None:
     assert "stacks/Pulumi.kv-routing.yaml" not in text
     with pytest.raises(KeyPathError, match=r"topology.workers has 2 item\(s\)"):
         render_stack("kv-routing", settings=parse_settings(["topology.workers[5].replicas=1"]))
+
+
+def test_a_set_that_adds_a_misspelt_node_class_names_the_set_and_the_close_name() -> None:
+    settings = parse_settings(["nodeClasses.gpu-24b.gpuMemoryGiB=48"])
+    with pytest.raises(StackConfigError) as info:
+        render_stack("kv-routing", settings=settings)
+    assert str(info.value) == (
+        "stack 'kv-routing': invalid config (1 problem); nothing was deployed: --set "
+        "nodeClasses.gpu-24b.gpuMemoryGiB=48: this adds nodeClasses.gpu-24b, which the stack "
+        "lacks (nodeClasses has gpu-24gb, gpu-8gb; did you mean gpu-24gb?), so "
+        "dynamo-testbed:nodeClasses.gpu-24b.nodeSelector = (missing): required key is missing. "
+        "Fix the --set value."
+    )
