@@ -87,7 +87,7 @@ def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
     try:
         cfg = StackConfig.model_validate(data, context={"stack": stack})
     except ValidationError as exc:
-        raise StackConfigError(stack, [_problem(e) for e in exc.errors()]) from None
+        raise StackConfigError(stack, _problems(exc)) from None
     problems = semantic_problems(cfg)
     if problems:
         raise StackConfigError(stack, problems)
@@ -120,7 +120,7 @@ def parse_platform_stack_config(stack: str, raw: Mapping[str, Any]) -> PlatformS
     try:
         cfg = PlatformStackConfig.model_validate({k: data[k] for k in PLATFORM_KEYS & set(data)})
     except ValidationError as exc:
-        raise StackConfigError(stack, [_problem(e) for e in exc.errors()]) from None
+        raise StackConfigError(stack, _problems(exc)) from None
     if cfg.platform.operator_scope != "cluster":
         raise StackConfigError(
             stack,
@@ -152,6 +152,19 @@ def unknown_key_message(key: str, allowed: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, allowed, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
     return f"unknown key; {hint}allowed here: {', '.join(allowed)}"
+
+
+def _problems(exc: ValidationError) -> list[ConfigProblem]:
+    """One problem per pydantic error, less those on a section whose keys already failed: a
+    list whose items were refused (``topology.workers``' "at least 1 item after validation, not
+    0") is a consequence of the items' own errors, which say what to fix."""
+    errors = exc.errors()
+    locs = [_walk(tuple(e["loc"]))[0] for e in errors]
+    return [
+        _problem(error)
+        for error, loc in zip(errors, locs, strict=True)
+        if not any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs)
+    ]
 
 
 def _problem(error: Any) -> ConfigProblem:

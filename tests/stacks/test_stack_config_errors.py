@@ -381,3 +381,16 @@ def test_one_problem_per_worker_group_not_per_replica(raw_config: Callable[[str]
         parse_stack_config("disagg-same-node", config)
     keys = [p.key for p in err.value.problems]
     assert keys == ["topology.workers[0].gpuMemoryUtilization"]
+
+
+def test_a_list_refused_for_its_items_errors_is_not_a_third_problem(
+    raw_config: Callable[[str], Raw],
+) -> None:
+    config = raw_config("disagg-same-node")
+    for worker in workers(config):
+        worker["gpuMemoryUtilisation"] = worker.pop("gpuMemoryUtilization")
+    with pytest.raises(StackConfigError) as err:
+        parse_stack_config("disagg-same-node", config)
+    keys = [p.key for p in err.value.problems]  # not topology.workers: "at least 1 item"
+    assert keys == [f"topology.workers[{i}].gpuMemoryUtilisation" for i in (0, 1)]
+    assert "did you mean 'gpuMemoryUtilization'?" in err.value.problems[0].message
