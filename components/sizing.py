@@ -148,7 +148,10 @@ def ceil_mib(num_bytes: int) -> int:
 
 
 def _bytes_text(num_bytes: int) -> str:
-    """A byte count readable in both units, e.g. ``3584Mi (3,758,096,384 B)``."""
+    """A byte count readable in both units, e.g. ``3584Mi (3,758,096,384 B)`` (rounded up to
+    MiB), or only ``8 B`` below 1Mi (where rounding up would show a different value)."""
+    if num_bytes < MI:
+        return f"{num_bytes:,} B"
     return f"{format_quantity(ceil_mib(num_bytes))} ({num_bytes:,} B)"
 
 
@@ -258,7 +261,7 @@ def check_memory_floor(
         )
     hint = unitless_hint(memory_limit)
     if hint:
-        message = f"{hint}: {message}"
+        message = f"{hint} {message}"
     if allow_unsafe_memory:
         message += (
             "sizing.allowUnsafeMemory is set, so it is deployed anyway: expect the worker to be "

@@ -58,6 +58,7 @@ def test_a_bad_set_names_the_command_line_key_not_the_stack_file() -> None:
     assert "\n" not in text
     assert "--set topology.workers[0].memoryLimit=8: 8 without a unit is 8 bytes: did you " in text
     assert "did you mean 8Gi" in text and text.endswith("Fix the --set value.")
+    assert "has memory limit 8 B, below its " in text  # not rounded up to 1Mi
     assert "stacks/Pulumi.kv-routing.yaml" not in text
     with pytest.raises(KeyPathError, match=r"topology.workers has 2 item\(s\)"):
         render_stack("kv-routing", settings=parse_settings(["topology.workers[5].replicas=1"]))
