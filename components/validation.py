@@ -32,6 +32,7 @@ from components.config import (
 )
 from components.errors import ConfigProblem, StackConfigError, key_path
 from components.stack_layout import STACK_ROLES
+from loadgen.config import error_message
 
 
 def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
@@ -170,7 +171,7 @@ def _problems(exc: ValidationError) -> list[ConfigProblem]:
 def _problem(error: Any) -> ConfigProblem:
     """A pydantic error dict -> :class:`ConfigProblem` with the allowed values spelled out."""
     loc, model = _walk(tuple(error["loc"]))
-    msg = error["msg"]
+    msg = error_message(error)
     if error["type"] == "extra_forbidden":
         model = _walk(loc[:-1])[1]
         names = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from loadgen.config import LoadConfig, ReadyCheck
+from loadgen.config import LoadConfig, ReadyCheck, error_message
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -88,7 +88,7 @@ def _validation_message(exc: ValidationError, source: str) -> str:
     lines = [f"invalid load config{source} ({exc.error_count()} error(s)):"]
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(config)"
-        lines.append(f"  {where}: {error['msg']}")
+        lines.append(f"  {where}: {error_message(error)}")
     return "\n".join(lines)
 
 
@@ -156,7 +156,7 @@ def build_config(
         field = str(error["loc"][0]) if error["loc"] else ""
         if field in options:  # an option's value: name the option (one line)
             option = "--" + field.replace("_", "-")
-            raise ValueError(f"{option}: {error['msg']}; see testbed load --help") from None
+            raise ValueError(f"{option}: {error_message(error)}; see testbed load --help") from None
         source = f" (from {config_file} and the options)" if config_file is not None else ""
         raise ValueError(_validation_message(exc, source)) from None
 

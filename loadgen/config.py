@@ -4,11 +4,23 @@ The same model is the `load:` section of a Pulumi stack config, so its fields ha
 aliases (`prefixKinds`, `requestsPerRun`, ...) and unknown keys are rejected.
 """
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+
+def error_message(error: Mapping[str, Any]) -> str:
+    """A pydantic error's message as a user reads it: a custom validator's own text, without
+    pydantic's "Value error, " / "Assertion failed, " prefix (``pydantic_core`` builds ``msg`` as
+    that prefix plus ``str(exc)`` for the ``value_error`` and ``assertion_error`` types)."""
+    msg = str(error["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    return msg
+
 
 # The seed's grid (BRIEF.md, "The load"): prefix kinds {2, 7, 12, 24} x concurrency {4, 8}, 3 runs
 # per point, median reported; one request averages 2,371 prompt tokens.

@@ -16,6 +16,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from loadgen.config import error_message
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe
 from loadgen.results import PointSummary, RunSummary
 from loadgen.stats import queue_large, short_of_offered
@@ -266,7 +267,7 @@ def load_points(result_dir: Path) -> list[PointSummary]:
         where = ".".join(str(part) for part in first["loc"]) or "(point)"
         raise ValueError(
             f"{file} is not a grid-point summary ({exc.error_count()} error(s); {where}: "
-            f"{first['msg']})"
+            f"{error_message(first)})"
         ) from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{file} is not JSON: {exc}") from None

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
-from loadgen.config import LoadConfig
+from loadgen.config import LoadConfig, error_message
 from loadgen.incidents import INCIDENTS_FILE, Incident
 from loadgen.output import REQUESTS_FILE, RESULT_FILE
 from loadgen.report import SUMMARY_FILE, load_points
@@ -83,7 +83,7 @@ def _json_file(path: Path) -> Any:
 def _first_error(path: Path, exc: ValidationError) -> ValueError:
     first = exc.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    return ValueError(f"{path} is not in the expected shape ({where}: {first['msg']})")
+    return ValueError(f"{path} is not in the expected shape ({where}: {error_message(first)})")
 
 
 def _grid(path: Path) -> GridResult | None:

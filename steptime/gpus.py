@@ -12,6 +12,8 @@ A node class names a catalog GPU (``gpu: l40s``) or gives the figures itself
 
 from __future__ import annotations
 
+import difflib
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -132,8 +134,10 @@ def catalog_gpu(name: str) -> GpuSpec:
     try:
         return GPU_CATALOG[name]
     except KeyError:
+        close = difflib.get_close_matches(name, GPU_CATALOG, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
         raise UnknownGpuError(
-            f"unknown GPU {name!r}; known: {', '.join(sorted(GPU_CATALOG))}. Or give its "
+            f"unknown GPU {name!r}; {hint}known: {', '.join(sorted(GPU_CATALOG))}. Or give its "
             "figures: {name: ..., bf16DenseTflops: ..., memoryGbPerS: ...}"
         ) from None
 

@@ -380,6 +380,7 @@ def _simulate(
     from rich.text import Text
 
     from loadgen.cli import print_settings_note
+    from loadgen.config import error_message
     from loadgen.incidents import describe
     from loadgen.output import ResumeError
     from loadgen.report import client_server_table, comparison_table, seed_table, table_console
@@ -408,7 +409,7 @@ def _simulate(
         except ValidationError as exc:
             error = exc.errors()[0]
             where = ".".join(str(p) for p in error["loc"])
-            fail(f"invalid grid: {where}: {error['msg']}")
+            fail(f"invalid grid: {where}: {error_message(error)}")
         except KeyboardInterrupt:
             _say_kept(names, out)
             raise typer.Exit(130) from None

@@ -164,6 +164,13 @@ BAD_CONFIGS = {
         "'8GB'",
         "invalid memory quantity '8GB'",
     ),
+    "misspelt-gpu-name": BadConfig(
+        CROSS,
+        setting("nodeClasses", "gpu-24gb", "gpu", value="h100-pice"),
+        "nodeClasses.gpu-24gb.gpu",
+        "'h100-pice'",
+        "unknown GPU 'h100-pice'; did you mean h100-pcie? known: a10, ",
+    ),
     "bad-link-name": BadConfig(
         CROSS,
         setting("links", value={"crossNode": "2gbe"}),
@@ -265,6 +272,8 @@ def assert_names_problem(exc: StackConfigError, bad: BadConfig) -> None:
     assert text.startswith(f"stack '{bad.stack}': invalid config")
     assert "nothing was deployed" in text
     assert f"stacks/Pulumi.{bad.stack}.yaml" in text
+    # A custom validator's own text, without pydantic's "Value error, " prefix.
+    assert not [p for p in exc.problems if p.message.startswith(("Value error", "Assertion"))]
     matching = [p for p in exc.problems if p.key == bad.key and bad.message in p.message]
     assert matching, f"no problem at {bad.key} with {bad.message!r} in:\n{text}"
     line = f"dynamo-testbed:{bad.key} = "

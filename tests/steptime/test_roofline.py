@@ -88,7 +88,7 @@ def test_no_gpu_named_gets_the_default_and_says_so() -> None:
     assert resolve_gpu("l40s") == (GPU_CATALOG["l40s"], None)
     given = GpuSpec.model_validate({"name": "x", "bf16DenseTflops": 100, "memoryGbPerS": 500})
     assert resolve_gpu(given) == (given, None)
-    with pytest.raises(KeyError, match="unknown GPU 'h20'; known: a10, "):
+    with pytest.raises(KeyError, match=r"unknown GPU 'h20'; did you mean h200\? known: a10, "):
         catalog_gpu("h20")
 
 
