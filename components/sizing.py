@@ -28,7 +28,7 @@ from pydantic.alias_generators import to_camel
 from components.models import ModelGeometry
 from kvpath.copies import NOTES_HOST_COPIES, d2h_seconds, h2d_seconds
 from kvpath.memory import host_mirror_bytes, memory_floor_bytes
-from kvpath.profile import LinkProfile, LinkSetting, resolve_link
+from kvpath.profile import LinkProfile, LinkSetting, gb_per_s_text, resolve_link
 from kvpath.transfers import transfer_seconds
 
 KI, MI, GI = 2**10, 2**20, 2**30
@@ -523,8 +523,10 @@ def disaggregation_verdict(
     gain = prompt_tokens / prefill_tokens_per_s
     pays = cost < gain
     copy_text = f" plus {copying * 1000:,.0f} ms of vLLM's host copies" if host_buffered else ""
+    rate = gb_per_s_text(link.bytes_per_s)
+    on = f"a {rate} link" if link.name.endswith("GB/s") else f"{link.name} ({rate})"  # links: 2.5
     summary = (
-        f"on {link.name} ({link.bytes_per_s / 1e9:g} GB/s) moving {kv_bytes_per_request / 1e6:,.1f}"
+        f"on {on} moving {kv_bytes_per_request / 1e6:,.1f}"
         f" MB of KV takes {moving * 1000:,.0f} ms{copy_text} vs {gain * 1000:,.0f} ms of prefill "
         f"({prompt_tokens:,} tokens at {prefill_tokens_per_s:,.0f} tokens/s, {prefill_source}): "
         + (

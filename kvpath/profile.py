@@ -65,6 +65,12 @@ class LinkProfile(BaseModel):
         return self.connection_bytes_per_s or self.bytes_per_s
 
 
+def gb_per_s_text(bytes_per_s: float) -> str:
+    """A rate for display: decimal GB/s to 3 significant figures, ``0.470983e9`` ->
+    ``0.471 GB/s``, ``2.875e9`` -> ``2.88 GB/s``, ``20e9`` -> ``20 GB/s``."""
+    return f"{float(f'{bytes_per_s / 1e9:.3g}'):g} GB/s"
+
+
 # Share of line rate the seed's 1 GbE link carried: 115 MB/s of 125 MB/s.
 _SEED_ETHERNET_EFFICIENCY = 0.92
 _ETHERNET_SOURCE = (

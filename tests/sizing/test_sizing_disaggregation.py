@@ -42,6 +42,12 @@ def test_summary_carries_both_numbers_and_the_source() -> None:
     assert v.prefill_seconds == pytest.approx(2_371 / 25_000)
 
 
+def test_link_rates_print_to_3_significant_figures() -> None:
+    assert verdict("25gbe").summary.startswith("on 25gbe (2.88 GB/s) moving 271.9 MB")
+    given = disaggregation_verdict(SEED_REQUEST_KV, 2_371, resolve_link(0.470983), 1e5, "t")
+    assert given.summary.startswith("on a 0.471 GB/s link moving 271.9 MB")
+
+
 def test_slow_prefill_makes_a_fast_link_pay() -> None:
     # A slow prefill (2,000 tokens/s) takes ~1.2 s; 10 GbE moves 272 MB in ~0.24 s.
     assert verdict("10gbe", 2_000).disaggregation_pays
