@@ -599,7 +599,7 @@ def report_command(
         Path,
         typer.Argument(
             help="Results folder A: of `testbed load --out`, `testbed simulate` "
-            "(<out>/<stack>) or the load step (<resultsDir>/<stack>/<time>)."
+            "(OUT/STACK) or the load step (load.resultsDir/STACK/TIME)."
         ),
     ],
     results_b: Annotated[
@@ -608,7 +608,9 @@ def report_command(
     out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
     png: Annotated[
         bool,
-        typer.Option("--png", help="Also write each figure as <out stem>-<figure>.png."),
+        typer.Option(
+            "--png", help="Also write each figure as NAME-FIGURE.png (NAME: --out without .html)."
+        ),
     ] = False,
 ) -> None:
     """Write one self-contained HTML report (opens offline): the seed-style table, TTFT p50/p99,

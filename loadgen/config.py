@@ -125,8 +125,8 @@ class LoadConfig(BaseModel):
     workers: PositiveInt | None = Field(
         default=None,
         description="Client processes sharing a closed-loop run's streams; default: automatic "
-        "(one per 128 streams, at most one per CPU; see loadgen.workers). The open loop always "
-        "runs in one process.",
+        "(one per 128 streams, at most one per CPU; docs/loadgen.md, 'Worker processes'). The "
+        "open loop always runs in one process.",
     )
 
     @model_validator(mode="after")

@@ -78,6 +78,16 @@ app.add_typer(probe_app, name="probe")
 app.command("init-stack")(init_stack_command)
 
 
+def _no_flag_types(command: Any) -> None:
+    """Show no type beside a flag in ``command``'s help and its subcommands' (typer shows
+    ``<bool>`` beside ``--help``, ``--json``, ...; a flag takes no value)."""
+    for param in [*command.params, command.get_help_option(typer.Context(command))]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _no_flag_types(sub)
+
+
 def main(args: list[str] | None = None) -> int:
     """Run `testbed` with ``args`` (default: the command line); returns the exit code.
 
@@ -85,6 +95,7 @@ def main(args: list[str] | None = None) -> int:
     `--help`, exit 2, instead of click's usage block.
     """
     command = typer.main.get_command(app)
+    _no_flag_types(command)
     try:
         code = command.main(args=args, prog_name="testbed", standalone_mode=False)
     except typer.TyperException as exc:  # click's UsageError, BadParameter, ...

@@ -36,9 +36,9 @@ def compare_command(
     b: Annotated[Path, typer.Argument(help="Result folder B (holding summary.json).")],
 ) -> None:
     """Print two results side by side, each cell "A / B" as in the seed; then which load
-    settings differed and what that invalidates (`loadgen.cli.print_settings_note`); then, when
-    the folders hold stack.json, whether both stacks had the same workers, GPUs and node
-    classes, and which metrics a difference affects.
+    settings differed and what that invalidates; then, when the folders hold stack.json,
+    whether both stacks had the same workers, GPUs and node classes, and which metrics a
+    difference affects.
 
     Exit code 2 with one `error:` line when a folder has no readable summary.json, or when the
     two share no grid point.

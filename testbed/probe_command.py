@@ -236,7 +236,7 @@ def kv_path_command(
         KvPath | None,
         typer.Option(
             "--in-cluster",
-            help="Run the probe as two pods in STACK's namespace instead (incluster.probe): "
+            help="Run the probe as two pods in STACK's namespace instead: "
             "same-node (both where prefill runs) or cross-node (target where prefill runs, "
             "initiator where decode runs).",
         ),

@@ -132,13 +132,14 @@ def _sizing_table(sizing: dict[str, Any]) -> Any:
 
 
 def render_command(
-    stack: Annotated[str, typer.Argument(help="Stack name (stacks/Pulumi.<stack>.yaml).")],
+    stack: Annotated[str, typer.Argument(help="Stack name (stacks/Pulumi.STACK.yaml).")],
     out: Annotated[
         Path, typer.Option("--out", help="Folder for the rendered files.", rich_help_panel=OUTPUT)
     ] = Path("out/render"),
     overrides: SetOption = None,
 ) -> None:
-    """Write every object the stack would apply (a YAML file each), its Helm release, outputs.
+    """Write every object the stack would apply (a YAML file each), its Helm release and its
+    outputs; print the placement and the sizing.
 
     Example: testbed render kv-routing --set topology.workers[0].replicas=2
     """

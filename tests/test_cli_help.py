@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -120,6 +121,25 @@ def test_command_help_is_whole_at_80_columns_with_an_example(
     missing = [name for name in names if f" {name} " not in output.replace("\n", " ")]
     assert missing == []
     assert f"Example: testbed {' '.join(words)}" in " ".join(output.split())
+
+
+INTERNAL_NAME = re.compile(
+    r"(?<![/\w])(components|incluster|kvpath|loadgen|steptime|testbed)\.[a-z_]"
+)
+"""A module of this project (``loadgen.workers``); ``docs/loadgen.md`` is a file, not one."""
+
+
+@pytest.mark.parametrize("words", [[], *([c, s] if s else [c] for c, s in LEAVES)])
+def test_help_loses_no_placeholder_to_markup_and_names_no_internals(
+    probed: tuple[dict[str, tuple[int, str]], set[str]], words: list[str]
+) -> None:
+    """`<stack>` in help text was eaten as markup (`stacks/Pulumi..yaml`, `(/)`); a flag
+    takes no value, so no `<bool>`; help is for users: no module or function names."""
+    code, output = probed[0][" ".join([*words, "--help"])]
+    assert code == 0, output
+    text = " ".join(output.replace("│", " ").split())
+    assert [s for s in ("..yaml", "()", "(/)", "<bool>", " -.png") if s in text] == []
+    assert INTERNAL_NAME.findall(text) == []
 
 
 @pytest.mark.parametrize(("args", "says"), ERRORS)
