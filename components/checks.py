@@ -10,7 +10,7 @@ from __future__ import annotations
 from components.config import StackConfig, image_tag_version
 from components.errors import PROJECT, ConfigProblem
 from components.load_step import cluster_runner_problems, endpoint_problems
-from components.models import UnknownModelError
+from components.models import GATED_MODELS, UnknownModelError
 from components.sizing import parse_quantity
 from components.stack_sizing import (
     StackSizing,
@@ -388,6 +388,19 @@ def deprecation_warnings(cfg: StackConfig) -> list[str]:
         and w.kv_transfer.role == "kv_both"
         and w.kv_transfer.connector == "NixlConnector"
         and w.role in replacement
+    ]
+
+
+def gated_model_warnings(cfg: StackConfig, with_hf_token: bool) -> list[str]:
+    """A gated catalog model (:data:`components.models.GATED_MODELS`) without the ``hfToken``
+    secret: every worker's download would fail (said at preview; nothing is refused, since a
+    cluster may have the weights cached)."""
+    if with_hf_token or cfg.model.name not in GATED_MODELS:
+        return []
+    return [
+        f"{PROJECT}:model.name = {cfg.model.name!r} is gated on Hugging Face and no hfToken is "
+        "set, so the workers cannot download it: accept its license on huggingface.co, then "
+        "`pulumi config set --secret hfToken hf_...`"
     ]
 
 

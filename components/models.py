@@ -220,6 +220,13 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
 }
 
 
+GATED_MODELS = frozenset({"meta-llama/Llama-3.1-8B-Instruct"})
+"""Catalog models whose Hugging Face repository is gated: only a token of an account that
+accepted the model's license downloads it (huggingface.co/meta-llama/Llama-3.1-8B-Instruct asks
+to accept the Llama 3.1 Community License; the hub answers 401/403 otherwise). The Qwen models
+of the catalog are Apache-2.0 and not gated."""
+
+
 def known_model(name: str) -> ModelGeometry:
     """The catalog geometry of ``name`` (a Hugging Face model id, e.g. ``Qwen/Qwen3-0.6B``).
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pulumi
 
-from components.checks import deprecation_warnings
+from components.checks import deprecation_warnings, gated_model_warnings
 from components.cluster_checks import (
     cluster_problems,
     deployed_graphs_problem,
@@ -223,7 +223,8 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     None for vllm-service), ``rbac`` (what the stack grants: the operator's entry, [] for
     vllm-service, and with ``load.runner: cluster`` the load step's namespaced Role:
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
-    ``warnings`` (sizing's, :func:`~components.checks.deprecation_warnings`, and
+    ``warnings`` (sizing's, :func:`~components.checks.deprecation_warnings`,
+    :func:`~components.checks.gated_model_warnings`, and
     :func:`~components.stack_layout.version_warning` when the workers' Dynamo release is not
     the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
@@ -233,7 +234,11 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     stack = pulumi.get_stack()
     topology = build_topology(cfg)
     sizing = stack_sizing(cfg)
-    noted_warnings = [*sizing.warnings, *deprecation_warnings(cfg)]
+    noted_warnings = [
+        *sizing.warnings,
+        *deprecation_warnings(cfg),
+        *gated_model_warnings(cfg, with_hf_token=hf_token is not None),
+    ]
     for warning in noted_warnings:
         pulumi.log.warn(warning)
     runtime = cfg.engine.runtime_version_override or image_tag_version(cfg.engine.resolved_image)
