@@ -15,6 +15,7 @@ from components.sizing import parse_quantity
 from components.stack_sizing import (
     StackSizing,
     group_of,
+    kv_link,
     link_profile,
     model_geometry,
     stack_sizing,
@@ -402,6 +403,32 @@ def gated_model_warnings(cfg: StackConfig, with_hf_token: bool) -> list[str]:
         "set, so the workers cannot download it: accept its license on huggingface.co, then "
         "`pulumi config set --secret hfToken hf_...`"
     ]
+
+
+def placement_warnings(cfg: StackConfig) -> list[str]:
+    """A prefill group sharing a node class of several nodes with decode groups: the scheduler
+    puts them on one node or two (the DGD sets no anti-affinity), so the sizing and the
+    simulation take the slower link (:func:`components.stack_sizing.kv_link`); said at preview
+    with how to pin them apart."""
+    out = []
+    for i, group in enumerate(cfg.topology.workers):
+        nodes = cfg.node_classes[group.node_class].nodes if group.role == "prefill" else 1
+        decode = [
+            f"'{w.name}'"
+            for w in cfg.topology.workers
+            if w.role == "decode" and w.node_class == group.node_class
+        ]
+        if nodes > 1 and decode:
+            link = link_profile(kv_link(cfg, group)).name
+            out.append(
+                f"{PROJECT}:{_workers_key(i, 'nodeClass')} = {group.node_class!r}: prefill "
+                f"'{group.name}' and decode {', '.join(decode)} share a node class of {nodes} "
+                "nodes, so the scheduler puts them on the same node or on two; the sizing takes "
+                f"the slower of links.sameNode and links.crossNode ({link}). To put prefill and "
+                "decode on different nodes, give each its own node class (a nodeSelector on a "
+                "label only its nodes carry)"
+            )
+    return out
 
 
 def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:

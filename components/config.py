@@ -124,10 +124,13 @@ class Links(CamelModel):
     """
 
     same_node: LinkSettingValue = Field(
-        default="same-node-tcp", description="Prefill and decode on the same host."
+        default="same-node-tcp",
+        description="Prefill and decode on the same host: one node class of one node.",
     )
     cross_node: LinkSettingValue = Field(
-        default="1gbe", description="Prefill and decode on different hosts."
+        default="1gbe",
+        description="Prefill and decode on different hosts: different node classes. On one "
+        "node class of several nodes the scheduler places them, and the slower link is taken.",
     )
 
 

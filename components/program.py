@@ -12,7 +12,7 @@ from typing import Any
 
 import pulumi
 
-from components.checks import deprecation_warnings, gated_model_warnings
+from components.checks import deprecation_warnings, gated_model_warnings, placement_warnings
 from components.cluster_checks import (
     cluster_problems,
     deployed_graphs_problem,
@@ -224,7 +224,8 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     vllm-service, and with ``load.runner: cluster`` the load step's namespaced Role:
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
     ``warnings`` (sizing's, :func:`~components.checks.deprecation_warnings`,
-    :func:`~components.checks.gated_model_warnings`, and
+    :func:`~components.checks.gated_model_warnings`,
+    :func:`~components.checks.placement_warnings`, and
     :func:`~components.stack_layout.version_warning` when the workers' Dynamo release is not
     the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
@@ -238,6 +239,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         *sizing.warnings,
         *deprecation_warnings(cfg),
         *gated_model_warnings(cfg, with_hf_token=hf_token is not None),
+        *placement_warnings(cfg),
     ]
     for warning in noted_warnings:
         pulumi.log.warn(warning)

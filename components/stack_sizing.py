@@ -118,11 +118,17 @@ def kv_link(cfg: StackConfig, prefill: WorkerGroup) -> LinkSetting:
     """The link setting a prefill group's KV crosses to decode.
 
     ``links.sameNode`` when every decode group is certainly on the prefill group's host,
-    else ``links.crossNode`` (the slower case when decode groups are spread).
+    ``links.crossNode`` when every one is on another node class, else the slower of the two: a
+    decode group shares the prefill group's node class of several nodes, and the scheduler
+    places them (the DGD sets no anti-affinity), or decode groups are spread.
     """
     decode_classes = {w.node_class for w in cfg.topology.workers if w.role == "decode"}
-    same = all(same_host(cfg, prefill.node_class, c) for c in decode_classes)
-    return cfg.links.same_node if same else cfg.links.cross_node
+    if all(same_host(cfg, prefill.node_class, c) for c in decode_classes):
+        return cfg.links.same_node
+    if prefill.node_class not in decode_classes:
+        return cfg.links.cross_node
+    both = (cfg.links.same_node, cfg.links.cross_node)
+    return min(both, key=lambda setting: link_profile(setting).bytes_per_s)
 
 
 def replica_name(group: str, index: int) -> str:

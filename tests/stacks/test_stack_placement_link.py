@@ -1,0 +1,36 @@
+"""Prefill and decode on one node class of several nodes: the scheduler places them (the DGD
+sets no anti-affinity), so the sizing takes the slower of links.sameNode and links.crossNode
+and preview says so, with how to pin them apart (components.stack_sizing.kv_link,
+components.checks.placement_warnings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.key_paths import parse_settings
+from testbed.render import render_stack
+
+pytestmark = pytest.mark.timeout(60)
+
+STACK = "disagg-same-node"  # prefill and decode on gpu-24gb (1 node), links.sameNode same-node-tcp
+
+
+@pytest.mark.parametrize(("cross", "slower"), [("25gbe", "same-node-tcp"), ("1gbe", "1gbe")])
+def test_two_nodes_of_one_class_take_the_slower_link_and_warn(cross: str, slower: str) -> None:
+    settings = parse_settings(["nodeClasses.gpu-24gb.nodes=2", f"links.crossNode={cross}"])
+    outputs = render_stack(STACK, settings=settings).outputs
+    assert outputs["sizing"]["kv_links"]["prefill"]["link"] == slower
+    assert outputs["sizing"]["disaggregation"]["summary"].startswith(f"on {slower} (")
+    assert outputs["warnings"] == [
+        "dynamo-testbed:topology.workers[0].nodeClass = 'gpu-24gb': prefill 'prefill' and "
+        "decode 'decode' share a node class of 2 nodes, so the scheduler puts them on the same "
+        "node or on two; the sizing takes the slower of links.sameNode and links.crossNode "
+        f"({slower}). To put prefill and decode on different nodes, give each its own node "
+        "class (a nodeSelector on a label only its nodes carry)"
+    ]
+
+
+def test_one_node_is_the_same_node_link_without_a_warning() -> None:
+    outputs = render_stack(STACK, settings=parse_settings(["links.crossNode=25gbe"])).outputs
+    assert outputs["sizing"]["kv_links"]["prefill"]["link"] == "same-node-tcp"
+    assert outputs["warnings"] == []
