@@ -102,11 +102,22 @@ def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
     )
 
 
-def stack_file_text(stack: str, resources: Mapping[str, Any] | StackResources) -> str:
+def stack_file_text(
+    stack: str,
+    resources: Mapping[str, Any] | StackResources,
+    simulated_with: Mapping[str, Any] | None = None,
+) -> str:
     """The text of :data:`loadgen.results_folder.STACK_FILE` (``stack.json``):
-    ``{"stack": name, "resources": {...}}``, indented JSON."""
-    data = StackResources.model_validate(resources).model_dump(mode="json")
-    return json.dumps({"stack": stack, "resources": data}, indent=2) + "\n"
+    ``{"stack": name, "resources": {...}}``, indented JSON; ``testbed simulate`` adds
+    ``"simulatedWith"``: the stack values its results depend on
+    (:func:`testbed.simulate.stack_values`)."""
+    data: dict[str, Any] = {
+        "stack": stack,
+        "resources": StackResources.model_validate(resources).model_dump(mode="json"),
+    }
+    if simulated_with is not None:
+        data["simulatedWith"] = dict(simulated_with)
+    return json.dumps(data, indent=2) + "\n"
 
 
 class ResourceComparison(BaseModel):

@@ -20,6 +20,7 @@ The result folder ``<out>/<stack>/`` has loadgen's files (``summary.json``, ``re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -45,14 +46,17 @@ from kvpath.copies import NOTES_HOST_COPIES, threads_from_env
 from kvpath.memory import HOST_BASE_BYTES, host_mirror_bytes
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident
-from loadgen.key_paths import Setting
+from loadgen.key_paths import PathPart, Setting, show_path
 from loadgen.output import (
     REQUESTS_FILE,
     MeasuredRun,
     PromptSizing,
     ResultsFolder,
+    ResumeError,
+    complete_runs,
     grid_settings,
     records_frame,
+    write_text_atomic,
 )
 from loadgen.request import ErrorKind, RequestRecord
 from loadgen.results import GridResult
@@ -410,6 +414,114 @@ def retime_grid(
     return result.model_copy(update=update), runs
 
 
+STACK_VALUES_KEY = "simulatedWith"
+"""The key of ``stack.json`` that holds :func:`stack_values`."""
+
+NOT_SIMULATED = (
+    "load",
+    "namespace",
+    "platformStack",
+    "platform",
+    "stackRole",
+    "baselineStack",
+    "parked",
+)
+"""Top-level config keys left out of :func:`stack_values`' ``config``: ``load`` (loadgen checks
+the load settings of every stored routing run, ``loadgen.output.ResultsFolder``) and what only a
+deployment reads (namespaces, the platform, the stack's role, baseline and parking)."""
+
+SHOWN_DIFFERENCES = 4
+"""Differences a refused ``--resume`` names at most (then "and N more")."""
+
+
+def stack_values(cfg: StackConfig, settings: Sequence[Setting] = ()) -> dict[str, Any]:
+    """What a simulation's results depend on in the stack, as ``stack.json`` records it
+    (``simulatedWith``) and ``--resume`` compares it (:func:`refuse_other_stack_values`).
+
+    ``config``: the validated config (JSON, camelCase keys, ``--set`` values applied) without
+    :data:`NOT_SIMULATED`; ``linkProfiles``: the profile each of ``links.sameNode`` /
+    ``links.crossNode`` stands for, with its figures (a profile file's as read now); ``settings``:
+    the ``--set`` items as typed (recorded, not compared: ``config`` holds their effect).
+
+    Raises:
+        ValueError: a link setting that does not resolve (:func:`kvpath.profile.resolve_link`).
+    """
+    config = cfg.model_dump(mode="json", by_alias=True)
+    links = {"sameNode": cfg.links.same_node, "crossNode": cfg.links.cross_node}
+    return {
+        "config": {k: v for k, v in config.items() if k not in NOT_SIMULATED},
+        "linkProfiles": {
+            key: link_profile(link).model_dump(mode="json", by_alias=True, exclude_none=True)
+            for key, link in links.items()
+        },
+        "settings": [setting.text for setting in settings],
+    }
+
+
+def _leaves(value: Any, path: tuple[PathPart, ...] = ()) -> dict[tuple[PathPart, ...], Any]:
+    """Every leaf of nested JSON under its key path (an empty mapping or list is a leaf)."""
+    if isinstance(value, dict) and value:
+        items: list[tuple[PathPart, Any]] = list(value.items())
+    elif isinstance(value, list) and value:
+        items = list(enumerate(value))
+    else:
+        return {path: value}
+    out: dict[tuple[PathPart, ...], Any] = {}
+    for key, item in items:
+        out |= _leaves(item, (*path, key))
+    return out
+
+
+def stack_value_differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``"<key path>: <stored> in the folder, <now> now"`` for each differing leaf of two
+    :func:`stack_values`' ``config``, then of ``linkProfiles`` for a link whose setting is the
+    same (a profile file whose figures changed)."""
+    old, new = _leaves(stored.get("config", {})), _leaves(now.get("config", {}))
+    paths = list(dict.fromkeys([*old, *new]))
+    old_links = _leaves(stored.get("linkProfiles", {}), ("linkProfiles",))
+    new_links = _leaves(now.get("linkProfiles", {}), ("linkProfiles",))
+    same_setting = [
+        path
+        for path in dict.fromkeys([*old_links, *new_links])
+        if old.get(("links", path[1])) == new.get(("links", path[1]))
+    ]
+    return [
+        f"{show_path(path)}: {first.get(path)!r} in the folder, {second.get(path)!r} now"
+        for first, second, keys in ((old, new, paths), (old_links, new_links, same_setting))
+        for path in keys
+        if first.get(path) != second.get(path)
+    ]
+
+
+def refuse_other_stack_values(stack_dir: Path, values: Mapping[str, Any]) -> None:
+    """Before ``--resume`` in ``stack_dir``: its complete routing runs, and the results made
+    from them, must come from the same :func:`stack_values` (``stack.json``).
+
+    Raises:
+        ResumeError: they differ (naming up to :data:`SHOWN_DIFFERENCES` key paths with both
+            values), or the folder does not record them (an older testbed made it); the fix
+            is another ``--out``. Nothing to check (no complete routing run) passes.
+    """
+    if not complete_runs(stack_dir / ROUTING_DIR):
+        return
+    try:
+        stored = json.loads((stack_dir / STACK_FILE).read_text())[STACK_VALUES_KEY]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ResumeError(
+            f"cannot resume in {stack_dir}: its {STACK_FILE} does not record the stack values "
+            "its runs were simulated with (an older testbed made it); use another --out folder"
+        ) from None
+    differences = stack_value_differences(stored, values)
+    if differences:
+        shown = "; ".join(differences[:SHOWN_DIFFERENCES])
+        more = len(differences) - SHOWN_DIFFERENCES
+        shown += f"; and {more} more" if more > 0 else ""
+        raise ResumeError(
+            f"cannot resume in {stack_dir}: its runs were simulated with other stack values "
+            f"({shown}); resume with the same stack values, or use another --out folder"
+        )
+
+
 @dataclass(frozen=True)
 class Simulation:
     """One simulated stack: its name, routing graph, timed result and result folder."""
@@ -438,25 +550,32 @@ def simulate_stack(
     table.txt, incidents.json, and ``stack.json``: the resources the stack would run on, for
     ``testbed compare``), the routing run's folder ``out_dir/<stack>/routing/`` (one folder per
     grid point and repetition in ``runs/``), the model directory and the graph's logs
-    (``out_dir/<stack>/graph/logs``). With ``resume``, the routing run keeps its complete runs
-    (same settings, checked by loadgen) and measures only the others; runs at grid points
-    outside this grid stay in ``routing/runs/``. Every process is stopped on return, on error
+    (``out_dir/<stack>/graph/logs``). ``stack.json`` is written first, with the stack values
+    the results depend on (:func:`stack_values`). With ``resume``, the routing run keeps its
+    complete runs (same stack values, :func:`refuse_other_stack_values`; same load settings,
+    checked by loadgen) and measures only the others; runs at grid points outside this grid
+    stay in ``routing/runs/``. Every process is stopped on return, on error
     and on Ctrl-C. The caller holds the folder's lock (:mod:`loadgen.folder_lock`).
 
     Raises:
         FileNotFoundError, KeyPathError, StackConfigError: unknown stack, bad ``--set``,
             invalid config.
         LocalGraphError: the graph did not start (the message has the log tails).
-        ResumeError: ``resume`` in a folder measured with other settings.
+        ResumeError: ``resume`` in a folder simulated with other stack values or load
+            settings.
     """
     cfg = load_stack(stack, settings)
     spec = graph_spec(cfg, speedup_ratio=speedup_ratio, routing_only=True)
     load = simulation_load(cfg, full=full, grid=grid, settings=settings)
     stack_dir = out_dir / stack
+    values = stack_values(cfg, settings)
+    if resume:
+        refuse_other_stack_values(stack_dir, values)
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    resources = stack_resources(cfg, build_topology(cfg))
+    write_text_atomic(stack_dir / STACK_FILE, stack_file_text(stack, resources, values))
     routing = routing_run(cfg, spec, load, stack_dir, progress=progress, resume=resume)
     result = write_timed(cfg, load, routing, stack_dir, constants)
-    resources = stack_resources(cfg, build_topology(cfg))
-    (stack_dir / STACK_FILE).write_text(stack_file_text(stack, resources))
     return Simulation(stack=stack, spec=spec, result=result, out_dir=stack_dir)
 
 

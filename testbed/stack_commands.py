@@ -320,8 +320,8 @@ def simulate_command(
 
     from components.stack_sizing import stack_sizing
     from loadgen.folder_lock import FolderBusyError, folder_lock
-    from loadgen.output import complete_runs
-    from testbed.simulate import ROUTING_DIR, load_stack
+    from loadgen.output import ResumeError, complete_runs
+    from testbed.simulate import ROUTING_DIR, load_stack, refuse_other_stack_values, stack_values
 
     grid = _grid(prefix_kinds, concurrency, repetitions, requests)
     settings = _settings(overrides)
@@ -329,11 +329,13 @@ def simulate_command(
     if len(set(names)) < len(names):
         fail(f"STACK and STACK_B are both {stack}: name two different stacks")
     _refuse_twice_set(grid, settings)
+    values = {}
     for name in names:  # every stack is checked before anything starts
         try:
             cfg = load_stack(name, settings)
         except _stack_errors() as exc:
             fail(str(exc))
+        values[name] = stack_values(cfg, settings)
         say_settings(name, settings)
         for message in stack_sizing(cfg).warnings:
             warn(f"{name}: {message}")
@@ -352,6 +354,10 @@ def simulate_command(
                     "simulation: add --resume to continue it (runs at other grid points are "
                     "kept), or choose another --out"
                 )
+            try:
+                refuse_other_stack_values(out / name, values[name]) if resume else None
+            except ResumeError as exc:
+                fail(str(exc))
         _simulate(names, out, grid, settings, full, speedup, not no_progress, resume)
 
 

@@ -64,6 +64,63 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "kv-routing" / "summary.json").read_text())
     assert [p["concurrency"] for p in summary] == [4, 8]
 
+    # Resuming with other stack values is refused before anything runs, naming each one: the
+    # results in the folder stay as they were (a tester's 25 GbE results were replaced).
+    disagg = tmp_path / "disagg-same-node"
+    before = (disagg / "summary.json").read_text()
+    other = ["--set", "links.sameNode=2.5", "--set", 'nodeClasses["gpu-24gb"].gpu=h200']
+    args = ["simulate", "disagg-same-node", "--out", str(tmp_path), *TINY, "--resume"]
+    refused = CliRunner().invoke(app, [*args, "--concurrency", "4,8", *other])
+    assert refused.exit_code == 2
+    assert refused.output.splitlines()[-1] == (
+        f"error: cannot resume in {disagg}: its runs were simulated with other stack values "
+        "(nodeClasses.gpu-24gb.gpu: None in the folder, 'h200' now; links.sameNode: "
+        "'same-node-tcp' in the folder, 2.5 now); resume with the same stack values, or use "
+        "another --out folder"
+    )
+    assert (disagg / "summary.json").read_text() == before
+    # stack.json records what the results were simulated with: the links' profiles and figures
+    recorded = json.loads((disagg / "stack.json").read_text())["simulatedWith"]
+    assert recorded["settings"] == []
+    assert recorded["config"]["links"] == {"sameNode": "same-node-tcp", "crossNode": "1gbe"}
+    assert recorded["linkProfiles"]["sameNode"]["bytesPerS"] == 1e9
+    assert recorded["linkProfiles"]["sameNode"]["connectionBytesPerS"] == 1.2e9
+    assert recorded["linkProfiles"]["crossNode"]["name"] == "1gbe"
+
+
+def test_resume_in_a_folder_without_recorded_stack_values_is_refused(tmp_path: Path) -> None:
+    """A folder an older testbed made does not say which stack values its runs had."""
+    run = tmp_path / "kv-routing" / "routing" / "runs" / "k2-c4-r1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    (tmp_path / "kv-routing" / "stack.json").write_text('{"stack": "kv-routing"}')
+    result = CliRunner().invoke(app, ["simulate", "kv-routing", "--out", str(tmp_path), "--resume"])
+    assert result.exit_code == 2
+    assert result.output == (
+        f"error: cannot resume in {tmp_path / 'kv-routing'}: its stack.json does not record the "
+        "stack values its runs were simulated with (an older testbed made it); use another "
+        "--out folder\n"
+    )
+
+
+def test_a_profile_file_with_other_figures_is_another_stack_value(tmp_path: Path) -> None:
+    """The same `links.sameNode: probe.json` whose figures changed (a probe run again) differs;
+    the `--set` items are recorded as typed."""
+    from loadgen.key_paths import parse_settings
+
+    profile = {"name": "probed", "bytesPerS": 4.7e8, "source": "testbed probe kv-path"}
+    (tmp_path / "probe.json").write_text(json.dumps(profile))
+    settings = parse_settings([f"links.sameNode={tmp_path / 'probe.json'}"])
+    cfg = testbed.simulate.load_stack("disagg-same-node", settings)
+    first = testbed.simulate.stack_values(cfg, settings)
+    assert first["settings"] == [f"links.sameNode={tmp_path / 'probe.json'}"]
+    assert first["linkProfiles"]["sameNode"] == profile
+    (tmp_path / "probe.json").write_text(json.dumps(profile | {"bytesPerS": 1.8e9}))
+    again = testbed.simulate.stack_values(cfg, settings)
+    assert testbed.simulate.stack_value_differences(first, again) == [
+        "linkProfiles.sameNode.bytesPerS: 470000000.0 in the folder, 1800000000.0 now"
+    ]
+
 
 def test_a_second_writer_is_refused_naming_the_first(tmp_path: Path) -> None:
     holder = subprocess.Popen(
