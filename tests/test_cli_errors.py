@@ -3,6 +3,9 @@ one line (exit 130); the group in testbed/cli.py does it, so a command added lat
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -77,3 +80,63 @@ def test_the_probe_of_an_aggregated_stack_is_one_error_line(
         "error: stack 'kv-routing' has no prefill worker group: no KV path to probe; probe a "
         "disaggregated stack (e.g. disagg-same-node)\n"
     )
+
+
+INTERRUPT_IN_A_CALLBACK = """
+import sys, time, weakref
+import testbed.cli
+from testbed.entry import run
+
+class Thing:
+    pass
+
+def interrupted(_ref):
+    raise KeyboardInterrupt  # Ctrl-C landing in a weakref callback: Python cannot raise it here
+
+@testbed.cli.app.command("late")
+def late() -> None:
+    thing = Thing()
+    ref = weakref.ref(thing, interrupted)
+    del thing
+    for _ in range(500):  # the command goes on: 5 s unless interrupted
+        time.sleep(0.01)
+    print("finished")
+
+@testbed.cli.app.command("broken")
+def broken() -> None:
+    thing = Thing()
+    ref = weakref.ref(thing, lambda _ref: 1 / 0)
+    del thing
+    print("finished")
+
+sys.argv = ["testbed", sys.argv[1]]
+run()
+"""
+
+
+def test_ctrl_c_inside_a_weakref_callback_is_one_line_and_exit_130() -> None:
+    """A tester's Ctrl-C late in `testbed simulate` printed "Exception ignored in: <function
+    WeakSet.__init__.<locals>._remove ...>" and a traceback: the interrupt had landed in a weakref
+    callback. The entry point raises it again in the main thread, so it is the one line."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_IN_A_CALLBACK, "late"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (130, "")
+    assert done.stderr == "interrupted (Ctrl-C); nothing more was written\n"
+
+
+def test_other_errors_in_a_callback_are_still_printed() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_IN_A_CALLBACK, "broken"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, "finished\n")
+    assert "Exception ignored" in done.stderr
+    assert done.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
