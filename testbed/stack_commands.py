@@ -458,10 +458,19 @@ def _say_kept(names: list[str], out: Path) -> None:
     from loadgen.output import complete_runs
     from testbed.simulate import ROUTING_DIR
 
-    kept = [f"{name} {complete_runs(out / name / ROUTING_DIR)}" for name in names]
+    counts = {name: complete_runs(out / name / ROUTING_DIR) for name in names}
+    if not any(counts.values()):
+        _stderr_line(
+            f"interrupted; every process was stopped. Nothing complete was kept in {out} "
+            "(run the same command again)"
+        )
+        return
+    first, *others = counts.items()
+    kept = f"{first[1]} complete run{'s' if first[1] != 1 else ''} of {first[0]}"
+    kept += "".join(f" and {count} of {name}" for name, count in others)
     _stderr_line(
-        f"interrupted; every process was stopped. Complete runs kept in {out}: "
-        f"{', '.join(kept)} (the same command with --resume runs only the others)"
+        f"interrupted; every process was stopped. Kept {kept} in {out} (the same command with "
+        "--resume runs only the others)"
     )
 
 

@@ -159,9 +159,19 @@ def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130
     assert " ".join(result.output.split()) == (
-        "simulating kv-routing ... interrupted; every process was stopped. "
-        f"Complete runs kept in {tmp_path}: "
-        "kv-routing 0, disagg-same-node 0 (the same command with --resume runs only the others)"
+        "simulating kv-routing ... interrupted; every process was stopped. Nothing complete was "
+        f"kept in {tmp_path} (run the same command again)"
+    )
+    run = tmp_path / "kv-routing" / "routing" / "runs" / "k2-c4-r1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    values = testbed.simulate.stack_values(testbed.simulate.load_stack("kv-routing"))
+    (tmp_path / "kv-routing" / "stack.json").write_text(json.dumps({"simulatedWith": values}))
+    result = CliRunner().invoke(app, [*args, "--resume"])
+    assert result.exit_code == 130
+    assert " ".join(result.output.split()).endswith(
+        "interrupted; every process was stopped. Kept 1 complete run of kv-routing and 0 of "
+        f"disagg-same-node in {tmp_path} (the same command with --resume runs only the others)"
     )
 
 
