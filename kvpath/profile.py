@@ -30,6 +30,32 @@ from pydantic.alias_generators import to_camel
 from kvpath.copies import HostCopyProfile
 
 
+class ProbeSpread(BaseModel):
+    """How a probed profile's figures varied over the probe's rounds, and how busy the machine
+    was: each figure as (min, median, max) in decimal bytes/s; the profile's figure is the
+    median.
+
+    Attributes:
+        rounds: timed rounds per count of transfers in flight (``--repeats``).
+        bytes_per_s: one transfer alone, over its rounds.
+        connection_bytes_per_s: one pair's connection, over every round with more than one
+            transfer in flight (None: only one in flight was probed).
+        load_average: the probing machine's load average (1, 5, 15 minutes) as the READs ended
+            (None: unknown).
+        cpu_count: that machine's CPU cores.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    rounds: int = Field(ge=1)
+    bytes_per_s: tuple[float, float, float]
+    connection_bytes_per_s: tuple[float, float, float] | None = None
+    load_average: tuple[float, float, float] | None = None
+    cpu_count: int | None = None
+
+
 class LinkProfile(BaseModel):
     """A KV-transfer path and its rates (decimal bytes/s).
 
@@ -44,6 +70,8 @@ class LinkProfile(BaseModel):
         measured_on: the machine a probe ran on (None: not measured by a probe).
         host_copies: vLLM's copy-op rates the probe measured on that machine (None: not
             measured; :data:`kvpath.copies.NOTES_HOST_COPIES` applies).
+        spread: a probed profile's figures over the probe's rounds, and the machine's load
+            (None: not from a probe).
     """
 
     model_config = ConfigDict(
@@ -58,6 +86,7 @@ class LinkProfile(BaseModel):
     source: str = "stack config"
     measured_on: str | None = None
     host_copies: HostCopyProfile | None = None
+    spread: ProbeSpread | None = None
 
     @property
     def connection_rate(self) -> float:

@@ -15,6 +15,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,9 +31,16 @@ from components.errors import StackConfigError
 from components.topology import build_topology
 from incluster.probe import KvPath, ProbeShape, probe_files, probe_objects, probe_shape
 from kvpath.copies import HostCopyProfile
-from kvpath.profile import LinkProfile
+from kvpath.profile import LinkProfile, ProbeSpread
 
 probe_app = typer.Typer(help="Measure the KV path on this machine.", no_args_is_help=True)
+
+DEFAULT_REPEATS = 5
+"""Timed rounds per count of transfers in flight. One round was not enough on a busy machine:
+two back-to-back one-round probes gave 0.471 and 1.813 GB/s for one transfer (issue 23's
+tester, 2 shared cores). Five rounds of the seed's 273 MB transfers (1, 2 and 4 in flight) add
+a few seconds: `testbed probe kv-path disagg-same-node` took 12.0 s with one round, 12.9 s with
+five (load average 1.2, 2 cores)."""
 
 _READY_TIMEOUT_S = 120.0
 IN_CLUSTER_DEADLINE_S = 1200.0
@@ -136,12 +144,31 @@ def _last_line(process: subprocess.Popen[str]) -> str:
     return (err.strip().splitlines() or [f"exit {process.returncode}"])[-1]
 
 
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    return min(values), statistics.median(values), max(values)
+
+
+def probe_spread(nixl: dict[str, Any]) -> ProbeSpread:
+    """The NIXL figures over the probe's rounds (min, median, max) and the machine's load."""
+    single = [float(b) for b in nixl["runs"][0]["round_bytes_per_s"]]
+    shared = [float(b) for r in nixl["runs"][1:] for b in r["round_bytes_per_s"]]
+    load = nixl["machine"].get("load_average")
+    return ProbeSpread(
+        rounds=len(single),
+        bytes_per_s=_spread(single),
+        connection_bytes_per_s=_spread(shared) if shared else None,
+        load_average=tuple(load) if load else None,
+        cpu_count=nixl["machine"]["cpu_count"],
+    )
+
+
 def link_profile(
     stack: str, nixl: dict[str, Any], copies: dict[str, Any], over: str = "loopback"
 ) -> LinkProfile:
     """The link profile the figures give: one transfer alone, one pair's connection with
-    several in flight (no shared wire: one pair; ``over`` says which path the READs took), and
-    the copy rates where a GPU was probed."""
+    several in flight (each the median over the probe's rounds, :func:`probe_spread`; no shared
+    wire: one pair; ``over`` says which path the READs took), and the copy rates where a GPU was
+    probed."""
     m = nixl["machine"]
     on = f"{m['host']}: {m['cpu_count']} CPU cores, {m['platform']}"
     host_copies = None
@@ -170,6 +197,7 @@ def link_profile(
         ),
         measured_on=on,
         host_copies=host_copies,
+        spread=probe_spread(nixl),
     )
 
 
@@ -230,7 +258,9 @@ def kv_path_command(
         int | None, typer.Option(min=1, help="Blocks per transfer (default: the stack's prompt).")
     ] = None,
     max_in_flight: Annotated[int, typer.Option(min=1, help="Transfers in flight at most.")] = 4,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed rounds per count.")] = 1,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Timed rounds per count; the profile takes the median.")
+    ] = DEFAULT_REPEATS,
     max_workers: Annotated[int, typer.Option(min=1, help="GPU copies: processes at most.")] = 4,
     in_cluster: Annotated[
         KvPath | None,
@@ -247,6 +277,9 @@ def kv_path_command(
     context: Annotated[
         str | None, typer.Option(help="--in-cluster: kubeconfig context ($KUBECONFIG's file).")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing profile file.")
+    ] = False,
 ) -> None:
     """Measure NIXL READs (and, with a GPU, vLLM's host copies) on this machine, or with
     --in-cluster between two pods on STACK's nodes, with STACK's descriptor shape and UCX
@@ -275,6 +308,13 @@ def kv_path_command(
     env = {k: v for k, v in prefill[0].env.items() if k.startswith("UCX_")}
     shape = probe_shape(cfg, blocks)
     target = out or Path("out/probe") / f"{stack}.json"
+    if target.exists() and not force:
+        typer.echo(
+            f"error: {target} exists (a stack's links may name it): add --force to replace it, "
+            "or choose another --out",
+            err=True,
+        )
+        raise typer.Exit(2)
     target.parent.mkdir(parents=True, exist_ok=True)
     options = {"max_in_flight": max_in_flight, "repeats": repeats, "max_workers": max_workers}
     try:
@@ -304,6 +344,15 @@ def kv_path_command(
             f"NIXL READ, {run['in_flight']} in flight: {run['median_s'] * 1000:,.1f} ms per "
             f"{size / 1e6:,.1f} MB transfer, {run['aggregate_bytes_per_s'] / 1e9:.3f} GB/s in all"
         )
+    spread = profile.spread
+    assert spread is not None
+    load = spread.load_average
+    typer.echo(
+        f"profile: medians of {spread.rounds} round(s): one transfer "
+        f"{_range(spread.bytes_per_s)}, one pair's connection "
+        f"{_range(spread.connection_bytes_per_s)}; load average "
+        f"{'unknown' if load is None else f'{load[0]:.2f}'} on {spread.cpu_count} CPU cores"
+    )
     if copies["skipped"]:
         typer.echo(f"GPU copies: {copies['skipped']}")
     for run in copies["runs"]:
@@ -313,3 +362,11 @@ def kv_path_command(
             f"{run['h2d_s'] * 1000:,.0f} ms per {copies['request_bytes'] / 1e6:,.1f} MB"
         )
     typer.echo(f"link profile: {target} (links.sameNode: {target})")
+
+
+def _range(figure: tuple[float, float, float] | None) -> str:
+    """``1.761 GB/s (1.702-1.811)``: a spread figure's median and range, or "not probed"."""
+    if figure is None:
+        return "not probed"
+    low, median, high = (value / 1e9 for value in figure)
+    return f"{median:.3f} GB/s ({low:.3f}-{high:.3f})"

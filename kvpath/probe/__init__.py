@@ -32,13 +32,15 @@ Environment: ``UCX_TLS``, ``UCX_RNDV_THRESH`` (both roles; the stack's values), 
 Output (``--out``, JSON, keys stable): initiator ``{"part": "nixl", "machine": {...},
 "ucx_tls", "ucx_rndv_thresh", "nixl_version", "blocks", "layers", "block_bytes",
 "transfer_bytes", "runs": [{"in_flight": n, "seconds": [...], "median_s",
-"aggregate_bytes_per_s"}], "single_bytes_per_s", "connection_bytes_per_s"}`` (``seconds``: each
-transfer's time from the round's start; ``aggregate_bytes_per_s``: the median over rounds of
-``n x transfer_bytes`` over the round's last end; ``connection_bytes_per_s``: the median of the
-aggregates with more than one in flight); copies
+"round_bytes_per_s": [...], "aggregate_bytes_per_s"}], "single_bytes_per_s",
+"connection_bytes_per_s"}`` (``seconds``: each transfer's time from the round's start;
+``round_bytes_per_s``: per round, ``n x transfer_bytes`` over the round's last end;
+``aggregate_bytes_per_s``: their median; ``single_bytes_per_s``: that of one in flight;
+``connection_bytes_per_s``: the median of every round with more than one in flight); copies
 ``{"part": "copies", "machine": {...}, "skipped": null | reason, "gpu", "threads",
 "request_bytes", "runs": [{"workers": n, "d2h_first_touch_s", "d2h_resident_s", "h2d_s"}]}``,
-each time the median over the workers. ``machine`` is ``{"host", "cpu_count", "platform"}``.
+each time the median over the workers. ``machine`` is ``{"host", "cpu_count", "platform",
+"load_average"}`` (:func:`machine`).
 """
 
 from __future__ import annotations
@@ -50,9 +52,16 @@ from typing import Any
 
 
 def machine() -> dict[str, Any]:
-    """The machine a probe part ran on: host name, CPU cores, platform."""
+    """The machine a probe part ran on: host name, CPU cores, platform, and its load average
+    (1, 5 and 15 minutes, ``os.getloadavg``; None where the platform has none) as the part
+    ended: how busy it was while measuring."""
+    try:
+        load: list[float] | None = list(os.getloadavg())
+    except OSError:
+        load = None
     return {
         "host": socket.gethostname(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
+        "load_average": load,
     }

@@ -155,17 +155,19 @@ def run_initiator(
             for handle in handles:
                 agent.release_xfer_handle(handle)
             seconds = [t for ends in rounds for t in ends]
+            # per round: all n transfers' bytes over the time until the last one ended
+            per_round = [n * size / max(ends) for ends in rounds]
             runs.append(
                 {
                     "in_flight": n,
                     "seconds": seconds,
                     "median_s": statistics.median(seconds),
-                    # per round: all n transfers' bytes over the time until the last one ended
-                    "aggregate_bytes_per_s": statistics.median(n * size / max(e) for e in rounds),
+                    "round_bytes_per_s": per_round,
+                    "aggregate_bytes_per_s": statistics.median(per_round),
                 }
             )
         _send(conn, {"done": True})
-    shared = [float(r["aggregate_bytes_per_s"]) for r in runs if int(r["in_flight"]) > 1]
+    shared = [float(b) for r in runs if int(r["in_flight"]) > 1 for b in r["round_bytes_per_s"]]
     return {
         "part": "nixl",
         "machine": machine(),
