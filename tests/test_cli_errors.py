@@ -114,29 +114,28 @@ run()
 """
 
 
-def test_ctrl_c_inside_a_weakref_callback_is_one_line_and_exit_130() -> None:
-    """A tester's Ctrl-C late in `testbed simulate` printed "Exception ignored in: <function
-    WeakSet.__init__.<locals>._remove ...>" and a traceback: the interrupt had landed in a weakref
-    callback. The entry point raises it again in the main thread, so it is the one line."""
-    done = subprocess.run(
-        [sys.executable, "-c", INTERRUPT_IN_A_CALLBACK, "late"],
+def run_entry(command: str) -> subprocess.CompletedProcess[str]:
+    """`testbed <command>` of INTERRUPT_IN_A_CALLBACK through the console script's entry point."""
+    return subprocess.run(
+        [sys.executable, "-c", INTERRUPT_IN_A_CALLBACK, command],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_ctrl_c_inside_a_weakref_callback_is_one_line_and_exit_130() -> None:
+    """A tester's Ctrl-C late in `testbed simulate` printed "Exception ignored in: <function
+    WeakSet.__init__.<locals>._remove ...>" and a traceback: the interrupt had landed in a weakref
+    callback. The entry point raises it again in the main thread, so it is the one line."""
+    done = run_entry("late")
     assert (done.returncode, done.stdout) == (130, "")
     assert done.stderr == "interrupted (Ctrl-C); nothing more was written\n"
 
 
 def test_other_errors_in_a_callback_are_still_printed() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", INTERRUPT_IN_A_CALLBACK, "broken"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_entry("broken")
     assert (done.returncode, done.stdout) == (0, "finished\n")
     assert "Exception ignored" in done.stderr
     assert done.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
