@@ -309,12 +309,10 @@ def kv_path_command(
     shape = probe_shape(cfg, blocks)
     target = out or Path("out/probe") / f"{stack}.json"
     if target.exists() and not force:
-        typer.echo(
-            f"error: {target} exists (a stack's links may name it): add --force to replace it, "
-            "or choose another --out",
-            err=True,
+        fail(
+            f"{target} exists (a stack's links may name it): add --force to replace it, or "
+            "choose another --out"
         )
-        raise typer.Exit(2)
     target.parent.mkdir(parents=True, exist_ok=True)
     options = {"max_in_flight": max_in_flight, "repeats": repeats, "max_workers": max_workers}
     try:
