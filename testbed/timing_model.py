@@ -2,15 +2,26 @@
 shared KV link and host memory (:mod:`testbed.sharing`).
 
 What it takes from the real Dynamo run (:mod:`testbed.simulate`): each request's prompt
-tokens, the prefix-cache hit Dynamo's KV router and the mocker gave it (``cached_tokens``,
-block-aligned) and its output tokens. What it models:
+tokens, the prefix-cache hit the client was told (``cached_tokens``, block-aligned) and its output
+tokens. That hit is the one of the worker that **streamed the answer**: the aggregated worker the
+KV router chose, or, disaggregated, the **decode** worker (the frontend's prefill router keeps only
+the prefill leg's ``disaggregated_params`` and returns the decode leg's stream, usage included:
+ai-dynamo 1.6.1, ``dynamo/frontend/main.py`` runs the default ``--chat-processor dynamo``, the Rust
+``make_engine`` of ``_core.abi3.so`` built from ``lib/llm/src/kv_router/prefill_router/mod.rs``;
+measured: the decode mockers' capacity x 0.2 alone moves a disaggregated run's cached ratio from
+0.72 to 0.14-0.18 at 12 kinds, ``bench/kv_capacity_whatif.py --role decode``). The routing run has
+no per-request figure for the prefill worker's own hit (the frontend's KV router reports one per
+run, summed: ``loadgen.server_metrics.ROUTER_CACHED``), so the prefill hit is **modelled**: each
+prefill worker's prefix cache (LRU of its ``kv_capacity_tokens``), fed by this model's routing
+decisions, looked up when its engine step takes the request. What it models:
 
 - **Client**: the closed loop of the load generator: ``concurrency`` requests in flight, the
   next sent when one ends; each pays ``request_overhead_s`` (frontend, router, HTTP) first.
 - **Routing** (which worker): Dynamo's KV router cost, ``overlap weight 1 x blocks to
   prefill + active blocks`` (the lowest wins, ties at random; ``docs/router/kv_cache_routing.md``
   of Dynamo 1.6), over what this model knows each worker holds (the prefixes it served this
-  run). The prefix-cache hit a request gets on its prefill is the real run's, not this guess.
+  run). An aggregated request's prefix-cache hit is the real run's, not this guess; a
+  disaggregated request's prefill hit is this guess (above).
 - **Workers**: a vLLM engine step batches every running request's next token with waiting
   prefills. Its times come from the worker's :class:`steptime.roofline.EngineStep` (its GPU,
   the model, the fitted efficiencies): ``host_s`` on the worker's own CPU (scheduling, input
@@ -19,8 +30,8 @@ block-aligned) and its output tokens. What it models:
   (time-slicing as processor sharing with ``timeslice_efficiency``). For a 0.6B model much of
   a decode step is host time, which is why 4 workers on one GPU do not run 4 times slower.
 - **Disaggregation** (Dynamo 1.6 + vLLM 0.31.0's NixlConnector; the KV path's costs come from
-  :mod:`kvpath`): the prefill worker computes the prompt (minus its prefix-cache hit); with
-  ``kv_buffer_device: cpu`` it then copies **every block of the prompt** device -> host,
+  :mod:`kvpath`): the prefill worker computes the prompt minus its own (modelled) prefix-cache
+  hit; with ``kv_buffer_device: cpu`` it then copies **every block of the prompt** device -> host,
   synchronously, its engine loop stalled meanwhile (``save_kv_to_host``; blocks into mirror pages
   touched for the first time copy slower, :mod:`kvpath.copies`; workers of one host slow each other
   only where their torch threads outnumber its cores). Dynamo picks the decode worker by load alone:
@@ -37,8 +48,9 @@ block-aligned) and its output tokens. What it models:
   2026, issue #10449, and in August 2026, PR #12960 on ``prefill_router/mod.rs``, around 1.6's
   October release; the decode-affinity branch, ``worker_type == "decode"`` with a positive credit,
   is reached only by conditional disaggregation, which keeps a credit). The decode worker pulls the
-  blocks it does not already hold (vLLM ``NixlConnectorScheduler.get_num_new_matched_tokens``
-  returns ``len(prompt) - num_computed_tokens``) over the connection of that prefill/decode pair,
+  blocks it does not already hold, the prompt minus the run's reported (decode-side) hit (vLLM
+  ``NixlConnectorScheduler.get_num_new_matched_tokens`` returns ``len(prompt) -
+  num_computed_tokens``) over the connection of that prefill/decode pair,
   shared by the pair's transfers, and between nodes over the node pair's wire, shared by every pair
   crossing it (:class:`~testbed.sharing.FlowServer`); then copies them host -> device,
   synchronously, before its first decode step produces the first token
@@ -48,7 +60,7 @@ block-aligned) and its output tokens. What it models:
   ``docs/design_docs/disagg_serving.md``).
 - **Host memory** (``kv_buffer_device: cpu``): each worker's host mirror becomes resident as
   blocks are touched (:class:`~testbed.sharing.ResidentMirror`): the prefill worker's fresh
-  blocks (its prompt minus its prefix-cache hit) during its device -> host copy, the decode
+  blocks (its prompt minus its own prefix-cache hit) during its device -> host copy, the decode
   worker's received blocks as they arrive; vLLM hands out never-used blocks first
   (:mod:`kvpath.memory`). A worker whose base + resident memory crosses its limit is
   OOMKilled: its requests in flight fail, and requests routed to it fail until Dynamo drops it
@@ -99,8 +111,9 @@ class TimingConstants:
 
     timeslice_efficiency: fraction of the GPU's work done while > 1 workers share it (0..1].
     request_overhead_s: frontend + router + HTTP seconds before a request reaches a worker.
-    block_tokens: KV block size in tokens (vLLM: 16); decode-side prefix hits are whole blocks.
-    decode_prefix_reuse: whether a decode worker skips pulling the prefix blocks it holds.
+    block_tokens: KV block size in tokens (vLLM: 16); prefill-side prefix hits are whole blocks.
+    decode_prefix_reuse: whether a decode worker skips pulling the prefix blocks the run
+    reported it held (False: every request moves its whole KV).
     """
 
     timeslice_efficiency: float
@@ -161,7 +174,8 @@ class RunTopology:
 class SimRequest:
     """One request as the real run sent it: ``index`` (send order), its shared prefix
     ``prefix_id`` and ``prefix_tokens``, ``prompt_tokens``, ``cached_tokens`` (its
-    prefix-cache hit from the real run) and ``output_tokens``."""
+    prefix-cache hit from the real run: the aggregated worker's, or disaggregated the decode
+    worker's) and ``output_tokens``."""
 
     index: int
     prefix_id: int
@@ -177,7 +191,8 @@ class Outcome:
 
     ``token_s``: when each output token reached the client (the first is the TTFT's end);
     ``error``: why it failed (None: success), with ``error_kind`` and ``error_s``;
-    ``moved_bytes``: KV bytes it moved over the link.
+    ``moved_bytes``: KV bytes it moved over the link; ``prefill_cached_tokens``: the prefill
+    worker's own prefix-cache hit (tokens, disaggregated only; modelled).
     """
 
     index: int
@@ -188,6 +203,7 @@ class Outcome:
     error_kind: str | None = None
     error_s: float | None = None
     moved_bytes: int = 0
+    prefill_cached_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -283,6 +299,9 @@ class _Worker:
                 continue
             prefills, self.waiting = self.waiting, []
             decoding = list(self.running)
+            if self.spec.role == "prefill":
+                for r in prefills:  # vLLM looks the prefix up when it schedules the request
+                    r.outcome.prefill_cached_tokens = self.cached_tokens(r.spec)
             if self.spec.role == "decode" and self.mirror is not None:
                 # sync_recved_kv_to_device: the received blocks, host -> device, blocking.
                 received = sum(r.outcome.moved_bytes for r in prefills)
@@ -324,7 +343,7 @@ class _Worker:
         block = self.model.constants.block_tokens
         kvb = self.model.topology.kv_bytes_per_token
         blocks = -(-r.spec.prompt_tokens // block)
-        new = max(blocks - r.spec.cached_tokens // block, 0)
+        new = max(blocks - r.outcome.prefill_cached_tokens // block, 0)
         fresh, kill_after = self.mirror.touch(new)
         total = blocks * block * kvb
         yield from self._copy(fresh, total - fresh, h2d=False, kill_after=kill_after)
@@ -372,7 +391,9 @@ class _Worker:
     def _prefill_tokens(self, r: _Request) -> int:
         if self.spec.role == "decode":
             return 0  # the KV arrives over the link; the first decode step makes the token
-        return max(r.spec.prompt_tokens - r.spec.cached_tokens, 0)
+        prefill = self.spec.role == "prefill"
+        hit = r.outcome.prefill_cached_tokens if prefill else r.spec.cached_tokens
+        return max(r.spec.prompt_tokens - hit, 0)
 
     def _emit(self, r: _Request, now: float) -> None:
         r.outcome.token_s.append(now)
@@ -468,8 +489,9 @@ class _Model:
         worker.waiting, worker.running = [], []
 
     def transfer(self, prefill: _Worker, r: _Request) -> Generator[simpy.Event, object, None]:
-        """Prefill done and saved to host: pick a decode worker, move the blocks it lacks over
-        the pair's connection (and the node pair's wire), then queue it on the decode worker."""
+        """Prefill done and saved to host: pick a decode worker, move the blocks it lacks (the
+        prompt minus the run's reported hit) over the pair's connection (and the node pair's
+        wire), then queue it on the decode worker."""
         kvb = self.topology.kv_bytes_per_token
         block = self.constants.block_tokens
         prefill.remember(r.spec)
@@ -480,7 +502,7 @@ class _Model:
         if decode is None or not decode.alive:
             self.fail(r, "http_status", self._unavailable("decode", decode))
             return
-        reused = decode.cached_tokens(r.spec) if self.constants.decode_prefix_reuse else 0
+        reused = r.spec.cached_tokens if self.constants.decode_prefix_reuse else 0
         moved_tokens = max(r.spec.prompt_tokens - reused, 0)
         r.outcome.moved_bytes = moved_tokens * kvb
         r.workers.add(decode.spec.name)
@@ -500,7 +522,6 @@ class _Model:
         r.workers.discard(prefill.spec.name)
         if r.finished() or not decode.alive:
             return
-        decode.remember(r.spec)
         decode.submit(r)
 
     @staticmethod

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.models import known_model
+from kvpath.copies import NOTES_HOST_COPIES, d2h_seconds
 from kvpath.memory import HOST_BASE_BYTES
 from kvpath.profile import LINK_PROFILES, LinkProfile
 from steptime.fit import SEED_FIT
@@ -102,16 +103,38 @@ def test_the_stack_topologies_place_workers_on_shared_gpus() -> None:
     ]
 
 
-def test_a_cold_request_moves_all_its_kv_and_a_warm_one_only_the_suffix() -> None:
+def test_the_decode_worker_pulls_what_the_run_reported_it_lacked() -> None:
+    # cached_tokens is the decode worker's hit (the client's usage comes from the decode leg):
+    # 0, then 2,112 (the mocker's 64-token blocks) for the two later requests.
     timing = simulate_run(cross_node(8192 * MI), CONSTANTS, requests(3, 1), 1)
     moved = [o.moved_bytes for o in timing.outcomes]
-    assert moved[0] == PROMPT * KVB  # 273 MB: the decode worker holds nothing yet
-    # Later requests land on the decode worker that holds the prefix (KV router): only the
-    # blocks past the block-aligned prefix move.
-    assert moved[1] == moved[2] == (PROMPT - 2128) * KVB
+    assert moved == [2381 * KVB, (2381 - 2112) * KVB, (2381 - 2112) * KVB]  # 273 MB, 31 MB
     ttft = [o.token_s[0] - o.sent_s for o in timing.outcomes]
     # 2.37 s of 1 GbE + the d2h copy into fresh pages (0.31 s) + the h2d copy (0.18 s)
     assert ttft[0] == pytest.approx(PROMPT * KVB / 115e6 + 0.306 + 0.179, rel=0.1)
+
+
+def test_the_prefill_worker_hits_its_own_cache_whatever_the_decode_side_held() -> None:
+    # The run reports no decode-side hit (cached=False), so every request moves its whole KV;
+    # the prefill worker still holds the prefix it computed for request 0: request 1 computes
+    # only the 2,381 - 2,128 (133 whole 16-token blocks of the 2,134-token prefix) = 253 tokens.
+    timing = simulate_run(cross_node(8192 * MI), CONSTANTS, requests(2, 1, cached=False), 1)
+    assert [o.moved_bytes for o in timing.outcomes] == [2381 * KVB] * 2
+    assert [o.prefill_cached_tokens for o in timing.outcomes] == [0, 2128]
+    # A prefill worker that keeps one prefix only (the LRU keeps at least the last) misses on
+    # request 2 of prefixes 0, 1, 0: it computes all 2,381 tokens and copies 149 fresh blocks
+    # instead of 253 tokens and 16 fresh blocks; the transfer (whole KV) is the same.
+    base = cross_node(8192 * MI)
+    small = dataclasses.replace(base.workers[0], kv_capacity_tokens=0)
+    small_cache = dataclasses.replace(base, workers=(small, *base.workers[1:]))
+    warm, cold = (ttfts_s(t, requests(3, 2, cached=False), 1) for t in (base, small_cache))
+    assert cold[:2] == pytest.approx(warm[:2])
+    block = 16 * KVB
+    copy = d2h_seconds(149 * block, 0, NOTES_HOST_COPIES) - d2h_seconds(
+        16 * block, 133 * block, NOTES_HOST_COPIES
+    )  # 0.154 s: 133 more blocks into fresh pages
+    compute = STEP.gpu_s(2381, []) - STEP.gpu_s(253, [])  # 0.018 s
+    assert cold[2] - warm[2] == pytest.approx(copy + compute, rel=1e-6)
 
 
 def test_concurrent_transfers_share_the_link() -> None:
@@ -143,9 +166,9 @@ def test_disaggregation_on_one_gpu_is_slower_than_aggregation() -> None:
 
 
 def test_the_seeds_prefill_limit_is_oomkilled_and_every_later_request_fails() -> None:
-    # Cold requests (no prefix-cache hit on the prefill worker): 149 fresh blocks each; 585
-    # fit between the 2.5 GiB base and 3,584Mi, so the 4th request's copy crosses the limit.
-    timing = simulate_run(cross_node(3584 * MI), CONSTANTS, requests(40, 2, cached=False), 1)
+    # Every request a new prefix (no prefix-cache hit on the prefill worker): 149 fresh blocks
+    # each; 585 fit between the 2.5 GiB base and 3,584Mi, so the 4th request's copy crosses.
+    timing = simulate_run(cross_node(3584 * MI), CONSTANTS, requests(40, 40, cached=False), 1)
     (kill,) = timing.kills
     assert kill.worker == "prefill-0"
     assert sum(o.error is None for o in timing.outcomes) == 3
@@ -153,6 +176,15 @@ def test_the_seeds_prefill_limit_is_oomkilled_and_every_later_request_fails() ->
     later = [o for o in timing.outcomes if o.sent_s > kill.at_s + 0.1]
     assert later and all(o.error is not None for o in later)
     assert all("OOMKilled" in (o.error or "") for o in later)
+
+
+def test_prefix_hits_on_the_prefill_worker_touch_only_the_suffix_blocks() -> None:
+    # 2 prefixes: requests 0 and 1 touch 149 fresh blocks each (298), every later one only its
+    # 149 - 133 = 16 suffix blocks (whatever the decode side held): 298 + 16 x 17 = 570 <= 585,
+    # 298 + 16 x 18 = 586 > 585, so 2 + 17 = 19 requests succeed and the 20th is killed.
+    timing = simulate_run(cross_node(3584 * MI), CONSTANTS, requests(40, 2, cached=False), 1)
+    assert [k.worker for k in timing.kills] == ["prefill-0"]
+    assert sum(o.error is None for o in timing.outcomes) == 19
 
 
 def test_resident_memory_stops_at_the_mirror_so_the_floor_is_never_crossed() -> None:
