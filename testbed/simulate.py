@@ -4,7 +4,9 @@ prefix-cache hits, a discrete-event model of the stack's shared hardware decides
 1. **Routing run** (real Dynamo): the stack's topology (:func:`components.topology.build_topology`)
    as a local graph of the Dynamo frontend (KV router) and CPU-only mocker workers, with each
    worker's KV capacity from sizing, runs the load grid with :mod:`loadgen`. Every request's
-   ``cached_tokens`` (block-aligned, reported by the worker the KV router chose) is kept in
+   ``cached_tokens`` (block-aligned, reported by the worker that streamed the answer: the
+   aggregated worker the KV router chose, or the decode worker; :mod:`testbed.timing_model`
+   says why and how the prefill worker's own hit is modelled) is kept in
    ``<out>/<stack>/routing/`` (loadgen's result folder). Its timing is the mocker's, on a CPU:
    not used. Requests there are short (:data:`ROUTING_MAX_TOKENS` output tokens) and the mocker
    is sped up, so the run takes seconds per grid point.
@@ -280,7 +282,8 @@ def set_load_fields(settings: Sequence[Setting]) -> list[str]:
 
 def sim_requests(frame: pd.DataFrame, load: LoadConfig) -> list[SimRequest]:
     """One run's rows of a routing run's ``requests.parquet`` as timing-model requests: its
-    prompt tokens and cached tokens as the real Dynamo run reported them, the stack's
+    prompt tokens and cached tokens as the real Dynamo run reported them (disaggregated: the
+    decode worker's hit), the stack's
     ``maxTokens`` as output (the mocker never stops early). A request that failed in the
     routing run (rare) keeps the configured prompt length and no prefix-cache hit."""
     out = []

@@ -3,17 +3,23 @@ shared KV link and host memory (:mod:`testbed.sharing`).
 
 What it takes from the real Dynamo run (:mod:`testbed.simulate`): each request's prompt
 tokens, the prefix-cache hit the client was told (``cached_tokens``, block-aligned) and its output
-tokens. That hit is the one of the worker that **streamed the answer**: the aggregated worker the
-KV router chose, or, disaggregated, the **decode** worker (the frontend's prefill router keeps only
-the prefill leg's ``disaggregated_params`` and returns the decode leg's stream, usage included:
-ai-dynamo 1.6.1, ``dynamo/frontend/main.py`` runs the default ``--chat-processor dynamo``, the Rust
-``make_engine`` of ``_core.abi3.so`` built from ``lib/llm/src/kv_router/prefill_router/mod.rs``;
-measured: the decode mockers' capacity x 0.2 alone moves a disaggregated run's cached ratio from
-0.72 to 0.14-0.18 at 12 kinds, ``bench/kv_capacity_whatif.py --role decode``). The routing run has
-no per-request figure for the prefill worker's own hit (the frontend's KV router reports one per
-run, summed: ``loadgen.server_metrics.ROUTER_CACHED``), so the prefill hit is **modelled**: each
-prefill worker's prefix cache (LRU of its ``kv_capacity_tokens``), fed by this model's routing
-decisions, looked up when its engine step takes the request. What it models:
+tokens. In a disaggregated routing run that hit is the **decode** mocker's: the frontend's prefill
+router keeps the prefill leg's ``disaggregated_params`` and ``prompt_tokens_details`` as the
+``PrefillResult`` it hands the decode leg, whose stream (usage included) the client gets
+(ai-dynamo/dynamo ``lib/llm/src/kv_router/prefill_router/execution.rs``, ``execute_prefill``, at
+commit 0243c51b; ai-dynamo 1.6.1's ``dynamo/frontend/main.py`` runs this Rust path, the default
+``--chat-processor dynamo``, whose ``_core.abi3.so`` has the same two-field ``PrefillResult``),
+and the mocker reports its own hit there (measured: the decode
+mockers' capacity x 0.2 alone moves a disaggregated run's cached ratio from 0.72 to 0.14-0.18 at 12
+kinds, ``bench/kv_capacity_whatif.py --role decode``). A real vLLM decode worker instead copies the
+prefill leg's figure into its usage (ai-dynamo 1.6.1 ``dynamo/vllm/handlers.py``,
+``_generate_token_mode``: ``prefill_prompt_tokens_details``), so a real deployment's clients see
+the prefill worker's hit. The routing run has no per-request figure for the prefill worker's own
+hit (the frontend's KV router reports one per run, summed over requests:
+``loadgen.server_metrics.ROUTER_CACHED``), so the prefill hit is **modelled**: each prefill
+worker's prefix cache (LRU of its ``kv_capacity_tokens``), fed by this model's routing decisions,
+looked up when its engine step takes the request (``Outcome.prefill_cached_tokens``).
+What it models:
 
 - **Client**: the closed loop of the load generator: ``concurrency`` requests in flight, the
   next sent when one ends; each pays ``request_overhead_s`` (frontend, router, HTTP) first.
