@@ -201,8 +201,19 @@ class _Process:
     log_file: IO[bytes] = field(repr=False)
 
 
+PORT_ATTEMPTS = 3
+"""Starts of a graph whose frontend found its port taken, in all (:meth:`LocalGraph.start`)."""
+
+PORT_TAKEN = "already in use"
+"""What ai-dynamo 1.6.1's frontend logs, then exits 1, when its HTTP port is bound by another
+process ("Failed to start HTTP server: port N already in use. Use --http-port to specify a
+different port.", seen from ``python -m dynamo.frontend`` on a port held by a listening socket)."""
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free when asked (the kernel's ephemeral pick)."""
+    """A TCP port on 127.0.0.1 that was free when asked (the kernel's ephemeral pick). It is
+    released before the frontend binds it, so another process may take it first:
+    :meth:`LocalGraph.start` then starts again on another port (:data:`PORT_ATTEMPTS`)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -286,12 +297,36 @@ class LocalGraph:
     def start(self) -> None:
         """Launch every process and wait until ready; prefer the context manager.
 
+        A frontend that exits because its port was taken in the meantime (:func:`free_port`)
+        gets the whole graph stopped and started again on another port, up to
+        :data:`PORT_ATTEMPTS` times in all.
+
         Raises LocalGraphError if a process exits during start-up or readiness takes longer
         than ready_timeout_s (the message names the processes and has their log tails).
         The caller must call stop() on error (the context manager does).
         """
         if self._processes:
             raise LocalGraphError("graph already started")
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except LocalGraphError:
+                if attempt == PORT_ATTEMPTS or not self._port_taken():
+                    raise
+                self.stop()
+
+    def _port_taken(self) -> bool:
+        """Whether the frontend exited because its HTTP port was bound by another process."""
+        frontend = next((p for p in self._processes if p.group is None), None)
+        return (
+            frontend is not None
+            and frontend.popen.poll() is not None
+            and PORT_TAKEN in log_tail(frontend.log_path)
+        )
+
+    def _start_once(self) -> None:
+        """One start of every process on a fresh :func:`free_port`; see :meth:`start`."""
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         if self.discovery_dir.exists():
             shutil.rmtree(self.discovery_dir)

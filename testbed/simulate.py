@@ -311,7 +311,10 @@ def timing_records(
     timing: RunTiming, requests: Sequence[SimRequest], offset_s: float
 ) -> list[RequestRecord]:
     """loadgen :class:`RequestRecord`\\ s of a simulated run, its clock starting at ``offset_s``
-    (seconds since the grid started; the records' "monotonic" ns count from the grid start)."""
+    (seconds since the grid started; the records' "monotonic" ns count from the grid start).
+    A record's cached tokens are those a real deployment's client would be told
+    (``Outcome.cached_tokens``: disaggregated, the prefill worker's modelled hit, not the routing
+    run's decode-side figure)."""
     by_index = {r.index: r for r in requests}
     records = []
     for o in timing.outcomes:
@@ -329,7 +332,7 @@ def timing_records(
             record.finish_reason = "length"
             record.prompt_tokens = spec.prompt_tokens
             record.completion_tokens = len(tokens)
-            record.cached_tokens = spec.cached_tokens
+            record.cached_tokens = o.cached_tokens
         else:
             record.status = 503 if o.error_kind == ErrorKind.HTTP_STATUS else 200
             record.error_kind = ErrorKind(o.error_kind or ErrorKind.IN_BAND)

@@ -18,7 +18,7 @@ the prefill worker's hit. The routing run has no per-request figure for the pref
 hit (the frontend's KV router reports one per run, summed over requests:
 ``loadgen.server_metrics.ROUTER_CACHED``), so the prefill hit is **modelled**: each prefill
 worker's prefix cache (LRU of its ``kv_capacity_tokens``), fed by this model's routing decisions,
-looked up when its engine step takes the request (``Outcome.prefill_cached_tokens``).
+looked up when its engine step takes the request (``Outcome.cached_tokens``).
 What it models:
 
 - **Client**: the closed loop of the load generator: ``concurrency`` requests in flight, the
@@ -197,8 +197,10 @@ class Outcome:
 
     ``token_s``: when each output token reached the client (the first is the TTFT's end);
     ``error``: why it failed (None: success), with ``error_kind`` and ``error_s``;
-    ``moved_bytes``: KV bytes it moved over the link; ``prefill_cached_tokens``: the prefill
-    worker's own prefix-cache hit (tokens, disaggregated only; modelled).
+    ``moved_bytes``: KV bytes it moved over the link; ``cached_tokens``: the prefix-cache hit
+    its prefill got, the one a real deployment's client is told: the routing run's for an
+    aggregated worker, the prefill worker's own (modelled) when disaggregated, as vLLM's decode
+    worker reports the prefill leg's (this module's docstring).
     """
 
     index: int
@@ -209,7 +211,7 @@ class Outcome:
     error_kind: str | None = None
     error_s: float | None = None
     moved_bytes: int = 0
-    prefill_cached_tokens: int = 0
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -307,7 +309,7 @@ class _Worker:
             decoding = list(self.running)
             if self.spec.role == "prefill":
                 for r in prefills:  # vLLM looks the prefix up when it schedules the request
-                    r.outcome.prefill_cached_tokens = self.cached_tokens(r.spec)
+                    r.outcome.cached_tokens = self.cached_tokens(r.spec)
             if self.spec.role == "decode" and self.mirror is not None:
                 # sync_recved_kv_to_device: the received blocks, host -> device, blocking.
                 received = sum(r.outcome.moved_bytes for r in prefills)
@@ -349,7 +351,7 @@ class _Worker:
         block = self.model.constants.block_tokens
         kvb = self.model.topology.kv_bytes_per_token
         blocks = -(-r.spec.prompt_tokens // block)
-        new = max(blocks - r.outcome.prefill_cached_tokens // block, 0)
+        new = max(blocks - r.outcome.cached_tokens // block, 0)
         fresh, kill_after = self.mirror.touch(new)
         total = blocks * block * kvb
         yield from self._copy(fresh, total - fresh, h2d=False, kill_after=kill_after)
@@ -397,9 +399,7 @@ class _Worker:
     def _prefill_tokens(self, r: _Request) -> int:
         if self.spec.role == "decode":
             return 0  # the KV arrives over the link; the first decode step makes the token
-        prefill = self.spec.role == "prefill"
-        hit = r.outcome.prefill_cached_tokens if prefill else r.spec.cached_tokens
-        return max(r.spec.prompt_tokens - hit, 0)
+        return max(r.spec.prompt_tokens - r.outcome.cached_tokens, 0)
 
     def _emit(self, r: _Request, now: float) -> None:
         r.outcome.token_s.append(now)
@@ -546,7 +546,9 @@ class _Model:
         while self.next < len(self.requests):
             spec = self.requests[self.next]
             self.next += 1
-            outcome = Outcome(index=spec.index, sent_s=self.env.now)
+            outcome = Outcome(
+                index=spec.index, sent_s=self.env.now, cached_tokens=spec.cached_tokens
+            )
             self.outcomes.append(outcome)
             r = _Request(self.env, spec, outcome)
             self.live[spec.index] = r

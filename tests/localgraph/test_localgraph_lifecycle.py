@@ -1,15 +1,17 @@
 """Process lifecycle of a LocalGraph: clean stop, kill_worker, clear start-up failures."""
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from testbed import localgraph
 from testbed.localgraph import LocalGraph, LocalGraphError, LocalGraphSpec, MockerGroup
 
 pytestmark = pytest.mark.timeout(120)
@@ -111,6 +113,55 @@ def test_readiness_timeout_names_every_process(
     assert message.startswith("graph not ready after 0 s")
     assert "--- frontend (pid" in message
     assert "--- worker-0 (pid" in message
+    assert dynamo_children() == earlier_children
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port on 127.0.0.1 held by a listening socket for the test's duration."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def test_a_port_taken_before_the_frontend_binds_it_starts_again_on_another(
+    tmp_path: Path,
+    local_model_dir: Path,
+    earlier_children: set[int],
+    taken_port: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The race of free_port made deterministic: the first port it gives is already bound.
+    ports = [taken_port]
+    real = localgraph.free_port
+    monkeypatch.setattr(localgraph, "free_port", lambda: ports.pop() if ports else real())
+    with LocalGraph(agg_spec(), tmp_path, local_model_dir) as graph:
+        assert graph.url.startswith("http://127.0.0.1:")
+        assert graph.url != f"http://127.0.0.1:{taken_port}"
+        assert graph.metrics_text()  # the frontend answers on the new port
+    assert dynamo_children() == earlier_children
+
+
+def test_a_port_taken_every_time_fails_after_the_last_attempt(
+    tmp_path: Path,
+    local_model_dir: Path,
+    earlier_children: set[int],
+    taken_port: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts: list[int] = []
+
+    def always_taken() -> int:
+        starts.append(taken_port)
+        return taken_port
+
+    monkeypatch.setattr(localgraph, "PORT_ATTEMPTS", 2)
+    monkeypatch.setattr(localgraph, "free_port", always_taken)
+    with pytest.raises(LocalGraphError) as failure:
+        LocalGraph(agg_spec(), tmp_path, local_model_dir).__enter__()
+    assert starts == [taken_port, taken_port]
+    assert f"port {taken_port} already in use" in str(failure.value)
     assert dynamo_children() == earlier_children
 
 

@@ -120,7 +120,7 @@ def test_the_prefill_worker_hits_its_own_cache_whatever_the_decode_side_held() -
     # only the 2,381 - 2,128 (133 whole 16-token blocks of the 2,134-token prefix) = 253 tokens.
     timing = simulate_run(cross_node(8192 * MI), CONSTANTS, requests(2, 1, cached=False), 1)
     assert [o.moved_bytes for o in timing.outcomes] == [2381 * KVB] * 2
-    assert [o.prefill_cached_tokens for o in timing.outcomes] == [0, 2128]
+    assert [o.cached_tokens for o in timing.outcomes] == [0, 2128]
     # A prefill worker that keeps one prefix only (the LRU keeps at least the last) misses on
     # request 2 of prefixes 0, 1, 0: it computes all 2,381 tokens and copies 149 fresh blocks
     # instead of 253 tokens and 16 fresh blocks; the transfer (whole KV) is the same.
