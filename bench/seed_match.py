@@ -5,7 +5,9 @@ minutes on 2 shared cores; `--reuse` re-times existing routing runs in seconds).
 
 1. `kv-routing` and `disagg-same-node`, full grid (the seed's {2,7,12,24} x {4,8} x 3 runs of
    200 requests): the 48 values (TTFT p50, TTFT p99, requests/s per point and stack) beside
-   the seed's, each marked when within +-25%, and the count.
+   the seed's, each marked when within +-25%, and the count; then disagg-same-node's cached
+   ratios per point: the routing run's clients (the decode mockers' hits), the frontend KV
+   router's prefill-phase estimate and the timing model's prefill hits.
 2. `disagg-cross-node` with the seed's prefill limit (3,584Mi, `sizing.allowUnsafeMemory`),
    prefix kinds 2, concurrency 4 then 1: the first successful TTFT and the OOMKill time at
    concurrency 4, and what succeeded at concurrency 1.
@@ -109,6 +111,35 @@ def same_node_table(results: Mapping[str, GridResult]) -> tuple[list[str], int]:
     return lines, hits
 
 
+def prefix_hits_table(stack_dir: Path, result: GridResult) -> list[str]:
+    """Per grid point of a disaggregated stack, the median over its runs of three cached
+    ratios: what the routing run's clients were told (the decode mockers' hits), the frontend
+    KV router's prefill-phase estimate (``ServerRunMetrics.router_cached_ratio``, its window
+    holding the run's warm-up requests too) and the timing model's prefill hits (the timed
+    result's, what a real deployment's clients would be told)."""
+    routing = GridResult.model_validate_json((stack_dir / ROUTING_DIR / "result.json").read_text())
+    timed = {(r.prefix_kinds, r.concurrency, r.repetition): r for r in result.runs}
+    by_point: dict[tuple[int, int], list[tuple[float | None, ...]]] = {}
+    for run in routing.runs:
+        model = timed[(run.prefix_kinds, run.concurrency, run.repetition)].cached_ratio
+        router = run.server.router_cached_ratio if run.server is not None else None
+        by_point.setdefault((run.prefix_kinds, run.concurrency), []).append(
+            (run.cached_ratio, router, model)
+        )
+    lines = [
+        "| prefix kinds | conc | routing run's clients (decode mockers) "
+        "| frontend KV router, prefill phase | timing model, prefill workers |",
+        "|---|---|---|---|---|",
+    ]
+    for (kinds, conc), values in sorted(by_point.items()):
+        cells = []
+        for column in zip(*values, strict=True):
+            known = [v for v in column if v is not None]
+            cells.append(f"{statistics.median(known):.2f}" if known else "-")
+        lines.append(f"| {kinds} | {conc} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def cross_node_story(stack_dir: Path, result: GridResult) -> list[str]:
     """The seed's cross-node figures beside the simulated ones (concurrency 4, then 1)."""
     frame = pd.read_parquet(stack_dir / "requests.parquet")
@@ -188,6 +219,9 @@ def main() -> None:
     lines, hits = same_node_table(same)
     print("\n".join(lines))
     print(f"\n{hits} of 48 within +-25% (✗: outside)\n")
+    print("disagg-same-node cached ratios, median of the runs:")
+    print("\n".join(prefix_hits_table(args.out / "disagg-same-node", same["disagg-same-node"])))
+    print()
     if args.whole_transfer:
         return
     oom_dir = args.out / "seed-oom"
