@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -116,53 +117,54 @@ def test_readiness_timeout_names_every_process(
     assert dynamo_children() == earlier_children
 
 
+@dataclass
+class PortRace:
+    """The race of `free_port` made deterministic: its first `taken_times` answers are `port`,
+    held by a listening socket; `given` is every port it answered."""
+
+    port: int
+    taken_times: int = 1
+    given: list[int] = field(default_factory=list)
+
+
 @pytest.fixture
-def taken_port() -> Iterator[int]:
-    """A port on 127.0.0.1 held by a listening socket for the test's duration."""
+def port_race(monkeypatch: pytest.MonkeyPatch) -> Iterator[PortRace]:
+    """A `PortRace` patched in as `testbed.localgraph.free_port`; no Dynamo process is left."""
+    before = dynamo_children()
+    real = localgraph.free_port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
-        yield holder.getsockname()[1]
+        race = PortRace(holder.getsockname()[1])
+
+        def answer() -> int:
+            port = race.port if len(race.given) < race.taken_times else real()
+            race.given.append(port)
+            return port
+
+        monkeypatch.setattr(localgraph, "free_port", answer)
+        yield race
+    assert dynamo_children() == before
 
 
-def test_a_port_taken_before_the_frontend_binds_it_starts_again_on_another(
-    tmp_path: Path,
-    local_model_dir: Path,
-    earlier_children: set[int],
-    taken_port: int,
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_taken_port_starts_again_on_another(
+    tmp_path: Path, local_model_dir: Path, port_race: PortRace
 ) -> None:
-    # The race of free_port made deterministic: the first port it gives is already bound.
-    ports = [taken_port]
-    real = localgraph.free_port
-    monkeypatch.setattr(localgraph, "free_port", lambda: ports.pop() if ports else real())
     with LocalGraph(agg_spec(), tmp_path, local_model_dir) as graph:
-        assert graph.url.startswith("http://127.0.0.1:")
-        assert graph.url != f"http://127.0.0.1:{taken_port}"
+        assert len(port_race.given) == 2 and port_race.given[0] == port_race.port
+        assert graph.url == f"http://127.0.0.1:{port_race.given[1]}"
         assert graph.metrics_text()  # the frontend answers on the new port
-    assert dynamo_children() == earlier_children
 
 
-def test_a_port_taken_every_time_fails_after_the_last_attempt(
-    tmp_path: Path,
-    local_model_dir: Path,
-    earlier_children: set[int],
-    taken_port: int,
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_port_taken_every_time_fails_at_the_last_attempt(
+    tmp_path: Path, local_model_dir: Path, port_race: PortRace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    starts: list[int] = []
-
-    def always_taken() -> int:
-        starts.append(taken_port)
-        return taken_port
-
+    port_race.taken_times = 9
     monkeypatch.setattr(localgraph, "PORT_ATTEMPTS", 2)
-    monkeypatch.setattr(localgraph, "free_port", always_taken)
     with pytest.raises(LocalGraphError) as failure:
         LocalGraph(agg_spec(), tmp_path, local_model_dir).__enter__()
-    assert starts == [taken_port, taken_port]
-    assert f"port {taken_port} already in use" in str(failure.value)
-    assert dynamo_children() == earlier_children
+    assert port_race.given == [port_race.port] * 2
+    assert f"port {port_race.port} already in use" in str(failure.value)
 
 
 def test_children_die_with_a_killed_parent(tmp_path: Path, local_model_dir: Path) -> None:
