@@ -18,7 +18,13 @@ the prefill worker's hit. The routing run has no per-request figure for the pref
 hit (the frontend's KV router reports one per run, summed over requests:
 ``loadgen.server_metrics.ROUTER_CACHED``), so the prefill hit is **modelled**: each prefill
 worker's prefix cache (LRU of its ``kv_capacity_tokens``), fed by this model's routing decisions,
-looked up when its engine step takes the request (``Outcome.cached_tokens``).
+looked up when its engine step takes the request (``Outcome.cached_tokens``) and holding the
+request's prefix from that moment on, before the step computes it: vLLM's scheduler caches the
+blocks it allocates at allocation (``KVCacheManager.allocate_slots`` calls
+``coordinator.cache_blocks`` up to ``num_computed + num_new_tokens``; the prefill worker's
+NixlConnector returns ``(0, False)`` from ``get_num_new_matched_tokens``, so
+``delay_cache_blocks`` is off), so a later request of the same step, or of any later step,
+hits them (``docs/kv-path.md``, "Prefix blocks are cached when allocated").
 What it models:
 
 - **Client**: the closed loop of the load generator: ``concurrency`` requests in flight, the
@@ -308,8 +314,12 @@ class _Worker:
             prefills, self.waiting = self.waiting, []
             decoding = list(self.running)
             if self.spec.role == "prefill":
-                for r in prefills:  # vLLM looks the prefix up when it schedules the request
+                # vLLM's schedule() takes the waiting requests one at a time: get_computed_blocks
+                # (the lookup), then allocate_slots, which caches the new blocks before the step
+                # computes them, so the next request of this step already hits this one's prefix.
+                for r in prefills:
                     r.outcome.cached_tokens = self.cached_tokens(r.spec)
+                    self.remember(r.spec)
             if self.spec.role == "decode" and self.mirror is not None:
                 # sync_recved_kv_to_device: the received blocks, host -> device, blocking.
                 received = sum(r.outcome.moved_bytes for r in prefills)
@@ -500,7 +510,6 @@ class _Model:
         wire), then queue it on the decode worker."""
         kvb = self.topology.kv_bytes_per_token
         block = self.constants.block_tokens
-        prefill.remember(r.spec)
         r.workers.add(prefill.spec.name)
         if r.finished():
             return

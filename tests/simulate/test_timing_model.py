@@ -137,6 +137,24 @@ def test_the_prefill_worker_hits_its_own_cache_whatever_the_decode_side_held() -
     assert cold[2] - warm[2] == pytest.approx(copy + compute, rel=1e-6)
 
 
+def test_a_request_hits_the_prefix_blocks_allocated_in_its_own_engine_step() -> None:
+    # vLLM caches a request's blocks when allocate_slots allocates them, before the step
+    # computes them (kv_cache_manager.py, allocate_slots -> coordinator.cache_blocks), and
+    # schedule() allocates the waiting requests one after another, so of 4 requests of one
+    # prefix taken by the prefill worker's first step, only the first misses: the other 3 hit
+    # the 133 whole blocks (2,128 tokens) of the 2,134-token prefix it was just allocated.
+    timing = simulate_run(cross_node(8192 * MI), CONSTANTS, requests(4, 1, cached=False), 4)
+    assert [o.sent_s for o in timing.outcomes] == [0.0] * 4  # all in the engine's first step
+    assert [o.cached_tokens for o in timing.outcomes] == [0, 2128, 2128, 2128]
+    # Fresh mirror blocks: 149 + 3 x (149 - 133) = 197 (not 4 x 149 = 596): a limit of the
+    # base + 197 blocks holds, one block less is crossed during the 4th request's copy.
+    block = 16 * KVB
+    for blocks, killed in ((197, False), (196, True)):
+        limit = HOST_BASE_BYTES + blocks * block
+        timing = simulate_run(cross_node(limit), CONSTANTS, requests(4, 1, cached=False), 4)
+        assert bool(timing.kills) is killed, blocks
+
+
 def test_concurrent_transfers_share_the_link() -> None:
     one = ttfts_s(cross_node(8192 * MI), requests(1, 1), 1)
     four = ttfts_s(cross_node(8192 * MI), requests(4, 4), 4)  # 4 cold prefixes at once
