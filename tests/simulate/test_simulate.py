@@ -187,16 +187,18 @@ def test_the_seeds_cross_node_prefill_limit_is_oomkilled(tmp_path: Path) -> None
         137,
     )
     # The run's first 4 requests (2 prefixes, new to the one prefill worker) enter its first
-    # engine step together: 4 x 149 = 596 fresh mirror blocks > the 585 that fit between the
-    # 2.5 GiB base and 3,584Mi, so the 4th device -> host copy crosses the limit, about 1.3 s in
-    # (the seed: 9 s; docs/kv-path.md says why this goal is missed).
-    assert incident.t_s is not None and 0.5 <= incident.t_s <= 2.5
+    # engine step together; the second request of each prefix hits the blocks just allocated to
+    # the first (vLLM caches blocks at allocation): 2 x 149 + 2 x 16 = 330 fresh mirror blocks,
+    # then 16 per request, so of the 585 that fit between the 2.5 GiB base and 3,584Mi the 20th
+    # request's copy crosses (330 + 16 x 16 = 586). With at most 3 others in flight then, 16-19
+    # requests succeed first; the kill lands within the goal's factor 2 of the seed's 9 s.
+    assert incident.t_s is not None and 4.5 <= incident.t_s <= 18
     assert (incident.prefix_kinds, incident.concurrency, incident.repetition) == (2, 4, 1)
     assert incident.memory_bytes is not None and incident.memory_bytes > 3584 * 2**20
     saved = json.loads((tmp_path / "disagg-cross-node" / "incidents.json").read_text())
     assert [Incident.model_validate(i) for i in saved] == [incident]
     (point,) = sim.result.points
-    assert point.errors > 0 and point.samples + point.errors == 40
+    assert 16 <= point.samples <= 19 and point.samples + point.errors == 40
 
 
 def test_overrides_name_the_bad_key() -> None:
