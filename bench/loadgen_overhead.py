@@ -251,14 +251,13 @@ def measure_cli(
     tokenizer: Path,
     work: Path,
     testbed: Path = TESTBED,
-    requests: tuple[int, int] = CLI_REQUESTS,
 ) -> CliFigures:
     """`testbed load` (`testbed`: a checkout's console script) against the 50 ms server:
     whole-process CPU per request = CPU(9,000 requests) - CPU(3,000 requests) over 6,000
-    (`requests`; start-up, imports, calibration cancel out); the TTFT error of the larger run
+    (`CLI_REQUESTS`; start-up, imports, calibration cancel out); the TTFT error of the larger run
     against the server's truth over its requests."""
     with MockServer(SLOW_MS) as slow:
-        small, large = requests
+        small, large = CLI_REQUESTS
         small_out = work / f"cli{concurrency}a"
         cpu_small = _cli_run(slow.url, concurrency, small, tokenizer, small_out, testbed)
         slow.stats(reset=True)
