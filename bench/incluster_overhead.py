@@ -1,8 +1,8 @@
 """The in-cluster load pod's own cost and TTFT accuracy beside `testbed load`'s, against the
 local fixed-delay server (bench/mock_server.py: 50 ms to the first token, 16 tokens).
 
-Run: `uv run python bench/incluster.py [--concurrency 64] [--rounds 3]`. Per round, alternating
-(the machine is shared: the spread over rounds is part of the answer):
+Run: `uv run python bench/incluster_overhead.py [--concurrency 64] [--rounds 3]`. Per round,
+alternating (the machine is shared: the spread over rounds is part of the answer):
 - the pod: `python -m incluster.pod` exactly as the Job starts it (`incluster.manifests.
   pod_args`: one client, readiness gate off), with `PYTHONPATH` on the ConfigMap's files
   written to a folder (`incluster.sources.pod_files`), 3,000 then 9,000 requests; whole-process
