@@ -165,6 +165,6 @@ def pod_summary(pods: Sequence[Mapping[str, Any]]) -> list[str]:
         elif status.get("reason"):
             message = f": {status['message']}" if status.get("message") else ""
             out.append(f"{name} {status['reason']}{message}")
-        elif phase != "Succeeded":
+        else:
             out.append(f"{name} {phase}")
     return out
