@@ -151,7 +151,8 @@ async def run_pod(
                 raise NotServingError(str(sizing["error"]))
             sizer = WordSizer(float(sizing["tokens_per_word"]), str(sizing["source"]))
             metrics = ServerMetrics(server, model, config, None) if index == 0 else None
-            for key in (key for key in grid_keys(config) if key not in set(skip)):
+            skipped = set(skip)
+            for key in (key for key in grid_keys(config) if key not in skipped):
                 await _measure(server, model, config, sizer, key, clients, index, barrier, metrics)
             for warning in [] if metrics is None else metrics.warnings():
                 wire.emit("warning", shard=index, message=warning)
