@@ -150,6 +150,11 @@ class LoadConfig(BaseModel):
         """Connections in the HTTP pool for a run at `concurrency` (>= the requests in flight)."""
         return self.max_connections if self.max_connections is not None else concurrency
 
+    def warmup_count(self, concurrency: int) -> int:
+        """Warm-up requests before a run at `concurrency`: `warmup_requests`, default one per
+        stream (pool connection)."""
+        return concurrency if self.warmup_requests is None else self.warmup_requests
+
     @property
     def prefix_tokens(self) -> int:
         """Tokens of the shared prefix: round(prompt_tokens x prefix_share)."""

@@ -46,8 +46,7 @@ def share_for_run(
         seed=config.seed,
     )
     prompts = build_prompts(sizer, n=config.requests_per_run, salt=salt, **shape)
-    n_warmup = conc if config.warmup_requests is None else config.warmup_requests
-    warmup = build_prompts(sizer, n=n_warmup, salt=f"warmup-{salt}", **shape)
+    warmup = build_prompts(sizer, n=config.warmup_count(conc), salt=f"warmup-{salt}", **shape)
     return Share(
         url=url,
         path=API_PATHS[config.api],

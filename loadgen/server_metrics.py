@@ -277,10 +277,9 @@ def attribution_problem(server: ServerRunMetrics, sent: int) -> str | None:
 def with_server(run: RunSummary, server: ServerRunMetrics, config: LoadConfig) -> RunSummary:
     """`run` with `server` (what the server measured in its window) set, or left out (None)
     with a run warning when it cannot be this run's (`attribution_problem`, against the run's
-    requests plus its warm-up: `config.warmup_requests`, default one per stream); a warning
-    too when counters went back between the scrapes."""
-    warmup = run.concurrency if config.warmup_requests is None else config.warmup_requests
-    problem = attribution_problem(server, run.requests + warmup)
+    requests plus its warm-up: `LoadConfig.warmup_count`); a warning too when counters went
+    back between the scrapes."""
+    problem = attribution_problem(server, run.requests + config.warmup_count(run.concurrency))
     if problem is not None:
         note = f"server figures left out: {problem}"
         return run.model_copy(update={"server": None, "warnings": [*run.warnings, note]})
