@@ -287,8 +287,8 @@ def kv_path_command(
 
     Example: testbed probe kv-path disagg-same-node
     """
+    from loadgen.cli import fail
     from testbed.simulate import load_stack  # pandas, simpy: not for `testbed --help`
-    from testbed.stack_commands import fail
 
     try:
         cfg = load_stack(stack)

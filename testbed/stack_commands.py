@@ -1,17 +1,20 @@
 """``testbed render``, ``testbed diff`` and ``testbed simulate``: stacks without a cluster.
 
-This module is read for every ``testbed --help``: it imports only typer at the top, and each
-command imports what it runs inside its function (``tests/test_cli_help.py`` checks that help
-loads none of the heavy modules).
+This module is read for every ``testbed --help``: it imports only typer and :mod:`loadgen.cli`
+(which ``testbed --help`` reads anyway) at the top, and each command imports what it runs
+inside its function (``tests/test_cli_help.py`` checks that help loads none of the heavy
+modules).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from loadgen.cli import EXIT_INTERRUPTED, _int_list, _stderr_line, fail, print_settings_note
 
 if TYPE_CHECKING:
     from loadgen.key_paths import Setting
@@ -29,13 +32,6 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP, rich_help_panel=STACK),
 ]
-
-
-def fail(message: str) -> NoReturn:
-    """One ``error:`` line on stderr, exit 2 (:func:`loadgen.cli.fail`)."""
-    from loadgen.cli import fail as fail_line
-
-    fail_line(message)
 
 
 def _settings(items: Sequence[str] | None) -> list[Setting]:
@@ -229,8 +225,6 @@ def diff_command(
 def _grid(
     prefix_kinds: str | None, concurrency: str | None, repetitions: int | None, requests: int | None
 ) -> dict[str, Any]:
-    from loadgen.cli import _int_list
-
     try:
         values = {
             "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
@@ -386,7 +380,6 @@ def _simulate(
     from pydantic import ValidationError
     from rich.text import Text
 
-    from loadgen.cli import print_settings_note
     from loadgen.config import error_message
     from loadgen.incidents import describe
     from loadgen.output import ResumeError
@@ -419,7 +412,7 @@ def _simulate(
             fail(f"invalid grid: {where}: {error_message(error)}")
         except KeyboardInterrupt:
             _say_kept(names, out)
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
         console.print(f"{name}: router {sim.spec.router_mode}; {groups}")
         table = seed_table(
@@ -454,7 +447,6 @@ def _simulate(
 
 def _say_kept(names: list[str], out: Path) -> None:
     """After Ctrl-C: what each stack's folder kept (every process was stopped)."""
-    from loadgen.cli import _stderr_line
     from loadgen.output import complete_runs
     from testbed.simulate import ROUTING_DIR
 
