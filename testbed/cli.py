@@ -17,15 +17,13 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from loadgen.cli import load_command, report_command
+from loadgen.cli import EXIT_INTERRUPTED, EXIT_USAGE, load_command, report_command
 from testbed.compare import compare_command
 from testbed.init_stack import init_stack_command
 from testbed.probe_command import probe_app
 from testbed.stack_commands import diff_command, render_command, simulate_command
 
 EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _line(message: str) -> None:
