@@ -51,7 +51,6 @@ class Commands(TyperGroup):
 
 app = typer.Typer(
     cls=Commands,
-    help="dynamo-testbed: build, render, load and simulate NVIDIA Dynamo serving stacks.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
