@@ -97,8 +97,11 @@ def main(args: list[str] | None = None) -> int:
         code = command.main(args=args, prog_name="testbed", standalone_mode=False)
     except typer.TyperException as exc:  # click's UsageError, BadParameter, ...
         context = getattr(exc, "ctx", None)
-        if type(exc).__name__ == "NoArgsIsHelpError" and context is not None:
-            typer.echo(context.get_help())
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            # Raising it rendered the help: typer's rich formatter printed it (the message is
+            # then empty); plain click's help is the message.
+            if exc.format_message():
+                typer.echo(exc.format_message())
             return 0
         hint = f" (see {context.command_path} --help)" if context is not None else ""
         _line(f"error: {exc.format_message()}{hint}")

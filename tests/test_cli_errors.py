@@ -46,6 +46,16 @@ def test_ctrl_c_in_any_command_is_one_line_and_exit_130() -> None:
     assert result.output == "interrupted (Ctrl-C); nothing more was written\n"
 
 
+@pytest.mark.parametrize("args", [[], ["probe"]])
+def test_a_group_without_a_command_prints_its_help_once(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert out.out.count("Usage: testbed") == 1
+    assert out.err == ""
+
+
 @pytest.mark.parametrize(
     ("args", "line"),
     [
