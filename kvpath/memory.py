@@ -18,7 +18,7 @@ makes resident. Resident memory grows by those blocks and stops at the mirror.
 
 The floor of such a worker is therefore ``base + /dev/shm + mirror`` (`memory_floor_bytes`),
 whatever the load; below it the kernel kills the worker once ``base + resident`` crosses its limit
-(`blocks_until_kill`). Bytes throughout.
+(:class:`testbed.sharing.ResidentMirror`). Bytes throughout.
 """
 
 from __future__ import annotations
@@ -87,17 +87,3 @@ def resident_bytes(fresh_blocks_allocated: int, mirror_blocks: int, one_block_by
     if min(fresh_blocks_allocated, mirror_blocks, one_block_bytes) < 0:
         raise ValueError("block counts and block bytes must be >= 0")
     return min(fresh_blocks_allocated, mirror_blocks) * one_block_bytes
-
-
-def blocks_until_kill(limit_bytes: int, base_bytes: int, one_block_bytes: int) -> int:
-    """Fresh blocks a worker can make resident before ``base + resident`` exceeds its limit:
-    the kill comes while the next one is written. E.g. the seed's cross-node prefill worker
-    (limit 3,584Mi, the simulation's 2.5 GiB base, 1.75 MiB blocks of Qwen3-0.6B): 585 blocks,
-    3 whole 149-block requests when none of them hits the prefix cache.
-
-    Raises:
-        ValueError: ``one_block_bytes`` < 1 or a negative byte count.
-    """
-    if one_block_bytes < 1 or min(limit_bytes, base_bytes) < 0:
-        raise ValueError("need one_block_bytes >= 1 and byte counts >= 0")
-    return max(0, limit_bytes - base_bytes) // one_block_bytes

@@ -8,6 +8,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvpath.memory import block_bytes
 from kvpath.profile import LINK_PROFILES
 from kvpath.transfers import Flow
 from testbed.sharing import FlowServer, ResidentMirror, SharedServer, finish_times
@@ -102,6 +103,21 @@ def test_the_mirror_grows_by_fresh_blocks_and_reports_the_crossing() -> None:
     assert mirror.touch(2) == (200, 50)  # crosses 50 bytes into the copy
     assert mirror.touch(5) == (0, None)  # the mirror is full: nothing more becomes resident
     assert mirror.now_bytes() == 1_400
+
+
+@pytest.mark.parametrize(("base", "blocks"), [(2 * 2**30, 877), (5 * 2**30 // 2, 585)])
+def test_the_seed_prefill_worker_is_killed_on_the_block_after_the_last_that_fits(
+    base: int, blocks: int
+) -> None:
+    # The seed's cross-node prefill worker: limit 3,584Mi, 1.75 MiB blocks of Qwen3-0.6B, a
+    # 2,744-block mirror; at the simulation's 2.5 GiB base, 585 blocks (3 whole 149-block
+    # requests without prefix-cache hits) fit.
+    one = block_bytes(114_688, 16)
+    mirror = ResidentMirror(base=base, limit=3_584 * 2**20, mirror_blocks=2_744, block_bytes=one)
+    assert mirror.touch(blocks) == (blocks * one, None)
+    fresh, kill_after = mirror.touch(1)
+    assert fresh == one
+    assert kill_after is not None and 0 <= kill_after < one
 
 
 def test_shared_server_refuses_a_bad_capacity() -> None:
