@@ -177,9 +177,16 @@ class RunTopology:
     kv_bytes_per_token: int = 0
     router: Literal["kv", "round-robin", "random"] = "kv"
 
-    def link(self, a: WorkerSpec, b: WorkerSpec) -> LinkProfile | None:
-        """The link between two workers."""
-        return self.same_node_link if a.host_name == b.host_name else self.cross_node_link
+    def flow(self, prefill: WorkerSpec, decode: WorkerSpec) -> Flow | None:
+        """A KV transfer from ``prefill`` to ``decode``: their pair, the link between them and,
+        on two hosts, the node pair's wire (None: no link between them)."""
+        hosts = prefill.host_name, decode.host_name
+        same = hosts[0] == hosts[1]
+        profile = self.same_node_link if same else self.cross_node_link
+        if profile is None:
+            return None
+        wire = None if same else frozenset(hosts)
+        return Flow(pair=(prefill.name, decode.name), wire=wire, profile=profile)
 
 
 @dataclass(frozen=True)
@@ -526,11 +533,8 @@ class _Model:
             if crossed is not None:
                 self.kill(decode, decode.mirror.now_bytes())
                 return
-        link = self.topology.link(prefill.spec, decode.spec)
-        if not r.finished() and link is not None:
-            same = prefill.spec.host_name == decode.spec.host_name
-            wire = None if same else frozenset((prefill.spec.host_name, decode.spec.host_name))
-            flow = Flow(pair=(prefill.spec.name, decode.spec.name), wire=wire, profile=link)
+        flow = self.topology.flow(prefill.spec, decode.spec)
+        if not r.finished() and flow is not None:
             r.transfer = self.flows.serve(r.outcome.moved_bytes, flow)
             yield r.transfer | r.done
             r.transfer = None
