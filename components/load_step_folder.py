@@ -31,6 +31,7 @@ from typing import Any
 
 from components.load_step import RERUN_INPUTS, LoadStepInputs
 from loadgen.observers import GridObserver
+from loadgen.output import write_text_atomic
 from loadgen.results_folder import STATUS_FILE, STEP_FILE
 
 STOP_FILE = "STOP"
@@ -113,5 +114,5 @@ def run_folder(inputs: LoadStepInputs, now: datetime) -> Path:
     folder = resumable_run(inputs) or stack_folder(inputs) / now.strftime(RUN_FOLDER_TIME)
     folder.mkdir(parents=True, exist_ok=True)
     public = {k: v for k, v in inputs.props().items() if k != "kubeconfig"}
-    (folder / STEP_FILE).write_text(json.dumps(public, indent=2) + "\n")
+    write_text_atomic(folder / STEP_FILE, json.dumps(public, indent=2) + "\n")
     return folder
