@@ -196,22 +196,12 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return out
 
 
-def dynamo_runtime_version(cfg: StackConfig) -> str:
-    """The Dynamo release the workers run: ``runtimeVersionOverride``, else the image tag's
-    version, else ``dynamoVersion``."""
-    return (
-        cfg.engine.runtime_version_override
-        or image_tag_version(cfg.engine.resolved_image)
-        or cfg.engine.dynamo_version
-    )
-
-
 def nixl_tls_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """A vLLM worker with a KV transfer on a Dynamo release whose NIXL refuses a ``UCX_TLS``
     without CUDA memory support on a GPU node (:mod:`kvpath.versions`: Dynamo 1.7.0 and later)
     needs one that moves GPU memory (:func:`components.ucx.moves_gpu_memory`). The seed's
     ``tcp,self`` stays valid on Dynamo 1.6.2."""
-    version = dynamo_runtime_version(cfg)
+    version = cfg.engine.runtime_version or cfg.engine.dynamo_version
     if cfg.engine.kind != "vllm" or not nixl_refuses_tls_without_cuda(version):
         return []
     nixl = shipped_nixl(version)

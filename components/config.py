@@ -197,6 +197,13 @@ class EngineConfig(CamelModel):
         """The image the workers run (explicit, else the default for the engine kind)."""
         return self.image or _DEFAULT_IMAGES[self.kind].format(version=self.dynamo_version)
 
+    @property
+    def runtime_version(self) -> str | None:
+        """The Dynamo release the workers run as far as the image says: ``runtimeVersionOverride``,
+        else the image tag's MAJOR.MINOR.PATCH (:func:`image_tag_version`); None when the tag is
+        not a version."""
+        return self.runtime_version_override or image_tag_version(self.resolved_image)
+
 
 class ModelConfig(CamelModel):
     """The served model."""

@@ -24,7 +24,6 @@ from components.comparison import baseline_note, comparison_output
 from components.config import (
     PlatformStackConfig,
     StackConfig,
-    image_tag_version,
     project_values,
     stack_role,
 )
@@ -243,7 +242,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     ]
     for warning in noted_warnings:
         pulumi.log.warn(warning)
-    runtime = cfg.engine.runtime_version_override or image_tag_version(cfg.engine.resolved_image)
+    runtime = cfg.engine.runtime_version
     warnings: Any = list(noted_warnings)
 
     uses_dynamo = topology.kind == "dynamo"
