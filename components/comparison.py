@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from rich import box
 from rich.table import Table
 
+from components.stack_layout import short_stack_name
 from components.stack_resources import ResourceComparison, resource_note
 from loadgen.config import LoadConfig
 from loadgen.report import table_text
@@ -150,7 +151,7 @@ def baseline_note(
 
     The note is all the comparison says: a missing baseline never stops a deploy.
     """
-    short = baseline_stack.rsplit("/", 1)[-1]
+    short = short_stack_name(baseline_stack)
     again = f"then `pulumi up -s {this_stack}` again to compare"
     if error is not None:
         return (
