@@ -107,27 +107,22 @@ def read_cluster(
                     view.cluster_roles = get(client.RbacAuthorizationV1Api(api).list_cluster_role)
                 except ApiException as exc:
                     view.unreadable.append(f"ClusterRoles: {_reason(exc)}")
-            if graphs:
-                view.graphs = _graphs(client.CustomObjectsApi(api), get, ApiException)
+            if graphs:  # every DGD in the cluster; [] when the CRD is not installed (404)
+                group, version = DGD_API_VERSION.split("/")
+                custom = client.CustomObjectsApi(api)
+                try:
+                    view.graphs = get(
+                        custom.list_cluster_custom_object, group, version, "dynamographdeployments"
+                    )
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    view.graphs = []
         except ApiException as exc:
             raise ClusterReadError(_reason(exc)) from None
         except (HTTPError, OSError) as exc:
             raise ClusterReadError(" ".join(str(exc).split()) or type(exc).__name__) from None
     return view
-
-
-def _graphs(custom: Any, get: Any, api_exception: type[Exception]) -> list[dict[str, Any]]:
-    """Every DGD in the cluster; [] when the CRD is not installed (404)."""
-    group, version = DGD_API_VERSION.split("/")
-    try:
-        graphs: list[dict[str, Any]] = get(
-            custom.list_cluster_custom_object, group, version, "dynamographdeployments"
-        )
-    except api_exception as exc:
-        if getattr(exc, "status", None) == 404:
-            return []
-        raise
-    return graphs
 
 
 def _reason(exc: Any) -> str:
