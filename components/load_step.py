@@ -196,9 +196,7 @@ def default_deadline_minutes(load: StackLoadConfig) -> float:
     per_request = SECONDS_PER_REQUEST_PER_STREAM * DEADLINE_MARGIN
     runs_s = 0.0
     for concurrency in grid.concurrency:
-        requests = grid.requests_per_run + (
-            concurrency if grid.warmup_requests is None else grid.warmup_requests
-        )
+        requests = grid.requests_per_run + grid.warmup_count(concurrency)
         if grid.arrival is Arrival.POISSON and grid.request_rate is not None:
             run_s = requests / grid.request_rate + per_request
         else:
