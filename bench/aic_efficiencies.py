@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from aiconfigurator_core.sdk import EngineHandle
 
-from components.models import known_model
+from stackmodel.models import known_model
 from steptime.fit import AIC_SYSTEMS, SEED_FIT
 from steptime.gpus import GPU_CATALOG
 from steptime.roofline import EngineStep, prefill_flops_per_token

@@ -30,6 +30,7 @@ import pandas as pd
 from scipy.optimize import minimize
 
 from loadgen.results import GridResult, PointSummary
+from stackmodel.stacks import load_stack
 from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
 from testbed.calibration import CONSTANTS, FITTED, FITTED_STEP
@@ -38,7 +39,6 @@ from testbed.simulate import (
     ROUTING_DIR,
     ROUTING_SPEEDUP,
     graph_spec,
-    load_stack,
     retime_grid,
     routing_run,
     simulation_load,

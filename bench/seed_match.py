@@ -32,6 +32,7 @@ import pandas as pd
 from kvpath.memory import HOST_BASE_BYTES
 from loadgen.key_paths import parse_settings
 from loadgen.results import GridResult, PointSummary
+from stackmodel.stacks import load_stack
 from testbed.calibration import CONSTANTS
 from testbed.seed import (
     SEED_CROSS_NODE_C1,
@@ -41,14 +42,7 @@ from testbed.seed import (
     SEED_SAME_NODE,
     within,
 )
-from testbed.simulate import (
-    ROUTING_DIR,
-    graph_spec,
-    load_stack,
-    routing_run,
-    simulation_load,
-    write_timed,
-)
+from testbed.simulate import ROUTING_DIR, graph_spec, routing_run, simulation_load, write_timed
 from testbed.timing_model import TimingConstants
 
 SEED_OOM_OVERRIDES = (

@@ -1,6 +1,6 @@
 """The serving graph as a Pulumi ComponentResource: DGD (or vLLM Deployments), Service, Secret.
 
-Thin by design: the objects come from :mod:`components.manifests`; this component registers them
+Thin by design: the objects come from :mod:`manifests.graph`; this component registers them
 under itself, orders the Secret before the workloads, and exposes typed outputs.
 """
 

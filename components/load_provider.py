@@ -11,7 +11,7 @@ deadline (``load.deadlineMinutes``): loadgen writes every run to the results fol
 finishes, so when the deadline cancels the grid the finished runs are kept (read back from the
 folder) and the status says so. A stop file ends the grid between two runs, and a step stopped
 that way (or killed by a second Ctrl-C) is resumed by the next ``pulumi up``
-(:mod:`components.load_step_folder`).
+(:mod:`loadstep.folder`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ import pulumi_kubernetes as k8s
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 from pydantic.alias_generators import to_camel
 
-from components.config import StackConfig
 from components.graph_component import TestbedGraph
-from components.load_step import (
+from loadstep.inputs import (
     OUTPUT_KEYS,
     LoadStepInputs,
     frontend_url,
@@ -40,14 +39,15 @@ from components.load_step import (
     step_outputs,
     step_status,
 )
-from components.stack_resources import stack_file_text
-from components.topology import FRONTEND_PORT
+from stackmodel.config import StackConfig
+from stackmodel.resources import stack_file_text
+from stackmodel.topology import FRONTEND_PORT
 
 if TYPE_CHECKING:
-    from components.load_step_folder import StopRequested
     from loadgen.config import LoadConfig
     from loadgen.observers import GridObserver
     from loadgen.results import GridResult
+    from loadstep.folder import StopRequested
 
 # The step's own modules (the grid runner, the pod watch with the `kubernetes` client, the
 # report with matplotlib, the results folder with pandas) are imported where the step runs:
@@ -62,7 +62,7 @@ class LoadStepError(RuntimeError):
 
 class LoadStepStopped(RuntimeError):
     """Raised from create/update when the stop file stopped the grid
-    (:mod:`components.load_step_folder`): the engine then stores no outputs for this run, so the
+    (:mod:`loadstep.folder`): the engine then stores no outputs for this run, so the
     next ``pulumi up`` runs the step again, which resumes the folder."""
 
 
@@ -84,11 +84,11 @@ async def _wait_and_run(
     Raises:
         ModelNotListedError: the URL is unknown, or the model was not listed in time.
     """
-    from components.load_step_folder import StopFileObserver, StopRequested
     from loadgen.api import base_url
     from loadgen.output import read_result
     from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
     from loadgen.runner import grid_keys, run_grid_async
+    from loadstep.folder import StopFileObserver, StopRequested
 
     if inputs.url is None:
         raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
@@ -133,18 +133,18 @@ def _run_grid(
     Job of ``clients`` pods in the stack's namespace (:func:`incluster.runtime.run_in_cluster`;
     imported here, so that ``pulumi preview`` never loads the Kubernetes client for it). Same
     result, deadline flag and failure either way; both resume ``run_dir``'s finished runs and
-    honour the stop file (:mod:`components.load_step_folder`).
+    honour the stop file (:mod:`loadstep.folder`).
 
     Raises:
         StopRequested: the stop file stopped the grid.
     """
     if inputs.runner == "local":
         return asyncio.run(_wait_and_run(inputs, config, run_dir, deadline, pods))
-    from components.load_step_folder import StopRequested, stop_file, stop_requested
     from incluster.collect import finished_runs
     from incluster.manifests import LoadJob
     from incluster.runtime import job_name, run_in_cluster
     from loadgen.output import ResumeError
+    from loadstep.folder import StopRequested, stop_file, stop_requested
 
     if inputs.url is None or inputs.namespace is None or inputs.image is None:
         return None, False, "the in-cluster load needs the stack's namespace, image and URL"
@@ -191,9 +191,9 @@ def _run_grid(
 def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     """Run one load step: wait for the model (and, with ``readyCheck``, for the readiness gate:
     :mod:`loadgen.readiness`), run the grid within the deadline, write the results folder,
-    return the output properties (see :func:`components.load_step.step_outputs`).
+    return the output properties (see :func:`loadstep.inputs.step_outputs`).
 
-    The folder (:func:`components.load_step_folder.run_folder`: a new
+    The folder (:func:`loadstep.folder.run_folder`: a new
     ``<resultsRoot>/<stack>/<UTC time>/``, or the interrupted run it resumes) is loadgen's
     results folder (:mod:`loadgen.output`: ``summary.json``, the ``results`` output;
     ``result.json``; ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``;
@@ -207,7 +207,6 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
         LoadStepStopped: the stop file stopped the grid between two runs; the folder keeps the
             finished runs (and no ``status.json``), for the next step to resume.
     """
-    from components.load_step_folder import StopRequested, run_folder
     from incluster.manifests import NOT_LOAD_PODS
     from loadgen.incidents import INCIDENTS_FILE, placed_all
     from loadgen.kube_watch import pod_watch
@@ -215,6 +214,7 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     from loadgen.readiness import ModelNotListedError
     from loadgen.report import SUMMARY_FILE
     from loadgen.results_folder import STACK_FILE, STATUS_FILE
+    from loadstep.folder import StopRequested, run_folder
 
     ran_at = datetime.now(UTC)
     deadline = time.monotonic() + inputs.deadline_s
@@ -326,7 +326,7 @@ class LoadStepProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         """Changes when url, model, grid, fingerprint or runId differ, or the step has never
-        run, unless the stack is parked (:func:`~components.load_step.run_reasons`); never a
+        run, unless the stack is parked (:func:`~loadstep.inputs.run_reasons`); never a
         replacement."""
         return DiffResult(
             changes=bool(run_reasons(olds, news)),

@@ -1,6 +1,6 @@
 """Pulumi component for the Dynamo platform: the `dynamo-platform` Helm release.
 
-Thin: the release's arguments come from `components.platform.helm_release_spec`.
+Thin: the release's arguments come from `stackmodel.platform.helm_release_spec`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.cluster_checks import release_description
-from components.errors import PROJECT
-from components.platform import PlatformConfig, admission_scope, helm_release_spec
+from clusterread.checks import release_description
+from stackmodel.errors import PROJECT
+from stackmodel.platform import PlatformConfig, admission_scope, helm_release_spec
 
 COMPONENT_TYPE = "dynamo-testbed:platform:DynamoPlatform"
 
@@ -23,7 +23,7 @@ class DynamoPlatform(pulumi.ComponentResource):
 
     Attributes:
         release: the Helm release, or None with install=false; make the graph depend on it.
-        admission: what the operator's webhooks see (`components.platform.admission_scope`).
+        admission: what the operator's webhooks see (`stackmodel.platform.admission_scope`).
     """
 
     release: k8s.helm.v3.Release | None
@@ -40,7 +40,7 @@ class DynamoPlatform(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """Register the release (if any) as a child named `<name>-release`, described as this
-        stack's (`components.cluster_checks.release_description`: a later preview tells it
+        stack's (`clusterread.checks.release_description`: a later preview tells it
         from a release installed otherwise).
 
         Args:

@@ -2,7 +2,7 @@
 
 ``__main__.py`` calls :func:`main`. ``testbed render`` runs the same :func:`main` under Pulumi's
 mocks, so what it writes is what ``pulumi up`` would apply. The stack's ``stackRole`` decides
-what it registers (:mod:`components.stack_layout`): the platform (``platform``), a graph that
+what it registers (:mod:`stackmodel.stack_layout`): the platform (``platform``), a graph that
 reads its platform stack (``graph``, the default), or both in one stack (``standalone``).
 """
 
@@ -12,37 +12,35 @@ from typing import Any
 
 import pulumi
 
-from components.checks import deprecation_warnings, gated_model_warnings, placement_warnings
-from components.cluster_checks import (
+from clusterread.checks import (
     cluster_problems,
     deployed_graphs_problem,
     existing_operator_problem,
     release_description,
 )
-from components.cluster_read import ClusterReadError, read_cluster
-from components.comparison import baseline_note, comparison_output
-from components.config import (
-    PlatformStackConfig,
-    StackConfig,
-    project_values,
-    stack_role,
-)
-from components.errors import PROJECT, ConfigProblem, StackConfigError
+from clusterread.read import ClusterReadError, read_cluster
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
 from components.load_provider import LoadStep, register_load_step
-from components.load_step import missing_address, topology_fingerprint
-from components.manifests import (
+from components.platform_component import DynamoPlatform
+from incluster.manifests import rbac_entry as load_rbac_entry
+from loadstep.comparison import baseline_note, comparison_output
+from loadstep.inputs import missing_address, topology_fingerprint
+from manifests.graph import (
     dgd_manifest,
     frontend_service_manifest,
     hf_secret_manifest,
     namespace_manifest,
     vllm_deployment_manifests,
 )
-from components.platform import PlatformConfig, release_namespace, testbed_namespace_labels
-from components.platform_component import DynamoPlatform
-from components.rbac import rbac_summary
-from components.stack_layout import (
+from stackmodel.checks import deprecation_warnings, gated_model_warnings, placement_warnings
+from stackmodel.config import PlatformStackConfig, StackConfig, project_values, stack_role
+from stackmodel.errors import PROJECT, ConfigProblem, StackConfigError
+from stackmodel.platform import PlatformConfig, release_namespace, testbed_namespace_labels
+from stackmodel.rbac import rbac_summary
+from stackmodel.resources import StackResources, compare_resources, stack_resources
+from stackmodel.sizing import stack_sizing
+from stackmodel.stack_layout import (
     PlatformExports,
     PlatformStackError,
     missing_platform_message,
@@ -51,11 +49,8 @@ from components.stack_layout import (
     stack_reference_name,
     version_warning,
 )
-from components.stack_resources import StackResources, compare_resources, stack_resources
-from components.stack_sizing import stack_sizing
-from components.topology import FRONTEND_PORT, build_topology
-from components.validation import parse_platform_stack_config, parse_stack_config
-from incluster.manifests import rbac_entry as load_rbac_entry
+from stackmodel.topology import FRONTEND_PORT, build_topology
+from stackmodel.validation import parse_platform_stack_config, parse_stack_config
 
 
 def project_config() -> dict[str, Any]:
@@ -212,24 +207,24 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     With ``parked`` the DGD (or Deployments) is not registered, so ``pulumi up`` deletes it and
     frees its GPUs; the namespace, Service, RBAC and the load step stay, the step with the
     fingerprint of the unparked topology, so its stored results are kept
-    (:func:`components.load_step.run_reasons`).
+    (:func:`loadstep.inputs.run_reasons`).
 
     Outputs: ``namespace``, ``topology`` (kind), ``dgdName`` (None for vllm-service or parked),
     ``parked``, ``resources`` (workers, GPUs and node classes the graph runs on:
-    :class:`~components.stack_resources.StackResources`), ``frontendService``,
+    :class:`~stackmodel.resources.StackResources`), ``frontendService``,
     ``frontendPort``, ``placement`` (component, type, replicas, nodeClass, gpus), ``platform``
     (the operator the graph runs under: :class:`PlatformExports` plus the platform ``stack``;
     None for vllm-service), ``rbac`` (what the stack grants: the operator's entry, [] for
     vllm-service, and with ``load.runner: cluster`` the load step's namespaced Role:
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
-    ``warnings`` (sizing's, :func:`~components.checks.deprecation_warnings`,
-    :func:`~components.checks.gated_model_warnings`,
-    :func:`~components.checks.placement_warnings`, and
-    :func:`~components.stack_layout.version_warning` when the workers' Dynamo release is not
+    ``warnings`` (sizing's, :func:`~stackmodel.checks.deprecation_warnings`,
+    :func:`~stackmodel.checks.gated_model_warnings`,
+    :func:`~stackmodel.checks.placement_warnings`, and
+    :func:`~stackmodel.stack_layout.version_warning` when the workers' Dynamo release is not
     the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
-    (:mod:`components.load_step`), and with ``baselineStack`` also ``comparison``
-    (:mod:`components.comparison`).
+    (:mod:`loadstep.inputs`), and with ``baselineStack`` also ``comparison``
+    (:mod:`loadstep.comparison`).
     """
     stack = pulumi.get_stack()
     topology = build_topology(cfg)
@@ -246,7 +241,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
     warnings: Any = list(noted_warnings)
 
     uses_dynamo = topology.kind == "dynamo"
-    # The stack writes no RBAC of its own (components.rbac): the output lists the operator's
+    # The stack writes no RBAC of its own (stackmodel.rbac): the output lists the operator's
     # grants, and vllm-service runs no operator, so it grants nothing.
     rbac: Any = []
     platform: Any = None

@@ -232,7 +232,7 @@ def load_step_role(namespace: str) -> dict[str, Any]:
 
 def rbac_entry(namespace: str) -> dict[str, Any]:
     """The load step's entry of the ``rbac`` stack output (beside the operator's:
-    :func:`components.rbac.rbac_summary`)."""
+    :func:`stackmodel.rbac.rbac_summary`)."""
     rules = [
         f"{verb} {'/'.join(filter(None, [rule['apiGroups'][0], resource]))}"
         for rule in LOAD_STEP_RULES

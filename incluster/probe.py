@@ -26,11 +26,11 @@ from typing import Any, Literal
 
 import orjson
 
-from components.config import StackConfig, WorkerGroup
-from components.stack_sizing import model_geometry
-from components.topology import placement_for
 from incluster.manifests import LOAD_LABELS
 from incluster.sources import MOUNT_PATH, config_key
+from stackmodel.config import StackConfig, WorkerGroup
+from stackmodel.sizing import model_geometry
+from stackmodel.topology import placement_for
 
 PROBE_PORT = 5555
 """The target's metadata port (any free port in the pod)."""
@@ -79,7 +79,7 @@ class ProbeShape:
 
 def probe_shape(cfg: StackConfig, blocks: int | None = None) -> ProbeShape:
     """The stack's descriptor shape: its model's layers and KV bytes per token
-    (:func:`components.stack_sizing.model_geometry`) in :data:`BLOCK_TOKENS`-token blocks,
+    (:func:`stackmodel.sizing.model_geometry`) in :data:`BLOCK_TOKENS`-token blocks,
     ``blocks`` (default: its prompt's) per transfer."""
     geometry = model_geometry(cfg)
     return ProbeShape(

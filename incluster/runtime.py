@@ -213,7 +213,7 @@ def run_in_cluster(
     deadline are in :attr:`ClusterRun.failure`, with the runs that finished kept.
 
     ``stop`` is asked at every poll (the load step's stop file:
-    :func:`components.load_step_folder.stop_requested`); when it gives a reason the step stops
+    :func:`loadstep.folder.stop_requested`); when it gives a reason the step stops
     waiting, keeps the runs every client finished and deletes the Job: the run in flight is
     dropped (a pod cannot see the file), and the next step resumes the folder."""
     try:

@@ -8,7 +8,7 @@ access to the API from the pod. Limits: the kubelet rotates a container's log fi
 ``containerLogMaxSize``, 10 MiB by default, keeping ``containerLogMaxFiles`` (5), and the API
 serves the latest file only (Kubernetes docs, "Logging Architecture", "Log rotation": "Only
 the contents of the latest log file are available through kubectl logs"). So a client must
-write less than 10 MiB: :func:`incluster.budget.log_budget_problem` refuses a grid that could
+write less than 10 MiB: :func:`stackmodel.log_budget.log_budget_problem` refuses a grid that could
 write more (preview stops on it, naming ``load.clients``). A pod evicted from its node loses its
 log with its containers: its runs are then missing, and the status says so.
 

@@ -1,5 +1,5 @@
 """The KV path of a disaggregated vLLM worker pair, as vLLM 0.31.0 and NIXL run it: one cost
-model read by the preview checks (:mod:`components.sizing`), ``testbed render``'s verdict and
+model read by the preview checks (:mod:`stackmodel.sizing`), ``testbed render``'s verdict and
 ``testbed simulate`` (:mod:`testbed.timing_model`), with figures a probe (:mod:`kvpath.probe`)
 measures.
 

@@ -38,7 +38,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 STACK_LOAD_KEY = "dynamo-testbed:load"
 # Keys that a stack's `load` section holds for the post-deploy load step, beyond LoadConfig's:
-# the fields of StackLoadConfig in components/config.py (loadgen does not import components;
+# the fields of StackLoadConfig in stackmodel/config.py (loadgen does not import components;
 # tests/loadgen/test_cli.py checks this set against it). `testbed load` ignores them.
 STACK_LOAD_STEP_KEYS = frozenset(
     {

@@ -34,7 +34,7 @@ from loadgen.results import GridResult, PointSummary
 
 STEP_FILE = "step.json"  # the load step's inputs (components/load_provider.py)
 STATUS_FILE = "status.json"  # the load step's status (components/load_provider.py)
-STACK_FILE = "stack.json"  # the stack and its resources (components.stack_resources writes it)
+STACK_FILE = "stack.json"  # the stack and its resources (stackmodel.resources writes it)
 REPORT_FILE = "report.html"  # what `testbed load`, `testbed simulate` and the load step write
 
 REQUEST_KEY = ["prefix_kinds", "concurrency", "repetition", "index"]

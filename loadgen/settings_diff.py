@@ -3,7 +3,7 @@ difference invalidates.
 
 Read by `testbed compare` / `testbed report A B` (from each folder's `result.json`) and by the
 load step's `comparison` output (from each stack's `loadSettings` output). A difference is said
-beside the resource note (`components.stack_resources.resource_note`); only two results with no
+beside the resource note (`stackmodel.resources.resource_note`); only two results with no
 grid point in common are refused (`nothing_comparable`): every other difference leaves some
 metric comparable.
 """

@@ -8,10 +8,11 @@
 - :mod:`steptime.fit`: the efficiencies ``bench/calibrate.py`` fits on the seed's kv-routing
   rows, and where every other GPU's come from.
 
-A stack's workers get theirs from :func:`components.stack_sizing.engine_step` (their node
+A stack's workers get theirs from :func:`stackmodel.sizing.engine_step` (their node
 class's GPU, the model's geometry), which sizing's "will disaggregation pay" verdict,
 ``testbed render`` and ``testbed simulate`` all read.
 
-Pure Python (pydantic and the model geometry of :mod:`components.models`); nothing heavy is
-imported, so ``pulumi preview`` pays nothing for it.
+Pure Python (pydantic; what it needs of a model is a protocol,
+:class:`steptime.roofline.ModelFigures`, that the stack model's catalog satisfies); nothing
+heavy is imported, so ``pulumi preview`` pays nothing for it.
 """

@@ -17,7 +17,7 @@ import difflib
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from components.config_text import ConfigText
+from loadgen.config_text import ConfigText
 
 
 class GpuSpec(BaseModel):

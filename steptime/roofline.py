@@ -30,11 +30,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.models import ModelGeometry
 from steptime.gpus import GpuSpec
+
+
+class ModelFigures(Protocol):
+    """What a step time needs of a model: its parameters, weight bytes and KV bytes per token.
+
+    :class:`stackmodel.models.ModelGeometry` (the model catalog's geometry) is one; steptime
+    sits below the stack model, so it names only these figures.
+    """
+
+    @property
+    def num_parameters(self) -> int:
+        """Total parameters, counting tied embeddings once."""
+        ...
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights on one GPU."""
+        ...
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes of one token over all layers (K and V)."""
+        ...
 
 
 class EngineFit(BaseModel):
@@ -59,17 +82,17 @@ class EngineFit(BaseModel):
     source: str
 
 
-def prefill_flops_per_token(geometry: ModelGeometry) -> float:
+def prefill_flops_per_token(geometry: ModelFigures) -> float:
     """FLOPs of one prompt token's forward pass: 2 x parameters (multiply-add per weight)."""
     return 2.0 * geometry.num_parameters
 
 
-def prefill_ceiling_tokens_per_s(gpu: GpuSpec, geometry: ModelGeometry) -> float:
+def prefill_ceiling_tokens_per_s(gpu: GpuSpec, geometry: ModelFigures) -> float:
     """The most prompt tokens/s the GPU's dense BF16 peak allows (the compute roofline)."""
     return gpu.flops_per_s / prefill_flops_per_token(geometry)
 
 
-def decode_floor_s(gpu: GpuSpec, geometry: ModelGeometry, contexts: Sequence[int]) -> float:
+def decode_floor_s(gpu: GpuSpec, geometry: ModelFigures, contexts: Sequence[int]) -> float:
     """The least a decode step can take: the weights plus the batch's KV read at full
     bandwidth (seconds). ``contexts``: each decoding request's tokens so far."""
     kv_bytes = sum(contexts) * geometry.kv_bytes_per_token
@@ -85,7 +108,7 @@ class EngineStep:
     """
 
     gpu: GpuSpec
-    geometry: ModelGeometry
+    geometry: ModelFigures
     fit: EngineFit
     prefill_tokens_per_s_override: float | None = None
 

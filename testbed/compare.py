@@ -4,7 +4,7 @@ the two stacks ran on when the folders say so.
 A folder written by the post-deploy load step or ``testbed simulate`` holds ``stack.json``
 (:data:`loadgen.results_folder.STACK_FILE`: the stack's name and resources) beside
 ``summary.json``; a plain ``testbed load`` folder does not. With ``stack.json`` on either side,
-the table is followed by :func:`components.stack_resources.resource_note`: what differed
+the table is followed by :func:`stackmodel.resources.resource_note`: what differed
 (workers, GPUs, node classes) and which metrics the difference affects.
 """
 
@@ -57,9 +57,9 @@ def print_resource_note(a: Path, b: Path) -> None:
     from pydantic import ValidationError
     from rich.markup import escape
 
-    from components.stack_resources import compare_resources, resource_note
     from loadgen.report import table_console
     from loadgen.results_folder import STACK_FILE
+    from stackmodel.resources import compare_resources, resource_note
 
     files = [read_stack_file(a), read_stack_file(b)]
     if files == [None, None]:

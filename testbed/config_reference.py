@@ -1,7 +1,7 @@
 """``docs/config-reference.md``: every stack config key, generated from the validated model.
 
-The model (:class:`components.config.StackConfig`, and
-:class:`components.config.PlatformStackConfig` for a platform stack) holds each key's type,
+The model (:class:`stackmodel.config.StackConfig`, and
+:class:`stackmodel.config.PlatformStackConfig` for a platform stack) holds each key's type,
 default, constraints and description; this module walks it and writes one table per section.
 A key's unit comes from its name (``...GiB``, ``...S``, ``...Minutes``) or its type (a memory
 quantity). Descriptions missing from a field are taken from its class docstring's
@@ -24,8 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from components.config import PlatformStackConfig, StackConfig
-from components.errors import PROJECT
+from stackmodel.config import PlatformStackConfig, StackConfig
+from stackmodel.errors import PROJECT
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "config-reference.md"
 COMMAND = "uv run python -m testbed.config_reference"

@@ -16,7 +16,7 @@ import typer
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 """A new stack's name: it is also the graph's name (``topology.name``), a DNS label of at most 40
-characters (``components.config.TopologyConfig.name``)."""
+characters (``stackmodel.config.TopologyConfig.name``)."""
 
 HEADER = """\
 # Made by `testbed init-stack {name} --from {source}`. Adapt it to your cluster, then check it
@@ -59,10 +59,8 @@ def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
         ValueError: a bad NAME, an unknown or unsuitable ``source``, a file that exists, or a
             copy that does not validate (then nothing is left written); one line each.
     """
-    from components.config import project_values
-    from components.errors import StackConfigError
-    from components.validation import parse_stack_config
-    from testbed.render import stack_config, stack_names
+    from stackmodel.errors import StackConfigError
+    from stackmodel.stacks import load_stack, stack_names
 
     if not NAME_PATTERN.match(name):
         raise ValueError(
@@ -78,7 +76,7 @@ def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
     text = (project_dir / "stacks" / f"Pulumi.{source}.yaml").read_text()
     target.write_text(new_stack_text(name, source, text))
     try:
-        parse_stack_config(name, project_values(stack_config(name, project_dir)[0]))
+        load_stack(name, project_dir=project_dir)
     except StackConfigError as exc:
         target.unlink()
         raise ValueError(f"--from {source}: the copy is not a valid graph stack: {exc}") from None
@@ -96,7 +94,7 @@ def init_stack_command(
     Example: testbed init-stack my-cluster --from kv-routing
     """
     from loadgen.cli import fail
-    from testbed.render import REPO
+    from stackmodel.stacks import REPO
 
     try:
         target = write_new_stack(name, source, REPO)

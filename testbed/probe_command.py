@@ -26,12 +26,12 @@ from typing import Annotated, Any
 
 import typer
 
-from components.config import StackConfig
-from components.errors import StackConfigError
-from components.topology import build_topology
 from incluster.probe import KvPath, ProbeShape, probe_files, probe_objects, probe_shape
 from kvpath.copies import HostCopyProfile
 from kvpath.profile import LinkProfile, ProbeSpread
+from stackmodel.config import StackConfig
+from stackmodel.errors import StackConfigError
+from stackmodel.topology import build_topology
 
 probe_app = typer.Typer(help="Measure the KV path on this machine.", no_args_is_help=True)
 
@@ -288,7 +288,7 @@ def kv_path_command(
     Example: testbed probe kv-path disagg-same-node
     """
     from loadgen.cli import fail
-    from testbed.simulate import load_stack  # pandas, simpy: not for `testbed --help`
+    from stackmodel.stacks import load_stack
 
     try:
         cfg = load_stack(stack)

@@ -10,7 +10,6 @@ name, parent, dependencies and inputs (secret values replaced by ``[secret]``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,22 +19,16 @@ from typing import Any
 
 import grpc
 import pulumi
-import yaml
 from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
-from components.config import project_values, stack_role
-from components.errors import PROJECT, StackConfigError
 from components.program import READ_STACK_OUTPUTS, main
-from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_reference_name
-from loadgen.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
-
-REPO = Path(__file__).resolve().parent.parent
-"""The project root (holds ``Pulumi.yaml`` and ``stacks/``)."""
-
-SECRET_PLACEHOLDER = "[secret]"
-"""What a secret value renders as: the plain value never leaves the program."""
+from loadgen.key_paths import Setting
+from stackmodel.config import project_values, stack_role
+from stackmodel.errors import PROJECT, StackConfigError
+from stackmodel.stack_layout import DEFAULT_PLATFORM_STACK, stack_reference_name
+from stackmodel.stacks import REPO, SECRET_PLACEHOLDER, settings_error, stack_config, stack_names
 
 UNKNOWN_PLACEHOLDER = "[unknown]"
 """What a value known only after deploy renders as at preview (e.g. the load step's URL, built
@@ -43,110 +36,6 @@ from the NodePort Kubernetes assigns), as ``pulumi preview`` shows ``output<stri
 
 _K8S_PREFIX = "kubernetes:"
 _HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-
-
-def stack_names(project_dir: Path = REPO) -> list[str]:
-    """The stacks that have a config file in ``stacks/``, sorted."""
-    return sorted(
-        p.name[len("Pulumi.") : -len(".yaml")] for p in project_dir.glob("stacks/Pulumi.*.yaml")
-    )
-
-
-def stack_config(
-    stack: str, project_dir: Path = REPO, settings: Sequence[Setting] = ()
-) -> tuple[dict[str, str], list[str]]:
-    """The config map the Pulumi CLI would pass to the program for ``stack``, with the
-    command line's ``--set`` items (:mod:`loadgen.key_paths`) applied on top of the file.
-
-    Returns:
-        ``({"dynamo-testbed:<key>": <str or JSON string>}, [secret keys])``. Declared defaults
-        from ``Pulumi.yaml`` come first; ``secure:`` values (encrypted, cannot be read here)
-        become :data:`SECRET_PLACEHOLDER` and are listed as secret.
-
-    Raises:
-        FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``; the message lists known stacks.
-        StackFileError: the file is not YAML, or has no ``config:`` mapping.
-        KeyPathError: a ``--set`` that cannot be applied.
-    """
-    path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
-    if not path.exists():
-        known = ", ".join(stack_names(project_dir)) or "(none)"
-        raise FileNotFoundError(f"stack '{stack}': no {path}; known stacks: {known}")
-    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
-    values: dict[str, Any] = {}
-    for key, decl in (project.get("config") or {}).items():
-        if isinstance(decl, dict) and "default" in decl:
-            values[f"{PROJECT}:{key}"] = decl["default"]
-    secrets: list[str] = []
-    for key, value in _stack_file_config(stack, path).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            value = SECRET_PLACEHOLDER
-            secrets.append(full)
-        values[full] = value
-    as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
-    if settings:
-        changed = apply_settings(project_values(as_strings), _project_settings(settings))
-        as_strings |= {
-            f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in changed.items()
-        }
-    return as_strings, secrets
-
-
-def _project_settings(settings: Sequence[Setting]) -> list[Setting]:
-    """``--set`` items with keys below the project namespace (``dynamo-testbed:`` dropped).
-
-    Raises:
-        KeyPathError: a key of another namespace.
-    """
-    for setting in settings:
-        if ":" in str(setting.path[0]) and not str(setting.path[0]).startswith(f"{PROJECT}:"):
-            raise KeyPathError(
-                f"--set {setting.text}: only {PROJECT} keys can be set here (no namespace)"
-            )
-    return [
-        Setting(s.text, (str(s.path[0]).removeprefix(f"{PROJECT}:"), *s.path[1:]), s.value)
-        for s in settings
-    ]
-
-
-def settings_error(
-    exc: StackConfigError, settings: Sequence[Setting], project_dir: Path = REPO
-) -> StackConfigError:
-    """``exc``, raised for a stack read with ``settings``, with each problem under a ``--set``
-    naming it, and a ``--set`` that adds a map entry (a misspelt node class) saying so
-    (:func:`loadgen.key_paths.with_new_entries`)."""
-    raw = project_values(stack_config(exc.stack, project_dir)[0])
-    return StackConfigError(
-        exc.stack, exc.problems, with_new_entries(raw, _project_settings(settings))
-    )
-
-
-class StackFileError(ValueError):
-    """A stack file that cannot be read as a Pulumi stack config (names the file and line)."""
-
-
-def _stack_file_config(stack: str, path: Path) -> dict[str, Any]:
-    """The ``config:`` mapping of a stack file.
-
-    Raises:
-        StackFileError: not YAML (with the line), or no ``config:`` mapping at the top.
-    """
-    where = f"stack '{stack}': {path}"
-    try:
-        document = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise StackFileError(f"{where}{line}: not valid YAML: {problem}") from None
-    config = document.get("config") if isinstance(document, dict) else None
-    if not isinstance(config, dict):
-        raise StackFileError(
-            f"{where}: no `config:` mapping at the top of the file; a stack file looks like\n"
-            "config:\n  dynamo-testbed:nodeClasses: {...}\n  dynamo-testbed:topology: {...}"
-        )
-    return config
 
 
 @dataclass
@@ -291,7 +180,7 @@ class EchoMocks(pulumi.runtime.Mocks):
     """Resources echo their inputs as outputs; the only function is the engine's
     ``pulumi:pulumi:readStackOutputs``.
 
-    Another stack, read by the name :func:`~components.stack_layout.stack_reference_name` gives
+    Another stack, read by the name :func:`~stackmodel.stack_layout.stack_reference_name` gives
     (through a ``pulumi:pulumi:StackReference`` or that invoke), has the outputs given for its
     name in ``stacks``; a name not given fails the read as the engine does for a stack that does
     not exist: ``unknown stack "<name>"`` (pulumi/pulumi ``pkg/backend/backend.go`` L416-418,

@@ -1,7 +1,7 @@
 """Simulate a stack on this machine in two layers: the real Dynamo graph decides routing and
 prefix-cache hits, a discrete-event model of the stack's shared hardware decides timing.
 
-1. **Routing run** (real Dynamo): the stack's topology (:func:`components.topology.build_topology`)
+1. **Routing run** (real Dynamo): the stack's topology (:func:`stackmodel.topology.build_topology`)
    as a local graph of the Dynamo frontend (KV router) and CPU-only mocker workers, with each
    worker's KV capacity from sizing, runs the load grid with :mod:`loadgen`. Every request's
    ``cached_tokens`` (block-aligned, reported by the worker that streamed the answer: the
@@ -31,19 +31,6 @@ from typing import Any
 
 import pandas as pd
 
-from components.config import StackConfig, project_values
-from components.errors import StackConfigError
-from components.sizing import MOCKER_BLOCK_SIZE_TOKENS, VLLM_BLOCK_SIZE_TOKENS, parse_quantity
-from components.stack_resources import stack_file_text, stack_resources
-from components.stack_sizing import (
-    engine_step,
-    gpu_note,
-    link_profile,
-    replica_name,
-    stack_sizing,
-)
-from components.topology import build_topology
-from components.validation import parse_stack_config
 from kvpath.copies import NOTES_HOST_COPIES, threads_from_env
 from kvpath.memory import HOST_BASE_BYTES, host_mirror_bytes
 from loadgen.config import LoadConfig
@@ -65,12 +52,17 @@ from loadgen.results import GridResult
 from loadgen.results_folder import STACK_FILE
 from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid
 from loadgen.stats import summarize_run
+from stackmodel.config import StackConfig
+from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS, VLLM_BLOCK_SIZE_TOKENS, parse_quantity
+from stackmodel.resources import stack_file_text, stack_resources
+from stackmodel.sizing import engine_step, gpu_note, link_profile, replica_name, stack_sizing
+from stackmodel.stacks import load_stack
+from stackmodel.topology import build_topology
 from steptime.fit import SEED_FIT, extrapolation_note
 from steptime.roofline import EngineFit
 from testbed.calibration import CONSTANTS
 from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, ProcessWatch
 from testbed.model_dir import make_model_dir
-from testbed.render import settings_error, stack_config
 from testbed.timing_model import (
     OOM_EXIT_CODE,
     Kill,
@@ -97,24 +89,6 @@ ROUTING_SPEEDUP = 10.0
 """Mocker ``--speedup-ratio`` of the routing run (its timing is not used)."""
 
 ROUTING_DIR = "routing"
-
-
-def load_stack(stack: str, settings: Sequence[Setting] = ()) -> StackConfig:
-    """A stack's validated config, read as the Pulumi CLI would pass it, with the command
-    line's ``--set`` items applied (:func:`testbed.render.stack_config`).
-
-    Raises:
-        FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``.
-        KeyPathError: a ``--set`` that cannot be applied.
-        StackConfigError: invalid config (a problem under a ``--set`` names it).
-    """
-    config, _ = stack_config(stack, settings=settings)
-    try:
-        return parse_stack_config(stack, project_values(config))
-    except StackConfigError as exc:
-        if not settings:
-            raise
-        raise settings_error(exc, settings) from None
 
 
 def graph_spec(
@@ -166,7 +140,7 @@ def run_topology(
 
     GPUs: each node class has ``nodes x gpusPerNode`` GPUs; its workers fill them in config
     order, ``timeSlicing.replicasPerGpu`` per GPU (one without time-slicing); a GPU's host is
-    its node. Each worker's step times are :func:`components.stack_sizing.engine_step` of its
+    its node. Each worker's step times are :func:`stackmodel.sizing.engine_step` of its
     group with ``fit`` (the same model sizing's verdict reads). Workers with
     ``kvTransfer.bufferDevice: cpu`` get their ``memoryLimit``, their host mirror
     (:func:`kvpath.memory.host_mirror_bytes` of the KV cache sizing gives them) and their torch

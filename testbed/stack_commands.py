@@ -45,9 +45,9 @@ def _settings(items: Sequence[str] | None) -> list[Setting]:
 
 def _stack_errors() -> tuple[type[Exception], ...]:
     """What a bad stack name, file, config or ``--set`` raises: one ``error:`` line, exit 2."""
-    from components.errors import StackConfigError
     from loadgen.key_paths import KeyPathError
-    from testbed.render import StackFileError
+    from stackmodel.errors import StackConfigError
+    from stackmodel.stacks import StackFileError
 
     return (FileNotFoundError, StackFileError, StackConfigError, KeyPathError)
 
@@ -55,9 +55,9 @@ def _stack_errors() -> tuple[type[Exception], ...]:
 def say_settings(stack: str, settings: Sequence[Setting]) -> None:
     """Say where each ``--set`` value came from: ``kv-routing: load.concurrency = [8] (--set;
     the stack file has [4, 8])``."""
-    from components.config import project_values
     from loadgen.report import table_console
-    from testbed.render import stack_config
+    from stackmodel.config import project_values
+    from stackmodel.stacks import stack_config
 
     if not settings:
         return
@@ -111,7 +111,7 @@ def load_step_note(rendered: Sequence[Rendered]) -> None:
 def _sizing_table(sizing: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    from components.sizing import format_quantity
+    from stackmodel.quantities import format_quantity
 
     table = Table(title="sizing")
     for col in ("component", "memory limit", "memory floor", "why", "fits"):
@@ -312,10 +312,11 @@ def simulate_command(
     """
     from contextlib import ExitStack
 
-    from components.stack_sizing import stack_sizing
     from loadgen.folder_lock import FolderBusyError, folder_lock
     from loadgen.output import ResumeError, complete_runs
-    from testbed.simulate import ROUTING_DIR, load_stack, refuse_other_stack_values, stack_values
+    from stackmodel.sizing import stack_sizing
+    from stackmodel.stacks import load_stack
+    from testbed.simulate import ROUTING_DIR, refuse_other_stack_values, stack_values
 
     grid = _grid(prefix_kinds, concurrency, repetitions, requests)
     settings = _settings(overrides)

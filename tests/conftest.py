@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components.errors import PROJECT
+from stackmodel.errors import PROJECT
+from stackmodel.stacks import REPO
 from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, make_model_dir
-from testbed.render import REPO
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@ topic file is read without a change here)."""
 
 from pathlib import Path
 
-from testbed.render import REPO
+from stackmodel.stacks import REPO
 
 
 def doc_files() -> list[Path]:

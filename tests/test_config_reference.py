@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from components.config import KNOWN_KEYS, SECRET_KEYS
+from stackmodel.config import KNOWN_KEYS, SECRET_KEYS
 from testbed.config_reference import COMMAND, REFERENCE, config_reference
 
 

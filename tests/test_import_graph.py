@@ -4,6 +4,9 @@ run in circles").
 Both rules read the source with :mod:`ast`, so they hold for every module whether or not a test
 imports it: a project import inside a function (which hides a cycle until that function runs) is
 refused, and the module-level import graph must be acyclic (:class:`graphlib.TopologicalSorter`).
+The packages stand in layers (docs/layout.md): a module imports only modules of its own layer or
+of one below, and the stack model and the pure Kubernetes objects import neither Pulumi nor a
+Kubernetes client.
 """
 
 from __future__ import annotations
@@ -15,7 +18,24 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("components", "loadgen", "steptime", "testbed")
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("loadgen", "kvpath"),
+    ("steptime",),
+    ("stackmodel",),
+    ("manifests", "incluster"),
+    ("clusterread", "loadstep"),
+    ("components",),
+    ("testbed",),
+)
+"""The project's packages from the ground up (docs/layout.md draws them): the load generator
+and the KV path's cost model; the step-time model; the model of a stack; what is built from
+it without Pulumi (Kubernetes objects, the in-cluster load and probe); the cluster reads and
+the load step; the Pulumi components and the program; the ``testbed`` commands."""
+PACKAGES = tuple(package for layer in LAYERS for package in layer)
+LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in layer}
+PURE = ("loadgen.config", "kvpath", "steptime", "stackmodel", "manifests", "loadstep")
+"""Packages (or modules) that import no Pulumi and no Kubernetes client, anywhere in them."""
+FORBIDDEN = ("pulumi", "pulumi_kubernetes", "kubernetes", "grpc")
 COMMAND_MODULES = frozenset(
     {
         "testbed.entry",
@@ -80,13 +100,13 @@ GRAPH = {name: _imports(ast.parse(path.read_text(), str(path))) for name, path i
 
 
 def test_the_packages_are_found() -> None:
-    assert {"components.config", "components.checks", "loadgen.runner", "testbed.render"} <= set(
+    assert {"stackmodel.config", "stackmodel.checks", "loadgen.runner", "testbed.render"} <= set(
         MODULES
     )
-    assert "components.config" in GRAPH["components.checks"][0]
+    assert "stackmodel.config" in GRAPH["stackmodel.checks"][0]
 
 
-STEP_RUNTIME = {"components.load_provider", "components.cluster_read"}
+STEP_RUNTIME = {"components.load_provider", "clusterread.read"}
 """Modules that import a step's runtime inside the functions that run it: the load step's
 (grid runner, pod watch, report) and the cluster check's (the `kubernetes` client, through
 loadgen.kube_watch). ``pulumi preview``/``up`` import the program, and a module-level import
@@ -114,8 +134,51 @@ def test_the_import_graph_has_no_cycle() -> None:
     except CycleError as exc:
         pytest.fail(f"import cycle: {' -> '.join(exc.args[1])}")
     # The model comes before the checks, which come before the validation that runs them.
-    assert order.index("components.config") < order.index("components.checks")
-    assert order.index("components.checks") < order.index("components.validation")
+    assert order.index("stackmodel.config") < order.index("stackmodel.checks")
+    assert order.index("stackmodel.checks") < order.index("stackmodel.validation")
+
+
+def _layer(module: str) -> int:
+    return LAYER_OF[module.split(".")[0]]
+
+
+def test_every_package_is_in_a_layer() -> None:
+    found = {p.parent.name for p in REPO.glob("*/__init__.py") if p.parent.name != "tests"}
+    assert found - {"bench"} == set(PACKAGES)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_a_layer_above_its_own(module: str) -> None:
+    above = sorted(dep for dep in GRAPH[module][0] if _layer(dep) > _layer(module))
+    assert not above, f"{module} (layer {_layer(module)}) imports a layer above it: {above}"
+
+
+def test_a_layer_violation_would_be_found() -> None:
+    """The reach the move ended (steptime -> the stack model's catalog) is above steptime."""
+    assert _layer("stackmodel.models") > _layer("steptime.roofline")
+
+
+def _third_party(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize(
+    "module", sorted(m for m in MODULES if any(m == p or m.startswith(f"{p}.") for p in PURE))
+)
+def test_the_model_imports_no_pulumi_and_no_kubernetes_client(module: str) -> None:
+    found = sorted(_third_party(MODULES[module]) & set(FORBIDDEN))
+    assert not found, f"{module} imports {found}: keep it in components/, clusterread/ or incluster/"
+
+
+def test_the_purity_rule_sees_an_import_inside_a_function() -> None:
+    assert "kubernetes" in _third_party(MODULES["clusterread.read"])
 
 
 def test_a_cycle_would_be_found() -> None:

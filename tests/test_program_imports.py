@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from testbed.render import REPO
+from stackmodel.stacks import REPO
 
 HEAVY = (
     "matplotlib",  # the load step's report (loadgen.html_report)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pulumi_cli import load_project
 
-from testbed.render import REPO
+from stackmodel.stacks import REPO
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,10 @@ from typing import Any
 
 import yaml
 
-from components.config import PlatformStackConfig, StackConfig, project_values, stack_role
-from components.errors import PROJECT
-from components.validation import parse_platform_stack_config, parse_stack_config
 from loadgen.key_paths import parse_key_path
+from stackmodel.config import PlatformStackConfig, StackConfig, project_values, stack_role
+from stackmodel.errors import PROJECT
+from stackmodel.validation import parse_platform_stack_config, parse_stack_config
 
 PULUMI_COMMIT = "1b5949891b3cefcb9974752b24a5ecef0acc86c8"
 """pulumi/pulumi commit the rules were read at (2026-08-21, after v3.187.0)."""
@@ -255,7 +255,7 @@ def set_path(stack_config: dict[str, Any], path: str, text: str) -> None:
 def program_config(merged: Mapping[str, StackValue]) -> tuple[dict[str, str], list[str]]:
     """The config map the language host hands the program (``PULUMI_CONFIG``: every value as
     its text, objects as JSON) and the secret keys (``PULUMI_CONFIG_SECRET_KEYS``), as
-    ``testbed.render.stack_config`` also returns them."""
+    ``stackmodel.stacks.stack_config`` also returns them."""
     return (
         {key: value.text for key, value in merged.items()},
         sorted(key for key, value in merged.items() if value.secure),

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import pytest
 
-from components.config import PlatformStackConfig
 from components.program import deploy_platform
-from testbed.render import Registration, render_stack, run_under_mocks, stack_names
+from stackmodel.config import PlatformStackConfig
+from stackmodel.stacks import stack_names
+from testbed.render import Registration, render_stack, run_under_mocks
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 

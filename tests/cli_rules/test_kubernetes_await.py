@@ -17,12 +17,13 @@ from kubernetes_await import (
     waits,
 )
 
-from components.config import StackConfig, project_values, stack_role
-from components.load_step import topology_fingerprint
-from components.manifests import dgd_manifest, frontend_service_manifest
-from components.topology import build_topology
-from components.validation import parse_stack_config
-from testbed.render import render_stack, stack_config, stack_names
+from loadstep.inputs import topology_fingerprint
+from manifests.graph import dgd_manifest, frontend_service_manifest
+from stackmodel.config import StackConfig, project_values, stack_role
+from stackmodel.stacks import stack_config, stack_names
+from stackmodel.topology import build_topology
+from stackmodel.validation import parse_stack_config
+from testbed.render import render_stack
 
 pytestmark = pytest.mark.timeout(60)
 

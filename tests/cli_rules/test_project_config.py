@@ -25,15 +25,16 @@ from pulumi_cli import (
     stack_values,
 )
 
-from components.config import (
+from stackmodel.config import (
     SECRET_KEYS,
     PlatformStackConfig,
     StackConfig,
     project_values,
     stack_role,
 )
-from components.errors import PROJECT, StackConfigError
-from testbed.render import REPO, Rendered, render_stack, stack_config, stack_names
+from stackmodel.errors import PROJECT, StackConfigError
+from stackmodel.stacks import REPO, stack_config, stack_names
+from testbed.render import Rendered, render_stack
 
 STACKS = stack_names()
 """Every ``stacks/Pulumi.*.yaml``: stacks added later are checked without editing this file."""

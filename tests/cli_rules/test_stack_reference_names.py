@@ -1,7 +1,7 @@
 """The names the program reads other stacks by, parsed by each backend's rules.
 
 A graph stack reads its platform stack and its comparison baseline by the name
-:func:`components.stack_layout.stack_reference_name` gives. These tests feed those names
+:func:`stackmodel.stack_layout.stack_reference_name` gives. These tests feed those names
 through the three parsers of :mod:`pulumi_backends` (DIY project layout, DIY old non-project
 layout, Pulumi Cloud) and check each resolves to the intended stack of this project.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 from pulumi_backends import BackendRefError, cloud, diy_legacy, diy_project
 
-from components.config import project_values
-from components.errors import PROJECT
-from components.stack_layout import DEFAULT_ORGANIZATION, stack_reference_name
-from testbed.render import stack_config, stack_names
+from stackmodel.config import project_values
+from stackmodel.errors import PROJECT
+from stackmodel.stack_layout import DEFAULT_ORGANIZATION, stack_reference_name
+from stackmodel.stacks import stack_config, stack_names
 
 pytestmark = pytest.mark.timeout(10)
 

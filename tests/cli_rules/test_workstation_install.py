@@ -22,7 +22,7 @@ import tomllib
 import pytest
 from markdown_it import MarkdownIt
 
-from testbed.render import REPO
+from stackmodel.stacks import REPO
 
 SUPPORTED_PLATFORMS = {
     "x86_64-unknown-linux-gnu": "sys_platform == 'linux' and platform_machine == 'x86_64'",

@@ -1,4 +1,4 @@
-"""The cluster preconditions as pure functions over node dicts (components.cluster_checks)."""
+"""The cluster preconditions as pure functions over node dicts (clusterread.checks)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from components.cluster_checks import (
+from clusterread.checks import (
     class_needs,
     class_problems,
     cluster_problems,
@@ -15,9 +15,9 @@ from components.cluster_checks import (
     release_description,
     tolerates,
 )
-from components.platform import PlatformConfig
-from components.topology import build_topology
-from testbed.simulate import load_stack
+from stackmodel.platform import PlatformConfig
+from stackmodel.stacks import load_stack
+from stackmodel.topology import build_topology
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
 

@@ -1,6 +1,6 @@
 """The cluster check at preview end to end: the program (``main(cluster_checks=True)``, as
 ``__main__.py`` runs it) under Pulumi's mocks reads a fake Kubernetes API through the stack's
-``kubernetes:kubeconfig`` with the official client (components.cluster_read)."""
+``kubernetes:kubeconfig`` with the official client (clusterread.read)."""
 
 from __future__ import annotations
 
@@ -17,19 +17,13 @@ import pytest
 from fake_kube_api import FakeKubeApi, fake_kube_api
 from test_cluster_checks import SEED, node
 
-from components.cluster_checks import release_description
-from components.cluster_read import ClusterReadError, helm_record, read_cluster
-from components.config import project_values
-from components.errors import PROJECT, StackConfigError
+from clusterread.checks import release_description
+from clusterread.read import ClusterReadError, helm_record, read_cluster
 from components.program import main
-from testbed.render import (
-    REPO,
-    EchoMocks,
-    Rendered,
-    _referenced_stacks,
-    run_under_mocks,
-    stack_config,
-)
+from stackmodel.config import project_values
+from stackmodel.errors import PROJECT, StackConfigError
+from stackmodel.stacks import REPO, stack_config
+from testbed.render import EchoMocks, Rendered, _referenced_stacks, run_under_mocks
 
 pytestmark = pytest.mark.timeout(60)
 

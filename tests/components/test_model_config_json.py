@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from components.config import project_values
-from components.errors import StackConfigError
-from components.stack_sizing import PROJECT_DIR, stack_sizing
-from components.validation import parse_stack_config
-from testbed.render import stack_config
+from stackmodel.config import project_values
+from stackmodel.errors import StackConfigError
+from stackmodel.sizing import PROJECT_DIR, stack_sizing
+from stackmodel.stacks import stack_config
+from stackmodel.validation import parse_stack_config
 
 # Qwen/Qwen3-0.6B's config.json (huggingface.co/Qwen/Qwen3-0.6B) with 4 KV heads instead of 8, so
 # the geometry can only come from this file: 28 layers x 4 KV heads x head_dim 128 x 2 (K, V) x

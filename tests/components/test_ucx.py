@@ -1,9 +1,9 @@
-"""Which UCX_TLS values move GPU memory (components.ucx; sources in its docstring: the UCX FAQ and
+"""Which UCX_TLS values move GPU memory (stackmodel.ucx; sources in its docstring: the UCX FAQ and
 ucp_context.c's alias table)."""
 
 import pytest
 
-from components.ucx import CUDA_CAPABLE_EXAMPLE, moves_gpu_memory
+from stackmodel.ucx import CUDA_CAPABLE_EXAMPLE, moves_gpu_memory
 
 
 @pytest.mark.parametrize(

@@ -11,16 +11,16 @@ import kubernetes_validate
 import orjson
 import pytest
 
-from components.config import project_values
-from components.errors import StackConfigError
-from components.validation import parse_stack_config
-from incluster.budget import log_budget_problem, record_line_bytes
 from incluster.manifests import LoadJob, load_objects, load_step_role, rbac_entry
 from incluster.sources import CONFIGMAP_LIMIT_BYTES, POD_MODULES, pod_files
 from incluster.wire import parse_log, record_line
 from loadgen.config import LoadConfig
 from loadgen.request import RequestRecord
-from testbed.render import stack_config as cli_config
+from stackmodel.config import project_values
+from stackmodel.errors import StackConfigError
+from stackmodel.log_budget import log_budget_problem, record_line_bytes
+from stackmodel.stacks import stack_config as cli_config
+from stackmodel.validation import parse_stack_config
 
 REPO = Path(__file__).resolve().parents[2]
 

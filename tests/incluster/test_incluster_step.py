@@ -14,10 +14,11 @@ from fake_kube_api import NAMESPACE, fake_kube_api
 from local_kubelet import controller
 
 from components.load_provider import LoadStepProvider
-from components.load_step import step_inputs
 from loadgen.report import SUMMARY_FILE
+from loadstep.inputs import step_inputs
+from stackmodel.stacks import load_stack
 from testbed.localgraph import LocalGraph
-from testbed.simulate import graph_spec, load_stack
+from testbed.simulate import graph_spec
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from components.models import known_model
-from components.sizing import kv_bytes_per_request
 from kvpath.profile import LINK_PROFILES, resolve_link
 from kvpath.transfers import transfer_seconds
+from stackmodel.models import known_model
+from stackmodel.sizing import kv_bytes_per_request
 
 SEED_PROMPT_TOKENS = 2_371
 

@@ -17,13 +17,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.comparison import comparison_output
 from components.load_provider import LoadStepProvider
-from components.load_step import step_inputs
-from components.stack_resources import compare_resources
+from loadstep.comparison import comparison_output
+from loadstep.inputs import step_inputs
+from stackmodel.resources import compare_resources
+from stackmodel.stacks import load_stack
 from testbed.localgraph import LocalGraph
 from testbed.model_dir import make_model_dir
-from testbed.simulate import graph_spec, load_stack, simulation_load
+from testbed.simulate import graph_spec, simulation_load
 
 BASELINE, STACK = "kv-routing", "disagg-same-node"
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from components.comparison import compare_points, comparison_output, ratio
-from components.stack_resources import compare_resources
 from loadgen.config import LoadConfig
+from loadstep.comparison import compare_points, comparison_output, ratio
+from stackmodel.resources import compare_resources
 
 # BRIEF.md "Results: same node": (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms, req/s),
 # KV routing with 6 workers (A) / disaggregated (B).

@@ -10,22 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from components.config import StackLoadConfig
-from components.load_step import (
+from loadgen.results_folder import STATUS_FILE, STEP_FILE
+from loadstep.folder import STOP_FILE, StopFileObserver, StopRequested, resumable_run, run_folder
+from loadstep.inputs import (
     LoadStepInputs,
     default_deadline_minutes,
     step_deadline_minutes,
     step_inputs,
 )
-from components.load_step_folder import (
-    STOP_FILE,
-    StopFileObserver,
-    StopRequested,
-    resumable_run,
-    run_folder,
-)
-from loadgen.results_folder import STATUS_FILE, STEP_FILE
-from testbed.simulate import load_stack
+from stackmodel.config import StackLoadConfig
+from stackmodel.stacks import load_stack
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -15,13 +15,13 @@ import pulumi
 import pytest
 import yaml
 
-from components.config import project_values
-from components.errors import StackConfigError
-from components.load_step import LoadStepInputs, rerun_reasons, topology_fingerprint
 from components.program import READ_STACK_OUTPUTS
-from components.validation import parse_stack_config
+from loadstep.inputs import LoadStepInputs, rerun_reasons, topology_fingerprint
+from stackmodel.config import project_values
+from stackmodel.errors import StackConfigError
+from stackmodel.stacks import stack_config as cli_config
+from stackmodel.validation import parse_stack_config
 from testbed.render import UNKNOWN_PLACEHOLDER, EchoMocks, Rendered, render_stack
-from testbed.render import stack_config as cli_config
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,15 +19,17 @@ from fake_kube_api import NAMESPACE, fake_kube_api, oom_killed, pod
 import loadgen.html_report
 import loadgen.kube_watch
 import loadgen.runner  # noqa: F401
-from components import load_provider, load_step_folder
+from components import load_provider
 from components.load_provider import LoadStepError, LoadStepProvider, LoadStepStopped
-from components.load_step import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons, step_inputs
-from components.load_step_folder import STOP_FILE, StopFileObserver
 from loadgen.config import LoadConfig
 from loadgen.report import SUMMARY_FILE
 from loadgen.results_folder import REPORT_FILE, STEP_FILE, load_results
+from loadstep import folder as load_step_folder
+from loadstep.folder import STOP_FILE, StopFileObserver
+from loadstep.inputs import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons, step_inputs
+from stackmodel.stacks import load_stack
 from testbed.localgraph import LocalGraph, LocalGraphSpec, free_port
-from testbed.simulate import graph_spec, load_stack
+from testbed.simulate import graph_spec
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,8 +10,9 @@ import pytest
 from test_load_step_comparison import SEED_DISAGG, SEED_KV_ROUTING, points
 from typer.testing import CliRunner
 
-from components.comparison import comparison_output
-from components.stack_resources import (
+from loadgen.results_folder import STACK_FILE
+from loadstep.comparison import comparison_output
+from stackmodel.resources import (
     ResourceComparison,
     StackResources,
     compare_resources,
@@ -19,10 +20,9 @@ from components.stack_resources import (
     stack_file_text,
     stack_resources,
 )
-from components.topology import build_topology
-from loadgen.results_folder import STACK_FILE
+from stackmodel.stacks import load_stack
+from stackmodel.topology import build_topology
 from testbed.cli import app
-from testbed.simulate import load_stack
 
 
 def resources_of(stack: str) -> StackResources:

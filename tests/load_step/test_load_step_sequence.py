@@ -30,8 +30,9 @@ from test_load_step_comparison import SEED_DISAGG, SEED_KV_ROUTING, points
 
 from components.load_provider import LoadStepProvider
 from components.program import main
-from components.stack_layout import stack_reference_name
-from testbed.render import EchoMocks, Rendered, run_under_mocks, stack_config
+from stackmodel.stack_layout import stack_reference_name
+from stackmodel.stacks import stack_config
+from testbed.render import EchoMocks, Rendered, run_under_mocks
 
 pytestmark = pytest.mark.timeout(120)
 

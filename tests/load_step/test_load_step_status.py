@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from components.load_step import frontend_url, step_outputs, step_status
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident
 from loadgen.results import GridResult, PointSummary
-from testbed.simulate import load_stack
+from loadstep.inputs import frontend_url, step_outputs, step_status
+from stackmodel.stacks import load_stack
 
 T0 = datetime(2026, 11, 13, 10, 0, tzinfo=UTC)
 GRID = LoadConfig(prefix_kinds=[2, 24], concurrency=[4], repetitions=1, requests_per_run=10)

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 import loadgen.cli
 import loadgen.runner
-from components.config import StackLoadConfig
 from loadgen.cli import STACK_LOAD_STEP_KEYS, build_config
 from loadgen.config import LoadConfig
+from stackmodel.config import StackLoadConfig
 from testbed.cli import app
 
 pytestmark = pytest.mark.timeout(60)

@@ -2,7 +2,7 @@
 
 Helm renders the chart's validation templates at install; a `fail` there fails the release
 after the engine has started it (for `atomic`, after the chart was pulled and the install
-attempted). The program refuses those values at preview instead (`components.platform`).
+attempted). The program refuses those values at preview instead (`stackmodel.platform`).
 Each rule below restates one check, citing ai-dynamo/dynamo at the stored versions (the 1.6
 tag itself is not in the reference index; these are the newest 1.5/1.6-line versions stored):
 
@@ -38,10 +38,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from components.config import project_values, stack_role
-from components.platform import OPERATOR_VALUES_KEY, PlatformConfig, helm_release_spec
-from components.validation import parse_platform_stack_config, parse_stack_config
-from testbed.render import REPO, stack_config, stack_names
+from stackmodel.config import project_values, stack_role
+from stackmodel.platform import OPERATOR_VALUES_KEY, PlatformConfig, helm_release_spec
+from stackmodel.stacks import REPO, stack_config, stack_names
+from stackmodel.validation import parse_platform_stack_config, parse_stack_config
 
 SHARED_CHART = REPO.parent / "shared" / "dynamo-chart"
 TESTBED = "dynamo-testbed"

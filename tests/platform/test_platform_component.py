@@ -6,8 +6,8 @@ from typing import Any
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.platform import PlatformConfig, helm_release_spec
 from components.platform_component import COMPONENT_TYPE, DynamoPlatform
+from stackmodel.platform import PlatformConfig, helm_release_spec
 from testbed.render import Registration, run_under_mocks
 
 TESTBED = "dynamo-testbed"

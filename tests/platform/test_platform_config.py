@@ -1,4 +1,4 @@
-"""Tests of components.platform: config models, chart values, release spec, namespace labels."""
+"""Tests of stackmodel.platform: config models, chart values, release spec, namespace labels."""
 
 from pathlib import Path
 from typing import Any
@@ -7,7 +7,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from components.platform import (
+from stackmodel.platform import (
     CHART_REF,
     PlatformConfig,
     admission_scope,
@@ -15,7 +15,7 @@ from components.platform import (
     helm_release_spec,
     platform_values,
 )
-from components.platform import testbed_namespace_labels as namespace_labels  # not a test
+from stackmodel.platform import testbed_namespace_labels as namespace_labels
 
 TESTBED = "dynamo-testbed"
 SHARED_CHART = Path(__file__).resolve().parents[3] / "shared" / "dynamo-chart"

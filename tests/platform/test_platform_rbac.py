@@ -1,9 +1,9 @@
-"""Tests of components.rbac: the stack's RBAC summary (the operator's grants only)."""
+"""Tests of stackmodel.rbac: the stack's RBAC summary (the operator's grants only)."""
 
 import json
 
-from components.platform import PlatformConfig
-from components.rbac import rbac_summary
+from stackmodel.platform import PlatformConfig
+from stackmodel.rbac import rbac_summary
 
 TESTBED = "dynamo-testbed"
 

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import testbed.simulate
 from loadgen.folder_lock import HOLDER_FILE
+from stackmodel.stacks import load_stack
 from testbed.cli import app
 
 pytestmark = pytest.mark.timeout(180)
@@ -111,7 +112,7 @@ def test_a_profile_file_with_other_figures_is_another_stack_value(tmp_path: Path
     profile = {"name": "probed", "bytesPerS": 4.7e8, "source": "testbed probe kv-path"}
     (tmp_path / "probe.json").write_text(json.dumps(profile))
     settings = parse_settings([f"links.sameNode={tmp_path / 'probe.json'}"])
-    cfg = testbed.simulate.load_stack("disagg-same-node", settings)
+    cfg = load_stack("disagg-same-node", settings)
     first = testbed.simulate.stack_values(cfg, settings)
     assert first["settings"] == [f"links.sameNode={tmp_path / 'probe.json'}"]
     assert first["linkProfiles"]["sameNode"] == profile
@@ -165,7 +166,7 @@ def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     run = tmp_path / "kv-routing" / "routing" / "runs" / "k2-c4-r1"
     run.mkdir(parents=True)
     (run / "run.json").write_text("{}")
-    values = testbed.simulate.stack_values(testbed.simulate.load_stack("kv-routing"))
+    values = testbed.simulate.stack_values(load_stack("kv-routing"))
     (tmp_path / "kv-routing" / "stack.json").write_text(json.dumps({"simulatedWith": values}))
     result = CliRunner().invoke(app, [*args, "--resume"])
     assert result.exit_code == 130
@@ -178,11 +179,11 @@ def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_set_load_grid_takes_effect_or_is_refused(tmp_path: Path) -> None:
     """`--set load.concurrency=[8]` is the grid simulate runs (not silently replaced by its
     reduced grid); with `--concurrency` too it is refused, naming both."""
-    from components.config import StackConfig
     from loadgen.key_paths import parse_settings
+    from stackmodel.config import StackConfig
 
     settings = parse_settings(["load.concurrency=[8]", "load.prefixKinds=[7]"])
-    cfg: StackConfig = testbed.simulate.load_stack("kv-routing", settings)
+    cfg: StackConfig = load_stack("kv-routing", settings)
     load = testbed.simulate.simulation_load(cfg, full=False, settings=settings)
     assert (load.concurrency, load.prefix_kinds, load.repetitions) == ([8], [7], 1)
     both = ["simulate", "kv-routing", "--out", str(tmp_path), "--concurrency", "4"]

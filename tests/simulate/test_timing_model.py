@@ -9,15 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.models import known_model
 from kvpath.copies import NOTES_HOST_COPIES, d2h_seconds
 from kvpath.memory import HOST_BASE_BYTES
 from kvpath.profile import LINK_PROFILES, LinkProfile
+from stackmodel.models import known_model
+from stackmodel.stacks import load_stack
 from steptime.fit import SEED_FIT
 from steptime.gpus import GPU_CATALOG
 from steptime.roofline import EngineStep
 from testbed.calibration import CONSTANTS
-from testbed.simulate import load_stack, run_topology
+from testbed.simulate import run_topology
 from testbed.timing_model import (
     RunTopology,
     SimRequest,

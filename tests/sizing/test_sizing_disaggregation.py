@@ -3,9 +3,9 @@ prefill rate of the step-time model (:mod:`steptime`)."""
 
 import pytest
 
-from components.models import known_model
-from components.sizing import DisaggregationVerdict, disaggregation_verdict, kv_bytes_per_request
 from kvpath.profile import LINK_PROFILES, resolve_link
+from stackmodel.models import known_model
+from stackmodel.sizing import DisaggregationVerdict, disaggregation_verdict, kv_bytes_per_request
 from steptime.fit import SEED_FIT
 from steptime.gpus import GPU_CATALOG
 from steptime.roofline import EngineStep

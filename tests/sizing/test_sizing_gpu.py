@@ -3,12 +3,14 @@
 import pytest
 from pydantic import ValidationError
 
-from components.models import known_model
-from components.sizing import (
+from stackmodel.models import known_model
+from stackmodel.quantities import (
     DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     GI,
     MOCKER_BLOCK_SIZE_TOKENS,
     VLLM_BLOCK_SIZE_TOKENS,
+)
+from stackmodel.sizing import (
     GpuWorker,
     check_gpu_fit,
     kv_cache_budget_bytes,

@@ -2,14 +2,9 @@
 
 import pytest
 
-from components.sizing import (
-    DEFAULT_BASE_MEMORY,
-    DEFAULT_SHARED_MEMORY,
-    MI,
-    check_memory_floor,
-    parse_quantity,
-)
 from kvpath.memory import memory_floor_bytes
+from stackmodel.quantities import DEFAULT_BASE_MEMORY, DEFAULT_SHARED_MEMORY, MI, parse_quantity
+from stackmodel.sizing import check_memory_floor
 
 BASE = parse_quantity(DEFAULT_BASE_MEMORY)
 SHM = parse_quantity(DEFAULT_SHARED_MEMORY)

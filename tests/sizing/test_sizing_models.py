@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from components.models import (
+from stackmodel.models import (
     KNOWN_MODELS,
     ModelGeometry,
     UnknownModelError,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.sizing import ceil_mib, format_quantity, parse_quantity
+from stackmodel.quantities import ceil_mib, format_quantity, parse_quantity
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from components.models import known_model
-from components.sizing import (
+from stackmodel.models import known_model
+from stackmodel.sizing import (
     ComponentMemory,
     GpuAllocation,
     GpuWorker,

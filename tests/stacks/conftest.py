@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from components.config import project_values
-from testbed.render import Rendered, render_stack, stack_config, stack_names
+from stackmodel.config import project_values
+from stackmodel.stacks import stack_config, stack_names
+from testbed.render import Rendered, render_stack
 
 GRAPH_STACKS = ("disagg-cross-node", "disagg-same-node", "kv-routing", "vllm-service")
 DYNAMO_STACKS = ("disagg-cross-node", "disagg-same-node", "kv-routing")

@@ -11,8 +11,8 @@ import pulumi
 import pytest
 from pulumi.runtime.mocks import MockMonitor
 
-from components.errors import StackConfigError
-from components.validation import parse_stack_config
+from stackmodel.errors import StackConfigError
+from stackmodel.validation import parse_stack_config
 from testbed.render import render_stack
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,5 +1,5 @@
 """Settings that deploy but that upstream has deprecated: a warning at preview with the
-replacement, nothing refused (components.checks.deprecation_warnings)."""
+replacement, nothing refused (stackmodel.checks.deprecation_warnings)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from components.errors import StackConfigError
 from loadgen.key_paths import KeyPathError, parse_settings
+from stackmodel.errors import StackConfigError
 from testbed.cli import app
 from testbed.component_diff import diff_lines
 from testbed.render import render_stack

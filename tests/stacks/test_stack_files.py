@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 import testbed.render
 import testbed.simulate
+from stackmodel.stacks import REPO, StackFileError, stack_config
 from testbed.cli import app
-from testbed.render import REPO, StackFileError, stack_config
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,5 +1,5 @@
 """A gated catalog model without the hfToken secret: a warning at preview saying how to set it,
-nothing refused (components.checks.gated_model_warnings)."""
+nothing refused (stackmodel.checks.gated_model_warnings)."""
 
 from __future__ import annotations
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.errors import PROJECT
+from stackmodel.errors import PROJECT
+from stackmodel.stacks import REPO, stack_names
 from testbed.init_stack import write_new_stack
-from testbed.render import REPO, render_stack, stack_names
+from testbed.render import render_stack
 from testbed.render_files import diff_rendered
 
 pytestmark = pytest.mark.timeout(60)

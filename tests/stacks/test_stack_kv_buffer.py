@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from components.errors import StackConfigError
-from components.stack_sizing import stack_sizing
-from components.validation import parse_stack_config
+from stackmodel.errors import StackConfigError
+from stackmodel.sizing import stack_sizing
+from stackmodel.validation import parse_stack_config
 
 CROSS = "disagg-cross-node"
 PREFILL, DECODE = 0, 1

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from test_stack_render import arg_value, components, main_container, objects_of
 
-from components.errors import StackConfigError
-from components.models import known_model
-from components.sizing import GI, MOCKER_BLOCK_SIZE_TOKENS
-from components.stack_sizing import stack_sizing
-from components.topology import build_topology
-from components.validation import parse_stack_config
+from stackmodel.errors import StackConfigError
+from stackmodel.models import known_model
+from stackmodel.quantities import GI, MOCKER_BLOCK_SIZE_TOKENS
+from stackmodel.sizing import stack_sizing
+from stackmodel.topology import build_topology
+from stackmodel.validation import parse_stack_config
 from testbed.render import Rendered, render_stack
 from testbed.simulate import graph_spec
 

@@ -11,18 +11,12 @@ from typing import Any
 
 import pytest
 
-from components.errors import StackConfigError
 from components.program import main
-from components.stack_layout import PlatformStackError, stack_namespace
-from components.validation import parse_platform_stack_config, parse_stack_config
-from testbed.render import (
-    EchoMocks,
-    Rendered,
-    render_stack,
-    run_under_mocks,
-    stack_config,
-    stack_names,
-)
+from stackmodel.errors import StackConfigError
+from stackmodel.stack_layout import PlatformStackError, stack_namespace
+from stackmodel.stacks import stack_config, stack_names
+from stackmodel.validation import parse_platform_stack_config, parse_stack_config
+from testbed.render import EchoMocks, Rendered, render_stack, run_under_mocks
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 import testbed.render
-from components.errors import StackConfigError
-from components.validation import parse_stack_config
+from stackmodel.errors import StackConfigError
+from stackmodel.validation import parse_stack_config
 from testbed.cli import app
 from testbed.render import Rendered, render_stack
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from components.errors import StackConfigError
-from components.validation import parse_stack_config
 from kvpath.versions import nixl_refuses_tls_without_cuda, parse_version, shipped_nixl
+from stackmodel.errors import StackConfigError
+from stackmodel.validation import parse_stack_config
 
 CROSS = "disagg-cross-node"
 Raw = dict[str, Any]

@@ -1,7 +1,7 @@
 """Prefill and decode on one node class of several nodes: the scheduler places them (the DGD
 sets no anti-affinity), so the sizing takes the slower of links.sameNode and links.crossNode
-and preview says so, with how to pin them apart (components.stack_sizing.kv_link,
-components.checks.placement_warnings)."""
+and preview says so, with how to pin them apart (stackmodel.sizing.kv_link,
+stackmodel.checks.placement_warnings)."""
 
 from __future__ import annotations
 

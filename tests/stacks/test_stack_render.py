@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from components.platform import PlatformConfig, admission_scope
+from stackmodel.platform import PlatformConfig, admission_scope
 from testbed.render import Registration, Rendered, render_stack
 
 DGD_TYPE = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
@@ -410,6 +410,6 @@ def test_kv_routing_workers_need_their_base_memory(rendered: dict[str, Rendered]
 )
 def test_graph_stacks_write_no_rbac(rendered: dict[str, Rendered], stack: str) -> None:
     """The load step acts with the user's kubeconfig (also to create its Job, whose pods need no
-    API access): an in-cluster ServiceAccount/Role would be used by no pod (components.rbac)."""
+    API access): an in-cluster ServiceAccount/Role would be used by no pod (stackmodel.rbac)."""
     kinds = {o["kind"] for o in rendered[stack].kubernetes_objects()}
     assert not kinds & {"ServiceAccount", "Role", "RoleBinding", "ClusterRole"}

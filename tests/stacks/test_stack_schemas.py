@@ -11,10 +11,11 @@ import pytest
 from crd_schema import crd_schema, schema_errors, strict_schema, strict_validator
 from jsonschema import Draft7Validator
 
-from components.manifests import dgd_manifest
-from components.topology import build_topology
-from components.validation import parse_stack_config
-from testbed.render import REPO, Rendered
+from manifests.graph import dgd_manifest
+from stackmodel.stacks import REPO
+from stackmodel.topology import build_topology
+from stackmodel.validation import parse_stack_config
+from testbed.render import Rendered
 
 CRD_DIR = REPO.parent / "shared" / "dynamo-crds"
 DGD_CRD = CRD_DIR / "nvidia.com_dynamographdeployments.yaml"

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from testbed.render import SECRET_PLACEHOLDER, Rendered, render_stack
+from stackmodel.stacks import SECRET_PLACEHOLDER
+from testbed.render import Rendered, render_stack
 from testbed.render_files import write_rendered
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from test_stack_render import components, main_container, objects_of
 
-from components.errors import StackConfigError
-from components.validation import parse_stack_config
+from stackmodel.errors import StackConfigError
+from stackmodel.validation import parse_stack_config
 from testbed.render import Rendered
 
 Raw = dict[str, Any]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from components.validation import parse_stack_config
+from stackmodel.validation import parse_stack_config
 from steptime.roofline import decode_floor_s
 from testbed.calibration import CONSTANTS
 from testbed.render import render_stack

@@ -9,7 +9,7 @@ import itertools
 import pytest
 from pydantic import ValidationError
 
-from components.models import KNOWN_MODELS, known_model
+from stackmodel.models import KNOWN_MODELS, known_model
 from steptime.fit import AIC_EFFICIENCIES, SEED_FIT, extrapolation_note, fit_for
 from steptime.gpus import DEFAULT_GPU, GPU_CATALOG, GpuSpec, catalog_gpu, resolve_gpu
 from steptime.roofline import (

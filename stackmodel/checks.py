@@ -1,18 +1,19 @@
 """Checks that span config keys, run after pydantic has validated each key's shape.
 
-Each returns :class:`~components.errors.ConfigProblem` values naming the key path to fix.
-:func:`semantic_problems` runs them all; :func:`components.validation.parse_stack_config` raises
-them as one :class:`~components.errors.StackConfigError` before anything is registered.
+Each returns :class:`~stackmodel.errors.ConfigProblem` values naming the key path to fix.
+:func:`semantic_problems` runs them all; :func:`stackmodel.validation.parse_stack_config` raises
+them as one :class:`~stackmodel.errors.StackConfigError` before anything is registered.
 """
 
 from __future__ import annotations
 
-from components.config import StackConfig, image_tag_version
-from components.errors import PROJECT, ConfigProblem
-from components.load_step import cluster_runner_problems, endpoint_problems
-from components.models import GATED_MODELS, UnknownModelError
-from components.sizing import parse_quantity
-from components.stack_sizing import (
+from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_nixl
+from stackmodel.config import StackConfig, image_tag_version
+from stackmodel.errors import PROJECT, ConfigProblem
+from stackmodel.log_budget import log_budget_problem
+from stackmodel.models import GATED_MODELS, UnknownModelError
+from stackmodel.quantities import parse_quantity
+from stackmodel.sizing import (
     StackSizing,
     group_of,
     kv_link,
@@ -20,8 +21,7 @@ from components.stack_sizing import (
     model_geometry,
     stack_sizing,
 )
-from components.ucx import CUDA_CAPABLE_EXAMPLE, UCX_TLS, moves_gpu_memory
-from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_nixl
+from stackmodel.ucx import CUDA_CAPABLE_EXAMPLE, UCX_TLS, moves_gpu_memory
 
 _KV_ROLES = {
     "prefill": ("kv_producer", "kv_both"),
@@ -162,7 +162,7 @@ def role_problems(cfg: StackConfig) -> list[ConfigProblem]:
 
 def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """A GPU KV buffer (``kvTransfer.bufferDevice: cuda``) needs a UCX transport list that moves
-    GPU memory (:func:`components.ucx.moves_gpu_memory`) on that worker.
+    GPU memory (:func:`stackmodel.ucx.moves_gpu_memory`) on that worker.
 
     The check is per worker: the NIXL connector registers each side's buffer with its own
     memory type, and vLLM 0.31.0's NIXL handshake does not compare ``kv_buffer_device``
@@ -199,7 +199,7 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
 def nixl_tls_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """A vLLM worker with a KV transfer on a Dynamo release whose NIXL refuses a ``UCX_TLS``
     without CUDA memory support on a GPU node (:mod:`kvpath.versions`: Dynamo 1.7.0 and later)
-    needs one that moves GPU memory (:func:`components.ucx.moves_gpu_memory`). The seed's
+    needs one that moves GPU memory (:func:`stackmodel.ucx.moves_gpu_memory`). The seed's
     ``tcp,self`` stays valid on Dynamo 1.6.2."""
     version = cfg.engine.runtime_version or cfg.engine.dynamo_version
     if cfg.engine.kind != "vllm" or not nixl_refuses_tls_without_cuda(version):
@@ -383,7 +383,7 @@ def deprecation_warnings(cfg: StackConfig) -> list[str]:
 
 
 def gated_model_warnings(cfg: StackConfig, with_hf_token: bool) -> list[str]:
-    """A gated catalog model (:data:`components.models.GATED_MODELS`) without the ``hfToken``
+    """A gated catalog model (:data:`stackmodel.models.GATED_MODELS`) without the ``hfToken``
     secret: every worker's download would fail (said at preview; nothing is refused, since a
     cluster may have the weights cached)."""
     if with_hf_token or cfg.model.name not in GATED_MODELS:
@@ -398,7 +398,7 @@ def gated_model_warnings(cfg: StackConfig, with_hf_token: bool) -> list[str]:
 def placement_warnings(cfg: StackConfig) -> list[str]:
     """A prefill group sharing a node class of several nodes with decode groups: the scheduler
     puts them on one node or two (the DGD sets no anti-affinity), so the sizing and the
-    simulation take the slower link (:func:`components.stack_sizing.kv_link`); said at preview
+    simulation take the slower link (:func:`stackmodel.sizing.kv_link`); said at preview
     with how to pin them apart."""
     out = []
     for i, group in enumerate(cfg.topology.workers):
@@ -435,3 +435,41 @@ def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
     if any(p.key.endswith("nodeClass") for p in out):
         return out  # sizing needs every node class to exist
     return out + sizing_problems(cfg)
+
+
+# --- the load step's reach and log budget ----------------------------------------------------
+
+
+def endpoint_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Why the load step could not reach the frontend, as config problems ([] when it can).
+
+    With ``load.url`` the URL is used as given. Otherwise a LoadBalancer needs nothing and a
+    ClusterIP Service is unreachable from the machine running Pulumi (port-forwarding is not
+    used: it adds ~2 ms per request). A NodePort without ``load.nodeAddress`` is no problem
+    here: the step then waits for it (:func:`missing_address`).
+    """
+    load = cfg.load
+    if not load.enabled or load.url is not None or load.runner == "cluster":
+        return []
+    if cfg.topology.frontend.service_type == "ClusterIP":
+        return [
+            ConfigProblem(
+                "load.url",
+                None,
+                "topology.frontend.serviceType is ClusterIP, which is not reachable from the "
+                "machine running Pulumi: set load.url, use NodePort or LoadBalancer, or "
+                "load.enabled: false",
+            )
+        ]
+    return []
+
+
+def cluster_runner_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Why the in-cluster load (``load.runner: cluster``) would lose results: a client's
+    records outgrowing the pod log the cluster keeps (:func:`stackmodel.log_budget.
+    log_budget_problem`)."""
+    load = cfg.load
+    if not load.enabled or load.runner != "cluster":
+        return []
+    problem = log_budget_problem(load.grid(), load.clients)
+    return [] if problem is None else [ConfigProblem("load.clients", load.clients, problem)]

@@ -26,15 +26,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from components.config import StackConfig, StackLoadConfig
-from components.errors import ConfigProblem
-from components.manifests import PULUMI_ANNOTATION_PREFIX, frontend_service_manifest
-from components.stack_resources import stack_resources
-from components.topology import FRONTEND_PORT, Topology, anywhere_placement, build_topology
-from incluster.budget import log_budget_problem
 from loadgen.config import Arrival, LoadConfig, ReadyCheck
 from loadgen.incidents import Incident, describe
 from loadgen.results import GridResult
+from manifests.graph import PULUMI_ANNOTATION_PREFIX, frontend_service_manifest
+from stackmodel.config import StackConfig, StackLoadConfig
+from stackmodel.resources import stack_resources
+from stackmodel.topology import FRONTEND_PORT, Topology, anywhere_placement, build_topology
 
 RERUN_INPUTS = ("url", "model", "grid", "fingerprint", "runId")
 """Inputs whose change re-runs the grid (``diff`` reports them); the other inputs (deadline,
@@ -69,7 +67,7 @@ class LoadStepInputs(BaseModel):
         results_root: local folder; a run writes ``<results_root>/<stack>/<UTC time>/``.
         parked: the stack is parked (``parked: true``): no GPU workloads, so the step never
             runs; it keeps the outputs it has (see :func:`run_reasons`).
-        resources: the stack's :class:`~components.stack_resources.StackResources` as a dict,
+        resources: the stack's :class:`~stackmodel.resources.StackResources` as a dict,
             written to the results folder as ``stack.json`` so that ``testbed compare`` can
             say whether two results had the same workers and GPUs (the fingerprint covers it).
         runner: ``local`` (this process times the requests) or ``cluster`` (a Job in
@@ -276,41 +274,6 @@ def run_reasons(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
 
 
 # --- reaching the frontend -------------------------------------------------------------------
-
-
-def endpoint_problems(cfg: StackConfig) -> list[ConfigProblem]:
-    """Why the load step could not reach the frontend, as config problems ([] when it can).
-
-    With ``load.url`` the URL is used as given. Otherwise a LoadBalancer needs nothing and a
-    ClusterIP Service is unreachable from the machine running Pulumi (port-forwarding is not
-    used: it adds ~2 ms per request). A NodePort without ``load.nodeAddress`` is no problem
-    here: the step then waits for it (:func:`missing_address`).
-    """
-    load = cfg.load
-    if not load.enabled or load.url is not None or load.runner == "cluster":
-        return []
-    if cfg.topology.frontend.service_type == "ClusterIP":
-        return [
-            ConfigProblem(
-                "load.url",
-                None,
-                "topology.frontend.serviceType is ClusterIP, which is not reachable from the "
-                "machine running Pulumi: set load.url, use NodePort or LoadBalancer, or "
-                "load.enabled: false",
-            )
-        ]
-    return []
-
-
-def cluster_runner_problems(cfg: StackConfig) -> list[ConfigProblem]:
-    """Why the in-cluster load (``load.runner: cluster``) would lose results: a client's
-    records outgrowing the pod log the cluster keeps (:func:`incluster.budget.
-    log_budget_problem`)."""
-    load = cfg.load
-    if not load.enabled or load.runner != "cluster":
-        return []
-    problem = log_budget_problem(load.grid(), load.clients)
-    return [] if problem is None else [ConfigProblem("load.clients", load.clients, problem)]
 
 
 def missing_address(cfg: StackConfig, stack: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Read what the cluster has, at ``pulumi preview``, for :mod:`components.cluster_checks`.
+"""Read what the cluster has, at ``pulumi preview``, for :mod:`clusterread.checks`.
 
 Kubernetes access is the stack's Kubernetes provider's, resolved as the load step's pod watch
 resolves it (:func:`loadgen.kube_watch.api_client`: ``kubernetes:kubeconfig``, else
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.manifests import DGD_API_VERSION
+from manifests.graph import DGD_API_VERSION
 
 ACCESS_TIMEOUT_S = 10.0
 """Seconds one API request may take before the check is skipped with a warning."""

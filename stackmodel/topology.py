@@ -1,9 +1,9 @@
-"""Pure functions from a :class:`~components.config.StackConfig` to a deployable topology.
+"""Pure functions from a :class:`~stackmodel.config.StackConfig` to a deployable topology.
 
 A :class:`Topology` is a list of :class:`ComponentPlan` (one per DGD component or Deployment):
 role, replicas, placement (node selector, tolerations, ``nvidia.com/gpu``), the container's
 command, arguments, environment and resources. The Kubernetes manifests
-(:mod:`components.manifests`), ``testbed render`` and ``testbed simulate`` all read it.
+(:mod:`manifests.graph`), ``testbed render`` and ``testbed simulate`` all read it.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from components.config import NodeClass, StackConfig, WorkerGroup
-from components.sizing import MOCKER_BLOCK_SIZE_TOKENS
-from components.stack_sizing import StackSizing, stack_sizing
+from stackmodel.config import NodeClass, StackConfig, WorkerGroup
+from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS
+from stackmodel.sizing import StackSizing, stack_sizing
 
 ComponentType = Literal["frontend", "worker", "prefill", "decode"]
 """The DGD ``spec.components[].type`` values this program uses (CRD enum, v1beta1)."""
@@ -231,7 +231,7 @@ def build_topology(cfg: StackConfig) -> Topology:
 
     Raises:
         KeyError: a node class is unknown (cannot happen after
-            :func:`~components.validation.parse_stack_config`).
+            :func:`~stackmodel.validation.parse_stack_config`).
     """
     image = cfg.engine.resolved_image
     gpu_per_worker = 1 if cfg.engine.kind == "vllm" else 0

@@ -1,6 +1,6 @@
 """A Kubernetes toleration as the stack config writes it (node classes, the operator).
 
-Kept apart from :mod:`components.config` so that :mod:`components.platform`, which the config
+Kept apart from :mod:`stackmodel.config` so that :mod:`stackmodel.platform`, which the config
 imports, can use it too.
 """
 
@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from components.config_text import ConfigText
+from loadgen.config_text import ConfigText
 
 
 class Toleration(BaseModel):

@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict
 from rich import box
 from rich.table import Table
 
-from components.stack_layout import short_stack_name
-from components.stack_resources import ResourceComparison, resource_note
 from loadgen.config import LoadConfig
 from loadgen.report import table_text
 from loadgen.settings_diff import settings_differences, settings_note
+from stackmodel.resources import ResourceComparison, resource_note
+from stackmodel.stack_layout import short_stack_name
 
 RATIO_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_ratio")
 """Compared with a ratio B/A: TTFT p50 and p99 (ms), requests/s, cached-token ratio."""
@@ -182,7 +182,7 @@ def comparison_output(
     "table": text}``; the table ends with the load-settings note
     (:func:`loadgen.settings_diff.settings_note`: which load settings differ and which metrics
     that invalidates; the two stacks' ``loadSettings`` outputs, given as ``load_settings``, a
-    side None when unknown), the resource note (:func:`components.stack_resources.resource_note`:
+    side None when unknown), the resource note (:func:`stackmodel.resources.resource_note`:
     what differed and which metrics it affects) when the stacks did not have the same resources,
     and with ``note`` (:func:`baseline_note`: why there is no baseline side) when given. A side
     without results (not run yet, or a baseline that could not be read) counts as no points.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.platform import PlatformConfig, admission_scope, release_namespace
+from stackmodel.platform import PlatformConfig, admission_scope, release_namespace
 
 
 def rbac_summary(cfg: PlatformConfig, testbed_namespace: str) -> list[dict[str, Any]]:

@@ -29,10 +29,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from components.load_step import RERUN_INPUTS, LoadStepInputs
 from loadgen.observers import GridObserver
 from loadgen.output import write_text_atomic
 from loadgen.results_folder import STATUS_FILE, STEP_FILE
+from loadstep.inputs import RERUN_INPUTS, LoadStepInputs
 
 STOP_FILE = "STOP"
 """``<load.resultsDir>/<stack>/STOP``: while it exists, the stack's load step starts no further
@@ -86,7 +86,7 @@ def resumable_run(inputs: LoadStepInputs) -> Path | None:
 
     Resumable: it is the newest run folder, has ``step.json`` (written when the run starts) but
     no ``status.json`` (written when it ends: a finished run, also one the deadline cut short,
-    is not resumed), and its :data:`~components.load_step.RERUN_INPUTS` (URL, model, grid,
+    is not resumed), and its :data:`~loadstep.inputs.RERUN_INPUTS` (URL, model, grid,
     topology fingerprint, runId) equal ``inputs``'. loadgen then keeps its complete runs and
     measures the others (``run_grid_async(resume=True)``, which also refuses runs measured with
     other settings).

@@ -1,7 +1,7 @@
-"""Pure functions from a :class:`~components.topology.Topology` to Kubernetes objects (dicts).
+"""Pure functions from a :class:`~stackmodel.topology.Topology` to Kubernetes objects (dicts).
 
 Every object the program applies (besides the platform's Helm release and the RBAC objects of
-:mod:`components.rbac`) is built here, so ``testbed render``, the schema tests and the Pulumi
+:mod:`stackmodel.rbac`) is built here, so ``testbed render``, the schema tests and the Pulumi
 components all see the same dicts.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.config import StackConfig
-from components.topology import FRONTEND_PORT, ComponentPlan, Topology
+from stackmodel.config import StackConfig
+from stackmodel.topology import FRONTEND_PORT, ComponentPlan, Topology
 
 DGD_API_VERSION = "nvidia.com/v1beta1"
 DGD_KIND = "DynamoGraphDeployment"
@@ -129,7 +129,7 @@ def dgd_manifest(cfg: StackConfig, topology: Topology, *, with_hf_token: bool) -
     admission when the image tag is not a version).
     ``sharedMemorySize`` is set on every component, so the operator's 8Gi default /dev/shm never
     applies unseen (it counts against the memory limit; see
-    :data:`components.sizing.DEFAULT_SHARED_MEMORY`).
+    :data:`stackmodel.quantities.DEFAULT_SHARED_MEMORY`).
     """
     components = []
     for plan in topology.components:

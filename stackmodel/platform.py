@@ -39,8 +39,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from components.config_text import ConfigText
-from components.toleration import GPU_TAINT_TOLERATION, Toleration
+from loadgen.config_text import ConfigText
+from stackmodel.toleration import GPU_TAINT_TOLERATION, Toleration
 
 CHART_REF = "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform"
 """NVIDIA's OCI location of the `dynamo-platform` chart (see the module docstring)."""

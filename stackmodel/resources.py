@@ -28,8 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from components.config import StackConfig
-from components.topology import Topology
+from stackmodel.config import StackConfig
+from stackmodel.topology import Topology
 
 PREFIX_CACHE_ROLES = ("aggregated", "prefill")
 """Worker roles that serve prompts from their own prefix cache."""

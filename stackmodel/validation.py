@@ -1,11 +1,11 @@
-"""Turning a stack's raw config into a validated :class:`~components.config.StackConfig`.
+"""Turning a stack's raw config into a validated :class:`~stackmodel.config.StackConfig`.
 
-Two layers of checks, both raised as one :class:`~components.errors.StackConfigError` before any
+Two layers of checks, both raised as one :class:`~stackmodel.errors.StackConfigError` before any
 resource is registered:
 
 1. shape: pydantic validates types, ranges and allowed values of every key
-   (:mod:`components.config`);
-2. meaning: :func:`components.checks.semantic_problems` checks what spans keys (node classes that
+   (:mod:`stackmodel.config`);
+2. meaning: :func:`stackmodel.checks.semantic_problems` checks what spans keys (node classes that
    exist, prefill with decode, KV connector roles, image tags, GPU fit, the memory floor, ...).
 
 Imports run one way: ``config`` (the model) <- ``stack_sizing``/``load_step`` <- ``checks`` <-
@@ -20,8 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from components.checks import semantic_problems
-from components.config import (
+from loadgen.config import error_message
+from stackmodel.checks import semantic_problems
+from stackmodel.config import (
     KNOWN_KEYS,
     PLATFORM_KEYS,
     SECRET_KEYS,
@@ -30,9 +31,8 @@ from components.config import (
     stack_role,
     unset_key,
 )
-from components.errors import ConfigProblem, StackConfigError, key_path
-from components.stack_layout import STACK_ROLES
-from loadgen.config import error_message
+from stackmodel.errors import ConfigProblem, StackConfigError, key_path
+from stackmodel.stack_layout import STACK_ROLES
 
 
 def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:

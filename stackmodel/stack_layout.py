@@ -40,8 +40,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
-from components.platform import PlatformConfig
-from components.rbac import rbac_summary
+from stackmodel.platform import PlatformConfig
+from stackmodel.rbac import rbac_summary
 
 STACK_ROLES = ("platform", "graph", "standalone")
 """The values of ``stackRole`` (see the module docstring)."""
@@ -125,7 +125,7 @@ class PlatformExports(BaseModel):
         chart_version: the chart (== Dynamo) version, e.g. ``1.6.2``.
         installed: whether the platform stack manages the release (``platform.install``).
         operator_rbac: the operator's entry of the ``rbac`` summary
-            (:func:`components.rbac.rbac_summary`).
+            (:func:`stackmodel.rbac.rbac_summary`).
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
@@ -148,7 +148,7 @@ def platform_exports(cfg: PlatformConfig) -> PlatformExports:
 
     Raises:
         pydantic.ValidationError: ``operatorScope`` is not ``cluster`` (refused earlier by
-            :func:`components.config.parse_platform_stack_config`).
+            :func:`stackmodel.config.parse_platform_stack_config`).
     """
     (operator,) = rbac_summary(cfg, cfg.namespace)
     return PlatformExports.model_validate(

@@ -3,7 +3,7 @@
 The inputs are plain dicts as the Kubernetes API returns them (``GET /api/v1/nodes`` items:
 ``metadata.labels``, ``spec.taints``, ``spec.unschedulable``, ``status.allocatable``; Helm's
 release records, decoded; ClusterRoles), read at ``pulumi preview`` by
-:mod:`components.cluster_read`. Per node class of the stack (the workers placed on it):
+:mod:`clusterread.read`. Per node class of the stack (the workers placed on it):
 
 - nodes: at least ``nodes`` schedulable nodes carry every label of ``nodeSelector``;
 - taints: a ``NoSchedule``/``NoExecute`` taint on those nodes that the class does not tolerate
@@ -29,12 +29,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.config import StackConfig
-from components.errors import ConfigProblem
-from components.platform import PlatformConfig, release_namespace
-from components.sizing import format_quantity, parse_quantity
-from components.stack_layout import NAMESPACE_PREFIX
-from components.topology import Topology
+from stackmodel.config import StackConfig
+from stackmodel.errors import ConfigProblem
+from stackmodel.platform import PlatformConfig, release_namespace
+from stackmodel.quantities import format_quantity, parse_quantity
+from stackmodel.stack_layout import NAMESPACE_PREFIX
+from stackmodel.topology import Topology
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """The NVIDIA device plugin's extended resource (time-sliced units included)."""

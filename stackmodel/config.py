@@ -5,8 +5,8 @@ The Pulumi program, the offline ``testbed`` commands and the local simulation al
 ``stacks/Pulumi.<stack>.yaml`` (``dynamo-testbed:<key>``); unknown keys are rejected.
 
 This module holds the model and its key-level (shape) rules only;
-:func:`components.validation.parse_stack_config` validates a raw config against it and runs the
-cross-key checks of :mod:`components.checks`.
+:func:`stackmodel.validation.parse_stack_config` validates a raw config against it and runs the
+cross-key checks of :mod:`stackmodel.checks`.
 """
 
 from __future__ import annotations
@@ -31,20 +31,20 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from components.config_text import ConfigText
-from components.errors import PROJECT
-from components.models import ModelGeometry
-from components.platform import PlatformConfig
-from components.sizing import (
+from kvpath.profile import LinkProfile
+from loadgen.config import LoadConfig
+from loadgen.config_text import ConfigText
+from stackmodel.errors import PROJECT
+from stackmodel.models import ModelGeometry
+from stackmodel.platform import PlatformConfig
+from stackmodel.quantities import (
     DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     DEFAULT_BASE_MEMORY,
     DEFAULT_SHARED_MEMORY,
     GI,
 )
-from components.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
-from components.toleration import Toleration
-from kvpath.profile import LinkProfile
-from loadgen.config import LoadConfig
+from stackmodel.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
+from stackmodel.toleration import Toleration
 from steptime.gpus import GPU_CATALOG, GpuSpec, catalog_gpu
 
 
@@ -306,7 +306,7 @@ class FrontendConfig(CamelModel):
         default=None,
         description="Node class the frontend runs on (its selector and tolerations; it needs "
         "no GPU). Default: any node, with every node class's tolerations, so tainted GPU "
-        "nodes do not leave it Pending (components.topology.anywhere_placement).",
+        "nodes do not leave it Pending (stackmodel.topology.anywhere_placement).",
     )
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         default="NodePort",
@@ -328,7 +328,7 @@ class FrontendConfig(CamelModel):
 DEFAULT_READY_TIMEOUT_MINUTES = 60
 """Minutes ``pulumi up`` waits by default for each object pulumi-kubernetes awaits (the DGD's
 Ready, the vllm-service Deployments' rollout, the frontend Service's first ready endpoint:
-:func:`components.manifests.ready_timeout_annotations`): a first deploy, not a restart.
+:func:`manifests.graph.ready_timeout_annotations`): a first deploy, not a restart.
 
 Every node pulls the vLLM runtime image first (about 12 GB, the issue's figure for
 ``vllm-runtime:1.6.2``): 12e9 B x 8 / 100 Mbit/s = 16 min from nvcr.io on a 100 Mbit/s link,
@@ -419,7 +419,7 @@ class StackLoadConfig(LoadConfig):
     """The stack's ``load:`` section: the loadgen grid plus the post-deploy load step's settings.
 
     The grid fields are :class:`~loadgen.config.LoadConfig`'s (``prefixKinds``, ...); the rest
-    drive :mod:`components.load_step`. Unknown keys are rejected, as everywhere.
+    drive :mod:`loadstep.inputs`. Unknown keys are rejected, as everywhere.
     """
 
     enabled: bool = Field(
@@ -449,7 +449,7 @@ class StackLoadConfig(LoadConfig):
         gt=0,
         description="Overall limit of the step (model wait + grid); points not finished by "
         "then are left out and the status says so (the engine ignores custom timeouts). "
-        "Default: sized from the grid (components.load_step.default_deadline_minutes).",
+        "Default: sized from the grid (loadstep.inputs.default_deadline_minutes).",
     )
     model_wait_minutes: float = Field(
         default=10.0,
@@ -523,7 +523,7 @@ class StackLoadConfig(LoadConfig):
 
 
 class SizingConfig(CamelModel):
-    """Knobs of the sizing checks (:mod:`components.sizing`); defaults documented there."""
+    """Knobs of the sizing checks (:mod:`stackmodel.sizing`); defaults documented there."""
 
     allow_unsafe_memory: bool = Field(
         default=False,
@@ -540,7 +540,7 @@ class SizingConfig(CamelModel):
         default="error",
         description="What a missing cluster precondition does at preview (nodes with the node"
         " classes' labels, tolerated taints, allocatable GPUs and memory:"
-        " components.cluster_checks): error stops before anything is deployed, warn deploys"
+        " clusterread.checks): error stops before anything is deployed, warn deploys"
         " anyway, off reads nothing. Without API access it is one warning.",
     )
     activation_overhead_gib: float = Field(
@@ -566,8 +566,8 @@ class StackConfig(CamelModel):
     A ``platform`` stack is a :class:`PlatformStackConfig` instead.
 
     Validate with ``context={"stack": <stack name>}`` (as
-    :func:`components.validation.parse_stack_config` does): an empty or absent ``namespace``
-    becomes :func:`~components.stack_layout.stack_namespace` of the stack, so two graph stacks
+    :func:`stackmodel.validation.parse_stack_config` does): an empty or absent ``namespace``
+    becomes :func:`~stackmodel.stack_layout.stack_namespace` of the stack, so two graph stacks
     never share a namespace.
     """
 

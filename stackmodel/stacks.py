@@ -1,0 +1,152 @@
+"""Loading a stack by name: ``stacks/Pulumi.<stack>.yaml`` over the project's declared defaults,
+with the command line's ``--set`` items applied, read the way the Pulumi CLI passes it to the
+program (structured values as JSON strings, secrets marked secret), then validated.
+
+The one way every command reads a stack (`load_stack`: ``render``, ``simulate``, ``probe``,
+``init-stack``); ``pulumi up`` hands the program the same map (:func:`stack_config` builds
+what the CLI would), and both validate it with :func:`stackmodel.validation.parse_stack_config`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadgen.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
+from stackmodel.config import StackConfig, project_values
+from stackmodel.errors import PROJECT, StackConfigError
+from stackmodel.validation import parse_stack_config
+
+REPO = Path(__file__).resolve().parent.parent
+"""The project root (holds ``Pulumi.yaml`` and ``stacks/``)."""
+
+SECRET_PLACEHOLDER = "[secret]"
+"""What a secret value renders as: the plain value never leaves the program."""
+
+
+def stack_names(project_dir: Path = REPO) -> list[str]:
+    """The stacks that have a config file in ``stacks/``, sorted."""
+    return sorted(
+        p.name[len("Pulumi.") : -len(".yaml")] for p in project_dir.glob("stacks/Pulumi.*.yaml")
+    )
+
+
+def stack_config(
+    stack: str, project_dir: Path = REPO, settings: Sequence[Setting] = ()
+) -> tuple[dict[str, str], list[str]]:
+    """The config map the Pulumi CLI would pass to the program for ``stack``, with the
+    command line's ``--set`` items (:mod:`loadgen.key_paths`) applied on top of the file.
+
+    Returns:
+        ``({"dynamo-testbed:<key>": <str or JSON string>}, [secret keys])``. Declared defaults
+        from ``Pulumi.yaml`` come first; ``secure:`` values (encrypted, cannot be read here)
+        become :data:`SECRET_PLACEHOLDER` and are listed as secret.
+
+    Raises:
+        FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``; the message lists known stacks.
+        StackFileError: the file is not YAML, or has no ``config:`` mapping.
+        KeyPathError: a ``--set`` that cannot be applied.
+    """
+    path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        known = ", ".join(stack_names(project_dir)) or "(none)"
+        raise FileNotFoundError(f"stack '{stack}': no {path}; known stacks: {known}")
+    project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    values: dict[str, Any] = {}
+    for key, decl in (project.get("config") or {}).items():
+        if isinstance(decl, dict) and "default" in decl:
+            values[f"{PROJECT}:{key}"] = decl["default"]
+    secrets: list[str] = []
+    for key, value in _stack_file_config(stack, path).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            value = SECRET_PLACEHOLDER
+            secrets.append(full)
+        values[full] = value
+    as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    if settings:
+        changed = apply_settings(project_values(as_strings), _project_settings(settings))
+        as_strings |= {
+            f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in changed.items()
+        }
+    return as_strings, secrets
+
+
+def _project_settings(settings: Sequence[Setting]) -> list[Setting]:
+    """``--set`` items with keys below the project namespace (``dynamo-testbed:`` dropped).
+
+    Raises:
+        KeyPathError: a key of another namespace.
+    """
+    for setting in settings:
+        if ":" in str(setting.path[0]) and not str(setting.path[0]).startswith(f"{PROJECT}:"):
+            raise KeyPathError(
+                f"--set {setting.text}: only {PROJECT} keys can be set here (no namespace)"
+            )
+    return [
+        Setting(s.text, (str(s.path[0]).removeprefix(f"{PROJECT}:"), *s.path[1:]), s.value)
+        for s in settings
+    ]
+
+
+def settings_error(
+    exc: StackConfigError, settings: Sequence[Setting], project_dir: Path = REPO
+) -> StackConfigError:
+    """``exc``, raised for a stack read with ``settings``, with each problem under a ``--set``
+    naming it, and a ``--set`` that adds a map entry (a misspelt node class) saying so
+    (:func:`loadgen.key_paths.with_new_entries`)."""
+    raw = project_values(stack_config(exc.stack, project_dir)[0])
+    return StackConfigError(
+        exc.stack, exc.problems, with_new_entries(raw, _project_settings(settings))
+    )
+
+
+class StackFileError(ValueError):
+    """A stack file that cannot be read as a Pulumi stack config (names the file and line)."""
+
+
+def _stack_file_config(stack: str, path: Path) -> dict[str, Any]:
+    """The ``config:`` mapping of a stack file.
+
+    Raises:
+        StackFileError: not YAML (with the line), or no ``config:`` mapping at the top.
+    """
+    where = f"stack '{stack}': {path}"
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise StackFileError(f"{where}{line}: not valid YAML: {problem}") from None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        raise StackFileError(
+            f"{where}: no `config:` mapping at the top of the file; a stack file looks like\n"
+            "config:\n  dynamo-testbed:nodeClasses: {...}\n  dynamo-testbed:topology: {...}"
+        )
+    return config
+
+
+def load_stack(
+    stack: str, settings: Sequence[Setting] = (), project_dir: Path = REPO
+) -> StackConfig:
+    """A stack's validated config, read as the Pulumi CLI would pass it, with the command
+    line's ``--set`` items applied (:func:`stack_config`).
+
+    Raises:
+        FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``.
+        KeyPathError: a ``--set`` that cannot be applied.
+        StackConfigError: invalid config (a problem under a ``--set`` names it).
+    """
+    config, _ = stack_config(stack, project_dir, settings)
+    try:
+        return parse_stack_config(stack, project_values(config))
+    except StackConfigError as exc:
+        if not settings:
+            raise
+        raise settings_error(exc, settings, project_dir) from None
