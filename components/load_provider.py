@@ -101,7 +101,7 @@ async def _wait_and_run(
         run_dir,
         tokenizer=inputs.tokenizer,
         progress=False,
-        resume=True,  # run_dir is new, or an interrupted run to finish (load_step_folder)
+        resume=True,  # run_dir is new, or an interrupted run to finish (loadstep.folder)
         ready=inputs.ready_check(),
         observers=[pods, StopFileObserver(inputs)],
     )
@@ -148,7 +148,7 @@ def _run_grid(
 
     if inputs.url is None or inputs.namespace is None or inputs.image is None:
         return None, False, "the in-cluster load needs the stack's namespace, image and URL"
-    try:  # a resumed folder's runs are not measured again (load_step_folder)
+    try:  # a resumed folder's runs are not measured again (loadstep.folder)
         skip, sizing = finished_runs(run_dir, inputs.url, inputs.model, config)
     except ResumeError as exc:
         return None, False, str(exc)

@@ -8,8 +8,8 @@ resource is registered:
 2. meaning: :func:`stackmodel.checks.semantic_problems` checks what spans keys (node classes that
    exist, prefill with decode, KV connector roles, image tags, GPU fit, the memory floor, ...).
 
-Imports run one way: ``config`` (the model) <- ``stack_sizing``/``load_step`` <- ``checks`` <-
-this module.
+Imports run one way: ``config`` (the model) <- ``sizing`` <- ``checks`` <- this module <-
+``stacks`` (loading a stack by name).
 """
 
 from __future__ import annotations
