@@ -174,7 +174,9 @@ def _third_party(path: Path) -> set[str]:
 )
 def test_the_model_imports_no_pulumi_and_no_kubernetes_client(module: str) -> None:
     found = sorted(_third_party(MODULES[module]) & set(FORBIDDEN))
-    assert not found, f"{module} imports {found}: keep it in components/, clusterread/ or incluster/"
+    assert not found, (
+        f"{module} imports {found}: import it in components/, clusterread/ or incluster/"
+    )
 
 
 def test_the_purity_rule_sees_an_import_inside_a_function() -> None:
