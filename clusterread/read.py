@@ -35,6 +35,11 @@ class ClusterView:
         graphs: the DynamoGraphDeployments of every namespace ([] without the CRD).
         releases: Helm's records of one release (decoded, :func:`helm_record`).
         cluster_roles: ``GET /apis/rbac.authorization.k8s.io/v1/clusterroles`` items.
+        workloads: the stack's DynamoGraphDeployments and Deployments running in its
+            namespace (``app.kubernetes.io/managed-by=dynamo-testbed``; [] without the
+            namespace or the CRD), for :func:`clusterread.rollout.plan_rollout`.
+        namespace_found: whether the stack's namespace exists (None: not asked or not
+            readable).
         unreadable: what could not be read (e.g. forbidden), one line each.
     """
 
@@ -42,6 +47,8 @@ class ClusterView:
     graphs: list[dict[str, Any]] | None = None
     releases: list[dict[str, Any]] | None = None
     cluster_roles: list[dict[str, Any]] | None = None
+    workloads: list[dict[str, Any]] | None = None
+    namespace_found: bool | None = None
     unreadable: list[str] = field(default_factory=list)
 
 
@@ -64,10 +71,13 @@ def read_cluster(
     nodes: bool = False,
     release: tuple[str, str] | None = None,
     graphs: bool = False,
+    namespace: str | None = None,
 ) -> ClusterView:
     """Read the nodes (``nodes``), for ``release`` = (namespace, name) Helm's records of that
-    release and the ClusterRoles, and the DynamoGraphDeployments of every namespace
-    (``graphs``; ``nvidia.com/v1beta1``, the version the program writes).
+    release and the ClusterRoles, the DynamoGraphDeployments of every namespace
+    (``graphs``; ``nvidia.com/v1beta1``, the version the program writes), and for
+    ``namespace`` whether it exists and the stack's workloads running there (namespaced reads
+    only, so a user bound to that namespace can run them).
 
     Raises:
         ClusterReadError: no kubeconfig, unknown context, API unreachable or not answering
@@ -118,11 +128,58 @@ def read_cluster(
                     if exc.status != 404:
                         raise
                     view.graphs = []
+            if namespace is not None:
+                _read_namespace(api, namespace, view, get)
         except ApiException as exc:
             raise ClusterReadError(_reason(exc)) from None
         except (HTTPError, OSError) as exc:
             raise ClusterReadError(" ".join(str(exc).split()) or type(exc).__name__) from None
     return view
+
+
+def _read_namespace(api: Any, namespace: str, view: ClusterView, get: Any) -> None:
+    """Fill ``view.namespace_found`` and ``view.workloads`` (403: a line in
+    ``view.unreadable``, the field stays None)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from manifests.graph import MANAGED_BY
+
+    try:
+        client.CoreV1Api(api).read_namespace(namespace, _request_timeout=ACCESS_TIMEOUT_S)
+        view.namespace_found = True
+    except ApiException as exc:
+        if exc.status != 404:
+            view.unreadable.append(f"namespace {namespace}: {_reason(exc)}")
+            return
+        view.namespace_found = False
+        view.workloads = []
+        return
+    selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+    group, version = DGD_API_VERSION.split("/")
+    try:
+        deployments = get(
+            client.AppsV1Api(api).list_namespaced_deployment, namespace, label_selector=selector
+        )
+        for item in deployments:
+            item.setdefault("kind", "Deployment")
+        try:
+            graphs = get(
+                client.CustomObjectsApi(api).list_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                "dynamographdeployments",
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            graphs = []
+        for item in graphs:
+            item.setdefault("kind", "DynamoGraphDeployment")
+        view.workloads = [*graphs, *deployments]
+    except ApiException as exc:
+        view.unreadable.append(f"workloads in {namespace}: {_reason(exc)}")
 
 
 def _reason(exc: Any) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 from pydantic import BaseModel, ConfigDict
 
-from components.k8s_objects import register_object
+from components.k8s_objects import register_object, resource_name, stable_name
 
 
 class GraphArgs(BaseModel):
@@ -24,6 +24,8 @@ class GraphArgs(BaseModel):
         secret: the HF token Secret (dict whose value is a Pulumi secret), or None.
         graph_name: DGD name (dynamo) or Deployment prefix (vllm-service).
         frontend_port: the Service's port.
+        replace_graph: replace the DGD on a change of its spec instead of updating it in
+            place (:attr:`clusterread.rollout.Rollout.replace_graph`).
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
@@ -34,6 +36,7 @@ class GraphArgs(BaseModel):
     secret: dict[str, Any] | None = None
     graph_name: str
     frontend_port: int
+    replace_graph: bool = False
 
 
 class TestbedGraph(pulumi.ComponentResource):
@@ -62,11 +65,12 @@ class TestbedGraph(pulumi.ComponentResource):
         upstream = list(opts.depends_on or []) if opts is not None else []  # type: ignore[arg-type]
         child = pulumi.ResourceOptions(parent=self, depends_on=upstream)
         secret = register_object(args.secret, child) if args.secret is not None else None
-        workload_opts = pulumi.ResourceOptions(
-            parent=self, depends_on=[*upstream, *([secret] if secret is not None else [])]
-        )
-        self.workloads = [register_object(obj, workload_opts) for obj in args.workloads]
-        self.service = register_object(args.frontend_service, child)
+        workload_deps = [*upstream, *([secret] if secret is not None else [])]
+        self.workloads = [
+            self._register_replaceable(obj, workload_deps, args.replace_graph)
+            for obj in args.workloads
+        ]
+        self.service = self._register_replaceable(args.frontend_service, upstream, False)
         self.graph_name = pulumi.Output.from_input(args.graph_name)
         self.frontend_service = pulumi.Output.from_input(args.frontend_service["metadata"]["name"])
         self.frontend_port = pulumi.Output.from_input(args.frontend_port)
@@ -77,3 +81,20 @@ class TestbedGraph(pulumi.ComponentResource):
                 "frontendPort": self.frontend_port,
             }
         )
+
+    def _register_replaceable(
+        self, obj: dict[str, Any], depends_on: list[Any], replace_on_spec: bool
+    ) -> pulumi.CustomResource:
+        """Register a workload or the Service under :func:`stable_name`, delete-before-replace
+        (a renamed DGD frees its GPU shares, a renamed Service its nodePort, before the new one
+        is created), aliased to its earlier name (:func:`resource_name`, so a stack deployed
+        before keeps its resources); with ``replace_on_spec`` a change of ``spec`` replaces it.
+        """
+        opts = pulumi.ResourceOptions(
+            parent=self,
+            depends_on=depends_on,
+            delete_before_replace=True,
+            aliases=[pulumi.Alias(name=resource_name(obj))],
+            replace_on_changes=["spec"] if replace_on_spec else None,
+        )
+        return register_object(obj, opts, stable_name(obj))

@@ -13,6 +13,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from manifests.graph import COMPONENT_LABEL
+
 _TYPED: dict[tuple[str, str], Any] = {
     ("v1", "Namespace"): k8s.core.v1.Namespace,
     ("v1", "Secret"): k8s.core.v1.Secret,
@@ -31,16 +33,27 @@ def resource_name(obj: dict[str, Any]) -> str:
     return "-".join(p for p in parts if p)
 
 
+def stable_name(obj: dict[str, Any]) -> str:
+    """A Pulumi resource name that stays when the object's name or namespace changes:
+    ``<kind>`` and, for an object of one component (a vLLM Deployment), ``-<component>``.
+    Unique below one graph component (one DGD, one frontend Service, a Deployment per
+    component). A change of ``topology.name`` or ``namespace`` is then a replacement of the
+    same resource, which ``deleteBeforeReplace`` orders delete-first, not a new resource created
+    beside the old one (:mod:`clusterread.rollout`)."""
+    component = (obj["metadata"].get("labels") or {}).get(COMPONENT_LABEL)
+    return "-".join(p for p in (obj["kind"].lower(), component) if p)
+
+
 def register_object(
-    obj: dict[str, Any], opts: pulumi.ResourceOptions | None = None
+    obj: dict[str, Any], opts: pulumi.ResourceOptions | None = None, name: str | None = None
 ) -> pulumi.CustomResource:
     """Register ``obj`` (a complete Kubernetes object dict) as a Pulumi resource.
 
-    The resource name is :func:`resource_name`; the object's own ``metadata.name`` is kept, so
-    Pulumi does not auto-name it. Returns the resource.
+    The resource name is ``name``, else :func:`resource_name`; the object's own
+    ``metadata.name`` is kept, so Pulumi does not auto-name it. Returns the resource.
     """
     key = (obj["apiVersion"], obj["kind"])
-    name = resource_name(obj)
+    name = name or resource_name(obj)
     cls = _TYPED.get(key)
     if cls is None:
         fields = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}

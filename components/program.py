@@ -13,12 +13,15 @@ from typing import Any
 import pulumi
 
 from clusterread.checks import (
+    class_gpu_units,
+    class_needs,
     cluster_problems,
     deployed_graphs_problem,
     existing_operator_problem,
     release_description,
 )
-from clusterread.read import ClusterReadError, read_cluster
+from clusterread.read import ClusterReadError, ClusterView, read_cluster
+from clusterread.rollout import Rollout, plan_rollout
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
 from components.load_provider import LoadStep, register_load_step
@@ -49,7 +52,7 @@ from stackmodel.stack_layout import (
     stack_reference_name,
     version_warning,
 )
-from stackmodel.topology import FRONTEND_PORT, build_topology
+from stackmodel.topology import FRONTEND_PORT, Topology, build_topology
 from stackmodel.validation import parse_platform_stack_config, parse_stack_config
 
 
@@ -89,11 +92,12 @@ def main(cluster_checks: bool = False) -> None:
         deploy_platform(platform_cfg)
         return
     cfg = parse_stack_config(stack, raw)
+    rollout = None
     if cluster_checks:
         installs = cfg.stack_role == "standalone" and cfg.topology.kind == "dynamo"
-        check_cluster(stack, cfg, cfg.platform if installs else None, cfg.namespace)
+        rollout = check_cluster(stack, cfg, cfg.platform if installs else None, cfg.namespace)
     token = pulumi.Config(PROJECT).get_secret("hfToken")
-    deploy(cfg, token)
+    deploy(cfg, token, rollout)
 
 
 def check_cluster(
@@ -103,25 +107,31 @@ def check_cluster(
     namespace: str,
     *,
     unprotecting: bool = False,
-) -> None:
+) -> Rollout | None:
     """Check the cluster the stack's Kubernetes provider points at, before anything is
     registered: the nodes against ``cfg``'s node classes (:func:`cluster_problems`; with
     ``sizing.clusterCheck`` error, warn or off), for a ``platform`` that installs the
     release an operator already running (:func:`existing_operator_problem`), and when a
     platform stack lifts its ``protect`` (``unprotecting``) DGDs still deployed
-    (:func:`deployed_graphs_problem`); the last two are always errors.
+    (:func:`deployed_graphs_problem`); the last two are always errors. With the nodes read,
+    how the change of a deployed graph rolls out on the GPU shares (:func:`plan_rollout`, its
+    decisions logged; one that cannot roll out is an error).
 
     No access to the API (no kubeconfig, unreachable, forbidden) is one warning, never a
-    failure: the engine then reports what it finds when it deploys.
+    failure, except while a platform lifts its protect: then DGDs that could not be listed
+    are an error naming the permission (the check fails closed).
+
+    Returns:
+        The rollout (None when not checked).
 
     Raises:
         StackConfigError: naming ``nodeClasses.<class>`` (what the nodes have, what the stack
-            needs), ``platform.install`` or ``platform.protect``.
+            needs), ``platform.install``, ``platform.protect`` or ``topology``.
     """
     mode = "off" if cfg is None or cfg.parked else cfg.sizing.cluster_check
     installs = platform is not None and platform.install
     if mode == "off" and not installs and not unprotecting:
-        return
+        return None
     kubernetes = pulumi.Config("kubernetes")
     release = None
     if platform is not None and installs:
@@ -133,10 +143,15 @@ def check_cluster(
             nodes=mode != "off",
             release=release,
             graphs=unprotecting,
+            namespace=cfg.namespace if cfg is not None and mode != "off" else None,
         )
     except ClusterReadError as exc:
+        if unprotecting:
+            raise StackConfigError(
+                stack, [ConfigProblem("platform.protect", False, unlisted_graphs(str(exc)))]
+            ) from None
         pulumi.log.warn(f"stack '{stack}': cluster not checked (no API access: {exc})")
-        return
+        return None
     for what in view.unreadable:
         pulumi.log.warn(f"stack '{stack}': cluster partly checked, not readable: {what}")
     problems: list[ConfigProblem] = []
@@ -150,6 +165,7 @@ def check_cluster(
     graphs = deployed_graphs_problem(view.graphs or [])
     if graphs is not None:
         problems.append(ConfigProblem("platform.protect", False, graphs))
+    rollout = None
     if cfg is not None and view.nodes is not None:
         nodes = cluster_problems(cfg, build_topology(cfg), view.nodes)
         if mode == "warn":
@@ -157,8 +173,46 @@ def check_cluster(
                 pulumi.log.warn(f"stack '{stack}': {problem.render()}")
         else:
             problems += nodes
+        rollout = check_rollout(stack, cfg, view)
+        if rollout is not None and rollout.problem is not None:
+            problems.append(ConfigProblem("topology", cfg.topology.kind, rollout.problem))
     if problems:
         raise StackConfigError(stack, problems)
+    return rollout
+
+
+def unlisted_graphs(reason: str) -> str:
+    """The error of a platform lifting its protect when its DGDs could not be listed."""
+    return (
+        f"could not list the cluster's DynamoGraphDeployments ({reason}), so it is not known"
+        " whether graph stacks still need the operator; protect is lifted only after that"
+        " list: grant your user `list` on dynamographdeployments.nvidia.com in every namespace"
+        " (ClusterRole rule: apiGroups [nvidia.com], resources [dynamographdeployments],"
+        " verbs [list]) and make the API reachable, then run the preview again"
+    )
+
+
+def check_rollout(stack: str, cfg: StackConfig, view: ClusterView) -> Rollout | None:
+    """How the change rolls out from what runs in the stack's namespace
+    (:func:`plan_rollout` on the stack's allocatable GPU units per node class), each decision
+    logged; None when the workloads could not be read (a warning)."""
+    if view.workloads is None:
+        pulumi.log.warn(
+            f"stack '{stack}': rollout not checked: the workloads in namespace"
+            f" '{cfg.namespace}' were not readable"
+        )
+        return None
+    topology = build_topology(cfg)
+    classes = {
+        need.name: (need.selector, class_gpu_units(need, view.nodes or []))
+        for need in class_needs(cfg, topology)
+    }
+    with_token = pulumi.Config(PROJECT).get_secret("hfToken") is not None
+    new = [] if cfg.parked else graph_workloads(cfg, topology, with_hf_token=with_token)
+    rollout = plan_rollout(stack, new, view.workloads, classes)
+    for note in rollout.notes:
+        pulumi.log.info(f"stack '{stack}': {note}")
+    return rollout
 
 
 def deploy_platform(cfg: PlatformStackConfig) -> None:
@@ -201,8 +255,22 @@ def platform_reference(
     return exports, exports.apply(lambda _: [reference])
 
 
-def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
+def graph_workloads(
+    cfg: StackConfig, topology: Topology, *, with_hf_token: bool
+) -> list[dict[str, Any]]:
+    """The DGD (dynamo) or the vLLM Deployments (vllm-service) of the stack."""
+    if topology.kind == "dynamo":
+        return [dgd_manifest(cfg, topology, with_hf_token=with_hf_token)]
+    return vllm_deployment_manifests(cfg, topology, with_hf_token=with_hf_token)
+
+
+def deploy(
+    cfg: StackConfig, hf_token: pulumi.Output[str] | None, rollout: Rollout | None = None
+) -> None:
     """Register a graph (or standalone) stack for a validated config and export its outputs.
+
+    ``rollout`` (preview's :func:`check_rollout`): with ``replace_graph`` the DGD is replaced,
+    delete first, instead of updated in place.
 
     With ``parked`` the DGD (or Deployments) is not registered, so ``pulumi up`` deletes it and
     frees its GPUs; the namespace, Service, RBAC and the load step stay, the step with the
@@ -277,12 +345,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
         if release is not None:
             depends.append(release)
 
-    with_token = hf_token is not None
-    workloads = (
-        [dgd_manifest(cfg, topology, with_hf_token=with_token)]
-        if uses_dynamo
-        else vllm_deployment_manifests(cfg, topology, with_hf_token=with_token)
-    )
+    workloads = graph_workloads(cfg, topology, with_hf_token=hf_token is not None)
     service = frontend_service_manifest(cfg, topology)
     graph = TestbedGraph(
         "graph",
@@ -294,6 +357,7 @@ def deploy(cfg: StackConfig, hf_token: pulumi.Output[str] | None) -> None:
             secret=hf_secret_manifest(cfg.namespace, hf_token) if hf_token is not None else None,
             graph_name=topology.name,
             frontend_port=FRONTEND_PORT,
+            replace_graph=rollout is not None and rollout.replace_graph,
         ),
         pulumi.ResourceOptions(depends_on=depends),
     )

@@ -219,6 +219,13 @@ def vllm_deployment_manifests(
     Readiness is vLLM's ``/health`` on the serving port. /dev/shm is a ``medium: Memory``
     emptyDir of the component's ``sharedMemorySize``, as the DGD's operator would mount it
     (kubernetes.io/docs/concepts/storage/volumes/#emptydir).
+
+    A Deployment whose pods take GPUs rolls out with ``strategy: Recreate`` (every old pod
+    stops before a new one starts): on a cluster whose GPU shares are all taken, the default
+    RollingUpdate's surge pod (maxSurge 25% rounds up to 1, maxUnavailable 25% of 2 replicas
+    rounds down to 0: kubernetes ``pkg/controller/deployment/util/deployment_util.go``
+    ``ResolveFenceposts``) stays Pending and no old pod is ever removed
+    (``tests/cli_rules/deployment_rollout.py``).
     """
     out = []
     for plan in topology.components:
@@ -251,6 +258,7 @@ def vllm_deployment_manifests(
                 },
                 "spec": {
                     "replicas": plan.replicas,
+                    **({"strategy": {"type": "Recreate"}} if plan.placement.gpus else {}),
                     "selector": {"matchLabels": labels},
                     "template": {"metadata": {"labels": labels}, "spec": pod_spec},
                 },

@@ -52,6 +52,10 @@ class Registration:
             (the mock transport sends every number as a float) turned back into ints.
         custom: False for component resources.
         protect: the ``protect`` option (the engine refuses to delete it).
+        delete_before_replace: the ``delete_before_replace`` option.
+        replace_on_changes: the ``replace_on_changes`` option (property paths).
+        aliases: the names (or URNs) of the ``aliases`` option (the SDK's own type aliases, which
+            set neither, left out).
     """
 
     type: str
@@ -62,6 +66,9 @@ class Registration:
     inputs: dict[str, Any]
     custom: bool
     protect: bool = False
+    delete_before_replace: bool = False
+    replace_on_changes: list[str] = field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -151,6 +158,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     inputs=_clean(inputs),
                     custom=bool(request.custom),
                     protect=bool(request.protect),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
+                    replace_on_changes=list(request.replaceOnChanges),
+                    aliases=[a.spec.name or a.urn for a in request.aliases if a.spec.name or a.urn],
                 )
             )
         return response

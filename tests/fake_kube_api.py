@@ -5,11 +5,13 @@ until `timeoutSeconds`. Fault injection: drop every watch connection after N eve
 (`drop_after`), or answer 410 Gone to versions older than `expired_below`. For the cluster
 checks at preview it also lists `nodes` (`GET /api/v1/nodes`), `secrets` by namespace (`GET
 /api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs), `cluster_roles` and `graphs`
-(DGDs); a path in `forbidden` answers 403 (also to a create). For the in-cluster load and probe,
-ConfigMaps, Services, Jobs and Pods are created and deleted, a Job's status, a pod and its log
-(`logs`) read, and a created Job or Pod is handed to `on_job` / `on_pod`, the test's stand-in
-for the controller and kubelet. Runs on its own event loop in a thread, so the watch (a thread
-using the synchronous kubernetes client) and the load (another loop) can run beside it."""
+(DGDs, also by namespace), one namespace (`namespaces`) and the Deployments of one
+(`deployments`, label selector applied); a path in `forbidden` answers 403 (also to a create).
+For the in-cluster load and probe, ConfigMaps, Services, Jobs and Pods are created and
+deleted, a Job's status, a pod and its log (`logs`) read, and a created Job or Pod is handed to
+`on_job` / `on_pod`, the test's stand-in for the controller and kubelet. Runs on its own event
+loop in a thread, so the watch (a thread using the synchronous kubernetes client) and the load
+(another loop) can run beside it."""
 
 import asyncio
 import contextlib
@@ -89,6 +91,8 @@ class FakeKubeApi:
     secrets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     cluster_roles: list[dict[str, Any]] = field(default_factory=list)
     graphs: list[dict[str, Any]] | None = None  # DGDs; None: the CRD is not installed (404)
+    namespaces: set[str] = field(default_factory=set)  # namespaces that exist (GET one: 404 else)
+    deployments: list[dict[str, Any]] = field(default_factory=list)  # apps/v1, any namespace
     forbidden: set[str] = field(default_factory=set)  # request paths answered 403
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     created: list[tuple[str, str]] = field(default_factory=list)
@@ -175,11 +179,19 @@ class FakeKubeApi:
         if request.path in self.forbidden:
             status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
             return web.json_response(status, status=403)
+        namespace = request.match_info.get("namespace")
         if request.path.endswith("/dynamographdeployments"):
             if self.graphs is None:
                 status = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "no"}
                 return web.json_response(status, status=404)
-            items = self.graphs
+            items = [g for g in self.graphs if namespace in (None, g["metadata"]["namespace"])]
+        elif request.path.endswith("/deployments"):
+            items = [
+                d
+                for d in self.deployments
+                if d["metadata"]["namespace"] == namespace
+                and _matches(d, request.query.get("labelSelector", ""))
+            ]
         elif request.path == "/api/v1/nodes":
             items = self.nodes
         elif request.path.endswith("/clusterroles"):
@@ -196,6 +208,17 @@ class FakeKubeApi:
                 if all(s["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
             ]
         return web.json_response({"kind": "List", "metadata": {}, "items": items})
+
+    async def read_namespace(self, request: web.Request) -> web.Response:
+        """GET of one namespace: 200 if in `namespaces`, else 404 (403 for a path in
+        `forbidden`)."""
+        name = request.match_info["namespace"]
+        if request.path in self.forbidden:
+            status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
+            return web.json_response(status, status=403)
+        if name not in self.namespaces:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        return web.json_response({"kind": "Namespace", "metadata": {"name": name}})
 
     async def create(self, request: web.Request) -> web.Response:
         """POST of a ConfigMap, Service or Job: stored by kind and name (403 for a path in
@@ -307,6 +330,12 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         app.router.add_get("/api/v1/namespaces/{namespace}/secrets", api.list_objects)
         app.router.add_get("/apis/rbac.authorization.k8s.io/v1/clusterroles", api.list_objects)
         app.router.add_get("/apis/nvidia.com/v1beta1/dynamographdeployments", api.list_objects)
+        app.router.add_get(
+            "/apis/nvidia.com/v1beta1/namespaces/{namespace}/dynamographdeployments",
+            api.list_objects,
+        )
+        app.router.add_get("/apis/apps/v1/namespaces/{namespace}/deployments", api.list_objects)
+        app.router.add_get("/api/v1/namespaces/{namespace}", api.read_namespace)
         core, batch = "/api/v1/namespaces/{namespace}", "/apis/batch/v1/namespaces/{namespace}"
         app.router.add_get(core + "/pods/{name}/log", api.pod_log)
         app.router.add_get(core + "/pods/{name}", api.read_pod)

@@ -1,0 +1,220 @@
+"""A change of a deployed stack on the seed's full cluster, end to end: the old render runs in
+a fake Kubernetes API (its DGD or Deployments in the stack's namespace), the program previews
+the new config with the cluster check (``main(cluster_checks=True)``), and what it registers
+and says is checked against the rules of :mod:`deployment_rollout`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deployment_rollout import gpu_peak, replaces, rollout_progresses
+from fake_kube_api import FakeKubeApi, fake_kube_api
+
+from components.program import main
+from stackmodel.config import project_values
+from stackmodel.errors import PROJECT, StackConfigError
+from stackmodel.stacks import REPO, stack_config
+from testbed.render import EchoMocks, Registration, Rendered, _referenced_stacks, run_under_mocks
+
+pytestmark = pytest.mark.timeout(60)
+
+WORKLOAD_TYPES = (
+    "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment",
+    "kubernetes:apps/v1:Deployment",
+)
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+def cluster(main_units: int = 4, laptop_units: int = 2) -> list[dict[str, Any]]:
+    """The seed's two servers as the node list reads them: the 24 GB GPU time-sliced into
+    ``main_units``, the 8 GB one into ``laptop_units`` (the seed: 4 and 2)."""
+    return [
+        {
+            "metadata": {"name": name, "labels": {"dynamo-testbed/node-class": node_class}},
+            "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"memory": "62Gi", "nvidia.com/gpu": str(units)}},
+        }
+        for name, node_class, units in (
+            ("main", "gpu-24gb", main_units),
+            ("laptop", "gpu-8gb", laptop_units),
+        )
+    ]
+
+
+def edited(stack: str, edit: Edit | None, kubeconfig: str | None) -> dict[str, str]:
+    """The stack's config map with ``edit`` applied to its values (JSON decoded)."""
+    config, _ = stack_config(stack)
+    values = {
+        k.split(":", 1)[1]: json.loads(v) if v.startswith(("{", "[")) else v
+        for k, v in config.items()
+    }
+    if edit is not None:
+        edit(values)
+    out = {
+        f"{PROJECT}:{k}": json.dumps(v) if isinstance(v, dict | list) else v
+        for k, v in values.items()
+    }
+    if kubeconfig is not None:
+        out["kubernetes:kubeconfig"] = kubeconfig
+    return out
+
+
+def run(stack: str, edit: Edit | None = None, kubeconfig: str | None = None) -> Rendered:
+    """``pulumi preview`` of the edited stack; with ``kubeconfig`` the cluster check runs."""
+    config = edited(stack, edit, kubeconfig)
+    return run_under_mocks(
+        partial(main, cluster_checks=kubeconfig is not None),
+        stack=stack,
+        config=config,
+        mocks=EchoMocks(_referenced_stacks(project_values(config), REPO)),
+    )
+
+
+def deploy_into(api: FakeKubeApi, rendered: Rendered) -> None:
+    """What ``pulumi up`` of ``rendered`` leaves running: its namespace and workloads."""
+    for obj in rendered.kubernetes_objects():
+        if obj["kind"] == "Namespace":
+            api.namespaces.add(obj["metadata"]["name"])
+        elif obj["kind"] == "DynamoGraphDeployment":
+            api.graphs = [*(api.graphs or []), obj]
+        elif obj["kind"] == "Deployment":
+            api.deployments.append(obj)
+
+
+def said(rendered: Rendered) -> list[str]:
+    """What the program logged about the stack (not the mocks' registration lines)."""
+    return [line for line in rendered.log if line.startswith("stack '")]
+
+
+def workloads(rendered: Rendered) -> list[Registration]:
+    return [r for r in rendered.registrations if r.type in WORKLOAD_TYPES]
+
+
+def shorter_context(values: dict[str, Any]) -> None:
+    """Every worker's pod changes (its vLLM ``--max-model-len``)."""
+    values["model"] = {**values["model"], "maxModelLen": 4096}
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    with fake_kube_api() as server:
+        server.nodes = cluster()
+        yield server
+
+
+def test_a_worker_change_that_cannot_surge_replaces_the_dgd_delete_first(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    deploy_into(api, run("kv-routing"))
+    rendered = run("kv-routing", shorter_context, str(api.kubeconfig(tmp_path)))
+    (dgd,) = workloads(rendered)
+    assert (dgd.replace_on_changes, dgd.delete_before_replace) == (["spec"], True)
+    (note,) = [line for line in said(rendered) if "replaces the DGD instead" in line]
+    assert "start the new pods of worker-24gb, worker-8gb beside the old ones" in note
+    assert "node class gpu-24gb has 0 free of 4 and the new pods need 4" in note
+    assert "node class gpu-8gb has 0 free of 2 and the new pods need 2" in note
+    # delete-first: the cluster holds one DGD's shares at a time
+    old, new = api.graphs[0], dgd.inputs  # type: ignore[index]
+    assert replaces(old, new, ["spec"])
+    assert gpu_peak(6, 6, same_resource=True, delete_before_replace=True) == 6
+
+
+def test_the_same_change_with_free_shares_rolls_in_place(api: FakeKubeApi, tmp_path: Path) -> None:
+    api.nodes = cluster(8, 4)
+    deploy_into(api, run("kv-routing"))
+    rendered = run("kv-routing", shorter_context, str(api.kubeconfig(tmp_path)))
+    (dgd,) = workloads(rendered)
+    assert dgd.replace_on_changes == []
+    assert any(
+        "updated in place" in line and "fit the free GPU shares" in line for line in said(rendered)
+    )
+
+
+def test_an_unchanged_stack_says_nothing_and_replaces_nothing(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    deploy_into(api, run("disagg-cross-node"))
+    rendered = run("disagg-cross-node", None, str(api.kubeconfig(tmp_path)))
+    (dgd,) = workloads(rendered)
+    assert dgd.replace_on_changes == []
+    assert not [line for line in said(rendered) if "DynamoGraphDeployment" in line]
+
+
+def test_vllm_deployments_roll_out_with_recreate(api: FakeKubeApi, tmp_path: Path) -> None:
+    deploy_into(api, run("vllm-service"))
+    rendered = run("vllm-service", shorter_context, str(api.kubeconfig(tmp_path)))
+    deployments = workloads(rendered)
+    assert [d.inputs["spec"]["replicas"] for d in deployments] == [4, 2]
+    for deployment in deployments:
+        strategy = deployment.inputs["spec"]["strategy"]
+        assert strategy == {"type": "Recreate"}
+        assert rollout_progresses(strategy, 2, free_units=0, units_per_pod=1)
+    # the default strategy would not: 2 replicas resolve to surge 1, unavailable 0
+    assert not rollout_progresses(None, 2, free_units=0, units_per_pod=1)
+    notes = [line for line in said(rendered) if "rolls out with Recreate" in line]
+    assert len(notes) == 2
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "vllm-service"])
+def test_a_renamed_graph_is_the_same_resource_replaced_delete_first(stack: str) -> None:
+    before, after = run(stack), run(stack, lambda v: v.update(namespace="testbed-renamed"))
+    for old, new in zip(workloads(before), workloads(after), strict=True):
+        assert (old.name, old.urn) == (new.name, new.urn)
+        assert new.delete_before_replace
+        assert replaces(old.inputs, new.inputs, [])
+        assert new.aliases == [
+            f"{new.inputs['kind'].lower()}-testbed-renamed-{new.inputs['metadata']['name']}"
+        ]
+    services = [r for r in after.registrations if r.type == "kubernetes:core/v1:Service"]
+    assert [s.delete_before_replace for s in services] == [True]
+
+
+def test_renaming_the_dgd_in_its_namespace_says_so(api: FakeKubeApi, tmp_path: Path) -> None:
+    deploy_into(api, run("kv-routing"))
+
+    def rename(values: dict[str, Any]) -> None:
+        values["topology"] = {**values["topology"], "name": "kv-routing-b"}
+
+    rendered = run("kv-routing", rename, str(api.kubeconfig(tmp_path)))
+    (dgd,) = workloads(rendered)
+    assert dgd.delete_before_replace and dgd.replace_on_changes == []
+    assert any(
+        "DynamoGraphDeployment testbed-kv-routing/kv-routing becomes"
+        " testbed-kv-routing/kv-routing-b: `pulumi up` replaces it, deleting the old one first"
+        in line
+        for line in said(rendered)
+    )
+
+
+def as_dynamo(values: dict[str, Any]) -> None:
+    """vllm-service's stack given kv-routing's topology (its DGD instead of Deployments)."""
+    config, _ = stack_config("kv-routing")
+    values["topology"] = json.loads(config[f"{PROJECT}:topology"])
+
+
+def test_a_new_kind_beside_the_running_one_is_refused_with_parking(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    deploy_into(api, run("vllm-service"))
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    with pytest.raises(StackConfigError) as caught:
+        run("vllm-service", as_dynamo, kubeconfig)
+    message = str(caught.value)
+    assert (
+        "dynamo-testbed:topology = 'dynamo': DynamoGraphDeployment kv-routing would start before"
+        in message
+    )
+    assert "node class gpu-24gb has 0 free of 4 and the new pods need 4" in message
+    assert "`pulumi config set -s vllm-service parked true`" in message
+    # the fix, applied: park (the Deployments go), then change the kind
+    parked = run("vllm-service", lambda v: v.update(parked="true"), kubeconfig)
+    assert workloads(parked) == []
+    api.deployments = []
+    (dgd,) = workloads(run("vllm-service", as_dynamo, kubeconfig))
+    assert dgd.inputs["kind"] == "DynamoGraphDeployment"
