@@ -188,3 +188,24 @@ def test_lifting_protect_while_graphs_run_is_refused_naming_them(
     rendered = preview("platform", kubeconfig, platform='{"protect": false}')
     (release,) = [r for r in rendered.registrations if r.type == "kubernetes:helm.sh/v3:Release"]
     assert release.protect is False
+
+
+def test_lifting_protect_fails_closed_when_the_dgds_cannot_be_listed(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    api.forbidden = {"/apis/nvidia.com/v1beta1/dynamographdeployments"}
+    message = refusal("platform", str(api.kubeconfig(tmp_path)), platform='{"protect": false}')
+    assert "dynamo-testbed:platform.protect = False: could not list the cluster's" in message
+    assert "DynamoGraphDeployments (403 Forbidden)" in message
+    assert "apiGroups [nvidia.com], resources [dynamographdeployments], verbs [list]" in message
+    # no API at all (nothing listens there): the same error, not a warning
+    kubeconfig = tmp_path / "unreachable"
+    kubeconfig.write_text(
+        api.kubeconfig(tmp_path).read_text().replace(api.url, "http://127.0.0.1:9")
+    )
+    message = refusal("platform", str(kubeconfig), platform='{"protect": false}')
+    assert (
+        "platform.protect = False: could not list the cluster's DynamoGraphDeployments" in message
+    )
+    # protect kept: no access stays one warning
+    assert preview("platform", str(kubeconfig)).registrations
