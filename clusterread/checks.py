@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from manifests.graph import MANAGED_BY
 from stackmodel.config import StackConfig
 from stackmodel.errors import ConfigProblem
 from stackmodel.platform import PlatformConfig, release_namespace
@@ -348,3 +349,34 @@ def deployed_graphs_problem(graphs: Sequence[Mapping[str, Any]]) -> str | None:
         " <stack>`: the operator must run while their finalizers do), then set"
         " platform.protect: false to destroy the platform"
     )
+
+
+def namespace_problem(
+    namespace: str, create: bool, found: bool | None, labels: Mapping[str, str] | None
+) -> str | None:
+    """Why the stack's namespace is in the way, with the fix; None when it is not (or could
+    not be read: ``found`` None).
+
+    ``createNamespace: false`` needs the namespace to exist. ``true`` creates it, which fails
+    with AlreadyExists on a namespace this program did not create (one an admin made: it lacks
+    the ``app.kubernetes.io/managed-by: dynamo-testbed`` label every namespace the program
+    creates carries, :func:`manifests.graph.namespace_manifest`), since pulumi-kubernetes
+    creates client-side (provider/pkg/await/await.go L252 and L276-290 at
+    ``tests/cli_rules/kubernetes_await.PULUMI_KUBERNETES_COMMIT``).
+    """
+    if found is None:
+        return None
+    if not create and not found:
+        return (
+            f"namespace '{namespace}' does not exist and the stack does not create it; ask an"
+            f" admin to create it (`kubectl create namespace {namespace}`) or set"
+            " createNamespace: true"
+        )
+    managed = all((labels or {}).get(k) == v for k, v in MANAGED_BY.items())
+    if create and found and not managed:
+        return (
+            f"namespace '{namespace}' already exists and this program did not create it, so"
+            " creating it would fail with AlreadyExists; set createNamespace: false to deploy"
+            " into it"
+        )
+    return None

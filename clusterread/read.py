@@ -40,6 +40,7 @@ class ClusterView:
             namespace or the CRD), for :func:`clusterread.rollout.plan_rollout`.
         namespace_found: whether the stack's namespace exists (None: not asked or not
             readable).
+        namespace_labels: its labels, when it was read.
         unreadable: what could not be read (e.g. forbidden), one line each.
     """
 
@@ -49,6 +50,7 @@ class ClusterView:
     cluster_roles: list[dict[str, Any]] | None = None
     workloads: list[dict[str, Any]] | None = None
     namespace_found: bool | None = None
+    namespace_labels: dict[str, str] | None = None
     unreadable: list[str] = field(default_factory=list)
 
 
@@ -81,7 +83,8 @@ def read_cluster(
 
     Raises:
         ClusterReadError: no kubeconfig, unknown context, API unreachable or not answering
-            within :data:`ACCESS_TIMEOUT_S`, or the nodes forbidden (one line).
+            within :data:`ACCESS_TIMEOUT_S`, or the nodes forbidden without ``namespace``
+            (with it, a line in ``unreadable``: the namespace's own reads still run).
     """
     from kubernetes import client
     from kubernetes.client.rest import ApiException
@@ -104,7 +107,13 @@ def read_cluster(
     with api:
         try:
             if nodes:
-                view.nodes = get(core.list_node)
+                try:
+                    view.nodes = get(core.list_node)
+                except ApiException as exc:
+                    if exc.status != 403 or namespace is None:
+                        raise
+                    # a user bound to the namespace: its own reads still answer
+                    view.unreadable.append(f"nodes: {_reason(exc)}")
             if release is not None:
                 namespace, name = release
                 selector = f"owner=helm,name={name}"
@@ -146,15 +155,16 @@ def _read_namespace(api: Any, namespace: str, view: ClusterView, get: Any) -> No
     from manifests.graph import MANAGED_BY
 
     try:
-        client.CoreV1Api(api).read_namespace(namespace, _request_timeout=ACCESS_TIMEOUT_S)
+        found = client.CoreV1Api(api).read_namespace(namespace, _request_timeout=ACCESS_TIMEOUT_S)
         view.namespace_found = True
+        view.namespace_labels = dict(found.metadata.labels or {})
     except ApiException as exc:
-        if exc.status != 404:
+        if exc.status != 404:  # a Role cannot grant the cluster-scoped namespace: read on
             view.unreadable.append(f"namespace {namespace}: {_reason(exc)}")
+        else:
+            view.namespace_found = False
+            view.workloads = []
             return
-        view.namespace_found = False
-        view.workloads = []
-        return
     selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
     group, version = DGD_API_VERSION.split("/")
     try:

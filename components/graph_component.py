@@ -62,10 +62,16 @@ class TestbedGraph(pulumi.ComponentResource):
         self, name: str, args: GraphArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("dynamo-testbed:index:TestbedGraph", name, None, opts)
-        upstream = list(opts.depends_on or []) if opts is not None else []  # type: ignore[arg-type]
+        # a list of resources, or an Output of one (the platform check, without a namespace)
+        upstream: Any = (opts.depends_on if opts is not None else None) or []
         child = pulumi.ResourceOptions(parent=self, depends_on=upstream)
         secret = register_object(args.secret, child) if args.secret is not None else None
-        workload_deps = [*upstream, *([secret] if secret is not None else [])]
+        extra = [secret] if secret is not None else []
+        workload_deps = (
+            [*upstream, *extra]
+            if isinstance(upstream, list)
+            else pulumi.Output.from_input(upstream).apply(lambda deps: [*deps, *extra])
+        )
         self.workloads = [
             self._register_replaceable(obj, workload_deps, args.replace_graph)
             for obj in args.workloads
@@ -83,7 +89,7 @@ class TestbedGraph(pulumi.ComponentResource):
         )
 
     def _register_replaceable(
-        self, obj: dict[str, Any], depends_on: list[Any], replace_on_spec: bool
+        self, obj: dict[str, Any], depends_on: Any, replace_on_spec: bool
     ) -> pulumi.CustomResource:
         """Register a workload or the Service under :func:`stable_name`, delete-before-replace
         (a renamed DGD frees its GPU shares, a renamed Service its nodePort, before the new one

@@ -18,6 +18,7 @@ from clusterread.checks import (
     cluster_problems,
     deployed_graphs_problem,
     existing_operator_problem,
+    namespace_problem,
     release_description,
 )
 from clusterread.read import ClusterReadError, ClusterView, read_cluster
@@ -113,7 +114,8 @@ def check_cluster(
     ``sizing.clusterCheck`` error, warn or off), for a ``platform`` that installs the
     release an operator already running (:func:`existing_operator_problem`), and when a
     platform stack lifts its ``protect`` (``unprotecting``) DGDs still deployed
-    (:func:`deployed_graphs_problem`); the last two are always errors. With the nodes read,
+    (:func:`deployed_graphs_problem`); the last two are always errors. The stack's namespace
+    against ``createNamespace`` (:func:`namespace_problem`, an error). With the nodes read,
     how the change of a deployed graph rolls out on the GPU shares (:func:`plan_rollout`, its
     decisions logged; one that cannot roll out is an error).
 
@@ -130,7 +132,8 @@ def check_cluster(
     """
     mode = "off" if cfg is None or cfg.parked else cfg.sizing.cluster_check
     installs = platform is not None and platform.install
-    if mode == "off" and not installs and not unprotecting:
+    own_namespace = cfg is not None and (mode != "off" or not cfg.create_namespace)
+    if mode == "off" and not installs and not unprotecting and not own_namespace:
         return None
     kubernetes = pulumi.Config("kubernetes")
     release = None
@@ -143,7 +146,7 @@ def check_cluster(
             nodes=mode != "off",
             release=release,
             graphs=unprotecting,
-            namespace=cfg.namespace if cfg is not None and mode != "off" else None,
+            namespace=cfg.namespace if cfg is not None and own_namespace else None,
         )
     except ClusterReadError as exc:
         if unprotecting:
@@ -165,6 +168,12 @@ def check_cluster(
     graphs = deployed_graphs_problem(view.graphs or [])
     if graphs is not None:
         problems.append(ConfigProblem("platform.protect", False, graphs))
+    if cfg is not None:
+        found = namespace_problem(
+            cfg.namespace, cfg.create_namespace, view.namespace_found, view.namespace_labels
+        )
+        if found is not None:
+            problems.append(ConfigProblem("createNamespace", cfg.create_namespace, found))
     rollout = None
     if cfg is not None and view.nodes is not None:
         nodes = cluster_problems(cfg, build_topology(cfg), view.nodes)
@@ -331,19 +340,23 @@ def deploy(
         warnings = _with_warning(
             noted_warnings, version_warning(stack, runtime, stack, cfg.platform.chart_version)
         )
-    namespace = register_object(
-        namespace_manifest(
-            cfg.namespace, testbed_namespace_labels(cfg.platform) if uses_dynamo else {}
-        ),
-        namespace_opts,
-    )
-    depends: list[pulumi.Resource] = [namespace]
+    # Everything waits for the namespace, or without one (createNamespace: false) for the
+    # platform check itself, so a missing platform still fails before anything is created.
+    depends: Any = namespace_opts.depends_on if namespace_opts is not None else []
+    if cfg.create_namespace:
+        namespace = register_object(
+            namespace_manifest(
+                cfg.namespace, testbed_namespace_labels(cfg.platform) if uses_dynamo else {}
+            ),
+            namespace_opts,
+        )
+        depends = [namespace]
     if uses_dynamo and cfg.stack_role == "standalone":
         release = DynamoPlatform(
-            "platform", cfg.platform, cfg.namespace, depends_on=[namespace]
+            "platform", cfg.platform, cfg.namespace, depends_on=depends
         ).release
         if release is not None:
-            depends.append(release)
+            depends = [*depends, release]
 
     workloads = graph_workloads(cfg, topology, with_hf_token=hf_token is not None)
     service = frontend_service_manifest(cfg, topology)

@@ -586,6 +586,12 @@ class StackConfig(CamelModel):
         max_length=63,
         description="Namespace the graph and load step run in; default testbed-<stack>.",
     )
+    create_namespace: bool = Field(
+        default=True,
+        description="true: the stack creates its namespace (as Helm's --create-namespace) and "
+        "`pulumi destroy` deletes it; false: it deploys into an existing namespace, which "
+        "preview checks exists, so a user bound to that namespace by a Role can deploy.",
+    )
     parked: bool = Field(
         default=False,
         description="Remove the GPU workloads (DGD or Deployments), keep the stack, its "

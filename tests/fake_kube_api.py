@@ -91,7 +91,7 @@ class FakeKubeApi:
     secrets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     cluster_roles: list[dict[str, Any]] = field(default_factory=list)
     graphs: list[dict[str, Any]] | None = None  # DGDs; None: the CRD is not installed (404)
-    namespaces: set[str] = field(default_factory=set)  # namespaces that exist (GET one: 404 else)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels; else 404
     deployments: list[dict[str, Any]] = field(default_factory=list)  # apps/v1, any namespace
     forbidden: set[str] = field(default_factory=set)  # request paths answered 403
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -210,7 +210,7 @@ class FakeKubeApi:
         return web.json_response({"kind": "List", "metadata": {}, "items": items})
 
     async def read_namespace(self, request: web.Request) -> web.Response:
-        """GET of one namespace: 200 if in `namespaces`, else 404 (403 for a path in
+        """GET of one namespace: 200 with its labels if in `namespaces`, else 404 (403 for a path in
         `forbidden`)."""
         name = request.match_info["namespace"]
         if request.path in self.forbidden:
@@ -218,7 +218,8 @@ class FakeKubeApi:
             return web.json_response(status, status=403)
         if name not in self.namespaces:
             return web.json_response({"kind": "Status", "code": 404}, status=404)
-        return web.json_response({"kind": "Namespace", "metadata": {"name": name}})
+        metadata = {"name": name, "labels": self.namespaces[name]}
+        return web.json_response({"kind": "Namespace", "metadata": metadata})
 
     async def create(self, request: web.Request) -> web.Response:
         """POST of a ConfigMap, Service or Job: stored by kind and name (403 for a path in

@@ -80,7 +80,7 @@ def deploy_into(api: FakeKubeApi, rendered: Rendered) -> None:
     """What ``pulumi up`` of ``rendered`` leaves running: its namespace and workloads."""
     for obj in rendered.kubernetes_objects():
         if obj["kind"] == "Namespace":
-            api.namespaces.add(obj["metadata"]["name"])
+            api.namespaces[obj["metadata"]["name"]] = obj["metadata"]["labels"]
         elif obj["kind"] == "DynamoGraphDeployment":
             api.graphs = [*(api.graphs or []), obj]
         elif obj["kind"] == "Deployment":

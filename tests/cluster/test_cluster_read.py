@@ -209,3 +209,37 @@ def test_lifting_protect_fails_closed_when_the_dgds_cannot_be_listed(
     )
     # protect kept: no access stays one warning
     assert preview("platform", str(kubeconfig)).registrations
+
+
+def test_create_namespace_false_deploys_into_the_namespace_an_admin_made(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    api.nodes = SEED
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    message = refusal("kv-routing", kubeconfig, createNamespace="false")
+    assert "dynamo-testbed:createNamespace = False: namespace 'testbed-kv-routing' does not" in (
+        message
+    )
+    assert "`kubectl create namespace testbed-kv-routing`" in message
+    api.namespaces["testbed-kv-routing"] = {}  # the admin's, without the program's label
+    message = refusal("kv-routing", kubeconfig)
+    assert "createNamespace = True: namespace 'testbed-kv-routing' already exists" in message
+    assert "set createNamespace: false" in message
+    rendered = preview("kv-routing", kubeconfig, createNamespace="false")  # the fix, applied
+    kinds = [o["kind"] for o in rendered.kubernetes_objects()]
+    assert "Namespace" not in kinds
+    assert "DynamoGraphDeployment" in kinds
+
+
+def test_a_user_bound_to_the_namespace_previews_with_warnings(
+    api: FakeKubeApi, tmp_path: Path, warnings: list[str]
+) -> None:
+    """A RoleBinding cannot grant the cluster-scoped nodes or the namespace object itself."""
+    api.forbidden = {"/api/v1/nodes", "/api/v1/namespaces/testbed-kv-routing"}
+    rendered = preview("kv-routing", str(api.kubeconfig(tmp_path)), createNamespace="false")
+    assert rendered.registrations
+    partly = [w for w in warnings if "cluster partly checked" in w]
+    assert [w.rsplit(": ", 2)[-2:] for w in partly] == [
+        ["nodes", "403 Forbidden"],
+        ["namespace testbed-kv-routing", "403 Forbidden"],
+    ]
