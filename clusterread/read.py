@@ -13,9 +13,11 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusterread.access import Permission
 from manifests.graph import DGD_API_VERSION
 
 ACCESS_TIMEOUT_S = 10.0
@@ -41,6 +43,8 @@ class ClusterView:
         namespace_found: whether the stack's namespace exists (None: not asked or not
             readable).
         namespace_labels: its labels, when it was read.
+        denied: the asked permissions a SelfSubjectAccessReview denied (None: not asked or
+            not reviewable).
         unreadable: what could not be read (e.g. forbidden), one line each.
     """
 
@@ -51,6 +55,7 @@ class ClusterView:
     workloads: list[dict[str, Any]] | None = None
     namespace_found: bool | None = None
     namespace_labels: dict[str, str] | None = None
+    denied: list[Permission] | None = None
     unreadable: list[str] = field(default_factory=list)
 
 
@@ -74,12 +79,15 @@ def read_cluster(
     release: tuple[str, str] | None = None,
     graphs: bool = False,
     namespace: str | None = None,
+    access: Sequence[Permission] = (),
 ) -> ClusterView:
     """Read the nodes (``nodes``), for ``release`` = (namespace, name) Helm's records of that
     release and the ClusterRoles, the DynamoGraphDeployments of every namespace
     (``graphs``; ``nvidia.com/v1beta1``, the version the program writes), and for
     ``namespace`` whether it exists and the stack's workloads running there (namespaced reads
-    only, so a user bound to that namespace can run them).
+    only, so a user bound to that namespace can run them), and which of ``access`` the user
+    lacks (one ``SelfSubjectAccessReview`` each, ``authorization.k8s.io/v1``: allowed to every
+    authenticated user by the ``system:basic-user`` ClusterRole).
 
     Raises:
         ClusterReadError: no kubeconfig, unknown context, API unreachable or not answering
@@ -139,6 +147,8 @@ def read_cluster(
                     view.graphs = []
             if namespace is not None:
                 _read_namespace(api, namespace, view, get)
+            if access:
+                _review_access(api, access, view)
         except ApiException as exc:
             raise ClusterReadError(_reason(exc)) from None
         except (HTTPError, OSError) as exc:
@@ -190,6 +200,37 @@ def _read_namespace(api: Any, namespace: str, view: ClusterView, get: Any) -> No
         view.workloads = [*graphs, *deployments]
     except ApiException as exc:
         view.unreadable.append(f"workloads in {namespace}: {_reason(exc)}")
+
+
+def _review_access(api: Any, access: Sequence[Permission], view: ClusterView) -> None:
+    """Fill ``view.denied`` (a review that cannot be made: a line in ``view.unreadable``)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    reviews = client.AuthorizationV1Api(api)
+    denied = []
+    try:
+        for permission in access:
+            resource, _, subresource = permission.resource.partition("/")
+            attributes = {"verb": permission.verb, "group": permission.group, "resource": resource}
+            if subresource:
+                attributes["subresource"] = subresource
+            if permission.namespace is not None:
+                attributes["namespace"] = permission.namespace
+            body = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes},
+            }
+            response = reviews.create_self_subject_access_review(
+                body, _preload_content=False, _request_timeout=ACCESS_TIMEOUT_S
+            )
+            if not (json.loads(response.data).get("status") or {}).get("allowed"):
+                denied.append(permission)
+    except ApiException as exc:
+        view.unreadable.append(f"SelfSubjectAccessReviews: {_reason(exc)}")
+        return
+    view.denied = denied
 
 
 def _reason(exc: Any) -> str:

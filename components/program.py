@@ -12,6 +12,7 @@ from typing import Any
 
 import pulumi
 
+from clusterread.access import missing_permission_line, required_permissions
 from clusterread.checks import (
     class_gpu_units,
     class_needs,
@@ -115,7 +116,9 @@ def check_cluster(
     release an operator already running (:func:`existing_operator_problem`), and when a
     platform stack lifts its ``protect`` (``unprotecting``) DGDs still deployed
     (:func:`deployed_graphs_problem`); the last two are always errors. The stack's namespace
-    against ``createNamespace`` (:func:`namespace_problem`, an error). With the nodes read,
+    against ``createNamespace`` (:func:`namespace_problem`, an error), and the permissions
+    ``pulumi up`` needs that the user lacks (:func:`required_permissions`, reviewed by the API
+    server; one warning each, with the rule that grants it). With the nodes read,
     how the change of a deployed graph rolls out on the GPU shares (:func:`plan_rollout`, its
     decisions logged; one that cannot roll out is an error).
 
@@ -147,6 +150,9 @@ def check_cluster(
             release=release,
             graphs=unprotecting,
             namespace=cfg.namespace if cfg is not None and own_namespace else None,
+            access=required_permissions(cfg, with_hf_token=_has_hf_token())
+            if cfg is not None and own_namespace
+            else (),
         )
     except ClusterReadError as exc:
         if unprotecting:
@@ -157,6 +163,8 @@ def check_cluster(
         return None
     for what in view.unreadable:
         pulumi.log.warn(f"stack '{stack}': cluster partly checked, not readable: {what}")
+    for permission in view.denied or []:
+        pulumi.log.warn(missing_permission_line(stack, permission))
     problems: list[ConfigProblem] = []
     if platform is not None and release is not None:
         own = release_description(PROJECT, stack)
@@ -190,6 +198,11 @@ def check_cluster(
     return rollout
 
 
+def _has_hf_token() -> bool:
+    """Whether the stack sets the secret ``hfToken`` (its workers then read the Secret)."""
+    return pulumi.Config(PROJECT).get_secret("hfToken") is not None
+
+
 def unlisted_graphs(reason: str) -> str:
     """The error of a platform lifting its protect when its DGDs could not be listed."""
     return (
@@ -216,8 +229,7 @@ def check_rollout(stack: str, cfg: StackConfig, view: ClusterView) -> Rollout | 
         need.name: (need.selector, class_gpu_units(need, view.nodes or []))
         for need in class_needs(cfg, topology)
     }
-    with_token = pulumi.Config(PROJECT).get_secret("hfToken") is not None
-    new = [] if cfg.parked else graph_workloads(cfg, topology, with_hf_token=with_token)
+    new = [] if cfg.parked else graph_workloads(cfg, topology, with_hf_token=_has_hf_token())
     rollout = plan_rollout(stack, new, view.workloads, classes)
     for note in rollout.notes:
         pulumi.log.info(f"stack '{stack}': {note}")

@@ -6,7 +6,8 @@ until `timeoutSeconds`. Fault injection: drop every watch connection after N eve
 checks at preview it also lists `nodes` (`GET /api/v1/nodes`), `secrets` by namespace (`GET
 /api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs), `cluster_roles` and `graphs`
 (DGDs, also by namespace), one namespace (`namespaces`) and the Deployments of one
-(`deployments`, label selector applied); a path in `forbidden` answers 403 (also to a create).
+(`deployments`, label selector applied), and answers SelfSubjectAccessReviews from the
+user's RBAC rules (`grants`); a path in `forbidden` answers 403 (also to a create).
 For the in-cluster load and probe, ConfigMaps, Services, Jobs and Pods are created and
 deleted, a Job's status, a pod and its log (`logs`) read, and a created Job or Pod is handed to
 `on_job` / `on_pod`, the test's stand-in for the controller and kubelet. Runs on its own event
@@ -93,6 +94,10 @@ class FakeKubeApi:
     graphs: list[dict[str, Any]] | None = None  # DGDs; None: the CRD is not installed (404)
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels; else 404
     deployments: list[dict[str, Any]] = field(default_factory=list)  # apps/v1, any namespace
+    # The user's RBAC rules, each with the namespace its RoleBinding is in (None: bound by a
+    # ClusterRoleBinding); None: allowed everything. Answers SelfSubjectAccessReviews.
+    grants: list[tuple[str | None, dict[str, Any]]] | None = None
+    reviews: list[dict[str, Any]] = field(default_factory=list)  # resourceAttributes asked
     forbidden: set[str] = field(default_factory=set)  # request paths answered 403
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     created: list[tuple[str, str]] = field(default_factory=list)
@@ -221,6 +226,18 @@ class FakeKubeApi:
         metadata = {"name": name, "labels": self.namespaces[name]}
         return web.json_response({"kind": "Namespace", "metadata": metadata})
 
+    async def access_review(self, request: web.Request) -> web.Response:
+        """POST of a SelfSubjectAccessReview: allowed when one of `grants` covers its
+        resourceAttributes (:func:`rule_allows`) in its namespace."""
+        body = await request.json()
+        asked = body["spec"]["resourceAttributes"]
+        self.reviews.append(asked)
+        allowed = self.grants is None or any(
+            rule_allows(rule, asked) and bound in (None, asked.get("namespace"))
+            for bound, rule in self.grants
+        )
+        return web.json_response({**body, "status": {"allowed": allowed}}, status=201)
+
     async def create(self, request: web.Request) -> web.Response:
         """POST of a ConfigMap, Service or Job: stored by kind and name (403 for a path in
         `forbidden`); a Job is handed to `on_job` (the stand-in kubelet), if set."""
@@ -311,6 +328,24 @@ def _matches(obj: dict[str, Any], selector: str) -> bool:
     return True
 
 
+def rule_allows(rule: dict[str, Any], asked: dict[str, Any]) -> bool:
+    """Whether one PolicyRule grants the asked verb, group and resource[/subresource]:
+    kubernetes ``pkg/apis/rbac/v1/evaluation_helpers.go`` ``VerbMatches``, ``APIGroupMatches``
+    and ``ResourceMatches`` (``*`` matches all; a subresource matches only ``resource/sub`` or
+    ``*/sub``, never the bare resource)."""
+    resource = asked.get("resource", "")
+    if asked.get("subresource"):
+        resource = f"{resource}/{asked['subresource']}"
+    sub = asked.get("subresource")
+    return (
+        any(v in ("*", asked.get("verb")) for v in rule.get("verbs", []))
+        and any(g in ("*", asked.get("group", "")) for g in rule.get("apiGroups", []))
+        and any(
+            r in ("*", resource) or (sub and r == f"*/{sub}") for r in rule.get("resources", [])
+        )
+    )
+
+
 def _job_of(pod: dict[str, Any]) -> str | None:
     return (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
 
@@ -337,6 +372,9 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         )
         app.router.add_get("/apis/apps/v1/namespaces/{namespace}/deployments", api.list_objects)
         app.router.add_get("/api/v1/namespaces/{namespace}", api.read_namespace)
+        app.router.add_post(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", api.access_review
+        )
         core, batch = "/api/v1/namespaces/{namespace}", "/apis/batch/v1/namespaces/{namespace}"
         app.router.add_get(core + "/pods/{name}/log", api.pod_log)
         app.router.add_get(core + "/pods/{name}", api.read_pod)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pulumi
 import pytest
+import yaml
 from fake_kube_api import FakeKubeApi, fake_kube_api
 from test_cluster_checks import SEED, node
 
@@ -231,15 +232,64 @@ def test_create_namespace_false_deploys_into_the_namespace_an_admin_made(
     assert "DynamoGraphDeployment" in kinds
 
 
-def test_a_user_bound_to_the_namespace_previews_with_warnings(
-    api: FakeKubeApi, tmp_path: Path, warnings: list[str]
+def docs_role() -> list[dict[str, Any]]:
+    """The rules of the Role in docs/shared-cluster.md, "Running with namespaced permissions"."""
+    text = (REPO / "docs" / "shared-cluster.md").read_text()
+    section = text.split("## Running with namespaced permissions", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    rules: list[dict[str, Any]] = yaml.safe_load(block)["rules"]
+    return rules
+
+
+def lacking(warnings: list[str]) -> list[str]:
+    return [w for w in warnings if "which your credentials lack" in w]
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "vllm-service"])
+def test_a_user_bound_by_the_docs_role_previews_with_the_cluster_reads_as_warnings(
+    api: FakeKubeApi, tmp_path: Path, warnings: list[str], stack: str
 ) -> None:
-    """A RoleBinding cannot grant the cluster-scoped nodes or the namespace object itself."""
-    api.forbidden = {"/api/v1/nodes", "/api/v1/namespaces/testbed-kv-routing"}
-    rendered = preview("kv-routing", str(api.kubeconfig(tmp_path)), createNamespace="false")
+    """A RoleBinding cannot grant the cluster-scoped nodes or the namespace object itself; the
+    docs' Role grants every permission the program and its load step ask for."""
+    namespace = "testbed-kv-routing"
+    api.forbidden = {"/api/v1/nodes", f"/api/v1/namespaces/{namespace}"}
+    api.grants = [(namespace, rule) for rule in docs_role()]
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    rendered = preview(stack, kubeconfig, createNamespace="false", namespace=namespace)
     assert rendered.registrations
     partly = [w for w in warnings if "cluster partly checked" in w]
     assert [w.rsplit(": ", 2)[-2:] for w in partly] == [
         ["nodes", "403 Forbidden"],
-        ["namespace testbed-kv-routing", "403 Forbidden"],
+        [f"namespace {namespace}", "403 Forbidden"],
+    ]
+    assert lacking(warnings) == []
+    asked = {(a["verb"], a["resource"], a.get("subresource")) for a in api.reviews}
+    assert {("create", "services", None), ("get", "pods", "log"), ("create", "jobs", None)} <= (
+        asked
+    )
+    assert all(a["namespace"] == namespace for a in api.reviews)
+
+
+def test_each_missing_permission_is_one_warning_with_its_rule(
+    api: FakeKubeApi, tmp_path: Path, warnings: list[str]
+) -> None:
+    api.nodes = SEED
+    api.grants = [
+        ("testbed-kv-routing", rule) for rule in docs_role() if rule["resources"] != ["jobs"]
+    ]
+    preview("kv-routing", str(api.kubeconfig(tmp_path)))
+    assert lacking(warnings) == [
+        *(
+            f"stack 'kv-routing': `pulumi up` needs {verb} on namespaces cluster-wide, which your"
+            f' credentials lack: grant it (ClusterRole rule: apiGroups [""], resources'
+            f" [namespaces], verbs [{verb}]); or set createNamespace: false and deploy into a"
+            " namespace an admin made"
+            for verb in ("get", "create", "patch", "delete")
+        ),
+        *(
+            f"stack 'kv-routing': `pulumi up` needs {verb} on jobs.batch in testbed-kv-routing,"
+            " which your credentials lack: grant it (Role in testbed-kv-routing rule: apiGroups"
+            f" [batch], resources [jobs], verbs [{verb}])"
+            for verb in ("create", "get", "delete")
+        ),
     ]
