@@ -273,3 +273,17 @@ def program_validates(stack: str, config: Mapping[str, str]) -> StackConfig | Pl
     if stack_role(raw) == "platform":
         return parse_platform_stack_config(stack, raw)
     return parse_stack_config(stack, raw)
+
+
+PENDING_CREATE_FLAGS = {
+    "--import-pending-creates": "A list of form [[URN ID]...] describing the provider IDs of"
+    " pending creates",
+    "--clear-pending-creates": "Clear all pending creates, dropping them from the state",
+    "--skip-pending-creates": "Skip importing pending creates in interactive mode",
+}
+"""``pulumi refresh``'s flags for the pending creates an interrupted update leaves
+(``pkg/cmd/pulumi/operations/refresh.go`` L481-489 at :data:`PULUMI_COMMIT`; added with the
+interactive resolution in v3.39.0, pulumi/pulumi #10394, CHANGELOG.md "## 3.39.0", so every CLI
+from :data:`MIN_CLI_VERSION` has them). ``--import-pending-creates`` takes URN and ID pairs
+(``pendingCreatesToImports``, L564-590: an odd count is refused) and marks each create an
+import of that ID; the next ``pulumi up`` then updates the object instead of creating it."""

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from deployment_rollout import gpu_peak, replaces, rollout_progresses
 from fake_kube_api import FakeKubeApi, fake_kube_api
+from pulumi_cli import PENDING_CREATE_FLAGS
 
 from components.program import main
 from stackmodel.config import project_values
@@ -218,3 +219,17 @@ def test_a_new_kind_beside_the_running_one_is_refused_with_parking(
     api.deployments = []
     (dgd,) = workloads(run("vllm-service", as_dynamo, kubeconfig))
     assert dgd.inputs["kind"] == "DynamoGraphDeployment"
+
+
+def test_the_docs_command_for_a_pending_create_imports_the_dgd_the_program_registers() -> None:
+    """After an interrupted wait the next `up` would create the DGD again (AlreadyExists): the
+    docs' command imports it, by the URN the program registers and its namespace/name."""
+    text = (REPO / "docs" / "shared-cluster.md").read_text()
+    command = text.split("## An interrupted `pulumi up`", 1)[1].split("```sh\n", 1)[1]
+    words = command.split("```", 1)[0].replace("\\\n", " ").replace("'", "").split()
+    assert words[:4] == ["pulumi", "refresh", "-s", "kv-routing"]
+    flag, urn, ident = words[4:]
+    assert flag in PENDING_CREATE_FLAGS
+    (dgd,) = workloads(run("kv-routing"))
+    assert urn == dgd.urn
+    assert ident == f"{dgd.inputs['metadata']['namespace']}/{dgd.inputs['metadata']['name']}"
