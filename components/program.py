@@ -192,7 +192,11 @@ def check_cluster(
             problems += nodes
         rollout = check_rollout(stack, cfg, view)
         if rollout is not None and rollout.problem is not None:
-            problems.append(ConfigProblem("topology", cfg.topology.kind, rollout.problem))
+            refused = ConfigProblem("topology", cfg.topology.kind, rollout.problem)
+            if mode == "warn":
+                pulumi.log.warn(f"stack '{stack}': {refused.render()}")
+            else:
+                problems.append(refused)
     if problems:
         raise StackConfigError(stack, problems)
     return rollout

@@ -16,6 +16,7 @@ from deployment_rollout import gpu_peak, replaces, rollout_progresses
 from fake_kube_api import FakeKubeApi, fake_kube_api
 from pulumi_cli import PENDING_CREATE_FLAGS
 
+from clusterread.rollout import changed, pod_groups
 from components.program import main
 from stackmodel.config import project_values
 from stackmodel.errors import PROJECT, StackConfigError
@@ -94,7 +95,10 @@ def said(rendered: Rendered) -> list[str]:
 
 
 def workloads(rendered: Rendered) -> list[Registration]:
-    return [r for r in rendered.registrations if r.type in WORKLOAD_TYPES]
+    """The DGD or the Deployments, by Pulumi name (registration order varies between runs)."""
+    return sorted(
+        (r for r in rendered.registrations if r.type in WORKLOAD_TYPES), key=lambda r: r.name
+    )
 
 
 def shorter_context(values: dict[str, Any]) -> None:
@@ -151,7 +155,10 @@ def test_vllm_deployments_roll_out_with_recreate(api: FakeKubeApi, tmp_path: Pat
     deploy_into(api, run("vllm-service"))
     rendered = run("vllm-service", shorter_context, str(api.kubeconfig(tmp_path)))
     deployments = workloads(rendered)
-    assert [d.inputs["spec"]["replicas"] for d in deployments] == [4, 2]
+    assert [(d.name, d.inputs["spec"]["replicas"]) for d in deployments] == [
+        ("deployment-worker-24gb", 4),
+        ("deployment-worker-8gb", 2),
+    ]
     for deployment in deployments:
         strategy = deployment.inputs["spec"]["strategy"]
         assert strategy == {"type": "Recreate"}
@@ -213,6 +220,15 @@ def test_a_new_kind_beside_the_running_one_is_refused_with_parking(
     )
     assert "node class gpu-24gb has 0 free of 4 and the new pods need 4" in message
     assert "`pulumi config set -s vllm-service parked true`" in message
+
+    # sizing.clusterCheck: warn deploys anyway, saying so
+    def warned(values: dict[str, Any]) -> None:
+        as_dynamo(values)
+        values["sizing"] = {"clusterCheck": "warn"}
+
+    anyway = run("vllm-service", warned, kubeconfig)
+    assert [line for line in said(anyway) if "would start before" in line]
+    assert [w.inputs["kind"] for w in workloads(anyway)] == ["DynamoGraphDeployment"]
     # the fix, applied: park (the Deployments go), then change the kind
     parked = run("vllm-service", lambda v: v.update(parked="true"), kubeconfig)
     assert workloads(parked) == []
@@ -233,3 +249,19 @@ def test_the_docs_command_for_a_pending_create_imports_the_dgd_the_program_regis
     (dgd,) = workloads(run("kv-routing"))
     assert urn == dgd.urn
     assert ident == f"{dgd.inputs['metadata']['namespace']}/{dgd.inputs['metadata']['name']}"
+
+
+def test_what_the_api_server_adds_to_the_live_dgd_is_no_change() -> None:
+    """The live DGD carries defaults (CRD schema, the operator's webhook) and status the
+    manifest never sets; only a value the manifest sets and the cluster lacks is a change."""
+    (dgd,) = workloads(run("kv-routing"))
+    live = json.loads(json.dumps(dgd.inputs))
+    live["status"] = {"state": "successful"}
+    worker = live["spec"]["components"][1]
+    worker["podTemplate"]["spec"]["containers"][0]["imagePullPolicy"] = "IfNotPresent"
+    worker["podTemplate"]["spec"]["restartPolicy"] = "Always"
+    (before, after) = (pod_groups(live)[1], pod_groups(dgd.inputs)[1])
+    assert (before.gpus, before.replicas) == (1, 4)
+    assert not changed(before.template, after.template)
+    worker["podTemplate"]["spec"]["containers"][0]["args"][-1] += "0"
+    assert changed(pod_groups(live)[1].template, after.template)
