@@ -190,6 +190,7 @@ def _read_namespace(api: Any, namespace: str, view: ClusterView, get: Any) -> No
                 version,
                 namespace,
                 "dynamographdeployments",
+                label_selector=selector,
             )
         except ApiException as exc:
             if exc.status != 404:

@@ -189,7 +189,12 @@ class FakeKubeApi:
             if self.graphs is None:
                 status = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "no"}
                 return web.json_response(status, status=404)
-            items = [g for g in self.graphs if namespace in (None, g["metadata"]["namespace"])]
+            items = [
+                g
+                for g in self.graphs
+                if namespace in (None, g["metadata"]["namespace"])
+                and _matches(g, request.query.get("labelSelector", ""))
+            ]
         elif request.path.endswith("/deployments"):
             items = [
                 d
