@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import socket
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -210,6 +211,26 @@ def test_lifting_protect_fails_closed_when_the_dgds_cannot_be_listed(
     )
     # protect kept: no access stays one warning
     assert preview("platform", str(kubeconfig)).registrations
+
+
+def test_lifting_protect_fails_closed_when_the_api_answers_too_late(
+    api: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("clusterread.read.ACCESS_TIMEOUT_S", 0.5)
+    with socket.socket() as silent:  # takes connections (its backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        kubeconfig = tmp_path / "silent"
+        kubeconfig.write_text(
+            api.kubeconfig(tmp_path)
+            .read_text()
+            .replace(api.url, f"http://127.0.0.1:{silent.getsockname()[1]}")
+        )
+        message = refusal("platform", str(kubeconfig), platform='{"protect": false}')
+    assert (
+        "platform.protect = False: could not list the cluster's DynamoGraphDeployments" in message
+    )
+    assert "timed out" in message
 
 
 def test_create_namespace_false_deploys_into_the_namespace_an_admin_made(
