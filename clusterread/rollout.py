@@ -14,11 +14,17 @@ its timeout. Each way a pod can start early, and what the program does about it:
   provider/pkg/provider/provider.go L1559-1560 at ``tests/cli_rules/kubernetes_await.
   PULUMI_KUBERNETES_COMMIT``), and the workloads are registered delete-before-replace
   (:class:`components.graph_component.TestbedGraph`), so the old one is deleted first;
-- an in-place update of a DGD whose worker spec changed: the operator starts the new worker
-  pods before it removes the old ones (Dynamo's rolling update of Deployment-backed graphs,
-  docs "Rolling Updates"; the GPU-sharing example's warning, ai-dynamo/dynamo
-  ``examples/gpu-sharing``); where those pods do not fit the free shares, the DGD is replaced
-  instead (:attr:`Rollout.replace_graph`), the old one deleted first;
+- an in-place update of a DGD whose worker spec changed: the operator's managed rolling
+  update hashes every worker component's spec together (``desiredWorkerHashes``:
+  ``dynamo.ComputeDGDWorkersSpecHash``), so one worker's change starts a new generation of
+  every worker's DynamoComponentDeployments beside the old ones, and deletes the old only once
+  each worker component's new generation is ready (``continueRollingUpdate``,
+  ``completedWorkerComponents``, ``completeRollingUpdate``: ai-dynamo/dynamo
+  ``deploy/operator/internal/controller/dgd_worker_rollout_reconciler.go``, read on the main
+  line at 03dfed81c3d05d88bf4ca06d21f021160c7cb97d, as the 1.6.2 tag was too large to fetch
+  here; the docs' "Rolling Updates" page of 1.6 describes the same for Deployment-backed
+  graphs); where those pods do not fit the free shares, the DGD is replaced instead
+  (:attr:`Rollout.replace_graph`), the old one deleted first;
 - an object that only the new program has (a vLLM Deployment of a renamed component, the DGD
   of a stack that was vllm-service): the engine creates it before it deletes what the program
   no longer registers (pulumi/pulumi ``pkg/resource/deploy/deployment_executor.go`` L486:
@@ -219,19 +225,25 @@ def plan_rollout(
             )
             continue
         old_groups = {g.component: g for g in pod_groups(old)}
-        respec: list[PodGroup] = []
-        for group in pod_groups(obj):
+        groups = pod_groups(obj)
+        respec = [
+            g
+            for g in groups
+            if g.component not in old_groups
+            or changed(old_groups[g.component].template, g.template)
+        ]
+        rolls = obj["kind"] == DGD_KIND and any(g.gpus for g in respec)
+        for group in groups:
             before = old_groups.get(group.component)
-            if before is None or changed(before.template, group.template):
-                respec.append(group)
-                start(group, group.replicas if obj["kind"] == DGD_KIND else 0)
-            else:
+            if rolls and group.gpus:  # a new generation of every worker
+                start(group, group.replicas)
+            elif before is not None and group not in respec:
                 start(group, group.replicas - before.replicas)
-        if obj["kind"] == DGD_KIND and respec:
+        if rolls:
             in_place.append(
                 f"DynamoGraphDeployment {obj['metadata']['name']}: updated in place; the"
-                f" operator starts the new pods of {', '.join(g.component for g in respec)}"
-                " beside the old ones, and they fit the free GPU shares"
+                " operator starts the new pods of every worker beside the old ones, and they"
+                " fit the free GPU shares"
             )
         if obj["kind"] == DEPLOYMENT_KIND and respec:
             rollout.notes.append(

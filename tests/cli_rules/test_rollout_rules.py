@@ -141,6 +141,24 @@ def test_the_same_change_with_free_shares_rolls_in_place(api: FakeKubeApi, tmp_p
     )
 
 
+def test_one_workers_change_rolls_every_worker(api: FakeKubeApi, tmp_path: Path) -> None:
+    """The operator hashes all workers' specs together: a change of the 24 GB workers alone
+    starts new 8 GB workers too, which find no free share on the 8 GB node."""
+    api.nodes = cluster(8, 2)
+    deploy_into(api, run("kv-routing"))
+
+    def bigger_24gb_limit(values: dict[str, Any]) -> None:
+        workers = values["topology"]["workers"]
+        workers[0] = {**workers[0], "memoryLimit": "4Gi"}
+
+    rendered = run("kv-routing", bigger_24gb_limit, str(api.kubeconfig(tmp_path)))
+    (dgd,) = workloads(rendered)
+    assert dgd.replace_on_changes == ["spec"]
+    (note,) = [line for line in said(rendered) if "replaces the DGD instead" in line]
+    assert "node class gpu-8gb has 0 free of 2 and the new pods need 2" in note
+    assert "gpu-24gb" not in note.split("beside the old ones, and", 1)[1]
+
+
 def test_an_unchanged_stack_says_nothing_and_replaces_nothing(
     api: FakeKubeApi, tmp_path: Path
 ) -> None:
