@@ -165,6 +165,12 @@ def check_cluster(
         pulumi.log.warn(f"stack '{stack}': cluster partly checked, not readable: {what}")
     for permission in view.denied or []:
         pulumi.log.warn(missing_permission_line(stack, permission))
+    if view.denied == [] and cfg is not None:
+        asked = len(required_permissions(cfg, with_hf_token=_has_hf_token()))
+        pulumi.log.info(
+            f"stack '{stack}': your credentials grant each of the {asked} permissions `pulumi"
+            " up` uses (docs/shared-cluster.md, 'Running with namespaced permissions')"
+        )
     problems: list[ConfigProblem] = []
     if platform is not None and release is not None:
         own = release_description(PROJECT, stack)

@@ -284,6 +284,8 @@ def test_a_user_bound_by_the_docs_role_previews_with_the_cluster_reads_as_warnin
         [f"namespace {namespace}", "403 Forbidden"],
     ]
     assert lacking(warnings) == []
+    (granted,) = [line for line in rendered.log if "your credentials grant each of the" in line]
+    assert f"grant each of the {len(api.reviews)} permissions" in granted
     asked = {(a["verb"], a["resource"], a.get("subresource")) for a in api.reviews}
     assert {("create", "services", None), ("get", "pods", "log"), ("create", "jobs", None)} <= (
         asked
