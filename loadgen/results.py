@@ -220,9 +220,24 @@ class RunSummary(BaseModel):
         )
 
 
+class MetricInterval(BaseModel):
+    """One metric of one grid point over its repetitions (`loadgen.intervals`): `runs`, each
+    repetition's value in repetition order (the metric's unit), and `low` / `high`, the
+    confidence interval (at `PointSummary.confidence`) for a run's typical value: Student's t
+    with n - 1 degrees of freedom on the log of the runs' values (their geometric mean), on the
+    values themselves where one is 0; None with fewer than 2 runs."""
+
+    runs: list[float]
+    low: float | None = None
+    high: float | None = None
+
+
 class PointSummary(BaseModel):
     """One grid point: the median over its repetitions of each run metric (as in the seed);
-    `errors`, `samples` and the `cached_*` counts are sums over the repetitions."""
+    `errors`, `samples` and the `cached_*` counts are sums over the repetitions.
+    `intervals`: per metric of `loadgen.intervals.INTERVAL_METRICS`, the runs' values and a
+    confidence interval at `confidence` (docs/metrics.md, "Intervals and verdicts"); empty in
+    summaries written before they were kept."""
 
     prefix_kinds: int
     concurrency: int
@@ -246,6 +261,8 @@ class PointSummary(BaseModel):
     cached_not_prefix_hits: int = 0
     errors: int
     samples: int
+    confidence: float | None = None
+    intervals: dict[str, MetricInterval] = Field(default_factory=dict)
 
 
 class GridResult(BaseModel):

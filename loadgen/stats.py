@@ -9,8 +9,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from loadgen.intervals import CONFIDENCE, INTERVAL_METRICS, point_interval
 from loadgen.lag import lag_warning
-from loadgen.results import LOW_SAMPLE_P99, PointSummary, RunSummary
+from loadgen.results import LOW_SAMPLE_P99, MetricInterval, PointSummary, RunSummary
 
 if TYPE_CHECKING:  # annotations only: the client modules import aiohttp (bench/program_import.py)
     from loadgen.loops import Warmup
@@ -466,11 +467,28 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
+def point_intervals(runs: Sequence[RunSummary], confidence: float) -> dict[str, MetricInterval]:
+    """Per metric of `loadgen.intervals.INTERVAL_METRICS` that some run has: the runs' values
+    in repetition order and `loadgen.intervals.point_interval` at `confidence`."""
+    ordered = sorted(runs, key=lambda r: r.repetition)
+    out = {}
+    for metric in INTERVAL_METRICS:
+        values = _present([getattr(r, metric) for r in ordered])
+        if values:
+            bounds = point_interval(values, confidence)
+            low, high = bounds if bounds is not None else (None, None)
+            out[metric] = MetricInterval(runs=values, low=low, high=high)
+    return out
+
+
 def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
-    """Median over the repetitions of one grid point (sums for errors, samples, cached_reported).
+    """Median over the repetitions of one grid point (sums for errors, samples, cached_reported),
+    with each metric's runs and interval at `loadgen.intervals.CONFIDENCE` (`point_intervals`;
+    `testbed compare --confidence` recomputes them at another level from the runs).
 
     Raises ValueError when `runs` is empty or mixes grid points.
     """
+
     if not runs:
         raise ValueError("a grid point needs at least one run")
     points = {(r.prefix_kinds, r.concurrency) for r in runs}
@@ -499,4 +517,6 @@ def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
         cached_not_prefix_hits=sum(r.cached_not_prefix_hits for r in runs),
         errors=sum(r.errors for r in runs),
         samples=sum(r.samples for r in runs),
+        confidence=CONFIDENCE,
+        intervals=point_intervals(runs, CONFIDENCE),
     )

@@ -1,0 +1,274 @@
+"""Confidence intervals of a grid point's metrics and the A / B verdict, from its repetitions.
+
+The independent unit is the repetition (docs/metrics.md, "Intervals and verdicts"): requests of
+one closed-loop run share the server's queue and batches, so they are not independent draws,
+and what varies from run to run (routing, prefix-cache state, placement, the network) is not in
+any single run. So each metric is first reduced per run (the run's TTFT p50, p99, ...) and the
+statistics are over those n values per side:
+
+- a grid point (`point_interval`): Student's t with n - 1 degrees of freedom on the logs of the
+  runs' values, back-transformed (an interval for their geometric mean). Per-run latencies and
+  rates are positive and right-skewed, their spread grows with their level, and a p99 of 100
+  requests is skewed more: on the log scale they are close to symmetric and an A / B ratio is
+  a difference. A metric with a 0 among its runs (a cached ratio, a requests/s of a failed run)
+  is taken on its own scale.
+- A / B (`compare_runs`): Welch's t on the logs (unequal spreads, Welch-Satterthwaite degrees of
+  freedom), so the interval is for the ratio B / A of the geometric means; on the values' own
+  scale (where one is 0) the ratio's interval is Fieller's. The verdict is `higher` / `lower`
+  when the ratio's interval excludes 1, else `no difference detected`; then
+  `repetitions_needed` says about how many repetitions per side would detect the observed
+  difference with `POWER` (the noncentral t of a two-sample t-test with the observed spread).
+
+Rank and permutation tests cannot decide at the seed's 3 repetitions (3 against 3 has 20
+arrangements: the smallest two-sided p is 0.1), and a bootstrap of 3 repetitions has 10
+distinct resamples, which is why the t family is used. scipy.stats is imported inside the
+functions that use it: `pulumi preview` imports this module (the load step's comparison) and
+pays for module-level imports (tests/test_program_imports.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from loadgen.results import PointSummary
+
+CONFIDENCE = 0.95
+"""The default confidence level of every interval and verdict (`testbed compare --confidence`)."""
+POWER = 0.8
+"""The chance of detecting the observed difference that `repetitions_needed` aims for (the
+customary 80%: J. Cohen, Statistical Power Analysis for the Behavioral Sciences, 1988, 2.4)."""
+MOST_REPETITIONS = 100
+"""The largest repetition count `repetitions_needed` suggests; beyond it, None and a note."""
+
+INTERVAL_METRICS: dict[str, str] = {
+    "ttft_p50_ms": "TTFT p50",
+    "ttft_p99_ms": "TTFT p99",
+    "itl_p50_ms": "ITL p50",
+    "tpot_p50_ms": "TPOT p50",
+    "e2e_p50_ms": "E2E p50",
+    "requests_per_s": "requests/s",
+    "cached_ratio": "cached ratio",
+}
+"""`RunSummary` / `PointSummary` field -> its name in tables: the metrics given an interval."""
+
+HIGHER, LOWER, NO_DIFFERENCE = "higher", "lower", "no difference detected"
+Verdict = Literal["higher", "lower", "no difference detected"]
+
+
+def _log_scale(*sides: Sequence[float]) -> bool:
+    return all(v > 0 for side in sides for v in side)
+
+
+def _on_scale(values: Sequence[float], log: bool) -> list[float]:
+    return [math.log(v) for v in values] if log else [float(v) for v in values]
+
+
+def point_interval(
+    values: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float, float] | None:
+    """The interval (metric's unit) for a run's typical value from the runs' `values`: t with
+    n - 1 degrees of freedom on their logs (all > 0), else on the values (low clipped at 0: no
+    metric here is negative); (v, v) when every run gave the same v; None for fewer than 2."""
+    if len(values) < 2:
+        return None
+    from scipy import stats
+
+    log = _log_scale(values)
+    x = _on_scale(values, log)
+    mean, sem = statistics.fmean(x), statistics.stdev(x) / math.sqrt(len(x))
+    low, high = (mean, mean) if sem == 0 else stats.t.interval(confidence, len(x) - 1, mean, sem)
+    if log:
+        return math.exp(low), math.exp(high)
+    return max(low, 0.0), high
+
+
+class RunsComparison(BaseModel):
+    """One metric of one grid point, A against B, from each side's runs (`compare_runs`).
+
+    `a` / `b`: the medians of the runs (the point's value, as the tables show it); `ratio`:
+    b / a; `ratio_ci`: its interval at `confidence` (None with fewer than 2 runs on a side, or
+    where A's runs do not tell A from 0); `verdict`: B `higher` or `lower` than A where the
+    interval excludes 1, else `no difference detected`; `repetitions`: the runs on each side
+    (A, B); `repetitions_needed`: where none was detected, about how many runs per side would
+    detect the observed difference with `POWER` (None: it cannot be said, see `note`);
+    `scale`: `log` (the ratio of geometric means, Welch's t on the logs) or `linear` (a 0
+    among the runs: Welch's t on the values, Fieller's interval for the ratio)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    metric: str
+    a: float | None
+    b: float | None
+    ratio: float | None
+    ratio_ci: tuple[float, float] | None
+    verdict: Verdict
+    repetitions: tuple[int, int]
+    repetitions_needed: int | None
+    confidence: float
+    scale: Literal["log", "linear"]
+    note: str | None
+
+
+def _welch(xa: list[float], xb: list[float]) -> tuple[float, float, float]:
+    """mean(xb) - mean(xa), its standard error and the Welch-Satterthwaite degrees of freedom
+    (Welch 1947); the df is that of the pooled test when both spreads are 0."""
+    va, vb = statistics.variance(xa) / len(xa), statistics.variance(xb) / len(xb)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return statistics.fmean(xb) - statistics.fmean(xa), 0.0, len(xa) + len(xb) - 2.0
+    df = (va + vb) ** 2 / (va**2 / (len(xa) - 1) + vb**2 / (len(xb) - 1))
+    return statistics.fmean(xb) - statistics.fmean(xa), se, df
+
+
+def _fieller(xa: list[float], xb: list[float], t: float) -> tuple[float, float] | None:
+    """Fieller's interval for mean(xb) / mean(xa) at the critical value `t` (E. C. Fieller,
+    1954, J. R. Stat. Soc. B 16, 175-185): the r with (mb - r ma)^2 <= t^2 (vb + r^2 va), va and
+    vb the squared standard errors; None when A's mean is within t standard errors of 0 (the
+    set is then unbounded)."""
+    ma, mb = statistics.fmean(xa), statistics.fmean(xb)
+    va, vb = statistics.variance(xa) / len(xa), statistics.variance(xb) / len(xb)
+    quad = ma**2 - t**2 * va
+    if quad <= 0:
+        return None
+    half = math.sqrt(max((ma * mb) ** 2 - quad * (mb**2 - t**2 * vb), 0.0))
+    return (ma * mb - half) / quad, (ma * mb + half) / quad
+
+
+def repetitions_needed(
+    difference: float, spread: float, start: int, confidence: float = CONFIDENCE
+) -> int | None:
+    """The fewest runs per side, from `start`, at which a two-sided two-sample t-test at
+    `confidence` detects a true `difference` (on the test's scale) with probability `POWER`,
+    given the runs' standard deviation `spread` on that scale: power = P(|T| > t_crit) for T
+    noncentral t with 2n - 2 df and noncentrality |difference| / (spread sqrt(2 / n)).
+    None when `difference` is 0, `spread` is 0, or more than `MOST_REPETITIONS` are needed."""
+    if difference == 0 or spread == 0 or start > MOST_REPETITIONS:
+        return None
+    import numpy as np
+    from scipy import stats
+
+    n = np.arange(max(start, 2), MOST_REPETITIONS + 1)
+    df = 2 * n - 2
+    crit = stats.t.ppf(1 - (1 - confidence) / 2, df)
+    nc = abs(difference) / (spread * np.sqrt(2 / n))
+    power = stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)
+    enough = np.flatnonzero(power >= POWER)
+    return int(n[enough[0]]) if enough.size else None
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def compare_runs(
+    metric: str, a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE
+) -> RunsComparison:
+    """A's and B's runs of one metric compared (see `RunsComparison` for every field and the
+    module docstring for the methods)."""
+    from scipy import stats
+
+    ma, mb = _median(a), _median(b)
+    ratio = None if ma is None or mb is None or ma == 0 else mb / ma
+    log = _log_scale(a, b)
+    shared = {
+        "metric": metric,
+        "a": ma,
+        "b": mb,
+        "ratio": ratio,
+        "repetitions": (len(a), len(b)),
+        "confidence": confidence,
+        "scale": "log" if log else "linear",
+    }
+    if min(len(a), len(b)) < 2:
+        fewer = "A" if len(a) < len(b) else "B"
+        if len(a) == len(b):
+            fewer = "A and B"
+        note = (
+            f"{fewer} had {min(len(a), len(b))} run(s): no run-to-run spread to judge a "
+            "difference by; run 3 repetitions or more"
+        )
+        return RunsComparison(
+            **shared, ratio_ci=None, verdict=NO_DIFFERENCE, repetitions_needed=None, note=note
+        )
+    xa, xb = _on_scale(a, log), _on_scale(b, log)
+    difference, se, df = _welch(xa, xb)
+    t = float(stats.t.ppf(1 - (1 - confidence) / 2, df))
+    if log:
+        ci: tuple[float, float] | None = (
+            math.exp(difference - t * se),
+            math.exp(difference + t * se),
+        )
+    else:
+        ci = _fieller(xa, xb, t)
+    detected = abs(difference) > t * se
+    verdict: Verdict = (HIGHER if difference > 0 else LOWER) if detected else NO_DIFFERENCE
+    needed, note = None, None
+    if se == 0:
+        note = "every run gave the same value on each side: the interval has no width"
+    elif not detected:
+        spread = math.sqrt((statistics.variance(xa) + statistics.variance(xb)) / 2)
+        needed = repetitions_needed(difference, spread, max(len(a), len(b)) + 1, confidence)
+        if needed is None:
+            note = (
+                "no difference observed"
+                if difference == 0
+                else f"the observed difference would need more than {MOST_REPETITIONS} "
+                "repetitions per side to detect"
+            )
+    if ci is None:
+        note = "A's runs do not tell A from 0: the ratio has no bounded interval"
+    return RunsComparison(
+        **shared, ratio_ci=ci, verdict=verdict, repetitions_needed=needed, note=note
+    )
+
+
+class PointComparison(RunsComparison):
+    """`RunsComparison` of one metric at one grid point (prefix kinds, concurrency)."""
+
+    prefix_kinds: int
+    concurrency: int
+
+
+OLD_SUMMARY = "its summary.json keeps no per-run values (an older version wrote it): run it again"
+
+
+def _runs(point: PointSummary, metric: str) -> list[float]:
+    """The point's runs of `metric`; its value alone where the summary kept no runs."""
+    if metric in point.intervals:
+        return point.intervals[metric].runs
+    value = getattr(point, metric)
+    return [] if value is None else [value]
+
+
+def ab_comparisons(
+    a: Sequence[PointSummary], b: Sequence[PointSummary], confidence: float = CONFIDENCE
+) -> list[PointComparison]:
+    """One `PointComparison` per grid point both sides have (ordered by concurrency, then
+    prefix kinds) and metric of `INTERVAL_METRICS` that both have a value of."""
+    by_a = {(p.prefix_kinds, p.concurrency): p for p in a}
+    by_b = {(p.prefix_kinds, p.concurrency): p for p in b}
+    out = []
+    for key in sorted(by_a.keys() & by_b.keys(), key=lambda k: (k[1], k[0])):
+        pa, pb = by_a[key], by_b[key]
+        for metric in INTERVAL_METRICS:
+            ra, rb = _runs(pa, metric), _runs(pb, metric)
+            if not ra or not rb:
+                continue
+            found = compare_runs(metric, ra, rb, confidence)
+            if not (pa.intervals and pb.intervals):
+                found = found.model_copy(update={"note": OLD_SUMMARY})
+            out.append(
+                PointComparison(**found.model_dump(), prefix_kinds=key[0], concurrency=key[1])
+            )
+    return out
+
+
+def verdict_mark(comparison: RunsComparison) -> str:
+    """The table's mark of a verdict: "+" B higher, "-" B lower, "~" no difference detected."""
+    return {HIGHER: "+", LOWER: "-"}.get(comparison.verdict, "~")

@@ -1,0 +1,172 @@
+"""Intervals and A / B verdicts on known answers (`loadgen.intervals`).
+
+The synthetic runs are built the way a closed-loop run behaves: each run has its own level (the
+run-to-run variation of routing and cache state: a log-normal factor, sd 0.08 on the log scale),
+and its requests' TTFTs are log-normal around it with neighbours correlated (an AR(1) on the
+log scale, correlation 0.6: requests sent together share the queue and the batch), so they are
+not independent draws. Each run is reduced to its own p50 and p99 first, as loadgen does.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from loadgen.intervals import (
+    HIGHER,
+    LOWER,
+    MOST_REPETITIONS,
+    NO_DIFFERENCE,
+    ab_comparisons,
+    compare_runs,
+    point_interval,
+    repetitions_needed,
+)
+from loadgen.request import RequestRecord
+from loadgen.stats import percentile, summarize_point, summarize_run
+
+MS = 1_000_000
+TTFT_MS = 60.0  # median TTFT of a request (the seed's kv-routing p50s are 34-64 ms)
+SIGMA = 0.35  # spread of one request's log TTFT around its run's level
+RUN_SIGMA = 0.08  # run-to-run spread of the run's level (log scale)
+NEIGHBOUR = 0.6  # correlation of consecutive requests' log TTFT within a run
+NULL_SEEDS = range(200)
+
+
+def _run_ttfts(rng: random.Random, requests: int = 100, shift_ms: float = 0.0) -> list[float]:
+    level = math.log(TTFT_MS) + rng.gauss(0, RUN_SIGMA)
+    z, out = rng.gauss(0, 1), []
+    for _ in range(requests):
+        z = NEIGHBOUR * z + math.sqrt(1 - NEIGHBOUR**2) * rng.gauss(0, 1)
+        out.append(math.exp(level + SIGMA * z) + shift_ms)
+    return out
+
+
+def _side(rng: random.Random, runs: int = 3, shift_ms: float = 0.0) -> dict[str, list[float]]:
+    ttfts = [_run_ttfts(rng, shift_ms=shift_ms) for _ in range(runs)]
+    return {
+        "ttft_p50_ms": [percentile(t, 50) or 0.0 for t in ttfts],
+        "ttft_p99_ms": [percentile(t, 99) or 0.0 for t in ttfts],
+    }
+
+
+def test_point_interval_is_t_on_the_logs() -> None:
+    values = [100.0, 110.0, 121.0]  # logs equally spaced by log(1.1)
+    low, high = point_interval(values) or (0, 0)
+    # mean log = log 110, sd = log 1.1, t(0.975, 2) = 4.3027
+    half = 4.302653 * math.log(1.1) / math.sqrt(3)
+    assert low == pytest.approx(110 * math.exp(-half), rel=1e-5)
+    assert high == pytest.approx(110 * math.exp(half), rel=1e-5)
+    assert point_interval([5.0]) is None
+    assert point_interval([7.0, 7.0]) == pytest.approx((7.0, 7.0))
+    low, high = point_interval([0.0, 0.1, 0.2]) or (-1, -1)  # a 0: on the values' own scale
+    assert low == 0.0 and high == pytest.approx(0.1 + 4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
+
+
+def test_null_same_server_no_difference_in_at_least_95_percent_of_seeds() -> None:
+    """A and B draw from the same server: each metric says no difference in >= 95% of seeds."""
+    for metric in ("ttft_p50_ms", "ttft_p99_ms"):
+        false = 0
+        for seed in NULL_SEEDS:
+            rng = random.Random(seed)
+            a, b = _side(rng), _side(rng)
+            false += compare_runs(metric, a[metric], b[metric]).verdict != NO_DIFFERENCE
+        assert false <= 0.05 * len(NULL_SEEDS), (metric, false)
+        assert false >= 1  # the test can reject: a 5% level rejects now and then under the null
+
+
+def test_known_ratio_is_covered_at_the_nominal_rate() -> None:
+    """Runs whose geometric means differ by exactly 1.3x: the 95% ratio interval holds 1.3 in
+    about 95% of seeds (binomial sd over 200 seeds: 1.5 points)."""
+    covered = 0
+    for seed in NULL_SEEDS:
+        rng = random.Random(seed)
+        a = [math.exp(rng.gauss(math.log(100), 0.1)) for _ in range(3)]
+        b = [math.exp(rng.gauss(math.log(130), 0.1)) for _ in range(3)]
+        low, high = compare_runs("ttft_p50_ms", a, b).ratio_ci or (0, 0)
+        covered += low <= 1.3 <= high
+    assert 0.92 * len(NULL_SEEDS) <= covered <= 0.99 * len(NULL_SEEDS)
+
+
+def _records(ttfts: list[float], concurrency: int = 4) -> list[RequestRecord]:
+    """A closed-loop run of these TTFTs (ms): 16 tokens 10 ms apart after the first."""
+    out, free = [], [0] * concurrency
+    for i, ttft in enumerate(ttfts):
+        slot = min(range(concurrency), key=free.__getitem__)
+        sent = free[slot]
+        first = sent + int(ttft * MS)
+        tokens = [first + k * 10 * MS for k in range(16)]
+        free[slot] = tokens[-1] + MS
+        out.append(
+            RequestRecord(
+                index=i, prefix_id=i % 2, intended_ns=sent, sent_ns=sent,
+                first_chunk_ns=first, first_token_ns=first, token_ns=tokens,
+                last_token_ns=tokens[-1], end_ns=tokens[-1] + MS, chunks=17,
+                prompt_tokens=1000, completion_tokens=16, cached_tokens=800,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _point(rng: random.Random, shift_ms: float) -> object:
+    runs = [
+        summarize_run(
+            _records(_run_ttfts(rng, shift_ms=shift_ms)),
+            prefix_kinds=2,
+            concurrency=4,
+            repetition=rep,
+        )
+        for rep in range(3)
+    ]
+    return summarize_point(runs)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_b_50ms_slower_to_first_token_is_detected_at_3_repetitions_of_100(seed: int) -> None:
+    """The seed's 3 repetitions of 100 requests, B 50 ms slower to first token on every
+    request: summary -> comparison says B higher for TTFT p50, and the interval holds the
+    true ratio of the runs' medians (about (60 + 50) / 60)."""
+    rng = random.Random(seed)
+    a, b = _point(rng, 0.0), _point(rng, 50.0)
+    found = {c.metric: c for c in ab_comparisons([a], [b])}  # type: ignore[list-item]
+    ttft = found["ttft_p50_ms"]
+    assert ttft.verdict == HIGHER and ttft.repetitions == (3, 3)
+    low, high = ttft.ratio_ci or (0, 0)
+    assert low <= (TTFT_MS + 50) / TTFT_MS <= high
+    assert found["requests_per_s"].verdict == LOWER  # slower requests: fewer per second
+    assert found["itl_p50_ms"].ratio == pytest.approx(1.0)  # tokens 10 ms apart on both
+
+
+def test_repetitions_needed_grows_as_the_difference_shrinks() -> None:
+    """Two-sample t at 95%, power 80%, sd 1: a difference of 1 sd needs 17 per side (the
+    textbook value: Cohen's d = 1 -> 17), 0.5 sd needs 64, and a tiny one more than allowed."""
+    assert repetitions_needed(1.0, 1.0, 2) == 17
+    assert repetitions_needed(0.5, 1.0, 2) == 64
+    assert repetitions_needed(0.01, 1.0, 2) is None
+    assert repetitions_needed(0.0, 1.0, 2) is None
+
+
+def test_no_difference_says_how_many_repetitions_would_tell() -> None:
+    a, b = [100.0, 108.0, 95.0], [104.0, 112.0, 99.0]  # B ~4% slower, within the noise
+    found = compare_runs("ttft_p50_ms", a, b)
+    assert found.verdict == NO_DIFFERENCE
+    # d / sd = 0.615 on the logs: the normal approximation 2 (z_.975 + z_.8)^2 / 0.615^2 = 41.5;
+    # the t-test's own power needs one or two more
+    assert found.repetitions_needed in (42, 43, 44)
+    low, high = found.ratio_ci or (0, 0)
+    assert low < 1 < high
+
+
+def test_too_few_runs_and_zeros() -> None:
+    one = compare_runs("ttft_p50_ms", [100.0], [300.0, 310.0])
+    assert one.verdict == NO_DIFFERENCE and one.ratio_ci is None
+    assert one.note and "A had 1 run" in one.note
+    zero = compare_runs("cached_ratio", [0.0, 0.01, 0.0], [0.5, 0.52, 0.49])
+    assert zero.scale == "linear" and zero.verdict == HIGHER
+    assert zero.ratio_ci is None  # A's mean is not told from 0: the ratio is unbounded
+    linear = compare_runs("cached_ratio", [0.0, 0.4, 0.42, 0.41, 0.4], [0.6, 0.62, 0.61, 0.6, 0.61])
+    low, high = linear.ratio_ci or (0, 0)
+    assert linear.scale == "linear" and low < 0.61 / 0.4 < high and linear.verdict == HIGHER
+    assert repetitions_needed(1.0, 1.0, MOST_REPETITIONS + 1) is None
