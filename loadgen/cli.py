@@ -21,7 +21,7 @@ from loadgen.config import LoadConfig, ReadyCheck, error_message
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from loadgen.results import GridResult, Readiness
+    from loadgen.results import GridResult, PointSummary, Readiness
 
 # This module is read for every `testbed --help`: only typer and loadgen.config (the options'
 # defaults) are imported here; each command imports what it runs inside it
@@ -555,11 +555,11 @@ def _load(
         )
 
 
-def compare_tables(a: Path, b: Path) -> None:
-    """Print two results folders side by side, each cell "A / B" as in the seed, then which
-    load settings differ (`print_settings_note`); exit 2 with one `error:` line when a folder
-    has no readable summary.json, or when the two share no grid point (nothing comparable)."""
-    from loadgen.report import comparison_table, load_points, table_console
+def comparable_points(a: Path, b: Path) -> tuple[list[PointSummary], list[PointSummary]]:
+    """The grid points of results folders `a` and `b` (their summary.json); exit 2 with one
+    `error:` line when a folder has no readable summary.json, or when the two share no grid
+    point (nothing comparable)."""
+    from loadgen.report import load_points
     from loadgen.settings_diff import nothing_comparable
 
     try:
@@ -569,8 +569,19 @@ def compare_tables(a: Path, b: Path) -> None:
     refusal = nothing_comparable(points_a, points_b)
     if refusal is not None:
         fail(f"nothing to compare between {a} and {b}: {refusal}")
+    return points_a, points_b
+
+
+def compare_tables(a: Path, b: Path) -> tuple[list[PointSummary], list[PointSummary]]:
+    """Print two results folders side by side, each cell "A / B" as in the seed, then which
+    load settings differ (`print_settings_note`); exits as `comparable_points` does. Returns
+    both sides' grid points."""
+    from loadgen.report import comparison_table, table_console
+
+    points_a, points_b = comparable_points(a, b)
     table_console().print(comparison_table(points_a, points_b, title=f"{a} / {b}"))
     print_settings_note(a, b)
+    return points_a, points_b
 
 
 def print_settings_note(a: Path, b: Path, names: tuple[str, str] | None = None) -> None:

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from loadgen.results import PointSummary
+from loadgen.results import MetricInterval
 
 CONFIDENCE = 0.95
 """The default confidence level of every interval and verdict (`testbed compare --confidence`)."""
@@ -57,8 +57,14 @@ INTERVAL_METRICS: dict[str, str] = {
 }
 """`RunSummary` / `PointSummary` field -> its name in tables: the metrics given an interval."""
 
-HIGHER, LOWER, NO_DIFFERENCE = "higher", "lower", "no difference detected"
+TOO_MANY = (
+    f"the observed difference would need more than {MOST_REPETITIONS} repetitions per side to "
+    "detect"
+)
 Verdict = Literal["higher", "lower", "no difference detected"]
+HIGHER: Verdict = "higher"
+LOWER: Verdict = "lower"
+NO_DIFFERENCE: Verdict = "no difference detected"
 
 
 def _log_scale(*sides: Sequence[float]) -> bool:
@@ -189,12 +195,12 @@ def compare_runs(
         fewer = "A" if len(a) < len(b) else "B"
         if len(a) == len(b):
             fewer = "A and B"
-        note = (
+        few = (
             f"{fewer} had {min(len(a), len(b))} run(s): no run-to-run spread to judge a "
             "difference by; run 3 repetitions or more"
         )
         return RunsComparison(
-            **shared, ratio_ci=None, verdict=NO_DIFFERENCE, repetitions_needed=None, note=note
+            **shared, ratio_ci=None, verdict=NO_DIFFERENCE, repetitions_needed=None, note=few
         )
     xa, xb = _on_scale(a, log), _on_scale(b, log)
     difference, se, df = _welch(xa, xb)
@@ -208,19 +214,15 @@ def compare_runs(
         ci = _fieller(xa, xb, t)
     detected = abs(difference) > t * se
     verdict: Verdict = (HIGHER if difference > 0 else LOWER) if detected else NO_DIFFERENCE
-    needed, note = None, None
+    needed: int | None = None
+    note: str | None = None
     if se == 0:
         note = "every run gave the same value on each side: the interval has no width"
     elif not detected:
         spread = math.sqrt((statistics.variance(xa) + statistics.variance(xb)) / 2)
         needed = repetitions_needed(difference, spread, max(len(a), len(b)) + 1, confidence)
         if needed is None:
-            note = (
-                "no difference observed"
-                if difference == 0
-                else f"the observed difference would need more than {MOST_REPETITIONS} "
-                "repetitions per side to detect"
-            )
+            note = "no difference observed" if difference == 0 else TOO_MANY
     if ci is None:
         note = "A's runs do not tell A from 0: the ratio has no bounded interval"
     return RunsComparison(
@@ -235,10 +237,22 @@ class PointComparison(RunsComparison):
     concurrency: int
 
 
+class RunsOfPoint(Protocol):
+    """A grid point with its runs: a `PointSummary`, or the load step comparison's reading of
+    a stack's `results` output; its `INTERVAL_METRICS` fields hold the medians."""
+
+    @property
+    def prefix_kinds(self) -> int: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def intervals(self) -> Mapping[str, MetricInterval]: ...
+
+
 OLD_SUMMARY = "its summary.json keeps no per-run values (an older version wrote it): run it again"
 
 
-def _runs(point: PointSummary, metric: str) -> list[float]:
+def _runs(point: RunsOfPoint, metric: str) -> list[float]:
     """The point's runs of `metric`; its value alone where the summary kept no runs."""
     if metric in point.intervals:
         return point.intervals[metric].runs
@@ -247,7 +261,7 @@ def _runs(point: PointSummary, metric: str) -> list[float]:
 
 
 def ab_comparisons(
-    a: Sequence[PointSummary], b: Sequence[PointSummary], confidence: float = CONFIDENCE
+    a: Sequence[RunsOfPoint], b: Sequence[RunsOfPoint], confidence: float = CONFIDENCE
 ) -> list[PointComparison]:
     """One `PointComparison` per grid point both sides have (ordered by concurrency, then
     prefix kinds) and metric of `INTERVAL_METRICS` that both have a value of."""

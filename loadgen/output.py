@@ -249,7 +249,12 @@ class ResultsFolder:
                 run_rows[column] = run_rows[column].map(json.dumps)
         _replace(self.path / RUNS_FILE, lambda tmp: run_rows.to_csv(tmp, index=False))
         title = None if result.simulated is None else f"SIMULATED: {result.simulated}"
-        table = seed_table(result.points, incidents=result.incidents, title=title)
+        table = seed_table(
+            result.points,
+            incidents=result.incidents,
+            title=title,
+            simulated=result.simulated is not None,
+        )
         write_text_atomic(self.path / TABLE_FILE, table_text(table))
         incidents = [incident.model_dump(mode="json") for incident in result.incidents]
         write_text_atomic(self.path / INCIDENTS_FILE, json.dumps(incidents, indent=2) + "\n")

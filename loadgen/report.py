@@ -18,6 +18,7 @@ from rich.table import Table
 
 from loadgen.config import error_message
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe
+from loadgen.intervals import INTERVAL_METRICS, MOST_REPETITIONS, TOO_MANY, PointComparison
 from loadgen.results import PointSummary, RunSummary
 from loadgen.stats import queue_large, short_of_offered
 
@@ -60,6 +61,45 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+# The seed table's columns that show a grid point's interval on a second line: header ->
+# (PointSummary field, format of a bound).
+_INTERVAL_CELLS: dict[str, tuple[str, Callable[[float | None], str]]] = {
+    "TTFT p50\nms": ("ttft_p50_ms", _ms),
+    "TTFT p99\nms": ("ttft_p99_ms", _ms),
+    "req/s": ("requests_per_s", _rate),
+    "cached\nratio": ("cached_ratio", _ratio),
+}
+
+
+def _interval_line(p: PointSummary, header: str) -> str:
+    """The second line of a seed-table cell: the point's interval "low-high" ("" without)."""
+    metric, fmt = _INTERVAL_CELLS.get(header, ("", _ms))
+    found = p.intervals.get(metric)
+    if found is None or found.low is None:
+        return ""
+    return f"\n{fmt(found.low)}-{fmt(found.high)}"
+
+
+def interval_caption(points: Sequence[PointSummary], simulated: bool = False) -> str | None:
+    """The line under a seed table whose points have intervals: what the second lines are
+    (with `simulated`: that their spread comes from the routing runs only); None when no point
+    has one (fewer than 2 repetitions everywhere)."""
+    levels = {p.confidence for p in points if any(i.low is not None for i in p.intervals.values())}
+    if not levels:
+        return None
+    level = "/".join(f"{c:.0%}" for c in sorted(c for c in levels if c is not None))
+    where = (
+        "; SIMULATED: the spread comes from the routing runs only, the timing model is "
+        "deterministic"
+        if simulated
+        else ""
+    )
+    return (
+        f"second lines: {level} interval over the repetitions (Student's t on the runs' "
+        f"logs){where}"
+    )
+
+
 def _undelivered(p: PointSummary) -> bool:
     """The point sent less than its offered rate, or its client queue p99 is large next to
     its TTFT (`loadgen.stats.short_of_offered`, `queue_large`)."""
@@ -83,6 +123,7 @@ def seed_table(
     points: Sequence[PointSummary],
     title: str | None = None,
     incidents: Sequence[Incident] = (),
+    simulated: bool = False,
 ) -> Table:
     """A table with one row per grid point (ordered by concurrency, then prefix kinds): prefix
     kinds, concurrency ("conc"), TTFT p50 and p99 (ms), requests/s, cached-token ratio, errors
@@ -93,14 +134,19 @@ def seed_table(
 
     With `incidents` (placed: `loadgen.incidents.placed`), the concurrency of a grid point that
     had one is followed by `INCIDENT_MARK`, and the caption lists the first `INCIDENTS_SHOWN`
-    incidents, one `describe` line each."""
+    incidents, one `describe` line each. A point with 2 or more repetitions shows its
+    intervals on a second line, which the caption explains (`interval_caption`, `simulated`:
+    the results are a simulation's)."""
     table = _table(title, _seed_columns(points))
     for row in seed_rows(points, incidents):
         table.add_row(*row)
+    caption = interval_caption(points, simulated)
+    lines = [] if caption is None else [caption]
     if incidents:
-        lines = [f"{INCIDENT_MARK} {describe(i)}" for i in incidents[:INCIDENTS_SHOWN]]
+        lines += [f"{INCIDENT_MARK} {describe(i)}" for i in incidents[:INCIDENTS_SHOWN]]
         if len(incidents) > INCIDENTS_SHOWN:
             lines.append(f"(and {len(incidents) - INCIDENTS_SHOWN} more in {INCIDENTS_FILE})")
+    if lines:
         table.caption = "\n".join(lines)
         table.caption_justify = "left"
     return table
@@ -122,15 +168,15 @@ def seed_rows(
     points: Sequence[PointSummary], incidents: Sequence[Incident] = ()
 ) -> list[list[str]]:
     """The cells of `seed_table`, one list per row (columns as in `table_headers(points)`);
-    the concurrency of a grid point that had an incident is followed by `INCIDENT_MARK`."""
+    the concurrency of a grid point that had an incident is followed by `INCIDENT_MARK`; a
+    metric with an interval (2 or more repetitions) shows it on a second line, "low-high"."""
     columns = _seed_columns(points)
     marked = {(i.prefix_kinds, i.concurrency) for i in incidents}
     rows = []
     for p in _ordered(points):
         mark = f" {INCIDENT_MARK}" if (p.prefix_kinds, p.concurrency) in marked else ""
-        rows.append(
-            [str(p.prefix_kinds), f"{p.concurrency}{mark}", *(cell(p) for _, cell in columns)]
-        )
+        cells = [cell(p) + _interval_line(p, name) for name, cell in columns]
+        rows.append([str(p.prefix_kinds), f"{p.concurrency}{mark}", *cells])
     return rows
 
 
@@ -145,6 +191,102 @@ def comparison_rows(a: Sequence[PointSummary], b: Sequence[PointSummary]) -> lis
         cells = [f"{cell(pa) if pa else '-'} / {cell(pb) if pb else '-'}" for _, cell in _COLUMNS]
         rows.append([str(key[0]), str(key[1]), *cells])
     return rows
+
+
+TABLE_VERDICT_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_ratio")
+"""The metrics of the verdict table (the seed table's); `testbed compare --json` has all of
+`loadgen.intervals.INTERVAL_METRICS`."""
+VERDICT_HEADERS = (
+    *_KEY_HEADERS,
+    "metric",
+    "B / A",
+    "interval",
+    "verdict",
+    "runs\nA / B",
+    "runs that\nwould tell",
+)
+
+
+def verdict_rows(comparisons: Sequence[PointComparison]) -> list[list[str]]:
+    """The cells of `verdict_table` (columns `VERDICT_HEADERS`), one row per comparison of a
+    `TABLE_VERDICT_METRICS` metric: B / A ("x6.24"), its interval ("5.10-7.63", "-" without),
+    the verdict, the runs per side, and where no difference was detected about how many runs
+    per side would detect the observed one ("> 100" beyond `MOST_REPETITIONS`, "-" where it
+    cannot be said)."""
+    rows = []
+    for c in comparisons:
+        if c.metric not in TABLE_VERDICT_METRICS:
+            continue
+        ratio = "-" if c.ratio is None else f"x{c.ratio:.2f}"
+        ci = "-" if c.ratio_ci is None else f"{c.ratio_ci[0]:.2f}-{c.ratio_ci[1]:.2f}"
+        tell = "-"
+        if c.repetitions_needed is not None:
+            tell = str(c.repetitions_needed)
+        elif c.note == TOO_MANY:
+            tell = f"> {MOST_REPETITIONS}"
+        rows.append(
+            [
+                str(c.prefix_kinds),
+                str(c.concurrency),
+                INTERVAL_METRICS[c.metric],
+                ratio,
+                ci,
+                c.verdict,
+                f"{c.repetitions[0]} / {c.repetitions[1]}",
+                tell,
+            ]
+        )
+    return rows
+
+
+def verdict_caption(comparisons: Sequence[PointComparison], simulated: bool) -> str:
+    """The lines under a verdict table: the level and method, and what fewer than 2 runs on
+    a side means; with `simulated`, that it compares simulations whose spread comes from the
+    routing runs only."""
+    levels = "/".join(sorted({f"{c.confidence:.0%}" for c in comparisons}))
+    lines = [
+        f"B / A of the medians; interval: {levels}, Welch's t on the runs' logs (the ratio of "
+        "their geometric means); verdict: B higher / lower where it excludes 1"
+    ]
+    if any(min(c.repetitions) < 2 for c in comparisons):
+        lines.append(
+            "a side with 1 run has no run-to-run spread to judge by: no interval, no verdict "
+            "(run 3 repetitions or more)"
+        )
+    if simulated:
+        lines.append(
+            "SIMULATED: compares two simulations; their run-to-run spread comes from the "
+            "routing runs only (the timing model is deterministic)"
+        )
+    return "\n".join(lines)
+
+
+NO_VERDICTS = (
+    "No intervals or verdicts: a grid point needs 2 or more repetitions on both sides to judge "
+    "a difference by its run-to-run spread (the seed ran 3)."
+)
+
+
+def verdict_table(
+    comparisons: Sequence[PointComparison], title: str | None = None, simulated: bool = False
+) -> Table | str:
+    """A / B per grid point and metric (`verdict_rows`), captioned by `verdict_caption`;
+    `NO_VERDICTS` when no comparison has 2 runs on both sides (nothing can be judged)."""
+    if all(min(c.repetitions) < 2 for c in comparisons):
+        return NO_VERDICTS
+    table = Table(
+        box=box.MINIMAL_HEAVY_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        title=title,
+        caption=verdict_caption(comparisons, simulated),
+        caption_justify="left",
+    )
+    for header in VERDICT_HEADERS:  # metric and verdict wrap on a narrow terminal
+        table.add_column(header, no_wrap=header not in ("metric", "verdict"))
+    for row in verdict_rows(comparisons):
+        table.add_row(*row)
+    return table
 
 
 def client_server_table(runs: Sequence[RunSummary], title: str | None = None) -> Table | None:

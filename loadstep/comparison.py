@@ -15,13 +15,16 @@ from rich import box
 from rich.table import Table
 
 from loadgen.config import LoadConfig
-from loadgen.report import table_text
+from loadgen.intervals import CONFIDENCE, INTERVAL_METRICS, PointComparison, ab_comparisons
+from loadgen.report import table_text, verdict_table
+from loadgen.results import MetricInterval
 from loadgen.settings_diff import settings_differences, settings_note
 from stackmodel.resources import ResourceComparison, resource_note
 from stackmodel.stack_layout import short_stack_name
 
-RATIO_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_ratio")
-"""Compared with a ratio B/A: TTFT p50 and p99 (ms), requests/s, cached-token ratio."""
+RATIO_METRICS = tuple(INTERVAL_METRICS)
+"""Compared with a ratio B/A, its interval and a verdict: TTFT p50 and p99, ITL p50, TPOT
+p50, E2E p50 (ms), requests/s, cached-token ratio (`loadgen.intervals.INTERVAL_METRICS`)."""
 
 RATIO_DIGITS = 3
 
@@ -36,18 +39,32 @@ class PointMetrics(BaseModel):
     concurrency: int
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    e2e_p50_ms: float | None = None
     requests_per_s: float | None = None
     cached_ratio: float | None = None
     errors: int = 0
+    intervals: dict[str, MetricInterval] = {}
 
 
 class Pair(BaseModel):
     """One metric of one grid point: baseline (A), this stack (B), and B/A (None when either
-    is missing or A is 0)."""
+    is missing or A is 0); where both sides have the point, from their runs
+    (`loadgen.intervals.compare_runs`): `ratio_ci`, B/A's interval at the comparison's
+    `confidence`; `verdict`, `higher` / `lower` / `no difference detected`; `repetitions`, the
+    runs of each side (baseline, this); `repetitions_needed`, about how many runs per side would
+    detect the observed difference where none was; `note`, why any of these is missing. All
+    None where a side lacks the point (and for errors)."""
 
     baseline: float | None
     this: float | None
     ratio: float | None
+    ratio_ci: tuple[float, float] | None = None
+    verdict: str | None = None
+    repetitions: tuple[int, int] | None = None
+    repetitions_needed: int | None = None
+    note: str | None = None
 
 
 class ComparisonRow(BaseModel):
@@ -57,6 +74,9 @@ class ComparisonRow(BaseModel):
     concurrency: int
     ttft_p50_ms: Pair
     ttft_p99_ms: Pair
+    itl_p50_ms: Pair
+    tpot_p50_ms: Pair
+    e2e_p50_ms: Pair
     requests_per_s: Pair
     cached_ratio: Pair
     errors: Pair
@@ -69,31 +89,56 @@ def ratio(baseline: float | None, this: float | None) -> float | None:
     return round(this / baseline, RATIO_DIGITS)
 
 
-def _pair(a: float | None, b: float | None) -> Pair:
-    return Pair(baseline=a, this=b, ratio=ratio(a, b))
+def _pair(a: float | None, b: float | None, runs: PointComparison | None = None) -> Pair:
+    if runs is None:
+        return Pair(baseline=a, this=b, ratio=ratio(a, b))
+    ci = runs.ratio_ci
+    return Pair(
+        baseline=a,
+        this=b,
+        ratio=ratio(a, b),
+        ratio_ci=None if ci is None else (round(ci[0], RATIO_DIGITS), round(ci[1], RATIO_DIGITS)),
+        verdict=runs.verdict,
+        repetitions=runs.repetitions,
+        repetitions_needed=runs.repetitions_needed,
+        note=runs.note,
+    )
+
+
+def _points(results: Sequence[Mapping[str, Any]]) -> dict[tuple[int, int], PointMetrics]:
+    points = map(PointMetrics.model_validate, results)
+    return {(p.prefix_kinds, p.concurrency): p for p in points}
 
 
 def compare_points(
-    baseline: Sequence[Mapping[str, Any]], this: Sequence[Mapping[str, Any]]
-) -> list[ComparisonRow]:
+    baseline: Sequence[Mapping[str, Any]],
+    this: Sequence[Mapping[str, Any]],
+    confidence: float = CONFIDENCE,
+) -> tuple[list[ComparisonRow], list[PointComparison]]:
     """Rows for the union of grid points, ordered by concurrency then prefix kinds (the seed's
-    order); a point missing on one side has None there.
+    order); a point missing on one side has None there. Beside them, the comparisons of the
+    runs at the points both sides have (`loadgen.intervals.ab_comparisons` at `confidence`).
 
     Raises:
         pydantic.ValidationError: an item lacks ``prefix_kinds``/``concurrency`` or has a
             non-numeric metric.
     """
-    a = {(p.prefix_kinds, p.concurrency): p for p in map(PointMetrics.model_validate, baseline)}
-    b = {(p.prefix_kinds, p.concurrency): p for p in map(PointMetrics.model_validate, this)}
+    a, b = _points(baseline), _points(this)
+    runs = ab_comparisons(list(a.values()), list(b.values()), confidence)
+    by_metric = {(c.prefix_kinds, c.concurrency, c.metric): c for c in runs}
     rows = []
     for key in sorted(a.keys() | b.keys(), key=lambda k: (k[1], k[0])):
         pa, pb = a.get(key), b.get(key)
         pairs = {
-            metric: _pair(getattr(pa, metric) if pa else None, getattr(pb, metric) if pb else None)
+            metric: _pair(
+                getattr(pa, metric) if pa else None,
+                getattr(pb, metric) if pb else None,
+                by_metric.get((*key, metric)),
+            )
             for metric in (*RATIO_METRICS, "errors")
         }
         rows.append(ComparisonRow(prefix_kinds=key[0], concurrency=key[1], **pairs))
-    return rows
+    return rows, runs
 
 
 def _cell(pair: Pair, fmt: str) -> str:
@@ -179,7 +224,10 @@ def comparison_output(
 
     Returns ``{"baseline": name, "this": name, "rows": [ComparisonRow as dict], "resources":
     ResourceComparison as dict, "settings": [SettingDifference as dict], "note": text or None,
-    "table": text}``; the table ends with the load-settings note
+    "confidence": the level of every ``ratio_ci`` and verdict, "table": text}``; the table is
+    followed by the verdict table (:func:`loadgen.report.verdict_table`: B / A, its interval
+    and the verdict per grid point and metric, or one line when no point has 2 runs on both
+    sides), then the load-settings note
     (:func:`loadgen.settings_diff.settings_note`: which load settings differ and which metrics
     that invalidates; the two stacks' ``loadSettings`` outputs, given as ``load_settings``, a
     side None when unknown), the resource note (:func:`stackmodel.resources.resource_note`:
@@ -190,8 +238,10 @@ def comparison_output(
     Raises:
         pydantic.ValidationError: a ``loadSettings`` that is not a LoadConfig.
     """
-    rows = compare_points(baseline_results or [], this_results or [])
+    rows, runs = compare_points(baseline_results or [], this_results or [])
     table = comparison_text(rows, baseline_stack, this_stack)
+    verdicts = verdict_table(runs, title=f"{baseline_stack} / {this_stack}: B / A and verdict")
+    table += verdicts + "\n" if isinstance(verdicts, str) else table_text(verdicts, width=140)
     differences = []
     settings = ""
     if load_settings is not None:
@@ -207,5 +257,6 @@ def comparison_output(
         "resources": resources.model_dump(mode="json"),
         "settings": [d.model_dump(mode="json") for d in differences],
         "note": note,
+        "confidence": CONFIDENCE,
         "table": "".join([table, *(f"{n}\n" for n in notes)]),
     }

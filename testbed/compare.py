@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from loadgen.cli import compare_tables
+from loadgen.cli import comparable_points, compare_tables
+from loadgen.intervals import CONFIDENCE
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from loadgen.intervals import PointComparison
 
 
 def read_stack_file(folder: Path) -> dict[str, Any] | None:
@@ -31,22 +37,70 @@ def read_stack_file(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and "resources" in data else None
 
 
+def is_simulated(folder: Path) -> bool:
+    """Whether ``folder/result.json`` says its results are a simulation's (``testbed
+    simulate``); False when absent or unreadable."""
+    from loadgen.output import RESULT_FILE
+
+    try:
+        data = json.loads((folder / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("simulated") is not None
+
+
 def compare_command(
     a: Annotated[Path, typer.Argument(help="Result folder A (holding summary.json).")],
     b: Annotated[Path, typer.Argument(help="Result folder B (holding summary.json).")],
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object per grid point and metric (ratio, interval, verdict, "
+            "repetitions) instead of the tables.",
+        ),
+    ] = False,
+    confidence: Annotated[
+        float,
+        typer.Option(min=0.5, max=0.999, help="Confidence level of the intervals and verdicts."),
+    ] = CONFIDENCE,
 ) -> None:
     """Print two results side by side, each cell "A / B" as in the seed; then which load
-    settings differed and what that invalidates; then, when the folders hold stack.json,
-    whether both stacks had the same workers, GPUs and node classes, and which metrics a
-    difference affects.
+    settings differed and what that invalidates; then per grid point and metric B / A with
+    its interval from the repetitions and a verdict (B higher, lower, or no difference
+    detected, with about how many repetitions would detect it); then, when the folders hold
+    stack.json, whether both stacks had the same workers, GPUs and node classes, and which
+    metrics a difference affects.
 
     Exit code 2 with one `error:` line when a folder has no readable summary.json, or when the
     two share no grid point.
 
-    Example: testbed compare out/simulate/kv-routing out/simulate/disagg-same-node
+    Example: testbed compare out/simulate/kv-routing out/simulate/disagg-same-node --json
     """
-    compare_tables(a, b)
+    from loadgen.intervals import ab_comparisons
+
+    simulated = is_simulated(a) or is_simulated(b)
+    if as_json:
+        points = comparable_points(a, b)
+        rows = [
+            {**c.model_dump(mode="json", by_alias=True), "simulated": simulated}
+            for c in ab_comparisons(*points, confidence)
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    points = compare_tables(a, b)
+    print_verdicts(ab_comparisons(*points, confidence), simulated)
     print_resource_note(a, b)
+
+
+def print_verdicts(comparisons: Sequence[PointComparison], simulated: bool) -> None:
+    """The verdict table of an A / B (`loadgen.report.verdict_table`, or its one line when
+    nothing can be judged); with `simulated`, marked as comparing simulations."""
+    from loadgen.report import table_console, verdict_table
+
+    title = "B / A: interval and verdict" + (" (SIMULATED)" if simulated else "")
+    found = verdict_table(comparisons, title=title, simulated=simulated)
+    table_console(highlight=False).print(found, soft_wrap=isinstance(found, str))
 
 
 def print_resource_note(a: Path, b: Path) -> None:

@@ -417,7 +417,10 @@ def _simulate(
         groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
         console.print(f"{name}: router {sim.spec.router_mode}; {groups}")
         table = seed_table(
-            sim.result.points, title=f"{name} (SIMULATED)", incidents=sim.result.incidents
+            sim.result.points,
+            title=f"{name} (SIMULATED)",
+            incidents=sim.result.incidents,
+            simulated=True,
         )
         console.print(table)
         console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)

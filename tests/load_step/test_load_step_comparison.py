@@ -55,7 +55,7 @@ def points(rows: Sequence[SeedRow]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def seed_rows() -> dict[tuple[int, int], dict[str, dict[str, float | None]]]:
-    rows = compare_points(points(SEED_KV_ROUTING), points(SEED_DISAGG))
+    rows, _ = compare_points(points(SEED_KV_ROUTING), points(SEED_DISAGG))
     return {(r.prefix_kinds, r.concurrency): r.model_dump() for r in rows}
 
 
@@ -63,11 +63,25 @@ def test_two_kinds_concurrency_4_is_the_seeds_8_4x(
     seed_rows: dict[tuple[int, int], dict[str, dict[str, float | None]]],
 ) -> None:
     row = seed_rows[(2, 4)]
-    assert row["ttft_p50_ms"] == {"baseline": 34, "this": 286, "ratio": 8.412}
+    assert row["ttft_p50_ms"] | {"note": None} == {
+        "baseline": 34,
+        "this": 286,
+        "ratio": 8.412,
+        # The seed's table keeps medians only: one value a side, nothing to judge by.
+        "ratio_ci": None,
+        "verdict": "no difference detected",
+        "repetitions": (1, 1),
+        "repetitions_needed": None,
+        "note": None,
+    }
+    assert "no per-run values" in str(row["ttft_p50_ms"]["note"])
     assert row["ttft_p99_ms"]["ratio"] == 8.110  # 592 / 73
     assert row["requests_per_s"]["ratio"] == 0.596  # 6.5 / 10.9
-    assert row["cached_ratio"] == {"baseline": None, "this": None, "ratio": None}
-    assert row["errors"] == {"baseline": 0, "this": 0, "ratio": None}
+    assert row["cached_ratio"]["baseline"] is None and row["cached_ratio"]["verdict"] is None
+    assert row["errors"] == {
+        **{"baseline": 0, "this": 0, "ratio": None, "ratio_ci": None, "verdict": None},
+        **{"repetitions": None, "repetitions_needed": None, "note": None},
+    }
 
 
 def test_seed_summary_ttft_8_to_12x_throughput_37_to_48_percent_lower(
@@ -87,7 +101,7 @@ def test_seed_summary_ttft_8_to_12x_throughput_37_to_48_percent_lower(
 def test_rows_follow_the_seeds_order_and_keep_one_sided_points() -> None:
     baseline = points(SEED_KV_ROUTING[:2])
     this = points(SEED_DISAGG[1:3])
-    rows = compare_points(baseline, this)
+    rows, _ = compare_points(baseline, this)
     assert [(r.prefix_kinds, r.concurrency) for r in rows] == [(2, 4), (7, 4), (12, 4)]
     assert rows[0].ttft_p50_ms.this is None and rows[0].ttft_p50_ms.ratio is None
     assert rows[2].ttft_p50_ms.baseline is None
@@ -120,7 +134,47 @@ def test_missing_results_compare_as_no_points() -> None:
         "kv-routing", "disagg-same-node", None, points(SEED_DISAGG[:1]), UNKNOWN
     )
     (row,) = out["rows"]
-    assert row["ttft_p50_ms"] == {"baseline": None, "this": 286, "ratio": None}
+    pair = row["ttft_p50_ms"]
+    assert (pair["baseline"], pair["this"], pair["ratio"], pair["verdict"]) == (
+        None,
+        286,
+        None,
+        None,
+    )
+
+
+def _with_runs(point: dict[str, object], ttft_runs: list[float]) -> dict[str, object]:
+    """A summary.json object with its TTFT p50 runs (as `loadgen.stats.point_intervals`)."""
+    return point | {"intervals": {"ttft_p50_ms": {"runs": ttft_runs, "low": 1.0, "high": 2.0}}}
+
+
+def test_runs_give_the_ratio_interval_and_the_verdict() -> None:
+    """Three runs a side: kv-routing 34 ms and disagg 286 ms apart far beyond their spread
+    (B higher); two close sides give no verdict and say how many runs would tell."""
+    (a,), (b,) = points(SEED_KV_ROUTING[:1]), points(SEED_DISAGG[:1])
+    out = comparison_output(
+        "kv-routing",
+        "disagg-same-node",
+        [_with_runs(a, [33.0, 34.0, 36.0])],
+        [_with_runs(b, [280.0, 286.0, 301.0])],
+        UNKNOWN,
+    )
+    pair = out["rows"][0]["ttft_p50_ms"]
+    assert pair["verdict"] == "higher" and pair["repetitions"] == [3, 3]
+    low, high = pair["ratio_ci"]
+    assert low < 8.41 < high and high / low < 1.3
+    assert out["confidence"] == 0.95
+    assert "kv-routing / disagg-same-node: B / A and verdict" in out["table"]
+    assert "TTFT p50" in out["table"] and "higher" in out["table"]
+    close = comparison_output(
+        "kv-routing",
+        "disagg-same-node",
+        [_with_runs(a, [33.0, 34.0, 36.0])],
+        [_with_runs(a, [34.0, 35.0, 37.0])],
+        UNKNOWN,
+    )
+    pair = close["rows"][0]["ttft_p50_ms"]
+    assert pair["verdict"] == "no difference detected" and pair["repetitions_needed"] > 3
 
 
 def test_load_settings_that_differ_are_said_with_what_they_invalidate() -> None:

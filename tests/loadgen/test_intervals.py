@@ -9,10 +9,13 @@ not independent draws. Each run is reduced to its own p50 and p99 first, as load
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from loadgen.intervals import (
     HIGHER,
@@ -25,7 +28,9 @@ from loadgen.intervals import (
     repetitions_needed,
 )
 from loadgen.request import RequestRecord
+from loadgen.results import PointSummary
 from loadgen.stats import percentile, summarize_point, summarize_run
+from testbed.cli import app
 
 MS = 1_000_000
 TTFT_MS = 60.0  # median TTFT of a request (the seed's kv-routing p50s are 34-64 ms)
@@ -110,7 +115,7 @@ def _records(ttfts: list[float], concurrency: int = 4) -> list[RequestRecord]:
     return out
 
 
-def _point(rng: random.Random, shift_ms: float) -> object:
+def _point(rng: random.Random, shift_ms: float) -> PointSummary:
     runs = [
         summarize_run(
             _records(_run_ttfts(rng, shift_ms=shift_ms)),
@@ -130,7 +135,7 @@ def test_b_50ms_slower_to_first_token_is_detected_at_3_repetitions_of_100(seed: 
     true ratio of the runs' medians (about (60 + 50) / 60)."""
     rng = random.Random(seed)
     a, b = _point(rng, 0.0), _point(rng, 50.0)
-    found = {c.metric: c for c in ab_comparisons([a], [b])}  # type: ignore[list-item]
+    found = {c.metric: c for c in ab_comparisons([a], [b])}
     ttft = found["ttft_p50_ms"]
     assert ttft.verdict == HIGHER and ttft.repetitions == (3, 3)
     low, high = ttft.ratio_ci or (0, 0)
@@ -170,3 +175,42 @@ def test_too_few_runs_and_zeros() -> None:
     low, high = linear.ratio_ci or (0, 0)
     assert linear.scale == "linear" and low < 0.61 / 0.4 < high and linear.verdict == HIGHER
     assert repetitions_needed(1.0, 1.0, MOST_REPETITIONS + 1) is None
+
+
+def _folder(root: Path, name: str, points: list[PointSummary], simulated: bool = False) -> Path:
+    folder = root / name
+    folder.mkdir()
+    rows = [p.model_dump(mode="json") for p in points]
+    (folder / "summary.json").write_text(json.dumps(rows))
+    if simulated:  # what compare reads of a simulation's result.json
+        (folder / "result.json").write_text(json.dumps({"simulated": "the timing model"}))
+    return folder
+
+
+def test_testbed_compare_json_and_verdict_table(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    a = _folder(tmp_path, "a", [_point(rng, 0.0)], simulated=True)
+    b = _folder(tmp_path, "b", [_point(rng, 50.0)])
+    out = CliRunner().invoke(app, ["compare", str(a), str(b), "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert len(rows) == 7  # one point, every interval metric
+    ttft = next(r for r in rows if r["metric"] == "ttft_p50_ms")
+    assert ttft["verdict"] == "higher" and ttft["repetitions"] == [3, 3]
+    assert ttft["prefixKinds"] == 2 and ttft["concurrency"] == 4 and ttft["simulated"] is True
+    low, high = ttft["ratioCi"]
+    assert low < ttft["ratio"] < high and ttft["b"] / ttft["a"] == pytest.approx(ttft["ratio"])
+    wider = json.loads(
+        CliRunner()
+        .invoke(app, ["compare", str(a), str(b), "--json", "--confidence", "0.99"])
+        .output
+    )
+    low99, high99 = next(r for r in wider if r["metric"] == "ttft_p50_ms")["ratioCi"]
+    assert low99 < low and high < high99
+    table = CliRunner().invoke(app, ["compare", str(a), str(b)])
+    assert table.exit_code == 0, table.output
+    assert "B / A: interval and verdict (SIMULATED)" in table.output
+    assert "higher" in table.output and "3 / 3" in table.output
+    assert "SIMULATED: compares two simulations" in table.output
+    refused = CliRunner().invoke(app, ["compare", str(a), str(b), "--confidence", "1.5"])
+    assert refused.exit_code == 2 and "--confidence" in refused.output
