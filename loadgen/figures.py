@@ -23,7 +23,7 @@ from typing import Literal
 import pandas as pd
 
 from loadgen.incidents import Incident, describe
-from loadgen.results import GridResult
+from loadgen.results import GridResult, PointSummary
 from loadgen.results_folder import LoadedResults
 
 _NS_PER_MS = 1e6
@@ -39,7 +39,9 @@ Style = Literal["line", "step", "points", "failures"]
 class Series:
     """One line or cloud of points. `color` indexes the report's palette (the rank of the
     concurrency); `side` is "A" or "B"; `style`: `line` (grid metrics), `step` (a CDF),
-    `points` (request TTFTs on a timeline), `failures` (failed requests)."""
+    `points` (request TTFTs on a timeline), `failures` (failed requests). `y_low` / `y_high`:
+    a `line`'s error bars, one per point (the grid point's interval, `PointSummary.intervals`;
+    equal to `y` where a point has none), or () for none at all."""
 
     label: str
     side: str
@@ -47,6 +49,8 @@ class Series:
     x: tuple[float, ...]
     y: tuple[float, ...]
     style: Style
+    y_low: tuple[float, ...] = ()
+    y_high: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,13 @@ def _concurrency_colors(results: Sequence[LoadedResults]) -> dict[int, int]:
     return {c: i for i, c in enumerate(levels)}
 
 
+def _bounds(point: PointSummary, field: str) -> tuple[float, float] | None:
+    found = point.intervals.get(field)
+    if found is None or found.low is None or found.high is None:
+        return None
+    return found.low, found.high
+
+
 def _metric_panel(
     results: Sequence[LoadedResults], field: str, title: str, unit: str, log: bool
 ) -> Panel:
@@ -114,15 +125,27 @@ def _metric_panel(
             points = sorted(
                 (p for p in result.points if p.concurrency == c), key=lambda p: p.prefix_kinds
             )
-            xy = [(p.prefix_kinds, getattr(p, field)) for p in points]
-            xy = [(x, y) for x, y in xy if y is not None]
+            xy = [(p.prefix_kinds, getattr(p, field), _bounds(p, field)) for p in points]
+            xy = [(x, y, bounds) for x, y, bounds in xy if y is not None]
             if xy:
-                xs, ys = zip(*xy, strict=True)
+                xs, ys, bounds = zip(*xy, strict=True)
+                bars = any(b is not None for b in bounds)
+                low = tuple(b[0] if b else y for b, y in zip(bounds, ys, strict=True))
+                high = tuple(b[1] if b else y for b, y in zip(bounds, ys, strict=True))
                 series.append(
-                    Series(f"{side} c={c}", side, colors[c], tuple(xs), tuple(ys), "line")
+                    Series(
+                        f"{side} c={c}",
+                        side,
+                        colors[c],
+                        tuple(xs),
+                        tuple(ys),
+                        "line",
+                        low if bars else (),
+                        high if bars else (),
+                    )
                 )
     kinds = sorted({p.prefix_kinds for r in results for p in r.points})
-    values = [y for s in series for y in s.y]
+    values = [y for s in series for y in (*s.y, *s.y_low, *s.y_high)]
     return Panel(
         title=title,
         x_label="prefix kinds",
@@ -159,7 +182,8 @@ def grid_figure(
         key=key,
         title=title,
         caption="Median over repetitions of each grid point (summary.json); one line per "
-        "concurrency; A solid, B dashed.",
+        "concurrency; A solid, B dashed; error bars: the point's interval over its repetitions "
+        "(2 or more; a simulation's spread comes from its routing runs only).",
         panels=panels,
         columns=len(panels),
     )

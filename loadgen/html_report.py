@@ -27,7 +27,15 @@ from matplotlib.transforms import blended_transform_factory
 
 from loadgen.figures import Figure, Panel, Series, report_figures
 from loadgen.incidents import describe
-from loadgen.report import comparison_rows, seed_rows, table_headers
+from loadgen.intervals import ab_comparisons
+from loadgen.report import (
+    VERDICT_HEADERS,
+    comparison_rows,
+    seed_rows,
+    table_headers,
+    verdict_caption,
+    verdict_rows,
+)
 from loadgen.results_folder import REPORT_FILE, LoadedResults, load_results
 from loadgen.settings_diff import settings_note
 
@@ -57,6 +65,9 @@ def _draw_series(ax: Axes, s: Series) -> None:
     color = _color(s)
     if s.style == "line":
         ax.plot(s.x, s.y, SIDE_LINE[s.side], marker=SIDE_MARKER[s.side], color=color, label=s.label)
+        if s.y_low:  # the interval as drawn, low to high (it is not centred on the median)
+            ax.vlines(s.x, s.y_low, s.y_high, colors=color, linewidth=1.0)
+            ax.scatter([*s.x, *s.x], [*s.y_low, *s.y_high], s=30, color=color, marker="_")
     elif s.style == "step":
         ax.step(s.x, s.y, SIDE_LINE[s.side], where="post", color=color, label=s.label)
     elif s.style == "points":
@@ -217,13 +228,22 @@ def _name(result: LoadedResults) -> str:
 
 def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, bytes]]) -> str:
     """The report page: the seed-style table ("A / B" with two results, followed by which load
-    settings differ and what that invalidates: `loadgen.settings_diff.settings_note`), the
+    settings differ and what that invalidates: `loadgen.settings_diff.settings_note`, and by
+    B / A per grid point and metric with its interval and verdict where both sides ran 2 or
+    more repetitions: `loadgen.report.verdict_rows`), the
     figures as embedded PNGs, incidents and warnings per result, and a footer with what
     produced it."""
     sides = [_side(label, r) for label, r in zip(("A", "B"), results, strict=False)]
     comparability: list[str] = []
+    verdicts: list[list[str]] = []
+    verdict_notes: list[str] = []
     if len(results) == 2:
         headers, rows = table_headers(), comparison_rows(results[0].points, results[1].points)
+        found = ab_comparisons(results[0].points, results[1].points)
+        if any(min(c.repetitions) >= 2 for c in found):
+            verdicts = verdict_rows(found)
+            simulated = any(r.grid is not None and r.grid.simulated for r in results)
+            verdict_notes = verdict_caption(found, simulated).splitlines()
         configs = [r.grid.config if r.grid is not None else None for r in results]
         note = settings_note(configs[0], configs[1], results[0].name, results[1].name)
         comparability = note.splitlines() if note else []
@@ -236,6 +256,9 @@ def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, b
         "headers": [h.split("\n") for h in headers],
         "rows": rows,
         "comparability": comparability,
+        "verdict_headers": [h.split("\n") for h in VERDICT_HEADERS],
+        "verdicts": verdicts,
+        "verdict_notes": verdict_notes,
         "figures": [(f, base64.b64encode(png).decode("ascii")) for f, png in pngs],
         "versions": _versions(),
         "generated_at": f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC",

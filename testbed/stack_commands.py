@@ -383,9 +383,10 @@ def _simulate(
 
     from loadgen.config import error_message
     from loadgen.incidents import describe
+    from loadgen.intervals import ab_comparisons
     from loadgen.output import ResumeError
     from loadgen.report import client_server_table, comparison_table, seed_table, table_console
-    from testbed.compare import print_resource_note
+    from testbed.compare import print_resource_note, print_verdicts
     from testbed.localgraph import LocalGraphError
     from testbed.seed import seed_accuracy_note
     from testbed.simulate import simulate_stack
@@ -442,6 +443,7 @@ def _simulate(
         note = seed_accuracy_note({a.stack: a.result.points, b.stack: b.result.points})
         if note is not None:
             console.print(Text(note), soft_wrap=True)
+        print_verdicts(ab_comparisons(a.result.points, b.result.points), simulated=True)
         print_settings_note(a.out_dir, b.out_dir, (a.stack, b.stack))
         print_resource_note(a.out_dir, b.out_dir)
     comparison = comparison_report(out, names[0], names[1]) if len(names) == 2 else None

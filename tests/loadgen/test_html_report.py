@@ -134,14 +134,21 @@ def test_grid_figures_plot_the_summary_values(
     assert len(figure.panels) == len(fields)
     for panel, field in zip(figure.panels, fields, strict=True):
         plotted = {(s.side, s.label): list(zip(s.x, s.y, strict=True)) for s in panel.series}
-        expected = {}
+        bars = {(s.side, s.label): list(zip(s.y_low, s.y_high, strict=True)) for s in panel.series}
+        expected, expected_bars = {}, {}
         for side, folder in zip("AB", folders, strict=True):
             for c in GRID.concurrency:
-                rows = sorted(
-                    (p["prefix_kinds"], p[field]) for p in _summary(folder) if p["concurrency"] == c
+                points = sorted(
+                    (p for p in _summary(folder) if p["concurrency"] == c),
+                    key=lambda p: p["prefix_kinds"],
                 )
-                expected[(side, f"{side} c={c}")] = rows
+                expected[(side, f"{side} c={c}")] = [(p["prefix_kinds"], p[field]) for p in points]
+                # 2 repetitions a point: the error bars are summary.json's intervals
+                expected_bars[(side, f"{side} c={c}")] = [
+                    (p["intervals"][field]["low"], p["intervals"][field]["high"]) for p in points
+                ]
         assert plotted == expected
+        assert bars == expected_bars
         assert panel.x_ticks == (2.0, 6.0)
 
 
@@ -265,6 +272,12 @@ def test_seed_table_cells_are_a_over_b(folders: tuple[Path, Path], tmp_path: Pat
         cell = f"<td>{a[key]['errors']} / {b[key]['errors']}</td>"
         assert cell in html
         assert f"<td>{a[key]['requests_per_s']:.1f} / {b[key]['requests_per_s']:.1f}</td>" in html
+    # B's first token comes 80 ms after the request, A's after 5 ms: B higher at every point
+    verdicts = html.split('<h2 id="verdicts">B / A: interval and verdict</h2>')[1]
+    rows = verdicts.split("</table>")[0].split("<tr>")[2:]
+    ttft = [r for r in rows if "<td>TTFT p50</td>" in r]
+    assert len(ttft) == len(a) and all("<td>higher</td>" in r for r in ttft)
+    assert "Welch&#39;s t on the runs&#39; logs" in verdicts
 
 
 @pytest.mark.parametrize(
@@ -336,8 +349,11 @@ def test_one_result_gets_its_own_table_and_one_timeline(
     out, _ = write_report([loaded], tmp_path / "one.html")
     html = out.read_text()
     assert "Load report: disagg-same-node</h1>" in html and " / " not in html.split("<h2")[1]
-    for p in _summary(folders[1]):
-        assert f"<td>{p['requests_per_s']:.1f}</td>" in html
+    for p in _summary(folders[1]):  # 2 repetitions: the interval on a second line
+        low, high = (p["intervals"]["requests_per_s"][k] for k in ("low", "high"))
+        cell = f"<td>{p['requests_per_s']:.1f}<br><small>{low:.1f}-{high:.1f}</small></td>"
+        assert cell in html
+    assert "interval and verdict" not in html  # one result: nothing to compare
 
 
 def test_folder_reports_and_the_comparison(folders: tuple[Path, Path], tmp_path: Path) -> None:
