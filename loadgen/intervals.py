@@ -21,9 +21,11 @@ statistics are over those n values per side:
 
 Rank and permutation tests cannot decide at the seed's 3 repetitions (3 against 3 has 20
 arrangements: the smallest two-sided p is 0.1), and a bootstrap of 3 repetitions has 10
-distinct resamples, which is why the t family is used. scipy.stats is imported inside the
-functions that use it: `pulumi preview` imports this module (the load step's comparison) and
-pays for module-level imports (tests/test_program_imports.py).
+distinct resamples, which is why the t family is used. Its distribution functions come from
+`scipy.special` (`stdtrit`, `nctdtr`: what scipy.stats.t and nct call), imported inside the
+functions that use them: `pulumi preview` imports this module (the load step's comparison) and
+pays for module-level imports (tests/test_program_imports.py), and scipy.stats alone takes
+longer to import than the 1 s a comparison may add (bench/comparison_cost.py).
 """
 
 from __future__ import annotations
@@ -67,6 +69,15 @@ LOWER: Verdict = "lower"
 NO_DIFFERENCE: Verdict = "no difference detected"
 
 
+def _t_critical(df: float, confidence: float) -> float:
+    """The two-sided critical value of Student's t with `df` degrees of freedom at
+    `confidence`: its (1 + confidence) / 2 quantile (`scipy.special.stdtrit`, the function
+    scipy.stats.t.ppf calls, without importing scipy.stats, which costs seconds)."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, (1 + confidence) / 2))
+
+
 def _log_scale(*sides: Sequence[float]) -> bool:
     return all(v > 0 for side in sides for v in side)
 
@@ -83,12 +94,11 @@ def point_interval(
     metric here is negative); (v, v) when every run gave the same v; None for fewer than 2."""
     if len(values) < 2:
         return None
-    from scipy import stats
-
     log = _log_scale(values)
     x = _on_scale(values, log)
     mean, sem = statistics.fmean(x), statistics.stdev(x) / math.sqrt(len(x))
-    low, high = (mean, mean) if sem == 0 else stats.t.interval(confidence, len(x) - 1, mean, sem)
+    half = _t_critical(len(x) - 1, confidence) * sem
+    low, high = mean - half, mean + half
     if log:
         return math.exp(low), math.exp(high)
     return max(low, 0.0), high
@@ -157,13 +167,13 @@ def repetitions_needed(
     if difference == 0 or spread == 0 or start > MOST_REPETITIONS:
         return None
     import numpy as np
-    from scipy import stats
+    from scipy.special import nctdtr, stdtrit
 
     n = np.arange(max(start, 2), MOST_REPETITIONS + 1)
     df = 2 * n - 2
-    crit = stats.t.ppf(1 - (1 - confidence) / 2, df)
+    crit = stdtrit(df, (1 + confidence) / 2)
     nc = abs(difference) / (spread * np.sqrt(2 / n))
-    power = stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)
+    power = 1 - nctdtr(df, nc, crit) + nctdtr(df, nc, -crit)  # nctdtr: the noncentral t's CDF
     enough = np.flatnonzero(power >= POWER)
     return int(n[enough[0]]) if enough.size else None
 
@@ -177,8 +187,6 @@ def compare_runs(
 ) -> RunsComparison:
     """A's and B's runs of one metric compared (see `RunsComparison` for every field and the
     module docstring for the methods)."""
-    from scipy import stats
-
     ma, mb = _median(a), _median(b)
     ratio = None if ma is None or mb is None or ma == 0 else mb / ma
     log = _log_scale(a, b)
@@ -204,7 +212,7 @@ def compare_runs(
         )
     xa, xb = _on_scale(a, log), _on_scale(b, log)
     difference, se, df = _welch(xa, xb)
-    t = float(stats.t.ppf(1 - (1 - confidence) / 2, df))
+    t = _t_critical(df, confidence)
     if log:
         ci: tuple[float, float] | None = (
             math.exp(difference - t * se),
