@@ -88,16 +88,8 @@ def interval_caption(points: Sequence[PointSummary], simulated: bool = False) ->
     if not levels:
         return None
     level = "/".join(f"{c:.0%}" for c in sorted(c for c in levels if c is not None))
-    where = (
-        "; SIMULATED: the spread comes from the routing runs only, the timing model is "
-        "deterministic"
-        if simulated
-        else ""
-    )
-    return (
-        f"second lines: {level} interval over the repetitions (Student's t on the runs' "
-        f"logs){where}"
-    )
+    where = "; SIMULATED: spread from the routing runs only" if simulated else ""
+    return f"second lines: {level} interval over the repetitions (t on the runs' logs){where}"
 
 
 def _undelivered(p: PointSummary) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from loadgen.intervals import (
     point_interval,
     repetitions_needed,
 )
+from loadgen.report import seed_table, table_text
 from loadgen.request import RequestRecord
 from loadgen.results import PointSummary
 from loadgen.stats import percentile, summarize_point, summarize_run
@@ -214,3 +216,20 @@ def test_testbed_compare_json_and_verdict_table(tmp_path: Path) -> None:
     assert "SIMULATED: compares two simulations" in table.output
     refused = CliRunner().invoke(app, ["compare", str(a), str(b), "--confidence", "1.5"])
     assert refused.exit_code == 2 and "--confidence" in refused.output
+
+
+def test_seed_table_shows_each_interval_under_its_value() -> None:
+    point = _point(random.Random(11), 0.0)
+    ttft = point.intervals["ttft_p50_ms"]
+    assert ttft.low is not None and ttft.high is not None and len(ttft.runs) == 3
+    assert ttft.low < statistics.fmean(ttft.runs) < ttft.high
+    text = table_text(seed_table([point], simulated=True))
+    assert f"{ttft.low:,.0f}-{ttft.high:,.0f}" in text
+    assert "second lines: 95% interval over the repetitions" in text
+    assert "SIMULATED: spread from the routing runs only" in text
+    one = summarize_point(
+        [summarize_run(_records(_run_ttfts(random.Random(1))), prefix_kinds=2, concurrency=4,
+                       repetition=0)]
+    )  # fmt: skip
+    assert one.intervals["ttft_p50_ms"].low is None
+    assert "second lines" not in table_text(seed_table([one]))
