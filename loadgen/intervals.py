@@ -257,7 +257,7 @@ class RunsOfPoint(Protocol):
     def intervals(self) -> Mapping[str, MetricInterval]: ...
 
 
-OLD_SUMMARY = "its summary.json keeps no per-run values (an older version wrote it): run it again"
+OLD_SUMMARY = "no per-run values kept (results of an older version): run the grid again"
 
 
 def _runs(point: RunsOfPoint, metric: str) -> list[float]:

@@ -274,7 +274,9 @@ def test_comparison_reads_the_baseline_stack(
     comparison = rendered.outputs["comparison"]
     assert (comparison["baseline"], comparison["this"]) == ("kv-routing", "disagg-same-node")
     (row,) = comparison["rows"]
-    assert row["ttft_p50_ms"] == {"baseline": 34, "this": 286, "ratio": 8.412}
+    pair = row["ttft_p50_ms"]
+    assert (pair["baseline"], pair["this"], pair["ratio"]) == (34, 286, 8.412)
+    assert pair["verdict"] == "no difference detected"  # medians only: nothing to judge by
     assert row["requests_per_s"]["ratio"] == 0.596
     assert comparison["note"] is None
     assert rendered.outputs["results"] == THIS
@@ -321,7 +323,13 @@ def test_a_baseline_that_does_not_exist_is_a_note(
     assert comparison["note"] == note
     assert comparison["table"].endswith(note + "\n")
     (row,) = comparison["rows"]
-    assert row["ttft_p50_ms"] == {"baseline": None, "this": 286, "ratio": None}
+    pair = row["ttft_p50_ms"]
+    assert (pair["baseline"], pair["this"], pair["ratio"], pair["verdict"]) == (
+        None,
+        286,
+        None,
+        None,
+    )
     assert rendered.outputs["results"] == THIS
 
 
