@@ -114,7 +114,10 @@ class RunsComparison(BaseModel):
     (A, B); `repetitions_needed`: where none was detected, about how many runs per side would
     detect the observed difference with `POWER` (None: it cannot be said, see `note`);
     `scale`: `log` (the ratio of geometric means, Welch's t on the logs) or `linear` (a 0
-    among the runs: Welch's t on the values, Fieller's interval for the ratio)."""
+    among the runs: Welch's t on the values, Fieller's interval for the ratio). `delta`:
+    b - a (the metric's unit); `delta_ci`: the interval of the difference of the runs' means,
+    Welch's t on the values whatever the scale (the verdict is the ratio's: in a borderline
+    case the two can disagree on whether 0 / 1 is inside)."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
@@ -123,6 +126,8 @@ class RunsComparison(BaseModel):
     b: float | None
     ratio: float | None
     ratio_ci: tuple[float, float] | None
+    delta: float | None
+    delta_ci: tuple[float, float] | None
     verdict: Verdict
     repetitions: tuple[int, int]
     repetitions_needed: int | None
@@ -195,6 +200,7 @@ def compare_runs(
         "a": ma,
         "b": mb,
         "ratio": ratio,
+        "delta": None if ma is None or mb is None else mb - ma,
         "repetitions": (len(a), len(b)),
         "confidence": confidence,
         "scale": "log" if log else "linear",
@@ -208,7 +214,12 @@ def compare_runs(
             "difference by; run 3 repetitions or more"
         )
         return RunsComparison(
-            **shared, ratio_ci=None, verdict=NO_DIFFERENCE, repetitions_needed=None, note=few
+            **shared,
+            ratio_ci=None,
+            delta_ci=None,
+            verdict=NO_DIFFERENCE,
+            repetitions_needed=None,
+            note=few,
         )
     xa, xb = _on_scale(a, log), _on_scale(b, log)
     difference, se, df = _welch(xa, xb)
@@ -233,8 +244,15 @@ def compare_runs(
             note = "no difference observed" if difference == 0 else TOO_MANY
     if ci is None:
         note = "A's runs do not tell A from 0: the ratio has no bounded interval"
+    values = _welch([float(v) for v in a], [float(v) for v in b])
+    half = _t_critical(values[2], confidence) * values[1]
     return RunsComparison(
-        **shared, ratio_ci=ci, verdict=verdict, repetitions_needed=needed, note=note
+        **shared,
+        ratio_ci=ci,
+        delta_ci=(values[0] - half, values[0] + half),
+        verdict=verdict,
+        repetitions_needed=needed,
+        note=note,
     )
 
 

@@ -52,15 +52,17 @@ class Pair(BaseModel):
     """One metric of one grid point: baseline (A), this stack (B), and B/A (None when either
     is missing or A is 0); where both sides have the point, from their runs
     (`loadgen.intervals.compare_runs`): `ratio_ci`, B/A's interval at the comparison's
-    `confidence`; `verdict`, `higher` / `lower` / `no difference detected`; `repetitions`, the
-    runs of each side (baseline, this); `repetitions_needed`, about how many runs per side would
-    detect the observed difference where none was; `note`, why any of these is missing. All
-    None where a side lacks the point (and for errors)."""
+    `confidence`; `delta_ci`, the interval of B - A (the metric's unit); `verdict`, `higher` /
+    `lower` / `no difference detected`; `repetitions`, the runs of each side (baseline, this);
+    `repetitions_needed`, about how many runs per side would detect the observed difference
+    where none was; `note`, why any of these is missing. All None where a side lacks the point
+    (and for errors)."""
 
     baseline: float | None
     this: float | None
     ratio: float | None
     ratio_ci: tuple[float, float] | None = None
+    delta_ci: tuple[float, float] | None = None
     verdict: str | None = None
     repetitions: tuple[int, int] | None = None
     repetitions_needed: int | None = None
@@ -98,6 +100,7 @@ def _pair(a: float | None, b: float | None, runs: PointComparison | None = None)
         this=b,
         ratio=ratio(a, b),
         ratio_ci=None if ci is None else (round(ci[0], RATIO_DIGITS), round(ci[1], RATIO_DIGITS)),
+        delta_ci=runs.delta_ci,
         verdict=runs.verdict,
         repetitions=runs.repetitions,
         repetitions_needed=runs.repetitions_needed,

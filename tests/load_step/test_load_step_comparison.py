@@ -70,6 +70,7 @@ def test_two_kinds_concurrency_4_is_the_seeds_8_4x(
         "ratio": 8.412,
         # The seed's table keeps medians only: one value a side, nothing to judge by.
         "ratio_ci": None,
+        "delta_ci": None,
         "verdict": "no difference detected",
         "repetitions": (1, 1),
         "repetitions_needed": None,
@@ -80,7 +81,8 @@ def test_two_kinds_concurrency_4_is_the_seeds_8_4x(
     assert row["requests_per_s"]["ratio"] == 0.596  # 6.5 / 10.9
     assert row["cached_ratio"]["baseline"] is None and row["cached_ratio"]["verdict"] is None
     assert row["errors"] == {
-        **{"baseline": 0, "this": 0, "ratio": None, "ratio_ci": None, "verdict": None},
+        **{"baseline": 0, "this": 0, "ratio": None, "ratio_ci": None, "delta_ci": None},
+        "verdict": None,
         **{"repetitions": None, "repetitions_needed": None, "note": None},
     }
 
@@ -164,6 +166,8 @@ def test_runs_give_the_ratio_interval_and_the_verdict() -> None:
     assert pair["verdict"] == "higher" and pair["repetitions"] == [3, 3]
     low, high = pair["ratio_ci"]
     assert low < 8.41 < high and high / low < 1.3
+    low, high = pair["delta_ci"]  # ms: B's mean 289 - A's 34.3
+    assert low < 289 - 34.33 < high
     assert out["confidence"] == 0.95
     assert "kv-routing / disagg-same-node: B / A and verdict" in out["table"]
     assert "TTFT p50" in out["table"] and "higher" in out["table"]

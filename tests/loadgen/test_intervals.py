@@ -142,6 +142,8 @@ def test_b_50ms_slower_to_first_token_is_detected_at_3_repetitions_of_100(seed: 
     assert ttft.verdict == HIGHER and ttft.repetitions == (3, 3)
     low, high = ttft.ratio_ci or (0, 0)
     assert low <= (TTFT_MS + 50) / TTFT_MS <= high
+    delta_low, delta_high = ttft.delta_ci or (0, 0)
+    assert delta_low < 50 < delta_high and ttft.delta == pytest.approx(ttft.b - ttft.a)  # type: ignore[operator]
     assert found["requests_per_s"].verdict == LOWER  # slower requests: fewer per second
     assert found["itl_p50_ms"].ratio == pytest.approx(1.0)  # tokens 10 ms apart on both
 
