@@ -240,6 +240,8 @@ def verdict_caption(comparisons: Sequence[PointComparison], simulated: bool) -> 
         f"B / A of the medians; interval: {levels}, Welch's t on the runs' logs (the ratio of "
         "their geometric means); verdict: B higher / lower where it excludes 1"
     ]
+    if any(c.scale == "linear" for c in comparisons):
+        lines.append("where a run gave 0: Welch's t on the values, Fieller's interval for B / A")
     if any(min(c.repetitions) < 2 for c in comparisons):
         lines.append(
             "a side with 1 run has no run-to-run spread to judge by: no interval, no verdict "

@@ -23,12 +23,13 @@ from loadgen.intervals import (
     LOWER,
     MOST_REPETITIONS,
     NO_DIFFERENCE,
+    PointComparison,
     ab_comparisons,
     compare_runs,
     point_interval,
     repetitions_needed,
 )
-from loadgen.report import seed_table, table_text
+from loadgen.report import seed_table, table_text, verdict_caption, verdict_rows
 from loadgen.request import RequestRecord
 from loadgen.results import PointSummary
 from loadgen.stats import percentile, summarize_point, summarize_run
@@ -179,6 +180,9 @@ def test_too_few_runs_and_zeros() -> None:
     low, high = linear.ratio_ci or (0, 0)
     assert linear.scale == "linear" and low < 0.61 / 0.4 < high and linear.verdict == HIGHER
     assert repetitions_needed(1.0, 1.0, MOST_REPETITIONS + 1) is None
+    row = PointComparison(**linear.model_dump(), prefix_kinds=2, concurrency=4)
+    assert "Fieller's interval" in verdict_caption([row], simulated=False)
+    assert verdict_rows([row])[0][3:6] == [f"x{0.61 / 0.4:.2f}", f"{low:.2f}-{high:.2f}", "higher"]
 
 
 def _folder(root: Path, name: str, points: list[PointSummary], simulated: bool = False) -> Path:
