@@ -137,13 +137,12 @@ def test_missing_results_compare_as_no_points() -> None:
         "kv-routing", "disagg-same-node", None, points(SEED_DISAGG[:1]), UNKNOWN
     )
     (row,) = out["rows"]
-    pair = row["ttft_p50_ms"]
-    assert (pair["baseline"], pair["this"], pair["ratio"], pair["verdict"]) == (
+    assert [row["ttft_p50_ms"][k] for k in ("baseline", "this", "ratio", "verdict")] == [
         None,
         286,
         None,
         None,
-    )
+    ]
 
 
 def _with_runs(point: dict[str, object], ttft_runs: list[float]) -> dict[str, object]:
@@ -155,13 +154,14 @@ def test_runs_give_the_ratio_interval_and_the_verdict() -> None:
     """Three runs a side: kv-routing 34 ms and disagg 286 ms apart far beyond their spread
     (B higher); two close sides give no verdict and say how many runs would tell."""
     (a,), (b,) = points(SEED_KV_ROUTING[:1]), points(SEED_DISAGG[:1])
-    out = comparison_output(
-        "kv-routing",
-        "disagg-same-node",
-        [_with_runs(a, [33.0, 34.0, 36.0])],
-        [_with_runs(b, [280.0, 286.0, 301.0])],
-        UNKNOWN,
-    )
+
+    def compared(this: dict[str, object], runs: list[float]) -> dict[str, Any]:
+        baseline = [_with_runs(a, [33.0, 34.0, 36.0])]
+        return comparison_output(
+            "kv-routing", "disagg-same-node", baseline, [_with_runs(this, runs)], UNKNOWN
+        )
+
+    out = compared(b, [280.0, 286.0, 301.0])
     pair = out["rows"][0]["ttft_p50_ms"]
     assert pair["verdict"] == "higher" and pair["repetitions"] == [3, 3]
     low, high = pair["ratio_ci"]
@@ -171,14 +171,7 @@ def test_runs_give_the_ratio_interval_and_the_verdict() -> None:
     assert out["confidence"] == 0.95
     assert "kv-routing / disagg-same-node: B / A and verdict" in out["table"]
     assert "TTFT p50" in out["table"] and "higher" in out["table"]
-    close = comparison_output(
-        "kv-routing",
-        "disagg-same-node",
-        [_with_runs(a, [33.0, 34.0, 36.0])],
-        [_with_runs(a, [34.0, 35.0, 37.0])],
-        UNKNOWN,
-    )
-    pair = close["rows"][0]["ttft_p50_ms"]
+    pair = compared(a, [34.0, 35.0, 37.0])["rows"][0]["ttft_p50_ms"]
     assert pair["verdict"] == "no difference detected" and pair["repetitions_needed"] > 3
 
 
