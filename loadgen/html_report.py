@@ -66,7 +66,8 @@ def _draw_series(ax: Axes, s: Series) -> None:
     if s.style == "line":
         ax.plot(s.x, s.y, SIDE_LINE[s.side], marker=SIDE_MARKER[s.side], color=color, label=s.label)
         if s.y_low:  # the interval as drawn, low to high (it is not centred on the median)
-            ax.vlines(s.x, s.y_low, s.y_high, colors=color, linewidth=1.0)
+            style = "dashed" if s.side == "B" else "solid"  # as the side's line
+            ax.vlines(s.x, s.y_low, s.y_high, colors=color, linewidth=1.0, linestyles=style)
             ax.scatter([*s.x, *s.x], [*s.y_low, *s.y_high], s=30, color=color, marker="_")
     elif s.style == "step":
         ax.step(s.x, s.y, SIDE_LINE[s.side], where="post", color=color, label=s.label)
