@@ -66,8 +66,11 @@ def _draw_series(ax: Axes, s: Series) -> None:
     if s.style == "line":
         ax.plot(s.x, s.y, SIDE_LINE[s.side], marker=SIDE_MARKER[s.side], color=color, label=s.label)
         if s.y_low:  # the interval as drawn, low to high (it is not centred on the median)
-            style = "dashed" if s.side == "B" else "solid"  # as the side's line
-            ax.vlines(s.x, s.y_low, s.y_high, colors=color, linewidth=1.0, linestyles=style)
+            dashed = s.side == "B"  # as the side's line
+            ax.vlines(
+                s.x, s.y_low, s.y_high, colors=color, linewidth=1.0,
+                linestyles="dashed" if dashed else "solid",
+            )  # fmt: skip
             ax.scatter([*s.x, *s.x], [*s.y_low, *s.y_high], s=30, color=color, marker="_")
     elif s.style == "step":
         ax.step(s.x, s.y, SIDE_LINE[s.side], where="post", color=color, label=s.label)
