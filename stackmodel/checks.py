@@ -7,12 +7,18 @@ them as one :class:`~stackmodel.errors.StackConfigError` before anything is regi
 
 from __future__ import annotations
 
+from kvpath.memory import memory_floor_bytes
 from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_nixl
-from stackmodel.config import StackConfig, image_tag_version
+from stackmodel.config import NodeClass, StackConfig, WorkerGroup, image_tag_version
 from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.log_budget import log_budget_problem
-from stackmodel.models import GATED_MODELS, UnknownModelError
-from stackmodel.quantities import parse_quantity
+from stackmodel.models import GATED_MODELS, ModelGeometry, UnknownModelError
+from stackmodel.quantities import (
+    TENSOR_PARALLEL_SHARED_MEMORY,
+    ceil_mib,
+    format_quantity,
+    parse_quantity,
+)
 from stackmodel.sizing import (
     StackSizing,
     group_of,
@@ -22,6 +28,7 @@ from stackmodel.sizing import (
     stack_sizing,
 )
 from stackmodel.ucx import CUDA_CAPABLE_EXAMPLE, UCX_TLS, moves_gpu_memory
+from steptime.gpus import resolve_gpu
 
 _KV_ROLES = {
     "prefill": ("kv_producer", "kv_both"),
@@ -59,10 +66,10 @@ def placement_problems(cfg: StackConfig) -> list[ConfigProblem]:
         return out
     for name, node_class in cfg.node_classes.items():
         on_class = [w for w in cfg.topology.workers if w.node_class == name]
-        wanted = sum(w.replicas for w in on_class)
+        wanted = sum(w.replicas * w.tensor_parallel_size for w in on_class)
         slicing = node_class.time_slicing.replicas_per_gpu if node_class.time_slicing else 1
         units = node_class.nodes * node_class.gpus_per_node * slicing
-        if wanted > units:
+        if wanted > units or not _pods_pack(node_class, on_class):
             last = max(i for i, w in enumerate(cfg.topology.workers) if w.node_class == name)
             out.append(
                 ConfigProblem(
@@ -70,12 +77,183 @@ def placement_problems(cfg: StackConfig) -> list[ConfigProblem]:
                     cfg.topology.workers[last].replicas,
                     f"GPU oversubscription on node class '{name}': workers "
                     f"{', '.join(w.name for w in on_class)} need "
-                    f"{wanted} nvidia.com/gpu (one per replica) but the class offers {units} "
-                    f"(nodes {node_class.nodes} x gpusPerNode {node_class.gpus_per_node} x "
-                    f"time-slicing replicas {slicing}); add nodes, enable timeSlicing or lower "
-                    "replicas",
+                    f"{wanted} nvidia.com/gpu (tensorParallelSize per replica) but the class "
+                    f"offers {units} (nodes {node_class.nodes} x gpusPerNode "
+                    f"{node_class.gpus_per_node} x time-slicing replicas {slicing}), and each "
+                    "pod's GPUs must be on one node; add nodes, enable timeSlicing (workers "
+                    "of one GPU) or lower replicas",
                 )
             )
+    return out
+
+
+def _pods_pack(node_class: NodeClass, groups: list[WorkerGroup]) -> bool:
+    """Whether the groups' pods fit on the class's nodes, each pod's GPUs on one node (the
+    scheduler binds a pod to one node, and the device plugin allocates its ``nvidia.com/gpu``
+    there): first fit, largest pods first, which is exact when the pod sizes divide one
+    another (powers of two, as tensor-parallel sizes are)."""
+    if node_class.time_slicing is not None:
+        return True  # one-GPU workers only (tensor_parallel_problems); the count decides
+    free = [node_class.gpus_per_node] * node_class.nodes
+    sizes = sorted(
+        (w.tensor_parallel_size for w in groups for _ in range(w.replicas)), reverse=True
+    )
+    for size in sizes:
+        node = next((i for i, left in enumerate(free) if left >= size), None)
+        if node is None:
+            return False
+        free[node] -= size
+    return True
+
+
+def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """What a worker of ``tensorParallelSize`` > 1 needs (vLLM engine only; the mocker has no
+    GPUs):
+
+    - a node class without time-slicing: the NVIDIA device plugin does not promise distinct
+      GPUs to a pod that asks for several time-sliced units ("requesting more than one shared
+      GPU does not imply that you will get guaranteed access to a proportional amount of
+      compute power", NVIDIA/k8s-device-plugin README, "Shared Access to GPUs"), and vLLM
+      needs one GPU per rank;
+    - ``gpusPerNode`` >= the size: one pod's GPUs are on one node;
+    - the model's query heads divisible by the size (vLLM 0.31.0
+      ``ModelConfig.verify_with_parallel_config``, ``vllm/config/model.py``: "Total number of
+      attention heads ... must be divisible by tensor parallel size"), its KV heads divisible
+      by it or it by them (``QKVParallelLinear``, :meth:`~stackmodel.models.ModelGeometry.
+      kv_heads_per_gpu`), and the model's ``hiddenSize`` known (the all-reduces);
+    - the GPU's interconnect known (a catalog GPU, or ``interconnect`` with its figures);
+    - a /dev/shm of :data:`~stackmodel.quantities.TENSOR_PARALLEL_SHARED_MEMORY` at least;
+    - each decode group's size a multiple of each prefill group's (vLLM's NixlConnector:
+      ``tp_ratio = divide(decode tp, prefill tp)`` and ``assert tp_ratio > 0, "Decode TP
+      cannot be smaller than prefill TP"``, ``NixlConnectorWorker.add_remote_agent`` in
+      ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``).
+    """
+    if cfg.engine.kind != "vllm":
+        return []
+    out: list[ConfigProblem] = []
+    try:
+        geometry: ModelGeometry | None = model_geometry(cfg)
+    except (UnknownModelError, OSError, ValueError, KeyError):
+        geometry = None  # sizing_problems names it
+    for i, w in enumerate(cfg.topology.workers):
+        tp = w.tensor_parallel_size
+        if tp == 1:
+            continue
+        key = _workers_key(i, "tensorParallelSize")
+        node_class = cfg.node_classes[w.node_class]
+        if node_class.time_slicing is not None:
+            out.append(
+                ConfigProblem(
+                    key,
+                    tp,
+                    f"node class '{w.node_class}' time-slices its GPUs, and a pod asking for "
+                    f"{tp} time-sliced nvidia.com/gpu units may get them all from one GPU (the "
+                    "NVIDIA device plugin promises no distinct GPUs); put the group on a node "
+                    "class without timeSlicing, or set tensorParallelSize: 1",
+                )
+            )
+        if tp > node_class.gpus_per_node:
+            out.append(
+                ConfigProblem(
+                    key,
+                    tp,
+                    f"a worker's {tp} GPUs must be on one node, but node class "
+                    f"'{w.node_class}' has gpusPerNode {node_class.gpus_per_node}; lower "
+                    f"tensorParallelSize to at most {node_class.gpus_per_node} or use a node "
+                    "class with more GPUs per node",
+                )
+            )
+        if geometry is not None:
+            out += _model_splits(geometry, key, tp)
+        gpu, _ = resolve_gpu(node_class.gpu)
+        if gpu.interconnect is None:
+            out.append(
+                ConfigProblem(
+                    f"nodeClasses.{w.node_class}.gpu",
+                    gpu.name,
+                    f"worker group '{w.name}' is tensor-parallel, whose all-reduces cross the "
+                    "GPUs' interconnect, which this GPU does not give: add interconnect "
+                    "(nvlink or pcie) and interconnectGbPerS (per GPU and direction, e.g. 32 "
+                    "for PCIe Gen4 x16) to its figures, or name a catalog GPU",
+                )
+            )
+        try:
+            shm = parse_quantity(w.shared_memory_size)
+            parse_quantity(w.base_memory)
+        except ValueError:
+            continue  # sizing_problems names the quantity
+        if shm < parse_quantity(TENSOR_PARALLEL_SHARED_MEMORY):
+            floor = memory_floor_bytes(
+                parse_quantity(w.base_memory), parse_quantity(TENSOR_PARALLEL_SHARED_MEMORY), 0
+            )
+            out.append(
+                ConfigProblem(
+                    _workers_key(i, "sharedMemorySize"),
+                    w.shared_memory_size,
+                    f"a tensor-parallel worker's {tp} GPU processes exchange data through "
+                    f"/dev/shm (vLLM's shared-memory broadcast; NCCL between GPUs without "
+                    f"peer access), and vLLM's Kubernetes guide mounts "
+                    f"{TENSOR_PARALLEL_SHARED_MEMORY} for it; set sharedMemorySize to at least "
+                    f"{TENSOR_PARALLEL_SHARED_MEMORY} (it counts against memoryLimit: raise "
+                    f"that to at least {format_quantity(ceil_mib(floor))} plus any host mirror)",
+                )
+            )
+    prefill = [(i, w) for i, w in enumerate(cfg.topology.workers) if w.role == "prefill"]
+    for _, d in ((i, w) for i, w in enumerate(cfg.topology.workers) if w.role == "decode"):
+        for i, p in prefill:
+            if d.tensor_parallel_size % p.tensor_parallel_size:
+                out.append(
+                    ConfigProblem(
+                        _workers_key(i, "tensorParallelSize"),
+                        p.tensor_parallel_size,
+                        f"decode group '{d.name}' has tensorParallelSize "
+                        f"{d.tensor_parallel_size}, not a multiple of prefill group "
+                        f"'{p.name}''s {p.tensor_parallel_size}: vLLM's NixlConnector refuses "
+                        "it ('Decode TP cannot be smaller than prefill TP'); give decode a "
+                        "multiple of prefill's size (equal sizes always work)",
+                    )
+                )
+    return out
+
+
+def _model_splits(geometry: ModelGeometry, key: str, tp: int) -> list[ConfigProblem]:
+    """The model-side rules of :func:`tensor_parallel_problems` for one group."""
+    out = []
+    heads = geometry.num_attention_heads
+    kv = geometry.num_kv_heads
+    if heads is None or geometry.hidden_size is None:
+        out.append(
+            ConfigProblem(
+                "model.geometry",
+                None,
+                f"{key} = {tp} needs the model's numAttentionHeads and hiddenSize (vLLM "
+                "splits the heads, and the all-reduces carry hiddenSize per token); add them "
+                "to model.geometry, or give model.configJson",
+            )
+        )
+    elif heads % tp:
+        sizes = [
+            n for n in (1, 2, 4, 8, 16, 32, 64) if heads % n == 0 and (n % kv == 0 or kv % n == 0)
+        ]
+        out.append(
+            ConfigProblem(
+                key,
+                tp,
+                f"vLLM needs the model's {heads} attention heads divisible by the tensor-"
+                f"parallel size ('Total number of attention heads ({heads}) must be divisible "
+                f"by tensor parallel size ({tp})'); use one of {', '.join(map(str, sizes))}",
+            )
+        )
+    if tp % kv and kv % tp:
+        out.append(
+            ConfigProblem(
+                key,
+                tp,
+                f"vLLM splits the model's {kv} KV heads over the GPUs or replicates them, so "
+                f"one must divide the other; {tp} does neither: use a divisor or a multiple "
+                f"of {kv}",
+            )
+        )
     return out
 
 
@@ -434,6 +612,9 @@ def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
     )
     if any(p.key.endswith("nodeClass") for p in out):
         return out  # sizing needs every node class to exist
+    tensor_parallel = tensor_parallel_problems(cfg)
+    if tensor_parallel:
+        return out + tensor_parallel  # sizing splits the model over the GPUs
     return out + sizing_problems(cfg)
 
 

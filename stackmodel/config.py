@@ -268,8 +268,19 @@ class WorkerGroup(CamelModel):
     )
     replicas: int = Field(ge=1, description="Identical workers in the group.")
     node_class: ConfigText = Field(description="A key of nodeClasses.")
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="vLLM --tensor-parallel-size: GPUs of one node per worker (the model's "
+        "weights and KV cache split over them); more than 1 needs a node class without "
+        "time-slicing, that many gpusPerNode and a sharedMemorySize of at least 2Gi.",
+    )
     gpu_memory_utilization: float = Field(
-        default=0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization: fraction of one GPU."
+        default=0.9,
+        gt=0,
+        le=1,
+        description="vLLM --gpu-memory-utilization: fraction of each of the worker's GPUs.",
     )
     memory_limit: ConfigText = Field(
         default="3584Mi", description="Container memory limit (the seed's part-3 value)."

@@ -47,6 +47,11 @@ class ModelGeometry(BaseModel):
         weight_dtype_bytes: bytes per weight element: 2 for bf16/fp16, 1 for fp8.
         max_position_embeddings: the model's context length (config.json
             ``max_position_embeddings``), vLLM's default ``--max-model-len``; None if unknown.
+        hidden_size: the residual stream's width (config.json ``hidden_size``): the elements
+            per token of each tensor-parallel all-reduce; None if unknown (tensor
+            parallelism then needs it).
+        num_attention_heads: query heads per layer (``num_attention_heads``), which vLLM
+            requires ``--tensor-parallel-size`` to divide; None if unknown.
     """
 
     model_config = ConfigDict(
@@ -60,6 +65,8 @@ class ModelGeometry(BaseModel):
     num_parameters: int = Field(gt=0)
     weight_dtype_bytes: int = Field(default=2, gt=0)
     max_position_embeddings: int | None = Field(default=None, gt=0)
+    hidden_size: int | None = Field(default=None, gt=0)
+    num_attention_heads: int | None = Field(default=None, gt=0)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -74,6 +81,41 @@ class ModelGeometry(BaseModel):
     def weight_bytes(self) -> int:
         """Bytes of model weights held in GPU memory: parameters x bytes per weight element."""
         return self.num_parameters * self.weight_dtype_bytes
+
+    def kv_heads_per_gpu(self, tensor_parallel_size: int) -> int:
+        """KV heads each of ``tensor_parallel_size`` GPUs holds: ``num_kv_heads / tp``, or 1 when
+        the GPUs outnumber the heads and each head is replicated (vLLM 0.31.0
+        ``QKVParallelLinear.__init__`` in ``vllm/model_executor/layers/linear.py``: ``if tp_size
+        >= self.total_num_kv_heads: self.num_kv_heads = 1; self.num_kv_head_replicas =
+        divide(tp_size, self.total_num_kv_heads)``, else ``divide(self.total_num_kv_heads,
+        tp_size)``; ``divide`` asserts that it divides evenly)."""
+        return max(1, self.num_kv_heads // tensor_parallel_size)
+
+    def per_gpu(self, tensor_parallel_size: int) -> ModelGeometry:
+        """The share of one GPU of ``tensor_parallel_size``: its KV heads
+        (:meth:`kv_heads_per_gpu`) and its parameters, ``ceil(parameters / tp)``.
+
+        vLLM shards every linear layer and the (vocabulary-parallel) embedding and LM head over
+        the tensor-parallel GPUs; only the RMSNorm weights (``2 x hidden`` per layer, under
+        0.01 % of a 0.6B model) are replicated, which the split ignores. ``tensor_parallel_size
+        1`` is the geometry itself.
+        """
+        if tensor_parallel_size == 1:
+            return self
+        return self.model_copy(
+            update={
+                "num_kv_heads": self.kv_heads_per_gpu(tensor_parallel_size),
+                "num_parameters": -(-self.num_parameters // tensor_parallel_size),
+            }
+        )
+
+    def kv_bytes_moved_per_token(self, tensor_parallel_size: int) -> int:
+        """KV bytes one token takes over the KV path from a worker of ``tensor_parallel_size``
+        GPUs: each GPU's share (:meth:`per_gpu`) from each GPU, so ``kv_bytes_per_token`` when
+        the GPUs divide the KV heads, more when heads are replicated (each rank's NIXL agent
+        sends its own blocks: vLLM 0.31.0 ``NixlConnectorWorker`` registers one KV region per
+        rank)."""
+        return tensor_parallel_size * self.per_gpu(tensor_parallel_size).kv_bytes_per_token
 
 
 def estimate_num_parameters(config: dict[str, Any]) -> int:
@@ -174,6 +216,8 @@ def geometry_from_hf_config(
         ),
         weight_dtype_bytes=weight_dtype_bytes,
         max_position_embeddings=config.get("max_position_embeddings"),
+        hidden_size=int(config["hidden_size"]),
+        num_attention_heads=heads,
     )
 
 
@@ -191,6 +235,8 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         head_dim=128,
         num_parameters=596_049_920,
         max_position_embeddings=40_960,
+        hidden_size=1024,
+        num_attention_heads=16,
     ),
     # 36 layers, 8 KV heads (32 query heads), head_dim 128, hidden 4096, untied -> 147,456 B/token.
     "Qwen/Qwen3-8B": ModelGeometry(
@@ -199,6 +245,8 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         head_dim=128,
         num_parameters=8_190_735_360,
         max_position_embeddings=40_960,
+        hidden_size=4096,
+        num_attention_heads=32,
     ),
     # 32 layers, 8 KV heads (32 query heads), head_dim 4096/32 = 128, untied -> 131,072 B/token.
     "meta-llama/Llama-3.1-8B-Instruct": ModelGeometry(
@@ -207,6 +255,8 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         head_dim=128,
         num_parameters=8_030_261_248,
         max_position_embeddings=131_072,
+        hidden_size=4096,
+        num_attention_heads=32,
     ),
     # 28 layers, 4 KV heads (28 query heads), head_dim 3584/28 = 128, QKV bias, untied ->
     # 57,344 B/token.
@@ -216,11 +266,25 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         head_dim=128,
         num_parameters=7_615_616_512,
         max_position_embeddings=32_768,
+        hidden_size=3584,
+        num_attention_heads=28,
+    ),
+    # 80 layers, 8 KV heads (64 query heads), head_dim 8192/64 = 128, intermediate 28,672,
+    # vocabulary 128,256, untied -> 327,680 B/token; 141 GB of bf16 weights, so it needs
+    # tensor parallelism on any single GPU of the catalog.
+    "meta-llama/Llama-3.3-70B-Instruct": ModelGeometry(
+        num_layers=80,
+        num_kv_heads=8,
+        head_dim=128,
+        num_parameters=70_553_706_496,
+        max_position_embeddings=131_072,
+        hidden_size=8192,
+        num_attention_heads=64,
     ),
 }
 
 
-GATED_MODELS = frozenset({"meta-llama/Llama-3.1-8B-Instruct"})
+GATED_MODELS = frozenset({"meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.3-70B-Instruct"})
 """Catalog models whose Hugging Face repository is gated: only a token of an account that
 accepted the model's license downloads it (huggingface.co/meta-llama/Llama-3.1-8B-Instruct asks
 to accept the Llama 3.1 Community License; the hub answers 401/403 otherwise). The Qwen models

@@ -32,6 +32,17 @@ DEFAULT_BASE_MEMORY = "3328Mi"
 # 256Mi is four times a container runtime's 64Mi default. Raise it for tensor parallelism.
 DEFAULT_SHARED_MEMORY = "256Mi"
 
+# The least /dev/shm a tensor-parallel (tensorParallelSize > 1) worker gets. Its GPU processes
+# talk through shared memory: vLLM's multiprocess executor broadcasts each step's scheduler
+# output to the ranks over a shared-memory ring (``MessageQueue``,
+# ``vllm/distributed/device_communicators/shm_broadcast.py``) and every rank answers through
+# one of its own, and NCCL falls back to its SHM transport between GPUs without peer-to-peer
+# access (PCIe cards such as the RTX 4090). vLLM's Kubernetes guide mounts a ``medium:
+# Memory`` emptyDir of ``sizeLimit: 2Gi`` at /dev/shm for its GPU deployment ("vLLM needs to
+# access the host's shared memory for tensor parallel inference", docs.vllm.ai, deployment/k8s,
+# "Deployment with GPUs"); below that a tensor-parallel worker is refused.
+TENSOR_PARALLEL_SHARED_MEMORY = "2Gi"
+
 # Per-worker GPU memory outside weights and KV cache: CUDA context, the activation peak vLLM
 # profiles at startup, CUDA-graph pools. An assumption for small models (~0.5 GiB of CUDA
 # context plus activations at vLLM's default batch budget); set it per stack for big models.

@@ -53,8 +53,9 @@ from stackmodel.quantities import (
     unitless_hint,
 )
 from steptime.fit import SEED_FIT, fit_for
-from steptime.gpus import resolve_gpu
+from steptime.gpus import GpuSpec, resolve_gpu
 from steptime.roofline import EngineFit, EngineStep
+from steptime.tensor_parallel import TensorParallel
 
 
 def _bytes_text(num_bytes: int) -> str:
@@ -65,8 +66,12 @@ def _bytes_text(num_bytes: int) -> str:
     return f"{format_quantity(ceil_mib(num_bytes))} ({num_bytes:,} B)"
 
 
-def kv_bytes_per_request(geometry: ModelGeometry, prompt_tokens: int) -> int:
-    """KV-cache bytes of one request's prompt: KV bytes per token x prompt tokens (bytes).
+def kv_bytes_per_request(
+    geometry: ModelGeometry, prompt_tokens: int, tensor_parallel_size: int = 1
+) -> int:
+    """KV-cache bytes of one request's prompt as a worker of ``tensor_parallel_size`` GPUs
+    sends it: KV bytes per token moved
+    (:meth:`~stackmodel.models.ModelGeometry.kv_bytes_moved_per_token`) x prompt tokens.
 
     The seed's load: 114,688 B/token x 2,371 tokens = 271,925,248 B (~272 MB).
 
@@ -75,7 +80,7 @@ def kv_bytes_per_request(geometry: ModelGeometry, prompt_tokens: int) -> int:
     """
     if prompt_tokens < 0:
         raise ValueError(f"prompt_tokens must be >= 0, got {prompt_tokens}")
-    return geometry.kv_bytes_per_token * prompt_tokens
+    return geometry.kv_bytes_moved_per_token(tensor_parallel_size) * prompt_tokens
 
 
 class SizingFinding(BaseModel):
@@ -471,6 +476,8 @@ class ComponentMemory(BaseModel):
         base_memory: the limit it needs without host mirror and /dev/shm; default
             `DEFAULT_BASE_MEMORY`.
         shared_memory_size: its memory-backed /dev/shm; default `DEFAULT_SHARED_MEMORY`.
+        tensor_parallel_size: its GPUs; each GPU's process has a host mirror of its own KV
+            cache (vLLM's NixlConnectorWorker runs in every rank), so the pod holds that many.
     """
 
     model_config = ConfigDict(
@@ -482,6 +489,7 @@ class ComponentMemory(BaseModel):
     host_buffers_kv: bool
     base_memory: str | int = DEFAULT_BASE_MEMORY
     shared_memory_size: str | int = DEFAULT_SHARED_MEMORY
+    tensor_parallel_size: int = Field(default=1, ge=1)
 
 
 class GpuAllocation(BaseModel):
@@ -491,6 +499,8 @@ class GpuAllocation(BaseModel):
         node_class: the node class the GPU belongs to.
         gpu_memory_gib: its memory (GiB).
         workers: the workers placed on it.
+        tensor_parallel_size: GPUs of each of those workers (> 1: one worker, alone on each
+            of its GPUs, each holding 1/tp of the weights and its share of the KV heads).
     """
 
     model_config = ConfigDict(
@@ -500,6 +510,7 @@ class GpuAllocation(BaseModel):
     node_class: str
     gpu_memory_gib: float = Field(gt=0)
     workers: list[GpuWorker]
+    tensor_parallel_size: int = Field(default=1, ge=1)
 
 
 class ComponentMemoryReport(BaseModel):
@@ -518,7 +529,8 @@ class ComponentMemoryReport(BaseModel):
 
 
 class WorkerKvReport(BaseModel):
-    """A GPU worker's KV-cache budget and capacity."""
+    """A GPU worker's KV-cache budget (per GPU: vLLM's ``--kv-cache-memory-bytes`` is "Size
+    of KV Cache per GPU") and capacity (tokens the worker holds, on all its GPUs at once)."""
 
     name: str
     node_class: str
@@ -527,6 +539,8 @@ class WorkerKvReport(BaseModel):
     kv_capacity_tokens: int
     kv_capacity_blocks: int
     block_size_tokens: int
+    tensor_parallel_size: int = 1
+    kv_bytes_per_token_per_gpu: int
 
 
 class SizingReport(BaseModel):
@@ -567,6 +581,7 @@ def build_sizing_report(
     block_size_tokens: int = VLLM_BLOCK_SIZE_TOKENS,
     activation_overhead_bytes: int = DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     allow_unsafe_memory: bool = False,
+    transfer_tensor_parallel_size: int = 1,
 ) -> SizingReport:
     """Run every sizing rule for a stack and collect numbers and findings.
 
@@ -586,29 +601,32 @@ def build_sizing_report(
         block_size_tokens: KV block size for the capacity in blocks and the mirror.
         activation_overhead_bytes: per-worker GPU overhead outside weights and KV.
         allow_unsafe_memory: turn memory-floor errors into warnings.
+        transfer_tensor_parallel_size: the GPUs of the prefill worker whose KV the verdict
+            moves (:meth:`~stackmodel.models.ModelGeometry.kv_bytes_moved_per_token`).
 
     Raises:
         ValueError: an invalid input (quantity, link, negative count), or a host-buffering
             component without a KV-cache row of its name.
     """
-    request_kv = kv_bytes_per_request(geometry, prompt_tokens)
+    request_kv = kv_bytes_per_request(geometry, prompt_tokens, transfer_tensor_parallel_size)
     gpu_findings: list[SizingFinding] = []
     for gpu in gpus:
         gpu_findings += check_gpu_fit(
             gpu.node_class,
             gpu.gpu_memory_gib,
             gpu.workers,
-            geometry.weight_bytes,
+            geometry.per_gpu(gpu.tensor_parallel_size).weight_bytes,
             activation_overhead_bytes,
         )
     worker_reports = []
     for gpu in gpus if kv_workers is None else kv_workers:
         gpu_bytes = math.floor(gpu.gpu_memory_gib * GI)
+        shard = geometry.per_gpu(gpu.tensor_parallel_size)
         for worker in gpu.workers:
             budget = kv_cache_budget_bytes(
                 gpu_bytes,
                 worker.gpu_memory_utilization,
-                geometry.weight_bytes,
+                shard.weight_bytes,
                 activation_overhead_bytes,
             )
             worker_reports.append(
@@ -617,26 +635,29 @@ def build_sizing_report(
                     node_class=gpu.node_class,
                     gpu_memory_utilization=worker.gpu_memory_utilization,
                     kv_cache_budget_bytes=budget,
-                    kv_capacity_tokens=kv_capacity_tokens(budget, geometry.kv_bytes_per_token),
+                    kv_capacity_tokens=kv_capacity_tokens(budget, shard.kv_bytes_per_token),
                     kv_capacity_blocks=kv_capacity_blocks(
-                        budget, geometry.kv_bytes_per_token, block_size_tokens
+                        budget, shard.kv_bytes_per_token, block_size_tokens
                     ),
                     block_size_tokens=block_size_tokens,
+                    tensor_parallel_size=gpu.tensor_parallel_size,
+                    kv_bytes_per_token_per_gpu=shard.kv_bytes_per_token,
                 )
             )
-    budgets = {w.name: w.kv_cache_budget_bytes for w in worker_reports}
+    rows = {w.name: w for w in worker_reports}
     findings: list[SizingFinding] = []
     component_reports = []
     for component in components:
         mirror = 0
         if component.host_buffers_kv:
-            if component.name not in budgets:
+            if component.name not in rows:
                 raise ValueError(
                     f"component {component.name!r} buffers KV in host memory but has no "
                     "KV-cache row (kv_workers) of its name to size its host mirror"
                 )
-            mirror = host_mirror_bytes(
-                budgets[component.name], geometry.kv_bytes_per_token, block_size_tokens
+            row = rows[component.name]
+            mirror = component.tensor_parallel_size * host_mirror_bytes(
+                row.kv_cache_budget_bytes, row.kv_bytes_per_token_per_gpu, block_size_tokens
             )
         limit = parse_quantity(component.memory_limit)
         shm = parse_quantity(component.shared_memory_size)
@@ -725,11 +746,36 @@ def engine_step(cfg: StackConfig, group: str, fit: EngineFit = SEED_FIT) -> Engi
     if worker is None:
         raise KeyError(group)
     gpu, _ = resolve_gpu(cfg.node_classes[worker.node_class].gpu)
+    geometry = model_geometry(cfg)
+    tp = worker.tensor_parallel_size
     return EngineStep(
         gpu=gpu,
-        geometry=model_geometry(cfg),
+        geometry=geometry.per_gpu(tp),
         fit=fit_for(gpu, fit),
         prefill_tokens_per_s_override=cfg.sizing.prefill_tokens_per_s,
+        tensor_parallel=tensor_parallel(geometry, gpu, tp),
+    )
+
+
+def tensor_parallel(geometry: ModelGeometry, gpu: GpuSpec, size: int) -> TensorParallel | None:
+    """The all-reduces of a worker of ``size`` GPUs (None for one GPU).
+
+    Raises:
+        ValueError: ``size`` > 1 and the geometry has no ``hidden_size`` or the GPU no
+            interconnect (:func:`stackmodel.checks.tensor_parallel_problems` reports both
+            first).
+    """
+    if size == 1:
+        return None
+    if geometry.hidden_size is None or gpu.interconnect is None:
+        raise ValueError("tensor parallelism needs the model's hiddenSize and the interconnect")
+    assert gpu.interconnect_gb_per_s is not None  # GpuSpec gives both or neither
+    return TensorParallel(
+        size=size,
+        num_layers=geometry.num_layers,
+        hidden_size=geometry.hidden_size,
+        interconnect=gpu.interconnect,
+        link_bytes_per_s=gpu.interconnect_gb_per_s * 1e9,
     )
 
 
@@ -802,7 +848,9 @@ def gpu_sharing_sets(cfg: StackConfig) -> list[GpuAllocation]:
     itself, so each group is checked alone (replica 0). With time-slicing, up to
     ``replicasPerGpu`` workers share a GPU, and the scheduler does not know GPU memory: the set
     checked is the ``min(replicasPerGpu, workers on the class)`` workers with the largest
-    ``gpuMemoryUtilization``.
+    ``gpuMemoryUtilization``. A tensor-parallel group (never time-sliced:
+    :func:`stackmodel.checks.tensor_parallel_problems`) is checked as one GPU of its worker,
+    holding its share of the weights.
     """
     out: list[GpuAllocation] = []
     for class_name, node_class in cfg.node_classes.items():
@@ -821,6 +869,7 @@ def gpu_sharing_sets(cfg: StackConfig) -> list[GpuAllocation]:
                                 gpu_memory_utilization=g.gpu_memory_utilization,
                             )
                         ],
+                        tensor_parallel_size=g.tensor_parallel_size,
                     )
                 )
             continue
@@ -845,13 +894,14 @@ def kv_worker_sets(cfg: StackConfig) -> list[GpuAllocation]:
 
     A worker's KV-cache budget depends only on its own ``gpuMemoryUtilization`` and GPU size
     (:func:`stackmodel.sizing.kv_cache_budget_bytes`), so every replica of a group gets the
-    same number, whichever workers share its GPU.
+    same number, whichever workers share its GPU; a tensor-parallel worker's is one GPU's.
     """
     return [
         GpuAllocation(
             node_class=g.node_class,
             gpu_memory_gib=cfg.node_classes[g.node_class].gpu_memory_gib,
             workers=[GpuWorker(name=g.name, gpu_memory_utilization=g.gpu_memory_utilization)],
+            tensor_parallel_size=g.tensor_parallel_size,
         )
         for g in cfg.topology.workers
     ]
@@ -865,16 +915,33 @@ class StackSizing:
         geometry: the model geometry used.
         report: the full :class:`~stackmodel.sizing.SizingReport`.
         links: prefill group name -> the link its KV crosses.
+        kv_tensor_parallel_size: the GPUs of the prefill worker the verdict counts (1 for an
+            aggregated stack): its KV moves per token as :attr:`kv_bytes_per_token`.
     """
 
     geometry: ModelGeometry
     report: SizingReport
     links: dict[str, LinkProfile]
+    kv_tensor_parallel_size: int = 1
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token (bytes)."""
-        return self.geometry.kv_bytes_per_token
+        """KV-cache bytes one token moves between prefill and decode (bytes): the model's KV
+        bytes per token, more where tensor parallelism replicates KV heads
+        (:meth:`~stackmodel.models.ModelGeometry.kv_bytes_moved_per_token`)."""
+        return self.geometry.kv_bytes_moved_per_token(self.kv_tensor_parallel_size)
+
+    def host_mirror_bytes(self, group: str) -> int:
+        """The host memory a worker of ``group`` mirrors its KV cache into (bytes, all its
+        GPUs; 0 when it does not buffer KV in host memory).
+
+        Raises:
+            KeyError: no worker group of that name.
+        """
+        for c in self.report.components:
+            if c.name == group:
+                return c.host_mirror_bytes
+        raise KeyError(group)
 
     @property
     def warnings(self) -> list[str]:
@@ -948,18 +1015,23 @@ def stack_sizing(cfg: StackConfig) -> StackSizing:
             host_buffers_kv=w.kv_transfer is not None and w.kv_transfer.buffer_device == "cpu",
             base_memory=w.base_memory,
             shared_memory_size=w.shared_memory_size,
+            tensor_parallel_size=w.tensor_parallel_size,
         )
         for w in cfg.topology.workers
     ]
     group = verdict_group(cfg)
     step = engine_step(cfg, group.name)
+    prompt = cfg.load.prompt_tokens
     report = build_sizing_report(
         model=cfg.model.name,
         geometry=geometry,
-        prompt_tokens=cfg.load.prompt_tokens,
+        prompt_tokens=prompt,
         concurrency=max(cfg.load.concurrency),
         link=verdict_link,
-        prefill_tokens_per_s=step.prefill_tokens_per_s(),
+        # The prompt's GPU seconds, all-reduces included, as a rate.
+        prefill_tokens_per_s=prompt / step.prefill_s(prompt)
+        if prompt
+        else step.prefill_tokens_per_s(),
         prefill_source=prefill_source(cfg, group, step),
         components=components,
         gpus=gpu_sharing_sets(cfg),
@@ -969,5 +1041,11 @@ def stack_sizing(cfg: StackConfig) -> StackSizing:
         ),
         activation_overhead_bytes=math.floor(cfg.sizing.activation_overhead_gib * GI),
         allow_unsafe_memory=cfg.sizing.allow_unsafe_memory,
+        transfer_tensor_parallel_size=group.tensor_parallel_size,
     )
-    return StackSizing(geometry=geometry, report=report, links=links)
+    return StackSizing(
+        geometry=geometry,
+        report=report,
+        links=links,
+        kv_tensor_parallel_size=group.tensor_parallel_size,
+    )

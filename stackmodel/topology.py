@@ -156,8 +156,8 @@ def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tu
     """The ``python3 -m dynamo.vllm`` / ``dynamo.mocker`` arguments for a worker group.
 
     vllm: ``--model``, ``--gpu-memory-utilization``, ``--kv-cache-memory-bytes`` (the KV-cache
-    size sizing computes for the group, :meth:`StackSizing.kv_cache_bytes`), ``--max-model-len``
-    (if set); prefill/decode
+    size sizing computes for the group, per GPU, :meth:`StackSizing.kv_cache_bytes`),
+    ``--max-model-len`` (if set), ``--tensor-parallel-size`` (above 1); prefill/decode
     add ``--disaggregation-mode`` and ``--kv-transfer-config``; with the KV router (dynamo
     topology only: vllm-service has no router), aggregated and prefill workers (the ones that hold
     prefix cache) add ``--kv-events-config``.
@@ -189,6 +189,8 @@ def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tu
         ]
         if cfg.model.max_model_len:
             args += ["--max-model-len", str(cfg.model.max_model_len)]
+        if group.tensor_parallel_size > 1:
+            args += ["--tensor-parallel-size", str(group.tensor_parallel_size)]
         if group.role != "aggregated":
             args += ["--disaggregation-mode", group.role]
         if group.kv_transfer is not None:
@@ -226,7 +228,8 @@ def build_topology(cfg: StackConfig) -> Topology:
     """The topology of a validated stack config.
 
     For ``dynamo``: a frontend component (router mode from config) and one component per worker
-    group. For ``vllm-service``: one Deployment plan per worker group running vLLM's own
+    group, each vLLM worker asking for ``tensorParallelSize`` ``nvidia.com/gpu`` (the mocker
+    none). For ``vllm-service``: one Deployment plan per worker group running vLLM's own
     OpenAI-compatible server with the same image, model and arguments.
 
     Raises:
@@ -234,7 +237,6 @@ def build_topology(cfg: StackConfig) -> Topology:
             :func:`~stackmodel.validation.parse_stack_config`).
     """
     image = cfg.engine.resolved_image
-    gpu_per_worker = 1 if cfg.engine.kind == "vllm" else 0
     components: list[ComponentPlan] = []
     if cfg.topology.kind == "dynamo":
         fe = cfg.topology.frontend
@@ -274,7 +276,9 @@ def build_topology(cfg: StackConfig) -> Topology:
                 role=group.role,
                 replicas=group.replicas,
                 placement=placement_for(
-                    group.node_class, cfg.node_classes[group.node_class], gpu_per_worker
+                    group.node_class,
+                    cfg.node_classes[group.node_class],
+                    group.tensor_parallel_size if cfg.engine.kind == "vllm" else 0,
                 ),
                 command=command,
                 args=args,

@@ -5,16 +5,22 @@ TFLOP/s, memory bandwidth in decimal GB/s, memory in GiB as sold (GB on the data
 catalog keeps the number as printed). Where a datasheet prints only the sparse figure (marked
 "with sparsity"), the dense one is half of it.
 
+Each entry also carries the interconnect between GPUs of one node (NVLink, else PCIe x16) and
+its bandwidth per direction, which a tensor-parallel worker's all-reduces cross
+(:mod:`steptime.tensor_parallel`).
+
 A node class names a catalog GPU (``gpu: l40s``) or gives the figures itself
-(``gpu: {name: my-gpu, bf16DenseTflops: 100, memoryGbPerS: 800}``); one that names none gets
+(``gpu: {name: my-gpu, bf16DenseTflops: 100, memoryGbPerS: 800}``, plus ``interconnect`` and
+``interconnectGbPerS`` for tensor parallelism); one that names none gets
 :data:`DEFAULT_GPU`, and every consumer says so (:func:`resolve_gpu`).
 """
 
 from __future__ import annotations
 
 import difflib
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from loadgen.config_text import ConfigText
@@ -27,6 +33,11 @@ class GpuSpec(BaseModel):
         name: catalog key or the user's label.
         bf16_dense_tflops: peak dense BF16 tensor-core throughput, TFLOP/s (1e12 FLOP/s).
         memory_gb_per_s: peak memory bandwidth, decimal GB/s (1e9 B/s).
+        interconnect: how GPUs of one node reach each other (``nvlink``, ``pcie``), for
+            tensor parallelism; None: not given (a tensor-parallel worker then needs it).
+        interconnect_gb_per_s: that path's bandwidth per GPU and direction, decimal GB/s: the
+            datasheet's total NVLink (or PCIe x16) figure counts both directions, so half of
+            it. None with ``interconnect``.
         source: where the figures come from (datasheet address, or "stack config").
     """
 
@@ -37,7 +48,18 @@ class GpuSpec(BaseModel):
     name: ConfigText = Field(min_length=1)
     bf16_dense_tflops: float = Field(gt=0, alias="bf16DenseTflops")
     memory_gb_per_s: float = Field(gt=0, alias="memoryGbPerS")
+    interconnect: Literal["nvlink", "pcie"] | None = None
+    interconnect_gb_per_s: float | None = Field(default=None, gt=0, alias="interconnectGbPerS")
     source: ConfigText = "stack config"
+
+    @model_validator(mode="after")
+    def _interconnect_with_its_rate(self) -> Self:
+        if (self.interconnect is None) != (self.interconnect_gb_per_s is None):
+            raise ValueError(
+                "give interconnect (nvlink or pcie) and interconnectGbPerS (per GPU and "
+                "direction, GB/s) together"
+            )
+        return self
 
     @property
     def flops_per_s(self) -> float:
@@ -50,8 +72,34 @@ class GpuSpec(BaseModel):
         return self.memory_gb_per_s * 1e9
 
 
-def _gpu(name: str, tflops: float, gb_per_s: float, source: str) -> GpuSpec:
-    return GpuSpec(name=name, bf16_dense_tflops=tflops, memory_gb_per_s=gb_per_s, source=source)
+def _gpu(
+    name: str, tflops: float, gb_per_s: float, link: tuple[str, float], source: str
+) -> GpuSpec:
+    """A catalog entry; ``link``: (interconnect, the datasheet's bidirectional GB/s)."""
+    kind, both_ways = link
+    return GpuSpec.model_validate(
+        {
+            "name": name,
+            "bf16DenseTflops": tflops,
+            "memoryGbPerS": gb_per_s,
+            "interconnect": kind,
+            "interconnectGbPerS": both_ways / 2,
+            "source": source,
+        }
+    )
+
+
+_NVLINK4 = ("nvlink", 900)
+"""Fourth-generation NVLink of the SXM H100/H200: 900 GB/s per GPU, both directions together
+(the H100 and H200 datasheets' "NVIDIA NVLink: 900GB/s")."""
+_NVLINK3 = ("nvlink", 600)
+"""Third-generation NVLink of the SXM4 A100: 600 GB/s (A100 datasheet, "NVLink: 600GB/s")."""
+_PCIE5 = ("pcie", 128)
+"""PCIe Gen5 x16: 128 GB/s both directions (the H100 PCIe datasheet's "PCIe Gen5: 128GB/s");
+the H100 PCIe's NVLink bridge joins only pairs, so a node of more GPUs goes through PCIe."""
+_PCIE4 = ("pcie", 64)
+"""PCIe Gen4 x16: 64 GB/s both directions (the A100, L40S, L4 and A10 datasheets' "PCIe Gen4
+64GB/s"; the RTX 4090 and 3090 have Gen4 x16 too and no NVLink between more than two cards)."""
 
 
 _H100 = "https://www.nvidia.com/en-us/data-center/h100/ (BF16 1,979 / 1,513 TFLOPS with sparsity)"
@@ -71,21 +119,30 @@ _AMPERE = (
 GPU_CATALOG: dict[str, GpuSpec] = {
     g.name: g
     for g in (
-        _gpu("h100-sxm", 989.5, 3_350, _H100 + "; 3.35 TB/s HBM3, 80 GB"),
-        _gpu("h100-pcie", 756.5, 2_000, _H100 + "; 2 TB/s HBM2e, 80 GB"),
+        _gpu("h100-sxm", 989.5, 3_350, _NVLINK4, _H100 + "; 3.35 TB/s HBM3, 80 GB"),
+        _gpu("h100-pcie", 756.5, 2_000, _PCIE5, _H100 + "; 2 TB/s HBM2e, 80 GB"),
         _gpu(
             "h200",
             989.5,
             4_800,
+            _NVLINK4,
             "https://www.nvidia.com/en-us/data-center/h200/ (BF16 1,979 TFLOPS with sparsity; "
             "4.8 TB/s HBM3e, 141 GB)",
         ),
-        _gpu("a100-sxm-80gb", 312, 2_039, _A100 + "; 2,039 GB/s HBM2e, 80 GB"),
-        _gpu("a100-40gb", 312, 1_555, _A100 + "; 1,555 GB/s HBM2, 40 GB (PCIe and SXM4 alike)"),
+        _gpu("a100-sxm-80gb", 312, 2_039, _NVLINK3, _A100 + "; 2,039 GB/s HBM2e, 80 GB"),
+        _gpu(
+            "a100-40gb",
+            312,
+            1_555,
+            _PCIE4,
+            _A100 + "; 1,555 GB/s HBM2, 40 GB (PCIe and SXM4 alike; the interconnect is the "
+            "PCIe card's, an SXM4 node has a100-sxm-80gb's NVLink)",
+        ),
         _gpu(
             "l40s",
             362.05,
             864,
+            _PCIE4,
             "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413 (BF16 362.05 TFLOPS "
             "dense, 733 with sparsity; 864 GB/s GDDR6, 48 GB)",
         ),
@@ -93,6 +150,7 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             "l4",
             121,
             300,
+            _PCIE4,
             "https://www.nvidia.com/en-us/data-center/l4/ (BF16 242 TFLOPS with sparsity; "
             "300 GB/s GDDR6, 24 GB)",
         ),
@@ -100,11 +158,12 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             "a10",
             125,
             600,
+            _PCIE4,
             "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/"
             "a10-datasheet.pdf (BF16 125 TFLOPS dense; 600 GB/s GDDR6, 24 GB)",
         ),
-        _gpu("rtx-4090", 165.2, 1_008, _ADA + "; 1,008 GB/s GDDR6X, 24 GB"),
-        _gpu("rtx-3090", 71, 936, _AMPERE + "; 936 GB/s GDDR6X, 24 GB"),
+        _gpu("rtx-4090", 165.2, 1_008, _PCIE4, _ADA + "; 1,008 GB/s GDDR6X, 24 GB"),
+        _gpu("rtx-3090", 71, 936, _PCIE4, _AMPERE + "; 936 GB/s GDDR6X, 24 GB"),
     )
 }
 """Every GPU a node class can name by key."""

@@ -14,16 +14,22 @@ waiting prompts' uncached tokens (prefill). Its time is host time plus GPU time:
   prefill_efficiency``, added to the decode part (vLLM runs them in one forward pass; the
   model does not assume they overlap).
 
+- **tensor parallelism** (``tensor_parallel``): the geometry is one GPU's share
+  (:meth:`stackmodel.models.ModelGeometry.per_gpu`: 1/tp of the weights, FLOPs and KV heads),
+  so every term above is one GPU's; the step adds the forward pass's all-reduces over the
+  node's GPU interconnect (:mod:`steptime.tensor_parallel`) for all its tokens, prompt and
+  decode alike.
+
 Not modelled: attention FLOPs in prefill (about 4 x layers x query width x context per
 token: a fifth of a 0.6B model's 2,371-token prefill, a twentieth of an 8B model's; the
-embedding lookup counted in ``2 x parameters`` roughly offsets it), tensor parallelism,
-quantised weights beyond ``weight_dtype_bytes``, CUDA-graph and kernel-launch effects beyond
-what the efficiencies absorb.
+embedding lookup counted in ``2 x parameters`` roughly offsets it), overlap of all-reduces
+with compute, quantised weights beyond ``weight_dtype_bytes``, CUDA-graph and kernel-launch
+effects beyond what the efficiencies absorb.
 
 Sanity bounds (:func:`decode_floor_s`, :func:`prefill_ceiling_tokens_per_s`): with every
 efficiency in (0, 1] (``EngineFit`` refuses others) no decode step is faster than reading the
 weights plus the batch's KV at the GPU's full bandwidth, and no prefill is faster than the
-GPU's dense BF16 peak allows.
+GPU's dense BF16 peak allows (bounds of one GPU: give them the per-GPU geometry).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from steptime.gpus import GpuSpec
+from steptime.tensor_parallel import TensorParallel
 
 
 class ModelFigures(Protocol):
@@ -104,13 +111,26 @@ class EngineStep:
     """The step times of one worker: its GPU, its model and the fit.
 
     ``prefill_tokens_per_s_override``: the stack's ``sizing.prefillTokensPerS``; when set,
-    prefill takes ``tokens / override`` (render and simulate both use it).
+    prefill takes ``tokens / override`` (render and simulate both use it; a measured rate
+    includes any all-reduce, so none is added to it). ``tensor_parallel``: the all-reduces of
+    a worker of several GPUs (None: one GPU); ``geometry`` is then one GPU's share.
     """
 
     gpu: GpuSpec
     geometry: ModelFigures
     fit: EngineFit
     prefill_tokens_per_s_override: float | None = None
+    tensor_parallel: TensorParallel | None = None
+
+    def _allreduce_s(self, tokens: int) -> float:
+        return 0.0 if self.tensor_parallel is None else self.tensor_parallel.allreduce_s(tokens)
+
+    def _prefill_compute_s(self, tokens: int) -> float:
+        return tokens / self.prefill_tokens_per_s()
+
+    def _reduced(self, prefill_tokens: int) -> int:
+        """The prompt tokens whose all-reduces the model adds (none under the override)."""
+        return 0 if self.prefill_tokens_per_s_override is not None else prefill_tokens
 
     @property
     def host_s(self) -> float:
@@ -128,12 +148,17 @@ class EngineStep:
         )
 
     def prefill_s(self, tokens: int) -> float:
-        """GPU seconds to compute ``tokens`` uncached prompt tokens."""
-        return tokens / self.prefill_tokens_per_s()
+        """GPU seconds to compute ``tokens`` uncached prompt tokens, their all-reduces
+        included."""
+        return self._prefill_compute_s(tokens) + self._allreduce_s(self._reduced(tokens))
 
     def decode_s(self, contexts: Sequence[int]) -> float:
         """GPU seconds of a step's decode part: the weights plus each decoding request's KV
-        (``contexts``: its tokens so far), or the batch's compute if that is larger."""
+        (``contexts``: its tokens so far), or the batch's compute if that is larger, plus the
+        batch's all-reduces."""
+        return self._decode_compute_s(contexts) + self._allreduce_s(len(contexts))
+
+    def _decode_compute_s(self, contexts: Sequence[int]) -> float:
         bw = self.gpu.bytes_per_s
         memory = self.geometry.weight_bytes / (bw * self.fit.weights_efficiency) + sum(
             contexts
@@ -147,5 +172,10 @@ class EngineStep:
 
     def gpu_s(self, prefill_tokens: int, contexts: Sequence[int]) -> float:
         """GPU seconds of one engine step: ``prefill_tokens`` uncached prompt tokens and one
-        token for each decoding request (``contexts``)."""
-        return self.decode_s(contexts) + self.prefill_s(prefill_tokens)
+        token for each decoding request (``contexts``), in one forward pass (one set of
+        all-reduces for all its tokens)."""
+        return (
+            self._decode_compute_s(contexts)
+            + self._prefill_compute_s(prefill_tokens)
+            + self._allreduce_s(self._reduced(prefill_tokens) + len(contexts))
+        )

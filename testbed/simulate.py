@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from kvpath.copies import NOTES_HOST_COPIES, threads_from_env
-from kvpath.memory import HOST_BASE_BYTES, host_mirror_bytes
+from kvpath.memory import HOST_BASE_BYTES
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident
 from loadgen.key_paths import PathPart, Setting, show_path
@@ -53,7 +53,7 @@ from loadgen.results_folder import STACK_FILE
 from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid
 from loadgen.stats import summarize_run
 from stackmodel.config import StackConfig
-from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS, VLLM_BLOCK_SIZE_TOKENS, parse_quantity
+from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS, parse_quantity
 from stackmodel.resources import stack_file_text, stack_resources
 from stackmodel.sizing import engine_step, gpu_note, link_profile, replica_name, stack_sizing
 from stackmodel.stacks import load_stack
@@ -139,11 +139,13 @@ def run_topology(
     model.
 
     GPUs: each node class has ``nodes x gpusPerNode`` GPUs; its workers fill them in config
-    order, ``timeSlicing.replicasPerGpu`` per GPU (one without time-slicing); a GPU's host is
-    its node. Each worker's step times are :func:`stackmodel.sizing.engine_step` of its
-    group with ``fit`` (the same model sizing's verdict reads). Workers with
+    order, ``timeSlicing.replicasPerGpu`` per GPU (one without time-slicing); a
+    tensor-parallel worker takes ``tensorParallelSize`` GPUs of one node, named by its first
+    (its step times already count all of them); a GPU's host is its node. Each worker's step
+    times are :func:`stackmodel.sizing.engine_step` of its group with ``fit`` (the same model
+    sizing's verdict reads). Workers with
     ``kvTransfer.bufferDevice: cpu`` get their ``memoryLimit``, their host mirror
-    (:func:`kvpath.memory.host_mirror_bytes` of the KV cache sizing gives them) and their torch
+    (:meth:`stackmodel.sizing.StackSizing.host_mirror_bytes`) and their torch
     threads (``OMP_NUM_THREADS``, else vLLM's one). Links: ``links.sameNode`` and
     ``links.crossNode``; copy rates: those a link profile carries from the probe (same node
     first), else the notes' (:data:`kvpath.copies.NOTES_HOST_COPIES`). A worker's host memory
@@ -159,12 +161,15 @@ def run_topology(
         gpus = node_class.nodes * node_class.gpus_per_node
         host_buffer = group.kv_transfer is not None and group.kv_transfer.buffer_device == "cpu"
         step = engine_step(cfg, group.name, fit)
-        mirror = host_mirror_bytes(
-            sizing.kv_cache_bytes(group.name), sizing.kv_bytes_per_token, VLLM_BLOCK_SIZE_TOKENS
-        )
+        mirror = sizing.host_mirror_bytes(group.name)
+        tp = group.tensor_parallel_size
         for i in range(group.replicas):
+            if tp > 1 and slot[group.node_class] % node_class.gpus_per_node + tp > (
+                node_class.gpus_per_node
+            ):  # a worker's GPUs are on one node: start it on the next
+                slot[group.node_class] += -slot[group.node_class] % node_class.gpus_per_node
             gpu = (slot[group.node_class] // per_gpu) % gpus
-            slot[group.node_class] += 1
+            slot[group.node_class] += tp
             workers.append(
                 WorkerSpec(
                     name=replica_name(group.name, i),

@@ -171,6 +171,8 @@ def test_geometry_takes_camel_case_config_and_forbids_unknown_keys() -> None:
             "headDim": 128,
             "numParameters": 596_049_920,
             "maxPositionEmbeddings": 40_960,
+            "hiddenSize": 1024,
+            "numAttentionHeads": 16,
         }
     )
     assert geometry == KNOWN_MODELS["Qwen/Qwen3-0.6B"]

@@ -1,0 +1,259 @@
+"""Workers of several GPUs (``tensorParallelSize``): what they render, how they are sized and
+checked, and what is refused.
+
+The stack: Llama-3.3-70B on one node of eight H100 SXM, a prefill and a decode worker of four
+GPUs each, KV through GPU buffers (no host mirror)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from crd_schema import schema_errors, strict_validator
+from test_stack_render import arg_value, components, main_container
+from test_stack_schemas import DGD_CRD, KUBERNETES_VERSION
+
+from manifests.graph import dgd_manifest, vllm_deployment_manifests
+from stackmodel.errors import StackConfigError
+from stackmodel.models import KNOWN_MODELS
+from stackmodel.sizing import stack_sizing
+from stackmodel.topology import build_topology
+from stackmodel.validation import parse_stack_config
+from testbed.render import render_stack
+from testbed.simulate import run_topology
+
+Raw = dict[str, Any]
+LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
+
+
+def tp_stack(raw: Raw, tp: int = 4) -> Raw:
+    """disagg-same-node moved to one 8 x H100 node with 70B workers of ``tp`` GPUs."""
+    raw["nodeClasses"] = {
+        "h100": {
+            "nodeSelector": {"dynamo-testbed/node-class": "h100"},
+            "gpuMemoryGiB": 80,
+            "gpusPerNode": 8,
+            "gpu": "h100-sxm",
+        }
+    }
+    raw["model"] = {"name": LLAMA_70B, "maxModelLen": 8192}
+    for w in raw["topology"]["workers"]:
+        w.update(
+            nodeClass="h100",
+            replicas=1,
+            tensorParallelSize=tp,
+            gpuMemoryUtilization=0.9,
+            sharedMemorySize="2Gi",
+            memoryLimit="32Gi",
+        )
+        w["kvTransfer"]["bufferDevice"] = "cuda"
+        w["env"]["UCX_TLS"] = "tcp,self,cuda"
+    return raw
+
+
+@pytest.fixture
+def tp_raw(raw_config: Callable[[str], Raw]) -> Raw:
+    return tp_stack(raw_config("disagg-same-node"))
+
+
+def problems(stack: str, raw: Raw) -> dict[str, str]:
+    with pytest.raises(StackConfigError) as info:
+        parse_stack_config(stack, raw)
+    found: dict[str, str] = {}
+    for p in info.value.problems:
+        found[p.key] = f"{found[p.key]} | {p.message}" if p.key in found else p.message
+    return found
+
+
+def test_a_tensor_parallel_worker_asks_for_its_gpus_and_says_its_size(
+    tp_raw: Raw, project_with: Callable[[str, Raw], Path]
+) -> None:
+    rendered = render_stack("tp", project_with("tp", tp_raw))
+    for name in ("prefill", "decode"):
+        component = components(rendered)[name]
+        container = main_container(component["podTemplate"]["spec"])
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        assert arg_value(container["args"], "--tensor-parallel-size") == "4"
+        assert component["sharedMemorySize"] == "2Gi"
+    assert {r["component"]: r["gpus"] for r in rendered.outputs["placement"]} == {
+        "frontend": 0,
+        "prefill": 4,
+        "decode": 4,
+    }
+
+
+def test_the_seed_stacks_stay_one_gpu_per_worker(rendered: dict[str, Any]) -> None:
+    for stack in ("kv-routing", "disagg-same-node", "disagg-cross-node"):
+        for name, component in components(rendered[stack]).items():
+            container = main_container(component["podTemplate"]["spec"])
+            assert "--tensor-parallel-size" not in container.get("args", []), (stack, name)
+
+
+def test_a_tensor_parallel_dgd_validates_against_the_crd(tp_raw: Raw) -> None:
+    if not DGD_CRD.exists():
+        pytest.skip(f"Dynamo CRDs not found at {DGD_CRD.parent}")
+    cfg = parse_stack_config("tp", tp_raw)
+    dgd = dgd_manifest(cfg, build_topology(cfg), with_hf_token=True)
+    assert schema_errors(strict_validator(DGD_CRD, "v1beta1"), dgd) == []
+
+
+def test_tensor_parallel_deployments_validate_against_kubernetes(tp_raw: Raw) -> None:
+    tp_raw["topology"] = {
+        "kind": "vllm-service",
+        "name": "tp",
+        "workers": [
+            {
+                "name": "vllm",
+                "role": "aggregated",
+                "replicas": 2,
+                "nodeClass": "h100",
+                "tensorParallelSize": 4,
+                "sharedMemorySize": "2Gi",
+                "memoryLimit": "32Gi",
+            }
+        ],
+    }
+    cfg = parse_stack_config("tp", tp_raw)
+    (deployment,) = vllm_deployment_manifests(cfg, build_topology(cfg), with_hf_token=False)
+    kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert pod["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
+
+
+def test_weights_and_kv_heads_split_over_the_gpus(tp_raw: Raw) -> None:
+    sizing = stack_sizing(parse_stack_config("tp", tp_raw))
+    row = sizing.worker_kv("decode")
+    weights_per_gpu = math.ceil(KNOWN_MODELS[LLAMA_70B].num_parameters * 2 / 4)
+    assert weights_per_gpu == 35_276_853_248
+    # floor(0.9 x 80 GiB) - a quarter of the weights - 1 GiB activation overhead, per GPU
+    assert row.kv_cache_budget_bytes == math.floor(0.9 * 80 * 2**30) - weights_per_gpu - 2**30
+    assert row.kv_cache_budget_bytes == 40_958_816_256
+    assert row.kv_bytes_per_token_per_gpu == 80 * 2 * 128 * 2 * 2  # 2 of 8 KV heads per GPU
+    assert row.kv_capacity_tokens == 40_958_816_256 // 81_920 == 499_985
+    # Every GPU holds a quarter of each token: the KV that moves is the model's whole.
+    assert sizing.kv_bytes_per_token == 327_680
+    assert sizing.report.kv_bytes_per_request == 327_680 * 2371
+
+
+def test_replicated_kv_heads_move_once_per_gpu(tp_raw: Raw) -> None:
+    # A model of 2 KV heads on 4 GPUs: each head on two GPUs (vLLM's QKVParallelLinear).
+    geometry = {
+        "numLayers": 28,
+        "numKvHeads": 2,
+        "headDim": 128,
+        "numParameters": 1_500_000_000,
+        "hiddenSize": 2048,
+        "numAttentionHeads": 16,
+    }
+    tp_raw["model"] = {"name": "example/two-kv-heads", "maxModelLen": 8192, "geometry": geometry}
+    sizing = stack_sizing(parse_stack_config("tp", tp_raw))
+    assert sizing.worker_kv("prefill").kv_bytes_per_token_per_gpu == 28 * 1 * 128 * 2 * 2
+    assert sizing.geometry.kv_bytes_per_token == 28 * 2 * 128 * 2 * 2 == 28_672
+    assert sizing.kv_bytes_per_token == 4 * 14_336 == 2 * 28_672
+
+
+def test_a_host_buffered_tensor_parallel_worker_mirrors_every_gpu(tp_raw: Raw) -> None:
+    for w in tp_raw["topology"]["workers"]:
+        w["kvTransfer"]["bufferDevice"] = "cpu"
+    found = problems("tp", tp_raw)
+    # 31,249 whole blocks of 16 tokens x 81,920 B on each of the 4 GPUs
+    mirror = 4 * 31_249 * 16 * 81_920
+    assert mirror == 163_834_757_120
+    assert "host mirror 156245Mi (163,834,757,120 B)" in found["topology.workers[0].memoryLimit"]
+
+
+def test_the_simulation_gives_each_worker_its_gpus_and_all_reduces(tp_raw: Raw) -> None:
+    topology = run_topology(parse_stack_config("tp", tp_raw))
+    prefill, decode = topology.workers
+    assert (prefill.gpu, decode.gpu) == ("h100/0", "h100/4")
+    assert prefill.host_name == decode.host_name == "h100/node-0"
+    tensor_parallel = decode.step.tensor_parallel
+    assert tensor_parallel is not None
+    assert (tensor_parallel.size, tensor_parallel.hidden_size) == (4, 8192)
+    assert tensor_parallel.link_bytes_per_s == 450e9  # NVLink 4: 900 GB/s both directions
+    assert decode.step.geometry.weight_bytes == 35_276_853_248
+    assert topology.kv_bytes_per_token == 327_680
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "words", "fix"),
+    [
+        (
+            lambda raw: raw["nodeClasses"]["h100"].update(timeSlicing={"replicasPerGpu": 2}),
+            "topology.workers[0].tensorParallelSize",
+            "time-slices its GPUs",
+            lambda raw: raw["nodeClasses"]["h100"].pop("timeSlicing"),
+        ),
+        (
+            lambda raw: raw["nodeClasses"]["h100"].update(gpusPerNode=2, nodes=4),
+            "topology.workers[0].tensorParallelSize",
+            "has gpusPerNode 2; lower tensorParallelSize to at most 2",
+            lambda raw: [w.update(tensorParallelSize=2) for w in raw["topology"]["workers"]],
+        ),
+        (
+            lambda raw: raw["topology"]["workers"][1].update(sharedMemorySize="256Mi"),
+            "topology.workers[1].sharedMemorySize",
+            "set sharedMemorySize to at least 2Gi",
+            lambda raw: raw["topology"]["workers"][1].update(sharedMemorySize="2Gi"),
+        ),
+        (
+            lambda raw: [w.update(tensorParallelSize=3) for w in raw["topology"]["workers"]],
+            "topology.workers[0].tensorParallelSize",
+            "64 attention heads divisible by the tensor-parallel size",
+            lambda raw: [w.update(tensorParallelSize=2) for w in raw["topology"]["workers"]],
+        ),
+        (
+            lambda raw: raw["topology"]["workers"][1].update(tensorParallelSize=2),
+            "topology.workers[0].tensorParallelSize",
+            "Decode TP cannot be smaller than prefill TP",
+            lambda raw: raw["topology"]["workers"][1].update(tensorParallelSize=4),
+        ),
+        (
+            lambda raw: (
+                raw["nodeClasses"]["h100"].update(gpusPerNode=6, nodes=2),
+                raw["topology"]["workers"][1].update(replicas=2),
+            ),
+            "topology.workers[1].replicas",
+            "each pod's GPUs must be on one node",
+            lambda raw: raw["nodeClasses"]["h100"].update(gpusPerNode=8),
+        ),
+    ],
+)
+def test_what_a_tensor_parallel_worker_needs_is_checked_and_the_fix_holds(
+    tp_raw: Raw,
+    change: Callable[[Raw], object],
+    key: str,
+    words: str,
+    fix: Callable[[Raw], object],
+) -> None:
+    change(tp_raw)
+    found = problems("tp", tp_raw)
+    assert key in found, found
+    assert words in found[key]
+    fix(tp_raw)
+    parse_stack_config("tp", tp_raw)
+
+
+def test_the_shared_memory_fix_names_the_memory_limit_it_needs(tp_raw: Raw) -> None:
+    tp_raw["topology"]["workers"][0].update(sharedMemorySize="256Mi", memoryLimit="3584Mi")
+    message = problems("tp", tp_raw)["topology.workers[0].sharedMemorySize"]
+    assert "raise that to at least 5376Mi" in message  # base 3,328Mi + 2Gi
+    tp_raw["topology"]["workers"][0].update(sharedMemorySize="2Gi", memoryLimit="5376Mi")
+    parse_stack_config("tp", tp_raw)
+
+
+def test_a_gpu_given_by_figures_needs_its_interconnect(tp_raw: Raw) -> None:
+    figures = {"name": "my-gpu", "bf16DenseTflops": 500, "memoryGbPerS": 3000}
+    tp_raw["nodeClasses"]["h100"]["gpu"] = figures
+    assert "add interconnect (nvlink or pcie)" in problems("tp", tp_raw)["nodeClasses.h100.gpu"]
+    tp_raw["nodeClasses"]["h100"]["gpu"] = {
+        **figures,
+        "interconnect": "nvlink",
+        "interconnectGbPerS": 450,
+    }
+    parse_stack_config("tp", tp_raw)
