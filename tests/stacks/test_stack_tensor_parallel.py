@@ -23,7 +23,9 @@ from stackmodel.models import KNOWN_MODELS
 from stackmodel.sizing import stack_sizing
 from stackmodel.topology import build_topology
 from stackmodel.validation import parse_stack_config
+from testbed.component_diff import diff_lines
 from testbed.render import render_stack
+from testbed.render_files import diff_rendered
 from testbed.simulate import run_topology
 
 Raw = dict[str, Any]
@@ -257,3 +259,16 @@ def test_a_gpu_given_by_figures_needs_its_interconnect(tp_raw: Raw) -> None:
         "interconnectGbPerS": 450,
     }
     parse_stack_config("tp", tp_raw)
+
+
+def test_a_tensor_parallel_change_diffs_as_gpus_and_an_argument(
+    tp_raw: Raw, project_with: Callable[[str, Raw], Path]
+) -> None:
+    a = render_stack("tp", project_with("tp", tp_raw))
+    tp_raw["topology"]["workers"][1]["tensorParallelSize"] = 2
+    tp_raw["topology"]["workers"][0]["tensorParallelSize"] = 2
+    b = render_stack("tp", project_with("tp", tp_raw))
+    lines = diff_lines("tp", "tp", a, b, diff_rendered(a, b))
+    decode = lines[lines.index("~ decode:") :]
+    assert "    ~ arg --tensor-parallel-size: 4 -> 2" in decode
+    assert "    ~ resources limits.nvidia.com/gpu: 4 -> 2" in decode
