@@ -38,7 +38,12 @@ from manifests.graph import (
     namespace_manifest,
     vllm_deployment_manifests,
 )
-from stackmodel.checks import deprecation_warnings, gated_model_warnings, placement_warnings
+from stackmodel.checks import (
+    deprecation_warnings,
+    fp8_warnings,
+    gated_model_warnings,
+    placement_warnings,
+)
 from stackmodel.config import PlatformStackConfig, StackConfig, project_values, stack_role
 from stackmodel.errors import PROJECT, ConfigProblem, StackConfigError
 from stackmodel.platform import PlatformConfig, release_namespace, testbed_namespace_labels
@@ -317,7 +322,7 @@ def deploy(
     vllm-service, and with ``load.runner: cluster`` the load step's namespaced Role:
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
     ``warnings`` (sizing's, :func:`~stackmodel.checks.deprecation_warnings`,
-    :func:`~stackmodel.checks.gated_model_warnings`,
+    :func:`~stackmodel.checks.gated_model_warnings`, :func:`~stackmodel.checks.fp8_warnings`,
     :func:`~stackmodel.checks.placement_warnings`, and
     :func:`~stackmodel.stack_layout.version_warning` when the workers' Dynamo release is not
     the operator's chart version); with ``load.enabled`` the
@@ -331,6 +336,7 @@ def deploy(
     noted_warnings = [
         *sizing.warnings,
         *deprecation_warnings(cfg),
+        *fp8_warnings(cfg),
         *gated_model_warnings(cfg, with_hf_token=hf_token is not None),
         *placement_warnings(cfg),
     ]

@@ -560,6 +560,32 @@ def deprecation_warnings(cfg: StackConfig) -> list[str]:
     ]
 
 
+def fp8_warnings(cfg: StackConfig) -> list[str]:
+    """FP8 weights on a GPU without FP8 tensor cores (``fp8DenseTflops`` unset: the catalog's
+    Ampere GPUs): vLLM runs them as weight-only W8A16 through FP8 Marlin, so the weights take
+    1 byte but the compute stays BF16 ("Turing/Ampere GPUs are supported for W8A16 (weight-only
+    FP8) utilizing Marlin kernels", vLLM's FP8 W8A8 page, docs.vllm.ai features/quantization/
+    fp8; vllm-project/vllm PR #5975). Said at preview; the step-time model computes in BF16
+    there (:meth:`steptime.gpus.GpuSpec.compute_flops_per_s`)."""
+    if cfg.engine.kind != "vllm":
+        return []
+    try:
+        fp8 = model_geometry(cfg).weight_dtype_bytes == 1
+    except (UnknownModelError, OSError, ValueError, KeyError):
+        return []
+    out = []
+    for i, w in enumerate(cfg.topology.workers):
+        gpu, _ = resolve_gpu(cfg.node_classes[w.node_class].gpu)
+        if fp8 and gpu.fp8_dense_tflops is None:
+            out.append(
+                f"{PROJECT}:{_workers_key(i, 'nodeClass')} = {w.node_class!r}: FP8 weights on "
+                f"{gpu.name}, which has no FP8 tensor cores: vLLM runs them weight-only (W8A16, "
+                "FP8 Marlin), so they take half the memory but compute at BF16 speed; for W8A8 "
+                "use a GPU with FP8 (Ada or Hopper: l4, l40s, rtx-4090, h100-*, h200)"
+            )
+    return out
+
+
 def gated_model_warnings(cfg: StackConfig, with_hf_token: bool) -> list[str]:
     """A gated catalog model (:data:`stackmodel.models.GATED_MODELS`) without the ``hfToken``
     secret: every worker's download would fail (said at preview; nothing is refused, since a

@@ -220,6 +220,18 @@ class ModelConfig(CamelModel):
         "the project folder; the geometry is read from it.",
     )
     max_model_len: int | None = Field(default=None, ge=1, description="vLLM --max-model-len.")
+    quantization: Literal["fp8"] | None = Field(
+        default=None,
+        description="vLLM --quantization: fp8 quantizes a BF16 checkpoint's weights to FP8 at "
+        "load (1 byte a weight; W8A8 on GPUs with FP8 tensor cores, weight-only W8A16 on "
+        "older ones). An FP8 checkpoint needs no flag: give its configJson.",
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        default="auto",
+        description="vLLM --kv-cache-dtype: auto keeps the model's dtype (2 bytes an element "
+        "for BF16 models); the fp8 kinds store 1, halving KV bytes per token, host mirrors "
+        "and transfers.",
+    )
 
 
 # --- topology --------------------------------------------------------------------------------

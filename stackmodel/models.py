@@ -22,6 +22,9 @@ DTYPE_BYTES: dict[str, int] = {
     "float8_e5m2": 1,
 }
 
+FP8_BYTES = 1
+"""Bytes per element of FP8 (E4M3 or E5M2) weights or KV cache."""
+
 # Keys whose presence in a config.json marks a mixture-of-experts model, whose parameter count the
 # dense estimate below would get wrong.
 _MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
@@ -178,11 +181,12 @@ def geometry_from_hf_config(
 
     ``head_dim`` defaults to ``hidden_size // num_attention_heads`` and ``num_key_value_heads``
     to ``num_attention_heads`` when absent (the transformers conventions). Weight bytes per
-    element come from ``torch_dtype`` (or ``dtype``), default bf16.
+    element come from ``torch_dtype`` (or ``dtype``), default bf16, or 1 for an FP8 checkpoint
+    (``quantization_config.quant_method: fp8``, whose ``torch_dtype`` stays bf16).
 
     Args:
         path: the config.json file, or the model directory holding it.
-        kv_cache_dtype_bytes: bytes per KV-cache element; default: the weight dtype's
+        kv_cache_dtype_bytes: bytes per KV-cache element; default: ``torch_dtype``'s
             (vLLM's ``--kv-cache-dtype auto``). Pass 1 for an fp8 KV cache.
         num_parameters: the parameter count; default: `estimate_num_parameters`.
 
@@ -202,14 +206,18 @@ def geometry_from_hf_config(
     dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"{file}: unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
-    weight_dtype_bytes = DTYPE_BYTES[dtype]
+    kv_auto_bytes = DTYPE_BYTES[dtype]
+    # An FP8 checkpoint keeps torch_dtype bfloat16 (the activations' and vLLM's "auto" KV dtype)
+    # and names its weights' format in quantization_config (vLLM reads quant_method from it).
+    quantization = (config.get("quantization_config") or {}).get("quant_method")
+    weight_dtype_bytes = FP8_BYTES if quantization == "fp8" else kv_auto_bytes
     heads = int(config["num_attention_heads"])
     return ModelGeometry(
         num_layers=int(config["num_hidden_layers"]),
         num_kv_heads=int(config.get("num_key_value_heads") or heads),
         head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
         kv_cache_dtype_bytes=(
-            weight_dtype_bytes if kv_cache_dtype_bytes is None else kv_cache_dtype_bytes
+            kv_auto_bytes if kv_cache_dtype_bytes is None else kv_cache_dtype_bytes
         ),
         num_parameters=(
             estimate_num_parameters(config) if num_parameters is None else num_parameters

@@ -38,7 +38,7 @@ from kvpath.memory import host_mirror_bytes, memory_floor_bytes
 from kvpath.profile import LinkProfile, LinkSetting, gb_per_s_text, resolve_link
 from kvpath.transfers import transfer_seconds
 from stackmodel.config import StackConfig, WorkerGroup
-from stackmodel.models import ModelGeometry, geometry_from_hf_config, known_model
+from stackmodel.models import FP8_BYTES, ModelGeometry, geometry_from_hf_config, known_model
 from stackmodel.quantities import (
     DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     DEFAULT_BASE_MEMORY,
@@ -712,7 +712,11 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 def model_geometry(cfg: StackConfig) -> ModelGeometry:
-    """The model's geometry: ``model.geometry``, else ``model.configJson``, else the table.
+    """The model's geometry as the workers hold it: ``model.geometry``, else
+    ``model.configJson``, else the table; then ``model.quantization: fp8`` makes every weight
+    1 byte and an fp8 ``model.kvCacheDtype`` every KV element (:data:`~stackmodel.models.
+    FP8_BYTES`), so weight bytes, KV bytes per token and all that follows from them (GPU fit,
+    KV capacity, host mirrors, transfers, step times) are FP8's.
 
     Raises:
         UnknownModelError: none is available (the message lists known models).
@@ -720,10 +724,17 @@ def model_geometry(cfg: StackConfig) -> ModelGeometry:
             :func:`stackmodel.models.geometry_from_hf_config`).
     """
     if cfg.model.geometry is not None:
-        return cfg.model.geometry
-    if cfg.model.config_json is not None:
-        return geometry_from_hf_config(PROJECT_DIR / cfg.model.config_json)
-    return known_model(cfg.model.name)
+        geometry = cfg.model.geometry
+    elif cfg.model.config_json is not None:
+        geometry = geometry_from_hf_config(PROJECT_DIR / cfg.model.config_json)
+    else:
+        geometry = known_model(cfg.model.name)
+    update: dict[str, int] = {}
+    if cfg.model.quantization == "fp8":
+        update["weight_dtype_bytes"] = FP8_BYTES
+    if cfg.model.kv_cache_dtype != "auto":
+        update["kv_cache_dtype_bytes"] = FP8_BYTES
+    return geometry.model_copy(update=update) if update else geometry
 
 
 def gpu_note(cfg: StackConfig, node_class: str) -> str | None:
@@ -754,6 +765,7 @@ def engine_step(cfg: StackConfig, group: str, fit: EngineFit = SEED_FIT) -> Engi
         fit=fit_for(gpu, fit),
         prefill_tokens_per_s_override=cfg.sizing.prefill_tokens_per_s,
         tensor_parallel=tensor_parallel(geometry, gpu, tp),
+        fp8_weights=geometry.weight_dtype_bytes == FP8_BYTES,
     )
 
 

@@ -157,7 +157,8 @@ def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tu
 
     vllm: ``--model``, ``--gpu-memory-utilization``, ``--kv-cache-memory-bytes`` (the KV-cache
     size sizing computes for the group, per GPU, :meth:`StackSizing.kv_cache_bytes`),
-    ``--max-model-len`` (if set), ``--tensor-parallel-size`` (above 1); prefill/decode
+    ``--max-model-len`` (if set), ``--tensor-parallel-size`` (above 1), ``--quantization`` and
+    ``--kv-cache-dtype`` (``model.quantization``, ``model.kvCacheDtype``, if set); prefill/decode
     add ``--disaggregation-mode`` and ``--kv-transfer-config``; with the KV router (dynamo
     topology only: vllm-service has no router), aggregated and prefill workers (the ones that hold
     prefix cache) add ``--kv-events-config``.
@@ -191,6 +192,10 @@ def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tu
             args += ["--max-model-len", str(cfg.model.max_model_len)]
         if group.tensor_parallel_size > 1:
             args += ["--tensor-parallel-size", str(group.tensor_parallel_size)]
+        if cfg.model.quantization:
+            args += ["--quantization", cfg.model.quantization]
+        if cfg.model.kv_cache_dtype != "auto":
+            args += ["--kv-cache-dtype", cfg.model.kv_cache_dtype]
         if group.role != "aggregated":
             args += ["--disaggregation-mode", group.role]
         if group.kv_transfer is not None:

@@ -33,6 +33,9 @@ class GpuSpec(BaseModel):
         name: catalog key or the user's label.
         bf16_dense_tflops: peak dense BF16 tensor-core throughput, TFLOP/s (1e12 FLOP/s).
         memory_gb_per_s: peak memory bandwidth, decimal GB/s (1e9 B/s).
+        fp8_dense_tflops: peak dense FP8 tensor-core throughput, TFLOP/s; None for a GPU
+            without FP8 tensor cores (before Ada and Hopper), where vLLM runs FP8 weights as
+            weight-only W8A16 (FP8 Marlin) and computes in BF16.
         interconnect: how GPUs of one node reach each other (``nvlink``, ``pcie``), for
             tensor parallelism; None: not given (a tensor-parallel worker then needs it).
         interconnect_gb_per_s: that path's bandwidth per GPU and direction, decimal GB/s: the
@@ -48,6 +51,7 @@ class GpuSpec(BaseModel):
     name: ConfigText = Field(min_length=1)
     bf16_dense_tflops: float = Field(gt=0, alias="bf16DenseTflops")
     memory_gb_per_s: float = Field(gt=0, alias="memoryGbPerS")
+    fp8_dense_tflops: float | None = Field(default=None, gt=0, alias="fp8DenseTflops")
     interconnect: Literal["nvlink", "pcie"] | None = None
     interconnect_gb_per_s: float | None = Field(default=None, gt=0, alias="interconnectGbPerS")
     source: ConfigText = "stack config"
@@ -66,6 +70,14 @@ class GpuSpec(BaseModel):
         """Peak dense BF16 FLOP/s."""
         return self.bf16_dense_tflops * 1e12
 
+    def compute_flops_per_s(self, fp8: bool) -> float:
+        """The dense peak a GEMM of the model's weights runs at: FP8 for FP8 weights on a GPU
+        with FP8 tensor cores (vLLM's W8A8, activations quantized on the fly), else BF16 (FP8
+        weights on an older GPU are dequantized to BF16: W8A16)."""
+        if fp8 and self.fp8_dense_tflops is not None:
+            return self.fp8_dense_tflops * 1e12
+        return self.flops_per_s
+
     @property
     def bytes_per_s(self) -> float:
         """Peak memory bandwidth, bytes/s."""
@@ -73,15 +85,22 @@ class GpuSpec(BaseModel):
 
 
 def _gpu(
-    name: str, tflops: float, gb_per_s: float, link: tuple[str, float], source: str
+    name: str,
+    tflops: float,
+    gb_per_s: float,
+    link: tuple[str, float],
+    source: str,
+    fp8: float | None = None,
 ) -> GpuSpec:
-    """A catalog entry; ``link``: (interconnect, the datasheet's bidirectional GB/s)."""
+    """A catalog entry; ``link``: (interconnect, the datasheet's bidirectional GB/s); ``fp8``:
+    dense FP8 TFLOP/s (None: no FP8 tensor cores)."""
     kind, both_ways = link
     return GpuSpec.model_validate(
         {
             "name": name,
             "bf16DenseTflops": tflops,
             "memoryGbPerS": gb_per_s,
+            "fp8DenseTflops": fp8,
             "interconnect": kind,
             "interconnectGbPerS": both_ways / 2,
             "source": source,
@@ -119,15 +138,30 @@ _AMPERE = (
 GPU_CATALOG: dict[str, GpuSpec] = {
     g.name: g
     for g in (
-        _gpu("h100-sxm", 989.5, 3_350, _NVLINK4, _H100 + "; 3.35 TB/s HBM3, 80 GB"),
-        _gpu("h100-pcie", 756.5, 2_000, _PCIE5, _H100 + "; 2 TB/s HBM2e, 80 GB"),
+        _gpu(
+            "h100-sxm",
+            989.5,
+            3_350,
+            _NVLINK4,
+            _H100 + "; FP8 3,958 TFLOPS with sparsity; 3.35 TB/s HBM3, 80 GB",
+            fp8=1_979,
+        ),
+        _gpu(
+            "h100-pcie",
+            756.5,
+            2_000,
+            _PCIE5,
+            _H100 + "; FP8 3,026 TFLOPS with sparsity; 2 TB/s HBM2e, 80 GB",
+            fp8=1_513,
+        ),
         _gpu(
             "h200",
             989.5,
             4_800,
             _NVLINK4,
-            "https://www.nvidia.com/en-us/data-center/h200/ (BF16 1,979 TFLOPS with sparsity; "
-            "4.8 TB/s HBM3e, 141 GB)",
+            "https://www.nvidia.com/en-us/data-center/h200/ (BF16 1,979 TFLOPS, FP8 3,958 "
+            "TFLOPS with sparsity; 4.8 TB/s HBM3e, 141 GB)",
+            fp8=1_979,
         ),
         _gpu("a100-sxm-80gb", 312, 2_039, _NVLINK3, _A100 + "; 2,039 GB/s HBM2e, 80 GB"),
         _gpu(
@@ -144,15 +178,17 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             864,
             _PCIE4,
             "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413 (BF16 362.05 TFLOPS "
-            "dense, 733 with sparsity; 864 GB/s GDDR6, 48 GB)",
+            "dense, 733 with sparsity; FP8 1,466 TFLOPS with sparsity; 864 GB/s GDDR6, 48 GB)",
+            fp8=733,
         ),
         _gpu(
             "l4",
             121,
             300,
             _PCIE4,
-            "https://www.nvidia.com/en-us/data-center/l4/ (BF16 242 TFLOPS with sparsity; "
-            "300 GB/s GDDR6, 24 GB)",
+            "https://www.nvidia.com/en-us/data-center/l4/ (BF16 242 TFLOPS, FP8 485 TFLOPS with "
+            "sparsity; 300 GB/s GDDR6, 24 GB)",
+            fp8=242.5,
         ),
         _gpu(
             "a10",
@@ -162,7 +198,14 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/"
             "a10-datasheet.pdf (BF16 125 TFLOPS dense; 600 GB/s GDDR6, 24 GB)",
         ),
-        _gpu("rtx-4090", 165.2, 1_008, _PCIE4, _ADA + "; 1,008 GB/s GDDR6X, 24 GB"),
+        _gpu(
+            "rtx-4090",
+            165.2,
+            1_008,
+            _PCIE4,
+            _ADA + "; FP8 with FP32 accumulate 330.3 TFLOPS dense; 1,008 GB/s GDDR6X, 24 GB",
+            fp8=330.3,
+        ),
         _gpu("rtx-3090", 71, 936, _PCIE4, _AMPERE + "; 936 GB/s GDDR6X, 24 GB"),
     )
 }

@@ -29,7 +29,8 @@ effects beyond what the efficiencies absorb.
 Sanity bounds (:func:`decode_floor_s`, :func:`prefill_ceiling_tokens_per_s`): with every
 efficiency in (0, 1] (``EngineFit`` refuses others) no decode step is faster than reading the
 weights plus the batch's KV at the GPU's full bandwidth, and no prefill is faster than the
-GPU's dense BF16 peak allows (bounds of one GPU: give them the per-GPU geometry).
+GPU's dense BF16 peak allows (its FP8 peak for FP8 weights; bounds of one GPU: give them the
+per-GPU geometry).
 """
 
 from __future__ import annotations
@@ -114,6 +115,10 @@ class EngineStep:
     prefill takes ``tokens / override`` (render and simulate both use it; a measured rate
     includes any all-reduce, so none is added to it). ``tensor_parallel``: the all-reduces of
     a worker of several GPUs (None: one GPU); ``geometry`` is then one GPU's share.
+    ``fp8_weights``: the weights are FP8 (``--quantization fp8`` or an FP8 checkpoint), so the
+    compute terms run at the GPU's FP8 peak where it has FP8 tensor cores
+    (:meth:`steptime.gpus.GpuSpec.compute_flops_per_s`; the fit's efficiency, measured in BF16,
+    is carried over: an extrapolation), and the weight read is the geometry's (1 B a weight).
     """
 
     gpu: GpuSpec
@@ -121,6 +126,7 @@ class EngineStep:
     fit: EngineFit
     prefill_tokens_per_s_override: float | None = None
     tensor_parallel: TensorParallel | None = None
+    fp8_weights: bool = False
 
     def _allreduce_s(self, tokens: int) -> float:
         return 0.0 if self.tensor_parallel is None else self.tensor_parallel.allreduce_s(tokens)
@@ -142,7 +148,7 @@ class EngineStep:
         if self.prefill_tokens_per_s_override is not None:
             return self.prefill_tokens_per_s_override
         return (
-            self.gpu.flops_per_s
+            self.gpu.compute_flops_per_s(self.fp8_weights)
             * self.fit.prefill_efficiency
             / prefill_flops_per_token(self.geometry)
         )
@@ -166,7 +172,7 @@ class EngineStep:
         compute = (
             len(contexts)
             * prefill_flops_per_token(self.geometry)
-            / (self.gpu.flops_per_s * self.fit.prefill_efficiency)
+            / (self.gpu.compute_flops_per_s(self.fp8_weights) * self.fit.prefill_efficiency)
         )
         return max(memory, compute)
 
