@@ -75,7 +75,10 @@ def hf_secret_manifest(namespace: str, token: object) -> dict[str, Any]:
 
 
 def _container(plan: ComponentPlan, image: str, with_hf_token: bool) -> dict[str, Any]:
-    """The ``main`` container of a component."""
+    """The ``main`` container of a component: an RDMA device (``plan.devices``) is in both
+    limits and requests (Kubernetes requires them equal for extended resources, and takes the
+    limit as the request when only it is given; kubernetes.io "Extended resources"), and
+    ``plan.capabilities`` in its ``securityContext``."""
     container: dict[str, Any] = {"name": "main", "image": image}
     if plan.command:
         container["command"] = list(plan.command)
@@ -89,6 +92,8 @@ def _container(plan: ComponentPlan, image: str, with_hf_token: bool) -> dict[str
     requests: dict[str, str] = {}
     if plan.placement.gpus:
         limits["nvidia.com/gpu"] = str(plan.placement.gpus)
+    limits.update(plan.devices)
+    requests.update(plan.devices)  # extended resources: requests must equal limits
     if plan.memory_limit:
         limits["memory"] = plan.memory_limit
     if plan.memory_request:
@@ -99,6 +104,8 @@ def _container(plan: ComponentPlan, image: str, with_hf_token: bool) -> dict[str
         container["resources"] = {
             k: v for k, v in (("limits", limits), ("requests", requests)) if v
         }
+    if plan.capabilities:
+        container["securityContext"] = {"capabilities": {"add": list(plan.capabilities)}}
     return container
 
 

@@ -266,6 +266,19 @@ class KvTransfer(CamelModel):
         }
 
 
+class RdmaDevice(CamelModel):
+    """The RDMA NIC a worker's pod asks for: a device plugin's extended resource (NVIDIA's
+    k8s-rdma-shared-dev-plugin advertises e.g. ``rdma/rdma_shared_device_a``; SR-IOV setups
+    name their own). The pod also gets the ``IPC_LOCK`` capability, which RDMA memory
+    registration needs to pin pages (vLLM's GPUDirect RDMA guidance for Kubernetes pods)."""
+
+    resource: ConfigText = Field(
+        pattern=r"^[a-z0-9.-]+/[A-Za-z0-9._-]+$",
+        description="Extended resource of the RDMA device plugin, e.g. rdma/rdma_shared_device_a.",
+    )
+    count: int = Field(default=1, ge=1, description="Units of it per pod.")
+
+
 class WorkerGroup(CamelModel):
     """Identical workers of one role on one node class (one DGD component)."""
 
@@ -312,6 +325,11 @@ class WorkerGroup(CamelModel):
     cpu: ConfigText | None = Field(default=None, description="CPU request, e.g. '2'.")
     kv_transfer: KvTransfer | None = Field(
         default=None, description="vLLM --kv-transfer-config of a disaggregated worker."
+    )
+    rdma: RdmaDevice | None = Field(
+        default=None,
+        description="The RDMA NIC the pod asks for (and IPC_LOCK): needed when its KV link is "
+        "the rdma profile.",
     )
     env: dict[str, ConfigText] = Field(
         default_factory=dict, description="Environment variables of each worker, e.g. UCX_TLS."

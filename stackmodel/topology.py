@@ -68,6 +68,8 @@ class ComponentPlan:
         memory_limit, memory_request: Kubernetes quantities, or None.
         cpu_request: Kubernetes quantity, or None.
         gpu_memory_utilization: the worker's share of one GPU (None for the frontend).
+        devices: extended resources besides GPUs per pod (an RDMA NIC: ``workers[].rdma``).
+        capabilities: Linux capabilities the ``main`` container adds (``IPC_LOCK`` with RDMA).
     """
 
     name: str
@@ -83,6 +85,8 @@ class ComponentPlan:
     memory_request: str | None = None
     cpu_request: str | None = None
     gpu_memory_utilization: float | None = None
+    devices: dict[str, str] = field(default_factory=dict)
+    capabilities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -293,6 +297,8 @@ def build_topology(cfg: StackConfig) -> Topology:
                 memory_request=group.memory_limit,
                 cpu_request=group.cpu,
                 gpu_memory_utilization=group.gpu_memory_utilization,
+                devices=({group.rdma.resource: str(group.rdma.count)} if group.rdma else {}),
+                capabilities=("IPC_LOCK",) if group.rdma else (),
             )
         )
     return Topology(

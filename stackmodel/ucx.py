@@ -37,7 +37,27 @@ UCX_TLS = "UCX_TLS"
 GPU_MEMORY_TRANSPORT = "cuda_copy"
 """The UCX transport that recognizes CUDA memory and copies it to and from host memory."""
 
-_ALIASES = {"cuda": frozenset({"cuda_copy", "cuda_ipc", "gdr_copy"}), "all": frozenset({"all"})}
+_RDMA = frozenset({"rc_verbs", "rc_mlx5", "ud_verbs", "ud_mlx5", "dc_mlx5"})
+"""UCX's InfiniBand/RoCE transports (the verbs and mlx5 accelerated ones)."""
+
+_ALIASES = {
+    "cuda": frozenset({"cuda_copy", "cuda_ipc", "gdr_copy"}),
+    "all": frozenset({"all"}),
+    # ucp_tl_aliases: "rc" = rc_verbs, rc_mlx5 (+ ud auxiliaries), "ud" = ud_verbs, ud_mlx5,
+    # "dc" = dc_mlx5 (+ ud auxiliaries), "ib" = all of them; the _v/_x short names likewise.
+    "rc": frozenset({"rc_verbs", "rc_mlx5"}),
+    "rc_v": frozenset({"rc_verbs"}),
+    "rc_x": frozenset({"rc_mlx5"}),
+    "ud": frozenset({"ud_verbs", "ud_mlx5"}),
+    "ud_v": frozenset({"ud_verbs"}),
+    "ud_x": frozenset({"ud_mlx5"}),
+    "dc": frozenset({"dc_mlx5"}),
+    "dc_x": frozenset({"dc_mlx5"}),
+    "ib": _RDMA,
+}
+
+RDMA_CAPABLE_EXAMPLE = "rc,cuda"
+"""A transport list for GPU KV buffers over InfiniBand/RoCE: the UCX FAQ's own example."""
 
 CUDA_CAPABLE_EXAMPLE = "tcp,self,cuda"
 """A transport list for GPU KV buffers over TCP: the FAQ's ``rc,cuda`` pattern with ``tcp``."""
@@ -63,10 +83,23 @@ def moves_gpu_memory(ucx_tls: str | None) -> bool:
     ``tcp,cuda``, ``tcp,cuda_copy`` -> True; ``^cuda``, ``^cuda_copy`` -> False; ``^rc`` -> True.
     See the module docstring for the sources.
     """
+    return _enables(ucx_tls, frozenset({GPU_MEMORY_TRANSPORT}))
+
+
+def moves_over_rdma(ucx_tls: str | None) -> bool:
+    """True when UCX with this ``UCX_TLS`` value may use an InfiniBand/RoCE transport
+    (``rc``, ``ud``, ``dc``, ``ib`` and their verbs/mlx5 forms; aliases from ``ucp_tl_aliases``
+    in openucx/ucx ``src/ucp/core/ucp_context.c``): unset and ``all`` -> True; ``tcp,self,cuda``
+    -> False; ``rc,cuda`` -> True; ``^ib`` -> False."""
+    return _enables(ucx_tls, _RDMA)
+
+
+def _enables(ucx_tls: str | None, transports: frozenset[str]) -> bool:
+    """Whether the value leaves any of ``transports`` on (unset: every transport)."""
     if ucx_tls is None:
         return True
     value = ucx_tls.strip()
     if value.startswith("^"):
-        return GPU_MEMORY_TRANSPORT not in _transports(value[1:])
+        return not transports <= _transports(value[1:])
     listed = _transports(value)
-    return "all" in listed or GPU_MEMORY_TRANSPORT in listed
+    return "all" in listed or bool(transports & listed)

@@ -3,7 +3,7 @@ ucp_context.c's alias table)."""
 
 import pytest
 
-from stackmodel.ucx import CUDA_CAPABLE_EXAMPLE, moves_gpu_memory
+from stackmodel.ucx import CUDA_CAPABLE_EXAMPLE, moves_gpu_memory, moves_over_rdma
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,22 @@ def test_lists_that_move_gpu_memory(tls: str | None) -> None:
 )
 def test_lists_that_do_not(tls: str) -> None:
     assert not moves_gpu_memory(tls)
+
+
+@pytest.mark.parametrize(
+    ("tls", "rdma"),
+    [
+        (None, True),
+        ("all", True),
+        ("rc,cuda", True),
+        ("ib", True),
+        ("ud_x,cuda_copy", True),
+        ("^rc", True),  # ud and dc stay on
+        ("tcp,self", False),
+        ("tcp,self,cuda", False),
+        ("^ib", False),
+        ("sm,cuda", False),
+    ],
+)
+def test_which_lists_can_move_kv_over_rdma(tls: str | None, rdma: bool) -> None:
+    assert moves_over_rdma(tls) is rdma
