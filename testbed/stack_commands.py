@@ -127,15 +127,57 @@ def _sizing_table(sizing: dict[str, Any]) -> Any:
     return table
 
 
+def _crossover(console: Any, stack: str, settings: Sequence[Setting], out: Path | None) -> None:
+    """Print the crossover sentence; with ``out``, the sweep's table and its figure there."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from stackmodel.crossover import SWEEP_LINKS, crossover
+    from stackmodel.stacks import load_stack
+
+    result = crossover(load_stack(stack, settings))
+    console.print(Text(result.summary()), soft_wrap=True)
+    if out is None:
+        return
+    from testbed.crossover_figure import draw_crossover
+
+    table = Table(title="crossover: KV path cost / prefill saved, ms (yes: it pays)")
+    table.add_column("prompt tokens")
+    for name in SWEEP_LINKS:
+        table.add_column(name)
+    for prompt in sorted({p.prompt_tokens for p in result.points}):
+        row = {p.link: p for p in result.points if p.prompt_tokens == prompt}
+        table.add_row(
+            f"{prompt:,}",
+            *(
+                f"{row[n].cost_s * 1e3:,.1f} / {row[n].gain_s * 1e3:,.1f}"
+                + (" yes" if row[n].pays else "")
+                for n in SWEEP_LINKS
+            ),
+        )
+    console.print(table)
+    path = draw_crossover(result, stack, out / "crossover.png")
+    console.print(f"wrote the crossover figure to {path}")
+
+
 def render_command(
     stack: Annotated[str, typer.Argument(help="Stack name (stacks/Pulumi.STACK.yaml).")],
     out: Annotated[
         Path, typer.Option("--out", help="Folder for the rendered files.", rich_help_panel=OUTPUT)
     ] = Path("out/render"),
     overrides: SetOption = None,
+    sweep: Annotated[
+        bool,
+        typer.Option(
+            "--crossover",
+            help="Also print where disaggregation pays over prompt length and link speed, and "
+            "write the figure (crossover.png in --out).",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
 ) -> None:
     """Write every object the stack would apply (a YAML file each), its Helm release and its
-    outputs; print the placement and the sizing.
+    outputs; print the placement, the sizing and where disaggregation starts to pay.
 
     Example: testbed render kv-routing --set topology.workers[0].replicas=2
     """
@@ -180,6 +222,7 @@ def render_command(
     if not any(row["type"] == "prefill" for row in rendered.outputs.get("placement", [])):
         verdict = f"(aggregated stack, no KV transfer) if it were disaggregated: {verdict}"
     console.print(Text(verdict), soft_wrap=True)
+    _crossover(console, stack, settings, out if sweep else None)
     for warning in rendered.outputs.get("warnings", []):
         warn(warning)
     console.print(f"wrote {len(paths)} files to {out}/")

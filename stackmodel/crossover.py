@@ -1,0 +1,165 @@
+"""Where disaggregation starts to pay for a stack's model, GPUs and link: the verdict of
+:func:`stackmodel.sizing.disaggregation_verdict` swept over prompt length and link speed.
+
+At each point the KV path's cost is what :mod:`kvpath` computes for one request (the transfer
+at the link's one-transfer rate, plus vLLM's two host copies for host-buffered workers at the
+stack's copy rates) and the gain is the prefill time the request would otherwise take on the
+decode GPU (:meth:`steptime.roofline.EngineStep.prefill_s` of the verdict's group: its GPU, the
+model as that group holds it, all-reduces included). It pays where the cost is below the gain.
+
+Both grow linearly with the prompt in these models (KV bytes, copies and prefill FLOPs are all
+per token; there is no per-transfer latency and no attention term), so the crossover is a link
+rate, the same at every prompt length: disaggregation pays above
+
+    break-even rate = KV bytes moved per token / (prefill seconds per token - host-copy
+    seconds per token)
+
+and never, on any link, when the two host copies alone take longer than the prefill (the
+seed's case). :attr:`Crossover.break_even_bytes_per_s` is that rate. Rates are decimal
+bytes/s, times seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvpath.profile import LINK_PROFILES, LinkProfile
+from stackmodel.config import StackConfig
+from stackmodel.sizing import disaggregation_verdict, engine_step, stack_sizing, verdict_group
+
+SWEEP_LINKS = ("1gbe", "10gbe", "25gbe", "100gbe", "rdma")
+"""The named links the sweep marks, 1 GbE to RDMA (:data:`kvpath.profile.LINK_PROFILES`)."""
+
+PROMPT_TOKENS = (256, 512, 1_024, 2_048, 4_096, 8_192, 16_384, 32_768)
+"""The prompt lengths of the sweep's table (cut at the stack's max model length)."""
+
+
+@dataclass(frozen=True)
+class CrossoverPoint:
+    """One (prompt, link) point: ``cost_s`` (transfer + copies), ``gain_s`` (prefill)."""
+
+    prompt_tokens: int
+    link: str
+    link_bytes_per_s: float
+    cost_s: float
+    gain_s: float
+
+    @property
+    def pays(self) -> bool:
+        """The verdict's rule: the KV path costs less than the prefill it takes off."""
+        return self.cost_s < self.gain_s
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """The sweep of one stack.
+
+    Attributes:
+        points: every (prompt length, named link) of :data:`PROMPT_TOKENS` x :data:`SWEEP_LINKS`.
+        stack_point: the stack's own prompt length on its own link (the seed's point for the
+            seed's stacks).
+        break_even_bytes_per_s: the link rate above which it pays (None: it never pays, the
+            host copies alone cost more than the prefill).
+        host_buffered: the KV goes through host memory (copies counted).
+        copies_s_per_token: those copies' seconds per prompt token (0 without host buffers).
+        prefill_s_per_token: the prefill's seconds per prompt token at the stack's length.
+        kv_bytes_per_token: KV bytes one prompt token moves.
+    """
+
+    points: tuple[CrossoverPoint, ...]
+    stack_point: CrossoverPoint
+    break_even_bytes_per_s: float | None
+    host_buffered: bool
+    copies_s_per_token: float
+    prefill_s_per_token: float
+    kv_bytes_per_token: int
+
+    def summary(self) -> str:
+        """One sentence: where it pays, with the numbers."""
+        kvb = self.kv_bytes_per_token
+        per_token = (
+            f"{kvb:,} B of KV per prompt token against {self.prefill_s_per_token * 1e6:.2f} us "
+            "of prefill"
+        )
+        if self.host_buffered:
+            per_token += f" and {self.copies_s_per_token * 1e6:.2f} us of host copies"
+        if self.break_even_bytes_per_s is None:
+            return (
+                f"crossover: never on any link: {per_token}, the host copies alone cost more "
+                "than the prefill (GPU buffers, kvTransfer.bufferDevice: cuda, drop them)"
+            )
+        faster = [
+            name
+            for name in SWEEP_LINKS
+            if LINK_PROFILES[name].bytes_per_s > self.break_even_bytes_per_s
+        ]
+        return (
+            f"crossover: disaggregation pays on links above "
+            f"{self.break_even_bytes_per_s / 1e9:.3g} GB/s at every prompt length ({per_token}"
+            f"; both grow with the prompt): of 1 GbE to RDMA, "
+            + (", ".join(faster) if faster else "none")
+            + "."
+        )
+
+
+def _point(
+    prompt: int, link: LinkProfile, prefill_tokens_per_s: float, host: bool, kvb: int
+) -> CrossoverPoint:
+    verdict = disaggregation_verdict(
+        kvb * prompt, prompt, link, prefill_tokens_per_s, "", host_buffered=host
+    )
+    return CrossoverPoint(
+        prompt_tokens=prompt,
+        link=link.name,
+        link_bytes_per_s=link.bytes_per_s,
+        cost_s=verdict.transfer_seconds + verdict.copy_seconds,
+        gain_s=verdict.prefill_seconds,
+    )
+
+
+def crossover(cfg: StackConfig) -> Crossover:
+    """The sweep of ``cfg`` (see the module docstring).
+
+    Raises:
+        UnknownModelError, ValueError: as :func:`stackmodel.sizing.stack_sizing`.
+    """
+    sizing = stack_sizing(cfg)
+    group = verdict_group(cfg)
+    step = engine_step(cfg, group.name)
+    verdict = sizing.report.disaggregation
+    own = sizing.links.get(group.name)
+    host = any(c.host_buffers_kv for c in sizing.report.components)
+    limit = cfg.model.max_model_len or sizing.geometry.max_position_embeddings or math.inf
+    prompts = [p for p in PROMPT_TOKENS if p <= limit]
+    points = []
+    for name in SWEEP_LINKS:
+        # The stack's copy rates (a probed profile's) go with every link of the sweep.
+        link = LINK_PROFILES[name]
+        if own is not None and own.host_copies is not None:
+            link = link.model_copy(update={"host_copies": own.host_copies})
+        for prompt in prompts:
+            rate = prompt / step.prefill_s(prompt)
+            points.append(_point(prompt, link, rate, host, sizing.kv_bytes_per_token))
+    prompt = sizing.report.prompt_tokens
+    stack_point = CrossoverPoint(
+        prompt_tokens=prompt,
+        link=verdict.link,
+        link_bytes_per_s=verdict.link_bytes_per_s,
+        cost_s=verdict.transfer_seconds + verdict.copy_seconds,
+        gain_s=verdict.prefill_seconds,
+    )
+    kvb = sizing.kv_bytes_per_token
+    tokens = max(prompt, 1)
+    copies = verdict.copy_seconds / tokens
+    prefill = verdict.prefill_seconds / tokens
+    margin = prefill - copies
+    return Crossover(
+        points=tuple(points),
+        stack_point=stack_point,
+        break_even_bytes_per_s=kvb / margin if margin > 0 else None,
+        host_buffered=host,
+        copies_s_per_token=copies,
+        prefill_s_per_token=prefill,
+        kv_bytes_per_token=kvb,
+    )

@@ -1,0 +1,80 @@
+"""The crossover figure of ``testbed render --crossover``: where disaggregation pays over prompt
+length and link speed (:mod:`stackmodel.crossover`), drawn with matplotlib's object API (no
+pyplot, no global state), as the report's figures are.
+
+x: prompt tokens (log), y: link GB/s (log, 0.1 to 100: 1 GbE to beyond RDMA); the colour is
+log10(gain / cost) (green: the KV path costs less than the prefill it takes off), the black line
+its break-even, dotted lines the named links of :data:`stackmodel.crossover.SWEEP_LINKS`, the
+star the stack's own point (the seed's, for the seed's stacks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+
+from kvpath.profile import LINK_PROFILES
+from stackmodel.crossover import SWEEP_LINKS, Crossover
+
+_RATES_GB_PER_S = np.logspace(-1, 2, 61)
+"""The figure's link rates, decimal GB/s."""
+
+
+def draw_crossover(result: Crossover, stack: str, path: Path) -> Path:
+    """Write the figure of ``result`` (stack ``stack``) to ``path`` (PNG); returns ``path``.
+
+    Costs per prompt token are the sweep's (:class:`~stackmodel.crossover.Crossover`): the
+    transfer ``kv_bytes_per_token / rate`` plus the host copies, against the prefill.
+    """
+    prompts = np.array(sorted({p.prompt_tokens for p in result.points}), dtype=float)
+    rates = _RATES_GB_PER_S * 1e9
+    cost = result.kv_bytes_per_token / rates + result.copies_s_per_token  # s per token
+    ratio = np.log10(result.prefill_s_per_token / cost)
+    grid = np.repeat(ratio[:, None], len(prompts), axis=1)
+    figure = Figure(figsize=(7.5, 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    limit = max(abs(float(ratio.min())), abs(float(ratio.max())), 0.1)
+    mesh = ax.pcolormesh(
+        prompts,
+        _RATES_GB_PER_S,
+        grid,
+        cmap="RdYlGn",
+        norm=TwoSlopeNorm(0.0, -limit, limit),
+        shading="nearest",
+    )
+    figure.colorbar(mesh, ax=ax, label="log10(prefill saved / KV path cost)")
+    if result.break_even_bytes_per_s is not None:
+        even = result.break_even_bytes_per_s / 1e9
+        ax.axhline(even, color="black", linewidth=1.5, label=f"break-even {even:.3g} GB/s")
+    for name in SWEEP_LINKS:
+        rate = LINK_PROFILES[name].bytes_per_s / 1e9
+        ax.axhline(rate, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(name, (prompts[0], rate), fontsize=8, va="bottom")
+    point = result.stack_point
+    ax.scatter(
+        [point.prompt_tokens],
+        [point.link_bytes_per_s / 1e9],
+        marker="*",
+        s=180,
+        color="black",
+        label=f"{stack}: {point.prompt_tokens:,} tokens on {point.link}",
+        zorder=3,
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("KV link, GB/s")
+    never = (
+        " (never pays: the host copies alone cost more)"
+        if not result.break_even_bytes_per_s
+        else ""
+    )
+    ax.set_title(f"{stack}: where disaggregation pays{never}", fontsize=10)
+    ax.legend(loc="upper right", fontsize=8)
+    figure.savefig(path, dpi=110)
+    return path
