@@ -203,17 +203,26 @@ def run_topology(
 def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[str]]:
     """What a simulated result says it is (``GridResult.simulated``: tables, ``summary.json``,
     the HTML report), and the warnings it carries: each node class that names no GPU (which
-    default it got), and each worker group outside the seed fit (model or GPU other than the
-    fit's, :func:`steptime.fit.extrapolation_note`)."""
+    default it got), each worker group outside the seed fit (model or GPU other than the
+    fit's, :func:`steptime.fit.extrapolation_note`), and each tensor-parallel group (its
+    all-reduce constants are assumptions)."""
     groups = []
     warnings = []
     for group in cfg.topology.workers:
         step = engine_step(cfg, group.name, fit)
         default = " (default)" if cfg.node_classes[group.node_class].gpu is None else ""
-        groups.append(f"{group.name} on {step.gpu.name}{default}, {step.fit.label}")
+        tp = group.tensor_parallel_size
+        gpus = f"{tp} x {step.gpu.name}" if tp > 1 else step.gpu.name
+        groups.append(f"{group.name} on {gpus}{default}, {step.fit.label}")
         note = extrapolation_note(cfg.model.name, step.gpu.name, step.fit)
         if note is not None:
             warnings.append(f"{group.name}: {note}")
+        if tp > 1:
+            warnings.append(
+                f"{group.name}: tensor-parallel over {tp} GPUs: its all-reduces' latency and "
+                "bandwidth efficiency are assumptions (steptime.tensor_parallel), not fitted to "
+                "a measured tensor-parallel run"
+            )
     for node_class in dict.fromkeys(w.node_class for w in cfg.topology.workers):
         note = gpu_note(cfg, node_class)
         if note is not None:

@@ -26,7 +26,7 @@ from stackmodel.validation import parse_stack_config
 from testbed.component_diff import diff_lines
 from testbed.render import render_stack
 from testbed.render_files import diff_rendered
-from testbed.simulate import run_topology
+from testbed.simulate import provenance, run_topology
 
 Raw = dict[str, Any]
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
@@ -272,3 +272,9 @@ def test_a_tensor_parallel_change_diffs_as_gpus_and_an_argument(
     decode = lines[lines.index("~ decode:") :]
     assert "    ~ arg --tensor-parallel-size: 4 -> 2" in decode
     assert "    ~ resources limits.nvidia.com/gpu: 4 -> 2" in decode
+
+
+def test_a_simulation_says_its_workers_span_gpus_on_assumed_all_reduces(tp_raw: Raw) -> None:
+    text, warnings = provenance(parse_stack_config("tp", tp_raw))
+    assert "prefill on 4 x h100-sxm, AIConfigurator" in text
+    assert any(w.startswith("decode: tensor-parallel over 4 GPUs") for w in warnings)
