@@ -113,8 +113,9 @@ def _pods_pack(node_class: NodeClass, groups: list[WorkerGroup]) -> bool:
 
 
 def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
-    """What a worker of ``tensorParallelSize`` > 1 needs (vLLM engine only; the mocker has no
-    GPUs):
+    """What a worker of ``tensorParallelSize`` > 1 needs (the model-side rules and the
+    interconnect for every engine, since the simulation splits the model either way; the rest for
+    vLLM workers, the mocker's pods having no GPUs):
 
     - a node class without time-slicing: the NVIDIA device plugin does not promise distinct
       GPUs to a pod that asks for several time-sliced units ("requesting more than one shared
@@ -134,8 +135,6 @@ def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
       cannot be smaller than prefill TP"``, ``NixlConnectorWorker.add_remote_agent`` in
       ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``).
     """
-    if cfg.engine.kind != "vllm":
-        return []
     out: list[ConfigProblem] = []
     try:
         geometry: ModelGeometry | None = model_geometry(cfg)
@@ -147,6 +146,22 @@ def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
             continue
         key = _workers_key(i, "tensorParallelSize")
         node_class = cfg.node_classes[w.node_class]
+        if geometry is not None:
+            out += _model_splits(geometry, key, tp)
+        gpu, _ = resolve_gpu(node_class.gpu)
+        if gpu.interconnect is None:
+            out.append(
+                ConfigProblem(
+                    f"nodeClasses.{w.node_class}.gpu",
+                    gpu.name,
+                    f"worker group '{w.name}' is tensor-parallel, whose all-reduces cross the "
+                    "GPUs' interconnect, which this GPU does not give: add interconnect "
+                    "(nvlink or pcie) and interconnectGbPerS (per GPU and direction, e.g. 32 "
+                    "for PCIe Gen4 x16) to its figures, or name a catalog GPU",
+                )
+            )
+        if cfg.engine.kind != "vllm":
+            continue  # the mocker's pods have no GPUs; the simulation still splits the model
         if node_class.time_slicing is not None:
             out.append(
                 ConfigProblem(
@@ -167,20 +182,6 @@ def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
                     f"'{w.node_class}' has gpusPerNode {node_class.gpus_per_node}; lower "
                     f"tensorParallelSize to at most {node_class.gpus_per_node} or use a node "
                     "class with more GPUs per node",
-                )
-            )
-        if geometry is not None:
-            out += _model_splits(geometry, key, tp)
-        gpu, _ = resolve_gpu(node_class.gpu)
-        if gpu.interconnect is None:
-            out.append(
-                ConfigProblem(
-                    f"nodeClasses.{w.node_class}.gpu",
-                    gpu.name,
-                    f"worker group '{w.name}' is tensor-parallel, whose all-reduces cross the "
-                    "GPUs' interconnect, which this GPU does not give: add interconnect "
-                    "(nvlink or pcie) and interconnectGbPerS (per GPU and direction, e.g. 32 "
-                    "for PCIe Gen4 x16) to its figures, or name a catalog GPU",
                 )
             )
         try:
@@ -204,6 +205,8 @@ def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
                     f"that to at least {format_quantity(ceil_mib(floor))} plus any host mirror)",
                 )
             )
+    if cfg.engine.kind != "vllm":
+        return out
     prefill = [(i, w) for i, w in enumerate(cfg.topology.workers) if w.role == "prefill"]
     for _, d in ((i, w) for i, w in enumerate(cfg.topology.workers) if w.role == "decode"):
         for i, p in prefill:

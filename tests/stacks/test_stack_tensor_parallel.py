@@ -278,3 +278,15 @@ def test_a_simulation_says_its_workers_span_gpus_on_assumed_all_reduces(tp_raw: 
     text, warnings = provenance(parse_stack_config("tp", tp_raw))
     assert "prefill on 4 x h100-sxm, AIConfigurator" in text
     assert any(w.startswith("decode: tensor-parallel over 4 GPUs") for w in warnings)
+
+
+def test_a_mocker_stack_still_needs_what_the_simulation_splits(tp_raw: Raw) -> None:
+    tp_raw["engine"] = {"kind": "mocker"}
+    geometry = {"numLayers": 80, "numKvHeads": 8, "headDim": 128, "numParameters": 7 * 10**10}
+    tp_raw["model"] = {"name": "example/no-width", "maxModelLen": 8192, "geometry": geometry}
+    assert (
+        "needs the model's numAttentionHeads and hiddenSize"
+        in problems("tp", tp_raw)["model.geometry"]
+    )
+    tp_raw["model"]["geometry"] |= {"hiddenSize": 8192, "numAttentionHeads": 64}
+    parse_stack_config("tp", tp_raw)
