@@ -95,8 +95,9 @@ class NodeClass(CamelModel):
         default=None,
         description="The GPU, for step times: a catalog name ("
         + ", ".join(sorted(GPU_CATALOG))
-        + ") or {name, bf16DenseTflops, memoryGbPerS}; default: steptime.gpus.DEFAULT_GPU, "
-        "and the simulation says so.",
+        + ") or {name, bf16DenseTflops, memoryGbPerS} (optional: fp8DenseTflops; interconnect "
+        "and interconnectGbPerS, needed for tensor parallelism); default: "
+        "steptime.gpus.DEFAULT_GPU, and the simulation says so.",
     )
 
     @field_validator("gpu")
