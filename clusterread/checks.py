@@ -380,3 +380,21 @@ def namespace_problem(
             " into it"
         )
     return None
+
+
+def deployed_chart_version(releases: Sequence[Mapping[str, Any]]) -> str | None:
+    """The chart version of a release's deployed revision: the highest ``version`` whose
+    ``info.status`` is ``deployed`` (helm v3 ``pkg/release/status.go``: the revision in service is
+    ``deployed``; ``pkg/action/upgrade.go`` marks the previous one ``superseded`` only once the
+    new one is deployed, so a failed or pending upgrade leaves it ``deployed``), as
+    ``chart.metadata.version``; None when no revision is deployed.
+
+    Args:
+        releases: Helm's records of one release (decoded, :func:`clusterread.read.helm_record`).
+    """
+    deployed = [r for r in releases if (r.get("info") or {}).get("status") == "deployed"]
+    if not deployed:
+        return None
+    latest = max(deployed, key=lambda r: int(r.get("version") or 0))
+    version = ((latest.get("chart") or {}).get("metadata") or {}).get("version")
+    return None if version is None else str(version)

@@ -35,7 +35,7 @@ class DynamoPlatform(pulumi.ComponentResource):
         cfg: PlatformConfig,
         testbed_namespace: str,
         *,
-        depends_on: Sequence[pulumi.Resource] = (),
+        depends_on: pulumi.Input[Sequence[pulumi.Input[pulumi.Resource]]] = (),
         protect: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -49,7 +49,7 @@ class DynamoPlatform(pulumi.ComponentResource):
             testbed_namespace: namespace of the graph; with operatorScope=namespace also the
                 release's namespace, so pass its Namespace resource in `depends_on`.
             depends_on: resources the release waits for (a component's own `depends_on` does
-                not reach its children).
+                not reach its children), or an Output of them (the program's upgrade gate).
             protect: Pulumi `protect` on the release (the platform stack's `platform.protect`).
             opts: options of the component itself.
 
@@ -61,9 +61,7 @@ class DynamoPlatform(pulumi.ComponentResource):
         if cfg.install:
             self.release = k8s.helm.v3.Release(
                 f"{name}-release",
-                opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=list(depends_on), protect=protect
-                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, protect=protect),
                 description=release_description(PROJECT, pulumi.get_stack()),
                 **helm_release_spec(cfg, testbed_namespace),
             )

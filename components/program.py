@@ -8,6 +8,7 @@ reads its platform stack (``graph``, the default), or both in one stack (``stand
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pulumi
@@ -17,6 +18,7 @@ from clusterread.checks import (
     class_gpu_units,
     class_needs,
     cluster_problems,
+    deployed_chart_version,
     deployed_graphs_problem,
     existing_operator_problem,
     namespace_problem,
@@ -43,6 +45,7 @@ from stackmodel.checks import (
     fp8_warnings,
     gated_model_warnings,
     placement_warnings,
+    release_warnings,
 )
 from stackmodel.config import PlatformStackConfig, StackConfig, project_values, stack_role
 from stackmodel.errors import PROJECT, ConfigProblem, StackConfigError
@@ -53,11 +56,13 @@ from stackmodel.sizing import stack_sizing
 from stackmodel.stack_layout import (
     PlatformExports,
     PlatformStackError,
+    VersionGateError,
     missing_platform_message,
     platform_exports,
+    platform_upgrade_problem,
     read_platform_exports,
     stack_reference_name,
-    version_warning,
+    version_gate,
 )
 from stackmodel.topology import FRONTEND_PORT, Topology, build_topology
 from stackmodel.validation import parse_platform_stack_config, parse_stack_config
@@ -104,7 +109,7 @@ def main(cluster_checks: bool = False) -> None:
         installs = cfg.stack_role == "standalone" and cfg.topology.kind == "dynamo"
         rollout = check_cluster(stack, cfg, cfg.platform if installs else None, cfg.namespace)
     token = pulumi.Config(PROJECT).get_secret("hfToken")
-    deploy(cfg, token, rollout)
+    deploy(cfg, token, rollout, read_operator=cluster_checks)
 
 
 def check_cluster(
@@ -184,6 +189,14 @@ def check_cluster(
         )
         if found is not None:
             problems.append(ConfigProblem("platform.install", True, found))
+        else:  # this stack's own release (or none yet): the upgrade it would make
+            upgrade = platform_upgrade_problem(
+                deployed_chart_version(view.releases or []),
+                platform.chart_version,
+                f"Helm release {release[0]}/{release[1]} in the cluster",
+            )
+            if upgrade is not None:
+                problems.append(upgrade)
     graphs = deployed_graphs_problem(view.graphs or [])
     if graphs is not None:
         problems.append(ConfigProblem("platform.protect", False, graphs))
@@ -256,39 +269,138 @@ def deploy_platform(cfg: PlatformStackConfig) -> None:
     CRDs, webhooks, RBAC from the chart) and export :class:`PlatformExports`, one output each
     (``stackRole``, ``operatorNamespace``, ``operatorScope``, ``releaseName``,
     ``chartVersion``, ``installed``, ``operatorRbac``)."""
-    DynamoPlatform("platform", cfg.platform, cfg.platform.namespace, protect=cfg.platform.protect)
+    installs = cfg.platform.install  # a stack that installs nothing upgrades nothing
+    DynamoPlatform(
+        "platform",
+        cfg.platform,
+        cfg.platform.namespace,
+        depends_on=(
+            previous_platform_gate(pulumi.get_stack(), cfg.platform, "chartVersion")
+            if installs
+            else ()
+        ),
+        protect=cfg.platform.protect,
+    )
     for key, value in platform_exports(cfg.platform).outputs().items():
         pulumi.export(key, value)
 
 
+def previous_platform_gate(
+    stack: str, platform: PlatformConfig, *path: str
+) -> pulumi.Output[list[pulumi.Resource]]:
+    """The upgrade gate on the chart version this stack ran at its last update: its own
+    outputs (``path`` into them: ``chartVersion`` for a platform stack, ``platform``,
+    ``chartVersion`` for a standalone one), read through the engine's
+    :data:`READ_STACK_OUTPUTS` (served at preview too; a stack never brought up has none).
+
+    Returns a ``depends_on`` value for the release: it resolves (to no resources) only once the
+    check passed, so a refused upgrade never reaches Helm; a refusal raises
+    :class:`VersionGateError` naming ``platform.chartVersion`` and the release to apply first
+    (:func:`~stackmodel.stack_layout.platform_upgrade_problem`).
+    """
+    name = stack_reference_name(stack, pulumi.get_organization(), PROJECT)
+
+    async def checked() -> list[pulumi.Resource]:
+        outputs, _ = await read_stack_outputs(name)
+        previous: Any = outputs or {}
+        for key in path:
+            previous = previous.get(key) if isinstance(previous, dict) else None
+        problem = platform_upgrade_problem(
+            previous if isinstance(previous, str) else None,
+            platform.chart_version,
+            "this stack's outputs from its last update",
+        )
+        if problem is not None:
+            raise VersionGateError(stack, [problem])
+        return []
+
+    # An awaitable is an Input (``Output.from_input`` awaits it); the stubs do not say so.
+    waiting: Any = checked()
+    return pulumi.Output.from_input(waiting)
+
+
 async def _checked_platform(
-    stack: str, name: str, reference: pulumi.StackReference
-) -> PlatformExports:
-    """The platform stack's exports; a missing stack (the engine's ``unknown stack`` read
-    error) or one without outputs raises :class:`PlatformStackError` naming it."""
+    stack: str,
+    name: str,
+    reference: pulumi.StackReference,
+    runtime: str | None,
+    read_operator: bool,
+) -> tuple[PlatformExports, list[str]]:
+    """The platform stack's exports and the version gate's warnings.
+
+    A missing stack (the engine's ``unknown stack`` read error) or one without outputs raises
+    :class:`PlatformStackError` naming it. The gate (:func:`version_gate`) compares the
+    workers' release ``runtime`` with the operator's: the platform stack's ``chartVersion``,
+    and with ``read_operator`` (``pulumi preview``/``up``, not offline) also the deployed
+    revision of its Helm release in the cluster when it is readable (the release the operator
+    really runs; :func:`_cluster_chart_version`). A refusal raises :class:`VersionGateError`
+    on ``engine.dynamoVersion``.
+    """
     try:
         outputs = await reference.outputs.future()
     except Exception as exc:
         raise PlatformStackError(missing_platform_message(stack, name, str(exc))) from exc
-    return read_platform_exports(stack, name, outputs)
+    exports = read_platform_exports(stack, name, outputs)
+    operators = [(f"platform stack '{name}'", exports.chart_version)]
+    if read_operator and exports.release_name is not None:
+        where = (exports.operator_namespace, exports.release_name)
+        found = await asyncio.to_thread(_cluster_chart_version, stack, where)
+        if found is not None and found != exports.chart_version:
+            operators.append((f"Helm release {where[0]}/{where[1]} in the cluster", found))
+    warnings = []
+    for operator, chart_version in operators:
+        verdict = version_gate(stack, runtime, operator, chart_version)
+        if verdict is None:
+            continue
+        if verdict.refused:
+            raise VersionGateError(stack, [verdict.problem(stack, runtime)])
+        warnings.append(verdict.message)
+    return exports, warnings
+
+
+def _cluster_chart_version(stack: str, release: tuple[str, str]) -> str | None:
+    """The chart version of the deployed revision of Helm release ``release`` (namespace,
+    name) in the cluster (:func:`deployed_chart_version`); None, with a warning, when the
+    cluster or the release's records are not readable (a graph stack's user may see only
+    its own namespace)."""
+    kubernetes = pulumi.Config("kubernetes")
+    try:
+        view = read_cluster(
+            kubernetes.get("kubeconfig"), kubernetes.get("context"), release=release
+        )
+    except ClusterReadError as exc:
+        pulumi.log.warn(f"stack '{stack}': operator version not read from the cluster ({exc})")
+        return None
+    if view.releases is None:
+        pulumi.log.warn(
+            f"stack '{stack}': operator version not read from the cluster: "
+            f"{'; '.join(view.unreadable)}"
+        )
+        return None
+    return deployed_chart_version(view.releases)
 
 
 def platform_reference(
-    cfg: StackConfig, stack: str
-) -> tuple[pulumi.Output[PlatformExports], pulumi.Output[list[pulumi.Resource]]]:
+    cfg: StackConfig, stack: str, read_operator: bool
+) -> tuple[
+    pulumi.Output[PlatformExports], pulumi.Output[list[str]], pulumi.Output[list[pulumi.Resource]]
+]:
     """Read the graph stack's platform stack (``platformStack``) through a StackReference.
 
-    Returns the checked exports and a ``depends_on`` value that resolves only once they are
-    checked: the namespace (and through it every object of the stack) waits for it, so a
-    missing platform fails before anything is created, in ``pulumi preview`` too (the engine
-    reads references at preview).
+    Returns the checked exports, the version gate's warnings (:func:`_checked_platform`) and a
+    ``depends_on`` value that resolves only once they are checked: the namespace (and through
+    it every object of the stack) waits for it, so a missing platform or a refused version
+    fails before anything is created, in ``pulumi preview`` too (the engine reads references
+    at preview).
     """
     name = stack_reference_name(cfg.platform_stack, pulumi.get_organization(), PROJECT)
     reference = pulumi.StackReference("platform-stack", name)
+    runtime = cfg.engine.runtime_version
     # An awaitable is an Input (``Output.from_input`` awaits it); the stubs do not say so.
-    checked: Any = _checked_platform(stack, name, reference)
-    exports: pulumi.Output[PlatformExports] = pulumi.Output.from_input(checked)
-    return exports, exports.apply(lambda _: [reference])
+    checked: Any = _checked_platform(stack, name, reference, runtime, read_operator)
+    read: pulumi.Output[tuple[PlatformExports, list[str]]] = pulumi.Output.from_input(checked)
+    exports = read.apply(lambda r: r[0])
+    return exports, read.apply(lambda r: r[1]), read.apply(lambda _: [reference])
 
 
 def graph_workloads(
@@ -301,7 +413,11 @@ def graph_workloads(
 
 
 def deploy(
-    cfg: StackConfig, hf_token: pulumi.Output[str] | None, rollout: Rollout | None = None
+    cfg: StackConfig,
+    hf_token: pulumi.Output[str] | None,
+    rollout: Rollout | None = None,
+    *,
+    read_operator: bool = False,
 ) -> None:
     """Register a graph (or standalone) stack for a validated config and export its outputs.
 
@@ -313,6 +429,12 @@ def deploy(
     fingerprint of the unparked topology, so its stored results are kept
     (:func:`loadstep.inputs.run_reasons`).
 
+    The version gate (:func:`~stackmodel.stack_layout.version_gate`) refuses workers whose
+    Dynamo release is beyond what Dynamo supports under their operator (the platform stack's
+    ``chartVersion``, and with ``read_operator`` its Helm release in the cluster; a standalone
+    stack's own ``platform.chartVersion``) and warns for what Dynamo tolerates; a standalone
+    stack's release also passes the upgrade gate (:func:`previous_platform_gate`).
+
     Outputs: ``namespace``, ``topology`` (kind), ``dgdName`` (None for vllm-service or parked),
     ``parked``, ``resources`` (workers, GPUs and node classes the graph runs on:
     :class:`~stackmodel.resources.StackResources`), ``frontendService``,
@@ -323,9 +445,9 @@ def deploy(
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
     ``warnings`` (sizing's, :func:`~stackmodel.checks.deprecation_warnings`,
     :func:`~stackmodel.checks.gated_model_warnings`, :func:`~stackmodel.checks.fp8_warnings`,
-    :func:`~stackmodel.checks.placement_warnings`, and
-    :func:`~stackmodel.stack_layout.version_warning` when the workers' Dynamo release is not
-    the operator's chart version); with ``load.enabled`` the
+    :func:`~stackmodel.checks.placement_warnings`,
+    :func:`~stackmodel.checks.release_warnings`, and the version gate's when the workers'
+    Dynamo release is not the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
     (:mod:`loadstep.inputs`), and with ``baselineStack`` also ``comparison``
     (:mod:`loadstep.comparison`).
@@ -339,35 +461,44 @@ def deploy(
         *fp8_warnings(cfg),
         *gated_model_warnings(cfg, with_hf_token=hf_token is not None),
         *placement_warnings(cfg),
+        *release_warnings(cfg),
     ]
+    uses_dynamo = topology.kind == "dynamo"
+    standalone = uses_dynamo and cfg.stack_role == "standalone"
+    standalone_gate = None
+    if standalone:
+        verdict = version_gate(
+            stack,
+            cfg.engine.runtime_version,
+            "this stack's platform.chartVersion",
+            cfg.platform.chart_version,
+        )
+        if verdict is not None and verdict.refused:
+            raise StackConfigError(stack, [verdict.problem(stack, cfg.engine.runtime_version)])
+        if verdict is not None:
+            noted_warnings.append(verdict.message)
+        if cfg.platform.install:
+            standalone_gate = previous_platform_gate(
+                stack, cfg.platform, "platform", "chartVersion"
+            )
     for warning in noted_warnings:
         pulumi.log.warn(warning)
-    runtime = cfg.engine.runtime_version
     warnings: Any = list(noted_warnings)
 
-    uses_dynamo = topology.kind == "dynamo"
     # The stack writes no RBAC of its own (stackmodel.rbac): the output lists the operator's
     # grants, and vllm-service runs no operator, so it grants nothing.
     rbac: Any = []
     platform: Any = None
     namespace_opts = None
     if uses_dynamo and cfg.stack_role == "graph":
-        exports, ready = platform_reference(cfg, stack)
+        exports, gate_warnings, ready = platform_reference(cfg, stack, read_operator)
         namespace_opts = pulumi.ResourceOptions(depends_on=ready)
         platform = exports.apply(lambda e: {"stack": cfg.platform_stack, **e.outputs()})
         rbac = exports.apply(lambda e: [e.operator_rbac])
-        warnings = exports.apply(
-            lambda e: _with_warning(
-                noted_warnings,
-                version_warning(stack, runtime, cfg.platform_stack, e.chart_version),
-            )
-        )
+        warnings = gate_warnings.apply(lambda found: _with_warnings(noted_warnings, found))
     elif uses_dynamo:
         platform = {"stack": stack, **platform_exports(cfg.platform).outputs()}
         rbac = rbac_summary(cfg.platform, cfg.namespace)
-        warnings = _with_warning(
-            noted_warnings, version_warning(stack, runtime, stack, cfg.platform.chart_version)
-        )
     # Everything waits for the namespace, or without one (createNamespace: false) for the
     # platform check itself, so a missing platform still fails before anything is created.
     depends: Any = namespace_opts.depends_on if namespace_opts is not None else []
@@ -379,9 +510,15 @@ def deploy(
             namespace_opts,
         )
         depends = [namespace]
-    if uses_dynamo and cfg.stack_role == "standalone":
+    if standalone:
+        waits = depends  # the release waits for these, and for the upgrade gate when it has one
         release = DynamoPlatform(
-            "platform", cfg.platform, cfg.namespace, depends_on=depends
+            "platform",
+            cfg.platform,
+            cfg.namespace,
+            depends_on=(
+                standalone_gate.apply(lambda _: waits) if standalone_gate is not None else waits
+            ),
         ).release
         if release is not None:
             depends = [*depends, release]
@@ -430,12 +567,11 @@ def deploy(
     export_load_step(cfg, step, resources)
 
 
-def _with_warning(warnings: list[str], warning: str | None) -> list[str]:
-    """``warnings`` plus ``warning`` (logged as a Pulumi warning), if there is one."""
-    if warning is None:
-        return list(warnings)
-    pulumi.log.warn(warning)
-    return [*warnings, warning]
+def _with_warnings(warnings: list[str], found: list[str]) -> list[str]:
+    """``warnings`` plus those ``found`` later (each logged as a Pulumi warning)."""
+    for warning in found:
+        pulumi.log.warn(warning)
+    return [*warnings, *found]
 
 
 def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources) -> None:

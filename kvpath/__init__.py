@@ -1,7 +1,8 @@
-"""The KV path of a disaggregated vLLM worker pair, as vLLM 0.31.0 and NIXL run it: one cost
-model read by the preview checks (:mod:`stackmodel.sizing`), ``testbed render``'s verdict and
-``testbed simulate`` (:mod:`testbed.timing_model`), with figures a probe (:mod:`kvpath.probe`)
-measures.
+"""The KV path of a disaggregated vLLM worker pair, as vLLM 0.31.0 (Dynamo 1.6.x) and 0.33.0
+(Dynamo 1.7.0) run it with NIXL (re-read at 0.33.0: :data:`kvpath.versions.UPSTREAM_RULES`):
+one cost model read by the preview checks (:mod:`stackmodel.sizing`), ``testbed render``'s
+verdict and ``testbed simulate`` (:mod:`testbed.timing_model`), with figures a probe
+(:mod:`kvpath.probe`) measures.
 
 - :mod:`kvpath.profile`: the link profile (a transfer's rate, a connection's, a wire's) a stack
   names or gives as figures, and the built-in profiles with their sources.
@@ -10,7 +11,8 @@ measures.
 - :mod:`kvpath.copies`: vLLM's synchronous device <-> host copies and their contention.
 - :mod:`kvpath.transfers`: transfers sharing one connection per prefill/decode pair and one
   wire per node pair.
-- :mod:`kvpath.versions`: which NIXL each Dynamo release ships, and NIXL's ``UCX_TLS`` rule.
+- :mod:`kvpath.versions`: what each Dynamo release ships, NIXL's ``UCX_TLS`` rule, Dynamo's
+  upgrade policy, and the releases each upstream rule of the program was read at.
 
 Pure Python (pydantic): nothing here imports torch, nixl or Pulumi.
 """

@@ -1,6 +1,7 @@
 """vLLM's synchronous host copies of a host-buffered worker (``kv_buffer_device: cpu``).
 
-What vLLM 0.31.0 does (read in the 0.31.0 wheel, ``../shared/notes/kv-path-measured.md``):
+What vLLM 0.31.0 does (read in the 0.31.0 wheel, ``../shared/notes/kv-path-measured.md``), and
+0.33.0 (Dynamo 1.7.0) still does (re-read in its wheel: :data:`kvpath.versions.UPSTREAM_RULES`):
 
 - the prefill worker copies **every block of the prompt** device -> host before the transfer
   (``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py`` ``save_kv_to_host``,

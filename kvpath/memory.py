@@ -1,6 +1,8 @@
 """Host memory of a worker that buffers KV in host memory (``kv_buffer_device: cpu``).
 
-What vLLM 0.31.0 does (``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py``,
+What vLLM 0.31.0 does, and 0.33.0 (Dynamo 1.7.0) still does (lines at 0.33.0:
+:data:`kvpath.versions.UPSTREAM_RULES`;
+``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py``,
 ``initialize_host_xfer_buffer``; ``../shared/notes/kv-path-measured.md``): for every layer,
 ``torch.empty(kv_cache.shape, dtype, device="cpu")``, a pageable host buffer the size of the
 worker's whole GPU KV cache, on prefill and decode alike (``use_host_buffer = kv_buffer_device ==

@@ -72,6 +72,10 @@ class LinkProfile(BaseModel):
             measured; :data:`kvpath.copies.NOTES_HOST_COPIES` applies).
         spread: a probed profile's figures over the probe's rounds, and the machine's load
             (None: not from a probe).
+        nixl_version: the NIXL the probe's READs ran on, e.g. ``"1.5.1"`` (None: not from a
+            probe); its copy rates (``hostCopies``) come from the same run. Preview warns a
+            stack whose Dynamo release ships another NIXL minor.
+        ucx_version: the UCX that NIXL loaded, e.g. ``"1.23.0"`` (None: unknown).
     """
 
     model_config = ConfigDict(
@@ -87,6 +91,8 @@ class LinkProfile(BaseModel):
     measured_on: str | None = None
     host_copies: HostCopyProfile | None = None
     spread: ProbeSpread | None = None
+    nixl_version: str | None = None
+    ucx_version: str | None = None
 
     @property
     def connection_rate(self) -> float:

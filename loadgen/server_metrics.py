@@ -3,7 +3,8 @@ right before a run's warm-up and right after its last request, parsed with prome
 text parser, and differenced.
 
 The names are the Dynamo frontend's (ai-dynamo 1.6.1, `dynamo_frontend_*`; scraped from the
-real frontend in `tests/loadgen/test_server_metrics.py`):
+real frontend in `tests/loadgen/test_server_metrics.py`; the same names are in ai-dynamo-runtime
+1.7.0.dev20261026, `kvpath.versions.UPSTREAM_RULES`):
 
 - `dynamo_frontend_requests_total{status, error_type}`: requests by outcome;
 - `dynamo_frontend_time_to_first_token_seconds`, `dynamo_frontend_inter_token_latency_seconds`:

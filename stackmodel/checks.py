@@ -8,7 +8,14 @@ them as one :class:`~stackmodel.errors.StackConfigError` before anything is regi
 from __future__ import annotations
 
 from kvpath.memory import memory_floor_bytes
-from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_nixl
+from kvpath.versions import (
+    DYNAMO_NIXL,
+    line_text,
+    minor_of,
+    nixl_refuses_tls_without_cuda,
+    rules_not_read_at,
+    shipped_nixl,
+)
 from stackmodel.config import NodeClass, StackConfig, WorkerGroup, image_tag_version
 from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.log_budget import log_budget_problem
@@ -352,9 +359,10 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
     GPU memory (:func:`stackmodel.ucx.moves_gpu_memory`) on that worker.
 
     The check is per worker: the NIXL connector registers each side's buffer with its own
-    memory type, and vLLM 0.31.0's NIXL handshake does not compare ``kv_buffer_device``
+    memory type, and vLLM's NIXL handshake does not compare ``kv_buffer_device``
     (``compute_nixl_compatibility_hash`` in ``.../kv_connector/v1/nixl/metadata.py`` hashes
-    model, dtype, KV layout, attention backend and transfer mode only), so a host-buffered
+    the vLLM version, model, dtype, KV layout, attention backend and transfer mode: 0.31.0
+    L175-198, 0.33.0 L186-203), so a host-buffered
     prefill may feed a GPU-buffered decode; the decode side then needs the CUDA transport.
     """
     if cfg.engine.kind != "vllm":
@@ -695,6 +703,58 @@ def placement_warnings(cfg: StackConfig) -> list[str]:
                 "label only its nodes carry)"
             )
     return out
+
+
+def release_warnings(cfg: StackConfig) -> list[str]:
+    """What the stack's Dynamo release leaves unconfirmed (said at preview; nothing refused):
+
+    - the program's rules that encode upstream behaviour and were not read at this release's
+      minor line (:func:`kvpath.versions.rules_not_read_at`; at 1.7.0 the chart values and CRD
+      fields, whose 1.7.0 files could not be read);
+    - a link profile a disaggregated stack uses that a probe measured with another NIXL minor
+      than the release ships (:func:`kvpath.versions.shipped_nixl`): its rates were taken
+      with another UCX backend.
+    """
+    version = cfg.engine.runtime_version or cfg.engine.dynamo_version
+    try:
+        unread = rules_not_read_at(version)
+    except ValueError:
+        return []  # not MAJOR.MINOR.PATCH: the image's own problem
+    out = []
+    dynamo = cfg.topology.kind == "dynamo"
+    names = [r.name for r in unread if dynamo or not r.dynamo_only]
+    if names:
+        lines = sorted({line for r in unread for line in r.lines})
+        out.append(
+            f"{PROJECT}:engine.dynamoVersion = {version!r}: these rules of the program were read "
+            f"at Dynamo {', '.join(line_text(line) for line in lines)} only, not at this "
+            f"release: {', '.join(names)} (docs/upgrading.md); check them against its release "
+            "notes before relying on the stack"
+        )
+    nixl = shipped_nixl(version)
+    if nixl is None or not any(w.kv_transfer is not None for w in cfg.topology.workers):
+        return out
+    for field, link in (("sameNode", cfg.links.same_node), ("crossNode", cfg.links.cross_node)):
+        profile = link_profile(link)
+        measured = profile.nixl_version
+        if measured is None or _same_minor(measured, nixl):
+            continue
+        out.append(
+            f"{PROJECT}:links.{field} = {link!r}: profile '{profile.name}' was measured with "
+            f"NIXL {measured} (UCX {profile.ucx_version or 'unknown'}), but Dynamo {version} "
+            f"ships NIXL {nixl}: another UCX backend moves this stack's KV; probe again with "
+            "`testbed probe kv-path` in that release's image before trusting the link's rates"
+        )
+    return out
+
+
+def _same_minor(a: str, b: str) -> bool:
+    """Whether two MAJOR.MINOR.PATCH versions share a minor; a version of another form never
+    does (``"1.5.1"``, ``"1.5.0"`` -> True; ``"1.5"``, ``"1.5.0"`` -> False)."""
+    try:
+        return minor_of(a) == minor_of(b)
+    except ValueError:
+        return False
 
 
 def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:

@@ -6,7 +6,8 @@ it into the keyword arguments of one `pulumi_kubernetes.helm.v3.Release` of NVID
 discovery).
 
 Chart keys, and where they were checked (the 1.6.x tag itself was not in the reference index,
-so every key below was checked in the 1.5 line and in the chart's own templates/tests):
+so every key below was checked in the 1.5 line and in the chart's own templates/tests; not
+re-read at 1.7.0, whose chart could not be read: preview warns, ``kvpath.versions.UPSTREAM_RULES``):
 - `global.{etcd,nats}.install`, `global.{grove,kai-scheduler}.{install,enabled}`,
   `dynamo-operator.{upgradeCRD,discoveryBackend}`,
   `dynamo-operator.namespaceRestriction.{enabled,targetNamespace}`,

@@ -35,11 +35,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
+from kvpath.versions import minor_of, release_to_apply, runtime_skew, upgrade_problem
+from stackmodel.errors import ConfigProblem, StackConfigError
 from stackmodel.platform import PlatformConfig
 from stackmodel.rbac import rbac_summary
 
@@ -112,6 +114,24 @@ class PlatformStackError(RuntimeError):
 
     The message names the graph stack, the platform stack and the command to run first.
     """
+
+
+class VersionGateError(RuntimeError):
+    """The version gate refused a release, found once the platform's version was read (a
+    graph's runtime against its operator, or a platform upgrade against what it runs).
+
+    Worded as :class:`~stackmodel.errors.StackConfigError` (the stack, the key, the fix), but a
+    ``RuntimeError``: raised inside an Output the program awaits, where Pulumi's SDK rewraps a
+    ``ValueError`` as "While processing resource ..." for every resource waiting on it
+    (``pulumi/runtime/resource.py``, ``pulumi/output.py``).
+
+    Attributes:
+        problems: the problems, as :class:`~stackmodel.errors.ConfigProblem`.
+    """
+
+    def __init__(self, stack: str, problems: list[ConfigProblem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(str(StackConfigError(stack, problems)))
 
 
 class PlatformExports(BaseModel):
@@ -198,24 +218,113 @@ def read_platform_exports(
         ) from None
 
 
-def version_warning(
-    graph_stack: str, runtime_version: str | None, platform_stack: str, chart_version: str
-) -> str | None:
-    """A warning when the workers' Dynamo release is not the operator's, else None.
+class VersionVerdict(NamedTuple):
+    """What the version gate says of a graph's runtime under its operator.
+
+    Attributes:
+        refused: beyond what Dynamo supports: preview fails with ``message``.
+        message: one line naming the stack, both releases, where the operator's was read, and
+            the fix.
+    """
+
+    refused: bool
+    message: str
+
+    def problem(self, stack: str, runtime_version: str | None) -> ConfigProblem:
+        """The verdict as a config problem on ``engine.dynamoVersion``, without the leading
+        ``stack '<stack>': `` (the error listing it names the stack)."""
+        message = self.message.removeprefix(f"stack '{stack}': ")
+        return ConfigProblem("engine.dynamoVersion", runtime_version, message)
+
+
+def version_gate(
+    graph_stack: str, runtime_version: str | None, operator: str, chart_version: str
+) -> VersionVerdict | None:
+    """The version gate: the workers' Dynamo release against their operator's
+    (:func:`kvpath.versions.runtime_skew`); None when they match or the runtime is unknown.
 
     Args:
         runtime_version: MAJOR.MINOR.PATCH of the workers' runtime (``runtimeVersionOverride``,
             else the image tag's version); None when unknown (no check).
-        chart_version: the platform's ``dynamo-platform`` chart version, which is the Dynamo
-            release of its operator (Dynamo's release artifacts: chart version == release).
+        operator: where ``chart_version`` was read, e.g. ``platform stack 'platform'`` or
+            ``Helm release dynamo-system/dynamo-platform in the cluster``.
+        chart_version: the ``dynamo-platform`` chart version, which is the Dynamo release of its
+            operator (Dynamo's release artifacts: chart version == release).
+
+    A runtime newer than its operator, or more than one minor older, is refused (Dynamo's
+    supported path upgrades the platform one minor at a time, then its graphs); another patch
+    of the same minor, or one minor older (the state between the platform's upgrade and the
+    graph's), is a warning.
     """
-    if runtime_version is None or runtime_version == chart_version:
+    if runtime_version is None:
         return None
-    return (
+    try:
+        skew = runtime_skew(runtime_version, chart_version)
+    except ValueError:
+        return None  # not MAJOR.MINOR.PATCH: refused by the config checks
+    if skew == "same":
+        return None
+    head = (
         f"stack '{graph_stack}': its workers run Dynamo {runtime_version} under the operator of "
-        f"dynamo-platform chart {chart_version} (platform stack '{platform_stack}'); the "
-        "operator and the runtime are released together: use one version in both "
-        "(engine.dynamoVersion or the image tag here, platform.chartVersion there)"
+        f"dynamo-platform chart {chart_version} ({operator})"
+    )
+    here = f"set engine.dynamoVersion: {chart_version} (or an image tagged {chart_version}) here"
+    if skew == "patch":
+        return VersionVerdict(
+            False,
+            f"{head}: two patches of one minor, which Dynamo supports; the operator and the "
+            "runtime are released together, so use one release in both: engine.dynamoVersion "
+            "(or the image tag) here, platform.chartVersion in the platform stack",
+        )
+    if skew == "older-minor":
+        return VersionVerdict(
+            False,
+            f"{head}: one minor older than its operator, the step between upgrading the platform "
+            "and this stack that Dynamo's upgrade path allows (a runtime older than its platform "
+            "can still fail to register its model: Dynamo's GPU-sharing example reports a 1.3.0 "
+            f"runtime under a 1.4.2 platform listing no model); upgrade this stack next: {here}",
+        )
+    ran, ops = minor_of(runtime_version), minor_of(chart_version)
+    if ran > ops:
+        next_line = (ops[0], ops[1] + 1) if ran[0] == ops[0] else ran
+        why = "newer than its operator, which Dynamo's upgrade path (the platform first) never runs"
+        fix = (
+            f"{here}, or upgrade the platform first (platform.chartVersion: "
+            f"{release_to_apply(next_line)} in the platform stack and `pulumi up` there, one "
+            "minor at a time)"
+        )
+    else:
+        why = "more than one minor older than its operator, beyond what Dynamo supports"
+        fix = here
+    return VersionVerdict(
+        True,
+        f"{head}: {why} (Dynamo supports upgrades within a minor or to the adjacent minor "
+        f"only). Fix: {fix}",
+    )
+
+
+def platform_upgrade_problem(previous: str | None, target: str, where: str) -> ConfigProblem | None:
+    """A platform moving from chart ``previous`` (what it runs, read from ``where``: its stack's
+    outputs or its Helm release in the cluster) to ``target`` outside Dynamo's supported path
+    (:func:`kvpath.versions.upgrade_problem`), keyed ``platform.chartVersion`` with the release
+    to apply first; None when nothing runs yet or the move is supported.
+
+    ``("1.5.1", "1.7.0", "...")`` -> "the platform runs chart 1.5.1 (...); 1.5.1 -> 1.7.0 skips
+    1.6.x; ... upgrade to 1.6.2 first ...".
+    """
+    if previous is None:
+        return None
+    try:
+        problem = upgrade_problem(previous, target)
+    except ValueError:
+        return None  # a previous version that is not MAJOR.MINOR.PATCH: nothing to compare
+    if problem is None:
+        return None
+    return ConfigProblem(
+        "platform.chartVersion",
+        target,
+        f"the platform runs chart {previous} ({where}); {problem}: set platform.chartVersion "
+        "to that release, `pulumi up`, then to this one",
     )
 
 

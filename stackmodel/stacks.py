@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from loadgen.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
-from stackmodel.config import StackConfig, project_values
+from stackmodel.config import StackConfig, project_values, stack_role
 from stackmodel.errors import PROJECT, StackConfigError
 from stackmodel.validation import parse_stack_config
 
@@ -69,11 +69,28 @@ def stack_config(
         values[full] = value
     as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     if settings:
-        changed = apply_settings(project_values(as_strings), _project_settings(settings))
+        own = _project_settings(settings)
+        graph = [s for s in own if s.path[0] != PLATFORM_KEY]
+        role = stack_role(apply_settings(project_values(as_strings), graph))
+        if role == "graph":  # its platform stack's keys: the platform's render takes them
+            own = graph
+        changed = apply_settings(project_values(as_strings), own)
         as_strings |= {
             f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in changed.items()
         }
     return as_strings, secrets
+
+
+PLATFORM_KEY = "platform"
+"""The config section of the Dynamo platform. On a graph stack, a ``--set platform.<key>`` is for
+its platform stack: :func:`stack_config` leaves it out, and ``testbed render`` renders the
+platform stack with it (``--set engine.dynamoVersion=1.7.0 --set platform.chartVersion=1.7.0``
+renders a graph at 1.7.0 under a 1.7.0 platform)."""
+
+
+def platform_settings(settings: Sequence[Setting]) -> list[Setting]:
+    """The ``--set`` items of ``settings`` under ``platform.`` (the platform stack's keys)."""
+    return [s for s in _project_settings(settings) if s.path[0] == PLATFORM_KEY]
 
 
 def _project_settings(settings: Sequence[Setting]) -> list[Setting]:

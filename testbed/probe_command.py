@@ -193,11 +193,14 @@ def link_profile(
         source=(
             f"testbed probe kv-path {stack}, {when}: NIXL {nixl['nixl_version']} READs of "
             f"{nixl['blocks']} x {nixl['layers']} descriptors of {nixl['block_bytes']:,} B over "
-            f"{over}, UCX_TLS={nixl['ucx_tls']}, UCX_RNDV_THRESH={nixl['ucx_rndv_thresh']}"
+            f"{over} (UCX {nixl.get('ucx_version') or 'unknown'}), UCX_TLS={nixl['ucx_tls']}, "
+            f"UCX_RNDV_THRESH={nixl['ucx_rndv_thresh']}"
         ),
         measured_on=on,
         host_copies=host_copies,
         spread=probe_spread(nixl),
+        nixl_version=nixl["nixl_version"],
+        ucx_version=nixl.get("ucx_version"),
     )
 
 

@@ -28,7 +28,14 @@ from loadgen.key_paths import Setting
 from stackmodel.config import project_values, stack_role
 from stackmodel.errors import PROJECT, StackConfigError
 from stackmodel.stack_layout import DEFAULT_PLATFORM_STACK, stack_reference_name
-from stackmodel.stacks import REPO, SECRET_PLACEHOLDER, settings_error, stack_config, stack_names
+from stackmodel.stacks import (
+    REPO,
+    SECRET_PLACEHOLDER,
+    platform_settings,
+    settings_error,
+    stack_config,
+    stack_names,
+)
 
 UNKNOWN_PLACEHOLDER = "[unknown]"
 """What a value known only after deploy renders as at preview (e.g. the load step's URL, built
@@ -318,6 +325,7 @@ def render_stack(
 
     The stacks it references exist as they would beside it: its platform stack
     (``platformStack``) with the outputs of rendering that stack's file from ``project_dir``
+    (with the ``--set`` items under ``platform.``)
     (a platform stack without a file does not exist), its ``baselineStack`` without outputs
     (offline, no load step has run).
 
@@ -338,7 +346,7 @@ def render_stack(
             config=config,
             secret_keys=secret_keys,
             preview=preview,
-            mocks=EchoMocks(_referenced_stacks(project_values(config), project_dir)),
+            mocks=EchoMocks(_referenced_stacks(project_values(config), project_dir, settings)),
         )
     except StackConfigError as exc:
         if not settings:
@@ -346,14 +354,19 @@ def render_stack(
         raise settings_error(exc, settings, project_dir) from None
 
 
-def _referenced_stacks(raw: Mapping[str, Any], project_dir: Path) -> dict[str, dict[str, Any]]:
-    """Outputs of the stacks a stack's config references, by full reference name."""
+def _referenced_stacks(
+    raw: Mapping[str, Any], project_dir: Path, settings: Sequence[Setting] = ()
+) -> dict[str, dict[str, Any]]:
+    """Outputs of the stacks a stack's config references, by full reference name. The platform
+    stack is rendered with the ``--set`` items under ``platform.`` (``--set
+    platform.chartVersion=1.7.0`` renders the graph under a 1.7.0 platform, as after upgrading
+    the platform stack first)."""
     stacks: dict[str, dict[str, Any]] = {}
     baseline = raw.get("baselineStack")
     if baseline:
         stacks[stack_reference_name(baseline, None, PROJECT)] = {}
     platform = raw.get("platformStack") or DEFAULT_PLATFORM_STACK
     if stack_role(raw) == "graph" and platform in stack_names(project_dir):
-        outputs = render_stack(platform, project_dir).outputs
+        outputs = render_stack(platform, project_dir, settings=platform_settings(settings)).outputs
         stacks[stack_reference_name(platform, None, PROJECT)] = outputs
     return stacks

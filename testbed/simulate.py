@@ -227,12 +227,36 @@ def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[s
         note = gpu_note(cfg, node_class)
         if note is not None:
             warnings.append(note)
+    release = release_note(cfg)
+    if release is not None:
+        warnings.append(release)
     text = (
         "testbed simulate: routing and prefix-cache hits from a real Dynamo frontend with "
         f"mocker workers; engine steps of {cfg.model.name} ({'; '.join(groups)}): datasheet "
         "roofline x efficiencies (steptime); KV path and host memory: testbed.timing_model"
     )
     return text, warnings
+
+
+def release_note(cfg: StackConfig) -> str | None:
+    """A warning when the stack's Dynamo release is of another minor line than the ``ai-dynamo``
+    package the routing run starts (this project's lock, ``sim`` group): its frontend and
+    mockers are that package's, whatever ``engine.dynamoVersion`` says; None on the same line
+    or without the package."""
+    from importlib import metadata
+
+    try:
+        installed = metadata.version("ai-dynamo")
+    except metadata.PackageNotFoundError:
+        return None
+    release = cfg.engine.runtime_version or cfg.engine.dynamo_version
+    if installed.split(".")[:2] == release.split(".")[:2]:
+        return None
+    return (
+        f"engine.dynamoVersion {release}: the routing run uses the installed ai-dynamo "
+        f"{installed} frontend and mockers, not Dynamo {release}'s; the timing model and the "
+        "checks follow the stack's release"
+    )
 
 
 def simulation_load(

@@ -56,14 +56,22 @@ def say_settings(stack: str, settings: Sequence[Setting]) -> None:
     """Say where each ``--set`` value came from: ``kv-routing: load.concurrency = [8] (--set;
     the stack file has [4, 8])``."""
     from loadgen.report import table_console
-    from stackmodel.config import project_values
-    from stackmodel.stacks import stack_config
+    from stackmodel.config import project_values, stack_role
+    from stackmodel.stacks import platform_settings, stack_config
 
     if not settings:
         return
     raw = project_values(stack_config(stack)[0])
     console = table_console(highlight=False)
+    for_platform = platform_settings(settings) if stack_role(raw) == "graph" else []
     for setting in settings:
+        if any(setting.text == s.text for s in for_platform):
+            platform = raw.get("platformStack") or "platform"
+            where = f"for its platform stack '{platform}', which render and diff apply it to"
+            console.print(
+                f"{stack}: {setting.key} = {setting.value} (--set; {where})", soft_wrap=True
+            )
+            continue
         node: Any = raw
         for part in setting.path:
             try:

@@ -9,10 +9,10 @@ Two parts, each a function that runs in a pod as well as here:
    READs the buffers with 1, 2, ... N transfers in flight (one agent pair, so one connection),
    and writes the measured figures as JSON. ``UCX_TLS`` / ``UCX_RNDV_THRESH`` come from the
    environment, as in the worker pods.
-2. **GPU copies** (:mod:`kvpath.probe.gpu_part`): vLLM 0.31.0's copy ops (``dst[idx] =
-   src[idx].cpu()`` and ``dst[idx] = src[idx].to(device)``, ``vllm/platforms/cuda.py``) for one
-   request's blocks, with 1..N processes copying at once and vLLM's one torch thread each;
-   where torch or CUDA is absent it reports ``"no GPU: skipped"``.
+2. **GPU copies** (:mod:`kvpath.probe.gpu_part`): vLLM 0.31.0's (and 0.33.0's) copy ops
+   (``dst[idx] = src[idx].cpu()`` and ``dst[idx] = src[idx].to(device)``,
+   ``vllm/platforms/cuda.py``) for one request's blocks, with 1..N processes copying at once
+   and vLLM's one torch thread each; where torch or CUDA is absent it reports ``"no GPU: skipped"``.
 
 Command line (stable; ``testbed probe kv-path STACK`` runs both roles as local processes on
 loopback, Kubernetes pods run the same with the same arguments)::
@@ -30,7 +30,8 @@ Environment: ``UCX_TLS``, ``UCX_RNDV_THRESH`` (both roles; the stack's values), 
 ``--timeout-s`` passes (exit 0), and exits 1 with one line on stderr on failure.
 
 Output (``--out``, JSON, keys stable): initiator ``{"part": "nixl", "machine": {...},
-"ucx_tls", "ucx_rndv_thresh", "nixl_version", "blocks", "layers", "block_bytes",
+"ucx_tls", "ucx_rndv_thresh", "nixl_version", "ucx_version" (the UCX NIXL loaded; null when
+not found), "blocks", "layers", "block_bytes",
 "transfer_bytes", "runs": [{"in_flight": n, "seconds": [...], "median_s",
 "round_bytes_per_s": [...], "aggregate_bytes_per_s"}], "single_bytes_per_s",
 "connection_bytes_per_s"}`` (``seconds``: each transfer's time from the round's start;

@@ -44,6 +44,34 @@ def _nixl() -> tuple[Any, str]:
     raise ImportError(f"no NIXL installed: install one of {', '.join(NIXL_DISTRIBUTIONS)}")
 
 
+def ucx_version() -> str | None:
+    """The UCX release NIXL's UCX backend loaded in this process, e.g. ``"1.23.0"`` (the NIXL
+    1.5.1 wheel bundles it): ``ucp_get_version_string`` (UCX ``src/ucp/api/ucp.h``) of the
+    ``libucp`` mapped into the process (``/proc/self/maps``), else of the one in the NIXL
+    wheel's ``<dist>.libs`` folder; None when neither is found or it cannot be called."""
+    import ctypes
+    import glob
+
+    paths: list[str] = []
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = [line.split()[-1] for line in maps if "/libucp" in line]
+    except OSError:
+        pass
+    if not paths:
+        api, _ = _nixl()
+        libs = os.path.dirname(os.path.dirname(api.__file__)) + os.sep
+        paths = glob.glob(libs + f"{api.__name__.split('.')[0]}.libs/libucp*.so*")
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+            lib.ucp_get_version_string.restype = ctypes.c_char_p
+            return str(lib.ucp_get_version_string().decode())
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
 def _agent(name: str) -> Any:
     api, _ = _nixl()
     return api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
@@ -174,6 +202,7 @@ def run_initiator(
         "ucx_tls": os.environ.get("UCX_TLS"),
         "ucx_rndv_thresh": os.environ.get("UCX_RNDV_THRESH"),
         "nixl_version": metadata.version(_nixl()[1]),
+        "ucx_version": ucx_version(),
         "blocks": blocks,
         "layers": layers,
         "block_bytes": block_bytes,

@@ -24,20 +24,28 @@ from clusterread.read import ClusterReadError, helm_record, read_cluster
 from components.program import main
 from stackmodel.config import project_values
 from stackmodel.errors import PROJECT, StackConfigError
+from stackmodel.stack_layout import VersionGateError
 from stackmodel.stacks import REPO, stack_config
 from testbed.render import EchoMocks, Rendered, _referenced_stacks, run_under_mocks
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def helm_secret(name: str, namespace: str, description: str, version: int = 1) -> dict[str, Any]:
+def helm_secret(
+    name: str,
+    namespace: str,
+    description: str,
+    version: int = 1,
+    chart: str = "1.6.2",
+    status: str = "deployed",
+) -> dict[str, Any]:
     """A Helm 3 release Secret as ``helm install`` leaves it (helm pkg/storage/driver)."""
     record = {
         "name": name,
         "namespace": namespace,
         "version": version,
-        "info": {"status": "deployed", "description": description},
-        "chart": {"metadata": {"name": "dynamo-platform", "version": "1.6.2"}},
+        "info": {"status": status, "description": description},
+        "chart": {"metadata": {"name": "dynamo-platform", "version": chart}},
     }
     helm_text = base64.b64encode(gzip.compress(json.dumps(record).encode()))
     return {
@@ -316,3 +324,68 @@ def test_each_missing_permission_is_one_warning_with_its_rule(
             for verb in ("create", "get", "delete")
         ),
     ]
+
+
+# --- the version gate against the operator the cluster runs -------------------------------------
+
+
+def test_a_graph_is_gated_on_the_operator_the_cluster_runs(
+    api: FakeKubeApi, tmp_path: Path, warnings: list[str]
+) -> None:
+    """The graph and its platform stack say 1.6.2; the cluster's release says otherwise. Upgraded
+    by hand to 1.7.0: the runtime is one minor behind (a warning). Its upgrade from 1.5.1 to
+    1.6.2 failed: 1.5.1 still serves (Helm keeps it ``deployed``), older than the runtime."""
+    api.nodes = SEED
+    own = release_description(PROJECT, "platform")
+    api.secrets["dynamo-system"] = [
+        helm_secret("dynamo-platform", "dynamo-system", own, 1, "1.6.2", "superseded"),
+        helm_secret("dynamo-platform", "dynamo-system", "Upgrade complete", 2, "1.7.0"),
+    ]
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    rendered = preview("kv-routing", kubeconfig)
+    (gate,) = [w for w in rendered.outputs["warnings"] if "under the operator" in w]
+    assert "chart 1.7.0 (Helm release dynamo-system/dynamo-platform in the cluster)" in gate
+    assert "one minor older than its operator" in gate
+    api.secrets["dynamo-system"] = [
+        helm_secret("dynamo-platform", "dynamo-system", own, 1, "1.5.1"),
+        helm_secret("dynamo-platform", "dynamo-system", own, 2, "1.6.2", "failed"),
+    ]
+    with pytest.raises(VersionGateError) as info:
+        preview("kv-routing", kubeconfig)
+    (problem,) = info.value.problems
+    assert problem.key == "engine.dynamoVersion"
+    assert problem.message.startswith(
+        "its workers run Dynamo 1.6.2 under the operator of dynamo-platform chart 1.5.1 (Helm "
+        "release dynamo-system/dynamo-platform in the cluster): newer than its operator"
+    )
+
+
+def test_a_graph_user_who_cannot_read_the_release_gets_a_warning(
+    api: FakeKubeApi, tmp_path: Path, warnings: list[str]
+) -> None:
+    api.nodes = SEED
+    api.forbidden.add("/api/v1/namespaces/dynamo-system/secrets")
+    assert preview("kv-routing", str(api.kubeconfig(tmp_path))).registrations
+    (warning,) = [w for w in warnings if "operator version not read" in w]
+    assert warning == (
+        "stack 'kv-routing': operator version not read from the cluster: Helm releases in "
+        "dynamo-system: 403 Forbidden"
+    )
+
+
+def test_a_platform_upgrade_that_skips_a_minor_in_the_cluster_is_refused(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    own = release_description(PROJECT, "platform")
+    api.secrets["dynamo-system"] = [
+        helm_secret("dynamo-platform", "dynamo-system", own, 1, "1.5.1")
+    ]
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    message = refusal("platform", kubeconfig, platform='{"chartVersion": "1.7.0"}')
+    assert (
+        "dynamo-testbed:platform.chartVersion = '1.7.0': the platform runs chart 1.5.1 (Helm "
+        "release dynamo-system/dynamo-platform in the cluster); 1.5.1 -> 1.7.0 skips 1.6.x"
+    ) in message
+    assert "upgrade to 1.6.2 first" in message
+    rendered = preview("platform", kubeconfig, platform='{"chartVersion": "1.6.2"}')  # the fix
+    assert rendered.helm_releases()[0]["version"] == "1.6.2"

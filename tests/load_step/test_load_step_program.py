@@ -270,7 +270,9 @@ def test_comparison_reads_the_baseline_stack(
 ) -> None:
     names, _ = baseline_outputs
     rendered = render_stack("disagg-same-node", addressed("disagg-same-node"), preview=False)
-    assert names == ["kv-routing"]  # the bare name: every backend's layout reads it
+    # The bare name: every backend's layout reads it. (The platform stack, rendered first as
+    # this stack's platform, reads its own outputs for its upgrade gate.)
+    assert names == ["platform", "kv-routing"]
     comparison = rendered.outputs["comparison"]
     assert (comparison["baseline"], comparison["this"]) == ("kv-routing", "disagg-same-node")
     (row,) = comparison["rows"]
@@ -368,7 +370,7 @@ def test_no_baseline_no_comparison(
 ) -> None:
     names, _ = baseline_outputs
     rendered = render_stack("kv-routing", addressed("kv-routing"), preview=False)
-    assert names == []
+    assert names == ["platform"]  # only the platform stack's own outputs (its upgrade gate)
     assert "comparison" not in rendered.outputs
     assert rendered.outputs["results"] == THIS
 

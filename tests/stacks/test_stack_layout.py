@@ -161,9 +161,10 @@ def test_a_platform_of_another_dynamo_release_is_a_warning() -> None:
     rendered = render_with("kv-routing", {PLATFORM_REF: platform}, [])
     assert rendered.outputs["warnings"] == [
         "stack 'kv-routing': its workers run Dynamo 1.6.2 under the operator of dynamo-platform "
-        "chart 1.6.1 (platform stack 'platform'); the operator and the runtime are released "
-        "together: use one version in both (engine.dynamoVersion or the image tag here, "
-        "platform.chartVersion there)"
+        "chart 1.6.1 (platform stack 'platform'): two patches of one minor, which Dynamo "
+        "supports; the operator and the runtime are released together, so use one release in "
+        "both: engine.dynamoVersion (or the image tag) here, platform.chartVersion in the "
+        "platform stack"
     ]
     same = render_with("kv-routing", {PLATFORM_REF: render_stack("platform").outputs}, [])
     assert same.outputs["warnings"] == []
@@ -232,4 +233,4 @@ def test_standalone_stack_installs_the_platform_itself(
     older = {**raw, "platform": {"chartVersion": "1.6.1"}}
     warned = render_stack("kv-routing", project_with("kv-routing", older))
     (warning,) = warned.outputs["warnings"]
-    assert "chart 1.6.1 (platform stack 'kv-routing')" in warning
+    assert "chart 1.6.1 (this stack's platform.chartVersion): two patches of one minor" in warning
