@@ -117,8 +117,10 @@ class RunSummary(BaseModel):
     TTFT: `sent` to the first non-empty content/reasoning text. First chunk: `sent` to the first
     data event. ITL: per token, each gap between consecutive content-bearing chunks divided by
     the tokens the later chunk carried, pooled over requests (`loadgen.stats.itl_ms`). ICL: the
-    gaps themselves (vLLM bench's per-chunk ITL). TPOT: per request (E2E - TTFT) /
-    (completion_tokens - tokens of the first chunk) (`loadgen.stats.tpot_ms`; vLLM's and
+    gaps themselves (vLLM bench's per-chunk ITL). Both count only the gaps between network
+    reads: events delivered in one read (a buffering proxy) have no gap the client saw.
+    TPOT: per request (E2E - TTFT) / (completion_tokens - tokens of the first read)
+    (`loadgen.stats.tpot_ms`; vLLM's and
     AIPerf's (E2E - TTFT) / (completion_tokens - 1) when chunks carry one token).
     tokens_per_chunk_p50: over all content chunks, the server's per-chunk counts or the final
     usage spread evenly (`loadgen.stats.chunk_tokens`); docs/metrics.md has the formulas.
@@ -158,6 +160,15 @@ class RunSummary(BaseModel):
     )
     tokens_per_chunk_p50: float | None = Field(
         default=None, description="Tokens per content chunk, p50 over all chunks."
+    )
+    content_events_per_read: float | None = Field(
+        default=None,
+        description="Content-bearing events / the network reads that carried them, over the "
+        "successful requests (1.0: each event read on its own; more: delivered in clumps).",
+    )
+    single_read_requests: int = Field(
+        default=0,
+        description="Successful requests whose content events (2 or more) all came in one read.",
     )
     output_tokens_p50: float | None = Field(
         default=None, description="Output tokens per request (usage.completion_tokens), p50."

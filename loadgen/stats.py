@@ -22,6 +22,10 @@ _NS_PER_MS = 1e6
 # now and then comes from text a detokenizer held back; 1.5 is above that and below the
 # smallest batching of vLLM's `--stream-interval`, 2 tokens).
 MULTI_TOKEN_CHUNK = 1.5
+# Content events per network read at or above which a response was delivered in clumps: a
+# client that keeps up reads each event the server flushed on its own, and two events share a
+# read only when the loop woke late (the same 1.5 as above: most reads carried several).
+CLUMPED_READS = 1.5
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -79,10 +83,36 @@ def chunk_tokens(record: RequestRecord) -> list[float]:
     return [per_chunk if per_chunk >= MULTI_TOKEN_CHUNK else 1.0] * chunks
 
 
+def content_reads(
+    record: RequestRecord, tokens: list[float] | None = None
+) -> tuple[list[int], list[float]]:
+    """The network reads that carried content: each one's time (ns) and the tokens its
+    content-bearing events carried (`tokens`: `chunk_tokens`, one per event; [] counts each
+    event as 1). The clock is read once per read (`loadgen.request`), so events delivered in one
+    read share its time and make one entry: a proxy that buffers the stream delivers many
+    events per read, and the gaps between them were never seen by the client."""
+    times = record.token_ns
+    counts = tokens or [1.0] * len(times)
+    if len(set(times)) == len(times):  # one event per read, the common case
+        return times, counts
+    reads: list[int] = []
+    carried: list[float] = []
+    for t, n in zip(times, counts, strict=True):
+        if reads and reads[-1] == t:
+            carried[-1] += n
+        else:
+            reads.append(t)
+            carried.append(n)
+    return reads, carried
+
+
 def icl_ms(record: RequestRecord) -> list[float]:
-    """Inter-chunk latencies (ms): gaps between consecutive content-bearing chunks (vLLM
-    bench's `itl`, AIPerf's inter-chunk latency); equal to ITL when every chunk is one token."""
-    t = record.token_ns
+    """Inter-chunk latencies (ms): gaps between consecutive network reads that carried content
+    (`content_reads`); with one event per read these are the gaps between content-bearing
+    chunks (vLLM bench's `itl`, AIPerf's inter-chunk latency), equal to ITL when every chunk is
+    one token. Events that arrived in one read have no gap the client could measure: none is
+    counted (AIPerf and vLLM bench count a 0 ms gap for each)."""
+    t = content_reads(record)[0]
     return [(b - a) / _NS_PER_MS for a, b in itertools.pairwise(t)]
 
 
@@ -91,29 +121,35 @@ def itl_ms(
     tokens: list[float] | None = None,
     gaps: list[float] | None = None,
 ) -> list[float]:
-    """Inter-token latencies (ms), one per chunk after the first: the gap to the previous
-    content chunk divided by the tokens the later chunk carried (`chunk_tokens`), so a chunk of
-    8 tokens 80 ms after the previous one gives 10 ms. With one token per chunk this is vLLM
-    bench's per-chunk ITL; without a token count, the gaps themselves. `tokens`/`gaps`: the
-    record's `chunk_tokens`/`icl_ms` when already computed."""
+    """Inter-token latencies (ms), one per content read after the first: the gap to the
+    previous content read divided by the tokens the later read carried (`content_reads` over
+    `chunk_tokens`), so a chunk of 8 tokens 80 ms after the previous one gives 10 ms. With one
+    token per chunk and one chunk per read this is vLLM bench's per-chunk ITL; without a token
+    count, the gaps themselves. `tokens`/`gaps`: the record's `chunk_tokens`/`icl_ms` when
+    already computed."""
     gaps = icl_ms(record) if gaps is None else gaps
     tokens = chunk_tokens(record) if tokens is None else tokens
     if not tokens:
         return gaps
-    return [gap / n for gap, n in zip(gaps, tokens[1:], strict=True) if n > 0]
+    carried = content_reads(record, tokens)[1]
+    return [gap / n for gap, n in zip(gaps, carried[1:], strict=True) if n > 0]
 
 
 def tpot_ms(record: RequestRecord, tokens: list[float] | None = None) -> float | None:
-    """Time per output token (ms) after the first chunk: (E2E - TTFT) / (completion_tokens -
-    tokens of the first chunk) (`chunk_tokens`, or `tokens` when already computed). With one
-    token per chunk this is vLLM bench's and AIPerf's (E2E - TTFT) / (completion_tokens - 1);
-    with N tokens in k equal chunks it is the mean chunk gap / (N / k). None with no usage, or
-    no tokens after the first chunk."""
+    """Time per output token (ms) after the first content read: (E2E - TTFT) /
+    (completion_tokens - tokens of the first read) (`content_reads` over `chunk_tokens`, or
+    `tokens` when already computed). With one token per chunk and one chunk per read this is
+    vLLM bench's and AIPerf's (E2E - TTFT) / (completion_tokens - 1); with N tokens in k equal
+    chunks it is the mean chunk gap / (N / k). None with no usage, or no tokens after the first
+    read (a response delivered in one read: its E2E - TTFT is 0, not a measured time)."""
     ttft, e2e, out = ttft_ms(record), e2e_ms(record), record.completion_tokens
     if ttft is None or e2e is None or out is None:
         return None
     tokens = chunk_tokens(record) if tokens is None else tokens
-    first = tokens[0] if tokens else 1.0
+    reads, carried = content_reads(record, tokens)
+    if len(reads) < 2:
+        return None
+    first = carried[0] if tokens else 1.0
     if out - first < 1:
         return None
     return (e2e - ttft) / (out - first)
@@ -261,6 +297,20 @@ def _multi_token_warning(
     )
 
 
+def _clumped_warning(good: int, clumped: int, whole: int, per_read: float | None) -> str:
+    """The note for a run whose responses came several content events per network read."""
+    return (
+        f"{clumped} of {good} successful requests received {CLUMPED_READS:g} or more content "
+        f"events per network read (content events per read {_num(per_read, '.1f')} over the "
+        f"run; {whole} whole responses in a single read): something between the server and "
+        "the client (an ingress, gateway or mesh that buffers responses) or the server "
+        "delivered the stream in clumps. Gaps inside one read cannot be measured: ITL, ICL and "
+        "TPOT use only the gaps between reads (none for a response read in one piece), and "
+        "TTFT is the time to the first read with content, the first clump rather than the "
+        "first token (for a response read in one piece it equals E2E)"
+    )
+
+
 def cached_tokens_summary(
     good: Sequence[RequestRecord], unique_suffix_tokens: int = 0
 ) -> dict[str, Any]:
@@ -363,6 +413,13 @@ def summarize_run(
     multi = sum(bool(n) and sum(n) / len(n) >= MULTI_TOKEN_CHUNK for n in tokens)
     if multi:
         warnings.append(_multi_token_warning(good, multi, per_chunk, icl_p50))
+    reads = [len(content_reads(r)[0]) for r in good]
+    events = [len(r.token_ns) for r in good]
+    clumped = sum(e / n >= CLUMPED_READS for e, n in zip(events, reads, strict=True) if n)
+    whole = sum(e > 1 and n == 1 for e, n in zip(events, reads, strict=True))
+    per_read = sum(events) / sum(reads) if sum(reads) else None
+    if clumped or whole:
+        warnings.append(_clumped_warning(len(good), max(clumped, whole), whole, per_read))
     lengths = [r.completion_tokens for r in good if r.completion_tokens is not None]
     mismatch = 0 if max_tokens is None else sum(n != max_tokens for n in lengths)
     if mismatch:
@@ -435,6 +492,8 @@ def summarize_run(
             50,
         ),
         icl_p50_ms=icl_p50,
+        content_events_per_read=per_read,
+        single_read_requests=whole,
         tokens_per_chunk_p50=percentile(per_chunk, 50),
         output_tokens_p50=percentile(lengths, 50),
         output_tokens_mismatch=mismatch,

@@ -237,3 +237,25 @@ def serve_in_thread(handler: Handler) -> Iterator[FakeServer]:
         loop.call_soon_threadsafe(holder["stop"].set)
         thread.join(5)
         loop.close()
+
+
+def clumped_stream(
+    tokens: int, *, clump: int, token_s: float = 0.01, first_s: float = 0.05
+) -> list[Step]:
+    """What a client behind a buffering intermediary (an ingress or gateway with response
+    buffering) receives from a server that makes one token every `token_s` seconds after
+    `first_s`: the events held back and written `clump` at a time, each clump in one write
+    (so one read), the rest (finish, usage, [DONE]) with the last clump. `clump` >= `tokens`:
+    the whole response in one piece."""
+    steps: list[Step] = [Sleep(first_s)]
+    held = [chat_chunk(role="assistant")]
+    for n in range(tokens):
+        if n:
+            steps.append(Sleep(token_s))
+        held.append(chat_chunk("t"))
+        if (n + 1) % clump == 0 or n == tokens - 1:
+            if n == tokens - 1:
+                held += [chat_chunk(finish="length"), usage_chunk(100, tokens, 0), DONE]
+            steps.append(Send(b"".join(held)))
+            held = []
+    return steps
