@@ -69,6 +69,9 @@ class RequestRecord:
     `chunk_tokens`: the tokens each content-bearing event carried, where the server says so
     (a `usage` on that event, cumulative, as vLLM's `stream_options.continuous_usage_stats`
     sends it: the difference to the previous usage); empty when only a final usage came.
+    `retried`: sent a second time, on a fresh connection, after the reused one it was written
+    to turned out closed by the server (`stream_request`). `redirected_to`: the URL a redirect
+    took it to (None: not redirected).
     Usage fields keep the last `usage` seen; `cached_tokens` is None when
     `usage.prompt_tokens_details.cached_tokens` was absent or null, distinct from 0.
     """
@@ -94,6 +97,8 @@ class RequestRecord:
     error_kind: ErrorKind | None = None
     error: str | None = None
     error_ns: int | None = None
+    retried: bool = False
+    redirected_to: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -162,7 +167,9 @@ async def _body_sent(
     # aiohttp calls this right before it writes the body, coalesced with the headers, to the
     # socket, with no suspension in between; headers_sent would come a loop iteration earlier
     # on Python 3.11, where the body is written by a task of its own.
-    context.trace_request_ctx.sent_ns = time.monotonic_ns()
+    record = context.trace_request_ctx
+    if record.sent_ns is None:  # a redirected request stays timed from its first send
+        record.sent_ns = time.monotonic_ns()
 
 
 async def _connection_opened(
@@ -178,6 +185,34 @@ def timing_trace() -> aiohttp.TraceConfig:
     trace.on_request_chunk_sent.append(_body_sent)
     trace.on_connection_create_start.append(_connection_opened)
     return trace
+
+
+# What a kept-alive connection that the server closed without saying so (no `Connection:
+# close`) raises when the next request is written to it: aiohttp 3.14.5 retries exactly these
+# itself, once, for idempotent methods only (aiohttp/client.py, `_request`: "retrying-requests",
+# `except (ClientOSError, ServerDisconnectedError)`, IDEMPOTENT_METHODS without POST), and
+# raises "Cannot write to closing transport" as ClientConnectionResetError.
+_STALE_CONNECTION = (
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientOSError,
+    aiohttp.ClientConnectionResetError,
+)
+# How aiohttp follows a redirect of a POST (aiohttp/client.py, `_request`: 303, and 301/302
+# for a POST, "mimic IE", become a GET without the body; 307/308 resend the POST).
+_TO_GET = {301: "301", 302: "302", 303: "303"}
+
+
+def fresh_client(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
+    """A session like `session` (base URL, timeouts, traces, no decompression) whose every
+    request opens a connection of its own (`force_close`): for the one retry of a request
+    whose pooled connection had been closed by the server."""
+    return aiohttp.ClientSession(
+        base_url=session._base_url,  # aiohttp keeps it private; the session was made with it
+        connector=aiohttp.TCPConnector(force_close=True),
+        timeout=session.timeout,
+        trace_configs=session.trace_configs,
+        auto_decompress=False,
+    )
 
 
 async def stream_request(
@@ -196,19 +231,33 @@ async def stream_request(
     (`generated_token`) fails as `EMPTY_STREAM`; one with tokens that ends without `[DONE]` or a
     finish_reason as `TRUNCATED`. Never raises for request failures: they are recorded as
     `record.error_kind`/`record.error`.
+
+    A reused connection that the server had closed (it ends before any byte of the response:
+    `_STALE_CONNECTION`) is retried once on a fresh connection (`fresh_client`;
+    `record.retried`); the lost attempt counts as client queue time. Redirects are followed
+    (aiohttp's default, up to 10); the request stays timed from its first send and
+    `record.redirected_to` keeps where it went. A 301/302/303 turns the POST into a GET
+    without a body: its error says so.
     """
     now = time.monotonic_ns
     remaining = deadline_s - (now() - record.intended_ns) / 1e9
     done = False
-    try:
-        async with (
-            asyncio.timeout(max(remaining, 0.0)),
-            session.post(path, data=body, headers=_HEADERS, trace_request_ctx=record) as response,
-        ):
+
+    async def exchange(client: aiohttp.ClientSession) -> None:
+        nonlocal done
+        async with client.post(
+            path, data=body, headers=_HEADERS, trace_request_ctx=record
+        ) as response:
             record.status = response.status
+            if response.history:
+                record.redirected_to = str(response.url)
             if response.status != 200:
                 text = (await response.read())[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
-                record.fail(ErrorKind.HTTP_STATUS, f"HTTP {response.status}: {text}")
+                record.fail(
+                    ErrorKind.HTTP_STATUS,
+                    f"HTTP {response.status}: {text}"
+                    + (_redirect_note(response) if response.history else ""),
+                )
                 return
             parser = SSEParser()
             try:
@@ -227,6 +276,17 @@ async def stream_request(
                 record.end_ns = now()
             if done and not response.content.is_eof():
                 await _drain(response.content)
+
+    try:
+        async with asyncio.timeout(max(remaining, 0.0)):
+            try:
+                await exchange(session)
+            except _STALE_CONNECTION:
+                if record.status is not None or record.connect_ns is not None:
+                    raise  # a response had begun, or the connection was new: a real failure
+                record.retried, record.sent_ns = True, None
+                async with fresh_client(session) as fresh:
+                    await exchange(fresh)
     except aiohttp.ServerTimeoutError as exc:  # connect or read timeout (a TimeoutError too)
         record.fail(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}")
     except TimeoutError:
@@ -243,6 +303,19 @@ async def stream_request(
         record.fail(ErrorKind.EMPTY_STREAM, _empty_message(record, done))
     elif not done and record.finish_reason is None:
         record.fail(ErrorKind.TRUNCATED, "stream ended without [DONE] or a finish_reason")
+
+
+def _redirect_note(response: aiohttp.ClientResponse) -> str:
+    """What the redirects before an error answer did, for its message."""
+    first = response.history[0]
+    hop = f" (after a {first.status} redirect from {first.url} to {response.url}"
+    if any(r.status in _TO_GET for r in response.history):
+        return (
+            f"{hop}, which turned the POST into a GET without its body, as HTTP clients follow "
+            "301/302/303: point --url at the redirected address, or have the server answer "
+            "307/308)"
+        )
+    return hop + ")"
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:

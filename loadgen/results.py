@@ -193,6 +193,15 @@ class RunSummary(BaseModel):
         description="Requests reporting cached >= prompt - 1 on a prompt with a unique suffix.",
     )
     new_connections: int
+    retried: int = Field(
+        default=0,
+        description="Requests sent again, once, on a fresh connection: the kept-alive "
+        "connection they were first written to had been closed by the server unannounced.",
+    )
+    redirected: int = Field(default=0, description="Requests that were redirected.")
+    redirected_to: list[str] = Field(
+        default_factory=list, description="Where the redirected requests went (distinct URLs)."
+    )
     workers: int = Field(default=1, description="Client processes that ran it (1: in-process).")
     loop_lag_p99_ms: float | None = Field(
         default=None,

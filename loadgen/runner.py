@@ -141,6 +141,19 @@ def grid_result(
             for s in summaries
             if s.requests == config.requests_per_run
         ]
+    redirected = sum(s.redirected for s in summaries)
+    if redirected:
+        targets = ", ".join(sorted({url for s in summaries for url in s.redirected_to}))
+        warnings.append(
+            f"{redirected} of {sum(s.requests for s in summaries)} requests were redirected "
+            f"(to {targets}): TTFT and E2E are timed from the first send, so they include the "
+            "redirect; point --url at that address to leave the hop out"
+        )
+    if token_count_source.startswith("approximate:") and "(" in token_count_source:
+        warnings.append(
+            f"prompts were sized at 1 token per word, not measured: {token_count_source}; "
+            "every prompt length in these results is approximate"
+        )
     warnings += [w for observer in observers for w in observer.warnings()]
     windows = [w for w in (s.window() for s in summaries) if w is not None]
     incidents = [*earlier_incidents, *(i for o in observers for i in o.incidents())]

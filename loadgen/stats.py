@@ -429,6 +429,14 @@ def summarize_run(
             f"{_num(percentile(lengths, 50), '.0f')}, from usage.completion_tokens): E2E, "
             "requests/s and output tokens/s are for the outputs produced"
         )
+    retried = sum(r.retried for r in records)
+    if retried:
+        warnings.append(
+            f"{retried} of {len(records)} requests were sent again on a fresh connection: the "
+            "kept-alive connection each was first written to had been closed by the server "
+            "without `Connection: close` (an idle timeout shorter than the client's), so it "
+            "never reached the server; the lost attempt counts as client queue time"
+        )
     no_text = sum(r.first_token_ns is None for r in good)
     if no_text:
         warnings.append(
@@ -511,6 +519,9 @@ def summarize_run(
         prompt_tokens_mean=statistics.fmean(prompt_lengths) if prompt_lengths else None,
         **cached,
         new_connections=sum(r.connect_ns is not None for r in records),
+        retried=retried,
+        redirected=sum(r.redirected_to is not None for r in records),
+        redirected_to=sorted({r.redirected_to for r in records if r.redirected_to is not None}),
         workers=workers,
         loop_lag_p99_ms=lag_p99,
         loop_lag_max_ms=lag_max,

@@ -3,7 +3,14 @@
 Speaks just enough HTTP/1.1 (keep-alive, chunked responses) over asyncio streams. A handler maps
 each request (its JSON body and arrival number) to a script of `Send` (one HTTP chunk written
 and flushed on its own), `Sleep`, `Wait` (for an asyncio.Event), `Close` (cut the connection) and
-`Status` (a non-200 response). The server counts connections and requests in flight.
+`Status` (a non-200 response; `Close` first: no response at all). The server counts
+connections and requests in flight.
+
+Faults of the transport, set on the server rather than per request: `redirects` (an ingress
+that answers a path with a redirect, after `redirect_s`), `responses_per_connection` (a server
+that closes a kept-alive connection after that many responses without saying so: the next
+request written to it is reset unread, and counted in `unread`). A GET to a completions path is
+answered 405, as an OpenAI-compatible server's POST-only route is.
 """
 
 import asyncio
@@ -103,6 +110,10 @@ class FakeServer:
     headers: list[dict[str, str]] = field(default_factory=list)  # each request's, lower-case names
     in_flight: int = 0
     max_in_flight: int = 0
+    redirects: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (code, to)
+    redirect_s: float = 0.0
+    responses_per_connection: int | None = None
+    unread: int = 0  # requests written to a connection this server had given up
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -128,8 +139,15 @@ class FakeServer:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)  # type: ignore[arg-type]
+        served = 0
         try:
             while True:
+                if served == self.responses_per_connection:
+                    if await reader.read(1):  # a request arrives at a closed socket: reset
+                        self.unread += 1
+                    writer.transport.abort()
+                    return
+                served += 1
                 head = await reader.readuntil(b"\r\n\r\n")
                 self.paths.append(head.split(b" ", 2)[1].decode())
                 fields = (line.partition(b":") for line in head.split(b"\r\n")[1:] if line)
@@ -139,12 +157,26 @@ class FakeServer:
                         for name, _, value in fields
                     }
                 )
+                if head.startswith(b"GET ") and self.paths[-1].endswith("completions"):
+                    writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
                 if head.startswith(b"GET "):  # e.g. /metrics: this server has none
                     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found")
                     await writer.drain()
                     continue
                 length = int(self.headers[-1].get("content-length", 0))
-                body = json.loads(await reader.readexactly(length))
+                raw = await reader.readexactly(length)
+                if self.paths[-1] in self.redirects:
+                    code, to = self.redirects[self.paths[-1]]
+                    await asyncio.sleep(self.redirect_s)
+                    writer.write(
+                        f"HTTP/1.1 {code} Moved\r\nLocation: {to}\r\n"
+                        "Content-Length: 0\r\n\r\n".encode()
+                    )
+                    await writer.drain()
+                    continue
+                body = json.loads(raw)
                 number = len(self.requests)
                 self.requests.append(body)
                 self.in_flight += 1
@@ -164,6 +196,9 @@ class FakeServer:
         """Play the handler's script; False when the connection must be dropped."""
         script = self.handler(body, n)
         steps = await script if isinstance(script, Awaitable) else script
+        if steps and isinstance(steps[0], Close):  # read, then dropped without any answer
+            writer.transport.abort()
+            return False
         if steps and isinstance(steps[0], Status):
             status = steps[0]
             writer.write(
@@ -204,16 +239,16 @@ def fragments(data: bytes, size: int) -> list[Step]:
 
 
 @contextlib.contextmanager
-def serve_in_thread(handler: Handler) -> Iterator[FakeServer]:
+def serve_in_thread(handler: Handler, **faults: Any) -> Iterator[FakeServer]:
     """A `FakeServer` on its own event loop in a daemon thread, for synchronous callers such as
-    typer's CliRunner; stopped on exit."""
+    typer's CliRunner, with `faults` (its transport fault fields); stopped on exit."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
     holder: dict[str, Any] = {}
 
     async def serve() -> None:
         stop = asyncio.Event()
-        async with FakeServer(handler) as server:
+        async with FakeServer(handler, **faults) as server:
             holder["server"], holder["stop"] = server, stop
             started.set()
             await stop.wait()

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai_server import Step, clumped_stream, serve_in_thread
+from fake_openai_server import Step, clumped_stream, normal_stream, serve_in_thread
 from typer.testing import CliRunner
 
 from testbed.cli import app
@@ -65,3 +65,27 @@ def test_a_response_in_one_piece_has_no_token_gaps(tmp_path: Path) -> None:
     assert run["ttft_p50_ms"] == pytest.approx(run["e2e_p50_ms"])  # the one read: both
     assert run["ttft_p50_ms"] >= 50 + 15 * 10 - 5  # the whole 200 ms the proxy held it
     assert any("6 whole responses in a single read" in w for w in run["warnings"])
+
+
+def words_as_tokens(body: dict[str, Any], number: int) -> list[Step]:
+    """A normal 4-token answer whose usage counts one prompt token per word, so the prompt
+    calibration measures 1.000 token/word."""
+    prompt = len(body["messages"][0]["content"].split())
+    return normal_stream(["a", "b", "c", "d"], prompt=prompt, cached=0)
+
+
+def test_a_silently_closed_connection_is_retried_once_not_an_error(tmp_path: Path) -> None:
+    """The server answers one request per connection and then resets the next one written to
+    it (no `Connection: close`): those requests never reached it. Each is sent again on a
+    fresh connection and counted; none is an error, and the calibration is not a fallback."""
+    with serve_in_thread(words_as_tokens, responses_per_connection=1) as server:
+        out = tmp_path / "out"
+        run = load(server.url, out)
+        served, unread = len(server.requests), server.unread
+    assert run["errors"] == 0 and run["samples"] == 6
+    assert served == 2 + 2 + 6  # calibration, warm-up, the run: every one answered once
+    # The calibration's second request met a closed connection too (1), the rest the run's.
+    assert run["retried"] == unread - 1 and run["retried"] >= 2
+    assert any(f"{run['retried']} of 6 requests were sent again" in w for w in run["warnings"])
+    grid = json.loads((out / "result.json").read_text())
+    assert grid["token_count_source"] == "server-calibrated:1.000 tokens/word"

@@ -301,3 +301,44 @@ async def test_per_chunk_usage_gives_each_chunks_tokens() -> None:
     record = await fetch([*steps, Send(chat_chunk(finish="length")), Send(DONE)])
     assert record.ok, record.error
     assert (record.chunk_tokens, record.completion_tokens) == ([1, 3, 2], 6)
+
+
+async def _in_a_row(server: FakeServer, n: int) -> list[RequestRecord]:
+    """`n` requests one after another on a one-connection pool."""
+    records = [RequestRecord(index=i, prefix_id=0) for i in range(n)]
+    async with make_client(server.url, LoadConfig(), 1) as client:
+        for record in records:
+            record.intended_ns = time.monotonic_ns()
+            await stream_request(client, PATH, BODY, record, 5.0)
+    return records
+
+
+async def test_a_reused_connection_closed_unannounced_is_retried_once() -> None:
+    """aiohttp retries a request that meets a closed kept-alive connection only for
+    idempotent methods (aiohttp 3.14.5 client.py, `_request`, IDEMPOTENT_METHODS): the POST
+    is sent again here, on a connection of its own, and timed from that second send."""
+    async with FakeServer(lambda body, n: normal_stream(["a"]), responses_per_connection=1) as s:
+        first, second = await _in_a_row(s, 2)
+        assert (s.unread, len(s.requests), s.connections) == (1, 2, 2)
+    assert first.ok and not first.retried
+    assert second.ok and second.retried, second.error
+    assert second.connect_ns is not None and second.sent_ns is not None
+    assert second.sent_ns > second.connect_ns  # sent on the fresh connection, not the dead one
+
+
+async def test_a_server_that_drops_requests_it_read_is_still_an_error() -> None:
+    """The retried request reaches the server, which drops it unanswered again: a connection
+    error, not hidden by the retry; a fresh connection that fails is never retried."""
+
+    def drops_after_first(body: dict[str, Any], n: int) -> list[Step]:
+        return normal_stream(["a"]) if n == 0 else [Close()]
+
+    async with FakeServer(drops_after_first) as server:
+        first, second = await _in_a_row(server, 2)
+        assert len(server.requests) == 3  # the first, the second and its one retry
+    assert first.ok
+    assert (second.error_kind, second.retried) == (ErrorKind.CONNECTION, True)
+    async with FakeServer(lambda body, n: [Close()]) as server:
+        (fresh,) = await _in_a_row(server, 1)
+        assert len(server.requests) == 1
+    assert (fresh.error_kind, fresh.retried) == (ErrorKind.CONNECTION, False)
