@@ -43,9 +43,9 @@ from typing import Any
 import orjson
 
 from loadgen.loops import ShareResult, Warmup
-from loadgen.request import ErrorKind, RequestRecord
+from loadgen.request import UNKEPT_FIELDS, ErrorKind, RequestRecord
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name not in UNKEPT_FIELDS)
 _NS_FIELDS = tuple(name for name in _FIELDS if name.endswith("_ns"))
 """The record's monotonic times (ints, or lists of ints such as ``token_ns``)."""
 _NS_LISTS = tuple(

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, Incident
 from loadgen.report import SUMMARY_FILE, seed_table, table_text
-from loadgen.request import RequestRecord
+from loadgen.request import UNKEPT_FIELDS, RequestRecord
 from loadgen.results import ErrorSample, GridResult, RunSummary
 
 RESULT_FILE = "result.json"
@@ -95,7 +95,9 @@ def run_name(prefix_kinds: int, concurrency: int, repetition: int) -> str:
     return f"k{prefix_kinds}-c{concurrency}-r{repetition}"
 
 
-_RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(RequestRecord))
+_RECORD_FIELDS = tuple(
+    field.name for field in dataclasses.fields(RequestRecord) if field.name not in UNKEPT_FIELDS
+)
 
 
 def records_frame(

@@ -49,6 +49,10 @@ class TokenizerSizer:
         self.tokenizer = tokenizer
         self.source = source
 
+    def count(self, text: str) -> int:
+        """Tokens of `text`, without special tokens."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
     def make_text(self, rng: random.Random, n_tokens: int) -> str:
         """Random words cut at the end of token `n_tokens` (character offsets of the encoding).
 

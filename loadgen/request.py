@@ -37,6 +37,10 @@ _HEADERS = {
 DONE_GRACE_S = 0.05
 
 
+UNKEPT_FIELDS = ("text",)
+"""`RequestRecord` fields that stay in memory: not in requests.parquet, not in a pod's log."""
+
+
 class ErrorKind(StrEnum):
     """Why a request failed; failed requests are excluded from latency statistics."""
 
@@ -72,6 +76,9 @@ class RequestRecord:
     `retried`: sent a second time, on a fresh connection, after the reused one it was written
     to turned out closed by the server (`stream_request`). `redirected_to`: the URL a redirect
     took it to (None: not redirected).
+    `completion_tokens_from`: None when `completion_tokens` is the server's usage, else how
+    it was counted without one (`loadgen.output_tokens`). `text`: the content text of each
+    content-bearing event, for that count; not kept in results or logs (`UNKEPT_FIELDS`).
     Usage fields keep the last `usage` seen; `cached_tokens` is None when
     `usage.prompt_tokens_details.cached_tokens` was absent or null, distinct from 0.
     """
@@ -99,6 +106,8 @@ class RequestRecord:
     error_ns: int | None = None
     retried: bool = False
     redirected_to: str | None = None
+    completion_tokens_from: str | None = None
+    text: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -147,7 +156,9 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
     choices = obj.get("choices")
     if choices:
         choice = choices[0]
-        if _content_text(choice):
+        text = _content_text(choice)
+        if text:
+            record.text.append(text)
             record.token_ns.append(now)
             record.last_token_ns = now
             if record.first_token_ns is None:

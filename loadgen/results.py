@@ -173,6 +173,11 @@ class RunSummary(BaseModel):
     output_tokens_p50: float | None = Field(
         default=None, description="Output tokens per request (usage.completion_tokens), p50."
     )
+    output_tokens_counted: int = Field(
+        default=0,
+        description="Successful requests without usage whose output tokens the client counted "
+        "from the stream (tokenizer, else content chunks; see the run's warnings).",
+    )
     output_tokens_mismatch: int = Field(
         default=0, description="Successful requests whose output length was not max_tokens."
     )

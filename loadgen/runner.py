@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,8 +30,9 @@ from loadgen.output import (
     grid_settings,
     records_frame,
 )
+from loadgen.output_tokens import count_output_tokens
 from loadgen.plan import calibrate_word_sizer, grid_keys, run_label, share_for_run
-from loadgen.prompts import TextSizer, WordSizer, load_tokenizer_sizer
+from loadgen.prompts import TextSizer, TokenizerSizer, WordSizer, load_tokenizer_sizer
 from loadgen.readiness import wait_until_serving
 from loadgen.request import RequestRecord
 from loadgen.results import ErrorSample, GridResult, Readiness
@@ -219,7 +220,9 @@ async def _measure(
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
     notes: list[str] = []
     done, workers = await _run_once(share, on_done, pool, notes, run_label(key))
-    return measured_run(config, key, done, workers, started_ns, started_at, notes), workers
+    counter = (sizer.source, sizer.count) if isinstance(sizer, TokenizerSizer) else None
+    run = measured_run(config, key, done, workers, started_ns, started_at, notes, tokenizer=counter)
+    return run, workers
 
 
 def measured_run(
@@ -231,12 +234,16 @@ def measured_run(
     started_at: datetime,
     notes: Sequence[str],
     finished_at: datetime | None = None,
+    tokenizer: tuple[str, Callable[[str], int]] | None = None,
 ) -> MeasuredRun:
     """Run `key`'s `MeasuredRun` from its merged records (`done`, from `workers` processes or
     clients): its `RunSummary` (`loadgen.stats.summarize_run`) with the run's start
     (`started_ns` monotonic = `started_at` UTC), end (`finished_at`, default now) and `notes`
-    as its first warnings, its first errors and its request rows."""
+    as its first warnings, its first errors and its request rows. Requests that reported no
+    usage get their output counted first (`loadgen.output_tokens`, with `tokenizer`: its
+    source and a text -> tokens function)."""
     kinds, conc, rep = key
+    count_output_tokens(done.records, tokenizer)
     summary = summarize_run(
         done.records,
         prefix_kinds=kinds,

@@ -429,6 +429,15 @@ def summarize_run(
             f"{_num(percentile(lengths, 50), '.0f')}, from usage.completion_tokens): E2E, "
             "requests/s and output tokens/s are for the outputs produced"
         )
+    counted = Counter(r.completion_tokens_from for r in good if r.completion_tokens_from)
+    if counted:
+        how = "; ".join(f"{n} from {source}" for source, n in sorted(counted.items()))
+        warnings.append(
+            f"{sum(counted.values())} of {len(good)} successful requests reported no usage "
+            "(the server ignored stream_options.include_usage): their output tokens were "
+            f"counted from the stream ({how}; from content chunks: one token per chunk), "
+            "their prompt and cached tokens are unknown"
+        )
     retried = sum(r.retried for r in records)
     if retried:
         warnings.append(
@@ -504,6 +513,7 @@ def summarize_run(
         single_read_requests=whole,
         tokens_per_chunk_p50=percentile(per_chunk, 50),
         output_tokens_p50=percentile(lengths, 50),
+        output_tokens_counted=sum(counted.values()),
         output_tokens_mismatch=mismatch,
         tpot_p50_ms=percentile(
             _present([tpot_ms(r, n) for r, n in zip(good, tokens, strict=True)]), 50

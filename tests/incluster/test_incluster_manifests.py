@@ -144,18 +144,18 @@ def _load(stack: str, **load: Any) -> dict[str, Any]:
 
 
 def test_a_grid_too_large_for_one_clients_log_is_refused() -> None:
-    """The shipped grid fits one client; ten times the requests need nine."""
+    """The shipped grid fits one client; ten times the requests need ten."""
     parse_stack_config("kv-routing", _load("kv-routing"))
     with pytest.raises(StackConfigError) as info:
         parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000))
     (problem,) = info.value.problems
     assert problem.key == "load.clients"
-    assert "set load.clients to 9 or more" in problem.message
-    # 9 clients (concurrency 4 and 8 allow at most 4): still refused, by the concurrency rule
+    assert "set load.clients to 10 or more" in problem.message
+    # 10 clients (concurrency 4 and 8 allow at most 4): still refused, by the concurrency rule
     with pytest.raises(StackConfigError, match=r"smallest load\.concurrency"):
-        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000, clients=9))
-    assert log_budget_problem(LoadConfig(requests_per_run=2000), 9) is None
-    assert log_budget_problem(LoadConfig(requests_per_run=2000), 8) is not None
+        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000, clients=10))
+    assert log_budget_problem(LoadConfig(requests_per_run=2000), 10) is None
+    assert log_budget_problem(LoadConfig(requests_per_run=2000), 9) is not None
 
 
 def test_clients_need_the_cluster_runner() -> None:

@@ -7,10 +7,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai_server import Step, clumped_stream, normal_stream, serve_in_thread
+from fake_openai_server import (
+    DONE,
+    Send,
+    Sleep,
+    Step,
+    chat_chunk,
+    clumped_stream,
+    normal_stream,
+    serve_in_thread,
+)
 from typer.testing import CliRunner
 
 from testbed.cli import app
+from testbed.model_dir import make_model_dir
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -89,3 +99,39 @@ def test_a_silently_closed_connection_is_retried_once_not_an_error(tmp_path: Pat
     assert any(f"{run['retried']} of 6 requests were sent again" in w for w in run["warnings"])
     grid = json.loads((out / "result.json").read_text())
     assert grid["token_count_source"] == "server-calibrated:1.000 tokens/word"
+
+
+def no_usage(body: dict[str, Any], number: int) -> list[Step]:
+    """A server that ignores stream_options.include_usage: 8 chunks of 2 tokens each ("ab":
+    one token per byte in `make_model_dir`'s tokenizer), 10 ms apart, no usage."""
+    steps: list[Step] = [Send(chat_chunk(role="assistant"))]
+    for _ in range(8):
+        steps += [Sleep(0.01), Send(chat_chunk("ab"))]
+    return [*steps, Send(chat_chunk(finish="length")), Send(DONE)]
+
+
+@pytest.mark.parametrize("tokenizer", [True, False], ids=["tokenizer", "chunks"])
+def test_output_tokens_without_usage_are_counted_and_labelled(
+    tmp_path: Path, tokenizer: bool
+) -> None:
+    extra = ["--max-tokens", "16"]
+    if tokenizer:
+        extra += ["--tokenizer", str(make_model_dir(tmp_path / "model"))]
+    with serve_in_thread(no_usage) as server:
+        run = load(server.url, tmp_path / "out", *extra)
+    tokens = 16 if tokenizer else 8
+    assert run["output_tokens_counted"] == 6 and run["output_tokens_p50"] == tokens
+    assert run["output_tokens_per_s"] == pytest.approx(6 * tokens / run["duration_s"])
+    # TPOT: the 7 gaps after the first chunk over the tokens after it (>= 10 ms per gap).
+    assert run["tpot_p50_ms"] >= 10 * 7 / (tokens - tokens / 8)
+    source = f"tokenizer:{tmp_path / 'model' / 'tokenizer.json'}" if tokenizer else "content"
+    assert any(
+        f"6 of 6 successful requests reported no usage (the server ignored "
+        f"stream_options.include_usage): their output tokens were counted from the stream "
+        f"(6 from {source}" in w
+        for w in run["warnings"]
+    ), run["warnings"]
+    # The short output is said, where a silent 0 hid it: 8 of the 16 tokens asked for.
+    assert tokenizer or any(
+        "6 of 6 successful requests produced another output" in w for w in run["warnings"]
+    )
