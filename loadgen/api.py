@@ -35,6 +35,16 @@ def base_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}/"
 
 
+def server_of(request_url: str) -> str:
+    """The server URL, as `--url` takes it, of a request URL ending in one of `API_PATHS`
+    (e.g. where a redirect took it): "http://h/gw/v1/chat/completions" -> "http://h/gw/v1";
+    other URLs as they are."""
+    for path in API_PATHS.values():
+        if request_url.endswith("/" + path):
+            return request_url.removesuffix(path.removeprefix("v1/")).rstrip("/")
+    return request_url
+
+
 def short_message(message: str) -> str:
     """`message` on one line (whitespace runs collapsed) and at most `ERROR_MESSAGE_CHARS`
     characters, ending in "..." when cut."""

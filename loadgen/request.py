@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from loadgen.api import server_of
 from loadgen.sse import SSEParser
 
 _ERROR_BODY_BYTES = 2048
@@ -264,11 +265,9 @@ async def stream_request(
                 record.redirected_to = str(response.url)
             if response.status != 200:
                 text = (await response.read())[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
-                record.fail(
-                    ErrorKind.HTTP_STATUS,
-                    f"HTTP {response.status}: {text}"
-                    + (_redirect_note(response) if response.history else ""),
-                )
+                note = _redirect_note(response) if response.history else ""
+                said = f": {text}" if text else ""
+                record.fail(ErrorKind.HTTP_STATUS, f"HTTP {response.status}{note}{said}")
                 return
             parser = SSEParser()
             try:
@@ -317,16 +316,16 @@ async def stream_request(
 
 
 def _redirect_note(response: aiohttp.ClientResponse) -> str:
-    """What the redirects before an error answer did, for its message."""
-    first = response.history[0]
-    hop = f" (after a {first.status} redirect from {first.url} to {response.url}"
+    """What the redirects before an error answer did, put before the answer's body in its
+    message (which is cut at `loadgen.api.ERROR_MESSAGE_CHARS`)."""
+    hop = f" after a {response.history[0].status} redirect to {response.url}"
     if any(r.status in _TO_GET for r in response.history):
         return (
-            f"{hop}, which turned the POST into a GET without its body, as HTTP clients follow "
-            "301/302/303: point --url at the redirected address, or have the server answer "
-            "307/308)"
+            f"{hop}: the redirect turned the POST into a GET without its body (as HTTP clients "
+            f"follow 301/302/303); use --url {server_of(str(response.url))}, or have the "
+            "server answer 307/308"
         )
-    return hop + ")"
+    return hop
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:

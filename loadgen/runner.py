@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.progress import Progress
 
-from loadgen.api import base_url, short_message
+from loadgen.api import base_url, server_of, short_message
 from loadgen.config import Arrival, LoadConfig, ReadyCheck
 from loadgen.incidents import Incident, placed_all
 from loadgen.loops import OnDone, Share, ShareResult, Warmup, run_share
@@ -144,11 +144,12 @@ def grid_result(
         ]
     redirected = sum(s.redirected for s in summaries)
     if redirected:
-        targets = ", ".join(sorted({url for s in summaries for url in s.redirected_to}))
+        targets = sorted({url for s in summaries for url in s.redirected_to})
+        servers = " or ".join(sorted({server_of(url) for url in targets}))
         warnings.append(
             f"{redirected} of {sum(s.requests for s in summaries)} requests were redirected "
-            f"(to {targets}): TTFT and E2E are timed from the first send, so they include the "
-            "redirect; point --url at that address to leave the hop out"
+            f"(to {', '.join(targets)}): TTFT and E2E are timed from the first send, so they "
+            f"include the redirect; --url {servers} leaves the hop out"
         )
     if token_count_source.startswith("approximate:") and "(" in token_count_source:
         warnings.append(

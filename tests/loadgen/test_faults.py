@@ -135,3 +135,46 @@ def test_output_tokens_without_usage_are_counted_and_labelled(
     assert tokenizer or any(
         "6 of 6 successful requests produced another output" in w for w in run["warnings"]
     )
+
+
+def slow_first_token(body: dict[str, Any], number: int) -> list[Step]:
+    return [Sleep(0.02), *normal_stream(["a", "b", "c", "d"], prompt=100, cached=0)]
+
+
+def test_a_redirected_request_is_timed_from_its_first_send(tmp_path: Path) -> None:
+    """An ingress answers the API path with a 307 after 100 ms (a path rewrite): TTFT holds the
+    hop (>= 100 + 20 ms), the client queue does not, and the grid says where they went."""
+    hop = {"/v1/chat/completions": (307, "/gw/v1/chat/completions")}
+    with serve_in_thread(slow_first_token, redirects=hop, redirect_s=0.1) as server:
+        run = load(server.url, tmp_path / "out")
+        url = server.url
+    assert run["errors"] == 0 and run["redirected"] == 6
+    assert run["redirected_to"] == [f"{url}/gw/v1/chat/completions"]
+    assert run["ttft_p50_ms"] >= 120
+    assert run["queue_p99_ms"] < 100  # the hop is not the client's
+    grid = json.loads((tmp_path / "out" / "result.json").read_text())
+    said = [w for w in grid["warnings"] if "redirected" in w]
+    assert said == [
+        f"6 of 6 requests were redirected (to {url}/gw/v1/chat/completions): TTFT and E2E are "
+        f"timed from the first send, so they include the redirect; --url {url}/gw/v1 leaves "
+        "the hop out"
+    ]
+
+
+def test_a_redirect_that_turns_the_post_into_a_get_is_named(tmp_path: Path) -> None:
+    hop = {"/v1/chat/completions": (301, "/gw/v1/chat/completions")}
+    with serve_in_thread(slow_first_token, redirects=hop) as server:
+        url = server.url
+        args = ["load", "--url", url, *GRID, "--out", str(tmp_path / "a")]
+        failed = CliRunner().invoke(app, args)
+        fix = f"--url {url}/gw/v1"
+        fixed = CliRunner().invoke(app, [*args[:1], *fix.split(), *args[3:-1], str(tmp_path / "b")])
+    assert failed.exit_code == 1, failed.output
+    grid = json.loads((tmp_path / "a" / "result.json").read_text())
+    assert grid["first_errors"][0]["message"] == (
+        f"HTTP 405 after a 301 redirect to {url}/gw/v1/chat/completions: the redirect turned "
+        "the POST into a GET without its body (as HTTP clients follow 301/302/303); use "
+        f"{fix}, or have the server answer 307/308"
+    )
+    assert fixed.exit_code == 0, fixed.output  # the fix it names works
+    assert "redirected" not in fixed.output
