@@ -14,7 +14,8 @@ real frontend in `tests/loadgen/test_server_metrics.py`; the same names are in a
 - `dynamo_frontend_input_sequence_tokens`, `dynamo_frontend_cached_tokens`,
   `dynamo_frontend_output_sequence_tokens`: histograms whose `_sum` is the tokens.
 
-Samples with a `model` label count only for the measured model. The server counts every
+Samples with a `model` label count only for the measured model (its case ignored:
+`parse_samples`). The server counts every
 request of the window, so its figures include the run's warm-up requests (the run's
 concurrency by default): server requests = client requests + warm-up. The raw text of every
 scrape is kept beside the results (`metrics/k<K>-c<C>-r<R>.before.prom`, `.after.prom`).
@@ -82,14 +83,19 @@ def parse_samples(text: str, model: str) -> Samples:
     """Every counter, histogram and untyped sample of a Prometheus text exposition (gauges only
     for `IDENTITY_GAUGES`), keyed by sample name (with its `_total`, `_bucket`, `_sum`, `_count`
     suffix) and its labels other than `model`; samples labelled with another model are left
-    out. Raises ValueError when `text` is not Prometheus text."""
+    out. The model label is matched regardless of case: Dynamo frontends before ai-dynamo PR
+    #9775 (merged 2026-05-19, cherry-picked to release/1.2.0 as #9953) lower-cased it on the
+    request, TTFT, ITL and token families (`InflightGuard`, `ResponseMetricCollector`,
+    `HttpQueueGuard` in lib/llm/src/http/service/metrics.rs) while other families kept the
+    served name. Raises ValueError when `text` is not Prometheus text."""
     samples: Samples = {}
+    wanted = model.casefold()
     for family in text_string_to_metric_families(text):
         if family.type == "gauge" and family.name not in IDENTITY_GAUGES:
             continue  # a gauge goes up and down: only counters and histograms are differenced
         for sample in family.samples:
             labels = dict(sample.labels)
-            if labels.pop("model", model) != model:
+            if labels.pop("model", model).casefold() != wanted:
                 continue
             samples[(sample.name, tuple(sorted(labels.items())))] = sample.value
     return samples

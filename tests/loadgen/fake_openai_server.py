@@ -9,7 +9,8 @@ connections and requests in flight.
 Faults of the transport, set on the server rather than per request: `redirects` (an ingress
 that answers a path with a redirect, after `redirect_s`), `responses_per_connection` (a server
 that closes a kept-alive connection after that many responses without saying so: the next
-request written to it is reset unread, and counted in `unread`). A GET to a completions path is
+request written to it is reset unread, and counted in `unread`), `metrics` (what GET /metrics
+answers, made from the server's state). A GET to a completions path is
 answered 405, as an OpenAI-compatible server's POST-only route is.
 """
 
@@ -114,6 +115,7 @@ class FakeServer:
     redirect_s: float = 0.0
     responses_per_connection: int | None = None
     unread: int = 0  # requests written to a connection this server had given up
+    metrics: "Callable[[FakeServer], str] | None" = None  # GET /metrics: Prometheus text
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -159,6 +161,12 @@ class FakeServer:
                 )
                 if head.startswith(b"GET ") and self.paths[-1].endswith("completions"):
                     writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
+                if head.startswith(b"GET /metrics") and self.metrics is not None:
+                    text = self.metrics(self).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n")
+                    writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(text), text))
                     await writer.drain()
                     continue
                 if head.startswith(b"GET "):  # e.g. /metrics: this server has none

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fake_openai_server import (
     DONE,
+    FakeServer,
     Send,
     Sleep,
     Step,
@@ -178,3 +179,32 @@ def test_a_redirect_that_turns_the_post_into_a_get_is_named(tmp_path: Path) -> N
     )
     assert fixed.exit_code == 0, fixed.output  # the fix it names works
     assert "redirected" not in fixed.output
+
+
+def lower_cased_frontend(server: FakeServer) -> str:
+    """A Dynamo frontend from before ai-dynamo PR #9775: its request and TTFT families carry
+    the model lower-cased, its model gauges the served name."""
+    n, ttft = len(server.requests), "dynamo_frontend_time_to_first_token_seconds"
+    model = 'model="qwen/qwen3-0.6b"'
+    return (
+        "# TYPE dynamo_frontend_model_context_length gauge\n"
+        'dynamo_frontend_model_context_length{model="Qwen/Qwen3-0.6B"} 40960\n'
+        "# TYPE dynamo_frontend_requests_total counter\n"
+        f'dynamo_frontend_requests_total{{{model},status="success"}} {n}\n'
+        f"# TYPE {ttft} histogram\n"
+        f'{ttft}_bucket{{{model},le="+Inf"}} {n}\n'
+        f"{ttft}_sum{{{model}}} {0.02 * n}\n"
+        f"{ttft}_count{{{model}}} {n}\n"
+    )
+
+
+def test_a_lower_cased_model_label_still_gives_the_server_figures(tmp_path: Path) -> None:
+    with serve_in_thread(slow_first_token, metrics=lower_cased_frontend) as server:
+        out = tmp_path / "out"
+        args = ["load", "--url", server.url, *GRID, "--out", str(out)]
+        result = CliRunner().invoke(app, [*args, "--model", "Qwen/Qwen3-0.6B"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads((out / "result.json").read_text())["runs"]
+    assert run["server"]["requests"] == 6 + 2  # the run and its warm-up
+    assert run["server"]["ttft_mean_ms"] == pytest.approx(20.0)
+    assert "not a Dynamo frontend" not in result.output
