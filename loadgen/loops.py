@@ -85,12 +85,15 @@ async def run_poisson(
     concurrency: int,
     deadline_s: float,
     rng: random.Random,
+    duration_s: float | None = None,
     on_done: OnDone | None = None,
 ) -> list[RequestRecord]:
     """Open loop: request i is due at the sum of i+1 exponential gaps of mean 1/`rate` seconds,
     whatever happened to earlier requests; at most `concurrency` are in flight. Each record's
     `intended_ns` is its due time, so waiting for the event loop or a free slot is client queue
-    time, not hidden (no coordinated omission). Returns all records in index order.
+    time, not hidden (no coordinated omission). With `duration_s`, no request is due after that
+    many seconds from the start: the run ends there (the requests in flight finish), whether or
+    not the bodies ran out. Returns the started records in index order.
     """
     gate = asyncio.Semaphore(concurrency)
 
@@ -101,17 +104,20 @@ async def run_poisson(
             on_done(records[i])
 
     start = time.monotonic_ns()
+    stop_ns = None if duration_s is None else start + int(duration_s * 1e9)
     due = start
     tasks = []
     for i in range(len(bodies)):
         due += int(rng.expovariate(rate) * 1e9)
+        if stop_ns is not None and due >= stop_ns:
+            break
         records[i].intended_ns = due
         delay = (due - time.monotonic_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(i)))
     await asyncio.gather(*tasks)
-    return list(records)
+    return list(records[: len(tasks)])
 
 
 @dataclass
@@ -244,6 +250,7 @@ async def run_share(
                     concurrency=share.concurrency,
                     deadline_s=deadline,
                     rng=random.Random(share.arrival_seed),
+                    duration_s=config.duration_s,
                     on_done=on_done,
                 )
             else:

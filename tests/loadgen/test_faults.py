@@ -208,3 +208,15 @@ def test_a_lower_cased_model_label_still_gives_the_server_figures(tmp_path: Path
     assert run["server"]["requests"] == 6 + 2  # the run and its warm-up
     assert run["server"]["ttft_mean_ms"] == pytest.approx(20.0)
     assert "not a Dynamo frontend" not in result.output
+
+
+def test_the_duration_ends_an_open_loop_run(tmp_path: Path) -> None:
+    """30 prompts at 10 requests/s would take ~3 s; --duration-s 1 ends the run after 1 s
+    (seeded arrivals: the same requests every time), without the "prompts were used" note."""
+    open_loop = ["--arrival", "poisson", "--request-rate", "10", "--duration-s", "1"]
+    with serve_in_thread(slow_first_token) as server:
+        run = load(server.url, tmp_path / "out", *open_loop, "--requests-per-run", "30")
+    assert 3 <= run["requests"] < 20  # ~10 expected in 1 s; all 30 would be the bug
+    assert run["duration_s"] < 1.0 + 0.5  # the last one due before 1 s, then its E2E
+    grid = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert not [w for w in grid["warnings"] if "prompts were used" in w]
