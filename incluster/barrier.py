@@ -41,6 +41,10 @@ class Barrier:
         self._peers: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
         self._server: asyncio.Server | None = None
         self._joined = asyncio.Event()
+        self.met_ns: int | None = None
+        """When the last ``meet`` released this shard (``time.monotonic_ns()``): shard 0 as it
+        writes the answers, the others as they read them, so one instant on every clock, to
+        within the answer's one-way trip (well under a millisecond inside a cluster)."""
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         hello = await reader.readline()
@@ -90,6 +94,7 @@ class Barrier:
         """Wait until every shard meets at ``name``; returns shard 0's ``payload`` ({} if
         None) in every shard."""
         if self.clients == 1:
+            self.met_ns = time.monotonic_ns()
             return payload or {}
         if self.index != 0:
             reader, writer = self._peers[0]
@@ -97,6 +102,7 @@ class Barrier:
                 writer.write(name.encode() + b"\n")
                 await writer.drain()
                 line = await reader.readline()
+                self.met_ns = time.monotonic_ns()
             except ConnectionError as exc:
                 line = repr(exc).encode()
             if not line.startswith(b"{"):
@@ -113,6 +119,7 @@ class Barrier:
         answer = payload or {}
         for _, writer in self._peers.values():
             writer.write(orjson.dumps(answer) + b"\n")
+        self.met_ns = time.monotonic_ns()
         for _, writer in self._peers.values():
             await writer.drain()
         return answer

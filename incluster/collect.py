@@ -3,13 +3,15 @@ loadgen's results folder and :class:`loadgen.results.GridResult`, exactly as ``t
 writes them (:class:`loadgen.output.ResultsFolder`, :func:`loadgen.runner.grid_result`).
 
 A run's records from its N clients merge at the record level (:meth:`loadgen.loops.ShareResult.
-merge`, as worker processes' do) after each client's times are moved onto client 0's clock,
+merge`, as worker processes' do) after each client's times are moved onto client 0's clock by
+the barrier's common instant (:func:`merged_run`),
 then loadgen's own statistics run on them (:func:`loadgen.runner.measured_run`): one run, the
 same numbers as one client sending them all. A run counts when every client finished it.
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +37,51 @@ class Collected:
     missing: list[str]
 
 
+CLOCK_SKEW_WARN_MS = 10.0
+"""A client whose wall clock disagrees with client 0's by more than this (ms, against the
+barrier's common instant) is warned about: NTP keeps nodes within a few ms, and the barrier's
+release reaches every pod within well under one (its answer's one-way trip)."""
+
+
 def merged_run(
     config: LoadConfig, key: tuple[int, int, int], shards: Sequence[ShardLog]
 ) -> MeasuredRun:
     """Run ``key`` from every client's part (each has it): times on shard 0's clock, records
-    merged, warm-ups merged for the client-budget note, the earliest start, the latest end."""
+    merged, warm-ups merged for the client-budget note, the earliest start, the latest end.
+
+    Each client's monotonic times are moved onto client 0's by the barrier's release of the
+    measured loops (``ShardRun.met_ns``: one instant on every clock), not by the wall clocks:
+    a node whose clock ran 2 s ahead put its client's requests 2 s late and halved the merged
+    run's requests/s and in-flight count. The wall clocks' disagreement with that instant is
+    each client's clock skew: its start and end times are corrected by it, and a skew above
+    ``CLOCK_SKEW_WARN_MS`` is said in the run's warnings. Logs without ``met_ns`` are merged
+    on the wall clocks, as before."""
     base = shards[0].offset_ns or 0
+    first = shards[0].runs[key]
     parts: list[ShareResult] = []
     starts: list[int] = []
-    for log in shards:
+    started: list[datetime] = []
+    finished: list[datetime] = []
+    notes: list[str] = []
+    for number, log in enumerate(shards):
         part = log.runs[key]
-        delta = (log.offset_ns or 0) - base
+        wall = (log.offset_ns or 0) - base
+        delta = wall
+        if part.met_ns is not None and first.met_ns is not None:
+            delta = first.met_ns - part.met_ns
+        skew = timedelta(microseconds=(wall - delta) / 1e3)  # this node's clock, ahead of 0's
+        if abs(skew) > timedelta(milliseconds=CLOCK_SKEW_WARN_MS):
+            notes.append(
+                f"client {number}'s wall clock is {skew / timedelta(milliseconds=1):+,.0f} ms "
+                "ahead of client 0's (its clock line against the barrier's common instant): "
+                "its requests were merged on the barrier, but its node's clock is not in sync "
+                "(NTP)"
+            )
         records = [shifted(r, delta) for r in part.done.records]
         parts.append(ShareResult(records, part.done.loop_lags_ms, part.done.cpu_s))
         starts.append(part.started_ns + delta)
+        started.append(part.started_at - skew)
+        finished.append(part.finished_at - skew)
     warm = Warmup.merge([log.runs[key].warmup for log in shards])
     offered = config.request_rate if config.arrival is Arrival.POISSON else None
     note = client_budget_warning(
@@ -60,9 +93,9 @@ def merged_run(
         ShareResult.merge(parts),
         len(shards),
         min(starts),
-        min(log.runs[key].started_at for log in shards),
-        [note] if note else [],
-        finished_at=max(log.runs[key].finished_at for log in shards),
+        min(started),
+        [*notes, note] if note else notes,
+        finished_at=max(finished),
     )
 
 

@@ -104,17 +104,19 @@ async def _measure(
         await metrics.before_run(*key)
     await barrier.meet(f"begin {label}")
     warm: list[Warmup] = []
+    met: list[int | None] = []
 
     async def ready(warmup: Warmup) -> None:
         warm.append(warmup)
         await barrier.meet(label)
+        met.append(barrier.met_ns)  # the measured loops' common start, on this pod's clock
 
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
     done = await run_share(part, ready=ready)
     finished_at = datetime.now(UTC)
     await barrier.meet(f"end {label}")
     window = None if metrics is None else await metrics.window(key)
-    wire.emit_run(index, key, started_ns, started_at, finished_at, done, warm[0])
+    wire.emit_run(index, key, started_ns, started_at, finished_at, done, warm[0], met[0])
     if window is not None:
         wire.emit("server", shard=index, key=key, metrics=window.model_dump(mode="json"))
         wire.flush()

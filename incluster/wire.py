@@ -14,17 +14,17 @@ log with its containers: its runs are then missing, and the status says so.
 
 Lines (``"tb"`` names the kind; any other line, e.g. a Python warning, is kept as text):
 
-- ``clock``: the shard's ``time.monotonic_ns()`` and ``time.time_ns()`` read together, so the
-  reader maps every shard's monotonic times onto shard 0's (pods on different nodes have
-  unrelated monotonic clocks; the mapping is as good as the nodes' wall-clock sync, NTP:
-  milliseconds, and only cross-pod orderings use it: TTFT, ITL and E2E are differences within
-  one pod's clock);
+- ``clock``: the shard's ``time.monotonic_ns()`` and ``time.time_ns()`` read together: what
+  the wall clocks say of the shards' offsets, which the merge checks against the barrier's
+  common instant (pods on different nodes have unrelated monotonic clocks, and a node's wall
+  clock can be seconds off: :func:`incluster.collect.merged_run`);
 - ``sizing``: how prompts were sized (shard 0 calibrates; every shard uses its answer);
 - ``readiness``: shard 0's readiness gate (:class:`loadgen.readiness.Readiness`);
 - ``record``: one :class:`loadgen.request.RequestRecord` of a run, every field as it is, but
   ``token_ns`` as its first time and the gaps after it (:func:`record_line`);
-- ``run``: a shard finished run ``key``: its record count, start, CPU, loop lags and warm-up;
-  written after the run's records, so a run with its ``run`` line is complete;
+- ``run``: a shard finished run ``key``: its record count, start, the barrier's release of the
+  measured loops (``met_ns``: the instant the merge aligns the shards on), CPU, loop lags and
+  warm-up; written after the run's records, so a run with its ``run`` line is complete;
 - ``server``: what the server's ``/metrics`` measured during run ``key`` (shard 0:
   :class:`loadgen.results.ServerRunMetrics`);
 - ``warning``: a warning of the grid (e.g. no ``/metrics`` on the server);
@@ -82,8 +82,10 @@ def emit_run(
     finished_at: datetime,
     done: ShareResult,
     warm: Warmup,
+    met_ns: int | None,
 ) -> None:
-    """A finished run: its records, then the ``run`` line; flushed."""
+    """A finished run: its records, then the ``run`` line (with ``met_ns``, when the barrier
+    released the measured loops, on this shard's monotonic clock); flushed."""
     for record in done.records:
         sys.stdout.buffer.write(record_line(shard, key, record))
     emit(
@@ -92,6 +94,7 @@ def emit_run(
         key=key,
         records=len(done.records),
         started_ns=started_ns,
+        met_ns=met_ns,
         started_at=started_at.isoformat(),
         finished_at=finished_at.isoformat(),
         cpu_s=done.cpu_s,
@@ -110,6 +113,8 @@ class ShardRun:
     finished_at: datetime
     done: ShareResult
     warmup: Warmup
+    met_ns: int | None = None
+    """When the barrier started the measured loops, on the shard's clock (None: an older log)."""
 
 
 @dataclass
@@ -177,6 +182,7 @@ def parse_log(lines: Iterable[str]) -> ShardLog:
                     finished_at=datetime.fromisoformat(obj["finished_at"]),
                     done=ShareResult(records, obj["loop_lags_ms"], obj["cpu_s"]),
                     warmup=Warmup(**obj["warmup"]),
+                    met_ns=obj.get("met_ns"),
                 )
         elif kind == "sizing":
             log.sizing = {k: v for k, v in obj.items() if k != "tb"}

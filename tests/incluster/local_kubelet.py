@@ -55,11 +55,14 @@ def start_pod(
     root: Path,
     replace: dict[str, str] | None = None,
     index: int | None = None,
+    node: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start the container of pod ``spec`` (pod ``index`` of an Indexed Job: its
     ``JOB_COMPLETION_INDEX``); ``replace`` maps argument values (the in-cluster URL, the
     barrier or target host and port) to local ones. Its working directory is an empty folder:
-    only the mounted sources and the installed packages are importable."""
+    only the mounted sources and the installed packages are importable. ``node``: a folder put
+    first on its path, whose ``sitecustomize.py`` makes the process see another node (its
+    clocks: ``skewed_node``)."""
     local = materialize(spec, configmap, root)
     container = spec["containers"][0]
     mount = container["volumeMounts"][0]["mountPath"]
@@ -73,6 +76,8 @@ def start_pod(
         value = var["value"]
         env[var["name"]] = str(local) + value[len(mount) :] if value.startswith(mount) else value
     env["PYTHONPATH"] = f"{root / 'blocked'}{os.pathsep}{env['PYTHONPATH']}"
+    if node is not None:
+        env["PYTHONPATH"] = f"{node}{os.pathsep}{env['PYTHONPATH']}"
     cwd = root / f"cwd-{len(list(root.glob('cwd-*')))}"
     cwd.mkdir()
     command = [sys.executable, *container["command"][1:], *args]
@@ -204,3 +209,35 @@ def pod_runner(root: Path, port: int) -> Callable[[FakeKubeApi, dict[str, Any]],
         threading.Thread(target=follow, daemon=True).start()
 
     return on_pod
+
+
+def skewed_node(folder: Path, wall_ahead_s: float, boot_earlier_s: float) -> Path:
+    """A ``node`` for :func:`start_pod`: a process there reads a wall clock ``wall_ahead_s``
+    ahead of this machine's (``time.time``, ``time.time_ns``, ``datetime.now``: a node that
+    NTP does not keep in step) and a monotonic clock ``boot_earlier_s`` ahead (CLOCK_MONOTONIC
+    counts from boot, so another node's is unrelated to ours); both still tick at the same
+    rate, as real clocks do over a run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        f"""import datetime as _dt
+import time as _time
+
+_WALL, _BOOT = {wall_ahead_s!r}, {boot_earlier_s!r}
+_time_ns, _time_s = _time.time_ns, _time.time
+_mono_ns, _mono_s = _time.monotonic_ns, _time.monotonic
+_time.time_ns = lambda: _time_ns() + int(_WALL * 1e9)
+_time.time = lambda: _time_s() + _WALL
+_time.monotonic_ns = lambda: _mono_ns() + int(_BOOT * 1e9)
+_time.monotonic = lambda: _mono_s() + _BOOT
+
+
+class _NodeDatetime(_dt.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return super().now(tz) + _dt.timedelta(seconds=_WALL)
+
+
+_dt.datetime = _NodeDatetime
+"""
+    )
+    return folder

@@ -3,11 +3,12 @@ fixed-delay server of bench/mock_server.py; its logs collected as the step colle
 
 from pathlib import Path
 
-from local_kubelet import DELAY_MS, start_pod
+from local_kubelet import DELAY_MS, skewed_node, start_pod
 
 from incluster.collect import collect
 from incluster.manifests import LoadJob, load_job, source_configmap
 from incluster.sources import pod_files
+from incluster.wire import parse_log
 from loadgen.config import LoadConfig
 from testbed.localgraph import free_port
 
@@ -36,8 +37,11 @@ def _job(clients: int, grid: LoadConfig = GRID) -> LoadJob:
     )
 
 
-def run_job(job: LoadJob, server: str, root: Path) -> dict[str, str]:
-    """Every pod of ``job`` to the end; their logs by pod name."""
+def run_job(
+    job: LoadJob, server: str, root: Path, nodes: dict[int, Path] | None = None
+) -> dict[str, str]:
+    """Every pod of ``job`` to the end (pod i on ``nodes[i]``, else this machine); their logs
+    by pod name."""
     files = pod_files(job.grid_json)
     manifest, configmap = load_job(job, files), source_configmap(job, files)
     replace = {job.url: server, f"{job.name}-0.{job.name}": "127.0.0.1"}
@@ -45,7 +49,8 @@ def run_job(job: LoadJob, server: str, root: Path) -> dict[str, str]:
     args = manifest["spec"]["template"]["spec"]["containers"][0]["args"]
     args[args.index("--barrier-port") + 1] = port
     spec = manifest["spec"]["template"]["spec"]
-    pods = [start_pod(spec, configmap, root, replace, i) for i in range(job.clients)]
+    nodes = nodes or {}
+    pods = [start_pod(spec, configmap, root, replace, i, nodes.get(i)) for i in range(job.clients)]
     logs = {}
     for i, pod in enumerate(pods):
         out, _ = pod.communicate(timeout=60)
@@ -95,3 +100,28 @@ def test_open_loop_rate_is_split(server: str, tmp_path: Path) -> None:
     run = got.result.runs[0]
     assert run.requests == 160
     assert run.sent_rate_per_s is not None and 60 < run.sent_rate_per_s < 100
+
+
+def test_a_client_whose_node_clock_is_ahead_merges_on_the_barrier(
+    server: str, tmp_path: Path
+) -> None:
+    """Client 1's node: wall clock 2 s ahead, monotonic clock from another boot. Merged on the
+    wall clocks its requests landed 2 s late (the run twice as long, 2 in flight where 4
+    were); merged on the barrier's instant the run is one run of 4 streams, and the skew is
+    said with its figure."""
+    job = _job(2)
+    node = skewed_node(tmp_path / "node1", wall_ahead_s=2.0, boot_earlier_s=50_000.0)
+    logs = run_job(job, server, tmp_path / "pods", {1: node})
+    got = collect(logs, 2, job.url, "m", GRID, tmp_path / "run")
+    assert got.result is not None and got.failure is None
+    (run,) = got.result.runs
+    assert run.errors == 0 and run.requests == 160
+    assert run.max_in_flight == 4
+    assert run.duration_s < 2.0  # 160 requests at 4 in flight, ~40 ms each: ~1.6 s at most
+    (said,) = [w for w in run.warnings if "wall clock" in w]
+    ahead = float(said.split(" is ")[1].split(" ms")[0].replace(",", ""))
+    assert 1_990 <= ahead <= 2_050, said  # 2 s, to within the barrier's release
+    # Its end, on its own wall clock 2 s late, is corrected: the run ends with client 0's.
+    zero = parse_log(logs[f"{job.name}-0"].splitlines()).runs[(1, 4, 1)]
+    assert run.finished_at is not None
+    assert abs((run.finished_at - zero.finished_at).total_seconds()) < 0.5
