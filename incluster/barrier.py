@@ -43,8 +43,9 @@ class Barrier:
         self._joined = asyncio.Event()
         self.met_ns: int | None = None
         """When the last ``meet`` released this shard (``time.monotonic_ns()``): shard 0 as it
-        writes the answers, the others as they read them, so one instant on every clock, to
-        within the answer's one-way trip (well under a millisecond inside a cluster)."""
+        writes the answers, the others as they read them, so one instant on every clock, the
+        others' late by the answer's trip and their wake-up (well under a millisecond on
+        nodes that are not overloaded; tens of ms on an overloaded machine)."""
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         hello = await reader.readline()

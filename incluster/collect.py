@@ -40,7 +40,8 @@ class Collected:
 CLOCK_SKEW_WARN_MS = 10.0
 """A client whose wall clock disagrees with client 0's by more than this (ms, against the
 barrier's common instant) is warned about: NTP keeps nodes within a few ms, and the barrier's
-release reaches every pod within well under one (its answer's one-way trip)."""
+release reaches a pod that is not overloaded within well under one (:attr:`incluster.barrier.
+Barrier.met_ns`)."""
 
 
 def merged_run(
