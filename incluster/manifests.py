@@ -11,9 +11,18 @@ Kubernetes behaviour relied on (kubernetes.io docs, "Jobs" at v1.34):
   "Job with Pod-to-Pod Communication");
 - ``batch.kubernetes.io/job-name`` is set on the Job's pods ("Job labels", since v1.27);
 - ``activeDeadlineSeconds`` ends every pod of the Job when it passes (reason
-  ``DeadlineExceeded``); ``backoffLimit: 0`` with ``restartPolicy: Never``: a failed pod is not
-  replaced, its log stays readable until the Job is deleted; ``ttlSecondsAfterFinished`` deletes
-  a finished Job the step could not delete itself (e.g. the workstation went away).
+  ``DeadlineExceeded``): the controller deletes them, their logs with them;
+  ``ttlSecondsAfterFinished`` deletes a finished Job the step could not delete itself (e.g. the
+  workstation went away).
+- ``backoffLimitPerIndex: 0`` with ``restartPolicy: Never`` (GA in 1.33): a failed pod marks
+  its index failed and is not replaced, and the other indexes run on; the Job fails
+  (``FailedIndexes``) once every index has ended, so every pod's log stays readable until the
+  step deletes the Job. Not ``backoffLimit: 0``: the first failed pod exceeds it, and the
+  controller then deletes every pod still running, with the finished runs in their logs,
+  before it marks the Job Failed (kubernetes ``pkg/controller/job/job_controller.go``
+  ``syncJob``: ``exceedsBackoffLimit``, "Remove active pods if Job failed",
+  ``deleteActivePods``; read at commit 6ae037f1). ``backoffLimit`` is left unset: with
+  ``backoffLimitPerIndex`` it defaults to 2147483647 (JobSpec, Kubernetes 1.34 OpenAPI).
 """
 
 from typing import Any
@@ -187,7 +196,7 @@ def load_job(job: LoadJob, files: dict[str, str]) -> dict[str, Any]:
             "completionMode": "Indexed",
             "completions": job.clients,
             "parallelism": job.clients,
-            "backoffLimit": 0,
+            "backoffLimitPerIndex": 0,
             "activeDeadlineSeconds": int(job.deadline_s) + DEADLINE_MARGIN_S,
             "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
             "template": {"metadata": {"labels": job.metadata()["labels"]}, "spec": spec},

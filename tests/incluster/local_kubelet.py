@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,9 +87,29 @@ def start_pod(
     )
 
 
+JOB_CONTROLLER = "kubernetes pkg/controller/job/job_controller.go (read at commit 6ae037f1)"
+"""The source the stand-in Job controller follows; its functions are named where used."""
+
+MAX_INT32 = 2**31 - 1
+
+
+def backoff_limit(spec: dict[str, Any]) -> int:
+    """``spec.backoffLimit`` as the API server defaults it: 6, or 2147483647 when
+    ``backoffLimitPerIndex`` is set (JobSpec.backoffLimit, the Kubernetes 1.34 OpenAPI
+    description: "When backoffLimitPerIndex is specified, backoffLimit defaults to
+    2147483647")."""
+    default = MAX_INT32 if spec.get("backoffLimitPerIndex") is not None else 6
+    return int(spec.get("backoffLimit", default))
+
+
 def pod_object(
     job: dict[str, Any], index: int, code: int | None, reason: str = "Error"
 ) -> dict[str, Any]:
+    """The pod of ``index`` as the API returns it: Running (``code`` None), else Succeeded (exit
+    0) or Failed with its container's ``terminated`` state; labelled
+    ``batch.kubernetes.io/job-name`` and annotated ``batch.kubernetes.io/job-completion-index``
+    as the Job controller's pod template makes them (``job_controller.go`` manageJob, via
+    ``addCompletionIndexAnnotation``; "Job labels" in the Jobs docs at v1.34)."""
     name = f"{job['metadata']['name']}-{index}"
     state: dict[str, Any] = {"running": {}}
     phase = "Running"
@@ -105,6 +126,7 @@ def pod_object(
             "name": name,
             "namespace": "testbed",
             "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]},
+            "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
         },
         "status": {
             "phase": phase,
@@ -122,59 +144,129 @@ def pod_object(
     }
 
 
+def job_verdict(
+    spec: dict[str, Any], ended: dict[int, int], past_deadline: bool
+) -> tuple[str, str, str] | None:
+    """What ``syncJob`` decides for an Indexed Job whose pods of index -> exit code ``ended``
+    (the others active): ``(condition, reason, message)`` or None (still running). In
+    syncJob's order: failed pods > backoffLimit ("BackoffLimitExceeded"), then the active
+    deadline ("DeadlineExceeded", ``pastActiveDeadline``), then with backoffLimitPerIndex more
+    failed indexes than maxFailedIndexes ("MaxFailedIndexesExceeded") or every index ended and
+    one failed ("FailedIndexes"); else Complete once every index succeeded. The reasons and
+    messages are syncJob's (``newFailureCondition`` calls). A failure reason means the
+    controller deletes the still-active pods ("Remove active pods if Job failed",
+    ``deleteActivePods``) and sets Failed only once they are gone (``delayTerminalCondition``:
+    FailureTarget first)."""
+    count = int(spec["completions"])
+    failed = [i for i, code in ended.items() if code != 0]
+    succeeded = [i for i, code in ended.items() if code == 0]
+    if len(failed) > backoff_limit(spec):
+        return "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+    if past_deadline:
+        return "Failed", "DeadlineExceeded", "Job was active longer than specified deadline"
+    if spec.get("backoffLimitPerIndex") is not None:
+        most = spec.get("maxFailedIndexes")
+        if most is not None and len(failed) > int(most):
+            return (
+                "Failed",
+                "MaxFailedIndexesExceeded",
+                "Job has exceeded the specified maximal number of failed indexes",
+            )
+        if failed and len(failed) + len(succeeded) >= count:
+            return "Failed", "FailedIndexes", "Job has failed indexes"
+    if len(succeeded) >= count:
+        return "Complete", "", ""
+    return None
+
+
 def controller(
     server: str, root: Path, url: str, kill_after_first_run: int | None = None
 ) -> Callable[[FakeKubeApi, dict[str, Any]], None]:
-    """The Job controller and kubelet: runs every index's pod, keeps its log and state, sets
-    the Job's Complete or Failed condition when all ended, and kills its pods when the Job is
-    deleted (SIGKILLs pod ``kill_after_first_run`` once it has written its first run:
-    "OOMKilled")."""
+    """The Job controller and kubelet: runs every index's pod, keeps its log and state, and
+    after every pod's end decides as ``syncJob`` does (:func:`job_verdict`; also when
+    ``activeDeadlineSeconds`` passes): on a failure it deletes the still-active pods, their
+    objects and logs with them, then sets Failed; Complete once all succeeded. Deleting the
+    Job kills its pods. Retries are not emulated: the Job must allow none (a failed pod of
+    backoffLimit 0, or of an index with backoffLimitPerIndex 0, is never replaced). Pod
+    ``kill_after_first_run`` is SIGKILLed once it has written its first run ("OOMKilled")."""
 
     def on_job(api: FakeKubeApi, job: dict[str, Any]) -> None:
         configmap = api.objects[("ConfigMap", job["metadata"]["name"])]
-        count = job["spec"]["completions"]
+        spec = job["spec"]
+        count = spec["completions"]
+        assert spec.get("backoffLimitPerIndex") in (None, 0), "retries are not emulated"
+        assert spec.get("backoffLimitPerIndex") == 0 or backoff_limit(spec) == 0
         name = job["metadata"]["name"]
         replace = {url: server, f"{name}-0.{name}": "127.0.0.1", str(PORT): str(free_port())}
-        spec = job["spec"]["template"]["spec"]
-        procs = [start_pod(spec, configmap, root, replace, i) for i in range(count)]
+        pod_spec = spec["template"]["spec"]
+        procs = [start_pod(pod_spec, configmap, root, replace, i) for i in range(count)]
+        ended: dict[int, int] = {}
+        deleted: set[int] = set()
+        lock = threading.Lock()
+        started = time.monotonic()
 
-        def on_delete(kind: str, deleted: str) -> None:
-            if (kind, deleted) == ("Job", name):
+        def on_delete(kind: str, deleted_name: str) -> None:
+            if (kind, deleted_name) == ("Job", name):
                 for proc in procs:
                     proc.kill()
 
         api.on_delete = on_delete
 
-        def run() -> None:
-            codes: dict[int, int] = {}
+        def sync() -> None:
+            with lock:
+                if job.get("status", {}).get("conditions"):
+                    return  # finished: "if job was finished previously ... return nil"
+                deadline = spec.get("activeDeadlineSeconds")
+                past = deadline is not None and time.monotonic() - started >= deadline
+                verdict = job_verdict(spec, ended, past)
+                if verdict is None:
+                    return
+                condition, reason, message = verdict
+                if condition == "Failed":  # "Remove active pods if Job failed."
+                    for i in range(count):
+                        if i not in ended:
+                            deleted.add(i)
+                            procs[i].kill()
+                            api.pods.pop(f"{name}-{i}", None)
+                            api.logs.pop(f"{name}-{i}", None)
+                failed = sorted(i for i, c in ended.items() if c != 0)
+                status: dict[str, Any] = {
+                    "succeeded": sum(c == 0 for c in ended.values()),
+                    "failed": len(failed) + len(deleted),
+                    "conditions": [{"type": condition, "status": "True"}],
+                }
+                if reason:
+                    status["conditions"][0] |= {"reason": reason, "message": message}
+                if spec.get("backoffLimitPerIndex") is not None:
+                    status["failedIndexes"] = ",".join(map(str, failed))
+                job["status"] = status
 
-            def follow(i: int, proc: subprocess.Popen[bytes]) -> None:
-                log = f"{name}-{i}"
-                api.logs[log] = ""
-                api.pods[log] = pod_object(job, i, None)
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    api.logs[log] += line.decode()
-                    if i == kill_after_first_run and line.startswith(b'{"tb":"run"'):
-                        proc.send_signal(signal.SIGKILL)
-                codes[i] = proc.wait()
-                killed = codes[i] == -signal.SIGKILL
-                end = (137, "OOMKilled") if killed else (codes[i], "")
-                if ("Job", name) in api.objects:  # not deleted meanwhile
-                    api.pods[log] = pod_object(job, i, *end)
+        def follow(i: int, proc: subprocess.Popen[bytes]) -> None:
+            log = f"{name}-{i}"
+            api.logs[log] = ""
+            api.pods[log] = pod_object(job, i, None)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if i in deleted:
+                    break
+                api.logs[log] += line.decode()
+                if i == kill_after_first_run and line.startswith(b'{"tb":"run"'):
+                    proc.send_signal(signal.SIGKILL)
+            code = proc.wait()
+            with lock:
+                if i in deleted or ("Job", name) not in api.objects:
+                    return  # deleted: its pod object and log are gone
+                ended[i] = code
+                killed = code == -signal.SIGKILL
+                api.pods[log] = pod_object(job, i, *((137, "OOMKilled") if killed else (code, "")))
+            sync()
 
-            threads = [threading.Thread(target=follow, args=(i, p)) for i, p in enumerate(procs)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            ok = all(c == 0 for c in codes.values())
-            condition = {"type": "Complete" if ok else "Failed", "status": "True"}
-            if not ok:
-                condition |= {"reason": "BackoffLimitExceeded", "message": "a pod failed"}
-            job["status"] = {"conditions": [condition]}
-
-        threading.Thread(target=run, daemon=True).start()
+        for i, proc in enumerate(procs):
+            threading.Thread(target=follow, args=(i, proc), daemon=True).start()
+        if spec.get("activeDeadlineSeconds") is not None:
+            timer = threading.Timer(spec["activeDeadlineSeconds"], sync)
+            timer.daemon = True
+            timer.start()
 
     return on_job
 

@@ -56,7 +56,9 @@ def test_objects_are_valid_kubernetes_1_34(clients: int) -> None:
         clients,
         clients,
     )
-    assert spec["activeDeadlineSeconds"] == 3630 and spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == 3630
+    # one failed client fails its index only; no backoffLimit (which would end the others)
+    assert spec["backoffLimitPerIndex"] == 0 and "backoffLimit" not in spec
     pod = spec["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod.get("subdomain") == (job.name if clients > 1 else None)

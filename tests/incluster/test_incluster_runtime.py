@@ -6,12 +6,15 @@ it created, also when a pod is killed or the create is refused."""
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 from fake_kube_api import FakeKubeApi, fake_kube_api
 from local_kubelet import controller
 
+from incluster import runtime
 from incluster.collect import finished_runs
-from incluster.manifests import LoadJob
+from incluster.manifests import LoadJob, load_objects
 from incluster.runtime import ClusterRun, run_in_cluster
 from loadgen.config import LoadConfig
 
@@ -79,10 +82,37 @@ def test_a_killed_pod_keeps_the_finished_runs_and_is_named(server: str, tmp_path
     assert run.result is not None
     assert [(r.repetition, r.requests) for r in run.result.runs] == [(1, 40)]
     assert run.failure is not None
-    assert "Job load-test-0123abcd Failed (BackoffLimitExceeded: a pod failed)" in run.failure
+    assert "Job load-test-0123abcd Failed (FailedIndexes: Job has failed indexes)" in run.failure
     assert "load-test-0123abcd-1 OOMKilled (exit 137)" in run.failure
     assert "BarrierBroken" in run.failure  # what client 0 said
     assert len(api.deleted) == 3
+
+
+def test_with_backoff_limit_0_the_controller_takes_the_survivors_runs(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the Job had before backoffLimitPerIndex: the first failed pod exceeds
+    ``backoffLimit: 0``, the controller deletes client 0 while it still runs (syncJob, "Remove
+    active pods if Job failed") and its log goes with it: the run both clients finished is
+    lost."""
+
+    def old_objects(job: LoadJob, files: dict[str, str]) -> list[dict[str, Any]]:
+        objects = load_objects(job, files)
+        spec = objects[-1]["spec"]
+        del spec["backoffLimitPerIndex"]
+        spec["backoffLimit"] = 0
+        return objects
+
+    monkeypatch.setattr(runtime, "load_objects", old_objects)
+    with fake_kube_api() as api:
+        api.on_job = controller(server, tmp_path / "pods", URL, kill_after_first_run=1)
+        run = _run(api, tmp_path, _job(2))
+    assert run.result is None  # rep 1 finished on both clients, and is gone
+    assert run.failure is not None
+    assert "Failed (BackoffLimitExceeded: Job has reached the specified backoff limit)" in (
+        run.failure
+    )
+    assert "no log from client 0" in run.failure
 
 
 def test_a_refused_create_names_the_role_and_leaves_nothing(tmp_path: Path) -> None:
