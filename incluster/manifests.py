@@ -214,17 +214,22 @@ def load_objects(job: LoadJob, files: dict[str, str]) -> list[dict[str, Any]]:
 ROLE_NAME = "testbed-load-step"
 
 LOAD_STEP_RULES: tuple[dict[str, Any], ...] = (
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "delete"]},
+    {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["create", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
 """What the in-cluster load step does with the user's credentials, in the stack's namespace
-only (:mod:`incluster.runtime`): create, read and delete its Job, create and delete its
-ConfigMap and barrier Service, list and watch pods (its own, and the graph's for incidents:
-:mod:`loadgen.kube_watch`) and read their logs; the KV-path probe creates and deletes its two
-pods (:mod:`incluster.probe`)."""
+only (:mod:`incluster.runtime`): create, read, list (its stack's leftover Jobs) and delete its
+Job and read the Job's status (``GET .../jobs/<name>/status``: RBAC matches ``jobs/status``, a
+resource of its own that a ``jobs`` rule does not cover: kubernetes
+``pkg/apis/rbac/v1/evaluation_helpers.go`` ``ResourceMatches``), create and delete its ConfigMap
+and barrier Service, list and watch pods (its own, and the graph's for incidents:
+:mod:`loadgen.kube_watch`) and read their logs; create pods (the load pod's server-side dry run
+before the Job, and the KV-path probe's two pods: :mod:`incluster.probe`) and delete them. A
+test runs the step against a fake API that allows exactly these rules."""
 
 
 def load_step_role(namespace: str) -> dict[str, Any]:
@@ -253,4 +258,17 @@ def rbac_entry(namespace: str) -> dict[str, Any]:
         "scope": f"namespace/{namespace}",
         "rules": rules,
         "role": ROLE_NAME,
+    }
+
+
+def load_step_binding(namespace: str, subjects: list[dict[str, str]]) -> dict[str, Any]:
+    """The RoleBinding of :func:`load_step_role` to ``subjects`` (RBAC ``Subject`` dicts:
+    ``{"kind": "User" | "Group", "apiGroup": "rbac.authorization.k8s.io", "name": ...}`` or
+    ``{"kind": "ServiceAccount", "name": ..., "namespace": ...}``) in ``namespace``."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": ROLE_NAME, "namespace": namespace, "labels": dict(LOAD_LABELS)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE_NAME},
+        "subjects": subjects,
     }

@@ -113,12 +113,18 @@ class Refused(RuntimeError):
     what to do."""
 
 
-def _forbidden(exc: Any, namespace: str, kind: str) -> str:
+def _forbidden(exc: Any, namespace: str, action: str) -> str:
+    """The one line for a refused call: what the step may not do (``action``, e.g. "create a
+    Job"), the API's answer, and the fix."""
     return (
-        f"the load step may not create a {kind} in namespace {namespace} ({exc.status} "
-        f"{exc.reason}); bind the Role {ROLE_NAME} (docs/in-cluster.md) to your identity, or set "
-        "load.runner: local"
+        f"the load step may not {action} in namespace {namespace} ({exc.status} {exc.reason}); "
+        f"bind the Role {ROLE_NAME} (`testbed load-role STACK`, docs/in-cluster.md) to your "
+        "identity, or set load.runner: local"
     )
+
+
+def _is_forbidden(exc: BaseException) -> bool:
+    return isinstance(exc, ApiException) and exc.status in (401, 403)
 
 
 @contextlib.contextmanager
@@ -144,9 +150,12 @@ def _created(
                 _create(core, batch, ns, obj)
             except API_ERRORS as exc:
                 kind = obj["kind"]
-                forbidden = isinstance(exc, ApiException) and exc.status in (401, 403)
                 reason = exc.reason if isinstance(exc, ApiException) else exc
-                message = _forbidden(exc, ns, kind) if forbidden else f"create {kind}: {reason}"
+                message = (
+                    _forbidden(exc, ns, f"create a {kind}")
+                    if _is_forbidden(exc)
+                    else f"create {kind}: {reason}"
+                )
                 raise Refused(message) from None
             created.append(obj)
         yield api, core, batch
@@ -226,7 +235,11 @@ def run_in_cluster(
             try:
                 ended, exceeded, stopped = _wait_for_job(batch, job, deadline, poll_s, stop)
             except API_ERRORS as exc:
-                lost = f"lost the Kubernetes API while waiting for Job {job.name}: {exc}"
+                lost = (
+                    _forbidden(exc, job.namespace, f"read the status of Job {job.name}")
+                    if _is_forbidden(exc)
+                    else f"lost the Kubernetes API while waiting for Job {job.name}: {exc}"
+                )
             finally:  # also on Ctrl-C: what the pods finished is kept before they are deleted
                 pods, logs = _pods_and_logs(api, core, job)
                 collected = collect(logs, job.clients, job.url, job.model, config, run_dir)

@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 from loadgen.cli import EXIT_INTERRUPTED, EXIT_USAGE, load_command, report_command
 from testbed.compare import compare_command
 from testbed.init_stack import init_stack_command
+from testbed.load_role import load_role_command
 from testbed.probe_command import probe_app
 from testbed.stack_commands import diff_command, render_command, simulate_command
 
@@ -73,6 +74,7 @@ app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.add_typer(probe_app, name="probe")
 app.command("init-stack")(init_stack_command)
+app.command("load-role")(load_role_command)
 
 
 def _no_flag_types(command: Any) -> None:

@@ -7,18 +7,20 @@ checks at preview it also lists `nodes` (`GET /api/v1/nodes`), `secrets` by name
 /api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs), `cluster_roles` and `graphs`
 (DGDs, also by namespace), one namespace (`namespaces`) and the Deployments of one
 (`deployments`, label selector applied), and answers SelfSubjectAccessReviews from the
-user's RBAC rules (`grants`); a path in `forbidden` answers 403 (also to a create).
-For the in-cluster load and probe, ConfigMaps, Services, Jobs and Pods are created and
-deleted, a Job's status, a pod and its log (`logs`) read, and a created Job or Pod is handed to
-`on_job` / `on_pod`, the test's stand-in for the controller and kubelet. Runs on its own event
-loop in a thread, so the watch (a thread using the synchronous kubernetes client) and the load
-(another loop) can run beside it."""
+user's RBAC rules (`grants`); a path in `forbidden` answers 403 (also to a create). With
+`rules` set (RBAC PolicyRules of one Role in NAMESPACE) every request is authorized as the API
+server's RBAC authorizer does (:func:`request_attributes`, :func:`rule_allows`), and refused
+with its 403. For the in-cluster load and probe, ConfigMaps, Services, Jobs and Pods are
+created and deleted, a Job's status, a pod and its log (`logs`) read, and a created Job or Pod
+is handed to `on_job` / `on_pod`, the test's stand-in for the controller and kubelet. Runs on
+its own event loop in a thread, so the watch (a thread using the synchronous kubernetes client)
+and the load (another loop) can run beside it."""
 
 import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,8 @@ class FakeKubeApi:
     grants: list[tuple[str | None, dict[str, Any]]] | None = None
     reviews: list[dict[str, Any]] = field(default_factory=list)  # resourceAttributes asked
     forbidden: set[str] = field(default_factory=set)  # request paths answered 403
+    rules: list[dict[str, Any]] | None = None  # a Role's rules in NAMESPACE; None: no RBAC
+    refused: list[str] = field(default_factory=list)  # what RBAC refused: "verb resource"
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     created: list[tuple[str, str]] = field(default_factory=list)
     deleted: list[tuple[str, str]] = field(default_factory=list)
@@ -355,6 +359,83 @@ def _job_of(pod: dict[str, Any]) -> str | None:
     return (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
 
 
+@dataclass(frozen=True)
+class Attributes:
+    """What the API server's authorizer is asked about one request (k8s.io/apiserver
+    ``pkg/endpoints/request/requestinfo.go`` ``RequestInfo``)."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+
+
+VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch"}
+VERBS["DELETE"] = "delete"
+
+
+def request_attributes(method: str, path: str, query: Mapping[str, str]) -> Attributes:
+    """A resource request's attributes as ``RequestInfoFactory.NewRequestInfo`` resolves them:
+    ``/api/v1/...`` is the core group (""), ``/apis/<group>/<version>/...`` its group; then
+    ``namespaces/<ns>/`` and ``resource[/name[/subresource]]``; the method gives the verb
+    (POST create, GET get, PUT update, PATCH patch, DELETE delete), a GET without a name is
+    ``list``, and ``watch`` when it asks ``?watch=1``; a DELETE without a name
+    ``deletecollection``."""
+    parts = [p for p in path.split("/") if p]
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    else:
+        group, rest = parts[1], parts[3:]
+    namespace = ""
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    resource, name, subresource = [*rest, "", "", ""][:3]
+    verb = VERBS[method]
+    if not name and verb == "get":
+        verb = "watch" if query.get("watch") in ("1", "true", "True") else "list"
+    if not name and verb == "delete":
+        verb = "deletecollection"
+    return Attributes(verb, group, resource, subresource, namespace, name)
+
+
+def rule_allows(rule: Mapping[str, Any], attrs: Attributes) -> bool:
+    """One PolicyRule against a resource request, as kubernetes
+    ``plugin/pkg/auth/authorizer/rbac/rbac.go`` ``RuleAllows`` does with the helpers of
+    ``pkg/apis/rbac/v1/evaluation_helpers.go``: ``VerbMatches`` and ``APIGroupMatches`` (the
+    value or ``*``), ``ResourceMatches`` on ``resource/subresource`` (``*``, the exact combined
+    name, or ``*/subresource``: ``jobs`` does not match ``jobs/status``), ``ResourceNameMatches``
+    (none listed: every name)."""
+    combined = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
+    resources = rule.get("resources", [])
+    resource_ok = any(
+        r in ("*", combined) or (attrs.subresource and r == f"*/{attrs.subresource}")
+        for r in resources
+    )
+    names = rule.get("resourceNames") or []
+    return (
+        any(v in ("*", attrs.verb) for v in rule.get("verbs", []))
+        and any(g in ("*", attrs.group) for g in rule.get("apiGroups", []))
+        and resource_ok
+        and (not names or attrs.name in names)
+    )
+
+
+def forbidden_status(attrs: Attributes) -> dict[str, Any]:
+    """The 403 the API server answers (k8s.io/apiserver ``pkg/endpoints/handlers/
+    responsewriters/errors.go`` ``ForbiddenStatusError``: ``<resource> "<name>" is forbidden:
+    User "<user>" cannot <verb> resource "<resource/sub>" in API group "<group>" in the
+    namespace "<ns>"``)."""
+    combined = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
+    where = f' in the namespace "{attrs.namespace}"' if attrs.namespace else " at the cluster scope"
+    message = (
+        f'{attrs.resource} "{attrs.name}" is forbidden: User "u" cannot {attrs.verb} resource '
+        f'"{combined}" in API group "{attrs.group}"{where}'
+    )
+    return {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message}
+
+
 @contextlib.contextmanager
 def fake_kube_api() -> Iterator[FakeKubeApi]:
     """A running `FakeKubeApi` on its own loop in a daemon thread; stopped on exit."""
@@ -365,7 +446,21 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
 
     async def serve() -> None:
         api._loop, api._changed = loop, asyncio.Event()
-        app = web.Application()
+
+        @web.middleware
+        async def rbac(request: web.Request, handler: Any) -> web.StreamResponse:
+            """A Role's rules bind only in its namespace; nothing cluster-wide is granted."""
+            if api.rules is None:
+                return await handler(request)
+            attrs = request_attributes(request.method, request.path, request.query)
+            in_role = attrs.namespace == NAMESPACE
+            if in_role and any(rule_allows(rule, attrs) for rule in api.rules):
+                return await handler(request)
+            combined = "/".join(filter(None, [attrs.resource, attrs.subresource]))
+            api.refused.append(f"{attrs.verb} {combined}")
+            return web.json_response(forbidden_status(attrs), status=403)
+
+        app = web.Application(middlewares=[rbac])
         app.router.add_get(f"/api/v1/namespaces/{NAMESPACE}/pods", api.handle)
         app.router.add_get("/api/v1/nodes", api.list_objects)
         app.router.add_get("/api/v1/namespaces/{namespace}/secrets", api.list_objects)

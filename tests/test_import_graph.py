@@ -42,6 +42,7 @@ COMMAND_MODULES = frozenset(
         "testbed.stack_commands",
         "testbed.compare",
         "testbed.init_stack",
+        "testbed.load_role",
         "testbed.probe_command",
         "loadgen.cli",
     }

@@ -14,7 +14,7 @@ from local_kubelet import controller
 
 from incluster import runtime
 from incluster.collect import finished_runs
-from incluster.manifests import LoadJob, load_objects
+from incluster.manifests import LOAD_STEP_RULES, LoadJob, load_objects
 from incluster.runtime import ClusterRun, run_in_cluster
 from loadgen.config import LoadConfig
 
@@ -122,7 +122,8 @@ def test_a_refused_create_names_the_role_and_leaves_nothing(tmp_path: Path) -> N
     assert run.result is None
     assert run.failure == (
         "the load step may not create a Job in namespace testbed (403 Forbidden); bind the "
-        "Role testbed-load-step (docs/in-cluster.md) to your identity, or set load.runner: local"
+        "Role testbed-load-step (`testbed load-role STACK`, docs/in-cluster.md) to your "
+        "identity, or set load.runner: local"
     )
     assert api.created == [("ConfigMap", "load-test-0123abcd")]
     assert api.deleted == [("ConfigMap", "load-test-0123abcd")]
@@ -167,3 +168,28 @@ def test_the_stop_file_keeps_the_finished_runs(server: str, tmp_path: Path) -> N
     assert run.result is not None
     assert [(r.repetition, r.requests) for r in run.result.runs] == [(1, 40)]
     assert ("Job", "load-test-0123abcd") in api.deleted
+
+
+def test_the_role_grants_exactly_what_the_step_does(server: str, tmp_path: Path) -> None:
+    """Against an API that authorizes as RBAC does with only the Role's rules: nothing is
+    refused. Without the ``jobs/status`` rule the first poll is refused (a ``jobs`` rule does
+    not cover it), and the step says so with the fix."""
+    with fake_kube_api() as api:
+        api.rules = [dict(rule) for rule in LOAD_STEP_RULES]
+        api.on_job = controller(server, tmp_path / "pods", URL)
+        run = _run(api, tmp_path, _job(2))
+    assert api.refused == []
+    assert run.failure is None and run.result is not None
+    without_status = [r for r in LOAD_STEP_RULES if r["resources"] != ["jobs/status"]]
+    (tmp_path / "b").mkdir()
+    with fake_kube_api() as api:
+        api.rules = without_status
+        api.on_job = controller(server, tmp_path / "pods2", URL)
+        run = _run(api, tmp_path / "b", _job(1))
+    assert api.refused[0] == "get jobs/status"
+    assert run.failure is not None
+    assert run.failure.startswith(
+        "the load step may not read the status of Job load-test-0123abcd in namespace testbed "
+        "(403 Forbidden); bind the Role testbed-load-step"
+    )
+    assert sorted(api.deleted) == sorted(api.created)  # nothing left behind

@@ -1,0 +1,43 @@
+"""`testbed load-role STACK`: the Role of the load step (the one definition,
+incluster.manifests.LOAD_STEP_RULES) and a RoleBinding, valid Kubernetes 1.34 objects; the fix
+its error suggests is accepted."""
+
+import kubernetes_validate
+import yaml
+from typer.testing import CliRunner
+
+from incluster.manifests import LOAD_STEP_RULES
+from stackmodel.stacks import load_stack
+from testbed.cli import app
+
+
+def test_the_role_and_binding_apply_in_the_stacks_namespace() -> None:
+    result = CliRunner().invoke(
+        app, ["load-role", "kv-routing", "--user", "alice", "--service-account", "ci:deployer"]
+    )
+    assert result.exit_code == 0, result.output
+    role, binding = yaml.safe_load_all(result.stdout)
+    for obj in (role, binding):
+        kubernetes_validate.validate(obj, "1.34", strict=True)
+    namespace = load_stack("kv-routing").namespace
+    assert (role["kind"], role["metadata"]["namespace"]) == ("Role", namespace)
+    assert role["rules"] == [dict(rule) for rule in LOAD_STEP_RULES]
+    assert {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]} in role["rules"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+        {"kind": "ServiceAccount", "name": "deployer", "namespace": "ci"},
+    ]
+    alone = CliRunner().invoke(app, ["load-role", "kv-routing"])
+    assert [o["kind"] for o in yaml.safe_load_all(alone.stdout)] == ["Role"]
+
+
+def test_a_bad_service_account_names_the_form_that_works() -> None:
+    bad = CliRunner().invoke(app, ["load-role", "kv-routing", "--service-account", "deployer"])
+    assert bad.exit_code == 2
+    fix = "testbed-kv-routing:deployer"
+    assert f"give it as NAMESPACE:NAME, e.g. --service-account {fix}" in bad.stderr
+    assert (
+        CliRunner().invoke(app, ["load-role", "kv-routing", "--service-account", fix]).exit_code
+        == 0
+    )
