@@ -128,12 +128,15 @@ def _run_grid(
     run_dir: Path,
     deadline: float,
     pods: GridObserver,
+    notes: list[str],
 ) -> tuple[GridResult | None, bool, str | None]:
     """The grid where ``load.runner`` says: in this process (:func:`_wait_and_run`), or as a
     Job of ``clients`` pods in the stack's namespace (:func:`incluster.runtime.run_in_cluster`;
     imported here, so that ``pulumi preview`` never loads the Kubernetes client for it). Same
     result, deadline flag and failure either way; both resume ``run_dir``'s finished runs and
-    honour the stop file (:mod:`loadstep.folder`).
+    honour the stop file (:mod:`loadstep.folder`). In the cluster, the Job is named after
+    ``run_dir`` and a leftover load Job of the stack is cleared first
+    (:func:`incluster.runtime.clear_leftovers`), what was done with it appended to ``notes``.
 
     Raises:
         StopRequested: the stop file stopped the grid.
@@ -142,24 +145,21 @@ def _run_grid(
         return asyncio.run(_wait_and_run(inputs, config, run_dir, deadline, pods))
     from incluster.collect import finished_runs
     from incluster.manifests import LoadJob
-    from incluster.runtime import job_name, run_in_cluster
-    from loadgen.output import ResumeError
+    from incluster.runtime import clear_leftovers, job_name, run_in_cluster
+    from loadgen.output import ResumeError, read_result
     from loadstep.folder import StopRequested, stop_file, stop_requested
 
     if inputs.url is None or inputs.namespace is None or inputs.image is None:
         return None, False, "the in-cluster load needs the stack's namespace, image and URL"
-    try:  # a resumed folder's runs are not measured again (loadstep.folder)
-        skip, sizing = finished_runs(run_dir, inputs.url, inputs.model, config)
-    except ResumeError as exc:
-        return None, False, str(exc)
 
     def stop() -> str | None:
         if not stop_requested(inputs):
             return None
         return f"stop file {stop_file(inputs)} found; the run in flight was dropped"
 
+    folder = f"{inputs.stack}/{run_dir.name}"
     job = LoadJob(
-        name=job_name(inputs.stack),
+        name=job_name(inputs.stack, folder),
         namespace=inputs.namespace,
         image=inputs.image,
         url=inputs.url,
@@ -170,9 +170,27 @@ def _run_grid(
         model_wait_s=inputs.model_wait_s,
         ready_successes=inputs.ready_successes,
         tolerations=tuple(inputs.tolerations),
-        skip=tuple(skip),
-        tokens_per_word=None if sizing is None else sizing.tokens_per_word,
-        sizing_source=None if sizing is None else sizing.source,
+        stack=inputs.stack,
+        folder=folder,
+    )
+    # A Job an interrupted step left: its own folder's is collected, any other deleted.
+    leftovers = clear_leftovers(
+        job, config, run_dir, kubeconfig=inputs.kubeconfig, context=inputs.kube_context
+    )
+    notes.extend(leftovers.notes)
+    if leftovers.failure is not None:
+        return read_result(run_dir), False, leftovers.failure
+    try:  # a resumed folder's runs are not measured again (loadstep.folder)
+        skip, sizing = finished_runs(run_dir, inputs.url, inputs.model, config)
+    except ResumeError as exc:
+        return None, False, str(exc)
+    job = job.model_copy(
+        update={
+            "deadline_s": max(deadline - time.monotonic(), 1.0),
+            "skip": tuple(skip),
+            "tokens_per_word": None if sizing is None else sizing.tokens_per_word,
+            "sizing_source": None if sizing is None else sizing.source,
+        }
     )
     run = run_in_cluster(
         job,
@@ -224,6 +242,7 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     stopped: StopRequested | None = None
     exceeded = False
     failure: str | None = None
+    notes: list[str] = []
     # The pod watch (a no-op without a namespace, as in states written before it existed).
     # The graph's pods, not the in-cluster load's own (whose ending is no incident).
     watch = pod_watch(
@@ -234,7 +253,7 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     )
     with watch as pods:
         try:
-            result, exceeded, failure = _run_grid(inputs, config, run_dir, deadline, pods)
+            result, exceeded, failure = _run_grid(inputs, config, run_dir, deadline, pods, notes)
         except ModelNotListedError as exc:
             failure = str(exc)
         except StopRequested as stop:
@@ -253,8 +272,15 @@ def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
     write_text_atomic(run_dir / INCIDENTS_FILE, json.dumps(data, indent=2) + "\n")
     if stopped is not None:
         raise _stopped(config, result, run_dir, stopped)
+    for note in notes:
+        pulumi.log.warn(f"load step: {note}")
     status = step_status(
-        config, result, deadline_exceeded=exceeded, failure=failure, incidents=incidents
+        config,
+        result,
+        deadline_exceeded=exceeded,
+        failure=failure,
+        incidents=incidents,
+        notes=notes,
     )
     outputs = step_outputs(result, status, ran_at, datetime.now(UTC), str(run_dir.resolve()))
     if result is None:  # no run finished: the folder still answers with an empty summary

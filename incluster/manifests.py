@@ -35,6 +35,28 @@ from incluster.sources import GRID_FILE, MOUNT_PATH, config_key
 LOAD_LABELS = {"app.kubernetes.io/name": "testbed-load", "app.kubernetes.io/managed-by": "testbed"}
 """Labels of every object the load step creates."""
 
+STACK_LABEL = "testbed/stack"
+"""The label naming a load run's stack (:func:`stack_label`): how a step finds the Jobs an
+interrupted step of its stack left behind."""
+
+FOLDER_ANNOTATION = "testbed/results-folder"
+"""The annotation naming a load run's results folder (``<stack>/<UTC time>``)."""
+
+
+def stack_label(stack: str) -> str:
+    """``stack`` as a DNS label of at most 37 characters (lower case, other characters ``-``):
+    a label value, and the middle of the load objects' names."""
+    base = "".join(c if c.isalnum() else "-" for c in stack.lower()).strip("-")[:37].strip("-")
+    return base or "stack"
+
+
+def leftover_selector(stack: str) -> str:
+    """The label selector of every load Job of ``stack``."""
+    return f"app.kubernetes.io/name={LOAD_LABELS['app.kubernetes.io/name']},{STACK_LABEL}=" + (
+        stack_label(stack)
+    )
+
+
 NOT_LOAD_PODS = "app.kubernetes.io/name!=testbed-load"
 """A label selector for every pod but the load's own (the pod watch's: incidents are the
 graph's)."""
@@ -76,6 +98,9 @@ class LoadJob(BaseModel):
             resumed: the pods measure only the others.
         tokens_per_word, sizing_source: the resumed runs' prompt sizing, which the pods reuse
             instead of calibrating (None: calibrate).
+        stack: the stack (labelled :data:`STACK_LABEL`).
+        folder: the results folder, ``<stack>/<UTC time>`` (annotated
+            :data:`FOLDER_ANNOTATION`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -94,11 +119,22 @@ class LoadJob(BaseModel):
     skip: tuple[tuple[int, int, int], ...] = ()
     tokens_per_word: float | None = None
     sizing_source: str | None = None
+    stack: str
+    folder: str
 
     def metadata(self, name: str | None = None) -> dict[str, Any]:
         """``metadata`` of one of the run's objects."""
-        labels = {**LOAD_LABELS, "testbed/load-run": self.name}
-        return {"name": name or self.name, "namespace": self.namespace, "labels": labels}
+        labels = {
+            **LOAD_LABELS,
+            "testbed/load-run": self.name,
+            STACK_LABEL: stack_label(self.stack),
+        }
+        return {
+            "name": name or self.name,
+            "namespace": self.namespace,
+            "labels": labels,
+            "annotations": {FOLDER_ANNOTATION: self.folder},
+        }
 
 
 def source_configmap(job: LoadJob, files: dict[str, str]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ Access is the stack's Kubernetes provider's (:func:`loadgen.kube_watch.api_clien
 """
 
 import contextlib
+import hashlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,11 +23,19 @@ from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
 from incluster.collect import collect, pod_summary
-from incluster.manifests import ROLE_NAME, LoadJob, load_objects
+from incluster.manifests import (
+    FOLDER_ANNOTATION,
+    ROLE_NAME,
+    LoadJob,
+    leftover_selector,
+    load_objects,
+    stack_label,
+)
 from incluster.probe import figures_from_log
 from incluster.sources import pod_files
 from loadgen.config import LoadConfig
 from loadgen.kube_watch import KubeAccessError, api_client
+from loadgen.output import read_result
 from loadgen.results import GridResult
 
 API_ERRORS = (ApiException, HTTPError)
@@ -48,10 +57,18 @@ class ClusterRun:
     stopped: str | None = None
 
 
-def job_name(stack: str) -> str:
-    """A fresh Job name for ``stack``: ``load-<stack, cut to 37>-<8 hex>`` in DNS-label form."""
-    base = "".join(c if c.isalnum() else "-" for c in stack.lower()).strip("-")[:37].strip("-")
-    return f"load-{base or 'stack'}-{uuid.uuid4().hex[:8]}"
+def job_name(stack: str, folder: str) -> str:
+    """The Job name of results folder ``folder`` (``<stack>/<UTC time>``):
+    ``load-<stack_label>-<the first 8 hex of its SHA-256>``. The same folder gives the same
+    name, so a step that resumes it finds the Job an interrupted step left
+    (:func:`clear_leftovers`)."""
+    digest = hashlib.sha256(folder.encode()).hexdigest()[:8]
+    return f"load-{stack_label(stack)}-{digest}"
+
+
+def probe_name(stack: str) -> str:
+    """A fresh name for one KV-path probe of ``stack``: ``probe-<stack_label>-<8 hex>``."""
+    return f"probe-{stack_label(stack)}-{uuid.uuid4().hex[:8]}"
 
 
 def _create(core: Any, batch: Any, namespace: str, obj: dict[str, Any]) -> None:
@@ -204,6 +221,110 @@ def _pods_and_logs(
         with contextlib.suppress(*API_ERRORS):  # a pod that never started has no log
             logs[name] = _log(core, name, job.namespace, "loadgen")
     return pods, logs
+
+
+LEFTOVER_WAIT_S = 120.0
+"""How long the step waits for a leftover Job to be gone (seconds): deleted in the foreground,
+the Job stays until the garbage collector has deleted its pods (Kubernetes docs, "Garbage
+Collection", "Foreground cascading deletion"), whose grace period is 30 s by default."""
+
+
+def _delete_and_wait(
+    core: Any, batch: Any, job: dict[str, Any], wait_s: float, poll_s: float
+) -> bool:
+    """Delete a leftover Job in the foreground, its ConfigMap and barrier Service (same name),
+    and wait until the Job is gone (then its pods are, too); False if it was not within
+    ``wait_s``."""
+    name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+    with contextlib.suppress(*API_ERRORS):
+        batch.delete_namespaced_job(name, ns, propagation_policy="Foreground")
+    for kind in ("ConfigMap", "Service"):
+        _delete(core, batch, ns, {"kind": kind, "metadata": {"name": name}})
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        try:
+            batch.read_namespaced_job(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+        except HTTPError:
+            pass
+        time.sleep(poll_s)
+    return False
+
+
+@dataclass
+class Leftovers:
+    """What :func:`clear_leftovers` did: one note per leftover Job (what it kept, what it
+    deleted), and why the step must not start (None: it may)."""
+
+    notes: list[str]
+    failure: str | None = None
+
+
+def clear_leftovers(
+    job: LoadJob,
+    config: LoadConfig,
+    run_dir: Path,
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    wait_s: float = LEFTOVER_WAIT_S,
+    poll_s: float = POLL_S,
+) -> Leftovers:
+    """Before ``job`` starts: find the load Jobs an interrupted step of its stack left in its
+    namespace (:func:`incluster.manifests.leftover_selector`; a second Ctrl-C SIGKILLs the
+    provider, so its cleanup never ran) and clear them. The Job of ``job``'s own results folder
+    (the same name: :func:`job_name`) is collected first, running or ended: the runs its
+    clients finished are written to ``run_dir`` as any collection's, so the step then skips
+    them; any other is deleted without collecting (its folder is not the one being resumed).
+    Each is deleted in the foreground and waited for, so that no pod of it still loads the
+    frontend or answers at the barrier's name when the new Job starts."""
+    try:
+        api = api_client(kubeconfig, context)
+    except KubeAccessError as exc:
+        return Leftovers([], f"no access to the cluster: {exc}")
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    notes: list[str] = []
+    try:
+        try:
+            found = batch.list_namespaced_job(
+                job.namespace, label_selector=leftover_selector(job.stack)
+            ).items
+        except API_ERRORS as exc:
+            why = _forbidden(exc, job.namespace, "list Jobs") if _is_forbidden(exc) else exc
+            return Leftovers([f"could not look for a leftover load Job: {why}"])
+        for item in found:
+            left = api.sanitize_for_serialization(item)
+            name = left["metadata"]["name"]
+            state = _finished(item) or "still running"
+            if name == job.name:
+                before = read_result(run_dir)
+                _, logs = _pods_and_logs(api, core, job)
+                clients = int(left["spec"]["completions"])
+                after = collect(logs, clients, job.url, job.model, config, run_dir).result
+                kept = len(after.runs if after else []) - len(before.runs if before else [])
+                notes.append(
+                    f"found Job {name} of this results folder, left by an interrupted step "
+                    f"({state}): kept the {kept} runs it finished, then deleted it"
+                )
+            else:
+                folder = (left["metadata"].get("annotations") or {}).get(FOLDER_ANNOTATION)
+                notes.append(
+                    f"deleted leftover load Job {name} ({state}) of results folder "
+                    f"{folder or 'unknown'}, left by an interrupted step; its runs were not "
+                    "collected"
+                )
+            if not _delete_and_wait(core, batch, left, wait_s, poll_s):
+                return Leftovers(
+                    notes,
+                    f"leftover load Job {name} was still being deleted after {wait_s:g} s; "
+                    "run `pulumi up` again once `kubectl get job "
+                    f"{name} -n {job.namespace}` finds none",
+                )
+    finally:
+        api.close()
+    return Leftovers(notes)
 
 
 def run_in_cluster(

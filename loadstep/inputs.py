@@ -375,6 +375,7 @@ def step_status(
     deadline_exceeded: bool = False,
     failure: str | None = None,
     incidents: Sequence[Incident] = (),
+    notes: Sequence[str] = (),
 ) -> StepStatus:
     """Classify a run (see :class:`StepStatus`).
 
@@ -387,6 +388,8 @@ def step_status(
         incidents: placed incidents (:mod:`loadgen.incidents`); any makes an otherwise ``ok``
             run ``degraded``, and the message starts with the first one, e.g. "prefill-0
             OOMKilled (exit 137) 9.1 s into K=2 c=4".
+        notes: what the step did besides the grid, said at the message's end without changing
+            the state (e.g. the leftover load Job of an interrupted step it collected).
     """
     planned = len(config.prefix_kinds) * len(config.concurrency)
     points = result.points if result is not None else []
@@ -422,7 +425,7 @@ def step_status(
         points_done=done,
         points_planned=planned,
         deadline_exceeded=deadline_exceeded,
-        message="; ".join(problems) or f"{successes} requests, no errors",
+        message="; ".join([*(problems or [f"{successes} requests, no errors"]), *notes]),
         incidents=list(incidents),
     )
 

@@ -224,9 +224,9 @@ def probe_in_cluster(
         RuntimeError: the pods gave no figures (the message says why, naming the pod).
         ValueError: the stack has no decode group.
     """
-    from incluster.runtime import job_name, run_probe_pods
+    from incluster.runtime import probe_name, run_probe_pods
 
-    name = job_name(stack).replace("load-", "probe-", 1)
+    name = probe_name(stack)
     objects = probe_objects(
         cfg,
         build_topology(cfg).image,

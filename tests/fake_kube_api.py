@@ -267,7 +267,10 @@ class FakeKubeApi:
         return web.json_response(obj, status=201)
 
     async def delete(self, request: web.Request) -> web.Response:
-        """DELETE of a stored object (its Job's pods too); 404 if unknown."""
+        """DELETE of a stored object; 404 if unknown. A Job's pods go with it at once: the end
+        state of every ``propagationPolicy`` (the garbage collector deletes the dependents,
+        later for Background; for Foreground the Job stays until they are gone: Kubernetes
+        docs, "Garbage Collection", "Cascading deletion")."""
         kind = {"configmaps": "ConfigMap", "services": "Service", "jobs": "Job", "pods": "Pod"}[
             request.match_info["resource"]
         ]
@@ -285,6 +288,16 @@ class FakeKubeApi:
                 self.pods.pop(pod["metadata"]["name"])
         return web.json_response({"kind": "Status", "status": "Success"})
 
+    async def list_jobs(self, request: web.Request) -> web.Response:
+        """The Jobs (label selector applied), as ``GET .../jobs`` lists them."""
+        selector = request.query.get("labelSelector", "")
+        items = [
+            o for (kind, _), o in self.objects.items() if kind == "Job" and _matches(o, selector)
+        ]
+        return web.json_response(
+            {"kind": "JobList", "apiVersion": "batch/v1", "metadata": {}, "items": items}
+        )
+
     async def read_job(self, request: web.Request) -> web.Response:
         obj = self.objects.get(("Job", request.match_info["name"]))
         if obj is None:
@@ -298,9 +311,13 @@ class FakeKubeApi:
         return web.json_response(obj)
 
     async def pod_log(self, request: web.Request) -> web.Response:
+        """The pod's log so far. A pod whose container has not started answers 400 (kubernetes
+        ``pkg/kubelet/kubelet_pods.go`` ``validateContainerLogStatus``: "is waiting to
+        start"), a pod that is gone (deleted, with its log) 404."""
         name = request.match_info["name"]
         if name not in self.logs:
-            return web.json_response({"kind": "Status", "code": 400}, status=400)
+            code = 400 if name in self.pods else 404
+            return web.json_response({"kind": "Status", "code": code}, status=code)
         return web.Response(text=self.logs[name])
 
     def kubeconfig(self, folder: Path) -> Path:
@@ -483,6 +500,8 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
             app.router.add_post(f"{prefix}/{resource}", api.create)
             app.router.add_delete(prefix + "/{resource}/{name}", api.delete)
         app.router.add_get(batch + "/jobs/{name}/status", api.read_job)
+        app.router.add_get(batch + "/jobs/{name}", api.read_job)
+        app.router.add_get(batch + "/jobs", api.list_jobs)
         runner = web.AppRunner(app, shutdown_timeout=0.5)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -205,7 +205,11 @@ def controller(
         lock = threading.Lock()
         started = time.monotonic()
 
+        before = api.on_delete  # another Job's
+
         def on_delete(kind: str, deleted_name: str) -> None:
+            if before is not None:
+                before(kind, deleted_name)
             if (kind, deleted_name) == ("Job", name):
                 for proc in procs:
                     proc.kill()
@@ -247,9 +251,10 @@ def controller(
             api.pods[log] = pod_object(job, i, None)
             assert proc.stdout is not None
             for line in proc.stdout:
-                if i in deleted:
-                    break
-                api.logs[log] += line.decode()
+                with lock:
+                    if i in deleted:
+                        break
+                    api.logs[log] += line.decode()
                 if i == kill_after_first_run and line.startswith(b'{"tb":"run"'):
                     proc.send_signal(signal.SIGKILL)
             code = proc.wait()

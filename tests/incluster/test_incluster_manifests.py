@@ -36,6 +36,8 @@ def _job(clients: int) -> LoadJob:
         clients=clients,
         deadline_s=3600,
         model_wait_s=600,
+        stack="test",
+        folder="test/20261201T150000Z",
         ready_successes=3,
         tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},),
     )

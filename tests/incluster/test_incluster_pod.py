@@ -33,6 +33,8 @@ def _job(clients: int, grid: LoadConfig = GRID) -> LoadJob:
         clients=clients,
         deadline_s=120,
         model_wait_s=20,
+        stack="test",
+        folder="test/20261201T150000Z",
         ready_successes=2,
     )
 

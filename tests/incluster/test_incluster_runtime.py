@@ -3,6 +3,7 @@ stand-in controller runs its pods here (local_kubelet: the rendered command, arg
 ConfigMap files), the step waits, reads the logs, writes the results folder and deletes what
 it created, also when a pod is killed or the create is refused."""
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,13 +11,16 @@ from typing import Any
 
 import pytest
 from fake_kube_api import FakeKubeApi, fake_kube_api
+from kubernetes import client as k8s
 from local_kubelet import controller
 
 from incluster import runtime
 from incluster.collect import finished_runs
 from incluster.manifests import LOAD_STEP_RULES, LoadJob, load_objects
-from incluster.runtime import ClusterRun, run_in_cluster
+from incluster.runtime import ClusterRun, clear_leftovers, job_name, run_in_cluster
+from incluster.sources import pod_files
 from loadgen.config import LoadConfig
+from loadgen.kube_watch import api_client
 
 REPO = Path(__file__).resolve().parents[2]
 URL = "http://testbed-frontend-testbed.testbed.svc:8000"
@@ -36,6 +40,8 @@ def _job(clients: int) -> LoadJob:
         clients=clients,
         deadline_s=60,
         model_wait_s=20,
+        stack="test",
+        folder="test/20261201T150000Z",
     )
 
 
@@ -193,3 +199,51 @@ def test_the_role_grants_exactly_what_the_step_does(server: str, tmp_path: Path)
         "(403 Forbidden); bind the Role testbed-load-step"
     )
     assert sorted(api.deleted) == sorted(api.created)  # nothing left behind
+
+
+def _leave_behind(api: FakeKubeApi, tmp_path: Path, job: LoadJob) -> None:
+    """What a step SIGKILLed by the engine leaves: the run's objects, created, never deleted."""
+    client_ = api_client(str(api.kubeconfig(tmp_path)), None)
+    core, batch = k8s.CoreV1Api(client_), k8s.BatchV1Api(client_)
+    for obj in load_objects(job, pod_files(job.grid_json)):
+        runtime._create(core, batch, job.namespace, obj)
+    client_.close()
+
+
+def test_the_job_name_follows_from_the_results_folder() -> None:
+    name = job_name("kv-routing", "kv-routing/20261201T150000Z")
+    assert name == job_name("kv-routing", "kv-routing/20261201T150000Z")
+    assert name != job_name("kv-routing", "kv-routing/20261201T160000Z")
+    assert re.fullmatch(r"load-kv-routing-[0-9a-f]{8}", name)
+
+
+def test_a_leftover_job_is_collected_or_deleted_before_the_step_starts(
+    server: str, tmp_path: Path
+) -> None:
+    """An interrupted step left its folder's Job (which finished both runs) and an older
+    folder's: the first is collected into the folder, so the resumed step skips its runs; the
+    other is deleted without collecting; both are gone before the new Job starts, and the
+    notes say which was which."""
+    job = _job(2)
+    other = job.model_copy(update={"name": "load-test-ffffffff", "folder": "test/20261130T000000Z"})
+    with fake_kube_api() as api:
+        api.on_job = controller(server, tmp_path / "pods", URL)
+        _leave_behind(api, tmp_path, job)
+        end = time.monotonic() + 60
+        while not api.objects[("Job", job.name)].get("status") and time.monotonic() < end:
+            time.sleep(0.1)
+        api.on_job = None  # the older Job's pods never started
+        _leave_behind(api, tmp_path, other)
+        left = clear_leftovers(
+            job, GRID, tmp_path / "run", kubeconfig=str(api.kubeconfig(tmp_path)), poll_s=0.1
+        )
+        assert {kind for kind, _ in api.objects} == set()  # nothing of either left
+    assert left.failure is None
+    assert left.notes == [
+        "found Job load-test-0123abcd of this results folder, left by an interrupted step "
+        "(Complete): kept the 2 runs it finished, then deleted it",
+        "deleted leftover load Job load-test-ffffffff (still running) of results folder "
+        "test/20261130T000000Z, left by an interrupted step; its runs were not collected",
+    ]
+    skip, _ = finished_runs(tmp_path / "run", URL, "m", GRID)
+    assert skip == [(1, 2, 1), (1, 2, 2)]

@@ -74,6 +74,11 @@ def test_status_ok_degraded_failed() -> None:
     assert (half.state, half.points_done, half.successes) == ("degraded", 0, 20)
     assert half.message == "deadline reached: 0 of 2 grid points finished"
 
+    # What the step did besides the grid ends the message and changes no state.
+    note = "found Job load-x-1 of this results folder ...: kept the 1 runs it finished"
+    noted = step_status(GRID, grid((2, 10, 0), (24, 10, 0)), notes=[note])
+    assert (noted.state, noted.message) == ("ok", f"20 requests, no errors; {note}")
+
     all_failed = step_status(GRID, grid((2, 0, 10)))
     assert all_failed.state == "failed"
     never = step_status(GRID, None, failure="model never listed")
