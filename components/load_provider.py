@@ -170,6 +170,7 @@ def _run_grid(
         model_wait_s=inputs.model_wait_s,
         ready_successes=inputs.ready_successes,
         tolerations=tuple(inputs.tolerations),
+        node_selectors=tuple(inputs.node_selectors),
         stack=inputs.stack,
         folder=folder,
     )

@@ -94,6 +94,8 @@ class LoadJob(BaseModel):
         model_wait_s: the pods' wait for the model and the readiness gate, seconds.
         ready_successes: the readiness gate's completions in a row (None: no gate).
         tolerations: the pods' tolerations (every node class's, as for the frontend).
+        node_selectors: the workers' node classes' selectors; the pods must run on a node that
+            matches one of them (the runtime image is there; none: any node).
         skip: runs (prefix kinds, concurrency, repetition) already in the results folder being
             resumed: the pods measure only the others.
         tokens_per_word, sizing_source: the resumed runs' prompt sizing, which the pods reuse
@@ -116,6 +118,7 @@ class LoadJob(BaseModel):
     model_wait_s: float = Field(gt=0)
     ready_successes: int | None = None
     tolerations: tuple[dict[str, str], ...] = ()
+    node_selectors: tuple[dict[str, str], ...] = ()
     skip: tuple[tuple[int, int, int], ...] = ()
     tokens_per_word: float | None = None
     sizing_source: str | None = None
@@ -224,6 +227,8 @@ def load_job(job: LoadJob, files: dict[str, str]) -> dict[str, Any]:
         spec["subdomain"] = job.name
     if job.tolerations:
         spec["tolerations"] = [dict(t) for t in job.tolerations]
+    if job.node_selectors:
+        spec["affinity"] = worker_node_affinity(job.node_selectors)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -237,6 +242,39 @@ def load_job(job: LoadJob, files: dict[str, str]) -> dict[str, Any]:
             "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
             "template": {"metadata": {"labels": job.metadata()["labels"]}, "spec": spec},
         },
+    }
+
+
+def worker_node_affinity(selectors: tuple[dict[str, str], ...]) -> dict[str, Any]:
+    """A required node affinity to any node that one of ``selectors`` matches: one
+    ``nodeSelectorTerm`` per selector (terms are ORed, a term's expressions ANDed: Kubernetes
+    docs, "Assigning Pods to Nodes", "Node affinity"), each label an ``In`` of its value."""
+    terms = [
+        {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in sel.items()]}
+        for sel in selectors
+    ]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
+
+
+def dry_run_pod(job_manifest: dict[str, Any]) -> dict[str, Any]:
+    """A pod of the Job's template, for a server-side dry run (``dryRun=All``) before the Job is
+    created: the namespace's admission (PodSecurity, ResourceQuota, LimitRange) answers for it
+    at once, where the Job controller would only record a FailedCreate event per try."""
+    template = job_manifest["spec"]["template"]
+    meta = job_manifest["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{meta['name']}-dry-run",
+            "namespace": meta["namespace"],
+            "labels": dict(template["metadata"]["labels"]),
+        },
+        "spec": template["spec"],
     }
 
 

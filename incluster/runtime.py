@@ -11,6 +11,7 @@ Access is the stack's Kubernetes provider's (:func:`loadgen.kube_watch.api_clien
 
 import contextlib
 import hashlib
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from incluster.manifests import (
     FOLDER_ANNOTATION,
     ROLE_NAME,
     LoadJob,
+    dry_run_pod,
     leftover_selector,
     load_objects,
     stack_label,
@@ -144,15 +146,50 @@ def _is_forbidden(exc: BaseException) -> bool:
     return isinstance(exc, ApiException) and exc.status in (401, 403)
 
 
-@contextlib.contextmanager
-def _created(
-    objects: list[dict[str, Any]], kubeconfig: str | None, context: str | None
-) -> Iterator[tuple[Any, Any, Any]]:
-    """``(api client, CoreV1Api, BatchV1Api)`` with ``objects`` created in order in their
-    namespace; on leaving, whatever happened, those created are deleted (last first).
+def _api_message(exc: ApiException) -> str:
+    """The ``message`` of the API's Status answer, else its reason."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.reason)
+
+
+def _dry_run(core: Any, ns: str, pod: dict[str, Any]) -> None:
+    """Create ``pod`` as a server-side dry run (``dryRun=All``: validated and admitted, never
+    stored; Kubernetes docs, "Server-Side Apply"/"Dry-run").
 
     Raises:
-        Refused: no access, or a create was refused (nothing is left behind).
+        Refused: RBAC refused the create (the Role's fix), or admission did (its message:
+            PodSecurity's ``violates PodSecurity ...``, the quota's ``exceeded quota: ...``,
+            both 403 Forbidden), or the pod is invalid.
+    """
+    try:
+        core.create_namespaced_pod(ns, pod, dry_run="All")
+    except ApiException as exc:
+        message = _api_message(exc)
+        rbac = exc.status == 403 and "cannot create resource" in message  # not admission's
+        if rbac or exc.status == 401:
+            raise Refused(_forbidden(exc, ns, "create a Pod (the load pod's dry run)")) from None
+        raise Refused(
+            f"the namespace {ns} refused the load pod ({exc.status} {exc.reason}): {message}"
+        ) from None
+    except HTTPError as exc:
+        raise Refused(f"create Pod (dry run): {exc}") from None
+
+
+@contextlib.contextmanager
+def _created(
+    objects: list[dict[str, Any]],
+    kubeconfig: str | None,
+    context: str | None,
+    dry_run: dict[str, Any] | None = None,
+) -> Iterator[tuple[Any, Any, Any]]:
+    """``(api client, CoreV1Api, BatchV1Api)`` with ``objects`` created in order in their
+    namespace, after ``dry_run`` (a pod, if any) passed a server-side dry run; on leaving,
+    whatever happened, those created are deleted (last first).
+
+    Raises:
+        Refused: no access, or a create (or the dry run) was refused (nothing is left behind).
     """
     try:
         api = api_client(kubeconfig, context)
@@ -162,6 +199,8 @@ def _created(
     ns = objects[0]["metadata"]["namespace"]
     created: list[dict[str, Any]] = []
     try:
+        if dry_run is not None:
+            _dry_run(core, ns, dry_run)
         for obj in objects:
             try:
                 _create(core, batch, ns, obj)
@@ -182,21 +221,113 @@ def _created(
         api.close()
 
 
+START_GRACE_S = 120.0
+"""How long a load pod may stay unschedulable or fail to pull its image, and the Job may lack
+pods, before the step gives up (seconds): the scheduler retries an unschedulable pod and the
+kubelet a failed pull with a back-off, so a passing state is not an error, but the step's
+deadline (an hour and more) is no time to wait for one that stays."""
+
+NEVER_STARTS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+"""Container waiting reasons no retry ends (kubernetes ``pkg/kubelet/images/types.go``)."""
+
+MAY_NOT_START = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError"}
+)
+"""Container waiting reasons the kubelet retries (``pkg/kubelet/images/types.go``,
+``pkg/kubelet/container/sync_result.go``): an error once they last :data:`START_GRACE_S`."""
+
+
+def _start_problem(pod: dict[str, Any]) -> tuple[str, bool] | None:
+    """Why a pending pod is not starting and whether no retry ends it, or None: a container
+    waiting with a reason of :data:`NEVER_STARTS` / :data:`MAY_NOT_START` (its message), or the
+    scheduler's ``PodScheduled: False`` condition with reason ``Unschedulable``
+    (``pkg/scheduler/schedule_one.go`` ``handleSchedulingFailure``; its message says which
+    nodes lack what)."""
+    status = pod.get("status") or {}
+    if status.get("phase", "Pending") != "Pending":
+        return None
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in NEVER_STARTS | MAY_NOT_START:
+            message = f": {waiting['message']}" if waiting.get("message") else ""
+            return f"{reason}{message}", reason in NEVER_STARTS
+    for condition in status.get("conditions") or []:
+        if (condition.get("type"), condition.get("status")) == ("PodScheduled", "False") and (
+            condition.get("reason") == "Unschedulable"
+        ):
+            message = f": {condition['message']}" if condition.get("message") else ""
+            return f"Unschedulable{message}", False
+    return None
+
+
+@dataclass
+class StartWatch:
+    """Tells a load pod that cannot start (:func:`_start_problem`) once its state has lasted
+    ``grace_s``, and a Job that has fewer pods than clients that long (the namespace's quota
+    or admission refused the rest: the Job controller only records events)."""
+
+    job: LoadJob
+    grace_s: float
+    created: float
+    since: dict[str, float]
+
+    def check(self, pods: list[dict[str, Any]], now: float) -> str | None:
+        """The first pod that cannot start, as ``<pod> cannot start: <reason>: <message>``,
+        or the missing pods; None while all may yet start."""
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            problem = _start_problem(pod)
+            if problem is None:
+                self.since.pop(name, None)
+                continue
+            why, final = problem
+            first = self.since.setdefault(name, now)
+            if final or now - first >= self.grace_s:
+                lasted = "" if final else f" (for {now - first:.0f} s)"
+                return f"{name} cannot start: {why}{lasted}"
+        if len(pods) < self.job.clients and now - self.created >= self.grace_s:
+            return (
+                f"Job {self.job.name} has {len(pods)} of {self.job.clients} pods after "
+                f"{self.grace_s:.0f} s: the namespace refused the others (`kubectl describe job "
+                f"{self.job.name} -n {self.job.namespace}` shows why)"
+            )
+        return None
+
+
+def _job_pods(api: Any, core: Any, job: LoadJob) -> list[dict[str, Any]]:
+    """The Job's pods (camelCase dicts, as the API returns them)."""
+    selector = f"batch.kubernetes.io/job-name={job.name}"
+    items = core.list_namespaced_pod(job.namespace, label_selector=selector).items
+    return [api.sanitize_for_serialization(p) for p in items]
+
+
 def _wait_for_job(
-    batch: Any, job: LoadJob, deadline: float, poll_s: float, stop: Callable[[], str | None]
-) -> tuple[str | None, bool, str | None]:
-    """Poll the Job until it ends (:func:`_finished`), ``deadline`` passes or ``stop`` says
-    why to stop: (how it ended, None if it had not; whether the deadline stopped the wait;
-    what ``stop`` said)."""
+    api: Any,
+    core: Any,
+    batch: Any,
+    job: LoadJob,
+    deadline: float,
+    poll_s: float,
+    stop: Callable[[], str | None],
+    grace_s: float,
+) -> tuple[str | None, bool, str | None, str | None]:
+    """Poll the Job until it ends (:func:`_finished`), ``deadline`` passes, ``stop`` says why
+    to stop or a pod cannot start (:class:`StartWatch`): (how it ended, None if it had not;
+    whether the deadline stopped the wait; what ``stop`` said; which pod cannot start)."""
+    watch = StartWatch(job, grace_s, time.monotonic(), {})
     while True:
         ended = _finished(batch.read_namespaced_job_status(job.name, job.namespace))
         if ended is not None:
-            return ended, False, None
+            return ended, False, None, None
         if time.monotonic() >= deadline:
-            return None, True, None
+            return None, True, None, None
         reason = stop()
         if reason is not None:
-            return None, False, reason
+            return None, False, reason, None
+        cannot_start = watch.check(_job_pods(api, core, job), time.monotonic())
+        if cannot_start is not None:
+            return None, False, None, cannot_start
         time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
 
 
@@ -209,12 +340,10 @@ def _pods_and_logs(
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The Job's pods (camelCase dicts, as the API returns them) and their logs by pod name (a
     pod that never started has none)."""
-    selector = f"batch.kubernetes.io/job-name={job.name}"
     try:
-        items = core.list_namespaced_pod(job.namespace, label_selector=selector).items
+        pods = _job_pods(api, core, job)
     except API_ERRORS:
         return [], {}
-    pods = [api.sanitize_for_serialization(p) for p in items]
     logs = {}
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -337,6 +466,7 @@ def run_in_cluster(
     context: str | None = None,
     poll_s: float = POLL_S,
     stop: Callable[[], str | None] = _never,
+    start_grace_s: float = START_GRACE_S,
 ) -> ClusterRun:
     """Run ``job`` and collect it into ``run_dir`` before ``deadline`` (monotonic s). Never
     raises for cluster trouble: no access, a refused create, a failed or OOMKilled pod and the
@@ -345,16 +475,24 @@ def run_in_cluster(
     ``stop`` is asked at every poll (the load step's stop file:
     :func:`loadstep.folder.stop_requested`); when it gives a reason the step stops
     waiting, keeps the runs every client finished and deletes the Job: the run in flight is
-    dropped (a pod cannot see the file), and the next step resumes the folder."""
+    dropped (a pod cannot see the file), and the next step resumes the folder.
+
+    Before the Job, a pod of its template is created as a server-side dry run: the namespace's
+    admission (PodSecurity, quota) refuses it at once, with its reason. A pod that then cannot
+    start (unschedulable, its image not pulled) ends the wait after ``start_grace_s``, naming
+    the pod and the reason."""
+    objects = load_objects(job, pod_files(job.grid_json))
     try:
-        with _created(load_objects(job, pod_files(job.grid_json)), kubeconfig, context) as (
+        with _created(objects, kubeconfig, context, dry_run_pod(objects[-1])) as (
             api,
             core,
             batch,
         ):
-            ended, exceeded, lost, stopped = None, False, None, None
+            ended, exceeded, lost, stopped, cannot_start = None, False, None, None, None
             try:
-                ended, exceeded, stopped = _wait_for_job(batch, job, deadline, poll_s, stop)
+                ended, exceeded, stopped, cannot_start = _wait_for_job(
+                    api, core, batch, job, deadline, poll_s, stop, start_grace_s
+                )
             except API_ERRORS as exc:
                 lost = (
                     _forbidden(exc, job.namespace, f"read the status of Job {job.name}")
@@ -366,7 +504,9 @@ def run_in_cluster(
                 collected = collect(logs, job.clients, job.url, job.model, config, run_dir)
     except Refused as exc:
         return ClusterRun(None, False, str(exc))
-    problems = [p for p in (lost, collected.failure, *pod_summary(pods)) if p]
+    named = cannot_start.split(" ", 1)[0] if cannot_start else None
+    summary = [p for p in pod_summary(pods) if p.split(" ", 1)[0] != named]
+    problems = [p for p in (cannot_start, lost, collected.failure, *summary) if p]
     if ended is not None and ended != "Complete":
         problems.insert(0, f"Job {job.name} {ended}")
     if collected.missing:

@@ -75,6 +75,8 @@ class LoadStepInputs(BaseModel):
         clients: client pods of a ``cluster`` run.
         image: the image the client pods run (the stack's runtime image).
         tolerations: the client pods' tolerations (every node class's).
+        node_selectors: the workers' node classes' selectors: the client pods run on a node
+            of one of them, where the runtime image has been pulled already.
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
@@ -100,6 +102,7 @@ class LoadStepInputs(BaseModel):
     clients: int = Field(default=1, ge=1)
     image: str | None = None
     tolerations: list[dict[str, str]] = Field(default_factory=list)
+    node_selectors: list[dict[str, str]] = Field(default_factory=list)
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
@@ -166,7 +169,19 @@ def step_inputs(
         clients=load.clients,
         image=topology.image,
         tolerations=list(anywhere_placement(cfg.node_classes).tolerations),
+        node_selectors=worker_node_selectors(topology),
     )
+
+
+def worker_node_selectors(topology: Topology) -> list[dict[str, str]]:
+    """The distinct node selectors of the workers' node classes, in component order: where the
+    runtime image is on the nodes (the workers run it)."""
+    selectors: list[dict[str, str]] = []
+    for component in topology.components:
+        selector = dict(component.placement.node_selector)
+        if component.role != "frontend" and selector and selector not in selectors:
+            selectors.append(selector)
+    return selectors
 
 
 SECONDS_PER_REQUEST_PER_STREAM = 8 / 6.0

@@ -110,6 +110,8 @@ class FakeKubeApi:
     on_job: Callable[["FakeKubeApi", dict[str, Any]], None] | None = None
     on_pod: Callable[["FakeKubeApi", dict[str, Any]], None] | None = None
     on_delete: Callable[[str, str], None] | None = None  # (kind, name) of a deleted object
+    admission: Callable[["FakeKubeApi", dict[str, Any]], str | None] | None = None
+    dry_runs: list[tuple[str, str]] = field(default_factory=list)  # (kind, name) dry-run creates
     _changed: asyncio.Event | None = None  # set (and replaced) on every event
     _loop: asyncio.AbstractEventLoop | None = None
 
@@ -247,14 +249,29 @@ class FakeKubeApi:
         )
         return web.json_response({**body, "status": {"allowed": allowed}}, status=201)
 
+    def admit(self, pod: dict[str, Any]) -> str | None:
+        """What the namespace's admission says of a pod about to be created (None: admitted);
+        the controller stand-in asks it for every pod it creates, as the API server does."""
+        return None if self.admission is None else self.admission(self, pod)
+
     async def create(self, request: web.Request) -> web.Response:
-        """POST of a ConfigMap, Service or Job: stored by kind and name (403 for a path in
-        `forbidden`); a Job is handed to `on_job` (the stand-in kubelet), if set."""
+        """POST of a ConfigMap, Service, Job or Pod: stored by kind and name (403 for a path in
+        `forbidden`); a Job is handed to `on_job` (the stand-in kubelet), if set. A Pod passes
+        `admission` first (its refusal: 403 Forbidden, as PodSecurity and ResourceQuota
+        answer); with ``?dryRun=All`` it is only admitted, never stored (the API server runs
+        admission for a dry run and persists nothing)."""
         obj = await request.json()
         kind = obj["kind"]
         if request.path in self.forbidden:
             status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
             return web.json_response(status, status=403)
+        refused = self.admit(obj) if kind == "Pod" else None
+        if refused is not None:
+            status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": refused}
+            return web.json_response(status, status=403)
+        if request.query.get("dryRun") == "All":
+            self.dry_runs.append((kind, obj["metadata"]["name"]))
+            return web.json_response(obj, status=201)
         obj = self._stamp(obj)
         self.objects[(kind, obj["metadata"]["name"])] = obj
         self.created.append((kind, obj["metadata"]["name"]))
@@ -374,6 +391,66 @@ def rule_allows(rule: dict[str, Any], asked: dict[str, Any]) -> bool:
 
 def _job_of(pod: dict[str, Any]) -> str | None:
     return (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+
+
+def pod_quota(limit: int) -> Callable[[FakeKubeApi, dict[str, Any]], str | None]:
+    """A ResourceQuota of ``limit`` pods in the namespace, as its admission plugin refuses a
+    pod past it (kubernetes ``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/
+    controller.go``: "exceeded quota: %s, requested: %s, used: %s, limited: %s"; pods in a
+    terminal phase do not count)."""
+
+    def admit(api: FakeKubeApi, pod: dict[str, Any]) -> str | None:
+        phases = [(p.get("status") or {}).get("phase") for p in api.pods.values()]
+        used = sum(phase not in ("Succeeded", "Failed") for phase in phases)
+        if used < limit:
+            return None
+        return (
+            f'pods "{pod["metadata"]["name"]}" is forbidden: exceeded quota: testbed-quota, '
+            f"requested: pods=1, used: pods={used}, limited: pods={limit}"
+        )
+
+    return admit
+
+
+def restricted_pod_security(api: FakeKubeApi, pod: dict[str, Any]) -> str | None:
+    """PodSecurity at ``enforce: restricted``: four of its checks on every container
+    (k8s.io/pod-security-admission ``policy/check_allowPrivilegeEscalation.go``,
+    ``check_capabilities_restricted.go``, ``check_runAsNonRoot.go``,
+    ``check_seccompProfile_restricted.go``), refused as its admission answers: ``violates
+    PodSecurity "restricted:latest": <check> (<detail>), ...``."""
+    spec = pod["spec"]
+    pod_context = spec.get("securityContext") or {}
+    found = []
+    for container in spec["containers"]:
+        ctx = container.get("securityContext") or {}
+        name = container["name"]
+        if ctx.get("allowPrivilegeEscalation") is not False:
+            found.append(
+                f'allowPrivilegeEscalation != false (container "{name}" must set '
+                "securityContext.allowPrivilegeEscalation=false)"
+            )
+        if "ALL" not in ((ctx.get("capabilities") or {}).get("drop") or []):
+            found.append(
+                f'unrestricted capabilities (container "{name}" must set '
+                'securityContext.capabilities.drop=["ALL"])'
+            )
+        if not (ctx.get("runAsNonRoot") or pod_context.get("runAsNonRoot")):
+            found.append(
+                "runAsNonRoot != true (pod or container "
+                f'"{name}" must set securityContext.runAsNonRoot=true)'
+            )
+        seccomp = ctx.get("seccompProfile") or pod_context.get("seccompProfile") or {}
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            found.append(
+                f'seccompProfile (pod or container "{name}" must set '
+                'securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")'
+            )
+    if not found:
+        return None
+    return (
+        f'pods "{pod["metadata"]["name"]}" is forbidden: violates PodSecurity '
+        f'"restricted:latest": {", ".join(found)}'
+    )
 
 
 @dataclass(frozen=True)

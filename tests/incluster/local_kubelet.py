@@ -179,8 +179,35 @@ def job_verdict(
     return None
 
 
+def unschedulable(message: str) -> dict[str, Any]:
+    """The status of a pod the scheduler could not place: Pending, ``PodScheduled: False``
+    with reason ``Unschedulable`` and the scheduler's message (kubernetes
+    ``pkg/scheduler/schedule_one.go`` ``handleSchedulingFailure``), no container status yet."""
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    return {"phase": "Pending", "conditions": [condition | {"message": message}]}
+
+
+def image_pull_backoff(image: str) -> dict[str, Any]:
+    """The status of a pod whose image the kubelet cannot pull: scheduled, Pending, its
+    container waiting with reason ``ImagePullBackOff`` and message ``Back-off pulling image
+    "<image>"`` (kubernetes ``pkg/kubelet/images/image_manager.go``, ``ErrImagePullBackOff``)."""
+    waiting = {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
+    return {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [
+            {"name": "loadgen", "state": {"waiting": waiting}, "image": image, "imageID": "",
+             "ready": False, "restartCount": 0}
+        ],
+    }  # fmt: skip
+
+
 def controller(
-    server: str, root: Path, url: str, kill_after_first_run: int | None = None
+    server: str,
+    root: Path,
+    url: str,
+    kill_after_first_run: int | None = None,
+    pending: dict[str, Any] | None = None,
 ) -> Callable[[FakeKubeApi, dict[str, Any]], None]:
     """The Job controller and kubelet: runs every index's pod, keeps its log and state, and
     after every pod's end decides as ``syncJob`` does (:func:`job_verdict`; also when
@@ -188,7 +215,11 @@ def controller(
     objects and logs with them, then sets Failed; Complete once all succeeded. Deleting the
     Job kills its pods. Retries are not emulated: the Job must allow none (a failed pod of
     backoffLimit 0, or of an index with backoffLimitPerIndex 0, is never replaced). Pod
-    ``kill_after_first_run`` is SIGKILLed once it has written its first run ("OOMKilled")."""
+    ``kill_after_first_run`` is SIGKILLed once it has written its first run ("OOMKilled").
+    Each pod is created only if the namespace's admission admits it (``FakeKubeApi.admit``: a
+    refused pod is not created; the real controller records a FailedCreate event and tries
+    again later, ``job_controller.go`` ``manageJob``). With ``pending`` (:func:`unschedulable`,
+    :func:`image_pull_backoff`) the pods stay in that status and never start."""
 
     def on_job(api: FakeKubeApi, job: dict[str, Any]) -> None:
         configmap = api.objects[("ConfigMap", job["metadata"]["name"])]
@@ -199,7 +230,17 @@ def controller(
         name = job["metadata"]["name"]
         replace = {url: server, f"{name}-0.{name}": "127.0.0.1", str(PORT): str(free_port())}
         pod_spec = spec["template"]["spec"]
-        procs = [start_pod(pod_spec, configmap, root, replace, i) for i in range(count)]
+        procs: dict[int, subprocess.Popen[bytes]] = {}
+        for i in range(count):
+            pod = pod_object(job, i, None)
+            if pending is not None:
+                pod["status"] = pending
+            if api.admit(pod) is not None:
+                continue
+            api.pods[pod["metadata"]["name"]] = pod
+            if pending is None:
+                api.logs[pod["metadata"]["name"]] = ""
+                procs[i] = start_pod(pod_spec, configmap, root, replace, i)
         ended: dict[int, int] = {}
         deleted: set[int] = set()
         lock = threading.Lock()
@@ -211,7 +252,7 @@ def controller(
             if before is not None:
                 before(kind, deleted_name)
             if (kind, deleted_name) == ("Job", name):
-                for proc in procs:
+                for proc in procs.values():
                     proc.kill()
 
         api.on_delete = on_delete
@@ -228,7 +269,7 @@ def controller(
                 condition, reason, message = verdict
                 if condition == "Failed":  # "Remove active pods if Job failed."
                     for i in range(count):
-                        if i not in ended:
+                        if i not in ended and i in procs:
                             deleted.add(i)
                             procs[i].kill()
                             api.pods.pop(f"{name}-{i}", None)
@@ -247,8 +288,6 @@ def controller(
 
         def follow(i: int, proc: subprocess.Popen[bytes]) -> None:
             log = f"{name}-{i}"
-            api.logs[log] = ""
-            api.pods[log] = pod_object(job, i, None)
             assert proc.stdout is not None
             for line in proc.stdout:
                 with lock:
@@ -266,7 +305,7 @@ def controller(
                 api.pods[log] = pod_object(job, i, *((137, "OOMKilled") if killed else (code, "")))
             sync()
 
-        for i, proc in enumerate(procs):
+        for i, proc in procs.items():
             threading.Thread(target=follow, args=(i, proc), daemon=True).start()
         if spec.get("activeDeadlineSeconds") is not None:
             timer = threading.Timer(spec["activeDeadlineSeconds"], sync)

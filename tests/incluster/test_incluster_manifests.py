@@ -11,14 +11,16 @@ import kubernetes_validate
 import orjson
 import pytest
 
-from incluster.manifests import LoadJob, load_objects, load_step_role, rbac_entry
+from incluster.manifests import LoadJob, dry_run_pod, load_objects, load_step_role, rbac_entry
 from incluster.sources import CONFIGMAP_LIMIT_BYTES, POD_MODULES, pod_files
 from incluster.wire import parse_log, record_line
 from loadgen.config import LoadConfig
 from loadgen.request import RequestRecord
+from loadstep.inputs import step_inputs
 from stackmodel.config import project_values
 from stackmodel.errors import StackConfigError
 from stackmodel.log_budget import log_budget_problem, record_line_bytes
+from stackmodel.stacks import load_stack
 from stackmodel.stacks import stack_config as cli_config
 from stackmodel.validation import parse_stack_config
 
@@ -165,3 +167,31 @@ def test_a_grid_too_large_for_one_clients_log_is_refused() -> None:
 def test_clients_need_the_cluster_runner() -> None:
     with pytest.raises(StackConfigError, match=r"needs load\.runner: cluster"):
         parse_stack_config("kv-routing", _load("kv-routing", runner="local", clients=2))
+
+
+def test_the_load_pods_go_where_the_workers_run() -> None:
+    """disagg-cross-node's workers run on both node classes: the pods may go to a node of
+    either (two ORed terms), where the runtime image is; disagg-same-node's on one class."""
+    cross = step_inputs(load_stack("disagg-cross-node"), "disagg-cross-node", "sha256:x", "/r")
+    classes = ("gpu-8gb", "gpu-24gb")  # prefill's, then decode's
+    assert cross.node_selectors == [{"dynamo-testbed/node-class": c} for c in classes]
+    job = _job(1).model_copy(update={"node_selectors": tuple(cross.node_selectors)})
+    manifest = load_objects(job, pod_files(job.grid_json))[-1]
+    kubernetes_validate.validate(manifest, "1.34", strict=True)
+    affinity = manifest["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    term = {"key": "dynamo-testbed/node-class", "operator": "In"}
+    assert terms == [{"matchExpressions": [term | {"values": [c]}]} for c in classes]
+    same = step_inputs(load_stack("disagg-same-node"), "disagg-same-node", "sha256:x", "/r")
+    assert same.node_selectors == [{"dynamo-testbed/node-class": "gpu-24gb"}]
+    plain = load_objects(_job(1), pod_files(job.grid_json))[-1]  # no selectors: any node
+    assert "affinity" not in plain["spec"]["template"]["spec"]
+
+
+def test_the_dry_run_pod_is_the_jobs_pod() -> None:
+    job = _job(2)
+    manifest = load_objects(job, pod_files(job.grid_json))[-1]
+    pod = dry_run_pod(manifest)
+    kubernetes_validate.validate(pod, "1.34", strict=True)
+    assert pod["spec"] == manifest["spec"]["template"]["spec"]
+    assert pod["metadata"]["name"] == f"{job.name}-dry-run"

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kube_api import FakeKubeApi, fake_kube_api
+from fake_kube_api import FakeKubeApi, fake_kube_api, pod_quota, restricted_pod_security
 from kubernetes import client as k8s
-from local_kubelet import controller
+from local_kubelet import controller, image_pull_backoff, unschedulable
 
 from incluster import runtime
 from incluster.collect import finished_runs
@@ -247,3 +247,70 @@ def test_a_leftover_job_is_collected_or_deleted_before_the_step_starts(
     ]
     skip, _ = finished_runs(tmp_path / "run", URL, "m", GRID)
     assert skip == [(1, 2, 1), (1, 2, 2)]
+
+
+@pytest.mark.parametrize(
+    ("pending", "says"),
+    [
+        (
+            unschedulable("0/2 nodes are available: 2 Insufficient cpu."),
+            "load-test-0123abcd-0 cannot start: Unschedulable: 0/2 nodes are available: 2 "
+            "Insufficient cpu. (for ",
+        ),
+        (
+            image_pull_backoff("nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2"),
+            "load-test-0123abcd-0 cannot start: ImagePullBackOff: Back-off pulling image "
+            '"nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2" (for ',
+        ),
+    ],
+)
+def test_a_pod_that_cannot_start_fails_the_step_in_its_grace_time(
+    tmp_path: Path, pending: dict[str, Any], says: str
+) -> None:
+    """The Job's deadline is a minute away; the step gives up after the start grace (1 s
+    here), naming the pod and the scheduler's or kubelet's reason, and deletes the Job."""
+    with fake_kube_api() as api:
+        api.on_job = controller("http://unused", tmp_path / "pods", URL, pending=pending)
+        began = time.monotonic()
+        run = run_in_cluster(
+            _job(1), GRID, tmp_path / "run", began + 60,
+            kubeconfig=str(api.kubeconfig(tmp_path)), poll_s=0.2, start_grace_s=1,
+        )  # fmt: skip
+        took = time.monotonic() - began
+    assert run.result is None and not run.deadline_exceeded
+    assert run.failure is not None and run.failure.startswith(says), run.failure
+    assert "Pending" not in run.failure  # the reason, not the phase again
+    assert took < 30
+    assert ("Job", "load-test-0123abcd") in api.deleted
+
+
+def test_admission_refuses_the_dry_run_before_anything_is_created(tmp_path: Path) -> None:
+    with fake_kube_api() as api:
+        api.admission = restricted_pod_security
+        run = _run(api, tmp_path, _job(1))
+    assert run.failure is not None
+    assert run.failure.startswith(
+        "the namespace testbed refused the load pod (403 Forbidden): pods "
+        '"load-test-0123abcd-dry-run" is forbidden: violates PodSecurity "restricted:latest": '
+        'allowPrivilegeEscalation != false (container "loadgen" must set'
+    )
+    assert api.created == [] and api.dry_runs == []
+
+
+def test_a_quota_that_admits_one_client_of_two_fails_the_step(server: str, tmp_path: Path) -> None:
+    """The dry run passes (no pod yet); the Job controller's second pod is refused: the Job
+    has 1 of 2 pods, and the step says so after the grace instead of waiting for the
+    deadline."""
+    with fake_kube_api() as api:
+        api.admission = pod_quota(1)
+        api.on_job = controller(server, tmp_path / "pods", URL)
+        run = run_in_cluster(
+            _job(2), GRID, tmp_path / "run", time.monotonic() + 60,
+            kubeconfig=str(api.kubeconfig(tmp_path)), poll_s=0.2, start_grace_s=2,
+        )  # fmt: skip
+    assert api.dry_runs == [("Pod", "load-test-0123abcd-dry-run")]
+    assert run.failure is not None
+    assert run.failure.startswith(
+        "Job load-test-0123abcd has 1 of 2 pods after 2 s: the namespace refused the others "
+        "(`kubectl describe job load-test-0123abcd -n testbed` shows why)"
+    )
