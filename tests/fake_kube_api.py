@@ -14,7 +14,17 @@ with its 403. For the in-cluster load and probe, ConfigMaps, Services, Jobs and 
 created and deleted, a Job's status, a pod and its log (`logs`) read, and a created Job or Pod
 is handed to `on_job` / `on_pod`, the test's stand-in for the controller and kubelet. Runs on
 its own event loop in a thread, so the watch (a thread using the synchronous kubernetes client)
-and the load (another loop) can run beside it."""
+and the load (another loop) can run beside it.
+
+What it emulates, and the source each follows (tests/incluster/test_stand_ins.py states them):
+equality-based label selectors (:func:`_matches`); a watch from a ``resourceVersion``, and
+the ``ERROR`` event with a 410 ``Expired`` Status for one too old (kubernetes.io docs v1.34,
+"API Concepts", "Efficient detection of changes"); RBAC (:func:`request_attributes`,
+:func:`rule_allows`, :func:`forbidden_status`); admission of pods, with dry runs
+(:meth:`FakeKubeApi.create`, :func:`pod_quota`, :func:`restricted_pod_security`); 409 for a
+name taken; deleting a Job deletes its pods (:meth:`FakeKubeApi.delete`); the log endpoint:
+400 before the container starts, 404 once the pod is gone, only the current file after a
+rotation (:meth:`FakeKubeApi.pod_log`, :func:`current_log_file`)."""
 
 import asyncio
 import contextlib
@@ -112,6 +122,7 @@ class FakeKubeApi:
     on_delete: Callable[[str, str], None] | None = None  # (kind, name) of a deleted object
     admission: Callable[["FakeKubeApi", dict[str, Any]], str | None] | None = None
     dry_runs: list[tuple[str, str]] = field(default_factory=list)  # (kind, name) dry-run creates
+    log_max_bytes: int | None = None  # the kubelet's containerLogMaxSize; None: never rotated
     _changed: asyncio.Event | None = None  # set (and replaced) on every event
     _loop: asyncio.AbstractEventLoop | None = None
 
@@ -259,7 +270,9 @@ class FakeKubeApi:
         `forbidden`); a Job is handed to `on_job` (the stand-in kubelet), if set. A Pod passes
         `admission` first (its refusal: 403 Forbidden, as PodSecurity and ResourceQuota
         answer); with ``?dryRun=All`` it is only admitted, never stored (the API server runs
-        admission for a dry run and persists nothing)."""
+        admission for a dry run and persists nothing). A name already taken answers 409
+        AlreadyExists (k8s.io/apiserver ``pkg/registry/generic/registry/store.go`` ``Create``:
+        ``storage.IsExist`` -> ``errors.NewAlreadyExists``)."""
         obj = await request.json()
         kind = obj["kind"]
         if request.path in self.forbidden:
@@ -272,6 +285,11 @@ class FakeKubeApi:
         if request.query.get("dryRun") == "All":
             self.dry_runs.append((kind, obj["metadata"]["name"]))
             return web.json_response(obj, status=201)
+        if (kind, obj["metadata"]["name"]) in self.objects:  # the registry's NewAlreadyExists
+            resource = request.path.rsplit("/", 1)[-1]
+            message = f'{resource} "{obj["metadata"]["name"]}" already exists'
+            status = {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": message}
+            return web.json_response(status, status=409)
         obj = self._stamp(obj)
         self.objects[(kind, obj["metadata"]["name"])] = obj
         self.created.append((kind, obj["metadata"]["name"]))
@@ -335,7 +353,7 @@ class FakeKubeApi:
         if name not in self.logs:
             code = 400 if name in self.pods else 404
             return web.json_response({"kind": "Status", "code": code}, status=code)
-        return web.Response(text=self.logs[name])
+        return web.Response(text=current_log_file(self.logs[name], self.log_max_bytes))
 
     def kubeconfig(self, folder: Path) -> Path:
         """A kubeconfig file whose current context points at this server."""
@@ -356,8 +374,10 @@ class FakeKubeApi:
 
 
 def _matches(obj: dict[str, Any], selector: str) -> bool:
-    """Equality-based label selector (``k=v``, ``k!=v``, comma-separated), as the API reads
-    it (a missing label matches ``!=``)."""
+    """Equality-based label selector (``k=v``, ``k!=v``, comma-separated, all must hold), as
+    the API reads it: a missing label matches ``!=`` (kubernetes.io docs v1.34, "Labels and
+    Selectors", "Equality-based requirement": ``tier!=frontend`` also selects "all resources
+    with no labels with the tier key")."""
     labels = obj["metadata"].get("labels") or {}
     for term in filter(None, selector.split(",")):
         if "!=" in term:
@@ -391,6 +411,26 @@ def rule_allows(rule: dict[str, Any], asked: dict[str, Any]) -> bool:
 
 def _job_of(pod: dict[str, Any]) -> str | None:
     return (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+
+
+def current_log_file(log: str, max_bytes: int | None) -> str:
+    """What the log endpoint serves of a container's output ``log`` when the kubelet rotates
+    at ``max_bytes`` (``containerLogMaxSize``, default 10 MiB): only the current file. Once
+    the file has reached the size the kubelet renames it and has the runtime reopen a new one
+    (kubernetes ``pkg/kubelet/logs/container_log_manager.go``, commit 030880a5:
+    ``processContainer``, "if info.Size() < c.policy.MaxSize ... return", then ``rotateLog``
+    -> ``rotateLatestLog``: ``Rename(log, rotated)``, ``ReopenContainerLog``), and a log read
+    opens the container's current log path only. The kubelet checks every 10 s
+    (``containerLogMonitorInterval``); here after every line, which cuts as much at the sizes
+    that matter (a run's records: megabytes)."""
+    if max_bytes is None:
+        return log
+    current = ""
+    for line in log.splitlines(keepends=True):
+        if len(current.encode()) >= max_bytes:
+            current = ""  # rotated: the file so far is renamed, a new one begins
+        current += line
+    return current
 
 
 def pod_quota(limit: int) -> Callable[[FakeKubeApi, dict[str, Any]], str | None]:

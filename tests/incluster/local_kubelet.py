@@ -5,7 +5,27 @@ that stands for the mount path (paths in args and env are moved there), and a ``
 folder first on ``PYTHONPATH`` whose pandas, pyarrow, matplotlib, rich, kubernetes and pulumi
 raise ImportError: the runtime image may not need them. The pod's stdout is its log.
 `controller` plays the Job controller for the fake Kubernetes API (tests/fake_kube_api.py),
-`pod_runner` the kubelet of plain pods (the KV-path probe's)."""
+`pod_runner` the kubelet of plain pods (the KV-path probe's).
+
+What it emulates, and the source each follows (tests/incluster/test_stand_ins.py states the
+rules; the runtime tests run them):
+
+- an Indexed Job's pods: ``JOB_COMPLETION_INDEX`` in the environment, the hostname
+  ``<job>-<index>``, the ``batch.kubernetes.io/job-name`` label and the completion-index
+  annotation (kubernetes.io docs v1.34, "Jobs": "Completion mode", "Job labels");
+- a ConfigMap volume with ``items``: each key written as a file at its ``path`` under the
+  mount (docs, "ConfigMaps", "Using ConfigMaps as files from a Pod");
+- pod phases with ``restartPolicy: Never``: Running, then Succeeded on exit 0, else Failed with
+  the container's ``terminated`` state (docs, "Pod Lifecycle", "Pod phase"); a SIGKILLed
+  container is ``OOMKilled`` with exit 137 (128 + SIGKILL, the runtime's report of the
+  cgroup OOM kill: docs, "Assign Memory Resources", "Exceed a Container's memory limit");
+- the Job controller's verdict and its deletion of a failed Job's active pods
+  (:func:`job_verdict`, :data:`JOB_CONTROLLER`); the defaulted ``backoffLimit``
+  (:func:`backoff_limit`);
+- pods the scheduler cannot place and images the kubelet cannot pull (:func:`unschedulable`,
+  :func:`image_pull_backoff`), and pods the namespace's admission refuses
+  (``FakeKubeApi.admit``, asked for every pod the controller creates).
+"""
 
 import os
 import signal

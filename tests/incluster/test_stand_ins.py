@@ -3,11 +3,26 @@ rule as kubernetes ``pkg/controller/job/job_controller.go`` ``syncJob`` does (co
 the fake API resolves a request's RBAC attributes as k8s.io/apiserver ``requestinfo.go`` does
 and matches rules as ``pkg/apis/rbac/v1/evaluation_helpers.go`` does."""
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kube_api import Attributes, request_attributes, rule_allows
+from fake_kube_api import (
+    NAMESPACE,
+    Attributes,
+    _matches,
+    current_log_file,
+    fake_kube_api,
+    request_attributes,
+    restricted_pod_security,
+    rule_allows,
+)
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 from local_kubelet import MAX_INT32, backoff_limit, job_verdict
+
+from loadgen.kube_watch import api_client
 
 INDEXED = {"completionMode": "Indexed", "completions": 3}
 PER_INDEX = {**INDEXED, "backoffLimitPerIndex": 0}
@@ -81,3 +96,54 @@ def test_a_jobs_rule_does_not_cover_jobs_status() -> None:
     assert not rule_allows({**jobs, "resources": ["jobs/status"], "verbs": ["list"]}, status)
     named = {**jobs, "resources": ["jobs/status"], "resourceNames": ["other"]}
     assert not rule_allows(named, status)
+
+
+def test_the_log_endpoint_serves_only_the_current_file_after_rotation() -> None:
+    lines = [f"{i:03d}\n" for i in range(10)]  # 4 B each
+    assert current_log_file("".join(lines), None) == "".join(lines)
+    # rotated once the file reached 12 B: after lines 0-2, again after 3-5 and 6-8
+    assert current_log_file("".join(lines), 12) == "009\n"
+    assert current_log_file("".join(lines[:5]), 12) == "003\n004\n"
+
+
+def test_the_fake_api_answers_as_the_api_server_does(tmp_path: Path) -> None:
+    """A name taken: 409 AlreadyExists; a pod not started: its log 400; a pod gone: 404;
+    a dry run: admitted, not stored; a refused pod: 403 with admission's message."""
+    with fake_kube_api() as api:
+        client_ = api_client(str(api.kubeconfig(tmp_path)), None)
+        core = k8s.CoreV1Api(client_)
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}}
+        core.create_namespaced_config_map(NAMESPACE, cm)
+        with pytest.raises(ApiException) as taken:
+            core.create_namespaced_config_map(NAMESPACE, cm)
+        body = json.loads(taken.value.body)
+        assert (taken.value.status, body["reason"]) == (409, "AlreadyExists")
+        assert body["message"] == 'configmaps "c" already exists'
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "main", "image": "i"}]},
+        }
+        core.create_namespaced_pod(NAMESPACE, pod, dry_run="All")
+        assert "p" not in api.pods and api.dry_runs == [("Pod", "p")]
+        core.create_namespaced_pod(NAMESPACE, pod)
+        for name, status in (("p", 400), ("gone", 404)):
+            with pytest.raises(ApiException) as log:
+                core.read_namespaced_pod_log(name, NAMESPACE)
+            assert log.value.status == status
+        api.admission = restricted_pod_security
+        with pytest.raises(ApiException) as refused:
+            core.create_namespaced_pod(NAMESPACE, {**pod, "metadata": {"name": "q"}})
+        assert refused.value.status == 403
+        message = json.loads(refused.value.body)["message"]
+        assert message.startswith('pods "q" is forbidden: violates PodSecurity "restricted:latest"')
+        client_.close()
+
+
+def test_a_missing_label_matches_not_equal() -> None:
+    pod = {"metadata": {"labels": {"app.kubernetes.io/name": "graph"}}}
+    assert _matches(pod, "app.kubernetes.io/name!=testbed-load")
+    assert _matches({"metadata": {}}, "app.kubernetes.io/name!=testbed-load")
+    assert not _matches(pod, "app.kubernetes.io/name=testbed-load")
+    assert not _matches(pod, "app.kubernetes.io/name=graph,tier=x")  # every term must hold
