@@ -7,7 +7,7 @@ import yaml
 from typer.testing import CliRunner
 
 from incluster.manifests import LOAD_STEP_RULES
-from stackmodel.stacks import load_stack
+from stackmodel.stacks import REPO, load_stack
 from testbed.cli import app
 
 
@@ -41,3 +41,22 @@ def test_a_bad_service_account_names_the_form_that_works() -> None:
         CliRunner().invoke(app, ["load-role", "kv-routing", "--service-account", fix]).exit_code
         == 0
     )
+
+
+def test_the_docs_table_lists_exactly_the_roles_rules() -> None:
+    """docs/in-cluster.md's table of the Role: one row per rule, in order."""
+    text = (REPO / "docs" / "in-cluster.md").read_text()
+    section = text[text.index("## RBAC: the Role the step needs") :]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][2:]
+    rows = rows[: len(LOAD_STEP_RULES) + 1]
+
+    def cells(row: str) -> list[list[str]]:
+        parts = [c.strip() for c in row.strip("|").split("|")][:3]
+        return [[w.strip(" `") for w in c.split(",")] for c in parts]
+
+    documented = [cells(row) for row in rows if not row.startswith("| ---")]
+    expected = [
+        [["core" if g == "" else g for g in r["apiGroups"]], r["resources"], r["verbs"]]
+        for r in LOAD_STEP_RULES
+    ]
+    assert documented[: len(expected)] == expected
