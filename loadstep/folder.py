@@ -20,6 +20,8 @@ stays a pending operation without outputs: the next ``pulumi up`` only warns abo
 ``pulumi refresh`` clears it) and creates the step again. The stop file ends the grid cleanly
 instead; both leave the finished runs on disk (loadgen writes each run as it finishes), and the
 step the next ``pulumi up`` runs measures only the runs not finished (:func:`resumable_run`).
+A killed in-cluster step leaves its Job running too; the next step finds it (its name follows
+from the folder) and collects or deletes it first (:func:`incluster.runtime.clear_leftovers`).
 """
 
 from __future__ import annotations
