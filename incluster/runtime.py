@@ -142,6 +142,18 @@ def _forbidden(exc: Any, namespace: str, action: str) -> str:
     )
 
 
+def _taken(obj: dict[str, Any], namespace: str) -> str:
+    """The one line for a name taken (409 AlreadyExists): what holds it and the command that
+    clears it (every object of a run carries the label ``testbed/load-run: <name>``)."""
+    name = obj["metadata"]["name"]
+    run = (obj["metadata"].get("labels") or {}).get("testbed/load-run", name)
+    return (
+        f"a {obj['kind']} named {name} exists already in namespace {namespace} (left by an "
+        "interrupted step the step could not clear); `kubectl delete job,configmap,service,pod "
+        f"-l testbed/load-run={run} -n {namespace}` clears it"
+    )
+
+
 def _is_forbidden(exc: BaseException) -> bool:
     return isinstance(exc, ApiException) and exc.status in (401, 403)
 
@@ -210,6 +222,8 @@ def _created(
                 message = (
                     _forbidden(exc, ns, f"create a {kind}")
                     if _is_forbidden(exc)
+                    else _taken(obj, ns)
+                    if isinstance(exc, ApiException) and exc.status == 409
                     else f"create {kind}: {reason}"
                 )
                 raise Refused(message) from None

@@ -314,3 +314,22 @@ def test_a_quota_that_admits_one_client_of_two_fails_the_step(server: str, tmp_p
         "Job load-test-0123abcd has 1 of 2 pods after 2 s: the namespace refused the others "
         "(`kubectl describe job load-test-0123abcd -n testbed` shows why)"
     )
+
+
+def test_a_name_taken_names_the_command_that_clears_it(tmp_path: Path) -> None:
+    """A leftover the step could not list (no `list jobs`): the create answers 409 and the
+    step says which command clears it; the label it names selects the leftover."""
+    with fake_kube_api() as api:
+        api.objects[("ConfigMap", "load-test-0123abcd")] = {
+            "kind": "ConfigMap",
+            "metadata": {"name": "load-test-0123abcd", "labels": {"testbed/load-run": "x"}},
+        }
+        run = _run(api, tmp_path, _job(1))
+        made = load_objects(_job(1), pod_files(_job(1).grid_json))[0]
+    assert run.failure == (
+        "a ConfigMap named load-test-0123abcd exists already in namespace testbed (left by an "
+        "interrupted step the step could not clear); `kubectl delete "
+        "job,configmap,service,pod -l testbed/load-run=load-test-0123abcd -n testbed` clears it"
+    )
+    assert made["metadata"]["labels"]["testbed/load-run"] == "load-test-0123abcd"
+    assert api.created == []
