@@ -144,13 +144,19 @@ def _forbidden(exc: Any, namespace: str, action: str) -> str:
 
 def _taken(obj: dict[str, Any], namespace: str) -> str:
     """The one line for a name taken (409 AlreadyExists): what holds it and the command that
-    clears it (every object of a run carries the label ``testbed/load-run: <name>``)."""
+    clears it (every object of a load run carries the label ``testbed/load-run: <name>``; a
+    probe's object is named)."""
     name = obj["metadata"]["name"]
-    run = (obj["metadata"].get("labels") or {}).get("testbed/load-run", name)
+    run = (obj["metadata"].get("labels") or {}).get("testbed/load-run")
+    what = (
+        f"job,configmap,service,pod -l testbed/load-run={run}"
+        if run
+        else f"{obj['kind'].lower()} {name}"
+    )
     return (
         f"a {obj['kind']} named {name} exists already in namespace {namespace} (left by an "
-        "interrupted step the step could not clear); `kubectl delete job,configmap,service,pod "
-        f"-l testbed/load-run={run} -n {namespace}` clears it"
+        f"interrupted step the step could not clear); `kubectl delete {what} -n {namespace}` "
+        "clears it"
     )
 
 
