@@ -253,8 +253,10 @@ NEVER_STARTS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 MAY_NOT_START = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError"}
 )
-"""Container waiting reasons the kubelet retries (``pkg/kubelet/images/types.go``,
-``pkg/kubelet/container/sync_result.go``): an error once they last :data:`START_GRACE_S`."""
+"""Container waiting reasons the kubelet retries (the image's: ``pkg/kubelet/images/types.go``,
+``image_manager.go`` ``EnsureImageExists``, "Back-off pulling image"; the container's:
+``pkg/kubelet/kuberuntime/kuberuntime_container.go``, ``ErrCreateContainerConfig``,
+``ErrCreateContainer``): an error once they last :data:`START_GRACE_S`."""
 
 
 def _start_problem(pod: dict[str, Any]) -> tuple[str, bool] | None:
