@@ -174,7 +174,7 @@ def _api_message(exc: ApiException) -> str:
 
 def _dry_run(core: Any, ns: str, pod: dict[str, Any]) -> None:
     """Create ``pod`` as a server-side dry run (``dryRun=All``: validated and admitted, never
-    stored; Kubernetes docs, "Server-Side Apply"/"Dry-run").
+    stored; kubernetes.io docs v1.34, "API Concepts", "Dry-run").
 
     Raises:
         Refused: RBAC refused the create (the Role's fix), or admission did (its message:
