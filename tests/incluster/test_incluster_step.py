@@ -1,7 +1,8 @@
 """The load step with ``load.runner: cluster``, end to end without a cluster: the provider's
 create against the fake Kubernetes API, whose stand-in Job controller runs the rendered pods
 here against a real local Dynamo graph (frontend + CPU-only mocker workers shaped like
-disagg-same-node). Same outputs and results folder as the local runner."""
+disagg-same-node), the API allowing exactly the Role the docs ship. Same outputs and results
+folder as the local runner."""
 
 import json
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from fake_kube_api import NAMESPACE, fake_kube_api
 from local_kubelet import controller
 
 from components.load_provider import LoadStepProvider
+from incluster.manifests import LOAD_STEP_RULES
 from loadgen.report import SUMMARY_FILE
 from loadstep.inputs import step_inputs
 from stackmodel.stacks import load_stack
@@ -40,6 +42,7 @@ def test_cluster_runner_records_the_same_outputs(graph: LocalGraph, tmp_path: Pa
     url = inputs.url
     assert url is not None and url.endswith(".svc:8000")  # the frontend's in-cluster address
     with fake_kube_api() as api:
+        api.rules = [dict(rule) for rule in LOAD_STEP_RULES]  # exactly the Role, RBAC-checked
         api.on_job = controller(graph.url, tmp_path / "pods", url)
         props: dict[str, Any] = {
             **inputs.props(),
@@ -62,6 +65,8 @@ def test_cluster_runner_records_the_same_outputs(graph: LocalGraph, tmp_path: Pa
     assert run["workers"] == 2
     assert run["server"]["requests"] >= 8  # shard 0 scraped the real frontend's /metrics
     assert result["readiness"]["attempts"] == 3
+    assert api.refused == []  # the pod watch, the leftover check, the Job: all in the Role
+    assert api.dry_runs == [("Pod", f"{api.created[-1][1]}-dry-run")]
     assert [kind for kind, _ in api.created] == ["ConfigMap", "Service", "Job"]
     assert sorted(api.deleted) == sorted(api.created)
     assert outs["incidents"] == []  # the load's own pods are not the graph's incidents
