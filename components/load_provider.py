@@ -141,11 +141,23 @@ def _run_grid(
     Raises:
         StopRequested: the stop file stopped the grid.
     """
+    from incluster.runtime import Resumed, clear_leftovers
+
     if inputs.runner == "local":
+        if inputs.namespace is not None:  # an in-cluster step's Job would load beside it
+            cleared = clear_leftovers(
+                inputs.namespace,
+                inputs.stack,
+                kubeconfig=inputs.kubeconfig,
+                context=inputs.kube_context,
+            )
+            notes.extend(cleared.notes)  # (a local grid needs no cluster access: unseen is ok)
+            if cleared.failure is not None:
+                return None, False, cleared.failure
         return asyncio.run(_wait_and_run(inputs, config, run_dir, deadline, pods))
     from incluster.collect import finished_runs
     from incluster.manifests import LoadJob
-    from incluster.runtime import clear_leftovers, job_name, run_in_cluster
+    from incluster.runtime import job_name, run_in_cluster
     from loadgen.output import ResumeError, read_result
     from loadstep.folder import StopRequested, stop_file, stop_requested
 
@@ -176,9 +188,13 @@ def _run_grid(
     )
     # A Job an interrupted step left: its own folder's is collected, any other deleted.
     leftovers = clear_leftovers(
-        job, config, run_dir, kubeconfig=inputs.kubeconfig, context=inputs.kube_context
+        job.namespace,
+        job.stack,
+        Resumed(job, config, run_dir),
+        kubeconfig=inputs.kubeconfig,
+        context=inputs.kube_context,
     )
-    notes.extend(leftovers.notes)
+    notes.extend([*leftovers.notes, *filter(None, [leftovers.unseen])])
     if leftovers.failure is not None:
         return read_result(run_dir), False, leftovers.failure
     try:  # a resumed folder's runs are not measured again (loadstep.folder)

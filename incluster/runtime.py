@@ -388,13 +388,15 @@ def _delete_and_wait(
     ``wait_s``."""
     name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
     with contextlib.suppress(*API_ERRORS):
-        batch.delete_namespaced_job(name, ns, propagation_policy="Foreground")
+        batch.delete_namespaced_job(
+            name, ns, propagation_policy="Foreground", _request_timeout=REQUEST_TIMEOUT_S
+        )
     for kind in ("ConfigMap", "Service"):
         _delete(core, batch, ns, {"kind": kind, "metadata": {"name": name}})
     end = time.monotonic() + wait_s
     while time.monotonic() < end:
         try:
-            batch.read_namespaced_job(name, ns)
+            batch.read_namespaced_job(name, ns, _request_timeout=REQUEST_TIMEOUT_S)
         except ApiException as exc:
             if exc.status == 404:
                 return True
@@ -407,30 +409,48 @@ def _delete_and_wait(
 @dataclass
 class Leftovers:
     """What :func:`clear_leftovers` did: one note per leftover Job (what it kept, what it
-    deleted), and why the step must not start (None: it may)."""
+    deleted), why it could not look (None: it looked), and why the step must not start (None:
+    it may)."""
 
     notes: list[str]
+    unseen: str | None = None
     failure: str | None = None
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """The in-cluster run a step is about to start: its Job, grid and results folder. A
+    leftover Job of the same name (the folder's: :func:`job_name`) is collected into it."""
+
+    job: LoadJob
+    config: LoadConfig
+    run_dir: Path
+
+
+REQUEST_TIMEOUT_S = 10.0
+"""Each call of the leftover check waits at most this long (seconds): it runs before every
+step, also one with ``load.runner: local`` that may not reach the cluster at all."""
+
+
 def clear_leftovers(
-    job: LoadJob,
-    config: LoadConfig,
-    run_dir: Path,
+    namespace: str,
+    stack: str,
+    resumed: Resumed | None = None,
     *,
     kubeconfig: str | None = None,
     context: str | None = None,
     wait_s: float = LEFTOVER_WAIT_S,
     poll_s: float = POLL_S,
 ) -> Leftovers:
-    """Before ``job`` starts: find the load Jobs an interrupted step of its stack left in its
-    namespace (:func:`incluster.manifests.leftover_selector`; a second Ctrl-C SIGKILLs the
-    provider, so its cleanup never ran) and clear them. The Job of ``job``'s own results folder
-    (the same name: :func:`job_name`) is collected first, running or ended: the runs its
-    clients finished are written to ``run_dir`` as any collection's, so the step then skips
-    them; any other is deleted without collecting (its folder is not the one being resumed).
-    Each is deleted in the foreground and waited for, so that no pod of it still loads the
-    frontend or answers at the barrier's name when the new Job starts."""
+    """Before a step runs its grid: find the load Jobs an interrupted step of ``stack`` left in
+    ``namespace`` (:func:`incluster.manifests.leftover_selector`; a second Ctrl-C SIGKILLs the
+    provider, so its cleanup never ran) and clear them, so that none loads the frontend beside
+    the new grid. The Job of the ``resumed`` run's folder (the same name) is collected first,
+    running or ended: the runs its clients finished are written to its ``run_dir`` as any
+    collection's, so the step then skips them; any other is deleted without collecting (its
+    folder is not the one being resumed). Each is deleted in the foreground and waited for, so
+    that no pod of it still loads the frontend or answers at the barrier's name when the new
+    Job starts."""
     try:
         api = api_client(kubeconfig, context)
     except KubeAccessError as exc:
@@ -440,21 +460,25 @@ def clear_leftovers(
     try:
         try:
             found = batch.list_namespaced_job(
-                job.namespace, label_selector=leftover_selector(job.stack)
+                namespace,
+                label_selector=leftover_selector(stack),
+                _request_timeout=REQUEST_TIMEOUT_S,
             ).items
         except API_ERRORS as exc:
-            why = _forbidden(exc, job.namespace, "list Jobs") if _is_forbidden(exc) else exc
-            return Leftovers([f"could not look for a leftover load Job: {why}"])
+            why = _forbidden(exc, namespace, "list Jobs") if _is_forbidden(exc) else exc
+            return Leftovers([], f"could not look for a leftover load Job: {why}")
         for item in found:
             left = api.sanitize_for_serialization(item)
             name = left["metadata"]["name"]
             state = _finished(item) or "still running"
-            if name == job.name:
+            if resumed is not None and name == resumed.job.name:
+                job, run_dir = resumed.job, resumed.run_dir
                 before = read_result(run_dir)
                 _, logs = _pods_and_logs(api, core, job)
                 clients = int(left["spec"]["completions"])
-                after = collect(logs, clients, job.url, job.model, config, run_dir).result
-                kept = len(after.runs if after else []) - len(before.runs if before else [])
+                after = collect(logs, clients, job.url, job.model, resumed.config, run_dir)
+                runs = len(after.result.runs if after.result else [])
+                kept = runs - len(before.runs if before else [])
                 notes.append(
                     f"found Job {name} of this results folder, left by an interrupted step "
                     f"({state}): kept the {kept} runs it finished, then deleted it"
@@ -469,9 +493,9 @@ def clear_leftovers(
             if not _delete_and_wait(core, batch, left, wait_s, poll_s):
                 return Leftovers(
                     notes,
-                    f"leftover load Job {name} was still being deleted after {wait_s:g} s; "
-                    "run `pulumi up` again once `kubectl get job "
-                    f"{name} -n {job.namespace}` finds none",
+                    failure=f"leftover load Job {name} was still being deleted after "
+                    f"{wait_s:g} s; run `pulumi up` again once `kubectl get job {name} -n "
+                    f"{namespace}` finds none",
                 )
     finally:
         api.close()

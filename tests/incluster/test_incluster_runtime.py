@@ -17,7 +17,7 @@ from local_kubelet import controller, image_pull_backoff, unschedulable
 from incluster import runtime
 from incluster.collect import finished_runs
 from incluster.manifests import LOAD_STEP_RULES, LoadJob, load_objects
-from incluster.runtime import ClusterRun, clear_leftovers, job_name, run_in_cluster
+from incluster.runtime import ClusterRun, Resumed, clear_leftovers, job_name, run_in_cluster
 from incluster.sources import pod_files
 from loadgen.config import LoadConfig
 from loadgen.kube_watch import api_client
@@ -235,10 +235,14 @@ def test_a_leftover_job_is_collected_or_deleted_before_the_step_starts(
         api.on_job = None  # the older Job's pods never started
         _leave_behind(api, tmp_path, other)
         left = clear_leftovers(
-            job, GRID, tmp_path / "run", kubeconfig=str(api.kubeconfig(tmp_path)), poll_s=0.1
+            job.namespace,
+            job.stack,
+            Resumed(job, GRID, tmp_path / "run"),
+            kubeconfig=str(api.kubeconfig(tmp_path)),
+            poll_s=0.1,
         )
         assert {kind for kind, _ in api.objects} == set()  # nothing of either left
-    assert left.failure is None
+    assert left.failure is None and left.unseen is None
     assert left.notes == [
         "found Job load-test-0123abcd of this results folder, left by an interrupted step "
         "(Complete): kept the 2 runs it finished, then deleted it",
@@ -333,3 +337,19 @@ def test_a_name_taken_names_the_command_that_clears_it(tmp_path: Path) -> None:
     )
     assert made["metadata"]["labels"]["testbed/load-run"] == "load-test-0123abcd"
     assert api.created == []
+
+
+def test_a_local_step_deletes_a_leftover_job_and_says_so(tmp_path: Path) -> None:
+    """With ``load.runner: local`` there is no Job of its own: a leftover is deleted, so it
+    does not load the frontend beside the local grid; no access at all is no failure."""
+    with fake_kube_api() as api:
+        _leave_behind(api, tmp_path, _job(1))  # no controller: its pod never started
+        left = clear_leftovers("testbed", "test", kubeconfig=str(api.kubeconfig(tmp_path)))
+        assert ("Job", "load-test-0123abcd") in api.deleted and not api.objects
+    assert left.failure is None and left.unseen is None
+    assert [note.split(" (")[0] for note in left.notes] == [
+        "deleted leftover load Job load-test-0123abcd"
+    ]
+    missing = clear_leftovers("testbed", "test", kubeconfig=str(tmp_path / "none"))
+    assert missing.failure is None and missing.notes == []
+    assert missing.unseen is not None and missing.unseen.startswith("no access to the cluster")
