@@ -350,8 +350,8 @@ def _checked_run(props: dict[str, Any]) -> dict[str, Any]:
 
 class LoadStepProvider(ResourceProvider):
     """Create and update run the grid; diff re-runs only on :data:`RERUN_INPUTS` changes and
-    never while the stack is parked (the stored outputs then stay as they are); delete does
-    nothing (the results folder stays on disk).
+    never while the stack is parked (the stored outputs then stay as they are); delete only
+    clears a load Job an interrupted step left (the results folder stays on disk).
 
     Raises:
         LoadStepError: from create/update, only when ``failOnErrors`` is set and the status is
@@ -382,8 +382,30 @@ class LoadStepProvider(ResourceProvider):
         """Run the step again with the new inputs."""
         return UpdateResult(outs=_checked_run(news))
 
-    def delete(self, _id: str, _props: dict[str, Any]) -> None:
-        """Nothing to delete: the step made no cluster object."""
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        """The step keeps no cluster object, but one interrupted by a second Ctrl-C leaves
+        its load Job running: delete the stack's leftover load Jobs
+        (:func:`incluster.runtime.clear_leftovers`; a namespace the stack does not delete
+        would keep it to its deadline), saying so; best effort, never failing the destroy
+        (the results folder stays on disk)."""
+        from pydantic import ValidationError
+
+        from incluster.runtime import clear_leftovers
+
+        try:
+            inputs = LoadStepInputs.from_props(props)
+        except ValidationError:  # a state written by an older step: nothing to look for
+            return
+        if inputs.namespace is None:
+            return
+        cleared = clear_leftovers(
+            inputs.namespace,
+            inputs.stack,
+            kubeconfig=inputs.kubeconfig,
+            context=inputs.kube_context,
+        )
+        for note in cleared.notes:
+            pulumi.log.warn(f"load step: {note}")
 
 
 class LoadStep(pulumi.dynamic.Resource, module="testbed", name="LoadStep"):

@@ -15,7 +15,7 @@ from fake_kube_api import NAMESPACE, fake_kube_api
 from local_kubelet import controller
 
 from components.load_provider import LoadStepProvider
-from incluster.manifests import LOAD_STEP_RULES
+from incluster.manifests import LOAD_STEP_RULES, LoadJob, load_job
 from loadgen.report import SUMMARY_FILE
 from loadstep.inputs import step_inputs
 from stackmodel.stacks import load_stack
@@ -70,3 +70,26 @@ def test_cluster_runner_records_the_same_outputs(graph: LocalGraph, tmp_path: Pa
     assert [kind for kind, _ in api.created] == ["ConfigMap", "Service", "Job"]
     assert sorted(api.deleted) == sorted(api.created)
     assert outs["incidents"] == []  # the load's own pods are not the graph's incidents
+
+
+def test_destroy_deletes_the_load_job_an_interrupted_step_left(tmp_path: Path) -> None:
+    """`pulumi destroy` after a second Ctrl-C: the step's delete finds the stack's load Job
+    still running and deletes it (with a namespace the stack does not delete, it would run on
+    to its deadline); another stack's stays."""
+    cfg = load_stack(STACK)
+    load = cfg.load.model_copy(update={**TINY, "runner": "cluster"})
+    inputs = step_inputs(cfg.model_copy(update={"load": load}), STACK, "sha256:x", str(tmp_path))
+    assert inputs.url is not None and inputs.image is not None
+    with fake_kube_api() as api:
+        for stack in (STACK, "another-stack"):
+            job = LoadJob(
+                name=f"load-{stack}-0123abcd", namespace=NAMESPACE, image=inputs.image,
+                url=inputs.url, model=inputs.model, grid_json=inputs.grid, clients=1,
+                deadline_s=60, model_wait_s=20, stack=stack, folder=f"{stack}/20261201T150000Z",
+            )  # fmt: skip
+            api.objects[("Job", job.name)] = load_job(job, {})
+        kubeconfig = str(api.kubeconfig(tmp_path))
+        props = {**inputs.props(), "namespace": NAMESPACE, "kubeconfig": kubeconfig}
+        LoadStepProvider().delete("load-0123", props)
+        assert api.deleted[0] == ("Job", f"load-{STACK}-0123abcd")
+        assert ("Job", "load-another-stack-0123abcd") in api.objects
