@@ -8,13 +8,13 @@ checks at preview it also lists `nodes` (`GET /api/v1/nodes`), `secrets` by name
 (DGDs, also by namespace), one namespace (`namespaces`) and the Deployments of one
 (`deployments`, label selector applied), and answers SelfSubjectAccessReviews from the
 user's RBAC rules (`grants`); a path in `forbidden` answers 403 (also to a create). With
-`rules` set (RBAC PolicyRules of one Role in NAMESPACE) every request is authorized as the API
-server's RBAC authorizer does (:func:`request_attributes`, :func:`rule_allows`), and refused
-with its 403. For the in-cluster load and probe, ConfigMaps, Services, Jobs and Pods are
-created and deleted, a Job's status, a pod and its log (`logs`) read, and a created Job or Pod
-is handed to `on_job` / `on_pod`, the test's stand-in for the controller and kubelet. Runs on
-its own event loop in a thread, so the watch (a thread using the synchronous kubernetes client)
-and the load (another loop) can run beside it.
+`enforce` every request is authorized with `grants` as the API server's RBAC authorizer does
+(:func:`request_attributes`, :func:`rule_allows`), and refused with its 403. For the
+in-cluster load and probe, ConfigMaps, Services, Jobs and Pods are created and deleted, a Job's
+status, a pod and its log (`logs`) read, and a created Job or Pod is handed to `on_job` /
+`on_pod`, the test's stand-in for the controller and kubelet. Runs on its own event loop in a
+thread, so the watch (a thread using the synchronous kubernetes client) and the load (another
+loop) can run beside it.
 
 What it emulates, and the source each follows (tests/incluster/test_stand_ins.py states them):
 equality-based label selectors (:func:`_matches`); a watch from a ``resourceVersion``, and
@@ -111,7 +111,7 @@ class FakeKubeApi:
     grants: list[tuple[str | None, dict[str, Any]]] | None = None
     reviews: list[dict[str, Any]] = field(default_factory=list)  # resourceAttributes asked
     forbidden: set[str] = field(default_factory=set)  # request paths answered 403
-    rules: list[dict[str, Any]] | None = None  # a Role's rules in NAMESPACE; None: no RBAC
+    enforce: bool = False  # authorize every request with `grants`, as RBAC does
     refused: list[str] = field(default_factory=list)  # what RBAC refused: "verb resource"
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     created: list[tuple[str, str]] = field(default_factory=list)
@@ -391,21 +391,26 @@ def _matches(obj: dict[str, Any], selector: str) -> bool:
     return True
 
 
-def rule_allows(rule: dict[str, Any], asked: dict[str, Any]) -> bool:
-    """Whether one PolicyRule grants the asked verb, group and resource[/subresource]:
-    kubernetes ``pkg/apis/rbac/v1/evaluation_helpers.go`` ``VerbMatches``, ``APIGroupMatches``
-    and ``ResourceMatches`` (``*`` matches all; a subresource matches only ``resource/sub`` or
-    ``*/sub``, never the bare resource)."""
+def rule_allows(rule: Mapping[str, Any], asked: Mapping[str, Any]) -> bool:
+    """Whether one PolicyRule grants the asked verb, group, resource[/subresource] and name
+    (``asked``: a SelfSubjectAccessReview's ``resourceAttributes``, or a request's:
+    :func:`request_attributes`), as kubernetes ``plugin/pkg/auth/authorizer/rbac/rbac.go``
+    ``RuleAllows`` does with ``pkg/apis/rbac/v1/evaluation_helpers.go``: ``VerbMatches``,
+    ``APIGroupMatches`` and ``ResourceMatches`` (``*`` matches all; a subresource matches only
+    ``resource/sub`` or ``*/sub``, never the bare resource: ``jobs`` does not cover
+    ``jobs/status``), ``ResourceNameMatches`` (no names listed: every name)."""
     resource = asked.get("resource", "")
     if asked.get("subresource"):
         resource = f"{resource}/{asked['subresource']}"
     sub = asked.get("subresource")
+    names = rule.get("resourceNames") or []
     return (
         any(v in ("*", asked.get("verb")) for v in rule.get("verbs", []))
         and any(g in ("*", asked.get("group", "")) for g in rule.get("apiGroups", []))
         and any(
             r in ("*", resource) or (sub and r == f"*/{sub}") for r in rule.get("resources", [])
         )
+        and (not names or asked.get("name") in names)
     )
 
 
@@ -493,30 +498,18 @@ def restricted_pod_security(api: FakeKubeApi, pod: dict[str, Any]) -> str | None
     )
 
 
-@dataclass(frozen=True)
-class Attributes:
-    """What the API server's authorizer is asked about one request (k8s.io/apiserver
-    ``pkg/endpoints/request/requestinfo.go`` ``RequestInfo``)."""
-
-    verb: str
-    group: str
-    resource: str
-    subresource: str
-    namespace: str
-    name: str
-
-
 VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch"}
 VERBS["DELETE"] = "delete"
 
 
-def request_attributes(method: str, path: str, query: Mapping[str, str]) -> Attributes:
+def request_attributes(method: str, path: str, query: Mapping[str, str]) -> dict[str, str]:
     """A resource request's attributes as ``RequestInfoFactory.NewRequestInfo`` resolves them:
     ``/api/v1/...`` is the core group (""), ``/apis/<group>/<version>/...`` its group; then
     ``namespaces/<ns>/`` and ``resource[/name[/subresource]]``; the method gives the verb
     (POST create, GET get, PUT update, PATCH patch, DELETE delete), a GET without a name is
     ``list``, and ``watch`` when it asks ``?watch=1``; a DELETE without a name
-    ``deletecollection``."""
+    ``deletecollection``. The shape of a SelfSubjectAccessReview's ``resourceAttributes``
+    (``verb``, ``group``, ``resource``, ``subresource``, ``namespace``, ``name``)."""
     parts = [p for p in path.split("/") if p]
     if parts[0] == "api":
         group, rest = "", parts[2:]
@@ -531,41 +524,28 @@ def request_attributes(method: str, path: str, query: Mapping[str, str]) -> Attr
         verb = "watch" if query.get("watch") in ("1", "true", "True") else "list"
     if not name and verb == "delete":
         verb = "deletecollection"
-    return Attributes(verb, group, resource, subresource, namespace, name)
+    return {
+        "verb": verb,
+        "group": group,
+        "resource": resource,
+        "subresource": subresource,
+        "namespace": namespace,
+        "name": name,
+    }
 
 
-def rule_allows(rule: Mapping[str, Any], attrs: Attributes) -> bool:
-    """One PolicyRule against a resource request, as kubernetes
-    ``plugin/pkg/auth/authorizer/rbac/rbac.go`` ``RuleAllows`` does with the helpers of
-    ``pkg/apis/rbac/v1/evaluation_helpers.go``: ``VerbMatches`` and ``APIGroupMatches`` (the
-    value or ``*``), ``ResourceMatches`` on ``resource/subresource`` (``*``, the exact combined
-    name, or ``*/subresource``: ``jobs`` does not match ``jobs/status``), ``ResourceNameMatches``
-    (none listed: every name)."""
-    combined = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
-    resources = rule.get("resources", [])
-    resource_ok = any(
-        r in ("*", combined) or (attrs.subresource and r == f"*/{attrs.subresource}")
-        for r in resources
-    )
-    names = rule.get("resourceNames") or []
-    return (
-        any(v in ("*", attrs.verb) for v in rule.get("verbs", []))
-        and any(g in ("*", attrs.group) for g in rule.get("apiGroups", []))
-        and resource_ok
-        and (not names or attrs.name in names)
-    )
-
-
-def forbidden_status(attrs: Attributes) -> dict[str, Any]:
+def forbidden_status(attrs: Mapping[str, str]) -> dict[str, Any]:
     """The 403 the API server answers (k8s.io/apiserver ``pkg/endpoints/handlers/
     responsewriters/errors.go`` ``ForbiddenStatusError``: ``<resource> "<name>" is forbidden:
     User "<user>" cannot <verb> resource "<resource/sub>" in API group "<group>" in the
     namespace "<ns>"``)."""
-    combined = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
-    where = f' in the namespace "{attrs.namespace}"' if attrs.namespace else " at the cluster scope"
+    sub = attrs["subresource"]
+    combined = f"{attrs['resource']}/{sub}" if sub else attrs["resource"]
+    ns = attrs["namespace"]
+    where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
     message = (
-        f'{attrs.resource} "{attrs.name}" is forbidden: User "u" cannot {attrs.verb} resource '
-        f'"{combined}" in API group "{attrs.group}"{where}'
+        f'{attrs["resource"]} "{attrs["name"]}" is forbidden: User "u" cannot {attrs["verb"]} '
+        f'resource "{combined}" in API group "{attrs["group"]}"{where}'
     )
     return {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message}
 
@@ -583,15 +563,24 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
 
         @web.middleware
         async def rbac(request: web.Request, handler: Any) -> web.StreamResponse:
-            """A Role's rules bind only in its namespace; nothing cluster-wide is granted."""
-            if api.rules is None:
+            """With ``enforce``, every request is authorized against ``grants`` (a rule bound in
+            a namespace grants only there; one bound cluster-wide everywhere). Any user may
+            ask a SelfSubjectAccessReview (the ``system:basic-user`` ClusterRole, kubernetes
+            ``plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go``)."""
+            if not api.enforce or api.grants is None:
                 return await handler(request)
             attrs = request_attributes(request.method, request.path, request.query)
-            in_role = attrs.namespace == NAMESPACE
-            if in_role and any(rule_allows(rule, attrs) for rule in api.rules):
+            review = (attrs["group"], attrs["resource"]) == (
+                "authorization.k8s.io",
+                "selfsubjectaccessreviews",
+            )
+            if review or any(
+                rule_allows(rule, attrs) and bound in (None, attrs["namespace"])
+                for bound, rule in api.grants
+            ):
                 return await handler(request)
-            combined = "/".join(filter(None, [attrs.resource, attrs.subresource]))
-            api.refused.append(f"{attrs.verb} {combined}")
+            combined = "/".join(filter(None, [attrs["resource"], attrs["subresource"]]))
+            api.refused.append(f"{attrs['verb']} {combined}")
             return web.json_response(forbidden_status(attrs), status=403)
 
         app = web.Application(middlewares=[rbac])

@@ -321,7 +321,7 @@ def test_each_missing_permission_is_one_warning_with_its_rule(
             f"stack 'kv-routing': `pulumi up` needs {verb} on jobs.batch in testbed-kv-routing,"
             " which your credentials lack: grant it (Role in testbed-kv-routing rule: apiGroups"
             f" [batch], resources [jobs], verbs [{verb}])"
-            for verb in ("create", "get", "delete")
+            for verb in ("create", "get", "list", "delete")  # incluster.manifests.LOAD_STEP_RULES
         ),
     ]
 

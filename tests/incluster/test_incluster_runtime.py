@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kube_api import FakeKubeApi, fake_kube_api, pod_quota, restricted_pod_security
+from fake_kube_api import NAMESPACE, FakeKubeApi, fake_kube_api, pod_quota, restricted_pod_security
 from kubernetes import client as k8s
 from local_kubelet import controller, image_pull_backoff, unschedulable
 
@@ -181,7 +181,8 @@ def test_the_role_grants_exactly_what_the_step_does(server: str, tmp_path: Path)
     refused. Without the ``jobs/status`` rule the first poll is refused (a ``jobs`` rule does
     not cover it), and the step says so with the fix."""
     with fake_kube_api() as api:
-        api.rules = [dict(rule) for rule in LOAD_STEP_RULES]
+        api.grants = [(NAMESPACE, dict(rule)) for rule in LOAD_STEP_RULES]
+        api.enforce = True
         api.on_job = controller(server, tmp_path / "pods", URL)
         run = _run(api, tmp_path, _job(2))
     assert api.refused == []
@@ -189,7 +190,8 @@ def test_the_role_grants_exactly_what_the_step_does(server: str, tmp_path: Path)
     without_status = [r for r in LOAD_STEP_RULES if r["resources"] != ["jobs/status"]]
     (tmp_path / "b").mkdir()
     with fake_kube_api() as api:
-        api.rules = without_status
+        api.grants = [(NAMESPACE, rule) for rule in without_status]
+        api.enforce = True
         api.on_job = controller(server, tmp_path / "pods2", URL)
         run = _run(api, tmp_path / "b", _job(1))
     assert api.refused[0] == "get jobs/status"

@@ -42,7 +42,8 @@ def test_cluster_runner_records_the_same_outputs(graph: LocalGraph, tmp_path: Pa
     url = inputs.url
     assert url is not None and url.endswith(".svc:8000")  # the frontend's in-cluster address
     with fake_kube_api() as api:
-        api.rules = [dict(rule) for rule in LOAD_STEP_RULES]  # exactly the Role, RBAC-checked
+        api.grants = [(NAMESPACE, dict(rule)) for rule in LOAD_STEP_RULES]  # exactly the Role
+        api.enforce = True  # every request RBAC-checked
         api.on_job = controller(graph.url, tmp_path / "pods", url)
         props: dict[str, Any] = {
             **inputs.props(),

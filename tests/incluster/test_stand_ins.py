@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from fake_kube_api import (
     NAMESPACE,
-    Attributes,
     _matches,
     current_log_file,
     fake_kube_api,
@@ -78,9 +77,14 @@ def test_request_attributes_as_the_api_server_resolves_them(
     method: str, path: str, query: dict[str, str], attrs: tuple[str, ...]
 ) -> None:
     verb, group, resource, sub, name = attrs
-    assert request_attributes(method, path, query) == Attributes(
-        verb, group, resource, sub, "testbed", name
-    )
+    assert request_attributes(method, path, query) == {
+        "verb": verb,
+        "group": group,
+        "resource": resource,
+        "subresource": sub,
+        "namespace": "testbed",
+        "name": name,
+    }
 
 
 def test_a_jobs_rule_does_not_cover_jobs_status() -> None:
