@@ -338,6 +338,12 @@ class WorkerGroup(CamelModel):
     extra_args: tuple[ConfigText, ...] = Field(
         default=(), description="Engine arguments added to this group's workers."
     )
+    kv_events: bool = Field(
+        default=True,
+        description="With the KV router: aggregated and prefill workers get vLLM "
+        "--kv-events-config (enable_kv_cache_events) and publish their cache; false: no flag, "
+        "the router sees no overlap on them (prefix-blind routing, simulated so).",
+    )
 
 
 class FrontendConfig(CamelModel):

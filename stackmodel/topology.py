@@ -165,7 +165,12 @@ def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tu
     ``--kv-cache-dtype`` (``model.quantization``, ``model.kvCacheDtype``, if set); prefill/decode
     add ``--disaggregation-mode`` and ``--kv-transfer-config``; with the KV router (dynamo
     topology only: vllm-service has no router), aggregated and prefill workers (the ones that hold
-    prefix cache) add ``--kv-events-config``.
+    prefix cache) add ``--kv-events-config`` unless the group sets ``kvEvents: false``. Without
+    it a Dynamo 1.6 vLLM worker publishes nothing: ``create_kv_events_config`` returns None when
+    no ``--kv-events-config`` is given, ``use_kv_events`` is then False (ai-dynamo 1.6.1
+    ``dynamo/vllm/args.py`` lines 383-385 and 538-556), ``setup_kv_event_publisher`` creates no
+    publisher (``dynamo/vllm/main.py`` lines 478-486) and the worker registers
+    ``kv_event_publishing_enabled = False`` (line 905), so the router finds no overlap on it.
 
     ``--kv-cache-memory-bytes`` (vLLM >= 0.10.2 ``CacheConfig.kv_cache_memory_bytes``, present
     in vLLM 0.31.0: "Size of KV Cache per GPU in bytes ... (when not-None) ignores
@@ -208,7 +213,7 @@ def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tu
                 json.dumps(group.kv_transfer.as_vllm_json(), separators=(",", ":")),
             ]
         kv_routed = cfg.topology.kind == "dynamo" and cfg.topology.router_mode == "kv"
-        if kv_routed and group.role in ("aggregated", "prefill"):
+        if kv_routed and group.kv_events and group.role in ("aggregated", "prefill"):
             args += ["--kv-events-config", json.dumps(KV_EVENTS_CONFIG, separators=(",", ":"))]
     else:
         args = [

@@ -90,6 +90,10 @@ ROUTING_SPEEDUP = 10.0
 
 ROUTING_DIR = "routing"
 
+KV_SIZE_ARGS = ("--kv-cache-memory-bytes", "--num-gpu-blocks-override")
+"""vLLM arguments that set a worker's KV cache size; the program passes the first, from sizing
+(:func:`stackmodel.topology.worker_args`), so vLLM skips its memory profile."""
+
 
 def graph_spec(
     cfg: StackConfig, *, speedup_ratio: float | None = None, routing_only: bool = False
@@ -149,7 +153,8 @@ def run_topology(
     threads (``OMP_NUM_THREADS``, else vLLM's one). Links: ``links.sameNode`` and
     ``links.crossNode``; copy rates: those a link profile carries from the probe (same node
     first), else the notes' (:data:`kvpath.copies.NOTES_HOST_COPIES`). A worker's host memory
-    without its mirror is ``host_base_bytes``.
+    without its mirror is ``host_base_bytes``. Each worker publishes KV events as its group's
+    ``kvEvents`` says; only a ``dynamo`` topology has a frontend (and its fixed cost).
     """
     sizing = stack_sizing(cfg)
     topology = build_topology(cfg)
@@ -182,6 +187,7 @@ def run_topology(
                     mirror_bytes=mirror if host_buffer else 0,
                     host=f"{group.node_class}/node-{gpu // node_class.gpus_per_node}",
                     threads=threads_from_env(dict(group.env)),
+                    kv_events=group.kv_events,
                 )
             )
     disaggregated = any(w.role == "prefill" for w in cfg.topology.workers)
@@ -197,6 +203,7 @@ def run_topology(
         host_base_bytes=host_base_bytes,
         kv_bytes_per_token=sizing.kv_bytes_per_token,
         router=router,
+        frontend=topology.kind == "dynamo",
     )
 
 
@@ -222,6 +229,22 @@ def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[s
                 f"{group.name}: tensor-parallel over {tp} GPUs: its all-reduces' latency and "
                 "bandwidth efficiency are assumptions (steptime.tensor_parallel), not fitted to "
                 "a measured tensor-parallel run"
+            )
+    kv_routed = cfg.topology.kind == "dynamo" and cfg.topology.router_mode == "kv"
+    for group in cfg.topology.workers:
+        args = (*cfg.engine.extra_args, *group.extra_args)
+        given = [a for a in args if a.split("=", 1)[0] in KV_SIZE_ARGS]
+        if given and cfg.engine.kind == "vllm":
+            warnings.append(
+                f"{group.name}: extraArgs set {', '.join(given)}, which overrides the KV cache "
+                f"the program sizes; the simulation keeps sizing's "
+                f"{stack_sizing(cfg).kv_capacity_tokens(group.name):,} tokens per worker"
+            )
+        if kv_routed and not group.kv_events and group.role == "aggregated":
+            warnings.append(
+                f"{group.name}: kvEvents is false, but the routing run's mockers publish KV "
+                "events (dynamo.mocker always does for a worker that is not decode): its "
+                "prefix-cache hits are a KV-aware router's, not a prefix-blind one's"
             )
     for node_class in dict.fromkeys(w.node_class for w in cfg.topology.workers):
         note = gpu_note(cfg, node_class)

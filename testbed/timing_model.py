@@ -28,12 +28,14 @@ hits them (``docs/kv-path.md``, "Prefix blocks are cached when allocated").
 What it models:
 
 - **Client**: the closed loop of the load generator: ``concurrency`` requests in flight, the
-  next sent when one ends; each pays ``request_overhead_s`` (frontend, router, HTTP) first.
+  next sent when one ends; where a Dynamo frontend serves (``RunTopology.frontend``) each pays
+  ``request_overhead_s`` (frontend, router, HTTP) first; plain vLLM behind a Service does not.
 - **Routing** (which worker): Dynamo's KV router cost, ``overlap weight 1 x blocks to
   prefill + active blocks`` (the lowest wins, ties at random; ``docs/router/kv_cache_routing.md``
   of Dynamo 1.6), over what this model knows each worker holds (the prefixes it served this
-  run). An aggregated request's prefix-cache hit is the real run's, not this guess; a
-  disaggregated request's prefill hit is this guess (above).
+  run), zero for a worker that publishes no KV events (``kvEvents: false``: prefix-blind). An
+  aggregated request's prefix-cache hit is the real run's, not this guess; a disaggregated
+  request's prefill hit is this guess (above).
 - **Workers**: a vLLM engine step batches every running request's next token with waiting
   prefills. Its times come from the worker's :class:`steptime.roofline.EngineStep` (its GPU,
   the model, the fitted efficiencies): ``host_s`` on the worker's own CPU (scheduling, input
@@ -141,7 +143,9 @@ class WorkerSpec:
     ``kv_capacity_tokens`` (how many prefix tokens it keeps cached); for host-buffering workers
     (``kv_buffer_device: cpu``) ``memory_limit`` (bytes; None: no host buffer, no copies, no
     memory model) and ``mirror_bytes`` (its host mirror, :func:`kvpath.memory.host_mirror_bytes`);
-    the ``host`` it runs on (None: the GPU label's part before ``/``) and its torch ``threads``."""
+    the ``host`` it runs on (None: the GPU label's part before ``/``), its torch ``threads``,
+    and ``kv_events``: whether it publishes KV events (False: the KV router sees no overlap on
+    it and picks it by load alone, :meth:`_Model.route`)."""
 
     name: str
     group: str
@@ -153,6 +157,7 @@ class WorkerSpec:
     mirror_bytes: int = 0
     host: str | None = None
     threads: int = 1
+    kv_events: bool = True
 
     @property
     def host_name(self) -> str:
@@ -165,8 +170,10 @@ class RunTopology:
     """Workers of a stack, the KV links between two workers on one host (``same_node_link``)
     and on two (``cross_node_link``; both None: aggregated), vLLM's host-copy rates, each
     host's CPU cores (absent: enough), the host memory of a worker without its mirror, the KV
-    bytes per token, and the router: ``kv`` (Dynamo's KV router) or ``round-robin`` (a
-    Kubernetes Service in front of plain vLLM, or Dynamo's round-robin mode)."""
+    bytes per token, the router: ``kv`` (Dynamo's KV router) or ``round-robin`` (a
+    Kubernetes Service in front of plain vLLM, or Dynamo's round-robin mode), and ``frontend``:
+    whether a Dynamo frontend serves the requests (False: a Service sends them straight to the
+    workers, and no request pays ``TimingConstants.request_overhead_s``)."""
 
     workers: tuple[WorkerSpec, ...]
     same_node_link: LinkProfile | None = None
@@ -176,6 +183,7 @@ class RunTopology:
     host_base_bytes: int = HOST_BASE_BYTES
     kv_bytes_per_token: int = 0
     router: Literal["kv", "round-robin", "random"] = "kv"
+    frontend: bool = True
 
     def flow(self, prefill: WorkerSpec, decode: WorkerSpec) -> Flow | None:
         """A KV transfer from ``prefill`` to ``decode``: their pair, the link between them and,
@@ -458,7 +466,9 @@ class _Model:
 
     def route(self, role: Role, spec: SimRequest) -> _Worker | None:
         """Dynamo's KV router: blocks to prefill (overlap weight 1) + active blocks; for the
-        decode leg of a disaggregated request active blocks alone (overlap credit 0)."""
+        decode leg of a disaggregated request active blocks alone (overlap credit 0). A worker
+        that publishes no KV events (``WorkerSpec.kv_events`` False) shows the router no
+        overlap: every prompt block counts as to prefill."""
         block = self.constants.block_tokens
         candidates = [w for w in self.workers if w.spec.role == role and w.registered()]
         if not candidates:
@@ -470,7 +480,8 @@ class _Model:
         def cost(w: _Worker) -> int:
             if role == "decode":
                 return w.load_blocks()
-            return (spec.prompt_tokens - w.cached_tokens(spec)) // block + w.load_blocks()
+            seen = w.cached_tokens(spec) if w.spec.kv_events else 0
+            return (spec.prompt_tokens - seen) // block + w.load_blocks()
 
         costs = {w.spec.name: cost(w) for w in candidates}
         lowest = min(costs.values())
@@ -565,7 +576,8 @@ class _Model:
             self.outcomes.append(outcome)
             r = _Request(self.env, spec, outcome)
             self.live[spec.index] = r
-            yield self.env.timeout(self.constants.request_overhead_s)
+            if self.topology.frontend:
+                yield self.env.timeout(self.constants.request_overhead_s)
             worker = self.route(first_role, spec)
             if worker is None or not worker.alive:
                 self.fail(r, "http_status", self._unavailable(first_role, worker))
