@@ -13,6 +13,11 @@ minutes on 2 shared cores; `--reuse` re-times existing routing runs in seconds).
    concurrency 4, and what succeeded at concurrency 1.
 3. `disagg-cross-node` and `disagg-same-node` as shipped (8Gi / 10Gi), full grid: OOMKills.
 
+`--disagg-set KEY=VALUE` (repeatable) simulates disagg-same-node with those stack settings (as
+`testbed simulate --set` takes them) and prints the same-node table only: e.g. the seed's
+prefix-blind hypothesis, `--disagg-set 'topology.workers[0].kvEvents=false' --disagg-set
+'topology.workers[0].gpuMemoryUtilization=0.135'` (docs/simulation.md).
+
 Prints Markdown (the tables of docs/simulation.md) and the wall time of each step. kv-routing's
 rows are the calibration's (`bench/calibrate.py`); everything else is validation.
 """
@@ -202,12 +207,20 @@ def main() -> None:
         help="also re-time the cross-node OOM story with these host bases (GiB; default "
         "kvpath.memory.HOST_BASE_BYTES): how the kill figures move with that assumption",
     )
+    parser.add_argument(
+        "--disagg-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a stack setting for disagg-same-node (repeatable); same-node table only",
+    )
     args = parser.parse_args()
     constants = dataclasses.replace(CONSTANTS, decode_prefix_reuse=not args.whole_transfer)
     same = {}
     for stack in SEED_SAME_NODE:
+        overrides = args.disagg_set if stack == "disagg-same-node" else ()
         same[stack], seconds = simulate(
-            stack, args.out, reuse=args.reuse, full=True, constants=constants
+            stack, args.out, reuse=args.reuse, full=True, overrides=overrides, constants=constants
         )
         print(f"{stack} --full: {seconds:.0f} s")
     lines, hits = same_node_table(same)
@@ -216,7 +229,7 @@ def main() -> None:
     print("disagg-same-node cached ratios, median of the runs:")
     print("\n".join(prefix_hits_table(args.out / "disagg-same-node", same["disagg-same-node"])))
     print()
-    if args.whole_transfer:
+    if args.whole_transfer or args.disagg_set:
         return
     oom_dir = args.out / "seed-oom"
     story, seconds = simulate(

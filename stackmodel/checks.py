@@ -28,6 +28,7 @@ from stackmodel.quantities import (
 )
 from stackmodel.sizing import (
     StackSizing,
+    calibration,
     group_of,
     kv_link,
     link_profile,
@@ -532,6 +533,13 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
             link_profile(link)
         except ValueError as exc:
             out.append(ConfigProblem(f"links.{field}", link, str(exc)))
+    for name, node_class in cfg.node_classes.items():
+        try:
+            calibration(cfg, name)
+        except ValueError as exc:
+            out.append(
+                ConfigProblem(f"nodeClasses.{name}.calibration", node_class.calibration, str(exc))
+            )
     if cfg.model.geometry is None:
         try:
             model_geometry(cfg)

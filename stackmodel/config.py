@@ -100,6 +100,13 @@ class NodeClass(CamelModel):
         "steptime.gpus.DEFAULT_GPU, and the simulation says so.",
     )
 
+    calibration: ConfigText | None = Field(
+        default=None,
+        description="A calibration profile file (testbed calibrate --out), relative to the "
+        "project folder: this GPU's efficiencies and host time per engine step, and the "
+        "frontend's fixed cost, fitted from measured runs; default: the seed fit's.",
+    )
+
     @field_validator("gpu")
     @classmethod
     def _known_gpu(cls, gpu: str | GpuSpec | None) -> str | GpuSpec | None:

@@ -52,6 +52,7 @@ from stackmodel.quantities import (
     parse_quantity,
     unitless_hint,
 )
+from steptime.calibration_profile import CalibrationProfile, load_calibration_file
 from steptime.fit import SEED_FIT, fit_for
 from steptime.gpus import GpuSpec, resolve_gpu
 from steptime.roofline import EngineFit, EngineStep
@@ -743,10 +744,29 @@ def gpu_note(cfg: StackConfig, node_class: str) -> str | None:
     return None if note is None else f"node class {node_class!r} {note}"
 
 
+def calibration(cfg: StackConfig, node_class: str) -> CalibrationProfile | None:
+    """The calibration profile ``nodeClasses.<node_class>.calibration`` names (a file relative
+    to the project folder), or None.
+
+    Raises:
+        ValueError: the file is missing or not a profile (one line naming it).
+    """
+    path = cfg.node_classes[node_class].calibration
+    return None if path is None else load_calibration_file(PROJECT_DIR / path)
+
+
+def engine_label(cfg: StackConfig) -> str:
+    """The engine a calibration profile records: ``vllm on dynamo 1.6.2`` (the engine kind and
+    the Dynamo release the workers run, :attr:`~stackmodel.config.EngineConfig.runtime_version`,
+    else ``dynamoVersion``)."""
+    return f"{cfg.engine.kind} on dynamo {cfg.engine.runtime_version or cfg.engine.dynamo_version}"
+
+
 def engine_step(cfg: StackConfig, group: str, fit: EngineFit = SEED_FIT) -> EngineStep:
     """The step times of one worker of ``group``: its node class's GPU
     (:func:`steptime.gpus.resolve_gpu`), the model's geometry, the efficiencies for that GPU
-    (:func:`steptime.fit.fit_for`: AIConfigurator's where it has the GPU, else ``fit``, the
+    (its node class's calibration profile, :func:`calibration`; else
+    :func:`steptime.fit.fit_for`: AIConfigurator's where it has the GPU, else ``fit``, the
     seed fit), and the stack's ``sizing.prefillTokensPerS`` when set.
 
     Raises:
@@ -759,6 +779,9 @@ def engine_step(cfg: StackConfig, group: str, fit: EngineFit = SEED_FIT) -> Engi
     gpu, _ = resolve_gpu(cfg.node_classes[worker.node_class].gpu)
     geometry = model_geometry(cfg)
     tp = worker.tensor_parallel_size
+    profile = calibration(cfg, worker.node_class)
+    if profile is not None:
+        fit = profile.engine_fit(str(cfg.node_classes[worker.node_class].calibration))
     return EngineStep(
         gpu=gpu,
         geometry=geometry.per_gpu(tp),

@@ -24,6 +24,10 @@ FIT_MODEL = "Qwen/Qwen3-0.6B"
 FIT_GPU = DEFAULT_GPU
 """The GPU figures the fit assumed for the seed's GPUs."""
 
+CALIBRATED = "calibrated"
+"""The label of an :class:`EngineFit` from measured runs of the GPU itself
+(:mod:`steptime.calibration_profile`)."""
+
 SEED_FIT = EngineFit(
     # fitted by bench/calibrate.py on the seed's kv-routing rows:
     prefill_efficiency=0.873856,
@@ -94,9 +98,11 @@ for Llama-3.1-8B, derived and printed by ``bench/aic_efficiencies.py``."""
 def fit_for(gpu: GpuSpec, seed_fit: EngineFit = SEED_FIT) -> EngineFit:
     """The fit a worker on ``gpu`` uses: AIConfigurator's efficiencies where
     :data:`AIC_EFFICIENCIES` has the GPU (by catalog name), else ``seed_fit``'s; the host time
-    is always the seed fit's (AIConfigurator times the GPU only)."""
+    is always the seed fit's (AIConfigurator times the GPU only). A fit labelled
+    :data:`CALIBRATED` (a calibration profile's, or ``testbed calibrate``'s candidates) is used
+    as it is: it was measured on the GPU."""
     found = AIC_EFFICIENCIES.get(gpu.name)
-    if found is None or gpu.source == "stack config":
+    if found is None or gpu.source == "stack config" or seed_fit.label == CALIBRATED:
         return seed_fit
     source = (
         f"AIConfigurator (aiconfigurator-core 0.12.0, vLLM data of {AIC_SYSTEMS[gpu.name]}; "

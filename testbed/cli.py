@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from loadgen.cli import EXIT_INTERRUPTED, EXIT_USAGE, load_command, report_command
+from testbed.calibrate_command import calibrate_command
 from testbed.compare import compare_command
 from testbed.init_stack import init_stack_command
 from testbed.load_role import load_role_command
@@ -71,6 +72,7 @@ app.command("diff")(diff_command)
 app.command("simulate")(simulate_command)
 app.command("load")(load_command)
 app.command("compare")(compare_command)
+app.command("calibrate")(calibrate_command)
 app.command("report")(report_command)
 app.add_typer(probe_app, name="probe")
 app.command("init-stack")(init_stack_command)

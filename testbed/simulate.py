@@ -22,6 +22,7 @@ The result folder ``<out>/<stack>/`` has loadgen's files (``summary.json``, ``re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -55,9 +56,18 @@ from loadgen.stats import summarize_run
 from stackmodel.config import StackConfig
 from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS, parse_quantity
 from stackmodel.resources import stack_file_text, stack_resources
-from stackmodel.sizing import engine_step, gpu_note, link_profile, replica_name, stack_sizing
+from stackmodel.sizing import (
+    calibration,
+    engine_label,
+    engine_step,
+    gpu_note,
+    link_profile,
+    replica_name,
+    stack_sizing,
+)
 from stackmodel.stacks import load_stack
 from stackmodel.topology import build_topology
+from steptime.calibration_profile import mismatch_note
 from steptime.fit import SEED_FIT, extrapolation_note
 from steptime.roofline import EngineFit
 from testbed.calibration import CONSTANTS
@@ -221,7 +231,14 @@ def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[s
         tp = group.tensor_parallel_size
         gpus = f"{tp} x {step.gpu.name}" if tp > 1 else step.gpu.name
         groups.append(f"{group.name} on {gpus}{default}, {step.fit.label}")
-        note = extrapolation_note(cfg.model.name, step.gpu.name, step.fit)
+        profile = calibration(cfg, group.node_class)
+        note = (
+            extrapolation_note(cfg.model.name, step.gpu.name, step.fit)
+            if profile is None
+            else mismatch_note(
+                profile, gpu=step.gpu.name, model=cfg.model.name, engine=engine_label(cfg)
+            )
+        )
         if note is not None:
             warnings.append(f"{group.name}: {note}")
         if tp > 1:
@@ -280,6 +297,16 @@ def release_note(cfg: StackConfig) -> str | None:
         f"{installed} frontend and mockers, not Dynamo {release}'s; the timing model and the "
         "checks follow the stack's release"
     )
+
+
+def stack_constants(cfg: StackConfig, constants: TimingConstants = CONSTANTS) -> TimingConstants:
+    """``constants`` with the frontend's fixed cost of the first calibration profile (in worker
+    order, :func:`stackmodel.sizing.calibration`) that measured one."""
+    for group in cfg.topology.workers:
+        profile = calibration(cfg, group.node_class)
+        if profile is not None and profile.request_overhead_s is not None:
+            return dataclasses.replace(constants, request_overhead_s=profile.request_overhead_s)
+    return constants
 
 
 def simulation_load(
@@ -363,7 +390,7 @@ def timing_records(
             record.first_byte_ns = record.first_chunk_ns = record.first_token_ns = tokens[0]
             record.token_ns = tokens
             record.chunks = len(tokens) + 1
-            record.end_ns = tokens[-1]
+            record.end_ns = record.last_token_ns = tokens[-1]
             record.finish_reason = "length"
             record.prompt_tokens = spec.prompt_tokens
             record.completion_tokens = len(tokens)
@@ -616,7 +643,7 @@ def simulate_stack(
     resources = stack_resources(cfg, build_topology(cfg))
     write_text_atomic(stack_dir / STACK_FILE, stack_file_text(stack, resources, values))
     routing = routing_run(cfg, spec, load, stack_dir, progress=progress, resume=resume)
-    result = write_timed(cfg, load, routing, stack_dir, constants)
+    result = write_timed(cfg, load, routing, stack_dir, stack_constants(cfg, constants))
     return Simulation(stack=stack, spec=spec, result=result, out_dir=stack_dir)
 
 

@@ -19,6 +19,7 @@ from loadgen.cli import EXIT_INTERRUPTED, _int_list, _stderr_line, fail, print_s
 if TYPE_CHECKING:
     from loadgen.key_paths import Setting
     from testbed.render import Rendered
+    from testbed.simulate import Simulation
 
 GRID = "Grid"
 STACK = "Stack"
@@ -354,10 +355,21 @@ def simulate_command(
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No progress bar.", rich_help_panel=OUTPUT)
     ] = False,
+    against: Annotated[
+        Path | None,
+        typer.Option(
+            "--against",
+            metavar="RESULTS",
+            help="A measured results folder: simulate at its grid points and print each "
+            "figure beside the measured one with its error.",
+            rich_help_panel=GRID,
+        ),
+    ] = None,
 ) -> None:
     """Simulate a stack on this machine: routing and prefix-cache hits from the real Dynamo
     frontend with CPU-only mocker workers, timing from a model of the stack's GPUs, KV link and
-    host memory. Prints the seed-style table (with STACK_B, both as "A / B").
+    host memory. Prints the seed-style table (with STACK_B, both as "A / B"; with --against,
+    beside the measured figures).
 
     Example: testbed simulate kv-routing disagg-same-node --out out/sim
     """
@@ -370,6 +382,8 @@ def simulate_command(
     from testbed.simulate import ROUTING_DIR, refuse_other_stack_values, stack_values
 
     grid = _grid(prefix_kinds, concurrency, repetitions, requests)
+    if against is not None:
+        grid = _against_grid(against, stack_b, grid, full)
     settings = _settings(overrides)
     names = [stack, *([stack_b] if stack_b else [])]
     if len(set(names)) < len(names):
@@ -404,7 +418,54 @@ def simulate_command(
                 refuse_other_stack_values(out / name, values[name]) if resume else None
             except ResumeError as exc:
                 fail(str(exc))
-        _simulate(names, out, grid, settings, full, speedup, not no_progress, resume)
+        results = _simulate(names, out, grid, settings, full, speedup, not no_progress, resume)
+    if against is not None:
+        _print_against(results[0], against)
+
+
+def _against_grid(
+    against: Path, stack_b: str | None, grid: dict[str, Any], full: bool
+) -> dict[str, Any]:
+    """The grid ``--against`` sets (the measured folder's); refused beside STACK_B, --full or a
+    grid option."""
+    from testbed.against import measured_grid
+
+    if stack_b is not None:
+        fail("--against compares one stack with measured runs: drop STACK_B")
+    if full or grid:
+        fail(
+            "--against simulates at the measured folder's grid points: drop --full, "
+            "--prefix-kinds, --concurrency, --repetitions and --requests"
+        )
+    try:
+        return measured_grid(against)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(f"--against {against}: {exc}")
+
+
+def _print_against(sim: Simulation, against: Path) -> None:
+    """The simulated figures beside the measured ones, the verdict, and the comparison's
+    files (:mod:`testbed.against`)."""
+    from rich.text import Text
+
+    from loadgen.report import table_console, table_text
+    from loadgen.results_folder import load_results
+    from testbed.against import values_table, verdict, write_against
+    from testbed.calibration_fit import score_points
+
+    measured = load_results(against)
+    values = score_points(str(against), measured.points, sim.result.points)
+    table = values_table(f"{sim.stack} SIMULATED vs measured {against}", values, folders=False)
+    console = table_console(highlight=False)
+    console.print(table)
+    console.print(Text(verdict(values, str(against))), soft_wrap=True)
+    print_settings_note(sim.out_dir, against, (f"{sim.stack} (simulated)", "measured"))
+    try:
+        folder = write_against(sim.out_dir, against, values, table_text(table))
+    except (OSError, ValueError) as exc:
+        warn(f"the comparison was printed, not written: {exc}")
+        return
+    console.print(f"comparison in {folder}/ (summary.json, table.txt, report.html)")
 
 
 def _refuse_twice_set(grid: dict[str, Any], settings: Sequence[Setting]) -> None:
@@ -427,8 +488,9 @@ def _simulate(
     speedup: float,
     progress: bool,
     resume: bool,
-) -> None:
-    """Run the simulations (the caller holds the folders' locks) and print the tables."""
+) -> list[Simulation]:
+    """Run the simulations (the caller holds the folders' locks), print the tables and return
+    the results."""
     from pydantic import ValidationError
     from rich.text import Text
 
@@ -500,6 +562,7 @@ def _simulate(
     comparison = comparison_report(out, names[0], names[1]) if len(names) == 2 else None
     _write_reports([sim.out_dir for sim in results], comparison)
     console.print(f"results in {out}/")
+    return results
 
 
 def _say_kept(names: list[str], out: Path) -> None:

@@ -44,6 +44,7 @@ COMMAND_MODULES = frozenset(
         "testbed.init_stack",
         "testbed.load_role",
         "testbed.probe_command",
+        "testbed.calibrate_command",
         "loadgen.cli",
     }
 )

@@ -1,0 +1,117 @@
+"""A calibration profile: the engine-step figures of one GPU, model and engine, fitted from
+measured runs by ``testbed calibrate``, that a node class names (``nodeClasses.<name>.calibration``)
+as a link names a probe profile.
+
+A profile holds what the timing model otherwise takes from the seed fit
+(:data:`steptime.fit.SEED_FIT`, :data:`testbed.calibration.CONSTANTS`): the roofline's prefill,
+weight-read and KV-read efficiencies and the host time per engine step, and the Dynamo
+frontend's fixed cost per request (None where the runs had no frontend), with what they were
+measured on (GPU, model, engine) so that a stack using it elsewhere is warned
+(:func:`mismatch_note`), and the fit's own figures (points fitted, residuals, the error on the
+points it did not fit).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from steptime.fit import CALIBRATED
+from steptime.roofline import EngineFit
+
+PROFILE_KIND = "testbed-calibration"
+"""The ``kind`` every calibration profile file carries."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ScoredValue(_Model):
+    """One measured figure beside the calibrated simulation's: ``folder`` (its results folder),
+    ``point`` (``K=<prefix kinds> c=<concurrency>``), ``metric`` (a
+    :class:`loadgen.results.PointSummary` field), ``measured`` and ``simulated`` (the metric's
+    unit) and ``error`` (simulated / measured - 1)."""
+
+    folder: str
+    point: str
+    metric: str
+    measured: float
+    simulated: float
+    error: float
+
+
+class CalibrationProfile(_Model):
+    """The fitted figures and what they were measured on (see the module docstring).
+
+    gpu: the GPU name of the node class the runs ran on (``steptime.gpus``); model: the served
+    model; engine: ``dynamo <version>`` of the stack's engine; the efficiencies are fractions of
+    the GPU's datasheet BF16 and memory-bandwidth figures in (0, 1]; ``step_host_s`` seconds of
+    host time per engine step; ``request_overhead_s`` seconds of the Dynamo frontend per request
+    (None: not fitted, the runs had no frontend); ``fitted`` and ``scored``: the values fitted
+    (their residuals) and those scored but not fitted; ``within_25``: how many of each are within
+    +-25%.
+    """
+
+    kind: str = Field(default=PROFILE_KIND, pattern=f"^{PROFILE_KIND}$")
+    stack: str
+    gpu: str
+    model: str
+    engine: str
+    prefill_efficiency: float = Field(gt=0, le=1)
+    weights_efficiency: float = Field(gt=0, le=1)
+    kv_efficiency: float = Field(gt=0, le=1)
+    step_host_s: float = Field(gt=0)
+    request_overhead_s: float | None = Field(default=None, ge=0)
+    fitted: tuple[ScoredValue, ...] = ()
+    scored: tuple[ScoredValue, ...] = ()
+
+    def engine_fit(self, source: str) -> EngineFit:
+        """The profile's efficiencies and host time as the step model takes them; ``source``
+        names the file."""
+        return EngineFit(
+            prefill_efficiency=self.prefill_efficiency,
+            weights_efficiency=self.weights_efficiency,
+            kv_efficiency=self.kv_efficiency,
+            step_host_s=self.step_host_s,
+            label=CALIBRATED,
+            source=f"calibration profile {source} ({self.stack}: {self.model} on {self.gpu}, "
+            f"{self.engine})",
+        )
+
+
+def load_calibration_file(path: Path) -> CalibrationProfile:
+    """The profile in a file ``testbed calibrate`` wrote.
+
+    Raises:
+        ValueError: the file is missing, not JSON or not a profile (one line naming it).
+    """
+    try:
+        return CalibrationProfile.model_validate(json.loads(path.read_text()))
+    except OSError as exc:
+        raise ValueError(f"cannot read calibration profile {str(path)!r}: {exc.strerror}") from None
+    except (json.JSONDecodeError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise ValueError(f"{str(path)!r} is not a calibration profile: {first}") from None
+
+
+def mismatch_note(profile: CalibrationProfile, *, gpu: str, model: str, engine: str) -> str | None:
+    """A warning when ``profile`` is used for another GPU, model or engine than it was measured
+    on, else None."""
+    differ = [
+        f"{what} {now} (measured: {then})"
+        for what, now, then in (
+            ("GPU", gpu, profile.gpu),
+            ("model", model, profile.model),
+            ("engine", engine, profile.engine),
+        )
+        if now != then
+    ]
+    if not differ:
+        return None
+    return f"calibration profile used elsewhere: {', '.join(differ)}; its figures may not hold"

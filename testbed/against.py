@@ -1,0 +1,101 @@
+"""A simulation beside measured runs (``testbed simulate STACK --against RESULTS``): the measured
+folder's grid as the simulation's, then every figure of :data:`testbed.calibration_fit.METRICS`
+at every grid point side by side with its error, a one-line verdict (how many values are within
++-25%), written to ``<out>/<stack>/against/`` inside the simulation's own folder:
+``summary.json``, ``table.txt`` and ``report.html``, the A / B report of the simulated and the
+measured folder (:func:`loadgen.html_report.write_report`). The measured folder is only read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from loadgen.html_report import write_report
+from loadgen.results_folder import load_results
+from steptime.calibration_profile import ScoredValue
+from testbed.calibration_fit import METRICS, WITHIN, within_count
+
+AGAINST_DIR = "against"
+"""The folder, inside the simulated stack's, that holds the comparison."""
+
+GRID_FIELDS = ("prefix_kinds", "concurrency", "repetitions", "requests_per_run")
+"""The load fields the measured folder sets for the simulation: its grid points, repetitions
+and run length; the rest (prompt, output length, ...) is the stack's, and a difference is
+reported by the A / B settings note."""
+
+
+def measured_grid(folder: Path) -> dict[str, Any]:
+    """The grid of the measured results folder (its ``result.json``), as LoadConfig fields.
+
+    Raises:
+        FileNotFoundError, ValueError: no results there, or no ``result.json`` (one line).
+    """
+    loaded = load_results(folder)
+    if loaded.grid is None:
+        raise ValueError(f"{folder} has no result.json: --against needs the grid it measured")
+    config = loaded.grid.config
+    return {name: getattr(config, name) for name in GRID_FIELDS}
+
+
+def verdict(values: Sequence[ScoredValue], measured: str) -> str:
+    """One line: how many values are within +-25% of ``measured``'s, in all and per metric."""
+    per_metric = []
+    for metric in METRICS:
+        of = [v for v in values if v.metric == metric]
+        if of:
+            per_metric.append(f"{metric} {within_count(of)}/{len(of)}")
+    return (
+        f"SIMULATED vs measured {measured}: {within_count(values)} of {len(values)} values "
+        f"within +-{WITHIN:.0%} ({', '.join(per_metric)})"
+    )
+
+
+def values_table(title: str, values: Sequence[ScoredValue], *, folders: bool) -> Table:
+    """Measured beside simulated, with the error (``✗`` outside +-25%); ``folders``: a column
+    naming each value's folder."""
+    table = Table(title=title)
+    columns = ["folder"] if folders else []
+    for column in (*columns, "point", "metric", "measured", "simulated", "error"):
+        right = column in ("measured", "simulated", "error")
+        table.add_column(column, justify="right" if right else "left")
+    for v in values:
+        mark = "" if abs(v.error) <= WITHIN + 1e-12 else " ✗"
+        cells = [v.folder] if folders else []
+        table.add_row(
+            *cells,
+            v.point,
+            v.metric,
+            f"{v.measured:,.1f}",
+            f"{v.simulated:,.1f}",
+            f"{v.error:+.0%}{mark}",
+        )
+    return table
+
+
+def write_against(
+    stack_dir: Path, measured: Path, values: Sequence[ScoredValue], table_text: str
+) -> Path:
+    """``stack_dir/against/summary.json`` (the measured folder, the verdict, the counts and
+    every value), ``table.txt`` and ``report.html`` (simulated / measured); returns the
+    folder."""
+
+    folder = stack_dir / AGAINST_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "measured": str(measured),
+        "simulated": str(stack_dir),
+        "verdict": verdict(values, str(measured)),
+        "within": within_count(values),
+        "values": len(values),
+        "withinFraction": WITHIN,
+        "points": [v.model_dump(mode="json", by_alias=True) for v in values],
+    }
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (folder / "table.txt").write_text(table_text)
+    write_report([load_results(stack_dir), load_results(measured)], folder / "report.html")
+    return folder

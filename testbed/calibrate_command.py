@@ -1,0 +1,151 @@
+"""`testbed calibrate RESULTS... --stack STACK --out FILE`: fit the timing model's engine-step
+figures and the frontend's fixed cost to measured runs (:mod:`testbed.calibration_fit`) and write
+a calibration profile (:mod:`steptime.calibration_profile`) that a node class names.
+
+Imports what the command runs inside it (``testbed --help`` stays light).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from loadgen.cli import fail
+from testbed.stack_commands import SetOption, _settings, _stack_errors
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from loadgen.key_paths import Setting
+    from stackmodel.config import StackConfig
+    from steptime.calibration_profile import ScoredValue
+    from testbed.calibration_fit import Target
+
+
+def calibrate_command(
+    results: Annotated[
+        list[Path],
+        typer.Argument(help="Results folders of measured runs to fit (testbed load, load step)."),
+    ],
+    stack: Annotated[str, typer.Option("--stack", help="The stack the runs measured.")],
+    out: Annotated[Path, typer.Option("--out", help="The calibration profile to write (JSON).")],
+    score_folders: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--score",
+            help="Results folders to score but not fit, simulated as the stack their "
+            "stack.json names (else --stack).",
+        ),
+    ] = None,
+    overrides: SetOption = None,
+    maxiter: Annotated[
+        int, typer.Option(min=1, help="Nelder-Mead iterations per simplex scale.")
+    ] = 150,
+) -> None:
+    """Fit the GPU's prefill and decode efficiencies, the host time per engine step and the
+    frontend's fixed cost to measured runs of STACK; write them as a calibration profile that
+    a node class names (nodeClasses.NAME.calibration: FILE). Prints the fit's residuals and, for
+    --score folders, the calibrated simulation's error.
+
+    Example: testbed calibrate out/load/kv-routing --stack kv-routing --out calib/4090.json
+    """
+    from loadgen.report import table_console
+    from stackmodel.sizing import engine_label, engine_step
+    from stackmodel.stacks import load_stack
+    from steptime.calibration_profile import CalibrationProfile
+    from testbed.calibration_fit import fit, score, simulated_points, within_count
+
+    settings = _settings(overrides)
+    try:
+        cfg = load_stack(stack, settings)
+    except _stack_errors() as exc:
+        fail(str(exc))
+    gpus = sorted({engine_step(cfg, g.name).gpu.name for g in cfg.topology.workers})
+    if len(gpus) > 1:
+        fail(
+            f"stack {stack!r} runs on {', '.join(gpus)}: a calibration fits one GPU; calibrate "
+            "on runs of a stack whose node classes name one GPU (nodeClasses.NAME.gpu)"
+        )
+    targets = [_target(folder, cfg) for folder in results]
+    for target in targets:
+        if target.grid.model != cfg.model.name:
+            fail(
+                f"{target.folder} measured {target.grid.model}, stack {stack!r} serves "
+                f"{cfg.model.name}: calibrate on runs of the stack's model (or --set model.name)"
+            )
+    console = table_console(highlight=False)
+    console.print(f"fitting {len(targets)} folder(s) of {stack} ...")
+    found = fit(targets, maxiter=maxiter)
+    scored: list[ScoredValue] = []
+    for folder in score_folders or []:
+        target = _target(folder, _scored_stack(folder, stack, settings))
+        scored += score(target, simulated_points(target, found.constants, found.engine))
+    overhead = found.constants.request_overhead_s if found.frontend_fitted else None
+    profile = CalibrationProfile(
+        stack=stack,
+        gpu=gpus[0],
+        model=cfg.model.name,
+        engine=engine_label(cfg),
+        prefill_efficiency=found.engine.prefill_efficiency,
+        weights_efficiency=found.engine.weights_efficiency,
+        kv_efficiency=found.engine.kv_efficiency,
+        step_host_s=found.engine.step_host_s,
+        request_overhead_s=overhead,
+        fitted=tuple(found.fitted),
+        scored=tuple(scored),
+    )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(profile.model_dump_json(by_alias=True, indent=2) + "\n")
+    except OSError as exc:
+        fail(f"cannot write --out {out}: {exc.strerror or exc}")
+    _print_values(console, "fitted (residuals)", found.fitted)
+    if scored:
+        _print_values(console, "scored, not fitted (error)", scored)
+    frontend = (
+        f"frontend {overhead * 1e3:.1f} ms/request"
+        if overhead is not None
+        else "no frontend (not fitted)"
+    )
+    console.print(
+        f"calibrated on {gpus[0]}: prefill efficiency {profile.prefill_efficiency:.3f}, weights "
+        f"{profile.weights_efficiency:.3f}, KV {profile.kv_efficiency:.3f}, host "
+        f"{profile.step_host_s * 1e3:.2f} ms/step, {frontend}; loss {found.start_loss:.4f} -> "
+        f"{found.loss:.4f} ({found.iterations} iterations)"
+    )
+    verdict = f"fitted: {within_count(found.fitted)} of {len(found.fitted)} values within +-25%"
+    if scored:
+        verdict += f"; scored: {within_count(scored)} of {len(scored)} within +-25%"
+    console.print(verdict)
+    console.print(f"wrote {out}: name it as nodeClasses.NAME.calibration in a stack to use it")
+
+
+def _target(folder: Path, cfg: StackConfig) -> Target:
+    """The measured grid in ``folder``; a folder that holds none is a usage error."""
+    from testbed.calibration_fit import read_target
+
+    try:
+        return read_target(folder, cfg)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+
+
+def _scored_stack(folder: Path, default: str, settings: Sequence[Setting]) -> StackConfig:
+    """The stack a --score folder is simulated as: its stack.json's, else ``default``."""
+    from loadgen.results_folder import load_results
+    from stackmodel.stacks import load_stack
+
+    name = load_results(folder).stack.get("stack") or default
+    try:
+        return load_stack(str(name), settings if name == default else ())
+    except _stack_errors() as exc:
+        fail(f"{folder}: {exc}")
+
+
+def _print_values(console: Console, title: str, values: Sequence[ScoredValue]) -> None:
+    from testbed.against import values_table
+
+    console.print(values_table(title, values, folders=True))
