@@ -34,6 +34,7 @@ from stackmodel.stacks import load_stack
 from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
 from testbed.calibration import CONSTANTS, FITTED, FITTED_STEP
+from testbed.calibration_fit import BOUNDS as FIT_BOUNDS
 from testbed.seed import SEED_SAME_NODE, within
 from testbed.simulate import (
     ROUTING_DIR,
@@ -46,14 +47,8 @@ from testbed.simulate import (
 from testbed.timing_model import TimingConstants
 
 STACK = "kv-routing"
-BOUNDS = {
-    "prefill_efficiency": (0.02, 1.0),
-    "weights_efficiency": (0.02, 1.0),
-    "kv_efficiency": (0.02, 1.0),
-    "step_host_s": (2e-4, 0.05),
-    "timeslice_efficiency": (0.2, 1.0),
-    "request_overhead_s": (1e-4, 0.05),
-}
+BOUNDS = {**FIT_BOUNDS, "timeslice_efficiency": (0.2, 1.0)}
+"""``testbed calibrate``'s ranges, and the time-slicing efficiency's (fitted here only)."""
 NAMES = (*FITTED_STEP, *FITTED)
 
 

@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -163,20 +163,31 @@ LinkSetting = str | float | Mapping[str, Any] | LinkProfile
 
 PROFILE_FILE_SUFFIX = ".json"
 
+ProfileT = TypeVar("ProfileT", bound=BaseModel)
 
-def load_profile_file(path: Path) -> LinkProfile:
-    """The profile in a file ``testbed probe kv-path`` wrote (JSON, this model's keys).
+
+def read_profile_file(path: Path, model: type[ProfileT], what: str) -> ProfileT:
+    """The ``model`` in a JSON file of its keys; ``what`` names the file in errors.
 
     Raises:
         ValueError: the file is missing, not JSON or not a profile (the message names it).
     """
     try:
-        return LinkProfile.model_validate(json.loads(path.read_text()))
+        return model.model_validate(json.loads(path.read_text()))
     except OSError as exc:
-        raise ValueError(f"cannot read link profile file {str(path)!r}: {exc.strerror}") from None
+        raise ValueError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
     except (json.JSONDecodeError, ValidationError) as exc:
         first = str(exc).splitlines()[0]
-        raise ValueError(f"link profile file {str(path)!r} is not a profile: {first}") from None
+        raise ValueError(f"{what} {str(path)!r} is not a profile: {first}") from None
+
+
+def load_profile_file(path: Path) -> LinkProfile:
+    """The profile in a file ``testbed probe kv-path`` wrote (JSON, this model's keys).
+
+    Raises:
+        ValueError: see :func:`read_profile_file`.
+    """
+    return read_profile_file(path, LinkProfile, "link profile file")
 
 
 def resolve_link(link: LinkSetting, base_dir: Path | None = None) -> LinkProfile:

@@ -13,12 +13,12 @@ points it did not fit).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from kvpath.profile import read_profile_file
 from steptime.fit import CALIBRATED
 from steptime.roofline import EngineFit
 
@@ -91,13 +91,7 @@ def load_calibration_file(path: Path) -> CalibrationProfile:
     Raises:
         ValueError: the file is missing, not JSON or not a profile (one line naming it).
     """
-    try:
-        return CalibrationProfile.model_validate(json.loads(path.read_text()))
-    except OSError as exc:
-        raise ValueError(f"cannot read calibration profile {str(path)!r}: {exc.strerror}") from None
-    except (json.JSONDecodeError, ValidationError) as exc:
-        first = str(exc).splitlines()[0]
-        raise ValueError(f"{str(path)!r} is not a calibration profile: {first}") from None
+    return read_profile_file(path, CalibrationProfile, "calibration profile")
 
 
 def mismatch_note(profile: CalibrationProfile, *, gpu: str, model: str, engine: str) -> str | None:
