@@ -61,6 +61,12 @@ def test_calibrate_writes_a_profile_a_node_class_can_name(measured: Path, tmp_pa
 
 
 def test_calibrate_refuses_a_folder_without_requests_and_a_missing_profile(tmp_path: Path) -> None:
+    two = ["calibrate", str(tmp_path), "--stack", "kv-routing", "--out", "x.json"]
+    result = CliRunner().invoke(app, [*two, "--set", 'nodeClasses["gpu-8gb"].gpu=l4'])
+    assert result.exit_code == 2
+    assert "stack 'kv-routing' runs on l4, rtx-4090: a calibration fits one GPU" in " ".join(
+        result.output.split()
+    )
     (tmp_path / "empty").mkdir()
     args = ["calibrate", str(tmp_path / "empty"), "--stack", "kv-routing", "--out", "x.json"]
     result = CliRunner().invoke(app, args)
