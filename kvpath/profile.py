@@ -158,6 +158,60 @@ LINK_PROFILES: dict[str, LinkProfile] = {
     )
 }
 
+PLAUSIBLE_BYTES_PER_S = (10e6, 2e12)
+"""The rates (decimal bytes/s) a KV path can have; a figure outside is refused as a slip of
+units. Low: 80 Mbit/s, below 100 Mb Ethernet at the seed's 92% of line rate (11.5 MB/s). High:
+2 TB/s, above NVLink 5's 1.8 TB/s per GPU (NVIDIA's Blackwell datasheet), the fastest GPU
+interconnect."""
+
+_TEN_GBE = "10GbE is ~1.15 GB/s"
+
+
+def _rate_mistake(what: str, bytes_per_s: float, as_gb_per_s: bool) -> str | None:
+    """Why a rate cannot be right and what was likely meant, or None when it is plausible.
+
+    ``as_gb_per_s``: the user wrote it as a plain number (GB/s); else as a bytes/s figure.
+    """
+    low, high = PLAUSIBLE_BYTES_PER_S
+    if low <= bytes_per_s <= high:
+        return None
+    written = bytes_per_s / 1e9 if as_gb_per_s else bytes_per_s
+    unit = "GB/s" if as_gb_per_s else "bytes/s"
+    bound = (
+        f"below {gb_per_s_text(low)} (slower than 100 Mb Ethernet)"
+        if bytes_per_s < low
+        else f"above {gb_per_s_text(high)} (faster than any GPU interconnect)"
+    )
+    # The other unit: a plain number read as bytes/s, a bytes/s figure read as GB/s.
+    other = written / 1e9 if as_gb_per_s else written * 1e9
+    if as_gb_per_s and low <= other * 1e9 <= high:
+        hint = f"did you mean bytes/s? {written:g} bytes/s is {other:g} GB/s: write {other:g}"
+    elif not as_gb_per_s and low <= other <= high:
+        hint = f"did you mean GB/s? write {what}: {other:.0f} (bytes/s)"
+    else:
+        hint = "a plain number is GB/s, a profile's figures bytes/s"
+    return f"{what} {written:g} {unit} is {bound}: {hint}; {_TEN_GBE} (or name a profile: 10gbe)"
+
+
+def _plausible(profile: LinkProfile, as_gb_per_s: bool = False) -> LinkProfile:
+    """``profile`` when each of its rates is plausible (:data:`PLAUSIBLE_BYTES_PER_S`).
+
+    Raises:
+        ValueError: a rate outside the bounds, naming its key and the likely slip of units.
+    """
+    rates = (
+        ("bytesPerS", profile.bytes_per_s),
+        ("connectionBytesPerS", profile.connection_bytes_per_s),
+        ("wireBytesPerS", profile.wire_bytes_per_s),
+    )
+    for key, rate in rates:
+        what = "" if as_gb_per_s else key
+        mistake = None if rate is None else _rate_mistake(what, rate, as_gb_per_s)
+        if mistake is not None:
+            raise ValueError(mistake.strip())
+    return profile
+
+
 LinkSetting = str | float | Mapping[str, Any] | LinkProfile
 """What ``links.sameNode`` / ``links.crossNode`` hold (see the module docstring)."""
 
@@ -201,20 +255,21 @@ def resolve_link(link: LinkSetting, base_dir: Path | None = None) -> LinkProfile
 
     Raises:
         ValueError: an unknown name (the message lists the known ones), a throughput that is
-            not a finite number above 0, an unreadable file, or invalid figures.
+            not a finite number above 0, an unreadable file, invalid figures, or a rate outside
+            :data:`PLAUSIBLE_BYTES_PER_S` (the message names the likely slip of units).
     """
     if isinstance(link, LinkProfile):
-        return link
+        return _plausible(link)
     if isinstance(link, Mapping):
         try:
-            return LinkProfile.model_validate(dict(link))
+            return _plausible(LinkProfile.model_validate(dict(link)))
         except ValidationError as exc:
             raise ValueError(f"invalid link profile figures: {str(exc).splitlines()[0]}") from None
     if isinstance(link, str):
         if link in LINK_PROFILES:
             return LINK_PROFILES[link]
         if link.endswith(PROFILE_FILE_SUFFIX):
-            return load_profile_file((base_dir or Path.cwd()) / link)
+            return _plausible(load_profile_file((base_dir or Path.cwd()) / link))
         raise ValueError(
             f"unknown link profile {link!r}; known: {', '.join(LINK_PROFILES)}, a profile file "
             "(*.json, from `testbed probe kv-path`), or a throughput in GB/s (e.g. 2.5)"
@@ -222,6 +277,7 @@ def resolve_link(link: LinkSetting, base_dir: Path | None = None) -> LinkProfile
     if isinstance(link, bool) or not (math.isfinite(link) and link > 0):
         raise ValueError(f"link throughput must be a finite number of GB/s above 0, got {link}")
     rate = link * 1e9
-    return LinkProfile(
+    profile = LinkProfile(
         name=f"{link:g}GB/s", bytes_per_s=rate, wire_bytes_per_s=rate, source="stack config"
     )
+    return _plausible(profile, as_gb_per_s=True)

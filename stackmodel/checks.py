@@ -585,6 +585,48 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return out
 
 
+LONG_MAX_MODEL_LEN_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+"""vLLM's override of its max-model-len limit (vLLM v0.31.0 ``vllm/envs.py`` lines 1113-1120:
+on when the value, stripped and lower-cased, is ``1`` or ``true``)."""
+
+
+def _allows_long_max_model_len(env: dict[str, str]) -> bool:
+    return env.get(LONG_MAX_MODEL_LEN_ENV, "0").strip().lower() in ("1", "true")
+
+
+def model_length_problems(cfg: StackConfig, model_context: int | None) -> list[ConfigProblem]:
+    """``model.maxModelLen`` above the model's context length (``max_position_embeddings``).
+
+    vLLM refuses to start such a worker unless its environment sets
+    :data:`LONG_MAX_MODEL_LEN_ENV` (vLLM v0.31.0 ``vllm/config/model.py``,
+    ``_get_and_verify_max_len``, lines 2596-2621: "User-specified max_model_len ... is greater
+    than the derived max_model_len"), so ``pulumi up`` would wait out its ready timeout. The
+    limit here is the model's ``max_position_embeddings``; vLLM also multiplies it by a RoPE
+    ``factor`` of linear or dynamic scaling (lines 2528-2570; YaRN's is already counted in it,
+    and no catalog model has either), and lowers it to the tokenizer's ``model_max_length``.
+    """
+    wanted = cfg.model.max_model_len
+    if wanted is None or model_context is None or wanted <= model_context:
+        return []
+    groups = [
+        i for i, w in enumerate(cfg.topology.workers) if not _allows_long_max_model_len(w.env)
+    ]
+    if not groups:
+        return []
+    env_keys = ", ".join(_workers_key(i, f"env.{LONG_MAX_MODEL_LEN_ENV}") for i in groups)
+    return [
+        ConfigProblem(
+            "model.maxModelLen",
+            wanted,
+            f"above {cfg.model.name}'s context length, {model_context:,} tokens (its config.json "
+            f"max_position_embeddings), so vLLM refuses to start the workers; set "
+            f"model.maxModelLen to at most {model_context}, or, if the model really holds longer "
+            f"contexts (RoPE scaling), set {env_keys} to '1' (vLLM's override: positions past "
+            "the model's length give NaN under RoPE)",
+        )
+    ]
+
+
 def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProblem]:
     """Each vLLM worker's KV cache must hold one request of the max model length.
 
@@ -595,6 +637,9 @@ def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProble
     check is exact up to vLLM's block rounding. Groups left without any KV cache are reported
     by the GPU fit check instead.
     """
+    longer = model_length_problems(cfg, sizing.geometry.max_position_embeddings)
+    if longer:
+        return longer
     context = cfg.model.max_model_len or sizing.geometry.max_position_embeddings
     if context is None:
         return []

@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from kvpath.profile import LinkProfile
+from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, gb_per_s_text
 from loadgen.config import LoadConfig
 from loadgen.config_text import ConfigText
 from stackmodel.errors import PROJECT
@@ -124,6 +124,14 @@ LinkSettingValue = str | float | LinkProfile
 relative to the project folder) or the profile's figures."""
 
 
+_LINK_FORMS = (
+    f"A profile name ({', '.join(LINK_PROFILES)}), a plain number in decimal GB/s (10GbE is "
+    "~1.15), a profile file (*.json) or the figures, in bytes/s; a rate below "
+    f"{gb_per_s_text(PLAUSIBLE_BYTES_PER_S[0])} or above {gb_per_s_text(PLAUSIBLE_BYTES_PER_S[1])}"
+    " is refused as a slip of units."
+)
+
+
 class Links(CamelModel):
     """The network paths KV cache takes between a prefill and a decode worker.
 
@@ -133,12 +141,14 @@ class Links(CamelModel):
 
     same_node: LinkSettingValue = Field(
         default="same-node-tcp",
-        description="Prefill and decode on the same host: one node class of one node.",
+        description="Prefill and decode on the same host: one node class of one node. "
+        + _LINK_FORMS,
     )
     cross_node: LinkSettingValue = Field(
         default="1gbe",
         description="Prefill and decode on different hosts: different node classes. On one "
-        "node class of several nodes the scheduler places them, and the slower link is taken.",
+        "node class of several nodes the scheduler places them, and the slower link is taken. "
+        + _LINK_FORMS,
     )
 
 

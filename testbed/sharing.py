@@ -29,6 +29,7 @@ Model of sharing, and why:
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,11 @@ from kvpath.memory import resident_bytes
 from kvpath.transfers import Flow, transfer_rates
 
 _DONE_TOLERANCE = 1e-9  # a job is done when this fraction of its work is left (float error)
+_CLOCK_ULPS = 4
+"""A job is also done when what is left of it takes less than this many units in the last
+place of the clock: a later timer could not advance the clock (``now + dt == now``), so the
+server would re-arm the same timer for ever (a tiny transfer late in a run, or a long one that
+pushed the clock to years)."""
 
 
 class _RateServer:
@@ -102,8 +108,10 @@ class _RateServer:
         if version != self._version:
             return
         self._advance()
+        resolution = _CLOCK_ULPS * math.ulp(self.env.now)
         for key, job in list(self._jobs.items()):
-            if job.remaining <= job.total * _DONE_TOLERANCE:
+            left_s = job.remaining / self._rates[key] if self._rates.get(key) else math.inf
+            if job.remaining <= job.total * _DONE_TOLERANCE or left_s <= resolution:
                 del self._jobs[key]
                 job.done.succeed()
         self._reschedule()

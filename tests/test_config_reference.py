@@ -45,3 +45,16 @@ def test_types_defaults_and_units_are_the_models() -> None:
     assert table["namespace"][1] == "`testbed-<stack>`"
     assert table["nodeClasses.<name>.gpu.memoryGbPerS"][2] == "GB/s"
     assert "(>= 1; <= 240)" in table["topology.readyTimeoutMinutes"][3]
+
+
+def test_every_rate_and_length_has_its_unit() -> None:
+    rows = {
+        line.split("|")[1].strip(" `"): line.split("|")[4].strip()
+        for line in config_reference().splitlines()
+        if line.startswith("| `")
+    }
+    assert rows["links.crossNode"] == "GB/s (a number)"
+    assert rows["links.crossNode.bytesPerS"] == "bytes/s"
+    assert rows["links.sameNode.hostCopies.h2DBytesPerS"] == "bytes/s"
+    assert rows["model.maxModelLen"] == "tokens"
+    assert not [key for key, unit in rows.items() if "PerS" in key and unit in ("", "s")]

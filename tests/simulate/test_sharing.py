@@ -125,3 +125,17 @@ def test_shared_server_refuses_a_bad_capacity() -> None:
         SharedServer(simpy.Environment(), 0.0)
     with pytest.raises(ValueError, match="efficiency"):
         SharedServer(simpy.Environment(), 1.0, efficiency=1.5)
+
+
+def test_a_tiny_job_late_in_a_run_ends_instead_of_re_arming_for_ever() -> None:
+    # `--set links.crossNode=1250000000` (GB/s) once made 272 MB take 2e-10 s at t=1000 s,
+    # below what the clock can add there: the timer never advanced and the run hung.
+    assert finish_times([(0.0, 1.0), (1000.0, KV_272_MB)], 1.25e18) == [
+        pytest.approx(8e-19),
+        pytest.approx(1000.0),
+    ]
+    # `{bytesPerS: 1.25}`: a transfer of 7 years, and a 1-unit job beside it that ends.
+    assert finish_times([(0.0, KV_272_MB), (0.0, 1.0)], 1.25) == [
+        pytest.approx(KV_272_MB / 1.25 + 0.8),
+        pytest.approx(1.6),
+    ]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kvpath.copies import NOTES_HOST_COPIES, d2h_seconds
 from kvpath.memory import HOST_BASE_BYTES
-from kvpath.profile import LINK_PROFILES, LinkProfile
+from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, resolve_link
 from stackmodel.models import known_model
 from stackmodel.stacks import load_stack
 from steptime.fit import SEED_FIT
@@ -175,6 +175,18 @@ def test_a_faster_connection_never_raises_ttft(bandwidth: float, factor: float) 
     )
     for s, f in zip(ttfts_s(slow, reqs, 1), ttfts_s(fast, reqs, 1), strict=True):
         assert f <= s + 1e-9
+
+
+@pytest.mark.parametrize("rate", PLAUSIBLE_BYTES_PER_S)
+def test_a_run_ends_on_the_slowest_and_the_fastest_link_the_config_accepts(rate: float) -> None:
+    # The bounds as a user writes them (a plain number is GB/s) are accepted...
+    link = resolve_link(rate / 1e9)
+    timing = simulate_run(cross_node(8192 * MI, link), CONSTANTS, requests(12, 3), 4)
+    # ...and the run ends, each transfer taking what the link gives it.
+    moved = [o.moved_bytes for o in timing.outcomes]
+    assert all(o.error is None for o in timing.outcomes)
+    assert timing.end_s >= sum(moved) / rate
+    assert timing.end_s < sum(moved) / rate + 10.0
 
 
 def test_disaggregation_on_one_gpu_is_slower_than_aggregation() -> None:

@@ -1,0 +1,70 @@
+"""Values that cannot be right, as a user types them: each is refused at preview with the
+likely mistake, and the fix the message suggests is accepted (applied here)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from loadgen.key_paths import parse_settings
+from stackmodel.config import StackConfig
+from stackmodel.errors import StackConfigError
+from stackmodel.sizing import link_profile
+from stackmodel.stacks import load_stack
+
+STACK = "disagg-cross-node"
+
+
+def refusal(*settings: str) -> str:
+    with pytest.raises(StackConfigError) as caught:
+        load_stack(STACK, parse_settings(settings))
+    return str(caught.value)
+
+
+def accepted(*settings: str) -> StackConfig:
+    return load_stack(STACK, parse_settings(settings))
+
+
+def test_a_link_in_bytes_per_s_where_gb_per_s_is_meant_names_the_slip() -> None:
+    message = refusal("links.crossNode=1250000000")
+    assert "1.25e+09 GB/s is above 2000 GB/s" in message
+    assert "did you mean bytes/s?" in message and "10GbE is ~1.15 GB/s" in message
+    fix = re.search(r"write (\S+?);", message)
+    assert fix is not None and fix.group(1) == "1.25"
+    cfg = accepted(f"links.crossNode={fix.group(1)}")
+    assert link_profile(cfg.links.cross_node).bytes_per_s == 1.25e9
+
+
+def test_profile_figures_in_gb_per_s_where_bytes_per_s_are_meant_name_the_slip() -> None:
+    message = refusal("links.crossNode={bytesPerS: 1.25}")
+    assert "bytesPerS 1.25 bytes/s is below 0.01 GB/s" in message
+    fix = re.search(r"write (bytesPerS: \d+)", message)
+    assert fix is not None
+    cfg = accepted(f"links.crossNode={{{fix.group(1)}}}")
+    assert link_profile(cfg.links.cross_node).bytes_per_s == 1.25e9
+    # The other fixes it names are accepted too: a plain number, a profile name.
+    assert link_profile(accepted("links.crossNode=1.25").links.cross_node).bytes_per_s == 1.25e9
+    assert link_profile(accepted("links.crossNode=10gbe").links.cross_node).name == "10gbe"
+
+
+def test_a_slow_wire_in_a_profile_is_refused_by_its_key() -> None:
+    message = refusal("links.crossNode={bytesPerS: 1150000000, wireBytesPerS: 1.15}")
+    assert "wireBytesPerS 1.15 bytes/s is below" in message
+
+
+def test_max_model_len_above_the_models_context_is_refused_with_both_fixes() -> None:
+    message = refusal("model.maxModelLen=131072")
+    assert "above Qwen/Qwen3-0.6B's context length, 40,960 tokens" in message
+    assert "set model.maxModelLen to at most 40960" in message
+    keys = re.findall(r"(topology\.workers\[\d\]\.env\.VLLM_ALLOW_LONG_MAX_MODEL_LEN)", message)
+    assert keys == [
+        "topology.workers[0].env.VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+        "topology.workers[1].env.VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+    ]
+    assert accepted("model.maxModelLen=40960").model.max_model_len == 40960
+    # vLLM's override on every group: accepted (the KV-capacity check still applies).
+    overridden = refusal("model.maxModelLen=131072", *(f"{key}=1" for key in keys))
+    assert "context length" not in overridden and "KV cache" in overridden
+    # On one group only, the other is still named.
+    assert "workers[1]" in refusal("model.maxModelLen=131072", f"{keys[0]}=1")
