@@ -44,6 +44,7 @@ from stackmodel.checks import (
     deprecation_warnings,
     fp8_warnings,
     gated_model_warnings,
+    overlap_warnings,
     placement_warnings,
     release_warnings,
 )
@@ -445,7 +446,7 @@ def deploy(
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
     ``warnings`` (sizing's, :func:`~stackmodel.checks.deprecation_warnings`,
     :func:`~stackmodel.checks.gated_model_warnings`, :func:`~stackmodel.checks.fp8_warnings`,
-    :func:`~stackmodel.checks.placement_warnings`,
+    :func:`~stackmodel.checks.placement_warnings`, :func:`~stackmodel.checks.overlap_warnings`,
     :func:`~stackmodel.checks.release_warnings`, and the version gate's when the workers'
     Dynamo release is not the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
@@ -462,6 +463,7 @@ def deploy(
         *gated_model_warnings(cfg, with_hf_token=hf_token is not None),
         *placement_warnings(cfg),
         *release_warnings(cfg),
+        *overlap_warnings(cfg),
     ]
     uses_dynamo = topology.kind == "dynamo"
     standalone = uses_dynamo and cfg.stack_role == "standalone"

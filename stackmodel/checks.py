@@ -7,6 +7,8 @@ them as one :class:`~stackmodel.errors.StackConfigError` before anything is regi
 
 from __future__ import annotations
 
+from pydantic.alias_generators import to_camel
+
 from kvpath.memory import memory_floor_bytes
 from kvpath.versions import (
     DYNAMO_NIXL,
@@ -19,7 +21,7 @@ from kvpath.versions import (
 from stackmodel.config import NodeClass, StackConfig, WorkerGroup, image_tag_version
 from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.log_budget import log_budget_problem
-from stackmodel.models import GATED_MODELS, ModelGeometry, UnknownModelError
+from stackmodel.models import GATED_MODELS, KNOWN_MODELS, ModelGeometry, UnknownModelError
 from stackmodel.quantities import (
     TENSOR_PARALLEL_SHARED_MEMORY,
     ceil_mib,
@@ -42,7 +44,7 @@ from stackmodel.ucx import (
     moves_gpu_memory,
     moves_over_rdma,
 )
-from steptime.gpus import resolve_gpu
+from steptime.gpus import DATASHEET_MEMORY_GB, resolve_gpu
 
 _KV_ROLES = {
     "prefill": ("kv_producer", "kv_both"),
@@ -797,6 +799,128 @@ def release_warnings(cfg: StackConfig) -> list[str]:
             f"NIXL {measured} (UCX {profile.ucx_version or 'unknown'}), but Dynamo {version} "
             f"ships NIXL {nixl}: another UCX backend moves this stack's KV; probe again with "
             "`testbed probe kv-path` in that release's image before trusting the link's rates"
+_PROGRAM_FLAGS = {
+    "vllm": {
+        "--model": "model.name",
+        "--gpu-memory-utilization": "topology.workers[].gpuMemoryUtilization",
+        "--kv-cache-memory-bytes": "topology.workers[].gpuMemoryUtilization (the sizing sets it)",
+        "--max-model-len": "model.maxModelLen",
+        "--disaggregation-mode": "topology.workers[].role",
+        "--kv-transfer-config": "topology.workers[].kvTransfer",
+        "--kv-events-config": "topology.routerMode (the program sets it for KV routing)",
+    },
+    "mocker": {
+        "--model-path": "model.name",
+        "--model-name": "model.name",
+        "--kv-bytes-per-token": "model.geometry (the sizing sets it)",
+        "--num-gpu-blocks-override": "topology.workers[].gpuMemoryUtilization (the sizing sets it)",
+        "--speedup-ratio": "engine.speedupRatio",
+        "--disaggregation-mode": "topology.workers[].role",
+        "--kv-transfer-bandwidth": "links (the sizing sets it)",
+    },
+}
+"""The engine flags the program writes from other keys (:func:`stackmodel.topology.engine_args`)
+and the key each comes from. An ``extraArgs`` copy comes after them on the command line, and
+argparse keeps the last, so the engine would run with it while the sizing and the checks use
+the key."""
+
+
+def _flag(arg: str) -> str:
+    """``--max_model_len=8192`` -> ``--max-model-len`` (vLLM's parser takes either spelling:
+    ``FlexibleArgumentParser`` in vLLM 0.31.0 ``vllm/utils/argparse_utils.py``, lines 120 and
+    339)."""
+    name = arg.split("=", 1)[0]
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Keys that contradict another key or the catalog, where the stack cannot run as checked.
+
+    - an ``extraArgs`` item repeating a flag the program writes from a key (:data:`_PROGRAM_FLAGS`):
+      the engine would take the copy, the sizing the key;
+    - a node class's ``gpuMemoryGiB`` above its catalog ``gpu``'s memory
+      (:data:`steptime.gpus.DATASHEET_MEMORY_GB`): the sizing would hand out memory the GPU
+      lacks, and vLLM refuses to start without its share free.
+    """
+    out = []
+    flags = _PROGRAM_FLAGS[cfg.engine.kind]
+    sources = [("engine.extraArgs", cfg.engine.extra_args)] + [
+        (_workers_key(i, "extraArgs"), w.extra_args) for i, w in enumerate(cfg.topology.workers)
+    ]
+    for key, args in sources:
+        for arg in args:
+            flag = _flag(arg)
+            if flag in flags:
+                out.append(
+                    ConfigProblem(
+                        key,
+                        list(args),
+                        f"{flag} is written by the program from {flags[flag]}; a copy here comes "
+                        "last on the command line, so the engine would run with it while the "
+                        f"sizing uses the key: remove {flag} (and its value) and set the key",
+                    )
+                )
+    for name, node_class in cfg.node_classes.items():
+        datasheet = _datasheet_memory(node_class.gpu)
+        if datasheet is not None and node_class.gpu_memory_gib > datasheet:
+            out.append(
+                ConfigProblem(
+                    f"nodeClasses.{name}.gpuMemoryGiB",
+                    node_class.gpu_memory_gib,
+                    f"above the {node_class.gpu}'s {datasheet:g} GB (its datasheet): the sizing "
+                    f"would share out memory the GPU lacks; set it to {datasheet:g} or less, or "
+                    "name the GPU the node has",
+                )
+            )
+    return out
+
+
+def _datasheet_memory(gpu: object) -> float | None:
+    return DATASHEET_MEMORY_GB.get(gpu) if isinstance(gpu, str) else None
+
+
+LOW_GPU_MEMORY_SHARE = 0.9
+"""Below this share of its GPU's datasheet memory a node class's ``gpuMemoryGiB`` is warned
+about: a driver reports a little under the datasheet (24,564 MiB on a 24 GB card, 0.9996),
+a MIG slice is a GPU of its own name, so less is a slip (24 written for a 48 GB L40S)."""
+
+
+def overlap_warnings(cfg: StackConfig) -> list[str]:
+    """Keys that another key or the catalog also determines, where the stack still runs: each
+    says which wins (said at preview; nothing is refused).
+
+    - ``gpuMemoryGiB`` well under the catalog ``gpu``'s memory: the sizing uses
+      ``gpuMemoryGiB``, so the rest of the GPU stays unused;
+    - ``model.geometry`` beside ``model.configJson``: the geometry wins
+      (:func:`stackmodel.sizing.model_geometry`);
+    - ``model.geometry`` of a catalog model that differs from the catalog's: the geometry wins.
+    """
+    out = []
+    for name, node_class in cfg.node_classes.items():
+        datasheet = _datasheet_memory(node_class.gpu)
+        if datasheet is not None and node_class.gpu_memory_gib < LOW_GPU_MEMORY_SHARE * datasheet:
+            out.append(
+                f"{PROJECT}:nodeClasses.{name}.gpuMemoryGiB = {node_class.gpu_memory_gib:g} but "
+                f"its gpu, {node_class.gpu}, has {datasheet:g} GB: gpuMemoryGiB wins, so the "
+                f"sizing and the workers' KV caches use {node_class.gpu_memory_gib:g} GiB and "
+                f"leave the rest unused; set gpuMemoryGiB: {datasheet:g} to use the whole GPU"
+            )
+    geometry = cfg.model.geometry
+    if geometry is not None and cfg.model.config_json is not None:
+        out.append(
+            f"{PROJECT}:model.geometry and model.configJson are both set: model.geometry wins "
+            f"and {cfg.model.config_json!r} is not read; remove one"
+        )
+    catalog = KNOWN_MODELS.get(cfg.model.name)
+    if geometry is not None and catalog is not None and geometry != catalog:
+        differs = [
+            f"{to_camel(field)} {getattr(geometry, field)} (catalog {getattr(catalog, field)})"
+            for field in type(geometry).model_fields
+            if getattr(geometry, field) != getattr(catalog, field)
+        ]
+        out.append(
+            f"{PROJECT}:model.geometry differs from the catalog's {cfg.model.name}: "
+            f"{', '.join(differs)}; model.geometry wins. Remove it to use the catalog's"
         )
     return out
 
@@ -820,6 +944,7 @@ def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
         + nixl_tls_problems(cfg)
         + endpoint_problems(cfg)
         + cluster_runner_problems(cfg)
+        + overlap_problems(cfg)
     )
     if any(p.key.endswith("nodeClass") for p in out):
         return out  # sizing needs every node class to exist

@@ -211,6 +211,24 @@ GPU_CATALOG: dict[str, GpuSpec] = {
 }
 """Every GPU a node class can name by key."""
 
+DATASHEET_MEMORY_GB: dict[str, float] = {
+    "h100-sxm": 80,
+    "h100-pcie": 80,
+    "h200": 141,
+    "a100-sxm-80gb": 80,
+    "a100-40gb": 40,
+    "l40s": 48,
+    "l4": 24,
+    "a10": 24,
+    "rtx-4090": 24,
+    "rtx-3090": 24,
+}
+"""Each catalog GPU's memory as its datasheet states it (the sources in :data:`GPU_CATALOG`),
+for the check of a node class's ``gpuMemoryGiB`` against its ``gpu``. The datasheets' "GB" is
+the binary size the driver reports a little under (nvidia-smi shows 24,564 MiB on a 24 GB RTX
+4090), so the figure is read as GiB."""
+
+
 DEFAULT_GPU = "rtx-4090"
 """The GPU assumed for a node class that names none, as the seed's do (its GPUs are "a 24 GB
 class" and "an 8 GB class", unnamed). The RTX 4090 is the fastest 24 GB card: the calibration's

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from loadgen.key_paths import parse_settings
+from stackmodel.checks import overlap_warnings
 from stackmodel.config import StackConfig
 from stackmodel.errors import StackConfigError
 from stackmodel.sizing import link_profile
@@ -16,14 +17,14 @@ from stackmodel.stacks import load_stack
 STACK = "disagg-cross-node"
 
 
-def refusal(*settings: str) -> str:
+def refusal(*settings: str, stack: str = STACK) -> str:
     with pytest.raises(StackConfigError) as caught:
-        load_stack(STACK, parse_settings(settings))
+        load_stack(stack, parse_settings(settings))
     return str(caught.value)
 
 
-def accepted(*settings: str) -> StackConfig:
-    return load_stack(STACK, parse_settings(settings))
+def accepted(*settings: str, stack: str = STACK) -> StackConfig:
+    return load_stack(stack, parse_settings(settings))
 
 
 def test_a_link_in_bytes_per_s_where_gb_per_s_is_meant_names_the_slip() -> None:
@@ -68,3 +69,56 @@ def test_max_model_len_above_the_models_context_is_refused_with_both_fixes() -> 
     assert "context length" not in overridden and "KV cache" in overridden
     # On one group only, the other is still named.
     assert "workers[1]" in refusal("model.maxModelLen=131072", f"{keys[0]}=1")
+
+
+def test_gpu_memory_below_the_named_gpus_says_which_wins() -> None:
+    # A node class for an L40S (48 GB) written with the seed's 24.
+    cfg = accepted('nodeClasses["gpu-24gb"].gpu=l40s', stack="kv-routing")
+    (warning,) = overlap_warnings(cfg)
+    assert "gpuMemoryGiB = 24 but its gpu, l40s, has 48 GB: gpuMemoryGiB wins" in warning
+    fix = re.search(r"set (gpuMemoryGiB): (\d+)", warning)
+    assert fix is not None
+    fixed = accepted(
+        'nodeClasses["gpu-24gb"].gpu=l40s',
+        f'nodeClasses["gpu-24gb"].{fix[1]}={fix[2]}',
+        stack="kv-routing",
+    )
+    assert overlap_warnings(fixed) == []
+    # What a driver reports (a little under the datasheet) is no slip.
+    assert overlap_warnings(accepted('nodeClasses["gpu-24gb"].gpu=rtx-4090')) == []
+
+
+def test_gpu_memory_above_the_named_gpus_is_refused() -> None:
+    message = refusal(
+        'nodeClasses["gpu-24gb"].gpu=l4',
+        'nodeClasses["gpu-24gb"].gpuMemoryGiB=48',
+        stack="kv-routing",
+    )
+    assert "above the l4's 24 GB (its datasheet)" in message
+    fix = re.search(r"set it to (\d+) or less", message)
+    assert fix is not None
+    accepted(
+        'nodeClasses["gpu-24gb"].gpu=l4',
+        f'nodeClasses["gpu-24gb"].gpuMemoryGiB={fix[1]}',
+        stack="kv-routing",
+    )
+
+
+def test_an_extra_arg_repeating_a_keyed_flag_is_refused_naming_the_key() -> None:
+    message = refusal('topology.workers[1].extraArgs=["--max_model_len=4096"]')
+    assert "topology.workers[1].extraArgs" in message
+    assert "--max-model-len is written by the program from model.maxModelLen" in message
+    assert accepted("model.maxModelLen=4096").model.max_model_len == 4096
+    assert "engine.extraArgs" in refusal('engine.extraArgs=["--gpu-memory-utilization", "0.5"]')
+    # A flag the program does not write stays the user's.
+    accepted('engine.extraArgs=["--enforce-eager"]')
+
+
+def test_a_geometry_beside_the_catalogs_says_it_wins() -> None:
+    geometry = (
+        "model.geometry={numLayers: 28, numKvHeads: 8, headDim: 128, kvCacheDtypeBytes: 1, "
+        "numParameters: 751632384, weightDtypeBytes: 2, maxPositionEmbeddings: 40960}"
+    )
+    (warning,) = overlap_warnings(accepted(geometry))
+    assert "differs from the catalog's Qwen/Qwen3-0.6B: kvCacheDtypeBytes 1 (catalog 2)" in warning
+    assert "model.geometry wins" in warning
