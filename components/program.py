@@ -9,6 +9,7 @@ reads its platform stack (``graph``, the default), or both in one stack (``stand
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -48,7 +49,13 @@ from stackmodel.checks import (
     placement_warnings,
     release_warnings,
 )
-from stackmodel.config import PlatformStackConfig, StackConfig, project_values, stack_role
+from stackmodel.config import (
+    PlatformStackConfig,
+    StackConfig,
+    namespace_warnings,
+    project_values,
+    stack_role,
+)
 from stackmodel.errors import PROJECT, ConfigProblem, StackConfigError
 from stackmodel.platform import PlatformConfig, release_namespace, testbed_namespace_labels
 from stackmodel.rbac import rbac_summary
@@ -69,14 +76,13 @@ from stackmodel.topology import FRONTEND_PORT, Topology, build_topology
 from stackmodel.validation import parse_platform_stack_config, parse_stack_config
 
 
-def project_config() -> dict[str, Any]:
-    """Every ``dynamo-testbed:*`` config value of the running stack (see ``project_values``).
-
-    Reads the whole config map, not only known keys, so that unknown keys can be rejected.
-    """
+def stack_config_map() -> dict[str, Any]:
+    """The running stack's whole config map, every namespace (``dynamo-testbed:topology``,
+    ``kubernetes:context``, ...), not only known keys, so that unknown keys can be rejected
+    and other namespaces checked (:func:`stackmodel.config.namespace_warnings`)."""
     from pulumi.runtime import config as runtime_config
 
-    return project_values({**runtime_config.get_config_env(), **runtime_config.CONFIG.get()})
+    return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
 
 
 def main(cluster_checks: bool = False) -> None:
@@ -91,8 +97,12 @@ def main(cluster_checks: bool = False) -> None:
             before any resource is registered.
     """
     stack = pulumi.get_stack()
-    raw = project_config()
+    config_map = stack_config_map()
+    raw = project_values(config_map)
+    config_warnings = namespace_warnings(config_map)
     if stack_role(raw) == "platform":
+        for warning in config_warnings:
+            pulumi.log.warn(warning)
         platform_cfg = parse_platform_stack_config(stack, raw)
         if cluster_checks:
             check_cluster(
@@ -110,7 +120,7 @@ def main(cluster_checks: bool = False) -> None:
         installs = cfg.stack_role == "standalone" and cfg.topology.kind == "dynamo"
         rollout = check_cluster(stack, cfg, cfg.platform if installs else None, cfg.namespace)
     token = pulumi.Config(PROJECT).get_secret("hfToken")
-    deploy(cfg, token, rollout, read_operator=cluster_checks)
+    deploy(cfg, token, rollout, config_warnings, read_operator=cluster_checks)
 
 
 def check_cluster(
@@ -417,6 +427,7 @@ def deploy(
     cfg: StackConfig,
     hf_token: pulumi.Output[str] | None,
     rollout: Rollout | None = None,
+    config_warnings: Sequence[str] = (),
     *,
     read_operator: bool = False,
 ) -> None:
@@ -444,7 +455,8 @@ def deploy(
     None for vllm-service), ``rbac`` (what the stack grants: the operator's entry, [] for
     vllm-service, and with ``load.runner: cluster`` the load step's namespaced Role:
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
-    ``warnings`` (sizing's, :func:`~stackmodel.checks.deprecation_warnings`,
+    ``warnings`` (``config_warnings``: the config map's; sizing's,
+    :func:`~stackmodel.checks.deprecation_warnings`,
     :func:`~stackmodel.checks.gated_model_warnings`, :func:`~stackmodel.checks.fp8_warnings`,
     :func:`~stackmodel.checks.placement_warnings`, :func:`~stackmodel.checks.overlap_warnings`,
     :func:`~stackmodel.checks.release_warnings`, and the version gate's when the workers'
@@ -457,6 +469,7 @@ def deploy(
     topology = build_topology(cfg)
     sizing = stack_sizing(cfg)
     noted_warnings = [
+        *config_warnings,
         *sizing.warnings,
         *deprecation_warnings(cfg),
         *fp8_warnings(cfg),

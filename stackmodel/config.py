@@ -12,6 +12,7 @@ cross-key checks of :mod:`stackmodel.checks`.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import ipaddress
 import json
 import re
@@ -734,6 +735,33 @@ def unset_key(key: str, value: Any) -> bool:
     except ValidationError:
         return False
     return bool(parsed == field.get_default(call_default_factory=True))
+
+
+CONFIG_NAMESPACES = (PROJECT, "kubernetes", "pulumi")
+"""The config namespaces the program reads or hands on: its own, the Kubernetes provider's
+(pulumi-kubernetes reads ``kubernetes:context``, ``kubernetes:namespace``, ...) and the
+engine's own (``pulumi:disable-default-providers``, ``pulumi:tags``)."""
+
+
+def namespace_warnings(config_map: Mapping[str, Any]) -> list[str]:
+    """Config keys whose namespace is none of :data:`CONFIG_NAMESPACES`: nothing reads them,
+    so a misspelt ``dynamo-tesbed:links`` would leave the default link in place.
+
+    ``{"dynamo-tesbed:links": ...}`` -> one warning naming the key and the close namespace.
+    """
+    out = []
+    for full_key in config_map:
+        namespace, colon, key = full_key.partition(":")
+        if not colon or namespace in CONFIG_NAMESPACES:
+            continue
+        close = difflib.get_close_matches(namespace, CONFIG_NAMESPACES, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}:{key}? " if close else ""
+        out.append(
+            f"config key {full_key!r}: no part of this program or its providers reads the "
+            f"namespace {namespace!r}, so it is ignored; {hint}this project's keys are "
+            f"{PROJECT}:<key>"
+        )
+    return out
 
 
 def project_values(config_map: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from stackmodel.config import PlatformStackConfig, StackConfig
+from stackmodel.config import CONFIG_NAMESPACES, PlatformStackConfig, StackConfig
 from stackmodel.errors import PROJECT
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "config-reference.md"
@@ -204,8 +204,10 @@ def config_reference() -> str:
         "the same keys, spelled as the Pulumi CLI's config set --path spells them, e.g. "
         '`nodeClasses["gpu-24gb"].'
         "gpuMemoryGiB=48`. `<name>` stands for a key you choose, `[]` for each item of a list. "
-        "Unknown keys are refused. A quantity is a Kubernetes memory quantity (`3584Mi`, `10Gi`;"
-        " a plain number is bytes).",
+        "Unknown keys are refused; a key of a namespace other than "
+        + ", ".join(f"`{n}:`" for n in CONFIG_NAMESPACES)
+        + " is read by nothing and warned about (a misspelt `dynamo-tesbed:`). A quantity is a "
+        "Kubernetes memory quantity (`3584Mi`, `10Gi`; a plain number is bytes).",
         "",
         "## Graph and standalone stacks",
         "",

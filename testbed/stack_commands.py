@@ -377,8 +377,9 @@ def simulate_command(
 
     from loadgen.folder_lock import FolderBusyError, folder_lock
     from loadgen.output import ResumeError, complete_runs
+    from stackmodel.config import namespace_warnings
     from stackmodel.sizing import stack_sizing
-    from stackmodel.stacks import load_stack
+    from stackmodel.stacks import load_stack, stack_config
     from testbed.simulate import ROUTING_DIR, refuse_other_stack_values, stack_values
 
     grid = _grid(prefix_kinds, concurrency, repetitions, requests)
@@ -397,7 +398,7 @@ def simulate_command(
             fail(str(exc))
         values[name] = stack_values(cfg, settings)
         say_settings(name, settings)
-        for message in stack_sizing(cfg).warnings:
+        for message in [*namespace_warnings(stack_config(name)[0]), *stack_sizing(cfg).warnings]:
             warn(f"{name}: {message}")
     with ExitStack() as locks:
         for name in names:

@@ -4,15 +4,18 @@ likely mistake, and the fix the message suggests is accepted (applied here)."""
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 
 from loadgen.key_paths import parse_settings
 from stackmodel.checks import overlap_warnings
-from stackmodel.config import StackConfig
+from stackmodel.config import StackConfig, namespace_warnings
 from stackmodel.errors import StackConfigError
 from stackmodel.sizing import link_profile
-from stackmodel.stacks import load_stack
+from stackmodel.stacks import REPO, load_stack
+from testbed.render import render_stack
 
 STACK = "disagg-cross-node"
 
@@ -122,3 +125,23 @@ def test_a_geometry_beside_the_catalogs_says_it_wins() -> None:
     (warning,) = overlap_warnings(accepted(geometry))
     assert "differs from the catalog's Qwen/Qwen3-0.6B: kvCacheDtypeBytes 1 (catalog 2)" in warning
     assert "model.geometry wins" in warning
+
+
+def test_a_misspelt_config_namespace_is_warned_where_the_stack_is_rendered(tmp_path: Path) -> None:
+    # The user's stack file, `dynamo-tesbed:links:` for their 10 GbE link.
+    shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    (tmp_path / "stacks").mkdir()
+    for name in ("platform", "kv-routing"):
+        shutil.copy(REPO / "stacks" / f"Pulumi.{name}.yaml", tmp_path / "stacks")
+    stack_file = tmp_path / "stacks" / "Pulumi.kv-routing.yaml"
+    stack_file.write_text(
+        stack_file.read_text().replace(
+            "config:\n", "config:\n  dynamo-tesbed:links:\n    crossNode: 10gbe\n", 1
+        )
+    )
+    rendered = render_stack("kv-routing", tmp_path)
+    (warning,) = [w for w in rendered.outputs["warnings"] if "dynamo-tesbed" in w]
+    assert "config key 'dynamo-tesbed:links'" in warning
+    assert "did you mean dynamo-testbed:links?" in warning
+    # The providers' namespaces are no slip.
+    assert namespace_warnings({"kubernetes:context": "kind", "pulumi:tags": "{}"}) == []
