@@ -12,7 +12,6 @@ error.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import statistics
@@ -45,16 +44,6 @@ five (load average 1.2, 2 cores)."""
 _READY_TIMEOUT_S = 120.0
 IN_CLUSTER_DEADLINE_S = 1200.0
 """--in-cluster: how long the pods may take, scheduling and image start included."""
-
-
-def nixl_installed() -> bool:
-    """Whether a NIXL wheel (:data:`kvpath.probe.nixl_part.NIXL_DISTRIBUTIONS`, the `kvprobe`
-    dependency group) is installed, found without importing it."""
-    from kvpath.probe.nixl_part import NIXL_DISTRIBUTIONS
-
-    return any(
-        importlib.util.find_spec(dist.replace("-", "_")) is not None for dist in NIXL_DISTRIBUTIONS
-    )
 
 
 def _module(*args: str) -> list[str]:
@@ -292,6 +281,7 @@ def kv_path_command(
     """
     from loadgen.cli import fail
     from stackmodel.stacks import load_stack
+    from testbed.dependency_groups import missing_group
 
     try:
         cfg = load_stack(stack)
@@ -303,11 +293,9 @@ def kv_path_command(
             f"stack {stack!r} has no prefill worker group: no KV path to probe; probe a "
             "disaggregated stack (e.g. disagg-same-node)"
         )
-    if in_cluster is None and not nixl_installed():
-        fail(
-            f"the probe needs NIXL, which is in the `kvprobe` dependency group: run "
-            f"`uv run --group kvprobe testbed probe kv-path {stack}`"
-        )
+    missing = missing_group("kvprobe", "the probe needs NIXL", f"testbed probe kv-path {stack}")
+    if in_cluster is None and missing:
+        fail(missing)
     env = {k: v for k, v in prefill[0].env.items() if k.startswith("UCX_")}
     shape = probe_shape(cfg, blocks)
     target = out or Path("out/probe") / f"{stack}.json"

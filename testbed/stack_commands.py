@@ -380,13 +380,21 @@ def simulate_command(
     from stackmodel.config import namespace_warnings
     from stackmodel.sizing import stack_sizing
     from stackmodel.stacks import load_stack, stack_config
+    from testbed.dependency_groups import missing_group
     from testbed.simulate import ROUTING_DIR, refuse_other_stack_values, stack_values
 
+    names = [stack, *([stack_b] if stack_b else [])]
+    missing = missing_group(
+        "sim",
+        "the simulation needs the Dynamo frontend and mocker (ai-dynamo)",
+        f"testbed simulate {' '.join(names)}",
+    )
+    if missing:
+        fail(missing)
     grid = _grid(prefix_kinds, concurrency, repetitions, requests)
     if against is not None:
         grid = _against_grid(against, stack_b, grid, full)
     settings = _settings(overrides)
-    names = [stack, *([stack_b] if stack_b else [])]
     if len(set(names)) < len(names):
         fail(f"STACK and STACK_B are both {stack}: name two different stacks")
     _refuse_twice_set(grid, settings)

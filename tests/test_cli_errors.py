@@ -3,6 +3,7 @@ one line (exit 130); the group in testbed/cli.py does it, so a command added lat
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -74,11 +75,27 @@ def test_usage_errors_are_one_line_exit_2(
 def test_the_probe_without_nixl_names_the_kvprobe_group(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("testbed.probe_command.nixl_installed", lambda: False)
+    monkeypatch.setattr("testbed.dependency_groups.group_installed", lambda group: False)
     assert main(["probe", "kv-path", "disagg-same-node"]) == 2
     assert capsys.readouterr().err == (
         "error: the probe needs NIXL, which is in the `kvprobe` dependency group: run "
         "`uv run --group kvprobe testbed probe kv-path disagg-same-node`\n"
+    )
+
+
+def test_the_simulation_without_the_sim_group_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `uv run testbed simulate kv-routing disagg-same-node`, `--group sim` forgotten.
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        "importlib.util.find_spec", lambda name, *a: None if name == "dynamo" else real(name, *a)
+    )
+    assert main(["simulate", "kv-routing", "disagg-same-node"]) == 2
+    assert capsys.readouterr().err == (
+        "error: the simulation needs the Dynamo frontend and mocker (ai-dynamo), which is in "
+        "the `sim` dependency group: run `uv run --group sim testbed simulate kv-routing "
+        "disagg-same-node`\n"
     )
 
 
