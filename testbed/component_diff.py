@@ -134,6 +134,22 @@ def describe(view: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def added_settings(view: dict[str, Any]) -> list[str]:
+    """What a reviewer must see of an added component beyond :func:`describe`: each engine
+    argument (the model, ``--kv-transfer-config``, ...) and each environment variable
+    (``UCX_TLS``, ...), one ``+`` line each, as a changed component's lines read."""
+    return component_changes(
+        dict.fromkeys(ASPECTS) | {"args": [], "env": {}},
+        dict.fromkeys(ASPECTS) | {"args": view["args"], "env": view["env"]},
+    )
+
+
+def _served_model(rendered: Rendered) -> str | None:
+    """The model a stack serves (its ``sizing`` output's ``model``; None without one)."""
+    model = (rendered.outputs.get("sizing") or {}).get("model")
+    return model if isinstance(model, str) else None
+
+
 def name_only(change: FieldChange, name_a: str, name_b: str) -> bool:
     """True when a field differs only by the stacks' names (A's name replaced by B's)."""
     if change.a is None or change.b is None:
@@ -144,8 +160,9 @@ def name_only(change: FieldChange, name_a: str, name_b: str) -> bool:
 def diff_lines(
     name_a: str, name_b: str, a: Rendered, b: Rendered, changes: Sequence[FieldChange]
 ) -> list[str]:
-    """The human diff: a summary line, the folded name-only line, then each component that
-    changed (``+`` added, ``-`` removed, ``~`` changed, aspect by aspect), then the other
+    """The human diff: a summary line (the served model when it changes, workers, GPUs), the
+    folded name-only line, then each component that changed (``+`` added with its arguments
+    and environment, ``-`` removed, ``~`` changed, aspect by aspect), then the other
     objects' changes (not :data:`COMPONENT_OBJECTS`, nor the stack outputs: ``--json`` has
     every field)."""
     views_a, views_b = component_views(a), component_views(b)
@@ -175,6 +192,9 @@ def diff_lines(
         and "resources" in b.outputs
         and a.outputs["resources"].get(key) != b.outputs["resources"].get(key)
     ]
+    model_a, model_b = _served_model(a), _served_model(b)
+    if model_a != model_b:
+        resources.insert(0, f"model {model_a or '-'} -> {model_b or '-'}")
     lines = [
         f"{name_a} -> {name_b}: components {', '.join(summary) or 'unchanged'}"
         + (f"; {', '.join(resources)}" if resources else "")
@@ -188,6 +208,7 @@ def diff_lines(
         lines.append(f"- {name}: {describe(views_a[name])}")
     for name in added:
         lines.append(f"+ {name}: {describe(views_b[name])}")
+        lines += [f"    {line}" for line in added_settings(views_b[name])]
     for name, component_lines in changed.items():
         lines.append(f"~ {name}:")
         lines += [f"    {line}" for line in component_lines]

@@ -239,19 +239,33 @@ def render_command(
 
 
 def diff_command(
-    stack_a: Annotated[str, typer.Argument(help="First stack.")],
-    stack_b: Annotated[str, typer.Argument(help="Second stack.")],
+    stack_a: Annotated[str, typer.Argument(help="First stack (as its file has it).")],
+    stack_b: Annotated[
+        str | None,
+        typer.Argument(help="Second stack, with the --set values (default: STACK_A)."),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="Print every changed field as JSON.", rich_help_panel=OUTPUT),
     ] = False,
-    overrides: SetOption = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help=SET_HELP + " Applies to STACK_B only, so `diff STACK --set ...` previews "
+            "that change.",
+            rich_help_panel=STACK,
+        ),
+    ] = None,
 ) -> None:
-    """Show what changes from STACK_A to STACK_B: a summary, then component by component
-    (role, replicas, placement, image, args, env, resources); differences that are only the
-    stacks' names are folded into one line.
+    """Show what changes from STACK_A to STACK_B: a summary (the model, workers, GPUs), then
+    component by component (role, replicas, placement, image, args, env, resources; an added
+    component with its args and env); differences that are only the stacks' names are folded
+    into one line. --set changes STACK_B only.
 
-    Example: testbed diff kv-routing disagg-same-node
+    Example: testbed diff kv-routing disagg-same-node;
+    testbed diff kv-routing --set topology.workers[0].replicas=2
     """
     import json
 
@@ -260,14 +274,20 @@ def diff_command(
     from testbed.render_files import diff_rendered
 
     settings = _settings(overrides)
-    a, b = _render_or_exit(stack_a, settings), _render_or_exit(stack_b, settings)
+    stack_b = stack_b or stack_a
+    a, b = _render_or_exit(stack_a, []), _render_or_exit(stack_b, settings)
     changes = diff_rendered(a, b)
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in changes], indent=2, default=str))
         return
-    say_settings(stack_a, settings)
     say_settings(stack_b, settings)
     console = table_console(highlight=False)
+    if settings:
+        console.print(
+            f"--set applies to B ({stack_b}) only; A ({stack_a}) is as its stack file has it",
+            soft_wrap=True,
+            markup=False,
+        )
     for line in diff_lines(stack_a, stack_b, a, b, changes):
         console.print(line, soft_wrap=True, markup=False)
     console.print(f"({len(changes)} field changes in all: testbed diff --json lists them)")

@@ -105,12 +105,22 @@ def test_diff_reads_as_a_summary_then_components(
         "kv-routing -> disagg-same-node: components 2 added, 2 removed; workers 6 -> 4, gpus 2 -> 1"
     )
     assert lines[1].startswith("  13 field(s) differ only by the stack's name")
-    assert lines[2:6] == [
+    assert [line for line in lines[2:] if line[:2] in ("- ", "+ ")] == [
         "- worker-24gb: worker x4, on dynamo-testbed/node-class=gpu-24gb, memory 3584Mi, 1 GPU",
         "- worker-8gb: worker x2, on dynamo-testbed/node-class=gpu-8gb, memory 3584Mi, 1 GPU",
         "+ prefill: prefill x2, on dynamo-testbed/node-class=gpu-24gb, memory 10Gi, 1 GPU",
         "+ decode: decode x2, on dynamo-testbed/node-class=gpu-24gb, memory 10Gi, 1 GPU",
     ]
+    # An added component shows its args and env: the KV transfer a reviewer must see.
+    assert lines[
+        lines.index(
+            "+ decode: decode x2, on dynamo-testbed/node-class=gpu-24gb, memory 10Gi, 1 GPU"
+        )
+        + 5
+    ] == (
+        '    + arg --kv-transfer-config: {"kv_connector":"NixlConnector",'
+        '"kv_role":"kv_consumer","kv_buffer_device":"cpu"}'
+    )
     assert f"({len(changes)} field changes in all: testbed diff --json lists them)" in output
     # The shipped stacks run their grid in the cluster (load.runner: cluster): no node address
     # is missing, so no "load step not run" note (test_load_step_program covers runner local).

@@ -75,3 +75,37 @@ def test_a_set_that_adds_a_misspelt_node_class_names_the_set_and_the_close_name(
         "dynamo-testbed:nodeClasses.gpu-24b.nodeSelector = (missing): required key is missing. "
         "Fix the --set value."
     )
+
+
+def test_diff_of_one_stack_with_a_set_previews_that_change() -> None:
+    # The README's review: what would `--set ...` change on kv-routing?
+    args = ["diff", "kv-routing", "--set", "topology.workers[0].replicas=2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert (
+        "--set applies to B (kv-routing) only; A (kv-routing) is as its stack file has it" in lines
+    )
+    assert "kv-routing -> kv-routing: components 1 changed; workers 6 -> 4" in lines
+    assert "    ~ replicas: 4 -> 2" in lines
+    # Named twice, the same: --set still changes B alone.
+    again = CliRunner().invoke(app, ["diff", "kv-routing", "kv-routing", *args[2:]])
+    assert "    ~ replicas: 4 -> 2" in again.output.splitlines()
+
+
+def test_diff_shows_the_model_change_and_what_added_components_transfer_kv_with() -> None:
+    a = render_stack("kv-routing")
+    b = render_stack(
+        "disagg-same-node",
+        settings=parse_settings(["model.name=Qwen/Qwen3-8B", "engine.kind=mocker"]),
+    )
+    lines = diff_lines("kv-routing", "disagg-same-node", a, b, diff_rendered(a, b))
+    assert "; model Qwen/Qwen3-0.6B -> Qwen/Qwen3-8B, workers 6 -> 4" in lines[0]
+    prefill = lines[lines.index(next(line for line in lines if line.startswith("+ prefill:"))) :]
+    assert "    + arg --model-name: Qwen/Qwen3-8B" in prefill
+    assert "    + env UCX_TLS: tcp,self" in prefill
+    vllm = render_stack("disagg-same-node")
+    lines = diff_lines("kv-routing", "disagg-same-node", a, vllm, diff_rendered(a, vllm))
+    assert "model" not in lines[0]  # the same model: not in the summary
+    kv_config = '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cpu"}'
+    assert f"    + arg --kv-transfer-config: {kv_config}" in lines
