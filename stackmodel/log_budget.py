@@ -49,14 +49,21 @@ def log_budget_problem(config: LoadConfig, clients: int) -> str | None:
     if per_client * per_request <= budget:
         return None
     per_run = budget // (runs * per_request)  # requests of one run a client's log holds
-    fix = (
-        f"set load.clients to {-(-config.requests_per_run // per_run)} or more, or "
-        if per_run
-        else ""
-    )
+    # A client needs a stream of every run: at most the smallest concurrency
+    # (LoadSettings' clients check), so more clients than that is no fix to offer.
+    most_clients = min(config.concurrency)
+    needed = -(-config.requests_per_run // per_run) if per_run else None
+    fixes = []
+    if needed is not None and needed <= most_clients:
+        fixes.append(f"set load.clients to {needed} or more (at most {most_clients})")
+    if per_run:
+        fixes.append(
+            f"lower load.requestsPerRun to {per_run * min(clients, most_clients)} or less"
+        )
+    fixes.append("lower load.repetitions or load.maxTokens")
     return (
         f"the grid's request records take up to {per_client * per_request / 2**20:.1f} MiB in "
         f"each load client's log ({per_client} requests of up to {config.max_tokens} tokens), "
-        f"more than the {budget / 2**20:.0f} MiB of its log the cluster keeps: {fix}lower "
-        "requestsPerRun, repetitions or maxTokens"
+        f"more than the {budget / 2**20:.0f} MiB of its log the cluster keeps: "
+        + ", or ".join(fixes)
     )

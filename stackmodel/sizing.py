@@ -340,6 +340,23 @@ def check_gpu_fit(
             f"= {share:,} B"
         )
         minimum = math.ceil(required / gpu_bytes * 100) / 100
+        # What raising its share can reach: 1 less the other workers' shares of this GPU.
+        others = total_share - Fraction(repr(worker.gpu_memory_utilization))
+        bigger_gpu = (
+            f"a GPU of more than "
+            f"{math.ceil(required / worker.gpu_memory_utilization / GI * 10) / 10:g} GiB "
+            f"(nodeClasses.{node_class}.gpuMemoryGiB) at its {worker.gpu_memory_utilization:g}"
+        )
+        if minimum <= 1 - others:
+            fix = f"Raise its gpuMemoryUtilization to {minimum:g} or more, or use {bigger_gpu}."
+        elif minimum <= 1:
+            fix = (
+                f"It needs a share of {minimum:g} or more, and the other workers on this GPU "
+                f"take {float(others):g}: {math.floor(1 / minimum)} worker(s) of this size fit on "
+                f"one GPU at most (fewer replicas or workers on it), or use {bigger_gpu}."
+            )
+        else:
+            fix = f"No gpuMemoryUtilization fits (at most 1): use {bigger_gpu}, or a smaller model."
         findings.append(
             SizingFinding(
                 check="gpu-memory",
@@ -351,8 +368,7 @@ def check_gpu_fit(
                 severity="error",
                 message=(
                     f"worker '{worker.name}' on node class '{node_class}' (GPU {gpu_text}) "
-                    f"leaves no memory for KV cache: {formula}. Raise its gpuMemoryUtilization "
-                    f"above {minimum:g} or use a GPU with more memory."
+                    f"leaves no memory for KV cache: {formula}. {fix}"
                 ),
             )
         )

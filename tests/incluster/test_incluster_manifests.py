@@ -2,6 +2,7 @@
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -156,10 +157,20 @@ def test_a_grid_too_large_for_one_clients_log_is_refused() -> None:
         parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000))
     (problem,) = info.value.problems
     assert problem.key == "load.clients"
-    assert "set load.clients to 10 or more" in problem.message
-    # 10 clients (concurrency 4 and 8 allow at most 4): still refused, by the concurrency rule
+    # 10 clients would fit the log, but concurrency 4 and 8 allow at most 4: not offered
+    assert "load.clients to" not in problem.message
     with pytest.raises(StackConfigError, match=r"smallest load\.concurrency"):
         parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000, clients=10))
+    # The fix it offers is accepted.
+    fewer = re.search(r"lower load.requestsPerRun to (\d+) or less", problem.message)
+    assert fewer is not None
+    parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=int(fewer[1])))
+    # Where enough clients fit the smallest concurrency, they are offered, and accepted.
+    with pytest.raises(StackConfigError) as info:
+        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=600))
+    more = re.search(r"set load.clients to (\d) or more \(at most 4\)", str(info.value))
+    assert more is not None
+    parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=600, clients=int(more[1])))
     assert log_budget_problem(LoadConfig(requests_per_run=2000), 10) is None
     assert log_budget_problem(LoadConfig(requests_per_run=2000), 9) is not None
 

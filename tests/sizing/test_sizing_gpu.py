@@ -68,7 +68,7 @@ def test_worker_without_room_for_kv_cache_is_named() -> None:
     assert [f.workers for f in findings] == [["prefill-0"]]
     assert findings[0].required_bytes == 1_192_099_840 + DEFAULT_ACTIVATION_OVERHEAD_BYTES
     assert findings[0].configured_bytes == int(8 * GI * 0.2)
-    assert "above 0.27" in findings[0].message
+    assert "Raise its gpuMemoryUtilization to 0.27 or more" in findings[0].message
 
 
 def test_utilization_must_be_a_fraction() -> None:

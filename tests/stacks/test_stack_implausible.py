@@ -145,3 +145,34 @@ def test_a_misspelt_config_namespace_is_warned_where_the_stack_is_rendered(tmp_p
     assert "did you mean dynamo-testbed:links?" in warning
     # The providers' namespaces are no slip.
     assert namespace_warnings({"kubernetes:context": "kind", "pulumi:tags": "{}"}) == []
+
+
+def test_each_gpu_fit_fix_is_one_the_program_accepts() -> None:
+    # A share too small: raising it to the figure named is accepted.
+    message = refusal(
+        "topology.workers[0].gpuMemoryUtilization=0.01",
+        "topology.workers[0].replicas=1",
+        stack="kv-routing",
+    )
+    share = re.search(r"Raise its gpuMemoryUtilization to ([\d.]+) or more", message)
+    assert share is not None
+    # Accepted by the GPU fit; the KV it leaves is then checked against maxModelLen.
+    fixed = [
+        f"topology.workers[0].gpuMemoryUtilization={share[1]}",
+        "topology.workers[0].replicas=1",
+    ]
+    assert "leaves no memory for KV cache" not in refusal(*fixed, stack="kv-routing")
+    accepted(*fixed, "model.maxModelLen=256", stack="kv-routing")
+    # Qwen3-8B on the seed's GPUs: no share of 1 or less holds it on the 8 GB GPU (it once said
+    # "raise gpuMemoryUtilization above 2.04"), and four workers cannot share the 24 GB one.
+    message = refusal("model.name=Qwen/Qwen3-8B", stack="kv-routing")
+    assert "above 2.04" not in message and "No gpuMemoryUtilization fits (at most 1)" in message
+    assert "1 worker(s) of this size fit on one GPU at most" in message
+    gpus = re.findall(r"more than ([\d.]+) GiB \((nodeClasses\.[\w-]+)\.gpuMemoryGiB\)", message)
+    assert len(gpus) == 2
+    bigger = [
+        f'nodeClasses["{key.split(".")[1]}"].gpuMemoryGiB={float(gib) + 0.1:g}' for gib, key in gpus
+    ]
+    assert "leaves no memory for KV cache" not in refusal(
+        "model.name=Qwen/Qwen3-8B", *bigger, stack="kv-routing"
+    )
