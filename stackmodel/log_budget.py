@@ -57,9 +57,7 @@ def log_budget_problem(config: LoadConfig, clients: int) -> str | None:
     if needed is not None and needed <= most_clients:
         fixes.append(f"set load.clients to {needed} or more (at most {most_clients})")
     if per_run:
-        fixes.append(
-            f"lower load.requestsPerRun to {per_run * min(clients, most_clients)} or less"
-        )
+        fixes.append(f"lower load.requestsPerRun to {per_run * min(clients, most_clients)} or less")
     fixes.append("lower load.repetitions or load.maxTokens")
     return (
         f"the grid's request records take up to {per_client * per_request / 2**20:.1f} MiB in "
