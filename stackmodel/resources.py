@@ -43,6 +43,8 @@ class NodeClassUse(BaseModel):
         gpu_units: ``nvidia.com/gpu`` they request (time-slicing replicas count one each).
         gpus: physical GPUs they need at least: ``ceil(gpu_units / replicasPerGpu)`` with
             time-slicing, else ``gpu_units``.
+        gpu: the node class's ``gpu`` (a catalog name or its figures' name; None: none named).
+        gpu_memory_gib: its ``gpuMemoryGiB`` (None: not recorded).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -50,6 +52,15 @@ class NodeClassUse(BaseModel):
     workers: int
     gpu_units: int
     gpus: int
+    gpu: str | None = None
+    gpu_memory_gib: float | None = None
+
+    def gpu_kind(self) -> str | None:
+        """The GPU as a comparison tells GPUs apart: ``l40s 48 GiB``, ``24 GiB GPU`` (no GPU
+        named); None when unknown (a ``stack.json`` written before GPUs were recorded)."""
+        if self.gpu_memory_gib is None:
+            return None
+        return f"{self.gpu or ''} {self.gpu_memory_gib:g} GiB{'' if self.gpu else ' GPU'}".strip()
 
 
 class StackResources(BaseModel):
@@ -62,6 +73,7 @@ class StackResources(BaseModel):
         gpu_units: ``nvidia.com/gpu`` requested in all.
         gpus: physical GPUs needed at least (sum over node classes).
         node_classes: node class -> :class:`NodeClassUse`, only classes with workers.
+        model: the served model (None: not recorded).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -72,6 +84,19 @@ class StackResources(BaseModel):
     gpu_units: int
     gpus: int
     node_classes: dict[str, NodeClassUse]
+    model: str | None = None
+
+    def by_gpu(self) -> dict[str, tuple[int, int]] | None:
+        """``{GPU kind: (workers, GPUs)}`` over the node classes (:meth:`NodeClassUse.gpu_kind`),
+        so that two node classes of one kind count together; None when a kind is unknown."""
+        out: dict[str, tuple[int, int]] = {}
+        for use in self.node_classes.values():
+            kind = use.gpu_kind()
+            if kind is None:
+                return None
+            workers, gpus = out.get(kind, (0, 0))
+            out[kind] = (workers + use.workers, gpus + use.gpus)
+        return out
 
 
 def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
@@ -91,7 +116,19 @@ def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
     for name, (workers, units) in classes.items():
         slicing = cfg.node_classes[name].time_slicing
         per_gpu = slicing.replicas_per_gpu if slicing is not None else 1
-        uses[name] = NodeClassUse(workers=workers, gpu_units=units, gpus=math.ceil(units / per_gpu))
+        node_class = cfg.node_classes[name]
+        gpu = (
+            node_class.gpu
+            if isinstance(node_class.gpu, str) or node_class.gpu is None
+            else (node_class.gpu.name)
+        )
+        uses[name] = NodeClassUse(
+            workers=workers,
+            gpu_units=units,
+            gpus=math.ceil(units / per_gpu),
+            gpu=gpu,
+            gpu_memory_gib=node_class.gpu_memory_gib,
+        )
     return StackResources(
         workers=sum(by_role.values()),
         workers_by_role=by_role,
@@ -99,6 +136,7 @@ def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
         gpu_units=sum(u.gpu_units for u in uses.values()),
         gpus=sum(u.gpus for u in uses.values()),
         node_classes=uses,
+        model=cfg.model.name,
     )
 
 
@@ -142,6 +180,15 @@ def _workers_on(use: NodeClassUse) -> str:
     return f"{use.workers} worker{'s' if use.workers != 1 else ''} on {_gpus(use.gpus)}"
 
 
+def _counts(use: NodeClassUse) -> tuple[int, int, int]:
+    return (use.workers, use.gpu_units, use.gpus)
+
+
+def _node_class(name: str, use: NodeClassUse) -> str:
+    """``node class gpu-8gb``, with its GPU when one is named: ``node class big (l40s 48 GiB)``."""
+    return f"node class {name} ({use.gpu_kind()})" if use.gpu else f"node class {name}"
+
+
 def _gpus(count: int) -> str:
     return f"{count} GPU{'s' if count != 1 else ''}"
 
@@ -175,16 +222,29 @@ def compare_resources(
         )
     ra, rb = StackResources.model_validate(a), StackResources.model_validate(b)
     differences = []
+    models_differ = None not in (ra.model, rb.model) and ra.model != rb.model
+    if models_differ:
+        differences.append(f"model {ra.model} vs {rb.model}")
+    gpus_a, gpus_b = ra.by_gpu(), rb.by_gpu()
+    same_hardware = gpus_a is not None and gpus_a == gpus_b
+    # A GPU on each side that the other lacks: requests run on other hardware. (One side
+    # also using another GPU, as the seed's kv-routing did, changes TTFT only by queueing.)
+    kinds_a, kinds_b = set(gpus_a or {}), set(gpus_b or {})
+    kinds_differ = None not in (gpus_a, gpus_b) and bool(kinds_a - kinds_b and kinds_b - kinds_a)
     for name in sorted(ra.node_classes.keys() | rb.node_classes.keys()):
         ua, ub = ra.node_classes.get(name), rb.node_classes.get(name)
-        if ua == ub:
+        if same_hardware:  # node classes of other names but the same GPUs: alike
+            continue
+        if ua is not None and ub is not None and _counts(ua) == _counts(ub) and not kinds_differ:
             continue
         if ub is None and ua is not None:
-            differences.append(f"{name_a} also used node class {name}: {_workers_on(ua)}")
+            differences.append(f"{name_a} also used {_node_class(name, ua)}: {_workers_on(ua)}")
         elif ua is None and ub is not None:
-            differences.append(f"{name_b} also used node class {name}: {_workers_on(ub)}")
+            differences.append(f"{name_b} also used {_node_class(name, ub)}: {_workers_on(ub)}")
         elif ua is not None and ub is not None:
-            differences.append(f"node class {name}: {_workers_on(ua)} vs {_workers_on(ub)}")
+            known = None not in (ua.gpu_kind(), ub.gpu_kind())
+            kinds = f" ({ua.gpu_kind()} vs {ub.gpu_kind()})" if kinds_differ and known else ""
+            differences.append(f"node class {name}{kinds}: {_workers_on(ua)} vs {_workers_on(ub)}")
     if not differences:
         return ResourceComparison(same=True, differences=[], affects={}, not_affected={})
     differences.append(
@@ -206,6 +266,16 @@ def compare_resources(
         "ttft": "one request's prefill runs on one worker: other workers change its TTFT only "
         "through queueing, so TTFT ratios do not include the difference (as the seed reads it)"
     }
+    if kinds_differ or models_differ:
+        what = " and ".join(
+            part for part, differs in (("models", models_differ), ("GPUs", kinds_differ)) if differs
+        )
+        not_affected = {}
+        for metric in ("ttft", "requests_per_s", "cached_ratio"):
+            affects[metric] = (
+                f"the {what} differ, so every request's work differs: the ratio compares them, "
+                "not the stacks' topologies alone"
+            )
     return ResourceComparison(
         same=False, differences=differences, affects=affects, not_affected=not_affected
     )

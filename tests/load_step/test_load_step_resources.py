@@ -171,3 +171,52 @@ def test_compare_tolerates_folders_without_stack_json(tmp_path: Path) -> None:
     (b / STACK_FILE).unlink()
     output = compare(a, b)  # plain `testbed load` folders: the table alone
     assert "34 / 286" in output and "Resources" not in output
+
+
+def _resources(stack: str, *settings: str) -> StackResources:
+    from loadgen.key_paths import parse_settings
+
+    cfg = load_stack(stack, parse_settings(settings))
+    return stack_resources(cfg, build_topology(cfg))
+
+
+def test_node_classes_of_other_names_on_the_same_gpus_are_the_same_resources() -> None:
+    # Once "2 workers on 2 GPUs vs 2 workers on 2 GPUs" was flagged for the names alone.
+    a = _resources("disagg-same-node")
+    renamed = a.model_copy(update={"node_classes": {"big": a.node_classes["gpu-24gb"]}})
+    comparison = compare_resources("a", a, "b", renamed)
+    assert comparison.same is True and comparison.differences == []
+
+
+def test_another_model_or_gpu_is_said_first_and_affects_every_metric() -> None:
+    base = _resources("disagg-same-node")
+    other_model = _resources("disagg-same-node", "model.name=Qwen/Qwen3-8B", "engine.kind=mocker")
+    comparison = compare_resources("a", base, "b", other_model)
+    assert comparison.differences[0] == "model Qwen/Qwen3-0.6B vs Qwen/Qwen3-8B"
+    assert set(comparison.affects) == {"ttft", "requests_per_s", "cached_ratio"}
+    assert comparison.not_affected == {}
+    on_l40s = _resources(
+        "disagg-same-node",
+        'nodeClasses["gpu-24gb"].gpu=l40s',
+        'nodeClasses["gpu-24gb"].gpuMemoryGiB=48',
+        "sizing.allowUnsafeMemory=true",
+    )
+    note = resource_note(compare_resources("a", base, "b", on_l40s), "a", "b")
+    assert (
+        "node class gpu-24gb (24 GiB GPU vs l40s 48 GiB): 4 workers on 1 GPU vs 4 workers" in note
+    )
+    assert "- TTFT p50/p99 includes it: the GPUs differ" in note
+
+
+def test_a_stack_file_without_gpus_compares_by_node_class_as_before() -> None:
+    old = json.loads(stack_file_text("kv-routing", resources_of("kv-routing")))["resources"]
+    old.pop("model")
+    for use in old["node_classes"].values():
+        use.pop("gpu"), use.pop("gpu_memory_gib")
+    comparison = compare_resources(
+        "kv-routing", old, "disagg-same-node", resources_of("disagg-same-node")
+    )
+    assert (
+        comparison.differences[0] == "kv-routing also used node class gpu-8gb: 2 workers on 1 GPU"
+    )
+    assert "ttft" in comparison.not_affected
