@@ -572,14 +572,16 @@ def comparable_points(a: Path, b: Path) -> tuple[list[PointSummary], list[PointS
     return points_a, points_b
 
 
-def compare_tables(a: Path, b: Path) -> tuple[list[PointSummary], list[PointSummary]]:
-    """Print two results folders side by side, each cell "A / B" as in the seed, then which
-    load settings differ (`print_settings_note`); exits as `comparable_points` does. Returns
-    both sides' grid points."""
+def compare_tables(
+    a: Path, b: Path, title: str | None = None
+) -> tuple[list[PointSummary], list[PointSummary]]:
+    """Print two results folders side by side, each cell "A / B" as in the seed, under `title`
+    (default "A / B"), then which load settings differ (`print_settings_note`); exits as
+    `comparable_points` does. Returns both sides' grid points."""
     from loadgen.report import comparison_table, table_console
 
     points_a, points_b = comparable_points(a, b)
-    table_console().print(comparison_table(points_a, points_b, title=f"{a} / {b}"))
+    table_console().print(comparison_table(points_a, points_b, title=title or f"{a} / {b}"))
     print_settings_note(a, b)
     return points_a, points_b
 

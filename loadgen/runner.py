@@ -112,6 +112,7 @@ def grid_result(
     readiness: Readiness | None = None,
     observers: Sequence[GridObserver] = (),
     earlier_incidents: Sequence[Incident] = (),
+    simulated: str | None = None,
 ) -> GridResult:
     """The `GridResult` of the runs finished so far (in any order; reported in grid order).
 
@@ -120,6 +121,7 @@ def grid_result(
     `FIRST_ERRORS_KEPT` of all runs; warnings are the runs' own, each prefixed with its run,
     then the `observers`'. Incidents: `earlier_incidents` (a resumed grid's) and the
     observers', placed on the grid's timeline (`loadgen.incidents.placed`), in time order.
+    `simulated`: `GridResult.simulated` (None: measured).
     """
     order = {key: n for n, key in enumerate(grid_keys(config))}
     ordered = sorted(runs, key=lambda run: order.get(run.key, len(order)))
@@ -178,6 +180,7 @@ def grid_result(
         warnings=warnings,
         incidents=incidents,
         readiness=readiness,
+        simulated=simulated,
     )
 
 
@@ -283,6 +286,7 @@ async def run_grid_async(
     server_metrics: bool = True,
     prefill_metrics: Sequence[str] = (),
     server_id: str | None = None,
+    simulated: str | None = None,
 ) -> GridResult:
     """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
     OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
@@ -308,6 +312,8 @@ async def run_grid_async(
     counters, `ServerRunMetrics.prefix_cache_hits`).
     `server_id` stands for `url` in the settings a resumed grid must match (default `url`; a
     local graph that listens on another port each time it starts is still the same server).
+    `simulated` labels the result (`GridResult.simulated`: its tables and report say
+    SIMULATED and by what), for a server whose times are not a real engine's (the mocker).
 
     Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
     is not found, `loadgen.output.ResumeError` when `out_dir`'s runs were measured with other
@@ -347,6 +353,7 @@ async def run_grid_async(
             readiness=readiness,
             observers=observers,
             earlier_incidents=folder.earlier_incidents() if folder is not None else (),
+            simulated=simulated,
         )
 
     result = result_so_far()
@@ -390,6 +397,7 @@ def run_grid(
     server_metrics: bool = True,
     prefill_metrics: Sequence[str] = (),
     server_id: str | None = None,
+    simulated: str | None = None,
 ) -> GridResult:
     """Synchronous `run_grid_async` (runs its own event loop; call the async one from inside a
     running loop). Same arguments, result and errors."""
@@ -407,5 +415,6 @@ def run_grid(
             server_metrics=server_metrics,
             prefill_metrics=prefill_metrics,
             server_id=server_id,
+            simulated=simulated,
         )
     )

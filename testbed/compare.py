@@ -37,18 +37,6 @@ def read_stack_file(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and "resources" in data else None
 
 
-def is_simulated(folder: Path) -> bool:
-    """Whether ``folder/result.json`` says its results are a simulation's (``testbed
-    simulate``); False when absent or unreadable."""
-    from loadgen.output import RESULT_FILE
-
-    try:
-        data = json.loads((folder / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("simulated") is not None
-
-
 def compare_command(
     a: Annotated[Path, typer.Argument(help="Result folder A (holding summary.json).")],
     b: Annotated[Path, typer.Argument(help="Result folder B (holding summary.json).")],
@@ -65,12 +53,12 @@ def compare_command(
         typer.Option(min=0.5, max=0.999, help="Confidence level of the intervals and verdicts."),
     ] = CONFIDENCE,
 ) -> None:
-    """Print two results side by side, each cell "A / B" as in the seed; then which load
-    settings differed and what that invalidates; then per grid point and metric B / A with
-    its interval from the repetitions and a verdict (B higher, lower, or no difference
-    detected, with about how many repetitions would detect it); then, when the folders hold
-    stack.json, whether both stacks had the same workers, GPUs and node classes, and which
-    metrics a difference affects.
+    """Print two results side by side, each cell "A / B" as in the seed (titled SIMULATED when
+    a side is; a simulated side beside a measured one is warned); then which load settings
+    differed and what that invalidates; then per grid point and metric B / A with its interval
+    from the repetitions and a verdict (B higher, lower, or no difference detected, with about
+    how many repetitions would detect it); then, when the folders hold stack.json, whether both
+    stacks had the same model, GPUs and workers, and which metrics a difference affects.
 
     Exit code 2 with one `error:` line when a folder has no readable summary.json, or when the
     two share no grid point.
@@ -79,7 +67,8 @@ def compare_command(
     """
     from loadgen.intervals import ab_comparisons
 
-    simulated = is_simulated(a) or is_simulated(b)
+    labels = [simulated_by(a), simulated_by(b)]
+    simulated = any(labels)
     if as_json:
         points = comparable_points(a, b)
         rows = [
@@ -88,7 +77,15 @@ def compare_command(
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
-    points = compare_tables(a, b)
+    points = compare_tables(a, b, title=f"{a} / {b}{' (SIMULATED)' if simulated else ''}")
+    names = [str((read_stack_file(f) or {}).get("stack") or f) for f in (a, b)]
+    provenance = provenance_note(names[0], labels[0], names[1], labels[1])
+    if provenance:
+        from rich.markup import escape
+
+        from loadgen.report import table_console
+
+        table_console(highlight=False).print(escape(provenance), soft_wrap=True)
     print_verdicts(ab_comparisons(*points, confidence), simulated)
     print_resource_note(a, b)
 
@@ -101,6 +98,36 @@ def print_verdicts(comparisons: Sequence[PointComparison], simulated: bool) -> N
     title = "B / A: interval and verdict" + (" (SIMULATED)" if simulated else "")
     found = verdict_table(comparisons, title=title, simulated=simulated)
     table_console(highlight=False).print(found, soft_wrap=isinstance(found, str))
+
+
+def simulated_by(folder: Path) -> str | None:
+    """What simulated a results folder's figures (its ``result.json``'s ``simulated``:
+    ``testbed simulate``'s provenance, or the routing run's label); None when measured against
+    a server, or unreadable (``compare_tables`` reports that)."""
+    from loadgen.output import RESULT_FILE
+
+    try:
+        data = json.loads((folder / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    simulated = data.get("simulated") if isinstance(data, dict) else None
+    return simulated if isinstance(simulated, str) else None
+
+
+def provenance_note(name_a: str, a: str | None, name_b: str, b: str | None) -> str:
+    """The lines under an A / B table saying which side is simulated and by what ('' when both
+    were measured): a simulated folder beside a measured one is a warning, since the two
+    differ by more than the stacks."""
+    if a is None and b is None:
+        return ""
+    if a is not None and b is not None:
+        return f"SIMULATED: both; {name_a}: {a}" + ("" if a == b else f"; {name_b}: {b}")
+    simulated, measured = (name_a, name_b) if a is not None else (name_b, name_a)
+    return (
+        f"warning: {simulated} is SIMULATED ({a or b}); {measured} was measured against a "
+        "server. The ratios compare a model with real hardware, not two stacks: read them as "
+        "a check of the simulation"
+    )
 
 
 def print_resource_note(a: Path, b: Path) -> None:

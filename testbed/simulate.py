@@ -99,6 +99,14 @@ ROUTING_SPEEDUP = 10.0
 """Mocker ``--speedup-ratio`` of the routing run (its timing is not used)."""
 
 ROUTING_DIR = "routing"
+ROUTING_LABEL = (
+    "the routing run of testbed simulate: the real Dynamo frontend with CPU-only mocker "
+    f"workers on this machine, {ROUTING_MAX_TOKENS} output tokens, the mocker sped up; its times "
+    "are the mockers' wall clock on this CPU, not the stack's (those are in ../summary.json): "
+    "only its routing and prefix-cache hits are used"
+)
+"""What the routing run's folder says it is (``GridResult.simulated``: its table, summary and
+report are labelled with it)."""
 
 KV_SIZE_ARGS = ("--kv-cache-memory-bytes", "--num-gpu-blocks-override")
 """vLLM arguments that set a worker's KV cache size; the program passes the first, from sizing
@@ -682,6 +690,7 @@ def routing_run(
             observers=[processes],
             resume=resume,
             server_id=f"local {spec!r}",
+            simulated=ROUTING_LABEL,
         )
 
 

@@ -51,6 +51,18 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     assert (tmp_path / "report-kv-routing-vs-disagg-same-node.html").exists()
     assert not (tmp_path / "kv-routing" / HOLDER_FILE).exists()  # the lock is released
     first = run_json(tmp_path, "k2-c4-r1").read_text()
+    # The routing folder's mocker wall-clock figures say what they are.
+    routing = json.loads((tmp_path / "kv-routing" / "routing" / "result.json").read_text())
+    assert routing["simulated"] == testbed.simulate.ROUTING_LABEL
+    assert "SIMULATED: the routing run of testbed simulate" in (
+        (tmp_path / "kv-routing" / "routing" / "table.txt").read_text()
+    )
+    # `testbed compare` of the two folders says SIMULATED, and the same resources note.
+    folders = [str(tmp_path / "kv-routing"), str(tmp_path / "disagg-same-node")]
+    compared = " ".join(CliRunner().invoke(app, ["compare", *folders]).output.split())
+    # (the long title wraps: its label comes before the table's rows)
+    assert compared.index("(SIMULATED)") < compared.index("SIMULATED: both; kv-routing")
+    assert "Resources differ (kv-routing" in compared
 
     again = ["simulate", "kv-routing", "--out", str(tmp_path), *TINY, "--concurrency", "4,8"]
     refused = CliRunner().invoke(app, again)
@@ -209,3 +221,13 @@ def test_an_out_that_is_a_file_is_one_line(tmp_path: Path) -> None:
     assert result.output == (
         f"error: cannot write the results to --out {not_a_folder}: Not a directory\n"
     )
+
+
+def test_a_simulated_folder_beside_a_measured_one_is_warned() -> None:
+    from testbed.compare import provenance_note
+
+    note = provenance_note("out/simulate/kv-routing", "testbed simulate: ...", "results/lab", None)
+    assert note.startswith("warning: out/simulate/kv-routing is SIMULATED (testbed simulate: ...)")
+    assert "results/lab was measured against a server" in note
+    assert provenance_note("a", None, "b", None) == ""
+    assert provenance_note("a", "x", "b", "x") == "SIMULATED: both; a: x"
