@@ -230,10 +230,15 @@ def _name(result: LoadedResults) -> str:
     return f"{result.name} (SIMULATED)" if simulated else result.name
 
 
-def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, bytes]]) -> str:
+def render_html(
+    results: Sequence[LoadedResults],
+    pngs: Sequence[tuple[Figure, bytes]],
+    notes: Sequence[str] = (),
+) -> str:
     """The report page: the seed-style table ("A / B" with two results, followed by which load
-    settings differ and what that invalidates: `loadgen.settings_diff.settings_note`, and by
-    B / A per grid point and metric with its interval and verdict where both sides ran 2 or
+    settings differ and what that invalidates: `loadgen.settings_diff.settings_note`, then the
+    caller's `notes`, each of one or more lines: what the terminal printed under its table, and
+    by B / A per grid point and metric with its interval and verdict where both sides ran 2 or
     more repetitions: `loadgen.report.verdict_rows`), the
     figures as embedded PNGs, incidents and warnings per result, and a footer with what
     produced it."""
@@ -251,6 +256,7 @@ def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, b
         configs = [r.grid.config if r.grid is not None else None for r in results]
         note = settings_note(configs[0], configs[1], results[0].name, results[1].name)
         comparability = note.splitlines() if note else []
+        comparability += [line for text in notes for line in text.splitlines()]
     else:
         points = results[0].points
         headers, rows = table_headers(points), seed_rows(points, results[0].incidents)
@@ -271,14 +277,15 @@ def render_html(results: Sequence[LoadedResults], pngs: Sequence[tuple[Figure, b
 
 
 def write_report(
-    results: Sequence[LoadedResults], out: Path, *, png: bool = False
+    results: Sequence[LoadedResults], out: Path, *, png: bool = False, notes: Sequence[str] = ()
 ) -> tuple[Path, list[Path]]:
-    """Write the HTML report of one or two results to `out` (parent folders created); with
+    """Write the HTML report of one or two results to `out` (parent folders created; `notes`:
+    :func:`render_html`'s); with
     `png`, also each figure as `<out stem>-<figure key>.png` beside it. Returns the HTML path
     and the PNG paths. Raises OSError when a file cannot be written."""
     pngs = [(figure, figure_png(figure)) for figure in report_figures(results)]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(results, pngs), encoding="utf-8")
+    out.write_text(render_html(results, pngs, notes), encoding="utf-8")
     written = []
     if png:
         for figure, data in pngs:
@@ -288,13 +295,16 @@ def write_report(
     return out, written
 
 
-def write_folder_reports(folders: Sequence[Path], comparison: Path | None = None) -> list[Path]:
+def write_folder_reports(
+    folders: Sequence[Path], comparison: Path | None = None, notes: Sequence[str] = ()
+) -> list[Path]:
     """Write `report.html` into each results folder (what `testbed load`, `testbed simulate`
     and the load step call after writing their results) and, for two folders and a
-    `comparison` path, the A / B report there. Returns the paths written. Raises as
-    `load_results` and `write_report` do."""
+    `comparison` path, the A / B report there, with `notes` under its table (the caveats the
+    terminal printed). Returns the paths written. Raises as `load_results` and `write_report`
+    do."""
     loaded = [load_results(folder) for folder in folders]
     written = [write_report([result], result.path / REPORT_FILE)[0] for result in loaded]
     if comparison is not None and len(loaded) == 2:
-        written.append(write_report(loaded, comparison)[0])
+        written.append(write_report(loaded, comparison, notes=notes)[0])
     return written

@@ -131,27 +131,41 @@ def provenance_note(name_a: str, a: str | None, name_b: str, b: str | None) -> s
 
 
 def print_resource_note(a: Path, b: Path) -> None:
-    """After a table of results folders `a` and `b`: print what their stacks ran on when it
-    differed (workers, GPUs, node classes) and which metrics that affects, read from each
-    folder's stack.json; nothing when neither folder has one or the stacks were alike. An
+    """After a table of results folders `a` and `b`: print :func:`resource_note_text`; an
     unreadable stack.json is a warning line."""
-    from pydantic import ValidationError
     from rich.markup import escape
 
     from loadgen.report import table_console
+
+    try:
+        note = resource_note_text(a, b)
+    except ValueError as exc:
+        table_console().print(f"[yellow]warning:[/] {escape(str(exc))}")
+        return
+    if note:
+        table_console(highlight=False).print(escape(note), soft_wrap=True)
+
+
+def resource_note_text(a: Path, b: Path) -> str:
+    """What the stacks of results folders `a` and `b` ran on when it differed (the model,
+    GPUs, workers, node classes) and which metrics that affects, read from each folder's
+    stack.json ('' when neither folder has one or the stacks were alike).
+
+    Raises:
+        ValueError: an unreadable stack.json (the message names it).
+    """
+    from pydantic import ValidationError
+
     from loadgen.results_folder import STACK_FILE
     from stackmodel.resources import compare_resources, resource_note
 
     files = [read_stack_file(a), read_stack_file(b)]
     if files == [None, None]:
-        return
+        return ""
     names = [str(f["stack"]) if f else str(folder) for f, folder in zip(files, (a, b), strict=True)]
     resources = [f["resources"] if f else None for f in files]
     try:
         comparison = compare_resources(names[0], resources[0], names[1], resources[1])
     except ValidationError as exc:
-        table_console().print(f"[yellow]warning:[/] unreadable {STACK_FILE}: {escape(str(exc))}")
-        return
-    note = resource_note(comparison, names[0], names[1])
-    if note:
-        table_console(highlight=False).print(escape(note), soft_wrap=True)
+        raise ValueError(f"unreadable {STACK_FILE}: {exc}") from None
+    return resource_note(comparison, names[0], names[1])

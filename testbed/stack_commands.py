@@ -520,6 +520,8 @@ def _simulate(
 ) -> list[Simulation]:
     """Run the simulations (the caller holds the folders' locks), print the tables and return
     the results."""
+    from contextlib import suppress
+
     from pydantic import ValidationError
     from rich.text import Text
 
@@ -528,13 +530,14 @@ def _simulate(
     from loadgen.intervals import ab_comparisons
     from loadgen.output import ResumeError
     from loadgen.report import client_server_table, comparison_table, seed_table, table_console
-    from testbed.compare import print_resource_note, print_verdicts
+    from testbed.compare import print_resource_note, print_verdicts, resource_note_text
     from testbed.localgraph import LocalGraphError
     from testbed.seed import seed_accuracy_note
     from testbed.simulate import simulate_stack
 
     console = table_console(highlight=False)
     results = []
+    report_notes: list[str] = []
     for name in names:
         console.print(f"simulating {name} ...")
         try:
@@ -585,11 +588,14 @@ def _simulate(
         note = seed_accuracy_note({a.stack: a.result.points, b.stack: b.result.points})
         if note is not None:
             console.print(Text(note), soft_wrap=True)
+            report_notes.append(note)
         print_verdicts(ab_comparisons(a.result.points, b.result.points), simulated=True)
         print_settings_note(a.out_dir, b.out_dir, (a.stack, b.stack))
         print_resource_note(a.out_dir, b.out_dir)
+        with suppress(ValueError):  # unreadable: printed as a warning above
+            report_notes.append(resource_note_text(a.out_dir, b.out_dir))
     comparison = comparison_report(out, names[0], names[1]) if len(names) == 2 else None
-    _write_reports([sim.out_dir for sim in results], comparison)
+    _write_reports([sim.out_dir for sim in results], comparison, [n for n in report_notes if n])
     console.print(f"results in {out}/")
     return results
 
@@ -615,14 +621,15 @@ def _say_kept(names: list[str], out: Path) -> None:
     )
 
 
-def _write_reports(folders: list[Path], comparison: Path | None) -> None:
+def _write_reports(folders: list[Path], comparison: Path | None, notes: Sequence[str] = ()) -> None:
     """``report.html`` in each stack's results folder and, for two stacks, the A / B report
-    at ``comparison``; a failure is a warning (the results are already written)."""
+    at ``comparison`` with ``notes`` (the caveats printed under the A / B table); a failure is
+    a warning (the results are already written)."""
     from loadgen.html_report import write_folder_reports
     from loadgen.report import table_console
 
     try:
-        reports = write_folder_reports(folders, comparison)
+        reports = write_folder_reports(folders, comparison, notes)
     except (OSError, ValueError) as exc:
         warn(f"no report written: {exc}")
         return

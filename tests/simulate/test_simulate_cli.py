@@ -48,7 +48,10 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     assert table_at < accuracy < note_at
     assert "of 6 of the seed's values at these points are within +-25%" in output
     assert "disagg-same-node at 2 kinds / concurrency 4: TTFT p50 286 ms, p99 592 ms" in output
-    assert (tmp_path / "report-kv-routing-vs-disagg-same-node.html").exists()
+    # The A / B report has the caveats the terminal printed under the table.
+    report = (tmp_path / "report-kv-routing-vs-disagg-same-node.html").read_text()
+    assert "Resources differ (kv-routing / disagg-same-node): kv-routing also used" in report
+    assert "Simulated, not measured: " in report
     assert not (tmp_path / "kv-routing" / HOLDER_FILE).exists()  # the lock is released
     first = run_json(tmp_path, "k2-c4-r1").read_text()
     # The routing folder's mocker wall-clock figures say what they are.
