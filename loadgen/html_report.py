@@ -49,6 +49,12 @@ SIDE_LINE = {"A": "-", "B": "--"}
 SIDE_MARKER = {"A": "o", "B": "s"}
 WARNINGS_SHOWN = 10  # per result, in the report's notes
 VERSIONED = ("dynamo-testbed", "matplotlib", "pandas", "ai-dynamo")
+VERSION_NOTES = {
+    "ai-dynamo": "the local frontend and mocker (testbed simulate, the tests): the newest "
+    "ai-dynamo on PyPI is 1.6.1 (pyproject.toml's sim group); the stacks deploy Dynamo 1.6.2's "
+    "images (nvcr.io), whose Python packages PyPI does not have",
+}
+"""Why an installed version is not the one the README names."""
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -190,10 +196,17 @@ def _facts(result: LoadedResults) -> list[tuple[str, str]]:
     if grid is not None:
         if grid.simulated is not None:
             facts.append(("SIMULATED", grid.simulated))
-        ran = f"{grid.started_at:%Y-%m-%d %H:%M:%S} to {grid.finished_at:%H:%M:%S} UTC"
+        if grid.simulated is None:
+            ran = f"{grid.started_at:%Y-%m-%d %H:%M:%S} to {grid.finished_at:%H:%M:%S} UTC"
+        else:  # the end is on the simulated clock: say its length, not a time of day
+            length = (grid.finished_at - grid.started_at).total_seconds()
+            ran = (
+                f"{grid.started_at:%Y-%m-%d %H:%M:%S} UTC (wall clock); the grid took "
+                f"{length:.1f} s of simulated time"
+            )
         facts += [
             ("server", f"{grid.model} at {grid.url}"),
-            ("ran" if grid.simulated is None else "ran (end on the simulated clock)", ran),
+            ("ran", ran),
             ("prompt sizes", grid.token_count_source),
             ("load settings", _settings(result)),
         ]
@@ -218,7 +231,9 @@ def _versions() -> list[tuple[str, str]]:
     found = [("Python", platform.python_version())]
     for name in VERSIONED:
         try:
-            found.append((name, importlib.metadata.version(name)))
+            version = importlib.metadata.version(name)
+            note = VERSION_NOTES.get(name)
+            found.append((name, f"{version} ({note})" if note else version))
         except importlib.metadata.PackageNotFoundError:
             continue
     return found

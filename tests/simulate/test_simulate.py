@@ -124,7 +124,11 @@ def test_simulate_stack_times_the_real_routing_run_and_leaves_no_process(
     # Every simulated result says so, and from what (issue 22, item 3).
     assert "Load report: disagg-same-node (SIMULATED)</h1>" in html
     assert "<dt>SIMULATED</dt><dd>testbed simulate: routing and prefix-cache hits" in html
-    assert "<dt>ran (end on the simulated clock)</dt>" in html
+    # The footer keeps wall-clock and simulated times apart, and says why ai-dynamo is 1.6.1.
+    length = (sim.result.finished_at - sim.result.started_at).total_seconds()
+    assert f"UTC (wall clock); the grid took {length:.1f} s of simulated time</dd>" in html
+    assert "<dt>report written (wall clock)</dt>" in html
+    assert "the newest ai-dynamo on PyPI is 1.6.1" in html
     assert "rtx-4090 (default)" in (sim.result.simulated or "")
     assert (out / "table.txt").read_text().lstrip().startswith("SIMULATED: testbed simulate")
     (summary,) = json.loads((out / "summary.json").read_text())
