@@ -49,7 +49,7 @@ from loadgen.output import (
     write_text_atomic,
 )
 from loadgen.request import ErrorKind, RequestRecord
-from loadgen.results import GridResult
+from loadgen.results import GridResult, PointSummary
 from loadgen.results_folder import STACK_FILE
 from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid
 from loadgen.stats import summarize_run
@@ -337,6 +337,28 @@ def simulation_load(
         update.pop(name, None)
     update |= dict(grid or {})
     return LoadConfig.model_validate(load.model_dump() | update)
+
+
+def grid_length_s(points: Sequence[PointSummary], load: LoadConfig) -> float | None:
+    """How long ``load``'s grid serves on the cluster by the simulation's rates (seconds):
+    each of its runs, its measured requests and warm-ups at the simulated requests/s of its
+    grid point (of the nearest simulated point when that one was not simulated: the same
+    concurrency first, then the nearest prefix kinds). None without a simulated point with a
+    rate. Not in it: the readiness wait, pauses between runs, and what deploying takes.
+    """
+    rated = [p for p in points if p.requests_per_s > 0]
+    if not rated:
+        return None
+    total = 0.0
+    for kinds in load.prefix_kinds:
+        for concurrency in load.concurrency:
+            point = min(
+                rated,
+                key=lambda p: (p.concurrency != concurrency, abs(p.prefix_kinds - kinds)),
+            )
+            requests = load.requests_per_run + load.warmup_count(concurrency)
+            total += load.repetitions * requests / point.requests_per_s
+    return total
 
 
 def set_load_fields(settings: Sequence[Setting]) -> list[str]:

@@ -570,6 +570,7 @@ def _simulate(
         )
         console.print(table)
         console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
+        console.print(Text(grid_length_line(name, settings, sim.result.points)), soft_wrap=True)
         server_side = client_server_table(sim.result.runs, title=f"{name}: client vs server")
         if server_side is not None:
             console.print(server_side)
@@ -598,6 +599,34 @@ def _simulate(
     _write_reports([sim.out_dir for sim in results], comparison, [n for n in report_notes if n])
     console.print(f"results in {out}/")
     return results
+
+
+def grid_length_line(name: str, settings: Sequence[Setting], points: Sequence[Any]) -> str:
+    """How long the stack's own grid (its ``load``, as ``pulumi up`` runs it) would serve on
+    the cluster at the simulated rates (:func:`testbed.simulate.grid_length_s`), beside the
+    load step's deadline."""
+    from loadstep.inputs import step_deadline_minutes
+    from stackmodel.stacks import load_stack
+    from testbed.simulate import grid_length_s
+
+    load = load_stack(name, settings).load
+    grid = load.grid()
+    runs = len(grid.prefix_kinds) * len(grid.concurrency) * grid.repetitions
+    length = grid_length_s(points, grid)
+    about = (
+        "cannot be estimated (no request completed)"
+        if length is None
+        else (
+            f"would take about {length / 60:.0f} min of serving on the cluster at these simulated "
+            "rates"
+        )
+    )
+    return (
+        f"{name}: its grid ({runs} runs of {grid.requests_per_run} requests) {about}; the load "
+        f"step allows {step_deadline_minutes(load):g} min (load.deadlineMinutes), and a first "
+        '`pulumi up` adds the image pull and the model download (docs/load-step.md, "How long '
+        'things take")'
+    )
 
 
 def _say_kept(names: list[str], out: Path) -> None:

@@ -48,6 +48,9 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     assert table_at < accuracy < note_at
     assert "of 6 of the seed's values at these points are within +-25%" in output
     assert "disagg-same-node at 2 kinds / concurrency 4: TTFT p50 286 ms, p99 592 ms" in output
+    # How long the stack's own grid (the seed's: 24 runs of 200) would take on the cluster.
+    assert "kv-routing: its grid (24 runs of 200 requests) would take about " in output
+    assert "the load step allows 82 min (load.deadlineMinutes)" in output
     # The A / B report has the caveats the terminal printed under the table.
     report = (tmp_path / "report-kv-routing-vs-disagg-same-node.html").read_text()
     assert "Resources differ (kv-routing / disagg-same-node): kv-routing also used" in report
@@ -234,3 +237,18 @@ def test_a_simulated_folder_beside_a_measured_one_is_warned() -> None:
     assert "results/lab was measured against a server" in note
     assert provenance_note("a", None, "b", None) == ""
     assert provenance_note("a", "x", "b", "x") == "SIMULATED: both; a: x"
+
+
+def test_the_grid_length_is_each_run_at_its_nearest_simulated_rate() -> None:
+    from loadgen.config import LoadConfig
+    from loadgen.results import PointSummary
+    from testbed.simulate import grid_length_s
+
+    points = [
+        PointSummary.model_construct(prefix_kinds=2, concurrency=4, requests_per_s=10.0),
+        PointSummary.model_construct(prefix_kinds=24, concurrency=4, requests_per_s=5.0),
+    ]
+    load = LoadConfig(prefix_kinds=[2, 7, 24], concurrency=[4], repetitions=3, requests_per_run=200)
+    # (200 + 4 warm-ups) x 3 repetitions: at 10/s for kinds 2 and 7 (nearer 2), 5/s for 24.
+    assert grid_length_s(points, load) == pytest.approx(204 * 3 * (2 / 10 + 1 / 5))
+    assert grid_length_s([], load) is None
