@@ -48,17 +48,49 @@ def file_name(index: int, obj: dict[str, Any]) -> str:
     return f"{index:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
 
 
+WRITTEN_FILE = ".testbed-render"
+"""The list of files ``testbed render`` wrote into a folder, one name a line: the next render
+there removes those and no other file."""
+
+
+class RenderFolderError(ValueError):
+    """``--out`` names a folder that holds files an earlier render did not write."""
+
+
+def _own_files(out_dir: Path) -> list[Path]:
+    """The files an earlier render wrote into ``out_dir`` (:data:`WRITTEN_FILE`).
+
+    Raises:
+        RenderFolderError: the folder holds files but no list of a render's.
+    """
+    listed = out_dir / WRITTEN_FILE
+    if listed.exists():
+        return [out_dir / name for name in listed.read_text().split() if "/" not in name]
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        raise RenderFolderError(
+            f"--out {out_dir} holds files testbed render did not write, which it would mix "
+            "with or replace: name an empty or new folder (e.g. out/render)"
+        )
+    return []
+
+
 def write_rendered(rendered: Rendered, out_dir: Path) -> list[Path]:
     """Write one YAML file per object, the Helm releases and the stack outputs.
 
     Files: ``NN-<kind>-<name>.yaml`` per object; ``helm-release-<name>.yaml`` per release
-    (chart, version, repository, namespace, values); ``outputs.json`` (the stack outputs).
-    Files from an earlier render of any stack are removed first, so the folder holds exactly
-    this stack. Returns the paths written, in order.
+    (chart, version, repository, namespace, values); ``outputs.json`` (the stack outputs);
+    :data:`WRITTEN_FILE`. The files of an earlier render (of any stack) are removed first, so
+    the folder holds exactly this stack; a folder with other files is refused. Returns the
+    paths written, in order.
+
+    Raises:
+        RenderFolderError: ``out_dir`` holds files no render wrote.
+        OSError: a file cannot be written.
     """
+    earlier = _own_files(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in [*out_dir.glob("[0-9][0-9]-*.yaml"), *out_dir.glob("helm-release-*.yaml")]:
-        old.unlink()
+    for old in earlier:
+        old.unlink(missing_ok=True)
     written = []
     for i, obj in enumerate(ordered_objects(rendered), start=1):
         path = out_dir / file_name(i, obj)
@@ -71,6 +103,7 @@ def write_rendered(rendered: Rendered, out_dir: Path) -> list[Path]:
     path = out_dir / "outputs.json"
     path.write_text(json.dumps(rendered.outputs, indent=2, sort_keys=True) + "\n")
     written.append(path)
+    (out_dir / WRITTEN_FILE).write_text("".join(f"{p.name}\n" for p in written))
     return written
 
 

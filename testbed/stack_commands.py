@@ -194,7 +194,7 @@ def render_command(
     from rich.text import Text
 
     from loadgen.report import table_console
-    from testbed.render_files import write_rendered
+    from testbed.render_files import RenderFolderError, write_rendered
 
     console = table_console(highlight=False)
     settings = _settings(overrides)
@@ -202,6 +202,8 @@ def render_command(
     say_settings(stack, settings)
     try:
         paths = write_rendered(rendered, out)
+    except RenderFolderError as exc:
+        fail(str(exc))
     except OSError as exc:  # --out names a file, or a folder that cannot be written
         fail(f"cannot write the rendered files to --out {out}: {exc.strerror or exc}")
     if rendered.outputs.get("stackRole") == "platform":

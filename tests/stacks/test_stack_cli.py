@@ -151,7 +151,8 @@ def test_render_writes_stable_files(tmp_path: Path, rendered: dict[str, Rendered
     first, second = tmp_path / "first", tmp_path / "second"
     output = invoke("render", "disagg-cross-node", "--out", str(first)).output
     invoke("render", "disagg-cross-node", "--out", str(second))
-    assert sorted(p.name for p in first.iterdir()) == CROSS_NODE_FILES
+    assert sorted(p.name for p in first.iterdir()) == [".testbed-render", *CROSS_NODE_FILES]
+    assert (first / ".testbed-render").read_text().split() == sorted(CROSS_NODE_FILES)
     assert f"wrote {len(CROSS_NODE_FILES)} files" in output
     for name in CROSS_NODE_FILES:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
@@ -167,10 +168,28 @@ def test_render_writes_stable_files(tmp_path: Path, rendered: dict[str, Rendered
     assert outputs == rendered["disagg-cross-node"].outputs
 
 
+def test_render_never_removes_a_file_it_did_not_write(tmp_path: Path) -> None:
+    # `render --out DIR` into a folder of the user's own manifests once deleted its NN-*.yaml.
+    mine = tmp_path / "01-my-namespace.yaml"
+    mine.write_text("kind: Namespace\n")
+    result = CliRunner().invoke(app, ["render", "kv-routing", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "holds files testbed render did not write" in " ".join(result.output.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["01-my-namespace.yaml"]
+    # A file added beside an earlier render's is kept when the folder is rendered again.
+    out = tmp_path / "render"
+    invoke("render", "kv-routing", "--out", str(out))
+    (out / "99-notes.yaml").write_text("mine\n")
+    invoke("render", "vllm-service", "--out", str(out))
+    assert (out / "99-notes.yaml").read_text() == "mine\n"
+    assert not list(out.glob("*kv-routing*"))
+
+
 def test_render_replaces_an_earlier_stack(tmp_path: Path) -> None:
     invoke("render", "kv-routing", "--out", str(tmp_path))
     invoke("render", "vllm-service", "--out", str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".testbed-render",
         "01-namespace-testbed-vllm-service.yaml",
         "02-service-vllm-service.yaml",
         "03-deployment-vllm-service-worker-24gb.yaml",
@@ -182,6 +201,7 @@ def test_render_replaces_an_earlier_stack(tmp_path: Path) -> None:
 def test_render_platform_writes_the_release_and_its_outputs(tmp_path: Path) -> None:
     output = " ".join(invoke("render", "platform", "--out", str(tmp_path)).output.split())
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".testbed-render",
         "helm-release-dynamo-platform.yaml",
         "outputs.json",
     ]
