@@ -31,6 +31,7 @@ from stackmodel.quantities import (
 from stackmodel.sizing import (
     StackSizing,
     calibration,
+    gpu_units_per_node,
     group_of,
     kv_link,
     link_profile,
@@ -742,6 +743,8 @@ def placement_warnings(cfg: StackConfig) -> list[str]:
     out = []
     for i, group in enumerate(cfg.topology.workers):
         nodes = cfg.node_classes[group.node_class].nodes if group.role == "prefill" else 1
+        if gpu_units_per_node(cfg, group.node_class) < 2 and cfg.engine.kind == "vllm":
+            continue  # each worker takes a node's only GPU: prefill and decode never share one
         decode = [
             f"'{w.name}'"
             for w in cfg.topology.workers

@@ -865,18 +865,28 @@ def link_profile(link: LinkSetting) -> LinkProfile:
     return resolve_link(link, PROJECT_DIR)
 
 
+def gpu_units_per_node(cfg: StackConfig, node_class: str) -> int:
+    """The ``nvidia.com/gpu`` units one node of ``node_class`` advertises: its GPUs times the
+    time-slicing replicas (each vLLM worker takes one unit)."""
+    nc = cfg.node_classes[node_class]
+    return nc.gpus_per_node * (nc.time_slicing.replicas_per_gpu if nc.time_slicing else 1)
+
+
 def kv_link(cfg: StackConfig, prefill: WorkerGroup) -> LinkSetting:
     """The link setting a prefill group's KV crosses to decode.
 
     ``links.sameNode`` when every decode group is certainly on the prefill group's host,
     ``links.crossNode`` when every one is on another node class, else the slower of the two: a
     decode group shares the prefill group's node class of several nodes, and the scheduler
-    places them (the DGD sets no anti-affinity), or decode groups are spread.
+    places them (the DGD sets no anti-affinity), or decode groups are spread. On a node class
+    whose node has one GPU unit (one GPU, no time-slicing) a prefill and a decode vLLM worker
+    never share a node, so ``links.crossNode``.
     """
     decode_classes = {w.node_class for w in cfg.topology.workers if w.role == "decode"}
     if all(same_host(cfg, prefill.node_class, c) for c in decode_classes):
         return cfg.links.same_node
-    if prefill.node_class not in decode_classes:
+    alone = cfg.engine.kind == "vllm" and gpu_units_per_node(cfg, prefill.node_class) < 2
+    if prefill.node_class not in decode_classes or alone:
         return cfg.links.cross_node
     both = (cfg.links.same_node, cfg.links.cross_node)
     return min(both, key=lambda setting: link_profile(setting).bytes_per_s)

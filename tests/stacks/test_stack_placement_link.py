@@ -34,3 +34,23 @@ def test_one_node_is_the_same_node_link_without_a_warning() -> None:
     outputs = render_stack(STACK, settings=parse_settings(["links.crossNode=25gbe"])).outputs
     assert outputs["sizing"]["kv_links"]["prefill"]["link"] == "same-node-tcp"
     assert outputs["warnings"] == []
+
+
+def test_workers_that_each_take_a_nodes_only_gpu_never_share_a_node() -> None:
+    # Two nodes of one GPU each, no time-slicing: prefill and decode cannot share a node, so
+    # the link is the cross-node one and there is no "may share a node" warning.
+    settings = parse_settings(
+        [
+            "nodeClasses.gpu-24gb.nodes=2",
+            "nodeClasses.gpu-24gb.timeSlicing=null",
+            "topology.workers[0].replicas=1",
+            "topology.workers[1].replicas=1",
+            "topology.workers[0].gpuMemoryUtilization=0.9",
+            "topology.workers[1].gpuMemoryUtilization=0.9",
+            "sizing.allowUnsafeMemory=true",
+            "links.crossNode=25gbe",
+        ]
+    )
+    outputs = render_stack(STACK, settings=settings).outputs
+    assert outputs["sizing"]["kv_links"]["prefill"]["link"] == "25gbe"
+    assert not [w for w in outputs["warnings"] if "share a node class" in w]
