@@ -478,6 +478,14 @@ def load_command(
         fail(str(exc))
 
 
+def resumed_line(out: Path, kept: int, runs: int) -> str:
+    """What a successful ``--resume`` did: ``resumed out/x: kept 3 complete run(s), measured 5
+    more (8 in all)``."""
+    return (
+        f"resumed {out}: kept {kept} complete run(s), measured {runs - kept} more ({runs} in all)"
+    )
+
+
 def _load(
     url: str,
     model: str,
@@ -499,7 +507,7 @@ def _load(
     from rich.markup import escape
 
     from loadgen.kube_watch import pod_watch
-    from loadgen.output import ResumeError, complete_runs
+    from loadgen.output import ResultsFolder, ResumeError, complete_runs, grid_settings
     from loadgen.readiness import NotServingError
     from loadgen.report import table_console
     from loadgen.runner import run_grid
@@ -510,6 +518,11 @@ def _load(
             f"{out} already holds {earlier} complete run(s) of an earlier grid: add --resume to "
             "continue it (same settings), or choose another --out folder"
         )
+    if earlier:  # other settings are refused before the server is contacted
+        try:
+            ResultsFolder(out, grid_settings(url, model, load_config, tokenizer), resume=True)
+        except ResumeError as exc:
+            fail(str(exc))
     check_reachable(url, load_config.connect_timeout_s)
     ready = (
         ReadyCheck(successes=ready_successes, timeout_s=ready_timeout_s) if ready_check else None
@@ -547,6 +560,8 @@ def _load(
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     _print_result(result, out, title=f"{model} at {url}")
+    if earlier:
+        table_console(highlight=False).print(resumed_line(out, earlier, len(result.runs)))
     _report_beside(out)
     if not any(p.samples for p in result.points):
         fail(

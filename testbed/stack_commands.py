@@ -397,8 +397,10 @@ def simulate_command(
     """
     from contextlib import ExitStack
 
+    from loadgen.cli import resumed_line
     from loadgen.folder_lock import FolderBusyError, folder_lock
     from loadgen.output import ResumeError, complete_runs
+    from loadgen.report import table_console
     from stackmodel.config import namespace_warnings
     from stackmodel.sizing import stack_sizing
     from stackmodel.stacks import load_stack, stack_config
@@ -430,6 +432,7 @@ def simulate_command(
         say_settings(name, settings)
         for message in [*namespace_warnings(stack_config(name)[0]), *stack_sizing(cfg).warnings]:
             warn(f"{name}: {message}")
+    kept: dict[str, int] = {}
     with ExitStack() as locks:
         for name in names:
             try:
@@ -449,7 +452,12 @@ def simulate_command(
                 refuse_other_stack_values(out / name, values[name]) if resume else None
             except ResumeError as exc:
                 fail(str(exc))
+            kept[name] = earlier
         results = _simulate(names, out, grid, settings, full, speedup, not no_progress, resume)
+    for name, count in kept.items():
+        if count:
+            total = complete_runs(out / name / ROUTING_DIR)
+            table_console(highlight=False).print(resumed_line(out / name, count, total))
     if against is not None:
         _print_against(results[0], against)
 

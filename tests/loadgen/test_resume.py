@@ -126,6 +126,9 @@ def test_ctrl_c_after_two_runs_keeps_them_and_resume_finishes_with_the_same_tota
         resumed = CliRunner().invoke(app, ["load", "--url", server.url, *other])
         assert resumed.exit_code == 0, resumed.output
         assert len(server.requests) - before_resume == 2 * PER_RUN  # only runs 3 and 4
+        assert f"resumed {out}: kept 2 complete run(s), measured 2 more (4 in all)" in (
+            " ".join(resumed.output.split())
+        )
         interrupted_bodies = {json.dumps(b, sort_keys=True) for b in server.requests}
 
     whole = tmp_path / "whole"
@@ -169,3 +172,29 @@ def test_resume_refuses_other_settings_and_names_them(tmp_path: Path) -> None:
         ResultsFolder(tmp_path, settings, resume=True)
     ResultsFolder(tmp_path, settings, resume=False)  # a fresh grid replaces the earlier runs
     assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_resume_with_other_settings_is_refused_before_the_server_is_contacted(
+    tmp_path: Path,
+) -> None:
+    # `testbed load ... --resume --seed 7` after a grid with seed 0, the server now down.
+    url = "http://127.0.0.1:9"  # nothing listens there: contacting it would fail otherwise
+    config = LoadConfig(
+        prefix_kinds=[1],
+        concurrency=[1],
+        repetitions=2,
+        requests_per_run=PER_RUN,
+        warmup_requests=0,
+        prompt_tokens=30,
+    )
+    record = RequestRecord(index=0, prefix_id=0, sent_ns=1, first_token_ns=2, end_ns=3)
+    summary = summarize_run([record], prefix_kinds=1, concurrency=1, repetition=1)
+    run = MeasuredRun(summary, [], records_frame(1, 1, 1, [record]))
+    folder = ResultsFolder(tmp_path, grid_settings(url, "m", config, None), resume=False)
+    folder.add_run(run, PromptSizing(source="x"))
+    args = ["load", "--url", url, *GRID, "--out", str(tmp_path), "--resume", "--seed", "7"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "its runs were measured with other settings (seed: 0 in the folder, 7 now" in text
+    assert "connect" not in text

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -79,6 +80,8 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     resumed = CliRunner().invoke(app, [*again, "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert run_json(tmp_path, "k2-c4-r1").read_text() == first  # kept, not measured again
+    kept = f"resumed {tmp_path / 'kv-routing'}: kept 1 complete run(s), measured 1 more (2 in all)"
+    assert kept in " ".join(resumed.output.split())
     assert json.loads(run_json(tmp_path, "k2-c8-r1").read_text())["summary"]["concurrency"] == 8
     summary = json.loads((tmp_path / "kv-routing" / "summary.json").read_text())
     assert [p["concurrency"] for p in summary] == [4, 8]
@@ -244,9 +247,10 @@ def test_the_grid_length_is_each_run_at_its_nearest_simulated_rate() -> None:
     from loadgen.results import PointSummary
     from testbed.simulate import grid_length_s
 
+    point: Any = PointSummary  # only the fields the estimate reads
     points = [
-        PointSummary.model_construct(prefix_kinds=2, concurrency=4, requests_per_s=10.0),
-        PointSummary.model_construct(prefix_kinds=24, concurrency=4, requests_per_s=5.0),
+        point.model_construct(prefix_kinds=2, concurrency=4, requests_per_s=10.0),
+        point.model_construct(prefix_kinds=24, concurrency=4, requests_per_s=5.0),
     ]
     load = LoadConfig(prefix_kinds=[2, 7, 24], concurrency=[4], repetitions=3, requests_per_run=200)
     # (200 + 4 warm-ups) x 3 repetitions: at 10/s for kinds 2 and 7 (nearer 2), 5/s for 24.
