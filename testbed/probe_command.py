@@ -280,7 +280,7 @@ def kv_path_command(
     Example: testbed probe kv-path disagg-same-node
     """
     from loadgen.cli import fail
-    from stackmodel.stacks import load_stack
+    from stackmodel.stacks import REPO, load_stack
     from testbed.dependency_groups import missing_group
 
     try:
@@ -298,7 +298,7 @@ def kv_path_command(
         fail(missing)
     env = {k: v for k, v in prefill[0].env.items() if k.startswith("UCX_")}
     shape = probe_shape(cfg, blocks)
-    target = out or Path("out/probe") / f"{stack}.json"
+    target = out or REPO / "out" / "probe" / f"{stack}.json"
     if target.exists() and not force:
         fail(
             f"{target} exists (a stack's links may name it): add --force to replace it, or "

@@ -8,6 +8,7 @@ are matched by name rather than by position.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,21 @@ def _own_files(out_dir: Path) -> list[Path]:
     listed = out_dir / WRITTEN_FILE
     if listed.exists():
         return [out_dir / name for name in listed.read_text().split() if "/" not in name]
-    if out_dir.is_dir() and any(out_dir.iterdir()):
+    files = list(out_dir.iterdir()) if out_dir.is_dir() else []
+    if (out_dir / "outputs.json").exists() and all(map(_older_render_file, files)):
+        return files  # a render from before the list: its own names and its outputs.json only
+    if files:
         raise RenderFolderError(
             f"--out {out_dir} holds files testbed render did not write, which it would mix "
             "with or replace: name an empty or new folder (e.g. out/render)"
         )
     return []
+
+
+def _older_render_file(path: Path) -> bool:
+    return path.name == "outputs.json" or bool(
+        re.fullmatch(r"(\d\d-[a-z0-9.-]+|helm-release-[a-z0-9.-]+)\.yaml", path.name)
+    )
 
 
 def write_rendered(rendered: Rendered, out_dir: Path) -> list[Path]:

@@ -29,6 +29,20 @@ SET_HELP = (
     "Set a stack key for this command only, KEY=VALUE, the key as `pulumi config set --path` "
     "spells it: e.g. topology.workers[0].replicas=2 (repeatable)."
 )
+RENDER_OUT = Path("out/render")
+SIMULATE_OUT = Path("out/simulate")
+"""The default ``--out`` folders, in the project folder (:func:`under_project`)."""
+
+
+def under_project(out: Path, default: Path) -> Path:
+    """``out`` of a command: its default lies in the project folder whatever the working
+    directory (run from ``docs/`` it once landed in ``docs/out/``); a folder the user names is
+    theirs, relative to the working directory as usual."""
+    from stackmodel.stacks import REPO
+
+    return REPO / out if out == default else out
+
+
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP, rich_help_panel=STACK),
@@ -173,7 +187,7 @@ def render_command(
     stack: Annotated[str, typer.Argument(help="Stack name (stacks/Pulumi.STACK.yaml).")],
     out: Annotated[
         Path, typer.Option("--out", help="Folder for the rendered files.", rich_help_panel=OUTPUT)
-    ] = Path("out/render"),
+    ] = RENDER_OUT,
     overrides: SetOption = None,
     sweep: Annotated[
         bool,
@@ -197,6 +211,7 @@ def render_command(
     from testbed.render_files import RenderFolderError, write_rendered
 
     console = table_console(highlight=False)
+    out = under_project(out, RENDER_OUT)
     settings = _settings(overrides)
     rendered = _render_or_exit(stack, settings)
     say_settings(stack, settings)
@@ -330,7 +345,7 @@ def simulate_command(
         typer.Option(
             "--out", help="Results folder (one folder per stack).", rich_help_panel=OUTPUT
         ),
-    ] = Path("out/simulate"),
+    ] = SIMULATE_OUT,
     resume: Annotated[
         bool,
         typer.Option(
@@ -407,6 +422,7 @@ def simulate_command(
     from testbed.dependency_groups import missing_group
     from testbed.simulate import ROUTING_DIR, refuse_other_stack_values, stack_values
 
+    out = under_project(out, SIMULATE_OUT)
     names = [stack, *([stack_b] if stack_b else [])]
     missing = missing_group(
         "sim",

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from stackmodel.stacks import REPO
 from testbed.cli import app
 from testbed.render import Rendered
 
@@ -183,6 +184,27 @@ def test_render_never_removes_a_file_it_did_not_write(tmp_path: Path) -> None:
     invoke("render", "vllm-service", "--out", str(out))
     assert (out / "99-notes.yaml").read_text() == "mine\n"
     assert not list(out.glob("*kv-routing*"))
+
+
+def test_render_replaces_a_render_from_before_it_listed_its_files(tmp_path: Path) -> None:
+    invoke("render", "kv-routing", "--out", str(tmp_path))
+    (tmp_path / ".testbed-render").unlink()
+    invoke("render", "vllm-service", "--out", str(tmp_path))
+    assert not list(tmp_path.glob("*kv-routing*"))
+
+
+def test_render_by_default_writes_into_the_project_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run from docs/, the default --out once landed in docs/out/render.
+    import testbed.stack_commands
+
+    monkeypatch.setattr("stackmodel.stacks.REPO", tmp_path)
+    monkeypatch.chdir(REPO / "docs")
+    assert testbed.stack_commands.under_project(Path("out/render"), Path("out/render")) == (
+        tmp_path / "out" / "render"
+    )
+    assert testbed.stack_commands.under_project(Path("mine"), Path("out/render")) == Path("mine")
 
 
 def test_render_replaces_an_earlier_stack(tmp_path: Path) -> None:
