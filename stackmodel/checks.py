@@ -646,6 +646,21 @@ def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProble
     context = cfg.model.max_model_len or sizing.geometry.max_position_embeddings
     if context is None:
         return []
+    prompt = cfg.load.grid().prompt_tokens
+    if cfg.load.enabled and prompt >= context:
+        # vLLM 0.31.0 vllm/entrypoints/serve/utils/api_utils.py get_max_tokens, lines 183-187:
+        # "Input length (...) exceeds model's maximum context length"; at the max model length
+        # itself no output token is left.
+        return [
+            ConfigProblem(
+                "load.promptTokens",
+                prompt,
+                f"not below the max model length, {context:,} tokens (model.maxModelLen, else "
+                "the model's max_position_embeddings): vLLM refuses every request of the grid; "
+                f"lower load.promptTokens below {context - cfg.load.grid().max_tokens} (room for "
+                "load.maxTokens) or raise model.maxModelLen",
+            )
+        ]
     fits = {}
     for w in cfg.topology.workers:
         row = sizing.worker_kv(w.name)

@@ -162,7 +162,7 @@ def test_each_gpu_fit_fix_is_one_the_program_accepts() -> None:
         "topology.workers[0].replicas=1",
     ]
     assert "leaves no memory for KV cache" not in refusal(*fixed, stack="kv-routing")
-    accepted(*fixed, "model.maxModelLen=256", stack="kv-routing")
+    accepted(*fixed, "model.maxModelLen=256", "load.promptTokens=150", stack="kv-routing")
     # Qwen3-8B on the seed's GPUs: no share of 1 or less holds it on the 8 GB GPU (it once said
     # "raise gpuMemoryUtilization above 2.04"), and four workers cannot share the 24 GB one.
     message = refusal("model.name=Qwen/Qwen3-8B", stack="kv-routing")
@@ -176,3 +176,11 @@ def test_each_gpu_fit_fix_is_one_the_program_accepts() -> None:
     assert "leaves no memory for KV cache" not in refusal(
         "model.name=Qwen/Qwen3-8B", *bigger, stack="kv-routing"
     )
+
+
+def test_a_prompt_longer_than_the_max_model_len_is_refused_with_a_fix_that_is_accepted() -> None:
+    message = refusal("model.maxModelLen=2048")  # the grid's prompts: 2,371 tokens
+    assert "load.promptTokens = 2371: not below the max model length, 2,048 tokens" in message
+    fix = re.search(r"lower load.promptTokens below (\d+)", message)
+    assert fix is not None
+    accepted("model.maxModelLen=2048", f"load.promptTokens={int(fix[1]) - 1}")
