@@ -37,7 +37,7 @@ from loadgen.report import (
     verdict_rows,
 )
 from loadgen.results_folder import REPORT_FILE, LoadedResults, load_results
-from loadgen.settings_diff import settings_note
+from loadgen.settings_diff import provenance_note, settings_note
 
 DPI = 100
 PANEL_SIZE_IN = (5.2, 3.6)  # one panel's width and height (inches) in a grid figure
@@ -271,6 +271,9 @@ def render_html(
         configs = [r.grid.config if r.grid is not None else None for r in results]
         note = settings_note(configs[0], configs[1], results[0].name, results[1].name)
         comparability = note.splitlines() if note else []
+        labels = [r.grid.simulated if r.grid is not None else None for r in results]
+        provenance = provenance_note(results[0].name, labels[0], results[1].name, labels[1])
+        comparability += [provenance] if provenance else []
         comparability += [line for text in notes for line in text.splitlines()]
     else:
         points = results[0].points

@@ -5,7 +5,7 @@ Read by `testbed compare` / `testbed report A B` (from each folder's `result.jso
 load step's `comparison` output (from each stack's `loadSettings` output). A difference is said
 beside the resource note (`stackmodel.resources.resource_note`); only two results with no
 grid point in common are refused (`nothing_comparable`): every other difference leaves some
-metric comparable.
+metric comparable. A simulated result beside a measured one is said too (`provenance_note`).
 """
 
 from collections.abc import Sequence
@@ -99,3 +99,19 @@ def nothing_comparable(a: Sequence[PointSummary], b: Sequence[PointSummary]) -> 
         return ", ".join(f"K={k} c={c}" for k, c in sorted(keys)) or "none"
 
     return f"no grid point in common: A measured {points(keys_a)}; B measured {points(keys_b)}"
+
+
+def provenance_note(name_a: str, a: str | None, name_b: str, b: str | None) -> str:
+    """The lines under an A / B table saying which side is simulated and by what ('' when both
+    were measured): a simulated folder beside a measured one is a warning, since the two
+    differ by more than the stacks."""
+    if a is None and b is None:
+        return ""
+    if a is not None and b is not None:
+        return f"SIMULATED: both; {name_a}: {a}" + ("" if a == b else f"; {name_b}: {b}")
+    simulated, measured = (name_a, name_b) if a is not None else (name_b, name_a)
+    return (
+        f"warning: {simulated} is SIMULATED ({a or b}); {measured} was measured against a "
+        "server. The ratios compare a model with real hardware, not two stacks: read them as "
+        "a check of the simulation"
+    )

@@ -66,6 +66,7 @@ def compare_command(
     Example: testbed compare out/simulate/kv-routing out/simulate/disagg-same-node --json
     """
     from loadgen.intervals import ab_comparisons
+    from loadgen.settings_diff import provenance_note
 
     labels = [simulated_by(a), simulated_by(b)]
     simulated = any(labels)
@@ -112,22 +113,6 @@ def simulated_by(folder: Path) -> str | None:
         return None
     simulated = data.get("simulated") if isinstance(data, dict) else None
     return simulated if isinstance(simulated, str) else None
-
-
-def provenance_note(name_a: str, a: str | None, name_b: str, b: str | None) -> str:
-    """The lines under an A / B table saying which side is simulated and by what ('' when both
-    were measured): a simulated folder beside a measured one is a warning, since the two
-    differ by more than the stacks."""
-    if a is None and b is None:
-        return ""
-    if a is not None and b is not None:
-        return f"SIMULATED: both; {name_a}: {a}" + ("" if a == b else f"; {name_b}: {b}")
-    simulated, measured = (name_a, name_b) if a is not None else (name_b, name_a)
-    return (
-        f"warning: {simulated} is SIMULATED ({a or b}); {measured} was measured against a "
-        "server. The ratios compare a model with real hardware, not two stacks: read them as "
-        "a check of the simulation"
-    )
 
 
 def print_resource_note(a: Path, b: Path) -> None:

@@ -410,3 +410,16 @@ def test_a_over_b_says_which_load_settings_differ(
         f"prefixShare {a.grid.config.prefix_share} / 0.5.</li>"
     ) in html
     assert "<li>- prefixShare: TTFT p50/p99, cached ratio not comparable (" in html
+
+
+def test_a_simulated_result_beside_a_measured_one_is_warned_in_the_report(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, b = (load_results(f) for f in folders)
+    assert b.grid is not None
+    b = dataclasses.replace(b, grid=b.grid.model_copy(update={"simulated": "testbed simulate"}))
+    html = write_report([a, b], tmp_path / "mixed.html")[0].read_text()
+    assert (
+        "<li>warning: disagg-same-node is SIMULATED (testbed simulate); kv-routing was measured "
+        "against a server."
+    ) in html

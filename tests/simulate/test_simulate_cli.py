@@ -233,7 +233,7 @@ def test_an_out_that_is_a_file_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_simulated_folder_beside_a_measured_one_is_warned() -> None:
-    from testbed.compare import provenance_note
+    from loadgen.settings_diff import provenance_note
 
     note = provenance_note("out/simulate/kv-routing", "testbed simulate: ...", "results/lab", None)
     assert note.startswith("warning: out/simulate/kv-routing is SIMULATED (testbed simulate: ...)")
