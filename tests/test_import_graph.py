@@ -45,6 +45,7 @@ COMMAND_MODULES = frozenset(
         "testbed.load_role",
         "testbed.probe_command",
         "testbed.calibrate_command",
+        "testbed.report_command",
         "loadgen.cli",
     }
 )

@@ -70,6 +70,10 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     # (the long title wraps: its label comes before the table's rows)
     assert compared.index("(SIMULATED)") < compared.index("SIMULATED: both; kv-routing")
     assert "Resources differ (kv-routing" in compared
+    # `testbed report A B` of the same folders has the same caveat.
+    html = tmp_path / "ab.html"
+    assert CliRunner().invoke(app, ["report", *folders, "--out", str(html)]).exit_code == 0
+    assert "Resources differ (kv-routing / disagg-same-node)" in html.read_text()
 
     again = ["simulate", "kv-routing", "--out", str(tmp_path), *TINY, "--concurrency", "4,8"]
     refused = CliRunner().invoke(app, again)

@@ -1,0 +1,67 @@
+"""``testbed report``: one self-contained HTML report of one or two results folders, with, for
+two, the caveats ``testbed compare`` prints under its table (load settings, a simulated side,
+what the stacks ran on). Imports of what it runs are inside it (``tests/test_cli_help.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def report_command(
+    results: Annotated[
+        Path,
+        typer.Argument(
+            help="Results folder A: of `testbed load --out`, `testbed simulate` "
+            "(OUT/STACK) or the load step (load.resultsDir/STACK/TIME)."
+        ),
+    ],
+    results_b: Annotated[
+        Path | None, typer.Argument(help="Optional results folder B, drawn beside A.")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+    png: Annotated[
+        bool,
+        typer.Option(
+            "--png", help="Also write each figure as NAME-FIGURE.png (NAME: --out without .html)."
+        ),
+    ] = False,
+) -> None:
+    """Write one self-contained HTML report (opens offline): the seed-style table, TTFT p50/p99,
+    requests/s and cached-token ratio vs prefix kinds, TTFT distributions, a timeline per result.
+
+    Exit code 2 with one `error:` line when a folder holds no readable results.
+
+    Example: testbed report out/simulate/kv-routing out/simulate/disagg-same-node
+    """
+    from contextlib import suppress
+
+    from rich.markup import escape
+
+    from loadgen.cli import fail
+    from loadgen.html_report import write_report
+    from loadgen.report import table_console
+    from loadgen.results_folder import load_results
+    from testbed.compare import resource_note_text
+
+    try:
+        folders = [load_results(folder) for folder in (results, results_b) if folder is not None]
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    notes = []
+    if results_b is not None:  # the caveats `testbed compare` prints: what the stacks ran on
+        with suppress(ValueError):  # an unreadable stack.json: the report goes without it
+            notes.append(resource_note_text(results, results_b))
+    try:
+        html, pngs = write_report(folders, out, png=png, notes=[n for n in notes if n])
+    except OSError as exc:  # --out is a folder, or cannot be written
+        fail(f"cannot write the report to --out {out}: {exc.strerror or exc}")
+    except ValueError as exc:
+        fail(str(exc))
+    console = table_console(highlight=False)
+    console.print(f"report in {escape(str(html))}", soft_wrap=True)
+    for path in pngs:
+        console.print(f"figure in {escape(str(path))}", soft_wrap=True)
