@@ -85,3 +85,9 @@ def test_a_profile_file_or_its_figures_resolve(tmp_path: Path) -> None:
         resolve_link("bad.json", tmp_path)
     with pytest.raises(ValueError, match="invalid link profile figures"):
         resolve_link({"speed": 1})
+
+
+def test_a_profile_file_with_an_implausible_rate_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "slow.json").write_text('{"name": "typo", "bytesPerS": 1.25}')
+    with pytest.raises(ValueError, match=r"bytesPerS 1.25 bytes/s is below 0.01 GB/s"):
+        resolve_link("slow.json", tmp_path)
