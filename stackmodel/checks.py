@@ -7,6 +7,8 @@ them as one :class:`~stackmodel.errors.StackConfigError` before anything is regi
 
 from __future__ import annotations
 
+import math
+
 from pydantic.alias_generators import to_camel
 
 from kvpath.memory import memory_floor_bytes
@@ -23,6 +25,7 @@ from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.log_budget import log_budget_problem
 from stackmodel.models import GATED_MODELS, KNOWN_MODELS, ModelGeometry, UnknownModelError
 from stackmodel.quantities import (
+    GI,
     TENSOR_PARALLEL_SHARED_MEMORY,
     ceil_mib,
     format_quantity,
@@ -676,6 +679,18 @@ def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProble
         else "model.maxModelLen is unset, so vLLM uses the model's max_position_embeddings"
     )
     groups = ", ".join(f"'{name}' {tokens:,}" for name, tokens in short.items())
+    # The share that would hold it: the missing KV bytes on top of the group's share.
+    row = sizing.worker_kv(tightest)
+    needed = (-(-context // row.block_size_tokens) + 1) * row.block_size_tokens
+    missing = needed * sizing.report.kv_bytes_per_token - row.kv_cache_budget_bytes
+    gpu_bytes = math.floor(cfg.node_classes[row.node_class].gpu_memory_gib * GI)
+    share = math.ceil((row.gpu_memory_utilization + missing / gpu_bytes) * 100) / 100
+    raise_share = (
+        f", or raise gpuMemoryUtilization of '{tightest}' to {share:g} if the other workers "
+        "on its GPU leave room"
+        if share <= 1
+        else f" (no gpuMemoryUtilization of '{tightest}' up to 1 holds {context:,} tokens)"
+    )
     return [
         ConfigProblem(
             "model.maxModelLen",
@@ -683,8 +698,8 @@ def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProble
             f"vLLM refuses to start a worker whose KV cache cannot hold one request of the max "
             f"model length, {context:,} tokens ({source}); the KV cache of these worker groups "
             f"(--kv-cache-memory-bytes: GPU share - weights - activation overhead) holds fewer "
-            f"tokens: {groups}. Set model.maxModelLen to at most {short[tightest]:,}, or raise "
-            f"gpuMemoryUtilization of '{tightest}'.",
+            f"tokens: {groups}. Set model.maxModelLen to at most {short[tightest]}"
+            f"{raise_share}.",
         )
     ]
 

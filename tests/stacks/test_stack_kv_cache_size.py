@@ -6,6 +6,7 @@ number."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,9 +132,19 @@ def test_a_kv_cache_that_cannot_hold_one_max_length_request_fails(
     # worker-8gb: 1,599,628,902 B // (114,688 B x 16) = 871 blocks, one held back: 870 x 16.
     assert "max model length, 40,960 tokens" in problem.message
     assert "'worker-24gb' 29,648, 'worker-8gb' 13,920" in problem.message
-    assert "Set model.maxModelLen to at most 13,920" in problem.message
+    assert "Set model.maxModelLen to at most 13920," in problem.message  # a value it takes
     raw["model"]["maxModelLen"] = 13_920
     parse_stack_config("kv-routing", raw)
+    # The other fix it names: the share that holds 40,960 tokens, if the GPU has room.
+    share = re.search(r"raise gpuMemoryUtilization of 'worker-8gb' to ([\d.]+)", problem.message)
+    assert share is not None
+    del raw["model"]["maxModelLen"]
+    raw["topology"]["workers"][1]["gpuMemoryUtilization"] = float(share[1])
+    with pytest.raises(StackConfigError) as again:
+        parse_stack_config("kv-routing", raw)
+    assert "'worker-8gb'" not in str(again.value)  # the 8 GB worker holds it now
+    raw["topology"]["workers"][1]["gpuMemoryUtilization"] = 0.45
+    raw["model"]["maxModelLen"] = 13_920
     raw["model"]["maxModelLen"] = 13_921
     with pytest.raises(StackConfigError):
         parse_stack_config("kv-routing", raw)
