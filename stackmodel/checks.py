@@ -832,6 +832,10 @@ def release_warnings(cfg: StackConfig) -> list[str]:
             f"NIXL {measured} (UCX {profile.ucx_version or 'unknown'}), but Dynamo {version} "
             f"ships NIXL {nixl}: another UCX backend moves this stack's KV; probe again with "
             "`testbed probe kv-path` in that release's image before trusting the link's rates"
+        )
+    return out
+
+
 _PROGRAM_FLAGS = {
     "vllm": {
         "--model": "model.name",
