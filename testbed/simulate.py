@@ -108,9 +108,12 @@ ROUTING_LABEL = (
 """What the routing run's folder says it is (``GridResult.simulated``: its table, summary and
 report are labelled with it)."""
 
-KV_SIZE_ARGS = ("--kv-cache-memory-bytes", "--num-gpu-blocks-override")
-"""vLLM arguments that set a worker's KV cache size; the program passes the first, from sizing
-(:func:`stackmodel.topology.worker_args`), so vLLM skips its memory profile."""
+KV_SIZE_ARGS = ("--num-gpu-blocks-override",)
+"""vLLM arguments in ``extraArgs`` that set a worker's KV cache size beside the one the program
+passes, ``--kv-cache-memory-bytes`` from sizing (:func:`stackmodel.topology.worker_args`, so
+vLLM skips its memory profile). An ``extraArgs`` copy of ``--kv-cache-memory-bytes`` itself is
+refused before the simulation runs (``stackmodel.checks``: a flag the program writes from a
+key)."""
 
 
 def graph_spec(

@@ -32,6 +32,8 @@ from loadgen.config import LoadConfig
 from loadgen.figures import Figure, Series, report_figures, request_times_s
 from loadgen.html_report import write_folder_reports, write_report
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe, placed
+from loadgen.intervals import ab_comparisons
+from loadgen.report import verdict_rows
 from loadgen.results import GridResult
 from loadgen.results_folder import REPORT_FILE, load_results
 from loadgen.runner import run_grid_async
@@ -308,13 +310,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, make: Any, message: st
 
 
 def test_report_opens_in_headless_chromium(folders: tuple[Path, Path], tmp_path: Path) -> None:
-    """No console error, every figure decoded and drawn, the table there; the screenshot is
-    kept at `SCREENSHOT`."""
+    """No console error, every figure decoded and drawn, the grid table and the verdict table
+    there, one row per grid point and one per verdict; the screenshot is kept at `SCREENSHOT`."""
     if CHROMIUM is None:
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run does)")
     from playwright.sync_api import sync_playwright
 
-    out, _ = write_report([load_results(f) for f in folders], tmp_path / REPORT_FILE)
+    results = [load_results(f) for f in folders]
+    out, _ = write_report(results, tmp_path / REPORT_FILE)
+    verdicts = verdict_rows(ab_comparisons(results[0].points, results[1].points))
     problems: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -328,7 +332,8 @@ def test_report_opens_in_headless_chromium(folders: tuple[Path, Path], tmp_path:
             "figure.plot img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])"
         )
         keys = page.eval_on_selector_all("figure.plot", "fs => fs.map(f => f.dataset.key)")
-        rows = page.eval_on_selector_all("table.seed tbody tr", "rows => rows.length")
+        rows = page.eval_on_selector_all("table.seed:not(.verdicts) tbody tr", "r => r.length")
+        verdict_rows_shown = page.eval_on_selector_all("table.verdicts tbody tr", "r => r.length")
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
         browser.close()
@@ -336,6 +341,7 @@ def test_report_opens_in_headless_chromium(folders: tuple[Path, Path], tmp_path:
     assert keys == ["ttft", "throughput", "ttft-cdf", "timeline-a", "timeline-b"]
     assert len(drawn) == 5 and all(done and width > 600 for done, width in drawn)
     assert rows == len(GRID.prefix_kinds) * len(GRID.concurrency)
+    assert verdict_rows_shown == len(verdicts) > 0  # both sides ran 2 repetitions a point
     assert SCREENSHOT.stat().st_size > 10_000
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from loadgen.key_paths import parse_settings
+from stackmodel.errors import StackConfigError
 from stackmodel.sizing import stack_sizing
 from stackmodel.stacks import load_stack
 from stackmodel.topology import build_topology
@@ -72,12 +73,16 @@ def test_kv_events_off_on_aggregated_workers_warns_that_the_routing_run_cannot_f
 
 
 def test_an_extra_kv_cache_size_is_named_beside_the_one_simulated() -> None:
-    settings = parse_settings(
-        ['topology.workers[0].extraArgs=["--kv-cache-memory-bytes=1000000000"]']
-    )
+    settings = parse_settings(['topology.workers[0].extraArgs=["--num-gpu-blocks-override=100"]'])
     cfg = load_stack("kv-routing", settings)
     tokens = stack_sizing(cfg).kv_capacity_tokens("worker-24gb")
     _, warnings = provenance(cfg)
-    assert any(
-        "--kv-cache-memory-bytes=1000000000" in w and f"{tokens:,} tokens" in w for w in warnings
+    assert any("--num-gpu-blocks-override=100" in w and f"{tokens:,} tokens" in w for w in warnings)
+
+
+def test_an_extra_copy_of_the_kv_cache_size_the_program_passes_is_refused() -> None:
+    settings = parse_settings(
+        ['topology.workers[0].extraArgs=["--kv-cache-memory-bytes=1000000000"]']
     )
+    with pytest.raises(StackConfigError, match=r"topology\.workers\[0\]\.extraArgs"):
+        load_stack("kv-routing", settings)
