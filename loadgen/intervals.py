@@ -110,7 +110,8 @@ class RunsComparison(BaseModel):
     `a` / `b`: the medians of the runs (the point's value, as the tables show it); `ratio`:
     b / a; `ratio_ci`: its interval at `confidence` (None with fewer than 2 runs on a side, or
     where A's runs do not tell A from 0); `verdict`: B `higher` or `lower` than A where the
-    interval excludes 1, else `no difference detected`; `repetitions`: the runs on each side
+    interval excludes 1, else `no difference detected`; None with fewer than 2 runs on a side
+    (no run-to-run spread to judge by, `note` says so); `repetitions`: the runs on each side
     (A, B); `repetitions_needed`: where none was detected, about how many runs per side would
     detect the observed difference with `POWER` (None: it cannot be said, see `note`);
     `scale`: `log` (the ratio of geometric means, Welch's t on the logs) or `linear` (a 0
@@ -128,7 +129,7 @@ class RunsComparison(BaseModel):
     ratio_ci: tuple[float, float] | None
     delta: float | None
     delta_ci: tuple[float, float] | None
-    verdict: Verdict
+    verdict: Verdict | None
     repetitions: tuple[int, int]
     repetitions_needed: int | None
     confidence: float
@@ -217,7 +218,7 @@ def compare_runs(
             **shared,
             ratio_ci=None,
             delta_ci=None,
-            verdict=NO_DIFFERENCE,
+            verdict=None,
             repetitions_needed=None,
             note=few,
         )
@@ -310,5 +311,8 @@ def ab_comparisons(
 
 
 def verdict_mark(comparison: RunsComparison) -> str:
-    """The table's mark of a verdict: "+" B higher, "-" B lower, "~" no difference detected."""
+    """The table's mark of a verdict: "+" B higher, "-" B lower, "~" no difference detected,
+    "" no verdict (fewer than 2 runs on a side)."""
+    if comparison.verdict is None:
+        return ""
     return {HIGHER: "+", LOWER: "-"}.get(comparison.verdict, "~")

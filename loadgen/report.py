@@ -223,7 +223,7 @@ def verdict_rows(comparisons: Sequence[PointComparison]) -> list[list[str]]:
                 INTERVAL_METRICS[c.metric],
                 ratio,
                 ci,
-                c.verdict,
+                c.verdict or "no verdict (1 run)",
                 f"{c.repetitions[0]} / {c.repetitions[1]}",
                 tell,
             ]
