@@ -59,12 +59,15 @@ def _settings(items: Sequence[str] | None) -> list[Setting]:
 
 
 def _stack_errors() -> tuple[type[Exception], ...]:
-    """What a bad stack name, file, config or ``--set`` raises: one ``error:`` line, exit 2."""
+    """What a bad stack name, file, config or ``--set`` raises, or the version gate's refusal
+    (worded as a config error, raised once the platform's version is read): one ``error:``
+    line, exit 2."""
     from loadgen.key_paths import KeyPathError
     from stackmodel.errors import StackConfigError
+    from stackmodel.stack_layout import VersionGateError
     from stackmodel.stacks import StackFileError
 
-    return (FileNotFoundError, StackFileError, StackConfigError, KeyPathError)
+    return (FileNotFoundError, StackFileError, StackConfigError, KeyPathError, VersionGateError)
 
 
 def say_settings(stack: str, settings: Sequence[Setting]) -> None:
@@ -505,7 +508,7 @@ def _print_against(sim: Simulation, against: Path) -> None:
 
     from loadgen.report import table_console, table_text
     from loadgen.results_folder import load_results
-    from testbed.against import values_table, verdict, write_against
+    from testbed.against import simulated_warning, values_table, verdict, write_against
     from testbed.calibration_fit import score_points
 
     measured = load_results(against)
@@ -514,6 +517,9 @@ def _print_against(sim: Simulation, against: Path) -> None:
     console = table_console(highlight=False)
     console.print(table)
     console.print(Text(verdict(values, str(against))), soft_wrap=True)
+    warning = simulated_warning(against)
+    if warning:
+        warn(warning)
     print_settings_note(sim.out_dir, against, (f"{sim.stack} (simulated)", "measured"))
     try:
         folder = write_against(sim.out_dir, against, values, table_text(table))

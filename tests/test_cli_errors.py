@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer
@@ -107,6 +108,18 @@ def test_the_probe_of_an_aggregated_stack_is_one_error_line(
         "error: stack 'kv-routing' has no prefill worker group: no KV path to probe; probe a "
         "disaggregated stack (e.g. disagg-same-node)\n"
     )
+
+
+def test_the_version_gate_is_one_error_line_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A runtime newer than its platform's operator: the gate's refusal (raised once the
+    platform's version is read, inside an Output) is a config error like any other."""
+    args = ["render", "kv-routing", "--set", "engine.dynamoVersion=1.7.0", "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "engine.dynamoVersion = '1.7.0'" in err[0]
+    assert "newer than its operator" in err[0] and "Traceback" not in err[0]
 
 
 INTERRUPT_IN_A_CALLBACK = """
