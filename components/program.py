@@ -47,6 +47,7 @@ from stackmodel.checks import (
     gated_model_warnings,
     overlap_warnings,
     placement_warnings,
+    platform_release_warnings,
     release_warnings,
 )
 from stackmodel.config import (
@@ -281,6 +282,9 @@ def deploy_platform(cfg: PlatformStackConfig) -> None:
     (``stackRole``, ``operatorNamespace``, ``operatorScope``, ``releaseName``,
     ``chartVersion``, ``installed``, ``operatorRbac``)."""
     installs = cfg.platform.install  # a stack that installs nothing upgrades nothing
+    warnings = platform_release_warnings(cfg.platform)
+    for warning in warnings:
+        pulumi.log.warn(warning)
     DynamoPlatform(
         "platform",
         cfg.platform,
@@ -294,6 +298,8 @@ def deploy_platform(cfg: PlatformStackConfig) -> None:
     )
     for key, value in platform_exports(cfg.platform).outputs().items():
         pulumi.export(key, value)
+    if warnings:
+        pulumi.export("warnings", warnings)
 
 
 def previous_platform_gate(

@@ -24,6 +24,7 @@ from stackmodel.config import NodeClass, StackConfig, WorkerGroup, image_tag_ver
 from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.log_budget import log_budget_problem
 from stackmodel.models import GATED_MODELS, KNOWN_MODELS, ModelGeometry, UnknownModelError
+from stackmodel.platform import PlatformConfig
 from stackmodel.quantities import (
     GI,
     TENSOR_PARALLEL_SHARED_MEMORY,
@@ -791,6 +792,27 @@ def placement_warnings(cfg: StackConfig) -> list[str]:
                 "label only its nodes carry)"
             )
     return out
+
+
+def platform_release_warnings(platform: PlatformConfig) -> list[str]:
+    """The platform's chart version, where the program's chart rules (its values, the CRD
+    fields the graph stacks write) were not read at its minor line
+    (:func:`kvpath.versions.rules_not_read_at`): said at preview; nothing refused."""
+    if not platform.install:
+        return []
+    try:
+        unread = [r for r in rules_not_read_at(platform.chart_version) if r.dynamo_only]
+    except ValueError:
+        return []  # not MAJOR.MINOR.PATCH: the chart version's own check says so
+    if not unread:
+        return []
+    lines = sorted({line for r in unread for line in r.lines})
+    return [
+        f"{PROJECT}:platform.chartVersion = {platform.chart_version!r}: these rules of the "
+        f"program were read at Dynamo {', '.join(line_text(line) for line in lines)} only, not "
+        f"at this release: {', '.join(r.name for r in unread)} (docs/upgrading.md); check them "
+        "against its release notes before installing it"
+    ]
 
 
 def release_warnings(cfg: StackConfig) -> list[str]:

@@ -231,6 +231,8 @@ def render_command(
             f"{outputs['releaseName']} in {outputs['operatorNamespace']}, operator scope "
             f"{outputs['operatorScope']}; graph stacks read it with platformStack: {stack}."
         )
+        for warning in outputs.get("warnings", []):
+            warn(warning)
         console.print(f"wrote {len(paths)} files to {out}/")
         return
     placement = Table(title=f"stack {stack}: placement")

@@ -372,3 +372,16 @@ def test_the_simulation_says_which_dynamo_it_routes_with() -> None:
         f"engine.dynamoVersion 1.7.0: the routing run uses the installed ai-dynamo {installed} "
         "frontend and mockers, not Dynamo 1.7.0's"
     ) in " ".join(at_1_7)
+
+
+def test_a_platform_at_a_release_whose_chart_was_not_read_is_warned() -> None:
+    """The chart values and CRD fields were read at the 1.5/1.6 lines only: a platform stack
+    installing chart 1.7.0 says so (its `warnings` output, printed by render and preview); at
+    the pinned 1.6.2 it says nothing."""
+    at_170 = render_stack("platform", settings=parse_settings(["platform.chartVersion=1.7.0"]))
+    assert at_170.outputs["warnings"] == [
+        "dynamo-testbed:platform.chartVersion = '1.7.0': these rules of the program were read "
+        "at Dynamo 1.5.x, 1.6.x only, not at this release: chart values, CRD fields "
+        "(docs/upgrading.md); check them against its release notes before installing it"
+    ]
+    assert "warnings" not in render_stack("platform").outputs
