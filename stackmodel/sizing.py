@@ -843,7 +843,8 @@ def prefill_source(cfg: StackConfig, group: WorkerGroup, step: EngineStep) -> st
         return "sizing.prefillTokensPerS"
     default = "" if cfg.node_classes[group.node_class].gpu is not None else ", the default"
     return (
-        f"{group.name} on {step.gpu.name}{default}: dense BF16 roofline x "
+        f"{group.name} on {step.gpu.name}{default}: dense "
+        f"{step.gpu.compute_dtype(step.fp8_weights)} roofline x "
         f"{step.fit.prefill_efficiency:.2f} ({step.fit.label})"
     )
 

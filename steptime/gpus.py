@@ -74,9 +74,13 @@ class GpuSpec(BaseModel):
         """The dense peak a GEMM of the model's weights runs at: FP8 for FP8 weights on a GPU
         with FP8 tensor cores (vLLM's W8A8, activations quantized on the fly), else BF16 (FP8
         weights on an older GPU are dequantized to BF16: W8A16)."""
-        if fp8 and self.fp8_dense_tflops is not None:
-            return self.fp8_dense_tflops * 1e12
-        return self.flops_per_s
+        peak = self.fp8_dense_tflops if self.compute_dtype(fp8) == "FP8" else None
+        return self.flops_per_s if peak is None else peak * 1e12
+
+    def compute_dtype(self, fp8: bool) -> str:
+        """Which dense peak :meth:`compute_flops_per_s` takes: ``"FP8"`` for FP8 weights on a
+        GPU with an FP8 peak, else ``"BF16"``."""
+        return "FP8" if fp8 and self.fp8_dense_tflops is not None else "BF16"
 
     @property
     def bytes_per_s(self) -> float:

@@ -14,7 +14,7 @@ from test_stack_tensor_parallel import tp_stack
 
 from stackmodel.checks import fp8_warnings
 from stackmodel.models import geometry_from_hf_config
-from stackmodel.sizing import engine_step, stack_sizing
+from stackmodel.sizing import engine_step, prefill_source, stack_sizing, verdict_group
 from stackmodel.validation import parse_stack_config
 from testbed.render import render_stack
 
@@ -86,6 +86,11 @@ def test_fp8_weights_compute_at_the_fp8_peak_where_the_gpu_has_one(
     # Half the bytes per weight, the same parameters: H100 SXM FP8 1,979 vs BF16 989.5 TFLOP/s.
     assert fast.prefill_tokens_per_s() == 2 * slow.prefill_tokens_per_s()
     assert fp8_warnings(parse_stack_config("fp8", raw)) == []
+    # render's verdict names the peak it took
+    fp8_cfg = parse_stack_config("fp8", raw)
+    source = prefill_source(fp8_cfg, verdict_group(fp8_cfg), fast)
+    assert "dense FP8 roofline" in source
+    assert "dense BF16 roofline" in prefill_source(fp8_cfg, verdict_group(fp8_cfg), slow)
 
 
 def test_fp8_weights_on_an_ampere_gpu_warn_and_compute_in_bf16(
