@@ -42,6 +42,20 @@ def measured_grid(folder: Path) -> dict[str, Any]:
     return {name: getattr(config, name) for name in GRID_FIELDS}
 
 
+def simulated_warning(folder: Path) -> str | None:
+    """One line where the folder compared against is itself simulated (its ``result.json``
+    says so: ``testbed simulate`` wrote it), else None: its "measured" side is then the timing
+    model's, and the verdict compares the simulation with a simulation."""
+    loaded = load_results(folder)
+    if loaded.grid is None or loaded.grid.simulated is None:
+        return None
+    return (
+        f"--against {folder} is itself simulated (its result.json says so), not measured: the "
+        "comparison is of two simulations; compare against a folder testbed load or the load "
+        "step wrote"
+    )
+
+
 def verdict(values: Sequence[ScoredValue], measured: str) -> str:
     """One line: how many values are within +-25% of ``measured``'s, in all and per metric."""
     per_metric = []
@@ -80,15 +94,18 @@ def values_table(title: str, values: Sequence[ScoredValue], *, folders: bool) ->
 def write_against(
     stack_dir: Path, measured: Path, values: Sequence[ScoredValue], table_text: str
 ) -> Path:
-    """``stack_dir/against/summary.json`` (the measured folder, the verdict, the counts and
-    every value), ``table.txt`` and ``report.html`` (simulated / measured); returns the
-    folder."""
+    """``stack_dir/against/summary.json`` (the measured folder, whether it is itself simulated
+    and :func:`simulated_warning`'s line, the verdict, the counts and every value),
+    ``table.txt`` and ``report.html`` (simulated / measured); returns the folder."""
 
     folder = stack_dir / AGAINST_DIR
+    warning = simulated_warning(measured)
     folder.mkdir(parents=True, exist_ok=True)
     summary = {
         "measured": str(measured),
         "simulated": str(stack_dir),
+        "measuredIsSimulated": warning is not None,
+        "warnings": [warning] if warning else [],
         "verdict": verdict(values, str(measured)),
         "within": within_count(values),
         "values": len(values),

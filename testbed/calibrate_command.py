@@ -44,6 +44,17 @@ def calibrate_command(
     maxiter: Annotated[
         int, typer.Option(min=1, help="Nelder-Mead iterations per simplex scale.")
     ] = 150,
+    allow_simulated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-simulated",
+            help="Take simulated folders (testbed simulate) too: the fit then recovers the "
+            "simulation's own figures, a check of the fit, not a calibration.",
+        ),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite an existing --out file.")
+    ] = False,
 ) -> None:
     """Fit the GPU's prefill and decode efficiencies, the host time per engine step and the
     frontend's fixed cost to measured runs of STACK; write them as a calibration profile that
@@ -58,6 +69,8 @@ def calibrate_command(
     from steptime.calibration_profile import CalibrationProfile
     from testbed.calibration_fit import fit, score, simulated_points, within_count
 
+    if out.exists() and not force:
+        fail(f"--out {out} already exists: add --force to overwrite it, or choose another --out")
     settings = _settings(overrides)
     try:
         cfg = load_stack(stack, settings)
@@ -69,7 +82,7 @@ def calibrate_command(
             f"stack {stack!r} runs on {', '.join(gpus)}: a calibration fits one GPU; calibrate "
             "on runs of a stack whose node classes name one GPU (nodeClasses.NAME.gpu)"
         )
-    targets = [_target(folder, cfg) for folder in results]
+    targets = [_target(folder, cfg, allow_simulated) for folder in results]
     for target in targets:
         if target.grid.model != cfg.model.name:
             fail(
@@ -77,11 +90,15 @@ def calibrate_command(
                 f"{cfg.model.name}: calibrate on runs of the stack's model (or --set model.name)"
             )
     console = table_console(highlight=False)
-    console.print(f"fitting {len(targets)} folder(s) of {stack} ...")
-    found = fit(targets, maxiter=maxiter)
+    simulated = sum(t.grid.simulated is not None for t in targets)
+    of_them = f" ({simulated} simulated, --allow-simulated)" if simulated else ""
+    console.print(f"fitting {len(targets)} folder(s){of_them} of {stack} ...")
+    found = fit(
+        targets, maxiter=maxiter, progress=lambda s: console.print(s.line(), soft_wrap=True)
+    )
     scored: list[ScoredValue] = []
     for folder in score_folders or []:
-        target = _target(folder, _scored_stack(folder, stack, settings))
+        target = _target(folder, _scored_stack(folder, stack, settings), allow_simulated)
         scored += score(target, simulated_points(target, found.constants, found.engine))
     overhead = found.constants.request_overhead_s if found.frontend_fitted else None
     profile = CalibrationProfile(
@@ -116,6 +133,11 @@ def calibrate_command(
         f"{profile.step_host_s * 1e3:.2f} ms/step, {frontend}; loss {found.start_loss:.4f} -> "
         f"{found.loss:.4f} ({found.iterations} iterations)"
     )
+    if simulated:
+        console.print(
+            f"{simulated} of {len(targets)} folder(s) fitted were simulated, not measured: "
+            "the figures above are the simulation's own, not a server's"
+        )
     verdict = f"fitted: {within_count(found.fitted)} of {len(found.fitted)} values within +-25%"
     if scored:
         verdict += f"; scored: {within_count(scored)} of {len(scored)} within +-25%"
@@ -123,14 +145,22 @@ def calibrate_command(
     console.print(f"wrote {out}: name it as nodeClasses.NAME.calibration in a stack to use it")
 
 
-def _target(folder: Path, cfg: StackConfig) -> Target:
-    """The measured grid in ``folder``; a folder that holds none is a usage error."""
+def _target(folder: Path, cfg: StackConfig, allow_simulated: bool) -> Target:
+    """The measured grid in ``folder``; a folder that holds none, or a simulated one without
+    ``allow_simulated``, is a usage error."""
     from testbed.calibration_fit import read_target
 
     try:
-        return read_target(folder, cfg)
+        target = read_target(folder, cfg)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
+    if target.grid.simulated is not None and not allow_simulated:
+        fail(
+            f"{folder} is simulated (its result.json says so), not measured: a fit to it "
+            "recovers the simulation's own figures; calibrate on a folder testbed load or the "
+            "load step wrote, or add --allow-simulated to check the fit on it"
+        )
+    return target
 
 
 def _scored_stack(folder: Path, default: str, settings: Sequence[Setting]) -> StackConfig:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,20 @@ a simplex of this half-width in log space (0.5: each figure x 0.6 or x 1.65). Th
 loss has small jumps (a request joining an engine step earlier or later, a routing tie going the
 other way): one narrow search from the seed fit stops in one of them (measured on the test's
 folder: prefill efficiency 0.85 where it was simulated with 0.55)."""
+
+LOSS_TOLERANCE = 1e-6
+"""The loss (:func:`fit`'s: the mean over fitted values of ``ln(simulated / measured)`` squared,
+dimensionless) below which no search is run or continued: 1e-6 is an rms error of 0.1%, well
+inside what one measured run repeats to. A starting point already there (a folder simulated with
+the starting figures) is kept as it is, with no search."""
+
+FATOL = 1e-6
+"""Nelder-Mead's ``fatol``, in :data:`LOSS_TOLERANCE`'s unit: a search stops when its simplex's
+losses differ by at most this (and its points by at most :data:`XATOL`)."""
+
+XATOL = 1e-3
+"""Nelder-Mead's ``xatol``, in log space (natural log of each figure): 1e-3 is 0.1% of a
+figure."""
 
 WITHIN = 0.25
 """A simulated value is "within" when it is within +-25% of the measured one (the seed's
@@ -164,10 +179,43 @@ def within_count(values: Sequence[ScoredValue]) -> int:
 
 
 @dataclass(frozen=True)
+class Search:
+    """One Nelder-Mead search of :func:`fit`: its number (from 1) of ``of``, its simplex
+    half-width in log space (:data:`SIMPLEX_SCALES`), the figures it fits, the best loss before
+    and after it, its iterations and loss evaluations and its wall time (s); ``skipped``: not run,
+    the loss being within :data:`LOSS_TOLERANCE` already."""
+
+    number: int
+    of: int
+    scale: float
+    names: tuple[str, ...]
+    start_loss: float
+    loss: float
+    iterations: int
+    evaluations: int
+    seconds: float
+    skipped: bool
+
+    def line(self) -> str:
+        """One line for the console."""
+        head = f"search {self.number} of {self.of} (simplex +-{self.scale:g} in log space"
+        if self.skipped:
+            return (
+                f"{head}): skipped, loss {self.start_loss:.2e} is within the tolerance "
+                f"{LOSS_TOLERANCE:.0e} already"
+            )
+        return (
+            f"{head}) of {', '.join(self.names)}: loss {self.start_loss:.4g} -> {self.loss:.4g} "
+            f"({self.iterations} iterations, {self.evaluations} evaluations, "
+            f"{self.seconds:.1f} s)"
+        )
+
+
+@dataclass(frozen=True)
 class Fit:
     """The result of :func:`fit`: the engine fit, the constants (the frontend cost fitted or
     kept), whether the frontend cost was fitted, the loss at the start and at the end, the
-    iterations, and the fitted values beside the measured ones."""
+    iterations, the fitted values beside the measured ones, and each search."""
 
     engine: EngineFit
     constants: TimingConstants
@@ -176,6 +224,7 @@ class Fit:
     loss: float
     iterations: int
     fitted: list[ScoredValue]
+    searches: tuple[Search, ...]
 
 
 def _candidate(
@@ -203,13 +252,15 @@ def fit(
     *,
     base: TimingConstants = CONSTANTS,
     maxiter: int = 150,
-    progress: Callable[[int, float], None] | None = None,
+    progress: Callable[[Search], None] | None = None,
 ) -> Fit:
     """Fit :data:`STEP_FIELDS` (and :data:`FRONTEND_FIELD` where every target's stack has a
     Dynamo frontend) to the targets' :data:`METRICS` (mean squared log error, Nelder-Mead).
 
     ``maxiter``: Nelder-Mead iterations per simplex scale (:data:`SIMPLEX_SCALES`);
-    ``progress(evaluations, loss)`` is called after every evaluation of the loss.
+    ``progress(search)`` is called after each search (:class:`Search`). A search stops where it
+    cannot improve (:data:`FATOL`, :data:`XATOL`) or once the loss is within
+    :data:`LOSS_TOLERANCE`; no search runs once it is, the start included.
 
     Raises:
         ValueError: no targets, or targets without a figure to fit.
@@ -231,39 +282,53 @@ def fit(
         values = values_at(x)
         if not values:
             raise ValueError("the measured folders hold no figure to fit (no successful runs?)")
-        result = sum(math.log1p(v.error) ** 2 for v in values) / len(values)
         evaluations += 1
-        if progress is not None:
-            progress(evaluations, result)
-        return result
+        return sum(math.log1p(v.error) ** 2 for v in values) / len(values)
 
-    from scipy.optimize import minimize
+    from scipy.optimize import OptimizeResult, minimize
+
+    def good_enough(intermediate_result: OptimizeResult) -> None:
+        if intermediate_result.fun <= LOSS_TOLERANCE:
+            raise StopIteration  # SciPy's minimize ends the search, keeping its best point
 
     start_loss = loss(start)
     x, best, iterations = start, start_loss, 0
-    for scale in SIMPLEX_SCALES:
-        # A simplex of +-scale (log space) around the best point so far: a wide one first, so
-        # the search steps over the loss's small jumps (a request that joins one engine step
-        # earlier or later) and follows its trend, then narrower ones to settle.
-        signs = [1 if i % 2 else -1 for i in range(len(names))]
-        simplex = np.vstack(
-            [
+    searches = []
+    for number, scale in enumerate(SIMPLEX_SCALES, start=1):
+        began, before, counted = time.monotonic(), best, evaluations
+        nit = 0
+        if best > LOSS_TOLERANCE:
+            found = minimize(
+                loss,
                 x,
-                *(
-                    x + scale * sign * row
-                    for sign, row in zip(signs, np.eye(len(names)), strict=True)
-                ),
-            ]
+                method="Nelder-Mead",
+                callback=good_enough,
+                options={
+                    "maxiter": maxiter,
+                    "xatol": XATOL,
+                    "fatol": FATOL,
+                    "initial_simplex": _simplex(x, scale),
+                },
+            )
+            nit = int(found.nit)
+            if found.fun <= best:
+                x, best = found.x, float(found.fun)
+        iterations += nit
+        search = Search(
+            number=number,
+            of=len(SIMPLEX_SCALES),
+            scale=scale,
+            names=names,
+            start_loss=before,
+            loss=best,
+            iterations=nit,
+            evaluations=evaluations - counted,
+            seconds=time.monotonic() - began,
+            skipped=before <= LOSS_TOLERANCE,
         )
-        found = minimize(
-            loss,
-            x,
-            method="Nelder-Mead",
-            options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-9, "initial_simplex": simplex},
-        )
-        iterations += int(found.nit)
-        if found.fun <= best:
-            x, best = found.x, float(found.fun)
+        searches.append(search)
+        if progress is not None:
+            progress(search)
     constants, engine = _candidate(names, x, base)
     return Fit(
         engine=engine,
@@ -273,4 +338,15 @@ def fit(
         loss=best,
         iterations=iterations,
         fitted=values_at(x),
+        searches=tuple(searches),
+    )
+
+
+def _simplex(x: np.ndarray, scale: float) -> np.ndarray:
+    """A simplex of +-``scale`` (log space) around ``x``: a wide one first, so the search steps
+    over the loss's small jumps (a request that joins one engine step earlier or later) and
+    follows its trend, then narrower ones to settle."""
+    signs = [1 if i % 2 else -1 for i in range(len(x))]
+    return np.vstack(
+        [x, *(x + scale * sign * row for sign, row in zip(signs, np.eye(len(x)), strict=True))]
     )

@@ -27,12 +27,24 @@ def _with_load(cfg: StackConfig, load: dict[str, Any]) -> StackConfig:
 
 @pytest.fixture
 def measured(tmp_path: Path) -> Path:
-    """A kv-routing folder timed with 1.5x the seed fit's host time (as a faster-scheduling
-    server would not be: slower), standing in for measured runs."""
+    """A kv-routing folder timed on a slower GPU than the seed fit's, standing in for measured
+    runs (its result.json says nothing of a simulation, as loadgen's does not)."""
     folder = tmp_path / "measured"
     slow = ['nodeClasses["gpu-24gb"].gpu={"name":"slow","bf16DenseTflops":60,"memoryGbPerS":500}']
     cfg = _with_load(load_stack("kv-routing", parse_settings(slow)), {**SMALL, "max_tokens": 8})
     timed_folder(folder, cfg)
+    (folder / "stack.json").write_text(json.dumps({"stack": "kv-routing"}))
+    result = json.loads((folder / "result.json").read_text())
+    (folder / "result.json").write_text(json.dumps({**result, "simulated": None}))
+    return folder
+
+
+@pytest.fixture
+def simulated(tmp_path: Path) -> Path:
+    """A kv-routing folder as testbed simulate writes it (its result.json says simulated), with
+    the seed fit: the figures calibrate would start from."""
+    folder = tmp_path / "out" / "simulate" / "kv-routing"
+    timed_folder(folder, _with_load(load_stack("kv-routing"), {**SMALL, "max_tokens": 8}))
     (folder / "stack.json").write_text(json.dumps({"stack": "kv-routing"}))
     return folder
 
@@ -40,7 +52,9 @@ def measured(tmp_path: Path) -> Path:
 def test_calibrate_writes_a_profile_a_node_class_can_name(measured: Path, tmp_path: Path) -> None:
     out = tmp_path / "calib" / "4090.json"
     args = ["calibrate", str(measured), "--stack", "kv-routing", "--out", str(out)]
-    result = CliRunner().invoke(app, [*args, "--score", str(measured), "--maxiter", "4"])
+    result = CliRunner().invoke(
+        app, [*args, "--score", str(measured), "--maxiter", "4", "--allow-simulated"]
+    )
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "fitted (residuals)" in text and "scored, not fitted (error)" in text
@@ -58,6 +72,46 @@ def test_calibrate_writes_a_profile_a_node_class_can_name(measured: Path, tmp_pa
     # The fix the last line suggests is one the program accepts.
     named = load_stack("kv-routing", parse_settings([f'nodeClasses["gpu-24gb"].calibration={out}']))
     assert named.node_classes["gpu-24gb"].calibration == str(out)
+
+
+def test_calibrate_refuses_a_simulated_folder_and_an_existing_profile(
+    simulated: Path, tmp_path: Path
+) -> None:
+    """A new user's first run: a folder of testbed simulate as input, then the same --out again."""
+    out = tmp_path / "calib" / "gpu-24gb.json"
+    args = ["calibrate", str(simulated), "--stack", "kv-routing", "--out", str(out)]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2
+    assert " ".join(refused.output.split()) == (
+        f"error: {simulated} is simulated (its result.json says so), not measured: a fit to it "
+        "recovers the simulation's own figures; calibrate on a folder testbed load or the load "
+        "step wrote, or add --allow-simulated to check the fit on it"
+    )
+    assert not out.exists()
+    # The fix it names: taken, and said so; the seed fit is already exact, so no search runs.
+    result = CliRunner().invoke(app, [*args, "--allow-simulated"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "fitting 1 folder(s) (1 simulated, --allow-simulated) of kv-routing ..."
+    assert lines[1:4] == [
+        f"search {n} of 3 (simplex +-{scale} in log space): skipped, loss 0.00e+00 is within "
+        "the tolerance 1e-06 already"
+        for n, scale in ((1, "0.5"), (2, "0.15"), (3, "0.04"))
+    ]
+    text = " ".join(result.output.split())
+    assert "loss 0.0000 -> 0.0000 (0 iterations)" in text
+    assert "1 of 1 folder(s) fitted were simulated, not measured" in text
+    assert "fitted: 4 of 4 values within +-25%" in text
+    written = out.read_text()
+    again = CliRunner().invoke(app, [*args, "--allow-simulated"])
+    assert again.exit_code == 2
+    assert " ".join(again.output.split()) == (
+        f"error: --out {out} already exists: add --force to overwrite it, or choose another --out"
+    )
+    assert out.read_text() == written
+    forced = CliRunner().invoke(app, [*args, "--allow-simulated", "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert load_calibration_file(out).stack == "kv-routing"
 
 
 def test_calibrate_refuses_a_folder_without_requests_and_a_missing_profile(tmp_path: Path) -> None:
@@ -80,13 +134,11 @@ def test_calibrate_refuses_a_folder_without_requests_and_a_missing_profile(tmp_p
     assert text.endswith("No such file or directory. Fix the --set value.")
 
 
-def test_simulate_against_a_measured_folder(
-    measured: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The stack simulated at the measured folder's grid (its routing taken from recorded
-    requests here, not a Dynamo run), each figure beside the measured one, the verdict, and the
-    comparison's files; the measured folder is only read."""
-    grids: list[dict[str, Any]] = []
+@pytest.fixture
+def grids(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """``testbed simulate``'s stacks timed on :func:`routing_frame`'s requests (recorded here,
+    not a Dynamo run); the grids they were asked for."""
+    asked: list[dict[str, Any]] = []
 
     def recorded(
         stack: str,
@@ -96,13 +148,21 @@ def test_simulate_against_a_measured_folder(
         settings: list[Setting],
         **_: object,
     ) -> Simulation:
-        grids.append(grid)
+        asked.append(grid)
         cfg = load_stack(stack, settings)
         cfg = _with_load(cfg, simulation_load(cfg, full=False, grid=grid).model_dump())
         result = timed_folder(out_dir / stack, cfg)
         return Simulation(stack, graph_spec(cfg), result, out_dir / stack)
 
     monkeypatch.setattr(testbed.simulate, "simulate_stack", recorded)
+    return asked
+
+
+def test_simulate_against_a_measured_folder(
+    measured: Path, tmp_path: Path, grids: list[dict[str, Any]]
+) -> None:
+    """The stack simulated at the measured folder's grid, each figure beside the measured one,
+    the verdict, and the comparison's files; the measured folder is only read."""
     before = sorted(p.name for p in measured.iterdir())
     out = tmp_path / "sim"
     args = ["simulate", "kv-routing", "--against", str(measured), "--out", str(out)]
@@ -120,6 +180,8 @@ def test_simulate_against_a_measured_folder(
     assert summary["verdict"].startswith(
         f"SIMULATED vs measured {measured}: {summary['within']} of 4 values within +-25%"
     )
+    assert summary["measuredIsSimulated"] is False and summary["warnings"] == []
+    assert "itself simulated" not in text
     assert (out / "kv-routing" / "against" / "report.html").is_file()
     assert (out / "kv-routing" / "against" / "table.txt").is_file()
     assert sorted(p.name for p in measured.iterdir()) == before
@@ -132,3 +194,23 @@ def test_simulate_against_a_measured_folder(
     )
     assert two.exit_code == 2
     assert "drop STACK_B" in two.output
+
+
+def test_simulate_against_a_simulated_folder_says_so(
+    simulated: Path, tmp_path: Path, grids: list[dict[str, Any]]
+) -> None:
+    """--against a folder testbed simulate wrote: one warning line, and summary.json says so."""
+    out = tmp_path / "sim"
+    args = ["simulate", "kv-routing", "--against", str(simulated), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    warning = (
+        f"--against {simulated} is itself simulated (its result.json says so), not measured: "
+        "the comparison is of two simulations; compare against a folder testbed load or the "
+        "load step wrote"
+    )
+    assert f"warning: {warning}" in " ".join(result.output.split())
+    summary = json.loads((out / "kv-routing" / "against" / "summary.json").read_text())
+    assert summary["measuredIsSimulated"] is True
+    assert summary["warnings"] == [warning]
+    assert summary["values"] == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from stackmodel.config import StackConfig
 from stackmodel.stacks import load_stack
 from steptime.calibration_profile import CalibrationProfile, load_calibration_file
 from testbed.calibration import CONSTANTS
-from testbed.calibration_fit import fit, read_target
+from testbed.calibration_fit import Search, fit, read_target
 from testbed.simulate import provenance, stack_constants
 
 TRUE = {
@@ -96,12 +97,27 @@ def test_a_simulated_folder_calibrates_back_to_its_figures(
 ) -> None:
     folder, plain = measured
     target = read_target(folder, plain)
-    found = fit([target], maxiter=40)
+    reported: list[Search] = []
+    found = fit([target], maxiter=40, progress=reported.append)
     for name, value in TRUE.items():
         assert getattr(found.engine, name) == pytest.approx(value, rel=0.05), name
     assert found.constants.request_overhead_s == pytest.approx(TRUE_OVERHEAD_S, rel=0.05)
     assert found.frontend_fitted
     assert found.start_loss > 0.01 > found.loss
+    # One report per search, each starting from the best loss so far.
+    assert tuple(reported) == found.searches
+    assert [s.scale for s in reported] == [0.5, 0.15, 0.04]
+    assert reported[0].start_loss == found.start_loss and reported[-1].loss == found.loss
+    assert all(a.loss == b.start_loss for a, b in itertools.pairwise(reported))
+    assert sum(s.iterations for s in reported) == found.iterations
+    assert (
+        reported[0]
+        .line()
+        .startswith(
+            "search 1 of 3 (simplex +-0.5 in log space) of prefill_efficiency, weights_efficiency, "
+            f"kv_efficiency, step_host_s, request_overhead_s: loss {found.start_loss:.4g} -> "
+        )
+    )
     assert all(abs(v.error) < 0.02 for v in found.fitted)
     assert len(found.fitted) == 3 * 4  # 3 points x TTFT p50 / p99, TPOT p50, requests/s
     assert dataclasses.replace(found.constants, request_overhead_s=0.0) == dataclasses.replace(
