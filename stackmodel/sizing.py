@@ -176,9 +176,13 @@ def check_memory_floor(
             "if this engine and model need less, or set sizing.allowUnsafeMemory: true."
         )
     hint = unitless_hint(memory_limit)
+    unsafe = allow_unsafe_memory and hint is None
     if hint:
+        # A unit left out is a slip, not a limit to reproduce an OOMKill with: refused even
+        # with sizing.allowUnsafeMemory, and that key is not offered as the fix.
         message = f"{hint} {message}"
-    if allow_unsafe_memory:
+        fix = f"Write the unit: memoryLimit of at least {minimum}."
+    if unsafe:
         message += (
             "sizing.allowUnsafeMemory is set, so it is deployed anyway: expect the worker to be "
             "OOMKilled (exit 137) once the blocks it has used fill its limit, as in the seed's "
@@ -192,7 +196,7 @@ def check_memory_floor(
         configured_bytes=configured,
         required_bytes=required,
         formula=formula,
-        severity="warning" if allow_unsafe_memory else "error",
+        severity="warning" if unsafe else "error",
         message=message,
     )
 

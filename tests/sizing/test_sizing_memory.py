@@ -58,6 +58,18 @@ def test_override_turns_the_error_into_a_warning() -> None:
     assert "Raise memoryLimit" not in finding.message
 
 
+def test_a_limit_without_its_unit_is_refused_even_with_the_override() -> None:
+    """``memoryLimit: 16`` is 16 bytes: a unit left out, not an OOMKill reproduced on purpose;
+    the fix offered is the unit, which the check then accepts."""
+    for unsafe in (False, True):
+        finding = check_memory_floor("worker", 16, host_mirror_bytes=0, allow_unsafe_memory=unsafe)
+        assert finding is not None and finding.severity == "error"
+        assert finding.message.startswith("16 without a unit is 16 bytes: did you mean 16Gi")
+        assert finding.message.endswith("Write the unit: memoryLimit of at least 3584Mi.")
+        assert "allowUnsafeMemory" not in finding.message
+    assert check_memory_floor("worker", "16Gi", host_mirror_bytes=0) is None
+
+
 def test_base_memory_and_shm_are_configurable() -> None:
     finding = check_memory_floor(
         "prefill", "4Gi", host_mirror_bytes=1 * MI, base_memory="4000Mi", shared_memory="100Mi"
