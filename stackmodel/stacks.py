@@ -123,7 +123,8 @@ def settings_error(
 
 
 class StackFileError(ValueError):
-    """A stack file that cannot be read as a Pulumi stack config (names the file and line)."""
+    """A stack file that cannot be read as a Pulumi stack config (names the file and line), or
+    the platform stack where a command needs a graph stack (names the graph stacks)."""
 
 
 def _stack_file_config(stack: str, path: Path) -> dict[str, Any]:
@@ -157,10 +158,21 @@ def load_stack(
 
     Raises:
         FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``.
+        StackFileError: the platform stack, which has no graph (names the graph stacks).
         KeyPathError: a ``--set`` that cannot be applied.
         StackConfigError: invalid config (a problem under a ``--set`` names it).
     """
     config, _ = stack_config(stack, project_dir, settings)
+    if stack_role(project_values(config)) == "platform":
+        graphs = [
+            name
+            for name in stack_names(project_dir)
+            if stack_role(project_values(stack_config(name, project_dir)[0])) != "platform"
+        ]
+        raise StackFileError(
+            f"stack '{stack}' is the platform stack (stackRole: platform): it deploys no graph "
+            f"to simulate, load or probe; name a graph stack instead: {', '.join(graphs)}"
+        )
     try:
         return parse_stack_config(stack, project_values(config))
     except StackConfigError as exc:

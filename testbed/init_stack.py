@@ -60,7 +60,7 @@ def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
             copy that does not validate (then nothing is left written); one line each.
     """
     from stackmodel.errors import StackConfigError
-    from stackmodel.stacks import load_stack, stack_names
+    from stackmodel.stacks import StackFileError, load_stack, stack_names
 
     if not NAME_PATTERN.match(name):
         raise ValueError(
@@ -77,7 +77,7 @@ def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
     target.write_text(new_stack_text(name, source, text))
     try:
         load_stack(name, project_dir=project_dir)
-    except StackConfigError as exc:
+    except (StackConfigError, StackFileError) as exc:
         target.unlink()
         raise ValueError(f"--from {source}: the copy is not a valid graph stack: {exc}") from None
     return target

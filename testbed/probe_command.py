@@ -280,12 +280,12 @@ def kv_path_command(
     Example: testbed probe kv-path disagg-same-node
     """
     from loadgen.cli import fail
-    from stackmodel.stacks import REPO, load_stack
+    from stackmodel.stacks import REPO, StackFileError, load_stack
     from testbed.dependency_groups import missing_group
 
     try:
         cfg = load_stack(stack)
-    except (FileNotFoundError, StackConfigError) as exc:
+    except (FileNotFoundError, StackFileError, StackConfigError) as exc:
         fail(str(exc))
     prefill = [w for w in cfg.topology.workers if w.role == "prefill"]
     if not prefill:

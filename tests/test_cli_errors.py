@@ -122,6 +122,20 @@ def test_the_version_gate_is_one_error_line_exit_2(
     assert "newer than its operator" in err[0] and "Traceback" not in err[0]
 
 
+@pytest.mark.parametrize("command", [["load-role"], ["probe", "kv-path"]])
+def test_a_command_given_the_platform_stack_names_the_graph_stacks(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """The platform stack has no graph: the error names the stacks to use instead (it once
+    told the user to fix the platform stack's own file)."""
+    assert main([*command, "platform"]) == 2
+    assert capsys.readouterr().err == (
+        "error: stack 'platform' is the platform stack (stackRole: platform): it deploys no "
+        "graph to simulate, load or probe; name a graph stack instead: disagg-cross-node, "
+        "disagg-same-node, kv-routing, vllm-service\n"
+    )
+
+
 INTERRUPT_IN_A_CALLBACK = """
 import sys, time, weakref
 import testbed.cli
