@@ -8,12 +8,14 @@ them as one :class:`~stackmodel.errors.StackConfigError` before anything is regi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from pydantic.alias_generators import to_camel
 
 from kvpath.memory import memory_floor_bytes
 from kvpath.versions import (
     DYNAMO_NIXL,
+    UpstreamRule,
     line_text,
     minor_of,
     nixl_refuses_tls_without_cuda,
@@ -806,13 +808,28 @@ def platform_release_warnings(platform: PlatformConfig) -> list[str]:
         return []  # not MAJOR.MINOR.PATCH: the chart version's own check says so
     if not unread:
         return []
-    lines = sorted({line for r in unread for line in r.lines})
     return [
-        f"{PROJECT}:platform.chartVersion = {platform.chart_version!r}: these rules of the "
-        f"program were read at Dynamo {', '.join(line_text(line) for line in lines)} only, not "
-        f"at this release: {', '.join(r.name for r in unread)} (docs/upgrading.md); check them "
-        "against its release notes before installing it"
+        _unread_rules_warning(
+            "platform.chartVersion",
+            platform.chart_version,
+            unread,
+            [r.name for r in unread],
+            "before installing it",
+        )
     ]
+
+
+def _unread_rules_warning(
+    key: str, version: str, read: Sequence[UpstreamRule], names: Sequence[str], tail: str
+) -> str:
+    """The warning that rules ``names`` were read only at the lines of ``read``, not at
+    ``version`` (the release ``key`` sets); ``tail`` ends it (what to do before what)."""
+    lines = sorted({line for r in read for line in r.lines})
+    return (
+        f"{PROJECT}:{key} = {version!r}: these rules of the program were read at Dynamo "
+        f"{', '.join(line_text(line) for line in lines)} only, not at this release: "
+        f"{', '.join(names)} (docs/upgrading.md); check them against its release notes {tail}"
+    )
 
 
 def release_warnings(cfg: StackConfig) -> list[str]:
@@ -834,12 +851,10 @@ def release_warnings(cfg: StackConfig) -> list[str]:
     dynamo = cfg.topology.kind == "dynamo"
     names = [r.name for r in unread if dynamo or not r.dynamo_only]
     if names:
-        lines = sorted({line for r in unread for line in r.lines})
         out.append(
-            f"{PROJECT}:engine.dynamoVersion = {version!r}: these rules of the program were read "
-            f"at Dynamo {', '.join(line_text(line) for line in lines)} only, not at this "
-            f"release: {', '.join(names)} (docs/upgrading.md); check them against its release "
-            "notes before relying on the stack"
+            _unread_rules_warning(
+                "engine.dynamoVersion", version, unread, names, "before relying on the stack"
+            )
         )
     nixl = shipped_nixl(version)
     if nixl is None or not any(w.kv_transfer is not None for w in cfg.topology.workers):

@@ -19,10 +19,12 @@ import yaml
 from loadgen.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
 from stackmodel.config import StackConfig, project_values, stack_role
 from stackmodel.errors import PROJECT, StackConfigError
+from stackmodel.sizing import PROJECT_DIR
 from stackmodel.validation import parse_stack_config
 
-REPO = Path(__file__).resolve().parent.parent
-"""The project root (holds ``Pulumi.yaml`` and ``stacks/``)."""
+REPO = PROJECT_DIR
+"""The project root (holds ``Pulumi.yaml`` and ``stacks/``): the folder ``model.configJson``
+is relative to too (:data:`stackmodel.sizing.PROJECT_DIR`)."""
 
 SECRET_PLACEHOLDER = "[secret]"
 """What a secret value renders as: the plain value never leaves the program."""
@@ -163,7 +165,8 @@ def load_stack(
         StackConfigError: invalid config (a problem under a ``--set`` names it).
     """
     config, _ = stack_config(stack, project_dir, settings)
-    if stack_role(project_values(config)) == "platform":
+    values = project_values(config)
+    if stack_role(values) == "platform":
         graphs = [
             name
             for name in stack_names(project_dir)
@@ -174,7 +177,7 @@ def load_stack(
             f"to simulate, load or probe; name a graph stack instead: {', '.join(graphs)}"
         )
     try:
-        return parse_stack_config(stack, project_values(config))
+        return parse_stack_config(stack, values)
     except StackConfigError as exc:
         if not settings:
             raise
