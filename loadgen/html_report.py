@@ -245,9 +245,22 @@ def _name(result: LoadedResults) -> str:
     return f"{result.name} (SIMULATED)" if simulated else result.name
 
 
+@dataclass(frozen=True)
+class ReportImage:
+    """A figure the caller drew (PNG bytes), placed after the report's own figures: what the
+    report cannot draw from results alone (``testbed.crossover_figure`` draws the stack's
+    crossover from its config). ``key`` names its anchor and its ``--png`` file, as a
+    :class:`loadgen.figures.Figure`'s does."""
+
+    key: str
+    title: str
+    caption: str
+    png: bytes
+
+
 def render_html(
     results: Sequence[LoadedResults],
-    pngs: Sequence[tuple[Figure, bytes]],
+    pngs: Sequence[tuple[Figure | ReportImage, bytes]],
     notes: Sequence[str] = (),
 ) -> str:
     """The report page: the seed-style table ("A / B" with two results, followed by which load
@@ -295,13 +308,21 @@ def render_html(
 
 
 def write_report(
-    results: Sequence[LoadedResults], out: Path, *, png: bool = False, notes: Sequence[str] = ()
+    results: Sequence[LoadedResults],
+    out: Path,
+    *,
+    png: bool = False,
+    notes: Sequence[str] = (),
+    images: Sequence[ReportImage] = (),
 ) -> tuple[Path, list[Path]]:
     """Write the HTML report of one or two results to `out` (parent folders created; `notes`:
-    :func:`render_html`'s); with
+    :func:`render_html`'s; `images` after the report's own figures); with
     `png`, also each figure as `<out stem>-<figure key>.png` beside it. Returns the HTML path
     and the PNG paths. Raises OSError when a file cannot be written."""
-    pngs = [(figure, figure_png(figure)) for figure in report_figures(results)]
+    pngs: list[tuple[Figure | ReportImage, bytes]] = [
+        (figure, figure_png(figure)) for figure in report_figures(results)
+    ]
+    pngs += [(image, image.png) for image in images]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(results, pngs, notes), encoding="utf-8")
     written = []
@@ -314,15 +335,24 @@ def write_report(
 
 
 def write_folder_reports(
-    folders: Sequence[Path], comparison: Path | None = None, notes: Sequence[str] = ()
+    folders: Sequence[Path],
+    comparison: Path | None = None,
+    notes: Sequence[str] = (),
+    images: Sequence[Sequence[ReportImage]] = (),
 ) -> list[Path]:
     """Write `report.html` into each results folder (what `testbed load`, `testbed simulate`
     and the load step call after writing their results) and, for two folders and a
     `comparison` path, the A / B report there, with `notes` under its table (the caveats the
-    terminal printed). Returns the paths written. Raises as `load_results` and `write_report`
-    do."""
+    terminal printed). `images`: each folder's own (same order as `folders`, or none); the
+    A / B report has both folders'. Returns the paths written. Raises as `load_results` and
+    `write_report` do."""
     loaded = [load_results(folder) for folder in folders]
-    written = [write_report([result], result.path / REPORT_FILE)[0] for result in loaded]
+    own = list(images) or [()] * len(loaded)
+    written = [
+        write_report([result], result.path / REPORT_FILE, images=mine)[0]
+        for result, mine in zip(loaded, own, strict=True)
+    ]
     if comparison is not None and len(loaded) == 2:
-        written.append(write_report(loaded, comparison, notes=notes)[0])
+        both = [image for mine in own for image in mine]
+        written.append(write_report(loaded, comparison, notes=notes, images=both)[0])
     return written

@@ -5,11 +5,14 @@ pyplot, no global state), as the report's figures are.
 x: prompt tokens (log), y: link GB/s (log, 0.1 to 100: 1 GbE to beyond RDMA); the colour is
 log10(gain / cost) (green: the KV path costs less than the prefill it takes off), the black line
 its break-even, dotted lines the named links of :data:`stackmodel.crossover.SWEEP_LINKS`, the
-star the stack's own point (the seed's, for the seed's stacks).
+star the stack's own point (the seed's, for the seed's stacks). The same figure goes into the
+HTML report of a graph stack's results (:func:`crossover_image`).
 """
 
 from __future__ import annotations
 
+import io
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +21,59 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
 from kvpath.profile import LINK_PROFILES
-from stackmodel.crossover import SWEEP_LINKS, Crossover
+from loadgen.html_report import ReportImage
+from loadgen.key_paths import Setting
+from stackmodel.config import StackConfig
+from stackmodel.crossover import SWEEP_LINKS, Crossover, crossover
+from stackmodel.models import UnknownModelError
+from stackmodel.stack_layout import VersionGateError
+from stackmodel.stacks import load_stack
 
 _RATES_GB_PER_S = np.logspace(-1, 2, 61)
 """The figure's link rates, decimal GB/s."""
 
 
 def draw_crossover(result: Crossover, stack: str, path: Path) -> Path:
-    """Write the figure of ``result`` (stack ``stack``) to ``path`` (PNG); returns ``path``.
+    """Write the figure of ``result`` (stack ``stack``) to ``path`` (PNG); returns ``path``."""
+    path.write_bytes(crossover_png(result, stack))
+    return path
+
+
+def crossover_image(cfg: StackConfig, stack: str, origin: str) -> ReportImage:
+    """The figure of ``cfg``'s crossover for the HTML report of stack ``stack``'s results;
+    ``origin`` says in a few words which config it was drawn from (the caption says it).
+
+    Raises:
+        UnknownModelError, ValueError: as :func:`stackmodel.crossover.crossover`.
+    """
+    result = crossover(cfg)
+    return ReportImage(
+        key=f"crossover-{stack}",
+        title=f"{stack}: where disaggregation pays",
+        caption=(
+            f"{result.summary()} Drawn from {origin}: the KV path's cost (the transfer at the "
+            "link's rate plus, with host buffers, vLLM's two host copies) against the prefill "
+            "it takes off the decode GPU, by prompt length and link speed; the star is the "
+            "stack's own prompt length on its own link. A model's figure, not a measurement."
+        ),
+        png=crossover_png(result, stack),
+    )
+
+
+def stack_crossover_images(
+    stack: str, settings: Sequence[Setting], origin: str
+) -> tuple[list[ReportImage], str | None]:
+    """The report's crossover figure of ``stack`` loaded by name (with ``settings``), and None;
+    or no figure and one line saying why (a platform stack, a stack file that is gone or no
+    longer valid, a model outside the catalog): the report goes without it."""
+    try:
+        return [crossover_image(load_stack(stack, settings), stack, origin)], None
+    except (FileNotFoundError, ValueError, VersionGateError, UnknownModelError) as exc:
+        return [], f"no crossover figure for {stack} in the report: {exc}"
+
+
+def crossover_png(result: Crossover, stack: str) -> bytes:
+    """The figure of ``result`` (stack ``stack``) as PNG bytes.
 
     Costs per prompt token are the sweep's (:class:`~stackmodel.crossover.Crossover`): the
     transfer ``kv_bytes_per_token / rate`` plus the host copies, against the prefill.
@@ -76,5 +124,6 @@ def draw_crossover(result: Crossover, stack: str, path: Path) -> Path:
     )
     ax.set_title(f"{stack}: where disaggregation pays{never}", fontsize=10)
     ax.legend(loc="upper right", fontsize=8)
-    figure.savefig(path, dpi=110)
-    return path
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=110, format="png")
+    return buffer.getvalue()

@@ -5,10 +5,15 @@ what the stacks ran on). Imports of what it runs are inside it (``tests/test_cli
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from loadgen.html_report import ReportImage
+    from loadgen.results_folder import LoadedResults
 
 
 def report_command(
@@ -31,7 +36,9 @@ def report_command(
     ] = False,
 ) -> None:
     """Write one self-contained HTML report (opens offline): the seed-style table, TTFT p50/p99,
-    requests/s and cached-token ratio vs prefix kinds, TTFT distributions, a timeline per result.
+    requests/s and cached-token ratio vs prefix kinds, TTFT distributions, a timeline per result,
+    and, for a folder whose stack.json names a stack of stacks/, where disaggregation pays for
+    that stack (its file as it is now).
 
     Exit code 2 with one `error:` line when a folder holds no readable results.
 
@@ -55,13 +62,33 @@ def report_command(
     if results_b is not None:  # the caveats `testbed compare` prints: what the stacks ran on
         with suppress(ValueError):  # an unreadable stack.json: the report goes without it
             notes.append(resource_note_text(results, results_b))
+    images, skipped = _crossover_images(folders)
     try:
-        html, pngs = write_report(folders, out, png=png, notes=[n for n in notes if n])
+        html, pngs = write_report(
+            folders, out, png=png, notes=[n for n in notes if n], images=images
+        )
     except OSError as exc:  # --out is a folder, or cannot be written
         fail(f"cannot write the report to --out {out}: {exc.strerror or exc}")
     except ValueError as exc:
         fail(str(exc))
     console = table_console(highlight=False)
+    for line in skipped:
+        console.print(f"note: {escape(line)}", soft_wrap=True)
     console.print(f"report in {escape(str(html))}", soft_wrap=True)
     for path in pngs:
         console.print(f"figure in {escape(str(path))}", soft_wrap=True)
+
+
+def _crossover_images(folders: Sequence[LoadedResults]) -> tuple[list[ReportImage], list[str]]:
+    """The crossover figure of each folder whose ``stack.json`` names a stack (read from its
+    stack file now: a results folder does not record the file), and why any is left out."""
+    from testbed.crossover_figure import stack_crossover_images
+
+    images: list[ReportImage] = []
+    skipped = []
+    for stack in dict.fromkeys(str(f.stack["stack"]) for f in folders if f.stack.get("stack")):
+        origin = f"stacks/Pulumi.{stack}.yaml as it is now (the results do not record the file)"
+        mine, why = stack_crossover_images(stack, (), origin)
+        images += mine
+        skipped += [why] if why else []
+    return images, skipped

@@ -630,7 +630,10 @@ def _simulate(
         with suppress(ValueError):  # unreadable: printed as a warning above
             report_notes.append(resource_note_text(a.out_dir, b.out_dir))
     comparison = comparison_report(out, names[0], names[1]) if len(names) == 2 else None
-    _write_reports([sim.out_dir for sim in results], comparison, [n for n in report_notes if n])
+    images = _crossover_images(names, settings)
+    _write_reports(
+        [sim.out_dir for sim in results], comparison, [n for n in report_notes if n], images
+    )
     console.print(f"results in {out}/")
     return results
 
@@ -684,15 +687,38 @@ def _say_kept(names: list[str], out: Path) -> None:
     )
 
 
-def _write_reports(folders: list[Path], comparison: Path | None, notes: Sequence[str] = ()) -> None:
+def _crossover_images(names: Sequence[str], settings: Sequence[Setting]) -> list[list[Any]]:
+    """Each simulated stack's crossover figure for its report (``[]`` and a warning where it
+    cannot be drawn)."""
+    from testbed.crossover_figure import stack_crossover_images
+
+    given = " with its --set items" if settings else ""
+    images = []
+    for name in names:
+        mine, why = stack_crossover_images(
+            name, settings, f"the config {name} was simulated with{given}"
+        )
+        if why:
+            warn(why)
+        images.append(mine)
+    return images
+
+
+def _write_reports(
+    folders: list[Path],
+    comparison: Path | None,
+    notes: Sequence[str] = (),
+    images: Sequence[Sequence[Any]] = (),
+) -> None:
     """``report.html`` in each stack's results folder and, for two stacks, the A / B report
-    at ``comparison`` with ``notes`` (the caveats printed under the A / B table); a failure is
-    a warning (the results are already written)."""
+    at ``comparison`` with ``notes`` (the caveats printed under the A / B table) and each
+    folder's ``images`` (:class:`loadgen.html_report.ReportImage`); a failure is a warning
+    (the results are already written)."""
     from loadgen.html_report import write_folder_reports
     from loadgen.report import table_console
 
     try:
-        reports = write_folder_reports(folders, comparison, notes)
+        reports = write_folder_reports(folders, comparison, notes, images)
     except (OSError, ValueError) as exc:
         warn(f"no report written: {exc}")
         return

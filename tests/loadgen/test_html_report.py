@@ -429,3 +429,26 @@ def test_a_simulated_result_beside_a_measured_one_is_warned_in_the_report(
         "<li>warning: disagg-same-node is SIMULATED (testbed simulate); kv-routing was measured "
         "against a server."
     ) in html
+
+
+def test_report_of_a_stack_has_its_crossover(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """A folder whose stack.json names a stack of stacks/ gets that stack's crossover figure
+    (`--png` writes it too); one naming a stack that is gone gets a note and no figure."""
+    seed, gone = tmp_path / "seed", tmp_path / "gone"
+    for folder, stack in ((seed, "disagg-same-node"), (gone, "renamed-away")):
+        shutil.copytree(folders[0], folder)
+        (folder / "stack.json").write_text(json.dumps({"stack": stack}))
+    out = tmp_path / "r.html"
+    args = ["report", str(seed), str(gone), "--out", str(out), "--png"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert html.count('<figure class="plot"') == 6  # the 5 of two results, and the seed's
+    assert '<h2 id="crossover-disagg-same-node">disagg-same-node: where disaggregation pays' in html
+    assert "crossover: never on any link: 114,688 B of KV per prompt token" in html
+    assert "stacks/Pulumi.disagg-same-node.yaml as it is now" in html
+    png = out.with_name("r-crossover-disagg-same-node.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert "note: no crossover figure for renamed-away in the report: stack 'renamed-away'" in (
+        " ".join(result.output.split())
+    )

@@ -56,6 +56,11 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     report = (tmp_path / "report-kv-routing-vs-disagg-same-node.html").read_text()
     assert "Resources differ (kv-routing / disagg-same-node): kv-routing also used" in report
     assert "Simulated, not measured: " in report
+    # Each stack's crossover, from the config it was simulated with: in its report and the A / B.
+    own = (tmp_path / "disagg-same-node" / "report.html").read_text()
+    assert '<h2 id="crossover-disagg-same-node">' in own and "crossover-kv-routing" not in own
+    assert "Drawn from the config disagg-same-node was simulated with:" in own
+    assert '<h2 id="crossover-kv-routing">' in report and "crossover: never on any link" in report
     assert not (tmp_path / "kv-routing" / HOLDER_FILE).exists()  # the lock is released
     first = run_json(tmp_path, "k2-c4-r1").read_text()
     # The routing folder's mocker wall-clock figures say what they are.
