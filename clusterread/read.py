@@ -24,14 +24,6 @@ ACCESS_TIMEOUT_S = 10.0
 """Seconds one API request may take before the check is skipped with a warning."""
 
 
-def _timeout() -> tuple[float, float]:
-    """``_request_timeout`` for :data:`ACCESS_TIMEOUT_S`, as (connect, read) seconds: the
-    kubernetes client (32.0.1) sets a timeout only for an ``int`` or a 2-tuple and ignores a
-    float silently (``kubernetes/client/rest.py`` ``RESTClientObject.request`` L147-153), which
-    would let a silent API server hang the preview."""
-    return (ACCESS_TIMEOUT_S, ACCESS_TIMEOUT_S)
-
-
 class ClusterReadError(RuntimeError):
     """No usable access to the cluster's API; the message is one line."""
 
@@ -116,7 +108,7 @@ def read_cluster(
     core = client.CoreV1Api(api)
 
     def get(call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        response = call(*args, _preload_content=False, _request_timeout=_timeout(), **kwargs)
+        response = call(*args, _preload_content=False, _request_timeout=ACCESS_TIMEOUT_S, **kwargs)
         items: list[dict[str, Any]] = json.loads(response.data)["items"]
         return items
 
@@ -173,7 +165,7 @@ def _read_namespace(api: Any, namespace: str, view: ClusterView, get: Any) -> No
     from manifests.graph import MANAGED_BY
 
     try:
-        found = client.CoreV1Api(api).read_namespace(namespace, _request_timeout=_timeout())
+        found = client.CoreV1Api(api).read_namespace(namespace, _request_timeout=ACCESS_TIMEOUT_S)
         view.namespace_found = True
         view.namespace_labels = dict(found.metadata.labels or {})
     except ApiException as exc:
@@ -232,7 +224,7 @@ def _review_access(api: Any, access: Sequence[Permission], view: ClusterView) ->
                 "spec": {"resourceAttributes": attributes},
             }
             response = reviews.create_self_subject_access_review(
-                body, _preload_content=False, _request_timeout=_timeout()
+                body, _preload_content=False, _request_timeout=ACCESS_TIMEOUT_S
             )
             if not (json.loads(response.data).get("status") or {}).get("allowed"):
                 denied.append(permission)

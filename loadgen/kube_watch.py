@@ -45,6 +45,10 @@ WATCH_WINDOW_S = 5  # timeoutSeconds of one watch request: how often the thread 
 RETRY_S = 1.0  # pause before resuming after a failed watch request
 DEFAULT_KUBECONFIG = "~/.kube/config"  # kubectl's and the provider's default without $KUBECONFIG
 START_TIMEOUT_S = 30.0  # the initial list must answer within this, else the watch is a warning
+REQUEST_TIMEOUT_S = 30.0
+"""Seconds a request through :func:`api_client` may wait to connect and between reads where its
+caller gives no ``_request_timeout``: no API call of the program waits forever on a silent API
+server."""
 COMPONENT_LABELS = (
     "nvidia.com/dynamo-component",  # the Dynamo operator's pods (DGD services)
     "app.kubernetes.io/component",
@@ -58,25 +62,53 @@ class KubeAccessError(RuntimeError):
     forbidden); the message is one line."""
 
 
+def request_timeout(seconds: float | tuple[float, float] | None) -> tuple[float, float]:
+    """A ``_request_timeout`` the kubernetes client (32.0.1) applies: (connect, read) seconds.
+    It sets a timeout only for an ``int`` or a 2-tuple and ignores a float silently
+    (``kubernetes/client/rest.py`` ``RESTClientObject.request`` L147-153: ``timeout = None``
+    unless ``isinstance(_request_timeout, int)`` or a tuple of two), and None is no timeout at
+    all; None here is :data:`REQUEST_TIMEOUT_S`."""
+    if isinstance(seconds, tuple):
+        return seconds
+    value = float(REQUEST_TIMEOUT_S if seconds is None else seconds)
+    return (value, value)
+
+
+class _TimedApiClient(client.ApiClient):  # type: ignore[misc]
+    """An ``ApiClient`` whose every call has a timeout that takes effect
+    (:func:`request_timeout`): the generated API methods pass ``_request_timeout`` to
+    ``ApiClient.call_api`` by keyword (``kubernetes/client/api_client.py`` L305-310)."""
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["_request_timeout"] = request_timeout(kwargs.get("_request_timeout"))
+        return super().call_api(*args, **kwargs)
+
+
 def api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
     """An API client configured as the stack's Kubernetes provider is: `kubeconfig` is the
     `kubernetes:kubeconfig` config value (a file path, or the kubeconfig's YAML itself), None
     for `$KUBECONFIG` / `~/.kube/config`; `context` the `kubernetes:context` value, None for the
     current context.
 
+    Every call through it has a timeout (:class:`_TimedApiClient`). Built as the client's
+    ``new_client_from_config`` builds one (``kubernetes/config/kube_config.py`` L866-881).
+
     Raises KubeAccessError (one line) when no configuration is found or it is invalid.
     """
+    configuration = type.__call__(client.Configuration)
     try:
         if kubeconfig is None:  # read now, not when the kubernetes package was imported
             default = os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
-            return config.new_client_from_config(config_file=default, context=context)
-        path = Path(kubeconfig).expanduser()
-        if "\n" not in kubeconfig and path.is_file():
-            return config.new_client_from_config(config_file=str(path), context=context)
-        loaded = yaml.safe_load(kubeconfig)
-        if not isinstance(loaded, dict):
-            raise ConfigException("kubernetes:kubeconfig is neither a file nor a kubeconfig")
-        return config.new_client_from_config_dict(loaded, context=context)
+            config.load_kube_config(default, context, client_configuration=configuration)
+        elif "\n" not in kubeconfig and Path(kubeconfig).expanduser().is_file():
+            path = str(Path(kubeconfig).expanduser())
+            config.load_kube_config(path, context, client_configuration=configuration)
+        else:
+            loaded = yaml.safe_load(kubeconfig)
+            if not isinstance(loaded, dict):
+                raise ConfigException("kubernetes:kubeconfig is neither a file nor a kubeconfig")
+            config.load_kube_config_from_dict(loaded, context, client_configuration=configuration)
+        return _TimedApiClient(configuration=configuration)
     except (ConfigException, OSError, yaml.YAMLError, TypeError, KeyError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         raise KubeAccessError(message) from None

@@ -29,6 +29,7 @@ rotation (:meth:`FakeKubeApi.pod_log`, :func:`current_log_file`)."""
 import asyncio
 import contextlib
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -626,3 +627,15 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         stop.set()
         thread.join(10)
         loop.close()
+
+
+@contextlib.contextmanager
+def silent_kube_api(folder: Path) -> Iterator[Path]:
+    """Fault injection, not a stand-in: a kubeconfig (in ``folder``) at an API server that takes
+    connections (its listen backlog) and never answers, as a hung apiserver or a black-holed
+    route does."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        api = FakeKubeApi(url=f"http://127.0.0.1:{silent.getsockname()[1]}")
+        yield api.kubeconfig(folder)

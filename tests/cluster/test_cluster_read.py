@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import socket
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
-from fake_kube_api import FakeKubeApi, fake_kube_api
+from fake_kube_api import FakeKubeApi, fake_kube_api, silent_kube_api
 from test_cluster_checks import SEED, node
 
 from clusterread.checks import release_description
@@ -225,15 +224,7 @@ def test_lifting_protect_fails_closed_when_the_api_answers_too_late(
     api: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("clusterread.read.ACCESS_TIMEOUT_S", 0.5)
-    with socket.socket() as silent:  # takes connections (its backlog), never answers
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        kubeconfig = tmp_path / "silent"
-        kubeconfig.write_text(
-            api.kubeconfig(tmp_path)
-            .read_text()
-            .replace(api.url, f"http://127.0.0.1:{silent.getsockname()[1]}")
-        )
+    with silent_kube_api(tmp_path) as kubeconfig:
         message = refusal("platform", str(kubeconfig), platform='{"protect": false}')
     assert (
         "platform.protect = False: could not list the cluster's DynamoGraphDeployments" in message

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kube_api import NAMESPACE, FakeKubeApi, fake_kube_api, pod_quota, restricted_pod_security
+from fake_kube_api import (
+    NAMESPACE,
+    FakeKubeApi,
+    fake_kube_api,
+    pod_quota,
+    restricted_pod_security,
+    silent_kube_api,
+)
 from kubernetes import client as k8s
 from local_kubelet import controller, image_pull_backoff, unschedulable
 
@@ -355,3 +362,17 @@ def test_a_local_step_deletes_a_leftover_job_and_says_so(tmp_path: Path) -> None
     missing = clear_leftovers("testbed", "test", kubeconfig=str(tmp_path / "none"))
     assert missing.failure is None and missing.notes == []
     assert missing.unseen is not None and missing.unseen.startswith("no access to the cluster")
+
+
+def test_a_silent_api_server_does_not_hang_the_leftover_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its 10 s (REQUEST_TIMEOUT_S, a float) takes effect: the check says it could not look."""
+    monkeypatch.setattr(runtime, "REQUEST_TIMEOUT_S", 0.3)
+    with silent_kube_api(tmp_path) as kubeconfig:
+        started = time.monotonic()
+        left = clear_leftovers("testbed", "test", kubeconfig=str(kubeconfig))
+    assert time.monotonic() - started < 10 and left.failure is None and left.notes == []
+    assert left.unseen is not None
+    assert left.unseen.startswith("could not look for a leftover load Job: ")
+    assert "timed out" in left.unseen

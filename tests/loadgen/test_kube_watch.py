@@ -8,12 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kube_api import NAMESPACE, FakeKubeApi, fake_kube_api, oom_killed, pod
+from fake_kube_api import (
+    NAMESPACE,
+    FakeKubeApi,
+    fake_kube_api,
+    oom_killed,
+    pod,
+    silent_kube_api,
+)
 from fake_openai_server import FakeServer, Sleep, Status, Step, normal_stream
+from kubernetes import client
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, describe
-from loadgen.kube_watch import PodWatch, pod_incidents
+from loadgen.kube_watch import PodWatch, api_client, pod_incidents
 from loadgen.runner import run_grid_async
 
 pytestmark = pytest.mark.timeout(60)
@@ -197,3 +205,23 @@ def test_an_unknown_context_is_one_warning(tmp_path: Path) -> None:
         pass
     (warning,) = pods.warnings()
     assert "nope" in warning
+
+
+def test_a_silent_api_server_is_a_warning_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start's list waits START_TIMEOUT_S (a float: the kubernetes client ignores a float
+    timeout, so it is passed as (connect, read)), then the watch is one warning; any other
+    call without a timeout of its own waits REQUEST_TIMEOUT_S."""
+    monkeypatch.setattr("loadgen.kube_watch.START_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("loadgen.kube_watch.REQUEST_TIMEOUT_S", 0.3)
+    with silent_kube_api(tmp_path) as kubeconfig:
+        started = time.monotonic()
+        with PodWatch(NAMESPACE, kubeconfig=str(kubeconfig)) as pods:
+            pass
+        (warning,) = pods.warnings()
+        assert "timed out" in warning and time.monotonic() - started < 10
+        core = client.CoreV1Api(api_client(str(kubeconfig), None))
+        with pytest.raises(Exception, match="timed out"):
+            core.list_namespaced_pod(NAMESPACE)
+        assert time.monotonic() - started < 20
