@@ -228,8 +228,8 @@ def test_a_worker_killed_mid_run_shows_up_as_errors(tmp_path: Path) -> None:
                     "prefix_kinds": [2],
                     "concurrency": [4],
                     "repetitions": 1,
-                    "requests_per_run": 200,
-                    "request_timeout_s": 20.0,
+                    "requests_per_run": 100,
+                    "request_timeout_s": 5.0,
                 }
             )
         }
@@ -259,7 +259,7 @@ def test_a_worker_killed_mid_run_shows_up_as_errors(tmp_path: Path) -> None:
         )
         killer.join()
     (point,) = result.points
-    assert point.samples + point.errors == 200
+    assert point.samples + point.errors == 100
     assert point.errors > 0
     assert result.first_failure_at is not None
     assert result.first_errors
