@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -284,19 +284,16 @@ def _start_problem(pod: dict[str, Any]) -> tuple[str, bool] | None:
 
 
 @dataclass
-class StartWatch:
-    """Tells a load pod that cannot start (:func:`_start_problem`) once its state has lasted
-    ``grace_s``, and a Job that has fewer pods than clients that long (the namespace's quota
-    or admission refused the rest: the Job controller only records events)."""
+class PodStartWatch:
+    """Tells a pod that cannot start (:func:`_start_problem`) once its state has lasted
+    ``grace_s`` (the load Job's pods, the KV-path probe's)."""
 
-    job: LoadJob
     grace_s: float
-    created: float
-    since: dict[str, float]
+    since: dict[str, float] = field(default_factory=dict)
 
     def check(self, pods: list[dict[str, Any]], now: float) -> str | None:
-        """The first pod that cannot start, as ``<pod> cannot start: <reason>: <message>``,
-        or the missing pods; None while all may yet start."""
+        """The first pod that cannot start, as ``<pod> cannot start: <reason>: <message>``;
+        None while all may yet start."""
         for pod in pods:
             name = pod["metadata"]["name"]
             problem = _start_problem(pod)
@@ -308,6 +305,24 @@ class StartWatch:
             if final or now - first >= self.grace_s:
                 lasted = "" if final else f" (for {now - first:.0f} s)"
                 return f"{name} cannot start: {why}{lasted}"
+        return None
+
+
+@dataclass
+class StartWatch(PodStartWatch):
+    """A load Job's :class:`PodStartWatch`, which also tells a Job that has had fewer pods than
+    clients for ``grace_s`` since ``created`` (the namespace's quota or admission refused the
+    rest: the Job controller only records events)."""
+
+    job: LoadJob | None = None
+    created: float = 0.0
+
+    def check(self, pods: list[dict[str, Any]], now: float) -> str | None:
+        """The first pod that cannot start, or the missing pods; None while all may yet
+        start."""
+        found = super().check(pods, now)
+        if found is not None or self.job is None:
+            return found
         if len(pods) < self.job.clients and now - self.created >= self.grace_s:
             return (
                 f"Job {self.job.name} has {len(pods)} of {self.job.clients} pods after "
@@ -337,7 +352,7 @@ def _wait_for_job(
     """Poll the Job until it ends (:func:`_finished`), ``deadline`` passes, ``stop`` says why
     to stop or a pod cannot start (:class:`StartWatch`): (how it ended, None if it had not;
     whether the deadline stopped the wait; what ``stop`` said; which pod cannot start)."""
-    watch = StartWatch(job, grace_s, time.monotonic(), {})
+    watch = StartWatch(grace_s, job=job, created=time.monotonic())
     while True:
         ended = _finished(batch.read_namespaced_job_status(job.name, job.namespace))
         if ended is not None:
@@ -587,20 +602,27 @@ def run_probe_pods(
     kubeconfig: str | None = None,
     context: str | None = None,
     poll_s: float = POLL_S,
+    start_grace_s: float = START_GRACE_S,
 ) -> ProbeRun:
     """Create the probe's objects (:func:`incluster.probe.probe_objects`: ConfigMap, Service,
     target, initiator), the initiator only once the target's log says ``READY`` (it accepts
     one connection and the initiator does not retry), wait until the initiator pod ends or
     ``deadline`` (monotonic s) passes, read the figures from its log
-    (:func:`incluster.probe.figures_from_log`) and delete everything. Never raises for cluster
-    trouble (no access, refused create, a pod that never scheduled, no figures)."""
+    (:func:`incluster.probe.figures_from_log`) and delete everything. A pod that cannot start
+    for ``start_grace_s`` (:class:`PodStartWatch`: unschedulable, its image not pulled) ends the
+    wait at once, naming it. Never raises for cluster trouble (no access, refused create, a pod
+    that never scheduled, no figures)."""
     ns = objects[0]["metadata"]["namespace"]
     target, initiator = (obj["metadata"]["name"] for obj in objects[-2:])
     state, log = "Pending", ""
+    starts = PodStartWatch(start_grace_s)
     try:
         with _created(objects[:-1], kubeconfig, context) as (api, core, _):
             while "READY " not in _log_or_empty(core, target, ns):
                 pod = api.sanitize_for_serialization(core.read_namespaced_pod(target, ns))
+                cannot_start = starts.check([pod], time.monotonic())
+                if cannot_start is not None:
+                    return ProbeRun(None, cannot_start)
                 if _pod_state(pod) == "Failed" or time.monotonic() >= deadline:
                     tail = " | ".join(_log_or_empty(core, target, ns).strip().splitlines()[-3:])
                     return ProbeRun(None, f"{target} {_pod_state(pod)}: not ready ({tail})")
@@ -609,6 +631,9 @@ def run_probe_pods(
                 while True:
                     pod = api.sanitize_for_serialization(core.read_namespaced_pod(initiator, ns))
                     state = _pod_state(pod)
+                    cannot_start = starts.check([pod], time.monotonic())
+                    if cannot_start is not None:
+                        return ProbeRun(None, cannot_start)
                     if state in ("Succeeded", "Failed") or time.monotonic() >= deadline:
                         break
                     time.sleep(poll_s)

@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from fake_kube_api import FakeKubeApi, fake_kube_api
-from local_kubelet import pod_runner
+from local_kubelet import pod_runner, unschedulable
 from typer.testing import CliRunner
 
 from incluster.probe import PROBE_PORT, figures_from_log, probe_files, probe_objects, probe_shape
@@ -129,3 +129,30 @@ def test_without_nixl_the_probe_says_so(tmp_path: Path) -> None:
     assert run.figures is None
     assert run.failure == "probe-x-initiator Failed: NIXL part: No module named 'nixl_cu12'"
     assert len(api.deleted) == 4
+
+
+def test_a_probe_pod_that_cannot_be_scheduled_ends_the_probe_in_its_grace_time(
+    tmp_path: Path,
+) -> None:
+    """The deadline is a minute away; the probe gives up after the start grace (1 s here),
+    naming the pod and the scheduler's reason, and deletes what it created."""
+    cfg = load_stack("disagg-cross-node")
+    objects = probe_objects(cfg, IMAGE, "probe-x", "cross-node", probe_shape(cfg), {})
+    objects = [{**o, "metadata": {**o["metadata"], "namespace": "testbed"}} for o in objects]
+    why = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match"
+
+    def on_pod(api: FakeKubeApi, pod: dict[str, Any]) -> None:
+        pod["status"] = unschedulable(why)
+
+    with fake_kube_api() as api:
+        api.on_pod = on_pod
+        began = time.monotonic()
+        run = run_probe_pods(
+            objects, began + 60, kubeconfig=str(api.kubeconfig(tmp_path)), poll_s=0.1,
+            start_grace_s=1,
+        )  # fmt: skip
+        took = time.monotonic() - began
+    assert run.figures is None and took < 20
+    assert run.failure is not None
+    assert run.failure.startswith(f"probe-x-target cannot start: Unschedulable: {why} (for ")
+    assert len(api.deleted) == 3  # the ConfigMap, Service and target: no initiator was made
