@@ -289,6 +289,19 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         hidden_size=8192,
         num_attention_heads=64,
     ),
+    # huggingface.co/Qwen/Qwen3-32B/blob/main/config.json: 64 layers, 8 KV heads (64 query
+    # heads), head_dim 128, hidden 5120, intermediate 25,600, vocabulary 151,936, untied,
+    # max_position_embeddings 40,960 -> 262,144 B/token. 32,762,123,264 parameters with the
+    # per-layer q_norm / k_norm: the model card's 32.8B (31.2B without the two embeddings).
+    "Qwen/Qwen3-32B": ModelGeometry(
+        num_layers=64,
+        num_kv_heads=8,
+        head_dim=128,
+        num_parameters=32_762_123_264,
+        max_position_embeddings=40_960,
+        hidden_size=5120,
+        num_attention_heads=64,
+    ),
 }
 
 

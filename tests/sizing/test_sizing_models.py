@@ -72,6 +72,19 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "vocab_size": 152064,
         "max_position_embeddings": 32768,
     },
+    "Qwen/Qwen3-32B": {
+        "model_type": "qwen3",
+        "hidden_size": 5120,
+        "intermediate_size": 25600,
+        "num_attention_heads": 64,
+        "num_hidden_layers": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+    },
 }
 
 
@@ -93,6 +106,7 @@ def test_qwen3_0_6b_kv_bytes_per_token_is_the_seeds() -> None:
         ("Qwen/Qwen3-8B", 36 * 8 * 128 * 2 * 2),
         ("meta-llama/Llama-3.1-8B-Instruct", 32 * 8 * 128 * 2 * 2),
         ("Qwen/Qwen2.5-7B-Instruct", 28 * 4 * 128 * 2 * 2),
+        ("Qwen/Qwen3-32B", 64 * 8 * 128 * 2 * 2),
     ],
 )
 def test_catalog_kv_bytes_per_token(name: str, kv_bytes_per_token: int) -> None:
@@ -106,6 +120,7 @@ def test_catalog_kv_bytes_per_token(name: str, kv_bytes_per_token: int) -> None:
         ("meta-llama/Llama-3.1-8B-Instruct", 8_030_261_248),
         ("Qwen/Qwen3-8B", 8_190_735_360),
         ("Qwen/Qwen3-0.6B", 596_049_920),
+        ("Qwen/Qwen3-32B", 32_762_123_264),  # model card: 32.8B, 31.2B non-embedding
     ],
 )
 def test_parameter_estimate_matches_published_totals(name: str, published: int) -> None:
