@@ -1,0 +1,282 @@
+"""Published aggregated-vs-disaggregated comparisons with tensor parallelism, each as a pair of
+stacks: the source's model, GPUs, workers (tensor-parallel size, replicas, role), FP8, KV link
+and load, what it measured, and what it found (disaggregation paid or lost).
+
+The figures are the sources' own; where a source leaves a setting out, the pair says what was
+assumed instead and why (:attr:`PublishedPair.assumptions`), so a reader can tell a measured
+setting from a chosen one. ``bench/published_disagg.py`` simulates both sides of each pair at
+the published points; ``testbed render --crossover`` draws each pair's point against its own
+break-even line (:func:`published_points`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kvpath.profile import LINK_PROFILES
+from stackmodel.config import StackConfig
+from stackmodel.crossover import crossover
+from stackmodel.validation import parse_stack_config
+
+Metric = Literal["ttft_mean_ms", "ttft_p99_ms", "output_tokens_per_s"]
+Side = Literal["aggregated", "disaggregated"]
+
+
+@dataclass(frozen=True)
+class WorkerShape:
+    """One worker group: ``role``, ``replicas`` workers of ``tp`` GPUs each, on node ``node``
+    (0-based; the pair's nodes all have :attr:`PublishedPair.gpus_per_node` GPUs)."""
+
+    role: Literal["aggregated", "prefill", "decode"]
+    replicas: int
+    tp: int
+    node: int = 0
+
+
+@dataclass(frozen=True)
+class PublishedFigure:
+    """One published figure of both sides at one closed-loop concurrency."""
+
+    metric: Metric
+    concurrency: int
+    aggregated: float
+    disaggregated: float
+
+
+@dataclass(frozen=True)
+class RatioClaim:
+    """A published ratio without absolute figures: disaggregated over aggregated output
+    tokens/s per GPU, at the most load whose mean inter-token time still gives each user
+    ``tokens_per_s_per_user``; the source says it is above ``at_least``."""
+
+    tokens_per_s_per_user: float
+    at_least: float
+
+
+@dataclass(frozen=True)
+class PublishedPair:
+    """A published comparison (see the module docstring).
+
+    Attributes:
+        key: a short name (the stacks are ``<key>-agg`` and ``<key>-disagg``).
+        title: one line for tables and the figure's legend.
+        source: where it was published (address, date, versions).
+        model: catalog model name (:data:`stackmodel.models.KNOWN_MODELS`).
+        fp8_weights: ``--quantization fp8``.
+        gpu: catalog GPU (:data:`steptime.gpus.GPU_CATALOG`).
+        gpus_per_node, nodes: the cluster.
+        link: the KV link between nodes, a :data:`kvpath.profile.LINK_PROFILES` name.
+        input_tokens, output_tokens: each request's prompt and answer (no prefix reuse).
+        aggregated, disaggregated: the worker groups of each side.
+        figures: the published absolute figures (may be empty).
+        ratio: a published ratio (None: none).
+        paid: what the source found: disaggregation paid (True) or lost (False).
+        assumptions: the settings the source does not state, and what was taken instead.
+    """
+
+    key: str
+    title: str
+    source: str
+    model: str
+    fp8_weights: bool
+    gpu: str
+    gpus_per_node: int
+    nodes: int
+    link: str
+    input_tokens: int
+    output_tokens: int
+    aggregated: tuple[WorkerShape, ...]
+    disaggregated: tuple[WorkerShape, ...]
+    figures: tuple[PublishedFigure, ...]
+    ratio: RatioClaim | None
+    paid: bool
+    assumptions: tuple[str, ...]
+
+    def gpus(self, side: Side) -> int:
+        """GPUs a side uses."""
+        return sum(w.replicas * w.tp for w in getattr(self, side))
+
+    def config(self, side: Side) -> StackConfig:
+        """The side as a validated stack: one node class per node (so a group's node is its
+        own, as the source placed it), GPU buffers for the KV (no host mirror: NIXL over
+        RDMA), vLLM's ``--max-model-len`` the request's length rounded up to 1,024."""
+        shapes = getattr(self, side)
+        nodes = sorted({w.node for w in shapes})
+        classes = {
+            f"node-{n}": {
+                "nodeSelector": {"dynamo-testbed/node-class": f"node-{n}"},
+                "gpuMemoryGiB": _GPU_MEMORY_GIB[self.gpu],
+                "gpusPerNode": self.gpus_per_node,
+                "gpu": self.gpu,
+            }
+            for n in nodes
+        }
+        workers: list[dict[str, Any]] = []
+        for i, w in enumerate(shapes):
+            worker: dict[str, Any] = {
+                "name": f"{w.role}-{i}",
+                "role": w.role,
+                "replicas": w.replicas,
+                "nodeClass": f"node-{w.node}",
+                "tensorParallelSize": w.tp,
+                "gpuMemoryUtilization": 0.9,
+                "sharedMemorySize": "2Gi",
+                "memoryLimit": "64Gi",
+            }
+            if w.role != "aggregated":
+                worker["kvTransfer"] = {
+                    "connector": "NixlConnector",
+                    "role": "kv_producer" if w.role == "prefill" else "kv_consumer",
+                    "bufferDevice": "cuda",
+                }
+                worker["env"] = {"UCX_TLS": "rc,cuda"}
+                worker["rdma"] = {"resource": "rdma/ib"}
+            workers.append(worker)
+        length = -(-(self.input_tokens + self.output_tokens) // 1024) * 1024
+        raw: dict[str, Any] = {
+            "nodeClasses": classes,
+            "model": {"name": self.model, "maxModelLen": length}
+            | ({"quantization": "fp8"} if self.fp8_weights else {}),
+            "topology": {"kind": "dynamo", "name": self.key, "workers": workers},
+            "links": {"crossNode": self.link},
+            "load": {
+                "promptTokens": self.input_tokens,
+                "maxTokens": self.output_tokens,
+                "concurrency": sorted({f.concurrency for f in self.figures} or {1}),
+                "prefixKinds": [1],
+                "repetitions": 1,
+                "requestsPerRun": 40,
+            },
+        }
+        return parse_stack_config(f"{self.key}-{'agg' if side == 'aggregated' else 'disagg'}", raw)
+
+
+_GPU_MEMORY_GIB = {"h100-sxm": 80, "h200": 141}
+"""GPU memory of the pairs' GPUs, GiB (as :data:`steptime.gpus.GPU_CATALOG`'s datasheets)."""
+
+
+DYNAMO_LLAMA_70B = PublishedPair(
+    key="dynamo-llama-70b",
+    title="Dynamo's early vLLM benchmark: Llama 70B, 2 x 8 H100, 3,000 in / 150 out",
+    source=(
+        "ai-dynamo/dynamo examples/llm/vllm/benchmark/README.md at commit 04e50aba (March "
+        "2025; mirror developer.sourcefind.cn/codes/OpenDAS/dynamo): 'for input sequence "
+        "length 3000 and output sequence length 150 ... on two 8 x H100 GPU nodes ... 2 "
+        "instances of TP 4 for context (on one node) and 1 instance of TP 8 for generate (on "
+        "the second node) gives the best throughput at a latency target of 50 tokens per sec "
+        "per user ... disaggregated serving outperforms traditional aggregated LLM serving by "
+        "more than 1.5x (with throughput normalized per GPU)'"
+    ),
+    model="meta-llama/Llama-3.3-70B-Instruct",
+    fp8_weights=True,
+    gpu="h100-sxm",
+    gpus_per_node=8,
+    nodes=2,
+    link="rdma",
+    input_tokens=3_000,
+    output_tokens=150,
+    aggregated=(WorkerShape("aggregated", 2, 4, 0), WorkerShape("aggregated", 2, 4, 1)),
+    disaggregated=(WorkerShape("prefill", 2, 4, 0), WorkerShape("decode", 1, 8, 1)),
+    figures=(),
+    ratio=RatioClaim(tokens_per_s_per_user=50.0, at_least=1.5),
+    paid=True,
+    assumptions=(
+        "model: the README's scripts say 'llama_70b' and name no checkpoint: Llama-3.3-70B's "
+        "geometry (every Llama 3.x 70B has it) with FP8 weights",
+        "aggregated side: the README names no shape: four TP4 workers on the 16 GPUs (the "
+        "context workers' size)",
+        "link: the DGX H100 nodes' InfiniBand with GPUDirect RDMA, the rdma profile (not stated)",
+        "the README's launch script is named context_tp2dp4 (four TP2 workers) while its text "
+        "says two TP4 workers: the text is taken",
+    ),
+)
+
+NEBIUS_QWEN3_32B = PublishedPair(
+    key="nebius-qwen3-32b",
+    title="Qwen3-32B FP8 on 10 H200 a side, Dynamo 0.5.0 (disaggregation lost)",
+    source=(
+        "gist.github.com/BenHamm/773652b1668313333e0180d60e3b320e, 'Qwen3-32B Disaggregation "
+        "Performance Analysis' (2025-10-22; Nebius H200 Kubernetes cluster, Dynamo 0.5.0, "
+        "Qwen/Qwen3-32B with FP8 quantization, 10 H200 a side, '2 nodes with 8 GPUs each'): "
+        "at concurrency 100, TTFT mean 1.1 s aggregated vs 4.7 s disaggregated, p99 3.3 vs "
+        "13.5 s, output 3,990 vs 3,158 tok/s; at concurrency 1, TTFT p99 213 ms vs 1.4 s"
+    ),
+    model="Qwen/Qwen3-32B",
+    fp8_weights=True,
+    gpu="h200",
+    gpus_per_node=8,
+    nodes=2,
+    link="rdma",
+    input_tokens=4_000,
+    output_tokens=500,
+    aggregated=(WorkerShape("aggregated", 4, 2, 0), WorkerShape("aggregated", 1, 2, 1)),
+    disaggregated=(WorkerShape("prefill", 3, 2, 0), WorkerShape("decode", 1, 4, 1)),
+    figures=(
+        PublishedFigure("ttft_mean_ms", 100, 1_100.0, 4_700.0),
+        PublishedFigure("ttft_p99_ms", 100, 3_300.0, 13_500.0),
+        PublishedFigure("output_tokens_per_s", 100, 3_990.0, 3_158.0),
+        PublishedFigure("ttft_p99_ms", 1, 213.0, 1_400.0),
+    ),
+    ratio=None,
+    paid=False,
+    assumptions=(
+        "workers: the stored text of the gist gives no tensor-parallel size or worker count: "
+        "Dynamo's own vLLM recipe for this model (recipes/qwen3-32b-fp8/vllm/disagg/"
+        "deploy.yaml: prefill TP2, decode TP4) filled to 10 GPUs, 3 x TP2 prefill + 1 x TP4 "
+        "decode; aggregated 5 x TP2",
+        "load: no input/output length in the stored text: Dynamo's own Qwen3-32B-FP8 study "
+        "(recipes/qwen3-32b-fp8/aic_based_disagg_perf_tuning.md), 4,000 in / 500 out",
+        "link: Nebius H200 nodes have InfiniBand: the rdma profile; the gist itself suspects "
+        "the KV transfer and did not confirm placement",
+    ),
+)
+
+PUBLISHED_PAIRS: tuple[PublishedPair, ...] = (DYNAMO_LLAMA_70B, NEBIUS_QWEN3_32B)
+"""Every published pair, in the order the bench and the figure list them."""
+
+
+@dataclass(frozen=True)
+class PublishedPoint:
+    """A published pair on the crossover figure: its prompt length on its link, what the
+    source found, and the break-even rate :func:`stackmodel.crossover.crossover` gives its
+    disaggregated stack (its model, GPUs, tensor parallelism and buffers; None: never pays).
+    """
+
+    key: str
+    title: str
+    prompt_tokens: int
+    link: str
+    link_bytes_per_s: float
+    paid: bool
+    break_even_bytes_per_s: float | None
+
+    @property
+    def model_says_pays(self) -> bool:
+        """The crossover model's verdict at the point: the link is above the break-even."""
+        even = self.break_even_bytes_per_s
+        return even is not None and self.link_bytes_per_s > even
+
+    @property
+    def agrees(self) -> bool:
+        """The crossover model's verdict is the publication's."""
+        return self.model_says_pays == self.paid
+
+
+def published_points() -> tuple[PublishedPoint, ...]:
+    """Every :data:`PUBLISHED_PAIRS` pair as a :class:`PublishedPoint`."""
+    points = []
+    for pair in PUBLISHED_PAIRS:
+        result = crossover(pair.config("disaggregated"))
+        points.append(
+            PublishedPoint(
+                key=pair.key,
+                title=pair.title,
+                prompt_tokens=pair.input_tokens,
+                link=pair.link,
+                link_bytes_per_s=LINK_PROFILES[pair.link].bytes_per_s,
+                paid=pair.paid,
+                break_even_bytes_per_s=result.break_even_bytes_per_s,
+            )
+        )
+    return tuple(points)

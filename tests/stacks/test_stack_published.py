@@ -1,0 +1,97 @@
+"""The published aggregated-vs-disaggregated comparisons as stacks (stackmodel.published): what
+each side deploys, what the crossover model says at each published point, and what the
+crossover figure draws of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from stackmodel.published import (
+    DYNAMO_LLAMA_70B,
+    NEBIUS_QWEN3_32B,
+    PUBLISHED_PAIRS,
+    PublishedPair,
+    Side,
+    published_points,
+)
+from stackmodel.sizing import engine_step
+from testbed.crossover_figure import published_marks
+from testbed.simulate import run_topology
+
+SIDES: tuple[Side, ...] = ("aggregated", "disaggregated")
+
+
+@pytest.mark.parametrize("pair", PUBLISHED_PAIRS, ids=lambda p: p.key)
+def test_both_sides_use_the_same_gpus_of_the_same_cluster(pair: PublishedPair) -> None:
+    assert pair.gpus("aggregated") == pair.gpus("disaggregated")
+    for side in SIDES:
+        cfg = pair.config(side)
+        assert cfg.model.name == pair.model and cfg.model.quantization == "fp8"
+        workers = run_topology(cfg).workers
+        tp = {g.name: g.tensor_parallel_size for g in cfg.topology.workers}
+        assert sum(tp[w.group] for w in workers) == pair.gpus(side)
+        # every worker's GPUs on one node of the pair's size
+        assert all(tp[w.group] <= pair.gpus_per_node for w in workers)
+
+
+def test_the_70b_pair_is_the_readme_s_shape_with_prefill_and_decode_on_two_nodes() -> None:
+    cfg = DYNAMO_LLAMA_70B.config("disaggregated")
+    topology = run_topology(cfg)
+    shapes = sorted(
+        (w.role, w.host_name, w.step.tensor_parallel.size if w.step.tensor_parallel else 1)
+        for w in topology.workers
+    )
+    assert shapes == [
+        ("decode", "node-1/node-0", 8),
+        ("prefill", "node-0/node-0", 4),
+        ("prefill", "node-0/node-0", 4),
+    ]
+    assert topology.cross_node_link is not None and topology.cross_node_link.name == "rdma"
+    # FP8 weights: 1 byte a weight, a quarter of the 70B on each GPU of a TP4 worker
+    step = engine_step(cfg, "prefill-0")
+    assert step.fp8_weights and step.geometry.weight_bytes == 70_553_706_496 // 4
+
+
+def test_the_qwen3_32b_pair_fills_ten_gpus_with_the_recipe_s_sizes() -> None:
+    agg = run_topology(NEBIUS_QWEN3_32B.config("aggregated")).workers
+    disagg = run_topology(NEBIUS_QWEN3_32B.config("disaggregated")).workers
+    assert [w.role for w in agg] == ["aggregated"] * 5
+    assert sorted(w.role for w in disagg) == ["decode", "prefill", "prefill", "prefill"]
+    # Qwen3-32B's BF16 KV: 64 layers x 8 heads x 128 x 2 (K, V) x 2 B, moved whole per request
+    assert run_topology(NEBIUS_QWEN3_32B.config("disaggregated")).kv_bytes_per_token == 262_144
+
+
+def test_the_crossover_model_agrees_with_one_publication_and_not_the_other() -> None:
+    points = {p.key: p for p in published_points()}
+    llama, qwen = points["dynamo-llama-70b"], points["nebius-qwen3-32b"]
+    # Llama 70B, FP8 weights on TP4 H100: 327,680 B of BF16 KV per prompt token against the
+    # prefill it saves: pays above 10.4 GB/s, under the rdma profile's 20
+    assert llama.break_even_bytes_per_s == pytest.approx(10.4e9, rel=0.01)
+    assert llama.paid and llama.model_says_pays and llama.agrees
+    # Qwen3-32B on TP2 H200: pays above 11.3 GB/s, under the rdma profile's 20: the model says
+    # it pays where the publication found it lost (docs/simulation.md says why)
+    assert qwen.break_even_bytes_per_s == pytest.approx(11.3e9, rel=0.01)
+    assert not qwen.paid and qwen.model_says_pays and not qwen.agrees
+    assert (qwen.prompt_tokens, qwen.link, qwen.link_bytes_per_s) == (4_000, "rdma", 20e9)
+
+
+def test_the_figure_draws_each_published_point_with_its_own_break_even() -> None:
+    marks = published_marks(published_points())
+    assert [(m.prompt_tokens, m.link_gb_per_s, m.filled) for m in marks] == [
+        (3_000, 20.0, True),
+        (4_000, 20.0, False),
+    ]
+    assert [round(m.break_even_gb_per_s or 0, 1) for m in marks] == [10.4, 11.3]
+    assert len({m.colour for m in marks}) == 2
+    assert marks[0].label == (
+        "dynamo-llama-70b (break-even 10.4 GB/s): published paid, crossover agrees"
+    )
+    assert marks[1].label.endswith("published lost, crossover disagrees")
+
+
+def test_a_point_that_never_pays_draws_no_line() -> None:
+    never = published_points()[1]
+    never = type(never)(**{**never.__dict__, "break_even_bytes_per_s": None})
+    (mark,) = published_marks([never])
+    assert mark.break_even_gb_per_s is None
+    assert "(never pays): published lost, crossover agrees" in mark.label
