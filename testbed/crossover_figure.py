@@ -5,14 +5,19 @@ pyplot, no global state), as the report's figures are.
 x: prompt tokens (log), y: link GB/s (log, 0.1 to 100: 1 GbE to beyond RDMA); the colour is
 log10(gain / cost) (green: the KV path costs less than the prefill it takes off), the black line
 its break-even, dotted lines the named links of :data:`stackmodel.crossover.SWEEP_LINKS`, the
-star the stack's own point (the seed's, for the seed's stacks). The same figure goes into the
-HTML report of a graph stack's results (:func:`crossover_image`).
+star the stack's own point (the seed's, for the seed's stacks). Published comparisons
+(:func:`stackmodel.published.published_points`) are drawn beside it, each as its own point
+(filled: the publication found disaggregation paid; hollow: it lost) with its own dashed
+break-even line: the colour map is this stack's model, GPUs and link, not theirs
+(:func:`published_marks`). The same figure goes into the HTML report of a graph stack's
+results (:func:`crossover_image`).
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +31,7 @@ from loadgen.key_paths import Setting
 from stackmodel.config import StackConfig
 from stackmodel.crossover import SWEEP_LINKS, Crossover, crossover
 from stackmodel.models import UnknownModelError
+from stackmodel.published import PublishedPoint, published_points
 from stackmodel.stack_layout import VersionGateError
 from stackmodel.stacks import load_stack
 
@@ -54,7 +60,9 @@ def crossover_image(cfg: StackConfig, stack: str, origin: str) -> ReportImage:
             f"{result.summary()} Drawn from {origin}: the KV path's cost (the transfer at the "
             "link's rate plus, with host buffers, vLLM's two host copies) against the prefill "
             "it takes off the decode GPU, by prompt length and link speed; the star is the "
-            "stack's own prompt length on its own link. A model's figure, not a measurement."
+            "stack's own prompt length on its own link; the circles are published "
+            "comparisons, each against its own dashed break-even line (filled: "
+            "disaggregation paid there). A model's figure, not a measurement."
         ),
         png=crossover_png(result, stack),
     )
@@ -72,8 +80,49 @@ def stack_crossover_images(
         return [], f"no crossover figure for {stack} in the report: {exc}"
 
 
+_PUBLISHED_COLOURS = ("tab:blue", "tab:purple", "tab:brown", "tab:cyan")
+
+
+@dataclass(frozen=True)
+class PublishedMark:
+    """What the figure draws of one published point: the point (prompt tokens, link GB/s),
+    filled when the publication found that disaggregation paid, its break-even line (GB/s;
+    None: it never pays, no line), its colour and its legend label, which says whether the
+    crossover model agrees with the publication."""
+
+    prompt_tokens: int
+    link_gb_per_s: float
+    filled: bool
+    break_even_gb_per_s: float | None
+    colour: str
+    label: str
+
+
+def published_marks(points: Sequence[PublishedPoint]) -> list[PublishedMark]:
+    """The marks of ``points``, one colour each (cycled)."""
+    marks = []
+    for i, point in enumerate(points):
+        even = point.break_even_bytes_per_s
+        found = "paid" if point.paid else "lost"
+        says = "agrees" if point.agrees else "disagrees"
+        line = "never pays" if even is None else f"break-even {even / 1e9:.3g} GB/s"
+        marks.append(
+            PublishedMark(
+                prompt_tokens=point.prompt_tokens,
+                link_gb_per_s=point.link_bytes_per_s / 1e9,
+                filled=point.paid,
+                break_even_gb_per_s=None if even is None else even / 1e9,
+                colour=_PUBLISHED_COLOURS[i % len(_PUBLISHED_COLOURS)],
+                label=f"{point.key} ({line}): published {found}, crossover {says}",
+            )
+        )
+    return marks
+
+
 def crossover_png(result: Crossover, stack: str) -> bytes:
-    """The figure of ``result`` (stack ``stack``) as PNG bytes.
+    """The figure of ``result`` (stack ``stack``) as PNG bytes, the published comparisons
+    (:func:`published_marks` of :func:`stackmodel.published.published_points`) beside its
+    point.
 
     Costs per prompt token are the sweep's (:class:`~stackmodel.crossover.Crossover`): the
     transfer ``kv_bytes_per_token / rate`` plus the host copies, against the prefill.
@@ -113,6 +162,20 @@ def crossover_png(result: Crossover, stack: str) -> bytes:
         label=f"{stack}: {point.prompt_tokens:,} tokens on {point.link}",
         zorder=3,
     )
+    for mark in published_marks(published_points()):
+        if mark.break_even_gb_per_s is not None:
+            ax.axhline(mark.break_even_gb_per_s, color=mark.colour, linestyle="--", linewidth=1)
+        ax.scatter(
+            [mark.prompt_tokens],
+            [mark.link_gb_per_s],
+            marker="o",
+            s=70,
+            facecolors=mark.colour if mark.filled else "none",
+            edgecolors=mark.colour,
+            linewidths=1.5,
+            label=mark.label,
+            zorder=3,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("prompt tokens")
@@ -123,7 +186,7 @@ def crossover_png(result: Crossover, stack: str) -> bytes:
         else ""
     )
     ax.set_title(f"{stack}: where disaggregation pays{never}", fontsize=10)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper right", fontsize=7)
     buffer = io.BytesIO()
     figure.savefig(buffer, dpi=110, format="png")
     return buffer.getvalue()

@@ -15,6 +15,7 @@ from kvpath.profile import LINK_PROFILES
 from stackmodel.crossover import SWEEP_LINKS, crossover
 from stackmodel.stacks import load_stack
 from stackmodel.validation import parse_stack_config
+from testbed import crossover_figure
 from testbed.cli import app
 
 Raw = dict[str, Any]
@@ -60,11 +61,24 @@ def test_an_fp8_kv_cache_halves_the_break_even(raw_config: Callable[[str], Raw])
     assert bf16 is not None and fp8 == pytest.approx(bf16 / 2)
 
 
-def test_render_prints_the_crossover_and_writes_its_figure(tmp_path: Path) -> None:
+def test_render_prints_the_crossover_and_writes_its_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[Any] = []
+    marks = crossover_figure.published_marks
+
+    def recording(points: Any) -> Any:
+        drawn.append(points)
+        return marks(points)
+
+    monkeypatch.setattr(crossover_figure, "published_marks", recording)
     result = CliRunner().invoke(
         app, ["render", "kv-routing", "--out", str(tmp_path), "--crossover"]
     )
     assert result.exit_code == 0, result.output
+    # the published comparisons are drawn beside the stack's own point
+    (published,) = drawn
+    assert [p.key for p in published] == ["dynamo-llama-70b", "nebius-qwen3-32b"]
     assert "crossover: disaggregation pays on links above 13.9 GB/s" in result.output
     assert "crossover: KV path cost / prefill saved" in result.output
     assert (tmp_path / "crossover.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
