@@ -15,7 +15,9 @@ each, left out of the statistics as the sources' warm-up requests are. The model
 deterministic, so identical requests sent at once would stay in lockstep for the whole run
 (every prefill in one step, every decode span free of them), which no real server shows; the
 warm-up requests therefore generate 1/C, 2/C, ... C/C of the output tokens, so the clients
-enter the measured requests spread over one request's time, as in a steady state.
+enter the measured requests spread over one request's time, as in a steady state. Output
+tokens/s are counted in the steady state: from the last warm-up request's end to the last
+request's send, while every client has a request in flight.
 
 Absolute figures (TTFT mean and p99, output tokens/s) are compared within +-25%; a ratio
 claim (tokens/s per GPU at a per-user rate) is checked as a ratio: the most concurrency at
@@ -66,13 +68,16 @@ def simulate(pair: PublishedPair, side: Side, concurrency: int) -> Measured:
     timing = simulate_run(run_topology(cfg), stack_constants(cfg), requests, concurrency)
     kept = [o for o in timing.outcomes[concurrency:] if o.error is None]
     ttfts = [(o.token_s[0] - o.sent_s) * 1e3 for o in kept]
-    start = min(o.sent_s for o in kept)
-    end = max(o.token_s[-1] for o in kept)
     itls = [(o.token_s[-1] - o.token_s[0]) / (len(o.token_s) - 1) * 1e3 for o in kept]
+    # Output tokens/s in the steady state: from the last warm-up request's end to the last
+    # request's send, every client has a request in flight.
+    start = max(o.end_s or o.sent_s for o in timing.outcomes[:concurrency])
+    end = max(o.sent_s for o in timing.outcomes)
+    tokens = sum(start <= t < end for o in timing.outcomes for t in o.token_s)
     return Measured(
         ttft_mean_ms=statistics.mean(ttfts),
         ttft_p99_ms=float(np.percentile(ttfts, 99)),
-        output_tokens_per_s=sum(len(o.token_s) for o in kept) / (end - start),
+        output_tokens_per_s=tokens / (end - start),
         itl_mean_ms=statistics.mean(itls),
     )
 
