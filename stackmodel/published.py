@@ -99,8 +99,14 @@ class PublishedPair:
 
     def config(self, side: Side) -> StackConfig:
         """The side as a validated stack: one node class per node (so a group's node is its
-        own, as the source placed it), GPU buffers for the KV (no host mirror: NIXL over
-        RDMA), vLLM's ``--max-model-len`` the request's length rounded up to 1,024."""
+        own, as the source placed it); vLLM's ``--max-model-len`` the request's length
+        rounded up to 1,024. What the sources do not state is what Dynamo's own Qwen3-32B-FP8
+        vLLM recipe sets (recipes/qwen3-32b-fp8/vllm/disagg/deploy.yaml): ``--gpu-memory-
+        utilization 0.90``, KV through GPU buffers over InfiniBand (``UCX_TLS`` with ``rc``
+        and ``cuda``, the ``rdma/ib`` device), no host mirror; ``/dev/shm`` the 2Gi vLLM's
+        Kubernetes guide mounts (the least the checks accept) within a 64Gi ``memoryLimit``.
+        The stack's own load grid (``load``: the published concurrencies, 40 requests a run)
+        is what ``testbed simulate`` would run; the bench sends its own load."""
         shapes = getattr(self, side)
         nodes = sorted({w.node for w in shapes})
         classes = {
