@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_stack_render import arg_value, components, main_container
 from test_stack_tensor_parallel import tp_stack
 
@@ -83,8 +84,9 @@ def test_fp8_weights_compute_at_the_fp8_peak_where_the_gpu_has_one(
     bf16 = tp_stack(raw_config("disagg-same-node"))
     fast = engine_step(parse_stack_config("fp8", raw), "prefill")
     slow = engine_step(parse_stack_config("tp", bf16), "prefill")
-    # Half the bytes per weight, the same parameters: H100 SXM FP8 1,979 vs BF16 989.5 TFLOP/s.
-    assert fast.prefill_tokens_per_s() == 2 * slow.prefill_tokens_per_s()
+    # Half the bytes per weight, the same parameters: H100 SXM FP8 1,979 vs BF16 989.5 TFLOP/s,
+    # the FP8 GEMMs at 0.88 of the BF16 ones' share of their peak (measured on an H200).
+    assert fast.prefill_tokens_per_s() == pytest.approx(1.76 * slow.prefill_tokens_per_s())
     assert fp8_warnings(parse_stack_config("fp8", raw)) == []
     # render's verdict names the peak it took
     fp8_cfg = parse_stack_config("fp8", raw)
