@@ -24,9 +24,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pydantic import TypeAdapter
+
 from kvpath.profile import LINK_PROFILES, LinkProfile
 from stackmodel.config import StackConfig
 from stackmodel.sizing import disaggregation_verdict, engine_step, stack_sizing, verdict_group
+
+CROSSOVER_FILE = "crossover.json"
+"""A simulated stack's :class:`Crossover`, in its results folder beside ``stack.json``
+(:func:`crossover_json`), so that ``testbed report`` draws it from the config that ran."""
 
 SWEEP_LINKS = ("1gbe", "10gbe", "25gbe", "100gbe", "rdma")
 """The named links the sweep marks, 1 GbE to RDMA (:data:`kvpath.profile.LINK_PROFILES`)."""
@@ -87,7 +93,8 @@ class Crossover:
         if self.break_even_bytes_per_s is None:
             return (
                 f"crossover: never on any link: {per_token}, the host copies alone cost more "
-                "than the prefill (GPU buffers, kvTransfer.bufferDevice: cuda, drop them)"
+                "than the prefill (with GPU buffers, kvTransfer.bufferDevice: cuda over a UCX "
+                "transport that moves GPU memory, there are none)"
             )
         faster = [
             name
@@ -96,10 +103,13 @@ class Crossover:
         ]
         return (
             f"crossover: disaggregation pays on links above "
-            f"{self.break_even_bytes_per_s / 1e9:.3g} GB/s at every prompt length ({per_token}"
-            f"; both grow with the prompt): of 1 GbE to RDMA, "
+            f"{self.break_even_bytes_per_s / 1e9:.3g} GB/s at its "
+            f"{self.stack_point.prompt_tokens:,}-token prompts ({per_token}; both grow about "
+            "linearly with the prompt): of 1 GbE to RDMA, "
             + (", ".join(faster) if faster else "none")
-            + "."
+            + ". Pays: the KV path costs less than the prefill it takes off the decode GPU, "
+            "per request; whether TTFT and throughput improve is what testbed simulate "
+            "estimates."
         )
 
 
@@ -163,3 +173,20 @@ def crossover(cfg: StackConfig) -> Crossover:
         prefill_s_per_token=prefill,
         kv_bytes_per_token=kvb,
     )
+
+
+_ADAPTER: TypeAdapter[Crossover] = TypeAdapter(Crossover)
+
+
+def crossover_json(result: Crossover) -> str:
+    """``result`` as the text of :data:`CROSSOVER_FILE` (indented JSON)."""
+    return _ADAPTER.dump_json(result, indent=2).decode() + "\n"
+
+
+def read_crossover(text: str) -> Crossover:
+    """The :class:`Crossover` :func:`crossover_json` wrote.
+
+    Raises:
+        pydantic.ValidationError (a ValueError): not such a file.
+    """
+    return _ADAPTER.validate_json(text)

@@ -466,7 +466,9 @@ def disaggregation_verdict(
         f" MB of KV takes {moving * 1000:,.0f} ms{copy_text} vs {gain * 1000:,.0f} ms of prefill "
         f"({prompt_tokens:,} tokens at {prefill_tokens_per_s:,.0f} tokens/s, {prefill_source}): "
         + (
-            "disaggregation can pay."
+            "disaggregation can pay (the KV path costs less than the prefill it takes off "
+            "the decode GPU; whether TTFT and throughput improve is what testbed simulate "
+            "estimates)."
             if pays
             else "disaggregation does not pay; the KV path costs more than the prefill."
         )

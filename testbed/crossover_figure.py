@@ -27,9 +27,7 @@ from matplotlib.figure import Figure
 
 from kvpath.profile import LINK_PROFILES
 from loadgen.html_report import ReportImage
-from loadgen.key_paths import Setting
-from stackmodel.config import StackConfig
-from stackmodel.crossover import SWEEP_LINKS, Crossover, crossover
+from stackmodel.crossover import CROSSOVER_FILE, SWEEP_LINKS, Crossover, crossover, read_crossover
 from stackmodel.models import UnknownModelError
 from stackmodel.published import PublishedPoint, published_points
 from stackmodel.stack_layout import VersionGateError
@@ -45,14 +43,9 @@ def draw_crossover(result: Crossover, stack: str, path: Path) -> Path:
     return path
 
 
-def crossover_image(cfg: StackConfig, stack: str, origin: str) -> ReportImage:
-    """The figure of ``cfg``'s crossover for the HTML report of stack ``stack``'s results;
-    ``origin`` says in a few words which config it was drawn from (the caption says it).
-
-    Raises:
-        UnknownModelError, ValueError: as :func:`stackmodel.crossover.crossover`.
-    """
-    result = crossover(cfg)
+def crossover_image(result: Crossover, stack: str, origin: str) -> ReportImage:
+    """The figure of ``result`` for the HTML report of stack ``stack``'s results; ``origin``
+    says in a few words which config it was drawn from (the caption says it)."""
     return ReportImage(
         key=f"crossover-{stack}",
         title=f"{stack}: where disaggregation pays",
@@ -68,16 +61,25 @@ def crossover_image(cfg: StackConfig, stack: str, origin: str) -> ReportImage:
     )
 
 
-def stack_crossover_images(
-    stack: str, settings: Sequence[Setting], origin: str
-) -> tuple[list[ReportImage], str | None]:
-    """The report's crossover figure of ``stack`` loaded by name (with ``settings``), and None;
-    or no figure and one line saying why (a platform stack, a stack file that is gone or no
-    longer valid, a model outside the catalog): the report goes without it."""
+def folder_crossover_images(folder: Path, stack: str) -> tuple[list[ReportImage], str | None]:
+    """The report's crossover figure of stack ``stack``'s results in ``folder``, and None: from
+    its :data:`~stackmodel.crossover.CROSSOVER_FILE` (``testbed simulate`` records the one of
+    the config it ran), else from ``stacks/Pulumi.<stack>.yaml`` as it is now (a folder of the
+    load step records none). Or no figure and one line saying why (a platform stack, a stack
+    file that is gone or no longer valid, a model outside the catalog)."""
+    recorded = folder / CROSSOVER_FILE
     try:
-        return [crossover_image(load_stack(stack, settings), stack, origin)], None
-    except (FileNotFoundError, ValueError, VersionGateError, UnknownModelError) as exc:
-        return [], f"no crossover figure for {stack} in the report: {exc}"
+        if recorded.is_file():
+            result = read_crossover(recorded.read_text(encoding="utf-8"))
+            origin = f"the config {stack} was simulated with ({CROSSOVER_FILE})"
+        else:
+            result = crossover(load_stack(stack))
+            origin = (
+                f"stacks/Pulumi.{stack}.yaml as it is now (the results record no {CROSSOVER_FILE})"
+            )
+    except (OSError, ValueError, VersionGateError, UnknownModelError) as exc:
+        return [], f"no crossover figure for {stack} in the report: {' '.join(str(exc).split())}"
+    return [crossover_image(result, stack, origin)], None
 
 
 _PUBLISHED_COLOURS = ("tab:blue", "tab:purple", "tab:brown", "tab:cyan")

@@ -37,8 +37,8 @@ def report_command(
 ) -> None:
     """Write one self-contained HTML report (opens offline): the seed-style table, TTFT p50/p99,
     requests/s and cached-token ratio vs prefix kinds, TTFT distributions, a timeline per result,
-    and, for a folder whose stack.json names a stack of stacks/, where disaggregation pays for
-    that stack (its file as it is now).
+    and, for a folder whose stack.json names a stack, where disaggregation pays for that stack
+    (as simulated, or from its stack file as it is now).
 
     Exit code 2 with one `error:` line when a folder holds no readable results.
 
@@ -80,15 +80,19 @@ def report_command(
 
 
 def _crossover_images(folders: Sequence[LoadedResults]) -> tuple[list[ReportImage], list[str]]:
-    """The crossover figure of each folder whose ``stack.json`` names a stack (read from its
-    stack file now: a results folder does not record the file), and why any is left out."""
-    from testbed.crossover_figure import stack_crossover_images
+    """The crossover figure of each folder whose ``stack.json`` names a stack
+    (:func:`testbed.crossover_figure.folder_crossover_images`), and why any is left out."""
+    from testbed.crossover_figure import folder_crossover_images
 
     images: list[ReportImage] = []
     skipped = []
-    for stack in dict.fromkeys(str(f.stack["stack"]) for f in folders if f.stack.get("stack")):
-        origin = f"stacks/Pulumi.{stack}.yaml as it is now (the results do not record the file)"
-        mine, why = stack_crossover_images(stack, (), origin)
+    drawn: set[str] = set()
+    for folder in folders:
+        stack = str(folder.stack.get("stack") or "")
+        if not stack or f"crossover-{stack}" in drawn:
+            continue
+        mine, why = folder_crossover_images(folder.path, stack)
+        drawn |= {image.key for image in mine}
         images += mine
         skipped += [why] if why else []
     return images, skipped

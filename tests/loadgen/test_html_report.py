@@ -37,6 +37,8 @@ from loadgen.report import verdict_rows
 from loadgen.results import GridResult
 from loadgen.results_folder import REPORT_FILE, load_results
 from loadgen.runner import run_grid_async
+from stackmodel.crossover import crossover, crossover_json
+from stackmodel.stacks import load_stack
 from testbed.cli import app
 
 pytestmark = pytest.mark.timeout(120)
@@ -452,3 +454,10 @@ def test_report_of_a_stack_has_its_crossover(folders: tuple[Path, Path], tmp_pat
     assert "note: no crossover figure for renamed-away in the report: stack 'renamed-away'" in (
         " ".join(result.output.split())
     )
+    # A simulated folder's recorded crossover is drawn, not the stack file's as it is now.
+    (gone / "crossover.json").write_text(crossover_json(crossover(load_stack("kv-routing"))))
+    result = CliRunner().invoke(app, ["report", str(gone), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert "crossover: disaggregation pays on links above 13.9 GB/s" in html
+    assert "Drawn from the config renamed-away was simulated with (crossover.json)" in html

@@ -59,7 +59,8 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     # Each stack's crossover, from the config it was simulated with: in its report and the A / B.
     own = (tmp_path / "disagg-same-node" / "report.html").read_text()
     assert '<h2 id="crossover-disagg-same-node">' in own and "crossover-kv-routing" not in own
-    assert "Drawn from the config disagg-same-node was simulated with:" in own
+    assert "Drawn from the config disagg-same-node was simulated with (crossover.json):" in own
+    assert (tmp_path / "disagg-same-node" / "crossover.json").is_file()
     assert '<h2 id="crossover-kv-routing">' in report and "crossover: never on any link" in report
     assert not (tmp_path / "kv-routing" / HOLDER_FILE).exists()  # the lock is released
     first = run_json(tmp_path, "k2-c4-r1").read_text()
