@@ -94,6 +94,12 @@ def placement_problems(cfg: StackConfig) -> list[ConfigProblem]:
         units = node_class.nodes * node_class.gpus_per_node * slicing
         if wanted > units or not _pods_pack(node_class, on_class):
             last = max(i for i, w in enumerate(cfg.topology.workers) if w.node_class == name)
+            fixes = (
+                "add nodes, enable timeSlicing (workers of one GPU) or lower replicas"
+                if all(w.tensor_parallel_size == 1 for w in on_class)
+                else "add nodes, or lower replicas or tensorParallelSize (a worker of "
+                "several GPUs cannot use timeSlicing)"
+            )
             out.append(
                 ConfigProblem(
                     _workers_key(last, "replicas"),
@@ -103,8 +109,7 @@ def placement_problems(cfg: StackConfig) -> list[ConfigProblem]:
                     f"{wanted} nvidia.com/gpu (tensorParallelSize per replica) but the class "
                     f"offers {units} (nodes {node_class.nodes} x gpusPerNode "
                     f"{node_class.gpus_per_node} x time-slicing replicas {slicing}), and each "
-                    "pod's GPUs must be on one node; add nodes, enable timeSlicing (workers "
-                    "of one GPU) or lower replicas",
+                    f"pod's GPUs must be on one node; {fixes}",
                 )
             )
     return out

@@ -224,6 +224,15 @@ def test_the_simulation_gives_each_worker_its_gpus_and_all_reduces(tp_raw: Raw) 
             "each pod's GPUs must be on one node",
             lambda raw: raw["nodeClasses"]["h100"].update(gpusPerNode=8),
         ),
+        (  # more GPUs than the node class has: no time-slicing offered to a 4-GPU worker
+            lambda raw: raw["topology"]["workers"][1].update(replicas=2),
+            "topology.workers[1].replicas",
+            "need 12 nvidia.com/gpu (tensorParallelSize per replica) but the class offers 8 "
+            "(nodes 1 x gpusPerNode 8 x time-slicing replicas 1), and each pod's GPUs must be "
+            "on one node; add nodes, or lower replicas or tensorParallelSize (a worker of "
+            "several GPUs cannot use timeSlicing)",
+            lambda raw: raw["topology"]["workers"][1].update(replicas=1),
+        ),
     ],
 )
 def test_what_a_tensor_parallel_worker_needs_is_checked_and_the_fix_holds(
