@@ -117,6 +117,14 @@ def write_rendered(rendered: Rendered, out_dir: Path) -> list[Path]:
     return written
 
 
+def add_written(out_dir: Path, path: Path) -> None:
+    """Count ``path``, written into ``out_dir`` after :func:`write_rendered` (the crossover
+    figure), among the render's own files, so that the next render into the folder removes it
+    with the rest."""
+    with (out_dir / WRITTEN_FILE).open("a", encoding="utf-8") as listed:
+        listed.write(f"{path.name}\n")
+
+
 def _canonical(obj: dict[str, Any]) -> dict[str, Any]:
     """apiVersion, kind, metadata first (as kubectl writes them), then the rest sorted."""
     head: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}

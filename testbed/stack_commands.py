@@ -166,6 +166,7 @@ def _crossover(console: Any, stack: str, settings: Sequence[Setting], out: Path 
     if out is None:
         return
     from testbed.crossover_figure import draw_crossover
+    from testbed.render_files import add_written
 
     table = Table(title="crossover: KV path cost / prefill saved, ms (yes: it pays)")
     table.add_column("prompt tokens")
@@ -183,6 +184,7 @@ def _crossover(console: Any, stack: str, settings: Sequence[Setting], out: Path 
         )
     console.print(table)
     path = draw_crossover(result, stack, out / "crossover.png")
+    add_written(out, path)
     console.print(f"wrote the crossover figure to {path}")
 
 

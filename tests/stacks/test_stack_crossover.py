@@ -82,3 +82,7 @@ def test_render_prints_the_crossover_and_writes_its_figure(
     assert "crossover: disaggregation pays on links above 13.9 GB/s" in result.output
     assert "crossover: KV path cost / prefill saved" in result.output
     assert (tmp_path / "crossover.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The figure is the render's own file: a later render without --crossover removes it.
+    again = CliRunner().invoke(app, ["render", "disagg-same-node", "--out", str(tmp_path)])
+    assert again.exit_code == 0, again.output
+    assert not (tmp_path / "crossover.png").exists()
