@@ -213,7 +213,9 @@ def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
             continue  # sizing_problems names the quantity
         if shm < parse_quantity(TENSOR_PARALLEL_SHARED_MEMORY):
             floor = memory_floor_bytes(
-                parse_quantity(w.base_memory), parse_quantity(TENSOR_PARALLEL_SHARED_MEMORY), 0
+                parse_quantity(w.base_memory) * tp,
+                parse_quantity(TENSOR_PARALLEL_SHARED_MEMORY),
+                0,
             )
             out.append(
                 ConfigProblem(

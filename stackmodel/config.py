@@ -331,9 +331,10 @@ class WorkerGroup(CamelModel):
     )
     base_memory: ConfigText = Field(
         default=DEFAULT_BASE_MEMORY,
-        description="Memory the worker needs without host-buffered KV and /dev/shm; the sizing "
-        "floor adds sharedMemorySize and concurrency x per-request KV on top (3,328Mi + 256Mi "
-        "= 3,584Mi: every part-3 run passed with it).",
+        description="Memory the worker needs without host-buffered KV and /dev/shm, per GPU "
+        "process (a tensor-parallel worker runs one per GPU: the floor counts "
+        "tensorParallelSize of them); the sizing floor adds sharedMemorySize and the host "
+        "mirror on top (3,328Mi + 256Mi = 3,584Mi: every part-3 run passed with it).",
     )
     shared_memory_size: ConfigText = Field(
         default=DEFAULT_SHARED_MEMORY,

@@ -119,8 +119,9 @@ def check_memory_floor(
     base_memory: str | int = DEFAULT_BASE_MEMORY,
     shared_memory: str | int = DEFAULT_SHARED_MEMORY,
     allow_unsafe_memory: bool = False,
+    ranks: int = 1,
 ) -> SizingFinding | None:
-    """Check a worker's memory limit against its floor, base + /dev/shm + host mirror
+    """Check a worker's memory limit against its floor, ranks x base + /dev/shm + host mirror
     (:func:`kvpath.memory.memory_floor_bytes`).
 
     Args:
@@ -132,6 +133,12 @@ def check_memory_floor(
         shared_memory: its memory-backed /dev/shm size (quantity or bytes).
         allow_unsafe_memory: the stack's explicit override: report a ``warning`` instead of an
             ``error`` (to reproduce the seed's OOMKill on purpose).
+        ranks: its GPU processes (``tensorParallelSize``), each counted at ``base_memory``:
+            with more than one GPU vLLM's ``MultiprocExecutor`` runs one worker process per
+            rank (``vllm/v1/executor/multiproc_executor.py``, ``_init_executor``: one
+            ``WorkerProc.make_worker_process`` per rank), each with its own CUDA context,
+            PyTorch and vLLM, where a one-GPU worker runs its model in the engine's process;
+            taking each at the seed's one-process figure is an assumption, not measured.
 
     Returns:
         None when the limit is at or above the floor, else the finding.
@@ -142,8 +149,9 @@ def check_memory_floor(
     configured = parse_quantity(memory_limit)
     base = parse_quantity(base_memory)
     shm = parse_quantity(shared_memory)
-    required = memory_floor_bytes(base, shm, host_mirror_bytes)
-    base_text = f"base {format_quantity(base)} + /dev/shm {format_quantity(shm)}"
+    required = memory_floor_bytes(base * ranks, shm, host_mirror_bytes)
+    per_rank = f"{ranks} GPU processes x " if ranks > 1 else ""
+    base_text = f"base {per_rank}{format_quantity(base)} + /dev/shm {format_quantity(shm)}"
     if configured >= required:
         return None
     minimum = format_quantity(ceil_mib(required))
@@ -684,7 +692,8 @@ def build_sizing_report(
             )
         limit = parse_quantity(component.memory_limit)
         shm = parse_quantity(component.shared_memory_size)
-        floor = memory_floor_bytes(parse_quantity(component.base_memory), shm, mirror)
+        ranks = component.tensor_parallel_size
+        floor = memory_floor_bytes(parse_quantity(component.base_memory) * ranks, shm, mirror)
         finding = check_memory_floor(
             component.name,
             component.memory_limit,
@@ -692,6 +701,7 @@ def build_sizing_report(
             base_memory=component.base_memory,
             shared_memory=component.shared_memory_size,
             allow_unsafe_memory=allow_unsafe_memory,
+            ranks=ranks,
         )
         if finding is not None:
             findings.append(finding)

@@ -253,8 +253,8 @@ def test_what_a_tensor_parallel_worker_needs_is_checked_and_the_fix_holds(
 def test_the_shared_memory_fix_names_the_memory_limit_it_needs(tp_raw: Raw) -> None:
     tp_raw["topology"]["workers"][0].update(sharedMemorySize="256Mi", memoryLimit="3584Mi")
     message = problems("tp", tp_raw)["topology.workers[0].sharedMemorySize"]
-    assert "raise that to at least 5376Mi" in message  # base 3,328Mi + 2Gi
-    tp_raw["topology"]["workers"][0].update(sharedMemorySize="2Gi", memoryLimit="5376Mi")
+    assert "raise that to at least 15Gi" in message  # 4 GPU processes x base 3,328Mi + 2Gi
+    tp_raw["topology"]["workers"][0].update(sharedMemorySize="2Gi", memoryLimit="15Gi")
     parse_stack_config("tp", tp_raw)
 
 
@@ -299,3 +299,16 @@ def test_a_mocker_stack_still_needs_what_the_simulation_splits(tp_raw: Raw) -> N
     )
     tp_raw["model"]["geometry"] |= {"hiddenSize": 8192, "numAttentionHeads": 64}
     parse_stack_config("tp", tp_raw)
+
+
+def test_the_memory_floor_counts_a_process_per_gpu(tp_raw: Raw) -> None:
+    """vLLM runs one worker process per rank (MultiprocExecutor): a 4-GPU worker's floor is 4 x
+    baseMemory + /dev/shm, and a limit between one process's floor and four's is refused."""
+    tp_raw["topology"]["workers"][1].update(memoryLimit="8Gi")
+    found = problems("tp", tp_raw)
+    (message,) = [m for m in found.values() if "memory limit" in m]
+    floor = "base 4 GPU processes x 3328Mi + /dev/shm 2Gi = 15Gi (16,106,127,360 B)"
+    assert f"below its floor {floor}" in message
+    assert "Raise memoryLimit to at least 15Gi" in message
+    tp_raw["topology"]["workers"][1].update(memoryLimit="15Gi")
+    parse_stack_config("tp", tp_raw)  # the fix holds
