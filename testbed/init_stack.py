@@ -86,7 +86,7 @@ def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
 def init_stack_command(
     name: Annotated[str, typer.Argument(help="The new stack's name (also its graph's name).")],
     source: Annotated[
-        str, typer.Option("--from", help="The shipped stack to start from.")
+        str, typer.Option("--from", help="The stack to start from: a shipped one or your own.")
     ] = "kv-routing",
 ) -> None:
     """Write stacks/Pulumi.NAME.yaml, a copy of a shipped stack to adapt to your cluster.

@@ -389,7 +389,16 @@ def simulate_command(
             "--requests", min=1, help="Requests per run. [default: 100]", rich_help_panel=GRID
         ),
     ] = None,
-    overrides: SetOption = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help=SET_HELP + " Applies to STACK and STACK_B alike; to simulate a stack against a "
+            "changed copy of it, make the copy with `testbed init-stack NEW --from STACK`.",
+            rich_help_panel=STACK,
+        ),
+    ] = None,
     speedup: Annotated[
         float,
         typer.Option(
@@ -443,7 +452,11 @@ def simulate_command(
         grid = _against_grid(against, stack_b, grid, full)
     settings = _settings(overrides)
     if len(set(names)) < len(names):
-        fail(f"STACK and STACK_B are both {stack}: name two different stacks")
+        fail(
+            f"STACK and STACK_B are both {stack}: name two different stacks (to simulate "
+            f"{stack} against a changed copy, make one with `testbed init-stack NEW --from "
+            f"{stack}` and edit it)"
+        )
     _refuse_twice_set(grid, settings)
     values = {}
     for name in names:  # every stack is checked before anything starts
