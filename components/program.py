@@ -49,6 +49,7 @@ from stackmodel.checks import (
     placement_warnings,
     platform_release_warnings,
     release_warnings,
+    same_node_link_warnings,
 )
 from stackmodel.config import (
     PlatformStackConfig,
@@ -464,7 +465,8 @@ def deploy(
     ``warnings`` (``config_warnings``: the config map's; sizing's,
     :func:`~stackmodel.checks.deprecation_warnings`,
     :func:`~stackmodel.checks.gated_model_warnings`, :func:`~stackmodel.checks.fp8_warnings`,
-    :func:`~stackmodel.checks.placement_warnings`, :func:`~stackmodel.checks.overlap_warnings`,
+    :func:`~stackmodel.checks.placement_warnings`,
+    :func:`~stackmodel.checks.same_node_link_warnings`, :func:`~stackmodel.checks.overlap_warnings`,
     :func:`~stackmodel.checks.release_warnings`, and the version gate's when the workers'
     Dynamo release is not the operator's chart version); with ``load.enabled`` the
     load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
@@ -481,6 +483,7 @@ def deploy(
         *fp8_warnings(cfg),
         *gated_model_warnings(cfg, with_hf_token=hf_token is not None),
         *placement_warnings(cfg),
+        *same_node_link_warnings(cfg),
         *release_warnings(cfg),
         *overlap_warnings(cfg),
     ]

@@ -42,12 +42,14 @@ from stackmodel.sizing import (
     kv_link,
     link_profile,
     model_geometry,
+    same_host,
     stack_sizing,
 )
 from stackmodel.ucx import (
     CUDA_CAPABLE_EXAMPLE,
     RDMA_CAPABLE_EXAMPLE,
     UCX_TLS,
+    moves_between_gpus,
     moves_gpu_memory,
     moves_over_rdma,
 )
@@ -800,6 +802,41 @@ def placement_warnings(cfg: StackConfig) -> list[str]:
                 "decode on different nodes, give each its own node class (a nodeSelector on a "
                 "label only its nodes carry)"
             )
+    return out
+
+
+def same_node_link_warnings(cfg: StackConfig) -> list[str]:
+    """A same-node KV path sized as the seed's host-memory TCP while the workers move KV in GPU
+    buffers with ``cuda_ipc``: UCX then copies between the node's GPUs over their interconnect
+    (NVLink or PCIe), not through TCP, so the default ``links.sameNode`` (``same-node-tcp``, 1
+    GB/s) understates it; said with the rate to set."""
+    out: list[str] = []
+    if cfg.links.same_node != "same-node-tcp":
+        return out
+    for group in cfg.topology.workers:
+        kv = group.kv_transfer
+        if group.role != "prefill" or kv is None or kv.buffer_device != "cuda":
+            continue
+        if not moves_between_gpus(group.env.get(UCX_TLS)):
+            continue
+        shares = any(
+            w.role == "decode"
+            and (w.node_class == group.node_class or same_host(cfg, group.node_class, w.node_class))
+            for w in cfg.topology.workers
+        )
+        gpu = cfg.node_classes[group.node_class].gpu
+        spec = resolve_gpu(gpu)[0] if gpu is not None else None
+        if not shares or spec is None or spec.interconnect_gb_per_s is None:
+            continue
+        rate = f"{spec.interconnect_gb_per_s:g}"
+        out.append(
+            f"{PROJECT}:links.sameNode = 'same-node-tcp': prefill '{group.name}' moves KV in "
+            f"GPU buffers with cuda_ipc in UCX_TLS, so on one node UCX copies it between the "
+            f"GPUs over their {spec.interconnect} ({rate} GB/s per direction on {spec.name}), "
+            "not over host-memory TCP at 1 GB/s as the sizing and the simulation take it; set "
+            f"links.sameNode: {rate} (GB/s, the interconnect's rate; less in practice), or "
+            "probe the path (testbed probe kv-path STACK --in-cluster same-node)"
+        )
     return out
 
 

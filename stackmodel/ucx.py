@@ -86,6 +86,14 @@ def moves_gpu_memory(ucx_tls: str | None) -> bool:
     return _enables(ucx_tls, frozenset({GPU_MEMORY_TRANSPORT}))
 
 
+def moves_between_gpus(ucx_tls: str | None) -> bool:
+    """True when UCX with this ``UCX_TLS`` value may copy from one GPU to another of the same
+    node directly (``cuda_ipc``: CUDA IPC over NVLink or PCIe peer-to-peer, part of the
+    ``cuda`` alias): unset, ``all``, ``tcp,self,cuda`` -> True; ``tcp,self,cuda_copy`` ->
+    False."""
+    return _enables(ucx_tls, frozenset({"cuda_ipc"}))
+
+
 def moves_over_rdma(ucx_tls: str | None) -> bool:
     """True when UCX with this ``UCX_TLS`` value may use an InfiniBand/RoCE transport
     (``rc``, ``ud``, ``dc``, ``ib`` and their verbs/mlx5 forms; aliases from ``ucp_tl_aliases``

@@ -18,6 +18,7 @@ from test_stack_render import arg_value, components, main_container
 from test_stack_schemas import DGD_CRD, KUBERNETES_VERSION
 
 from manifests.graph import dgd_manifest, vllm_deployment_manifests
+from stackmodel.checks import same_node_link_warnings
 from stackmodel.errors import StackConfigError
 from stackmodel.models import KNOWN_MODELS
 from stackmodel.sizing import stack_sizing
@@ -312,3 +313,20 @@ def test_the_memory_floor_counts_a_process_per_gpu(tp_raw: Raw) -> None:
     assert "Raise memoryLimit to at least 15Gi" in message
     tp_raw["topology"]["workers"][1].update(memoryLimit="15Gi")
     parse_stack_config("tp", tp_raw)  # the fix holds
+
+
+def test_a_same_node_gpu_buffer_path_is_not_left_at_host_tcp(tp_raw: Raw) -> None:
+    """Prefill and decode on one 8-GPU node with GPU buffers and cuda in UCX_TLS: cuda_ipc
+    copies over NVLink, and the default links.sameNode (host TCP, 1 GB/s) is warned with the
+    rate to set; set, the warning goes and the verdict takes it."""
+    (warning,) = same_node_link_warnings(parse_stack_config("tp", tp_raw))
+    assert warning.startswith("dynamo-testbed:links.sameNode = 'same-node-tcp': prefill 'prefill'")
+    assert "over their nvlink (450 GB/s per direction on h100-sxm)" in warning
+    assert "set links.sameNode: 450 (GB/s" in warning
+    tp_raw["links"] = {**tp_raw.get("links", {}), "sameNode": 450}
+    fixed = parse_stack_config("tp", tp_raw)
+    assert same_node_link_warnings(fixed) == []
+    assert stack_sizing(fixed).report.disaggregation.link_bytes_per_s == 450e9
+    tp_raw["topology"]["workers"][0]["env"]["UCX_TLS"] = "tcp,self,cuda_copy"  # no cuda_ipc
+    tp_raw["links"]["sameNode"] = "same-node-tcp"
+    assert same_node_link_warnings(parse_stack_config("tp", tp_raw)) == []
