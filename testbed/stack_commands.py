@@ -235,6 +235,8 @@ def render_command(
         )
         for warning in outputs.get("warnings", []):
             warn(warning)
+        if sweep:
+            warn("--crossover: a platform stack runs no workers, so there is no crossover")
         console.print(f"wrote {len(paths)} files to {out}/")
         return
     placement = Table(title=f"stack {stack}: placement")

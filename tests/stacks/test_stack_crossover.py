@@ -86,3 +86,10 @@ def test_render_prints_the_crossover_and_writes_its_figure(
     again = CliRunner().invoke(app, ["render", "disagg-same-node", "--out", str(tmp_path)])
     assert again.exit_code == 0, again.output
     assert not (tmp_path / "crossover.png").exists()
+
+
+def test_render_of_the_platform_stack_says_it_has_no_crossover(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["render", "platform", "--out", str(tmp_path), "--crossover"])
+    assert result.exit_code == 0, result.output
+    assert "warning: --crossover: a platform stack runs no workers" in result.output
+    assert not (tmp_path / "crossover.png").exists()
