@@ -72,7 +72,9 @@ class Mark:
 
 @dataclass(frozen=True)
 class Panel:
-    """One set of axes. `x_ticks`: the exact ticks (grid axes: prefix kinds), () for automatic."""
+    """One set of axes. `x_ticks`: the exact ticks (grid axes: prefix kinds), () for automatic;
+    `y_from_zero`: a linear y axis starts at 0 (a grid metric's: a range of a few tenths of a
+    millisecond must not look like a large difference)."""
 
     title: str
     x_label: str
@@ -81,6 +83,7 @@ class Panel:
     log_x: bool = False
     log_y: bool = False
     x_ticks: tuple[float, ...] = ()
+    y_from_zero: bool = False
     bands: tuple[Band, ...] = ()
     marks: tuple[Mark, ...] = ()
 
@@ -153,6 +156,7 @@ def _metric_panel(
         series=tuple(series),
         log_y=log and _wide(values),
         x_ticks=tuple(float(k) for k in kinds),
+        y_from_zero=True,
     )
 
 

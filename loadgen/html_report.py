@@ -118,6 +118,8 @@ def _draw_panel(ax: Axes, panel: Panel) -> None:
     if panel.log_y:
         ax.set_yscale("log")
         _plain_log_ticks(ax.yaxis)
+    elif panel.y_from_zero and panel.series:
+        ax.set_ylim(bottom=0)
     if panel.x_ticks:
         ax.set_xticks(panel.x_ticks, [f"{t:g}" for t in panel.x_ticks])
     ax.set_title(panel.title, fontsize=10)

@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 from loadgen.config import LoadConfig
 from loadgen.figures import Figure, Series, report_figures, request_times_s
-from loadgen.html_report import write_folder_reports, write_report
+from loadgen.html_report import draw, write_folder_reports, write_report
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe, placed
 from loadgen.intervals import ab_comparisons
 from loadgen.report import verdict_rows
@@ -136,6 +136,10 @@ def test_grid_figures_plot_the_summary_values(
 ) -> None:
     figure = figures[key]
     assert len(figure.panels) == len(fields)
+    drawn = draw(figure).axes
+    for ax, panel in zip(drawn, figure.panels, strict=True):
+        # a linear grid axis starts at 0: a few tenths of a ms must not look like a big gap
+        assert panel.log_y or ax.get_ylim()[0] == 0
     for panel, field in zip(figure.panels, fields, strict=True):
         plotted = {(s.side, s.label): list(zip(s.x, s.y, strict=True)) for s in panel.series}
         bars = {(s.side, s.label): list(zip(s.y_low, s.y_high, strict=True)) for s in panel.series}
