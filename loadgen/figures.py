@@ -101,6 +101,11 @@ class Figure:
     share_x: bool = False
 
 
+def _sides_note(results: Sequence[LoadedResults]) -> str:
+    """``"; A solid, B dashed"`` for two results, nothing for one."""
+    return "; A solid, B dashed" if len(results) > 1 else ""
+
+
 def _wide(values: Sequence[float]) -> bool:
     positive = [v for v in values if v > 0]
     return bool(positive) and max(positive) / min(positive) > WIDE_RANGE
@@ -186,8 +191,8 @@ def grid_figure(
         key=key,
         title=title,
         caption="Median over repetitions of each grid point (summary.json); one line per "
-        "concurrency; A solid, B dashed; error bars: the point's interval over its repetitions "
-        "(2 or more; a simulation's spread comes from its routing runs only).",
+        f"concurrency{_sides_note(results)}; error bars: the point's interval over its "
+        "repetitions (2 or more; a simulation's spread comes from its routing runs only).",
         panels=panels,
         columns=len(panels),
     )
@@ -246,7 +251,7 @@ def cdf_figure(results: Sequence[LoadedResults]) -> Figure:
         key="ttft-cdf",
         title="TTFT distribution per grid point",
         caption="Empirical CDF of every successful request's TTFT (requests.parquet), "
-        "repetitions pooled; A solid, B dashed.",
+        f"repetitions pooled{_sides_note(results)}.",
         panels=tuple(dataclasses.replace(p, log_x=log_x) for p in panels),
         columns=len({k for k, _ in keys}),
         share_x=True,
