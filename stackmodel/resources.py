@@ -254,7 +254,7 @@ def compare_resources(
     affects = {}
     if (ra.workers, ra.gpus) != (rb.workers, rb.gpus):
         affects["requests_per_s"] = (
-            f"throughput: {ra.workers} vs {rb.workers} workers on {_gpus(ra.gpus)} vs "
+            f"throughput: {ra.workers} workers on {_gpus(ra.gpus)} vs {rb.workers} on "
             f"{_gpus(rb.gpus)} serve the requests, so the ratio includes the difference"
         )
     if ra.prefix_cache_workers != rb.prefix_cache_workers:

@@ -74,7 +74,7 @@ def test_the_seeds_comparison_says_what_differed_and_what_it_affects() -> None:
         "in all: 6 workers on 2 GPUs vs 4 workers on 1 GPU",
     ]
     assert comparison.affects == {
-        "requests_per_s": "throughput: 6 vs 4 workers on 2 GPUs vs 1 GPU serve the requests, "
+        "requests_per_s": "throughput: 6 workers on 2 GPUs vs 4 on 1 GPU serve the requests, "
         "so the ratio includes the difference",
         "cached_ratio": "prefix-cache capacity: 6 vs 2 workers hold prefix cache (aggregated "
         "and prefill workers)",
@@ -159,7 +159,7 @@ def test_compare_says_what_the_folders_ran_on(tmp_path: Path) -> None:
         "Resources differ (kv-routing / disagg-same-node): kv-routing also used node class "
         "gpu-8gb: 2 workers on 1 GPU; in all: 6 workers on 2 GPUs vs 4 workers on 1 GPU."
     ) in output
-    assert "- requests/s includes it: throughput: 6 vs 4 workers" in output
+    assert "- requests/s includes it: throughput: 6 workers on 2 GPUs vs 4 on 1 GPU" in output
     assert "- cached ratio includes it: prefix-cache capacity: 6 vs 2 workers" in output
     assert "- TTFT p50/p99: one request's prefill runs on one worker" in output
 

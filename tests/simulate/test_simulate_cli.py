@@ -42,7 +42,7 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
         "gpu-8gb: 2 workers on 1 GPU; in all: 6 workers on 2 GPUs vs 4 workers on 1 GPU."
     )
     assert table_at < note_at
-    assert "- requests/s includes it: throughput: 6 vs 4 workers" in output
+    assert "- requests/s includes it: throughput: 6 workers on 2 GPUs vs 4 on 1 GPU" in output
     # issue 22, item 3: the A / B table says it is simulated, and how the seed's values compare
     assert "kv-routing / disagg-same-node (SIMULATED)" in output
     accuracy = output.index("Simulated, not measured: ")
