@@ -78,7 +78,11 @@ def test_render_prints_the_crossover_and_writes_its_figure(
     assert result.exit_code == 0, result.output
     # the published comparisons are drawn beside the stack's own point
     (published,) = drawn
-    assert [p.key for p in published] == ["dynamo-llama-70b", "nebius-qwen3-32b"]
+    assert [p.key for p in published] == [
+        "dynamo-llama-70b",
+        "dynamo-llama-70b-1node",
+        "nebius-qwen3-32b",
+    ]
     assert "crossover: disaggregation pays on links above 13.9 GB/s" in result.output
     assert "crossover: KV path cost / prefill saved" in result.output
     assert (tmp_path / "crossover.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,6 +8,7 @@ import pytest
 
 from stackmodel.published import (
     DYNAMO_LLAMA_70B,
+    DYNAMO_LLAMA_70B_ONE_NODE,
     NEBIUS_QWEN3_32B,
     PUBLISHED_PAIRS,
     PublishedPair,
@@ -52,6 +53,25 @@ def test_the_70b_pair_is_the_readme_s_shape_with_prefill_and_decode_on_two_nodes
     assert step.fp8_weights and step.geometry.weight_bytes == 70_553_706_496 // 4
 
 
+def test_the_one_node_70b_pair_puts_four_single_gpu_prefills_beside_a_tp4_decode() -> None:
+    cfg = DYNAMO_LLAMA_70B_ONE_NODE.config("disaggregated")
+    topology = run_topology(cfg)
+    shapes = sorted(
+        (w.role, w.step.tensor_parallel.size if w.step.tensor_parallel else 1)
+        for w in topology.workers
+    )
+    assert shapes == [("decode", 4)] + [("prefill", 1)] * 4
+    assert {w.host_name for w in topology.workers} == {"node-0/node-0"}
+    # one node: the KV moves over the same-node link, taken as the rdma profile's 20 GB/s
+    assert topology.same_node_link is not None and topology.same_node_link.name == "rdma"
+    # a single-GPU prefill worker holds all 70.6 GB of FP8 weights
+    assert engine_step(cfg, "prefill-0").geometry.weight_bytes == 70_553_706_496
+    agg = run_topology(DYNAMO_LLAMA_70B_ONE_NODE.config("aggregated")).workers
+    assert [w.role for w in agg] == ["aggregated"] * 2
+    # the source publishes the disaggregated side's figures only
+    assert {f.aggregated for f in DYNAMO_LLAMA_70B_ONE_NODE.figures} == {None}
+
+
 def test_the_qwen3_32b_pair_fills_ten_gpus_with_the_recipe_s_sizes() -> None:
     agg = run_topology(NEBIUS_QWEN3_32B.config("aggregated")).workers
     disagg = run_topology(NEBIUS_QWEN3_32B.config("disaggregated")).workers
@@ -61,9 +81,13 @@ def test_the_qwen3_32b_pair_fills_ten_gpus_with_the_recipe_s_sizes() -> None:
     assert run_topology(NEBIUS_QWEN3_32B.config("disaggregated")).kv_bytes_per_token == 262_144
 
 
-def test_the_crossover_model_agrees_with_one_publication_and_not_the_other() -> None:
+def test_the_crossover_model_agrees_with_the_70b_publications_and_not_the_32b_one() -> None:
     points = {p.key: p for p in published_points()}
     llama, qwen = points["dynamo-llama-70b"], points["nebius-qwen3-32b"]
+    # one node, TP1 prefill: the prefill it saves is 4x a TP4 one's, so it pays above 3.6 GB/s
+    one_node = points["dynamo-llama-70b-1node"]
+    assert one_node.break_even_bytes_per_s == pytest.approx(3.6e9, rel=0.01)
+    assert one_node.paid and one_node.agrees
     # Llama 70B, FP8 weights on TP4 H100: 327,680 B of BF16 KV per prompt token against the
     # prefill it saves: pays above 9.6 GB/s, under the rdma profile's 20
     assert llama.break_even_bytes_per_s == pytest.approx(9.6e9, rel=0.01)
@@ -79,18 +103,19 @@ def test_the_figure_draws_each_published_point_with_its_own_break_even() -> None
     marks = published_marks(published_points())
     assert [(m.prompt_tokens, m.link_gb_per_s, m.filled) for m in marks] == [
         (3_000, 20.0, True),
+        (3_000, 20.0, True),
         (4_000, 20.0, False),
     ]
-    assert [round(m.break_even_gb_per_s or 0, 1) for m in marks] == [9.6, 10.2]
-    assert len({m.colour for m in marks}) == 2
+    assert [round(m.break_even_gb_per_s or 0, 1) for m in marks] == [9.6, 3.6, 10.2]
+    assert len({m.colour for m in marks}) == 3
     assert marks[0].label == (
         "dynamo-llama-70b (break-even 9.6 GB/s): published paid, crossover agrees"
     )
-    assert marks[1].label.endswith("published lost, crossover disagrees")
+    assert marks[2].label.endswith("published lost, crossover disagrees")
 
 
 def test_a_point_that_never_pays_draws_no_line() -> None:
-    never = published_points()[1]
+    never = {p.key: p for p in published_points()}["nebius-qwen3-32b"]
     never = type(never)(**{**never.__dict__, "break_even_bytes_per_s": None})
     (mark,) = published_marks([never])
     assert mark.break_even_gb_per_s is None
