@@ -821,7 +821,52 @@ def engine_step(cfg: StackConfig, group: str, fit: EngineFit = SEED_FIT) -> Engi
         prefill_tokens_per_s_override=cfg.sizing.prefill_tokens_per_s,
         tensor_parallel=tensor_parallel(geometry, gpu, tp),
         fp8_weights=geometry.weight_dtype_bytes == FP8_BYTES,
+        max_batched_tokens=max_batched_tokens(cfg, group),
     )
+
+
+BIG_GPU_GIB = 70
+"""vLLM's threshold for its larger step-budget defaults, GiB of GPU memory
+(:func:`max_batched_tokens`)."""
+
+MAX_BATCHED_TOKENS_BIG, MAX_BATCHED_TOKENS_OTHER = 8_192, 2_048
+"""vLLM's default ``max_num_batched_tokens`` for an API server (``UsageContext.
+OPENAI_API_SERVER``) on a GPU of at least :data:`BIG_GPU_GIB` that is not an A100, and on every
+other GPU (``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``, read in a stored
+copy: the 0.31.0 tag is over this workplace's fetch limit)."""
+
+_BUDGET_FLAG = "--max-num-batched-tokens"
+
+
+def max_batched_tokens(cfg: StackConfig, group: str) -> int:
+    """The per-step token budget of a worker of ``group``: the last ``--max-num-batched-tokens``
+    of its arguments (engine ``extraArgs``, then the group's: argparse's last wins; vLLM's
+    parser takes ``_`` for ``-``), else vLLM's default for an API server, the context Dynamo's
+    vLLM worker builds its engine in (``UsageContext.OPENAI_API_SERVER``,
+    ``dynamo/vllm/main.py`` line 686 in the ai-dynamo 1.6.1 wheel; ``vllm serve`` uses the
+    same): :data:`MAX_BATCHED_TOKENS_BIG` on a GPU of at least :data:`BIG_GPU_GIB` GiB (the
+    node class's ``gpuMemoryGiB``) that is not an A100, :data:`MAX_BATCHED_TOKENS_OTHER`
+    otherwise.
+
+    Raises:
+        KeyError: no worker group ``group``.
+    """
+    worker = next((w for w in cfg.topology.workers if w.name == group), None)
+    if worker is None:
+        raise KeyError(group)
+    budget: int | None = None
+    args = [*cfg.engine.extra_args, *worker.extra_args]
+    for i, arg in enumerate(args):
+        flag, _, value = arg.replace("_", "-").partition("=")
+        if flag == _BUDGET_FLAG:
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            budget = int(value) if value.isdigit() else budget
+    if budget is not None:
+        return budget
+    node = cfg.node_classes[worker.node_class]
+    gpu, _ = resolve_gpu(node.gpu)
+    big = node.gpu_memory_gib >= BIG_GPU_GIB and "a100" not in gpu.name
+    return MAX_BATCHED_TOKENS_BIG if big else MAX_BATCHED_TOKENS_OTHER
 
 
 def tensor_parallel(geometry: ModelGeometry, gpu: GpuSpec, size: int) -> TensorParallel | None:

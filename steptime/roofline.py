@@ -119,6 +119,9 @@ class EngineStep:
     compute terms run at the GPU's FP8 peak where it has FP8 tensor cores
     (:meth:`steptime.gpus.GpuSpec.compute_flops_per_s`; the fit's efficiency, measured in BF16,
     is carried over: an extrapolation), and the weight read is the geometry's (1 B a weight).
+    ``max_batched_tokens``: vLLM's per-step token budget (``--max-num-batched-tokens``): the
+    most tokens one step computes, one for each decoding request and the rest prompt chunks
+    (None: no budget; :func:`stackmodel.sizing.max_batched_tokens` gives a stack's).
     """
 
     gpu: GpuSpec
@@ -127,6 +130,7 @@ class EngineStep:
     prefill_tokens_per_s_override: float | None = None
     tensor_parallel: TensorParallel | None = None
     fp8_weights: bool = False
+    max_batched_tokens: int | None = None
 
     def _allreduce_s(self, tokens: int) -> float:
         return 0.0 if self.tensor_parallel is None else self.tensor_parallel.allreduce_s(tokens)

@@ -37,8 +37,11 @@ What it models:
   aggregated request's prefix-cache hit is the real run's, not this guess; a disaggregated
   request's prefill hit is this guess (above).
 - **Workers**: a vLLM engine step batches every running request's next token with waiting
-  prefills. Its times come from the worker's :class:`steptime.roofline.EngineStep` (its GPU,
-  the model, the fitted efficiencies): ``host_s`` on the worker's own CPU (scheduling, input
+  prefills, within the step's token budget (``EngineStep.max_batched_tokens``, vLLM's
+  ``--max-num-batched-tokens``): decodes first, then prompts in arrival order, the last one
+  taken chunked and finished in later steps (:meth:`_Worker._schedule`). Its times come from
+  the worker's :class:`steptime.roofline.EngineStep` (its GPU, the model, the fitted
+  efficiencies): ``host_s`` on the worker's own CPU (scheduling, input
   preparation, sampling, output processing: not shared), then ``gpu_s(uncached prompt tokens,
   decoding requests' contexts)`` seconds of the GPU alone; workers on one GPU share that part
   (time-slicing as processor sharing with ``timeslice_efficiency``). For a 0.6B model much of
@@ -88,12 +91,13 @@ The engine step times (the GPU and host parts above) are each worker's ``WorkerS
 (:mod:`steptime`); the KV path reads only a step's end, so its costs do not depend on the step
 model's values.
 
-What it does not model: GPU memory pressure and preemption, chunked-prefill limits, the
+What it does not model: GPU memory pressure and preemption, ``max_num_seqs``, the
 frontend's own CPU, network latency besides the KV link, and KV events' delay.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict
 from collections.abc import Generator, Sequence
@@ -277,6 +281,7 @@ class _Worker:
         self.killed_at: float | None = None
         self.waiting: list[_Request] = []
         self.running: list[_Request] = []
+        self._computed: dict[_Request, int] = {}  # prompt tokens computed of a chunked request
         self.cache: OrderedDict[int, int] = OrderedDict()  # prefix id -> its tokens (LRU)
         self.wake = model.env.event()
         self.mirror: ResidentMirror | None = None
@@ -319,6 +324,35 @@ class _Worker:
         if not self.wake.triggered:
             self.wake.succeed()
 
+    def _schedule(self, budget: float) -> tuple[list[_Request], int]:
+        """The waiting requests whose prefill this step completes, and the prompt tokens it
+        computes: vLLM's V1 ``Scheduler.schedule`` spends the step's token budget on the
+        running requests first (one token each for the decoding ones, then the rest of a
+        partly computed prompt), then on waiting requests in arrival order, chunking the last
+        one it takes (chunked prefill, on by default); a chunked request stays first in line
+        and its next chunk comes first the next step (``_computed`` holds its progress)."""
+        done: list[_Request] = []
+        tokens = 0
+        while self.waiting and budget > 0:
+            r = self.waiting[0]
+            if r not in self._computed:
+                if self.spec.role == "prefill":
+                    # get_computed_blocks (the lookup), then allocate_slots, which caches the
+                    # new blocks before the step computes them, so a later request of this
+                    # step already hits this one's prefix.
+                    r.outcome.cached_tokens = self.cached_tokens(r.spec)
+                    self.remember(r.spec)
+                self._computed[r] = 0
+            chunk = int(min(self._prefill_tokens(r) - self._computed[r], budget))
+            self._computed[r] += chunk
+            budget -= chunk
+            tokens += chunk
+            if self._computed[r] < self._prefill_tokens(r):
+                break
+            del self._computed[r]
+            done.append(self.waiting.pop(0))
+        return done, tokens
+
     def engine(self) -> Generator[simpy.Event, object, None]:
         step = self.spec.step
         while self.alive:
@@ -326,22 +360,17 @@ class _Worker:
                 yield self.wake
                 self.wake = self.model.env.event()
                 continue
-            prefills, self.waiting = self.waiting, []
             decoding = list(self.running)
-            if self.spec.role == "prefill":
-                # vLLM's schedule() takes the waiting requests one at a time: get_computed_blocks
-                # (the lookup), then allocate_slots, which caches the new blocks before the step
-                # computes them, so the next request of this step already hits this one's prefix.
-                for r in prefills:
-                    r.outcome.cached_tokens = self.cached_tokens(r.spec)
-                    self.remember(r.spec)
+            budget = step.max_batched_tokens
+            prefills, uncached = self._schedule(
+                math.inf if budget is None else budget - len(decoding)
+            )
             if self.spec.role == "decode" and self.mirror is not None:
                 # sync_recved_kv_to_device: the received blocks, host -> device, blocking.
                 received = sum(r.outcome.moved_bytes for r in prefills)
                 yield from self._copy(received, 0, h2d=True)
                 if not self.alive:
                     return
-            uncached = sum(self._prefill_tokens(r) for r in prefills)
             contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in decoding]
             yield self.model.env.timeout(step.host_s)
             yield self.gpu.serve(step.gpu_s(uncached, contexts))

@@ -98,7 +98,9 @@ def test_a_simulated_folder_calibrates_back_to_its_figures(
     folder, plain = measured
     target = read_target(folder, plain)
     reported: list[Search] = []
-    found = fit([target], maxiter=40, progress=reported.append)
+    # 100 iterations a search: the 2,381-token prompts take two steps under the 24 GB GPU's
+    # 2,048-token step budget, and 40 stop short of the figures
+    found = fit([target], maxiter=100, progress=reported.append)
     for name, value in TRUE.items():
         assert getattr(found.engine, name) == pytest.approx(value, rel=0.05), name
     assert found.constants.request_overhead_s == pytest.approx(TRUE_OVERHEAD_S, rel=0.05)

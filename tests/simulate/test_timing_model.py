@@ -156,6 +156,27 @@ def test_a_request_hits_the_prefix_blocks_allocated_in_its_own_engine_step() -> 
         assert bool(timing.kills) is killed, blocks
 
 
+def test_a_step_spends_its_token_budget_on_decodes_first_then_chunks_the_prompts() -> None:
+    # vLLM's V1 scheduler under --max-num-batched-tokens 2048: two 1,500-token prompts arrive
+    # together; step 1 computes the first whole and 548 tokens of the second, step 2 the
+    # first's next token and the second's remaining 952.
+    step = dataclasses.replace(STEP, max_batched_tokens=2_048)
+    worker = WorkerSpec("w-0", "w", "aggregated", "gpu/0", step, 100_000)
+    reqs = [SimRequest(i, i, 0, 1_500, cached_tokens=0, output_tokens=3) for i in range(2)]
+    first, second = simulate_run(RunTopology(workers=(worker,)), CONSTANTS, reqs, 2).outcomes
+    start = first.sent_s + CONSTANTS.request_overhead_s
+    one = step.host_s + step.gpu_s(2_048, [])
+    two = step.host_s + step.gpu_s(952, [1_501])
+    assert first.token_s[0] - start == pytest.approx(one)
+    assert second.token_s[0] - start == pytest.approx(one + two)
+    assert first.token_s[1] == pytest.approx(second.token_s[0])
+    # without a budget both prompts take one step
+    unlimited = dataclasses.replace(worker, step=STEP)
+    both = simulate_run(RunTopology(workers=(unlimited,)), CONSTANTS, reqs, 2).outcomes
+    whole = STEP.host_s + STEP.gpu_s(3_000, [])
+    assert [o.token_s[0] - start for o in both] == pytest.approx([whole, whole])
+
+
 def test_concurrent_transfers_share_the_link() -> None:
     one = ttfts_s(cross_node(8192 * MI), requests(1, 1), 1)
     four = ttfts_s(cross_node(8192 * MI), requests(4, 4), 4)  # 4 cold prefixes at once

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from stackmodel.published import DYNAMO_LLAMA_70B_ONE_NODE
+from stackmodel.sizing import engine_step, max_batched_tokens
 from stackmodel.validation import parse_stack_config
 from steptime.roofline import decode_floor_s
 from testbed.calibration import CONSTANTS
@@ -55,16 +57,18 @@ def test_render_and_simulate_use_one_prefill_rate(
     assert "worker on l40s: dense BF16 roofline" in verdict["prefill_source"]
     topology = run_topology(parse_stack_config(STACK, raw))
     step = topology.workers[0].step
-    # one cold request alone: TTFT = request overhead + one engine step (host, weights, prefill)
+    # one cold request alone: TTFT = request overhead + its engine steps (host, weights) and
+    # its prefill; the L40S's 2,048-token step budget (vLLM's default under 70 GiB) splits the
+    # prompt over two steps
     prompt = 2_371
+    assert step.max_batched_tokens == 2_048
     request = SimRequest(0, 0, 2_134, prompt, cached_tokens=0, output_tokens=8)
     (outcome,) = simulate_run(topology, CONSTANTS, [request], 1).outcomes
     prefill_s = (
         outcome.token_s[0]
         - outcome.sent_s
         - CONSTANTS.request_overhead_s
-        - step.host_s
-        - step.decode_s([])
+        - 2 * (step.host_s + step.decode_s([]))
     )
     assert prompt / prefill_s == pytest.approx(verdict["prefill_tokens_per_s"], rel=1e-6)
     # the impossible figure: ~5 ms per output token; the weights alone need 18.6 ms
@@ -87,3 +91,23 @@ def test_an_unknown_gpu_is_a_one_line_error(
     with pytest.raises(Exception, match=r"nodeClasses\.l40s\.gpu.*unknown GPU 'l40'") as info:
         parse_stack_config(STACK, l40s_stack(raw_config("kv-routing"), gpu="l40"))
     assert "known: a10, a100-40gb" in str(info.value)
+
+
+def test_the_step_budget_is_vllms_api_server_default_unless_the_args_set_one(
+    raw_config: Callable[[str], dict[str, Any]],
+) -> None:
+    # vLLM's EngineArgs.get_batch_defaults for UsageContext.OPENAI_API_SERVER: 8,192 tokens a
+    # step on a GPU of >= 70 GiB that is not an A100, 2,048 on any other
+    raw = raw_config("kv-routing")
+    seed = parse_stack_config("kv-routing", raw)
+    assert {max_batched_tokens(seed, g.name) for g in seed.topology.workers} == {2_048}
+    h100 = DYNAMO_LLAMA_70B_ONE_NODE.config("disaggregated")
+    assert engine_step(h100, "prefill-0").max_batched_tokens == 8_192
+    raw["nodeClasses"]["gpu-24gb"].update(gpu="a100-sxm-80gb", gpuMemoryGiB=80)
+    a100 = parse_stack_config("a100", raw)
+    assert max_batched_tokens(a100, a100.topology.workers[0].name) == 2_048
+    # the last of the engine's then the group's extraArgs wins, in either spelling
+    raw["engine"]["extraArgs"] = ["--max-num-batched-tokens=4096"]
+    assert max_batched_tokens(parse_stack_config("args", raw), "worker-24gb") == 4_096
+    raw["topology"]["workers"][0]["extraArgs"] = ["--max_num_batched_tokens", "16384"]
+    assert max_batched_tokens(parse_stack_config("args", raw), "worker-24gb") == 16_384
