@@ -958,7 +958,10 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
       the engine would take the copy, the sizing the key;
     - a node class's ``gpuMemoryGiB`` above its catalog ``gpu``'s memory
       (:data:`steptime.gpus.DATASHEET_MEMORY_GB`): the sizing would hand out memory the GPU
-      lacks, and vLLM refuses to start without its share free.
+      lacks, and vLLM refuses to start without its share free;
+    - an ``extraArgs`` ``--max-num-batched-tokens`` without a whole number of tokens after it:
+      vLLM's parser refuses it at start, and the simulation's step budget
+      (:func:`stackmodel.sizing.max_batched_tokens`) could not follow it.
     """
     out = []
     flags = _PROGRAM_FLAGS[cfg.engine.kind]
@@ -966,8 +969,18 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
         (_workers_key(i, "extraArgs"), w.extra_args) for i, w in enumerate(cfg.topology.workers)
     ]
     for key, args in sources:
-        for arg in args:
+        for i, arg in enumerate(args):
             flag = _flag(arg)
+            value = arg.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")
+            if flag == "--max-num-batched-tokens" and not value.isdigit():
+                out.append(
+                    ConfigProblem(
+                        key,
+                        list(args),
+                        f"{flag} takes a whole number of tokens, got {value!r}: write it as "
+                        f"{flag}=8192",
+                    )
+                )
             if flag in flags:
                 out.append(
                     ConfigProblem(

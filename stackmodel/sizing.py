@@ -841,8 +841,9 @@ _BUDGET_FLAG = "--max-num-batched-tokens"
 def max_batched_tokens(cfg: StackConfig, group: str) -> int:
     """The per-step token budget of a worker of ``group``: the last ``--max-num-batched-tokens``
     of its arguments (engine ``extraArgs``, then the group's: argparse's last wins; vLLM's
-    parser takes ``_`` for ``-``), else vLLM's default for an API server, the context Dynamo's
-    vLLM worker builds its engine in (``UsageContext.OPENAI_API_SERVER``,
+    parser takes ``_`` for ``-``; one without a whole number is refused,
+    :func:`stackmodel.checks.overlap_problems`), else vLLM's default for an API server, the
+    context Dynamo's vLLM worker builds its engine in (``UsageContext.OPENAI_API_SERVER``,
     ``dynamo/vllm/main.py`` line 686 in the ai-dynamo 1.6.1 wheel; ``vllm serve`` uses the
     same): :data:`MAX_BATCHED_TOKENS_BIG` on a GPU of at least :data:`BIG_GPU_GIB` GiB (the
     node class's ``gpuMemoryGiB``) that is not an A100, :data:`MAX_BATCHED_TOKENS_OTHER`

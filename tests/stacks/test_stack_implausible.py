@@ -13,7 +13,7 @@ from loadgen.key_paths import parse_settings
 from stackmodel.checks import overlap_warnings
 from stackmodel.config import StackConfig, namespace_warnings
 from stackmodel.errors import StackConfigError
-from stackmodel.sizing import link_profile
+from stackmodel.sizing import link_profile, max_batched_tokens
 from stackmodel.stacks import REPO, load_stack
 from testbed.render import render_stack
 
@@ -115,6 +115,16 @@ def test_an_extra_arg_repeating_a_keyed_flag_is_refused_naming_the_key() -> None
     assert "engine.extraArgs" in refusal('engine.extraArgs=["--gpu-memory-utilization", "0.5"]')
     # A flag the program does not write stays the user's.
     accepted('engine.extraArgs=["--enforce-eager"]')
+
+
+def test_a_step_budget_that_is_not_a_number_of_tokens_is_refused() -> None:
+    message = refusal('engine.extraArgs=["--max-num-batched-tokens", "8k"]')
+    assert "engine.extraArgs" in message
+    assert "--max-num-batched-tokens takes a whole number of tokens, got '8k'" in message
+    fix = re.search(r"write it as (\S+?)\.", message)
+    assert fix is not None and fix[1] == "--max-num-batched-tokens=8192"
+    cfg = accepted(f'engine.extraArgs=["{fix[1]}"]')
+    assert max_batched_tokens(cfg, cfg.topology.workers[0].name) == 8_192
 
 
 def test_a_geometry_beside_the_catalogs_says_it_wins() -> None:
