@@ -10,7 +10,8 @@ vLLM shards them over ``tp`` GPUs (``QKVParallelLinear`` and ``MergedColumnParal
 split their output columns, ``RowParallelLinear`` its input rows): qkv ``M x hidden -> (q +
 2 kv heads) x head_dim / tp``, o_proj ``M x (heads x head_dim / tp) -> hidden``, gate_up ``M x
 hidden -> 2 x intermediate / tp``, down ``M x intermediate / tp -> hidden``. Each is timed
-with CUDA events (median of 20 after 5 warm-up calls) as a BF16 ``torch.mm`` and as an FP8
+with CUDA events (20 calls back to back a window, the median of 5 windows, after 5 warm-up
+calls) as a BF16 ``torch.mm`` and as an FP8
 (e4m3) ``torch._scaled_mm`` with per-tensor scales and a BF16 output, the form of vLLM's
 ``Fp8LinearMethod`` with dynamic per-tensor activation scales (its CUTLASS kernel, not
 cuBLASLt's that ``_scaled_mm`` calls, so this is the hardware's ratio rather than vLLM's
@@ -18,6 +19,11 @@ exact kernel). The table's FP8/BF16 is the GEMMs' speed-up; ``+quant`` adds the 
 quantisation done with plain torch operations (an absolute maximum, a division, a cast: several
 passes over the activation where vLLM's ``scaled_fp8_quant`` is one fused kernel), an upper
 bound on what it costs vLLM.
+
+Then decode steps: the same GEMMs of the 4- and 8-way shards at 1 to 128 tokens, where they
+read the weights: the weight bytes (2 a BF16 element, 1 an FP8 one) over the GEMMs' time, GB/s,
+against the HBM's datasheet rate (the model's weight-read efficiency, fitted in BF16, is that
+ratio).
 
 Shapes (config.json on Hugging Face): meta-llama/Llama-3.3-70B-Instruct: hidden 8,192,
 intermediate 28,672, 64 heads, 8 KV heads, head_dim 128; Qwen/Qwen3-32B: hidden 5,120,
@@ -51,21 +57,26 @@ MODELS = {
 }
 TP_SIZES = (1, 2, 4, 8)
 TOKENS = (512, 2048, 4096, 8192)
+DECODE_BATCHES = (1, 8, 32, 64, 128)
+"""Decode steps' tokens: there the GEMMs read the weights, and the table gives GB/s of them."""
 FP8 = torch.float8_e4m3fn
 
 
-def _time_ms(fn: object, warmup: int = 5, repeats: int = 20) -> float:
-    """Median milliseconds of ``fn()`` on the current CUDA stream."""
+def _time_ms(fn: object, warmup: int = 5, calls: int = 20, rounds: int = 5) -> float:
+    """Milliseconds of one ``fn()`` on the current CUDA stream: ``calls`` back to back between
+    two events (the launches queue ahead, so a small kernel's launch latency is not counted,
+    as in vLLM's CUDA graphs), the median of ``rounds`` such windows over ``calls``."""
     for _ in range(warmup):
         fn()  # type: ignore[operator]
     times = []
-    for _ in range(repeats):
+    for _ in range(rounds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()  # type: ignore[operator]
+        for _ in range(calls):
+            fn()  # type: ignore[operator]
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / calls)
     return statistics.median(times)
 
 
@@ -135,6 +146,21 @@ def main() -> None:
                     f"{model:34} {tp:2} {m:6} {tflops['bf16_ms']:13.0f} {tflops['fp8_ms']:12.0f}"
                     f" {speedup:9.2f} {quant:7.2f}"
                 )
+    print(f"{'model':34} tp  batch  BF16 weight GB/s  FP8 weight GB/s")
+    for model, shape in MODELS.items():
+        for tp in (4, 8):
+            for m in DECODE_BATCHES:
+                total = {"bf16_ms": 0.0, "fp8_ms": 0.0, "fp8_with_quant_ms": 0.0}
+                elements = 0
+                for k, n in _layer_gemms(shape, tp).values():
+                    for key, value in measure(m, k, n).items():
+                        total[key] += value
+                    elements += k * n
+                row = {"model": model, "tp": tp, "tokens": m, "weights": elements, **total}
+                rows.append(row)
+                bf16 = 2 * elements / (total["bf16_ms"] * 1e-3) / 1e9
+                fp8 = elements / (total["fp8_ms"] * 1e-3) / 1e9
+                print(f"{model:34} {tp:2} {m:6} {bf16:17.0f} {fp8:16.0f}")
     machine = {
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
