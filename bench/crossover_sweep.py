@@ -31,7 +31,14 @@ from loadgen.results import GridResult
 from stackmodel.config import Links
 from stackmodel.crossover import crossover
 from stackmodel.stacks import load_stack
-from testbed.simulate import ROUTING_DIR, graph_spec, retime_grid, routing_run, simulation_load
+from testbed.simulate import (
+    ROUTING_DIR,
+    ROUTING_SPEEDUP,
+    graph_spec,
+    retime_grid,
+    routing_run,
+    simulation_load,
+)
 
 
 def main() -> None:
@@ -46,7 +53,7 @@ def main() -> None:
     started = time.process_time()
     if args.routing is None:
         out = args.out or Path(tempfile.mkdtemp(prefix="crossover-"))
-        spec = graph_spec(cfg, routing_only=True)
+        spec = graph_spec(cfg, speedup_ratio=ROUTING_SPEEDUP, routing_only=True)
         routing = routing_run(cfg, spec, load, out, progress=False)
         folder = out / ROUTING_DIR
     else:

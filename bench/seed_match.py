@@ -47,7 +47,14 @@ from testbed.seed import (
     SEED_SAME_NODE,
     within,
 )
-from testbed.simulate import ROUTING_DIR, graph_spec, routing_run, simulation_load, write_timed
+from testbed.simulate import (
+    ROUTING_DIR,
+    ROUTING_SPEEDUP,
+    graph_spec,
+    routing_run,
+    simulation_load,
+    write_timed,
+)
 from testbed.timing_model import TimingConstants
 
 SEED_OOM_OVERRIDES = (
@@ -77,7 +84,7 @@ def simulate(
     if reuse and routing_file.exists():
         routing = GridResult.model_validate_json(routing_file.read_text())
     else:
-        spec = graph_spec(cfg, speedup_ratio=10.0, routing_only=True)
+        spec = graph_spec(cfg, speedup_ratio=ROUTING_SPEEDUP, routing_only=True)
         routing = routing_run(cfg, spec, load, stack_dir, progress=False)
     result = write_timed(cfg, load, routing, stack_dir, constants, host_base_bytes)
     return result, time.monotonic() - started

@@ -12,7 +12,7 @@ import time
 from loadgen.api import API_PATHS, request_body, short_message
 from loadgen.config import LoadConfig
 from loadgen.loops import Share, make_client
-from loadgen.prompts import TextSizer, WordSizer, build_prompts, calibration_texts
+from loadgen.prompts import PromptCache, TextSizer, WordSizer, build_prompts, calibration_texts
 from loadgen.request import RequestRecord, stream_request
 
 
@@ -31,12 +31,19 @@ def run_label(key: tuple[int, int, int]) -> str:
 
 
 def share_for_run(
-    url: str, model: str, config: LoadConfig, sizer: TextSizer, key: tuple[int, int, int]
+    url: str,
+    model: str,
+    config: LoadConfig,
+    sizer: TextSizer,
+    key: tuple[int, int, int],
+    prompts_from: PromptCache | None = None,
 ) -> Share:
     """The whole of run `key` = (prefix kinds, concurrency, repetition) as one `Share` against
     `url` (a `base_url`): its `config.requests_per_run` prompts salted by the key (so no earlier
     run sent their prefixes: `loadgen.runner`'s module docstring), its warm-up prompts (another
-    salt; `warmup_requests`, default one per stream) and the Poisson seed of the repetition."""
+    salt; `warmup_requests`, default one per stream) and the Poisson seed of the repetition.
+    `prompts_from`: a cache shared with other grids that send the same prompts (else they
+    are built here)."""
     kinds, conc, rep = key
     salt = f"k{kinds}-c{conc}-r{rep}"
     shape = dict(
@@ -45,8 +52,9 @@ def share_for_run(
         suffix_tokens=config.suffix_tokens,
         seed=config.seed,
     )
-    prompts = build_prompts(sizer, n=config.requests_per_run, salt=salt, **shape)
-    warmup = build_prompts(sizer, n=config.warmup_count(conc), salt=f"warmup-{salt}", **shape)
+    build = build_prompts if prompts_from is None else prompts_from.build
+    prompts = build(sizer, n=config.requests_per_run, salt=salt, **shape)
+    warmup = build(sizer, n=config.warmup_count(conc), salt=f"warmup-{salt}", **shape)
     return Share(
         url=url,
         path=API_PATHS[config.api],

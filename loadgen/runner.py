@@ -8,6 +8,7 @@ server without priming the measured prefixes. No cache-reset endpoint is used.
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -32,7 +33,13 @@ from loadgen.output import (
 )
 from loadgen.output_tokens import count_output_tokens
 from loadgen.plan import calibrate_word_sizer, grid_keys, run_label, share_for_run
-from loadgen.prompts import TextSizer, TokenizerSizer, WordSizer, load_tokenizer_sizer
+from loadgen.prompts import (
+    PromptCache,
+    TextSizer,
+    TokenizerSizer,
+    WordSizer,
+    load_tokenizer_sizer,
+)
 from loadgen.readiness import wait_until_serving
 from loadgen.request import RequestRecord
 from loadgen.results import ErrorSample, GridResult, Readiness
@@ -217,10 +224,12 @@ async def _measure(
     key: tuple[int, int, int],
     pool: WorkerPool,
     on_done: OnDone,
+    prompt_cache: PromptCache | None = None,
 ) -> tuple[MeasuredRun, int]:
-    """One run: build its prompts (salted by its key, see the module docstring), warm up,
-    measure; returns it and its number of worker processes (1: in this process)."""
-    share = share_for_run(server, model, config, sizer, key)
+    """One run: build its prompts (salted by its key, see the module docstring; through
+    `prompt_cache` when given), warm up, measure; returns it and its number of worker
+    processes (1: in this process)."""
+    share = share_for_run(server, model, config, sizer, key, prompt_cache)
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
     notes: list[str] = []
     done, workers = await _run_once(share, on_done, pool, notes, run_label(key))
@@ -287,6 +296,9 @@ async def run_grid_async(
     prefill_metrics: Sequence[str] = (),
     server_id: str | None = None,
     simulated: str | None = None,
+    prompt_cache: PromptCache | None = None,
+    progress_bar: Progress | None = None,
+    progress_name: str = "",
 ) -> GridResult:
     """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
     OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
@@ -314,6 +326,10 @@ async def run_grid_async(
     local graph that listens on another port each time it starts is still the same server).
     `simulated` labels the result (`GridResult.simulated`: its tables and report say
     SIMULATED and by what), for a server whose times are not a real engine's (the mocker).
+    Grids run side by side in one event loop (`testbed simulate A B`) share `prompt_cache`
+    (`loadgen.prompts.PromptCache`: prompts built once for all) and `progress_bar` (a started
+    rich `Progress`, on which this grid adds its own task, its runs named after
+    `progress_name`; without it the grid shows its own bar when `progress`).
 
     Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
     is not found, `loadgen.output.ResumeError` when `out_dir`'s runs were measured with other
@@ -358,16 +374,24 @@ async def run_grid_async(
 
     result = result_so_far()
     done_keys = {run.key for run in finished}
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("load", total=len(keys) * config.requests_per_run)
+    own_bar = Progress(disable=not progress, transient=True)
+    with own_bar if progress_bar is None else contextlib.nullcontext(progress_bar) as bar:
+        task = bar.add_task(progress_name or "load", total=len(keys) * config.requests_per_run)
         bar.advance(task, sum(run.summary.requests for run in finished))
         async with WorkerPool() as pool:
             for key in (key for key in keys if key not in done_keys):
-                bar.update(task, description=run_label(key))
+                bar.update(task, description=f"{progress_name} {run_label(key)}".lstrip())
                 for observer in observers:
                     await observer.before_run(*key)
                 run, workers = await _measure(
-                    server, model, config, sizer, key, pool, lambda _: bar.advance(task)
+                    server,
+                    model,
+                    config,
+                    sizer,
+                    key,
+                    pool,
+                    lambda _: bar.advance(task),
+                    prompt_cache,
                 )
                 if workers > 1:
                     bar.advance(task, run.summary.requests)

@@ -22,15 +22,18 @@ The result folder ``<out>/<stack>/`` has loadgen's files (``summary.json``, ``re
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich.progress import Progress
 
 from kvpath.copies import NOTES_HOST_COPIES, threads_from_env
 from kvpath.memory import HOST_BASE_BYTES
@@ -48,10 +51,11 @@ from loadgen.output import (
     records_frame,
     write_text_atomic,
 )
+from loadgen.prompts import PromptCache
 from loadgen.request import ErrorKind, RequestRecord
 from loadgen.results import GridResult, PointSummary
 from loadgen.results_folder import STACK_FILE
-from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid
+from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid_async
 from loadgen.stats import summarize_run
 from stackmodel.config import StackConfig
 from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS, parse_quantity
@@ -71,7 +75,13 @@ from steptime.calibration_profile import mismatch_note
 from steptime.fit import SEED_FIT, extrapolation_note
 from steptime.roofline import EngineFit
 from testbed.calibration import CONSTANTS
-from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, ProcessWatch
+from testbed.localgraph import (
+    QUIET_LOG_LEVEL,
+    LocalGraph,
+    LocalGraphSpec,
+    MockerGroup,
+    ProcessWatch,
+)
 from testbed.model_dir import make_model_dir
 from testbed.timing_model import (
     OOM_EXIT_CODE,
@@ -95,8 +105,13 @@ ROUTING_MAX_TOKENS = 4
 """Output tokens of each request in the routing run: routing and prefix-cache hits depend on
 the prompts, not on how long the answers are; the timing model uses the stack's ``maxTokens``."""
 
-ROUTING_SPEEDUP = 10.0
-"""Mocker ``--speedup-ratio`` of the routing run (its timing is not used)."""
+ROUTING_SPEEDUP = 1000.0
+"""Mocker ``--speedup-ratio`` of the routing run (its timing is not used; ``testbed simulate
+--speedup``'s default). ai-dynamo 1.6.1's ``dynamo/mocker/args.py`` (lines 259-264) divides
+the simulated step times by it; the graph's and the load client's own CPU time per request
+then set the pace (measured: a run of 200 requests at concurrency 4 took 2.4 s at 10 and 1.5
+s at 1000, TTFT p50 44 ms and 5-13 ms). Routing and prefix-cache hits are what is used:
+docs/simulation.md gives the seed-match figure at both ratios."""
 
 ROUTING_DIR = "routing"
 ROUTING_LABEL = (
@@ -633,8 +648,8 @@ class Simulation:
     out_dir: Path
 
 
-def simulate_stack(
-    stack: str,
+def simulate_stacks(
+    stacks: Sequence[str],
     out_dir: Path,
     *,
     full: bool = False,
@@ -644,40 +659,67 @@ def simulate_stack(
     constants: TimingConstants = CONSTANTS,
     progress: bool = True,
     resume: bool = False,
-) -> Simulation:
-    """Routing run (real Dynamo graph), then the timing model; returns the timed result.
+) -> list[Simulation]:
+    """Routing runs of every stack side by side (real Dynamo graphs), then the timing model of
+    each; returns the timed results in the order of ``stacks``.
 
-    Writes ``out_dir/<stack>/`` (summary.json, result.json, runs.csv, requests.parquet,
-    table.txt, incidents.json, and ``stack.json``: the resources the stack would run on, for
-    ``testbed compare``), the routing run's folder ``out_dir/<stack>/routing/`` (one folder per
-    grid point and repetition in ``runs/``), the model directory and the graph's logs
-    (``out_dir/<stack>/graph/logs``). ``stack.json`` is written first, with the stack values
-    the results depend on (:func:`stack_values`). With ``resume``, the routing run keeps its
-    complete runs (same stack values, :func:`refuse_other_stack_values`; same load settings,
-    checked by loadgen) and measures only the others; runs at grid points outside this grid
-    stay in ``routing/runs/``. Every process is stopped on return, on error
-    and on Ctrl-C. The caller holds the folder's lock (:mod:`loadgen.folder_lock`).
+    Writes, per stack, ``out_dir/<stack>/`` (summary.json, result.json, runs.csv,
+    requests.parquet, table.txt, incidents.json, and ``stack.json``: the resources the stack
+    would run on, for ``testbed compare``), the routing run's folder ``out_dir/<stack>/routing/``
+    (one folder per grid point and repetition in ``runs/``), the model directory and the
+    graph's logs (``out_dir/<stack>/graph/logs``). ``stack.json`` is written first, with the
+    stack values the results depend on (:func:`stack_values`). With ``resume``, each routing
+    run keeps its complete runs (same stack values, :func:`refuse_other_stack_values`; same
+    load settings, checked by loadgen) and measures only the others; runs at grid points
+    outside this grid stay in ``routing/runs/``. Every process of every graph is stopped on
+    return, on error and on Ctrl-C; a routing run's finished runs stay in its folder when
+    another's fails. The caller holds the folders' locks (:mod:`loadgen.folder_lock`).
 
     Raises:
         FileNotFoundError, KeyPathError, StackConfigError: unknown stack, bad ``--set``,
-            invalid config.
-        LocalGraphError: the graph did not start (the message has the log tails).
+            invalid config (before any graph starts).
+        LocalGraphError: a graph did not start (the message has the log tails).
         ResumeError: ``resume`` in a folder simulated with other stack values or load
             settings.
     """
-    cfg = load_stack(stack, settings)
-    spec = graph_spec(cfg, speedup_ratio=speedup_ratio, routing_only=True)
-    load = simulation_load(cfg, full=full, grid=grid, settings=settings)
-    stack_dir = out_dir / stack
-    values = stack_values(cfg, settings)
-    if resume:
-        refuse_other_stack_values(stack_dir, values)
-    stack_dir.mkdir(parents=True, exist_ok=True)
-    resources = stack_resources(cfg, build_topology(cfg))
-    write_text_atomic(stack_dir / STACK_FILE, stack_file_text(stack, resources, values))
-    routing = routing_run(cfg, spec, load, stack_dir, progress=progress, resume=resume)
-    result = write_timed(cfg, load, routing, stack_dir, stack_constants(cfg, constants))
-    return Simulation(stack=stack, spec=spec, result=result, out_dir=stack_dir)
+    jobs = []
+    for stack in stacks:
+        cfg = load_stack(stack, settings)
+        spec = graph_spec(cfg, speedup_ratio=speedup_ratio, routing_only=True)
+        load = simulation_load(cfg, full=full, grid=grid, settings=settings)
+        jobs.append(RoutingJob(cfg, spec, load, out_dir / stack))
+    for job in jobs:
+        values = stack_values(job.cfg, settings)
+        if resume:
+            refuse_other_stack_values(job.stack_dir, values)
+        job.stack_dir.mkdir(parents=True, exist_ok=True)
+        resources = stack_resources(job.cfg, build_topology(job.cfg))
+        text = stack_file_text(job.stack_dir.name, resources, values)
+        write_text_atomic(job.stack_dir / STACK_FILE, text)
+    routings = routing_runs(jobs, progress=progress, resume=resume)
+    return [
+        Simulation(
+            stack=job.stack_dir.name,
+            spec=job.spec,
+            result=write_timed(
+                job.cfg, job.load, routing, job.stack_dir, stack_constants(job.cfg, constants)
+            ),
+            out_dir=job.stack_dir,
+        )
+        for job, routing in zip(jobs, routings, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class RoutingJob:
+    """One stack's routing run: its config, the graph that stands in for it
+    (:func:`graph_spec`), its load (:func:`simulation_load`) and its folder
+    (``<out>/<stack>``)."""
+
+    cfg: StackConfig
+    spec: LocalGraphSpec
+    load: LoadConfig
+    stack_dir: Path
 
 
 def routing_run(
@@ -689,34 +731,77 @@ def routing_run(
     progress: bool,
     resume: bool = False,
 ) -> GridResult:
-    """Layer 1: the load grid (with :data:`ROUTING_MAX_TOKENS` output tokens) against the real
-    Dynamo graph ``spec``; loadgen's result folder is ``stack_dir/routing`` (with the frontend's
-    server-side metrics, and a graph process that ended during the grid as an incident,
-    :class:`~testbed.localgraph.ProcessWatch`). Every process is stopped on return, on error and
-    on Ctrl-C. The graph listens on another port each time: the folder's runs are told apart
-    by the graph's spec (``local <spec>``), so ``resume`` keeps runs of the same graph.
+    """One stack's :func:`routing_runs` (the benches' single routing run)."""
+    return routing_runs([RoutingJob(cfg, spec, load, stack_dir)], progress=progress, resume=resume)[
+        0
+    ]
+
+
+def routing_runs(
+    jobs: Sequence[RoutingJob], *, progress: bool, resume: bool = False
+) -> list[GridResult]:
+    """Layer 1 of every job, side by side: the load grid (with :data:`ROUTING_MAX_TOKENS`
+    output tokens) against the job's own real Dynamo graph; loadgen's result folder is
+    ``<stack_dir>/routing`` (with the frontend's server-side metrics, and a graph process that
+    ended during the grid as an incident, :class:`~testbed.localgraph.ProcessWatch`).
+
+    Each graph has its own processes, port and folders; the graphs start one after the other
+    (each in this thread, so that its processes die with it), then the grids run in one event
+    loop, sharing their prompts (:class:`loadgen.prompts.PromptCache`: the same load settings
+    build the same prompts) and one progress bar. The graphs log warnings and errors only
+    (:data:`~testbed.localgraph.QUIET_LOG_LEVEL`). When a grid fails, the others are
+    cancelled (each keeps the runs it finished, written as they finish) and the first error is
+    raised; every process of every graph is stopped on return, on error and on Ctrl-C. A graph
+    listens on another port each time: a folder's runs are told apart by the graph's spec
+    (``local <spec>``), so ``resume`` keeps runs of the same graph.
 
     Raises:
-        LocalGraphError: the graph did not start.
+        LocalGraphError: a graph did not start.
     """
-    model_dir = make_model_dir(stack_dir / "model")
-    routing_load = load.model_copy(update={"max_tokens": ROUTING_MAX_TOKENS})
-    with (
-        LocalGraph(spec, workdir=stack_dir / "graph", model_dir=model_dir) as graph,
-        ProcessWatch(graph) as processes,
-    ):
-        return run_grid(
-            graph.url,
-            cfg.model.name,
-            routing_load,
-            stack_dir / ROUTING_DIR,
-            tokenizer=str(model_dir),
-            progress=progress,
-            observers=[processes],
-            resume=resume,
-            server_id=f"local {spec!r}",
-            simulated=ROUTING_LABEL,
-        )
+    prompts = PromptCache(uses=len(jobs))
+    with ExitStack() as graphs, Progress(disable=not progress, transient=True) as bar:
+        grids = []
+        for job in jobs:
+            model_dir = make_model_dir(job.stack_dir / "model")
+            graph = graphs.enter_context(
+                LocalGraph(
+                    job.spec,
+                    workdir=job.stack_dir / "graph",
+                    model_dir=model_dir,
+                    log_level=QUIET_LOG_LEVEL,
+                )
+            )
+            processes = graphs.enter_context(ProcessWatch(graph))
+            grids.append(
+                run_grid_async(
+                    graph.url,
+                    job.cfg.model.name,
+                    job.load.model_copy(update={"max_tokens": ROUTING_MAX_TOKENS}),
+                    job.stack_dir / ROUTING_DIR,
+                    tokenizer=str(model_dir),
+                    observers=[processes],
+                    resume=resume,
+                    server_id=f"local {job.spec!r}",
+                    simulated=ROUTING_LABEL,
+                    prompt_cache=prompts,
+                    progress_bar=bar,
+                    progress_name=job.stack_dir.name if len(jobs) > 1 else "",
+                )
+            )
+        return asyncio.run(side_by_side(grids))
+
+
+async def side_by_side(grids: Sequence[Coroutine[Any, Any, GridResult]]) -> list[GridResult]:
+    """The results of ``grids`` run concurrently, in their order. When one raises, the others
+    are cancelled and awaited before its error is raised; on cancellation (Ctrl-C in
+    ``asyncio.run``) all are."""
+    tasks = [asyncio.ensure_future(grid) for grid in grids]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def write_timed(

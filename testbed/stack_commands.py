@@ -406,7 +406,7 @@ def simulate_command(
         typer.Option(
             min=0.001, help="Mocker --speedup-ratio of the routing run.", rich_help_panel=STACK
         ),
-    ] = 10.0,
+    ] = 1000.0,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No progress bar.", rich_help_panel=OUTPUT)
     ] = False,
@@ -584,33 +584,34 @@ def _simulate(
     from testbed.compare import print_resource_note, print_verdicts, resource_note_text
     from testbed.localgraph import LocalGraphError
     from testbed.seed import seed_accuracy_note
-    from testbed.simulate import simulate_stack
+    from testbed.simulate import simulate_stacks
 
     console = table_console(highlight=False)
-    results = []
     report_notes: list[str] = []
-    for name in names:
-        console.print(f"simulating {name} ...")
-        try:
-            sim = simulate_stack(
-                name,
-                out,
-                full=full,
-                grid=grid,
-                settings=settings,
-                speedup_ratio=speedup,
-                progress=progress,
-                resume=resume,
-            )
-        except (LocalGraphError, ResumeError) as exc:
-            fail(str(exc))
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(p) for p in error["loc"])
-            fail(f"invalid grid: {where}: {error_message(error)}")
-        except KeyboardInterrupt:
-            _say_kept(names, out)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+    side_by_side = " and ".join(names) + (" side by side" if len(names) > 1 else "")
+    console.print(f"simulating {side_by_side} ...")
+    try:
+        results = simulate_stacks(
+            names,
+            out,
+            full=full,
+            grid=grid,
+            settings=settings,
+            speedup_ratio=speedup,
+            progress=progress,
+            resume=resume,
+        )
+    except (LocalGraphError, ResumeError) as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        fail(f"invalid grid: {where}: {error_message(error)}")
+    except KeyboardInterrupt:
+        _say_kept(names, out)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    for sim in results:
+        name = sim.stack
         groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
         console.print(f"{name}: router {sim.spec.router_mode}; {groups}")
         table = seed_table(
@@ -629,7 +630,6 @@ def _simulate(
             warn(warning)
         for incident in sim.result.incidents:
             warn(f"{name}: {describe(incident)}: {incident.message}")
-        results.append(sim)
     if len(results) == 2:
         a, b = results
         console.print(

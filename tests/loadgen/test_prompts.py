@@ -7,6 +7,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from loadgen.prompts import (
+    Prompt,
+    PromptCache,
     TokenizerSizer,
     WordSizer,
     build_prompts,
@@ -76,3 +78,34 @@ def test_tokenizer_lookup(
     assert load_tokenizer_sizer(None, "Org/Missing") is None
     with pytest.raises(FileNotFoundError, match=r"no tokenizer\.json for 'Org/Missing'"):
         load_tokenizer_sizer("Org/Missing", "Org/Name")
+
+
+def test_a_prompt_cache_builds_once_for_grids_of_the_same_tokenizer(
+    tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two grids' sizers of the same tokenizer content (each stack's own model directory) get
+    the prompts `build_prompts` gives, built once; the entry is dropped once both had it, and
+    another tokenizer or word ratio is built on its own."""
+    import loadgen.prompts
+
+    built: list[str] = []
+    real = loadgen.prompts.build_prompts
+
+    def counted(sizer: object, **kwargs: object) -> list[Prompt]:
+        built.append(str(kwargs["salt"]))
+        return real(sizer, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loadgen.prompts, "build_prompts", counted)
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    first, second = TokenizerSizer(tokenizer, "tokenizer:a"), TokenizerSizer(copy, "tokenizer:b")
+    kwargs = dict(n=12, prefix_kinds=3, prefix_tokens=50, suffix_tokens=10, seed=5)
+    cache = PromptCache(uses=2)
+    a = cache.build(first, salt="k3-c4-r1", **kwargs)
+    assert a == real(first, salt="k3-c4-r1", **kwargs)
+    assert cache.build(second, salt="k3-c4-r1", **kwargs) == a
+    assert built == ["k3-c4-r1"]
+    assert cache.build(second, salt="k3-c4-r1", **kwargs) == a  # a third grid: built again
+    assert built == ["k3-c4-r1"] * 2
+    words = WordSizer(1.25, "calibrated")
+    assert cache.build(words, salt="k3-c4-r1", **kwargs) == real(words, salt="k3-c4-r1", **kwargs)
+    assert len(built) == 3

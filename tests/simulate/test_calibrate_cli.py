@@ -141,20 +141,21 @@ def grids(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     asked: list[dict[str, Any]] = []
 
     def recorded(
-        stack: str,
+        stacks: list[str],
         out_dir: Path,
         *,
         grid: dict[str, Any],
         settings: list[Setting],
         **_: object,
-    ) -> Simulation:
+    ) -> list[Simulation]:
         asked.append(grid)
+        (stack,) = stacks
         cfg = load_stack(stack, settings)
         cfg = _with_load(cfg, simulation_load(cfg, full=False, grid=grid).model_dump())
         result = timed_folder(out_dir / stack, cfg)
-        return Simulation(stack, graph_spec(cfg), result, out_dir / stack)
+        return [Simulation(stack, graph_spec(cfg), result, out_dir / stack)]
 
-    monkeypatch.setattr(testbed.simulate, "simulate_stack", recorded)
+    monkeypatch.setattr(testbed.simulate, "simulate_stacks", recorded)
     return asked
 
 

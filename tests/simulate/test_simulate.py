@@ -24,7 +24,7 @@ from stackmodel.sizing import stack_sizing
 from stackmodel.stacks import load_stack
 from testbed.localgraph import LocalGraph, ProcessWatch
 from testbed.model_dir import make_model_dir
-from testbed.simulate import ROUTING_MAX_TOKENS, graph_spec, retime_grid, simulate_stack
+from testbed.simulate import ROUTING_MAX_TOKENS, graph_spec, retime_grid, simulate_stacks
 
 SMALL = {"prefix_kinds": [2, 24], "concurrency": [2], "repetitions": 1, "requests_per_run": 16}
 
@@ -109,7 +109,7 @@ def test_simulate_stack_times_the_real_routing_run_and_leaves_no_process(
     multiprocessing.resource_tracker.ensure_running()
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     grid = {"prefix_kinds": [2], "concurrency": [4], "requests_per_run": 24}
-    sim = simulate_stack("disagg-same-node", tmp_path, grid=grid, progress=False)
+    (sim,) = simulate_stacks(["disagg-same-node"], tmp_path, grid=grid, progress=False)
     out = tmp_path / "disagg-same-node"
     for name in ("summary.json", "result.json", "requests.parquet", "runs.csv", "table.txt"):
         assert (out / name).exists() and (out / "routing" / name).exists()
@@ -169,8 +169,8 @@ def test_simulate_stack_times_the_real_routing_run_and_leaves_no_process(
 
 def test_the_seeds_cross_node_prefill_limit_is_oomkilled(tmp_path: Path) -> None:
     """The seed's story on a short grid: 3,584Mi with allowUnsafeMemory, concurrency 4."""
-    sim = simulate_stack(
-        "disagg-cross-node",
+    (sim,) = simulate_stacks(
+        ["disagg-cross-node"],
         tmp_path,
         grid={"prefix_kinds": [2], "concurrency": [4], "requests_per_run": 40},
         settings=parse_settings(

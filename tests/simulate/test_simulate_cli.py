@@ -186,12 +186,13 @@ def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(testbed.simulate, "simulate_stack", interrupted)
+    monkeypatch.setattr(testbed.simulate, "simulate_stacks", interrupted)
     args = ["simulate", "kv-routing", "disagg-same-node", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130
     assert " ".join(result.output.split()) == (
-        "simulating kv-routing ... interrupted; every process was stopped. Nothing complete was "
+        "simulating kv-routing and disagg-same-node side by side ... interrupted; every process "
+        "was stopped. Nothing complete was "
         f"kept in {tmp_path} (run the same command again)"
     )
     run = tmp_path / "kv-routing" / "routing" / "runs" / "k2-c4-r1"

@@ -77,10 +77,10 @@ def test_messages_keep_their_square_brackets(
 def test_simulate_checks_every_stack_before_starting(monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[str] = []
 
-    def fake_simulate(name: str, *args: object, **kwargs: object) -> None:
-        started.append(name)
+    def fake_simulate(names: list[str], *args: object, **kwargs: object) -> None:
+        started.extend(names)
 
-    monkeypatch.setattr(testbed.simulate, "simulate_stack", fake_simulate)
+    monkeypatch.setattr(testbed.simulate, "simulate_stacks", fake_simulate)
     result = CliRunner().invoke(app, ["simulate", "kv-routing", "no-such-stack"])
     assert result.exit_code == 2
     assert "stack 'no-such-stack'" in result.output

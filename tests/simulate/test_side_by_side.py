@@ -1,0 +1,104 @@
+"""`testbed simulate A B` runs the two routing runs side by side: a failure or Ctrl-C in one
+stops both graphs (no process of ours is left), and the runs each had finished stay in its
+folder."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing.resource_tracker
+import os
+import signal
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+import testbed.simulate
+from loadgen.output import complete_runs
+from loadgen.results import GridResult
+from testbed.simulate import ROUTING_DIR, simulate_stacks
+
+pytestmark = pytest.mark.timeout(120)
+
+GRID = {"prefix_kinds": [2], "concurrency": [4, 8], "repetitions": 1, "requests_per_run": 40}
+
+
+def _injected(exc: BaseException) -> None:
+    raise exc
+
+
+def _ctrl_c() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.parametrize(
+    ("fault", "raised"),
+    [
+        (lambda: _injected(RuntimeError("injected")), RuntimeError),
+        (_ctrl_c, KeyboardInterrupt),
+    ],
+    ids=["a-failure", "ctrl-c"],
+)
+def test_a_fault_in_one_routing_run_stops_both(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: Callable[[], None],
+    raised: type[BaseException],
+) -> None:
+    """disagg-same-node's routing run faults once kv-routing's has finished its first run of
+    two: kv-routing's second run is cancelled, its first stays complete in its folder, and
+    every graph process is gone."""
+    multiprocessing.resource_tracker.ensure_running()  # see test_simulate.py: not ours to stop
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    real = testbed.simulate.run_grid_async
+    first = tmp_path / "kv-routing" / ROUTING_DIR
+
+    def faulty(url: str, model: str, config: Any, out_dir: Path, **kwargs: Any) -> Any:
+        grid = real(url, model, config, out_dir, **kwargs)
+        if out_dir.parent.name != "disagg-same-node":
+            return grid
+
+        async def fault_after_the_first_run() -> GridResult:
+            grid.close()
+            while complete_runs(first) < 1:
+                await asyncio.sleep(0.01)
+            fault()
+            await asyncio.sleep(30)  # Ctrl-C cancels this
+            raise AssertionError("not stopped")
+
+        return fault_after_the_first_run()
+
+    monkeypatch.setattr(testbed.simulate, "run_grid_async", faulty)
+    with pytest.raises(raised):
+        simulate_stacks(["kv-routing", "disagg-same-node"], tmp_path, grid=GRID, progress=False)
+    assert complete_runs(first) == 1
+    assert not (tmp_path / "kv-routing" / "summary.json").exists()  # not timed
+    alive = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
+    ]
+    assert alive == []
+
+
+def test_side_by_side_cancels_the_others_when_one_fails() -> None:
+    """The scheduling alone: the first error is raised after the other grids were cancelled."""
+    finished: list[str] = []
+
+    async def slow() -> GridResult:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            finished.append("cancelled")
+        raise AssertionError("not cancelled")
+
+    async def failing() -> GridResult:
+        await asyncio.sleep(0)
+        raise ValueError("first")
+
+    grids: list[Coroutine[Any, Any, GridResult]] = [slow(), failing()]
+    with pytest.raises(ValueError, match="first"):
+        asyncio.run(testbed.simulate.side_by_side(grids))
+    assert finished == ["cancelled"]
