@@ -23,9 +23,11 @@ The result folder ``<out>/<stack>/`` has loadgen's files (``summary.json``, ``re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
-from collections.abc import Coroutine, Mapping, Sequence
+import logging
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -106,12 +108,13 @@ ROUTING_MAX_TOKENS = 4
 the prompts, not on how long the answers are; the timing model uses the stack's ``maxTokens``."""
 
 ROUTING_SPEEDUP = 1000.0
-"""Mocker ``--speedup-ratio`` of the routing run (its timing is not used; ``testbed simulate
---speedup``'s default). ai-dynamo 1.6.1's ``dynamo/mocker/args.py`` (lines 259-264) divides
-the simulated step times by it; the graph's and the load client's own CPU time per request
-then set the pace (measured: a run of 200 requests at concurrency 4 took 2.4 s at 10 and 1.5
-s at 1000, TTFT p50 44 ms and 5-13 ms). Routing and prefix-cache hits are what is used:
-docs/simulation.md gives the seed-match figure at both ratios."""
+"""Mocker ``--speedup-ratio`` of the routing run (``testbed simulate --speedup``'s default): its
+timing is not used. ai-dynamo 1.6.1 documents it as the "Speedup ratio for mock execution"
+(``dynamo/mocker/args.py`` lines 259-264; the scheduler itself is compiled into
+``_core.abi3.so``). At 1000 the graph's and the load client's CPU set the pace instead of the
+mockers' simulated steps: a run of 200 requests at concurrency 4 took 1.5 s instead of 2.4 s at
+10 (TTFT p50 5-13 ms instead of 44 ms). Routing and prefix-cache hits, what is used, are checked
+at both ratios by ``bench/full_grid_speed.py`` (docs/simulation.md)."""
 
 ROUTING_DIR = "routing"
 ROUTING_LABEL = (
@@ -749,7 +752,10 @@ def routing_runs(
     (each in this thread, so that its processes die with it), then the grids run in one event
     loop, sharing their prompts (:class:`loadgen.prompts.PromptCache`: the same load settings
     build the same prompts) and one progress bar. The graphs log warnings and errors only
-    (:data:`~testbed.localgraph.QUIET_LOG_LEVEL`). When a grid fails, the others are
+    (:data:`~testbed.localgraph.QUIET_LOG_LEVEL`), and the load client's warnings stay in the
+    routing folders (:func:`client_warnings_unprinted`). Two grids in one process share its
+    garbage collector, which each run freezes and unfreezes (``loadgen.loops``): it guards
+    the client's timing, which a routing run does not use. When a grid fails, the others are
     cancelled (each keeps the runs it finished, written as they finish) and the first error is
     raised; every process of every graph is stopped on return, on error and on Ctrl-C. A graph
     listens on another port each time: a folder's runs are told apart by the graph's spec
@@ -788,7 +794,23 @@ def routing_runs(
                     progress_name=job.stack_dir.name if len(jobs) > 1 else "",
                 )
             )
-        return asyncio.run(side_by_side(grids))
+        with client_warnings_unprinted():
+            return asyncio.run(side_by_side(grids))
+
+
+@contextlib.contextmanager
+def client_warnings_unprinted() -> Iterator[None]:
+    """For the block, the load client's logged warnings (``loadgen.runner``: a run that asks
+    more of the client than one core can time honestly) are not printed: a routing run's
+    timing is not used, and the mockers at :data:`ROUTING_SPEEDUP` answer faster than such a
+    client times well. Each stays in its run's warnings in the routing folder."""
+    logger = logging.getLogger("loadgen.runner")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 async def side_by_side(grids: Sequence[Coroutine[Any, Any, GridResult]]) -> list[GridResult]:

@@ -5,6 +5,7 @@ folder."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing.resource_tracker
 import os
 import signal
@@ -102,3 +103,16 @@ def test_side_by_side_cancels_the_others_when_one_fails() -> None:
     with pytest.raises(ValueError, match="first"):
         asyncio.run(testbed.simulate.side_by_side(grids))
     assert finished == ["cancelled"]
+
+
+def test_the_routing_runs_client_warnings_are_not_printed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The load client's "more than one core can time honestly" warning says nothing of a
+    routing run, whose timing is not used: not printed while it runs, printed again after."""
+    logger = logging.getLogger("loadgen.runner")
+    with testbed.simulate.client_warnings_unprinted():
+        logger.warning("K=2 c=4 rep 1: before the run: ...")
+    assert caplog.records == []
+    logger.warning("measured")
+    assert [r.getMessage() for r in caplog.records] == ["measured"]
