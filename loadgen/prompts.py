@@ -7,6 +7,7 @@ different salt (another run or repetition) gives prefixes that share no leading 
 """
 
 import hashlib
+import math
 import os
 import random
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ class TokenizerSizer:
     def __init__(self, tokenizer: Tokenizer, source: str) -> None:
         self.tokenizer = tokenizer
         self.source = source
+        self._tokens_per_word: float | None = None  # seen in the last text made
 
     def count(self, text: str) -> int:
         """Tokens of `text`, without special tokens."""
@@ -57,15 +59,27 @@ class TokenizerSizer:
     def make_text(self, rng: random.Random, n_tokens: int) -> str:
         """Random words cut at the end of token `n_tokens` (character offsets of the encoding).
 
-        Starts from `n_tokens` words: each word is at least one token, so that is nearly
-        always enough, and encoding costs ~1.4 us per word (a prompt is built per request)."""
+        The words are one stream of `rng` (`random.choices` draws one number per word), drawn
+        in chunks until the text has `n_tokens` tokens: the first chunk is `n_tokens` words
+        (each word is at least one token), or, once a text was made, the words that many
+        tokens took then plus 5% and 8; each further chunk the tokens still missing plus 16.
+        Encoding costs ~1.4 us per word and a prompt is built per request, so fewer words
+        encoded is cheaper: the routing run's byte-level tokenizer takes ~4.5 tokens a word,
+        so `n_tokens` words were ~4.5 times the text needed. The cut falls at the same place
+        however the stream is chunked, for a tokenizer whose tokens do not span a space
+        (`tests/loadgen/test_prompts.py` checks the byte-level ones)."""
         if n_tokens <= 0:
             return ""
-        text = _words(rng, n_tokens)
+        per_word = self._tokens_per_word
+        words = n_tokens if per_word is None else math.ceil(n_tokens / per_word * 1.05) + 8
+        text = _words(rng, words)
         encoding = self.tokenizer.encode(text, add_special_tokens=False)
         while len(encoding.ids) < n_tokens:
-            text += " " + _words(rng, n_tokens - len(encoding.ids) + 16)
+            more = n_tokens - len(encoding.ids) + 16
+            text += " " + _words(rng, more)
+            words += more
             encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        self._tokens_per_word = len(encoding.ids) / words
         return text[: encoding.offsets[n_tokens - 1][1]]
 
 

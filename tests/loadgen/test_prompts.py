@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+import loadgen.prompts as prompts_module
 from loadgen.prompts import (
     Prompt,
     PromptCache,
@@ -109,3 +110,32 @@ def test_a_prompt_cache_builds_once_for_grids_of_the_same_tokenizer(
     words = WordSizer(1.25, "calibrated")
     assert cache.build(words, salt="k3-c4-r1", **kwargs) == real(words, salt="k3-c4-r1", **kwargs)
     assert len(built) == 3
+
+
+def _words_then_cut(tokenizer: Tokenizer, rng: random.Random, n_tokens: int) -> str:
+    """What `TokenizerSizer.make_text` gave when it always started from `n_tokens` words."""
+    text = " ".join(rng.choices(prompts_module._WORDS, k=n_tokens))
+    encoding = tokenizer.encode(text, add_special_tokens=False)
+    while len(encoding.ids) < n_tokens:
+        more = " ".join(rng.choices(prompts_module._WORDS, k=n_tokens - len(encoding.ids) + 16))
+        text += " " + more
+        encoding = tokenizer.encode(text, add_special_tokens=False)
+    return text[: encoding.offsets[n_tokens - 1][1]]
+
+
+@pytest.mark.parametrize("which", ["merges", "model-dir"])
+def test_fewer_words_encoded_make_the_same_text(
+    tokenizer: Tokenizer, tmp_path: Path, which: str
+) -> None:
+    """Sized from the tokens per word seen before, a text is the one `n_tokens` words cut at
+    the same token gave: for the fixture's BPE with merges and the routing run's byte-level
+    tokenizer (~4.5 tokens a word, where `n_tokens` words are ~4.5 times the text needed)."""
+    from testbed.model_dir import make_model_dir
+
+    if which == "model-dir":
+        tokenizer = Tokenizer.from_file(str(make_model_dir(tmp_path / "model") / "tokenizer.json"))
+    sizer = TokenizerSizer(tokenizer, "test")
+    for i, n in enumerate([2371, 237, 1, 64, 2371, 237, 5000, 17]):
+        made = sizer.make_text(random.Random(f"piece-{i}"), n)
+        assert made == _words_then_cut(tokenizer, random.Random(f"piece-{i}"), n)
+        assert len(tokenizer.encode(made, add_special_tokens=False).ids) == n
