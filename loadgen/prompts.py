@@ -192,9 +192,9 @@ class PromptCache:
     first time and handed out ``uses`` times (one per grid) before it is dropped, so the cache
     holds only the runs some grid has yet to reach. Sizers are matched by what decides their
     text: a ``TokenizerSizer`` by its tokenizer's serialized content (SHA-256), a
-    ``WordSizer`` by its tokens per word; any other sizer only by itself. Building a run's
-    prompts costs ~1.5 ms of CPU per prompt with the routing run's byte-level tokenizer (the
-    tokenizer's ``encode`` of a 2,371-token prompt, cProfile of a full seed grid).
+    ``WordSizer`` by its tokens per word; any other sizer only by itself. A 2,371-token prompt
+    costs ~0.4 ms of CPU to build with the routing run's byte-level tokenizer (a run's 200 in
+    0.08 s), the grid's 5,484 texts ~2 s.
     """
 
     def __init__(self, uses: int) -> None:
