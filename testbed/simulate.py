@@ -83,6 +83,7 @@ from testbed.localgraph import (
     LocalGraphSpec,
     MockerGroup,
     ProcessWatch,
+    start_together,
 )
 from testbed.model_dir import make_model_dir
 from testbed.timing_model import (
@@ -748,10 +749,11 @@ def routing_runs(
     ``<stack_dir>/routing`` (with the frontend's server-side metrics, and a graph process that
     ended during the grid as an incident, :class:`~testbed.localgraph.ProcessWatch`).
 
-    Each graph has its own processes, port and folders; the graphs start one after the other
-    (each in this thread, so that its processes die with it), then the grids run in one event
-    loop, sharing their prompts (:class:`loadgen.prompts.PromptCache`: the same load settings
-    build the same prompts) and one progress bar. The graphs log warnings and errors only
+    Each graph has its own processes, port and folders; the graphs start together
+    (:func:`~testbed.localgraph.start_together`, from this thread, so that their processes die
+    with it), then the grids run in one event loop, sharing their prompts
+    (:class:`loadgen.prompts.PromptCache`: the same load settings build the same prompts) and
+    one progress bar. The graphs log warnings and errors only
     (:data:`~testbed.localgraph.QUIET_LOG_LEVEL`), and the load client's warnings stay in the
     routing folders (:func:`client_warnings_unprinted`). Two grids in one process share its
     garbage collector, which each run freezes and unfreezes (``loadgen.loops``): it guards
@@ -766,34 +768,36 @@ def routing_runs(
     """
     prompts = PromptCache(uses=len(jobs))
     with ExitStack() as graphs, Progress(disable=not progress, transient=True) as bar:
-        grids = []
-        for job in jobs:
-            model_dir = make_model_dir(job.stack_dir / "model")
-            graph = graphs.enter_context(
-                LocalGraph(
-                    job.spec,
-                    workdir=job.stack_dir / "graph",
-                    model_dir=model_dir,
-                    log_level=QUIET_LOG_LEVEL,
-                )
+        model_dirs = [make_model_dir(job.stack_dir / "model") for job in jobs]
+        started = [
+            LocalGraph(
+                job.spec,
+                workdir=job.stack_dir / "graph",
+                model_dir=model_dir,
+                log_level=QUIET_LOG_LEVEL,
             )
-            processes = graphs.enter_context(ProcessWatch(graph))
-            grids.append(
-                run_grid_async(
-                    graph.url,
-                    job.cfg.model.name,
-                    job.load.model_copy(update={"max_tokens": ROUTING_MAX_TOKENS}),
-                    job.stack_dir / ROUTING_DIR,
-                    tokenizer=str(model_dir),
-                    observers=[processes],
-                    resume=resume,
-                    server_id=f"local {job.spec!r}",
-                    simulated=ROUTING_LABEL,
-                    prompt_cache=prompts,
-                    progress_bar=bar,
-                    progress_name=job.stack_dir.name if len(jobs) > 1 else "",
-                )
+            for job, model_dir in zip(jobs, model_dirs, strict=True)
+        ]
+        for graph in started:
+            graphs.callback(graph.stop)
+        start_together(started)
+        grids = [
+            run_grid_async(
+                graph.url,
+                job.cfg.model.name,
+                job.load.model_copy(update={"max_tokens": ROUTING_MAX_TOKENS}),
+                job.stack_dir / ROUTING_DIR,
+                tokenizer=str(model_dir),
+                observers=[graphs.enter_context(ProcessWatch(graph))],
+                resume=resume,
+                server_id=f"local {job.spec!r}",
+                simulated=ROUTING_LABEL,
+                prompt_cache=prompts,
+                progress_bar=bar,
+                progress_name=job.stack_dir.name if len(jobs) > 1 else "",
             )
+            for job, graph, model_dir in zip(jobs, started, model_dirs, strict=True)
+        ]
         with client_warnings_unprinted():
             return asyncio.run(side_by_side(grids))
 
