@@ -406,7 +406,7 @@ def simulate_command(
         typer.Option(
             min=0.001, help="Mocker --speedup-ratio of the routing run.", rich_help_panel=STACK
         ),
-    ] = 1000.0,
+    ] = 100.0,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No progress bar.", rich_help_panel=OUTPUT)
     ] = False,

@@ -116,3 +116,13 @@ def test_the_routing_runs_client_warnings_are_not_printed(
     assert caplog.records == []
     logger.warning("measured")
     assert [r.getMessage() for r in caplog.records] == ["measured"]
+
+
+def test_the_commands_speedup_is_the_routing_runs() -> None:
+    """`testbed simulate --speedup` defaults to the ratio the routing run's docs measured."""
+    import inspect
+
+    from testbed.stack_commands import simulate_command
+
+    default = inspect.signature(simulate_command).parameters["speedup"].default
+    assert default == testbed.simulate.ROUTING_SPEEDUP == 100.0
