@@ -584,7 +584,7 @@ def _simulate(
     from testbed.compare import print_resource_note, print_verdicts, resource_note_text
     from testbed.localgraph import LocalGraphError
     from testbed.seed import seed_accuracy_note
-    from testbed.simulate import simulate_stacks
+    from testbed.simulate import TimingError, simulate_stacks
 
     console = table_console(highlight=False)
     report_notes: list[str] = []
@@ -601,7 +601,7 @@ def _simulate(
             progress=progress,
             resume=resume,
         )
-    except (LocalGraphError, ResumeError) as exc:
+    except (LocalGraphError, ResumeError, TimingError) as exc:
         fail(str(exc))
     except ValidationError as exc:
         error = exc.errors()[0]

@@ -126,3 +126,33 @@ def test_the_commands_speedup_is_the_routing_runs() -> None:
 
     default = inspect.signature(simulate_command).parameters["speedup"].default
     assert default == testbed.simulate.ROUTING_SPEEDUP == 100.0
+
+
+def test_the_stacks_are_timed_side_by_side(tmp_path: Path) -> None:
+    """Two recorded routing runs timed at once, the first in a worker process: the same
+    results as timed here; a worker that fails is a TimingError naming its stack."""
+    from stackmodel.stacks import load_stack
+    from testbed.simulate import RoutingJob, graph_spec, timed_side_by_side
+    from tests.simulate.measured_folder import routing_frame, timed_folder
+
+    small = {"prefix_kinds": [2], "concurrency": [4], "repetitions": 1, "requests_per_run": 20}
+    jobs, expected = [], []
+    for stack in ("kv-routing", "disagg-same-node"):
+        cfg = load_stack(stack)
+        cfg = cfg.model_copy(update={"load": cfg.load.model_copy(update=small)})
+        expected.append(timed_folder(tmp_path / "expected" / stack, cfg))
+        folder = tmp_path / "side-by-side" / stack
+        (folder / ROUTING_DIR).mkdir(parents=True)
+        routing_frame(cfg).to_parquet(folder / ROUTING_DIR / "requests.parquet")
+        jobs.append(RoutingJob(cfg, graph_spec(cfg), cfg.load, folder))
+    routing = GridResult.model_validate_json(
+        (tmp_path / "expected" / "kv-routing" / "result.json").read_text()
+    ).model_copy(update={"url": "recorded", "runs": [], "points": [], "warnings": []})
+    timed = timed_side_by_side(jobs, [routing, routing])
+    assert [r.model_dump(mode="json") for r in timed] == [
+        r.model_dump(mode="json") for r in expected
+    ]
+    assert timed[0].points[0].ttft_p50_ms != timed[1].points[0].ttft_p50_ms  # two stacks
+    (jobs[0].stack_dir / ROUTING_DIR / "requests.parquet").unlink()
+    with pytest.raises(testbed.simulate.TimingError, match=r"^kv-routing: the timing model's"):
+        timed_side_by_side(jobs, [routing, routing])
