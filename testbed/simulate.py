@@ -28,6 +28,7 @@ import dataclasses
 import json
 import logging
 import multiprocessing
+import signal
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -714,6 +715,14 @@ def simulate_stacks(
     ]
 
 
+def _write_timed_in_worker(*args: Any) -> None:
+    """:func:`write_timed` in a worker of :func:`timed_side_by_side`, deaf to Ctrl-C (the
+    terminal sends SIGINT to the whole foreground group): the command that started it
+    terminates it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    write_timed(*args)
+
+
 class TimingError(RuntimeError):
     """The timing model of a stack failed in its worker process (its traceback is on stderr)."""
 
@@ -739,7 +748,7 @@ def timed_side_by_side(
     try:
         for job, routing in zip(jobs[:-1], routings[:-1], strict=True):
             worker = context.Process(
-                target=write_timed,
+                target=_write_timed_in_worker,
                 args=(
                     job.cfg,
                     job.load,
