@@ -120,6 +120,18 @@ def measure(m: int, k: int, n: int) -> dict[str, float]:
     }
 
 
+def layer_times(shape: dict[str, int], tp: int, m: int) -> tuple[dict[str, float], int]:
+    """The milliseconds of one layer's four GEMMs at ``m`` tokens (:func:`measure`'s keys,
+    summed) and their weights' elements."""
+    total = {"bf16_ms": 0.0, "fp8_ms": 0.0, "fp8_with_quant_ms": 0.0}
+    elements = 0
+    for k, n in _layer_gemms(shape, tp).values():
+        for key, value in measure(m, k, n).items():
+            total[key] += value
+        elements += k * n
+    return total, elements
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -131,12 +143,8 @@ def main() -> None:
     for model, shape in MODELS.items():
         for tp in TP_SIZES:
             for m in TOKENS:
-                total = {"bf16_ms": 0.0, "fp8_ms": 0.0, "fp8_with_quant_ms": 0.0}
-                flops = 0.0
-                for k, n in _layer_gemms(shape, tp).values():
-                    for key, value in measure(m, k, n).items():
-                        total[key] += value
-                    flops += 2.0 * m * k * n
+                total, elements = layer_times(shape, tp, m)
+                flops = 2.0 * m * elements
                 row = {"model": model, "tp": tp, "tokens": m, "flops": flops, **total}
                 rows.append(row)
                 tflops = {k: flops / (v * 1e-3) / 1e12 for k, v in total.items()}
@@ -150,12 +158,7 @@ def main() -> None:
     for model, shape in MODELS.items():
         for tp in (4, 8):
             for m in DECODE_BATCHES:
-                total = {"bf16_ms": 0.0, "fp8_ms": 0.0, "fp8_with_quant_ms": 0.0}
-                elements = 0
-                for k, n in _layer_gemms(shape, tp).values():
-                    for key, value in measure(m, k, n).items():
-                        total[key] += value
-                    elements += k * n
+                total, elements = layer_times(shape, tp, m)
                 row = {"model": model, "tp": tp, "tokens": m, "weights": elements, **total}
                 rows.append(row)
                 bf16 = 2 * elements / (total["bf16_ms"] * 1e-3) / 1e9

@@ -43,10 +43,12 @@ def under_project(out: Path, default: Path) -> Path:
     return REPO / out if out == default else out
 
 
-SetOption = Annotated[
-    list[str] | None,
-    typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP, rich_help_panel=STACK),
-]
+def _set_option(more: str = "") -> Any:
+    """The ``--set`` option, its help :data:`SET_HELP` and ``more``."""
+    return typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP + more, rich_help_panel=STACK)
+
+
+SetOption = Annotated[list[str] | None, _set_option()]
 
 
 def _settings(items: Sequence[str] | None) -> list[Setting]:
@@ -276,13 +278,7 @@ def diff_command(
     ] = False,
     overrides: Annotated[
         list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="KEY=VALUE",
-            help=SET_HELP + " Applies to STACK_B only, so `diff STACK --set ...` previews "
-            "that change.",
-            rich_help_panel=STACK,
-        ),
+        _set_option(" Applies to STACK_B only, so `diff STACK --set ...` previews that change."),
     ] = None,
 ) -> None:
     """Show what changes from STACK_A to STACK_B: a summary (the model, workers, GPUs), then
@@ -393,12 +389,9 @@ def simulate_command(
     ] = None,
     overrides: Annotated[
         list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="KEY=VALUE",
-            help=SET_HELP + " Applies to STACK and STACK_B alike; to simulate a stack against a "
-            "changed copy of it, make the copy with `testbed init-stack NEW --from STACK`.",
-            rich_help_panel=STACK,
+        _set_option(
+            " Applies to STACK and STACK_B alike; to simulate a stack against a changed copy "
+            "of it, make the copy with `testbed init-stack NEW --from STACK`."
         ),
     ] = None,
     speedup: Annotated[
