@@ -61,7 +61,7 @@ def crossover_image(result: Crossover, stack: str, origin: str) -> ReportImage:
     )
 
 
-def folder_crossover_images(folder: Path, stack: str) -> tuple[list[ReportImage], str | None]:
+def folder_crossover_image(folder: Path, stack: str) -> tuple[ReportImage | None, str | None]:
     """The report's crossover figure of stack ``stack``'s results in ``folder``, and None: from
     its :data:`~stackmodel.crossover.CROSSOVER_FILE` (``testbed simulate`` records the one of
     the config it ran), else from ``stacks/Pulumi.<stack>.yaml`` as it is now (a folder of the
@@ -78,8 +78,8 @@ def folder_crossover_images(folder: Path, stack: str) -> tuple[list[ReportImage]
                 f"stacks/Pulumi.{stack}.yaml as it is now (the results record no {CROSSOVER_FILE})"
             )
     except (OSError, ValueError, VersionGateError, UnknownModelError) as exc:
-        return [], f"no crossover figure for {stack} in the report: {' '.join(str(exc).split())}"
-    return [crossover_image(result, stack, origin)], None
+        return None, f"no crossover figure for {stack} in the report: {' '.join(str(exc).split())}"
+    return crossover_image(result, stack, origin), None
 
 
 _PUBLISHED_COLOURS = ("tab:blue", "tab:purple", "tab:brown", "tab:cyan")

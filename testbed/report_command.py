@@ -80,19 +80,19 @@ def report_command(
 
 
 def _crossover_images(folders: Sequence[LoadedResults]) -> tuple[list[ReportImage], list[str]]:
-    """The crossover figure of each folder whose ``stack.json`` names a stack
-    (:func:`testbed.crossover_figure.folder_crossover_images`), and why any is left out."""
-    from testbed.crossover_figure import folder_crossover_images
+    """The crossover figure of each stack a folder's ``stack.json`` names, once a stack
+    (:func:`testbed.crossover_figure.folder_crossover_image`), and why any is left out."""
+    from testbed.crossover_figure import folder_crossover_image
 
-    images: list[ReportImage] = []
-    skipped = []
-    drawn: set[str] = set()
+    first: dict[str, Path] = {}
     for folder in folders:
         stack = str(folder.stack.get("stack") or "")
-        if not stack or f"crossover-{stack}" in drawn:
-            continue
-        mine, why = folder_crossover_images(folder.path, stack)
-        drawn |= {image.key for image in mine}
-        images += mine
+        if stack:
+            first.setdefault(stack, folder.path)
+    images: list[ReportImage] = []
+    skipped = []
+    for stack, path in first.items():
+        image, why = folder_crossover_image(path, stack)
+        images += [] if image is None else [image]
         skipped += [why] if why else []
     return images, skipped

@@ -63,6 +63,7 @@ from loadgen.results_folder import STACK_FILE
 from loadgen.runner import _first_errors, grid_keys, grid_result, run_grid_async
 from loadgen.stats import summarize_run
 from stackmodel.config import StackConfig
+from stackmodel.crossover import CROSSOVER_FILE, crossover, crossover_json
 from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS, parse_quantity
 from stackmodel.resources import stack_file_text, stack_resources
 from stackmodel.sizing import (
@@ -676,15 +677,17 @@ def simulate_stacks(
 
     Writes, per stack, ``out_dir/<stack>/`` (summary.json, result.json, runs.csv,
     requests.parquet, table.txt, incidents.json, and ``stack.json``: the resources the stack
-    would run on, for ``testbed compare``), the routing run's folder ``out_dir/<stack>/routing/``
-    (one folder per grid point and repetition in ``runs/``), the model directory and the
-    graph's logs (``out_dir/<stack>/graph/logs``). ``stack.json`` is written first, with the
-    stack values the results depend on (:func:`stack_values`). With ``resume``, each routing
-    run keeps its complete runs (same stack values, :func:`refuse_other_stack_values`; same
-    load settings, checked by loadgen) and measures only the others; runs at grid points
-    outside this grid stay in ``routing/runs/``. Every process of every graph is stopped on
-    return, on error and on Ctrl-C; a routing run's finished runs stay in its folder when
-    another's fails. The caller holds the folders' locks (:mod:`loadgen.folder_lock`).
+    would run on, for ``testbed compare``; ``crossover.json``: where disaggregation pays for the
+    config simulated, :data:`stackmodel.crossover.CROSSOVER_FILE`), the routing run's folder
+    ``out_dir/<stack>/routing/`` (one folder per grid point and repetition in ``runs/``), the
+    model directory and the graph's logs (``out_dir/<stack>/graph/logs``). ``stack.json`` is
+    written first, with the stack values the results depend on (:func:`stack_values`). With
+    ``resume``, each routing run keeps its complete runs (same stack values,
+    :func:`refuse_other_stack_values`; same load settings, checked by loadgen) and measures only
+    the others; runs at grid points outside this grid stay in ``routing/runs/``. Every process
+    of every graph is stopped on return, on error and on Ctrl-C; a routing run's finished runs
+    stay in its folder when another's fails. The caller holds the folders' locks
+    (:mod:`loadgen.folder_lock`).
 
     Raises:
         FileNotFoundError, KeyPathError, StackConfigError: unknown stack, bad ``--set``,
@@ -707,6 +710,7 @@ def simulate_stacks(
         resources = stack_resources(job.cfg, build_topology(job.cfg))
         text = stack_file_text(job.stack_dir.name, resources, values)
         write_text_atomic(job.stack_dir / STACK_FILE, text)
+        write_text_atomic(job.stack_dir / CROSSOVER_FILE, crossover_json(crossover(job.cfg)))
     routings = routing_runs(jobs, progress=progress, resume=resume)
     timed = timed_side_by_side(jobs, routings, constants)
     return [

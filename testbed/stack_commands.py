@@ -640,7 +640,7 @@ def _simulate(
         with suppress(ValueError):  # unreadable: printed as a warning above
             report_notes.append(resource_note_text(a.out_dir, b.out_dir))
     comparison = comparison_report(out, names[0], names[1]) if len(names) == 2 else None
-    images = _crossover_images(results, settings)
+    images = _crossover_images(results)
     _write_reports(
         [sim.out_dir for sim in results], comparison, [n for n in report_notes if n], images
     )
@@ -697,27 +697,18 @@ def _say_kept(names: list[str], out: Path) -> None:
     )
 
 
-def _crossover_images(sims: Sequence[Simulation], settings: Sequence[Setting]) -> list[list[Any]]:
-    """Each simulated stack's crossover (of the config it ran, ``--set`` items applied),
-    recorded in its folder (:data:`stackmodel.crossover.CROSSOVER_FILE`) and drawn for its
-    report; ``[]`` and a warning where it cannot be."""
-    from stackmodel.crossover import CROSSOVER_FILE, crossover, crossover_json
-    from stackmodel.stacks import load_stack
-    from testbed.crossover_figure import folder_crossover_images
+def _crossover_images(sims: Sequence[Simulation]) -> list[list[Any]]:
+    """Each simulated stack's crossover figure for its report, from the
+    :data:`stackmodel.crossover.CROSSOVER_FILE` the simulation recorded (``[]`` and a warning
+    where it cannot be drawn)."""
+    from testbed.crossover_figure import folder_crossover_image
 
     images: list[list[Any]] = []
     for sim in sims:
-        try:
-            text = crossover_json(crossover(load_stack(sim.stack, settings)))
-            (sim.out_dir / CROSSOVER_FILE).write_text(text, encoding="utf-8")
-        except (OSError, ValueError, KeyError) as exc:
-            warn(f"no crossover figure for {sim.stack}: {exc}")
-            images.append([])
-            continue
-        mine, why = folder_crossover_images(sim.out_dir, sim.stack)
+        image, why = folder_crossover_image(sim.out_dir, sim.stack)
         if why:
             warn(why)
-        images.append(mine)
+        images.append([] if image is None else [image])
     return images
 
 
