@@ -42,7 +42,6 @@ from stackmodel.sizing import (
     kv_link,
     link_profile,
     model_geometry,
-    same_host,
     stack_sizing,
 )
 from stackmodel.ucx import (
@@ -819,14 +818,10 @@ def same_node_link_warnings(cfg: StackConfig) -> list[str]:
             continue
         if not moves_between_gpus(group.env.get(UCX_TLS)):
             continue
-        shares = any(
-            w.role == "decode"
-            and (w.node_class == group.node_class or same_host(cfg, group.node_class, w.node_class))
-            for w in cfg.topology.workers
-        )
         gpu = cfg.node_classes[group.node_class].gpu
         spec = resolve_gpu(gpu)[0] if gpu is not None else None
-        if not shares or spec is None or spec.interconnect_gb_per_s is None:
+        same_node = kv_link(cfg, group) == cfg.links.same_node  # what the sizing takes
+        if not same_node or spec is None or spec.interconnect_gb_per_s is None:
             continue
         rate = f"{spec.interconnect_gb_per_s:g}"
         out.append(
