@@ -308,20 +308,20 @@ class PodStartWatch:
         return None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StartWatch(PodStartWatch):
     """A load Job's :class:`PodStartWatch`, which also tells a Job that has had fewer pods than
     clients for ``grace_s`` since ``created`` (the namespace's quota or admission refused the
     rest: the Job controller only records events)."""
 
-    job: LoadJob | None = None
-    created: float = 0.0
+    job: LoadJob
+    created: float
 
     def check(self, pods: list[dict[str, Any]], now: float) -> str | None:
         """The first pod that cannot start, or the missing pods; None while all may yet
         start."""
         found = super().check(pods, now)
-        if found is not None or self.job is None:
+        if found is not None:
             return found
         if len(pods) < self.job.clients and now - self.created >= self.grace_s:
             return (
