@@ -101,6 +101,14 @@ class GpuSpec(BaseModel):
         peak = self.fp8_dense_tflops if self.compute_dtype(fp8) == "FP8" else None
         return self.flops_per_s if peak is None else peak * 1e12 * FP8_GEMM_EFFICIENCY_RATIO
 
+    def weight_bytes_per_s(self, fp8: bool) -> float:
+        """The memory rate a decode step's GEMMs read the model's weights at, bytes/s, for the
+        fitted BF16 weights efficiency to scale: :attr:`bytes_per_s`, x
+        :data:`FP8_WEIGHT_READ_RATIO` for FP8 weights on a GPU with FP8 tensor cores (W8A8:
+        FP8 GEMMs read their weights slower than BF16 ones)."""
+        ratio = FP8_WEIGHT_READ_RATIO if self.compute_dtype(fp8) == "FP8" else 1.0
+        return self.bytes_per_s * ratio
+
     def compute_dtype(self, fp8: bool) -> str:
         """Which dense peak :meth:`compute_flops_per_s` takes: ``"FP8"`` for FP8 weights on a
         GPU with an FP8 peak, else ``"BF16"``."""

@@ -41,7 +41,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from steptime.gpus import FP8_WEIGHT_READ_RATIO, GpuSpec
+from steptime.gpus import GpuSpec
 from steptime.tensor_parallel import TensorParallel
 
 
@@ -120,7 +120,7 @@ class EngineStep:
     (:meth:`steptime.gpus.GpuSpec.compute_flops_per_s`: x
     :data:`~steptime.gpus.FP8_GEMM_EFFICIENCY_RATIO`, the fit's efficiency measured in BF16
     carried over), and the weight read is the geometry's (1 B a weight) at the fit's weights
-    efficiency x :data:`~steptime.gpus.FP8_WEIGHT_READ_RATIO` (both ratios measured on an H200).
+    efficiency at :meth:`steptime.gpus.GpuSpec.weight_bytes_per_s` (both measured on an H200).
     ``max_batched_tokens``: vLLM's per-step token budget (``--max-num-batched-tokens``): the
     most tokens one step computes, one for each decoding request and the rest prompt chunks
     (None: no budget; :func:`stackmodel.sizing.max_batched_tokens` gives a stack's).
@@ -172,10 +172,8 @@ class EngineStep:
 
     def _decode_compute_s(self, contexts: Sequence[int]) -> float:
         bw = self.gpu.bytes_per_s
-        read = self.fit.weights_efficiency
-        if self.gpu.compute_dtype(self.fp8_weights) == "FP8":
-            read *= FP8_WEIGHT_READ_RATIO  # FP8 GEMMs read their weights slower (measured)
-        memory = self.geometry.weight_bytes / (bw * read) + sum(
+        reading = self.gpu.weight_bytes_per_s(self.fp8_weights) * self.fit.weights_efficiency
+        memory = self.geometry.weight_bytes / reading + sum(
             contexts
         ) * self.geometry.kv_bytes_per_token / (bw * self.fit.kv_efficiency)
         compute = (
