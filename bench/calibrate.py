@@ -3,15 +3,15 @@
 Run: `uv run --group sim --group dev python bench/calibrate.py [--out out/calibration] [--reuse]`.
 
 1. The routing run of `kv-routing`'s full grid (the seed's {2,7,12,24} x {4,8} x 3 runs of 200
-   requests) against the real Dynamo frontend and mocker workers (`testbed.simulate`), written
+   requests) against the real Dynamo frontend and mocker workers (`simulator.routing`), written
    to `<out>/kv-routing/routing/`; `--reuse` takes an existing one.
 2. SciPy's Nelder-Mead minimises the mean squared log error between the timing model's TTFT
    p50, TTFT p99 and requests/s at the 8 grid points and the seed's 24 kv-routing values
-   (`testbed.seed.SEED_SAME_NODE["kv-routing"]`), over the engine-step efficiencies and host
-   time named in `testbed.calibration.FITTED_STEP` (`steptime.fit.SEED_FIT`: a roofline of the
+   (`simulator.seed.SEED_SAME_NODE["kv-routing"]`), over the engine-step efficiencies and host
+   time named in `simulator.calibration.FITTED_STEP` (`steptime.fit.SEED_FIT`: a roofline of the
    seed's GPU, taken as `steptime.fit.FIT_GPU`, times efficiencies, each kept in (0, 1]) and
-   the timing constants in `testbed.calibration.FITTED`, starting from the current values.
-3. Prints the fitted values (paste them into `steptime/fit.py` and `testbed/calibration.py`)
+   the timing constants in `simulator.calibration.FITTED`, starting from the current values.
+3. Prints the fitted values (paste them into `steptime/fit.py` and `simulator/calibration.py`)
    and, per value, the simulated figure beside the seed's.
 4. Scores the disaggregated rows with the fitted values (routing run of `disagg-same-node`'s
    full grid in `<out>/disagg-same-node/routing/`): simulated beside the seed's, not fitted.
@@ -34,22 +34,17 @@ from scipy.optimize import minimize
 
 from loadgen.config import LoadConfig
 from loadgen.results import GridResult, PointSummary
+from simulator.calibration import CONSTANTS, FITTED, FITTED_STEP
+from simulator.calibration_fit import BOUNDS as FIT_BOUNDS
+from simulator.retime import retime_grid
+from simulator.routing import ROUTING_DIR, ROUTING_SPEEDUP, graph_spec, routing_run
+from simulator.seed import SEED_SAME_NODE, within
+from simulator.simulate import simulation_load
+from simulator.timing_model import TimingConstants
 from stackmodel.config import StackConfig
 from stackmodel.stacks import load_stack
 from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
-from testbed.calibration import CONSTANTS, FITTED, FITTED_STEP
-from testbed.calibration_fit import BOUNDS as FIT_BOUNDS
-from testbed.seed import SEED_SAME_NODE, within
-from testbed.simulate import (
-    ROUTING_DIR,
-    ROUTING_SPEEDUP,
-    graph_spec,
-    retime_grid,
-    routing_run,
-    simulation_load,
-)
-from testbed.timing_model import TimingConstants
 
 STACK = "kv-routing"
 SCORED = "disagg-same-node"
@@ -124,7 +119,7 @@ def main() -> None:
     for name in FITTED_STEP:
         print(f"    {name}={getattr(best_step, name):.6g},  # steptime/fit.py")
     for name in FITTED:
-        print(f"    {name}={getattr(best, name):.6g},  # testbed/calibration.py")
+        print(f"    {name}={getattr(best, name):.6g},  # simulator/calibration.py")
     result, _ = retime_grid(cfg, load, routing, frame, best, best_step)
     rows = errors(result.points)
     for label, sim, seed in rows:

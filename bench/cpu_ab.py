@@ -24,7 +24,7 @@ from loadgen_overhead import TESTBED, measure_cli
 from rich.console import Console
 from rich.table import Table
 
-from testbed.model_dir import make_model_dir
+from simulator.model_dir import make_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 1.10  # B may cost at most 10% more CPU per request than A

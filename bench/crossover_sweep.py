@@ -4,7 +4,7 @@ Run: `uv run --frozen --all-groups python bench/crossover_sweep.py [--stack disa
 [--points 20] [--out DIR] [--routing DIR]`.
 
 The link speed changes only the timing layer of `testbed simulate` (the KV transfer in
-`testbed.timing_model`): which worker the frontend routes a request to and its prefix-cache hit
+`simulator.timing_model`): which worker the frontend routes a request to and its prefix-cache hit
 come from the routing run, whose mocker timing is not used. So the sweep runs the routing once
 (the stack's reduced grid, as `testbed simulate STACK` does; or reuses the routing folder of an
 earlier simulation with `--routing`) and re-times it at `--points` link speeds from 0.1 to 50
@@ -28,17 +28,12 @@ import pandas as pd
 
 from loadgen.output import REQUESTS_FILE
 from loadgen.results import GridResult
+from simulator.retime import retime_grid
+from simulator.routing import ROUTING_DIR, ROUTING_SPEEDUP, graph_spec, routing_run
+from simulator.simulate import simulation_load
 from stackmodel.config import Links
 from stackmodel.crossover import crossover
 from stackmodel.stacks import load_stack
-from testbed.simulate import (
-    ROUTING_DIR,
-    ROUTING_SPEEDUP,
-    graph_spec,
-    retime_grid,
-    routing_run,
-    simulation_load,
-)
 
 
 def main() -> None:

@@ -5,16 +5,16 @@ Run: `uv run --frozen --all-groups python bench/full_grid_speed.py [--out DIR] [
 (about 4 minutes on 2 shared cores).
 
 - **new**: `testbed simulate kv-routing disagg-same-node --full` as shipped: the two routing
-  runs side by side, the mockers at `testbed.simulate.ROUTING_SPEEDUP`, the graphs logging
+  runs side by side, the mockers at `simulator.routing.ROUTING_SPEEDUP`, the graphs logging
   warnings only, prompts built once for both grids.
 - **old**: the same two simulations one after the other, the mockers at `--speedup-ratio` 10
-  and the graphs at Dynamo's default log level (`testbed.simulate.QUIET_LOG_LEVEL` set to
+  and the graphs at Dynamo's default log level (`simulator.routing.QUIET_LOG_LEVEL` set to
   None), prompts built per grid: what `testbed simulate` did before.
 
 Each way runs in its own process; its CPU time is that process's and its children's (the
 graphs' processes, which it waits for), from `resource.getrusage(RUSAGE_CHILDREN)`. Then, per
 way: the seed-match figure (how many of the seed's 48 values are within +-25% of the simulated
-ones, `testbed.seed.seed_accuracy_note`) and each grid point's cached ratio (median of its runs)
+ones, `simulator.seed.seed_accuracy_note`) and each grid point's cached ratio (median of its runs)
 of the routing run's clients and of the timed result, so that a faster way that routes
 differently shows. The machine is shared: read the ratio of the two ways, and the CPU times.
 """
@@ -32,16 +32,17 @@ import time
 from pathlib import Path
 
 from loadgen.results import GridResult
-from testbed.seed import seed_accuracy_note
-from testbed.simulate import ROUTING_DIR
+from simulator.routing import ROUTING_DIR
+from simulator.seed import seed_accuracy_note
 
 STACKS = ("kv-routing", "disagg-same-node")
 
 OLD_WAY = """
 import sys
 from pathlib import Path
-import testbed.simulate as simulate
-simulate.QUIET_LOG_LEVEL = None
+import simulator.routing as routing
+import simulator.simulate as simulate
+routing.QUIET_LOG_LEVEL = None
 for stack in sys.argv[2:]:
     simulate.simulate_stacks([stack], Path(sys.argv[1]), full=True, speedup_ratio=10.0,
                              progress=False)

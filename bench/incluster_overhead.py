@@ -27,7 +27,7 @@ from incluster.sources import GRID_FILE, pod_files
 from incluster.wire import parse_log
 from loadgen.config import LoadConfig
 from loadgen.stats import percentile
-from testbed.model_dir import make_model_dir
+from simulator.model_dir import make_model_dir
 
 
 def _pod_run(url: str, concurrency: int, n: int, work: Path) -> tuple[float, int, str]:

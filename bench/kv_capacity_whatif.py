@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import seed_match
 
-import testbed.simulate as simulate_module
-from testbed.localgraph import LocalGraphSpec
-from testbed.timing_model import RunTopology
+import simulator.retime as retime_module
+from simulator.localgraph import LocalGraphSpec
+from simulator.timing_model import RunTopology
 
 SEED_CACHED_RATIO = {
     "kv-routing": {12: "0.57-0.66", 24: "0.36-0.43"},
@@ -44,7 +44,7 @@ SEED_CACHED_RATIO = {
 def scaled(scale: float, roles: frozenset[str]) -> None:
     """The KV capacity of every worker whose role is in ``roles`` times ``scale``, in the
     routing run and the timing model."""
-    graph_spec, run_topology = seed_match.graph_spec, simulate_module.run_topology
+    graph_spec, run_topology = seed_match.graph_spec, retime_module.run_topology
 
     def small_graph(*args: object, **kwargs: object) -> LocalGraphSpec:
         spec = graph_spec(*args, **kwargs)  # type: ignore[arg-type]
@@ -67,7 +67,7 @@ def scaled(scale: float, roles: frozenset[str]) -> None:
         return dataclasses.replace(topology, workers=workers)
 
     seed_match.graph_spec = small_graph  # type: ignore[assignment]
-    simulate_module.run_topology = small_topology  # type: ignore[assignment]
+    retime_module.run_topology = small_topology  # type: ignore[assignment]
 
 
 def cached_rows(stack: str, frame: pd.DataFrame) -> list[str]:
@@ -92,9 +92,9 @@ def main() -> None:
     parser.add_argument("--stack", nargs="+", default=list(seed_match.SEED_SAME_NODE))
     parser.add_argument("--out", type=Path, default=Path("out/kv-capacity-whatif"))
     args = parser.parse_args()
-    originals = seed_match.graph_spec, simulate_module.run_topology
+    originals = seed_match.graph_spec, retime_module.run_topology
     for scale in args.scale:
-        seed_match.graph_spec, simulate_module.run_topology = originals
+        seed_match.graph_spec, retime_module.run_topology = originals
         scaled(scale, frozenset(args.role))
         out = args.out / f"scale-{scale:g}"
         results = {}

@@ -51,7 +51,7 @@ from loadgen.loops import Share, ShareResult, Warmup, run_share
 from loadgen.request import RequestRecord
 from loadgen.stats import percentile, queue_ms, ttft_ms
 from loadgen.workers import auto_workers, run_in_workers, split_share
-from testbed.model_dir import make_model_dir
+from simulator.model_dir import make_model_dir
 
 TOKENS = 16
 SLOW_MS = 50

@@ -4,13 +4,13 @@ Run: `uv run --frozen --all-groups python bench/published.py` (a second; no GPU,
 
 Each case is a published vLLM measurement (address, vLLM version, GPU, model, concurrency,
 input / output tokens, the figure). The same timing model `testbed simulate` uses
-(:func:`testbed.timing_model.simulate_run` with each worker's
+(:func:`simulator.timing_model.simulate_run` with each worker's
 :func:`stackmodel.sizing.engine_step`-style :class:`steptime.roofline.EngineStep`: the
 GPU's catalog figures x its efficiencies, `steptime.fit.fit_for`) runs the case's load on
 one aggregated worker on one GPU, without prefix-cache hits: `concurrency` clients in a closed
 loop, `requests` requests of `input` prompt and `output` generated tokens. Request overhead:
 0 for an offline benchmark (vLLM's `benchmark_latency`), the seed fit's
-(`testbed.calibration.CONSTANTS.request_overhead_s`) for a server. Prints a Markdown table,
+(`simulator.calibration.CONSTANTS.request_overhead_s`) for a server. Prints a Markdown table,
 each row marked when outside +-30%.
 
 Then the issue's L40S case (Llama-3.1-8B-Instruct on an L40S, the seed's 2,371-token prompts, 64
@@ -24,12 +24,12 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
+from simulator.calibration import CONSTANTS
+from simulator.timing_model import RunTiming, RunTopology, SimRequest, WorkerSpec, simulate_run
 from stackmodel.models import known_model
 from steptime.fit import fit_for
 from steptime.gpus import GPU_CATALOG
 from steptime.roofline import EngineStep, decode_floor_s
-from testbed.calibration import CONSTANTS
-from testbed.timing_model import RunTiming, RunTopology, SimRequest, WorkerSpec, simulate_run
 
 TOLERANCE = 0.30
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"

@@ -6,8 +6,8 @@ cores; no GPU, no Dynamo).
 
 Each pair's two sides are stacks (:meth:`stackmodel.published.PublishedPair.config`), timed
 with the same timing model and step times `testbed simulate` uses: the workers, GPUs and link
-of :func:`testbed.simulate.run_topology`, the constants of :func:`testbed.simulate.
-stack_constants`, :func:`testbed.timing_model.simulate_run`. The load is the source's: a
+of :func:`simulator.hardware.run_topology`, the constants of :func:`simulator.hardware.
+stack_constants`, :func:`simulator.timing_model.simulate_run`. The load is the source's: a
 closed loop of ``concurrency`` clients, every request ``input_tokens`` in and
 ``output_tokens`` out, no prefix shared (each request its own prefix: the sources ran random
 synthetic prompts), :data:`MEASURED_PER_CLIENT` requests per client after one warm-up request
@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.hardware import run_topology, stack_constants
+from simulator.timing_model import SimRequest, simulate_run
 from stackmodel.published import PUBLISHED_PAIRS, PublishedPair, Side, published_points
-from testbed.simulate import run_topology, stack_constants
-from testbed.timing_model import SimRequest, simulate_run
 
 TOLERANCE = 0.25
 MEASURED_PER_CLIENT = 4

@@ -34,12 +34,13 @@ from typing import Any
 
 import pandas as pd
 
+from configkeys.key_paths import parse_settings
 from kvpath.memory import HOST_BASE_BYTES
-from loadgen.key_paths import parse_settings
 from loadgen.results import GridResult, PointSummary
-from stackmodel.stacks import load_stack
-from testbed.calibration import CONSTANTS
-from testbed.seed import (
+from simulator.calibration import CONSTANTS
+from simulator.retime import write_timed
+from simulator.routing import ROUTING_DIR, ROUTING_SPEEDUP, graph_spec, routing_run
+from simulator.seed import (
     SEED_CROSS_NODE_C1,
     SEED_CROSS_NODE_C4_FIRST_TTFT_MS,
     SEED_CROSS_NODE_C4_OOM_S,
@@ -47,15 +48,9 @@ from testbed.seed import (
     SEED_SAME_NODE,
     within,
 )
-from testbed.simulate import (
-    ROUTING_DIR,
-    ROUTING_SPEEDUP,
-    graph_spec,
-    routing_run,
-    simulation_load,
-    write_timed,
-)
-from testbed.timing_model import TimingConstants
+from simulator.simulate import simulation_load
+from simulator.timing_model import TimingConstants
+from stackmodel.stacks import load_stack
 
 SEED_OOM_OVERRIDES = (
     f"topology.workers[0].memoryLimit={SEED_OOM_MEMORY_LIMIT}",

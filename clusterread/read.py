@@ -1,9 +1,9 @@
 """Read what the cluster has, at ``pulumi preview``, for :mod:`clusterread.checks`.
 
 Kubernetes access is the stack's Kubernetes provider's, resolved as the load step's pod watch
-resolves it (:func:`loadgen.kube_watch.api_client`: ``kubernetes:kubeconfig``, else
+resolves it (:func:`kubeclient.client.api_client`: ``kubernetes:kubeconfig``, else
 ``$KUBECONFIG``, else ``~/.kube/config``; ``kubernetes:context``). The official ``kubernetes``
-client (and with it :mod:`loadgen.kube_watch`) is imported inside :func:`read_cluster`, where
+client (:mod:`kubeclient.client`) is imported inside :func:`read_cluster`, where
 the check runs: importing it with the program would cost every command ~0.7 s of CPU
 (bench/program_import.py). Objects come back as the API's JSON (plain dicts, camelCase).
 """
@@ -98,7 +98,7 @@ def read_cluster(
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import HTTPError
 
-    from loadgen.kube_watch import KubeAccessError, api_client
+    from kubeclient.client import KubeAccessError, api_client
 
     try:
         api = api_client(kubeconfig, context)

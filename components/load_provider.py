@@ -6,21 +6,14 @@ pickles :class:`LoadStepProvider` *by reference* into the state of every stack t
 a later ``pulumi up``/``destroy`` imports it again from this path. The provider holds no client,
 lock or other state on ``self``; everything it needs arrives in the resource's inputs.
 
-The engine ignores custom timeouts for dynamic resources, so the step enforces its own overall
-deadline (``load.deadlineMinutes``): loadgen writes every run to the results folder as it
-finishes, so when the deadline cancels the grid the finished runs are kept (read back from the
-folder) and the status says so. A stop file ends the grid between two runs, and a step stopped
-that way (or killed by a second Ctrl-C) is resumed by the next ``pulumi up``
-(:mod:`loadstep.folder`).
+What the step does when it runs is :mod:`loadstep.runtime`'s; this module holds its Pulumi
+contract only: the resource, its provider's create, diff, update and delete, and its
+registration after the graph.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -36,316 +29,13 @@ from loadstep.inputs import (
     frontend_url,
     run_reasons,
     step_inputs,
-    step_outputs,
-    step_status,
 )
+from loadstep.runtime import checked_run
 from stackmodel.config import StackConfig
-from stackmodel.resources import stack_file_text
 from stackmodel.topology import FRONTEND_PORT
 
 if TYPE_CHECKING:
-    from loadgen.config import LoadConfig
-    from loadgen.observers import GridObserver
-    from loadgen.results import GridResult
-    from loadstep.folder import StopRequested
-
-# The step's own modules (the grid runner, the pod watch with the `kubernetes` client, the
-# report with matplotlib, the results folder with pandas) are imported where the step runs:
-# every `pulumi preview`/`up` imports this module, and the dynamic provider's process imports
-# it again, so importing them here cost seconds of CPU per command (bench/program_import.py;
-# tests/test_program_imports.py keeps them out).
-
-
-class LoadStepError(RuntimeError):
-    """Raised from create/update when ``failOnErrors`` is set and the status is not ok."""
-
-
-class LoadStepStopped(RuntimeError):
-    """Raised from create/update when the stop file stopped the grid
-    (:mod:`loadstep.folder`): the engine then stores no outputs for this run, so the
-    next ``pulumi up`` runs the step again, which resumes the folder."""
-
-
-async def _wait_and_run(
-    inputs: LoadStepInputs,
-    config: LoadConfig,
-    run_dir: Path,
-    deadline: float,
-    pods: GridObserver,
-) -> tuple[GridResult | None, bool, str | None]:
-    """Wait until ``/v1/models`` lists the model, then run the grid into ``run_dir`` (loadgen
-    writes every run as it finishes; with ``readyCheck`` the readiness gate runs first, and
-    ``pods`` watches the namespace) until done or ``deadline`` (monotonic s).
-
-    Returns the result (the finished runs, read back from ``run_dir`` when the grid was cut
-    short; None if no run finished), whether the deadline stopped the grid, and the error
-    that stopped it, if any (the gate's, or naming the run it stopped in).
-
-    Raises:
-        ModelNotListedError: the URL is unknown, or the model was not listed in time.
-    """
-    from loadgen.api import base_url
-    from loadgen.output import read_result
-    from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
-    from loadgen.runner import grid_keys, run_grid_async
-    from loadstep.folder import StopFileObserver, StopRequested
-
-    if inputs.url is None:
-        raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
-    wait_s = min(inputs.model_wait_s, inputs.deadline_s)
-    await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
-    run = run_grid_async(
-        inputs.url,
-        inputs.model,
-        config,
-        run_dir,
-        tokenizer=inputs.tokenizer,
-        progress=False,
-        resume=True,  # run_dir is new, or an interrupted run to finish (loadstep.folder)
-        ready=inputs.ready_check(),
-        observers=[pods, StopFileObserver(inputs)],
-    )
-    try:
-        return await asyncio.wait_for(run, max(deadline - time.monotonic(), 0.0)), False, None
-    except StopRequested:
-        raise
-    except NotServingError as exc:
-        return None, False, str(exc)
-    except TimeoutError:
-        return read_result(run_dir), True, None
-    except Exception as exc:  # keep the finished runs; the status carries the error
-        partial = read_result(run_dir)
-        runs = [] if partial is None else partial.runs
-        finished = {(r.prefix_kinds, r.concurrency, r.repetition) for r in runs}
-        stopped = next((key for key in grid_keys(config) if key not in finished), None)
-        where = f"run K={stopped[0]} c={stopped[1]} rep {stopped[2]}: " if stopped else ""
-        return partial, False, f"{where}{exc!r}"
-
-
-def _run_grid(
-    inputs: LoadStepInputs,
-    config: LoadConfig,
-    run_dir: Path,
-    deadline: float,
-    pods: GridObserver,
-    notes: list[str],
-) -> tuple[GridResult | None, bool, str | None]:
-    """The grid where ``load.runner`` says: in this process (:func:`_wait_and_run`), or as a
-    Job of ``clients`` pods in the stack's namespace (:func:`incluster.runtime.run_in_cluster`;
-    imported here, so that ``pulumi preview`` never loads the Kubernetes client for it). Same
-    result, deadline flag and failure either way; both resume ``run_dir``'s finished runs and
-    honour the stop file (:mod:`loadstep.folder`). In the cluster, the Job is named after
-    ``run_dir`` and a leftover load Job of the stack is cleared first
-    (:func:`incluster.runtime.clear_leftovers`), what was done with it appended to ``notes``.
-
-    Raises:
-        StopRequested: the stop file stopped the grid.
-    """
-    from incluster.runtime import Resumed, clear_leftovers
-
-    if inputs.runner == "local":
-        if inputs.namespace is not None:  # an in-cluster step's Job would load beside it
-            cleared = clear_leftovers(
-                inputs.namespace,
-                inputs.stack,
-                kubeconfig=inputs.kubeconfig,
-                context=inputs.kube_context,
-            )
-            notes.extend(cleared.notes)  # (a local grid needs no cluster access: unseen is ok)
-            if cleared.failure is not None:
-                return None, False, cleared.failure
-        return asyncio.run(_wait_and_run(inputs, config, run_dir, deadline, pods))
-    from incluster.collect import finished_runs
-    from incluster.manifests import LoadJob
-    from incluster.runtime import job_name, run_in_cluster
-    from loadgen.output import ResumeError, read_result
-    from loadstep.folder import StopRequested, stop_file, stop_requested
-
-    if inputs.url is None or inputs.namespace is None or inputs.image is None:
-        return None, False, "the in-cluster load needs the stack's namespace, image and URL"
-
-    def stop() -> str | None:
-        if not stop_requested(inputs):
-            return None
-        return f"stop file {stop_file(inputs)} found; the run in flight was dropped"
-
-    folder = f"{inputs.stack}/{run_dir.name}"
-    job = LoadJob(
-        name=job_name(inputs.stack, folder),
-        namespace=inputs.namespace,
-        image=inputs.image,
-        url=inputs.url,
-        model=inputs.model,
-        grid_json=inputs.grid,
-        clients=inputs.clients,
-        deadline_s=max(deadline - time.monotonic(), 1.0),
-        model_wait_s=inputs.model_wait_s,
-        ready_successes=inputs.ready_successes,
-        tolerations=tuple(inputs.tolerations),
-        node_selectors=tuple(inputs.node_selectors),
-        stack=inputs.stack,
-        folder=folder,
-    )
-    # A Job an interrupted step left: its own folder's is collected, any other deleted.
-    leftovers = clear_leftovers(
-        job.namespace,
-        job.stack,
-        Resumed(job, config, run_dir),
-        kubeconfig=inputs.kubeconfig,
-        context=inputs.kube_context,
-    )
-    notes.extend([*leftovers.notes, *filter(None, [leftovers.unseen])])
-    if leftovers.failure is not None:
-        return read_result(run_dir), False, leftovers.failure
-    try:  # a resumed folder's runs are not measured again (loadstep.folder)
-        skip, sizing = finished_runs(run_dir, inputs.url, inputs.model, config)
-    except ResumeError as exc:
-        return None, False, str(exc)
-    job = job.model_copy(
-        update={
-            "deadline_s": max(deadline - time.monotonic(), 1.0),
-            "skip": tuple(skip),
-            "tokens_per_word": None if sizing is None else sizing.tokens_per_word,
-            "sizing_source": None if sizing is None else sizing.source,
-        }
-    )
-    run = run_in_cluster(
-        job,
-        config,
-        run_dir,
-        deadline,
-        kubeconfig=inputs.kubeconfig,
-        context=inputs.kube_context,
-        stop=stop,
-    )
-    if run.stopped is not None:
-        raise StopRequested(run.stopped)
-    return run.result, run.deadline_exceeded, run.failure
-
-
-def run_load_step(inputs: LoadStepInputs) -> dict[str, Any]:
-    """Run one load step: wait for the model (and, with ``readyCheck``, for the readiness gate:
-    :mod:`loadgen.readiness`), run the grid within the deadline, write the results folder,
-    return the output properties (see :func:`loadstep.inputs.step_outputs`).
-
-    The folder (:func:`loadstep.folder.run_folder`: a new
-    ``<resultsRoot>/<stack>/<UTC time>/``, or the interrupted run it resumes) is loadgen's
-    results folder (:mod:`loadgen.output`: ``summary.json``, the ``results`` output;
-    ``result.json``; ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``;
-    ``runs/<run>/``), written after every run, plus ``step.json`` (the step's inputs: stack,
-    topology fingerprint, URL, grid; written first), ``status.json`` (written last: the run is
-    finished), ``stack.json`` (the stack's resources: :data:`loadgen.results_folder.STACK_FILE`)
-    and ``report.html`` (:mod:`loadgen.html_report`). Request failures, a model that is never
-    listed and the deadline are recorded in the status, never raised.
-
-    Raises:
-        LoadStepStopped: the stop file stopped the grid between two runs; the folder keeps the
-            finished runs (and no ``status.json``), for the next step to resume.
-    """
-    from incluster.manifests import NOT_LOAD_PODS
-    from loadgen.incidents import INCIDENTS_FILE, placed_all
-    from loadgen.kube_watch import pod_watch
-    from loadgen.output import read_result, write_text_atomic
-    from loadgen.readiness import ModelNotListedError
-    from loadgen.report import SUMMARY_FILE
-    from loadgen.results_folder import STACK_FILE, STATUS_FILE
-    from loadstep.folder import StopRequested, run_folder
-
-    ran_at = datetime.now(UTC)
-    deadline = time.monotonic() + inputs.deadline_s
-    config = inputs.load_config()
-    run_dir = run_folder(inputs, ran_at)
-    result: GridResult | None = None
-    stopped: StopRequested | None = None
-    exceeded = False
-    failure: str | None = None
-    notes: list[str] = []
-    # The pod watch (a no-op without a namespace, as in states written before it existed).
-    # The graph's pods, not the in-cluster load's own (whose ending is no incident).
-    watch = pod_watch(
-        inputs.namespace,
-        kubeconfig=inputs.kubeconfig,
-        context=inputs.kube_context,
-        label_selector=NOT_LOAD_PODS,
-    )
-    with watch as pods:
-        try:
-            result, exceeded, failure = _run_grid(inputs, config, run_dir, deadline, pods, notes)
-        except ModelNotListedError as exc:
-            failure = str(exc)
-        except StopRequested as stop:
-            stopped, result = stop, read_result(run_dir)
-    # All of them, also those after a deadline or an error cut the grid short, placed on the
-    # grid's timeline (before it: the model wait and the readiness gate).
-    incidents = placed_all(
-        pods.incidents(),
-        ran_at if result is None else result.started_at,
-        [] if result is None else result.windows(),
-    )
-    if result is not None:
-        result.incidents = incidents
-        result.warnings += [w for w in pods.warnings() if w not in result.warnings]
-    data = [incident.model_dump(mode="json") for incident in incidents]
-    write_text_atomic(run_dir / INCIDENTS_FILE, json.dumps(data, indent=2) + "\n")
-    if stopped is not None:
-        raise _stopped(config, result, run_dir, stopped)
-    for note in notes:
-        pulumi.log.warn(f"load step: {note}")
-    status = step_status(
-        config,
-        result,
-        deadline_exceeded=exceeded,
-        failure=failure,
-        incidents=incidents,
-        notes=notes,
-    )
-    outputs = step_outputs(result, status, ran_at, datetime.now(UTC), str(run_dir.resolve()))
-    if result is None:  # no run finished: the folder still answers with an empty summary
-        write_text_atomic(run_dir / SUMMARY_FILE, "[]\n")
-    write_text_atomic(run_dir / STATUS_FILE, json.dumps(outputs["status"], indent=2) + "\n")
-    if inputs.resources is not None:
-        write_text_atomic(run_dir / STACK_FILE, stack_file_text(inputs.stack, inputs.resources))
-    if result is not None:
-        _write_report(run_dir)
-    return outputs
-
-
-def _stopped(
-    config: LoadConfig, result: GridResult | None, run_dir: Path, stop: StopRequested
-) -> LoadStepStopped:
-    """The error that ends ``pulumi up`` when the stop file stopped the grid: the folder keeps
-    the finished runs and no ``status.json``, so the next ``pulumi up`` resumes it."""
-    status = step_status(config, result)
-    return LoadStepStopped(
-        f"load step stopped: {stop}; {status.points_done} of {status.points_planned} grid "
-        f"points finished, in {run_dir}. "
-        "`pulumi up` again resumes the grid there (finished runs are not measured again); "
-        "change load.runId to start afresh instead"
-    )
-
-
-def _write_report(run_dir: Path) -> None:
-    """``report.html`` beside ``summary.json`` (:mod:`loadgen.html_report`); a failure is a
-    Pulumi warning, never a failed step: the results are already written."""
-    from loadgen.html_report import write_folder_reports
-
-    try:
-        write_folder_reports([run_dir])
-    except (OSError, ValueError) as exc:
-        pulumi.log.warn(f"load step: no report written in {run_dir}: {exc}")
-
-
-def _checked_run(props: dict[str, Any]) -> dict[str, Any]:
-    """Inputs + outputs of a run; raises LoadStepError if failOnErrors and the status is not ok."""
-    inputs = LoadStepInputs.from_props(props)
-    outputs = run_load_step(inputs)
-    status = outputs["status"]
-    if inputs.fail_on_errors and status["state"] != "ok":
-        raise LoadStepError(
-            f"load step {status['state']} (failOnErrors is set): {status['message']}; "
-            f"results in {outputs['resultsDir']}"
-        )
-    return {**inputs.props(), **outputs}
+    pass
 
 
 class LoadStepProvider(ResourceProvider):
@@ -365,7 +55,7 @@ class LoadStepProvider(ResourceProvider):
         inputs = LoadStepInputs.from_props(props)
         if inputs.parked:
             return CreateResult(id_=id_, outs={**inputs.props(), **dict.fromkeys(OUTPUT_KEYS)})
-        return CreateResult(id_=id_, outs=_checked_run(props))
+        return CreateResult(id_=id_, outs=checked_run(props, pulumi.log.warn))
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         """Changes when url, model, grid, fingerprint or runId differ, or the step has never
@@ -380,7 +70,7 @@ class LoadStepProvider(ResourceProvider):
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         """Run the step again with the new inputs."""
-        return UpdateResult(outs=_checked_run(news))
+        return UpdateResult(outs=checked_run(news, pulumi.log.warn))
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         """The step keeps no cluster object, but one interrupted by a second Ctrl-C leaves

@@ -301,7 +301,7 @@ Job and read the Job's status (``GET .../jobs/<name>/status``: RBAC matches ``jo
 resource of its own that a ``jobs`` rule does not cover: kubernetes
 ``pkg/apis/rbac/v1/evaluation_helpers.go`` ``ResourceMatches``), create and delete its ConfigMap
 and barrier Service, list and watch pods (its own, and the graph's for incidents:
-:mod:`loadgen.kube_watch`) and read their logs; create pods (the load pod's server-side dry run
+:mod:`kubeclient.pod_watch`) and read their logs; create pods (the load pod's server-side dry run
 before the Job, and the KV-path probe's two pods: :mod:`incluster.probe`) and delete them. A
 test runs the step against a fake API that allows exactly these rules."""
 

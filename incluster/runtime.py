@@ -6,7 +6,7 @@ whatever happened (the Job with its pods: ``propagationPolicy: Background``).
 
 :func:`run_probe_pods` does the same for the KV-path probe's pod pair (:mod:`incluster.probe`).
 Imported only when a step runs in the cluster (``pulumi preview`` never pays for the client).
-Access is the stack's Kubernetes provider's (:func:`loadgen.kube_watch.api_client`).
+Access is the stack's Kubernetes provider's (:func:`kubeclient.client.api_client`).
 """
 
 import contextlib
@@ -35,8 +35,8 @@ from incluster.manifests import (
 )
 from incluster.probe import figures_from_log
 from incluster.sources import pod_files
+from kubeclient.client import KubeAccessError, api_client
 from loadgen.config import LoadConfig
-from loadgen.kube_watch import KubeAccessError, api_client
 from loadgen.output import read_result
 from loadgen.results import GridResult
 

@@ -1,7 +1,7 @@
 """The KV path of a disaggregated vLLM worker pair, as vLLM 0.31.0 (Dynamo 1.6.x) and 0.33.0
 (Dynamo 1.7.0) run it with NIXL (re-read at 0.33.0: :data:`kvpath.versions.UPSTREAM_RULES`):
 one cost model read by the preview checks (:mod:`stackmodel.sizing`), ``testbed render``'s
-verdict and ``testbed simulate`` (:mod:`testbed.timing_model`), with figures a probe
+verdict and ``testbed simulate`` (:mod:`simulator.timing_model`), with figures a probe
 (:mod:`kvpath.probe`) measures.
 
 - :mod:`kvpath.profile`: the link profile (a transfer's rate, a connection's, a wire's) a stack

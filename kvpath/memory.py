@@ -20,7 +20,7 @@ makes resident. Resident memory grows by those blocks and stops at the mirror.
 
 The floor of such a worker is therefore ``base + /dev/shm + mirror`` (`memory_floor_bytes`),
 whatever the load; below it the kernel kills the worker once ``base + resident`` crosses its limit
-(:class:`testbed.sharing.ResidentMirror`). Bytes throughout.
+(:class:`simulator.sharing.ResidentMirror`). Bytes throughout.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ each ``W / m``, split equally among its transfers.
 
 A transfer's rate (decimal bytes/s) is the lower of its connection's share,
 ``min(bytes_per_s, connection_rate / n)`` with ``n`` transfers on its pair, and its wire share,
-``wire / (m x n)``. Pure functions; :mod:`testbed.sharing` runs them over time.
+``wire / (m x n)``. Pure functions; :mod:`simulator.sharing` runs them over time.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The runner (`loadgen.runner.run_grid_async`) calls, for every run (one repetitio
 point), `before_run` right before its warm-up and `after_run` right after its last request,
 then, once when it builds the `GridResult`, `incidents` and `warnings`. Observers watch the
 serving side from outside the requests: the frontend's /metrics (`loadgen.server_metrics`), a
-Kubernetes pod watch (`loadgen.kube_watch`), the processes of a local graph
-(`testbed.localgraph`). Starting and stopping what they watch is their owner's business (they
+Kubernetes pod watch (`kubeclient.pod_watch`), the processes of a local graph
+(`simulator.localgraph`). Starting and stopping what they watch is their owner's business (they
 are context managers); the runner only calls these hooks.
 """
 

@@ -32,8 +32,8 @@ from loadgen.output import REQUESTS_FILE, RESULT_FILE
 from loadgen.report import SUMMARY_FILE, load_points
 from loadgen.results import GridResult, PointSummary
 
-STEP_FILE = "step.json"  # the load step's inputs (components/load_provider.py)
-STATUS_FILE = "status.json"  # the load step's status (components/load_provider.py)
+STEP_FILE = "step.json"  # the load step's inputs (loadstep/runtime.py)
+STATUS_FILE = "status.json"  # the load step's status (loadstep/runtime.py)
 STACK_FILE = "stack.json"  # the stack and its resources (stackmodel.resources writes it)
 REPORT_FILE = "report.html"  # what `testbed load`, `testbed simulate` and the load step write
 

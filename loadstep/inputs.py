@@ -1,8 +1,9 @@
 """The post-deploy load step, pure part: its inputs, the topology fingerprint, the frontend URL,
 the status, and the stack outputs.
 
-No I/O and no Pulumi here; :mod:`components.load_provider` runs the step (waits for the model,
-runs the grid with :mod:`loadgen`, enforces the deadline) and registers it with Pulumi.
+No I/O and no Pulumi here; :mod:`loadstep.runtime` runs the step (waits for the model, runs the
+grid with :mod:`loadgen`, enforces the deadline) and :mod:`components.load_provider` registers
+it with Pulumi.
 
 Outputs of the step (``pulumi stack output results --json`` etc.):
 
@@ -10,7 +11,7 @@ Outputs of the step (``pulumi stack output results --json`` etc.):
   (:class:`loadgen.results.PointSummary`: times in ms, rates per second);
 - ``status``: :class:`StepStatus` (``ok`` / ``degraded`` / ``failed`` with error counts);
 - ``ranAt`` / ``finishedAt``: UTC ISO-8601 times of the run; ``resultsDir``: the local folder;
-- ``incidents``: what the graph's pods did during the step (:mod:`loadgen.kube_watch`), as
+- ``incidents``: what the graph's pods did during the step (:mod:`kubeclient.pod_watch`), as
   :class:`loadgen.incidents.Incident` objects; also in ``status``.
 """
 
@@ -378,7 +379,7 @@ class StepStatus(BaseModel):
     message: str
     incidents: list[Incident] = Field(
         default_factory=list,
-        description="What the graph's pods did during the step (loadgen.kube_watch), in time "
+        description="What the graph's pods did during the step (kubeclient.pod_watch), in time "
         "order; the message names the first.",
     )
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.key_paths import Setting, covers, parse_key_path, show_path
+from configkeys.key_paths import Setting, covers, parse_key_path, show_path
 
 PROJECT = "dynamo-testbed"
 
@@ -46,7 +46,7 @@ class ConfigProblem:
 class StackConfigError(ValueError):
     """A stack's config is invalid; lists every problem found.
 
-    A problem under a key set on the command line (``--set``, :mod:`loadgen.key_paths`) names
+    A problem under a key set on the command line (``--set``, :mod:`configkeys.key_paths`) names
     that ``--set`` item, not the stack file.
 
     Attributes:
@@ -91,7 +91,7 @@ class StackConfigError(ValueError):
 
 def _setting_of(key: str, settings: Sequence[Setting]) -> Setting | None:
     """The last ``--set`` whose path covers config ``key`` (the one that took effect), or whose
-    new map entry holds it (:attr:`~loadgen.key_paths.Setting.creates`)."""
+    new map entry holds it (:attr:`~configkeys.key_paths.Setting.creates`)."""
     try:
         parts = parse_key_path(key)
     except ValueError:

@@ -40,7 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from loadgen.config_text import ConfigText
+from configkeys.config_text import ConfigText
 from stackmodel.toleration import GPU_TAINT_TOLERATION, Toleration
 
 CHART_REF = "oci://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform"

@@ -148,7 +148,7 @@ def stack_file_text(
     """The text of :data:`loadgen.results_folder.STACK_FILE` (``stack.json``):
     ``{"stack": name, "resources": {...}}``, indented JSON; ``testbed simulate`` adds
     ``"simulatedWith"``: the stack values its results depend on
-    (:func:`testbed.simulate.stack_values`)."""
+    (:func:`simulator.stack_values.stack_values`)."""
     data: dict[str, Any] = {
         "stack": stack,
         "resources": StackResources.model_validate(resources).model_dump(mode="json"),

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from loadgen.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
+from configkeys.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
 from stackmodel.config import StackConfig, project_values, stack_role
 from stackmodel.errors import PROJECT, StackConfigError
 from stackmodel.sizing import PROJECT_DIR
@@ -41,7 +41,7 @@ def stack_config(
     stack: str, project_dir: Path = REPO, settings: Sequence[Setting] = ()
 ) -> tuple[dict[str, str], list[str]]:
     """The config map the Pulumi CLI would pass to the program for ``stack``, with the
-    command line's ``--set`` items (:mod:`loadgen.key_paths`) applied on top of the file.
+    command line's ``--set`` items (:mod:`configkeys.key_paths`) applied on top of the file.
 
     Returns:
         ``({"dynamo-testbed:<key>": <str or JSON string>}, [secret keys])``. Declared defaults
@@ -117,7 +117,7 @@ def settings_error(
 ) -> StackConfigError:
     """``exc``, raised for a stack read with ``settings``, with each problem under a ``--set``
     naming it, and a ``--set`` that adds a map entry (a misspelt node class) saying so
-    (:func:`loadgen.key_paths.with_new_entries`)."""
+    (:func:`configkeys.key_paths.with_new_entries`)."""
     raw = project_values(stack_config(exc.stack, project_dir)[0])
     return StackConfigError(
         exc.stack, exc.problems, with_new_entries(raw, _project_settings(settings))

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from loadgen.config_text import ConfigText
+from configkeys.config_text import ConfigText
 
 
 class Toleration(BaseModel):

@@ -3,7 +3,7 @@ measured runs by ``testbed calibrate``, that a node class names (``nodeClasses.<
 as a link names a probe profile.
 
 A profile holds what the timing model otherwise takes from the seed fit
-(:data:`steptime.fit.SEED_FIT`, :data:`testbed.calibration.CONSTANTS`): the roofline's prefill,
+(:data:`steptime.fit.SEED_FIT`, :data:`simulator.calibration.CONSTANTS`): the roofline's prefill,
 weight-read and KV-read efficiencies and the host time per engine step, and the Dynamo
 frontend's fixed cost per request (None where the runs had no frontend), with what they were
 measured on (GPU, model, engine) so that a stack using it elsewhere is warned

@@ -6,7 +6,7 @@ p99 and requests/s at 8 grid points) by
     uv run --frozen --all-groups python bench/calibrate.py
 
 together with the two timing constants that are not engine steps
-(:data:`testbed.calibration.CONSTANTS`: time-slicing efficiency, request overhead). The seed
+(:data:`simulator.calibration.CONSTANTS`: time-slicing efficiency, request overhead). The seed
 ran Qwen/Qwen3-0.6B on unnamed 24 GB and 8 GB GPUs, taken as :data:`FIT_GPU` (see
 :data:`steptime.gpus.DEFAULT_GPU`). Every other GPU and model gets the same efficiencies: its
 figures are extrapolated from one fit, which :data:`FIT_MODEL` and :data:`FIT_GPU` let a

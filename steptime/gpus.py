@@ -23,7 +23,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from loadgen.config_text import ConfigText
+from configkeys.config_text import ConfigText
 
 FP8_GEMM_EFFICIENCY_RATIO = 0.89
 """How much of its FP8 peak an FP8 GEMM reaches, as a fraction of how much of its BF16 peak a

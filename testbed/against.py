@@ -1,5 +1,5 @@
 """A simulation beside measured runs (``testbed simulate STACK --against RESULTS``): the measured
-folder's grid as the simulation's, then every figure of :data:`testbed.calibration_fit.METRICS`
+folder's grid as the simulation's, then every figure of :data:`simulator.calibration_fit.METRICS`
 at every grid point side by side with its error, a one-line verdict (how many values are within
 +-25%), written to ``<out>/<stack>/against/`` inside the simulation's own folder:
 ``summary.json``, ``table.txt`` and ``report.html``, the A / B report of the simulated and the
@@ -17,8 +17,8 @@ from rich.table import Table
 
 from loadgen.html_report import write_report
 from loadgen.results_folder import load_results
+from simulator.calibration_fit import METRICS, WITHIN, within_count
 from steptime.calibration_profile import ScoredValue
-from testbed.calibration_fit import METRICS, WITHIN, within_count
 
 AGAINST_DIR = "against"
 """The folder, inside the simulated stack's, that holds the comparison."""

@@ -1,5 +1,5 @@
 """`testbed calibrate RESULTS... --stack STACK --out FILE`: fit the timing model's engine-step
-figures and the frontend's fixed cost to measured runs (:mod:`testbed.calibration_fit`) and write
+figures and the frontend's fixed cost to measured runs (:mod:`simulator.calibration_fit`) and write
 a calibration profile (:mod:`steptime.calibration_profile`) that a node class names.
 
 Imports what the command runs inside it (``testbed --help`` stays light).
@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from loadgen.cli import fail
+from testbed.console import fail
 from testbed.stack_commands import SetOption, _settings, _stack_errors
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from loadgen.key_paths import Setting
+    from configkeys.key_paths import Setting
+    from simulator.calibration_fit import Target
     from stackmodel.config import StackConfig
     from steptime.calibration_profile import ScoredValue
-    from testbed.calibration_fit import Target
 
 
 def calibrate_command(
@@ -64,10 +64,10 @@ def calibrate_command(
     Example: testbed calibrate out/load/kv-routing --stack kv-routing --out calib/4090.json
     """
     from loadgen.report import table_console
+    from simulator.calibration_fit import fit, score, simulated_points, within_count
     from stackmodel.sizing import engine_label, engine_step
     from stackmodel.stacks import load_stack
     from steptime.calibration_profile import CalibrationProfile
-    from testbed.calibration_fit import fit, score, simulated_points, within_count
 
     if out.exists() and not force:
         fail(f"--out {out} already exists: add --force to overwrite it, or choose another --out")
@@ -148,7 +148,7 @@ def calibrate_command(
 def _target(folder: Path, cfg: StackConfig, allow_simulated: bool) -> Target:
     """The measured grid in ``folder``; a folder that holds none, or a simulated one without
     ``allow_simulated``, is a usage error."""
-    from testbed.calibration_fit import read_target
+    from simulator.calibration_fit import read_target
 
     try:
         target = read_target(folder, cfg)

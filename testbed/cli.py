@@ -17,10 +17,11 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from loadgen.cli import EXIT_INTERRUPTED, EXIT_USAGE, load_command
 from testbed.calibrate_command import calibrate_command
 from testbed.compare import compare_command
+from testbed.console import EXIT_INTERRUPTED, EXIT_USAGE
 from testbed.init_stack import init_stack_command
+from testbed.load_command import load_command
 from testbed.load_role import load_role_command
 from testbed.probe_command import probe_app
 from testbed.report_command import report_command

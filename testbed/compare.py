@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from loadgen.cli import comparable_points, compare_tables
 from loadgen.intervals import CONFIDENCE
+from testbed.console import fail
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from loadgen.intervals import PointComparison
+    from loadgen.results import PointSummary
 
 
 def read_stack_file(folder: Path) -> dict[str, Any] | None:
@@ -154,3 +155,55 @@ def resource_note_text(a: Path, b: Path) -> str:
     except ValidationError as exc:
         raise ValueError(f"unreadable {STACK_FILE}: {exc}") from None
     return resource_note(comparison, names[0], names[1])
+
+
+def comparable_points(a: Path, b: Path) -> tuple[list[PointSummary], list[PointSummary]]:
+    """The grid points of results folders `a` and `b` (their summary.json); exit 2 with one
+    `error:` line when a folder has no readable summary.json, or when the two share no grid
+    point (nothing comparable)."""
+    from loadgen.report import load_points
+    from loadgen.settings_diff import nothing_comparable
+
+    try:
+        points_a, points_b = load_points(a), load_points(b)
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    refusal = nothing_comparable(points_a, points_b)
+    if refusal is not None:
+        fail(f"nothing to compare between {a} and {b}: {refusal}")
+    return points_a, points_b
+
+
+def compare_tables(
+    a: Path, b: Path, title: str | None = None
+) -> tuple[list[PointSummary], list[PointSummary]]:
+    """Print two results folders side by side, each cell "A / B" as in the seed, under `title`
+    (default "A / B"), then which load settings differ (`print_settings_note`); exits as
+    `comparable_points` does. Returns both sides' grid points."""
+    from loadgen.report import comparison_table, table_console
+
+    points_a, points_b = comparable_points(a, b)
+    table_console().print(comparison_table(points_a, points_b, title=title or f"{a} / {b}"))
+    print_settings_note(a, b)
+    return points_a, points_b
+
+
+def print_settings_note(a: Path, b: Path, names: tuple[str, str] | None = None) -> None:
+    """After an A / B table of results folders `a` and `b` (called `names`, default their
+    paths): print which load settings differ and which metrics that invalidates
+    (`loadgen.settings_diff.settings_note`, from each folder's result.json); nothing when they
+    match. An unreadable result.json is a warning line."""
+    from rich.markup import escape
+
+    from loadgen.report import table_console
+    from loadgen.results_folder import load_config
+    from loadgen.settings_diff import settings_note
+
+    name_a, name_b = names or (str(a), str(b))
+    try:
+        note = settings_note(load_config(a), load_config(b), name_a, name_b)
+    except ValueError as exc:
+        table_console().print(f"[yellow]warning:[/] {escape(str(exc))}")
+        return
+    if note:
+        table_console(highlight=False).print(escape(note), soft_wrap=True)

@@ -93,8 +93,8 @@ def init_stack_command(
 
     Example: testbed init-stack my-cluster --from kv-routing
     """
-    from loadgen.cli import fail
     from stackmodel.stacks import REPO
+    from testbed.console import fail
 
     try:
         target = write_new_stack(name, source, REPO)

@@ -67,9 +67,9 @@ def load_role_command(
 
     Example: testbed load-role kv-routing --user alice | kubectl apply -f -
     """
-    from loadgen.cli import fail
     from stackmodel.errors import StackConfigError
     from stackmodel.stacks import StackFileError, load_stack
+    from testbed.console import fail
 
     try:
         namespace = load_stack(stack).namespace

@@ -279,8 +279,8 @@ def kv_path_command(
 
     Example: testbed probe kv-path disagg-same-node
     """
-    from loadgen.cli import fail
     from stackmodel.stacks import REPO, StackFileError, load_stack
+    from testbed.console import fail
     from testbed.dependency_groups import missing_group
 
     try:

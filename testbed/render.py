@@ -24,7 +24,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
 from components.program import READ_STACK_OUTPUTS, main
-from loadgen.key_paths import Setting
+from configkeys.key_paths import Setting
 from stackmodel.config import project_values, stack_role
 from stackmodel.errors import PROJECT, StackConfigError
 from stackmodel.stack_layout import DEFAULT_PLATFORM_STACK, stack_reference_name

@@ -48,11 +48,11 @@ def report_command(
 
     from rich.markup import escape
 
-    from loadgen.cli import fail
     from loadgen.html_report import write_report
     from loadgen.report import table_console
     from loadgen.results_folder import load_results
     from testbed.compare import resource_note_text
+    from testbed.console import fail
 
     try:
         folders = [load_results(folder) for folder in (results, results_b) if folder is not None]

@@ -1,7 +1,7 @@
 """``testbed render``, ``testbed diff`` and ``testbed simulate``: stacks without a cluster.
 
-This module is read for every ``testbed --help``: it imports only typer and :mod:`loadgen.cli`
-(which ``testbed --help`` reads anyway) at the top, and each command imports what it runs
+This module is read for every ``testbed --help``: it imports only typer and :mod:`testbed.console`
+at the top, and each command imports what it runs
 inside its function (``tests/test_cli_help.py`` checks that help loads none of the heavy
 modules).
 """
@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from loadgen.cli import EXIT_INTERRUPTED, _int_list, _stderr_line, fail, print_settings_note
+from testbed.compare import print_settings_note
+from testbed.console import EXIT_INTERRUPTED, _int_list, _stderr_line, fail
 
 if TYPE_CHECKING:
-    from loadgen.key_paths import Setting
+    from configkeys.key_paths import Setting
+    from simulator.simulate import Simulation
     from testbed.render import Rendered
-    from testbed.simulate import Simulation
 
 GRID = "Grid"
 STACK = "Stack"
@@ -52,7 +53,7 @@ SetOption = Annotated[list[str] | None, _set_option()]
 
 
 def _settings(items: Sequence[str] | None) -> list[Setting]:
-    from loadgen.key_paths import KeyPathError, parse_settings
+    from configkeys.key_paths import KeyPathError, parse_settings
 
     try:
         return parse_settings(items or ())
@@ -64,7 +65,7 @@ def _stack_errors() -> tuple[type[Exception], ...]:
     """What a bad stack name, file, config or ``--set`` raises, or the version gate's refusal
     (worded as a config error, raised once the platform's version is read): one ``error:``
     line, exit 2."""
-    from loadgen.key_paths import KeyPathError
+    from configkeys.key_paths import KeyPathError
     from stackmodel.errors import StackConfigError
     from stackmodel.stack_layout import VersionGateError
     from stackmodel.stacks import StackFileError
@@ -423,15 +424,16 @@ def simulate_command(
     """
     from contextlib import ExitStack
 
-    from loadgen.cli import resumed_line
     from loadgen.folder_lock import FolderBusyError, folder_lock
     from loadgen.output import ResumeError, complete_runs
     from loadgen.report import table_console
+    from simulator.routing import ROUTING_DIR
+    from simulator.stack_values import refuse_other_stack_values, stack_values
     from stackmodel.config import namespace_warnings
     from stackmodel.sizing import stack_sizing
     from stackmodel.stacks import load_stack, stack_config
     from testbed.dependency_groups import missing_group
-    from testbed.simulate import ROUTING_DIR, refuse_other_stack_values, stack_values
+    from testbed.load_command import resumed_line
 
     out = under_project(out, SIMULATE_OUT)
     names = [stack, *([stack_b] if stack_b else [])]
@@ -520,8 +522,8 @@ def _print_against(sim: Simulation, against: Path) -> None:
 
     from loadgen.report import table_console, table_text
     from loadgen.results_folder import load_results
+    from simulator.calibration_fit import score_points
     from testbed.against import simulated_warning, values_table, verdict, write_against
-    from testbed.calibration_fit import score_points
 
     measured = load_results(against)
     values = score_points(str(against), measured.points, sim.result.points)
@@ -543,7 +545,7 @@ def _print_against(sim: Simulation, against: Path) -> None:
 
 def _refuse_twice_set(grid: dict[str, Any], settings: Sequence[Setting]) -> None:
     """An option and a ``--set load.<key>`` for the same grid field: refuse, naming both."""
-    from testbed.simulate import set_load_fields
+    from simulator.simulate import set_load_fields
 
     for setting in settings:
         for name in set_load_fields([setting]):
@@ -574,10 +576,10 @@ def _simulate(
     from loadgen.intervals import ab_comparisons
     from loadgen.output import ResumeError
     from loadgen.report import client_server_table, comparison_table, seed_table, table_console
+    from simulator.localgraph import LocalGraphError
+    from simulator.seed import seed_accuracy_note
+    from simulator.simulate import TimingError, simulate_stacks
     from testbed.compare import print_resource_note, print_verdicts, resource_note_text
-    from testbed.localgraph import LocalGraphError
-    from testbed.seed import seed_accuracy_note
-    from testbed.simulate import TimingError, simulate_stacks
 
     console = table_console(highlight=False)
     report_notes: list[str] = []
@@ -650,11 +652,11 @@ def _simulate(
 
 def grid_length_line(name: str, settings: Sequence[Setting], points: Sequence[Any]) -> str:
     """How long the stack's own grid (its ``load``, as ``pulumi up`` runs it) would serve on
-    the cluster at the simulated rates (:func:`testbed.simulate.grid_length_s`), beside the
+    the cluster at the simulated rates (:func:`simulator.simulate.grid_length_s`), beside the
     load step's deadline."""
     from loadstep.inputs import step_deadline_minutes
+    from simulator.simulate import grid_length_s
     from stackmodel.stacks import load_stack
-    from testbed.simulate import grid_length_s
 
     load = load_stack(name, settings).load
     grid = load.grid()
@@ -679,7 +681,7 @@ def grid_length_line(name: str, settings: Sequence[Setting], points: Sequence[An
 def _say_kept(names: list[str], out: Path) -> None:
     """After Ctrl-C: what each stack's folder kept (every process was stopped)."""
     from loadgen.output import complete_runs
-    from testbed.simulate import ROUTING_DIR
+    from simulator.routing import ROUTING_DIR
 
     counts = {name: complete_runs(out / name / ROUTING_DIR) for name in names}
     if not any(counts.values()):

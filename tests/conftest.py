@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from simulator.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, make_model_dir
 from stackmodel.errors import PROJECT
 from stackmodel.stacks import REPO
-from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup, make_model_dir
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +56,7 @@ def no_real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
-# --- Local Dynamo graphs (frontend + CPU-only mocker workers on 127.0.0.1; testbed.localgraph) ---
+# --- Local Dynamo graphs (frontend + CPU-only mocker workers on 127.0.0.1; simulator.localgraph)
 
 
 # Qwen/Qwen3-0.6B: 28 layers x 8 KV heads x head_dim 128 x 2 (K and V) x 2 bytes (bf16).
@@ -66,7 +66,7 @@ QWEN3_0_6B_MODEL_NAME = "Qwen/Qwen3-0.6B"
 
 @pytest.fixture(scope="session")
 def local_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One weight-less Qwen3 model directory (testbed.model_dir) shared by the whole session."""
+    """One weight-less Qwen3 model directory (simulator.model_dir) shared by the whole session."""
     return make_model_dir(tmp_path_factory.mktemp("model"))
 
 

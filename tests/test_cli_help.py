@@ -156,7 +156,7 @@ def test_simulate_help_shows_the_reduced_grid() -> None:
     """`testbed simulate --help` states the default grid without importing it (pandas)."""
     from typing import Any
 
-    from testbed.simulate import REDUCED_GRID, REDUCED_REQUESTS_PER_RUN
+    from simulator.simulate import REDUCED_GRID, REDUCED_REQUESTS_PER_RUN
 
     grid: dict[str, Any] = dict(REDUCED_GRID)
 

@@ -19,21 +19,32 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, ...], ...] = (
+    ("configkeys",),
     ("loadgen", "kvpath"),
-    ("steptime",),
+    ("kubeclient", "steptime"),
     ("stackmodel",),
     ("manifests", "incluster"),
-    ("clusterread", "loadstep"),
+    ("clusterread", "loadstep", "simulator"),
     ("components",),
     ("testbed",),
 )
-"""The project's packages from the ground up (docs/layout.md draws them): the load generator
-and the KV path's cost model; the step-time model; the model of a stack; what is built from
-it without Pulumi (Kubernetes objects, the in-cluster load and probe); the cluster reads and
-the load step; the Pulumi components and the program; the ``testbed`` commands."""
+"""The project's packages from the ground up (docs/layout.md draws them): the config keys'
+vocabulary; the load generator and the KV path's cost model; the Kubernetes client and the
+step-time model; the model of a stack; what is built from it without Pulumi (Kubernetes objects,
+the in-cluster load and probe); the cluster reads, the load step and the simulator; the Pulumi
+components and the program; the ``testbed`` commands."""
 PACKAGES = tuple(package for layer in LAYERS for package in layer)
 LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in layer}
-PURE = ("loadgen.config", "kvpath", "steptime", "stackmodel", "manifests", "loadstep")
+PURE = (
+    "configkeys",
+    "loadgen.config",
+    "kvpath",
+    "steptime",
+    "stackmodel",
+    "manifests",
+    "loadstep",
+    "simulator",
+)
 """Packages (or modules) that import no Pulumi and no Kubernetes client, anywhere in them."""
 FORBIDDEN = ("pulumi", "pulumi_kubernetes", "kubernetes", "grpc")
 COMMAND_MODULES = frozenset(
@@ -46,7 +57,7 @@ COMMAND_MODULES = frozenset(
         "testbed.probe_command",
         "testbed.calibrate_command",
         "testbed.report_command",
-        "loadgen.cli",
+        "testbed.load_command",
     }
 )
 """The modules whose functions are `testbed`'s commands. They are read for every `--help`, so
@@ -109,10 +120,10 @@ def test_the_packages_are_found() -> None:
     assert "stackmodel.config" in GRAPH["stackmodel.checks"][0]
 
 
-STEP_RUNTIME = {"components.load_provider", "clusterread.read"}
+STEP_RUNTIME = {"components.load_provider", "loadstep.runtime", "clusterread.read"}
 """Modules that import a step's runtime inside the functions that run it: the load step's
 (grid runner, pod watch, report) and the cluster check's (the `kubernetes` client, through
-loadgen.kube_watch). ``pulumi preview``/``up`` import the program, and a module-level import
+kubeclient.client). ``pulumi preview``/``up`` import the program, and a module-level import
 there costs seconds of CPU (tests/test_program_imports.py, bench/program_import.py). Those
 imports still count in the cycle check below (``_imports`` keeps every import)."""
 
@@ -127,7 +138,7 @@ def test_no_project_import_inside_a_function(module: str) -> None:
 
 
 def test_step_runtime_imports_count_in_the_cycle_check() -> None:
-    assert "loadgen.runner" in GRAPH["components.load_provider"][0]
+    assert "loadgen.runner" in GRAPH["loadstep.runtime"][0]
 
 
 def test_the_import_graph_has_no_cycle() -> None:

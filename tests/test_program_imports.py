@@ -2,7 +2,7 @@
 
 ``pulumi preview`` and every ``pulumi up`` import ``components.program`` (``__main__.py``)
 before registering anything, and the load step's dynamic-provider process imports it again;
-the step's own packages are imported where it runs (``components.load_provider``). Issue 20
+the step's own packages are imported where it runs (``loadstep.runtime``). Issue 20
 item 10 measured ~6.7 s of CPU for the import when they were module-level imports; the timing
 itself is ``bench/program_import.py`` (timings live in bench/, not in tests).
 """
@@ -22,7 +22,7 @@ HEAVY = (
     "pandas",  # the results folder (loadgen.output, loadgen.results_folder)
     "numpy",
     "pyarrow",
-    "kubernetes",  # the pod watch's client (loadgen.kube_watch)
+    "kubernetes",  # the pod watch's client (kubeclient.pod_watch)
     "aiohttp",  # the load's HTTP client (loadgen.loops, loadgen.request)
     "jinja2",  # the report's template
     "tokenizers",  # prompt sizing (loadgen.prompts)
@@ -54,5 +54,5 @@ def test_the_program_does_not_import(program_modules: set[str], package: str) ->
 
 def test_the_check_sees_what_the_step_imports(program_modules: set[str]) -> None:
     """The same check on the pod watch finds its client, so it can fail."""
-    assert "kubernetes" in loaded_by("loadgen.kube_watch")
+    assert "kubernetes" in loaded_by("kubeclient.pod_watch")
     assert {"pulumi", "pulumi_kubernetes", "pydantic", "components"} <= program_modules

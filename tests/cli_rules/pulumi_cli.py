@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from loadgen.key_paths import parse_key_path
+from configkeys.key_paths import parse_key_path
 from stackmodel.config import PlatformStackConfig, StackConfig, project_values, stack_role
 from stackmodel.errors import PROJECT
 from stackmodel.validation import parse_platform_stack_config, parse_stack_config
@@ -228,7 +228,7 @@ def set_path(stack_config: dict[str, Any], path: str, text: str) -> None:
     """``pulumi config set --path <path> <text>`` on a stack file's ``config:`` mapping.
 
     ``path`` is ``key.sub[0]["a.b"].leaf`` (``[n]`` indexes a list, ``["..."]`` quotes a key
-    with a dot, as ``parseKeyPath`` reads it: ``loadgen.key_paths.parse_key_path``); the
+    with a dot, as ``parseKeyPath`` reads it: ``configkeys.key_paths.parse_key_path``); the
     top-level key gets the project prefix. Below the top level the value is stored as
     :func:`coerce` returns it; a top-level value always as the text (``config set --help``,
     ``pkg/cmd/pulumi/config/config.go`` L726-728). Missing maps are created.

@@ -4,7 +4,7 @@ The CLI stores ``true``/``false`` as booleans and integers as numbers below a to
 (``sdk/go/common/resource/config/object.go`` L566-591 ``coerce``, reached from ``map.go``
 L225-245; ``pkg/cmd/pulumi/config/config.go`` L726-728, the ``config set --help`` text), at
 pulumi/pulumi ``pulumi_cli.PULUMI_COMMIT``. Every text field of the stack config must take
-those scalars (``loadgen.config_text.ConfigText``) and then apply its own checks.
+those scalars (``configkeys.config_text.ConfigText``) and then apply its own checks.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pulumi_cli import (
 )
 from pydantic import BaseModel
 
-from loadgen.config_text import cli_scalar_text
+from configkeys.config_text import cli_scalar_text
 from stackmodel.config import PlatformStackConfig, StackConfig
 from stackmodel.errors import PROJECT, StackConfigError
 from stackmodel.stacks import REPO, stack_names

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from local_kubelet import DELAY_MS
 
-from testbed.localgraph import free_port
+from simulator.localgraph import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

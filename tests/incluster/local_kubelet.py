@@ -41,7 +41,7 @@ from fake_kube_api import FakeKubeApi
 
 from incluster.barrier import PORT
 from incluster.probe import PROBE_PORT
-from testbed.localgraph import free_port
+from simulator.localgraph import free_port
 
 DELAY_MS = 20.0
 """The first-token delay (ms) of the tests' fixed-delay server (conftest.py); it streams 8

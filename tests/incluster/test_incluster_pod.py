@@ -10,7 +10,7 @@ from incluster.manifests import LoadJob, load_job, source_configmap
 from incluster.sources import pod_files
 from incluster.wire import parse_log
 from loadgen.config import LoadConfig
-from testbed.localgraph import free_port
+from simulator.localgraph import free_port
 
 GRID = LoadConfig(
     prefix_kinds=[1],

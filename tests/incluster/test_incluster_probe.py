@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from incluster.probe import PROBE_PORT, figures_from_log, probe_files, probe_objects, probe_shape
 from incluster.runtime import run_probe_pods
 from kvpath.profile import resolve_link
+from simulator.localgraph import free_port
 from stackmodel.config import StackConfig
 from stackmodel.stacks import load_stack
 from testbed.cli import app
-from testbed.localgraph import free_port
 
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2"
 HAS_NIXL = importlib.util.find_spec("nixl_cu12") is not None

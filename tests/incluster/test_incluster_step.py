@@ -18,9 +18,9 @@ from components.load_provider import LoadStepProvider
 from incluster.manifests import LOAD_STEP_RULES, LoadJob, load_job
 from loadgen.report import SUMMARY_FILE
 from loadstep.inputs import step_inputs
+from simulator.localgraph import LocalGraph
+from simulator.routing import graph_spec
 from stackmodel.stacks import load_stack
-from testbed.localgraph import LocalGraph
-from testbed.simulate import graph_spec
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,7 +21,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from local_kubelet import MAX_INT32, backoff_limit, job_verdict
 
-from loadgen.kube_watch import api_client
+from kubeclient.client import api_client
 
 INDEXED = {"completionMode": "Indexed", "completions": 3}
 PER_INDEX = {**INDEXED, "backoffLimitPerIndex": 0}

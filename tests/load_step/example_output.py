@@ -2,7 +2,7 @@
 real.
 
 For kv-routing (the baseline) and then disagg-same-node: start the stack's local Dynamo graph
-(the real frontend + CPU-only mocker workers, `testbed.simulate.graph_spec`), call the load
+(the real frontend + CPU-only mocker workers, `simulator.routing.graph_spec`), call the load
 step's provider `create` with the inputs the Pulumi program gives it (the stack's config, the
 local frontend's URL, the reduced grid of `testbed simulate`), and print disagg-same-node's
 stack outputs as `pulumi stack output --json` would show them, with the comparison.
@@ -20,11 +20,12 @@ from typing import Any
 from components.load_provider import LoadStepProvider
 from loadstep.comparison import comparison_output
 from loadstep.inputs import step_inputs
+from simulator.localgraph import LocalGraph
+from simulator.model_dir import make_model_dir
+from simulator.routing import graph_spec
+from simulator.simulate import simulation_load
 from stackmodel.resources import compare_resources
 from stackmodel.stacks import load_stack
-from testbed.localgraph import LocalGraph
-from testbed.model_dir import make_model_dir
-from testbed.simulate import graph_spec, simulation_load
 
 BASELINE, STACK = "kv-routing", "disagg-same-node"
 

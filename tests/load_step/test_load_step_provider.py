@@ -14,22 +14,22 @@ import pandas as pd
 import pytest
 from fake_kube_api import NAMESPACE, fake_kube_api, oom_killed, pod
 
-# The step imports its runtime where it runs (components.load_provider): import it before the
+# The step imports its runtime where it runs (loadstep.runtime): import it before the
 # tests, so a timed fault below falls in the run, not in the step's first imports.
 import loadgen.html_report
-import loadgen.kube_watch
 import loadgen.runner  # noqa: F401
-from components import load_provider
-from components.load_provider import LoadStepError, LoadStepProvider, LoadStepStopped
+from components.load_provider import LoadStepProvider
 from loadgen.config import LoadConfig
 from loadgen.report import SUMMARY_FILE
 from loadgen.results_folder import REPORT_FILE, STEP_FILE, load_results
 from loadstep import folder as load_step_folder
+from loadstep import runtime as load_runtime
 from loadstep.folder import STOP_FILE, StopFileObserver
 from loadstep.inputs import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons, step_inputs
+from loadstep.runtime import LoadStepError, LoadStepStopped
+from simulator.localgraph import LocalGraph, LocalGraphSpec, free_port
+from simulator.routing import graph_spec
 from stackmodel.stacks import load_stack
-from testbed.localgraph import LocalGraph, LocalGraphSpec, free_port
-from testbed.simulate import graph_spec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -154,7 +154,7 @@ def test_parking_keeps_the_results_and_never_runs(
     stored outputs (its SameStep retains them); on unpark only a real change runs it."""
     props, olds = created  # olds: the outputs of a real run against the local graph
     runs: list[Any] = []
-    monkeypatch.setattr(load_provider, "run_load_step", runs.append)
+    monkeypatch.setattr(load_runtime, "run_load_step", lambda inputs, warn: runs.append(inputs))
     provider = LoadStepProvider()
     parked = {**props, "parked": True}
     assert provider.diff("id", olds, parked).changes is False
@@ -221,7 +221,7 @@ def test_a_stop_file_stops_between_runs_and_the_next_up_resumes(
             stop.touch()  # as the user would, while the run finishes
             return run
 
-    # The step imports it where it runs (components.load_provider), from its module.
+    # The step imports it where it runs (loadstep.runtime), from its module.
     monkeypatch.setattr(load_step_folder, "StopFileObserver", TouchDuringFirstRun)
     with pytest.raises(LoadStepStopped) as stopped:
         LoadStepProvider().create(props)

@@ -174,7 +174,7 @@ def test_compare_tolerates_folders_without_stack_json(tmp_path: Path) -> None:
 
 
 def _resources(stack: str, *settings: str) -> StackResources:
-    from loadgen.key_paths import parse_settings
+    from configkeys.key_paths import parse_settings
 
     cfg = load_stack(stack, parse_settings(settings))
     return stack_resources(cfg, build_topology(cfg))

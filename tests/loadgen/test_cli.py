@@ -12,12 +12,10 @@ from fake_openai_server import Status, Step, normal_stream, serve_in_thread
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-import loadgen.cli
 import loadgen.runner
-from loadgen.cli import STACK_LOAD_STEP_KEYS, build_config
 from loadgen.config import LoadConfig
-from stackmodel.config import StackLoadConfig
 from testbed.cli import app
+from testbed.load_command import build_config, read_load_settings, step_keys
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -361,13 +359,16 @@ def test_plain_load_yaml_and_its_errors(tmp_path: Path) -> None:
     }
 
 
-def test_step_keys_match_stack_load_config() -> None:
-    """The keys dropped from a stack's load section are exactly StackLoadConfig's own."""
-
-    def aliases(model: type[LoadConfig]) -> set[str]:
-        return {field.alias or name for name, field in model.model_fields.items()}
-
-    assert aliases(StackLoadConfig) - aliases(LoadConfig) == STACK_LOAD_STEP_KEYS
+def test_a_stack_files_load_section_loses_only_the_step_keys(tmp_path: Path) -> None:
+    """`--config` with a stack file keeps the grid's keys and drops the load step's own."""
+    file = tmp_path / "Pulumi.lab.yaml"
+    file.write_text(
+        "config:\n  dynamo-testbed:load:\n    prefixKinds: [3]\n    runner: local\n"
+        "    clients: 1\n    runId: '2'\n    concurrency: [4]\n"
+    )
+    assert read_load_settings(file) == {"prefixKinds": [3], "concurrency": [4]}
+    assert {"enabled", "url", "runner", "clients", "resultsDir", "runId"} <= step_keys()
+    assert not step_keys() & {"prefixKinds", "concurrency", "maxTokens", "promptTokens"}
 
 
 def test_kube_namespace_without_kubernetes_access_is_one_warning(tmp_path: Path) -> None:

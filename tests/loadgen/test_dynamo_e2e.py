@@ -10,7 +10,7 @@ from loadgen.config import LoadConfig
 from loadgen.results import GridResult
 from loadgen.runner import run_grid
 
-localgraph = pytest.importorskip("testbed.localgraph")
+localgraph = pytest.importorskip("simulator.localgraph")
 
 MODEL = "Qwen/Qwen3-0.6B"
 KV_BYTES_PER_TOKEN = 114_688  # Qwen3-0.6B: 28 layers x 8 KV heads x 128 head dim x 2 x 2 bytes

@@ -20,8 +20,8 @@ from fake_openai_server import (
 )
 from typer.testing import CliRunner
 
+from simulator.model_dir import make_model_dir
 from testbed.cli import app
-from testbed.model_dir import make_model_dir
 
 pytestmark = pytest.mark.timeout(60)
 

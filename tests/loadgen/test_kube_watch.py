@@ -1,4 +1,4 @@
-"""The pod watch (loadgen.kube_watch) against a fake Kubernetes API server: an OOMKill in the
+"""The pod watch (kubeclient.pod_watch) against a fake Kubernetes API server: an OOMKill in the
 middle of a grid, a watch that drops and resumes, an expired version, no access at all."""
 
 import asyncio
@@ -19,9 +19,10 @@ from fake_kube_api import (
 from fake_openai_server import FakeServer, Sleep, Status, Step, normal_stream
 from kubernetes import client
 
+from kubeclient.client import api_client
+from kubeclient.pod_watch import PodWatch, pod_incidents
 from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, describe
-from loadgen.kube_watch import PodWatch, api_client, pod_incidents
 from loadgen.runner import run_grid_async
 
 pytestmark = pytest.mark.timeout(60)
@@ -213,8 +214,8 @@ def test_a_silent_api_server_is_a_warning_not_a_hang(
     """The start's list waits START_TIMEOUT_S (a float: the kubernetes client ignores a float
     timeout, so it is passed as (connect, read)), then the watch is one warning; any other
     call without a timeout of its own waits REQUEST_TIMEOUT_S."""
-    monkeypatch.setattr("loadgen.kube_watch.START_TIMEOUT_S", 0.3)
-    monkeypatch.setattr("loadgen.kube_watch.REQUEST_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("kubeclient.pod_watch.START_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("kubeclient.client.REQUEST_TIMEOUT_S", 0.3)
     with silent_kube_api(tmp_path) as kubeconfig:
         started = time.monotonic()
         with PodWatch(NAMESPACE, kubeconfig=str(kubeconfig)) as pods:

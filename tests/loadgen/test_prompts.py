@@ -130,7 +130,7 @@ def test_fewer_words_encoded_make_the_same_text(
     """Sized from the tokens per word seen before, a text is the one `n_tokens` words cut at
     the same token gave: for the fixture's BPE with merges and the routing run's byte-level
     tokenizer (~4.5 tokens a word, where `n_tokens` words are ~4.5 times the text needed)."""
-    from testbed.model_dir import make_model_dir
+    from simulator.model_dir import make_model_dir
 
     if which == "model-dir":
         tokenizer = Tokenizer.from_file(str(make_model_dir(tmp_path / "model") / "tokenizer.json"))

@@ -28,8 +28,8 @@ from loadgen.output import (
 from loadgen.request import RequestRecord
 from loadgen.results import GridResult
 from loadgen.stats import summarize_run
+from simulator.model_dir import make_model_dir
 from testbed.cli import app
-from testbed.model_dir import make_model_dir
 
 pytestmark = pytest.mark.timeout(120)
 

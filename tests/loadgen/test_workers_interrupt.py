@@ -12,7 +12,7 @@ import psutil
 import pytest
 from interruptible import popen_interruptible
 
-from testbed.model_dir import make_model_dir
+from simulator.model_dir import make_model_dir
 
 TESTBED = Path(sys.executable).parent / "testbed"
 

@@ -6,8 +6,8 @@ import httpx
 import pytest
 from localgraph_chat import stream_chat
 
-from testbed.localgraph import LocalGraph
-from testbed.model_dir import CHAT_TEMPLATE_OVERHEAD_TOKENS
+from simulator.localgraph import LocalGraph
+from simulator.model_dir import CHAT_TEMPLATE_OVERHEAD_TOKENS
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from localgraph_chat import stream_chat
 
-from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup
-from testbed.model_dir import CHAT_TEMPLATE_OVERHEAD_TOKENS
+from simulator.localgraph import LocalGraph, LocalGraphSpec, MockerGroup
+from simulator.model_dir import CHAT_TEMPLATE_OVERHEAD_TOKENS
 
 pytestmark = pytest.mark.timeout(180)
 

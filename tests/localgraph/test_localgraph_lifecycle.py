@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from testbed import localgraph
-from testbed.localgraph import LocalGraph, LocalGraphError, LocalGraphSpec, MockerGroup
+from simulator import localgraph
+from simulator.localgraph import LocalGraph, LocalGraphError, LocalGraphSpec, MockerGroup
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -129,7 +129,7 @@ class PortRace:
 
 @pytest.fixture
 def port_race(monkeypatch: pytest.MonkeyPatch) -> Iterator[PortRace]:
-    """A `PortRace` patched in as `testbed.localgraph.free_port`; no Dynamo process is left."""
+    """A `PortRace` patched in as `simulator.localgraph.free_port`; no Dynamo process is left."""
     before = dynamo_children()
     real = localgraph.free_port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
@@ -172,7 +172,7 @@ def test_children_die_with_a_killed_parent(tmp_path: Path, local_model_dir: Path
         f"""
         import json, os, signal, sys
         from pathlib import Path
-        from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup
+        from simulator.localgraph import LocalGraph, LocalGraphSpec, MockerGroup
         spec = LocalGraphSpec("m", "round-robin", (MockerGroup("worker", "aggregated", 1, {KV}),))
         graph = LocalGraph(spec, Path({str(tmp_path)!r}), Path({str(local_model_dir)!r}))
         graph.__enter__()

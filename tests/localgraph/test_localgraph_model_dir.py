@@ -1,4 +1,4 @@
-"""testbed.model_dir: the weight-less model directory."""
+"""simulator.model_dir: the weight-less model directory."""
 
 import json
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from testbed.model_dir import CHAT_TEMPLATE_OVERHEAD_TOKENS, make_model_dir
+from simulator.model_dir import CHAT_TEMPLATE_OVERHEAD_TOKENS, make_model_dir
 
 
 def test_same_arguments_give_identical_files(tmp_path: Path) -> None:

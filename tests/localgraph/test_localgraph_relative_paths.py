@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.localgraph import LocalGraph, LocalGraphSpec, MockerGroup
-from testbed.model_dir import make_model_dir
+from simulator.localgraph import LocalGraph, LocalGraphSpec, MockerGroup
+from simulator.model_dir import make_model_dir
 
 
 def test_relative_workdir_and_model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

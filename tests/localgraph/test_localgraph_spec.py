@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.localgraph import LocalGraphSpec, MockerGroup
+from simulator.localgraph import LocalGraphSpec, MockerGroup
 
 KV = 114_688
 

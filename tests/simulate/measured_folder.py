@@ -9,8 +9,10 @@ import pandas as pd
 
 from loadgen.output import REQUESTS_FILE
 from loadgen.results import GridResult
+from simulator.hardware import stack_constants
+from simulator.retime import write_timed
+from simulator.routing import ROUTING_DIR
 from stackmodel.config import StackConfig
-from testbed.simulate import ROUTING_DIR, stack_constants, write_timed
 
 
 def routing_frame(cfg: StackConfig) -> pd.DataFrame:

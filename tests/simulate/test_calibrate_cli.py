@@ -10,13 +10,14 @@ import pytest
 from measured_folder import timed_folder
 from typer.testing import CliRunner
 
-import testbed.simulate
-from loadgen.key_paths import Setting, parse_settings
+import simulator.simulate
+from configkeys.key_paths import Setting, parse_settings
+from simulator.routing import graph_spec
+from simulator.simulate import Simulation, simulation_load
 from stackmodel.config import StackConfig
 from stackmodel.stacks import load_stack
 from steptime.calibration_profile import load_calibration_file
 from testbed.cli import app
-from testbed.simulate import Simulation, graph_spec, simulation_load
 
 SMALL = {"prefix_kinds": [4], "concurrency": [3], "repetitions": 1, "requests_per_run": 12}
 
@@ -155,7 +156,7 @@ def grids(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         result = timed_folder(out_dir / stack, cfg)
         return [Simulation(stack, graph_spec(cfg), result, out_dir / stack)]
 
-    monkeypatch.setattr(testbed.simulate, "simulate_stacks", recorded)
+    monkeypatch.setattr(simulator.simulate, "simulate_stacks", recorded)
     return asked
 
 

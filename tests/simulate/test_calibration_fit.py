@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from measured_folder import timed_folder
 
-from loadgen.key_paths import parse_settings
+from configkeys.key_paths import parse_settings
+from simulator.calibration import CONSTANTS
+from simulator.calibration_fit import Search, fit, read_target
+from simulator.hardware import stack_constants
+from simulator.provenance import provenance
 from stackmodel.config import StackConfig
 from stackmodel.stacks import load_stack
 from steptime.calibration_profile import CalibrationProfile, load_calibration_file
-from testbed.calibration import CONSTANTS
-from testbed.calibration_fit import Search, fit, read_target
-from testbed.simulate import provenance, stack_constants
 
 TRUE = {
     "prefill_efficiency": 0.55,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.seed import seed_accuracy_note
+from simulator.seed import seed_accuracy_note
 
 
 @dataclass

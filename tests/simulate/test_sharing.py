@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kvpath.memory import block_bytes
 from kvpath.profile import LINK_PROFILES
 from kvpath.transfers import Flow
-from testbed.sharing import FlowServer, ResidentMirror, SharedServer, finish_times
+from simulator.sharing import FlowServer, ResidentMirror, SharedServer, finish_times
 
 KV_272_MB = 2371 * 114_688  # one seed request's KV (bytes)
 GBE = 115e6  # 1 GbE, B/s (seed: 110-117 MB/s)

@@ -16,10 +16,12 @@ from typing import Any
 import psutil
 import pytest
 
-import testbed.simulate
+import simulator.routing
+import simulator.simulate
 from loadgen.output import complete_runs
 from loadgen.results import GridResult
-from testbed.simulate import ROUTING_DIR, simulate_stacks
+from simulator.routing import ROUTING_DIR
+from simulator.simulate import simulate_stacks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,7 +55,7 @@ def test_a_fault_in_one_routing_run_stops_both(
     every graph process is gone."""
     multiprocessing.resource_tracker.ensure_running()  # see test_simulate.py: not ours to stop
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    real = testbed.simulate.run_grid_async
+    real = simulator.routing.run_grid_async
     first = tmp_path / "kv-routing" / ROUTING_DIR
 
     def faulty(url: str, model: str, config: Any, out_dir: Path, **kwargs: Any) -> Any:
@@ -71,7 +73,7 @@ def test_a_fault_in_one_routing_run_stops_both(
 
         return fault_after_the_first_run()
 
-    monkeypatch.setattr(testbed.simulate, "run_grid_async", faulty)
+    monkeypatch.setattr(simulator.routing, "run_grid_async", faulty)
     with pytest.raises(raised):
         simulate_stacks(["kv-routing", "disagg-same-node"], tmp_path, grid=GRID, progress=False)
     assert complete_runs(first) == 1
@@ -101,7 +103,7 @@ def test_side_by_side_cancels_the_others_when_one_fails() -> None:
 
     grids: list[Coroutine[Any, Any, GridResult]] = [slow(), failing()]
     with pytest.raises(ValueError, match="first"):
-        asyncio.run(testbed.simulate.side_by_side(grids))
+        asyncio.run(simulator.routing.side_by_side(grids))
     assert finished == ["cancelled"]
 
 
@@ -111,7 +113,7 @@ def test_the_routing_runs_client_warnings_are_not_printed(
     """The load client's "more than one core can time honestly" warning says nothing of a
     routing run, whose timing is not used: not printed while it runs, printed again after."""
     logger = logging.getLogger("loadgen.runner")
-    with testbed.simulate.client_warnings_unprinted():
+    with simulator.routing.client_warnings_unprinted():
         logger.warning("K=2 c=4 rep 1: before the run: ...")
     assert caplog.records == []
     logger.warning("measured")
@@ -125,14 +127,15 @@ def test_the_commands_speedup_is_the_routing_runs() -> None:
     from testbed.stack_commands import simulate_command
 
     default = inspect.signature(simulate_command).parameters["speedup"].default
-    assert default == testbed.simulate.ROUTING_SPEEDUP == 100.0
+    assert default == simulator.routing.ROUTING_SPEEDUP == 100.0
 
 
 def test_the_stacks_are_timed_side_by_side(tmp_path: Path) -> None:
     """Two recorded routing runs timed at once, the first in a worker process: the same
     results as timed here; a worker that fails is a TimingError naming its stack."""
+    from simulator.routing import RoutingJob, graph_spec
+    from simulator.simulate import timed_side_by_side
     from stackmodel.stacks import load_stack
-    from testbed.simulate import RoutingJob, graph_spec, timed_side_by_side
     from tests.simulate.measured_folder import routing_frame, timed_folder
 
     small = {"prefix_kinds": [2], "concurrency": [4], "repetitions": 1, "requests_per_run": 20}
@@ -154,5 +157,5 @@ def test_the_stacks_are_timed_side_by_side(tmp_path: Path) -> None:
     ]
     assert timed[0].points[0].ttft_p50_ms != timed[1].points[0].ttft_p50_ms  # two stacks
     (jobs[0].stack_dir / ROUTING_DIR / "requests.parquet").unlink()
-    with pytest.raises(testbed.simulate.TimingError, match=r"^kv-routing: the timing model's"):
+    with pytest.raises(simulator.simulate.TimingError, match=r"^kv-routing: the timing model's"):
         timed_side_by_side(jobs, [routing, routing])

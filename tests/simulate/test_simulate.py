@@ -13,18 +13,20 @@ import pandas as pd
 import psutil
 import pytest
 
+from configkeys.key_paths import KeyPathError, parse_settings
 from loadgen.html_report import write_folder_reports
 from loadgen.incidents import Incident, describe
-from loadgen.key_paths import KeyPathError, parse_settings
 from loadgen.results import GridResult, PointSummary
 from loadgen.runner import run_grid
+from simulator.localgraph import LocalGraph, ProcessWatch
+from simulator.model_dir import make_model_dir
+from simulator.retime import retime_grid
+from simulator.routing import ROUTING_MAX_TOKENS, graph_spec
+from simulator.simulate import simulate_stacks
 from stackmodel.config import StackConfig
 from stackmodel.errors import StackConfigError
 from stackmodel.sizing import stack_sizing
 from stackmodel.stacks import load_stack
-from testbed.localgraph import LocalGraph, ProcessWatch
-from testbed.model_dir import make_model_dir
-from testbed.simulate import ROUTING_MAX_TOKENS, graph_spec, retime_grid, simulate_stacks
 
 SMALL = {"prefix_kinds": [2, 24], "concurrency": [2], "repetitions": 1, "requests_per_run": 16}
 

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import testbed.simulate
+import simulator.routing
+import simulator.simulate
+import simulator.stack_values
 from loadgen.folder_lock import HOLDER_FILE
 from stackmodel.stacks import load_stack
 from testbed.cli import app
@@ -66,7 +68,7 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     first = run_json(tmp_path, "k2-c4-r1").read_text()
     # The routing folder's mocker wall-clock figures say what they are.
     routing = json.loads((tmp_path / "kv-routing" / "routing" / "result.json").read_text())
-    assert routing["simulated"] == testbed.simulate.ROUTING_LABEL
+    assert routing["simulated"] == simulator.routing.ROUTING_LABEL
     assert "SIMULATED: the routing run of testbed simulate" in (
         (tmp_path / "kv-routing" / "routing" / "table.txt").read_text()
     )
@@ -138,18 +140,18 @@ def test_resume_in_a_folder_without_recorded_stack_values_is_refused(tmp_path: P
 def test_a_profile_file_with_other_figures_is_another_stack_value(tmp_path: Path) -> None:
     """The same `links.sameNode: probe.json` whose figures changed (a probe run again) differs;
     the `--set` items are recorded as typed."""
-    from loadgen.key_paths import parse_settings
+    from configkeys.key_paths import parse_settings
 
     profile = {"name": "probed", "bytesPerS": 4.7e8, "source": "testbed probe kv-path"}
     (tmp_path / "probe.json").write_text(json.dumps(profile))
     settings = parse_settings([f"links.sameNode={tmp_path / 'probe.json'}"])
     cfg = load_stack("disagg-same-node", settings)
-    first = testbed.simulate.stack_values(cfg, settings)
+    first = simulator.stack_values.stack_values(cfg, settings)
     assert first["settings"] == [f"links.sameNode={tmp_path / 'probe.json'}"]
     assert first["linkProfiles"]["sameNode"] == profile
     (tmp_path / "probe.json").write_text(json.dumps(profile | {"bytesPerS": 1.8e9}))
-    again = testbed.simulate.stack_values(cfg, settings)
-    assert testbed.simulate.stack_value_differences(first, again) == [
+    again = simulator.stack_values.stack_values(cfg, settings)
+    assert simulator.stack_values.stack_value_differences(first, again) == [
         "linkProfiles.sameNode.bytesPerS: 470000000.0 in the folder, 1800000000.0 now"
     ]
 
@@ -186,7 +188,7 @@ def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(testbed.simulate, "simulate_stacks", interrupted)
+    monkeypatch.setattr(simulator.simulate, "simulate_stacks", interrupted)
     args = ["simulate", "kv-routing", "disagg-same-node", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130
@@ -198,7 +200,7 @@ def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     run = tmp_path / "kv-routing" / "routing" / "runs" / "k2-c4-r1"
     run.mkdir(parents=True)
     (run / "run.json").write_text("{}")
-    values = testbed.simulate.stack_values(load_stack("kv-routing"))
+    values = simulator.stack_values.stack_values(load_stack("kv-routing"))
     (tmp_path / "kv-routing" / "stack.json").write_text(json.dumps({"simulatedWith": values}))
     result = CliRunner().invoke(app, [*args, "--resume"])
     assert result.exit_code == 130
@@ -211,12 +213,12 @@ def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_set_load_grid_takes_effect_or_is_refused(tmp_path: Path) -> None:
     """`--set load.concurrency=[8]` is the grid simulate runs (not silently replaced by its
     reduced grid); with `--concurrency` too it is refused, naming both."""
-    from loadgen.key_paths import parse_settings
+    from configkeys.key_paths import parse_settings
     from stackmodel.config import StackConfig
 
     settings = parse_settings(["load.concurrency=[8]", "load.prefixKinds=[7]"])
     cfg: StackConfig = load_stack("kv-routing", settings)
-    load = testbed.simulate.simulation_load(cfg, full=False, settings=settings)
+    load = simulator.simulate.simulation_load(cfg, full=False, settings=settings)
     assert (load.concurrency, load.prefix_kinds, load.repetitions) == ([8], [7], 1)
     both = ["simulate", "kv-routing", "--out", str(tmp_path), "--concurrency", "4"]
     result = CliRunner().invoke(app, [*both, "--set", "load.concurrency=[8]"])
@@ -256,7 +258,7 @@ def test_a_simulated_folder_beside_a_measured_one_is_warned() -> None:
 def test_the_grid_length_is_each_run_at_its_nearest_simulated_rate() -> None:
     from loadgen.config import LoadConfig
     from loadgen.results import PointSummary
-    from testbed.simulate import grid_length_s
+    from simulator.simulate import grid_length_s
 
     point: Any = PointSummary  # only the fields the estimate reads
     points = [

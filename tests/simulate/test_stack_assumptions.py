@@ -7,14 +7,15 @@ import json
 
 import pytest
 
-from loadgen.key_paths import parse_settings
+from configkeys.key_paths import parse_settings
+from simulator.calibration import CONSTANTS
+from simulator.hardware import run_topology
+from simulator.provenance import provenance
+from simulator.timing_model import SimRequest, simulate_run
 from stackmodel.errors import StackConfigError
 from stackmodel.sizing import stack_sizing
 from stackmodel.stacks import load_stack
 from stackmodel.topology import build_topology
-from testbed.calibration import CONSTANTS
-from testbed.simulate import provenance, run_topology
-from testbed.timing_model import SimRequest, simulate_run
 
 PROMPT, PREFIX = 2381, 2134
 

@@ -12,19 +12,14 @@ from hypothesis import strategies as st
 from kvpath.copies import NOTES_HOST_COPIES, d2h_seconds
 from kvpath.memory import HOST_BASE_BYTES
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, resolve_link
+from simulator.calibration import CONSTANTS
+from simulator.hardware import run_topology
+from simulator.timing_model import RunTopology, SimRequest, WorkerSpec, simulate_run
 from stackmodel.models import known_model
 from stackmodel.stacks import load_stack
 from steptime.fit import SEED_FIT
 from steptime.gpus import GPU_CATALOG
 from steptime.roofline import EngineStep
-from testbed.calibration import CONSTANTS
-from testbed.simulate import run_topology
-from testbed.timing_model import (
-    RunTopology,
-    SimRequest,
-    WorkerSpec,
-    simulate_run,
-)
 
 KVB = 114_688  # B/token, Qwen3-0.6B
 PROMPT, PREFIX = 2381, 2134  # the server's prompt tokens (2,371 + chat template), 90% prefix

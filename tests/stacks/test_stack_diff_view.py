@@ -1,12 +1,12 @@
 """``testbed diff`` component by component, and ``--set`` in the Pulumi CLI's path grammar
-applied to a render (``loadgen.key_paths``, ``testbed.component_diff``)."""
+applied to a render (``configkeys.key_paths``, ``testbed.component_diff``)."""
 
 from __future__ import annotations
 
 import pytest
 from typer.testing import CliRunner
 
-from loadgen.key_paths import KeyPathError, parse_settings
+from configkeys.key_paths import KeyPathError, parse_settings
 from stackmodel.errors import StackConfigError
 from testbed.cli import app
 from testbed.component_diff import diff_lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.key_paths import parse_settings
+from configkeys.key_paths import parse_settings
 from testbed.render import render_stack
 
 pytestmark = pytest.mark.timeout(60)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.key_paths import parse_settings
+from configkeys.key_paths import parse_settings
 from stackmodel.checks import overlap_warnings
 from stackmodel.config import StackConfig, namespace_warnings
 from stackmodel.errors import StackConfigError

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from test_stack_render import arg_value, components, main_container, objects_of
 
+from simulator.routing import graph_spec
 from stackmodel.errors import StackConfigError
 from stackmodel.models import known_model
 from stackmodel.quantities import GI, MOCKER_BLOCK_SIZE_TOKENS
@@ -21,7 +22,6 @@ from stackmodel.sizing import stack_sizing
 from stackmodel.topology import build_topology
 from stackmodel.validation import parse_stack_config
 from testbed.render import Rendered, render_stack
-from testbed.simulate import graph_spec
 
 QWEN3_0_6B = known_model("Qwen/Qwen3-0.6B")
 Raw = dict[str, Any]

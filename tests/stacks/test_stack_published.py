@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.hardware import run_topology
 from stackmodel.published import (
     DYNAMO_LLAMA_70B,
     DYNAMO_LLAMA_70B_ONE_NODE,
@@ -17,7 +18,6 @@ from stackmodel.published import (
 )
 from stackmodel.sizing import engine_step
 from testbed.crossover_figure import published_marks
-from testbed.simulate import run_topology
 
 SIDES: tuple[Side, ...] = ("aggregated", "disaggregated")
 

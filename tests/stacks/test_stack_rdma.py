@@ -11,10 +11,10 @@ import pytest
 from test_stack_render import components, main_container
 from test_stack_tensor_parallel import problems
 
+from simulator.hardware import run_topology
 from stackmodel.sizing import stack_sizing
 from stackmodel.validation import parse_stack_config
 from testbed.render import render_stack
-from testbed.simulate import run_topology
 
 Raw = dict[str, Any]
 DEVICE = "rdma/rdma_shared_device_a"

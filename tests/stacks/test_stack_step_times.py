@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
+from simulator.calibration import CONSTANTS
+from simulator.hardware import run_topology
+from simulator.timing_model import SimRequest, simulate_run
 from stackmodel.published import DYNAMO_LLAMA_70B_ONE_NODE
 from stackmodel.sizing import engine_step, max_batched_tokens
 from stackmodel.validation import parse_stack_config
 from steptime.roofline import decode_floor_s
-from testbed.calibration import CONSTANTS
 from testbed.render import render_stack
-from testbed.simulate import run_topology
-from testbed.timing_model import SimRequest, simulate_run
 
 pytestmark = pytest.mark.timeout(60)
 

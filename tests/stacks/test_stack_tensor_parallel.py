@@ -18,6 +18,8 @@ from test_stack_render import arg_value, components, main_container
 from test_stack_schemas import DGD_CRD, KUBERNETES_VERSION
 
 from manifests.graph import dgd_manifest, vllm_deployment_manifests
+from simulator.hardware import run_topology
+from simulator.provenance import provenance
 from stackmodel.checks import same_node_link_warnings
 from stackmodel.errors import StackConfigError
 from stackmodel.models import KNOWN_MODELS
@@ -27,7 +29,6 @@ from stackmodel.validation import parse_stack_config
 from testbed.component_diff import diff_lines
 from testbed.render import render_stack
 from testbed.render_files import diff_rendered
-from testbed.simulate import provenance, run_topology
 
 Raw = dict[str, Any]
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from components.program import main
+from configkeys.key_paths import parse_settings
 from kvpath.profile import LinkProfile
 from kvpath.versions import (
     RELEASE_LINES,
@@ -22,7 +23,8 @@ from kvpath.versions import (
     shipped_nixl,
     upgrade_problem,
 )
-from loadgen.key_paths import parse_settings
+from simulator.provenance import provenance
+from simulator.routing import graph_spec
 from stackmodel.checks import release_warnings
 from stackmodel.errors import StackConfigError
 from stackmodel.stack_layout import VersionGateError
@@ -31,7 +33,6 @@ from stackmodel.validation import parse_stack_config
 from testbed.component_diff import diff_lines
 from testbed.render import EchoMocks, Rendered, render_stack, run_under_mocks
 from testbed.render_files import diff_rendered
-from testbed.simulate import graph_spec, provenance
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,102 +16,43 @@ has expired (410 Gone), so no change is lost. Each change becomes an `Incident`
 `at` is when the watch event reached this machine (the load's own clock, so no skew between
 the cluster's clocks and ours; the kubelet's second-resolution `finishedAt` is in the message).
 
-Kubernetes access is the stack's Kubernetes provider's: a kubeconfig (`kubernetes:kubeconfig`,
-a path or the kubeconfig text, else `$KUBECONFIG`, else `~/.kube/config`) and a context
-(`kubernetes:context`, else the current one). Without access the watch is one warning
-(`GridObserver.warnings`) and the load runs anyway.
+Kubernetes access is the stack's Kubernetes provider's (:func:`kubeclient.client.api_client`).
+Without access the watch is one warning (`GridObserver.warnings`) and the load runs anyway.
 """
+
+from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import urllib3
-import yaml
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
-from kubernetes.config.config_exception import ConfigException
 
+from kubeclient.client import KubeAccessError, api_client
 from loadgen.incidents import Incident, IncidentKind
 from loadgen.observers import GridObserver
 
 WATCH_WINDOW_S = 5  # timeoutSeconds of one watch request: how often the thread checks for stop
+
+
 RETRY_S = 1.0  # pause before resuming after a failed watch request
-DEFAULT_KUBECONFIG = "~/.kube/config"  # kubectl's and the provider's default without $KUBECONFIG
+
+
 START_TIMEOUT_S = 30.0  # the initial list must answer within this, else the watch is a warning
-REQUEST_TIMEOUT_S = 30.0
-"""Seconds a request through :func:`api_client` may wait to connect and between reads where its
-caller gives no ``_request_timeout``: no API call of the program waits forever on a silent API
-server."""
+
+
 COMPONENT_LABELS = (
     "nvidia.com/dynamo-component",  # the Dynamo operator's pods (DGD services)
     "app.kubernetes.io/component",
     "app.kubernetes.io/name",
     "app",
 )
-
-
-class KubeAccessError(RuntimeError):
-    """No usable Kubernetes access (no kubeconfig, unknown context, API not reachable or
-    forbidden); the message is one line."""
-
-
-def request_timeout(seconds: float | tuple[float, float] | None) -> tuple[float, float]:
-    """A ``_request_timeout`` the kubernetes client (32.0.1) applies: (connect, read) seconds.
-    It sets a timeout only for an ``int`` or a 2-tuple and ignores a float silently
-    (``kubernetes/client/rest.py`` ``RESTClientObject.request`` L147-153: ``timeout = None``
-    unless ``isinstance(_request_timeout, int)`` or a tuple of two), and None is no timeout at
-    all; None here is :data:`REQUEST_TIMEOUT_S`."""
-    if isinstance(seconds, tuple):
-        return seconds
-    value = float(REQUEST_TIMEOUT_S if seconds is None else seconds)
-    return (value, value)
-
-
-class _TimedApiClient(client.ApiClient):  # type: ignore[misc]
-    """An ``ApiClient`` whose every call has a timeout that takes effect
-    (:func:`request_timeout`): the generated API methods pass ``_request_timeout`` to
-    ``ApiClient.call_api`` by keyword (``kubernetes/client/api_client.py`` L305-310)."""
-
-    def call_api(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs["_request_timeout"] = request_timeout(kwargs.get("_request_timeout"))
-        return super().call_api(*args, **kwargs)
-
-
-def api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
-    """An API client configured as the stack's Kubernetes provider is: `kubeconfig` is the
-    `kubernetes:kubeconfig` config value (a file path, or the kubeconfig's YAML itself), None
-    for `$KUBECONFIG` / `~/.kube/config`; `context` the `kubernetes:context` value, None for the
-    current context.
-
-    Every call through it has a timeout (:class:`_TimedApiClient`). Built as the client's
-    ``new_client_from_config`` builds one (``kubernetes/config/kube_config.py`` L866-881).
-
-    Raises KubeAccessError (one line) when no configuration is found or it is invalid.
-    """
-    configuration = type.__call__(client.Configuration)
-    try:
-        if kubeconfig is None:  # read now, not when the kubernetes package was imported
-            default = os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
-            config.load_kube_config(default, context, client_configuration=configuration)
-        elif "\n" not in kubeconfig and Path(kubeconfig).expanduser().is_file():
-            path = str(Path(kubeconfig).expanduser())
-            config.load_kube_config(path, context, client_configuration=configuration)
-        else:
-            loaded = yaml.safe_load(kubeconfig)
-            if not isinstance(loaded, dict):
-                raise ConfigException("kubernetes:kubeconfig is neither a file nor a kubeconfig")
-            config.load_kube_config_from_dict(loaded, context, client_configuration=configuration)
-        return _TimedApiClient(configuration=configuration)
-    except (ConfigException, OSError, yaml.YAMLError, TypeError, KeyError) as exc:
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        raise KubeAccessError(message) from None
 
 
 def component_of(pod: dict[str, Any]) -> str:
@@ -261,7 +202,7 @@ class PodWatch(GridObserver):
         self._thread: threading.Thread | None = None
         self._api: client.CoreV1Api | None = None
 
-    def __enter__(self) -> "PodWatch":
+    def __enter__(self) -> PodWatch:
         try:
             self._api = client.CoreV1Api(api_client(self.kubeconfig, self.context))
             version = self._list()

@@ -49,7 +49,7 @@ from loadgen.loops import make_client
 from loadgen.observers import GridObserver
 from loadgen.readiness import model_listed
 from loadgen.server_metrics import scrape
-from testbed.model_dir import make_model_dir
+from simulator.model_dir import make_model_dir
 
 __all__ = [
     "LocalGraph",

@@ -12,7 +12,7 @@ Model of sharing, and why:
   an engine step each of ``n`` busy workers gets ``1/n`` of the GPU: egalitarian processor
   sharing. Switching contexts costs time, so while ``n > 1`` workers are busy the GPU does
   ``efficiency`` (< 1) of the work it would do for one: a measured factor
-  (:mod:`testbed.calibration`), the only thing that distinguishes time-slicing from ideal
+  (:mod:`simulator.calibration`), the only thing that distinguishes time-slicing from ideal
   sharing here.
 - **Concurrent KV transfers share the link by processor sharing too** (efficiency 1): TCP
   flows through one bottleneck converge to equal shares (the fluid model of TCP fairness), so

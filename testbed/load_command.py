@@ -1,9 +1,5 @@
-"""`testbed load` (run a grid against an endpoint), `testbed compare` (two results as A / B)
-and `testbed report` (one or two results as an HTML report with plots).
-
-Exit codes: 0 done (failed requests are results: counted, printed, written); 1 no request
-succeeded; 2 a bad option, URL, file or folder, or a `--resume` with other settings (one
-`error: ...` line, no traceback); 130 interrupted (Ctrl-C; the finished runs are saved).
+"""`testbed load`: run a load grid against an OpenAI-compatible endpoint and write its results
+folder (:mod:`loadgen`).
 """
 
 from __future__ import annotations
@@ -12,7 +8,7 @@ import socket
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,67 +17,28 @@ from loadgen.config import LoadConfig, ReadyCheck, error_message
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from loadgen.results import GridResult, PointSummary, Readiness
-
-# This module is read for every `testbed --help`: only typer and loadgen.config (the options'
-# defaults) are imported here; each command imports what it runs inside it
-# (tests/test_cli_help.py).
+    from loadgen.results import GridResult, Readiness
+from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, _int_list, _stderr_line, fail
 
 SERVER = "Server"
+
+
 GRID = "Grid"
+
+
 REQUESTS = "Requests"
+
+
 CLIENT = "Client"
+
+
 OUTPUT = "Output"
-EXIT_USAGE = 2
-EXIT_NO_SUCCESS = 1
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
 
 STACK_LOAD_KEY = "dynamo-testbed:load"
-# Keys that a stack's `load` section holds for the post-deploy load step, beyond LoadConfig's:
-# the fields of StackLoadConfig in stackmodel/config.py (loadgen does not import components;
-# tests/loadgen/test_cli.py checks this set against it). `testbed load` ignores them.
-STACK_LOAD_STEP_KEYS = frozenset(
-    {
-        "enabled",
-        "url",
-        "nodeAddress",
-        "runId",
-        "failOnErrors",
-        "deadlineMinutes",
-        "modelWaitMinutes",
-        "readyCheck",
-        "readySuccesses",
-        "tokenizer",
-        "resultsDir",
-        "runner",
-        "clients",
-    }
-)
+
+
 ERRORS_SHOWN = 3  # first error messages printed after the table
-
-
-def _stderr_line(markup: str) -> None:
-    from rich.console import Console
-
-    Console(stderr=True, soft_wrap=True, highlight=False).print(markup)
-
-
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    """Print `error: <message>` to stderr (taken literally, never hard-wrapped) and exit with
-    `code` (default 2, a usage error)."""
-    from rich.markup import escape
-
-    _stderr_line(f"[red]error:[/] {escape(message)}")
-    raise typer.Exit(code)
-
-
-def _int_list(option: str, text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"--{option} expects comma-separated integers, got {text!r}") from None
 
 
 def _validation_message(exc: ValidationError, source: str) -> str:
@@ -92,17 +49,31 @@ def _validation_message(exc: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+def step_keys() -> frozenset[str]:
+    """The keys a stack's ``load`` section holds for the post-deploy load step beside the grid's:
+    :class:`~stackmodel.config.StackLoadConfig`'s fields that :class:`~loadgen.config.
+    LoadConfig` lacks (``enabled``, ``url``, ``runner``, ...), camelCase. `testbed load` ignores
+    them."""
+    from stackmodel.config import StackLoadConfig
+
+    def aliases(model: type[LoadConfig]) -> set[str]:
+        return {field.alias or name for name, field in model.model_fields.items()}
+
+    return frozenset(aliases(StackLoadConfig) - aliases(LoadConfig))
+
+
 def _without_step_keys(section: Any, config_file: Path, where: str) -> dict[str, Any]:
     if not isinstance(section, dict):
         raise ValueError(f"{where} in {config_file} is not a mapping of load settings")
-    return {key: value for key, value in section.items() if key not in STACK_LOAD_STEP_KEYS}
+    ignored = step_keys()
+    return {key: value for key, value in section.items() if key not in ignored}
 
 
 def read_load_settings(config_file: Path) -> dict[str, Any]:
     """The load settings (LoadConfig's camelCase keys) in a YAML file, which is one of:
 
     - a Pulumi stack file (`stacks/Pulumi.<stack>.yaml`): its `config: dynamo-testbed:load`
-      section, without the load step's own keys (`STACK_LOAD_STEP_KEYS`); a stack file without
+      section, without the load step's own keys (:func:`step_keys`); a stack file without
       that section gives {} (the stack runs the default grid);
     - a stack's project values holding a `load:` section (same keys dropped);
     - the settings themselves, e.g. `prefixKinds: [2, 12]` (an empty file gives {}).
@@ -264,9 +235,9 @@ def _option(name: str, panel: str, text: str | None = None, **kwargs: Any) -> An
 
 def load_settings_with(config_file: Path | None, settings: Sequence[Any]) -> dict[str, Any] | None:
     """The load settings of `config_file` with the `--set load.<key>=VALUE` items
-    (`loadgen.key_paths.Setting`) applied; None when there are none. Raises
-    `loadgen.key_paths.KeyPathError` for a key outside `load.`."""
-    from loadgen.key_paths import KeyPathError, Setting, apply_settings
+    (`configkeys.key_paths.Setting`) applied; None when there are none. Raises
+    `configkeys.key_paths.KeyPathError` for a key outside `load.`."""
+    from configkeys.key_paths import KeyPathError, Setting, apply_settings
 
     if not settings:
         return None
@@ -417,9 +388,9 @@ def load_command(
 
     Example: testbed load --url http://10.0.0.5:30080 --model Qwen/Qwen3-0.6B --out out/kv
     """
+    from configkeys.key_paths import parse_settings
     from loadgen.api import base_url
     from loadgen.folder_lock import FolderBusyError, folder_lock
-    from loadgen.key_paths import parse_settings
 
     try:
         base_url(url)
@@ -506,7 +477,7 @@ def _load(
 
     from rich.markup import escape
 
-    from loadgen.kube_watch import pod_watch
+    from kubeclient.pod_watch import pod_watch
     from loadgen.output import ResultsFolder, ResumeError, complete_runs, grid_settings
     from loadgen.readiness import NotServingError
     from loadgen.report import table_console
@@ -568,55 +539,3 @@ def _load(
             f"no request succeeded: is the server at {url} up and serving model {model!r}?",
             EXIT_NO_SUCCESS,
         )
-
-
-def comparable_points(a: Path, b: Path) -> tuple[list[PointSummary], list[PointSummary]]:
-    """The grid points of results folders `a` and `b` (their summary.json); exit 2 with one
-    `error:` line when a folder has no readable summary.json, or when the two share no grid
-    point (nothing comparable)."""
-    from loadgen.report import load_points
-    from loadgen.settings_diff import nothing_comparable
-
-    try:
-        points_a, points_b = load_points(a), load_points(b)
-    except (OSError, ValueError) as exc:
-        fail(str(exc))
-    refusal = nothing_comparable(points_a, points_b)
-    if refusal is not None:
-        fail(f"nothing to compare between {a} and {b}: {refusal}")
-    return points_a, points_b
-
-
-def compare_tables(
-    a: Path, b: Path, title: str | None = None
-) -> tuple[list[PointSummary], list[PointSummary]]:
-    """Print two results folders side by side, each cell "A / B" as in the seed, under `title`
-    (default "A / B"), then which load settings differ (`print_settings_note`); exits as
-    `comparable_points` does. Returns both sides' grid points."""
-    from loadgen.report import comparison_table, table_console
-
-    points_a, points_b = comparable_points(a, b)
-    table_console().print(comparison_table(points_a, points_b, title=title or f"{a} / {b}"))
-    print_settings_note(a, b)
-    return points_a, points_b
-
-
-def print_settings_note(a: Path, b: Path, names: tuple[str, str] | None = None) -> None:
-    """After an A / B table of results folders `a` and `b` (called `names`, default their
-    paths): print which load settings differ and which metrics that invalidates
-    (`loadgen.settings_diff.settings_note`, from each folder's result.json); nothing when they
-    match. An unreadable result.json is a warning line."""
-    from rich.markup import escape
-
-    from loadgen.report import table_console
-    from loadgen.results_folder import load_config
-    from loadgen.settings_diff import settings_note
-
-    name_a, name_b = names or (str(a), str(b))
-    try:
-        note = settings_note(load_config(a), load_config(b), name_a, name_b)
-    except ValueError as exc:
-        table_console().print(f"[yellow]warning:[/] {escape(str(exc))}")
-        return
-    if note:
-        table_console(highlight=False).print(escape(note), soft_wrap=True)

@@ -1,7 +1,7 @@
 """The timing of one load run as a discrete-event simulation of workers on shared GPUs, a
-shared KV link and host memory (:mod:`testbed.sharing`).
+shared KV link and host memory (:mod:`simulator.sharing`).
 
-What it takes from the real Dynamo run (:mod:`testbed.simulate`): each request's prompt
+What it takes from the real Dynamo run (:mod:`simulator.routing`): each request's prompt
 tokens, the prefix-cache hit the client was told (``cached_tokens``, block-aligned) and its output
 tokens. In a disaggregated routing run that hit is the **decode** mocker's: the frontend's prefill
 router keeps the prefill leg's ``disaggregated_params`` and ``prompt_tokens_details`` as the
@@ -69,14 +69,14 @@ What it models:
   ``NixlConnectorScheduler.get_num_new_matched_tokens`` returns ``len(prompt) -
   num_computed_tokens``) over the connection of that prefill/decode pair,
   shared by the pair's transfers, and between nodes over the node pair's wire, shared by every pair
-  crossing it (:class:`~testbed.sharing.FlowServer`); then copies them host -> device,
+  crossing it (:class:`~simulator.sharing.FlowServer`); then copies them host -> device,
   synchronously, before its first decode step produces the first token
   (``sync_recved_kv_to_device``). In Dynamo's flow the prefill worker returns only
   ``disaggregated_params`` and the decode worker generates and streams every token ("vLLM: prefill
   runs synchronously; decode waits for prefill to complete", ai-dynamo/dynamo
   ``docs/design_docs/disagg_serving.md``).
 - **Host memory** (``kv_buffer_device: cpu``): each worker's host mirror becomes resident as
-  blocks are touched (:class:`~testbed.sharing.ResidentMirror`): the prefill worker's fresh
+  blocks are touched (:class:`~simulator.sharing.ResidentMirror`): the prefill worker's fresh
   blocks (its prompt minus its own prefix-cache hit) during its device -> host copy, the decode
   worker's received blocks as they arrive; vLLM hands out never-used blocks first
   (:mod:`kvpath.memory`). A worker whose base + resident memory crosses its limit is
@@ -110,8 +110,8 @@ from kvpath.copies import NOTES_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d_s
 from kvpath.memory import HOST_BASE_BYTES, block_bytes
 from kvpath.profile import LinkProfile
 from kvpath.transfers import Flow
+from simulator.sharing import FlowServer, ResidentMirror, SharedServer
 from steptime.roofline import EngineStep
-from testbed.sharing import FlowServer, ResidentMirror, SharedServer
 
 Role = Literal["aggregated", "prefill", "decode"]
 
@@ -124,7 +124,7 @@ OOM_EXIT_CODE = 137  # SIGKILL from the kernel's OOM killer: 128 + 9
 
 @dataclass(frozen=True)
 class TimingConstants:
-    """The model's constants besides the engine steps (see :mod:`testbed.calibration` for
+    """The model's constants besides the engine steps (see :mod:`simulator.calibration` for
     values and sources; a worker's step times are its ``WorkerSpec.step``).
 
     timeslice_efficiency: fraction of the GPU's work done while > 1 workers share it (0..1].

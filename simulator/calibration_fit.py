@@ -5,17 +5,17 @@ and score the simulation against measured figures (``testbed calibrate``, ``test
 A :class:`Target` is one measured grid: the stack it ran, its load settings, its requests as
 loadgen recorded them (``requests.parquet``: prompt and cached tokens per request, in send order)
 and its grid points' figures (``summary.json``). The timing model re-times exactly those
-requests (:func:`testbed.simulate.retime_grid`, the same one ``testbed simulate`` uses) with a
+requests (:func:`simulator.retime.retime_grid`, the same one ``testbed simulate`` uses) with a
 candidate :class:`~steptime.roofline.EngineFit` for every worker and a candidate frontend cost,
 and SciPy's Nelder-Mead minimises the mean squared log error over :data:`METRICS` at every
 grid point, starting from the seed fit (:data:`steptime.fit.SEED_FIT`,
-:data:`testbed.calibration.CONSTANTS`) and searching in log space within :data:`BOUNDS`. No
+:data:`simulator.calibration.CONSTANTS`) and searching in log space within :data:`BOUNDS`. No
 cluster and no Dynamo process is needed: the measured requests carry the routing and the
 prefix-cache hits.
 
 What is not fitted: the time-slicing efficiency (``CONSTANTS``), the KV path's figures
 (:mod:`kvpath`), the host memory. In a disaggregated measured run a request's cached tokens are
-the prefill worker's hit (what a real vLLM decode worker reports, :mod:`testbed.timing_model`),
+the prefill worker's hit (what a real vLLM decode worker reports, :mod:`simulator.timing_model`),
 while the timing model reads them as the decode worker's: the fit is meant for aggregated
 runs, and a disaggregated target is scored, not fitted, in the worked example.
 """
@@ -36,13 +36,13 @@ import pandas as pd
 from loadgen.config import LoadConfig
 from loadgen.results import GridResult, PointSummary
 from loadgen.results_folder import load_results
+from simulator.calibration import CONSTANTS
+from simulator.retime import retime_grid
+from simulator.timing_model import TimingConstants
 from stackmodel.config import StackConfig
 from steptime.calibration_profile import ScoredValue
 from steptime.fit import CALIBRATED, SEED_FIT
 from steptime.roofline import EngineFit
-from testbed.calibration import CONSTANTS
-from testbed.simulate import retime_grid
-from testbed.timing_model import TimingConstants
 
 METRICS = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "requests_per_s")
 """The :class:`~loadgen.results.PointSummary` figures fitted and scored: TTFT p50 and p99 and
@@ -53,7 +53,7 @@ STEP_FIELDS = ("prefill_efficiency", "weights_efficiency", "kv_efficiency", "ste
 """The :class:`~steptime.roofline.EngineFit` fields fitted."""
 
 FRONTEND_FIELD = "request_overhead_s"
-"""The :class:`~testbed.timing_model.TimingConstants` field fitted where a frontend serves."""
+"""The :class:`~simulator.timing_model.TimingConstants` field fitted where a frontend serves."""
 
 BOUNDS = {
     "prefill_efficiency": (0.02, 1.0),
@@ -91,7 +91,7 @@ with ``fatol`` 1e-9 and ``xatol`` 1e-3, 184 to 1.38e-4 with these)."""
 
 WITHIN = 0.25
 """A simulated value is "within" when it is within +-25% of the measured one (the seed's
-comparison, :func:`testbed.seed.within`)."""
+comparison, :func:`simulator.seed.within`)."""
 
 
 @dataclass(frozen=True)

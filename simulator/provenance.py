@@ -1,0 +1,106 @@
+"""What a simulated result says it is and what it cannot tell: the text every table, summary and
+report of a simulation carries, and its warnings (:func:`provenance`).
+"""
+
+from __future__ import annotations
+
+from stackmodel.config import StackConfig
+from stackmodel.sizing import (
+    calibration,
+    engine_label,
+    engine_step,
+    gpu_note,
+    stack_sizing,
+)
+from steptime.calibration_profile import mismatch_note
+from steptime.fit import SEED_FIT, extrapolation_note
+from steptime.roofline import EngineFit
+
+KV_SIZE_ARGS = ("--num-gpu-blocks-override",)
+"""vLLM arguments in ``extraArgs`` that set a worker's KV cache size beside the one the program
+passes, ``--kv-cache-memory-bytes`` from sizing (:func:`stackmodel.topology.worker_args`, so
+vLLM skips its memory profile). An ``extraArgs`` copy of ``--kv-cache-memory-bytes`` itself is
+refused before the simulation runs (``stackmodel.checks``: a flag the program writes from a
+key)."""
+
+
+def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[str]]:
+    """What a simulated result says it is (``GridResult.simulated``: tables, ``summary.json``,
+    the HTML report), and the warnings it carries: each node class that names no GPU (which
+    default it got), each worker group outside the seed fit (model or GPU other than the
+    fit's, :func:`steptime.fit.extrapolation_note`), and each tensor-parallel group (its
+    all-reduce constants are assumptions)."""
+    groups = []
+    warnings = []
+    for group in cfg.topology.workers:
+        step = engine_step(cfg, group.name, fit)
+        default = " (default)" if cfg.node_classes[group.node_class].gpu is None else ""
+        tp = group.tensor_parallel_size
+        gpus = f"{tp} x {step.gpu.name}" if tp > 1 else step.gpu.name
+        groups.append(f"{group.name} on {gpus}{default}, {step.fit.label}")
+        profile = calibration(cfg, group.node_class)
+        note = (
+            extrapolation_note(cfg.model.name, step.gpu.name, step.fit)
+            if profile is None
+            else mismatch_note(
+                profile, gpu=step.gpu.name, model=cfg.model.name, engine=engine_label(cfg)
+            )
+        )
+        if note is not None:
+            warnings.append(f"{group.name}: {note}")
+        if tp > 1:
+            warnings.append(
+                f"{group.name}: tensor-parallel over {tp} GPUs: its all-reduces' latency and "
+                "bandwidth efficiency are assumptions (steptime.tensor_parallel), not fitted to "
+                "a measured tensor-parallel run"
+            )
+    kv_routed = cfg.topology.kind == "dynamo" and cfg.topology.router_mode == "kv"
+    for group in cfg.topology.workers:
+        args = (*cfg.engine.extra_args, *group.extra_args)
+        given = [a for a in args if a.split("=", 1)[0] in KV_SIZE_ARGS]
+        if given and cfg.engine.kind == "vllm":
+            warnings.append(
+                f"{group.name}: extraArgs set {', '.join(given)}, which overrides the KV cache "
+                f"the program sizes; the simulation keeps sizing's "
+                f"{stack_sizing(cfg).kv_capacity_tokens(group.name):,} tokens per worker"
+            )
+        if kv_routed and not group.kv_events and group.role == "aggregated":
+            warnings.append(
+                f"{group.name}: kvEvents is false, but the routing run's mockers publish KV "
+                "events (dynamo.mocker always does for a worker that is not decode): its "
+                "prefix-cache hits are a KV-aware router's, not a prefix-blind one's"
+            )
+    for node_class in dict.fromkeys(w.node_class for w in cfg.topology.workers):
+        note = gpu_note(cfg, node_class)
+        if note is not None:
+            warnings.append(note)
+    release = release_note(cfg)
+    if release is not None:
+        warnings.append(release)
+    text = (
+        "testbed simulate: routing and prefix-cache hits from a real Dynamo frontend with "
+        f"mocker workers; engine steps of {cfg.model.name} ({'; '.join(groups)}): datasheet "
+        "roofline x efficiencies (steptime); KV path and host memory: simulator.timing_model"
+    )
+    return text, warnings
+
+
+def release_note(cfg: StackConfig) -> str | None:
+    """A warning when the stack's Dynamo release is of another minor line than the ``ai-dynamo``
+    package the routing run starts (this project's lock, ``sim`` group): its frontend and
+    mockers are that package's, whatever ``engine.dynamoVersion`` says; None on the same line
+    or without the package."""
+    from importlib import metadata
+
+    try:
+        installed = metadata.version("ai-dynamo")
+    except metadata.PackageNotFoundError:
+        return None
+    release = cfg.engine.runtime_version or cfg.engine.dynamo_version
+    if installed.split(".")[:2] == release.split(".")[:2]:
+        return None
+    return (
+        f"engine.dynamoVersion {release}: the routing run uses the installed ai-dynamo "
+        f"{installed} frontend and mockers, not Dynamo {release}'s; the timing model and the "
+        "checks follow the stack's release"
+    )

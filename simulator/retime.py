@@ -1,0 +1,206 @@
+"""Timing a routing run: the same requests, in the same order and closed loop, on the stack's
+shared hardware (:mod:`simulator.timing_model`), as loadgen request records, so the same
+statistics give the tables; the memory model's OOMKills become incidents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+
+from kvpath.memory import HOST_BASE_BYTES
+from loadgen.config import LoadConfig
+from loadgen.incidents import Incident
+from loadgen.output import (
+    REQUESTS_FILE,
+    MeasuredRun,
+    PromptSizing,
+    ResultsFolder,
+    grid_settings,
+    records_frame,
+)
+from loadgen.request import ErrorKind, RequestRecord
+from loadgen.results import GridResult
+from loadgen.runner import _first_errors, grid_keys, grid_result
+from loadgen.stats import summarize_run
+from simulator.calibration import CONSTANTS
+from simulator.hardware import run_topology
+from simulator.provenance import provenance
+from simulator.routing import ROUTING_DIR
+from simulator.timing_model import (
+    OOM_EXIT_CODE,
+    Kill,
+    RunTiming,
+    SimRequest,
+    TimingConstants,
+    simulate_run,
+)
+from stackmodel.config import StackConfig
+from steptime.fit import SEED_FIT
+from steptime.roofline import EngineFit
+
+
+def sim_requests(frame: pd.DataFrame, load: LoadConfig) -> list[SimRequest]:
+    """One run's rows of a routing run's ``requests.parquet`` as timing-model requests: its
+    prompt tokens and cached tokens as the real Dynamo run reported them (disaggregated: the
+    decode worker's hit), the stack's
+    ``maxTokens`` as output (the mocker never stops early). A request that failed in the
+    routing run (rare) keeps the configured prompt length and no prefix-cache hit."""
+    out = []
+    for row in frame.sort_values("index").itertuples():
+        prompt = row.prompt_tokens if pd.notna(row.prompt_tokens) else load.prompt_tokens
+        cached = row.cached_tokens if pd.notna(row.cached_tokens) else 0
+        out.append(
+            SimRequest(
+                index=int(row.index),
+                prefix_id=int(row.prefix_id),
+                prefix_tokens=load.prefix_tokens,
+                prompt_tokens=int(prompt),
+                cached_tokens=int(cached),
+                output_tokens=load.max_tokens,
+            )
+        )
+    return out
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * 1e9)
+
+
+def timing_records(
+    timing: RunTiming, requests: Sequence[SimRequest], offset_s: float
+) -> list[RequestRecord]:
+    """loadgen :class:`RequestRecord`\\ s of a simulated run, its clock starting at ``offset_s``
+    (seconds since the grid started; the records' "monotonic" ns count from the grid start).
+    A record's cached tokens are those a real deployment's client would be told
+    (``Outcome.cached_tokens``: disaggregated, the prefill worker's modelled hit, not the routing
+    run's decode-side figure)."""
+    by_index = {r.index: r for r in requests}
+    records = []
+    for o in timing.outcomes:
+        spec = by_index[o.index]
+        sent = _ns(offset_s + o.sent_s)
+        record = RequestRecord(index=o.index, prefix_id=spec.prefix_id, intended_ns=sent)
+        record.sent_ns = sent
+        if o.error is None:
+            tokens = [_ns(offset_s + t) for t in o.token_s]
+            record.status = 200
+            record.first_byte_ns = record.first_chunk_ns = record.first_token_ns = tokens[0]
+            record.token_ns = tokens
+            record.chunks = len(tokens) + 1
+            record.end_ns = record.last_token_ns = tokens[-1]
+            record.finish_reason = "length"
+            record.prompt_tokens = spec.prompt_tokens
+            record.completion_tokens = len(tokens)
+            record.cached_tokens = o.cached_tokens
+        else:
+            record.status = 503 if o.error_kind == ErrorKind.HTTP_STATUS else 200
+            record.error_kind = ErrorKind(o.error_kind or ErrorKind.IN_BAND)
+            record.error = o.error
+            record.error_ns = record.end_ns = _ns(offset_s + (o.error_s or o.sent_s))
+        records.append(record)
+    return records
+
+
+def _incident(kill: Kill, run_start: datetime) -> Incident:
+    return Incident(
+        source="simulation",
+        component=kill.group,
+        instance=kill.worker,
+        kind="terminated",
+        reason="OOMKilled",
+        exit_code=OOM_EXIT_CODE,
+        at=run_start + timedelta(seconds=kill.at_s),
+        memory_bytes=kill.memory_bytes,
+        message=(
+            f"host memory {kill.memory_bytes / 2**20:,.0f} MiB > limit "
+            f"{kill.limit_bytes / 2**20:,.0f} MiB, {kill.at_s:.1f} s into the run"
+        ),
+    )
+
+
+def retime_grid(
+    cfg: StackConfig,
+    load: LoadConfig,
+    routing: GridResult,
+    routing_frame: pd.DataFrame,
+    constants: TimingConstants = CONSTANTS,
+    fit: EngineFit = SEED_FIT,
+    host_base_bytes: int = HOST_BASE_BYTES,
+) -> tuple[GridResult, list[MeasuredRun]]:
+    """The grid of a routing run, timed by the timing model: per run, the same requests on the
+    stack's shared hardware with engine steps of ``fit``; runs follow each other on one
+    simulated clock from the routing run's start. Returns the result (OOMKills as incidents,
+    placed in their runs) and the runs as loadgen keeps them. ``host_base_bytes``: see
+    :func:`run_topology`."""
+    topology = run_topology(cfg, fit, host_base_bytes)
+    runs: list[MeasuredRun] = []
+    incidents: list[Incident] = []
+    started_at = routing.started_at
+    clock_s = 0.0
+    keys = ["prefix_kinds", "concurrency", "repetition"]
+    groups = {k: g for k, g in routing_frame.groupby(keys)}
+    for key in grid_keys(load):
+        kinds, conc, rep = key
+        requests = sim_requests(groups[key], load)
+        timing = simulate_run(topology, constants, requests, conc)
+        records = timing_records(timing, requests, clock_s)
+        run_start = started_at + timedelta(seconds=clock_s)
+        summary = summarize_run(records, prefix_kinds=kinds, concurrency=conc, repetition=rep)
+        runs.append(
+            MeasuredRun(
+                summary=summary.model_copy(
+                    update={
+                        "started_at": run_start,
+                        "finished_at": run_start + timedelta(seconds=timing.end_s),
+                    }
+                ),
+                errors=_first_errors(key, records, 0, started_at),
+                frame=records_frame(kinds, conc, rep, records),
+            )
+        )
+        incidents += [_incident(kill, run_start) for kill in timing.kills]
+        clock_s += timing.end_s
+    result = grid_result(
+        f"simulation of {routing.url}",
+        routing.model,
+        load,
+        routing.token_count_source,
+        started_at,
+        runs,
+        earlier_incidents=incidents,
+    )
+    finished_at = started_at + timedelta(seconds=clock_s)
+    simulated, notes = provenance(cfg, fit)
+    update = {
+        "finished_at": finished_at,
+        "simulated": simulated,
+        "warnings": result.warnings + notes,
+    }
+    return result.model_copy(update=update), runs
+
+
+def write_timed(
+    cfg: StackConfig,
+    load: LoadConfig,
+    routing: GridResult,
+    stack_dir: Path,
+    constants: TimingConstants = CONSTANTS,
+    host_base_bytes: int = HOST_BASE_BYTES,
+) -> GridResult:
+    """Layer 2: time the routing run in ``stack_dir/routing`` with the timing model and write
+    loadgen's result folder (with ``incidents.json``) to ``stack_dir``; returns the result."""
+    frame = pd.read_parquet(stack_dir / ROUTING_DIR / REQUESTS_FILE)
+    result, runs = retime_grid(
+        cfg, load, routing, frame, constants, host_base_bytes=host_base_bytes
+    )
+    settings = grid_settings(result.url, result.model, load, None)
+    folder = ResultsFolder(stack_dir, settings, resume=False)
+    sizing = PromptSizing(source=routing.token_count_source)
+    for run in runs:
+        folder.add_run(run, sizing)
+    folder.write_grid(result, runs)
+    return result

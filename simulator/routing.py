@@ -1,0 +1,226 @@
+"""The routing run: a stack's topology as a local Dynamo graph (the real frontend and KV
+router, CPU-only mocker workers) that runs the load grid with :mod:`loadgen`; every request's
+prefix-cache hit as Dynamo reports it is kept in ``<out>/<stack>/routing/``. Its timing is the
+mockers', on this CPU: not used (:mod:`simulator.retime` times the same requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+
+from loadgen.config import LoadConfig
+from loadgen.prompts import PromptCache
+from loadgen.results import GridResult
+from loadgen.runner import run_grid_async
+from simulator.localgraph import (
+    QUIET_LOG_LEVEL,
+    LocalGraph,
+    LocalGraphSpec,
+    MockerGroup,
+    ProcessWatch,
+    start_together,
+)
+from simulator.model_dir import make_model_dir
+from stackmodel.config import StackConfig
+from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS
+from stackmodel.sizing import (
+    stack_sizing,
+)
+from stackmodel.topology import build_topology
+
+ROUTING_MAX_TOKENS = 4
+"""Output tokens of each request in the routing run: routing and prefix-cache hits depend on
+the prompts, not on how long the answers are; the timing model uses the stack's ``maxTokens``."""
+
+
+ROUTING_SPEEDUP = 100.0
+"""Mocker ``--speedup-ratio`` of the routing run (``testbed simulate --speedup``'s default): its
+timing is not used. ai-dynamo 1.6.1 documents it as the "Speedup ratio for mock execution"
+(``dynamo/mocker/args.py`` lines 259-264; the scheduler itself is compiled into
+``_core.abi3.so``). Faster mockers leave the graph's and the load client's CPU to set the
+pace, but they also change routing: with less time in the workers the KV router sees less
+load and keeps more requests on the worker holding their prefix. Measured on the full seed
+grid of both stacks side by side: 117 s wall at 10, 97 s at 100, 95 s at 1000; kv-routing's
+cached ratio at 7 and 12 kinds, concurrency 8, 0.752 and 0.658 at 10 (0.760-0.768 and
+0.619-0.681 one stack after the other), 0.768 and 0.701 at 100, 0.795-0.808 and 0.706-0.739
+at 1000. 100 takes nearly all of the time saved and keeps the hits within the runs' spread
+at 10 (docs/simulation.md)."""
+
+
+ROUTING_DIR = "routing"
+
+
+ROUTING_LABEL = (
+    "the routing run of testbed simulate: the real Dynamo frontend with CPU-only mocker "
+    f"workers on this machine, {ROUTING_MAX_TOKENS} output tokens, the mocker sped up; its times "
+    "are the mockers' wall clock on this CPU, not the stack's (those are in ../summary.json): "
+    "only its routing and prefix-cache hits are used"
+)
+"""What the routing run's folder says it is (``GridResult.simulated``: its table, summary and
+report are labelled with it)."""
+
+
+def graph_spec(
+    cfg: StackConfig, *, speedup_ratio: float | None = None, routing_only: bool = False
+) -> LocalGraphSpec:
+    """The local Dynamo graph that stands in for a stack's deployment.
+
+    Each worker group becomes a mocker group (``-`` in names becomes ``_``, as Dynamo component
+    names require) with the stack's replicas and role; ``--kv-bytes-per-token`` from the model
+    geometry; ``--num-gpu-blocks-override`` from the KV capacity sizing computes for one worker
+    of the group, in the mocker's 64-token blocks (:meth:`StackSizing.gpu_blocks`, the same
+    number a mocker DGD and, as bytes, vLLM's ``--kv-cache-memory-bytes`` get); prefill groups
+    get the link throughput to decode (decimal GB/s), which the mocker charges per request as
+    if it had the link alone. ``routing_only`` (the routing run of ``testbed simulate``, whose
+    timing is not used) drops that charge. ``speedup_ratio`` defaults to the stack's
+    ``engine.speedupRatio``. A ``vllm-service`` stack has no Dynamo router: requests are spread
+    round-robin, as a Kubernetes Service would.
+    """
+    topology = build_topology(cfg)
+    sizing = stack_sizing(cfg)
+    speedup = cfg.engine.speedup_ratio if speedup_ratio is None else speedup_ratio
+    groups = []
+    for plan in topology.components:
+        if plan.role == "frontend":
+            continue
+        link = None
+        if plan.role == "prefill":
+            link = 0.0 if routing_only else sizing.link_gb_per_s(plan.name)
+        groups.append(
+            MockerGroup(
+                name=plan.name.replace("-", "_"),
+                role=plan.role,
+                replicas=plan.replicas,
+                kv_bytes_per_token=sizing.kv_bytes_per_token,
+                kv_transfer_bandwidth_gb_per_s=link,
+                num_gpu_blocks=sizing.gpu_blocks(plan.name, MOCKER_BLOCK_SIZE_TOKENS),
+                speedup_ratio=speedup,
+            )
+        )
+    router = cfg.topology.router_mode if topology.kind == "dynamo" else "round-robin"
+    return LocalGraphSpec(model_name=cfg.model.name, router_mode=router, groups=tuple(groups))
+
+
+@dataclass(frozen=True)
+class RoutingJob:
+    """One stack's routing run: its config, the graph that stands in for it
+    (:func:`graph_spec`), its load (:func:`simulation_load`) and its folder
+    (``<out>/<stack>``)."""
+
+    cfg: StackConfig
+    spec: LocalGraphSpec
+    load: LoadConfig
+    stack_dir: Path
+
+
+def routing_run(
+    cfg: StackConfig,
+    spec: LocalGraphSpec,
+    load: LoadConfig,
+    stack_dir: Path,
+    *,
+    progress: bool,
+    resume: bool = False,
+) -> GridResult:
+    """One stack's :func:`routing_runs` (the benches' single routing run)."""
+    return routing_runs([RoutingJob(cfg, spec, load, stack_dir)], progress=progress, resume=resume)[
+        0
+    ]
+
+
+def routing_runs(
+    jobs: Sequence[RoutingJob], *, progress: bool, resume: bool = False
+) -> list[GridResult]:
+    """Layer 1 of every job, side by side: the load grid (with :data:`ROUTING_MAX_TOKENS`
+    output tokens) against the job's own real Dynamo graph; loadgen's result folder is
+    ``<stack_dir>/routing`` (with the frontend's server-side metrics, and a graph process that
+    ended during the grid as an incident, :class:`~simulator.localgraph.ProcessWatch`).
+
+    Each graph has its own processes, port and folders; the graphs start together
+    (:func:`~simulator.localgraph.start_together`, from this thread, so that their processes die
+    with it), then the grids run in one event loop, sharing their prompts
+    (:class:`loadgen.prompts.PromptCache`: the same load settings build the same prompts) and
+    one progress bar. The graphs log warnings and errors only
+    (:data:`~simulator.localgraph.QUIET_LOG_LEVEL`), and the load client's warnings stay in the
+    routing folders (:func:`client_warnings_unprinted`). Two grids in one process share its
+    garbage collector, which each run freezes and unfreezes (``loadgen.loops``): it guards
+    the client's timing, which a routing run does not use. When a grid fails, the others are
+    cancelled (each keeps the runs it finished, written as they finish) and the first error is
+    raised; every process of every graph is stopped on return, on error and on Ctrl-C. A graph
+    listens on another port each time: a folder's runs are told apart by the graph's spec
+    (``local <spec>``), so ``resume`` keeps runs of the same graph.
+
+    Raises:
+        LocalGraphError: a graph did not start.
+    """
+    prompts = PromptCache(uses=len(jobs))
+    with ExitStack() as graphs, Progress(disable=not progress, transient=True) as bar:
+        model_dirs = [make_model_dir(job.stack_dir / "model") for job in jobs]
+        started = [
+            LocalGraph(
+                job.spec,
+                workdir=job.stack_dir / "graph",
+                model_dir=model_dir,
+                log_level=QUIET_LOG_LEVEL,
+            )
+            for job, model_dir in zip(jobs, model_dirs, strict=True)
+        ]
+        for graph in started:
+            graphs.callback(graph.stop)
+        start_together(started)
+        grids = [
+            run_grid_async(
+                graph.url,
+                job.cfg.model.name,
+                job.load.model_copy(update={"max_tokens": ROUTING_MAX_TOKENS}),
+                job.stack_dir / ROUTING_DIR,
+                tokenizer=str(model_dir),
+                observers=[graphs.enter_context(ProcessWatch(graph))],
+                resume=resume,
+                server_id=f"local {job.spec!r}",
+                simulated=ROUTING_LABEL,
+                prompt_cache=prompts,
+                progress_bar=bar,
+                progress_name=job.stack_dir.name if len(jobs) > 1 else "",
+            )
+            for job, graph, model_dir in zip(jobs, started, model_dirs, strict=True)
+        ]
+        with client_warnings_unprinted():
+            return asyncio.run(side_by_side(grids))
+
+
+@contextlib.contextmanager
+def client_warnings_unprinted() -> Iterator[None]:
+    """For the block, the load client's logged warnings (``loadgen.runner``: a run that asks
+    more of the client than one core can time honestly) are not printed: a routing run's
+    timing is not used, and the mockers at :data:`ROUTING_SPEEDUP` answer faster than such a
+    client times well. Each stays in its run's warnings in the routing folder."""
+    logger = logging.getLogger("loadgen.runner")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+async def side_by_side(grids: Sequence[Coroutine[Any, Any, GridResult]]) -> list[GridResult]:
+    """The results of ``grids`` run concurrently, in their order. When one raises, the others
+    are cancelled and awaited before its error is raised; on cancellation (Ctrl-C in
+    ``asyncio.run``) all are."""
+    tasks = [asyncio.ensure_future(grid) for grid in grids]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,131 @@
+"""What a simulation's results depend on in a stack, as ``stack.json`` records it
+(``simulatedWith``), and the check that ``--resume`` continues runs of the same values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from configkeys.key_paths import PathPart, Setting, show_path
+from loadgen.output import (
+    ResumeError,
+    complete_runs,
+)
+from loadgen.results_folder import STACK_FILE
+from simulator.routing import ROUTING_DIR
+from stackmodel.config import StackConfig
+from stackmodel.sizing import (
+    link_profile,
+)
+
+STACK_VALUES_KEY = "simulatedWith"
+"""The key of ``stack.json`` that holds :func:`stack_values`."""
+
+
+NOT_SIMULATED = (
+    "load",
+    "namespace",
+    "platformStack",
+    "platform",
+    "stackRole",
+    "baselineStack",
+    "parked",
+)
+"""Top-level config keys left out of :func:`stack_values`' ``config``: ``load`` (loadgen checks
+the load settings of every stored routing run, ``loadgen.output.ResultsFolder``) and what only a
+deployment reads (namespaces, the platform, the stack's role, baseline and parking)."""
+
+
+SHOWN_DIFFERENCES = 4
+"""Differences a refused ``--resume`` names at most (then "and N more")."""
+
+
+def stack_values(cfg: StackConfig, settings: Sequence[Setting] = ()) -> dict[str, Any]:
+    """What a simulation's results depend on in the stack, as ``stack.json`` records it
+    (``simulatedWith``) and ``--resume`` compares it (:func:`refuse_other_stack_values`).
+
+    ``config``: the validated config (JSON, camelCase keys, ``--set`` values applied) without
+    :data:`NOT_SIMULATED`; ``linkProfiles``: the profile each of ``links.sameNode`` /
+    ``links.crossNode`` stands for, with its figures (a profile file's as read now); ``settings``:
+    the ``--set`` items as typed (recorded, not compared: ``config`` holds their effect).
+
+    Raises:
+        ValueError: a link setting that does not resolve (:func:`kvpath.profile.resolve_link`).
+    """
+    config = cfg.model_dump(mode="json", by_alias=True)
+    links = {"sameNode": cfg.links.same_node, "crossNode": cfg.links.cross_node}
+    return {
+        "config": {k: v for k, v in config.items() if k not in NOT_SIMULATED},
+        "linkProfiles": {
+            key: link_profile(link).model_dump(mode="json", by_alias=True, exclude_none=True)
+            for key, link in links.items()
+        },
+        "settings": [setting.text for setting in settings],
+    }
+
+
+def _leaves(value: Any, path: tuple[PathPart, ...] = ()) -> dict[tuple[PathPart, ...], Any]:
+    """Every leaf of nested JSON under its key path (an empty mapping or list is a leaf)."""
+    if isinstance(value, dict) and value:
+        items: list[tuple[PathPart, Any]] = list(value.items())
+    elif isinstance(value, list) and value:
+        items = list(enumerate(value))
+    else:
+        return {path: value}
+    out: dict[tuple[PathPart, ...], Any] = {}
+    for key, item in items:
+        out |= _leaves(item, (*path, key))
+    return out
+
+
+def stack_value_differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``"<key path>: <stored> in the folder, <now> now"`` for each differing leaf of two
+    :func:`stack_values`' ``config``, then of ``linkProfiles`` for a link whose setting is the
+    same (a profile file whose figures changed)."""
+    old, new = _leaves(stored.get("config", {})), _leaves(now.get("config", {}))
+    paths = list(dict.fromkeys([*old, *new]))
+    old_links = _leaves(stored.get("linkProfiles", {}), ("linkProfiles",))
+    new_links = _leaves(now.get("linkProfiles", {}), ("linkProfiles",))
+    same_setting = [
+        path
+        for path in dict.fromkeys([*old_links, *new_links])
+        if old.get(("links", path[1])) == new.get(("links", path[1]))
+    ]
+    return [
+        f"{show_path(path)}: {first.get(path)!r} in the folder, {second.get(path)!r} now"
+        for first, second, keys in ((old, new, paths), (old_links, new_links, same_setting))
+        for path in keys
+        if first.get(path) != second.get(path)
+    ]
+
+
+def refuse_other_stack_values(stack_dir: Path, values: Mapping[str, Any]) -> None:
+    """Before ``--resume`` in ``stack_dir``: its complete routing runs, and the results made
+    from them, must come from the same :func:`stack_values` (``stack.json``).
+
+    Raises:
+        ResumeError: they differ (naming up to :data:`SHOWN_DIFFERENCES` key paths with both
+            values), or the folder does not record them (an older testbed made it); the fix
+            is another ``--out``. Nothing to check (no complete routing run) passes.
+    """
+    if not complete_runs(stack_dir / ROUTING_DIR):
+        return
+    try:
+        stored = json.loads((stack_dir / STACK_FILE).read_text())[STACK_VALUES_KEY]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ResumeError(
+            f"cannot resume in {stack_dir}: its {STACK_FILE} does not record the stack values "
+            "its runs were simulated with (an older testbed made it); use another --out folder"
+        ) from None
+    differences = stack_value_differences(stored, values)
+    if differences:
+        shown = "; ".join(differences[:SHOWN_DIFFERENCES])
+        more = len(differences) - SHOWN_DIFFERENCES
+        shown += f"; and {more} more" if more > 0 else ""
+        raise ResumeError(
+            f"cannot resume in {stack_dir}: its runs were simulated with other stack values "
+            f"({shown}); resume with the same stack values, or use another --out folder"
+        )
