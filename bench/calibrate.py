@@ -41,7 +41,7 @@ from simulator.routing import ROUTING_DIR, ROUTING_SPEEDUP, graph_spec, routing_
 from simulator.seed import SEED_SAME_NODE, within
 from simulator.simulate import simulation_load
 from simulator.timing_model import TimingConstants
-from stackmodel.config import StackConfig
+from stackmodel.plan import StackPlan
 from stackmodel.stacks import load_stack
 from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
@@ -136,11 +136,11 @@ def main() -> None:
 
 def routing_of(
     stack: str, out: Path, *, reuse: bool
-) -> tuple[StackConfig, LoadConfig, GridResult, pd.DataFrame]:
+) -> tuple[StackPlan, LoadConfig, GridResult, pd.DataFrame]:
     """The stack, its full grid, and its routing run in ``out/<stack>/routing`` (run unless
     ``reuse`` finds one)."""
     cfg = load_stack(stack)
-    load = simulation_load(cfg, full=True)
+    load = simulation_load(cfg.cfg, full=True)
     stack_dir = out / stack
     result_file = stack_dir / ROUTING_DIR / "result.json"
     if reuse and result_file.exists():

@@ -33,6 +33,7 @@ from simulator.routing import ROUTING_DIR, ROUTING_SPEEDUP, graph_spec, routing_
 from simulator.simulate import simulation_load
 from stackmodel.config import Links
 from stackmodel.crossover import crossover
+from stackmodel.plan import plan_stack
 from stackmodel.stacks import load_stack
 
 
@@ -43,13 +44,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="folder for the routing run")
     parser.add_argument("--routing", type=Path, default=None, help="reuse this routing folder")
     args = parser.parse_args()
-    cfg = load_stack(args.stack)
-    load = simulation_load(cfg, full=False)
+    plan = load_stack(args.stack)
+    load = simulation_load(plan.cfg, full=False)
     started = time.process_time()
     if args.routing is None:
         out = args.out or Path(tempfile.mkdtemp(prefix="crossover-"))
-        spec = graph_spec(cfg, speedup_ratio=ROUTING_SPEEDUP, routing_only=True)
-        routing = routing_run(cfg, spec, load, out, progress=False)
+        spec = graph_spec(plan, speedup_ratio=ROUTING_SPEEDUP, routing_only=True)
+        routing = routing_run(plan, spec, load, out, progress=False)
         folder = out / ROUTING_DIR
     else:
         folder = args.routing
@@ -60,12 +61,12 @@ def main() -> None:
     print("GB/s    TTFT p50 ms  out tok/s  pays  retime CPU s")
     sweep_started = time.process_time()
     for rate in np.logspace(-1, np.log10(50), args.points):
-        point = cfg.model_copy(update={"links": Links(same_node=rate, cross_node=rate)})
+        point = plan.cfg.model_copy(update={"links": Links(same_node=rate, cross_node=rate)})
         t = time.process_time()
-        _, runs = retime_grid(point, load, routing, frame)
+        _, runs = retime_grid(plan_stack(point), load, routing, frame)
         cpu = time.process_time() - t
         first = runs[0].summary
-        pays = crossover(point).stack_point.pays
+        pays = crossover(plan_stack(point)).stack_point.pays
         print(
             f"{rate:7.3g} {first.ttft_p50_ms or float('nan'):11.1f}"
             f" {first.output_tokens_per_s:10.0f}  {'yes' if pays else 'no':4}  {cpu:6.2f}"

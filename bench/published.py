@@ -5,7 +5,7 @@ Run: `uv run --frozen --all-groups python bench/published.py` (a second; no GPU,
 Each case is a published vLLM measurement (address, vLLM version, GPU, model, concurrency,
 input / output tokens, the figure). The same timing model `testbed simulate` uses
 (:func:`simulator.timing_model.simulate_run` with each worker's
-:func:`stackmodel.sizing.engine_step`-style :class:`steptime.roofline.EngineStep`: the
+:attr:`stackmodel.plan.GroupPlan.step`-style :class:`steptime.roofline.EngineStep`: the
 GPU's catalog figures x its efficiencies, `steptime.fit.fit_for`) runs the case's load on
 one aggregated worker on one GPU, without prefix-cache hits: `concurrency` clients in a closed
 loop, `requests` requests of `input` prompt and `output` generated tokens. Request overhead:

@@ -61,7 +61,7 @@ class Measured:
 
 def simulate(pair: PublishedPair, side: Side, concurrency: int) -> Measured:
     """The pair's side under its load at ``concurrency`` (see the module docstring)."""
-    cfg = pair.config(side)
+    cfg = pair.plan(side)
     out = pair.output_tokens
     warmup = [max(1, out * (i + 1) // concurrency) for i in range(concurrency)]
     lengths = warmup + [out] * (MEASURED_PER_CLIENT * concurrency)

@@ -73,7 +73,7 @@ def simulate(
     """Simulate (or, with ``reuse``, re-time an existing routing run); result and seconds."""
     started = time.monotonic()
     cfg = load_stack(stack, parse_settings(overrides))
-    load = simulation_load(cfg, full=full, grid=grid)
+    load = simulation_load(cfg.cfg, full=full, grid=grid)
     stack_dir = out / stack
     routing_file = stack_dir / ROUTING_DIR / "result.json"
     if reuse and routing_file.exists():

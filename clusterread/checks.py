@@ -85,16 +85,14 @@ def class_needs(cfg: StackConfig, topology: Topology) -> list[ClassNeed]:
     for name, node_class in cfg.node_classes.items():
         if name not in pods:
             continue
-        slicing = node_class.time_slicing
-        per_gpu = slicing.replicas_per_gpu if slicing is not None else 1
         needs.append(
             ClassNeed(
                 name=name,
                 selector=dict(node_class.node_selector),
                 tolerations=tuple(t.manifest() for t in node_class.tolerations),
                 nodes=node_class.nodes,
-                time_sliced=slicing is not None,
-                units_per_node=node_class.gpus_per_node * per_gpu,
+                time_sliced=node_class.time_slicing is not None,
+                units_per_node=node_class.gpu_units_per_node,
                 gpu_units=sum(g for g, _ in pods[name]),
                 largest_gpus=max(g for g, _ in pods[name]),
                 memory_bytes=sum(m for _, m in pods[name]),

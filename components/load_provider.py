@@ -32,7 +32,8 @@ from loadstep.inputs import (
 )
 from loadstep.runtime import checked_run
 from stackmodel.config import StackConfig
-from stackmodel.topology import FRONTEND_PORT
+from stackmodel.resources import StackResources
+from stackmodel.topology import FRONTEND_PORT, Topology
 
 if TYPE_CHECKING:
     pass
@@ -140,6 +141,8 @@ def register_load_step(
     cfg: StackConfig,
     stack: str,
     graph: TestbedGraph,
+    topology: Topology,
+    resources: StackResources,
     fingerprint: str,
     opts: pulumi.ResourceOptions | None = None,
 ) -> LoadStep:
@@ -155,6 +158,8 @@ def register_load_step(
     kubernetes = pulumi.Config("kubernetes")
     inputs = step_inputs(
         cfg,
+        topology,
+        resources,
         stack,
         fingerprint,
         results_root,

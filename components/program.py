@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -41,16 +42,6 @@ from manifests.graph import (
     namespace_manifest,
     vllm_deployment_manifests,
 )
-from stackmodel.checks import (
-    deprecation_warnings,
-    fp8_warnings,
-    gated_model_warnings,
-    overlap_warnings,
-    placement_warnings,
-    platform_release_warnings,
-    release_warnings,
-    same_node_link_warnings,
-)
 from stackmodel.config import (
     PlatformStackConfig,
     StackConfig,
@@ -58,11 +49,11 @@ from stackmodel.config import (
     project_values,
     stack_role,
 )
-from stackmodel.errors import PROJECT, ConfigProblem, StackConfigError
+from stackmodel.errors import PROJECT, ConfigProblem, ConfigWarning, StackConfigError
+from stackmodel.plan import StackPlan
 from stackmodel.platform import PlatformConfig, release_namespace, testbed_namespace_labels
 from stackmodel.rbac import rbac_summary
 from stackmodel.resources import StackResources, compare_resources, stack_resources
-from stackmodel.sizing import stack_sizing
 from stackmodel.stack_layout import (
     PlatformExports,
     PlatformStackError,
@@ -74,8 +65,9 @@ from stackmodel.stack_layout import (
     stack_reference_name,
     version_gate,
 )
+from stackmodel.stack_warnings import platform_release_warnings, stack_warnings
 from stackmodel.topology import FRONTEND_PORT, Topology, build_topology
-from stackmodel.validation import parse_platform_stack_config, parse_stack_config
+from stackmodel.validation import validate_platform_stack, validate_stack
 
 
 def stack_config_map() -> dict[str, Any]:
@@ -104,8 +96,8 @@ def main(cluster_checks: bool = False) -> None:
     config_warnings = namespace_warnings(config_map)
     if stack_role(raw) == "platform":
         for warning in config_warnings:
-            pulumi.log.warn(warning)
-        platform_cfg = parse_platform_stack_config(stack, raw)
+            pulumi.log.warn(warning.render())
+        platform_cfg = validate_platform_stack(stack, raw)
         if cluster_checks:
             check_cluster(
                 stack,
@@ -116,13 +108,16 @@ def main(cluster_checks: bool = False) -> None:
             )
         deploy_platform(platform_cfg)
         return
-    cfg = parse_stack_config(stack, raw)
+    plan = validate_stack(stack, raw)
+    cfg = plan.cfg
+    topology = build_topology(plan)
     rollout = None
     if cluster_checks:
         installs = cfg.stack_role == "standalone" and cfg.topology.kind == "dynamo"
-        rollout = check_cluster(stack, cfg, cfg.platform if installs else None, cfg.namespace)
+        platform = cfg.platform if installs else None
+        rollout = check_cluster(stack, cfg, platform, cfg.namespace, topology=topology)
     token = pulumi.Config(PROJECT).get_secret("hfToken")
-    deploy(cfg, token, rollout, config_warnings, read_operator=cluster_checks)
+    deploy(plan, topology, token, rollout, config_warnings, read_operator=cluster_checks)
 
 
 def check_cluster(
@@ -131,6 +126,7 @@ def check_cluster(
     platform: PlatformConfig | None,
     namespace: str,
     *,
+    topology: Topology | None = None,
     unprotecting: bool = False,
 ) -> Rollout | None:
     """Check the cluster the stack's Kubernetes provider points at, before anything is
@@ -143,7 +139,8 @@ def check_cluster(
     ``pulumi up`` needs that the user lacks (:func:`required_permissions`, reviewed by the API
     server; one warning each, with the rule that grants it). With the nodes read,
     how the change of a deployed graph rolls out on the GPU shares (:func:`plan_rollout`, its
-    decisions logged; one that cannot roll out is an error).
+    decisions logged; one that cannot roll out is an error). ``topology`` is ``cfg``'s (given
+    with it).
 
     No access to the API (no kubeconfig, unreachable, forbidden) is one warning, never a
     failure, except while a platform lifts its protect: then DGDs that could not be listed
@@ -220,14 +217,14 @@ def check_cluster(
         if found is not None:
             problems.append(ConfigProblem("createNamespace", cfg.create_namespace, found))
     rollout = None
-    if cfg is not None and view.nodes is not None:
-        nodes = cluster_problems(cfg, build_topology(cfg), view.nodes)
+    if cfg is not None and topology is not None and view.nodes is not None:
+        nodes = cluster_problems(cfg, topology, view.nodes)
         if mode == "warn":
             for problem in nodes:
                 pulumi.log.warn(f"stack '{stack}': {problem.render()}")
         else:
             problems += nodes
-        rollout = check_rollout(stack, cfg, view)
+        rollout = check_rollout(stack, cfg, topology, view)
         if rollout is not None and rollout.problem is not None:
             refused = ConfigProblem("topology", cfg.topology.kind, rollout.problem)
             if mode == "warn":
@@ -255,7 +252,9 @@ def unlisted_graphs(reason: str) -> str:
     )
 
 
-def check_rollout(stack: str, cfg: StackConfig, view: ClusterView) -> Rollout | None:
+def check_rollout(
+    stack: str, cfg: StackConfig, topology: Topology, view: ClusterView
+) -> Rollout | None:
     """How the change rolls out from what runs in the stack's namespace
     (:func:`plan_rollout` on the stack's allocatable GPU units per node class), each decision
     logged; None when the workloads could not be read (a warning)."""
@@ -265,7 +264,6 @@ def check_rollout(stack: str, cfg: StackConfig, view: ClusterView) -> Rollout | 
             f" '{cfg.namespace}' were not readable"
         )
         return None
-    topology = build_topology(cfg)
     classes = {
         need.name: (need.selector, class_gpu_units(need, view.nodes or []))
         for need in class_needs(cfg, topology)
@@ -283,7 +281,7 @@ def deploy_platform(cfg: PlatformStackConfig) -> None:
     (``stackRole``, ``operatorNamespace``, ``operatorScope``, ``releaseName``,
     ``chartVersion``, ``installed``, ``operatorRbac``)."""
     installs = cfg.platform.install  # a stack that installs nothing upgrades nothing
-    warnings = platform_release_warnings(cfg.platform)
+    warnings = [w.render() for w in platform_release_warnings(cfg.platform)]
     for warning in warnings:
         pulumi.log.warn(warning)
     DynamoPlatform(
@@ -343,7 +341,7 @@ async def _checked_platform(
     reference: pulumi.StackReference,
     runtime: str | None,
     read_operator: bool,
-) -> tuple[PlatformExports, list[str]]:
+) -> tuple[PlatformExports, list[ConfigWarning]]:
     """The platform stack's exports and the version gate's warnings.
 
     A missing stack (the engine's ``unknown stack`` read error) or one without outputs raises
@@ -365,14 +363,14 @@ async def _checked_platform(
         found = await asyncio.to_thread(_cluster_chart_version, stack, where)
         if found is not None and found != exports.chart_version:
             operators.append((f"Helm release {where[0]}/{where[1]} in the cluster", found))
-    warnings = []
+    warnings: list[ConfigWarning] = []
     for operator, chart_version in operators:
         verdict = version_gate(stack, runtime, operator, chart_version)
         if verdict is None:
             continue
         if verdict.refused:
             raise VersionGateError(stack, [verdict.problem(stack, runtime)])
-        warnings.append(verdict.message)
+        warnings.append(verdict.warning(runtime))
     return exports, warnings
 
 
@@ -401,7 +399,9 @@ def _cluster_chart_version(stack: str, release: tuple[str, str]) -> str | None:
 def platform_reference(
     cfg: StackConfig, stack: str, read_operator: bool
 ) -> tuple[
-    pulumi.Output[PlatformExports], pulumi.Output[list[str]], pulumi.Output[list[pulumi.Resource]]
+    pulumi.Output[PlatformExports],
+    pulumi.Output[list[ConfigWarning]],
+    pulumi.Output[list[pulumi.Resource]],
 ]:
     """Read the graph stack's platform stack (``platformStack``) through a StackReference.
 
@@ -416,7 +416,9 @@ def platform_reference(
     runtime = cfg.engine.runtime_version
     # An awaitable is an Input (``Output.from_input`` awaits it); the stubs do not say so.
     checked: Any = _checked_platform(stack, name, reference, runtime, read_operator)
-    read: pulumi.Output[tuple[PlatformExports, list[str]]] = pulumi.Output.from_input(checked)
+    read: pulumi.Output[tuple[PlatformExports, list[ConfigWarning]]] = pulumi.Output.from_input(
+        checked
+    )
     exports = read.apply(lambda r: r[0])
     return exports, read.apply(lambda r: r[1]), read.apply(lambda _: [reference])
 
@@ -430,15 +432,116 @@ def graph_workloads(
     return vllm_deployment_manifests(cfg, topology, with_hf_token=with_hf_token)
 
 
+@dataclass(frozen=True)
+class PlatformWiring:
+    """How a graph stack hangs on its operator: the ``platform`` and ``rbac`` outputs, the
+    ``warnings`` output (the version gate's joining the stack's own), what the namespace waits
+    for, and the standalone stack's upgrade gate on its own release."""
+
+    platform: Any = None
+    rbac: Any = field(default_factory=list)
+    warnings: Any = field(default_factory=list)
+    namespace_depends: Any = field(default_factory=list)
+    release_gate: pulumi.Output[list[pulumi.Resource]] | None = None
+
+
+def platform_wiring(
+    plan: StackPlan, stack: str, noted: list[ConfigWarning], read_operator: bool
+) -> PlatformWiring:
+    """The operator a graph stack runs under (:class:`PlatformWiring`).
+
+    A ``graph`` stack reads its platform stack (:func:`platform_reference`); a ``standalone``
+    one installs its own release, whose version gate (:func:`~stackmodel.stack_layout.
+    version_gate` against its own ``platform.chartVersion``) refuses here or adds its warning
+    to ``noted``, and whose upgrade gate (:func:`previous_platform_gate`) the release waits for;
+    ``vllm-service`` runs no operator and grants nothing. ``noted`` are the warnings known now
+    (each logged); the gate's, known once the platform stack is read, are logged then.
+
+    Raises:
+        StackConfigError: the standalone stack's workers are beyond what its release supports.
+    """
+    cfg = plan.cfg
+    if cfg.topology.kind != "dynamo":
+        _log(noted)
+        return PlatformWiring(warnings=_rendered(noted))
+    if cfg.stack_role == "graph":
+        _log(noted)
+        exports, gate_warnings, ready = platform_reference(cfg, stack, read_operator)
+        return PlatformWiring(
+            platform=exports.apply(lambda e: {"stack": cfg.platform_stack, **e.outputs()}),
+            rbac=exports.apply(lambda e: [e.operator_rbac]),
+            warnings=gate_warnings.apply(lambda found: _rendered([*noted, *_log(found)])),
+            namespace_depends=ready,
+        )
+    runtime = cfg.engine.runtime_version
+    chart = cfg.platform.chart_version
+    verdict = version_gate(stack, runtime, "this stack's platform.chartVersion", chart)
+    if verdict is not None and verdict.refused:
+        raise StackConfigError(stack, [verdict.problem(stack, runtime)])
+    if verdict is not None:
+        noted = [*noted, verdict.warning(runtime)]
+    _log(noted)
+    gate = None
+    if cfg.platform.install:
+        gate = previous_platform_gate(stack, cfg.platform, "platform", "chartVersion")
+    return PlatformWiring(
+        platform={"stack": stack, **platform_exports(cfg.platform).outputs()},
+        rbac=rbac_summary(cfg.platform, cfg.namespace),
+        warnings=_rendered(noted),
+        release_gate=gate,
+    )
+
+
+def _log(warnings: list[ConfigWarning]) -> list[ConfigWarning]:
+    """Log each of ``warnings`` as a Pulumi warning; returns them."""
+    for warning in warnings:
+        pulumi.log.warn(warning.render())
+    return warnings
+
+
+def _rendered(warnings: list[ConfigWarning]) -> list[str]:
+    """The ``warnings`` output: each warning's line."""
+    return [warning.render() for warning in warnings]
+
+
+def register_namespace(plan: StackPlan, wiring: PlatformWiring) -> Any:
+    """The namespace (``createNamespace``) and, for a standalone stack, its platform release;
+    returns what the graph's objects wait for. Everything waits for the namespace, or without
+    one for the platform check itself, so a missing platform still fails before anything is
+    created; the standalone release waits for the namespace and its upgrade gate."""
+    cfg = plan.cfg
+    uses_dynamo = cfg.topology.kind == "dynamo"
+    depends: Any = wiring.namespace_depends
+    if cfg.create_namespace:
+        labels = testbed_namespace_labels(cfg.platform) if uses_dynamo else {}
+        graph = uses_dynamo and cfg.stack_role == "graph"
+        opts = pulumi.ResourceOptions(depends_on=depends) if graph else None
+        depends = [register_object(namespace_manifest(cfg.namespace, labels), opts)]
+    if uses_dynamo and cfg.stack_role == "standalone":
+        waits = depends
+        gate = wiring.release_gate
+        release = DynamoPlatform(
+            "platform",
+            cfg.platform,
+            cfg.namespace,
+            depends_on=gate.apply(lambda _: waits) if gate is not None else waits,
+        ).release
+        if release is not None:
+            depends = [*depends, release]
+    return depends
+
+
 def deploy(
-    cfg: StackConfig,
+    plan: StackPlan,
+    topology: Topology,
     hf_token: pulumi.Output[str] | None,
     rollout: Rollout | None = None,
-    config_warnings: Sequence[str] = (),
+    config_warnings: Sequence[ConfigWarning] = (),
     *,
     read_operator: bool = False,
 ) -> None:
-    """Register a graph (or standalone) stack for a validated config and export its outputs.
+    """Register a graph (or standalone) stack from its plan and topology and export its
+    outputs.
 
     ``rollout`` (preview's :func:`check_rollout`): with ``replace_graph`` the DGD is replaced,
     delete first, instead of updated in place.
@@ -462,92 +565,19 @@ def deploy(
     None for vllm-service), ``rbac`` (what the stack grants: the operator's entry, [] for
     vllm-service, and with ``load.runner: cluster`` the load step's namespaced Role:
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
-    ``warnings`` (``config_warnings``: the config map's; sizing's,
-    :func:`~stackmodel.checks.deprecation_warnings`,
-    :func:`~stackmodel.checks.gated_model_warnings`, :func:`~stackmodel.checks.fp8_warnings`,
-    :func:`~stackmodel.checks.placement_warnings`,
-    :func:`~stackmodel.checks.same_node_link_warnings`, :func:`~stackmodel.checks.overlap_warnings`,
-    :func:`~stackmodel.checks.release_warnings`, and the version gate's when the workers'
-    Dynamo release is not the operator's chart version); with ``load.enabled`` the
-    load step's ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir``
-    (:mod:`loadstep.inputs`), and with ``baselineStack`` also ``comparison``
-    (:mod:`loadstep.comparison`).
+    ``warnings`` (each warning's line: ``config_warnings``, the config map's; the stack's own,
+    :func:`~stackmodel.stack_warnings.stack_warnings`; and the version gate's when the workers'
+    Dynamo release is not the operator's chart version); with ``load.enabled`` the load step's
+    ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir`` (:mod:`loadstep.inputs`),
+    and with ``baselineStack`` also ``comparison`` (:mod:`loadstep.comparison`).
     """
+    cfg = plan.cfg
     stack = pulumi.get_stack()
-    topology = build_topology(cfg)
-    sizing = stack_sizing(cfg)
-    noted_warnings = [
-        *config_warnings,
-        *sizing.warnings,
-        *deprecation_warnings(cfg),
-        *fp8_warnings(cfg),
-        *gated_model_warnings(cfg, with_hf_token=hf_token is not None),
-        *placement_warnings(cfg),
-        *same_node_link_warnings(cfg),
-        *release_warnings(cfg),
-        *overlap_warnings(cfg),
-    ]
-    uses_dynamo = topology.kind == "dynamo"
-    standalone = uses_dynamo and cfg.stack_role == "standalone"
-    standalone_gate = None
-    if standalone:
-        verdict = version_gate(
-            stack,
-            cfg.engine.runtime_version,
-            "this stack's platform.chartVersion",
-            cfg.platform.chart_version,
-        )
-        if verdict is not None and verdict.refused:
-            raise StackConfigError(stack, [verdict.problem(stack, cfg.engine.runtime_version)])
-        if verdict is not None:
-            noted_warnings.append(verdict.message)
-        if cfg.platform.install:
-            standalone_gate = previous_platform_gate(
-                stack, cfg.platform, "platform", "chartVersion"
-            )
-    for warning in noted_warnings:
-        pulumi.log.warn(warning)
-    warnings: Any = list(noted_warnings)
-
-    # The stack writes no RBAC of its own (stackmodel.rbac): the output lists the operator's
-    # grants, and vllm-service runs no operator, so it grants nothing.
-    rbac: Any = []
-    platform: Any = None
-    namespace_opts = None
-    if uses_dynamo and cfg.stack_role == "graph":
-        exports, gate_warnings, ready = platform_reference(cfg, stack, read_operator)
-        namespace_opts = pulumi.ResourceOptions(depends_on=ready)
-        platform = exports.apply(lambda e: {"stack": cfg.platform_stack, **e.outputs()})
-        rbac = exports.apply(lambda e: [e.operator_rbac])
-        warnings = gate_warnings.apply(lambda found: _with_warnings(noted_warnings, found))
-    elif uses_dynamo:
-        platform = {"stack": stack, **platform_exports(cfg.platform).outputs()}
-        rbac = rbac_summary(cfg.platform, cfg.namespace)
-    # Everything waits for the namespace, or without one (createNamespace: false) for the
-    # platform check itself, so a missing platform still fails before anything is created.
-    depends: Any = namespace_opts.depends_on if namespace_opts is not None else []
-    if cfg.create_namespace:
-        namespace = register_object(
-            namespace_manifest(
-                cfg.namespace, testbed_namespace_labels(cfg.platform) if uses_dynamo else {}
-            ),
-            namespace_opts,
-        )
-        depends = [namespace]
-    if standalone:
-        waits = depends  # the release waits for these, and for the upgrade gate when it has one
-        release = DynamoPlatform(
-            "platform",
-            cfg.platform,
-            cfg.namespace,
-            depends_on=(
-                standalone_gate.apply(lambda _: waits) if standalone_gate is not None else waits
-            ),
-        ).release
-        if release is not None:
-            depends = [*depends, release]
-
-    workloads = graph_workloads(cfg, topology, with_hf_token=hf_token is not None)
+    with_token = hf_token is not None
+    noted = [*config_warnings, *stack_warnings(plan, with_hf_token=with_token)]
+    wiring = platform_wiring(plan, stack, noted, read_operator)
+    depends = register_namespace(plan, wiring)
+    workloads = graph_workloads(cfg, topology, with_hf_token=with_token)
     service = frontend_service_manifest(cfg, topology)
     graph = TestbedGraph(
         "graph",
@@ -563,23 +593,8 @@ def deploy(
         ),
         pulumi.ResourceOptions(depends_on=depends),
     )
-
-    pulumi.export("namespace", cfg.namespace)
-    pulumi.export("topology", topology.kind)
-    pulumi.export("dgdName", topology.name if uses_dynamo and not cfg.parked else None)
-    pulumi.export("parked", cfg.parked)
-    pulumi.export("frontendService", graph.frontend_service)
-    pulumi.export("frontendPort", graph.frontend_port)
-    pulumi.export("placement", topology.placement_table())
     resources = stack_resources(cfg, topology)
-    pulumi.export("resources", resources.model_dump(mode="json"))
-    pulumi.export("platform", platform)
-    if cfg.load.enabled and cfg.load.runner == "cluster":  # the step's Job, with your identity
-        entry = load_rbac_entry(cfg.namespace)
-        rbac = pulumi.Output.from_input(rbac).apply(lambda grants: [*grants, entry])
-    pulumi.export("rbac", rbac)
-    pulumi.export("sizing", sizing.export())
-    pulumi.export("warnings", warnings)
+    export_graph(plan, topology, graph, resources, wiring)
     if not cfg.load.enabled:
         return
     waiting = missing_address(cfg, stack)
@@ -587,15 +602,37 @@ def deploy(
         pulumi.log.warn(f"stack '{stack}': load step {waiting}")
         pulumi.export("loadStatus", waiting)
         return
-    step = register_load_step(cfg, stack, graph, topology_fingerprint(workloads, service))
+    fingerprint = topology_fingerprint(workloads, service)
+    step = register_load_step(cfg, stack, graph, topology, resources, fingerprint)
     export_load_step(cfg, step, resources)
 
 
-def _with_warnings(warnings: list[str], found: list[str]) -> list[str]:
-    """``warnings`` plus those ``found`` later (each logged as a Pulumi warning)."""
-    for warning in found:
-        pulumi.log.warn(warning)
-    return [*warnings, *found]
+def export_graph(
+    plan: StackPlan,
+    topology: Topology,
+    graph: TestbedGraph,
+    resources: StackResources,
+    wiring: PlatformWiring,
+) -> None:
+    """The graph's outputs (:func:`deploy` lists them)."""
+    cfg = plan.cfg
+    uses_dynamo = topology.kind == "dynamo"
+    pulumi.export("namespace", cfg.namespace)
+    pulumi.export("topology", topology.kind)
+    pulumi.export("dgdName", topology.name if uses_dynamo and not cfg.parked else None)
+    pulumi.export("parked", cfg.parked)
+    pulumi.export("frontendService", graph.frontend_service)
+    pulumi.export("frontendPort", graph.frontend_port)
+    pulumi.export("placement", topology.placement_table())
+    pulumi.export("resources", resources.model_dump(mode="json"))
+    pulumi.export("platform", wiring.platform)
+    rbac = wiring.rbac
+    if cfg.load.enabled and cfg.load.runner == "cluster":  # the step's Job, with your identity
+        entry = load_rbac_entry(cfg.namespace)
+        rbac = pulumi.Output.from_input(rbac).apply(lambda grants: [*grants, entry])
+    pulumi.export("rbac", rbac)
+    pulumi.export("sizing", plan.sizing.export())
+    pulumi.export("warnings", wiring.warnings)
 
 
 def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources) -> None:

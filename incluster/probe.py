@@ -29,7 +29,7 @@ import orjson
 from incluster.manifests import LOAD_LABELS
 from incluster.sources import MOUNT_PATH, config_key
 from stackmodel.config import StackConfig, WorkerGroup
-from stackmodel.sizing import model_geometry
+from stackmodel.plan import StackPlan
 from stackmodel.topology import placement_for
 
 PROBE_PORT = 5555
@@ -77,13 +77,13 @@ class ProbeShape:
         ]  # fmt: skip
 
 
-def probe_shape(cfg: StackConfig, blocks: int | None = None) -> ProbeShape:
+def probe_shape(plan: StackPlan, blocks: int | None = None) -> ProbeShape:
     """The stack's descriptor shape: its model's layers and KV bytes per token
-    (:func:`stackmodel.sizing.model_geometry`) in :data:`BLOCK_TOKENS`-token blocks,
+    (:attr:`stackmodel.plan.StackPlan.geometry`) in :data:`BLOCK_TOKENS`-token blocks,
     ``blocks`` (default: its prompt's) per transfer."""
-    geometry = model_geometry(cfg)
+    geometry = plan.geometry
     return ProbeShape(
-        blocks=blocks or math.ceil(cfg.load.prompt_tokens / BLOCK_TOKENS),
+        blocks=blocks or math.ceil(plan.cfg.load.prompt_tokens / BLOCK_TOKENS),
         layers=geometry.num_layers,
         block_bytes=geometry.kv_bytes_per_token * BLOCK_TOKENS // geometry.num_layers,
     )

@@ -32,8 +32,8 @@ from loadgen.incidents import Incident, describe
 from loadgen.results import GridResult
 from manifests.graph import PULUMI_ANNOTATION_PREFIX, frontend_service_manifest
 from stackmodel.config import StackConfig, StackLoadConfig
-from stackmodel.resources import stack_resources
-from stackmodel.topology import FRONTEND_PORT, Topology, anywhere_placement, build_topology
+from stackmodel.resources import StackResources
+from stackmodel.topology import FRONTEND_PORT, Topology, anywhere_placement
 
 RERUN_INPUTS = ("url", "model", "grid", "fingerprint", "runId")
 """Inputs whose change re-runs the grid (``diff`` reports them); the other inputs (deadline,
@@ -137,16 +137,18 @@ def grid_json(config: LoadConfig) -> str:
 
 def step_inputs(
     cfg: StackConfig,
+    topology: Topology,
+    resources: StackResources,
     stack: str,
     fingerprint: str,
     results_root: str,
     url: str | None = None,
     kube_context: str | None = None,
 ) -> LoadStepInputs:
-    """The step's inputs for a validated stack config (``url``: see :func:`frontend_url`;
-    ``kube_context``: the stack's ``kubernetes:context``, for the pod watch)."""
+    """The step's inputs for a validated stack config, its topology and the resources it asks
+    for (``url``: see :func:`frontend_url`; ``kube_context``: the stack's
+    ``kubernetes:context``, for the pod watch)."""
     load = cfg.load
-    topology = build_topology(cfg)
     if load.runner == "cluster" and url is None:
         url = in_cluster_url(cfg, topology)
     return LoadStepInputs(
@@ -163,7 +165,7 @@ def step_inputs(
         tokenizer=load.tokenizer,
         results_root=results_root,
         parked=cfg.parked,
-        resources=stack_resources(cfg, topology).model_dump(mode="json"),
+        resources=resources.model_dump(mode="json"),
         namespace=cfg.namespace,
         kube_context=kube_context,
         runner=load.runner,

@@ -39,7 +39,7 @@ from loadgen.results_folder import load_results
 from simulator.calibration import CONSTANTS
 from simulator.retime import retime_grid
 from simulator.timing_model import TimingConstants
-from stackmodel.config import StackConfig
+from stackmodel.plan import StackPlan
 from steptime.calibration_profile import ScoredValue
 from steptime.fit import CALIBRATED, SEED_FIT
 from steptime.roofline import EngineFit
@@ -96,12 +96,12 @@ comparison, :func:`simulator.seed.within`)."""
 
 @dataclass(frozen=True)
 class Target:
-    """One measured grid: ``folder`` (its name in reports), the stack ``cfg`` it ran, its
+    """One measured grid: ``folder`` (its name in reports), the ``plan`` of the stack it ran, its
     ``grid`` (``result.json``: load settings, start), ``requests`` (``requests.parquet``) and
     ``points`` (``summary.json``)."""
 
     folder: str
-    cfg: StackConfig
+    plan: StackPlan
     grid: GridResult
     requests: pd.DataFrame
     points: tuple[PointSummary, ...]
@@ -112,9 +112,9 @@ class Target:
         return self.grid.config
 
 
-def read_target(folder: Path, cfg: StackConfig) -> Target:
+def read_target(folder: Path, plan: StackPlan) -> Target:
     """The measured grid in a results folder (``testbed load``, the load step, or a
-    simulation), to be simulated as ``cfg``.
+    simulation), to be simulated as the stack of ``plan``.
 
     Raises:
         FileNotFoundError, ValueError: no results there, or no ``result.json`` /
@@ -128,7 +128,7 @@ def read_target(folder: Path, cfg: StackConfig) -> Target:
         )
     return Target(
         folder=str(folder),
-        cfg=cfg,
+        plan=plan,
         grid=loaded.grid,
         requests=loaded.requests,
         points=tuple(loaded.points),
@@ -139,7 +139,7 @@ def simulated_points(
     target: Target, constants: TimingConstants = CONSTANTS, fit: EngineFit = SEED_FIT
 ) -> list[PointSummary]:
     """The target's grid points as the timing model gives them for its measured requests."""
-    result, _ = retime_grid(target.cfg, target.load, target.grid, target.requests, constants, fit)
+    result, _ = retime_grid(target.plan, target.load, target.grid, target.requests, constants, fit)
     return result.points
 
 
@@ -270,7 +270,7 @@ def fit(
     """
     if not targets:
         raise ValueError("calibration needs at least one measured results folder")
-    frontend = all(t.cfg.topology.kind == "dynamo" for t in targets)
+    frontend = all(t.plan.cfg.topology.kind == "dynamo" for t in targets)
     names = (*STEP_FIELDS, FRONTEND_FIELD) if frontend else STEP_FIELDS
     start_values: Mapping[str, float] = {**SEED_FIT.model_dump(), **dataclasses.asdict(base)}
     start = np.array([math.log(start_values[n]) for n in names])

@@ -5,45 +5,41 @@ report of a simulation carries, and its warnings (:func:`provenance`).
 from __future__ import annotations
 
 from stackmodel.config import StackConfig
-from stackmodel.sizing import (
-    calibration,
-    engine_label,
-    engine_step,
-    gpu_note,
-    stack_sizing,
-)
+from stackmodel.plan import StackPlan
 from steptime.calibration_profile import mismatch_note
 from steptime.fit import SEED_FIT, extrapolation_note
 from steptime.roofline import EngineFit
 
 KV_SIZE_ARGS = ("--num-gpu-blocks-override",)
-"""vLLM arguments in ``extraArgs`` that set a worker's KV cache size beside the one the program
+"""vLLM flags in ``extraArgs`` that set a worker's KV cache size beside the one the program
 passes, ``--kv-cache-memory-bytes`` from sizing (:func:`stackmodel.topology.worker_args`, so
-vLLM skips its memory profile). An ``extraArgs`` copy of ``--kv-cache-memory-bytes`` itself is
-refused before the simulation runs (``stackmodel.checks``: a flag the program writes from a
-key)."""
+vLLM skips its memory profile), as :func:`stackmodel.engine_args.flag_name` spells them (either
+spelling in the stack). An ``extraArgs`` copy of ``--kv-cache-memory-bytes`` itself is refused
+before the simulation runs (``stackmodel.checks``: a flag the program writes from a key)."""
 
 
-def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[str]]:
+def provenance(plan: StackPlan, fit: EngineFit = SEED_FIT) -> tuple[str, list[str]]:
     """What a simulated result says it is (``GridResult.simulated``: tables, ``summary.json``,
     the HTML report), and the warnings it carries: each node class that names no GPU (which
     default it got), each worker group outside the seed fit (model or GPU other than the
     fit's, :func:`steptime.fit.extrapolation_note`), and each tensor-parallel group (its
     all-reduce constants are assumptions)."""
+    cfg = plan.cfg
     groups = []
     warnings = []
-    for group in cfg.topology.workers:
-        step = engine_step(cfg, group.name, fit)
-        default = " (default)" if cfg.node_classes[group.node_class].gpu is None else ""
+    for planned in plan.groups:
+        group = planned.group
+        step = planned.step_with(fit)
+        default = " (default)" if planned.node_class.gpu is None else ""
         tp = group.tensor_parallel_size
         gpus = f"{tp} x {step.gpu.name}" if tp > 1 else step.gpu.name
         groups.append(f"{group.name} on {gpus}{default}, {step.fit.label}")
-        profile = calibration(cfg, group.node_class)
+        profile = planned.calibration
         note = (
             extrapolation_note(cfg.model.name, step.gpu.name, step.fit)
             if profile is None
             else mismatch_note(
-                profile, gpu=step.gpu.name, model=cfg.model.name, engine=engine_label(cfg)
+                profile, gpu=step.gpu.name, model=cfg.model.name, engine=plan.engine_label
             )
         )
         if note is not None:
@@ -55,14 +51,14 @@ def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[s
                 "a measured tensor-parallel run"
             )
     kv_routed = cfg.topology.kind == "dynamo" and cfg.topology.router_mode == "kv"
-    for group in cfg.topology.workers:
-        args = (*cfg.engine.extra_args, *group.extra_args)
-        given = [a for a in args if a.split("=", 1)[0] in KV_SIZE_ARGS]
+    for planned in plan.groups:
+        group = planned.group
+        given = [a.text for a in planned.engine_args if a.flag in KV_SIZE_ARGS]
         if given and cfg.engine.kind == "vllm":
             warnings.append(
                 f"{group.name}: extraArgs set {', '.join(given)}, which overrides the KV cache "
                 f"the program sizes; the simulation keeps sizing's "
-                f"{stack_sizing(cfg).kv_capacity_tokens(group.name):,} tokens per worker"
+                f"{plan.sizing.kv_capacity_tokens(group.name):,} tokens per worker"
             )
         if kv_routed and not group.kv_events and group.role == "aggregated":
             warnings.append(
@@ -71,7 +67,7 @@ def provenance(cfg: StackConfig, fit: EngineFit = SEED_FIT) -> tuple[str, list[s
                 "prefix-cache hits are a KV-aware router's, not a prefix-blind one's"
             )
     for node_class in dict.fromkeys(w.node_class for w in cfg.topology.workers):
-        note = gpu_note(cfg, node_class)
+        note = plan.gpu_notes.get(node_class)
         if note is not None:
             warnings.append(note)
     release = release_note(cfg)
@@ -96,7 +92,7 @@ def release_note(cfg: StackConfig) -> str | None:
         installed = metadata.version("ai-dynamo")
     except metadata.PackageNotFoundError:
         return None
-    release = cfg.engine.runtime_version or cfg.engine.dynamo_version
+    release = cfg.engine.release
     if installed.split(".")[:2] == release.split(".")[:2]:
         return None
     return (

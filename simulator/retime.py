@@ -38,7 +38,7 @@ from simulator.timing_model import (
     TimingConstants,
     simulate_run,
 )
-from stackmodel.config import StackConfig
+from stackmodel.plan import StackPlan
 from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
 
@@ -123,7 +123,7 @@ def _incident(kill: Kill, run_start: datetime) -> Incident:
 
 
 def retime_grid(
-    cfg: StackConfig,
+    plan: StackPlan,
     load: LoadConfig,
     routing: GridResult,
     routing_frame: pd.DataFrame,
@@ -136,7 +136,7 @@ def retime_grid(
     simulated clock from the routing run's start. Returns the result (OOMKills as incidents,
     placed in their runs) and the runs as loadgen keeps them. ``host_base_bytes``: see
     :func:`run_topology`."""
-    topology = run_topology(cfg, fit, host_base_bytes)
+    topology = run_topology(plan, fit, host_base_bytes)
     runs: list[MeasuredRun] = []
     incidents: list[Incident] = []
     started_at = routing.started_at
@@ -174,7 +174,7 @@ def retime_grid(
         earlier_incidents=incidents,
     )
     finished_at = started_at + timedelta(seconds=clock_s)
-    simulated, notes = provenance(cfg, fit)
+    simulated, notes = provenance(plan, fit)
     update = {
         "finished_at": finished_at,
         "simulated": simulated,
@@ -184,7 +184,7 @@ def retime_grid(
 
 
 def write_timed(
-    cfg: StackConfig,
+    plan: StackPlan,
     load: LoadConfig,
     routing: GridResult,
     stack_dir: Path,
@@ -195,7 +195,7 @@ def write_timed(
     loadgen's result folder (with ``incidents.json``) to ``stack_dir``; returns the result."""
     frame = pd.read_parquet(stack_dir / ROUTING_DIR / REQUESTS_FILE)
     result, runs = retime_grid(
-        cfg, load, routing, frame, constants, host_base_bytes=host_base_bytes
+        plan, load, routing, frame, constants, host_base_bytes=host_base_bytes
     )
     settings = grid_settings(result.url, result.model, load, None)
     folder = ResultsFolder(stack_dir, settings, resume=False)

@@ -30,12 +30,8 @@ from simulator.localgraph import (
     start_together,
 )
 from simulator.model_dir import make_model_dir
-from stackmodel.config import StackConfig
+from stackmodel.plan import StackPlan
 from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS
-from stackmodel.sizing import (
-    stack_sizing,
-)
-from stackmodel.topology import build_topology
 
 ROUTING_MAX_TOKENS = 4
 """Output tokens of each request in the routing run: routing and prefix-cache hits depend on
@@ -70,60 +66,57 @@ report are labelled with it)."""
 
 
 def graph_spec(
-    cfg: StackConfig, *, speedup_ratio: float | None = None, routing_only: bool = False
+    plan: StackPlan, *, speedup_ratio: float | None = None, routing_only: bool = False
 ) -> LocalGraphSpec:
     """The local Dynamo graph that stands in for a stack's deployment.
 
     Each worker group becomes a mocker group (``-`` in names becomes ``_``, as Dynamo component
     names require) with the stack's replicas and role; ``--kv-bytes-per-token`` from the model
     geometry; ``--num-gpu-blocks-override`` from the KV capacity sizing computes for one worker
-    of the group, in the mocker's 64-token blocks (:meth:`StackSizing.gpu_blocks`, the same
-    number a mocker DGD and, as bytes, vLLM's ``--kv-cache-memory-bytes`` get); prefill groups
-    get the link throughput to decode (decimal GB/s), which the mocker charges per request as
-    if it had the link alone. ``routing_only`` (the routing run of ``testbed simulate``, whose
-    timing is not used) drops that charge. ``speedup_ratio`` defaults to the stack's
-    ``engine.speedupRatio``. A ``vllm-service`` stack has no Dynamo router: requests are spread
-    round-robin, as a Kubernetes Service would.
+    of the group, in the mocker's 64-token blocks
+    (:meth:`~stackmodel.sizing.StackSizing.gpu_blocks`, the same number a mocker DGD and, as
+    bytes, vLLM's ``--kv-cache-memory-bytes`` get); prefill groups get the link throughput to
+    decode (decimal GB/s), which the mocker charges per request as if it had the link alone.
+    ``routing_only`` (the routing run of ``testbed simulate``, whose timing is not used) drops
+    that charge. ``speedup_ratio`` defaults to the stack's ``engine.speedupRatio``. A
+    ``vllm-service`` stack has no Dynamo router: requests are spread round-robin, as a
+    Kubernetes Service would.
     """
-    topology = build_topology(cfg)
-    sizing = stack_sizing(cfg)
+    cfg, sizing = plan.cfg, plan.sizing
     speedup = cfg.engine.speedup_ratio if speedup_ratio is None else speedup_ratio
     groups = []
-    for plan in topology.components:
-        if plan.role == "frontend":
-            continue
+    for group in cfg.topology.workers:
         link = None
-        if plan.role == "prefill":
-            link = 0.0 if routing_only else sizing.link_gb_per_s(plan.name)
+        if group.role == "prefill":
+            link = 0.0 if routing_only else sizing.link_gb_per_s(group.name)
         groups.append(
             MockerGroup(
-                name=plan.name.replace("-", "_"),
-                role=plan.role,
-                replicas=plan.replicas,
+                name=group.name.replace("-", "_"),
+                role=group.role,
+                replicas=group.replicas,
                 kv_bytes_per_token=sizing.kv_bytes_per_token,
                 kv_transfer_bandwidth_gb_per_s=link,
-                num_gpu_blocks=sizing.gpu_blocks(plan.name, MOCKER_BLOCK_SIZE_TOKENS),
+                num_gpu_blocks=sizing.gpu_blocks(group.name, MOCKER_BLOCK_SIZE_TOKENS),
                 speedup_ratio=speedup,
             )
         )
-    router = cfg.topology.router_mode if topology.kind == "dynamo" else "round-robin"
+    router = cfg.topology.router_mode if cfg.topology.kind == "dynamo" else "round-robin"
     return LocalGraphSpec(model_name=cfg.model.name, router_mode=router, groups=tuple(groups))
 
 
 @dataclass(frozen=True)
 class RoutingJob:
-    """One stack's routing run: its config, the graph that stands in for it
-    (:func:`graph_spec`), its load (:func:`simulation_load`) and its folder
-    (``<out>/<stack>``)."""
+    """One stack's routing run: its plan, the graph that stands in for it (:func:`graph_spec`),
+    its load (:func:`simulator.simulate.simulation_load`) and its folder (``<out>/<stack>``)."""
 
-    cfg: StackConfig
+    plan: StackPlan
     spec: LocalGraphSpec
     load: LoadConfig
     stack_dir: Path
 
 
 def routing_run(
-    cfg: StackConfig,
+    plan: StackPlan,
     spec: LocalGraphSpec,
     load: LoadConfig,
     stack_dir: Path,
@@ -132,9 +125,8 @@ def routing_run(
     resume: bool = False,
 ) -> GridResult:
     """One stack's :func:`routing_runs` (the benches' single routing run)."""
-    return routing_runs([RoutingJob(cfg, spec, load, stack_dir)], progress=progress, resume=resume)[
-        0
-    ]
+    job = RoutingJob(plan, spec, load, stack_dir)
+    return routing_runs([job], progress=progress, resume=resume)[0]
 
 
 def routing_runs(
@@ -180,7 +172,7 @@ def routing_runs(
         grids = [
             run_grid_async(
                 graph.url,
-                job.cfg.model.name,
+                job.plan.cfg.model.name,
                 job.load.model_copy(update={"max_tokens": ROUTING_MAX_TOKENS}),
                 job.stack_dir / ROUTING_DIR,
                 tokenizer=str(model_dir),

@@ -50,8 +50,8 @@ from simulator.timing_model import (
 )
 from stackmodel.config import StackConfig
 from stackmodel.crossover import CROSSOVER_FILE, crossover, crossover_json
+from stackmodel.plan import StackPlan
 from stackmodel.resources import stack_file_text, stack_resources
-from stackmodel.stacks import load_stack
 from stackmodel.topology import build_topology
 
 REDUCED_GRID = {"prefix_kinds": [2, 24], "concurrency": [4], "repetitions": 1}
@@ -129,7 +129,7 @@ class Simulation:
 
 
 def simulate_stacks(
-    stacks: Sequence[str],
+    stacks: Mapping[str, StackPlan],
     out_dir: Path,
     *,
     full: bool = False,
@@ -141,7 +141,8 @@ def simulate_stacks(
     resume: bool = False,
 ) -> list[Simulation]:
     """Routing runs of every stack side by side (real Dynamo graphs), then the timing model of
-    each; returns the timed results in the order of ``stacks``.
+    each; returns the timed results in the order of ``stacks`` (stack name -> its plan, as
+    :func:`stackmodel.stacks.load_stack` gives it with ``settings``).
 
     Writes, per stack, ``out_dir/<stack>/`` (summary.json, result.json, runs.csv,
     requests.parquet, table.txt, incidents.json, and ``stack.json``: the resources the stack
@@ -158,27 +159,24 @@ def simulate_stacks(
     (:mod:`loadgen.folder_lock`).
 
     Raises:
-        FileNotFoundError, KeyPathError, StackConfigError: unknown stack, bad ``--set``,
-            invalid config (before any graph starts).
         LocalGraphError: a graph did not start (the message has the log tails).
         ResumeError: ``resume`` in a folder simulated with other stack values or load
             settings.
     """
     jobs = []
-    for stack in stacks:
-        cfg = load_stack(stack, settings)
-        spec = graph_spec(cfg, speedup_ratio=speedup_ratio, routing_only=True)
-        load = simulation_load(cfg, full=full, grid=grid, settings=settings)
-        jobs.append(RoutingJob(cfg, spec, load, out_dir / stack))
+    for stack, plan in stacks.items():
+        spec = graph_spec(plan, speedup_ratio=speedup_ratio, routing_only=True)
+        load = simulation_load(plan.cfg, full=full, grid=grid, settings=settings)
+        jobs.append(RoutingJob(plan, spec, load, out_dir / stack))
     for job in jobs:
-        values = stack_values(job.cfg, settings)
+        values = stack_values(job.plan, settings)
         if resume:
             refuse_other_stack_values(job.stack_dir, values)
         job.stack_dir.mkdir(parents=True, exist_ok=True)
-        resources = stack_resources(job.cfg, build_topology(job.cfg))
+        resources = stack_resources(job.plan.cfg, build_topology(job.plan))
         text = stack_file_text(job.stack_dir.name, resources, values)
         write_text_atomic(job.stack_dir / STACK_FILE, text)
-        write_text_atomic(job.stack_dir / CROSSOVER_FILE, crossover_json(crossover(job.cfg)))
+        write_text_atomic(job.stack_dir / CROSSOVER_FILE, crossover_json(crossover(job.plan)))
     routings = routing_runs(jobs, progress=progress, resume=resume)
     timed = timed_side_by_side(jobs, routings, constants)
     return [
@@ -222,22 +220,22 @@ def timed_side_by_side(
             worker = context.Process(
                 target=_write_timed_in_worker,
                 args=(
-                    job.cfg,
+                    job.plan,
                     job.load,
                     routing,
                     job.stack_dir,
-                    stack_constants(job.cfg, constants),
+                    stack_constants(job.plan, constants),
                 ),
                 daemon=True,
             )
             worker.start()
             workers.append((job, worker))
         last = write_timed(
-            jobs[-1].cfg,
+            jobs[-1].plan,
             jobs[-1].load,
             routings[-1],
             jobs[-1].stack_dir,
-            stack_constants(jobs[-1].cfg, constants),
+            stack_constants(jobs[-1].plan, constants),
         )
         results = []
         for job, worker in workers:

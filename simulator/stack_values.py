@@ -16,10 +16,7 @@ from loadgen.output import (
 )
 from loadgen.results_folder import STACK_FILE
 from simulator.routing import ROUTING_DIR
-from stackmodel.config import StackConfig
-from stackmodel.sizing import (
-    link_profile,
-)
+from stackmodel.plan import StackPlan
 
 STACK_VALUES_KEY = "simulatedWith"
 """The key of ``stack.json`` that holds :func:`stack_values`."""
@@ -43,25 +40,22 @@ SHOWN_DIFFERENCES = 4
 """Differences a refused ``--resume`` names at most (then "and N more")."""
 
 
-def stack_values(cfg: StackConfig, settings: Sequence[Setting] = ()) -> dict[str, Any]:
+def stack_values(plan: StackPlan, settings: Sequence[Setting] = ()) -> dict[str, Any]:
     """What a simulation's results depend on in the stack, as ``stack.json`` records it
     (``simulatedWith``) and ``--resume`` compares it (:func:`refuse_other_stack_values`).
 
     ``config``: the validated config (JSON, camelCase keys, ``--set`` values applied) without
     :data:`NOT_SIMULATED`; ``linkProfiles``: the profile each of ``links.sameNode`` /
-    ``links.crossNode`` stands for, with its figures (a profile file's as read now); ``settings``:
-    the ``--set`` items as typed (recorded, not compared: ``config`` holds their effect).
-
-    Raises:
-        ValueError: a link setting that does not resolve (:func:`kvpath.profile.resolve_link`).
+    ``links.crossNode`` stands for, with its figures (a profile file's as the plan read it);
+    ``settings``: the ``--set`` items as typed (recorded, not compared: ``config`` holds their
+    effect).
     """
-    config = cfg.model_dump(mode="json", by_alias=True)
-    links = {"sameNode": cfg.links.same_node, "crossNode": cfg.links.cross_node}
+    config = plan.cfg.model_dump(mode="json", by_alias=True)
     return {
         "config": {k: v for k, v in config.items() if k not in NOT_SIMULATED},
         "linkProfiles": {
-            key: link_profile(link).model_dump(mode="json", by_alias=True, exclude_none=True)
-            for key, link in links.items()
+            key: link.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for key, link in plan.links.items()
         },
         "settings": [setting.text for setting in settings],
     }

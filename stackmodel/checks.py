@@ -1,8 +1,9 @@
 """Checks that span config keys, run after pydantic has validated each key's shape.
 
 Each returns :class:`~stackmodel.errors.ConfigProblem` values naming the key path to fix.
-:func:`semantic_problems` runs them all; :func:`stackmodel.validation.parse_stack_config` raises
-them as one :class:`~stackmodel.errors.StackConfigError` before anything is registered.
+:func:`check_stack` runs them all and builds the stack's plan on the way;
+:func:`stackmodel.validation.validate_stack` raises the problems as one
+:class:`~stackmodel.errors.StackConfigError` before anything is registered.
 """
 
 from __future__ import annotations
@@ -10,23 +11,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pydantic.alias_generators import to_camel
-
 from kvpath.memory import memory_floor_bytes
-from kvpath.versions import (
-    DYNAMO_NIXL,
-    UpstreamRule,
-    line_text,
-    minor_of,
-    nixl_refuses_tls_without_cuda,
-    rules_not_read_at,
-    shipped_nixl,
-)
-from stackmodel.config import NodeClass, StackConfig, WorkerGroup, image_tag_version
-from stackmodel.errors import PROJECT, ConfigProblem
+from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_nixl
+from stackmodel.config import StackConfig, image_tag_version
+from stackmodel.engine_args import parse_engine_args
+from stackmodel.errors import ConfigProblem
 from stackmodel.log_budget import log_budget_problem
-from stackmodel.models import GATED_MODELS, KNOWN_MODELS, ModelGeometry, UnknownModelError
-from stackmodel.platform import PlatformConfig
+from stackmodel.models import ModelGeometry
+from stackmodel.placement import ReplicaPlacement, group_of
+from stackmodel.plan import StackInputs, StackPlan, build_plan, kv_link_key, resolve_inputs
 from stackmodel.quantities import (
     GI,
     TENSOR_PARALLEL_SHARED_MEMORY,
@@ -34,25 +27,15 @@ from stackmodel.quantities import (
     format_quantity,
     parse_quantity,
 )
-from stackmodel.sizing import (
-    StackSizing,
-    calibration,
-    gpu_units_per_node,
-    group_of,
-    kv_link,
-    link_profile,
-    model_geometry,
-    stack_sizing,
-)
+from stackmodel.sizing import MAX_BATCHED_TOKENS_FLAG
 from stackmodel.ucx import (
     CUDA_CAPABLE_EXAMPLE,
     RDMA_CAPABLE_EXAMPLE,
     UCX_TLS,
-    moves_between_gpus,
     moves_gpu_memory,
     moves_over_rdma,
 )
-from steptime.gpus import DATASHEET_MEMORY_GB, resolve_gpu
+from steptime.gpus import datasheet_memory_gb
 
 _KV_ROLES = {
     "prefill": ("kv_producer", "kv_both"),
@@ -64,8 +47,8 @@ def _workers_key(i: int, field: str) -> str:
     return f"topology.workers[{i}].{field}"
 
 
-def placement_problems(cfg: StackConfig) -> list[ConfigProblem]:
-    """Node classes that exist; workers that a node class can hold at all."""
+def node_class_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Worker groups and a frontend on node classes that exist."""
     known = ", ".join(sorted(cfg.node_classes))
     out = []
     for i, w in enumerate(cfg.topology.workers):
@@ -86,56 +69,45 @@ def placement_problems(cfg: StackConfig) -> list[ConfigProblem]:
                 f"unknown node class; defined in nodeClasses: {known}",
             )
         )
-    if out or cfg.engine.kind != "vllm":
-        return out
-    for name, node_class in cfg.node_classes.items():
-        on_class = [w for w in cfg.topology.workers if w.node_class == name]
-        wanted = sum(w.replicas * w.tensor_parallel_size for w in on_class)
-        slicing = node_class.time_slicing.replicas_per_gpu if node_class.time_slicing else 1
-        units = node_class.nodes * node_class.gpus_per_node * slicing
-        if wanted > units or not _pods_pack(node_class, on_class):
-            last = max(i for i, w in enumerate(cfg.topology.workers) if w.node_class == name)
-            fixes = (
-                "add nodes, enable timeSlicing (workers of one GPU) or lower replicas"
-                if all(w.tensor_parallel_size == 1 for w in on_class)
-                else "add nodes, or lower replicas or tensorParallelSize (a worker of "
-                "several GPUs cannot use timeSlicing)"
-            )
-            out.append(
-                ConfigProblem(
-                    _workers_key(last, "replicas"),
-                    cfg.topology.workers[last].replicas,
-                    f"GPU oversubscription on node class '{name}': workers "
-                    f"{', '.join(w.name for w in on_class)} need "
-                    f"{wanted} nvidia.com/gpu (tensorParallelSize per replica) but the class "
-                    f"offers {units} (nodes {node_class.nodes} x gpusPerNode "
-                    f"{node_class.gpus_per_node} x time-slicing replicas {slicing}), and each "
-                    f"pod's GPUs must be on one node; {fixes}",
-                )
-            )
     return out
 
 
-def _pods_pack(node_class: NodeClass, groups: list[WorkerGroup]) -> bool:
-    """Whether the groups' pods fit on the class's nodes, each pod's GPUs on one node (the
-    scheduler binds a pod to one node, and the device plugin allocates its ``nvidia.com/gpu``
-    there): first fit, largest pods first, which is exact when the pod sizes divide one
-    another (powers of two, as tensor-parallel sizes are)."""
-    if node_class.time_slicing is not None:
-        return True  # one-GPU workers only (tensor_parallel_problems); the count decides
-    free = [node_class.gpus_per_node] * node_class.nodes
-    sizes = sorted(
-        (w.tensor_parallel_size for w in groups for _ in range(w.replicas)), reverse=True
-    )
-    for size in sizes:
-        node = next((i for i, left in enumerate(free) if left >= size), None)
-        if node is None:
-            return False
-        free[node] -= size
-    return True
+def oversubscription_problems(
+    cfg: StackConfig, replicas: Sequence[ReplicaPlacement]
+) -> list[ConfigProblem]:
+    """vLLM workers that a node class cannot hold: a replica with no room left where the
+    workers land (:func:`stackmodel.placement.place_workers`: each pod's GPUs on one node)."""
+    if cfg.engine.kind != "vllm":
+        return []
+    out = []
+    for name, node_class in cfg.node_classes.items():
+        if all(r.fits for r in replicas if r.node_class == name):
+            continue
+        on_class = [w for w in cfg.topology.workers if w.node_class == name]
+        wanted = sum(w.replicas * w.tensor_parallel_size for w in on_class)
+        last = max(i for i, w in enumerate(cfg.topology.workers) if w.node_class == name)
+        fixes = (
+            "add nodes, enable timeSlicing (workers of one GPU) or lower replicas"
+            if all(w.tensor_parallel_size == 1 for w in on_class)
+            else "add nodes, or lower replicas or tensorParallelSize (a worker of "
+            "several GPUs cannot use timeSlicing)"
+        )
+        out.append(
+            ConfigProblem(
+                _workers_key(last, "replicas"),
+                cfg.topology.workers[last].replicas,
+                f"GPU oversubscription on node class '{name}': workers "
+                f"{', '.join(w.name for w in on_class)} need "
+                f"{wanted} nvidia.com/gpu (tensorParallelSize per replica) but the class "
+                f"offers {node_class.gpu_units} (nodes {node_class.nodes} x gpusPerNode "
+                f"{node_class.gpus_per_node} x time-slicing replicas {node_class.units_per_gpu}), "
+                f"and each pod's GPUs must be on one node; {fixes}",
+            )
+        )
+    return out
 
 
-def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
+def tensor_parallel_problems(cfg: StackConfig, inputs: StackInputs) -> list[ConfigProblem]:
     """What a worker of ``tensorParallelSize`` > 1 needs (the model-side rules and the
     interconnect for every engine, since the simulation splits the model either way; the rest for
     vLLM workers, the mocker's pods having no GPUs):
@@ -159,10 +131,7 @@ def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
       ``vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py``).
     """
     out: list[ConfigProblem] = []
-    try:
-        geometry: ModelGeometry | None = model_geometry(cfg)
-    except (UnknownModelError, OSError, ValueError, KeyError):
-        geometry = None  # sizing_problems names it
+    geometry = inputs.geometry  # None: the inputs' problems name it
     for i, w in enumerate(cfg.topology.workers):
         tp = w.tensor_parallel_size
         if tp == 1:
@@ -171,7 +140,7 @@ def tensor_parallel_problems(cfg: StackConfig) -> list[ConfigProblem]:
         node_class = cfg.node_classes[w.node_class]
         if geometry is not None:
             out += _model_splits(geometry, key, tp)
-        gpu, _ = resolve_gpu(node_class.gpu)
+        gpu = inputs.gpus[w.node_class]
         if gpu.interconnect is None:
             out.append(
                 ConfigProblem(
@@ -409,7 +378,7 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return out
 
 
-def rdma_problems(cfg: StackConfig) -> list[ConfigProblem]:
+def rdma_problems(cfg: StackConfig, inputs: StackInputs) -> list[ConfigProblem]:
     """A KV link of the ``rdma`` profile (:data:`kvpath.profile.LINK_PROFILES`) needs, on the
     prefill group and every decode group its KV reaches, what moves KV over InfiniBand/RoCE:
 
@@ -434,9 +403,9 @@ def rdma_problems(cfg: StackConfig) -> list[ConfigProblem]:
     seen: set[str] = set()
     for p in (w for w in cfg.topology.workers if w.role == "prefill"):
         try:
-            name = link_profile(kv_link(cfg, p)).name
-        except ValueError:
-            return []  # sizing_problems names the link
+            name = inputs.links[kv_link_key(cfg, p, inputs.links)].name
+        except KeyError:
+            return []  # the inputs' problems name the link
         if name != "rdma":
             continue
         for w in (p, *decode):
@@ -477,7 +446,7 @@ def nixl_tls_problems(cfg: StackConfig) -> list[ConfigProblem]:
     without CUDA memory support on a GPU node (:mod:`kvpath.versions`: Dynamo 1.7.0 and later)
     needs one that moves GPU memory (:func:`stackmodel.ucx.moves_gpu_memory`). The seed's
     ``tcp,self`` stays valid on Dynamo 1.6.2."""
-    version = cfg.engine.runtime_version or cfg.engine.dynamo_version
+    version = cfg.engine.release
     if cfg.engine.kind != "vllm" or not nixl_refuses_tls_without_cuda(version):
         return []
     nixl = shipped_nixl(version)
@@ -521,62 +490,16 @@ def engine_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return []
 
 
-def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
-    """Model geometry, quantities, links; then the memory floor and GPU memory fit."""
+def sizing_problems(plan: StackPlan) -> list[ConfigProblem]:
+    """The memory floor and GPU memory fit (:class:`~stackmodel.sizing.SizingFinding` errors,
+    one problem per group and rule), then, for vLLM workers, the KV cache against the max model
+    length (:func:`context_problems`)."""
+    cfg = plan.cfg
     out: list[ConfigProblem] = []
-    for i, w in enumerate(cfg.topology.workers):
-        quantities = (
-            ("memoryLimit", w.memory_limit),
-            ("baseMemory", w.base_memory),
-            ("sharedMemorySize", w.shared_memory_size),
-        )
-        for field, quantity in quantities:
-            try:
-                parse_quantity(quantity)
-            except ValueError as exc:
-                out.append(ConfigProblem(_workers_key(i, field), quantity, str(exc)))
-    try:
-        parse_quantity(cfg.topology.frontend.shared_memory_size)
-    except ValueError as exc:
-        out.append(
-            ConfigProblem(
-                "topology.frontend.sharedMemorySize",
-                cfg.topology.frontend.shared_memory_size,
-                str(exc),
-            )
-        )
-    for field, link in (("sameNode", cfg.links.same_node), ("crossNode", cfg.links.cross_node)):
-        try:
-            link_profile(link)
-        except ValueError as exc:
-            out.append(ConfigProblem(f"links.{field}", link, str(exc)))
-    for name, node_class in cfg.node_classes.items():
-        try:
-            calibration(cfg, name)
-        except ValueError as exc:
-            out.append(
-                ConfigProblem(f"nodeClasses.{name}.calibration", node_class.calibration, str(exc))
-            )
-    if cfg.model.geometry is None:
-        try:
-            model_geometry(cfg)
-        except UnknownModelError as exc:
-            out.append(ConfigProblem("model.geometry", None, str(exc)))
-        except (OSError, ValueError, KeyError) as exc:
-            out.append(
-                ConfigProblem(
-                    "model.configJson",
-                    cfg.model.config_json,
-                    f"cannot read the model geometry from it: {exc!s}",
-                )
-            )
-    if out:
-        return out
     index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
     value: object
     seen: set[tuple[str, str]] = set()
-    sizing = stack_sizing(cfg)
-    for finding in sizing.report.errors:
+    for finding in plan.sizing.report.errors:
         if finding.check == "memory-floor":
             key = _workers_key(index[finding.subject], "memoryLimit")
             value = cfg.topology.workers[index[finding.subject]].memory_limit
@@ -598,7 +521,7 @@ def sizing_problems(cfg: StackConfig) -> list[ConfigProblem]:
             seen.add((key, finding.check))
             out.append(ConfigProblem(key, value, finding.message))
     if cfg.engine.kind == "vllm":
-        out += context_problems(cfg, sizing)
+        out += context_problems(plan)
     return out
 
 
@@ -644,7 +567,7 @@ def model_length_problems(cfg: StackConfig, model_context: int | None) -> list[C
     ]
 
 
-def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProblem]:
+def context_problems(plan: StackPlan) -> list[ConfigProblem]:
     """Each vLLM worker's KV cache must hold one request of the max model length.
 
     vLLM refuses to start otherwise (vLLM 0.31.0 ``check_enough_kv_cache_memory`` in
@@ -654,6 +577,7 @@ def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProble
     check is exact up to vLLM's block rounding. Groups left without any KV cache are reported
     by the GPU fit check instead.
     """
+    cfg, sizing = plan.cfg, plan.sizing
     longer = model_length_problems(cfg, sizing.geometry.max_position_embeddings)
     if longer:
         return longer
@@ -715,203 +639,6 @@ def context_problems(cfg: StackConfig, sizing: StackSizing) -> list[ConfigProble
     ]
 
 
-def deprecation_warnings(cfg: StackConfig) -> list[str]:
-    """Settings that deploy today but that upstream has deprecated, each with its replacement
-    (said at preview; nothing is refused).
-
-    ``kvTransfer.role: kv_both`` with NixlConnector: vLLM deprecates it (RFC vllm-project/vllm
-    #43807; phase 1, PR #43874, logs a warning from
-    ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py`` and asks for
-    ``kv_producer`` on prefill and ``kv_consumer`` on decode instances).
-    """
-    replacement = {"prefill": "kv_producer", "decode": "kv_consumer"}
-    return [
-        f"{PROJECT}:{_workers_key(i, 'kvTransfer.role')} = 'kv_both': deprecated for "
-        f"NixlConnector (vLLM RFC #43807); set kv_producer on prefill and kv_consumer on decode "
-        f"workers (here: {replacement[w.role]})"
-        for i, w in enumerate(cfg.topology.workers)
-        if w.kv_transfer is not None
-        and w.kv_transfer.role == "kv_both"
-        and w.kv_transfer.connector == "NixlConnector"
-        and w.role in replacement
-    ]
-
-
-def fp8_warnings(cfg: StackConfig) -> list[str]:
-    """FP8 weights on a GPU without FP8 tensor cores (``fp8DenseTflops`` unset: the catalog's
-    Ampere GPUs): vLLM runs them as weight-only W8A16 through FP8 Marlin, so the weights take
-    1 byte but the compute stays BF16 ("Turing/Ampere GPUs are supported for W8A16 (weight-only
-    FP8) utilizing Marlin kernels", vLLM's FP8 W8A8 page, docs.vllm.ai features/quantization/
-    fp8; vllm-project/vllm PR #5975). Said at preview; the step-time model computes in BF16
-    there (:meth:`steptime.gpus.GpuSpec.compute_flops_per_s`)."""
-    if cfg.engine.kind != "vllm":
-        return []
-    try:
-        fp8 = model_geometry(cfg).weight_dtype_bytes == 1
-    except (UnknownModelError, OSError, ValueError, KeyError):
-        return []
-    out = []
-    for i, w in enumerate(cfg.topology.workers):
-        gpu, _ = resolve_gpu(cfg.node_classes[w.node_class].gpu)
-        if fp8 and gpu.fp8_dense_tflops is None:
-            out.append(
-                f"{PROJECT}:{_workers_key(i, 'nodeClass')} = {w.node_class!r}: FP8 weights on "
-                f"{gpu.name}, which has no FP8 tensor cores: vLLM runs them weight-only (W8A16, "
-                "FP8 Marlin), so they take half the memory but compute at BF16 speed; for W8A8 "
-                "use a GPU with FP8 (Ada or Hopper: l4, l40s, rtx-4090, h100-*, h200)"
-            )
-    return out
-
-
-def gated_model_warnings(cfg: StackConfig, with_hf_token: bool) -> list[str]:
-    """A gated catalog model (:data:`stackmodel.models.GATED_MODELS`) without the ``hfToken``
-    secret: every worker's download would fail (said at preview; nothing is refused, since a
-    cluster may have the weights cached)."""
-    if with_hf_token or cfg.model.name not in GATED_MODELS:
-        return []
-    return [
-        f"{PROJECT}:model.name = {cfg.model.name!r} is gated on Hugging Face and no hfToken is "
-        "set, so the workers cannot download it: accept its license on huggingface.co, then "
-        "`pulumi config set --secret hfToken hf_...`"
-    ]
-
-
-def placement_warnings(cfg: StackConfig) -> list[str]:
-    """A prefill group sharing a node class of several nodes with decode groups: the scheduler
-    puts them on one node or two (the DGD sets no anti-affinity), so the sizing and the
-    simulation take the slower link (:func:`stackmodel.sizing.kv_link`); said at preview
-    with how to pin them apart."""
-    out = []
-    for i, group in enumerate(cfg.topology.workers):
-        nodes = cfg.node_classes[group.node_class].nodes if group.role == "prefill" else 1
-        if gpu_units_per_node(cfg, group.node_class) < 2 and cfg.engine.kind == "vllm":
-            continue  # each worker takes a node's only GPU: prefill and decode never share one
-        decode = [
-            f"'{w.name}'"
-            for w in cfg.topology.workers
-            if w.role == "decode" and w.node_class == group.node_class
-        ]
-        if nodes > 1 and decode:
-            link = link_profile(kv_link(cfg, group)).name
-            out.append(
-                f"{PROJECT}:{_workers_key(i, 'nodeClass')} = {group.node_class!r}: prefill "
-                f"'{group.name}' and decode {', '.join(decode)} share a node class of {nodes} "
-                "nodes, so the scheduler puts them on the same node or on two; the sizing takes "
-                f"the slower of links.sameNode and links.crossNode ({link}). To put prefill and "
-                "decode on different nodes, give each its own node class (a nodeSelector on a "
-                "label only its nodes carry)"
-            )
-    return out
-
-
-def same_node_link_warnings(cfg: StackConfig) -> list[str]:
-    """A same-node KV path sized as the seed's host-memory TCP while the workers move KV in GPU
-    buffers with ``cuda_ipc``: UCX then copies between the node's GPUs over their interconnect
-    (NVLink or PCIe), not through TCP, so the default ``links.sameNode`` (``same-node-tcp``, 1
-    GB/s) understates it; said with the rate to set."""
-    out: list[str] = []
-    if cfg.links.same_node != "same-node-tcp":
-        return out
-    for group in cfg.topology.workers:
-        kv = group.kv_transfer
-        if group.role != "prefill" or kv is None or kv.buffer_device != "cuda":
-            continue
-        if not moves_between_gpus(group.env.get(UCX_TLS)):
-            continue
-        gpu = cfg.node_classes[group.node_class].gpu
-        spec = resolve_gpu(gpu)[0] if gpu is not None else None
-        same_node = kv_link(cfg, group) == cfg.links.same_node  # what the sizing takes
-        if not same_node or spec is None or spec.interconnect_gb_per_s is None:
-            continue
-        rate = f"{spec.interconnect_gb_per_s:g}"
-        out.append(
-            f"{PROJECT}:links.sameNode = 'same-node-tcp': prefill '{group.name}' moves KV in "
-            f"GPU buffers with cuda_ipc in UCX_TLS, so on one node UCX copies it between the "
-            f"GPUs over their {spec.interconnect} ({rate} GB/s per direction on {spec.name}), "
-            "not over host-memory TCP at 1 GB/s as the sizing and the simulation take it; set "
-            f"links.sameNode: {rate} (GB/s, the interconnect's rate; less in practice), or "
-            "probe the path (testbed probe kv-path STACK --in-cluster same-node)"
-        )
-    return out
-
-
-def platform_release_warnings(platform: PlatformConfig) -> list[str]:
-    """The platform's chart version, where the program's chart rules (its values, the CRD
-    fields the graph stacks write) were not read at its minor line
-    (:func:`kvpath.versions.rules_not_read_at`): said at preview; nothing refused."""
-    if not platform.install:
-        return []
-    try:
-        unread = [r for r in rules_not_read_at(platform.chart_version) if r.dynamo_only]
-    except ValueError:
-        return []  # not MAJOR.MINOR.PATCH: the chart version's own check says so
-    if not unread:
-        return []
-    return [
-        _unread_rules_warning(
-            "platform.chartVersion",
-            platform.chart_version,
-            unread,
-            [r.name for r in unread],
-            "before installing it",
-        )
-    ]
-
-
-def _unread_rules_warning(
-    key: str, version: str, read: Sequence[UpstreamRule], names: Sequence[str], tail: str
-) -> str:
-    """The warning that rules ``names`` were read only at the lines of ``read``, not at
-    ``version`` (the release ``key`` sets); ``tail`` ends it (what to do before what)."""
-    lines = sorted({line for r in read for line in r.lines})
-    return (
-        f"{PROJECT}:{key} = {version!r}: these rules of the program were read at Dynamo "
-        f"{', '.join(line_text(line) for line in lines)} only, not at this release: "
-        f"{', '.join(names)} (docs/upgrading.md); check them against its release notes {tail}"
-    )
-
-
-def release_warnings(cfg: StackConfig) -> list[str]:
-    """What the stack's Dynamo release leaves unconfirmed (said at preview; nothing refused):
-
-    - the program's rules that encode upstream behaviour and were not read at this release's
-      minor line (:func:`kvpath.versions.rules_not_read_at`; at 1.7.0 the chart values and CRD
-      fields, whose 1.7.0 files could not be read);
-    - a link profile a disaggregated stack uses that a probe measured with another NIXL minor
-      than the release ships (:func:`kvpath.versions.shipped_nixl`): its rates were taken
-      with another UCX backend.
-    """
-    version = cfg.engine.runtime_version or cfg.engine.dynamo_version
-    try:
-        unread = rules_not_read_at(version)
-    except ValueError:
-        return []  # not MAJOR.MINOR.PATCH: the image's own problem
-    out = []
-    dynamo = cfg.topology.kind == "dynamo"
-    names = [r.name for r in unread if dynamo or not r.dynamo_only]
-    if names:
-        out.append(
-            _unread_rules_warning(
-                "engine.dynamoVersion", version, unread, names, "before relying on the stack"
-            )
-        )
-    nixl = shipped_nixl(version)
-    if nixl is None or not any(w.kv_transfer is not None for w in cfg.topology.workers):
-        return out
-    for field, link in (("sameNode", cfg.links.same_node), ("crossNode", cfg.links.cross_node)):
-        profile = link_profile(link)
-        measured = profile.nixl_version
-        if measured is None or _same_minor(measured, nixl):
-            continue
-        out.append(
-            f"{PROJECT}:links.{field} = {link!r}: profile '{profile.name}' was measured with "
-            f"NIXL {measured} (UCX {profile.ucx_version or 'unknown'}), but Dynamo {version} "
-            f"ships NIXL {nixl}: another UCX backend moves this stack's KV; probe again with "
-            "`testbed probe kv-path` in that release's image before trusting the link's rates"
-        )
-    return out
-
-
 _PROGRAM_FLAGS = {
     "vllm": {
         "--model": "model.name",
@@ -932,18 +659,10 @@ _PROGRAM_FLAGS = {
         "--kv-transfer-bandwidth": "links (the sizing sets it)",
     },
 }
-"""The engine flags the program writes from other keys (:func:`stackmodel.topology.engine_args`)
+"""The engine flags the program writes from other keys (:func:`stackmodel.topology.worker_args`)
 and the key each comes from. An ``extraArgs`` copy comes after them on the command line, and
 argparse keeps the last, so the engine would run with it while the sizing and the checks use
 the key."""
-
-
-def _flag(arg: str) -> str:
-    """``--max_model_len=8192`` -> ``--max-model-len`` (vLLM's parser takes either spelling:
-    ``FlexibleArgumentParser`` in vLLM 0.31.0 ``vllm/utils/argparse_utils.py``, lines 120 and
-    339)."""
-    name = arg.split("=", 1)[0]
-    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
 
 
 def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
@@ -956,7 +675,7 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
       lacks, and vLLM refuses to start without its share free;
     - an ``extraArgs`` ``--max-num-batched-tokens`` without a whole number of tokens after it:
       vLLM's parser refuses it at start, and the simulation's step budget
-      (:func:`stackmodel.sizing.max_batched_tokens`) could not follow it.
+      (:func:`stackmodel.plan.max_batched_tokens`) could not follow it.
     """
     out = []
     flags = _PROGRAM_FLAGS[cfg.engine.kind]
@@ -964,10 +683,9 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
         (_workers_key(i, "extraArgs"), w.extra_args) for i, w in enumerate(cfg.topology.workers)
     ]
     for key, args in sources:
-        for i, arg in enumerate(args):
-            flag = _flag(arg)
-            value = arg.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")
-            if flag == "--max-num-batched-tokens" and not value.isdigit():
+        for arg in parse_engine_args(args):
+            flag, value = arg.flag, arg.value
+            if flag == MAX_BATCHED_TOKENS_FLAG and not value.isdigit():
                 out.append(
                     ConfigProblem(
                         key,
@@ -987,7 +705,7 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
                     )
                 )
     for name, node_class in cfg.node_classes.items():
-        datasheet = _datasheet_memory(node_class.gpu)
+        datasheet = datasheet_memory_gb(node_class.gpu)
         if datasheet is not None and node_class.gpu_memory_gib > datasheet:
             out.append(
                 ConfigProblem(
@@ -1001,70 +719,16 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return out
 
 
-def _datasheet_memory(gpu: object) -> float | None:
-    return DATASHEET_MEMORY_GB.get(gpu) if isinstance(gpu, str) else None
+def check_stack(cfg: StackConfig) -> tuple[list[ConfigProblem], StackPlan | None]:
+    """Every cross-key problem of a shape-valid config, and its plan (:mod:`stackmodel.plan`)
+    when it can be built; the problems are empty when the stack is deployable.
 
-
-LOW_GPU_MEMORY_SHARE = 0.9
-"""Below this share of its GPU's datasheet memory a node class's ``gpuMemoryGiB`` is warned
-about: a driver reports a little under the datasheet (24,564 MiB on a 24 GB card, 0.9996),
-a MIG slice is a GPU of its own name, so less is a slip (24 written for a 48 GB L40S)."""
-
-
-def overlap_warnings(cfg: StackConfig) -> list[str]:
-    """Keys that another key or the catalog also determines, where the stack still runs: each
-    says which wins (said at preview; nothing is refused).
-
-    - ``gpuMemoryGiB`` well under the catalog ``gpu``'s memory: the sizing uses
-      ``gpuMemoryGiB``, so the rest of the GPU stays unused;
-    - ``model.geometry`` beside ``model.configJson``: the geometry wins
-      (:func:`stackmodel.sizing.model_geometry`);
-    - ``model.geometry`` of a catalog model that differs from the catalog's: the geometry wins.
+    The order: node classes that exist (nothing else is placed without them); where the workers
+    land and the config-only rules; tensor parallelism (the sizing splits the model over the
+    GPUs); RDMA links; what the stack's files and settings resolve to; then the plan's sizing.
     """
-    out = []
-    for name, node_class in cfg.node_classes.items():
-        datasheet = _datasheet_memory(node_class.gpu)
-        if datasheet is not None and node_class.gpu_memory_gib < LOW_GPU_MEMORY_SHARE * datasheet:
-            out.append(
-                f"{PROJECT}:nodeClasses.{name}.gpuMemoryGiB = {node_class.gpu_memory_gib:g} but "
-                f"its gpu, {node_class.gpu}, has {datasheet:g} GB: gpuMemoryGiB wins, so the "
-                f"sizing and the workers' KV caches use {node_class.gpu_memory_gib:g} GiB and "
-                f"leave the rest unused; set gpuMemoryGiB: {datasheet:g} to use the whole GPU"
-            )
-    geometry = cfg.model.geometry
-    if geometry is not None and cfg.model.config_json is not None:
-        out.append(
-            f"{PROJECT}:model.geometry and model.configJson are both set: model.geometry wins "
-            f"and {cfg.model.config_json!r} is not read; remove one"
-        )
-    catalog = KNOWN_MODELS.get(cfg.model.name)
-    if geometry is not None and catalog is not None and geometry != catalog:
-        differs = [
-            f"{to_camel(field)} {getattr(geometry, field)} (catalog {getattr(catalog, field)})"
-            for field in type(geometry).model_fields
-            if getattr(geometry, field) != getattr(catalog, field)
-        ]
-        out.append(
-            f"{PROJECT}:model.geometry differs from the catalog's {cfg.model.name}: "
-            f"{', '.join(differs)}; model.geometry wins. Remove it to use the catalog's"
-        )
-    return out
-
-
-def _same_minor(a: str, b: str) -> bool:
-    """Whether two MAJOR.MINOR.PATCH versions share a minor; a version of another form never
-    does (``"1.5.1"``, ``"1.5.0"`` -> True; ``"1.5"``, ``"1.5.0"`` -> False)."""
-    try:
-        return minor_of(a) == minor_of(b)
-    except ValueError:
-        return False
-
-
-def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
-    """Every cross-key problem of a shape-valid config (empty when the stack is deployable)."""
-    out = (
-        placement_problems(cfg)
-        + role_problems(cfg)
+    config_rules = (
+        role_problems(cfg)
         + kv_buffer_problems(cfg)
         + engine_problems(cfg)
         + nixl_tls_problems(cfg)
@@ -1072,12 +736,19 @@ def semantic_problems(cfg: StackConfig) -> list[ConfigProblem]:
         + cluster_runner_problems(cfg)
         + overlap_problems(cfg)
     )
-    if any(p.key.endswith("nodeClass") for p in out):
-        return out  # sizing needs every node class to exist
-    tensor_parallel = tensor_parallel_problems(cfg)
+    missing = node_class_problems(cfg)
+    if missing:
+        return missing + config_rules, None
+    inputs = resolve_inputs(cfg)
+    out = oversubscription_problems(cfg, inputs.replicas) + config_rules
+    tensor_parallel = tensor_parallel_problems(cfg, inputs)
     if tensor_parallel:
-        return out + tensor_parallel  # sizing splits the model over the GPUs
-    return out + rdma_problems(cfg) + sizing_problems(cfg)
+        return out + tensor_parallel, None
+    out += rdma_problems(cfg, inputs)
+    if inputs.problems:
+        return out + list(inputs.problems), None
+    plan = build_plan(cfg, inputs)
+    return out + sizing_problems(plan), plan
 
 
 # --- the load step's reach and log budget ----------------------------------------------------

@@ -5,7 +5,7 @@ The Pulumi program, the offline ``testbed`` commands and the local simulation al
 ``stacks/Pulumi.<stack>.yaml`` (``dynamo-testbed:<key>``); unknown keys are rejected.
 
 This module holds the model and its key-level (shape) rules only;
-:func:`stackmodel.validation.parse_stack_config` validates a raw config against it and runs the
+:func:`stackmodel.validation.validate_stack` validates a raw config against it and runs the
 cross-key checks of :mod:`stackmodel.checks`.
 """
 
@@ -32,10 +32,10 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from configkeys.config_text import ConfigText
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, gb_per_s_text
 from loadgen.config import LoadConfig
-from loadgen.config_text import ConfigText
-from stackmodel.errors import PROJECT
+from stackmodel.errors import PROJECT, ConfigWarning
 from stackmodel.models import ModelGeometry
 from stackmodel.platform import PlatformConfig
 from stackmodel.quantities import (
@@ -107,6 +107,28 @@ class NodeClass(CamelModel):
         "project folder: this GPU's efficiencies and host time per engine step, and the "
         "frontend's fixed cost, fitted from measured runs; default: the seed fit's.",
     )
+
+    @property
+    def units_per_gpu(self) -> int:
+        """``nvidia.com/gpu`` units one physical GPU advertises: ``replicasPerGpu`` with
+        time-slicing, else 1."""
+        return self.time_slicing.replicas_per_gpu if self.time_slicing else 1
+
+    @property
+    def gpus(self) -> int:
+        """Physical GPUs in the class: ``nodes x gpusPerNode``."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def gpu_units_per_node(self) -> int:
+        """``nvidia.com/gpu`` units one node advertises: its GPUs x :attr:`units_per_gpu` (each
+        vLLM worker takes one unit per GPU it uses)."""
+        return self.gpus_per_node * self.units_per_gpu
+
+    @property
+    def gpu_units(self) -> int:
+        """``nvidia.com/gpu`` units the whole class advertises."""
+        return self.nodes * self.gpu_units_per_node
 
     @field_validator("gpu")
     @classmethod
@@ -215,6 +237,11 @@ class EngineConfig(CamelModel):
     def resolved_image(self) -> str:
         """The image the workers run (explicit, else the default for the engine kind)."""
         return self.image or _DEFAULT_IMAGES[self.kind].format(version=self.dynamo_version)
+
+    @property
+    def release(self) -> str:
+        """The Dynamo release the workers run: :attr:`runtime_version`, else ``dynamoVersion``."""
+        return self.runtime_version or self.dynamo_version
 
     @property
     def runtime_version(self) -> str | None:
@@ -363,6 +390,12 @@ class WorkerGroup(CamelModel):
         "--kv-events-config (enable_kv_cache_events) and publish their cache; false: no flag, "
         "the router sees no overlap on them (prefix-blind routing, simulated so).",
     )
+
+    @property
+    def host_buffers_kv(self) -> bool:
+        """The group's KV transfer stages KV in host memory (``kvTransfer.bufferDevice: cpu``):
+        each worker then holds a host mirror of its KV cache (:mod:`kvpath.memory`)."""
+        return self.kv_transfer is not None and self.kv_transfer.buffer_device == "cpu"
 
 
 class FrontendConfig(CamelModel):
@@ -633,7 +666,7 @@ class StackConfig(CamelModel):
     A ``platform`` stack is a :class:`PlatformStackConfig` instead.
 
     Validate with ``context={"stack": <stack name>}`` (as
-    :func:`stackmodel.validation.parse_stack_config` does): an empty or absent ``namespace``
+    :func:`stackmodel.validation.validate_stack` does): an empty or absent ``namespace``
     becomes :func:`~stackmodel.stack_layout.stack_namespace` of the stack, so two graph stacks
     never share a namespace.
     """
@@ -744,7 +777,7 @@ CONFIG_NAMESPACES = (PROJECT, "kubernetes", "pulumi")
 engine's own (``pulumi:disable-default-providers``, ``pulumi:tags``)."""
 
 
-def namespace_warnings(config_map: Mapping[str, Any]) -> list[str]:
+def namespace_warnings(config_map: Mapping[str, Any]) -> list[ConfigWarning]:
     """Config keys whose namespace is none of :data:`CONFIG_NAMESPACES`: nothing reads them,
     so a misspelt ``dynamo-tesbed:links`` would leave the default link in place.
 
@@ -758,9 +791,13 @@ def namespace_warnings(config_map: Mapping[str, Any]) -> list[str]:
         close = difflib.get_close_matches(namespace, CONFIG_NAMESPACES, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}:{key}? " if close else ""
         out.append(
-            f"config key {full_key!r}: no part of this program or its providers reads the "
-            f"namespace {namespace!r}, so it is ignored; {hint}this project's keys are "
-            f"{PROJECT}:<key>"
+            ConfigWarning(
+                full_key,
+                config_map[full_key],
+                f"config key {full_key!r}: no part of this program or its providers reads the "
+                f"namespace {namespace!r}, so it is ignored; {hint}this project's keys are "
+                f"{PROJECT}:<key>",
+            )
         )
     return out
 

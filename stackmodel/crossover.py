@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pydantic import TypeAdapter
 
 from kvpath.profile import LINK_PROFILES, LinkProfile
-from stackmodel.config import StackConfig
-from stackmodel.sizing import disaggregation_verdict, engine_step, stack_sizing, verdict_group
+from stackmodel.plan import StackPlan
+from stackmodel.sizing import disaggregation_verdict
 
 CROSSOVER_FILE = "crossover.json"
 """A simulated stack's :class:`Crossover`, in its results folder beside ``stack.json``
@@ -128,17 +128,13 @@ def _point(
     )
 
 
-def crossover(cfg: StackConfig) -> Crossover:
-    """The sweep of ``cfg`` (see the module docstring).
-
-    Raises:
-        UnknownModelError, ValueError: as :func:`stackmodel.sizing.stack_sizing`.
-    """
-    sizing = stack_sizing(cfg)
-    group = verdict_group(cfg)
-    step = engine_step(cfg, group.name)
+def crossover(plan: StackPlan) -> Crossover:
+    """The sweep of a stack's plan (see the module docstring)."""
+    cfg, sizing = plan.cfg, plan.sizing
+    group = plan.verdict_group
+    step = group.step
     verdict = sizing.report.disaggregation
-    own = sizing.links.get(group.name)
+    own = group.kv_link
     host = any(c.host_buffers_kv for c in sizing.report.components)
     limit = cfg.model.max_model_len or sizing.geometry.max_position_embeddings or math.inf
     prompts = [p for p in PROMPT_TOKENS if p <= limit]

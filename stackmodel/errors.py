@@ -43,6 +43,28 @@ class ConfigProblem:
         return f"{PROJECT}:{self.key} = {shown}: {self.message}"
 
 
+@dataclass(frozen=True)
+class ConfigWarning:
+    """Something a stack's config leaves unconfirmed or sets against another key, said at
+    preview; nothing is refused.
+
+    Attributes:
+        key: the key path it is about, below the project namespace
+            (``links.sameNode``, ``topology.workers[1].memoryLimit``); a key of another
+            namespace keeps its namespace (``dynamo-tesbed:links``).
+        value: that key's value.
+        message: the warning as the user reads it, naming the key (:meth:`render`).
+    """
+
+    key: str
+    value: Any
+    message: str
+
+    def render(self) -> str:
+        """The warning's line."""
+        return self.message
+
+
 class StackConfigError(ValueError):
     """A stack's config is invalid; lists every problem found.
 

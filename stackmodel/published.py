@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kvpath.profile import LINK_PROFILES
-from stackmodel.config import StackConfig
 from stackmodel.crossover import crossover
-from stackmodel.validation import parse_stack_config
+from stackmodel.plan import StackPlan
+from stackmodel.validation import validate_stack
 
 Metric = Literal["ttft_mean_ms", "ttft_p99_ms", "output_tokens_per_s"]
 Side = Literal["aggregated", "disaggregated"]
@@ -100,9 +100,9 @@ class PublishedPair:
         """GPUs a side uses."""
         return sum(w.replicas * w.tp for w in getattr(self, side))
 
-    def config(self, side: Side) -> StackConfig:
-        """The side as a validated stack: one node class per node (so a group's node is its
-        own, as the source placed it); vLLM's ``--max-model-len`` the request's length
+    def plan(self, side: Side) -> StackPlan:
+        """The side as a validated stack (its plan): one node class per node (so a group's node
+        is its own, as the source placed it); vLLM's ``--max-model-len`` the request's length
         rounded up to 1,024. What the sources do not state is what Dynamo's own Qwen3-32B-FP8
         vLLM recipe sets (recipes/qwen3-32b-fp8/vllm/disagg/deploy.yaml): ``--gpu-memory-
         utilization 0.90``, KV through GPU buffers over InfiniBand (``UCX_TLS`` with ``rc``
@@ -158,7 +158,7 @@ class PublishedPair:
                 "requestsPerRun": 40,
             },
         }
-        return parse_stack_config(f"{self.key}-{'agg' if side == 'aggregated' else 'disagg'}", raw)
+        return validate_stack(f"{self.key}-{'agg' if side == 'aggregated' else 'disagg'}", raw)
 
 
 _GPU_MEMORY_GIB = {"h100-sxm": 80, "h200": 141}
@@ -325,7 +325,7 @@ def published_points() -> tuple[PublishedPoint, ...]:
     """Every :data:`PUBLISHED_PAIRS` pair as a :class:`PublishedPoint`."""
     points = []
     for pair in PUBLISHED_PAIRS:
-        result = crossover(pair.config("disaggregated"))
+        result = crossover(pair.plan("disaggregated"))
         points.append(
             PublishedPoint(
                 key=pair.key,

@@ -114,8 +114,6 @@ def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
         )
     uses = {}
     for name, (workers, units) in classes.items():
-        slicing = cfg.node_classes[name].time_slicing
-        per_gpu = slicing.replicas_per_gpu if slicing is not None else 1
         node_class = cfg.node_classes[name]
         gpu = (
             node_class.gpu
@@ -125,7 +123,7 @@ def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
         uses[name] = NodeClassUse(
             workers=workers,
             gpu_units=units,
-            gpus=math.ceil(units / per_gpu),
+            gpus=math.ceil(units / node_class.units_per_gpu),
             gpu=gpu,
             gpu_memory_gib=node_class.gpu_memory_gib,
         )

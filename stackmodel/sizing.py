@@ -1,5 +1,4 @@
-"""Sizing: the seed's memory rule, GPU memory fit and KV-transfer cost, as pure functions, and
-their application to one stack.
+"""Sizing: the seed's memory rule, GPU memory fit and KV-transfer cost, as pure rules on numbers.
 
 The seed's two lessons, checked before anything is deployed:
 
@@ -11,11 +10,10 @@ The seed's two lessons, checked before anything is deployed:
    host -> device copy (:mod:`kvpath`); disaggregation only pays when that is smaller than the
    prefill time it takes off the decode GPU (`disaggregation_verdict`).
 
-Applied to a :class:`StackConfig` (:func:`stack_sizing`): which link each prefill group's KV
-crosses, which workers can share a GPU, which GPU and step times each worker group has
-(:func:`engine_step`, the one step-time model that the "will disaggregation pay" verdict and
-``testbed simulate`` both read), and the stack's memory limits, load concurrency and prompt
-length fed to :func:`build_sizing_report`.
+A stack's plan (:func:`stackmodel.plan.plan_stack`) applies them: which link each prefill
+group's KV crosses, which workers can share a GPU, which GPU and step times each worker group
+has, and the stack's memory limits, load concurrency and prompt length fed to
+:func:`build_sizing_report`; the result is a :class:`StackSizing`.
 
 Memory values are bytes (int), quantities as :mod:`stackmodel.quantities` parses and writes
 them. Times are seconds.
@@ -27,7 +25,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,25 +34,20 @@ from kvpath.copies import NOTES_HOST_COPIES, d2h_seconds, h2d_seconds
 from kvpath.memory import host_mirror_bytes, memory_floor_bytes
 from kvpath.profile import LinkProfile, LinkSetting, gb_per_s_text, resolve_link
 from kvpath.transfers import transfer_seconds
-from stackmodel.config import StackConfig, WorkerGroup
-from stackmodel.models import FP8_BYTES, ModelGeometry, geometry_from_hf_config, known_model
+from stackmodel.models import ModelGeometry
 from stackmodel.quantities import (
     DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     DEFAULT_BASE_MEMORY,
     DEFAULT_SHARED_MEMORY,
     GI,
     MI,
-    MOCKER_BLOCK_SIZE_TOKENS,
     VLLM_BLOCK_SIZE_TOKENS,
     ceil_mib,
     format_quantity,
     parse_quantity,
     unitless_hint,
 )
-from steptime.calibration_profile import CalibrationProfile, load_calibration_file
-from steptime.fit import SEED_FIT, fit_for
-from steptime.gpus import GpuSpec, resolve_gpu
-from steptime.roofline import EngineFit, EngineStep
+from steptime.gpus import GpuSpec
 from steptime.tensor_parallel import TensorParallel
 
 
@@ -740,133 +732,27 @@ def build_sizing_report(
     )
 
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-"""The project folder (holds ``Pulumi.yaml``); ``model.configJson`` is relative to it."""
-
-
-def model_geometry(cfg: StackConfig) -> ModelGeometry:
-    """The model's geometry as the workers hold it: ``model.geometry``, else
-    ``model.configJson``, else the table; then ``model.quantization: fp8`` makes every weight
-    1 byte and an fp8 ``model.kvCacheDtype`` every KV element (:data:`~stackmodel.models.
-    FP8_BYTES`), so weight bytes, KV bytes per token and all that follows from them (GPU fit,
-    KV capacity, host mirrors, transfers, step times) are FP8's.
-
-    Raises:
-        UnknownModelError: none is available (the message lists known models).
-        FileNotFoundError, ValueError, KeyError: ``model.configJson`` cannot be read (see
-            :func:`stackmodel.models.geometry_from_hf_config`).
-    """
-    if cfg.model.geometry is not None:
-        geometry = cfg.model.geometry
-    elif cfg.model.config_json is not None:
-        geometry = geometry_from_hf_config(PROJECT_DIR / cfg.model.config_json)
-    else:
-        geometry = known_model(cfg.model.name)
-    update: dict[str, int] = {}
-    if cfg.model.quantization == "fp8":
-        update["weight_dtype_bytes"] = FP8_BYTES
-    if cfg.model.kv_cache_dtype != "auto":
-        update["kv_cache_dtype_bytes"] = FP8_BYTES
-    return geometry.model_copy(update=update) if update else geometry
-
-
-def gpu_note(cfg: StackConfig, node_class: str) -> str | None:
-    """A sentence when ``node_class`` names no GPU (which default it got), else None."""
-    _, note = resolve_gpu(cfg.node_classes[node_class].gpu)
-    return None if note is None else f"node class {node_class!r} {note}"
-
-
-def calibration(cfg: StackConfig, node_class: str) -> CalibrationProfile | None:
-    """The calibration profile ``nodeClasses.<node_class>.calibration`` names (a file relative
-    to the project folder), or None.
-
-    Raises:
-        ValueError: the file is missing or not a profile (one line naming it).
-    """
-    path = cfg.node_classes[node_class].calibration
-    return None if path is None else load_calibration_file(PROJECT_DIR / path)
-
-
-def engine_label(cfg: StackConfig) -> str:
-    """The engine a calibration profile records: ``vllm on dynamo 1.6.2`` (the engine kind and
-    the Dynamo release the workers run, :attr:`~stackmodel.config.EngineConfig.runtime_version`,
-    else ``dynamoVersion``)."""
-    return f"{cfg.engine.kind} on dynamo {cfg.engine.runtime_version or cfg.engine.dynamo_version}"
-
-
-def engine_step(cfg: StackConfig, group: str, fit: EngineFit = SEED_FIT) -> EngineStep:
-    """The step times of one worker of ``group``: its node class's GPU
-    (:func:`steptime.gpus.resolve_gpu`), the model's geometry, the efficiencies for that GPU
-    (its node class's calibration profile, :func:`calibration`; else
-    :func:`steptime.fit.fit_for`: AIConfigurator's where it has the GPU, else ``fit``, the
-    seed fit), and the stack's ``sizing.prefillTokensPerS`` when set.
-
-    Raises:
-        KeyError: no worker group ``group``.
-        UnknownModelError: no geometry for the model.
-    """
-    worker = next((w for w in cfg.topology.workers if w.name == group), None)
-    if worker is None:
-        raise KeyError(group)
-    gpu, _ = resolve_gpu(cfg.node_classes[worker.node_class].gpu)
-    geometry = model_geometry(cfg)
-    tp = worker.tensor_parallel_size
-    profile = calibration(cfg, worker.node_class)
-    if profile is not None:
-        fit = profile.engine_fit(str(cfg.node_classes[worker.node_class].calibration))
-    return EngineStep(
-        gpu=gpu,
-        geometry=geometry.per_gpu(tp),
-        fit=fit_for(gpu, fit),
-        prefill_tokens_per_s_override=cfg.sizing.prefill_tokens_per_s,
-        tensor_parallel=tensor_parallel(geometry, gpu, tp),
-        fp8_weights=geometry.weight_dtype_bytes == FP8_BYTES,
-        max_batched_tokens=max_batched_tokens(cfg, group),
-    )
-
-
 BIG_GPU_GIB = 70
 """vLLM's threshold for its larger step-budget defaults, GiB of GPU memory
-(:func:`max_batched_tokens`)."""
+(:func:`default_max_batched_tokens`)."""
 
 MAX_BATCHED_TOKENS_BIG, MAX_BATCHED_TOKENS_OTHER = 8_192, 2_048
 """vLLM's default ``max_num_batched_tokens`` for an API server (``UsageContext.
 OPENAI_API_SERVER``) on a GPU of at least :data:`BIG_GPU_GIB` that is not an A100, and on every
-other GPU (``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``, read in a stored
-copy: the 0.31.0 tag is over this workplace's fetch limit)."""
+other GPU (vLLM 0.31.0 ``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``)."""
 
-_BUDGET_FLAG = "--max-num-batched-tokens"
+MAX_BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
+"""vLLM's flag of a worker's per-step token budget."""
 
 
-def max_batched_tokens(cfg: StackConfig, group: str) -> int:
-    """The per-step token budget of a worker of ``group``: the last ``--max-num-batched-tokens``
-    of its arguments (engine ``extraArgs``, then the group's: argparse's last wins; vLLM's
-    parser takes ``_`` for ``-``; one without a whole number is refused,
-    :func:`stackmodel.checks.overlap_problems`), else vLLM's default for an API server, the
-    context Dynamo's vLLM worker builds its engine in (``UsageContext.OPENAI_API_SERVER``,
-    ``dynamo/vllm/main.py`` line 686 in the ai-dynamo 1.6.1 wheel; ``vllm serve`` uses the
-    same): :data:`MAX_BATCHED_TOKENS_BIG` on a GPU of at least :data:`BIG_GPU_GIB` GiB (the
-    node class's ``gpuMemoryGiB``) that is not an A100, :data:`MAX_BATCHED_TOKENS_OTHER`
-    otherwise.
-
-    Raises:
-        KeyError: no worker group ``group``.
-    """
-    worker = next((w for w in cfg.topology.workers if w.name == group), None)
-    if worker is None:
-        raise KeyError(group)
-    budget: int | None = None
-    args = [*cfg.engine.extra_args, *worker.extra_args]
-    for i, arg in enumerate(args):
-        flag, _, value = arg.replace("_", "-").partition("=")
-        if flag == _BUDGET_FLAG:
-            value = value or (args[i + 1] if i + 1 < len(args) else "")
-            budget = int(value) if value.isdigit() else budget
-    if budget is not None:
-        return budget
-    node = cfg.node_classes[worker.node_class]
-    gpu, _ = resolve_gpu(node.gpu)
-    big = node.gpu_memory_gib >= BIG_GPU_GIB and "a100" not in gpu.name
+def default_max_batched_tokens(gpu: GpuSpec, gpu_memory_gib: float) -> int:
+    """vLLM's per-step token budget of a worker without ``--max-num-batched-tokens``: its default
+    for an API server, the context Dynamo's vLLM worker builds its engine in
+    (``UsageContext.OPENAI_API_SERVER``, ai-dynamo 1.6.1 ``dynamo/vllm/main.py`` line 686;
+    ``vllm serve`` uses the same): :data:`MAX_BATCHED_TOKENS_BIG` on a GPU of at least
+    :data:`BIG_GPU_GIB` GiB (``gpu_memory_gib``, the node class's ``gpuMemoryGiB``) that is not
+    an A100, :data:`MAX_BATCHED_TOKENS_OTHER` otherwise."""
+    big = gpu_memory_gib >= BIG_GPU_GIB and "a100" not in gpu.name
     return MAX_BATCHED_TOKENS_BIG if big else MAX_BATCHED_TOKENS_OTHER
 
 
@@ -890,145 +776,6 @@ def tensor_parallel(geometry: ModelGeometry, gpu: GpuSpec, size: int) -> TensorP
         interconnect=gpu.interconnect,
         link_bytes_per_s=gpu.interconnect_gb_per_s * 1e9,
     )
-
-
-def verdict_group(cfg: StackConfig) -> WorkerGroup:
-    """The worker group whose prefill the verdict counts: the first prefill group, else (an
-    aggregated stack) the first worker group."""
-    prefill = [w for w in cfg.topology.workers if w.role == "prefill"]
-    return (prefill or list(cfg.topology.workers))[0]
-
-
-def prefill_source(cfg: StackConfig, group: WorkerGroup, step: EngineStep) -> str:
-    """Where the verdict's prefill rate comes from, in a few words."""
-    if step.prefill_tokens_per_s_override is not None:
-        return "sizing.prefillTokensPerS"
-    default = "" if cfg.node_classes[group.node_class].gpu is not None else ", the default"
-    return (
-        f"{group.name} on {step.gpu.name}{default}: dense "
-        f"{step.gpu.compute_dtype(step.fp8_weights)} roofline x "
-        f"{step.fit.prefill_efficiency:.2f} ({step.fit.label})"
-    )
-
-
-def same_host(cfg: StackConfig, a: str, b: str) -> bool:
-    """True when pods on node classes ``a`` and ``b`` are certain to share a host.
-
-    Only when both are the same class and that class has a single node.
-    """
-    return a == b and cfg.node_classes[a].nodes == 1
-
-
-def link_profile(link: LinkSetting) -> LinkProfile:
-    """The profile of a link setting, profile files read from the project folder.
-
-    Raises:
-        ValueError: see :func:`kvpath.profile.resolve_link`.
-    """
-    return resolve_link(link, PROJECT_DIR)
-
-
-def gpu_units_per_node(cfg: StackConfig, node_class: str) -> int:
-    """The ``nvidia.com/gpu`` units one node of ``node_class`` advertises: its GPUs times the
-    time-slicing replicas (each vLLM worker takes one unit)."""
-    nc = cfg.node_classes[node_class]
-    return nc.gpus_per_node * (nc.time_slicing.replicas_per_gpu if nc.time_slicing else 1)
-
-
-def kv_link(cfg: StackConfig, prefill: WorkerGroup) -> LinkSetting:
-    """The link setting a prefill group's KV crosses to decode.
-
-    ``links.sameNode`` when every decode group is certainly on the prefill group's host,
-    ``links.crossNode`` when every one is on another node class, else the slower of the two: a
-    decode group shares the prefill group's node class of several nodes, and the scheduler
-    places them (the DGD sets no anti-affinity), or decode groups are spread. On a node class
-    whose node has one GPU unit (one GPU, no time-slicing) a prefill and a decode vLLM worker
-    never share a node, so ``links.crossNode``.
-    """
-    decode_classes = {w.node_class for w in cfg.topology.workers if w.role == "decode"}
-    if all(same_host(cfg, prefill.node_class, c) for c in decode_classes):
-        return cfg.links.same_node
-    alone = cfg.engine.kind == "vllm" and gpu_units_per_node(cfg, prefill.node_class) < 2
-    if prefill.node_class not in decode_classes or alone:
-        return cfg.links.cross_node
-    both = (cfg.links.same_node, cfg.links.cross_node)
-    return min(both, key=lambda setting: link_profile(setting).bytes_per_s)
-
-
-def replica_name(group: str, index: int) -> str:
-    """The name sizing gives one replica of a worker group: ``<group>-<index>``."""
-    return f"{group}-{index}"
-
-
-def group_of(replica: str) -> str:
-    """The worker group of a :func:`replica_name` (``prefill-1`` -> ``prefill``)."""
-    return replica.rsplit("-", 1)[0]
-
-
-def gpu_sharing_sets(cfg: StackConfig) -> list[GpuAllocation]:
-    """For each node class, the workers that may end up on one GPU (the worst case).
-
-    Workers are named by :func:`replica_name`. Without time-slicing a worker has a GPU to
-    itself, so each group is checked alone (replica 0). With time-slicing, up to
-    ``replicasPerGpu`` workers share a GPU, and the scheduler does not know GPU memory: the set
-    checked is the ``min(replicasPerGpu, workers on the class)`` workers with the largest
-    ``gpuMemoryUtilization``. A tensor-parallel group (never time-sliced:
-    :func:`stackmodel.checks.tensor_parallel_problems`) is checked as one GPU of its worker,
-    holding its share of the weights.
-    """
-    out: list[GpuAllocation] = []
-    for class_name, node_class in cfg.node_classes.items():
-        groups = [w for w in cfg.topology.workers if w.node_class == class_name]
-        if not groups:
-            continue
-        if node_class.time_slicing is None:
-            for g in groups:
-                out.append(
-                    GpuAllocation(
-                        node_class=class_name,
-                        gpu_memory_gib=node_class.gpu_memory_gib,
-                        workers=[
-                            GpuWorker(
-                                name=replica_name(g.name, 0),
-                                gpu_memory_utilization=g.gpu_memory_utilization,
-                            )
-                        ],
-                        tensor_parallel_size=g.tensor_parallel_size,
-                    )
-                )
-            continue
-        replicas = [
-            GpuWorker(name=replica_name(g.name, i), gpu_memory_utilization=g.gpu_memory_utilization)
-            for g in groups
-            for i in range(g.replicas)
-        ]
-        replicas.sort(key=lambda w: -w.gpu_memory_utilization)
-        out.append(
-            GpuAllocation(
-                node_class=class_name,
-                gpu_memory_gib=node_class.gpu_memory_gib,
-                workers=replicas[: node_class.time_slicing.replicas_per_gpu],
-            )
-        )
-    return out
-
-
-def kv_worker_sets(cfg: StackConfig) -> list[GpuAllocation]:
-    """One entry per worker group, named as the group, on its node class's GPU.
-
-    A worker's KV-cache budget depends only on its own ``gpuMemoryUtilization`` and GPU size
-    (:func:`stackmodel.sizing.kv_cache_budget_bytes`), so every replica of a group gets the
-    same number, whichever workers share its GPU; a tensor-parallel worker's is one GPU's.
-    """
-    return [
-        GpuAllocation(
-            node_class=g.node_class,
-            gpu_memory_gib=cfg.node_classes[g.node_class].gpu_memory_gib,
-            workers=[GpuWorker(name=g.name, gpu_memory_utilization=g.gpu_memory_utilization)],
-            tensor_parallel_size=g.tensor_parallel_size,
-        )
-        for g in cfg.topology.workers
-    ]
 
 
 @dataclass(frozen=True)
@@ -1066,11 +813,6 @@ class StackSizing:
             if c.name == group:
                 return c.host_mirror_bytes
         raise KeyError(group)
-
-    @property
-    def warnings(self) -> list[str]:
-        """Messages of findings downgraded to warnings (e.g. ``allowUnsafeMemory``)."""
-        return [f.message for f in self.report.findings if f.severity == "warning"]
 
     def link_gb_per_s(self, prefill_group: str) -> float:
         """Throughput of a prefill group's KV link, decimal GB/s (the mocker's unit)."""
@@ -1111,65 +853,3 @@ class StackSizing:
             for name, link in self.links.items()
         }
         return out
-
-
-def stack_sizing(cfg: StackConfig) -> StackSizing:
-    """Run the sizing rules for a stack.
-
-    The concurrency is the load grid's highest; the prompt length is the load's
-    ``promptTokens``; the link for the "will disaggregation pay?" verdict is the slowest
-    prefill link (``links.crossNode`` for an aggregated stack).
-
-    Raises:
-        UnknownModelError: no geometry for the model.
-        ValueError: an invalid memory quantity or link name.
-    """
-    geometry = model_geometry(cfg)
-    settings = {w.name: kv_link(cfg, w) for w in cfg.topology.workers if w.role == "prefill"}
-    links = {name: link_profile(setting) for name, setting in settings.items()}
-    verdict_link = (
-        min(links.values(), key=lambda p: p.bytes_per_s)
-        if links
-        else link_profile(cfg.links.cross_node)
-    )
-    components = [
-        ComponentMemory(
-            name=w.name,
-            memory_limit=w.memory_limit,
-            host_buffers_kv=w.kv_transfer is not None and w.kv_transfer.buffer_device == "cpu",
-            base_memory=w.base_memory,
-            shared_memory_size=w.shared_memory_size,
-            tensor_parallel_size=w.tensor_parallel_size,
-        )
-        for w in cfg.topology.workers
-    ]
-    group = verdict_group(cfg)
-    step = engine_step(cfg, group.name)
-    prompt = cfg.load.prompt_tokens
-    report = build_sizing_report(
-        model=cfg.model.name,
-        geometry=geometry,
-        prompt_tokens=prompt,
-        concurrency=max(cfg.load.concurrency),
-        link=verdict_link,
-        # The prompt's GPU seconds, all-reduces included, as a rate.
-        prefill_tokens_per_s=prompt / step.prefill_s(prompt)
-        if prompt
-        else step.prefill_tokens_per_s(),
-        prefill_source=prefill_source(cfg, group, step),
-        components=components,
-        gpus=gpu_sharing_sets(cfg),
-        kv_workers=kv_worker_sets(cfg),
-        block_size_tokens=(
-            VLLM_BLOCK_SIZE_TOKENS if cfg.engine.kind == "vllm" else MOCKER_BLOCK_SIZE_TOKENS
-        ),
-        activation_overhead_bytes=math.floor(cfg.sizing.activation_overhead_gib * GI),
-        allow_unsafe_memory=cfg.sizing.allow_unsafe_memory,
-        transfer_tensor_parallel_size=group.tensor_parallel_size,
-    )
-    return StackSizing(
-        geometry=geometry,
-        report=report,
-        links=links,
-        kv_tensor_parallel_size=group.tensor_parallel_size,
-    )

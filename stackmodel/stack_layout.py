@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 from kvpath.versions import minor_of, release_to_apply, runtime_skew, upgrade_problem
-from stackmodel.errors import ConfigProblem, StackConfigError
+from stackmodel.errors import ConfigProblem, ConfigWarning, StackConfigError
 from stackmodel.platform import PlatformConfig
 from stackmodel.rbac import rbac_summary
 
@@ -168,7 +168,7 @@ def platform_exports(cfg: PlatformConfig) -> PlatformExports:
 
     Raises:
         pydantic.ValidationError: ``operatorScope`` is not ``cluster`` (refused earlier by
-            :func:`stackmodel.config.parse_platform_stack_config`).
+            :func:`stackmodel.config.validate_platform_stack`).
     """
     (operator,) = rbac_summary(cfg, cfg.namespace)
     return PlatformExports.model_validate(
@@ -229,6 +229,10 @@ class VersionVerdict(NamedTuple):
 
     refused: bool
     message: str
+
+    def warning(self, runtime_version: str | None) -> ConfigWarning:
+        """The verdict as a warning on ``engine.dynamoVersion`` (one Dynamo tolerates)."""
+        return ConfigWarning("engine.dynamoVersion", runtime_version, self.message)
 
     def problem(self, stack: str, runtime_version: str | None) -> ConfigProblem:
         """The verdict as a config problem on ``engine.dynamoVersion``, without the leading

@@ -4,7 +4,8 @@ program (structured values as JSON strings, secrets marked secret), then validat
 
 The one way every command reads a stack (`load_stack`: ``render``, ``simulate``, ``probe``,
 ``init-stack``); ``pulumi up`` hands the program the same map (:func:`stack_config` builds
-what the CLI would), and both validate it with :func:`stackmodel.validation.parse_stack_config`.
+what the CLI would), and both validate it with :func:`stackmodel.validation.validate_stack`,
+which resolves it into the stack's plan.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from typing import Any
 import yaml
 
 from configkeys.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
-from stackmodel.config import StackConfig, project_values, stack_role
+from stackmodel.config import project_values, stack_role
 from stackmodel.errors import PROJECT, StackConfigError
-from stackmodel.sizing import PROJECT_DIR
-from stackmodel.validation import parse_stack_config
+from stackmodel.plan import PROJECT_DIR, StackPlan
+from stackmodel.validation import validate_stack
 
 REPO = PROJECT_DIR
 """The project root (holds ``Pulumi.yaml`` and ``stacks/``): the folder ``model.configJson``
-is relative to too (:data:`stackmodel.sizing.PROJECT_DIR`)."""
+is relative to too (:data:`stackmodel.plan.PROJECT_DIR`)."""
 
 SECRET_PLACEHOLDER = "[secret]"
 """What a secret value renders as: the plain value never leaves the program."""
@@ -152,11 +153,9 @@ def _stack_file_config(stack: str, path: Path) -> dict[str, Any]:
     return config
 
 
-def load_stack(
-    stack: str, settings: Sequence[Setting] = (), project_dir: Path = REPO
-) -> StackConfig:
-    """A stack's validated config, read as the Pulumi CLI would pass it, with the command
-    line's ``--set`` items applied (:func:`stack_config`).
+def load_stack(stack: str, settings: Sequence[Setting] = (), project_dir: Path = REPO) -> StackPlan:
+    """A stack's plan (its validated config, ``.cfg``, resolved once), read as the Pulumi CLI
+    would pass it, with the command line's ``--set`` items applied (:func:`stack_config`).
 
     Raises:
         FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``.
@@ -177,7 +176,7 @@ def load_stack(
             f"to simulate, load or probe; name a graph stack instead: {', '.join(graphs)}"
         )
     try:
-        return parse_stack_config(stack, values)
+        return validate_stack(stack, values)
     except StackConfigError as exc:
         if not settings:
             raise

@@ -1,4 +1,5 @@
-"""Pure functions from a :class:`~stackmodel.config.StackConfig` to a deployable topology.
+"""Pure functions from a stack's plan (:class:`~stackmodel.plan.StackPlan`) to a deployable
+topology.
 
 A :class:`Topology` is a list of :class:`ComponentPlan` (one per DGD component or Deployment):
 role, replicas, placement (node selector, tolerations, ``nvidia.com/gpu``), the container's
@@ -13,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stackmodel.config import NodeClass, StackConfig, WorkerGroup
+from stackmodel.config import NodeClass
+from stackmodel.plan import GroupPlan, StackPlan
 from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS
-from stackmodel.sizing import StackSizing, stack_sizing
 
 ComponentType = Literal["frontend", "worker", "prefill", "decode"]
 """The DGD ``spec.components[].type`` values this program uses (CRD enum, v1beta1)."""
@@ -156,11 +157,12 @@ def anywhere_placement(node_classes: Mapping[str, NodeClass]) -> Placement:
     return Placement(node_class=None, tolerations=tuple(tolerations))
 
 
-def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tuple[str, ...]:
+def worker_args(plan: StackPlan, planned: GroupPlan) -> tuple[str, ...]:
     """The ``python3 -m dynamo.vllm`` / ``dynamo.mocker`` arguments for a worker group.
 
     vllm: ``--model``, ``--gpu-memory-utilization``, ``--kv-cache-memory-bytes`` (the KV-cache
-    size sizing computes for the group, per GPU, :meth:`StackSizing.kv_cache_bytes`),
+    size sizing computes for the group, per GPU,
+    :meth:`~stackmodel.sizing.StackSizing.kv_cache_bytes`),
     ``--max-model-len`` (if set), ``--tensor-parallel-size`` (above 1), ``--quantization`` and
     ``--kv-cache-dtype`` (``model.quantization``, ``model.kvCacheDtype``, if set); prefill/decode
     add ``--disaggregation-mode`` and ``--kv-transfer-config``; with the KV router (dynamo
@@ -187,6 +189,7 @@ def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tu
 
     Engine ``extraArgs`` then the group's ``extraArgs`` come last (argparse: the last wins).
     """
+    cfg, sizing, group = plan.cfg, plan.sizing, planned.group
     args: list[str]
     if cfg.engine.kind == "vllm":
         args = [
@@ -238,8 +241,8 @@ def worker_args(cfg: StackConfig, group: WorkerGroup, sizing: StackSizing) -> tu
     return (*args, *cfg.engine.extra_args, *group.extra_args)
 
 
-def build_topology(cfg: StackConfig) -> Topology:
-    """The topology of a validated stack config.
+def build_topology(plan: StackPlan) -> Topology:
+    """The topology of a stack's plan.
 
     For ``dynamo``: a frontend component (router mode from config) and one component per worker
     group, each vLLM worker asking for ``tensorParallelSize`` ``nvidia.com/gpu`` (the mocker
@@ -248,8 +251,9 @@ def build_topology(cfg: StackConfig) -> Topology:
 
     Raises:
         KeyError: a node class is unknown (cannot happen after
-            :func:`~stackmodel.validation.parse_stack_config`).
+            :func:`~stackmodel.validation.validate_stack`).
     """
+    cfg = plan.cfg
     image = cfg.engine.resolved_image
     components: list[ComponentPlan] = []
     if cfg.topology.kind == "dynamo":
@@ -274,9 +278,9 @@ def build_topology(cfg: StackConfig) -> Topology:
             )
         )
     module = "dynamo.vllm" if cfg.engine.kind == "vllm" else "dynamo.mocker"
-    sizing = stack_sizing(cfg)
-    for group in cfg.topology.workers:
-        args = worker_args(cfg, group, sizing)
+    for planned in plan.groups:
+        group = planned.group
+        args = worker_args(plan, planned)
         if cfg.topology.kind == "vllm-service":
             command: tuple[str, ...] = ("vllm", "serve")
             # vLLM's own server: model is positional, same engine args, fixed port.

@@ -1,14 +1,16 @@
-"""Turning a stack's raw config into a validated :class:`~stackmodel.config.StackConfig`.
+"""Turning a stack's raw config into a validated config, resolved once into its plan
+(:class:`~stackmodel.plan.StackPlan`).
 
 Two layers of checks, both raised as one :class:`~stackmodel.errors.StackConfigError` before any
 resource is registered:
 
 1. shape: pydantic validates types, ranges and allowed values of every key
    (:mod:`stackmodel.config`);
-2. meaning: :func:`stackmodel.checks.semantic_problems` checks what spans keys (node classes that
-   exist, prefill with decode, KV connector roles, image tags, GPU fit, the memory floor, ...).
+2. meaning: :func:`stackmodel.checks.check_stack` checks what spans keys (node classes that
+   exist, prefill with decode, KV connector roles, image tags, GPU fit, the memory floor, ...)
+   and builds the plan on the way.
 
-Imports run one way: ``config`` (the model) <- ``sizing`` <- ``checks`` <- this module <-
+Imports run one way: ``config`` (the model) <- ``plan`` <- ``checks`` <- this module <-
 ``stacks`` (loading a stack by name).
 """
 
@@ -21,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from loadgen.config import error_message
-from stackmodel.checks import semantic_problems
+from stackmodel.checks import check_stack
 from stackmodel.config import (
     KNOWN_KEYS,
     PLATFORM_KEYS,
@@ -32,11 +34,12 @@ from stackmodel.config import (
     unset_key,
 )
 from stackmodel.errors import ConfigProblem, StackConfigError, key_path
+from stackmodel.plan import StackPlan
 from stackmodel.stack_layout import STACK_ROLES
 
 
-def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
-    """Validate a stack's config (keys without the project prefix) into a :class:`StackConfig`.
+def validate_stack(stack: str, raw: Mapping[str, Any]) -> StackPlan:
+    """Validate a stack's config (keys without the project prefix) and resolve it into its plan.
 
     Args:
         stack: stack name, used in messages.
@@ -44,7 +47,7 @@ def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
             ``{"nodeClasses": {...}, "topology": {...}}``. ``hfToken`` is ignored here.
 
     Returns:
-        The validated config; all semantic checks passed.
+        The plan of the validated config (``.cfg``); all semantic checks passed.
 
     Raises:
         StackConfigError: listing every problem (key path, bad value, what is allowed).
@@ -89,13 +92,13 @@ def parse_stack_config(stack: str, raw: Mapping[str, Any]) -> StackConfig:
         cfg = StackConfig.model_validate(data, context={"stack": stack})
     except ValidationError as exc:
         raise StackConfigError(stack, _problems(exc)) from None
-    problems = semantic_problems(cfg)
-    if problems:
+    problems, plan = check_stack(cfg)
+    if problems or plan is None:
         raise StackConfigError(stack, problems)
-    return cfg
+    return plan
 
 
-def parse_platform_stack_config(stack: str, raw: Mapping[str, Any]) -> PlatformStackConfig:
+def validate_platform_stack(stack: str, raw: Mapping[str, Any]) -> PlatformStackConfig:
     """Validate a ``stackRole: platform`` stack's config (keys without the project prefix).
 
     Raises:

@@ -8,7 +8,7 @@
 - :mod:`steptime.fit`: the efficiencies ``bench/calibrate.py`` fits on the seed's kv-routing
   rows, and where every other GPU's come from.
 
-A stack's workers get theirs from :func:`stackmodel.sizing.engine_step` (their node
+A stack's workers get theirs from :attr:`stackmodel.plan.GroupPlan.step` (their node
 class's GPU, the model's geometry), which sizing's "will disaggregation pay" verdict,
 ``testbed render`` and ``testbed simulate`` all read.
 

@@ -298,6 +298,12 @@ def catalog_gpu(name: str) -> GpuSpec:
         ) from None
 
 
+def datasheet_memory_gb(setting: str | GpuSpec | None) -> float | None:
+    """The datasheet memory (GB) of a node class's ``gpu`` when it names a catalog GPU with one
+    (:data:`DATASHEET_MEMORY_GB`), else None."""
+    return DATASHEET_MEMORY_GB.get(setting) if isinstance(setting, str) else None
+
+
 def resolve_gpu(setting: str | GpuSpec | None) -> tuple[GpuSpec, str | None]:
     """A node class's ``gpu`` setting as a spec, and a note when it is the default.
 

@@ -123,7 +123,7 @@ class EngineStep:
     efficiency at :meth:`steptime.gpus.GpuSpec.weight_bytes_per_s` (both measured on an H200).
     ``max_batched_tokens``: vLLM's per-step token budget (``--max-num-batched-tokens``): the
     most tokens one step computes, one for each decoding request and the rest prompt chunks
-    (None: no budget; :func:`stackmodel.sizing.max_batched_tokens` gives a stack's).
+    (None: no budget; :func:`stackmodel.plan.max_batched_tokens` gives a stack's).
     """
 
     gpu: GpuSpec

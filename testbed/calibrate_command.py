@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from configkeys.key_paths import Setting
     from simulator.calibration_fit import Target
-    from stackmodel.config import StackConfig
+    from stackmodel.plan import StackPlan
     from steptime.calibration_profile import ScoredValue
 
 
@@ -65,7 +65,6 @@ def calibrate_command(
     """
     from loadgen.report import table_console
     from simulator.calibration_fit import fit, score, simulated_points, within_count
-    from stackmodel.sizing import engine_label, engine_step
     from stackmodel.stacks import load_stack
     from steptime.calibration_profile import CalibrationProfile
 
@@ -73,16 +72,17 @@ def calibrate_command(
         fail(f"--out {out} already exists: add --force to overwrite it, or choose another --out")
     settings = _settings(overrides)
     try:
-        cfg = load_stack(stack, settings)
+        plan = load_stack(stack, settings)
     except _stack_errors() as exc:
         fail(str(exc))
-    gpus = sorted({engine_step(cfg, g.name).gpu.name for g in cfg.topology.workers})
+    cfg = plan.cfg
+    gpus = sorted({group.gpu.name for group in plan.groups})
     if len(gpus) > 1:
         fail(
             f"stack {stack!r} runs on {', '.join(gpus)}: a calibration fits one GPU; calibrate "
             "on runs of a stack whose node classes name one GPU (nodeClasses.NAME.gpu)"
         )
-    targets = [_target(folder, cfg, allow_simulated) for folder in results]
+    targets = [_target(folder, plan, allow_simulated) for folder in results]
     for target in targets:
         if target.grid.model != cfg.model.name:
             fail(
@@ -105,7 +105,7 @@ def calibrate_command(
         stack=stack,
         gpu=gpus[0],
         model=cfg.model.name,
-        engine=engine_label(cfg),
+        engine=plan.engine_label,
         prefill_efficiency=found.engine.prefill_efficiency,
         weights_efficiency=found.engine.weights_efficiency,
         kv_efficiency=found.engine.kv_efficiency,
@@ -145,13 +145,13 @@ def calibrate_command(
     console.print(f"wrote {out}: name it as nodeClasses.NAME.calibration in a stack to use it")
 
 
-def _target(folder: Path, cfg: StackConfig, allow_simulated: bool) -> Target:
+def _target(folder: Path, plan: StackPlan, allow_simulated: bool) -> Target:
     """The measured grid in ``folder``; a folder that holds none, or a simulated one without
     ``allow_simulated``, is a usage error."""
     from simulator.calibration_fit import read_target
 
     try:
-        target = read_target(folder, cfg)
+        target = read_target(folder, plan)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     if target.grid.simulated is not None and not allow_simulated:
@@ -163,7 +163,7 @@ def _target(folder: Path, cfg: StackConfig, allow_simulated: bool) -> Target:
     return target
 
 
-def _scored_stack(folder: Path, default: str, settings: Sequence[Setting]) -> StackConfig:
+def _scored_stack(folder: Path, default: str, settings: Sequence[Setting]) -> StackPlan:
     """The stack a --score folder is simulated as: its stack.json's, else ``default``."""
     from loadgen.results_folder import load_results
     from stackmodel.stacks import load_stack

@@ -72,7 +72,7 @@ def load_role_command(
     from testbed.console import fail
 
     try:
-        namespace = load_stack(stack).namespace
+        namespace = load_stack(stack).cfg.namespace
     except (FileNotFoundError, StackFileError, StackConfigError) as exc:
         fail(str(exc))
     try:

@@ -30,7 +30,6 @@ from kvpath.copies import HostCopyProfile
 from kvpath.profile import LinkProfile, ProbeSpread
 from stackmodel.config import StackConfig
 from stackmodel.errors import StackConfigError
-from stackmodel.topology import build_topology
 
 probe_app = typer.Typer(help="Measure the KV path on this machine.", no_args_is_help=True)
 
@@ -218,7 +217,7 @@ def probe_in_cluster(
     name = probe_name(stack)
     objects = probe_objects(
         cfg,
-        build_topology(cfg).image,
+        cfg.engine.resolved_image,
         name,
         path,
         shape,
@@ -284,9 +283,10 @@ def kv_path_command(
     from testbed.dependency_groups import missing_group
 
     try:
-        cfg = load_stack(stack)
+        plan = load_stack(stack)
     except (FileNotFoundError, StackFileError, StackConfigError) as exc:
         fail(str(exc))
+    cfg = plan.cfg
     prefill = [w for w in cfg.topology.workers if w.role == "prefill"]
     if not prefill:
         fail(
@@ -297,7 +297,7 @@ def kv_path_command(
     if in_cluster is None and missing:
         fail(missing)
     env = {k: v for k, v in prefill[0].env.items() if k.startswith("UCX_")}
-    shape = probe_shape(cfg, blocks)
+    shape = probe_shape(plan, blocks)
     target = out or REPO / "out" / "probe" / f"{stack}.json"
     if target.exists() and not force:
         fail(

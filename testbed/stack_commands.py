@@ -20,6 +20,8 @@ from testbed.console import EXIT_INTERRUPTED, _int_list, _stderr_line, fail
 if TYPE_CHECKING:
     from configkeys.key_paths import Setting
     from simulator.simulate import Simulation
+    from stackmodel.config import StackLoadConfig
+    from stackmodel.plan import StackPlan
     from testbed.render import Rendered
 
 GRID = "Grid"
@@ -430,7 +432,7 @@ def simulate_command(
     from simulator.routing import ROUTING_DIR
     from simulator.stack_values import refuse_other_stack_values, stack_values
     from stackmodel.config import namespace_warnings
-    from stackmodel.sizing import stack_sizing
+    from stackmodel.stack_warnings import sizing_warnings
     from stackmodel.stacks import load_stack, stack_config
     from testbed.dependency_groups import missing_group
     from testbed.load_command import resumed_line
@@ -455,16 +457,16 @@ def simulate_command(
             f"{stack}` and edit it)"
         )
     _refuse_twice_set(grid, settings)
-    values = {}
+    plans = {}
     for name in names:  # every stack is checked before anything starts
         try:
-            cfg = load_stack(name, settings)
+            plans[name] = load_stack(name, settings)
         except _stack_errors() as exc:
             fail(str(exc))
-        values[name] = stack_values(cfg, settings)
         say_settings(name, settings)
-        for message in [*namespace_warnings(stack_config(name)[0]), *stack_sizing(cfg).warnings]:
-            warn(f"{name}: {message}")
+        noted = [*namespace_warnings(stack_config(name)[0]), *sizing_warnings(plans[name])]
+        for warning in noted:
+            warn(f"{name}: {warning.render()}")
     kept: dict[str, int] = {}
     with ExitStack() as locks:
         for name in names:
@@ -482,11 +484,12 @@ def simulate_command(
                     "kept), or choose another --out"
                 )
             try:
-                refuse_other_stack_values(out / name, values[name]) if resume else None
+                if resume:
+                    refuse_other_stack_values(out / name, stack_values(plans[name], settings))
             except ResumeError as exc:
                 fail(str(exc))
             kept[name] = earlier
-        results = _simulate(names, out, grid, settings, full, speedup, not no_progress, resume)
+        results = _simulate(plans, out, grid, settings, full, speedup, not no_progress, resume)
     for name, count in kept.items():
         if count:
             total = complete_runs(out / name / ROUTING_DIR)
@@ -555,7 +558,7 @@ def _refuse_twice_set(grid: dict[str, Any], settings: Sequence[Setting]) -> None
 
 
 def _simulate(
-    names: list[str],
+    plans: dict[str, StackPlan],
     out: Path,
     grid: dict[str, Any],
     settings: Sequence[Setting],
@@ -582,12 +585,13 @@ def _simulate(
     from testbed.compare import print_resource_note, print_verdicts, resource_note_text
 
     console = table_console(highlight=False)
+    names = list(plans)
     report_notes: list[str] = []
     side_by_side = " and ".join(names) + (" side by side" if len(names) > 1 else "")
     console.print(f"simulating {side_by_side} ...")
     try:
         results = simulate_stacks(
-            names,
+            plans,
             out,
             full=full,
             grid=grid,
@@ -617,7 +621,8 @@ def _simulate(
         )
         console.print(table)
         console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
-        console.print(Text(grid_length_line(name, settings, sim.result.points)), soft_wrap=True)
+        load = plans[name].cfg.load
+        console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
         server_side = client_server_table(sim.result.runs, title=f"{name}: client vs server")
         if server_side is not None:
             console.print(server_side)
@@ -650,15 +655,13 @@ def _simulate(
     return results
 
 
-def grid_length_line(name: str, settings: Sequence[Setting], points: Sequence[Any]) -> str:
-    """How long the stack's own grid (its ``load``, as ``pulumi up`` runs it) would serve on
-    the cluster at the simulated rates (:func:`simulator.simulate.grid_length_s`), beside the
+def grid_length_line(name: str, load: StackLoadConfig, points: Sequence[Any]) -> str:
+    """How long stack ``name``'s own grid (its ``load``, as ``pulumi up`` runs it) would serve
+    on the cluster at the simulated rates (:func:`simulator.simulate.grid_length_s`), beside the
     load step's deadline."""
     from loadstep.inputs import step_deadline_minutes
     from simulator.simulate import grid_length_s
-    from stackmodel.stacks import load_stack
 
-    load = load_stack(name, settings).load
     grid = load.grid()
     runs = len(grid.prefix_kinds) * len(grid.concurrency) * grid.repetitions
     length = grid_length_s(points, grid)

@@ -24,7 +24,7 @@ import yaml
 from configkeys.key_paths import parse_key_path
 from stackmodel.config import PlatformStackConfig, StackConfig, project_values, stack_role
 from stackmodel.errors import PROJECT
-from stackmodel.validation import parse_platform_stack_config, parse_stack_config
+from stackmodel.validation import validate_platform_stack, validate_stack
 
 PULUMI_COMMIT = "1b5949891b3cefcb9974752b24a5ecef0acc86c8"
 """pulumi/pulumi commit the rules were read at (2026-08-21, after v3.187.0)."""
@@ -271,8 +271,8 @@ def program_validates(stack: str, config: Mapping[str, str]) -> StackConfig | Pl
     """
     raw = project_values(config)
     if stack_role(raw) == "platform":
-        return parse_platform_stack_config(stack, raw)
-    return parse_stack_config(stack, raw)
+        return validate_platform_stack(stack, raw)
+    return validate_stack(stack, raw).cfg
 
 
 PENDING_CREATE_FLAGS = {

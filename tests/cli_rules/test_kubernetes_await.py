@@ -19,20 +19,21 @@ from kubernetes_await import (
 
 from loadstep.inputs import topology_fingerprint
 from manifests.graph import dgd_manifest, frontend_service_manifest
-from stackmodel.config import StackConfig, project_values, stack_role
+from stackmodel.config import project_values, stack_role
+from stackmodel.plan import StackPlan
 from stackmodel.stacks import stack_config, stack_names
 from stackmodel.topology import build_topology
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.render import render_stack
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def config(stack: str, **topology: Any) -> StackConfig:
-    """The shipped stack's validated config, with ``topology`` keys replaced."""
+def config(stack: str, **topology: Any) -> StackPlan:
+    """The shipped stack's plan, with ``topology`` keys replaced."""
     raw = copy.deepcopy(project_values(stack_config(stack)[0]))
     raw["topology"] = {**raw["topology"], **topology}
-    return parse_stack_config(stack, raw)
+    return validate_stack(stack, raw)
 
 
 GRAPH_STACKS = [
@@ -42,21 +43,23 @@ GRAPH_STACKS = [
 
 @pytest.mark.parametrize("stack", GRAPH_STACKS)
 def test_every_object_that_waits_gets_the_stacks_ready_timeout(stack: str) -> None:
-    expected = config(stack).topology.ready_timeout_minutes * 60
+    expected = config(stack).cfg.topology.ready_timeout_minutes * 60
     assert expected > DEFAULT_TIMEOUT_S  # the shipped stacks wait longer than the default
     objects = render_stack(stack, preview=False).kubernetes_objects()
     waiting = {(o["kind"], timeout_s(o)) for o in objects if waits(o)}
     workload = (
-        "Deployment" if config(stack).topology.kind == "vllm-service" else ("DynamoGraphDeployment")
+        "Deployment"
+        if config(stack).cfg.topology.kind == "vllm-service"
+        else ("DynamoGraphDeployment")
     )
     assert waiting == {(workload, expected), ("Service", expected)}
 
 
-def live_dgd(cfg: StackConfig) -> dict[str, Any]:
+def live_dgd(plan: StackPlan) -> dict[str, Any]:
     """The DGD as the cluster holds it after the operator reported it Ready: generation 4
     (some updates ago), observed by the operator (``status.observedGeneration``, set on every
     successful reconcile by the 1.6-line operator), Ready True."""
-    dgd = dgd_manifest(cfg, build_topology(cfg), with_hf_token=False)
+    dgd = dgd_manifest(plan.cfg, build_topology(plan), with_hf_token=False)
     dgd["metadata"]["generation"] = 4
     dgd["status"] = {
         "state": "successful",
@@ -72,7 +75,7 @@ def test_a_ready_timeout_change_updates_the_dgd_and_returns_at_once() -> None:
     before, after = config("kv-routing"), config("kv-routing", readyTimeoutMinutes=90)
     live = live_dgd(before)
     assert first_event_satisfies(live, "Ready")
-    new = dgd_manifest(after, build_topology(after), with_hf_token=False)
+    new = dgd_manifest(after.cfg, build_topology(after), with_hf_token=False)
     assert new != {k: v for k, v in live.items() if k != "status"}  # an update, not a no-op
     updated = apply_update(live, new)
     assert updated["metadata"]["generation"] == 4  # only an annotation changed
@@ -81,9 +84,9 @@ def test_a_ready_timeout_change_updates_the_dgd_and_returns_at_once() -> None:
 
 
 def test_a_spec_change_waits_until_the_operator_has_seen_it() -> None:
-    cfg = config("kv-routing")
-    live = live_dgd(cfg)
-    new = dgd_manifest(cfg, build_topology(cfg), with_hf_token=False)
+    plan = config("kv-routing")
+    live = live_dgd(plan)
+    new = dgd_manifest(plan.cfg, build_topology(plan), with_hf_token=False)
     new["spec"]["components"][1]["replicas"] += 1
     updated = apply_update(live, new)
     assert updated["metadata"]["generation"] == 5
@@ -95,15 +98,17 @@ def test_a_spec_change_waits_until_the_operator_has_seen_it() -> None:
 def test_a_ready_timeout_change_does_not_rerun_the_grid() -> None:
     fingerprints = set()
     for minutes in (60, 90):
-        cfg = config("kv-routing", readyTimeoutMinutes=minutes)
-        topology = build_topology(cfg)
-        workloads = [dgd_manifest(cfg, topology, with_hf_token=False)]
-        fingerprints.add(topology_fingerprint(workloads, frontend_service_manifest(cfg, topology)))
+        plan = config("kv-routing", readyTimeoutMinutes=minutes)
+        topology = build_topology(plan)
+        workloads = [dgd_manifest(plan.cfg, topology, with_hf_token=False)]
+        fingerprints.add(
+            topology_fingerprint(workloads, frontend_service_manifest(plan.cfg, topology))
+        )
     assert len(fingerprints) == 1
     replicas = config("kv-routing")
     topology = build_topology(replicas)
-    dgd = dgd_manifest(replicas, topology, with_hf_token=False)
+    dgd = dgd_manifest(replicas.cfg, topology, with_hf_token=False)
     dgd["spec"]["components"][1]["replicas"] += 1
-    assert topology_fingerprint([dgd], frontend_service_manifest(replicas, topology)) not in (
+    assert topology_fingerprint([dgd], frontend_service_manifest(replicas.cfg, topology)) not in (
         fingerprints
     )

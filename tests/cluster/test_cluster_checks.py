@@ -48,7 +48,7 @@ SEED = [node("main", "gpu-24gb", gpus=4), node("laptop", "gpu-8gb", gpus=2, memo
 
 def needs(stack: str) -> dict[str, Any]:
     cfg = load_stack(stack)
-    return {n.name: n for n in class_needs(cfg, build_topology(cfg))}
+    return {n.name: n for n in class_needs(cfg.cfg, build_topology(cfg))}
 
 
 def test_disagg_same_node_needs_40gi_and_4_units_on_one_node() -> None:
@@ -60,13 +60,13 @@ def test_disagg_same_node_needs_40gi_and_4_units_on_one_node() -> None:
 @pytest.mark.parametrize("stack", ["kv-routing", "disagg-same-node", "disagg-cross-node"])
 def test_the_seeds_cluster_passes(stack: str) -> None:
     cfg = load_stack(stack)
-    assert cluster_problems(cfg, build_topology(cfg), SEED) == []
+    assert cluster_problems(cfg.cfg, build_topology(cfg), SEED) == []
 
 
 def test_time_slicing_off_names_the_class_what_it_has_and_needs() -> None:
     cfg = load_stack("disagg-same-node")
     nodes = [node("main", "gpu-24gb", gpus=1), SEED[1]]
-    (problem,) = cluster_problems(cfg, build_topology(cfg), nodes)
+    (problem,) = cluster_problems(cfg.cfg, build_topology(cfg), nodes)
     assert problem.key == "nodeClasses.gpu-24gb"
     assert "allocatable nvidia.com/gpu per node main: 1; the stack needs 4 on 1 node" in (
         problem.message

@@ -8,9 +8,9 @@ import pytest
 
 from stackmodel.config import project_values
 from stackmodel.errors import StackConfigError
-from stackmodel.sizing import PROJECT_DIR, stack_sizing
+from stackmodel.plan import PROJECT_DIR
 from stackmodel.stacks import stack_config
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 
 # Qwen/Qwen3-0.6B's config.json (huggingface.co/Qwen/Qwen3-0.6B) with 4 KV heads instead of 8, so
 # the geometry can only come from this file: 28 layers x 4 KV heads x head_dim 128 x 2 (K, V) x
@@ -40,14 +40,14 @@ def test_geometry_comes_from_the_named_config_json(tmp_path: Path) -> None:
     path.write_text(json.dumps(SMALL_QWEN3))
     # Relative to the project folder, as a stack would name it; an absolute path works as well.
     for given in (str(path), os.path.relpath(path, PROJECT_DIR)):
-        cfg = parse_stack_config("s", _raw({"name": "Qwen/Qwen3-0.6B", "configJson": given}))
-        sizing = stack_sizing(cfg)
+        cfg = validate_stack("s", _raw({"name": "Qwen/Qwen3-0.6B", "configJson": given}))
+        sizing = cfg.sizing
         assert sizing.kv_bytes_per_token == 57_344
         assert sizing.report.kv_bytes_per_request == 57_344 * 2371
 
 
 def test_a_missing_config_json_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(StackConfigError) as err:
-        parse_stack_config("s", _raw({"name": "my/model", "configJson": str(tmp_path / "x")}))
+        validate_stack("s", _raw({"name": "my/model", "configJson": str(tmp_path / "x")}))
     assert "dynamo-testbed:model.configJson = " in str(err.value)
     assert "cannot read the model geometry" in str(err.value)

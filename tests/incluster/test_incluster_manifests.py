@@ -11,19 +11,19 @@ from typing import Any
 import kubernetes_validate
 import orjson
 import pytest
+from step_inputs_for import inputs_for
 
 from incluster.manifests import LoadJob, dry_run_pod, load_objects, load_step_role, rbac_entry
 from incluster.sources import CONFIGMAP_LIMIT_BYTES, POD_MODULES, pod_files
 from incluster.wire import parse_log, record_line
 from loadgen.config import LoadConfig
 from loadgen.request import RequestRecord
-from loadstep.inputs import step_inputs
 from stackmodel.config import project_values
 from stackmodel.errors import StackConfigError
 from stackmodel.log_budget import log_budget_problem, record_line_bytes
 from stackmodel.stacks import load_stack
 from stackmodel.stacks import stack_config as cli_config
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -152,38 +152,38 @@ def _load(stack: str, **load: Any) -> dict[str, Any]:
 
 def test_a_grid_too_large_for_one_clients_log_is_refused() -> None:
     """The shipped grid fits one client; ten times the requests need ten."""
-    parse_stack_config("kv-routing", _load("kv-routing"))
+    validate_stack("kv-routing", _load("kv-routing"))
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000))
+        validate_stack("kv-routing", _load("kv-routing", requestsPerRun=2000))
     (problem,) = info.value.problems
     assert problem.key == "load.clients"
     # 10 clients would fit the log, but concurrency 4 and 8 allow at most 4: not offered
     assert "load.clients to" not in problem.message
     with pytest.raises(StackConfigError, match=r"smallest load\.concurrency"):
-        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=2000, clients=10))
+        validate_stack("kv-routing", _load("kv-routing", requestsPerRun=2000, clients=10))
     # The fix it offers is accepted.
     fewer = re.search(r"lower load.requestsPerRun to (\d+) or less", problem.message)
     assert fewer is not None
-    parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=int(fewer[1])))
+    validate_stack("kv-routing", _load("kv-routing", requestsPerRun=int(fewer[1])))
     # Where enough clients fit the smallest concurrency, they are offered, and accepted.
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=600))
+        validate_stack("kv-routing", _load("kv-routing", requestsPerRun=600))
     more = re.search(r"set load.clients to (\d) or more \(at most 4\)", str(info.value))
     assert more is not None
-    parse_stack_config("kv-routing", _load("kv-routing", requestsPerRun=600, clients=int(more[1])))
+    validate_stack("kv-routing", _load("kv-routing", requestsPerRun=600, clients=int(more[1])))
     assert log_budget_problem(LoadConfig(requests_per_run=2000), 10) is None
     assert log_budget_problem(LoadConfig(requests_per_run=2000), 9) is not None
 
 
 def test_clients_need_the_cluster_runner() -> None:
     with pytest.raises(StackConfigError, match=r"needs load\.runner: cluster"):
-        parse_stack_config("kv-routing", _load("kv-routing", runner="local", clients=2))
+        validate_stack("kv-routing", _load("kv-routing", runner="local", clients=2))
 
 
 def test_the_load_pods_go_where_the_workers_run() -> None:
     """disagg-cross-node's workers run on both node classes: the pods may go to a node of
     either (two ORed terms), where the runtime image is; disagg-same-node's on one class."""
-    cross = step_inputs(load_stack("disagg-cross-node"), "disagg-cross-node", "sha256:x", "/r")
+    cross = inputs_for(load_stack("disagg-cross-node").cfg, "disagg-cross-node", "sha256:x", "/r")
     classes = ("gpu-8gb", "gpu-24gb")  # prefill's, then decode's
     assert cross.node_selectors == [{"dynamo-testbed/node-class": c} for c in classes]
     job = _job(1).model_copy(update={"node_selectors": tuple(cross.node_selectors)})
@@ -193,7 +193,7 @@ def test_the_load_pods_go_where_the_workers_run() -> None:
     terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     term = {"key": "dynamo-testbed/node-class", "operator": "In"}
     assert terms == [{"matchExpressions": [term | {"values": [c]}]} for c in classes]
-    same = step_inputs(load_stack("disagg-same-node"), "disagg-same-node", "sha256:x", "/r")
+    same = inputs_for(load_stack("disagg-same-node").cfg, "disagg-same-node", "sha256:x", "/r")
     assert same.node_selectors == [{"dynamo-testbed/node-class": "gpu-24gb"}]
     plain = load_objects(_job(1), pod_files(job.grid_json))[-1]  # no selectors: any node
     assert "affinity" not in plain["spec"]["template"]["spec"]

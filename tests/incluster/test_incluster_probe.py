@@ -20,6 +20,7 @@ from incluster.runtime import run_probe_pods
 from kvpath.profile import resolve_link
 from simulator.localgraph import free_port
 from stackmodel.config import StackConfig
+from stackmodel.plan import plan_stack
 from stackmodel.stacks import load_stack
 from testbed.cli import app
 
@@ -46,8 +47,8 @@ def _with_ucx(cfg: StackConfig) -> StackConfig:
     ],
 )
 def test_pods_go_where_the_workers_run(stack: str, path: Any, rule: str) -> None:
-    cfg = _with_ucx(load_stack(stack))
-    shape = probe_shape(cfg)
+    cfg = _with_ucx(load_stack(stack).cfg)
+    shape = probe_shape(plan_stack(cfg))
     objects = probe_objects(cfg, IMAGE, "probe-x", path, shape, probe_files(), gpu_copies=True)
     for obj in objects:
         kubernetes_validate.validate(obj, "1.34", strict=True)
@@ -72,7 +73,7 @@ def test_pods_go_where_the_workers_run(stack: str, path: Any, rule: str) -> None
 def test_an_aggregated_stack_has_no_kv_path() -> None:
     cfg = load_stack("kv-routing")
     with pytest.raises(ValueError, match="no prefill group"):
-        probe_objects(cfg, IMAGE, "probe-x", "same-node", probe_shape(cfg), {})
+        probe_objects(cfg.cfg, IMAGE, "probe-x", "same-node", probe_shape(cfg), {})
 
 
 def test_figures_are_the_probe_line() -> None:
@@ -118,7 +119,7 @@ def _fake_kubelet(initiator_log: str, phase: str) -> Any:
 
 def test_without_nixl_the_probe_says_so(tmp_path: Path) -> None:
     cfg = load_stack("disagg-same-node")
-    objects = probe_objects(cfg, IMAGE, "probe-x", "same-node", probe_shape(cfg), {})
+    objects = probe_objects(cfg.cfg, IMAGE, "probe-x", "same-node", probe_shape(cfg), {})
     objects = [{**o, "metadata": {**o["metadata"], "namespace": "testbed"}} for o in objects]
     error = {"tb": "probe", "error": "NIXL part: No module named 'nixl_cu12'"}
     with fake_kube_api() as api:
@@ -137,7 +138,7 @@ def test_a_probe_pod_that_cannot_be_scheduled_ends_the_probe_in_its_grace_time(
     """The deadline is a minute away; the probe gives up after the start grace (1 s here),
     naming the pod and the scheduler's reason, and deletes what it created."""
     cfg = load_stack("disagg-cross-node")
-    objects = probe_objects(cfg, IMAGE, "probe-x", "cross-node", probe_shape(cfg), {})
+    objects = probe_objects(cfg.cfg, IMAGE, "probe-x", "cross-node", probe_shape(cfg), {})
     objects = [{**o, "metadata": {**o["metadata"], "namespace": "testbed"}} for o in objects]
     why = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match"
 

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from fake_kube_api import NAMESPACE, fake_kube_api
 from local_kubelet import controller
+from step_inputs_for import inputs_for
 
 from components.load_provider import LoadStepProvider
 from incluster.manifests import LOAD_STEP_RULES, LoadJob, load_job
 from loadgen.report import SUMMARY_FILE
-from loadstep.inputs import step_inputs
 from simulator.localgraph import LocalGraph
 from simulator.routing import graph_spec
 from stackmodel.stacks import load_stack
@@ -36,9 +36,11 @@ def graph(tmp_path_factory: pytest.TempPathFactory, local_model_dir: Path) -> It
 
 
 def test_cluster_runner_records_the_same_outputs(graph: LocalGraph, tmp_path: Path) -> None:
-    cfg = load_stack(STACK)
-    load = cfg.load.model_copy(update={**TINY, "runner": "cluster", "clients": 2})
-    inputs = step_inputs(cfg.model_copy(update={"load": load}), STACK, "sha256:x", str(tmp_path))
+    plan = load_stack(STACK)
+    load = plan.cfg.load.model_copy(update={**TINY, "runner": "cluster", "clients": 2})
+    inputs = inputs_for(
+        plan.cfg.model_copy(update={"load": load}), STACK, "sha256:x", str(tmp_path)
+    )
     url = inputs.url
     assert url is not None and url.endswith(".svc:8000")  # the frontend's in-cluster address
     with fake_kube_api() as api:
@@ -77,9 +79,11 @@ def test_destroy_deletes_the_load_job_an_interrupted_step_left(tmp_path: Path) -
     """`pulumi destroy` after a second Ctrl-C: the step's delete finds the stack's load Job
     still running and deletes it (with a namespace the stack does not delete, it would run on
     to its deadline); another stack's stays."""
-    cfg = load_stack(STACK)
-    load = cfg.load.model_copy(update={**TINY, "runner": "cluster"})
-    inputs = step_inputs(cfg.model_copy(update={"load": load}), STACK, "sha256:x", str(tmp_path))
+    plan = load_stack(STACK)
+    load = plan.cfg.load.model_copy(update={**TINY, "runner": "cluster"})
+    inputs = inputs_for(
+        plan.cfg.model_copy(update={"load": load}), STACK, "sha256:x", str(tmp_path)
+    )
     assert inputs.url is not None and inputs.image is not None
     with fake_kube_api() as api:
         for stack in (STACK, "another-stack"):

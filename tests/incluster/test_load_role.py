@@ -19,7 +19,7 @@ def test_the_role_and_binding_apply_in_the_stacks_namespace() -> None:
     role, binding = yaml.safe_load_all(result.stdout)
     for obj in (role, binding):
         kubernetes_validate.validate(obj, "1.34", strict=True)
-    namespace = load_stack("kv-routing").namespace
+    namespace = load_stack("kv-routing").cfg.namespace
     assert (role["kind"], role["metadata"]["namespace"]) == ("Role", namespace)
     assert role["rules"] == [dict(rule) for rule in LOAD_STEP_RULES]
     assert {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]} in role["rules"]

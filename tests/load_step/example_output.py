@@ -17,13 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from step_inputs_for import inputs_for
+
 from components.load_provider import LoadStepProvider
 from loadstep.comparison import comparison_output
-from loadstep.inputs import step_inputs
 from simulator.localgraph import LocalGraph
 from simulator.model_dir import make_model_dir
 from simulator.routing import graph_spec
 from simulator.simulate import simulation_load
+from stackmodel.plan import plan_stack
 from stackmodel.resources import compare_resources
 from stackmodel.stacks import load_stack
 
@@ -32,10 +34,10 @@ BASELINE, STACK = "kv-routing", "disagg-same-node"
 
 def run_stack(stack: str, out_dir: Path, model_dir: Path) -> dict[str, Any]:
     """The load step's outputs for ``stack`` against its local graph."""
-    cfg = load_stack(stack)
+    cfg = load_stack(stack).cfg
     cfg = cfg.model_copy(update={"load": simulation_load(cfg, full=False)})
-    with LocalGraph(graph_spec(cfg), out_dir / stack / "graph", model_dir) as graph:
-        inputs = step_inputs(
+    with LocalGraph(graph_spec(plan_stack(cfg)), out_dir / stack / "graph", model_dir) as graph:
+        inputs = inputs_for(
             cfg, stack, "sha256:local-graph", str(out_dir / "results"), url=graph.url
         )
         props = {**inputs.props(), "tokenizer": str(model_dir)}

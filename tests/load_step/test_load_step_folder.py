@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from step_inputs_for import inputs_for
 
 from loadgen.results_folder import STATUS_FILE, STEP_FILE
 from loadstep.folder import STOP_FILE, StopFileObserver, StopRequested, resumable_run, run_folder
@@ -16,7 +17,6 @@ from loadstep.inputs import (
     LoadStepInputs,
     default_deadline_minutes,
     step_deadline_minutes,
-    step_inputs,
 )
 from stackmodel.config import StackLoadConfig
 from stackmodel.stacks import load_stack
@@ -28,9 +28,9 @@ T1 = datetime(2026, 12, 1, 16, 0, 0, tzinfo=UTC)
 
 
 def inputs(root: Path, run_id: str | None = None) -> LoadStepInputs:
-    cfg = load_stack("kv-routing")
+    cfg = load_stack("kv-routing").cfg
     cfg = cfg.model_copy(update={"load": cfg.load.model_copy(update={"run_id": run_id})})
-    return step_inputs(cfg, "kv-routing", "sha256:f", str(root), url="http://10.0.0.5:30080")
+    return inputs_for(cfg, "kv-routing", "sha256:f", str(root), url="http://10.0.0.5:30080")
 
 
 def test_an_interrupted_run_is_resumed_by_the_same_inputs(tmp_path: Path) -> None:

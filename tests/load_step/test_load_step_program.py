@@ -20,7 +20,7 @@ from loadstep.inputs import LoadStepInputs, rerun_reasons, topology_fingerprint
 from stackmodel.config import project_values
 from stackmodel.errors import StackConfigError
 from stackmodel.stacks import stack_config as cli_config
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.render import UNKNOWN_PLACEHOLDER, EchoMocks, Rendered, render_stack
 
 pytestmark = pytest.mark.timeout(60)
@@ -172,7 +172,7 @@ def test_unreachable_frontend_is_refused_before_registering(
     config["load"] = {k: v for k, v in {**config["load"], **load}.items() if v is not None}
     # Refused by config validation, which runs before the program registers anything.
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config("kv-routing", config)
+        validate_stack("kv-routing", config)
     assert [p.key for p in info.value.problems] == [key]
 
 

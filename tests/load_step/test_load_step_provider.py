@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from fake_kube_api import NAMESPACE, fake_kube_api, oom_killed, pod
+from step_inputs_for import inputs_for
 
 # The step imports its runtime where it runs (loadstep.runtime): import it before the
 # tests, so a timed fault below falls in the run, not in the step's first imports.
@@ -25,7 +26,7 @@ from loadgen.results_folder import REPORT_FILE, STEP_FILE, load_results
 from loadstep import folder as load_step_folder
 from loadstep import runtime as load_runtime
 from loadstep.folder import STOP_FILE, StopFileObserver
-from loadstep.inputs import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons, step_inputs
+from loadstep.inputs import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons
 from loadstep.runtime import LoadStepError, LoadStepStopped
 from simulator.localgraph import LocalGraph, LocalGraphSpec, free_port
 from simulator.routing import graph_spec
@@ -54,10 +55,10 @@ def graph(
 
 def make_props(url: str, results: Path, tokenizer: Path | None, **overrides: Any) -> dict[str, Any]:
     """The property map the engine would pass: the stack's inputs with the given grid/URL."""
-    cfg = load_stack(STACK)
-    load = cfg.load.model_copy(update={"runner": "local", **TINY, **overrides.pop("load", {})})
-    inputs = step_inputs(
-        cfg.model_copy(update={"load": load}),
+    plan = load_stack(STACK)
+    load = plan.cfg.load.model_copy(update={"runner": "local", **TINY, **overrides.pop("load", {})})
+    inputs = inputs_for(
+        plan.cfg.model_copy(update={"load": load}),
         STACK,
         "sha256:fixed",
         str(results),

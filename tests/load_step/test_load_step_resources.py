@@ -27,7 +27,7 @@ from testbed.cli import app
 
 def resources_of(stack: str) -> StackResources:
     cfg = load_stack(stack)
-    return stack_resources(cfg, build_topology(cfg))
+    return stack_resources(cfg.cfg, build_topology(cfg))
 
 
 def compare_stacks(a: str, b: str) -> ResourceComparison:
@@ -177,7 +177,7 @@ def _resources(stack: str, *settings: str) -> StackResources:
     from configkeys.key_paths import parse_settings
 
     cfg = load_stack(stack, parse_settings(settings))
-    return stack_resources(cfg, build_topology(cfg))
+    return stack_resources(cfg.cfg, build_topology(cfg))
 
 
 def test_node_classes_of_other_names_on_the_same_gpus_are_the_same_resources() -> None:

@@ -123,7 +123,7 @@ def test_frontend_url(
     ingress: list[dict[str, str]] | None,
     expected: str | None,
 ) -> None:
-    cfg = load_stack("kv-routing")
+    cfg = load_stack("kv-routing").cfg
     cfg = cfg.model_copy(
         update={
             "topology": cfg.topology.model_copy(

@@ -41,7 +41,7 @@ from pydantic import ValidationError
 from stackmodel.config import project_values, stack_role
 from stackmodel.platform import OPERATOR_VALUES_KEY, PlatformConfig, helm_release_spec
 from stackmodel.stacks import REPO, stack_config, stack_names
-from stackmodel.validation import parse_platform_stack_config, parse_stack_config
+from stackmodel.validation import validate_platform_stack, validate_stack
 
 SHARED_CHART = REPO.parent / "shared" / "dynamo-chart"
 TESTBED = "dynamo-testbed"
@@ -77,9 +77,9 @@ def _platforms() -> list[tuple[str, PlatformConfig]]:
     for stack in stack_names():
         raw = project_values(stack_config(stack)[0])
         if stack_role(raw) == "platform":
-            platform = parse_platform_stack_config(stack, raw).platform
+            platform = validate_platform_stack(stack, raw).platform
         elif stack_role(raw) == "standalone":
-            platform = parse_stack_config(stack, raw).platform
+            platform = validate_stack(stack, raw).cfg.platform
         else:
             continue
         if platform.install:

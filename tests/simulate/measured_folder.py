@@ -13,6 +13,7 @@ from simulator.hardware import stack_constants
 from simulator.retime import write_timed
 from simulator.routing import ROUTING_DIR
 from stackmodel.config import StackConfig
+from stackmodel.plan import plan_stack
 
 
 def routing_frame(cfg: StackConfig) -> pd.DataFrame:
@@ -60,4 +61,4 @@ def timed_folder(folder: Path, cfg: StackConfig) -> GridResult:
         first_failure_at=None,
         warnings=[],
     )
-    return write_timed(cfg, cfg.load, routing, folder, stack_constants(cfg))
+    return write_timed(plan_stack(cfg), cfg.load, routing, folder, stack_constants(plan_stack(cfg)))

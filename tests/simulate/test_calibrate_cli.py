@@ -15,6 +15,7 @@ from configkeys.key_paths import Setting, parse_settings
 from simulator.routing import graph_spec
 from simulator.simulate import Simulation, simulation_load
 from stackmodel.config import StackConfig
+from stackmodel.plan import StackPlan, plan_stack
 from stackmodel.stacks import load_stack
 from steptime.calibration_profile import load_calibration_file
 from testbed.cli import app
@@ -32,7 +33,7 @@ def measured(tmp_path: Path) -> Path:
     runs (its result.json says nothing of a simulation, as loadgen's does not)."""
     folder = tmp_path / "measured"
     slow = ['nodeClasses["gpu-24gb"].gpu={"name":"slow","bf16DenseTflops":60,"memoryGbPerS":500}']
-    cfg = _with_load(load_stack("kv-routing", parse_settings(slow)), {**SMALL, "max_tokens": 8})
+    cfg = _with_load(load_stack("kv-routing", parse_settings(slow)).cfg, {**SMALL, "max_tokens": 8})
     timed_folder(folder, cfg)
     (folder / "stack.json").write_text(json.dumps({"stack": "kv-routing"}))
     result = json.loads((folder / "result.json").read_text())
@@ -45,7 +46,7 @@ def simulated(tmp_path: Path) -> Path:
     """A kv-routing folder as testbed simulate writes it (its result.json says simulated), with
     the seed fit: the figures calibrate would start from."""
     folder = tmp_path / "out" / "simulate" / "kv-routing"
-    timed_folder(folder, _with_load(load_stack("kv-routing"), {**SMALL, "max_tokens": 8}))
+    timed_folder(folder, _with_load(load_stack("kv-routing").cfg, {**SMALL, "max_tokens": 8}))
     (folder / "stack.json").write_text(json.dumps({"stack": "kv-routing"}))
     return folder
 
@@ -72,7 +73,7 @@ def test_calibrate_writes_a_profile_a_node_class_can_name(measured: Path, tmp_pa
     assert len(profile.fitted) == len(profile.scored) == 4  # 1 point x 4 metrics
     # The fix the last line suggests is one the program accepts.
     named = load_stack("kv-routing", parse_settings([f'nodeClasses["gpu-24gb"].calibration={out}']))
-    assert named.node_classes["gpu-24gb"].calibration == str(out)
+    assert named.cfg.node_classes["gpu-24gb"].calibration == str(out)
 
 
 def test_calibrate_refuses_a_simulated_folder_and_an_existing_profile(
@@ -142,7 +143,7 @@ def grids(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     asked: list[dict[str, Any]] = []
 
     def recorded(
-        stacks: list[str],
+        stacks: dict[str, StackPlan],
         out_dir: Path,
         *,
         grid: dict[str, Any],
@@ -150,11 +151,11 @@ def grids(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         **_: object,
     ) -> list[Simulation]:
         asked.append(grid)
-        (stack,) = stacks
-        cfg = load_stack(stack, settings)
-        cfg = _with_load(cfg, simulation_load(cfg, full=False, grid=grid).model_dump())
+        ((stack, plan),) = stacks.items()
+        load = simulation_load(plan.cfg, full=False, grid=grid).model_dump()
+        cfg = _with_load(plan.cfg, load)
         result = timed_folder(out_dir / stack, cfg)
-        return [Simulation(stack, graph_spec(cfg), result, out_dir / stack)]
+        return [Simulation(stack, graph_spec(plan_stack(cfg)), result, out_dir / stack)]
 
     monkeypatch.setattr(simulator.simulate, "simulate_stacks", recorded)
     return asked

@@ -16,6 +16,7 @@ from simulator.calibration_fit import Search, fit, read_target
 from simulator.hardware import stack_constants
 from simulator.provenance import provenance
 from stackmodel.config import StackConfig
+from stackmodel.plan import plan_stack
 from stackmodel.stacks import load_stack
 from steptime.calibration_profile import CalibrationProfile, load_calibration_file
 
@@ -61,11 +62,11 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, StackConfi
     """A results folder simulated with TRUE (through a calibration profile a node class names,
     so it also runs the profile's path into the timing model) and the plain stack."""
     folder = tmp_path_factory.mktemp("measured")
-    plain = _small(load_stack("kv-routing", parse_settings([ROUND_ROBIN])))
+    plain = _small(load_stack("kv-routing", parse_settings([ROUND_ROBIN])).cfg)
     profile = folder / "profile.json"
     _write_profile(profile, plain)
     keys = [f'nodeClasses["{name}"].calibration={profile}' for name in plain.node_classes]
-    cfg = _small(load_stack("kv-routing", parse_settings([ROUND_ROBIN, *keys])))
+    cfg = _small(load_stack("kv-routing", parse_settings([ROUND_ROBIN, *keys])).cfg)
     timed_folder(folder, cfg)
     (folder / "stack.json").write_text(json.dumps({"stack": "kv-routing"}))
     return folder, plain
@@ -79,7 +80,7 @@ def test_a_profile_a_node_class_names_sets_the_steps_and_the_frontend_cost(
     keys = [f'nodeClasses["{name}"].calibration={profile}' for name in plain.node_classes]
     cfg = load_stack("kv-routing", parse_settings(keys))
     assert stack_constants(cfg).request_overhead_s == TRUE_OVERHEAD_S
-    assert stack_constants(plain) == CONSTANTS
+    assert stack_constants(plan_stack(plain)) == CONSTANTS
     text, warnings = provenance(cfg)
     assert "calibrated" in text
     assert not any("extrapolated" in w for w in warnings)
@@ -97,7 +98,7 @@ def test_a_simulated_folder_calibrates_back_to_its_figures(
     measured: tuple[Path, StackConfig],
 ) -> None:
     folder, plain = measured
-    target = read_target(folder, plain)
+    target = read_target(folder, plan_stack(plain))
     reported: list[Search] = []
     # 100 iterations a search: the 2,381-token prompts take two steps under the 24 GB GPU's
     # 2,048-token step budget, and 40 stop short of the figures

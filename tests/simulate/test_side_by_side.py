@@ -22,6 +22,7 @@ from loadgen.output import complete_runs
 from loadgen.results import GridResult
 from simulator.routing import ROUTING_DIR
 from simulator.simulate import simulate_stacks
+from stackmodel.stacks import load_stack
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,7 +76,8 @@ def test_a_fault_in_one_routing_run_stops_both(
 
     monkeypatch.setattr(simulator.routing, "run_grid_async", faulty)
     with pytest.raises(raised):
-        simulate_stacks(["kv-routing", "disagg-same-node"], tmp_path, grid=GRID, progress=False)
+        stacks = {name: load_stack(name) for name in ("kv-routing", "disagg-same-node")}
+        simulate_stacks(stacks, tmp_path, grid=GRID, progress=False)
     assert complete_runs(first) == 1
     assert not (tmp_path / "kv-routing" / "summary.json").exists()  # not timed
     alive = [
@@ -135,19 +137,20 @@ def test_the_stacks_are_timed_side_by_side(tmp_path: Path) -> None:
     results as timed here; a worker that fails is a TimingError naming its stack."""
     from simulator.routing import RoutingJob, graph_spec
     from simulator.simulate import timed_side_by_side
-    from stackmodel.stacks import load_stack
+    from stackmodel.plan import plan_stack
     from tests.simulate.measured_folder import routing_frame, timed_folder
 
     small = {"prefix_kinds": [2], "concurrency": [4], "repetitions": 1, "requests_per_run": 20}
     jobs, expected = [], []
     for stack in ("kv-routing", "disagg-same-node"):
-        cfg = load_stack(stack)
+        cfg = load_stack(stack).cfg
         cfg = cfg.model_copy(update={"load": cfg.load.model_copy(update=small)})
         expected.append(timed_folder(tmp_path / "expected" / stack, cfg))
         folder = tmp_path / "side-by-side" / stack
         (folder / ROUTING_DIR).mkdir(parents=True)
         routing_frame(cfg).to_parquet(folder / ROUTING_DIR / "requests.parquet")
-        jobs.append(RoutingJob(cfg, graph_spec(cfg), cfg.load, folder))
+        plan = plan_stack(cfg)
+        jobs.append(RoutingJob(plan, graph_spec(plan), cfg.load, folder))
     routing = GridResult.model_validate_json(
         (tmp_path / "expected" / "kv-routing" / "result.json").read_text()
     ).model_copy(update={"url": "recorded", "runs": [], "points": [], "warnings": []})

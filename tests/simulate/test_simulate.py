@@ -25,7 +25,7 @@ from simulator.routing import ROUTING_MAX_TOKENS, graph_spec
 from simulator.simulate import simulate_stacks
 from stackmodel.config import StackConfig
 from stackmodel.errors import StackConfigError
-from stackmodel.sizing import stack_sizing
+from stackmodel.plan import plan_stack
 from stackmodel.stacks import load_stack
 
 SMALL = {"prefix_kinds": [2, 24], "concurrency": [2], "repetitions": 1, "requests_per_run": 16}
@@ -52,7 +52,7 @@ def test_graph_spec_maps_the_stack_topology_and_sizing() -> None:
     same = graph_spec(load_stack("disagg-same-node"))
     assert same.groups[0].kv_transfer_bandwidth_gb_per_s == pytest.approx(1.0)
     # KV capacity: the GPU share left after weights and overhead, in the mocker's 64-token blocks.
-    tokens = stack_sizing(cross).kv_capacity_tokens("prefill")
+    tokens = cross.sizing.kv_capacity_tokens("prefill")
     assert prefill.num_gpu_blocks == tokens // 64
     routing = graph_spec(cross, routing_only=True, speedup_ratio=10)
     assert routing.groups[0].kv_transfer_bandwidth_gb_per_s == 0.0  # the timing model charges it
@@ -75,9 +75,11 @@ def test_disaggregation_adds_the_kv_transfer_to_ttft(tmp_path: Path) -> None:
     """Simulated disagg-same-node TTFT minus kv-routing TTFT ~ KV bytes / link throughput."""
     results = {}
     for stack in ("kv-routing", "disagg-same-node"):
-        cfg = _small(load_stack(stack))
+        cfg = _small(load_stack(stack).cfg)
         model_dir = make_model_dir(tmp_path / stack / "model")
-        with LocalGraph(graph_spec(cfg), tmp_path / stack / "graph", model_dir=model_dir) as g:
+        with LocalGraph(
+            graph_spec(plan_stack(cfg)), tmp_path / stack / "graph", model_dir=model_dir
+        ) as g:
             results[stack] = run_grid(
                 g.url, cfg.model.name, cfg.load, None, tokenizer=str(model_dir), progress=False
             )
@@ -87,7 +89,7 @@ def test_disaggregation_adds_the_kv_transfer_to_ttft(tmp_path: Path) -> None:
         assert sum(p.errors for p in r.points) == 0
         # More prefix kinds, fewer prefix cache hits.
         assert _ms(_point(r, 2).cached_ratio) > _ms(_point(r, 24).cached_ratio)
-    sizing = stack_sizing(load_stack("disagg-same-node"))
+    sizing = load_stack("disagg-same-node").sizing
     prompt_tokens = statistics.median(
         run.prompt_tokens_mean for run in disagg.runs if run.prompt_tokens_mean
     )
@@ -111,7 +113,8 @@ def test_simulate_stack_times_the_real_routing_run_and_leaves_no_process(
     multiprocessing.resource_tracker.ensure_running()
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     grid = {"prefix_kinds": [2], "concurrency": [4], "requests_per_run": 24}
-    (sim,) = simulate_stacks(["disagg-same-node"], tmp_path, grid=grid, progress=False)
+    stacks = {"disagg-same-node": load_stack("disagg-same-node")}
+    (sim,) = simulate_stacks(stacks, tmp_path, grid=grid, progress=False)
     out = tmp_path / "disagg-same-node"
     for name in ("summary.json", "result.json", "requests.parquet", "runs.csv", "table.txt"):
         assert (out / name).exists() and (out / "routing" / name).exists()
@@ -171,13 +174,14 @@ def test_simulate_stack_times_the_real_routing_run_and_leaves_no_process(
 
 def test_the_seeds_cross_node_prefill_limit_is_oomkilled(tmp_path: Path) -> None:
     """The seed's story on a short grid: 3,584Mi with allowUnsafeMemory, concurrency 4."""
+    settings = parse_settings(
+        ["topology.workers[0].memoryLimit=3584Mi", "sizing.allowUnsafeMemory=true"]
+    )
     (sim,) = simulate_stacks(
-        ["disagg-cross-node"],
+        {"disagg-cross-node": load_stack("disagg-cross-node", settings)},
         tmp_path,
         grid={"prefix_kinds": [2], "concurrency": [4], "requests_per_run": 40},
-        settings=parse_settings(
-            ["topology.workers[0].memoryLimit=3584Mi", "sizing.allowUnsafeMemory=true"]
-        ),
+        settings=settings,
         progress=False,
     )
     (incident,) = sim.result.incidents
@@ -213,16 +217,16 @@ def test_overrides_name_the_bad_key() -> None:
         parse_settings(["sizing.allowUnsafeMemory"])
     with pytest.raises(StackConfigError, match=r"--set topology.* below the floor .* = 8386Mi"):
         load_stack("disagg-cross-node", parse_settings(["topology.workers[0].memoryLimit=3584Mi"]))
-    cfg = load_stack(
+    plan = load_stack(
         "disagg-cross-node",
         parse_settings(["topology.workers[0].memoryLimit=3584Mi", "sizing.allowUnsafeMemory=true"]),
     )
-    assert cfg.topology.workers[0].memory_limit == "3584Mi"
-    assert cfg.sizing.allow_unsafe_memory is True
+    assert plan.cfg.topology.workers[0].memory_limit == "3584Mi"
+    assert plan.cfg.sizing.allow_unsafe_memory is True
 
 
 def test_a_worker_killed_mid_run_shows_up_as_errors(tmp_path: Path) -> None:
-    cfg = load_stack("kv-routing")
+    cfg = load_stack("kv-routing").cfg
     cfg = cfg.model_copy(
         update={
             "load": cfg.load.model_copy(
@@ -239,7 +243,7 @@ def test_a_worker_killed_mid_run_shows_up_as_errors(tmp_path: Path) -> None:
     model_dir = make_model_dir(tmp_path / "model")
     killed_at: list[datetime] = []
     with (
-        LocalGraph(graph_spec(cfg), tmp_path / "graph", model_dir=model_dir) as g,
+        LocalGraph(graph_spec(plan_stack(cfg)), tmp_path / "graph", model_dir=model_dir) as g,
         ProcessWatch(g) as processes,
     ):
 

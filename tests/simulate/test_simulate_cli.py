@@ -150,7 +150,8 @@ def test_a_profile_file_with_other_figures_is_another_stack_value(tmp_path: Path
     assert first["settings"] == [f"links.sameNode={tmp_path / 'probe.json'}"]
     assert first["linkProfiles"]["sameNode"] == profile
     (tmp_path / "probe.json").write_text(json.dumps(profile | {"bytesPerS": 1.8e9}))
-    again = simulator.stack_values.stack_values(cfg, settings)
+    # A later command loads the stack again, and reads the file as it is then.
+    again = simulator.stack_values.stack_values(load_stack("disagg-same-node", settings), settings)
     assert simulator.stack_values.stack_value_differences(first, again) == [
         "linkProfiles.sameNode.bytesPerS: 470000000.0 in the folder, 1800000000.0 now"
     ]
@@ -214,10 +215,9 @@ def test_set_load_grid_takes_effect_or_is_refused(tmp_path: Path) -> None:
     """`--set load.concurrency=[8]` is the grid simulate runs (not silently replaced by its
     reduced grid); with `--concurrency` too it is refused, naming both."""
     from configkeys.key_paths import parse_settings
-    from stackmodel.config import StackConfig
 
     settings = parse_settings(["load.concurrency=[8]", "load.prefixKinds=[7]"])
-    cfg: StackConfig = load_stack("kv-routing", settings)
+    cfg = load_stack("kv-routing", settings).cfg
     load = simulator.simulate.simulation_load(cfg, full=False, settings=settings)
     assert (load.concurrency, load.prefix_kinds, load.repetitions) == ([8], [7], 1)
     both = ["simulate", "kv-routing", "--out", str(tmp_path), "--concurrency", "4"]

@@ -13,7 +13,6 @@ from simulator.hardware import run_topology
 from simulator.provenance import provenance
 from simulator.timing_model import SimRequest, simulate_run
 from stackmodel.errors import StackConfigError
-from stackmodel.sizing import stack_sizing
 from stackmodel.stacks import load_stack
 from stackmodel.topology import build_topology
 
@@ -76,7 +75,7 @@ def test_kv_events_off_on_aggregated_workers_warns_that_the_routing_run_cannot_f
 def test_an_extra_kv_cache_size_is_named_beside_the_one_simulated() -> None:
     settings = parse_settings(['topology.workers[0].extraArgs=["--num-gpu-blocks-override=100"]'])
     cfg = load_stack("kv-routing", settings)
-    tokens = stack_sizing(cfg).kv_capacity_tokens("worker-24gb")
+    tokens = cfg.sizing.kv_capacity_tokens("worker-24gb")
     _, warnings = provenance(cfg)
     assert any("--num-gpu-blocks-override=100" in w and f"{tokens:,} tokens" in w for w in warnings)
 

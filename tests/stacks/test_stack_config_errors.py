@@ -12,7 +12,7 @@ import pytest
 from pulumi.runtime.mocks import MockMonitor
 
 from stackmodel.errors import StackConfigError
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.render import render_stack
 
 pytestmark = pytest.mark.timeout(60)
@@ -286,10 +286,10 @@ def assert_names_problem(exc: StackConfigError, bad: BadConfig) -> None:
 def test_bad_config_names_stack_key_and_value(case: str, raw_config: Callable[[str], Raw]) -> None:
     bad = BAD_CONFIGS[case]
     raw = raw_config(bad.stack)
-    parse_stack_config(bad.stack, raw)  # the shipped stack is valid before the change
+    validate_stack(bad.stack, raw)  # the shipped stack is valid before the change
     bad.mutate(raw)
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config(bad.stack, raw)
+        validate_stack(bad.stack, raw)
     assert_names_problem(info.value, bad)
 
 
@@ -297,9 +297,9 @@ def test_runtime_version_override_fixes_a_latest_tag(raw_config: Callable[[str],
     raw = raw_config(CROSS)
     raw["engine"]["image"] = LATEST
     raw["engine"]["runtimeVersionOverride"] = "1.6.2"
-    cfg = parse_stack_config(CROSS, raw)
-    assert cfg.engine.resolved_image == LATEST
-    assert cfg.engine.runtime_version_override == "1.6.2"
+    plan = validate_stack(CROSS, raw)
+    assert plan.cfg.engine.resolved_image == LATEST
+    assert plan.cfg.engine.runtime_version_override == "1.6.2"
 
 
 def test_every_problem_is_reported_at_once(raw_config: Callable[[str], Raw]) -> None:
@@ -307,7 +307,7 @@ def test_every_problem_is_reported_at_once(raw_config: Callable[[str], Raw]) -> 
     raw["namespace"] = "Bad_Name"
     raw["topology"]["routerMode"] = "kv-aware"
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config(CROSS, raw)
+        validate_stack(CROSS, raw)
     assert sorted(p.key for p in info.value.problems) == ["namespace", "topology.routerMode"]
     assert "(2 problems)" in str(info.value)
 
@@ -368,15 +368,15 @@ def test_registration_spy_sees_a_good_stack(
 def test_memory_in_plain_bytes_is_accepted(raw_config: Callable[[str], Raw]) -> None:
     config = raw_config(CROSS)
     config["topology"]["workers"][0]["memoryLimit"] = 9 * 2**30
-    cfg = parse_stack_config(CROSS, config)
-    assert cfg.topology.workers[0].memory_limit == str(9 * 2**30)
+    plan = validate_stack(CROSS, config)
+    assert plan.cfg.topology.workers[0].memory_limit == str(9 * 2**30)
 
 
 def test_a_misspelled_section_is_shown_short(raw_config: Callable[[str], Raw]) -> None:
     config = raw_config(CROSS)
     config["topolgy"] = config.pop("topology")
     with pytest.raises(StackConfigError) as err:
-        parse_stack_config(CROSS, config)
+        validate_stack(CROSS, config)
     line = next(x for x in str(err.value).splitlines() if "topolgy" in x)
     assert "did you mean 'topology'?" in line
     value = line.split(" = ", 1)[1].split(": unknown key", 1)[0]
@@ -387,7 +387,7 @@ def test_one_problem_per_worker_group_not_per_replica(raw_config: Callable[[str]
     config = raw_config("disagg-same-node")
     config["topology"]["workers"][0]["gpuMemoryUtilization"] = 0.01
     with pytest.raises(StackConfigError) as err:
-        parse_stack_config("disagg-same-node", config)
+        validate_stack("disagg-same-node", config)
     keys = [p.key for p in err.value.problems]
     assert keys == ["topology.workers[0].gpuMemoryUtilization"]
 
@@ -399,7 +399,7 @@ def test_a_list_refused_for_its_items_errors_is_not_a_third_problem(
     for worker in workers(config):
         worker["gpuMemoryUtilisation"] = worker.pop("gpuMemoryUtilization")
     with pytest.raises(StackConfigError) as err:
-        parse_stack_config("disagg-same-node", config)
+        validate_stack("disagg-same-node", config)
     keys = [p.key for p in err.value.problems]  # not topology.workers: "at least 1 item"
     assert keys == [f"topology.workers[{i}].gpuMemoryUtilisation" for i in (0, 1)]
     assert "did you mean 'gpuMemoryUtilization'?" in err.value.problems[0].message

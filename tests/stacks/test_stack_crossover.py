@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from kvpath.profile import LINK_PROFILES
 from stackmodel.crossover import SWEEP_LINKS, crossover
 from stackmodel.stacks import load_stack
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed import crossover_figure
 from testbed.cli import app
 
@@ -45,7 +45,7 @@ def test_with_gpu_buffers_it_pays_above_kv_bytes_times_the_prefill_rate() -> Non
 
 
 def test_a_70b_model_on_four_h100_pays_from_100_gbe(raw_config: Callable[[str], Raw]) -> None:
-    result = crossover(parse_stack_config("tp", tp_stack(raw_config("disagg-same-node"))))
+    result = crossover(validate_stack("tp", tp_stack(raw_config("disagg-same-node"))))
     assert result.host_buffered is False
     even = result.break_even_bytes_per_s
     assert even == pytest.approx(327_680 * 2_371 / result.stack_point.gain_s)
@@ -55,9 +55,9 @@ def test_a_70b_model_on_four_h100_pays_from_100_gbe(raw_config: Callable[[str], 
 
 def test_an_fp8_kv_cache_halves_the_break_even(raw_config: Callable[[str], Raw]) -> None:
     raw = raw_config("kv-routing")
-    bf16 = crossover(parse_stack_config("kv-routing", raw)).break_even_bytes_per_s
+    bf16 = crossover(validate_stack("kv-routing", raw)).break_even_bytes_per_s
     raw["model"]["kvCacheDtype"] = "fp8"
-    fp8 = crossover(parse_stack_config("kv-routing", raw)).break_even_bytes_per_s
+    fp8 = crossover(validate_stack("kv-routing", raw)).break_even_bytes_per_s
     assert bf16 is not None and fp8 == pytest.approx(bf16 / 2)
 
 

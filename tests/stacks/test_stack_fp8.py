@@ -13,10 +13,10 @@ import pytest
 from test_stack_render import arg_value, components, main_container
 from test_stack_tensor_parallel import tp_stack
 
-from stackmodel.checks import fp8_warnings
 from stackmodel.models import geometry_from_hf_config
-from stackmodel.sizing import engine_step, prefill_source, stack_sizing, verdict_group
-from stackmodel.validation import parse_stack_config
+from stackmodel.plan import prefill_source
+from stackmodel.stack_warnings import fp8_warnings
+from stackmodel.validation import validate_stack
 from testbed.render import render_stack
 
 Raw = dict[str, Any]
@@ -48,7 +48,7 @@ def test_the_seed_stacks_pass_neither(rendered: dict[str, Any]) -> None:
 def test_fp8_halves_weights_and_kv_per_token_and_the_budget_follows(
     raw_config: Callable[[str], Raw],
 ) -> None:
-    sizing = stack_sizing(parse_stack_config("fp8", fp8_stack(raw_config("disagg-same-node"))))
+    sizing = validate_stack("fp8", fp8_stack(raw_config("disagg-same-node"))).sizing
     row = sizing.worker_kv("decode")
     weights_per_gpu = 17_638_426_624  # 70,553,706,496 x 1 B / 4 GPUs
     assert row.kv_cache_budget_bytes == (77_309_411_328 - weights_per_gpu - 2**30)
@@ -63,9 +63,9 @@ def test_an_fp8_kv_cache_halves_what_the_seed_moves_and_mirrors_per_token(
     raw_config: Callable[[str], Raw],
 ) -> None:
     raw = raw_config("disagg-same-node")
-    bf16 = stack_sizing(parse_stack_config("disagg-same-node", raw))
+    bf16 = validate_stack("disagg-same-node", raw).sizing
     raw["model"]["kvCacheDtype"] = "fp8"
-    fp8 = stack_sizing(parse_stack_config("disagg-same-node", raw))
+    fp8 = validate_stack("disagg-same-node", raw).sizing
     assert (bf16.kv_bytes_per_token, fp8.kv_bytes_per_token) == (114_688, 57_344)
     # The same KV-cache bytes hold twice the tokens; the mirror is those bytes in whole blocks.
     assert fp8.kv_capacity_tokens("prefill") == 2 * bf16.kv_capacity_tokens("prefill") == 59_352
@@ -82,8 +82,8 @@ def test_fp8_weights_compute_at_the_fp8_peak_where_the_gpu_has_one(
 ) -> None:
     raw = fp8_stack(raw_config("disagg-same-node"))
     bf16 = tp_stack(raw_config("disagg-same-node"))
-    fast = engine_step(parse_stack_config("fp8", raw), "prefill")
-    slow = engine_step(parse_stack_config("tp", bf16), "prefill")
+    fast = validate_stack("fp8", raw).group("prefill").step
+    slow = validate_stack("tp", bf16).group("prefill").step
     # Half the bytes per weight, the same parameters: H100 SXM FP8 1,979 vs BF16 989.5 TFLOP/s,
     # the FP8 GEMMs at 0.89 of the BF16 ones' share of their peak (measured on an H200).
     assert fast.prefill_tokens_per_s() == pytest.approx(1.78 * slow.prefill_tokens_per_s())
@@ -93,12 +93,12 @@ def test_fp8_weights_compute_at_the_fp8_peak_where_the_gpu_has_one(
         slow.decode_s([0]) - slow._allreduce_s(1)
     )
     assert weights == pytest.approx(0.5 / 0.62)
-    assert fp8_warnings(parse_stack_config("fp8", raw)) == []
+    assert fp8_warnings(validate_stack("fp8", raw)) == []
     # render's verdict names the peak it took
-    fp8_cfg = parse_stack_config("fp8", raw)
-    source = prefill_source(fp8_cfg, verdict_group(fp8_cfg), fast)
+    group = validate_stack("fp8", raw).verdict_group.name
+    source = prefill_source(group, fast, gpu_named=True)
     assert "dense FP8 roofline" in source
-    assert "dense BF16 roofline" in prefill_source(fp8_cfg, verdict_group(fp8_cfg), slow)
+    assert "dense BF16 roofline" in prefill_source(group, slow, gpu_named=True)
 
 
 def test_fp8_weights_on_an_ampere_gpu_warn_and_compute_in_bf16(
@@ -106,11 +106,11 @@ def test_fp8_weights_on_an_ampere_gpu_warn_and_compute_in_bf16(
 ) -> None:
     raw = fp8_stack(raw_config("disagg-same-node"))
     raw["nodeClasses"]["h100"]["gpu"] = "a100-sxm-80gb"
-    cfg = parse_stack_config("fp8", raw)
-    (first, second) = fp8_warnings(cfg)
+    cfg = validate_stack("fp8", raw)
+    (first, second) = (w.render() for w in fp8_warnings(cfg))
     assert "FP8 weights on a100-sxm-80gb, which has no FP8 tensor cores" in first
     assert "W8A16" in first and second.startswith("dynamo-testbed:topology.workers[1]")
-    step = engine_step(cfg, "prefill")
+    step = cfg.group("prefill").step
     assert step.prefill_tokens_per_s() == (
         312e12 * step.fit.prefill_efficiency / (2 * 17_638_426_624)
     )

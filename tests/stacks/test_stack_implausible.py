@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from configkeys.key_paths import parse_settings
-from stackmodel.checks import overlap_warnings
-from stackmodel.config import StackConfig, namespace_warnings
+from stackmodel.config import namespace_warnings
 from stackmodel.errors import StackConfigError
-from stackmodel.sizing import link_profile, max_batched_tokens
+from stackmodel.plan import StackPlan
+from stackmodel.stack_warnings import overlap_warnings
 from stackmodel.stacks import REPO, load_stack
 from testbed.render import render_stack
 
@@ -26,7 +26,7 @@ def refusal(*settings: str, stack: str = STACK) -> str:
     return str(caught.value)
 
 
-def accepted(*settings: str, stack: str = STACK) -> StackConfig:
+def accepted(*settings: str, stack: str = STACK) -> StackPlan:
     return load_stack(stack, parse_settings(settings))
 
 
@@ -36,8 +36,8 @@ def test_a_link_in_bytes_per_s_where_gb_per_s_is_meant_names_the_slip() -> None:
     assert "did you mean bytes/s?" in message and "10GbE is ~1.15 GB/s" in message
     fix = re.search(r"write (\S+?);", message)
     assert fix is not None and fix.group(1) == "1.25"
-    cfg = accepted(f"links.crossNode={fix.group(1)}")
-    assert link_profile(cfg.links.cross_node).bytes_per_s == 1.25e9
+    plan = accepted(f"links.crossNode={fix.group(1)}")
+    assert plan.links["crossNode"].bytes_per_s == 1.25e9
 
 
 def test_profile_figures_in_gb_per_s_where_bytes_per_s_are_meant_name_the_slip() -> None:
@@ -45,11 +45,11 @@ def test_profile_figures_in_gb_per_s_where_bytes_per_s_are_meant_name_the_slip()
     assert "bytesPerS 1.25 bytes/s is below 0.01 GB/s" in message
     fix = re.search(r"write (bytesPerS: \d+)", message)
     assert fix is not None
-    cfg = accepted(f"links.crossNode={{{fix.group(1)}}}")
-    assert link_profile(cfg.links.cross_node).bytes_per_s == 1.25e9
+    plan = accepted(f"links.crossNode={{{fix.group(1)}}}")
+    assert plan.links["crossNode"].bytes_per_s == 1.25e9
     # The other fixes it names are accepted too: a plain number, a profile name.
-    assert link_profile(accepted("links.crossNode=1.25").links.cross_node).bytes_per_s == 1.25e9
-    assert link_profile(accepted("links.crossNode=10gbe").links.cross_node).name == "10gbe"
+    assert accepted("links.crossNode=1.25").links["crossNode"].bytes_per_s == 1.25e9
+    assert accepted("links.crossNode=10gbe").links["crossNode"].name == "10gbe"
 
 
 def test_a_slow_wire_in_a_profile_is_refused_by_its_key() -> None:
@@ -66,7 +66,7 @@ def test_max_model_len_above_the_models_context_is_refused_with_both_fixes() -> 
         "topology.workers[0].env.VLLM_ALLOW_LONG_MAX_MODEL_LEN",
         "topology.workers[1].env.VLLM_ALLOW_LONG_MAX_MODEL_LEN",
     ]
-    assert accepted("model.maxModelLen=40960").model.max_model_len == 40960
+    assert accepted("model.maxModelLen=40960").cfg.model.max_model_len == 40960
     # vLLM's override on every group: accepted (the KV-capacity check still applies).
     overridden = refusal("model.maxModelLen=131072", *(f"{key}=1" for key in keys))
     assert "context length" not in overridden and "KV cache" in overridden
@@ -76,8 +76,8 @@ def test_max_model_len_above_the_models_context_is_refused_with_both_fixes() -> 
 
 def test_gpu_memory_below_the_named_gpus_says_which_wins() -> None:
     # A node class for an L40S (48 GB) written with the seed's 24.
-    cfg = accepted('nodeClasses["gpu-24gb"].gpu=l40s', stack="kv-routing")
-    (warning,) = overlap_warnings(cfg)
+    cfg = accepted('nodeClasses["gpu-24gb"].gpu=l40s', stack="kv-routing").cfg
+    (warning,) = [w.render() for w in overlap_warnings(cfg)]
     assert "gpuMemoryGiB = 24 but its gpu, l40s, has 48 GB: gpuMemoryGiB wins" in warning
     fix = re.search(r"set (gpuMemoryGiB): (\d+)", warning)
     assert fix is not None
@@ -86,9 +86,9 @@ def test_gpu_memory_below_the_named_gpus_says_which_wins() -> None:
         f'nodeClasses["gpu-24gb"].{fix[1]}={fix[2]}',
         stack="kv-routing",
     )
-    assert overlap_warnings(fixed) == []
+    assert overlap_warnings(fixed.cfg) == []
     # What a driver reports (a little under the datasheet) is no slip.
-    assert overlap_warnings(accepted('nodeClasses["gpu-24gb"].gpu=rtx-4090')) == []
+    assert overlap_warnings(accepted('nodeClasses["gpu-24gb"].gpu=rtx-4090').cfg) == []
 
 
 def test_gpu_memory_above_the_named_gpus_is_refused() -> None:
@@ -111,7 +111,7 @@ def test_an_extra_arg_repeating_a_keyed_flag_is_refused_naming_the_key() -> None
     message = refusal('topology.workers[1].extraArgs=["--max_model_len=4096"]')
     assert "topology.workers[1].extraArgs" in message
     assert "--max-model-len is written by the program from model.maxModelLen" in message
-    assert accepted("model.maxModelLen=4096").model.max_model_len == 4096
+    assert accepted("model.maxModelLen=4096").cfg.model.max_model_len == 4096
     assert "engine.extraArgs" in refusal('engine.extraArgs=["--gpu-memory-utilization", "0.5"]')
     # A flag the program does not write stays the user's.
     accepted('engine.extraArgs=["--enforce-eager"]')
@@ -123,8 +123,8 @@ def test_a_step_budget_that_is_not_a_number_of_tokens_is_refused() -> None:
     assert "--max-num-batched-tokens takes a whole number of tokens, got '8k'" in message
     fix = re.search(r"write it as (\S+?)\.", message)
     assert fix is not None and fix[1] == "--max-num-batched-tokens=8192"
-    cfg = accepted(f'engine.extraArgs=["{fix[1]}"]')
-    assert max_batched_tokens(cfg, cfg.topology.workers[0].name) == 8_192
+    plan = accepted(f'engine.extraArgs=["{fix[1]}"]')
+    assert plan.group(plan.cfg.topology.workers[0].name).max_batched_tokens == 8_192
 
 
 def test_a_geometry_beside_the_catalogs_says_it_wins() -> None:
@@ -132,7 +132,7 @@ def test_a_geometry_beside_the_catalogs_says_it_wins() -> None:
         "model.geometry={numLayers: 28, numKvHeads: 8, headDim: 128, kvCacheDtypeBytes: 1, "
         "numParameters: 751632384, weightDtypeBytes: 2, maxPositionEmbeddings: 40960}"
     )
-    (warning,) = overlap_warnings(accepted(geometry))
+    (warning,) = [w.render() for w in overlap_warnings(accepted(geometry).cfg)]
     assert "differs from the catalog's Qwen/Qwen3-0.6B: kvCacheDtypeBytes 1 (catalog 2)" in warning
     assert "model.geometry wins" in warning
 

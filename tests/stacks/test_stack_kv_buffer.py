@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from stackmodel.errors import StackConfigError
-from stackmodel.sizing import stack_sizing
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 
 CROSS = "disagg-cross-node"
 PREFILL, DECODE = 0, 1
@@ -38,7 +37,7 @@ def test_cuda_buffer_with_tcp_only_ucx_fails_naming_both_keys_and_both_fixes(
     for i in (PREFILL, DECODE):
         gpu_buffer(raw, i)
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config(CROSS, raw)
+        validate_stack(CROSS, raw)
     problems = info.value.problems
     assert [p.key for p in problems] == [BUFFER_KEY.format(i=i) for i in (PREFILL, DECODE)]
     assert all(p.value == "cuda" for p in problems)
@@ -60,14 +59,15 @@ def test_every_transport_list_without_cuda_copy_fails(
     raw = raw_config(CROSS)
     gpu_buffer(raw, DECODE, tls)
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config(CROSS, raw)
+        validate_stack(CROSS, raw)
     assert [p.key for p in info.value.problems] == [BUFFER_KEY.format(i=DECODE)]
 
 
 def test_fix_one_host_buffer_is_the_shipped_stack(raw_config: Callable[[str], Raw]) -> None:
-    cfg = parse_stack_config(CROSS, raw_config(CROSS))
-    assert {w.kv_transfer.buffer_device for w in cfg.topology.workers if w.kv_transfer} == {"cpu"}
-    assert {w.env["UCX_TLS"] for w in cfg.topology.workers} == {"tcp,self"}
+    plan = validate_stack(CROSS, raw_config(CROSS))
+    workers = plan.cfg.topology.workers
+    assert {w.kv_transfer.buffer_device for w in workers if w.kv_transfer} == {"cpu"}
+    assert {w.env["UCX_TLS"] for w in workers} == {"tcp,self"}
 
 
 @pytest.mark.parametrize("tls", ["tcp,self,cuda", "tcp,cuda_copy", "all", None])
@@ -77,9 +77,9 @@ def test_fix_two_a_cuda_capable_transport_list_passes(
     raw = raw_config(CROSS)
     for i in (PREFILL, DECODE):
         gpu_buffer(raw, i, tls)
-    cfg = parse_stack_config(CROSS, raw)
+    plan = validate_stack(CROSS, raw)
     # No host buffer left: the floor is base + /dev/shm only, for both groups.
-    components = stack_sizing(cfg).report.components
+    components = plan.sizing.report.components
     assert [(c.name, c.host_buffers_kv) for c in components] == [
         ("prefill", False),
         ("decode", False),
@@ -92,13 +92,13 @@ def test_mixed_host_prefill_and_gpu_decode_needs_cuda_on_the_decode_side_only(
     raw = raw_config(CROSS)
     gpu_buffer(raw, DECODE, "tcp,self")  # prefill keeps cpu + tcp,self
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config(CROSS, raw)
+        validate_stack(CROSS, raw)
     assert [p.key for p in info.value.problems] == [BUFFER_KEY.format(i=DECODE)]
 
     raw = raw_config(CROSS)
     gpu_buffer(raw, DECODE, "tcp,self,cuda")
-    cfg = parse_stack_config(CROSS, raw)  # vLLM 0.31's NIXL handshake allows mixed devices
-    components = {c.name: c for c in stack_sizing(cfg).report.components}
+    plan = validate_stack(CROSS, raw)  # vLLM 0.31's NIXL handshake allows mixed devices
+    components = {c.name: c for c in plan.sizing.report.components}
     # Only the prefill side stages KV in host memory, so only its floor carries the host mirror.
     assert components["prefill"].host_buffers_kv and not components["decode"].host_buffers_kv
     assert components["prefill"].memory_floor_quantity == "8386Mi"
@@ -109,4 +109,4 @@ def test_the_mocker_engine_is_not_checked(raw_config: Callable[[str], Raw]) -> N
     raw = raw_config(CROSS)
     raw["engine"] = {"kind": "mocker"}
     gpu_buffer(raw, DECODE)
-    parse_stack_config(CROSS, raw)  # mocker workers move no real KV through UCX
+    validate_stack(CROSS, raw)  # mocker workers move no real KV through UCX

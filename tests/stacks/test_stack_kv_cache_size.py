@@ -18,9 +18,8 @@ from simulator.routing import graph_spec
 from stackmodel.errors import StackConfigError
 from stackmodel.models import known_model
 from stackmodel.quantities import GI, MOCKER_BLOCK_SIZE_TOKENS
-from stackmodel.sizing import stack_sizing
 from stackmodel.topology import build_topology
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.render import Rendered, render_stack
 
 QWEN3_0_6B = known_model("Qwen/Qwen3-0.6B")
@@ -84,9 +83,9 @@ def test_mocker_graph_and_simulation_use_one_block_count(
     raw = raw_config(stack)
     raw["engine"] = {"kind": "mocker"}
     rendered = render_stack(stack, project_with(stack, raw))
-    cfg = parse_stack_config(stack, raw)
+    cfg = validate_stack(stack, raw)
     simulated = {g.name: g.num_gpu_blocks for g in graph_spec(cfg).groups}
-    sizing = stack_sizing(cfg)
+    sizing = cfg.sizing
     for name, component in components(rendered).items():
         if component["type"] == "frontend":
             continue
@@ -108,8 +107,8 @@ def test_a_group_outside_the_checked_sharing_set_still_gets_its_size(
     workers = raw["topology"]["workers"]
     workers[0].update(replicas=3, gpuMemoryUtilization=0.45)
     workers.append({**workers[0], "name": "small", "replicas": 1, "gpuMemoryUtilization": 0.3})
-    cfg = parse_stack_config("kv-routing", raw)
-    sizing = stack_sizing(cfg)
+    cfg = validate_stack("kv-routing", raw)
+    sizing = cfg.sizing
     expected = math.floor(24 * GI * 0.3) - QWEN3_0_6B.weight_bytes - 1 * GI
     assert sizing.kv_cache_bytes("small") == expected
     (small,) = [c for c in build_topology(cfg).components if c.name == "small"]
@@ -126,7 +125,7 @@ def test_a_kv_cache_that_cannot_hold_one_max_length_request_fails(
     raw = raw_config("kv-routing")
     del raw["model"]["maxModelLen"]
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config("kv-routing", raw)
+        validate_stack("kv-routing", raw)
     (problem,) = info.value.problems
     assert (problem.key, problem.value) == ("model.maxModelLen", None)
     # worker-8gb: 1,599,628,902 B // (114,688 B x 16) = 871 blocks, one held back: 870 x 16.
@@ -134,22 +133,22 @@ def test_a_kv_cache_that_cannot_hold_one_max_length_request_fails(
     assert "'worker-24gb' 29,648, 'worker-8gb' 13,920" in problem.message
     assert "Set model.maxModelLen to at most 13920," in problem.message  # a value it takes
     raw["model"]["maxModelLen"] = 13_920
-    parse_stack_config("kv-routing", raw)
+    validate_stack("kv-routing", raw)
     # The other fix it names: the share that holds 40,960 tokens, if the GPU has room.
     share = re.search(r"raise gpuMemoryUtilization of 'worker-8gb' to ([\d.]+)", problem.message)
     assert share is not None
     del raw["model"]["maxModelLen"]
     raw["topology"]["workers"][1]["gpuMemoryUtilization"] = float(share[1])
     with pytest.raises(StackConfigError) as again:
-        parse_stack_config("kv-routing", raw)
+        validate_stack("kv-routing", raw)
     assert "'worker-8gb'" not in str(again.value)  # the 8 GB worker holds it now
     raw["topology"]["workers"][1]["gpuMemoryUtilization"] = 0.45
     raw["model"]["maxModelLen"] = 13_920
     raw["model"]["maxModelLen"] = 13_921
     with pytest.raises(StackConfigError):
-        parse_stack_config("kv-routing", raw)
+        validate_stack("kv-routing", raw)
     raw["engine"] = {"kind": "mocker"}
-    parse_stack_config("kv-routing", raw)  # the mocker has no such check
+    validate_stack("kv-routing", raw)  # the mocker has no such check
 
 
 @pytest.mark.parametrize("stack", DYNAMO_STACKS)

@@ -15,7 +15,7 @@ from components.program import main
 from stackmodel.errors import StackConfigError
 from stackmodel.stack_layout import PlatformStackError, stack_namespace
 from stackmodel.stacks import stack_config, stack_names
-from stackmodel.validation import parse_platform_stack_config, parse_stack_config
+from stackmodel.validation import validate_platform_stack, validate_stack
 from testbed.render import EchoMocks, Rendered, render_stack, run_under_mocks
 
 pytestmark = pytest.mark.timeout(60)
@@ -93,9 +93,9 @@ def test_stack_namespace_keeps_altered_names_apart() -> None:
 def test_namespace_override_is_used(raw_config: Callable[[str], Raw]) -> None:
     raw = raw_config("kv-routing")
     raw["namespace"] = "lab-a"
-    assert parse_stack_config("kv-routing", raw).namespace == "lab-a"
+    assert validate_stack("kv-routing", raw).cfg.namespace == "lab-a"
     raw["namespace"] = ""  # Pulumi.yaml's default: derived from the stack name
-    assert parse_stack_config("my-run", raw).namespace == "testbed-my-run"
+    assert validate_stack("my-run", raw).cfg.namespace == "testbed-my-run"
 
 
 # --- a graph stack without its platform ------------------------------------------------------
@@ -184,13 +184,13 @@ def test_platform_stack_refuses_graph_keys_and_a_restricted_operator(
 ) -> None:
     raw = {**raw_config("kv-routing"), "stackRole": "platform"}
     with pytest.raises(StackConfigError) as info:
-        parse_platform_stack_config("platform", raw)
+        validate_platform_stack("platform", raw)
     keys = [p.key for p in info.value.problems]
     # (kv-routing's load: section is loadgen's default grid, so it counts as unset.)
     assert keys == ["model", "nodeClasses", "topology"]
     assert "a platform stack registers no graph" in info.value.problems[0].message
     with pytest.raises(StackConfigError) as info:
-        parse_platform_stack_config(
+        validate_platform_stack(
             "platform",
             {
                 "stackRole": "platform",
@@ -205,12 +205,12 @@ def test_platform_stack_refuses_graph_keys_and_a_restricted_operator(
 def test_defaults_of_graph_keys_are_not_set_keys() -> None:
     """Pulumi.yaml's defaults reach every stack (as strings from the CLI): not an error."""
     raw = {"stackRole": "platform", "parked": "false", "namespace": "", "platformStack": "platform"}
-    assert parse_platform_stack_config("platform", raw).platform.namespace == "dynamo-system"
+    assert validate_platform_stack("platform", raw).platform.namespace == "dynamo-system"
 
 
 def test_the_platform_stack_is_not_a_graph() -> None:
     with pytest.raises(StackConfigError, match="this is the platform stack"):
-        parse_stack_config("platform", {"stackRole": "platform"})
+        validate_stack("platform", {"stackRole": "platform"})
 
 
 # --- everything in one stack -------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import testbed.render
 from stackmodel.errors import StackConfigError
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.cli import app
 from testbed.render import Rendered, render_stack
 
@@ -42,7 +42,7 @@ def test_seed_limit_fails_with_the_required_value_and_formula(
     raw_config: Callable[[str], dict[str, Any]],
 ) -> None:
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config(STACK, seed_config(raw_config(STACK)))
+        validate_stack(STACK, seed_config(raw_config(STACK)))
     (problem,) = info.value.problems
     assert problem.key == "topology.workers[0].memoryLimit"
     assert problem.value == SEED_LIMIT
@@ -61,7 +61,7 @@ def test_the_floor_does_not_depend_on_the_load(
     raw["topology"]["workers"][0]["memoryLimit"] = SEED_LIMIT
     raw["load"]["concurrency"] = [1]
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config(STACK, raw)
+        validate_stack(STACK, raw)
     assert FORMULA in str(info.value)
 
 
@@ -73,10 +73,10 @@ def test_lower_gpu_memory_utilization_lowers_the_floor(
     # + 3,758,096,384 B = 5,785,780,224 B = 5,517.75Mi, under 6Gi.
     raw["topology"]["workers"][0]["gpuMemoryUtilization"] = 0.5
     raw["topology"]["workers"][0]["memoryLimit"] = "6Gi"
-    parse_stack_config(STACK, raw)
+    validate_stack(STACK, raw)
     raw["topology"]["workers"][0]["memoryLimit"] = "5517Mi"
     with pytest.raises(StackConfigError, match="5518Mi"):
-        parse_stack_config(STACK, raw)
+        validate_stack(STACK, raw)
 
 
 def test_seed_limit_fails_testbed_render_with_exit_2(

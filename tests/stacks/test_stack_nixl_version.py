@@ -11,7 +11,7 @@ import pytest
 
 from kvpath.versions import nixl_refuses_tls_without_cuda, parse_version, shipped_nixl
 from stackmodel.errors import StackConfigError
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 
 CROSS = "disagg-cross-node"
 Raw = dict[str, Any]
@@ -21,7 +21,7 @@ def test_the_seed_tcp_self_passes_on_dynamo_1_6_2(raw_config: Callable[[str], Ra
     raw = raw_config(CROSS)
     assert raw["engine"]["dynamoVersion"] == "1.6.2"
     assert raw["topology"]["workers"][0]["env"]["UCX_TLS"] == "tcp,self"
-    parse_stack_config(CROSS, raw)
+    validate_stack(CROSS, raw)
 
 
 def test_tcp_self_fails_on_dynamo_1_7_0_naming_the_key_and_the_fix(
@@ -30,7 +30,7 @@ def test_tcp_self_fails_on_dynamo_1_7_0_naming_the_key_and_the_fix(
     raw = raw_config(CROSS)
     raw["engine"]["dynamoVersion"] = "1.7.0"
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config(CROSS, raw)
+        validate_stack(CROSS, raw)
     keys = [p.key for p in info.value.problems]
     assert keys == ["topology.workers[0].env.UCX_TLS", "topology.workers[1].env.UCX_TLS"]
     message = info.value.problems[0].message
@@ -51,14 +51,14 @@ def test_a_cuda_capable_or_unset_list_passes_on_dynamo_1_7_0(
             del worker["env"]["UCX_TLS"]
         else:
             worker["env"]["UCX_TLS"] = tls
-    parse_stack_config(CROSS, raw)
+    validate_stack(CROSS, raw)
 
 
 def test_the_image_tag_decides_the_release(raw_config: Callable[[str], Raw]) -> None:
     raw = raw_config(CROSS)
     raw["engine"]["image"] = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.7.1"
     with pytest.raises(StackConfigError, match=r"Dynamo 1\.7\.1 ships NIXL 1\.5\.0 or later"):
-        parse_stack_config(CROSS, raw)
+        validate_stack(CROSS, raw)
 
 
 def test_the_version_table() -> None:

@@ -1,6 +1,6 @@
 """Prefill and decode on one node class of several nodes: the scheduler places them (the DGD
 sets no anti-affinity), so the sizing takes the slower of links.sameNode and links.crossNode
-and preview says so, with how to pin them apart (stackmodel.sizing.kv_link,
+and preview says so, with how to pin them apart (stackmodel.plan.kv_link_key,
 stackmodel.checks.placement_warnings)."""
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from stackmodel.published import (
     Side,
     published_points,
 )
-from stackmodel.sizing import engine_step
 from testbed.crossover_figure import published_marks
 
 SIDES: tuple[Side, ...] = ("aggregated", "disaggregated")
@@ -26,18 +25,18 @@ SIDES: tuple[Side, ...] = ("aggregated", "disaggregated")
 def test_both_sides_use_the_same_gpus_of_the_same_cluster(pair: PublishedPair) -> None:
     assert pair.gpus("aggregated") == pair.gpus("disaggregated")
     for side in SIDES:
-        cfg = pair.config(side)
-        assert cfg.model.name == pair.model and cfg.model.quantization == "fp8"
-        workers = run_topology(cfg).workers
-        tp = {g.name: g.tensor_parallel_size for g in cfg.topology.workers}
+        plan = pair.plan(side)
+        assert plan.cfg.model.name == pair.model and plan.cfg.model.quantization == "fp8"
+        workers = run_topology(plan).workers
+        tp = {g.name: g.tensor_parallel_size for g in plan.cfg.topology.workers}
         assert sum(tp[w.group] for w in workers) == pair.gpus(side)
         # every worker's GPUs on one node of the pair's size
         assert all(tp[w.group] <= pair.gpus_per_node for w in workers)
 
 
 def test_the_70b_pair_is_the_readme_s_shape_with_prefill_and_decode_on_two_nodes() -> None:
-    cfg = DYNAMO_LLAMA_70B.config("disaggregated")
-    topology = run_topology(cfg)
+    plan = DYNAMO_LLAMA_70B.plan("disaggregated")
+    topology = run_topology(plan)
     shapes = sorted(
         (w.role, w.host_name, w.step.tensor_parallel.size if w.step.tensor_parallel else 1)
         for w in topology.workers
@@ -49,13 +48,13 @@ def test_the_70b_pair_is_the_readme_s_shape_with_prefill_and_decode_on_two_nodes
     ]
     assert topology.cross_node_link is not None and topology.cross_node_link.name == "rdma"
     # FP8 weights: 1 byte a weight, a quarter of the 70B on each GPU of a TP4 worker
-    step = engine_step(cfg, "prefill-0")
+    step = plan.group("prefill-0").step
     assert step.fp8_weights and step.geometry.weight_bytes == 70_553_706_496 // 4
 
 
 def test_the_one_node_70b_pair_puts_four_single_gpu_prefills_beside_a_tp4_decode() -> None:
-    cfg = DYNAMO_LLAMA_70B_ONE_NODE.config("disaggregated")
-    topology = run_topology(cfg)
+    plan = DYNAMO_LLAMA_70B_ONE_NODE.plan("disaggregated")
+    topology = run_topology(plan)
     shapes = sorted(
         (w.role, w.step.tensor_parallel.size if w.step.tensor_parallel else 1)
         for w in topology.workers
@@ -65,20 +64,20 @@ def test_the_one_node_70b_pair_puts_four_single_gpu_prefills_beside_a_tp4_decode
     # one node: the KV moves over the same-node link, taken as the rdma profile's 20 GB/s
     assert topology.same_node_link is not None and topology.same_node_link.name == "rdma"
     # a single-GPU prefill worker holds all 70.6 GB of FP8 weights
-    assert engine_step(cfg, "prefill-0").geometry.weight_bytes == 70_553_706_496
-    agg = run_topology(DYNAMO_LLAMA_70B_ONE_NODE.config("aggregated")).workers
+    assert plan.group("prefill-0").step.geometry.weight_bytes == 70_553_706_496
+    agg = run_topology(DYNAMO_LLAMA_70B_ONE_NODE.plan("aggregated")).workers
     assert [w.role for w in agg] == ["aggregated"] * 2
     # the source publishes the disaggregated side's figures only
     assert {f.aggregated for f in DYNAMO_LLAMA_70B_ONE_NODE.figures} == {None}
 
 
 def test_the_qwen3_32b_pair_fills_ten_gpus_with_the_recipe_s_sizes() -> None:
-    agg = run_topology(NEBIUS_QWEN3_32B.config("aggregated")).workers
-    disagg = run_topology(NEBIUS_QWEN3_32B.config("disaggregated")).workers
+    agg = run_topology(NEBIUS_QWEN3_32B.plan("aggregated")).workers
+    disagg = run_topology(NEBIUS_QWEN3_32B.plan("disaggregated")).workers
     assert [w.role for w in agg] == ["aggregated"] * 5
     assert sorted(w.role for w in disagg) == ["decode", "prefill", "prefill", "prefill"]
     # Qwen3-32B's BF16 KV: 64 layers x 8 heads x 128 x 2 (K, V) x 2 B, moved whole per request
-    assert run_topology(NEBIUS_QWEN3_32B.config("disaggregated")).kv_bytes_per_token == 262_144
+    assert run_topology(NEBIUS_QWEN3_32B.plan("disaggregated")).kv_bytes_per_token == 262_144
 
 
 def test_the_crossover_model_agrees_with_the_70b_publications_and_not_the_32b_one() -> None:

@@ -12,8 +12,7 @@ from test_stack_render import components, main_container
 from test_stack_tensor_parallel import problems
 
 from simulator.hardware import run_topology
-from stackmodel.sizing import stack_sizing
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.render import render_stack
 
 Raw = dict[str, Any]
@@ -60,8 +59,8 @@ def test_the_suggested_fix_holds_and_renders_the_device_and_ipc_lock(
 def test_gpu_buffers_over_rdma_have_no_host_mirror_and_no_copies(
     raw_config: Callable[[str], Raw],
 ) -> None:
-    cfg = parse_stack_config("rdma", over_rdma(raw_config("disagg-cross-node"), ready=True))
-    sizing = stack_sizing(cfg)
+    cfg = validate_stack("rdma", over_rdma(raw_config("disagg-cross-node"), ready=True))
+    sizing = cfg.sizing
     assert [c.host_mirror_bytes for c in sizing.report.components] == [0, 0]
     assert {c.memory_floor_quantity for c in sizing.report.components} == {"3584Mi"}
     verdict = sizing.report.disaggregation
@@ -75,4 +74,4 @@ def test_gpu_buffers_over_rdma_have_no_host_mirror_and_no_copies(
 def test_a_tcp_link_needs_no_rdma(raw_config: Callable[[str], Raw]) -> None:
     raw = raw_config("disagg-cross-node")
     raw["links"] = {"crossNode": "10gbe"}
-    parse_stack_config("disagg-cross-node", raw)  # the seed's tcp,self and no device
+    validate_stack("disagg-cross-node", raw)  # the seed's tcp,self and no device

@@ -14,7 +14,7 @@ from jsonschema import Draft7Validator
 from manifests.graph import dgd_manifest
 from stackmodel.stacks import REPO
 from stackmodel.topology import build_topology
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.render import Rendered
 
 CRD_DIR = REPO.parent / "shared" / "dynamo-crds"
@@ -84,8 +84,8 @@ def test_mocker_dgd_with_runtime_version_override_validates(
         "image": "example.com/dynamo:latest",
         "runtimeVersionOverride": "1.6.2",
     }
-    cfg = parse_stack_config("disagg-cross-node", raw)
-    dgd = dgd_manifest(cfg, build_topology(cfg), with_hf_token=True)
+    cfg = validate_stack("disagg-cross-node", raw)
+    dgd = dgd_manifest(cfg.cfg, build_topology(cfg), with_hf_token=True)
     assert "backendFramework" not in dgd["spec"]
     assert {c["runtimeVersionOverride"] for c in dgd["spec"]["components"]} == {"1.6.2"}
     assert schema_errors(dgd_validator, dgd) == []

@@ -15,7 +15,7 @@ import pytest
 from test_stack_render import components, main_container, objects_of
 
 from stackmodel.errors import StackConfigError
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.render import Rendered
 
 Raw = dict[str, Any]
@@ -53,12 +53,12 @@ def test_a_bigger_dev_shm_fails_a_limit_that_no_longer_holds_it(
     raw = raw_config("kv-routing")
     raw["topology"]["workers"][0]["sharedMemorySize"] = "8Gi"  # the operator's default
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config("kv-routing", raw)
+        validate_stack("kv-routing", raw)
     (problem,) = info.value.problems
     assert problem.key == "topology.workers[0].memoryLimit"
     assert "base 3328Mi + /dev/shm 8Gi = 11520Mi" in problem.message
     raw["topology"]["workers"][0]["memoryLimit"] = "11520Mi"
-    parse_stack_config("kv-routing", raw)
+    validate_stack("kv-routing", raw)
 
 
 def test_a_bad_shared_memory_quantity_names_its_key(raw_config: Callable[[str], Raw]) -> None:
@@ -66,7 +66,7 @@ def test_a_bad_shared_memory_quantity_names_its_key(raw_config: Callable[[str], 
     raw["topology"]["frontend"] = {"sharedMemorySize": "lots"}
     raw["topology"]["workers"][1]["sharedMemorySize"] = "1 GB"
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config("kv-routing", raw)
+        validate_stack("kv-routing", raw)
     assert sorted(p.key for p in info.value.problems) == [
         "topology.frontend.sharedMemorySize",
         "topology.workers[1].sharedMemorySize",

@@ -20,12 +20,11 @@ from test_stack_schemas import DGD_CRD, KUBERNETES_VERSION
 from manifests.graph import dgd_manifest, vllm_deployment_manifests
 from simulator.hardware import run_topology
 from simulator.provenance import provenance
-from stackmodel.checks import same_node_link_warnings
 from stackmodel.errors import StackConfigError
 from stackmodel.models import KNOWN_MODELS
-from stackmodel.sizing import stack_sizing
+from stackmodel.stack_warnings import same_node_link_warnings
 from stackmodel.topology import build_topology
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.component_diff import diff_lines
 from testbed.render import render_stack
 from testbed.render_files import diff_rendered
@@ -66,7 +65,7 @@ def tp_raw(raw_config: Callable[[str], Raw]) -> Raw:
 
 def problems(stack: str, raw: Raw) -> dict[str, str]:
     with pytest.raises(StackConfigError) as info:
-        parse_stack_config(stack, raw)
+        validate_stack(stack, raw)
     found: dict[str, str] = {}
     for p in info.value.problems:
         found[p.key] = f"{found[p.key]} | {p.message}" if p.key in found else p.message
@@ -100,8 +99,8 @@ def test_the_seed_stacks_stay_one_gpu_per_worker(rendered: dict[str, Any]) -> No
 def test_a_tensor_parallel_dgd_validates_against_the_crd(tp_raw: Raw) -> None:
     if not DGD_CRD.exists():
         pytest.skip(f"Dynamo CRDs not found at {DGD_CRD.parent}")
-    cfg = parse_stack_config("tp", tp_raw)
-    dgd = dgd_manifest(cfg, build_topology(cfg), with_hf_token=True)
+    cfg = validate_stack("tp", tp_raw)
+    dgd = dgd_manifest(cfg.cfg, build_topology(cfg), with_hf_token=True)
     assert schema_errors(strict_validator(DGD_CRD, "v1beta1"), dgd) == []
 
 
@@ -121,8 +120,8 @@ def test_tensor_parallel_deployments_validate_against_kubernetes(tp_raw: Raw) ->
             }
         ],
     }
-    cfg = parse_stack_config("tp", tp_raw)
-    (deployment,) = vllm_deployment_manifests(cfg, build_topology(cfg), with_hf_token=False)
+    cfg = validate_stack("tp", tp_raw)
+    (deployment,) = vllm_deployment_manifests(cfg.cfg, build_topology(cfg), with_hf_token=False)
     kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
     pod = deployment["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
@@ -130,7 +129,7 @@ def test_tensor_parallel_deployments_validate_against_kubernetes(tp_raw: Raw) ->
 
 
 def test_weights_and_kv_heads_split_over_the_gpus(tp_raw: Raw) -> None:
-    sizing = stack_sizing(parse_stack_config("tp", tp_raw))
+    sizing = validate_stack("tp", tp_raw).sizing
     row = sizing.worker_kv("decode")
     weights_per_gpu = math.ceil(KNOWN_MODELS[LLAMA_70B].num_parameters * 2 / 4)
     assert weights_per_gpu == 35_276_853_248
@@ -155,7 +154,7 @@ def test_replicated_kv_heads_move_once_per_gpu(tp_raw: Raw) -> None:
         "numAttentionHeads": 16,
     }
     tp_raw["model"] = {"name": "example/two-kv-heads", "maxModelLen": 8192, "geometry": geometry}
-    sizing = stack_sizing(parse_stack_config("tp", tp_raw))
+    sizing = validate_stack("tp", tp_raw).sizing
     assert sizing.worker_kv("prefill").kv_bytes_per_token_per_gpu == 28 * 1 * 128 * 2 * 2
     assert sizing.geometry.kv_bytes_per_token == 28 * 2 * 128 * 2 * 2 == 28_672
     assert sizing.kv_bytes_per_token == 4 * 14_336 == 2 * 28_672
@@ -172,7 +171,7 @@ def test_a_host_buffered_tensor_parallel_worker_mirrors_every_gpu(tp_raw: Raw) -
 
 
 def test_the_simulation_gives_each_worker_its_gpus_and_all_reduces(tp_raw: Raw) -> None:
-    topology = run_topology(parse_stack_config("tp", tp_raw))
+    topology = run_topology(validate_stack("tp", tp_raw))
     prefill, decode = topology.workers
     assert (prefill.gpu, decode.gpu) == ("h100/0", "h100/4")
     assert prefill.host_name == decode.host_name == "h100/node-0"
@@ -249,7 +248,7 @@ def test_what_a_tensor_parallel_worker_needs_is_checked_and_the_fix_holds(
     assert key in found, found
     assert words in found[key]
     fix(tp_raw)
-    parse_stack_config("tp", tp_raw)
+    validate_stack("tp", tp_raw)
 
 
 def test_the_shared_memory_fix_names_the_memory_limit_it_needs(tp_raw: Raw) -> None:
@@ -257,7 +256,7 @@ def test_the_shared_memory_fix_names_the_memory_limit_it_needs(tp_raw: Raw) -> N
     message = problems("tp", tp_raw)["topology.workers[0].sharedMemorySize"]
     assert "raise that to at least 15Gi" in message  # 4 GPU processes x base 3,328Mi + 2Gi
     tp_raw["topology"]["workers"][0].update(sharedMemorySize="2Gi", memoryLimit="15Gi")
-    parse_stack_config("tp", tp_raw)
+    validate_stack("tp", tp_raw)
 
 
 def test_a_gpu_given_by_figures_needs_its_interconnect(tp_raw: Raw) -> None:
@@ -269,7 +268,7 @@ def test_a_gpu_given_by_figures_needs_its_interconnect(tp_raw: Raw) -> None:
         "interconnect": "nvlink",
         "interconnectGbPerS": 450,
     }
-    parse_stack_config("tp", tp_raw)
+    validate_stack("tp", tp_raw)
 
 
 def test_a_tensor_parallel_change_diffs_as_gpus_and_an_argument(
@@ -286,7 +285,7 @@ def test_a_tensor_parallel_change_diffs_as_gpus_and_an_argument(
 
 
 def test_a_simulation_says_its_workers_span_gpus_on_assumed_all_reduces(tp_raw: Raw) -> None:
-    text, warnings = provenance(parse_stack_config("tp", tp_raw))
+    text, warnings = provenance(validate_stack("tp", tp_raw))
     assert "prefill on 4 x h100-sxm, AIConfigurator" in text
     assert any(w.startswith("decode: tensor-parallel over 4 GPUs") for w in warnings)
 
@@ -300,7 +299,7 @@ def test_a_mocker_stack_still_needs_what_the_simulation_splits(tp_raw: Raw) -> N
         in problems("tp", tp_raw)["model.geometry"]
     )
     tp_raw["model"]["geometry"] |= {"hiddenSize": 8192, "numAttentionHeads": 64}
-    parse_stack_config("tp", tp_raw)
+    validate_stack("tp", tp_raw)
 
 
 def test_the_memory_floor_counts_a_process_per_gpu(tp_raw: Raw) -> None:
@@ -313,21 +312,21 @@ def test_the_memory_floor_counts_a_process_per_gpu(tp_raw: Raw) -> None:
     assert f"below its floor {floor}" in message
     assert "Raise memoryLimit to at least 15Gi" in message
     tp_raw["topology"]["workers"][1].update(memoryLimit="15Gi")
-    parse_stack_config("tp", tp_raw)  # the fix holds
+    validate_stack("tp", tp_raw)  # the fix holds
 
 
 def test_a_same_node_gpu_buffer_path_is_not_left_at_host_tcp(tp_raw: Raw) -> None:
     """Prefill and decode on one 8-GPU node with GPU buffers and cuda in UCX_TLS: cuda_ipc
     copies over NVLink, and the default links.sameNode (host TCP, 1 GB/s) is warned with the
     rate to set; set, the warning goes and the verdict takes it."""
-    (warning,) = same_node_link_warnings(parse_stack_config("tp", tp_raw))
+    (warning,) = [w.render() for w in same_node_link_warnings(validate_stack("tp", tp_raw))]
     assert warning.startswith("dynamo-testbed:links.sameNode = 'same-node-tcp': prefill 'prefill'")
     assert "over their nvlink (450 GB/s per direction on h100-sxm)" in warning
     assert "set links.sameNode: 450 (GB/s" in warning
     tp_raw["links"] = {**tp_raw.get("links", {}), "sameNode": 450}
-    fixed = parse_stack_config("tp", tp_raw)
+    fixed = validate_stack("tp", tp_raw)
     assert same_node_link_warnings(fixed) == []
-    assert stack_sizing(fixed).report.disaggregation.link_bytes_per_s == 450e9
+    assert fixed.sizing.report.disaggregation.link_bytes_per_s == 450e9
     tp_raw["topology"]["workers"][0]["env"]["UCX_TLS"] = "tcp,self,cuda_copy"  # no cuda_ipc
     tp_raw["links"]["sameNode"] = "same-node-tcp"
-    assert same_node_link_warnings(parse_stack_config("tp", tp_raw)) == []
+    assert same_node_link_warnings(validate_stack("tp", tp_raw)) == []

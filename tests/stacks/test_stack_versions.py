@@ -25,11 +25,11 @@ from kvpath.versions import (
 )
 from simulator.provenance import provenance
 from simulator.routing import graph_spec
-from stackmodel.checks import release_warnings
 from stackmodel.errors import StackConfigError
 from stackmodel.stack_layout import VersionGateError
+from stackmodel.stack_warnings import release_warnings
 from stackmodel.stacks import REPO, load_stack, stack_config, stack_names
-from stackmodel.validation import parse_stack_config
+from stackmodel.validation import validate_stack
 from testbed.component_diff import diff_lines
 from testbed.render import EchoMocks, Rendered, render_stack, run_under_mocks
 from testbed.render_files import diff_rendered
@@ -106,7 +106,7 @@ def test_each_rule_says_the_lines_it_was_read_at() -> None:
 
 def test_a_release_not_read_at_is_warned_naming_the_rules() -> None:
     at_1_8 = load_stack("kv-routing", parse_settings(["engine.dynamoVersion=1.8.0"]))
-    (warning,) = release_warnings(at_1_8)
+    (warning,) = [w.render() for w in release_warnings(at_1_8)]
     assert warning.startswith(
         "dynamo-testbed:engine.dynamoVersion = '1.8.0': these rules of the program were read at "
         "Dynamo 1.5.x, 1.6.x, 1.7.x only, not at this release: host mirror, host copies, "
@@ -331,20 +331,20 @@ def _probed(nixl: str) -> dict[str, Any]:
 def test_a_profile_of_another_nixl_minor_warns(raw_config: Callable[[str], Raw]) -> None:
     raw = raw_config("disagg-cross-node")
     raw["links"] = {**raw.get("links", {}), "crossNode": _probed("1.5.1")}
-    (warning,) = release_warnings(parse_stack_config("disagg-cross-node", raw))
+    (warning,) = [w.render() for w in release_warnings(validate_stack("disagg-cross-node", raw))]
     assert warning.startswith("dynamo-testbed:links.crossNode = ")
     assert (
         "profile 'probed-disagg-cross-node' was measured with NIXL 1.5.1 (UCX 1.23.0), but "
         "Dynamo 1.6.2 ships NIXL 1.4.1"
     ) in warning
     raw["links"]["crossNode"] = _probed("1.4.0")  # the same minor: no warning
-    assert release_warnings(parse_stack_config("disagg-cross-node", raw)) == []
+    assert release_warnings(validate_stack("disagg-cross-node", raw)) == []
     raw["engine"]["dynamoVersion"] = "1.7.0"
     for worker in raw["topology"]["workers"]:
         worker["env"]["UCX_TLS"] = "tcp,self,cuda_copy"
     raw["links"]["crossNode"] = _probed("1.5.1")  # 1.7.0 ships 1.5.0: same minor
-    warnings = release_warnings(parse_stack_config("disagg-cross-node", raw))
-    assert [w for w in warnings if "links.crossNode" in w] == []
+    warnings = release_warnings(validate_stack("disagg-cross-node", raw))
+    assert [w for w in warnings if "links.crossNode" in w.render()] == []
 
 
 def test_render_says_a_platform_set_is_for_the_platform_stack(tmp_path: Path) -> None:

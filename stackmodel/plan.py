@@ -1,0 +1,498 @@
+"""A stack resolved once: everything the checks, the Kubernetes objects, the program and the
+simulation derive from a validated config, computed in one place.
+
+:func:`plan_stack` reads the files a stack names once (the model's ``configJson``, each node
+class's calibration profile, the link profiles) and gives a :class:`StackPlan`: the model's
+geometry as the workers hold it; per worker group its GPU, calibration, step times, step budget,
+KV link and parsed engine arguments (:class:`GroupPlan`); where every replica lands
+(:mod:`stackmodel.placement`); and the sizing (:class:`~stackmodel.sizing.StackSizing`).
+Validation builds it (:func:`stackmodel.validation.validate_stack`) and every command reads the
+one it built.
+
+Building is two steps, so that validation can check what the files hold before the sizing uses
+it: :func:`resolve_inputs` reads and resolves (each failure a
+:class:`~stackmodel.errors.ConfigProblem` naming its key), :func:`build_plan` computes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from kvpath.profile import LinkProfile, LinkSetting, resolve_link
+from stackmodel.config import NodeClass, StackConfig, WorkerGroup
+from stackmodel.engine_args import EngineArg, parse_engine_args
+from stackmodel.errors import ConfigProblem
+from stackmodel.models import (
+    FP8_BYTES,
+    ModelGeometry,
+    UnknownModelError,
+    geometry_from_hf_config,
+    known_model,
+)
+from stackmodel.placement import ReplicaPlacement, gpu_sharing_sets, place_workers
+from stackmodel.quantities import (
+    GI,
+    MOCKER_BLOCK_SIZE_TOKENS,
+    VLLM_BLOCK_SIZE_TOKENS,
+    parse_quantity,
+)
+from stackmodel.sizing import (
+    MAX_BATCHED_TOKENS_FLAG,
+    ComponentMemory,
+    GpuAllocation,
+    GpuWorker,
+    StackSizing,
+    build_sizing_report,
+    default_max_batched_tokens,
+    tensor_parallel,
+)
+from steptime.calibration_profile import CalibrationProfile, load_calibration_file
+from steptime.fit import SEED_FIT, fit_for
+from steptime.gpus import GpuSpec, resolve_gpu
+from steptime.roofline import EngineFit, EngineStep
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+"""The project folder (holds ``Pulumi.yaml``): ``model.configJson``, calibration profiles and
+link profile files are relative to it."""
+
+LinkKey = Literal["sameNode", "crossNode"]
+
+
+@dataclass(frozen=True)
+class StackInputs:
+    """What a stack's settings resolve to, files read (:func:`resolve_inputs`).
+
+    Attributes:
+        geometry: the model's geometry as the workers hold it (:func:`model_geometry`); None
+            when it could not be read (a problem says why).
+        gpus: node class -> its GPU (:func:`steptime.gpus.resolve_gpu`).
+        gpu_notes: node class -> the sentence saying which default GPU it got (absent: named).
+        calibrations: node class -> its calibration profile (None: none named); absent when it
+            could not be read.
+        links: ``sameNode`` / ``crossNode`` -> the link profile of that setting; absent when it
+            does not resolve.
+        replicas: where every replica lands (:func:`~stackmodel.placement.place_workers`).
+        problems: what could not be resolved, each naming its key, in the order the sizing
+            checks report them: quantities, links, calibration profiles, the model.
+    """
+
+    geometry: ModelGeometry | None
+    gpus: dict[str, GpuSpec]
+    gpu_notes: dict[str, str]
+    calibrations: dict[str, CalibrationProfile | None]
+    links: dict[LinkKey, LinkProfile]
+    replicas: tuple[ReplicaPlacement, ...]
+    problems: tuple[ConfigProblem, ...]
+
+
+def model_geometry(cfg: StackConfig, project_dir: Path = PROJECT_DIR) -> ModelGeometry:
+    """The model's geometry as the workers hold it: ``model.geometry``, else
+    ``model.configJson`` (read from ``project_dir``), else the catalog; then
+    ``model.quantization: fp8`` makes every weight 1 byte and an fp8 ``model.kvCacheDtype`` every
+    KV element (:data:`~stackmodel.models.FP8_BYTES`), so weight bytes, KV bytes per token and
+    all that follows from them (GPU fit, KV capacity, host mirrors, transfers, step times) are
+    FP8's.
+
+    Raises:
+        UnknownModelError: none is available (the message lists known models).
+        FileNotFoundError, ValueError, KeyError: ``model.configJson`` cannot be read
+            (:func:`stackmodel.models.geometry_from_hf_config`).
+    """
+    if cfg.model.geometry is not None:
+        geometry = cfg.model.geometry
+    elif cfg.model.config_json is not None:
+        geometry = geometry_from_hf_config(project_dir / cfg.model.config_json)
+    else:
+        geometry = known_model(cfg.model.name)
+    update: dict[str, int] = {}
+    if cfg.model.quantization == "fp8":
+        update["weight_dtype_bytes"] = FP8_BYTES
+    if cfg.model.kv_cache_dtype != "auto":
+        update["kv_cache_dtype_bytes"] = FP8_BYTES
+    return geometry.model_copy(update=update) if update else geometry
+
+
+def _workers_key(i: int, field: str) -> str:
+    return f"topology.workers[{i}].{field}"
+
+
+def _quantity_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """Every memory quantity of the stack that does not parse."""
+    out = []
+    for i, w in enumerate(cfg.topology.workers):
+        quantities = (
+            ("memoryLimit", w.memory_limit),
+            ("baseMemory", w.base_memory),
+            ("sharedMemorySize", w.shared_memory_size),
+        )
+        for field, quantity in quantities:
+            try:
+                parse_quantity(quantity)
+            except ValueError as exc:
+                out.append(ConfigProblem(_workers_key(i, field), quantity, str(exc)))
+    frontend = cfg.topology.frontend.shared_memory_size
+    try:
+        parse_quantity(frontend)
+    except ValueError as exc:
+        out.append(ConfigProblem("topology.frontend.sharedMemorySize", frontend, str(exc)))
+    return out
+
+
+def resolve_inputs(cfg: StackConfig, project_dir: Path = PROJECT_DIR) -> StackInputs:
+    """Read and resolve what ``cfg``'s settings name, each file once; what fails is a problem
+    naming its key (:attr:`StackInputs.problems`), never an exception. Every worker group's
+    node class must exist (:func:`stackmodel.checks.node_class_problems` says so first)."""
+    problems = _quantity_problems(cfg)
+    links: dict[LinkKey, LinkProfile] = {}
+    settings: tuple[tuple[LinkKey, LinkSetting], ...] = (
+        ("sameNode", cfg.links.same_node),
+        ("crossNode", cfg.links.cross_node),
+    )
+    for key, setting in settings:
+        try:
+            links[key] = resolve_link(setting, project_dir)
+        except ValueError as exc:
+            problems.append(ConfigProblem(f"links.{key}", setting, str(exc)))
+    calibrations: dict[str, CalibrationProfile | None] = {}
+    for name, node_class in cfg.node_classes.items():
+        path = node_class.calibration
+        try:
+            calibrations[name] = None if path is None else load_calibration_file(project_dir / path)
+        except ValueError as exc:
+            problems.append(ConfigProblem(f"nodeClasses.{name}.calibration", path, str(exc)))
+    geometry: ModelGeometry | None = None
+    try:
+        geometry = model_geometry(cfg, project_dir)
+    except UnknownModelError as exc:
+        problems.append(ConfigProblem("model.geometry", None, str(exc)))
+    except (OSError, ValueError, KeyError) as exc:
+        problems.append(
+            ConfigProblem(
+                "model.configJson",
+                cfg.model.config_json,
+                f"cannot read the model geometry from it: {exc!s}",
+            )
+        )
+    gpus, notes = {}, {}
+    for name, node_class in cfg.node_classes.items():
+        gpus[name], note = resolve_gpu(node_class.gpu)
+        if note is not None:
+            notes[name] = f"node class {name!r} {note}"
+    return StackInputs(
+        geometry=geometry,
+        gpus=gpus,
+        gpu_notes=notes,
+        calibrations=calibrations,
+        links=links,
+        replicas=place_workers(cfg),
+        problems=tuple(problems),
+    )
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One worker group, resolved.
+
+    Attributes:
+        index: the group's position in ``topology.workers`` (its key path's index).
+        group: the group's config.
+        node_class: its node class's config.
+        gpu: its node class's GPU.
+        calibration: its node class's calibration profile (None: none named).
+        engine_args: its engine arguments, parsed: engine ``extraArgs``, then the group's.
+        max_batched_tokens: one worker's per-step token budget (:func:`max_batched_tokens`).
+        step: one worker's step times (:meth:`step_with` the seed fit).
+        kv_link: the link its KV crosses to decode (prefill groups; None for the others).
+        kv_link_setting: the setting ``kv_link`` stands for (``links.sameNode`` or
+            ``links.crossNode``; None for the others).
+    """
+
+    index: int
+    group: WorkerGroup
+    node_class: NodeClass
+    gpu: GpuSpec
+    calibration: CalibrationProfile | None
+    engine_args: tuple[EngineArg, ...]
+    max_batched_tokens: int
+    step: EngineStep
+    kv_link: LinkProfile | None
+    kv_link_setting: LinkSetting | None
+
+    @property
+    def name(self) -> str:
+        """The group's name."""
+        return self.group.name
+
+    def step_with(self, fit: EngineFit) -> EngineStep:
+        """One worker's step times with the efficiencies ``fit`` where the group's GPU takes
+        them: a calibration profile's efficiencies win over ``fit``, and AIConfigurator's for
+        a GPU it has over an uncalibrated ``fit`` (:func:`steptime.fit.fit_for`)."""
+        if self.calibration is not None:
+            fit = self.calibration.engine_fit(str(self.node_class.calibration))
+        return dataclasses.replace(self.step, fit=fit_for(self.gpu, fit))
+
+
+def max_batched_tokens(args: Sequence[EngineArg], gpu: GpuSpec, gpu_memory_gib: float) -> int:
+    """The per-step token budget of a worker with engine arguments ``args``: the last
+    ``--max-num-batched-tokens`` with a whole number of tokens (argparse's last wins; one without
+    is refused, :func:`stackmodel.checks.overlap_problems`), else vLLM's default
+    (:func:`stackmodel.sizing.default_max_batched_tokens`)."""
+    given = [int(a.value) for a in args if a.flag == MAX_BATCHED_TOKENS_FLAG and a.value.isdigit()]
+    return given[-1] if given else default_max_batched_tokens(gpu, gpu_memory_gib)
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """A validated stack resolved once (the module docstring).
+
+    Attributes:
+        cfg: the validated config.
+        geometry: the model's geometry as the workers hold it (:func:`model_geometry`).
+        groups: the worker groups, in config order.
+        replicas: where every replica lands, in config order (:func:`~stackmodel.placement.
+            place_workers`).
+        sharing_sets: the workers that may share one GPU at worst, per node class
+            (:func:`~stackmodel.placement.gpu_sharing_sets`).
+        links: ``sameNode`` / ``crossNode`` -> the link profile of that setting.
+        gpu_notes: node class -> which default GPU it got (absent: the class names one).
+        sizing: the sizing numbers and findings.
+    """
+
+    cfg: StackConfig
+    geometry: ModelGeometry
+    groups: tuple[GroupPlan, ...]
+    replicas: tuple[ReplicaPlacement, ...]
+    sharing_sets: tuple[GpuAllocation, ...]
+    links: dict[LinkKey, LinkProfile]
+    gpu_notes: dict[str, str]
+    sizing: StackSizing
+
+    def group(self, name: str) -> GroupPlan:
+        """The worker group ``name``.
+
+        Raises:
+            KeyError: no worker group of that name.
+        """
+        for group in self.groups:
+            if group.name == name:
+                return group
+        raise KeyError(name)
+
+    @property
+    def verdict_group(self) -> GroupPlan:
+        """The worker group whose prefill the disaggregation verdict counts: the first prefill
+        group, else (an aggregated stack) the first worker group."""
+        prefill = [g for g in self.groups if g.group.role == "prefill"]
+        return (prefill or list(self.groups))[0]
+
+    @property
+    def disaggregated(self) -> bool:
+        """The stack has prefill (and so decode) workers."""
+        return any(g.group.role == "prefill" for g in self.groups)
+
+    @property
+    def engine_label(self) -> str:
+        """The engine a calibration profile records: ``vllm on dynamo 1.6.2`` (the engine kind
+        and :attr:`~stackmodel.config.EngineConfig.release`)."""
+        return f"{self.cfg.engine.kind} on dynamo {self.cfg.engine.release}"
+
+
+def same_host(cfg: StackConfig, a: str, b: str) -> bool:
+    """True when pods on node classes ``a`` and ``b`` are certain to share a host: both are the
+    same class and that class has a single node."""
+    return a == b and cfg.node_classes[a].nodes == 1
+
+
+def kv_link_key(
+    cfg: StackConfig, prefill: WorkerGroup, links: dict[LinkKey, LinkProfile]
+) -> LinkKey:
+    """Which link a prefill group's KV crosses to decode.
+
+    ``sameNode`` when every decode group is certainly on the prefill group's host, ``crossNode``
+    when every one is on another node class, else the slower of the two: a decode group shares
+    the prefill group's node class of several nodes, and the scheduler places them (the DGD sets
+    no anti-affinity), or decode groups are spread. On a node class whose node has one GPU unit
+    (one GPU, no time-slicing) a prefill and a decode vLLM worker never share a node, so
+    ``crossNode``.
+    """
+    decode_classes = {w.node_class for w in cfg.topology.workers if w.role == "decode"}
+    if all(same_host(cfg, prefill.node_class, c) for c in decode_classes):
+        return "sameNode"
+    node_class = cfg.node_classes[prefill.node_class]
+    alone = cfg.engine.kind == "vllm" and node_class.gpu_units_per_node < 2
+    if prefill.node_class not in decode_classes or alone:
+        return "crossNode"
+    slower = links["crossNode"].bytes_per_s < links["sameNode"].bytes_per_s
+    return "crossNode" if slower else "sameNode"
+
+
+def _group_plan(
+    cfg: StackConfig, index: int, inputs: StackInputs, geometry: ModelGeometry
+) -> GroupPlan:
+    """One worker group of ``cfg`` (:class:`GroupPlan`), from resolved inputs."""
+    group = cfg.topology.workers[index]
+    node_class = cfg.node_classes[group.node_class]
+    gpu = inputs.gpus[group.node_class]
+    args = parse_engine_args([*cfg.engine.extra_args, *group.extra_args])
+    budget = max_batched_tokens(args, gpu, node_class.gpu_memory_gib)
+    profile = inputs.calibrations[group.node_class]
+    fit = SEED_FIT if profile is None else profile.engine_fit(str(node_class.calibration))
+    tp = group.tensor_parallel_size
+    step = EngineStep(
+        gpu=gpu,
+        geometry=geometry.per_gpu(tp),
+        fit=fit_for(gpu, fit),
+        prefill_tokens_per_s_override=cfg.sizing.prefill_tokens_per_s,
+        tensor_parallel=tensor_parallel(geometry, gpu, tp),
+        fp8_weights=geometry.weight_dtype_bytes == FP8_BYTES,
+        max_batched_tokens=budget,
+    )
+    key = kv_link_key(cfg, group, inputs.links) if group.role == "prefill" else None
+    settings = {"sameNode": cfg.links.same_node, "crossNode": cfg.links.cross_node}
+    return GroupPlan(
+        index=index,
+        group=group,
+        node_class=node_class,
+        gpu=gpu,
+        calibration=profile,
+        engine_args=args,
+        max_batched_tokens=budget,
+        step=step,
+        kv_link=None if key is None else inputs.links[key],
+        kv_link_setting=None if key is None else settings[key],
+    )
+
+
+def prefill_source(group: str, step: EngineStep, gpu_named: bool) -> str:
+    """Where the verdict's prefill rate comes from, in a few words: worker group ``group``'s
+    ``step``, on a GPU its node class names (``gpu_named``) or the default."""
+    if step.prefill_tokens_per_s_override is not None:
+        return "sizing.prefillTokensPerS"
+    default = "" if gpu_named else ", the default"
+    return (
+        f"{group} on {step.gpu.name}{default}: dense "
+        f"{step.gpu.compute_dtype(step.fp8_weights)} roofline x "
+        f"{step.fit.prefill_efficiency:.2f} ({step.fit.label})"
+    )
+
+
+def _kv_worker_sets(cfg: StackConfig) -> list[GpuAllocation]:
+    """One entry per worker group, named as the group, on its node class's GPU: a worker's
+    KV-cache budget depends only on its own ``gpuMemoryUtilization`` and GPU size
+    (:func:`stackmodel.sizing.kv_cache_budget_bytes`), so every replica of a group gets the
+    same number, whichever workers share its GPU; a tensor-parallel worker's is one GPU's."""
+    return [
+        GpuAllocation(
+            node_class=g.node_class,
+            gpu_memory_gib=cfg.node_classes[g.node_class].gpu_memory_gib,
+            workers=[GpuWorker(name=g.name, gpu_memory_utilization=g.gpu_memory_utilization)],
+            tensor_parallel_size=g.tensor_parallel_size,
+        )
+        for g in cfg.topology.workers
+    ]
+
+
+def _sizing(
+    cfg: StackConfig,
+    geometry: ModelGeometry,
+    groups: Sequence[GroupPlan],
+    sharing: Sequence[GpuAllocation],
+    links: dict[LinkKey, LinkProfile],
+    verdict: GroupPlan,
+    gpu_named: bool,
+) -> StackSizing:
+    """The sizing rules run for a stack.
+
+    The concurrency is the load grid's highest; the prompt length is the load's
+    ``promptTokens``; the link for the "will disaggregation pay?" verdict is the slowest
+    prefill link (``links.crossNode`` for an aggregated stack).
+    """
+    prefill_links = {g.name: g.kv_link for g in groups if g.kv_link is not None}
+    verdict_link = (
+        min(prefill_links.values(), key=lambda p: p.bytes_per_s)
+        if prefill_links
+        else links["crossNode"]
+    )
+    components = [
+        ComponentMemory(
+            name=g.name,
+            memory_limit=g.group.memory_limit,
+            host_buffers_kv=g.group.host_buffers_kv,
+            base_memory=g.group.base_memory,
+            shared_memory_size=g.group.shared_memory_size,
+            tensor_parallel_size=g.group.tensor_parallel_size,
+        )
+        for g in groups
+    ]
+    step = verdict.step
+    prompt = cfg.load.prompt_tokens
+    report = build_sizing_report(
+        model=cfg.model.name,
+        geometry=geometry,
+        prompt_tokens=prompt,
+        concurrency=max(cfg.load.concurrency),
+        link=verdict_link,
+        # The prompt's GPU seconds, all-reduces included, as a rate.
+        prefill_tokens_per_s=prompt / step.prefill_s(prompt)
+        if prompt
+        else step.prefill_tokens_per_s(),
+        prefill_source=prefill_source(verdict.name, step, gpu_named),
+        components=components,
+        gpus=sharing,
+        kv_workers=_kv_worker_sets(cfg),
+        block_size_tokens=(
+            VLLM_BLOCK_SIZE_TOKENS if cfg.engine.kind == "vllm" else MOCKER_BLOCK_SIZE_TOKENS
+        ),
+        activation_overhead_bytes=math.floor(cfg.sizing.activation_overhead_gib * GI),
+        allow_unsafe_memory=cfg.sizing.allow_unsafe_memory,
+        transfer_tensor_parallel_size=verdict.group.tensor_parallel_size,
+    )
+    return StackSizing(
+        geometry=geometry,
+        report=report,
+        links=prefill_links,
+        kv_tensor_parallel_size=verdict.group.tensor_parallel_size,
+    )
+
+
+def build_plan(cfg: StackConfig, inputs: StackInputs) -> StackPlan:
+    """The plan of ``cfg`` from its resolved inputs.
+
+    Raises:
+        ValueError: ``inputs`` has problems (resolve them first).
+    """
+    if inputs.problems or inputs.geometry is None:
+        raise ValueError(
+            "the stack's inputs do not resolve: " + "; ".join(p.render() for p in inputs.problems)
+        )
+    geometry = inputs.geometry
+    groups = tuple(_group_plan(cfg, i, inputs, geometry) for i in range(len(cfg.topology.workers)))
+    sharing = tuple(gpu_sharing_sets(cfg))
+    verdict = ([g for g in groups if g.group.role == "prefill"] or list(groups))[0]
+    named = cfg.node_classes[verdict.group.node_class].gpu is not None
+    return StackPlan(
+        cfg=cfg,
+        geometry=geometry,
+        groups=groups,
+        replicas=inputs.replicas,
+        sharing_sets=sharing,
+        links=dict(inputs.links),
+        gpu_notes=dict(inputs.gpu_notes),
+        sizing=_sizing(cfg, geometry, groups, sharing, inputs.links, verdict, named),
+    )
+
+
+def plan_stack(cfg: StackConfig, project_dir: Path = PROJECT_DIR) -> StackPlan:
+    """The plan of a validated config, its files read once (:func:`resolve_inputs`,
+    :func:`build_plan`).
+
+    Raises:
+        ValueError: a file it names cannot be read or a setting does not resolve (validation
+            reports each as a problem of its key first).
+    """
+    return build_plan(cfg, resolve_inputs(cfg, project_dir))

@@ -1,0 +1,22 @@
+"""The load step's inputs for a stack config, as the program builds them (:func:`components.
+program.deploy`: the plan's topology and the resources it asks for)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadstep.inputs import LoadStepInputs, step_inputs
+from stackmodel.config import StackConfig
+from stackmodel.plan import plan_stack
+from stackmodel.resources import stack_resources
+from stackmodel.topology import build_topology
+
+
+def inputs_for(
+    cfg: StackConfig, stack: str, fingerprint: str, results_root: str, **options: Any
+) -> LoadStepInputs:
+    """:func:`loadstep.inputs.step_inputs` of ``cfg`` (``options``: its ``url``,
+    ``kube_context``)."""
+    topology = build_topology(plan_stack(cfg))
+    resources = stack_resources(cfg, topology)
+    return step_inputs(cfg, topology, resources, stack, fingerprint, results_root, **options)
