@@ -15,6 +15,7 @@ from configkeys.key_paths import Setting, parse_settings
 from simulator.routing import graph_spec
 from simulator.simulate import Simulation, simulation_load
 from stackmodel.config import StackConfig
+from stackmodel.crossover import CROSSOVER_FILE, crossover, crossover_json
 from stackmodel.plan import StackPlan, plan_stack
 from stackmodel.stacks import load_stack
 from steptime.calibration_profile import load_calibration_file
@@ -139,7 +140,7 @@ def test_calibrate_refuses_a_folder_without_requests_and_a_missing_profile(tmp_p
 @pytest.fixture
 def grids(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """``testbed simulate``'s stacks timed on :func:`routing_frame`'s requests (recorded here,
-    not a Dynamo run); the grids they were asked for."""
+    not a Dynamo run), their crossover recorded beside them; the grids they were asked for."""
     asked: list[dict[str, Any]] = []
 
     def recorded(
@@ -155,6 +156,8 @@ def grids(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         load = simulation_load(plan.cfg, full=False, grid=grid).model_dump()
         cfg = _with_load(plan.cfg, load)
         result = timed_folder(out_dir / stack, cfg)
+        # as simulate_stacks records it beside the results
+        (out_dir / stack / CROSSOVER_FILE).write_text(crossover_json(crossover(plan)))
         return [Simulation(stack, graph_spec(plan_stack(cfg)), result, out_dir / stack)]
 
     monkeypatch.setattr(simulator.simulate, "simulate_stacks", recorded)
@@ -217,3 +220,26 @@ def test_simulate_against_a_simulated_folder_says_so(
     assert summary["measuredIsSimulated"] is True
     assert summary["warnings"] == [warning]
     assert summary["values"] == 4
+
+
+def test_a_simulated_stack_is_validated_once(
+    tmp_path: Path, grids: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`testbed simulate` validates and plans the stack once: the simulation, its tables and
+    the grid's length all read that plan."""
+    import stackmodel.stacks
+
+    validated: list[str] = []
+    real = stackmodel.stacks.validate_stack
+
+    def counted(stack: str, raw: Any) -> StackPlan:
+        validated.append(stack)
+        return real(stack, raw)
+
+    monkeypatch.setattr(stackmodel.stacks, "validate_stack", counted)
+    result = CliRunner().invoke(app, ["simulate", "kv-routing", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "kv-routing: its grid (24 runs of 200 requests) would take about" in " ".join(
+        result.output.split()
+    )
+    assert validated == ["kv-routing"]
