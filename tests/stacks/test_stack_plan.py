@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from model_configs import SMALL_QWEN3
 
 import kvpath.profile
 import stackmodel.plan
@@ -29,21 +30,6 @@ from stackmodel.validation import validate_stack
 from steptime.calibration_profile import CalibrationProfile
 
 Raw = dict[str, Any]
-
-SMALL_QWEN3 = {
-    "architectures": ["Qwen3ForCausalLM"],
-    "hidden_size": 1024,
-    "intermediate_size": 3072,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 4,
-    "head_dim": 128,
-    "vocab_size": 151936,
-    "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16",
-}
-"""Qwen3-0.6B's config.json with 4 KV heads instead of 8: 57,344 KV bytes per token, a geometry
-only this file gives."""
 
 
 def _counted(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[Path]:
