@@ -31,11 +31,11 @@ VLLM_SERVING_THREADS = 1
 
 OVERSUBSCRIPTION_EXPONENT = 1.6
 """How copies slow down when the copying threads of one host outnumber its cores:
-``(threads / cores) ** 1.6``. From the 16-thread rows of the default figures (16 torch threads
-per worker, 16 cores, NVIDIA H200 server; docs/kv-path.md, "The default figures"): 2 workers
-copying took 230 ms against 76 ms alone (3.0x; 2 ** 1.6 = 3.03), 4 workers 718 ms (9.4x;
-4 ** 1.6 = 9.19). Plain processor sharing (exponent 1) would give
-2x and 4x: oversubscribed OpenMP threads cost more than their share."""
+``(threads / cores) ** 1.6``. From the 16-thread rows of docs/kv-path.md, "The default figures"
+(16 torch threads per worker, 16 cores, NVIDIA H200 server): 2 workers copying took 230 ms
+against 76 ms alone (3.0x; 2 ** 1.6 = 3.03), 4 workers 718 ms (9.4x; 4 ** 1.6 = 9.19). Plain
+processor sharing (exponent 1) would give 2x and 4x: oversubscribed OpenMP threads cost more
+than their share."""
 
 
 class HostCopyProfile(BaseModel):
