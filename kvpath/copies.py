@@ -1,18 +1,18 @@
 """vLLM's synchronous host copies of a host-buffered worker (``kv_buffer_device: cpu``).
 
-What vLLM 0.31.0 does (read in the 0.31.0 wheel, ``../shared/notes/kv-path-measured.md``), and
-0.33.0 (Dynamo 1.7.0) still does (re-read in its wheel: :data:`kvpath.versions.UPSTREAM_RULES`):
+What vLLM 0.31.0 does (lines at 0.31.0 below), and 0.33.0 (Dynamo 1.7.0) still does (lines at
+0.33.0: :data:`kvpath.versions.UPSTREAM_RULES`):
 
 - the prefill worker copies **every block of the prompt** device -> host before the transfer
-  (``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py`` ``save_kv_to_host``,
-  "intentionally synchronous"; the blocks are the new request's block ids from
-  ``base_scheduler.py`` ``_build_save_meta``, prefix-cache hits included);
+  (``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py`` ``save_kv_to_host``
+  L2724-2750, "intentionally synchronous"; the blocks are the new request's block ids from
+  ``base_scheduler.py`` ``_build_save_meta`` L438-473, prefix-cache hits included);
 - the decode worker copies the blocks it received host -> device, also synchronously
-  (``sync_recved_kv_to_device``);
+  (``sync_recved_kv_to_device``, ``base_worker.py`` L2699-2722);
 - the ops are ``dst[idx] = src[idx].cpu()`` and ``dst[idx] = src[idx].to(device)``
-  (``vllm/platforms/cuda.py``), run on the worker's torch threads: one per worker while vLLM
-  serves (``vllm/utils/torch_utils.py`` ``set_torch_threads_for_runtime``, called in
-  ``v1/worker/gpu_worker.py``) unless ``OMP_NUM_THREADS`` is set.
+  (``vllm/platforms/cuda.py`` L677-698), run on the worker's torch threads: one per worker while
+  vLLM serves (``vllm/utils/torch_utils.py`` ``set_torch_threads_for_runtime`` L260, called in
+  ``v1/worker/gpu_worker.py`` L561) unless ``OMP_NUM_THREADS`` is set.
 
 Both copies block the worker's engine loop for their duration. A device -> host copy into
 pages of the host mirror touched for the first time runs slower than into resident pages.
@@ -31,10 +31,11 @@ VLLM_SERVING_THREADS = 1
 
 OVERSUBSCRIPTION_EXPONENT = 1.6
 """How copies slow down when the copying threads of one host outnumber its cores:
-``(threads / cores) ** 1.6``. From the notes' table (16 torch threads per worker, 16 cores,
-NVIDIA H200 server): 2 workers copying took 230 ms against 76 ms alone (3.0x; 2 ** 1.6 = 3.03),
-4 workers 718 ms (9.4x; 4 ** 1.6 = 9.19). Plain processor sharing (exponent 1) would give
-2x and 4x: oversubscribed OpenMP threads cost more than their share."""
+``(threads / cores) ** 1.6``. From the 16-thread rows of docs/kv-path.md, "The default figures"
+(16 torch threads per worker, 16 cores, NVIDIA H200 server): 2 workers copying took 230 ms
+against 76 ms alone (3.0x; 2 ** 1.6 = 3.03), 4 workers 718 ms (9.4x; 4 ** 1.6 = 9.19). Plain
+processor sharing (exponent 1) would give 2x and 4x: oversubscribed OpenMP threads cost more
+than their share."""
 
 
 class HostCopyProfile(BaseModel):
@@ -69,12 +70,13 @@ NOTES_HOST_COPIES = HostCopyProfile(
     h2d_bytes_per_s=_SEED_REQUEST_BYTES / 0.179,
     threads=VLLM_SERVING_THREADS,
     source=(
-        "../shared/notes/kv-path-measured.md: vLLM's copy ops for one 273 MB request with one "
+        "docs/kv-path.md, the default figures: vLLM's copy ops for one 273 MB request with one "
         "torch thread: d2h 306 ms first touch, 134 ms resident, h2d 177-181 ms"
     ),
     measured_on="NVIDIA H200, 16 CPU cores, 128 GiB RAM (not the seed's 24 GB-class server)",
 )
-"""The default copy rates: the notes' measurement (the seed measured none)."""
+"""The default copy rates, measured on an NVIDIA H200 server (docs/kv-path.md, "The default
+figures"; the seed measured none)."""
 
 
 def contention_factor(copying_threads: int, cores: int | None) -> float:

@@ -3,12 +3,13 @@
 What vLLM 0.31.0 does, and 0.33.0 (Dynamo 1.7.0) still does (lines at 0.33.0:
 :data:`kvpath.versions.UPSTREAM_RULES`;
 ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py``,
-``initialize_host_xfer_buffer``; ``../shared/notes/kv-path-measured.md``): for every layer,
+``initialize_host_xfer_buffer``, L1184-1217 at 0.31.0): for every layer,
 ``torch.empty(kv_cache.shape, dtype, device="cpu")``, a pageable host buffer the size of the
 worker's whole GPU KV cache, on prefill and decode alike (``use_host_buffer = kv_buffer_device ==
-"cpu"``). This **host mirror** is the worker's KV cache bytes: the program sets them with
-``--kv-cache-memory-bytes``, so the mirror is exact up to vLLM's rounding to whole blocks. Its
-pages become resident when a copy or a transfer first writes them and are never returned.
+"cpu"``, ``base_worker.py`` L728 and ``base_scheduler.py`` L91-93 at 0.31.0). This **host
+mirror** is the worker's KV cache bytes: the program sets them with ``--kv-cache-memory-bytes``,
+so the mirror is exact up to vLLM's rounding to whole blocks. Its pages become resident when a
+copy or a transfer first writes them and are never returned.
 
 Which pages a run touches follows from vLLM's free-block order (``vllm/v1/core/block_pool.py``
 at 0.31.0): ``BlockPool.__init__`` puts every block in ``FreeKVCacheBlockQueue`` in id order,

@@ -131,9 +131,9 @@ LINK_PROFILES: dict[str, LinkProfile] = {
             source=(
                 "one transfer: seed (inferred, not timed): disaggregation on one node added "
                 "~250 ms to TTFT for ~272 MB of KV over host-memory TCP, i.e. ~1 GB/s; one "
-                "pair's connection: ../shared/notes/kv-path-measured.md, NIXL 1.5.1 READs over "
-                "UCX/TCP between two processes, 2-8 in flight shared 1.10-1.37 GB/s (NVIDIA H200 "
-                "server, 16 cores)"
+                "pair's connection: NIXL 1.5.1 READs over UCX/TCP between two processes, 2-8 in "
+                "flight shared 1.10-1.37 GB/s (NVIDIA H200 server, 16 cores; docs/kv-path.md, "
+                "the default figures)"
             ),
         ),
         LinkProfile(

@@ -4,9 +4,9 @@ by that pair's transfers; between nodes, one wire per node pair, shared by every
 Why: NIXL's UCX backend keeps one connection per remote agent (``remoteConnMap``, filled by
 ``nixlUcxEngine::loadRemoteConnInfo`` with one endpoint per UCX worker of the engine;
 ``src/plugins/ucx/ucx_backend.cpp``, ai-dynamo/nixl main of 2026-08-21), so a prefill worker's
-transfers to one decode worker share one TCP connection; the notes measured what it
-carries (``../shared/notes/kv-path-measured.md``: one 273 MB READ alone 1.03-1.07 GB/s, 2-8 in
-flight 1.10-1.37 GB/s in all). Connections through one bottleneck converge to equal shares (the
+transfers to one decode worker share one TCP connection, measured on an NVIDIA H200 server
+(docs/kv-path.md, "The default figures": one 273 MB READ alone 1.03-1.07 GB/s, 2-8 in flight
+1.10-1.37 GB/s in all). Connections through one bottleneck converge to equal shares (the
 fluid model of TCP fairness), so a wire of ``W`` bytes/s crossed by ``m`` busy connections gives
 each ``W / m``, split equally among its transfers.
 
@@ -51,7 +51,7 @@ def transfer_rates(flows: Sequence[Flow]) -> list[float]:
 
 def transfer_seconds(kv_bytes: int, link_bytes_per_s: float) -> float:
     """Seconds to move ``kv_bytes`` at ``link_bytes_per_s`` (bytes/s), no latency term (for
-    ~272 MB transfers it is negligible: the notes measured ~0.1 ms for one 64 KiB descriptor).
+    ~272 MB transfers it is negligible: one 64 KiB descriptor takes ~0.1 ms, docs/kv-path.md).
 
     Raises:
         ValueError: ``kv_bytes`` < 0 or ``link_bytes_per_s`` <= 0.

@@ -23,10 +23,10 @@ for basic GPU support, or cuda to also include NVLink support." (``src/plugins/u
 ``validateTlsCudaSupport``). It came with ai-dynamo/nixl pull request #1617 ("UCX: fail on
 invalid UCX_TLS for GPU support"), merged in late August 2026: after NIXL 1.4.0 (tagged
 2026-08-13; the repository at 2026-08-21 has no such check), so the first release with it is
-**NIXL 1.5.0**; NIXL 1.5.1 refuses ``tcp,self`` (``../shared/notes/kv-path-measured.md``). Dynamo
-1.6.x ships NIXL 1.4.1 (no check: the seed ran ``UCX_TLS=tcp,self`` on GPU nodes with
-``vllm-runtime:1.6.2``), **Dynamo 1.7.0 ships NIXL 1.5.0**, the first with it. Later releases are
-taken to ship NIXL >= 1.5.0 (NIXL versions only move forward in Dynamo's
+**NIXL 1.5.0**; NIXL 1.5.1 refuses ``tcp,self`` on a GPU server (docs/kv-path.md, "Measured
+on a GPU server"). Dynamo 1.6.x ships NIXL 1.4.1 (no check: the seed ran ``UCX_TLS=tcp,self`` on
+GPU nodes with ``vllm-runtime:1.6.2``), **Dynamo 1.7.0 ships NIXL 1.5.0**, the first with it.
+Later releases are taken to ship NIXL >= 1.5.0 (NIXL versions only move forward in Dynamo's
 ``container/context.yaml``).
 
 **Upgrades Dynamo supports** (same page): "Supported upgrade path: within a minor release or to

@@ -3,10 +3,13 @@
 A `LocalGraph` starts one `python -m dynamo.frontend` and one `python -m dynamo.mocker` process per
 worker replica (one process per replica, so `kill_worker` kills exactly one worker), wires them
 with file discovery (a directory inside the work dir), the TCP request plane and the ZMQ event
-plane, and keeps every process on loopback. Facts it relies on (ai-dynamo 1.6.1) are in
-`/work/shared/notes/dynamo-local.md`: readiness means `/v1/models` lists the model, the
-mocker's own KV-bytes estimate ignores head_dim (so `--kv-bytes-per-token` is always passed),
-prefill workers add prompt_tokens x kv_bytes_per_token / bandwidth to TTFT.
+plane, and keeps every process on loopback. What it relies on (ai-dynamo 1.6.1): readiness
+means `/v1/models` lists the model (the frontend's `/health` says healthy with zero workers:
+docs/load-step.md, `loadgen.readiness`); the mocker's own KV-bytes estimate ignores the config's
+head_dim (`dynamo/mocker/utils/kv_cache.py` L168, `head_dim = hidden_size //
+num_attention_heads`), so `--kv-bytes-per-token` is always passed; a prefill worker with
+`--kv-transfer-bandwidth` (`dynamo/mocker/args.py` L574-581) adds prompt_tokens x
+kv_bytes_per_token / bandwidth to TTFT (`tests/localgraph/test_localgraph_disagg.py`).
 
 Disaggregation in 1.6.1 needs no `--bootstrap-ports`: without them the frontend runs the prefill
 on a prefill worker, then hands the request to a decode worker (observed: the frontend log names
@@ -68,7 +71,7 @@ _MODE = {"aggregated": "agg", "prefill": "prefill", "decode": "decode"}
 # Dynamo namespace of every component; graphs are isolated by their discovery directories.
 NAMESPACE = "dynamo"
 
-# Both the frontend and the workers: no etcd/NATS (see the notes).
+# Both the frontend and the workers: no etcd/NATS (file discovery under DYN_FILE_KV).
 _PLANE_ARGS = ("--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq")
 
 _LOOPBACK_ENV = {

@@ -1,6 +1,7 @@
-"""The seed's measured figures (``../shared/seed/BRIEF.md``, measured 2026-11-13), the yardstick of
-the simulation: the same-node table (KV routing with 6 workers / disaggregated on one node) and
-the cross-node attempts that ended in the OOMKill."""
+"""The seed's measured figures (part 4 of the blog series the README calls "the seed", measured
+2026-11-13; docs/simulation.md sets them beside the simulation's), the yardstick of the
+simulation: the same-node table (KV routing with 6 workers / disaggregated on one node) and the
+cross-node attempts that ended in the OOMKill."""
 
 from __future__ import annotations
 

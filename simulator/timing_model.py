@@ -60,11 +60,11 @@ What it models:
   active requests`` and ``minimum_cost_index`` takes the lowest, ties at random (defaults in
   ``lib/kv-router/src/scheduling/config.rs``: ``decode_active_request_weight`` 0.0,
   ``router_temperature`` 0.0, no sampling): the lowest active-block count wins (ai-dynamo/dynamo at
-  commits 0243c51b and 07a6c9ce, the stored versions: the snapshot is over this workplace's fetch
-  limit, so not read at the v1.6.2 tag, 28f9765; the maintainers describe the same override in June
-  2026, issue #10449, and in August 2026, PR #12960 on ``prefill_router/mod.rs``, around 1.6's
-  October release; the decode-affinity branch, ``worker_type == "decode"`` with a positive credit,
-  is reached only by conditional disaggregation, which keeps a credit). The decode worker pulls the
+  commits 0243c51b and 07a6c9ce, not at the v1.6.2 tag, 28f9765; the maintainers describe the
+  same override in June 2026, issue #10449, and in August 2026, PR #12960 on
+  ``prefill_router/mod.rs``, around 1.6's October release; the decode-affinity branch,
+  ``worker_type == "decode"`` with a positive credit, is reached only by conditional
+  disaggregation, which keeps a credit). The decode worker pulls the
   blocks it does not already hold, the prompt minus the run's reported (decode-side) hit (vLLM
   ``NixlConnectorScheduler.get_num_new_matched_tokens`` returns ``len(prompt) -
   num_computed_tokens``) over the connection of that prefill/decode pair,
@@ -81,7 +81,7 @@ What it models:
   worker's received blocks as they arrive; vLLM hands out never-used blocks first
   (:mod:`kvpath.memory`). A worker whose base + resident memory crosses its limit is
   OOMKilled: its requests in flight fail, and requests routed to it fail until Dynamo drops it
-  (``lease_s``, ~10 s for a SIGKILLed worker, ``../shared/notes/dynamo-local.md``); after that
+  (``LEASE_S``, ~10 s for a SIGKILLed worker); after that
   the router uses the remaining workers, or fails the request when no worker of the role is
   left. A killed worker stays down for the rest of the run (a restart reloads the model,
   about a minute, longer than a run); each run starts with every worker up and its mirror
@@ -116,8 +116,10 @@ from steptime.roofline import EngineStep
 Role = Literal["aggregated", "prefill", "decode"]
 
 LEASE_S = 10.0
-"""Seconds a killed worker stays registered, so the router still picks it (ai-dynamo 1.6.1,
-``../shared/notes/dynamo-local.md``: "A SIGKILLed worker stays registered for about 10 s")."""
+"""Seconds a killed worker stays registered, so the router still picks it: Dynamo's discovery
+entries expire 10 s after their last keep-alive (ai-dynamo/dynamo
+``lib/runtime/src/storage/kv/file.rs``, ``DEFAULT_TTL``: "10s is the same as our etcd lease
+expiry")."""
 
 OOM_EXIT_CODE = 137  # SIGKILL from the kernel's OOM killer: 128 + 9
 

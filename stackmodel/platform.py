@@ -13,8 +13,8 @@ re-read at 1.7.0, whose chart could not be read: preview warns, ``kvpath.version
   `dynamo-operator.namespaceRestriction.{enabled,targetNamespace}`,
   `dynamo-operator.webhook.{failurePolicy,podCheckpointRestoreFailurePolicy,timeoutSeconds,
   namespaceSelector}`: ai-dynamo/dynamo `deploy/helm/charts/platform/values.yaml` and
-  `components/operator/values.yaml` at 2a6da14c83617f5412caba5777dbf0e2399e9c5f (1.5 line,
-  copied to shared/dynamo-chart/).
+  `components/operator/values.yaml` at 2a6da14c83617f5412caba5777dbf0e2399e9c5f (1.5 line;
+  the tests check every key the program sets against them: tests/upstream_files.py).
 - `webhook.namespaceSelector` must stay empty and `namespaceRestriction.enabled` excludes
   `upgradeCRD`: `components/operator/templates/_validation.tpl` fails the install otherwise
   (ai-dynamo/dynamo, stored versions 37a3f91a003506bee2fea970b9766f15e2556222 and file id

@@ -1,9 +1,10 @@
 """Words a reader cannot follow or that are no longer true: the shipped stacks (and so every
-`init-stack` copy) and the documentation."""
+`init-stack` copy), the documentation, and every file of the project."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from docs_text import doc_files
@@ -13,6 +14,28 @@ from testbed.init_stack import new_stack_text
 
 PROJECT_ISSUE = re.compile(r"\bissues? #?\d{1,2}\b")
 """This project's issue numbers (two digits at most: upstream issues cited run to thousands)."""
+SIBLING_FOLDER = "/".join(("..", "shared"))
+"""A folder beside the checkout, which a clone does not have (spelled in pieces, so that this file
+does not name it)."""
+MACHINE_PATH = "/".join(("", "work", ""))
+"""A path of one machine (spelled in pieces, as above)."""
+CI_SETTING = "export DYNAMO_TESTBED_UPSTREAM="
+"""The one line that may name the folder beside the checkout: where .ci/run points the tests'
+upstream files at CI's copy (tests/upstream_files.py)."""
+NOT_THE_PROJECT = frozenset({"__pycache__", "out", "results"})
+"""Folders that hold what runs leave behind (besides the hidden ones: .git, .venv, .upstream)."""
+
+
+def project_files() -> list[Path]:
+    """Every file of the project, as a clone has it: not git's own (``.git``, a folder or, in a
+    worktree, a file), no hidden folder but ``.ci``, nothing a run leaves behind."""
+    found = []
+    for path in sorted(REPO.rglob("*")):
+        parts = path.relative_to(REPO).parts
+        hidden = parts[0] == ".git" or any(p.startswith(".") and p != ".ci" for p in parts[:-1])
+        if path.is_file() and not hidden and not NOT_THE_PROJECT & set(parts[:-1]):
+            found.append(path)
+    return found
 
 
 @pytest.mark.parametrize("stack", [s for s in stack_names() if s != "platform"])
@@ -28,6 +51,35 @@ def test_the_docs_cite_no_issue_number_and_no_machine_path() -> None:
         f"{path.name}:{n}: {line.strip()}"
         for path in doc_files()
         for n, line in enumerate(path.read_text().splitlines(), 1)
-        if PROJECT_ISSUE.search(line) or "../shared" in line or "/work/" in line
+        if PROJECT_ISSUE.search(line) or SIBLING_FOLDER in line or MACHINE_PATH in line
     ]
     assert found == []
+
+
+def test_no_project_file_names_a_folder_beside_the_checkout_or_a_machine_path() -> None:
+    """Code, tests, docs, pyproject and CI: a clone stands alone, so none points at a folder
+    beside it or a path of one machine, save the line of .ci/run that sets CI's copy."""
+    files = project_files()
+    assert {"pyproject.toml", ".ci/run", "scripts/fetch_upstream.py"} <= {
+        p.relative_to(REPO).as_posix() for p in files
+    }
+    found = []
+    for path in files:
+        name = path.relative_to(REPO).as_posix()
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue  # not text: a figure, say
+        for n, line in enumerate(text.splitlines(), 1):
+            if name == ".ci/run" and line.startswith(CI_SETTING):
+                continue
+            if SIBLING_FOLDER in line or MACHINE_PATH in line:
+                found.append(f"{name}:{n}: {line.strip()}")
+    assert found == []
+
+
+def test_ci_points_the_tests_upstream_files_at_its_copy_once() -> None:
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    assert [line for line in lines if CI_SETTING in line] == [
+        f'{CI_SETTING}"$PWD/{SIBLING_FOLDER}"'
+    ]

@@ -1,10 +1,11 @@
 """vLLM 0.31.0's host copy ops for one request, with 1..N processes copying at once.
 
-As a host-buffered vLLM worker makes them (``../shared/notes/kv-path-measured.md``): per layer a
-GPU KV cache and a pageable host buffer of the same shape (``torch.empty(..., device="cpu")``,
-``initialize_host_xfer_buffer``); device -> host ``dst[:, idx] = src[:, idx].cpu()`` and host ->
-device ``dst[:, idx] = src[:, idx].to(device)`` (``vllm/platforms/cuda.py``,
-``swap_out_blocks_to_host`` / ``insert_blocks_to_device``) over the request's block ids.
+As a host-buffered vLLM 0.31.0 worker makes them: per layer a GPU KV cache and a pageable host
+buffer of the same shape (``torch.empty(..., device="cpu")``, ``initialize_host_xfer_buffer``,
+``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py`` L1184-1217); device -> host
+``dst[:, idx] = src[:, idx].cpu()`` and host -> device ``dst[:, idx] = src[:, idx].to(device)``
+(``vllm/platforms/cuda.py``, ``swap_out_blocks_to_host`` L689-698 / ``insert_blocks_to_device``
+L677-686) over the request's block ids.
 The first device -> host copy writes pages for the first time; the second writes resident ones.
 Each process runs ``OMP_NUM_THREADS`` torch threads (default 1, as vLLM serves). torch is
 imported only here, and only if installed.

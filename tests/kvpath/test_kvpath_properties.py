@@ -32,8 +32,8 @@ def test_the_notes_copy_times_come_back() -> None:
 
 
 def test_contention_only_where_threads_outnumber_cores() -> None:
-    # The notes' rows: 1 thread per worker, 4 workers, 16 cores: no slowdown; 16 threads, 2 and
-    # 4 workers: 3.0x and 9.2x (measured 3.0x and 9.4x).
+    # The default figures' rows (docs/kv-path.md): 1 thread per worker, 4 workers, 16 cores: no
+    # slowdown; 16 threads, 2 and 4 workers: 3.0x and 9.2x (measured 3.0x and 9.4x).
     assert contention_factor(4, 16) == 1.0
     assert contention_factor(32, 16) == pytest.approx(3.03, abs=0.01)
     assert contention_factor(64, 16) == pytest.approx(9.19, abs=0.01)

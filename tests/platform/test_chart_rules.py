@@ -25,7 +25,7 @@ Not applied: ``apiOwnership.enabled`` (``upgradeCRD=true requires apiOwnership.e
 "A cluster-wide operator must set apiOwnership.enabled=true") appears only in the stored
 ``_validation.tpl`` version 37a3f91a003506bee2fea970b9766f15e2556222, from PR #11398
 ("fix(operator): enforce explicit cluster API ownership", closed unmerged on 2026-07-08); the
-main-line operator values of 2026-08-21 (2a6da14c, ../shared/dynamo-chart/) have no
+main-line operator values of 2026-08-21 (2a6da14c, the files tests/upstream_files.py reads) have no
 ``apiOwnership`` key, so the chart the program pins does not ask for it.
 """
 
@@ -37,13 +37,13 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import ValidationError
+from upstream_files import CHART_VALUES, OPERATOR_VALUES, upstream_file
 
 from stackmodel.config import project_values, stack_role
 from stackmodel.platform import OPERATOR_VALUES_KEY, PlatformConfig, helm_release_spec
-from stackmodel.stacks import REPO, stack_config, stack_names
+from stackmodel.stacks import stack_config, stack_names
 from stackmodel.validation import validate_platform_stack, validate_stack
 
-SHARED_CHART = REPO.parent / "shared" / "dynamo-chart"
 TESTBED = "dynamo-testbed"
 
 
@@ -165,8 +165,8 @@ def test_the_pinned_chart_values_have_no_api_ownership_key() -> None:
     """Why the program sets no ``apiOwnership`` (module docstring): the chart values copied from
     ai-dynamo/dynamo 2a6da14c have none. A newer copy with the key means re-reading
     ``_validation.tpl`` at that version."""
-    operator = yaml.safe_load((SHARED_CHART / "components__operator__values.yaml").read_text())
-    umbrella = yaml.safe_load((SHARED_CHART / "values.yaml").read_text())
+    operator = yaml.safe_load(upstream_file(OPERATOR_VALUES).read_text())
+    umbrella = yaml.safe_load(upstream_file(CHART_VALUES).read_text())
     assert "upgradeCRD" in operator and "namespaceRestriction" in operator
     assert "apiOwnership" not in operator
     assert "apiOwnership" not in (umbrella.get(OPERATOR_VALUES_KEY) or {})

@@ -1,11 +1,11 @@
 """Tests of stackmodel.platform: config models, chart values, release spec, namespace labels."""
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from pydantic import ValidationError
+from upstream_files import CHART_VALUES, upstream_file
 
 from stackmodel.platform import (
     CHART_REF,
@@ -18,7 +18,6 @@ from stackmodel.platform import (
 from stackmodel.platform import testbed_namespace_labels as namespace_labels
 
 TESTBED = "dynamo-testbed"
-SHARED_CHART = Path(__file__).resolve().parents[3] / "shared" / "dynamo-chart"
 RESTRICTED = {"operatorScope": "namespace", "crdsPreinstalled": True}
 
 
@@ -67,7 +66,8 @@ def test_cluster_scope_values_are_exact() -> None:
             "upgradeCRD": True,
             "namespaceRestriction": {"enabled": False},
             "discoveryBackend": "kubernetes",
-            # ../shared/dynamo-chart/values.yaml: dynamo-operator.controllerManager.tolerations
+            # dynamo-operator.controllerManager.tolerations: the chart's values.yaml at 2a6da14c,
+            # L112-114 (tests/upstream_files.py)
             "controllerManager": {
                 "tolerations": [
                     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -82,11 +82,15 @@ def test_cluster_scope_values_are_exact() -> None:
     }
 
 
-def test_operator_tolerations_are_the_users_and_the_chart_has_the_key() -> None:
-    """The operator pod gets ``platform.tolerations`` (default: the GPU taint, so it does not
-    stay Pending on a cluster of tainted GPU nodes); [] removes them. The key is the chart's."""
-    chart = yaml.safe_load((SHARED_CHART / "values.yaml").read_text())
+def test_the_chart_has_the_operator_tolerations_key() -> None:
+    """The key the program sets ``platform.tolerations`` under is the chart's (default [])."""
+    chart = yaml.safe_load(upstream_file(CHART_VALUES).read_text())
     assert chart["dynamo-operator"]["controllerManager"]["tolerations"] == []
+
+
+def test_operator_tolerations_are_the_users() -> None:
+    """The operator pod gets ``platform.tolerations`` (default: the GPU taint, so it does not
+    stay Pending on a cluster of tainted GPU nodes); [] removes them."""
     custom = PlatformConfig.model_validate(
         {"tolerations": [{"key": "dedicated", "value": "infra", "effect": "NoExecute"}]}
     )
@@ -323,10 +327,9 @@ def _leaf_paths(tree: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tupl
     return paths
 
 
-@pytest.mark.skipif(not SHARED_CHART.is_dir(), reason="shared/dynamo-chart is not beside the repo")
 @pytest.mark.parametrize("config", [{}, RESTRICTED])
 def test_every_value_we_set_is_a_key_of_the_chart(config: dict[str, Any]) -> None:
-    chart_values = yaml.safe_load((SHARED_CHART / "values.yaml").read_text())
+    chart_values = yaml.safe_load(upstream_file(CHART_VALUES).read_text())
     for path in _leaf_paths(platform_values(PlatformConfig.model_validate(config), TESTBED)):
         node = chart_values
         for key in path[:-1]:

@@ -109,7 +109,8 @@ def test_report_numbers_and_json_keys() -> None:
     assert report.kv_bytes_per_request == 271_925_248
     assert report.kv_mb_per_request == pytest.approx(271.925248)
     assert 2.3 <= report.disaggregation.transfer_seconds <= 2.5
-    # vLLM's copies at the notes' rates: d2h resident 134 ms + h2d 179 ms for 273,416,192 B.
+    # vLLM's copies at the default rates (docs/kv-path.md): d2h resident 134 ms + h2d 179 ms for
+    # 273,416,192 B.
     assert report.disaggregation.copy_seconds == pytest.approx(
         271_925_248 / 273_416_192 * (0.134 + 0.179)
     )

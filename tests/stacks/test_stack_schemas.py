@@ -10,15 +10,13 @@ import kubernetes_validate
 import pytest
 from crd_schema import crd_schema, schema_errors, strict_schema, strict_validator
 from jsonschema import Draft7Validator
+from upstream_files import DGD_CRD, upstream_file
 
 from manifests.graph import dgd_manifest
-from stackmodel.stacks import REPO
 from stackmodel.topology import build_topology
 from stackmodel.validation import validate_stack
 from testbed.render import Rendered
 
-CRD_DIR = REPO.parent / "shared" / "dynamo-crds"
-DGD_CRD = CRD_DIR / "nvidia.com_dynamographdeployments.yaml"
 KUBERNETES_VERSION = "1.34"
 CORE_KINDS = {
     "Namespace",
@@ -30,9 +28,8 @@ CORE_KINDS = {
 
 @pytest.fixture(scope="module")
 def dgd_validator() -> Draft7Validator:
-    if not DGD_CRD.exists():
-        pytest.skip(f"Dynamo CRDs not found at {CRD_DIR} (expected beside the repo in ../shared)")
-    return strict_validator(DGD_CRD, "v1beta1")
+    """The upstream DGD CRD's v1beta1 schema, strictly (skips without the CRD: upstream_files)."""
+    return strict_validator(upstream_file(DGD_CRD), "v1beta1")
 
 
 def all_rendered(
@@ -121,7 +118,8 @@ def test_strict_validator_rejects_misspelled_fields(
         f"{unexpected_at}: Additional properties are not allowed ('{typo}' was unexpected)"
     ]
     # Plain JSON Schema (what the API server's pruning amounts to) would have accepted it.
-    assert not list(Draft7Validator(crd_schema(DGD_CRD, "v1beta1")).iter_errors(dgd))
+    plain = Draft7Validator(crd_schema(upstream_file(DGD_CRD), "v1beta1"))
+    assert not list(plain.iter_errors(dgd))
 
 
 def test_strict_validator_checks_values_too(
@@ -182,10 +180,9 @@ def test_strict_schema_closes_only_what_the_api_server_prunes() -> None:
 
 
 def test_crd_schema_names_missing_version() -> None:
-    if not DGD_CRD.exists():
-        pytest.skip(f"Dynamo CRDs not found at {CRD_DIR}")
+    crd = upstream_file(DGD_CRD)
     with pytest.raises(KeyError, match=r"no version 'v2'; versions: v1alpha1, v1beta1"):
-        crd_schema(DGD_CRD, "v2")
+        crd_schema(crd, "v2")
 
 
 # --- core objects against Kubernetes 1.34 ------------------------------------------------------

@@ -2,8 +2,9 @@
 
 The Dynamo operator mounts an 8Gi memory-backed /dev/shm when a DGD component leaves
 ``sharedMemorySize`` unset (ai-dynamo/dynamo deploy/operator/internal/consts/consts.go
-``DefaultSharedMemorySize``; the v1beta1 CRD in ../shared/dynamo-crds says "nil selects the
-operator default (8Gi)"), and what is written there counts against the container's memory limit
+``DefaultSharedMemorySize``; the v1beta1 DGD CRD at 2a6da14c says "nil selects the operator
+default (8Gi)": ``deploy/operator/config/crd/bases/nvidia.com_dynamographdeployments.yaml``
+L21152-21154), and what is written there counts against the container's memory limit
 (kubernetes.io/docs/concepts/storage/volumes/#emptydir)."""
 
 from __future__ import annotations

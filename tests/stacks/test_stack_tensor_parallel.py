@@ -15,7 +15,8 @@ import kubernetes_validate
 import pytest
 from crd_schema import schema_errors, strict_validator
 from test_stack_render import arg_value, components, main_container
-from test_stack_schemas import DGD_CRD, KUBERNETES_VERSION
+from test_stack_schemas import KUBERNETES_VERSION
+from upstream_files import DGD_CRD, upstream_file
 
 from manifests.graph import dgd_manifest, vllm_deployment_manifests
 from simulator.hardware import run_topology
@@ -97,11 +98,10 @@ def test_the_seed_stacks_stay_one_gpu_per_worker(rendered: dict[str, Any]) -> No
 
 
 def test_a_tensor_parallel_dgd_validates_against_the_crd(tp_raw: Raw) -> None:
-    if not DGD_CRD.exists():
-        pytest.skip(f"Dynamo CRDs not found at {DGD_CRD.parent}")
-    cfg = validate_stack("tp", tp_raw)
-    dgd = dgd_manifest(cfg.cfg, build_topology(cfg), with_hf_token=True)
-    assert schema_errors(strict_validator(DGD_CRD, "v1beta1"), dgd) == []
+    crd = upstream_file(DGD_CRD)
+    plan = validate_stack("tp", tp_raw)
+    dgd = dgd_manifest(plan.cfg, build_topology(plan), with_hf_token=True)
+    assert schema_errors(strict_validator(crd, "v1beta1"), dgd) == []
 
 
 def test_tensor_parallel_deployments_validate_against_kubernetes(tp_raw: Raw) -> None:
