@@ -93,8 +93,9 @@ class TestbedGraph(pulumi.ComponentResource):
     ) -> pulumi.CustomResource:
         """Register a workload or the Service under :func:`stable_name`, delete-before-replace
         (a renamed DGD frees its GPU shares, a renamed Service its nodePort, before the new one
-        is created), aliased to its earlier name (:func:`resource_name`, so a stack deployed
-        before keeps its resources); with ``replace_on_spec`` a change of ``spec`` replaces it.
+        is created), aliased to :func:`resource_name` (a stack whose state holds the object
+        under that name keeps its resource); with ``replace_on_spec`` a change of ``spec``
+        replaces it.
         """
         opts = pulumi.ResourceOptions(
             parent=self,

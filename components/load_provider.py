@@ -47,6 +47,8 @@ class LoadStepProvider(ResourceProvider):
     Raises:
         LoadStepError: from create/update, only when ``failOnErrors`` is set and the status is
             not ok (the results folder is written first).
+        LoadStepStopped: from create/update, when the stop file stopped the grid
+            (:mod:`loadstep.folder`).
     """
 
     def create(self, props: dict[str, Any]) -> CreateResult:
@@ -104,7 +106,8 @@ class LoadStep(pulumi.dynamic.Resource, module="testbed", name="LoadStep"):
 
     Register it with ``depends_on`` the graph's workloads (the DGD waits for Ready; Deployments
     for their rollout) so it runs after them. Outputs: ``results`` (summary.json objects),
-    ``status`` (StepStatus as a dict), ``ranAt``, ``finishedAt`` (ISO-8601 UTC), ``resultsDir``.
+    ``status`` (StepStatus as a dict), ``ranAt``, ``finishedAt`` (ISO-8601 UTC), ``resultsDir``,
+    ``incidents`` (:data:`loadstep.inputs.OUTPUT_KEYS`).
     """
 
     results: pulumi.Output[list[dict[str, Any]]]

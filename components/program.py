@@ -684,9 +684,9 @@ def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources
 
 
 READ_STACK_OUTPUTS = "pulumi:pulumi:readStackOutputs"
-"""The engine's builtin invoke that reads another stack's outputs (pulumi/pulumi
-``pkg/resource/deploy/builtins.go`` L333 and L338-355), the same read as a StackReference's
-(``readStackReference``, L371-420)."""
+"""The engine's builtin invoke that reads another stack's outputs (pulumi/pulumi at commit
+1b5949891b3cefcb9974752b24a5ecef0acc86c8, ``pkg/resource/deploy/builtins.go`` L333 and
+L338-355), the same read as a StackReference's (``readStackReference``, L371-420)."""
 
 
 async def read_stack_outputs(name: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -694,7 +694,8 @@ async def read_stack_outputs(name: str) -> tuple[dict[str, Any] | None, str | No
 
     Returns ``(outputs, None)`` (``{}`` for a stack created but never brought up) or
     ``(None, error)``: the engine's error for a stack that does not exist (``unknown stack``,
-    ``pkg/backend/backend.go`` L408-418) or a name the backend refuses.
+    ``pkg/backend/backend.go`` L408-418) or a name the backend refuses. The engine files cited
+    here are pulumi/pulumi's at the commit of :data:`READ_STACK_OUTPUTS`.
 
     Why an invoke and not a StackReference: a StackReference is a resource read, and a read that
     fails fails its step, which cancels the whole preview or update whatever the program does

@@ -72,7 +72,7 @@ class LoadStepInputs(BaseModel):
             written to the results folder as ``stack.json`` so that ``testbed compare`` can
             say whether two results had the same workers and GPUs (the fingerprint covers it).
         runner: ``local`` (this process times the requests) or ``cluster`` (a Job in
-            ``namespace``: :mod:`incluster`); ``local`` in states written before it existed.
+            ``namespace``: :mod:`incluster`); ``local`` for a stored state without it.
         clients: client pods of a ``cluster`` run.
         image: the image the client pods run (the stack's runtime image).
         tolerations: the client pods' tolerations (every node class's).

@@ -246,7 +246,7 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
     exceeded = False
     failure: str | None = None
     notes: list[str] = []
-    # The pod watch (a no-op without a namespace, as in states written before it existed).
+    # The pod watch (a no-op without a namespace, as in a stored state without one).
     # The graph's pods, not the in-cluster load's own (whose ending is no incident).
     watch = pod_watch(
         inputs.namespace,

@@ -346,11 +346,11 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
     GPU memory (:func:`stackmodel.ucx.moves_gpu_memory`) on that worker.
 
     The check is per worker: the NIXL connector registers each side's buffer with its own
-    memory type, and vLLM's NIXL handshake does not compare ``kv_buffer_device``
-    (``compute_nixl_compatibility_hash`` in ``.../kv_connector/v1/nixl/metadata.py`` hashes
-    the vLLM version, model, dtype, KV layout, attention backend and transfer mode: 0.31.0
-    L175-198, 0.33.0 L186-203), so a host-buffered
-    prefill may feed a GPU-buffered decode; the decode side then needs the CUDA transport.
+    memory type, and vLLM's NIXL handshake does not compare ``kv_buffer_device`` (vLLM 0.31.0
+    ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py``,
+    ``compute_nixl_compatibility_hash``, lines 175-198, hashes the vLLM version, model, dtype,
+    KV layout, attention backend and transfer mode), so a host-buffered prefill may feed a
+    GPU-buffered decode; the decode side then needs the CUDA transport.
     """
     if cfg.engine.kind != "vllm":
         return []  # the mocker moves no real KV

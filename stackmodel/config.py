@@ -430,12 +430,12 @@ DEFAULT_READY_TIMEOUT_MINUTES = 60
 Ready, the vllm-service Deployments' rollout, the frontend Service's first ready endpoint:
 :func:`manifests.graph.ready_timeout_annotations`): a first deploy, not a restart.
 
-Every node pulls the vLLM runtime image first (about 12 GB, the issue's figure for
-``vllm-runtime:1.6.2``): 12e9 B x 8 / 100 Mbit/s = 16 min from nvcr.io on a 100 Mbit/s link,
-plus unpacking; then every worker downloads the model (Qwen3-0.6B: ~1.5 GB) and vLLM loads it
-and captures its CUDA graphs (~1-2 min). 15 minutes (the old default) fails a first deploy on
-any link slower than ~150 Mbit/s and leaves a half-created stack; an hour covers ~30 Mbit/s.
-The wait ends as soon as the operator reports Ready, so a warm redeploy is not slower."""
+Every node pulls the vLLM runtime image first (``vllm-runtime:1.6.2``, about 12 GB): 12e9 B x
+8 / 100 Mbit/s = 16 min from nvcr.io on a 100 Mbit/s link, plus unpacking; then every worker
+downloads the model (Qwen3-0.6B: ~1.5 GB) and vLLM loads it and captures its CUDA graphs (~1-2
+min). A 15-minute wait fails a first deploy on any link slower than ~150 Mbit/s and leaves a
+half-created stack; an hour covers ~30 Mbit/s. The wait ends as soon as the operator reports
+Ready, so a warm redeploy is not slower."""
 
 
 class TopologyConfig(CamelModel):

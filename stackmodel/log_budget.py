@@ -10,8 +10,9 @@ file are available through kubectl logs").
 from loadgen.config import LoadConfig
 
 LOG_FILE_BYTES = 10 * 1024 * 1024
-"""The kubelet's ``containerLogMaxSize`` default, 10 MiB (``KubeletConfiguration``; kubernetes
-``pkg/kubelet/apis/config/v1beta1/defaults.go``): the most of a pod's log the API serves."""
+"""The kubelet's ``containerLogMaxSize`` default, 10 MiB (Kubernetes 1.34
+``pkg/kubelet/apis/config/v1beta1/defaults.go``, ``SetDefaults_KubeletConfiguration``): the
+most of a pod's log the API serves."""
 
 RECORD_SHARE = 0.8
 """Of :data:`LOG_FILE_BYTES`, what a client's request records may take; the rest is for the

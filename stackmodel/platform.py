@@ -5,20 +5,19 @@ it into the keyword arguments of one `pulumi_kubernetes.helm.v3.Release` of NVID
 `dynamo-platform` chart (operator only: Grove, KAI scheduler, etcd and NATS off; Kubernetes
 discovery).
 
-Chart keys, and where they were checked (the 1.6.x tag itself was not in the reference index,
-so every key below was checked in the 1.5 line and in the chart's own templates/tests; not
-re-read at 1.7.0, whose chart could not be read: preview warns, ``kvpath.versions.UPSTREAM_RULES``):
+Chart keys and the chart's own rules, from ai-dynamo/dynamo at the commits named (the chart
+of the 1.5 line, taken to hold for 1.6.x: the "chart values" rule of
+:data:`kvpath.versions.UPSTREAM_RULES`; preview warns for a chart version of another line):
 - `global.{etcd,nats}.install`, `global.{grove,kai-scheduler}.{install,enabled}`,
   `dynamo-operator.{upgradeCRD,discoveryBackend}`,
   `dynamo-operator.namespaceRestriction.{enabled,targetNamespace}`,
   `dynamo-operator.webhook.{failurePolicy,podCheckpointRestoreFailurePolicy,timeoutSeconds,
   namespaceSelector}`: ai-dynamo/dynamo `deploy/helm/charts/platform/values.yaml` and
-  `components/operator/values.yaml` at 2a6da14c83617f5412caba5777dbf0e2399e9c5f (1.5 line;
+  `components/operator/values.yaml` at 2a6da14c83617f5412caba5777dbf0e2399e9c5f (chart 1.5.0;
   the tests check every key the program sets against them: tests/upstream_files.py).
 - `webhook.namespaceSelector` must stay empty and `namespaceRestriction.enabled` excludes
   `upgradeCRD`: `components/operator/templates/_validation.tpl` fails the install otherwise
-  (ai-dynamo/dynamo, stored versions 37a3f91a003506bee2fea970b9766f15e2556222 and file id
-  55200959407; introduced by PR #11597, cherry-picked to 1.3 by PR #11652, so every 1.3+ chart).
+  (at 37a3f91a003506bee2fea970b9766f15e2556222; in every chart from 1.3 on).
 - A restricted operator's admission webhooks select `kubernetes.io/metadata.name:
   <targetNamespace>`, and the release needs Helm's `--skip-crds`:
   `deploy/helm/charts/platform/tests/namespace_restriction_webhooks_test.yaml` and
@@ -279,10 +278,10 @@ def null_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
     """Dotted paths (``a.b[0].c``) of every None in `values` (dicts and lists), in order.
 
     `helm.v3.Release` never receives them from this program: the Python SDK sends a nested
-    None, but it does not reach the provider (pulumi/pulumi-kubernetes 7e10bf37a, #4293, in
-    4.30.0: "Go/C#/Python inline null (#3234, #3178): These SDKs strip null at the SDK marshaler
-    layer before it reaches the provider"; #3811 is the report for a Python `Release`), so a
-    null meant to delete a chart default silently keeps it.
+    None, but it does not reach the provider (pulumi-kubernetes 4.34.2, as since 4.30.0,
+    CHANGELOG #4293: "Go/C#/Python inline null (#3234, #3178): These SDKs strip null at the SDK
+    marshaler layer before it reaches the provider"), so a null meant to delete a chart default
+    silently keeps it.
     """
     found: list[str] = []
     for key, value in values.items():
@@ -436,7 +435,7 @@ def helm_release_spec(cfg: PlatformConfig, testbed_namespace: str) -> dict[str, 
     interrupted install otherwise stays `pending-install` and blocks the next `pulumi up` with
     "another operation (install/upgrade/rollback) is in progress" (pulumi-kubernetes#2054).
     `cleanup_on_fail=True`: resources a failed upgrade created are deleted. Both are the
-    `helm.v3.Release` arguments of pulumi-kubernetes 4.x (`atomic`, `cleanupOnFail`).
+    `helm.v3.Release` arguments of pulumi-kubernetes 4.34.2 (`atomic`, `cleanupOnFail`).
 
     Raises:
         ValueError: `cfg.install` is false (nothing to install), or as `platform_values`.

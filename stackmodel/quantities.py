@@ -22,14 +22,14 @@ KI, MI, GI = 2**10, 2**20, 2**30
 DEFAULT_BASE_MEMORY = "3328Mi"
 
 # The memory-backed /dev/shm (DGD ``sharedMemorySize``) each component gets. The Dynamo operator
-# mounts 8Gi when the DGD leaves it unset (``DefaultSharedMemorySize = "8Gi"``,
-# ai-dynamo/dynamo deploy/operator/internal/consts/consts.go; the v1beta1 CRD: "nil selects the
-# operator default (8Gi)"), and a tmpfs's files count against the container's memory limit
-# (kubernetes.io/docs/concepts/storage/volumes/#emptydir: with ``medium: Memory`` "files you
-# write count against your container's memory limit"), so an 8Gi mount could take a 3,584Mi
-# worker down. A single-GPU (tensor-parallel 1) vLLM worker exchanges no tensors between ranks
-# through /dev/shm (that is what needs a large one, vllm-project/production-stack PR #994);
-# 256Mi is four times a container runtime's 64Mi default. Raise it for tensor parallelism.
+# mounts 8Gi when the DGD leaves it unset (ai-dynamo/dynamo
+# ``deploy/operator/internal/consts/consts.go``, ``DefaultSharedMemorySize = "8Gi"``), and a
+# tmpfs's files count against the container's memory limit (kubernetes.io/docs/concepts/storage/
+# volumes/#emptydir: with ``medium: Memory`` "files you write count against your container's
+# memory limit"), so an 8Gi mount could take a 3,584Mi worker down. A single-GPU
+# (tensor-parallel 1) vLLM worker exchanges no tensors between ranks through /dev/shm (that is
+# what needs a large one, vllm-project/production-stack PR #994); 256Mi is four times a
+# container runtime's 64Mi default. Raise it for tensor parallelism.
 DEFAULT_SHARED_MEMORY = "256Mi"
 
 # The least /dev/shm a tensor-parallel (tensorParallelSize > 1) worker gets. Its GPU processes

@@ -5,9 +5,9 @@ resource: its provider runs inside the `pulumi up` process on the user's machine
 it does in the cluster (reading pods for incidents; with `load.runner: cluster`, creating its
 Job, ConfigMap and Service and reading the pods' logs) it does with the user's kubeconfig, as
 the program's other resources are applied. Its load pods need no API access (no token is
-mounted), so a ServiceAccount, Role and RoleBinding would be used by no pod (issue #10); the
-program appends the load step's namespaced rules to the output
-(:func:`incluster.manifests.rbac_entry`), for an administrator to bind where the user has less.
+mounted), so a ServiceAccount, Role and RoleBinding would be used by no pod; the program
+appends the load step's namespaced rules to the output (:func:`incluster.manifests.rbac_entry`),
+for an administrator to bind where the user has less.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class NodeClassUse(BaseModel):
 
     def gpu_kind(self) -> str | None:
         """The GPU as a comparison tells GPUs apart: ``l40s 48 GiB``, ``24 GiB GPU`` (no GPU
-        named); None when unknown (a ``stack.json`` written before GPUs were recorded)."""
+        named); None when unknown (no ``gpu_memory_gib``, as in a ``stack.json`` without it)."""
         if self.gpu_memory_gib is None:
             return None
         return f"{self.gpu or ''} {self.gpu_memory_gib:g} GiB{'' if self.gpu else ' GPU'}".strip()
@@ -200,7 +200,7 @@ def compare_resources(
     """Compare stack A's resources (the baseline) with stack B's (see the module docstring).
 
     ``a``/``b``: :class:`StackResources` or their output dicts; None when unknown (a stack
-    deployed before the ``resources`` output, or a results folder without ``stack.json``).
+    without a ``resources`` output, or a results folder without ``stack.json``).
     Example (the seed): ``kv-routing also used node class gpu-8gb: 2 workers on 1 GPU``,
     ``in all: 6 workers on 2 GPUs vs 4 workers on 1 GPU``.
 

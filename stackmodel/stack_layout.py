@@ -12,7 +12,9 @@ registers accordingly:
 - ``standalone``: everything in one ``pulumi up`` (release + graph), for a cluster that runs
   one stack at a time; two standalone stacks would both install the same cluster-wide release.
 
-What a StackReference to the platform stack sees (Pulumi's engine, ``pulumi/pulumi``):
+What a StackReference to the platform stack sees (Pulumi's engine: pulumi/pulumi at commit
+1b5949891b3cefcb9974752b24a5ecef0acc86c8, the commit of every pulumi/pulumi file cited in this
+module):
 
 - a stack that does not exist: the read fails with ``unknown stack "<name>"``
   (``pkg/backend/backend.go``, ``backendClient.GetStackOutputs``), and with it the whole preview
@@ -25,9 +27,9 @@ What a StackReference to the platform stack sees (Pulumi's engine, ``pulumi/pulu
 
 :func:`read_platform_exports` turns the last two into a :class:`PlatformStackError` naming the
 stack to bring up first; the program wraps the first one the same way: the Python SDK sets a
-failed read's error on the reference's outputs (``pulumi/runtime/resource.py``, ``do_read``:
-``rpc.resolve_outputs_due_to_exception``), so awaiting ``outputs`` raises it, and the engine
-also reports the read error on the ``pulumi:pulumi:StackReference`` resource itself.
+failed read's error on the reference's outputs (pulumi 3.272.0 ``pulumi/runtime/resource.py``,
+``do_read``: ``rpc.resolve_outputs_due_to_exception``), so awaiting ``outputs`` raises it, and
+the engine also reports the read error on the ``pulumi:pulumi:StackReference`` resource itself.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class VersionGateError(RuntimeError):
     Worded as :class:`~stackmodel.errors.StackConfigError` (the stack, the key, the fix), but a
     ``RuntimeError``: raised inside an Output the program awaits, where Pulumi's SDK rewraps a
     ``ValueError`` as "While processing resource ..." for every resource waiting on it
-    (``pulumi/runtime/resource.py``, ``pulumi/output.py``).
+    (pulumi 3.272.0 ``pulumi/runtime/resource.py``, ``pulumi/output.py``).
 
     Attributes:
         problems: the problems, as :class:`~stackmodel.errors.ConfigProblem`.
@@ -168,7 +170,7 @@ def platform_exports(cfg: PlatformConfig) -> PlatformExports:
 
     Raises:
         pydantic.ValidationError: ``operatorScope`` is not ``cluster`` (refused earlier by
-            :func:`stackmodel.config.validate_platform_stack`).
+            :func:`stackmodel.validation.validate_platform_stack`).
     """
     (operator,) = rbac_summary(cfg, cfg.namespace)
     return PlatformExports.model_validate(

@@ -41,10 +41,10 @@ def sizing_warnings(plan: StackPlan) -> list[ConfigWarning]:
 def deprecation_warnings(cfg: StackConfig) -> list[ConfigWarning]:
     """Settings that deploy today but that upstream has deprecated, each with its replacement.
 
-    ``kvTransfer.role: kv_both`` with NixlConnector: vLLM deprecates it (RFC vllm-project/vllm
-    #43807; phase 1, PR #43874, logs a warning from
-    ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py`` and asks for
-    ``kv_producer`` on prefill and ``kv_consumer`` on decode instances).
+    ``kvTransfer.role: kv_both`` with NixlConnector: vLLM deprecates it (RFC
+    vllm-project/vllm#43807): ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py``
+    logs a warning and asks for ``kv_producer`` on prefill and ``kv_consumer`` on decode
+    instances.
     """
     replacement = {"prefill": "kv_producer", "decode": "kv_consumer"}
     return [

@@ -174,12 +174,12 @@ def worker_args(plan: StackPlan, planned: GroupPlan) -> tuple[str, ...]:
     publisher (``dynamo/vllm/main.py`` lines 478-486) and the worker registers
     ``kv_event_publishing_enabled = False`` (line 905), so the router finds no overlap on it.
 
-    ``--kv-cache-memory-bytes`` (vLLM >= 0.10.2 ``CacheConfig.kv_cache_memory_bytes``, present
-    in vLLM 0.31.0: "Size of KV Cache per GPU in bytes ... (when not-None) ignores
-    gpu_memory_utilization") makes the engine skip its startup memory profiling, which measures
-    device-wide free memory and misjudges it when other workers on a time-sliced GPU start at the
-    same time (vllm-project/vllm PR #21489). ``--gpu-memory-utilization`` still gates startup:
-    vLLM refuses to start unless that share of the GPU is free (``request_memory`` in
+    ``--kv-cache-memory-bytes`` (vLLM 0.31.0 ``CacheConfig.kv_cache_memory_bytes``: "Size of KV
+    Cache per GPU in bytes ... (when not-None) ignores gpu_memory_utilization") makes the engine
+    skip its startup memory profiling, which measures device-wide free memory and misjudges it
+    when other workers on a time-sliced GPU start at the same time
+    (vllm-project/vllm#21489). ``--gpu-memory-utilization`` still gates startup: vLLM refuses to
+    start unless that share of the GPU is free (``request_memory`` in
     ``vllm/v1/worker/utils.py``).
 
     mocker: ``--model-path``/``--model-name``, ``--kv-bytes-per-token`` from sizing (the mocker's

@@ -8,9 +8,11 @@ p99 and requests/s at 8 grid points) by
 together with the two timing constants that are not engine steps
 (:data:`simulator.calibration.CONSTANTS`: time-slicing efficiency, request overhead). The seed
 ran Qwen/Qwen3-0.6B on unnamed 24 GB and 8 GB GPUs, taken as :data:`FIT_GPU` (see
-:data:`steptime.gpus.DEFAULT_GPU`). Every other GPU and model gets the same efficiencies: its
-figures are extrapolated from one fit, which :data:`FIT_MODEL` and :data:`FIT_GPU` let a
-consumer say (:func:`extrapolation_note`).
+:data:`steptime.gpus.DEFAULT_GPU`). A worker whose node class names no calibration profile
+takes the efficiencies of :func:`fit_for`: AIConfigurator's on a catalog GPU of
+:data:`AIC_EFFICIENCIES`, the seed fit's on every other GPU, with the seed fit's host time
+either way; outside :data:`FIT_MODEL` on :data:`FIT_GPU` its figures are extrapolated, which
+:func:`extrapolation_note` says.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ SEED_FIT = EngineFit(
         "kv-routing rows (bench/calibrate.py)"
     ),
 )
-"""The efficiencies every worker uses."""
+"""The seed fit: the host time of every worker without a calibration profile, and its
+efficiencies too on a GPU without AIConfigurator's (:func:`fit_for`)."""
 
 
 CHECKED = (

@@ -27,24 +27,18 @@ from configkeys.config_text import ConfigText
 
 FP8_GEMM_EFFICIENCY_RATIO = 0.89
 """How much of its FP8 peak an FP8 GEMM reaches, as a fraction of how much of its BF16 peak a
-BF16 one does: an FP8 prefill runs at ``FP8 peak x this x the BF16-fitted efficiency``.
-Measured on one NVIDIA H200 (torch 2.11.0, CUDA 13.0; ``python3 bench/fp8_gemm_device.py``):
-the four linear layers of one decoder layer of Llama-3.3-70B and of Qwen3-32B, sharded over 1,
-2 and 4 GPUs, at 2,048 to 8,192 prefill tokens: FP8 ``torch._scaled_mm`` (per-tensor scales,
-BF16 out) took 1/1.69 to 1/1.84 of the BF16 ``torch.mm`` time, median 1/1.79, where the peaks
-differ by 2x (BF16 at 666-749 TFLOP/s, about 70% of the H200's 989.5). The activations'
-dynamic quantisation (vLLM's ``scaled_fp8_quant``) is left out. Measured on Hopper alone; the
-catalog's Ada GPUs (L40S, L4, RTX 4090) take it too, unmeasured."""
+BF16 one does: an FP8 prefill runs at ``FP8 peak x this x the BF16-fitted efficiency``. Covers
+the GEMMs (cuBLASLt's ``torch._scaled_mm``, per-tensor scales), not the activations' dynamic
+quantisation (vLLM's ``scaled_fp8_quant``). Measured with ``bench/fp8_gemm_device.py`` on one
+NVIDIA H200 (the figures: docs/simulation.md, "FP8"); the catalog's Ada GPUs (L40S, L4,
+RTX 4090) take it unmeasured."""
 
 FP8_WEIGHT_READ_RATIO = 0.62
 """How fast an FP8 GEMM of a decode step reads its weights (bytes/s), as a fraction of how
 fast a BF16 one does: a decode step's FP8 weight read runs at ``HBM rate x this x the
 BF16-fitted weights efficiency``, so FP8 weights make a memory-bound step about 1.24x, not 2x,
-faster. Measured with the same script: the layer GEMMs of the 4-way shards of Llama-3.3-70B
-and Qwen3-32B at 1 to 128 tokens, where BF16 ``torch.mm`` read its weights at 2,220-3,160
-GB/s (46-66% of the H200's 4,800) and FP8 ``torch._scaled_mm`` at 0.49-0.70 of the BF16 rate,
-median 0.62 (8-way shards: 0.46-0.54). cuBLASLt's kernel, not vLLM's CUTLASS one, so a
-figure for the hardware path, not vLLM's exact kernel. On a GPU without FP8 tensor cores
+faster. Measured with ``bench/fp8_gemm_device.py`` on one NVIDIA H200 (cuBLASLt's kernel, not
+vLLM's CUTLASS one; the figures: docs/simulation.md, "FP8"). On a GPU without FP8 tensor cores
 (vLLM's FP8 Marlin, W8A16) the weights are read at the BF16 efficiency, unmeasured."""
 
 

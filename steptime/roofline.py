@@ -4,7 +4,8 @@ One engine step of a worker batches every running request's next token (decode) 
 waiting prompts' uncached tokens (prefill). Its time is host time plus GPU time:
 
 - **host** (``EngineFit.step_host_s``): scheduling, input preparation, sampling and output
-  processing on the worker's CPU; the same for every model and GPU (the seed fit's number).
+  processing on the worker's CPU; the same for every model and GPU (the seed fit's number)
+  unless a calibration profile gives the GPU's own.
 - **memory** (decode and any step): the weights once, plus every decoding request's KV read
   by attention, at ``memory_gb_per_s x weights_efficiency`` and ``x kv_efficiency``:
   ``weight_bytes / (bw x e_w) + sum(context_i) x kv_bytes_per_token / (bw x e_kv)``.
