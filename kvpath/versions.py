@@ -280,9 +280,7 @@ UPSTREAM_RULES: tuple[UpstreamRule, ...] = (
         "stackmodel.platform",
         ((1, 5), (1, 6)),
         "dynamo-platform chart of the 1.5 line (ai-dynamo/dynamo "
-        "2a6da14c83617f5412caba5777dbf0e2399e9c5f), taken to hold for 1.6.x (its tag could not "
-        "be read: stackmodel.platform's docstring); the 1.7.0 chart could not be read here (the "
-        "repository is over the fetch limit and the index holds no 1.7 chart)",
+        "2a6da14c83617f5412caba5777dbf0e2399e9c5f), taken to hold for 1.6.x; not read at 1.7.0",
         dynamo_only=True,
     ),
     UpstreamRule(
@@ -291,7 +289,7 @@ UPSTREAM_RULES: tuple[UpstreamRule, ...] = (
         ((1, 5), (1, 6)),
         "DGD v1beta1 of the 1.5 line (ai-dynamo/dynamo "
         "2a6da14c83617f5412caba5777dbf0e2399e9c5f), taken to hold for 1.6.x (the seed deployed "
-        "its DGDs on 1.6.2); the 1.7.0 CRDs could not be read here",
+        "its DGDs on 1.6.2); not read at 1.7.0",
         dynamo_only=True,
     ),
 )

@@ -634,7 +634,8 @@ class SizingConfig(CamelModel):
         gt=0,
         description="Prefill throughput (tokens/s) for the 'will disaggregation pay?' estimate "
         "and the simulation; default: the step-time model's (steptime: the node class's GPU "
-        "roofline x the seed fit's efficiency).",
+        "roofline x its efficiencies: the class's calibration profile's, else AIConfigurator's "
+        "for the GPU, else the seed fit's).",
     )
     cluster_check: Literal["error", "warn", "off"] = Field(
         default="error",

@@ -230,11 +230,11 @@ NEBIUS_QWEN3_32B = PublishedPair(
     ratio=None,
     paid=False,
     assumptions=(
-        "workers: the stored text of the gist gives no tensor-parallel size or worker count: "
+        "workers: the gist gives no tensor-parallel size or worker count: "
         "Dynamo's own vLLM recipe for this model (recipes/qwen3-32b-fp8/vllm/disagg/"
         "deploy.yaml: prefill TP2, decode TP4) filled to 10 GPUs, 3 x TP2 prefill + 1 x TP4 "
         "decode; aggregated 5 x TP2",
-        "load: no input/output length in the stored text: Dynamo's own Qwen3-32B-FP8 study "
+        "load: the gist gives no input/output length: Dynamo's own Qwen3-32B-FP8 study "
         "(recipes/qwen3-32b-fp8/aic_based_disagg_perf_tuning.md), 4,000 in / 500 out",
         "link: Nebius H200 nodes have InfiniBand: the rdma profile; the gist itself suspects "
         "the KV transfer and did not confirm placement",
