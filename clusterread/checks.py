@@ -285,7 +285,7 @@ def existing_operator_problem(
     refuse with "cannot re-use a name that is still in use" (helm ``pkg/action/install.go``
     ``availableName``, reached without ``replace``: pulumi/pulumi-kubernetes
     ``provider/pkg/provider/helm_release.go`` L622 ``client.Replace = newRelease.Replace`` at
-    94977969d64112b04e19945818a7d5d5f38f631d; the report: pulumi-kubernetes #1727). A ClusterRole
+    ``tests/cli_rules/kubernetes_await.PULUMI_KUBERNETES_COMMIT``). A ClusterRole
     ``<release>-dynamo-operator-manager-role`` of another release makes the chart fail a
     cluster-wide install ("Found existing cluster-wide Dynamo operator": the operator's
     ``_validation.tpl`` L27-78, tests/platform/test_chart_rules.py).
@@ -327,8 +327,8 @@ def deployed_graphs_problem(graphs: Sequence[Mapping[str, Any]]) -> str | None:
     stack); None when there are none.
 
     Destroying the platform first removes the operator and its webhooks while DGDs remain:
-    their finalizers need the operator, so the graph stacks' destroy then hangs (issue 20,
-    item 4). Pulumi's ``protect`` refuses the release's delete (pulumi/pulumi
+    their finalizers need the operator, so the graph stacks' destroy then hangs. Pulumi's
+    ``protect`` refuses the release's delete (pulumi/pulumi
     ``pkg/resource/deploy/step.go`` L645-648 at 1b5949891b3cefcb9974752b24a5ecef0acc86c8,
     also in preview); this check guards the step that lifts it.
     """

@@ -19,11 +19,10 @@ its timeout. Each way a pod can start early, and what the program does about it:
   ``dynamo.ComputeDGDWorkersSpecHash``), so one worker's change starts a new generation of
   every worker's DynamoComponentDeployments beside the old ones, and deletes the old only once
   each worker component's new generation is ready (``continueRollingUpdate``,
-  ``completedWorkerComponents``, ``completeRollingUpdate``: ai-dynamo/dynamo
-  ``deploy/operator/internal/controller/dgd_worker_rollout_reconciler.go``, read on the main
-  line at 03dfed81c3d05d88bf4ca06d21f021160c7cb97d, as the 1.6.2 tag was too large to fetch
-  here; the docs' "Rolling Updates" page of 1.6 describes the same for Deployment-backed
-  graphs); where those pods do not fit the free shares, the DGD is replaced instead
+  ``completedWorkerComponents``, ``completeRollingUpdate``: ai-dynamo/dynamo at
+  03dfed81c3d05d88bf4ca06d21f021160c7cb97d,
+  ``deploy/operator/internal/controller/dgd_worker_rollout_reconciler.go``); where those pods
+  do not fit the free shares, the DGD is replaced instead
   (:attr:`Rollout.replace_graph`), the old one deleted first;
 - an object that only the new program has (a vLLM Deployment of a renamed component, the DGD
   of a stack that was vllm-service): the engine creates it before it deletes what the program

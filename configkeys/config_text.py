@@ -3,17 +3,11 @@
 ``pulumi config set --path KEY VALUE`` does not store what the user typed as text when KEY is a
 path below a top-level key (``load.runId``, ``topology.workers[0].cpu``): ``true``/``false``
 become booleans and integers (without a leading zero) become numbers; everything else stays a
-string. Sources, pulumi/pulumi at 1b5949891b3cefcb9974752b24a5ecef0acc86c8:
-
-- ``sdk/go/common/resource/config/map.go`` L225-245: ``Map.Set`` with a path of more than one
-  segment stores ``v.coerceObject()``;
-- ``sdk/go/common/resource/config/value.go`` L145-166: ``coerceObject`` coerces untyped strings;
-- ``sdk/go/common/resource/config/object.go`` L566-591: ``coerce``: ``"true"``/``"false"`` ->
-  bool, ``strconv.ParseInt``/``ParseUint`` -> int, a leading ``0`` keeps the string;
-- ``pkg/cmd/pulumi/config/config.go`` L726-728 (``config set --help``): "When setting the config
-  for a path, "true" and "false" are treated as boolean values, and integers are treated as
-  numbers. All other values are treated as strings. Top level entries are always treated as
-  strings."
+string. Source: pulumi/pulumi at 1b5949891b3cefcb9974752b24a5ecef0acc86c8
+(``tests/cli_rules/pulumi_cli.PULUMI_COMMIT``), ``sdk/go/common/resource/config/object.go``
+L566-591, ``coerce`` (``"true"``/``"false"`` -> bool, ``strconv.ParseInt``/``ParseUint`` ->
+int, a leading ``0`` keeps the string), which ``Map.Set`` (``map.go`` L225-245) applies to a key
+path of more than one segment.
 
 Stack files are YAML, where an unquoted ``2``, ``true`` or ``0.5`` is a number or boolean too.
 So ``pulumi config set --path -s disagg-same-node load.runId 2`` hands the program

@@ -52,11 +52,11 @@ def merged_run(
 
     Each client's monotonic times are moved onto client 0's by the barrier's release of the
     measured loops (``ShardRun.met_ns``: one instant on every clock), not by the wall clocks:
-    a node whose clock ran 2 s ahead put its client's requests 2 s late and halved the merged
-    run's requests/s and in-flight count. The wall clocks' disagreement with that instant is
-    each client's clock skew: its start and end times are corrected by it, and a skew above
-    ``CLOCK_SKEW_WARN_MS`` is said in the run's warnings. Logs without ``met_ns`` are merged
-    on the wall clocks, as before."""
+    on the wall clocks, a node whose clock runs 2 s ahead would put its client's requests 2 s
+    late, stretching the merged run and lowering its requests/s and in-flight count. The wall
+    clocks' disagreement with that instant is each client's clock skew: its start and end
+    times are corrected by it, and a skew above ``CLOCK_SKEW_WARN_MS`` is said in the run's
+    warnings. Logs without ``met_ns`` are merged on the wall clocks."""
     base = shards[0].offset_ns or 0
     first = shards[0].runs[key]
     parts: list[ShareResult] = []

@@ -19,9 +19,9 @@ Kubernetes behaviour relied on (kubernetes.io docs, "Jobs" at v1.34):
   (``FailedIndexes``) once every index has ended, so every pod's log stays readable until the
   step deletes the Job. Not ``backoffLimit: 0``: the first failed pod exceeds it, and the
   controller then deletes every pod still running, with the finished runs in their logs,
-  before it marks the Job Failed (kubernetes ``pkg/controller/job/job_controller.go``
-  ``syncJob``: ``exceedsBackoffLimit``, "Remove active pods if Job failed",
-  ``deleteActivePods``; read at commit 6ae037f1). ``backoffLimit`` is left unset: with
+  before it marks the Job Failed (kubernetes/kubernetes at 6ae037f1,
+  ``pkg/controller/job/job_controller.go``, ``syncJob``: ``exceedsBackoffLimit``, "Remove
+  active pods if Job failed", ``deleteActivePods``). ``backoffLimit`` is left unset: with
   ``backoffLimitPerIndex`` it defaults to 2147483647 (JobSpec, Kubernetes 1.34 OpenAPI).
 """
 
@@ -67,7 +67,7 @@ CPU_REQUEST = "1"
 MEMORY_REQUEST = "512Mi"
 MEMORY_LIMIT = "2Gi"
 """Memory of one client: the runtime's imports plus the records of one run; the entrypoint's
-peak RSS was 164-234 MiB with 9,000-request runs (``bench/incluster_overhead.py``,
+peak RSS is 164-234 MiB with 9,000-request runs (measured with ``bench/incluster_overhead.py``,
 docs/in-cluster.md); the limit leaves room for larger runs."""
 
 TTL_AFTER_FINISHED_S = 3600
@@ -298,8 +298,8 @@ LOAD_STEP_RULES: tuple[dict[str, Any], ...] = (
 """What the in-cluster load step does with the user's credentials, in the stack's namespace
 only (:mod:`incluster.runtime`): create, read, list (its stack's leftover Jobs) and delete its
 Job and read the Job's status (``GET .../jobs/<name>/status``: RBAC matches ``jobs/status``, a
-resource of its own that a ``jobs`` rule does not cover: kubernetes
-``pkg/apis/rbac/v1/evaluation_helpers.go`` ``ResourceMatches``), create and delete its ConfigMap
+resource of its own that a ``jobs`` rule does not cover: Kubernetes 1.34
+``pkg/apis/rbac/v1/evaluation_helpers.go``, ``ResourceMatches``), create and delete its ConfigMap
 and barrier Service, list and watch pods (its own, and the graph's for incidents:
 :mod:`kubeclient.pod_watch`) and read their logs; create pods (the load pod's server-side dry run
 before the Job, and the KV-path probe's two pods: :mod:`incluster.probe`) and delete them. A

@@ -248,22 +248,23 @@ kubelet a failed pull with a back-off, so a passing state is not an error, but t
 deadline (an hour and more) is no time to wait for one that stays."""
 
 NEVER_STARTS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
-"""Container waiting reasons no retry ends (kubernetes ``pkg/kubelet/images/types.go``)."""
+"""Container waiting reasons no retry ends (Kubernetes 1.34 ``pkg/kubelet/images/types.go``)."""
 
 MAY_NOT_START = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError"}
 )
-"""Container waiting reasons the kubelet retries (the image's: ``pkg/kubelet/images/types.go``,
-``image_manager.go`` ``EnsureImageExists``, "Back-off pulling image"; the container's:
-``pkg/kubelet/kuberuntime/kuberuntime_container.go``, ``ErrCreateContainerConfig``,
-``ErrCreateContainer``): an error once they last :data:`START_GRACE_S`."""
+"""Container waiting reasons the kubelet retries (Kubernetes 1.34; the image's:
+``pkg/kubelet/images/types.go``, ``image_manager.go`` ``EnsureImageExists``, "Back-off pulling
+image"; the container's: ``pkg/kubelet/kuberuntime/kuberuntime_container.go``,
+``ErrCreateContainerConfig``, ``ErrCreateContainer``): an error once they last
+:data:`START_GRACE_S`."""
 
 
 def _start_problem(pod: dict[str, Any]) -> tuple[str, bool] | None:
     """Why a pending pod is not starting and whether no retry ends it, or None: a container
     waiting with a reason of :data:`NEVER_STARTS` / :data:`MAY_NOT_START` (its message), or the
-    scheduler's ``PodScheduled: False`` condition with reason ``Unschedulable``
-    (``pkg/scheduler/schedule_one.go`` ``handleSchedulingFailure``; its message says which
+    scheduler's ``PodScheduled: False`` condition with reason ``Unschedulable`` (Kubernetes
+    1.34 ``pkg/scheduler/schedule_one.go``, ``handleSchedulingFailure``; its message says which
     nodes lack what)."""
     status = pod.get("status") or {}
     if status.get("phase", "Pending") != "Pending":

@@ -6,10 +6,8 @@ Python 3, aiohttp, orjson, pydantic, prometheus-client and tokenizers. Source: a
 ``container/Dockerfile.vllm``, runtime stage, ``uv pip install --requirement
 container/deps/requirements.txt``; that file lists ``prometheus_client``, ``pydantic``,
 ``transformers`` (so ``tokenizers``) and ``aiperf``, which depends on ``aiohttp`` and ``orjson``
-(ai-dynamo/aiperf ``pyproject.toml``). Read as stored on the main line: the 1.6.2 tag itself was
-too large to fetch here (as in :func:`manifests.graph.frontend_service_manifest`), so
-re-check there. pandas, pyarrow, matplotlib and rich stay on the workstation
-(:mod:`incluster.collect`).
+(ai-dynamo/aiperf ``pyproject.toml``). pandas, pyarrow, matplotlib and rich stay on the
+workstation (:mod:`incluster.collect`).
 """
 
 import hashlib

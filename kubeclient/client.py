@@ -43,7 +43,8 @@ def request_timeout(seconds: float | tuple[float, float] | None) -> tuple[float,
 class _TimedApiClient(client.ApiClient):  # type: ignore[misc]
     """An ``ApiClient`` whose every call has a timeout that takes effect
     (:func:`request_timeout`): the generated API methods pass ``_request_timeout`` to
-    ``ApiClient.call_api`` by keyword (``kubernetes/client/api_client.py`` L305-310)."""
+    ``ApiClient.call_api`` by keyword (kubernetes client 32.0.1,
+    ``kubernetes/client/api_client.py`` L305-310)."""
 
     def call_api(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["_request_timeout"] = request_timeout(kwargs.get("_request_timeout"))
@@ -57,7 +58,8 @@ def api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
     current context.
 
     Every call through it has a timeout (:class:`_TimedApiClient`). Built as the client's
-    ``new_client_from_config`` builds one (``kubernetes/config/kube_config.py`` L866-881).
+    ``new_client_from_config`` builds one (kubernetes client 32.0.1,
+    ``kubernetes/config/kube_config.py`` L866-881).
 
     Raises KubeAccessError (one line) when no configuration is found or it is invalid.
     """

@@ -11,8 +11,8 @@ import time
 from types import TracebackType
 
 LAG_TICK_S = 0.005
-# The issue #7 budget for TTFT error at p99 is 5 ms; a loop that wakes more than that late at
-# its p99 can alone use up the budget, so the run gets a warning.
+# The client's TTFT error budget at p99 is 5 ms (docs/loadgen.md, "Performance"); a loop that
+# wakes more than that late at its p99 can alone use up the budget, so the run gets a warning.
 LAG_WARN_P99_MS = 5.0
 
 

@@ -190,10 +190,10 @@ class ShareResult:
 async def _frozen_heap() -> AsyncIterator[None]:
     """For the block, every object that exists at its start is frozen out of garbage collection
     (`gc.freeze`, after one full collection), so no full collection walks the heap of imports,
-    prompts, bodies and records while requests are timed. Measured: in a `testbed load`
-    process (pandas and pulumi imported) one gen-2 collection paused the loop for ~170 ms
-    (6,000 requests at c=64 on the shared 2-core machine, timed with `gc.callbacks`); frozen,
-    no gen-2 collection ran in the loop."""
+    prompts, bodies and records while requests are timed: in a `testbed load` process (pandas
+    and pulumi imported) one such collection pauses the loop for ~170 ms (timed with
+    `gc.callbacks`, 6,000 requests at c=64 on 2 shared cores; docs/loadgen.md, "Worker
+    processes and event-loop lag")."""
     gc.collect()
     gc.freeze()
     try:

@@ -65,8 +65,8 @@ class TokenizerSizer:
         tokens took then plus 5% and 8; each further chunk the tokens still missing plus 16.
         Encoding costs ~1.4 us per word and a prompt is built per request, so fewer words
         encoded is cheaper: the routing run's byte-level tokenizer takes ~4.5 tokens a word,
-        so `n_tokens` words were ~4.5 times the text needed. The cut falls at the same place
-        however the stream is chunked, for a tokenizer whose tokens do not span a space
+        so `n_tokens` words would be ~4.5 times the text needed. The cut falls at the same
+        place however the stream is chunked, for a tokenizer whose tokens do not span a space
         (`tests/loadgen/test_prompts.py` checks the byte-level ones)."""
         if n_tokens <= 0:
             return ""
@@ -194,7 +194,8 @@ class PromptCache:
     text: a ``TokenizerSizer`` by its tokenizer's serialized content (SHA-256), a
     ``WordSizer`` by its tokens per word; any other sizer only by itself. A 2,371-token prompt
     costs ~0.4 ms of CPU to build with the routing run's byte-level tokenizer (a run's 200 in
-    0.08 s), the grid's 5,484 texts ~2 s.
+    0.08 s), the seed grid's 5,484 texts ~2 s (docs/simulation.md, "How long the full seed grid
+    takes").
     """
 
     def __init__(self, uses: int) -> None:

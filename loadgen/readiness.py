@@ -1,9 +1,9 @@
 """Is the server ready to be measured? `/v1/models` listing the model, then a readiness gate.
 
-Listing is not readiness: right after a DynamoGraphDeployment turns Ready, Dynamo frontends
-have been seen listing the model while answering 500 and then 404 for several seconds (issue
-#13). The gate (`wait_until_serving`) therefore sends streamed completions, exactly as the load
-does, until `ReadyCheck.successes` in a row succeed.
+Listing is not readiness: right after a DynamoGraphDeployment turns Ready, a Dynamo frontend can
+list the model while answering 500 and then 404 for several seconds (docs/loadgen.md,
+"Readiness gate"). The gate (`wait_until_serving`) therefore sends streamed completions, exactly
+as the load does, until `ReadyCheck.successes` in a row succeed.
 
 Every request here goes through `loadgen.loops.make_client`, the one HTTP client configuration
 of the load itself (aiohttp, which ignores `HTTP(S)_PROXY`; same connect/read timeouts), so the

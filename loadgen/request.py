@@ -236,7 +236,7 @@ async def stream_request(
 ) -> None:
     """POST `body` (a JSON request with `stream: true`) to `path` and fill `record` in place.
 
-    `session` comes from `loadgen.runner.make_client` (base URL, timeouts, `timing_trace`).
+    `session` comes from `loadgen.loops.make_client` (base URL, timeouts, `timing_trace`).
     `[DONE]` ends the request (`end_ns`); the rest of the body is read for up to
     `DONE_GRACE_S` so the connection goes back to the pool for reuse. `deadline_s` (seconds)
     bounds the whole request from `record.intended_ns`. A 200 stream without a generated token

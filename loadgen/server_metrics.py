@@ -3,8 +3,7 @@ right before a run's warm-up and right after its last request, parsed with prome
 text parser, and differenced.
 
 The names are the Dynamo frontend's (ai-dynamo 1.6.1, `dynamo_frontend_*`; scraped from the
-real frontend in `tests/loadgen/test_server_metrics.py`; the same names are in ai-dynamo-runtime
-1.7.0.dev20261026, `kvpath.versions.UPSTREAM_RULES`):
+real frontend in `tests/loadgen/test_server_metrics.py`):
 
 - `dynamo_frontend_requests_total{status, error_type}`: requests by outcome;
 - `dynamo_frontend_time_to_first_token_seconds`, `dynamo_frontend_inter_token_latency_seconds`:
@@ -50,9 +49,9 @@ INPUT_TOKENS = PREFIX + "input_sequence_tokens"
 CACHED_TOKENS = PREFIX + "cached_tokens"
 OUTPUT_TOKENS = PREFIX + "output_sequence_tokens"
 # Which process answered a scrape: the standard process collector's start time (seconds since
-# the epoch), where the server exports it; the Dynamo frontend (1.6.1, scraped from the real
-# frontend with mocker workers) exports neither that nor a pid, but labels its uptime gauge
-# with its own instance id (`dynamo_component_uptime_seconds{worker_id="..."}`).
+# the epoch), where the server exports it; the Dynamo frontend (ai-dynamo 1.6.1) exports
+# neither that nor a pid, but labels its uptime gauge with its own instance id
+# (`dynamo_component_uptime_seconds{worker_id="..."}`).
 PROCESS_START = "process_start_time_seconds"
 UPTIME = "dynamo_component_uptime_seconds"
 # The frontend's KV router (same scrape): per phase ("aggregated", "prefill", "decode"), the
@@ -63,8 +62,9 @@ IDENTITY_GAUGES = (PROCESS_START, UPTIME)
 ROUTER_CACHED = "dynamo_component_router_kv_selected_cached_prefix_tokens_total"
 ROUTER_INPUT = "dynamo_component_router_input_sequence_tokens_sum"
 PREFIX_PHASES = ("aggregated", "prefill")
-# vLLM's prefix-cache counters, in tokens (vllm/v1/metrics/loggers.py, PrometheusStatLogger:
-# "vllm:prefix_cache_queries" / "vllm:prefix_cache_hits", counters, so exposed with `_total`).
+# vLLM's prefix-cache counters, in tokens (vLLM 0.31.0 `vllm/v1/metrics/loggers.py`,
+# `PrometheusStatLogger`: "vllm:prefix_cache_queries" / "vllm:prefix_cache_hits", counters, so
+# exposed with `_total`).
 # Scraped on the prefill workers, where a prefix is looked up: a disaggregated decode worker
 # counts the KV it received as cached in the client's usage (vLLM #43370, #47136).
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
@@ -83,11 +83,11 @@ def parse_samples(text: str, model: str) -> Samples:
     """Every counter, histogram and untyped sample of a Prometheus text exposition (gauges only
     for `IDENTITY_GAUGES`), keyed by sample name (with its `_total`, `_bucket`, `_sum`, `_count`
     suffix) and its labels other than `model`; samples labelled with another model are left
-    out. The model label is matched regardless of case: Dynamo frontends before ai-dynamo PR
-    #9775 (merged 2026-05-19, cherry-picked to release/1.2.0 as #9953) lower-cased it on the
-    request, TTFT, ITL and token families (`InflightGuard`, `ResponseMetricCollector`,
-    `HttpQueueGuard` in lib/llm/src/http/service/metrics.rs) while other families kept the
-    served name. Raises ValueError when `text` is not Prometheus text."""
+    out. The model label is matched regardless of case: Dynamo frontends that predate
+    ai-dynamo/dynamo PR #9775 lower-case it on the request, TTFT, ITL and token families
+    (`InflightGuard`, `ResponseMetricCollector`, `HttpQueueGuard` in
+    `lib/llm/src/http/service/metrics.rs`) while other families keep the served name. Raises
+    ValueError when `text` is not Prometheus text."""
     samples: Samples = {}
     wanted = model.casefold()
     for family in text_string_to_metric_families(text):

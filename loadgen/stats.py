@@ -161,8 +161,8 @@ def _present(values: Sequence[float | None]) -> list[float]:
 
 # An open loop that sent less than this share of its offered rate did not deliver it.
 SENT_SHARE_MIN = 0.9
-# Client queue time is "large next to TTFT" above both: the TTFT p99 error budget of issue #7
-# (5 ms), and a tenth of the TTFT p50 it would otherwise hide in.
+# Client queue time is "large next to TTFT" above both: the client's TTFT p99 error budget
+# (5 ms, docs/loadgen.md "Performance"), and a tenth of the TTFT p50 it would otherwise hide in.
 QUEUE_P99_MIN_MS = 5.0
 QUEUE_TO_TTFT_MAX = 0.1
 # A client process busier than this during the measured loop reads its clock late

@@ -181,11 +181,11 @@ def frontend_service_manifest(cfg: StackConfig, topology: Topology) -> dict[str,
     ``GetPodTemplateLabels`` of the component, then adds its own
     (``nvidia.com/dynamo-graph-deployment-name``, ``nvidia.com/dynamo-component``,
     ``nvidia.com/dynamo-component-type``, ``nvidia.com/selector``) in
-    ``dcdWorkloadRenderer.generatePodTemplateSpec`` (ai-dynamo/dynamo ``deploy/operator``,
-    ``internal/dynamo`` and ``internal/controller``, as stored on the main line; the 1.6.2 tag
-    itself was too large to fetch here, so re-check there). The operator's own labels are not
-    used because its ``nvidia.com/dynamo-namespace`` value is operator-derived and the older
-    ``deploy/cloud/operator`` set no graph-name label at all.
+    ``dcdWorkloadRenderer.generatePodTemplateSpec`` (ai-dynamo/dynamo
+    ``deploy/operator/internal/controller``, with the label helpers in
+    ``deploy/operator/internal/dynamo``). The operator's own labels are not used: its
+    ``nvidia.com/dynamo-namespace`` value is operator-derived, and the operator of older
+    releases (``deploy/cloud/operator``) sets no graph-name label at all.
     ``vllm-service``: the part-1 Service in front of all vLLM replicas. Its type
     comes from ``topology.frontend.serviceType`` (NodePort by default: a direct path, unlike
     ``kubectl port-forward``, which adds about 2 ms per request).
@@ -230,7 +230,7 @@ def vllm_deployment_manifests(
     A Deployment whose pods take GPUs rolls out with ``strategy: Recreate`` (every old pod
     stops before a new one starts): on a cluster whose GPU shares are all taken, the default
     RollingUpdate's surge pod (maxSurge 25% rounds up to 1, maxUnavailable 25% of 2 replicas
-    rounds down to 0: kubernetes ``pkg/controller/deployment/util/deployment_util.go``
+    rounds down to 0: Kubernetes 1.34 ``pkg/controller/deployment/util/deployment_util.go``,
     ``ResolveFenceposts``) stays Pending and no old pod is ever removed
     (``tests/cli_rules/deployment_rollout.py``).
     """
