@@ -1,6 +1,5 @@
 """How long `testbed --help`, each command's `--help` and an argument error take, wall clock
-and CPU, in a fresh process each (the goal: within 1 s; it was 8-10 s when testbed/cli.py
-imported every command's modules).
+and CPU, in a fresh process each (the goal: within 1 s).
 
 Run: `uv run python bench/cli_help.py [--repeat 5]`. Prints the median wall and CPU seconds per
 invocation and the load average beside them: the machine is shared, and the CPU time is what a

@@ -1,5 +1,5 @@
-"""How long the full seed grid of both seed stacks takes to simulate: the old way and the new, in
-one run.
+"""How long the full seed grid of both seed stacks takes to simulate: as shipped ("new") and
+without the shipped savings ("old"), in one run.
 
 Run: `uv run --frozen --all-groups python bench/full_grid_speed.py [--out DIR] [--ways old,new]`
 (about 4 minutes on 2 shared cores).
@@ -9,7 +9,7 @@ Run: `uv run --frozen --all-groups python bench/full_grid_speed.py [--out DIR] [
   warnings only, prompts built once for both grids.
 - **old**: the same two simulations one after the other, the mockers at `--speedup-ratio` 10
   and the graphs at Dynamo's default log level (`simulator.routing.QUIET_LOG_LEVEL` set to
-  None), prompts built per grid: what `testbed simulate` did before.
+  None), prompts built per grid: the baseline the savings are measured against.
 
 Each way runs in its own process; its CPU time is that process's and its children's (the
 graphs' processes, which it waits for), from `resource.getrusage(RUSAGE_CHILDREN)`. Then, per

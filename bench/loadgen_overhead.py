@@ -13,7 +13,7 @@ process with 16-token streams:
   given twice: the measured loops only (every process, `ShareResult.cpu_s`) and everything the
   client processes spent from the start of the run (warm-up, spawning and importing workers).
   AIPerf's is all CPU time of its processes (its start-up included: it has no loop-only figure).
-- `testbed load` as a user runs it (`--cli`, default on; issue #15): one process (and its
+- `testbed load` as a user runs it (`--cli`, default on): one process (and its
   workers) against the 50 ms server with 100-token prompts (the test tokenizer) and 16-token
   streams, 3,000 then 9,000 requests; whole-process CPU per request = the difference of the
   two runs' CPU (os.wait4 rusage: the process and every worker it waited for) / 6,000, so
@@ -101,9 +101,8 @@ def _split_cpus() -> tuple[set[int] | None, set[int] | None]:
 
     On a small machine the scheduler otherwise wakes the client on the CPU of the server that
     just wrote to it (wake-affine), so the client reads the clock only after the server has
-    written its whole burst of chunks: on 2 cores at c=8 that wait was ~0.8 ms of the ~1.8 ms
-    TTFT error at p50, and the client's work interleaved with the server's most of the rest
-    (pinned: +0.4 ms p50, +0.7 ms p99)."""
+    written its whole burst of chunks: the server's cost, counted as the client's TTFT error
+    (docs/loadgen.md, "Performance")."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return None, None

@@ -12,8 +12,8 @@ imports goes into a fresh interpreter (`python -c`), `--repeat` times, alternati
 
 Each child measures its own CPU time (`time.process_time()`, user + system of all its threads)
 around the import alone, not the interpreter's start-up; the best of `--repeat` is printed (CPU
-time is what a shared machine's load inflates least; the wall time is shown beside it). Goal
-(issue 20, item 10): the program at most 0.5 s of CPU above the baseline. Also prints the
+time is what a shared machine's load inflates least; the wall time is shown beside it). Goal:
+the program at most 0.5 s of CPU above the baseline. Also prints the
 top-level packages the program imports beyond the baseline. A measurement script: nothing here
 asserts (tests/test_program_imports.py keeps the heavy packages out).
 """

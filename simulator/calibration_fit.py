@@ -17,7 +17,7 @@ What is not fitted: the time-slicing efficiency (``CONSTANTS``), the KV path's f
 (:mod:`kvpath`), the host memory. In a disaggregated measured run a request's cached tokens are
 the prefill worker's hit (what a real vLLM decode worker reports, :mod:`simulator.timing_model`),
 while the timing model reads them as the decode worker's: the fit is meant for aggregated
-runs, and a disaggregated target is scored, not fitted, in the worked example.
+runs, and a disaggregated target is scored, not fitted, in docs/simulation.md's worked example.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ SIMPLEX_SCALES = (0.5, 0.15, 0.04)
 """The Nelder-Mead searches, one after the other, each starting from the best point so far with
 a simplex of this half-width in log space (0.5: each figure x 0.6 or x 1.65). The timing model's
 loss has small jumps (a request joining an engine step earlier or later, a routing tie going the
-other way): one narrow search from the seed fit stops in one of them (measured on the test's
-folder: prefill efficiency 0.85 where it was simulated with 0.55)."""
+other way): one narrow search from the seed fit can stop in one of them, far from the figures
+(the calibration test's folder: prefill efficiency 0.85 for a folder simulated with 0.55)."""
 
 LOSS_TOLERANCE = 1e-6
 """The loss (:func:`fit`'s: the mean over fitted values of ``ln(simulated / measured)`` squared,
@@ -84,10 +84,9 @@ losses differ by at most this (and its points by at most :data:`XATOL`)."""
 
 XATOL = 1e-2
 """Nelder-Mead's ``xatol``, in log space (natural log of each figure): 1e-2 is 1% of a figure.
-SciPy stops a search only where both hold; with 1e-3 the simplex kept shrinking over the loss's
-small jumps after the loss had stopped falling (measured on the CLI test's folder, timed on a
-GPU of 60 TFLOPS and 500 GB/s, fitted from the seed fit: 438 iterations to a loss of 1.30e-4
-with ``fatol`` 1e-9 and ``xatol`` 1e-3, 184 to 1.38e-4 with these)."""
+SciPy stops a search only where both hold; a tighter ``xatol`` keeps the simplex shrinking over
+the loss's small jumps after the loss has stopped falling: on the calibration CLI test's folder,
+``xatol`` 1e-3 took 2.4 times the iterations of 1e-2 for a loss 6% lower."""
 
 WITHIN = 0.25
 """A simulated value is "within" when it is within +-25% of the measured one (the seed's

@@ -9,9 +9,9 @@ prompt is one token. A prompt's token count is therefore known without a tokeniz
 `len(content.encode()) + CHAT_TEMPLATE_OVERHEAD_TOKENS` for one user message.
 
 Its vocabulary also holds OUTPUT_WORD_TOKENS word symbols (" w0", " w1", ...) after the bytes.
-The mocker streams random output token ids (seen here: ids from ~800 to ~1,700 with ai-dynamo
-1.6.1); with only the 259 byte and special symbols they decode to nothing and the stream has
-no content at all. No prompt can produce a word symbol (there are no merges), so the one byte,
+The mocker streams random output token ids (with ai-dynamo 1.6.1, ids from ~800 to ~1,700);
+with only the 259 byte and special symbols they decode to nothing and the stream has no
+content at all. No prompt can produce a word symbol (there are no merges), so the one byte,
 one token rule still holds for prompts.
 """
 

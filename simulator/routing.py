@@ -40,16 +40,12 @@ the prompts, not on how long the answers are; the timing model uses the stack's 
 
 ROUTING_SPEEDUP = 100.0
 """Mocker ``--speedup-ratio`` of the routing run (``testbed simulate --speedup``'s default): its
-timing is not used. ai-dynamo 1.6.1 documents it as the "Speedup ratio for mock execution"
-(``dynamo/mocker/args.py`` lines 259-264; the scheduler itself is compiled into
-``_core.abi3.so``). Faster mockers leave the graph's and the load client's CPU to set the
+timing is not used (ai-dynamo 1.6.1 ``dynamo/mocker/args.py`` lines 259-264: "Speedup ratio
+for mock execution"). Faster mockers leave the graph's and the load client's CPU to set the
 pace, but they also change routing: with less time in the workers the KV router sees less
-load and keeps more requests on the worker holding their prefix. Measured on the full seed
-grid of both stacks side by side: 117 s wall at 10, 97 s at 100, 95 s at 1000; kv-routing's
-cached ratio at 7 and 12 kinds, concurrency 8, 0.752 and 0.658 at 10 (0.760-0.768 and
-0.619-0.681 one stack after the other), 0.768 and 0.701 at 100, 0.795-0.808 and 0.706-0.739
-at 1000. 100 takes nearly all of the time saved and keeps the hits within the runs' spread
-at 10 (docs/simulation.md)."""
+load and keeps more requests on the worker holding their prefix. 100 saves nearly all the wall
+time 1000 would and keeps the cached ratios close to those at 10 (measured on the full seed
+grid of both stacks, 2 shared cores: docs/simulation.md)."""
 
 
 ROUTING_DIR = "routing"

@@ -59,7 +59,8 @@ SEED_OOM_MEMORY_LIMIT = "3584Mi"
 """The prefill worker's memory limit in the seed's cross-node runs (the part-3 limit)."""
 
 WITHIN = 0.25
-"""The issue's tolerance: a simulated value counts as reproduced within +-25% of the seed's."""
+"""The seed comparison's tolerance: a simulated value counts as reproduced within +-25% of the
+seed's."""
 
 
 def within(simulated: float | None, seed: float, tolerance: float = WITHIN) -> bool:

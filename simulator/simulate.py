@@ -206,9 +206,9 @@ def timed_side_by_side(
     the last in this process, each other in a worker process of its own (``spawn``: a clean
     interpreter, which imports this module in ~2.5 s of CPU), whose result is read back from
     the folder it wrote (``result.json``, the same ``GridResult``). The timing model is pure
-    Python, one core per stack; run one after the other, the two seed stacks' full grids took
-    9 s of wall time each here. A worker still running when this returns or raises (an error
-    in this process, Ctrl-C) is terminated.
+    Python, one core per stack (~9 s of wall time for a seed stack's full grid,
+    docs/simulation.md). A worker still running when this returns or raises (an error in this
+    process, Ctrl-C) is terminated.
 
     Raises:
         TimingError: a worker process failed (its exit code; its traceback was printed).

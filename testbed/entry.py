@@ -32,7 +32,7 @@ def interrupt_again(unraisable: Any) -> None:
     """``sys.unraisablehook``: a ``KeyboardInterrupt`` raised where it could not propagate is
     raised again in the main thread :data:`REDELIVERY_DELAY_S` later (``_thread.interrupt_main``,
     as if Ctrl-C came once more); every other unraisable error goes to Python's default hook,
-    printed as before."""
+    which prints it."""
     if not isinstance(unraisable.exc_value, KeyboardInterrupt):
         sys.__unraisablehook__(unraisable)
         return

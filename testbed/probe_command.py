@@ -34,11 +34,11 @@ from stackmodel.errors import StackConfigError
 probe_app = typer.Typer(help="Measure the KV path on this machine.", no_args_is_help=True)
 
 DEFAULT_REPEATS = 5
-"""Timed rounds per count of transfers in flight. One round was not enough on a busy machine:
-two back-to-back one-round probes gave 0.471 and 1.813 GB/s for one transfer (issue 23's
-tester, 2 shared cores). Five rounds of the seed's 273 MB transfers (1, 2 and 4 in flight) add
-a few seconds: `testbed probe kv-path disagg-same-node` took 12.0 s with one round, 12.9 s with
-five (load average 1.2, 2 cores)."""
+"""Timed rounds per count of transfers in flight; the profile keeps each figure's median over
+them (:func:`probe_spread`). On a busy machine one round alone can be off by several times (two
+one-round probes back to back: 0.471 and 1.813 GB/s for one transfer, 2 shared cores); five
+rounds of the seed's 273 MB transfers (1, 2 and 4 in flight) add about a second to
+`testbed probe kv-path disagg-same-node` (12.0 s to 12.9 s on 2 cores)."""
 
 _READY_TIMEOUT_S = 120.0
 IN_CLUSTER_DEADLINE_S = 1200.0

@@ -39,8 +39,8 @@ SIMULATE_OUT = Path("out/simulate")
 
 def under_project(out: Path, default: Path) -> Path:
     """``out`` of a command: its default lies in the project folder whatever the working
-    directory (run from ``docs/`` it once landed in ``docs/out/``); a folder the user names is
-    theirs, relative to the working directory as usual."""
+    directory (run from ``docs/``, still the project's ``out/``, not ``docs/out/``); a folder the
+    user names is theirs, relative to the working directory as usual."""
     from stackmodel.stacks import REPO
 
     return REPO / out if out == default else out

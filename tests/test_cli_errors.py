@@ -126,8 +126,7 @@ def test_the_version_gate_is_one_error_line_exit_2(
 def test_a_command_given_the_platform_stack_names_the_graph_stacks(
     capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
-    """The platform stack has no graph: the error names the stacks to use instead (it once
-    told the user to fix the platform stack's own file)."""
+    """The platform stack has no graph: the error names the stacks to use instead."""
     assert main([*command, "platform"]) == 2
     assert capsys.readouterr().err == (
         "error: stack 'platform' is the platform stack (stackRole: platform): it deploys no "
@@ -180,9 +179,9 @@ def run_entry(command: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ctrl_c_inside_a_weakref_callback_is_one_line_and_exit_130() -> None:
-    """A tester's Ctrl-C late in `testbed simulate` printed "Exception ignored in: <function
-    WeakSet.__init__.<locals>._remove ...>" and a traceback: the interrupt had landed in a weakref
-    callback. The entry point raises it again in the main thread, so it is the one line."""
+    """Ctrl-C that lands in a weakref callback (late in `testbed simulate`) would print
+    "Exception ignored in: <function WeakSet.__init__.<locals>._remove ...>" and a traceback;
+    the entry point raises it again in the main thread, so it is the one line."""
     done = run_entry("late")
     assert (done.returncode, done.stdout) == (130, "")
     assert done.stderr == "interrupted (Ctrl-C); nothing more was written\n"

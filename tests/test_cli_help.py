@@ -1,6 +1,6 @@
 """`testbed --help`, each command's `--help` and an argument error load none of the heavy
-modules (what made every `--help` take 8-10 s), and the help fits 80 columns with whole option
-names. Nothing here is timed: `bench/cli_help.py` measures the seconds."""
+modules (they cost seconds), and the help fits 80 columns with whole option names. Nothing here
+is timed: `bench/cli_help.py` measures the seconds."""
 
 from __future__ import annotations
 
@@ -133,8 +133,8 @@ INTERNAL_NAME = re.compile(
 def test_help_loses_no_placeholder_to_markup_and_names_no_internals(
     probed: tuple[dict[str, tuple[int, str]], set[str]], words: list[str]
 ) -> None:
-    """`<stack>` in help text was eaten as markup (`stacks/Pulumi..yaml`, `(/)`); a flag
-    takes no value, so no `<bool>`; help is for users: no module or function names."""
+    """`<stack>` in help text is not eaten as markup (no `stacks/Pulumi..yaml`, no `(/)`); a
+    flag takes no value, so no `<bool>`; help is for users: no module or function names."""
     code, output = probed[0][" ".join([*words, "--help"])]
     assert code == 0, output
     text = " ".join(output.replace("│", " ").split())

@@ -168,7 +168,7 @@ def test_no_module_imports_a_layer_above_its_own(module: str) -> None:
 
 
 def test_a_layer_violation_would_be_found() -> None:
-    """The reach the move ended (steptime -> the stack model's catalog) is above steptime."""
+    """A reach upward (steptime -> the stack model's catalog) is a layer above steptime."""
     assert _layer("stackmodel.models") > _layer("steptime.roofline")
 
 

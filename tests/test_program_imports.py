@@ -2,9 +2,9 @@
 
 ``pulumi preview`` and every ``pulumi up`` import ``components.program`` (``__main__.py``)
 before registering anything, and the load step's dynamic-provider process imports it again;
-the step's own packages are imported where it runs (``loadstep.runtime``). Issue 20
-item 10 measured ~6.7 s of CPU for the import when they were module-level imports; the timing
-itself is ``bench/program_import.py`` (timings live in bench/, not in tests).
+the step's own packages are imported where it runs (``loadstep.runtime``): at module level they
+would cost seconds of CPU at every import. The timing is ``bench/program_import.py`` (timings
+live in bench/, not in tests).
 """
 
 from __future__ import annotations

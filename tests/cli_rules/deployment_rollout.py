@@ -2,7 +2,7 @@
 controller's two strategies, the Pulumi engine's order of replacements and deletes, and which
 field changes pulumi-kubernetes turns into a replacement.
 
-Sources (file, function and lines as read):
+Sources (file, function and lines):
 
 - kubernetes ``pkg/controller/deployment/util/deployment_util.go`` ``ResolveFenceposts``
   (maxSurge rounds up, maxUnavailable down; both 0 makes maxUnavailable 1) and
@@ -10,9 +10,7 @@ Sources (file, function and lines as read):
   ``pkg/controller/deployment/rolling.go`` ``rolloutRolling`` (scale the new ReplicaSet up
   within maxSurge, the old down within maxUnavailable of available pods) and
   ``recreate.go`` ``rolloutRecreate`` (old ReplicaSets to 0, wait until no old pod runs, then
-  the new one up). The kubernetes snapshot is too large to fetch here; the function text was
-  read in copies of ``deployment_util.go`` the code index holds (identical bodies): re-read it
-  at the cluster's tag.
+  the new one up).
 - pulumi/pulumi at :data:`pulumi_cli.PULUMI_COMMIT`: ``pkg/resource/deploy/step_generator.go``
   L2043-2047 (the ``deleteBeforeReplace`` option overrides the provider), L1945-1946
   (``applyReplaceOnChanges``), ``deployment_executor.go`` L486 (``GenerateDeletes`` after the

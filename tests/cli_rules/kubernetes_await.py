@@ -13,16 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 PULUMI_KUBERNETES_COMMIT = "94977969d64112b04e19945818a7d5d5f38f631d"
-"""pulumi/pulumi-kubernetes commit the rules were read at (master of 2026-07-01, after v4.32.0;
-the newest stored snapshot). The project pins 4.34.2 (uv.lock); the releases since (4.33.0,
-#4481; 4.34.0, #4568: CRD-parameterized SDKs, Kubernetes 1.36 schemas and #4524, ``waitFor``
-JSONPath filters with ``!=``, ``>=``, ``<=``; 4.34.1, #4592: a CRD generation panic; 4.34.2,
-#4614) list no change to the timeout or ``condition=`` rules restated here: re-read these lines
-at the v4.34.2 tag when it can be fetched."""
+"""pulumi/pulumi-kubernetes commit whose source the rules restate (on master, after v4.32.0).
+The project pins 4.34.2 (uv.lock); the changelog of 4.33.0 to 4.34.2 lists no change to the
+timeout or ``condition=`` rules restated here."""
 
 KUBERNETES_COMMIT = "0304c567b68845a829d6d285418e650875a4701d"
-"""kubernetes/kubernetes commit :func:`generation_after_update` was read at (the stored
-``staging/src/k8s.io/apiextensions-apiserver/pkg/registry/customresource/strategy.go``)."""
+"""kubernetes/kubernetes commit whose
+``staging/src/k8s.io/apiextensions-apiserver/pkg/registry/customresource/strategy.go``
+:func:`generation_after_update` restates."""
 
 DEFAULT_TIMEOUT_S = 600
 """``timeout := 10 * time.Minute`` in ``Creation`` and ``Update``

@@ -27,7 +27,7 @@ from stackmodel.errors import PROJECT
 from stackmodel.validation import validate_platform_stack, validate_stack
 
 PULUMI_COMMIT = "1b5949891b3cefcb9974752b24a5ecef0acc86c8"
-"""pulumi/pulumi commit the rules were read at (2026-08-21, after v3.187.0)."""
+"""pulumi/pulumi commit whose source the rules restate (on master, after v3.187.0)."""
 
 SOURCE = f"https://github.com/pulumi/pulumi/blob/{PULUMI_COMMIT}"
 

@@ -2,7 +2,7 @@
 
 ``pulumi destroy -s platform`` before the graph stacks would uninstall the operator and its
 admission webhooks while DGDs remain; their finalizers need the operator, so the graph stacks'
-destroy then hangs (issue 20, item 4). ``pulumi destroy`` does not run the program (unless
+destroy then hangs. ``pulumi destroy`` does not run the program (unless
 ``--run-program``: ``pkg/cmd/pulumi/operations/destroy.go`` L417), so the program cannot refuse
 it then; Pulumi's ``protect`` can. The engine's rules, at pulumi/pulumi
 ``pulumi_cli.PULUMI_COMMIT``:

@@ -104,10 +104,10 @@ def test_a_killed_pod_keeps_the_finished_runs_and_is_named(server: str, tmp_path
 def test_with_backoff_limit_0_the_controller_takes_the_survivors_runs(
     server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What the Job had before backoffLimitPerIndex: the first failed pod exceeds
-    ``backoffLimit: 0``, the controller deletes client 0 while it still runs (syncJob, "Remove
-    active pods if Job failed") and its log goes with it: the run both clients finished is
-    lost."""
+    """A Job with ``backoffLimit: 0`` and no backoffLimitPerIndex: the first failed pod exceeds
+    the limit, the controller deletes client 0 while it still runs (syncJob, "Remove active pods
+    if Job failed") and its log goes with it: the run both clients finished is lost (why the
+    load Job sets backoffLimitPerIndex)."""
 
     def old_objects(job: LoadJob, files: dict[str, str]) -> list[dict[str, Any]]:
         objects = load_objects(job, files)

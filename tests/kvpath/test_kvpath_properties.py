@@ -1,4 +1,4 @@
-"""The KV-path cost model's pure functions: exact values and the directions the issue names
+"""The KV-path cost model's pure functions: exact values and the directions they must keep
 (more workers copying never makes a copy faster; more transfers on a pair never raise any one's
 rate; resident memory never exceeds the mirror)."""
 

@@ -54,8 +54,8 @@ def test_probe_kv_path_on_loopback_writes_a_profile(tmp_path: Path) -> None:
     # nixl-cu12 1.5.1 wheel bundles UCX 1.23.0).
     assert (profile.nixl_version, profile.ucx_version) == ("1.5.1", nixl["ucx_version"])
     assert nixl["ucx_version"] == "1.23.0"
-    # Five rounds by default (one round gave 0.471 and 1.813 GB/s back to back on a busy
-    # machine): the figures are the medians, the spread and the machine's load are recorded.
+    # Five rounds by default (probe_command.DEFAULT_REPEATS): the figures are the medians; the
+    # spread and the machine's load are recorded.
     assert [len(r["round_bytes_per_s"]) for r in nixl["runs"]] == [5, 5]
     spread = profile.spread
     assert spread is not None and spread.rounds == 5

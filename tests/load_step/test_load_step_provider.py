@@ -36,7 +36,7 @@ pytestmark = pytest.mark.timeout(120)
 
 STACK = "disagg-same-node"
 TINY = {"prefix_kinds": [2], "concurrency": [2], "repetitions": 1, "requests_per_run": 8}
-"""The issue's tiny grid: prefix kinds [2], concurrency [2], 8 requests."""
+"""A tiny grid: prefix kinds [2], concurrency [2], 8 requests."""
 
 
 @pytest.fixture(scope="module")

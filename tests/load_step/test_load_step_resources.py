@@ -181,7 +181,7 @@ def _resources(stack: str, *settings: str) -> StackResources:
 
 
 def test_node_classes_of_other_names_on_the_same_gpus_are_the_same_resources() -> None:
-    # Once "2 workers on 2 GPUs vs 2 workers on 2 GPUs" was flagged for the names alone.
+    # The class's name alone is no difference: no "2 workers on 2 GPUs vs 2 workers on 2 GPUs".
     a = _resources("disagg-same-node")
     renamed = a.model_copy(update={"node_classes": {"big": a.node_classes["gpu-24gb"]}})
     comparison = compare_resources("a", a, "b", renamed)

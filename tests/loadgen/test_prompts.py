@@ -113,7 +113,8 @@ def test_a_prompt_cache_builds_once_for_grids_of_the_same_tokenizer(
 
 
 def _words_then_cut(tokenizer: Tokenizer, rng: random.Random, n_tokens: int) -> str:
-    """What `TokenizerSizer.make_text` gave when it always started from `n_tokens` words."""
+    """The reference text: `n_tokens` words (more while they encode to fewer tokens), cut at
+    token `n_tokens`; `TokenizerSizer.make_text` must give the same from fewer words."""
     text = " ".join(rng.choices(prompts_module._WORDS, k=n_tokens))
     encoding = tokenizer.encode(text, add_special_tokens=False)
     while len(encoding.ids) < n_tokens:

@@ -1,6 +1,6 @@
 """The readiness gate (loadgen.readiness) against a server that lists the model but is not
-serving yet: 500 for 3 s, then 404 for 2 s, then streams (the behaviour issue #13 reports for
-Dynamo frontends right after a DGD turns Ready). Fault injection, so a stub server."""
+serving yet: 500 for 3 s, then 404 for 2 s, then streams (as a Dynamo frontend may answer
+right after its DGD turns Ready). Fault injection, so a stub server."""
 
 import json
 import time
@@ -84,7 +84,7 @@ async def test_first_grid_point_has_no_errors_and_the_wait_is_recorded(
     phased_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A proxy variable that leads nowhere: the gate and the load share one client
-    # configuration that does not follow it (issue #13), so neither is affected.
+    # configuration that does not follow it, so neither is affected.
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
     assert await wait_for_model(phased_url, MODEL, TINY, timeout_s=5) < 1.0

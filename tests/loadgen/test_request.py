@@ -179,8 +179,8 @@ async def test_textless_stream_with_completion_tokens_is_a_success() -> None:
 
 
 async def test_e2e_ends_at_the_last_token_not_the_late_usage_chunk() -> None:
-    """Three tokens 5 ms apart, finish_reason, then the usage chunk 500 ms later (the issue's
-    fault): E2E ~ 10 ms and TPOT ~ 5 ms, the body's end ~ 500 ms later."""
+    """Three tokens 5 ms apart, finish_reason, then the usage chunk 500 ms later: E2E ~ 10 ms
+    and TPOT ~ 5 ms, the body's end ~ 500 ms later."""
     steps: list[Step] = [Send(chat_chunk("a", role="assistant")), Sleep(0.005)]
     steps += [Send(chat_chunk("b")), Sleep(0.005), Send(chat_chunk("c"))]
     steps += [Send(chat_chunk(finish="stop")), Sleep(0.5), Send(usage_chunk(10, 3, 0))]

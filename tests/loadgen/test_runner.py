@@ -318,8 +318,8 @@ def test_short_message() -> None:
 
 @pytest.mark.asyncio
 async def test_done_only_server_is_failures_not_fast_successes() -> None:
-    """The issue's fault: every answer is HTTP 200 with the body `data: [DONE]`. Each request
-    is an `empty_stream` failure; nothing enters TTFT, requests/s or the cached ratio."""
+    """Every answer is HTTP 200 with the body `data: [DONE]`: each request is an
+    `empty_stream` failure; nothing enters TTFT, requests/s or the cached ratio."""
     config = SMALL_GRID.model_copy(update={"requests_per_run": 3})
     async with FakeServer(lambda body, n: [Send(DONE)]) as server:
         result = await run_grid_async(server.url, "m", config, None, progress=False)
@@ -373,8 +373,8 @@ def test_grid_result_of_runs_so_far_orders_them_and_keeps_the_earliest_failures(
 
 @pytest.mark.asyncio
 async def test_open_loop_short_of_its_offered_rate_says_so_and_why() -> None:
-    """The issue's case, smaller: 20 req/s offered, a 100 ms first token, one request in flight
-    at most: about 9 req/s go out. The run warns with the cause it can see (the cap), and the
+    """20 req/s offered, a 100 ms first token, one request in flight at most: about 9 req/s go
+    out. The run warns with the cause it can see (the cap), and the
     table grows the offered / sent / queue p99 columns."""
     config = LoadConfig.model_validate(
         SMALL_GRID.model_dump()

@@ -3,16 +3,16 @@
 Helm renders the chart's validation templates at install; a `fail` there fails the release
 after the engine has started it (for `atomic`, after the chart was pulled and the install
 attempted). The program refuses those values at preview instead (`stackmodel.platform`).
-Each rule below restates one check, citing ai-dynamo/dynamo at the stored versions (the 1.6
-tag itself is not in the reference index; these are the newest 1.5/1.6-line versions stored):
+Each rule below restates one check, citing ai-dynamo/dynamo at versions of its 1.5/1.6 line (not
+the 1.6.2 tag):
 
 - ``deploy/helm/charts/platform/templates/validate-values.yaml`` at
   0aef498aeaf5a7b63ac9a85d196f3fa10fa5b846: L23 ``nats.enabled``, L39 ``etcd.enabled``,
   L55 ``grove.enabled`` and the ``kai-scheduler.enabled`` check after it fail ("BREAKING
   CHANGE: ... has been removed"); the volcano / KAI conflict and the KAI staleness rule need
   ``global.kai-scheduler`` on, which the program keeps off.
-- ``deploy/helm/charts/platform/components/operator/templates/_validation.tpl``, stored
-  version id 55200959407 (PR #11597, cherry-picked to 1.3 by #11652): L97-98
+- ``deploy/helm/charts/platform/components/operator/templates/_validation.tpl`` as PR #11597
+  left it (cherry-picked to 1.3 by #11652): L97-98
   ``namespaceRestriction.enabled`` with ``upgradeCRD`` fails; L100-101 a non-empty
   ``webhook.namespaceSelector`` fails; L83-88 a cluster-wide operator's
   ``controllerManager.leaderElection.id`` other than ``dynamo.nvidia.com`` fails; L104-106
@@ -22,10 +22,10 @@ tag itself is not in the reference index; these are the newest 1.5/1.6-line vers
   (the cluster check of an existing operator: tests/platform/test_existing_operator.py).
 
 Not applied: ``apiOwnership.enabled`` (``upgradeCRD=true requires apiOwnership.enabled=true``,
-"A cluster-wide operator must set apiOwnership.enabled=true") appears only in the stored
-``_validation.tpl`` version 37a3f91a003506bee2fea970b9766f15e2556222, from PR #11398
-("fix(operator): enforce explicit cluster API ownership", closed unmerged on 2026-07-08); the
-main-line operator values of 2026-08-21 (2a6da14c, the files tests/upstream_files.py reads) have no
+"A cluster-wide operator must set apiOwnership.enabled=true") appears only in
+``_validation.tpl`` at 37a3f91a003506bee2fea970b9766f15e2556222, from PR #11398
+("fix(operator): enforce explicit cluster API ownership", closed unmerged); the main-line
+operator values at 2a6da14c (the files tests/upstream_files.py reads) have no
 ``apiOwnership`` key, so the chart the program pins does not ask for it.
 """
 

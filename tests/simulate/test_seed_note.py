@@ -1,4 +1,4 @@
-"""The accuracy line under a simulated A / B table of the seed's own stacks (issue 22, item 3)."""
+"""The accuracy line under a simulated A / B table of the seed's own stacks."""
 
 from __future__ import annotations
 

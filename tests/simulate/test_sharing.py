@@ -128,8 +128,8 @@ def test_shared_server_refuses_a_bad_capacity() -> None:
 
 
 def test_a_tiny_job_late_in_a_run_ends_instead_of_re_arming_for_ever() -> None:
-    # `--set links.crossNode=1250000000` (GB/s) once made 272 MB take 2e-10 s at t=1000 s,
-    # below what the clock can add there: the timer never advanced and the run hung.
+    # `--set links.crossNode=1250000000` (GB/s): 272 MB take 2e-10 s at t=1000 s, below what
+    # the clock can add there; the job ends all the same.
     assert finish_times([(0.0, 1.0), (1000.0, KV_272_MB)], 1.25e18) == [
         pytest.approx(8e-19),
         pytest.approx(1000.0),

@@ -123,7 +123,7 @@ def test_the_routing_runs_client_warnings_are_not_printed(
 
 
 def test_the_commands_speedup_is_the_routing_runs() -> None:
-    """`testbed simulate --speedup` defaults to the ratio the routing run's docs measured."""
+    """`testbed simulate --speedup` defaults to the routing run's ratio (ROUTING_SPEEDUP)."""
     import inspect
 
     from testbed.stack_commands import simulate_command

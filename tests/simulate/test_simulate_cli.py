@@ -45,7 +45,7 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     )
     assert table_at < note_at
     assert "- requests/s includes it: throughput: 6 workers on 2 GPUs vs 4 on 1 GPU" in output
-    # issue 22, item 3: the A / B table says it is simulated, and how the seed's values compare
+    # The A / B table says it is simulated, and how the seed's values compare.
     assert "kv-routing / disagg-same-node (SIMULATED)" in output
     accuracy = output.index("Simulated, not measured: ")
     assert table_at < accuracy < note_at
@@ -99,7 +99,7 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     assert [p["concurrency"] for p in summary] == [4, 8]
 
     # Resuming with other stack values is refused before anything runs, naming each one: the
-    # results in the folder stay as they were (a tester's 25 GbE results were replaced).
+    # results in the folder stay as they were.
     disagg = tmp_path / "disagg-same-node"
     before = (disagg / "summary.json").read_text()
     other = ["--set", "links.sameNode=2.5", "--set", 'nodeClasses["gpu-24gb"].gpu=h200']

@@ -170,7 +170,7 @@ def test_render_writes_stable_files(tmp_path: Path, rendered: dict[str, Rendered
 
 
 def test_render_never_removes_a_file_it_did_not_write(tmp_path: Path) -> None:
-    # `render --out DIR` into a folder of the user's own manifests once deleted its NN-*.yaml.
+    # `render --out DIR` into a folder of the user's own manifests deletes none of its NN-*.yaml.
     mine = tmp_path / "01-my-namespace.yaml"
     mine.write_text("kind: Namespace\n")
     result = CliRunner().invoke(app, ["render", "kv-routing", "--out", str(tmp_path)])
@@ -196,7 +196,7 @@ def test_render_replaces_a_render_from_before_it_listed_its_files(tmp_path: Path
 def test_render_by_default_writes_into_the_project_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Run from docs/, the default --out once landed in docs/out/render.
+    # Run from docs/, the default --out is still the project's out/render, not docs/out/render.
     import testbed.stack_commands
 
     monkeypatch.setattr("stackmodel.stacks.REPO", tmp_path)

@@ -85,10 +85,12 @@ def test_fp8_weights_compute_at_the_fp8_peak_where_the_gpu_has_one(
     fast = validate_stack("fp8", raw).group("prefill").step
     slow = validate_stack("tp", bf16).group("prefill").step
     # Half the bytes per weight, the same parameters: H100 SXM FP8 1,979 vs BF16 989.5 TFLOP/s,
-    # the FP8 GEMMs at 0.89 of the BF16 ones' share of their peak (measured on an H200).
+    # the FP8 GEMMs at 0.89 of the BF16 ones' share of their peak
+    # (steptime.gpus.FP8_GEMM_EFFICIENCY_RATIO: bench/fp8_gemm_device.py on one H200).
     assert fast.prefill_tokens_per_s() == pytest.approx(1.78 * slow.prefill_tokens_per_s())
-    # A decode step's weight read: half the bytes at 0.62 of the BF16 rate (measured), so a
-    # one-request step with an empty context takes 0.5 / 0.62 of the BF16 one's memory time.
+    # A decode step's weight read: half the bytes at 0.62 of the BF16 rate
+    # (steptime.gpus.FP8_WEIGHT_READ_RATIO), so a one-request step with an empty context takes
+    # 0.5 / 0.62 of the BF16 one's memory time.
     weights = (fast.decode_s([0]) - fast._allreduce_s(1)) / (
         slow.decode_s([0]) - slow._allreduce_s(1)
     )

@@ -173,8 +173,8 @@ def test_each_gpu_fit_fix_is_one_the_program_accepts() -> None:
     ]
     assert "leaves no memory for KV cache" not in refusal(*fixed, stack="kv-routing")
     accepted(*fixed, "model.maxModelLen=256", "load.promptTokens=150", stack="kv-routing")
-    # Qwen3-8B on the seed's GPUs: no share of 1 or less holds it on the 8 GB GPU (it once said
-    # "raise gpuMemoryUtilization above 2.04"), and four workers cannot share the 24 GB one.
+    # Qwen3-8B on the seed's GPUs: no share of 1 or less holds it on the 8 GB GPU (so no share
+    # above 1, such as 2.04, is offered), and four workers cannot share the 24 GB one.
     message = refusal("model.name=Qwen/Qwen3-8B", stack="kv-routing")
     assert "above 2.04" not in message and "No gpuMemoryUtilization fits (at most 1)" in message
     assert "1 worker(s) of this size fit on one GPU at most" in message

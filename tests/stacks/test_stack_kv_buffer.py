@@ -1,5 +1,5 @@
-"""A GPU KV buffer over a TCP-only UCX transport list fails preview (issue #14; the seed: a GPU
-buffer with UCX_TLS=tcp,self crashed inside UCX, "UCX CUDA support was not found", so it moved
+"""A GPU KV buffer over a TCP-only UCX transport list fails preview (the seed: a GPU buffer
+with UCX_TLS=tcp,self crashed inside UCX, "UCX CUDA support was not found", so it moved
 the KV through host memory). Its two fixes pass, and so does a prefill host buffer feeding a
 GPU-buffered decode whose own transport list moves GPU memory."""
 

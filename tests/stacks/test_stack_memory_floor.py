@@ -1,6 +1,6 @@
-"""Issues #4 and #19: the seed's cross-node OOMKill is caught at preview. With kv_buffer_device
-cpu vLLM 0.31.0 gives the worker a host mirror of its whole KV cache, so its memory limit must
-cover base + /dev/shm + mirror, whatever the load."""
+"""The seed's cross-node OOMKill is caught at preview. With kv_buffer_device cpu vLLM 0.31.0
+gives the worker a host mirror of its whole KV cache, so its memory limit must cover base +
+/dev/shm + mirror, whatever the load."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Issue #19 item 4: NIXL 1.5.0's UCX backend refuses a UCX_TLS without CUDA memory support on a
-GPU node. Dynamo 1.7.0 ships NIXL 1.5.0, so such a stack fails preview there; the seed's
-``tcp,self`` stays valid on Dynamo 1.6.2 (the shipped stacks)."""
+"""NIXL 1.5.0's UCX backend refuses a UCX_TLS without CUDA memory support on a GPU node. Dynamo
+1.7.0 ships NIXL 1.5.0, so such a stack fails preview there; the seed's ``tcp,self`` stays valid
+on Dynamo 1.6.2 (the shipped stacks)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""One prefill rate (issue 22, item 2): ``testbed render``'s "will disaggregation pay" verdict
-and ``testbed simulate``'s timing read the same step-time model, for the issue's stack: two
-nodes with one 48 GB L40S each, 10 GbE, Llama-3.1-8B-Instruct."""
+"""One prefill rate: ``testbed render``'s "will disaggregation pay" verdict and ``testbed
+simulate``'s timing read the same step-time model, for an L40S stack: two nodes with one 48 GB
+L40S each, 10 GbE, Llama-3.1-8B-Instruct."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_render_and_simulate_use_one_prefill_rate(
         - 2 * (step.host_s + step.decode_s([]))
     )
     assert prompt / prefill_s == pytest.approx(verdict["prefill_tokens_per_s"], rel=1e-6)
-    # the issue's impossible figure: ~5 ms per output token; the weights alone need 18.6 ms
+    # no token gap below the decode floor: the weights alone need 18.6 ms
     gaps = [b - a for a, b in zip(outcome.token_s, outcome.token_s[1:], strict=False)]
     assert min(gaps) >= decode_floor_s(step.gpu, step.geometry, [prompt]) > 0.0186
 

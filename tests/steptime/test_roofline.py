@@ -1,6 +1,6 @@
-"""The step-time model's sanity bounds, for every catalog GPU x catalog model (issue 22, item
-4): no decode step faster than reading the weights plus the batch's KV at full bandwidth, no
-prefill faster than the dense BF16 peak, and the issue's L40S + Llama-3.1-8B case."""
+"""The step-time model's sanity bounds, for every catalog GPU x catalog model: no decode step
+faster than reading the weights plus the batch's KV at full bandwidth, no prefill faster than
+the dense BF16 peak, and an L40S + Llama-3.1-8B case."""
 
 from __future__ import annotations
 
@@ -45,8 +45,7 @@ def test_no_step_beats_the_roofline(gpu: GpuSpec, model: tuple[str, object]) -> 
 
 
 def test_the_issues_l40s_llama_case_is_at_least_the_roofline() -> None:
-    # The issue: 16 GB of weights at the L40S's 864 GB/s take at least 18.6 ms per decode step;
-    # the old simulation printed ~5 ms per output token.
+    # 16 GB of weights at the L40S's 864 GB/s take at least 18.6 ms per decode step.
     step = EngineStep(
         GPU_CATALOG["l40s"], known_model("meta-llama/Llama-3.1-8B-Instruct"), SEED_FIT
     )
