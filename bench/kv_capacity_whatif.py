@@ -38,7 +38,7 @@ SEED_CACHED_RATIO = {
     "kv-routing": {12: "0.57-0.66", 24: "0.36-0.43"},
     "disagg-same-node": {2: "0.857 (c=4)", 12: "0.40-0.42", 24: "~0.20"},
 }
-"""The seed's cached-token ratios (BRIEF.md, "Results: same node"); no others are reported."""
+"""The seed's cached-token ratios (its same-node results); no others are reported."""
 
 
 def scaled(scale: float, roles: frozenset[str]) -> None:

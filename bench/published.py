@@ -150,13 +150,13 @@ def main() -> None:
     print(f"\n{hits} of {len(CASES)} within +-{TOLERANCE:.0%}. Sources:")
     for case in CASES:
         print(f"- {case.gpu}, conc {case.concurrency}: {case.source}")
-    l40s = Case("the issue", "l40s", LLAMA, 4, 40, 2_371, 64, "tpot_ms", 0.0, offline=False)
+    l40s = Case("an L40S lab", "l40s", LLAMA, 4, 40, 2_371, 64, "tpot_ms", 0.0, offline=False)
     gpu, geometry = GPU_CATALOG["l40s"], known_model(LLAMA)
     outcomes = run(l40s).outcomes
     ttft = statistics.median((o.token_s[0] - o.sent_s) * 1e3 for o in outcomes)
     floor = decode_floor_s(gpu, geometry, [2_371] * 4) * 1e3
     print(
-        f"\nthe issue's L40S case (Llama-3.1-8B, conc 4, 2,371 in / 64 out, cold): TPOT "
+        f"\nan L40S case (Llama-3.1-8B, conc 4, 2,371 in / 64 out, cold): TPOT "
         f"{predicted(l40s):.1f} ms (roofline floor {floor:.1f} ms: weights + 4 requests' KV at "
         f"864 GB/s), TTFT p50 {ttft:,.0f} ms"
     )

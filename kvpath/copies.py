@@ -64,7 +64,7 @@ class HostCopyProfile(BaseModel):
 
 _SEED_REQUEST_BYTES = 273_416_192  # 149 blocks x 28 layers x 64 KiB (Qwen3-0.6B, 2,371 tokens)
 
-NOTES_HOST_COPIES = HostCopyProfile(
+DEFAULT_HOST_COPIES = HostCopyProfile(
     d2h_first_touch_bytes_per_s=_SEED_REQUEST_BYTES / 0.306,
     d2h_resident_bytes_per_s=_SEED_REQUEST_BYTES / 0.134,
     h2d_bytes_per_s=_SEED_REQUEST_BYTES / 0.179,

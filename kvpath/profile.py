@@ -69,7 +69,7 @@ class LinkProfile(BaseModel):
         source: where the numbers come from (measurement, inference or assumption).
         measured_on: the machine a probe ran on (None: not measured by a probe).
         host_copies: vLLM's copy-op rates the probe measured on that machine (None: not
-            measured; :data:`kvpath.copies.NOTES_HOST_COPIES` applies).
+            measured; :data:`kvpath.copies.DEFAULT_HOST_COPIES` applies).
         spread: a probed profile's figures over the probe's rounds, and the machine's load
             (None: not from a probe).
         nixl_version: the NIXL the probe's READs ran on, e.g. ``"1.5.1"`` (None: not from a

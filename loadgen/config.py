@@ -22,7 +22,7 @@ def error_message(error: Mapping[str, Any]) -> str:
     return msg
 
 
-# The seed's grid (BRIEF.md, "The load"): prefix kinds {2, 7, 12, 24} x concurrency {4, 8}, 3 runs
+# The seed's grid: prefix kinds {2, 7, 12, 24} x concurrency {4, 8}, 3 runs
 # per point, median reported; one request averages 2,371 prompt tokens.
 SEED_PREFIX_KINDS = (2, 7, 12, 24)
 SEED_CONCURRENCY = (4, 8)

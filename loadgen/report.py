@@ -1,7 +1,7 @@
 """Seed-style tables: one result, or two results side by side as "A / B"; reading a result
 folder's `summary.json` back.
 
-The tables fit 80 columns for the seed's values (BRIEF.md, results table) in "A / B" form:
+The tables fit 80 columns for the seed's values (its results table: simulator.seed) in "A / B" form:
 two-line headers, no outer frame, and cells that never wrap. `table_console` gives a console
 at least `PIPED_WIDTH` wide when stdout is not a terminal, so larger values fit in logs too.
 """
@@ -40,7 +40,7 @@ def _ratio(value: float | None) -> str:
 
 
 _KEY_HEADERS = ("prefix\nkinds", "conc")  # the grid point: prefix kinds, concurrency
-# The seed's columns (BRIEF.md, results table) plus the cached-token ratio and errors.
+# The seed's columns (its results table) plus the cached-token ratio and errors.
 _COLUMNS: tuple[tuple[str, _Cell], ...] = (
     ("TTFT p50\nms", lambda p: _ms(p.ttft_p50_ms)),
     ("TTFT p99\nms", lambda p: _ms(p.ttft_p99_ms)),

@@ -189,7 +189,7 @@ def worker_node_selectors(topology: Topology) -> list[dict[str, str]]:
 
 SECONDS_PER_REQUEST_PER_STREAM = 8 / 6.0
 """The seed's slowest closed-loop pace, s per request on one stream: disaggregated on one node,
-24 prefix kinds at concurrency 8 served 6.0 requests/s (BRIEF.md, "Results: same node"), i.e.
+24 prefix kinds at concurrency 8 served 6.0 requests/s (the seed's same-node results), i.e.
 each of the 8 streams finished a request every 1.33 s."""
 
 DEADLINE_MARGIN = 3.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvpath.copies import NOTES_HOST_COPIES, threads_from_env
+from kvpath.copies import DEFAULT_HOST_COPIES, threads_from_env
 from kvpath.memory import HOST_BASE_BYTES
 from simulator.calibration import CONSTANTS
 from simulator.timing_model import RunTopology, TimingConstants, WorkerSpec
@@ -30,8 +30,8 @@ def run_topology(
     with ``kvTransfer.bufferDevice: cpu`` get their ``memoryLimit``, their host mirror
     (:meth:`stackmodel.sizing.StackSizing.host_mirror_bytes`) and their torch threads
     (``OMP_NUM_THREADS``, else vLLM's one). Links: ``links.sameNode`` and ``links.crossNode``;
-    copy rates: those a link profile carries from the probe (same node first), else the notes'
-    (:data:`kvpath.copies.NOTES_HOST_COPIES`). A worker's host memory without its mirror is
+    copy rates: those a link profile carries from the probe (same node first), else the default
+    ones (:data:`kvpath.copies.DEFAULT_HOST_COPIES`). A worker's host memory without its mirror is
     ``host_base_bytes``. Each worker publishes KV events as its group's ``kvEvents`` says; only
     a ``dynamo`` topology has a frontend (and its fixed cost).
     """
@@ -64,7 +64,7 @@ def run_topology(
         workers=tuple(workers),
         same_node_link=same,
         cross_node_link=cross,
-        copies=probed[0] if probed else NOTES_HOST_COPIES,
+        copies=probed[0] if probed else DEFAULT_HOST_COPIES,
         host_base_bytes=host_base_bytes,
         kv_bytes_per_token=sizing.kv_bytes_per_token,
         router=cfg.topology.router_mode if dynamo else "round-robin",

@@ -43,7 +43,7 @@ SEED_SAME_NODE: dict[str, tuple[SeedPoint, ...]] = {
         SeedPoint(24, 8, 896, 1776, 6.0),
     ),
 }
-"""BRIEF.md "Results: same node": every cell "KV routing / disaggregated"."""
+"""The seed's "Results: same node" table: every cell "KV routing / disaggregated"."""
 
 SEED_CROSS_NODE_C4_FIRST_TTFT_MS = 2040.0
 """Cross node, concurrency 4: the 2 requests that succeeded had TTFT 2,039 and 2,040 ms."""

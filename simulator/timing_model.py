@@ -1,30 +1,30 @@
 """The timing of one load run as a discrete-event simulation of workers on shared GPUs, a
 shared KV link and host memory (:mod:`simulator.sharing`).
 
-What it takes from the real Dynamo run (:mod:`simulator.routing`): each request's prompt
-tokens, the prefix-cache hit the client was told (``cached_tokens``, block-aligned) and its output
-tokens. In a disaggregated routing run that hit is the **decode** mocker's: the frontend's prefill
-router keeps the prefill leg's ``disaggregated_params`` and ``prompt_tokens_details`` as the
-``PrefillResult`` it hands the decode leg, whose stream (usage included) the client gets
+What it takes from the real Dynamo run (:mod:`simulator.routing`): each request's prompt tokens,
+the prefix-cache hit the client was told (``cached_tokens``, block-aligned) and its output
+tokens. In a disaggregated routing run that hit is the **decode** mocker's: the frontend's
+prefill router keeps the prefill leg's ``disaggregated_params`` and ``prompt_tokens_details`` as
+the ``PrefillResult`` it hands the decode leg, whose stream (usage included) the client gets
 (ai-dynamo/dynamo ``lib/llm/src/kv_router/prefill_router/execution.rs``, ``execute_prefill``, at
 commit 0243c51b; ai-dynamo 1.6.1's ``dynamo/frontend/main.py`` runs this Rust path, the default
 ``--chat-processor dynamo``, whose ``_core.abi3.so`` has the same two-field ``PrefillResult``),
-and the mocker reports its own hit there (measured: the decode
-mockers' capacity x 0.2 alone moves a disaggregated run's cached ratio from 0.72 to 0.14-0.18 at 12
-kinds, ``bench/kv_capacity_whatif.py --role decode``). A real vLLM decode worker instead copies the
-prefill leg's figure into its usage (ai-dynamo 1.6.1 ``dynamo/vllm/handlers.py``,
-``_generate_token_mode``: ``prefill_prompt_tokens_details``), so a real deployment's clients see
-the prefill worker's hit. The routing run has no per-request figure for the prefill worker's own
-hit (the frontend's KV router reports one per run, summed over requests:
-``loadgen.server_metrics.ROUTER_CACHED``), so the prefill hit is **modelled**: each prefill
-worker's prefix cache (LRU of its ``kv_capacity_tokens``), fed by this model's routing decisions,
-looked up when its engine step takes the request (``Outcome.cached_tokens``) and holding the
-request's prefix from that moment on, before the step computes it: vLLM's scheduler caches the
-blocks it allocates at allocation (``KVCacheManager.allocate_slots`` calls
+and the mocker reports its own hit there (``bench/kv_capacity_whatif.py --role decode``: the
+decode mockers' capacity alone moves a disaggregated run's cached ratio). A real vLLM decode
+worker instead copies the prefill leg's figure into its usage (ai-dynamo 1.6.1
+``dynamo/vllm/handlers.py``, ``_generate_token_mode``: ``prefill_prompt_tokens_details``), so a
+real deployment's clients see the prefill worker's hit. The routing run has no per-request
+figure for the prefill worker's own hit (the frontend's KV router reports one per run, summed
+over requests: ``loadgen.server_metrics.ROUTER_CACHED``), so the prefill hit is **modelled**:
+each prefill worker's prefix cache (LRU of its ``kv_capacity_tokens``), fed by this model's
+routing decisions, looked up when its engine step takes the request (``Outcome.cached_tokens``)
+and holding the request's prefix from that moment on, before the step computes it: vLLM's
+scheduler caches the blocks it allocates at allocation (``KVCacheManager.allocate_slots`` calls
 ``coordinator.cache_blocks`` up to ``num_computed + num_new_tokens``; the prefill worker's
 NixlConnector returns ``(0, False)`` from ``get_num_new_matched_tokens``, so
-``delay_cache_blocks`` is off), so a later request of the same step, or of any later step,
-hits them (``docs/kv-path.md``, "Prefix blocks are cached when allocated").
+``delay_cache_blocks`` is off), so a later request of the same step, or of any later step, hits
+them (``docs/kv-path.md``, "Prefix blocks are cached when allocated").
+
 What it models:
 
 - **Client**: the closed loop of the load generator: ``concurrency`` requests in flight, the
@@ -59,12 +59,10 @@ What it models:
   scores each decode worker ``prefill_load_scale x 0 + decode blocks + active-request weight x
   active requests`` and ``minimum_cost_index`` takes the lowest, ties at random (defaults in
   ``lib/kv-router/src/scheduling/config.rs``: ``decode_active_request_weight`` 0.0,
-  ``router_temperature`` 0.0, no sampling): the lowest active-block count wins (ai-dynamo/dynamo at
-  commits 0243c51b and 07a6c9ce, not at the v1.6.2 tag, 28f9765; the maintainers describe the
-  same override in June 2026, issue #10449, and in August 2026, PR #12960 on
-  ``prefill_router/mod.rs``, around 1.6's October release; the decode-affinity branch,
-  ``worker_type == "decode"`` with a positive credit, is reached only by conditional
-  disaggregation, which keeps a credit). The decode worker pulls the
+  ``router_temperature`` 0.0, no sampling): the lowest active-block count wins (ai-dynamo/dynamo
+  at commit 07a6c9ce on the 1.6 line; the decode-affinity branch, ``worker_type == "decode"``
+  with a positive credit, is reached only by conditional disaggregation, which keeps a credit).
+  The decode worker pulls the
   blocks it does not already hold, the prompt minus the run's reported (decode-side) hit (vLLM
   ``NixlConnectorScheduler.get_num_new_matched_tokens`` returns ``len(prompt) -
   num_computed_tokens``) over the connection of that prefill/decode pair,
@@ -106,7 +104,7 @@ from typing import Literal
 
 import simpy
 
-from kvpath.copies import NOTES_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d_seconds
+from kvpath.copies import DEFAULT_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d_seconds
 from kvpath.memory import HOST_BASE_BYTES, block_bytes
 from kvpath.profile import LinkProfile
 from kvpath.transfers import Flow
@@ -184,7 +182,7 @@ class RunTopology:
     workers: tuple[WorkerSpec, ...]
     same_node_link: LinkProfile | None = None
     cross_node_link: LinkProfile | None = None
-    copies: HostCopyProfile = NOTES_HOST_COPIES
+    copies: HostCopyProfile = DEFAULT_HOST_COPIES
     host_cores: tuple[tuple[str, int], ...] = ()
     host_base_bytes: int = HOST_BASE_BYTES
     kv_bytes_per_token: int = 0

@@ -3,7 +3,7 @@
 Pure. The seed compares KV routing with 6 workers (4 on the 24 GB GPU, 2 on the 8 GB server)
 with disaggregation on the 24 GB GPU alone, and says so: "Resources were not equal (KV routing
 also used 2 workers on the other server), so throughput differences include those 2 workers;
-TTFT differences do not" (BRIEF.md). :func:`compare_resources` states the same for any two
+TTFT differences do not" (the seed). :func:`compare_resources` states the same for any two
 stacks, and which metrics the difference affects:
 
 - ``requests_per_s``: when the workers or GPUs differ, throughput compares different serving

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from kvpath.copies import NOTES_HOST_COPIES, d2h_seconds, h2d_seconds
+from kvpath.copies import DEFAULT_HOST_COPIES, d2h_seconds, h2d_seconds
 from kvpath.memory import host_mirror_bytes, memory_floor_bytes
 from kvpath.profile import LinkProfile, LinkSetting, gb_per_s_text, resolve_link
 from kvpath.transfers import transfer_seconds
@@ -437,7 +437,8 @@ def disaggregation_verdict(
             :meth:`steptime.roofline.EngineStep.prefill_tokens_per_s`.
         prefill_source: where it comes from (shown in the summary).
         host_buffered: the workers use ``kv_buffer_device: cpu``: add vLLM's two copies at the
-            link profile's copy rates, else the notes' (:data:`kvpath.copies.NOTES_HOST_COPIES`).
+            link profile's copy rates, else the default ones
+            (:data:`kvpath.copies.DEFAULT_HOST_COPIES`).
 
     Raises:
         ValueError: ``prefill_tokens_per_s`` <= 0, ``prompt_tokens`` < 0, or a negative
@@ -449,7 +450,7 @@ def disaggregation_verdict(
             f"{prefill_tokens_per_s}, {prompt_tokens}"
         )
     moving = transfer_seconds(kv_bytes_per_request, link.bytes_per_s)
-    copies = link.host_copies or NOTES_HOST_COPIES
+    copies = link.host_copies or DEFAULT_HOST_COPIES
     copying = (
         d2h_seconds(0, kv_bytes_per_request, copies) + h2d_seconds(kv_bytes_per_request, copies)
         if host_buffered

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvpath.copies import (
-    NOTES_HOST_COPIES,
+    DEFAULT_HOST_COPIES,
     contention_factor,
     d2h_seconds,
     h2d_seconds,
@@ -26,9 +26,9 @@ counts = st.integers(1, 64)
 
 
 def test_the_notes_copy_times_come_back() -> None:
-    assert d2h_seconds(SEED_REQUEST, 0, NOTES_HOST_COPIES) == pytest.approx(0.306)
-    assert d2h_seconds(0, SEED_REQUEST, NOTES_HOST_COPIES) == pytest.approx(0.134)
-    assert h2d_seconds(SEED_REQUEST, NOTES_HOST_COPIES) == pytest.approx(0.179)
+    assert d2h_seconds(SEED_REQUEST, 0, DEFAULT_HOST_COPIES) == pytest.approx(0.306)
+    assert d2h_seconds(0, SEED_REQUEST, DEFAULT_HOST_COPIES) == pytest.approx(0.134)
+    assert h2d_seconds(SEED_REQUEST, DEFAULT_HOST_COPIES) == pytest.approx(0.179)
 
 
 def test_contention_only_where_threads_outnumber_cores() -> None:
@@ -39,7 +39,7 @@ def test_contention_only_where_threads_outnumber_cores() -> None:
     assert contention_factor(64, 16) == pytest.approx(9.19, abs=0.01)
     assert contention_factor(64, None) == 1.0
     slow = d2h_seconds(
-        0, SEED_REQUEST, NOTES_HOST_COPIES, copying_workers=4, threads_per_worker=16, cores=16
+        0, SEED_REQUEST, DEFAULT_HOST_COPIES, copying_workers=4, threads_per_worker=16, cores=16
     )
     assert slow == pytest.approx(0.134 * 4**1.6)
     with pytest.raises(ValueError):
@@ -59,11 +59,11 @@ def test_more_workers_copying_never_makes_a_copy_faster(
 ) -> None:
     few, many = sorted((a, b))
     kw = {"threads_per_worker": threads, "cores": cores}
-    assert d2h_seconds(size, size, NOTES_HOST_COPIES, copying_workers=few, **kw) <= d2h_seconds(
-        size, size, NOTES_HOST_COPIES, copying_workers=many, **kw
+    assert d2h_seconds(size, size, DEFAULT_HOST_COPIES, copying_workers=few, **kw) <= d2h_seconds(
+        size, size, DEFAULT_HOST_COPIES, copying_workers=many, **kw
     )
-    assert h2d_seconds(size, NOTES_HOST_COPIES, copying_workers=few, **kw) <= h2d_seconds(
-        size, NOTES_HOST_COPIES, copying_workers=many, **kw
+    assert h2d_seconds(size, DEFAULT_HOST_COPIES, copying_workers=few, **kw) <= h2d_seconds(
+        size, DEFAULT_HOST_COPIES, copying_workers=many, **kw
     )
 
 

@@ -1,4 +1,4 @@
-"""The stack comparison with the seed's measured numbers (BRIEF.md, same-node table)."""
+"""The stack comparison with the seed's measured numbers (its same-node table)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from loadgen.intervals import OLD_SUMMARY
 from loadstep.comparison import compare_points, comparison_output, ratio
 from stackmodel.resources import compare_resources
 
-# BRIEF.md "Results: same node": (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms, req/s),
-# KV routing with 6 workers (A) / disaggregated (B).
+# The seed's "Results: same node" table: (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms,
+# req/s), KV routing with 6 workers (A) / disaggregated (B).
 SeedRow = tuple[int, int, float, float, float]
 SEED_KV_ROUTING: list[SeedRow] = [
     (2, 4, 34, 73, 10.9),
@@ -90,7 +90,7 @@ def test_two_kinds_concurrency_4_is_the_seeds_8_4x(
 def test_seed_summary_ttft_8_to_12x_throughput_37_to_48_percent_lower(
     seed_rows: dict[tuple[int, int], dict[str, dict[str, float | None]]],
 ) -> None:
-    """BRIEF.md: "TTFT 8-12x worse, throughput 37-48% lower" over all 8 grid points."""
+    """The seed: "TTFT 8-12x worse, throughput 37-48% lower" over all 8 grid points."""
     ttft = [r for row in seed_rows.values() if (r := row["ttft_p50_ms"]["ratio"]) is not None]
     rps = [r for row in seed_rows.values() if (r := row["requests_per_s"]["ratio"]) is not None]
     assert len(ttft) == len(rps) == 8

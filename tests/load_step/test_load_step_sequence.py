@@ -10,7 +10,7 @@ What the mocks stand in for:
 - the load step (a dynamic resource) is treated as the engine treats one: the first
   registration creates it; later ones call the real provider's ``diff`` with the stored outputs
   and keep them when it reports no change (the engine's ``SameStep``); a create or update of an
-  unparked step "runs the grid", answering with the seed's numbers (BRIEF.md) for that stack;
+  unparked step "runs the grid", answering with the seed's numbers (simulator.seed) for that stack;
   ``pulumi preview`` runs neither.
 """
 
@@ -43,7 +43,7 @@ RAN_AT = "2026-11-13T10:00:00+00:00"
 SEED_RESULTS: dict[str, list[dict[str, Any]]] = {
     "kv-routing": points(SEED_KV_ROUTING),
     "disagg-same-node": points(SEED_DISAGG),
-    # BRIEF.md, cross node at concurrency 4: 2 requests succeeded (2,039 and 2,040 ms).
+    # The seed, cross node at concurrency 4: 2 requests succeeded (2,039 and 2,040 ms).
     "disagg-cross-node": [
         {"prefix_kinds": 2, "concurrency": 4, "ttft_p50_ms": 2039.5, "samples": 2, "errors": 0}
     ],

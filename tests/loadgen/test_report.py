@@ -17,8 +17,8 @@ from loadgen.report import (
 )
 from loadgen.results import PointSummary
 
-# BRIEF.md "Results: same node" (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms, req/s):
-# aggregated KV routing as A, disaggregated as B.
+# The seed's "Results: same node" table (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms,
+# req/s): aggregated KV routing as A, disaggregated as B.
 SEED_ROWS = [
     (2, 4, (34, 286), (73, 592), (10.9, 6.5)),
     (24, 4, (64, 518), (149, 958), (8.1, 4.8)),

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvpath.copies import NOTES_HOST_COPIES, d2h_seconds
+from kvpath.copies import DEFAULT_HOST_COPIES, d2h_seconds
 from kvpath.memory import HOST_BASE_BYTES
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, resolve_link
 from simulator.calibration import CONSTANTS
@@ -126,8 +126,8 @@ def test_the_prefill_worker_hits_its_own_cache_whatever_the_decode_side_held() -
     warm, cold = (ttfts_s(t, requests(3, 2, cached=False), 1) for t in (base, small_cache))
     assert cold[:2] == pytest.approx(warm[:2])
     block = 16 * KVB
-    copy = d2h_seconds(149 * block, 0, NOTES_HOST_COPIES) - d2h_seconds(
-        16 * block, 133 * block, NOTES_HOST_COPIES
+    copy = d2h_seconds(149 * block, 0, DEFAULT_HOST_COPIES) - d2h_seconds(
+        16 * block, 133 * block, DEFAULT_HOST_COPIES
     )  # 0.154 s: 133 more blocks into fresh pages
     compute = STEP.gpu_s(2381, []) - STEP.gpu_s(253, [])  # 0.018 s
     assert cold[2] - warm[2] == pytest.approx(copy + compute, rel=1e-6)

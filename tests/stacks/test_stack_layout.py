@@ -55,7 +55,7 @@ def test_no_two_shipped_stacks_claim_the_same_object() -> None:
     ]
 
 
-def test_the_old_shared_namespace_would_be_caught(
+def test_two_stacks_in_one_namespace_would_be_caught(
     raw_config: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
 ) -> None:
     """Two stacks set to one namespace claim the same Namespace."""

@@ -44,7 +44,7 @@ def test_no_step_beats_the_roofline(gpu: GpuSpec, model: tuple[str, object]) -> 
         assert step.gpu_s(2_371, contexts) >= floor + 2_371 / ceiling
 
 
-def test_the_issues_l40s_llama_case_is_at_least_the_roofline() -> None:
+def test_a_llama_8b_decode_step_on_an_l40s_is_at_least_the_roofline() -> None:
     # 16 GB of weights at the L40S's 864 GB/s take at least 18.6 ms per decode step.
     step = EngineStep(
         GPU_CATALOG["l40s"], known_model("meta-llama/Llama-3.1-8B-Instruct"), SEED_FIT
