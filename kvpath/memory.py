@@ -11,13 +11,17 @@ mirror** is the worker's KV cache bytes: the program sets them with ``--kv-cache
 so the mirror is exact up to vLLM's rounding to whole blocks. Its pages become resident when a
 copy or a transfer first writes them and are never returned.
 
-Which pages a run touches follows from vLLM's free-block order (``vllm/v1/core/block_pool.py``
-at 0.31.0): ``BlockPool.__init__`` puts every block in ``FreeKVCacheBlockQueue`` in id order,
-``get_new_blocks`` takes blocks from the head (``popleft_n``) and ``free_blocks`` appends freed
-blocks at the tail (``append_n``). So a worker hands out never-used blocks first, until every
-block has been used once: each block newly allocated for a request (its prompt minus its
-prefix-cache hit on that worker) is a fresh block, whose mirror pages the first copy or transfer
-makes resident. Resident memory grows by those blocks and stops at the mirror.
+Which pages a run touches follows from vLLM's free-block order (vLLM 0.31.0
+``vllm/v1/core/block_pool.py``): ``BlockPool.__init__`` puts every block in
+``FreeKVCacheBlockQueue`` in id order, ``get_new_blocks`` takes blocks from the head
+(``popleft_n``), and ``free_blocks`` (L777-808) appends freed blocks that hold a cached prefix at
+the tail (``append_n``) and puts those without a block hash (a request's last, partial block) at
+the head (``prepend_n``). So a worker hands out never-used blocks first, besides the partial
+blocks of finished requests, until every block has been used once. The model takes each block
+newly allocated for a request (its prompt minus its prefix-cache hit on that worker) as a fresh
+block, whose mirror pages the first copy or transfer makes resident: one block a request more
+than vLLM touches when a partial block is reused (docs/kv-path.md). Resident memory grows by
+those blocks and stops at the mirror.
 
 The floor of such a worker is therefore ``base + /dev/shm + mirror`` (`memory_floor_bytes`),
 whatever the load; below it the kernel kills the worker once ``base + resident`` crosses its limit
@@ -31,11 +35,9 @@ GI = 2**30
 HOST_BASE_BYTES = 5 * GI // 2
 """Host memory of a vLLM worker without its host mirror (bytes) in the simulation: 2.5 GiB
 (CUDA context, PyTorch, vLLM and Dynamo in one process). Not measured (the seed bounds it only:
-its part-3 workers ran within 3,584Mi); **fitted on one declared disaggregated value**, the
-seed's cross-node concurrency-1 run (the prefill worker died after 4 successful requests):
-re-timing that run with 2.0 / 2.25 / 2.5 / 2.75 / 3.0 GiB gives 19 / 11 / 5 / 2 / 1 successful
-requests (``bench/seed_match.py --reuse --host-base-gib 2 2.25 2.5 2.75 3``), and 2.5 is the
-closest. The cross-node concurrency-4 kill time is the validation (docs/kv-path.md). The
+its part-3 workers ran within 3,584Mi); fitted on one value, the seed's cross-node
+concurrency-1 kill, and not refitted to the timing model as it is now: what other values give
+is in docs/kv-path.md (``bench/seed_match.py --reuse --host-base-gib 2 2.25 2.75 2.9 3``). The
 preview floor uses the stack's ``baseMemory`` instead (default 3,328Mi, the seed's bound)."""
 
 

@@ -226,7 +226,8 @@ UPSTREAM_RULES: tuple[UpstreamRule, ...] = (
         "vLLM 0.31.0 and 0.33.0: a pageable torch.empty(..., device='cpu') per layer when "
         "kv_buffer_device == 'cpu' (0.33.0 nixl/base_worker.py L794-810, L1311-1313; "
         f"base_scheduler.py L92-93; {_V33}); free-block order v1/core/block_pool.py L721 "
-        "popleft_n, L767 append_n",
+        "popleft_n, L767 append_n (0.31.0 free_blocks L777-808: prepend_n for blocks without "
+        "a hash, append_n for cached ones)",
     ),
     UpstreamRule(
         "host copies",

@@ -733,14 +733,15 @@ def build_sizing_report(
     )
 
 
-BIG_GPU_GIB = 70
-"""vLLM's threshold for its larger step-budget defaults, GiB of GPU memory
+BIG_GPU_GIB, HUGE_GPU_GIB = 70, 160
+"""vLLM's thresholds for its larger step-budget defaults, GiB of GPU memory
 (:func:`default_max_batched_tokens`)."""
 
-MAX_BATCHED_TOKENS_BIG, MAX_BATCHED_TOKENS_OTHER = 8_192, 2_048
+MAX_BATCHED_TOKENS_HUGE, MAX_BATCHED_TOKENS_BIG, MAX_BATCHED_TOKENS_OTHER = 16_384, 8_192, 2_048
 """vLLM's default ``max_num_batched_tokens`` for an API server (``UsageContext.
-OPENAI_API_SERVER``) on a GPU of at least :data:`BIG_GPU_GIB` that is not an A100, and on every
-other GPU (vLLM 0.31.0 ``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``)."""
+OPENAI_API_SERVER``) on a GPU of at least :data:`HUGE_GPU_GIB`, on one of at least
+:data:`BIG_GPU_GIB` that is not an A100, and on every other GPU (vLLM 0.31.0
+``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``, L2829-2887)."""
 
 MAX_BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
 """vLLM's flag of a worker's per-step token budget."""
@@ -750,9 +751,12 @@ def default_max_batched_tokens(gpu: GpuSpec, gpu_memory_gib: float) -> int:
     """vLLM's per-step token budget of a worker without ``--max-num-batched-tokens``: its default
     for an API server, the context Dynamo's vLLM worker builds its engine in
     (``UsageContext.OPENAI_API_SERVER``, ai-dynamo 1.6.1 ``dynamo/vllm/main.py`` line 686;
-    ``vllm serve`` uses the same): :data:`MAX_BATCHED_TOKENS_BIG` on a GPU of at least
-    :data:`BIG_GPU_GIB` GiB (``gpu_memory_gib``, the node class's ``gpuMemoryGiB``) that is not
-    an A100, :data:`MAX_BATCHED_TOKENS_OTHER` otherwise."""
+    ``vllm serve`` uses the same), by the GPU's memory (``gpu_memory_gib``, the node class's
+    ``gpuMemoryGiB``): :data:`MAX_BATCHED_TOKENS_HUGE` from :data:`HUGE_GPU_GIB` GiB up,
+    :data:`MAX_BATCHED_TOKENS_BIG` from :data:`BIG_GPU_GIB` GiB up on a GPU that is not an A100,
+    :data:`MAX_BATCHED_TOKENS_OTHER` otherwise."""
+    if gpu_memory_gib >= HUGE_GPU_GIB:
+        return MAX_BATCHED_TOKENS_HUGE
     big = gpu_memory_gib >= BIG_GPU_GIB and "a100" not in gpu.name
     return MAX_BATCHED_TOKENS_BIG if big else MAX_BATCHED_TOKENS_OTHER
 

@@ -95,8 +95,9 @@ def test_an_unknown_gpu_is_a_one_line_error(
 def test_the_step_budget_is_vllms_api_server_default_unless_the_args_set_one(
     raw_config: Callable[[str], dict[str, Any]],
 ) -> None:
-    # vLLM's EngineArgs.get_batch_defaults for UsageContext.OPENAI_API_SERVER: 8,192 tokens a
-    # step on a GPU of >= 70 GiB that is not an A100, 2,048 on any other
+    # vLLM's EngineArgs.get_batch_defaults for UsageContext.OPENAI_API_SERVER: 16,384 tokens a
+    # step on a GPU of >= 160 GiB, 8,192 on one of >= 70 GiB that is not an A100, 2,048 on any
+    # other
     raw = raw_config("kv-routing")
     seed = validate_stack("kv-routing", raw)
     assert {seed.group(g.name).max_batched_tokens for g in seed.cfg.topology.workers} == {2_048}
@@ -105,6 +106,11 @@ def test_the_step_budget_is_vllms_api_server_default_unless_the_args_set_one(
     raw["nodeClasses"]["gpu-24gb"].update(gpu="a100-sxm-80gb", gpuMemoryGiB=80)
     a100 = validate_stack("a100", raw)
     assert a100.group(a100.cfg.topology.workers[0].name).max_batched_tokens == 2_048
+    b200 = {"name": "b200", "bf16DenseTflops": 2250, "memoryGbPerS": 8000}
+    raw["nodeClasses"]["gpu-24gb"].update(gpu=b200, gpuMemoryGiB=180)
+    huge = validate_stack("b200", raw)
+    assert huge.group(huge.cfg.topology.workers[0].name).max_batched_tokens == 16_384
+    raw["nodeClasses"]["gpu-24gb"].update(gpu="a100-sxm-80gb", gpuMemoryGiB=80)
     # the last of the engine's then the group's extraArgs wins, in either spelling
     raw["engine"]["extraArgs"] = ["--max-num-batched-tokens=4096"]
     assert validate_stack("args", raw).group("worker-24gb").max_batched_tokens == 4_096
