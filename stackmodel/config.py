@@ -32,9 +32,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from configkeys.config_text import ConfigText
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, gb_per_s_text
 from loadgen.config import LoadConfig
-from loadgen.config_text import ConfigText
 from stackmodel.errors import PROJECT
 from stackmodel.models import ModelGeometry
 from stackmodel.platform import PlatformConfig
