@@ -129,9 +129,10 @@ def test_a_client_whose_node_clock_is_ahead_merges_on_the_barrier(
     assert run.duration_s < 2.0  # 160 requests at 4 in flight, ~40 ms each: ~1.6 s at most
     (said,) = [w for w in run.warnings if "wall clock" in w]
     ahead = float(said.split(" is ")[1].split(" ms")[0].replace(",", ""))
-    # 2 s, plus the time the barrier's answer took to wake client 1 (never less: it reads the
-    # release after client 0 wrote it; tens of ms on this shared machine at worst)
-    assert 1_995 <= ahead <= 2_300, said
+    # 2 s, give or take how far apart the two clients took their clocks at the release: client 1
+    # when the answer woke it, client 0 just after writing it, so either can come first (tens of
+    # ms on this shared machine at worst; 1,985 ms once with two busy loops beside the suite)
+    assert 1_700 <= ahead <= 2_300, said
     # Its end, on its own wall clock 2 s late, is corrected: the run ends with client 0's.
     zero = parse_log(logs[f"{job.name}-0"].splitlines()).runs[(1, 4, 1)]
     assert run.finished_at is not None
