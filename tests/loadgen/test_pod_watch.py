@@ -182,10 +182,14 @@ def test_a_sidecar_or_ephemeral_container_crash_is_an_incident(statuses: str, wh
 def test_earlier_terminations_are_the_baseline_not_incidents(tmp_path: Path) -> None:
     with fake_kube_api() as api:
         api.put(pod("prefill-0", restarts=3, last_terminated=oom_killed()))
+        api.put(pod("decode-0", component="decode"))
         with PodWatch(NAMESPACE, kubeconfig=str(api.kubeconfig(tmp_path)), window_s=1) as pods:
             api.emit("MODIFIED", pod("prefill-0", restarts=3, last_terminated=oom_killed()))
-            time.sleep(0.3)
-    assert pods.incidents() == []
+            # Events come in order: once decode-0's deletion is seen, so was prefill-0's event
+            # (a fixed wait passed without it whenever the watch was slower than the wait).
+            api.emit("DELETED", pod("decode-0", component="decode"))
+            wait_for(lambda: any(i.instance == "decode-0" for i in pods.incidents()))
+    assert [(i.instance, i.kind) for i in pods.incidents()] == [("decode-0", "deleted")]
 
 
 def test_no_kubernetes_access_is_one_warning(

@@ -145,13 +145,28 @@ def test_simulate_stack_times_the_real_routing_run_and_leaves_no_process(
     routing = GridResult.model_validate_json((out / "routing" / "result.json").read_text())
     # The client of a real deployment is told the prefill worker's hit (vLLM's decode worker
     # reports the prefill leg's); the routing run's clients got the decode mockers', so the
-    # simulated hits are the model's prefill hits, which follow the frontend's own KV-router
-    # estimate for the prefill phase (its window also holds the run's 4 warm-up requests, on
-    # prefixes of their own: at most 2 x 2,112 more tokens), within 15%.
+    # simulated hits are the timing model's prefill hits. They follow from the routing run's
+    # recorded requests alone: which prefixes a mocker held when, and the frontend KV router's
+    # own estimate for the prefill phase (kept in the routing folder; 42,240 to 52,800 tokens
+    # in runs of these 24 requests here), come from a race between the graph's processes.
+    # Each prefill worker keeps both prefixes (its capacity holds many), holds a prefix from
+    # the engine step that takes its first request there, and takes requests in send order:
+    # a request hits its whole prefix in 16-token blocks or nothing, the first request of each
+    # prefix misses, and a prefix misses at most once per prefill worker.
     (run,) = routing.runs
     assert run.server is not None and run.server.router_cached_tokens is not None
-    simulated = pd.read_parquet(out / "requests.parquet")["cached_tokens"].sum()
-    assert simulated == pytest.approx(run.server.router_cached_tokens, rel=0.15)
+    routed = pd.read_parquet(out / "routing" / "requests.parquet").sort_values("index")
+    timed = pd.read_parquet(out / "requests.parquet").sort_values("index")
+    for column in ("index", "prefix_id", "prompt_tokens"):
+        assert timed[column].tolist() == routed[column].tolist()
+    prefix = sim.result.config.prefix_tokens // 16 * 16  # 2,128 of 2,134
+    prefill_workers = stack_file["resources"]["workers_by_role"]["prefill"]
+    capacity = load_stack("disagg-same-node").sizing.kv_capacity_tokens("prefill")
+    assert capacity >= 2 * prefix
+    assert set(timed["cached_tokens"]) <= {0, prefix}
+    missed = timed[timed["cached_tokens"] == 0]
+    assert set(routed.groupby("prefix_id")["index"].min()) <= set(missed["index"])
+    assert missed.groupby("prefix_id").size().max() <= prefill_workers
     assert routing.config.max_tokens == ROUTING_MAX_TOKENS
     frame = pd.read_parquet(out / "requests.parquet")
     assert set(frame["completion_tokens"]) == {64}  # the stack's maxTokens, timed by the model
@@ -200,14 +215,34 @@ def test_the_seeds_cross_node_prefill_limit_is_oomkilled(tmp_path: Path) -> None
     # fit between the 2.5 GiB base and 3,584Mi, the 19th request's copy crosses (334 + 15 x 17 =
     # 589); with at most 3 others in flight then, 15-18 requests succeed first (16-19 where the
     # prompts come out at 2,381 tokens: 149 blocks, 16 fresh per warm request, the 20th
-    # crosses), and the kill lands within the goal's factor 2 of the seed's 9 s.
-    assert incident.t_s is not None and 4.5 <= incident.t_s <= 18
+    # crosses).
     assert (incident.prefix_kinds, incident.concurrency, incident.repetition) == (2, 4, 1)
     assert incident.memory_bytes is not None and incident.memory_bytes > 3584 * 2**20
     saved = json.loads((tmp_path / "disagg-cross-node" / "incidents.json").read_text())
     assert [Incident.model_validate(i) for i in saved] == [incident]
     (point,) = sim.result.points
     assert 15 <= point.samples <= 19 and point.samples + point.errors == 40
+    # When the kill lands is the model's time for the routing run's recorded requests (timing
+    # them again gives the same incident), and so depends on the decode mockers' hits there,
+    # which a race between the graph's processes decides: a request its decode worker missed
+    # moves its whole prompt over the 1 GbE link instead of its suffix, ~2 s more each (the
+    # kill came 5.4 s into the run with none missed, 13.8 s with the first two requests of each
+    # prefix missed, 18.1 s with the first 6). Never before 4.5 s; and with the first two
+    # requests of each prefix cold (one per decode worker), the kill lands within a factor 2 of
+    # the seed's 9 s.
+    routing_dir = tmp_path / "disagg-cross-node" / "routing"
+    routing = GridResult.model_validate_json((routing_dir / "result.json").read_text())
+    recorded = pd.read_parquet(routing_dir / "requests.parquet").sort_values("index")
+    plan = load_stack("disagg-cross-node", settings)
+    again, _ = retime_grid(plan, sim.result.config, routing, recorded)
+    assert again.incidents == [incident]
+    assert incident.t_s is not None and incident.t_s >= 4.5
+    cold = recorded.groupby("prefix_id").cumcount() < 2
+    hit = sim.result.config.prefix_tokens // 64 * 64  # the mocker's 64-token blocks: 2,112
+    settled = recorded.assign(cached_tokens=(~cold).astype(int) * hit)
+    timed, _ = retime_grid(plan, sim.result.config, routing, settled)
+    (kill,) = timed.incidents
+    assert kill.t_s is not None and 4.5 <= kill.t_s <= 18
 
 
 def test_overrides_name_the_bad_key() -> None:
