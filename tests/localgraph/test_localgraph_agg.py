@@ -1,10 +1,12 @@
 """An aggregated, KV-routed local graph (the shared `agg_kv_graph` fixture) serves chat."""
 
+import time
 import uuid
 
 import httpx
 import pytest
 from localgraph_chat import stream_chat
+from prometheus_client.parser import text_string_to_metric_families
 
 from simulator.localgraph import LocalGraph
 from simulator.model_dir import CHAT_TEMPLATE_OVERHEAD_TOKENS
@@ -13,6 +15,20 @@ pytestmark = pytest.mark.timeout(120)
 
 MODEL = "Qwen/Qwen3-0.6B"
 BLOCK_TOKENS = 64  # the mocker's default KV block size (vLLM engine)
+EVENTS_APPLIED = "dynamo_component_kv_cache_events_applied"
+"""The frontend's KV router's count of workers' KV events its index applied, by event type and
+status (its /metrics)."""
+
+
+def stored_events(graph: LocalGraph) -> float:
+    """The "stored" KV events the router's index has applied so far, over every worker."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(graph.metrics_text())
+        if family.name == EVENTS_APPLIED
+        for sample in family.samples
+        if sample.labels.get("event_type") == "stored" and sample.labels.get("status") == "ok"
+    )
 
 
 def test_models_lists_the_served_model(agg_kv_graph: LocalGraph) -> None:
@@ -26,6 +42,7 @@ def test_streamed_chat_reports_usage_and_prefix_cache_hits(agg_kv_graph: LocalGr
     content = f"{uuid.uuid4().hex} " * 20  # 660 bytes, unique to this run
     prompt_tokens = len(content.encode()) + CHAT_TEMPLATE_OVERHEAD_TOKENS
 
+    known = stored_events(agg_kv_graph)
     first = stream_chat(agg_kv_graph.url, MODEL, content, 4)
     assert first.done
     assert first.chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -33,8 +50,14 @@ def test_streamed_chat_reports_usage_and_prefix_cache_hits(agg_kv_graph: LocalGr
     assert first.usage["completion_tokens"] == 4
     assert first.usage["prompt_tokens_details"]["cached_tokens"] == 0
 
-    # KV routing sends the repeat to the worker holding the prefix: every full block but the
-    # last (the final prompt token is always recomputed) is a hit.
+    # Once the router has applied the worker's KV events of those blocks (they travel to it
+    # on their own, beside the response), KV routing sends the repeat to the worker holding
+    # the prefix: every full block but the last (the final prompt token is always recomputed)
+    # is a hit.
+    deadline = time.monotonic() + 30
+    while stored_events(agg_kv_graph) <= known:
+        assert time.monotonic() < deadline, "the router applied no KV event of the first request"
+        time.sleep(0.05)
     second = stream_chat(agg_kv_graph.url, MODEL, content, 4)
     cached = second.usage["prompt_tokens_details"]["cached_tokens"]
     assert cached == (prompt_tokens - 1) // BLOCK_TOKENS * BLOCK_TOKENS
