@@ -33,8 +33,8 @@ from simulator.routing import ROUTING_DIR, ROUTING_SPEEDUP, graph_spec, routing_
 from simulator.simulate import simulation_load
 from stackmodel.config import Links
 from stackmodel.crossover import crossover
-from stackmodel.plan import plan_stack
 from stackmodel.stacks import load_stack
+from stackmodel.validation import validate_config
 
 
 def main() -> None:
@@ -63,10 +63,11 @@ def main() -> None:
     for rate in np.logspace(-1, np.log10(50), args.points):
         point = plan.cfg.model_copy(update={"links": Links(same_node=rate, cross_node=rate)})
         t = time.process_time()
-        _, runs = retime_grid(plan_stack(point), load, routing, frame)
+        point_plan = validate_config(args.stack, point)
+        _, runs = retime_grid(point_plan, load, routing, frame)
         cpu = time.process_time() - t
         first = runs[0].summary
-        pays = crossover(plan_stack(point)).stack_point.pays
+        pays = crossover(point_plan).stack_point.pays
         print(
             f"{rate:7.3g} {first.ttft_p50_ms or float('nan'):11.1f}"
             f" {first.output_tokens_per_s:10.0f}  {'yes' if pays else 'no':4}  {cpu:6.2f}"

@@ -1,6 +1,7 @@
 """The local simulation of a stack, drivable from Python without the `testbed` commands.
 
-A stack's plan (:func:`stackmodel.plan.plan_stack`) is simulated in two layers:
+A stack's plan (:mod:`stackmodel.plan`, as :func:`stackmodel.stacks.load_stack` gives it) is
+simulated in two layers:
 
 - :mod:`simulator.routing`: the routing run, the real Dynamo frontend (KV router) with CPU-only
   mocker workers (:mod:`simulator.localgraph`, :mod:`simulator.model_dir`), which decides

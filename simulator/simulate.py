@@ -144,6 +144,12 @@ def simulate_stacks(
     each; returns the timed results in the order of ``stacks`` (stack name -> its plan, as
     :func:`stackmodel.stacks.load_stack` gives it with ``settings``).
 
+    The grid each stack runs: :func:`simulation_load` of its ``load`` (``full``: its own grid,
+    else :data:`REDUCED_GRID`), ``grid`` overriding it by :class:`~loadgen.config.LoadConfig`
+    field name (``{"prefix_kinds": [2], "requests_per_run": 20}``). ``speedup_ratio``: the
+    routing run's mocker ``--speedup-ratio``; ``constants``: the timing model's; ``progress``:
+    a progress bar on the terminal.
+
     Writes, per stack, ``out_dir/<stack>/`` (summary.json, result.json, runs.csv,
     requests.parquet, table.txt, incidents.json, and ``stack.json``: the resources the stack
     would run on, for ``testbed compare``; ``crossover.json``: where disaggregation pays for the
@@ -156,7 +162,9 @@ def simulate_stacks(
     the others; runs at grid points outside this grid stay in ``routing/runs/``. Every process
     of every graph is stopped on return, on error and on Ctrl-C; a routing run's finished runs
     stay in its folder when another's fails. The caller holds the folders' locks
-    (:mod:`loadgen.folder_lock`).
+    (:func:`loadgen.folder_lock.folder_lock` on each ``out_dir/<stack>``) and refuses a folder
+    that holds complete runs without ``resume`` (as ``testbed simulate`` does): without
+    ``resume`` the folders are written afresh.
 
     Raises:
         LocalGraphError: a graph did not start (the message has the log tails).

@@ -1,13 +1,15 @@
 """A stack resolved once: everything the checks, the Kubernetes objects, the program and the
 simulation derive from a validated config, computed in one place.
 
-:func:`plan_stack` reads the files a stack names once (the model's ``configJson``, each node
-class's calibration profile, the link profiles) and gives a :class:`StackPlan`: the model's
-geometry as the workers hold it; per worker group its GPU, calibration, step times, step budget,
-KV link and parsed engine arguments (:class:`GroupPlan`); where every replica lands
-(:mod:`stackmodel.placement`); and the sizing (:class:`~stackmodel.sizing.StackSizing`).
-Validation builds it (:func:`stackmodel.validation.validate_stack`) and every command reads the
-one it built.
+A stack's plan reads the files the stack names once (the model's ``configJson``, each node
+class's calibration profile, the link profiles) and holds: the model's geometry as the workers
+hold it; per worker group its GPU, calibration, step times, step budget, KV link and parsed
+engine arguments (:class:`GroupPlan`); where every replica lands (:mod:`stackmodel.placement`);
+and the sizing (:class:`~stackmodel.sizing.StackSizing`: its report's ``disaggregation`` is the
+verdict ``testbed render`` prints). Validation builds it, and every command reads the one it
+built: a stack by name, :func:`stackmodel.stacks.load_stack`; a raw config,
+:func:`stackmodel.validation.validate_stack`; a config built or changed in code,
+:func:`stackmodel.validation.validate_config`.
 
 Building is two steps, so that validation can check what the files hold before the sizing uses
 it: :func:`resolve_inputs` reads and resolves (each failure a
@@ -485,14 +487,3 @@ def build_plan(cfg: StackConfig, inputs: StackInputs) -> StackPlan:
         gpu_notes=dict(inputs.gpu_notes),
         sizing=_sizing(cfg, geometry, groups, sharing, inputs.links, verdict, named),
     )
-
-
-def plan_stack(cfg: StackConfig, project_dir: Path = PROJECT_DIR) -> StackPlan:
-    """The plan of a validated config, its files read once (:func:`resolve_inputs`,
-    :func:`build_plan`).
-
-    Raises:
-        ValueError: a file it names cannot be read or a setting does not resolve (validation
-            reports each as a problem of its key first).
-    """
-    return build_plan(cfg, resolve_inputs(cfg, project_dir))

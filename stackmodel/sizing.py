@@ -10,7 +10,7 @@ The seed's two lessons, checked before anything is deployed:
    host -> device copy (:mod:`kvpath`); disaggregation only pays when that is smaller than the
    prefill time it takes off the decode GPU (`disaggregation_verdict`).
 
-A stack's plan (:func:`stackmodel.plan.plan_stack`) applies them: which link each prefill
+A stack's plan (:mod:`stackmodel.plan`) applies them: which link each prefill
 group's KV crosses, which workers can share a GPU, which GPU and step times each worker group
 has, and the stack's memory limits, load concurrency and prompt length fed to
 :func:`build_sizing_report`; the result is a :class:`StackSizing`.

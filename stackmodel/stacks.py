@@ -155,7 +155,8 @@ def _stack_file_config(stack: str, path: Path) -> dict[str, Any]:
 
 def load_stack(stack: str, settings: Sequence[Setting] = (), project_dir: Path = REPO) -> StackPlan:
     """A stack's plan (its validated config, ``.cfg``, resolved once), read as the Pulumi CLI
-    would pass it, with the command line's ``--set`` items applied (:func:`stack_config`).
+    would pass it, with the command line's ``--set`` items applied (:func:`stack_config`;
+    ``settings`` as :func:`configkeys.key_paths.parse_settings` parses ``KEY=VALUE`` texts).
 
     Raises:
         FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``.

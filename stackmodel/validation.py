@@ -98,6 +98,17 @@ def validate_stack(stack: str, raw: Mapping[str, Any]) -> StackPlan:
     return plan
 
 
+def validate_config(stack: str, cfg: StackConfig) -> StackPlan:
+    """Validate a config built or changed in code (e.g. with ``StackConfig.model_copy``, which
+    checks nothing) as :func:`validate_stack` validates a stack file's: every key's shape and the
+    cross-key checks, then its plan. ``stack`` names it in messages.
+
+    Raises:
+        StackConfigError: listing every problem.
+    """
+    return validate_stack(stack, cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True))
+
+
 def validate_platform_stack(stack: str, raw: Mapping[str, Any]) -> PlatformStackConfig:
     """Validate a ``stackRole: platform`` stack's config (keys without the project prefix).
 

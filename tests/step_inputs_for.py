@@ -7,9 +7,9 @@ from typing import Any
 
 from loadstep.inputs import LoadStepInputs, step_inputs
 from stackmodel.config import StackConfig
-from stackmodel.plan import plan_stack
 from stackmodel.resources import stack_resources
 from stackmodel.topology import build_topology
+from stackmodel.validation import validate_config
 
 
 def inputs_for(
@@ -17,6 +17,6 @@ def inputs_for(
 ) -> LoadStepInputs:
     """:func:`loadstep.inputs.step_inputs` of ``cfg`` (``options``: its ``url``,
     ``kube_context``)."""
-    topology = build_topology(plan_stack(cfg))
+    topology = build_topology(validate_config(stack, cfg))
     resources = stack_resources(cfg, topology)
     return step_inputs(cfg, topology, resources, stack, fingerprint, results_root, **options)

@@ -20,8 +20,8 @@ from incluster.runtime import run_probe_pods
 from kvpath.profile import resolve_link
 from simulator.localgraph import free_port
 from stackmodel.config import StackConfig
-from stackmodel.plan import plan_stack
 from stackmodel.stacks import load_stack
+from stackmodel.validation import validate_config
 from testbed.cli import app
 
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2"
@@ -48,7 +48,7 @@ def _with_ucx(cfg: StackConfig) -> StackConfig:
 )
 def test_pods_go_where_the_workers_run(stack: str, path: Any, rule: str) -> None:
     cfg = _with_ucx(load_stack(stack).cfg)
-    shape = probe_shape(plan_stack(cfg))
+    shape = probe_shape(validate_config(stack, cfg))
     objects = probe_objects(cfg, IMAGE, "probe-x", path, shape, probe_files(), gpu_copies=True)
     for obj in objects:
         kubernetes_validate.validate(obj, "1.34", strict=True)

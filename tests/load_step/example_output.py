@@ -25,9 +25,9 @@ from simulator.localgraph import LocalGraph
 from simulator.model_dir import make_model_dir
 from simulator.routing import graph_spec
 from simulator.simulate import simulation_load
-from stackmodel.plan import plan_stack
 from stackmodel.resources import compare_resources
 from stackmodel.stacks import load_stack
+from stackmodel.validation import validate_config
 
 BASELINE, STACK = "kv-routing", "disagg-same-node"
 
@@ -36,7 +36,9 @@ def run_stack(stack: str, out_dir: Path, model_dir: Path) -> dict[str, Any]:
     """The load step's outputs for ``stack`` against its local graph."""
     cfg = load_stack(stack).cfg
     cfg = cfg.model_copy(update={"load": simulation_load(cfg, full=False)})
-    with LocalGraph(graph_spec(plan_stack(cfg)), out_dir / stack / "graph", model_dir) as graph:
+    with LocalGraph(
+        graph_spec(validate_config(stack, cfg)), out_dir / stack / "graph", model_dir
+    ) as graph:
         inputs = inputs_for(
             cfg, stack, "sha256:local-graph", str(out_dir / "results"), url=graph.url
         )

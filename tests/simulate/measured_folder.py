@@ -13,7 +13,7 @@ from simulator.hardware import stack_constants
 from simulator.retime import write_timed
 from simulator.routing import ROUTING_DIR
 from stackmodel.config import StackConfig
-from stackmodel.plan import plan_stack
+from stackmodel.validation import validate_config
 
 
 def routing_frame(cfg: StackConfig) -> pd.DataFrame:
@@ -61,4 +61,10 @@ def timed_folder(folder: Path, cfg: StackConfig) -> GridResult:
         first_failure_at=None,
         warnings=[],
     )
-    return write_timed(plan_stack(cfg), cfg.load, routing, folder, stack_constants(plan_stack(cfg)))
+    return write_timed(
+        validate_config("measured", cfg),
+        cfg.load,
+        routing,
+        folder,
+        stack_constants(validate_config("measured", cfg)),
+    )

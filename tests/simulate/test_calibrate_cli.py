@@ -16,8 +16,9 @@ from simulator.routing import graph_spec
 from simulator.simulate import Simulation, simulation_load
 from stackmodel.config import StackConfig
 from stackmodel.crossover import CROSSOVER_FILE, crossover, crossover_json
-from stackmodel.plan import StackPlan, plan_stack
+from stackmodel.plan import StackPlan
 from stackmodel.stacks import load_stack
+from stackmodel.validation import validate_config
 from steptime.calibration_profile import load_calibration_file
 from testbed.cli import app
 
@@ -158,7 +159,7 @@ def grids(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         result = timed_folder(out_dir / stack, cfg)
         # as simulate_stacks records it beside the results
         (out_dir / stack / CROSSOVER_FILE).write_text(crossover_json(crossover(plan)))
-        return [Simulation(stack, graph_spec(plan_stack(cfg)), result, out_dir / stack)]
+        return [Simulation(stack, graph_spec(validate_config(stack, cfg)), result, out_dir / stack)]
 
     monkeypatch.setattr(simulator.simulate, "simulate_stacks", recorded)
     return asked

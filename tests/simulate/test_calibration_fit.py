@@ -16,8 +16,8 @@ from simulator.calibration_fit import Search, fit, read_target
 from simulator.hardware import stack_constants
 from simulator.provenance import provenance
 from stackmodel.config import StackConfig
-from stackmodel.plan import plan_stack
 from stackmodel.stacks import load_stack
+from stackmodel.validation import validate_config
 from steptime.calibration_profile import CalibrationProfile, load_calibration_file
 
 TRUE = {
@@ -80,7 +80,7 @@ def test_a_profile_a_node_class_names_sets_the_steps_and_the_frontend_cost(
     keys = [f'nodeClasses["{name}"].calibration={profile}' for name in plain.node_classes]
     cfg = load_stack("kv-routing", parse_settings(keys))
     assert stack_constants(cfg).request_overhead_s == TRUE_OVERHEAD_S
-    assert stack_constants(plan_stack(plain)) == CONSTANTS
+    assert stack_constants(validate_config("kv-routing", plain)) == CONSTANTS
     text, warnings = provenance(cfg)
     assert "calibrated" in text
     assert not any("extrapolated" in w for w in warnings)
@@ -98,7 +98,7 @@ def test_a_simulated_folder_calibrates_back_to_its_figures(
     measured: tuple[Path, StackConfig],
 ) -> None:
     folder, plain = measured
-    target = read_target(folder, plan_stack(plain))
+    target = read_target(folder, validate_config("kv-routing", plain))
     reported: list[Search] = []
     # 100 iterations a search: the 2,381-token prompts take two steps under the 24 GB GPU's
     # 2,048-token step budget, and 40 stop short of the figures

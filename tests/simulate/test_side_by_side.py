@@ -23,6 +23,7 @@ from loadgen.results import GridResult
 from simulator.routing import ROUTING_DIR
 from simulator.simulate import simulate_stacks
 from stackmodel.stacks import load_stack
+from stackmodel.validation import validate_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -137,7 +138,6 @@ def test_the_stacks_are_timed_side_by_side(tmp_path: Path) -> None:
     results as timed here; a worker that fails is a TimingError naming its stack."""
     from simulator.routing import RoutingJob, graph_spec
     from simulator.simulate import timed_side_by_side
-    from stackmodel.plan import plan_stack
     from tests.simulate.measured_folder import routing_frame, timed_folder
 
     small = {"prefix_kinds": [2], "concurrency": [4], "repetitions": 1, "requests_per_run": 20}
@@ -149,7 +149,7 @@ def test_the_stacks_are_timed_side_by_side(tmp_path: Path) -> None:
         folder = tmp_path / "side-by-side" / stack
         (folder / ROUTING_DIR).mkdir(parents=True)
         routing_frame(cfg).to_parquet(folder / ROUTING_DIR / "requests.parquet")
-        plan = plan_stack(cfg)
+        plan = validate_config(stack, cfg)
         jobs.append(RoutingJob(plan, graph_spec(plan), cfg.load, folder))
     routing = GridResult.model_validate_json(
         (tmp_path / "expected" / "kv-routing" / "result.json").read_text()

@@ -25,8 +25,8 @@ from simulator.routing import ROUTING_MAX_TOKENS, graph_spec
 from simulator.simulate import simulate_stacks
 from stackmodel.config import StackConfig
 from stackmodel.errors import StackConfigError
-from stackmodel.plan import plan_stack
 from stackmodel.stacks import load_stack
+from stackmodel.validation import validate_config
 
 SMALL = {"prefix_kinds": [2, 24], "concurrency": [2], "repetitions": 1, "requests_per_run": 16}
 
@@ -78,7 +78,9 @@ def test_disaggregation_adds_the_kv_transfer_to_ttft(tmp_path: Path) -> None:
         cfg = _small(load_stack(stack).cfg)
         model_dir = make_model_dir(tmp_path / stack / "model")
         with LocalGraph(
-            graph_spec(plan_stack(cfg)), tmp_path / stack / "graph", model_dir=model_dir
+            graph_spec(validate_config(stack, cfg)),
+            tmp_path / stack / "graph",
+            model_dir=model_dir,
         ) as g:
             results[stack] = run_grid(
                 g.url, cfg.model.name, cfg.load, None, tokenizer=str(model_dir), progress=False
@@ -278,7 +280,9 @@ def test_a_worker_killed_mid_run_shows_up_as_errors(tmp_path: Path) -> None:
     model_dir = make_model_dir(tmp_path / "model")
     killed_at: list[datetime] = []
     with (
-        LocalGraph(graph_spec(plan_stack(cfg)), tmp_path / "graph", model_dir=model_dir) as g,
+        LocalGraph(
+            graph_spec(validate_config("kv-routing", cfg)), tmp_path / "graph", model_dir=model_dir
+        ) as g,
         ProcessWatch(g) as processes,
     ):
 
