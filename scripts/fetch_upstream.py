@@ -135,8 +135,9 @@ def verify(manifest: Manifest, dest: Path) -> list[str]:
 
 
 def _download(url: str, target: Path, expected: str, timeout_s: float) -> str | None:
-    """Fetch ``url`` into ``target`` if its sha256 is ``expected``; else leave ``target`` as it
-    was and return why."""
+    """Fetch ``url`` into ``target`` if its sha256 is ``expected``; else leave ``target`` (and a
+    folder it would have made) as it was and return why."""
+    made = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
@@ -149,6 +150,7 @@ def _download(url: str, target: Path, expected: str, timeout_s: float) -> str | 
         if digest.hexdigest() != expected:
             return f"sha256 {digest.hexdigest()}, expected {expected} (refused: {url})"
         os.replace(tmp, target)
+        made.clear()
         return None
     except urllib.error.HTTPError as exc:
         return f"cannot fetch {url}: HTTP {exc.code} {exc.reason}"
@@ -157,6 +159,9 @@ def _download(url: str, target: Path, expected: str, timeout_s: float) -> str | 
         return f"cannot fetch {url}: {reason}"
     finally:
         tmp.unlink(missing_ok=True)
+        for folder in made:  # innermost first: only the folders made for this file, if empty
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
 
 
 def fetch(
@@ -211,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         problems = verify(manifest, dest)
         for line in problems:
             print(f"error: {line}", file=sys.stderr)
-        if not problems:
+        if problems:
+            where = f" --dest {dest}" if args.dest else ""
+            print(f"fetch them: python scripts/fetch_upstream.py{where}", file=sys.stderr)
+        else:
             print(f"{len(manifest.files)} upstream files of {pinned} in {dest}: sha256 ok")
         return 1 if problems else 0
     done, failed = fetch(manifest, dest, args.base_url, args.timeout)
@@ -220,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     for line in failed:
         print(f"error: {line}", file=sys.stderr)
     if failed:
+        if any(": cannot fetch " in line for line in failed):
+            print(
+                f"where the files cannot be fetched from, point --base-url at a checkout of "
+                f"{pinned} (a folder) or a mirror of it",
+                file=sys.stderr,
+            )
         return 1
     print(f"{len(done)} upstream files of {pinned} in {dest}")
     if dest != cache_dir():

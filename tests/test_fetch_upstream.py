@@ -11,6 +11,7 @@ import ast
 import hashlib
 import importlib.util
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -213,8 +214,9 @@ def test_a_wrong_hash_is_refused_and_nothing_is_written(
     err = capsys.readouterr().err
     got, expected = _sha(FAKE_FILES["dynamo-crds/a.yaml"][1]), _sha(wrong["dynamo-crds__a.yaml"])
     assert f"error: dynamo-crds/a.yaml: sha256 {got}, expected {expected} (refused: " in err
-    assert sorted(p.name for p in (dest / "dynamo-crds").iterdir()) == []  # no temporary left
+    assert not (dest / "dynamo-crds").exists()  # no temporary left, no empty folder either
     # A file already there that differs is not replaced by a download that differs too.
+    (dest / "dynamo-crds").mkdir(parents=True)
     (dest / "dynamo-crds" / "a.yaml").write_bytes(b"stale\n")
     assert _run(tmp_path, dest, "--base-url", upstream_repo.as_uri(), **wrong) == 1
     assert (dest / "dynamo-crds" / "a.yaml").read_bytes() == b"stale\n"
@@ -287,3 +289,19 @@ def test_the_command_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
     assert f"dynamo-crds/nvidia.com_dynamographdeployments.yaml: missing in {tmp_path}" in (
         done.stderr
     )
+
+
+def test_an_unreachable_source_says_how_to_fetch_offline_and_leaves_no_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dest = tmp_path / "cache"
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        unreachable = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    assert _run(tmp_path, dest, "--base-url", unreachable, "--timeout", "2") == 1
+    err = capsys.readouterr().err
+    assert f"cannot fetch {unreachable}/" in err
+    assert "point --base-url at a checkout of o/r at aaaaaaaaaaaa (a folder)" in err
+    assert not dest.exists()
+    assert _run(tmp_path, dest, "--verify") == 1
+    assert f"fetch them: python scripts/fetch_upstream.py --dest {dest}" in capsys.readouterr().err
