@@ -45,8 +45,3 @@ def parse_engine_args(items: Sequence[str]) -> tuple[EngineArg, ...]:
         )
         for i, item in enumerate(items)
     )
-
-
-def last_value(args: Sequence[EngineArg], flag: str) -> str | None:
-    """The value of the last ``flag`` in ``args`` (argparse keeps the last), or None."""
-    return next((arg.value for arg in reversed(args) if arg.flag == flag), None)
