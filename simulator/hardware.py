@@ -59,7 +59,6 @@ def run_topology(
     same = plan.links["sameNode"] if plan.disaggregated else None
     cross = plan.links["crossNode"] if plan.disaggregated else None
     probed = [p.host_copies for p in (same, cross) if p is not None and p.host_copies]
-    dynamo = cfg.topology.kind == "dynamo"
     return RunTopology(
         workers=tuple(workers),
         same_node_link=same,
@@ -67,8 +66,8 @@ def run_topology(
         copies=probed[0] if probed else DEFAULT_HOST_COPIES,
         host_base_bytes=host_base_bytes,
         kv_bytes_per_token=sizing.kv_bytes_per_token,
-        router=cfg.topology.router_mode if dynamo else "round-robin",
-        frontend=dynamo,
+        router=plan.router,
+        frontend=cfg.topology.kind == "dynamo",
     )
 
 

@@ -96,8 +96,7 @@ def graph_spec(
                 speedup_ratio=speedup,
             )
         )
-    router = cfg.topology.router_mode if cfg.topology.kind == "dynamo" else "round-robin"
-    return LocalGraphSpec(model_name=cfg.model.name, router_mode=router, groups=tuple(groups))
+    return LocalGraphSpec(model_name=cfg.model.name, router_mode=plan.router, groups=tuple(groups))
 
 
 @dataclass(frozen=True)

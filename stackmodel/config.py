@@ -284,6 +284,9 @@ class ModelConfig(CamelModel):
 
 WorkerRole = Literal["aggregated", "prefill", "decode"]
 
+RouterMode = Literal["kv", "round-robin", "random"]
+"""How the Dynamo frontend picks a worker (``DYN_ROUTER_MODE``)."""
+
 
 class KvTransfer(CamelModel):
     """vLLM ``--kv-transfer-config`` for a disaggregated worker.
@@ -452,7 +455,7 @@ class TopologyConfig(CamelModel):
         max_length=40,
         description="DGD (or Deployment prefix) name.",
     )
-    router_mode: Literal["kv", "round-robin", "random"] = Field(
+    router_mode: RouterMode = Field(
         default="kv", description="The frontend's --router-mode (kv: KV-cache-aware routing)."
     )
     ready_timeout_minutes: int = Field(

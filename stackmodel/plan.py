@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from kvpath.profile import LinkProfile, LinkSetting, resolve_link
-from stackmodel.config import NodeClass, StackConfig, WorkerGroup
+from stackmodel.config import NodeClass, RouterMode, StackConfig, WorkerGroup
 from stackmodel.engine_args import EngineArg, parse_engine_args
 from stackmodel.errors import ConfigProblem
 from stackmodel.models import (
@@ -207,8 +207,8 @@ class GroupPlan:
         gpu: its node class's GPU.
         calibration: its node class's calibration profile (None: none named).
         engine_args: its engine arguments, parsed: engine ``extraArgs``, then the group's.
-        max_batched_tokens: one worker's per-step token budget (:func:`max_batched_tokens`).
-        step: one worker's step times (:meth:`step_with` the seed fit).
+        step: one worker's step times (:meth:`step_with` the seed fit), its per-step token
+            budget included (:func:`max_batched_tokens`).
         kv_link: the link its KV crosses to decode (prefill groups; None for the others).
         kv_link_setting: the setting ``kv_link`` stands for (``links.sameNode`` or
             ``links.crossNode``; None for the others).
@@ -220,7 +220,6 @@ class GroupPlan:
     gpu: GpuSpec
     calibration: CalibrationProfile | None
     engine_args: tuple[EngineArg, ...]
-    max_batched_tokens: int
     step: EngineStep
     kv_link: LinkProfile | None
     kv_link_setting: LinkSetting | None
@@ -230,13 +229,30 @@ class GroupPlan:
         """The group's name."""
         return self.group.name
 
+    @property
+    def max_batched_tokens(self) -> int:
+        """One worker's per-step token budget (:func:`max_batched_tokens`)."""
+        budget = self.step.max_batched_tokens
+        assert budget is not None  # a group's step always has its budget
+        return budget
+
     def step_with(self, fit: EngineFit) -> EngineStep:
         """One worker's step times with the efficiencies ``fit`` where the group's GPU takes
-        them: a calibration profile's efficiencies win over ``fit``, and AIConfigurator's for
-        a GPU it has over an uncalibrated ``fit`` (:func:`steptime.fit.fit_for`)."""
-        if self.calibration is not None:
-            fit = self.calibration.engine_fit(str(self.node_class.calibration))
-        return dataclasses.replace(self.step, fit=fit_for(self.gpu, fit))
+        them (:func:`group_fit`)."""
+        fitted = group_fit(self.gpu, self.node_class, self.calibration, fit)
+        return dataclasses.replace(self.step, fit=fitted)
+
+
+def group_fit(
+    gpu: GpuSpec, node_class: NodeClass, calibration: CalibrationProfile | None, fit: EngineFit
+) -> EngineFit:
+    """The efficiencies a worker on ``gpu`` takes given ``fit``: its node class's calibration
+    profile's (``calibration``, read from ``node_class.calibration``) win over ``fit``, and
+    AIConfigurator's for a GPU it has over an uncalibrated ``fit``
+    (:func:`steptime.fit.fit_for`)."""
+    if calibration is not None:
+        fit = calibration.engine_fit(str(node_class.calibration))
+    return fit_for(gpu, fit)
 
 
 def max_batched_tokens(args: Sequence[EngineArg], gpu: GpuSpec, gpu_memory_gib: float) -> int:
@@ -287,10 +303,9 @@ class StackPlan:
 
     @property
     def verdict_group(self) -> GroupPlan:
-        """The worker group whose prefill the disaggregation verdict counts: the first prefill
-        group, else (an aggregated stack) the first worker group."""
-        prefill = [g for g in self.groups if g.group.role == "prefill"]
-        return (prefill or list(self.groups))[0]
+        """The worker group whose prefill the disaggregation verdict counts
+        (:func:`verdict_group`)."""
+        return verdict_group(self.groups)
 
     @property
     def disaggregated(self) -> bool:
@@ -298,10 +313,25 @@ class StackPlan:
         return any(g.group.role == "prefill" for g in self.groups)
 
     @property
+    def router(self) -> RouterMode:
+        """What picks a worker for each request: the Dynamo frontend's ``routerMode`` (a
+        ``dynamo`` topology), else ``round-robin`` (a Kubernetes Service in front of plain vLLM
+        replicas)."""
+        dynamo = self.cfg.topology.kind == "dynamo"
+        return self.cfg.topology.router_mode if dynamo else "round-robin"
+
+    @property
     def engine_label(self) -> str:
         """The engine a calibration profile records: ``vllm on dynamo 1.6.2`` (the engine kind
         and :attr:`~stackmodel.config.EngineConfig.release`)."""
         return f"{self.cfg.engine.kind} on dynamo {self.cfg.engine.release}"
+
+
+def verdict_group(groups: Sequence[GroupPlan]) -> GroupPlan:
+    """The worker group whose prefill the disaggregation verdict counts: the first prefill
+    group, else (an aggregated stack) the first worker group."""
+    prefill = [g for g in groups if g.group.role == "prefill"]
+    return (prefill or list(groups))[0]
 
 
 def same_host(cfg: StackConfig, a: str, b: str) -> bool:
@@ -341,18 +371,16 @@ def _group_plan(
     node_class = cfg.node_classes[group.node_class]
     gpu = inputs.gpus[group.node_class]
     args = parse_engine_args([*cfg.engine.extra_args, *group.extra_args])
-    budget = max_batched_tokens(args, gpu, node_class.gpu_memory_gib)
     profile = inputs.calibrations[group.node_class]
-    fit = SEED_FIT if profile is None else profile.engine_fit(str(node_class.calibration))
     tp = group.tensor_parallel_size
     step = EngineStep(
         gpu=gpu,
         geometry=geometry.per_gpu(tp),
-        fit=fit_for(gpu, fit),
+        fit=group_fit(gpu, node_class, profile, SEED_FIT),
         prefill_tokens_per_s_override=cfg.sizing.prefill_tokens_per_s,
         tensor_parallel=tensor_parallel(geometry, gpu, tp),
         fp8_weights=geometry.weight_dtype_bytes == FP8_BYTES,
-        max_batched_tokens=budget,
+        max_batched_tokens=max_batched_tokens(args, gpu, node_class.gpu_memory_gib),
     )
     key = kv_link_key(cfg, group, inputs.links) if group.role == "prefill" else None
     settings = {"sameNode": cfg.links.same_node, "crossNode": cfg.links.cross_node}
@@ -363,7 +391,6 @@ def _group_plan(
         gpu=gpu,
         calibration=profile,
         engine_args=args,
-        max_batched_tokens=budget,
         step=step,
         kv_link=None if key is None else inputs.links[key],
         kv_link_setting=None if key is None else settings[key],
@@ -405,8 +432,6 @@ def _sizing(
     groups: Sequence[GroupPlan],
     sharing: Sequence[GpuAllocation],
     links: dict[LinkKey, LinkProfile],
-    verdict: GroupPlan,
-    gpu_named: bool,
 ) -> StackSizing:
     """The sizing rules run for a stack.
 
@@ -431,6 +456,7 @@ def _sizing(
         )
         for g in groups
     ]
+    verdict = verdict_group(groups)
     step = verdict.step
     prompt = cfg.load.prompt_tokens
     report = build_sizing_report(
@@ -443,7 +469,7 @@ def _sizing(
         prefill_tokens_per_s=prompt / step.prefill_s(prompt)
         if prompt
         else step.prefill_tokens_per_s(),
-        prefill_source=prefill_source(verdict.name, step, gpu_named),
+        prefill_source=prefill_source(verdict.name, step, verdict.node_class.gpu is not None),
         components=components,
         gpus=sharing,
         kv_workers=_kv_worker_sets(cfg),
@@ -475,8 +501,6 @@ def build_plan(cfg: StackConfig, inputs: StackInputs) -> StackPlan:
     geometry = inputs.geometry
     groups = tuple(_group_plan(cfg, i, inputs, geometry) for i in range(len(cfg.topology.workers)))
     sharing = tuple(gpu_sharing_sets(cfg))
-    verdict = ([g for g in groups if g.group.role == "prefill"] or list(groups))[0]
-    named = cfg.node_classes[verdict.group.node_class].gpu is not None
     return StackPlan(
         cfg=cfg,
         geometry=geometry,
@@ -485,5 +509,5 @@ def build_plan(cfg: StackConfig, inputs: StackInputs) -> StackPlan:
         sharing_sets=sharing,
         links=dict(inputs.links),
         gpu_notes=dict(inputs.gpu_notes),
-        sizing=_sizing(cfg, geometry, groups, sharing, inputs.links, verdict, named),
+        sizing=_sizing(cfg, geometry, groups, sharing, inputs.links),
     )
