@@ -122,14 +122,18 @@ def read_cluster(
                         raise
                     # a user bound to the namespace: its own reads still answer
                     view.unreadable.append(f"nodes: {_reason(exc)}")
-            if release is not None:
-                namespace, name = release
+            if release is not None:  # the release's namespace, not the stack's own
+                release_namespace, name = release
                 selector = f"owner=helm,name={name}"
                 try:
-                    secrets = get(core.list_namespaced_secret, namespace, label_selector=selector)
+                    secrets = get(
+                        core.list_namespaced_secret, release_namespace, label_selector=selector
+                    )
                     view.releases = [helm_record(s) for s in secrets]
                 except ApiException as exc:
-                    view.unreadable.append(f"Helm releases in {namespace}: {_reason(exc)}")
+                    view.unreadable.append(
+                        f"Helm releases in {release_namespace}: {_reason(exc)}"
+                    )
                 try:
                     view.cluster_roles = get(client.RbacAuthorizationV1Api(api).list_cluster_role)
                 except ApiException as exc:

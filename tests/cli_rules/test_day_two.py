@@ -1,0 +1,80 @@
+"""A deployed stack's second day: previewed again, upgraded from a state an earlier version of
+the program made, and each config flip that would delete or replace what the user did not name.
+The old render runs in a fake Kubernetes API (:mod:`fake_kube_api`), the program previews the
+new config with the cluster check, and what it registers, refuses and says is checked against
+the engine's rules (:mod:`deployment_rollout`, :mod:`pulumi_cli`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_kube_api import FakeKubeApi, fake_kube_api
+from test_rollout_rules import cluster, deploy_into, run, said, shorter_context, workloads
+
+from stackmodel.errors import StackConfigError
+
+pytestmark = pytest.mark.timeout(60)
+
+RELEASE_NAMESPACE = "dynamo-system"
+
+
+def standalone(values: dict[str, Any]) -> None:
+    """kv-routing as one stack: its own platform release beside the graph."""
+    values["stackRole"] = "standalone"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    with fake_kube_api() as server:
+        server.nodes = cluster()
+        # Helm's --create-namespace made it, without the program's label
+        server.namespaces[RELEASE_NAMESPACE] = {"kubernetes.io/metadata.name": RELEASE_NAMESPACE}
+        yield server
+
+
+def refusal(stack: str, edit: Any, kubeconfig: str) -> str:
+    with pytest.raises(StackConfigError) as caught:
+        run(stack, edit, kubeconfig)
+    return str(caught.value)
+
+
+# --- a standalone stack previewed twice -----------------------------------------------------
+
+
+def test_a_standalone_stack_previews_again_after_its_first_up(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    deploy_into(api, run("kv-routing", standalone, kubeconfig))
+    again = run("kv-routing", standalone, kubeconfig)
+    assert "Namespace" in [o["kind"] for o in again.kubernetes_objects()]
+    assert not [line for line in said(again) if "not readable" in line]
+
+
+def test_a_standalone_stack_gets_the_rollout_protection(api: FakeKubeApi, tmp_path: Path) -> None:
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    deploy_into(api, run("kv-routing", standalone, kubeconfig))
+
+    def changed(values: dict[str, Any]) -> None:
+        standalone(values)
+        shorter_context(values)
+
+    rendered = run("kv-routing", changed, kubeconfig)
+    (dgd,) = workloads(rendered)
+    assert (dgd.replace_on_changes, dgd.delete_before_replace) == (["spec"], True)
+    assert [line for line in said(rendered) if "replaces the DGD instead" in line]
+
+
+def test_the_platform_stack_reads_no_namespace_of_its_own(
+    api: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its release's Secrets are read; the release's namespace itself is not the stack's, so a
+    user who may not read it gets no warning about it."""
+    api.forbidden = {f"/api/v1/namespaces/{RELEASE_NAMESPACE}"}
+    seen: list[str] = []
+    monkeypatch.setattr("pulumi.log.warn", lambda message, *a, **k: seen.append(message))
+    assert run("platform", None, str(api.kubeconfig(tmp_path))).registrations
+    assert [w for w in seen if "partly checked" in w] == []
