@@ -24,6 +24,9 @@ its timeout. Each way a pod can start early, and what the program does about it:
   ``deploy/operator/internal/controller/dgd_worker_rollout_reconciler.go``); where those pods
   do not fit the free shares, the DGD is replaced instead
   (:attr:`Rollout.replace_graph`), the old one deleted first;
+- a vLLM Deployment that grows (more replicas, same pods): its added pods start beside the
+  running ones; where they do not fit, they stay Pending (the sizing check,
+  :func:`clusterread.checks.cluster_problems`, names the node class), and the rollout says so;
 - an object that only the new program has (a vLLM Deployment of a renamed component, the DGD
   of a stack that was vllm-service): the engine creates it before it deletes what the program
   no longer registers (pulumi/pulumi ``pkg/resource/deploy/deployment_executor.go`` L486:
@@ -270,7 +273,12 @@ def plan_rollout(
             f" `pulumi up -s {stack}`), then make the change with `parked: false`"
         )
         return rollout
-    dgd = next(o for o in new if o["kind"] == DGD_KIND)
+    dgd = next((o for o in new if o["kind"] == DGD_KIND), None)
+    if dgd is None:  # Deployments that grow: the sizing check names what does not fit
+        rollout.notes.append(
+            f"the added pods do not fit ({where}): they stay Pending until shares free"
+        )
+        return rollout
     starters = sorted({g.component for starts in surge.values() for g, _ in starts})
     rollout.replace_graph = True
     rollout.notes.append(

@@ -78,3 +78,38 @@ def test_the_platform_stack_reads_no_namespace_of_its_own(
     monkeypatch.setattr("pulumi.log.warn", lambda message, *a, **k: seen.append(message))
     assert run("platform", None, str(api.kubeconfig(tmp_path))).registrations
     assert [w for w in seen if "partly checked" in w] == []
+
+
+# --- a vllm-service group grown past the cluster's shares -----------------------------------
+
+
+def three(values: dict[str, Any]) -> None:
+    """vllm-service with 3 of its 4 workers on the 24 GB GPU."""
+    workers = values["topology"]["workers"]
+    workers[0] = {**workers[0], "replicas": 3}
+
+
+def grown_past_the_shares(api: FakeKubeApi, kubeconfig: str) -> None:
+    """3 workers running on a GPU whose device plugin advertises 3 shares; the stack file's 4
+    is the group grown past them."""
+    api.nodes = cluster(main_units=3)
+    deploy_into(api, run("vllm-service", three, kubeconfig))
+
+
+def test_a_grown_vllm_group_shows_the_sizing_error(api: FakeKubeApi, tmp_path: Path) -> None:
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    grown_past_the_shares(api, kubeconfig)
+    message = refusal("vllm-service", None, kubeconfig)
+    assert "dynamo-testbed:nodeClasses.gpu-24gb" in message
+    assert "main: 3; the stack needs 4 on 1 node" in message
+
+
+def test_a_grown_vllm_group_with_warn_deploys_saying_what_stays_pending(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    grown_past_the_shares(api, kubeconfig)
+    rendered = run("vllm-service", lambda v: v.update(sizing={"clusterCheck": "warn"}), kubeconfig)
+    assert [d.inputs["spec"]["replicas"] for d in workloads(rendered)] == [4, 2]
+    (note,) = [line for line in said(rendered) if "stay Pending" in line]
+    assert "node class gpu-24gb has 0 free of 3 and the new pods need 1" in note
