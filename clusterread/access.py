@@ -6,8 +6,13 @@ Per object the program registers (:func:`required_permissions`), pulumi-kubernet
 destroy), and for the objects it awaits ``list`` and ``watch`` on what its awaiter subscribes
 to: a Deployment's Deployments, ReplicaSets, Pods and PersistentVolumeClaims
 (``provider/pkg/await/deployment.go`` L164-201), a Service's Services and Endpoints
-(``service.go`` L137-154), a ``pulumi.com/waitFor`` object's own kind (the DGD); pulumi/
-pulumi-kubernetes at ``tests/cli_rules/kubernetes_await.PULUMI_KUBERNETES_COMMIT``. With
+(``service.go`` L137-154), a ``pulumi.com/waitFor`` object's own kind (the DGD), and for every
+create, update and delete it awaits the core ``events`` of the object's namespace, whose
+Warning events (``FailedScheduling``, ``BackOff``) it prints during the wait
+(``NewEventAggregator`` in ``Creation``, ``Update`` and ``Deletion``, ``await.go`` L352, L536,
+L1006, on an informer of the object's namespace, L314-318 and L499-503, every namespace for a
+cluster-scoped object; ``watchers.go`` L206-216: kind ``Event``); pulumi/pulumi-kubernetes at
+``tests/cli_rules/kubernetes_await.PULUMI_KUBERNETES_COMMIT`` (4.34.x). With
 ``load.runner: cluster`` the load step's rules (:data:`incluster.manifests.LOAD_STEP_RULES`,
 the same list its Role grants). The Namespace is cluster-scoped: a Role cannot grant it, which
 is what ``createNamespace: false`` is for.
@@ -64,6 +69,7 @@ def required_permissions(cfg: StackConfig, *, with_hf_token: bool) -> list[Permi
     out: list[Permission] = []
     if cfg.create_namespace:
         _grant(out, "", ["namespaces"], OBJECT_VERBS, None)
+        _grant(out, "", ["events"], WATCH_VERBS, None)  # a Namespace's wait: every namespace
     if with_hf_token:
         _grant(out, "", ["secrets"], OBJECT_VERBS, ns)
     if not cfg.parked:
@@ -75,6 +81,7 @@ def required_permissions(cfg: StackConfig, *, with_hf_token: bool) -> list[Permi
             _grant(out, "", ["pods", "persistentvolumeclaims"], WATCH_VERBS, ns)
     _grant(out, "", ["services"], OBJECT_VERBS + WATCH_VERBS, ns)
     _grant(out, "", ["endpoints"], WATCH_VERBS, ns)
+    _grant(out, "", ["events"], WATCH_VERBS, ns)
     if cfg.load.enabled and cfg.load.runner == "cluster":
         for rule in LOAD_STEP_RULES:
             _grant(out, rule["apiGroups"][0], rule["resources"], rule["verbs"], ns)

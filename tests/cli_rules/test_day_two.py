@@ -113,3 +113,28 @@ def test_a_grown_vllm_group_with_warn_deploys_saying_what_stays_pending(
     assert [d.inputs["spec"]["replicas"] for d in workloads(rendered)] == [4, 2]
     (note,) = [line for line in said(rendered) if "stay Pending" in line]
     assert "node class gpu-24gb has 0 free of 3 and the new pods need 1" in note
+
+
+# --- the events pulumi-kubernetes watches while it waits ------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["kv-routing", "vllm-service"])
+def test_preview_asks_for_the_events_every_wait_watches(
+    api: FakeKubeApi, tmp_path: Path, stack: str
+) -> None:
+    """pulumi-kubernetes watches the core events of the awaited object's namespace on every
+    create, update and delete (``await.go`` ``NewEventAggregator``), every namespace's for the
+    cluster-scoped Namespace: a Role without them is named at preview."""
+    namespace = f"testbed-{stack}"
+    api.grants = [(namespace, {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]})]
+    seen: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("pulumi.log.warn", lambda message, *a, **k: seen.append(message))
+        run(stack, None, str(api.kubeconfig(tmp_path)))
+    asked = {(a["verb"], a.get("namespace")) for a in api.reviews if a["resource"] == "events"}
+    assert asked == {("list", namespace), ("watch", namespace), ("list", None), ("watch", None)}
+    lacking = [w for w in seen if "which your credentials lack" in w and " events " in w]
+    assert [w.split(" needs ", 1)[1].split(",", 1)[0] for w in lacking] == [
+        "list on events cluster-wide",
+        "watch on events cluster-wide",
+    ]

@@ -308,6 +308,12 @@ def test_each_missing_permission_is_one_warning_with_its_rule(
             " namespace an admin made"
             for verb in ("get", "create", "patch", "delete")
         ),
+        *(  # the Namespace's wait watches events in every namespace (await.go)
+            f"stack 'kv-routing': `pulumi up` needs {verb} on events cluster-wide, which your"
+            f' credentials lack: grant it (ClusterRole rule: apiGroups [""], resources'
+            f" [events], verbs [{verb}])"
+            for verb in ("list", "watch")
+        ),
         *(
             f"stack 'kv-routing': `pulumi up` needs {verb} on jobs.batch in testbed-kv-routing,"
             " which your credentials lack: grant it (Role in testbed-kv-routing rule: apiGroups"
