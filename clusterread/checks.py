@@ -370,14 +370,44 @@ def namespace_problem(
             f" admin to create it (`kubectl create namespace {namespace}`) or set"
             " createNamespace: true"
         )
-    managed = all((labels or {}).get(k) == v for k, v in MANAGED_BY.items())
-    if create and found and not managed:
+    if create and found and not created_by_program(labels):
         return (
             f"namespace '{namespace}' already exists and this program did not create it, so"
             " creating it would fail with AlreadyExists; set createNamespace: false to deploy"
             " into it"
         )
     return None
+
+
+def created_by_program(labels: Mapping[str, str] | None) -> bool:
+    """Whether a namespace carries the label every namespace the program creates has
+    (:data:`manifests.graph.MANAGED_BY`)."""
+    return all((labels or {}).get(k) == v for k, v in MANAGED_BY.items())
+
+
+def namespace_handover(namespace: str, create: bool, found: bool | None, labels: Any) -> str | None:
+    """The note of a stack that stops creating a namespace the program created, or None.
+
+    ``createNamespace`` flipped to false on a deployed stack: were the Namespace no longer
+    registered, the engine would delete it after the update (a resource the program stops
+    registering is deleted once the registrations are done: pulumi/pulumi
+    ``pkg/resource/deploy/deployment_executor.go`` L486, ``GenerateDeletes``, at
+    ``tests/cli_rules/pulumi_cli.PULUMI_COMMIT``) and the namespace controller deletes every
+    object in it (the DGD, Service, Secret: kubernetes ``pkg/controller/namespace/deletion/
+    namespaced_resources_deleter.go`` ``deleteAllContent``). Instead the program registers it
+    once more with ``retainOnDelete`` and without :data:`~manifests.graph.MANAGED_BY`; the next
+    update no longer sees that label and drops it, and the engine's delete of a resource whose
+    state says ``retainOnDelete`` leaves the object (``pkg/resource/deploy/step.go`` L661,
+    ``DeleteStep.Apply``).
+    """
+    if create or not found or not created_by_program(labels):
+        return None
+    return (
+        f"namespace {namespace}: created by this program, and createNamespace is now false:"
+        " this update hands it over (it stays, with everything in it, marked retainOnDelete and"
+        " without the app.kubernetes.io/managed-by label); the next `pulumi up` drops it from"
+        " the stack's state without deleting it. Nothing is deleted"
+    )
 
 
 def deployed_chart_version(releases: Sequence[Mapping[str, Any]]) -> str | None:

@@ -131,9 +131,7 @@ def read_cluster(
                     )
                     view.releases = [helm_record(s) for s in secrets]
                 except ApiException as exc:
-                    view.unreadable.append(
-                        f"Helm releases in {release_namespace}: {_reason(exc)}"
-                    )
+                    view.unreadable.append(f"Helm releases in {release_namespace}: {_reason(exc)}")
                 try:
                     view.cluster_roles = get(client.RbacAuthorizationV1Api(api).list_cluster_role)
                 except ApiException as exc:

@@ -86,11 +86,14 @@ class Rollout:
     Attributes:
         replace_graph: register the DGD so that this update replaces it (delete first)
             instead of updating it in place.
+        hand_over_namespace: register the stack's namespace once more, kept on delete and
+            without the program's label (:func:`clusterread.checks.namespace_handover`).
         notes: one line per decision, what ``pulumi up`` will do and why.
         problem: why the change cannot roll out, with the fix; None when it can.
     """
 
     replace_graph: bool = False
+    hand_over_namespace: bool = False
     notes: list[str] = field(default_factory=list)
     problem: str | None = None
 

@@ -23,6 +23,7 @@ from clusterread.checks import (
     deployed_chart_version,
     deployed_graphs_problem,
     existing_operator_problem,
+    namespace_handover,
     namespace_problem,
     release_description,
 )
@@ -233,6 +234,22 @@ def check_cluster(
                 problems.append(refused)
     if problems:
         raise StackConfigError(stack, problems)
+    handover = None
+    if cfg is not None:
+        handover = namespace_handover(
+            cfg.namespace, cfg.create_namespace, view.namespace_found, view.namespace_labels
+        )
+        if not cfg.create_namespace and view.namespace_found is None:
+            pulumi.log.warn(
+                f"stack '{stack}': createNamespace is false and namespace '{cfg.namespace}' is"
+                " not readable, so preview cannot tell whether this stack created it: if it did,"
+                " `pulumi up` deletes it with everything in it; set createNamespace: true, or"
+                " run the preview with credentials that can read the namespace"
+            )
+    if handover is not None:
+        pulumi.log.warn(f"stack '{stack}': {handover}")
+        rollout = rollout or Rollout()
+        rollout.hand_over_namespace = True
     return rollout
 
 
@@ -504,19 +521,26 @@ def _rendered(warnings: list[ConfigWarning]) -> list[str]:
     return [warning.render() for warning in warnings]
 
 
-def register_namespace(plan: StackPlan, wiring: PlatformWiring) -> Any:
+def register_namespace(plan: StackPlan, wiring: PlatformWiring, hand_over: bool = False) -> Any:
     """The namespace (``createNamespace``) and, for a standalone stack, its platform release;
     returns what the graph's objects wait for. Everything waits for the namespace, or without
     one for the platform check itself, so a missing platform still fails before anything is
-    created; the standalone release waits for the namespace and its upgrade gate."""
+    created; the standalone release waits for the namespace and its upgrade gate.
+
+    With ``hand_over`` (``createNamespace: false`` on a namespace the program created:
+    :func:`clusterread.checks.namespace_handover`) the Namespace is registered once more,
+    ``retainOnDelete`` and without the program's label, so that no update deletes it."""
     cfg = plan.cfg
     uses_dynamo = cfg.topology.kind == "dynamo"
     depends: Any = wiring.namespace_depends
-    if cfg.create_namespace:
+    if cfg.create_namespace or hand_over:
         labels = testbed_namespace_labels(cfg.platform) if uses_dynamo else {}
         graph = uses_dynamo and cfg.stack_role == "graph"
-        opts = pulumi.ResourceOptions(depends_on=depends) if graph else None
-        depends = [register_object(namespace_manifest(cfg.namespace, labels), opts)]
+        opts = pulumi.ResourceOptions(
+            depends_on=depends if graph else None, retain_on_delete=hand_over or None
+        )
+        manifest = namespace_manifest(cfg.namespace, labels, managed=not hand_over)
+        depends = [register_object(manifest, opts)]
     if uses_dynamo and cfg.stack_role == "standalone":
         waits = depends
         gate = wiring.release_gate
@@ -576,7 +600,9 @@ def deploy(
     with_token = hf_token is not None
     noted = [*config_warnings, *stack_warnings(plan, with_hf_token=with_token)]
     wiring = platform_wiring(plan, stack, noted, read_operator)
-    depends = register_namespace(plan, wiring)
+    depends = register_namespace(
+        plan, wiring, hand_over=rollout is not None and rollout.hand_over_namespace
+    )
     workloads = graph_workloads(cfg, topology, with_hf_token=with_token)
     service = frontend_service_manifest(cfg, topology)
     graph = TestbedGraph(

@@ -50,12 +50,16 @@ def ready_timeout_annotations(cfg: StackConfig) -> dict[str, str]:
     return {TIMEOUT_ANNOTATION: str(cfg.topology.ready_timeout_minutes * 60)}
 
 
-def namespace_manifest(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    """The testbed Namespace, carrying the labels the operator's webhooks select on."""
+def namespace_manifest(
+    name: str, labels: dict[str, str], *, managed: bool = True
+) -> dict[str, Any]:
+    """The testbed Namespace, carrying the labels the operator's webhooks select on, and with
+    ``managed`` :data:`MANAGED_BY` (what tells preview the program created it); without, the
+    namespace as the stack hands it over to whoever manages it next."""
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": name, "labels": {**MANAGED_BY, **labels}},
+        "metadata": {"name": name, "labels": {**(MANAGED_BY if managed else {}), **labels}},
     }
 
 

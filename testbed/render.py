@@ -59,6 +59,8 @@ class Registration:
             (the mock transport sends every number as a float) turned back into ints.
         custom: False for component resources.
         protect: the ``protect`` option (the engine refuses to delete it).
+        retain_on_delete: the ``retain_on_delete`` option (the engine drops it from the state
+            without deleting it).
         delete_before_replace: the ``delete_before_replace`` option.
         replace_on_changes: the ``replace_on_changes`` option (property paths).
         aliases: the names (or URNs) of the ``aliases`` option (the SDK's own type aliases, which
@@ -73,6 +75,7 @@ class Registration:
     inputs: dict[str, Any]
     custom: bool
     protect: bool = False
+    retain_on_delete: bool = False
     delete_before_replace: bool = False
     replace_on_changes: list[str] = field(default_factory=list)
     aliases: list[str] = field(default_factory=list)
@@ -165,6 +168,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     inputs=_clean(inputs),
                     custom=bool(request.custom),
                     protect=bool(request.protect),
+                    retain_on_delete=bool(request.retainOnDelete),
                     delete_before_replace=bool(request.deleteBeforeReplace),
                     replace_on_changes=list(request.replaceOnChanges),
                     aliases=[a.spec.name or a.urn for a in request.aliases if a.spec.name or a.urn],

@@ -15,10 +15,12 @@ from fake_kube_api import FakeKubeApi, fake_kube_api
 from test_rollout_rules import cluster, deploy_into, run, said, shorter_context, workloads
 
 from stackmodel.errors import StackConfigError
+from testbed.render import Rendered
 
 pytestmark = pytest.mark.timeout(60)
 
 RELEASE_NAMESPACE = "dynamo-system"
+NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
 
 
 def standalone(values: dict[str, Any]) -> None:
@@ -138,3 +140,45 @@ def test_preview_asks_for_the_events_every_wait_watches(
         "list on events cluster-wide",
         "watch on events cluster-wide",
     ]
+
+
+# --- createNamespace flipped to false on a deployed stack ----------------------------------
+
+
+def deleted_by_update(state: Rendered, program: Rendered) -> list[str]:
+    """What the engine deletes after an update whose program registers ``program``, from a state
+    that holds ``state``'s resources: each resource the program no longer registers
+    (``GenerateDeletes`` once the registrations are done: pulumi/pulumi
+    ``pkg/resource/deploy/deployment_executor.go`` L486), except one whose state says
+    ``retainOnDelete``, which is dropped from the state only (``pkg/resource/deploy/step.go``
+    L661, ``DeleteStep.Apply``); at :data:`pulumi_cli.PULUMI_COMMIT`."""
+    kept = {r.urn for r in program.registrations}
+    return [
+        r.urn
+        for r in state.registrations
+        if r.custom and r.urn not in kept and not r.retain_on_delete
+    ]
+
+
+def no_namespace(values: dict[str, Any]) -> None:
+    values["createNamespace"] = "false"
+
+
+def test_create_namespace_false_hands_the_namespace_over_without_deleting_it(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    first = run("kv-routing", None, kubeconfig)
+    deploy_into(api, first)
+    handing = run("kv-routing", no_namespace, kubeconfig)
+    (namespace,) = [r for r in handing.registrations if r.type == NAMESPACE_TYPE]
+    assert namespace.retain_on_delete
+    assert "app.kubernetes.io/managed-by" not in namespace.inputs["metadata"]["labels"]
+    assert deleted_by_update(first, handing) == []
+    (note,) = [line for line in said(handing) if "hands it over" in line]
+    assert note.endswith("Nothing is deleted")
+    deploy_into(api, handing)  # server-side apply drops the label the program no longer applies
+    after = run("kv-routing", no_namespace, kubeconfig)
+    assert [r for r in after.registrations if r.type == NAMESPACE_TYPE] == []
+    assert deleted_by_update(handing, after) == []
+    assert not [line for line in said(after) if "hands it over" in line]
