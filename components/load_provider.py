@@ -148,9 +148,12 @@ def register_load_step(
     resources: StackResources,
     fingerprint: str,
     opts: pulumi.ResourceOptions | None = None,
+    *,
+    held: bool = False,
 ) -> LoadStep:
     """Register the step after the graph: it depends on every workload (the DGD, which Pulumi
-    awaits until Ready, or the vllm-service Deployments) and on the frontend Service.
+    awaits until Ready, or the vllm-service Deployments) and on the frontend Service. ``held``:
+    it waits for its address and runs nothing (:func:`loadstep.inputs.missing_address`).
 
     The URL is ``load.url``, else built from the Service once created (its assigned
     ``spec.ports[0].nodePort`` with ``load.nodeAddress``, or its LoadBalancer ingress); the
@@ -168,6 +171,7 @@ def register_load_step(
         results_root,
         url=cfg.load.url,
         kube_context=kubernetes.get("context"),
+        held=held,
     )
     url: pulumi.Output[str | None] | None = None
     if cfg.load.url is None and cfg.load.runner == "local":

@@ -626,11 +626,11 @@ def deploy(
     waiting = missing_address(cfg, stack)
     if waiting is not None:
         pulumi.log.warn(f"stack '{stack}': load step {waiting}")
-        pulumi.export("loadStatus", waiting)
-        return
     fingerprint = topology_fingerprint(workloads, service)
-    step = register_load_step(cfg, stack, graph, topology, resources, fingerprint)
-    export_load_step(cfg, step, resources)
+    step = register_load_step(
+        cfg, stack, graph, topology, resources, fingerprint, held=waiting is not None
+    )
+    export_load_step(cfg, step, resources, waiting)
 
 
 def export_graph(
@@ -661,15 +661,19 @@ def export_graph(
     pulumi.export("warnings", wiring.warnings)
 
 
-def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources) -> None:
-    """Export the load step's outputs, ``loadSettings`` (the grid's LoadConfig, camelCase) and,
+def export_load_step(
+    cfg: StackConfig, step: LoadStep, resources: StackResources, waiting: str | None = None
+) -> None:
+    """Export the load step's outputs (``loadStatus``: ``waiting``, the text of a step that
+    waits for its address, else the step's status), ``loadSettings`` (the grid's LoadConfig,
+    camelCase) and,
     with ``baselineStack``, the comparison with that stack's ``results``, ``resources`` and
     ``loadSettings`` (:func:`read_stack_outputs`: a baseline that does not exist, was never
     brought up or has no results is a ``note`` in the comparison, never a failed preview or
     update; a baseline without ``resources`` or ``loadSettings`` makes them unknown, and the
     comparison says so)."""
     pulumi.export("results", step.results)
-    pulumi.export("loadStatus", step.status)
+    pulumi.export("loadStatus", waiting if waiting is not None else step.status)
     pulumi.export("loadRanAt", step.ranAt)
     pulumi.export("loadResultsDir", step.resultsDir)
     pulumi.export("incidents", step.incidents)

@@ -66,8 +66,9 @@ class LoadStepInputs(BaseModel):
         kubeconfig: the stack's ``kubernetes:kubeconfig`` (a path or the kubeconfig itself;
             a secret in the state), None: ``$KUBECONFIG`` / ``~/.kube/config``.
         results_root: local folder; a run writes ``<results_root>/<stack>/<UTC time>/``.
-        parked: the stack is parked (``parked: true``): no GPU workloads, so the step never
-            runs; it keeps the outputs it has (see :func:`run_reasons`).
+        parked: the step does not run now: the stack is parked (``parked: true``: no GPU
+            workloads), or the step waits for the address it reaches the frontend on
+            (:func:`missing_address`); it keeps the outputs it has (see :func:`run_reasons`).
         resources: the stack's :class:`~stackmodel.resources.StackResources` as a dict,
             written to the results folder as ``stack.json`` so that ``testbed compare`` can
             say whether two results had the same workers and GPUs (the fingerprint covers it).
@@ -144,10 +145,12 @@ def step_inputs(
     results_root: str,
     url: str | None = None,
     kube_context: str | None = None,
+    held: bool = False,
 ) -> LoadStepInputs:
     """The step's inputs for a validated stack config, its topology and the resources it asks
     for (``url``: see :func:`frontend_url`; ``kube_context``: the stack's
-    ``kubernetes:context``, for the pod watch)."""
+    ``kubernetes:context``, for the pod watch; ``held``: the step waits for its address,
+    :func:`missing_address`, and runs nothing, as on a parked stack)."""
     load = cfg.load
     if load.runner == "cluster" and url is None:
         url = in_cluster_url(cfg, topology)
@@ -164,7 +167,7 @@ def step_inputs(
         ready_successes=load.ready_successes if load.ready_check else None,
         tokenizer=load.tokenizer,
         results_root=results_root,
-        parked=cfg.parked,
+        parked=cfg.parked or held,
         resources=resources.model_dump(mode="json"),
         namespace=cfg.namespace,
         kube_context=kube_context,
@@ -301,7 +304,11 @@ def missing_address(cfg: StackConfig, stack: str) -> str | None:
     stacks leave ``load.nodeAddress`` unset (an example address would make the step wait for
     the model on an address nobody answers, then record ``failed``). Until it is set,
     ``pulumi up`` deploys the graph without the grid, says so at preview, and exports this text
-    as ``loadStatus``; setting it later creates the step on the unchanged topology.
+    as ``loadStatus``; the step stays registered, running nothing (its ``parked`` input), so a
+    stack that has results keeps them (its ``results`` and ``incidents`` outputs, the baseline
+    of the stacks that compare against it): a step the program stopped registering would be
+    deleted with them. Setting the address later runs the grid when the step has no run, or
+    when the URL it reaches differs from the last run's (:data:`RERUN_INPUTS`).
     """
     load = cfg.load
     if not load.enabled or load.url is not None or load.node_address is not None:

@@ -14,6 +14,7 @@ import pytest
 from fake_kube_api import FakeKubeApi, fake_kube_api
 from test_rollout_rules import cluster, deploy_into, run, said, shorter_context, workloads
 
+from loadstep.inputs import run_reasons
 from stackmodel.errors import StackConfigError
 from testbed.render import Rendered
 
@@ -182,3 +183,27 @@ def test_create_namespace_false_hands_the_namespace_over_without_deleting_it(
     assert [r for r in after.registrations if r.type == NAMESPACE_TYPE] == []
     assert deleted_by_update(handing, after) == []
     assert not [line for line in said(after) if "hands it over" in line]
+
+
+# --- load.runner: local before load.nodeAddress, on a stack that has results -----------------
+
+STEP_TYPE = "pulumi-python:dynamic/testbed:LoadStep"
+
+
+def local_runner(values: dict[str, Any]) -> None:
+    values["load"] = {**values["load"], "runner": "local"}
+
+
+def test_a_runner_switch_before_the_address_keeps_the_steps_results() -> None:
+    """The step stays registered, holding: the engine does not delete it with its outputs, and
+    its diff reports no change, so the engine keeps the stored ``results`` (a ``SameStep``
+    keeps the old outputs: pulumi/pulumi ``pkg/resource/deploy/step.go``)."""
+    ran = run("kv-routing")
+    (step,) = [r for r in ran.registrations if r.type == STEP_TYPE]
+    stored = {**step.inputs, "ranAt": "2026-12-01T10:00:00Z", "results": [{"concurrency": 1}]}
+    switched = run("kv-routing", local_runner)
+    assert deleted_by_update(ran, switched) == []
+    (held,) = [r for r in switched.registrations if r.type == STEP_TYPE]
+    assert held.urn == step.urn
+    assert run_reasons(stored, held.inputs) == []
+    assert switched.outputs["loadStatus"].startswith("not run: the load step reaches the")

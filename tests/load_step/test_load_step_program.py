@@ -180,18 +180,20 @@ def test_unreachable_frontend_is_refused_before_registering(
 def test_without_a_node_address_the_step_waits(
     stack: str, project_with: Callable[[str, Raw], Path]
 ) -> None:
-    """With load.runner: local and no node address: the graph deploys, no step is registered,
-    and loadStatus says which key to set (no ten-minute wait on an address nobody answers)."""
+    """With load.runner: local and no node address: the graph deploys, the step is registered
+    holding (it runs nothing: no ten-minute wait on an address nobody answers, and a stack that
+    has results keeps them), and loadStatus says which key to set."""
     config = copy.deepcopy(project_values(cli_config(stack)[0]))
     config["load"]["runner"] = "local"
     rendered = render_stack(stack, project_with(stack, config), preview=False)
-    assert not [r for r in rendered.registrations if r.type == STEP_TYPE]
+    inputs = LoadStepInputs.from_props(step_of(rendered).inputs)
+    assert (inputs.parked, inputs.url) == (True, None)
     assert rendered.outputs["loadStatus"] == (
         "not run: the load step reaches the frontend's NodePort on a node; set "
         "load.nodeAddress to any node's address (pulumi config set --path -s "
         f"{stack} load.nodeAddress <address>) or load.url, then pulumi up again"
     )
-    assert not {"results", "loadRanAt"} & set(rendered.outputs)
+    assert (rendered.outputs["results"], rendered.outputs["loadRanAt"]) == (None, None)
     assert "frontendService" in rendered.outputs
 
 
