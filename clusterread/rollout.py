@@ -160,6 +160,12 @@ def changed(live: Any, new: Any) -> bool:
     return str(live) != str(new)
 
 
+def _strategy(deployment: Mapping[str, Any]) -> str:
+    """A Deployment's ``spec.strategy.type``; the API server's default, ``RollingUpdate``, when
+    unset (``SetDefaults_Deployment``, kubernetes ``pkg/apis/apps/v1/defaults.go``)."""
+    return str(((deployment.get("spec") or {}).get("strategy") or {}).get("type", "RollingUpdate"))
+
+
 def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str]:
     return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
@@ -227,6 +233,14 @@ def plan_rollout(
                 f" {obj['metadata']['namespace']}/{obj['metadata']['name']}: `pulumi up` replaces"
                 " it, deleting the old one first, so its GPU shares are free before the new"
                 " pods start"
+            )
+            continue
+        if obj["kind"] == DEPLOYMENT_KIND and _strategy(old) != _strategy(obj):
+            rollout.notes.append(
+                f"Deployment {obj['metadata']['name']}: created with the {_strategy(old)}"
+                f" strategy (an earlier version of the program), now {_strategy(obj)}:"
+                " `pulumi up` replaces it, deleting the old one first (an update in place would"
+                " keep the rollingUpdate the API server defaulted, which Recreate forbids)"
             )
             continue
         old_groups = {g.component: g for g in pod_groups(old)}

@@ -96,12 +96,30 @@ class TestbedGraph(pulumi.ComponentResource):
         is created), aliased to :func:`resource_name` (a stack whose state holds the object
         under that name keeps its resource); with ``replace_on_spec`` a change of ``spec``
         replaces it.
+
+        A Deployment is replaced on a change of ``spec.strategy``: one created without the
+        program's ``Recreate`` (by an earlier version of the program) carries the
+        ``rollingUpdate`` block the API server defaulted at create (``SetDefaults_Deployment``,
+        kubernetes ``pkg/apis/apps/v1/defaults.go``); server-side apply keeps a field it did not
+        set, and validation refuses ``rollingUpdate`` beside ``type: Recreate``
+        (``ValidateDeploymentStrategy``, ``pkg/apis/apps/validation/validation.go``;
+        pulumi/pulumi-kubernetes#2843, open), while the Python SDK cannot send the
+        ``rollingUpdate: null`` that would clear it (:func:`stackmodel.platform.null_paths`).
+        The provider's diff of the old inputs (no ``strategy``) against the new lists
+        ``spec.strategy`` (``provider/pkg/provider/provider.go`` L1494-1550: the live object
+        pruned to the old inputs, then patched, at ``tests/cli_rules/kubernetes_await.
+        PULUMI_KUBERNETES_COMMIT``), and the engine turns a listed path into a replacement
+        (pulumi/pulumi ``pkg/resource/deploy/step_generator.go`` L1946, L3170-3206), delete
+        first, as Recreate would have stopped the old pods first.
         """
+        replace_on = ["spec"] if replace_on_spec else []
+        if obj["kind"] == "Deployment":
+            replace_on.append("spec.strategy")
         opts = pulumi.ResourceOptions(
             parent=self,
             depends_on=depends_on,
             delete_before_replace=True,
             aliases=[pulumi.Alias(name=resource_name(obj))],
-            replace_on_changes=["spec"] if replace_on_spec else None,
+            replace_on_changes=replace_on or None,
         )
         return register_object(obj, opts, stable_name(obj))

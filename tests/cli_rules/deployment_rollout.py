@@ -10,7 +10,8 @@ Sources (file, function and lines):
   ``pkg/controller/deployment/rolling.go`` ``rolloutRolling`` (scale the new ReplicaSet up
   within maxSurge, the old down within maxUnavailable of available pods) and
   ``recreate.go`` ``rolloutRecreate`` (old ReplicaSets to 0, wait until no old pod runs, then
-  the new one up).
+  the new one up); ``pkg/apis/apps/validation/validation.go`` ``ValidateDeploymentStrategy``
+  (``rollingUpdate`` forbidden beside ``Recreate``).
 - pulumi/pulumi at :data:`pulumi_cli.PULUMI_COMMIT`: ``pkg/resource/deploy/step_generator.go``
   L2043-2047 (the ``deleteBeforeReplace`` option overrides the provider), L1945-1946
   (``applyReplaceOnChanges``), ``deployment_executor.go`` L486 (``GenerateDeletes`` after the
@@ -22,6 +23,7 @@ Sources (file, function and lines):
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -60,13 +62,60 @@ def rollout_progresses(
     return unavailable >= 1 or (surge >= 1 and free_units >= units_per_pod)
 
 
+def _at(obj: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted property path (``spec.strategy``), None where it is absent."""
+    value: Any = obj
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
 def replaces(old: Mapping[str, Any], new: Mapping[str, Any], replace_on_changes: list[str]) -> bool:
     """Whether the provider and engine replace ``old`` by ``new`` (same Pulumi resource): a
-    force-new field changed, or a property in ``replace_on_changes`` did."""
+    force-new field changed, or a property in ``replace_on_changes`` did: a dotted path
+    contains every change below it (``PropertyPath.Contains`` in ``applyReplaceOnChanges``,
+    ``step_generator.go`` L3170-3206)."""
     for outer, inner in FORCE_NEW_FIELDS:
         if old.get(outer, {}).get(inner) != new.get(outer, {}).get(inner):
             return True
-    return any(old.get(path) != new.get(path) for path in replace_on_changes)
+    return any(_at(old, path) != _at(new, path) for path in replace_on_changes)
+
+
+def created(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    """A Deployment as the API server stores it at create: without a strategy it gets
+    ``RollingUpdate`` with 25% and 25% (``SetDefaults_Deployment``)."""
+    stored = copy.deepcopy(dict(deployment))
+    strategy = stored["spec"].setdefault("strategy", {})
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        strategy.setdefault("rollingUpdate", {"maxSurge": "25%", "maxUnavailable": "25%"})
+    return stored
+
+
+def applied_in_place(live: Mapping[str, Any], applied: Mapping[str, Any]) -> dict[str, Any]:
+    """``live`` after a server-side apply of ``applied`` by a manager that never set the fields
+    the API server defaulted: the applied fields are set, every other field of ``live`` stays
+    (no manager owns a defaulted field, so none removes it: Kubernetes docs, "Server-Side
+    Apply", "Field management"; what pulumi/pulumi-kubernetes#2843 reports)."""
+    merged = copy.deepcopy(dict(live))
+    for key, value in applied.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = applied_in_place(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def strategy_problems(deployment: Mapping[str, Any]) -> list[str]:
+    """``ValidateDeploymentStrategy`` (kubernetes ``pkg/apis/apps/validation/validation.go``):
+    ``rollingUpdate`` is forbidden when the type is ``Recreate``."""
+    strategy = deployment["spec"].get("strategy") or {}
+    if strategy.get("type") == "Recreate" and strategy.get("rollingUpdate") is not None:
+        return [
+            "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type`"
+            " is 'Recreate'"
+        ]
+    return []
 
 
 def gpu_peak(

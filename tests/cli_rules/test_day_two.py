@@ -6,11 +6,13 @@ the engine's rules (:mod:`deployment_rollout`, :mod:`pulumi_cli`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from deployment_rollout import applied_in_place, created, replaces, strategy_problems
 from fake_kube_api import FakeKubeApi, fake_kube_api
 from test_rollout_rules import cluster, deploy_into, run, said, shorter_context, workloads
 
@@ -207,3 +209,43 @@ def test_a_runner_switch_before_the_address_keeps_the_steps_results() -> None:
     assert held.urn == step.urn
     assert run_reasons(stored, held.inputs) == []
     assert switched.outputs["loadStatus"].startswith("not run: the load step reaches the")
+
+
+# --- a vllm-service stack deployed before its Deployments had strategy: Recreate -----------
+
+
+def test_deployments_made_by_an_earlier_version_are_replaced_not_applied_over(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """The state holds Deployments without a strategy; the cluster has them as the API server
+    stored them (RollingUpdate, 25% / 25%). An update in place would be refused; the program
+    replaces them, delete first."""
+    earlier = run("vllm-service")
+    (namespace,) = [o for o in earlier.kubernetes_objects() if o["kind"] == "Namespace"]
+    api.namespaces[namespace["metadata"]["name"]] = namespace["metadata"]["labels"]
+    old_inputs = {}
+    for registration in workloads(earlier):
+        inputs = json.loads(json.dumps(registration.inputs))
+        del inputs["spec"]["strategy"]
+        old_inputs[registration.urn] = inputs
+        api.deployments.append(created(inputs))
+    rendered = run("vllm-service", None, str(api.kubeconfig(tmp_path)))
+    for deployment, live in zip(workloads(rendered), api.deployments, strict=True):
+        assert strategy_problems(applied_in_place(live, deployment.inputs)) == [
+            "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type`"
+            " is 'Recreate'"
+        ]
+        assert deployment.delete_before_replace
+        assert replaces(
+            old_inputs[deployment.urn], deployment.inputs, deployment.replace_on_changes
+        )
+        assert strategy_problems(created(deployment.inputs)) == []  # the replacement is valid
+    notes = [line for line in said(rendered) if "created with the RollingUpdate strategy" in line]
+    assert len(notes) == 2
+    assert "`pulumi up` replaces it, deleting the old one first" in notes[0]
+    # once replaced, the next preview updates in place
+    assert not replaces(
+        workloads(rendered)[0].inputs,
+        workloads(run("vllm-service"))[0].inputs,
+        workloads(rendered)[0].replace_on_changes,
+    )
