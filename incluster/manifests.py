@@ -103,6 +103,9 @@ class LoadJob(BaseModel):
         stack: the stack (labelled :data:`STACK_LABEL`).
         folder: the results folder, ``<stack>/<UTC time>`` (annotated
             :data:`FOLDER_ANNOTATION`).
+        owner: the stack's frontend Service, which every object of the run is a dependent of
+            (:func:`incluster.runtime.run_in_cluster`), so that deleting it deletes them; None:
+            no owner.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -124,6 +127,7 @@ class LoadJob(BaseModel):
     sizing_source: str | None = None
     stack: str
     folder: str
+    owner: str | None = None
 
     def metadata(self, name: str | None = None) -> dict[str, Any]:
         """``metadata`` of one of the run's objects."""
@@ -291,6 +295,7 @@ LOAD_STEP_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "delete"]},
     {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["create", "delete"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
@@ -300,10 +305,11 @@ only (:mod:`incluster.runtime`): create, read, list (its stack's leftover Jobs) 
 Job and read the Job's status (``GET .../jobs/<name>/status``: RBAC matches ``jobs/status``, a
 resource of its own that a ``jobs`` rule does not cover: Kubernetes 1.34
 ``pkg/apis/rbac/v1/evaluation_helpers.go``, ``ResourceMatches``), create and delete its ConfigMap
-and barrier Service, list and watch pods (its own, and the graph's for incidents:
-:mod:`kubeclient.pod_watch`) and read their logs; create pods (the load pod's server-side dry run
-before the Job, and the KV-path probe's two pods: :mod:`incluster.probe`) and delete them. A
-test runs the step against a fake API that allows exactly these rules."""
+and barrier Service, read the frontend Service (the owner of the run's objects: its ``uid``),
+list and watch pods (its own, and the graph's for incidents: :mod:`kubeclient.pod_watch`) and
+read their logs; create pods (the load pod's server-side dry run before the Job, and the
+KV-path probe's two pods: :mod:`incluster.probe`) and delete them. A test runs the step against
+a fake API that allows exactly these rules."""
 
 
 def load_step_role(namespace: str) -> dict[str, Any]:

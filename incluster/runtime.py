@@ -195,19 +195,50 @@ def _dry_run(core: Any, ns: str, pod: dict[str, Any]) -> None:
         raise Refused(f"create Pod (dry run): {exc}") from None
 
 
+def _owned(core: Any, ns: str, owner: str, objects: list[dict[str, Any]]) -> None:
+    """Make each of ``objects`` a dependent of Service ``owner`` (``metadata.ownerReferences``
+    with its ``uid``): once the Service is deleted, the garbage collector deletes them, and the
+    Job's pods with the Job (Kubernetes docs v1.34, "Owners and dependents" and "Garbage
+    Collection", "Cascading deletion"; ``pkg/controller/garbagecollector/garbagecollector.go``
+    ``attemptToDeleteItem``: a dependent whose owners are all gone is deleted). No
+    ``blockOwnerDeletion``, which would need the ``update`` of the Service's finalizers
+    (``OwnerReferencesPermissionEnforcement``). A Service that is not there (404) owns
+    nothing.
+
+    Raises:
+        Refused: the Service could not be read (forbidden: naming the rule).
+    """
+    try:
+        service = core.read_namespaced_service(owner, ns, _request_timeout=REQUEST_TIMEOUT_S)
+    except ApiException as exc:
+        if exc.status == 404:
+            return
+        if _is_forbidden(exc):
+            raise Refused(_forbidden(exc, ns, f"read Service {owner}")) from None
+        raise Refused(f"read Service {owner}: {exc.reason}") from None
+    except API_ERRORS as exc:
+        raise Refused(f"read Service {owner}: {exc}") from None
+    reference = {"apiVersion": "v1", "kind": "Service", "name": owner, "uid": service.metadata.uid}
+    for obj in objects:
+        obj["metadata"]["ownerReferences"] = [reference]
+
+
 @contextlib.contextmanager
 def _created(
     objects: list[dict[str, Any]],
     kubeconfig: str | None,
     context: str | None,
     dry_run: dict[str, Any] | None = None,
+    owner: str | None = None,
 ) -> Iterator[tuple[Any, Any, Any]]:
     """``(api client, CoreV1Api, BatchV1Api)`` with ``objects`` created in order in their
-    namespace, after ``dry_run`` (a pod, if any) passed a server-side dry run; on leaving,
-    whatever happened, those created are deleted (last first).
+    namespace, after ``dry_run`` (a pod, if any) passed a server-side dry run, each a dependent
+    of Service ``owner`` if given (:func:`_owned`); on leaving, whatever happened, those created
+    are deleted (last first). A process killed inside leaves them to the owner's deletion.
 
     Raises:
-        Refused: no access, or a create (or the dry run) was refused (nothing is left behind).
+        Refused: no access, or a create (or the dry run, or the owner's read) was refused
+            (nothing is left behind).
     """
     try:
         api = api_client(kubeconfig, context)
@@ -217,6 +248,8 @@ def _created(
     ns = objects[0]["metadata"]["namespace"]
     created: list[dict[str, Any]] = []
     try:
+        if owner is not None:
+            _owned(core, ns, owner, objects)
         if dry_run is not None:
             _dry_run(core, ns, dry_run)
         for obj in objects:
@@ -545,7 +578,7 @@ def run_in_cluster(
     the pod and the reason."""
     objects = load_objects(job, pod_files(job.grid_json))
     try:
-        with _created(objects, kubeconfig, context, dry_run_pod(objects[-1])) as (
+        with _created(objects, kubeconfig, context, dry_run_pod(objects[-1]), job.owner) as (
             api,
             core,
             batch,

@@ -79,6 +79,9 @@ class LoadStepInputs(BaseModel):
         tolerations: the client pods' tolerations (every node class's).
         node_selectors: the workers' node classes' selectors: the client pods run on a node
             of one of them, where the runtime image has been pulled already.
+        frontend_service: the frontend Service's name: the owner of a ``cluster`` run's
+            objects (:attr:`incluster.manifests.LoadJob.owner`); None for a stored state
+            without it.
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
@@ -105,6 +108,7 @@ class LoadStepInputs(BaseModel):
     image: str | None = None
     tolerations: list[dict[str, str]] = Field(default_factory=list)
     node_selectors: list[dict[str, str]] = Field(default_factory=list)
+    frontend_service: str | None = None
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
@@ -176,6 +180,7 @@ def step_inputs(
         image=topology.image,
         tolerations=list(anywhere_placement(cfg.node_classes).tolerations),
         node_selectors=worker_node_selectors(topology),
+        frontend_service=frontend_service_manifest(cfg, topology)["metadata"]["name"],
     )
 
 

@@ -170,6 +170,7 @@ def _run_grid(
         node_selectors=tuple(inputs.node_selectors),
         stack=inputs.stack,
         folder=folder,
+        owner=inputs.frontend_service,
     )
     # A Job an interrupted step left: its own folder's is collected, any other deleted.
     leftovers = clear_leftovers(

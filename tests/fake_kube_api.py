@@ -22,7 +22,8 @@ the ``ERROR`` event with a 410 ``Expired`` Status for one too old (kubernetes.io
 "API Concepts", "Efficient detection of changes"); RBAC (:func:`request_attributes`,
 :func:`rule_allows`, :func:`forbidden_status`); admission of pods, with dry runs
 (:meth:`FakeKubeApi.create`, :func:`pod_quota`, :func:`restricted_pod_security`); 409 for a
-name taken; deleting a Job deletes its pods (:meth:`FakeKubeApi.delete`); the log endpoint:
+name taken; deleting a Job deletes its pods, deleting an owner its dependents
+(:meth:`FakeKubeApi._deleted`); the log endpoint:
 400 before the container starts, 404 once the pod is gone, only the current file after a
 rotation (:meth:`FakeKubeApi.pod_log`, :func:`current_log_file`)."""
 
@@ -31,6 +32,7 @@ import contextlib
 import json
 import socket
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -292,6 +294,7 @@ class FakeKubeApi:
             status = {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": message}
             return web.json_response(status, status=409)
         obj = self._stamp(obj)
+        obj["metadata"]["uid"] = str(uuid.uuid4())  # ObjectMeta.uid: set by the API server
         self.objects[(kind, obj["metadata"]["name"])] = obj
         self.created.append((kind, obj["metadata"]["name"]))
         if kind == "Job" and self.on_job is not None:
@@ -314,6 +317,15 @@ class FakeKubeApi:
         obj = self.objects.pop((kind, name), None)
         if obj is None:
             return web.json_response({"kind": "Status", "code": 404}, status=404)
+        self._deleted(obj)
+        return web.json_response({"kind": "Status", "status": "Success"})
+
+    def _deleted(self, obj: dict[str, Any]) -> None:
+        """What goes with a deleted object: a Job's pods, and every object whose
+        ``ownerReferences`` name it by ``uid`` (the garbage collector deletes a dependent whose
+        owners are all gone: kubernetes ``pkg/controller/garbagecollector/garbagecollector.go``
+        ``attemptToDeleteItem``; each of ours has one owner), at once: the end state."""
+        kind, name = obj["kind"], obj["metadata"]["name"]
         self.deleted.append((kind, name))
         if self.on_delete is not None:
             self.on_delete(kind, name)
@@ -322,7 +334,26 @@ class FakeKubeApi:
         if kind == "Job":
             for pod in [p for p in self.pods.values() if _job_of(p) == name]:
                 self.pods.pop(pod["metadata"]["name"])
-        return web.json_response({"kind": "Status", "status": "Success"})
+        uid = obj["metadata"].get("uid")
+        dependents = [
+            key
+            for key, other in self.objects.items()
+            if uid is not None
+            and any(o.get("uid") == uid for o in other["metadata"].get("ownerReferences") or [])
+        ]
+        for key in dependents:
+            self._deleted(self.objects.pop(key))
+
+    def delete_object(self, kind: str, name: str) -> None:
+        """A client's delete of a stored object (``pulumi destroy``), from a stand-in hook."""
+        self._deleted(self.objects.pop((kind, name)))
+
+    async def read_service(self, request: web.Request) -> web.Response:
+        """GET of one stored Service; 404 if unknown."""
+        obj = self.objects.get(("Service", request.match_info["name"]))
+        if obj is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        return web.json_response(obj)
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         """The Jobs (label selector applied), as ``GET .../jobs`` lists them."""
@@ -602,6 +633,7 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         core, batch = "/api/v1/namespaces/{namespace}", "/apis/batch/v1/namespaces/{namespace}"
         app.router.add_get(core + "/pods/{name}/log", api.pod_log)
         app.router.add_get(core + "/pods/{name}", api.read_pod)
+        app.router.add_get(core + "/services/{name}", api.read_service)
         resources = ((core, "configmaps"), (core, "services"), (core, "pods"), (batch, "jobs"))
         for prefix, resource in resources:
             app.router.add_post(f"{prefix}/{resource}", api.create)
