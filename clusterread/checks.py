@@ -334,6 +334,16 @@ def deployed_graphs_problem(graphs: Sequence[Mapping[str, Any]]) -> str | None:
     """
     if not graphs:
         return None
+    return (
+        f"{graphs_in_cluster(graphs)}; destroy those graph stacks first (`pulumi destroy -s"
+        " <stack>`: the operator must run while their finalizers do), then set"
+        " platform.protect: false to destroy the platform"
+    )
+
+
+def graphs_in_cluster(graphs: Sequence[Mapping[str, Any]]) -> str:
+    """``N DynamoGraphDeployment(s) still in the cluster: <namespace>/<name> (graph stack
+    '<stack>'?), ...``: a default ``testbed-<stack>`` namespace names the graph stack."""
     where = []
     for graph in graphs:
         metadata = graph.get("metadata") or {}
@@ -343,9 +353,36 @@ def deployed_graphs_problem(graphs: Sequence[Mapping[str, Any]]) -> str | None:
         where.append(f"{namespace}/{metadata.get('name', '?')}{owner}")
     return (
         f"{len(where)} DynamoGraphDeployment{'s' if len(where) != 1 else ''} still in the"
-        f" cluster: {', '.join(where)}; destroy those graph stacks first (`pulumi destroy -s"
-        " <stack>`: the operator must run while their finalizers do), then set"
-        " platform.protect: false to destroy the platform"
+        f" cluster: {', '.join(where)}"
+    )
+
+
+def release_removal_problem(
+    release: str, graphs: Sequence[Mapping[str, Any]] | None, unlisted: str | None
+) -> str | None:
+    """Why this update must not uninstall the stack's own Helm release ``release``
+    (``<namespace>/<name>``) yet: DynamoGraphDeployments that outlive the update still need
+    its operator (``graphs``: those other than what the update deletes; their finalizers and
+    their rollouts need the operator), or they could not be listed (``unlisted``: the reason;
+    the check fails closed). None when nothing needs it.
+    """
+    if unlisted is not None:
+        return (
+            f"this update uninstalls Helm release {release} (the Dynamo operator) and the"
+            f" cluster's DynamoGraphDeployments could not be listed ({unlisted}), so it is not"
+            " known whether one still needs it: grant `list` on dynamographdeployments.nvidia.com"
+            " in every namespace, or keep the release (stackRole: standalone, platform.install:"
+            " true, its releaseName and namespace as they were)"
+        )
+    if not graphs:
+        return None
+    return (
+        f"this update uninstalls Helm release {release} (the Dynamo operator) while"
+        f" {graphs_in_cluster(graphs)}, which need it; keep the release (stackRole:"
+        " standalone, platform.install: true, its releaseName and namespace as they were),"
+        " or first take those graphs down (`pulumi config set -s <stack> parked true`,"
+        " `pulumi up -s <stack>`; this stack's own too"
+        " when it keeps its graph), then make this change"
     )
 
 

@@ -9,6 +9,7 @@ reads its platform stack (``graph``, the default), or both in one stack (``stand
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from clusterread.checks import (
     namespace_handover,
     namespace_problem,
     release_description,
+    release_removal_problem,
 )
 from clusterread.read import ClusterReadError, ClusterView, read_cluster
 from clusterread.rollout import Rollout, plan_rollout
@@ -440,6 +442,96 @@ def platform_reference(
     return exports, read.apply(lambda r: r[1]), read.apply(lambda _: [reference])
 
 
+def registered_release(cfg: StackConfig) -> tuple[str, str] | None:
+    """The Helm release (namespace, name) this update registers: a standalone dynamo stack's
+    that installs; None otherwise."""
+    if cfg.stack_role != "standalone" or cfg.topology.kind != "dynamo" or not cfg.platform.install:
+        return None
+    return release_namespace(cfg.platform, cfg.namespace), cfg.platform.release_name
+
+
+def previous_release(stack: str, outputs: dict[str, Any]) -> tuple[str, str] | None:
+    """The Helm release (namespace, name) the stack's last update installed, from its outputs
+    (``platform`` naming this stack, ``installed``); None when it installed none."""
+    platform = outputs.get("platform")
+    if not isinstance(platform, dict) or platform.get("stack") != stack:
+        return None
+    if not platform.get("installed") or not platform.get("releaseName"):
+        return None
+    scoped = platform.get("operatorScope") == "namespace"
+    namespace = outputs.get("namespace") if scoped else platform.get("operatorNamespace")
+    return str(namespace), str(platform["releaseName"])
+
+
+def _dropping_key(cfg: StackConfig) -> tuple[str, Any]:
+    """The key whose value makes this update drop or move the stack's release."""
+    if cfg.stack_role != "standalone":
+        return "stackRole", cfg.stack_role
+    if cfg.topology.kind != "dynamo":
+        return "topology", cfg.topology.kind
+    if not cfg.platform.install:
+        return "platform.install", False
+    return "platform.releaseName", cfg.platform.release_name
+
+
+def _cluster_graphs() -> tuple[list[dict[str, Any]] | None, str | None]:
+    """The cluster's DynamoGraphDeployments, or why they could not be listed."""
+    kubernetes = pulumi.Config("kubernetes")
+    try:
+        view = read_cluster(kubernetes.get("kubeconfig"), kubernetes.get("context"), graphs=True)
+    except ClusterReadError as exc:
+        return None, str(exc)
+    return view.graphs, None
+
+
+def release_removal_gate(plan: StackPlan, stack: str) -> pulumi.Output[list[pulumi.Resource]]:
+    """The check that this update does not uninstall the stack's own Helm release while a
+    DynamoGraphDeployment needs it: the release its last update installed (its outputs,
+    :func:`previous_release`, read through :data:`READ_STACK_OUTPUTS`), dropped by this update
+    (``stackRole``, ``topology.kind``, ``platform.install``) or moved (its name or namespace:
+    pulumi-kubernetes replaces a ``helm.v3.Release`` whose name or namespace changes) is
+    deleted once the registrations are done (pulumi/pulumi
+    ``pkg/resource/deploy/deployment_executor.go`` L486, ``GenerateDeletes``). Refused
+    (:func:`clusterread.checks.release_removal_problem`, naming the key) while the cluster has
+    a DGD this update does not delete, or when the DGDs cannot be listed; otherwise preview
+    warns that the operator is uninstalled. Returns a ``depends_on`` value that resolves once
+    the check passed."""
+    cfg = plan.cfg
+    now = registered_release(cfg)
+    name = stack_reference_name(stack, pulumi.get_organization(), PROJECT)
+
+    async def checked() -> list[pulumi.Resource]:
+        found, _ = await read_stack_outputs(name)
+        outputs = found or {}
+        before = previous_release(stack, outputs)
+        if before is None or before == now:
+            return []
+        release = f"{before[0]}/{before[1]}"
+        graphs, unlisted = await asyncio.to_thread(_cluster_graphs)
+        keeps_graph = cfg.topology.kind == "dynamo" and not cfg.parked
+        own = None if keeps_graph else (outputs.get("namespace"), outputs.get("dgdName"))
+        remaining = [
+            g
+            for g in graphs or []
+            if ((g.get("metadata") or {}).get("namespace"), (g.get("metadata") or {}).get("name"))
+            != own
+        ]
+        problem = release_removal_problem(release, remaining, unlisted)
+        if problem is not None:
+            key, value = _dropping_key(cfg)
+            raise StackConfigError(stack, [ConfigProblem(key, value, problem)])
+        pulumi.log.warn(
+            f"stack '{stack}': Helm release {release} (the Dynamo operator this stack"
+            " installed) is uninstalled after the update; no DynamoGraphDeployment that"
+            " outlives the update needs it"
+        )
+        return []
+
+    # An awaitable is an Input (``Output.from_input`` awaits it); the stubs do not say so.
+    waiting: Any = checked()
+    return pulumi.Output.from_input(waiting)
+
+
 def graph_workloads(
     cfg: StackConfig, topology: Topology, *, with_hf_token: bool
 ) -> list[dict[str, Any]]:
@@ -535,10 +627,7 @@ def register_namespace(plan: StackPlan, wiring: PlatformWiring, hand_over: bool 
     depends: Any = wiring.namespace_depends
     if cfg.create_namespace or hand_over:
         labels = testbed_namespace_labels(cfg.platform) if uses_dynamo else {}
-        graph = uses_dynamo and cfg.stack_role == "graph"
-        opts = pulumi.ResourceOptions(
-            depends_on=depends if graph else None, retain_on_delete=hand_over or None
-        )
+        opts = pulumi.ResourceOptions(depends_on=depends, retain_on_delete=hand_over or None)
         manifest = namespace_manifest(cfg.namespace, labels, managed=not hand_over)
         depends = [register_object(manifest, opts)]
     if uses_dynamo and cfg.stack_role == "standalone":
@@ -600,6 +689,13 @@ def deploy(
     with_token = hf_token is not None
     noted = [*config_warnings, *stack_warnings(plan, with_hf_token=with_token)]
     wiring = platform_wiring(plan, stack, noted, read_operator)
+    if read_operator:  # the namespace, and through it every object, waits for the check
+        gate = release_removal_gate(plan, stack)
+        waits = pulumi.Output.from_input(wiring.namespace_depends)
+        wiring = dataclasses.replace(
+            wiring,
+            namespace_depends=pulumi.Output.all(waits, gate).apply(lambda d: [*d[0], *d[1]]),
+        )
     depends = register_namespace(
         plan, wiring, hand_over=rollout is not None and rollout.hand_over_namespace
     )

@@ -8,17 +8,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from deployment_rollout import applied_in_place, created, replaces, strategy_problems
 from fake_kube_api import FakeKubeApi, fake_kube_api
-from test_rollout_rules import cluster, deploy_into, run, said, shorter_context, workloads
+from test_rollout_rules import (
+    cluster,
+    deploy_into,
+    edited,
+    run,
+    said,
+    shorter_context,
+    workloads,
+)
 
+from components.program import main
 from loadstep.inputs import run_reasons
-from stackmodel.errors import StackConfigError
-from testbed.render import Rendered
+from stackmodel.config import project_values
+from stackmodel.errors import PROJECT, StackConfigError
+from stackmodel.stack_layout import stack_reference_name
+from stackmodel.stacks import REPO, stack_config
+from testbed.render import EchoMocks, Rendered, _referenced_stacks, run_under_mocks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -249,3 +262,100 @@ def test_deployments_made_by_an_earlier_version_are_replaced_not_applied_over(
         workloads(run("vllm-service"))[0].inputs,
         workloads(rendered)[0].replace_on_changes,
     )
+
+
+# --- a standalone stack's own Helm release, dropped or moved -----------------------------------
+
+
+def after(stack: str, previous: Rendered, edit: Any, kubeconfig: str) -> Rendered:
+    """``pulumi preview`` of the edited stack whose last update exported ``previous``'s outputs
+    (the engine serves them to the program's read of its own stack)."""
+    config = edited(stack, edit, kubeconfig)
+    stacks = _referenced_stacks(project_values(config), REPO)
+    stacks[stack_reference_name(stack, None, PROJECT)] = previous.outputs
+    return run_under_mocks(
+        partial(main, cluster_checks=True), stack=stack, config=config, mocks=EchoMocks(stacks)
+    )
+
+
+def as_vllm_service(values: dict[str, Any]) -> None:
+    standalone(values)
+    config, _ = stack_config("vllm-service")
+    values["topology"] = json.loads(config[f"{PROJECT}:topology"])
+
+
+OTHER_GRAPH = {"metadata": {"name": "other", "namespace": "testbed-other"}}
+
+
+def refused_after(stack: str, previous: Rendered, edit: Any, kubeconfig: str) -> str:
+    """The refusal the preview of :func:`after` stops with. The check runs before the namespace
+    is registered, so the mocks report its StackConfigError inside that registration's error."""
+    with pytest.raises(Exception) as caught:  # the message is what is checked
+        after(stack, previous, edit, kubeconfig)
+    message = str(caught.value)
+    assert "invalid config (1 problem); nothing was deployed" in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda v: None, "stackRole = 'graph'"),
+        (as_vllm_service, "topology = 'vllm-service'"),
+        (lambda v: (standalone(v), v.update(platform={"install": False})), "platform.install"),
+        (
+            lambda v: (standalone(v), v.update(platform={"releaseName": "dynamo-b"})),
+            "platform.releaseName = 'dynamo-b'",
+        ),
+    ],
+)
+def test_uninstalling_the_stacks_release_while_a_graph_needs_it_is_refused(
+    api: FakeKubeApi, tmp_path: Path, edit: Any, key: str
+) -> None:
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    api.nodes = cluster(8, 4)  # vllm-service's Deployments fit beside the DGD
+    deployed = run("kv-routing", standalone, kubeconfig)
+    deploy_into(api, deployed)
+    api.graphs = [*(api.graphs or []), OTHER_GRAPH]
+    message = refused_after("kv-routing", deployed, edit, kubeconfig)
+    assert f"dynamo-testbed:{key}" in message
+    assert "this update uninstalls Helm release dynamo-system/dynamo-platform" in message
+    assert "testbed-other/other" in message
+    assert "keep the release (stackRole: standalone, platform.install: true" in message
+
+
+def test_uninstalling_it_once_no_graph_needs_it_says_so(api: FakeKubeApi, tmp_path: Path) -> None:
+    """kv-routing becomes vllm-service: its own DGD goes in the same update (before the release,
+    which it depends on), and no other DGD runs."""
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    api.nodes = cluster(8, 4)  # the Deployments start before the DGD goes
+    deployed = run("kv-routing", standalone, kubeconfig)
+    deploy_into(api, deployed)
+    rendered = after("kv-routing", deployed, as_vllm_service, kubeconfig)
+    assert rendered.helm_releases() == []
+    assert any(
+        "Helm release dynamo-system/dynamo-platform (the Dynamo operator this stack installed) is"
+        " uninstalled after the update" in line
+        for line in rendered.log
+    )
+
+
+def test_uninstalling_it_fails_closed_when_the_graphs_cannot_be_listed(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    api.nodes = cluster(8, 4)
+    deployed = run("kv-routing", standalone, kubeconfig)
+    deploy_into(api, deployed)
+    api.forbidden = {"/apis/nvidia.com/v1beta1/dynamographdeployments"}
+    message = refused_after("kv-routing", deployed, as_vllm_service, kubeconfig)
+    assert "could not be listed (403 Forbidden)" in message
+
+
+def test_an_unchanged_standalone_release_is_not_checked(api: FakeKubeApi, tmp_path: Path) -> None:
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    deployed = run("kv-routing", standalone, kubeconfig)
+    deploy_into(api, deployed)
+    api.graphs = [*(api.graphs or []), OTHER_GRAPH]
+    rendered = after("kv-routing", deployed, standalone, kubeconfig)
+    assert [r["name"] for r in rendered.helm_releases()] == ["dynamo-platform"]
