@@ -37,7 +37,7 @@ from components.load_provider import LoadStep, register_load_step
 from components.platform_component import DynamoPlatform
 from incluster.manifests import rbac_entry as load_rbac_entry
 from loadstep.comparison import baseline_note, comparison_output
-from loadstep.inputs import missing_address, topology_fingerprint
+from loadstep.inputs import held_reason, topology_fingerprint
 from manifests.graph import (
     dgd_manifest,
     frontend_service_manifest,
@@ -680,9 +680,12 @@ def deploy(
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
     ``warnings`` (each warning's line: ``config_warnings``, the config map's; the stack's own,
     :func:`~stackmodel.stack_warnings.stack_warnings`; and the version gate's when the workers'
-    Dynamo release is not the operator's chart version); with ``load.enabled`` the load step's
-    ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir`` (:mod:`loadstep.inputs`),
-    and with ``baselineStack`` also ``comparison`` (:mod:`loadstep.comparison`).
+    Dynamo release is not the operator's chart version); the load step's ``results``,
+    ``loadStatus``, ``loadRanAt``, ``loadResultsDir`` (:mod:`loadstep.inputs`), and with
+    ``baselineStack`` also ``comparison`` (:mod:`loadstep.comparison`). The step is registered
+    also when it runs nothing now (``load.enabled: false``, or before its address is set:
+    :func:`loadstep.inputs.held_reason`, the ``loadStatus``), so a step that has run keeps its
+    results.
     """
     cfg = plan.cfg
     stack = pulumi.get_stack()
@@ -717,16 +720,14 @@ def deploy(
     )
     resources = stack_resources(cfg, topology)
     export_graph(plan, topology, graph, resources, wiring)
-    if not cfg.load.enabled:
-        return
-    waiting = missing_address(cfg, stack)
-    if waiting is not None:
-        pulumi.log.warn(f"stack '{stack}': load step {waiting}")
+    held = held_reason(cfg, stack)
+    if held is not None and cfg.load.enabled:
+        pulumi.log.warn(f"stack '{stack}': load step {held}")
     fingerprint = topology_fingerprint(workloads, service)
     step = register_load_step(
-        cfg, stack, graph, topology, resources, fingerprint, held=waiting is not None
+        cfg, stack, graph, topology, resources, fingerprint, held=held is not None
     )
-    export_load_step(cfg, step, resources, waiting)
+    export_load_step(cfg, step, resources, held)
 
 
 def export_graph(

@@ -302,6 +302,22 @@ def run_reasons(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
 # --- reaching the frontend -------------------------------------------------------------------
 
 
+DISABLED = (
+    "not run: load.enabled is false (the step keeps the results of its last run, if any; set it"
+    " to true to run the grid)"
+)
+"""``loadStatus`` of a stack with ``load.enabled: false``. Its step stays registered, running
+nothing (its ``parked`` input): a step the program stopped registering would be deleted with
+its ``results`` and ``incidents`` outputs, the baseline of the stacks that compare against it."""
+
+
+def held_reason(cfg: StackConfig, stack: str) -> str | None:
+    """Why the load step runs nothing now though the stack is not parked (the ``loadStatus``
+    it exports then): ``load.enabled`` false (:data:`DISABLED`), or an address to set
+    (:func:`missing_address`); None when it can run."""
+    return DISABLED if not cfg.load.enabled else missing_address(cfg, stack)
+
+
 def missing_address(cfg: StackConfig, stack: str) -> str | None:
     """Why the load step is not registered yet, or None when it can run.
 

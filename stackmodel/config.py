@@ -526,7 +526,9 @@ class StackLoadConfig(LoadConfig):
     """
 
     enabled: bool = Field(
-        default=True, description="Run the grid after deploy; false: a plain deploy, no step."
+        default=True,
+        description="Run the grid after deploy; false: no grid runs (a step that has run keeps"
+        " its results).",
     )
     url: ConfigText | None = Field(
         default=None,

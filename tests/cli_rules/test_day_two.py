@@ -209,19 +209,31 @@ def local_runner(values: dict[str, Any]) -> None:
     values["load"] = {**values["load"], "runner": "local"}
 
 
-def test_a_runner_switch_before_the_address_keeps_the_steps_results() -> None:
-    """The step stays registered, holding: the engine does not delete it with its outputs, and
-    its diff reports no change, so the engine keeps the stored ``results`` (a ``SameStep``
-    keeps the old outputs: pulumi/pulumi ``pkg/resource/deploy/step.go``)."""
+def disabled(values: dict[str, Any]) -> None:
+    values["load"] = {**values["load"], "enabled": "false"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "status"),
+    [
+        (local_runner, "not run: the load step reaches the frontend's NodePort"),
+        (disabled, "not run: load.enabled is false"),
+    ],
+)
+def test_a_step_that_runs_nothing_now_keeps_its_results(edit: Any, status: str) -> None:
+    """``load.runner: local`` before ``load.nodeAddress``, or ``load.enabled: false``: the step
+    stays registered, holding: the engine does not delete it with its outputs, and its diff
+    reports no change, so the engine keeps the stored ``results`` (a ``SameStep`` keeps the
+    old outputs: pulumi/pulumi ``pkg/resource/deploy/step.go``)."""
     ran = run("kv-routing")
     (step,) = [r for r in ran.registrations if r.type == STEP_TYPE]
     stored = {**step.inputs, "ranAt": "2026-12-01T10:00:00Z", "results": [{"concurrency": 1}]}
-    switched = run("kv-routing", local_runner)
+    switched = run("kv-routing", edit)
     assert deleted_by_update(ran, switched) == []
     (held,) = [r for r in switched.registrations if r.type == STEP_TYPE]
     assert held.urn == step.urn
     assert run_reasons(stored, held.inputs) == []
-    assert switched.outputs["loadStatus"].startswith("not run: the load step reaches the")
+    assert switched.outputs["loadStatus"].startswith(status)
 
 
 # --- a vllm-service stack deployed before its Deployments had strategy: Recreate -----------

@@ -141,14 +141,15 @@ def test_parked_vllm_service_keeps_the_service_and_the_steps_fingerprint(
     assert (parked.outputs["parked"], running.outputs["parked"]) == (True, False)
 
 
-def test_disabled_step_is_not_registered(
+def test_a_disabled_step_runs_nothing_and_keeps_what_it_has(
     raw: Callable[[str], Raw], project_with: Callable[[str, Raw], Path]
 ) -> None:
     config = raw("kv-routing")
     config["load"] = {"enabled": False}  # no nodeAddress needed either
     rendered = render_stack("kv-routing", project_with("kv-routing", config), preview=False)
-    assert not [r for r in rendered.registrations if r.type.startswith("pulumi-python:dynamic")]
-    assert not LOAD_OUTPUTS & set(rendered.outputs)
+    assert LoadStepInputs.from_props(step_of(rendered).inputs).parked
+    assert rendered.outputs["loadStatus"].startswith("not run: load.enabled is false")
+    assert rendered.outputs["results"] is None
     assert "namespace" in rendered.outputs
 
 
