@@ -484,52 +484,85 @@ def _cluster_graphs() -> tuple[list[dict[str, Any]] | None, str | None]:
     return view.graphs, None
 
 
-def release_removal_gate(plan: StackPlan, stack: str) -> pulumi.Output[list[pulumi.Resource]]:
-    """The check that this update does not uninstall the stack's own Helm release while a
-    DynamoGraphDeployment needs it: the release its last update installed (its outputs,
-    :func:`previous_release`, read through :data:`READ_STACK_OUTPUTS`), dropped by this update
-    (``stackRole``, ``topology.kind``, ``platform.install``) or moved (its name or namespace:
-    pulumi-kubernetes replaces a ``helm.v3.Release`` whose name or namespace changes) is
-    deleted once the registrations are done (pulumi/pulumi
-    ``pkg/resource/deploy/deployment_executor.go`` L486, ``GenerateDeletes``). Refused
-    (:func:`clusterread.checks.release_removal_problem`, naming the key) while the cluster has
-    a DGD this update does not delete, or when the DGDs cannot be listed; otherwise preview
-    warns that the operator is uninstalled. Returns a ``depends_on`` value that resolves once
+def previous_update_gate(plan: StackPlan, stack: str) -> pulumi.Output[list[pulumi.Resource]]:
+    """What this update does to what the stack's last update made (its outputs, read through
+    :data:`READ_STACK_OUTPUTS`; none for a stack never brought up): the release check
+    (:func:`check_release_removal`) and, for a stack moved to another namespace, the note of
+    what goes (:func:`namespace_move_note`). Returns a ``depends_on`` value that resolves once
     the check passed."""
-    cfg = plan.cfg
-    now = registered_release(cfg)
     name = stack_reference_name(stack, pulumi.get_organization(), PROJECT)
 
     async def checked() -> list[pulumi.Resource]:
         found, _ = await read_stack_outputs(name)
         outputs = found or {}
-        before = previous_release(stack, outputs)
-        if before is None or before == now:
-            return []
-        release = f"{before[0]}/{before[1]}"
-        graphs, unlisted = await asyncio.to_thread(_cluster_graphs)
-        keeps_graph = cfg.topology.kind == "dynamo" and not cfg.parked
-        own = None if keeps_graph else (outputs.get("namespace"), outputs.get("dgdName"))
-        remaining = [
-            g
-            for g in graphs or []
-            if ((g.get("metadata") or {}).get("namespace"), (g.get("metadata") or {}).get("name"))
-            != own
-        ]
-        problem = release_removal_problem(release, remaining, unlisted)
-        if problem is not None:
-            key, value = _dropping_key(cfg)
-            raise StackConfigError(stack, [ConfigProblem(key, value, problem)])
-        pulumi.log.warn(
-            f"stack '{stack}': Helm release {release} (the Dynamo operator this stack"
-            " installed) is uninstalled after the update; no DynamoGraphDeployment that"
-            " outlives the update needs it"
-        )
+        await check_release_removal(plan, stack, outputs)
+        note = namespace_move_note(plan.cfg, outputs)
+        if note is not None:
+            pulumi.log.warn(f"stack '{stack}': {note}")
         return []
 
     # An awaitable is an Input (``Output.from_input`` awaits it); the stubs do not say so.
     waiting: Any = checked()
     return pulumi.Output.from_input(waiting)
+
+
+def namespace_move_note(cfg: StackConfig, outputs: dict[str, Any]) -> str | None:
+    """What goes when the stack moves from the namespace of its last update (``outputs``) to
+    ``cfg.namespace``: every object of the stack is replaced, deleted first (a changed
+    ``metadata.namespace`` forces a replacement: pulumi-kubernetes
+    ``provider/pkg/provider/provider.go`` L1559-1560, and they are registered
+    ``deleteBeforeReplace``); the load step runs the grid again (its URL changes); and the
+    old Namespace, when the stack created it, is no longer registered and so deleted after
+    the update (``GenerateDeletes``), with every object in it. None when it does not move."""
+    before = outputs.get("namespace")
+    if not isinstance(before, str) or before == cfg.namespace:
+        return None
+    return (
+        f"namespace {before} -> {cfg.namespace}: `pulumi up` deletes the stack's objects in"
+        f" {before} and creates them in {cfg.namespace} (each deleted first), the load step"
+        " runs the grid again (its URL changes; the last results stay in their folder), and if"
+        f" this stack created namespace {before} (createNamespace) it is deleted after the"
+        " update with every object in it"
+    )
+
+
+async def check_release_removal(plan: StackPlan, stack: str, outputs: dict[str, Any]) -> None:
+    """That this update does not uninstall the stack's own Helm release while a
+    DynamoGraphDeployment needs it: the release its last update installed
+    (:func:`previous_release`), dropped by this update (``stackRole``, ``topology.kind``,
+    ``platform.install``) or moved (its name or namespace: pulumi-kubernetes replaces a
+    ``helm.v3.Release`` whose name or namespace changes) is deleted once the registrations are
+    done (pulumi/pulumi ``pkg/resource/deploy/deployment_executor.go`` L486,
+    ``GenerateDeletes``). Refused (:func:`clusterread.checks.release_removal_problem`, naming
+    the key) while the cluster has a DGD this update does not delete, or when the DGDs cannot
+    be listed; otherwise preview warns that the operator is uninstalled.
+
+    Raises:
+        StackConfigError: the refusal.
+    """
+    cfg = plan.cfg
+    before = previous_release(stack, outputs)
+    if before is None or before == registered_release(cfg):
+        return
+    release = f"{before[0]}/{before[1]}"
+    graphs, unlisted = await asyncio.to_thread(_cluster_graphs)
+    keeps_graph = cfg.topology.kind == "dynamo" and not cfg.parked
+    own = None if keeps_graph else (outputs.get("namespace"), outputs.get("dgdName"))
+    remaining = [
+        g
+        for g in graphs or []
+        if ((g.get("metadata") or {}).get("namespace"), (g.get("metadata") or {}).get("name"))
+        != own
+    ]
+    problem = release_removal_problem(release, remaining, unlisted)
+    if problem is not None:
+        key, value = _dropping_key(cfg)
+        raise StackConfigError(stack, [ConfigProblem(key, value, problem)])
+    pulumi.log.warn(
+        f"stack '{stack}': Helm release {release} (the Dynamo operator this stack installed) is"
+        " uninstalled after the update; no DynamoGraphDeployment that outlives the update"
+        " needs it"
+    )
 
 
 def graph_workloads(
@@ -693,7 +726,7 @@ def deploy(
     noted = [*config_warnings, *stack_warnings(plan, with_hf_token=with_token)]
     wiring = platform_wiring(plan, stack, noted, read_operator)
     if read_operator:  # the namespace, and through it every object, waits for the check
-        gate = release_removal_gate(plan, stack)
+        gate = previous_update_gate(plan, stack)
         waits = pulumi.Output.from_input(wiring.namespace_depends)
         wiring = dataclasses.replace(
             wiring,

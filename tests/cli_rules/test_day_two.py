@@ -371,3 +371,27 @@ def test_an_unchanged_standalone_release_is_not_checked(api: FakeKubeApi, tmp_pa
     api.graphs = [*(api.graphs or []), OTHER_GRAPH]
     rendered = after("kv-routing", deployed, standalone, kubeconfig)
     assert [r["name"] for r in rendered.helm_releases()] == ["dynamo-platform"]
+
+
+# --- a deployed stack moved to another namespace ---------------------------------------------
+
+
+def test_moving_a_stack_to_another_namespace_says_what_goes(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    deployed = run("kv-routing", None, kubeconfig)
+    seen: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("pulumi.log.warn", lambda message, *a, **k: seen.append(message))
+        moved = after("kv-routing", deployed, lambda v: v.update(namespace="lab"), kubeconfig)
+    (note,) = [w for w in seen if "namespace testbed-kv-routing -> lab" in w]
+    assert "the load step runs the grid again" in note
+    assert "namespace testbed-kv-routing (createNamespace) it is deleted after the update" in note
+    # what the note says, by the engine's rules: the old Namespace goes, the rest is replaced
+    assert deleted_by_update(deployed, moved) == [
+        r.urn for r in deployed.registrations if r.type == NAMESPACE_TYPE
+    ]
+    old, new = workloads(deployed)[0], workloads(moved)[0]
+    assert old.urn == new.urn and new.delete_before_replace
+    assert replaces(old.inputs, new.inputs, [])
