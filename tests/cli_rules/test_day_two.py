@@ -296,6 +296,16 @@ def as_vllm_service(values: dict[str, Any]) -> None:
     values["topology"] = json.loads(config[f"{PROJECT}:topology"])
 
 
+def standalone_with(platform: dict[str, Any]) -> Any:
+    """kv-routing as a standalone stack whose ``platform`` section is ``platform``."""
+
+    def edit(values: dict[str, Any]) -> None:
+        standalone(values)
+        values["platform"] = platform
+
+    return edit
+
+
 OTHER_GRAPH = {"metadata": {"name": "other", "namespace": "testbed-other"}}
 
 
@@ -314,11 +324,8 @@ def refused_after(stack: str, previous: Rendered, edit: Any, kubeconfig: str) ->
     [
         (lambda v: None, "stackRole = 'graph'"),
         (as_vllm_service, "topology = 'vllm-service'"),
-        (lambda v: (standalone(v), v.update(platform={"install": False})), "platform.install"),
-        (
-            lambda v: (standalone(v), v.update(platform={"releaseName": "dynamo-b"})),
-            "platform.releaseName = 'dynamo-b'",
-        ),
+        (standalone_with({"install": False}), "platform.install"),
+        (standalone_with({"releaseName": "dynamo-b"}), "platform.releaseName = 'dynamo-b'"),
     ],
 )
 def test_uninstalling_the_stacks_release_while_a_graph_needs_it_is_refused(
