@@ -28,6 +28,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from stackmodel.platform import deep_merge
+
 DEFAULT_MAX_SURGE = 0.25
 DEFAULT_MAX_UNAVAILABLE = 0.25
 """``SetDefaults_Deployment``: a RollingUpdate without values gets 25% and 25%."""
@@ -97,13 +99,7 @@ def applied_in_place(live: Mapping[str, Any], applied: Mapping[str, Any]) -> dic
     the API server defaulted: the applied fields are set, every other field of ``live`` stays
     (no manager owns a defaulted field, so none removes it: Kubernetes docs, "Server-Side
     Apply", "Field management"; what pulumi/pulumi-kubernetes#2843 reports)."""
-    merged = copy.deepcopy(dict(live))
-    for key, value in applied.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = applied_in_place(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
+    return deep_merge(dict(live), dict(applied))
 
 
 def strategy_problems(deployment: Mapping[str, Any]) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 from fake_kube_api import NAMESPACE, FakeKubeApi, fake_kube_api
 
 from incluster.manifests import LOAD_STEP_RULES, LoadJob
-from incluster.runtime import run_in_cluster
+from incluster.runtime import ClusterRun, run_in_cluster
 from loadgen.config import LoadConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -22,7 +22,19 @@ GRID = LoadConfig(
 )
 
 
-def job(owner: str | None) -> LoadJob:
+def run(api: FakeKubeApi, tmp_path: Path, seconds: float) -> ClusterRun:
+    """The in-cluster run of :func:`job`, for at most ``seconds``."""
+    return run_in_cluster(
+        job(),
+        GRID,
+        tmp_path / "run",
+        time.monotonic() + seconds,
+        kubeconfig=str(api.kubeconfig(tmp_path)),
+        poll_s=0.1,
+    )
+
+
+def job() -> LoadJob:
     return LoadJob(
         name="load-test-0123abcd",
         namespace=NAMESPACE,
@@ -35,7 +47,7 @@ def job(owner: str | None) -> LoadJob:
         model_wait_s=20,
         stack="test",
         folder="test/20261201T150000Z",
-        owner=owner,
+        owner=FRONTEND,
     )
 
 
@@ -54,32 +66,18 @@ def test_destroying_the_frontend_service_deletes_a_runs_objects(tmp_path: Path) 
         frontend = {"kind": "Service", "metadata": {"name": FRONTEND, "uid": "frontend-uid"}}
         api.objects[("Service", FRONTEND)] = frontend
         api.on_job = destroy
-        run = run_in_cluster(
-            job(FRONTEND),
-            GRID,
-            tmp_path / "run",
-            time.monotonic() + 10,
-            kubeconfig=str(api.kubeconfig(tmp_path)),
-            poll_s=0.1,
-        )
+        ran = run(api, tmp_path, 10)
     assert owners == [
         [{"apiVersion": "v1", "kind": "Service", "name": FRONTEND, "uid": "frontend-uid"}]
     ]
     assert left == []
     assert api.refused == []
-    assert run.failure is not None  # the Job went while the step waited for it
+    assert ran.failure is not None  # the Job went while the step waited for it
 
 
 def test_without_the_frontend_service_the_run_has_no_owner(tmp_path: Path) -> None:
     owners: list[Any] = []
     with fake_kube_api() as api:
         api.on_job = lambda _, created: owners.append(created["metadata"].get("ownerReferences"))
-        run_in_cluster(
-            job(FRONTEND),
-            GRID,
-            tmp_path / "run",
-            time.monotonic() + 2,
-            kubeconfig=str(api.kubeconfig(tmp_path)),
-            poll_s=0.1,
-        )
+        run(api, tmp_path, 2)
     assert owners == [None]
