@@ -241,13 +241,6 @@ def check_cluster(
         handover = namespace_handover(
             cfg.namespace, cfg.create_namespace, view.namespace_found, view.namespace_labels
         )
-        if not cfg.create_namespace and view.namespace_found is None:
-            pulumi.log.warn(
-                f"stack '{stack}': createNamespace is false and namespace '{cfg.namespace}' is"
-                " not readable, so preview cannot tell whether this stack created it: if it did,"
-                " `pulumi up` deletes it with everything in it; set createNamespace: true, or"
-                " run the preview with credentials that can read the namespace"
-            )
     if handover is not None:
         pulumi.log.warn(f"stack '{stack}': {handover}")
         rollout = rollout or Rollout()
@@ -484,17 +477,23 @@ def _cluster_graphs() -> tuple[list[dict[str, Any]] | None, str | None]:
     return view.graphs, None
 
 
-def previous_update_gate(plan: StackPlan, stack: str) -> pulumi.Output[list[pulumi.Resource]]:
+def previous_update_gate(
+    plan: StackPlan, stack: str, hands_over: bool
+) -> pulumi.Output[list[pulumi.Resource]]:
     """What this update does to what the stack's last update made (its outputs, read through
     :data:`READ_STACK_OUTPUTS`; none for a stack never brought up): the release check
-    (:func:`check_release_removal`) and, for a stack moved to another namespace, the note of
-    what goes (:func:`namespace_move_note`). Returns a ``depends_on`` value that resolves once
-    the check passed."""
+    (:func:`check_release_removal`), the namespace check (:func:`namespace_drop_problem`;
+    ``hands_over``: this update hands the namespace over) and, for a stack moved to another
+    namespace, the note of what goes (:func:`namespace_move_note`). Returns a ``depends_on``
+    value that resolves once the checks passed."""
     name = stack_reference_name(stack, pulumi.get_organization(), PROJECT)
 
     async def checked() -> list[pulumi.Resource]:
         found, _ = await read_stack_outputs(name)
         outputs = found or {}
+        dropped = namespace_drop_problem(plan.cfg, outputs, hands_over)
+        if dropped is not None:
+            raise StackConfigError(stack, [ConfigProblem("createNamespace", False, dropped)])
         await check_release_removal(plan, stack, outputs)
         note = namespace_move_note(plan.cfg, outputs)
         if note is not None:
@@ -504,6 +503,26 @@ def previous_update_gate(plan: StackPlan, stack: str) -> pulumi.Output[list[pulu
     # An awaitable is an Input (``Output.from_input`` awaits it); the stubs do not say so.
     waiting: Any = checked()
     return pulumi.Output.from_input(waiting)
+
+
+def namespace_drop_problem(
+    cfg: StackConfig, outputs: dict[str, Any], hands_over: bool
+) -> str | None:
+    """Why ``createNamespace: false`` would delete the namespace the stack's last update
+    created (its ``createNamespace`` output true, same ``namespace``) because preview could
+    not read it to hand it over (:func:`clusterread.checks.namespace_handover`): without it
+    the Namespace is no longer registered and is deleted after the update with everything in
+    it. None when the namespace stays."""
+    if cfg.create_namespace or hands_over or outputs.get("createNamespace") is not True:
+        return None
+    if outputs.get("namespace") != cfg.namespace:
+        return None
+    return (
+        f"this stack created namespace {cfg.namespace}, which preview could not read to hand it"
+        " over, so `pulumi up` would delete it with everything in it; run the preview with"
+        " credentials that can get namespaces (then it hands the namespace over and keeps it),"
+        " or keep createNamespace: true"
+    )
 
 
 def namespace_move_note(cfg: StackConfig, outputs: dict[str, Any]) -> str | None:
@@ -703,7 +722,8 @@ def deploy(
     stack's own ``platform.chartVersion``) and warns for what Dynamo tolerates; a standalone
     stack's release also passes the upgrade gate (:func:`previous_platform_gate`).
 
-    Outputs: ``namespace``, ``topology`` (kind), ``dgdName`` (None for vllm-service or parked),
+    Outputs: ``namespace``, ``createNamespace`` (whether the stack owns it), ``topology``
+    (kind), ``dgdName`` (None for vllm-service or parked),
     ``parked``, ``resources`` (workers, GPUs and node classes the graph runs on:
     :class:`~stackmodel.resources.StackResources`), ``frontendService``,
     ``frontendPort``, ``placement`` (component, type, replicas, nodeClass, gpus), ``platform``
@@ -726,7 +746,8 @@ def deploy(
     noted = [*config_warnings, *stack_warnings(plan, with_hf_token=with_token)]
     wiring = platform_wiring(plan, stack, noted, read_operator)
     if read_operator:  # the namespace, and through it every object, waits for the check
-        gate = previous_update_gate(plan, stack)
+        hands_over = rollout is not None and rollout.hand_over_namespace
+        gate = previous_update_gate(plan, stack, hands_over)
         waits = pulumi.Output.from_input(wiring.namespace_depends)
         wiring = dataclasses.replace(
             wiring,
@@ -774,6 +795,7 @@ def export_graph(
     cfg = plan.cfg
     uses_dynamo = topology.kind == "dynamo"
     pulumi.export("namespace", cfg.namespace)
+    pulumi.export("createNamespace", cfg.create_namespace)
     pulumi.export("topology", topology.kind)
     pulumi.export("dgdName", topology.name if uses_dynamo and not cfg.parked else None)
     pulumi.export("parked", cfg.parked)

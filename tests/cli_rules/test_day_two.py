@@ -402,3 +402,23 @@ def test_moving_a_stack_to_another_namespace_says_what_goes(
     old, new = workloads(deployed)[0], workloads(moved)[0]
     assert old.urn == new.urn and new.delete_before_replace
     assert replaces(old.inputs, new.inputs, [])
+
+
+def test_create_namespace_false_on_an_unreadable_namespace_the_stack_made_is_refused(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """Preview cannot hand over what it cannot read: its last update's outputs say the stack
+    created the namespace, so dropping it is refused, with the way through."""
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    deployed = run("kv-routing", None, kubeconfig)
+    assert deployed.outputs["createNamespace"] is True
+    deploy_into(api, deployed)
+    api.forbidden = {"/api/v1/namespaces/testbed-kv-routing"}
+    message = refused_after("kv-routing", deployed, no_namespace, kubeconfig)
+    assert "dynamo-testbed:createNamespace = False: this stack created namespace" in message
+    assert "run the preview with credentials that can get namespaces" in message
+    api.forbidden = set()  # readable: handed over
+    handing = after("kv-routing", deployed, no_namespace, kubeconfig)
+    assert handing.outputs["createNamespace"] is False
+    (namespace,) = [r for r in handing.registrations if r.type == NAMESPACE_TYPE]
+    assert namespace.retain_on_delete
