@@ -294,7 +294,9 @@ class FakeKubeApi:
             status = {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": message}
             return web.json_response(status, status=409)
         obj = self._stamp(obj)
-        obj["metadata"]["uid"] = str(uuid.uuid4())  # ObjectMeta.uid: set by the API server
+        # ObjectMeta.uid, set by the API server on create (k8s.io/apiserver
+        # pkg/registry/rest/create.go BeforeCreate: FillObjectMetaSystemFields)
+        obj["metadata"]["uid"] = str(uuid.uuid4())
         self.objects[(kind, obj["metadata"]["name"])] = obj
         self.created.append((kind, obj["metadata"]["name"]))
         if kind == "Job" and self.on_job is not None:
