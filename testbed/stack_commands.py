@@ -416,6 +416,15 @@ def simulate_command(
             rich_help_panel=GRID,
         ),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --against: compare a folder whose model, prompt or output lengths or "
+            "engine differ from the stack's.",
+            rich_help_panel=GRID,
+        ),
+    ] = False,
 ) -> None:
     """Simulate a stack on this machine: routing and prefix-cache hits from the real Dynamo
     frontend with CPU-only mocker workers, timing from a model of the stack's GPUs, KV link and
@@ -467,6 +476,8 @@ def simulate_command(
         noted = [*namespace_warnings(stack_config(name)[0]), *sizing_warnings(plans[name])]
         for warning in noted:
             warn(f"{name}: {warning.render()}")
+    if against is not None:
+        _refuse_other_runs(against, stack, plans[stack], force)
     kept: dict[str, int] = {}
     with ExitStack() as locks:
         for name in names:
@@ -516,6 +527,27 @@ def _against_grid(
         return measured_grid(against)
     except (FileNotFoundError, ValueError) as exc:
         fail(f"--against {against}: {exc}")
+
+
+def _refuse_other_runs(against: Path, stack: str, plan: StackPlan, force: bool) -> None:
+    """A folder ``--against`` whose model, load settings or engine differ from the stack's
+    (:func:`simulator.folder_labels.differences`) is refused, or with ``force`` warned."""
+    from simulator.folder_labels import differences, folder_labels
+
+    try:
+        differ = differences(folder_labels(against), plan)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(f"--against {against}: {exc}")
+    if not differ:
+        return
+    what = f"--against {against} measured other requests than stack {stack!r} sends: "
+    what += "; ".join(differ)
+    if not force:
+        fail(
+            f"{what}: the comparison would be of different loads; compare with the stack it "
+            "ran (--set load.KEY=VALUE, model.name), or add --force to compare anyway"
+        )
+    warn(f"{what} (--force: compared anyway)")
 
 
 def _print_against(sim: Simulation, against: Path) -> None:
