@@ -20,9 +20,9 @@ from stackmodel.plan import StackPlan
 LABELS_KEY = "labels"
 """The key of ``stack.json`` that holds :attr:`~stackmodel.plan.StackPlan.run_labels`."""
 
-LOAD_FIELDS = ("prompt_tokens", "prefix_tokens", "max_tokens")
+LOAD_FIELDS = ("prompt_tokens", "prefix_share", "max_tokens")
 """The load settings a folder and a stack must share to be compared: what each request is
-(its prompt, the prefix it shares, its output); the grid's axes may differ."""
+(its prompt, the share of it a prefix takes, its output); the grid's axes may differ."""
 
 
 @dataclass(frozen=True)

@@ -558,7 +558,13 @@ def _print_against(sim: Simulation, against: Path) -> None:
     from loadgen.report import table_console, table_text
     from loadgen.results_folder import load_results
     from simulator.calibration_fit import score_points
-    from testbed.against import simulated_warning, values_table, verdict, write_against
+    from testbed.against import (
+        measured_on,
+        simulated_warning,
+        values_table,
+        verdict,
+        write_against,
+    )
 
     measured = load_results(against)
     values = score_points(str(against), measured.points, sim.result.points)
@@ -566,6 +572,9 @@ def _print_against(sim: Simulation, against: Path) -> None:
     console = table_console(highlight=False)
     console.print(table)
     console.print(Text(verdict(values, str(against))), soft_wrap=True)
+    where = measured_on(against)
+    if where is not None:
+        console.print(Text(f"{against}: {where}"), soft_wrap=True)
     warning = simulated_warning(against)
     if warning:
         warn(warning)

@@ -27,6 +27,13 @@ EIGHT = "load.maxTokens=8"
 """The folders' output length, which the stack's differs from."""
 
 
+def _refused(args: list[str]) -> str:
+    """The one-line error of a command that must refuse ``args`` (exit 2), on one line."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    return " ".join(result.output.split())
+
+
 def _labelled(folder: Path, **labels: object) -> None:
     """``stack.json`` naming kv-routing, with the labels its plan gives (and ``labels``)."""
     run = {**load_stack("kv-routing").run_labels, **labels}
@@ -107,17 +114,14 @@ def test_calibrate_refuses_a_folder_of_other_requests_or_another_gpu(
 ) -> None:
     out = tmp_path / "calib.json"
     args = ["calibrate", str(measured), "--stack", "kv-routing", "--out", str(out)]
-    other = CliRunner().invoke(app, args)
-    assert other.exit_code == 2
-    assert " ".join(other.output.split()) == (
+    assert _refused(args) == (
         f"error: {measured} differs from stack 'kv-routing': load.maxTokens 8 (stack: 64): the "
         "fit re-times its requests as the stack's; calibrate with the stack it ran (--stack, "
         "--set), or add --force to fit it anyway"
     )
     _labelled(measured, gpu="l40s")
-    gpu = CliRunner().invoke(app, [*args, "--set", EIGHT])
-    assert gpu.exit_code == 2
-    assert "differs from stack 'kv-routing': GPU l40s (stack: rtx-4090)" in gpu.output
+    gpu = _refused([*args, "--set", EIGHT])
+    assert "differs from stack 'kv-routing': GPU l40s (stack: rtx-4090)" in gpu
     (measured / "stack.json").write_text(json.dumps({"stack": "kv-routing"}))
     unknown = CliRunner().invoke(app, [*args, "--set", EIGHT])
     assert unknown.exit_code == 2
@@ -156,9 +160,7 @@ def test_calibrate_refuses_a_simulated_folder_and_an_existing_profile(
     out = tmp_path / "calib" / "gpu-24gb.json"
     args = ["calibrate", str(simulated), "--stack", "kv-routing", "--out", str(out)]
     args += ["--set", EIGHT]
-    refused = CliRunner().invoke(app, args)
-    assert refused.exit_code == 2
-    assert " ".join(refused.output.split()) == (
+    assert _refused(args) == (
         f"error: {simulated} is simulated (its result.json says so), not measured: a fit to it "
         "recovers the simulation's own figures; calibrate on a folder testbed load or the load "
         "step wrote, or add --allow-simulated to check the fit on it"
@@ -176,9 +178,7 @@ def test_calibrate_refuses_a_simulated_folder_and_an_existing_profile(
     assert "warning: 1 of 1 folder(s) fitted were simulated, not measured" in text
     assert "in-sample: 4 of 4 values within +-25%" in text
     written = out.read_text()
-    again = CliRunner().invoke(app, [*args, "--allow-simulated"])
-    assert again.exit_code == 2
-    assert " ".join(again.output.split()) == (
+    assert _refused([*args, "--allow-simulated"]) == (
         f"error: --out {out} already exists: add --force to overwrite it, or choose another --out"
     )
     assert out.read_text() == written
@@ -242,9 +242,7 @@ def test_simulate_against_a_measured_folder(
     before = sorted(p.name for p in measured.iterdir())
     out = tmp_path / "sim"
     args = ["simulate", "kv-routing", "--against", str(measured), "--out", str(out)]
-    refused = CliRunner().invoke(app, args)
-    assert refused.exit_code == 2
-    assert " ".join(refused.output.split()) == (
+    assert _refused(args) == (
         f"error: --against {measured} measured other requests than stack 'kv-routing' sends: "
         "load.maxTokens 8 (stack: 64): the comparison would be of different loads; compare "
         "with the stack it ran (--set load.KEY=VALUE, model.name), or add --force to compare "
