@@ -85,8 +85,8 @@ BOUNDS = {
 
 FIT_REQUESTS = 64
 """Requests of each run the search times and scores (the first, in send order; ``--fit-requests``).
-The seed's kv-routing grid (8 points of 3 runs of 200 requests) then costs 512 requests an
-evaluation instead of 4,800."""
+The seed's kv-routing grid (8 points of 3 runs of 200 requests) then costs 560 requests an
+evaluation (64 scored and ``concurrency`` more per point) instead of 4,800."""
 
 FIT_REPETITIONS = 1
 """Repetitions of each grid point the search times (the first; ``--fit-repetitions``)."""
@@ -364,7 +364,6 @@ class Problem:
         if not self.measured:
             raise ValueError("the measured folders hold no figure to fit (no successful runs?)")
         self.keys: tuple[ValueKey, ...] = tuple(self.measured)
-        self.evaluations = 0
 
     def values_at(self, x: np.ndarray) -> dict[str, float]:
         """The figures of a point of the search (log space, clipped to the bounds)."""
@@ -417,7 +416,6 @@ class Problem:
         """ln(simulated / measured) of each fitted value of ``only`` (else :attr:`keys`), in
         order, at ``x``."""
         keys = self.keys if only is None else only
-        self.evaluations += 1
         values = self.values_at(x)
         simulated: dict[ValueKey, float] = {}
         for number, runs in self._chosen(keys):
