@@ -18,13 +18,28 @@ Run: `uv run --group sim --group dev python bench/calibrate.py [--out out/calibr
 
 The disaggregated rows and the cross-node figures are never fitted here. `testbed calibrate`
 does the same for your own results folders (the seed publishes figures, not folders).
+
+`--speed` instead times `testbed calibrate` on the seed's kv-routing folder: the routing run of
+step 1 timed with known figures (:data:`SPEED_TRUTH`, through a calibration profile, the way a
+measured folder would hold another GPU's times), then `testbed calibrate` on it as a user runs
+it (a subprocess, its start-up included). Prints the wall time against the goal
+(:data:`SPEED_GOAL_S` on 2 cores), the machine's load average before and after (the machine
+may be shared: a load above its cores stretches the time), and each figure beside the truth
+with its interval.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +66,18 @@ SCORED = "disagg-same-node"
 BOUNDS = {**FIT_BOUNDS, "timeslice_efficiency": (0.2, 1.0)}
 """``testbed calibrate``'s ranges, and the time-slicing efficiency's (fitted here only)."""
 NAMES = (*FITTED_STEP, *FITTED)
+
+SPEED_TRUTH = {
+    "prefill_efficiency": 0.7,
+    "weights_efficiency": 0.45,
+    "kv_efficiency": 0.6,
+    "step_host_s": 0.003,
+    "request_overhead_s": 0.02,
+}
+"""The figures ``--speed`` times the seed's kv-routing folder with."""
+
+SPEED_GOAL_S = 60.0
+"""The wall time ``testbed calibrate`` should take on that folder, on 2 cores."""
 
 
 def constants_at(x: np.ndarray) -> tuple[TimingConstants, EngineFit]:
@@ -96,7 +123,13 @@ def main() -> None:
         default=100,
         help="requests of each run the search times (the report uses all of them)",
     )
+    parser.add_argument(
+        "--speed", action="store_true", help="time testbed calibrate on the seed's folder"
+    )
     args = parser.parse_args()
+    if args.speed:
+        speed(args.out, reuse=args.reuse)
+        return
     cfg, load, routing, frame = routing_of(STACK, args.out, reuse=args.reuse)
 
     fit_load = load.model_copy(
@@ -132,6 +165,61 @@ def main() -> None:
     for label, sim, seed in rows:
         print(f"{label:22} {sim:9.1f} {seed:9.1f} {'ok' if within(sim, seed) else 'MISS'}")
     print(f"{sum(within(s, t) for _, s, t in rows)} of 24 {SCORED} values within +-25% (scored)")
+
+
+def speed(out: Path, *, reuse: bool) -> None:
+    """``--speed`` (the module docstring)."""
+    from loadgen.results_folder import STACK_FILE
+    from simulator.hardware import stack_constants
+    from simulator.retime import write_timed
+    from steptime.calibration_profile import CalibrationProfile
+
+    plan, load, routing, _ = routing_of(STACK, out, reuse=reuse)
+    measured = out / "speed" / STACK
+    shutil.rmtree(measured, ignore_errors=True)
+    shutil.copytree(out / STACK / ROUTING_DIR, measured / ROUTING_DIR)
+    profile = out / "speed" / "truth.json"
+    truth = CalibrationProfile(
+        stack=STACK,
+        gpu=plan.groups[0].gpu.name,
+        model=plan.cfg.model.name,
+        engine=plan.engine_label,
+        **SPEED_TRUTH,
+    )
+    profile.write_text(truth.model_dump_json(by_alias=True))
+    keys = [
+        f'nodeClasses["{name}"].calibration={profile.resolve()}' for name in plan.cfg.node_classes
+    ]
+    from configkeys.key_paths import parse_settings
+
+    timed = load_stack(STACK, parse_settings(keys))
+    write_timed(timed, load, routing, measured, stack_constants(timed))
+    labels = {**plan.run_labels, "servedBy": "timing model (bench/calibrate.py --speed)"}
+    (measured / STACK_FILE).write_text(json.dumps({"stack": STACK, "labels": labels}))
+    testbed = Path(sys.executable).with_name("testbed")  # the venv's, as `uv run testbed` runs it
+    command = [str(testbed), "calibrate", str(measured), "--stack", STACK]
+    command += ["--out", str(out / "speed" / "fitted.json"), "--force", "--allow-simulated"]
+    before = os.getloadavg()
+    began, cpu = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - began
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
+    after = os.getloadavg()
+    print(done.stdout[-3000:], done.stderr[-2000:])
+    fitted = json.loads((out / "speed" / "fitted.json").read_text())
+    for figure in fitted["figures"]:
+        interval = f"{figure['low']:.4g}-{figure['high']:.4g}" if figure["fitted"] else "held"
+        print(
+            f"{figure['name']:20} truth {SPEED_TRUTH[figure['name']]:<8g} fitted "
+            f"{figure['value']:<8.4g} {interval}"
+        )
+    print(
+        f"testbed calibrate on the seed's kv-routing folder: {wall:.1f} s wall, "
+        f"{wall / SPEED_GOAL_S:.2f} of the {SPEED_GOAL_S:.0f} s goal on {os.cpu_count()} cores "
+        f"(load average {before[0]:.1f} before, {after[0]:.1f} after); {cpu_s:.1f} s of CPU "
+        f"(its processes together: on 2 idle cores the wall time is at least half of it)"
+    )
 
 
 def routing_of(

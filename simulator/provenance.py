@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from stackmodel.config import StackConfig
 from stackmodel.plan import StackPlan
-from steptime.calibration_profile import mismatch_note
+from steptime.calibration_profile import applied_label, mismatch_note
 from steptime.fit import SEED_FIT, extrapolation_note
 from steptime.roofline import EngineFit
 
@@ -33,8 +33,13 @@ def provenance(plan: StackPlan, fit: EngineFit = SEED_FIT) -> tuple[str, list[st
         default = " (default)" if planned.node_class.gpu is None else ""
         tp = group.tensor_parallel_size
         gpus = f"{tp} x {step.gpu.name}" if tp > 1 else step.gpu.name
-        groups.append(f"{group.name} on {gpus}{default}, {step.fit.label}")
         profile = planned.calibration
+        label = (
+            step.fit.label
+            if profile is None
+            else applied_label(profile, gpu=step.gpu.name, model=cfg.model.name)
+        )
+        groups.append(f"{group.name} on {gpus}{default}, {label}")
         note = (
             extrapolation_note(cfg.model.name, step.gpu.name, step.fit)
             if profile is None

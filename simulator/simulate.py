@@ -182,7 +182,8 @@ def simulate_stacks(
             refuse_other_stack_values(job.stack_dir, values)
         job.stack_dir.mkdir(parents=True, exist_ok=True)
         resources = stack_resources(job.plan.cfg, build_topology(job.plan))
-        text = stack_file_text(job.stack_dir.name, resources, values)
+        labels = {**job.plan.run_labels, "servedBy": "timing model (testbed simulate)"}
+        text = stack_file_text(job.stack_dir.name, resources, values, labels)
         write_text_atomic(job.stack_dir / STACK_FILE, text)
         write_text_atomic(job.stack_dir / CROSSOVER_FILE, crossover_json(crossover(job.plan)))
     routings = routing_runs(jobs, progress=progress, resume=resume)

@@ -107,6 +107,12 @@ class NodeClass(CamelModel):
         "project folder: this GPU's efficiencies and host time per engine step, and the "
         "frontend's fixed cost, fitted from measured runs; default: the seed fit's.",
     )
+    calibration_elsewhere: bool = Field(
+        default=False,
+        description="Apply the calibration profile though it was fitted on another GPU or "
+        "model than this class runs (refused otherwise); the simulation then says "
+        "'calibrated on <gpu>/<model>, applied to <gpu>/<model>'.",
+    )
 
     @property
     def units_per_gpu(self) -> int:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from kvpath.profile import LinkProfile, LinkSetting, resolve_link
+from kvpath.versions import RELEASE_LINES, minor_of
 from stackmodel.config import NodeClass, RouterMode, StackConfig, WorkerGroup
 from stackmodel.engine_args import EngineArg, parse_engine_args
 from stackmodel.errors import ConfigProblem
@@ -185,6 +186,9 @@ def resolve_inputs(cfg: StackConfig, project_dir: Path = PROJECT_DIR) -> StackIn
         gpus[name], note = resolve_gpu(node_class.gpu)
         if note is not None:
             notes[name] = f"node class {name!r} {note}"
+        problem = calibration_elsewhere(name, node_class, calibrations.get(name), gpus[name], cfg)
+        if problem is not None:
+            problems.append(problem)
     return StackInputs(
         geometry=geometry,
         gpus=gpus,
@@ -193,6 +197,30 @@ def resolve_inputs(cfg: StackConfig, project_dir: Path = PROJECT_DIR) -> StackIn
         links=links,
         replicas=place_workers(cfg),
         problems=tuple(problems),
+    )
+
+
+def calibration_elsewhere(
+    name: str,
+    node_class: NodeClass,
+    profile: CalibrationProfile | None,
+    gpu: GpuSpec,
+    cfg: StackConfig,
+) -> ConfigProblem | None:
+    """A calibration profile fitted on another GPU or model than node class ``name`` runs is
+    refused (its efficiencies are that GPU's and model's), unless the class sets
+    ``calibrationElsewhere: true``; the simulation then says where it was calibrated
+    (:func:`steptime.calibration_profile.applied_label`)."""
+    if profile is None or node_class.calibration_elsewhere:
+        return None
+    if (profile.gpu, profile.model) == (gpu.name, cfg.model.name):
+        return None
+    return ConfigProblem(
+        f"nodeClasses.{name}.calibration",
+        node_class.calibration,
+        f"calibrated on {profile.gpu}/{profile.model}, node class {name!r} runs "
+        f"{gpu.name}/{cfg.model.name}: calibrate on runs of this GPU and model, or set "
+        f"nodeClasses.{name}.calibrationElsewhere=true to apply it anyway",
     )
 
 
@@ -325,6 +353,26 @@ class StackPlan:
         """The engine a calibration profile records: ``vllm on dynamo 1.6.2`` (the engine kind
         and :attr:`~stackmodel.config.EngineConfig.release`)."""
         return f"{self.cfg.engine.kind} on dynamo {self.cfg.engine.release}"
+
+    @property
+    def run_labels(self) -> dict[str, object]:
+        """What a results folder of this stack records it ran on (``stack.json``'s
+        ``labels``): ``gpu`` (the worker groups' GPU names, comma-separated), ``model``,
+        ``engine`` (:attr:`engine_label`), ``versions`` (Dynamo, and the vLLM its release line
+        ships where :data:`kvpath.versions.RELEASE_LINES` knows it) and ``servedBy`` (the
+        workers: ``vllm`` on GPUs, or Dynamo's ``mocker``)."""
+        release = self.cfg.engine.release
+        versions = {"dynamo": release}
+        line = RELEASE_LINES.get(minor_of(release))
+        if line is not None and self.cfg.engine.kind == "vllm":
+            versions["vllm"] = line.vllm
+        return {
+            "gpu": ", ".join(sorted({g.gpu.name for g in self.groups})),
+            "model": self.cfg.model.name,
+            "engine": self.engine_label,
+            "versions": versions,
+            "servedBy": f"{self.cfg.engine.kind} workers",
+        }
 
 
 def verdict_group(groups: Sequence[GroupPlan]) -> GroupPlan:

@@ -142,17 +142,22 @@ def stack_file_text(
     stack: str,
     resources: Mapping[str, Any] | StackResources,
     simulated_with: Mapping[str, Any] | None = None,
+    labels: Mapping[str, Any] | None = None,
 ) -> str:
     """The text of :data:`loadgen.results_folder.STACK_FILE` (``stack.json``):
     ``{"stack": name, "resources": {...}}``, indented JSON; ``testbed simulate`` adds
     ``"simulatedWith"``: the stack values its results depend on
-    (:func:`simulator.stack_values.stack_values`)."""
+    (:func:`simulator.stack_values.stack_values`); ``labels``: what the runs ran on
+    (:attr:`stackmodel.plan.StackPlan.run_labels`, as :mod:`simulator.folder_labels` reads
+    them)."""
     data: dict[str, Any] = {
         "stack": stack,
         "resources": StackResources.model_validate(resources).model_dump(mode="json"),
     }
     if simulated_with is not None:
         data["simulatedWith"] = dict(simulated_with)
+    if labels is not None:
+        data["labels"] = dict(labels)
     return json.dumps(data, indent=2) + "\n"
 
 

@@ -46,16 +46,36 @@ class ScoredValue(_Model):
     error: float
 
 
+class FittedFigure(_Model):
+    """One figure of a calibration: its ``name`` (an :class:`~steptime.roofline.EngineFit` field
+    or ``request_overhead_s``), its ``value`` and ``prior`` (the stack's own figure before the
+    fit; the value where not ``fitted``), whether it was ``fitted`` (False: the runs could not
+    move it, :mod:`simulator.calibration_checks`) and its 95% interval ``low``-``high`` (None
+    where not fitted); the figure's unit (fraction, s)."""
+
+    name: str
+    value: float
+    prior: float
+    fitted: bool
+    low: float | None = None
+    high: float | None = None
+
+
 class CalibrationProfile(_Model):
     """The fitted figures and what they were measured on (see the module docstring).
 
-    gpu: the GPU name of the node class the runs ran on (``steptime.gpus``); model: the served
-    model; engine: ``dynamo <version>`` of the stack's engine; the efficiencies are fractions of
+    gpu: the GPU name the runs ran on; model: the served model; engine: ``vllm on dynamo
+    <version>``; versions: ``{"dynamo": ..., "vllm": ...}``; servedBy: what served the runs
+    (``vllm workers``, ``mocker workers``); all read from the results folders fitted
+    (``stack.json``'s ``labels``, ``result.json``), never from the stack; folders: those
+    fitted; the efficiencies are fractions of
     the GPU's datasheet BF16 and memory-bandwidth figures in (0, 1]; ``step_host_s`` seconds of
     host time per engine step; ``request_overhead_s`` seconds of the Dynamo frontend per request
     (None: not fitted, the runs had no frontend); ``fitted`` and ``scored``: the values fitted
     (their residuals) and those scored but not fitted; ``within_25``: how many of each are within
-    +-25%.
+    +-25%; ``figures``: each figure with its prior, whether it was fitted and its interval;
+    ``heldOut``: the leave-one-point-out values; ``sigma``: the spread taken for one value (log
+    space); ``warnings``: figures at a bound, folders simulated.
     """
 
     kind: str = Field(default=PROFILE_KIND, pattern=f"^{PROFILE_KIND}$")
@@ -63,6 +83,9 @@ class CalibrationProfile(_Model):
     gpu: str
     model: str
     engine: str
+    versions: dict[str, str] = {}
+    served_by: str | None = None
+    folders: tuple[str, ...] = ()
     prefill_efficiency: float = Field(gt=0, le=1)
     weights_efficiency: float = Field(gt=0, le=1)
     kv_efficiency: float = Field(gt=0, le=1)
@@ -70,6 +93,10 @@ class CalibrationProfile(_Model):
     request_overhead_s: float | None = Field(default=None, ge=0)
     fitted: tuple[ScoredValue, ...] = ()
     scored: tuple[ScoredValue, ...] = ()
+    held_out: tuple[ScoredValue, ...] = ()
+    figures: tuple[FittedFigure, ...] = ()
+    sigma: float | None = None
+    warnings: tuple[str, ...] = ()
 
     def engine_fit(self, source: str) -> EngineFit:
         """The profile's efficiencies and host time as the step model takes them; ``source``
@@ -94,9 +121,18 @@ def load_calibration_file(path: Path) -> CalibrationProfile:
     return read_profile_file(path, CalibrationProfile, "calibration profile")
 
 
+def applied_label(profile: CalibrationProfile, *, gpu: str, model: str) -> str:
+    """``calibrated`` where ``profile`` is used on the GPU and model it was fitted on, else
+    ``calibrated on <gpu>/<model>, applied to <gpu>/<model>``."""
+    if (profile.gpu, profile.model) == (gpu, model):
+        return CALIBRATED
+    return f"{CALIBRATED} on {profile.gpu}/{profile.model}, applied to {gpu}/{model}"
+
+
 def mismatch_note(profile: CalibrationProfile, *, gpu: str, model: str, engine: str) -> str | None:
     """A warning when ``profile`` is used for another GPU, model or engine than it was measured
-    on, else None."""
+    on (another GPU or model only where the node class sets ``calibrationElsewhere``: the plan
+    refuses it otherwise), else None."""
     differ = [
         f"{what} {now} (measured: {then})"
         for what, now, then in (

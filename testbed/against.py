@@ -18,6 +18,7 @@ from rich.table import Table
 from loadgen.html_report import write_report
 from loadgen.results_folder import load_results
 from simulator.calibration_fit import METRICS, WITHIN, within_count
+from simulator.folder_labels import folder_labels
 from steptime.calibration_profile import ScoredValue
 
 AGAINST_DIR = "against"
@@ -54,6 +55,16 @@ def simulated_warning(folder: Path) -> str | None:
         "comparison is of two simulations; compare against a folder testbed load or the load "
         "step wrote"
     )
+
+
+def measured_on(folder: Path) -> str | None:
+    """``measured on <gpu>/<model> (<engine>, <served by>)`` as the folder records it
+    (:mod:`simulator.folder_labels`), None where it records neither GPU nor engine."""
+    labels = folder_labels(folder)
+    if labels.gpu is None and labels.engine is None:
+        return None
+    how = ", ".join(x for x in (labels.engine, labels.served_by) if x)
+    return f"measured on {labels.on}" + (f" ({how})" if how else "")
 
 
 def verdict(values: Sequence[ScoredValue], measured: str) -> str:
@@ -105,6 +116,7 @@ def write_against(
         "measured": str(measured),
         "simulated": str(stack_dir),
         "measuredIsSimulated": warning is not None,
+        "measuredOn": measured_on(measured),
         "warnings": [warning] if warning else [],
         "verdict": verdict(values, str(measured)),
         "within": within_count(values),

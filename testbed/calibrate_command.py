@@ -1,26 +1,32 @@
 """`testbed calibrate RESULTS... --stack STACK --out FILE`: fit the timing model's engine-step
-figures and the frontend's fixed cost to measured runs (:mod:`simulator.calibration_fit`) and write
-a calibration profile (:mod:`steptime.calibration_profile`) that a node class names.
+figures and the frontend's fixed cost to measured runs (:mod:`simulator.calibration_fit`), only
+those the runs can move, each with an interval and a held-out score
+(:mod:`simulator.calibration_checks`), and write a calibration profile
+(:mod:`steptime.calibration_profile`) labelled with what the runs ran on
+(:mod:`simulator.folder_labels`), that a node class names.
 
 Imports what the command runs inside it (``testbed --help`` stays light).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from testbed.console import fail
+from testbed.console import EXIT_INTERRUPTED, fail
 from testbed.stack_commands import SetOption, _settings, _stack_errors
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from configkeys.key_paths import Setting
-    from simulator.calibration_fit import Target
+    from simulator.calibration_checks import Calibration
+    from simulator.calibration_fit import Problem, Target
+    from simulator.folder_labels import FolderLabels
     from stackmodel.plan import StackPlan
     from steptime.calibration_profile import ScoredValue
 
@@ -41,9 +47,15 @@ def calibrate_command(
         ),
     ] = None,
     overrides: SetOption = None,
-    maxiter: Annotated[
-        int, typer.Option(min=1, help="Nelder-Mead iterations per simplex scale.")
-    ] = 150,
+    fit_requests: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Requests of each run the search times (the first, in send order)."
+        ),
+    ] = 64,
+    fit_repetitions: Annotated[
+        int, typer.Option(min=1, help="Repetitions of each grid point the search times.")
+    ] = 1,
     allow_simulated: Annotated[
         bool,
         typer.Option(
@@ -53,18 +65,28 @@ def calibrate_command(
         ),
     ] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Overwrite an existing --out file.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Overwrite an existing --out file; fit folders whose load settings, engine or "
+            "GPU differ from the stack's, or that do not record their GPU.",
+        ),
     ] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
     """Fit the GPU's prefill and decode efficiencies, the host time per engine step and the
-    frontend's fixed cost to measured runs of STACK; write them as a calibration profile that
-    a node class names (nodeClasses.NAME.calibration: FILE). Prints the fit's residuals and, for
-    --score folders, the calibrated simulation's error.
+    frontend's fixed cost to measured runs of STACK, each figure only where the runs can move
+    it (the others held at the stack's own, with the measurement that would pin them), with a
+    95% interval; score the fit on the grid points it did not see (leave-one-point-out) and on
+    --score folders; write a calibration profile that a node class names
+    (nodeClasses.NAME.calibration: FILE), labelled with the GPU, model and engine the runs
+    ran on.
 
     Example: testbed calibrate out/load/kv-routing --stack kv-routing --out calib/4090.json
     """
+    from loadgen.output import write_text_atomic
     from loadgen.report import table_console
-    from simulator.calibration_fit import fit, score, simulated_points, within_count
+    from simulator.calibration_fit import Problem, candidate, score, simulated_points
     from stackmodel.stacks import load_stack
     from steptime.calibration_profile import CalibrationProfile
 
@@ -75,7 +97,6 @@ def calibrate_command(
         plan = load_stack(stack, settings)
     except _stack_errors() as exc:
         fail(str(exc))
-    cfg = plan.cfg
     gpus = sorted({group.gpu.name for group in plan.groups})
     if len(gpus) > 1:
         fail(
@@ -83,66 +104,199 @@ def calibrate_command(
             "on runs of a stack whose node classes name one GPU (nodeClasses.NAME.gpu)"
         )
     targets = [_target(folder, plan, allow_simulated) for folder in results]
-    for target in targets:
-        if target.grid.model != cfg.model.name:
-            fail(
-                f"{target.folder} measured {target.grid.model}, stack {stack!r} serves "
-                f"{cfg.model.name}: calibrate on runs of the stack's model (or --set model.name)"
-            )
+    labels = _labels(results, stack, plan, gpus[0], force)
     console = table_console(highlight=False)
     simulated = sum(t.grid.simulated is not None for t in targets)
     of_them = f" ({simulated} simulated, --allow-simulated)" if simulated else ""
     console.print(f"fitting {len(targets)} folder(s){of_them} of {stack} ...")
-    found = fit(
-        targets, maxiter=maxiter, progress=lambda s: console.print(s.line(), soft_wrap=True)
-    )
-    scored: list[ScoredValue] = []
-    for folder in score_folders or []:
-        target = _target(folder, _scored_stack(folder, stack, settings), allow_simulated)
-        scored += score(target, simulated_points(target, found.constants, found.engine))
-    overhead = found.constants.request_overhead_s if found.frontend_fitted else None
+    try:
+        problem = Problem(targets, requests=fit_requests, repetitions=fit_repetitions)
+    except ValueError as exc:
+        fail(str(exc))
+    try:
+        found = _run(problem, console, progress=not no_progress)
+        constants, engine = candidate(found.values, problem.base)
+        scored: list[ScoredValue] = []
+        for folder in score_folders or []:
+            target = _target(folder, _scored_stack(folder, stack, settings), allow_simulated)
+            scored += score(target, simulated_points(target, constants, engine))
+    except KeyboardInterrupt:
+        fail(f"interrupted: nothing written (--out {out} is as it was)", EXIT_INTERRUPTED)
+    overhead = constants.request_overhead_s if "request_overhead_s" in problem.names else None
+    warnings = list(found.warnings)
+    if simulated:
+        warnings.append(
+            f"{simulated} of {len(targets)} folder(s) fitted were simulated, not measured: "
+            "the figures are the simulation's own, not a server's"
+        )
     profile = CalibrationProfile(
         stack=stack,
-        gpu=gpus[0],
-        model=cfg.model.name,
-        engine=plan.engine_label,
-        prefill_efficiency=found.engine.prefill_efficiency,
-        weights_efficiency=found.engine.weights_efficiency,
-        kv_efficiency=found.engine.kv_efficiency,
-        step_host_s=found.engine.step_host_s,
+        gpu=labels.gpu or gpus[0],
+        model=labels.model,
+        engine=labels.engine or plan.engine_label,
+        versions=labels.versions,
+        served_by=labels.served_by,
+        folders=tuple(str(f) for f in results),
+        prefill_efficiency=engine.prefill_efficiency,
+        weights_efficiency=engine.weights_efficiency,
+        kv_efficiency=engine.kv_efficiency,
+        step_host_s=engine.step_host_s,
         request_overhead_s=overhead,
         fitted=tuple(found.fitted),
         scored=tuple(scored),
+        held_out=tuple(found.held_out),
+        figures=found.figures,
+        sigma=found.sigma,
+        warnings=tuple(warnings),
     )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(profile.model_dump_json(by_alias=True, indent=2) + "\n")
+        write_text_atomic(out, profile.model_dump_json(by_alias=True, indent=2) + "\n")
     except OSError as exc:
         fail(f"cannot write --out {out}: {exc.strerror or exc}")
-    _print_values(console, "fitted (residuals)", found.fitted)
+    _report(console, found, scored, warnings)
+    console.print(
+        f"calibrated on {profile.gpu}/{profile.model} ({profile.engine}"
+        + (f", {profile.served_by}" if profile.served_by else "")
+        + f"); wrote {out}: name it as nodeClasses.NAME.calibration in a stack to use it"
+    )
+
+
+def _run(problem: Problem, console: Console, *, progress: bool) -> Calibration:
+    """:func:`~simulator.calibration_checks.calibrate` with a progress bar of its evaluations
+    (one task per stage) and one line per search."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
+
+    from simulator.calibration_checks import calibrate
+    from simulator.calibration_fit import Evaluator
+
+    bar = Progress(
+        "{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        "evaluations",
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not progress or not console.is_terminal,
+    )
+    tasks: list[TaskID] = []
+
+    def on_stage(name: str, evaluations: int) -> None:
+        if tasks:
+            bar.update(tasks[-1], completed=bar.tasks[-1].total)
+        tasks.append(bar.add_task(name, total=evaluations))
+
+    def on_evaluation(count: int) -> None:
+        if tasks:
+            task = bar.tasks[-1]
+            total = max(task.total or 0, task.completed + 1)
+            bar.update(tasks[-1], advance=1, total=total)
+
+    with bar, Evaluator(problem, on_evaluation=on_evaluation) as evaluator:
+        return calibrate(
+            evaluator,
+            on_stage=on_stage,
+            on_search=lambda s: bar.console.print(s.line(), soft_wrap=True),
+        )
+
+
+def _labels(
+    results: Sequence[Path], stack: str, plan: StackPlan, gpu: str, force: bool
+) -> FolderLabels:
+    """What the folders ran on (:func:`simulator.folder_labels.folder_labels`), all alike; a
+    folder of another model is refused, one whose load settings, engine or GPU differ from the
+    stack's, or that does not record its GPU, unless ``force``."""
+    from simulator.folder_labels import differences, folder_labels
+
+    found = []
+    for folder in results:
+        try:
+            labels = folder_labels(folder)
+        except (FileNotFoundError, ValueError) as exc:
+            fail(str(exc))
+        differ = differences(labels, plan)
+        model = plan.cfg.model.name
+        if labels.model != model:
+            fail(
+                f"{folder} measured {labels.model}, stack {stack!r} serves {model}: "
+                "calibrate on runs of the stack's model (or --set model.name)"
+            )
+        if labels.gpu is None:
+            differ.append(f"no GPU recorded (stack.json); the profile would take the stack's {gpu}")
+        elif labels.gpu != gpu:
+            differ.append(f"GPU {labels.gpu} (stack: {gpu})")
+        if differ and not force:
+            fail(
+                f"{folder} differs from stack {stack!r}: {'; '.join(differ)}: the fit "
+                "re-times its requests as the stack's; calibrate with the stack it ran "
+                "(--stack, --set), or add --force to fit it anyway"
+            )
+        found.append(labels)
+    ran_on = {(f.gpu, f.model, f.engine) for f in found}
+    if len(ran_on) > 1:
+        fail(
+            "the folders ran on different GPUs, models or engines ("
+            + "; ".join(f"{f.folder}: {f.on}, {f.engine}" for f in found)
+            + "): a calibration fits one; calibrate each on its own"
+        )
+    return found[0]
+
+
+def _report(
+    console: Console,
+    found: Calibration,
+    scored: Sequence[ScoredValue],
+    warnings: Sequence[str],
+) -> None:
+    """The held-out error first, then the --score folders', the figures with their intervals,
+    the warnings, and the in-sample residuals last."""
+    from rich.table import Table
+
+    from simulator.calibration_fit import within_count
+
+    if found.held_out:
+        _print_values(console, "held out: each point predicted by a fit without it", found.held_out)
+        console.print(f"held-out error: {_summary(found.held_out)}")
+    else:
+        console.print(
+            "held-out error: none (one grid point: add a point, or score other folders with "
+            "--score)"
+        )
     if scored:
         _print_values(console, "scored, not fitted (error)", scored)
-    frontend = (
-        f"frontend {overhead * 1e3:.1f} ms/request"
-        if overhead is not None
-        else "no frontend (not fitted)"
-    )
-    console.print(
-        f"calibrated on {gpus[0]}: prefill efficiency {profile.prefill_efficiency:.3f}, weights "
-        f"{profile.weights_efficiency:.3f}, KV {profile.kv_efficiency:.3f}, host "
-        f"{profile.step_host_s * 1e3:.2f} ms/step, {frontend}; loss {found.start_loss:.4f} -> "
-        f"{found.loss:.4f} ({found.iterations} iterations)"
-    )
-    if simulated:
-        console.print(
-            f"{simulated} of {len(targets)} folder(s) fitted were simulated, not measured: "
-            "the figures above are the simulation's own, not a server's"
+        console.print(f"scored (--score) error: {_summary(scored)}")
+    table = Table(title="figures (95% interval; held: the runs cannot move it)")
+    for column in ("figure", "value", "interval", "prior"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    for figure in found.figures:
+        interval = (
+            f"{figure.low:.4g}-{figure.high:.4g}"
+            if figure.low is not None and figure.high is not None
+            else "held"
         )
-    verdict = f"fitted: {within_count(found.fitted)} of {len(found.fitted)} values within +-25%"
-    if scored:
-        verdict += f"; scored: {within_count(scored)} of {len(scored)} within +-25%"
-    console.print(verdict)
-    console.print(f"wrote {out}: name it as nodeClasses.NAME.calibration in a stack to use it")
+        table.add_row(figure.name, f"{figure.value:.4g}", interval, f"{figure.prior:.4g}")
+    console.print(table)
+    for line in found.identification.lines():
+        console.print(line, soft_wrap=True)
+    for warning in warnings:
+        console.print(f"warning: {warning}", soft_wrap=True)
+    _print_values(console, "fitted (in-sample residuals)", found.fitted)
+    console.print(
+        f"in-sample: {within_count(found.fitted)} of {len(found.fitted)} values within +-25% "
+        f"(loss {found.start_loss:.4f} -> {found.loss:.4f}, sigma {found.sigma:.3f}, "
+        f"{found.evaluations} evaluations)"
+    )
+
+
+def _summary(values: Sequence[ScoredValue]) -> str:
+    """``N of M values within +-25%, median |error| X%``."""
+    from simulator.calibration_fit import within_count
+
+    median = statistics.median(abs(v.error) for v in values)
+    return (
+        f"{within_count(values)} of {len(values)} values within +-25%, median |error| {median:.0%}"
+    )
 
 
 def _target(folder: Path, plan: StackPlan, allow_simulated: bool) -> Target:

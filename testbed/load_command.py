@@ -381,6 +381,24 @@ def load_command(
             rich_help_panel=OUTPUT,
         ),
     ] = False,
+    stack: Annotated[
+        str | None,
+        typer.Option(
+            "--stack",
+            help="The stack the server runs: its GPU, model, engine, versions and resources "
+            "go to the folder's stack.json, which calibrate and simulate --against read.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = None,
+    mocker: Annotated[
+        bool,
+        typer.Option(
+            "--mocker",
+            help="With --stack: Dynamo mocker workers serve it (testbed serve), not GPUs; "
+            "recorded as such.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
 ) -> None:
     """Run the prefix-kinds x concurrency x repetitions grid and print the seed-style table.
 
@@ -425,7 +443,13 @@ def load_command(
         )
         if tokenizer is not None:
             _check_tokenizer(tokenizer, model)
+        stack_text = _stack_text(stack, mocker)
         out.mkdir(parents=True, exist_ok=True)
+        if stack_text is not None:
+            from loadgen.output import write_text_atomic
+            from loadgen.results_folder import STACK_FILE
+
+            write_text_atomic(out / STACK_FILE, stack_text)
     except (ValueError, OSError) as exc:  # KeyPathError is a ValueError
         fail(str(exc))
     try:
@@ -447,6 +471,28 @@ def load_command(
             )
     except FolderBusyError as exc:
         fail(str(exc))
+
+
+def _stack_text(stack: str | None, mocker: bool) -> str | None:
+    """``stack.json`` for ``--stack`` (None without it): the stack's resources and what it ran
+    on (:attr:`stackmodel.plan.StackPlan.run_labels`; ``mocker``: as the stack with
+    ``engine.kind=mocker``, Dynamo's mocker workers).
+
+    Raises:
+        ValueError: ``--mocker`` without ``--stack``, or a stack that does not validate.
+    """
+    if stack is None:
+        if mocker:
+            raise ValueError("--mocker says what served --stack: add --stack STACK")
+        return None
+    from configkeys.key_paths import parse_settings
+    from stackmodel.resources import stack_file_text, stack_resources
+    from stackmodel.stacks import load_stack
+    from stackmodel.topology import build_topology
+
+    plan = load_stack(stack, parse_settings(["engine.kind=mocker"] if mocker else []))
+    resources = stack_resources(plan.cfg, build_topology(plan))
+    return stack_file_text(stack, resources, labels=plan.run_labels)
 
 
 def resumed_line(out: Path, kept: int, runs: int) -> str:

@@ -416,6 +416,15 @@ def simulate_command(
             rich_help_panel=GRID,
         ),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --against: compare a folder whose model, prompt or output lengths or "
+            "engine differ from the stack's.",
+            rich_help_panel=GRID,
+        ),
+    ] = False,
 ) -> None:
     """Simulate a stack on this machine: routing and prefix-cache hits from the real Dynamo
     frontend with CPU-only mocker workers, timing from a model of the stack's GPUs, KV link and
@@ -467,6 +476,8 @@ def simulate_command(
         noted = [*namespace_warnings(stack_config(name)[0]), *sizing_warnings(plans[name])]
         for warning in noted:
             warn(f"{name}: {warning.render()}")
+    if against is not None:
+        _refuse_other_runs(against, stack, plans[stack], force)
     kept: dict[str, int] = {}
     with ExitStack() as locks:
         for name in names:
@@ -518,6 +529,27 @@ def _against_grid(
         fail(f"--against {against}: {exc}")
 
 
+def _refuse_other_runs(against: Path, stack: str, plan: StackPlan, force: bool) -> None:
+    """A folder ``--against`` whose model, load settings or engine differ from the stack's
+    (:func:`simulator.folder_labels.differences`) is refused, or with ``force`` warned."""
+    from simulator.folder_labels import differences, folder_labels
+
+    try:
+        differ = differences(folder_labels(against), plan)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(f"--against {against}: {exc}")
+    if not differ:
+        return
+    what = f"--against {against} measured other requests than stack {stack!r} sends: "
+    what += "; ".join(differ)
+    if not force:
+        fail(
+            f"{what}: the comparison would be of different loads; compare with the stack it "
+            "ran (--set load.KEY=VALUE, model.name), or add --force to compare anyway"
+        )
+    warn(f"{what} (--force: compared anyway)")
+
+
 def _print_against(sim: Simulation, against: Path) -> None:
     """The simulated figures beside the measured ones, the verdict, and the comparison's
     files (:mod:`testbed.against`)."""
@@ -526,7 +558,13 @@ def _print_against(sim: Simulation, against: Path) -> None:
     from loadgen.report import table_console, table_text
     from loadgen.results_folder import load_results
     from simulator.calibration_fit import score_points
-    from testbed.against import simulated_warning, values_table, verdict, write_against
+    from testbed.against import (
+        measured_on,
+        simulated_warning,
+        values_table,
+        verdict,
+        write_against,
+    )
 
     measured = load_results(against)
     values = score_points(str(against), measured.points, sim.result.points)
@@ -534,6 +572,9 @@ def _print_against(sim: Simulation, against: Path) -> None:
     console = table_console(highlight=False)
     console.print(table)
     console.print(Text(verdict(values, str(against))), soft_wrap=True)
+    where = measured_on(against)
+    if where is not None:
+        console.print(Text(f"{against}: {where}"), soft_wrap=True)
     warning = simulated_warning(against)
     if warning:
         warn(warning)

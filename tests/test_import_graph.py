@@ -58,6 +58,7 @@ COMMAND_MODULES = frozenset(
         "testbed.calibrate_command",
         "testbed.report_command",
         "testbed.load_command",
+        "testbed.serve_command",
     }
 )
 """The modules whose functions are `testbed`'s commands. They are read for every `--help`, so

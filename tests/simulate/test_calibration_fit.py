@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from measured_folder import timed_folder
 
 from configkeys.key_paths import parse_settings
 from simulator.calibration import CONSTANTS
-from simulator.calibration_fit import Search, fit, read_target
+from simulator.calibration_checks import calibrate
+from simulator.calibration_fit import Evaluator, Problem, Search, read_target
 from simulator.hardware import stack_constants
 from simulator.provenance import provenance
 from stackmodel.config import StackConfig
+from stackmodel.errors import StackConfigError
 from stackmodel.stacks import load_stack
 from stackmodel.validation import validate_config
 from steptime.calibration_profile import CalibrationProfile, load_calibration_file
@@ -84,13 +86,28 @@ def test_a_profile_a_node_class_names_sets_the_steps_and_the_frontend_cost(
     text, warnings = provenance(cfg)
     assert "calibrated" in text
     assert not any("extrapolated" in w for w in warnings)
-    # The same profile on another GPU and engine warns, naming what differs.
+    # The same profile on another GPU is refused, naming the key and the fix it accepts ...
     moved = [*keys, 'nodeClasses["gpu-24gb"].gpu=l40s', "engine.dynamoVersion=1.7.0"]
-    other = load_stack("kv-routing", parse_settings(moved))
+    with pytest.raises(StackConfigError) as refused:
+        load_stack("kv-routing", parse_settings(moved))
+    assert str(refused.value).endswith(
+        f'--set nodeClasses["gpu-24gb"].calibration={profile}: calibrated on '
+        "rtx-4090/Qwen/Qwen3-0.6B, node class 'gpu-24gb' runs l40s/Qwen/Qwen3-0.6B: calibrate "
+        "on runs of this GPU and model, or set nodeClasses.gpu-24gb.calibrationElsewhere=true "
+        "to apply it anyway. Fix the --set value."
+    )
+    # ... and taken with that fix, saying where it was calibrated and what else differs.
+    forced = [*moved, 'nodeClasses["gpu-24gb"].calibrationElsewhere=true']
+    other = load_stack("kv-routing", parse_settings(forced))
+    text, warnings = provenance(other)
+    assert (
+        "worker-24gb on l40s, calibrated on rtx-4090/Qwen/Qwen3-0.6B, applied to "
+        "l40s/Qwen/Qwen3-0.6B"
+    ) in text
     assert (
         "worker-24gb: calibration profile used elsewhere: GPU l40s (measured: rtx-4090), "
         "engine vllm on dynamo 1.7.0 (measured: vllm on dynamo 1.6.2); its figures may not hold"
-    ) in provenance(other)[1]
+    ) in warnings
     assert load_calibration_file(profile).weights_efficiency == TRUE["weights_efficiency"]
 
 
@@ -100,30 +117,57 @@ def test_a_simulated_folder_calibrates_back_to_its_figures(
     folder, plain = measured
     target = read_target(folder, validate_config("kv-routing", plain))
     reported: list[Search] = []
-    # 100 iterations a search: the 2,381-token prompts take two steps under the 24 GB GPU's
-    # 2,048-token step budget, and 40 stop short of the figures
-    found = fit([target], maxiter=100, progress=reported.append)
-    for name, value in TRUE.items():
-        assert getattr(found.engine, name) == pytest.approx(value, rel=0.05), name
-    assert found.constants.request_overhead_s == pytest.approx(TRUE_OVERHEAD_S, rel=0.05)
-    assert found.frontend_fitted
+    stages: list[tuple[str, int]] = []
+    counted: list[int] = []
+    problem = Problem([target], requests=None)
+    with Evaluator(problem, workers=1, on_evaluation=counted.append) as evaluator:
+        found = calibrate(
+            evaluator, on_search=reported.append, on_stage=lambda *s: stages.append(s)
+        )
+    assert found.identification.fitted == problem.names  # all five: the grid pins each
+    for name, value in {**TRUE, "request_overhead_s": TRUE_OVERHEAD_S}.items():
+        assert found.values[name] == pytest.approx(value, rel=0.05), name
     assert found.start_loss > 0.01 > found.loss
     # One report per search, each starting from the best loss so far.
     assert tuple(reported) == found.searches
-    assert [s.scale for s in reported] == [0.5, 0.15, 0.04]
+    assert [s.step for s in reported] == [0.1]
     assert reported[0].start_loss == found.start_loss and reported[-1].loss == found.loss
-    assert all(a.loss == b.start_loss for a, b in itertools.pairwise(reported))
-    assert sum(s.iterations for s in reported) == found.iterations
     assert (
         reported[0]
         .line()
         .startswith(
-            "search 1 of 3 (simplex +-0.5 in log space) of prefill_efficiency, weights_efficiency, "
-            f"kv_efficiency, step_host_s, request_overhead_s: loss {found.start_loss:.4g} -> "
+            "search 1 of 1 (least squares, steps of 0.1 in log space) of prefill_efficiency, "
+            f"weights_efficiency, kv_efficiency, step_host_s, request_overhead_s: loss "
+            f"{found.start_loss:.4g} -> "
         )
     )
+    # Every evaluation counted once, in order; the stages in order.
+    assert counted == list(range(1, found.evaluations + 1))
+    assert [name for name, _ in stages] == [
+        "identifying",
+        "searching",
+        "intervals",
+        "held-out points",
+    ]
     assert all(abs(v.error) < 0.02 for v in found.fitted)
     assert len(found.fitted) == 3 * 4  # 3 points x TTFT p50 / p99, TPOT p50, requests/s
-    assert dataclasses.replace(found.constants, request_overhead_s=0.0) == dataclasses.replace(
-        CONSTANTS, request_overhead_s=0.0
-    )
+    assert len(found.held_out) == 3 * 4  # each point predicted by a fit without it
+
+
+def test_the_fit_statistics_of_a_subset_are_those_of_the_same_requests(
+    measured: tuple[Path, StackConfig],
+) -> None:
+    """The search times the first requests of each run (and ``concurrency`` more); the
+    measured side is read from the same requests, so the figures it was timed with give
+    residuals of 0 on a subset as on the whole run."""
+    folder, plain = measured
+    target = read_target(folder, validate_config("kv-routing", plain))
+    truth = {**TRUE, "request_overhead_s": TRUE_OVERHEAD_S}
+    for requests in (None, 6):
+        problem = Problem([target], requests=requests)
+        x = np.array([math.log(truth[n]) for n in problem.names])
+        assert np.max(np.abs(problem.residuals(x))) < 1e-6  # the records keep whole ns
+        assert len(problem.keys) == 3 * 4  # cold and warm TTFT, TPOT, requests/s
+    six = Problem([target], requests=6)
+    assert all(run.scored == 6 for run in six.runs[0])
+    assert [len(run.requests) for run in six.runs[0]] == [6 + 1, 6 + 2, 6 + 8]
