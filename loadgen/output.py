@@ -48,6 +48,8 @@ RUN_FILE = "run.json"
 # Grid axes: a resumed grid may add or drop points and repetitions; every other setting must
 # match the runs already in the folder.
 _AXES = ("prefixKinds", "concurrency", "repetitions")
+# Settings that judge a measurement without changing it: not part of a run's fingerprint.
+_JUDGING = ("slo",)
 
 
 class ResumeError(ValueError):
@@ -155,13 +157,13 @@ def grid_settings(
 ) -> dict[str, Any]:
     """What a run's measurement depends on beyond its grid coordinates: the server (`url`, as
     given), `model`, the `tokenizer` option and every `LoadConfig` field (camelCase) except the
-    grid axes (prefixKinds, concurrency, repetitions)."""
+    grid axes (prefixKinds, concurrency, repetitions) and the SLO (it judges, not measures)."""
     fields = config.model_dump(mode="json", by_alias=True)
     return {
         "url": url,
         "model": model,
         "tokenizer": tokenizer,
-        **{key: value for key, value in fields.items() if key not in _AXES},
+        **{key: value for key, value in fields.items() if key not in (*_AXES, *_JUDGING)},
     }
 
 

@@ -53,9 +53,13 @@ def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
         ("ttft_p99_ms", "--slo item 'ttft_p99_ms' is not key=ms"),
         ("ttft_p99_ms=1s", "--slo ttft_p99_ms='1s' is not a number of milliseconds"),
         ("ttft_p99_ms=1000,ttft_p99_ms=900", "--slo names ttft_p99_ms twice"),
-        ("ttft_p99_ms=1", "ttft_p99_ms=1 is 1 ms, below the 10 ms a TTFT p99 can be"),
-        ("itl_p99_ms=0.05", "for 0.05 s write itl_p99_ms=50"),
-        ("e2e_p99_ms=5000000000", "for 5e+09 us write e2e_p99_ms=5e+06"),
+        ("ttft_p99_ms=1", "ttft_p99_ms=1 is 1 ms, below any TTFT p99 (at least 10 ms)"),
+        (
+            "itl_p99_ms=0.05",
+            "itl_p99_ms=0.05 is 0.05 ms, below any ITL p99 (at least 0.5 ms); the value is in "
+            "milliseconds: for 0.05 s write 50",
+        ),
+        ("e2e_p99_ms=5000000000", "for 5e+09 us write 5e+06"),
         ("ttft_p99_ms=-5", "greater than 0"),
         ("", "an SLO needs at least one objective"),
     ],
@@ -70,7 +74,11 @@ def test_bad_slo_is_one_line_naming_the_key_and_the_fix(text: str, message: str)
 def test_stack_keys_are_checked_by_the_model() -> None:
     with pytest.raises(ValidationError, match="ttftP99Msx"):
         Slo.model_validate({"ttftP99Msx": 1000})
-    with pytest.raises(SloError, match="maxTokens is 1; set maxTokens >= 2 or drop itl_p99_ms"):
+    with pytest.raises(
+        SloError,
+        match=r"slo itl_p99_ms \(itlP99Ms in load.slo\): ITL p99 needs 2 or more output tokens per "
+        "request but maxTokens is 1; set maxTokens >= 2 or drop that objective",
+    ):
         parse_slo("ttft_p99_ms=1000,itl_p99_ms=50").check_outputs(max_tokens=1)
     parse_slo("ttft_p99_ms=1000").check_outputs(max_tokens=1)  # TTFT needs one token only
 
@@ -159,3 +167,15 @@ def test_records_read_back_from_parquet_give_the_same_attainment(tmp_path) -> No
     assert back == records
     slo = parse_slo("ttft_p99_ms=500")
     assert evaluate_run(back, slo, concurrency=4) == evaluate_run(records, slo, concurrency=4)
+
+
+def test_load_slo_is_part_of_the_load_section_but_not_of_a_runs_fingerprint() -> None:
+    from loadgen.config import LoadConfig
+    from loadgen.output import grid_settings
+
+    load = LoadConfig.model_validate({"slo": {"ttftP99Ms": 1000, "itlP99Ms": 50}})
+    assert load.slo == parse_slo("ttft_p99_ms=1000,itl_p99_ms=50")
+    plain = grid_settings("http://x:1", "m", LoadConfig(), None)
+    assert grid_settings("http://x:1", "m", load, None) == plain
+    with pytest.raises(ValidationError, match="maxTokens is 1"):
+        LoadConfig.model_validate({"slo": {"tpotP99Ms": 20}, "maxTokens": 1})
