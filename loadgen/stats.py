@@ -458,6 +458,8 @@ def summarize_run(
     tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
     gaps = [icl_ms(r) for r in good]
     per_chunk = [n for counts in tokens for n in counts]
+    tail = tails(good, tokens, gaps)
+    cold = first_of_client(records, concurrency, closed=offered_rate_per_s is None)
     icl_p50 = percentile([gap for g in gaps for gap in g], 50)
     multi = sum(bool(n) and sum(n) / len(n) >= MULTI_TOKEN_CHUNK for n in tokens)
     if multi:
@@ -549,9 +551,14 @@ def summarize_run(
         errors_by_kind=dict(errors),
         duration_s=span_s,
         ttft_mean_ms=statistics.fmean(ttfts) if ttfts else None,
+        itl_p99_ms=tail["itl_p99_ms"],
+        tpot_p99_ms=tail["tpot_p99_ms"],
+        e2e_p99_ms=tail["e2e_p99_ms"],
+        cold_requests=sum(cold),
+        tails_warm_ms=tails([r for r, c in zip(records, cold, strict=True) if r.ok and not c]),
         ttft_p50_ms=ttft_p50,
         ttft_p90_ms=percentile(ttfts, 90),
-        ttft_p99_ms=percentile(ttfts, 99),
+        ttft_p99_ms=tail["ttft_p99_ms"],
         first_chunk_p50_ms=percentile(first_chunks, 50),
         itl_p50_ms=percentile(
             [gap for r, n, g in zip(good, tokens, gaps, strict=True) for gap in itl_ms(r, n, g)],
@@ -646,6 +653,11 @@ def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
         cached_not_prefix_hits=sum(r.cached_not_prefix_hits for r in runs),
         errors=sum(r.errors for r in runs),
         samples=sum(r.samples for r in runs),
+        itl_p99_ms=_median([r.itl_p99_ms for r in runs]),
+        tpot_p99_ms=_median([r.tpot_p99_ms for r in runs]),
+        e2e_p99_ms=_median([r.e2e_p99_ms for r in runs]),
+        cold_requests=sum(r.cold_requests for r in runs),
+        tails_warm_ms={key: _median([r.tails_warm_ms.get(key) for r in runs]) for key in TAILS},
         confidence=CONFIDENCE,
         intervals=point_intervals(runs, CONFIDENCE),
     )

@@ -179,3 +179,53 @@ def test_load_slo_is_part_of_the_load_section_but_not_of_a_runs_fingerprint() ->
     assert grid_settings("http://x:1", "m", load, None) == plain
     with pytest.raises(ValidationError, match="maxTokens is 1"):
         LoadConfig.model_validate({"slo": {"tpotP99Ms": 20}, "maxTokens": 1})
+
+
+def test_run_summaries_carry_the_tails_and_the_cold_requests() -> None:
+    from loadgen.stats import summarize_point, summarize_run
+
+    runs = [
+        summarize_run(run_records(), prefix_kinds=2, concurrency=4, repetition=r) for r in (0, 1)
+    ]
+    s = runs[0]
+    assert (s.ttft_p99_ms, s.itl_p99_ms, s.tpot_p99_ms) == (
+        pytest.approx(900),
+        pytest.approx(10),
+        pytest.approx(10),
+    )
+    assert s.e2e_p99_ms == pytest.approx(920)
+    assert s.cold_requests == 4
+    assert s.tails_warm_ms["ttft_p99_ms"] == pytest.approx(100)
+    assert s.tails_warm_ms["e2e_p99_ms"] == pytest.approx(120)
+    point = summarize_point(runs)
+    assert (point.cold_requests, point.e2e_p99_ms) == (8, pytest.approx(920))
+    assert point.tails_warm_ms["ttft_p99_ms"] == pytest.approx(100)
+    assert point.intervals["e2e_p99_ms"].runs == [pytest.approx(920)] * 2
+
+
+def test_points_judged_from_their_records_compare_goodput_a_b() -> None:
+    from loadgen.goodput import highest_meeting, judge_points
+    from loadgen.intervals import ab_comparisons
+    from loadgen.stats import summarize_point, summarize_run
+
+    slo = parse_slo("ttft_p99_ms=500")
+    records = {(2, 4, r): run_records() for r in (0, 1, 2)}
+    runs = [
+        summarize_run(v, prefix_kinds=2, concurrency=4, repetition=k[2]) for k, v in records.items()
+    ]
+    point = summarize_point(runs)
+    (judged,) = judge_points([point], records, slo, gpus=4)
+    assert judged.slo is not None
+    assert judged.slo.attainment == pytest.approx(4 / 9)
+    assert not judged.slo.slo_met  # TTFT p99 900 > 500
+    assert judged.intervals["goodput_requests_per_s"].runs == [pytest.approx(4 / 1.04)] * 3
+    assert highest_meeting([judged]) is None
+    # The same point where each run lost two more requests: goodput B / A = 2 / 4.
+    fewer = {k: [*v[:4], *v[6:]] for k, v in records.items()}
+    (worse,) = judge_points([point], fewer, slo)
+    by_metric = {c.metric: c for c in ab_comparisons([judged], [worse])}
+    assert by_metric["goodput_requests_per_s"].ratio == pytest.approx(2 / 4 * 1.04 / 1.04)
+    assert by_metric["goodput_requests_per_s"].verdict == "lower"
+    loose = parse_slo("ttft_p99_ms=1000")
+    (met,) = judge_points([point], records, loose)
+    assert highest_meeting([met]) == met
