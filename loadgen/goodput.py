@@ -39,9 +39,7 @@ from loadgen.stats import (
     ttft_ms,
 )
 
-if TYPE_CHECKING:  # annotations only: loadgen.request imports aiohttp, pandas is slow to import
-    import pandas as pd
-
+if TYPE_CHECKING:  # annotations only: loadgen.request imports aiohttp
     from loadgen.request import RequestRecord
 
 
@@ -164,34 +162,18 @@ def evaluate_point(
     )
 
 
-RunKey = tuple[int, int, int]
-"""A run's (prefix kinds, concurrency, repetition)."""
-
-
-def runs_of_frame(frame: pd.DataFrame) -> dict[RunKey, list[RequestRecord]]:
-    """A `requests.parquet` frame's records per run (`loadgen.output.records_from_frame`)."""
-    from loadgen.output import records_from_frame
-
-    out: dict[RunKey, list[RequestRecord]] = {}
-    if frame.empty:
-        return out
-    for key, rows in frame.groupby(["prefix_kinds", "concurrency", "repetition"], sort=True):
-        k, c, r = (int(v) for v in key)
-        out[(k, c, r)] = records_from_frame(rows)
-    return out
-
-
 def judge_points(
     points: Sequence[PointSummary],
-    runs: Mapping[RunKey, Sequence[RequestRecord]],
+    runs: Mapping[tuple[int, int, int], Sequence[RequestRecord]],
     slo: Slo,
     *,
     closed: bool = True,
     gpus: int | None = None,
     confidence: float = CONFIDENCE,
 ) -> list[PointSummary]:
-    """`points` judged against `slo` from each run's records (`runs`, e.g. `runs_of_frame`):
-    each point with `slo` set (`evaluate_point` of its runs' `evaluate_run`) and the runs of
+    """`points` judged against `slo` from each run's records (`runs`: (prefix kinds,
+    concurrency, repetition) -> its records, e.g. `loadgen.output.runs_of_frame`): each point
+    with `slo` set (`evaluate_point` of its runs' `evaluate_run`) and the runs of
     `SLO_METRICS` added to its `intervals`, so A / B verdicts compare them as any other metric.
     A point without records is left as it was. `closed`: the grid's closed loop (else open)."""
     out = []

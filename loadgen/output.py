@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, Incident
-from loadgen.report import SUMMARY_FILE, seed_table, table_text
+from loadgen.report import SUMMARY_FILE, seed_table, slo_table, table_text, tail_table
 from loadgen.request import UNKEPT_FIELDS, ErrorKind, RequestRecord
 from loadgen.results import ErrorSample, GridResult, RunSummary
 
@@ -150,6 +150,17 @@ def records_from_frame(frame: pd.DataFrame) -> list[RequestRecord]:
         values["retried"] = bool(values.get("retried"))
         records.append(RequestRecord(**values))
     return records
+
+
+def runs_of_frame(frame: pd.DataFrame) -> dict[tuple[int, int, int], list[RequestRecord]]:
+    """A `requests.parquet` frame's records per run (`loadgen.output.records_from_frame`)."""
+    out: dict[tuple[int, int, int], list[RequestRecord]] = {}
+    if frame.empty:
+        return out
+    for key, rows in frame.groupby(["prefix_kinds", "concurrency", "repetition"], sort=True):
+        k, c, r = (int(v) for v in key)
+        out[(k, c, r)] = records_from_frame(rows)
+    return out
 
 
 def grid_settings(
@@ -290,7 +301,9 @@ class ResultsFolder:
             title=title,
             simulated=result.simulated is not None,
         )
-        write_text_atomic(self.path / TABLE_FILE, table_text(table))
+        tables = [table, tail_table(result.points), slo_table(result.points)]
+        text = "\n".join(table_text(t) for t in tables if t is not None)
+        write_text_atomic(self.path / TABLE_FILE, text)
         incidents = [incident.model_dump(mode="json") for incident in result.incidents]
         write_text_atomic(self.path / INCIDENTS_FILE, json.dumps(incidents, indent=2) + "\n")
         write_text_atomic(self.path / RESULT_FILE, result.model_dump_json(indent=2) + "\n")
