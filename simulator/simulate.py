@@ -151,10 +151,11 @@ def simulate_stacks(
     :func:`stackmodel.stacks.load_stack` gives it with ``settings``).
 
     The grid each stack runs: :func:`simulation_load` of its ``load`` (its own grid; the
-    stacks of :data:`REDUCED_GRID_STACKS` :data:`REDUCED_GRID` unless ``full``), ``grid`` overriding it by :class:`~loadgen.config.LoadConfig`
-    field name (``{"prefix_kinds": [2], "requests_per_run": 20}``). ``speedup_ratio``: the
-    routing run's mocker ``--speedup-ratio``; ``constants``: the timing model's; ``progress``:
-    a progress bar on the terminal.
+    stacks of :data:`REDUCED_GRID_STACKS` :data:`REDUCED_GRID` unless ``full``), ``grid``
+    overriding it by :class:`~loadgen.config.LoadConfig` field name (``{"prefix_kinds": [2],
+    "requests_per_run": 20}``). ``speedup_ratio``: the routing run's mocker
+    ``--speedup-ratio``; ``constants``: the timing model's; ``progress``: a progress bar on
+    the terminal.
 
     Writes, per stack, ``out_dir/<stack>/`` (summary.json, result.json, runs.csv,
     requests.parquet, table.txt, incidents.json, and ``stack.json``: the resources the stack
