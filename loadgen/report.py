@@ -175,13 +175,19 @@ def seed_rows(
     return rows
 
 
+SEED_COLUMNS = _COLUMNS
+"""The seed table's columns (header, cell), as `comparison_rows` takes them."""
+
+
 def comparison_rows(
     a: Sequence[PointSummary],
     b: Sequence[PointSummary],
     columns: Sequence[tuple[str, _Cell]] = _COLUMNS,
+    *,
+    both: bool = True,
 ) -> list[list[str]]:
     """The cells of `comparison_table` ("A / B"), one list per row (`columns`: the seed
-    table's, or another table's such as `TAIL_COLUMNS`)."""
+    table's, or another table's such as `TAIL_COLUMNS`); `both=False`: A's cells alone."""
     by_point_a = {(p.prefix_kinds, p.concurrency): p for p in a}
     by_point_b = {(p.prefix_kinds, p.concurrency): p for p in b}
     keys = sorted(by_point_a.keys() | by_point_b.keys(), key=lambda k: (k[1], k[0]))
@@ -189,6 +195,8 @@ def comparison_rows(
     for key in keys:
         pa, pb = by_point_a.get(key), by_point_b.get(key)
         cells = [f"{cell(pa) if pa else '-'} / {cell(pb) if pb else '-'}" for _, cell in columns]
+        if not both:
+            cells = [cell(pa) if pa else "-" for _, cell in columns]
         rows.append([str(key[0]), str(key[1]), *cells])
     return rows
 

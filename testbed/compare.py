@@ -41,14 +41,20 @@ def read_stack_file(folder: Path) -> dict[str, Any] | None:
 
 
 def compare_command(
-    a: Annotated[Path, typer.Argument(help="Result folder A (holding summary.json).")],
-    b: Annotated[Path, typer.Argument(help="Result folder B (holding summary.json).")],
+    folders: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="FOLDER...",
+            help="Result folders (holding summary.json): A and B, or three or more.",
+        ),
+    ],
     as_json: Annotated[
         bool,
         typer.Option(
             "--json",
             help="Print one JSON object per grid point and metric (ratio, interval, verdict, "
-            "repetitions) instead of the tables.",
+            "repetitions) instead of the tables; with three or more folders, each against "
+            "the first.",
         ),
     ] = False,
     confidence: Annotated[
@@ -58,23 +64,32 @@ def compare_command(
     slo: SloOption = None,
 ) -> None:
     """Print two results side by side, each cell "A / B" as in the seed (titled SIMULATED when
-    a side is; a simulated side beside a measured one is warned); then which load settings
-    differed and what that invalidates; then per grid point and metric B / A with its interval
-    from the repetitions and a verdict (B higher, lower, or no difference detected, with about
-    how many repetitions would detect it); then, when the folders hold stack.json, whether both
-    stacks had the same model, GPUs and workers, and which metrics a difference affects.
+    a side is; a simulated side beside a measured one is warned), and their tails; then which
+    load settings differed and what that invalidates; then per grid point and metric B / A
+    with its interval from the repetitions and a verdict (B higher, lower, or no difference
+    detected, with about how many repetitions would detect it); with an SLO (--slo or the
+    folders' load.slo), which side met it and the goodput's B / A; then, when the folders
+    hold stack.json, whether both stacks had the same model, GPUs and workers, and which
+    metrics a difference affects. Three or more folders: one table per metric with every
+    folder, ranked by goodput with an SLO.
 
     Exit code 2 with one `error:` line when a folder has no readable summary.json, or when the
     two share no grid point.
 
     Example: testbed compare out/simulate/kv-routing out/simulate/disagg-same-node --json
     """
+    objectives = slo_of(slo)
+    if len(folders) < 2:
+        fail("compare needs two result folders or more: testbed compare A B [C ...]")
+    if len(folders) > 2:
+        compare_many(folders, as_json, confidence, objectives)
+        return
+    a, b = folders
     from loadgen.intervals import ab_comparisons
     from loadgen.settings_diff import provenance_note
 
     labels = [simulated_by(a), simulated_by(b)]
     simulated = any(labels)
-    objectives = slo_of(slo)
     if as_json:
         points = comparable_points(a, b, objectives)
         rows = [
@@ -85,7 +100,7 @@ def compare_command(
         return
     title = f"{a} / {b}{' (SIMULATED)' if simulated else ''}"
     points = compare_tables(a, b, title=title, slo=objectives)
-    names = [str((read_stack_file(f) or {}).get("stack") or f) for f in (a, b)]
+    names = [_folder_name(f) for f in (a, b)]
     provenance = provenance_note(names[0], labels[0], names[1], labels[1])
     if provenance:
         from rich.markup import escape
@@ -95,6 +110,44 @@ def compare_command(
         table_console(highlight=False).print(escape(provenance), soft_wrap=True)
     print_verdicts(points, ab_comparisons(*points, confidence), simulated)
     print_resource_note(a, b)
+
+
+def compare_many(
+    folders: Sequence[Path], as_json: bool, confidence: float, slo: Slo | None
+) -> None:
+    """Three or more results folders: one table per metric with every folder as a column
+    (`loadgen.report.stacks_tables`, ranked by goodput where judged against `slo` or the
+    folders' load.slo); with `as_json`, each folder's `ab_comparisons` against the first."""
+    from loadgen.intervals import ab_comparisons
+    from loadgen.report import stacks_tables, table_console
+
+    try:
+        named = [(_folder_name(f), folder_points(f, slo)) for f in folders]
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    simulated = any(simulated_by(f) for f in folders)
+    if as_json:
+        first_name, first = named[0]
+        rows = [
+            {
+                **c.model_dump(mode="json", by_alias=True),
+                "aFolder": first_name,
+                "bFolder": name,
+                "simulated": simulated,
+            }
+            for name, points in named[1:]
+            for c in ab_comparisons(first, points, confidence)
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    console = table_console()
+    for table in stacks_tables(named, simulated=simulated):
+        console.print(table)
+
+
+def _folder_name(folder: Path) -> str:
+    """A column's name: the stack stack.json names, else the folder."""
+    return str((read_stack_file(folder) or {}).get("stack") or folder)
 
 
 def print_verdicts(
