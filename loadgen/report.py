@@ -445,6 +445,9 @@ TAIL_COLUMNS: tuple[tuple[str, _Cell], ...] = (
 """The tail table's columns: ITL, TPOT and E2E at p50 and p99, the requests that were the
 first of their client (cold, summed over repetitions; kept in every other figure) and the
 TTFT p99 without them."""
+TAIL_AB_COLUMNS = tuple(column for column in TAIL_COLUMNS if "p50" not in column[0])
+"""The tail table's columns in "A / B" form: the p99s, cold requests and the TTFT p99 without
+them (the p50s stand in the seed table's verdicts and `--json`), so two sides fit 100 columns."""
 TAIL_CAPTION = (
     "cold: requests that were the first of their client (the closed loop's first burst), "
     "included in every figure; w/o cold: the same p99 without them"
@@ -613,9 +616,9 @@ def slo_verdict_table(
 def tail_comparison_table(
     a: Sequence[PointSummary], b: Sequence[PointSummary], title: str | None = None
 ) -> Table:
-    """The tail table's columns as "A / B" cells for the union of grid points."""
-    table = _table(title, TAIL_COLUMNS)
-    for row in comparison_rows(a, b, TAIL_COLUMNS):
+    """`TAIL_AB_COLUMNS` as "A / B" cells for the union of grid points."""
+    table = _table(title, TAIL_AB_COLUMNS)
+    for row in comparison_rows(a, b, TAIL_AB_COLUMNS):
         table.add_row(*row)
     table.caption, table.caption_justify = TAIL_CAPTION, "left"
     return table

@@ -123,6 +123,7 @@ def grid_result(
     observers: Sequence[GridObserver] = (),
     earlier_incidents: Sequence[Incident] = (),
     simulated: str | None = None,
+    gpus: int | None = None,
 ) -> GridResult:
     """The `GridResult` of the runs finished so far (in any order; reported in grid order).
 
@@ -132,7 +133,8 @@ def grid_result(
     then the `observers`'. Incidents: `earlier_incidents` (a resumed grid's) and the
     observers', placed on the grid's timeline (`loadgen.incidents.placed`), in time order.
     `simulated`: `GridResult.simulated` (None: measured). With `config.slo`, every point is
-    judged against it from its runs' records (`loadgen.goodput.judge_points`).
+    judged against it from its runs' records (`loadgen.goodput.judge_points`; `gpus`: the
+    deployment's GPUs, for the per-GPU goodput).
     """
     order = {key: n for n, key in enumerate(grid_keys(config))}
     ordered = sorted(runs, key=lambda run: order.get(run.key, len(order)))
@@ -181,7 +183,9 @@ def grid_result(
         records = {run.key: records_from_frame(run.frame) for run in ordered}
         closed = config.arrival is Arrival.CLOSED
         try:
-            point_summaries = judge_points(point_summaries, records, config.slo, closed=closed)
+            point_summaries = judge_points(
+                point_summaries, records, config.slo, closed=closed, gpus=gpus
+            )
         except SloError as exc:  # measured already: said, not raised
             warnings.append(f"not judged against the SLO: {exc}")
     return GridResult(
