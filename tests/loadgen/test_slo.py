@@ -4,36 +4,13 @@ per grid point (loadgen.slo, loadgen.goodput) on hand-built records with known v
 import pandas as pd
 import pytest
 from pydantic import ValidationError
+from test_stats import MS, record  # a successful record: sent, TTFT, then token gaps (ms)
 
 from loadgen.goodput import evaluate_point, evaluate_run, missed, request_met, request_values
 from loadgen.output import records_frame, records_from_frame
 from loadgen.request import ErrorKind, RequestRecord
 from loadgen.slo import Slo, SloError, parse_slo
 from loadgen.stats import first_of_client
-
-MS = 1_000_000
-
-
-def record(i: int, sent_ms: int, ttft: int, gaps: list[int]) -> RequestRecord:
-    """A successful record sent (and intended) at `sent_ms`, first token `ttft` ms later, then
-    one token after each of `gaps` (ms)."""
-    tokens = [sent_ms + ttft]
-    for gap in gaps:
-        tokens.append(tokens[-1] + gap)
-    return RequestRecord(
-        index=i,
-        prefix_id=0,
-        intended_ns=sent_ms * MS,
-        sent_ns=sent_ms * MS,
-        first_chunk_ns=tokens[0] * MS,
-        first_token_ns=tokens[0] * MS,
-        token_ns=[t * MS for t in tokens],
-        last_token_ns=tokens[-1] * MS,
-        end_ns=tokens[-1] * MS,
-        prompt_tokens=100,
-        completion_tokens=len(tokens),
-        status=200,
-    )
 
 
 def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
@@ -116,10 +93,10 @@ def test_run_attainment_goodput_and_the_cold_first_requests() -> None:
     run = evaluate_run(run_records(), slo, concurrency=4)
     assert (run.requests, run.met, run.missed_by) == (9, 4, {"ttft_p99_ms": 5})
     assert run.attainment == pytest.approx(4 / 9)
-    # Span: first send (0 ms) to the last end of a successful request (920 + 120 = 1,040 ms).
-    assert run.duration_s == pytest.approx(1.04)
-    assert run.goodput_requests_per_s == pytest.approx(4 / 1.04)
-    assert run.goodput_output_tokens_per_s == pytest.approx(12 / 1.04)
+    # Span: first send (0 ms) to the last end of a successful request (920 + 120 + 2 ms).
+    assert run.duration_s == pytest.approx(1.042)
+    assert run.goodput_requests_per_s == pytest.approx(4 / 1.042)
+    assert run.goodput_output_tokens_per_s == pytest.approx(12 / 1.042)
     assert run.cold == 4
     # TTFT p99 over 8 successes (4 x 900, 4 x 100) is 900; without the cold ones 100.
     assert run.p99_ms["ttft_p99_ms"] == pytest.approx(900)
@@ -140,7 +117,7 @@ def test_point_holds_binds_and_has_intervals() -> None:
     assert point.attainment == pytest.approx(8 / 9)
     assert point.intervals["attainment"].runs == [pytest.approx(8 / 9)] * 3
     assert point.intervals["attainment"].low == pytest.approx(8 / 9)
-    assert point.goodput_requests_per_s_per_gpu == pytest.approx(8 / 1.04 / 2)
+    assert point.goodput_requests_per_s_per_gpu == pytest.approx(8 / 1.042 / 2)
     assert point.holds == {"ttft_p99_ms": True, "itl_p99_ms": True}
     assert point.slo_met
     # TTFT 900 / 1000 = 0.9 against ITL 10 / 12 = 0.83: TTFT binds.
@@ -218,13 +195,13 @@ def test_points_judged_from_their_records_compare_goodput_a_b() -> None:
     assert judged.slo is not None
     assert judged.slo.attainment == pytest.approx(4 / 9)
     assert not judged.slo.slo_met  # TTFT p99 900 > 500
-    assert judged.intervals["goodput_requests_per_s"].runs == [pytest.approx(4 / 1.04)] * 3
+    assert judged.intervals["goodput_requests_per_s"].runs == [pytest.approx(4 / 1.042)] * 3
     assert highest_meeting([judged]) is None
     # The same point where each run lost two more requests: goodput B / A = 2 / 4.
     fewer = {k: [*v[:4], *v[6:]] for k, v in records.items()}
     (worse,) = judge_points([point], fewer, slo)
     by_metric = {c.metric: c for c in ab_comparisons([judged], [worse])}
-    assert by_metric["goodput_requests_per_s"].ratio == pytest.approx(2 / 4 * 1.04 / 1.04)
+    assert by_metric["goodput_requests_per_s"].ratio == pytest.approx(2 / 4)
     assert by_metric["goodput_requests_per_s"].verdict == "lower"
     loose = parse_slo("ttft_p99_ms=1000")
     (met,) = judge_points([point], records, loose)
