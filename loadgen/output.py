@@ -6,7 +6,8 @@ Top level (the whole grid so far; rewritten after every run, each file replaced 
 - `runs.csv`: the per-run table (`RunSummary` fields, errors by kind as JSON).
 - `requests.parquet`: one row per measured request: grid coordinates, the raw monotonic
   nanosecond times (`intended_ns`, `sent_ns`, ..., `token_ns` as a list), usage, error.
-- `table.txt`: the seed-style table as printed, grid points with an incident marked.
+- `table.txt`: the seed-style table as printed, grid points with an incident marked, then the
+  tails and, where the points were judged against an SLO, the SLO table.
 - `incidents.json`: `GridResult.incidents` (`loadgen.incidents`), [] when none.
 
 Per run, `runs/k<K>-c<C>-r<R>/`: `requests.parquet` (that run's rows), then `run.json`

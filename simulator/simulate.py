@@ -91,6 +91,21 @@ def simulation_load(
     return LoadConfig.model_validate(load.model_dump() | update)
 
 
+def stack_load(
+    stack: str,
+    cfg: StackConfig,
+    *,
+    full: bool,
+    grid: Mapping[str, Any] | None = None,
+    settings: Sequence[Setting] = (),
+) -> LoadConfig:
+    """The grid ``testbed simulate`` runs for ``stack``: :func:`simulation_load` of its own
+    ``load`` section, the :data:`REDUCED_GRID` for the stacks of :data:`REDUCED_GRID_STACKS`
+    (by name) unless ``full``."""
+    own = full or stack not in REDUCED_GRID_STACKS
+    return simulation_load(cfg, full=own, grid=grid, settings=settings)
+
+
 def grid_length_s(points: Sequence[PointSummary], load: LoadConfig) -> float | None:
     """How long ``load``'s grid serves on the cluster by the simulation's rates (seconds):
     each of its runs, its measured requests and warm-ups at the simulated requests/s of its
@@ -181,8 +196,7 @@ def simulate_stacks(
     jobs = []
     for stack, plan in stacks.items():
         spec = graph_spec(plan, speedup_ratio=speedup_ratio, routing_only=True)
-        own = full or stack not in REDUCED_GRID_STACKS
-        load = simulation_load(plan.cfg, full=own, grid=grid, settings=settings)
+        load = stack_load(stack, plan.cfg, full=full, grid=grid, settings=settings)
         jobs.append(RoutingJob(plan, spec, load, out_dir / stack))
     for job in jobs:
         values = stack_values(job.plan, settings)

@@ -641,7 +641,7 @@ def _simulate(
         fail(str(exc))
     except ValidationError as exc:
         error = exc.errors()[0]
-        where = ".".join(str(p) for p in error["loc"])
+        where = ".".join(str(p) for p in error["loc"]) or "load"
         fail(f"invalid grid: {where}: {error_message(error)}")
     except KeyboardInterrupt:
         _say_kept(names, out)
