@@ -6,7 +6,8 @@ Top level (the whole grid so far; rewritten after every run, each file replaced 
 - `runs.csv`: the per-run table (`RunSummary` fields, errors by kind as JSON).
 - `requests.parquet`: one row per measured request: grid coordinates, the raw monotonic
   nanosecond times (`intended_ns`, `sent_ns`, ..., `token_ns` as a list), usage, error.
-- `table.txt`: the seed-style table as printed, grid points with an incident marked.
+- `table.txt`: the seed-style table as printed, grid points with an incident marked, then the
+  tails and, where the points were judged against an SLO, the SLO table.
 - `incidents.json`: `GridResult.incidents` (`loadgen.incidents`), [] when none.
 
 Per run, `runs/k<K>-c<C>-r<R>/`: `requests.parquet` (that run's rows), then `run.json`
@@ -22,6 +23,7 @@ of one: a results folder read while a grid runs always parses.
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -34,8 +36,8 @@ from pydantic import BaseModel, ValidationError
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, Incident
-from loadgen.report import SUMMARY_FILE, seed_table, table_text
-from loadgen.request import UNKEPT_FIELDS, RequestRecord
+from loadgen.report import SUMMARY_FILE, seed_table, slo_table, table_text, tail_table
+from loadgen.request import UNKEPT_FIELDS, ErrorKind, RequestRecord
 from loadgen.results import ErrorSample, GridResult, RunSummary
 
 RESULT_FILE = "result.json"
@@ -47,6 +49,8 @@ RUN_FILE = "run.json"
 # Grid axes: a resumed grid may add or drop points and repetitions; every other setting must
 # match the runs already in the folder.
 _AXES = ("prefixKinds", "concurrency", "repetitions")
+# Settings that judge a measurement without changing it: not part of a run's fingerprint.
+_JUDGING = ("slo",)
 
 
 class ResumeError(ValueError):
@@ -119,18 +123,59 @@ def records_frame(
     return pd.DataFrame(columns)
 
 
+def _cell(value: Any) -> Any:
+    """A `requests.parquet` cell as the `RequestRecord` field held it: a missing value (None,
+    or the NaN a nullable integer column reads back as) -> None, a float -> int (every numeric
+    field of a record is an integer), an array -> list, a NumPy scalar -> its Python value."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float):
+        return None if math.isnan(value) else int(value)
+    return value
+
+
+def records_from_frame(frame: pd.DataFrame) -> list[RequestRecord]:
+    """The `RequestRecord`s of `requests.parquet` rows (`records_frame`'s inverse, in the
+    frame's order): the record's fields are read, the run's coordinates and any other column
+    left aside."""
+    names = [name for name in _RECORD_FIELDS if name in frame.columns]
+    records = []
+    for row in frame[names].itertuples(index=False, name=None):
+        values: dict[str, Any] = {
+            name: _cell(value) for name, value in zip(names, row, strict=True)
+        }
+        for name in ("token_ns", "chunk_tokens"):
+            values[name] = [int(v) for v in values.get(name) or []]
+        if values.get("error_kind") is not None:
+            values["error_kind"] = ErrorKind(values["error_kind"])
+        values["retried"] = bool(values.get("retried"))
+        records.append(RequestRecord(**values))
+    return records
+
+
+def runs_of_frame(frame: pd.DataFrame) -> dict[tuple[int, int, int], list[RequestRecord]]:
+    """A `requests.parquet` frame's records per run (`loadgen.output.records_from_frame`)."""
+    out: dict[tuple[int, int, int], list[RequestRecord]] = {}
+    if frame.empty:
+        return out
+    for key, rows in frame.groupby(["prefix_kinds", "concurrency", "repetition"], sort=True):
+        k, c, r = (int(v) for v in key)
+        out[(k, c, r)] = records_from_frame(rows)
+    return out
+
+
 def grid_settings(
     url: str, model: str, config: LoadConfig, tokenizer: str | None
 ) -> dict[str, Any]:
     """What a run's measurement depends on beyond its grid coordinates: the server (`url`, as
     given), `model`, the `tokenizer` option and every `LoadConfig` field (camelCase) except the
-    grid axes (prefixKinds, concurrency, repetitions)."""
+    grid axes (prefixKinds, concurrency, repetitions) and the SLO (it judges, not measures)."""
     fields = config.model_dump(mode="json", by_alias=True)
     return {
         "url": url,
         "model": model,
         "tokenizer": tokenizer,
-        **{key: value for key, value in fields.items() if key not in _AXES},
+        **{key: value for key, value in fields.items() if key not in (*_AXES, *_JUDGING)},
     }
 
 
@@ -257,7 +302,9 @@ class ResultsFolder:
             title=title,
             simulated=result.simulated is not None,
         )
-        write_text_atomic(self.path / TABLE_FILE, table_text(table))
+        tables = [table, tail_table(result.points), slo_table(result.points)]
+        text = "\n".join(table_text(t) for t in tables if t is not None)
+        write_text_atomic(self.path / TABLE_FILE, text)
         incidents = [incident.model_dump(mode="json") for incident in result.incidents]
         write_text_atomic(self.path / INCIDENTS_FILE, json.dumps(incidents, indent=2) + "\n")
         write_text_atomic(self.path / RESULT_FILE, result.model_dump_json(indent=2) + "\n")
