@@ -22,6 +22,7 @@ of one: a results folder read while a grid runs always parses.
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -35,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, Incident
 from loadgen.report import SUMMARY_FILE, seed_table, table_text
-from loadgen.request import UNKEPT_FIELDS, RequestRecord
+from loadgen.request import UNKEPT_FIELDS, ErrorKind, RequestRecord
 from loadgen.results import ErrorSample, GridResult, RunSummary
 
 RESULT_FILE = "result.json"
@@ -117,6 +118,36 @@ def records_frame(
     # into NaN, and str(NaN) into the string "nan".
     columns["error_kind"] = [None if kind is None else str(kind) for kind in columns["error_kind"]]
     return pd.DataFrame(columns)
+
+
+def _cell(value: Any) -> Any:
+    """A `requests.parquet` cell as the `RequestRecord` field held it: a missing value (None,
+    or the NaN a nullable integer column reads back as) -> None, a float -> int (every numeric
+    field of a record is an integer), an array -> list, a NumPy scalar -> its Python value."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float):
+        return None if math.isnan(value) else int(value)
+    return value
+
+
+def records_from_frame(frame: pd.DataFrame) -> list[RequestRecord]:
+    """The `RequestRecord`s of `requests.parquet` rows (`records_frame`'s inverse, in the
+    frame's order): the record's fields are read, the run's coordinates and any other column
+    left aside."""
+    names = [name for name in _RECORD_FIELDS if name in frame.columns]
+    records = []
+    for row in frame[names].itertuples(index=False, name=None):
+        values: dict[str, Any] = {
+            name: _cell(value) for name, value in zip(names, row, strict=True)
+        }
+        for name in ("token_ns", "chunk_tokens"):
+            values[name] = [int(v) for v in values.get(name) or []]
+        if values.get("error_kind") is not None:
+            values["error_kind"] = ErrorKind(values["error_kind"])
+        values["retried"] = bool(values.get("retried"))
+        records.append(RequestRecord(**values))
+    return records
 
 
 def grid_settings(

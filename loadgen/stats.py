@@ -159,6 +159,57 @@ def _present(values: Sequence[float | None]) -> list[float]:
     return [v for v in values if v is not None]
 
 
+def span_seconds(good: Sequence[RequestRecord]) -> float:
+    """The span rates are taken over (s): the first `sent_ns` to the last `end_ns` of the
+    successful requests `good`; 0.0 without them."""
+    starts = [r.sent_ns for r in good if r.sent_ns is not None]
+    ends = [r.end_ns for r in good if r.end_ns is not None]
+    return (max(ends) - min(starts)) / 1e9 if starts and ends else 0.0
+
+
+def first_of_client(records: Sequence[RequestRecord], concurrency: int, closed: bool) -> list[bool]:
+    """Per record (in `records`' order), True for the first measured request of its client:
+    in the closed loop the `concurrency` earliest intended sends (each stream starts one
+    request at once, and its next only when that one ended: `loadgen.loops.run_closed_loop`;
+    the simulator's closed loop does the same), which reach the server together as one burst
+    of prefills; the open loop has no clients (all False)."""
+    if not closed:
+        return [False] * len(records)
+    order = sorted(range(len(records)), key=lambda i: (records[i].intended_ns, records[i].index))
+    first = set(order[:concurrency])
+    return [i in first for i in range(len(records))]
+
+
+TAILS: dict[str, str] = {
+    "ttft_p99_ms": "TTFT p99",
+    "itl_p99_ms": "ITL p99",
+    "tpot_p99_ms": "TPOT p99",
+    "e2e_p99_ms": "E2E p99",
+}
+"""The tail figures every table gives beside the p50s: key -> name in tables."""
+
+
+def tails(
+    good: Sequence[RequestRecord],
+    tokens: Sequence[list[float]] | None = None,
+    gaps: Sequence[list[float]] | None = None,
+) -> dict[str, float | None]:
+    """The p99 (ms) of each of `TAILS` over the successful requests `good`: TTFT, TPOT and E2E
+    one value per request, ITL pooled over every token of every request (`itl_ms`), as the
+    p50s are. `tokens` / `gaps`: each record's `chunk_tokens` / `icl_ms` when computed already."""
+    tokens = [chunk_tokens(r) for r in good] if tokens is None else tokens
+    gaps = [icl_ms(r) for r in good] if gaps is None else gaps
+    itls = [g for r, n, gs in zip(good, tokens, gaps, strict=True) for g in itl_ms(r, n, gs)]
+    return {
+        "ttft_p99_ms": percentile(_present([ttft_ms(r) for r in good]), 99),
+        "itl_p99_ms": percentile(itls, 99),
+        "tpot_p99_ms": percentile(
+            _present([tpot_ms(r, n) for r, n in zip(good, tokens, strict=True)]), 99
+        ),
+        "e2e_p99_ms": percentile(_present([e2e_ms(r) for r in good]), 99),
+    }
+
+
 # An open loop that sent less than this share of its offered rate did not deliver it.
 SENT_SHARE_MIN = 0.9
 # Client queue time is "large next to TTFT" above both: the client's TTFT p99 error budget
@@ -396,9 +447,7 @@ def summarize_run(
     good = [r for r in records if r.ok]
     first_chunks = _present([_ms(r.sent_ns, r.first_chunk_ns) for r in good])
     errors = Counter(str(r.error_kind) for r in records if not r.ok)
-    starts = [r.sent_ns for r in good if r.sent_ns is not None]
-    ends = [r.end_ns for r in good if r.end_ns is not None]
-    span_s = (max(ends) - min(starts)) / 1e9 if starts and ends else 0.0
+    span_s = span_seconds(good)
     ttfts = _present([ttft_ms(r) for r in good])
     queues = _present([queue_ms(r) for r in records])
     cached = cached_tokens_summary(good, unique_suffix_tokens)

@@ -1,0 +1,161 @@
+"""The SLO model, `--slo` parsing and their one-line errors; attainment and goodput per run and
+per grid point (loadgen.slo, loadgen.goodput) on hand-built records with known values."""
+
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from loadgen.goodput import evaluate_point, evaluate_run, missed, request_met, request_values
+from loadgen.output import records_frame, records_from_frame
+from loadgen.request import ErrorKind, RequestRecord
+from loadgen.slo import Slo, SloError, parse_slo
+from loadgen.stats import first_of_client
+
+MS = 1_000_000
+
+
+def record(i: int, sent_ms: int, ttft: int, gaps: list[int]) -> RequestRecord:
+    """A successful record sent (and intended) at `sent_ms`, first token `ttft` ms later, then
+    one token after each of `gaps` (ms)."""
+    tokens = [sent_ms + ttft]
+    for gap in gaps:
+        tokens.append(tokens[-1] + gap)
+    return RequestRecord(
+        index=i,
+        prefix_id=0,
+        intended_ns=sent_ms * MS,
+        sent_ns=sent_ms * MS,
+        first_chunk_ns=tokens[0] * MS,
+        first_token_ns=tokens[0] * MS,
+        token_ns=[t * MS for t in tokens],
+        last_token_ns=tokens[-1] * MS,
+        end_ns=tokens[-1] * MS,
+        prompt_tokens=100,
+        completion_tokens=len(tokens),
+        status=200,
+    )
+
+
+def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
+    slo = parse_slo("ttft_p99_ms=1000, itlP99Ms=50")
+    assert slo.objectives() == {"ttft_p99_ms": 1000.0, "itl_p99_ms": 50.0}
+    assert slo.option() == "ttft_p99_ms=1000,itl_p99_ms=50"
+    assert slo.describe() == "TTFT p99 <= 1,000 ms, ITL p99 <= 50 ms"
+    assert parse_slo(slo.option()) == slo
+    # The stack's load.slo: camelCase, validated by the same model.
+    assert Slo.model_validate({"e2eP99Ms": 20000}).e2e_p99_ms == 20000.0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("ttft_p99=1000", "unknown SLO key 'ttft_p99': did you mean ttft_p99_ms?"),
+        ("ttft_p99_ms", "--slo item 'ttft_p99_ms' is not key=ms"),
+        ("ttft_p99_ms=1s", "--slo ttft_p99_ms='1s' is not a number of milliseconds"),
+        ("ttft_p99_ms=1000,ttft_p99_ms=900", "--slo names ttft_p99_ms twice"),
+        ("ttft_p99_ms=1", "ttft_p99_ms=1 is 1 ms, below the 10 ms a TTFT p99 can be"),
+        ("itl_p99_ms=0.05", "for 0.05 s write itl_p99_ms=50"),
+        ("e2e_p99_ms=5000000000", "for 5e+09 us write e2e_p99_ms=5e+06"),
+        ("ttft_p99_ms=-5", "greater than 0"),
+        ("", "an SLO needs at least one objective"),
+    ],
+)
+def test_bad_slo_is_one_line_naming_the_key_and_the_fix(text: str, message: str) -> None:
+    with pytest.raises(SloError) as raised:
+        parse_slo(text)
+    assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_stack_keys_are_checked_by_the_model() -> None:
+    with pytest.raises(ValidationError, match="ttftP99Msx"):
+        Slo.model_validate({"ttftP99Msx": 1000})
+    with pytest.raises(SloError, match="maxTokens is 1; set maxTokens >= 2 or drop itl_p99_ms"):
+        parse_slo("ttft_p99_ms=1000,itl_p99_ms=50").check_outputs(max_tokens=1)
+    parse_slo("ttft_p99_ms=1000").check_outputs(max_tokens=1)  # TTFT needs one token only
+
+
+def test_a_request_meets_the_slo_on_its_own_values() -> None:
+    slo = parse_slo("ttft_p99_ms=100,itl_p99_ms=20,tpot_p99_ms=15,e2e_p99_ms=200")
+    fast = record(0, 0, 80, [10, 10, 10])
+    assert request_values(fast) == {
+        "ttft_p99_ms": 80.0,
+        "itl_p99_ms": 10.0,
+        "tpot_p99_ms": 10.0,
+        "e2e_p99_ms": 110.0,
+    }
+    assert request_met(fast, slo)
+    # Its own ITL p99 is 30 (one gap of 30), its TPOT (10 + 10 + 30) / 3 = 16.7.
+    jittery = record(1, 0, 80, [10, 10, 30])
+    assert missed(jittery, slo) == ["itl_p99_ms", "tpot_p99_ms"]
+    failed = RequestRecord(index=2, prefix_id=0, error_kind=ErrorKind.TIMEOUT)
+    assert missed(failed, slo) == list(slo.objectives())
+
+
+def run_records() -> list[RequestRecord]:
+    """Four streams in a closed loop: the first request of each is slow (TTFT 900 ms), the
+    next four fast (TTFT 100 ms); all 3 tokens 10 ms apart; one more request failed."""
+    cold = [record(i, 0, 900, [10, 10]) for i in range(4)]
+    warm = [record(4 + i, 920, 100, [10, 10]) for i in range(4)]
+    failed = RequestRecord(
+        index=8, prefix_id=0, intended_ns=930 * MS, sent_ns=930 * MS, error_kind=ErrorKind.TIMEOUT
+    )
+    return [*cold, *warm, failed]
+
+
+def test_run_attainment_goodput_and_the_cold_first_requests() -> None:
+    slo = parse_slo("ttft_p99_ms=500")
+    run = evaluate_run(run_records(), slo, concurrency=4)
+    assert (run.requests, run.met, run.missed_by) == (9, 4, {"ttft_p99_ms": 5})
+    assert run.attainment == pytest.approx(4 / 9)
+    # Span: first send (0 ms) to the last end of a successful request (920 + 120 = 1,040 ms).
+    assert run.duration_s == pytest.approx(1.04)
+    assert run.goodput_requests_per_s == pytest.approx(4 / 1.04)
+    assert run.goodput_output_tokens_per_s == pytest.approx(12 / 1.04)
+    assert run.cold == 4
+    # TTFT p99 over 8 successes (4 x 900, 4 x 100) is 900; without the cold ones 100.
+    assert run.p99_ms["ttft_p99_ms"] == pytest.approx(900)
+    assert run.p99_warm_ms["ttft_p99_ms"] == pytest.approx(100)
+    # The open loop has no clients: nothing is the first of one.
+    assert evaluate_run(run_records(), slo, concurrency=4, closed=False).cold == 0
+
+
+def test_first_of_client_is_the_earliest_intended_sends_in_any_order() -> None:
+    records = list(reversed(run_records()))
+    assert first_of_client(records, 4, closed=True) == [False] * 5 + [True] * 4
+
+
+def test_point_holds_binds_and_has_intervals() -> None:
+    slo = parse_slo("ttft_p99_ms=1000,itl_p99_ms=12")
+    runs = [evaluate_run(run_records(), slo, concurrency=4) for _ in range(3)]
+    point = evaluate_point(runs, slo, gpus=2)
+    assert point.attainment == pytest.approx(8 / 9)
+    assert point.intervals["attainment"].runs == [pytest.approx(8 / 9)] * 3
+    assert point.intervals["attainment"].low == pytest.approx(8 / 9)
+    assert point.goodput_requests_per_s_per_gpu == pytest.approx(8 / 1.04 / 2)
+    assert point.holds == {"ttft_p99_ms": True, "itl_p99_ms": True}
+    assert point.slo_met
+    # TTFT 900 / 1000 = 0.9 against ITL 10 / 12 = 0.83: TTFT binds.
+    assert point.binding == "ttft_p99_ms"
+    assert (point.requests, point.met, point.cold) == (27, 24, 12)
+    tight = parse_slo("ttft_p99_ms=800")
+    held = evaluate_point([evaluate_run(run_records(), tight, concurrency=4)], tight)
+    assert held.holds == {"ttft_p99_ms": False}
+    assert not held.slo_met
+    assert held.intervals["attainment"].low is None  # one run: no interval
+
+
+def test_an_slo_on_a_metric_the_run_cannot_have_is_refused() -> None:
+    one_token = [record(i, 0, 100, []) for i in range(3)]
+    with pytest.raises(SloError, match="slo itl_p99_ms: no successful request of the run has"):
+        evaluate_run(one_token, parse_slo("itl_p99_ms=50"), concurrency=3)
+
+
+def test_records_read_back_from_parquet_give_the_same_attainment(tmp_path) -> None:
+    records = run_records()
+    path = tmp_path / "requests.parquet"
+    records_frame(2, 4, 0, records).to_parquet(path, index=False)
+    back = records_from_frame(pd.read_parquet(path))
+    assert back == records
+    slo = parse_slo("ttft_p99_ms=500")
+    assert evaluate_run(back, slo, concurrency=4) == evaluate_run(records, slo, concurrency=4)
