@@ -110,7 +110,9 @@ def bounds(plan: StackPlan, load: LoadConfig) -> Bounds:
         rated = [f for f in flows if f is not None]
         if rated and moved > 0:
             link_s = moved / max(f.profile.bytes_per_s for f in rated)
-            pair_rate = sum(f.profile.connection_bytes_per_s or f.profile.bytes_per_s for f in rated)
+            pair_rate = sum(
+                f.profile.connection_bytes_per_s or f.profile.bytes_per_s for f in rated
+            )
             wires = {f.wire: f.profile.wire_bytes_per_s for f in rated if f.wire is not None}
             wire_rate = sum(r or math.inf for r in wires.values()) if wires else math.inf
             rates["link"] = min(pair_rate, wire_rate) / moved
@@ -125,4 +127,3 @@ def bounds(plan: StackPlan, load: LoadConfig) -> Bounds:
         copies_ms=copies_s * 1e3,
         link_ms=link_s * 1e3,
     )
-

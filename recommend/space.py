@@ -13,7 +13,8 @@ What varies, from the cluster (an existing stack's ``nodeClasses`` and ``links``
   GPU buffers over TCP, each transport the cluster stack's own prefill workers use (its
   ``bufferDevice``, ``UCX_TLS`` and RDMA device), and GPU buffers over TCP *without* the CUDA
   transport (which the checks refuse: kept so the table says why);
-- the router (``routerMode`` kv with or without KV events, or round-robin);
+- the router (``routerMode`` kv with or without KV events, or round-robin), where there is a
+  choice to make (more than one worker of the role the router picks among);
 - ``--max-num-batched-tokens`` (vLLM's default for the GPU, or the values of ``batched_tokens``).
 
 Not a knob: each worker's GPU memory share is the seed's 0.9 of a GPU split evenly over the
@@ -72,7 +73,9 @@ class Transport:
     rdma: str | None = None
 
 
-HOST_TCP = Transport("host buffers over TCP", "cpu", (("UCX_TLS", "tcp,self"), ("UCX_RNDV_THRESH", "inf")))
+HOST_TCP = Transport(
+    "host buffers over TCP", "cpu", (("UCX_TLS", "tcp,self"), ("UCX_RNDV_THRESH", "inf"))
+)
 """The seed's disaggregated workers' transport."""
 GPU_TCP = Transport("GPU buffers over TCP", "cuda", (("UCX_TLS", CUDA_CAPABLE_EXAMPLE),))
 """GPU buffers with UCX's CUDA transport over TCP (no host copies)."""
@@ -229,15 +232,22 @@ def candidates(
     transports = cluster_transports(cfg)
     budgets: list[int | None] = [None, *batched_tokens]
     out: list[Candidate] = []
+    routers: tuple[tuple[Literal["kv", "round-robin"], bool], ...] = (
+        ("kv", True),
+        ("kv", False),
+        ("round-robin", True),
+    )
     for groups in _aggregated_shapes(classes):
-        for router, events in (("kv", True), ("kv", False), ("round-robin", True)):
-            for budget in budgets:
-                out.append(Candidate(groups, router, events, None, budget))  # type: ignore[arg-type]
+        # With one worker there is nothing to route: one router stands for all.
+        choices = routers if sum(g.replicas for g in groups) > 1 else routers[:1]
+        for (router, events), budget in itertools.product(choices, budgets):
+            out.append(Candidate(groups, router, events, None, budget))
     for groups in _disaggregated_shapes(classes):
-        for transport in transports:
-            for events in (True, False):
-                for budget in budgets:
-                    out.append(Candidate(groups, "kv", events, transport, budget))
+        # KV events steer only the choice among prefill workers (decode is picked by load).
+        prefills = sum(g.replicas for g in groups if g.role == "prefill")
+        events_choices = (True, False) if prefills > 1 else (True,)
+        for transport, events, budget in itertools.product(transports, events_choices, budgets):
+            out.append(Candidate(groups, "kv", events, transport, budget))
     keyed = [
         Candidate(c.groups, c.router, c.kv_events, c.transport, c.max_batched_tokens, f"c{i:03d}")
         for i, c in enumerate(out)
