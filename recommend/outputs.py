@@ -22,7 +22,7 @@ import yaml
 from loadgen.config import LoadConfig
 from loadgen.slo import Slo
 from recommend.claims import ratio, reason_line, verdict
-from recommend.search import Objective, Result
+from recommend.search import Objective, Result, pareto_front
 from stackmodel.errors import PROJECT
 
 SIMULATED = (
@@ -240,8 +240,6 @@ def _chart(inputs: Inputs, results: Sequence[Result], first: Result | None) -> b
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from recommend.search import pareto_front
 
     front = pareto_front(results)
     fig, ax = plt.subplots(figsize=(8, 5))
