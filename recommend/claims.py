@@ -81,7 +81,8 @@ def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MA
     if result.status == "refused":
         return "refused by the checks: " + " ".join(result.reason.split())
     if result.status == "screened":
-        return f"screened: {result.reason}"
+        path = kv_path(result)
+        return f"screened: {result.reason}" + (f": {path}" if path else "")
     why = _why(result, first)
     if result.status == "slo-not-met":
         line = f"no load meets the SLO: {result.binding} binds at 1 client"

@@ -20,9 +20,9 @@ workload's seed.
 A load *holds* when, at every prefix-kinds value of the workload, the point meets the SLO
 (:attr:`loadgen.goodput.PointAttainment.slo_met`) and no request failed (an OOMKill of a
 host-buffering worker fails requests). :func:`highest_load` doubles the concurrency from 1
-until a load fails (or :data:`MAX_CONCURRENCY`), then bisects to within 1/:data:`RESOLUTION` of
-the load (an eighth: a few percent of goodput): it takes the SLO to hold below the highest load
-that holds, as a queue's latency grows with load.
+until a load fails (or :data:`CLIENTS_PER_GPU` clients per GPU of the cluster), then bisects to
+within 1/:data:`RESOLUTION` of the load (an eighth: a few percent of goodput): it takes the SLO
+to hold below the highest load that holds, as a queue's latency grows with load.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from loadgen.stats import summarize_run
 from simulator.retime import timing_records
 from simulator.timing_model import RunTopology, SimRequest, TimingConstants, simulate_run
 
-MAX_CONCURRENCY = 512
-"""The most concurrency the search tries."""
+CLIENTS_PER_GPU = 64
+"""The most concurrency the search tries, per GPU of the cluster (512 on one 8-GPU node)."""
 
 RESOLUTION = 8
 """The bisection stops within 1/RESOLUTION of the highest load that holds (or at 1 client)."""
 
-MEASURED_PER_CLIENT = 4
+MEASURED_PER_CLIENT = 2
 """The fewest measured requests per client of a run."""
 
 
@@ -147,10 +147,11 @@ class LoadRunner:
 
 
 def highest_load(
-    runner: LoadRunner, kinds: Sequence[int], ceiling: int = MAX_CONCURRENCY
+    runner: LoadRunner, kinds: Sequence[int]
 ) -> tuple[LoadPoint | None, LoadPoint | None]:
     """The highest load that holds (None: not even one client) and the lowest load above it
     that fails (None: the ceiling holds), as the module docstring searches."""
+    ceiling = CLIENTS_PER_GPU * runner.gpus
     order = sorted(set(kinds), reverse=True)
     best: LoadPoint | None = None
     failed: LoadPoint | None = None

@@ -20,14 +20,13 @@ from __future__ import annotations
 import multiprocessing
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loadgen.config import LoadConfig
 from loadgen.slo import OBJECTIVES, Slo
 from recommend.bounds import Bounds, bounds
-from recommend.load_search import MAX_CONCURRENCY, LoadPoint, LoadRunner, highest_load
+from recommend.load_search import CLIENTS_PER_GPU, LoadPoint, LoadRunner, highest_load
 from recommend.space import Candidate, candidate_raw
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.config import StackConfig
@@ -164,7 +163,7 @@ def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str] | N
 
 def _binding(over: LoadPoint | None) -> str:
     if over is None:
-        return f"load ceiling ({MAX_CONCURRENCY} clients)"
+        return f"load ceiling ({CLIENTS_PER_GPU} clients per GPU)"
     failing = over.failing()
     assert failing is not None
     if failing.kills:
@@ -197,11 +196,15 @@ BATCH = 8
 batches before, so what is timed does not depend on ``jobs`` (deterministic)."""
 
 
-def _time_in_worker(plan: StackPlan, load: LoadConfig, slo: Slo, gpus: int) -> Result:
-    """:func:`time_candidate` in a worker process, deaf to Ctrl-C (the terminal sends SIGINT
-    to the whole foreground group; the command stops its workers)."""
+def _deaf_to_ctrl_c() -> None:
+    """A worker process ignores SIGINT (the terminal sends it to the whole foreground group):
+    the search terminates its workers itself."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return time_candidate(plan, load, slo, gpus)
+
+
+def _time_in_worker(args: tuple[StackPlan, LoadConfig, Slo, int]) -> Result:
+    """:func:`time_candidate` in a worker process."""
+    return time_candidate(*args)
 
 
 def _screen_or_queue(
@@ -266,7 +269,7 @@ def search(
     best_value = 0.0
     done = 0
     pool = (
-        ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+        multiprocessing.get_context("spawn").Pool(jobs, initializer=_deaf_to_ctrl_c)
         if jobs > 1
         else None
     )
@@ -288,8 +291,8 @@ def search(
                     batch.append(result)
             args = [(r.plan, load, slo, gpus) for r in batch]
             timed = (
-                pool.map(_time_in_worker, *zip(*args, strict=True))
-                if pool is not None and args
+                pool.imap(_time_in_worker, args)
+                if pool is not None
                 else (time_candidate(*a) for a in args)
             )
             for result, t in zip(batch, timed, strict=True):
@@ -303,7 +306,7 @@ def search(
             best_value = max([best_value, *(r.value or 0.0 for r in batch)])
     finally:
         if pool is not None:
-            pool.shutdown(cancel_futures=True)
+            pool.terminate()
     rank_results(results, objective)
     return sorted(results, key=_order)
 

@@ -222,20 +222,25 @@ def cluster_transports(cfg: StackConfig) -> tuple[Transport, ...]:
 
 
 def candidates(
-    cfg: StackConfig, batched_tokens: Sequence[int] = (), fixes: Mapping[str, str] | None = None
+    cfg: StackConfig,
+    batched_tokens: Sequence[int] = (),
+    fixes: Mapping[str, str] | None = None,
+    shared_prefix: bool = True,
 ) -> list[Candidate]:
     """Every candidate of the cluster ``cfg`` describes (its node classes, its links, its own
     prefill workers' transport), in a stable order, each with its ``key``; ``batched_tokens``:
     ``--max-num-batched-tokens`` values to try besides vLLM's default; ``fixes``: knob ->
-    value (:meth:`Candidate.knobs`) a candidate must have."""
+    value (:meth:`Candidate.knobs`) a candidate must have; ``shared_prefix``: whether the
+    workload's prompts share a prefix (without one, KV events show the router nothing: they
+    are not varied)."""
     classes = cfg.node_classes
     transports = cluster_transports(cfg)
     budgets: list[int | None] = [None, *batched_tokens]
     out: list[Candidate] = []
     routers: tuple[tuple[Literal["kv", "round-robin"], bool], ...] = (
-        ("kv", True),
-        ("kv", False),
-        ("round-robin", True),
+        (("kv", True), ("kv", False), ("round-robin", True))
+        if shared_prefix
+        else (("kv", True), ("round-robin", True))
     )
     for groups in _aggregated_shapes(classes):
         # With one worker there is nothing to route: one router stands for all.
@@ -245,7 +250,7 @@ def candidates(
     for groups in _disaggregated_shapes(classes):
         # KV events steer only the choice among prefill workers (decode is picked by load).
         prefills = sum(g.replicas for g in groups if g.role == "prefill")
-        events_choices = (True, False) if prefills > 1 else (True,)
+        events_choices = (True, False) if prefills > 1 and shared_prefix else (True,)
         for transport, events, budget in itertools.product(transports, events_choices, budgets):
             out.append(Candidate(groups, "kv", events, transport, budget))
     keyed = [

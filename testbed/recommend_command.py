@@ -271,7 +271,7 @@ def recommend_command(
         budgets = _int_list("batched-tokens", batched_tokens) or []
     except (SloError, ValueError) as exc:
         fail(str(exc))
-    space = candidates(cfg, budgets, _fixes(fix))
+    space = candidates(cfg, budgets, _fixes(fix), shared_prefix=load.prefix_tokens > 0)
     if not space:
         fail("no candidate has every --fix value; drop one")
     folder = (

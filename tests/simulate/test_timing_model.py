@@ -121,7 +121,9 @@ def test_the_routing_stand_in_hits_what_the_model_routed_before() -> None:
     ]
     one = RunTopology(workers=(WorkerSpec("w-0", "w", "aggregated", "gpu-0", STEP, 10**6),))
     fresh = [dataclasses.replace(r, cached_tokens=0) for r in requests(4, 2)]
-    hits = [o.cached_tokens for o in simulate_run(one, CONSTANTS, fresh, 1, model_hits=True).outcomes]
+    hits = [
+        o.cached_tokens for o in simulate_run(one, CONSTANTS, fresh, 1, model_hits=True).outcomes
+    ]
     assert hits == [0, 0, 2128, 2128]
     assert [o.cached_tokens for o in simulate_run(one, CONSTANTS, fresh, 1).outcomes] == [0] * 4
 
