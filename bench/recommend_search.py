@@ -38,7 +38,7 @@ from typing import Any
 from loadgen.config import LoadConfig
 from loadgen.slo import Slo, parse_slo
 from recommend.claims import DEFAULT_MARGIN, first_ranked, ratio, reason_line, verdict
-from recommend.search import Result, search
+from recommend.search import Problem, Result, search
 from recommend.space import Candidate, candidates, cluster_transports
 from stackmodel.config import StackConfig, project_values
 from stackmodel.published import DYNAMO_LLAMA_70B, DYNAMO_LLAMA_70B_ONE_NODE, PublishedPair
@@ -63,7 +63,7 @@ def run(
     """One search, its table and its cost."""
     load_before = os.getloadavg()[0]
     cpu, wall = _cpu_s(), time.monotonic()
-    results = search(name, base, cfg, space, load, slo, jobs=jobs)
+    results = search(Problem(name, base, cfg, load, slo), space, jobs=jobs)
     cpu, wall = _cpu_s() - cpu, time.monotonic() - wall
     first = first_ranked(results)
     print(f"\n### {name}, SLO {slo.describe()}\n")

@@ -208,19 +208,15 @@ def _time_in_worker(args: tuple[StackPlan, LoadConfig, Slo, int]) -> Result:
 
 
 def _screen_or_queue(
-    results: list[Result],
-    cluster: str,
-    base: Mapping[str, Any],
-    cfg: StackConfig,
-    candidates: Sequence[Candidate],
-    load: LoadConfig,
-    slo: Slo,
+    problem: Problem, candidates: Sequence[Candidate], results: list[Result]
 ) -> list[Result]:
-    """Check every candidate and apply the floors; returns those left to time."""
+    """Check every candidate and apply the floors (each into ``results``); returns those left
+    to time, highest ceiling first."""
+    cfg, load = problem.cfg, problem.load
     gpus = cluster_gpus(cfg)
     queue: list[Result] = []
     for candidate in candidates:
-        checked = check(stack_name(cluster, candidate), base, candidate, load)
+        checked = check(stack_name(problem.cluster, candidate), problem.base, candidate, load)
         own = candidate.gpus(cfg.node_classes)
         if isinstance(checked, str):
             results.append(Result(candidate, "refused", own, reason=checked, binding="checks"))
@@ -230,7 +226,7 @@ def _screen_or_queue(
         result.ceiling_value = b.requests_per_s * load.max_tokens / gpus
         if checked.disaggregated:
             result.crossover_summary = crossover(checked).summary()
-        floor = floor_reason(b, slo, load.max_tokens)
+        floor = floor_reason(b, problem.slo, load.max_tokens)
         if floor is not None:
             result.binding, result.reason = floor
         else:
@@ -246,26 +242,34 @@ def cluster_gpus(cfg: StackConfig) -> int:
     return sum(c.gpus for c in cfg.node_classes.values())
 
 
+@dataclass(frozen=True)
+class Problem:
+    """What a search is asked: the cluster (its name, the prefix of every candidate's stack
+    name; its raw config ``base`` and validated ``cfg``), the workload and the SLO."""
+
+    cluster: str
+    base: Mapping[str, Any]
+    cfg: StackConfig
+    load: LoadConfig
+    slo: Slo
+
+
 def search(
-    cluster: str,
-    base: Mapping[str, Any],
-    cfg: StackConfig,
+    problem: Problem,
     candidates: Sequence[Candidate],
-    load: LoadConfig,
-    slo: Slo,
     *,
     objective: Objective = "goodput-per-gpu",
     margin: float = 1.25,
     jobs: int = 1,
     progress: Progress | None = None,
 ) -> list[Result]:
-    """The staged search (the module docstring) over ``candidates`` of the cluster ``cfg``
-    (``base``: its raw config; ``cluster``: its name, the prefix of every candidate's stack
-    name), timing in ``jobs`` processes; results ranked (``rank`` 1 first), then the rest by
-    status and key."""
+    """The staged search (the module docstring) over ``candidates`` of ``problem``'s cluster,
+    timing in ``jobs`` processes; results ranked (``rank`` 1 first), then the rest by status
+    and key."""
     results: list[Result] = []
-    queue = _screen_or_queue(results, cluster, base, cfg, candidates, load, slo)
-    gpus = cluster_gpus(cfg)
+    queue = _screen_or_queue(problem, candidates, results)
+    load, slo = problem.load, problem.slo
+    gpus = cluster_gpus(problem.cfg)
     best_value = 0.0
     done = 0
     pool = (

@@ -251,7 +251,7 @@ def recommend_command(
         write_report,
         write_stacks,
     )
-    from recommend.search import OBJECTIVES_RANKED, cluster_gpus, search
+    from recommend.search import OBJECTIVES_RANKED, Problem, cluster_gpus, search
     from recommend.space import candidates
     from testbed.console import _int_list
     from testbed.stack_commands import under_project
@@ -262,7 +262,8 @@ def recommend_command(
         target = parse_slo(slo)
     except SloError as exc:
         fail(str(exc))
-    if objective not in OBJECTIVES_RANKED:
+    chosen = next((o for o in OBJECTIVES_RANKED if o == objective), None)
+    if chosen is None:
         fail(f"--objective {objective!r}: one of {', '.join(OBJECTIVES_RANKED)}")
     name, base, cfg = _cluster(cluster, cluster_file, model)
     load = _workload(workload)
@@ -283,19 +284,15 @@ def recommend_command(
     with Progress(transient=True) as bar:
         task = bar.add_task(f"timing the candidates of {name}", total=None)
         results = search(
-            name,
-            base,
-            cfg,
+            Problem(name, base, cfg, load, target),
             space,
-            load,
-            target,
-            objective=objective,
+            objective=chosen,
             margin=margin,
-            jobs=jobs,  # type: ignore[arg-type]
+            jobs=jobs,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )
     first = first_ranked(results)
-    inputs = Inputs(name, load, target, objective, margin, cluster_gpus(cfg), cfg.model.name)  # type: ignore[arg-type]
+    inputs = Inputs(name, load, target, chosen, margin, cluster_gpus(cfg), cfg.model.name)
     write_candidates(folder, inputs, results, first)
     (folder / PLAN_MD).write_text(plan_text(inputs, results, first))
     write_report(folder, inputs, results, first)

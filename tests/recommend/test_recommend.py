@@ -15,7 +15,7 @@ from loadgen.config import LoadConfig
 from loadgen.slo import parse_slo
 from recommend.claims import first_ranked, reason_line, verdict
 from recommend.outputs import Inputs, emitted_stack_text, write_stacks
-from recommend.search import Result, cluster_gpus, search
+from recommend.search import Problem, Result, cluster_gpus, search
 from recommend.space import GPU_TCP, GPU_TCP_NO_CUDA, HOST_TCP, Candidate, candidates
 from stackmodel.config import StackConfig, project_values
 from stackmodel.errors import PROJECT
@@ -86,7 +86,7 @@ def test_seed_cluster_small_search() -> None:
     keeps the validator's own message; the ranking is the same twice."""
     base, cfg = _cluster()
     picked = _pick(cfg, ONE_GPU, BOTH_GPUS_KV, DISAGG_HOST, DISAGG_GPU, CROSS_NODE, NO_CUDA)
-    results = search("kv-routing", base, cfg, picked, SHORT, SLO)
+    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
     first = first_ranked(results)
     assert first is not None and first.candidate.label() == BOTH_GPUS_KV
     by_label = {r.candidate.label(): r for r in results}
@@ -103,7 +103,7 @@ def test_seed_cluster_small_search() -> None:
     one = by_label[ONE_GPU]
     assert one.value is not None and first.value is not None
     assert one.value < first.value  # per cluster GPU: the idle 8 GB GPU is charged
-    again = search("kv-routing", base, cfg, picked, SHORT, SLO)
+    again = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
     assert [(r.candidate.key, r.rank, r.value) for r in again] == [
         (r.candidate.key, r.rank, r.value) for r in results
     ]
@@ -122,7 +122,7 @@ def test_emitted_stacks_render(
 
     base, cfg = _cluster()
     picked = _pick(cfg, BOTH_GPUS_KV, ONE_GPU)
-    results = search("kv-routing", base, cfg, picked, SHORT, SLO)
+    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
     inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, cluster_gpus(cfg), "m")
     paths = write_stacks(tmp_path, inputs, results, first_ranked(results), 2)
     assert [p.name for p in paths] == [
