@@ -10,12 +10,13 @@ hits are what the model's own KV-router stand-in put on it), turned into loadgen
 records (:func:`simulator.retime.timing_records`) and judged as a measured run is
 (:func:`loadgen.goodput.evaluate_run`, :func:`loadgen.goodput.evaluate_point`).
 
-Each run sends ``concurrency`` warm-up requests on prefixes of their own first, left out of the
-figures as loadgen's warm-up requests are, with 1/C, 2/C, ... C/C of the output tokens: the
-model is deterministic, so identical requests sent at once would otherwise stay in lockstep for
-the whole run, which no real server shows; then the workload's ``requestsPerRun`` (at least
-:data:`MEASURED_PER_CLIENT` per client), each on one of the prefix kinds, drawn with the
-workload's seed.
+Each client sends one warm-up request first, left out of the figures as loadgen's warm-up
+requests are: one prompt token (no prefill to speak of, nothing cached) and 1/C, 2/C, ... C/C of
+the output tokens, so that the clients enter the measured requests spread over one request's
+decode (the model is deterministic: identical requests sent at once would otherwise stay in
+lockstep for the whole run, every prefill in one step, which no real server shows); then the
+workload's ``requestsPerRun`` (at least :data:`MEASURED_PER_CLIENT` per client), each on one of
+the prefix kinds, drawn with the workload's seed.
 
 A load *holds* when, at every prefix-kinds value of the workload, the point meets the SLO
 (:attr:`loadgen.goodput.PointAttainment.slo_met`) and no request failed (an OOMKill of a
@@ -51,19 +52,21 @@ MEASURED_PER_CLIENT = 2
 
 
 def workload_requests(load: LoadConfig, kinds: int, concurrency: int) -> list[SimRequest]:
-    """One run's requests (the module docstring): warm-up requests first, then the measured
-    ones; prefix ids ``0..kinds-1`` for the measured requests, their own above for the
-    warm-up."""
+    """One run's requests (the module docstring): the ``concurrency`` warm-up requests first
+    (one prompt token, no prefix, 1/C ... C/C of the output tokens), then the measured ones on
+    prefix ids ``0..kinds-1``."""
     out = load.max_tokens
-    warmup = [max(1, out * (i + 1) // concurrency) for i in range(concurrency)]
     measured = max(load.requests_per_run, MEASURED_PER_CLIENT * concurrency)
     pick = random.Random(f"{load.seed}:recommend:{kinds}:{concurrency}")
-    prefixes = [kinds + i for i in range(concurrency)]
-    prefixes += [pick.randrange(kinds) for _ in range(measured)]
-    lengths = warmup + [out] * measured
-    return [
-        SimRequest(i, p, load.prefix_tokens, load.prompt_tokens, 0, n)
-        for i, (p, n) in enumerate(zip(prefixes, lengths, strict=True))
+    warmup = [
+        SimRequest(i, kinds + i, 0, 1, 0, max(1, out * (i + 1) // concurrency))
+        for i in range(concurrency)
+    ]
+    return warmup + [
+        SimRequest(
+            concurrency + i, pick.randrange(kinds), load.prefix_tokens, load.prompt_tokens, 0, out
+        )
+        for i in range(measured)
     ]
 
 
