@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from loadgen.config import LoadConfig
 from loadgen.slo import Slo
 from recommend.claims import ratio, reason_line, verdict
 from recommend.search import Objective, Result, pareto_front
+from recommend.validate import Validation
 from stackmodel.errors import PROJECT
 
 SIMULATED = (
@@ -79,12 +80,20 @@ def candidate_row(result: Result, first: Result | None, margin: float) -> dict[s
 
 
 def write_candidates(
-    out: Path, inputs: Inputs, results: Sequence[Result], first: Result | None
+    out: Path,
+    inputs: Inputs,
+    results: Sequence[Result],
+    first: Result | None,
+    validations: Mapping[str, Validation] | None = None,
 ) -> None:
-    """``candidates.json`` (with the inputs) and ``candidates.csv`` (one row a candidate)."""
+    """``candidates.json`` (with the inputs) and ``candidates.csv`` (one row a candidate);
+    ``validations``: candidate key -> its run with the real Dynamo routing (``realRouting``)."""
     import pandas as pd
 
     rows = [candidate_row(r, first, inputs.margin) for r in results]
+    for row in rows:
+        done = (validations or {}).get(row["key"])
+        row["realRouting"] = asdict(done) if done is not None else None
     document = {
         "simulated": SIMULATED,
         "cluster": inputs.cluster,

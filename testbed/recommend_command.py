@@ -224,6 +224,14 @@ def recommend_command(
     jobs: Annotated[
         int, typer.Option(min=1, help="Processes timing candidates.", rich_help_panel=SEARCH)
     ] = 2,
+    validate_top: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Run the top K with the real Dynamo routing (the sim group) at the load found.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = 0,
     emit_stacks: Annotated[
         int, typer.Option(min=0, help="The top N as stack files.", rich_help_panel=OUTPUT)
     ] = 3,
@@ -253,7 +261,9 @@ def recommend_command(
     )
     from recommend.search import OBJECTIVES_RANKED, Problem, cluster_gpus, search
     from recommend.space import candidates
+    from recommend.validate import validate
     from testbed.console import _int_list
+    from testbed.dependency_groups import missing_group
     from testbed.stack_commands import under_project
 
     if not slo:
@@ -262,6 +272,12 @@ def recommend_command(
         target = parse_slo(slo)
     except SloError as exc:
         fail(str(exc))
+    if validate_top:
+        missing = missing_group(
+            "sim", "--validate-top runs the real Dynamo routing", "testbed recommend ..."
+        )
+        if missing is not None:
+            fail(missing)
     chosen = next((o for o in OBJECTIVES_RANKED if o == objective), None)
     if chosen is None:
         fail(f"--objective {objective!r}: one of {', '.join(OBJECTIVES_RANKED)}")
@@ -293,7 +309,12 @@ def recommend_command(
         )
     first = first_ranked(results)
     inputs = Inputs(name, load, target, chosen, margin, cluster_gpus(cfg), cfg.model.name)
-    write_candidates(folder, inputs, results, first)
+    validations = {}
+    for result in [r for r in results if r.rank is not None][:validate_top]:
+        done = validate(Problem(name, base, cfg, load, target), result, folder / "validate")
+        typer.echo(f"SIMULATED: {done.line()}")
+        validations[done.key] = done
+    write_candidates(folder, inputs, results, first, validations)
     (folder / PLAN_MD).write_text(plan_text(inputs, results, first))
     write_report(folder, inputs, results, first)
     stacks = write_stacks(folder, inputs, results, first, emit_stacks)
