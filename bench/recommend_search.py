@@ -22,7 +22,9 @@ Run: `uv run --frozen --all-groups python bench/recommend_search.py
 The published clusters are each pair's disaggregated stack (its node classes, its RDMA link and
 its prefill workers' transport); their searches keep the cluster's own transport (the TCP ones
 are refused or lose there, and only cost time), and a 40-request run (at least 2 a client).
-Prints each search's table, the checks (✓ / ✗), the candidates by status, the CPU seconds (this
+The seed case first sets the routing stand-in's figures on the seed's grid beside the seed's
+(the two same-node stacks; docs/simulation.md counts the routing run's the same way). Prints each
+search's table, the checks (✓ / ✗), the candidates by status, the CPU seconds (this
 process and its workers) and the wall time with the machine's load average.
 """
 
@@ -38,8 +40,11 @@ from typing import Any
 from loadgen.config import LoadConfig
 from loadgen.slo import Slo, parse_slo
 from recommend.claims import DEFAULT_MARGIN, first_ranked, ratio, reason_line, verdict
+from recommend.load_search import LoadRunner
 from recommend.search import Problem, Result, search
 from recommend.space import Candidate, candidates, cluster_transports
+from simulator.hardware import run_topology, stack_constants
+from simulator.seed import SEED_SAME_NODE, within
 from stackmodel.config import StackConfig, project_values
 from stackmodel.published import DYNAMO_LLAMA_70B, DYNAMO_LLAMA_70B_ONE_NODE, PublishedPair
 from stackmodel.stacks import load_stack, stack_config
@@ -96,7 +101,37 @@ def best(results: Sequence[Result], disaggregated: bool) -> Result | None:
     return next((r for r in ranked if r.candidate.disaggregated == disaggregated), None)
 
 
+def stand_in_against_seed() -> None:
+    """The routing stand-in's figures on the seed's grid (its two same-node stacks), each
+    within +-25% of the seed's or not, as docs/simulation.md counts the routing run's."""
+    slo = parse_slo("ttft_p99_ms=1000")
+    print("\n| stack | kinds | conc | TTFT p50 ms | TTFT p99 ms | req/s |")
+    print("|---|---|---|---|---|---|")
+    for stack, points in SEED_SAME_NODE.items():
+        plan = load_stack(stack)
+        runner = LoadRunner(run_topology(plan), stack_constants(plan), LoadConfig(), slo, 2)
+        hits = 0
+        for point in points:
+            s = runner.run(point.prefix_kinds, point.concurrency).summary
+            cells = []
+            for simulated, seed in (
+                (s.ttft_p50_ms, point.ttft_p50_ms),
+                (s.ttft_p99_ms, point.ttft_p99_ms),
+                (s.requests_per_s, point.requests_per_s),
+            ):
+                hits += within(simulated, seed)
+                mark = "" if within(simulated, seed) else " ✗"
+                cells.append(f"{simulated or 0:,.1f} ({seed:,.1f}){mark}")
+            print(
+                f"| {stack} | {point.prefix_kinds} | {point.concurrency} | "
+                + " | ".join(cells)
+                + " |"
+            )
+        print(f"| {stack} | | | {hits} of {3 * len(points)} within +-25% of the seed's | | |")
+
+
 def seed_case(jobs: int) -> None:
+    stand_in_against_seed()
     base = project_values(stack_config("kv-routing")[0])
     cfg = load_stack("kv-routing").cfg
     load = LoadConfig()

@@ -293,7 +293,7 @@ def search(
                     done += 1
                 else:
                     batch.append(result)
-            args = [(r.plan, load, slo, gpus) for r in batch]
+            args = [(r.plan, load, slo, gpus) for r in batch if r.plan is not None]
             timed = (
                 pool.imap(_time_in_worker, args)
                 if pool is not None
