@@ -107,7 +107,7 @@ class LoadStep(pulumi.dynamic.Resource, module="testbed", name="LoadStep"):
     Register it with ``depends_on`` the graph's workloads (the DGD waits for Ready; Deployments
     for their rollout) so it runs after them. Outputs: ``results`` (summary.json objects),
     ``status`` (StepStatus as a dict), ``ranAt``, ``finishedAt`` (ISO-8601 UTC), ``resultsDir``,
-    ``incidents`` (:data:`loadstep.inputs.OUTPUT_KEYS`).
+    ``incidents``, ``slo`` (:data:`loadstep.inputs.OUTPUT_KEYS`).
     """
 
     results: pulumi.Output[list[dict[str, Any]]]
@@ -116,6 +116,7 @@ class LoadStep(pulumi.dynamic.Resource, module="testbed", name="LoadStep"):
     finishedAt: pulumi.Output[str]
     resultsDir: pulumi.Output[str]
     incidents: pulumi.Output[list[dict[str, Any]]]
+    slo: pulumi.Output[dict[str, Any] | None]
 
     def __init__(
         self,

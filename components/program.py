@@ -647,6 +647,7 @@ def export_load_step(cfg: StackConfig, step: LoadStep, resources: StackResources
     pulumi.export("loadRanAt", step.ranAt)
     pulumi.export("loadResultsDir", step.resultsDir)
     pulumi.export("incidents", step.incidents)
+    pulumi.export("slo", step.slo)
     settings = cfg.load.grid().model_dump(mode="json", by_alias=True)
     pulumi.export("loadSettings", settings)
     if cfg.baseline_stack is None:

@@ -31,6 +31,7 @@ POD_MODULES = (
     "loadgen/request.py",
     "loadgen/results.py",
     "loadgen/server_metrics.py",
+    "loadgen/slo.py",
     "loadgen/sse.py",
     "loadgen/workers.py",
 )

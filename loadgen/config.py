@@ -11,6 +11,8 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from loadgen.slo import Slo
+
 
 def error_message(error: Mapping[str, Any]) -> str:
     """A pydantic error's message as a user reads it: a custom validator's own text, without
@@ -128,9 +130,17 @@ class LoadConfig(BaseModel):
         "(one per 128 streams, at most one per CPU; docs/loadgen.md, 'Worker processes'). The "
         "open loop always runs in one process.",
     )
+    slo: Slo | None = Field(
+        default=None,
+        description="Service-level objectives, each an upper bound in ms on a p99: ttftP99Ms, "
+        "itlP99Ms, tpotP99Ms, e2eP99Ms (any subset); tables, verdicts and the report then "
+        "give attainment and goodput against it (docs/metrics.md, 'SLOs and goodput').",
+    )
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Self:
+        if self.slo is not None:
+            self.slo.check_outputs(self.max_tokens)
         if self.arrival is Arrival.POISSON and self.request_rate is None:
             raise ValueError("arrival 'poisson' needs requestRate (requests/s > 0)")
         if self.arrival is Arrival.POISSON and (self.workers or 1) > 1:

@@ -4,8 +4,10 @@ Each `Figure` holds panels of `Series` (x and y as tuples of floats), run window
 incidents (`Mark`); `loadgen.html_report` draws them. Keeping the numbers here lets tests check
 that the plotted values equal `summary.json`'s and `requests.parquet`'s.
 
-Result A is drawn with solid lines and round markers, result B with dashed lines and square
-markers; a colour stands for one concurrency throughout the report.
+Each result (A, B, C, ...) has its own colour in every grid figure and CDF; in a grid figure
+the concurrency is the line style and marker (solid and round for the lowest). A timeline shows
+one result, its concurrencies in colours. A grid with one prefix-kinds value is drawn against
+concurrency, and a grid of one point as one bar per result, so no panel holds a lone dot.
 
 Times on the timeline are seconds since the grid started (`GridResult.started_at`). Requests
 carry monotonic-clock nanoseconds only, so each run's requests are placed by its wall-clock end
@@ -23,6 +25,7 @@ from typing import Literal
 import pandas as pd
 
 from loadgen.incidents import Incident, describe
+from loadgen.intervals import SLO_METRICS
 from loadgen.results import GridResult, PointSummary
 from loadgen.results_folder import LoadedResults
 
@@ -31,17 +34,21 @@ _NS_PER_S = 1e9
 WIDE_RANGE = 20.0
 """An axis whose positive values span more than this factor (max / min) is drawn log-scaled."""
 
-SIDES = ("A", "B")
-Style = Literal["line", "step", "points", "failures"]
+SIDES = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+"""The results' labels, in the order given."""
+Style = Literal["line", "step", "points", "failures", "bar"]
 
 
 @dataclass(frozen=True)
 class Series:
-    """One line or cloud of points. `color` indexes the report's palette (the rank of the
-    concurrency); `side` is "A" or "B"; `style`: `line` (grid metrics), `step` (a CDF),
-    `points` (request TTFTs on a timeline), `failures` (failed requests). `y_low` / `y_high`:
-    a `line`'s error bars, one per point (the grid point's interval, `PointSummary.intervals`;
-    equal to `y` where a point has none), or () for none at all."""
+    """One line or cloud of points. `color` indexes the report's palette (the result's rank
+    in grid figures and CDFs, the concurrency's on a timeline); `side` is the result's label
+    ("A", "B", ...); `dash`: the line style and marker (the concurrency's rank in a grid
+    figure); `style`: `line` (grid metrics), `bar` (a grid of one point: one bar per result at
+    x = its rank), `step` (a CDF), `points` (request TTFTs on a timeline), `failures` (failed
+    requests). `y_low` / `y_high`: a `line`'s or `bar`'s error bars, one per point (the grid
+    point's interval, `PointSummary.intervals`; equal to `y` where a point has none), or ()
+    for none at all."""
 
     label: str
     side: str
@@ -51,6 +58,7 @@ class Series:
     style: Style
     y_low: tuple[float, ...] = ()
     y_high: tuple[float, ...] = ()
+    dash: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,8 +81,9 @@ class Mark:
 @dataclass(frozen=True)
 class Panel:
     """One set of axes. `x_ticks`: the exact ticks (grid axes: prefix kinds), () for automatic;
-    `y_from_zero`: a linear y axis starts at 0 (a grid metric's: a range of a few tenths of a
-    millisecond must not look like a large difference)."""
+    `x_tick_labels`: their labels (default: the values); `y_from_zero`: a linear y axis starts
+    at 0 (a grid metric's: a range of a few tenths of a millisecond must not look like a large
+    difference)."""
 
     title: str
     x_label: str
@@ -83,6 +92,7 @@ class Panel:
     log_x: bool = False
     log_y: bool = False
     x_ticks: tuple[float, ...] = ()
+    x_tick_labels: tuple[str, ...] = ()
     y_from_zero: bool = False
     bands: tuple[Band, ...] = ()
     marks: tuple[Mark, ...] = ()
@@ -102,8 +112,12 @@ class Figure:
 
 
 def _sides_note(results: Sequence[LoadedResults]) -> str:
-    """``"; A solid, B dashed"`` for two results, nothing for one."""
-    return "; A solid, B dashed" if len(results) > 1 else ""
+    """``"; one colour per result (A kv-routing, B ...)"`` for several results, nothing for
+    one."""
+    if len(results) < 2:
+        return ""
+    named = ", ".join(f"{side} {r.name}" for side, r in zip(SIDES, results, strict=False))
+    return f"; one colour per result ({named})"
 
 
 def _wide(values: Sequence[float]) -> bool:
@@ -112,8 +126,17 @@ def _wide(values: Sequence[float]) -> bool:
 
 
 def _concurrency_colors(results: Sequence[LoadedResults]) -> dict[int, int]:
+    """A timeline's colours: the concurrency's rank over every result."""
     levels = sorted({p.concurrency for r in results for p in r.points})
     return {c: i for i, c in enumerate(levels)}
+
+
+def _value(point: PointSummary, field: str) -> float | None:
+    """A grid point's `field`: its own, or its judgement's (`SLO_METRICS`) where judged."""
+    if field in SLO_METRICS:
+        return None if point.slo is None else getattr(point.slo, field)
+    value = getattr(point, field)
+    return None if value is None else float(value)
 
 
 def _bounds(point: PointSummary, field: str) -> tuple[float, float] | None:
@@ -123,50 +146,81 @@ def _bounds(point: PointSummary, field: str) -> tuple[float, float] | None:
     return found.low, found.high
 
 
+def _xy_series(
+    label: str, side: str, color: int, dash: int, xy: Sequence[tuple[float, float, object]]
+) -> Series:
+    """A `line` series of (x, y, bounds) rows, its error bars where any row has bounds."""
+    xs, ys, bounds = zip(*xy, strict=True)
+    bars = any(b is not None for b in bounds)
+    low = tuple(b[0] if b else y for b, y in zip(bounds, ys, strict=True))  # type: ignore[index]
+    high = tuple(b[1] if b else y for b, y in zip(bounds, ys, strict=True))  # type: ignore[index]
+    return Series(
+        label, side, color, tuple(xs), tuple(ys), "line",
+        low if bars else (), high if bars else (), dash,
+    )  # fmt: skip
+
+
+def grid_axis(results: Sequence[LoadedResults]) -> str:
+    """What a grid figure's x axis is: `prefix_kinds` when the results have more than one
+    value of it or a single concurrency, else `concurrency`; `bar` for a grid of one point."""
+    kinds = {p.prefix_kinds for r in results for p in r.points}
+    levels = {p.concurrency for r in results for p in r.points}
+    if len(kinds) == 1 and len(levels) == 1:
+        return "bar"
+    return "prefix_kinds" if len(kinds) > 1 or len(levels) == 1 else "concurrency"
+
+
 def _metric_panel(
     results: Sequence[LoadedResults], field: str, title: str, unit: str, log: bool
 ) -> Panel:
-    colors = _concurrency_colors(results)
+    axis = grid_axis(results)
+    other = "concurrency" if axis == "prefix_kinds" else "prefix_kinds"
+    lines = sorted({getattr(p, other) for r in results for p in r.points})
     series = []
-    for side, result in zip(SIDES, results, strict=False):
-        for c in colors:
+    for rank, (side, result) in enumerate(zip(SIDES, results, strict=False)):
+        if axis == "bar":
+            rows = [(float(rank), v, _bounds(p, field)) for p in result.points
+                    if (v := _value(p, field)) is not None]  # fmt: skip
+            if rows:
+                bar = _xy_series(side, side, rank, 0, rows)
+                series.append(dataclasses.replace(bar, style="bar"))
+            continue
+        for dash, line in enumerate(lines):
             points = sorted(
-                (p for p in result.points if p.concurrency == c), key=lambda p: p.prefix_kinds
+                (p for p in result.points if getattr(p, other) == line),
+                key=lambda p: getattr(p, axis),
             )
-            xy = [(p.prefix_kinds, getattr(p, field), _bounds(p, field)) for p in points]
-            xy = [(x, y, bounds) for x, y, bounds in xy if y is not None]
+            xy = [(float(getattr(p, axis)), v, _bounds(p, field)) for p in points
+                  if (v := _value(p, field)) is not None]  # fmt: skip
             if xy:
-                xs, ys, bounds = zip(*xy, strict=True)
-                bars = any(b is not None for b in bounds)
-                low = tuple(b[0] if b else y for b, y in zip(bounds, ys, strict=True))
-                high = tuple(b[1] if b else y for b, y in zip(bounds, ys, strict=True))
-                series.append(
-                    Series(
-                        f"{side} c={c}",
-                        side,
-                        colors[c],
-                        tuple(xs),
-                        tuple(ys),
-                        "line",
-                        low if bars else (),
-                        high if bars else (),
-                    )
-                )
-    kinds = sorted({p.prefix_kinds for r in results for p in r.points})
+                tag = "c" if other == "concurrency" else "K"
+                series.append(_xy_series(f"{side} {tag}={line}", side, rank, dash, xy))
     values = [y for s in series for y in (*s.y, *s.y_low, *s.y_high)]
+    if axis == "bar":
+        ticks = tuple(float(i) for i in range(len(results)))
+        labels = tuple(f"{side} {r.name}" for side, r in zip(SIDES, results, strict=False))
+        point = results[0].points[0] if results[0].points else None
+        where = "" if point is None else f" (K={point.prefix_kinds} c={point.concurrency})"
+        return Panel(
+            title=f"{title}{where}", x_label="", y_label=f"{title} ({unit})" if unit else title,
+            series=tuple(series), log_y=log and _wide(values), x_ticks=ticks,
+            x_tick_labels=labels, y_from_zero=True,
+        )  # fmt: skip
+    levels = sorted({getattr(p, axis) for r in results for p in r.points})
     return Panel(
         title=title,
-        x_label="prefix kinds",
+        x_label="prefix kinds" if axis == "prefix_kinds" else "concurrency",
         y_label=f"{title} ({unit})" if unit else title,
         series=tuple(series),
         log_y=log and _wide(values),
-        x_ticks=tuple(float(k) for k in kinds),
+        x_ticks=tuple(float(k) for k in levels),
         y_from_zero=True,
     )
 
 
 MetricSpec = tuple[str, str, str]
-"""A `PointSummary` field, its title and its unit ("" for a ratio)."""
+"""A `PointSummary` field (or a `SLO_METRICS` one of its judgement), its title and its unit
+("" for a ratio)."""
 
 TTFT_METRICS: tuple[MetricSpec, ...] = (
     ("ttft_p50_ms", "TTFT p50", "ms"),
@@ -176,25 +230,38 @@ THROUGHPUT_METRICS: tuple[MetricSpec, ...] = (
     ("requests_per_s", "Requests/s", "req/s"),
     ("cached_ratio", "Cached-token ratio (client-reported)", ""),
 )
+TAIL_METRICS: tuple[MetricSpec, ...] = (
+    ("itl_p50_ms", "ITL p50", "ms"),
+    ("itl_p99_ms", "ITL p99", "ms"),
+    ("tpot_p99_ms", "TPOT p99", "ms"),
+    ("e2e_p50_ms", "E2E p50", "ms"),
+    ("e2e_p99_ms", "E2E p99", "ms"),
+)
+GOODPUT_METRICS: tuple[MetricSpec, ...] = (
+    ("goodput_requests_per_s", "Goodput (SLO met)", "req/s"),
+    ("attainment", "SLO attainment", ""),
+)
 
 
 def grid_figure(
     key: str, title: str, metrics: Sequence[MetricSpec], results: Sequence[LoadedResults]
 ) -> Figure:
     """One panel per metric: the metric (the grid point's median over repetitions, as in
-    `summary.json`) against prefix kinds, one line per concurrency and result. Latency panels
-    (unit ms) are log-scaled when their values span more than `WIDE_RANGE`."""
+    `summary.json`) against prefix kinds (`grid_axis`: or concurrency, or one bar per result),
+    one colour per result and one line style per concurrency. Latency panels (unit ms) are
+    log-scaled when their values span more than `WIDE_RANGE`."""
     panels = tuple(
         _metric_panel(results, field, name, unit, log=unit == "ms") for field, name, unit in metrics
     )
+    lines = "one line per concurrency" if grid_axis(results) != "bar" else "one bar per result"
     return Figure(
         key=key,
         title=title,
-        caption="Median over repetitions of each grid point (summary.json); one line per "
-        f"concurrency{_sides_note(results)}; error bars: the point's interval over its "
+        caption=f"Median over repetitions of each grid point (summary.json); {lines}"
+        f"{_sides_note(results)}; error bars: the point's interval over its "
         "repetitions (2 or more; a simulation's spread comes from its routing runs only).",
         panels=panels,
-        columns=len(panels),
+        columns=min(len(panels), 3),
     )
 
 
@@ -216,8 +283,7 @@ def successful_ttfts_ms(requests: pd.DataFrame) -> pd.DataFrame:
 def cdf_figure(results: Sequence[LoadedResults]) -> Figure:
     """One panel per grid point (rows: concurrency, columns: prefix kinds): the empirical CDF
     of TTFT over every successful request of the point's repetitions, one step line per
-    result (x: TTFT ms, sorted; y: rank / n)."""
-    colors = _concurrency_colors(results)
+    result in its colour (x: TTFT ms, sorted; y: rank / n)."""
     keys = sorted({(p.prefix_kinds, p.concurrency) for r in results for p in r.points})
     keys.sort(key=lambda k: (k[1], k[0]))
     frames = [successful_ttfts_ms(r.requests) for r in results]
@@ -225,7 +291,7 @@ def cdf_figure(results: Sequence[LoadedResults]) -> Figure:
     all_x: list[float] = []
     for kinds, conc in keys:
         series = []
-        for side, frame in zip(SIDES, frames, strict=False):
+        for rank, (side, frame) in enumerate(zip(SIDES, frames, strict=False)):
             values = sorted(
                 frame.loc[
                     (frame["prefix_kinds"] == kinds) & (frame["concurrency"] == conc), "ttft_ms"
@@ -234,9 +300,7 @@ def cdf_figure(results: Sequence[LoadedResults]) -> Figure:
             if values:
                 n = len(values)
                 ranks = tuple((i + 1) / n for i in range(n))
-                series.append(
-                    Series(f"{side} (n={n})", side, colors[conc], tuple(values), ranks, "step")
-                )
+                series.append(Series(f"{side} (n={n})", side, rank, tuple(values), ranks, "step"))
                 all_x += values
         panels.append(
             Panel(
@@ -253,7 +317,7 @@ def cdf_figure(results: Sequence[LoadedResults]) -> Figure:
         caption="Empirical CDF of every successful request's TTFT (requests.parquet), "
         f"repetitions pooled{_sides_note(results)}.",
         panels=tuple(dataclasses.replace(p, log_x=log_x) for p in panels),
-        columns=len({k for k, _ in keys}),
+        columns=max(1, min(len({k for k, _ in keys}), 4)),
         share_x=True,
     )
 
@@ -364,16 +428,24 @@ def timeline_figure(side: str, result: LoadedResults, colors: dict[int, int]) ->
 
 
 def report_figures(results: Sequence[LoadedResults]) -> list[Figure]:
-    """Every figure of the report for one or two results (A, then B), in report order:
-    TTFT p50/p99, requests/s and cached-token ratio, the TTFT CDFs, one timeline per result.
+    """Every figure of the report for one or more results (A, B, C, ...), in report order:
+    TTFT p50/p99, requests/s and cached-token ratio, the latency tails (ITL p50/p99, TPOT
+    p99, E2E p50/p99), goodput and attainment where a point was judged against an SLO, the
+    TTFT CDFs, one timeline per result.
 
-    Raises ValueError for no result or more than two."""
+    Raises ValueError for no result or more than `SIDES` (26)."""
     if not 1 <= len(results) <= len(SIDES):
-        raise ValueError(f"a report compares one or two results, got {len(results)}")
+        raise ValueError(f"a report draws 1 to {len(SIDES)} results, got {len(results)}")
     colors = _concurrency_colors(results)
+    axis = {"bar": "the grid point", "concurrency": "concurrency"}.get(
+        grid_axis(results), "prefix kinds"
+    )
+    judged = any(p.slo is not None for r in results for p in r.points)
     return [
-        grid_figure("ttft", "TTFT vs prefix kinds", TTFT_METRICS, results),
+        grid_figure("ttft", f"TTFT vs {axis}", TTFT_METRICS, results),
         grid_figure("throughput", "Throughput and prefix-cache hits", THROUGHPUT_METRICS, results),
+        grid_figure("tails", "Latency tails: ITL, TPOT and E2E", TAIL_METRICS, results),
+        *([grid_figure("goodput", "Against the SLO", GOODPUT_METRICS, results)] if judged else []),
         cdf_figure(results),
         *(timeline_figure(side, r, colors) for side, r in zip(SIDES, results, strict=False)),
     ]

@@ -21,13 +21,11 @@ highest grid point whose SLO holds (`loadstep` outputs it as the stack's highest
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
-
-from loadgen.intervals import CONFIDENCE, point_interval
-from loadgen.results import MetricInterval
+from loadgen.intervals import CONFIDENCE, SLO_METRICS, point_interval
+from loadgen.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
 from loadgen.slo import NEEDS_TWO_TOKENS, OBJECTIVES, Slo, SloError
 from loadgen.stats import (
     chunk_tokens,
@@ -72,28 +70,6 @@ def request_met(record: RequestRecord, slo: Slo) -> bool:
     return not missed(record, slo)
 
 
-class RunAttainment(BaseModel):
-    """One run against an SLO. `requests`: all the run's requests (failed ones count as not
-    met); `met`: those that met every objective; `missed_by`: per objective, the requests
-    that missed it (failed ones under each); `attainment`: met / requests (0 without requests);
-    `goodput_requests_per_s` / `goodput_output_tokens_per_s`: the met requests and their
-    completion tokens per second of the run's span (`duration_s`); `p99_ms`: the run's p99 of
-    each objective's metric (`loadgen.stats.tails`), `cold`: the requests that were the first
-    of their client (`loadgen.stats.first_of_client`), `p99_warm_ms`: the same p99s without
-    them."""
-
-    requests: int
-    met: int
-    missed_by: dict[str, int]
-    attainment: float
-    duration_s: float
-    goodput_requests_per_s: float
-    goodput_output_tokens_per_s: float
-    p99_ms: dict[str, float | None]
-    cold: int
-    p99_warm_ms: dict[str, float | None]
-
-
 def evaluate_run(
     records: Sequence[RequestRecord], slo: Slo, *, concurrency: int, closed: bool = True
 ) -> RunAttainment:
@@ -131,44 +107,8 @@ def evaluate_run(
     )
 
 
-GOODPUT_METRICS: dict[str, str] = {
-    "attainment": "attainment",
-    "goodput_requests_per_s": "goodput req/s",
-    "goodput_output_tokens_per_s": "goodput tok/s",
-}
+GOODPUT_METRICS = SLO_METRICS
 """`RunAttainment` field -> its name in tables: the figures a point gives an interval."""
-
-
-class PointAttainment(BaseModel):
-    """One grid point against an SLO, from its runs' `RunAttainment`s (repetition order).
-
-    `attainment`, `goodput_requests_per_s`, `goodput_output_tokens_per_s`: the median of the
-    runs, each with its runs and interval in `intervals` (`loadgen.intervals.point_interval` at
-    `confidence`); `*_per_gpu`: the goodputs / `gpus` (None without a GPU count).
-    `p99_ms`: per objective, the median of the runs' p99s; `holds`: per objective, that median
-    within the bound (None: no run had a value); `slo_met`: every objective holds (and the
-    point had successful requests); `binding`: the objective with the largest p99 / bound (None
-    without a value); `requests`, `met`, `cold`: sums over the runs; `missed_by`: sums."""
-
-    slo: Slo
-    repetitions: int
-    requests: int
-    met: int
-    missed_by: dict[str, int]
-    attainment: float
-    goodput_requests_per_s: float
-    goodput_output_tokens_per_s: float
-    gpus: int | None = None
-    goodput_requests_per_s_per_gpu: float | None = None
-    goodput_output_tokens_per_s_per_gpu: float | None = None
-    p99_ms: dict[str, float | None]
-    p99_warm_ms: dict[str, float | None]
-    cold: int
-    holds: dict[str, bool | None]
-    slo_met: bool
-    binding: str | None
-    confidence: float = CONFIDENCE
-    intervals: dict[str, MetricInterval] = Field(default_factory=dict)
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -219,4 +159,47 @@ def evaluate_point(
         binding=max(ratios, key=lambda k: ratios[k]) if ratios else None,
         confidence=confidence,
         intervals=intervals,
+    )
+
+
+def judge_points(
+    points: Sequence[PointSummary],
+    runs: Mapping[tuple[int, int, int], Sequence[RequestRecord]],
+    slo: Slo,
+    *,
+    closed: bool = True,
+    gpus: int | None = None,
+    confidence: float = CONFIDENCE,
+) -> list[PointSummary]:
+    """`points` judged against `slo` from each run's records (`runs`: (prefix kinds,
+    concurrency, repetition) -> its records, e.g. `loadgen.output.runs_of_frame`): each point
+    with `slo` set (`evaluate_point` of its runs' `evaluate_run`) and the runs of
+    `SLO_METRICS` added to its `intervals`, so A / B verdicts compare them as any other metric.
+    A point without records is left as it was. `closed`: the grid's closed loop (else open)."""
+    out = []
+    for p in points:
+        mine = [
+            records
+            for (k, c, _), records in sorted(runs.items())
+            if (k, c) == (p.prefix_kinds, p.concurrency)
+        ]
+        if not mine:
+            out.append(p)
+            continue
+        judged = [evaluate_run(r, slo, concurrency=p.concurrency, closed=closed) for r in mine]
+        point = evaluate_point(judged, slo, gpus=gpus, confidence=confidence)
+        out.append(
+            p.model_copy(update={"slo": point, "intervals": {**p.intervals, **point.intervals}})
+        )
+    return out
+
+
+def highest_meeting(points: Sequence[PointSummary]) -> PointSummary | None:
+    """The judged point of the highest load whose SLO holds (DistServe's goodput as a grid
+    point: the most requests/s that met it; None when no point did)."""
+    met = [p for p in points if p.slo is not None and p.slo.slo_met]
+    return max(
+        met,
+        key=lambda p: (p.offered_rate_per_s or 0, p.concurrency, p.requests_per_s),
+        default=None,
     )

@@ -1,4 +1,4 @@
-"""`testbed report`: one self-contained HTML file (and optionally PNGs) for one or two results.
+"""`testbed report`: one self-contained HTML file (and optionally PNGs) for one or more results.
 
 The figures (`loadgen.figures`) are drawn with matplotlib's object API (no pyplot, no global
 state; the Agg canvas needs no display) into PNGs that the HTML embeds as base64 data URIs:
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jinja2
 from matplotlib.axes import Axes
@@ -24,15 +24,22 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import blended_transform_factory
+from rich.table import Table
 
-from loadgen.figures import Figure, Panel, Series, report_figures
+from loadgen.figures import SIDES, Figure, Panel, Series, report_figures
 from loadgen.incidents import describe
 from loadgen.intervals import ab_comparisons
 from loadgen.report import (
+    SEED_COLUMNS,
     VERDICT_HEADERS,
     comparison_rows,
     seed_rows,
+    slo_table,
+    slo_verdict_table,
+    stacks_tables,
     table_headers,
+    tail_comparison_table,
+    tail_table,
     verdict_caption,
     verdict_rows,
 )
@@ -45,8 +52,9 @@ TIMELINE_SIZE_IN = (12.0, 4.4)
 # matplotlib's tab10 without its red, which marks failures and incidents.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 FAILURE_COLOR = "#d62728"
-SIDE_LINE = {"A": "-", "B": "--"}
-SIDE_MARKER = {"A": "o", "B": "s"}
+LINE_STYLES: tuple[Literal["-", "--", ":", "-."], ...] = ("-", "--", ":", "-.")
+"""A grid figure's concurrencies (lowest first), and the error bars drawn in their style."""
+MARKERS = ("o", "s", "^", "D", "v", "P")
 WARNINGS_SHOWN = 10  # per result, in the report's notes
 VERSIONED = ("dynamo-testbed", "matplotlib", "pandas", "ai-dynamo")
 VERSION_NOTES = {
@@ -69,23 +77,24 @@ def _color(series: Series) -> str:
 
 def _draw_series(ax: Axes, s: Series) -> None:
     color = _color(s)
+    line, marker = LINE_STYLES[s.dash % len(LINE_STYLES)], MARKERS[s.dash % len(MARKERS)]
+    if s.style == "bar":
+        ax.bar(s.x, s.y, width=0.6, color=color, label=s.label)
     if s.style == "line":
-        ax.plot(s.x, s.y, SIDE_LINE[s.side], marker=SIDE_MARKER[s.side], color=color, label=s.label)
-        if s.y_low:  # the interval as drawn, low to high (it is not centred on the median)
-            dashed = s.side == "B"  # as the side's line
-            ax.vlines(
-                s.x, s.y_low, s.y_high, colors=color, linewidth=1.0,
-                linestyles="dashed" if dashed else "solid",
-            )  # fmt: skip
-            ax.scatter([*s.x, *s.x], [*s.y_low, *s.y_high], s=30, color=color, marker="_")
+        ax.plot(s.x, s.y, line, marker=marker, color=color, label=s.label)
+    if s.style in ("line", "bar") and s.y_low:
+        # the interval as drawn, low to high (it is not centred on the median)
+        bar_color = "#333333" if s.style == "bar" else color
+        ax.vlines(s.x, s.y_low, s.y_high, colors=bar_color, linewidth=1.0, linestyles=line)
+        ax.scatter([*s.x, *s.x], [*s.y_low, *s.y_high], s=30, color=bar_color, marker="_")
     elif s.style == "step":
-        ax.step(s.x, s.y, SIDE_LINE[s.side], where="post", color=color, label=s.label)
+        ax.step(s.x, s.y, where="post", color=color, label=s.label)
     elif s.style == "points":
         ax.scatter(
-            s.x, s.y, s=10, alpha=0.6, color=color, marker=SIDE_MARKER[s.side], linewidths=0,
+            s.x, s.y, s=10, alpha=0.6, color=color, marker="o", linewidths=0,
             label=s.label, rasterized=True,
         )  # fmt: skip
-    else:
+    elif s.style == "failures":
         ax.scatter(s.x, s.y, s=22, color=color, marker="x", linewidths=1.2, label=s.label)
 
 
@@ -121,16 +130,14 @@ def _draw_panel(ax: Axes, panel: Panel) -> None:
     elif panel.y_from_zero and panel.series:
         ax.set_ylim(bottom=0)
     if panel.x_ticks:
-        ax.set_xticks(panel.x_ticks, [f"{t:g}" for t in panel.x_ticks])
+        labels = panel.x_tick_labels or tuple(f"{t:g}" for t in panel.x_ticks)
+        ax.set_xticks(panel.x_ticks, labels)
     ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel(panel.x_label, fontsize=8)
     ax.set_ylabel(panel.y_label, fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(True, which="major", alpha=0.3)
-    if panel.series:
-        clouds = any(s.style == "points" for s in panel.series)  # tiny markers: show larger
-        ax.legend(fontsize=7, markerscale=2.0 if clouds else 1.0, loc="best")
-    else:
+    if not panel.series:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="#888888")
 
 
@@ -149,7 +156,32 @@ def draw(figure: Figure) -> MplFigure:
         _draw_panel(ax, panel)
     for ax in axes.flat[len(figure.panels) :]:
         ax.set_visible(False)
+    _legend(fig, figure)
     return fig
+
+
+def _legend(fig: MplFigure, figure: Figure) -> None:
+    """The legend outside every panel, so it never covers a line, a label or a band: one for
+    the whole figure below it where the panels share their series (the grid figures, a
+    timeline), else (the CDFs, whose labels give each panel's n) one per panel beside it.
+    None for bars: their tick labels name the results."""
+    series = [s for panel in figure.panels for s in panel.series]
+    if not series or all(s.style == "bar" for s in series):
+        return
+    clouds = any(s.style == "points" for s in series)  # tiny markers: show larger
+    if any(s.style == "step" for s in series):
+        for ax in fig.axes:
+            if ax.get_visible() and ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        return
+    handles: dict[str, Any] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    fig.legend(
+        handles.values(), handles.keys(), loc="outside lower center", fontsize=7,
+        ncols=min(len(handles), 6), markerscale=2.0 if clouds else 1.0, frameon=False,
+    )  # fmt: skip
 
 
 def figure_png(figure: Figure) -> bytes:
@@ -260,6 +292,47 @@ class ReportImage:
     png: bytes
 
 
+@dataclass(frozen=True)
+class HtmlTable:
+    """A table of the terminal's (a rich `Table`) as the page shows it: its title, headers
+    (lines), rows (cells, a second line in small type) and caption lines."""
+
+    title: str
+    headers: list[list[str]]
+    rows: list[list[str]]
+    notes: list[str]
+
+
+def html_table(table: Table) -> HtmlTable:
+    """`table`'s title, headers, cells and caption, so the page shows what the terminal does."""
+    columns = [[str(cell) for cell in column.cells] for column in table.columns]
+    return HtmlTable(
+        title=str(table.title or ""),
+        headers=[str(column.header).split("\n") for column in table.columns],
+        rows=[list(row) for row in zip(*columns, strict=True)],
+        notes=str(table.caption or "").splitlines(),
+    )
+
+
+def _more_tables(results: Sequence[LoadedResults]) -> list[HtmlTable]:
+    """The tables after the grid's: one result's tails and SLO table; two results' tails as
+    A / B and which side met the SLO; three or more, one table per metric with every result
+    (ranked by goodput where judged)."""
+    if len(results) == 1:
+        points = results[0].points
+        found = [tail_table(points, "Latency tails"), slo_table(points, "Against the SLO")]
+    elif len(results) == 2:
+        a, b = results[0].points, results[1].points
+        found = [
+            tail_comparison_table(a, b, "Latency tails (each cell: A / B)"),
+            slo_verdict_table(a, b, ab_comparisons(a, b), "Against the SLO: B / A"),
+        ]
+    else:
+        named = [(f"{side} {r.name}", r.points) for side, r in zip(SIDES, results, strict=False)]
+        found = list(stacks_tables(named))
+    return [html_table(t) for t in found if t is not None]
+
+
 def render_html(
     results: Sequence[LoadedResults],
     pngs: Sequence[tuple[Figure | ReportImage, bytes]],
@@ -269,10 +342,10 @@ def render_html(
     settings differ and what that invalidates: `loadgen.settings_diff.settings_note`, then the
     caller's `notes`, each of one or more lines: what the terminal printed under its table, and
     by B / A per grid point and metric with its interval and verdict where both sides ran 2 or
-    more repetitions: `loadgen.report.verdict_rows`), the
-    figures as embedded PNGs, incidents and warnings per result, and a footer with what
-    produced it."""
-    sides = [_side(label, r) for label, r in zip(("A", "B"), results, strict=False)]
+    more repetitions: `loadgen.report.verdict_rows`; three or more results: each one's rows,
+    named), the tails and SLO tables (`_more_tables`), the figures as embedded PNGs, incidents
+    and warnings per result, and a footer with what produced it."""
+    sides = [_side(label, r) for label, r in zip(SIDES, results, strict=False)]
     comparability: list[str] = []
     verdicts: list[list[str]] = []
     verdict_notes: list[str] = []
@@ -290,6 +363,14 @@ def render_html(
         provenance = provenance_note(results[0].name, labels[0], results[1].name, labels[1])
         comparability += [provenance] if provenance else []
         comparability += [line for text in notes for line in text.splitlines()]
+    elif len(results) > 2:
+        headers = ["result", *table_headers()]
+        rows = [
+            [side, *row]
+            for side, r in zip(SIDES, results, strict=False)
+            for row in comparison_rows(r.points, r.points, SEED_COLUMNS, both=False)
+        ]
+        comparability = [line for text in notes for line in text.splitlines()]
     else:
         points = results[0].points
         headers, rows = table_headers(points), seed_rows(points, results[0].incidents)
@@ -302,6 +383,7 @@ def render_html(
         "verdict_headers": [h.split("\n") for h in VERDICT_HEADERS],
         "verdicts": verdicts,
         "verdict_notes": verdict_notes,
+        "tables": _more_tables(results),
         "figures": [(f, base64.b64encode(png).decode("ascii")) for f, png in pngs],
         "versions": _versions(),
         "generated_at": f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC",
@@ -317,7 +399,7 @@ def write_report(
     notes: Sequence[str] = (),
     images: Sequence[ReportImage] = (),
 ) -> tuple[Path, list[Path]]:
-    """Write the HTML report of one or two results to `out` (parent folders created; `notes`:
+    """Write the HTML report of one or more results to `out` (parent folders created; `notes`:
     :func:`render_html`'s; `images` after the report's own figures); with
     `png`, also each figure as `<out stem>-<figure key>.png` beside it. Returns the HTML path
     and the PNG paths. Raises OSError when a file cannot be written."""
@@ -343,18 +425,18 @@ def write_folder_reports(
     images: Sequence[Sequence[ReportImage]] = (),
 ) -> list[Path]:
     """Write `report.html` into each results folder (what `testbed load`, `testbed simulate`
-    and the load step call after writing their results) and, for two folders and a
-    `comparison` path, the A / B report there, with `notes` under its table (the caveats the
-    terminal printed). `images`: each folder's own (same order as `folders`, or none); the
-    A / B report has both folders'. Returns the paths written. Raises as `load_results` and
-    `write_report` do."""
+    and the load step call after writing their results) and, for two folders or more and a
+    `comparison` path, the report of all of them there, with `notes` under its table (the
+    caveats the terminal printed). `images`: each folder's own (same order as `folders`, or
+    none); the report of all of them has every folder's. Returns the paths written. Raises
+    as `load_results` and `write_report` do."""
     loaded = [load_results(folder) for folder in folders]
     own = list(images) or [()] * len(loaded)
     written = [
         write_report([result], result.path / REPORT_FILE, images=mine)[0]
         for result, mine in zip(loaded, own, strict=True)
     ]
-    if comparison is not None and len(loaded) == 2:
+    if comparison is not None and len(loaded) > 1:
         both = [image for mine in own for image in mine]
         written.append(write_report(loaded, comparison, notes=notes, images=both)[0])
     return written

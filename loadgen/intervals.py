@@ -54,10 +54,21 @@ INTERVAL_METRICS: dict[str, str] = {
     "itl_p50_ms": "ITL p50",
     "tpot_p50_ms": "TPOT p50",
     "e2e_p50_ms": "E2E p50",
+    "itl_p99_ms": "ITL p99",
+    "tpot_p99_ms": "TPOT p99",
+    "e2e_p99_ms": "E2E p99",
     "requests_per_s": "requests/s",
     "cached_ratio": "cached ratio",
 }
 """`RunSummary` / `PointSummary` field -> its name in tables: the metrics given an interval."""
+SLO_METRICS: dict[str, str] = {
+    "attainment": "SLO attainment",
+    "goodput_requests_per_s": "goodput req/s",
+    "goodput_output_tokens_per_s": "goodput tok/s",
+}
+"""`loadgen.results.RunAttainment` field -> its name in tables: the figures against an SLO
+that a point gives an interval (kept in `PointSummary.intervals` when the point was judged
+against one, and compared A / B as the other metrics are)."""
 
 TOO_MANY = (
     f"the observed difference would need more than {MOST_REPETITIONS} repetitions per side to "
@@ -283,7 +294,7 @@ def _runs(point: RunsOfPoint, metric: str) -> list[float]:
     """The point's runs of `metric`; its value alone where the summary kept no runs."""
     if metric in point.intervals:
         return point.intervals[metric].runs
-    value = getattr(point, metric)
+    value = getattr(point, metric, None)
     return [] if value is None else [value]
 
 
@@ -291,13 +302,14 @@ def ab_comparisons(
     a: Sequence[RunsOfPoint], b: Sequence[RunsOfPoint], confidence: float = CONFIDENCE
 ) -> list[PointComparison]:
     """One `PointComparison` per grid point both sides have (ordered by concurrency, then
-    prefix kinds) and metric of `INTERVAL_METRICS` that both have a value of."""
+    prefix kinds) and metric of `INTERVAL_METRICS` that both have a value of, then of
+    `SLO_METRICS` where both points were judged against an SLO."""
     by_a = {(p.prefix_kinds, p.concurrency): p for p in a}
     by_b = {(p.prefix_kinds, p.concurrency): p for p in b}
     out = []
     for key in sorted(by_a.keys() & by_b.keys(), key=lambda k: (k[1], k[0])):
         pa, pb = by_a[key], by_b[key]
-        for metric in INTERVAL_METRICS:
+        for metric in (*INTERVAL_METRICS, *SLO_METRICS):
             ra, rb = _runs(pa, metric), _runs(pb, metric)
             if not ra or not rb:
                 continue

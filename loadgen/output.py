@@ -6,7 +6,8 @@ Top level (the whole grid so far; rewritten after every run, each file replaced 
 - `runs.csv`: the per-run table (`RunSummary` fields, errors by kind as JSON).
 - `requests.parquet`: one row per measured request: grid coordinates, the raw monotonic
   nanosecond times (`intended_ns`, `sent_ns`, ..., `token_ns` as a list), usage, error.
-- `table.txt`: the seed-style table as printed, grid points with an incident marked.
+- `table.txt`: the seed-style table as printed, grid points with an incident marked, then the
+  tails and, where the points were judged against an SLO, the SLO table.
 - `incidents.json`: `GridResult.incidents` (`loadgen.incidents`), [] when none.
 
 Per run, `runs/k<K>-c<C>-r<R>/`: `requests.parquet` (that run's rows), then `run.json`
@@ -35,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, Incident
-from loadgen.report import SUMMARY_FILE, seed_table, table_text
+from loadgen.report import SUMMARY_FILE, seed_table, slo_table, table_text, tail_table
 from loadgen.request import UNKEPT_FIELDS, ErrorKind, RequestRecord
 from loadgen.results import ErrorSample, GridResult, RunSummary
 
@@ -48,6 +49,8 @@ RUN_FILE = "run.json"
 # Grid axes: a resumed grid may add or drop points and repetitions; every other setting must
 # match the runs already in the folder.
 _AXES = ("prefixKinds", "concurrency", "repetitions")
+# Settings that judge a measurement without changing it: not part of a run's fingerprint.
+_JUDGING = ("slo",)
 
 
 class ResumeError(ValueError):
@@ -150,18 +153,29 @@ def records_from_frame(frame: pd.DataFrame) -> list[RequestRecord]:
     return records
 
 
+def runs_of_frame(frame: pd.DataFrame) -> dict[tuple[int, int, int], list[RequestRecord]]:
+    """A `requests.parquet` frame's records per run (`loadgen.output.records_from_frame`)."""
+    out: dict[tuple[int, int, int], list[RequestRecord]] = {}
+    if frame.empty:
+        return out
+    for key, rows in frame.groupby(["prefix_kinds", "concurrency", "repetition"], sort=True):
+        k, c, r = (int(v) for v in key)
+        out[(k, c, r)] = records_from_frame(rows)
+    return out
+
+
 def grid_settings(
     url: str, model: str, config: LoadConfig, tokenizer: str | None
 ) -> dict[str, Any]:
     """What a run's measurement depends on beyond its grid coordinates: the server (`url`, as
     given), `model`, the `tokenizer` option and every `LoadConfig` field (camelCase) except the
-    grid axes (prefixKinds, concurrency, repetitions)."""
+    grid axes (prefixKinds, concurrency, repetitions) and the SLO (it judges, not measures)."""
     fields = config.model_dump(mode="json", by_alias=True)
     return {
         "url": url,
         "model": model,
         "tokenizer": tokenizer,
-        **{key: value for key, value in fields.items() if key not in _AXES},
+        **{key: value for key, value in fields.items() if key not in (*_AXES, *_JUDGING)},
     }
 
 
@@ -288,7 +302,9 @@ class ResultsFolder:
             title=title,
             simulated=result.simulated is not None,
         )
-        write_text_atomic(self.path / TABLE_FILE, table_text(table))
+        tables = [table, tail_table(result.points), slo_table(result.points)]
+        text = "\n".join(table_text(t) for t in tables if t is not None)
+        write_text_atomic(self.path / TABLE_FILE, text)
         incidents = [incident.model_dump(mode="json") for incident in result.incidents]
         write_text_atomic(self.path / INCIDENTS_FILE, json.dumps(incidents, indent=2) + "\n")
         write_text_atomic(self.path / RESULT_FILE, result.model_dump_json(indent=2) + "\n")

@@ -8,6 +8,7 @@ at least `PIPED_WIDTH` wide when stdout is not a terminal, so larger values fit 
 
 import io
 import json
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -17,9 +18,11 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen.config import error_message
+from loadgen.goodput import highest_meeting
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe
 from loadgen.intervals import INTERVAL_METRICS, MOST_REPETITIONS, TOO_MANY, PointComparison
 from loadgen.results import PointSummary, RunSummary
+from loadgen.slo import OBJECTIVES
 from loadgen.stats import queue_large, short_of_offered
 
 SUMMARY_FILE = "summary.json"
@@ -172,15 +175,28 @@ def seed_rows(
     return rows
 
 
-def comparison_rows(a: Sequence[PointSummary], b: Sequence[PointSummary]) -> list[list[str]]:
-    """The cells of `comparison_table` ("A / B"), one list per row."""
+SEED_COLUMNS = _COLUMNS
+"""The seed table's columns (header, cell), as `comparison_rows` takes them."""
+
+
+def comparison_rows(
+    a: Sequence[PointSummary],
+    b: Sequence[PointSummary],
+    columns: Sequence[tuple[str, _Cell]] = _COLUMNS,
+    *,
+    both: bool = True,
+) -> list[list[str]]:
+    """The cells of `comparison_table` ("A / B"), one list per row (`columns`: the seed
+    table's, or another table's such as `TAIL_COLUMNS`); `both=False`: A's cells alone."""
     by_point_a = {(p.prefix_kinds, p.concurrency): p for p in a}
     by_point_b = {(p.prefix_kinds, p.concurrency): p for p in b}
     keys = sorted(by_point_a.keys() | by_point_b.keys(), key=lambda k: (k[1], k[0]))
     rows = []
     for key in keys:
         pa, pb = by_point_a.get(key), by_point_b.get(key)
-        cells = [f"{cell(pa) if pa else '-'} / {cell(pb) if pb else '-'}" for _, cell in _COLUMNS]
+        cells = [f"{cell(pa) if pa else '-'} / {cell(pb) if pb else '-'}" for _, cell in columns]
+        if not both:
+            cells = [cell(pa) if pa else "-" for _, cell in columns]
         rows.append([str(key[0]), str(key[1]), *cells])
     return rows
 
@@ -407,3 +423,273 @@ def load_points(result_dir: Path) -> list[PointSummary]:
         ) from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{file} is not JSON: {exc}") from None
+
+
+def _fine(value: float | None) -> str:
+    """A latency for the tail table: one decimal below 100 ms (ITL, TPOT), none above."""
+    if value is None:
+        return "-"
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+TAIL_COLUMNS: tuple[tuple[str, _Cell], ...] = (
+    ("ITL p50\nms", lambda p: _fine(p.itl_p50_ms)),
+    ("ITL p99\nms", lambda p: _fine(p.itl_p99_ms)),
+    ("TPOT p50\nms", lambda p: _fine(p.tpot_p50_ms)),
+    ("TPOT p99\nms", lambda p: _fine(p.tpot_p99_ms)),
+    ("E2E p50\nms", lambda p: _ms(p.e2e_p50_ms)),
+    ("E2E p99\nms", lambda p: _ms(p.e2e_p99_ms)),
+    ("cold\nreqs", lambda p: str(p.cold_requests)),
+    ("TTFT p99 ms\nw/o cold", lambda p: _ms(p.tails_warm_ms.get("ttft_p99_ms"))),
+)
+"""The tail table's columns: ITL, TPOT and E2E at p50 and p99, the requests that were the
+first of their client (cold, summed over repetitions; kept in every other figure) and the
+TTFT p99 without them."""
+TAIL_AB_COLUMNS = tuple(column for column in TAIL_COLUMNS if "p50" not in column[0])
+"""The tail table's columns in "A / B" form: the p99s, cold requests and the TTFT p99 without
+them (the p50s stand in the seed table's verdicts and `--json`), so two sides fit 100 columns."""
+TAIL_CAPTION = (
+    "cold: requests that were the first of their client (the closed loop's first burst), "
+    "included in every figure; w/o cold: the same p99 without them"
+)
+
+
+def tail_table(points: Sequence[PointSummary], title: str | None = None) -> Table:
+    """One row per grid point (ordered as `seed_table`): `TAIL_COLUMNS`, captioned."""
+    table = _table(title, TAIL_COLUMNS)
+    for row in tail_rows(points):
+        table.add_row(*row)
+    table.caption, table.caption_justify = TAIL_CAPTION, "left"
+    return table
+
+
+def tail_rows(points: Sequence[PointSummary]) -> list[list[str]]:
+    """The cells of `tail_table`, one list per row."""
+    return [
+        [str(p.prefix_kinds), str(p.concurrency), *(cell(p) for _, cell in TAIL_COLUMNS)]
+        for p in _ordered(points)
+    ]
+
+
+def _interval_of(p: PointSummary, metric: str, fmt: Callable[[float | None], str]) -> str:
+    found = p.intervals.get(metric)
+    if found is None or found.low is None:
+        return ""
+    return f"\n{fmt(found.low)}-{fmt(found.high)}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def binding_text(p: PointSummary) -> str:
+    """The point's binding objective as "TTFT p99 900 / 1,000" (its p99 / the bound, ms);
+    "-" where the point was not judged or had no value."""
+    if p.slo is None or p.slo.binding is None:
+        return "-"
+    key = p.slo.binding
+    bound = p.slo.slo.objectives()[key]
+    return f"{OBJECTIVES[key]} {_fine(p.slo.p99_ms[key])} / {bound:,.6g}"
+
+
+def met_text(p: PointSummary | None) -> str:
+    """ "met" / "MISSED" for a judged point (its SLO's p99s hold or not), "-" otherwise."""
+    if p is None or p.slo is None:
+        return "-"
+    return "met" if p.slo.slo_met else "MISSED"
+
+
+SLO_HEADERS = (
+    *_KEY_HEADERS,
+    "SLO",
+    "attain-\nment",
+    "goodput\nreq/s",
+    "goodput\ntok/s",
+    "req/s\nper GPU",
+    "binding: p99 / bound ms",
+)
+
+
+def slo_table(points: Sequence[PointSummary], title: str | None = None) -> Table | None:
+    """The judged points (ordered as `seed_table`) against their SLO: met or MISSED (every
+    objective's p99 within its bound), attainment and goodput (req/s, output tok/s, req/s per
+    GPU) with their intervals on a second line, and the binding objective; the caption says
+    the SLO and the highest load that met it. None when no point was judged."""
+    judged = [p for p in _ordered(points) if p.slo is not None]
+    if not judged:
+        return None
+    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
+    for header in SLO_HEADERS:
+        table.add_column(header, no_wrap=True)
+    for p in judged:
+        assert p.slo is not None
+        per_gpu = p.slo.goodput_requests_per_s_per_gpu
+        table.add_row(
+            str(p.prefix_kinds),
+            str(p.concurrency),
+            met_text(p),
+            _share(p.slo.attainment) + _interval_of(p, "attainment", _share),
+            _rate(p.slo.goodput_requests_per_s) + _interval_of(p, "goodput_requests_per_s", _rate),
+            f"{p.slo.goodput_output_tokens_per_s:,.0f}",
+            "-" if per_gpu is None else f"{per_gpu:.2f}",
+            binding_text(p),
+        )
+    table.caption, table.caption_justify = slo_caption(judged), "left"
+    return table
+
+
+def slo_caption(points: Sequence[PointSummary]) -> str:
+    """What the SLO table judged: the SLO, what met and attainment mean, and the highest load
+    that met it (or that none did)."""
+    slo = next(p.slo.slo for p in points if p.slo is not None)
+    best = highest_meeting(points)
+    top = (
+        "no grid point met it"
+        if best is None
+        else f"highest load that met it: prefix kinds {best.prefix_kinds}, concurrency "
+        f"{best.concurrency} ({best.requests_per_s:.1f} req/s)"
+    )
+    return (
+        f"SLO: {slo.describe()}; met: each objective's p99 over the point within its bound; "
+        "attainment: requests that met every objective (failed ones did not); goodput: those "
+        f"requests per second; {top}"
+    )
+
+
+SLO_VERDICT_HEADERS = (
+    *_KEY_HEADERS,
+    "SLO\nA / B",
+    "attainment\nA / B",
+    "goodput req/s\nA / B",
+    "B / A",
+    "interval",
+    "verdict",
+)
+
+
+def slo_verdict_table(
+    a: Sequence[PointSummary],
+    b: Sequence[PointSummary],
+    comparisons: Sequence[PointComparison],
+    title: str | None = None,
+) -> Table | None:
+    """Per grid point judged on both sides: which side met the SLO, the attainments, the
+    goodputs (req/s) and B / A with its interval and verdict (`comparisons`: the points'
+    `ab_comparisons`, whose `goodput_requests_per_s` is used). None when no point of both
+    sides was judged."""
+    by_a = {(p.prefix_kinds, p.concurrency): p for p in a if p.slo is not None}
+    by_b = {(p.prefix_kinds, p.concurrency): p for p in b if p.slo is not None}
+    goodput = {
+        (c.prefix_kinds, c.concurrency): c
+        for c in comparisons
+        if c.metric == "goodput_requests_per_s"
+    }
+    keys = sorted(by_a.keys() & by_b.keys(), key=lambda k: (k[1], k[0]))
+    if not keys:
+        return None
+    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
+    for header in SLO_VERDICT_HEADERS:
+        table.add_column(header, no_wrap=header != "verdict")
+    for key in keys:
+        pa, pb, c = by_a[key], by_b[key], goodput.get(key)
+        assert pa.slo is not None and pb.slo is not None
+        table.add_row(
+            str(key[0]),
+            str(key[1]),
+            f"{met_text(pa)} / {met_text(pb)}",
+            f"{_share(pa.slo.attainment)} / {_share(pb.slo.attainment)}",
+            f"{_rate(pa.slo.goodput_requests_per_s)} / {_rate(pb.slo.goodput_requests_per_s)}",
+            "-" if c is None or c.ratio is None else f"x{c.ratio:.2f}",
+            "-" if c is None or c.ratio_ci is None else f"{c.ratio_ci[0]:.2f}-{c.ratio_ci[1]:.2f}",
+            "-" if c is None else c.verdict or "no verdict (1 run)",
+        )
+    slo = next(iter(by_a.values())).slo
+    assert slo is not None
+    table.caption = (
+        f"SLO: {slo.slo.describe()}; goodput: requests/s that met every objective; B / A of "
+        "the medians, interval and verdict as in the table above"
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def tail_comparison_table(
+    a: Sequence[PointSummary], b: Sequence[PointSummary], title: str | None = None
+) -> Table:
+    """`TAIL_AB_COLUMNS` as "A / B" cells for the union of grid points."""
+    table = _table(title, TAIL_AB_COLUMNS)
+    for row in comparison_rows(a, b, TAIL_AB_COLUMNS):
+        table.add_row(*row)
+    table.caption, table.caption_justify = TAIL_CAPTION, "left"
+    return table
+
+
+def _goodput_of(p: PointSummary) -> float | None:
+    return None if p.slo is None else p.slo.goodput_requests_per_s
+
+
+STACK_METRICS: dict[str, tuple[str, _Cell]] = {
+    "ttft_p50_ms": ("TTFT p50 ms", lambda p: _ms(p.ttft_p50_ms)),
+    "ttft_p99_ms": ("TTFT p99 ms", lambda p: _ms(p.ttft_p99_ms)),
+    "itl_p99_ms": ("ITL p99 ms", lambda p: _fine(p.itl_p99_ms)),
+    "tpot_p99_ms": ("TPOT p99 ms", lambda p: _fine(p.tpot_p99_ms)),
+    "e2e_p99_ms": ("E2E p99 ms", lambda p: _ms(p.e2e_p99_ms)),
+    "requests_per_s": ("requests/s", lambda p: _rate(p.requests_per_s)),
+    "cached_ratio": ("cached ratio", lambda p: _ratio(p.cached_ratio)),
+    "goodput_requests_per_s": (
+        "goodput req/s (SLO met / MISSED)",
+        lambda p: f"{_rate(_goodput_of(p))} {met_text(p)}",
+    ),
+}
+"""The metrics `stacks_tables` gives one table each: key -> (title, cell). The goodput table
+appears only where a point was judged against an SLO."""
+
+
+def rank_stacks(
+    named: Sequence[tuple[str, Sequence[PointSummary]]],
+) -> list[tuple[str, Sequence[PointSummary]]]:
+    """`named` (stack name, its points) ranked by goodput, highest first: the median over the
+    stack's judged points of its goodput (req/s); stacks without a judged point last, in the
+    order given. Without any SLO, the order given."""
+
+    def goodput(points: Sequence[PointSummary]) -> float | None:
+        values = [g for p in points if (g := _goodput_of(p)) is not None]
+        return statistics.median(values) if values else None
+
+    scored = [(goodput(points), n, (name, points)) for n, (name, points) in enumerate(named)]
+    scored.sort(key=lambda item: (item[0] is None, -(item[0] or 0.0), item[1]))
+    return [entry for _, _, entry in scored]
+
+
+def stacks_tables(
+    named: Sequence[tuple[str, Sequence[PointSummary]]], simulated: bool = False
+) -> list[Table]:
+    """One table per metric of `STACK_METRICS` with every stack as a column (`rank_stacks`'
+    order: by goodput where an SLO judged them) and one row per grid point of any stack ("-"
+    where a stack lacks it); the goodput table only where a point was judged."""
+    ranked = rank_stacks(named)
+    by_stack = [
+        (name, {(p.prefix_kinds, p.concurrency): p for p in points}) for name, points in ranked
+    ]
+    keys = sorted({k for _, pts in by_stack for k in pts}, key=lambda k: (k[1], k[0]))
+    judged = any(p.slo is not None for _, pts in ranked for p in pts)
+    tables = []
+    for metric, (title, cell) in STACK_METRICS.items():
+        if metric == "goodput_requests_per_s" and not judged:
+            continue
+        table = Table(
+            box=box.MINIMAL_HEAVY_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            title=f"{title}{' (SIMULATED)' if simulated else ''}",
+        )
+        for header in (*_KEY_HEADERS, *(name for name, _ in by_stack)):
+            table.add_column(header, no_wrap=True)
+        for key in keys:
+            cells = [cell(pts[key]) if key in pts else "-" for _, pts in by_stack]
+            table.add_row(str(key[0]), str(key[1]), *cells)
+        tables.append(table)
+    if judged:
+        tables[-1].caption = "stacks ranked by goodput: the median of their points' goodput req/s"
+        tables[-1].caption_justify = "left"
+    return tables

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident, RunWindow
+from loadgen.slo import Slo
 
 LOW_SAMPLE_P99 = 100  # a p99 over fewer samples rests on its one or two largest values
 
@@ -222,6 +223,21 @@ class RunSummary(BaseModel):
     ttft_mean_ms: float | None = Field(
         default=None, description="Mean TTFT (ms), beside the server's mean (`server`)."
     )
+    itl_p99_ms: float | None = Field(
+        default=None, description="ITL p99 (ms), pooled over every token as the p50."
+    )
+    tpot_p99_ms: float | None = Field(default=None, description="TPOT p99 (ms) over requests.")
+    e2e_p99_ms: float | None = Field(default=None, description="E2E p99 (ms) over requests.")
+    cold_requests: int = Field(
+        default=0,
+        description="Requests that were the first of their client (closed loop: the first "
+        "`concurrency`, sent together; loadgen.stats.first_of_client); kept in every figure.",
+    )
+    tails_warm_ms: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="The p99s (ttft_p99_ms, itl_p99_ms, tpot_p99_ms, e2e_p99_ms) without the "
+        "cold requests, beside the figures that include them.",
+    )
     server: ServerRunMetrics | None = Field(
         default=None, description="What the server's /metrics counted during the run."
     )
@@ -257,6 +273,60 @@ class MetricInterval(BaseModel):
     high: float | None = None
 
 
+class RunAttainment(BaseModel):
+    """One run against an SLO. `requests`: all the run's requests (failed ones count as not
+    met); `met`: those that met every objective; `missed_by`: per objective, the requests
+    that missed it (failed ones under each); `attainment`: met / requests (0 without requests);
+    `goodput_requests_per_s` / `goodput_output_tokens_per_s`: the met requests and their
+    completion tokens per second of the run's span (`duration_s`); `p99_ms`: the run's p99 of
+    each objective's metric (`loadgen.stats.tails`), `cold`: the requests that were the first
+    of their client (`loadgen.stats.first_of_client`), `p99_warm_ms`: the same p99s without
+    them."""
+
+    requests: int
+    met: int
+    missed_by: dict[str, int]
+    attainment: float
+    duration_s: float
+    goodput_requests_per_s: float
+    goodput_output_tokens_per_s: float
+    p99_ms: dict[str, float | None]
+    cold: int
+    p99_warm_ms: dict[str, float | None]
+
+
+class PointAttainment(BaseModel):
+    """One grid point against an SLO, from its runs' `RunAttainment`s (repetition order).
+
+    `attainment`, `goodput_requests_per_s`, `goodput_output_tokens_per_s`: the median of the
+    runs, each with its runs and interval in `intervals` (`loadgen.intervals.point_interval` at
+    `confidence`); `*_per_gpu`: the goodputs / `gpus` (None without a GPU count).
+    `p99_ms`: per objective, the median of the runs' p99s; `holds`: per objective, that median
+    within the bound (None: no run had a value); `slo_met`: every objective holds (and the
+    point had successful requests); `binding`: the objective with the largest p99 / bound (None
+    without a value); `requests`, `met`, `cold`: sums over the runs; `missed_by`: sums."""
+
+    slo: Slo
+    repetitions: int
+    requests: int
+    met: int
+    missed_by: dict[str, int]
+    attainment: float
+    goodput_requests_per_s: float
+    goodput_output_tokens_per_s: float
+    gpus: int | None = None
+    goodput_requests_per_s_per_gpu: float | None = None
+    goodput_output_tokens_per_s_per_gpu: float | None = None
+    p99_ms: dict[str, float | None]
+    p99_warm_ms: dict[str, float | None]
+    cold: int
+    holds: dict[str, bool | None]
+    slo_met: bool
+    binding: str | None
+    confidence: float
+    intervals: dict[str, MetricInterval] = Field(default_factory=dict)
+
+
 class PointSummary(BaseModel):
     """One grid point: the median over its repetitions of each run metric (as in the seed);
     `errors`, `samples` and the `cached_*` counts are sums over the repetitions.
@@ -286,8 +356,22 @@ class PointSummary(BaseModel):
     cached_not_prefix_hits: int = 0
     errors: int
     samples: int
+    itl_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    cold_requests: int = Field(
+        default=0, description="Requests that were the first of their client, over the runs."
+    )
+    tails_warm_ms: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="The medians of the runs' p99s without the cold requests.",
+    )
     confidence: float | None = None
     intervals: dict[str, MetricInterval] = Field(default_factory=dict)
+    slo: PointAttainment | None = Field(
+        default=None,
+        description="The point against the SLO it was judged by (loadgen.goodput); None: none.",
+    )
 
 
 class GridResult(BaseModel):

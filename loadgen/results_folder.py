@@ -16,6 +16,7 @@ required; every other file is optional and read when present:
 - `status.json`: the load step's status (ok / degraded / failed).
 """
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,11 +27,13 @@ from typing import Any
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
-from loadgen.config import LoadConfig, error_message
+from loadgen.config import Arrival, LoadConfig, error_message
+from loadgen.goodput import judge_points
 from loadgen.incidents import INCIDENTS_FILE, Incident
-from loadgen.output import REQUESTS_FILE, RESULT_FILE
+from loadgen.output import REQUESTS_FILE, RESULT_FILE, runs_of_frame
 from loadgen.report import SUMMARY_FILE, load_points
 from loadgen.results import GridResult, PointSummary
+from loadgen.slo import Slo, SloError
 
 STEP_FILE = "step.json"  # the load step's inputs (loadstep/runtime.py)
 STATUS_FILE = "status.json"  # the load step's status (loadstep/runtime.py)
@@ -68,6 +71,30 @@ class LoadedResults:
     def started_at(self) -> datetime | None:
         """Wall-clock start of the grid (UTC), when `result.json` was read."""
         return self.grid.started_at if self.grid is not None else None
+
+    @property
+    def gpus(self) -> int | None:
+        """The GPUs the stack ran on (`stack.json`'s resources), for per-GPU goodput."""
+        gpus = (self.stack.get("resources") or {}).get("gpus")
+        return gpus if isinstance(gpus, int) and gpus > 0 else None
+
+    def judged(self, slo: Slo | None) -> "LoadedResults":
+        """These results with their points judged against `slo`
+        (`loadgen.goodput.judge_points`, from `requests`; the closed or open loop and the
+        GPUs as recorded); with None, against the SLO the grid ran with (`load.slo`) when
+        its points were not judged yet, else as they are. Raises `SloError` (one line, the
+        folder named) for an SLO the runs cannot have (`loadgen.goodput.evaluate_run`)."""
+        slo = slo or (self.grid.config.slo if self.grid is not None else None)
+        if slo is None or self.requests.empty:
+            return self
+        closed = self.grid is None or self.grid.config.arrival is Arrival.CLOSED
+        try:
+            points = judge_points(
+                self.points, runs_of_frame(self.requests), slo, closed=closed, gpus=self.gpus
+            )
+        except SloError as exc:
+            raise SloError(f"{self.path}: {exc}") from None
+        return dataclasses.replace(self, points=points)
 
 
 def _json_file(path: Path) -> Any:

@@ -20,6 +20,7 @@ from rich.progress import Progress
 
 from loadgen.api import base_url, server_of, short_message
 from loadgen.config import Arrival, LoadConfig, ReadyCheck
+from loadgen.goodput import judge_points
 from loadgen.incidents import Incident, placed_all
 from loadgen.loops import OnDone, Share, ShareResult, Warmup, run_share
 from loadgen.observers import GridObserver
@@ -30,6 +31,7 @@ from loadgen.output import (
     ResumeError,
     grid_settings,
     records_frame,
+    records_from_frame,
 )
 from loadgen.output_tokens import count_output_tokens
 from loadgen.plan import calibrate_word_sizer, grid_keys, run_label, share_for_run
@@ -44,6 +46,7 @@ from loadgen.readiness import wait_until_serving
 from loadgen.request import RequestRecord
 from loadgen.results import ErrorSample, GridResult, Readiness
 from loadgen.server_metrics import ServerMetrics
+from loadgen.slo import SloError
 from loadgen.stats import client_budget_warning, summarize_point, summarize_run
 from loadgen.workers import WorkerPool, auto_workers, split_share
 
@@ -120,6 +123,7 @@ def grid_result(
     observers: Sequence[GridObserver] = (),
     earlier_incidents: Sequence[Incident] = (),
     simulated: str | None = None,
+    gpus: int | None = None,
 ) -> GridResult:
     """The `GridResult` of the runs finished so far (in any order; reported in grid order).
 
@@ -128,7 +132,9 @@ def grid_result(
     `FIRST_ERRORS_KEPT` of all runs; warnings are the runs' own, each prefixed with its run,
     then the `observers`'. Incidents: `earlier_incidents` (a resumed grid's) and the
     observers', placed on the grid's timeline (`loadgen.incidents.placed`), in time order.
-    `simulated`: `GridResult.simulated` (None: measured).
+    `simulated`: `GridResult.simulated` (None: measured). With `config.slo`, every point is
+    judged against it from its runs' records (`loadgen.goodput.judge_points`; `gpus`: the
+    deployment's GPUs, for the per-GPU goodput).
     """
     order = {key: n for n, key in enumerate(grid_keys(config))}
     ordered = sorted(runs, key=lambda run: order.get(run.key, len(order)))
@@ -169,6 +175,19 @@ def grid_result(
     windows = [w for w in (s.window() for s in summaries) if w is not None]
     incidents = [*earlier_incidents, *(i for o in observers for i in o.incidents())]
     incidents = placed_all(incidents, started_at, windows)
+    point_summaries = [
+        summarize_point([s for s in summaries if (s.prefix_kinds, s.concurrency) == point])
+        for point in points
+    ]
+    if config.slo is not None:
+        records = {run.key: records_from_frame(run.frame) for run in ordered}
+        closed = config.arrival is Arrival.CLOSED
+        try:
+            point_summaries = judge_points(
+                point_summaries, records, config.slo, closed=closed, gpus=gpus
+            )
+        except SloError as exc:  # measured already: said, not raised
+            warnings.append(f"not judged against the SLO: {exc}")
     return GridResult(
         url=url,
         model=model,
@@ -176,10 +195,7 @@ def grid_result(
         token_count_source=token_count_source,
         started_at=started_at,
         finished_at=datetime.now(UTC),
-        points=[
-            summarize_point([s for s in summaries if (s.prefix_kinds, s.concurrency) == point])
-            for point in points
-        ],
+        points=point_summaries,
         runs=summaries,
         errors_by_kind=dict(by_kind),
         first_errors=first_errors,

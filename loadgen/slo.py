@@ -97,15 +97,15 @@ class Slo(BaseModel):
             low, high = PLAUSIBLE_MS[key]
             if value < low:
                 raise ValueError(
-                    f"{key}={value:g} is {_ms(value)}, below the {_ms(low)} a {OBJECTIVES[key]} "
-                    f"can be; the value is in milliseconds: for {value:g} s write "
-                    f"{key}={value * 1000:g}"
+                    f"{key}={value:g} is {_ms(value)}, below any {OBJECTIVES[key]} (at least "
+                    f"{_ms(low)}); the value is in milliseconds: for {value:g} s write "
+                    f"{value * 1000:g}"
                 )
             if value > high:
                 raise ValueError(
-                    f"{key}={value:g} is {_ms(value)}, above the {_ms(high)} a {OBJECTIVES[key]} "
-                    f"can be meant as; the value is in milliseconds: for {value:g} us write "
-                    f"{key}={value / 1000:g}"
+                    f"{key}={value:g} is {_ms(value)}, above any {OBJECTIVES[key]} meant (at "
+                    f"most {_ms(high)}); the value is in milliseconds: for {value:g} us write "
+                    f"{value / 1000:g}"
                 )
         return self
 
@@ -129,8 +129,9 @@ class Slo(BaseModel):
         for key in self.objectives():
             if key in NEEDS_TWO_TOKENS:
                 raise SloError(
-                    f"slo {key}: {OBJECTIVES[key]} needs 2 or more output tokens per request "
-                    f"but maxTokens is {max_tokens}; set maxTokens >= 2 or drop {key}"
+                    f"slo {key} ({STACK_KEYS[key]} in load.slo): {OBJECTIVES[key]} needs 2 or "
+                    f"more output tokens per request but maxTokens is {max_tokens}; set "
+                    "maxTokens >= 2 or drop that objective"
                 )
 
 

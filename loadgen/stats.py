@@ -7,6 +7,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loadgen.intervals import CONFIDENCE, INTERVAL_METRICS, point_interval
@@ -189,6 +190,55 @@ TAILS: dict[str, str] = {
 """The tail figures every table gives beside the p50s: key -> name in tables."""
 
 
+@dataclass(frozen=True, slots=True)
+class Latencies:
+    """Each successful request's own latencies (ms), in the order of the records they came
+    from: TTFT, its ITLs (`itl_ms`), TPOT, E2E (None where it has none)."""
+
+    ttft: list[float | None]
+    itl: list[list[float]]
+    tpot: list[float | None]
+    e2e: list[float | None]
+
+    @staticmethod
+    def of(
+        good: Sequence[RequestRecord],
+        tokens: Sequence[list[float]] | None = None,
+        gaps: Sequence[list[float]] | None = None,
+    ) -> Latencies:
+        """The latencies of `good` (successful records); `tokens` / `gaps`: each record's
+        `chunk_tokens` / `icl_ms` when computed already."""
+        tokens = [chunk_tokens(r) for r in good] if tokens is None else tokens
+        gaps = [icl_ms(r) for r in good] if gaps is None else gaps
+        return Latencies(
+            ttft=[ttft_ms(r) for r in good],
+            itl=[itl_ms(r, n, g) for r, n, g in zip(good, tokens, gaps, strict=True)],
+            tpot=[tpot_ms(r, n) for r, n in zip(good, tokens, strict=True)],
+            e2e=[e2e_ms(r) for r in good],
+        )
+
+    def p(self, q: float, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
+        """The q-th percentile (ms) of each latency, keyed `ttft`, `itl`, `tpot`, `e2e`: TTFT,
+        TPOT and E2E one value per request, ITL pooled over every token of every request;
+        `keep`: per request, whether it counts (default: all)."""
+        kept = [True] * len(self.ttft) if keep is None else keep
+
+        def of(values: Sequence[float | None]) -> float | None:
+            return percentile(_present([v for v, k in zip(values, kept, strict=True) if k]), q)
+
+        itls = [gap for gaps, k in zip(self.itl, kept, strict=True) if k for gap in gaps]
+        return {
+            "ttft": of(self.ttft),
+            "itl": percentile(itls, q),
+            "tpot": of(self.tpot),
+            "e2e": of(self.e2e),
+        }
+
+    def p99s(self, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
+        """`p(99, keep)` keyed as `TAILS` (`ttft_p99_ms`, ...)."""
+        return {f"{name}_p99_ms": value for name, value in self.p(99, keep).items()}
+
+
 def tails(
     good: Sequence[RequestRecord],
     tokens: Sequence[list[float]] | None = None,
@@ -196,18 +246,9 @@ def tails(
 ) -> dict[str, float | None]:
     """The p99 (ms) of each of `TAILS` over the successful requests `good`: TTFT, TPOT and E2E
     one value per request, ITL pooled over every token of every request (`itl_ms`), as the
-    p50s are. `tokens` / `gaps`: each record's `chunk_tokens` / `icl_ms` when computed already."""
-    tokens = [chunk_tokens(r) for r in good] if tokens is None else tokens
-    gaps = [icl_ms(r) for r in good] if gaps is None else gaps
-    itls = [g for r, n, gs in zip(good, tokens, gaps, strict=True) for g in itl_ms(r, n, gs)]
-    return {
-        "ttft_p99_ms": percentile(_present([ttft_ms(r) for r in good]), 99),
-        "itl_p99_ms": percentile(itls, 99),
-        "tpot_p99_ms": percentile(
-            _present([tpot_ms(r, n) for r, n in zip(good, tokens, strict=True)]), 99
-        ),
-        "e2e_p99_ms": percentile(_present([e2e_ms(r) for r in good]), 99),
-    }
+    p50s are (`Latencies.p`). `tokens` / `gaps`: each record's `chunk_tokens` / `icl_ms` when
+    computed already."""
+    return Latencies.of(good, tokens, gaps).p99s()
 
 
 # An open loop that sent less than this share of its offered rate did not deliver it.
@@ -458,6 +499,10 @@ def summarize_run(
     tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
     gaps = [icl_ms(r) for r in good]
     per_chunk = [n for counts in tokens for n in counts]
+    latencies = Latencies.of(good, tokens, gaps)  # computed once: p50s, p99s, warm p99s
+    tail, median = latencies.p99s(), latencies.p(50)
+    cold = first_of_client(records, concurrency, closed=offered_rate_per_s is None)
+    warm = [not c for r, c in zip(records, cold, strict=True) if r.ok]
     icl_p50 = percentile([gap for g in gaps for gap in g], 50)
     multi = sum(bool(n) and sum(n) / len(n) >= MULTI_TOKEN_CHUNK for n in tokens)
     if multi:
@@ -549,14 +594,16 @@ def summarize_run(
         errors_by_kind=dict(errors),
         duration_s=span_s,
         ttft_mean_ms=statistics.fmean(ttfts) if ttfts else None,
+        itl_p99_ms=tail["itl_p99_ms"],
+        tpot_p99_ms=tail["tpot_p99_ms"],
+        e2e_p99_ms=tail["e2e_p99_ms"],
+        cold_requests=sum(cold),
+        tails_warm_ms=latencies.p99s(warm),
         ttft_p50_ms=ttft_p50,
         ttft_p90_ms=percentile(ttfts, 90),
-        ttft_p99_ms=percentile(ttfts, 99),
+        ttft_p99_ms=tail["ttft_p99_ms"],
         first_chunk_p50_ms=percentile(first_chunks, 50),
-        itl_p50_ms=percentile(
-            [gap for r, n, g in zip(good, tokens, gaps, strict=True) for gap in itl_ms(r, n, g)],
-            50,
-        ),
+        itl_p50_ms=median["itl"],
         icl_p50_ms=icl_p50,
         content_events_per_read=per_read,
         single_read_requests=whole,
@@ -564,10 +611,8 @@ def summarize_run(
         output_tokens_p50=percentile(lengths, 50),
         output_tokens_counted=sum(counted.values()),
         output_tokens_mismatch=mismatch,
-        tpot_p50_ms=percentile(
-            _present([tpot_ms(r, n) for r, n in zip(good, tokens, strict=True)]), 50
-        ),
-        e2e_p50_ms=percentile(_present([e2e_ms(r) for r in good]), 50),
+        tpot_p50_ms=median["tpot"],
+        e2e_p50_ms=median["e2e"],
         queue_p50_ms=percentile(queues, 50),
         queue_p99_ms=queue_p99,
         requests_per_s=len(good) / span_s if span_s > 0 else 0.0,
@@ -646,6 +691,11 @@ def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
         cached_not_prefix_hits=sum(r.cached_not_prefix_hits for r in runs),
         errors=sum(r.errors for r in runs),
         samples=sum(r.samples for r in runs),
+        itl_p99_ms=_median([r.itl_p99_ms for r in runs]),
+        tpot_p99_ms=_median([r.tpot_p99_ms for r in runs]),
+        e2e_p99_ms=_median([r.e2e_p99_ms for r in runs]),
+        cold_requests=sum(r.cold_requests for r in runs),
+        tails_warm_ms={key: _median([r.tails_warm_ms.get(key) for r in runs]) for key in TAILS},
         confidence=CONFIDENCE,
         intervals=point_intervals(runs, CONFIDENCE),
     )

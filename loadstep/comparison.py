@@ -23,8 +23,8 @@ from stackmodel.resources import ResourceComparison, resource_note
 from stackmodel.stack_layout import short_stack_name
 
 RATIO_METRICS = tuple(INTERVAL_METRICS)
-"""Compared with a ratio B/A, its interval and a verdict: TTFT p50 and p99, ITL p50, TPOT
-p50, E2E p50 (ms), requests/s, cached-token ratio (`loadgen.intervals.INTERVAL_METRICS`)."""
+"""Compared with a ratio B/A, its interval and a verdict: TTFT p50 and p99, ITL, TPOT and E2E
+p50 and p99 (ms), requests/s, cached-token ratio (`loadgen.intervals.INTERVAL_METRICS`)."""
 
 RATIO_DIGITS = 3
 
@@ -42,6 +42,9 @@ class PointMetrics(BaseModel):
     itl_p50_ms: float | None = None
     tpot_p50_ms: float | None = None
     e2e_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2e_p99_ms: float | None = None
     requests_per_s: float | None = None
     cached_ratio: float | None = None
     errors: int = 0
@@ -79,6 +82,9 @@ class ComparisonRow(BaseModel):
     itl_p50_ms: Pair
     tpot_p50_ms: Pair
     e2e_p50_ms: Pair
+    itl_p99_ms: Pair
+    tpot_p99_ms: Pair
+    e2e_p99_ms: Pair
     requests_per_s: Pair
     cached_ratio: Pair
     errors: Pair

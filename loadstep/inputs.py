@@ -12,7 +12,9 @@ Outputs of the step (``pulumi stack output results --json`` etc.):
 - ``status``: :class:`StepStatus` (``ok`` / ``degraded`` / ``failed`` with error counts);
 - ``ranAt`` / ``finishedAt``: UTC ISO-8601 times of the run; ``resultsDir``: the local folder;
 - ``incidents``: what the graph's pods did during the step (:mod:`kubeclient.pod_watch`), as
-  :class:`loadgen.incidents.Incident` objects; also in ``status``.
+  :class:`loadgen.incidents.Incident` objects; also in ``status``;
+- ``slo``: with ``load.slo``, per grid point whether it met the SLO and the highest load that
+  did (:func:`slo_output`); each ``results`` object also carries its ``sloMet``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from loadgen.config import Arrival, LoadConfig, ReadyCheck
+from loadgen.goodput import highest_meeting
 from loadgen.incidents import Incident, describe
-from loadgen.results import GridResult
+from loadgen.results import GridResult, PointSummary
 from manifests.graph import PULUMI_ANNOTATION_PREFIX, frontend_service_manifest
 from stackmodel.config import StackConfig, StackLoadConfig
 from stackmodel.resources import StackResources
@@ -39,7 +42,7 @@ RERUN_INPUTS = ("url", "model", "grid", "fingerprint", "runId")
 """Inputs whose change re-runs the grid (``diff`` reports them); the other inputs (deadline,
 failOnErrors, ...) only shape the next run."""
 
-OUTPUT_KEYS = ("results", "status", "ranAt", "finishedAt", "resultsDir", "incidents")
+OUTPUT_KEYS = ("results", "status", "ranAt", "finishedAt", "resultsDir", "incidents", "slo")
 """The step's output properties (set by create/update; None until the step has run)."""
 
 
@@ -457,13 +460,57 @@ def step_outputs(
 ) -> dict[str, Any]:
     """The output properties (:data:`OUTPUT_KEYS`) of one run, JSON-ready.
 
-    ``results`` holds loadgen's ``summary.json`` objects of the finished points ([] if none).
+    ``results`` holds loadgen's ``summary.json`` objects of the finished points ([] if none),
+    each with ``sloMet``: whether the point met ``load.slo`` (None without one); ``slo``:
+    :func:`slo_output` (None without ``load.slo``).
     """
+    points = [] if result is None else result.points
     return {
-        "results": [] if result is None else [p.model_dump(mode="json") for p in result.points],
+        "results": [
+            {**p.model_dump(mode="json"), "sloMet": None if p.slo is None else p.slo.slo_met}
+            for p in points
+        ],
+        "slo": slo_output(points),
         "status": status.model_dump(mode="json"),
         "ranAt": ran_at.isoformat(),
         "finishedAt": finished_at.isoformat(),
         "resultsDir": results_dir,
         "incidents": [i.model_dump(mode="json") for i in status.incidents],
+    }
+
+
+def slo_output(points: Sequence[PointSummary]) -> dict[str, Any] | None:
+    """The ``slo`` output: the SLO the points were judged by (``load.slo``, its ``--slo``
+    text and its description), per point whether it met it (``sloMet``) with its attainment
+    and goodput, and ``highestLoadMet``: the point of the highest load that met it
+    (:func:`loadgen.goodput.highest_meeting`; None when none did). None when no point was
+    judged."""
+    judged = [p for p in points if p.slo is not None]
+    if not judged:
+        return None
+    best = highest_meeting(judged)
+    slo = judged[0].slo
+    assert slo is not None
+    return {
+        "slo": slo.slo.option(),
+        "describe": slo.slo.describe(),
+        "points": [
+            {
+                "prefixKinds": p.prefix_kinds,
+                "concurrency": p.concurrency,
+                "sloMet": p.slo.slo_met,
+                "attainment": p.slo.attainment,
+                "goodputRequestsPerS": p.slo.goodput_requests_per_s,
+                "binding": p.slo.binding,
+            }
+            for p in judged
+            if p.slo is not None
+        ],
+        "highestLoadMet": None
+        if best is None
+        else {
+            "prefixKinds": best.prefix_kinds,
+            "concurrency": best.concurrency,
+            "requestsPerS": best.requests_per_s,
+        },
     }

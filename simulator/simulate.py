@@ -44,6 +44,7 @@ from simulator.localgraph import (
 )
 from simulator.retime import write_timed
 from simulator.routing import ROUTING_SPEEDUP, RoutingJob, graph_spec, routing_runs
+from simulator.seed import SEED_SAME_NODE
 from simulator.stack_values import refuse_other_stack_values, stack_values
 from simulator.timing_model import (
     TimingConstants,
@@ -55,8 +56,13 @@ from stackmodel.resources import stack_file_text, stack_resources
 from stackmodel.topology import build_topology
 
 REDUCED_GRID = {"prefix_kinds": [2, 24], "concurrency": [4], "repetitions": 1}
-"""The default simulation grid: the seed's extremes of prefix kinds at its lower concurrency,
-one repetition. ``--full`` runs the stack's own grid (the seed's {2,7,12,24} x {4,8} x 3)."""
+"""The default simulation grid of the seed's two stacks (:data:`REDUCED_GRID_STACKS`): the
+seed's extremes of prefix kinds at its lower concurrency, one repetition. ``--full`` runs their
+own grid (the seed's {2,7,12,24} x {4,8} x 3); every other stack runs its own ``load`` grid."""
+
+REDUCED_GRID_STACKS = tuple(SEED_SAME_NODE)
+"""The stacks simulated on :data:`REDUCED_GRID` unless told otherwise, by name: the seed's two
+(the README's main job, kept to seconds)."""
 
 
 REDUCED_REQUESTS_PER_RUN = 100
@@ -83,6 +89,21 @@ def simulation_load(
         update.pop(name, None)
     update |= dict(grid or {})
     return LoadConfig.model_validate(load.model_dump() | update)
+
+
+def stack_load(
+    stack: str,
+    cfg: StackConfig,
+    *,
+    full: bool,
+    grid: Mapping[str, Any] | None = None,
+    settings: Sequence[Setting] = (),
+) -> LoadConfig:
+    """The grid ``testbed simulate`` runs for ``stack``: :func:`simulation_load` of its own
+    ``load`` section, the :data:`REDUCED_GRID` for the stacks of :data:`REDUCED_GRID_STACKS`
+    (by name) unless ``full``."""
+    own = full or stack not in REDUCED_GRID_STACKS
+    return simulation_load(cfg, full=own, grid=grid, settings=settings)
 
 
 def grid_length_s(points: Sequence[PointSummary], load: LoadConfig) -> float | None:
@@ -144,11 +165,12 @@ def simulate_stacks(
     each; returns the timed results in the order of ``stacks`` (stack name -> its plan, as
     :func:`stackmodel.stacks.load_stack` gives it with ``settings``).
 
-    The grid each stack runs: :func:`simulation_load` of its ``load`` (``full``: its own grid,
-    else :data:`REDUCED_GRID`), ``grid`` overriding it by :class:`~loadgen.config.LoadConfig`
-    field name (``{"prefix_kinds": [2], "requests_per_run": 20}``). ``speedup_ratio``: the
-    routing run's mocker ``--speedup-ratio``; ``constants``: the timing model's; ``progress``:
-    a progress bar on the terminal.
+    The grid each stack runs: :func:`simulation_load` of its ``load`` (its own grid; the
+    stacks of :data:`REDUCED_GRID_STACKS` :data:`REDUCED_GRID` unless ``full``), ``grid``
+    overriding it by :class:`~loadgen.config.LoadConfig` field name (``{"prefix_kinds": [2],
+    "requests_per_run": 20}``). ``speedup_ratio``: the routing run's mocker
+    ``--speedup-ratio``; ``constants``: the timing model's; ``progress``: a progress bar on
+    the terminal.
 
     Writes, per stack, ``out_dir/<stack>/`` (summary.json, result.json, runs.csv,
     requests.parquet, table.txt, incidents.json, and ``stack.json``: the resources the stack
@@ -174,7 +196,7 @@ def simulate_stacks(
     jobs = []
     for stack, plan in stacks.items():
         spec = graph_spec(plan, speedup_ratio=speedup_ratio, routing_only=True)
-        load = simulation_load(plan.cfg, full=full, grid=grid, settings=settings)
+        load = stack_load(stack, plan.cfg, full=full, grid=grid, settings=settings)
         jobs.append(RoutingJob(plan, spec, load, out_dir / stack))
     for job in jobs:
         values = stack_values(job.plan, settings)

@@ -18,12 +18,14 @@ import typer
 
 from loadgen.intervals import CONFIDENCE
 from testbed.console import fail
+from testbed.slo_option import SloOption, slo_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from loadgen.intervals import PointComparison
     from loadgen.results import PointSummary
+    from loadgen.slo import Slo
 
 
 def read_stack_file(folder: Path) -> dict[str, Any] | None:
@@ -39,48 +41,66 @@ def read_stack_file(folder: Path) -> dict[str, Any] | None:
 
 
 def compare_command(
-    a: Annotated[Path, typer.Argument(help="Result folder A (holding summary.json).")],
-    b: Annotated[Path, typer.Argument(help="Result folder B (holding summary.json).")],
+    folders: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="FOLDER...",
+            help="Result folders (holding summary.json): A and B, or three or more.",
+        ),
+    ],
     as_json: Annotated[
         bool,
         typer.Option(
             "--json",
             help="Print one JSON object per grid point and metric (ratio, interval, verdict, "
-            "repetitions) instead of the tables.",
+            "repetitions) instead of the tables; with three or more folders, each against "
+            "the first.",
         ),
     ] = False,
     confidence: Annotated[
         float,
         typer.Option(min=0.5, max=0.999, help="Confidence level of the intervals and verdicts."),
     ] = CONFIDENCE,
+    slo: SloOption = None,
 ) -> None:
     """Print two results side by side, each cell "A / B" as in the seed (titled SIMULATED when
-    a side is; a simulated side beside a measured one is warned); then which load settings
-    differed and what that invalidates; then per grid point and metric B / A with its interval
-    from the repetitions and a verdict (B higher, lower, or no difference detected, with about
-    how many repetitions would detect it); then, when the folders hold stack.json, whether both
-    stacks had the same model, GPUs and workers, and which metrics a difference affects.
+    a side is; a simulated side beside a measured one is warned), and their tails; then which
+    load settings differed and what that invalidates; then per grid point and metric B / A
+    with its interval from the repetitions and a verdict (B higher, lower, or no difference
+    detected, with about how many repetitions would detect it); with an SLO (--slo or the
+    folders' load.slo), which side met it and the goodput's B / A; then, when the folders
+    hold stack.json, whether both stacks had the same model, GPUs and workers, and which
+    metrics a difference affects. Three or more folders: one table per metric with every
+    folder, ranked by goodput with an SLO.
 
     Exit code 2 with one `error:` line when a folder has no readable summary.json, or when the
     two share no grid point.
 
     Example: testbed compare out/simulate/kv-routing out/simulate/disagg-same-node --json
     """
+    objectives = slo_of(slo)
+    if len(folders) < 2:
+        fail("compare needs two result folders or more: testbed compare A B [C ...]")
+    if len(folders) > 2:
+        compare_many(folders, as_json, confidence, objectives)
+        return
+    a, b = folders
     from loadgen.intervals import ab_comparisons
     from loadgen.settings_diff import provenance_note
 
     labels = [simulated_by(a), simulated_by(b)]
     simulated = any(labels)
     if as_json:
-        points = comparable_points(a, b)
+        points = comparable_points(a, b, objectives)
         rows = [
             {**c.model_dump(mode="json", by_alias=True), "simulated": simulated}
             for c in ab_comparisons(*points, confidence)
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
-    points = compare_tables(a, b, title=f"{a} / {b}{' (SIMULATED)' if simulated else ''}")
-    names = [str((read_stack_file(f) or {}).get("stack") or f) for f in (a, b)]
+    title = f"{a} / {b}{' (SIMULATED)' if simulated else ''}"
+    points = compare_tables(a, b, title=title, slo=objectives)
+    names = [_folder_name(f) for f in (a, b)]
     provenance = provenance_note(names[0], labels[0], names[1], labels[1])
     if provenance:
         from rich.markup import escape
@@ -88,18 +108,68 @@ def compare_command(
         from loadgen.report import table_console
 
         table_console(highlight=False).print(escape(provenance), soft_wrap=True)
-    print_verdicts(ab_comparisons(*points, confidence), simulated)
+    print_verdicts(points, ab_comparisons(*points, confidence), simulated)
     print_resource_note(a, b)
 
 
-def print_verdicts(comparisons: Sequence[PointComparison], simulated: bool) -> None:
-    """The verdict table of an A / B (`loadgen.report.verdict_table`, or its one line when
-    nothing can be judged); with `simulated`, marked as comparing simulations."""
-    from loadgen.report import table_console, verdict_table
+def compare_many(
+    folders: Sequence[Path], as_json: bool, confidence: float, slo: Slo | None
+) -> None:
+    """Three or more results folders: one table per metric with every folder as a column
+    (`loadgen.report.stacks_tables`, ranked by goodput where judged against `slo` or the
+    folders' load.slo); with `as_json`, each folder's `ab_comparisons` against the first."""
+    from loadgen.intervals import ab_comparisons
+    from loadgen.report import stacks_tables, table_console
 
-    title = "B / A: interval and verdict" + (" (SIMULATED)" if simulated else "")
-    found = verdict_table(comparisons, title=title, simulated=simulated)
-    table_console(highlight=False).print(found, soft_wrap=isinstance(found, str))
+    try:
+        named = [(_folder_name(f), folder_points(f, slo)) for f in folders]
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+    simulated = any(simulated_by(f) for f in folders)
+    if as_json:
+        first_name, first = named[0]
+        rows = [
+            {
+                **c.model_dump(mode="json", by_alias=True),
+                "aFolder": first_name,
+                "bFolder": name,
+                "simulated": simulated,
+            }
+            for name, points in named[1:]
+            for c in ab_comparisons(first, points, confidence)
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    console = table_console()
+    for table in stacks_tables(named, simulated=simulated):
+        console.print(table)
+
+
+def _folder_name(folder: Path) -> str:
+    """A column's name: the stack stack.json names, else the folder."""
+    return str((read_stack_file(folder) or {}).get("stack") or folder)
+
+
+def print_verdicts(
+    points: tuple[Sequence[PointSummary], Sequence[PointSummary]],
+    comparisons: Sequence[PointComparison],
+    simulated: bool,
+) -> None:
+    """The verdict table of an A / B (`loadgen.report.verdict_table`, or its one line when
+    nothing can be judged), then, where both sides' `points` were judged against an SLO,
+    which side met it and the goodput's B / A with its interval and verdict
+    (`loadgen.report.slo_verdict_table`); with `simulated`, marked as comparing simulations."""
+    from loadgen.report import slo_verdict_table, table_console, verdict_table
+
+    marked = " (SIMULATED)" if simulated else ""
+    found = verdict_table(
+        comparisons, title=f"B / A: interval and verdict{marked}", simulated=simulated
+    )
+    console = table_console(highlight=False)
+    console.print(found, soft_wrap=isinstance(found, str))
+    against = slo_verdict_table(*points, comparisons, title=f"against the SLO{marked}")
+    if against is not None:
+        console.print(against)
 
 
 def simulated_by(folder: Path) -> str | None:
@@ -157,15 +227,29 @@ def resource_note_text(a: Path, b: Path) -> str:
     return resource_note(comparison, names[0], names[1])
 
 
-def comparable_points(a: Path, b: Path) -> tuple[list[PointSummary], list[PointSummary]]:
-    """The grid points of results folders `a` and `b` (their summary.json); exit 2 with one
-    `error:` line when a folder has no readable summary.json, or when the two share no grid
-    point (nothing comparable)."""
+def folder_points(folder: Path, slo: Slo | None = None) -> list[PointSummary]:
+    """The grid points of a results folder (its summary.json), judged against `slo` from its
+    requests.parquet when given (`loadgen.results_folder.LoadedResults.judged`; without, as
+    the grid judged them by its own load.slo). Raises OSError or ValueError (one line; an
+    `SloError` for an SLO the runs cannot have)."""
     from loadgen.report import load_points
+    from loadgen.results_folder import load_results
+
+    if slo is None:
+        return load_points(folder)
+    return load_results(folder).judged(slo).points
+
+
+def comparable_points(
+    a: Path, b: Path, slo: Slo | None = None
+) -> tuple[list[PointSummary], list[PointSummary]]:
+    """The grid points of results folders `a` and `b` (`folder_points`, against `slo`); exit 2
+    with one `error:` line when a folder has no readable summary.json, or when the two share
+    no grid point (nothing comparable)."""
     from loadgen.settings_diff import nothing_comparable
 
     try:
-        points_a, points_b = load_points(a), load_points(b)
+        points_a, points_b = folder_points(a, slo), folder_points(b, slo)
     except (OSError, ValueError) as exc:
         fail(str(exc))
     refusal = nothing_comparable(points_a, points_b)
@@ -175,15 +259,18 @@ def comparable_points(a: Path, b: Path) -> tuple[list[PointSummary], list[PointS
 
 
 def compare_tables(
-    a: Path, b: Path, title: str | None = None
+    a: Path, b: Path, title: str | None = None, slo: Slo | None = None
 ) -> tuple[list[PointSummary], list[PointSummary]]:
     """Print two results folders side by side, each cell "A / B" as in the seed, under `title`
-    (default "A / B"), then which load settings differ (`print_settings_note`); exits as
-    `comparable_points` does. Returns both sides' grid points."""
-    from loadgen.report import comparison_table, table_console
+    (default "A / B"), then their tails the same way, then which load settings differ
+    (`print_settings_note`); exits as `comparable_points` does. Returns both sides' grid
+    points (judged against `slo` when given)."""
+    from loadgen.report import comparison_table, table_console, tail_comparison_table
 
-    points_a, points_b = comparable_points(a, b)
-    table_console().print(comparison_table(points_a, points_b, title=title or f"{a} / {b}"))
+    points_a, points_b = comparable_points(a, b, slo)
+    console = table_console()
+    console.print(comparison_table(points_a, points_b, title=title or f"{a} / {b}"))
+    console.print(tail_comparison_table(points_a, points_b, title="tails A / B"))
     print_settings_note(a, b)
     return points_a, points_b
 

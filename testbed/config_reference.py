@@ -41,6 +41,7 @@ UNITS = (
     (re.compile(r"^(gpuMemoryUtilization|prefixShare)$"), "fraction"),
     (re.compile(r"Tflops$"), "TFLOP/s"),
     (re.compile(r"Minutes$"), "min"),
+    (re.compile(r"[0-9]Ms$"), "ms"),
     (re.compile(r"Seconds$"), "s"),
     (re.compile(r"Bytes$"), "B"),
     (re.compile(r"Tokens$"), "tokens"),

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from loadgen.results import GridResult, Readiness
 from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, _int_list, _stderr_line, fail
+from testbed.slo_option import SloOption, slo_of
 
 SERVER = "Server"
 
@@ -180,10 +181,20 @@ def check_reachable(url: str, timeout_s: float) -> None:
 def _print_result(result: GridResult, out: Path, title: str) -> None:
     from rich.markup import escape
 
-    from loadgen.report import client_server_table, seed_table, table_console
+    from loadgen.report import (
+        client_server_table,
+        seed_table,
+        slo_table,
+        table_console,
+        tail_table,
+    )
 
     console = table_console()
     console.print(seed_table(result.points, title=title, incidents=result.incidents))
+    console.print(tail_table(result.points, title="tails"))
+    judged = slo_table(result.points, title="against the SLO")
+    if judged is not None:
+        console.print(judged)
     server_side = client_server_table(result.runs, title="client vs server (/metrics)")
     if server_side is not None:
         console.print(server_side)
@@ -381,6 +392,7 @@ def load_command(
             rich_help_panel=OUTPUT,
         ),
     ] = False,
+    slo: SloOption = None,
 ) -> None:
     """Run the prefix-kinds x concurrency x repetitions grid and print the seed-style table.
 
@@ -420,6 +432,7 @@ def load_command(
                 "request_timeout_s": request_timeout_s,
                 "max_connections": max_connections,
                 "workers": workers,
+                "slo": slo_of(slo),
             },
             base=from_sets,
         )

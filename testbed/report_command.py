@@ -1,4 +1,4 @@
-"""``testbed report``: one self-contained HTML report of one or two results folders, with, for
+"""``testbed report``: one self-contained HTML report of one or more results folders, with, for
 two, the caveats ``testbed compare`` prints under its table (load settings, a simulated side,
 what the stacks ran on). Imports of what it runs are inside it (``tests/test_cli_help.py``).
 """
@@ -11,22 +11,23 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from testbed.slo_option import SloOption, slo_of
+
 if TYPE_CHECKING:
     from loadgen.html_report import ReportImage
     from loadgen.results_folder import LoadedResults
 
 
 def report_command(
-    results: Annotated[
-        Path,
+    folders: Annotated[
+        list[Path],
         typer.Argument(
-            help="Results folder A: of `testbed load --out`, `testbed simulate` "
-            "(OUT/STACK) or the load step (load.resultsDir/STACK/TIME)."
+            metavar="RESULTS...",
+            help="Results folders: of `testbed load --out`, `testbed simulate` (OUT/STACK) or "
+            "the load step (load.resultsDir/STACK/TIME); two are drawn as A / B, more side by "
+            "side.",
         ),
     ],
-    results_b: Annotated[
-        Path | None, typer.Argument(help="Optional results folder B, drawn beside A.")
-    ] = None,
     out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
     png: Annotated[
         bool,
@@ -34,11 +35,14 @@ def report_command(
             "--png", help="Also write each figure as NAME-FIGURE.png (NAME: --out without .html)."
         ),
     ] = False,
+    slo: SloOption = None,
 ) -> None:
-    """Write one self-contained HTML report (opens offline): the seed-style table, TTFT p50/p99,
-    requests/s and cached-token ratio vs prefix kinds, TTFT distributions, a timeline per result,
-    and, for a folder whose stack.json names a stack, where disaggregation pays for that stack
-    (as simulated, or from its stack file as it is now).
+    """Write one self-contained HTML report (opens offline): the seed-style table, the tails
+    and, with an SLO (--slo or the folders' load.slo), each point against it; TTFT p50/p99,
+    requests/s and cached-token ratio, ITL/TPOT/E2E tails and goodput figures with one colour
+    per result; TTFT distributions, a timeline per result, and, for a folder whose stack.json
+    names a stack, where disaggregation pays for that stack (as simulated, or from its stack
+    file as it is now).
 
     Exit code 2 with one `error:` line when a folder holds no readable results.
 
@@ -54,18 +58,19 @@ def report_command(
     from testbed.compare import resource_note_text
     from testbed.console import fail
 
+    objectives = slo_of(slo)
     try:
-        folders = [load_results(folder) for folder in (results, results_b) if folder is not None]
+        loaded = [load_results(folder).judged(objectives) for folder in folders]
     except (OSError, ValueError) as exc:
         fail(str(exc))
     notes = []
-    if results_b is not None:  # the caveats `testbed compare` prints: what the stacks ran on
+    if len(folders) == 2:  # the caveats `testbed compare` prints: what the stacks ran on
         with suppress(ValueError):  # an unreadable stack.json: the report goes without it
-            notes.append(resource_note_text(results, results_b))
-    images, skipped = _crossover_images(folders)
+            notes.append(resource_note_text(*folders))
+    images, skipped = _crossover_images(loaded)
     try:
         html, pngs = write_report(
-            folders, out, png=png, notes=[n for n in notes if n], images=images
+            loaded, out, png=png, notes=[n for n in notes if n], images=images
         )
     except OSError as exc:  # --out is a folder, or cannot be written
         fail(f"cannot write the report to --out {out}: {exc.strerror or exc}")

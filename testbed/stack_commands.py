@@ -16,6 +16,7 @@ import typer
 
 from testbed.compare import print_settings_note
 from testbed.console import EXIT_INTERRUPTED, _int_list, _stderr_line, fail
+from testbed.slo_option import SloOption, slo_of
 
 if TYPE_CHECKING:
     from configkeys.key_paths import Setting
@@ -338,16 +339,21 @@ def _grid(
     return {key: value for key, value in values.items() if value is not None}
 
 
-def comparison_report(out: Path, a: str, b: str) -> Path:
-    """Where ``testbed simulate A B`` writes its A / B report: named after both stacks."""
-    return out / f"report-{a}-vs-{b}.html"
+def comparison_report(out: Path, names: Sequence[str]) -> Path:
+    """Where ``testbed simulate A B ...`` writes the report of its stacks side by side: named
+    after them (``report-A-vs-B.html``)."""
+    return out / f"report-{'-vs-'.join(names)}.html"
 
 
 def simulate_command(
-    stack: Annotated[str, typer.Argument(help="Stack to simulate.")],
-    stack_b: Annotated[
-        str | None, typer.Argument(help="Optional second stack, shown beside it as A / B.")
-    ] = None,
+    stacks: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="STACK...",
+            help="Stacks to simulate: one, two (shown as A / B), or more (one table per "
+            "metric with every stack).",
+        ),
+    ],
     out: Annotated[
         Path,
         typer.Option(
@@ -365,35 +371,51 @@ def simulate_command(
     full: Annotated[
         bool,
         typer.Option(
-            "--full", help="The stack's whole grid (seed: 4 x 2 x 3 runs).", rich_help_panel=GRID
+            "--full",
+            help="kv-routing and disagg-same-node (the seed's stacks, simulated on a reduced "
+            "grid by default): their whole grid (4 x 2 x 3 runs). Other stacks always run "
+            "their own load grid.",
+            rich_help_panel=GRID,
         ),
     ] = False,
     prefix_kinds: Annotated[
         str | None,
         typer.Option(
-            metavar="N,N", help="Prefix kinds, e.g. 2,24. [default: 2,24]", rich_help_panel=GRID
+            metavar="N,N",
+            help="Prefix kinds, e.g. 2,24. [default: the stack's load.prefixKinds; the seed's "
+            "stacks: 2,24]",
+            rich_help_panel=GRID,
         ),
     ] = None,
     concurrency: Annotated[
         str | None,
         typer.Option(
-            metavar="N,N", help="Requests in flight, e.g. 4,8. [default: 4]", rich_help_panel=GRID
+            metavar="N,N",
+            help="Requests in flight, e.g. 4,8. [default: the stack's; the seed's stacks: 4]",
+            rich_help_panel=GRID,
         ),
     ] = None,
     repetitions: Annotated[
         int | None,
-        typer.Option(min=1, help="Runs per grid point. [default: 1]", rich_help_panel=GRID),
+        typer.Option(
+            min=1,
+            help="Runs per grid point. [default: the stack's; the seed's stacks: 1]",
+            rich_help_panel=GRID,
+        ),
     ] = None,
     requests: Annotated[
         int | None,
         typer.Option(
-            "--requests", min=1, help="Requests per run. [default: 100]", rich_help_panel=GRID
+            "--requests",
+            min=1,
+            help="Requests per run. [default: the stack's; the seed's stacks: 100]",
+            rich_help_panel=GRID,
         ),
     ] = None,
     overrides: Annotated[
         list[str] | None,
         _set_option(
-            " Applies to STACK and STACK_B alike; to simulate a stack against a changed copy "
+            " Applies to every STACK alike; to simulate a stack against a changed copy "
             "of it, make the copy with `testbed init-stack NEW --from STACK`."
         ),
     ] = None,
@@ -416,11 +438,14 @@ def simulate_command(
             rich_help_panel=GRID,
         ),
     ] = None,
+    slo: SloOption = None,
 ) -> None:
-    """Simulate a stack on this machine: routing and prefix-cache hits from the real Dynamo
+    """Simulate stacks on this machine: routing and prefix-cache hits from the real Dynamo
     frontend with CPU-only mocker workers, timing from a model of the stack's GPUs, KV link and
-    host memory. Prints the seed-style table (with STACK_B, both as "A / B"; with --against,
-    beside the measured figures).
+    host memory. Each stack runs its own load grid (the seed's two stacks a reduced one unless
+    --full). Prints the seed-style table and the tails per stack (two stacks also as "A / B",
+    more in one table per metric, ranked by goodput with an SLO; with --against, beside the
+    measured figures).
 
     Example: testbed simulate kv-routing disagg-same-node --out out/sim
     """
@@ -438,7 +463,7 @@ def simulate_command(
     from testbed.load_command import resumed_line
 
     out = under_project(out, SIMULATE_OUT)
-    names = [stack, *([stack_b] if stack_b else [])]
+    names = list(stacks)
     missing = missing_group(
         "sim",
         "the simulation needs the Dynamo frontend and mocker (ai-dynamo)",
@@ -448,13 +473,16 @@ def simulate_command(
         fail(missing)
     grid = _grid(prefix_kinds, concurrency, repetitions, requests)
     if against is not None:
-        grid = _against_grid(against, stack_b, grid, full)
+        grid = _against_grid(against, names, grid, full)
+    objectives = slo_of(slo)
+    if objectives is not None:
+        grid["slo"] = objectives
     settings = _settings(overrides)
-    if len(set(names)) < len(names):
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
         fail(
-            f"STACK and STACK_B are both {stack}: name two different stacks (to simulate "
-            f"{stack} against a changed copy, make one with `testbed init-stack NEW --from "
-            f"{stack}` and edit it)"
+            f"{twice} is named twice: name different stacks (to simulate {twice} against a "
+            f"changed copy, make one with `testbed init-stack NEW --from {twice}` and edit it)"
         )
     _refuse_twice_set(grid, settings)
     plans = {}
@@ -499,14 +527,14 @@ def simulate_command(
 
 
 def _against_grid(
-    against: Path, stack_b: str | None, grid: dict[str, Any], full: bool
+    against: Path, names: Sequence[str], grid: dict[str, Any], full: bool
 ) -> dict[str, Any]:
-    """The grid ``--against`` sets (the measured folder's); refused beside STACK_B, --full or a
-    grid option."""
+    """The grid ``--against`` sets (the measured folder's); refused beside a second stack,
+    --full or a grid option."""
     from testbed.against import measured_grid
 
-    if stack_b is not None:
-        fail("--against compares one stack with measured runs: drop STACK_B")
+    if len(names) > 1:
+        fail(f"--against compares one stack with measured runs: name only {names[0]}")
     if full or grid:
         fail(
             "--against simulates at the measured folder's grid points: drop --full, "
@@ -578,7 +606,16 @@ def _simulate(
     from loadgen.incidents import describe
     from loadgen.intervals import ab_comparisons
     from loadgen.output import ResumeError
-    from loadgen.report import client_server_table, comparison_table, seed_table, table_console
+    from loadgen.report import (
+        client_server_table,
+        comparison_table,
+        seed_table,
+        slo_table,
+        stacks_tables,
+        table_console,
+        tail_comparison_table,
+        tail_table,
+    )
     from simulator.localgraph import LocalGraphError
     from simulator.seed import seed_accuracy_note
     from simulator.simulate import TimingError, simulate_stacks
@@ -604,7 +641,7 @@ def _simulate(
         fail(str(exc))
     except ValidationError as exc:
         error = exc.errors()[0]
-        where = ".".join(str(p) for p in error["loc"])
+        where = ".".join(str(p) for p in error["loc"]) or "load"
         fail(f"invalid grid: {where}: {error_message(error)}")
     except KeyboardInterrupt:
         _say_kept(names, out)
@@ -620,6 +657,10 @@ def _simulate(
             simulated=True,
         )
         console.print(table)
+        console.print(tail_table(sim.result.points, title=f"{name}: tails (SIMULATED)"))
+        judged = slo_table(sim.result.points, title=f"{name}: against the SLO (SIMULATED)")
+        if judged is not None:
+            console.print(judged)
         console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
         load = plans[name].cfg.load
         console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
@@ -637,16 +678,25 @@ def _simulate(
                 a.result.points, b.result.points, title=f"{a.stack} / {b.stack} (SIMULATED)"
             )
         )
+        console.print(
+            tail_comparison_table(
+                a.result.points, b.result.points, title=f"tails {a.stack} / {b.stack} (SIMULATED)"
+            )
+        )
         note = seed_accuracy_note({a.stack: a.result.points, b.stack: b.result.points})
         if note is not None:
             console.print(Text(note), soft_wrap=True)
             report_notes.append(note)
-        print_verdicts(ab_comparisons(a.result.points, b.result.points), simulated=True)
+        both = (a.result.points, b.result.points)
+        print_verdicts(both, ab_comparisons(*both), simulated=True)
         print_settings_note(a.out_dir, b.out_dir, (a.stack, b.stack))
         print_resource_note(a.out_dir, b.out_dir)
         with suppress(ValueError):  # unreadable: printed as a warning above
             report_notes.append(resource_note_text(a.out_dir, b.out_dir))
-    comparison = comparison_report(out, names[0], names[1]) if len(names) == 2 else None
+    if len(results) > 2:
+        for table in stacks_tables([(r.stack, r.result.points) for r in results], simulated=True):
+            console.print(table)
+    comparison = comparison_report(out, names) if len(names) > 1 else None
     images = _crossover_images(results)
     _write_reports(
         [sim.out_dir for sim in results], comparison, [n for n in report_notes if n], images

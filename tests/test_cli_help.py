@@ -42,7 +42,7 @@ LEAVES = sorted(
 """Every command as (name, subcommand or ""): `probe kv-path` is a command of a group."""
 
 ERRORS = [
-    (["simulate"], "error: Missing argument 'stack'. (see testbed simulate --help)"),
+    (["simulate"], "error: Missing argument 'STACK...'. (see testbed simulate --help)"),
     (["load", "--url", "http://h:1"], "error: Missing option '--model'."),
     (["render", "kv-routing", "--bogus"], "error: No such option: --bogus"),
 ]
@@ -164,7 +164,7 @@ def test_simulate_help_shows_the_reduced_grid() -> None:
     assert isinstance(group, TyperGroup)
     helps = {p.name: getattr(p, "help", "") for p in group.commands["simulate"].params}
     shown = ",".join(map(str, grid["prefix_kinds"]))
-    assert f"[default: {shown}]" in helps["prefix_kinds"]
-    assert f"[default: {grid['concurrency'][0]}]" in helps["concurrency"]
-    assert f"[default: {grid['repetitions']}]" in helps["repetitions"]
-    assert f"[default: {REDUCED_REQUESTS_PER_RUN}]" in helps["requests"]
+    assert f"the seed's stacks: {shown}]" in helps["prefix_kinds"]
+    assert f"the seed's stacks: {grid['concurrency'][0]}]" in helps["concurrency"]
+    assert f"the seed's stacks: {grid['repetitions']}]" in helps["repetitions"]
+    assert f"the seed's stacks: {REDUCED_REQUESTS_PER_RUN}]" in helps["requests"]

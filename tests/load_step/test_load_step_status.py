@@ -90,7 +90,8 @@ def test_outputs_are_the_summary_json_objects() -> None:
     result = grid((2, 10, 0))
     status = step_status(GRID, result)
     outs = step_outputs(result, status, T0, T0 + timedelta(seconds=31), "/r/x")
-    assert outs["results"] == [point(2, 10, 0).model_dump(mode="json")]
+    # The summary.json objects, each with whether it met load.slo (None: no SLO).
+    assert outs["results"] == [{**point(2, 10, 0).model_dump(mode="json"), "sloMet": None}]
     assert outs["status"]["state"] == "degraded"  # 1 of 2 planned points
     assert (outs["ranAt"], outs["finishedAt"]) == (
         "2026-11-13T10:00:00+00:00",
@@ -159,3 +160,35 @@ def test_the_status_line_names_the_first_incident_and_outputs_export_them() -> N
     assert [i["reason"] for i in outs["incidents"]] == ["OOMKilled", None]
     assert outs["status"]["incidents"] == outs["incidents"]
     assert step_outputs(result, step_status(GRID, result), T0, T0, "/r")["incidents"] == []
+
+
+def test_outputs_say_per_point_whether_the_slo_was_met_and_the_highest_load_that_met_it() -> None:
+    from loadgen.goodput import evaluate_point
+    from loadgen.results import RunAttainment
+    from loadgen.slo import parse_slo
+
+    slo = parse_slo("ttft_p99_ms=500")
+
+    def judged(kinds: int, p99: float, rate: float) -> PointSummary:
+        run = RunAttainment(
+            requests=10, met=10, missed_by={}, attainment=1.0, duration_s=1.0,
+            goodput_requests_per_s=rate, goodput_output_tokens_per_s=rate * 64,
+            p99_ms={"ttft_p99_ms": p99}, cold=4, p99_warm_ms={"ttft_p99_ms": p99},
+        )  # fmt: skip
+        found = evaluate_point([run], slo)
+        return point(kinds, 10, 0).model_copy(update={"slo": found, "requests_per_s": rate})
+
+    result = grid((2, 10, 0)).model_copy(
+        update={"points": [judged(2, 400.0, 9.0), judged(7, 450.0, 8.0), judged(24, 900.0, 5.0)]}
+    )
+    outs = step_outputs(result, step_status(GRID, result), T0, T0, "/r")
+    assert [p["sloMet"] for p in outs["results"]] == [True, True, False]
+    assert outs["slo"]["slo"] == "ttft_p99_ms=500"
+    assert [p["binding"] for p in outs["slo"]["points"]] == ["ttft_p99_ms"] * 3
+    assert outs["slo"]["highestLoadMet"] == {
+        "prefixKinds": 2,
+        "concurrency": 4,
+        "requestsPerS": 9.0,
+    }
+    plain = step_outputs(grid((2, 10, 0)), step_status(GRID, grid((2, 10, 0))), T0, T0, "/r")
+    assert plain["slo"] is None and plain["results"][0]["sloMet"] is None

@@ -259,7 +259,7 @@ def test_report_command_writes_html_and_pngs(folders: tuple[Path, Path], tmp_pat
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     html = out.read_text()
-    assert html.count('<figure class="plot"') == 5
+    assert html.count('<figure class="plot"') == 6
     # No script and nothing fetched from elsewhere (a server URL in a warning is only text).
     assert "<script" not in html and not re.search(r'(src|href)="https?://', html)
     assert "prefill-0 OOMKilled (exit 137)" in html
@@ -351,14 +351,16 @@ def test_report_opens_in_headless_chromium(folders: tuple[Path, Path], tmp_path:
             "figure.plot img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])"
         )
         keys = page.eval_on_selector_all("figure.plot", "fs => fs.map(f => f.dataset.key)")
-        rows = page.eval_on_selector_all("table.seed:not(.verdicts) tbody tr", "r => r.length")
+        rows = page.eval_on_selector_all(
+            "table.seed:not(.verdicts):not(.extra) tbody tr", "r => r.length"
+        )
         verdict_rows_shown = page.eval_on_selector_all("table.verdicts tbody tr", "r => r.length")
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
         browser.close()
     assert problems == []
-    assert keys == ["ttft", "throughput", "ttft-cdf", "timeline-a", "timeline-b"]
-    assert len(drawn) == 5 and all(done and width > 600 for done, width in drawn)
+    assert keys == ["ttft", "throughput", "tails", "ttft-cdf", "timeline-a", "timeline-b"]
+    assert len(drawn) == 6 and all(done and width > 600 for done, width in drawn)
     assert rows == len(GRID.prefix_kinds) * len(GRID.concurrency)
     assert verdict_rows_shown == len(verdicts) > 0  # both sides ran 2 repetitions a point
     assert SCREENSHOT.stat().st_size > 10_000
@@ -369,7 +371,7 @@ def test_one_result_gets_its_own_table_and_one_timeline(
 ) -> None:
     loaded = load_results(folders[1])
     figures = report_figures([loaded])
-    assert [f.key for f in figures] == ["ttft", "throughput", "ttft-cdf", "timeline-a"]
+    assert [f.key for f in figures] == ["ttft", "throughput", "tails", "ttft-cdf", "timeline-a"]
     assert {s.side for f in figures for p in f.panels for s in p.series} == {"A"}
     out, _ = write_report([loaded], tmp_path / "one.html")
     html = out.read_text()
@@ -414,7 +416,7 @@ def test_summary_json_alone_still_gives_the_grid_figures(
     assert all(p.series == () for p in figures["ttft-cdf"].panels)
     assert figures["timeline-a"].panels[0].series == ()
     out, _ = write_report([loaded], tmp_path / "alone.html")
-    assert out.read_text().count('<figure class="plot"') == 4
+    assert out.read_text().count('<figure class="plot"') == 5
 
 
 def test_a_over_b_says_which_load_settings_differ(
@@ -462,7 +464,7 @@ def test_report_of_a_stack_has_its_crossover(folders: tuple[Path, Path], tmp_pat
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     html = out.read_text()
-    assert html.count('<figure class="plot"') == 6  # the 5 of two results, and the seed's
+    assert html.count('<figure class="plot"') == 7  # the 6 of two results, and the seed's
     assert '<h2 id="crossover-disagg-same-node">disagg-same-node: where disaggregation pays' in html
     assert "crossover: never on any link: 114,688 B of KV per prompt token" in html
     assert "stacks/Pulumi.disagg-same-node.yaml as it is now" in html
@@ -478,3 +480,74 @@ def test_report_of_a_stack_has_its_crossover(folders: tuple[Path, Path], tmp_pat
     html = out.read_text()
     assert "crossover: disaggregation pays on links above 13.9 GB/s" in html
     assert "Drawn from the config renamed-away was simulated with (crossover.json)" in html
+
+
+def test_each_result_has_its_colour_and_each_concurrency_its_line_style(
+    figures: dict[str, Figure], folders: tuple[Path, Path]
+) -> None:
+    for key in ("ttft", "throughput", "tails"):
+        for panel in figures[key].panels:
+            if not panel.series:  # e.g. no ITL: one token per response at concurrency 1
+                continue
+            assert {(s.side, s.color) for s in panel.series} == {("A", 0), ("B", 1)}
+            levels = sorted(GRID.concurrency)
+            assert {(s.label.split("=")[1], s.dash) for s in panel.series} == {
+                (str(c), levels.index(c)) for c in levels
+            }
+    for panel in figures["ttft-cdf"].panels:
+        assert [(s.side, s.color) for s in panel.series] == [("A", 0), ("B", 1)]
+    # The legend stands outside the panels: one for the figure, none over an axes.
+    drawn = draw(figures["ttft"])
+    assert len(drawn.legends) == 1 and all(ax.get_legend() is None for ax in drawn.axes)
+
+
+def test_the_tails_figure_plots_the_summary_p99s(
+    figures: dict[str, Figure], folders: tuple[Path, Path]
+) -> None:
+    fields = ["itl_p50_ms", "itl_p99_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms"]
+    panels = figures["tails"].panels
+    assert [p.title for p in panels] == ["ITL p50", "ITL p99", "TPOT p99", "E2E p50", "E2E p99"]
+    for panel, field in zip(panels, fields, strict=True):
+        plotted = {s.label: list(zip(s.x, s.y, strict=True)) for s in panel.series}
+        for side, folder in zip("AB", folders, strict=True):
+            for c in GRID.concurrency:
+                points = sorted(
+                    (p for p in _summary(folder) if p["concurrency"] == c),
+                    key=lambda p: p["prefix_kinds"],
+                )
+                expected = [(p["prefix_kinds"], p[field]) for p in points if p[field] is not None]
+                assert plotted.get(f"{side} c={c}", []) == expected
+
+
+def test_a_one_point_grid_is_one_bar_per_result_and_three_results_share_a_report(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    loaded = [load_results(f) for f in (*folders, folders[0])]
+    one = [dataclasses.replace(r, points=r.points[:1]) for r in loaded]
+    (p50, _) = {f.key: f for f in report_figures(one)}["ttft"].panels
+    assert [s.style for s in p50.series] == ["bar"] * 3
+    assert [(s.side, s.color, s.x) for s in p50.series] == [
+        ("A", 0, (0.0,)),
+        ("B", 1, (1.0,)),
+        ("C", 2, (2.0,)),
+    ]
+    assert [s.y[0] for s in p50.series] == [r.points[0].ttft_p50_ms for r in one]
+    assert p50.x_tick_labels == tuple(f"{s} {r.name}" for s, r in zip("ABC", one, strict=True))
+    out, _ = write_report(loaded, tmp_path / "three.html")
+    html = out.read_text()
+    assert html.count('<figure class="plot"') == 7  # 4 grid-wide, 3 timelines
+    assert "<h2>TTFT p99 ms</h2>" in html and "<th>C kv-routing</th>" in html
+
+
+def test_report_with_an_slo_judges_each_point_and_draws_goodput(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "slo.html"
+    args = ["report", *map(str, folders), "--out", str(out), "--slo", "ttft_p99_ms=60000"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert '<h2 id="goodput">Against the SLO</h2>' in html
+    assert "<h2>Against the SLO: B / A</h2>" in html and "<td>met / met</td>" in html
+    bad = CliRunner().invoke(app, [*args[:-1], "ttft_p99=60000"])
+    assert bad.exit_code == 2 and "did you mean ttft_p99_ms?" in bad.output

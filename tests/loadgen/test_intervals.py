@@ -202,7 +202,9 @@ def test_testbed_compare_json_and_verdict_table(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["compare", str(a), str(b), "--json"])
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output)
-    assert len(rows) == 7  # one point, every interval metric
+    assert (
+        len(rows) == 10
+    )  # one point, every interval metric (TTFT p50, p99, ITL, TPOT, E2E p50 and p99, req/s, cached)
     ttft = next(r for r in rows if r["metric"] == "ttft_p50_ms")
     assert ttft["verdict"] == "higher" and ttft["repetitions"] == [3, 3]
     assert ttft["prefixKinds"] == 2 and ttft["concurrency"] == 4 and ttft["simulated"] is True

@@ -55,18 +55,29 @@ def assert_one_error_line(result: Any, *fragments: str) -> None:
 
 def test_load_then_compare(tmp_path: Path) -> None:
     with serve_in_thread(cached_half) as server:
-        first = run("load", "--url", server.url, *SMALL, "--out", str(tmp_path / "a"))
+        slo = ("--slo", "ttft_p99_ms=60000")
+        first = run("load", "--url", server.url, *SMALL, "--out", str(tmp_path / "a"), *slo)
         assert first.exit_code == 0, first.output
         assert "0.500" in first.output and "results in" in first.output
+        # The SLO judged every point: the table, and summary.json's `slo`.
+        assert "against the SLO" in first.output and "SLO: TTFT p99 <= 60,000 ms" in first.output
+        (judged,) = json.loads((tmp_path / "a" / "summary.json").read_text())
+        assert judged["slo"]["slo_met"] is True and judged["slo"]["attainment"] == 1.0
+        assert judged["cold_requests"] == 2  # concurrency 2: each stream's first request
         report = tmp_path / "a" / "report.html"
         assert f"report in {report}" in first.output
         assert '<figure class="plot" data-key="timeline-a">' in report.read_text()
         b = [*SMALL, "--out", str(tmp_path / "b"), "--concurrency", "2,1", "--max-tokens", "8"]
         second = run("load", "--url", server.url, *b)
         assert second.exit_code == 0, second.output
-    compared = run("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    compared = run("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--slo", "e2e_p99_ms=60000")
     assert compared.exit_code == 0, compared.output
     assert "0.500 / 0.500" in compared.output and "- / 0.500" in compared.output
+    # Both sides judged against --slo from their requests: which side met it, per point.
+    assert "against the SLO" in compared.output and "met / met" in compared.output
+    assert "SLO: E2E p99 <= 60,000 ms" in compared.output
+    slipped = run("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--slo", "e2e_p99_ms=1")
+    assert_one_error_line(slipped, "--slo: e2e_p99_ms=1 is 1 ms, below any E2E p99", "write 1000")
     # The load settings that differ, and what they invalidate (the grid axes do not).
     a, b_name = tmp_path / "a", tmp_path / "b"
     assert f"Load settings differ ({a} / {b_name}): maxTokens 64 / 8." in compared.output

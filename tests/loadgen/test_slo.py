@@ -4,36 +4,13 @@ per grid point (loadgen.slo, loadgen.goodput) on hand-built records with known v
 import pandas as pd
 import pytest
 from pydantic import ValidationError
+from test_stats import MS, record  # a successful record: sent, TTFT, then token gaps (ms)
 
 from loadgen.goodput import evaluate_point, evaluate_run, missed, request_met, request_values
 from loadgen.output import records_frame, records_from_frame
 from loadgen.request import ErrorKind, RequestRecord
 from loadgen.slo import Slo, SloError, parse_slo
 from loadgen.stats import first_of_client
-
-MS = 1_000_000
-
-
-def record(i: int, sent_ms: int, ttft: int, gaps: list[int]) -> RequestRecord:
-    """A successful record sent (and intended) at `sent_ms`, first token `ttft` ms later, then
-    one token after each of `gaps` (ms)."""
-    tokens = [sent_ms + ttft]
-    for gap in gaps:
-        tokens.append(tokens[-1] + gap)
-    return RequestRecord(
-        index=i,
-        prefix_id=0,
-        intended_ns=sent_ms * MS,
-        sent_ns=sent_ms * MS,
-        first_chunk_ns=tokens[0] * MS,
-        first_token_ns=tokens[0] * MS,
-        token_ns=[t * MS for t in tokens],
-        last_token_ns=tokens[-1] * MS,
-        end_ns=tokens[-1] * MS,
-        prompt_tokens=100,
-        completion_tokens=len(tokens),
-        status=200,
-    )
 
 
 def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
@@ -53,9 +30,13 @@ def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
         ("ttft_p99_ms", "--slo item 'ttft_p99_ms' is not key=ms"),
         ("ttft_p99_ms=1s", "--slo ttft_p99_ms='1s' is not a number of milliseconds"),
         ("ttft_p99_ms=1000,ttft_p99_ms=900", "--slo names ttft_p99_ms twice"),
-        ("ttft_p99_ms=1", "ttft_p99_ms=1 is 1 ms, below the 10 ms a TTFT p99 can be"),
-        ("itl_p99_ms=0.05", "for 0.05 s write itl_p99_ms=50"),
-        ("e2e_p99_ms=5000000000", "for 5e+09 us write e2e_p99_ms=5e+06"),
+        ("ttft_p99_ms=1", "ttft_p99_ms=1 is 1 ms, below any TTFT p99 (at least 10 ms)"),
+        (
+            "itl_p99_ms=0.05",
+            "itl_p99_ms=0.05 is 0.05 ms, below any ITL p99 (at least 0.5 ms); the value is in "
+            "milliseconds: for 0.05 s write 50",
+        ),
+        ("e2e_p99_ms=5000000000", "for 5e+09 us write 5e+06"),
         ("ttft_p99_ms=-5", "greater than 0"),
         ("", "an SLO needs at least one objective"),
     ],
@@ -70,7 +51,11 @@ def test_bad_slo_is_one_line_naming_the_key_and_the_fix(text: str, message: str)
 def test_stack_keys_are_checked_by_the_model() -> None:
     with pytest.raises(ValidationError, match="ttftP99Msx"):
         Slo.model_validate({"ttftP99Msx": 1000})
-    with pytest.raises(SloError, match="maxTokens is 1; set maxTokens >= 2 or drop itl_p99_ms"):
+    with pytest.raises(
+        SloError,
+        match=r"slo itl_p99_ms \(itlP99Ms in load.slo\): ITL p99 needs 2 or more output tokens per "
+        "request but maxTokens is 1; set maxTokens >= 2 or drop that objective",
+    ):
         parse_slo("ttft_p99_ms=1000,itl_p99_ms=50").check_outputs(max_tokens=1)
     parse_slo("ttft_p99_ms=1000").check_outputs(max_tokens=1)  # TTFT needs one token only
 
@@ -108,10 +93,10 @@ def test_run_attainment_goodput_and_the_cold_first_requests() -> None:
     run = evaluate_run(run_records(), slo, concurrency=4)
     assert (run.requests, run.met, run.missed_by) == (9, 4, {"ttft_p99_ms": 5})
     assert run.attainment == pytest.approx(4 / 9)
-    # Span: first send (0 ms) to the last end of a successful request (920 + 120 = 1,040 ms).
-    assert run.duration_s == pytest.approx(1.04)
-    assert run.goodput_requests_per_s == pytest.approx(4 / 1.04)
-    assert run.goodput_output_tokens_per_s == pytest.approx(12 / 1.04)
+    # Span: first send (0 ms) to the last end of a successful request (920 + 120 + 2 ms).
+    assert run.duration_s == pytest.approx(1.042)
+    assert run.goodput_requests_per_s == pytest.approx(4 / 1.042)
+    assert run.goodput_output_tokens_per_s == pytest.approx(12 / 1.042)
     assert run.cold == 4
     # TTFT p99 over 8 successes (4 x 900, 4 x 100) is 900; without the cold ones 100.
     assert run.p99_ms["ttft_p99_ms"] == pytest.approx(900)
@@ -132,7 +117,7 @@ def test_point_holds_binds_and_has_intervals() -> None:
     assert point.attainment == pytest.approx(8 / 9)
     assert point.intervals["attainment"].runs == [pytest.approx(8 / 9)] * 3
     assert point.intervals["attainment"].low == pytest.approx(8 / 9)
-    assert point.goodput_requests_per_s_per_gpu == pytest.approx(8 / 1.04 / 2)
+    assert point.goodput_requests_per_s_per_gpu == pytest.approx(8 / 1.042 / 2)
     assert point.holds == {"ttft_p99_ms": True, "itl_p99_ms": True}
     assert point.slo_met
     # TTFT 900 / 1000 = 0.9 against ITL 10 / 12 = 0.83: TTFT binds.
@@ -159,3 +144,65 @@ def test_records_read_back_from_parquet_give_the_same_attainment(tmp_path) -> No
     assert back == records
     slo = parse_slo("ttft_p99_ms=500")
     assert evaluate_run(back, slo, concurrency=4) == evaluate_run(records, slo, concurrency=4)
+
+
+def test_load_slo_is_part_of_the_load_section_but_not_of_a_runs_fingerprint() -> None:
+    from loadgen.config import LoadConfig
+    from loadgen.output import grid_settings
+
+    load = LoadConfig.model_validate({"slo": {"ttftP99Ms": 1000, "itlP99Ms": 50}})
+    assert load.slo == parse_slo("ttft_p99_ms=1000,itl_p99_ms=50")
+    plain = grid_settings("http://x:1", "m", LoadConfig(), None)
+    assert grid_settings("http://x:1", "m", load, None) == plain
+    with pytest.raises(ValidationError, match="maxTokens is 1"):
+        LoadConfig.model_validate({"slo": {"tpotP99Ms": 20}, "maxTokens": 1})
+
+
+def test_run_summaries_carry_the_tails_and_the_cold_requests() -> None:
+    from loadgen.stats import summarize_point, summarize_run
+
+    runs = [
+        summarize_run(run_records(), prefix_kinds=2, concurrency=4, repetition=r) for r in (0, 1)
+    ]
+    s = runs[0]
+    assert (s.ttft_p99_ms, s.itl_p99_ms, s.tpot_p99_ms) == (
+        pytest.approx(900),
+        pytest.approx(10),
+        pytest.approx(10),
+    )
+    assert s.e2e_p99_ms == pytest.approx(920)
+    assert s.cold_requests == 4
+    assert s.tails_warm_ms["ttft_p99_ms"] == pytest.approx(100)
+    assert s.tails_warm_ms["e2e_p99_ms"] == pytest.approx(120)
+    point = summarize_point(runs)
+    assert (point.cold_requests, point.e2e_p99_ms) == (8, pytest.approx(920))
+    assert point.tails_warm_ms["ttft_p99_ms"] == pytest.approx(100)
+    assert point.intervals["e2e_p99_ms"].runs == [pytest.approx(920)] * 2
+
+
+def test_points_judged_from_their_records_compare_goodput_a_b() -> None:
+    from loadgen.goodput import highest_meeting, judge_points
+    from loadgen.intervals import ab_comparisons
+    from loadgen.stats import summarize_point, summarize_run
+
+    slo = parse_slo("ttft_p99_ms=500")
+    records = {(2, 4, r): run_records() for r in (0, 1, 2)}
+    runs = [
+        summarize_run(v, prefix_kinds=2, concurrency=4, repetition=k[2]) for k, v in records.items()
+    ]
+    point = summarize_point(runs)
+    (judged,) = judge_points([point], records, slo, gpus=4)
+    assert judged.slo is not None
+    assert judged.slo.attainment == pytest.approx(4 / 9)
+    assert not judged.slo.slo_met  # TTFT p99 900 > 500
+    assert judged.intervals["goodput_requests_per_s"].runs == [pytest.approx(4 / 1.042)] * 3
+    assert highest_meeting([judged]) is None
+    # The same point where each run lost two more requests: goodput B / A = 2 / 4.
+    fewer = {k: [*v[:4], *v[6:]] for k, v in records.items()}
+    (worse,) = judge_points([point], fewer, slo)
+    by_metric = {c.metric: c for c in ab_comparisons([judged], [worse])}
+    assert by_metric["goodput_requests_per_s"].ratio == pytest.approx(2 / 4)
+    assert by_metric["goodput_requests_per_s"].verdict == "lower"
+    loose = parse_slo("ttft_p99_ms=1000")
+    (met,) = judge_points([point], records, loose)
+    assert highest_meeting([met]) == met

@@ -200,7 +200,7 @@ def test_simulate_against_a_measured_folder(
         app, ["simulate", "kv-routing", "disagg-same-node", "--against", str(measured)]
     )
     assert two.exit_code == 2
-    assert "drop STACK_B" in two.output
+    assert "name only kv-routing" in two.output
 
 
 def test_simulate_against_a_simulated_folder_says_so(

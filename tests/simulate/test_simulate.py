@@ -197,7 +197,8 @@ def test_the_seeds_cross_node_prefill_limit_is_oomkilled(tmp_path: Path) -> None
     (sim,) = simulate_stacks(
         {"disagg-cross-node": load_stack("disagg-cross-node", settings)},
         tmp_path,
-        grid={"prefix_kinds": [2], "concurrency": [4], "requests_per_run": 40},
+        # One run: the stack's own grid repeats it 3 times (not one of the seed's two stacks).
+        grid={"prefix_kinds": [2], "concurrency": [4], "repetitions": 1, "requests_per_run": 40},
         settings=settings,
         progress=False,
     )

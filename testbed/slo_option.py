@@ -1,0 +1,32 @@
+"""The `--slo` option of `testbed load`, `simulate`, `compare` and `report`: its help and its
+parsing (`loadgen.slo.parse_slo`), one `error:` line on bad input."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from loadgen.slo import Slo, SloError, parse_slo
+from testbed.console import fail
+
+SLO_HELP = (
+    "Service-level objectives: KEY=MS items, comma-separated, each a p99 bound in ms; keys "
+    "ttft_p99_ms, itl_p99_ms, tpot_p99_ms, e2e_p99_ms (e.g. ttft_p99_ms=1000 or "
+    "itl_p99_ms=50). Default: the stack's load.slo. Adds attainment, goodput and whether each "
+    "grid point met it."
+)
+
+SloOption = Annotated[str | None, typer.Option("--slo", metavar="SLO", help=SLO_HELP)]
+"""The option as each command declares it."""
+
+
+def slo_of(text: str | None) -> Slo | None:
+    """`--slo`'s value as an `Slo` (None when not given); exit 2 with one line naming the key
+    and the fix when it is not one."""
+    if text is None:
+        return None
+    try:
+        return parse_slo(text)
+    except SloError as exc:
+        fail(f"--slo: {exc}")
