@@ -249,7 +249,7 @@ def recommend_command(
     """
     from rich.progress import Progress
 
-    from loadgen.slo import SloError, parse_slo
+    from loadgen.slo import SloError
     from recommend.claims import first_ranked
     from recommend.outputs import (
         PLAN_MD,
@@ -264,14 +264,12 @@ def recommend_command(
     from recommend.validate import validate
     from testbed.console import _int_list
     from testbed.dependency_groups import missing_group
+    from testbed.slo_option import slo_of
     from testbed.stack_commands import under_project
 
-    if not slo:
+    target = slo_of(slo or None)
+    if target is None:
         fail("--slo is required, e.g. --slo ttft_p99_ms=1000 (the search never relaxes it)")
-    try:
-        target = parse_slo(slo)
-    except SloError as exc:
-        fail(str(exc))
     if validate_top:
         missing = missing_group(
             "sim", "--validate-top runs the real Dynamo routing", "testbed recommend ..."
