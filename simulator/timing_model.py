@@ -473,9 +473,14 @@ def request_workers_leave(r: _Request, worker: _Worker) -> None:
 
 class _Model:
     def __init__(
-        self, topology: RunTopology, constants: TimingConstants, requests: Sequence[SimRequest]
+        self,
+        topology: RunTopology,
+        constants: TimingConstants,
+        requests: Sequence[SimRequest],
+        model_hits: bool = False,
     ) -> None:
         self.env = simpy.Environment()
+        self.model_hits = model_hits
         self.constants = constants
         self.topology = topology
         gpus: dict[str, SharedServer] = {}
@@ -564,7 +569,12 @@ class _Model:
         if decode is None or not decode.alive:
             self.fail(r, "http_status", self._unavailable("decode", decode))
             return
-        reused = r.spec.cached_tokens if self.constants.decode_prefix_reuse else 0
+        if self.model_hits:  # the routing stand-in: what this decode worker was sent before
+            reused = decode.cached_tokens(r.spec)
+            decode.remember(r.spec)
+        else:
+            reused = r.spec.cached_tokens
+        reused = reused if self.constants.decode_prefix_reuse else 0
         moved_tokens = max(r.spec.prompt_tokens - reused, 0)
         r.outcome.moved_bytes = moved_tokens * kvb
         r.workers.add(decode.spec.name)
@@ -613,6 +623,8 @@ class _Model:
                 self.live.pop(spec.index, None)
                 continue
             if first_role == "aggregated":
+                if self.model_hits:  # the routing stand-in: the prefix this worker holds
+                    outcome.cached_tokens = worker.cached_tokens(spec)
                 worker.remember(spec)
             worker.submit(r)
             yield r.done
@@ -624,8 +636,16 @@ def simulate_run(
     constants: TimingConstants,
     requests: Sequence[SimRequest],
     concurrency: int,
+    *,
+    model_hits: bool = False,
 ) -> RunTiming:
     """Simulate one closed-loop run: ``concurrency`` clients send ``requests`` in order.
+
+    ``model_hits``: the routing stand-in, for requests no routing run has sent (their
+    ``cached_tokens`` are then ignored): an aggregated request's prefix-cache hit, and the
+    prefix a decode worker already holds, are what this model's own routing put on that worker
+    before (:meth:`_Model.route`, each worker's LRU of its ``kv_capacity_tokens``), not the real
+    Dynamo run's.
 
     Deterministic: the same inputs give the same timings on any machine, under any load.
 
@@ -637,7 +657,7 @@ def simulate_run(
     roles = {w.role for w in topology.workers}
     if "prefill" in roles and topology.same_node_link is None and topology.cross_node_link is None:
         raise ValueError("a topology with prefill workers needs a link")
-    model = _Model(topology, constants, requests)
+    model = _Model(topology, constants, requests, model_hits)
     for _ in range(concurrency):
         model.env.process(model.client())
     model.env.run()

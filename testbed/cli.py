@@ -24,6 +24,7 @@ from testbed.init_stack import init_stack_command
 from testbed.load_command import load_command
 from testbed.load_role import load_role_command
 from testbed.probe_command import probe_app
+from testbed.recommend_command import recommend_command
 from testbed.report_command import report_command
 from testbed.serve_command import serve_command
 from testbed.stack_commands import diff_command, render_command, simulate_command
@@ -78,6 +79,7 @@ app.command("compare")(compare_command)
 app.command("calibrate")(calibrate_command)
 app.command("serve")(serve_command)
 app.command("report")(report_command)
+app.command("recommend")(recommend_command)
 app.add_typer(probe_app, name="probe")
 app.command("init-stack")(init_stack_command)
 app.command("load-role")(load_role_command)

@@ -25,14 +25,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("stackmodel",),
     ("manifests", "incluster"),
     ("clusterread", "loadstep", "simulator"),
+    ("recommend",),
     ("components",),
     ("testbed",),
 )
 """The project's packages from the ground up (docs/layout.md draws them): the config keys'
 vocabulary; the load generator and the KV path's cost model; the Kubernetes client and the
 step-time model; the model of a stack; what is built from it without Pulumi (Kubernetes objects,
-the in-cluster load and probe); the cluster reads, the load step and the simulator; the Pulumi
-components and the program; the ``testbed`` commands."""
+the in-cluster load and probe); the cluster reads, the load step and the simulator; the search
+over topologies that times candidates with the simulator; the Pulumi components and the
+program; the ``testbed`` commands."""
 PACKAGES = tuple(package for layer in LAYERS for package in layer)
 LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in layer}
 PURE = (
@@ -44,6 +46,7 @@ PURE = (
     "manifests",
     "loadstep",
     "simulator",
+    "recommend",
 )
 """Packages (or modules) that import no Pulumi and no Kubernetes client, anywhere in them."""
 FORBIDDEN = ("pulumi", "pulumi_kubernetes", "kubernetes", "grpc")
@@ -59,6 +62,7 @@ COMMAND_MODULES = frozenset(
         "testbed.report_command",
         "testbed.load_command",
         "testbed.serve_command",
+        "testbed.recommend_command",
     }
 )
 """The modules whose functions are `testbed`'s commands. They are read for every `--help`, so

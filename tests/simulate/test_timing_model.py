@@ -110,6 +110,24 @@ def test_the_decode_worker_pulls_what_the_run_reported_it_lacked() -> None:
     assert ttft[0] == pytest.approx(PROMPT * KVB / 115e6 + 0.306 + 0.179, rel=0.1)
 
 
+def test_the_routing_stand_in_hits_what_the_model_routed_before() -> None:
+    # model_hits: the run's cached_tokens are ignored (here they claim a hit on every request);
+    # the decode worker holds a prefix once it received it: whole prefix blocks (2,128 of 2,134).
+    timing = simulate_run(cross_node(8192 * MI), CONSTANTS, requests(3, 1), 1, model_hits=True)
+    assert [o.moved_bytes for o in timing.outcomes] == [
+        2381 * KVB,
+        (2381 - 2128) * KVB,
+        (2381 - 2128) * KVB,
+    ]
+    one = RunTopology(workers=(WorkerSpec("w-0", "w", "aggregated", "gpu-0", STEP, 10**6),))
+    fresh = [dataclasses.replace(r, cached_tokens=0) for r in requests(4, 2)]
+    hits = [
+        o.cached_tokens for o in simulate_run(one, CONSTANTS, fresh, 1, model_hits=True).outcomes
+    ]
+    assert hits == [0, 0, 2128, 2128]
+    assert [o.cached_tokens for o in simulate_run(one, CONSTANTS, fresh, 1).outcomes] == [0] * 4
+
+
 def test_the_prefill_worker_hits_its_own_cache_whatever_the_decode_side_held() -> None:
     # The run reports no decode-side hit (cached=False), so every request moves its whole KV;
     # the prefill worker still holds the prefix it computed for request 0: request 1 computes

@@ -1,0 +1,103 @@
+"""What the search may claim: each candidate's ratio to rank 1, whether the difference is beyond
+the margin the model has shown on published pairs, and one line on why it loses.
+
+The margin: the timing model reproduces the published aggregated-vs-disaggregated ratio claims
+(``bench/published_disagg.py``, :data:`stackmodel.published.PUBLISHED_PAIRS`: "about 1.6x" as
+1.60x, "more than 1.5x" as 1.56x) and checks them within +-25%, while none of the published
+absolute figures is within 25% (docs/simulation.md). So a ratio between two candidates is a
+claim only beyond :data:`DEFAULT_MARGIN` (``--margin``); within it the two are "too close to
+call", and the measurement plan (``plan.md``) says how to settle it on the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from recommend.search import Result
+
+DEFAULT_MARGIN = 1.25
+"""The ratio the model's published-pair checks hold to (+-25%): a smaller difference is no
+claim."""
+
+Verdict = Literal["rank 1", "too close to call", "loses"]
+
+
+def ratio(result: Result, first: Result | None) -> float | None:
+    """``result``'s objective over rank 1's (None: either has none)."""
+    if first is None or first.value is None or result.value is None or first.value <= 0:
+        return None
+    return result.value / first.value
+
+
+def verdict(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN) -> Verdict:
+    """``rank 1``; ``too close to call`` within the margin of rank 1; else ``loses``."""
+    if first is not None and result.candidate.key == first.candidate.key:
+        return "rank 1"
+    r = ratio(result, first)
+    if r is not None and r * margin >= 1:
+        return "too close to call"
+    return "loses"
+
+
+def kv_path(result: Result) -> str:
+    """What one request's KV path costs a disaggregated candidate ('' for an aggregated one)."""
+    b = result.bounds
+    if b is None or not result.candidate.disaggregated:
+        return ""
+    parts = []
+    if b.copies_ms:
+        parts.append(f"~{b.copies_ms:,.0f} ms of host copies")
+    if b.link_ms:
+        parts.append(f"~{b.link_ms:,.0f} ms on the link")
+    if not parts:
+        return ""
+    return f"each request pays {' and '.join(parts)} (its prefill: {b.prefill_ms:,.0f} ms)"
+
+
+def _why(result: Result, first: Result | None) -> str:
+    """The cause: the KV path of a disaggregated candidate; for an aggregated one what differs
+    from rank 1 (prefix-cache hits, GPUs, workers)."""
+    path = kv_path(result)
+    if path:
+        return path
+    if first is None or first.best is None or result.best is None:
+        return ""
+    a, b = result.best, first.best
+    if a.cached_ratio + 0.05 < b.cached_ratio:
+        return f"prefix-cache hits {a.cached_ratio:.0%} against rank 1's {b.cached_ratio:.0%}"
+    if result.gpus < first.gpus:
+        return f"it leaves GPUs idle: {result.gpus} GPUs against rank 1's {first.gpus}"
+    workers = sum(g.replicas for g in result.candidate.groups)
+    theirs = sum(g.replicas for g in first.candidate.groups)
+    if workers != theirs:
+        return f"{workers} workers against rank 1's {theirs}"
+    return ""
+
+
+def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN) -> str:
+    """One line: ``0.42x: TTFT p99 binds at 3 clients: each request pays ~300 ms of host
+    copies ...``; a refused or screened candidate's reason as it is."""
+    if result.status == "refused":
+        return "refused by the checks: " + " ".join(result.reason.split())
+    if result.status == "screened":
+        path = kv_path(result)
+        return f"screened: {result.reason}" + (f": {path}" if path else "")
+    why = _why(result, first)
+    if result.status == "slo-not-met":
+        line = f"no load meets the SLO: {result.binding} binds at 1 client"
+        return f"{line}: {why}" if why else line
+    assert result.best is not None
+    r = ratio(result, first)
+    v = verdict(result, first, margin)
+    head = "rank 1" if v == "rank 1" else f"{r:.2f}x" if r is not None else "?"
+    if v == "too close to call":
+        head += f" (too close to call: within the margin {margin:g})"
+    at = result.over.concurrency if result.over is not None else result.best.concurrency
+    line = f"{head}: {result.binding} binds at {at} clients"
+    return f"{line}: {why}" if why and v != "rank 1" else line
+
+
+def first_ranked(results: Sequence[Result]) -> Result | None:
+    """Rank 1 (None: nothing meets the SLO)."""
+    return next((r for r in results if r.rank == 1), None)

@@ -1,0 +1,322 @@
+"""What ``testbed recommend`` leaves in its folder, every file labelled SIMULATED:
+``candidates.json`` and ``candidates.csv`` (every candidate: knobs, status, figures at the
+highest load meeting the SLO, what binds, the reason line), the top candidates as stack files
+(``stacks/Pulumi.<name>.yaml``, each with a header comment of its rank, figures and reason),
+``plan.md`` (the ``testbed load`` A / B commands that would confirm the choice and the
+``testbed calibrate`` step that feeds the measurement back), ``pareto.png`` and ``report.html``
+(tokens/s per GPU against tokens/s per user, the SLO's line, the margin band).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadgen.config import LoadConfig
+from loadgen.slo import Slo
+from recommend.claims import ratio, reason_line, verdict
+from recommend.search import Objective, Result, pareto_front
+from recommend.validate import Validation
+from stackmodel.errors import PROJECT
+
+SIMULATED = (
+    "SIMULATED: the timing model's figures for stacks that have not run; confirm on the "
+    "cluster (plan.md)"
+)
+"""The label every output carries."""
+
+CANDIDATES_JSON = "candidates.json"
+CANDIDATES_CSV = "candidates.csv"
+PLAN_MD = "plan.md"
+PARETO_PNG = "pareto.png"
+REPORT_HTML = "report.html"
+STACKS_DIR = "stacks"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the search was asked: the cluster stack, the workload, the SLO, the objective and
+    the margin."""
+
+    cluster: str
+    load: LoadConfig
+    slo: Slo
+    objective: Objective
+    margin: float
+    cluster_gpus: int
+    model: str
+
+
+def candidate_row(result: Result, first: Result | None, margin: float) -> dict[str, Any]:
+    """One candidate as a JSON-ready mapping."""
+    c = result.candidate
+    return {
+        "key": c.key,
+        "label": c.label(),
+        "rank": result.rank,
+        "status": result.status,
+        "verdict": verdict(result, first, margin) if result.rank is not None else None,
+        "ratio": ratio(result, first),
+        "value": result.value,
+        "gpus": result.gpus,
+        "binding": result.binding,
+        "line": reason_line(result, first, margin),
+        "reason": result.reason,
+        "knobs": c.knobs(),
+        "groups": [asdict(g) for g in c.groups],
+        "best": asdict(result.best) if result.best else None,
+        "over": asdict(result.over) if result.over else None,
+        "bounds": asdict(result.bounds) if result.bounds else None,
+        "crossover": result.crossover_summary or None,
+        "runs": result.runs,
+    }
+
+
+def write_candidates(
+    out: Path,
+    inputs: Inputs,
+    results: Sequence[Result],
+    first: Result | None,
+    validations: Mapping[str, Validation] | None = None,
+) -> None:
+    """``candidates.json`` (with the inputs) and ``candidates.csv`` (one row a candidate);
+    ``validations``: candidate key -> its run with the real Dynamo routing (``realRouting``)."""
+    import pandas as pd
+
+    rows = [candidate_row(r, first, inputs.margin) for r in results]
+    for row in rows:
+        done = (validations or {}).get(row["key"])
+        row["realRouting"] = asdict(done) if done is not None else None
+    document = {
+        "simulated": SIMULATED,
+        "cluster": inputs.cluster,
+        "clusterGpus": inputs.cluster_gpus,
+        "workload": inputs.load.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+        "slo": inputs.slo.option(),
+        "objective": inputs.objective,
+        "margin": inputs.margin,
+        "candidates": rows,
+    }
+    (out / CANDIDATES_JSON).write_text(json.dumps(document, indent=2) + "\n")
+    flat = []
+    for row in rows:
+        best = row["best"] or {}
+        flat.append(
+            {
+                "simulated": True,
+                **{k: row[k] for k in ("key", "rank", "status", "verdict", "ratio", "value")},
+                **{k: row[k] for k in ("gpus", "binding", "label", "line")},
+                **row["knobs"],
+                "concurrency": best.get("concurrency"),
+                "goodput_tokens_per_s_per_gpu": best.get("goodput_tokens_per_s_per_gpu"),
+                "tokens_per_s_per_gpu": best.get("tokens_per_s_per_gpu"),
+                "tokens_per_s_per_user": best.get("tokens_per_s_per_user"),
+                "requests_per_s": best.get("requests_per_s"),
+                **{k: v for k, v in (best.get("p99_ms") or {}).items()},
+            }
+        )
+    pd.DataFrame(flat).to_csv(out / CANDIDATES_CSV, index=False)
+
+
+def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
+    """The comment at the top of an emitted stack file."""
+    best = result.best
+    lines = [
+        SIMULATED,
+        f"testbed recommend --cluster {inputs.cluster}: rank {result.rank} of the candidates "
+        f"for SLO {inputs.slo.describe()} ({inputs.objective}, margin {inputs.margin:g})",
+        result.candidate.label(),
+    ]
+    if best is not None:
+        lines.append(
+            f"at {best.concurrency} clients: {best.goodput_tokens_per_s_per_gpu:,.0f} goodput "
+            f"tok/s per cluster GPU, {best.tokens_per_s_per_user:,.1f} tok/s per user, "
+            f"{best.requests_per_s:,.2f} req/s"
+        )
+    lines.append(reason_line(result, first, inputs.margin))
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> str:
+    """A stack file of ``result`` (its validated config) under its header comment."""
+    assert result.plan is not None
+    values = result.plan.cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    # The namespace follows the stack's name when unset, and the graph is named for it.
+    values.pop("namespace", None)
+    values["topology"] = {**values["topology"], "name": emitted_name(inputs, result)}
+    body = yaml.safe_dump(
+        {"config": {f"{PROJECT}:{k}": v for k, v in values.items()}}, sort_keys=False
+    )
+    return stack_header(result, first, inputs) + body
+
+
+def emitted_name(inputs: Inputs, result: Result) -> str:
+    """The emitted stack's name: ``<cluster>-rank<N>``."""
+    return f"{inputs.cluster}-rank{result.rank}"
+
+
+def write_stacks(
+    out: Path, inputs: Inputs, results: Sequence[Result], first: Result | None, count: int
+) -> list[Path]:
+    """The top ``count`` ranked candidates as stack files under ``out/stacks``."""
+    folder = out / STACKS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for result in [r for r in results if r.rank is not None][:count]:
+        path = folder / f"Pulumi.{emitted_name(inputs, result)}.yaml"
+        path.write_text(emitted_stack_text(result, first, inputs))
+        paths.append(path)
+    return paths
+
+
+def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -> str:
+    """``plan.md``: the measurement that confirms (or overturns) the choice on the cluster."""
+    ranked = [r for r in results if r.rank is not None]
+    lines = [f"# Measurement plan ({SIMULATED})", ""]
+    if first is None:
+        lines += [
+            "No candidate meets the SLO: nothing to confirm (candidates.json says what binds)."
+        ]
+        return "\n".join(lines) + "\n"
+    runner_up = ranked[1] if len(ranked) > 1 else None
+    a = emitted_name(inputs, first)
+    lines += [
+        f"Rank 1: {first.candidate.label()}.",
+        "",
+        "Copy the emitted stack files into `stacks/`, then deploy and measure each in turn "
+        "(the stack's own load grid is the workload searched; `pulumi up` runs it too when "
+        "`load.enabled`):",
+        "",
+        "```sh",
+        f"cp {STACKS_DIR}/Pulumi.{a}.yaml <project>/stacks/",
+        f"pulumi up -s {a}",
+        f"testbed load --url http://<{a} frontend> --model {inputs.model} "
+        f"--config stacks/Pulumi.{a}.yaml --out out/load/{a}",
+    ]
+    if runner_up is not None:
+        b = emitted_name(inputs, runner_up)
+        lines += [
+            f"cp {STACKS_DIR}/Pulumi.{b}.yaml <project>/stacks/",
+            f"pulumi up -s {b}",
+            f"testbed load --url http://<{b} frontend> --model {inputs.model} "
+            f"--config stacks/Pulumi.{b}.yaml --out out/load/{b}",
+            f"testbed compare out/load/{a} out/load/{b}",
+        ]
+    lines += [
+        "```",
+        "",
+    ]
+    if runner_up is not None:
+        v = verdict(runner_up, first, inputs.margin)
+        r = ratio(runner_up, first)
+        lines.append(
+            f"The model puts rank 2 at {r:.2f}x of rank 1: "
+            + (
+                f"**too close to call** (within the margin {inputs.margin:g}); the A / B "
+                "comparison above decides."
+                if v == "too close to call"
+                else f"beyond the margin {inputs.margin:g}; the comparison confirms it."
+            )
+        )
+        lines.append("")
+    lines += [
+        "Feed the measurement back, so the next search steps with the cluster's own figures:",
+        "",
+        "```sh",
+        f"testbed calibrate out/load/{a} --stack {a} "
+        f"--out calib/{first.candidate.groups[0].node_class}.json",
+        "```",
+        "",
+        "and name the profile in the cluster stack's node class (`calibration: calib/...json`).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _chart(inputs: Inputs, results: Sequence[Result], first: Result | None) -> bytes:
+    """``pareto.png``: each ranked candidate's tokens/s per GPU against tokens/s per user at
+    its highest load meeting the SLO; the Pareto front marked; the ITL/TPOT bound as the
+    per-user line it sets; rank 1's value and the margin band below it."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    front = pareto_front(results)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in results:
+        if r.best is None:
+            continue
+        disagg = r.candidate.disaggregated
+        ax.scatter(
+            r.best.tokens_per_s_per_user,
+            r.best.tokens_per_s_per_gpu,
+            marker="s" if disagg else "o",
+            color="tab:orange" if disagg else "tab:blue",
+            edgecolors="black" if r.candidate.key in front else "none",
+            s=60 if r.rank == 1 else 30,
+        )
+        if r.rank is not None and r.rank <= 3:
+            ax.annotate(
+                f"#{r.rank} {r.candidate.key}",
+                (r.best.tokens_per_s_per_user, r.best.tokens_per_s_per_gpu),
+            )
+    objectives = inputs.slo.objectives()
+    for key in ("itl_p99_ms", "tpot_p99_ms"):
+        if key in objectives:
+            ax.axvline(1e3 / objectives[key], color="grey", linestyle="--", label=f"SLO {key}")
+    if first is not None and first.best is not None:
+        top = first.best.tokens_per_s_per_gpu
+        ax.axhspan(
+            top / inputs.margin,
+            top,
+            color="tab:green",
+            alpha=0.15,
+            label=f"within the margin {inputs.margin:g}",
+        )
+    ax.scatter([], [], marker="o", color="tab:blue", label="aggregated")
+    ax.scatter([], [], marker="s", color="tab:orange", label="disaggregated")
+    ax.set_xlabel("output tokens/s per user (1 / TPOT p50)")
+    ax.set_ylabel("output tokens/s per cluster GPU")
+    ax.set_title(f"SIMULATED: {inputs.cluster}, SLO {inputs.slo.describe()}", fontsize=10)
+    ax.legend(loc="best", fontsize=8)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def write_report(
+    out: Path, inputs: Inputs, results: Sequence[Result], first: Result | None
+) -> None:
+    """``pareto.png`` and ``report.html`` (the figure and the table)."""
+    png = _chart(inputs, results, first)
+    (out / PARETO_PNG).write_bytes(png)
+    rows = "".join(
+        f"<tr><td>{r.rank or ''}</td><td>{html.escape(r.status)}</td>"
+        f"<td>{html.escape(r.candidate.label())}</td>"
+        f"<td>{html.escape(reason_line(r, first, inputs.margin))}</td></tr>"
+        for r in results
+        if r.status != "refused"
+    )
+    refused = sum(r.status == "refused" for r in results)
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>testbed recommend</title>"
+        "</head><body>"
+        f"<h1>testbed recommend: {html.escape(inputs.cluster)}</h1>"
+        f"<p><strong>{html.escape(SIMULATED)}</strong></p>"
+        f"<p>SLO {html.escape(inputs.slo.describe())}; objective {inputs.objective}; margin "
+        f"{inputs.margin:g}; {refused} candidates refused by the checks (candidates.json).</p>"
+        f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+        "<table border='1'><tr><th>rank</th><th>status</th><th>candidate</th><th>why</th></tr>"
+        f"{rows}</table></body></html>\n"
+    )
+    (out / REPORT_HTML).write_text(page)

@@ -1,0 +1,361 @@
+"""The staged search: every candidate of the cluster (:mod:`recommend.space`) checked as a stack
+(a refused one keeps the validator's message), screened with its roofline bounds
+(:mod:`recommend.bounds`), timed at the highest load that meets the SLO
+(:mod:`recommend.load_search`), and ranked by the objective.
+
+Screening, in order (each a reason the table prints):
+
+1. a floor above the SLO: the candidate's TTFT floor over a TTFT bound, its inter-token floor
+   over an ITL or TPOT bound, its end-to-end floor over an E2E bound: no load meets it;
+2. the rate ceiling: a candidate whose output tokens/s per GPU at its request-rate ceiling is
+   below the best timed candidate's objective divided by the margin loses by more than the
+   margin whatever its timing (candidates are timed in order of that ceiling, highest first, so
+   the best comes early).
+
+Ranking is deterministic: by the objective, then the candidate's key.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from loadgen.config import LoadConfig
+from loadgen.slo import OBJECTIVES, Slo
+from recommend.bounds import Bounds, bounds
+from recommend.load_search import CLIENTS_PER_GPU, LoadPoint, LoadRunner, highest_load
+from recommend.space import Candidate, candidate_raw
+from simulator.hardware import run_topology, stack_constants
+from stackmodel.config import StackConfig
+from stackmodel.crossover import crossover
+from stackmodel.errors import StackConfigError
+from stackmodel.plan import StackPlan
+from stackmodel.validation import validate_stack
+
+Objective = Literal["goodput-per-gpu", "tokens-per-gpu", "pareto"]
+OBJECTIVES_RANKED: tuple[Objective, ...] = ("goodput-per-gpu", "tokens-per-gpu", "pareto")
+
+Status = Literal["ranked", "refused", "screened", "slo-not-met"]
+
+
+@dataclass(frozen=True)
+class Figures:
+    """A candidate at a load: the concurrency, the figures averaged over the workload's
+    prefix kinds (tokens/s per GPU, per user, requests/s, goodput per GPU) and the worst p99
+    of each SLO objective over them (ms)."""
+
+    concurrency: int
+    goodput_tokens_per_s_per_gpu: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_user: float
+    requests_per_s: float
+    cached_ratio: float
+    attainment: float
+    p99_ms: dict[str, float | None]
+
+    @classmethod
+    def of(cls, point: LoadPoint, gpus: int) -> Figures:
+        """The figures of ``point`` (its runs' mean; the worst p99)."""
+
+        def per_user(r: Any) -> float | None:
+            tpot = r.summary.tpot_p50_ms
+            return 1e3 / tpot if tpot else None
+
+        return cls(
+            concurrency=point.concurrency,
+            goodput_tokens_per_s_per_gpu=point.mean(
+                lambda r: r.point.goodput_output_tokens_per_s_per_gpu
+            ),
+            tokens_per_s_per_gpu=point.mean(lambda r: r.summary.output_tokens_per_s / gpus),
+            tokens_per_s_per_user=point.mean(per_user),
+            requests_per_s=point.mean(lambda r: r.summary.requests_per_s),
+            cached_ratio=point.mean(lambda r: r.summary.cached_ratio),
+            attainment=point.mean(lambda r: r.point.attainment),
+            p99_ms={
+                k: point.worst(lambda r, k=k: r.point.p99_ms.get(k))  # type: ignore[misc]
+                for k in OBJECTIVES
+                if any(k in r.point.p99_ms for r in point.runs)
+            },
+        )
+
+
+@dataclass
+class Result:
+    """One candidate's outcome.
+
+    ``status``: ``ranked`` (timed, meets the SLO at some load), ``refused`` (the checks refused
+    it: ``reason`` is the validator's message), ``screened`` (a bound settles it: ``reason``
+    says which), ``slo-not-met`` (timed: not even one client meets the SLO). ``binding``: what
+    stops more load (an SLO objective's name, ``host-memory floor`` for an OOMKill, ``failed
+    requests``, ``load ceiling``), or what screened it. ``best``: the figures at the highest
+    load meeting the SLO; ``over``: at the lowest load above it that fails (one client's for
+    ``slo-not-met``). ``value``: the objective (None: not ranked).
+    """
+
+    candidate: Candidate
+    status: Status
+    gpus: int = 0
+    reason: str = ""
+    binding: str = ""
+    bounds: Bounds | None = None
+    best: Figures | None = None
+    over: Figures | None = None
+    value: float | None = None
+    ceiling_value: float | None = None
+    plan: StackPlan | None = field(default=None, repr=False)
+    crossover_summary: str = ""
+    runs: int = 0
+    rank: int | None = None
+
+
+def stack_name(cluster: str, candidate: Candidate) -> str:
+    """The stack name of a candidate: ``<cluster>-<key>``."""
+    return f"{cluster}-{candidate.key}"
+
+
+def check(
+    name: str, base: Mapping[str, Any], candidate: Candidate, load: LoadConfig
+) -> StackPlan | str:
+    """``candidate`` validated as the stack ``name`` (its plan), sized: each group's
+    ``memoryLimit`` its floor (:class:`stackmodel.sizing.ComponentMemoryReport`); or the
+    validator's message when the checks refuse it."""
+    load_raw = load.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    raw = candidate_raw(base, candidate) | {"load": load_raw}
+    try:
+        plan = validate_stack(name, raw)
+        limits = {c.name: c.memory_floor_quantity for c in plan.sizing.report.components}
+        return validate_stack(name, candidate_raw(base, candidate, limits) | {"load": load_raw})
+    except StackConfigError as exc:
+        return str(exc)
+
+
+def objective_value(figures: Figures, objective: Objective) -> float:
+    """The figure ``objective`` ranks by (pareto ranks its front by goodput per GPU)."""
+    if objective == "tokens-per-gpu":
+        return figures.tokens_per_s_per_gpu
+    return figures.goodput_tokens_per_s_per_gpu
+
+
+def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str] | None:
+    """(binding, reason) when a floor of ``b`` is above an SLO bound (None: none is)."""
+    floors = {
+        "ttft_p99_ms": b.ttft_floor_ms,
+        "itl_p99_ms": b.itl_floor_ms,
+        "tpot_p99_ms": b.itl_floor_ms,
+        "e2e_p99_ms": b.e2e_floor_ms(output_tokens),
+    }
+    for key, bound in slo.objectives().items():
+        if floors[key] > bound:
+            parts = f"prefill {b.prefill_ms:,.0f} ms"
+            if b.copies_ms:
+                parts += f", host copies {b.copies_ms:,.0f} ms"
+            if b.link_ms:
+                parts += f", link {b.link_ms:,.0f} ms"
+            return OBJECTIVES[key], (
+                f"{OBJECTIVES[key]} is at least {floors[key]:,.0f} ms at any load ({parts} per "
+                f"request at best), over the SLO's {bound:,.6g} ms"
+            )
+    return None
+
+
+def _binding(over: LoadPoint | None) -> str:
+    if over is None:
+        return f"load ceiling ({CLIENTS_PER_GPU} clients per GPU)"
+    failing = over.failing()
+    assert failing is not None
+    if failing.kills:
+        return "host-memory floor"
+    if failing.summary.errors:
+        return "failed requests"
+    return OBJECTIVES.get(failing.point.binding or "", "SLO")
+
+
+def time_candidate(plan: StackPlan, load: LoadConfig, slo: Slo, gpus: int) -> Result:
+    """Time one checked candidate (its result without ``candidate`` filled in: the caller's)."""
+    runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, gpus)
+    best, over = highest_load(runner, load.prefix_kinds)
+    result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
+    result.binding = _binding(over)
+    if over is not None:
+        result.over = Figures.of(over, gpus)
+    if best is None:
+        result.status = "slo-not-met"
+        return result
+    result.best = Figures.of(best, gpus)
+    return result
+
+
+Progress = Callable[[int, int], None]
+"""Called as candidates are timed: (done, to time)."""
+
+BATCH = 8
+"""Candidates timed between two screenings by the best so far: the screen reads only the
+batches before, so what is timed does not depend on ``jobs`` (deterministic)."""
+
+
+def _deaf_to_ctrl_c() -> None:
+    """A worker process ignores SIGINT (the terminal sends it to the whole foreground group):
+    the search terminates its workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _time_in_worker(args: tuple[StackPlan, LoadConfig, Slo, int]) -> Result:
+    """:func:`time_candidate` in a worker process."""
+    return time_candidate(*args)
+
+
+def _screen_or_queue(
+    problem: Problem, candidates: Sequence[Candidate], results: list[Result]
+) -> list[Result]:
+    """Check every candidate and apply the floors (each into ``results``); returns those left
+    to time, highest ceiling first."""
+    cfg, load = problem.cfg, problem.load
+    gpus = cluster_gpus(cfg)
+    queue: list[Result] = []
+    for candidate in candidates:
+        checked = check(stack_name(problem.cluster, candidate), problem.base, candidate, load)
+        own = candidate.gpus(cfg.node_classes)
+        if isinstance(checked, str):
+            results.append(Result(candidate, "refused", own, reason=checked, binding="checks"))
+            continue
+        b = bounds(checked, load)
+        result = Result(candidate, "screened", own, bounds=b, plan=checked)
+        result.ceiling_value = b.requests_per_s * load.max_tokens / gpus
+        if checked.disaggregated:
+            result.crossover_summary = crossover(checked).summary()
+        floor = floor_reason(b, problem.slo, load.max_tokens)
+        if floor is not None:
+            result.binding, result.reason = floor
+        else:
+            queue.append(result)
+        results.append(result)
+    queue.sort(key=lambda r: (-(r.ceiling_value or 0.0), r.candidate.key))
+    return queue
+
+
+def cluster_gpus(cfg: StackConfig) -> int:
+    """The cluster's physical GPUs: what every per-GPU figure divides by, so a candidate that
+    leaves GPUs idle is charged for them (they are the cluster's)."""
+    return sum(c.gpus for c in cfg.node_classes.values())
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a search is asked: the cluster (its name, the prefix of every candidate's stack
+    name; its raw config ``base`` and validated ``cfg``), the workload and the SLO."""
+
+    cluster: str
+    base: Mapping[str, Any]
+    cfg: StackConfig
+    load: LoadConfig
+    slo: Slo
+
+
+def search(
+    problem: Problem,
+    candidates: Sequence[Candidate],
+    *,
+    objective: Objective = "goodput-per-gpu",
+    margin: float = 1.25,
+    jobs: int = 1,
+    progress: Progress | None = None,
+) -> list[Result]:
+    """The staged search (the module docstring) over ``candidates`` of ``problem``'s cluster,
+    timing in ``jobs`` processes; results ranked (``rank`` 1 first), then the rest by status
+    and key."""
+    results: list[Result] = []
+    queue = _screen_or_queue(problem, candidates, results)
+    load, slo = problem.load, problem.slo
+    gpus = cluster_gpus(problem.cfg)
+    best_value = 0.0
+    done = 0
+    pool = (
+        multiprocessing.get_context("spawn").Pool(jobs, initializer=_deaf_to_ctrl_c)
+        if jobs > 1
+        else None
+    )
+    try:
+        for start in range(0, len(queue), BATCH):
+            batch = []
+            for result in queue[start : start + BATCH]:
+                assert result.ceiling_value is not None and result.bounds is not None
+                if result.ceiling_value * margin < best_value:
+                    result.binding = result.bounds.limit
+                    result.reason = (
+                        f"at most {result.ceiling_value:,.0f} output tok/s per GPU at any load "
+                        f"(its {result.bounds.limit} ceiling, "
+                        f"{result.bounds.requests_per_s:,.2f} req/s), below the best timed so "
+                        f"far ({best_value:,.0f}) / the margin {margin:g}"
+                    )
+                    done += 1
+                else:
+                    batch.append(result)
+            args = [(r.plan, load, slo, gpus) for r in batch if r.plan is not None]
+            timed = (
+                pool.imap(_time_in_worker, args)
+                if pool is not None
+                else (time_candidate(*a) for a in args)
+            )
+            for result, t in zip(batch, timed, strict=True):
+                result.status, result.binding, result.runs = t.status, t.binding, t.runs
+                result.best, result.over = t.best, t.over
+                if t.best is not None:
+                    result.value = objective_value(t.best, objective)
+                done += 1
+                if progress is not None:
+                    progress(done, len(queue))
+            best_value = max([best_value, *(r.value or 0.0 for r in batch)])
+    finally:
+        if pool is not None:
+            pool.terminate()
+    rank_results(results, objective)
+    return sorted(results, key=_order)
+
+
+_STATUS_ORDER: dict[Status, int] = {"ranked": 0, "slo-not-met": 1, "screened": 2, "refused": 3}
+
+
+def _order(r: Result) -> tuple[bool, int, int, str]:
+    """Ranked first by rank, then the rest by status and key."""
+    return (r.rank is None, r.rank or 0, _STATUS_ORDER[r.status], r.candidate.key)
+
+
+def pareto_front(results: Sequence[Result]) -> set[str]:
+    """Keys of the ranked results no other beats on both tokens/s per GPU and per user."""
+    ranked = [r for r in results if r.best is not None and r.status == "ranked"]
+    front = set()
+    for r in ranked:
+        a = r.best
+        assert a is not None
+        dominated = any(
+            o.best is not None
+            and o.best.tokens_per_s_per_gpu >= a.tokens_per_s_per_gpu
+            and o.best.tokens_per_s_per_user >= a.tokens_per_s_per_user
+            and (
+                o.best.tokens_per_s_per_gpu > a.tokens_per_s_per_gpu
+                or o.best.tokens_per_s_per_user > a.tokens_per_s_per_user
+            )
+            for o in ranked
+        )
+        if not dominated:
+            front.add(r.candidate.key)
+    return front
+
+
+def rank_results(results: Sequence[Result], objective: Objective) -> None:
+    """Set ``rank`` of the ranked results: by the objective, then the key; ``pareto`` puts
+    the Pareto front (:func:`pareto_front`) first."""
+    front = pareto_front(results) if objective == "pareto" else set()
+    ranked = [r for r in results if r.status == "ranked" and r.value is not None]
+    ranked.sort(
+        key=lambda r: (
+            bool(front) and r.candidate.key not in front,
+            -(r.value or 0.0),
+            r.candidate.key,
+        )
+    )
+    for i, r in enumerate(ranked, 1):
+        r.rank = i

@@ -1,0 +1,313 @@
+"""The search space a cluster offers: every topology its node classes and links can hold, each
+as a stack config (:class:`Candidate`, :func:`candidates`, :func:`candidate_raw`).
+
+What varies, from the cluster (an existing stack's ``nodeClasses`` and ``links``):
+
+- aggregated or disaggregated; for disaggregation the prefill and the decode node class (the
+  same class or two), and on one class how its GPUs (or its GPU's time-slices) split between
+  the two roles;
+- tensor-parallel size per group: 1, or a power of two up to the node's GPUs on a class without
+  time-slicing (vLLM needs the GPUs of one node);
+- workers per GPU (time-slicing): 1 up to the class's ``replicasPerGpu``;
+- the KV buffer and transport of a disaggregated stack: host buffers over TCP (the seed's),
+  GPU buffers over TCP, each transport the cluster stack's own prefill workers use (its
+  ``bufferDevice``, ``UCX_TLS`` and RDMA device), and GPU buffers over TCP *without* the CUDA
+  transport (which the checks refuse: kept so the table says why);
+- the router (``routerMode`` kv with or without KV events, or round-robin), where there is a
+  choice to make (more than one worker of the role the router picks among);
+- ``--max-num-batched-tokens`` (vLLM's default for the GPU, or the values of ``batched_tokens``).
+
+Not a knob: each worker's GPU memory share is the seed's 0.9 of a GPU split evenly over the
+workers that share it (0.22 each for 4, 0.45 for 2, rounded down to the percent), and its
+``memoryLimit`` is its sizing floor (base + /dev/shm + host mirror) rounded up to a GiB: the
+stack is sized, not searched (:func:`candidate_raw`, :func:`sized_memory_limit`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from stackmodel.config import NodeClass, StackConfig
+from stackmodel.ucx import CUDA_CAPABLE_EXAMPLE
+
+Role = Literal["aggregated", "prefill", "decode"]
+
+GPU_SHARE = 0.9
+"""vLLM's default ``--gpu-memory-utilization``, split evenly over the workers of one GPU."""
+
+TP_SHARED_MEMORY = "2Gi"
+"""``sharedMemorySize`` of a tensor-parallel worker: the least the checks accept (vLLM's
+Kubernetes guide mounts 2Gi of ``/dev/shm`` for NCCL)."""
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """One worker group of a candidate: ``replicas`` workers of ``role`` on ``node_class``,
+    ``tp`` GPUs each, ``per_gpu`` workers sharing each of its GPUs (time-slicing)."""
+
+    role: Role
+    node_class: str
+    replicas: int
+    tp: int = 1
+    per_gpu: int = 1
+
+    def text(self) -> str:
+        """``4 x TP1 on gpu-24gb (4 a GPU)``."""
+        share = f", {self.per_gpu} a GPU" if self.per_gpu > 1 else ""
+        return f"{self.replicas} x TP{self.tp} {self.role} on {self.node_class}{share}"
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How a disaggregated candidate's KV moves: ``buffer_device`` (``cpu``: through a host
+    mirror with vLLM's two host copies; ``cuda``: GPU memory), the workers' ``env``
+    (``UCX_TLS``) and RDMA device resource (None: none)."""
+
+    name: str
+    buffer_device: Literal["cpu", "cuda"]
+    env: tuple[tuple[str, str], ...]
+    rdma: str | None = None
+
+
+HOST_TCP = Transport(
+    "host buffers over TCP", "cpu", (("UCX_TLS", "tcp,self"), ("UCX_RNDV_THRESH", "inf"))
+)
+"""The seed's disaggregated workers' transport."""
+GPU_TCP = Transport("GPU buffers over TCP", "cuda", (("UCX_TLS", CUDA_CAPABLE_EXAMPLE),))
+"""GPU buffers with UCX's CUDA transport over TCP (no host copies)."""
+GPU_TCP_NO_CUDA = Transport("GPU buffers over TCP without cuda", "cuda", (("UCX_TLS", "tcp,self"),))
+"""The seed's first attempt, which crashed inside UCX: the checks refuse it."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One topology of the search (see the module docstring). ``key`` is its stable id (the
+    ranking's tie-break and the emitted stack's name)."""
+
+    groups: tuple[GroupShape, ...]
+    router: Literal["kv", "round-robin"] = "kv"
+    kv_events: bool = True
+    transport: Transport | None = None
+    max_batched_tokens: int | None = None
+    key: str = field(default="", compare=False)
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether it has prefill and decode workers."""
+        return any(g.role != "aggregated" for g in self.groups)
+
+    def gpus(self, node_classes: Mapping[str, NodeClass]) -> int:
+        """Physical GPUs it uses (time-sliced workers of one GPU count it once)."""
+        used: dict[str, float] = {}
+        for g in self.groups:
+            used[g.node_class] = used.get(g.node_class, 0) + g.replicas * g.tp / g.per_gpu
+        return sum(min(math.ceil(n), node_classes[c].gpus) for c, n in used.items())
+
+    def label(self) -> str:
+        """One line: its groups, router and transport."""
+        parts = [" + ".join(g.text() for g in self.groups)]
+        router = self.router if self.kv_events or self.router != "kv" else "kv, no KV events"
+        parts.append(f"router {router}")
+        if self.transport is not None:
+            parts.append(self.transport.name)
+        if self.max_batched_tokens is not None:
+            parts.append(f"max-num-batched-tokens {self.max_batched_tokens}")
+        return "; ".join(parts)
+
+    def knobs(self) -> dict[str, str]:
+        """The knobs as ``--fix`` matches them (every value a string)."""
+        return {
+            "kind": "disaggregated" if self.disaggregated else "aggregated",
+            "router": self.router,
+            "kvEvents": str(self.kv_events).lower(),
+            "bufferDevice": self.transport.buffer_device if self.transport else "",
+            "transport": self.transport.name if self.transport else "",
+            "maxNumBatchedTokens": str(self.max_batched_tokens or ""),
+            "prefillTp": ",".join(str(g.tp) for g in self.groups if g.role == "prefill"),
+            "decodeTp": ",".join(str(g.tp) for g in self.groups if g.role == "decode"),
+            "tp": ",".join(str(g.tp) for g in self.groups),
+            "nodeClasses": ",".join(sorted({g.node_class for g in self.groups})),
+        }
+
+
+@dataclass(frozen=True)
+class _Use:
+    """A way to use some GPUs of a class: ``tp`` GPUs a worker, ``per_gpu`` workers a GPU."""
+
+    tp: int
+    per_gpu: int
+
+
+def _uses(node_class: NodeClass) -> list[_Use]:
+    if node_class.time_slicing is not None:
+        return [_Use(1, n) for n in range(1, node_class.units_per_gpu + 1)]
+    sizes = [2**i for i in range(int(math.log2(node_class.gpus_per_node)) + 1)]
+    return [_Use(tp, 1) for tp in sizes]
+
+
+def _whole(role: Role, name: str, node_class: NodeClass, use: _Use) -> GroupShape:
+    """A group on every GPU of the class."""
+    replicas = node_class.gpus // use.tp * use.per_gpu
+    return GroupShape(role, name, replicas, use.tp, use.per_gpu)
+
+
+def _aggregated_shapes(classes: Mapping[str, NodeClass]) -> Iterator[tuple[GroupShape, ...]]:
+    names = sorted(classes)
+    options = [[None, *_uses(classes[n])] for n in names]
+    for choice in itertools.product(*options):
+        groups = tuple(
+            _whole("aggregated", n, classes[n], use)
+            for n, use in zip(names, choice, strict=True)
+            if use is not None
+        )
+        if groups:
+            yield groups
+
+
+def _split_shapes(name: str, node_class: NodeClass) -> Iterator[tuple[GroupShape, ...]]:
+    """Prefill and decode on one class, its GPUs (or its GPUs' time-slices) split between them."""
+    if node_class.time_slicing is not None:
+        slots = node_class.gpus * node_class.units_per_gpu
+        for p in range(1, slots):
+            for d in range(1, slots - p + 1):
+                share = -(-(p + d) // node_class.gpus)
+                yield (
+                    GroupShape("prefill", name, p, 1, share),
+                    GroupShape("decode", name, d, 1, share),
+                )
+        return
+    gpus = node_class.gpus
+    for a, b in itertools.product(_uses(node_class), repeat=2):
+        for p in range(1, gpus // a.tp + 1):
+            rest = gpus - p * a.tp
+            if rest >= b.tp and rest % b.tp == 0:
+                yield (
+                    GroupShape("prefill", name, p, a.tp),
+                    GroupShape("decode", name, rest // b.tp, b.tp),
+                )
+
+
+def _disaggregated_shapes(classes: Mapping[str, NodeClass]) -> Iterator[tuple[GroupShape, ...]]:
+    names = sorted(classes)
+    for name in names:
+        yield from _split_shapes(name, classes[name])
+    for p_name, d_name in itertools.permutations(names, 2):
+        for a, b in itertools.product(_uses(classes[p_name]), _uses(classes[d_name])):
+            yield (
+                _whole("prefill", p_name, classes[p_name], a),
+                _whole("decode", d_name, classes[d_name], b),
+            )
+
+
+def cluster_transports(cfg: StackConfig) -> tuple[Transport, ...]:
+    """The transports a disaggregated candidate tries: the cluster stack's own prefill
+    workers' (as it deploys them), then :data:`HOST_TCP`, :data:`GPU_TCP` and
+    :data:`GPU_TCP_NO_CUDA`, each once."""
+    own = []
+    for w in cfg.topology.workers:
+        if w.role == "prefill" and w.kv_transfer is not None:
+            rdma = w.rdma.resource if w.rdma is not None else None
+            env = tuple(sorted((k, str(v)) for k, v in w.env.items() if k.startswith("UCX_")))
+            name = "as the cluster stack deploys it" + (f" ({rdma})" if rdma else "")
+            own.append(Transport(name, w.kv_transfer.buffer_device, env, rdma))
+    out: list[Transport] = []
+    for t in [*own, HOST_TCP, GPU_TCP, GPU_TCP_NO_CUDA]:
+        if all((t.buffer_device, t.env, t.rdma) != (o.buffer_device, o.env, o.rdma) for o in out):
+            out.append(t)
+    return tuple(out)
+
+
+def candidates(
+    cfg: StackConfig,
+    batched_tokens: Sequence[int] = (),
+    fixes: Mapping[str, str] | None = None,
+    shared_prefix: bool = True,
+) -> list[Candidate]:
+    """Every candidate of the cluster ``cfg`` describes (its node classes, its links, its own
+    prefill workers' transport), in a stable order, each with its ``key``; ``batched_tokens``:
+    ``--max-num-batched-tokens`` values to try besides vLLM's default; ``fixes``: knob ->
+    value (:meth:`Candidate.knobs`) a candidate must have; ``shared_prefix``: whether the
+    workload's prompts share a prefix (without one, KV events show the router nothing: they
+    are not varied)."""
+    classes = cfg.node_classes
+    transports = cluster_transports(cfg)
+    budgets: list[int | None] = [None, *batched_tokens]
+    out: list[Candidate] = []
+    routers: tuple[tuple[Literal["kv", "round-robin"], bool], ...] = (
+        (("kv", True), ("kv", False), ("round-robin", True))
+        if shared_prefix
+        else (("kv", True), ("round-robin", True))
+    )
+    for groups in _aggregated_shapes(classes):
+        # With one worker there is nothing to route: one router stands for all.
+        choices = routers if sum(g.replicas for g in groups) > 1 else routers[:1]
+        for (router, events), budget in itertools.product(choices, budgets):
+            out.append(Candidate(groups, router, events, None, budget))
+    for groups in _disaggregated_shapes(classes):
+        # KV events steer only the choice among prefill workers (decode is picked by load).
+        prefills = sum(g.replicas for g in groups if g.role == "prefill")
+        events_choices = (True, False) if prefills > 1 and shared_prefix else (True,)
+        for transport, events, budget in itertools.product(transports, events_choices, budgets):
+            out.append(Candidate(groups, "kv", events, transport, budget))
+    keyed = [
+        Candidate(c.groups, c.router, c.kv_events, c.transport, c.max_batched_tokens, f"c{i:03d}")
+        for i, c in enumerate(out)
+    ]
+    if fixes:
+        keyed = [c for c in keyed if all(c.knobs().get(k) == v for k, v in fixes.items())]
+    return keyed
+
+
+FIX_KEYS = tuple(Candidate(groups=()).knobs())
+"""The knobs ``--fix`` accepts."""
+
+
+def share(per_gpu: int) -> float:
+    """A worker's ``gpuMemoryUtilization`` when ``per_gpu`` workers share its GPU."""
+    return math.floor(GPU_SHARE / per_gpu * 100) / 100
+
+
+def candidate_raw(
+    base: Mapping[str, Any], candidate: Candidate, memory_limits: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The stack config (keys without the project prefix) of ``candidate`` on the cluster of
+    ``base`` (a stack's raw config: its node classes, links, model, engine, platform and
+    sizing kept; its topology, load and baseline replaced). ``memory_limits``: group name ->
+    ``memoryLimit`` (default: a GiB above any floor, :func:`sized_memory_limit` sets them)."""
+    raw = {k: v for k, v in base.items() if k not in ("topology", "load", "baselineStack")}
+    topology = dict(base.get("topology") or {})
+    workers = []
+    for i, g in enumerate(candidate.groups):
+        name = f"{g.role}-{i}"
+        worker: dict[str, Any] = {
+            "name": name,
+            "role": g.role,
+            "replicas": g.replicas,
+            "nodeClass": g.node_class,
+            "gpuMemoryUtilization": share(g.per_gpu),
+            "memoryLimit": (memory_limits or {}).get(name, "1Ti"),
+            "kvEvents": candidate.kv_events,
+        }
+        if g.tp > 1:
+            worker["tensorParallelSize"] = g.tp
+            worker["sharedMemorySize"] = TP_SHARED_MEMORY
+        if candidate.max_batched_tokens is not None:
+            worker["extraArgs"] = ["--max-num-batched-tokens", str(candidate.max_batched_tokens)]
+        t = candidate.transport
+        if g.role != "aggregated" and t is not None:
+            worker["kvTransfer"] = {
+                "connector": "NixlConnector",
+                "role": "kv_producer" if g.role == "prefill" else "kv_consumer",
+                "bufferDevice": t.buffer_device,
+            }
+            worker["env"] = dict(t.env)
+            if t.rdma is not None:
+                worker["rdma"] = {"resource": t.rdma}
+        workers.append(worker)
+    topology.update({"kind": "dynamo", "routerMode": candidate.router, "workers": workers})
+    raw["topology"] = topology
+    return raw

@@ -1,0 +1,95 @@
+"""The top candidates with the real Dynamo routing (``--validate-top K``): each at its highest
+load meeting the SLO under the routing stand-in, simulated as ``testbed simulate`` simulates a
+stack (:func:`simulator.simulate.simulate_stacks`: the real Dynamo frontend and KV router with
+one CPU mocker per worker, then the timing model on its requests), at every prefix-kinds value
+of the workload, one run each of as many requests as the search's run (the workload's requests
+per run, at least :data:`recommend.load_search.MEASURED_PER_CLIENT` a client); judged against
+the SLO as the search judges its own (:func:`loadgen.goodput.evaluate_run`).
+
+What it tells: whether the SLO still holds at that load when the prefix-cache hits are the
+real router's and the mockers' instead of the stand-in's, and how far each p99 and the goodput
+moved. It needs the ``sim`` dependency group (Dynamo's frontend and mocker).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from loadgen.goodput import evaluate_point, evaluate_run
+from loadgen.output import REQUESTS_FILE, records_from_frame
+from recommend.load_search import MEASURED_PER_CLIENT
+from recommend.search import Problem, Result, cluster_gpus, stack_name
+from simulator.simulate import simulate_stacks
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One candidate with the real routing at the load the stand-in found (``concurrency``):
+    whether every prefix-kinds point meets the SLO (``holds``), the worst p99 of each objective
+    (ms) and the mean goodput per cluster GPU, beside the stand-in's."""
+
+    key: str
+    concurrency: int
+    holds: bool
+    p99_ms: dict[str, float | None]
+    stand_in_p99_ms: dict[str, float | None]
+    goodput_tokens_per_s_per_gpu: float
+    stand_in_goodput_tokens_per_s_per_gpu: float
+
+    def line(self) -> str:
+        """``c005 at 72 clients with the real routing: SLO holds; TTFT p99 812 ms (stand-in
+        905 ms); goodput 1,650 tok/s/GPU (stand-in 1,671)``."""
+        p99 = "; ".join(
+            f"{k} {v:,.0f} ms (stand-in {self.stand_in_p99_ms.get(k) or 0:,.0f} ms)"
+            for k, v in self.p99_ms.items()
+            if v is not None
+        )
+        return (
+            f"{self.key} at {self.concurrency} clients with the real Dynamo routing: SLO "
+            f"{'holds' if self.holds else 'does not hold'}; {p99}; goodput "
+            f"{self.goodput_tokens_per_s_per_gpu:,.0f} tok/s per GPU (stand-in "
+            f"{self.stand_in_goodput_tokens_per_s_per_gpu:,.0f})"
+        )
+
+
+def validate(problem: Problem, result: Result, out_dir: Path) -> Validation:
+    """``result`` (ranked) with the real routing (the module docstring); the simulation's
+    folder is ``out_dir/<its stack name>``."""
+    assert result.plan is not None and result.best is not None
+    load, slo = problem.load, problem.slo
+    concurrency = result.best.concurrency
+    grid = {
+        "prefix_kinds": list(load.prefix_kinds),
+        "concurrency": [concurrency],
+        "repetitions": 1,
+        "requests_per_run": max(load.requests_per_run, MEASURED_PER_CLIENT * concurrency),
+    }
+    name = stack_name(problem.cluster, result.candidate)
+    simulation = simulate_stacks({name: result.plan}, out_dir, grid=grid, progress=False)[0]
+    frame = pd.read_parquet(simulation.out_dir / REQUESTS_FILE)
+    gpus = cluster_gpus(problem.cfg)
+    points = [
+        evaluate_point(
+            [evaluate_run(records_from_frame(rows), slo, concurrency=concurrency)], slo, gpus=gpus
+        )
+        for _, rows in frame.groupby("prefix_kinds")
+    ]
+    worst: dict[str, float | None] = {}
+    for key in slo.objectives():
+        values = [v for p in points if (v := p.p99_ms.get(key)) is not None]
+        worst[key] = max(values) if values else None
+    return Validation(
+        key=result.candidate.key,
+        concurrency=concurrency,
+        holds=all(p.slo_met for p in points),
+        p99_ms=worst,
+        stand_in_p99_ms={k: result.best.p99_ms.get(k) for k in worst},
+        goodput_tokens_per_s_per_gpu=statistics.fmean(
+            p.goodput_output_tokens_per_s_per_gpu or 0.0 for p in points
+        ),
+        stand_in_goodput_tokens_per_s_per_gpu=result.best.goodput_tokens_per_s_per_gpu,
+    )

@@ -1,0 +1,331 @@
+"""`testbed recommend`: which topology to deploy on a cluster for a workload and an SLO, and why
+the others lose (docs/recommend.md). Everything it prints and writes is SIMULATED.
+
+Exit codes: 0 a candidate meets the SLO; 1 none does (the nearest candidates and what binds are
+printed; the SLO is never relaxed); 2 a bad option, stack, file or SLO.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from testbed.console import EXIT_NO_SUCCESS, fail
+
+if TYPE_CHECKING:
+    from loadgen.config import LoadConfig
+    from recommend.search import Result
+
+INPUTS = "Inputs"
+SEARCH = "Search"
+OUTPUT = "Output"
+RECOMMEND_OUT = Path("out/recommend")
+"""The default ``--out``: ``out/recommend/<cluster>`` in the project folder."""
+
+
+def _cluster(
+    stack: str | None, stack_file: Path | None, model: str | None
+) -> tuple[str, dict[str, Any], Any]:
+    """(name, raw config, validated config) of the cluster stack, ``model.name`` replaced by
+    ``model``; exits 2 on a bad stack or file."""
+    from stackmodel.config import project_values
+    from stackmodel.errors import StackConfigError
+    from stackmodel.stacks import StackFileError, load_stack, stack_config
+    from stackmodel.validation import validate_stack
+
+    if (stack is None) == (stack_file is None):
+        fail("give the cluster as one of --cluster STACK or --cluster-file FILE")
+    try:
+        if stack is not None:
+            name = stack
+            base = project_values(stack_config(stack)[0])
+            load_stack(stack)  # the cluster stack itself passes the checks preview runs
+        else:
+            assert stack_file is not None
+            import yaml
+
+            name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
+            document = yaml.safe_load(stack_file.read_text())
+            config = document.get("config") if isinstance(document, dict) else None
+            if not isinstance(config, dict):
+                fail(f"--cluster-file {stack_file}: no `config:` mapping (a stack file)")
+            base = project_values({k: v for k, v in config.items()})
+            validate_stack(name, base)
+    except (FileNotFoundError, StackFileError, StackConfigError, OSError) as exc:
+        fail(" ".join(str(exc).split()))
+    if model is not None:
+        base["model"] = {**(base.get("model") or {}), "name": model}
+    try:
+        cfg = validate_stack(name, {**base}).cfg
+    except StackConfigError as exc:
+        fail(f"--model {model}: " + " ".join(str(exc).split()))
+    return name, base, cfg
+
+
+def _workload(text: str) -> LoadConfig:
+    """``seed`` (the seed's grid) or a YAML file of load settings (as ``testbed load
+    --config`` reads one)."""
+    from pydantic import ValidationError
+
+    from loadgen.config import Arrival, LoadConfig, error_message
+    from testbed.load_command import read_load_settings
+
+    if text == "seed":
+        return LoadConfig()
+    try:
+        load = LoadConfig.model_validate(read_load_settings(Path(text)))
+    except ValueError as exc:
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            fail(f"--workload {text}: {where}: {error_message(first)}")
+        fail(f"--workload {text}: {exc}")
+    if load.arrival is Arrival.POISSON:
+        fail(
+            f"--workload {text}: arrival poisson: the search's load is the closed loop's "
+            "concurrency; drop arrival/requestRate (the highest concurrency meeting the SLO is "
+            "searched)"
+        )
+    return load
+
+
+def _fixes(items: list[str] | None) -> dict[str, str]:
+    from recommend.space import FIX_KEYS
+
+    fixes = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or key not in FIX_KEYS:
+            fail(f"--fix {item!r}: expected KEY=VALUE with KEY one of {', '.join(FIX_KEYS)}")
+        fixes[key] = value
+    return fixes
+
+
+def _print_table(results: list[Result], first: Result | None, margin: float, top: int) -> None:
+    from rich.table import Table
+
+    from loadgen.report import table_console
+    from recommend.claims import reason_line
+
+    console = table_console(highlight=False)
+    table = Table(title="SIMULATED: testbed recommend")
+    for col in ("rank", "candidate", "tok/s/GPU", "clients", "why"):
+        table.add_column(col)
+    shown = [r for r in results if r.rank is not None][:top]
+    shown += [r for r in results if r.status in ("slo-not-met", "screened")][
+        : max(0, top - len(shown))
+    ]
+    for r in shown:
+        table.add_row(
+            str(r.rank or "-"),
+            f"{r.candidate.key}: {r.candidate.label()}",
+            f"{r.value:,.0f}" if r.value is not None else "-",
+            str(r.best.concurrency) if r.best else "-",
+            reason_line(r, first, margin),
+        )
+    console.print(table)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    console.print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+
+
+def _nearest(results: list[Result], top: int = 3) -> list[str]:
+    """The candidates nearest the SLO and what binds, closest first (its p99 at one client
+    over the bound, or a floor over it)."""
+    lines = []
+    for r in results:
+        if r.status == "slo-not-met" and r.over is not None:
+            lines.append(
+                (
+                    r.candidate.key,
+                    f"{r.candidate.key} ({r.candidate.label()}): {r.binding} at 1 client: "
+                    + ", ".join(
+                        f"{k} {v:,.0f} ms" for k, v in r.over.p99_ms.items() if v is not None
+                    ),
+                )
+            )
+        elif r.status == "screened" and r.reason.endswith("ms") and "at least" in r.reason:
+            lines.append(
+                (r.candidate.key, f"{r.candidate.key} ({r.candidate.label()}): {r.reason}")
+            )
+    return [line for _, line in sorted(lines)[:top]]
+
+
+def recommend_command(
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="The cluster as an existing stack's nodeClasses and links (stack name).",
+            rich_help_panel=INPUTS,
+        ),
+    ] = None,
+    cluster_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--cluster-file",
+            help="The cluster as a stack file (its nodeClasses and links).",
+            rich_help_panel=INPUTS,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The model (a catalog name); default: the cluster stack's.", rich_help_panel=INPUTS
+        ),
+    ] = None,
+    workload: Annotated[
+        str,
+        typer.Option(
+            help="seed (the seed's grid) or a YAML file of load settings (or a stack file's "
+            "load section).",
+            rich_help_panel=INPUTS,
+        ),
+    ] = "seed",
+    slo: Annotated[
+        str,
+        typer.Option(
+            help="The SLO, e.g. ttft_p99_ms=1000,itl_p99_ms=50 (ms).", rich_help_panel=INPUTS
+        ),
+    ] = "",
+    objective: Annotated[
+        str,
+        typer.Option(help="goodput-per-gpu, tokens-per-gpu or pareto.", rich_help_panel=SEARCH),
+    ] = "goodput-per-gpu",
+    fix: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fix",
+            metavar="KEY=VALUE",
+            help="Keep only candidates with this knob (repeatable), e.g. kind=aggregated.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = None,
+    batched_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--batched-tokens",
+            metavar="N,N",
+            help="--max-num-batched-tokens values to try besides vLLM's default.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = None,
+    margin: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="The ratio a claim needs (the model's error on published pairs).",
+            rich_help_panel=SEARCH,
+        ),
+    ] = 1.25,
+    jobs: Annotated[
+        int, typer.Option(min=1, help="Processes timing candidates.", rich_help_panel=SEARCH)
+    ] = 2,
+    validate_top: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Run the top K with the real Dynamo routing (the sim group) at the load found.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = 0,
+    emit_stacks: Annotated[
+        int, typer.Option(min=0, help="The top N as stack files.", rich_help_panel=OUTPUT)
+    ] = 3,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Output folder (default out/recommend/<cluster>).", rich_help_panel=OUTPUT
+        ),
+    ] = None,
+) -> None:
+    """Search the topologies a cluster can hold for the one that serves a workload best within
+    an SLO; rank them and say why each loses. SIMULATED.
+
+    Example: testbed recommend --cluster kv-routing --workload seed --slo ttft_p99_ms=1000
+    """
+    from rich.progress import Progress
+
+    from loadgen.slo import SloError
+    from recommend.claims import first_ranked
+    from recommend.outputs import (
+        PLAN_MD,
+        Inputs,
+        plan_text,
+        write_candidates,
+        write_report,
+        write_stacks,
+    )
+    from recommend.search import OBJECTIVES_RANKED, Problem, cluster_gpus, search
+    from recommend.space import candidates
+    from recommend.validate import validate
+    from testbed.console import _int_list
+    from testbed.dependency_groups import missing_group
+    from testbed.slo_option import slo_of
+    from testbed.stack_commands import under_project
+
+    target = slo_of(slo or None)
+    if target is None:
+        fail("--slo is required, e.g. --slo ttft_p99_ms=1000 (the search never relaxes it)")
+    if validate_top:
+        missing = missing_group(
+            "sim", "--validate-top runs the real Dynamo routing", "testbed recommend ..."
+        )
+        if missing is not None:
+            fail(missing)
+    chosen = next((o for o in OBJECTIVES_RANKED if o == objective), None)
+    if chosen is None:
+        fail(f"--objective {objective!r}: one of {', '.join(OBJECTIVES_RANKED)}")
+    name, base, cfg = _cluster(cluster, cluster_file, model)
+    load = _workload(workload)
+    try:
+        target.check_outputs(load.max_tokens)
+        budgets = _int_list("batched-tokens", batched_tokens) or []
+    except (SloError, ValueError) as exc:
+        fail(str(exc))
+    space = candidates(cfg, budgets, _fixes(fix), shared_prefix=load.prefix_tokens > 0)
+    if not space:
+        fail("no candidate has every --fix value; drop one")
+    folder = (
+        under_project(out, RECOMMEND_OUT / name)
+        if out
+        else under_project(RECOMMEND_OUT / name, RECOMMEND_OUT / name)
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"timing the candidates of {name}", total=None)
+        results = search(
+            Problem(name, base, cfg, load, target),
+            space,
+            objective=chosen,
+            margin=margin,
+            jobs=jobs,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    first = first_ranked(results)
+    inputs = Inputs(name, load, target, chosen, margin, cluster_gpus(cfg), cfg.model.name)
+    validations = {}
+    for result in [r for r in results if r.rank is not None][:validate_top]:
+        done = validate(Problem(name, base, cfg, load, target), result, folder / "validate")
+        typer.echo(f"SIMULATED: {done.line()}")
+        validations[done.key] = done
+    write_candidates(folder, inputs, results, first, validations)
+    (folder / PLAN_MD).write_text(plan_text(inputs, results, first))
+    write_report(folder, inputs, results, first)
+    stacks = write_stacks(folder, inputs, results, first, emit_stacks)
+    _print_table(results, first, margin, 10)
+    if first is None:
+        typer.echo(
+            f"SIMULATED: no candidate meets the SLO ({target.describe()}); the nearest:", err=True
+        )
+        for line in _nearest(results):
+            typer.echo(f"  {line}", err=True)
+        typer.echo(f"wrote {folder}/ (candidates.json says what binds each)", err=True)
+        raise typer.Exit(EXIT_NO_SUCCESS)
+    typer.echo(
+        f"wrote {folder}/: candidates.json, candidates.csv, plan.md, pareto.png, report.html, "
+        f"{len(stacks)} stack files"
+    )

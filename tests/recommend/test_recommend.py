@@ -1,0 +1,181 @@
+"""`testbed recommend` on the seed's cluster, kept cheap: a short workload (one prefix-kinds
+value, 40 requests a run, 16 output tokens) and a few candidates (``--fix``); the full seed
+search and the published 70B cases are bench/recommend_search.py's (docs/recommend.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loadgen.config import LoadConfig
+from loadgen.slo import parse_slo
+from recommend.claims import first_ranked, reason_line, verdict
+from recommend.outputs import Inputs, emitted_stack_text, write_stacks
+from recommend.search import Problem, Result, cluster_gpus, search
+from recommend.space import GPU_TCP, GPU_TCP_NO_CUDA, HOST_TCP, Candidate, candidates
+from stackmodel.config import StackConfig, project_values
+from stackmodel.errors import PROJECT
+from stackmodel.stacks import load_stack, stack_config
+from testbed.cli import main
+
+SHORT = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
+"""A short seed-like workload: 2,371-token prompts, 90% shared over 2 prefixes."""
+
+SLO = parse_slo("ttft_p99_ms=1000")
+
+
+def _cluster() -> tuple[dict[str, Any], StackConfig]:
+    return project_values(stack_config("kv-routing")[0]), load_stack("kv-routing").cfg
+
+
+def _pick(cfg: StackConfig, *labels: str) -> list[Candidate]:
+    by_label = {c.label(): c for c in candidates(cfg)}
+    return [by_label[label] for label in labels]
+
+
+BOTH_GPUS_KV = "1 x TP1 aggregated on gpu-24gb + 1 x TP1 aggregated on gpu-8gb; router kv"
+ONE_GPU = "1 x TP1 aggregated on gpu-24gb; router kv"
+DISAGG_HOST = (
+    "2 x TP1 prefill on gpu-24gb, 4 a GPU + 2 x TP1 decode on gpu-24gb, 4 a GPU; router kv; "
+    "host buffers over TCP"
+)
+DISAGG_GPU = (
+    "2 x TP1 prefill on gpu-24gb, 4 a GPU + 2 x TP1 decode on gpu-24gb, 4 a GPU; router kv; "
+    "GPU buffers over TCP"
+)
+CROSS_NODE = (
+    "1 x TP1 prefill on gpu-24gb + 1 x TP1 decode on gpu-8gb; router kv; GPU buffers over TCP"
+)
+NO_CUDA = (
+    "2 x TP1 prefill on gpu-24gb, 4 a GPU + 2 x TP1 decode on gpu-24gb, 4 a GPU; router kv; "
+    "GPU buffers over TCP without cuda"
+)
+
+
+def test_space_of_the_seed_cluster() -> None:
+    """Aggregated: every non-empty set of the two classes, 1-4 workers on the 24 GB GPU and 1-2
+    on the 8 GB one (4 + 2 + 8 shapes); a router choice only where there are workers to route
+    among; disaggregated: one class split, or prefill and decode on the two classes."""
+    _, cfg = _cluster()
+    space = candidates(cfg)
+    aggregated = [c for c in space if not c.disaggregated]
+    shapes = {c.groups for c in aggregated}
+    assert len(shapes) == 4 + 2 + 8
+    single = [c for c in aggregated if sum(g.replicas for g in c.groups) == 1]
+    assert {c.router for c in single} == {"kv"} and len(single) == 2
+    assert {(c.router, c.kv_events) for c in aggregated} == {
+        ("kv", True),
+        ("kv", False),
+        ("round-robin", True),
+    }
+    # kv-routing has no prefill workers, so no transport of its own.
+    assert {c.transport for c in space if c.disaggregated} == {HOST_TCP, GPU_TCP, GPU_TCP_NO_CUDA}
+    assert len({c.key for c in space}) == len(space)
+    assert candidates(cfg, fixes={"kind": "aggregated", "router": "round-robin"}) == [
+        c for c in aggregated if c.router == "round-robin"
+    ]
+
+
+def test_seed_cluster_small_search() -> None:
+    """Rank 1 is aggregated with KV routing on both GPUs; each disaggregated candidate loses
+    by more than the margin with a reason naming the host copies or the link; the refused one
+    keeps the validator's own message; the ranking is the same twice."""
+    base, cfg = _cluster()
+    picked = _pick(cfg, ONE_GPU, BOTH_GPUS_KV, DISAGG_HOST, DISAGG_GPU, CROSS_NODE, NO_CUDA)
+    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
+    first = first_ranked(results)
+    assert first is not None and first.candidate.label() == BOTH_GPUS_KV
+    by_label = {r.candidate.label(): r for r in results}
+    for label in (DISAGG_HOST, DISAGG_GPU, CROSS_NODE):
+        r = by_label[label]
+        assert r.status in ("ranked", "screened", "slo-not-met")
+        assert verdict(r, first) == "loses"
+        line = reason_line(r, first)
+        assert "host copies" in line or "link" in line, line
+    refused = by_label[NO_CUDA]
+    assert refused.status == "refused"
+    assert "has no CUDA transport" in refused.reason
+    assert "stack 'kv-routing-" in refused.reason
+    one = by_label[ONE_GPU]
+    assert one.value is not None and first.value is not None
+    assert one.value < first.value  # per cluster GPU: the idle 8 GB GPU is charged
+    again = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
+    assert [(r.candidate.key, r.rank, r.value) for r in again] == [
+        (r.candidate.key, r.rank, r.value) for r in results
+    ]
+
+
+def _ranked(results: list[Result]) -> list[Result]:
+    return [r for r in results if r.rank is not None]
+
+
+def test_emitted_stacks_render(
+    tmp_path: Path, project_with: Callable[[str, dict[str, Any]], Path]
+) -> None:
+    """Each emitted stack file passes every check of `testbed render` (the program under
+    Pulumi's mocks) and says it is simulated, with its rank, at its top."""
+    from testbed.render import render_stack
+
+    base, cfg = _cluster()
+    picked = _pick(cfg, BOTH_GPUS_KV, ONE_GPU)
+    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
+    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, cluster_gpus(cfg), "m")
+    paths = write_stacks(tmp_path, inputs, results, first_ranked(results), 2)
+    assert [p.name for p in paths] == [
+        "Pulumi.kv-routing-rank1.yaml",
+        "Pulumi.kv-routing-rank2.yaml",
+    ]
+    for path in paths:
+        text = path.read_text()
+        assert text.startswith("# SIMULATED")
+        config = yaml.safe_load(text)["config"]
+        raw = {k.removeprefix(f"{PROJECT}:"): v for k, v in config.items()}
+        stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+        rendered = render_stack(stack, project_with(stack, raw))
+        assert rendered.outputs["sizing"]["model"] == "Qwen/Qwen3-0.6B"
+    assert "rank 1" in emitted_stack_text(_ranked(results)[0], first_ranked(results), inputs)
+
+
+def test_no_slo_met_exits_1_naming_what_binds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A TTFT bound below every candidate's floor: exit 1, the nearest candidates and what
+    binds named; nothing relaxed."""
+    code = main(
+        [
+            "recommend",
+            "--cluster",
+            "kv-routing",
+            "--slo",
+            "ttft_p99_ms=20",
+            "--fix",
+            "kind=aggregated",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "no candidate meets the SLO (TTFT p99 <= 20 ms)" in err
+    assert "TTFT p99 is at least" in err
+    document = yaml.safe_load((tmp_path / "candidates.json").read_text())
+    assert document["candidates"] and all(c["rank"] is None for c in document["candidates"])
+    assert {c["binding"] for c in document["candidates"] if c["status"] == "screened"} == {
+        "TTFT p99"
+    }
+
+
+def test_bad_fix_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["recommend", "--cluster", "kv-routing", "--slo", "ttft_p99_ms=500", "--fix", "gpu=1"]
+    )
+    assert code == 2
+    assert (
+        "--fix 'gpu=1': expected KEY=VALUE with KEY one of kind, router" in capsys.readouterr().err
+    )
