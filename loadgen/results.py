@@ -110,6 +110,45 @@ class ServerRunMetrics(BaseModel):
         return self.prefix_cache_hits / self.prefix_cache_queries
 
 
+class PhaseFigures(BaseModel):
+    """One phase of TTFT over the requests that had it (ms): mean, p50, p99."""
+
+    mean_ms: float
+    p50_ms: float
+    p99_ms: float
+
+
+class WorkerShare(BaseModel):
+    """What one worker served in a run, from the ids the frontend returned per request:
+    `role` prefill, decode or aggregated (one worker did both legs), `requests` it served,
+    and of those requests the cached share the client was told (cached / prompt tokens;
+    None without usage)."""
+
+    worker_id: str
+    role: str
+    requests: int
+    cached_ratio: float | None
+
+
+class TtftPhases(BaseModel):
+    """TTFT split into its phases (`loadgen.phases`; docs/metrics.md, "TTFT phases") over the
+    successful requests whose server returned its own timing: per phase of `loadgen.phases.PHASES`
+    present, its `PhaseFigures`; the mean client and frontend TTFT of the same requests; the
+    workers that served them (`WorkerShare`, prefill or aggregated first); `balance`: the most
+    requests one prefill (or aggregated) worker served over the mean of those that served any
+    (1.0: even; workers that served none are not seen); `hit_efficacy`: requests that hit the
+    prefix cache over those that could have (all but the first of each prefix in the run; above
+    1: prefixes warm from before the run)."""
+
+    requests: int
+    phases: dict[str, PhaseFigures]
+    client_ttft_mean_ms: float
+    frontend_ttft_mean_ms: float
+    workers: list[WorkerShare] = Field(default_factory=list)
+    balance: float | None = None
+    hit_efficacy: float | None = None
+
+
 class RunSummary(BaseModel):
     """One run (one repetition of one grid point).
 
@@ -225,6 +264,11 @@ class RunSummary(BaseModel):
     server: ServerRunMetrics | None = Field(
         default=None, description="What the server's /metrics counted during the run."
     )
+    phases: TtftPhases | None = Field(
+        default=None,
+        description="TTFT by phase and the workers that served the run (loadgen.phases); None: "
+        "the server returned no per-request timing.",
+    )
     started_at: datetime | None = Field(
         default=None, description="Wall-clock start of the run's warm-up (UTC)."
     )
@@ -288,6 +332,11 @@ class PointSummary(BaseModel):
     samples: int
     confidence: float | None = None
     intervals: dict[str, MetricInterval] = Field(default_factory=dict)
+    phases: TtftPhases | None = Field(
+        default=None,
+        description="TTFT by phase over the repetitions (loadgen.phases.point_phases): each "
+        "figure the median of the runs'; requests and workers' requests summed.",
+    )
 
 
 class GridResult(BaseModel):

@@ -137,3 +137,93 @@ def test_each_run_reports_what_the_server_measured(grid: tuple[GridResult, Path,
 def test_ttft_is_measured(grid: tuple[GridResult, Path, str]) -> None:
     result, _, _ = grid
     assert all(p.ttft_p50_ms is not None and p.itl_p50_ms is not None for p in result.points)
+
+
+@pytest.mark.timeout(180)
+def test_every_request_keeps_the_frontends_timing_and_workers(
+    grid: tuple[GridResult, Path, str],
+) -> None:
+    """Aggregated: the frontend returns each request's timing and its one worker (asked with
+    `nvext.extra_fields`); its TTFT is the prefill wait plus the prefill and lies within the
+    client's; the two workers of the graph share the requests, every one counted once."""
+    result, out, _ = grid
+    frame = pd.read_parquet(out / "requests.parquet")
+    assert frame["response_id"].str.startswith("chatcmpl-").all()
+    assert frame["response_id"].is_unique
+    assert (frame["prefill_worker_id"] == frame["decode_worker_id"]).all()
+    assert frame["prefill_worker_id"].nunique() <= 2
+    assert frame["kv_transfer_estimated_ms"].isna().all()  # no transfer when aggregated
+    summed = frame["frontend_prefill_wait_ms"] + frame["frontend_prefill_ms"]
+    assert summed.to_numpy() == pytest.approx(frame["frontend_ttft_ms"].to_numpy(), abs=1e-6)
+    client_ttft_ms = (frame["first_token_ns"] - frame["sent_ns"]) / 1e6
+    assert (frame["frontend_ttft_ms"] < client_ttft_ms).all()
+    assert (frame["frontend_total_ms"] >= frame["frontend_ttft_ms"]).all()
+    for run in result.runs:
+        phases = run.phases
+        assert phases is not None and phases.requests == 48
+        assert list(phases.phases) == ["queue", "prefill_wait", "prefill", "residual"]
+        assert all(w.role == "aggregated" for w in phases.workers)
+        assert sum(w.requests for w in phases.workers) == 48
+        rows = frame[frame["prefix_kinds"] == run.prefix_kinds]
+        assert phases.frontend_ttft_mean_ms == pytest.approx(rows["frontend_ttft_ms"].mean())
+        served = rows["prefill_worker_id"].value_counts()
+        assert phases.balance == pytest.approx(served.max() / served.mean())
+        # The residual is what the frontend's clock did not see: never negative aggregated.
+        assert phases.phases["residual"].p50_ms > 0
+    for point in result.points:
+        assert point.phases is not None and point.phases.requests == 48
+
+
+@pytest.fixture(scope="module")
+def disaggregated(tmp_path_factory: pytest.TempPathFactory) -> tuple[GridResult, Path]:
+    """One small grid point against a prefill and a decode mocker, the KV transfer at 1 GB/s."""
+    tmp = tmp_path_factory.mktemp("dynamo_disagg")
+    groups = (
+        localgraph.MockerGroup(
+            "prefill", "prefill", 1, KV_BYTES_PER_TOKEN, kv_transfer_bandwidth_gb_per_s=1.0
+        ),
+        localgraph.MockerGroup("decode", "decode", 1, KV_BYTES_PER_TOKEN),
+    )
+    spec = localgraph.LocalGraphSpec(model_name=MODEL, router_mode="kv", groups=groups)
+    model_dir = localgraph.make_model_dir(tmp / "model")
+    config = LoadConfig(
+        prefix_kinds=[4],
+        concurrency=[2],
+        repetitions=1,
+        requests_per_run=8,
+        warmup_requests=0,
+        max_tokens=4,
+        prompt_tokens=1024,
+    )
+    with localgraph.LocalGraph(spec, workdir=tmp, model_dir=model_dir) as graph:
+        result = run_grid(
+            graph.url, MODEL, config, tmp / "out", tokenizer=str(model_dir), progress=False
+        )
+    return result, tmp / "out"
+
+
+@pytest.mark.timeout(180)
+def test_disaggregated_requests_name_both_workers_and_the_transfer(
+    disaggregated: tuple[GridResult, Path],
+) -> None:
+    """Disaggregated: each request names its prefill and its decode worker; the frontend's
+    TTFT ends when the prefill leg returns, and its transfer estimate (an upper bound: it runs
+    to the decode worker's first token) covers the mocker's simulated transfer (prompt tokens x
+    KV bytes per token at 1 GB/s); the client's TTFT covers both, the residual is the rest."""
+    result, out = disaggregated
+    assert result.errors_by_kind == {}
+    frame = pd.read_parquet(out / "requests.parquet")
+    assert frame["prefill_worker_id"].nunique() == frame["decode_worker_id"].nunique() == 1
+    assert (frame["prefill_worker_id"] != frame["decode_worker_id"]).all()
+    transfer_ms = frame["prompt_tokens"] * KV_BYTES_PER_TOKEN / 1e9 * 1e3
+    assert (frame["kv_transfer_estimated_ms"] >= transfer_ms).all()
+    client_ttft_ms = (frame["first_token_ns"] - frame["sent_ns"]) / 1e6
+    assert (frame["frontend_ttft_ms"] + frame["kv_transfer_estimated_ms"] < client_ttft_ms).all()
+    [run] = result.runs
+    phases = run.phases
+    assert phases is not None and phases.requests == 8
+    assert list(phases.phases) == ["queue", "prefill_wait", "prefill", "kv_transfer", "residual"]
+    assert [(w.role, w.requests) for w in phases.workers] == [("prefill", 8), ("decode", 8)]
+    assert phases.balance == 1.0
+    assert phases.phases["residual"].p50_ms > 0
+    assert not [w for w in run.warnings if "frontend" in w]
