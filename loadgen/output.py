@@ -6,7 +6,8 @@ Top level (the whole grid so far; rewritten after every run, each file replaced 
 - `runs.csv`: the per-run table (`RunSummary` fields, errors by kind as JSON).
 - `requests.parquet`: one row per measured request: grid coordinates, the raw monotonic
   nanosecond times (`intended_ns`, `sent_ns`, ..., `token_ns` as a list), usage, error.
-- `table.txt`: the seed-style table as printed, grid points with an incident marked.
+- `table.txt`: the seed-style table as printed, grid points with an incident marked; below
+  it the TTFT phases table (`loadgen.report.phases_table`) where the server timed requests.
 - `incidents.json`: `GridResult.incidents` (`loadgen.incidents`), [] when none.
 
 Per run, `runs/k<K>-c<C>-r<R>/`: `requests.parquet` (that run's rows), then `run.json`
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, Incident
-from loadgen.report import SUMMARY_FILE, seed_table, table_text
+from loadgen.report import SUMMARY_FILE, phases_table, seed_table, table_text
 from loadgen.request import UNKEPT_FIELDS, RequestRecord
 from loadgen.results import ErrorSample, GridResult, RunSummary
 
@@ -257,7 +258,9 @@ class ResultsFolder:
             title=title,
             simulated=result.simulated is not None,
         )
-        write_text_atomic(self.path / TABLE_FILE, table_text(table))
+        phases = phases_table(result.points, title="TTFT phases (ms)")
+        text = table_text(table) + ("" if phases is None else "\n" + table_text(phases, width=140))
+        write_text_atomic(self.path / TABLE_FILE, text)
         incidents = [incident.model_dump(mode="json") for incident in result.incidents]
         write_text_atomic(self.path / INCIDENTS_FILE, json.dumps(incidents, indent=2) + "\n")
         write_text_atomic(self.path / RESULT_FILE, result.model_dump_json(indent=2) + "\n")

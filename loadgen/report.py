@@ -328,6 +328,56 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
     return table
 
 
+PHASE_HEADERS = {
+    "queue": "queue",
+    "prefill_wait": "prefill\nwait",
+    "prefill": "prefill",
+    "kv_transfer": "KV\ntransfer",
+    "residual": "residual",
+}
+"""The phases table's header of each phase of `loadgen.phases.PHASES`."""
+
+
+def phases_table(points: Sequence[PointSummary], title: str | None = None) -> Table | None:
+    """Per grid point, TTFT split into its phases (`PointSummary.phases`; docs/metrics.md,
+    "TTFT phases"): the client's mean TTFT, then each phase's mean and p99 (ms, "mean / p99"),
+    the requests the frontend timed, the busiest prefill (or aggregated) worker's requests over
+    the mean (`balance`) and the prefix-hit efficacy. Phases no point has are left out; None
+    when no point has phases (a server that returns no per-request timing)."""
+    have = [p for p in _ordered(points) if p.phases is not None]
+    if not have:
+        return None
+    names = [n for n in PHASE_HEADERS if any(n in p.phases.phases for p in have if p.phases)]
+    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
+    headers = (
+        *_KEY_HEADERS,
+        "TTFT\nmean ms",
+        *(f"{PHASE_HEADERS[n]}\nmean / p99" for n in names),
+        "timed",
+        "balance",
+        "hit\nefficacy",
+    )
+    for header in headers:
+        table.add_column(header, no_wrap=True)
+    for p in have:
+        phases = p.phases
+        assert phases is not None
+        cells = []
+        for n in names:
+            f = phases.phases.get(n)
+            cells.append("-" if f is None else f"{f.mean_ms:,.1f} / {f.p99_ms:,.1f}")
+        table.add_row(
+            str(p.prefix_kinds),
+            str(p.concurrency),
+            f"{phases.client_ttft_mean_ms:,.1f}",
+            *cells,
+            str(phases.requests),
+            _ratio(phases.balance),
+            _ratio(phases.hit_efficacy),
+        )
+    return table
+
+
 def comparison_table(
     a: Sequence[PointSummary], b: Sequence[PointSummary], title: str | None = None
 ) -> Table:

@@ -180,10 +180,13 @@ def check_reachable(url: str, timeout_s: float) -> None:
 def _print_result(result: GridResult, out: Path, title: str) -> None:
     from rich.markup import escape
 
-    from loadgen.report import client_server_table, seed_table, table_console
+    from loadgen.report import client_server_table, phases_table, seed_table, table_console
 
     console = table_console()
     console.print(seed_table(result.points, title=title, incidents=result.incidents))
+    phases = phases_table(result.points, title="TTFT phases (ms)")
+    if phases is not None:
+        console.print(phases)
     server_side = client_server_table(result.runs, title="client vs server (/metrics)")
     if server_side is not None:
         console.print(server_side)

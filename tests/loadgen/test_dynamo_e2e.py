@@ -227,3 +227,20 @@ def test_disaggregated_requests_name_both_workers_and_the_transfer(
     assert phases.balance == 1.0
     assert phases.phases["residual"].p50_ms > 0
     assert not [w for w in run.warnings if "frontend" in w]
+
+
+@pytest.mark.timeout(180)
+def test_the_table_shows_each_points_phases(grid: tuple[GridResult, Path, str]) -> None:
+    """table.txt has the phases table under the seed table: per point the client's mean TTFT
+    and each phase's mean / p99, as the point's summary has them."""
+    result, out, _ = grid
+    text = (out / "table.txt").read_text()
+    assert "TTFT phases (ms)" in text
+    phases_part = text.split("TTFT phases (ms)")[1]
+    for point in result.points:
+        phases = point.phases
+        assert phases is not None
+        wait = phases.phases["prefill_wait"]
+        assert f"{wait.mean_ms:,.1f} / {wait.p99_ms:,.1f}" in phases_part
+        assert f"{phases.client_ttft_mean_ms:,.1f}" in phases_part
+    assert "transfer" not in phases_part  # aggregated: no KV transfer column
