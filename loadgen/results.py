@@ -38,6 +38,37 @@ class ErrorSample(BaseModel):
     at: datetime = Field(description="Wall-clock time of the failure (UTC).")
 
 
+class WorkerRunMetrics(BaseModel):
+    """What one vLLM worker's own `/metrics` counted during one run (`loadgen.worker_metrics`):
+    the difference of two scrapes, warm-up included. Means in ms (`_sum` / `_count` of each
+    seconds histogram: their first bucket is 0.3 s, so no quantile is usable at this scale);
+    None where the worker does not export the family (named in `missing`) or counted nothing.
+    On a disaggregated decode worker the NIXL read and the host-to-device copy land in its
+    queue time (vLLM 0.31.0 `vllm/v1/core/sched/scheduler.py`: a request waits in
+    `WAITING_FOR_REMOTE_KVS` until its KV has arrived)."""
+
+    url: str
+    role: str = Field(description="prefill, decode or aggregated, as the worker was named.")
+    requests: int | None = Field(description="Requests that finished (the queue histogram).")
+    queue_mean_ms: float | None
+    prefill_mean_ms: float | None
+    decode_mean_ms: float | None
+    ttft_mean_ms: float | None
+    transfers: int | None = Field(description="NIXL transfers (vllm:nixl_xfer_time_seconds).")
+    transfer_mean_ms: float | None
+    transfer_bytes: int | None
+    transfer_gb_per_s: float | None = Field(
+        description="Bytes moved / time transferring (decimal GB/s): NIXL's effective rate."
+    )
+    failed_transfers: int | None
+    counter_resets: int = Field(
+        default=0, description="Samples lower after the run than before it (a restart)."
+    )
+    missing: list[str] = Field(
+        default_factory=list, description="Families the worker did not export."
+    )
+
+
 class ServerRunMetrics(BaseModel):
     """What the server's `/metrics` counted during one run (`loadgen.server_metrics`): the
     difference of two scrapes, so warm-up requests are included. Times in ms; the quantiles are
@@ -85,6 +116,10 @@ class ServerRunMetrics(BaseModel):
     )
     prefix_cache_queries: int | None = Field(
         default=None, description="Prefix-cache lookups in tokens (vllm:prefix_cache_queries)."
+    )
+    workers: list[WorkerRunMetrics] = Field(
+        default_factory=list,
+        description="Each scraped worker's own vLLM and NIXL figures (loadgen.worker_metrics).",
     )
 
     @property

@@ -373,6 +373,14 @@ def load_command(
             rich_help_panel=SERVER,
         ),
     ] = None,
+    decode_metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Base URL of a decode worker's /metrics (vLLM's), repeatable: its queue time "
+            "(where the KV read lands) and NIXL's transfer time, bytes and failures per run.",
+            rich_help_panel=SERVER,
+        ),
+    ] = None,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No progress bar.", rich_help_panel=OUTPUT)
     ] = False,
@@ -471,6 +479,7 @@ def load_command(
                 kube_context,
                 prefill_metrics or (),
                 not no_progress,
+                decode_metrics or (),
             )
     except FolderBusyError as exc:
         fail(str(exc))
@@ -520,6 +529,7 @@ def _load(
     kube_context: str | None,
     prefill_metrics: Sequence[str],
     progress: bool,
+    decode_metrics: Sequence[str] = (),
 ) -> None:
     """`testbed load` once its options are checked, holding `out`'s lock."""
     import logging
@@ -568,6 +578,7 @@ def _load(
                 ready=ready,
                 observers=[pods],
                 prefill_metrics=prefill_metrics,
+                decode_metrics=decode_metrics,
             )
     except NotServingError as exc:
         fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)
