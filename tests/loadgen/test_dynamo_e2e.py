@@ -244,3 +244,37 @@ def test_the_table_shows_each_points_phases(grid: tuple[GridResult, Path, str]) 
         assert f"{wait.mean_ms:,.1f} / {wait.p99_ms:,.1f}" in phases_part
         assert f"{phases.client_ttft_mean_ms:,.1f}" in phases_part
     assert "transfer" not in phases_part  # aggregated: no KV transfer column
+
+
+@pytest.mark.timeout(180)
+def test_the_report_draws_one_waterfall_per_point(
+    disaggregated: tuple[GridResult, Path],
+) -> None:
+    """The report's TTFT waterfall: per point one bar per phase, each starting where the
+    phases before it end, its width the point's mean; the bar ends at queue + TTFT."""
+    from loadgen.figures import report_figures, waterfall_figure
+    from loadgen.html_report import draw
+    from loadgen.results_folder import load_results
+
+    result, out = disaggregated
+    loaded = load_results(out)
+    figure = waterfall_figure([loaded])
+    assert figure is not None and figure in report_figures([loaded])
+    [panel] = figure.panels
+    assert panel.y_tick_labels == ("K4 c2",)
+    phases = result.points[0].phases
+    assert phases is not None
+    assert [s.label for s in panel.series] == [
+        "client queue",
+        "prefill wait",
+        "prefill",
+        "KV transfer",
+        "residual",
+    ]
+    end = 0.0
+    for series, name in zip(panel.series, phases.phases, strict=True):
+        assert series.x == (pytest.approx(end),)
+        assert series.widths == (pytest.approx(phases.phases[name].mean_ms),)
+        end += phases.phases[name].mean_ms
+    assert end == pytest.approx(phases.phases["queue"].mean_ms + phases.client_ttft_mean_ms)
+    assert len(draw(figure).axes) == 1
