@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from loadgen.config import LoadConfig
 from loadgen.results import PhaseFigures, RunSummary, ServerRunMetrics, TtftPhases
 from loadgen.server_metrics import parse_samples, with_server
+from loadgen.stats import summarize_run
 from loadgen.worker_metrics import per_worker, transfer_disagreement, worker_run_metrics
 
 MODEL = "Qwen/Qwen3-0.6B"
@@ -140,10 +141,8 @@ def _run_with_estimate(estimate_ms: float) -> RunSummary:
         client_ttft_mean_ms=300.0,
         frontend_ttft_mean_ms=100.0,
     )
-    base = RunSummary.model_construct(
-        prefix_kinds=2, concurrency=4, repetition=1, requests=4, warnings=[], phases=phases
-    )
-    return base
+    empty = summarize_run([], prefix_kinds=2, concurrency=4, repetition=1)
+    return empty.model_copy(update={"phases": phases, "requests": 4})
 
 
 def test_the_frontends_transfer_estimate_against_nixls_own_time() -> None:

@@ -278,7 +278,9 @@ def test_simulated_records_carry_the_frontends_phases_and_workers() -> None:
     phases = request_phases(record)
     assert phases is not None
     assert phases["prefill_wait"] == pytest.approx(CONSTANTS.request_overhead_s * 1e3)
-    wire_ms = PROMPT * KVB / LINK_PROFILES["1gbe"].wire_bytes_per_s * 1e3
+    wire = LINK_PROFILES["1gbe"].wire_bytes_per_s
+    assert wire is not None
+    wire_ms = PROMPT * KVB / wire * 1e3
     assert wire_ms < phases["kv_transfer"] < wire_ms * 1.1
     assert phases["residual"] == pytest.approx(0.0, abs=1e-6)
     summary = run_phases([record])
@@ -292,4 +294,5 @@ def test_simulated_records_carry_the_frontends_phases_and_workers() -> None:
     for r in timing_records(timing, requests(4, 2), 0.0):
         assert r.prefill_worker_id == r.decode_worker_id is not None
         assert r.kv_transfer_estimated_ms is None
+        assert r.first_token_ns is not None and r.sent_ns is not None
         assert r.frontend_ttft_ms == pytest.approx((r.first_token_ns - r.sent_ns) / 1e6, abs=1e-3)
