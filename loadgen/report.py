@@ -101,8 +101,13 @@ def _undelivered(p: PointSummary) -> bool:
 
 
 def _table(title: str | None, columns: Sequence[tuple[str, _Cell]] = _COLUMNS) -> Table:
+    return _headed_table(title, (*_KEY_HEADERS, *(name for name, _ in columns)))
+
+
+def _headed_table(title: str | None, headers: Sequence[str]) -> Table:
+    """A table in this module's style with `headers` as its columns (never wrapped)."""
     table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
-    for header in (*_KEY_HEADERS, *(name for name, _ in columns)):
+    for header in headers:
         table.add_column(header, no_wrap=True)
     return table
 
@@ -294,19 +299,19 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
     rows = [(run, run.server) for run in runs if run.server is not None]
     if not rows:
         return None
-    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
-    headers = (
-        *_KEY_HEADERS,
-        "rep",
-        "TTFT mean ms\nclient / server",
-        "TTFT p50 ms\nclient / server",
-        "client -\nserver ms",
-        "server\nrequests",
-        "server\nfailed",
-        "cached ratio\nclient / server",
+    table = _headed_table(
+        title,
+        (
+            *_KEY_HEADERS,
+            "rep",
+            "TTFT mean ms\nclient / server",
+            "TTFT p50 ms\nclient / server",
+            "client -\nserver ms",
+            "server\nrequests",
+            "server\nfailed",
+            "cached ratio\nclient / server",
+        ),
     )
-    for header in headers:
-        table.add_column(header, no_wrap=True)
     for run, server in rows:
         gap = (
             None
@@ -348,17 +353,17 @@ def phases_table(points: Sequence[PointSummary], title: str | None = None) -> Ta
     if not have:
         return None
     names = [n for n in PHASE_HEADERS if any(n in p.phases.phases for p in have if p.phases)]
-    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
-    headers = (
-        *_KEY_HEADERS,
-        "TTFT\nmean ms",
-        *(f"{PHASE_HEADERS[n]}\nmean / p99" for n in names),
-        "timed",
-        "balance",
-        "hit\nefficacy",
+    table = _headed_table(
+        title,
+        (
+            *_KEY_HEADERS,
+            "TTFT\nmean ms",
+            *(f"{PHASE_HEADERS[n]}\nmean / p99" for n in names),
+            "timed",
+            "balance",
+            "hit\nefficacy",
+        ),
     )
-    for header in headers:
-        table.add_column(header, no_wrap=True)
     for p in have:
         phases = p.phases
         assert phases is not None

@@ -2,6 +2,7 @@
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pytest
@@ -11,6 +12,8 @@ from loadgen.results import GridResult
 from loadgen.runner import run_grid
 
 localgraph = pytest.importorskip("simulator.localgraph")
+if TYPE_CHECKING:
+    from simulator.localgraph import LocalGraphSpec
 
 MODEL = "Qwen/Qwen3-0.6B"
 KV_BYTES_PER_TOKEN = 114_688  # Qwen3-0.6B: 28 layers x 8 KV heads x 128 head dim x 2 x 2 bytes
@@ -35,7 +38,6 @@ def grid(tmp_path_factory: pytest.TempPathFactory) -> tuple[GridResult, Path, st
             ),
         ),
     )
-    model_dir = localgraph.make_model_dir(tmp / "model")
     config = LoadConfig(
         prefix_kinds=[2, 24],
         concurrency=[4],
@@ -45,6 +47,15 @@ def grid(tmp_path_factory: pytest.TempPathFactory) -> tuple[GridResult, Path, st
         max_tokens=8,
         prompt_tokens=1024,
     )
+    return run_local_grid(spec, config, tmp)
+
+
+def run_local_grid(
+    spec: "LocalGraphSpec", config: LoadConfig, tmp: Path
+) -> tuple[GridResult, Path, str]:
+    """`config`'s grid against a local graph of `spec` (the real frontend, mocker workers):
+    its result, its results folder and the frontend's /metrics after it."""
+    model_dir = localgraph.make_model_dir(tmp / "model")
     with localgraph.LocalGraph(spec, workdir=tmp, model_dir=model_dir) as graph:
         result = run_grid(
             graph.url, MODEL, config, tmp / "out", tokenizer=str(model_dir), progress=False
@@ -185,7 +196,6 @@ def disaggregated(tmp_path_factory: pytest.TempPathFactory) -> tuple[GridResult,
         localgraph.MockerGroup("decode", "decode", 1, KV_BYTES_PER_TOKEN),
     )
     spec = localgraph.LocalGraphSpec(model_name=MODEL, router_mode="kv", groups=groups)
-    model_dir = localgraph.make_model_dir(tmp / "model")
     config = LoadConfig(
         prefix_kinds=[4],
         concurrency=[2],
@@ -195,11 +205,8 @@ def disaggregated(tmp_path_factory: pytest.TempPathFactory) -> tuple[GridResult,
         max_tokens=4,
         prompt_tokens=1024,
     )
-    with localgraph.LocalGraph(spec, workdir=tmp, model_dir=model_dir) as graph:
-        result = run_grid(
-            graph.url, MODEL, config, tmp / "out", tokenizer=str(model_dir), progress=False
-        )
-    return result, tmp / "out"
+    result, out, _ = run_local_grid(spec, config, tmp)
+    return result, out
 
 
 @pytest.mark.timeout(180)
