@@ -619,7 +619,13 @@ def _simulate(
     from loadgen.incidents import describe
     from loadgen.intervals import ab_comparisons
     from loadgen.output import ResumeError
-    from loadgen.report import client_server_table, comparison_table, seed_table, table_console
+    from loadgen.report import (
+        client_server_table,
+        comparison_table,
+        phases_table,
+        seed_table,
+        table_console,
+    )
     from simulator.localgraph import LocalGraphError
     from simulator.seed import seed_accuracy_note
     from simulator.simulate import TimingError, simulate_stacks
@@ -664,6 +670,9 @@ def _simulate(
         console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
         load = plans[name].cfg.load
         console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
+        phases = phases_table(sim.result.points, title=f"{name}: TTFT phases (ms, SIMULATED)")
+        if phases is not None:
+            console.print(phases)
         server_side = client_server_table(sim.result.runs, title=f"{name}: client vs server")
         if server_side is not None:
             console.print(server_side)
