@@ -26,12 +26,14 @@ POD_MODULES = (
     "loadgen/loops.py",
     "loadgen/observers.py",
     "loadgen/plan.py",
+    "loadgen/prom_samples.py",
     "loadgen/prompts.py",
     "loadgen/readiness.py",
     "loadgen/request.py",
     "loadgen/results.py",
     "loadgen/server_metrics.py",
     "loadgen/sse.py",
+    "loadgen/worker_metrics.py",
     "loadgen/workers.py",
 )
 """Every module ``python -m incluster.pod`` imports from this project (a test checks the list
