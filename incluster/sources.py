@@ -26,6 +26,7 @@ POD_MODULES = (
     "loadgen/loops.py",
     "loadgen/observers.py",
     "loadgen/plan.py",
+    "loadgen/prom_samples.py",
     "loadgen/prompts.py",
     "loadgen/readiness.py",
     "loadgen/request.py",
@@ -33,6 +34,7 @@ POD_MODULES = (
     "loadgen/server_metrics.py",
     "loadgen/slo.py",
     "loadgen/sse.py",
+    "loadgen/worker_metrics.py",
     "loadgen/workers.py",
 )
 """Every module ``python -m incluster.pod`` imports from this project (a test checks the list

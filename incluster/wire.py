@@ -21,7 +21,8 @@ Lines (``"tb"`` names the kind; any other line, e.g. a Python warning, is kept a
 - ``sizing``: how prompts were sized (shard 0 calibrates; every shard uses its answer);
 - ``readiness``: shard 0's readiness gate (:class:`loadgen.readiness.Readiness`);
 - ``record``: one :class:`loadgen.request.RequestRecord` of a run, every field as it is, but
-  ``token_ns`` as its first time and the gaps after it (:func:`record_line`);
+  ``token_ns`` as its first time and the gaps after it, and the server's own fields
+  (``FRONTEND_FIELDS``) as one list ``nv``, null when the server sent none (:func:`record_line`);
 - ``run``: a shard finished run ``key``: its record count, start, the barrier's release of the
   measured loops (``met_ns``: the instant the merge aligns the shards on), CPU, loop lags and
   warm-up; written after the run's records, so a run with its ``run`` line is complete;
@@ -43,9 +44,13 @@ from typing import Any
 import orjson
 
 from loadgen.loops import ShareResult, Warmup
-from loadgen.request import UNKEPT_FIELDS, ErrorKind, RequestRecord
+from loadgen.request import FRONTEND_FIELDS, UNKEPT_FIELDS, ErrorKind, RequestRecord
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name not in UNKEPT_FIELDS)
+_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(RequestRecord)
+    if f.name not in UNKEPT_FIELDS and f.name not in FRONTEND_FIELDS
+)
 _NS_FIELDS = tuple(name for name in _FIELDS if name.endswith("_ns"))
 """The record's monotonic times (ints, or lists of ints such as ``token_ns``)."""
 _NS_LISTS = tuple(
@@ -141,15 +146,24 @@ def record_line(shard: int, key: Key, record: RequestRecord) -> bytes:
     for name in _NS_LISTS:
         times = data[name]
         data[name] = times[:1] + [b - a for a, b in itertools.pairwise(times)]
+    server = [getattr(record, name) for name in FRONTEND_FIELDS]
+    data["nv"] = None if all(v is None for v in server) else [_short(v) for v in server]
     return orjson.dumps({"tb": "record", "shard": shard, "key": key, "record": data}) + b"\n"
+
+
+def _short(value: object) -> object:
+    """A server's figure as the log keeps it: milliseconds (and ratios) to 3 decimals."""
+    return round(value, 3) if isinstance(value, float) else value
 
 
 def _record(data: dict[str, Any]) -> RequestRecord:
     """The record of a ``record`` line (:func:`record_line`)."""
     kind = data.get("error_kind")
     times = {name: list(itertools.accumulate(data[name])) for name in _NS_LISTS}
+    server = data.pop("nv", None) or [None] * len(FRONTEND_FIELDS)
     return RequestRecord(
-        **{**data, **times, "error_kind": None if kind is None else ErrorKind(kind)}
+        **{**data, **times, "error_kind": None if kind is None else ErrorKind(kind)},
+        **dict(zip(FRONTEND_FIELDS, server, strict=True)),
     )
 
 

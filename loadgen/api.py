@@ -9,6 +9,12 @@ from loadgen.config import Api
 # Relative to `base_url(url)`, so a path prefix in the URL (e.g. behind a proxy) is kept.
 API_PATHS = {Api.CHAT: "v1/chat/completions", Api.COMPLETIONS: "v1/completions"}
 ERROR_MESSAGE_CHARS = 300  # error samples are cut here: an HTML error page is not a message
+SERVER_FIELDS = {"extra_fields": ["timing", "worker_id"]}
+"""`nvext` of every request: a Dynamo frontend then returns, per request, its own timing and
+the ids of the workers that served it (`loadgen.request.RequestRecord`; Dynamo 1.6
+`lib/llm/src/protocols/openai/nvext.rs`, `extra_fields`). Other servers ignore the field: vLLM's
+request models allow extra fields and log them at debug level
+(`vllm/entrypoints/openai/engine/protocol.py`, `OpenAIBaseModel`)."""
 
 
 def base_url(url: str) -> str:
@@ -55,11 +61,13 @@ def short_message(message: str) -> str:
 
 
 def request_body(api: Api, model: str, prompt: str, max_tokens: int) -> bytes:
-    """The JSON body of one streamed request (`stream_options.include_usage`, `max_tokens`)."""
+    """The JSON body of one streamed request (`stream_options.include_usage`, `max_tokens`,
+    `nvext`: `SERVER_FIELDS`)."""
     body: dict[str, object] = {"model": model}
     if api is Api.CHAT:
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     body |= {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": max_tokens}
+    body["nvext"] = SERVER_FIELDS
     return json.dumps(body).encode()

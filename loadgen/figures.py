@@ -26,6 +26,7 @@ import pandas as pd
 
 from loadgen.incidents import Incident, describe
 from loadgen.intervals import SLO_METRICS
+from loadgen.phases import PHASES
 from loadgen.results import GridResult, PointSummary
 from loadgen.results_folder import LoadedResults
 
@@ -36,7 +37,7 @@ WIDE_RANGE = 20.0
 
 SIDES = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 """The results' labels, in the order given."""
-Style = Literal["line", "step", "points", "failures", "bar"]
+Style = Literal["line", "step", "points", "failures", "bar", "span"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class Series:
     x = its rank), `step` (a CDF), `points` (request TTFTs on a timeline), `failures` (failed
     requests). `y_low` / `y_high`: a `line`'s or `bar`'s error bars, one per point (the grid
     point's interval, `PointSummary.intervals`; equal to `y` where a point has none), or ()
-    for none at all."""
+    for none at all. `span`: one segment of a
+    waterfall per y, from `x` for `widths`."""
 
     label: str
     side: str
@@ -59,6 +61,7 @@ class Series:
     y_low: tuple[float, ...] = ()
     y_high: tuple[float, ...] = ()
     dash: int = 0
+    widths: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class Panel:
     y_from_zero: bool = False
     bands: tuple[Band, ...] = ()
     marks: tuple[Mark, ...] = ()
+    y_tick_labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -427,6 +431,72 @@ def timeline_figure(side: str, result: LoadedResults, colors: dict[int, int]) ->
     )
 
 
+PHASE_LABELS = {
+    "queue": "client queue",
+    "prefill_wait": "prefill wait",
+    "prefill": "prefill",
+    "kv_transfer": "KV transfer",
+    "residual": "residual",
+}
+
+
+def waterfall_figure(results: Sequence[LoadedResults]) -> Figure | None:
+    """One TTFT waterfall per grid point, one panel per result that has phases: per phase of
+    `loadgen.phases.PHASES` a `bar` series, each point's mean phase (ms, `PointSummary.phases`)
+    placed after the phases before it, so a bar ends at queue + TTFT; a simulated result's
+    panel says so. None when no result has phases."""
+    panels = []
+    for side, result in zip(SIDES, results, strict=False):
+        points = sorted(
+            (p for p in result.points if p.phases is not None),
+            key=lambda p: (p.concurrency, p.prefix_kinds),
+        )
+        if not points:
+            continue
+        starts = [0.0] * len(points)
+        series = []
+        for color, name in enumerate(PHASES):
+            widths = [
+                p.phases.phases[name].mean_ms if p.phases and name in p.phases.phases else 0.0
+                for p in points
+            ]
+            if not any(widths):
+                continue
+            series.append(
+                Series(
+                    label=PHASE_LABELS[name],
+                    side=side,
+                    color=color,
+                    x=tuple(starts),
+                    y=tuple(float(i) for i in range(len(points))),
+                    style="span",
+                    widths=tuple(widths),
+                )
+            )
+            starts = [a + w for a, w in zip(starts, widths, strict=True)]
+        simulated = " (SIMULATED)" if result.grid is not None and result.grid.simulated else ""
+        panels.append(
+            Panel(
+                title=f"{side}: {result.name}{simulated}",
+                x_label="ms (mean per phase)",
+                y_label="grid point",
+                series=tuple(series),
+                y_tick_labels=tuple(f"K{p.prefix_kinds} c{p.concurrency}" for p in points),
+            )
+        )
+    if not panels:
+        return None
+    return Figure(
+        key="waterfall",
+        title="TTFT by phase",
+        caption="Per grid point, the client queue and the client's TTFT split into the "
+        "frontend's prefill wait, prefill, KV transfer (disaggregated) and the residual "
+        "(docs/metrics.md, TTFT phases); means over the point's requests, median of its runs.",
+        panels=tuple(panels),
+        columns=len(panels),
+    )
+
+
 def report_figures(results: Sequence[LoadedResults]) -> list[Figure]:
     """Every figure of the report for one or more results (A, B, C, ...), in report order:
     TTFT p50/p99, requests/s and cached-token ratio, the latency tails (ITL p50/p99, TPOT
@@ -448,4 +518,5 @@ def report_figures(results: Sequence[LoadedResults]) -> list[Figure]:
         *([grid_figure("goodput", "Against the SLO", GOODPUT_METRICS, results)] if judged else []),
         cdf_figure(results),
         *(timeline_figure(side, r, colors) for side, r in zip(SIDES, results, strict=False)),
+        *([] if (waterfall := waterfall_figure(results)) is None else [waterfall]),
     ]

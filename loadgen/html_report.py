@@ -89,6 +89,8 @@ def _draw_series(ax: Axes, s: Series) -> None:
         ax.scatter([*s.x, *s.x], [*s.y_low, *s.y_high], s=30, color=bar_color, marker="_")
     elif s.style == "step":
         ax.step(s.x, s.y, where="post", color=color, label=s.label)
+    elif s.style == "span":
+        ax.barh(s.y, s.widths, left=s.x, color=color, label=s.label, height=0.6)
     elif s.style == "points":
         ax.scatter(
             s.x, s.y, s=10, alpha=0.6, color=color, marker="o", linewidths=0,
@@ -132,6 +134,8 @@ def _draw_panel(ax: Axes, panel: Panel) -> None:
     if panel.x_ticks:
         labels = panel.x_tick_labels or tuple(f"{t:g}" for t in panel.x_ticks)
         ax.set_xticks(panel.x_ticks, labels)
+    if panel.y_tick_labels:
+        ax.set_yticks(range(len(panel.y_tick_labels)), panel.y_tick_labels)
     ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel(panel.x_label, fontsize=8)
     ax.set_ylabel(panel.y_label, fontsize=8)

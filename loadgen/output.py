@@ -7,7 +7,8 @@ Top level (the whole grid so far; rewritten after every run, each file replaced 
 - `requests.parquet`: one row per measured request: grid coordinates, the raw monotonic
   nanosecond times (`intended_ns`, `sent_ns`, ..., `token_ns` as a list), usage, error.
 - `table.txt`: the seed-style table as printed, grid points with an incident marked, then the
-  tails and, where the points were judged against an SLO, the SLO table.
+  tails, where the points were judged against an SLO the SLO table, and the TTFT phases table
+  (`loadgen.report.phases_table`) where the server timed requests.
 - `incidents.json`: `GridResult.incidents` (`loadgen.incidents`), [] when none.
 
 Per run, `runs/k<K>-c<C>-r<R>/`: `requests.parquet` (that run's rows), then `run.json`
@@ -36,7 +37,14 @@ from pydantic import BaseModel, ValidationError
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import INCIDENTS_FILE, Incident
-from loadgen.report import SUMMARY_FILE, seed_table, slo_table, table_text, tail_table
+from loadgen.report import (
+    SUMMARY_FILE,
+    phases_table,
+    seed_table,
+    slo_table,
+    table_text,
+    tail_table,
+)
 from loadgen.request import UNKEPT_FIELDS, ErrorKind, RequestRecord
 from loadgen.results import ErrorSample, GridResult, RunSummary
 
@@ -304,6 +312,8 @@ class ResultsFolder:
         )
         tables = [table, tail_table(result.points), slo_table(result.points)]
         text = "\n".join(table_text(t) for t in tables if t is not None)
+        phases = phases_table(result.points, title="TTFT phases (ms)")
+        text += "" if phases is None else "\n" + table_text(phases, width=140)
         write_text_atomic(self.path / TABLE_FILE, text)
         incidents = [incident.model_dump(mode="json") for incident in result.incidents]
         write_text_atomic(self.path / INCIDENTS_FILE, json.dumps(incidents, indent=2) + "\n")

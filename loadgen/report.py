@@ -104,8 +104,13 @@ def _undelivered(p: PointSummary) -> bool:
 
 
 def _table(title: str | None, columns: Sequence[tuple[str, _Cell]] = _COLUMNS) -> Table:
+    return _headed_table(title, (*_KEY_HEADERS, *(name for name, _ in columns)))
+
+
+def _headed_table(title: str | None, headers: Sequence[str]) -> Table:
+    """A table in this module's style with `headers` as its columns (never wrapped)."""
     table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
-    for header in (*_KEY_HEADERS, *(name for name, _ in columns)):
+    for header in headers:
         table.add_column(header, no_wrap=True)
     return table
 
@@ -310,19 +315,19 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
     rows = [(run, run.server) for run in runs if run.server is not None]
     if not rows:
         return None
-    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
-    headers = (
-        *_KEY_HEADERS,
-        "rep",
-        "TTFT mean ms\nclient / server",
-        "TTFT p50 ms\nclient / server",
-        "client -\nserver ms",
-        "server\nrequests",
-        "server\nfailed",
-        "cached ratio\nclient / server",
+    table = _headed_table(
+        title,
+        (
+            *_KEY_HEADERS,
+            "rep",
+            "TTFT mean ms\nclient / server",
+            "TTFT p50 ms\nclient / server",
+            "client -\nserver ms",
+            "server\nrequests",
+            "server\nfailed",
+            "cached ratio\nclient / server",
+        ),
     )
-    for header in headers:
-        table.add_column(header, no_wrap=True)
     for run, server in rows:
         gap = (
             None
@@ -340,6 +345,56 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
             str(server.requests),
             str(failed),
             f"{_ratio(run.cached_ratio)} / {_ratio(server.prefill_cached_ratio)}",
+        )
+    return table
+
+
+PHASE_HEADERS = {
+    "queue": "queue",
+    "prefill_wait": "prefill\nwait",
+    "prefill": "prefill",
+    "kv_transfer": "KV\ntransfer",
+    "residual": "residual",
+}
+"""The phases table's header of each phase of `loadgen.phases.PHASES`."""
+
+
+def phases_table(points: Sequence[PointSummary], title: str | None = None) -> Table | None:
+    """Per grid point, TTFT split into its phases (`PointSummary.phases`; docs/metrics.md,
+    "TTFT phases"): the client's mean TTFT, then each phase's mean and p99 (ms, "mean / p99"),
+    the requests the frontend timed, the busiest prefill (or aggregated) worker's requests over
+    the mean (`balance`) and the prefix-hit efficacy. Phases no point has are left out; None
+    when no point has phases (a server that returns no per-request timing)."""
+    have = [p for p in _ordered(points) if p.phases is not None]
+    if not have:
+        return None
+    names = [n for n in PHASE_HEADERS if any(n in p.phases.phases for p in have if p.phases)]
+    table = _headed_table(
+        title,
+        (
+            *_KEY_HEADERS,
+            "TTFT\nmean ms",
+            *(f"{PHASE_HEADERS[n]}\nmean / p99" for n in names),
+            "timed",
+            "balance",
+            "hit\nefficacy",
+        ),
+    )
+    for p in have:
+        phases = p.phases
+        assert phases is not None
+        cells = []
+        for n in names:
+            f = phases.phases.get(n)
+            cells.append("-" if f is None else f"{f.mean_ms:,.1f} / {f.p99_ms:,.1f}")
+        table.add_row(
+            str(p.prefix_kinds),
+            str(p.concurrency),
+            f"{phases.client_ttft_mean_ms:,.1f}",
+            *cells,
+            str(phases.requests),
+            _ratio(phases.balance),
+            _ratio(phases.hit_efficacy),
         )
     return table
 

@@ -40,6 +40,19 @@ DONE_GRACE_S = 0.05
 
 UNKEPT_FIELDS = ("text",)
 """`RequestRecord` fields that stay in memory: not in requests.parquet, not in a pod's log."""
+FRONTEND_FIELDS = (
+    "response_id",
+    "prefill_worker_id",
+    "decode_worker_id",
+    "frontend_prefill_wait_ms",
+    "frontend_prefill_ms",
+    "frontend_ttft_ms",
+    "frontend_total_ms",
+    "kv_transfer_estimated_ms",
+    "router_kv_hit_rate",
+)
+"""`RequestRecord` fields the server returned of itself (a Dynamo frontend's `nvext`, and the
+response id): a pod's log writes them as one list (`incluster.wire.record_line`)."""
 
 
 class ErrorKind(StrEnum):
@@ -77,6 +90,18 @@ class RequestRecord:
     `retried`: sent a second time, on a fresh connection, after the reused one it was written
     to turned out closed by the server (`stream_request`). `redirected_to`: the URL a redirect
     took it to (None: not redirected).
+    `response_id`: the response's `id` (a Dynamo frontend's request id, which its prefill and
+    decode workers log too). The frontend's per-request figures, where the request asked for
+    them (`loadgen.api.SERVER_FIELDS`) and the server sent them (`nvext`, on the chunk with
+    the finish_reason; None otherwise): `prefill_worker_id` / `decode_worker_id`, the workers
+    that served it (decimal text: Dynamo's ids are unsigned 64-bit; the same worker twice when
+    aggregated), and in milliseconds from the frontend's receipt of the request
+    (`nvext.timing`, Dynamo 1.6 `lib/llm/src/protocols/common/timing.rs`, `TimingInfo`):
+    `frontend_prefill_wait_ms` to the prefill's start, `frontend_prefill_ms` from there to the
+    first token (disaggregated: the prefill leg's return), `frontend_ttft_ms` their sum,
+    `frontend_total_ms` to the end, `kv_transfer_estimated_ms` the frontend's estimate of the
+    KV transfer to the decode worker (disaggregated only), `router_kv_hit_rate` the router's
+    overlap estimate at routing time (0..1). `loadgen.phases` splits TTFT with them.
     `completion_tokens_from`: None when `completion_tokens` is the server's usage, else how
     it was counted without one (`loadgen.output_tokens`). `text`: the content text of each
     content-bearing event, for that count; not kept in results or logs (`UNKEPT_FIELDS`).
@@ -108,6 +133,15 @@ class RequestRecord:
     retried: bool = False
     redirected_to: str | None = None
     completion_tokens_from: str | None = None
+    response_id: str | None = None
+    prefill_worker_id: str | None = None
+    decode_worker_id: str | None = None
+    frontend_prefill_wait_ms: float | None = None
+    frontend_prefill_ms: float | None = None
+    frontend_ttft_ms: float | None = None
+    frontend_total_ms: float | None = None
+    kv_transfer_estimated_ms: float | None = None
+    router_kv_hit_rate: float | None = None
     text: list[str] = field(default_factory=list)
 
     @property
@@ -145,6 +179,7 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
     record.chunks += 1
     if record.first_chunk_ns is None:
         record.first_chunk_ns = now
+        record.response_id = obj.get("id")
     if obj.get("error"):
         record.fail(ErrorKind.IN_BAND, json.dumps(obj["error"])[:500])
     before = record.completion_tokens
@@ -170,7 +205,38 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
             record.last_token_ns = now  # a text-less stream: each choice chunk is a token
         if choice.get("finish_reason"):
             record.finish_reason = choice["finish_reason"]
+            _apply_nvext(record, obj.get("nvext"))  # once per request: no cost per token
+    elif "nvext" in obj:
+        _apply_nvext(record, obj["nvext"])
     return False
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _worker(value: object) -> str | None:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _apply_nvext(record: RequestRecord, nvext: object) -> None:
+    """Keep what a Dynamo frontend's `nvext` says of the request (`RequestRecord`): it sends
+    `worker_id` on every chunk and `timing` once, on the chunk with the finish_reason (Dynamo
+    1.6.1, seen against its frontend with mocker workers); anything else is left as it is."""
+    if not isinstance(nvext, dict):
+        return
+    workers = nvext.get("worker_id")
+    if isinstance(workers, dict):
+        record.prefill_worker_id = _worker(workers.get("prefill_worker_id"))
+        record.decode_worker_id = _worker(workers.get("decode_worker_id"))
+    timing = nvext.get("timing")
+    if isinstance(timing, dict):
+        record.frontend_prefill_wait_ms = _number(timing.get("prefill_wait_time_ms"))
+        record.frontend_prefill_ms = _number(timing.get("prefill_time_ms"))
+        record.frontend_ttft_ms = _number(timing.get("ttft_ms"))
+        record.frontend_total_ms = _number(timing.get("total_time_ms"))
+        record.kv_transfer_estimated_ms = _number(timing.get("kv_transfer_estimated_latency_ms"))
+        record.router_kv_hit_rate = _number(timing.get("kv_hit_rate"))
 
 
 async def _body_sent(

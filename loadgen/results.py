@@ -39,6 +39,37 @@ class ErrorSample(BaseModel):
     at: datetime = Field(description="Wall-clock time of the failure (UTC).")
 
 
+class WorkerRunMetrics(BaseModel):
+    """What one vLLM worker's own `/metrics` counted during one run (`loadgen.worker_metrics`):
+    the difference of two scrapes, warm-up included. Means in ms (`_sum` / `_count` of each
+    seconds histogram: their first bucket is 0.3 s, so no quantile is usable at this scale);
+    None where the worker does not export the family (named in `missing`) or counted nothing.
+    On a disaggregated decode worker the NIXL read and the host-to-device copy land in its
+    queue time (vLLM 0.31.0 `vllm/v1/core/sched/scheduler.py`: a request waits in
+    `WAITING_FOR_REMOTE_KVS` until its KV has arrived)."""
+
+    url: str
+    role: str = Field(description="prefill, decode or aggregated, as the worker was named.")
+    requests: int | None = Field(description="Requests that finished (the queue histogram).")
+    queue_mean_ms: float | None
+    prefill_mean_ms: float | None
+    decode_mean_ms: float | None
+    ttft_mean_ms: float | None
+    transfers: int | None = Field(description="NIXL transfers (vllm:nixl_xfer_time_seconds).")
+    transfer_mean_ms: float | None
+    transfer_bytes: int | None
+    transfer_gb_per_s: float | None = Field(
+        description="Bytes moved / time transferring (decimal GB/s): NIXL's effective rate."
+    )
+    failed_transfers: int | None
+    counter_resets: int = Field(
+        default=0, description="Samples lower after the run than before it (a restart)."
+    )
+    missing: list[str] = Field(
+        default_factory=list, description="Families the worker did not export."
+    )
+
+
 class ServerRunMetrics(BaseModel):
     """What the server's `/metrics` counted during one run (`loadgen.server_metrics`): the
     difference of two scrapes, so warm-up requests are included. Times in ms; the quantiles are
@@ -87,6 +118,10 @@ class ServerRunMetrics(BaseModel):
     prefix_cache_queries: int | None = Field(
         default=None, description="Prefix-cache lookups in tokens (vllm:prefix_cache_queries)."
     )
+    workers: list[WorkerRunMetrics] = Field(
+        default_factory=list,
+        description="Each scraped worker's own vLLM and NIXL figures (loadgen.worker_metrics).",
+    )
 
     @property
     def router_cached_ratio(self) -> float | None:
@@ -109,6 +144,45 @@ class ServerRunMetrics(BaseModel):
         if not self.prefix_cache_queries or self.prefix_cache_hits is None:
             return None
         return self.prefix_cache_hits / self.prefix_cache_queries
+
+
+class PhaseFigures(BaseModel):
+    """One phase of TTFT over the requests that had it (ms): mean, p50, p99."""
+
+    mean_ms: float
+    p50_ms: float
+    p99_ms: float
+
+
+class WorkerShare(BaseModel):
+    """What one worker served in a run, from the ids the frontend returned per request:
+    `role` prefill, decode or aggregated (one worker did both legs), `requests` it served,
+    and of those requests the cached share the client was told (cached / prompt tokens;
+    None without usage)."""
+
+    worker_id: str
+    role: str
+    requests: int
+    cached_ratio: float | None
+
+
+class TtftPhases(BaseModel):
+    """TTFT split into its phases (`loadgen.phases`; docs/metrics.md, "TTFT phases") over the
+    successful requests whose server returned its own timing: per phase of `loadgen.phases.PHASES`
+    present, its `PhaseFigures`; the mean client and frontend TTFT of the same requests; the
+    workers that served them (`WorkerShare`, prefill or aggregated first); `balance`: the most
+    requests one prefill (or aggregated) worker served over the mean of those that served any
+    (1.0: even; workers that served none are not seen); `hit_efficacy`: requests that hit the
+    prefix cache over those that could have (all but the first of each prefix in the run; above
+    1: prefixes warm from before the run)."""
+
+    requests: int
+    phases: dict[str, PhaseFigures]
+    client_ttft_mean_ms: float
+    frontend_ttft_mean_ms: float
+    workers: list[WorkerShare] = Field(default_factory=list)
+    balance: float | None = None
+    hit_efficacy: float | None = None
 
 
 class RunSummary(BaseModel):
@@ -241,6 +315,11 @@ class RunSummary(BaseModel):
     server: ServerRunMetrics | None = Field(
         default=None, description="What the server's /metrics counted during the run."
     )
+    phases: TtftPhases | None = Field(
+        default=None,
+        description="TTFT by phase and the workers that served the run (loadgen.phases); None: "
+        "the server returned no per-request timing.",
+    )
     started_at: datetime | None = Field(
         default=None, description="Wall-clock start of the run's warm-up (UTC)."
     )
@@ -371,6 +450,11 @@ class PointSummary(BaseModel):
     slo: PointAttainment | None = Field(
         default=None,
         description="The point against the SLO it was judged by (loadgen.goodput); None: none.",
+    )
+    phases: TtftPhases | None = Field(
+        default=None,
+        description="TTFT by phase over the repetitions (loadgen.phases.point_phases): each "
+        "figure the median of the runs'; requests and workers' requests summed.",
     )
 
 

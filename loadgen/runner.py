@@ -310,6 +310,7 @@ async def run_grid_async(
     observers: Sequence[GridObserver] = (),
     server_metrics: bool = True,
     prefill_metrics: Sequence[str] = (),
+    decode_metrics: Sequence[str] = (),
     server_id: str | None = None,
     simulated: str | None = None,
     prompt_cache: PromptCache | None = None,
@@ -337,7 +338,8 @@ async def run_grid_async(
     (`loadgen.server_metrics.ServerMetrics`: `RunSummary.server`, raw scrapes in
     `out_dir/metrics/`; a server without /metrics is one warning), and with it the
     `/metrics` of each `prefill_metrics` URL (the prefill workers: their vLLM prefix-cache
-    counters, `ServerRunMetrics.prefix_cache_hits`).
+    counters, `ServerRunMetrics.prefix_cache_hits`) and of each `decode_metrics` URL (the
+    decode workers); each worker's own figures go to `ServerRunMetrics.workers`.
     `server_id` stands for `url` in the settings a resumed grid must match (default `url`; a
     local graph that listens on another port each time it starts is still the same server).
     `simulated` labels the result (`GridResult.simulated`: its tables and report say
@@ -364,7 +366,8 @@ async def run_grid_async(
     readiness = None if ready is None else await wait_until_serving(server, model, config, ready)
     if server_metrics:
         prefill = [base_url(u) for u in prefill_metrics]
-        observers = [ServerMetrics(server, model, config, out_dir, prefill), *observers]
+        decode = [base_url(u) for u in decode_metrics]
+        observers = [ServerMetrics(server, model, config, out_dir, prefill, decode), *observers]
     stored = folder.sizing() if folder is not None else None
     sizer = await _sizer(server, model, config, tokenizer, stored, out_dir)
     sizing = PromptSizing(
@@ -436,6 +439,7 @@ def run_grid(
     observers: Sequence[GridObserver] = (),
     server_metrics: bool = True,
     prefill_metrics: Sequence[str] = (),
+    decode_metrics: Sequence[str] = (),
     server_id: str | None = None,
     simulated: str | None = None,
 ) -> GridResult:
@@ -454,6 +458,7 @@ def run_grid(
             observers=observers,
             server_metrics=server_metrics,
             prefill_metrics=prefill_metrics,
+            decode_metrics=decode_metrics,
             server_id=server_id,
             simulated=simulated,
         )

@@ -36,7 +36,9 @@ from loadgen.api import short_message
 from loadgen.config import LoadConfig
 from loadgen.loops import make_client
 from loadgen.observers import GridObserver
+from loadgen.prom_samples import IDENTITY_GAUGES, PROCESS_START, UPTIME, Samples, delta, resets
 from loadgen.results import RunSummary, ServerRunMetrics
+from loadgen.worker_metrics import per_worker, transfer_disagreement
 
 METRICS_PATH = "metrics"  # relative to `loadgen.api.base_url`
 METRICS_DIR = "metrics"  # under the results folder
@@ -48,17 +50,10 @@ ITL = PREFIX + "inter_token_latency_seconds"
 INPUT_TOKENS = PREFIX + "input_sequence_tokens"
 CACHED_TOKENS = PREFIX + "cached_tokens"
 OUTPUT_TOKENS = PREFIX + "output_sequence_tokens"
-# Which process answered a scrape: the standard process collector's start time (seconds since
-# the epoch), where the server exports it; the Dynamo frontend (ai-dynamo 1.6.1) exports
-# neither that nor a pid, but labels its uptime gauge with its own instance id
-# (`dynamo_component_uptime_seconds{worker_id="..."}`).
-PROCESS_START = "process_start_time_seconds"
-UPTIME = "dynamo_component_uptime_seconds"
 # The frontend's KV router (same scrape): per phase ("aggregated", "prefill", "decode"), the
 # prefix tokens it found cached on the worker it selected (from the workers' KV events, at
 # routing time) and the input tokens it routed. Its prefill/aggregated phase is where a prefix
 # is looked up, so a disaggregated decode worker's received KV does not enter it.
-IDENTITY_GAUGES = (PROCESS_START, UPTIME)
 ROUTER_CACHED = "dynamo_component_router_kv_selected_cached_prefix_tokens_total"
 ROUTER_INPUT = "dynamo_component_router_input_sequence_tokens_sum"
 PREFIX_PHASES = ("aggregated", "prefill")
@@ -69,9 +64,6 @@ PREFIX_PHASES = ("aggregated", "prefill")
 # counts the KV it received as cached in the client's usage (vLLM #43370, #47136).
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
 PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
-
-# (sample name, labels other than `model`, sorted) -> value
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 class NoMetricsError(RuntimeError):
@@ -99,28 +91,6 @@ def parse_samples(text: str, model: str) -> Samples:
                 continue
             samples[(sample.name, tuple(sorted(labels.items())))] = sample.value
     return samples
-
-
-def delta(before: Samples, after: Samples) -> Samples:
-    """What each counter (and histogram bucket, `_sum`, `_count`) of `after` grew by since
-    `before`, as Prometheus's `increase()` takes a counter reset: a value lower than before
-    means the counter restarted from 0, so the increase is the value itself
-    (prometheus/promql/functions.go, `extrapolatedRate`, "Handle counter resets": a drop adds
-    the previous value back). A sample absent before counts from 0. Never negative."""
-    return {
-        key: value - before.get(key, 0.0) if value >= before.get(key, 0.0) else value
-        for key, value in after.items()
-    }
-
-
-def resets(before: Samples, after: Samples) -> int:
-    """How many samples of `after` went below their `before` value (counter resets; the
-    process start time and uptime gauges are not counters)."""
-    return sum(
-        value < before[key]
-        for key, value in after.items()
-        if key in before and key[0] not in IDENTITY_GAUGES
-    )
 
 
 def _total(samples: Samples, name: str) -> float | None:
@@ -190,11 +160,14 @@ def run_metrics(
     before: Samples,
     after: Samples,
     prefix_cache: tuple[Samples, Samples] | None = None,
+    decode: tuple[Samples, Samples] | None = None,
 ) -> ServerRunMetrics:
     """What the server measured between two scrapes (see this module's docstring), counters
     reset in between taken as Prometheus's `increase()` does (`delta`). `prefix_cache`: the
-    prefill workers' scrapes (before, after; samples of every worker, keyed apart by
-    `_worker_samples`), whose `vllm:prefix_cache_*` counters give the prefix-cache figures."""
+    prefill workers' scrapes (before, after; samples of every worker, keyed apart by a first
+    label `("worker", url)`), whose `vllm:prefix_cache_*` counters give the prefix-cache
+    figures; `decode`: the decode workers' scrapes, keyed the same way. Each scraped worker's
+    own figures are in `workers` (`loadgen.worker_metrics`)."""
     window = delta(before, after)
     by_status: dict[str, int] = defaultdict(int)
     for (name, labels), value in window.items():
@@ -221,7 +194,12 @@ def run_metrics(
     router_cached, router_input = (
         _prefix_phase_total(window, name) for name in (ROUTER_CACHED, ROUTER_INPUT)
     )
+    workers = [
+        *([] if prefix_cache is None else per_worker("prefill", *prefix_cache)),
+        *([] if decode is None else per_worker("decode", *decode)),
+    ]
     return ServerRunMetrics(
+        workers=workers,
         counter_resets=resets(before, after),
         process_changed=None if None in ids else ids[0] != ids[1],
         router_cached_tokens=None if router_cached is None else round(router_cached),
@@ -285,7 +263,8 @@ def with_server(run: RunSummary, server: ServerRunMetrics, config: LoadConfig) -
     """`run` with `server` (what the server measured in its window) set, or left out (None)
     with a run warning when it cannot be this run's (`attribution_problem`, against the run's
     requests plus its warm-up: `LoadConfig.warmup_count`); a warning too when counters went
-    back between the scrapes."""
+    back between the scrapes, and one when the frontend's KV-transfer estimate and NIXL's own
+    transfer time disagree (`loadgen.worker_metrics.transfer_disagreement`)."""
     problem = attribution_problem(server, run.requests + config.warmup_count(run.concurrency))
     if problem is not None:
         note = f"server figures left out: {problem}"
@@ -298,6 +277,10 @@ def with_server(run: RunSummary, server: ServerRunMetrics, config: LoadConfig) -
             "restart): counted from 0 after it, as Prometheus's increase() does, so the "
             "server figures miss what the old process counted in this run",
         ]
+    estimate = None if run.phases is None else run.phases.phases.get("kv_transfer")
+    disagree = transfer_disagreement(None if estimate is None else estimate.mean_ms, server.workers)
+    if disagree is not None:
+        warnings = [*warnings, disagree]
     return run.model_copy(update={"server": server, "warnings": warnings})
 
 
@@ -307,7 +290,9 @@ class ServerMetrics(GridObserver):
     `SCRAPE_TIMEOUT_S`, so a silent server delays the grid once by 10 s at most), sets
     `RunSummary.server`, and keeps the raw scrapes under `out_dir/metrics/` (when given).
     `prefix_cache_urls`: `base_url`s of the prefill workers, whose own `/metrics` (vLLM's) is
-    scraped at the same moments for `ServerRunMetrics.prefix_cache_hits`/`queries`.
+    scraped at the same moments for `ServerRunMetrics.prefix_cache_hits`/`queries`;
+    `decode_urls`: the decode workers', scraped too; every worker's own figures go to
+    `ServerRunMetrics.workers`.
 
     The first failed scrape (no `/metrics`, or not Prometheus text) turns it off for the rest
     of the grid and becomes one warning. Counter resets are taken as Prometheus's `increase()`
@@ -321,6 +306,7 @@ class ServerMetrics(GridObserver):
         config: LoadConfig,
         out_dir: Path | None,
         prefix_cache_urls: Sequence[str] = (),
+        decode_urls: Sequence[str] = (),
     ) -> None:
         self.url = url
         self.model = model
@@ -332,6 +318,8 @@ class ServerMetrics(GridObserver):
         )
         self.out_dir = None if out_dir is None else out_dir / METRICS_DIR
         self.prefix_cache_urls = list(prefix_cache_urls)
+        self.decode_urls = list(decode_urls)
+        self._decode_before: Samples | None = None
         self._before: tuple[str, Samples] | None = None
         self._workers_before: Samples | None = None
         self._problem: str | None = None
@@ -351,12 +339,14 @@ class ServerMetrics(GridObserver):
             self._problem = f"{self.url}{METRICS_PATH}: {exc}"
             return None
 
-    async def _scrape_workers(self) -> Samples | None:
-        """Every prefill worker's samples, each key's name prefixed with the worker's URL."""
-        if not self.prefix_cache_urls or self._worker_problem is not None:
+    async def _scrape_workers(self, urls: Sequence[str] | None = None) -> Samples | None:
+        """Every prefill worker's (or `urls`') samples, each key's labels led by
+        `("worker", url)`."""
+        urls = self.prefix_cache_urls if urls is None else urls
+        if not urls or self._worker_problem is not None:
             return None
         merged: Samples = {}
-        for url in self.prefix_cache_urls:
+        for url in urls:
             try:
                 async with make_client(url, self.config, 1) as client:
                     text = await scrape(client)
@@ -371,6 +361,7 @@ class ServerMetrics(GridObserver):
         """Scrape the counters the run starts from."""
         self._before = await self._scrape()
         self._workers_before = await self._scrape_workers()
+        self._decode_before = await self._scrape_workers(self.decode_urls)
 
     async def after_run(self, run: RunSummary) -> RunSummary:
         """Scrape again; the run with `server` set to the difference (unchanged when either
@@ -385,8 +376,10 @@ class ServerMetrics(GridObserver):
         which attributes it to the merged run (`with_server`)."""
         after = await self._scrape()
         workers_after = await self._scrape_workers()
+        decode_after = await self._scrape_workers(self.decode_urls)
         before, self._before = self._before, None
         workers_before, self._workers_before = self._workers_before, None
+        decode_before, self._decode_before = self._decode_before, None
         if before is None or after is None:
             return None
         if self.out_dir is not None:
@@ -399,7 +392,10 @@ class ServerMetrics(GridObserver):
             if workers_before is None or workers_after is None
             else (workers_before, workers_after)
         )
-        return run_metrics(before[1], after[1], workers)
+        decode = (
+            None if decode_before is None or decode_after is None else (decode_before, decode_after)
+        )
+        return run_metrics(before[1], after[1], workers, decode)
 
     def warnings(self) -> list[str]:
         """One line when /metrics could not be read: server-side figures are left out."""
@@ -407,7 +403,5 @@ class ServerMetrics(GridObserver):
         if self._problem is not None:
             lines.append(f"no server-side metrics ({self._problem}); the load ran without them")
         if self._worker_problem is not None:
-            lines.append(
-                f"no prefix-cache figures from the prefill workers ({self._worker_problem})"
-            )
+            lines.append(f"no figures from the workers' own /metrics ({self._worker_problem})")
         return lines

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -12,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.intervals import CONFIDENCE, INTERVAL_METRICS, point_interval
 from loadgen.lag import lag_warning
+from loadgen.percentile import percentile
+from loadgen.phases import phase_warnings, point_phases, run_phases
 from loadgen.results import LOW_SAMPLE_P99, MetricInterval, PointSummary, RunSummary
 
 if TYPE_CHECKING:  # annotations only: the client modules import aiohttp (bench/program_import.py)
@@ -27,21 +28,6 @@ MULTI_TOKEN_CHUNK = 1.5
 # client that keeps up reads each event the server flushed on its own, and two events share a
 # read only when the loop woke late (the same 1.5 as above: most reads carried several).
 CLUMPED_READS = 1.5
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks (the same as
-    numpy's default `method="linear"`); None for no values. Raises ValueError for q outside 0..100.
-    """
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile q must be within 0..100, got {q}")
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def _ms(start: int | None, end: int | None) -> float | None:
@@ -551,6 +537,8 @@ def summarize_run(
             f"TTFT p99 rests on {len(ttfts)} samples (< {LOW_SAMPLE_P99}): "
             "it is close to the maximum, not a stable p99"
         )
+    phases = run_phases(good)
+    warnings.extend(phase_warnings(phases, len(good)))
     lag_p99 = percentile(loop_lags_ms, 99)
     lag_max = max(loop_lags_ms, default=None)
     lagging = lag_warning(lag_p99, lag_max)
@@ -633,6 +621,7 @@ def summarize_run(
             client_cpu_s * 1e3 / len(records) if client_cpu_s is not None and records else None
         ),
         warnings=warnings,
+        phases=phases,
     )
 
 
@@ -698,4 +687,5 @@ def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
         tails_warm_ms={key: _median([r.tails_warm_ms.get(key) for r in runs]) for key in TAILS},
         confidence=CONFIDENCE,
         intervals=point_intervals(runs, CONFIDENCE),
+        phases=point_phases(runs),
     )

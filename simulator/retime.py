@@ -33,6 +33,7 @@ from simulator.routing import ROUTING_DIR
 from simulator.timing_model import (
     OOM_EXIT_CODE,
     Kill,
+    Outcome,
     RunTiming,
     SimRequest,
     TimingConstants,
@@ -98,6 +99,7 @@ def timing_records(
             record.prompt_tokens = spec.prompt_tokens
             record.completion_tokens = len(tokens)
             record.cached_tokens = o.cached_tokens
+            _frontend_timing(record, o)
         else:
             record.status = 503 if o.error_kind == ErrorKind.HTTP_STATUS else 200
             record.error_kind = ErrorKind(o.error_kind or ErrorKind.IN_BAND)
@@ -105,6 +107,26 @@ def timing_records(
             record.error_ns = record.end_ns = _ns(offset_s + (o.error_s or o.sent_s))
         records.append(record)
     return records
+
+
+def _frontend_timing(record: RequestRecord, o: Outcome) -> None:
+    """What a Dynamo frontend returns of a successful simulated request
+    (``loadgen.request.RequestRecord``'s frontend fields), from its outcome: the replicas'
+    names as worker ids; the prefill wait to ``routed_s``; the frontend's TTFT to the first
+    token (aggregated) or to the prefill leg's return (disaggregated), and there the transfer
+    estimate from that return to the decode worker's first token, as the real frontend's runs.
+    Left empty without a frontend (``routed_s`` None)."""
+    record.prefill_worker_id, record.decode_worker_id = o.prefill_worker, o.decode_worker
+    if o.routed_s is None:
+        return
+    first = o.token_s[0]
+    record.frontend_prefill_wait_ms = (o.routed_s - o.sent_s) * 1e3
+    ttft_end = first if o.prefill_done_s is None else o.prefill_done_s
+    record.frontend_ttft_ms = (ttft_end - o.sent_s) * 1e3
+    record.frontend_prefill_ms = (ttft_end - o.routed_s) * 1e3
+    record.frontend_total_ms = (o.token_s[-1] - o.sent_s) * 1e3
+    if o.prefill_done_s is not None:
+        record.kv_transfer_estimated_ms = (first - o.prefill_done_s) * 1e3
 
 
 def _incident(kill: Kill, run_start: datetime) -> Incident:

@@ -226,6 +226,12 @@ class Outcome:
     its prefill got, the one a real deployment's client is told: the routing run's for an
     aggregated worker, the prefill worker's own (modelled) when disaggregated, as vLLM's decode
     worker reports the prefill leg's (this module's docstring).
+    What a Dynamo frontend would time of it (None without a frontend): ``routed_s``, when the
+    frontend handed it to its prefill (or aggregated) worker, the prefill's start in its
+    timing (Dynamo 1.6 ``lib/llm/src/protocols/common/timing.rs``: ``prefill_wait_time_ms``
+    ends there); ``prefill_done_s``, disaggregated, when the prefill leg returned (KV saved,
+    the transfer about to start: where the frontend's ``ttft_ms`` ends); ``prefill_worker`` /
+    ``decode_worker``, the replicas that served it (the same one aggregated).
     """
 
     index: int
@@ -237,6 +243,10 @@ class Outcome:
     error_s: float | None = None
     moved_bytes: int = 0
     cached_tokens: int = 0
+    routed_s: float | None = None
+    prefill_done_s: float | None = None
+    prefill_worker: str | None = None
+    decode_worker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -391,6 +401,7 @@ class _Worker:
                     if r.finished():
                         continue
                     request_workers_leave(r, self)
+                    r.outcome.prefill_done_s = self.model.env.now
                     self.model.env.process(self.model.transfer(self, r))
                 else:
                     self._emit(r, self.model.env.now)
@@ -578,6 +589,7 @@ class _Model:
         moved_tokens = max(r.spec.prompt_tokens - reused, 0)
         r.outcome.moved_bytes = moved_tokens * kvb
         r.workers.add(decode.spec.name)
+        r.outcome.decode_worker = decode.spec.name
         if decode.mirror is not None:
             _, crossed = decode.mirror.touch(-(-moved_tokens // block))
             if crossed is not None:
@@ -626,6 +638,10 @@ class _Model:
                 if self.model_hits:  # the routing stand-in: the prefix this worker holds
                     outcome.cached_tokens = worker.cached_tokens(spec)
                 worker.remember(spec)
+                outcome.decode_worker = worker.spec.name
+            if self.topology.frontend:
+                outcome.routed_s = self.env.now
+            outcome.prefill_worker = worker.spec.name
             worker.submit(r)
             yield r.done
             self.live.pop(spec.index, None)

@@ -183,6 +183,7 @@ def _print_result(result: GridResult, out: Path, title: str) -> None:
 
     from loadgen.report import (
         client_server_table,
+        phases_table,
         seed_table,
         slo_table,
         table_console,
@@ -195,6 +196,9 @@ def _print_result(result: GridResult, out: Path, title: str) -> None:
     judged = slo_table(result.points, title="against the SLO")
     if judged is not None:
         console.print(judged)
+    phases = phases_table(result.points, title="TTFT phases (ms)")
+    if phases is not None:
+        console.print(phases)
     server_side = client_server_table(result.runs, title="client vs server (/metrics)")
     if server_side is not None:
         console.print(server_side)
@@ -381,6 +385,14 @@ def load_command(
             rich_help_panel=SERVER,
         ),
     ] = None,
+    decode_metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Base URL of a decode worker's /metrics (vLLM's), repeatable: its queue time "
+            "(where the KV read lands) and NIXL's transfer time, bytes and failures per run.",
+            rich_help_panel=SERVER,
+        ),
+    ] = None,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No progress bar.", rich_help_panel=OUTPUT)
     ] = False,
@@ -481,6 +493,7 @@ def load_command(
                 kube_context,
                 prefill_metrics or (),
                 not no_progress,
+                decode_metrics or (),
             )
     except FolderBusyError as exc:
         fail(str(exc))
@@ -530,6 +543,7 @@ def _load(
     kube_context: str | None,
     prefill_metrics: Sequence[str],
     progress: bool,
+    decode_metrics: Sequence[str] = (),
 ) -> None:
     """`testbed load` once its options are checked, holding `out`'s lock."""
     import logging
@@ -578,6 +592,7 @@ def _load(
                 ready=ready,
                 observers=[pods],
                 prefill_metrics=prefill_metrics,
+                decode_metrics=decode_metrics,
             )
     except NotServingError as exc:
         fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)

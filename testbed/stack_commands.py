@@ -650,6 +650,7 @@ def _simulate(
     from loadgen.report import (
         client_server_table,
         comparison_table,
+        phases_table,
         seed_table,
         slo_table,
         stacks_tables,
@@ -705,6 +706,9 @@ def _simulate(
         console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
         load = plans[name].cfg.load
         console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
+        phases = phases_table(sim.result.points, title=f"{name}: TTFT phases (ms, SIMULATED)")
+        if phases is not None:
+            console.print(phases)
         server_side = client_server_table(sim.result.runs, title=f"{name}: client vs server")
         if server_side is not None:
             console.print(server_side)

@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +111,10 @@ def test_rbac_entry_is_namespaced() -> None:
 
 @pytest.mark.parametrize("tokens", [0, 1, 64, 256])
 def test_the_record_line_budget_is_what_a_record_serializes_to(tokens: int) -> None:
-    """A record with 17-digit times, gaps of the whole read timeout, 6-digit counts: its line
-    is exactly as long as the budget says, and reads back as the same record."""
+    """A record with 17-digit times, gaps of the whole read timeout, 6-digit counts, and the
+    Dynamo frontend's fields at their longest (a chat completion id, two 20-digit worker ids,
+    times to 3 decimals of a millisecond): its line is exactly as long as the budget says, and reads
+    back as the same record."""
     t, gap = 90_000_000_000_000_000, 300 * 10**9  # readTimeoutS 300 (the default)
     record = RequestRecord(
         index=10**6 - 1,
@@ -132,6 +135,15 @@ def test_the_record_line_budget_is_what_a_record_serializes_to(tokens: int) -> N
         prompt_tokens=10**6 - 1,
         completion_tokens=10**6 - 1,
         cached_tokens=10**6 - 1,
+        response_id=f"chatcmpl-{uuid.UUID(int=0)}",
+        prefill_worker_id=str(2**64 - 1),
+        decode_worker_id=str(2**64 - 1),
+        frontend_prefill_wait_ms=333_333.333,
+        frontend_prefill_ms=333_333.333,
+        frontend_ttft_ms=333_333.333,
+        frontend_total_ms=333_333.333,
+        kv_transfer_estimated_ms=333_333.333,
+        router_kv_hit_rate=0.333,
     )
     line = record_line(99, (999, 9999, 99), record)
     assert len(line) == record_line_bytes(tokens, 300.0)

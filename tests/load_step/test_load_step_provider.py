@@ -129,7 +129,10 @@ def test_create_writes_the_report_with_the_stack_and_its_fingerprint(
     assert f"Load report: {STACK}</h1>" in html
     assert "<dt>topology fingerprint</dt><dd>sha256:fixed</dd>" in html
     assert "<dt>workers</dt><dd>prefill 2, decode 2 on 1 GPU(s): " in html  # stack.json
-    assert html.count('<figure class="plot"') == 5  # TTFT, throughput, tails, CDF, one timeline
+    # TTFT, throughput, tails, CDF, one timeline, and the TTFT waterfall: the frontend timed
+    # requests
+    assert html.count('<figure class="plot"') == 6
+    assert "TTFT by phase" in html
 
 
 def test_diff_reruns_only_on_topology_grid_url_or_run_id(

@@ -277,3 +277,40 @@ def test_bad_inputs_are_refused() -> None:
             requests(1, 1),
             1,
         )
+
+
+def test_simulated_records_carry_the_frontends_phases_and_workers() -> None:
+    """A simulated request carries what the Dynamo frontend would return of it: the replicas
+    that served it, and a TTFT that splits as the measured one does. Cross-node over 1 GbE, one
+    request alone: the KV-transfer phase is its whole prompt's KV over the wire (the frontend's
+    estimate runs to the decode worker's first token, so one decode step more), the prefill
+    wait the frontend's own overhead, and the simulation has no network: residual 0."""
+    from loadgen.phases import request_phases, run_phases
+    from simulator.retime import timing_records
+
+    reqs = requests(1, 1, cached=False)
+    timing = simulate_run(cross_node(8192 * MI), CONSTANTS, reqs, 1)
+    [record] = timing_records(timing, reqs, 0.0)
+    assert record.prefill_worker_id == "prefill-0"
+    assert record.decode_worker_id in {"decode-0", "decode-1"}
+    phases = request_phases(record)
+    assert phases is not None
+    assert phases["prefill_wait"] == pytest.approx(CONSTANTS.request_overhead_s * 1e3)
+    wire = LINK_PROFILES["1gbe"].wire_bytes_per_s
+    assert wire is not None
+    wire_ms = PROMPT * KVB / wire * 1e3
+    assert wire_ms < phases["kv_transfer"] < wire_ms * 1.1
+    assert phases["residual"] == pytest.approx(0.0, abs=1e-6)
+    summary = run_phases([record])
+    assert summary is not None
+    assert [(w.role, w.worker_id) for w in summary.workers] == [
+        ("prefill", "prefill-0"),
+        ("decode", record.decode_worker_id),
+    ]
+    agg = run_topology(load_stack("kv-routing"))
+    timing = simulate_run(agg, CONSTANTS, requests(4, 2), 2)
+    for r in timing_records(timing, requests(4, 2), 0.0):
+        assert r.prefill_worker_id == r.decode_worker_id is not None
+        assert r.kv_transfer_estimated_ms is None
+        assert r.first_token_ns is not None and r.sent_ns is not None
+        assert r.frontend_ttft_ms == pytest.approx((r.first_token_ns - r.sent_ns) / 1e6, abs=1e-3)

@@ -1,0 +1,37 @@
+"""Prometheus samples as the scrapes keep them, and their difference over a run: what the
+frontend's (`loadgen.server_metrics`) and the workers' (`loadgen.worker_metrics`) run figures
+are computed from."""
+
+# Which process answered a scrape: the standard process collector's start time (seconds since
+# the epoch), where the server exports it; the Dynamo frontend (ai-dynamo 1.6.1) exports
+# neither that nor a pid, but labels its uptime gauge with its own instance id
+# (`dynamo_component_uptime_seconds{worker_id="..."}`).
+PROCESS_START = "process_start_time_seconds"
+UPTIME = "dynamo_component_uptime_seconds"
+IDENTITY_GAUGES = (PROCESS_START, UPTIME)
+"""Gauges the scrapes keep (every other gauge goes up and down and is not differenced)."""
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+"""(sample name, labels other than `model`, sorted) -> value."""
+
+
+def delta(before: Samples, after: Samples) -> Samples:
+    """What each counter (and histogram bucket, `_sum`, `_count`) of `after` grew by since
+    `before`, as Prometheus's `increase()` takes a counter reset: a value lower than before
+    means the counter restarted from 0, so the increase is the value itself
+    (prometheus/promql/functions.go, `extrapolatedRate`, "Handle counter resets": a drop adds
+    the previous value back). A sample absent before counts from 0. Never negative."""
+    return {
+        key: value - before.get(key, 0.0) if value >= before.get(key, 0.0) else value
+        for key, value in after.items()
+    }
+
+
+def resets(before: Samples, after: Samples) -> int:
+    """How many samples of `after` went below their `before` value (counter resets; the
+    process start time and uptime gauges are not counters)."""
+    return sum(
+        value < before[key]
+        for key, value in after.items()
+        if key in before and key[0] not in IDENTITY_GAUGES
+    )
