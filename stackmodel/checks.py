@@ -16,6 +16,7 @@ from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_
 from stackmodel.config import StackConfig, image_tag_version
 from stackmodel.engine_args import parse_engine_args
 from stackmodel.errors import ConfigProblem
+from stackmodel.fixes import Fix, accepted_fixes, applied, checking, fixes_text, show_fix
 from stackmodel.log_budget import log_budget_problem
 from stackmodel.models import ModelGeometry
 from stackmodel.placement import ReplicaPlacement, group_of
@@ -76,7 +77,9 @@ def oversubscription_problems(
     cfg: StackConfig, replicas: Sequence[ReplicaPlacement]
 ) -> list[ConfigProblem]:
     """vLLM workers that a node class cannot hold: a replica with no room left where the
-    workers land (:func:`stackmodel.placement.place_workers`: each pod's GPUs on one node)."""
+    workers land (:func:`stackmodel.placement.place_workers`: each pod's GPUs on one node).
+
+    The problem offers the fixes the stack passes with (:func:`_room_fixes`)."""
     if cfg.engine.kind != "vllm":
         return []
     out = []
@@ -86,12 +89,17 @@ def oversubscription_problems(
         on_class = [w for w in cfg.topology.workers if w.node_class == name]
         wanted = sum(w.replicas * w.tensor_parallel_size for w in on_class)
         last = max(i for i, w in enumerate(cfg.topology.workers) if w.node_class == name)
-        fixes = (
-            "add nodes, enable timeSlicing (workers of one GPU) or lower replicas"
-            if all(w.tensor_parallel_size == 1 for w in on_class)
-            else "add nodes, or lower replicas or tensorParallelSize (a worker of "
-            "several GPUs cannot use timeSlicing)"
-        )
+        fixes = _room_fixes(cfg, name, last, wanted)
+        if fixes:
+            advice = f"; {fixes_text(fixes)}"
+        elif all(w.tensor_parallel_size == 1 for w in on_class):
+            sharing = "raise" if node_class.time_slicing else "enable"
+            advice = f"; add nodes, {sharing} timeSlicing (workers of one GPU) or lower replicas"
+        else:
+            advice = (
+                "; add nodes, or lower replicas or tensorParallelSize (a worker of several "
+                "GPUs cannot use timeSlicing)"
+            )
         out.append(
             ConfigProblem(
                 _workers_key(last, "replicas"),
@@ -101,10 +109,64 @@ def oversubscription_problems(
                 f"{wanted} nvidia.com/gpu (tensorParallelSize per replica) but the class "
                 f"offers {node_class.gpu_units} (nodes {node_class.nodes} x gpusPerNode "
                 f"{node_class.gpus_per_node} x time-slicing replicas {node_class.units_per_gpu}), "
-                f"and each pod's GPUs must be on one node; {fixes}",
+                f"and each pod's GPUs must be on one node{advice}",
+                fixes,
             )
         )
     return out
+
+
+def _room_fixes(cfg: StackConfig, name: str, last: int, wanted: int) -> tuple[Fix, ...]:
+    """Fixes of an oversubscribed node class, those the stack passes with: fewer replicas of
+    its last group; more time-sliced units per GPU (workers of one GPU each), with the shares
+    of its GPU and the max model length lowered to fit (:func:`_share_fix`); more nodes."""
+    if checking():
+        return ()
+    node_class = cfg.node_classes[name]
+    group = cfg.topology.workers[last]
+    excess = wanted - node_class.gpu_units
+    fewer = group.replicas - math.ceil(excess / group.tensor_parallel_size)
+    candidates: list[Fix] = []
+    if fewer >= 1:
+        candidates.append((f"{_workers_key(last, 'replicas')}={fewer}",))
+    on_class = [w for w in cfg.topology.workers if w.node_class == name]
+    if all(w.tensor_parallel_size == 1 for w in on_class):
+        per_gpu = max(2, math.ceil(wanted / node_class.gpus))
+        sliced = f"nodeClasses.{name}.timeSlicing.replicasPerGpu={per_gpu}"
+        candidates.append(_share_fix(cfg, name, min(per_gpu, wanted), (sliced,)))
+    nodes = math.ceil(wanted / node_class.gpu_units_per_node)
+    candidates.append((f"nodeClasses.{name}.nodes={max(nodes, node_class.nodes + 1)}",))
+    return accepted_fixes(cfg, candidates, _problems_only)
+
+
+def _share_fix(cfg: StackConfig, name: str, sharing: int, base: Fix) -> Fix:
+    """``base`` plus what lets ``sharing`` workers share one GPU of node class ``name``: every
+    group there above ``1 / sharing`` of the GPU lowered to it (two decimals, rounded down), and
+    ``model.maxModelLen`` lowered to what the smallest KV cache then holds. Empty when the
+    result is no config."""
+    share = math.floor(100 / sharing) / 100
+    fix = base + tuple(
+        f"{_workers_key(i, 'gpuMemoryUtilization')}={share:g}"
+        for i, w in enumerate(cfg.topology.workers)
+        if w.node_class == name and w.gpu_memory_utilization > share
+    )
+    candidate = applied(cfg, fix)
+    if candidate is None:
+        return ()
+    inputs = resolve_inputs(candidate)
+    if inputs.problems:
+        return ()
+    plan = build_plan(candidate, inputs)
+    context = candidate.model.max_model_len or plan.sizing.geometry.max_position_embeddings
+    tokens = _kv_tokens(plan).values()
+    if context is not None and tokens and min(tokens) < context:
+        fix += (f"model.maxModelLen={min(tokens)}",)
+    return fix
+
+
+def _problems_only(cfg: StackConfig) -> list[ConfigProblem]:
+    """Every problem of a shape-valid config (:func:`check_stack` without its plan)."""
+    return check_stack(cfg)[0]
 
 
 def tensor_parallel_problems(cfg: StackConfig, inputs: StackInputs) -> list[ConfigProblem]:
@@ -162,7 +224,8 @@ def tensor_parallel_problems(cfg: StackConfig, inputs: StackInputs) -> list[Conf
                     f"node class '{w.node_class}' time-slices its GPUs, and a pod asking for "
                     f"{tp} time-sliced nvidia.com/gpu units may get them all from one GPU (the "
                     "NVIDIA device plugin promises no distinct GPUs); put the group on a node "
-                    "class without timeSlicing, or set tensorParallelSize: 1",
+                    f"class without timeSlicing (delete nodeClasses.{w.node_class}.timeSlicing: "
+                    "replicasPerGpu cannot be 1), or set tensorParallelSize: 1",
                 )
             )
         if tp > node_class.gpus_per_node:
@@ -519,7 +582,14 @@ def sizing_problems(plan: StackPlan) -> list[ConfigProblem]:
             continue  # the mocker engine uses no GPU
         if (key, finding.check) not in seen:  # one problem per group, not per replica
             seen.add((key, finding.check))
-            out.append(ConfigProblem(key, value, finding.message))
+            fixes: tuple[Fix, ...] = ()
+            if len(finding.workers) > 1 and finding.subject in cfg.node_classes and not checking():
+                share = _share_fix(cfg, finding.subject, len(finding.workers), ())
+                fixes = accepted_fixes(cfg, [share], _problems_only)
+            message = finding.message
+            if fixes:
+                message = f"{message.rstrip('.')}; {fixes_text(fixes)}."
+            out.append(ConfigProblem(key, value, message, fixes))
     if cfg.engine.kind == "vllm":
         out += context_problems(plan)
     return out
@@ -567,6 +637,18 @@ def model_length_problems(cfg: StackConfig, model_context: int | None) -> list[C
     ]
 
 
+def _kv_tokens(plan: StackPlan) -> dict[str, int]:
+    """Tokens of one request each vLLM worker group's KV cache holds (vLLM keeps one block back
+    as the null block); groups without any KV cache are left out (the GPU fit check names
+    them)."""
+    out = {}
+    for w in plan.cfg.topology.workers:
+        row = plan.sizing.worker_kv(w.name)
+        if row.kv_cache_budget_bytes:
+            out[w.name] = max(0, row.kv_capacity_blocks - 1) * row.block_size_tokens
+    return out
+
+
 def context_problems(plan: StackPlan) -> list[ConfigProblem]:
     """Each vLLM worker's KV cache must hold one request of the max model length.
 
@@ -599,12 +681,7 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
                 "load.maxTokens) or raise model.maxModelLen",
             )
         ]
-    fits = {}
-    for w in cfg.topology.workers:
-        row = sizing.worker_kv(w.name)
-        if row.kv_cache_budget_bytes:
-            fits[w.name] = max(0, row.kv_capacity_blocks - 1) * row.block_size_tokens
-    short = {name: tokens for name, tokens in fits.items() if tokens < context}
+    short = {name: tokens for name, tokens in _kv_tokens(plan).items() if tokens < context}
     if not short:
         return []
     tightest = min(short, key=lambda name: short[name])
@@ -614,18 +691,33 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
         else "model.maxModelLen is unset, so vLLM uses the model's max_position_embeddings"
     )
     groups = ", ".join(f"'{name}' {tokens:,}" for name, tokens in short.items())
-    # The share that would hold it: the missing KV bytes on top of the group's share.
-    row = sizing.worker_kv(tightest)
-    needed = (-(-context // row.block_size_tokens) + 1) * row.block_size_tokens
-    missing = needed * sizing.report.kv_bytes_per_token - row.kv_cache_budget_bytes
-    gpu_bytes = math.floor(cfg.node_classes[row.node_class].gpu_memory_gib * GI)
-    share = math.ceil((row.gpu_memory_utilization + missing / gpu_bytes) * 100) / 100
-    raise_share = (
-        f", or raise gpuMemoryUtilization of '{tightest}' to {share:g} if the other workers "
-        "on its GPU leave room"
+    index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
+
+    def share_for(name: str) -> float:
+        """The share that would hold it: the missing KV bytes on top of the group's share."""
+        row = sizing.worker_kv(name)
+        needed = (-(-context // row.block_size_tokens) + 1) * row.block_size_tokens
+        missing = needed * sizing.report.kv_bytes_per_token - row.kv_cache_budget_bytes
+        gpu_bytes = math.floor(cfg.node_classes[row.node_class].gpu_memory_gib * GI)
+        return math.ceil((row.gpu_memory_utilization + missing / gpu_bytes) * 100) / 100
+
+    shares = {name: share_for(name) for name in short}
+    lower: Fix = (f"model.maxModelLen={short[tightest]}",)
+    bigger: Fix = tuple(
+        f"{_workers_key(index[name], 'gpuMemoryUtilization')}={share:g}"
+        for name, share in shares.items()
         if share <= 1
-        else f" (no gpuMemoryUtilization of '{tightest}' up to 1 holds {context:,} tokens)"
     )
+    fixes = () if checking() else accepted_fixes(cfg, (lower, bigger), _problems_only)
+    if bigger and bigger in fixes:
+        raise_share = f", or raise {show_fix(bigger)} (the other workers on its GPU leave room)"
+    elif shares[tightest] <= 1:
+        raise_share = (
+            f" (raising gpuMemoryUtilization of '{tightest}' to {shares[tightest]:g} would "
+            "overcommit its GPU beside the workers it shares it with)"
+        )
+    else:
+        raise_share = f" (no gpuMemoryUtilization of '{tightest}' up to 1 holds {context:,} tokens)"
     return [
         ConfigProblem(
             "model.maxModelLen",
@@ -635,6 +727,7 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
             f"(--kv-cache-memory-bytes: GPU share - weights - activation overhead) holds fewer "
             f"tokens: {groups}. Set model.maxModelLen to at most {short[tightest]}"
             f"{raise_share}.",
+            fixes,
         )
     ]
 
@@ -719,13 +812,17 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return out
 
 
-def check_stack(cfg: StackConfig) -> tuple[list[ConfigProblem], StackPlan | None]:
+def check_stack(
+    cfg: StackConfig, *, placement: bool = True
+) -> tuple[list[ConfigProblem], StackPlan | None]:
     """Every cross-key problem of a shape-valid config, and its plan (:mod:`stackmodel.plan`)
     when it can be built; the problems are empty when the stack is deployable.
 
     The order: node classes that exist (nothing else is placed without them); where the workers
     land and the config-only rules; tensor parallelism (the sizing splits the model over the
     GPUs); RDMA links; what the stack's files and settings resolve to; then the plan's sizing.
+    With ``placement`` False only the config-only rules and the node classes run (what does
+    not read a worker's or node class's numbers), and no plan is built.
     """
     config_rules = (
         role_problems(cfg)
@@ -737,7 +834,7 @@ def check_stack(cfg: StackConfig) -> tuple[list[ConfigProblem], StackPlan | None
         + overlap_problems(cfg)
     )
     missing = node_class_problems(cfg)
-    if missing:
+    if missing or not placement:
         return missing + config_rules, None
     inputs = resolve_inputs(cfg)
     out = oversubscription_problems(cfg, inputs.replicas) + config_rules

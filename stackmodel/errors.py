@@ -29,11 +29,14 @@ class ConfigProblem:
         key: key path below the project namespace, e.g. ``topology.workers[0].nodeClass``.
         value: the offending value (rendered with ``repr``), or None when the key is missing.
         message: what is wrong and what is allowed / how to fix it.
+        fixes: the fixes the message offers that were checked by applying them
+            (:mod:`stackmodel.fixes`): each a tuple of ``KEY=VALUE`` items as ``--set`` takes them.
     """
 
     key: str
     value: Any
     message: str
+    fixes: tuple[tuple[str, ...], ...] = ()
 
     def render(self) -> str:
         """One line: ``dynamo-testbed:<key> = <value>: <message>`` (long values abbreviated)."""

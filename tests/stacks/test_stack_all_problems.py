@@ -1,0 +1,151 @@
+"""Every problem of a stack in one run, each fix offered checked by applying it.
+
+A stack is judged for shape and meaning together where one does not depend on the other, and a
+problem that offers fixes offers only those the stack passes with: each test applies every
+offered fix and loads the stack again.
+"""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from configkeys.key_paths import parse_settings
+from stackmodel.errors import StackConfigError
+from stackmodel.stacks import load_stack
+from testbed.cli import app
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def problems(stack: str, *items: str) -> StackConfigError:
+    with pytest.raises(StackConfigError) as caught:
+        load_stack(stack, parse_settings(items))
+    return caught.value
+
+
+def assert_fixes_pass(stack: str, items: tuple[str, ...], error: StackConfigError) -> int:
+    """Every fix of every problem, applied over ``items``, gives a stack that loads; returns how
+    many fixes there were."""
+    count = 0
+    for problem in error.problems:
+        for fix in problem.fixes:
+            load_stack(stack, parse_settings([*items, *fix]))
+            count += 1
+    return count
+
+
+def test_three_workers_on_the_8gb_node_as_typed() -> None:
+    """The user's command: one run names the oversubscription with fixes that pass whole (the
+    second and third rounds, GPU memory and max model length, are folded into the fix)."""
+    result = CliRunner().invoke(
+        app, ["render", "kv-routing", "--set", "topology.workers[1].replicas=3", "--out", "x"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "replicasPerGpu=3" in result.output
+    assert "gpuMemoryUtilization=0.33" in result.output
+    assert "model.maxModelLen=" in result.output
+    assert "enable timeSlicing" not in result.output
+    items = ("topology.workers[1].replicas=3",)
+    error = problems("kv-routing", *items)
+    assert [p.key for p in error.problems] == ["topology.workers[1].replicas"]
+    fixes = error.problems[0].fixes
+    assert ("topology.workers[1].replicas=2",) in fixes
+    assert ("nodeClasses.gpu-8gb.nodes=2",) in fixes
+    assert assert_fixes_pass("kv-routing", items, error) == 3
+
+
+@pytest.mark.parametrize(
+    ("stack", "items", "key"),
+    [
+        # a time-sliced GPU whose shares overcommit it (disagg-cross-node's decode at 0.44 x 3)
+        ("disagg-cross-node", ("topology.workers[1].replicas=3",), "gpuMemoryUtilization"),
+        # a class without time-slicing: time-slicing is offered, with the shares that fit
+        (
+            "kv-routing",
+            ("nodeClasses.gpu-24gb.timeSlicing=null", "topology.workers[0].replicas=2"),
+            "replicas",
+        ),
+        # vllm-service, more replicas than both classes hold
+        ("vllm-service", ("topology.workers[0].replicas=6",), "replicas"),
+        # a max model length that the grown replicas' KV caches cannot hold
+        (
+            "kv-routing",
+            (
+                "nodeClasses.gpu-8gb.timeSlicing.replicasPerGpu=3",
+                "topology.workers[1].replicas=3",
+                "topology.workers[1].gpuMemoryUtilization=0.3",
+            ),
+            "maxModelLen",
+        ),
+    ],
+)
+def test_held_out_fixes_pass(stack: str, items: tuple[str, ...], key: str) -> None:
+    error = problems(stack, *items)
+    assert any(p.key.endswith(key) for p in error.problems), str(error)
+    assert assert_fixes_pass(stack, items, error) >= 1, str(error)
+
+
+def test_the_raised_share_is_not_offered_when_the_replicas_leave_no_room() -> None:
+    """Raising one group's share is checked against the replicas sharing its GPU: at 3 x 0.38
+    the 8 GB GPU would be overcommitted, so only the max model length is offered."""
+    items = (
+        "nodeClasses.gpu-8gb.timeSlicing.replicasPerGpu=3",
+        "topology.workers[1].replicas=3",
+        "topology.workers[1].gpuMemoryUtilization=0.3",
+    )
+    error = problems("kv-routing", *items)
+    (problem,) = error.problems
+    assert problem.fixes == (("model.maxModelLen=2688",),)
+    assert "would overcommit its GPU" in problem.message
+    assert "raise topology.workers[1].gpuMemoryUtilization" not in problem.message
+
+
+def test_shape_and_meaning_problems_in_one_run() -> None:
+    """A refused value elsewhere (load.concurrency) does not hide the placement's problem."""
+    items = ("load.concurrency=4,8", "topology.workers[1].replicas=3")
+    error = problems("kv-routing", *items)
+    assert [p.key for p in error.problems] == ["load.concurrency", "topology.workers[1].replicas"]
+
+
+def test_meaning_beside_a_refused_worker_value_is_the_config_only_rules() -> None:
+    """A refused share stands in at its default, so the sizing (which reads it) is not judged;
+    an engine flag the program sets, in another group's extraArgs, still is."""
+    items = (
+        "topology.workers[0].gpuMemoryUtilization=90",
+        'topology.workers[1].extraArgs=["--max-model-len", "4096"]',
+    )
+    error = problems("kv-routing", *items)
+    keys = [p.key for p in error.problems]
+    assert keys[0] == "topology.workers[0].gpuMemoryUtilization"
+    assert any(k.startswith("topology.workers[1].extraArgs") for k in keys), keys
+    assert len(keys) == 2
+
+
+@pytest.mark.parametrize(
+    ("typed", "hint", "accepted"),
+    [
+        ("load.concurrency=4,8", "[4,8]", "load.concurrency=[4,8]"),
+        ("topology.workers[0].gpuMemoryUtilization=22", "0.22", None),
+        ("load.prefixKinds=2,24", "[2,24]", "load.prefixKinds=[2,24]"),
+        ("topology.workers[1].gpuMemoryUtilization=45", "0.45", None),
+    ],
+)
+def test_shape_errors_say_what_would_be_accepted(
+    typed: str, hint: str, accepted: str | None
+) -> None:
+    error = problems("kv-routing", typed)
+    (problem,) = error.problems
+    assert hint in problem.message
+    assert "Input should be" not in problem.message or "(" in problem.message
+    key = typed.partition("=")[0]
+    load_stack("kv-routing", parse_settings([accepted or f"{key}={hint}"]))
+
+
+def test_replicas_per_gpu_of_one_says_to_delete_time_slicing() -> None:
+    error = problems("kv-routing", "nodeClasses.gpu-8gb.timeSlicing.replicasPerGpu=1")
+    assert "delete the node class's timeSlicing" in error.problems[0].message
+    load_stack(
+        "kv-routing",
+        parse_settings(["nodeClasses.gpu-8gb.timeSlicing=null", "topology.workers[1].replicas=1"]),
+    )
