@@ -134,7 +134,7 @@ def simulate_stacks(
     *,
     full: bool = False,
     grid: Mapping[str, Any] | None = None,
-    settings: Sequence[Setting] = (),
+    settings: Sequence[Setting] | Mapping[str, Sequence[Setting]] = (),
     speedup_ratio: float = ROUTING_SPEEDUP,
     constants: TimingConstants = CONSTANTS,
     progress: bool = True,
@@ -142,7 +142,8 @@ def simulate_stacks(
 ) -> list[Simulation]:
     """Routing runs of every stack side by side (real Dynamo graphs), then the timing model of
     each; returns the timed results in the order of ``stacks`` (stack name -> its plan, as
-    :func:`stackmodel.stacks.load_stack` gives it with ``settings``).
+    :func:`stackmodel.stacks.load_stack` gives it with ``settings``; a mapping gives each stack
+    its own, by name).
 
     The grid each stack runs: :func:`simulation_load` of its ``load`` (``full``: its own grid,
     else :data:`REDUCED_GRID`), ``grid`` overriding it by :class:`~loadgen.config.LoadConfig`
@@ -172,12 +173,16 @@ def simulate_stacks(
             settings.
     """
     jobs = []
+    each = {
+        stack: settings.get(stack, ()) if isinstance(settings, Mapping) else settings
+        for stack in stacks
+    }
     for stack, plan in stacks.items():
         spec = graph_spec(plan, speedup_ratio=speedup_ratio, routing_only=True)
-        load = simulation_load(plan.cfg, full=full, grid=grid, settings=settings)
+        load = simulation_load(plan.cfg, full=full, grid=grid, settings=each[stack])
         jobs.append(RoutingJob(plan, spec, load, out_dir / stack))
     for job in jobs:
-        values = stack_values(job.plan, settings)
+        values = stack_values(job.plan, each[job.stack_dir.name])
         if resume:
             refuse_other_stack_values(job.stack_dir, values)
         job.stack_dir.mkdir(parents=True, exist_ok=True)

@@ -30,8 +30,17 @@ OUTPUT = "Output"
 
 SET_HELP = (
     "Set a stack key for this command only, KEY=VALUE, the key as `pulumi config set --path` "
-    "spells it: e.g. topology.workers[0].replicas=2 (repeatable)."
+    "spells it: e.g. topology.workers[0].replicas=2 (repeatable). In every command of two "
+    "stacks (diff, simulate) --set applies to both, --set-b to the second only."
 )
+SET_B_HELP = (
+    "Set a stack key of the second stack only (as --set; repeatable, applied after --set). "
+    "Without STACK_B the second stack is STACK with these values: `testbed simulate STACK "
+    "--set-b KEY=VALUE` runs a one-line change beside the stack as it is."
+)
+SET_B_SUFFIX = "+set-b"
+"""The name the second stack takes where it is the first with ``--set-b`` values (its results
+folder, its tables)."""
 RENDER_OUT = Path("out/render")
 SIMULATE_OUT = Path("out/simulate")
 """The default ``--out`` folders, in the project folder (:func:`under_project`)."""
@@ -52,6 +61,20 @@ def _set_option(more: str = "") -> Any:
 
 
 SetOption = Annotated[list[str] | None, _set_option()]
+SetBOption = Annotated[
+    list[str] | None,
+    typer.Option("--set-b", metavar="KEY=VALUE", help=SET_B_HELP, rich_help_panel=STACK),
+]
+
+
+def _second_stack(
+    stack_a: str, stack_b: str | None, settings_b: Sequence[Setting]
+) -> tuple[str, str]:
+    """(the second stack's file, its name in tables and folders): STACK_B, or STACK itself
+    with ``--set-b`` values, named ``STACK+set-b`` (:data:`SET_B_SUFFIX`) where the names
+    would otherwise be one."""
+    file = stack_b or stack_a
+    return file, f"{file}{SET_B_SUFFIX}" if file == stack_a and settings_b else file
 
 
 def _settings(items: Sequence[str] | None) -> list[Setting]:
@@ -270,27 +293,26 @@ def render_command(
 
 
 def diff_command(
-    stack_a: Annotated[str, typer.Argument(help="First stack (as its file has it).")],
+    stack_a: Annotated[str, typer.Argument(help="First stack.")],
     stack_b: Annotated[
         str | None,
-        typer.Argument(help="Second stack, with the --set values (default: STACK_A)."),
+        typer.Argument(help="Second stack (default: STACK_A, with the --set-b values)."),
     ] = None,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="Print every changed field as JSON.", rich_help_panel=OUTPUT),
     ] = False,
-    overrides: Annotated[
-        list[str] | None,
-        _set_option(" Applies to STACK_B only, so `diff STACK --set ...` previews that change."),
-    ] = None,
+    overrides: SetOption = None,
+    overrides_b: SetBOption = None,
 ) -> None:
-    """Show what changes from STACK_A to STACK_B: a summary (the model, workers, GPUs), then
-    component by component (role, replicas, placement, image, args, env, resources; an added
-    component with its args and env); differences that are only the stacks' names are folded
-    into one line. --set changes STACK_B only.
+    """Show what changes from STACK_A to STACK_B: a summary (the model, workers, GPUs, links,
+    time-slicing and every other config change, with what it changes on the cluster and in the
+    sizing), then component by component (role, replicas, placement, image, args, env,
+    resources; an added component with its args and env); differences that are only the
+    stacks' names are folded into one line. --set changes both stacks, --set-b STACK_B only.
 
     Example: testbed diff kv-routing disagg-same-node;
-    testbed diff kv-routing --set topology.workers[0].replicas=2
+    testbed diff kv-routing --set-b topology.workers[0].replicas=2
     """
     import json
 
@@ -298,18 +320,27 @@ def diff_command(
     from testbed.component_diff import diff_lines
     from testbed.render_files import diff_rendered
 
-    settings = _settings(overrides)
+    settings, settings_b = _settings(overrides), _settings(overrides_b)
+    if stack_b is None and settings and not settings_b:
+        fail(
+            "--set applies to both stacks, so `testbed diff STACK --set ...` compares the stack "
+            "with itself; to preview a change, use --set-b (the second stack only): testbed "
+            f"diff {stack_a} " + " ".join(f"--set-b {s.text}" for s in settings)
+        )
     stack_b = stack_b or stack_a
-    a, b = _render_or_exit(stack_a, []), _render_or_exit(stack_b, settings)
+    a = _render_or_exit(stack_a, settings)
+    b = _render_or_exit(stack_b, [*settings, *settings_b])
     changes = diff_rendered(a, b)
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in changes], indent=2, default=str))
         return
-    say_settings(stack_b, settings)
+    say_settings(stack_a, settings)
+    say_settings(stack_b, [*settings, *settings_b])
     console = table_console(highlight=False)
-    if settings:
+    if settings_b:
         console.print(
-            f"--set applies to B ({stack_b}) only; A ({stack_a}) is as its stack file has it",
+            f"--set-b applies to B ({stack_b}) only"
+            + (f"; --set to A ({stack_a}) and B alike" if settings else ""),
             soft_wrap=True,
             markup=False,
         )
@@ -346,7 +377,11 @@ def comparison_report(out: Path, a: str, b: str) -> Path:
 def simulate_command(
     stack: Annotated[str, typer.Argument(help="Stack to simulate.")],
     stack_b: Annotated[
-        str | None, typer.Argument(help="Optional second stack, shown beside it as A / B.")
+        str | None,
+        typer.Argument(
+            help="Optional second stack, shown beside it as A / B (default with --set-b: STACK "
+            "with those values)."
+        ),
     ] = None,
     out: Annotated[
         Path,
@@ -390,13 +425,8 @@ def simulate_command(
             "--requests", min=1, help="Requests per run. [default: 100]", rich_help_panel=GRID
         ),
     ] = None,
-    overrides: Annotated[
-        list[str] | None,
-        _set_option(
-            " Applies to STACK and STACK_B alike; to simulate a stack against a changed copy "
-            "of it, make the copy with `testbed init-stack NEW --from STACK`."
-        ),
-    ] = None,
+    overrides: SetOption = None,
+    overrides_b: SetBOption = None,
     speedup: Annotated[
         float,
         typer.Option(
@@ -420,9 +450,11 @@ def simulate_command(
     """Simulate a stack on this machine: routing and prefix-cache hits from the real Dynamo
     frontend with CPU-only mocker workers, timing from a model of the stack's GPUs, KV link and
     host memory. Prints the seed-style table (with STACK_B, both as "A / B"; with --against,
-    beside the measured figures).
+    beside the measured figures). --set changes both stacks, --set-b the second only (without
+    STACK_B: STACK with those values, beside STACK as it is).
 
-    Example: testbed simulate kv-routing disagg-same-node --out out/sim
+    Example: testbed simulate kv-routing disagg-same-node --out out/sim;
+    testbed simulate kv-routing --set-b topology.workers[0].replicas=2
     """
     from contextlib import ExitStack
 
@@ -438,7 +470,14 @@ def simulate_command(
     from testbed.load_command import resumed_line
 
     out = under_project(out, SIMULATE_OUT)
-    names = [stack, *([stack_b] if stack_b else [])]
+    settings, settings_b = _settings(overrides), _settings(overrides_b)
+    files = {stack: stack}
+    each = {stack: settings}
+    if stack_b is not None or settings_b:
+        file_b, name_b = _second_stack(stack, stack_b, settings_b)
+        files[name_b] = file_b
+        each[name_b] = [*settings, *settings_b]
+    names = list(files)
     missing = missing_group(
         "sim",
         "the simulation needs the Dynamo frontend and mocker (ai-dynamo)",
@@ -449,22 +488,20 @@ def simulate_command(
     grid = _grid(prefix_kinds, concurrency, repetitions, requests)
     if against is not None:
         grid = _against_grid(against, stack_b, grid, full)
-    settings = _settings(overrides)
-    if len(set(names)) < len(names):
+    if len(files) < 1 + (stack_b is not None):
         fail(
-            f"STACK and STACK_B are both {stack}: name two different stacks (to simulate "
-            f"{stack} against a changed copy, make one with `testbed init-stack NEW --from "
-            f"{stack}` and edit it)"
+            f"STACK and STACK_B are both {stack}: name two different stacks, or change the "
+            f"second with --set-b (testbed simulate {stack} --set-b KEY=VALUE)"
         )
-    _refuse_twice_set(grid, settings)
+    _refuse_twice_set(grid, [*settings, *settings_b])
     plans = {}
-    for name in names:  # every stack is checked before anything starts
+    for name, file in files.items():  # every stack is checked before anything starts
         try:
-            plans[name] = load_stack(name, settings)
+            plans[name] = load_stack(file, each[name])
         except _stack_errors() as exc:
             fail(str(exc))
-        say_settings(name, settings)
-        noted = [*namespace_warnings(stack_config(name)[0]), *sizing_warnings(plans[name])]
+        say_settings(file, each[name])
+        noted = [*namespace_warnings(stack_config(file)[0]), *sizing_warnings(plans[name])]
         for warning in noted:
             warn(f"{name}: {warning.render()}")
     kept: dict[str, int] = {}
@@ -485,11 +522,11 @@ def simulate_command(
                 )
             try:
                 if resume:
-                    refuse_other_stack_values(out / name, stack_values(plans[name], settings))
+                    refuse_other_stack_values(out / name, stack_values(plans[name], each[name]))
             except ResumeError as exc:
                 fail(str(exc))
             kept[name] = earlier
-        results = _simulate(plans, out, grid, settings, full, speedup, not no_progress, resume)
+        results = _simulate(plans, out, grid, each, full, speedup, not no_progress, resume)
     for name, count in kept.items():
         if count:
             total = complete_runs(out / name / ROUTING_DIR)
@@ -561,14 +598,14 @@ def _simulate(
     plans: dict[str, StackPlan],
     out: Path,
     grid: dict[str, Any],
-    settings: Sequence[Setting],
+    settings: dict[str, list[Setting]],
     full: bool,
     speedup: float,
     progress: bool,
     resume: bool,
 ) -> list[Simulation]:
     """Run the simulations (the caller holds the folders' locks), print the tables and return
-    the results."""
+    the results; ``settings``: each stack's ``--set`` values, by name."""
     from contextlib import suppress
 
     from pydantic import ValidationError

@@ -77,20 +77,37 @@ def test_a_set_that_adds_a_misspelt_node_class_names_the_set_and_the_close_name(
     )
 
 
-def test_diff_of_one_stack_with_a_set_previews_that_change() -> None:
-    # The README's review: what would `--set ...` change on kv-routing?
-    args = ["diff", "kv-routing", "--set", "topology.workers[0].replicas=2"]
+def test_diff_of_one_stack_with_a_set_b_previews_that_change() -> None:
+    # The README's review: what would `--set-b ...` change on kv-routing?
+    args = ["diff", "kv-routing", "--set-b", "topology.workers[0].replicas=2"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert (
-        "--set applies to B (kv-routing) only; A (kv-routing) is as its stack file has it" in lines
-    )
+    assert "--set-b applies to B (kv-routing) only" in lines
     assert "kv-routing -> kv-routing: components 1 changed; workers 6 -> 4" in lines
     assert "    ~ replicas: 4 -> 2" in lines
-    # Named twice, the same: --set still changes B alone.
+    # Named twice, the same: --set-b still changes B alone.
     again = CliRunner().invoke(app, ["diff", "kv-routing", "kv-routing", *args[2:]])
     assert "    ~ replicas: 4 -> 2" in again.output.splitlines()
+
+
+def test_set_changes_both_stacks_of_a_diff_and_set_b_the_second() -> None:
+    """One rule in every command of two stacks: --set for A and B alike, --set-b for B."""
+    both = ["--set", "topology.workers[0].replicas=2"]
+    alone = CliRunner().invoke(app, ["diff", "kv-routing", *both])
+    assert alone.exit_code == 2
+    assert "testbed diff kv-routing --set-b topology.workers[0].replicas=2" in alone.output
+    pair = CliRunner().invoke(app, ["diff", "kv-routing", "kv-routing", *both])
+    assert "components unchanged" in pair.output or "0 field changes" in pair.output
+    mixed = CliRunner().invoke(
+        app,
+        ["diff", "kv-routing", *both, "--set-b", "topology.workers[1].replicas=1"],
+    )
+    assert mixed.exit_code == 0, mixed.output
+    lines = mixed.output.splitlines()
+    assert "--set-b applies to B (kv-routing) only; --set to A (kv-routing) and B alike" in lines
+    assert "    ~ replicas: 2 -> 1" in lines
+    assert "    ~ replicas: 4 -> 2" not in lines
 
 
 def test_diff_shows_the_model_change_and_what_added_components_transfer_kv_with() -> None:
