@@ -9,7 +9,6 @@ reads its platform stack (``graph``, the default), or both in one stack (``stand
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +44,6 @@ from manifests.graph import (
 from stackmodel.config import (
     PlatformStackConfig,
     StackConfig,
-    namespace_warnings,
     project_values,
     stack_role,
 )
@@ -73,7 +71,7 @@ from stackmodel.validation import validate_platform_stack, validate_stack
 def stack_config_map() -> dict[str, Any]:
     """The running stack's whole config map, every namespace (``dynamo-testbed:topology``,
     ``kubernetes:context``, ...), not only known keys, so that unknown keys can be rejected
-    and other namespaces checked (:func:`stackmodel.config.namespace_warnings`)."""
+    and other namespaces checked (:func:`stackmodel.config.namespace_problems`)."""
     from pulumi.runtime import config as runtime_config
 
     return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
@@ -93,11 +91,8 @@ def main(cluster_checks: bool = False) -> None:
     stack = pulumi.get_stack()
     config_map = stack_config_map()
     raw = project_values(config_map)
-    config_warnings = namespace_warnings(config_map)
     if stack_role(raw) == "platform":
-        for warning in config_warnings:
-            pulumi.log.warn(warning.render())
-        platform_cfg = validate_platform_stack(stack, raw)
+        platform_cfg = validate_platform_stack(stack, raw, config_map)
         if cluster_checks:
             check_cluster(
                 stack,
@@ -108,7 +103,7 @@ def main(cluster_checks: bool = False) -> None:
             )
         deploy_platform(platform_cfg)
         return
-    plan = validate_stack(stack, raw)
+    plan = validate_stack(stack, raw, config_map)
     cfg = plan.cfg
     topology = build_topology(plan)
     rollout = None
@@ -117,7 +112,7 @@ def main(cluster_checks: bool = False) -> None:
         platform = cfg.platform if installs else None
         rollout = check_cluster(stack, cfg, platform, cfg.namespace, topology=topology)
     token = pulumi.Config(PROJECT).get_secret("hfToken")
-    deploy(plan, topology, token, rollout, config_warnings, read_operator=cluster_checks)
+    deploy(plan, topology, token, rollout, read_operator=cluster_checks)
 
 
 def check_cluster(
@@ -536,7 +531,6 @@ def deploy(
     topology: Topology,
     hf_token: pulumi.Output[str] | None,
     rollout: Rollout | None = None,
-    config_warnings: Sequence[ConfigWarning] = (),
     *,
     read_operator: bool = False,
 ) -> None:
@@ -565,7 +559,7 @@ def deploy(
     None for vllm-service), ``rbac`` (what the stack grants: the operator's entry, [] for
     vllm-service, and with ``load.runner: cluster`` the load step's namespaced Role:
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
-    ``warnings`` (each warning's line: ``config_warnings``, the config map's; the stack's own,
+    ``warnings`` (each warning's line: the stack's own,
     :func:`~stackmodel.stack_warnings.stack_warnings`; and the version gate's when the workers'
     Dynamo release is not the operator's chart version); with ``load.enabled`` the load step's
     ``results``, ``loadStatus``, ``loadRanAt``, ``loadResultsDir`` (:mod:`loadstep.inputs`),
@@ -574,7 +568,7 @@ def deploy(
     cfg = plan.cfg
     stack = pulumi.get_stack()
     with_token = hf_token is not None
-    noted = [*config_warnings, *stack_warnings(plan, with_hf_token=with_token)]
+    noted = list(stack_warnings(plan, with_hf_token=with_token))
     wiring = platform_wiring(plan, stack, noted, read_operator)
     depends = register_namespace(plan, wiring)
     workloads = graph_workloads(cfg, topology, with_hf_token=with_token)

@@ -43,7 +43,8 @@ class ConfigProblem:
         shown = "(missing)" if self.value is None else repr(self.value)
         if len(shown) > MAX_VALUE_CHARS:
             shown = shown[: MAX_VALUE_CHARS - 3] + "..."
-        return f"{PROJECT}:{self.key} = {shown}: {self.message}"
+        key = self.key if ":" in self.key else f"{PROJECT}:{self.key}"  # another namespace's
+        return f"{key} = {shown}: {self.message}"
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def load_stack(stack: str, settings: Sequence[Setting] = (), project_dir: Path =
             f"to simulate, load or probe; name a graph stack instead: {', '.join(graphs)}"
         )
     try:
-        return validate_stack(stack, values)
+        return validate_stack(stack, values, config)
     except StackConfigError as exc:
         if not settings:
             raise

@@ -31,6 +31,7 @@ from stackmodel.config import (
     SECRET_KEYS,
     PlatformStackConfig,
     StackConfig,
+    namespace_problems,
     stack_role,
     unset_key,
 )
@@ -39,13 +40,18 @@ from stackmodel.plan import StackPlan
 from stackmodel.stack_layout import STACK_ROLES
 
 
-def validate_stack(stack: str, raw: Mapping[str, Any]) -> StackPlan:
+def validate_stack(
+    stack: str, raw: Mapping[str, Any], config_map: Mapping[str, Any] | None = None
+) -> StackPlan:
     """Validate a stack's config (keys without the project prefix) and resolve it into its plan.
 
     Args:
         stack: stack name, used in messages.
         raw: ``{key: value}`` with structured values already parsed (dicts/lists), e.g.
             ``{"nodeClasses": {...}, "topology": {...}}``. ``hfToken`` is ignored here.
+        config_map: the stack's whole config map, every namespace, when there is one: a key
+            of a namespace nothing reads is a problem
+            (:func:`stackmodel.config.namespace_problems`).
 
     Returns:
         The plan of the validated config (``.cfg``); all semantic checks passed.
@@ -58,7 +64,7 @@ def validate_stack(stack: str, raw: Mapping[str, Any]) -> StackPlan:
     data = {
         k: v for k, v in raw.items() if k not in SECRET_KEYS and not (v == {} and k in KNOWN_KEYS)
     }
-    problems = _unknown_keys(data)
+    problems = namespace_problems(config_map or {}) + _unknown_keys(data)
     if stack_role(data) not in STACK_ROLES:
         problems.append(
             ConfigProblem(
@@ -168,8 +174,11 @@ def validate_config(stack: str, cfg: StackConfig) -> StackPlan:
     return validate_stack(stack, cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True))
 
 
-def validate_platform_stack(stack: str, raw: Mapping[str, Any]) -> PlatformStackConfig:
-    """Validate a ``stackRole: platform`` stack's config (keys without the project prefix).
+def validate_platform_stack(
+    stack: str, raw: Mapping[str, Any], config_map: Mapping[str, Any] | None = None
+) -> PlatformStackConfig:
+    """Validate a ``stackRole: platform`` stack's config (keys without the project prefix;
+    ``config_map`` as :func:`validate_stack`'s).
 
     Raises:
         StackConfigError: unknown keys, graph keys that are set (a platform stack registers no
@@ -178,7 +187,7 @@ def validate_platform_stack(stack: str, raw: Mapping[str, Any]) -> PlatformStack
             ``stackRole: standalone``).
     """
     data = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
-    problems = _unknown_keys(data)
+    problems = namespace_problems(config_map or {}) + _unknown_keys(data)
     problems += [
         ConfigProblem(
             key,

@@ -463,9 +463,8 @@ def simulate_command(
     from loadgen.report import table_console
     from simulator.routing import ROUTING_DIR
     from simulator.stack_values import refuse_other_stack_values, stack_values
-    from stackmodel.config import namespace_warnings
     from stackmodel.stack_warnings import sizing_warnings
-    from stackmodel.stacks import load_stack, stack_config
+    from stackmodel.stacks import load_stack
     from testbed.dependency_groups import missing_group
     from testbed.load_command import resumed_line
 
@@ -501,7 +500,7 @@ def simulate_command(
         except _stack_errors() as exc:
             fail(str(exc))
         say_settings(file, each[name])
-        noted = [*namespace_warnings(stack_config(file)[0]), *sizing_warnings(plans[name])]
+        noted = sizing_warnings(plans[name])
         for warning in noted:
             warn(f"{name}: {warning.render()}")
     kept: dict[str, int] = {}
