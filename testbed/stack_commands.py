@@ -344,7 +344,15 @@ def diff_command(
             soft_wrap=True,
             markup=False,
         )
-    for line in diff_lines(stack_a, stack_b, a, b, changes):
+    from stackmodel.stacks import load_stack
+    from testbed.config_diff import config_lines, config_summary
+
+    plans = load_stack(stack_a, settings), load_stack(stack_b, [*settings, *settings_b])
+    config = (
+        config_summary(stack_a, stack_b, *plans),
+        config_lines(stack_a, stack_b, *plans),
+    )
+    for line in diff_lines(stack_a, stack_b, a, b, changes, config):
         console.print(line, soft_wrap=True, markup=False)
     console.print(f"({len(changes)} field changes in all: testbed diff --json lists them)")
     load_step_note([a, b])

@@ -103,7 +103,8 @@ def test_diff_reads_as_a_summary_then_components(
     output = invoke("diff", "kv-routing", "disagg-same-node").output
     lines = output.splitlines()
     assert lines[0] == (
-        "kv-routing -> disagg-same-node: components 2 added, 2 removed; workers 6 -> 4, gpus 2 -> 1"
+        "kv-routing -> disagg-same-node: components 2 added, 2 removed; workers 6 -> 4, "
+        "gpus 2 -> 1, config baselineStack and 19 keys the objects below show"
     )
     assert lines[1].startswith("  13 field(s) differ only by the stack's name")
     assert [line for line in lines[2:] if line[:2] in ("- ", "+ ")] == [
