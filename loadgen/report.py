@@ -223,7 +223,8 @@ def verdict_rows(comparisons: Sequence[PointComparison]) -> list[list[str]]:
                 INTERVAL_METRICS[c.metric],
                 ratio,
                 ci,
-                c.verdict or "no verdict (1 run)",
+                c.verdict
+                or ("no verdict (no spread)" if min(c.repetitions) > 1 else "no verdict (1 run)"),
                 f"{c.repetitions[0]} / {c.repetitions[1]}",
                 tell,
             ]

@@ -464,7 +464,7 @@ def test_report_of_a_stack_has_its_crossover(folders: tuple[Path, Path], tmp_pat
     html = out.read_text()
     assert html.count('<figure class="plot"') == 6  # the 5 of two results, and the seed's
     assert '<h2 id="crossover-disagg-same-node">disagg-same-node: where disaggregation pays' in html
-    assert "crossover: never on any link: 114,688 B of KV per prompt token" in html
+    assert "crossover: never on any link: 114,688 B of KV per uncached prompt token" in html
     assert "stacks/Pulumi.disagg-same-node.yaml as it is now" in html
     png = out.with_name("r-crossover-disagg-same-node.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
