@@ -43,6 +43,7 @@ from stackmodel.quantities import (
     DEFAULT_BASE_MEMORY,
     DEFAULT_SHARED_MEMORY,
     GI,
+    TENSOR_PARALLEL_SHARED_MEMORY,
 )
 from stackmodel.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
 from stackmodel.toleration import Toleration
@@ -369,8 +370,9 @@ class WorkerGroup(CamelModel):
     shared_memory_size: ConfigText = Field(
         default=DEFAULT_SHARED_MEMORY,
         description="DGD sharedMemorySize: the memory-backed /dev/shm (the operator's default is "
-        "8Gi); it counts against memoryLimit, so the floor includes it. Raise it for tensor "
-        "parallelism.",
+        "8Gi); it counts against memoryLimit, so the floor includes it. Default: 256Mi, and "
+        "2Gi for a tensor-parallel worker (tensorParallelSize > 1), what vLLM's Kubernetes "
+        "guide mounts for its shared-memory broadcast.",
     )
     cpu: ConfigText | None = Field(default=None, description="CPU request, e.g. '2'.")
     kv_transfer: KvTransfer | None = Field(
@@ -393,6 +395,22 @@ class WorkerGroup(CamelModel):
         "--kv-events-config (enable_kv_cache_events) and publish their cache; false: no flag, "
         "the router sees no overlap on them (prefix-blind routing, simulated so).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tensor_parallel_shared_memory(cls, data: Any) -> Any:
+        """A tensor-parallel group that sets no ``sharedMemorySize`` gets
+        :data:`~stackmodel.quantities.TENSOR_PARALLEL_SHARED_MEMORY`, the /dev/shm its GPU
+        processes need (:func:`stackmodel.checks.tensor_parallel_problems`), not the
+        single-GPU default a check would refuse."""
+        if not isinstance(data, dict) or data.get("sharedMemorySize") is not None:
+            return data
+        if "shared_memory_size" in data:
+            return data
+        tp = data.get("tensorParallelSize", data.get("tensor_parallel_size", 1))
+        if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
+            return {**data, "sharedMemorySize": TENSOR_PARALLEL_SHARED_MEMORY}
+        return data
 
     @property
     def host_buffers_kv(self) -> bool:
