@@ -51,7 +51,7 @@ from stackmodel.errors import PROJECT, ConfigProblem, ConfigWarning, StackConfig
 from stackmodel.plan import StackPlan
 from stackmodel.platform import PlatformConfig, release_namespace, testbed_namespace_labels
 from stackmodel.rbac import rbac_summary
-from stackmodel.resources import StackResources, compare_resources, stack_resources
+from stackmodel.resources import StackResources, compare_resources, group_kv_tokens, stack_resources
 from stackmodel.stack_layout import (
     PlatformExports,
     PlatformStackError,
@@ -587,7 +587,7 @@ def deploy(
         ),
         pulumi.ResourceOptions(depends_on=depends),
     )
-    resources = stack_resources(cfg, topology)
+    resources = stack_resources(cfg, topology, group_kv_tokens(plan))
     export_graph(plan, topology, graph, resources, wiring)
     if not cfg.load.enabled:
         return

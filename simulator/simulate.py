@@ -51,7 +51,7 @@ from simulator.timing_model import (
 from stackmodel.config import StackConfig
 from stackmodel.crossover import CROSSOVER_FILE, crossover, crossover_json
 from stackmodel.plan import StackPlan
-from stackmodel.resources import stack_file_text, stack_resources
+from stackmodel.resources import group_kv_tokens, stack_file_text, stack_resources
 from stackmodel.topology import build_topology
 
 REDUCED_GRID = {"prefix_kinds": [2, 24], "concurrency": [4], "repetitions": 1}
@@ -89,8 +89,10 @@ def grid_length_s(points: Sequence[PointSummary], load: LoadConfig) -> float | N
     """How long ``load``'s grid serves on the cluster by the simulation's rates (seconds):
     each of its runs, its measured requests and warm-ups at the simulated requests/s of its
     grid point (of the nearest simulated point when that one was not simulated: the same
-    concurrency first, then the nearest prefix kinds). None without a simulated point with a
-    rate. Not in it: the readiness wait, pauses between runs, and what deploying takes.
+    concurrency first, then the nearest prefix kinds), at most the offered rate of an open
+    loop (Poisson arrivals: a run lasts at least its requests / the rate). None without a
+    simulated point with a rate. Not in it: the readiness wait, pauses between runs, and what
+    deploying takes.
     """
     rated = [p for p in points if p.requests_per_s > 0]
     if not rated:
@@ -103,7 +105,10 @@ def grid_length_s(points: Sequence[PointSummary], load: LoadConfig) -> float | N
                 key=lambda p: (p.concurrency != concurrency, abs(p.prefix_kinds - kinds)),
             )
             requests = load.requests_per_run + load.warmup_count(concurrency)
-            total += load.repetitions * requests / point.requests_per_s
+            rate = point.requests_per_s
+            if load.request_rate is not None and load.arrival == "poisson":
+                rate = min(rate, load.request_rate)  # arrivals pace an open loop
+            total += load.repetitions * requests / rate
     return total
 
 
@@ -186,7 +191,8 @@ def simulate_stacks(
         if resume:
             refuse_other_stack_values(job.stack_dir, values)
         job.stack_dir.mkdir(parents=True, exist_ok=True)
-        resources = stack_resources(job.plan.cfg, build_topology(job.plan))
+        topology = build_topology(job.plan)
+        resources = stack_resources(job.plan.cfg, topology, group_kv_tokens(job.plan))
         text = stack_file_text(job.stack_dir.name, resources, values)
         write_text_atomic(job.stack_dir / STACK_FILE, text)
         write_text_atomic(job.stack_dir / CROSSOVER_FILE, crossover_json(crossover(job.plan)))

@@ -9,8 +9,10 @@ import pytest
 from loadgen.incidents import Incident
 from loadgen.report import (
     PIPED_WIDTH,
+    comparison_rows,
     comparison_table,
     load_points,
+    seed_rows,
     seed_table,
     table_console,
     table_text,
@@ -127,3 +129,20 @@ def test_grid_points_with_an_incident_are_marked_and_listed() -> None:
     rows = [[cell.strip() for cell in line.split("│")] for line in lines if "│" in line]
     assert [row[:2] for row in rows if "!" in row[1]] == [["24", "4 !"]]
     assert lines[-1].strip() == "! prefill-0 OOMKilled (exit 137) 9.1 s into K=24 c=4"
+
+
+def test_an_open_loop_point_shows_its_rate_not_a_concurrency_as_typed() -> None:
+    """Poisson arrivals at 8/s with at most 32 in flight: the table said "conc 32"; it shows
+    the rate that set the load, and its caption says what a run's length follows."""
+    open_loop = point(2, 32, 40.0, 90.0, 7.9, 0).model_copy(
+        update={"offered_rate_per_s": 8.0, "sent_rate_per_s": 7.95}
+    )
+    text = table_text(seed_table([open_loop], title="poisson"), width=120)
+    row = next(line for line in text.splitlines() if line.strip().startswith("2 "))
+    assert "8/s, <=32" in row
+    assert "a run lasts about its requests / the rate" in " ".join(text.split())
+    # held out: a closed loop keeps its concurrency; an A / B of both loads shows each
+    closed = point(2, 32, 40.0, 90.0, 20.0, 0)
+    assert seed_rows([closed])[0][1] == "32"
+    assert comparison_rows([closed], [open_loop])[0][1] == "32 / 8/s, <=32"
+    assert comparison_rows([open_loop], [open_loop])[0][1] == "8/s, <=32"
