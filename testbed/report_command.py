@@ -16,6 +16,16 @@ if TYPE_CHECKING:
     from loadgen.results_folder import LoadedResults
 
 
+def default_report(results: Path, results_b: Path | None) -> Path:
+    """Where ``testbed report`` writes without ``--out``: ``report.html`` in folder A (as
+    ``testbed simulate`` writes each stack's), and for an A / B report
+    ``report-A-vs-B.html`` beside folder A (as ``testbed simulate A B`` names its own), never
+    the working directory."""
+    if results_b is None:
+        return results / "report.html"
+    return results.parent / f"report-{results.name}-vs-{results_b.name}.html"
+
+
 def report_command(
     results: Annotated[
         Path,
@@ -27,7 +37,14 @@ def report_command(
     results_b: Annotated[
         Path | None, typer.Argument(help="Optional results folder B, drawn beside A.")
     ] = None,
-    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="The HTML file to write [default: report.html in folder A; with B, "
+            "report-A-vs-B.html beside folder A].",
+            show_default=False,
+        ),
+    ] = None,
     png: Annotated[
         bool,
         typer.Option(
@@ -58,6 +75,7 @@ def report_command(
         folders = [load_results(folder) for folder in (results, results_b) if folder is not None]
     except (OSError, ValueError) as exc:
         fail(str(exc))
+    out = out or default_report(results, results_b)
     notes = []
     if results_b is not None:  # the caveats `testbed compare` prints: what the stacks ran on
         with suppress(ValueError):  # an unreadable stack.json: the report goes without it

@@ -43,7 +43,8 @@ SET_B_SUFFIX = "+set-b"
 folder, its tables)."""
 RENDER_OUT = Path("out/render")
 SIMULATE_OUT = Path("out/simulate")
-"""The default ``--out`` folders, in the project folder (:func:`under_project`)."""
+"""The default ``--out`` folders, in the project folder (:func:`under_project`); ``render``
+writes into ``RENDER_OUT/STACK``, one folder per stack, as ``simulate`` does."""
 
 
 def under_project(out: Path, default: Path) -> Path:
@@ -219,7 +220,13 @@ def _crossover(console: Any, stack: str, settings: Sequence[Setting], out: Path 
 def render_command(
     stack: Annotated[str, typer.Argument(help="Stack name (stacks/Pulumi.STACK.yaml).")],
     out: Annotated[
-        Path, typer.Option("--out", help="Folder for the rendered files.", rich_help_panel=OUTPUT)
+        Path,
+        typer.Option(
+            "--out",
+            help="Folder for the rendered files [default: out/render/STACK, one folder per stack].",
+            show_default=False,
+            rich_help_panel=OUTPUT,
+        ),
     ] = RENDER_OUT,
     overrides: SetOption = None,
     sweep: Annotated[
@@ -244,7 +251,7 @@ def render_command(
     from testbed.render_files import RenderFolderError, write_rendered
 
     console = table_console(highlight=False)
-    out = under_project(out, RENDER_OUT)
+    out = under_project(out, RENDER_OUT) / stack if out == RENDER_OUT else out
     settings = _settings(overrides)
     rendered = _render_or_exit(stack, settings)
     say_settings(stack, settings)

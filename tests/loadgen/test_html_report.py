@@ -478,3 +478,20 @@ def test_report_of_a_stack_has_its_crossover(folders: tuple[Path, Path], tmp_pat
     html = out.read_text()
     assert "crossover: disaggregation pays on links above 13.9 GB/s" in html
     assert "Drawn from the config renamed-away was simulated with (crossover.json)" in html
+
+
+def test_report_without_out_writes_beside_its_results_not_the_working_folder(
+    folders: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As typed: `testbed report A B` from the project folder left report.html in it."""
+    a, b = (tmp_path / "sim" / "a", tmp_path / "sim" / "b")
+    for source, target in zip(folders, (a, b), strict=True):
+        shutil.copytree(source, target)
+    monkeypatch.chdir(tmp_path)
+    pair = CliRunner().invoke(app, ["report", str(a), str(b)])
+    assert pair.exit_code == 0, pair.output
+    assert (tmp_path / "sim" / "report-a-vs-b.html").is_file()
+    one = CliRunner().invoke(app, ["report", str(b)])  # held out: one folder
+    assert one.exit_code == 0, one.output
+    assert (b / "report.html").is_file()
+    assert not (tmp_path / "report.html").exists()

@@ -230,3 +230,14 @@ def test_render_platform_writes_the_release_and_its_outputs(tmp_path: Path) -> N
     ]
     assert "dynamo-platform chart 1.6.2, release dynamo-platform in dynamo-system" in output
     assert json.loads((tmp_path / "outputs.json").read_text())["operatorScope"] == "cluster"
+
+
+def test_render_writes_each_stack_into_its_own_folder_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As typed: two renders without --out left only the second stack in out/render."""
+    monkeypatch.setattr("stackmodel.stacks.REPO", tmp_path)
+    invoke("render", "kv-routing")
+    invoke("render", "disagg-cross-node")
+    kept = {p.parent.name for p in (tmp_path / "out" / "render").glob("*/outputs.json")}
+    assert kept == {"kv-routing", "disagg-cross-node"}
