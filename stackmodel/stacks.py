@@ -10,6 +10,7 @@ which resolves it into the stack's plan.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,14 +51,22 @@ def stack_config(
         become :data:`SECRET_PLACEHOLDER` and are listed as secret.
 
     Raises:
-        FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``; the message lists known stacks.
+        FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``; the message names the closest
+            stack ("did you mean"), lists the known ones and how to make a new one.
         StackFileError: the file is not YAML, or has no ``config:`` mapping.
         KeyPathError: a ``--set`` that cannot be applied.
     """
     path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
     if not path.exists():
-        known = ", ".join(stack_names(project_dir)) or "(none)"
-        raise FileNotFoundError(f"stack '{stack}': no {path}; known stacks: {known}")
+        names = stack_names(project_dir)
+        close = difflib.get_close_matches(stack, names, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        known = ", ".join(names) or "(none)"
+        raise FileNotFoundError(
+            f"stack '{stack}': no stacks/Pulumi.{stack}.yaml in the project; {hint}a new "
+            f"stack: testbed init-stack {stack} --from {close[0] if close else 'kv-routing'}; "
+            f"known stacks: {known}"
+        )
     project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
     values: dict[str, Any] = {}
     for key, decl in (project.get("config") or {}).items():

@@ -136,6 +136,23 @@ def test_unknown_stack_exits_2_and_lists_known_stacks() -> None:
     known = " ".join(result.output.split()).split("known stacks: ")[1].split(", ")
     shipped = ["disagg-cross-node", "disagg-same-node", "kv-routing", "platform", "vllm-service"]
     assert set(shipped) <= set(known)  # and any stack file of your own
+    assert "did you mean kv-routing?" in result.output
+    assert "/work" not in result.output and "stacks/Pulumi.kv-routng.yaml" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "close"),
+    [
+        (["render", "disagg-cros-node"], "disagg-cross-node"),
+        (["simulate", "kv-routing", "disagg-same-nod"], "disagg-same-node"),
+        (["init-stack", "lab", "--from", "vllm-servce"], "vllm-service"),
+        (["load-role", "kvrouting"], "kv-routing"),
+    ],
+)
+def test_a_misspelt_stack_name_gets_a_did_you_mean(args: list[str], close: str) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert f"did you mean {close}?" in " ".join(result.output.split())
 
 
 def test_render_to_a_file_is_one_error_line(tmp_path: Path) -> None:
