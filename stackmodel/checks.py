@@ -27,6 +27,7 @@ from stackmodel.quantities import (
     ceil_mib,
     format_quantity,
     parse_quantity,
+    unitless_hint,
 )
 from stackmodel.sizing import MAX_BATCHED_TOKENS_FLAG
 from stackmodel.ucx import (
@@ -136,7 +137,7 @@ def _room_fixes(cfg: StackConfig, name: str, last: int, wanted: int) -> tuple[Fi
         candidates.append(_share_fix(cfg, name, min(per_gpu, wanted), (sliced,)))
     nodes = math.ceil(wanted / node_class.gpu_units_per_node)
     candidates.append((f"nodeClasses.{name}.nodes={max(nodes, node_class.nodes + 1)}",))
-    return accepted_fixes(cfg, candidates, _problems_only)
+    return accepted_fixes(cfg, candidates, _problems_only, _workers_key(last, "replicas"))
 
 
 def _share_fix(cfg: StackConfig, name: str, sharing: int, base: Fix) -> Fix:
@@ -320,6 +321,41 @@ def _model_splits(geometry: ModelGeometry, key: str, tp: int) -> list[ConfigProb
                 f"of {kv}",
             )
         )
+    return out
+
+
+def unit_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """A memory quantity without a unit where no process fits in that many bytes
+    (:func:`~stackmodel.quantities.unitless_hint`): a worker's ``baseMemory`` and
+    ``sharedMemorySize``, the frontend's ``sharedMemorySize`` (``memoryLimit`` is the memory
+    floor's, :func:`stackmodel.sizing.check_memory_floor`). Each offers the units the stack
+    passes with."""
+    keyed = [
+        ("topology.frontend.sharedMemorySize", cfg.topology.frontend.shared_memory_size),
+        *(
+            (_workers_key(i, field), value)
+            for i, w in enumerate(cfg.topology.workers)
+            for field, value in (
+                ("baseMemory", w.base_memory),
+                ("sharedMemorySize", w.shared_memory_size),
+            )
+        ),
+    ]
+    out = []
+    for key, value in keyed:
+        hint = unitless_hint(value)
+        if hint is None:
+            continue
+        text = str(value).strip()
+        fixes = (
+            ()
+            if checking()
+            else accepted_fixes(
+                cfg, [(f"{key}={text}{unit}",) for unit in ("Mi", "Gi")], _problems_only, key
+            )
+        )
+        advice = f"; {fixes_text(fixes)}" if fixes else "; write the unit (Mi or Gi)"
+        out.append(ConfigProblem(key, value, f"{hint}{advice}", fixes))
     return out
 
 
@@ -585,7 +621,7 @@ def sizing_problems(plan: StackPlan) -> list[ConfigProblem]:
             fixes: tuple[Fix, ...] = ()
             if len(finding.workers) > 1 and finding.subject in cfg.node_classes and not checking():
                 share = _share_fix(cfg, finding.subject, len(finding.workers), ())
-                fixes = accepted_fixes(cfg, [share], _problems_only)
+                fixes = accepted_fixes(cfg, [share], _problems_only, key)
             message = finding.message
             if fixes:
                 message = f"{message.rstrip('.')}; {fixes_text(fixes)}."
@@ -708,7 +744,11 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
         for name, share in shares.items()
         if share <= 1
     )
-    fixes = () if checking() else accepted_fixes(cfg, (lower, bigger), _problems_only)
+    fixes = (
+        ()
+        if checking()
+        else accepted_fixes(cfg, (lower, bigger), _problems_only, "model.maxModelLen")
+    )
     if bigger and bigger in fixes:
         raise_share = f", or raise {show_fix(bigger)} (the other workers on its GPU leave room)"
     elif shares[tightest] <= 1:
@@ -825,7 +865,8 @@ def check_stack(
     not read a worker's or node class's numbers), and no plan is built.
     """
     config_rules = (
-        role_problems(cfg)
+        unit_problems(cfg)
+        + role_problems(cfg)
         + kv_buffer_problems(cfg)
         + engine_problems(cfg)
         + nixl_tls_problems(cfg)

@@ -2,8 +2,9 @@
 
 A fix is a tuple of ``KEY=VALUE`` items as ``--set`` and ``pulumi config set --path`` spell them
 (:mod:`configkeys.key_paths`). A problem offers a fix only when the config with the fix applied
-passes the shape validation and every cross-key check (:func:`accepted`), so the user never
-follows advice into another refusal. The check itself is the caller's
+passes the shape validation, no longer has that problem and has no problem it did not have
+before (:func:`accepted_fixes`), so the user never follows advice into another refusal. The
+check itself is the caller's
 (:func:`stackmodel.checks.check_stack`); while a fix is checked no further fixes are searched
 (:func:`checking`), so a check offering fixes does not recurse.
 """
@@ -43,19 +44,27 @@ def applied(cfg: StackConfig, fix: Fix) -> StackConfig | None:
         return None
 
 
-def accepted(cfg: StackConfig, fix: Fix, check: Check) -> bool:
-    """``fix`` applied to ``cfg`` gives a config with no problem at all."""
+def accepted_fixes(
+    cfg: StackConfig, fixes: Iterable[Fix], check: Check, key: str
+) -> tuple[Fix, ...]:
+    """The non-empty ``fixes`` (in order, without repeats) that solve the problem at ``key``
+    and bring no new one: applied to ``cfg``, the config is valid, has no problem at ``key``
+    and none at a key that had none before (the stack's other problems may stay: each is
+    fixed on its own)."""
     token = _CHECKING.set(True)
     try:
-        candidate = applied(cfg, fix)
-        return candidate is not None and not check(candidate)
+        before = {p.key for p in check(cfg)}
+        out = []
+        for fix in dict.fromkeys(fixes):
+            candidate = applied(cfg, fix) if fix else None
+            if candidate is None:
+                continue
+            after = {p.key for p in check(candidate)}
+            if key not in after and after <= before:
+                out.append(fix)
+        return tuple(out)
     finally:
         _CHECKING.reset(token)
-
-
-def accepted_fixes(cfg: StackConfig, fixes: Iterable[Fix], check: Check) -> tuple[Fix, ...]:
-    """The non-empty ``fixes`` that :func:`accepted` passes, in order, without repeats."""
-    return tuple(f for f in dict.fromkeys(fixes) if f and accepted(cfg, f, check))
 
 
 def show_fix(fix: Fix) -> str:
@@ -65,7 +74,7 @@ def show_fix(fix: Fix) -> str:
 
 def fixes_text(fixes: Sequence[Fix]) -> str:
     """The sentence that offers checked fixes (empty when there are none):
-    ``checked, the stack passes with: set a=1; or set b=2 and c=3``."""
+    ``checked by applying it: set a=1; or set b=2 and c=3``."""
     if not fixes:
         return ""
-    return "checked, the stack passes with: set " + "; or set ".join(show_fix(f) for f in fixes)
+    return "checked by applying it: set " + "; or set ".join(show_fix(f) for f in fixes)

@@ -7,6 +7,8 @@ offered fix and loads the stack again.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -149,3 +151,35 @@ def test_replicas_per_gpu_of_one_says_to_delete_time_slicing() -> None:
         "kv-routing",
         parse_settings(["nodeClasses.gpu-8gb.timeSlicing=null", "topology.workers[1].replicas=1"]),
     )
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        ("topology.workers[0].sharedMemorySize=1",),
+        ("topology.workers[1].baseMemory=3",),
+        ("topology.frontend.sharedMemorySize=512",),
+        # held out: two at once, each with its own fix
+        ("topology.workers[0].baseMemory=3", "topology.workers[1].sharedMemorySize=256"),
+    ],
+)
+def test_a_memory_quantity_without_a_unit_is_refused_with_a_checked_unit(
+    items: tuple[str, ...],
+) -> None:
+    error = problems("kv-routing", *items)
+    assert len(error.problems) == len(items)
+    for problem in error.problems:
+        assert "without a unit is" in problem.message and problem.fixes
+    # every fix clears its own problem; all first fixes together give a stack that loads
+    load_stack("kv-routing", parse_settings([*items, *(p.fixes[0][0] for p in error.problems)]))
+
+
+def test_a_limit_in_decimal_units_is_shown_as_written(tmp_path: Path) -> None:
+    """As typed: memoryLimit 13G was shown as 13000000000 in render's memory table."""
+    limit = "topology.workers[1].memoryLimit=13G"
+    result = CliRunner().invoke(
+        app, ["render", "disagg-cross-node", "--set", limit, "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "13000000000" not in result.output
+    assert " 13G " in result.output

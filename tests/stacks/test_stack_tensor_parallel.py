@@ -230,7 +230,7 @@ def test_the_simulation_gives_each_worker_its_gpus_and_all_reduces(tp_raw: Raw) 
             "topology.workers[1].replicas",
             "need 12 nvidia.com/gpu (tensorParallelSize per replica) but the class offers 8 "
             "(nodes 1 x gpusPerNode 8 x time-slicing replicas 1), and each pod's GPUs must be "
-            "on one node; checked, the stack passes with: set topology.workers[1].replicas=1; "
+            "on one node; checked by applying it: set topology.workers[1].replicas=1; "
             "or set nodeClasses.h100.nodes=2",
             lambda raw: raw["topology"]["workers"][1].update(replicas=1),
         ),
