@@ -34,6 +34,7 @@ from stackmodel.ucx import (
     CUDA_CAPABLE_EXAMPLE,
     RDMA_CAPABLE_EXAMPLE,
     UCX_TLS,
+    moves_between_gpus,
     moves_gpu_memory,
     moves_over_rdma,
 )
@@ -477,6 +478,56 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return out
 
 
+def nvlink_problems(cfg: StackConfig, inputs: StackInputs) -> list[ConfigProblem]:
+    """An NVLink link profile (``nvlink3``, ``nvlink4``: :data:`kvpath.profile.LINK_PROFILES`)
+    where its KV cannot take it: on ``links.crossNode`` (NVLink joins the GPUs of one node; KV
+    between nodes crosses the network), or on ``links.sameNode`` for a vLLM group whose KV
+    is not in GPU buffers moved by ``cuda_ipc`` (``kvTransfer.bufferDevice: cuda`` and a
+    ``UCX_TLS`` with it, :func:`stackmodel.ucx.moves_between_gpus`): through host memory it
+    is a TCP copy, not an NVLink one. Each offers the fixes it passes with."""
+    out: list[ConfigProblem] = []
+    cross, same = inputs.links.get("crossNode"), inputs.links.get("sameNode")
+    if cross is not None and cross.name.startswith("nvlink"):
+        out.append(
+            ConfigProblem(
+                "links.crossNode",
+                cfg.links.cross_node,
+                "NVLink joins the GPUs of one node: KV between nodes crosses the network; set "
+                "links.crossNode to the network's profile (e.g. 25gbe, 100gbe or rdma) and "
+                f"{cross.name} on links.sameNode",
+            )
+        )
+    if same is None or not same.name.startswith("nvlink") or cfg.engine.kind != "vllm":
+        return out
+    for i, w in enumerate(cfg.topology.workers):
+        kv = w.kv_transfer
+        if kv is None:
+            continue
+        if kv.buffer_device == "cuda" and moves_between_gpus(w.env.get(UCX_TLS)):
+            continue
+        key = _workers_key(i, "kvTransfer.bufferDevice")
+        fix = (f"{key}=cuda", f"{_workers_key(i, f'env.{UCX_TLS}')}={CUDA_CAPABLE_EXAMPLE}")
+        fixes = () if checking() else accepted_fixes(cfg, [fix], _problems_only, key)
+        out.append(
+            ConfigProblem(
+                key,
+                kv.buffer_device,
+                f"links.sameNode {same.name} moves KV between the node's GPUs with UCX's "
+                f"cuda_ipc, but worker group '{w.name}' "
+                + (
+                    "stages it in host memory (bufferDevice: cpu)"
+                    if kv.buffer_device != "cuda"
+                    else f"has no cuda_ipc in UCX_TLS ({w.env.get(UCX_TLS)!r})"
+                )
+                + "; set kvTransfer.bufferDevice: cuda and a UCX_TLS with cuda_ipc (e.g. "
+                f"{CUDA_CAPABLE_EXAMPLE}), or the same-node-tcp link"
+                + (f"; {fixes_text(fixes)}" if fixes else ""),
+                fixes,
+            )
+        )
+    return out
+
+
 def rdma_problems(cfg: StackConfig, inputs: StackInputs) -> list[ConfigProblem]:
     """A KV link of the ``rdma`` profile (:data:`kvpath.profile.LINK_PROFILES`) needs, on the
     prefill group and every decode group its KV reaches, what moves KV over InfiniBand/RoCE:
@@ -882,7 +933,7 @@ def check_stack(
     tensor_parallel = tensor_parallel_problems(cfg, inputs)
     if tensor_parallel:
         return out + tensor_parallel, None
-    out += rdma_problems(cfg, inputs)
+    out += rdma_problems(cfg, inputs) + nvlink_problems(cfg, inputs)
     if inputs.problems:
         return out + list(inputs.problems), None
     plan = build_plan(cfg, inputs)

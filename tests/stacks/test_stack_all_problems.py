@@ -183,3 +183,48 @@ def test_a_limit_in_decimal_units_is_shown_as_written(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "13000000000" not in result.output
     assert " 13G " in result.output
+
+
+NVLINK_FIX = tuple(
+    f"topology.workers[{i}].{k}"
+    for i in (0, 1)
+    for k in ("kvTransfer.bufferDevice=cuda", "env.UCX_TLS=tcp,self,cuda")
+)
+
+
+@pytest.mark.parametrize("profile", ["nvlink4", "nvlink3"])
+def test_an_nvlink_link_option_as_typed(profile: str) -> None:
+    """One node's prefill and decode GPUs over NVLink: a named link, taken by the verdict and
+    the simulation once the KV is in GPU buffers moved by cuda_ipc (the fixes it offers)."""
+    error = problems("disagg-same-node", f"links.sameNode={profile}")
+    assert [p.key for p in error.problems] == [
+        "topology.workers[0].kvTransfer.bufferDevice",
+        "topology.workers[1].kvTransfer.bufferDevice",
+    ]
+    for problem in error.problems:  # each group's own fix clears its own problem
+        assert problem.fixes and "checked by applying it" in problem.message
+    plan = load_stack(
+        "disagg-same-node", parse_settings([f"links.sameNode={profile}", *NVLINK_FIX])
+    )
+    verdict = plan.sizing.report.disaggregation
+    assert verdict.link == profile
+    assert verdict.link_bytes_per_s == {"nvlink4": 360e9, "nvlink3": 240e9}[profile]
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        ("links.crossNode=nvlink4",),  # NVLink does not cross nodes
+        # held out: GPU buffers, but a UCX_TLS without cuda_ipc
+        (
+            "links.sameNode=nvlink4",
+            *NVLINK_FIX[:1],
+            *NVLINK_FIX[2:3],
+            "topology.workers[0].env.UCX_TLS=tcp,self,cuda_copy",
+            "topology.workers[1].env.UCX_TLS=tcp,self,cuda",
+        ),
+    ],
+)
+def test_an_nvlink_link_where_kv_cannot_take_it_is_refused(items: tuple[str, ...]) -> None:
+    error = problems("disagg-same-node", *items)
+    assert any("NVLink" in p.message or "cuda_ipc" in p.message for p in error.problems)
