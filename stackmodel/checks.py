@@ -17,6 +17,7 @@ from stackmodel.config import StackConfig, image_tag_version
 from stackmodel.engine_args import parse_engine_args
 from stackmodel.errors import ConfigProblem
 from stackmodel.fixes import Fix, accepted_fixes, applied, checking, fixes_text, show_fix
+from stackmodel.freeform import config_json_problems, freeform_problems
 from stackmodel.log_budget import log_budget_problem
 from stackmodel.models import ModelGeometry
 from stackmodel.placement import ReplicaPlacement, group_of
@@ -917,6 +918,7 @@ def check_stack(
     """
     config_rules = (
         unit_problems(cfg)
+        + freeform_problems(cfg, _problems_only)
         + role_problems(cfg)
         + kv_buffer_problems(cfg)
         + engine_problems(cfg)
@@ -934,6 +936,7 @@ def check_stack(
     if tensor_parallel:
         return out + tensor_parallel, None
     out += rdma_problems(cfg, inputs) + nvlink_problems(cfg, inputs)
+    out += config_json_problems(cfg, inputs.geometry)
     if inputs.problems:
         return out + list(inputs.problems), None
     plan = build_plan(cfg, inputs)

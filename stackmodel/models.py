@@ -55,6 +55,7 @@ class ModelGeometry(BaseModel):
             parallelism then needs it).
         num_attention_heads: query heads per layer (``num_attention_heads``), which vLLM
             requires ``--tensor-parallel-size`` to divide; None if unknown.
+        model_type: config.json ``model_type`` (``qwen3``, ``llama``); None if unknown.
     """
 
     model_config = ConfigDict(
@@ -68,6 +69,10 @@ class ModelGeometry(BaseModel):
     num_parameters: int = Field(gt=0)
     weight_dtype_bytes: int = Field(default=2, gt=0)
     max_position_embeddings: int | None = Field(default=None, gt=0)
+    model_type: str | None = Field(
+        default=None,
+        description="config.json model_type (qwen3, llama, ...): checked against model.name.",
+    )
     hidden_size: int | None = Field(default=None, gt=0)
     num_attention_heads: int | None = Field(default=None, gt=0)
 
@@ -226,6 +231,7 @@ def geometry_from_hf_config(
         max_position_embeddings=config.get("max_position_embeddings"),
         hidden_size=int(config["hidden_size"]),
         num_attention_heads=heads,
+        model_type=config.get("model_type"),
     )
 
 
