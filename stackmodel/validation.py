@@ -140,7 +140,12 @@ def _meaning_beside(
     for loc in locs:
         node: Any = trimmed
         for part in loc[:-1]:
-            node = node[part] if isinstance(node, (dict, list)) else None
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                return []
         if not isinstance(node, dict) or loc[-1] not in node:
             return []
         del node[loc[-1]]
