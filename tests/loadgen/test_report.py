@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.config import LoadConfig
 from loadgen.incidents import Incident
 from loadgen.report import (
     PIPED_WIDTH,
@@ -18,6 +19,7 @@ from loadgen.report import (
     table_text,
 )
 from loadgen.results import PointSummary
+from simulator.simulate import grid_length_s
 
 # The seed's "Results: same node" table (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms,
 # req/s): aggregated KV routing as A, disaggregated as B.
@@ -146,3 +148,15 @@ def test_an_open_loop_point_shows_its_rate_not_a_concurrency_as_typed() -> None:
     assert seed_rows([closed])[0][1] == "32"
     assert comparison_rows([closed], [open_loop])[0][1] == "32 / 8/s, <=32"
     assert comparison_rows([open_loop], [open_loop])[0][1] == "8/s, <=32"
+
+
+def test_a_poisson_grid_lasts_at_least_its_requests_over_the_rate() -> None:
+    """The announced length of an open-loop grid: a run of 200 requests arriving at 8/s takes
+    25 s however fast the simulated server was (the run took 4x the announced time when the
+    length came from the closed loop's rate)."""
+    fast = point(2, 32, 1.0, 2.0, 32.0, 0)
+    grid = {"prefix_kinds": [2], "concurrency": [32], "repetitions": 1, "warmup_requests": 0}
+    poisson = LoadConfig(**grid, requests_per_run=200, arrival="poisson", request_rate=8.0)
+    assert grid_length_s([fast], poisson) == pytest.approx(25.0)
+    closed = LoadConfig(**grid, requests_per_run=200)  # held out: the closed loop's own rate
+    assert grid_length_s([fast], closed) == pytest.approx(200 / 32)

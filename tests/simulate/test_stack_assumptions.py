@@ -8,12 +8,9 @@ import json
 import pytest
 
 from configkeys.key_paths import parse_settings
-from loadgen.config import LoadConfig
-from loadgen.results import PointSummary
 from simulator.calibration import CONSTANTS
 from simulator.hardware import run_topology
 from simulator.provenance import provenance
-from simulator.simulate import grid_length_s
 from simulator.timing_model import SimRequest, simulate_run
 from stackmodel.errors import StackConfigError
 from stackmodel.stacks import load_stack
@@ -116,41 +113,3 @@ def test_every_simulated_result_names_the_link_gpu_and_model_it_assumed(
     text, _ = provenance(load_stack(stack, parse_settings(settings)))
     for word in words:
         assert word in text, text
-
-
-def test_a_poisson_grid_lasts_at_least_its_requests_over_the_rate() -> None:
-    """The announced length of an open-loop grid: a run at 8 requests/s of 200 requests takes
-    25 s however fast the simulated server was (the run took 4x the announced time when the
-    length came from the closed loop's rate)."""
-    fast = PointSummary.model_validate(
-        dict(
-            prefix_kinds=2,
-            concurrency=32,
-            repetitions=1,
-            ttft_p50_ms=1.0,
-            ttft_p90_ms=None,
-            ttft_p99_ms=None,
-            itl_p50_ms=None,
-            tpot_p50_ms=None,
-            e2e_p50_ms=None,
-            queue_p99_ms=None,
-            requests_per_s=32.0,
-            output_tokens_per_s=0.0,
-            cached_ratio=None,
-            cached_reported=0,
-            errors=0,
-            samples=1,
-        )
-    )
-    poisson = LoadConfig(
-        prefix_kinds=[2],
-        concurrency=[32],
-        repetitions=1,
-        requests_per_run=200,
-        warmup_requests=0,
-        arrival="poisson",
-        request_rate=8.0,
-    )
-    assert grid_length_s([fast], poisson) == pytest.approx(25.0)
-    closed = poisson.model_copy(update={"arrival": "closed", "request_rate": None})
-    assert grid_length_s([fast], closed) == pytest.approx(200 / 32)
