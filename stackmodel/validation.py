@@ -140,9 +140,9 @@ def _meaning_beside(
     for loc in locs:
         node: Any = trimmed
         for part in loc[:-1]:
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            if (isinstance(node, dict) and part in node) or (
+                isinstance(node, list) and isinstance(part, int) and part < len(node)
+            ):
                 node = node[part]
             else:
                 return []

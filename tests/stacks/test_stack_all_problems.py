@@ -228,3 +228,43 @@ def test_an_nvlink_link_option_as_typed(profile: str) -> None:
 def test_an_nvlink_link_where_kv_cannot_take_it_is_refused(items: tuple[str, ...]) -> None:
     error = problems("disagg-same-node", *items)
     assert any("NVLink" in p.message or "cuda_ipc" in p.message for p in error.problems)
+
+
+def test_a_namespace_another_stack_deploys_into_is_refused_by_render_and_diff(
+    tmp_path: Path,
+) -> None:
+    """As typed: kv-routing pointed at disagg-same-node's namespace passed render and diff."""
+    into = "namespace=testbed-disagg-same-node"
+    for args in (
+        ["render", "kv-routing", "--set", into, "--out", str(tmp_path)],
+        ["diff", "kv-routing", "--set-b", into],
+    ):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert "also deploys into namespace testbed-disagg-same-node" in result.output
+    error = problems("kv-routing", into)
+    assert [p.key for p in error.problems] == ["namespace"]
+    load_stack("kv-routing", parse_settings([into, "namespace="]))  # the fix it names
+
+
+@pytest.mark.parametrize(
+    ("items", "allowed"),
+    [
+        # held out: joining without creating it, under another graph name
+        (("namespace=testbed-disagg-same-node", "createNamespace=false"), True),
+        # joining without creating it, but as the same graph
+        (
+            (
+                "namespace=testbed-disagg-same-node",
+                "createNamespace=false",
+                "topology.name=disagg-same-node",
+            ),
+            False,
+        ),
+    ],
+)
+def test_joining_another_stacks_namespace(items: tuple[str, ...], allowed: bool) -> None:
+    if allowed:
+        load_stack("kv-routing", parse_settings(items))
+        return
+    assert problems("kv-routing", *items).problems[0].key == "namespace"
