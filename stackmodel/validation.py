@@ -140,11 +140,9 @@ def _meaning_beside(
     for loc in locs:
         node: Any = trimmed
         for part in loc[:-1]:
-            if (isinstance(node, dict) and part in node) or (
-                isinstance(node, list) and isinstance(part, int) and part < len(node)
-            ):
+            try:
                 node = node[part]
-            else:
+            except (KeyError, IndexError, TypeError):
                 return []
         if not isinstance(node, dict) or loc[-1] not in node:
             return []
