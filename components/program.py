@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +47,6 @@ from manifests.graph import (
 from stackmodel.config import (
     PlatformStackConfig,
     StackConfig,
-    namespace_warnings,
     project_values,
     stack_role,
 )
@@ -56,7 +54,7 @@ from stackmodel.errors import PROJECT, ConfigProblem, ConfigWarning, StackConfig
 from stackmodel.plan import StackPlan
 from stackmodel.platform import PlatformConfig, release_namespace, testbed_namespace_labels
 from stackmodel.rbac import rbac_summary
-from stackmodel.resources import StackResources, compare_resources, stack_resources
+from stackmodel.resources import StackResources, compare_resources, group_kv_tokens, stack_resources
 from stackmodel.stack_layout import (
     PlatformExports,
     PlatformStackError,
@@ -76,7 +74,7 @@ from stackmodel.validation import validate_platform_stack, validate_stack
 def stack_config_map() -> dict[str, Any]:
     """The running stack's whole config map, every namespace (``dynamo-testbed:topology``,
     ``kubernetes:context``, ...), not only known keys, so that unknown keys can be rejected
-    and other namespaces checked (:func:`stackmodel.config.namespace_warnings`)."""
+    and other namespaces checked (:func:`stackmodel.config.namespace_problems`)."""
     from pulumi.runtime import config as runtime_config
 
     return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
@@ -96,11 +94,8 @@ def main(cluster_checks: bool = False) -> None:
     stack = pulumi.get_stack()
     config_map = stack_config_map()
     raw = project_values(config_map)
-    config_warnings = namespace_warnings(config_map)
     if stack_role(raw) == "platform":
-        for warning in config_warnings:
-            pulumi.log.warn(warning.render())
-        platform_cfg = validate_platform_stack(stack, raw)
+        platform_cfg = validate_platform_stack(stack, raw, config_map)
         if cluster_checks:
             check_cluster(
                 stack,
@@ -111,7 +106,7 @@ def main(cluster_checks: bool = False) -> None:
             )
         deploy_platform(platform_cfg)
         return
-    plan = validate_stack(stack, raw)
+    plan = validate_stack(stack, raw, config_map)
     cfg = plan.cfg
     topology = build_topology(plan)
     rollout = None
@@ -120,7 +115,7 @@ def main(cluster_checks: bool = False) -> None:
         platform = cfg.platform if installs else None
         rollout = check_cluster(stack, cfg, platform, cfg.namespace, topology=topology)
     token = pulumi.Config(PROJECT).get_secret("hfToken")
-    deploy(plan, topology, token, rollout, config_warnings, read_operator=cluster_checks)
+    deploy(plan, topology, token, rollout, read_operator=cluster_checks)
 
 
 def check_cluster(
@@ -701,7 +696,6 @@ def deploy(
     topology: Topology,
     hf_token: pulumi.Output[str] | None,
     rollout: Rollout | None = None,
-    config_warnings: Sequence[ConfigWarning] = (),
     *,
     read_operator: bool = False,
 ) -> None:
@@ -731,7 +725,7 @@ def deploy(
     None for vllm-service), ``rbac`` (what the stack grants: the operator's entry, [] for
     vllm-service, and with ``load.runner: cluster`` the load step's namespaced Role:
     :func:`incluster.manifests.rbac_entry`), ``sizing`` (numbers with units in the keys),
-    ``warnings`` (each warning's line: ``config_warnings``, the config map's; the stack's own,
+    ``warnings`` (each warning's line: the stack's own,
     :func:`~stackmodel.stack_warnings.stack_warnings`; and the version gate's when the workers'
     Dynamo release is not the operator's chart version); the load step's ``results``,
     ``loadStatus``, ``loadRanAt``, ``loadResultsDir`` (:mod:`loadstep.inputs`), and with
@@ -743,7 +737,7 @@ def deploy(
     cfg = plan.cfg
     stack = pulumi.get_stack()
     with_token = hf_token is not None
-    noted = [*config_warnings, *stack_warnings(plan, with_hf_token=with_token)]
+    noted = list(stack_warnings(plan, with_hf_token=with_token))
     wiring = platform_wiring(plan, stack, noted, read_operator)
     if read_operator:  # the namespace, and through it every object, waits for the check
         hands_over = rollout is not None and rollout.hand_over_namespace
@@ -772,7 +766,7 @@ def deploy(
         ),
         pulumi.ResourceOptions(depends_on=depends),
     )
-    resources = stack_resources(cfg, topology)
+    resources = stack_resources(cfg, topology, group_kv_tokens(plan))
     export_graph(plan, topology, graph, resources, wiring)
     held = held_reason(cfg, stack)
     if held is not None and cfg.load.enabled:

@@ -121,6 +121,23 @@ def _ethernet(name: str, line_rate_gbit_per_s: int) -> LinkProfile:
     return LinkProfile(name=name, bytes_per_s=rate, wire_bytes_per_s=rate, source=_ETHERNET_SOURCE)
 
 
+def _nvlink(name: str, gb_per_s: int, gpus: str) -> LinkProfile:
+    """Prefill and decode GPUs of one node joined by NVLink, KV in GPU buffers copied by UCX's
+    ``cuda_ipc``: the datasheet's rate per direction at 80%, as the RDMA profile takes its
+    NIC's (NVIDIA A100 and H100 datasheets: 600 and 900 GB/s both directions together)."""
+    rate = gb_per_s * 1e9 * 0.8
+    return LinkProfile(
+        name=name,
+        bytes_per_s=rate,
+        wire_bytes_per_s=rate,
+        source=(
+            f"assumption: NVLink of {gpus}, {gb_per_s} GB/s per direction (datasheet) at 80%; "
+            "one node only, KV in GPU buffers (kvTransfer.bufferDevice: cuda) with cuda_ipc in "
+            "UCX_TLS; probe it: testbed probe kv-path STACK --in-cluster same-node"
+        ),
+    )
+
+
 LINK_PROFILES: dict[str, LinkProfile] = {
     profile.name: profile
     for profile in (
@@ -155,6 +172,8 @@ LINK_PROFILES: dict[str, LinkProfile] = {
                 "200 Gb/s InfiniBand/RoCE NIC with GPUDirect RDMA at 80% of its 25 GB/s line rate"
             ),
         ),
+        _nvlink("nvlink3", 300, "A100 SXM: 12 third-generation links"),
+        _nvlink("nvlink4", 450, "H100/H200 SXM: 18 fourth-generation links"),
     )
 }
 

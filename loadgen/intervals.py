@@ -70,6 +70,10 @@ SLO_METRICS: dict[str, str] = {
 that a point gives an interval (kept in `PointSummary.intervals` when the point was judged
 against one, and compared A / B as the other metrics are)."""
 
+UPPER_BOUNDS: dict[str, float] = {"cached_ratio": 1.0}
+"""The largest value a metric can take (a cached ratio is a share of the prompt tokens); every
+metric here is at least 0. A point's interval stays inside these bounds (`point_interval`)."""
+
 TOO_MANY = (
     f"the observed difference would need more than {MOST_REPETITIONS} repetitions per side to "
     "detect"
@@ -98,21 +102,37 @@ def _on_scale(values: Sequence[float], log: bool) -> list[float]:
 
 
 def point_interval(
-    values: Sequence[float], confidence: float = CONFIDENCE
+    values: Sequence[float], confidence: float = CONFIDENCE, upper: float | None = None
 ) -> tuple[float, float] | None:
     """The interval (metric's unit) for a run's typical value from the runs' `values`: t with
     n - 1 degrees of freedom on their logs (all > 0), else on the values (low clipped at 0: no
-    metric here is negative); (v, v) when every run gave the same v; None for fewer than 2."""
+    metric here is negative); (v, v) when every run gave the same v; None for fewer than 2.
+
+    A metric bounded above by `upper` (`UPPER_BOUNDS`: a share, the cached ratio) is taken on
+    the logit scale of `value / upper` when every run is strictly inside (0, upper), so the
+    interval stays inside the bounds as the log scale keeps a rate above 0; otherwise on the
+    values, clipped to [0, upper]."""
     if len(values) < 2:
         return None
+    if upper is not None:
+        if all(0 < v < upper for v in values):
+            x = [math.log(v / (upper - v)) for v in values]
+            low, high = _t_interval(x, confidence)
+            return upper / (1 + math.exp(-low)), upper / (1 + math.exp(-high))
+        low, high = _t_interval([float(v) for v in values], confidence)
+        return max(low, 0.0), min(high, upper)
     log = _log_scale(values)
-    x = _on_scale(values, log)
-    mean, sem = statistics.fmean(x), statistics.stdev(x) / math.sqrt(len(x))
-    half = _t_critical(len(x) - 1, confidence) * sem
-    low, high = mean - half, mean + half
+    low, high = _t_interval(_on_scale(values, log), confidence)
     if log:
         return math.exp(low), math.exp(high)
     return max(low, 0.0), high
+
+
+def _t_interval(x: Sequence[float], confidence: float) -> tuple[float, float]:
+    """mean(x) -+ t(n - 1) x its standard error."""
+    mean, sem = statistics.fmean(x), statistics.stdev(x) / math.sqrt(len(x))
+    half = _t_critical(len(x) - 1, confidence) * sem
+    return mean - half, mean + half
 
 
 class RunsComparison(BaseModel):
@@ -121,8 +141,9 @@ class RunsComparison(BaseModel):
     `a` / `b`: the medians of the runs (the point's value, as the tables show it); `ratio`:
     b / a; `ratio_ci`: its interval at `confidence` (None with fewer than 2 runs on a side, or
     where A's runs do not tell A from 0); `verdict`: B `higher` or `lower` than A where the
-    interval excludes 1, else `no difference detected`; None with fewer than 2 runs on a side
-    (no run-to-run spread to judge by, `note` says so); `repetitions`: the runs on each side
+    interval excludes 1, else `no difference detected`; None with fewer than 2 runs on a side,
+    or where every run gave the same value on each side (no run-to-run spread to judge by, a
+    zero-width interval: `note` says so); `repetitions`: the runs on each side
     (A, B); `repetitions_needed`: where none was detected, about how many runs per side would
     detect the observed difference with `POWER` (None: it cannot be said, see `note`);
     `scale`: `log` (the ratio of geometric means, Welch's t on the logs) or `linear` (a 0
@@ -244,11 +265,17 @@ def compare_runs(
     else:
         ci = _fieller(xa, xb, t)
     detected = abs(difference) > t * se
-    verdict: Verdict = (HIGHER if difference > 0 else LOWER) if detected else NO_DIFFERENCE
+    verdict: Verdict | None = (HIGHER if difference > 0 else LOWER) if detected else NO_DIFFERENCE
     needed: int | None = None
     note: str | None = None
     if se == 0:
-        note = "every run gave the same value on each side: the interval has no width"
+        # No run-to-run spread on either side: no interval to rest a verdict on.
+        verdict = None
+        note = (
+            "every run gave the same value on each side: no run-to-run spread to judge a "
+            "difference by (the interval has no width); run with another seed or more "
+            "repetitions"
+        )
     elif not detected:
         spread = math.sqrt((statistics.variance(xa) + statistics.variance(xb)) / 2)
         needed = repetitions_needed(difference, spread, max(len(a), len(b)) + 1, confidence)

@@ -142,6 +142,8 @@ def seed_table(
         table.add_row(*row)
     caption = interval_caption(points, simulated)
     lines = [] if caption is None else [caption]
+    if any(p.offered_rate_per_s is not None for p in points):
+        lines.append(OPEN_LOOP_NOTE)
     if incidents:
         lines += [f"{INCIDENT_MARK} {describe(i)}" for i in incidents[:INCIDENTS_SHOWN]]
         if len(incidents) > INCIDENTS_SHOWN:
@@ -164,6 +166,26 @@ def table_headers(points: Sequence[PointSummary] = ()) -> list[str]:
     return [*_KEY_HEADERS, *(name for name, _ in _seed_columns(points))]
 
 
+def concurrency_cell(point: PointSummary | None) -> str:
+    """The grid point's load as its table cell: the concurrency of a closed loop (``32``); for
+    an open loop (Poisson arrivals) the offered rate first and the concurrency as the most in
+    flight (``8/s, <=32``): there the rate sets the load and the run's length, not the
+    concurrency."""
+    if point is None:
+        return "-"
+    if point.offered_rate_per_s is None:
+        return str(point.concurrency)
+    return f"{point.offered_rate_per_s:g}/s, <={point.concurrency}"
+
+
+OPEN_LOOP_NOTE = (
+    "conc of an open loop (Poisson arrivals): RATE/s, <=N: requests arrive at the offered rate "
+    "and at most N are in flight; a run lasts about its requests / the rate, whatever the "
+    "server's speed"
+)
+"""The caption line of a table with an open-loop point (:func:`concurrency_cell`)."""
+
+
 def seed_rows(
     points: Sequence[PointSummary], incidents: Sequence[Incident] = ()
 ) -> list[list[str]]:
@@ -176,7 +198,7 @@ def seed_rows(
     for p in _ordered(points):
         mark = f" {INCIDENT_MARK}" if (p.prefix_kinds, p.concurrency) in marked else ""
         cells = [cell(p) + _interval_line(p, name) for name, cell in columns]
-        rows.append([str(p.prefix_kinds), f"{p.concurrency}{mark}", *cells])
+        rows.append([str(p.prefix_kinds), f"{concurrency_cell(p)}{mark}", *cells])
     return rows
 
 
@@ -200,9 +222,12 @@ def comparison_rows(
     for key in keys:
         pa, pb = by_point_a.get(key), by_point_b.get(key)
         cells = [f"{cell(pa) if pa else '-'} / {cell(pb) if pb else '-'}" for _, cell in columns]
+        load = {concurrency_cell(pa), concurrency_cell(pb)} - {"-"}
+        conc = load.pop() if len(load) == 1 else f"{concurrency_cell(pa)} / {concurrency_cell(pb)}"
         if not both:
             cells = [cell(pa) if pa else "-" for _, cell in columns]
-        rows.append([str(key[0]), str(key[1]), *cells])
+            conc = concurrency_cell(pa)
+        rows.append([str(key[0]), conc, *cells])
     return rows
 
 
@@ -244,7 +269,8 @@ def verdict_rows(comparisons: Sequence[PointComparison]) -> list[list[str]]:
                 INTERVAL_METRICS[c.metric],
                 ratio,
                 ci,
-                c.verdict or "no verdict (1 run)",
+                c.verdict
+                or ("no verdict (no spread)" if min(c.repetitions) > 1 else "no verdict (1 run)"),
                 f"{c.repetitions[0]} / {c.repetitions[1]}",
                 tell,
             ]
@@ -407,6 +433,9 @@ def comparison_table(
     table = _table(title)
     for row in comparison_rows(a, b):
         table.add_row(*row)
+    if any(p.offered_rate_per_s is not None for p in (*a, *b)):
+        table.caption = OPEN_LOOP_NOTE
+        table.caption_justify = "left"
     return table
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loadgen.intervals import CONFIDENCE, INTERVAL_METRICS, point_interval
+from loadgen.intervals import CONFIDENCE, INTERVAL_METRICS, UPPER_BOUNDS, point_interval
 from loadgen.lag import lag_warning
 from loadgen.percentile import percentile
 from loadgen.phases import phase_warnings, point_phases, run_phases
@@ -638,7 +638,7 @@ def point_intervals(runs: Sequence[RunSummary], confidence: float) -> dict[str, 
     for metric in INTERVAL_METRICS:
         values = _present([getattr(r, metric) for r in ordered])
         if values:
-            bounds = point_interval(values, confidence)
+            bounds = point_interval(values, confidence, UPPER_BOUNDS.get(metric))
             low, high = bounds if bounds is not None else (None, None)
             out[metric] = MetricInterval(runs=values, low=low, high=high)
     return out

@@ -5,7 +5,7 @@ report of a simulation carries, and its warnings (:func:`provenance`).
 from __future__ import annotations
 
 from stackmodel.config import StackConfig
-from stackmodel.plan import StackPlan
+from stackmodel.plan import StackPlan, kv_link_key
 from steptime.calibration_profile import applied_label, mismatch_note
 from steptime.fit import SEED_FIT, extrapolation_note
 from steptime.roofline import EngineFit
@@ -81,9 +81,30 @@ def provenance(plan: StackPlan, fit: EngineFit = SEED_FIT) -> tuple[str, list[st
     text = (
         "testbed simulate: routing and prefix-cache hits from a real Dynamo frontend with "
         f"mocker workers; engine steps of {cfg.model.name} ({'; '.join(groups)}): datasheet "
-        "roofline x efficiencies (steptime); KV path and host memory: simulator.timing_model"
+        f"roofline x efficiencies (steptime); KV path and host memory: simulator.timing_model, "
+        f"{link_text(plan)}"
     )
     return text, warnings
+
+
+def link_text(plan: StackPlan) -> str:
+    """The KV links a result assumed, each with the setting it comes from and whether that is
+    the default: ``KV link of prefill: links.crossNode = 1gbe (0.117 GB/s, the default)``, or
+    ``no KV transfer`` for a stack without prefill workers."""
+    cfg = plan.cfg
+    out = []
+    for planned in plan.groups:
+        if planned.kv_link is None:
+            continue
+        key = kv_link_key(cfg, planned.group, plan.links)
+        field = "same_node" if key == "sameNode" else "cross_node"
+        default = "" if field in cfg.links.model_fields_set else ", the default"
+        link = planned.kv_link
+        out.append(
+            f"KV link of {planned.name}: links.{key} = {link.name} "
+            f"({link.bytes_per_s / 1e9:.3g} GB/s{default})"
+        )
+    return "; ".join(out) or "no KV transfer (no prefill workers)"
 
 
 def release_note(cfg: StackConfig) -> str | None:

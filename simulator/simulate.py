@@ -52,7 +52,7 @@ from simulator.timing_model import (
 from stackmodel.config import StackConfig
 from stackmodel.crossover import CROSSOVER_FILE, crossover, crossover_json
 from stackmodel.plan import StackPlan
-from stackmodel.resources import stack_file_text, stack_resources
+from stackmodel.resources import group_kv_tokens, stack_file_text, stack_resources
 from stackmodel.topology import build_topology
 
 REDUCED_GRID = {"prefix_kinds": [2, 24], "concurrency": [4], "repetitions": 1}
@@ -110,8 +110,10 @@ def grid_length_s(points: Sequence[PointSummary], load: LoadConfig) -> float | N
     """How long ``load``'s grid serves on the cluster by the simulation's rates (seconds):
     each of its runs, its measured requests and warm-ups at the simulated requests/s of its
     grid point (of the nearest simulated point when that one was not simulated: the same
-    concurrency first, then the nearest prefix kinds). None without a simulated point with a
-    rate. Not in it: the readiness wait, pauses between runs, and what deploying takes.
+    concurrency first, then the nearest prefix kinds), at most the offered rate of an open
+    loop (Poisson arrivals: a run lasts at least its requests / the rate). None without a
+    simulated point with a rate. Not in it: the readiness wait, pauses between runs, and what
+    deploying takes.
     """
     rated = [p for p in points if p.requests_per_s > 0]
     if not rated:
@@ -124,7 +126,10 @@ def grid_length_s(points: Sequence[PointSummary], load: LoadConfig) -> float | N
                 key=lambda p: (p.concurrency != concurrency, abs(p.prefix_kinds - kinds)),
             )
             requests = load.requests_per_run + load.warmup_count(concurrency)
-            total += load.repetitions * requests / point.requests_per_s
+            rate = point.requests_per_s
+            if load.request_rate is not None and load.arrival == "poisson":
+                rate = min(rate, load.request_rate)  # arrivals pace an open loop
+            total += load.repetitions * requests / rate
     return total
 
 
@@ -155,7 +160,7 @@ def simulate_stacks(
     *,
     full: bool = False,
     grid: Mapping[str, Any] | None = None,
-    settings: Sequence[Setting] = (),
+    settings: Sequence[Setting] | Mapping[str, Sequence[Setting]] = (),
     speedup_ratio: float = ROUTING_SPEEDUP,
     constants: TimingConstants = CONSTANTS,
     progress: bool = True,
@@ -163,7 +168,8 @@ def simulate_stacks(
 ) -> list[Simulation]:
     """Routing runs of every stack side by side (real Dynamo graphs), then the timing model of
     each; returns the timed results in the order of ``stacks`` (stack name -> its plan, as
-    :func:`stackmodel.stacks.load_stack` gives it with ``settings``).
+    :func:`stackmodel.stacks.load_stack` gives it with ``settings``; a mapping gives each stack
+    its own, by name).
 
     The grid each stack runs: :func:`simulation_load` of its ``load`` (its own grid; the
     stacks of :data:`REDUCED_GRID_STACKS` :data:`REDUCED_GRID` unless ``full``), ``grid``
@@ -194,16 +200,21 @@ def simulate_stacks(
             settings.
     """
     jobs = []
+    each = {
+        stack: settings.get(stack, ()) if isinstance(settings, Mapping) else settings
+        for stack in stacks
+    }
     for stack, plan in stacks.items():
         spec = graph_spec(plan, speedup_ratio=speedup_ratio, routing_only=True)
-        load = stack_load(stack, plan.cfg, full=full, grid=grid, settings=settings)
+        load = stack_load(stack, plan.cfg, full=full, grid=grid, settings=each[stack])
         jobs.append(RoutingJob(plan, spec, load, out_dir / stack))
     for job in jobs:
-        values = stack_values(job.plan, settings)
+        values = stack_values(job.plan, each[job.stack_dir.name])
         if resume:
             refuse_other_stack_values(job.stack_dir, values)
         job.stack_dir.mkdir(parents=True, exist_ok=True)
-        resources = stack_resources(job.plan.cfg, build_topology(job.plan))
+        topology = build_topology(job.plan)
+        resources = stack_resources(job.plan.cfg, topology, group_kv_tokens(job.plan))
         labels = {**job.plan.run_labels, "servedBy": "timing model (testbed simulate)"}
         text = stack_file_text(job.stack_dir.name, resources, values, labels)
         write_text_atomic(job.stack_dir / STACK_FILE, text)

@@ -16,6 +16,8 @@ from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_
 from stackmodel.config import StackConfig, image_tag_version
 from stackmodel.engine_args import parse_engine_args
 from stackmodel.errors import ConfigProblem
+from stackmodel.fixes import Fix, accepted_fixes, applied, checking, fixes_text, show_fix
+from stackmodel.freeform import config_json_problems, freeform_problems
 from stackmodel.log_budget import log_budget_problem
 from stackmodel.models import ModelGeometry
 from stackmodel.placement import ReplicaPlacement, group_of
@@ -26,12 +28,14 @@ from stackmodel.quantities import (
     ceil_mib,
     format_quantity,
     parse_quantity,
+    unitless_hint,
 )
 from stackmodel.sizing import MAX_BATCHED_TOKENS_FLAG
 from stackmodel.ucx import (
     CUDA_CAPABLE_EXAMPLE,
     RDMA_CAPABLE_EXAMPLE,
     UCX_TLS,
+    moves_between_gpus,
     moves_gpu_memory,
     moves_over_rdma,
 )
@@ -76,7 +80,9 @@ def oversubscription_problems(
     cfg: StackConfig, replicas: Sequence[ReplicaPlacement]
 ) -> list[ConfigProblem]:
     """vLLM workers that a node class cannot hold: a replica with no room left where the
-    workers land (:func:`stackmodel.placement.place_workers`: each pod's GPUs on one node)."""
+    workers land (:func:`stackmodel.placement.place_workers`: each pod's GPUs on one node).
+
+    The problem offers the fixes the stack passes with (:func:`_room_fixes`)."""
     if cfg.engine.kind != "vllm":
         return []
     out = []
@@ -86,12 +92,17 @@ def oversubscription_problems(
         on_class = [w for w in cfg.topology.workers if w.node_class == name]
         wanted = sum(w.replicas * w.tensor_parallel_size for w in on_class)
         last = max(i for i, w in enumerate(cfg.topology.workers) if w.node_class == name)
-        fixes = (
-            "add nodes, enable timeSlicing (workers of one GPU) or lower replicas"
-            if all(w.tensor_parallel_size == 1 for w in on_class)
-            else "add nodes, or lower replicas or tensorParallelSize (a worker of "
-            "several GPUs cannot use timeSlicing)"
-        )
+        fixes = _room_fixes(cfg, name, last, wanted)
+        if fixes:
+            advice = f"; {fixes_text(fixes)}"
+        elif all(w.tensor_parallel_size == 1 for w in on_class):
+            sharing = "raise" if node_class.time_slicing else "enable"
+            advice = f"; add nodes, {sharing} timeSlicing (workers of one GPU) or lower replicas"
+        else:
+            advice = (
+                "; add nodes, or lower replicas or tensorParallelSize (a worker of several "
+                "GPUs cannot use timeSlicing)"
+            )
         out.append(
             ConfigProblem(
                 _workers_key(last, "replicas"),
@@ -101,10 +112,64 @@ def oversubscription_problems(
                 f"{wanted} nvidia.com/gpu (tensorParallelSize per replica) but the class "
                 f"offers {node_class.gpu_units} (nodes {node_class.nodes} x gpusPerNode "
                 f"{node_class.gpus_per_node} x time-slicing replicas {node_class.units_per_gpu}), "
-                f"and each pod's GPUs must be on one node; {fixes}",
+                f"and each pod's GPUs must be on one node{advice}",
+                fixes,
             )
         )
     return out
+
+
+def _room_fixes(cfg: StackConfig, name: str, last: int, wanted: int) -> tuple[Fix, ...]:
+    """Fixes of an oversubscribed node class, those the stack passes with: fewer replicas of
+    its last group; more time-sliced units per GPU (workers of one GPU each), with the shares
+    of its GPU and the max model length lowered to fit (:func:`_share_fix`); more nodes."""
+    if checking():
+        return ()
+    node_class = cfg.node_classes[name]
+    group = cfg.topology.workers[last]
+    excess = wanted - node_class.gpu_units
+    fewer = group.replicas - math.ceil(excess / group.tensor_parallel_size)
+    candidates: list[Fix] = []
+    if fewer >= 1:
+        candidates.append((f"{_workers_key(last, 'replicas')}={fewer}",))
+    on_class = [w for w in cfg.topology.workers if w.node_class == name]
+    if all(w.tensor_parallel_size == 1 for w in on_class):
+        per_gpu = max(2, math.ceil(wanted / node_class.gpus))
+        sliced = f"nodeClasses.{name}.timeSlicing.replicasPerGpu={per_gpu}"
+        candidates.append(_share_fix(cfg, name, min(per_gpu, wanted), (sliced,)))
+    nodes = math.ceil(wanted / node_class.gpu_units_per_node)
+    candidates.append((f"nodeClasses.{name}.nodes={max(nodes, node_class.nodes + 1)}",))
+    return accepted_fixes(cfg, candidates, _problems_only, _workers_key(last, "replicas"))
+
+
+def _share_fix(cfg: StackConfig, name: str, sharing: int, base: Fix) -> Fix:
+    """``base`` plus what lets ``sharing`` workers share one GPU of node class ``name``: every
+    group there above ``1 / sharing`` of the GPU lowered to it (two decimals, rounded down), and
+    ``model.maxModelLen`` lowered to what the smallest KV cache then holds. Empty when the
+    result is no config."""
+    share = math.floor(100 / sharing) / 100
+    fix = base + tuple(
+        f"{_workers_key(i, 'gpuMemoryUtilization')}={share:g}"
+        for i, w in enumerate(cfg.topology.workers)
+        if w.node_class == name and w.gpu_memory_utilization > share
+    )
+    candidate = applied(cfg, fix)
+    if candidate is None:
+        return ()
+    inputs = resolve_inputs(candidate)
+    if inputs.problems:
+        return ()
+    plan = build_plan(candidate, inputs)
+    context = candidate.model.max_model_len or plan.sizing.geometry.max_position_embeddings
+    tokens = _kv_tokens(plan).values()
+    if context is not None and tokens and min(tokens) < context:
+        fix += (f"model.maxModelLen={min(tokens)}",)
+    return fix
+
+
+def _problems_only(cfg: StackConfig) -> list[ConfigProblem]:
+    """Every problem of a shape-valid config (:func:`check_stack` without its plan)."""
+    return check_stack(cfg)[0]
 
 
 def tensor_parallel_problems(cfg: StackConfig, inputs: StackInputs) -> list[ConfigProblem]:
@@ -162,7 +227,8 @@ def tensor_parallel_problems(cfg: StackConfig, inputs: StackInputs) -> list[Conf
                     f"node class '{w.node_class}' time-slices its GPUs, and a pod asking for "
                     f"{tp} time-sliced nvidia.com/gpu units may get them all from one GPU (the "
                     "NVIDIA device plugin promises no distinct GPUs); put the group on a node "
-                    "class without timeSlicing, or set tensorParallelSize: 1",
+                    f"class without timeSlicing (delete nodeClasses.{w.node_class}.timeSlicing: "
+                    "replicasPerGpu cannot be 1), or set tensorParallelSize: 1",
                 )
             )
         if tp > node_class.gpus_per_node:
@@ -257,6 +323,41 @@ def _model_splits(geometry: ModelGeometry, key: str, tp: int) -> list[ConfigProb
                 f"of {kv}",
             )
         )
+    return out
+
+
+def unit_problems(cfg: StackConfig) -> list[ConfigProblem]:
+    """A memory quantity without a unit where no process fits in that many bytes
+    (:func:`~stackmodel.quantities.unitless_hint`): a worker's ``baseMemory`` and
+    ``sharedMemorySize``, the frontend's ``sharedMemorySize`` (``memoryLimit`` is the memory
+    floor's, :func:`stackmodel.sizing.check_memory_floor`). Each offers the units the stack
+    passes with."""
+    keyed = [
+        ("topology.frontend.sharedMemorySize", cfg.topology.frontend.shared_memory_size),
+        *(
+            (_workers_key(i, field), value)
+            for i, w in enumerate(cfg.topology.workers)
+            for field, value in (
+                ("baseMemory", w.base_memory),
+                ("sharedMemorySize", w.shared_memory_size),
+            )
+        ),
+    ]
+    out = []
+    for key, value in keyed:
+        hint = unitless_hint(value)
+        if hint is None:
+            continue
+        text = str(value).strip()
+        fixes = (
+            ()
+            if checking()
+            else accepted_fixes(
+                cfg, [(f"{key}={text}{unit}",) for unit in ("Mi", "Gi")], _problems_only, key
+            )
+        )
+        advice = f"; {fixes_text(fixes)}" if fixes else "; write the unit (Mi or Gi)"
+        out.append(ConfigProblem(key, value, f"{hint}{advice}", fixes))
     return out
 
 
@@ -373,6 +474,56 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
                 "cpu (KV through host memory, as the seed did; the memory floor then applies), "
                 f"or add cuda to env.UCX_TLS (e.g. '{CUDA_CAPABLE_EXAMPLE}') in an image whose "
                 "UCX has CUDA support.",
+            )
+        )
+    return out
+
+
+def nvlink_problems(cfg: StackConfig, inputs: StackInputs) -> list[ConfigProblem]:
+    """An NVLink link profile (``nvlink3``, ``nvlink4``: :data:`kvpath.profile.LINK_PROFILES`)
+    where its KV cannot take it: on ``links.crossNode`` (NVLink joins the GPUs of one node; KV
+    between nodes crosses the network), or on ``links.sameNode`` for a vLLM group whose KV
+    is not in GPU buffers moved by ``cuda_ipc`` (``kvTransfer.bufferDevice: cuda`` and a
+    ``UCX_TLS`` with it, :func:`stackmodel.ucx.moves_between_gpus`): through host memory it
+    is a TCP copy, not an NVLink one. Each offers the fixes it passes with."""
+    out: list[ConfigProblem] = []
+    cross, same = inputs.links.get("crossNode"), inputs.links.get("sameNode")
+    if cross is not None and cross.name.startswith("nvlink"):
+        out.append(
+            ConfigProblem(
+                "links.crossNode",
+                cfg.links.cross_node,
+                "NVLink joins the GPUs of one node: KV between nodes crosses the network; set "
+                "links.crossNode to the network's profile (e.g. 25gbe, 100gbe or rdma) and "
+                f"{cross.name} on links.sameNode",
+            )
+        )
+    if same is None or not same.name.startswith("nvlink") or cfg.engine.kind != "vllm":
+        return out
+    for i, w in enumerate(cfg.topology.workers):
+        kv = w.kv_transfer
+        if kv is None:
+            continue
+        if kv.buffer_device == "cuda" and moves_between_gpus(w.env.get(UCX_TLS)):
+            continue
+        key = _workers_key(i, "kvTransfer.bufferDevice")
+        fix = (f"{key}=cuda", f"{_workers_key(i, f'env.{UCX_TLS}')}={CUDA_CAPABLE_EXAMPLE}")
+        fixes = () if checking() else accepted_fixes(cfg, [fix], _problems_only, key)
+        out.append(
+            ConfigProblem(
+                key,
+                kv.buffer_device,
+                f"links.sameNode {same.name} moves KV between the node's GPUs with UCX's "
+                f"cuda_ipc, but worker group '{w.name}' "
+                + (
+                    "stages it in host memory (bufferDevice: cpu)"
+                    if kv.buffer_device != "cuda"
+                    else f"has no cuda_ipc in UCX_TLS ({w.env.get(UCX_TLS)!r})"
+                )
+                + "; set kvTransfer.bufferDevice: cuda and a UCX_TLS with cuda_ipc (e.g. "
+                f"{CUDA_CAPABLE_EXAMPLE}), or the same-node-tcp link"
+                + (f"; {fixes_text(fixes)}" if fixes else ""),
+                fixes,
             )
         )
     return out
@@ -519,7 +670,14 @@ def sizing_problems(plan: StackPlan) -> list[ConfigProblem]:
             continue  # the mocker engine uses no GPU
         if (key, finding.check) not in seen:  # one problem per group, not per replica
             seen.add((key, finding.check))
-            out.append(ConfigProblem(key, value, finding.message))
+            fixes: tuple[Fix, ...] = ()
+            if len(finding.workers) > 1 and finding.subject in cfg.node_classes and not checking():
+                share = _share_fix(cfg, finding.subject, len(finding.workers), ())
+                fixes = accepted_fixes(cfg, [share], _problems_only, key)
+            message = finding.message
+            if fixes:
+                message = f"{message.rstrip('.')}; {fixes_text(fixes)}."
+            out.append(ConfigProblem(key, value, message, fixes))
     if cfg.engine.kind == "vllm":
         out += context_problems(plan)
     return out
@@ -567,6 +725,18 @@ def model_length_problems(cfg: StackConfig, model_context: int | None) -> list[C
     ]
 
 
+def _kv_tokens(plan: StackPlan) -> dict[str, int]:
+    """Tokens of one request each vLLM worker group's KV cache holds (vLLM keeps one block back
+    as the null block); groups without any KV cache are left out (the GPU fit check names
+    them)."""
+    out = {}
+    for w in plan.cfg.topology.workers:
+        row = plan.sizing.worker_kv(w.name)
+        if row.kv_cache_budget_bytes:
+            out[w.name] = max(0, row.kv_capacity_blocks - 1) * row.block_size_tokens
+    return out
+
+
 def context_problems(plan: StackPlan) -> list[ConfigProblem]:
     """Each vLLM worker's KV cache must hold one request of the max model length.
 
@@ -599,12 +769,7 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
                 "load.maxTokens) or raise model.maxModelLen",
             )
         ]
-    fits = {}
-    for w in cfg.topology.workers:
-        row = sizing.worker_kv(w.name)
-        if row.kv_cache_budget_bytes:
-            fits[w.name] = max(0, row.kv_capacity_blocks - 1) * row.block_size_tokens
-    short = {name: tokens for name, tokens in fits.items() if tokens < context}
+    short = {name: tokens for name, tokens in _kv_tokens(plan).items() if tokens < context}
     if not short:
         return []
     tightest = min(short, key=lambda name: short[name])
@@ -614,18 +779,37 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
         else "model.maxModelLen is unset, so vLLM uses the model's max_position_embeddings"
     )
     groups = ", ".join(f"'{name}' {tokens:,}" for name, tokens in short.items())
-    # The share that would hold it: the missing KV bytes on top of the group's share.
-    row = sizing.worker_kv(tightest)
-    needed = (-(-context // row.block_size_tokens) + 1) * row.block_size_tokens
-    missing = needed * sizing.report.kv_bytes_per_token - row.kv_cache_budget_bytes
-    gpu_bytes = math.floor(cfg.node_classes[row.node_class].gpu_memory_gib * GI)
-    share = math.ceil((row.gpu_memory_utilization + missing / gpu_bytes) * 100) / 100
-    raise_share = (
-        f", or raise gpuMemoryUtilization of '{tightest}' to {share:g} if the other workers "
-        "on its GPU leave room"
+    index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
+
+    def share_for(name: str) -> float:
+        """The share that would hold it: the missing KV bytes on top of the group's share."""
+        row = sizing.worker_kv(name)
+        needed = (-(-context // row.block_size_tokens) + 1) * row.block_size_tokens
+        missing = needed * sizing.report.kv_bytes_per_token - row.kv_cache_budget_bytes
+        gpu_bytes = math.floor(cfg.node_classes[row.node_class].gpu_memory_gib * GI)
+        return math.ceil((row.gpu_memory_utilization + missing / gpu_bytes) * 100) / 100
+
+    shares = {name: share_for(name) for name in short}
+    lower: Fix = (f"model.maxModelLen={short[tightest]}",)
+    bigger: Fix = tuple(
+        f"{_workers_key(index[name], 'gpuMemoryUtilization')}={share:g}"
+        for name, share in shares.items()
         if share <= 1
-        else f" (no gpuMemoryUtilization of '{tightest}' up to 1 holds {context:,} tokens)"
     )
+    fixes = (
+        ()
+        if checking()
+        else accepted_fixes(cfg, (lower, bigger), _problems_only, "model.maxModelLen")
+    )
+    if bigger and bigger in fixes:
+        raise_share = f", or raise {show_fix(bigger)} (the other workers on its GPU leave room)"
+    elif shares[tightest] <= 1:
+        raise_share = (
+            f" (raising gpuMemoryUtilization of '{tightest}' to {shares[tightest]:g} would "
+            "overcommit its GPU beside the workers it shares it with)"
+        )
+    else:
+        raise_share = f" (no gpuMemoryUtilization of '{tightest}' up to 1 holds {context:,} tokens)"
     return [
         ConfigProblem(
             "model.maxModelLen",
@@ -635,6 +819,7 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
             f"(--kv-cache-memory-bytes: GPU share - weights - activation overhead) holds fewer "
             f"tokens: {groups}. Set model.maxModelLen to at most {short[tightest]}"
             f"{raise_share}.",
+            fixes,
         )
     ]
 
@@ -719,16 +904,22 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
     return out
 
 
-def check_stack(cfg: StackConfig) -> tuple[list[ConfigProblem], StackPlan | None]:
+def check_stack(
+    cfg: StackConfig, *, placement: bool = True
+) -> tuple[list[ConfigProblem], StackPlan | None]:
     """Every cross-key problem of a shape-valid config, and its plan (:mod:`stackmodel.plan`)
     when it can be built; the problems are empty when the stack is deployable.
 
     The order: node classes that exist (nothing else is placed without them); where the workers
     land and the config-only rules; tensor parallelism (the sizing splits the model over the
     GPUs); RDMA links; what the stack's files and settings resolve to; then the plan's sizing.
+    With ``placement`` False only the config-only rules and the node classes run (what does
+    not read a worker's or node class's numbers), and no plan is built.
     """
     config_rules = (
-        role_problems(cfg)
+        unit_problems(cfg)
+        + freeform_problems(cfg, _problems_only)
+        + role_problems(cfg)
         + kv_buffer_problems(cfg)
         + engine_problems(cfg)
         + nixl_tls_problems(cfg)
@@ -737,14 +928,15 @@ def check_stack(cfg: StackConfig) -> tuple[list[ConfigProblem], StackPlan | None
         + overlap_problems(cfg)
     )
     missing = node_class_problems(cfg)
-    if missing:
+    if missing or not placement:
         return missing + config_rules, None
     inputs = resolve_inputs(cfg)
     out = oversubscription_problems(cfg, inputs.replicas) + config_rules
     tensor_parallel = tensor_parallel_problems(cfg, inputs)
     if tensor_parallel:
         return out + tensor_parallel, None
-    out += rdma_problems(cfg, inputs)
+    out += rdma_problems(cfg, inputs) + nvlink_problems(cfg, inputs)
+    out += config_json_problems(cfg, inputs.geometry)
     if inputs.problems:
         return out + list(inputs.problems), None
     plan = build_plan(cfg, inputs)

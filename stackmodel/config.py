@@ -35,7 +35,7 @@ from pydantic.alias_generators import to_camel
 from configkeys.config_text import ConfigText
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, gb_per_s_text
 from loadgen.config import LoadConfig
-from stackmodel.errors import PROJECT, ConfigWarning
+from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.models import ModelGeometry
 from stackmodel.platform import PlatformConfig
 from stackmodel.quantities import (
@@ -43,6 +43,7 @@ from stackmodel.quantities import (
     DEFAULT_BASE_MEMORY,
     DEFAULT_SHARED_MEMORY,
     GI,
+    TENSOR_PARALLEL_SHARED_MEMORY,
 )
 from stackmodel.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
 from stackmodel.toleration import Toleration
@@ -375,8 +376,9 @@ class WorkerGroup(CamelModel):
     shared_memory_size: ConfigText = Field(
         default=DEFAULT_SHARED_MEMORY,
         description="DGD sharedMemorySize: the memory-backed /dev/shm (the operator's default is "
-        "8Gi); it counts against memoryLimit, so the floor includes it. Raise it for tensor "
-        "parallelism.",
+        "8Gi); it counts against memoryLimit, so the floor includes it. Default: 256Mi, and "
+        "2Gi for a tensor-parallel worker (tensorParallelSize > 1), what vLLM's Kubernetes "
+        "guide mounts for its shared-memory broadcast.",
     )
     cpu: ConfigText | None = Field(default=None, description="CPU request, e.g. '2'.")
     kv_transfer: KvTransfer | None = Field(
@@ -399,6 +401,22 @@ class WorkerGroup(CamelModel):
         "--kv-events-config (enable_kv_cache_events) and publish their cache; false: no flag, "
         "the router sees no overlap on them (prefix-blind routing, simulated so).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tensor_parallel_shared_memory(cls, data: Any) -> Any:
+        """A tensor-parallel group that sets no ``sharedMemorySize`` gets
+        :data:`~stackmodel.quantities.TENSOR_PARALLEL_SHARED_MEMORY`, the /dev/shm its GPU
+        processes need (:func:`stackmodel.checks.tensor_parallel_problems`), not the
+        single-GPU default a check would refuse."""
+        if not isinstance(data, dict) or data.get("sharedMemorySize") is not None:
+            return data
+        if "shared_memory_size" in data:
+            return data
+        tp = data.get("tensorParallelSize", data.get("tensor_parallel_size", 1))
+        if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
+            return {**data, "sharedMemorySize": TENSOR_PARALLEL_SHARED_MEMORY}
+        return data
 
     @property
     def host_buffers_kv(self) -> bool:
@@ -709,6 +727,13 @@ class StackConfig(CamelModel):
         description="Remove the GPU workloads (DGD or Deployments), keep the stack, its "
         "Service and its load results; the load step does not run while parked.",
     )
+    other_namespaces: tuple[ConfigText, ...] = Field(
+        default=(),
+        description="Config namespaces of other programs that this stack's file also holds "
+        "(e.g. aws): their keys are left alone. A key of any namespace that is neither one of "
+        "these nor dynamo-testbed, kubernetes or pulumi is refused (a misspelt dynamo-tesbed: "
+        "would leave its section at the defaults).",
+    )
     node_classes: dict[str, NodeClass] = Field(min_length=1)
     links: Links = Field(default_factory=Links)
     platform: PlatformConfig = Field(default_factory=PlatformConfig)
@@ -750,6 +775,9 @@ class PlatformStackConfig(CamelModel):
 
     stack_role: Literal["platform"] = Field(description="platform: this stack is the platform.")
     platform: PlatformConfig = Field(default_factory=PlatformConfig)
+    other_namespaces: tuple[ConfigText, ...] = Field(
+        default=(), description="As a graph stack's otherNamespaces."
+    )
 
 
 SECRET_KEYS = frozenset({"hfToken"})
@@ -759,7 +787,7 @@ KNOWN_KEYS = frozenset(
     {field.alias or name for name, field in StackConfig.model_fields.items()} | SECRET_KEYS
 )
 
-PLATFORM_KEYS = frozenset({"stackRole", "platform"})
+PLATFORM_KEYS = frozenset({"stackRole", "platform", "otherNamespaces"})
 """The keys a platform stack uses; every other key of :data:`KNOWN_KEYS` is a graph key."""
 
 
@@ -789,26 +817,33 @@ CONFIG_NAMESPACES = (PROJECT, "kubernetes", "pulumi")
 engine's own (``pulumi:disable-default-providers``, ``pulumi:tags``)."""
 
 
-def namespace_warnings(config_map: Mapping[str, Any]) -> list[ConfigWarning]:
-    """Config keys whose namespace is none of :data:`CONFIG_NAMESPACES`: nothing reads them,
-    so a misspelt ``dynamo-tesbed:links`` would leave the default link in place.
+def namespace_problems(config_map: Mapping[str, Any]) -> list[ConfigProblem]:
+    """Config keys whose namespace is none of :data:`CONFIG_NAMESPACES` nor one the stack's
+    ``otherNamespaces`` names: nothing reads them, so a misspelt ``dynamo-tesbed:links`` would
+    leave the default link in place. Each is refused, naming the close namespace and the
+    opt-out.
 
-    ``{"dynamo-tesbed:links": ...}`` -> one warning naming the key and the close namespace.
+    ``{"dynamo-tesbed:links": ...}`` -> one problem, its key ``dynamo-tesbed:links``.
     """
+    allowed = config_map.get(f"{PROJECT}:otherNamespaces") or []
+    if isinstance(allowed, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            allowed = json.loads(allowed)
+    allowed = allowed if isinstance(allowed, list) else []
     out = []
     for full_key in config_map:
         namespace, colon, key = full_key.partition(":")
-        if not colon or namespace in CONFIG_NAMESPACES:
+        if not colon or namespace in CONFIG_NAMESPACES or namespace in allowed:
             continue
         close = difflib.get_close_matches(namespace, CONFIG_NAMESPACES, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}:{key}? " if close else ""
         out.append(
-            ConfigWarning(
+            ConfigProblem(
                 full_key,
                 config_map[full_key],
-                f"config key {full_key!r}: no part of this program or its providers reads the "
-                f"namespace {namespace!r}, so it is ignored; {hint}this project's keys are "
-                f"{PROJECT}:<key>",
+                f"no part of this program or its providers reads the namespace {namespace!r}, "
+                f"so the key would be ignored; {hint}this project's keys are {PROJECT}:<key>. "
+                f"If another program reads it, say so: {PROJECT}:otherNamespaces: [{namespace}]",
             )
         )
     return out

@@ -7,16 +7,21 @@ stack's copy rates) and the gain is the prefill time the request would otherwise
 decode GPU (:meth:`steptime.roofline.EngineStep.prefill_s` of the verdict's group: its GPU, the
 model as that group holds it, all-reduces included). It pays where the cost is below the gain.
 
+The stack's load goes with every point: the share of the prompt its prefix cache is expected
+to hold (no prefill, no transfer; the device -> host copy still takes every block) and the
+transfers its busy prefill workers run at once (:func:`stackmodel.sizing.disaggregation_verdict`).
 Both grow linearly with the prompt in these models (KV bytes, copies and prefill FLOPs are all
 per token; there is no per-transfer latency and no attention term), so the crossover is a link
 rate, the same at every prompt length: disaggregation pays above
 
-    break-even rate = KV bytes moved per token / (prefill seconds per token - host-copy
-    seconds per token)
+    break-even rate = KV bytes moved per uncached token / (prefill seconds per uncached token
+    - host-copy seconds per uncached token)
 
-and never, on any link, when the two host copies alone take longer than the prefill (the
-seed's case). :attr:`Crossover.break_even_bytes_per_s` is that rate. Rates are decimal
-bytes/s, times seconds.
+on a link that also carries the KV the busy prefill workers produce
+(:attr:`Crossover.needed_bytes_per_s`, the same at every prompt length too), and never, on any
+link, when the two host copies alone take longer than the prefill (the seed's case).
+:attr:`Crossover.break_even_bytes_per_s` is that rate. Rates are decimal bytes/s, times
+seconds.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pydantic import TypeAdapter
 
 from kvpath.profile import LINK_PROFILES, LinkProfile
 from stackmodel.plan import StackPlan
-from stackmodel.sizing import disaggregation_verdict
+from stackmodel.sizing import DisaggregationVerdict, disaggregation_verdict, link_capacity
 
 CROSSOVER_FILE = "crossover.json"
 """A simulated stack's :class:`Crossover`, in its results folder beside ``stack.json``
@@ -43,18 +48,21 @@ PROMPT_TOKENS = (256, 512, 1_024, 2_048, 4_096, 8_192, 16_384, 32_768)
 
 @dataclass(frozen=True)
 class CrossoverPoint:
-    """One (prompt, link) point: ``cost_s`` (transfer + copies), ``gain_s`` (prefill)."""
+    """One (prompt, link) point: ``cost_s`` (transfer + copies), ``gain_s`` (prefill of the
+    uncached tokens), ``saturated`` (the link cannot carry the busy prefill workers' KV)."""
 
     prompt_tokens: int
     link: str
     link_bytes_per_s: float
     cost_s: float
     gain_s: float
+    saturated: bool = False
 
     @property
     def pays(self) -> bool:
-        """The verdict's rule: the KV path costs less than the prefill it takes off."""
-        return self.cost_s < self.gain_s
+        """The verdict's rule: the KV path costs less than the prefill it takes off, on a link
+        that carries the KV."""
+        return self.cost_s < self.gain_s and not self.saturated
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,11 @@ class Crossover:
             host copies alone cost more than the prefill).
         host_buffered: the KV goes through host memory (copies counted).
         copies_s_per_token: those copies' seconds per prompt token (0 without host buffers).
-        prefill_s_per_token: the prefill's seconds per prompt token at the stack's length.
+        prefill_s_per_token: the prefill's seconds per uncached prompt token at the stack's
+            length.
         kv_bytes_per_token: KV bytes one prompt token moves.
+        cached_share: the share of a prompt the prefix cache is expected to hold.
+        needed_bytes_per_s: the KV the busy prefill workers produce: a link must carry it.
     """
 
     points: tuple[CrossoverPoint, ...]
@@ -80,13 +91,16 @@ class Crossover:
     copies_s_per_token: float
     prefill_s_per_token: float
     kv_bytes_per_token: int
+    cached_share: float = 0.0
+    needed_bytes_per_s: float = 0.0
 
     def summary(self) -> str:
         """One sentence: where it pays, with the numbers."""
         kvb = self.kv_bytes_per_token
+        uncached = " uncached" if self.cached_share else ""
         per_token = (
-            f"{kvb:,} B of KV per prompt token against {self.prefill_s_per_token * 1e6:.2f} us "
-            "of prefill"
+            f"{kvb:,} B of KV per{uncached} prompt token against "
+            f"{self.prefill_s_per_token * 1e6:.2f} us of prefill"
         )
         if self.host_buffered:
             per_token += f" and {self.copies_s_per_token * 1e6:.2f} us of host copies"
@@ -100,12 +114,25 @@ class Crossover:
             name
             for name in SWEEP_LINKS
             if LINK_PROFILES[name].bytes_per_s > self.break_even_bytes_per_s
+            and link_capacity(LINK_PROFILES[name]) >= self.needed_bytes_per_s
         ]
+        cache = (
+            f"; {self.cached_share:.0%} of each prompt in the prefix cache, as the stack's load "
+            "is expected to hit it"
+            if self.cached_share
+            else ""
+        )
+        carries = (
+            f" that carry the {self.needed_bytes_per_s / 1e9:.3g} GB/s of KV its busy prefill "
+            "workers produce"
+            if self.needed_bytes_per_s
+            else ""
+        )
         return (
             f"crossover: disaggregation pays on links above "
-            f"{self.break_even_bytes_per_s / 1e9:.3g} GB/s at its "
-            f"{self.stack_point.prompt_tokens:,}-token prompts ({per_token}; both grow about "
-            "linearly with the prompt): of 1 GbE to RDMA, "
+            f"{self.break_even_bytes_per_s / 1e9:.3g} GB/s{carries} at its "
+            f"{self.stack_point.prompt_tokens:,}-token prompts ({per_token}{cache}; both grow "
+            "about linearly with the prompt): of 1 GbE to RDMA, "
             + (", ".join(faster) if faster else "none")
             + ". Pays: the KV path costs less than the prefill it takes off the decode GPU, "
             "per request; whether TTFT and throughput improve is what testbed simulate "
@@ -114,17 +141,37 @@ class Crossover:
 
 
 def _point(
-    prompt: int, link: LinkProfile, prefill_tokens_per_s: float, host: bool, kvb: int
+    prompt: int,
+    link: LinkProfile,
+    prefill_tokens_per_s: float,
+    host: bool,
+    kvb: int,
+    load: tuple[float, int],
 ) -> CrossoverPoint:
+    """The verdict at ``prompt`` on ``link`` with the stack's ``load``: the share of a prompt
+    cached and the transfers at once."""
+    share, concurrent = load
     verdict = disaggregation_verdict(
-        kvb * prompt, prompt, link, prefill_tokens_per_s, "", host_buffered=host
+        kvb * prompt,
+        prompt,
+        link,
+        prefill_tokens_per_s,
+        "",
+        host_buffered=host,
+        cached_tokens=min(prompt, round(prompt * share)),
+        concurrent_transfers=concurrent,
     )
+    return _as_point(prompt, verdict)
+
+
+def _as_point(prompt: int, verdict: DisaggregationVerdict) -> CrossoverPoint:
     return CrossoverPoint(
         prompt_tokens=prompt,
-        link=link.name,
-        link_bytes_per_s=link.bytes_per_s,
+        link=verdict.link,
+        link_bytes_per_s=verdict.link_bytes_per_s,
         cost_s=verdict.transfer_seconds + verdict.copy_seconds,
         gain_s=verdict.prefill_seconds,
+        saturated=verdict.needed_bytes_per_s > verdict.link_capacity_bytes_per_s,
     )
 
 
@@ -138,25 +185,20 @@ def crossover(plan: StackPlan) -> Crossover:
     host = any(c.host_buffers_kv for c in sizing.report.components)
     limit = cfg.model.max_model_len or sizing.geometry.max_position_embeddings or math.inf
     prompts = [p for p in PROMPT_TOKENS if p <= limit]
+    prompt = sizing.report.prompt_tokens
+    load = (verdict.cached_tokens / prompt if prompt else 0.0, verdict.concurrent_transfers)
     points = []
     for name in SWEEP_LINKS:
         # The stack's copy rates (a probed profile's) go with every link of the sweep.
         link = LINK_PROFILES[name]
         if own is not None and own.host_copies is not None:
             link = link.model_copy(update={"host_copies": own.host_copies})
-        for prompt in prompts:
-            rate = prompt / step.prefill_s(prompt)
-            points.append(_point(prompt, link, rate, host, sizing.kv_bytes_per_token))
-    prompt = sizing.report.prompt_tokens
-    stack_point = CrossoverPoint(
-        prompt_tokens=prompt,
-        link=verdict.link,
-        link_bytes_per_s=verdict.link_bytes_per_s,
-        cost_s=verdict.transfer_seconds + verdict.copy_seconds,
-        gain_s=verdict.prefill_seconds,
-    )
+        for length in prompts:
+            rate = length / step.prefill_s(length)
+            points.append(_point(length, link, rate, host, sizing.kv_bytes_per_token, load))
+    stack_point = _as_point(prompt, verdict)
     kvb = sizing.kv_bytes_per_token
-    tokens = max(prompt, 1)
+    tokens = max(prompt - verdict.cached_tokens, 1)
     copies = verdict.copy_seconds / tokens
     prefill = verdict.prefill_seconds / tokens
     margin = prefill - copies
@@ -168,6 +210,8 @@ def crossover(plan: StackPlan) -> Crossover:
         copies_s_per_token=copies,
         prefill_s_per_token=prefill,
         kv_bytes_per_token=kvb,
+        cached_share=load[0],
+        needed_bytes_per_s=verdict.needed_bytes_per_s,
     )
 
 

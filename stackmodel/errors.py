@@ -29,18 +29,22 @@ class ConfigProblem:
         key: key path below the project namespace, e.g. ``topology.workers[0].nodeClass``.
         value: the offending value (rendered with ``repr``), or None when the key is missing.
         message: what is wrong and what is allowed / how to fix it.
+        fixes: the fixes the message offers that were checked by applying them
+            (:mod:`stackmodel.fixes`): each a tuple of ``KEY=VALUE`` items as ``--set`` takes them.
     """
 
     key: str
     value: Any
     message: str
+    fixes: tuple[tuple[str, ...], ...] = ()
 
     def render(self) -> str:
         """One line: ``dynamo-testbed:<key> = <value>: <message>`` (long values abbreviated)."""
         shown = "(missing)" if self.value is None else repr(self.value)
         if len(shown) > MAX_VALUE_CHARS:
             shown = shown[: MAX_VALUE_CHARS - 3] + "..."
-        return f"{PROJECT}:{self.key} = {shown}: {self.message}"
+        key = self.key if ":" in self.key else f"{PROJECT}:{self.key}"  # another namespace's
+        return f"{key} = {shown}: {self.message}"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from configkeys.config_text import ConfigText
+
 # Bytes per element of the `torch_dtype` (or `dtype`) named in a Hugging Face config.json.
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4,
@@ -55,6 +57,7 @@ class ModelGeometry(BaseModel):
             parallelism then needs it).
         num_attention_heads: query heads per layer (``num_attention_heads``), which vLLM
             requires ``--tensor-parallel-size`` to divide; None if unknown.
+        model_type: config.json ``model_type`` (``qwen3``, ``llama``); None if unknown.
     """
 
     model_config = ConfigDict(
@@ -68,6 +71,10 @@ class ModelGeometry(BaseModel):
     num_parameters: int = Field(gt=0)
     weight_dtype_bytes: int = Field(default=2, gt=0)
     max_position_embeddings: int | None = Field(default=None, gt=0)
+    model_type: ConfigText | None = Field(
+        default=None,
+        description="config.json model_type (qwen3, llama, ...): checked against model.name.",
+    )
     hidden_size: int | None = Field(default=None, gt=0)
     num_attention_heads: int | None = Field(default=None, gt=0)
 
@@ -226,6 +233,7 @@ def geometry_from_hf_config(
         max_position_embeddings=config.get("max_position_embeddings"),
         hidden_size=int(config["hidden_size"]),
         num_attention_heads=heads,
+        model_type=config.get("model_type"),
     )
 
 
@@ -245,6 +253,7 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         max_position_embeddings=40_960,
         hidden_size=1024,
         num_attention_heads=16,
+        model_type="qwen3",
     ),
     # 36 layers, 8 KV heads (32 query heads), head_dim 128, hidden 4096, untied -> 147,456 B/token.
     "Qwen/Qwen3-8B": ModelGeometry(
@@ -255,6 +264,7 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         max_position_embeddings=40_960,
         hidden_size=4096,
         num_attention_heads=32,
+        model_type="qwen3",
     ),
     # 32 layers, 8 KV heads (32 query heads), head_dim 4096/32 = 128, untied -> 131,072 B/token.
     "meta-llama/Llama-3.1-8B-Instruct": ModelGeometry(
@@ -265,6 +275,7 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         max_position_embeddings=131_072,
         hidden_size=4096,
         num_attention_heads=32,
+        model_type="llama",
     ),
     # 28 layers, 4 KV heads (28 query heads), head_dim 3584/28 = 128, QKV bias, untied ->
     # 57,344 B/token.
@@ -276,6 +287,7 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         max_position_embeddings=32_768,
         hidden_size=3584,
         num_attention_heads=28,
+        model_type="qwen2",
     ),
     # 80 layers, 8 KV heads (64 query heads), head_dim 8192/64 = 128, intermediate 28,672,
     # vocabulary 128,256, untied -> 327,680 B/token; 141 GB of bf16 weights, so it needs
@@ -288,6 +300,7 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         max_position_embeddings=131_072,
         hidden_size=8192,
         num_attention_heads=64,
+        model_type="llama",
     ),
     # huggingface.co/Qwen/Qwen3-32B/blob/main/config.json: 64 layers, 8 KV heads (64 query
     # heads), head_dim 128, hidden 5120, intermediate 25,600, vocabulary 151,936, untied,
@@ -301,6 +314,7 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
         max_position_embeddings=40_960,
         hidden_size=5120,
         num_attention_heads=64,
+        model_type="qwen3",
     ),
 }
 

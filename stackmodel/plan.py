@@ -22,6 +22,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -49,6 +50,7 @@ from stackmodel.sizing import (
     ComponentMemory,
     GpuAllocation,
     GpuWorker,
+    SizingReport,
     StackSizing,
     build_sizing_report,
     default_max_batched_tokens,
@@ -485,7 +487,9 @@ def _sizing(
 
     The concurrency is the load grid's highest; the prompt length is the load's
     ``promptTokens``; the link for the "will disaggregation pay?" verdict is the slowest
-    prefill link (``links.crossNode`` for an aggregated stack).
+    prefill link (``links.crossNode`` for an aggregated stack); the verdict counts the load's
+    prefix-cache hits (:func:`expected_cached_tokens`) and the transfers the prefill workers
+    run at once (``min(prefill replicas, highest concurrency)``).
     """
     prefill_links = {g.name: g.kv_link for g in groups if g.kv_link is not None}
     verdict_link = (
@@ -507,7 +511,10 @@ def _sizing(
     verdict = verdict_group(groups)
     step = verdict.step
     prompt = cfg.load.prompt_tokens
-    report = build_sizing_report(
+    prefill_workers = sum(g.group.replicas for g in groups if g.group.role == "prefill")
+    report = partial(
+        build_sizing_report,
+        concurrent_transfers=min(max(prefill_workers, 1), max(cfg.load.concurrency)),
         model=cfg.model.name,
         geometry=geometry,
         prompt_tokens=prompt,
@@ -528,12 +535,35 @@ def _sizing(
         allow_unsafe_memory=cfg.sizing.allow_unsafe_memory,
         transfer_tensor_parallel_size=verdict.group.tensor_parallel_size,
     )
+    # The KV capacities the cache estimate reads come out of the sizing itself.
+    cached = expected_cached_tokens(cfg, groups, verdict, report())
     return StackSizing(
         geometry=geometry,
-        report=report,
+        report=report(cached_tokens=cached),
         links=prefill_links,
         kv_tensor_parallel_size=verdict.group.tensor_parallel_size,
     )
+
+
+def expected_cached_tokens(
+    cfg: StackConfig, groups: Sequence[GroupPlan], verdict: GroupPlan, report: SizingReport
+) -> int:
+    """Prompt tokens of a request the prefill workers' prefix cache is expected to hold, for
+    the verdict: the load's shared prefix (``promptTokens x prefixShare``, in whole KV blocks:
+    vLLM caches whole blocks) times the share of the grid's prefixes that fit the KV caches
+    (``report``'s rows) of the workers that prefill (the prefill groups, else the verdict's
+    group), averaged over the grid's ``prefixKinds`` (a KV-aware router keeps each prefix on
+    the workers holding it). 0 without a shared prefix."""
+    grid = cfg.load.grid()
+    block = VLLM_BLOCK_SIZE_TOKENS if cfg.engine.kind == "vllm" else MOCKER_BLOCK_SIZE_TOKENS
+    prefix = min(grid.prefix_tokens, cfg.load.prompt_tokens) // block * block
+    if not prefix:
+        return 0
+    rows = {w.name: w for w in report.workers}
+    prefilling = [g for g in groups if g.group.role == "prefill"] or [verdict]
+    capacity = sum(g.group.replicas * rows[g.name].kv_capacity_tokens for g in prefilling)
+    fits = [min(1.0, capacity / (kinds * prefix)) for kinds in grid.prefix_kinds]
+    return round(prefix * sum(fits) / len(fits))
 
 
 def build_plan(cfg: StackConfig, inputs: StackInputs) -> StackPlan:

@@ -118,7 +118,8 @@ def parse_quantity(quantity: str | int) -> int:
 
 def format_quantity(num_bytes: int) -> str:
     """The exact Kubernetes quantity for ``num_bytes``, in the largest of Gi, Mi, Ki that
-    divides it, else plain bytes: 10737418240 -> "10Gi", 3758096384 -> "3584Mi".
+    divides it, else of the decimal T, G, M, k (a limit written ``13G``), else plain bytes:
+    10737418240 -> "10Gi", 3758096384 -> "3584Mi", 13000000000 -> "13G".
 
     `parse_quantity` of the result gives ``num_bytes`` back. Round a computed requirement up
     with `ceil_mib` first to get a readable limit.
@@ -128,7 +129,8 @@ def format_quantity(num_bytes: int) -> str:
     """
     if num_bytes < 0:
         raise ValueError(f"num_bytes must be >= 0, got {num_bytes}")
-    for suffix, unit in (("Gi", GI), ("Mi", MI), ("Ki", KI)):
+    units = (("Gi", GI), ("Mi", MI), ("Ki", KI), ("T", 10**12), ("G", 10**9), ("M", 10**6))
+    for suffix, unit in (*units, ("k", 10**3)):
         if num_bytes and num_bytes % unit == 0:
             return f"{num_bytes // unit}{suffix}"
     return str(num_bytes)

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from stackmodel.config import StackConfig
+from stackmodel.plan import StackPlan
 from stackmodel.topology import Topology
 
 PREFIX_CACHE_ROLES = ("aggregated", "prefill")
@@ -74,6 +75,10 @@ class StackResources(BaseModel):
         gpus: physical GPUs needed at least (sum over node classes).
         node_classes: node class -> :class:`NodeClassUse`, only classes with workers.
         model: the served model (None: not recorded).
+        prefix_cache_tokens: the KV capacity of the aggregated and prefill workers together,
+            tokens (None: not recorded).
+        prefill_gpus: the GPUs one request's prefill runs on (the largest
+            ``tensorParallelSize`` of the aggregated and prefill groups; None: not recorded).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -85,6 +90,8 @@ class StackResources(BaseModel):
     gpus: int
     node_classes: dict[str, NodeClassUse]
     model: str | None = None
+    prefix_cache_tokens: int | None = None
+    prefill_gpus: int | None = None
 
     def by_gpu(self) -> dict[str, tuple[int, int]] | None:
         """``{GPU kind: (workers, GPUs)}`` over the node classes (:meth:`NodeClassUse.gpu_kind`),
@@ -99,8 +106,16 @@ class StackResources(BaseModel):
         return out
 
 
-def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
-    """The resources of a stack's workers (what its DGD or Deployments request)."""
+def group_kv_tokens(plan: StackPlan) -> dict[str, int]:
+    """Each worker group's KV capacity per worker, tokens (the sizing's)."""
+    return {g.name: plan.sizing.kv_capacity_tokens(g.name) for g in plan.groups}
+
+
+def stack_resources(
+    cfg: StackConfig, topology: Topology, kv_tokens: Mapping[str, int] | None = None
+) -> StackResources:
+    """The resources of a stack's workers (what its DGD or Deployments request); with
+    ``kv_tokens`` (:func:`group_kv_tokens`) also the prefix-cache workers' KV capacity."""
     by_role: dict[str, int] = {}
     classes: dict[str, tuple[int, int]] = {}
     for plan in topology.components:
@@ -127,7 +142,14 @@ def stack_resources(cfg: StackConfig, topology: Topology) -> StackResources:
             gpu=gpu,
             gpu_memory_gib=node_class.gpu_memory_gib,
         )
+    caching = [
+        c for c in topology.components if c.role in PREFIX_CACHE_ROLES and c.placement.node_class
+    ]
     return StackResources(
+        prefix_cache_tokens=None
+        if kv_tokens is None
+        else sum(c.replicas * kv_tokens.get(c.name, 0) for c in caching),
+        prefill_gpus=max((c.placement.gpus for c in caching), default=None),
         workers=sum(by_role.values()),
         workers_by_role=by_role,
         prefix_cache_workers=sum(by_role.get(role, 0) for role in PREFIX_CACHE_ROLES),
@@ -260,15 +282,35 @@ def compare_resources(
             f"throughput: {ra.workers} workers on {_gpus(ra.gpus)} vs {rb.workers} on "
             f"{_gpus(rb.gpus)} serve the requests, so the ratio includes the difference"
         )
-    if ra.prefix_cache_workers != rb.prefix_cache_workers:
+    tokens_a, tokens_b = ra.prefix_cache_tokens, rb.prefix_cache_tokens
+    if tokens_a is not None and tokens_b is not None and tokens_a != tokens_b:
+        affects["cached_ratio"] = (
+            f"prefix-cache capacity: {tokens_a:,} vs {tokens_b:,} tokens of KV cache on the "
+            f"workers that hold prefixes ({ra.prefix_cache_workers} vs "
+            f"{rb.prefix_cache_workers} aggregated and prefill workers)"
+        )
+    elif (tokens_a is None or tokens_b is None) and (
+        ra.prefix_cache_workers != rb.prefix_cache_workers
+    ):
         affects["cached_ratio"] = (
             f"prefix-cache capacity: {ra.prefix_cache_workers} vs {rb.prefix_cache_workers} "
-            "workers hold prefix cache (aggregated and prefill workers)"
+            "workers hold prefix cache (aggregated and prefill workers; their KV capacity is "
+            "not recorded)"
         )
-    not_affected = {
-        "ttft": "one request's prefill runs on one worker: other workers change its TTFT only "
-        "through queueing, so TTFT ratios do not include the difference (as the seed reads it)"
-    }
+    prefill_a, prefill_b = ra.prefill_gpus or 1, rb.prefill_gpus or 1
+    if prefill_a != prefill_b:
+        affects["ttft"] = (
+            f"one request's prefill runs on one worker's {_gpus(prefill_a)} vs "
+            f"{_gpus(prefill_b)} (tensor parallelism), so TTFT ratios include the difference"
+        )
+        not_affected = {}
+    else:
+        on = "one worker" if prefill_a == 1 else f"one worker's {_gpus(prefill_a)}"
+        not_affected = {
+            "ttft": f"one request's prefill runs on {on} on either side: other workers change "
+            "its TTFT only through queueing, so TTFT ratios do not include the difference (as "
+            "the seed reads it)"
+        }
     if kinds_differ or models_differ:
         what = " and ".join(
             part for part, differs in (("models", models_differ), ("GPUs", kinds_differ)) if differs

@@ -380,13 +380,20 @@ def check_gpu_fit(
 
 
 class DisaggregationVerdict(BaseModel):
-    """Whether disaggregated prefill/decode pays on a link (the seed's section 5).
+    """Whether disaggregated prefill/decode pays on a link (the seed's section 5), for the
+    stack's load.
 
-    cost ~= one request's KV path alone: with host buffers vLLM's device -> host copy of its
-    blocks (pages resident) + the transfer at the link's one-transfer rate + the host -> device
-    copy (:mod:`kvpath`); without, the transfer alone. gain ~= the prefill time a long prompt
-    would otherwise block decode for ~= prompt tokens / prefill throughput. It pays when the cost
-    is below the gain.
+    cost ~= one request's KV path alone: with host buffers vLLM's device -> host copy of every
+    block of its prompt (pages resident) + the transfer of the blocks the decode worker lacks at
+    the link's one-transfer rate + their host -> device copy (:mod:`kvpath`); without, the
+    transfer alone. gain ~= the prefill time a long prompt would otherwise block decode for ~=
+    the prompt tokens not in the prefix cache / prefill throughput. The decode worker lacks the
+    same uncached tokens (a KV-aware router sends a prefix to the workers that hold it). It
+    pays when the cost is below the gain and the link carries the KV the busy prefill workers
+    produce (``needed_bytes_per_s``: up to ``min(prefill workers, concurrency)`` transfers at
+    once, each prefill worker producing the uncached tokens' KV at its prefill rate) at its
+    capacity with several transfers in flight (the wire's, else one connection's, else the
+    one-transfer rate): above it transfers queue, and every request waits for the link.
 
     Attributes:
         link: the link profile name.
@@ -398,8 +405,14 @@ class DisaggregationVerdict(BaseModel):
         prefill_tokens_per_s: prefill throughput (prompt tokens/s), from the step-time model
             (:mod:`steptime`) the simulation uses too, or the stack's ``prefillTokensPerS``.
         prefill_source: where that number comes from (GPU, model, fit).
-        prefill_seconds: estimated prefill time per request (s).
-        disaggregation_pays: transfer_seconds + copy_seconds < prefill_seconds.
+        prefill_seconds: estimated prefill time per request (s), of its uncached tokens.
+        cached_tokens: prompt tokens the prefix cache is expected to hold (no prefill, no
+            transfer).
+        concurrent_transfers: transfers at once when the prefill workers are busy.
+        needed_bytes_per_s: the KV the busy prefill workers produce (decimal bytes/s).
+        link_capacity_bytes_per_s: what the link carries with several transfers in flight.
+        disaggregation_pays: transfer_seconds + copy_seconds < prefill_seconds and the link
+            carries ``needed_bytes_per_s``.
         summary: one sentence with the numbers and the verdict.
     """
 
@@ -414,8 +427,18 @@ class DisaggregationVerdict(BaseModel):
     prefill_tokens_per_s: float
     prefill_source: str
     prefill_seconds: float
+    cached_tokens: int = 0
+    concurrent_transfers: int = 1
+    needed_bytes_per_s: float = 0.0
+    link_capacity_bytes_per_s: float = 0.0
     disaggregation_pays: bool
     summary: str
+
+
+def link_capacity(link: LinkProfile) -> float:
+    """What ``link`` carries with several transfers in flight (decimal bytes/s): its wire's
+    rate, else one pair's connection's, else its one-transfer rate."""
+    return link.wire_bytes_per_s or link.connection_bytes_per_s or link.bytes_per_s
 
 
 def disaggregation_verdict(
@@ -426,6 +449,8 @@ def disaggregation_verdict(
     prefill_source: str,
     *,
     host_buffered: bool = False,
+    cached_tokens: int = 0,
+    concurrent_transfers: int = 1,
 ) -> DisaggregationVerdict:
     """Compare one request's KV path on ``link`` with the prefill time it could save.
 
@@ -439,40 +464,67 @@ def disaggregation_verdict(
         host_buffered: the workers use ``kv_buffer_device: cpu``: add vLLM's two copies at the
             link profile's copy rates, else the default ones
             (:data:`kvpath.copies.DEFAULT_HOST_COPIES`).
+        cached_tokens: prompt tokens the prefix cache holds (0..``prompt_tokens``).
+        concurrent_transfers: transfers at once when the prefill workers are busy:
+            ``min(prefill workers, concurrency)``.
 
     Raises:
-        ValueError: ``prefill_tokens_per_s`` <= 0, ``prompt_tokens`` < 0, or a negative
+        ValueError: ``prefill_tokens_per_s`` <= 0, ``prompt_tokens`` < 0, ``cached_tokens``
+            outside 0..``prompt_tokens``, ``concurrent_transfers`` < 1, or a negative
             ``kv_bytes_per_request``.
     """
-    if prefill_tokens_per_s <= 0 or prompt_tokens < 0:
+    if prefill_tokens_per_s <= 0 or prompt_tokens < 0 or concurrent_transfers < 1:
         raise ValueError(
-            "need prefill_tokens_per_s > 0 and prompt_tokens >= 0, got "
-            f"{prefill_tokens_per_s}, {prompt_tokens}"
+            "need prefill_tokens_per_s > 0, prompt_tokens >= 0 and concurrent_transfers >= 1, "
+            f"got {prefill_tokens_per_s}, {prompt_tokens}, {concurrent_transfers}"
         )
-    moving = transfer_seconds(kv_bytes_per_request, link.bytes_per_s)
+    if not 0 <= cached_tokens <= prompt_tokens:
+        raise ValueError(f"cached_tokens {cached_tokens} outside 0..{prompt_tokens}")
+    uncached = prompt_tokens - cached_tokens
+    moved = round(kv_bytes_per_request * uncached / prompt_tokens) if prompt_tokens else 0
+    moving = transfer_seconds(moved, link.bytes_per_s)
     copies = link.host_copies or DEFAULT_HOST_COPIES
     copying = (
-        d2h_seconds(0, kv_bytes_per_request, copies) + h2d_seconds(kv_bytes_per_request, copies)
+        d2h_seconds(0, kv_bytes_per_request, copies) + h2d_seconds(moved, copies)
         if host_buffered
         else 0.0
     )
     cost = moving + copying
-    gain = prompt_tokens / prefill_tokens_per_s
-    pays = cost < gain
+    gain = uncached / prefill_tokens_per_s
+    needed = concurrent_transfers * moved / gain if gain else 0.0
+    capacity = link_capacity(link)
+    saturated = needed > capacity
+    pays = cost < gain and not saturated
     copy_text = f" plus {copying * 1000:,.0f} ms of vLLM's host copies" if host_buffered else ""
     rate = gb_per_s_text(link.bytes_per_s)
     on = f"a {rate} link" if link.name.endswith("GB/s") else f"{link.name} ({rate})"  # links: 2.5
-    summary = (
-        f"on {on} moving {kv_bytes_per_request / 1e6:,.1f}"
-        f" MB of KV takes {moving * 1000:,.0f} ms{copy_text} vs {gain * 1000:,.0f} ms of prefill "
-        f"({prompt_tokens:,} tokens at {prefill_tokens_per_s:,.0f} tokens/s, {prefill_source}): "
-        + (
+    cached_text = (
+        f"{uncached:,} of {prompt_tokens:,} prompt tokens outside the prefix cache"
+        if cached_tokens
+        else f"{prompt_tokens:,} tokens"
+    )
+    queue = (
+        f"{concurrent_transfers} busy prefill "
+        + ("worker produces" if concurrent_transfers == 1 else "workers produce")
+        + f" {gb_per_s_text(needed)} of KV, more than the link carries "
+        f"({gb_per_s_text(capacity)}), so transfers queue"
+    )
+    if pays:
+        why = (
             "disaggregation can pay (the KV path costs less than the prefill it takes off "
             "the decode GPU; whether TTFT and throughput improve is what testbed simulate "
             "estimates)."
-            if pays
-            else "disaggregation does not pay; the KV path costs more than the prefill."
         )
+    elif cost >= gain:
+        why = "disaggregation does not pay; the KV path costs more than the prefill" + (
+            f", and {queue}." if saturated else "."
+        )
+    else:
+        why = f"disaggregation does not pay at this load: {queue}."
+    summary = (
+        f"on {on} moving {moved / 1e6:,.1f}"
+        f" MB of KV takes {moving * 1000:,.0f} ms{copy_text} vs {gain * 1000:,.0f} ms of prefill "
+        f"({cached_text} at {prefill_tokens_per_s:,.0f} tokens/s, {prefill_source}): {why}"
     )
     return DisaggregationVerdict(
         link=link.name,
@@ -484,6 +536,10 @@ def disaggregation_verdict(
         prefill_tokens_per_s=prefill_tokens_per_s,
         prefill_source=prefill_source,
         prefill_seconds=gain,
+        cached_tokens=cached_tokens,
+        concurrent_transfers=concurrent_transfers,
+        needed_bytes_per_s=needed,
+        link_capacity_bytes_per_s=capacity,
         disaggregation_pays=pays,
         summary=summary,
     )
@@ -606,6 +662,8 @@ def build_sizing_report(
     activation_overhead_bytes: int = DEFAULT_ACTIVATION_OVERHEAD_BYTES,
     allow_unsafe_memory: bool = False,
     transfer_tensor_parallel_size: int = 1,
+    cached_tokens: int = 0,
+    concurrent_transfers: int = 1,
 ) -> SizingReport:
     """Run every sizing rule for a stack and collect numbers and findings.
 
@@ -627,6 +685,8 @@ def build_sizing_report(
         allow_unsafe_memory: turn memory-floor errors into warnings.
         transfer_tensor_parallel_size: the GPUs of the prefill worker whose KV the verdict
             moves (:meth:`~stackmodel.models.ModelGeometry.kv_bytes_moved_per_token`).
+        cached_tokens, concurrent_transfers: the load's prefix-cache hits and transfers at
+            once (:func:`disaggregation_verdict`).
 
     Raises:
         ValueError: an invalid input (quantity, link, negative count), or a host-buffering
@@ -726,6 +786,8 @@ def build_sizing_report(
             prefill_tokens_per_s,
             prefill_source,
             host_buffered=any(c.host_buffers_kv for c in components),
+            cached_tokens=cached_tokens,
+            concurrent_transfers=concurrent_transfers,
         ),
         components=component_reports,
         workers=worker_reports,

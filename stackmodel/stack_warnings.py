@@ -317,6 +317,9 @@ def overlap_warnings(cfg: StackConfig) -> list[ConfigWarning]:
             )
         )
     catalog = KNOWN_MODELS.get(cfg.model.name)
+    if geometry is not None and catalog is not None and geometry.model_type is None:
+        # a geometry written by hand names no model_type: not a difference
+        geometry = geometry.model_copy(update={"model_type": catalog.model_type})
     if geometry is not None and catalog is not None and geometry != catalog:
         differs = [
             f"{to_camel(field)} {getattr(geometry, field)} (catalog {getattr(catalog, field)})"

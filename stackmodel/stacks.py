@@ -10,6 +10,7 @@ which resolves it into the stack's plan.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,8 +20,9 @@ import yaml
 
 from configkeys.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
 from stackmodel.config import project_values, stack_role
-from stackmodel.errors import PROJECT, StackConfigError
+from stackmodel.errors import PROJECT, ConfigProblem, StackConfigError
 from stackmodel.plan import PROJECT_DIR, StackPlan
+from stackmodel.stack_layout import stack_namespace
 from stackmodel.validation import validate_stack
 
 REPO = PROJECT_DIR
@@ -50,14 +52,22 @@ def stack_config(
         become :data:`SECRET_PLACEHOLDER` and are listed as secret.
 
     Raises:
-        FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``; the message lists known stacks.
+        FileNotFoundError: no ``stacks/Pulumi.<stack>.yaml``; the message names the closest
+            stack ("did you mean"), lists the known ones and how to make a new one.
         StackFileError: the file is not YAML, or has no ``config:`` mapping.
         KeyPathError: a ``--set`` that cannot be applied.
     """
     path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
     if not path.exists():
-        known = ", ".join(stack_names(project_dir)) or "(none)"
-        raise FileNotFoundError(f"stack '{stack}': no {path}; known stacks: {known}")
+        names = stack_names(project_dir)
+        close = difflib.get_close_matches(stack, names, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        known = ", ".join(names) or "(none)"
+        raise FileNotFoundError(
+            f"stack '{stack}': no stacks/Pulumi.{stack}.yaml in the project; {hint}a new "
+            f"stack: testbed init-stack {stack} --from {close[0] if close else 'kv-routing'}; "
+            f"known stacks: {known}"
+        )
     project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
     values: dict[str, Any] = {}
     for key, decl in (project.get("config") or {}).items():
@@ -125,6 +135,15 @@ def settings_error(
     )
 
 
+def stack_error(
+    stack: str, problems: Sequence[ConfigProblem], settings: Sequence[Setting], project_dir: Path
+) -> StackConfigError:
+    """The error of a stack read with ``settings`` (:func:`settings_error` when there are
+    any)."""
+    error = StackConfigError(stack, problems)
+    return settings_error(error, settings, project_dir) if settings else error
+
+
 class StackFileError(ValueError):
     """A stack file that cannot be read as a Pulumi stack config (names the file and line), or
     the platform stack where a command needs a graph stack (names the graph stacks)."""
@@ -153,6 +172,57 @@ def _stack_file_config(stack: str, path: Path) -> dict[str, Any]:
     return config
 
 
+def namespace_problems_of(
+    stack: str, values: dict[str, Any], project_dir: Path = REPO
+) -> list[ConfigProblem]:
+    """Another graph stack of the project that deploys into this stack's namespace while both
+    create it (``createNamespace``, the default: each would own it, and ``pulumi destroy`` of
+    either deletes the other's objects with it) or both name one graph (``topology.name``: one
+    set of objects, which each stack would overwrite). A stack that joins another's namespace
+    (``createNamespace: false``) under its own graph name passes. The fix is each stack's own
+    namespace, the default ``testbed-<stack>`` (``namespace`` unset). ``values``: this
+    stack's (as :func:`project_values` gives them)."""
+    if stack_role(values) == "platform":
+        return []
+    mine = values.get("namespace") or stack_namespace(stack)
+    out = []
+    for other in stack_names(project_dir):
+        if other == stack:
+            continue
+        theirs = project_values(stack_config(other, project_dir)[0])
+        if stack_role(theirs) == "platform":
+            continue
+        if (theirs.get("namespace") or stack_namespace(other)) != mine:
+            continue
+        creates = [
+            name
+            for name, v in ((stack, values), (other, theirs))
+            if str(v.get("createNamespace", True)).lower() != "false"  # the CLI passes text
+        ]
+        same_graph = (values.get("topology") or {}).get("name") == (
+            theirs.get("topology") or {}
+        ).get("name")
+        if len(creates) < 2 and not same_graph:
+            continue
+        why = (
+            "both create it (createNamespace), so `pulumi destroy` of either deletes the "
+            "other's objects with it"
+            if len(creates) == 2
+            else f"both deploy the graph '{values['topology']['name']}', one set of objects"
+        )
+        out.append(
+            ConfigProblem(
+                "namespace",
+                mine,
+                f"stack '{other}' also deploys into namespace {mine}: {why}; give this stack "
+                f"its own namespace (set namespace to '' for the default, "
+                f"{stack_namespace(stack)}), or set createNamespace: false and another "
+                "topology.name on the one that joins it",
+            )
+        )
+    return out
+
+
 def load_stack(stack: str, settings: Sequence[Setting] = (), project_dir: Path = REPO) -> StackPlan:
     """A stack's plan (its validated config, ``.cfg``, resolved once), read as the Pulumi CLI
     would pass it, with the command line's ``--set`` items applied (:func:`stack_config`;
@@ -176,9 +246,11 @@ def load_stack(stack: str, settings: Sequence[Setting] = (), project_dir: Path =
             f"stack '{stack}' is the platform stack (stackRole: platform): it deploys no graph "
             f"to simulate, load or probe; name a graph stack instead: {', '.join(graphs)}"
         )
+    shared = namespace_problems_of(stack, values, project_dir)
     try:
-        return validate_stack(stack, values)
+        plan = validate_stack(stack, values, config)
     except StackConfigError as exc:
-        if not settings:
-            raise
-        raise settings_error(exc, settings, project_dir) from None
+        raise stack_error(stack, [*exc.problems, *shared], settings, project_dir) from None
+    if shared:
+        raise stack_error(stack, shared, settings, project_dir)
+    return plan

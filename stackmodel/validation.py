@@ -16,6 +16,7 @@ Imports run one way: ``config`` (the model) <- ``plan`` <- ``checks`` <- this mo
 
 from __future__ import annotations
 
+import copy
 import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -30,6 +31,7 @@ from stackmodel.config import (
     SECRET_KEYS,
     PlatformStackConfig,
     StackConfig,
+    namespace_problems,
     stack_role,
     unset_key,
 )
@@ -38,13 +40,18 @@ from stackmodel.plan import StackPlan
 from stackmodel.stack_layout import STACK_ROLES
 
 
-def validate_stack(stack: str, raw: Mapping[str, Any]) -> StackPlan:
+def validate_stack(
+    stack: str, raw: Mapping[str, Any], config_map: Mapping[str, Any] | None = None
+) -> StackPlan:
     """Validate a stack's config (keys without the project prefix) and resolve it into its plan.
 
     Args:
         stack: stack name, used in messages.
         raw: ``{key: value}`` with structured values already parsed (dicts/lists), e.g.
             ``{"nodeClasses": {...}, "topology": {...}}``. ``hfToken`` is ignored here.
+        config_map: the stack's whole config map, every namespace, when there is one: a key
+            of a namespace nothing reads is a problem
+            (:func:`stackmodel.config.namespace_problems`).
 
     Returns:
         The plan of the validated config (``.cfg``); all semantic checks passed.
@@ -57,7 +64,7 @@ def validate_stack(stack: str, raw: Mapping[str, Any]) -> StackPlan:
     data = {
         k: v for k, v in raw.items() if k not in SECRET_KEYS and not (v == {} and k in KNOWN_KEYS)
     }
-    problems = _unknown_keys(data)
+    problems = namespace_problems(config_map or {}) + _unknown_keys(data)
     if stack_role(data) not in STACK_ROLES:
         problems.append(
             ConfigProblem(
@@ -86,16 +93,77 @@ def validate_stack(stack: str, raw: Mapping[str, Any]) -> StackPlan:
                 "standalone to install the platform in this stack",
             )
         )
-    if problems:
+    if stack_role(data) not in STACK_ROLES or stack_role(data) == "platform":
         raise StackConfigError(stack, problems)
+    known = {k: v for k, v in data.items() if k in KNOWN_KEYS}
     try:
-        cfg = StackConfig.model_validate(data, context={"stack": stack})
+        cfg = StackConfig.model_validate(known, context={"stack": stack})
     except ValidationError as exc:
-        raise StackConfigError(stack, _problems(exc)) from None
-    problems, plan = check_stack(cfg)
-    if problems or plan is None:
-        raise StackConfigError(stack, problems)
+        shape = _problems(exc)
+        raise StackConfigError(
+            stack, problems + shape + _meaning_beside(stack, known, exc)
+        ) from None
+    meaning, plan = check_stack(cfg)
+    if problems or meaning or plan is None:
+        raise StackConfigError(stack, problems + meaning)
     return plan
+
+
+SIZING_KEYS: tuple[tuple[str, ...], ...] = (
+    ("topology", "workers"),
+    ("nodeClasses",),
+    ("model",),
+    ("engine",),
+    ("links",),
+    ("sizing",),
+    ("load", "promptTokens"),
+    ("load", "maxTokens"),
+    ("load", "enabled"),
+)
+"""The keys (and what lies under them) whose values the placement and the sizing read."""
+
+
+def _meaning_beside(
+    stack: str, data: Mapping[str, Any], exc: ValidationError
+) -> list[ConfigProblem]:
+    """The cross-key problems that do not depend on the values the shape check refused.
+
+    The refused leaf values are left out (their defaults stand in); when the rest validates,
+    :func:`~stackmodel.checks.check_stack` runs on it, with the placement and the sizing only
+    when no refused value is one they read (:data:`SIZING_KEYS`). A problem on a refused
+    key, or above or below one, is dropped: it would judge the stand-in. A refused list item, a
+    missing required key, or a refused key without a default leaves nothing to check."""
+    locs = [_walk(tuple(e["loc"]))[0] for e in exc.errors()]
+    if any(not loc or isinstance(loc[-1], int) for loc in locs):
+        return []
+    trimmed = copy.deepcopy(dict(data))
+    for loc in locs:
+        node: Any = trimmed
+        for part in loc[:-1]:
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                return []
+        if not isinstance(node, dict) or loc[-1] not in node:
+            return []
+        del node[loc[-1]]
+    try:
+        cfg = StackConfig.model_validate(trimmed, context={"stack": stack})
+    except ValidationError:
+        return []
+    placement = not any(loc[: len(key)] == key for loc in locs for key in SIZING_KEYS)
+    refused = [key_path(loc) for loc in locs]
+    return [
+        p
+        for p in check_stack(cfg, placement=placement)[0]
+        if not any(_related(p.key, key) for key in refused)
+    ]
+
+
+def _related(a: str, b: str) -> bool:
+    """One key path is the other or lies under it."""
+    short, long = sorted((a, b), key=len)
+    return long == short or long.startswith((f"{short}.", f"{short}["))
 
 
 def validate_config(stack: str, cfg: StackConfig) -> StackPlan:
@@ -109,8 +177,11 @@ def validate_config(stack: str, cfg: StackConfig) -> StackPlan:
     return validate_stack(stack, cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True))
 
 
-def validate_platform_stack(stack: str, raw: Mapping[str, Any]) -> PlatformStackConfig:
-    """Validate a ``stackRole: platform`` stack's config (keys without the project prefix).
+def validate_platform_stack(
+    stack: str, raw: Mapping[str, Any], config_map: Mapping[str, Any] | None = None
+) -> PlatformStackConfig:
+    """Validate a ``stackRole: platform`` stack's config (keys without the project prefix;
+    ``config_map`` as :func:`validate_stack`'s).
 
     Raises:
         StackConfigError: unknown keys, graph keys that are set (a platform stack registers no
@@ -119,7 +190,7 @@ def validate_platform_stack(stack: str, raw: Mapping[str, Any]) -> PlatformStack
             ``stackRole: standalone``).
     """
     data = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
-    problems = _unknown_keys(data)
+    problems = namespace_problems(config_map or {}) + _unknown_keys(data)
     problems += [
         ConfigProblem(
             key,
@@ -192,8 +263,42 @@ def _problem(error: Any) -> ConfigProblem:
         msg = unknown_key_message(str(loc[-1]), names) if names else "unknown key; see Pulumi.yaml"
     elif error["type"] == "missing":
         msg = "required key is missing"
+    else:
+        msg = _with_hint(msg, loc, error)
     value = None if error["type"] == "missing" else error.get("input")
     return ConfigProblem(key_path(loc), value, msg)
+
+
+FIELD_HINTS = {
+    "replicasPerGpu": "for whole GPUs (one worker each) delete the node class's timeSlicing",
+}
+"""What to do instead, per key, where the allowed range leaves a user's intent out."""
+
+
+def _with_hint(msg: str, loc: tuple[str | int, ...], error: Any) -> str:
+    """A shape error's message with what the key is (its description) and, where the input
+    shows what was meant, the value that would be accepted: a list written as ``4,8``
+    (``[4,8]``), a fraction written as a percentage (``90`` -> ``0.9``)."""
+    value = error.get("input")
+    parent = _walk(loc[:-1])[1] if loc and isinstance(loc[-1], str) else None
+    field = None
+    if parent is not None:
+        field = next((f for n, f in parent.model_fields.items() if (f.alias or n) == loc[-1]), None)
+    if error["type"] in ("list_type", "tuple_type") and isinstance(value, str) and "," in value:
+        msg += f"; write it as a list: [{value}]"
+    ceiling = (error.get("ctx") or {}).get("le")
+    if (
+        error["type"] == "less_than_equal"
+        and ceiling == 1
+        and isinstance(value, (int, float))
+        and 1 < value <= 100
+    ):
+        msg += f"; a fraction, not a percentage: {value / 100:g}"
+    if loc and loc[-1] in FIELD_HINTS:
+        msg += f"; {FIELD_HINTS[str(loc[-1])]}"
+    if field is not None and field.description:
+        msg += f" ({loc[-1]}: {field.description.rstrip('.')})"
+    return msg
 
 
 def _walk(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], type[BaseModel] | None]:

@@ -57,6 +57,8 @@ class Commands(TyperGroup):
 
 app = typer.Typer(
     cls=Commands,
+    epilog="Docs (in the project folder): README.md first; one topic per file in docs/ "
+    "(docs/layout.md lists them).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -71,18 +73,39 @@ def options(
     """dynamo-testbed: build, render, load and simulate NVIDIA Dynamo serving stacks."""
 
 
-app.command("render")(render_command)
-app.command("diff")(diff_command)
-app.command("simulate")(simulate_command)
-app.command("load")(load_command)
-app.command("compare")(compare_command)
-app.command("calibrate")(calibrate_command)
-app.command("serve")(serve_command)
-app.command("report")(report_command)
-app.command("recommend")(recommend_command)
-app.add_typer(probe_app, name="probe")
-app.command("init-stack")(init_stack_command)
-app.command("load-role")(load_role_command)
+DOCS = {
+    "render": "docs/sizing-checks.md, docs/config-reference.md",
+    "diff": "README.md (Offline: render and diff a stack)",
+    "simulate": "docs/simulation.md",
+    "load": "docs/loadgen.md, docs/metrics.md",
+    "compare": "docs/metrics.md (Intervals and verdicts)",
+    "calibrate": "docs/simulation.md (testbed calibrate)",
+    "serve": "docs/simulation.md (testbed serve)",
+    "report": "docs/report.md",
+    "recommend": "docs/recommend.md",
+    "probe": "docs/kv-path.md (The probe)",
+    "init-stack": "README.md (Adapt it to your cluster), docs/config-reference.md",
+    "load-role": "docs/in-cluster.md",
+}
+"""The documentation of each command, in the project folder: its ``--help`` ends with it."""
+
+
+def _epilog(name: str) -> str:
+    return f"Docs (in the project folder): {DOCS[name]}"
+
+
+app.command("render", epilog=_epilog("render"))(render_command)
+app.command("diff", epilog=_epilog("diff"))(diff_command)
+app.command("simulate", epilog=_epilog("simulate"))(simulate_command)
+app.command("load", epilog=_epilog("load"))(load_command)
+app.command("compare", epilog=_epilog("compare"))(compare_command)
+app.command("calibrate", epilog=_epilog("calibrate"))(calibrate_command)
+app.command("serve", epilog=_epilog("serve"))(serve_command)
+app.command("report", epilog=_epilog("report"))(report_command)
+app.command("recommend", epilog=_epilog("recommend"))(recommend_command)
+app.add_typer(probe_app, name="probe", epilog=_epilog("probe"))
+app.command("init-stack", epilog=_epilog("init-stack"))(init_stack_command)
+app.command("load-role", epilog=_epilog("load-role"))(load_role_command)
 
 
 def _no_flag_types(command: Any) -> None:

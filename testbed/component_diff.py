@@ -158,11 +158,18 @@ def name_only(change: FieldChange, name_a: str, name_b: str) -> bool:
 
 
 def diff_lines(
-    name_a: str, name_b: str, a: Rendered, b: Rendered, changes: Sequence[FieldChange]
+    name_a: str,
+    name_b: str,
+    a: Rendered,
+    b: Rendered,
+    changes: Sequence[FieldChange],
+    config: tuple[str, Sequence[str]] = ("", ()),
 ) -> list[str]:
-    """The human diff: a summary line (the served model when it changes, workers, GPUs), the
-    folded name-only line, then each component that changed (``+`` added with its arguments
-    and environment, ``-`` removed, ``~`` changed, aspect by aspect), then the other
+    """The human diff: a summary line (the served model when it changes, workers, GPUs, and
+    ``config``'s summary, :func:`testbed.config_diff.config_summary`), the folded name-only
+    line, ``config``'s lines (:func:`testbed.config_diff.config_lines`), then each component
+    that changed (``+`` added with its arguments and environment, ``-`` removed, ``~``
+    changed, aspect by aspect), then the other
     objects' changes (not :data:`COMPONENT_OBJECTS`, nor the stack outputs: ``--json`` has
     every field)."""
     views_a, views_b = component_views(a), component_views(b)
@@ -195,6 +202,8 @@ def diff_lines(
     model_a, model_b = _served_model(a), _served_model(b)
     if model_a != model_b:
         resources.insert(0, f"model {model_a or '-'} -> {model_b or '-'}")
+    if config[0]:
+        resources.append(config[0])
     lines = [
         f"{name_a} -> {name_b}: components {', '.join(summary) or 'unchanged'}"
         + (f"; {', '.join(resources)}" if resources else "")
@@ -204,6 +213,7 @@ def diff_lines(
             f"  {len(folded)} field(s) differ only by the stack's name ({name_a} -> {name_b}: "
             "object names, namespaces, labels); not listed"
         )
+    lines += config[1]
     for name in removed:
         lines.append(f"- {name}: {describe(views_a[name])}")
     for name in added:

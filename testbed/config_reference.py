@@ -201,13 +201,15 @@ def config_reference() -> str:
         f"Generated from the validated model by `{COMMAND}` (do not edit by hand; "
         "`tests/test_config_reference.py` fails when it is out of date). Every key is written "
         f"under `config:` in `stacks/Pulumi.<stack>.yaml` as `{PROJECT}:<key>`; `--set KEY=VALUE` "
-        "on `testbed render`, `diff` and `simulate` (and `load.<key>` on `testbed load`) takes "
+        "on `testbed render`, `diff` and `simulate` (`--set-b` for the second stack only; "
+        "`load.<key>` on `testbed load`) takes "
         "the same keys, spelled as the Pulumi CLI's config set --path spells them, e.g. "
         '`nodeClasses["gpu-24gb"].'
         "gpuMemoryGiB=48`. `<name>` stands for a key you choose, `[]` for each item of a list. "
         "Unknown keys are refused; a key of a namespace other than "
         + ", ".join(f"`{n}:`" for n in CONFIG_NAMESPACES)
-        + " is read by nothing and warned about (a misspelt `dynamo-tesbed:`). A quantity is a "
+        + " is read by nothing and refused (a misspelt `dynamo-tesbed:`) unless `otherNamespaces` "
+        "names it (another program's keys in the same file). A quantity is a "
         "Kubernetes memory quantity (`3584Mi`, `10Gi`; a plain number is bytes).",
         "",
         "## Graph and standalone stacks",

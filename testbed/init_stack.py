@@ -8,6 +8,7 @@ are inside it (``tests/test_cli_help.py``).
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Annotated
@@ -69,7 +70,9 @@ def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
         )
     known = stack_names(project_dir)
     if source not in known:
-        raise ValueError(f"--from {source}: no such stack; known stacks: {', '.join(known)}")
+        close = difflib.get_close_matches(source, known, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ValueError(f"--from {source}: no such stack; {hint}known stacks: {', '.join(known)}")
     target = project_dir / "stacks" / f"Pulumi.{name}.yaml"
     if target.exists():
         raise ValueError(f"{target} exists: choose another NAME, or delete that file first")

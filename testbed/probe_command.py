@@ -350,7 +350,21 @@ def kv_path_command(
             f"first touch, {run['d2h_resident_s'] * 1000:,.0f} ms resident, h2d "
             f"{run['h2d_s'] * 1000:,.0f} ms per {copies['request_bytes'] / 1e6:,.1f} MB"
         )
-    typer.echo(f"link profile: {target} (links.sameNode: {target})")
+    key = "links.crossNode" if in_cluster == "cross-node" else "links.sameNode"
+    setting = project_path(target)
+    typer.echo(f"link profile: {setting} (set {key}: {setting})")
+
+
+def project_path(path: Path) -> str:
+    """``path`` as a stack names a file: relative to the project folder when it lies in it
+    (``out/probe/kv-routing.json``), else absolute."""
+    from stackmodel.stacks import REPO
+
+    resolved = path.resolve()
+    try:
+        return str(resolved.relative_to(REPO.resolve()))
+    except ValueError:
+        return str(resolved)
 
 
 def _range(figure: tuple[float, float, float] | None) -> str:

@@ -31,9 +31,10 @@ from stackmodel.stack_layout import DEFAULT_PLATFORM_STACK, stack_reference_name
 from stackmodel.stacks import (
     REPO,
     SECRET_PLACEHOLDER,
+    namespace_problems_of,
     platform_settings,
-    settings_error,
     stack_config,
+    stack_error,
     stack_names,
 )
 
@@ -343,8 +344,9 @@ def render_stack(
     for key, value in (secrets or {}).items():
         config[f"{PROJECT}:{key}"] = value
         secret_keys.append(f"{PROJECT}:{key}")
+    shared = namespace_problems_of(stack, project_values(config), project_dir)
     try:
-        return run_under_mocks(
+        rendered = run_under_mocks(
             main,
             stack=stack,
             config=config,
@@ -353,9 +355,10 @@ def render_stack(
             mocks=EchoMocks(_referenced_stacks(project_values(config), project_dir, settings)),
         )
     except StackConfigError as exc:
-        if not settings:
-            raise
-        raise settings_error(exc, settings, project_dir) from None
+        raise stack_error(stack, [*exc.problems, *shared], settings, project_dir) from None
+    if shared:
+        raise stack_error(stack, shared, settings, project_dir)
+    return rendered
 
 
 def _referenced_stacks(

@@ -18,6 +18,16 @@ if TYPE_CHECKING:
     from loadgen.results_folder import LoadedResults
 
 
+def default_report(folders: Sequence[Path]) -> Path:
+    """Where ``testbed report`` writes without ``--out``: ``report.html`` in the one folder (as
+    ``testbed simulate`` writes each stack's), and for several ``report-A-vs-B[-vs-C...].html``
+    beside the first (as ``testbed simulate A B`` names its own), never the working
+    directory."""
+    if len(folders) == 1:
+        return folders[0] / "report.html"
+    return folders[0].parent / f"report-{'-vs-'.join(f.name for f in folders)}.html"
+
+
 def report_command(
     folders: Annotated[
         list[Path],
@@ -28,7 +38,14 @@ def report_command(
             "side.",
         ),
     ],
-    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="The HTML file to write [default: report.html in the one folder; of several, "
+            "report-A-vs-B[-vs-C...].html beside the first].",
+            show_default=False,
+        ),
+    ] = None,
     png: Annotated[
         bool,
         typer.Option(
@@ -63,6 +80,7 @@ def report_command(
         loaded = [load_results(folder).judged(objectives) for folder in folders]
     except (OSError, ValueError) as exc:
         fail(str(exc))
+    out = out or default_report(folders)
     notes = []
     if len(folders) == 2:  # the caveats `testbed compare` prints: what the stacks ran on
         with suppress(ValueError):  # an unreadable stack.json: the report goes without it

@@ -31,11 +31,21 @@ OUTPUT = "Output"
 
 SET_HELP = (
     "Set a stack key for this command only, KEY=VALUE, the key as `pulumi config set --path` "
-    "spells it: e.g. topology.workers[0].replicas=2 (repeatable)."
+    "spells it: e.g. topology.workers[0].replicas=2 (repeatable). In every command of two "
+    "stacks (diff, simulate) --set applies to both, --set-b to the second only."
 )
+SET_B_HELP = (
+    "Set a stack key of the second stack only (as --set; repeatable, applied after --set). "
+    "Without STACK_B the second stack is STACK with these values: `testbed simulate STACK "
+    "--set-b KEY=VALUE` runs a one-line change beside the stack as it is."
+)
+SET_B_SUFFIX = "+set-b"
+"""The name the second stack takes where it is the first with ``--set-b`` values (its results
+folder, its tables)."""
 RENDER_OUT = Path("out/render")
 SIMULATE_OUT = Path("out/simulate")
-"""The default ``--out`` folders, in the project folder (:func:`under_project`)."""
+"""The default ``--out`` folders, in the project folder (:func:`under_project`); ``render``
+writes into ``RENDER_OUT/STACK``, one folder per stack, as ``simulate`` does."""
 
 
 def under_project(out: Path, default: Path) -> Path:
@@ -53,6 +63,51 @@ def _set_option(more: str = "") -> Any:
 
 
 SetOption = Annotated[list[str] | None, _set_option()]
+SetBOption = Annotated[
+    list[str] | None,
+    typer.Option("--set-b", metavar="KEY=VALUE", help=SET_B_HELP, rich_help_panel=STACK),
+]
+
+
+def _second_stack(
+    stack_a: str, stack_b: str | None, settings_b: Sequence[Setting]
+) -> tuple[str, str]:
+    """(the second stack's file, its name in tables and folders): STACK_B, or STACK itself
+    with ``--set-b`` values, named ``STACK+set-b`` (:data:`SET_B_SUFFIX`) where the names
+    would otherwise be one."""
+    file = stack_b or stack_a
+    return file, f"{file}{SET_B_SUFFIX}" if file == stack_a and settings_b else file
+
+
+def _stack_files(
+    stacks: list[str], settings: list[Setting], settings_b: list[Setting]
+) -> tuple[dict[str, str], dict[str, list[Setting]]]:
+    """(each stack's name in tables and folders -> its file, and -> its settings) for
+    ``simulate STACK...``: ``--set`` applies to every stack; ``--set-b`` to the second of two,
+    or with one STACK adds STACK with those values (:func:`_second_stack`); refused with three
+    or more stacks, and a stack named twice."""
+    twice = next((name for name in stacks if stacks.count(name) > 1), None)
+    if twice is not None:
+        fail(
+            f"{twice} is named twice: name different stacks, or simulate {twice} beside a "
+            f"changed copy with --set-b (testbed simulate {twice} --set-b KEY=VALUE)"
+        )
+    if settings_b and len(stacks) > 2:
+        fail(
+            "--set-b changes the second of two stacks: with three or more, make the changed "
+            "copy with `testbed init-stack NEW --from STACK` and name it"
+        )
+    files = {stacks[0]: stacks[0]}
+    each = {stacks[0]: settings}
+    if len(stacks) > 1 or settings_b:
+        file_b, name_b = _second_stack(
+            stacks[0], stacks[1] if len(stacks) > 1 else None, settings_b
+        )
+        files[name_b] = file_b
+        each[name_b] = [*settings, *settings_b]
+    for name in stacks[2:]:
+        files[name], each[name] = name, settings
+    return files, each
 
 
 def _settings(items: Sequence[str] | None) -> list[Setting]:
@@ -197,7 +252,13 @@ def _crossover(console: Any, stack: str, settings: Sequence[Setting], out: Path 
 def render_command(
     stack: Annotated[str, typer.Argument(help="Stack name (stacks/Pulumi.STACK.yaml).")],
     out: Annotated[
-        Path, typer.Option("--out", help="Folder for the rendered files.", rich_help_panel=OUTPUT)
+        Path,
+        typer.Option(
+            "--out",
+            help="Folder for the rendered files [default: out/render/STACK, one folder per stack].",
+            show_default=False,
+            rich_help_panel=OUTPUT,
+        ),
     ] = RENDER_OUT,
     overrides: SetOption = None,
     sweep: Annotated[
@@ -222,7 +283,7 @@ def render_command(
     from testbed.render_files import RenderFolderError, write_rendered
 
     console = table_console(highlight=False)
-    out = under_project(out, RENDER_OUT)
+    out = under_project(out, RENDER_OUT) / stack if out == RENDER_OUT else out
     settings = _settings(overrides)
     rendered = _render_or_exit(stack, settings)
     say_settings(stack, settings)
@@ -271,27 +332,26 @@ def render_command(
 
 
 def diff_command(
-    stack_a: Annotated[str, typer.Argument(help="First stack (as its file has it).")],
+    stack_a: Annotated[str, typer.Argument(help="First stack.")],
     stack_b: Annotated[
         str | None,
-        typer.Argument(help="Second stack, with the --set values (default: STACK_A)."),
+        typer.Argument(help="Second stack (default: STACK_A, with the --set-b values)."),
     ] = None,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="Print every changed field as JSON.", rich_help_panel=OUTPUT),
     ] = False,
-    overrides: Annotated[
-        list[str] | None,
-        _set_option(" Applies to STACK_B only, so `diff STACK --set ...` previews that change."),
-    ] = None,
+    overrides: SetOption = None,
+    overrides_b: SetBOption = None,
 ) -> None:
-    """Show what changes from STACK_A to STACK_B: a summary (the model, workers, GPUs), then
-    component by component (role, replicas, placement, image, args, env, resources; an added
-    component with its args and env); differences that are only the stacks' names are folded
-    into one line. --set changes STACK_B only.
+    """Show what changes from STACK_A to STACK_B: a summary (the model, workers, GPUs, links,
+    time-slicing and every other config change, with what it changes on the cluster and in the
+    sizing), then component by component (role, replicas, placement, image, args, env,
+    resources; an added component with its args and env); differences that are only the
+    stacks' names are folded into one line. --set changes both stacks, --set-b STACK_B only.
 
     Example: testbed diff kv-routing disagg-same-node;
-    testbed diff kv-routing --set topology.workers[0].replicas=2
+    testbed diff kv-routing --set-b topology.workers[0].replicas=2
     """
     import json
 
@@ -299,22 +359,39 @@ def diff_command(
     from testbed.component_diff import diff_lines
     from testbed.render_files import diff_rendered
 
-    settings = _settings(overrides)
+    settings, settings_b = _settings(overrides), _settings(overrides_b)
+    if stack_b is None and settings and not settings_b:
+        fail(
+            "--set applies to both stacks, so `testbed diff STACK --set ...` compares the stack "
+            "with itself; to preview a change, use --set-b (the second stack only): testbed "
+            f"diff {stack_a} " + " ".join(f"--set-b {s.text}" for s in settings)
+        )
     stack_b = stack_b or stack_a
-    a, b = _render_or_exit(stack_a, []), _render_or_exit(stack_b, settings)
+    a = _render_or_exit(stack_a, settings)
+    b = _render_or_exit(stack_b, [*settings, *settings_b])
     changes = diff_rendered(a, b)
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in changes], indent=2, default=str))
         return
-    say_settings(stack_b, settings)
+    say_settings(stack_a, settings)
+    say_settings(stack_b, [*settings, *settings_b])
     console = table_console(highlight=False)
-    if settings:
+    if settings_b:
         console.print(
-            f"--set applies to B ({stack_b}) only; A ({stack_a}) is as its stack file has it",
+            f"--set-b applies to B ({stack_b}) only"
+            + (f"; --set to A ({stack_a}) and B alike" if settings else ""),
             soft_wrap=True,
             markup=False,
         )
-    for line in diff_lines(stack_a, stack_b, a, b, changes):
+    from stackmodel.stacks import load_stack
+    from testbed.config_diff import config_lines, config_summary
+
+    plans = load_stack(stack_a, settings), load_stack(stack_b, [*settings, *settings_b])
+    config = (
+        config_summary(stack_a, stack_b, *plans),
+        config_lines(stack_a, stack_b, *plans),
+    )
+    for line in diff_lines(stack_a, stack_b, a, b, changes, config):
         console.print(line, soft_wrap=True, markup=False)
     console.print(f"({len(changes)} field changes in all: testbed diff --json lists them)")
     load_step_note([a, b])
@@ -351,7 +428,8 @@ def simulate_command(
         typer.Argument(
             metavar="STACK...",
             help="Stacks to simulate: one, two (shown as A / B), or more (one table per "
-            "metric with every stack).",
+            "metric with every stack); one STACK with --set-b: STACK beside STACK with those "
+            "values.",
         ),
     ],
     out: Annotated[
@@ -412,13 +490,8 @@ def simulate_command(
             rich_help_panel=GRID,
         ),
     ] = None,
-    overrides: Annotated[
-        list[str] | None,
-        _set_option(
-            " Applies to every STACK alike; to simulate a stack against a changed copy "
-            "of it, make the copy with `testbed init-stack NEW --from STACK`."
-        ),
-    ] = None,
+    overrides: SetOption = None,
+    overrides_b: SetBOption = None,
     speedup: Annotated[
         float,
         typer.Option(
@@ -455,8 +528,11 @@ def simulate_command(
     --full). Prints the seed-style table and the tails per stack (two stacks also as "A / B",
     more in one table per metric, ranked by goodput with an SLO; with --against, beside the
     measured figures).
+    --set changes every stack, --set-b the second of two only (with one STACK: STACK with those
+    values, beside STACK as it is).
 
-    Example: testbed simulate kv-routing disagg-same-node --out out/sim
+    Example: testbed simulate kv-routing disagg-same-node --out out/sim;
+    testbed simulate kv-routing --set-b topology.workers[0].replicas=2
     """
     from contextlib import ExitStack
 
@@ -465,14 +541,15 @@ def simulate_command(
     from loadgen.report import table_console
     from simulator.routing import ROUTING_DIR
     from simulator.stack_values import refuse_other_stack_values, stack_values
-    from stackmodel.config import namespace_warnings
     from stackmodel.stack_warnings import sizing_warnings
-    from stackmodel.stacks import load_stack, stack_config
+    from stackmodel.stacks import load_stack
     from testbed.dependency_groups import missing_group
     from testbed.load_command import resumed_line
 
     out = under_project(out, SIMULATE_OUT)
-    names = list(stacks)
+    settings, settings_b = _settings(overrides), _settings(overrides_b)
+    files, each = _stack_files(list(stacks), settings, settings_b)
+    names = list(files)
     missing = missing_group(
         "sim",
         "the simulation needs the Dynamo frontend and mocker (ai-dynamo)",
@@ -486,22 +563,15 @@ def simulate_command(
     objectives = slo_of(slo)
     if objectives is not None:
         grid["slo"] = objectives
-    settings = _settings(overrides)
-    twice = next((name for name in names if names.count(name) > 1), None)
-    if twice is not None:
-        fail(
-            f"{twice} is named twice: name different stacks (to simulate {twice} against a "
-            f"changed copy, make one with `testbed init-stack NEW --from {twice}` and edit it)"
-        )
-    _refuse_twice_set(grid, settings)
+    _refuse_twice_set(grid, [*settings, *settings_b])
     plans = {}
-    for name in names:  # every stack is checked before anything starts
+    for name, file in files.items():  # every stack is checked before anything starts
         try:
-            plans[name] = load_stack(name, settings)
+            plans[name] = load_stack(file, each[name])
         except _stack_errors() as exc:
             fail(str(exc))
-        say_settings(name, settings)
-        noted = [*namespace_warnings(stack_config(name)[0]), *sizing_warnings(plans[name])]
+        say_settings(file, each[name])
+        noted = sizing_warnings(plans[name])
         for warning in noted:
             warn(f"{name}: {warning.render()}")
     if against is not None:
@@ -524,11 +594,11 @@ def simulate_command(
                 )
             try:
                 if resume:
-                    refuse_other_stack_values(out / name, stack_values(plans[name], settings))
+                    refuse_other_stack_values(out / name, stack_values(plans[name], each[name]))
             except ResumeError as exc:
                 fail(str(exc))
             kept[name] = earlier
-        results = _simulate(plans, out, grid, settings, full, speedup, not no_progress, resume)
+        results = _simulate(plans, out, grid, each, full, speedup, not no_progress, resume)
     for name, count in kept.items():
         if count:
             total = complete_runs(out / name / ROUTING_DIR)
@@ -630,14 +700,14 @@ def _simulate(
     plans: dict[str, StackPlan],
     out: Path,
     grid: dict[str, Any],
-    settings: Sequence[Setting],
+    settings: dict[str, list[Setting]],
     full: bool,
     speedup: float,
     progress: bool,
     resume: bool,
 ) -> list[Simulation]:
     """Run the simulations (the caller holds the folders' locks), print the tables and return
-    the results."""
+    the results; ``settings``: each stack's ``--set`` values, by name."""
     from contextlib import suppress
 
     from pydantic import ValidationError

@@ -13,8 +13,10 @@ import sys
 import pytest
 import typer
 from typer.core import TyperGroup
+from typer.testing import CliRunner
 
-from testbed.cli import app
+from stackmodel.stacks import REPO
+from testbed.cli import DOCS, app
 
 HEAVY = (
     "pulumi",
@@ -168,3 +170,14 @@ def test_simulate_help_shows_the_reduced_grid() -> None:
     assert f"the seed's stacks: {grid['concurrency'][0]}]" in helps["concurrency"]
     assert f"the seed's stacks: {grid['repetitions']}]" in helps["repetitions"]
     assert f"the seed's stacks: {REDUCED_REQUESTS_PER_RUN}]" in helps["requests"]
+
+
+@pytest.mark.parametrize("command", sorted(DOCS))
+def test_every_help_names_its_docs_and_they_exist(command: str) -> None:
+    """As typed: `testbed render --help` linked no docs; each command's help ends with the
+    files that document it, and each file is in the project."""
+    result = CliRunner().invoke(app, [*command.split(), "--help"])
+    assert result.exit_code == 0
+    assert "Docs (in the project folder):" in result.output
+    for path in re.findall(r"(?:docs/[\w-]+\.md|README\.md)", DOCS[command]):
+        assert (REPO / path).is_file(), path

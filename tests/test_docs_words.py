@@ -83,3 +83,10 @@ def test_ci_points_the_tests_upstream_files_at_its_copy_once() -> None:
     assert [line for line in lines if CI_SETTING in line] == [
         f'{CI_SETTING}"$PWD/{SIBLING_FOLDER}"'
     ]
+
+
+def test_the_readme_says_what_prefix_kinds_are_before_it_uses_them() -> None:
+    readme = (REPO / "README.md").read_text()
+    first_use = min(readme.index("prefix kinds |"), readme.lower().index("prefix kinds"))
+    assert readme.index("**prefix kinds**") <= first_use
+    assert "how many\ndifferent long prompt prefixes" in readme

@@ -66,6 +66,8 @@ def test_probe_kv_path_on_loopback_writes_a_profile(tmp_path: Path) -> None:
     assert spread.load_average == tuple(nixl["machine"]["load_average"])
     assert spread.cpu_count == nixl["machine"]["cpu_count"]
     assert "profile: medians of 5 round(s): one transfer " in result.output
+    # outside the project the stack names the file by its absolute path
+    assert f"link profile: {out} (set links.sameNode: {out})" in result.output
     if raw["copies"]["skipped"]:
         assert "GPU copies: no GPU: skipped" in result.output
         assert profile.host_copies is None

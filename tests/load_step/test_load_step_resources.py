@@ -10,12 +10,14 @@ import pytest
 from test_load_step_comparison import SEED_DISAGG, SEED_KV_ROUTING, points
 from typer.testing import CliRunner
 
+from configkeys.key_paths import parse_settings
 from loadgen.results_folder import STACK_FILE
 from loadstep.comparison import comparison_output
 from stackmodel.resources import (
     ResourceComparison,
     StackResources,
     compare_resources,
+    group_kv_tokens,
     resource_note,
     stack_file_text,
     stack_resources,
@@ -25,9 +27,10 @@ from stackmodel.topology import build_topology
 from testbed.cli import app
 
 
-def resources_of(stack: str) -> StackResources:
-    cfg = load_stack(stack)
-    return stack_resources(cfg.cfg, build_topology(cfg))
+def resources_of(stack: str, *settings: str) -> StackResources:
+    """A stack's resources as its outputs and stack.json record them (KV capacity included)."""
+    cfg = load_stack(stack, parse_settings(settings))
+    return stack_resources(cfg.cfg, build_topology(cfg), group_kv_tokens(cfg))
 
 
 def compare_stacks(a: str, b: str) -> ResourceComparison:
@@ -76,8 +79,9 @@ def test_the_seeds_comparison_says_what_differed_and_what_it_affects() -> None:
     assert comparison.affects == {
         "requests_per_s": "throughput: 6 workers on 2 GPUs vs 4 on 1 GPU serve the requests, "
         "so the ratio includes the difference",
-        "cached_ratio": "prefix-cache capacity: 6 vs 2 workers hold prefix cache (aggregated "
-        "and prefill workers)",
+        # KV capacity, not a count of workers: 4 x 29,648 + 2 x 13,999 vs 2 x 29,676 tokens
+        "cached_ratio": "prefix-cache capacity: 146,598 vs 59,352 tokens of KV cache on the "
+        "workers that hold prefixes (6 vs 2 aggregated and prefill workers)",
     }
     assert set(comparison.not_affected) == {"ttft"}
     note = resource_note(comparison, "kv-routing", "disagg-same-node")
@@ -160,7 +164,7 @@ def test_compare_says_what_the_folders_ran_on(tmp_path: Path) -> None:
         "gpu-8gb: 2 workers on 1 GPU; in all: 6 workers on 2 GPUs vs 4 workers on 1 GPU."
     ) in output
     assert "- requests/s includes it: throughput: 6 workers on 2 GPUs vs 4 on 1 GPU" in output
-    assert "- cached ratio includes it: prefix-cache capacity: 6 vs 2 workers" in output
+    assert "- cached ratio includes it: prefix-cache capacity: 146,598 vs 59,352 tokens" in output
     assert "- TTFT p50/p99: one request's prefill runs on one worker" in output
 
 
@@ -220,3 +224,29 @@ def test_a_stack_file_without_gpus_compares_by_node_class_as_before() -> None:
         comparison.differences[0] == "kv-routing also used node class gpu-8gb: 2 workers on 1 GPU"
     )
     assert "ttft" in comparison.not_affected
+
+
+def test_a_tensor_parallel_prefill_is_not_said_to_run_on_one_gpu() -> None:
+    """As typed: a tensor-parallel-2 prefill beside a single-GPU one; the note said "one
+    request's prefill runs on one worker" (one GPU): TTFT differs with the prefill's GPUs."""
+    common = (
+        "nodeClasses.gpu-24gb.timeSlicing=null",
+        "nodeClasses.gpu-24gb.gpusPerNode=4",
+        "nodeClasses.gpu-24gb.gpu=l4",
+        *(
+            f"topology.workers[{i}].{k}"
+            for i in (0, 1)
+            for k in ("memoryLimit=24Gi", "gpuMemoryUtilization=0.3", "replicas=1")
+        ),
+        "topology.workers[1].tensorParallelSize=2",
+    )
+    one = resources_of("disagg-same-node", *common)
+    two = resources_of("disagg-same-node", *common, "topology.workers[0].tensorParallelSize=2")
+    assert (one.prefill_gpus, two.prefill_gpus) == (1, 2)
+    comparison = compare_resources("single", one, "tp2", two)
+    assert "ttft" not in comparison.not_affected
+    assert comparison.affects["ttft"].startswith(
+        "one request's prefill runs on one worker's 1 GPU vs 2 GPUs"
+    )
+    note = resource_note(comparison, "single", "tp2")
+    assert "runs on one worker:" not in note

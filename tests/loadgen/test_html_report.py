@@ -466,7 +466,7 @@ def test_report_of_a_stack_has_its_crossover(folders: tuple[Path, Path], tmp_pat
     html = out.read_text()
     assert html.count('<figure class="plot"') == 7  # the 6 of two results, and the seed's
     assert '<h2 id="crossover-disagg-same-node">disagg-same-node: where disaggregation pays' in html
-    assert "crossover: never on any link: 114,688 B of KV per prompt token" in html
+    assert "crossover: never on any link: 114,688 B of KV per uncached prompt token" in html
     assert "stacks/Pulumi.disagg-same-node.yaml as it is now" in html
     png = out.with_name("r-crossover-disagg-same-node.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
@@ -551,3 +551,20 @@ def test_report_with_an_slo_judges_each_point_and_draws_goodput(
     assert "<h2>Against the SLO: B / A</h2>" in html and "<td>met / met</td>" in html
     bad = CliRunner().invoke(app, [*args[:-1], "ttft_p99=60000"])
     assert bad.exit_code == 2 and "did you mean ttft_p99_ms?" in bad.output
+
+
+def test_report_without_out_writes_beside_its_results_not_the_working_folder(
+    folders: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As typed: `testbed report A B` from the project folder left report.html in it."""
+    a, b = (tmp_path / "sim" / "a", tmp_path / "sim" / "b")
+    for source, target in zip(folders, (a, b), strict=True):
+        shutil.copytree(source, target)
+    monkeypatch.chdir(tmp_path)
+    pair = CliRunner().invoke(app, ["report", str(a), str(b)])
+    assert pair.exit_code == 0, pair.output
+    assert (tmp_path / "sim" / "report-a-vs-b.html").is_file()
+    one = CliRunner().invoke(app, ["report", str(b)])  # held out: one folder
+    assert one.exit_code == 0, one.output
+    assert (b / "report.html").is_file()
+    assert not (tmp_path / "report.html").exists()

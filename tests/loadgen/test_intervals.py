@@ -23,11 +23,13 @@ from loadgen.intervals import (
     LOWER,
     MOST_REPETITIONS,
     NO_DIFFERENCE,
+    UPPER_BOUNDS,
     PointComparison,
     ab_comparisons,
     compare_runs,
     point_interval,
     repetitions_needed,
+    verdict_mark,
 )
 from loadgen.report import seed_table, table_text, verdict_caption, verdict_rows
 from loadgen.request import RequestRecord
@@ -241,3 +243,41 @@ def test_seed_table_shows_each_interval_under_its_value() -> None:
     )  # fmt: skip
     assert one.intervals["ttft_p50_ms"].low is None
     assert "second lines" not in table_text(seed_table([one]))
+
+
+def test_a_cached_ratio_interval_stays_at_most_1_as_typed() -> None:
+    """The user's three runs: on the log scale the interval reached 1.42; a share is taken on
+    the logit scale, so it stays inside (0, 1)."""
+    runs = [0.62, 0.83, 0.97]
+    log_high = math.exp(
+        statistics.fmean(map(math.log, runs))
+        + 4.303 * statistics.stdev(map(math.log, runs)) / math.sqrt(3)
+    )
+    assert log_high > 1.2  # what the log scale gave
+    low, high = point_interval(runs, upper=UPPER_BOUNDS["cached_ratio"]) or (-1, -1)
+    assert 0 < low < min(runs) and max(runs) < high < 1
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [
+        [0.5, 0.99, 0.999],  # held out: near the bound
+        [1.0, 0.9, 0.95],  # a run at the bound: the values' own scale, clipped
+        [0.0, 0.4, 0.9],  # a run at 0
+        [0.01, 0.02, 0.5, 0.97],
+    ],
+)
+def test_a_share_interval_respects_its_bounds(runs: list[float]) -> None:
+    low, high = point_interval(runs, upper=1.0) or (-1, -1)
+    assert 0 <= low <= statistics.median(runs) <= high <= 1
+
+
+def test_a_verdict_needs_a_spread_to_rest_on() -> None:
+    """Every run the same on each side: a zero-width interval, and no verdict on it."""
+    firm = compare_runs("ttft_p50_ms", [40.0, 40.0, 40.0], [50.0, 50.0, 50.0])
+    assert firm.verdict is None and verdict_mark(firm) == ""
+    assert firm.note is not None and "no run-to-run spread" in firm.note
+    # held out: a cached ratio of identical runs, and one side with a spread (then Welch's t)
+    assert compare_runs("cached_ratio", [0.8, 0.8], [0.9, 0.9]).verdict is None
+    spread = compare_runs("ttft_p50_ms", [40.0, 40.0, 40.0], [50.0, 52.0, 51.0])
+    assert spread.verdict == HIGHER and spread.ratio_ci is not None

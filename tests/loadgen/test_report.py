@@ -6,16 +6,20 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.config import LoadConfig
 from loadgen.incidents import Incident
 from loadgen.report import (
     PIPED_WIDTH,
+    comparison_rows,
     comparison_table,
     load_points,
+    seed_rows,
     seed_table,
     table_console,
     table_text,
 )
 from loadgen.results import PointSummary
+from simulator.simulate import grid_length_s
 
 # The seed's "Results: same node" table (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms,
 # req/s): aggregated KV routing as A, disaggregated as B.
@@ -127,3 +131,32 @@ def test_grid_points_with_an_incident_are_marked_and_listed() -> None:
     rows = [[cell.strip() for cell in line.split("│")] for line in lines if "│" in line]
     assert [row[:2] for row in rows if "!" in row[1]] == [["24", "4 !"]]
     assert lines[-1].strip() == "! prefill-0 OOMKilled (exit 137) 9.1 s into K=24 c=4"
+
+
+def test_an_open_loop_point_shows_its_rate_not_a_concurrency_as_typed() -> None:
+    """Poisson arrivals at 8/s with at most 32 in flight: the table said "conc 32"; it shows
+    the rate that set the load, and its caption says what a run's length follows."""
+    open_loop = point(2, 32, 40.0, 90.0, 7.9, 0).model_copy(
+        update={"offered_rate_per_s": 8.0, "sent_rate_per_s": 7.95}
+    )
+    text = table_text(seed_table([open_loop], title="poisson"), width=120)
+    row = next(line for line in text.splitlines() if line.strip().startswith("2 "))
+    assert "8/s, <=32" in row
+    assert "a run lasts about its requests / the rate" in " ".join(text.split())
+    # held out: a closed loop keeps its concurrency; an A / B of both loads shows each
+    closed = point(2, 32, 40.0, 90.0, 20.0, 0)
+    assert seed_rows([closed])[0][1] == "32"
+    assert comparison_rows([closed], [open_loop])[0][1] == "32 / 8/s, <=32"
+    assert comparison_rows([open_loop], [open_loop])[0][1] == "8/s, <=32"
+
+
+def test_a_poisson_grid_lasts_at_least_its_requests_over_the_rate() -> None:
+    """The announced length of an open-loop grid: a run of 200 requests arriving at 8/s takes
+    25 s however fast the simulated server was (the run took 4x the announced time when the
+    length came from the closed loop's rate)."""
+    fast = point(2, 32, 1.0, 2.0, 32.0, 0)
+    grid = {"prefix_kinds": [2], "concurrency": [32], "repetitions": 1, "warmup_requests": 0}
+    poisson = LoadConfig(**grid, requests_per_run=200, arrival="poisson", request_rate=8.0)
+    assert grid_length_s([fast], poisson) == pytest.approx(25.0)
+    closed = LoadConfig(**grid, requests_per_run=200)  # held out: the closed loop's own rate
+    assert grid_length_s([fast], closed) == pytest.approx(200 / 32)

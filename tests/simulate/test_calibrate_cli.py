@@ -313,9 +313,9 @@ def test_a_simulated_stack_is_validated_once(
     validated: list[str] = []
     real = stackmodel.stacks.validate_stack
 
-    def counted(stack: str, raw: Any) -> StackPlan:
+    def counted(stack: str, raw: Any, config_map: Any = None) -> StackPlan:
         validated.append(stack)
-        return real(stack, raw)
+        return real(stack, raw, config_map)
 
     monkeypatch.setattr(stackmodel.stacks, "validate_stack", counted)
     result = CliRunner().invoke(app, ["simulate", "kv-routing", "--out", str(tmp_path)])

@@ -269,3 +269,43 @@ def test_the_grid_length_is_each_run_at_its_nearest_simulated_rate() -> None:
     # (200 + 4 warm-ups) x 3 repetitions: at 10/s for kinds 2 and 7 (nearer 2), 5/s for 24.
     assert grid_length_s(points, load) == pytest.approx(204 * 3 * (2 / 10 + 1 / 5))
     assert grid_length_s([], load) is None
+
+
+def test_set_b_simulates_a_one_line_change_beside_the_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As typed: `testbed simulate kv-routing --set-b topology.workers[0].replicas=2` runs the
+    stack as it is beside the changed copy; --set goes to both (one rule with `testbed diff`)."""
+    seen: dict[str, Any] = {}
+
+    def stop(plans: Any, out: Path, **kwargs: Any) -> Any:
+        seen.update(plans=dict(plans), settings=kwargs["settings"])
+        raise simulator.simulate.TimingError("stopped by the test")
+
+    monkeypatch.setattr(simulator.simulate, "simulate_stacks", stop)
+    args = ["simulate", "kv-routing", "--out", str(tmp_path), *TINY]
+    result = CliRunner().invoke(
+        app,
+        [*args, "--set", "load.promptTokens=1000", "--set-b", "topology.workers[0].replicas=2"],
+    )
+    assert "stopped by the test" in result.output
+    plans = seen["plans"]
+    assert list(plans) == ["kv-routing", "kv-routing+set-b"]
+    assert [w.replicas for w in plans["kv-routing"].cfg.topology.workers] == [4, 2]
+    assert [w.replicas for w in plans["kv-routing+set-b"].cfg.topology.workers] == [2, 2]
+    for plan in plans.values():
+        assert plan.cfg.load.prompt_tokens == 1000
+    assert [s.text for s in seen["settings"]["kv-routing+set-b"]] == [
+        "load.promptTokens=1000",
+        "topology.workers[0].replicas=2",
+    ]
+    # Two stacks: --set-b changes the second only.
+    seen.clear()
+    CliRunner().invoke(
+        app,
+        [*args[:2], "disagg-same-node", *args[2:], "--set-b", "topology.workers[0].replicas=1"],
+    )
+    assert [w.replicas for w in seen["plans"]["kv-routing"].cfg.topology.workers] == [4, 2]
+    assert seen["plans"]["disagg-same-node"].cfg.topology.workers[0].replicas == 1
+    same = CliRunner().invoke(app, [*args[:2], "kv-routing", *args[2:]])
+    assert same.exit_code == 2 and "--set-b" in same.output

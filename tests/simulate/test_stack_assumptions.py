@@ -86,3 +86,30 @@ def test_an_extra_copy_of_the_kv_cache_size_the_program_passes_is_refused() -> N
     )
     with pytest.raises(StackConfigError, match=r"topology\.workers\[0\]\.extraArgs"):
         load_stack("kv-routing", settings)
+
+
+@pytest.mark.parametrize(
+    ("stack", "settings", "words"),
+    [
+        (
+            "disagg-cross-node",
+            [],
+            ["Qwen/Qwen3-0.6B", "rtx-4090 (default)", "links.crossNode = 1gbe (", "the default)"],
+        ),
+        # held out: a link the user set, a GPU named, another model
+        (
+            "disagg-cross-node",
+            ["links.crossNode=25gbe", "nodeClasses.gpu-8gb.gpu=a100-40gb"],
+            ["prefill on a100-40gb, ", "links.crossNode = 25gbe (2.88 GB/s)"],
+        ),
+        ("disagg-same-node", [], ["links.sameNode = same-node-tcp ("]),
+        ("kv-routing", [], ["no KV transfer (no prefill workers)"]),
+    ],
+)
+def test_every_simulated_result_names_the_link_gpu_and_model_it_assumed(
+    stack: str, settings: list[str], words: list[str]
+) -> None:
+    """The text every table, summary.json and report of a simulation carries."""
+    text, _ = provenance(load_stack(stack, parse_settings(settings)))
+    for word in words:
+        assert word in text, text

@@ -103,7 +103,8 @@ def test_diff_reads_as_a_summary_then_components(
     output = invoke("diff", "kv-routing", "disagg-same-node").output
     lines = output.splitlines()
     assert lines[0] == (
-        "kv-routing -> disagg-same-node: components 2 added, 2 removed; workers 6 -> 4, gpus 2 -> 1"
+        "kv-routing -> disagg-same-node: components 2 added, 2 removed; workers 6 -> 4, "
+        "gpus 2 -> 1, config baselineStack and 19 keys the objects below show"
     )
     assert lines[1].startswith("  13 field(s) differ only by the stack's name")
     assert [line for line in lines[2:] if line[:2] in ("- ", "+ ")] == [
@@ -135,6 +136,23 @@ def test_unknown_stack_exits_2_and_lists_known_stacks() -> None:
     known = " ".join(result.output.split()).split("known stacks: ")[1].split(", ")
     shipped = ["disagg-cross-node", "disagg-same-node", "kv-routing", "platform", "vllm-service"]
     assert set(shipped) <= set(known)  # and any stack file of your own
+    assert "did you mean kv-routing?" in result.output
+    assert "/work" not in result.output and "stacks/Pulumi.kv-routng.yaml" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "close"),
+    [
+        (["render", "disagg-cros-node"], "disagg-cross-node"),
+        (["simulate", "kv-routing", "disagg-same-nod"], "disagg-same-node"),
+        (["init-stack", "lab", "--from", "vllm-servce"], "vllm-service"),
+        (["load-role", "kvrouting"], "kv-routing"),
+    ],
+)
+def test_a_misspelt_stack_name_gets_a_did_you_mean(args: list[str], close: str) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert f"did you mean {close}?" in " ".join(result.output.split())
 
 
 def test_render_to_a_file_is_one_error_line(tmp_path: Path) -> None:
@@ -229,3 +247,14 @@ def test_render_platform_writes_the_release_and_its_outputs(tmp_path: Path) -> N
     ]
     assert "dynamo-platform chart 1.6.2, release dynamo-platform in dynamo-system" in output
     assert json.loads((tmp_path / "outputs.json").read_text())["operatorScope"] == "cluster"
+
+
+def test_render_writes_each_stack_into_its_own_folder_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As typed: two renders without --out left only the second stack in out/render."""
+    monkeypatch.setattr("stackmodel.stacks.REPO", tmp_path)
+    invoke("render", "kv-routing")
+    invoke("render", "disagg-cross-node")
+    kept = {p.parent.name for p in (tmp_path / "out" / "render").glob("*/outputs.json")}
+    assert kept == {"kv-routing", "disagg-cross-node"}

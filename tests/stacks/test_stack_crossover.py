@@ -11,6 +11,7 @@ import pytest
 from test_stack_tensor_parallel import tp_stack
 from typer.testing import CliRunner
 
+from configkeys.key_paths import parse_settings
 from kvpath.profile import LINK_PROFILES
 from stackmodel.crossover import SWEEP_LINKS, crossover
 from stackmodel.stacks import load_stack
@@ -34,12 +35,16 @@ def test_the_seed_never_pays_on_any_link_through_host_memory() -> None:
 
 def test_with_gpu_buffers_it_pays_above_kv_bytes_times_the_prefill_rate() -> None:
     result = crossover(load_stack("kv-routing"))  # aggregated: no host buffers
-    rate = 2_371 / result.stack_point.gain_s
+    # the prefill saved is the uncached tokens': the load's shared prefix is in the cache
+    uncached = 2_371 - round(2_371 * result.cached_share)
+    assert 0 < uncached < 2_371
+    rate = uncached / result.stack_point.gain_s
     even = result.break_even_bytes_per_s
-    assert even is not None and even == pytest.approx(114_688 * rate)
+    assert even is not None and even == pytest.approx(114_688 * rate, rel=1e-3)
     assert even == pytest.approx(13.9e9, rel=0.01)
     for p in result.points:  # the same rate decides at every prompt length
-        assert p.pays == (p.link_bytes_per_s > even), p
+        carries = not p.saturated
+        assert p.pays == (p.link_bytes_per_s > even and carries), p
     assert {p.link for p in result.points if p.pays} == {"rdma"}
     assert len(result.points) == len(SWEEP_LINKS) * 6  # 256 .. 8,192: maxModelLen 8192
 
@@ -48,7 +53,8 @@ def test_a_70b_model_on_four_h100_pays_from_100_gbe(raw_config: Callable[[str], 
     result = crossover(validate_stack("tp", tp_stack(raw_config("disagg-same-node"))))
     assert result.host_buffered is False
     even = result.break_even_bytes_per_s
-    assert even == pytest.approx(327_680 * 2_371 / result.stack_point.gain_s)
+    uncached = 2_371 - round(2_371 * result.cached_share)
+    assert even == pytest.approx(327_680 * uncached / result.stack_point.gain_s, rel=1e-3)
     assert even is not None and 2.9e9 < even < LINK_PROFILES["100gbe"].bytes_per_s
     assert {p.link for p in result.points if p.pays} == {"100gbe", "rdma"}
 
@@ -97,3 +103,73 @@ def test_render_of_the_platform_stack_says_it_has_no_crossover(tmp_path: Path) -
     assert result.exit_code == 0, result.output
     assert "warning: --crossover: a platform stack runs no workers" in result.output
     assert not (tmp_path / "crossover.png").exists()
+
+
+A100_PAIR = [
+    # the user's two A100 nodes, one GPU each, Qwen3-8B, KV over 25 GbE in GPU memory
+    "model.name=Qwen/Qwen3-8B",
+    *(
+        f"nodeClasses.{c}.{k}"
+        for c in ("gpu-8gb", "gpu-24gb")
+        for k in ("gpu=a100-40gb", "gpuMemoryGiB=40", "timeSlicing=null", "gpusPerNode=2")
+    ),
+    "links.crossNode=25gbe",
+    *(
+        f"topology.workers[{i}].{k}"
+        for i in (0, 1)
+        for k in (
+            "kvTransfer.bufferDevice=cuda",
+            "env.UCX_TLS=tcp,self,cuda_copy",
+            "memoryLimit=40Gi",
+            "gpuMemoryUtilization=0.9",
+        )
+    ),
+    "topology.workers[0].replicas=2",
+    # 3,000-token prompts, 2,000 of them a prefix shared by the grid's requests
+    "load.promptTokens=3000",
+    "load.prefixShare=0.6667",
+    "load.concurrency=[32]",
+]
+
+
+def verdict_of(*extra: str) -> Any:
+    return load_stack("disagg-cross-node", parse_settings([*A100_PAIR, *extra]))
+
+
+def test_the_verdict_counts_prefix_hits_and_a_saturated_link_as_typed() -> None:
+    """render said "disaggregation can pay on 25gbe" while the simulation showed it losing:
+    2,000 of 3,000 tokens are prefix-cache hits (no prefill saved, nothing moved), and two
+    busy prefill workers produce more KV than 25 GbE carries."""
+    plan = verdict_of()
+    verdict = plan.sizing.report.disaggregation
+    assert verdict.cached_tokens == 2_000  # the prefix: 125 whole 16-token blocks
+    assert "1,000 of 3,000 prompt tokens outside the prefix cache" in verdict.summary
+    assert verdict.concurrent_transfers == 2
+    assert verdict.needed_bytes_per_s > verdict.link_capacity_bytes_per_s == 25e9 / 8 * 0.92
+    assert not verdict.disaggregation_pays
+    assert "can pay" not in verdict.summary
+    assert "more than the link carries (2.88 GB/s), so transfers queue" in verdict.summary
+    result = crossover(plan)
+    assert not result.stack_point.pays and result.stack_point.saturated
+    assert "of KV its busy prefill workers produce" in result.summary()
+    assert "67% of each prompt in the prefix cache" in result.summary()
+
+
+@pytest.mark.parametrize(
+    ("extra", "pays", "words"),
+    [
+        # one prefill worker: 25 GbE carries its KV, and the uncached prefill outweighs it
+        (["topology.workers[0].replicas=1"], True, "1,000 of 3,000 prompt tokens"),
+        # no shared prefix: every token is prefilled and moved
+        (["load.prefixShare=0", "topology.workers[0].replicas=1"], True, "(3,000 tokens at"),
+        # 100 GbE carries both prefill workers' KV
+        (["links.crossNode=100gbe"], True, "can pay"),
+        # the grid's many prefixes do not all fit the prefill workers' caches: fewer hits
+        (["load.prefixKinds=[100000]", "topology.workers[0].replicas=1"], True, "3,000 prompt"),
+    ],
+)
+def test_held_out_loads_and_links(extra: list[str], pays: bool, words: str) -> None:
+    verdict = verdict_of(*extra).sizing.report.disaggregation
+    assert verdict.disaggregation_pays is pays, verdict.summary
+    assert words in verdict.summary
+    assert verdict.needed_bytes_per_s <= verdict.link_capacity_bytes_per_s

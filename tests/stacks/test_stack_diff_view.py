@@ -77,20 +77,40 @@ def test_a_set_that_adds_a_misspelt_node_class_names_the_set_and_the_close_name(
     )
 
 
-def test_diff_of_one_stack_with_a_set_previews_that_change() -> None:
-    # The README's review: what would `--set ...` change on kv-routing?
-    args = ["diff", "kv-routing", "--set", "topology.workers[0].replicas=2"]
+def test_diff_of_one_stack_with_a_set_b_previews_that_change() -> None:
+    # The README's review: what would `--set-b ...` change on kv-routing?
+    args = ["diff", "kv-routing", "--set-b", "topology.workers[0].replicas=2"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
+    assert "--set-b applies to B (kv-routing) only" in lines
     assert (
-        "--set applies to B (kv-routing) only; A (kv-routing) is as its stack file has it" in lines
+        "kv-routing -> kv-routing: components 1 changed; workers 6 -> 4, config 1 key the objects "
+        "below show" in lines
     )
-    assert "kv-routing -> kv-routing: components 1 changed; workers 6 -> 4" in lines
     assert "    ~ replicas: 4 -> 2" in lines
-    # Named twice, the same: --set still changes B alone.
+    # Named twice, the same: --set-b still changes B alone.
     again = CliRunner().invoke(app, ["diff", "kv-routing", "kv-routing", *args[2:]])
     assert "    ~ replicas: 4 -> 2" in again.output.splitlines()
+
+
+def test_set_changes_both_stacks_of_a_diff_and_set_b_the_second() -> None:
+    """One rule in every command of two stacks: --set for A and B alike, --set-b for B."""
+    both = ["--set", "topology.workers[0].replicas=2"]
+    alone = CliRunner().invoke(app, ["diff", "kv-routing", *both])
+    assert alone.exit_code == 2
+    assert "testbed diff kv-routing --set-b topology.workers[0].replicas=2" in alone.output
+    pair = CliRunner().invoke(app, ["diff", "kv-routing", "kv-routing", *both])
+    assert "components unchanged" in pair.output or "0 field changes" in pair.output
+    mixed = CliRunner().invoke(
+        app,
+        ["diff", "kv-routing", *both, "--set-b", "topology.workers[1].replicas=1"],
+    )
+    assert mixed.exit_code == 0, mixed.output
+    lines = mixed.output.splitlines()
+    assert "--set-b applies to B (kv-routing) only; --set to A (kv-routing) and B alike" in lines
+    assert "    ~ replicas: 2 -> 1" in lines
+    assert "    ~ replicas: 4 -> 2" not in lines
 
 
 def test_diff_shows_the_model_change_and_what_added_components_transfer_kv_with() -> None:
@@ -109,3 +129,54 @@ def test_diff_shows_the_model_change_and_what_added_components_transfer_kv_with(
     assert "model" not in lines[0]  # the same model: not in the summary
     kv_config = '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cpu"}'
     assert f"    + arg --kv-transfer-config: {kv_config}" in lines
+
+
+def diff_output(*args: str) -> list[str]:
+    result = CliRunner().invoke(app, ["diff", *args])
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()
+
+
+def test_a_link_and_a_time_slicing_change_appear_in_the_summary_as_typed() -> None:
+    """The colleague's change: a faster cross-node link and 3 workers per 8 GB GPU. Neither
+    reaches a rendered object, both are in the summary, each with what it does."""
+    lines = diff_output(
+        "disagg-cross-node",
+        "--set-b",
+        "links.crossNode=25gbe",
+        "--set-b",
+        "nodeClasses.gpu-8gb.timeSlicing.replicasPerGpu=3",
+    )
+    summary = next(line for line in lines if line.startswith("disagg-cross-node -> "))
+    assert "components unchanged" in summary
+    assert "config links.crossNode, nodeClasses.gpu-8gb.timeSlicing.replicasPerGpu" in summary
+    assert "~ links.crossNode: 1gbe -> 25gbe" in lines
+    assert "~ nodeClasses.gpu-8gb.timeSlicing.replicasPerGpu: 2 -> 3" in lines
+    plugin = lines[lines.index("~ nodeClasses.gpu-8gb.timeSlicing.replicasPerGpu: 2 -> 3") + 1]
+    assert "NVIDIA device plugin" in plugin and "apply it to the cluster first" in plugin
+    verdict = next(line for line in lines if line.startswith("~ sizing, verdict: "))
+    assert "on 1gbe (0.115 GB/s)" in verdict and "-> on 25gbe (2.88 GB/s)" in verdict
+
+
+@pytest.mark.parametrize(
+    ("stack", "item", "key", "words"),
+    [
+        (
+            "kv-routing",
+            "sizing.activationOverheadGiB=1.5",
+            "sizing.activationOverheadGiB",
+            "~ sizing, KV capacity of worker-24gb: ",
+        ),
+        ("disagg-same-node", "links.sameNode=10gbe", "links.sameNode", "~ sizing, verdict: "),
+        ("kv-routing", "load.concurrency=[16]", "load.concurrency", "load step's grid"),
+        ("kv-routing", "nodeClasses.gpu-24gb.gpu=l40s", "nodeClasses.gpu-24gb.gpu", "sizing"),
+        ("kv-routing", "topology.workers[0].replicas=3", "", "1 key the objects below show"),
+    ],
+)
+def test_every_config_change_is_in_the_summary(stack: str, item: str, key: str, words: str) -> None:
+    lines = diff_output(stack, "--set-b", item)
+    summary = next(line for line in lines if line.startswith(f"{stack} -> "))
+    assert "config " in summary
+    if key:
+        assert key in summary and any(line.startswith(f"~ {key}: ") for line in lines)
+    assert any(words in line for line in lines), lines

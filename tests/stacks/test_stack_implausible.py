@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from configkeys.key_paths import parse_settings
-from stackmodel.config import namespace_warnings
+from stackmodel.config import namespace_problems
 from stackmodel.errors import StackConfigError
 from stackmodel.plan import StackPlan
 from stackmodel.stack_warnings import overlap_warnings
@@ -137,24 +137,52 @@ def test_a_geometry_beside_the_catalogs_says_it_wins() -> None:
     assert "model.geometry wins" in warning
 
 
-def test_a_misspelt_config_namespace_is_warned_where_the_stack_is_rendered(tmp_path: Path) -> None:
-    # The user's stack file, `dynamo-tesbed:links:` for their 10 GbE link.
+def project_with(tmp_path: Path, head: str) -> Path:
+    """A project folder whose kv-routing stack file starts its config with ``head``."""
     shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     (tmp_path / "stacks").mkdir()
     for name in ("platform", "kv-routing"):
         shutil.copy(REPO / "stacks" / f"Pulumi.{name}.yaml", tmp_path / "stacks")
     stack_file = tmp_path / "stacks" / "Pulumi.kv-routing.yaml"
-    stack_file.write_text(
-        stack_file.read_text().replace(
-            "config:\n", "config:\n  dynamo-tesbed:links:\n    crossNode: 10gbe\n", 1
-        )
-    )
-    rendered = render_stack("kv-routing", tmp_path)
-    (warning,) = [w for w in rendered.outputs["warnings"] if "dynamo-tesbed" in w]
-    assert "config key 'dynamo-tesbed:links'" in warning
-    assert "did you mean dynamo-testbed:links?" in warning
+    stack_file.write_text(stack_file.read_text().replace("config:\n", f"config:\n{head}", 1))
+    return tmp_path
+
+
+def test_a_misspelt_config_namespace_is_refused_where_the_stack_is_rendered(
+    tmp_path: Path,
+) -> None:
+    # The user's stack file, `dynamo-tesbed:links:` for their 10 GbE link.
+    project = project_with(tmp_path, "  dynamo-tesbed:links:\n    crossNode: 10gbe\n")
+    with pytest.raises(StackConfigError) as info:
+        render_stack("kv-routing", project)
+    text = str(info.value)
+    assert "dynamo-tesbed:links = " in text and "dynamo-testbed:dynamo-tesbed" not in text
+    assert "did you mean dynamo-testbed:links?" in text
+    assert "dynamo-testbed:otherNamespaces: [dynamo-tesbed]" in text
+    with pytest.raises(StackConfigError, match="did you mean dynamo-testbed:links"):
+        load_stack("kv-routing", project_dir=project)
     # The providers' namespaces are no slip.
-    assert namespace_warnings({"kubernetes:context": "kind", "pulumi:tags": "{}"}) == []
+    assert namespace_problems({"kubernetes:context": "kind", "pulumi:tags": "{}"}) == []
+
+
+@pytest.mark.parametrize(
+    ("head", "allowed"),
+    [
+        ("  aws:region: eu-west-1\n", False),  # held out: another program's key
+        ("  dynamo-testbed:otherNamespaces: [aws]\n  aws:region: eu-west-1\n", True),
+        ("  dynamotestbed:load:\n    concurrency: [8]\n", False),
+        ("  Dynamo-Testbed:model:\n    maxModelLen: 4096\n", False),
+    ],
+)
+def test_a_key_outside_every_known_namespace_is_an_error_unless_opted_out(
+    tmp_path: Path, head: str, allowed: bool
+) -> None:
+    project = project_with(tmp_path, head)
+    if allowed:
+        assert load_stack("kv-routing", project_dir=project).cfg.other_namespaces == ("aws",)
+        return
+    with pytest.raises(StackConfigError, match="otherNamespaces"):
+        load_stack("kv-routing", project_dir=project)
 
 
 def test_each_gpu_fit_fix_is_one_the_program_accepts() -> None:

@@ -58,7 +58,7 @@ def test_init_stack_copies_a_stack_under_the_new_name(tmp_path: Path) -> None:
     ("name", "source", "says"),
     [
         ("Lab_A100", "kv-routing", "NAME 'Lab_A100': use lower-case letters"),
-        ("new-lab", "kv-routng", "--from kv-routng: no such stack; known stacks: disagg-cros"),
+        ("new-lab", "kv-routng", "--from kv-routng: no such stack; did you mean kv-routing? known"),
         ("kv-routing", "kv-routing", "Pulumi.kv-routing.yaml exists: choose another NAME"),
         ("new-lab", "platform", "has no `name: platform` line"),
     ],

@@ -131,11 +131,14 @@ def test_a_kv_cache_that_cannot_hold_one_max_length_request_fails(
     # worker-8gb: 1,599,628,902 B // (114,688 B x 16) = 871 blocks, one held back: 870 x 16.
     assert "max model length, 40,960 tokens" in problem.message
     assert "'worker-24gb' 29,648, 'worker-8gb' 13,920" in problem.message
-    assert "Set model.maxModelLen to at most 13920," in problem.message  # a value it takes
+    assert "Set model.maxModelLen to at most 13920 (" in problem.message  # a value it takes
+    # worker-8gb's 2 replicas share its GPU: 2 x 0.82 would overcommit it, so it is not offered
+    assert "to 0.82 would overcommit its GPU" in problem.message
+    assert problem.fixes == (("model.maxModelLen=13920",),)
     raw["model"]["maxModelLen"] = 13_920
     validate_stack("kv-routing", raw)
-    # The other fix it names: the share that holds 40,960 tokens, if the GPU has room.
-    share = re.search(r"raise gpuMemoryUtilization of 'worker-8gb' to ([\d.]+)", problem.message)
+    # The share it names as not enough on its own: it holds 40,960 tokens, the GPU fails.
+    share = re.search(r"raising gpuMemoryUtilization of 'worker-8gb' to ([\d.]+)", problem.message)
     assert share is not None
     del raw["model"]["maxModelLen"]
     raw["topology"]["workers"][1]["gpuMemoryUtilization"] = float(share[1])

@@ -18,7 +18,7 @@ from configkeys.key_paths import parse_settings
 from simulator.hardware import run_topology
 from simulator.provenance import provenance
 from simulator.stack_values import stack_values
-from stackmodel.config import namespace_warnings
+from stackmodel.config import namespace_problems
 from stackmodel.crossover import crossover
 from stackmodel.engine_args import parse_engine_args
 from stackmodel.errors import StackConfigError
@@ -201,5 +201,5 @@ def test_warnings_name_their_key_and_value() -> None:
     )
     (floor,) = [w for w in stack_warnings(unsafe, with_hf_token=False) if "OOMKilled" in w.message]
     assert (floor.key, floor.value) == ("topology.workers[0].memoryLimit", "3584Mi")
-    (spelt,) = namespace_warnings({"dynamo-tesbed:links": '{"crossNode": "10gbe"}'})
+    (spelt,) = namespace_problems({"dynamo-tesbed:links": '{"crossNode": "10gbe"}'})
     assert (spelt.key, spelt.value) == ("dynamo-tesbed:links", '{"crossNode": "10gbe"}')

@@ -230,8 +230,8 @@ def test_the_simulation_gives_each_worker_its_gpus_and_all_reduces(tp_raw: Raw) 
             "topology.workers[1].replicas",
             "need 12 nvidia.com/gpu (tensorParallelSize per replica) but the class offers 8 "
             "(nodes 1 x gpusPerNode 8 x time-slicing replicas 1), and each pod's GPUs must be "
-            "on one node; add nodes, or lower replicas or tensorParallelSize (a worker of "
-            "several GPUs cannot use timeSlicing)",
+            "on one node; checked by applying it: set topology.workers[1].replicas=1; "
+            "or set nodeClasses.h100.nodes=2",
             lambda raw: raw["topology"]["workers"][1].update(replicas=1),
         ),
     ],
@@ -330,3 +330,23 @@ def test_a_same_node_gpu_buffer_path_is_not_left_at_host_tcp(tp_raw: Raw) -> Non
     tp_raw["topology"]["workers"][0]["env"]["UCX_TLS"] = "tcp,self,cuda_copy"  # no cuda_ipc
     tp_raw["links"]["sameNode"] = "same-node-tcp"
     assert same_node_link_warnings(validate_stack("tp", tp_raw)) == []
+
+
+@pytest.mark.parametrize("tp", [4, 2])
+def test_a_tensor_parallel_worker_without_shared_memory_set_gets_what_it_needs(
+    raw_config: Callable[[str], Raw], tp: int
+) -> None:
+    """As typed: tensorParallelSize and no sharedMemorySize. The default fits the worker (2Gi)
+    instead of the single-GPU 256Mi a check would refuse; held out: other sizes, a size the
+    user set (kept, and refused), and a single-GPU worker (256Mi)."""
+    raw = tp_stack(raw_config("disagg-same-node"), tp=tp)
+    for w in raw["topology"]["workers"]:
+        del w["sharedMemorySize"]
+    plan = validate_stack("tp", raw)
+    assert {w.shared_memory_size for w in plan.cfg.topology.workers} == {"2Gi"}
+    component = next(c for c in build_topology(plan).components if c.name == "prefill")
+    assert component.shared_memory_size == "2Gi"
+    raw["topology"]["workers"][0]["sharedMemorySize"] = "256Mi"
+    assert "topology.workers[0].sharedMemorySize" in problems("tp", raw)
+    single = validate_stack("kv-routing", raw_config("kv-routing"))
+    assert {w.shared_memory_size for w in single.cfg.topology.workers} == {"256Mi"}
