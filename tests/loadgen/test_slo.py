@@ -202,6 +202,16 @@ def test_points_judged_from_their_records_compare_goodput_a_b() -> None:
     (worse,) = judge_points([point], fewer, slo)
     by_metric = {c.metric: c for c in ab_comparisons([judged], [worse])}
     assert by_metric["goodput_requests_per_s"].ratio == pytest.approx(2 / 4)
+    # Identical runs on both sides: an interval of no width, no verdict to rest on it.
+    assert by_metric["goodput_requests_per_s"].verdict is None
+    assert "no width" in (by_metric["goodput_requests_per_s"].note or "")
+    # In one run of B a met request ends 20 ms later: that run's span is longer, so B's runs
+    # have a spread, all of it well below A.
+    late = record(6, 920, 100, [10, 30])
+    spread = {k: [*v[:4], late, *v[7:]] if k[2] == 2 else fewer[k] for k, v in records.items()}
+    (varied,) = judge_points([point], spread, slo)
+    by_metric = {c.metric: c for c in ab_comparisons([judged], [varied])}
+    assert by_metric["goodput_requests_per_s"].ratio == pytest.approx(2 / 4)  # the median run
     assert by_metric["goodput_requests_per_s"].verdict == "lower"
     loose = parse_slo("ttft_p99_ms=1000")
     (met,) = judge_points([point], records, loose)
