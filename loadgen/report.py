@@ -39,11 +39,18 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _bound(p: PointSummary, metric: str) -> str:
+    """A cell's value, prefixed with ">=" when it is a lower bound (it rests on requests the
+    client cut at its timeout: `PointSummary.lower_bounds`)."""
+    text = _ms(getattr(p, metric))
+    return f">={text}" if metric in p.lower_bounds else text
+
+
 _KEY_HEADERS = ("prefix\nkinds", "conc")  # the grid point: prefix kinds, concurrency
 # The seed's columns (its results table) plus the cached-token ratio and errors.
 _COLUMNS: tuple[tuple[str, _Cell], ...] = (
-    ("TTFT p50\nms", lambda p: _ms(p.ttft_p50_ms)),
-    ("TTFT p99\nms", lambda p: _ms(p.ttft_p99_ms)),
+    ("TTFT p50\nms", lambda p: _bound(p, "ttft_p50_ms")),
+    ("TTFT p99\nms", lambda p: _bound(p, "ttft_p99_ms")),
     ("req/s", lambda p: f"{p.requests_per_s:.1f}"),
     ("cached\nratio", lambda p: _ratio(p.cached_ratio)),
     ("errors", lambda p: str(p.errors)),
@@ -55,6 +62,10 @@ _DELIVERY_COLUMNS: tuple[tuple[str, _Cell], ...] = (
     ("sent\nreq/s", lambda p: _rate(p.sent_rate_per_s)),
     ("queue\np99 ms", lambda p: _ms(p.queue_p99_ms)),
 )
+
+
+# Shown when a grid point had requests cut by the client's timeout (censored): how many.
+_CENSORED_COLUMNS: tuple[tuple[str, _Cell], ...] = (("cut at\ntimeout", lambda p: str(p.censored)),)
 
 
 def _rate(value: float | None) -> str:
@@ -119,7 +130,9 @@ def seed_table(
 ) -> Table:
     """A table with one row per grid point (ordered by concurrency, then prefix kinds): prefix
     kinds, concurrency ("conc"), TTFT p50 and p99 (ms), requests/s, cached-token ratio, errors
-    (failed requests, summed over repetitions). When any point did not get the load it asked
+    (failed requests, summed over repetitions); a TTFT that is a lower bound (it rests on
+    requests cut by the client's timeout) reads ">=value", and when any point had such
+    requests a "cut at timeout" column counts them. When any point did not get the load it asked
     for (an open loop that sent < 90% of its offered rate, or a client queue p99 large next to
     TTFT), three columns follow: offered req/s ("-" for the closed loop), sent req/s and the
     client queue p99 (ms).
@@ -145,9 +158,12 @@ def seed_table(
 
 
 def _seed_columns(points: Sequence[PointSummary]) -> tuple[tuple[str, _Cell], ...]:
+    columns = _COLUMNS
+    if any(p.censored for p in points):
+        columns = (*columns, *_CENSORED_COLUMNS)
     if any(_undelivered(p) for p in points):
-        return (*_COLUMNS, *_DELIVERY_COLUMNS)
-    return _COLUMNS
+        columns = (*columns, *_DELIVERY_COLUMNS)
+    return columns
 
 
 def table_headers(points: Sequence[PointSummary] = ()) -> list[str]:

@@ -86,6 +86,16 @@ class ServerRunMetrics(BaseModel):
     prefix_cache_queries: int | None = Field(
         default=None, description="Prefix-cache lookups in tokens (vllm:prefix_cache_queries)."
     )
+    in_flight_before: int | None = Field(
+        default=None,
+        description="Requests the server had running or waiting (its gauges) right before the "
+        "run's warm-up: work left over from earlier runs; None: it exports no such gauge.",
+    )
+    in_flight_after: int | None = Field(
+        default=None,
+        description="The same right after the run's last request ended: requests the client "
+        "had given up on that the server was still running.",
+    )
 
     @property
     def router_cached_ratio(self) -> float | None:
@@ -187,7 +197,32 @@ class RunSummary(BaseModel):
     offered_rate_per_s: float | None = None
     sent_rate_per_s: float | None = None
     max_in_flight: int | None = None
+    censored: int = Field(
+        default=0,
+        description="Requests cut by the client's deadline or read timeout after they were "
+        "sent: in the TTFT and E2E percentiles at the time they were cut (a lower bound); "
+        "abandoned by the client, perhaps still running on the server.",
+    )
+    lower_bounds: list[str] = Field(
+        default_factory=list,
+        description="Figures of this run that rest on censored requests and are lower bounds "
+        "(the truth is at least the value), e.g. ['ttft_p99_ms'].",
+    )
+    remeasured: int = Field(
+        default=0,
+        description="Attempts of this run lost to an outage (every request failed) and "
+        "measured again once the server served again.",
+    )
+    retry_after_waits: int = Field(
+        default=0,
+        description="Requests answered 429 / 503 with a Retry-After the closed loop honoured.",
+    )
     prompt_tokens_mean: float | None
+    prompt_tokens_planned: int | None = Field(
+        default=None,
+        description="The prompt length every request was built to (tokens); the server's "
+        "count is prompt_tokens_mean.",
+    )
     cached_ratio: float | None
     cached_reported: int
     cached_missing: int = Field(
@@ -259,7 +294,9 @@ class MetricInterval(BaseModel):
 
 class PointSummary(BaseModel):
     """One grid point: the median over its repetitions of each run metric (as in the seed);
-    `errors`, `samples` and the `cached_*` counts are sums over the repetitions.
+    `errors`, `samples`, `censored`, `remeasured` and the `cached_*` counts are sums over the
+    repetitions; `lower_bounds`: the figures some run's value of which is a lower bound (the
+    median may rest on it).
     `intervals`: per metric of `loadgen.intervals.INTERVAL_METRICS`, the runs' values and a
     confidence interval at `confidence` (docs/metrics.md, "Intervals and verdicts"); empty in
     summaries written before they were kept."""
@@ -286,6 +323,9 @@ class PointSummary(BaseModel):
     cached_not_prefix_hits: int = 0
     errors: int
     samples: int
+    censored: int = 0
+    lower_bounds: list[str] = Field(default_factory=list)
+    remeasured: int = 0
     confidence: float | None = None
     intervals: dict[str, MetricInterval] = Field(default_factory=dict)
 
