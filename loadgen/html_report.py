@@ -31,6 +31,7 @@ from loadgen.intervals import ab_comparisons
 from loadgen.report import (
     VERDICT_HEADERS,
     comparison_rows,
+    prompt_sizes,
     seed_rows,
     table_headers,
     verdict_caption,
@@ -209,7 +210,7 @@ def _facts(result: LoadedResults) -> list[tuple[str, str]]:
         facts += [
             ("server", f"{grid.model} at {grid.url}"),
             ("ran", ran),
-            ("prompt sizes", grid.token_count_source),
+            ("prompt sizes", prompt_sizes(grid)),
             ("load settings", _settings(result)),
         ]
     if result.status:

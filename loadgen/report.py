@@ -19,7 +19,7 @@ from rich.table import Table
 from loadgen.config import error_message
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe
 from loadgen.intervals import INTERVAL_METRICS, MOST_REPETITIONS, TOO_MANY, PointComparison
-from loadgen.results import PointSummary, RunSummary
+from loadgen.results import GridResult, PointSummary, RunSummary
 from loadgen.stats import queue_large, short_of_offered
 
 SUMMARY_FILE = "summary.json"
@@ -101,6 +101,20 @@ def interval_caption(points: Sequence[PointSummary], simulated: bool = False) ->
     level = "/".join(f"{c:.0%}" for c in sorted(c for c in levels if c is not None))
     where = "; SIMULATED: spread from the routing runs only" if simulated else ""
     return f"second lines: {level} interval over the repetitions (t on the runs' logs){where}"
+
+
+def prompt_sizes(result: GridResult) -> str:
+    """How prompts were sized (`GridResult.token_count_source`) and what the server counted:
+    the mean of the runs' `prompt_tokens_mean` (usage.prompt_tokens) beside the planned length,
+    so a prompt length is read from what the server processed, not from the plan."""
+    counted = [r.prompt_tokens_mean for r in result.runs if r.prompt_tokens_mean is not None]
+    if not counted:
+        return result.token_count_source
+    mean = sum(counted) / len(counted)
+    return (
+        f"{result.token_count_source}; the server counted {mean:,.0f} prompt tokens per "
+        f"request ({result.config.prompt_tokens:,} planned)"
+    )
 
 
 def _undelivered(p: PointSummary) -> bool:

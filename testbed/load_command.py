@@ -180,14 +180,14 @@ def check_reachable(url: str, timeout_s: float) -> None:
 def _print_result(result: GridResult, out: Path, title: str) -> None:
     from rich.markup import escape
 
-    from loadgen.report import client_server_table, seed_table, table_console
+    from loadgen.report import client_server_table, prompt_sizes, seed_table, table_console
 
     console = table_console()
     console.print(seed_table(result.points, title=title, incidents=result.incidents))
     server_side = client_server_table(result.runs, title="client vs server (/metrics)")
     if server_side is not None:
         console.print(server_side)
-    console.print(f"prompt sizes: {escape(result.token_count_source)}", soft_wrap=True)
+    console.print(f"prompt sizes: {escape(prompt_sizes(result))}", soft_wrap=True)
     if result.readiness is not None:
         console.print(readiness_line(result.readiness), soft_wrap=True)
     console.print(f"results in {escape(str(out))}", soft_wrap=True)

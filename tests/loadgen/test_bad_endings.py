@@ -35,9 +35,9 @@ from loadgen import server_metrics
 from loadgen.config import LoadConfig
 from loadgen.loops import make_client, raise_open_file_limit, run_closed_loop
 from loadgen.observers import GridObserver
-from loadgen.report import seed_rows, table_headers
+from loadgen.report import prompt_sizes, seed_rows, table_headers
 from loadgen.request import ErrorKind, RequestRecord, retry_after_s, stream_request
-from loadgen.results import ServerRunMetrics
+from loadgen.results import GridResult, ServerRunMetrics
 from loadgen.runner import run_grid_async
 from loadgen.server_metrics import in_flight, in_flight_notes, parse_samples
 from loadgen.stats import (
@@ -327,6 +327,38 @@ async def test_a_run_during_an_outage_is_measured_again_once_the_server_serves(
         and "served again after" in w
         for w in second.warnings
     ), second.warnings
+
+
+@pytest.mark.asyncio
+async def test_server_figures_come_back_with_the_server_after_an_outage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """/metrics is down with the server (503): the lost attempt has no server figures, and
+    the run measured again once the server serves has its own, counted from its scrapes."""
+    monkeypatch.setattr(server_metrics, "SCRAPE_RETRY_S", 0.01)
+    restart: RestartAt | None = None
+
+    def down(server: FakeServer) -> bool:
+        window = None if restart is None else restart.down
+        return window is not None and len(server.requests) <= window.stop
+
+    def metrics(server: FakeServer) -> str | Status:
+        return Status(503) if down(server) else counting_frontend(server)
+
+    def handler(body: dict[str, Any], n: int) -> list[Step]:
+        window = None if restart is None else restart.down
+        return [Close()] if window is not None and n in window else normal_stream(["a"])
+
+    async with FakeServer(handler, metrics=metrics) as server:
+        restart = RestartAt(server, rep=2, requests=4)
+        result = await run_grid_async(
+            server.url, "m", TWO_RUNS, None, progress=False, observers=[restart]
+        )
+    first, second = result.runs
+    assert second.remeasured == 1 and second.samples == 4
+    assert first.server is not None and second.server is not None
+    assert second.server.requests == 4  # the re-measured run's own window
+    assert not [w for w in result.warnings if "no server-side metrics" in w]
 
 
 @pytest.mark.asyncio
@@ -676,4 +708,25 @@ def counting_frontend_text(requests: int, held: int) -> str:
         f'dynamo_frontend_requests_total{{model="m",status="success"}} {requests}\n'
         "# TYPE dynamo_frontend_inflight_requests gauge\n"
         f'dynamo_frontend_inflight_requests{{model="m"}} {held}\n'
+    )
+
+
+def test_prompt_sizes_say_what_the_server_counted() -> None:
+    run = summarize_run(counted(2_381), prefix_kinds=1, concurrency=1, repetition=1)
+    result = GridResult(
+        url="http://x",
+        model="m",
+        config=LoadConfig(),
+        token_count_source="tokenizer:t.json",
+        started_at=datetime(2026, 12, 3, tzinfo=UTC),
+        finished_at=datetime(2026, 12, 3, tzinfo=UTC),
+        points=[summarize_point([run])],
+        runs=[run],
+        errors_by_kind={},
+        first_errors=[],
+        first_failure_at=None,
+        warnings=[],
+    )
+    assert prompt_sizes(result) == (
+        "tokenizer:t.json; the server counted 2,381 prompt tokens per request (2,371 planned)"
     )
