@@ -91,6 +91,11 @@ class ServerRunMetrics(BaseModel):
         description="Requests the server had running or waiting (its gauges) right before the "
         "run's warm-up: work left over from earlier runs; None: it exports no such gauge.",
     )
+    in_flight_max: int | None = Field(
+        default=None,
+        description="The most requests those gauges showed while the run went on (read every "
+        "second); None: not read.",
+    )
     in_flight_after: int | None = Field(
         default=None,
         description="The same right after the run's last request ended: requests the client "
@@ -123,7 +128,10 @@ class ServerRunMetrics(BaseModel):
 class RunSummary(BaseModel):
     """One run (one repetition of one grid point).
 
-    Latency fields cover successful requests only and are None when there are none.
+    Latency fields cover successful requests only and are None when there are none, except
+    that TTFT (mean, p50, p90, p99) and E2E p50 also count the censored requests (cut by the
+    client's timeout after they were sent) at the time they were cut, a lower bound:
+    `lower_bounds` names the figures that rest on one (`loadgen.stats.bounded_percentile`).
     TTFT: `sent` to the first non-empty content/reasoning text. First chunk: `sent` to the first
     data event. ITL: per token, each gap between consecutive content-bearing chunks divided by
     the tokens the later chunk carried, pooled over requests (`loadgen.stats.itl_ms`). ICL: the

@@ -44,6 +44,7 @@ METRICS_DIR = "metrics"  # under the results folder
 SCRAPE_TIMEOUT_S = 10.0  # connect and read limit of one scrape (the load's own, when shorter)
 SCRAPE_TRIES = 3  # a scrape that fails transiently (`NoMetricsError.transient`) is tried again
 SCRAPE_RETRY_S = 1.0  # after the first failure; doubled after each later one
+IN_FLIGHT_SAMPLE_S = 1.0  # how often the in-flight gauges are read while a run goes on
 PREFIX = "dynamo_frontend_"
 REQUESTS = PREFIX + "requests_total"
 TTFT = PREFIX + "time_to_first_token_seconds"
@@ -141,6 +142,34 @@ def resets(before: Samples, after: Samples) -> int:
         for key, value in after.items()
         if key in before and key[0] not in KEPT_GAUGES
     )
+
+
+def in_flight_in_text(text: str, model: str) -> int | None:
+    """`in_flight` read straight from the exposition's lines (no full parse: this runs every
+    `IN_FLIGHT_SAMPLE_S` while requests are timed in the same event loop, and a Dynamo
+    frontend's exposition is tens of kB): the frontend's gauge for `model` (its label matched
+    regardless of case), else the engine's running + waiting; None when it exports neither."""
+    wanted = f'model="{model}"'.casefold()
+    frontend: list[float] = []
+    engine: list[float] = []
+    for line in text.splitlines():
+        if line.startswith(FRONTEND_IN_FLIGHT + "{") or line.startswith(FRONTEND_IN_FLIGHT + " "):
+            if "model=" not in line or wanted in line.casefold():
+                frontend.append(_sample_value(line))
+        elif line.startswith(ENGINE_IN_FLIGHT):
+            engine.append(_sample_value(line))
+    held = frontend or engine
+    return round(sum(held)) if held else None
+
+
+def _sample_value(line: str) -> float:
+    """The value of one exposition line: the first field after the name and its labels (an
+    optional timestamp may follow it). Raises ValueError when it is not a number."""
+    rest = line[line.rfind("}") + 1 :] if "}" in line else line.partition(" ")[2]
+    fields = rest.split()
+    if not fields:
+        raise ValueError(f"no value in {line!r}")
+    return float(fields[0])
 
 
 def in_flight(samples: Samples) -> int | None:
@@ -368,6 +397,14 @@ def in_flight_notes(server: ServerRunMetrics, run: RunSummary) -> list[str]:
     gauge read a moment before the server counted the last request out is no news)."""
     notes = []
     before, after = server.in_flight_before, server.in_flight_after
+    most = server.in_flight_max
+    if most is not None and most > run.concurrency and not before:
+        notes.append(
+            f"the server held up to {most} requests at once during this run (its in-flight "
+            f"gauge, read every {IN_FLIGHT_SAMPLE_S:g} s), more than the concurrency "
+            f"{run.concurrency} this point is labelled with ({run.censored} requests were cut "
+            "by the client's timeout and kept running there)"
+        )
     if before:
         notes.append(
             f"the server held {before} requests before this run started (work left over from "
@@ -425,6 +462,7 @@ class ServerMetrics(GridObserver):
         self._worker_problem: str | None = None
         self._served_metrics = False  # some scrape of this grid had dynamo_frontend_* samples
         self._missing: list[str] = []  # this run's scrapes that failed after their retries
+        self._sampler: asyncio.Task[int | None] | None = None
 
     def _lost(self, which: str, url: str, exc: NoMetricsError) -> None:
         self._missing.append(
@@ -476,10 +514,37 @@ class ServerMetrics(GridObserver):
         return merged
 
     async def before_run(self, prefix_kinds: int, concurrency: int, repetition: int) -> None:
-        """Scrape the counters the run starts from."""
+        """Scrape the counters the run starts from, then read the in-flight gauges every
+        `IN_FLIGHT_SAMPLE_S` until the run ends (`most_in_flight`)."""
         self._missing = []
         self._before = await self._scrape("before-run")
         self._workers_before = await self._scrape_workers("before-run")
+        if self._before is not None and in_flight(self._before[1]) is not None:
+            self._sampler = asyncio.create_task(self.most_in_flight())
+
+    async def most_in_flight(self) -> int | None:
+        """The most requests the server's in-flight gauges (`in_flight_in_text`) showed,
+        read every `IN_FLIGHT_SAMPLE_S` until cancelled (a failed or unreadable read is
+        skipped)."""
+        most: int | None = None
+        async with make_client(self.url, self.config, 1) as client:
+            while True:
+                try:
+                    await asyncio.sleep(IN_FLIGHT_SAMPLE_S)
+                    held = in_flight_in_text(await scrape(client), self.model)
+                except (NoMetricsError, ValueError):
+                    continue
+                except asyncio.CancelledError:
+                    return most
+                if held is not None:
+                    most = held if most is None else max(most, held)
+
+    async def _stop_sampler(self) -> int | None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is None:
+            return None
+        sampler.cancel()
+        return await sampler
 
     async def after_run(self, run: RunSummary) -> RunSummary:
         """Scrape again; the run with `server` set to the difference (None when either scrape
@@ -502,6 +567,7 @@ class ServerMetrics(GridObserver):
         for run `key` (prefix kinds, concurrency, repetition), its raw scrapes kept; None when
         either scrape failed. The in-cluster load's client 0 sends this to the workstation,
         which attributes it to the merged run (`with_server`)."""
+        sampled = await self._stop_sampler()
         after = await self._scrape("after-run")
         workers_after = await self._scrape_workers("after-run")
         before, self._before = self._before, None
@@ -518,7 +584,10 @@ class ServerMetrics(GridObserver):
             if workers_before is None or workers_after is None
             else (workers_before, workers_after)
         )
-        return run_metrics(before[1], after[1], workers)
+        window = run_metrics(before[1], after[1], workers)
+        if sampled is None:
+            return window
+        return window.model_copy(update={"in_flight_max": sampled})
 
     def warnings(self) -> list[str]:
         """One line when /metrics could not be read: server-side figures are left out."""

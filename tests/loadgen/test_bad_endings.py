@@ -730,3 +730,55 @@ def test_prompt_sizes_say_what_the_server_counted() -> None:
     assert prompt_sizes(result) == (
         "tokenizer:t.json; the server counted 2,381 prompt tokens per request (2,371 planned)"
     )
+
+
+@pytest.mark.asyncio
+async def test_requests_the_client_gave_up_on_are_seen_running_on_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every other request takes 2 s and the client cuts it at 0.3 s, but the server keeps
+    working on it (the fake server's in-flight count, exported as the Dynamo frontend's
+    gauge): the c=2 run is seen holding more than 2 requests, and says so, with the ones
+    still running after it ended."""
+    monkeypatch.setattr(server_metrics, "IN_FLIGHT_SAMPLE_S", 0.05)
+
+    def gauge(server: FakeServer) -> str:
+        return counting_frontend(server).replace(
+            'inflight_requests{model="m"} 0', f'inflight_requests{{model="m"}} {server.in_flight}'
+        )
+
+    def every_other_runs_on(body: dict[str, Any], n: int) -> list[Step]:
+        slow = [Sleep(2.0)] if n % 2 == 0 and body.get("max_tokens") != 1 else []
+        return [*slow, *normal_stream(["a"])]
+
+    config = LoadConfig(
+        prefix_kinds=[1],
+        concurrency=[2],
+        repetitions=1,
+        requests_per_run=12,
+        warmup_requests=0,
+        prompt_tokens=20,
+        request_timeout_s=0.3,
+    )
+    async with FakeServer(every_other_runs_on, metrics=gauge) as server:
+        result = await run_grid_async(server.url, "m", config, None, progress=False)
+    (run,) = result.runs
+    assert run.censored >= 2 and run.server is not None
+    assert (run.server.in_flight_max or 0) > 2
+    assert any(
+        w.startswith(f"the server held up to {run.server.in_flight_max} requests at once")
+        for w in run.warnings
+    ), run.warnings
+
+
+def test_the_in_flight_gauge_is_read_from_the_lines_alone() -> None:
+    text = (
+        "# TYPE dynamo_frontend_inflight_requests gauge\n"
+        'dynamo_frontend_inflight_requests{model="Qwen/Qwen3-0.6B"} 4\n'
+        'dynamo_frontend_inflight_requests{model="other"} 9\n'
+        "dynamo_frontend_inflight_requests_total 7\n"  # another family's name
+    )
+    assert server_metrics.in_flight_in_text(text, "qwen/qwen3-0.6b") == 4
+    engine = "vllm:num_requests_running 2 1764763200000\nvllm:num_requests_waiting 1\n"
+    assert server_metrics.in_flight_in_text(engine, "m") == 3
+    assert server_metrics.in_flight_in_text("x_total 1\n", "m") is None
