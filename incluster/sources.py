@@ -21,6 +21,7 @@ POD_MODULES = (
     "loadgen/__init__.py",
     "loadgen/api.py",
     "loadgen/config.py",
+    "loadgen/errors.py",
     "loadgen/incidents.py",
     "loadgen/lag.py",
     "loadgen/loops.py",

@@ -141,13 +141,21 @@ class ShardLog:
 
 def record_line(shard: int, key: Key, record: RequestRecord) -> bytes:
     """The ``record`` line of one request: every field as it is, but the lists of times as
-    first time then gaps (:data:`_NS_LISTS`)."""
-    data = {name: getattr(record, name) for name in _FIELDS}
+    first time then gaps (:data:`_NS_LISTS`), and a field that is None or False (the record's
+    default for each of those: not failed, not retried, not censored, ...) left out, so what a
+    successful request does not have costs nothing in the pod's log
+    (:mod:`stackmodel.log_budget`)."""
+    data = {
+        name: value
+        for name in _FIELDS
+        if (value := getattr(record, name)) is not None and value is not False
+    }
     for name in _NS_LISTS:
         times = data[name]
         data[name] = times[:1] + [b - a for a, b in itertools.pairwise(times)]
     server = [getattr(record, name) for name in FRONTEND_FIELDS]
-    data["nv"] = None if all(v is None for v in server) else [_short(v) for v in server]
+    if any(v is not None for v in server):
+        data["nv"] = [_short(v) for v in server]
     return orjson.dumps({"tb": "record", "shard": shard, "key": key, "record": data}) + b"\n"
 
 

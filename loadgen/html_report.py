@@ -33,6 +33,7 @@ from loadgen.report import (
     SEED_COLUMNS,
     VERDICT_HEADERS,
     comparison_rows,
+    prompt_sizes,
     seed_rows,
     slo_table,
     slo_verdict_table,
@@ -245,7 +246,7 @@ def _facts(result: LoadedResults) -> list[tuple[str, str]]:
         facts += [
             ("server", f"{grid.model} at {grid.url}"),
             ("ran", ran),
-            ("prompt sizes", grid.token_count_source),
+            ("prompt sizes", prompt_sizes(grid)),
             ("load settings", _settings(result)),
         ]
     if result.status:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import random
+import resource
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,20 @@ from loadgen.lag import LagMonitor
 from loadgen.request import RequestRecord, stream_request, timing_trace
 
 OnDone = Callable[[RequestRecord], None]
+RETRY_AFTER_MAX_S = 10.0  # the longest a closed-loop stream waits on one Retry-After
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise this process's soft limit of open files (each connection is one) to its hard
+    limit, as vLLM's and SGLang's benchmark clients do (`set_ulimit`, to 65,535); returns
+    (soft, hard) after. A limit that cannot be raised is left as it is: a socket the client
+    then cannot open is its own error (`ErrorKind.CLIENT`), said in the run's warnings."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def make_client(url: str, config: LoadConfig, concurrency: int) -> aiohttp.ClientSession:
@@ -51,7 +66,10 @@ async def run_closed_loop(
 ) -> list[RequestRecord]:
     """Send `bodies` with exactly `concurrency` requests in flight until all are sent (or, with
     `duration_s`, until that many seconds have passed: no request starts after). A request's
-    intended send time is the moment its predecessor on the same slot finished.
+    intended send time is the moment its predecessor on the same slot finished, or, after a
+    429 / 503 answer with a `Retry-After`, the end of the wait it asked for (at most
+    `RETRY_AFTER_MAX_S`, and not past `duration_s`), so a server that rejects at once is not
+    hit again at full speed and the wait is not client queue time.
 
     Returns the records of the requests that were started, in index order.
     """
@@ -70,6 +88,11 @@ async def run_closed_loop(
             await stream_request(client, path, bodies[i], record, deadline_s)
             if on_done is not None:
                 on_done(record)
+            if record.retry_after_s:
+                wait = min(record.retry_after_s, RETRY_AFTER_MAX_S)
+                if stop_ns is not None:
+                    wait = min(wait, max(0.0, (stop_ns - time.monotonic_ns()) / 1e9))
+                await asyncio.sleep(wait)
 
     await asyncio.gather(*(slot() for _ in range(concurrency)))
     return sorted(started, key=lambda r: r.index)
@@ -208,7 +231,8 @@ async def run_share(
     on_done: OnDone | None = None,
     ready: Ready | None = None,
 ) -> ShareResult:
-    """Warm up (one closed loop over `share.warmup`), await `ready(warmup)` with what the
+    """Raise the open-file limit (`raise_open_file_limit`), warm up (one closed loop over
+    `share.warmup`), await `ready(warmup)` with what the
     warm-up cost (`Warmup`; worker processes meet at a barrier there so their measured loops
     start together), then run the measured loop
     (closed, or Poisson for `config.arrival`) while a `LagMonitor` samples the loop's lag,
@@ -217,6 +241,7 @@ async def run_share(
     """
     config = share.config
     deadline = config.request_timeout_s
+    raise_open_file_limit()
     async with make_client(share.url, config, share.concurrency) as client:
         warm = [RequestRecord(index=i, prefix_id=0) for i in range(len(share.warmup))]
         warm_cpu = time.process_time()

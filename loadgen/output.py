@@ -3,7 +3,8 @@
 Top level (the whole grid so far; rewritten after every run, each file replaced atomically):
 - `summary.json`: a list, one object per grid point (`PointSummary` fields).
 - `result.json`: the whole `GridResult` (settings, per-run rows, errors, warnings).
-- `runs.csv`: the per-run table (`RunSummary` fields, errors by kind as JSON).
+- `runs.csv`: the per-run table (`RunSummary` fields; errors by kind, warnings and lower
+  bounds as JSON).
 - `requests.parquet`: one row per measured request: grid coordinates, the raw monotonic
   nanosecond times (`intended_ns`, `sent_ns`, ..., `token_ns` as a list), usage, error.
 - `table.txt`: the seed-style table as printed, grid points with an incident marked, then the
@@ -299,7 +300,7 @@ class ResultsFolder:
         requests = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         _replace(self.path / REQUESTS_FILE, lambda tmp: requests.to_parquet(tmp, index=False))
         run_rows = pd.DataFrame([r.model_dump(mode="json") for r in result.runs])
-        for column in ("errors_by_kind", "warnings"):
+        for column in ("errors_by_kind", "warnings", "lower_bounds"):
             if column in run_rows:
                 run_rows[column] = run_rows[column].map(json.dumps)
         _replace(self.path / RUNS_FILE, lambda tmp: run_rows.to_csv(tmp, index=False))

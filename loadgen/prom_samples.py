@@ -9,6 +9,12 @@ are computed from."""
 PROCESS_START = "process_start_time_seconds"
 UPTIME = "dynamo_component_uptime_seconds"
 IDENTITY_GAUGES = (PROCESS_START, UPTIME)
+# Requests the server holds right now: the Dynamo frontend's in-flight gauge (labelled by
+# model; `lib/llm/src/http/service/metrics.rs`), else vLLM's running + waiting gauges
+# (vllm/v1/metrics/loggers.py, "vllm:num_requests_running" / "vllm:num_requests_waiting").
+FRONTEND_IN_FLIGHT = "dynamo_frontend_inflight_requests"
+ENGINE_IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+KEPT_GAUGES = (*IDENTITY_GAUGES, FRONTEND_IN_FLIGHT, *ENGINE_IN_FLIGHT)
 """Gauges the scrapes keep (every other gauge goes up and down and is not differenced)."""
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -28,10 +34,10 @@ def delta(before: Samples, after: Samples) -> Samples:
 
 
 def resets(before: Samples, after: Samples) -> int:
-    """How many samples of `after` went below their `before` value (counter resets; the
-    process start time and uptime gauges are not counters)."""
+    """How many samples of `after` went below their `before` value (counter resets; the gauges
+    kept, `KEPT_GAUGES`, are not counters)."""
     return sum(
         value < before[key]
         for key, value in after.items()
-        if key in before and key[0] not in IDENTITY_GAUGES
+        if key in before and key[0] not in KEPT_GAUGES
     )

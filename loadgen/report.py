@@ -21,7 +21,7 @@ from loadgen.config import error_message
 from loadgen.goodput import highest_meeting
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe
 from loadgen.intervals import INTERVAL_METRICS, MOST_REPETITIONS, TOO_MANY, PointComparison
-from loadgen.results import PointSummary, RunSummary
+from loadgen.results import GridResult, PointSummary, RunSummary
 from loadgen.slo import OBJECTIVES
 from loadgen.stats import queue_large, short_of_offered
 
@@ -42,11 +42,18 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _bound(p: PointSummary, metric: str) -> str:
+    """A cell's value, prefixed with ">=" when it is a lower bound (it rests on requests the
+    client cut at its timeout: `PointSummary.lower_bounds`)."""
+    text = _ms(getattr(p, metric))
+    return f">={text}" if metric in p.lower_bounds else text
+
+
 _KEY_HEADERS = ("prefix\nkinds", "conc")  # the grid point: prefix kinds, concurrency
 # The seed's columns (its results table) plus the cached-token ratio and errors.
 _COLUMNS: tuple[tuple[str, _Cell], ...] = (
-    ("TTFT p50\nms", lambda p: _ms(p.ttft_p50_ms)),
-    ("TTFT p99\nms", lambda p: _ms(p.ttft_p99_ms)),
+    ("TTFT p50\nms", lambda p: _bound(p, "ttft_p50_ms")),
+    ("TTFT p99\nms", lambda p: _bound(p, "ttft_p99_ms")),
     ("req/s", lambda p: f"{p.requests_per_s:.1f}"),
     ("cached\nratio", lambda p: _ratio(p.cached_ratio)),
     ("errors", lambda p: str(p.errors)),
@@ -58,6 +65,10 @@ _DELIVERY_COLUMNS: tuple[tuple[str, _Cell], ...] = (
     ("sent\nreq/s", lambda p: _rate(p.sent_rate_per_s)),
     ("queue\np99 ms", lambda p: _ms(p.queue_p99_ms)),
 )
+
+
+# Shown when a grid point had requests cut by the client's timeout (censored): how many.
+_CENSORED_COLUMNS: tuple[tuple[str, _Cell], ...] = (("cut at\ntimeout", lambda p: str(p.censored)),)
 
 
 def _rate(value: float | None) -> str:
@@ -95,6 +106,20 @@ def interval_caption(points: Sequence[PointSummary], simulated: bool = False) ->
     return f"second lines: {level} interval over the repetitions (t on the runs' logs){where}"
 
 
+def prompt_sizes(result: GridResult) -> str:
+    """How prompts were sized (`GridResult.token_count_source`) and what the server counted:
+    the mean of the runs' `prompt_tokens_mean` (usage.prompt_tokens) beside the planned length,
+    so a prompt length is read from what the server processed, not from the plan."""
+    counted = [r.prompt_tokens_mean for r in result.runs if r.prompt_tokens_mean is not None]
+    if not counted:
+        return result.token_count_source
+    mean = sum(counted) / len(counted)
+    return (
+        f"{result.token_count_source}; the server counted {mean:,.0f} prompt tokens per "
+        f"request ({result.config.prompt_tokens:,} planned)"
+    )
+
+
 def _undelivered(p: PointSummary) -> bool:
     """The point sent less than its offered rate, or its client queue p99 is large next to
     its TTFT (`loadgen.stats.short_of_offered`, `queue_large`)."""
@@ -127,7 +152,9 @@ def seed_table(
 ) -> Table:
     """A table with one row per grid point (ordered by concurrency, then prefix kinds): prefix
     kinds, concurrency ("conc"), TTFT p50 and p99 (ms), requests/s, cached-token ratio, errors
-    (failed requests, summed over repetitions). When any point did not get the load it asked
+    (failed requests, summed over repetitions); a TTFT that is a lower bound (it rests on
+    requests cut by the client's timeout) reads ">=value", and when any point had such
+    requests a "cut at timeout" column counts them. When any point did not get the load it asked
     for (an open loop that sent < 90% of its offered rate, or a client queue p99 large next to
     TTFT), three columns follow: offered req/s ("-" for the closed loop), sent req/s and the
     client queue p99 (ms).
@@ -155,9 +182,12 @@ def seed_table(
 
 
 def _seed_columns(points: Sequence[PointSummary]) -> tuple[tuple[str, _Cell], ...]:
+    columns = _COLUMNS
+    if any(p.censored for p in points):
+        columns = (*columns, *_CENSORED_COLUMNS)
     if any(_undelivered(p) for p in points):
-        return (*_COLUMNS, *_DELIVERY_COLUMNS)
-    return _COLUMNS
+        columns = (*columns, *_DELIVERY_COLUMNS)
+    return columns
 
 
 def table_headers(points: Sequence[PointSummary] = ()) -> list[str]:

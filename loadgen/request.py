@@ -11,10 +11,11 @@ data is decoded with orjson (a few us per request saved against the standard jso
 
 import asyncio
 import contextlib
+import email.utils
+import errno
 import json
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,6 +23,7 @@ import aiohttp
 import orjson
 
 from loadgen.api import server_of
+from loadgen.errors import CLIENT_LIMIT_ERRNOS, ErrorKind, unfinished
 from loadgen.sse import SSEParser
 
 _ERROR_BODY_BYTES = 2048
@@ -55,16 +57,7 @@ FRONTEND_FIELDS = (
 response id): a pod's log writes them as one list (`incluster.wire.record_line`)."""
 
 
-class ErrorKind(StrEnum):
-    """Why a request failed; failed requests are excluded from latency statistics."""
-
-    HTTP_STATUS = "http_status"  # a status other than 200
-    IN_BAND = "in_band_error"  # `{"error": ...}` (or `event: error`) inside a 200 stream
-    TIMEOUT = "timeout"  # connect/read timeout or the per-request deadline
-    CONNECTION = "connection_error"  # refused, reset, or closed before the response started
-    TRUNCATED = "truncated_stream"  # body ended without `[DONE]` or a finish_reason, or cut off
-    EMPTY_STREAM = "empty_stream"  # a 200 stream with no sign of a generated token (see below)
-    INVALID_EVENT = "invalid_event"  # an event whose data is not JSON
+RETRY_AFTER_STATUSES = frozenset({429, 503})  # answers whose Retry-After the closed loop honours
 
 
 @dataclass(slots=True)
@@ -87,8 +80,8 @@ class RequestRecord:
     `chunk_tokens`: the tokens each content-bearing event carried, where the server says so
     (a `usage` on that event, cumulative, as vLLM's `stream_options.continuous_usage_stats`
     sends it: the difference to the previous usage); empty when only a final usage came.
-    `retried`: sent a second time, on a fresh connection, after the reused one it was written
-    to turned out closed by the server (`stream_request`). `redirected_to`: the URL a redirect
+    `retried`: sent a second time, on a fresh connection, after writing it to the reused one
+    failed (the server had closed it: `stream_request`). `redirected_to`: the URL a redirect
     took it to (None: not redirected).
     `response_id`: the response's `id` (a Dynamo frontend's request id, which its prefill and
     decode workers log too). The frontend's per-request figures, where the request asked for
@@ -102,6 +95,11 @@ class RequestRecord:
     `frontend_total_ms` to the end, `kv_transfer_estimated_ms` the frontend's estimate of the
     KV transfer to the decode worker (disaggregated only), `router_kv_hit_rate` the router's
     overlap estimate at routing time (0..1). `loadgen.phases` splits TTFT with them.
+    `censored`: the client cut the request at its deadline or read timeout after sending it
+    (`ErrorKind.TIMEOUT` with `sent_ns` set): `error_ns` is the cut, so its TTFT (when
+    `first_token_ns` is None) and its E2E are at least `error_ns - sent_ns`; the server may
+    still be running it (abandoned work). `retry_after_s`: what a 429 / 503 answer's
+    `Retry-After` asked the client to wait (s; None: no such header).
     `completion_tokens_from`: None when `completion_tokens` is the server's usage, else how
     it was counted without one (`loadgen.output_tokens`). `text`: the content text of each
     content-bearing event, for that count; not kept in results or logs (`UNKEPT_FIELDS`).
@@ -131,6 +129,8 @@ class RequestRecord:
     error: str | None = None
     error_ns: int | None = None
     retried: bool = False
+    censored: bool = False
+    retry_after_s: float | None = None
     redirected_to: str | None = None
     completion_tokens_from: str | None = None
     response_id: str | None = None
@@ -203,8 +203,9 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
                 record.chunk_tokens.append((record.completion_tokens or 0) - (before or 0))
         elif record.first_token_ns is None:
             record.last_token_ns = now  # a text-less stream: each choice chunk is a token
-        if choice.get("finish_reason"):
-            record.finish_reason = choice["finish_reason"]
+        reason = choice.get("finish_reason")
+        if reason:
+            record.finish_reason = reason if isinstance(reason, str) else _reason_text(reason)
             _apply_nvext(record, obj.get("nvext"))  # once per request: no cost per token
     elif "nvext" in obj:
         _apply_nvext(record, obj["nvext"])
@@ -237,6 +238,32 @@ def _apply_nvext(record: RequestRecord, nvext: object) -> None:
         record.frontend_total_ms = _number(timing.get("total_time_ms"))
         record.kv_transfer_estimated_ms = _number(timing.get("kv_transfer_estimated_latency_ms"))
         record.router_kv_hit_rate = _number(timing.get("kv_hit_rate"))
+
+
+def _reason_text(reason: object) -> str:
+    """A `finish_reason` that is not a string as text: an object's `type` (SGLang's
+    `{"type": "abort", "message": ...}`), else its JSON."""
+    if isinstance(reason, dict) and isinstance(reason.get("type"), str):
+        return str(reason["type"])
+    return json.dumps(reason)[:100]
+
+
+def retry_after_s(value: str | None, now_s: float | None = None) -> float | None:
+    """Seconds a `Retry-After` header value asks to wait (RFC 9110 section 10.2.3:
+    delay-seconds, or an HTTP-date, taken against `now_s`, default the wall clock); None when
+    absent or not either form; never negative."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now_s is None else now_s))
 
 
 async def _body_sent(
@@ -310,9 +337,14 @@ async def stream_request(
     finish_reason as `TRUNCATED`. Never raises for request failures: they are recorded as
     `record.error_kind`/`record.error`.
 
-    A reused connection that the server had closed (it ends before any byte of the response:
-    `_STALE_CONNECTION`) is retried once on a fresh connection (`fresh_client`;
-    `record.retried`); the lost attempt counts as client queue time. Redirects are followed
+    A request whose write to a reused connection failed because the server had closed it
+    (`write_failed`: it provably never reached the server) is retried once on a fresh
+    connection (`fresh_client`; `record.retried`); the lost attempt counts as client queue
+    time. A request that was written and then lost its connection before any response is
+    never sent again (the server may have read and run it): `ErrorKind.DROPPED`. A 200
+    stream that ends with an unfinished `finish_reason` (`unfinished`) fails as
+    `ErrorKind.ABORTED`; a timeout after the request was sent sets `record.censored`; a 429 /
+    503 answer keeps its `Retry-After` in `record.retry_after_s`. Redirects are followed
     (aiohttp's default, up to 10); the request stays timed from its first send and
     `record.redirected_to` keeps where it went. A 301/302/303 turns the POST into a GET
     without a body: its error says so.
@@ -330,6 +362,8 @@ async def stream_request(
             if response.history:
                 record.redirected_to = str(response.url)
             if response.status != 200:
+                if response.status in RETRY_AFTER_STATUSES:
+                    record.retry_after_s = retry_after_s(response.headers.get("retry-after"))
                 text = (await response.read())[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
                 note = _redirect_note(response) if response.history else ""
                 said = f": {text}" if text else ""
@@ -357,28 +391,74 @@ async def stream_request(
         async with asyncio.timeout(max(remaining, 0.0)):
             try:
                 await exchange(session)
-            except _STALE_CONNECTION:
+            except _STALE_CONNECTION as exc:
                 if record.status is not None or record.connect_ns is not None:
                     raise  # a response had begun, or the connection was new: a real failure
+                if not write_failed(exc):
+                    raise  # written: the server may have read it, so it is not sent twice
                 record.retried, record.sent_ns = True, None
                 async with fresh_client(session) as fresh:
                     await exchange(fresh)
     except aiohttp.ServerTimeoutError as exc:  # connect or read timeout (a TimeoutError too)
         record.fail(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}")
+        record.censored = record.sent_ns is not None
     except TimeoutError:
         if not done:  # the deadline passing while `_drain` waits does not undo a response
             record.fail(
                 ErrorKind.TIMEOUT, f"no complete response within the {deadline_s:g} s deadline"
             )
+            record.censored = record.sent_ns is not None
     except (aiohttp.ClientError, OSError) as exc:
-        kind = ErrorKind.CONNECTION if record.status is None else ErrorKind.TRUNCATED
-        record.fail(kind, f"{type(exc).__name__}: {exc}")
+        record.fail(_failure_kind(record, exc), f"{type(exc).__name__}: {exc}")
     if not record.ok:
         return
-    if not generated_token(record):
+    if unfinished(record.finish_reason):
+        record.fail(
+            ErrorKind.ABORTED,
+            f"HTTP 200 stream ended with finish_reason {record.finish_reason!r}: the server "
+            f"gave up on the request after {len(record.token_ns)} content event(s)",
+        )
+    elif not generated_token(record):
         record.fail(ErrorKind.EMPTY_STREAM, _empty_message(record, done))
     elif not done and record.finish_reason is None:
         record.fail(ErrorKind.TRUNCATED, "stream ended without [DONE] or a finish_reason")
+
+
+def _errno(exc: BaseException) -> int | None:
+    """The OS error number behind an aiohttp or OS exception (a connector error keeps the
+    OSError it wraps as `os_error`), or None."""
+    inner = getattr(exc, "os_error", None)
+    return getattr(inner if isinstance(inner, OSError) else exc, "errno", None)
+
+
+def write_failed(exc: BaseException) -> bool:
+    """True when writing the request itself failed, so the server provably never read it:
+    aiohttp raises `ClientConnectionResetError` only from a write ("Cannot write to closing
+    transport": the peer had closed the connection; "Connection lost" while the body was
+    being written), and EPIPE is a write to a connection the peer had already reset. A failed
+    body write reaches the caller as `ClientOSError("Can not write request body ...")` with
+    that error as its `__cause__` (aiohttp 3.14.5 `client_reqrep.py`, `write_bytes`), so the
+    chain of causes is read."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectionResetError) or _errno(cause) == errno.EPIPE:
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def _failure_kind(record: RequestRecord, exc: BaseException) -> ErrorKind:
+    """What a connection-level failure was: the client's own socket limit (`CLIENT`); before
+    the request was written (`CONNECTION`: it never reached the server); after it was written
+    and before any response (`DROPPED`: the server may have read and run it); after the
+    response began (`TRUNCATED`)."""
+    if record.status is not None:
+        return ErrorKind.TRUNCATED
+    if _errno(exc) in CLIENT_LIMIT_ERRNOS:
+        return ErrorKind.CLIENT
+    if record.sent_ns is None or write_failed(exc):
+        return ErrorKind.CONNECTION
+    return ErrorKind.DROPPED
 
 
 def _redirect_note(response: aiohttp.ClientResponse) -> str:

@@ -122,6 +122,21 @@ class ServerRunMetrics(BaseModel):
         default_factory=list,
         description="Each scraped worker's own vLLM and NIXL figures (loadgen.worker_metrics).",
     )
+    in_flight_before: int | None = Field(
+        default=None,
+        description="Requests the server had running or waiting (its gauges) right before the "
+        "run's warm-up: work left over from earlier runs; None: it exports no such gauge.",
+    )
+    in_flight_max: int | None = Field(
+        default=None,
+        description="The most requests those gauges showed while the run went on (read every "
+        "second); None: not read.",
+    )
+    in_flight_after: int | None = Field(
+        default=None,
+        description="The same right after the run's last request ended: requests the client "
+        "had given up on that the server was still running.",
+    )
 
     @property
     def router_cached_ratio(self) -> float | None:
@@ -188,7 +203,10 @@ class TtftPhases(BaseModel):
 class RunSummary(BaseModel):
     """One run (one repetition of one grid point).
 
-    Latency fields cover successful requests only and are None when there are none.
+    Latency fields cover successful requests only and are None when there are none, except
+    that TTFT (mean, p50, p90, p99) and E2E p50 also count the censored requests (cut by the
+    client's timeout after they were sent) at the time they were cut, a lower bound:
+    `lower_bounds` names the figures that rest on one (`loadgen.stats.bounded_percentile`).
     TTFT: `sent` to the first non-empty content/reasoning text. First chunk: `sent` to the first
     data event. ITL: per token, each gap between consecutive content-bearing chunks divided by
     the tokens the later chunk carried, pooled over requests (`loadgen.stats.itl_ms`). ICL: the
@@ -262,7 +280,32 @@ class RunSummary(BaseModel):
     offered_rate_per_s: float | None = None
     sent_rate_per_s: float | None = None
     max_in_flight: int | None = None
+    censored: int = Field(
+        default=0,
+        description="Requests cut by the client's deadline or read timeout after they were "
+        "sent: in the TTFT and E2E percentiles at the time they were cut (a lower bound); "
+        "abandoned by the client, perhaps still running on the server.",
+    )
+    lower_bounds: list[str] = Field(
+        default_factory=list,
+        description="Figures of this run that rest on censored requests and are lower bounds "
+        "(the truth is at least the value), e.g. ['ttft_p99_ms'].",
+    )
+    remeasured: int = Field(
+        default=0,
+        description="Attempts of this run lost to an outage (every request failed) and "
+        "measured again once the server served again.",
+    )
+    retry_after_waits: int = Field(
+        default=0,
+        description="Requests answered 429 / 503 with a Retry-After the closed loop honoured.",
+    )
     prompt_tokens_mean: float | None
+    prompt_tokens_planned: int | None = Field(
+        default=None,
+        description="The prompt length every request was built to (tokens); the server's "
+        "count is prompt_tokens_mean.",
+    )
     cached_ratio: float | None
     cached_reported: int
     cached_missing: int = Field(
@@ -408,7 +451,9 @@ class PointAttainment(BaseModel):
 
 class PointSummary(BaseModel):
     """One grid point: the median over its repetitions of each run metric (as in the seed);
-    `errors`, `samples` and the `cached_*` counts are sums over the repetitions.
+    `errors`, `samples`, `censored`, `remeasured` and the `cached_*` counts are sums over the
+    repetitions; `lower_bounds`: the figures some run's value of which is a lower bound (the
+    median may rest on it).
     `intervals`: per metric of `loadgen.intervals.INTERVAL_METRICS`, the runs' values and a
     confidence interval at `confidence` (docs/metrics.md, "Intervals and verdicts"); empty in
     summaries written before they were kept."""
@@ -445,6 +490,9 @@ class PointSummary(BaseModel):
         default_factory=dict,
         description="The medians of the runs' p99s without the cold requests.",
     )
+    censored: int = 0
+    lower_bounds: list[str] = Field(default_factory=list)
+    remeasured: int = 0
     confidence: float | None = None
     intervals: dict[str, MetricInterval] = Field(default_factory=dict)
     slo: PointAttainment | None = Field(

@@ -42,16 +42,18 @@ from loadgen.prompts import (
     WordSizer,
     load_tokenizer_sizer,
 )
-from loadgen.readiness import wait_until_serving
+from loadgen.readiness import NotServingError, wait_until_serving
 from loadgen.request import RequestRecord
 from loadgen.results import ErrorSample, GridResult, Readiness
 from loadgen.server_metrics import ServerMetrics
 from loadgen.slo import SloError
-from loadgen.stats import client_budget_warning, summarize_point, summarize_run
+from loadgen.stats import client_budget_warning, outage_of, summarize_point, summarize_run
 from loadgen.workers import WorkerPool, auto_workers, split_share
 
 logger = logging.getLogger(__name__)
 FIRST_ERRORS_KEPT = 10  # failed requests kept with their messages in `GridResult.first_errors`
+OUTAGE_RERUNS = 2  # times a run that was an outage is measured again (after the server serves)
+OUTAGE_WAIT_S = 120.0  # the longest wait for the server after an outage (or the gate's own)
 
 
 async def _run_once(
@@ -241,17 +243,51 @@ async def _measure(
     pool: WorkerPool,
     on_done: OnDone,
     prompt_cache: PromptCache | None = None,
-) -> tuple[MeasuredRun, int]:
+) -> tuple[MeasuredRun, int, str | None]:
     """One run: build its prompts (salted by its key, see the module docstring; through
-    `prompt_cache` when given), warm up, measure; returns it and its number of worker
-    processes (1: in this process)."""
+    `prompt_cache` when given), warm up, measure; returns it, its number of worker
+    processes (1: in this process) and, when the run was an outage rather than a measured
+    point, why (`loadgen.stats.outage_of`)."""
     share = share_for_run(server, model, config, sizer, key, prompt_cache)
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
     notes: list[str] = []
     done, workers = await _run_once(share, on_done, pool, notes, run_label(key))
     counter = (sizer.source, sizer.count) if isinstance(sizer, TokenizerSizer) else None
     run = measured_run(config, key, done, workers, started_ns, started_at, notes, tokenizer=counter)
-    return run, workers
+    return run, workers, outage_of(done.records)
+
+
+async def _serving_again(
+    server: str, model: str, config: LoadConfig, ready: ReadyCheck | None
+) -> tuple[float | None, str]:
+    """After an outage, the readiness gate (`ready`'s successes in a row, else 3) within
+    `OUTAGE_WAIT_S` at most: (seconds waited, what it saw), or (None, why it gave up)."""
+    check = ReadyCheck(
+        successes=ready.successes if ready is not None else ReadyCheck().successes,
+        timeout_s=min(ready.timeout_s, OUTAGE_WAIT_S) if ready is not None else OUTAGE_WAIT_S,
+    )
+    try:
+        seen = await wait_until_serving(server, model, config, check)
+    except NotServingError as exc:
+        return None, str(exc)
+    failed = ", ".join(f"{kind} {n}" for kind, n in sorted(seen.failures_by_kind.items()))
+    return seen.waited_s, f"served again after {seen.waited_s:.1f} s ({failed or 'no failure'})"
+
+
+def _outage_notes(lost: Sequence[str], remeasured: bool) -> list[str]:
+    """The run's warnings after its outages: each lost attempt and the wait that followed,
+    and whether the kept attempt is a measured point or the outage itself."""
+    said = "; then ".join(lost)
+    if remeasured:
+        return [
+            f"measured again after an outage ({said}): the lost attempt's requests are not in "
+            "this run's figures"
+        ]
+    return [
+        f"an outage, not a measured point ({said}): every request failed, and the server "
+        "did not serve again within the wait or failed every attempt; its figures are the "
+        "outage's"
+    ]
 
 
 def measured_run(
@@ -285,6 +321,7 @@ def measured_run(
         pool_size=config.pool_size(conc),
         unique_suffix_tokens=config.suffix_tokens,
         max_tokens=config.max_tokens,
+        planned_prompt_tokens=config.prompt_tokens,
     )
     summary = summary.model_copy(
         update={
@@ -393,6 +430,13 @@ async def run_grid_async(
 
     result = result_so_far()
     done_keys = {run.key for run in finished}
+    # Whether the server has served this grid (the gate, the calibration or a run): only then
+    # is a run whose every request failed an outage worth waiting for (`_serving_again`).
+    served = (
+        readiness is not None
+        or sizer.source.startswith("server-calibrated")
+        or any(run.summary.samples for run in finished)
+    )
     own_bar = Progress(disable=not progress, transient=True)
     with own_bar if progress_bar is None else contextlib.nullcontext(progress_bar) as bar:
         task = bar.add_task(progress_name or "load", total=len(keys) * config.requests_per_run)
@@ -400,23 +444,48 @@ async def run_grid_async(
         async with WorkerPool() as pool:
             for key in (key for key in keys if key not in done_keys):
                 bar.update(task, description=f"{progress_name} {run_label(key)}".lstrip())
-                for observer in observers:
-                    await observer.before_run(*key)
-                run, workers = await _measure(
-                    server,
-                    model,
-                    config,
-                    sizer,
-                    key,
-                    pool,
-                    lambda _: bar.advance(task),
-                    prompt_cache,
-                )
-                if workers > 1:
-                    bar.advance(task, run.summary.requests)
-                for observer in observers:
-                    run.summary = await observer.after_run(run.summary)
+                lost: list[str] = []
+                attempts = 0
+                while True:
+                    attempts += 1
+                    for observer in observers:
+                        await observer.before_run(*key)
+                    run, workers, outage = await _measure(
+                        server,
+                        model,
+                        config,
+                        sizer,
+                        key,
+                        pool,
+                        lambda _: bar.advance(task),
+                        prompt_cache,
+                    )
+                    if workers > 1:
+                        bar.advance(task, run.summary.requests)
+                    for observer in observers:
+                        run.summary = await observer.after_run(run.summary)
+                    if outage is None or not served:
+                        break  # an outage is mid-grid: a server that never served is down
+                    if attempts > OUTAGE_RERUNS:
+                        lost.append(outage)
+                        break
+                    waited, seen = await _serving_again(server, model, config, ready)
+                    lost.append(f"{outage}; {seen}")
+                    logger.warning("%s: an outage: %s", run_label(key), lost[-1])
+                    if waited is None:
+                        served = False  # gone: later runs do not wait for it again
+                        break
+                    bar.advance(task, -run.summary.requests)
+                if lost:
+                    notes = _outage_notes(lost, outage is None)
+                    run.summary = run.summary.model_copy(
+                        update={
+                            "remeasured": attempts - 1,
+                            "warnings": [*run.summary.warnings, *notes],
+                        }
+                    )
                 finished.append(run)
+                served = served or run.summary.samples > 0
                 result = result_so_far()
                 if folder is not None:
                     folder.add_run(run, sizing)

@@ -23,6 +23,7 @@ samples, e.g. a plain vLLM server) is said once in the grid's warnings, and the 
 without server figures.
 """
 
+import asyncio
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -36,13 +37,25 @@ from loadgen.api import short_message
 from loadgen.config import LoadConfig
 from loadgen.loops import make_client
 from loadgen.observers import GridObserver
-from loadgen.prom_samples import IDENTITY_GAUGES, PROCESS_START, UPTIME, Samples, delta, resets
+from loadgen.prom_samples import (
+    ENGINE_IN_FLIGHT,
+    FRONTEND_IN_FLIGHT,
+    KEPT_GAUGES,
+    PROCESS_START,
+    UPTIME,
+    Samples,
+    delta,
+    resets,
+)
 from loadgen.results import RunSummary, ServerRunMetrics
 from loadgen.worker_metrics import per_worker, transfer_disagreement
 
 METRICS_PATH = "metrics"  # relative to `loadgen.api.base_url`
 METRICS_DIR = "metrics"  # under the results folder
 SCRAPE_TIMEOUT_S = 10.0  # connect and read limit of one scrape (the load's own, when shorter)
+SCRAPE_TRIES = 3  # a scrape that fails transiently (`NoMetricsError.transient`) is tried again
+SCRAPE_RETRY_S = 1.0  # after the first failure; doubled after each later one
+IN_FLIGHT_SAMPLE_S = 1.0  # how often the in-flight gauges are read while a run goes on
 PREFIX = "dynamo_frontend_"
 REQUESTS = PREFIX + "requests_total"
 TTFT = PREFIX + "time_to_first_token_seconds"
@@ -68,12 +81,23 @@ PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 
 class NoMetricsError(RuntimeError):
     """The server answered `/metrics` with something other than Prometheus text (or not at
-    all); the message says what, in one line."""
+    all); the message says what, in one line. `transient`: the failure says nothing about
+    whether the server has metrics (no connection, a timeout, a 5xx, 408 or 429 answer), so
+    the scrape is worth trying again; else (404, another status, not Prometheus text) it has
+    none."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+def _transient_status(status: int) -> bool:
+    return status >= 500 or status in (408, 429)
 
 
 def parse_samples(text: str, model: str) -> Samples:
     """Every counter, histogram and untyped sample of a Prometheus text exposition (gauges only
-    for `IDENTITY_GAUGES`), keyed by sample name (with its `_total`, `_bucket`, `_sum`, `_count`
+    for `KEPT_GAUGES`), keyed by sample name (with its `_total`, `_bucket`, `_sum`, `_count`
     suffix) and its labels other than `model`; samples labelled with another model are left
     out. The model label is matched regardless of case: Dynamo frontends that predate
     ai-dynamo/dynamo PR #9775 lower-case it on the request, TTFT, ITL and token families
@@ -83,7 +107,7 @@ def parse_samples(text: str, model: str) -> Samples:
     samples: Samples = {}
     wanted = model.casefold()
     for family in text_string_to_metric_families(text):
-        if family.type == "gauge" and family.name not in IDENTITY_GAUGES:
+        if family.type == "gauge" and family.name not in KEPT_GAUGES:
             continue  # a gauge goes up and down: only counters and histograms are differenced
         for sample in family.samples:
             labels = dict(sample.labels)
@@ -91,6 +115,45 @@ def parse_samples(text: str, model: str) -> Samples:
                 continue
             samples[(sample.name, tuple(sorted(labels.items())))] = sample.value
     return samples
+
+
+def in_flight_in_text(text: str, model: str) -> int | None:
+    """`in_flight` read straight from the exposition's lines (no full parse: this runs every
+    `IN_FLIGHT_SAMPLE_S` while requests are timed in the same event loop, and a Dynamo
+    frontend's exposition is tens of kB): the frontend's gauge for `model` (its label matched
+    regardless of case), else the engine's running + waiting; None when it exports neither."""
+    wanted = f'model="{model}"'.casefold()
+    frontend: list[float] = []
+    engine: list[float] = []
+    for line in text.splitlines():
+        if line.startswith(FRONTEND_IN_FLIGHT + "{") or line.startswith(FRONTEND_IN_FLIGHT + " "):
+            if "model=" not in line or wanted in line.casefold():
+                frontend.append(_sample_value(line))
+        elif line.startswith(ENGINE_IN_FLIGHT):
+            engine.append(_sample_value(line))
+    held = frontend or engine
+    return round(sum(held)) if held else None
+
+
+def _sample_value(line: str) -> float:
+    """The value of one exposition line: the first field after the name and its labels (an
+    optional timestamp may follow it). Raises ValueError when it is not a number."""
+    rest = line[line.rfind("}") + 1 :] if "}" in line else line.partition(" ")[2]
+    fields = rest.split()
+    if not fields:
+        raise ValueError(f"no value in {line!r}")
+    return float(fields[0])
+
+
+def in_flight(samples: Samples) -> int | None:
+    """Requests the server held at a scrape (`FRONTEND_IN_FLIGHT`, else the engine's running +
+    waiting); None when it exports neither."""
+    frontend = _total(samples, FRONTEND_IN_FLIGHT)
+    if frontend is not None:
+        return round(frontend)
+    engine = [_total(samples, name) for name in ENGINE_IN_FLIGHT]
+    present = [value for value in engine if value is not None]
+    return round(sum(present)) if present else None
 
 
 def _total(samples: Samples, name: str) -> float | None:
@@ -206,6 +269,8 @@ def run_metrics(
         router_input_tokens=None if router_input is None else round(router_input),
         prefix_cache_hits=hits,
         prefix_cache_queries=queries,
+        in_flight_before=in_flight(before),
+        in_flight_after=in_flight(after),
         requests=sum(by_status.values()),
         requests_by_status=dict(by_status),
         ttft_mean_ms=ttft_mean,
@@ -222,7 +287,8 @@ def run_metrics(
 async def scrape(client: aiohttp.ClientSession) -> str:
     """GET `/metrics` on `client`'s base URL; the Prometheus text.
 
-    Raises NoMetricsError (one line) on a connection error or any status but 200.
+    Raises NoMetricsError (one line) on a connection error or any status but 200; transient
+    (`NoMetricsError.transient`) for a connection error, a timeout, 5xx, 408 and 429.
     """
     try:
         # make_client's timing trace writes its times into the request context: a scratch one.
@@ -233,10 +299,35 @@ async def scrape(client: aiohttp.ClientSession) -> str:
         ) as response:
             text = await response.text()
             if response.status != 200:
-                raise NoMetricsError(f"HTTP {response.status}: {short_message(text)}")
+                raise NoMetricsError(
+                    f"HTTP {response.status}: {short_message(text)}",
+                    transient=_transient_status(response.status),
+                )
             return text
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise NoMetricsError(short_message(f"{type(exc).__name__}: {exc}")) from None
+        message = short_message(f"{type(exc).__name__}: {exc}")
+        raise NoMetricsError(message, transient=True) from None
+
+
+async def scrape_retrying(url: str, config: LoadConfig) -> str:
+    """`scrape` of `url` (a `base_url`) with `config`'s client, tried up to `SCRAPE_TRIES`
+    times while it fails transiently (waiting `SCRAPE_RETRY_S`, then twice that, ...); raises
+    the last NoMetricsError."""
+    wait = SCRAPE_RETRY_S
+    for _ in range(SCRAPE_TRIES - 1):
+        try:
+            return await _scrape_once(url, config)
+        except NoMetricsError as exc:
+            if not exc.transient:
+                raise
+        await asyncio.sleep(wait)
+        wait *= 2
+    return await _scrape_once(url, config)
+
+
+async def _scrape_once(url: str, config: LoadConfig) -> str:
+    async with make_client(url, config, 1) as client:
+        return await scrape(client)
 
 
 def attribution_problem(server: ServerRunMetrics, sent: int) -> str | None:
@@ -284,6 +375,38 @@ def with_server(run: RunSummary, server: ServerRunMetrics, config: LoadConfig) -
     return run.model_copy(update={"server": server, "warnings": warnings})
 
 
+def in_flight_notes(server: ServerRunMetrics, run: RunSummary) -> list[str]:
+    """Warnings when the server's in-flight gauges (`in_flight`) show work the run did not
+    send: requests already held when the run started (left over from earlier runs: the run
+    ran at up to its concurrency plus those), and requests still held after its last request
+    ended, in a run whose client gave up on some (`RunSummary.censored`; without any, a
+    gauge read a moment before the server counted the last request out is no news)."""
+    notes = []
+    before, after = server.in_flight_before, server.in_flight_after
+    most = server.in_flight_max
+    if most is not None and most > run.concurrency and not before:
+        notes.append(
+            f"the server held up to {most} requests at once during this run (its in-flight "
+            f"gauge, read every {IN_FLIGHT_SAMPLE_S:g} s), more than the concurrency "
+            f"{run.concurrency} this point is labelled with ({run.censored} requests were cut "
+            "by the client's timeout and kept running there)"
+        )
+    if before:
+        notes.append(
+            f"the server held {before} requests before this run started (work left over from "
+            f"earlier runs, e.g. requests their client gave up on): up to {run.concurrency} + "
+            f"{before} = {run.concurrency + before} requests ran at once, not the "
+            f"concurrency {run.concurrency} this point is labelled with"
+        )
+    if after and run.censored:
+        notes.append(
+            f"the server still held {after} requests after this run's last request ended "
+            f"({run.censored} were cut by the client's timeout): abandoned work that keeps "
+            "running and loads the next run"
+        )
+    return notes
+
+
 class ServerMetrics(GridObserver):
     """A `GridObserver` that scrapes `url`'s `/metrics` (url: a `base_url`) before and after
     every run with the load's client (`make_client`; `config`'s timeouts, at most
@@ -294,8 +417,12 @@ class ServerMetrics(GridObserver):
     `decode_urls`: the decode workers', scraped too; every worker's own figures go to
     `ServerRunMetrics.workers`.
 
-    The first failed scrape (no `/metrics`, or not Prometheus text) turns it off for the rest
-    of the grid and becomes one warning. Counter resets are taken as Prometheus's `increase()`
+    A scrape that fails transiently (no connection, a timeout, 5xx: a restart) is tried again
+    (`scrape_retrying`); if it still fails, that run alone has no server figures and its
+    warnings say which scrape was missing and why, and the next run scrapes again, so the
+    figures come back with the server. A server that has no metrics (404, not Prometheus
+    text, no `dynamo_frontend_*` samples before any scrape had them) turns it off for the
+    rest of the grid, one warning. Counter resets are taken as Prometheus's `increase()`
     does (`delta`) with a run warning; figures that cannot be this run's
     (`attribution_problem`) are left out (`server` None) with a run warning saying why."""
 
@@ -324,59 +451,122 @@ class ServerMetrics(GridObserver):
         self._workers_before: Samples | None = None
         self._problem: str | None = None
         self._worker_problem: str | None = None
+        self._served_metrics = False  # some scrape of this grid had dynamo_frontend_* samples
+        self._missing: list[str] = []  # this run's scrapes that failed after their retries
+        self._sampler: asyncio.Task[int | None] | None = None
 
-    async def _scrape(self) -> tuple[str, Samples] | None:
+    def _lost(self, which: str, url: str, exc: NoMetricsError) -> None:
+        self._missing.append(
+            f"the {which} scrape of {url}{METRICS_PATH} failed {SCRAPE_TRIES} times ({exc})"
+        )
+
+    async def _scrape(self, which: str) -> tuple[str, Samples] | None:
         if self._problem is not None:
             return None
         try:
-            async with make_client(self.url, self.config, 1) as client:
-                text = await scrape(client)
+            text = await scrape_retrying(self.url, self.config)
             samples = parse_samples(text, self.model)
             if not any(name.startswith(PREFIX) for name, _ in samples):
-                raise NoMetricsError(f"no {PREFIX}* metrics: not a Dynamo frontend?")
-            return text, samples
-        except (NoMetricsError, ValueError) as exc:
+                raise NoMetricsError(
+                    f"no {PREFIX}* metrics: not a Dynamo frontend?",
+                    transient=self._served_metrics,  # a frontend just restarted has none yet
+                )
+        except ValueError as exc:
             self._problem = f"{self.url}{METRICS_PATH}: {exc}"
             return None
+        except NoMetricsError as exc:
+            if exc.transient:
+                self._lost(which, self.url, exc)
+            else:
+                self._problem = f"{self.url}{METRICS_PATH}: {exc}"
+            return None
+        self._served_metrics = True
+        return text, samples
 
-    async def _scrape_workers(self, urls: Sequence[str] | None = None) -> Samples | None:
+    async def _scrape_workers(
+        self, which: str, urls: Sequence[str] | None = None
+    ) -> Samples | None:
         """Every prefill worker's (or `urls`') samples, each key's labels led by
-        `("worker", url)`."""
+        `("worker", url)`; `which`: the scrape's name in a warning when it is lost."""
         urls = self.prefix_cache_urls if urls is None else urls
         if not urls or self._worker_problem is not None:
             return None
         merged: Samples = {}
         for url in urls:
             try:
-                async with make_client(url, self.config, 1) as client:
-                    text = await scrape(client)
+                text = await scrape_retrying(url, self.config)
                 for (name, labels), value in parse_samples(text, self.model).items():
                     merged[(name, (("worker", url), *labels))] = value
-            except (NoMetricsError, ValueError) as exc:
+            except NoMetricsError as exc:
+                if not exc.transient:
+                    self._worker_problem = f"{url}{METRICS_PATH}: {exc}"
+                else:
+                    self._lost(which, url, exc)
+                return None
+            except ValueError as exc:
                 self._worker_problem = f"{url}{METRICS_PATH}: {exc}"
                 return None
         return merged
 
     async def before_run(self, prefix_kinds: int, concurrency: int, repetition: int) -> None:
-        """Scrape the counters the run starts from."""
-        self._before = await self._scrape()
-        self._workers_before = await self._scrape_workers()
-        self._decode_before = await self._scrape_workers(self.decode_urls)
+        """Scrape the counters the run starts from, then read the in-flight gauges every
+        `IN_FLIGHT_SAMPLE_S` until the run ends (`most_in_flight`)."""
+        self._missing = []
+        self._before = await self._scrape("before-run")
+        self._workers_before = await self._scrape_workers("before-run")
+        self._decode_before = await self._scrape_workers("before-run", self.decode_urls)
+        if self._before is not None and in_flight(self._before[1]) is not None:
+            self._sampler = asyncio.create_task(self.most_in_flight())
+
+    async def most_in_flight(self) -> int | None:
+        """The most requests the server's in-flight gauges (`in_flight_in_text`) showed,
+        read every `IN_FLIGHT_SAMPLE_S` until cancelled (a failed or unreadable read is
+        skipped)."""
+        most: int | None = None
+        async with make_client(self.url, self.config, 1) as client:
+            while True:
+                try:
+                    await asyncio.sleep(IN_FLIGHT_SAMPLE_S)
+                    held = in_flight_in_text(await scrape(client), self.model)
+                except (NoMetricsError, ValueError):
+                    continue
+                except asyncio.CancelledError:
+                    return most
+                if held is not None:
+                    most = held if most is None else max(most, held)
+
+    async def _stop_sampler(self) -> int | None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is None:
+            return None
+        sampler.cancel()
+        return await sampler
 
     async def after_run(self, run: RunSummary) -> RunSummary:
-        """Scrape again; the run with `server` set to the difference (unchanged when either
-        scrape failed; None with a warning when it cannot be this run's: `with_server`)."""
+        """Scrape again; the run with `server` set to the difference (None when either scrape
+        failed, with a warning naming the missing scrape when it failed transiently; None
+        with a warning when it cannot be this run's: `with_server`), and warnings when the
+        server held requests the run did not send (`in_flight_note`)."""
         server = await self.window((run.prefix_kinds, run.concurrency, run.repetition))
-        return run if server is None else with_server(run, server, self.config)
+        if self._missing:
+            note = f"server figures missing for this run: {'; '.join(self._missing)}"
+            run = run.model_copy(update={"warnings": [*run.warnings, note]})
+        if server is None:
+            return run
+        notes = in_flight_notes(server, run)
+        if notes:
+            run = run.model_copy(update={"warnings": [*run.warnings, *notes]})
+        return with_server(run, server, self.config)
 
     async def window(self, key: tuple[int, int, int]) -> ServerRunMetrics | None:
         """Scrape again: what the server (and the prefill workers) measured since `before_run`
         for run `key` (prefix kinds, concurrency, repetition), its raw scrapes kept; None when
         either scrape failed. The in-cluster load's client 0 sends this to the workstation,
         which attributes it to the merged run (`with_server`)."""
-        after = await self._scrape()
-        workers_after = await self._scrape_workers()
-        decode_after = await self._scrape_workers(self.decode_urls)
+        sampled = await self._stop_sampler()
+        after = await self._scrape("after-run")
+        workers_after = await self._scrape_workers("after-run")
+        decode_after = await self._scrape_workers("after-run", self.decode_urls)
         before, self._before = self._before, None
         workers_before, self._workers_before = self._workers_before, None
         decode_before, self._decode_before = self._decode_before, None
@@ -395,7 +585,10 @@ class ServerMetrics(GridObserver):
         decode = (
             None if decode_before is None or decode_after is None else (decode_before, decode_after)
         )
-        return run_metrics(before[1], after[1], workers, decode)
+        window = run_metrics(before[1], after[1], workers, decode)
+        if sampled is None:
+            return window
+        return window.model_copy(update={"in_flight_max": sampled})
 
     def warnings(self) -> list[str]:
         """One line when /metrics could not be read: server-side figures are left out."""

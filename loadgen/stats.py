@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import math
+import resource
 import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from loadgen.errors import ErrorKind
 from loadgen.intervals import CONFIDENCE, INTERVAL_METRICS, UPPER_BOUNDS, point_interval
 from loadgen.lag import lag_warning
 from loadgen.percentile import percentile
@@ -55,19 +58,30 @@ def queue_ms(record: RequestRecord) -> float | None:
 def chunk_tokens(record: RequestRecord) -> list[float]:
     """The tokens each content-bearing chunk carried (one value per `token_ns` entry): the
     server's own per-chunk counts (`RequestRecord.chunk_tokens`) when every content chunk had
-    one, else `completion_tokens` spread evenly over the k chunks (N / k: the final usage says
-    how many tokens, not which chunk held them), and 1 per chunk when N / k is below
-    `MULTI_TOKEN_CHUNK` (the few tokens without text of their own, such as the end-of-sequence
-    token, which vLLM counts, make N = k + 1, not multi-token chunks); [] without content chunks
-    or a token count."""
+    one, else `completion_tokens` spread evenly over the k chunks (the final usage says how
+    many tokens, not which chunk held them): `spread_tokens(N / k, k)`; [] without content
+    chunks or a token count."""
     chunks = len(record.token_ns)
     if chunks and len(record.chunk_tokens) == chunks and sum(record.chunk_tokens) > 0:
         return [float(n) for n in record.chunk_tokens]
     out = record.completion_tokens
     if not chunks or not out:
         return []
-    per_chunk = out / chunks
-    return [per_chunk if per_chunk >= MULTI_TOKEN_CHUNK else 1.0] * chunks
+    return [spread_tokens(out / chunks, chunks)] * chunks
+
+
+def spread_tokens(per_chunk: float, chunks: int) -> float:
+    """Tokens per content chunk from N / k (`per_chunk`) over k `chunks`: 1 up to
+    (k + 1) / k (a token without text of its own, such as the end-of-sequence token vLLM
+    counts, makes N = k + 1 with one token per chunk), N / k from 2 on, and linear in between,
+    so the figure is continuous in N / k: a speculative decoder's 1.2, 1.4 or 1.6 tokens per
+    chunk divide ITL by a little less than that, with no jump at any threshold."""
+    low = 1 + 1 / chunks
+    if per_chunk >= 2 or low >= 2:
+        return max(1.0, per_chunk)
+    if per_chunk <= low:
+        return 1.0
+    return 1 + (per_chunk - low) / (2 - low)
 
 
 def content_reads(
@@ -140,6 +154,56 @@ def tpot_ms(record: RequestRecord, tokens: list[float] | None = None) -> float |
     if out - first < 1:
         return None
     return (e2e - ttft) / (out - first)
+
+
+def cut_ms(record: RequestRecord) -> float | None:
+    """For a censored request (`RequestRecord.censored`: cut by the client's deadline or read
+    timeout after it was sent), the time from sent to the cut (ms): a lower bound of its E2E,
+    and of its TTFT when no token came; None for any other request."""
+    if not record.censored:
+        return None
+    return _ms(record.sent_ns, record.error_ns)
+
+
+def ttft_sample(record: RequestRecord) -> tuple[float, bool] | None:
+    """The request's TTFT (ms) as the TTFT percentiles count it, and whether it is a lower
+    bound: a successful request's TTFT (False); a censored request's measured TTFT when its
+    first token came before the cut (False), else the time to the cut (True); None for other
+    failures and for requests without content text."""
+    if record.ok or (record.censored and record.first_token_ns is not None):
+        ttft = ttft_ms(record)
+        return None if ttft is None else (ttft, False)
+    cut = cut_ms(record)
+    return None if cut is None else (cut, True)
+
+
+def e2e_sample(record: RequestRecord) -> tuple[float, bool] | None:
+    """The request's E2E (ms) as the E2E percentiles count it: a successful request's (False),
+    a censored request's time to the cut (True, a lower bound); None for other failures."""
+    if record.ok:
+        e2e = e2e_ms(record)
+        return None if e2e is None else (e2e, False)
+    cut = cut_ms(record)
+    return None if cut is None else (cut, True)
+
+
+def bounded_percentile(
+    samples: Sequence[tuple[float, bool]], q: float
+) -> tuple[float | None, bool]:
+    """The q-th percentile (`percentile`) of samples (value, lower bound?) with censored ones
+    at their bound, and whether it is itself a lower bound: it is when a censored sample sorts
+    at or below the upper of the two ranks it interpolates between (that sample's true value
+    is higher, so the true percentile may be), exact otherwise (censored samples all above
+    it only push it up if anything, and they are above already)."""
+    value = percentile([v for v, _ in samples], q)
+    if value is None:
+        return None, False
+    cut = [v for v, censored in samples if censored]
+    if not cut:
+        return value, False
+    ordered = sorted(v for v, _ in samples)
+    high = min(math.floor((len(ordered) - 1) * q / 100) + 1, len(ordered) - 1)
+    return value, min(cut) <= ordered[high]
 
 
 def _present(values: Sequence[float | None]) -> list[float]:
@@ -438,6 +502,120 @@ def cached_tokens_summary(
     }
 
 
+# How far the server's prompt_tokens may lie from the planned prompt length before a run says
+# so: a chat template's own tokens (about 10 for Qwen3) stay inside, a truncated prompt does not.
+PROMPT_TOLERANCE_TOKENS = 16
+PROMPT_TOLERANCE_SHARE = 0.05
+# A 4xx answer other than these is the request's fault, not an unavailable server.
+_UNAVAILABLE_4XX = frozenset({408, 429})
+
+
+def failure_notes(records: Sequence[RequestRecord], lower_bounds: Sequence[str] = ()) -> list[str]:
+    """The run's warnings about requests that ended badly, one per class present: finished
+    under HTTP 200 without finishing (`aborted`), dropped after they were sent (may have been
+    served), sockets the client could not open (its own limits), cut by the client's timeout
+    (censored; `lower_bounds` names the figures that rest on them), answered 429 / 503 with a
+    Retry-After."""
+    kinds = Counter(r.error_kind for r in records if r.error_kind is not None)
+    total = len(records)
+    notes = []
+    if aborted := kinds.get(ErrorKind.ABORTED, 0):
+        reasons = sorted(
+            {str(r.finish_reason) for r in records if r.error_kind == ErrorKind.ABORTED}
+        )
+        notes.append(
+            f"{aborted} of {total} requests ended under HTTP 200 with finish_reason "
+            f"{', '.join(reasons)}: the server gave up on them, so they are failures (left out "
+            "of latencies, requests/s and tokens/s), not short successes"
+        )
+    if dropped := kinds.get(ErrorKind.DROPPED, 0):
+        notes.append(
+            f"{dropped} of {total} requests lost their connection after they were sent and "
+            "before any response: the server may have read and run them, so none was sent "
+            "again (a retry would generate it twice); counted as dropped_after_send"
+        )
+    if client := kinds.get(ErrorKind.CLIENT, 0):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        notes.append(
+            f"{client} of {total} requests could not open a socket on the client (out of file "
+            f"descriptors or ephemeral ports; open files: soft limit {soft}, hard {hard}): the "
+            "client's own limit, not the server's; raise `ulimit -n` or the hard limit, widen "
+            "net.ipv4.ip_local_port_range, or lower the concurrency / maxConnections"
+        )
+    if cut := sum(r.censored for r in records):
+        before_token = sum(r.censored and r.first_token_ns is None for r in records)
+        bounded = ", ".join(lower_bounds) or "none of the percentiles"
+        notes.append(
+            f"{cut} of {total} requests were cut by the client's timeout after they were sent "
+            f"({before_token} before their first token): censored, counted in the TTFT and E2E "
+            f"percentiles at the time they were cut, a lower bound ({bounded} rest on them and "
+            "are at least the value shown); the server may have kept running them (abandoned)"
+        )
+    waits = [r.retry_after_s for r in records if r.retry_after_s is not None]
+    if waits:
+        notes.append(
+            f"{len(waits)} of {total} requests were answered 429 / 503 with Retry-After "
+            f"(up to {max(waits):g} s): the closed loop waited before the next request on "
+            "that stream instead of sending it at once"
+        )
+    return notes
+
+
+def prompt_tokens_note(good: Sequence[RequestRecord], planned: int | None) -> str | None:
+    """A warning when the server counted prompts unlike the plan: the mean of the successful
+    requests' `usage.prompt_tokens` differs from `planned` by more than
+    `PROMPT_TOLERANCE_TOKENS` and `PROMPT_TOLERANCE_SHARE` of it (a server that truncates
+    prompts, or a template much longer than a chat template's few tokens); None when within,
+    or without a plan or counts."""
+    counted = [r.prompt_tokens for r in good if r.prompt_tokens is not None]
+    if planned is None or not counted:
+        return None
+    mean = statistics.fmean(counted)
+    if abs(mean - planned) <= max(PROMPT_TOLERANCE_TOKENS, PROMPT_TOLERANCE_SHARE * planned):
+        return None
+    low, high = min(counted), max(counted)
+    return (
+        f"the server counted {mean:,.0f} prompt tokens per request (min {low:,}, max {high:,}) "
+        f"where {planned:,} were planned: it processed other prompts than the plan (truncated, "
+        "or a template of its own); prompt lengths in these results are the server's counts "
+        "(prompt_tokens_mean), not the plan's"
+    )
+
+
+_OUTAGE_KINDS = frozenset(
+    {
+        ErrorKind.CONNECTION,
+        ErrorKind.DROPPED,
+        ErrorKind.TRUNCATED,
+        ErrorKind.TIMEOUT,
+        ErrorKind.IN_BAND,
+        ErrorKind.ABORTED,
+    }
+)
+
+
+def _unavailable(record: RequestRecord) -> bool:
+    """A failure that says the server (or the path to it) could not serve at the time."""
+    if record.error_kind == ErrorKind.HTTP_STATUS:
+        status = record.status or 0
+        return status >= 500 or status in _UNAVAILABLE_4XX
+    return record.error_kind in _OUTAGE_KINDS
+
+
+def outage_of(records: Sequence[RequestRecord]) -> str | None:
+    """Why a run is not a measured point but an outage, or None: every request failed, and
+    some with a sign of a server or path that was down, restarting or hung (`_unavailable`):
+    no connection, dropped, cut off, timed out, an in-band error or abort, a 5xx / 408 / 429
+    answer; not when all failed through the requests themselves (another 4xx), the client's
+    own sockets or a stream the server keeps sending wrong (empty, not JSON). The message
+    counts the failures by kind."""
+    if not records or any(r.ok for r in records) or not any(map(_unavailable, records)):
+        return None
+    kinds = Counter(str(r.error_kind) for r in records)
+    listed = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+    return f"all {len(records)} requests failed ({listed})"
+
+
 def _num(value: float | None, spec: str = ",.0f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -455,6 +633,7 @@ def summarize_run(
     pool_size: int | None = None,
     unique_suffix_tokens: int = 0,
     max_tokens: int | None = None,
+    planned_prompt_tokens: int | None = None,
 ) -> RunSummary:
     """Reduce one run's records to a `RunSummary` (see its docstring for every definition);
     `loop_lags_ms` are the client event loops' lag samples (ms, `loadgen.lag.LagMonitor`),
@@ -463,7 +642,14 @@ def summarize_run(
     (default: `concurrency`), `unique_suffix_tokens` the prompt tokens at the end of every
     prompt that no other prompt shares (`LoadConfig.suffix_tokens`; see
     `cached_tokens_summary`), `max_tokens` what every request asked for (output lengths are
-    reported against it: `output_tokens_mismatch`, with a warning; None: not compared).
+    reported against it: `output_tokens_mismatch`, with a warning; None: not compared),
+    `planned_prompt_tokens` the prompt length every request was built to (compared with what
+    the server counted: `prompt_tokens_note`; None: not compared).
+
+    TTFT and E2E percentiles and the TTFT mean count censored requests (cut by the client's
+    timeout after they were sent) at the time they were cut, a lower bound
+    (`ttft_sample`, `e2e_sample`); a figure that rests on one is named in `lower_bounds`.
+    Other failures are left out of every latency and rate and said by `failure_notes`.
 
     Adds a warning when the TTFT p99 rests on fewer than 100 successful samples,
     `loadgen.lag.lag_warning`'s when the loop lag is large enough to distort TTFT, and one when
@@ -475,7 +661,23 @@ def summarize_run(
     first_chunks = _present([_ms(r.sent_ns, r.first_chunk_ns) for r in good])
     errors = Counter(str(r.error_kind) for r in records if not r.ok)
     span_s = span_seconds(good)
-    ttfts = _present([ttft_ms(r) for r in good])
+    ttft_samples = [t for t in map(ttft_sample, records) if t is not None]
+    e2e_samples = [t for t in map(e2e_sample, records) if t is not None]
+    ttfts = [v for v, _ in ttft_samples]
+    bounds = {
+        name: bounded_percentile(samples, q)
+        for name, samples, q in (
+            ("ttft_p50_ms", ttft_samples, 50),
+            ("ttft_p90_ms", ttft_samples, 90),
+            ("ttft_p99_ms", ttft_samples, 99),
+            ("e2e_p50_ms", e2e_samples, 50),
+            ("e2e_p99_ms", e2e_samples, 99),
+        )
+    }
+    lower_bounds = [name for name, (_, lower) in bounds.items() if lower]
+    censored = sum(r.censored for r in records)
+    if censored and any(lower for _, lower in ttft_samples):
+        lower_bounds.append("ttft_mean_ms")
     queues = _present([queue_ms(r) for r in records])
     cached = cached_tokens_summary(good, unique_suffix_tokens)
     warnings_cached = cached.pop("warnings")
@@ -521,11 +723,16 @@ def summarize_run(
     retried = sum(r.retried for r in records)
     if retried:
         warnings.append(
-            f"{retried} of {len(records)} requests were sent again on a fresh connection: the "
-            "kept-alive connection each was first written to had been closed by the server "
-            "without `Connection: close` (an idle timeout shorter than the client's), so it "
-            "never reached the server; the lost attempt counts as client queue time"
+            f"{retried} of {len(records)} requests were sent again on a fresh connection: "
+            "writing each to the kept-alive connection it was first given failed, because the "
+            "server had closed that connection without `Connection: close` (an idle timeout "
+            "shorter than the client's), so it provably never reached the server; the lost "
+            "attempt counts as client queue time"
         )
+    warnings += failure_notes(records, lower_bounds)
+    prompt_note = prompt_tokens_note(good, planned_prompt_tokens)
+    if prompt_note is not None:
+        warnings.append(prompt_note)
     no_text = sum(r.first_token_ns is None for r in good)
     if no_text:
         warnings.append(
@@ -549,7 +756,7 @@ def summarize_run(
     sent_span_s = (max(sent) - intended) / 1e9 if sent else 0.0
     sent_rate = (len(sent) - 1) / sent_span_s if len(sent) > 1 and sent_span_s > 0 else None
     in_flight = max_in_flight(records)
-    ttft_p50, queue_p99 = percentile(ttfts, 50), percentile(queues, 99)
+    ttft_p50, queue_p99 = bounds["ttft_p50_ms"][0], percentile(queues, 99)
     if short_of_offered(offered_rate_per_s, sent_rate) or queue_large(queue_p99, ttft_p50):
         e2es = _present([e2e_ms(r) for r in good])
         pool = concurrency if pool_size is None else pool_size
@@ -584,12 +791,14 @@ def summarize_run(
         ttft_mean_ms=statistics.fmean(ttfts) if ttfts else None,
         itl_p99_ms=tail["itl_p99_ms"],
         tpot_p99_ms=tail["tpot_p99_ms"],
-        e2e_p99_ms=tail["e2e_p99_ms"],
+        e2e_p99_ms=bounds["e2e_p99_ms"][0],
         cold_requests=sum(cold),
         tails_warm_ms=latencies.p99s(warm),
         ttft_p50_ms=ttft_p50,
-        ttft_p90_ms=percentile(ttfts, 90),
-        ttft_p99_ms=tail["ttft_p99_ms"],
+        ttft_p90_ms=bounds["ttft_p90_ms"][0],
+        ttft_p99_ms=bounds["ttft_p99_ms"][0],
+        censored=censored,
+        lower_bounds=lower_bounds,
         first_chunk_p50_ms=percentile(first_chunks, 50),
         itl_p50_ms=median["itl"],
         icl_p50_ms=icl_p50,
@@ -600,7 +809,7 @@ def summarize_run(
         output_tokens_counted=sum(counted.values()),
         output_tokens_mismatch=mismatch,
         tpot_p50_ms=median["tpot"],
-        e2e_p50_ms=median["e2e"],
+        e2e_p50_ms=bounds["e2e_p50_ms"][0],
         queue_p50_ms=percentile(queues, 50),
         queue_p99_ms=queue_p99,
         requests_per_s=len(good) / span_s if span_s > 0 else 0.0,
@@ -609,6 +818,8 @@ def summarize_run(
         sent_rate_per_s=sent_rate,
         max_in_flight=in_flight,
         prompt_tokens_mean=statistics.fmean(prompt_lengths) if prompt_lengths else None,
+        prompt_tokens_planned=planned_prompt_tokens,
+        retry_after_waits=sum(r.retry_after_s is not None for r in records),
         **cached,
         new_connections=sum(r.connect_ns is not None for r in records),
         retried=retried,
@@ -685,6 +896,9 @@ def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
         e2e_p99_ms=_median([r.e2e_p99_ms for r in runs]),
         cold_requests=sum(r.cold_requests for r in runs),
         tails_warm_ms={key: _median([r.tails_warm_ms.get(key) for r in runs]) for key in TAILS},
+        censored=sum(r.censored for r in runs),
+        lower_bounds=sorted({name for r in runs for name in r.lower_bounds}),
+        remeasured=sum(r.remeasured for r in runs),
         confidence=CONFIDENCE,
         intervals=point_intervals(runs, CONFIDENCE),
         phases=point_phases(runs),

@@ -184,6 +184,7 @@ def _print_result(result: GridResult, out: Path, title: str) -> None:
     from loadgen.report import (
         client_server_table,
         phases_table,
+        prompt_sizes,
         seed_table,
         slo_table,
         table_console,
@@ -202,7 +203,7 @@ def _print_result(result: GridResult, out: Path, title: str) -> None:
     server_side = client_server_table(result.runs, title="client vs server (/metrics)")
     if server_side is not None:
         console.print(server_side)
-    console.print(f"prompt sizes: {escape(result.token_count_source)}", soft_wrap=True)
+    console.print(f"prompt sizes: {escape(prompt_sizes(result))}", soft_wrap=True)
     if result.readiness is not None:
         console.print(readiness_line(result.readiness), soft_wrap=True)
     console.print(f"results in {escape(str(out))}", soft_wrap=True)

@@ -10,8 +10,10 @@ Faults of the transport, set on the server rather than per request: `redirects` 
 that answers a path with a redirect, after `redirect_s`), `responses_per_connection` (a server
 that closes a kept-alive connection after that many responses without saying so: the next
 request written to it is reset unread, and counted in `unread`), `metrics` (what GET /metrics
-answers, made from the server's state). A GET to a completions path is
-answered 405, as an OpenAI-compatible server's POST-only route is.
+answers, made from the server's state: Prometheus text, or a `Status` for a failed scrape).
+A GET to a completions path is answered 405, as an OpenAI-compatible server's POST-only route
+is. A script of `Sleep`s then `Close` reads the request, works on it a while and drops it
+unanswered.
 """
 
 import asyncio
@@ -20,7 +22,7 @@ import json
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 ABSENT = object()
 
@@ -58,6 +60,7 @@ class Header:
 class Status:
     code: int
     body: bytes = b'{"error": "unavailable"}'
+    headers: tuple[str, ...] = ()  # extra header lines, e.g. "Retry-After: 1"
 
 
 Step = Send | Sleep | Wait | Close | Status | Header
@@ -115,7 +118,8 @@ class FakeServer:
     redirect_s: float = 0.0
     responses_per_connection: int | None = None
     unread: int = 0  # requests written to a connection this server had given up
-    metrics: "Callable[[FakeServer], str] | None" = None  # GET /metrics: Prometheus text
+    # GET /metrics: Prometheus text, or a `Status` to answer instead (a failed scrape)
+    metrics: "Callable[[FakeServer], str | Status] | None" = None
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -164,7 +168,15 @@ class FakeServer:
                     await writer.drain()
                     continue
                 if head.startswith(b"GET /metrics") and self.metrics is not None:
-                    text = self.metrics(self).encode()
+                    answer = self.metrics(self)
+                    if isinstance(answer, Status):
+                        writer.write(
+                            b"HTTP/1.1 %d Error\r\nContent-Length: %d\r\n\r\n%s"
+                            % (answer.code, len(answer.body), answer.body)
+                        )
+                        await writer.drain()
+                        continue
+                    text = answer.encode()
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n")
                     writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(text), text))
                     await writer.drain()
@@ -204,13 +216,16 @@ class FakeServer:
         """Play the handler's script; False when the connection must be dropped."""
         script = self.handler(body, n)
         steps = await script if isinstance(script, Awaitable) else script
-        if steps and isinstance(steps[0], Close):  # read, then dropped without any answer
+        if steps and isinstance(steps[-1], Close) and all(isinstance(x, Sleep) for x in steps[:-1]):
+            for pause in steps[:-1]:  # read, worked on for a while, dropped without any answer
+                await asyncio.sleep(cast(Sleep, pause).seconds)
             writer.transport.abort()
             return False
         if steps and isinstance(steps[0], Status):
             status = steps[0]
+            lines = "".join(f"{line}\r\n" for line in status.headers)
             writer.write(
-                f"HTTP/1.1 {status.code} Error\r\nContent-Type: application/json\r\n"
+                f"HTTP/1.1 {status.code} Error\r\nContent-Type: application/json\r\n{lines}"
                 f"Content-Length: {len(status.body)}\r\n\r\n".encode()
                 + status.body
             )

@@ -2,11 +2,13 @@
 
 import gzip
 import json
+import socket
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from aiohttp import http_writer
 from fake_openai_server import (
     ABSENT,
     DONE,
@@ -313,32 +315,74 @@ async def _in_a_row(server: FakeServer, n: int) -> list[RequestRecord]:
     return records
 
 
-async def test_a_reused_connection_closed_unannounced_is_retried_once() -> None:
-    """aiohttp retries a request that meets a closed kept-alive connection only for
-    idempotent methods (aiohttp 3.14.5 client.py, `_request`, IDEMPOTENT_METHODS): the POST
-    is sent again here, on a connection of its own, and timed from that second send."""
-    async with FakeServer(lambda body, n: normal_stream(["a"]), responses_per_connection=1) as s:
+async def test_a_request_whose_write_failed_is_retried_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server's close of a kept-alive connection reaches the client after the pool handed
+    the connection out and before the request was written (aiohttp: "Cannot write to closing
+    transport", http_writer.py `_write`): the request provably never reached the server, so
+    it is sent again, once, on a connection of its own, and the server reads it once."""
+    writes = 0
+    original = http_writer.StreamWriter._writelines
+
+    def closing_on_second_request(self: http_writer.StreamWriter, chunks: Any) -> None:
+        nonlocal writes
+        writes += 1
+        if writes == 2:  # the second request, on the reused connection: closed under it
+            assert self._protocol.transport is not None
+            self._protocol.transport.close()
+        original(self, chunks)
+
+    monkeypatch.setattr(http_writer.StreamWriter, "_writelines", closing_on_second_request)
+    async with FakeServer(lambda body, n: normal_stream(["a"])) as s:
         first, second = await _in_a_row(s, 2)
-        assert (s.unread, len(s.requests), s.connections) == (1, 2, 2)
+        assert (len(s.requests), s.connections) == (2, 2)  # each request read once
     assert first.ok and not first.retried
     assert second.ok and second.retried, second.error
     assert second.connect_ns is not None and second.sent_ns is not None
     assert second.sent_ns > second.connect_ns  # sent on the fresh connection, not the dead one
 
 
-async def test_a_server_that_drops_requests_it_read_is_still_an_error() -> None:
-    """The retried request reaches the server, which drops it unanswered again: a connection
-    error, not hidden by the retry; a fresh connection that fails is never retried."""
+@pytest.mark.parametrize(
+    ("faults", "steps"),
+    [
+        ({}, [Close()]),  # read whole, dropped unanswered at once
+        ({}, [Sleep(0.05), Close()]),  # read whole, worked on, then the process died
+        ({"responses_per_connection": 1}, None),  # reset after the request's first byte
+    ],
+    ids=["read-and-dropped", "worked-then-died", "reset-on-arrival"],
+)
+async def test_a_request_lost_after_it_was_written_is_never_sent_twice(
+    faults: dict[str, Any], steps: list[Step] | None
+) -> None:
+    """Written to a reused connection that then ends before any response: the client cannot
+    tell whether the server read and ran it, so it is not sent again (a second send would be
+    generated twice) and fails as `dropped_after_send`, not as "never reached the server"."""
 
-    def drops_after_first(body: dict[str, Any], n: int) -> list[Step]:
-        return normal_stream(["a"]) if n == 0 else [Close()]
+    def second_lost(body: dict[str, Any], n: int) -> list[Step]:
+        return normal_stream(["a"]) if n == 0 or steps is None else steps
 
-    async with FakeServer(drops_after_first) as server:
+    async with FakeServer(second_lost, **faults) as server:
         first, second = await _in_a_row(server, 2)
-        assert len(server.requests) == 3  # the first, the second and its one retry
+        read = len(server.requests) + server.unread
     assert first.ok
-    assert (second.error_kind, second.retried) == (ErrorKind.CONNECTION, True)
+    assert read == 2  # the server saw the second request once, never a second copy
+    assert (second.error_kind, second.retried) == (ErrorKind.DROPPED, False)
+
+
+async def test_a_fresh_connection_dropped_or_refused_is_never_retried() -> None:
     async with FakeServer(lambda body, n: [Close()]) as server:
         (fresh,) = await _in_a_row(server, 1)
         assert len(server.requests) == 1
-    assert (fresh.error_kind, fresh.retried) == (ErrorKind.CONNECTION, False)
+    assert (fresh.error_kind, fresh.retried) == (ErrorKind.DROPPED, False)
+    with socket.socket() as sock:  # a port nothing listens on: refused, never written
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    record = RequestRecord(index=0, prefix_id=0, intended_ns=time.monotonic_ns())
+    async with make_client(url, LoadConfig(), 1) as client:
+        await stream_request(client, PATH, BODY, record, 5.0)
+    assert (record.error_kind, record.sent_ns, record.retried) == (
+        ErrorKind.CONNECTION,
+        None,
+        False,
+    )
