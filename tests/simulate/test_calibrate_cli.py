@@ -324,3 +324,39 @@ def test_a_simulated_stack_is_validated_once(
         result.output.split()
     )
     assert validated == ["kv-routing"]
+
+
+def test_against_after_the_plain_simulation_writes_its_own_folder(
+    measured: Path, tmp_path: Path, grids: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The docs' walkthrough as typed after the README's `testbed simulate kv-routing`: the
+    stack's plain simulation (vLLM) in out/simulate/kv-routing, then `--against` a mocker
+    folder with `--set engine.kind=mocker` runs in out/against/<folder>/ and leaves the plain
+    one alone; into the plain folder the refusal names the fix that works (another --out),
+    not a --resume that cannot."""
+    import stackmodel.stacks
+    from simulator.stack_values import stack_values
+
+    monkeypatch.setattr(stackmodel.stacks, "REPO", tmp_path)
+    plain = tmp_path / "out" / "simulate" / "kv-routing"
+    (plain / "routing" / "runs" / "k2-c4-r1").mkdir(parents=True)
+    (plain / "routing" / "runs" / "k2-c4-r1" / "run.json").write_text("{}")
+    values = stack_values(load_stack("kv-routing"))
+    (plain / "stack.json").write_text(json.dumps({"stack": "kv-routing", "simulatedWith": values}))
+    _labelled(measured, engine="mocker on dynamo 1.6.2", servedBy="mocker workers")
+    mocker = ["--set", "engine.kind=mocker", "--set", EIGHT]
+    args = ["simulate", "kv-routing", "--against", str(measured), *mocker]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    compared = tmp_path / "out" / "against" / "measured" / "kv-routing" / "against"
+    assert json.loads((compared / "summary.json").read_text())["values"] == 4
+    assert sorted(p.name for p in plain.iterdir()) == ["routing", "stack.json"]
+
+    into_plain = [*args, "--out", str(plain.parent)]
+    assert _refused(into_plain).endswith(
+        f"error: {plain} already holds 1 complete run(s) of an earlier simulation that --resume "
+        "cannot continue (engine.kind: 'vllm' in the folder, 'mocker' now): choose another --out"
+    )
+    assert "cannot resume" in _refused([*into_plain, "--resume"])
+    again = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "other")])
+    assert again.exit_code == 0, again.output
