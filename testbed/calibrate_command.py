@@ -207,7 +207,7 @@ def _labels(
     """What the folders ran on (:func:`simulator.folder_labels.folder_labels`), all alike; a
     folder of another model is refused, one whose load settings, engine or GPU differ from the
     stack's, or that does not record its GPU, unless ``force``."""
-    from simulator.folder_labels import differences, folder_labels
+    from simulator.folder_labels import differences, fix_phrase, folder_labels
 
     found = []
     for folder in results:
@@ -220,17 +220,23 @@ def _labels(
         if labels.model != model:
             fail(
                 f"{folder} measured {labels.model}, stack {stack!r} serves {model}: "
-                "calibrate on runs of the stack's model (or --set model.name)"
+                f"calibrate on runs of the stack's model (or --set model.name={labels.model})"
             )
         if labels.gpu is None:
             differ.append(f"no GPU recorded (stack.json); the profile would take the stack's {gpu}")
         elif labels.gpu != gpu:
             differ.append(f"GPU {labels.gpu} (stack: {gpu})")
         if differ and not force:
+            gpus = []
+            if labels.gpu is not None and labels.gpu != gpu:
+                classes = sorted({g.group.node_class for g in plan.groups})
+                gpus = [f'nodeClasses["{c}"].gpu={labels.gpu}' for c in classes]
+            fix = fix_phrase(labels, plan, stack, gpus)
             fail(
                 f"{folder} differs from stack {stack!r}: {'; '.join(differ)}: the fit "
-                "re-times its requests as the stack's; calibrate with the stack it ran "
-                "(--stack, --set), or add --force to fit it anyway"
+                "re-times its requests as the stack's; calibrate with the stack as it ran: "
+                + (f"{fix}, or " if fix else "")
+                + "add --force to fit it anyway"
             )
         found.append(labels)
     ran_on = {(f.gpu, f.model, f.engine) for f in found}

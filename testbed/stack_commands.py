@@ -661,20 +661,21 @@ def _against_grid(
 def _refuse_other_runs(against: Path, stack: str, plan: StackPlan, force: bool) -> None:
     """A folder ``--against`` whose model, load settings or engine differ from the stack's
     (:func:`simulator.folder_labels.differences`) is refused, or with ``force`` warned."""
-    from simulator.folder_labels import differences, folder_labels
+    from simulator.folder_labels import differences, fix_phrase, folder_labels
 
     try:
-        differ = differences(folder_labels(against), plan)
+        labels = folder_labels(against)
     except (FileNotFoundError, ValueError) as exc:
         fail(f"--against {against}: {exc}")
+    differ = differences(labels, plan)
     if not differ:
         return
     what = f"--against {against} measured other requests than stack {stack!r} sends: "
     what += "; ".join(differ)
     if not force:
         fail(
-            f"{what}: the comparison would be of different loads; compare with the stack it "
-            "ran (--set load.KEY=VALUE, model.name), or add --force to compare anyway"
+            f"{what}: the comparison would be of different loads; compare with the stack as "
+            f"it ran: {fix_phrase(labels, plan, stack)}, or add --force to compare anyway"
         )
     warn(f"{what} (--force: compared anyway)")
 
