@@ -81,10 +81,15 @@ def test_calibrate_writes_a_profile_a_node_class_can_name(measured: Path, tmp_pa
     text = " ".join(result.output.split())
     order = [
         "held-out error: none (one grid point: add a point, or score other folders with --score)",
+        "measured: every request of each run",
         "scored (--score) error: ",
         "figures (95% interval; held: the runs cannot move it)",
         "not identifiable",
         "fitted (in-sample residuals)",
+        # which requests the measured column is of: why simulate --against shows others
+        "measured: the first 1 repetition(s) of each point, each run's first 64 requests (all "
+        "where it has fewer), as the fit times them (--fit-requests, --fit-repetitions; "
+        "simulate --against takes every request)",
         "in-sample: ",
         "calibrated on rtx-4090/Qwen/Qwen3-0.6B (vllm on dynamo 1.6.2, vllm workers); wrote ",
     ]
