@@ -124,9 +124,7 @@ def matching_settings(labels: FolderLabels, plan: StackPlan) -> list[str]:
     return out
 
 
-def fix_phrase(
-    labels: FolderLabels, plan: StackPlan, stack: str, more: Sequence[str] = ()
-) -> str:
+def fix_phrase(labels: FolderLabels, plan: StackPlan, stack: str, more: Sequence[str] = ()) -> str:
     """How to compare the folder with the stack it ran: ``add --set K=V --set ...``
     (:func:`matching_settings`, then ``more``), and where its ``stack.json`` names another
     stack than ``stack``, that stack; empty where neither applies. A value with a shell

@@ -192,7 +192,9 @@ def test_a_problem_a_set_value_causes_elsewhere_names_the_set_not_the_stack_file
     assert result.exit_code == 2, result.output
     lines = result.output.splitlines()
     assert lines[-4] == "error: stack 'kv-routing': invalid config (2 problems)."
-    assert lines[-3].startswith("  - dynamo-testbed:topology.workers[0].gpuMemoryUtilization = 0.22")
+    assert lines[-3].startswith(
+        "  - dynamo-testbed:topology.workers[0].gpuMemoryUtilization = 0.22"
+    )
     assert lines[-3].endswith("(comes from --set model.name=Qwen/Qwen3-8B, not the stack file)")
     assert lines[-1] == "Fix the --set values above."
     assert "Pulumi.kv-routing.yaml" not in result.output
