@@ -44,7 +44,7 @@ from loadgen.prompts import (
 )
 from loadgen.readiness import NotServingError, wait_until_serving
 from loadgen.request import RequestRecord
-from loadgen.results import ErrorSample, GridResult, Readiness
+from loadgen.results import ErrorSample, GridResult, Readiness, RunSummary
 from loadgen.server_metrics import ServerMetrics
 from loadgen.slo import SloError
 from loadgen.stats import client_budget_warning, outage_of, summarize_point, summarize_run
@@ -353,6 +353,7 @@ async def run_grid_async(
     prompt_cache: PromptCache | None = None,
     progress_bar: Progress | None = None,
     progress_name: str = "",
+    on_run: Callable[[RunSummary, int, int], None] | None = None,
 ) -> GridResult:
     """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
     OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
@@ -384,7 +385,9 @@ async def run_grid_async(
     Grids run side by side in one event loop (`testbed simulate A B`) share `prompt_cache`
     (`loadgen.prompts.PromptCache`: prompts built once for all) and `progress_bar` (a started
     rich `Progress`, on which this grid adds its own task, its runs named after
-    `progress_name`; without it the grid shows its own bar when `progress`).
+    `progress_name`; without it the grid shows its own bar when `progress`). `on_run` is
+    called after each run this call measures with its summary, the runs finished so far
+    (kept ones included) and the grid's runs (a line per run where no bar shows).
 
     Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
     is not found, `loadgen.output.ResumeError` when `out_dir`'s runs were measured with other
@@ -485,6 +488,8 @@ async def run_grid_async(
                         }
                     )
                 finished.append(run)
+                if on_run is not None:
+                    on_run(run.summary, len(finished), len(keys))
                 served = served or run.summary.samples > 0
                 result = result_so_far()
                 if folder is not None:
@@ -511,6 +516,7 @@ def run_grid(
     decode_metrics: Sequence[str] = (),
     server_id: str | None = None,
     simulated: str | None = None,
+    on_run: Callable[[RunSummary, int, int], None] | None = None,
 ) -> GridResult:
     """Synchronous `run_grid_async` (runs its own event loop; call the async one from inside a
     running loop). Same arguments, result and errors."""
@@ -530,5 +536,6 @@ def run_grid(
             decode_metrics=decode_metrics,
             server_id=server_id,
             simulated=simulated,
+            on_run=on_run,
         )
     )

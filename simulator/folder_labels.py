@@ -10,6 +10,8 @@ folder differs from a stack that is to be compared with it or calibrated on it
 from __future__ import annotations
 
 import json
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,9 @@ LOAD_FIELDS = ("prompt_tokens", "prefix_share", "max_tokens")
 
 @dataclass(frozen=True)
 class FolderLabels:
-    """What ``folder`` measured: ``model`` (``result.json``), ``gpu``, ``engine``, ``versions``
-    and ``served_by`` (``stack.json``; None / empty where it does not say), ``simulated``
+    """What ``folder`` measured: ``model`` (``result.json``), ``gpu``, ``engine``, ``versions``,
+    ``served_by`` and ``stack`` (the stack it names; ``stack.json``; None / empty where it does
+    not say), ``simulated``
     (``result.json``'s ``simulated``: the folder is the timing model's) and the load's
     :data:`LOAD_FIELDS` (``load``)."""
 
@@ -40,6 +43,7 @@ class FolderLabels:
     simulated: bool
     versions: dict[str, str] = field(default_factory=dict)
     load: dict[str, Any] = field(default_factory=dict)
+    stack: str | None = None
 
     @property
     def on(self) -> str:
@@ -81,6 +85,7 @@ def folder_labels(folder: Path) -> FolderLabels:
         simulated=loaded.grid.simulated is not None,
         versions=dict(labels.get("versions") or {}),
         load={name: getattr(config, name) for name in LOAD_FIELDS},
+        stack=stack.get("stack") if isinstance(stack.get("stack"), str) else None,
     )
 
 
@@ -97,6 +102,40 @@ def differences(labels: FolderLabels, plan: StackPlan) -> list[str]:
     if labels.engine is not None and labels.engine != plan.engine_label:
         out.append(f"engine {labels.engine} (stack: {plan.engine_label})")
     return out
+
+
+def matching_settings(labels: FolderLabels, plan: StackPlan) -> list[str]:
+    """The ``--set KEY=VALUE`` items (as typed) that make ``plan``'s stack describe what the
+    folder ran, one per :func:`differences` phrase: ``model.name``, each of
+    :data:`LOAD_FIELDS` (``load.maxTokens=8``), ``engine.kind`` and ``engine.dynamoVersion``
+    (from the folder's ``<kind> on dynamo <release>``, :attr:`StackPlan.engine_label`)."""
+    out = []
+    if labels.model != plan.cfg.model.name:
+        out.append(f"model.name={labels.model}")
+    for name in LOAD_FIELDS:
+        if labels.load.get(name) != getattr(plan.cfg.load, name):
+            out.append(f"load.{_camel(name)}={labels.load.get(name)}")
+    if labels.engine is not None and labels.engine != plan.engine_label:
+        kind, _, release = labels.engine.partition(" on dynamo ")
+        if kind != plan.cfg.engine.kind:
+            out.append(f"engine.kind={kind}")
+        if release and release != plan.cfg.engine.release:
+            out.append(f"engine.dynamoVersion={release}")
+    return out
+
+
+def fix_phrase(labels: FolderLabels, plan: StackPlan, stack: str, more: Sequence[str] = ()) -> str:
+    """How to compare the folder with the stack it ran: ``add --set K=V --set ...``
+    (:func:`matching_settings`, then ``more``), and where its ``stack.json`` names another
+    stack than ``stack``, that stack; empty where neither applies. A value with a shell
+    character is quoted."""
+    fixes = []
+    settings = [shlex.quote(item) for item in (*matching_settings(labels, plan), *more)]
+    if settings:
+        fixes.append("add " + " ".join(f"--set {item}" for item in settings))
+    if labels.stack is not None and labels.stack != stack:
+        fixes.append(f"use the stack its stack.json names ({labels.stack})")
+    return ", or ".join(fixes)
 
 
 def _camel(name: str) -> str:

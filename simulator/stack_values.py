@@ -96,30 +96,45 @@ def stack_value_differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -
     ]
 
 
+UNRECORDED = f"its {STACK_FILE} does not record the stack values its runs were simulated with"
+"""Why a folder an older testbed made cannot be resumed (:func:`other_stack_values`)."""
+
+
+def other_stack_values(stack_dir: Path, values: Mapping[str, Any]) -> list[str] | None:
+    """Where ``stack_dir``'s complete routing runs were simulated with other stack values than
+    ``values`` (:func:`stack_values`): one phrase per key path (up to
+    :data:`SHOWN_DIFFERENCES`, then ``and N more``), ``[UNRECORDED]`` where its ``stack.json``
+    does not say (an older testbed made it), None where it can be resumed (the same values,
+    or no complete routing run)."""
+    if not complete_runs(stack_dir / ROUTING_DIR):
+        return None
+    try:
+        stored = json.loads((stack_dir / STACK_FILE).read_text())[STACK_VALUES_KEY]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [UNRECORDED]
+    differences = stack_value_differences(stored, values)
+    more = len(differences) - SHOWN_DIFFERENCES
+    shown = differences[:SHOWN_DIFFERENCES] + ([f"and {more} more"] if more > 0 else [])
+    return shown or None
+
+
 def refuse_other_stack_values(stack_dir: Path, values: Mapping[str, Any]) -> None:
     """Before ``--resume`` in ``stack_dir``: its complete routing runs, and the results made
     from them, must come from the same :func:`stack_values` (``stack.json``).
 
     Raises:
-        ResumeError: they differ (naming up to :data:`SHOWN_DIFFERENCES` key paths with both
-            values), or the folder does not record them (an older testbed made it); the fix
-            is another ``--out``. Nothing to check (no complete routing run) passes.
+        ResumeError: :func:`other_stack_values` names a difference; the fix is another
+            ``--out`` (or, where values differ, the same stack values).
     """
-    if not complete_runs(stack_dir / ROUTING_DIR):
-        return
-    try:
-        stored = json.loads((stack_dir / STACK_FILE).read_text())[STACK_VALUES_KEY]
-    except (OSError, ValueError, KeyError, TypeError):
+    differences = other_stack_values(stack_dir, values)
+    if differences == [UNRECORDED]:
         raise ResumeError(
-            f"cannot resume in {stack_dir}: its {STACK_FILE} does not record the stack values "
-            "its runs were simulated with (an older testbed made it); use another --out folder"
-        ) from None
-    differences = stack_value_differences(stored, values)
+            f"cannot resume in {stack_dir}: {UNRECORDED} (an older testbed made it); use "
+            "another --out folder"
+        )
     if differences:
-        shown = "; ".join(differences[:SHOWN_DIFFERENCES])
-        more = len(differences) - SHOWN_DIFFERENCES
-        shown += f"; and {more} more" if more > 0 else ""
         raise ResumeError(
             f"cannot resume in {stack_dir}: its runs were simulated with other stack values "
-            f"({shown}); resume with the same stack values, or use another --out folder"
+            f"({'; '.join(differences)}); resume with the same stack values, or use another "
+            "--out folder"
         )

@@ -73,7 +73,11 @@ class StackConfigError(ValueError):
     """A stack's config is invalid; lists every problem found.
 
     A problem under a key set on the command line (``--set``, :mod:`configkeys.key_paths`) names
-    that ``--set`` item, not the stack file.
+    that ``--set`` item, not the stack file; one under another key that the stack file alone
+    does not have (``file_keys``: the problems' keys of the file read without ``--set``) says
+    it comes from the ``--set`` values (``--set model.name=...`` makes a worker's memory share
+    too small). With ``--set`` items (a command, never ``pulumi preview``) the message does not
+    say "nothing was deployed": the command deploys nothing.
 
     Attributes:
         stack: the stack name.
@@ -82,37 +86,51 @@ class StackConfigError(ValueError):
     """
 
     def __init__(
-        self, stack: str, problems: Sequence[ConfigProblem], settings: Sequence[Setting] = ()
+        self,
+        stack: str,
+        problems: Sequence[ConfigProblem],
+        settings: Sequence[Setting] = (),
+        file_keys: frozenset[str] | None = None,
     ) -> None:
         self.stack = stack
         self.problems = tuple(problems)
         self.settings = tuple(settings)
         lines: list[str] = []
-        from_file = False
+        from_file = from_set = False
+        typed = " ".join(f"--set {s.text}" for s in self.settings)
         for problem in self.problems:
             setting = _setting_of(problem.key, self.settings)
-            if setting is None:
+            if setting is None and file_keys is not None and problem.key not in file_keys:
+                from_set = True
+                lines.append(f"  - {problem.render()} (comes from {typed}, not the stack file)")
+            elif setting is None:
                 from_file = True
                 lines.append(f"  - {problem.render()}")
             elif setting.creates and not covers(setting, parse_key_path(problem.key)):
+                from_set = True
                 entry = _new_entry(setting)
                 lines.append(f"  - --set {setting.text}: {entry}, so {problem.render()}")
             else:
+                from_set = True
                 lines.append(f"  - --set {setting.text}: {problem.message}")
-        fix = (
-            f"Fix the keys above in stacks/Pulumi.{stack}.yaml "
-            f"(or with `pulumi config set --path -s {stack} <key> <value>`)."
-            if from_file
-            else "Fix the --set values above."
-        )
+        fixes = []
+        if from_file:
+            fixes.append(
+                f"Fix the keys above in stacks/Pulumi.{stack}.yaml "
+                f"(or with `pulumi config set --path -s {stack} <key> <value>`)."
+            )
+        if from_set:
+            fixes.append("Fix the --set values above.")
+        fix = " ".join(fixes)
         head = f"stack '{stack}': invalid config ({len(self.problems)} problem"
+        nothing = "" if self.settings else "; nothing was deployed"
         if len(lines) == 1:  # one line: the problem and the fix
             fix = fix.replace("the keys above", "it").replace("values above", "value")
             only = lines[0][4:].rstrip(".")
-            super().__init__(f"{head}); nothing was deployed: {only}. {fix}")
+            super().__init__(f"{head}){nothing}: {only}. {fix}")
             return
         joined = "\n".join(lines)
-        super().__init__(f"{head}s); nothing was deployed.\n{joined}\n{fix}")
+        super().__init__(f"{head}s){nothing}.\n{joined}\n{fix}")
 
 
 def _setting_of(key: str, settings: Sequence[Setting]) -> Setting | None:

@@ -127,11 +127,17 @@ def settings_error(
     exc: StackConfigError, settings: Sequence[Setting], project_dir: Path = REPO
 ) -> StackConfigError:
     """``exc``, raised for a stack read with ``settings``, with each problem under a ``--set``
-    naming it, and a ``--set`` that adds a map entry (a misspelt node class) saying so
-    (:func:`configkeys.key_paths.with_new_entries`)."""
+    naming it, a ``--set`` that adds a map entry (a misspelt node class) saying so
+    (:func:`configkeys.key_paths.with_new_entries`), and a problem under another key that the
+    stack file alone does not have (read again without ``settings``) said to come from them."""
     raw = project_values(stack_config(exc.stack, project_dir)[0])
+    try:
+        load_stack(exc.stack, (), project_dir)
+        file_keys: frozenset[str] = frozenset()
+    except StackConfigError as alone:
+        file_keys = frozenset(p.key for p in alone.problems)
     return StackConfigError(
-        exc.stack, exc.problems, with_new_entries(raw, _project_settings(settings))
+        exc.stack, exc.problems, with_new_entries(raw, _project_settings(settings)), file_keys
     )
 
 

@@ -154,7 +154,7 @@ def calibrate_command(
         write_text_atomic(out, profile.model_dump_json(by_alias=True, indent=2) + "\n")
     except OSError as exc:
         fail(f"cannot write --out {out}: {exc.strerror or exc}")
-    _report(console, found, scored, warnings)
+    _report(console, found, scored, warnings, _measured_caption(fit_requests, fit_repetitions))
     console.print(
         f"calibrated on {profile.gpu}/{profile.model} ({profile.engine}"
         + (f", {profile.served_by}" if profile.served_by else "")
@@ -207,7 +207,7 @@ def _labels(
     """What the folders ran on (:func:`simulator.folder_labels.folder_labels`), all alike; a
     folder of another model is refused, one whose load settings, engine or GPU differ from the
     stack's, or that does not record its GPU, unless ``force``."""
-    from simulator.folder_labels import differences, folder_labels
+    from simulator.folder_labels import differences, fix_phrase, folder_labels
 
     found = []
     for folder in results:
@@ -220,17 +220,23 @@ def _labels(
         if labels.model != model:
             fail(
                 f"{folder} measured {labels.model}, stack {stack!r} serves {model}: "
-                "calibrate on runs of the stack's model (or --set model.name)"
+                f"calibrate on runs of the stack's model (or --set model.name={labels.model})"
             )
         if labels.gpu is None:
             differ.append(f"no GPU recorded (stack.json); the profile would take the stack's {gpu}")
         elif labels.gpu != gpu:
             differ.append(f"GPU {labels.gpu} (stack: {gpu})")
         if differ and not force:
+            gpus = []
+            if labels.gpu is not None and labels.gpu != gpu:
+                classes = sorted({g.group.node_class for g in plan.groups})
+                gpus = [f'nodeClasses["{c}"].gpu={labels.gpu}' for c in classes]
+            fix = fix_phrase(labels, plan, stack, gpus)
             fail(
                 f"{folder} differs from stack {stack!r}: {'; '.join(differ)}: the fit "
-                "re-times its requests as the stack's; calibrate with the stack it ran "
-                "(--stack, --set), or add --force to fit it anyway"
+                "re-times its requests as the stack's; calibrate with the stack as it ran: "
+                + (f"{fix}, or " if fix else "")
+                + "add --force to fit it anyway"
             )
         found.append(labels)
     ran_on = {(f.gpu, f.model, f.engine) for f in found}
@@ -248,15 +254,19 @@ def _report(
     found: Calibration,
     scored: Sequence[ScoredValue],
     warnings: Sequence[str],
+    caption: str,
 ) -> None:
     """The held-out error first, then the --score folders', the figures with their intervals,
-    the warnings, and the in-sample residuals last."""
+    the warnings, and the in-sample residuals last; ``caption`` under the held-out and
+    in-sample tables: which measured requests their ``measured`` column is of."""
     from rich.table import Table
 
     from simulator.calibration_fit import within_count
 
     if found.held_out:
-        _print_values(console, "held out: each point predicted by a fit without it", found.held_out)
+        _print_values(
+            console, "held out: each point predicted by a fit without it", found.held_out, caption
+        )
         console.print(f"held-out error: {_summary(found.held_out)}")
     else:
         console.print(
@@ -264,7 +274,9 @@ def _report(
             "--score)"
         )
     if scored:
-        _print_values(console, "scored, not fitted (error)", scored)
+        _print_values(
+            console, "scored, not fitted (error)", scored, "measured: every request of each run"
+        )
         console.print(f"scored (--score) error: {_summary(scored)}")
     table = Table(title="figures (95% interval; held: the runs cannot move it)")
     for column in ("figure", "value", "interval", "prior"):
@@ -281,7 +293,7 @@ def _report(
         console.print(line, soft_wrap=True)
     for warning in warnings:
         console.print(f"warning: {warning}", soft_wrap=True)
-    _print_values(console, "fitted (in-sample residuals)", found.fitted)
+    _print_values(console, "fitted (in-sample residuals)", found.fitted, caption)
     console.print(
         f"in-sample: {within_count(found.fitted)} of {len(found.fitted)} values within +-25% "
         f"(loss {found.start_loss:.4f} -> {found.loss:.4f}, sigma {found.sigma:.3f}, "
@@ -329,7 +341,22 @@ def _scored_stack(folder: Path, default: str, settings: Sequence[Setting]) -> St
         fail(f"{folder}: {exc}")
 
 
-def _print_values(console: Console, title: str, values: Sequence[ScoredValue]) -> None:
+def _measured_caption(requests: int, repetitions: int) -> str:
+    """What the fit's ``measured`` column is of: the first ``requests`` requests of each run of
+    the first ``repetitions`` repetition(s) (:class:`simulator.calibration_fit.Problem`), so
+    it differs from ``simulate --against``'s, which takes every request."""
+    return (
+        f"measured: the first {repetitions} repetition(s) of each point, each run's first "
+        f"{requests} requests (all where it has fewer), as the fit times them (--fit-requests, "
+        "--fit-repetitions; simulate --against takes every request)"
+    )
+
+
+def _print_values(
+    console: Console, title: str, values: Sequence[ScoredValue], caption: str
+) -> None:
     from testbed.against import values_table
 
-    console.print(values_table(title, values, folders=True))
+    table = values_table(title, values, folders=True)
+    table.caption = caption
+    console.print(table)

@@ -17,7 +17,7 @@ from loadgen.config import LoadConfig, ReadyCheck, error_message
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from loadgen.results import GridResult, Readiness
+    from loadgen.results import GridResult, Readiness, RunSummary
 from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, _int_list, _stderr_line, fail
 from testbed.slo_option import SloOption, slo_of
 
@@ -267,6 +267,28 @@ def load_settings_with(config_file: Path | None, settings: Sequence[Any]) -> dic
         ours.append(Setting(setting.text, setting.path[1:], setting.value))
     data = read_load_settings(config_file) if config_file is not None else {}
     return apply_settings(data, ours)
+
+
+def _bar_shows(progress: bool) -> bool:
+    """Whether the grid's progress bar shows: asked for, and stdout a terminal (rich draws no
+    bar elsewhere)."""
+    from rich.console import Console
+
+    return progress and Console().is_terminal
+
+
+def _run_line(summary: RunSummary, done: int, total: int) -> None:
+    """One line per finished run where no bar shows (``--no-progress``, or output to a file or
+    pipe): ``run K=2 c=4 rep 1 done (3 of 24): 200 requests, 0 failed, 41.2 s``."""
+    from loadgen.plan import run_label
+    from loadgen.report import table_console
+
+    key = (summary.prefix_kinds, summary.concurrency, summary.repetition)
+    table_console(highlight=False).print(
+        f"run {run_label(key)} done ({done} of {total}): {summary.requests} requests, "
+        f"{summary.errors} failed, {summary.duration_s:.1f} s",
+        soft_wrap=True,
+    )
 
 
 def load_command(
@@ -594,6 +616,7 @@ def _load(
                 observers=[pods],
                 prefill_metrics=prefill_metrics,
                 decode_metrics=decode_metrics,
+                on_run=None if _bar_shows(progress) else _run_line,
             )
     except NotServingError as exc:
         fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)

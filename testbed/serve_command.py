@@ -21,6 +21,11 @@ from testbed.stack_commands import SetOption, _settings, _stack_errors, under_pr
 SERVE_OUT = Path("out/serve")
 """Where the graph's logs, discovery files and model folder go (``<out>/<stack>``)."""
 
+SMALL_KINDS, SMALL_CONCURRENCY, SMALL_REPETITIONS, SMALL_REQUESTS = (2, 12), (1, 4), 2, 24
+"""The grid of the printed ``testbed load`` command (docs/simulation.md's: 8 runs of 24
+requests, about 2 minutes on a 2-core machine): the stack's own grid, 24 runs of 200 requests
+for the seed's, takes hours of mocker time, so the line says how to run it instead."""
+
 POLL_S = 1.0
 """How often (s) the command checks that every process of the graph still runs."""
 
@@ -43,7 +48,8 @@ def serve_command(
     """Serve STACK's local graph on 127.0.0.1 until Ctrl-C: the real Dynamo frontend with
     the stack's router and one CPU-only Dynamo mocker worker per replica (no GPU; the
     workers' times are the mocker's model). Prints the `testbed load` command that measures
-    it; its results folder records that mocker workers served it.
+    it on a small grid (and says the stack's own); its results folder records that mocker
+    workers served it.
 
     Example: testbed serve kv-routing
     """
@@ -77,8 +83,14 @@ def serve_command(
             load = (
                 f"testbed load --url {graph.url} --model {plan.cfg.model.name} --config "
                 f"stacks/Pulumi.{stack}.yaml --tokenizer {workdir / 'model'} --stack {stack} "
-                f"--mocker --out out/load/{stack}-mocker"
+                f"--mocker --out out/load/{stack}-mocker --prefix-kinds "
+                f"{','.join(map(str, SMALL_KINDS))} --concurrency "
+                f"{','.join(map(str, SMALL_CONCURRENCY))} --repetitions {SMALL_REPETITIONS} "
+                f"--requests-per-run {SMALL_REQUESTS}"
             )
+            small = len(SMALL_KINDS) * len(SMALL_CONCURRENCY) * SMALL_REPETITIONS
+            grid = plan.cfg.load
+            runs = len(grid.prefix_kinds) * len(grid.concurrency) * grid.repetitions
             print(
                 f"serving {stack}'s local graph at {graph.url}: the Dynamo frontend (router "
                 f"{spec.router_mode}) and {workers} Dynamo mocker worker(s) on this machine's "
@@ -86,6 +98,12 @@ def serve_command(
                 flush=True,
             )
             print(f"measure it with: {load}", flush=True)
+            print(
+                f"(a small grid: {small} runs of {SMALL_REQUESTS} requests; without the last "
+                f"four options, the stack's own grid: {runs} runs of {grid.requests_per_run} "
+                "requests)",
+                flush=True,
+            )
             print(f"logs in {graph.logs_dir}; Ctrl-C stops every process", flush=True)
             started = set(graph.pids())
             while True:

@@ -44,8 +44,10 @@ SET_B_SUFFIX = "+set-b"
 folder, its tables)."""
 RENDER_OUT = Path("out/render")
 SIMULATE_OUT = Path("out/simulate")
+AGAINST_OUT = Path("out/against")
 """The default ``--out`` folders, in the project folder (:func:`under_project`); ``render``
-writes into ``RENDER_OUT/STACK``, one folder per stack, as ``simulate`` does."""
+writes into ``RENDER_OUT/STACK``, one folder per stack, as ``simulate`` does;
+``simulate --against RESULTS`` into ``AGAINST_OUT/<RESULTS' folder name>``."""
 
 
 def under_project(out: Path, default: Path) -> Path:
@@ -433,11 +435,15 @@ def simulate_command(
         ),
     ],
     out: Annotated[
-        Path,
+        Path | None,
         typer.Option(
-            "--out", help="Results folder (one folder per stack).", rich_help_panel=OUTPUT
+            "--out",
+            help="Results folder (one folder per stack). [default: out/simulate; with "
+            "--against RESULTS: out/against/<RESULTS' folder name>]",
+            show_default=False,
+            rich_help_panel=OUTPUT,
         ),
-    ] = SIMULATE_OUT,
+    ] = None,
     resume: Annotated[
         bool,
         typer.Option(
@@ -540,13 +546,17 @@ def simulate_command(
     from loadgen.output import ResumeError, complete_runs
     from loadgen.report import table_console
     from simulator.routing import ROUTING_DIR
-    from simulator.stack_values import refuse_other_stack_values, stack_values
+    from simulator.stack_values import (
+        other_stack_values,
+        refuse_other_stack_values,
+        stack_values,
+    )
     from stackmodel.stack_warnings import sizing_warnings
     from stackmodel.stacks import load_stack
     from testbed.dependency_groups import missing_group
     from testbed.load_command import resumed_line
 
-    out = under_project(out, SIMULATE_OUT)
+    out = _simulate_out(out, against)
     settings, settings_b = _settings(overrides), _settings(overrides_b)
     files, each = _stack_files(list(stacks), settings, settings_b)
     names = list(files)
@@ -586,15 +596,22 @@ def simulate_command(
             except OSError as exc:
                 fail(f"cannot write the results to --out {out}: {exc.strerror or exc}")
             earlier = complete_runs(out / name / ROUTING_DIR)
+            values = stack_values(plans[name], each[name])
             if earlier and not resume:
+                other = other_stack_values(out / name, values)
                 fail(
                     f"{out / name} already holds {earlier} complete run(s) of an earlier "
-                    "simulation: add --resume to continue it (runs at other grid points are "
-                    "kept), or choose another --out"
+                    + (
+                        f"simulation that --resume cannot continue ({'; '.join(other)}): "
+                        "choose another --out"
+                        if other
+                        else "simulation: add --resume to continue it (runs at other grid "
+                        "points are kept), or choose another --out"
+                    )
                 )
             try:
                 if resume:
-                    refuse_other_stack_values(out / name, stack_values(plans[name], each[name]))
+                    refuse_other_stack_values(out / name, values)
             except ResumeError as exc:
                 fail(str(exc))
             kept[name] = earlier
@@ -605,6 +622,20 @@ def simulate_command(
             table_console(highlight=False).print(resumed_line(out / name, count, total))
     if against is not None:
         _print_against(results[0], against)
+
+
+def _simulate_out(out: Path | None, against: Path | None) -> Path:
+    """``testbed simulate``'s ``--out``: the one given, else :data:`SIMULATE_OUT`, or with
+    ``--against RESULTS`` :data:`AGAINST_OUT`/<RESULTS' folder name>, so that a comparison
+    (the stack as the folder ran it, often with other ``--set`` values) never meets the stack's
+    plain simulation in one folder; a default lies in the project folder."""
+    from stackmodel.stacks import REPO
+
+    if out is not None:
+        return out
+    if against is None:
+        return REPO / SIMULATE_OUT
+    return REPO / AGAINST_OUT / (against.resolve().name or "results")
 
 
 def _against_grid(
@@ -630,20 +661,21 @@ def _against_grid(
 def _refuse_other_runs(against: Path, stack: str, plan: StackPlan, force: bool) -> None:
     """A folder ``--against`` whose model, load settings or engine differ from the stack's
     (:func:`simulator.folder_labels.differences`) is refused, or with ``force`` warned."""
-    from simulator.folder_labels import differences, folder_labels
+    from simulator.folder_labels import differences, fix_phrase, folder_labels
 
     try:
-        differ = differences(folder_labels(against), plan)
+        labels = folder_labels(against)
     except (FileNotFoundError, ValueError) as exc:
         fail(f"--against {against}: {exc}")
+    differ = differences(labels, plan)
     if not differ:
         return
     what = f"--against {against} measured other requests than stack {stack!r} sends: "
     what += "; ".join(differ)
     if not force:
         fail(
-            f"{what}: the comparison would be of different loads; compare with the stack it "
-            "ran (--set load.KEY=VALUE, model.name), or add --force to compare anyway"
+            f"{what}: the comparison would be of different loads; compare with the stack as "
+            f"it ran: {fix_phrase(labels, plan, stack)}, or add --force to compare anyway"
         )
     warn(f"{what} (--force: compared anyway)")
 

@@ -103,6 +103,8 @@ def test_ctrl_c_after_two_runs_keeps_them_and_resume_finishes_with_the_same_tota
             pytest.fail(f"no exit 30 s after SIGINT:\n{proc.communicate()[0].decode()}")
         assert proc.returncode == 130, output.decode()
         assert f"interrupted; 2 complete run(s) are saved in {out}" in output.decode()
+        # No bar (--no-progress, output to a pipe): a line per finished run.
+        assert "run K=1 c=1 rep 2 done (2 of 4): 5 requests, 0 failed, " in output.decode()
         assert sorted(p.parent.name for p in out.glob("runs/*/run.json")) == [
             "k1-c1-r1",
             "k1-c1-r2",
@@ -129,14 +131,21 @@ def test_ctrl_c_after_two_runs_keeps_them_and_resume_finishes_with_the_same_tota
         assert f"resumed {out}: kept 2 complete run(s), measured 2 more (4 in all)" in (
             " ".join(resumed.output.split())
         )
+        assert "run K=2 c=1 rep 1 done (3 of 4): 5 requests" in resumed.output
         interrupted_bodies = {json.dumps(b, sort_keys=True) for b in server.requests}
 
     whole = tmp_path / "whole"
+    bar = [arg for arg in GRID if arg != "--no-progress"]  # as typed, output not a terminal
     with serve_in_thread(handler) as server:
         uninterrupted = CliRunner().invoke(
-            app, ["load", "--url", server.url, *GRID, "--tokenizer", tokenizer, "--out", str(whole)]
+            app, ["load", "--url", server.url, *bar, "--tokenizer", tokenizer, "--out", str(whole)]
         )
         assert uninterrupted.exit_code == 0, uninterrupted.output
+        done = [line for line in uninterrupted.output.splitlines() if " done (" in line]
+        assert [line.split(":")[0] for line in done] == [
+            f"run K={k} c=1 rep {r} done ({n} of 4)"
+            for n, (k, r) in enumerate([(1, 1), (1, 2), (2, 1), (2, 2)], 1)
+        ]
         whole_bodies = {json.dumps(b, sort_keys=True) for b in server.requests}
     assert totals(out) == totals(whole)
     assert totals(whole)["rows_per_run"] == {(1, 1): 5, (1, 2): 5, (2, 1): 5, (2, 2): 5}

@@ -36,12 +36,19 @@ def test_serve_load_calibrate(tmp_path: Path) -> None:
     )
     try:
         assert serve.stdout is not None
-        lines = [serve.stdout.readline() for _ in range(3)]
+        lines = [serve.stdout.readline() for _ in range(4)]
         assert lines[0].startswith("serving kv-routing's local graph at http://127.0.0.1:"), lines
         assert "the Dynamo frontend (router kv) and 6 Dynamo mocker worker(s)" in lines[0]
         assert "no GPU" in lines[0]
         command = lines[1].removeprefix("measure it with: testbed ").split()
         assert command[0] == "load" and "--mocker" in command
+        # The command pasted as is runs a small grid, and the line after it says the full one.
+        small = "--prefix-kinds 2,12 --concurrency 1,4 --repetitions 2 --requests-per-run 24"
+        assert lines[1].rstrip().endswith(small)
+        assert lines[2].rstrip() == (
+            "(a small grid: 8 runs of 24 requests; without the last four options, the stack's "
+            "own grid: 24 runs of 200 requests)"
+        )
         out = tmp_path / "load"
         command[command.index("--out") + 1] = str(out)
         result = CliRunner().invoke(app, [*command, *SMALL])

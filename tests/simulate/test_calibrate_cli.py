@@ -34,10 +34,11 @@ def _refused(args: list[str]) -> str:
     return " ".join(result.output.split())
 
 
-def _labelled(folder: Path, **labels: object) -> None:
-    """``stack.json`` naming kv-routing, with the labels its plan gives (and ``labels``)."""
+def _labelled(folder: Path, stack: str = "kv-routing", **labels: object) -> None:
+    """``stack.json`` naming ``stack``, with the labels kv-routing's plan gives (and
+    ``labels``)."""
     run = {**load_stack("kv-routing").run_labels, **labels}
-    (folder / "stack.json").write_text(json.dumps({"stack": "kv-routing", "labels": run}))
+    (folder / "stack.json").write_text(json.dumps({"stack": stack, "labels": run}))
 
 
 def _with_load(cfg: StackConfig, load: dict[str, Any]) -> StackConfig:
@@ -80,10 +81,15 @@ def test_calibrate_writes_a_profile_a_node_class_can_name(measured: Path, tmp_pa
     text = " ".join(result.output.split())
     order = [
         "held-out error: none (one grid point: add a point, or score other folders with --score)",
+        "measured: every request of each run",
         "scored (--score) error: ",
         "figures (95% interval; held: the runs cannot move it)",
         "not identifiable",
         "fitted (in-sample residuals)",
+        # which requests the measured column is of: why simulate --against shows others
+        "measured: the first 1 repetition(s) of each point, each run's first 64 requests (all "
+        "where it has fewer), as the fit times them (--fit-requests, --fit-repetitions; "
+        "simulate --against takes every request)",
         "in-sample: ",
         "calibrated on rtx-4090/Qwen/Qwen3-0.6B (vllm on dynamo 1.6.2, vllm workers); wrote ",
     ]
@@ -116,12 +122,29 @@ def test_calibrate_refuses_a_folder_of_other_requests_or_another_gpu(
     args = ["calibrate", str(measured), "--stack", "kv-routing", "--out", str(out)]
     assert _refused(args) == (
         f"error: {measured} differs from stack 'kv-routing': load.maxTokens 8 (stack: 64): the "
-        "fit re-times its requests as the stack's; calibrate with the stack it ran (--stack, "
-        "--set), or add --force to fit it anyway"
+        "fit re-times its requests as the stack's; calibrate with the stack as it ran: add "
+        "--set load.maxTokens=8, or add --force to fit it anyway"
     )
+    # A mocker folder of another stack name and GPU: every fix named, and each accepted.
+    _labelled(measured, gpu="l40s", engine="mocker on dynamo 1.6.2", stack="disagg")
+    gpu = _refused(args)
+    assert (
+        "differs from stack 'kv-routing': load.maxTokens 8 (stack: 64); engine mocker on dynamo "
+        "1.6.2 (stack: vllm on dynamo 1.6.2); GPU l40s (stack: rtx-4090): the fit re-times its "
+        "requests as the stack's; calibrate with the stack as it ran: add --set "
+        "load.maxTokens=8 --set engine.kind=mocker --set 'nodeClasses[\"gpu-24gb\"].gpu=l40s' "
+        "--set 'nodeClasses[\"gpu-8gb\"].gpu=l40s', "
+        "or use the stack its stack.json names (disagg), or add --force to fit it anyway"
+    ) in gpu
+    fixed = ["--set", EIGHT, "--set", "engine.kind=mocker"]
+    fixed += [f'--set=nodeClasses["{c}"].gpu=l40s' for c in ("gpu-24gb", "gpu-8gb")]
+    applied = CliRunner().invoke(app, [*args, *fixed, "--fit-requests", "4", "--no-progress"])
+    assert applied.exit_code == 0, applied.output
+    out.unlink()
     _labelled(measured, gpu="l40s")
-    gpu = _refused([*args, "--set", EIGHT])
-    assert "differs from stack 'kv-routing': GPU l40s (stack: rtx-4090)" in gpu
+    assert "differs from stack 'kv-routing': GPU l40s (stack: rtx-4090)" in _refused(
+        [*args, "--set", EIGHT]
+    )
     (measured / "stack.json").write_text(json.dumps({"stack": "kv-routing"}))
     unknown = CliRunner().invoke(app, [*args, "--set", EIGHT])
     assert unknown.exit_code == 2
@@ -245,8 +268,7 @@ def test_simulate_against_a_measured_folder(
     assert _refused(args) == (
         f"error: --against {measured} measured other requests than stack 'kv-routing' sends: "
         "load.maxTokens 8 (stack: 64): the comparison would be of different loads; compare "
-        "with the stack it ran (--set load.KEY=VALUE, model.name), or add --force to compare "
-        "anyway"
+        "with the stack as it ran: add --set load.maxTokens=8, or add --force to compare anyway"
     )
     forced = CliRunner().invoke(app, [*args, "--force"])
     assert forced.exit_code == 0, forced.output
@@ -324,3 +346,49 @@ def test_a_simulated_stack_is_validated_once(
         result.output.split()
     )
     assert validated == ["kv-routing"]
+
+
+def test_against_after_the_plain_simulation_writes_its_own_folder(
+    measured: Path, tmp_path: Path, grids: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The docs' walkthrough as typed after the README's `testbed simulate kv-routing`: the
+    stack's plain simulation (vLLM) in out/simulate/kv-routing, then `--against` a mocker
+    folder with `--set engine.kind=mocker` runs in out/against/<folder>/ and leaves the plain
+    one alone; into the plain folder the refusal names the fix that works (another --out),
+    not a --resume that cannot."""
+    import stackmodel.stacks
+    from simulator.stack_values import stack_values
+
+    monkeypatch.setattr(stackmodel.stacks, "REPO", tmp_path)
+    plain = tmp_path / "out" / "simulate" / "kv-routing"
+    (plain / "routing" / "runs" / "k2-c4-r1").mkdir(parents=True)
+    (plain / "routing" / "runs" / "k2-c4-r1" / "run.json").write_text("{}")
+    values = stack_values(load_stack("kv-routing"))
+    (plain / "stack.json").write_text(json.dumps({"stack": "kv-routing", "simulatedWith": values}))
+    _labelled(measured, engine="mocker on dynamo 1.6.2", servedBy="mocker workers")
+    bare = ["simulate", "kv-routing", "--against", str(measured)]
+    assert _refused(bare).endswith(
+        "engine mocker on dynamo 1.6.2 (stack: vllm on dynamo 1.6.2): the comparison would be of "
+        "different loads; compare with the stack as it ran: add --set load.maxTokens=8 --set "
+        "engine.kind=mocker, or add --force to compare anyway"
+    )
+    result = json.loads((measured / "result.json").read_text())
+    (measured / "result.json").write_text(json.dumps({**result, "model": "Qwen/Qwen3-8B"}))
+    assert "add --set model.name=Qwen/Qwen3-8B --set load.maxTokens=8" in _refused(bare)
+    (measured / "result.json").write_text(json.dumps(result))
+    mocker = ["--set", "engine.kind=mocker", "--set", EIGHT]  # the fix named, applied
+    args = [*bare, *mocker]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    compared = tmp_path / "out" / "against" / "measured" / "kv-routing" / "against"
+    assert json.loads((compared / "summary.json").read_text())["values"] == 4
+    assert sorted(p.name for p in plain.iterdir()) == ["routing", "stack.json"]
+
+    into_plain = [*args, "--out", str(plain.parent)]
+    assert _refused(into_plain).endswith(
+        f"error: {plain} already holds 1 complete run(s) of an earlier simulation that --resume "
+        "cannot continue (engine.kind: 'vllm' in the folder, 'mocker' now): choose another --out"
+    )
+    assert "cannot resume" in _refused([*into_plain, "--resume"])
+    again = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "other")])
+    assert again.exit_code == 0, again.output

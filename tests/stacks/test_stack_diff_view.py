@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from configkeys.key_paths import KeyPathError, parse_settings
 from stackmodel.errors import StackConfigError
+from stackmodel.stacks import load_stack
 from testbed.cli import app
 from testbed.component_diff import diff_lines
 from testbed.render import render_stack
@@ -69,7 +70,7 @@ def test_a_set_that_adds_a_misspelt_node_class_names_the_set_and_the_close_name(
     with pytest.raises(StackConfigError) as info:
         render_stack("kv-routing", settings=settings)
     assert str(info.value) == (
-        "stack 'kv-routing': invalid config (1 problem); nothing was deployed: --set "
+        "stack 'kv-routing': invalid config (1 problem): --set "
         "nodeClasses.gpu-24b.gpuMemoryGiB=48: this adds nodeClasses.gpu-24b, which the stack "
         "lacks (nodeClasses has gpu-24gb, gpu-8gb; did you mean gpu-24gb?), so "
         "dynamo-testbed:nodeClasses.gpu-24b.nodeSelector = (missing): required key is missing. "
@@ -180,3 +181,23 @@ def test_every_config_change_is_in_the_summary(stack: str, item: str, key: str, 
     if key:
         assert key in summary and any(line.startswith(f"~ {key}: ") for line in lines)
     assert any(words in line for line in lines), lines
+
+
+def test_a_problem_a_set_value_causes_elsewhere_names_the_set_not_the_stack_file() -> None:
+    """`testbed simulate kv-routing --set model.name=Qwen/Qwen3-8B`: the stack file alone
+    passes, so the workers' memory shares that no longer hold the model are the --set value's
+    doing; the fix is the --set value, and a command deploys nothing to speak of."""
+    typed = ["simulate", "kv-routing", "--set", "model.name=Qwen/Qwen3-8B"]
+    result = CliRunner().invoke(app, typed)
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert lines[-4] == "error: stack 'kv-routing': invalid config (2 problems)."
+    assert lines[-3].startswith(
+        "  - dynamo-testbed:topology.workers[0].gpuMemoryUtilization = 0.22"
+    )
+    assert lines[-3].endswith("(comes from --set model.name=Qwen/Qwen3-8B, not the stack file)")
+    assert lines[-1] == "Fix the --set values above."
+    assert "Pulumi.kv-routing.yaml" not in result.output
+    # The fix it names, applied: another --set value passes.
+    plan = load_stack("kv-routing", parse_settings(["model.name=Qwen/Qwen3-0.6B"]))
+    assert plan.cfg.model.name == "Qwen/Qwen3-0.6B"
