@@ -23,13 +23,14 @@ RECORD_LINE_BYTES = 667
 FIRST_TOKEN_BYTES = 18
 """A ``record`` line (:func:`incluster.wire.record_line`) without tokens is at most
 ``RECORD_LINE_BYTES``: every time a 17-digit nanosecond count (``CLOCK_MONOTONIC`` counts from
-boot: a node up for less than three years), counts and indexes at 6 digits, a successful
-request (its error fields, like every field that is None or False, are left out of the line),
-not redirected (a redirected request adds the length of the URL it went to), and the Dynamo frontend's per-request fields at their longest (a chat completion id,
-two 20-digit worker ids, times to 3 decimals of a millisecond). The first token
-adds its 17-digit time and its ``chunk_tokens`` entry; each further one a gap of at most
-``readTimeoutS`` in ns, a comma and a ``chunk_tokens`` entry with its comma. Measured by
-serializing such a record (tests/incluster/test_incluster_manifests.py)."""
+boot: a node up for less than three years), counts and indexes at 6 digits, a successful request
+(its error fields, like every field that is None or False, are left out of the line), not
+redirected (a redirected request adds the length of the URL it went to), and the Dynamo
+frontend's per-request fields at their longest (a chat completion id, two 20-digit worker ids,
+times to 3 decimals of a millisecond). The first token adds its 17-digit time and its
+``chunk_tokens`` entry; each further one a gap of at most ``readTimeoutS`` in ns, a comma and a
+``chunk_tokens`` entry with its comma. Measured by serializing such a record
+(tests/incluster/test_incluster_manifests.py)."""
 
 
 def record_line_bytes(tokens: int, read_timeout_s: float) -> int:
