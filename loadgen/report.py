@@ -21,7 +21,7 @@ from loadgen.config import error_message
 from loadgen.goodput import highest_meeting
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe
 from loadgen.intervals import INTERVAL_METRICS, MOST_REPETITIONS, TOO_MANY, PointComparison
-from loadgen.results import GridResult, PointSummary, RunSummary
+from loadgen.results import WIDE_INTERVAL, GridResult, PointSummary, RunSummary
 from loadgen.slo import OBJECTIVES
 from loadgen.stats import queue_large, short_of_offered
 
@@ -88,10 +88,7 @@ _INTERVAL_CELLS: dict[str, tuple[str, Callable[[float | None], str]]] = {
 def _interval_line(p: PointSummary, header: str) -> str:
     """The second line of a seed-table cell: the point's interval "low-high" ("" without)."""
     metric, fmt = _INTERVAL_CELLS.get(header, ("", _ms))
-    found = p.intervals.get(metric)
-    if found is None or found.low is None:
-        return ""
-    return f"\n{fmt(found.low)}-{fmt(found.high)}"
+    return _interval_of(p, metric, fmt)
 
 
 def interval_caption(points: Sequence[PointSummary], simulated: bool = False) -> str | None:
@@ -103,7 +100,22 @@ def interval_caption(points: Sequence[PointSummary], simulated: bool = False) ->
         return None
     level = "/".join(f"{c:.0%}" for c in sorted(c for c in levels if c is not None))
     where = "; SIMULATED: spread from the routing runs only" if simulated else ""
-    return f"second lines: {level} interval over the repetitions (t on the runs' logs){where}"
+    return (
+        f"second lines: {level} interval over the repetitions (t on the runs' logs){where}"
+        f"{wide_note(points)}"
+    )
+
+
+def wide_note(points: Sequence[PointSummary]) -> str:
+    """``"; too wide: ..."`` where a point's interval is too wide to print
+    (`MetricInterval.too_wide`), what that means and the fix; "" otherwise."""
+    if not any(i.too_wide() for p in points for i in p.intervals.values()):
+        return ""
+    return (
+        f"; too wide: the interval reaches over {WIDE_INTERVAL:g}x the largest run (few runs "
+        "that differ: 2 runs give t with 1 degree of freedom, 12.7 standard errors each "
+        "side); run more repetitions"
+    )
 
 
 def prompt_sizes(result: GridResult) -> str:
@@ -586,9 +598,13 @@ def tail_rows(points: Sequence[PointSummary]) -> list[list[str]]:
 
 
 def _interval_of(p: PointSummary, metric: str, fmt: Callable[[float | None], str]) -> str:
+    """A cell's second line: the point's interval of `metric` "low-high", "too wide (n runs)"
+    where it reaches far beyond the runs (`MetricInterval.too_wide`), "" without one."""
     found = p.intervals.get(metric)
     if found is None or found.low is None:
         return ""
+    if found.too_wide():
+        return f"\ntoo wide ({len(found.runs)} runs)"
     return f"\n{fmt(found.low)}-{fmt(found.high)}"
 
 
@@ -666,7 +682,7 @@ def slo_caption(points: Sequence[PointSummary]) -> str:
     return (
         f"SLO: {slo.describe()}; met: each objective's p99 over the point within its bound; "
         "attainment: requests that met every objective (failed ones did not); goodput: those "
-        f"requests per second; {top}"
+        f"requests per second; {top}{wide_note(points)}"
     )
 
 
