@@ -406,6 +406,7 @@ class MetricInterval(BaseModel):
         largest = max(self.runs, default=0.0)
         return self.high > WIDE_INTERVAL * largest if largest > 0 else self.high > 0
 
+
 WIDE_INTERVAL = 4.0
 """An interval whose high is more than this factor above the largest of its runs is too wide
 to draw or print (`MetricInterval.too_wide`): a t interval of 2 runs spans 12.7 standard

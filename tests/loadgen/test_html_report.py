@@ -583,7 +583,8 @@ def test_a_too_wide_interval_is_left_out_of_the_figure_and_named_in_its_caption(
     first, *rest = loaded.points
     wide = {**first.intervals, "ttft_p50_ms": MetricInterval(runs=[10.0, 90.0], low=0.1, high=8401)}
     points = [first.model_copy(update={"intervals": wide}), *rest]
-    figure = {f.key: f for f in report_figures([dataclasses.replace(loaded, points=points)])}["ttft"]
+    drawn = report_figures([dataclasses.replace(loaded, points=points)])
+    figure = {f.key: f for f in drawn}["ttft"]
     highs = [h for s in figure.panels[0].series for h in s.y_high]
     assert highs and max(highs) < 8401
     assert f"TTFT p50 at A K={first.prefix_kinds} c={first.concurrency}, 2 runs" in figure.caption
