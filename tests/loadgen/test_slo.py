@@ -20,6 +20,9 @@ def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
     assert slo.option() == "ttft_p99_ms=1000,itl_p99_ms=50"
     assert slo.describe() == "TTFT p99 <= 1,000 ms, ITL p99 <= 50 ms"
     assert parse_slo(slo.option()) == slo
+    # Keys in any case (as typed: TTFT_P99_MS=1000 got no hint)
+    assert parse_slo("TTFT_P99_MS=1000,ItlP99Ms=50") == slo
+    assert parse_slo("e2e_p99_ms=20000").option() == "e2e_p99_ms=20000"
     # The stack's load.slo: camelCase, validated by the same model.
     assert Slo.model_validate({"e2eP99Ms": 20000}).e2e_p99_ms == 20000.0
 
@@ -37,7 +40,16 @@ def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
             "itl_p99_ms=0.05 is 0.05 ms, below any ITL p99 (at least 0.5 ms); the value is in "
             "milliseconds: for 0.05 s write 50",
         ),
-        ("e2e_p99_ms=5000000000", "for 5e+09 us write 5e+06"),
+        ("e2e_p99_ms=5000000000", "for 5000000000 us write 5000000"),
+        # as typed: a plain number, not 'for 5e+06 us write 5000'
+        ("e2e_p99_ms=5000000", "e2e_p99_ms=5000000 is 5,000,000 ms (5,000 s), above"),
+        ("e2e_p99_ms=5000000", "for 5000000 us write 5000"),
+        (
+            "ttft_p99_ms=1000;itl_p99_ms=50",
+            "separate objectives with commas, not ';': write --slo ttft_p99_ms=1000,itl_p99_ms=50",
+        ),
+        ("ttft_p99_ms=1000; e2e_p99_ms=9000;", "write --slo ttft_p99_ms=1000,e2e_p99_ms=9000"),
+        ("TTFT_P99=1000", "unknown SLO key 'TTFT_P99': did you mean ttft_p99_ms?"),
         ("ttft_p99_ms=-5", "greater than 0"),
         ("", "an SLO needs at least one objective"),
     ],
@@ -268,3 +280,25 @@ def test_slo_tables_say_the_load_the_ranks_and_what_a_one_run_comparison_lacks()
         table_text(slo_verdict_table([three], [three], ab_comparisons([three], [three]))).split()
     )
     assert "no verdict: every run gave the same value" in held and "1 run" not in held
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # as typed: '--slo: --slo ...' named the flag twice
+        ("ttft_p99_ms=1000;itl_p99_ms=50", "error: --slo 'ttft_p99_ms=1000;itl_p99_ms=50': "),
+        ("ttft_p99_ms=1s", "error: --slo ttft_p99_ms='1s' is not a number"),  # held out
+        ("ttft_p99=9", "error: --slo: unknown SLO key 'ttft_p99'"),
+    ],
+)
+def test_the_slo_option_names_the_flag_once(
+    text: str, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import typer
+
+    from testbed.slo_option import slo_of
+
+    with pytest.raises(typer.Exit):
+        slo_of(text)
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith(line) and err.count("--slo") == 1 + err.count("write --slo")
