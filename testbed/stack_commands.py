@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -565,11 +565,13 @@ def simulate_command(
         grid["slo"] = objectives
     _refuse_twice_set(grid, [*settings, *settings_b])
     plans = {}
-    for name, file in files.items():  # every stack is checked before anything starts
-        try:
+    for name, file in files.items():  # every stack and its grid is checked before anything
+        try:  # is printed or written
             plans[name] = load_stack(file, each[name])
         except _stack_errors() as exc:
             fail(str(exc))
+        _check_grid(name, plans[name], grid, each[name], full)
+    for name, file in files.items():
         say_settings(file, each[name])
         noted = sizing_warnings(plans[name])
         for warning in noted:
@@ -685,6 +687,34 @@ def _print_against(sim: Simulation, against: Path) -> None:
     console.print(f"comparison in {folder}/ (summary.json, table.txt, report.html)")
 
 
+def _invalid_grid(exc: Any, stack: str | None = None) -> NoReturn:
+    """Exit 2 with the first problem of a grid's `LoadConfig` validation, naming `stack`."""
+    from loadgen.config import error_message
+
+    error = exc.errors()[0]
+    where = ".".join(str(p) for p in error["loc"]) or "load"
+    named = f"stack {stack!r}: " if stack else ""
+    fail(f"{named}invalid grid: {where}: {error_message(error)}")
+
+
+def _check_grid(
+    name: str, plan: StackPlan, grid: dict[str, Any], settings: Sequence[Setting], full: bool
+) -> None:
+    """The grid `name` would run (`simulator.simulate.stack_load`, as `simulate_stacks` makes
+    it), validated before anything is printed or a folder touched."""
+    from pydantic import ValidationError
+
+    from loadgen.slo import SloError
+    from simulator.simulate import stack_load
+
+    try:
+        stack_load(name, plan.cfg, full=full, grid=grid, settings=settings)
+    except ValidationError as exc:
+        _invalid_grid(exc, name)
+    except SloError as exc:
+        fail(f"stack {name!r}: {exc}")
+
+
 def _refuse_twice_set(grid: dict[str, Any], settings: Sequence[Setting]) -> None:
     """An option and a ``--set load.<key>`` for the same grid field: refuse, naming both."""
     from simulator.simulate import set_load_fields
@@ -713,7 +743,6 @@ def _simulate(
     from pydantic import ValidationError
     from rich.text import Text
 
-    from loadgen.config import error_message
     from loadgen.incidents import describe
     from loadgen.intervals import ab_comparisons
     from loadgen.output import ResumeError
@@ -752,9 +781,7 @@ def _simulate(
     except (LocalGraphError, ResumeError, TimingError) as exc:
         fail(str(exc))
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(p) for p in error["loc"]) or "load"
-        fail(f"invalid grid: {where}: {error_message(error)}")
+        _invalid_grid(exc)
     except KeyboardInterrupt:
         _say_kept(names, out)
         raise typer.Exit(EXIT_INTERRUPTED) from None
