@@ -600,7 +600,9 @@ def simulate_command(
             except ResumeError as exc:
                 fail(str(exc))
             kept[name] = earlier
-        results = _simulate(plans, out, grid, each, full, speedup, not no_progress, resume)
+        results = _simulate(
+            plans, out, grid, each, full, speedup, not no_progress, resume, against is None
+        )
     for name, count in kept.items():
         if count:
             total = complete_runs(out / name / ROUTING_DIR)
@@ -735,9 +737,13 @@ def _simulate(
     speedup: float,
     progress: bool,
     resume: bool,
+    grid_length: bool = True,
 ) -> list[Simulation]:
     """Run the simulations (the caller holds the folders' locks), print the tables and return
-    the results; ``settings``: each stack's ``--set`` values, by name."""
+    the results; ``settings``: each stack's ``--set`` values, by name; ``grid_length``: say how
+    long each stack's own grid would take (not for ``--against``, which runs the measured
+    folder's grid). Each warning of the results is printed once, naming the stacks it came
+    from."""
     from contextlib import suppress
 
     from pydantic import ValidationError
@@ -785,6 +791,7 @@ def _simulate(
     except KeyboardInterrupt:
         _say_kept(names, out)
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    said: dict[str, list[str]] = {}
     for sim in results:
         name = sim.stack
         groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
@@ -801,8 +808,9 @@ def _simulate(
         if judged is not None:
             console.print(judged)
         console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
-        load = plans[name].cfg.load
-        console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
+        if grid_length:
+            load = plans[name].cfg.load
+            console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
         phases = phases_table(sim.result.points, title=f"{name}: TTFT phases (ms, SIMULATED)")
         if phases is not None:
             console.print(phases)
@@ -810,9 +818,11 @@ def _simulate(
         if server_side is not None:
             console.print(server_side)
         for warning in sim.result.warnings:
-            warn(warning)
+            said.setdefault(warning, []).append(name)
         for incident in sim.result.incidents:
             warn(f"{name}: {describe(incident)}: {incident.message}")
+    for warning, stacks in said.items():  # once each, naming the stacks it came from
+        warn(warning if len(names) == 1 else f"{', '.join(stacks)}: {warning}")
     if len(results) == 2:
         a, b = results
         console.print(

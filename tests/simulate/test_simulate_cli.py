@@ -53,6 +53,9 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     assert "disagg-same-node at 2 kinds / concurrency 4: TTFT p50 286 ms, p99 592 ms" in output
     # How long the stack's own grid (the seed's: 24 runs of 200) would take on the cluster.
     assert "kv-routing: its grid (24 runs of 200 requests) would take about " in output
+    # As typed: each stack's node-class warning again; said once, naming the stacks
+    assert output.count("node class 'gpu-24gb' names no GPU") == 1
+    assert "warning: kv-routing, disagg-same-node: node class 'gpu-24gb' names no GPU" in output
     assert "the load step allows 82 min (load.deadlineMinutes)" in output
     # The A / B report has the caveats the terminal printed under the table.
     report = (tmp_path / "report-kv-routing-vs-disagg-same-node.html").read_text()
