@@ -271,14 +271,16 @@ def test_slo_tables_say_the_load_the_ranks_and_what_a_one_run_comparison_lacks()
     assert f"1. disagg-same-node {goodput:.1f} req/s, 2. kv-routing" in words
     assert "3. cross no judged point" in words
     # One run a side: no verdict, and the caption says so rather than pointing elsewhere.
-    verdicts = table_text(slo_verdict_table([two], [two], ab_comparisons([two], [two])))
+    one_run = slo_verdict_table([two], [two], ab_comparisons([two], [two]))
+    assert one_run is not None
+    verdicts = table_text(one_run)
     assert "as in the table above" not in verdicts
     assert "no verdict: A and B had 1 run(s)" in " ".join(verdicts.split())
     # held out: 3 identical runs a side have no spread to rest a verdict on, and say that
     three = point(2, 9, reps=3)
-    held = " ".join(
-        table_text(slo_verdict_table([three], [three], ab_comparisons([three], [three]))).split()
-    )
+    three_runs = slo_verdict_table([three], [three], ab_comparisons([three], [three]))
+    assert three_runs is not None
+    held = " ".join(table_text(three_runs).split())
     assert "no verdict: every run gave the same value" in held and "1 run" not in held
 
 
