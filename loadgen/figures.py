@@ -27,7 +27,7 @@ import pandas as pd
 from loadgen.incidents import Incident, describe
 from loadgen.intervals import SLO_METRICS
 from loadgen.phases import PHASES
-from loadgen.results import GridResult, PointSummary
+from loadgen.results import WIDE_INTERVAL, GridResult, PointSummary
 from loadgen.results_folder import LoadedResults
 
 _NS_PER_MS = 1e6
@@ -144,10 +144,33 @@ def _value(point: PointSummary, field: str) -> float | None:
 
 
 def _bounds(point: PointSummary, field: str) -> tuple[float, float] | None:
+    """The point's interval of `field` as error bars; None without one or where it is too
+    wide to draw (`MetricInterval.too_wide`: it would set the axis, flattening the values)."""
     found = point.intervals.get(field)
-    if found is None or found.low is None or found.high is None:
+    if found is None or found.low is None or found.high is None or found.too_wide():
         return None
     return found.low, found.high
+
+
+def _too_wide(results: Sequence[LoadedResults], metrics: Sequence["MetricSpec"]) -> str:
+    """The caption's note of the error bars left out as too wide (`_bounds`): per metric, the
+    points ("A K=2 c=4, 2 runs"); "" when none was."""
+    left_out = []
+    for field, title, _ in metrics:
+        where = [
+            f"{side} K={p.prefix_kinds} c={p.concurrency}, {len(found.runs)} runs"
+            for side, r in zip(SIDES, results, strict=False)
+            for p in r.points
+            if (found := p.intervals.get(field)) is not None and found.too_wide()
+        ]
+        if where:
+            left_out.append(f"{title} at {'; '.join(where)}")
+    if not left_out:
+        return ""
+    return (
+        f" Intervals too wide to draw (over {WIDE_INTERVAL:g}x the largest run; run more "
+        f"repetitions): {' | '.join(left_out)}."
+    )
 
 
 def _xy_series(
@@ -263,7 +286,8 @@ def grid_figure(
         title=title,
         caption=f"Median over repetitions of each grid point (summary.json); {lines}"
         f"{_sides_note(results)}; error bars: the point's interval over its "
-        "repetitions (2 or more; a simulation's spread comes from its routing runs only).",
+        "repetitions (2 or more; a simulation's spread comes from its routing runs only)."
+        f"{_too_wide(results, metrics)}",
         panels=panels,
         columns=min(len(panels), 3),
     )

@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from loadgen.intervals import CONFIDENCE, SLO_METRICS, point_interval
+from loadgen.intervals import CONFIDENCE, SLO_METRICS, UPPER_BOUNDS, point_interval
 from loadgen.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
 from loadgen.slo import NEEDS_TWO_TOKENS, OBJECTIVES, Slo, SloError
 from loadgen.stats import (
@@ -146,7 +146,7 @@ def evaluate_point(
     intervals = {}
     for metric in GOODPUT_METRICS:
         values = [float(getattr(r, metric)) for r in runs]
-        bounds = point_interval(values, confidence)
+        bounds = point_interval(values, confidence, UPPER_BOUNDS.get(metric))
         low, high = bounds if bounds is not None else (None, None)
         intervals[metric] = MetricInterval(runs=values, low=low, high=high)
     objectives = slo.objectives()

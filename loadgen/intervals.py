@@ -70,9 +70,11 @@ SLO_METRICS: dict[str, str] = {
 that a point gives an interval (kept in `PointSummary.intervals` when the point was judged
 against one, and compared A / B as the other metrics are)."""
 
-UPPER_BOUNDS: dict[str, float] = {"cached_ratio": 1.0}
-"""The largest value a metric can take (a cached ratio is a share of the prompt tokens); every
-metric here is at least 0. A point's interval stays inside these bounds (`point_interval`)."""
+UPPER_BOUNDS: dict[str, float] = {"cached_ratio": 1.0, "attainment": 1.0}
+"""The largest value a metric of `INTERVAL_METRICS` / `SLO_METRICS` can take (a cached ratio
+is a share of the prompt tokens, an SLO attainment a share of the requests); every metric
+there is at least 0 (latencies, rates, goodputs). A point's interval stays inside these
+bounds (`point_interval`)."""
 
 TOO_MANY = (
     f"the observed difference would need more than {MOST_REPETITIONS} repetitions per side to "

@@ -20,8 +20,14 @@ from rich.table import Table
 from loadgen.config import error_message
 from loadgen.goodput import highest_meeting
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe
-from loadgen.intervals import INTERVAL_METRICS, MOST_REPETITIONS, TOO_MANY, PointComparison
-from loadgen.results import GridResult, PointSummary, RunSummary
+from loadgen.intervals import (
+    INTERVAL_METRICS,
+    MOST_REPETITIONS,
+    TOO_MANY,
+    PointComparison,
+    RunsComparison,
+)
+from loadgen.results import WIDE_INTERVAL, GridResult, PointSummary, RunSummary
 from loadgen.slo import OBJECTIVES
 from loadgen.stats import queue_large, short_of_offered
 
@@ -88,10 +94,7 @@ _INTERVAL_CELLS: dict[str, tuple[str, Callable[[float | None], str]]] = {
 def _interval_line(p: PointSummary, header: str) -> str:
     """The second line of a seed-table cell: the point's interval "low-high" ("" without)."""
     metric, fmt = _INTERVAL_CELLS.get(header, ("", _ms))
-    found = p.intervals.get(metric)
-    if found is None or found.low is None:
-        return ""
-    return f"\n{fmt(found.low)}-{fmt(found.high)}"
+    return _interval_of(p, metric, fmt)
 
 
 def interval_caption(points: Sequence[PointSummary], simulated: bool = False) -> str | None:
@@ -103,7 +106,22 @@ def interval_caption(points: Sequence[PointSummary], simulated: bool = False) ->
         return None
     level = "/".join(f"{c:.0%}" for c in sorted(c for c in levels if c is not None))
     where = "; SIMULATED: spread from the routing runs only" if simulated else ""
-    return f"second lines: {level} interval over the repetitions (t on the runs' logs){where}"
+    return (
+        f"second lines: {level} interval over the repetitions (t on the runs' logs){where}"
+        f"{wide_note(points)}"
+    )
+
+
+def wide_note(points: Sequence[PointSummary]) -> str:
+    """``"; too wide: ..."`` where a point's interval is too wide to print
+    (`MetricInterval.too_wide`), what that means and the fix; "" otherwise."""
+    if not any(i.too_wide() for p in points for i in p.intervals.values()):
+        return ""
+    return (
+        f"; too wide: the interval reaches over {WIDE_INTERVAL:g}x the largest run (few runs "
+        "that differ: 2 runs give t with 1 degree of freedom, 12.7 standard errors each "
+        "side); run more repetitions"
+    )
 
 
 def prompt_sizes(result: GridResult) -> str:
@@ -553,7 +571,7 @@ TAIL_COLUMNS: tuple[tuple[str, _Cell], ...] = (
     ("TPOT p99\nms", lambda p: _fine(p.tpot_p99_ms)),
     ("E2E p50\nms", lambda p: _ms(p.e2e_p50_ms)),
     ("E2E p99\nms", lambda p: _ms(p.e2e_p99_ms)),
-    ("cold\nreqs", lambda p: str(p.cold_requests)),
+    ("cold reqs\nall runs", lambda p: str(p.cold_requests)),
     ("TTFT p99 ms\nw/o cold", lambda p: _ms(p.tails_warm_ms.get("ttft_p99_ms"))),
 )
 """The tail table's columns: ITL, TPOT and E2E at p50 and p99, the requests that were the
@@ -564,7 +582,11 @@ TAIL_AB_COLUMNS = tuple(column for column in TAIL_COLUMNS if "p50" not in column
 them (the p50s stand in the seed table's verdicts and `--json`), so two sides fit 100 columns."""
 TAIL_CAPTION = (
     "cold: requests that were the first of their client (the closed loop's first burst), "
-    "included in every figure; w/o cold: the same p99 without them"
+    "summed over the point's repetitions and included in every figure; w/o cold: the TTFT "
+    "p99 of the other successful requests (median of the runs), which can sit above the "
+    "TTFT p99 when the cold ones were not the slowest: over fewer requests the p99 lies "
+    "nearer the slowest, and a request cut at its deadline counts in the p99 (as a lower "
+    "bound) but not here"
 )
 
 
@@ -586,9 +608,13 @@ def tail_rows(points: Sequence[PointSummary]) -> list[list[str]]:
 
 
 def _interval_of(p: PointSummary, metric: str, fmt: Callable[[float | None], str]) -> str:
+    """A cell's second line: the point's interval of `metric` "low-high", "too wide (n runs)"
+    where it reaches far beyond the runs (`MetricInterval.too_wide`), "" without one."""
     found = p.intervals.get(metric)
     if found is None or found.low is None:
         return ""
+    if found.too_wide():
+        return f"\ntoo wide ({len(found.runs)} runs)"
     return f"\n{fmt(found.low)}-{fmt(found.high)}"
 
 
@@ -652,21 +678,26 @@ def slo_table(points: Sequence[PointSummary], title: str | None = None) -> Table
     return table
 
 
+def load_of(point: PointSummary) -> str:
+    """A met point as the load it carried (`loadgen.goodput.highest_meeting`'s order): its
+    offered rate (open loop) or concurrency, then its requests/s, and the grid point."""
+    served = f"{_rate(point.requests_per_s)} req/s served"
+    where = f"grid point K={point.prefix_kinds} c={point.concurrency}"
+    if point.offered_rate_per_s:
+        return f"{point.offered_rate_per_s:g} req/s offered, {served} ({where})"
+    return f"concurrency {point.concurrency}, {served} ({where})"
+
+
 def slo_caption(points: Sequence[PointSummary]) -> str:
     """What the SLO table judged: the SLO, what met and attainment mean, and the highest load
     that met it (or that none did)."""
     slo = next(p.slo.slo for p in points if p.slo is not None)
     best = highest_meeting(points)
-    top = (
-        "no grid point met it"
-        if best is None
-        else f"highest load that met it: prefix kinds {best.prefix_kinds}, concurrency "
-        f"{best.concurrency} ({best.requests_per_s:.1f} req/s)"
-    )
+    top = "no grid point met it" if best is None else f"highest load that met it: {load_of(best)}"
     return (
         f"SLO: {slo.describe()}; met: each objective's p99 over the point within its bound; "
         "attainment: requests that met every objective (failed ones did not); goodput: those "
-        f"requests per second; {top}"
+        f"requests per second; {top}{wide_note(points)}"
     )
 
 
@@ -679,6 +710,11 @@ SLO_VERDICT_HEADERS = (
     "interval",
     "verdict",
 )
+
+
+def _no_verdict(c: RunsComparison) -> str:
+    """Why a comparison has no verdict, in a cell: 1 run on a side, or no spread."""
+    return "no verdict (1 run)" if min(c.repetitions) < 2 else "no verdict (no spread)"
 
 
 def slo_verdict_table(
@@ -715,13 +751,21 @@ def slo_verdict_table(
             f"{_rate(pa.slo.goodput_requests_per_s)} / {_rate(pb.slo.goodput_requests_per_s)}",
             "-" if c is None or c.ratio is None else f"x{c.ratio:.2f}",
             "-" if c is None or c.ratio_ci is None else f"{c.ratio_ci[0]:.2f}-{c.ratio_ci[1]:.2f}",
-            "-" if c is None else c.verdict or "no verdict (1 run)",
+            "-" if c is None else c.verdict or _no_verdict(c),
         )
     slo = next(iter(by_a.values())).slo
     assert slo is not None
+    found = [c for key in keys if (c := goodput.get(key)) is not None]
+    unjudged = next((c.note for c in found if c.verdict is None and c.note), None)
+    how = (
+        "interval: B / A's from both sides' repetitions; verdict: higher or lower where it "
+        "excludes 1"
+        if any(c.verdict is not None for c in found) or unjudged is None
+        else f"no verdict: {unjudged}"
+    )
     table.caption = (
         f"SLO: {slo.slo.describe()}; goodput: requests/s that met every objective; B / A of "
-        "the medians, interval and verdict as in the table above"
+        f"the medians; {how}"
     )
     table.caption_justify = "left"
     return table
@@ -759,20 +803,35 @@ STACK_METRICS: dict[str, tuple[str, _Cell]] = {
 appears only where a point was judged against an SLO."""
 
 
+def stack_goodput(points: Sequence[PointSummary]) -> float | None:
+    """What a stack is ranked by: the median over its judged points of their goodput (req/s);
+    None without a judged point."""
+    values = [g for p in points if (g := _goodput_of(p)) is not None]
+    return statistics.median(values) if values else None
+
+
 def rank_stacks(
     named: Sequence[tuple[str, Sequence[PointSummary]]],
 ) -> list[tuple[str, Sequence[PointSummary]]]:
-    """`named` (stack name, its points) ranked by goodput, highest first: the median over the
-    stack's judged points of its goodput (req/s); stacks without a judged point last, in the
-    order given. Without any SLO, the order given."""
-
-    def goodput(points: Sequence[PointSummary]) -> float | None:
-        values = [g for p in points if (g := _goodput_of(p)) is not None]
-        return statistics.median(values) if values else None
-
-    scored = [(goodput(points), n, (name, points)) for n, (name, points) in enumerate(named)]
+    """`named` (stack name, its points) ranked by `stack_goodput`, highest first; stacks
+    without a judged point last, in the order given. Without any SLO, the order given."""
+    scored = [(stack_goodput(points), n, (name, points)) for n, (name, points) in enumerate(named)]
     scored.sort(key=lambda item: (item[0] is None, -(item[0] or 0.0), item[1]))
     return [entry for _, _, entry in scored]
+
+
+def ranking_caption(ranked: Sequence[tuple[str, Sequence[PointSummary]]]) -> str:
+    """The line under the stacks' tables when ranked: each stack's rank and the goodput it is
+    ranked by ("1. B 4.20 req/s, 2. A 3.10 req/s, 3. C no judged point")."""
+    ranks = ", ".join(
+        f"{rank}. {name} "
+        + ("no judged point" if (g := stack_goodput(points)) is None else f"{_rate(g)} req/s")
+        for rank, (name, points) in enumerate(ranked, start=1)
+    )
+    return (
+        "columns ranked by goodput, the median of each stack's points' goodput req/s (not in "
+        f"the order given): {ranks}"
+    )
 
 
 def stacks_tables(
@@ -780,7 +839,8 @@ def stacks_tables(
 ) -> list[Table]:
     """One table per metric of `STACK_METRICS` with every stack as a column (`rank_stacks`'
     order: by goodput where an SLO judged them) and one row per grid point of any stack ("-"
-    where a stack lacks it); the goodput table only where a point was judged."""
+    where a stack lacks it); the goodput table only where a point was judged, then each
+    column's header has its rank and the last table's caption the goodput it ranks by."""
     ranked = rank_stacks(named)
     by_stack = [
         (name, {(p.prefix_kinds, p.concurrency): p for p in points}) for name, points in ranked
@@ -797,13 +857,14 @@ def stacks_tables(
             pad_edge=False,
             title=f"{title}{' (SIMULATED)' if simulated else ''}",
         )
-        for header in (*_KEY_HEADERS, *(name for name, _ in by_stack)):
+        names = [f"{n}. {name}" if judged else name for n, (name, _) in enumerate(by_stack, 1)]
+        for header in (*_KEY_HEADERS, *names):
             table.add_column(header, no_wrap=True)
         for key in keys:
             cells = [cell(pts[key]) if key in pts else "-" for _, pts in by_stack]
             table.add_row(str(key[0]), str(key[1]), *cells)
         tables.append(table)
     if judged:
-        tables[-1].caption = "stacks ranked by goodput: the median of their points' goodput req/s"
+        tables[-1].caption = ranking_caption(ranked)
         tables[-1].caption_justify = "left"
     return tables

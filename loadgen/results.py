@@ -388,11 +388,29 @@ class MetricInterval(BaseModel):
     repetition's value in repetition order (the metric's unit), and `low` / `high`, the
     confidence interval (at `PointSummary.confidence`) for a run's typical value: Student's t
     with n - 1 degrees of freedom on the log of the runs' values (their geometric mean), on the
-    values themselves where one is 0; None with fewer than 2 runs."""
+    values themselves where one is 0; None with fewer than 2 runs. A share (`loadgen.intervals.
+    UPPER_BOUNDS`) stays inside [0, its bound] and every interval stays at or above 0."""
 
     runs: list[float]
     low: float | None = None
     high: float | None = None
+
+    def too_wide(self) -> bool:
+        """Whether the interval reaches more than `WIDE_INTERVAL` times the largest run (or
+        above 0 when every run was 0): what t with 1 or 2 degrees of freedom gives for 2 or 3
+        runs that differ. Tables print "too wide" and figures leave its error bar out, so it
+        does not set their scale; a share's interval (inside its bounds) is never too wide
+        unless its runs are near 0."""
+        if self.high is None:
+            return False
+        largest = max(self.runs, default=0.0)
+        return self.high > WIDE_INTERVAL * largest if largest > 0 else self.high > 0
+
+
+WIDE_INTERVAL = 4.0
+"""An interval whose high is more than this factor above the largest of its runs is too wide
+to draw or print (`MetricInterval.too_wide`): a t interval of 2 runs spans 12.7 standard
+errors each side."""
 
 
 class RunAttainment(BaseModel):

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -113,6 +113,27 @@ def _first_errors(
     ]
 
 
+def runs_warnings(labelled: Iterable[tuple[tuple[int, int, int], str]]) -> list[str]:
+    """Each run's warning (its key: prefix kinds, concurrency, repetition) once, after every
+    run that gave the same text, in the order first seen: "K=2 c=4 rep 1: ..." for one run,
+    "K=2 c=4 rep 1, 2; K=24 c=4 rep 1, 2: ..." for several (a grid of short runs gave the
+    same low-sample warning once per run)."""
+    runs: dict[str, list[tuple[int, int, int]]] = {}
+    for key, text in labelled:
+        runs.setdefault(text, []).append(key)
+    out = []
+    for text, keys in runs.items():
+        points: dict[tuple[int, int], list[int]] = {}
+        for kinds, concurrency, repetition in keys:
+            points.setdefault((kinds, concurrency), []).append(repetition)
+        where = "; ".join(
+            run_label((*point, reps[0])) + "".join(f", {r}" for r in reps[1:])
+            for point, reps in points.items()
+        )
+        out.append(f"{where}: {text}")
+    return out
+
+
 def grid_result(
     url: str,
     model: str,
@@ -147,11 +168,9 @@ def grid_result(
         by_kind.update(s.errors_by_kind)
     first_errors = sorted((e for run in ordered for e in run.errors), key=lambda e: e.at)
     first_errors = first_errors[:FIRST_ERRORS_KEPT]
-    warnings = [
-        f"{run_label((s.prefix_kinds, s.concurrency, s.repetition))}: {w}"
-        for s in summaries
-        for w in s.warnings
-    ]
+    warnings = runs_warnings(
+        ((s.prefix_kinds, s.concurrency, s.repetition), w) for s in summaries for w in s.warnings
+    )
     if config.duration_s is not None:
         warnings += [
             f"{run_label((s.prefix_kinds, s.concurrency, s.repetition))}: all "

@@ -54,8 +54,16 @@ class SloError(ValueError):
     """A one-line message naming the SLO key and a fix the program accepts."""
 
 
+def plain(value: float, grouped: bool = False) -> str:
+    """`value` written out without an exponent (5000000, not 5e+06; 0.05), at most 6 decimals;
+    `grouped`: with thousands separators (for prose, never for a value to type)."""
+    text = f"{value:,.6f}" if grouped else f"{value:.6f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def _ms(value: float) -> str:
-    return f"{value:,.6g} ms" if value < 1000 else f"{value:,.6g} ms ({value / 1000:g} s)"
+    ms = f"{plain(value, grouped=True)} ms"
+    return ms if value < 1000 else f"{ms} ({plain(value / 1000, grouped=True)} s)"
 
 
 class Slo(BaseModel):
@@ -97,15 +105,15 @@ class Slo(BaseModel):
             low, high = PLAUSIBLE_MS[key]
             if value < low:
                 raise ValueError(
-                    f"{key}={value:g} is {_ms(value)}, below any {OBJECTIVES[key]} (at least "
-                    f"{_ms(low)}); the value is in milliseconds: for {value:g} s write "
-                    f"{value * 1000:g}"
+                    f"{key}={plain(value)} is {_ms(value)}, below any {OBJECTIVES[key]} (at "
+                    f"least {_ms(low)}); the value is in milliseconds: for {plain(value)} s "
+                    f"write {plain(value * 1000)}"
                 )
             if value > high:
                 raise ValueError(
-                    f"{key}={value:g} is {_ms(value)}, above any {OBJECTIVES[key]} meant (at "
-                    f"most {_ms(high)}); the value is in milliseconds: for {value:g} us write "
-                    f"{value / 1000:g}"
+                    f"{key}={plain(value)} is {_ms(value)}, above any {OBJECTIVES[key]} meant "
+                    f"(at most {_ms(high)}); the value is in milliseconds: for {plain(value)} "
+                    f"us write {plain(value / 1000)}"
                 )
         return self
 
@@ -115,11 +123,13 @@ class Slo(BaseModel):
 
     def describe(self) -> str:
         """One line for tables and reports, e.g. `TTFT p99 <= 1,000 ms, ITL p99 <= 50 ms`."""
-        return ", ".join(f"{OBJECTIVES[k]} <= {v:,.6g} ms" for k, v in self.objectives().items())
+        return ", ".join(
+            f"{OBJECTIVES[k]} <= {plain(v, grouped=True)} ms" for k, v in self.objectives().items()
+        )
 
     def option(self) -> str:
         """The `--slo` text that gives this SLO back, e.g. `ttft_p99_ms=1000,itl_p99_ms=50`."""
-        return ",".join(f"{k}={v:g}" for k, v in self.objectives().items())
+        return ",".join(f"{k}={plain(v)}" for k, v in self.objectives().items())
 
     def check_outputs(self, max_tokens: int) -> None:
         """Raise `SloError` when an objective needs two or more output tokens per request
@@ -136,13 +146,15 @@ class Slo(BaseModel):
 
 
 def _key(name: str) -> str:
-    """`name` as an `OBJECTIVES` key: the field name or its camelCase alias."""
-    by_alias = {alias: k for k, alias in STACK_KEYS.items()}
-    return by_alias.get(name, name)
+    """`name` as an `OBJECTIVES` key: the field name or its camelCase alias, in any case
+    (`TTFT_P99_MS`, `ttftp99ms`)."""
+    by_alias = {alias.casefold(): k for k, alias in STACK_KEYS.items()}
+    by_alias |= {k.casefold(): k for k in OBJECTIVES}
+    return by_alias.get(name.casefold(), name)
 
 
 def _unknown(name: str) -> str:
-    close = difflib.get_close_matches(name, [*OBJECTIVES, *STACK_KEYS.values()], n=1)
+    close = difflib.get_close_matches(name.casefold(), [*OBJECTIVES], n=1)
     hint = f"did you mean {close[0]}? " if close else ""
     return f"unknown SLO key {name!r}: {hint}the keys are {', '.join(OBJECTIVES)} (ms)"
 
@@ -160,8 +172,13 @@ def slo_error(error: ValidationError) -> SloError:
 def parse_slo(text: str) -> Slo:
     """`--slo`'s text, `key=ms` pairs separated by commas (`ttft_p99_ms=1000,itl_p99_ms=50`;
     camelCase keys too), as an `Slo`. Raises `SloError` (one line naming the key and the fix) for
-    an item without `=`, a repeated or unknown key, a value that is not a number, and whatever
-    `Slo` refuses."""
+    an item without `=`, a repeated or unknown key, a value that is not a number, a `;` between
+    items, and whatever `Slo` refuses. Keys are matched regardless of case."""
+    if ";" in text:
+        fixed = ",".join(part.strip() for part in text.split(";") if part.strip())
+        raise SloError(
+            f"--slo {text!r}: separate objectives with commas, not ';': write --slo {fixed}"
+        )
     values: dict[str, float] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:

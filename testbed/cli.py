@@ -23,6 +23,7 @@ from testbed.console import EXIT_INTERRUPTED, EXIT_USAGE
 from testbed.init_stack import init_stack_command
 from testbed.load_command import load_command
 from testbed.load_role import load_role_command
+from testbed.option_values import check_values
 from testbed.probe_command import probe_app
 from testbed.recommend_command import recommend_command
 from testbed.report_command import report_command
@@ -39,6 +40,14 @@ def _line(message: str) -> None:
 
 class Commands(TyperGroup):
     """The command group: an interrupt or an unexpected error in any command is one line."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """The subcommand, its words checked for an option without its value first
+        (`testbed.option_values.check_values`)."""
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not isinstance(command, TyperGroup):
+            check_values(f"{ctx.command_path} {name}", command, rest)
+        return name, command, rest
 
     def invoke(self, ctx: Any) -> Any:
         try:

@@ -29,4 +29,5 @@ def slo_of(text: str | None) -> Slo | None:
     try:
         return parse_slo(text)
     except SloError as exc:
-        fail(f"--slo: {exc}")
+        message = str(exc)
+        fail(message if message.startswith("--slo") else f"--slo: {message}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -575,11 +575,13 @@ def simulate_command(
         grid["slo"] = objectives
     _refuse_twice_set(grid, [*settings, *settings_b])
     plans = {}
-    for name, file in files.items():  # every stack is checked before anything starts
-        try:
+    for name, file in files.items():  # every stack and its grid is checked before anything
+        try:  # is printed or written
             plans[name] = load_stack(file, each[name])
         except _stack_errors() as exc:
             fail(str(exc))
+        _check_grid(name, plans[name], grid, each[name], full)
+    for name, file in files.items():
         say_settings(file, each[name])
         noted = sizing_warnings(plans[name])
         for warning in noted:
@@ -615,7 +617,9 @@ def simulate_command(
             except ResumeError as exc:
                 fail(str(exc))
             kept[name] = earlier
-        results = _simulate(plans, out, grid, each, full, speedup, not no_progress, resume)
+        results = _simulate(
+            plans, out, grid, each, full, speedup, not no_progress, resume, against is None
+        )
     for name, count in kept.items():
         if count:
             total = complete_runs(out / name / ROUTING_DIR)
@@ -717,6 +721,34 @@ def _print_against(sim: Simulation, against: Path) -> None:
     console.print(f"comparison in {folder}/ (summary.json, table.txt, report.html)")
 
 
+def _invalid_grid(exc: Any, stack: str | None = None) -> NoReturn:
+    """Exit 2 with the first problem of a grid's `LoadConfig` validation, naming `stack`."""
+    from loadgen.config import error_message
+
+    error = exc.errors()[0]
+    where = ".".join(str(p) for p in error["loc"]) or "load"
+    named = f"stack {stack!r}: " if stack else ""
+    fail(f"{named}invalid grid: {where}: {error_message(error)}")
+
+
+def _check_grid(
+    name: str, plan: StackPlan, grid: dict[str, Any], settings: Sequence[Setting], full: bool
+) -> None:
+    """The grid `name` would run (`simulator.simulate.stack_load`, as `simulate_stacks` makes
+    it), validated before anything is printed or a folder touched."""
+    from pydantic import ValidationError
+
+    from loadgen.slo import SloError
+    from simulator.simulate import stack_load
+
+    try:
+        stack_load(name, plan.cfg, full=full, grid=grid, settings=settings)
+    except ValidationError as exc:
+        _invalid_grid(exc, name)
+    except SloError as exc:
+        fail(f"stack {name!r}: {exc}")
+
+
 def _refuse_twice_set(grid: dict[str, Any], settings: Sequence[Setting]) -> None:
     """An option and a ``--set load.<key>`` for the same grid field: refuse, naming both."""
     from simulator.simulate import set_load_fields
@@ -737,15 +769,18 @@ def _simulate(
     speedup: float,
     progress: bool,
     resume: bool,
+    grid_length: bool = True,
 ) -> list[Simulation]:
     """Run the simulations (the caller holds the folders' locks), print the tables and return
-    the results; ``settings``: each stack's ``--set`` values, by name."""
+    the results; ``settings``: each stack's ``--set`` values, by name; ``grid_length``: say how
+    long each stack's own grid would take (not for ``--against``, which runs the measured
+    folder's grid). Each warning of the results is printed once, naming the stacks it came
+    from."""
     from contextlib import suppress
 
     from pydantic import ValidationError
     from rich.text import Text
 
-    from loadgen.config import error_message
     from loadgen.incidents import describe
     from loadgen.intervals import ab_comparisons
     from loadgen.output import ResumeError
@@ -784,12 +819,11 @@ def _simulate(
     except (LocalGraphError, ResumeError, TimingError) as exc:
         fail(str(exc))
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(p) for p in error["loc"]) or "load"
-        fail(f"invalid grid: {where}: {error_message(error)}")
+        _invalid_grid(exc)
     except KeyboardInterrupt:
         _say_kept(names, out)
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    said: dict[str, list[str]] = {}
     for sim in results:
         name = sim.stack
         groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
@@ -806,8 +840,9 @@ def _simulate(
         if judged is not None:
             console.print(judged)
         console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
-        load = plans[name].cfg.load
-        console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
+        if grid_length:
+            load = plans[name].cfg.load
+            console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
         phases = phases_table(sim.result.points, title=f"{name}: TTFT phases (ms, SIMULATED)")
         if phases is not None:
             console.print(phases)
@@ -815,9 +850,11 @@ def _simulate(
         if server_side is not None:
             console.print(server_side)
         for warning in sim.result.warnings:
-            warn(warning)
+            said.setdefault(warning, []).append(name)
         for incident in sim.result.incidents:
             warn(f"{name}: {describe(incident)}: {incident.message}")
+    for warning, stacks in said.items():  # once each, naming the stacks it came from
+        warn(warning if len(names) == 1 else f"{', '.join(stacks)}: {warning}")
     if len(results) == 2:
         a, b = results
         console.print(

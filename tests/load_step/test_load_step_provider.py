@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from fake_kube_api import NAMESPACE, fake_kube_api, oom_killed, pod
+from prometheus_client.parser import text_string_to_metric_families
 from step_inputs_for import inputs_for
 
 # The step imports its runtime where it runs (loadstep.runtime): import it before the
@@ -20,9 +22,10 @@ from step_inputs_for import inputs_for
 import loadgen.html_report
 import loadgen.runner  # noqa: F401
 from components.load_provider import LoadStepProvider
-from loadgen.config import LoadConfig
+from loadgen.config import LoadConfig, ReadyCheck
 from loadgen.report import SUMMARY_FILE
 from loadgen.results_folder import REPORT_FILE, STEP_FILE, load_results
+from loadgen.server_metrics import NoMetricsError
 from loadstep import folder as load_step_folder
 from loadstep import runtime as load_runtime
 from loadstep.folder import STOP_FILE, StopFileObserver
@@ -265,6 +268,30 @@ def test_no_model_listed_fails_only_with_fail_on_errors(tmp_path: Path) -> None:
         LoadStepProvider().create({**props, "failOnErrors": True})
 
 
+SERVED_BEFORE_KILL = ReadyCheck().successes + 3
+"""Successful requests the frontend has counted before the prefill workers are killed: the
+readiness gate's (`loadgen.readiness`: that many in a row before the run) and 3 of the run's."""
+KILL_WAIT_S = 120.0
+"""The longest the kill waits for them (the run ends well before on an idle machine)."""
+
+
+def served(graph: LocalGraph) -> float:
+    """The frontend's successful requests so far: `dynamo_frontend_requests_total` samples
+    with status "success" in its /metrics (`loadgen.server_metrics` lists the family), read
+    with prometheus-client's text parser; 0 while /metrics does not answer."""
+    try:
+        text = graph.metrics_text()
+    except NoMetricsError:
+        return 0.0
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "dynamo_frontend_requests_total"
+        and sample.labels.get("status") == "success"
+    )
+
+
 def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
     spec: LocalGraphSpec,
     start_local_graph: Callable[[LocalGraphSpec], LocalGraph],
@@ -288,19 +315,27 @@ def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
             kubeconfig=str(api.kubeconfig(tmp_path)),
         )
         killed_at: list[datetime] = []
+        done = threading.Event()
 
         def kill_prefill() -> None:
+            """Kill once the frontend has served `SERVED_BEFORE_KILL` requests, whatever the
+            machine's load: a success before the kill and failures after it."""
+            deadline = time.monotonic() + KILL_WAIT_S
+            while served(graph) < SERVED_BEFORE_KILL:
+                if done.wait(0.05) or time.monotonic() > deadline:
+                    return
             killed_at.append(datetime.now(UTC))
             graph.kill_worker("prefill")
             graph.kill_worker("prefill")
             api.emit("MODIFIED", pod("prefill-0", ready=False, terminated=oom_killed()))
 
-        timer = threading.Timer(2.0, kill_prefill)
-        timer.start()
+        killer = threading.Thread(target=kill_prefill)
+        killer.start()
         try:
             outs = LoadStepProvider().create(props).outs
         finally:
-            timer.cancel()
+            done.set()
+            killer.join()
     assert outs is not None and killed_at, "the run ended before the kill"
     status = outs["status"]
     assert status["state"] == "degraded"

@@ -34,7 +34,7 @@ from loadgen.html_report import draw, write_folder_reports, write_report
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe, placed
 from loadgen.intervals import ab_comparisons, compare_runs
 from loadgen.report import verdict_rows
-from loadgen.results import GridResult
+from loadgen.results import GridResult, MetricInterval
 from loadgen.results_folder import REPORT_FILE, load_results
 from loadgen.runner import run_grid_async
 from stackmodel.crossover import crossover, crossover_json
@@ -151,9 +151,13 @@ def test_grid_figures_plot_the_summary_values(
                     key=lambda p: p["prefix_kinds"],
                 )
                 expected[(side, f"{side} c={c}")] = [(p["prefix_kinds"], p[field]) for p in points]
-                # 2 repetitions a point: the error bars are summary.json's intervals
+                # 2 repetitions a point: the error bars are summary.json's intervals, but for
+                # one too wide to draw (then none: low = high = the value)
                 expected_bars[(side, f"{side} c={c}")] = [
-                    (p["intervals"][field]["low"], p["intervals"][field]["high"]) for p in points
+                    (p[field], p[field])
+                    if MetricInterval.model_validate(p["intervals"][field]).too_wide()
+                    else (p["intervals"][field]["low"], p["intervals"][field]["high"])
+                    for p in points
                 ]
         assert plotted == expected
         assert bars == expected_bars
@@ -568,3 +572,24 @@ def test_report_without_out_writes_beside_its_results_not_the_working_folder(
     assert one.exit_code == 0, one.output
     assert (b / "report.html").is_file()
     assert not (tmp_path / "report.html").exists()
+
+
+def test_a_too_wide_interval_is_left_out_of_the_figure_and_named_in_its_caption(
+    folders: tuple[Path, Path],
+) -> None:
+    """As typed: a 2-run goodput interval 0-8401 req/s for 0.1 set the y axis to thousands;
+    such an error bar is left out (the caption names the point), the others are drawn."""
+    loaded = load_results(folders[0])
+    first, *rest = loaded.points
+    wide = {**first.intervals, "ttft_p50_ms": MetricInterval(runs=[10.0, 90.0], low=0.1, high=8401)}
+    points = [first.model_copy(update={"intervals": wide}), *rest]
+    drawn = report_figures([dataclasses.replace(loaded, points=points)])
+    figure = {f.key: f for f in drawn}["ttft"]
+    highs = [h for s in figure.panels[0].series for h in s.y_high]
+    assert highs and max(highs) < 8401
+    assert f"TTFT p50 at A K={first.prefix_kinds} c={first.concurrency}, 2 runs" in figure.caption
+    # held out: the TTFT p99 panel kept its bars, and nothing is named without a wide one
+    assert any(s.y_high for s in figure.panels[1].series)
+    narrow = [p.model_copy(update={"intervals": {}}) for p in loaded.points]
+    plain = report_figures([dataclasses.replace(loaded, points=narrow)])
+    assert "too wide" not in {f.key: f for f in plain}["ttft"].caption

@@ -20,9 +20,11 @@ from typer.testing import CliRunner
 
 from loadgen.intervals import (
     HIGHER,
+    INTERVAL_METRICS,
     LOWER,
     MOST_REPETITIONS,
     NO_DIFFERENCE,
+    SLO_METRICS,
     UPPER_BOUNDS,
     PointComparison,
     ab_comparisons,
@@ -281,3 +283,46 @@ def test_a_verdict_needs_a_spread_to_rest_on() -> None:
     assert compare_runs("cached_ratio", [0.8, 0.8], [0.9, 0.9]).verdict is None
     spread = compare_runs("ttft_p50_ms", [40.0, 40.0, 40.0], [50.0, 52.0, 51.0])
     assert spread.verdict == HIGHER and spread.ratio_ci is not None
+
+
+def test_attainment_and_goodput_intervals_as_typed_stay_in_bounds() -> None:
+    """The user's 2-run points: attainment 81.1%-106.6% and 0.0%-1237580.3% (log scale, no
+    bound), goodput 0.0-8401.0 req/s for 0.1. A share is now bounded like the cached ratio,
+    and a rate's interval reaching far past its runs is marked too wide."""
+    from loadgen.goodput import evaluate_point
+    from loadgen.results import MetricInterval, RunAttainment
+    from loadgen.slo import parse_slo
+
+    slo = parse_slo("ttft_p99_ms=1000,itl_p99_ms=50")
+    p99: dict[str, float | None] = {"ttft_p99_ms": 900.0, "itl_p99_ms": 40.0}
+
+    def run(attainment: float, goodput: float) -> RunAttainment:
+        return RunAttainment(
+            requests=50, met=round(50 * attainment), missed_by={}, attainment=attainment,
+            duration_s=10.0, goodput_requests_per_s=goodput,
+            goodput_output_tokens_per_s=goodput * 100, p99_ms=p99, cold=4, p99_warm_ms=p99,
+        )  # fmt: skip
+
+    for runs in ([run(0.9, 4.5), run(0.98, 4.9)], [run(0.02, 0.02), run(0.18, 0.18)]):
+        point = evaluate_point(runs, slo)
+        share = point.intervals["attainment"]
+        assert share.low is not None and share.high is not None
+        assert 0 <= share.low <= min(share.runs) <= max(share.runs) <= share.high <= 1
+        rate = point.intervals["goodput_requests_per_s"]
+        assert rate.low is not None and rate.low >= 0
+    assert rate.too_wide() and rate.high is not None and rate.high > 4 * 0.18
+    # held out: 3 close runs are not too wide; runs all 0 give (0, 0), not too wide
+    assert not MetricInterval(runs=[4.0, 4.2, 4.4], low=3.7, high=4.8).too_wide()
+    assert not MetricInterval(runs=[0.0, 0.0], low=0.0, high=0.0).too_wide()
+
+
+@pytest.mark.parametrize("metric", [*INTERVAL_METRICS, *SLO_METRICS])
+@pytest.mark.parametrize("runs", [[0.0, 0.9], [0.05, 0.95], [0.3, 0.31, 0.99], [0.0, 0.0, 0.7]])
+def test_every_metric_interval_stays_within_its_natural_bounds(
+    metric: str, runs: list[float]
+) -> None:
+    """Latencies, rates and goodputs are at least 0; shares (`UPPER_BOUNDS`) at most 1."""
+    low, high = point_interval(runs, upper=UPPER_BOUNDS.get(metric)) or (-1, -1)
+    assert 0 <= low <= high
+    if metric in ("cached_ratio", "attainment"):
+        assert high <= UPPER_BOUNDS[metric] == 1.0

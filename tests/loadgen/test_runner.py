@@ -418,3 +418,18 @@ def test_closed_loop_that_keeps_up_has_no_delivery_columns() -> None:
     assert not any("requests/s" in w or "queue" in w for w in run.warnings)
     point = summarize_point([run])
     assert "offered" not in table_text(seed_table([point]))
+
+
+def test_a_warning_of_several_runs_is_said_once_naming_them() -> None:
+    """As typed: 'TTFT p99 rests on 50 samples' once per run, 4 times per stack."""
+    from loadgen.runner import runs_warnings
+
+    low = "TTFT p99 rests on 50 samples (< 100): it is close to the maximum, not a stable p99"
+    keys = [(2, 4, 1), (2, 4, 2), (24, 4, 1), (24, 4, 2)]
+    assert runs_warnings((k, low) for k in keys) == [f"K=2 c=4 rep 1, 2; K=24 c=4 rep 1, 2: {low}"]
+    # held out: other texts stay apart, in the order first seen; one run is named as before
+    other = "TTFT p99 rests on 49 samples (< 100): it is close to the maximum, not a stable p99"
+    assert runs_warnings([((2, 8, 3), other), ((2, 4, 1), low), ((2, 8, 1), other)]) == [
+        f"K=2 c=8 rep 3, 1: {other}",
+        f"K=2 c=4 rep 1: {low}",
+    ]

@@ -9,6 +9,7 @@ from test_stats import MS, record  # a successful record: sent, TTFT, then token
 from loadgen.goodput import evaluate_point, evaluate_run, missed, request_met, request_values
 from loadgen.output import records_frame, records_from_frame
 from loadgen.request import ErrorKind, RequestRecord
+from loadgen.results import PointSummary
 from loadgen.slo import Slo, SloError, parse_slo
 from loadgen.stats import first_of_client
 
@@ -19,6 +20,9 @@ def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
     assert slo.option() == "ttft_p99_ms=1000,itl_p99_ms=50"
     assert slo.describe() == "TTFT p99 <= 1,000 ms, ITL p99 <= 50 ms"
     assert parse_slo(slo.option()) == slo
+    # Keys in any case (as typed: TTFT_P99_MS=1000 got no hint)
+    assert parse_slo("TTFT_P99_MS=1000,ItlP99Ms=50") == slo
+    assert parse_slo("e2e_p99_ms=20000").option() == "e2e_p99_ms=20000"
     # The stack's load.slo: camelCase, validated by the same model.
     assert Slo.model_validate({"e2eP99Ms": 20000}).e2e_p99_ms == 20000.0
 
@@ -36,7 +40,16 @@ def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
             "itl_p99_ms=0.05 is 0.05 ms, below any ITL p99 (at least 0.5 ms); the value is in "
             "milliseconds: for 0.05 s write 50",
         ),
-        ("e2e_p99_ms=5000000000", "for 5e+09 us write 5e+06"),
+        ("e2e_p99_ms=5000000000", "for 5000000000 us write 5000000"),
+        # as typed: a plain number, not 'for 5e+06 us write 5000'
+        ("e2e_p99_ms=5000000", "e2e_p99_ms=5000000 is 5,000,000 ms (5,000 s), above"),
+        ("e2e_p99_ms=5000000", "for 5000000 us write 5000"),
+        (
+            "ttft_p99_ms=1000;itl_p99_ms=50",
+            "separate objectives with commas, not ';': write --slo ttft_p99_ms=1000,itl_p99_ms=50",
+        ),
+        ("ttft_p99_ms=1000; e2e_p99_ms=9000;", "write --slo ttft_p99_ms=1000,e2e_p99_ms=9000"),
+        ("TTFT_P99=1000", "unknown SLO key 'TTFT_P99': did you mean ttft_p99_ms?"),
         ("ttft_p99_ms=-5", "greater than 0"),
         ("", "an SLO needs at least one objective"),
     ],
@@ -176,6 +189,11 @@ def test_run_summaries_carry_the_tails_and_the_cold_requests() -> None:
     assert s.tails_warm_ms["e2e_p99_ms"] == pytest.approx(120)
     point = summarize_point(runs)
     assert (point.cold_requests, point.e2e_p99_ms) == (8, pytest.approx(920))
+    from loadgen.report import table_text, tail_table
+
+    tail = " ".join(table_text(tail_table([point]), width=200).split())
+    assert "cold reqs" in tail and "all runs" in tail
+    assert "summed over the point's repetitions" in tail
     assert point.tails_warm_ms["ttft_p99_ms"] == pytest.approx(100)
     assert point.intervals["e2e_p99_ms"].runs == [pytest.approx(920)] * 2
 
@@ -216,3 +234,73 @@ def test_points_judged_from_their_records_compare_goodput_a_b() -> None:
     loose = parse_slo("ttft_p99_ms=1000")
     (met,) = judge_points([point], records, loose)
     assert highest_meeting([met]) == met
+
+
+def test_slo_tables_say_the_load_the_ranks_and_what_a_one_run_comparison_lacks() -> None:
+    """As typed: 'highest load that met it: prefix kinds 2, concurrency 4' with both points at
+    concurrency 4; three stacks 'ranked by goodput' with no rank or value shown; 'interval
+    and verdict as in the table above' with one run a side (no verdicts)."""
+    from loadgen.goodput import judge_points
+    from loadgen.intervals import ab_comparisons
+    from loadgen.report import slo_caption, slo_verdict_table, stacks_tables, table_text
+    from loadgen.stats import summarize_point, summarize_run
+
+    loose = parse_slo("ttft_p99_ms=1000,itl_p99_ms=50")
+
+    def point(kinds: int, keep: int, reps: int = 1) -> PointSummary:
+        records = {(kinds, 4, r): run_records()[:keep] for r in range(reps)}
+        runs = [summarize_run(v, prefix_kinds=kinds, concurrency=4, repetition=k[2])
+                for k, v in records.items()]  # fmt: skip
+        return judge_points([summarize_point(runs)], records, loose)[0]
+
+    two, many = point(2, 9), point(24, 6)
+    caption = slo_caption([two, many])
+    best = max((two, many), key=lambda p: p.requests_per_s)
+    assert (
+        f"highest load that met it: concurrency 4, {best.requests_per_s:.1f} req/s served "
+        f"(grid point K={best.prefix_kinds} c=4)"
+    ) in caption
+    assert "prefix kinds 2, concurrency 4" not in caption
+    # Three stacks: each column's rank in its header, the goodput it ranks by in the caption.
+    stacks = [("kv-routing", [point(2, 5)]), ("disagg-same-node", [two]), ("cross", [])]
+    tables = stacks_tables(stacks)
+    text = table_text(tables[-1])
+    goodput = two.slo.goodput_requests_per_s if two.slo else 0
+    assert "1. disagg-same-node" in text and "2. kv-routing" in text and "3. cross" in text
+    words = " ".join(text.split())
+    assert f"1. disagg-same-node {goodput:.1f} req/s, 2. kv-routing" in words
+    assert "3. cross no judged point" in words
+    # One run a side: no verdict, and the caption says so rather than pointing elsewhere.
+    one_run = slo_verdict_table([two], [two], ab_comparisons([two], [two]))
+    assert one_run is not None
+    verdicts = table_text(one_run)
+    assert "as in the table above" not in verdicts
+    assert "no verdict: A and B had 1 run(s)" in " ".join(verdicts.split())
+    # held out: 3 identical runs a side have no spread to rest a verdict on, and say that
+    three = point(2, 9, reps=3)
+    three_runs = slo_verdict_table([three], [three], ab_comparisons([three], [three]))
+    assert three_runs is not None
+    held = " ".join(table_text(three_runs).split())
+    assert "no verdict: every run gave the same value" in held and "1 run" not in held
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # as typed: '--slo: --slo ...' named the flag twice
+        ("ttft_p99_ms=1000;itl_p99_ms=50", "error: --slo 'ttft_p99_ms=1000;itl_p99_ms=50': "),
+        ("ttft_p99_ms=1s", "error: --slo ttft_p99_ms='1s' is not a number"),  # held out
+        ("ttft_p99=9", "error: --slo: unknown SLO key 'ttft_p99'"),
+    ],
+)
+def test_the_slo_option_names_the_flag_once(
+    text: str, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import typer
+
+    from testbed.slo_option import slo_of
+
+    with pytest.raises(typer.Exit):
+        slo_of(text)
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith(line) and err.count("--slo") == 1 + err.count("write --slo")

@@ -53,6 +53,9 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     assert "disagg-same-node at 2 kinds / concurrency 4: TTFT p50 286 ms, p99 592 ms" in output
     # How long the stack's own grid (the seed's: 24 runs of 200) would take on the cluster.
     assert "kv-routing: its grid (24 runs of 200 requests) would take about " in output
+    # As typed: each stack's node-class warning again; said once, naming the stacks
+    assert output.count("node class 'gpu-24gb' names no GPU") == 1
+    assert "warning: kv-routing, disagg-same-node: node class 'gpu-24gb' names no GPU" in output
     assert "the load step allows 82 min (load.deadlineMinutes)" in output
     # The A / B report has the caveats the terminal printed under the table.
     report = (tmp_path / "report-kv-routing-vs-disagg-same-node.html").read_text()
@@ -309,3 +312,53 @@ def test_set_b_simulates_a_one_line_change_beside_the_stack(
     assert seen["plans"]["disagg-same-node"].cfg.topology.workers[0].replicas == 1
     same = CliRunner().invoke(app, [*args[:2], "kv-routing", *args[2:]])
     assert same.exit_code == 2 and "--set-b" in same.output
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        # as typed: typer took --out as --against's value, and --slo's
+        (
+            ["--against", "--out", "/tmp/x"],
+            "error: option --against is missing its value (the next word, --out, is an "
+            "option): write --against RESULTS (see testbed simulate --help)",
+        ),
+        (["--slo", "--out", "/tmp/x"], "error: option --slo is missing its value"),
+        # as typed: the second value became a stack name
+        (
+            ["--concurrency", "4", "8"],
+            "error: option --concurrency takes one value, then '8' was read as an argument: "
+            "for several values write --concurrency 4,8 (see testbed simulate --help)",
+        ),
+        # held out: another option, the '=' form after it, and --help as the next word
+        (["--prefix-kinds", "2", "24", "--out", "/tmp/x"], "write --prefix-kinds 2,24"),
+        (["--out", "--slo=ttft_p99_ms=9"], "error: option --out is missing its value"),
+        (["--set", "--help"], "error: option --set is missing its value"),
+    ],
+)
+def test_an_option_without_its_value_is_named(
+    args: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from testbed.cli import main
+
+    assert main(["simulate", "kv-routing", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: option ") and line in err and err.count("\n") == 1
+
+
+def test_a_bad_grid_is_refused_before_anything_is_printed_or_locked(tmp_path: Path) -> None:
+    """As typed: `--set load.maxTokens=1 --slo itl_p99_ms=50` into a folder with earlier runs
+    said the folder held runs, and 'simulating kv-routing ...' came before 'invalid grid'."""
+    runs = tmp_path / "kv-routing" / "routing" / "runs" / "k2-c4-r1"
+    runs.mkdir(parents=True)
+    args = ["simulate", "kv-routing", "--out", str(tmp_path), "--set", "load.maxTokens=1"]
+    result = CliRunner().invoke(app, [*args, "--slo", "itl_p99_ms=50"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: stack 'kv-routing': invalid grid: load: slo ")
+    assert "maxTokens is 1; set maxTokens >= 2" in result.output
+    assert "simulating" not in result.output
+    assert not (tmp_path / "kv-routing" / HOLDER_FILE).exists()
+    # held out: another objective that needs two tokens, the same way
+    bad = CliRunner().invoke(app, [*args, "--slo", "tpot_p99_ms=50"])
+    assert bad.exit_code == 2 and "simulating" not in bad.output
+    assert bad.output.startswith("error: stack 'kv-routing': invalid grid: load: slo tpot_p99_ms")
