@@ -28,10 +28,8 @@ from loadgen.intervals import CONFIDENCE, SLO_METRICS, UPPER_BOUNDS, point_inter
 from loadgen.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
 from loadgen.slo import NEEDS_TWO_TOKENS, OBJECTIVES, Slo, SloError
 from loadgen.stats import (
-    bounded_percentile,
     chunk_tokens,
     e2e_ms,
-    e2e_sample,
     first_of_client,
     itl_ms,
     percentile,
@@ -39,7 +37,6 @@ from loadgen.stats import (
     tails,
     tpot_ms,
     ttft_ms,
-    ttft_sample,
 )
 
 if TYPE_CHECKING:  # annotations only: loadgen.request imports aiohttp
@@ -104,23 +101,10 @@ def evaluate_run(
         goodput_output_tokens_per_s=(
             sum(r.completion_tokens or 0 for r in met) / span if span > 0 else 0.0
         ),
-        p99_ms=_tails_with_censored(records, good),
+        p99_ms=tails(records),
         cold=sum(cold),
         p99_warm_ms=tails(warm),
     )
-
-
-def _tails_with_censored(
-    records: Sequence[RequestRecord], good: Sequence[RequestRecord]
-) -> dict[str, float | None]:
-    """The run's p99s (`loadgen.stats.tails` of the successful requests), TTFT and E2E counting
-    the requests the client cut at its deadline too, at the time they were cut
-    (`loadgen.stats.ttft_sample`, `e2e_sample`: lower bounds), as the tables do: a deadline
-    never makes a p99 look better than the truth."""
-    p99 = tails(good)
-    for key, sample in (("ttft_p99_ms", ttft_sample), ("e2e_p99_ms", e2e_sample)):
-        p99[key] = bounded_percentile([s for s in map(sample, records) if s is not None], 99)[0]
-    return p99
 
 
 GOODPUT_METRICS = SLO_METRICS

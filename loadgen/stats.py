@@ -290,15 +290,19 @@ class Latencies:
 
 
 def tails(
-    good: Sequence[RequestRecord],
-    tokens: Sequence[list[float]] | None = None,
-    gaps: Sequence[list[float]] | None = None,
+    records: Sequence[RequestRecord], latencies: Latencies | None = None
 ) -> dict[str, float | None]:
-    """The p99 (ms) of each of `TAILS` over the successful requests `good`: TTFT, TPOT and E2E
-    one value per request, ITL pooled over every token of every request (`itl_ms`), as the
-    p50s are (`Latencies.p`). `tokens` / `gaps`: each record's `chunk_tokens` / `icl_ms` when
-    computed already."""
-    return Latencies.of(good, tokens, gaps).p99s()
+    """The p99 (ms) of each of `TAILS` over a run's `records`: ITL and TPOT over the successful
+    requests (ITL pooled over every token of every request, `itl_ms`; TPOT one value per
+    request), TTFT and E2E one value per request over the successful ones and the censored ones
+    at the time they were cut (`ttft_sample`, `e2e_sample`: lower bounds), so a deadline never
+    makes a p99 look better than the truth. `latencies`: the successful records'
+    `Latencies` when computed already."""
+    good = [r for r in records if r.ok]
+    p99 = (Latencies.of(good) if latencies is None else latencies).p99s()
+    for key, sample in (("ttft_p99_ms", ttft_sample), ("e2e_p99_ms", e2e_sample)):
+        p99[key] = bounded_percentile([s for s in map(sample, records) if s is not None], 99)[0]
+    return p99
 
 
 # An open loop that sent less than this share of its offered rate did not deliver it.
@@ -688,7 +692,7 @@ def summarize_run(
     gaps = [icl_ms(r) for r in good]
     per_chunk = [n for counts in tokens for n in counts]
     latencies = Latencies.of(good, tokens, gaps)  # computed once: p50s, p99s, warm p99s
-    tail, median = latencies.p99s(), latencies.p(50)
+    tail, median = tails(records, latencies), latencies.p(50)
     cold = first_of_client(records, concurrency, closed=offered_rate_per_s is None)
     warm = [not c for r, c in zip(records, cold, strict=True) if r.ok]
     icl_p50 = percentile([gap for g in gaps for gap in g], 50)
@@ -791,12 +795,12 @@ def summarize_run(
         ttft_mean_ms=statistics.fmean(ttfts) if ttfts else None,
         itl_p99_ms=tail["itl_p99_ms"],
         tpot_p99_ms=tail["tpot_p99_ms"],
-        e2e_p99_ms=bounds["e2e_p99_ms"][0],
+        e2e_p99_ms=tail["e2e_p99_ms"],
         cold_requests=sum(cold),
         tails_warm_ms=latencies.p99s(warm),
         ttft_p50_ms=ttft_p50,
         ttft_p90_ms=bounds["ttft_p90_ms"][0],
-        ttft_p99_ms=bounds["ttft_p99_ms"][0],
+        ttft_p99_ms=tail["ttft_p99_ms"],
         censored=censored,
         lower_bounds=lower_bounds,
         first_chunk_p50_ms=percentile(first_chunks, 50),

@@ -33,6 +33,7 @@ from fake_openai_server import (
 
 from loadgen import server_metrics
 from loadgen.config import LoadConfig
+from loadgen.goodput import evaluate_run
 from loadgen.loops import make_client, raise_open_file_limit, run_closed_loop
 from loadgen.observers import GridObserver
 from loadgen.report import prompt_sizes, seed_rows, table_headers
@@ -40,6 +41,7 @@ from loadgen.request import ErrorKind, RequestRecord, retry_after_s, stream_requ
 from loadgen.results import GridResult, ServerRunMetrics
 from loadgen.runner import run_grid_async
 from loadgen.server_metrics import in_flight, in_flight_notes, parse_samples
+from loadgen.slo import parse_slo
 from loadgen.stats import (
     bounded_percentile,
     itl_ms,
@@ -782,3 +784,16 @@ def test_the_in_flight_gauge_is_read_from_the_lines_alone() -> None:
     engine = "vllm:num_requests_running 2 1764763200000\nvllm:num_requests_waiting 1\n"
     assert server_metrics.in_flight_in_text(engine, "m") == 3
     assert server_metrics.in_flight_in_text("x_total 1\n", "m") is None
+
+
+def test_the_slo_judges_the_same_censored_p99s_the_tables_show() -> None:
+    """A request cut at its deadline counts in the SLO's TTFT and E2E p99 at the time it was
+    cut (a lower bound), as in the run's own figures: both read `loadgen.stats.tails`."""
+    records = records_with_cut([100.0] * 9, [5000.0])
+    run = summarize_run(records, prefix_kinds=1, concurrency=4, repetition=1)
+    judged = evaluate_run(records, parse_slo("ttft_p99_ms=1000,e2e_p99_ms=1000"), concurrency=4)
+    # 9 x 100 ms and one cut at 5,000 ms: the p99 interpolates 0.91 of the way to the cut.
+    assert run.ttft_p99_ms == pytest.approx(100 + 0.91 * 4900)
+    assert judged.p99_ms["ttft_p99_ms"] == run.ttft_p99_ms
+    assert judged.p99_ms["e2e_p99_ms"] == run.e2e_p99_ms == pytest.approx(110 + 0.91 * 4890)
+    assert "ttft_p99_ms" in run.lower_bounds and "e2e_p99_ms" in run.lower_bounds
