@@ -23,9 +23,12 @@ def default_report(folders: Sequence[Path]) -> Path:
     ``testbed simulate`` writes each stack's), and for several ``report-A-vs-B[-vs-C...].html``
     beside the first (as ``testbed simulate A B`` names its own), never the working
     directory."""
+    from loadgen.results_folder import REPORT_FILE
+    from testbed.stack_commands import comparison_report
+
     if len(folders) == 1:
-        return folders[0] / "report.html"
-    return folders[0].parent / f"report-{'-vs-'.join(f.name for f in folders)}.html"
+        return folders[0] / REPORT_FILE
+    return comparison_report(folders[0].parent, [f.name for f in folders])
 
 
 def report_command(
