@@ -772,8 +772,16 @@ def deploy(
     if held is not None and cfg.load.enabled:
         pulumi.log.warn(f"stack '{stack}': load step {held}")
     fingerprint = topology_fingerprint(workloads, service)
+    floors = {c.name: c.memory_floor_bytes for c in plan.sizing.report.components}
     step = register_load_step(
-        cfg, stack, graph, topology, resources, fingerprint, held=held is not None
+        cfg,
+        stack,
+        graph,
+        topology,
+        resources,
+        fingerprint,
+        held=held is not None,
+        memory_floors=floors,
     )
     export_load_step(cfg, step, resources, held)
 
