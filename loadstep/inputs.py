@@ -40,6 +40,7 @@ from manifests.graph import (
     frontend_service_manifest,
 )
 from stackmodel.config import StackConfig, StackLoadConfig
+from stackmodel.plan import StackPlan
 from stackmodel.resources import StackResources
 from stackmodel.topology import FRONTEND_PORT, Topology, anywhere_placement
 
@@ -202,6 +203,13 @@ def step_inputs(
         worker_selector=worker_selector(topology),
         memory_floors=None if memory_floors is None else dict(memory_floors),
     )
+
+
+def memory_floors(plan: StackPlan) -> dict[str, int]:
+    """Each worker group's memory floor, bytes: the sizing's
+    (:attr:`~stackmodel.sizing.ComponentMemoryReport.memory_floor_bytes`), by group name, the
+    ``dynamo-testbed/component`` label of its pods."""
+    return {c.name: c.memory_floor_bytes for c in plan.sizing.report.components}
 
 
 def worker_selector(topology: Topology) -> str:
