@@ -29,16 +29,15 @@ provider's (:func:`kubeclient.client.api_client`).
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kubeclient.client import KubeAccessError, api_client
+from kubeclient.reader import NamespaceReader, ReaderAccess
 
 METRICS_GROUP, METRICS_VERSION, METRICS_PLURAL = "metrics.k8s.io", "v1beta1", "pods"
 
@@ -94,7 +93,7 @@ def container_limits(pod: dict[str, Any]) -> dict[str, str | None]:
     }
 
 
-class PodMemorySampler:
+class PodMemorySampler(NamespaceReader):
     """Sample the memory of the pods of ``namespace`` matching ``label_selector`` while the
     block runs: ``with PodMemorySampler(...) as memory: ...; memory.readings()``.
 
@@ -108,24 +107,15 @@ class PodMemorySampler:
         self,
         namespace: str | None,
         *,
-        label_selector: str | None = None,
-        kubeconfig: str | None = None,
-        context: str | None = None,
         interval_s: float = SAMPLE_S,
+        **access: Unpack[ReaderAccess],
     ) -> None:
-        self.namespace = namespace
-        self.label_selector = label_selector
-        self.kubeconfig = kubeconfig
-        self.context = context
+        super().__init__(namespace, join_s=READ_TIMEOUT_S * 2 + interval_s, **access)
         self.interval_s = interval_s
         self.reads = 0
         self.failed_reads = 0
         self._readings: dict[tuple[str, str], PodReading] = {}
         self._limits: dict[str, dict[str, str | None]] = {}
-        self._problem: str | None = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._api: client.ApiClient | None = None
 
     def __enter__(self) -> PodMemorySampler:
@@ -136,23 +126,8 @@ class PodMemorySampler:
         except KubeAccessError as exc:
             self._problem = str(exc)
             return self
-        self._thread = threading.Thread(
-            target=self._sample, name=f"pod-memory-{self.namespace}", daemon=True
-        )
-        self._thread.start()
+        self._start("pod-memory", self._sample)
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(READ_TIMEOUT_S * 2 + self.interval_s)
-        if self._api is not None:
-            self._api.close()
 
     @property
     def problem(self) -> str | None:
@@ -180,15 +155,19 @@ class PodMemorySampler:
         ]
 
     def _sample(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._read()
-            except _Unserved as exc:
-                self._problem = str(exc)
-                return
-            except (urllib3.exceptions.HTTPError, OSError, ValueError, ApiException):
-                self.failed_reads += 1  # a dropped read: the next interval tries again
-            self._stop.wait(self.interval_s)
+        assert self._api is not None
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._read()
+                except _Unserved as exc:
+                    self._problem = str(exc)
+                    return
+                except (urllib3.exceptions.HTTPError, OSError, ValueError, ApiException):
+                    self.failed_reads += 1  # a dropped read: the next interval tries again
+                self._stop.wait(self.interval_s)
+        finally:
+            self._api.close()
 
     def _read(self) -> None:
         assert self._api is not None and self.namespace is not None

@@ -26,7 +26,7 @@ import pandas as pd
 
 from loadgen.incidents import Incident, describe
 from loadgen.intervals import SLO_METRICS
-from loadgen.memory import pods_in
+from loadgen.memory import PodMemory, pods_in
 from loadgen.phases import PHASES
 from loadgen.results import WIDE_INTERVAL, GridResult, PointSummary
 from loadgen.results_folder import LoadedResults
@@ -458,6 +458,25 @@ def timeline_figure(side: str, result: LoadedResults, colors: dict[int, int]) ->
     )
 
 
+def _memory_panel(side: str, pod: PodMemory, result: LoadedResults, grid: GridResult) -> Panel:
+    """One worker pod's panel of `memory_figure`."""
+    at_s = tuple((s.at - grid.started_at).total_seconds() for s in pod.samples)
+    series = [
+        Series("working set", side, 0, at_s, tuple(s.bytes / GIB for s in pod.samples), "line")
+    ]
+    if pod.limit_bytes is not None:
+        series.append(Series("limit", side, -1, (), (pod.limit_bytes / GIB,), "level", dash=1))
+    if pod.floor_bytes is not None:
+        floor = (pod.floor_bytes / GIB,)
+        series.append(Series("floor (sizing)", side, 1, (), floor, "level", dash=2))
+    own = [incident for incident in result.incidents if incident.instance == pod.pod]
+    return Panel(
+        f"{side}: {pod.pod} ({pod.component})", "seconds since the grid started",
+        "memory (GiB)", tuple(series), y_from_zero=True, bands=_bands(grid),
+        marks=_marks(own, grid),
+    )  # fmt: skip
+
+
 def memory_figure(side: str, result: LoadedResults) -> Figure | None:
     """One panel per worker pod of `memory.json` (`loadgen.memory`) with readings: its working
     set (GiB) at each reading's timestamp, in seconds since the grid started; its memory limit
@@ -468,34 +487,6 @@ def memory_figure(side: str, result: LoadedResults) -> Figure | None:
     pods = pods_in(result.memory)
     if grid is None or not pods:
         return None
-    panels = []
-    for pod in pods:
-        series = [
-            Series(
-                "working set",
-                side,
-                0,
-                tuple((s.at - grid.started_at).total_seconds() for s in pod.samples),
-                tuple(s.bytes / GIB for s in pod.samples),
-                "line",
-            )
-        ]
-        if pod.limit_bytes is not None:
-            series.append(Series("limit", side, -1, (), (pod.limit_bytes / GIB,), "level", dash=1))
-        if pod.floor_bytes is not None:
-            floor = (pod.floor_bytes / GIB,)
-            series.append(Series("floor (sizing)", side, 1, (), floor, "level", dash=2))
-        panels.append(
-            Panel(
-                title=f"{side}: {pod.pod} ({pod.component})",
-                x_label="seconds since the grid started",
-                y_label="memory (GiB)",
-                series=tuple(series),
-                y_from_zero=True,
-                bands=_bands(grid),
-                marks=_marks([i for i in result.incidents if i.instance == pod.pod], grid),
-            )
-        )
     return Figure(
         key=f"memory-{side.lower()}",
         title=f"Worker memory of {side} ({result.name})",
@@ -504,7 +495,7 @@ def memory_figure(side: str, result: LoadedResults) -> Figure | None:
         "docs/metrics.md, Pod memory), its memory limit, and its worker group's memory floor "
         "from the stack's sizing; shaded bands are the runs, vertical lines the pod's "
         "incidents (an OOMKill among them).",
-        panels=tuple(panels),
+        panels=tuple(_memory_panel(side, pod, result, grid) for pod in pods),
         columns=1,
         share_x=True,
     )

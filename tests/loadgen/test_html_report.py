@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from fake_openai_server import (
@@ -641,7 +642,7 @@ def test_the_memory_figure_draws_each_pod_with_its_limit_floor_and_oom_kill(
     assert (mark.at_s, mark.label) == (incident.t_s, describe(incident))
     assert panel.bands == figures["timeline-a"].panels[0].bands
     drawn = draw(figures["memory-a"]).axes[0]
-    levels = {line.get_label(): line.get_ydata()[0] for line in drawn.get_lines()}
-    assert (levels["limit"], levels["floor (sizing)"]) == (4.0, 3.0)
+    levels = {line.get_label(): np.asarray(line.get_ydata()).tolist() for line in drawn.lines}
+    assert (levels["limit"], levels["floor (sizing)"]) == ([4.0, 4.0], [3.0, 3.0])
     out, _ = write_report([loaded], tmp_path / "memory.html")
     assert "Worker memory of A (kv-routing)" in out.read_text()
