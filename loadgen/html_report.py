@@ -253,6 +253,8 @@ def _facts(result: LoadedResults) -> list[tuple[str, str]]:
         ]
     if result.status:
         facts.append(("load step", f"{result.status.get('state')}: {result.status.get('message')}"))
+    if result.memory is not None and result.memory.unavailable is not None:
+        facts.append(("worker memory", f"not sampled: {result.memory.unavailable}"))
     return facts
 
 

@@ -283,9 +283,13 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
     )
     if sampler.namespace is not None:
         incidents = _write_memory(run_dir, memory, inputs, incidents)
+    # A cluster without the metrics API is said once (warn, and the status message's end);
+    # without access to the cluster at all, beside the watch's warning.
+    unreached = pods.warnings()
+    notes += [] if unreached else memory.warnings()
     if result is not None:
         result.incidents = incidents
-        said = [*pods.warnings(), *memory.warnings()]
+        said = [*unreached, *(memory.warnings() if unreached else [])]
         result.warnings += [w for w in said if w not in result.warnings]
     data = [incident.model_dump(mode="json") for incident in incidents]
     write_text_atomic(run_dir / INCIDENTS_FILE, json.dumps(data, indent=2) + "\n")
