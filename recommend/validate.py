@@ -21,8 +21,8 @@ import pandas as pd
 
 from loadgen.goodput import evaluate_point, evaluate_run
 from loadgen.output import REQUESTS_FILE, records_from_frame
-from recommend.load_search import MEASURED_PER_CLIENT
 from recommend.search import Problem, Result, cluster_gpus, stack_name
+from recommend.workload import MEASURED_PER_CLIENT
 from simulator.simulate import simulate_stacks
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvpath.memory import HOST_BASE_BYTES
-from loadgen.config import LoadConfig
+from loadgen.config import Arrival, LoadConfig
 from loadgen.incidents import Incident
 from loadgen.output import (
     REQUESTS_FILE,
@@ -86,7 +86,8 @@ def timing_records(
     for o in timing.outcomes:
         spec = by_index[o.index]
         sent = _ns(offset_s + o.sent_s)
-        record = RequestRecord(index=o.index, prefix_id=spec.prefix_id, intended_ns=sent)
+        due = sent if o.intended_s is None else _ns(offset_s + o.intended_s)
+        record = RequestRecord(index=o.index, prefix_id=spec.prefix_id, intended_ns=due)
         record.sent_ns = sent
         if o.error is None:
             tokens = [_ns(offset_s + t) for t in o.token_s]
@@ -156,7 +157,8 @@ def retime_grid(
     host_base_bytes: int = HOST_BASE_BYTES,
 ) -> tuple[GridResult, list[MeasuredRun]]:
     """The grid of a routing run, timed by the timing model: per run, the same requests on the
-    stack's shared hardware with engine steps of ``fit``; runs follow each other on one
+    stack's shared hardware with engine steps of ``fit`` (an open loop's at the routing run's
+    due times, ``intended_ns``, from its first); runs follow each other on one
     simulated clock from the routing run's start. Returns the result (OOMKills as incidents,
     placed in their runs) and the runs as loadgen keeps them. ``host_base_bytes``: see
     :func:`run_topology`."""
@@ -170,10 +172,16 @@ def retime_grid(
     for key in grid_keys(load):
         kinds, conc, rep = key
         requests = sim_requests(groups[key], load)
-        timing = simulate_run(topology, constants, requests, conc)
+        arrivals, rate = None, None
+        if load.arrival is Arrival.POISSON:  # the routing run's due times, from its first
+            due = groups[key].sort_values("index").intended_ns
+            arrivals, rate = ((due - due.min()) / 1e9).tolist(), load.request_rate
+        timing = simulate_run(topology, constants, requests, conc, arrivals_s=arrivals)
         records = timing_records(timing, requests, clock_s)
         run_start = started_at + timedelta(seconds=clock_s)
-        summary = summarize_run(records, prefix_kinds=kinds, concurrency=conc, repetition=rep)
+        summary = summarize_run(
+            records, prefix_kinds=kinds, concurrency=conc, repetition=rep, offered_rate_per_s=rate
+        )
         runs.append(
             MeasuredRun(
                 summary=summary.model_copy(
