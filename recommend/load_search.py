@@ -1,9 +1,11 @@
 """The highest load at which a candidate meets the SLO, with the timing model and the routing
 stand-in.
 
-The workload is a load grid (:class:`loadgen.config.LoadConfig`: prompt and output lengths,
-the shared prefix, the prefix kinds); the load is the closed loop's concurrency. A run at one
-concurrency and one number of prefix kinds is what ``testbed simulate``'s timing layer runs
+The workload (:class:`recommend.workload.Workload`) is a load grid
+(:class:`loadgen.config.LoadConfig`: prompt and output lengths, the shared prefix, the prefix
+kinds) or a results folder's requests replayed; the load is the closed loop's concurrency, or
+an open loop's request rate. A run at one load and one number of prefix kinds is what
+``testbed simulate``'s timing layer runs
 (:func:`simulator.timing_model.simulate_run` on :func:`simulator.hardware.run_topology`), its
 requests sent by the model instead of a routing run (``model_hits``: each worker's prefix-cache
 hits are what the model's own KV-router stand-in put on it), turned into loadgen's request
@@ -15,12 +17,15 @@ requests are: one prompt token (no prefill to speak of, nothing cached) and 1/C,
 the output tokens, so that the clients enter the measured requests spread over one request's
 decode (the model is deterministic: identical requests sent at once would otherwise stay in
 lockstep for the whole run, every prefill in one step, which no real server shows); then the
-workload's ``requestsPerRun`` (at least :data:`MEASURED_PER_CLIENT` per client), each on one of
-the prefix kinds, drawn with the workload's seed.
+workload's requests (:meth:`recommend.workload.Workload.closed`). An open loop sends no
+warm-up: its requests arrive at their own times (:meth:`recommend.workload.Workload.open`).
 
 A load *holds* when, at every prefix-kinds value of the workload, the point meets the SLO
-(:attr:`loadgen.goodput.PointAttainment.slo_met`) and no request failed (an OOMKill of a
-host-buffering worker fails requests). :func:`highest_load` doubles the concurrency from 1
+(:attr:`loadgen.goodput.PointAttainment.slo_met`), no request failed (an OOMKill of a
+host-buffering worker fails requests) and an open loop delivered its offered rate
+(:attr:`KindsPoint.delivered`: with its most in flight taken, requests wait at the client
+and are sent late). :func:`highest_rate` searches an open loop's rate as
+:func:`highest_load` searches the concurrency. :func:`highest_load` doubles the concurrency from 1
 until a load fails (or :data:`CLIENTS_PER_GPU` clients per GPU of the cluster), then bisects to
 within 1/:data:`RESOLUTION` of the load (an eighth: a few percent of goodput): it takes the SLO
 to hold below the highest load that holds, as a queue's latency grows with load.

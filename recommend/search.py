@@ -191,7 +191,7 @@ def _binding(over: LoadPoint | None, open_loop: bool) -> str:
         return "failed requests"
     if not failing.point.slo_met:
         return OBJECTIVES.get(failing.point.binding or "", "SLO")
-    return f"offered rate not delivered (at most {over.concurrency} in flight)"
+    return f"in-flight cap (at most {over.concurrency})"
 
 
 def time_candidate(

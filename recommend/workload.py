@@ -10,9 +10,10 @@ in flight, as ``testbed load`` sends it (``8/s, <=32``).
 length (``promptTokens``, ``prefixShare`` of it the shared prefix) and ``maxTokens`` output
 tokens, on one of the prefix kinds drawn with the workload's seed. The closed loop first sends
 one warm-up request per client (:mod:`recommend.load_search` says why); the open loop sends
-none: its requests arrive at exponential gaps of mean 1/rate (one seeded draw of unit-rate
-gaps per prefix-kinds value, scaled by the rate tried, so every rate sees the same pattern),
-from idle workers with empty caches, as loadgen's warm-up leaves the measured prefixes.
+none: its requests arrive at exponential gaps (one seeded draw per prefix-kinds value, the
+first request at 0, scaled so that the gaps' mean is 1/rate: the run is sent at exactly the
+rate tried, and every rate sees the same pattern), on idle workers whose caches hold none of
+the measured prefixes, as loadgen's warm-up (on prefixes of its own) leaves them.
 
 **Replayed** (a results folder ``testbed load``, ``testbed simulate`` or the load step wrote):
 the load settings are the folder's (``result.json``); per prefix-kinds value, the requests of
@@ -126,7 +127,9 @@ class Workload:
             dues = [rows[i % len(rows)].due + lap * (i // len(rows)) for i in range(n)]
         else:
             gaps = random.Random(f"{self.load.seed}:recommend:arrivals:{kinds}")
-            dues = list(itertools.accumulate(gaps.expovariate(1.0) for _ in range(n)))
+            drawn = list(itertools.accumulate(gaps.expovariate(1.0) for _ in range(n - 1)))
+            # in mean gaps, so that the run's rate (as loadgen reports it sent) is the rate tried
+            dues = [0.0] + [d * (n - 1) / drawn[-1] for d in drawn] if drawn else [0.0]
         return requests, [due / rate for due in dues]
 
     def runs_requests(self, kinds: int) -> int:
@@ -178,7 +181,11 @@ def read_workload(text: str) -> Workload:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise WorkloadError(f"--workload {text}: {where}: {error_message(first)}") from None
+        described = {f.alias: f.description for f in LoadConfig.model_fields.values()}
+        what = described.get(str(first["loc"][0])) if first["loc"] else None
+        raise WorkloadError(
+            f"--workload {text}: {where}: {error_message(first)}" + (f" ({what})" if what else "")
+        ) from None
     except ValueError as exc:
         raise WorkloadError(f"--workload {text}: {exc}; {HINT}") from None
     return Workload(load, text)
