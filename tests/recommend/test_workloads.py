@@ -225,3 +225,24 @@ def test_resume_with_nothing_to_resume_starts_and_says_so(
     assert _recommend("--slo", "ttft_p99_ms=30", *args) == 2
     err = capsys.readouterr().err
     assert "--resume: the candidates in" in err and "(slo differ); drop --resume" in err
+
+
+def test_simulate_retimes_an_open_loop_at_its_routing_runs_due_times(tmp_path: Path) -> None:
+    """`testbed simulate`'s timing of a Poisson routing run sends each request at its due time
+    there (from the run's first), and its point is the open loop's (``2/s, <=8``)."""
+    import pandas as pd
+
+    from loadgen.output import read_result
+    from loadgen.report import concurrency_cell
+    from simulator.retime import retime_grid
+
+    load = OPEN.model_copy(update={"requests_per_run": 5, "repetitions": 1})
+    _results_folder(tmp_path, load, [(800, 8)])  # due every 0.5 s
+    routing = read_result(tmp_path)
+    assert routing is not None
+    frame = pd.read_parquet(tmp_path / "requests.parquet")
+    timed, runs = retime_grid(load_stack("kv-routing"), load, routing, frame)
+    (run,) = runs
+    due = run.frame.sort_values("index").intended_ns
+    assert ((due - due.min()) / 1e9).tolist() == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0])
+    assert concurrency_cell(timed.points[0]) == "2/s, <=8"
