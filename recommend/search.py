@@ -252,6 +252,7 @@ def _screen_or_queue(
     """Check every candidate and apply the floors (each into ``results``); returns those left
     to time, highest ceiling first."""
     cfg, load = problem.cfg, problem.load
+    best_case = problem.sent.best_case()
     gpus = cluster_gpus(cfg)
     queue: list[Result] = []
     for candidate in candidates:
@@ -260,12 +261,12 @@ def _screen_or_queue(
         if isinstance(checked, str):
             results.append(Result(candidate, "refused", own, reason=checked, binding="checks"))
             continue
-        b = bounds(checked, load)
+        b = bounds(checked, best_case)
         result = Result(candidate, "screened", own, bounds=b, plan=checked)
-        result.ceiling_value = b.requests_per_s * load.max_tokens / gpus
+        result.ceiling_value = b.requests_per_s * problem.sent.mean_output_tokens / gpus
         if checked.disaggregated:
             result.crossover_summary = crossover(checked).summary()
-        floor = floor_reason(b, problem.slo, load.max_tokens)
+        floor = floor_reason(b, problem.slo, best_case.max_tokens)
         if floor is not None:
             result.binding, result.reason = floor
         else:

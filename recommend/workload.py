@@ -8,7 +8,10 @@ in flight, as ``testbed load`` sends it (``8/s, <=32``).
 
 **Synthetic** (``seed`` or a file of load settings): every request has the settings' prompt
 length (``promptTokens``, ``prefixShare`` of it the shared prefix) and ``maxTokens`` output
-tokens, on one of the prefix kinds drawn with the workload's seed. The closed loop first sends
+tokens, or lengths drawn from ``promptLengths`` / ``outputLengths``
+(:meth:`loadgen.config.LoadConfig.request_lengths`, as ``testbed load`` draws them), on one of
+the prefix kinds drawn with the workload's seed; the timing model times each request at its
+own length. The closed loop first sends
 one warm-up request per client (:mod:`recommend.load_search` says why); the open loop sends
 none: its requests arrive at exponential gaps (one seeded draw per prefix-kinds value, the
 first request at 0, scaled so that the gaps' mean is 1/rate: the run is sent at exactly the
@@ -96,11 +99,10 @@ class Workload:
                 for i, r in enumerate(rows)
             ]
         pick = random.Random(f"{load.seed}:recommend:{kinds}:{salt}")
+        lengths = load.request_lengths(n, f"recommend:{kinds}:{salt}")
         return [
-            SimRequest(
-                i, pick.randrange(kinds), load.prefix_tokens, load.prompt_tokens, 0, load.max_tokens
-            )
-            for i in range(n)
+            SimRequest(i, pick.randrange(kinds), load.prefix_tokens, prompt, 0, output)
+            for i, (prompt, output) in enumerate(lengths)
         ]
 
     def closed(self, kinds: int, concurrency: int) -> list[SimRequest]:
@@ -131,6 +133,34 @@ class Workload:
             # in mean gaps, so that the run's rate (as loadgen reports it sent) is the rate tried
             dues = [0.0] + [d * (n - 1) / drawn[-1] for d in drawn] if drawn else [0.0]
         return requests, [due / rate for due in dues]
+
+    def best_case(self) -> LoadConfig:
+        """The load settings at the workload's shortest prompt and shortest output, its
+        shared prefix kept: what the bounds read, so that a floor holds for every request."""
+        load = self.load
+        if self.replay is not None:
+            rows = [r for run in self.replay.values() for r in run]
+            prompt = min(r.prompt_tokens for r in rows)
+            output = min(r.output_tokens for r in rows)
+        else:
+            prompt = load.shortest_prompt_tokens
+            output = min(load.output_lengths.values) if load.output_lengths else load.max_tokens
+        update = {
+            "prompt_tokens": prompt,
+            "max_tokens": output,
+            "prefix_share": min(1.0, load.prefix_tokens / prompt),
+            "prompt_lengths": None,
+            "output_lengths": None,
+        }
+        return load.model_copy(update=update)
+
+    @property
+    def mean_output_tokens(self) -> float:
+        """Output tokens per request on average (a rate ceiling's tokens/s reads it)."""
+        if self.replay is not None:
+            rows = [r for run in self.replay.values() for r in run]
+            return sum(r.output_tokens for r in rows) / len(rows)
+        return self.load.output_lengths.mean if self.load.output_lengths else self.load.max_tokens
 
     def runs_requests(self, kinds: int) -> int:
         """Measured requests a run sends at least: the settings' ``requestsPerRun``, or the

@@ -22,6 +22,7 @@ from loadgen.output import (
     grid_settings,
     records_frame,
 )
+from loadgen.plan import run_salt
 from loadgen.request import ErrorKind, RequestRecord
 from loadgen.results import GridResult
 from loadgen.runner import _first_errors, grid_keys, grid_result
@@ -46,24 +47,30 @@ from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
 
 
-def sim_requests(frame: pd.DataFrame, load: LoadConfig) -> list[SimRequest]:
-    """One run's rows of a routing run's ``requests.parquet`` as timing-model requests: its
+def sim_requests(
+    frame: pd.DataFrame, load: LoadConfig, key: tuple[int, int, int]
+) -> list[SimRequest]:
+    """Run ``key``'s rows of a routing run's ``requests.parquet`` as timing-model requests: its
     prompt tokens and cached tokens as the real Dynamo run reported them (disaggregated: the
-    decode worker's hit), the stack's
-    ``maxTokens`` as output (the mocker never stops early). A request that failed in the
-    routing run (rare) keeps the configured prompt length and no prefix-cache hit."""
+    decode worker's hit), the stack's ``max_tokens`` for each request as output (``maxTokens``,
+    or the one ``outputLengths`` drew for it: :meth:`LoadConfig.request_lengths`; the mocker
+    never stops early). A request that failed in the routing run (rare) keeps its planned
+    prompt length and no prefix-cache hit."""
+    lengths = load.request_lengths(load.requests_per_run, run_salt(key))
     out = []
     for row in frame.sort_values("index").itertuples():
-        prompt = row.prompt_tokens if pd.notna(row.prompt_tokens) else load.prompt_tokens
+        index = int(row.index)
+        planned, output = lengths[index] if index < len(lengths) else lengths[-1]
+        prompt = row.prompt_tokens if pd.notna(row.prompt_tokens) else planned
         cached = row.cached_tokens if pd.notna(row.cached_tokens) else 0
         out.append(
             SimRequest(
-                index=int(row.index),
+                index=index,
                 prefix_id=int(row.prefix_id),
                 prefix_tokens=load.prefix_tokens,
                 prompt_tokens=int(prompt),
                 cached_tokens=int(cached),
-                output_tokens=load.max_tokens,
+                output_tokens=output,
             )
         )
     return out
@@ -171,7 +178,7 @@ def retime_grid(
     groups = {k: g for k, g in routing_frame.groupby(keys)}
     for key in grid_keys(load):
         kinds, conc, rep = key
-        requests = sim_requests(groups[key], load)
+        requests = sim_requests(groups[key], load, key)
         arrivals, rate = None, None
         if load.arrival is Arrival.POISSON:  # the routing run's due times, from its first
             due = groups[key].sort_values("index").intended_ns

@@ -246,3 +246,58 @@ def test_simulate_retimes_an_open_loop_at_its_routing_runs_due_times(tmp_path: P
     due = run.frame.sort_values("index").intended_ns
     assert ((due - due.min()) / 1e9).tolist() == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0])
     assert concurrency_cell(timed.points[0]) == "2/s, <=8"
+
+
+def test_length_distributions_are_timed_request_by_request(tmp_path: Path) -> None:
+    """A workload of drawn lengths sends each request at the lengths loadgen would draw for
+    it; the bounds read its shortest request; a longer tail of outputs lowers the per-user
+    rate the search finds."""
+    spread = LoadConfig.model_validate(
+        {
+            "prefixKinds": [2],
+            "requestsPerRun": 20,
+            "promptLengths": {"values": [1000, 3000]},
+            "outputLengths": {"values": [8, 24], "weights": [0.5, 0.5]},
+        }
+    )
+    workload = Workload(spread)
+    sent = workload.closed(2, 2)[2:]
+    drawn = spread.request_lengths(20, "recommend:2:2")
+    assert [(r.prompt_tokens, r.output_tokens) for r in sent] == drawn
+    assert {r.prefix_tokens for r in sent} == {900}  # 0.9 of the shortest prompt
+    best = workload.best_case()
+    assert (best.prompt_tokens, best.max_tokens, best.prefix_tokens) == (1000, 8, 900)
+    fixed = LoadConfig(prefix_kinds=[2], requests_per_run=20, prompt_tokens=2000, max_tokens=16)
+    problem = _problem(fixed)
+    (one,) = search(problem, _pick(problem, ONE_GPU))
+    (other,) = search(_problem(spread, workload), _pick(problem, ONE_GPU))
+    assert one.best is not None and other.best is not None
+    assert (spread.prompt_tokens, spread.max_tokens) == (fixed.prompt_tokens, fixed.max_tokens)
+    assert other.best.tokens_per_s_per_user != one.best.tokens_per_s_per_user
+
+
+def test_a_distribution_that_does_not_sum_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "load.yaml"
+    file.write_text("promptLengths: {values: [500, 3000], weights: [0.5, 0.4]}\n")
+    assert _recommend("--slo", "ttft_p99_ms=500", "--workload", str(file)) == 2
+    err = capsys.readouterr().err
+    assert f"--workload {file}: promptLengths: weights sum to 0.9, not 1" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_simulate_times_each_request_at_its_drawn_output_length() -> None:
+    """`testbed simulate` times a routing run's requests at the output length each was drawn
+    (the routing run itself sends short outputs)."""
+    import pandas as pd
+
+    from simulator.retime import sim_requests
+
+    load = LoadConfig.model_validate({"requestsPerRun": 6, "outputLengths": {"values": [4, 64]}})
+    frame = pd.DataFrame(
+        {"index": range(6), "prefix_id": [0] * 6, "prompt_tokens": [2371] * 6, "cached_tokens": 0}
+    )
+    drawn = [out for _, out in load.request_lengths(6, "k2-c4-r1")]
+    assert set(drawn) == {4, 64}
+    assert [r.output_tokens for r in sim_requests(frame, load, (2, 4, 1))] == drawn
