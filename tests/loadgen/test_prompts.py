@@ -165,8 +165,9 @@ def test_a_run_draws_each_requests_prompt_and_output_length(tokenizer: Tokenizer
     lengths = config.request_lengths(30, "k2-c4-r1")
     bodies = [json.loads(b) for b in share.bodies]
     prompts = [b["messages"][0]["content"] for b in bodies]
+    # the blank line after the prefix ("\n\n") is two tokens more
     assert [len(tokenizer.encode(p, add_special_tokens=False).ids) for p in prompts] == [
-        p + 2 for p, _ in lengths  # the prefix's blank line ("\n\n") is two tokens more
+        p + 2 for p, _ in lengths
     ]
     assert [b["max_tokens"] for b in bodies] == [out for _, out in lengths]
     assert {p for p, _ in lengths} == {40, 200} and {o for _, o in lengths} == {4, 32}
