@@ -292,8 +292,8 @@ def describe(workload: Workload) -> str:
         else f"{load.prompt_tokens:,}-token prompts, {load.max_tokens} output tokens"
     )
     searched = (
-        f"request rate, at most {workload.in_flight_cap} in flight"
+        f"the request rate searched (at most {workload.in_flight_cap} in flight)"
         if workload.open_loop
-        else "concurrency"
+        else "the concurrency searched"
     )
-    return f"{what}; prefix kinds {load.prefix_kinds}; the {searched} searched"
+    return f"{what}; prefix kinds {load.prefix_kinds}; {searched}"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from testbed.console import EXIT_NO_SUCCESS, fail
+from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, fail
 
 if TYPE_CHECKING:
     from recommend.search import Result
@@ -311,17 +311,25 @@ def recommend_command(
         typer.echo(store.note, err=True)
     typer.echo(f"workload: {describe(sent)}", err=True)
     problem = Problem(name, base, cfg, load, target, sent)
-    with Progress(transient=True) as bar:
-        task = bar.add_task(f"timing the candidates of {name}", total=None)
-        results = search(
-            problem,
-            space,
-            objective=chosen,
-            margin=margin,
-            jobs=jobs,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-            store=store,
+    try:
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"timing the candidates of {name}", total=None)
+            results = search(
+                problem,
+                space,
+                objective=chosen,
+                margin=margin,
+                jobs=jobs,
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+                store=store,
+            )
+    except KeyboardInterrupt:
+        typer.echo(
+            f"interrupted (Ctrl-C): the {store.count()} candidates timed are kept in "
+            f"{store.path}; the same command with --resume goes on from them",
+            err=True,
         )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     first = first_ranked(results)
     inputs = Inputs(name, load, target, chosen, margin, cluster_gpus(cfg), cfg.model.name)
     validations = {}

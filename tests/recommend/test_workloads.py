@@ -304,3 +304,22 @@ def test_simulate_times_each_request_at_its_drawn_output_length() -> None:
     drawn = [out for _, out in load.request_lengths(6, "k2-c4-r1")]
     assert set(drawn) == {4, 64}
     assert [r.output_tokens for r in sim_requests(frame, load, (2, 4, 1))] == drawn
+
+
+def test_ctrl_c_says_what_is_kept_and_how_to_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import recommend.search as search_module
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(search_module, "search", interrupted)
+    code = _recommend(
+        "--slo", "ttft_p99_ms=500", "--fix", "kind=aggregated", "--out", str(tmp_path)
+    )
+    assert code == 130
+    assert (
+        f"interrupted (Ctrl-C): the 0 candidates timed are kept in {tmp_path / 'timed'}; the "
+        "same command with --resume goes on from them"
+    ) in capsys.readouterr().err
