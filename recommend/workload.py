@@ -21,7 +21,8 @@ the measured prefixes, as loadgen's warm-up (on prefixes of its own) leaves them
 **Replayed** (a results folder ``testbed load``, ``testbed simulate`` or the load step wrote):
 the load settings are the folder's (``result.json``); per prefix-kinds value, the requests of
 the folder's first run at that value (grid order: its lowest concurrency, repetition 1) that
-succeeded, in their send order, each at the prompt and output tokens the server counted
+succeeded, in their send order (a value without such a run, e.g. of a grid cut off, is left
+out of the search's prefix kinds), each at the prompt and output tokens the server counted
 (``usage``) and on its own prefix. What is replayed is the requests, not the folder's timing:
 a closed loop sends them at each concurrency tried (taken again from the first when a run
 needs more, at least :data:`recommend.load_search.MEASURED_PER_CLIENT` a client); an open
@@ -263,10 +264,7 @@ def _replayed(folder: Path) -> Workload:
             run.error_kind.isna() & pd.notna(run.prompt_tokens) & (run.completion_tokens > 0)
         ].sort_values(["intended_ns", "index"])
         if good.empty:
-            raise WorkloadError(
-                f"{source}: its run at {kinds} prefix kinds has no successful request with "
-                "token counts to replay; give a folder whose runs succeeded"
-            )
+            continue  # a grid cut off before this value, or a run that failed: not replayed
         start = int(good.intended_ns.iloc[0])
         # Due times in units of the run's mean gap, so that any rate can be replayed.
         span = int(good.intended_ns.iloc[-1]) - start
@@ -280,6 +278,12 @@ def _replayed(folder: Path) -> Workload:
             )
             for i, row in enumerate(good.itertuples())
         )
+    if not replay:
+        raise WorkloadError(
+            f"{source}: no run has a successful request with token counts to replay; give a "
+            "folder whose runs succeeded"
+        )
+    load = load.model_copy(update={"prefix_kinds": sorted(replay)})
     return Workload(load, f"{folder} (replayed)", replay)
 
 

@@ -91,13 +91,16 @@ def test_open_loop_search_finds_a_rate_labelled_as_the_project_does() -> None:
     assert (again.best, again.over) == (result.best, result.over)
 
 
-def _results_folder(path: Path, load: LoadConfig, lengths: list[tuple[int, int]]) -> None:
+def _results_folder(
+    path: Path, load: LoadConfig, lengths: list[tuple[int, int]], cut_after: int | None = None
+) -> None:
     """A results folder (as `testbed simulate` writes one) of ``load``'s grid whose requests
-    have the given (prompt, output) lengths in turn."""
+    have the given (prompt, output) lengths in turn; ``cut_after``: its first runs only (a
+    grid cut off)."""
     plan = load_stack("kv-routing")
     topology, constants = run_topology(plan), stack_constants(plan)
     runs = []
-    for kinds, conc, rep in grid_keys(load):
+    for kinds, conc, rep in grid_keys(load)[:cut_after]:
         n = load.requests_per_run
         sized = [lengths[i % len(lengths)] for i in range(n)]
         reqs = [
@@ -130,6 +133,10 @@ def test_results_folder_is_replayed_each_request_at_its_own_length(tmp_path: Pat
     assert short.best is not None and long.best is not None
     assert long.best.tokens_per_s_per_user != short.best.tokens_per_s_per_user
     assert longer.fingerprint() != workload.fingerprint()
+    # a grid cut off after its first prefix-kinds value replays that value alone
+    grid = load.model_copy(update={"prefix_kinds": [2, 7]})
+    _results_folder(tmp_path / "cut", grid, [(400, 4)], cut_after=1)
+    assert read_workload(str(tmp_path / "cut")).load.prefix_kinds == [2]
 
 
 def test_open_loop_folder_keeps_its_arrival_pattern_at_any_rate(tmp_path: Path) -> None:
