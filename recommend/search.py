@@ -17,6 +17,7 @@ Ranking is deterministic: by the objective, then the candidate's key.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -200,11 +201,11 @@ def time_candidate(
     slo: Slo,
     gpus: int,
     workload: Workload | None = None,
-    rate_ceiling: float = 0.0,
+    rate_ceiling: float = math.inf,
 ) -> Result:
     """Time one checked candidate (its result without ``candidate`` filled in: the caller's);
     ``workload``: what is sent (default: ``load``'s synthetic requests); an open loop's rate
-    is searched up to ``rate_ceiling`` (requests/s: the candidate's bound)."""
+    is searched up to ``rate_ceiling`` (requests/s: the candidate's bound; default none)."""
     sent = workload if workload is not None else Workload(load)
     runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, gpus, workload=sent)
     if sent.open_loop:
@@ -343,7 +344,7 @@ def search(
                     batch.append(result)
             stored = _stored(store, batch)
             args: list[TimingArgs] = [
-                (r.plan, load, slo, gpus, sent, r.bounds.requests_per_s if r.bounds else 0.0)
+                (r.plan, load, slo, gpus, sent, r.bounds.requests_per_s if r.bounds else math.inf)
                 for r in batch
                 if r.plan is not None and r.candidate.key not in stored
             ]

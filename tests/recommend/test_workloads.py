@@ -91,6 +91,17 @@ def test_open_loop_search_finds_a_rate_labelled_as_the_project_does() -> None:
     assert (again.best, again.over) == (result.best, result.over)
 
 
+def test_open_loop_search_halves_a_rate_too_high_to_start_from() -> None:
+    """From a rate no candidate serves, the search halves until a rate holds (never above the
+    candidate's request-rate bound)."""
+    problem = _problem(OPEN.model_copy(update={"request_rate": 5000.0}))
+    (result,) = search(problem, _pick(problem, ONE_GPU))
+    assert result.best is not None and result.best.rate is not None and result.bounds is not None
+    assert result.best.rate <= result.bounds.requests_per_s
+    assert result.over is not None and result.over.rate is not None
+    assert result.best.rate < result.over.rate <= result.best.rate * 1.25
+
+
 def _results_folder(
     path: Path, load: LoadConfig, lengths: list[tuple[int, int]], cut_after: int | None = None
 ) -> None:
