@@ -1,6 +1,6 @@
 """The workload a search times (:class:`Workload`): the load settings (a
 :class:`loadgen.config.LoadConfig`, the ones ``plan.md``'s measurement sends) and, for a
-results folder, its requests replayed; and how ``--workload`` reads one (:func:`read_workload`).
+results folder, its requests replayed (:func:`replayed`).
 
 The load the search varies is the closed loop's concurrency, or, for an open loop
 (``arrival: poisson``), the request rate, at most the workload's concurrency (its largest value)
@@ -41,7 +41,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from loadgen.config import Arrival, LoadConfig
+from loadgen.plan import grid_keys
+from loadgen.results_folder import load_results
 from simulator.timing_model import SimRequest
 
 MEASURED_PER_CLIENT = 2
@@ -187,51 +191,14 @@ class Workload:
 HINT = "give seed, a YAML file of load settings, or a folder `testbed load --out` wrote"
 """What ``--workload`` accepts, for its errors."""
 
-
-def read_workload(text: str) -> Workload:
-    """``seed`` (the seed's grid), a YAML file of load settings (as ``testbed load --config``
-    reads one, a stack file's ``load`` section included) or a results folder (replayed).
-    Raises :class:`WorkloadError` (one line, naming the option and a fix)."""
-    from pydantic import ValidationError
-
-    from loadgen.config import error_message
-    from testbed.load_command import read_load_settings
-
-    if text == "seed":
-        return Workload(LoadConfig())
-    path = Path(text)
-    if path.is_dir():
-        return _replayed(path)
-    if path.name in _FOLDER_FILES and (path.parent / "summary.json").is_file():
-        raise WorkloadError(
-            f"--workload {text}: a file of a results folder; give the folder: "
-            f"--workload {path.parent}"
-        )
-    try:
-        load = LoadConfig.model_validate(read_load_settings(path))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        described = {f.alias: f.description for f in LoadConfig.model_fields.values()}
-        what = described.get(str(first["loc"][0])) if first["loc"] else None
-        raise WorkloadError(
-            f"--workload {text}: {where}: {error_message(first)}" + (f" ({what})" if what else "")
-        ) from None
-    except ValueError as exc:
-        raise WorkloadError(f"--workload {text}: {exc}; {HINT}") from None
-    return Workload(load, text)
+FOLDER_FILES = ("summary.json", "result.json", "requests.parquet", "table.txt", "runs.csv")
+"""The files of a results folder a user might name instead of the folder."""
 
 
-_FOLDER_FILES = ("summary.json", "result.json", "requests.parquet", "table.txt", "runs.csv")
-
-
-def _replayed(folder: Path) -> Workload:
-    """A results folder's workload (the module docstring)."""
-    import pandas as pd
-
-    from loadgen.plan import grid_keys
-    from loadgen.results_folder import load_results
-
+def replayed(folder: Path) -> Workload:
+    """A results folder's workload (the module docstring). Raises :class:`WorkloadError` (one
+    line, naming the option and a fix) for a folder that is not a results folder or has no
+    requests to replay."""
     source = f"--workload {folder}"
     if not (folder / "summary.json").is_file():
         below = sorted(p.parent for p in folder.rglob("summary.json"))[:3]

@@ -65,13 +65,39 @@ def _cluster(
 
 
 def _workload(text: str) -> Workload:
-    """``--workload``: :func:`recommend.workload.read_workload`; exits 2 on a bad one."""
-    from recommend.workload import WorkloadError, read_workload
+    """``--workload``: ``seed`` (the seed's grid), a YAML file of load settings (as ``testbed
+    load --config`` reads one, a stack file's ``load`` section included) or a results folder
+    (:func:`recommend.workload.replayed`); exits 2 on a bad one, naming the fix."""
+    from pydantic import ValidationError
 
+    from loadgen.config import LoadConfig, error_message
+    from recommend.workload import FOLDER_FILES, HINT, Workload, WorkloadError, replayed
+    from testbed.load_command import read_load_settings
+
+    if text == "seed":
+        return Workload(LoadConfig())
+    path = Path(text)
+    if path.is_dir():
+        try:
+            return replayed(path)
+        except WorkloadError as exc:
+            fail(str(exc))
+    if path.name in FOLDER_FILES and (path.parent / "summary.json").is_file():
+        fail(
+            f"--workload {text}: a file of a results folder; give the folder: "
+            f"--workload {path.parent}"
+        )
     try:
-        return read_workload(text)
-    except WorkloadError as exc:
-        fail(str(exc))
+        load = LoadConfig.model_validate(read_load_settings(path))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        described = {f.alias: f.description for f in LoadConfig.model_fields.values()}
+        what = described.get(str(first["loc"][0])) if first["loc"] else None
+        fail(f"--workload {text}: {where}: {error_message(first)}" + (f" ({what})" if what else ""))
+    except ValueError as exc:
+        fail(f"--workload {text}: {exc}; {HINT}")
+    return Workload(load, text)
 
 
 def _fixes(items: list[str] | None) -> dict[str, str]:

@@ -18,7 +18,7 @@ from loadgen.stats import summarize_run
 from recommend.resume import ResumeError, TimedStore
 from recommend.search import Problem, search
 from recommend.space import candidates
-from recommend.workload import Workload, read_workload
+from recommend.workload import Workload, replayed
 from simulator.hardware import run_topology, stack_constants
 from simulator.retime import timing_records
 from simulator.timing_model import RunTopology, SimRequest, simulate_run
@@ -131,7 +131,7 @@ def test_results_folder_is_replayed_each_request_at_its_own_length(tmp_path: Pat
     prompt and output tokens recorded, on its own prefix; a longer output costs more."""
     load = LoadConfig(prefix_kinds=[2], concurrency=[2], repetitions=1, requests_per_run=6)
     _results_folder(tmp_path / "short", load, [(400, 4), (3000, 12)])
-    workload = read_workload(str(tmp_path / "short"))
+    workload = replayed(tmp_path / "short")
     assert workload.load.prefix_kinds == [2] and workload.replay is not None
     sent = workload.closed(2, 2)[2:]  # after the two warm-up requests
     assert [(r.prompt_tokens, r.output_tokens) for r in sent][:2] == [(400, 4), (3000, 12)]
@@ -139,7 +139,7 @@ def test_results_folder_is_replayed_each_request_at_its_own_length(tmp_path: Pat
     problem = _problem(workload.load, workload)
     (short,) = search(problem, _pick(problem, ONE_GPU))
     _results_folder(tmp_path / "long", load, [(400, 40), (3000, 120)])
-    longer = read_workload(str(tmp_path / "long"))
+    longer = replayed(tmp_path / "long")
     (long,) = search(_problem(longer.load, longer), _pick(problem, ONE_GPU))
     assert short.best is not None and long.best is not None
     assert long.best.tokens_per_s_per_user != short.best.tokens_per_s_per_user
@@ -147,7 +147,7 @@ def test_results_folder_is_replayed_each_request_at_its_own_length(tmp_path: Pat
     # a grid cut off after its first prefix-kinds value replays that value alone
     grid = load.model_copy(update={"prefix_kinds": [2, 7]})
     _results_folder(tmp_path / "cut", grid, [(400, 4)], cut_after=1)
-    assert read_workload(str(tmp_path / "cut")).load.prefix_kinds == [2]
+    assert replayed(tmp_path / "cut").load.prefix_kinds == [2]
 
 
 def test_open_loop_folder_keeps_its_arrival_pattern_at_any_rate(tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_open_loop_folder_keeps_its_arrival_pattern_at_any_rate(tmp_path: Path) 
     requests arrive every 0.25 s (the folder sent one every 0.5 s: 2 req/s)."""
     load = OPEN.model_copy(update={"requests_per_run": 5, "repetitions": 1})
     _results_folder(tmp_path, load, [(800, 8)])
-    workload = read_workload(str(tmp_path))
+    workload = replayed(tmp_path)
     assert workload.open_loop and workload.in_flight_cap == 8
     _, dues = workload.open(2, 4.0)
     assert dues[:5] == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])
