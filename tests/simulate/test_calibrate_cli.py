@@ -22,6 +22,8 @@ from stackmodel.validation import validate_config
 from steptime.calibration_profile import load_calibration_file
 from testbed.cli import app
 
+STATS = ("mean_ms", "p50_ms")
+"""The phase figures compared (simulator.phase_scores.PHASE_STATS)."""
 SMALL = {"prefix_kinds": [4], "concurrency": [3], "repetitions": 1, "requests_per_run": 12}
 EIGHT = "load.maxTokens=8"
 """The folders' output length, which the stack's differs from."""
@@ -294,8 +296,28 @@ def test_simulate_against_a_measured_folder(
     assert summary["measuredIsSimulated"] is False and summary["warnings"] == []
     assert "itself simulated" not in text
     assert (out / "kv-routing" / "against" / "report.html").is_file()
-    assert (out / "kv-routing" / "against" / "table.txt").is_file()
+    table_txt = (out / "kv-routing" / "against" / "table.txt").read_text()
     assert sorted(p.name for p in measured.iterdir()) == before
+    # Phase by phase: both sides carry the frontend's timing and the workers per request.
+    assert summary["phaseNote"] is None
+    phases = {(v["phase"], v["stat"]): v for v in summary["phases"]}
+    assert set(phases) == {
+        *((p, s) for p in ("queue", "prefill_wait", "prefill", "residual") for s in STATS),
+        ("balance", "ratio"),
+        ("hit_efficacy", "ratio"),
+    }  # aggregated: no KV transfer leg
+    prefill = phases[("prefill", "mean_ms")]
+    assert 0 < prefill["simulated"] < prefill["measured"]  # the slower GPU's prefill leg
+    assert prefill["error"] == pytest.approx(prefill["simulated"] / prefill["measured"] - 1)
+    # The frontend's wait is its fixed cost on both sides: the same stack constant.
+    wait = phases[("prefill_wait", "p50_ms")]
+    assert wait["simulated"] == pytest.approx(wait["measured"])
+    assert "TTFT phases: measured vs SIMULATED" in text and "TTFT phases" in table_txt
+    # The router's load per worker, by rank (ids differ: Dynamo's measured, replicas' here).
+    (point,) = summary["workers"]
+    assert point["point"] == "K=4 c=3"
+    assert sum(point["measured"]["aggregated"]) == sum(point["simulated"]["aggregated"]) == 12
+    assert "K=4 c=3 requests per worker, measured / simulated: aggregated " in text
 
     both = CliRunner().invoke(app, [*args, "--concurrency", "4"])
     assert both.exit_code == 2
@@ -305,6 +327,30 @@ def test_simulate_against_a_measured_folder(
     )
     assert two.exit_code == 2
     assert "name only kv-routing" in two.output
+
+
+def test_simulate_against_a_folder_without_phases_says_so_once(
+    measured: Path, tmp_path: Path, grids: list[dict[str, Any]]
+) -> None:
+    """A folder measured before the frontend's timing was asked for (or of a server that is not
+    Dynamo): its points carry no phases; one line says so, the figures are still compared."""
+    summary_file = measured / "summary.json"
+    points = json.loads(summary_file.read_text())
+    summary_file.write_text(json.dumps([{**p, "phases": None} for p in points]))
+    out = tmp_path / "sim"
+    args = ["simulate", "kv-routing", "--against", str(measured), "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--set", EIGHT])
+    assert result.exit_code == 0, result.output
+    note = (
+        f"{measured} has no TTFT phases (its requests carry no timing from a Dynamo frontend: "
+        "an older folder, or a server that is not Dynamo): compared on the figures only"
+    )
+    text = " ".join(result.output.split())
+    assert text.count(note) == 1
+    assert "TTFT phases: measured vs SIMULATED" not in text
+    summary = json.loads((out / "kv-routing" / "against" / "summary.json").read_text())
+    assert (summary["phaseNote"], summary["phases"], summary["workers"]) == (note, [], [])
+    assert summary["values"] == 4
 
 
 def test_simulate_against_a_simulated_folder_says_so(
