@@ -46,12 +46,14 @@ import numpy as np
 import pandas as pd
 
 from loadgen.config import LoadConfig
+from loadgen.phases import request_phases
 from loadgen.request import ErrorKind, RequestRecord
 from loadgen.results import GridResult, PointSummary, RunSummary
 from loadgen.results_folder import load_results
 from loadgen.stats import summarize_point, summarize_run, tpot_ms, ttft_ms
 from simulator.calibration import CONSTANTS
 from simulator.hardware import run_topology, stack_constants
+from simulator.phase_scores import PhaseValue, missing_phases, score_phases
 from simulator.retime import retime_grid, sim_requests, timing_records
 from simulator.timing_model import SimRequest, TimingConstants, simulate_run
 from stackmodel.plan import StackPlan
@@ -195,16 +197,30 @@ def within_count(values: Sequence[ScoredValue]) -> int:
     return sum(abs(v.error) <= WITHIN + 1e-12 for v in values)
 
 
-FIT_STATISTICS = ("ttft_cold_ms", "ttft_warm_ms", "tpot_ms", "requests_per_s")
+FIT_STATISTICS = (
+    "ttft_cold_ms",
+    "ttft_warm_ms",
+    "prefill_cold_ms",
+    "prefill_warm_ms",
+    "tpot_ms",
+    "requests_per_s",
+)
 """What the search fits, per grid point, over the point's scored requests that succeeded: the
 geometric mean of TTFT of the requests without a prefix-cache hit (``cold``: the measured
-cached tokens 0 or unreported) and of those with one (``warm``), the geometric mean of TPOT
+cached tokens 0 or unreported) and of those with one (``warm``); where the requests carry the
+Dynamo frontend's timing (:func:`loadgen.phases.request_phases`), the geometric mean of their
+prefill leg, cold and warm (the prefill's start to its first token: the worker's queue and
+engine steps, without the frontend's fixed cost); the geometric mean of TPOT
 (:func:`loadgen.stats.ttft_ms`, :func:`loadgen.stats.tpot_ms`), and requests/s (requests over
 first send to last token, the mean over the point's runs). Means, not :data:`METRICS`' p50 and
 p99: a percentile is one request's time and jumps when a request joins an engine step earlier
 or later; a mean over the requests moves smoothly with the figures, which the search and the
 intervals need. The two TTFTs tell the prefill (the cold prompts' uncached tokens) from the
-frontend's fixed cost (most of a warm request's TTFT). :data:`METRICS` are scored."""
+frontend's fixed cost (most of a warm request's TTFT); the prefill legs pin the prefill (and
+the host time of a warm prompt's short step) apart from that cost, which TTFT alone splits only
+across points. Not the frontend's prefill wait: the timing model puts the whole fixed cost
+there, a real frontend part of it after the first token (the residual). :data:`METRICS` are
+scored."""
 
 
 @dataclass(frozen=True)
@@ -283,10 +299,14 @@ def fit_statistics(
     for run, records in runs:
         good = [r for r in records if r.error_kind is None and r.first_token_ns is not None]
         for r in good:
+            warmth = "warm" if r.index in run.warm else "cold"
             ttft = ttft_ms(r)
             if ttft is not None and ttft > 0:
-                kind = "ttft_warm_ms" if r.index in run.warm else "ttft_cold_ms"
-                logs.setdefault((run.point, kind), []).append(math.log(ttft))
+                logs.setdefault((run.point, f"ttft_{warmth}_ms"), []).append(math.log(ttft))
+            phases = request_phases(r)
+            if phases is not None and phases["prefill"] > 0:
+                key = (run.point, f"prefill_{warmth}_ms")
+                logs.setdefault(key, []).append(math.log(phases["prefill"]))
             tpot = tpot_ms(r)
             if tpot is not None and tpot > 0:
                 logs.setdefault((run.point, "tpot_ms"), []).append(math.log(tpot))
@@ -385,18 +405,26 @@ class Problem:
         return out
 
     @staticmethod
+    def _summaries(
+        runs: Sequence[PreparedRun], records: Sequence[Sequence[RequestRecord]]
+    ) -> list[PointSummary]:
+        """The grid points of ``runs`` (their scored ``records``), as loadgen summarises them."""
+        return _points(
+            [
+                summarize_run(
+                    list(r), prefix_kinds=run.key[0], concurrency=run.key[1], repetition=run.key[2]
+                )
+                for run, r in zip(runs, records, strict=True)
+            ]
+        )
+
+    @staticmethod
     def _metrics(
         number: int, runs: Sequence[PreparedRun], records: Sequence[Sequence[RequestRecord]]
     ) -> dict[ValueKey, float]:
         """:data:`METRICS` of each point of ``runs`` (their scored ``records``)."""
-        summaries = [
-            summarize_run(
-                list(r), prefix_kinds=run.key[0], concurrency=run.key[1], repetition=run.key[2]
-            )
-            for run, r in zip(runs, records, strict=True)
-        ]
         out = {}
-        for point in _points(summaries):
+        for point in Problem._summaries(runs, records):
             for metric in METRICS:
                 value = getattr(point, metric)
                 if value is not None and value > 0:
@@ -431,6 +459,21 @@ class Problem:
         for number, runs in self._chosen(only):
             simulated |= self._metrics(number, runs, self.timed(number, values, runs))
         return _log_ratios(only, simulated, self.measured_metrics)
+
+    def phase_values(self, x: np.ndarray) -> tuple[list[PhaseValue], str | None]:
+        """Each target's TTFT phases at ``x`` beside the measured ones of the same scored
+        requests (:func:`simulator.phase_scores.score_phases`), and the first target's
+        :func:`~simulator.phase_scores.missing_phases` line where a side has none."""
+        values = self.values_at(x)
+        out: list[PhaseValue] = []
+        notes = []
+        for number, runs in enumerate(self.runs):
+            folder = self.targets[number].folder
+            measured = self._summaries(runs, [r.measured for r in runs])
+            simulated = self._summaries(runs, self.timed(number, values, runs))
+            out += score_phases(folder, measured, simulated)
+            notes.append(missing_phases(folder, measured, simulated))
+        return out, next((n for n in notes if n is not None), None)
 
     def metric_keys(self, points: Sequence[tuple[int, str]] | None = None) -> list[ValueKey]:
         """The :data:`METRICS` values scored (of ``points``, else all)."""

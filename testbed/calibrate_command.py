@@ -261,7 +261,8 @@ def _report(
     in-sample tables: which measured requests their ``measured`` column is of."""
     from rich.table import Table
 
-    from simulator.calibration_fit import within_count
+    from simulator.calibration_fit import WITHIN, within_count
+    from testbed.against import phases_table
 
     if found.held_out:
         _print_values(
@@ -299,6 +300,24 @@ def _report(
         f"(loss {found.start_loss:.4f} -> {found.loss:.4f}, sigma {found.sigma:.3f}, "
         f"{found.evaluations} evaluations)"
     )
+    if found.phases:
+        phases = phases_table(
+            "TTFT phases after the fit: measured vs SIMULATED (in-sample)",
+            found.phases,
+            folders=True,
+        )
+        phases.caption = caption
+        console.print(phases)
+        with_error = [v for v in found.phases if v.error is not None]
+        console.print(
+            f"phases after the fit: {sum(abs(v.error) <= WITHIN for v in with_error)} of "
+            f"{len(with_error)} within +-25% (the prefill leg pins the prefill efficiency, the "
+            "prefill wait the frontend's cost, the KV transfer leg the KV path, which is not "
+            "fitted)",
+            soft_wrap=True,
+        )
+    if found.phase_note is not None:
+        console.print(found.phase_note, soft_wrap=True)
 
 
 def _summary(values: Sequence[ScoredValue]) -> str:

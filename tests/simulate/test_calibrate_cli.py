@@ -93,6 +93,9 @@ def test_calibrate_writes_a_profile_a_node_class_can_name(measured: Path, tmp_pa
         "where it has fewer), as the fit times them (--fit-requests, --fit-repetitions; "
         "simulate --against takes every request)",
         "in-sample: ",
+        # TTFT phase by phase at the fitted figures, beside the measured
+        "TTFT phases after the fit: measured vs SIMULATED (in-sample)",
+        "phases after the fit: ",
         "calibrated on rtx-4090/Qwen/Qwen3-0.6B (vllm on dynamo 1.6.2, vllm workers); wrote ",
     ]
     assert [text.index(part) for part in order] == sorted(text.index(part) for part in order)

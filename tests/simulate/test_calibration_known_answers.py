@@ -9,10 +9,13 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from measured_folder import timed_folder
 
 from configkeys.key_paths import parse_settings
+from loadgen.output import REQUESTS_FILE
+from loadgen.request import FRONTEND_FIELDS
 from simulator.calibration_checks import Calibration, calibrate
 from simulator.calibration_fit import Evaluator, Problem, read_target
 from stackmodel.config import StackConfig
@@ -41,9 +44,12 @@ def _small(cfg: StackConfig, grid: dict[str, object]) -> StackConfig:
     return cfg.model_copy(update={"load": load, "topology": topology})
 
 
-def _known(tmp: Path, truth: dict[str, float], grid: dict[str, object]) -> Calibration:
+def _known(
+    tmp: Path, truth: dict[str, float], grid: dict[str, object], *, timing: bool = True
+) -> Calibration:
     """A folder timed with ``truth`` (a profile on the stack's own GPU and model), calibrated
-    from the stack's figures on one process."""
+    from the stack's figures on one process; without ``timing`` its requests carry none of the
+    frontend's per-request figures (a folder of a server that is not Dynamo)."""
     plain = _small(load_stack("kv-routing", parse_settings([ROUND_ROBIN])).cfg, grid)
     profile = tmp / "truth.json"
     steps = {k: v for k, v in truth.items() if k != "request_overhead_s"}
@@ -61,6 +67,10 @@ def _known(tmp: Path, truth: dict[str, float], grid: dict[str, object]) -> Calib
     timed = _small(load_stack("kv-routing", parse_settings([ROUND_ROBIN, *keys])).cfg, grid)
     folder = tmp / "measured"
     timed_folder(folder, timed)
+    if not timing:
+        requests = pd.read_parquet(folder / REQUESTS_FILE)
+        requests[[f for f in FRONTEND_FIELDS if f in requests.columns]] = None
+        requests.to_parquet(folder / REQUESTS_FILE)
     (folder / "stack.json").write_text(json.dumps({"stack": "kv-routing"}))
     target = read_target(folder, validate_config("kv-routing", plain))
     with Evaluator(Problem([target], requests=None), workers=1) as evaluator:
@@ -100,7 +110,8 @@ def test_one_point_fits_only_what_it_can_and_says_what_would_pin_the_rest(
 ) -> None:
     found = _known(tmp_path, L40S, ONE_POINT)
     ident = found.identification
-    assert ident.values == 4  # cold and warm TTFT, TPOT, requests/s at one point
+    # cold and warm TTFT, their prefill legs (the frontend's timing), TPOT, requests/s
+    assert ident.values == 6
     assert len(ident.fitted) < 5
     assert ident.held
     lines = ident.lines()
@@ -122,3 +133,42 @@ def test_a_truth_outside_the_bounds_warns(tmp_path: Path) -> None:
     assert host.fitted
     assert math.isclose(host.value, 0.05, rel_tol=0.011)
     assert any(w.startswith("step_host_s ended at its upper bound 0.05") for w in found.warnings)
+
+
+def test_the_frontends_phases_narrow_the_prefill_and_the_frontend_cost(tmp_path: Path) -> None:
+    """The prefill leg the Dynamo frontend times per request tells the prefill from the
+    frontend's fixed cost within each point: with it, both intervals are narrower than from
+    TTFT alone and still hold the truth; after the fit every phase is reported beside the
+    measured one, and at the truth they agree. Without it, one line says the folder has none."""
+    (tmp_path / "timed").mkdir()
+    (tmp_path / "bare").mkdir()
+    timed = _known(tmp_path / "timed", L40S, GRID)
+    bare = _known(tmp_path / "bare", L40S, GRID, timing=False)
+    assert timed.identification.values == 18 and bare.identification.values == 12
+    for name in ("prefill_efficiency", "request_overhead_s"):
+        with_phases = next(f for f in timed.figures if f.name == name)
+        without = next(f for f in bare.figures if f.name == name)
+        assert with_phases.low is not None and with_phases.high is not None
+        assert without.low is not None and without.high is not None
+        assert with_phases.low <= L40S[name] <= with_phases.high
+        assert with_phases.high / with_phases.low < without.high / without.low, name
+    phases = {(v.point, v.phase, v.stat): v for v in timed.phases}
+    assert {p for _, p, _ in phases} == {
+        "queue",
+        "prefill_wait",
+        "prefill",
+        "residual",
+        "balance",
+        "hit_efficacy",
+    }
+    for point in ("K=4 c=1", "K=4 c=2", "K=4 c=8"):
+        prefill = phases[(point, "prefill", "mean_ms")]
+        assert prefill.error is not None and abs(prefill.error) < 0.02, prefill
+        wait = phases[(point, "prefill_wait", "mean_ms")]
+        assert wait.measured == pytest.approx(L40S["request_overhead_s"] * 1e3)
+    assert timed.phase_note is None
+    assert bare.phases == []
+    assert bare.phase_note is not None and bare.phase_note.endswith(
+        "has no TTFT phases (its requests carry no timing from a Dynamo frontend: an older "
+        "folder, or a server that is not Dynamo): compared on the figures only"
+    )
