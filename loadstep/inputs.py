@@ -33,7 +33,11 @@ from loadgen.config import Arrival, LoadConfig, ReadyCheck
 from loadgen.goodput import highest_meeting
 from loadgen.incidents import Incident, describe
 from loadgen.results import GridResult, PointSummary
-from manifests.graph import PULUMI_ANNOTATION_PREFIX, frontend_service_manifest
+from manifests.graph import (
+    PULUMI_ANNOTATION_PREFIX,
+    frontend_service_manifest,
+    worker_metrics_targets,
+)
 from stackmodel.config import StackConfig, StackLoadConfig
 from stackmodel.resources import StackResources
 from stackmodel.topology import FRONTEND_PORT, Topology, anywhere_placement
@@ -44,6 +48,17 @@ failOnErrors, ...) only shape the next run."""
 
 OUTPUT_KEYS = ("results", "status", "ranAt", "finishedAt", "resultsDir", "incidents", "slo")
 """The step's output properties (set by create/update; None until the step has run)."""
+
+
+class WorkerMetricsTarget(BaseModel):
+    """One worker component's ``/metrics`` (:func:`manifests.graph.worker_metrics_targets`):
+    its ``role``, the label ``selector`` of its pods and the ``port`` on each pod."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["aggregated", "prefill", "decode"]
+    selector: str
+    port: int = Field(gt=0, lt=65536)
 
 
 class LoadStepInputs(BaseModel):
@@ -85,6 +100,9 @@ class LoadStepInputs(BaseModel):
         frontend_service: the frontend Service's name: the owner of a ``cluster`` run's
             objects (:attr:`incluster.manifests.LoadJob.owner`); None for a stored state
             without it.
+        worker_metrics: where each worker component's own ``/metrics`` is
+            (:class:`WorkerMetricsTarget`); the step finds the pods' addresses when it runs
+            (:mod:`loadstep.worker_urls`) and scrapes each worker before and after every run.
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
@@ -112,6 +130,7 @@ class LoadStepInputs(BaseModel):
     tolerations: list[dict[str, str]] = Field(default_factory=list)
     node_selectors: list[dict[str, str]] = Field(default_factory=list)
     frontend_service: str | None = None
+    worker_metrics: list[WorkerMetricsTarget] = Field(default_factory=list)
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
@@ -184,6 +203,9 @@ def step_inputs(
         tolerations=list(anywhere_placement(cfg.node_classes).tolerations),
         node_selectors=worker_node_selectors(topology),
         frontend_service=frontend_service_manifest(cfg, topology)["metadata"]["name"],
+        worker_metrics=[
+            WorkerMetricsTarget.model_validate(t) for t in worker_metrics_targets(topology)
+        ],
     )
 
 
