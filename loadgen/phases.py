@@ -14,9 +14,10 @@ The phases of one request (ms), from the client's clock and the Dynamo frontend'
   work before and after its clock, the decode worker's first step, the client's parsing; below
   0 when the transfer estimate is longer than what the client saw (`phase_warnings`).
 
-So queue + client TTFT = the sum of the phases. Upstream: Dynamo 1.6
-`lib/llm/src/protocols/common/timing.rs` (`RequestTracker`, `TimingInfo`); docs/metrics.md,
-"TTFT phases".
+So queue + client TTFT = the sum of the phases. Upstream: Dynamo
+`lib/llm/src/protocols/common/timing.rs` (`RequestTracker` L83, `TimingInfo` L609-646, at
+zinuga/dynamo 62d17a12: which lines, and why not the v1.6.2 tag, `loadgen.request.RequestRecord`
+says); docs/metrics.md, "TTFT phases".
 """
 
 from __future__ import annotations

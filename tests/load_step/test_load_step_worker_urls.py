@@ -86,8 +86,7 @@ def test_the_running_pods_of_each_role_are_scraped_by_address(tmp_path: Path) ->
     with fake_kube_api() as api:
         inputs = _inputs("disagg-cross-node", kubeconfig=str(api.kubeconfig(tmp_path)))
         prefill, decode = (
-            dict(pair.split("=") for pair in t.selector.split(","))
-            for t in inputs.worker_metrics
+            dict(pair.split("=") for pair in t.selector.split(",")) for t in inputs.worker_metrics
         )
         api.put(_worker_pod("decode-b", decode, "fd00::7"))
         api.put(_worker_pod("decode-a", decode, "10.1.0.4"))
