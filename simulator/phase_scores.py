@@ -30,14 +30,18 @@ requests and their p50; not the p99, one request's time in a short run."""
 ROUTING_FIGURES = ("balance", "hit_efficacy")
 """The :class:`loadgen.results.TtftPhases` figures of the router compared (ratios)."""
 
+ERROR_FLOOR_MS = 0.1
+"""A phase measured at or below this (ms; the tables' precision) gets no relative error: a
+residual or a client queue of about 0 on both sides would give any ratio at all."""
+
 
 class PhaseValue(BaseModel):
     """One phase figure of one grid point, measured beside simulated: ``folder`` (the measured
     results folder), ``point`` (``K=<prefix kinds> c=<concurrency>``), ``phase`` (a name of
     :data:`loadgen.phases.PHASES`, or of :data:`ROUTING_FIGURES`), ``stat`` (a field of
     :data:`PHASE_STATS`, or ``ratio``), ``measured`` and ``simulated`` (ms, or the ratio) and
-    ``error`` (simulated / measured - 1; None where the measured value is not above 0: a
-    residual at or below 0 has no relative error)."""
+    ``error`` (simulated / measured - 1; None where the measured phase is not above
+    :data:`ERROR_FLOOR_MS`: a residual about or below 0 has no relative error)."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
 
@@ -57,7 +61,8 @@ def _label(point: PointSummary) -> str:
 def _value(
     folder: str, point: str, phase: str, stat: str, measured: float, simulated: float
 ) -> PhaseValue:
-    error = simulated / measured - 1 if measured > 0 else None
+    floor = ERROR_FLOOR_MS if stat.endswith("_ms") else 0.0
+    error = simulated / measured - 1 if measured > floor else None
     return PhaseValue(
         folder=folder,
         point=point,

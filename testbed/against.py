@@ -109,8 +109,8 @@ def values_table(title: str, values: Sequence[ScoredValue], *, folders: bool) ->
 
 def phases_table(title: str, values: Sequence[PhaseValue], *, folders: bool) -> Table:
     """Each phase figure measured beside simulated, with the error (``✗`` outside +-25%; ``-``
-    where the measured value is not above 0); ``folders``: a column naming each value's
-    folder."""
+    where it has none, :class:`simulator.phase_scores.PhaseValue`); ``folders``: a column
+    naming each value's folder."""
     table = Table(title=title)
     columns = ["folder"] if folders else []
     for column in (*columns, "point", "phase", "stat", "measured", "simulated", "error"):

@@ -315,6 +315,9 @@ def test_simulate_against_a_measured_folder(
     # The frontend's wait is its fixed cost on both sides: the same stack constant.
     wait = phases[("prefill_wait", "p50_ms")]
     assert wait["simulated"] == pytest.approx(wait["measured"])
+    # No network in either timing model: a residual of about 0 has no relative error.
+    assert abs(phases[("residual", "p50_ms")]["measured"]) < 0.1
+    assert phases[("residual", "p50_ms")]["error"] is None
     assert "TTFT phases: measured vs SIMULATED" in text and "TTFT phases" in table_txt
     # The router's load per worker, by rank (ids differ: Dynamo's measured, replicas' here).
     (point,) = summary["workers"]
