@@ -15,9 +15,6 @@ import pytest
 from fake_kube_api import NAMESPACE, fake_kube_api, pod
 from step_inputs_for import inputs_for
 
-import incluster.pod
-from incluster.manifests import LoadJob, pod_args
-from loadgen.config import LoadConfig
 from loadstep.inputs import LoadStepInputs
 from loadstep.worker_urls import pod_url, reachable, worker_urls
 from manifests.graph import dgd_manifest, vllm_deployment_manifests
@@ -133,43 +130,3 @@ def test_reachable_is_any_answer_and_nothing_is_not() -> None:
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     assert not asyncio.run(reachable(closed, timeout_s=1.0))
-
-
-def test_the_in_cluster_pod_is_given_each_workers_url(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """The Job's pod arguments carry every worker URL, and the pod hands them to its scrapes
-    (shard 0's ServerMetrics), prefill and decode apart."""
-    job = LoadJob(
-        name="load-x",
-        namespace=NAMESPACE,
-        image="img",
-        url="http://frontend:8000",
-        model="m",
-        grid_json="{}",
-        clients=1,
-        deadline_s=60,
-        model_wait_s=60,
-        stack="disagg-cross-node",
-        folder="disagg-cross-node/t",
-        prefill_metrics=("http://10.1.0.9:9090",),
-        decode_metrics=("http://10.1.0.4:9090", "http://10.1.0.5:9090"),
-    )
-    args = pod_args(job)
-    assert args[args.index("--prefill-metrics") + 1] == "http://10.1.0.9:9090"
-    assert [args[i + 1] for i, a in enumerate(args) if a == "--decode-metrics"] == [
-        "http://10.1.0.4:9090",
-        "http://10.1.0.5:9090",
-    ]
-    seen: dict[str, Any] = {}
-
-    async def run_pod(*_: object, **kwargs: Any) -> int:
-        seen.update(kwargs)
-        return 0
-
-    monkeypatch.setattr(incluster.pod, "run_pod", run_pod)
-    grid = tmp_path / "grid.json"  # the Job's ConfigMap file, here
-    grid.write_text(LoadConfig().model_dump_json())
-    assert incluster.pod.main([*args, "--grid", str(grid)]) == 0
-    assert seen["prefill_metrics"] == ["http://10.1.0.9:9090"]
-    assert seen["decode_metrics"] == ["http://10.1.0.4:9090", "http://10.1.0.5:9090"]

@@ -335,6 +335,16 @@ def test_simulate_against_a_measured_folder(
     assert "name only kv-routing" in two.output
 
 
+def _against(folder: Path, out: Path) -> tuple[str, dict[str, Any]]:
+    """``testbed simulate kv-routing --against folder`` as the folder ran (``--set`` its output
+    length) into ``out``: its output on one line and the comparison's summary.json."""
+    args = ["simulate", "kv-routing", "--against", str(folder), "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--set", EIGHT])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "kv-routing" / "against" / "summary.json").read_text())
+    return " ".join(result.output.split()), summary
+
+
 def test_simulate_against_a_folder_without_phases_says_so_once(
     measured: Path, tmp_path: Path, grids: list[dict[str, Any]]
 ) -> None:
@@ -343,18 +353,13 @@ def test_simulate_against_a_folder_without_phases_says_so_once(
     summary_file = measured / "summary.json"
     points = json.loads(summary_file.read_text())
     summary_file.write_text(json.dumps([{**p, "phases": None} for p in points]))
-    out = tmp_path / "sim"
-    args = ["simulate", "kv-routing", "--against", str(measured), "--out", str(out)]
-    result = CliRunner().invoke(app, [*args, "--set", EIGHT])
-    assert result.exit_code == 0, result.output
+    text, summary = _against(measured, tmp_path / "sim")
     note = (
         f"{measured} has no TTFT phases (its requests carry no timing from a Dynamo frontend: "
         "an older folder, or a server that is not Dynamo): compared on the figures only"
     )
-    text = " ".join(result.output.split())
     assert text.count(note) == 1
     assert "TTFT phases: measured vs SIMULATED" not in text
-    summary = json.loads((out / "kv-routing" / "against" / "summary.json").read_text())
     assert (summary["phaseNote"], summary["phases"], summary["workers"]) == (note, [], [])
     assert summary["values"] == 4
 
@@ -363,17 +368,13 @@ def test_simulate_against_a_simulated_folder_says_so(
     simulated: Path, tmp_path: Path, grids: list[dict[str, Any]]
 ) -> None:
     """--against a folder testbed simulate wrote: one warning line, and summary.json says so."""
-    out = tmp_path / "sim"
-    args = ["simulate", "kv-routing", "--against", str(simulated), "--out", str(out)]
-    result = CliRunner().invoke(app, [*args, "--set", EIGHT])
-    assert result.exit_code == 0, result.output
+    text, summary = _against(simulated, tmp_path / "sim")
     warning = (
         f"--against {simulated} is itself simulated (its result.json says so), not measured: "
         "the comparison is of two simulations; compare against a folder testbed load or the "
         "load step wrote"
     )
-    assert f"warning: {warning}" in " ".join(result.output.split())
-    summary = json.loads((out / "kv-routing" / "against" / "summary.json").read_text())
+    assert f"warning: {warning}" in text
     assert summary["measuredIsSimulated"] is True
     assert summary["warnings"] == [warning]
     assert summary["values"] == 4
