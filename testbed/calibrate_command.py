@@ -308,10 +308,10 @@ def _report(
         )
         phases.caption = caption
         console.print(phases)
-        with_error = [v for v in found.phases if v.error is not None]
+        errors = [v.error for v in found.phases if v.error is not None]
         console.print(
-            f"phases after the fit: {sum(abs(v.error) <= WITHIN for v in with_error)} of "
-            f"{len(with_error)} within +-25% (the prefill leg pins the prefill efficiency, the "
+            f"phases after the fit: {sum(abs(e) <= WITHIN for e in errors)} of "
+            f"{len(errors)} within +-25% (the prefill leg pins the prefill efficiency, the "
             "prefill wait the frontend's cost, the KV transfer leg the KV path, which is not "
             "fitted)",
             soft_wrap=True,
