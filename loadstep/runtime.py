@@ -64,8 +64,8 @@ async def _wait_and_run(
     """Wait until ``/v1/models`` lists the model, then run the grid into ``run_dir`` (loadgen
     writes every run as it finishes; with ``readyCheck`` the readiness gate runs first, and
     ``pods`` watches the namespace) until done or ``deadline`` (monotonic s), scraping each of
-    ``workers``' ``/metrics`` around every run where this machine reaches the first of them
-    (:func:`loadstep.worker_urls.reachable`; else a line in ``notes`` and none is scraped).
+    ``workers``' ``/metrics`` around every run where this machine reaches them
+    (:func:`loadstep.worker_urls.reached`; else a line in ``notes`` and none is scraped).
 
     Returns the result (the finished runs, read back from ``run_dir`` when the grid was cut
     short; None if no run finished), whether the deadline stopped the grid, and the error
@@ -79,20 +79,13 @@ async def _wait_and_run(
     from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
     from loadgen.runner import grid_keys, run_grid_async
     from loadstep.folder import StopFileObserver, StopRequested
-    from loadstep.worker_urls import WorkerUrls, reachable
+    from loadstep.worker_urls import reached
 
     if inputs.url is None:
         raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
     wait_s = min(inputs.model_wait_s, inputs.deadline_s)
     await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
-    everyone = workers.all()
-    if everyone and not await reachable(everyone[0]):
-        notes.append(
-            f"the workers' own /metrics ({everyone[0]} and {len(everyone) - 1} more) are not "
-            "reachable from this machine (pod addresses): runs keep the frontend's figures; "
-            "load.runner: cluster scrapes them from inside the cluster"
-        )
-        workers = WorkerUrls()
+    workers = await reached(workers, notes)
     run = run_grid_async(
         inputs.url,
         inputs.model,

@@ -88,3 +88,17 @@ async def reachable(url: str, timeout_s: float = REACH_TIMEOUT_S) -> bool:
     except (aiohttp.ClientError, TimeoutError, OSError):
         return False
     return True
+
+
+async def reached(workers: WorkerUrls, notes: list[str]) -> WorkerUrls:
+    """``workers`` where this machine reaches the first of them (:func:`reachable`), else none
+    and a line in ``notes`` (the local runner on a workstation outside the pod network)."""
+    everyone = workers.all()
+    if not everyone or await reachable(everyone[0]):
+        return workers
+    notes.append(
+        f"the workers' own /metrics ({everyone[0]} and {len(everyone) - 1} more) are not "
+        "reachable from this machine (pod addresses): runs keep the frontend's figures; "
+        "load.runner: cluster scrapes them from inside the cluster"
+    )
+    return WorkerUrls()

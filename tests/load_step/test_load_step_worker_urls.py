@@ -16,7 +16,7 @@ from fake_kube_api import NAMESPACE, fake_kube_api, pod
 from step_inputs_for import inputs_for
 
 from loadstep.inputs import LoadStepInputs
-from loadstep.worker_urls import pod_url, reachable, worker_urls
+from loadstep.worker_urls import WorkerUrls, pod_url, reachable, reached, worker_urls
 from manifests.graph import dgd_manifest, vllm_deployment_manifests
 from stackmodel.stacks import load_stack
 from stackmodel.topology import build_topology
@@ -121,12 +121,25 @@ def test_a_failed_pod_list_is_one_note_and_no_url(tmp_path: Path) -> None:
     assert worker_urls(_inputs("kv-routing", namespace=None)).all() == []
 
 
-def test_reachable_is_any_answer_and_nothing_is_not() -> None:
+def test_the_local_runner_scrapes_the_workers_only_where_it_reaches_them() -> None:
     """The local runner's one check before the grid: an HTTP answer of any status is
-    reachable (the fake API answers 404 to /metrics), a closed port is not."""
-    with fake_kube_api() as api:
-        assert asyncio.run(reachable(api.url))
+    reachable (the fake API answers 404 to /metrics), and the workers are kept; a closed port
+    is not, and one note says why none is scraped."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     assert not asyncio.run(reachable(closed, timeout_s=1.0))
+    notes: list[str] = []
+    unreachable = WorkerUrls(prefill=[closed], decode=["http://10.1.0.4:9090"])
+    assert asyncio.run(reached(unreachable, notes)).all() == []
+    assert notes == [
+        f"the workers' own /metrics ({closed} and 1 more) are not reachable from this machine "
+        "(pod addresses): runs keep the frontend's figures; load.runner: cluster scrapes them "
+        "from inside the cluster"
+    ]
+    with fake_kube_api() as api:
+        assert asyncio.run(reachable(api.url))
+        here = WorkerUrls(prefill=[api.url], decode=[f"{api.url}/decode"])
+        assert asyncio.run(reached(here, notes)) == here
+    assert len(notes) == 1
+    assert asyncio.run(reached(WorkerUrls(), notes)).all() == []
