@@ -84,8 +84,7 @@ is at it."""
 
 PINNED_BY = {
     "prefill_efficiency": "TTFT of long uncached prompts: a point with more prefix kinds than "
-    "its runs reuse, at concurrency 1-2; or their prefill leg, which a Dynamo frontend times "
-    "per request (runs of testbed load or the load step record it)",
+    "its runs reuse, at concurrency 1-2",
     "weights_efficiency": "TPOT at concurrency 1 (a decode step of one request reads the weights "
     "once)",
     "kv_efficiency": "a point with cached prefixes at concurrency >= 4 (the KV read grows with "
@@ -93,7 +92,7 @@ PINNED_BY = {
     "step_host_s": "TPOT at concurrency 1 and at concurrency >= 4 (the host time per step does "
     "not grow with the batch; the KV read does)",
     "request_overhead_s": "TTFT at concurrency 1 with cached prompts (the frontend's fixed cost "
-    "is then most of it), or TTFT beside the prefill leg the Dynamo frontend times per request",
+    "is then most of it)",
 }
 """Per figure: the measurement that would pin it, named where the data cannot."""
 

@@ -311,9 +311,10 @@ def _report(
         errors = [v.error for v in found.phases if v.error is not None]
         console.print(
             f"phases after the fit: {sum(abs(e) <= WITHIN for e in errors)} of "
-            f"{len(errors)} within +-25% (the prefill leg pins the prefill efficiency, the "
-            "prefill wait the frontend's cost, the KV transfer leg the KV path, which is not "
-            "fitted)",
+            f"{len(errors)} within +-25% (reported, not fitted: a miss of the prefill leg is "
+            "the prefill efficiency's or the frontend's hops inside the leg, of the prefill "
+            "wait and residual how the frontend's cost splits around its clock, of the KV "
+            "transfer leg the KV path's)",
             soft_wrap=True,
         )
     if found.phase_note is not None:

@@ -110,8 +110,7 @@ def test_one_point_fits_only_what_it_can_and_says_what_would_pin_the_rest(
 ) -> None:
     found = _known(tmp_path, L40S, ONE_POINT)
     ident = found.identification
-    # cold and warm TTFT, their prefill legs (the frontend's timing), TPOT, requests/s
-    assert ident.values == 6
+    assert ident.values == 4  # cold and warm TTFT, TPOT, requests/s at one point
     assert len(ident.fitted) < 5
     assert ident.held
     lines = ident.lines()
@@ -135,23 +134,13 @@ def test_a_truth_outside_the_bounds_warns(tmp_path: Path) -> None:
     assert any(w.startswith("step_host_s ended at its upper bound 0.05") for w in found.warnings)
 
 
-def test_the_frontends_phases_narrow_the_prefill_and_the_frontend_cost(tmp_path: Path) -> None:
-    """The prefill leg the Dynamo frontend times per request tells the prefill from the
-    frontend's fixed cost within each point: with it, both intervals are narrower than from
-    TTFT alone and still hold the truth; after the fit every phase is reported beside the
-    measured one, and at the truth they agree. Without it, one line says the folder has none."""
+def test_after_the_fit_every_phase_is_reported_beside_the_measured(tmp_path: Path) -> None:
+    """Known answer: at the fitted figures the simulated prefill leg is the measured one (the
+    frontend's wait is the fixed cost itself, the figure fitted), every phase of every point
+    reported; a folder without the frontend's timing gets one line instead."""
     (tmp_path / "timed").mkdir()
     (tmp_path / "bare").mkdir()
     timed = _known(tmp_path / "timed", L40S, GRID)
-    bare = _known(tmp_path / "bare", L40S, GRID, timing=False)
-    assert timed.identification.values == 18 and bare.identification.values == 12
-    for name in ("prefill_efficiency", "request_overhead_s"):
-        with_phases = next(f for f in timed.figures if f.name == name)
-        without = next(f for f in bare.figures if f.name == name)
-        assert with_phases.low is not None and with_phases.high is not None
-        assert without.low is not None and without.high is not None
-        assert with_phases.low <= L40S[name] <= with_phases.high
-        assert with_phases.high / with_phases.low < without.high / without.low, name
     phases = {(v.point, v.phase, v.stat): v for v in timed.phases}
     assert {p for _, p, _ in phases} == {
         "queue",
@@ -166,7 +155,9 @@ def test_the_frontends_phases_narrow_the_prefill_and_the_frontend_cost(tmp_path:
         assert prefill.error is not None and abs(prefill.error) < 0.02, prefill
         wait = phases[(point, "prefill_wait", "mean_ms")]
         assert wait.measured == pytest.approx(L40S["request_overhead_s"] * 1e3)
+        assert wait.error is not None and abs(wait.error) < 0.02, wait
     assert timed.phase_note is None
+    bare = _known(tmp_path / "bare", L40S, ONE_POINT, timing=False)
     assert bare.phases == []
     assert bare.phase_note is not None and bare.phase_note.endswith(
         "has no TTFT phases (its requests carry no timing from a Dynamo frontend: an older "
