@@ -106,6 +106,9 @@ class LoadJob(BaseModel):
         owner: the stack's frontend Service, which every object of the run is a dependent of
             (:func:`incluster.runtime.run_in_cluster`), so that deleting it deletes them; None:
             no owner.
+        prefill_metrics, decode_metrics: the base URLs of the prefill (and aggregated) and the
+            decode workers' own ``/metrics`` (:mod:`loadstep.worker_urls`), which shard 0
+            scrapes before and after every run (:class:`loadgen.server_metrics.ServerMetrics`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -128,6 +131,8 @@ class LoadJob(BaseModel):
     stack: str
     folder: str
     owner: str | None = None
+    prefill_metrics: tuple[str, ...] = ()
+    decode_metrics: tuple[str, ...] = ()
 
     def metadata(self, name: str | None = None) -> dict[str, Any]:
         """``metadata`` of one of the run's objects."""
@@ -187,6 +192,10 @@ def pod_args(job: LoadJob) -> list[str]:
         args += ["--skip", ":".join(map(str, key))]
     if job.tokens_per_word is not None and job.sizing_source is not None:
         args += ["--tokens-per-word", repr(job.tokens_per_word), "--sizing", job.sizing_source]
+    for url in job.prefill_metrics:
+        args += ["--prefill-metrics", url]
+    for url in job.decode_metrics:
+        args += ["--decode-metrics", url]
     return args
 
 

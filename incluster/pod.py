@@ -135,9 +135,12 @@ async def run_pod(
     ready_successes: int | None,
     skip: Sequence[tuple[int, int, int]] = (),
     sizer: WordSizer | None = None,
+    prefill_metrics: Sequence[str] = (),
+    decode_metrics: Sequence[str] = (),
 ) -> int:
     """One client's whole grid but the runs in ``skip`` (a resumed grid's, sized by ``sizer``;
-    see the module docstring); returns the exit code."""
+    see the module docstring), shard 0 scraping the server's and each ``prefill_metrics`` and
+    ``decode_metrics`` worker's ``/metrics`` around every run; returns the exit code."""
     server = base_url(url)
     wire.emit_clock(index)
     wire.flush()
@@ -152,7 +155,11 @@ async def run_pod(
             if "error" in sizing:
                 raise NotServingError(str(sizing["error"]))
             sizer = WordSizer(float(sizing["tokens_per_word"]), str(sizing["source"]))
-            metrics = ServerMetrics(server, model, config, None) if index == 0 else None
+            metrics = None
+            if index == 0:
+                prefill = [base_url(u) for u in prefill_metrics]
+                decode = [base_url(u) for u in decode_metrics]
+                metrics = ServerMetrics(server, model, config, None, prefill, decode)
             skipped = set(skip)
             for key in (key for key in grid_keys(config) if key not in skipped):
                 await _measure(server, model, config, sizer, key, clients, index, barrier, metrics)
@@ -182,6 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--tokens-per-word", type=float, default=None, help="resumed sizing")
     parser.add_argument("--sizing", default=None, help="the resumed sizing's source")
+    parser.add_argument(
+        "--prefill-metrics", action="append", default=[], help="a prefill worker's /metrics"
+    )
+    parser.add_argument(
+        "--decode-metrics", action="append", default=[], help="a decode worker's /metrics"
+    )
     args = parser.parse_args(argv)
     skip: list[tuple[int, int, int]] = []
     for key in args.skip:
@@ -205,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ready_successes=args.ready_successes,
             skip=skip,
             sizer=sizer,
+            prefill_metrics=args.prefill_metrics,
+            decode_metrics=args.decode_metrics,
         )
     )
 

@@ -14,9 +14,10 @@ The phases of one request (ms), from the client's clock and the Dynamo frontend'
   work before and after its clock, the decode worker's first step, the client's parsing; below
   0 when the transfer estimate is longer than what the client saw (`phase_warnings`).
 
-So queue + client TTFT = the sum of the phases. Upstream: Dynamo 1.6
-`lib/llm/src/protocols/common/timing.rs` (`RequestTracker`, `TimingInfo`); docs/metrics.md,
-"TTFT phases".
+So queue + client TTFT = the sum of the phases. Upstream: Dynamo
+`lib/llm/src/protocols/common/timing.rs` (`RequestTracker` L83, `TimingInfo` L609-646, at
+zinuga/dynamo 62d17a12: which lines, and why not the v1.6.2 tag, `loadgen.request.RequestRecord`
+says); docs/metrics.md, "TTFT phases".
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ PHASES = ("queue", "prefill_wait", "prefill", "kv_transfer", "residual")
 """The phases in time order; a waterfall draws them so."""
 RESIDUAL_BELOW_MS = -1.0
 """A residual p50 below this (ms) says the frontend's figures exceed the client's TTFT."""
+RESIDUAL_ABOVE_MS = 100.0
+RESIDUAL_ABOVE_SHARE = 0.5
+"""A residual p50 above `RESIDUAL_ABOVE_MS` that is also more than `RESIDUAL_ABOVE_SHARE` of
+the client's mean TTFT (as a mean) says the client waited mostly outside the frontend's clock:
+the network or a proxy between them (a `kubectl port-forward`), or a client too busy to read."""
 
 
 def _ms(start: int | None, end: int | None) -> float | None:
@@ -130,8 +136,10 @@ def run_phases(good: Sequence[RequestRecord]) -> TtftPhases | None:
 
 def phase_warnings(phases: TtftPhases | None, successful: int) -> list[str]:
     """What a run's phases say against the client: requests the frontend returned no timing
-    for while others had it, and a residual p50 below `RESIDUAL_BELOW_MS` (the frontend's TTFT
-    plus its transfer estimate longer than the client's TTFT: the estimate is too high)."""
+    for while others had it; a residual p50 below `RESIDUAL_BELOW_MS` (the frontend's TTFT
+    plus its transfer estimate longer than the client's TTFT: the estimate is too high); and
+    one above `RESIDUAL_ABOVE_MS` that is most of the client's TTFT (`RESIDUAL_ABOVE_SHARE`:
+    the client's TTFT far longer than the frontend's)."""
     if phases is None:
         return []
     out = []
@@ -148,6 +156,18 @@ def phase_warnings(phases: TtftPhases | None, successful: int) -> list[str]:
             f"the frontend's TTFT plus its KV-transfer estimate{said} is longer than the "
             f"client's TTFT (residual p50 {residual.p50_ms:,.1f} ms): the estimate is above "
             "the transfer the client waited for"
+        )
+    if (
+        residual is not None
+        and residual.p50_ms > RESIDUAL_ABOVE_MS
+        and residual.mean_ms > RESIDUAL_ABOVE_SHARE * phases.client_ttft_mean_ms
+    ):
+        out.append(
+            f"the client's TTFT (mean {phases.client_ttft_mean_ms:,.1f} ms) is far longer than "
+            f"the frontend's (mean {phases.frontend_ttft_mean_ms:,.1f} ms, with its KV-transfer "
+            f"estimate where disaggregated; residual p50 {residual.p50_ms:,.1f} ms): most of it "
+            "passed outside the frontend's clock, in the network or a proxy between them "
+            "(kubectl port-forward) or a client too busy to read"
         )
     return out
 

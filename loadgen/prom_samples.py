@@ -11,7 +11,8 @@ UPTIME = "dynamo_component_uptime_seconds"
 IDENTITY_GAUGES = (PROCESS_START, UPTIME)
 # Requests the server holds right now: the Dynamo frontend's in-flight gauge (labelled by
 # model; `lib/llm/src/http/service/metrics.rs`), else vLLM's running + waiting gauges
-# (vllm/v1/metrics/loggers.py, "vllm:num_requests_running" / "vllm:num_requests_waiting").
+# (vLLM 0.31.0 vllm/v1/metrics/loggers.py, "vllm:num_requests_running" L509 /
+# "vllm:num_requests_waiting" L519).
 FRONTEND_IN_FLIGHT = "dynamo_frontend_inflight_requests"
 ENGINE_IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 KEPT_GAUGES = (*IDENTITY_GAUGES, FRONTEND_IN_FLIGHT, *ENGINE_IN_FLIGHT)

@@ -89,12 +89,19 @@ class RequestRecord:
     the finish_reason; None otherwise): `prefill_worker_id` / `decode_worker_id`, the workers
     that served it (decimal text: Dynamo's ids are unsigned 64-bit; the same worker twice when
     aggregated), and in milliseconds from the frontend's receipt of the request
-    (`nvext.timing`, Dynamo 1.6 `lib/llm/src/protocols/common/timing.rs`, `TimingInfo`):
-    `frontend_prefill_wait_ms` to the prefill's start, `frontend_prefill_ms` from there to the
-    first token (disaggregated: the prefill leg's return), `frontend_ttft_ms` their sum,
-    `frontend_total_ms` to the end, `kv_transfer_estimated_ms` the frontend's estimate of the
-    KV transfer to the decode worker (disaggregated only), `router_kv_hit_rate` the router's
-    overlap estimate at routing time (0..1). `loadgen.phases` splits TTFT with them.
+    (`nvext.timing`: `lib/llm/src/protocols/common/timing.rs`, `TimingInfo` L609-646, filled by
+    `RequestTracker::get_timing_info` L587-600): `frontend_prefill_wait_ms` to the prefill's
+    start (`prefill_wait_time_ms` L260-265), `frontend_prefill_ms` from there to the first
+    token (`prefill_time_ms` L267-272; disaggregated: the prefill leg's return),
+    `frontend_ttft_ms` their sum (`ttft_ms` L274-282), `frontend_total_ms` to the end,
+    `kv_transfer_estimated_ms` the frontend's estimate of the KV transfer to the decode worker
+    (disaggregated only: the decode worker's first token less the prefill leg's return,
+    `kv_transfer_estimated_latency_secs` L484-493), `router_kv_hit_rate` the router's overlap
+    estimate at routing time (0..1). `loadgen.phases` splits TTFT with them. Lines at
+    zinuga/dynamo 62d17a12, a mirror of ai-dynamo/dynamo's main line: the v1.6.2 tag's source
+    was not at hand (the ai-dynamo/dynamo versions read predate the transfer estimate); the
+    fields' meaning at 1.6.1 is checked against the real frontend with mocker workers
+    (tests/loadgen/test_dynamo_e2e.py).
     `censored`: the client cut the request at its deadline or read timeout after sending it
     (`ErrorKind.TIMEOUT` with `sent_ns` set): `error_ns` is the cut, so its TTFT (when
     `first_token_ns` is None) and its E2E are at least `error_ns - sent_ns`; the server may

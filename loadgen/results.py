@@ -45,8 +45,10 @@ class WorkerRunMetrics(BaseModel):
     seconds histogram: their first bucket is 0.3 s, so no quantile is usable at this scale);
     None where the worker does not export the family (named in `missing`) or counted nothing.
     On a disaggregated decode worker the NIXL read and the host-to-device copy land in its
-    queue time (vLLM 0.31.0 `vllm/v1/core/sched/scheduler.py`: a request waits in
-    `WAITING_FOR_REMOTE_KVS` until its KV has arrived)."""
+    queue time (vLLM 0.31.0 `vllm/v1/core/sched/scheduler.py`: a request whose KV loads
+    asynchronously is put in `WAITING_FOR_REMOTE_KVS` and skipped, L1258-1288, before its
+    `SCHEDULED` event, L1296-1299, until its KV has arrived, L3099-3112; the queue time runs
+    from `QUEUED` to `SCHEDULED`, `vllm/v1/metrics/stats.py` L544-545)."""
 
     url: str
     role: str = Field(description="prefill, decode or aggregated, as the worker was named.")

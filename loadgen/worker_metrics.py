@@ -2,17 +2,20 @@
 transfers, as run deltas (`loadgen.prom_samples.delta`: a counter reset counts from 0, as
 Prometheus's `increase()` does, and is counted).
 
-The families (vLLM 0.31.0):
+The families (vLLM 0.31.0, lines of its sdist on PyPI):
 
-- `vllm/v1/metrics/loggers.py`, `PrometheusStatLogger`: the seconds histograms
-  `vllm:request_queue_time_seconds`, `vllm:request_prefill_time_seconds`,
-  `vllm:request_decode_time_seconds` (observed once per finished request) and
-  `vllm:time_to_first_token_seconds`; their buckets start at 0.3 s (the phase histograms), so
-  a run's mean (`_sum` / `_count`) is the figure kept, never a quantile.
-- `vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py`, `NixlPromMetrics`:
-  `vllm:nixl_xfer_time_seconds` (one observation per transfer, the transfer's duration),
-  `vllm:nixl_bytes_transferred` (bytes per transfer), the counter
-  `vllm:nixl_num_failed_transfers`; exported only where a NIXL connector runs.
+- `vllm/v1/metrics/loggers.py`, `PrometheusStatLogger` (L454): the seconds histograms
+  `vllm:request_queue_time_seconds` (L862), `vllm:request_prefill_time_seconds` (L882),
+  `vllm:request_decode_time_seconds` (L892), observed once per finished request over the
+  intervals of `vllm/v1/metrics/stats.py` L544-553 (queued -> scheduled, scheduled -> first
+  token, first -> last token), and `vllm:time_to_first_token_seconds` (L822); the phase
+  histograms' buckets start at 0.3 s (`vllm/v1/metrics/buckets.py` L29-30,
+  `REQUEST_LATENCY_BUCKETS`), so a run's mean (`_sum` / `_count`) is the figure kept, never a
+  quantile.
+- `vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py`, `NixlPromMetrics` (L152):
+  `vllm:nixl_xfer_time_seconds` (L178; one observation per transfer, its duration:
+  `observe` L265-281), `vllm:nixl_bytes_transferred` (L199; bytes per transfer), the counter
+  `vllm:nixl_num_failed_transfers` (L233-234); exported only where a NIXL connector runs.
 
 A family the worker does not export is named in `WorkerRunMetrics.missing` and its figures
 stay None, never 0.

@@ -38,6 +38,7 @@ from manifests.graph import (
     GRAPH_LABEL,
     PULUMI_ANNOTATION_PREFIX,
     frontend_service_manifest,
+    worker_metrics_targets,
 )
 from stackmodel.config import StackConfig, StackLoadConfig
 from stackmodel.plan import StackPlan
@@ -50,6 +51,17 @@ failOnErrors, ...) only shape the next run."""
 
 OUTPUT_KEYS = ("results", "status", "ranAt", "finishedAt", "resultsDir", "incidents", "slo")
 """The step's output properties (set by create/update; None until the step has run)."""
+
+
+class WorkerMetricsTarget(BaseModel):
+    """One worker component's ``/metrics`` (:func:`manifests.graph.worker_metrics_targets`):
+    its ``role``, the label ``selector`` of its pods and the ``port`` on each pod."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["aggregated", "prefill", "decode"]
+    selector: str
+    port: int = Field(gt=0, lt=65536)
 
 
 class LoadStepInputs(BaseModel):
@@ -91,6 +103,9 @@ class LoadStepInputs(BaseModel):
         frontend_service: the frontend Service's name: the owner of a ``cluster`` run's
             objects (:attr:`incluster.manifests.LoadJob.owner`); None for a stored state
             without it.
+        worker_metrics: where each worker component's own ``/metrics`` is
+            (:class:`WorkerMetricsTarget`); the step finds the pods' addresses when it runs
+            (:mod:`loadstep.worker_urls`) and scrapes each worker before and after every run.
         worker_selector: the label selector of the stack's worker pods
             (:func:`worker_selector`), whose memory the step samples (:mod:`loadstep.memory`);
             None: no sampling (a stored state without it).
@@ -126,6 +141,7 @@ class LoadStepInputs(BaseModel):
     frontend_service: str | None = None
     worker_selector: str | None = None
     memory_floors: dict[str, int] | None = None
+    worker_metrics: list[WorkerMetricsTarget] = Field(default_factory=list)
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
@@ -202,6 +218,9 @@ def step_inputs(
         frontend_service=frontend_service_manifest(cfg, topology)["metadata"]["name"],
         worker_selector=worker_selector(topology),
         memory_floors=None if memory_floors is None else dict(memory_floors),
+        worker_metrics=[
+            WorkerMetricsTarget.model_validate(t) for t in worker_metrics_targets(topology)
+        ],
     )
 
 

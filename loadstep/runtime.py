@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from loadgen.observers import GridObserver
     from loadgen.results import GridResult
     from loadstep.folder import StopRequested
+    from loadstep.worker_urls import WorkerUrls
 
 
 class LoadStepError(RuntimeError):
@@ -59,10 +60,14 @@ async def _wait_and_run(
     run_dir: Path,
     deadline: float,
     pods: GridObserver,
+    workers: WorkerUrls,
+    notes: list[str],
 ) -> tuple[GridResult | None, bool, str | None]:
     """Wait until ``/v1/models`` lists the model, then run the grid into ``run_dir`` (loadgen
     writes every run as it finishes; with ``readyCheck`` the readiness gate runs first, and
-    ``pods`` watches the namespace) until done or ``deadline`` (monotonic s).
+    ``pods`` watches the namespace) until done or ``deadline`` (monotonic s), scraping each of
+    ``workers``' ``/metrics`` around every run where this machine reaches them
+    (:func:`loadstep.worker_urls.reached`; else a line in ``notes`` and none is scraped).
 
     Returns the result (the finished runs, read back from ``run_dir`` when the grid was cut
     short; None if no run finished), whether the deadline stopped the grid, and the error
@@ -76,11 +81,13 @@ async def _wait_and_run(
     from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
     from loadgen.runner import grid_keys, run_grid_async
     from loadstep.folder import StopFileObserver, StopRequested
+    from loadstep.worker_urls import reached
 
     if inputs.url is None:
         raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
     wait_s = min(inputs.model_wait_s, inputs.deadline_s)
     await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
+    workers = await reached(workers, notes)
     run = run_grid_async(
         inputs.url,
         inputs.model,
@@ -91,6 +98,8 @@ async def _wait_and_run(
         resume=True,  # run_dir is new, or an interrupted run to finish (loadstep.folder)
         ready=inputs.ready_check(),
         observers=[pods, StopFileObserver(inputs)],
+        prefill_metrics=workers.prefill,
+        decode_metrics=workers.decode,
     )
     try:
         return await asyncio.wait_for(run, max(deadline - time.monotonic(), 0.0)), False, None
@@ -121,7 +130,9 @@ def _run_grid(
     Job of ``clients`` pods in the stack's namespace (:func:`incluster.runtime.run_in_cluster`;
     imported here, so that ``pulumi preview`` never loads the Kubernetes client for it). Same
     result, deadline flag and failure either way; both resume ``run_dir``'s finished runs and
-    honour the stop file (:mod:`loadstep.folder`). In the cluster, the Job is named after
+    honour the stop file (:mod:`loadstep.folder`); both scrape each worker's own ``/metrics``
+    (:func:`loadstep.worker_urls.worker_urls`), the local runner where it reaches them. In the
+    cluster, the Job is named after
     ``run_dir`` and a leftover load Job of the stack is cleared first
     (:func:`incluster.runtime.clear_leftovers`), what was done with it appended to ``notes``.
 
@@ -129,7 +140,10 @@ def _run_grid(
         StopRequested: the stop file stopped the grid.
     """
     from incluster.runtime import Resumed, clear_leftovers
+    from loadstep.worker_urls import worker_urls
 
+    workers = worker_urls(inputs)
+    notes.extend(workers.notes)
     if inputs.runner == "local":
         if inputs.namespace is not None:  # an in-cluster step's Job would load beside it
             cleared = clear_leftovers(
@@ -141,7 +155,7 @@ def _run_grid(
             notes.extend(cleared.notes)  # (a local grid needs no cluster access: unseen is ok)
             if cleared.failure is not None:
                 return None, False, cleared.failure
-        return asyncio.run(_wait_and_run(inputs, config, run_dir, deadline, pods))
+        return asyncio.run(_wait_and_run(inputs, config, run_dir, deadline, pods, workers, notes))
     from incluster.collect import finished_runs
     from incluster.manifests import LoadJob
     from incluster.runtime import job_name, run_in_cluster
@@ -173,6 +187,8 @@ def _run_grid(
         stack=inputs.stack,
         folder=folder,
         owner=inputs.frontend_service,
+        prefill_metrics=tuple(workers.prefill),
+        decode_metrics=tuple(workers.decode),
     )
     # A Job an interrupted step left: its own folder's is collected, any other deleted.
     leftovers = clear_leftovers(

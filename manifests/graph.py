@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from stackmodel.config import StackConfig
-from stackmodel.topology import FRONTEND_PORT, ComponentPlan, Topology
+from stackmodel.topology import FRONTEND_PORT, WORKER_SYSTEM_PORT, ComponentPlan, Topology
 
 DGD_API_VERSION = "nvidia.com/v1beta1"
 DGD_KIND = "DynamoGraphDeployment"
@@ -126,6 +126,27 @@ def _pod_spec(plan: ComponentPlan, image: str, with_hf_token: bool) -> dict[str,
 
 def _pod_labels(topology: Topology, plan: ComponentPlan) -> dict[str, str]:
     return {GRAPH_LABEL: topology.name, COMPONENT_LABEL: plan.name}
+
+
+def worker_metrics_targets(topology: Topology) -> list[dict[str, Any]]:
+    """Where each worker component's own ``/metrics`` is, one entry per component in
+    component order: its ``role`` (``aggregated``, ``prefill``, ``decode``), the label
+    ``selector`` of its pods (the labels this program sets in its pod template, which the
+    operator copies to the pods: :func:`frontend_service_manifest`) and the ``port`` on each
+    pod: a Dynamo worker's system port (:data:`~stackmodel.topology.WORKER_SYSTEM_PORT`), a
+    plain vLLM server's own port (vLLM serves ``/metrics`` beside its API). Per pod, not per
+    Service: a Service would spread the scrapes over the replicas, and a run's delta is one
+    worker's."""
+    port = WORKER_SYSTEM_PORT if topology.kind == "dynamo" else FRONTEND_PORT
+    return [
+        {
+            "role": plan.role,
+            "selector": ",".join(f"{k}={v}" for k, v in _pod_labels(topology, plan).items()),
+            "port": port,
+        }
+        for plan in topology.components
+        if plan.role != "frontend"
+    ]
 
 
 def dgd_manifest(cfg: StackConfig, topology: Topology, *, with_hf_token: bool) -> dict[str, Any]:

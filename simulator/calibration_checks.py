@@ -43,6 +43,7 @@ from simulator.calibration_fit import (
     loss_of,
     search,
 )
+from simulator.phase_scores import PhaseValue
 from steptime.calibration_profile import FittedFigure, ScoredValue
 
 FD_STEP = 0.1
@@ -317,7 +318,9 @@ class Calibration:
     """What :func:`calibrate` found: the figures (every one of the problem's, fitted or held),
     the identification, the searches, each fitted figure with its interval, sigma, the loss at
     the prior and at the end, the fitted values (in-sample residuals), the held-out values,
-    the warnings and the evaluations it took."""
+    the warnings and the evaluations it took; ``phases``: TTFT phase by phase at the fitted
+    figures beside the measured (in-sample, :meth:`Problem.phase_values`), and ``phase_note``
+    where the runs have no phases."""
 
     values: dict[str, float]
     identification: Identification
@@ -330,6 +333,8 @@ class Calibration:
     held_out: list[ScoredValue]
     warnings: list[str] = field(default_factory=list)
     evaluations: int = 0
+    phases: list[PhaseValue] = field(default_factory=list)
+    phase_note: str | None = None
 
 
 Stage = Callable[[str, int], None]
@@ -367,6 +372,7 @@ def calibrate(
     values = problem.values_at(x)
     scored_keys = problem.metric_keys()
     (in_sample,) = evaluator.many([("metrics", x, scored_keys)])
+    phases, phase_note = problem.phase_values(x)
     figures = tuple(
         FittedFigure(
             name=name,
@@ -390,4 +396,6 @@ def calibrate(
         held_out=out_of_sample,
         warnings=bound_warnings(problem, x, free),
         evaluations=evaluator.count,
+        phases=phases,
+        phase_note=phase_note,
     )

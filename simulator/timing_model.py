@@ -232,9 +232,11 @@ class Outcome:
     worker reports the prefill leg's (this module's docstring).
     What a Dynamo frontend would time of it (None without a frontend): ``routed_s``, when the
     frontend handed it to its prefill (or aggregated) worker, the prefill's start in its
-    timing (Dynamo 1.6 ``lib/llm/src/protocols/common/timing.rs``: ``prefill_wait_time_ms``
-    ends there); ``prefill_done_s``, disaggregated, when the prefill leg returned (KV saved,
-    the transfer about to start: where the frontend's ``ttft_ms`` ends); ``prefill_worker`` /
+    timing (Dynamo ``lib/llm/src/protocols/common/timing.rs``: ``prefill_wait_time_ms``
+    L260-265 ends there, at zinuga/dynamo 62d17a12, as :class:`loadgen.request.RequestRecord`
+    cites it); ``prefill_done_s``, disaggregated, when the prefill leg returned (KV saved, the
+    transfer about to start: where the frontend's ``ttft_ms`` ends and its transfer estimate,
+    ``kv_transfer_estimated_latency_secs`` L484-493, starts); ``prefill_worker`` /
     ``decode_worker``, the replicas that served it (the same one aggregated).
     """
 

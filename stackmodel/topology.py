@@ -24,6 +24,16 @@ ComponentType = Literal["frontend", "worker", "prefill", "decode"]
 FRONTEND_PORT = 8000
 """The Dynamo frontend's HTTP port (operator default) and the vLLM OpenAI server's port."""
 
+WORKER_SYSTEM_PORT = 9090
+"""The port of a Dynamo worker's own ``/metrics`` (its system status server, where the vLLM
+worker's ``vllm:*`` families are served too): the operator gives every worker container the
+port ``system`` (``DynamoSystemPort = 9090``, ``DynamoSystemPortName = "system"``:
+ai-dynamo/dynamo ``deploy/operator/internal/consts/consts.go`` L22-23 at 0367e404) and sets
+``DYN_SYSTEM_ENABLED=true`` and ``DYN_SYSTEM_PORT`` to it
+(``deploy/operator/internal/dynamo/component_worker.go``, ``WorkerDefaults.GetBaseContainer``,
+L29-35 and L83-94 at 015d780b). Both are main-line commits, not the v1.6.2 tag; the port and
+its name are the same in the 1.x operators' worker defaults read."""
+
 KV_EVENTS_CONFIG = {
     "publisher": "zmq",
     "topic": "kv-events",

@@ -1,9 +1,12 @@
 """A simulation beside measured runs (``testbed simulate STACK --against RESULTS``): the measured
 folder's grid as the simulation's, then every figure of :data:`simulator.calibration_fit.METRICS`
 at every grid point side by side with its error, a one-line verdict (how many values are within
-+-25%), written to ``<out>/<stack>/against/`` inside the simulation's own folder:
-``summary.json``, ``table.txt`` and ``report.html``, the A / B report of the simulated and the
-measured folder (:func:`loadgen.html_report.write_report`). The measured folder is only read.
++-25%), then TTFT phase by phase (:mod:`simulator.phase_scores`: each phase's mean and p50,
+measured beside simulated, and the router's balance, hit efficacy and per-role worker loads;
+a folder without phases is said once and compared on the figures only), written to
+``<out>/<stack>/against/`` inside the simulation's own folder: ``summary.json``, ``table.txt``
+and ``report.html``, the A / B report of the simulated and the measured folder
+(:func:`loadgen.html_report.write_report`). The measured folder is only read.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Any
 from rich.table import Table
 
 from loadgen.html_report import write_report
+from loadgen.results import PointSummary
 from loadgen.results_folder import load_results
 from simulator.calibration_fit import METRICS, WITHIN, within_count
 from simulator.folder_labels import folder_labels
+from simulator.phase_scores import PhaseValue, worker_loads
 from steptime.calibration_profile import ScoredValue
 
 AGAINST_DIR = "against"
@@ -102,12 +107,81 @@ def values_table(title: str, values: Sequence[ScoredValue], *, folders: bool) ->
     return table
 
 
+def phases_table(title: str, values: Sequence[PhaseValue], *, folders: bool) -> Table:
+    """Each phase figure measured beside simulated, with the error (``✗`` outside +-25%; ``-``
+    where it has none, :class:`simulator.phase_scores.PhaseValue`); ``folders``: a column
+    naming each value's folder."""
+    table = Table(title=title)
+    columns = ["folder"] if folders else []
+    for column in (*columns, "point", "phase", "stat", "measured", "simulated", "error"):
+        right = column in ("measured", "simulated", "error")
+        table.add_column(column, justify="right" if right else "left")
+    for v in values:
+        if v.error is None:
+            error = "-"
+        else:
+            error = f"{v.error:+.0%}" + ("" if abs(v.error) <= WITHIN + 1e-12 else " ✗")
+        number = "{:,.1f}" if v.stat.endswith("_ms") else "{:,.2f}"
+        table.add_row(
+            *([v.folder] if folders else []),
+            v.point,
+            v.phase,
+            v.stat.removesuffix("_ms"),
+            number.format(v.measured),
+            number.format(v.simulated),
+            error,
+        )
+    return table
+
+
+def point_workers(
+    measured: Sequence[PointSummary], simulated: Sequence[PointSummary]
+) -> list[dict[str, Any]]:
+    """Per measured grid point that both sides split into phases, the requests each worker
+    served by role, most first (:func:`simulator.phase_scores.worker_loads`), measured and
+    simulated: the router's balance compared worker by worker, by rank, not by id."""
+    by_point = {(p.prefix_kinds, p.concurrency): p for p in simulated}
+    out = []
+    for m in measured:
+        s = by_point.get((m.prefix_kinds, m.concurrency))
+        if s is None or m.phases is None or s.phases is None:
+            continue
+        out.append(
+            {
+                "point": f"K={m.prefix_kinds} c={m.concurrency}",
+                "measured": worker_loads(m.phases),
+                "simulated": worker_loads(s.phases),
+            }
+        )
+    return out
+
+
+def loads_line(point: dict[str, Any]) -> str:
+    """``K=2 c=4 requests per worker, measured / simulated: prefill 30, 20 / 26, 24; ...``
+    (an entry of :func:`point_workers`)."""
+    roles = sorted(set(point["measured"]) | set(point["simulated"]))
+    parts = [
+        f"{role} {', '.join(map(str, point['measured'].get(role, []))) or '-'} / "
+        f"{', '.join(map(str, point['simulated'].get(role, []))) or '-'}"
+        for role in roles
+    ]
+    return f"{point['point']} requests per worker, measured / simulated: {'; '.join(parts)}"
+
+
 def write_against(
-    stack_dir: Path, measured: Path, values: Sequence[ScoredValue], table_text: str
+    stack_dir: Path,
+    measured: Path,
+    values: Sequence[ScoredValue],
+    table_text: str,
+    phases: Sequence[PhaseValue] = (),
+    phase_note: str | None = None,
+    workers: Sequence[dict[str, Any]] = (),
 ) -> Path:
     """``stack_dir/against/summary.json`` (the measured folder, whether it is itself simulated
-    and :func:`simulated_warning`'s line, the verdict, the counts and every value),
-    ``table.txt`` and ``report.html`` (simulated / measured); returns the folder."""
+    and :func:`simulated_warning`'s line, the verdict, the counts and every value; the phase
+    values, ``phaseNote`` (:func:`simulator.phase_scores.missing_phases`) and ``workers``, the
+    workers' loads per point, :func:`point_workers`), ``table.txt`` and ``report.html`` (simulated /
+    measured); returns the folder."""
 
     folder = stack_dir / AGAINST_DIR
     warning = simulated_warning(measured)
@@ -123,6 +197,9 @@ def write_against(
         "values": len(values),
         "withinFraction": WITHIN,
         "points": [v.model_dump(mode="json", by_alias=True) for v in values],
+        "phases": [v.model_dump(mode="json", by_alias=True) for v in phases],
+        "phaseNote": phase_note,
+        "workers": list(workers),
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (folder / "table.txt").write_text(table_text)

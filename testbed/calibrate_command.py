@@ -261,7 +261,8 @@ def _report(
     in-sample tables: which measured requests their ``measured`` column is of."""
     from rich.table import Table
 
-    from simulator.calibration_fit import within_count
+    from simulator.calibration_fit import WITHIN, within_count
+    from testbed.against import phases_table
 
     if found.held_out:
         _print_values(
@@ -299,6 +300,25 @@ def _report(
         f"(loss {found.start_loss:.4f} -> {found.loss:.4f}, sigma {found.sigma:.3f}, "
         f"{found.evaluations} evaluations)"
     )
+    if found.phases:
+        phases = phases_table(
+            "TTFT phases after the fit: measured vs SIMULATED (in-sample)",
+            found.phases,
+            folders=True,
+        )
+        phases.caption = caption
+        console.print(phases)
+        errors = [v.error for v in found.phases if v.error is not None]
+        console.print(
+            f"phases after the fit: {sum(abs(e) <= WITHIN for e in errors)} of "
+            f"{len(errors)} within +-25% (reported, not fitted: a miss of the prefill leg is "
+            "the prefill efficiency's or the frontend's hops inside the leg, of the prefill "
+            "wait and residual how the frontend's cost splits around its clock, of the KV "
+            "transfer leg the KV path's)",
+            soft_wrap=True,
+        )
+    if found.phase_note is not None:
+        console.print(found.phase_note, soft_wrap=True)
 
 
 def _summary(values: Sequence[ScoredValue]) -> str:

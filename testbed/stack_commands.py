@@ -692,8 +692,12 @@ def _print_against(sim: Simulation, against: Path) -> None:
     from loadgen.report import table_console, table_text
     from loadgen.results_folder import load_results
     from simulator.calibration_fit import score_points
+    from simulator.phase_scores import missing_phases, score_phases
     from testbed.against import (
+        loads_line,
         measured_on,
+        phases_table,
+        point_workers,
         simulated_warning,
         values_table,
         verdict,
@@ -706,6 +710,23 @@ def _print_against(sim: Simulation, against: Path) -> None:
     console = table_console(highlight=False)
     console.print(table)
     console.print(Text(verdict(values, str(against))), soft_wrap=True)
+    phases = score_phases(str(against), measured.points, sim.result.points)
+    phase_note = missing_phases(str(against), measured.points, sim.result.points)
+    workers = point_workers(measured.points, sim.result.points)
+    text = table_text(table)
+    if phases:
+        by_phase = phases_table(
+            f"{sim.stack} TTFT phases: measured vs SIMULATED", phases, folders=False
+        )
+        console.print(by_phase)
+        text += table_text(by_phase)
+    for point in workers:
+        line = loads_line(point)
+        console.print(Text(line), soft_wrap=True)
+        text += line + "\n"
+    if phase_note is not None:
+        console.print(Text(phase_note), soft_wrap=True)
+        text += phase_note + "\n"
     where = measured_on(against)
     if where is not None:
         console.print(Text(f"{against}: {where}"), soft_wrap=True)
@@ -714,7 +735,7 @@ def _print_against(sim: Simulation, against: Path) -> None:
         warn(warning)
     print_settings_note(sim.out_dir, against, (f"{sim.stack} (simulated)", "measured"))
     try:
-        folder = write_against(sim.out_dir, against, values, table_text(table))
+        folder = write_against(sim.out_dir, against, values, text, phases, phase_note, workers)
     except (OSError, ValueError) as exc:
         warn(f"the comparison was printed, not written: {exc}")
         return

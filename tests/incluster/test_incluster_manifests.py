@@ -218,3 +218,39 @@ def test_the_dry_run_pod_is_the_jobs_pod() -> None:
     kubernetes_validate.validate(pod, "1.34", strict=True)
     assert pod["spec"] == manifest["spec"]["template"]["spec"]
     assert pod["metadata"]["name"] == f"{job.name}-dry-run"
+
+
+def test_the_in_cluster_pod_is_given_each_workers_url(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The Job's pod arguments carry every worker URL the load step found
+    (loadstep.worker_urls), and the pod hands them to its scrapes (shard 0's ServerMetrics),
+    prefill and decode apart."""
+    import incluster.pod
+    from incluster.manifests import pod_args
+
+    job = _job(1).model_copy(
+        update={
+            "prefill_metrics": ("http://10.1.0.9:9090",),
+            "decode_metrics": ("http://10.1.0.4:9090", "http://10.1.0.5:9090"),
+        }
+    )
+    args = pod_args(job)
+    assert args[args.index("--prefill-metrics") + 1] == "http://10.1.0.9:9090"
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--decode-metrics"] == [
+        "http://10.1.0.4:9090",
+        "http://10.1.0.5:9090",
+    ]
+    assert "--prefill-metrics" not in pod_args(_job(1))
+    seen: dict[str, Any] = {}
+
+    async def run_pod(*_: object, **kwargs: Any) -> int:
+        seen.update(kwargs)
+        return 0
+
+    monkeypatch.setattr(incluster.pod, "run_pod", run_pod)
+    grid = tmp_path / "grid.json"  # the Job's ConfigMap file, here
+    grid.write_text(LoadConfig().model_dump_json())
+    assert incluster.pod.main([*args, "--grid", str(grid)]) == 0
+    assert seen["prefill_metrics"] == ["http://10.1.0.9:9090"]
+    assert seen["decode_metrics"] == ["http://10.1.0.4:9090", "http://10.1.0.5:9090"]

@@ -1,11 +1,13 @@
 """A vLLM worker's own families as run deltas (loadgen.worker_metrics), against expositions
 built with prometheus-client from vLLM 0.31.0's definitions: the phase histograms of
-`vllm/v1/metrics/loggers.py` (`PrometheusStatLogger`: `vllm:request_queue_time_seconds`,
-`..._prefill_...`, `..._decode_...` on `request_latency_buckets`, first bound 0.3 s;
-`vllm:time_to_first_token_seconds`), labelled `model_name` and `engine`, and NIXL's of
+`vllm/v1/metrics/loggers.py` (`PrometheusStatLogger`: `vllm:request_queue_time_seconds` L862,
+`..._prefill_...` L882, `..._decode_...` L892 on `request_latency_buckets`, first bound 0.3 s:
+`vllm/v1/metrics/buckets.py` L29-30; `vllm:time_to_first_token_seconds` L822), labelled
+`model_name` and `engine`, and NIXL's of
 `vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py` (`NixlPromMetrics`:
-`vllm:nixl_xfer_time_seconds` on buckets 0.005 .. 5.0 s, `vllm:nixl_bytes_transferred` on
-2 KiB .. 16 GiB powers of two, the counter `vllm:nixl_num_failed_transfers`). The Dynamo
+`vllm:nixl_xfer_time_seconds` L178 on buckets 0.005 .. 5.0 s, `vllm:nixl_bytes_transferred`
+L199 on 2 KiB .. 16 GiB powers of two, the counter `vllm:nixl_num_failed_transfers`
+L233-234). The Dynamo
 mocker exports none of the NIXL families and no prefill-side phases, hence the fixtures."""
 
 from collections.abc import Sequence

@@ -22,6 +22,8 @@ from stackmodel.validation import validate_config
 from steptime.calibration_profile import load_calibration_file
 from testbed.cli import app
 
+STATS = ("mean_ms", "p50_ms")
+"""The phase figures compared (simulator.phase_scores.PHASE_STATS)."""
 SMALL = {"prefix_kinds": [4], "concurrency": [3], "repetitions": 1, "requests_per_run": 12}
 EIGHT = "load.maxTokens=8"
 """The folders' output length, which the stack's differs from."""
@@ -91,6 +93,9 @@ def test_calibrate_writes_a_profile_a_node_class_can_name(measured: Path, tmp_pa
         "where it has fewer), as the fit times them (--fit-requests, --fit-repetitions; "
         "simulate --against takes every request)",
         "in-sample: ",
+        # TTFT phase by phase at the fitted figures, beside the measured
+        "TTFT phases after the fit: measured vs SIMULATED (in-sample)",
+        "phases after the fit: ",
         "calibrated on rtx-4090/Qwen/Qwen3-0.6B (vllm on dynamo 1.6.2, vllm workers); wrote ",
     ]
     assert [text.index(part) for part in order] == sorted(text.index(part) for part in order)
@@ -294,8 +299,31 @@ def test_simulate_against_a_measured_folder(
     assert summary["measuredIsSimulated"] is False and summary["warnings"] == []
     assert "itself simulated" not in text
     assert (out / "kv-routing" / "against" / "report.html").is_file()
-    assert (out / "kv-routing" / "against" / "table.txt").is_file()
+    table_txt = (out / "kv-routing" / "against" / "table.txt").read_text()
     assert sorted(p.name for p in measured.iterdir()) == before
+    # Phase by phase: both sides carry the frontend's timing and the workers per request.
+    assert summary["phaseNote"] is None
+    phases = {(v["phase"], v["stat"]): v for v in summary["phases"]}
+    assert set(phases) == {
+        *((p, s) for p in ("queue", "prefill_wait", "prefill", "residual") for s in STATS),
+        ("balance", "ratio"),
+        ("hit_efficacy", "ratio"),
+    }  # aggregated: no KV transfer leg
+    prefill = phases[("prefill", "mean_ms")]
+    assert 0 < prefill["simulated"] < prefill["measured"]  # the slower GPU's prefill leg
+    assert prefill["error"] == pytest.approx(prefill["simulated"] / prefill["measured"] - 1)
+    # The frontend's wait is its fixed cost on both sides: the same stack constant.
+    wait = phases[("prefill_wait", "p50_ms")]
+    assert wait["simulated"] == pytest.approx(wait["measured"])
+    # No network in either timing model: a residual of about 0 has no relative error.
+    assert abs(phases[("residual", "p50_ms")]["measured"]) < 0.1
+    assert phases[("residual", "p50_ms")]["error"] is None
+    assert "TTFT phases: measured vs SIMULATED" in text and "TTFT phases" in table_txt
+    # The router's load per worker, by rank (ids differ: Dynamo's measured, replicas' here).
+    (point,) = summary["workers"]
+    assert point["point"] == "K=4 c=3"
+    assert sum(point["measured"]["aggregated"]) == sum(point["simulated"]["aggregated"]) == 12
+    assert "K=4 c=3 requests per worker, measured / simulated: aggregated " in text
 
     both = CliRunner().invoke(app, [*args, "--concurrency", "4"])
     assert both.exit_code == 2
@@ -307,21 +335,46 @@ def test_simulate_against_a_measured_folder(
     assert "name only kv-routing" in two.output
 
 
+def _against(folder: Path, out: Path) -> tuple[str, dict[str, Any]]:
+    """``testbed simulate kv-routing --against folder`` as the folder ran (``--set`` its output
+    length) into ``out``: its output on one line and the comparison's summary.json."""
+    args = ["simulate", "kv-routing", "--against", str(folder), "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--set", EIGHT])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "kv-routing" / "against" / "summary.json").read_text())
+    return " ".join(result.output.split()), summary
+
+
+def test_simulate_against_a_folder_without_phases_says_so_once(
+    measured: Path, tmp_path: Path, grids: list[dict[str, Any]]
+) -> None:
+    """A folder measured before the frontend's timing was asked for (or of a server that is not
+    Dynamo): its points carry no phases; one line says so, the figures are still compared."""
+    summary_file = measured / "summary.json"
+    points = json.loads(summary_file.read_text())
+    summary_file.write_text(json.dumps([{**p, "phases": None} for p in points]))
+    text, summary = _against(measured, tmp_path / "sim")
+    note = (
+        f"{measured} has no TTFT phases (its requests carry no timing from a Dynamo frontend: "
+        "an older folder, or a server that is not Dynamo): compared on the figures only"
+    )
+    assert text.count(note) == 1
+    assert "TTFT phases: measured vs SIMULATED" not in text
+    assert (summary["phaseNote"], summary["phases"], summary["workers"]) == (note, [], [])
+    assert summary["values"] == 4
+
+
 def test_simulate_against_a_simulated_folder_says_so(
     simulated: Path, tmp_path: Path, grids: list[dict[str, Any]]
 ) -> None:
     """--against a folder testbed simulate wrote: one warning line, and summary.json says so."""
-    out = tmp_path / "sim"
-    args = ["simulate", "kv-routing", "--against", str(simulated), "--out", str(out)]
-    result = CliRunner().invoke(app, [*args, "--set", EIGHT])
-    assert result.exit_code == 0, result.output
+    text, summary = _against(simulated, tmp_path / "sim")
     warning = (
         f"--against {simulated} is itself simulated (its result.json says so), not measured: "
         "the comparison is of two simulations; compare against a folder testbed load or the "
         "load step wrote"
     )
-    assert f"warning: {warning}" in " ".join(result.output.split())
-    summary = json.loads((out / "kv-routing" / "against" / "summary.json").read_text())
+    assert f"warning: {warning}" in text
     assert summary["measuredIsSimulated"] is True
     assert summary["warnings"] == [warning]
     assert summary["values"] == 4

@@ -9,10 +9,13 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from measured_folder import timed_folder
 
 from configkeys.key_paths import parse_settings
+from loadgen.output import REQUESTS_FILE
+from loadgen.request import FRONTEND_FIELDS
 from simulator.calibration_checks import Calibration, calibrate
 from simulator.calibration_fit import Evaluator, Problem, read_target
 from stackmodel.config import StackConfig
@@ -41,9 +44,12 @@ def _small(cfg: StackConfig, grid: dict[str, object]) -> StackConfig:
     return cfg.model_copy(update={"load": load, "topology": topology})
 
 
-def _known(tmp: Path, truth: dict[str, float], grid: dict[str, object]) -> Calibration:
+def _known(
+    tmp: Path, truth: dict[str, float], grid: dict[str, object], *, timing: bool = True
+) -> Calibration:
     """A folder timed with ``truth`` (a profile on the stack's own GPU and model), calibrated
-    from the stack's figures on one process."""
+    from the stack's figures on one process; without ``timing`` its requests carry none of the
+    frontend's per-request figures (a folder of a server that is not Dynamo)."""
     plain = _small(load_stack("kv-routing", parse_settings([ROUND_ROBIN])).cfg, grid)
     profile = tmp / "truth.json"
     steps = {k: v for k, v in truth.items() if k != "request_overhead_s"}
@@ -61,6 +67,10 @@ def _known(tmp: Path, truth: dict[str, float], grid: dict[str, object]) -> Calib
     timed = _small(load_stack("kv-routing", parse_settings([ROUND_ROBIN, *keys])).cfg, grid)
     folder = tmp / "measured"
     timed_folder(folder, timed)
+    if not timing:
+        requests = pd.read_parquet(folder / REQUESTS_FILE)
+        requests[[f for f in FRONTEND_FIELDS if f in requests.columns]] = None
+        requests.to_parquet(folder / REQUESTS_FILE)
     (folder / "stack.json").write_text(json.dumps({"stack": "kv-routing"}))
     target = read_target(folder, validate_config("kv-routing", plain))
     with Evaluator(Problem([target], requests=None), workers=1) as evaluator:
@@ -122,3 +132,34 @@ def test_a_truth_outside_the_bounds_warns(tmp_path: Path) -> None:
     assert host.fitted
     assert math.isclose(host.value, 0.05, rel_tol=0.011)
     assert any(w.startswith("step_host_s ended at its upper bound 0.05") for w in found.warnings)
+
+
+def test_after_the_fit_every_phase_is_reported_beside_the_measured(tmp_path: Path) -> None:
+    """Known answer: at the fitted figures the simulated prefill leg is the measured one (the
+    frontend's wait is the fixed cost itself, the figure fitted), every phase of every point
+    reported; a folder without the frontend's timing gets one line instead."""
+    (tmp_path / "timed").mkdir()
+    (tmp_path / "bare").mkdir()
+    timed = _known(tmp_path / "timed", L40S, GRID)
+    phases = {(v.point, v.phase, v.stat): v for v in timed.phases}
+    assert {p for _, p, _ in phases} == {
+        "queue",
+        "prefill_wait",
+        "prefill",
+        "residual",
+        "balance",
+        "hit_efficacy",
+    }
+    for point in ("K=4 c=1", "K=4 c=2", "K=4 c=8"):
+        prefill = phases[(point, "prefill", "mean_ms")]
+        assert prefill.error is not None and abs(prefill.error) < 0.02, prefill
+        wait = phases[(point, "prefill_wait", "mean_ms")]
+        assert wait.measured == pytest.approx(L40S["request_overhead_s"] * 1e3)
+        assert wait.error is not None and abs(wait.error) < 0.02, wait
+    assert timed.phase_note is None
+    bare = _known(tmp_path / "bare", L40S, ONE_POINT, timing=False)
+    assert bare.phases == []
+    assert bare.phase_note is not None and bare.phase_note.endswith(
+        "has no TTFT phases (its requests carry no timing from a Dynamo frontend: an older "
+        "folder, or a server that is not Dynamo): compared on the figures only"
+    )

@@ -1,0 +1,49 @@
+"""The addresses of a namespace's running pods that match a label selector, in name order:
+``GET /api/v1/namespaces/{ns}/pods?labelSelector=`` and each pod's ``status.podIP`` and
+``status.phase`` (read as raw JSON, only these fields; a pod not ``Running`` or without an IP
+yet is left out)."""
+
+from __future__ import annotations
+
+import json
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kubeclient.client import KubeAccessError, api_client
+
+
+def running_pod_ips(
+    namespace: str,
+    selectors: list[str],
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> list[list[str]]:
+    """Per selector of ``selectors``, the IPs of its running pods in ``namespace`` (pods in name
+    order), through an API client configured as the stack's provider
+    (:func:`kubeclient.client.api_client`).
+
+    Raises:
+        KubeAccessError: no configuration, the API unreachable, or a list refused (one line).
+    """
+    core = client.CoreV1Api(api_client(kubeconfig, context))
+    out = []
+    for selector in selectors:
+        try:
+            response = core.list_namespaced_pod(
+                namespace, label_selector=selector, _preload_content=False
+            )
+            items = json.loads(response.data).get("items") or []
+        except ApiException as exc:
+            raise KubeAccessError(f"HTTP {exc.status} {exc.reason}") from None
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise KubeAccessError(" ".join(f"{type(exc).__name__}: {exc}".split())) from None
+        ips = []
+        for pod in sorted(items, key=lambda p: p["metadata"]["name"]):
+            status = pod.get("status") or {}
+            if status.get("phase") == "Running" and status.get("podIP"):
+                ips.append(status["podIP"])
+        out.append(ips)
+    return out
