@@ -10,20 +10,22 @@ hits are what the model's own KV-router stand-in put on it), turned into loadgen
 records (:func:`simulator.retime.timing_records`) and judged as a measured run is
 (:func:`loadgen.goodput.evaluate_run`, :func:`loadgen.goodput.evaluate_point`).
 
-Each client sends one warm-up request first, left out of the figures as loadgen's warm-up
-requests are: one prompt token (no prefill to speak of, nothing cached) and 1/C, 2/C, ... C/C of
-the output tokens, so that the clients enter the measured requests spread over one request's
-decode (the model is deterministic: identical requests sent at once would otherwise stay in
-lockstep for the whole run, every prefill in one step, which no real server shows); then the
-workload's ``requestsPerRun`` (at least :data:`MEASURED_PER_CLIENT` per client), each on one of
-the prefix kinds, drawn with the workload's seed.
+A run starts as loadgen starts one (``loadgen.loops.run_share``): its warm-up first
+(``LoadConfig.warmup_count``, one request per client unless ``warmupRequests`` says otherwise,
+shaped as the measured ones but on prefixes of their own, as ``loadgen.plan.share_for_run``
+builds them with another salt), a closed loop of the run's clients, all awaited; then the
+measured requests, all the clients starting at once (``loadgen.loops.run_closed_loop`` gathers
+its slots at once) on engines idle again (:func:`simulator.timing_model.simulate_run`'s
+``warmup``). The measured requests are the workload's ``requestsPerRun`` (at least
+:data:`MEASURED_PER_CLIENT` per client), each on one of the prefix kinds, drawn with the
+workload's seed; the warm-up's are left out of the figures, as loadgen leaves them out.
 
 A load *holds* when, at every prefix-kinds value of the workload, the point meets the SLO
-(:attr:`loadgen.goodput.PointAttainment.slo_met`) and no request failed (an OOMKill of a
+(:attr:`loadgen.results.PointAttainment.slo_met`) and no request failed (an OOMKill of a
 host-buffering worker fails requests). :func:`highest_load` doubles the concurrency from 1
 until a load fails (or :data:`CLIENTS_PER_GPU` clients per GPU of the cluster), then bisects to
-within 1/:data:`RESOLUTION` of the load (an eighth: a few percent of goodput): it takes the SLO
-to hold below the highest load that holds, as a queue's latency grows with load.
+within 1/:data:`RESOLUTION` of the load: it takes the SLO to hold below the highest load that
+holds, as a queue's latency grows with load.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from loadgen.config import LoadConfig
-from loadgen.goodput import PointAttainment, evaluate_point, evaluate_run
-from loadgen.results import RunSummary
+from loadgen.goodput import evaluate_point, evaluate_run
+from loadgen.results import PointAttainment, RunSummary
 from loadgen.slo import Slo
 from loadgen.stats import summarize_run
 from simulator.retime import timing_records
@@ -44,30 +46,30 @@ from simulator.timing_model import RunTopology, SimRequest, TimingConstants, sim
 CLIENTS_PER_GPU = 64
 """The most concurrency the search tries, per GPU of the cluster (512 on one 8-GPU node)."""
 
-RESOLUTION = 8
-"""The bisection stops within 1/RESOLUTION of the highest load that holds (or at 1 client)."""
+RESOLUTION = 32
+"""The bisection stops within 1/RESOLUTION of the highest load that holds (or at 1 client):
+exact to the client below 32 clients, and at most ~3% low above, so a candidate's figures
+(which grow about as fast as its load, or slower) are at most ~3% below those at its true
+highest load, well inside the margin a ratio claim must clear (``recommend.claims``: 25%)."""
 
 MEASURED_PER_CLIENT = 2
 """The fewest measured requests per client of a run."""
 
 
-def workload_requests(load: LoadConfig, kinds: int, concurrency: int) -> list[SimRequest]:
-    """One run's requests (the module docstring): the ``concurrency`` warm-up requests first
-    (one prompt token, no prefix, 1/C ... C/C of the output tokens), then the measured ones on
-    prefix ids ``0..kinds-1``."""
-    out = load.max_tokens
+def workload_requests(
+    load: LoadConfig, kinds: int, concurrency: int
+) -> tuple[list[SimRequest], int]:
+    """One run's requests (the module docstring) and how many of them, first, are its warm-up:
+    the warm-up on prefix ids ``kinds..2 * kinds - 1``, then the measured requests on prefix
+    ids ``0..kinds-1``."""
+    warmup = load.warmup_count(concurrency)
     measured = max(load.requests_per_run, MEASURED_PER_CLIENT * concurrency)
     pick = random.Random(f"{load.seed}:recommend:{kinds}:{concurrency}")
-    warmup = [
-        SimRequest(i, kinds + i, 0, 1, 0, max(1, out * (i + 1) // concurrency))
-        for i in range(concurrency)
-    ]
-    return warmup + [
-        SimRequest(
-            concurrency + i, pick.randrange(kinds), load.prefix_tokens, load.prompt_tokens, 0, out
-        )
-        for i in range(measured)
-    ]
+    shape = (load.prefix_tokens, load.prompt_tokens, 0, load.max_tokens)
+    warm = [SimRequest(i, kinds + pick.randrange(kinds), *shape) for i in range(warmup)]
+    return warm + [
+        SimRequest(warmup + i, pick.randrange(kinds), *shape) for i in range(measured)
+    ], warmup
 
 
 @dataclass(frozen=True)
@@ -127,9 +129,11 @@ class LoadRunner:
     def run(self, kinds: int, concurrency: int) -> KindsPoint:
         """One run at ``kinds`` prefix kinds and ``concurrency`` clients."""
         self.runs += 1
-        requests = workload_requests(self.load, kinds, concurrency)
-        timing = simulate_run(self.topology, self.constants, requests, concurrency, model_hits=True)
-        records = timing_records(timing, requests, 0.0)[concurrency:]
+        requests, warmup = workload_requests(self.load, kinds, concurrency)
+        timing = simulate_run(
+            self.topology, self.constants, requests, concurrency, model_hits=True, warmup=warmup
+        )
+        records = timing_records(timing, requests, 0.0)[warmup:]
         summary = summarize_run(records, prefix_kinds=kinds, concurrency=concurrency, repetition=0)
         attained = evaluate_run(records, self.slo, concurrency=concurrency)
         point = evaluate_point([attained], self.slo, gpus=self.gpus)
