@@ -24,11 +24,13 @@ from recommend.space import HOST_TCP, Candidate, GroupShape
 
 
 def _result(key: str, rank: int, goodput: float, per_user: float, **p99: float) -> Result:
-    role = "prefill" if key.startswith("d") else "aggregated"
-    groups = (GroupShape(role, "gpu-24gb", 1),)
-    if role == "prefill":
-        groups += (GroupShape("decode", "gpu-24gb", 1),)
-    candidate = Candidate(groups, transport=HOST_TCP if role == "prefill" else None, key=key)
+    disaggregated = key.startswith("d")
+    groups = (
+        (GroupShape("prefill", "gpu-24gb", 1), GroupShape("decode", "gpu-24gb", 1))
+        if disaggregated
+        else (GroupShape("aggregated", "gpu-24gb", 1),)
+    )
+    candidate = Candidate(groups, transport=HOST_TCP if disaggregated else None, key=key)
     best = Figures(
         concurrency=8,
         goodput_tokens_per_s_per_gpu=goodput,
