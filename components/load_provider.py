@@ -14,6 +14,7 @@ registration after the graph.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -151,10 +152,13 @@ def register_load_step(
     opts: pulumi.ResourceOptions | None = None,
     *,
     held: bool = False,
+    memory_floors: Mapping[str, int] | None = None,
 ) -> LoadStep:
     """Register the step after the graph: it depends on every workload (the DGD, which Pulumi
     awaits until Ready, or the vllm-service Deployments) and on the frontend Service. ``held``:
-    it waits for its address and runs nothing (:func:`loadstep.inputs.missing_address`).
+    it waits for its address and runs nothing (:func:`loadstep.inputs.missing_address`);
+    ``memory_floors``: the worker groups' memory floors (bytes, the sizing's), drawn beside
+    their pods' memory.
 
     The URL is ``load.url``, else built from the Service once created (its assigned
     ``spec.ports[0].nodePort`` with ``load.nodeAddress``, or its LoadBalancer ingress); the
@@ -173,6 +177,7 @@ def register_load_step(
         url=cfg.load.url,
         kube_context=kubernetes.get("context"),
         held=held,
+        memory_floors=memory_floors,
     )
     url: pulumi.Output[str | None] | None = None
     if cfg.load.url is None and cfg.load.runner == "local":

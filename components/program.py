@@ -36,7 +36,7 @@ from components.load_provider import LoadStep, register_load_step
 from components.platform_component import DynamoPlatform
 from incluster.manifests import rbac_entry as load_rbac_entry
 from loadstep.comparison import baseline_note, comparison_output
-from loadstep.inputs import held_reason, topology_fingerprint
+from loadstep.inputs import held_reason, memory_floors, topology_fingerprint
 from manifests.graph import (
     dgd_manifest,
     frontend_service_manifest,
@@ -773,7 +773,14 @@ def deploy(
         pulumi.log.warn(f"stack '{stack}': load step {held}")
     fingerprint = topology_fingerprint(workloads, service)
     step = register_load_step(
-        cfg, stack, graph, topology, resources, fingerprint, held=held is not None
+        cfg,
+        stack,
+        graph,
+        topology,
+        resources,
+        fingerprint,
+        held=held is not None,
+        memory_floors=memory_floors(plan),
     )
     export_load_step(cfg, step, resources, held)
 

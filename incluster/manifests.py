@@ -299,6 +299,7 @@ LOAD_STEP_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["get", "list"]},
 )
 """What the in-cluster load step does with the user's credentials, in the stack's namespace
 only (:mod:`incluster.runtime`): create, read, list (its stack's leftover Jobs) and delete its
@@ -308,8 +309,15 @@ resource of its own that a ``jobs`` rule does not cover: Kubernetes 1.34
 and barrier Service, read the frontend Service (the owner of the run's objects: its ``uid``),
 list and watch pods (its own, and the graph's for incidents: :mod:`kubeclient.pod_watch`) and
 read their logs; create pods (the load pod's server-side dry run before the Job, and the
-KV-path probe's two pods: :mod:`incluster.probe`) and delete them. A test runs the step against
-a fake API that allows exactly these rules."""
+KV-path probe's two pods: :mod:`incluster.probe`) and delete them; and read the worker pods'
+memory from the metrics API (:mod:`kubeclient.pod_memory`). That last one is what RBAC checks
+for ``GET /apis/metrics.k8s.io/v1beta1/namespaces/<ns>/pods``: the resource ``pods`` of API group
+``metrics.k8s.io`` (not a ``pods/metrics`` subresource of the core group), as metrics-server's
+own ``system:aggregated-metrics-reader`` ClusterRole grants it (kubernetes-sigs/metrics-server
+``manifests/base/rbac.yaml`` L3-13: apiGroups ``metrics.k8s.io``, resources ``pods`` and
+``nodes``, verbs get, list, watch; aggregated into view, edit and admin); the step lists and
+never watches, and reads no node. A test runs the step against a fake API that allows exactly
+these rules."""
 
 
 def load_step_role(namespace: str) -> dict[str, Any]:

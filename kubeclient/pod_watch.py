@@ -24,17 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from kubeclient.client import KubeAccessError, api_client
+from kubeclient.reader import NamespaceReader, ReaderAccess
 from loadgen.incidents import Incident, IncidentKind
 from loadgen.observers import GridObserver
 
@@ -165,7 +164,7 @@ def pod_incidents(
     return found
 
 
-class PodWatch(GridObserver):
+class PodWatch(NamespaceReader, GridObserver):
     """Watch the pods of `namespace` (optionally only those matching `label_selector`) while
     the block runs: `with PodWatch(...) as pods: run_grid(..., observers=[pods])`.
 
@@ -181,25 +180,16 @@ class PodWatch(GridObserver):
         self,
         namespace: str,
         *,
-        kubeconfig: str | None = None,
-        context: str | None = None,
-        label_selector: str | None = None,
         window_s: int = WATCH_WINDOW_S,
+        **access: Unpack[ReaderAccess],
     ) -> None:
-        self.namespace = namespace
+        super().__init__(namespace, join_s=window_s + START_TIMEOUT_S, **access)
         self.window_s = window_s
-        self.kubeconfig = kubeconfig
-        self.context = context
-        self.label_selector = label_selector
         self.resumes = 0
         self.relists = 0
         self._pods: dict[str, dict[str, Any]] = {}
         self._reported: set[str] = set()
         self._incidents: list[Incident] = []
-        self._problem: str | None = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._api: client.CoreV1Api | None = None
 
     def __enter__(self) -> PodWatch:
@@ -209,21 +199,8 @@ class PodWatch(GridObserver):
         except KubeAccessError as exc:
             self._problem = str(exc)
             return self
-        self._thread = threading.Thread(
-            target=self._watch, args=(version,), name=f"pod-watch-{self.namespace}", daemon=True
-        )
-        self._thread.start()
+        self._start("pod-watch", self._watch, version)
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.window_s + START_TIMEOUT_S)
 
     def incidents(self) -> list[Incident]:
         """The incidents seen so far, in the order they arrived."""

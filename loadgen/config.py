@@ -4,6 +4,7 @@ The same model is the `load:` section of a Pulumi stack config, so its fields ha
 aliases (`prefixKinds`, `requestsPerRun`, ...) and unknown keys are rejected.
 """
 
+import random
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Self
@@ -54,6 +55,50 @@ class Arrival(StrEnum):
 
 PositiveInt = Annotated[int, Field(gt=0)]
 
+WEIGHTS_TOLERANCE = 1e-6
+"""How far a length distribution's weights may sum from 1."""
+
+
+class Lengths(BaseModel):
+    """Token lengths drawn per request: one of `values`, with the probabilities `weights`
+    (one per value, summing to 1; default: each value equally likely). Raises
+    `pydantic.ValidationError` on weights of another count or sum."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    values: list[PositiveInt] = Field(min_length=1, description="Lengths in tokens (each > 0).")
+    weights: list[Annotated[float, Field(gt=0)]] | None = Field(
+        default=None,
+        description="Probability of each value (> 0, summing to 1); default: equal.",
+    )
+
+    @model_validator(mode="after")
+    def _check_weights(self) -> Self:
+        if self.weights is None:
+            return self
+        if len(self.weights) != len(self.values):
+            raise ValueError(
+                f"{len(self.weights)} weights for {len(self.values)} values: give one weight "
+                "per value, or drop weights for equal ones"
+            )
+        total = sum(self.weights)
+        if abs(total - 1.0) > WEIGHTS_TOLERANCE:
+            raise ValueError(
+                f"weights sum to {total:g}, not 1: give each value's probability (e.g. "
+                f"{[round(w / total, 3) for w in self.weights]})"
+            )
+        return self
+
+    @property
+    def mean(self) -> float:
+        """The expected length (tokens)."""
+        weights = self.weights or [1 / len(self.values)] * len(self.values)
+        return sum(v * w for v, w in zip(self.values, weights, strict=True))
+
+    def draw(self, rng: random.Random, n: int) -> list[int]:
+        """`n` lengths drawn with `rng` (`random.choices`: one number per draw)."""
+        return rng.choices(self.values, weights=self.weights, k=n)
+
 
 class LoadConfig(BaseModel):
     """The grid (prefix kinds x concurrency x repetitions), the workload, and the client settings.
@@ -103,6 +148,16 @@ class LoadConfig(BaseModel):
         default=64,
         description="max_tokens sent with every request (the seed does not state its own).",
     )
+    prompt_lengths: Lengths | None = Field(
+        default=None,
+        description="Prompt lengths drawn per request ({values, weights}, tokens); "
+        "promptTokens is then their mean, and the shared prefix prefixShare of the shortest.",
+    )
+    output_lengths: Lengths | None = Field(
+        default=None,
+        description="max_tokens drawn per request ({values, weights}); maxTokens is then "
+        "their mean.",
+    )
     api: Api = Field(default=Api.CHAT, description="Endpoint: chat or completions.")
     arrival: Arrival = Field(default=Arrival.CLOSED, description="closed loop or poisson.")
     request_rate: Annotated[float, Field(gt=0)] | None = Field(
@@ -139,6 +194,7 @@ class LoadConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Self:
+        self._set_means()
         if self.slo is not None:
             self.slo.check_outputs(self.max_tokens)
         if self.arrival is Arrival.POISSON and self.request_rate is None:
@@ -156,6 +212,37 @@ class LoadConfig(BaseModel):
                 )
         return self
 
+    def _set_means(self) -> None:
+        """`promptTokens` / `maxTokens` as the mean of their distribution when one is given
+        (refused when set to another value)."""
+        for lengths, field, key in (
+            (self.prompt_lengths, "prompt_tokens", "promptTokens"),
+            (self.output_lengths, "max_tokens", "maxTokens"),
+        ):
+            if lengths is None:
+                continue
+            mean = max(1, round(lengths.mean))
+            if field in self.model_fields_set and getattr(self, field) != mean:
+                distribution = "promptLengths" if field == "prompt_tokens" else "outputLengths"
+                raise ValueError(
+                    f"{key}={getattr(self, field)} with {distribution} (mean {mean}): drop "
+                    f"{key} (it is the distribution's mean) or set it to {mean}"
+                )
+            setattr(self, field, mean)
+
+    def request_lengths(self, n: int, salt: str) -> list[tuple[int, int]]:
+        """(prompt tokens, max_tokens) of each of a run's `n` requests: `promptTokens` and
+        `maxTokens`, or drawn from `promptLengths` / `outputLengths`, each with its own
+        `random.Random` seeded by the seed and `salt` (the run), so the same run always gets
+        the same lengths and a prompt's length does not depend on whether outputs are drawn."""
+        prompts = [self.prompt_tokens] * n
+        outputs = [self.max_tokens] * n
+        if self.prompt_lengths is not None:
+            prompts = self.prompt_lengths.draw(random.Random(f"{self.seed}:{salt}:prompts"), n)
+        if self.output_lengths is not None:
+            outputs = self.output_lengths.draw(random.Random(f"{self.seed}:{salt}:outputs"), n)
+        return list(zip(prompts, outputs, strict=True))
+
     def pool_size(self, concurrency: int) -> int:
         """Connections in the HTTP pool for a run at `concurrency` (>= the requests in flight)."""
         return self.max_connections if self.max_connections is not None else concurrency
@@ -166,14 +253,26 @@ class LoadConfig(BaseModel):
         return concurrency if self.warmup_requests is None else self.warmup_requests
 
     @property
+    def shortest_prompt_tokens(self) -> int:
+        """The shortest prompt: `promptTokens`, or the smallest of `promptLengths`."""
+        return min(self.prompt_lengths.values) if self.prompt_lengths else self.prompt_tokens
+
+    @property
     def prefix_tokens(self) -> int:
-        """Tokens of the shared prefix: round(prompt_tokens x prefix_share)."""
-        return round(self.prompt_tokens * self.prefix_share)
+        """Tokens of the shared prefix: round(prompt_tokens x prefix_share); with
+        `promptLengths`, of the shortest prompt, so that every prompt holds it."""
+        return round(self.shortest_prompt_tokens * self.prefix_share)
 
     @property
     def suffix_tokens(self) -> int:
-        """Tokens of the unique suffix: prompt_tokens - prefix_tokens."""
+        """Tokens of the unique suffix: prompt_tokens - prefix_tokens (with `promptLengths`,
+        the mean's)."""
         return self.prompt_tokens - self.prefix_tokens
+
+    @property
+    def shortest_suffix_tokens(self) -> int:
+        """Tokens of the shortest unique suffix: the shortest prompt minus the prefix."""
+        return self.shortest_prompt_tokens - self.prefix_tokens
 
 
 class ReadyCheck(BaseModel):

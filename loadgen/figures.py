@@ -26,6 +26,7 @@ import pandas as pd
 
 from loadgen.incidents import Incident, describe
 from loadgen.intervals import SLO_METRICS
+from loadgen.memory import PodMemory, pods_in
 from loadgen.phases import PHASES
 from loadgen.results import WIDE_INTERVAL, GridResult, PointSummary
 from loadgen.results_folder import LoadedResults
@@ -37,7 +38,8 @@ WIDE_RANGE = 20.0
 
 SIDES = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 """The results' labels, in the order given."""
-Style = Literal["line", "step", "points", "failures", "bar", "span"]
+Style = Literal["line", "step", "points", "failures", "bar", "span", "level"]
+GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ class Series:
     ("A", "B", ...); `dash`: the line style and marker (the concurrency's rank in a grid
     figure); `style`: `line` (grid metrics), `bar` (a grid of one point: one bar per result at
     x = its rank), `step` (a CDF), `points` (request TTFTs on a timeline), `failures` (failed
-    requests). `y_low` / `y_high`: a `line`'s or `bar`'s error bars, one per point (the grid
+    requests), `level` (a horizontal line across the panel at `y[0]`: a limit,
+    a floor). `y_low` / `y_high`: a `line`'s or `bar`'s error bars, one per point (the grid
     point's interval, `PointSummary.intervals`; equal to `y` where a point has none), or ()
     for none at all. `span`: one segment of a
     waterfall per y, from `x` for `widths`."""
@@ -455,6 +458,49 @@ def timeline_figure(side: str, result: LoadedResults, colors: dict[int, int]) ->
     )
 
 
+def _memory_panel(side: str, pod: PodMemory, result: LoadedResults, grid: GridResult) -> Panel:
+    """One worker pod's panel of `memory_figure`."""
+    at_s = tuple((s.at - grid.started_at).total_seconds() for s in pod.samples)
+    series = [
+        Series("working set", side, 0, at_s, tuple(s.bytes / GIB for s in pod.samples), "line")
+    ]
+    if pod.limit_bytes is not None:
+        series.append(Series("limit", side, -1, (), (pod.limit_bytes / GIB,), "level", dash=1))
+    if pod.floor_bytes is not None:
+        floor = (pod.floor_bytes / GIB,)
+        series.append(Series("floor (sizing)", side, 1, (), floor, "level", dash=2))
+    own = [incident for incident in result.incidents if incident.instance == pod.pod]
+    return Panel(
+        f"{side}: {pod.pod} ({pod.component})", "seconds since the grid started",
+        "memory (GiB)", tuple(series), y_from_zero=True, bands=_bands(grid),
+        marks=_marks(own, grid),
+    )  # fmt: skip
+
+
+def memory_figure(side: str, result: LoadedResults) -> Figure | None:
+    """One panel per worker pod of `memory.json` (`loadgen.memory`) with readings: its working
+    set (GiB) at each reading's timestamp, in seconds since the grid started; its memory limit
+    (red, dashed) and its worker group's memory floor from the sizing (dotted) as horizontal
+    lines; the runs' windows as bands; the pod's own incidents (an OOMKill, a restart) as
+    vertical lines. None without readings or without the grid's start (`result.json`)."""
+    grid = result.grid
+    pods = pods_in(result.memory)
+    if grid is None or not pods:
+        return None
+    return Figure(
+        key=f"memory-{side.lower()}",
+        title=f"Worker memory of {side} ({result.name})",
+        caption="Each worker pod's memory working set as the metrics API served it "
+        "(metrics.k8s.io, metrics-server: one reading per its resolution, 15 s by default; "
+        "docs/metrics.md, Pod memory), its memory limit, and its worker group's memory floor "
+        "from the stack's sizing; shaded bands are the runs, vertical lines the pod's "
+        "incidents (an OOMKill among them).",
+        panels=tuple(_memory_panel(side, pod, result, grid) for pod in pods),
+        columns=1,
+        share_x=True,
+    )
+
+
 PHASE_LABELS = {
     "queue": "client queue",
     "prefill_wait": "prefill wait",
@@ -525,7 +571,8 @@ def report_figures(results: Sequence[LoadedResults]) -> list[Figure]:
     """Every figure of the report for one or more results (A, B, C, ...), in report order:
     TTFT p50/p99, requests/s and cached-token ratio, the latency tails (ITL p50/p99, TPOT
     p99, E2E p50/p99), goodput and attainment where a point was judged against an SLO, the
-    TTFT CDFs, one timeline per result.
+    TTFT CDFs, one timeline per result, one figure of its worker pods' memory per result that
+    has it, the TTFT waterfall where a result has phases.
 
     Raises ValueError for no result or more than `SIDES` (26)."""
     if not 1 <= len(results) <= len(SIDES):
@@ -542,5 +589,6 @@ def report_figures(results: Sequence[LoadedResults]) -> list[Figure]:
         *([grid_figure("goodput", "Against the SLO", GOODPUT_METRICS, results)] if judged else []),
         cdf_figure(results),
         *(timeline_figure(side, r, colors) for side, r in zip(SIDES, results, strict=False)),
+        *(f for side, r in zip(SIDES, results, strict=False) if (f := memory_figure(side, r))),
         *([] if (waterfall := waterfall_figure(results)) is None else [waterfall]),
     ]

@@ -90,6 +90,8 @@ def _draw_series(ax: Axes, s: Series) -> None:
         ax.scatter([*s.x, *s.x], [*s.y_low, *s.y_high], s=30, color=bar_color, marker="_")
     elif s.style == "step":
         ax.step(s.x, s.y, where="post", color=color, label=s.label)
+    elif s.style == "level":
+        ax.axhline(s.y[0], color=color, linestyle=line, linewidth=1.2, label=s.label)
     elif s.style == "span":
         ax.barh(s.y, s.widths, left=s.x, color=color, label=s.label, height=0.6)
     elif s.style == "points":
@@ -149,8 +151,8 @@ def _draw_panel(ax: Axes, panel: Panel) -> None:
 def draw(figure: Figure) -> MplFigure:
     """A matplotlib figure of `figure`'s panels, `figure.columns` per row."""
     rows = -(-len(figure.panels) // figure.columns)
-    if figure.key.startswith("timeline"):
-        size = TIMELINE_SIZE_IN
+    if figure.key.startswith(("timeline", "memory")):  # one long time axis per row
+        size = (TIMELINE_SIZE_IN[0], TIMELINE_SIZE_IN[1] * rows)
     else:
         size = (PANEL_SIZE_IN[0] * min(figure.columns, 3), PANEL_SIZE_IN[1] * rows)
         if figure.columns > 3:  # narrower panels for wide grids (the seed's 4 prefix kinds)
@@ -251,6 +253,8 @@ def _facts(result: LoadedResults) -> list[tuple[str, str]]:
         ]
     if result.status:
         facts.append(("load step", f"{result.status.get('state')}: {result.status.get('message')}"))
+    if result.memory is not None and result.memory.unavailable is not None:
+        facts.append(("worker memory", f"not sampled: {result.memory.unavailable}"))
     return facts
 
 

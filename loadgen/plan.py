@@ -25,6 +25,12 @@ def grid_keys(config: LoadConfig) -> list[tuple[int, int, int]]:
     ]
 
 
+def run_salt(key: tuple[int, int, int]) -> str:
+    """What seeds run `key`'s prompts and lengths besides the grid's seed: "k2-c4-r1"."""
+    kinds, conc, rep = key
+    return f"k{kinds}-c{conc}-r{rep}"
+
+
 def run_label(key: tuple[int, int, int]) -> str:
     """How warnings name a run: "K=2 c=4 rep 1"."""
     return f"K={key[0]} c={key[1]} rep {key[2]}"
@@ -40,28 +46,42 @@ def share_for_run(
 ) -> Share:
     """The whole of run `key` = (prefix kinds, concurrency, repetition) as one `Share` against
     `url` (a `base_url`): its `config.requests_per_run` prompts salted by the key (so no earlier
-    run sent their prefixes: `loadgen.runner`'s module docstring), its warm-up prompts (another
-    salt; `warmup_requests`, default one per stream) and the Poisson seed of the repetition.
+    run sent their prefixes: `loadgen.runner`'s module docstring), each at its length
+    (`LoadConfig.request_lengths`: fixed, or drawn), its warm-up prompts (another salt, the
+    mean lengths; `warmup_requests`, default one per stream) and the Poisson seed of the
+    repetition.
     `prompts_from`: a cache shared with other grids that send the same prompts (else they
     are built here)."""
     kinds, conc, rep = key
-    salt = f"k{kinds}-c{conc}-r{rep}"
-    shape = dict(
-        prefix_kinds=kinds,
-        prefix_tokens=config.prefix_tokens,
-        suffix_tokens=config.suffix_tokens,
-        seed=config.seed,
-    )
+    salt = run_salt(key)
+    prefix = config.prefix_tokens
+    lengths = config.request_lengths(config.requests_per_run, salt)
+    shape = dict(prefix_kinds=kinds, prefix_tokens=prefix, seed=config.seed)
     build = build_prompts if prompts_from is None else prompts_from.build
-    prompts = build(sizer, n=config.requests_per_run, salt=salt, **shape)
-    warmup = build(sizer, n=config.warmup_count(conc), salt=f"warmup-{salt}", **shape)
+    prompts = build(
+        sizer,
+        n=config.requests_per_run,
+        salt=salt,
+        suffix_tokens=[p - prefix for p, _ in lengths],
+        **shape,
+    )
+    warmup = build(
+        sizer,
+        n=config.warmup_count(conc),
+        salt=f"warmup-{salt}",
+        suffix_tokens=config.suffix_tokens,
+        **shape,
+    )
     return Share(
         url=url,
         path=API_PATHS[config.api],
         config=config,
         concurrency=conc,
         warmup=[request_body(config.api, model, p.text, config.max_tokens) for p in warmup],
-        bodies=[request_body(config.api, model, p.text, config.max_tokens) for p in prompts],
+        bodies=[
+            request_body(config.api, model, p.text, out)
+            for p, (_, out) in zip(prompts, lengths, strict=True)
+        ],
         records=[RequestRecord(index=i, prefix_id=p.prefix_id) for i, p in enumerate(prompts)],
         arrival_seed=f"{config.seed}:arrivals:{rep}",
     )

@@ -10,6 +10,7 @@ import hashlib
 import math
 import os
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -160,15 +161,17 @@ def build_prompts(
     n: int,
     prefix_kinds: int,
     prefix_tokens: int,
-    suffix_tokens: int,
+    suffix_tokens: int | Sequence[int],
     seed: int,
     salt: str,
 ) -> list[Prompt]:
-    """`n` prompts: one of `prefix_kinds` shared prefixes + a unique suffix, in tokens.
+    """`n` prompts: one of `prefix_kinds` shared prefixes + a unique suffix, in tokens
+    (`suffix_tokens`: every suffix's length, or one per prompt).
 
     The prefix ends with a blank line so its last token does not merge with the suffix.
     Deterministic for (seed, salt); a different salt gives unrelated prefixes.
     """
+    suffixes = [suffix_tokens] * n if isinstance(suffix_tokens, int) else list(suffix_tokens)
     prefixes = [
         sizer.make_text(random.Random(f"{seed}:{salt}:prefix:{k}"), prefix_tokens)
         for k in range(prefix_kinds)
@@ -177,7 +180,7 @@ def build_prompts(
     prompts = []
     for i in range(n):
         k = pick.randrange(prefix_kinds)
-        suffix = sizer.make_text(random.Random(f"{seed}:{salt}:suffix:{i}"), suffix_tokens)
+        suffix = sizer.make_text(random.Random(f"{seed}:{salt}:suffix:{i}"), suffixes[i])
         text = f"{prefixes[k]}\n\n{suffix}" if prefixes[k] else suffix
         prompts.append(Prompt(text, k))
     return prompts
@@ -222,12 +225,13 @@ class PromptCache:
         n: int,
         prefix_kinds: int,
         prefix_tokens: int,
-        suffix_tokens: int,
+        suffix_tokens: int | Sequence[int],
         seed: int,
         salt: str,
     ) -> list[Prompt]:
         """:func:`build_prompts` of these arguments (a new list; the prompts are frozen)."""
-        shape = (n, prefix_kinds, prefix_tokens, suffix_tokens, seed, salt)
+        suffixes = suffix_tokens if isinstance(suffix_tokens, int) else tuple(suffix_tokens)
+        shape = (n, prefix_kinds, prefix_tokens, suffixes, seed, salt)
         key = (self._sizer_key(sizer), *shape)
         prompts, handed = self._built.get(key, ([], 0))
         if not handed:

@@ -13,6 +13,7 @@ required; every other file is optional and read when present:
 - `incidents.json`: a list of `Incident` (`loadgen.incidents`), else `GridResult.incidents`;
 - `step.json`: the load step's inputs (stack name, topology fingerprint, URL, grid);
 - `stack.json`: the stack and its workers' resources (`testbed simulate`, the load step);
+- `memory.json`: the worker pods' memory over the load step (`loadgen.memory`);
 - `status.json`: the load step's status (ok / degraded / failed).
 """
 
@@ -22,14 +23,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from loadgen.config import Arrival, LoadConfig, error_message
 from loadgen.goodput import judge_points
 from loadgen.incidents import INCIDENTS_FILE, Incident
+from loadgen.memory import MEMORY_FILE, MemoryRecord
 from loadgen.output import REQUESTS_FILE, RESULT_FILE, runs_of_frame
 from loadgen.report import SUMMARY_FILE, load_points
 from loadgen.results import GridResult, PointSummary
@@ -44,6 +46,7 @@ REQUEST_KEY = ["prefix_kinds", "concurrency", "repetition", "index"]
 """The columns that name one request across `requests.parquet` files."""
 
 _INCIDENTS = TypeAdapter(list[Incident])
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ class LoadedResults:
     parent's and its own for the load step's `<stack>/<UTC time>/`); `requests` has one row
     per request (empty with
     no `requests.parquet`); `incidents` are in time order; `stack`, `step` and `status` are
-    `stack.json`, `step.json` and `status.json` as read ({} when absent).
+    `stack.json`, `step.json` and `status.json` as read ({} when absent); `memory` is
+    `memory.json` (None when absent).
     """
 
     path: Path
@@ -66,6 +70,7 @@ class LoadedResults:
     step: dict[str, Any] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     stack: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryRecord | None = None
 
     @property
     def started_at(self) -> datetime | None:
@@ -113,14 +118,19 @@ def _first_error(path: Path, exc: ValidationError) -> ValueError:
     return ValueError(f"{path} is not in the expected shape ({where}: {error_message(first)})")
 
 
-def _grid(path: Path) -> GridResult | None:
+def _validated(path: Path, model: type[M]) -> M | None:
+    """The `model` in JSON file `path`, None when absent. Raises ValueError (one line)."""
     data = _json_file(path)
     if data is None:
         return None
     try:
-        return GridResult.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise _first_error(path, exc) from None
+
+
+def _grid(path: Path) -> GridResult | None:
+    return _validated(path, GridResult)
 
 
 def _incidents(path: Path, grid: GridResult | None) -> list[Incident]:
@@ -202,4 +212,5 @@ def load_results(folder: Path) -> LoadedResults:
         step=step,
         status=_json_file(folder / STATUS_FILE) or {},
         stack=stack,
+        memory=_validated(folder / MEMORY_FILE, MemoryRecord),
     )

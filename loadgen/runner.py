@@ -10,6 +10,7 @@ server without priming the measured prefixes. No cache-reset endpoint is used.
 import asyncio
 import contextlib
 import logging
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -34,7 +35,7 @@ from loadgen.output import (
     records_from_frame,
 )
 from loadgen.output_tokens import count_output_tokens
-from loadgen.plan import calibrate_word_sizer, grid_keys, run_label, share_for_run
+from loadgen.plan import calibrate_word_sizer, grid_keys, run_label, run_salt, share_for_run
 from loadgen.prompts import (
     PromptCache,
     TextSizer,
@@ -309,6 +310,12 @@ def _outage_notes(lost: Sequence[str], remeasured: bool) -> list[str]:
     ]
 
 
+def planned_prompt_tokens(config: LoadConfig, key: tuple[int, int, int]) -> int:
+    """The mean prompt length run `key` was built to (`LoadConfig.request_lengths`)."""
+    lengths = config.request_lengths(config.requests_per_run, run_salt(key))
+    return round(statistics.fmean(p for p, _ in lengths))
+
+
 def measured_run(
     config: LoadConfig,
     key: tuple[int, int, int],
@@ -338,9 +345,9 @@ def measured_run(
         client_cpu_s=done.cpu_s,
         offered_rate_per_s=config.request_rate if config.arrival is Arrival.POISSON else None,
         pool_size=config.pool_size(conc),
-        unique_suffix_tokens=config.suffix_tokens,
-        max_tokens=config.max_tokens,
-        planned_prompt_tokens=config.prompt_tokens,
+        unique_suffix_tokens=config.shortest_suffix_tokens,
+        max_tokens=None if config.output_lengths else config.max_tokens,
+        planned_prompt_tokens=planned_prompt_tokens(config, key),
     )
     summary = summary.model_copy(
         update={

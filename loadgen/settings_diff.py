@@ -24,6 +24,8 @@ SETTING_EFFECTS: dict[str, tuple[tuple[str, ...], str]] = {
     "prompt_tokens": ((TTFT, RATE, CACHED), "prefill work and cacheable share per request"),
     "prefix_share": ((TTFT, CACHED), "the share of each prompt a prefix cache can hold"),
     "max_tokens": ((TTFT, RATE), "decode work per request, and so what is in flight"),
+    "prompt_lengths": ((TTFT, RATE, CACHED), "how prefill work varies from request to request"),
+    "output_lengths": ((TTFT, RATE), "how decode work varies from request to request"),
     "api": ((TTFT, RATE, CACHED), "chat wraps every prompt in the model's chat template"),
     "arrival": ((TTFT, RATE), "a closed loop and an open loop offer different load"),
     "request_rate": ((TTFT, RATE), "the open loop's offered load"),

@@ -33,8 +33,14 @@ from loadgen.config import Arrival, LoadConfig, ReadyCheck
 from loadgen.goodput import highest_meeting
 from loadgen.incidents import Incident, describe
 from loadgen.results import GridResult, PointSummary
-from manifests.graph import PULUMI_ANNOTATION_PREFIX, frontend_service_manifest
+from manifests.graph import (
+    COMPONENT_LABEL,
+    GRAPH_LABEL,
+    PULUMI_ANNOTATION_PREFIX,
+    frontend_service_manifest,
+)
 from stackmodel.config import StackConfig, StackLoadConfig
+from stackmodel.plan import StackPlan
 from stackmodel.resources import StackResources
 from stackmodel.topology import FRONTEND_PORT, Topology, anywhere_placement
 
@@ -85,6 +91,12 @@ class LoadStepInputs(BaseModel):
         frontend_service: the frontend Service's name: the owner of a ``cluster`` run's
             objects (:attr:`incluster.manifests.LoadJob.owner`); None for a stored state
             without it.
+        worker_selector: the label selector of the stack's worker pods
+            (:func:`worker_selector`), whose memory the step samples (:mod:`loadstep.memory`);
+            None: no sampling (a stored state without it).
+        memory_floors: each worker group's memory floor, bytes (the sizing's
+            :attr:`~stackmodel.sizing.ComponentMemoryReport.memory_floor_bytes`), drawn beside
+            its pods' memory; None: not known.
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
@@ -112,6 +124,8 @@ class LoadStepInputs(BaseModel):
     tolerations: list[dict[str, str]] = Field(default_factory=list)
     node_selectors: list[dict[str, str]] = Field(default_factory=list)
     frontend_service: str | None = None
+    worker_selector: str | None = None
+    memory_floors: dict[str, int] | None = None
 
     def load_config(self) -> LoadConfig:
         """The grid as a :class:`LoadConfig`. Raises pydantic.ValidationError if invalid."""
@@ -153,11 +167,13 @@ def step_inputs(
     url: str | None = None,
     kube_context: str | None = None,
     held: bool = False,
+    memory_floors: Mapping[str, int] | None = None,
 ) -> LoadStepInputs:
     """The step's inputs for a validated stack config, its topology and the resources it asks
     for (``url``: see :func:`frontend_url`; ``kube_context``: the stack's
     ``kubernetes:context``, for the pod watch; ``held``: the step waits for its address,
-    :func:`missing_address`, and runs nothing, as on a parked stack)."""
+    :func:`missing_address`, and runs nothing, as on a parked stack; ``memory_floors``: the
+    worker groups' memory floors, bytes, from the stack's sizing)."""
     load = cfg.load
     if load.runner == "cluster" and url is None:
         url = in_cluster_url(cfg, topology)
@@ -184,7 +200,23 @@ def step_inputs(
         tolerations=list(anywhere_placement(cfg.node_classes).tolerations),
         node_selectors=worker_node_selectors(topology),
         frontend_service=frontend_service_manifest(cfg, topology)["metadata"]["name"],
+        worker_selector=worker_selector(topology),
+        memory_floors=None if memory_floors is None else dict(memory_floors),
     )
+
+
+def memory_floors(plan: StackPlan) -> dict[str, int]:
+    """Each worker group's memory floor, bytes: the sizing's
+    (:attr:`~stackmodel.sizing.ComponentMemoryReport.memory_floor_bytes`), by group name, the
+    ``dynamo-testbed/component`` label of its pods."""
+    return {c.name: c.memory_floor_bytes for c in plan.sizing.report.components}
+
+
+def worker_selector(topology: Topology) -> str:
+    """The label selector of the topology's worker pods: its graph's pods
+    (:data:`~manifests.graph.GRAPH_LABEL`) but the frontend's (equality-based, the kind the
+    metrics API's list takes as any list does)."""
+    return f"{GRAPH_LABEL}={topology.name},{COMPONENT_LABEL}!=frontend"
 
 
 def worker_node_selectors(topology: Topology) -> list[dict[str, str]]:

@@ -35,7 +35,9 @@ from loadstep.inputs import (
 from stackmodel.resources import stack_file_text
 
 if TYPE_CHECKING:
+    from kubeclient.pod_memory import PodMemorySampler
     from loadgen.config import LoadConfig
+    from loadgen.incidents import Incident
     from loadgen.observers import GridObserver
     from loadgen.results import GridResult
     from loadstep.folder import StopRequested
@@ -219,7 +221,9 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
     ``<resultsRoot>/<stack>/<UTC time>/``, or the interrupted run it resumes) is loadgen's
     results folder (:mod:`loadgen.output`: ``summary.json``, the ``results`` output;
     ``result.json``; ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``;
-    ``runs/<run>/``), written after every run, plus ``step.json`` (the step's inputs: stack,
+    ``runs/<run>/``), written after every run, plus ``memory.json`` (the worker pods' memory
+    over the step, sampled beside the pod watch: :mod:`loadstep.memory`, where the stack has a
+    namespace), ``step.json`` (the step's inputs: stack,
     topology fingerprint, URL, grid; written first), ``status.json`` (written last: the run is
     finished), ``stack.json`` (the stack's resources: :data:`loadgen.results_folder.STACK_FILE`)
     and ``report.html`` (:mod:`loadgen.html_report`). Request failures, a model that is never
@@ -230,6 +234,7 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
             finished runs (and no ``status.json``), for the next step to resume.
     """
     from incluster.manifests import NOT_LOAD_PODS
+    from kubeclient.pod_memory import PodMemorySampler
     from kubeclient.pod_watch import pod_watch
     from loadgen.incidents import INCIDENTS_FILE, placed_all
     from loadgen.output import read_result, write_text_atomic
@@ -255,7 +260,14 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
         context=inputs.kube_context,
         label_selector=NOT_LOAD_PODS,
     )
-    with watch as pods:
+    # The worker pods' memory, beside the watch in its own thread (loadstep.memory).
+    sampler = PodMemorySampler(
+        inputs.namespace if inputs.worker_selector is not None else None,
+        label_selector=inputs.worker_selector,
+        kubeconfig=inputs.kubeconfig,
+        context=inputs.kube_context,
+    )
+    with watch as pods, sampler as memory:
         try:
             result, exceeded, failure = _run_grid(inputs, config, run_dir, deadline, pods, notes)
         except ModelNotListedError as exc:
@@ -269,9 +281,16 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
         ran_at if result is None else result.started_at,
         [] if result is None else result.windows(),
     )
+    if sampler.namespace is not None:
+        incidents = _write_memory(run_dir, memory, inputs, incidents)
+    # A cluster without the metrics API is said once (warn, and the status message's end);
+    # without access to the cluster at all, beside the watch's warning.
+    unreached = pods.warnings()
+    notes += [] if unreached else memory.warnings()
     if result is not None:
         result.incidents = incidents
-        result.warnings += [w for w in pods.warnings() if w not in result.warnings]
+        said = [*unreached, *(memory.warnings() if unreached else [])]
+        result.warnings += [w for w in said if w not in result.warnings]
     data = [incident.model_dump(mode="json") for incident in incidents]
     write_text_atomic(run_dir / INCIDENTS_FILE, json.dumps(data, indent=2) + "\n")
     if stopped is not None:
@@ -295,6 +314,27 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
     if result is not None:
         _write_report(run_dir, warn)
     return outputs
+
+
+def _write_memory(
+    run_dir: Path, memory: PodMemorySampler, inputs: LoadStepInputs, incidents: list[Incident]
+) -> list[Incident]:
+    """Write the worker pods' memory series (``memory.json``, :mod:`loadstep.memory`; with
+    the reason where there is none) and return ``incidents`` with the memory at each
+    OOMKill."""
+    from loadgen.memory import MEMORY_FILE
+    from loadgen.output import write_text_atomic
+    from loadstep.memory import memory_record, with_memory_at_kill
+
+    record = memory_record(
+        memory.readings(),
+        memory.limits(),
+        inputs.memory_floors or {},
+        memory.interval_s,
+        memory.problem,
+    )
+    write_text_atomic(run_dir / MEMORY_FILE, record.model_dump_json(indent=2) + "\n")
+    return with_memory_at_kill(incidents, record)
 
 
 def _stopped(

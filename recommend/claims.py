@@ -85,7 +85,8 @@ def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MA
         return f"screened: {result.reason}" + (f": {path}" if path else "")
     why = _why(result, first)
     if result.status == "slo-not-met":
-        line = f"no load meets the SLO: {result.binding} binds at 1 client"
+        lowest = result.over.load_text() if result.over is not None else "1 client"
+        line = f"no load meets the SLO: {result.binding} binds at {lowest}"
         return f"{line}: {why}" if why else line
     assert result.best is not None
     r = ratio(result, first)
@@ -93,8 +94,8 @@ def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MA
     head = "rank 1" if v == "rank 1" else f"{r:.2f}x" if r is not None else "?"
     if v == "too close to call":
         head += f" (too close to call: within the margin {margin:g})"
-    at = result.over.concurrency if result.over is not None else result.best.concurrency
-    line = f"{head}: {result.binding} binds at {at} clients"
+    at = result.over if result.over is not None else result.best
+    line = f"{head}: {result.binding} binds at {at.load_text()}"
     return f"{line}: {why}" if why and v != "rank 1" else line
 
 

@@ -1,28 +1,32 @@
 """The highest load at which a candidate meets the SLO, with the timing model and the routing
 stand-in.
 
-The workload is a load grid (:class:`loadgen.config.LoadConfig`: prompt and output lengths,
-the shared prefix, the prefix kinds); the load is the closed loop's concurrency. A run at one
-concurrency and one number of prefix kinds is what ``testbed simulate``'s timing layer runs
+The workload (:class:`recommend.workload.Workload`) is a load grid
+(:class:`loadgen.config.LoadConfig`: prompt and output lengths, the shared prefix, the prefix
+kinds) or a results folder's requests replayed; the load is the closed loop's concurrency, or
+an open loop's request rate. A run at one load and one number of prefix kinds is what
+``testbed simulate``'s timing layer runs
 (:func:`simulator.timing_model.simulate_run` on :func:`simulator.hardware.run_topology`), its
 requests sent by the model instead of a routing run (``model_hits``: each worker's prefix-cache
 hits are what the model's own KV-router stand-in put on it), turned into loadgen's request
 records (:func:`simulator.retime.timing_records`) and judged as a measured run is
 (:func:`loadgen.goodput.evaluate_run`, :func:`loadgen.goodput.evaluate_point`).
 
-A run starts as loadgen starts one (``loadgen.loops.run_share``): its warm-up first
-(``LoadConfig.warmup_count``, one request per client unless ``warmupRequests`` says otherwise,
-shaped as the measured ones but on prefixes of their own, as ``loadgen.plan.share_for_run``
-builds them with another salt), a closed loop of the run's clients, all awaited; then the
-measured requests, all the clients starting at once (``loadgen.loops.run_closed_loop`` gathers
-its slots at once) on engines idle again (:func:`simulator.timing_model.simulate_run`'s
-``warmup``). The measured requests are the workload's ``requestsPerRun`` (at least
-:data:`MEASURED_PER_CLIENT` per client), each on one of the prefix kinds, drawn with the
-workload's seed; the warm-up's are left out of the figures, as loadgen leaves them out.
+A closed-loop run starts as loadgen starts one (``loadgen.loops.run_share``): its warm-up
+first (``LoadConfig.warmup_count``, one request per client unless ``warmupRequests`` says
+otherwise, on prefixes of their own: :meth:`recommend.workload.Workload.closed`), a closed loop
+of the run's clients, all awaited; then the workload's requests, all the clients starting at
+once (``loadgen.loops.run_closed_loop`` gathers its slots at once) on engines idle again
+(:func:`simulator.timing_model.simulate_run`'s ``warmup``); the warm-up's are left out of the
+figures, as loadgen leaves them out. An open loop sends no warm-up: its requests arrive at their
+own times (:meth:`recommend.workload.Workload.open`).
 
 A load *holds* when, at every prefix-kinds value of the workload, the point meets the SLO
-(:attr:`loadgen.results.PointAttainment.slo_met`) and no request failed (an OOMKill of a
-host-buffering worker fails requests). :func:`highest_load` doubles the concurrency from 1
+(:attr:`loadgen.results.PointAttainment.slo_met`), no request failed (an OOMKill of a
+host-buffering worker fails requests) and an open loop delivered its offered rate
+(:attr:`KindsPoint.delivered`: with its most in flight taken, requests wait at the client
+and are sent late). :func:`highest_rate` searches an open loop's rate as
+:func:`highest_load` searches the concurrency. :func:`highest_load` doubles the concurrency from 1
 until a load fails (or :data:`CLIENTS_PER_GPU` clients per GPU of the cluster), then bisects to
 within 1/:data:`RESOLUTION` of the load: it takes the SLO to hold below the highest load that
 holds, as a queue's latency grows with load.
@@ -30,7 +34,6 @@ holds, as a queue's latency grows with load.
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,9 +42,10 @@ from loadgen.config import LoadConfig
 from loadgen.goodput import evaluate_point, evaluate_run
 from loadgen.results import PointAttainment, RunSummary
 from loadgen.slo import Slo
-from loadgen.stats import summarize_run
+from loadgen.stats import queue_large, short_of_offered, summarize_run
+from recommend.workload import Workload
 from simulator.retime import timing_records
-from simulator.timing_model import RunTopology, SimRequest, TimingConstants, simulate_run
+from simulator.timing_model import RunTopology, TimingConstants, simulate_run
 
 CLIENTS_PER_GPU = 64
 """The most concurrency the search tries, per GPU of the cluster (512 on one 8-GPU node)."""
@@ -51,25 +55,6 @@ RESOLUTION = 32
 exact to the client below 32 clients, and at most ~3% low above, so a candidate's figures
 (which grow about as fast as its load, or slower) are at most ~3% below those at its true
 highest load, well inside the margin a ratio claim must clear (``recommend.claims``: 25%)."""
-
-MEASURED_PER_CLIENT = 2
-"""The fewest measured requests per client of a run."""
-
-
-def workload_requests(
-    load: LoadConfig, kinds: int, concurrency: int
-) -> tuple[list[SimRequest], int]:
-    """One run's requests (the module docstring) and how many of them, first, are its warm-up:
-    the warm-up on prefix ids ``kinds..2 * kinds - 1``, then the measured requests on prefix
-    ids ``0..kinds-1``."""
-    warmup = load.warmup_count(concurrency)
-    measured = max(load.requests_per_run, MEASURED_PER_CLIENT * concurrency)
-    pick = random.Random(f"{load.seed}:recommend:{kinds}:{concurrency}")
-    shape = (load.prefix_tokens, load.prompt_tokens, 0, load.max_tokens)
-    warm = [SimRequest(i, kinds + pick.randrange(kinds), *shape) for i in range(warmup)]
-    return warm + [
-        SimRequest(warmup + i, pick.randrange(kinds), *shape) for i in range(measured)
-    ], warmup
 
 
 @dataclass(frozen=True)
@@ -82,18 +67,34 @@ class KindsPoint:
     kills: int
 
     @property
+    def delivered(self) -> bool:
+        """An open loop sent its offered rate, its client queue small beside its TTFT (as
+        loadgen marks a measured point: ``loadgen.stats.short_of_offered``, ``queue_large``);
+        a closed loop always."""
+        s = self.summary
+        if s.offered_rate_per_s is None:
+            return True
+        return not short_of_offered(s.offered_rate_per_s, s.sent_rate_per_s) and not queue_large(
+            s.queue_p99_ms, s.ttft_p50_ms
+        )
+
+    @property
     def holds(self) -> bool:
-        """The SLO holds and no request failed."""
-        return self.point.slo_met and self.summary.errors == 0 and self.kills == 0
+        """The SLO holds, no request failed, and an open loop's offered rate was delivered."""
+        return (
+            self.point.slo_met and self.summary.errors == 0 and self.kills == 0 and self.delivered
+        )
 
 
 @dataclass(frozen=True)
 class LoadPoint:
-    """A load (concurrency) and its runs, one per prefix-kinds value run (a load that failed
-    may stop at the first failing one)."""
+    """A load (concurrency; an open loop's: the most in flight, and ``rate`` requests/s) and
+    its runs, one per prefix-kinds value run (a load that failed may stop at the first failing
+    one)."""
 
     concurrency: int
     runs: tuple[KindsPoint, ...]
+    rate: float | None = None
 
     @property
     def holds(self) -> bool:
@@ -125,32 +126,59 @@ class LoadRunner:
     slo: Slo
     gpus: int
     runs: int = 0
+    workload: Workload | None = None
 
-    def run(self, kinds: int, concurrency: int) -> KindsPoint:
-        """One run at ``kinds`` prefix kinds and ``concurrency`` clients."""
+    @property
+    def sent(self) -> Workload:
+        """What is sent: ``workload``, else ``load``'s synthetic requests."""
+        return self.workload if self.workload is not None else Workload(self.load)
+
+    def run(self, kinds: int, concurrency: int, rate: float | None = None) -> KindsPoint:
+        """One run at ``kinds`` prefix kinds and ``concurrency`` clients; with ``rate``, the
+        open loop at ``rate`` requests/s, at most ``concurrency`` in flight."""
         self.runs += 1
-        requests, warmup = workload_requests(self.load, kinds, concurrency)
+        sent = self.sent
+        arrivals = None
+        if rate is None:
+            requests = sent.closed(kinds, concurrency)
+            warmup = sent.load.warmup_count(concurrency)
+        else:
+            requests, arrivals = sent.open(kinds, rate)
+            warmup = 0
         timing = simulate_run(
-            self.topology, self.constants, requests, concurrency, model_hits=True, warmup=warmup
+            self.topology,
+            self.constants,
+            requests,
+            concurrency,
+            model_hits=True,
+            arrivals_s=arrivals,
+            warmup=warmup,
         )
         records = timing_records(timing, requests, 0.0)[warmup:]
-        summary = summarize_run(records, prefix_kinds=kinds, concurrency=concurrency, repetition=0)
-        attained = evaluate_run(records, self.slo, concurrency=concurrency)
+        summary = summarize_run(
+            records,
+            prefix_kinds=kinds,
+            concurrency=concurrency,
+            repetition=0,
+            offered_rate_per_s=rate,
+        )
+        attained = evaluate_run(records, self.slo, concurrency=concurrency, closed=rate is None)
         point = evaluate_point([attained], self.slo, gpus=self.gpus)
         return KindsPoint(kinds, summary, point, len(timing.kills))
 
-    def at(self, concurrency: int, order: list[int]) -> LoadPoint:
-        """The load ``concurrency`` over the workload's prefix kinds, in ``order``, stopping at
+    def at(self, concurrency: int, order: list[int], rate: float | None = None) -> LoadPoint:
+        """The load ``concurrency`` (with ``rate``: the open loop at that rate, at most
+        ``concurrency`` in flight) over the workload's prefix kinds, in ``order``, stopping at
         the first that fails; ``order`` is rearranged so that one comes first next time."""
         runs = []
         for kinds in list(order):
-            point = self.run(kinds, concurrency)
+            point = self.run(kinds, concurrency, rate)
             runs.append(point)
             if not point.holds:
                 order.remove(kinds)
                 order.insert(0, kinds)
                 break
-        return LoadPoint(concurrency, tuple(runs))
+        return LoadPoint(concurrency, tuple(runs), rate)
 
 
 def highest_load(
@@ -179,6 +207,59 @@ def highest_load(
     while high - low > max(1, low // RESOLUTION):
         mid = (low + high) // 2
         point = runner.at(mid, order)
+        if point.holds:
+            best, low = point, mid
+        else:
+            failed, high = point, mid
+    return best, failed
+
+
+RATE_STEPS = 16
+"""The most halvings or doublings of the request rate from the workload's own before the
+open-loop search stops (a rate 1/65,536 or 65,536 times the workload's)."""
+
+
+def _rate(value: float) -> float:
+    """A rate as the search tries it: 3 significant digits (requests/s)."""
+    return float(f"{value:.3g}")
+
+
+def highest_rate(
+    runner: LoadRunner, kinds: Sequence[int], start: float, cap: int, ceiling: float
+) -> tuple[LoadPoint | None, LoadPoint | None]:
+    """The open loop's :func:`highest_load`: the highest request rate that holds at most
+    ``cap`` in flight (None: not even the lowest tried) and the lowest rate above it that
+    fails (None: ``ceiling`` holds, requests/s). From ``start`` (the workload's rate) it
+    halves until a rate holds, or doubles until one fails (at most :data:`RATE_STEPS` times),
+    then bisects to within 1/:data:`RESOLUTION` of the rate."""
+    order = sorted(set(kinds), reverse=True)
+    rate = _rate(min(start, ceiling))
+    point = runner.at(cap, order, rate)
+    best: LoadPoint | None = point if point.holds else None
+    failed: LoadPoint | None = None if point.holds else point
+    for _ in range(RATE_STEPS):
+        if best is not None and failed is not None:
+            break
+        if best is None:
+            rate = _rate(rate / 2)
+        elif rate >= ceiling:
+            return best, None
+        else:
+            rate = _rate(min(rate * 2, ceiling))
+        point = runner.at(cap, order, rate)
+        if point.holds:
+            best = point
+        else:
+            failed = point
+    if best is None or failed is None:
+        return best, failed
+    assert best.rate is not None and failed.rate is not None
+    low, high = best.rate, failed.rate
+    while high - low > low / RESOLUTION:
+        mid = _rate((low + high) / 2)
+        if mid in (low, high):
+            break
+        point = runner.at(cap, order, mid)
         if point.holds:
             best, low = point, mid
         else:

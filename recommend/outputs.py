@@ -116,6 +116,7 @@ def write_candidates(
                 **{k: row[k] for k in ("gpus", "binding", "label", "line")},
                 **row["knobs"],
                 "concurrency": best.get("concurrency"),
+                "request_rate": best.get("rate"),
                 "goodput_tokens_per_s_per_gpu": best.get("goodput_tokens_per_s_per_gpu"),
                 "tokens_per_s_per_gpu": best.get("tokens_per_s_per_gpu"),
                 "tokens_per_s_per_user": best.get("tokens_per_s_per_user"),
@@ -137,7 +138,7 @@ def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
     ]
     if best is not None:
         lines.append(
-            f"at {best.concurrency} clients: {best.goodput_tokens_per_s_per_gpu:,.0f} goodput "
+            f"at {best.load_text()}: {best.goodput_tokens_per_s_per_gpu:,.0f} goodput "
             f"tok/s per cluster GPU, {best.tokens_per_s_per_user:,.1f} tok/s per user, "
             f"{best.requests_per_s:,.2f} req/s"
         )

@@ -17,17 +17,26 @@ Ranking is deterministic: by the objective, then the candidate's key.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from loadgen.config import LoadConfig
 from loadgen.slo import OBJECTIVES, Slo
 from recommend.bounds import Bounds, bounds
-from recommend.load_search import CLIENTS_PER_GPU, LoadPoint, LoadRunner, highest_load
+from recommend.load_search import (
+    CLIENTS_PER_GPU,
+    LoadPoint,
+    LoadRunner,
+    highest_load,
+    highest_rate,
+)
+from recommend.resume import TimedStore
 from recommend.space import Candidate, candidate_raw
+from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.config import StackConfig
 from stackmodel.crossover import crossover
@@ -55,6 +64,14 @@ class Figures:
     cached_ratio: float
     attainment: float
     p99_ms: dict[str, float | None]
+    rate: float | None = None
+
+    def load_text(self) -> str:
+        """The load as the project's tables give it: ``32 clients``, or for an open loop the
+        offered rate and the most in flight (``8/s, <=32``, ``loadgen.report.concurrency_cell``)."""
+        if self.rate is None:
+            return f"{self.concurrency} client{'s' if self.concurrency != 1 else ''}"
+        return f"{self.rate:g}/s, <={self.concurrency}"
 
     @classmethod
     def of(cls, point: LoadPoint, gpus: int) -> Figures:
@@ -79,6 +96,7 @@ class Figures:
                 for k in OBJECTIVES
                 if any(k in r.point.p99_ms for r in point.runs)
             },
+            rate=point.rate,
         )
 
 
@@ -161,8 +179,10 @@ def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str] | N
     return None
 
 
-def _binding(over: LoadPoint | None) -> str:
+def _binding(over: LoadPoint | None, open_loop: bool) -> str:
     if over is None:
+        if open_loop:
+            return "load ceiling (its request-rate bound)"
         return f"load ceiling ({CLIENTS_PER_GPU} clients per GPU)"
     failing = over.failing()
     assert failing is not None
@@ -170,15 +190,32 @@ def _binding(over: LoadPoint | None) -> str:
         return "host-memory floor"
     if failing.summary.errors:
         return "failed requests"
-    return OBJECTIVES.get(failing.point.binding or "", "SLO")
+    if not failing.point.slo_met:
+        return OBJECTIVES.get(failing.point.binding or "", "SLO")
+    return f"in-flight cap (at most {over.concurrency})"
 
 
-def time_candidate(plan: StackPlan, load: LoadConfig, slo: Slo, gpus: int) -> Result:
-    """Time one checked candidate (its result without ``candidate`` filled in: the caller's)."""
-    runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, gpus)
-    best, over = highest_load(runner, load.prefix_kinds)
+def time_candidate(
+    plan: StackPlan,
+    load: LoadConfig,
+    slo: Slo,
+    gpus: int,
+    workload: Workload | None = None,
+    rate_ceiling: float = math.inf,
+) -> Result:
+    """Time one checked candidate (its result without ``candidate`` filled in: the caller's);
+    ``workload``: what is sent (default: ``load``'s synthetic requests); an open loop's rate
+    is searched up to ``rate_ceiling`` (requests/s: the candidate's bound; default none)."""
+    sent = workload if workload is not None else Workload(load)
+    runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, gpus, workload=sent)
+    if sent.open_loop:
+        best, over = highest_rate(
+            runner, load.prefix_kinds, sent.start_rate, sent.in_flight_cap, rate_ceiling
+        )
+    else:
+        best, over = highest_load(runner, load.prefix_kinds)
     result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
-    result.binding = _binding(over)
+    result.binding = _binding(over, sent.open_loop)
     if over is not None:
         result.over = Figures.of(over, gpus)
     if best is None:
@@ -202,7 +239,10 @@ def _deaf_to_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _time_in_worker(args: tuple[StackPlan, LoadConfig, Slo, int]) -> Result:
+TimingArgs = tuple[StackPlan, LoadConfig, Slo, int, Workload, float]
+
+
+def _time_in_worker(args: TimingArgs) -> Result:
     """:func:`time_candidate` in a worker process."""
     return time_candidate(*args)
 
@@ -213,6 +253,7 @@ def _screen_or_queue(
     """Check every candidate and apply the floors (each into ``results``); returns those left
     to time, highest ceiling first."""
     cfg, load = problem.cfg, problem.load
+    best_case = problem.sent.best_case()
     gpus = cluster_gpus(cfg)
     queue: list[Result] = []
     for candidate in candidates:
@@ -221,12 +262,12 @@ def _screen_or_queue(
         if isinstance(checked, str):
             results.append(Result(candidate, "refused", own, reason=checked, binding="checks"))
             continue
-        b = bounds(checked, load)
+        b = bounds(checked, best_case)
         result = Result(candidate, "screened", own, bounds=b, plan=checked)
-        result.ceiling_value = b.requests_per_s * load.max_tokens / gpus
+        result.ceiling_value = b.requests_per_s * problem.sent.mean_output_tokens / gpus
         if checked.disaggregated:
             result.crossover_summary = crossover(checked).summary()
-        floor = floor_reason(b, problem.slo, load.max_tokens)
+        floor = floor_reason(b, problem.slo, best_case.max_tokens)
         if floor is not None:
             result.binding, result.reason = floor
         else:
@@ -252,6 +293,12 @@ class Problem:
     cfg: StackConfig
     load: LoadConfig
     slo: Slo
+    workload: Workload | None = None
+
+    @property
+    def sent(self) -> Workload:
+        """What is sent: ``workload``, else ``load``'s synthetic requests."""
+        return self.workload if self.workload is not None else Workload(self.load)
 
 
 def search(
@@ -262,13 +309,15 @@ def search(
     margin: float = 1.25,
     jobs: int = 1,
     progress: Progress | None = None,
+    store: TimedStore | None = None,
 ) -> list[Result]:
     """The staged search (the module docstring) over ``candidates`` of ``problem``'s cluster,
     timing in ``jobs`` processes; results ranked (``rank`` 1 first), then the rest by status
-    and key."""
+    and key. ``store``: where each timed candidate is kept as it finishes, and those it holds
+    already are taken from (``--resume``): the same inputs give the same ranking either way."""
     results: list[Result] = []
     queue = _screen_or_queue(problem, candidates, results)
-    load, slo = problem.load, problem.slo
+    load, slo, sent = problem.load, problem.slo, problem.sent
     gpus = cluster_gpus(problem.cfg)
     best_value = 0.0
     done = 0
@@ -293,13 +342,23 @@ def search(
                     done += 1
                 else:
                     batch.append(result)
-            args = [(r.plan, load, slo, gpus) for r in batch if r.plan is not None]
-            timed = (
+            stored = _stored(store, batch)
+            args: list[TimingArgs] = [
+                (r.plan, load, slo, gpus, sent, r.bounds.requests_per_s if r.bounds else math.inf)
+                for r in batch
+                if r.plan is not None and r.candidate.key not in stored
+            ]
+            fresh = (
                 pool.imap(_time_in_worker, args)
                 if pool is not None
                 else (time_candidate(*a) for a in args)
             )
-            for result, t in zip(batch, timed, strict=True):
+            for result in batch:
+                t = stored.get(result.candidate.key)
+                if t is None:
+                    t = next(fresh)
+                    if store is not None:
+                        store.put(result.candidate.key, timed_json(t))
                 result.status, result.binding, result.runs = t.status, t.binding, t.runs
                 result.best, result.over = t.best, t.over
                 if t.best is not None:
@@ -313,6 +372,41 @@ def search(
             pool.terminate()
     rank_results(results, objective)
     return sorted(results, key=_order)
+
+
+def timed_json(result: Result) -> dict[str, Any]:
+    """What timing found of a candidate, as JSON (:func:`timed_of` reads it back): its status,
+    what binds, its runs, its figures at the highest load meeting the SLO and above it."""
+    return {
+        "status": result.status,
+        "binding": result.binding,
+        "runs": result.runs,
+        "best": asdict(result.best) if result.best is not None else None,
+        "over": asdict(result.over) if result.over is not None else None,
+    }
+
+
+def timed_of(data: Mapping[str, Any]) -> Result:
+    """:func:`timed_json`'s result back (``candidate`` left to the caller)."""
+    best, over = data["best"], data["over"]
+    return Result(
+        candidate=Candidate(groups=()),
+        status=data["status"],
+        binding=data["binding"],
+        runs=data["runs"],
+        best=Figures(**best) if best is not None else None,
+        over=Figures(**over) if over is not None else None,
+    )
+
+
+def _stored(store: TimedStore | None, batch: Sequence[Result]) -> dict[str, Result]:
+    """The candidates of ``batch`` ``store`` holds timed already, by key."""
+    found = {}
+    for r in batch:
+        data = store.get(r.candidate.key) if store is not None else None
+        if data is not None:
+            found[r.candidate.key] = timed_of(data)
+    return found
 
 
 _STATUS_ORDER: dict[Status, int] = {"ranked": 0, "slo-not-met": 1, "screened": 2, "refused": 3}

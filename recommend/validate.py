@@ -3,8 +3,10 @@ load meeting the SLO under the routing stand-in, simulated as ``testbed simulate
 stack (:func:`simulator.simulate.simulate_stacks`: the real Dynamo frontend and KV router with
 one CPU mocker per worker, then the timing model on its requests), at every prefix-kinds value
 of the workload, one run each of as many requests as the search's run (the workload's requests
-per run, at least :data:`recommend.load_search.MEASURED_PER_CLIENT` a client); judged against
-the SLO as the search judges its own (:func:`loadgen.goodput.evaluate_run`).
+per run, at least :data:`recommend.workload.MEASURED_PER_CLIENT` a client; an open loop at
+the rate found; the requests are the load settings' own, as ``testbed load`` sends them: a
+results folder's are not replayed there); judged against the SLO as the search judges its own
+(:func:`loadgen.goodput.evaluate_run`).
 
 What it tells: whether the SLO still holds at that load when the prefix-cache hits are the
 real router's and the mockers' instead of the stand-in's, and how far each p99 and the goodput
@@ -21,14 +23,15 @@ import pandas as pd
 
 from loadgen.goodput import evaluate_point, evaluate_run
 from loadgen.output import REQUESTS_FILE, records_from_frame
-from recommend.load_search import MEASURED_PER_CLIENT
 from recommend.search import Problem, Result, cluster_gpus, stack_name
+from recommend.workload import MEASURED_PER_CLIENT
 from simulator.simulate import simulate_stacks
 
 
 @dataclass(frozen=True)
 class Validation:
-    """One candidate with the real routing at the load the stand-in found (``concurrency``):
+    """One candidate with the real routing at the load the stand-in found (``concurrency``;
+    an open loop's: its most in flight, and ``rate`` requests/s):
     whether every prefix-kinds point meets the SLO (``holds``), the worst p99 of each objective
     (ms) and the mean goodput per cluster GPU, beside the stand-in's."""
 
@@ -39,6 +42,7 @@ class Validation:
     stand_in_p99_ms: dict[str, float | None]
     goodput_tokens_per_s_per_gpu: float
     stand_in_goodput_tokens_per_s_per_gpu: float
+    rate: float | None = None
 
     def line(self) -> str:
         """``c005 at 72 clients with the real routing: SLO holds; TTFT p99 812 ms (stand-in
@@ -48,8 +52,11 @@ class Validation:
             for k, v in self.p99_ms.items()
             if v is not None
         )
+        load = f"{self.concurrency} clients"
+        if self.rate is not None:
+            load = f"{self.rate:g}/s, <={self.concurrency}"
         return (
-            f"{self.key} at {self.concurrency} clients with the real Dynamo routing: SLO "
+            f"{self.key} at {load} with the real Dynamo routing: SLO "
             f"{'holds' if self.holds else 'does not hold'}; {p99}; goodput "
             f"{self.goodput_tokens_per_s_per_gpu:,.0f} tok/s per GPU (stand-in "
             f"{self.stand_in_goodput_tokens_per_s_per_gpu:,.0f})"
@@ -61,20 +68,28 @@ def validate(problem: Problem, result: Result, out_dir: Path) -> Validation:
     folder is ``out_dir/<its stack name>``."""
     assert result.plan is not None and result.best is not None
     load, slo = problem.load, problem.slo
-    concurrency = result.best.concurrency
-    grid = {
+    concurrency, rate = result.best.concurrency, result.best.rate
+    grid: dict[str, object] = {
         "prefix_kinds": list(load.prefix_kinds),
         "concurrency": [concurrency],
         "repetitions": 1,
         "requests_per_run": max(load.requests_per_run, MEASURED_PER_CLIENT * concurrency),
     }
+    if rate is not None:
+        grid["request_rate"] = rate
     name = stack_name(problem.cluster, result.candidate)
     simulation = simulate_stacks({name: result.plan}, out_dir, grid=grid, progress=False)[0]
     frame = pd.read_parquet(simulation.out_dir / REQUESTS_FILE)
     gpus = cluster_gpus(problem.cfg)
     points = [
         evaluate_point(
-            [evaluate_run(records_from_frame(rows), slo, concurrency=concurrency)], slo, gpus=gpus
+            [
+                evaluate_run(
+                    records_from_frame(rows), slo, concurrency=concurrency, closed=rate is None
+                )
+            ],
+            slo,
+            gpus=gpus,
         )
         for _, rows in frame.groupby("prefix_kinds")
     ]
@@ -92,4 +107,5 @@ def validate(problem: Problem, result: Result, out_dir: Path) -> Validation:
             p.goodput_output_tokens_per_s_per_gpu or 0.0 for p in points
         ),
         stand_in_goodput_tokens_per_s_per_gpu=result.best.goodput_tokens_per_s_per_gpu,
+        rate=rate,
     )

@@ -261,10 +261,11 @@ def _prepare(
         ordered = frame.sort_values("index")
         scored = len(ordered) if requests is None else min(requests, len(ordered))
         records = _records(ordered.iloc[:scored])
+        key = (int(kinds), int(conc), int(rep))
         out.append(
             PreparedRun(
-                key=(int(kinds), int(conc), int(rep)),
-                requests=tuple(sim_requests(ordered.iloc[: scored + conc], target.load)),
+                key=key,
+                requests=tuple(sim_requests(ordered.iloc[: scored + conc], target.load, key)),
                 scored=scored,
                 warm=frozenset(r.index for r in records if (r.cached_tokens or 0) > 0),
                 measured=tuple(records),

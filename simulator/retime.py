@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvpath.memory import HOST_BASE_BYTES
-from loadgen.config import LoadConfig
+from loadgen.config import Arrival, LoadConfig
 from loadgen.incidents import Incident
 from loadgen.output import (
     REQUESTS_FILE,
@@ -22,6 +22,7 @@ from loadgen.output import (
     grid_settings,
     records_frame,
 )
+from loadgen.plan import run_salt
 from loadgen.request import ErrorKind, RequestRecord
 from loadgen.results import GridResult
 from loadgen.runner import _first_errors, grid_keys, grid_result
@@ -46,24 +47,30 @@ from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
 
 
-def sim_requests(frame: pd.DataFrame, load: LoadConfig) -> list[SimRequest]:
-    """One run's rows of a routing run's ``requests.parquet`` as timing-model requests: its
+def sim_requests(
+    frame: pd.DataFrame, load: LoadConfig, key: tuple[int, int, int]
+) -> list[SimRequest]:
+    """Run ``key``'s rows of a routing run's ``requests.parquet`` as timing-model requests: its
     prompt tokens and cached tokens as the real Dynamo run reported them (disaggregated: the
-    decode worker's hit), the stack's
-    ``maxTokens`` as output (the mocker never stops early). A request that failed in the
-    routing run (rare) keeps the configured prompt length and no prefix-cache hit."""
+    decode worker's hit), the stack's ``max_tokens`` for each request as output (``maxTokens``,
+    or the one ``outputLengths`` drew for it: :meth:`LoadConfig.request_lengths`; the mocker
+    never stops early). A request that failed in the routing run (rare) keeps its planned
+    prompt length and no prefix-cache hit."""
+    lengths = load.request_lengths(load.requests_per_run, run_salt(key))
     out = []
     for row in frame.sort_values("index").itertuples():
-        prompt = row.prompt_tokens if pd.notna(row.prompt_tokens) else load.prompt_tokens
+        index = int(row.index)
+        planned, output = lengths[index] if index < len(lengths) else lengths[-1]
+        prompt = row.prompt_tokens if pd.notna(row.prompt_tokens) else planned
         cached = row.cached_tokens if pd.notna(row.cached_tokens) else 0
         out.append(
             SimRequest(
-                index=int(row.index),
+                index=index,
                 prefix_id=int(row.prefix_id),
                 prefix_tokens=load.prefix_tokens,
                 prompt_tokens=int(prompt),
                 cached_tokens=int(cached),
-                output_tokens=load.max_tokens,
+                output_tokens=output,
             )
         )
     return out
@@ -86,7 +93,8 @@ def timing_records(
     for o in timing.outcomes:
         spec = by_index[o.index]
         sent = _ns(offset_s + o.sent_s)
-        record = RequestRecord(index=o.index, prefix_id=spec.prefix_id, intended_ns=sent)
+        due = sent if o.intended_s is None else _ns(offset_s + o.intended_s)
+        record = RequestRecord(index=o.index, prefix_id=spec.prefix_id, intended_ns=due)
         record.sent_ns = sent
         if o.error is None:
             tokens = [_ns(offset_s + t) for t in o.token_s]
@@ -156,7 +164,8 @@ def retime_grid(
     host_base_bytes: int = HOST_BASE_BYTES,
 ) -> tuple[GridResult, list[MeasuredRun]]:
     """The grid of a routing run, timed by the timing model: per run, the same requests on the
-    stack's shared hardware with engine steps of ``fit``; runs follow each other on one
+    stack's shared hardware with engine steps of ``fit`` (an open loop's at the routing run's
+    due times, ``intended_ns``, from its first); runs follow each other on one
     simulated clock from the routing run's start. Returns the result (OOMKills as incidents,
     placed in their runs) and the runs as loadgen keeps them. ``host_base_bytes``: see
     :func:`run_topology`."""
@@ -169,11 +178,17 @@ def retime_grid(
     groups = {k: g for k, g in routing_frame.groupby(keys)}
     for key in grid_keys(load):
         kinds, conc, rep = key
-        requests = sim_requests(groups[key], load)
-        timing = simulate_run(topology, constants, requests, conc)
+        requests = sim_requests(groups[key], load, key)
+        arrivals, rate = None, None
+        if load.arrival is Arrival.POISSON:  # the routing run's due times, from its first
+            due = groups[key].sort_values("index").intended_ns
+            arrivals, rate = ((due - due.min()) / 1e9).tolist(), load.request_rate
+        timing = simulate_run(topology, constants, requests, conc, arrivals_s=arrivals)
         records = timing_records(timing, requests, clock_s)
         run_start = started_at + timedelta(seconds=clock_s)
-        summary = summarize_run(records, prefix_kinds=kinds, concurrency=conc, repetition=rep)
+        summary = summarize_run(
+            records, prefix_kinds=kinds, concurrency=conc, repetition=rep, offered_rate_per_s=rate
+        )
         runs.append(
             MeasuredRun(
                 summary=summary.model_copy(

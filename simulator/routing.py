@@ -168,7 +168,9 @@ def routing_runs(
             run_grid_async(
                 graph.url,
                 job.plan.cfg.model.name,
-                job.load.model_copy(update={"max_tokens": ROUTING_MAX_TOKENS}),
+                job.load.model_copy(
+                    update={"max_tokens": ROUTING_MAX_TOKENS, "output_lengths": None}
+                ),
                 job.stack_dir / ROUTING_DIR,
                 tokenizer=str(model_dir),
                 observers=[graphs.enter_context(ProcessWatch(graph))],

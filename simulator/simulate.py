@@ -11,8 +11,9 @@ prefix-cache hits, a discrete-event model of the stack's shared hardware decides
    not used. Requests there are short (:data:`ROUTING_MAX_TOKENS` output tokens) and the mocker
    is sped up, so the run takes seconds per grid point.
 2. **Timing** (:mod:`simulator.timing_model`): the same requests, in the same order and
-   closed loop, on the stack's workers sharing time-sliced GPUs, the KV link and host memory,
-   with the constants of :mod:`simulator.calibration`. It produces loadgen request records, so
+   closed loop (an open loop: at the routing run's due times), on the stack's workers sharing
+   time-sliced GPUs, the KV link and host memory, with the constants of
+   :mod:`simulator.calibration`. It produces loadgen request records, so
    the same statistics give the seed-style table, and the memory model's OOMKills become
    incidents (``incidents.json``, :mod:`loadgen.incidents`).
 

@@ -29,9 +29,11 @@ What it models:
 
 - **Client**: the closed loop of the load generator: ``concurrency`` requests in flight, the
   next sent when one ends, the ``concurrency`` clients starting at once (after the warm-up,
-  when :func:`simulate_run` is given one, as loadgen starts them); where a Dynamo frontend
-  serves (``RunTopology.frontend``) each pays ``request_overhead_s`` (frontend, router, HTTP)
-  first; plain vLLM behind a Service does not.
+  when :func:`simulate_run` is given one, as loadgen starts them); or its open loop (Poisson
+  arrivals): each request due at its own time, sent when one of ``concurrency`` slots is free
+  (``loadgen.loops.run_poisson``); where a Dynamo frontend serves (``RunTopology.frontend``)
+  each pays ``request_overhead_s`` (frontend, router, HTTP) first; plain vLLM behind a
+  Service does not.
 - **Routing** (which worker): Dynamo's KV router cost, ``overlap weight 1 x blocks to
   prefill + active blocks`` (the lowest wins, ties at random; ``docs/router/kv_cache_routing.md``
   of Dynamo 1.6), over what this model knows each worker holds (the prefixes it served this
@@ -222,7 +224,9 @@ class SimRequest:
 class Outcome:
     """The simulated timing of one request (seconds from the run's start).
 
-    ``token_s``: when each output token reached the client (the first is the TTFT's end);
+    ``sent_s``: when the client sent it; ``intended_s``: when it was due (the open loop's
+    arrival time; in the closed loop its send); ``token_s``: when each output token reached
+    the client (the first is the TTFT's end);
     ``error``: why it failed (None: success), with ``error_kind`` and ``error_s``;
     ``moved_bytes``: KV bytes it moved over the link; ``cached_tokens``: the prefix-cache hit
     its prefill got, the one a real deployment's client is told: the routing run's for an
@@ -239,6 +243,7 @@ class Outcome:
     index: int
     sent_s: float
     token_s: list[float] = field(default_factory=list)
+    intended_s: float | None = None
     end_s: float | None = None
     error: str | None = None
     error_kind: str | None = None
@@ -618,36 +623,60 @@ class _Model:
         )
 
     def client(self) -> Generator[simpy.Event, object, None]:
-        first_role: Role = (
-            "prefill" if any(w.spec.role == "prefill" for w in self.workers) else "aggregated"
-        )
+        """One client of the closed loop: the next request as soon as its last one ended."""
         while self.next < self.until:
             spec = self.requests[self.next]
             self.next += 1
-            outcome = Outcome(
-                index=spec.index, sent_s=self.env.now, cached_tokens=spec.cached_tokens
-            )
-            self.outcomes.append(outcome)
-            r = _Request(self.env, spec, outcome)
-            self.live[spec.index] = r
-            if self.topology.frontend:
-                yield self.env.timeout(self.constants.request_overhead_s)
-            worker = self.route(first_role, spec)
-            if worker is None or not worker.alive:
-                self.fail(r, "http_status", self._unavailable(first_role, worker))
-                self.live.pop(spec.index, None)
-                continue
-            if first_role == "aggregated":
-                if self.model_hits:  # the routing stand-in: the prefix this worker holds
-                    outcome.cached_tokens = worker.cached_tokens(spec)
-                worker.remember(spec)
-                outcome.decode_worker = worker.spec.name
-            if self.topology.frontend:
-                outcome.routed_s = self.env.now
-            outcome.prefill_worker = worker.spec.name
-            worker.submit(r)
-            yield r.done
+            yield from self.send(spec, self.env.now)
+
+    def open_loop(
+        self, arrivals_s: Sequence[float], concurrency: int
+    ) -> Generator[simpy.Event, object, None]:
+        """The open loop: request i is due at ``arrivals_s[i]`` whatever happened to the
+        earlier ones, and sent when one of ``concurrency`` slots is free (first due, first
+        sent), as ``loadgen.loops.run_poisson`` sends through its semaphore."""
+        slots = simpy.Resource(self.env, capacity=concurrency)
+
+        def one(spec: SimRequest, due: float, slot: simpy.Event) -> Generator[simpy.Event]:
+            yield from self.send(spec, due)
+            slots.release(slot)  # type: ignore[arg-type]
+
+        for spec, due in zip(self.requests, arrivals_s, strict=True):
+            if due > self.env.now:
+                yield self.env.timeout(due - self.env.now)
+            slot = slots.request()
+            yield slot
+            self.env.process(one(spec, due, slot))
+
+    def send(self, spec: SimRequest, due: float) -> Generator[simpy.Event, object, None]:
+        """Send one request now (it was due at ``due``) and wait for its end."""
+        first_role: Role = (
+            "prefill" if any(w.spec.role == "prefill" for w in self.workers) else "aggregated"
+        )
+        outcome = Outcome(
+            index=spec.index, sent_s=self.env.now, cached_tokens=spec.cached_tokens, intended_s=due
+        )
+        self.outcomes.append(outcome)
+        r = _Request(self.env, spec, outcome)
+        self.live[spec.index] = r
+        if self.topology.frontend:
+            yield self.env.timeout(self.constants.request_overhead_s)
+        worker = self.route(first_role, spec)
+        if worker is None or not worker.alive:
+            self.fail(r, "http_status", self._unavailable(first_role, worker))
             self.live.pop(spec.index, None)
+            return
+        if first_role == "aggregated":
+            if self.model_hits:  # the routing stand-in: the prefix this worker holds
+                outcome.cached_tokens = worker.cached_tokens(spec)
+            worker.remember(spec)
+            outcome.decode_worker = worker.spec.name
+        if self.topology.frontend:
+            outcome.routed_s = self.env.now
+        outcome.prefill_worker = worker.spec.name
+        worker.submit(r)
+        yield r.done
+        self.live.pop(spec.index, None)
 
 
 def simulate_run(
@@ -657,16 +686,20 @@ def simulate_run(
     concurrency: int,
     *,
     model_hits: bool = False,
+    arrivals_s: Sequence[float] | None = None,
     warmup: int = 0,
 ) -> RunTiming:
     """Simulate one closed-loop run: ``concurrency`` clients send ``requests`` in order, all
     ``concurrency`` starting at once, as loadgen's measured loop starts
-    (``loadgen.loops.run_closed_loop`` gathers its ``concurrency`` slots at once).
+    (``loadgen.loops.run_closed_loop`` gathers its ``concurrency`` slots at once); or, with
+    ``arrivals_s`` (one due time per request, seconds from the run's start, not decreasing),
+    an open loop: each request due at its time, at most ``concurrency`` in flight
+    (``Outcome.intended_s`` its due time, ``sent_s`` when a slot took it).
 
-    ``warmup``: the first ``warmup`` of ``requests`` are the run's warm-up, sent as
-    ``loadgen.loops.run_share`` sends it: a closed loop of ``concurrency`` clients over them,
-    all awaited; then the measured requests start, all ``concurrency`` clients at once, on
-    engines that are idle again, with what the warm-up left (its prefixes cached, its host
+    ``warmup`` (closed loop only): the first ``warmup`` of ``requests`` are the run's warm-up,
+    sent as ``loadgen.loops.run_share`` sends it: a closed loop of ``concurrency`` clients over
+    them, all awaited; then the measured requests start, all ``concurrency`` clients at once,
+    on engines that are idle again, with what the warm-up left (its prefixes cached, its host
     mirror pages resident, any worker it killed still down).
 
     ``model_hits``: the routing stand-in, for requests no routing run has sent (their
@@ -678,24 +711,32 @@ def simulate_run(
     Deterministic: the same inputs give the same timings on any machine, under any load.
 
     Raises:
-        ValueError: ``concurrency`` below 1, ``warmup`` outside ``0..len(requests)``, or a
-            disaggregated topology without a link.
+        ValueError: ``concurrency`` below 1, ``warmup`` outside ``0..len(requests)`` or given
+            with ``arrivals_s``, a disaggregated topology without a link, or ``arrivals_s``
+            not one per request.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if not 0 <= warmup <= len(requests):
         raise ValueError(f"warmup must be 0..{len(requests)} requests, got {warmup}")
+    if warmup and arrivals_s is not None:
+        raise ValueError("a warm-up is sent by the closed loop only: give no arrivals_s")
     roles = {w.role for w in topology.workers}
     if "prefill" in roles and topology.same_node_link is None and topology.cross_node_link is None:
         raise ValueError("a topology with prefill workers needs a link")
     model = _Model(topology, constants, requests, model_hits)
-    if warmup:
-        model.until = warmup
-        warming = [model.env.process(model.client()) for _ in range(concurrency)]
-        model.env.run(until=model.env.all_of(warming))
-        model.until = len(model.requests)
-    for _ in range(concurrency):
-        model.env.process(model.client())
+    if arrivals_s is not None:
+        if len(arrivals_s) != len(requests):
+            raise ValueError(f"{len(arrivals_s)} arrival times for {len(requests)} requests")
+        model.env.process(model.open_loop(arrivals_s, concurrency))
+    else:
+        if warmup:
+            model.until = warmup
+            warming = [model.env.process(model.client()) for _ in range(concurrency)]
+            model.env.run(until=model.env.all_of(warming))
+            model.until = len(model.requests)
+        for _ in range(concurrency):
+            model.env.process(model.client())
     model.env.run()
     outcomes = sorted(model.outcomes, key=lambda o: o.index)
     ends = [o.end_s or o.error_s or o.sent_s for o in outcomes]

@@ -754,7 +754,20 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
     context = cfg.model.max_model_len or sizing.geometry.max_position_embeddings
     if context is None:
         return []
-    prompt = cfg.load.grid().prompt_tokens
+    grid = cfg.load.grid()
+    if cfg.load.enabled and grid.prompt_lengths and max(grid.prompt_lengths.values) >= context:
+        longest = max(grid.prompt_lengths.values)
+        return [  # as below, for the requests drawn at that length
+            ConfigProblem(
+                "load.promptLengths",
+                longest,
+                f"its longest value, {longest:,} tokens, is not below the max model length, "
+                f"{context:,} tokens: "
+                f"vLLM refuses every request drawn at it; lower it below "
+                f"{context - grid.max_tokens} or raise model.maxModelLen",
+            )
+        ]
+    prompt = grid.prompt_tokens
     if cfg.load.enabled and prompt >= context:
         # vLLM 0.31.0 vllm/entrypoints/serve/utils/api_utils.py get_max_tokens, lines 183-187:
         # "Input length (...) exceeds model's maximum context length"; at the max model length

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from testbed.console import EXIT_NO_SUCCESS, fail
+from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, fail
 
 if TYPE_CHECKING:
-    from loadgen.config import LoadConfig
     from recommend.search import Result
+    from recommend.workload import Workload
 
 INPUTS = "Inputs"
 SEARCH = "Search"
@@ -64,31 +64,40 @@ def _cluster(
     return name, base, cfg
 
 
-def _workload(text: str) -> LoadConfig:
-    """``seed`` (the seed's grid) or a YAML file of load settings (as ``testbed load
-    --config`` reads one)."""
+def _workload(text: str) -> Workload:
+    """``--workload``: ``seed`` (the seed's grid), a YAML file of load settings (as ``testbed
+    load --config`` reads one, a stack file's ``load`` section included) or a results folder
+    (:func:`recommend.workload.replayed`); exits 2 on a bad one, naming the fix."""
     from pydantic import ValidationError
 
-    from loadgen.config import Arrival, LoadConfig, error_message
+    from loadgen.config import LoadConfig, error_message
+    from recommend.workload import FOLDER_FILES, HINT, Workload, WorkloadError, replayed
     from testbed.load_command import read_load_settings
 
     if text == "seed":
-        return LoadConfig()
-    try:
-        load = LoadConfig.model_validate(read_load_settings(Path(text)))
-    except ValueError as exc:
-        if isinstance(exc, ValidationError):
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            fail(f"--workload {text}: {where}: {error_message(first)}")
-        fail(f"--workload {text}: {exc}")
-    if load.arrival is Arrival.POISSON:
+        return Workload(LoadConfig())
+    path = Path(text)
+    if path.is_dir():
+        try:
+            return replayed(path)
+        except WorkloadError as exc:
+            fail(str(exc))
+    if path.name in FOLDER_FILES and (path.parent / "summary.json").is_file():
         fail(
-            f"--workload {text}: arrival poisson: the search's load is the closed loop's "
-            "concurrency; drop arrival/requestRate (the highest concurrency meeting the SLO is "
-            "searched)"
+            f"--workload {text}: a file of a results folder; give the folder: "
+            f"--workload {path.parent}"
         )
-    return load
+    try:
+        load = LoadConfig.model_validate(read_load_settings(path))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        described = {f.alias: f.description for f in LoadConfig.model_fields.values()}
+        what = described.get(str(first["loc"][0])) if first["loc"] else None
+        fail(f"--workload {text}: {where}: {error_message(first)}" + (f" ({what})" if what else ""))
+    except ValueError as exc:
+        fail(f"--workload {text}: {exc}; {HINT}")
+    return Workload(load, text)
 
 
 def _fixes(items: list[str] | None) -> dict[str, str]:
@@ -111,7 +120,7 @@ def _print_table(results: list[Result], first: Result | None, margin: float, top
 
     console = table_console(highlight=False)
     table = Table(title="SIMULATED: testbed recommend")
-    for col in ("rank", "candidate", "tok/s/GPU", "clients", "why"):
+    for col in ("rank", "candidate", "tok/s/GPU", "load", "why"):
         table.add_column(col)
     shown = [r for r in results if r.rank is not None][:top]
     shown += [r for r in results if r.status in ("slo-not-met", "screened")][
@@ -122,7 +131,7 @@ def _print_table(results: list[Result], first: Result | None, margin: float, top
             str(r.rank or "-"),
             f"{r.candidate.key}: {r.candidate.label()}",
             f"{r.value:,.0f}" if r.value is not None else "-",
-            str(r.best.concurrency) if r.best else "-",
+            r.best.load_text() if r.best else "-",
             reason_line(r, first, margin),
         )
     console.print(table)
@@ -141,7 +150,8 @@ def _nearest(results: list[Result], top: int = 3) -> list[str]:
             lines.append(
                 (
                     r.candidate.key,
-                    f"{r.candidate.key} ({r.candidate.label()}): {r.binding} at 1 client: "
+                    f"{r.candidate.key} ({r.candidate.label()}): {r.binding} at "
+                    f"{r.over.load_text()}: "
                     + ", ".join(
                         f"{k} {v:,.0f} ms" for k, v in r.over.p99_ms.items() if v is not None
                     ),
@@ -180,8 +190,8 @@ def recommend_command(
     workload: Annotated[
         str,
         typer.Option(
-            help="seed (the seed's grid) or a YAML file of load settings (or a stack file's "
-            "load section).",
+            help="seed (the seed's grid), a YAML file of load settings (or a stack file's "
+            "load section), or a results folder (its requests replayed).",
             rich_help_panel=INPUTS,
         ),
     ] = "seed",
@@ -241,6 +251,15 @@ def recommend_command(
             help="Output folder (default out/recommend/<cluster>).", rich_help_panel=OUTPUT
         ),
     ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Take the candidates an earlier search with the same inputs timed in --out "
+            "(interrupted or not) from there.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
 ) -> None:
     """Search the topologies a cluster can hold for the one that serves a workload best within
     an SLO; rank them and say why each loses. SIMULATED.
@@ -259,9 +278,11 @@ def recommend_command(
         write_report,
         write_stacks,
     )
+    from recommend.resume import ResumeError, TimedStore
     from recommend.search import OBJECTIVES_RANKED, Problem, cluster_gpus, search
     from recommend.space import candidates
     from recommend.validate import validate
+    from recommend.workload import describe
     from testbed.console import _int_list
     from testbed.dependency_groups import missing_group
     from testbed.slo_option import slo_of
@@ -280,13 +301,15 @@ def recommend_command(
     if chosen is None:
         fail(f"--objective {objective!r}: one of {', '.join(OBJECTIVES_RANKED)}")
     name, base, cfg = _cluster(cluster, cluster_file, model)
-    load = _workload(workload)
+    sent = _workload(workload)
+    load = sent.load
+    fixes = _fixes(fix)
     try:
         target.check_outputs(load.max_tokens)
         budgets = _int_list("batched-tokens", batched_tokens) or []
     except (SloError, ValueError) as exc:
         fail(str(exc))
-    space = candidates(cfg, budgets, _fixes(fix), shared_prefix=load.prefix_tokens > 0)
+    space = candidates(cfg, budgets, fixes, shared_prefix=load.prefix_tokens > 0)
     if not space:
         fail("no candidate has every --fix value; drop one")
     folder = (
@@ -295,21 +318,49 @@ def recommend_command(
         else under_project(RECOMMEND_OUT / name, RECOMMEND_OUT / name)
     )
     folder.mkdir(parents=True, exist_ok=True)
-    with Progress(transient=True) as bar:
-        task = bar.add_task(f"timing the candidates of {name}", total=None)
-        results = search(
-            Problem(name, base, cfg, load, target),
-            space,
-            objective=chosen,
-            margin=margin,
-            jobs=jobs,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
+    searched = {
+        "cluster": name,
+        "clusterConfig": base,
+        "model": cfg.model.name,
+        "workload": sent.fingerprint(),
+        "slo": target.option(),
+        "objective": chosen,
+        "margin": margin,
+        "fix": fixes,
+        "batchedTokens": budgets,
+    }
+    try:
+        store = TimedStore(folder, searched, resume=resume)
+    except ResumeError as exc:
+        fail(str(exc))
+    if store.note:
+        typer.echo(store.note, err=True)
+    typer.echo(f"workload: {describe(sent)}", err=True)
+    problem = Problem(name, base, cfg, load, target, sent)
+    try:
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"timing the candidates of {name}", total=None)
+            results = search(
+                problem,
+                space,
+                objective=chosen,
+                margin=margin,
+                jobs=jobs,
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+                store=store,
+            )
+    except KeyboardInterrupt:
+        typer.echo(
+            f"interrupted (Ctrl-C): the {store.count()} candidates timed are kept in "
+            f"{store.path}; the same command with --resume goes on from them",
+            err=True,
         )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     first = first_ranked(results)
     inputs = Inputs(name, load, target, chosen, margin, cluster_gpus(cfg), cfg.model.name)
     validations = {}
     for result in [r for r in results if r.rank is not None][:validate_top]:
-        done = validate(Problem(name, base, cfg, load, target), result, folder / "validate")
+        done = validate(problem, result, folder / "validate")
         typer.echo(f"SIMULATED: {done.line()}")
         validations[done.key] = done
     write_candidates(folder, inputs, results, first, validations)

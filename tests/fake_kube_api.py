@@ -25,7 +25,10 @@ the ``ERROR`` event with a 410 ``Expired`` Status for one too old (kubernetes.io
 name taken; deleting a Job deletes its pods, deleting an owner its dependents
 (:meth:`FakeKubeApi._deleted`); the log endpoint:
 400 before the container starts, 404 once the pod is gone, only the current file after a
-rotation (:meth:`FakeKubeApi.pod_log`, :func:`current_log_file`)."""
+rotation (:meth:`FakeKubeApi.pod_log`, :func:`current_log_file`); the metrics API as
+metrics-server serves it (`usage`: :meth:`FakeKubeApi.pod_metrics_list`,
+:meth:`FakeKubeApi.pod_metrics_get`, :func:`pod_metrics`), 404 where its APIService is not
+registered and 503 where it is but its service is not available (`metrics_api`)."""
 
 import asyncio
 import contextlib
@@ -53,9 +56,13 @@ def pod(
     last_terminated: dict[str, Any] | None = None,
     reason: str | None = None,
     statuses: str = "containerStatuses",
+    labels: Mapping[str, str] | None = None,
+    memory_limit: str | None = None,
 ) -> dict[str, Any]:
-    """A pod object as the API returns it (only the fields the watch reads); its one container
-    ("main") is listed under `statuses` (e.g. "initContainerStatuses" for a sidecar)."""
+    """A pod object as the API returns it (only the fields the watch and the memory sampler
+    read); its one container ("main") is listed under `statuses` (e.g.
+    "initContainerStatuses" for a sidecar), with `memory_limit` in its spec's
+    `resources.limits` (None: none); `labels` beside the component's."""
     state = {"terminated": terminated} if terminated else {"running": {}}
     status: dict[str, Any] = {
         "phase": "Running",
@@ -71,12 +78,14 @@ def pod(
     }
     if reason is not None:
         status["reason"] = reason
+    limits = {} if memory_limit is None else {"limits": {"memory": memory_limit}}
     return {
         "metadata": {
             "name": name,
             "namespace": NAMESPACE,
-            "labels": {"nvidia.com/dynamo-component": component},
+            "labels": {"nvidia.com/dynamo-component": component, **(labels or {})},
         },
+        "spec": {"containers": [{"name": "main", "resources": limits}]},
         "status": status,
     }
 
@@ -88,6 +97,31 @@ def oom_killed(container_id: str = "containerd://1") -> dict[str, Any]:
         "exitCode": 137,
         "containerID": container_id,
         "finishedAt": "2026-11-30T12:00:09Z",
+    }
+
+
+def pod_metrics(
+    pod: Mapping[str, Any], memory: str, timestamp: str, window: str = "15.002s"
+) -> dict[str, Any]:
+    """`pod`'s `PodMetrics` as metrics-server serves it (kubernetes/metrics
+    ``pkg/apis/metrics/v1beta1/types.go`` L65-102; metrics-server ``pkg/storage/pod.go``
+    L86-95, ``GetMetrics``: the pod's name, namespace and labels, a ``creationTimestamp`` of
+    now, the ``timestamp`` and ``window`` of its readings; ``pkg/storage/types.go`` L53-69,
+    ``resourceUsage``: ``cpu`` in nano cores, ``memory`` the working set in binary SI) for its
+    one container "main"."""
+    metadata = pod["metadata"]
+    return {
+        "kind": "PodMetrics",
+        "apiVersion": "metrics.k8s.io/v1beta1",
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "labels": dict(metadata.get("labels") or {}),
+            "creationTimestamp": timestamp,
+        },
+        "timestamp": timestamp,
+        "window": window,
+        "containers": [{"name": "main", "usage": {"cpu": "1523841n", "memory": memory}}],
     }
 
 
@@ -126,6 +160,10 @@ class FakeKubeApi:
     admission: Callable[["FakeKubeApi", dict[str, Any]], str | None] | None = None
     dry_runs: list[tuple[str, str]] = field(default_factory=list)  # (kind, name) dry-run creates
     log_max_bytes: int | None = None  # the kubelet's containerLogMaxSize; None: never rotated
+    # The metrics API: "served", "unregistered" (no APIService: 404) or "unavailable" (503).
+    metrics_api: str = "served"
+    usage: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (memory, timestamp)
+    metrics_reads: int = 0
     _changed: asyncio.Event | None = None  # set (and replaced) on every event
     _loop: asyncio.AbstractEventLoop | None = None
 
@@ -389,6 +427,69 @@ class FakeKubeApi:
             return web.json_response({"kind": "Status", "code": code}, status=code)
         return web.Response(text=current_log_file(self.logs[name], self.log_max_bytes))
 
+    def _metrics_unserved(self) -> web.Response | None:
+        """The aggregator's answer where the metrics API is not served: 404 with the API
+        server's NotFound Status when no APIService is registered for the group
+        (k8s.io/apiserver ``pkg/util/notfoundhandler/not_found_handler.go``, ``ServeHTTP``:
+        "the server could not find the requested resource"), 503 "service unavailable" in
+        plain text when it is but its service is not available (k8s.io/kube-aggregator
+        ``pkg/apiserver/handler_proxy.go``, ``ServeHTTP``: ``proxyError`` -> ``http.Error``);
+        None while it is served."""
+        self.metrics_reads += 1
+        if self.metrics_api == "unregistered":
+            status = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": "the server could not find the requested resource",
+                "reason": "NotFound",
+                "code": 404,
+            }
+            return web.json_response(status, status=404)
+        if self.metrics_api == "unavailable":
+            return web.Response(text="service unavailable\n", status=503)
+        return None
+
+    def _metrics_of(self, name: str) -> dict[str, Any] | None:
+        """The pod's `PodMetrics`, None while it has no reading (metrics-server leaves out a
+        pod without two scrapes: ``pkg/storage/pod.go`` L51-59, ``GetMetrics``)."""
+        if name not in self.usage or name not in self.pods:
+            return None
+        memory, timestamp = self.usage[name]
+        return pod_metrics(self.pods[name], memory, timestamp)
+
+    async def pod_metrics_list(self, request: web.Request) -> web.Response:
+        """``GET .../namespaces/<ns>/pods`` of the metrics API: the pods the label selector
+        picks (metrics-server ``pkg/api/pod.go`` L80-110, ``List``: its pod lister with the
+        selector), those with a reading, sorted by name (L160-179, ``getMetrics``)."""
+        unserved = self._metrics_unserved()
+        if unserved is not None:
+            return unserved
+        selector = request.query.get("labelSelector", "")
+        items = [
+            found
+            for name, p in sorted(self.pods.items())
+            if _matches(p, selector) and (found := self._metrics_of(name)) is not None
+        ]
+        return web.json_response(
+            {"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {},
+             "items": items}
+        )  # fmt: skip
+
+    async def pod_metrics_get(self, request: web.Request) -> web.Response:
+        """``GET .../namespaces/<ns>/pods/<name>`` of the metrics API: the pod's
+        `PodMetrics`, 404 NotFound for an unknown pod or one without a reading (metrics-server
+        ``pkg/api/pod.go`` L113-138, ``Get``)."""
+        unserved = self._metrics_unserved()
+        if unserved is not None:
+            return unserved
+        found = self._metrics_of(request.match_info["name"])
+        if found is None:
+            status = {"kind": "Status", "code": 404, "reason": "NotFound"}
+            return web.json_response(status, status=404)
+        return web.json_response(found)
+
     def kubeconfig(self, folder: Path) -> Path:
         """A kubeconfig file whose current context points at this server."""
         path = folder / "kubeconfig"
@@ -643,6 +744,9 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
         app.router.add_get(batch + "/jobs/{name}/status", api.read_job)
         app.router.add_get(batch + "/jobs/{name}", api.read_job)
         app.router.add_get(batch + "/jobs", api.list_jobs)
+        metrics = "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods"
+        app.router.add_get(metrics, api.pod_metrics_list)
+        app.router.add_get(metrics + "/{name}", api.pod_metrics_get)
         runner = web.AppRunner(app, shutdown_timeout=0.5)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadstep.inputs import LoadStepInputs, step_inputs
+from loadstep.inputs import LoadStepInputs, memory_floors, step_inputs
 from stackmodel.config import StackConfig
 from stackmodel.resources import stack_resources
 from stackmodel.topology import build_topology
@@ -16,7 +16,9 @@ def inputs_for(
     cfg: StackConfig, stack: str, fingerprint: str, results_root: str, **options: Any
 ) -> LoadStepInputs:
     """:func:`loadstep.inputs.step_inputs` of ``cfg`` (``options``: its ``url``,
-    ``kube_context``)."""
-    topology = build_topology(validate_config(stack, cfg))
+    ``kube_context``), with the plan's memory floors."""
+    plan = validate_config(stack, cfg)
+    topology = build_topology(plan)
     resources = stack_resources(cfg, topology)
+    options.setdefault("memory_floors", memory_floors(plan))
     return step_inputs(cfg, topology, resources, stack, fingerprint, results_root, **options)

@@ -289,6 +289,9 @@ def test_a_user_bound_by_the_docs_role_previews_with_the_cluster_reads_as_warnin
     assert {("create", "services", None), ("get", "pods", "log"), ("create", "jobs", None)} <= (
         asked
     )
+    # the worker pods' memory (kubeclient.pod_memory): pods of the metrics API's group
+    memory = {(a["verb"], a.get("group")) for a in api.reviews if a["resource"] == "pods"}
+    assert {("get", "metrics.k8s.io"), ("list", "metrics.k8s.io")} <= memory
     assert all(a["namespace"] == namespace for a in api.reviews)
 
 

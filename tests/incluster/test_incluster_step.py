@@ -36,6 +36,8 @@ def graph(tmp_path_factory: pytest.TempPathFactory, local_model_dir: Path) -> It
 
 
 def test_cluster_runner_records_the_same_outputs(graph: LocalGraph, tmp_path: Path) -> None:
+    """... on a cluster without metrics-server: the step says so once, at the status message's
+    end, and runs on (the status stays ok; memory.json says why it has no series)."""
     plan = load_stack(STACK)
     load = plan.cfg.load.model_copy(update={**TINY, "runner": "cluster", "clients": 2})
     inputs = inputs_for(
@@ -47,6 +49,7 @@ def test_cluster_runner_records_the_same_outputs(graph: LocalGraph, tmp_path: Pa
         api.grants = [(NAMESPACE, dict(rule)) for rule in LOAD_STEP_RULES]  # exactly the Role
         api.enforce = True  # every request RBAC-checked
         api.on_job = controller(graph.url, tmp_path / "pods", url)
+        api.metrics_api = "unregistered"  # no APIService for metrics.k8s.io: 404
         props: dict[str, Any] = {
             **inputs.props(),
             "namespace": NAMESPACE,
@@ -74,6 +77,13 @@ def test_cluster_runner_records_the_same_outputs(graph: LocalGraph, tmp_path: Pa
     assert [kind for kind, _ in api.created] == ["ConfigMap", "Service", "Job"]
     assert sorted(api.deleted) == sorted(api.created)
     assert outs["incidents"] == []  # the load's own pods are not the graph's incidents
+    assert api.metrics_reads == 1  # asked once, then no more
+    said = "no pod memory series: the cluster's metrics API (metrics.k8s.io/v1beta1) is not served"
+    assert status["message"].count(said) == 1
+    assert status["message"].startswith("8 requests, no errors; ")
+    memory = json.loads((folder / "memory.json").read_text())
+    assert memory["pods"] == [] and "HTTP 404" in memory["unavailable"]
+    assert "worker memory" in (folder / "report.html").read_text()
 
 
 def test_destroy_deletes_the_load_job_an_interrupted_step_left(tmp_path: Path) -> None:

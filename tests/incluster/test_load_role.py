@@ -4,6 +4,7 @@ its error suggests is accepted."""
 
 import kubernetes_validate
 import yaml
+from fake_kube_api import request_attributes, rule_allows
 from typer.testing import CliRunner
 
 from incluster.manifests import LOAD_STEP_RULES
@@ -60,3 +61,23 @@ def test_the_docs_table_lists_exactly_the_roles_rules() -> None:
         for r in LOAD_STEP_RULES
     ]
     assert documented[: len(expected)] == expected
+
+
+def test_the_role_grants_the_memory_read_as_rbac_checks_it() -> None:
+    """The memory sampler's ``GET /apis/metrics.k8s.io/v1beta1/namespaces/<ns>/pods`` is a
+    ``list`` of the resource ``pods`` in the group ``metrics.k8s.io`` (the request's attributes,
+    as the API server resolves them): the Role grants it, and so does no rule on the core
+    group's ``pods`` alone; one pod's reading is a ``get``."""
+    path = "/apis/metrics.k8s.io/v1beta1/namespaces/testbed/pods"
+    listed = request_attributes("GET", path, {})
+    one = request_attributes("GET", f"{path}/prefill-0", {})
+    assert (listed["verb"], listed["group"], listed["resource"]) == (
+        "list",
+        "metrics.k8s.io",
+        "pods",
+    )
+    assert one["verb"] == "get"
+    for asked in (listed, one):
+        assert [r for r in LOAD_STEP_RULES if rule_allows(r, asked)] == [
+            {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["get", "list"]}
+        ]

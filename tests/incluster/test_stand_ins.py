@@ -17,6 +17,9 @@ from fake_kube_api import (
     restricted_pod_security,
     rule_allows,
 )
+from fake_kube_api import (
+    pod as fake_pod,
+)
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from local_kubelet import MAX_INT32, backoff_limit, job_verdict
@@ -151,3 +154,50 @@ def test_a_missing_label_matches_not_equal() -> None:
     assert _matches({"metadata": {}}, "app.kubernetes.io/name!=testbed-load")
     assert not _matches(pod, "app.kubernetes.io/name=testbed-load")
     assert not _matches(pod, "app.kubernetes.io/name=graph,tier=x")  # every term must hold
+
+
+def test_the_metrics_api_answers_as_metrics_server_and_the_aggregator_do(tmp_path: Path) -> None:
+    """Listed: the selected pods that have a reading, sorted by name, each with its pod's labels;
+    one pod without a reading, or unknown: 404 NotFound. Without the APIService: the API
+    server's 404 Status; registered but down: the aggregator's plain-text 503."""
+    with fake_kube_api() as api:
+        client_ = api_client(str(api.kubeconfig(tmp_path)), None)
+        metrics = k8s.CustomObjectsApi(client_)
+        group = ("metrics.k8s.io", "v1beta1", NAMESPACE, "pods")
+        for name in ("b-0", "a-0", "c-0"):
+            api.put(fake_pod(name, labels={"tier": "x" if name != "c-0" else "y"}))
+        api.usage = {
+            "a-0": ("1024Ki", "2026-11-30T12:00:00Z"),
+            "c-0": ("2Mi", "2026-11-30T12:00:00Z"),
+        }
+        api.usage["b-0"] = ("2048Ki", "2026-11-30T12:00:15Z")
+        listed = metrics.list_namespaced_custom_object(*group, label_selector="tier=x")
+        assert listed["kind"] == "PodMetricsList"
+        assert [
+            (i["metadata"]["name"], i["containers"][0]["usage"]["memory"]) for i in listed["items"]
+        ] == [
+            ("a-0", "1024Ki"),
+            ("b-0", "2048Ki"),
+        ]
+        assert listed["items"][0]["metadata"]["labels"]["tier"] == "x"
+        assert (listed["items"][1]["timestamp"], listed["items"][1]["window"]) == (
+            "2026-11-30T12:00:15Z",
+            "15.002s",
+        )
+        del api.usage["a-0"]  # no reading (yet): left out of a list, 404 to a get
+        assert len(metrics.list_namespaced_custom_object(*group)["items"]) == 2
+        for name in ("a-0", "gone"):
+            with pytest.raises(ApiException) as missing:
+                metrics.get_namespaced_custom_object(*group, name)
+            assert missing.value.status == 404
+        api.metrics_api = "unregistered"
+        with pytest.raises(ApiException) as unregistered:
+            metrics.list_namespaced_custom_object(*group)
+        body = json.loads(unregistered.value.body)
+        assert (unregistered.value.status, body["reason"]) == (404, "NotFound")
+        assert body["message"] == "the server could not find the requested resource"
+        api.metrics_api = "unavailable"
+        with pytest.raises(ApiException) as unavailable:
+            metrics.list_namespaced_custom_object(*group)
+        assert (unavailable.value.status, unavailable.value.body) == (503, "service unavailable\n")
+        client_.close()

@@ -14,11 +14,13 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
+from fake_kube_api import _matches
 
 from components.program import READ_STACK_OUTPUTS
 from loadstep.inputs import LoadStepInputs, rerun_reasons, topology_fingerprint
 from stackmodel.config import project_values
 from stackmodel.errors import StackConfigError
+from stackmodel.stacks import load_stack
 from stackmodel.stacks import stack_config as cli_config
 from stackmodel.validation import validate_stack
 from testbed.render import UNKNOWN_PLACEHOLDER, EchoMocks, Rendered, render_stack
@@ -95,6 +97,19 @@ def test_step_registered_after_the_dgd_with_the_stacks_inputs(
     assert (inputs.deadline_s, inputs.model_wait_s, inputs.fail_on_errors) == (4920, 600, False)
     assert Path(inputs.results_root).is_absolute()
     assert step.inputs["__provider"] == "[secret]"  # the pickled provider, never plain
+    # Whose memory it samples: the DGD's worker pods, by the labels of their pod templates,
+    # each with its group's memory floor from the sizing (loadstep.memory).
+    selected = {
+        c["name"]
+        for c in dgd.inputs["spec"]["components"]
+        if _matches(c["podTemplate"], inputs.worker_selector or "")
+    }
+    assert selected == {"prefill", "decode"}
+    plan = load_stack("disagg-same-node")
+    assert inputs.memory_floors == {
+        c.name: c.memory_floor_bytes for c in plan.sizing.report.components
+    }
+    assert set(inputs.memory_floors) == selected
 
 
 def test_preview_url_is_unknown_until_the_service_exists(addressed: Callable[[str], Path]) -> None:

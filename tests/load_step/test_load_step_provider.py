@@ -31,6 +31,7 @@ from loadstep import runtime as load_runtime
 from loadstep.folder import STOP_FILE, StopFileObserver
 from loadstep.inputs import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons
 from loadstep.runtime import LoadStepError, LoadStepStopped
+from manifests.graph import COMPONENT_LABEL, GRAPH_LABEL
 from simulator.localgraph import LocalGraph, LocalGraphSpec, free_port
 from simulator.routing import graph_spec
 from stackmodel.stacks import load_stack
@@ -301,11 +302,16 @@ def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
     """The seed's OOMKill: the prefill workers die during the run; the successes before and the
     failures after are kept, with the time of the first failure. A fake Kubernetes API (the
     stack's kubeconfig points at it) reports prefill-0 OOMKilled at that moment: the step names
-    it in the status line and exports it as `incidents`."""
+    it in the status line and exports it as `incidents`. The same API serves prefill-0's
+    memory (metrics.k8s.io): the step keeps its series in memory.json, with its limit and its
+    group's floor, and the memory it had at the kill."""
     graph = start_local_graph(spec)
     requests = 40
     with fake_kube_api() as api:
-        api.put(pod("prefill-0"))
+        labels = {GRAPH_LABEL: load_stack(STACK).cfg.topology.name, COMPONENT_LABEL: "prefill"}
+        api.put(pod("prefill-0", labels=labels, memory_limit="4Gi"))
+        read_at = f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"  # as metrics-server stamps it
+        api.usage["prefill-0"] = ("2097152Ki", read_at)
         props = make_props(
             graph.url,
             tmp_path,
@@ -362,3 +368,17 @@ def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
     assert int(frame["error_ns"].notna().sum()) == status["failures"]
     (point,) = outs["results"]
     assert (point["samples"], point["errors"]) == (status["successes"], status["failures"])
+    # The pod's memory series, its limit and floor, and the memory at the kill (2 GiB).
+    memory = load_results(folder).memory
+    assert memory is not None and memory.unavailable is None
+    (series,) = memory.pods
+    floors = {c.name: c.memory_floor_bytes for c in load_stack(STACK).sizing.report.components}
+    assert (series.pod, series.limit_bytes, series.floor_bytes) == (
+        "prefill-0",
+        4 * 2**30,
+        floors["prefill"],
+    )
+    assert series.samples[0].at == datetime.fromisoformat(read_at)
+    assert [s.bytes for s in series.samples] == [2 * 2**30]
+    assert oom["memory_bytes"] == 2 * 2**30
+    assert "Worker memory of A" in (folder / REPORT_FILE).read_text()

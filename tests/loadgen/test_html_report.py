@@ -11,9 +11,11 @@ import dataclasses
 import json
 import re
 import shutil
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from fake_openai_server import (
@@ -33,6 +35,7 @@ from loadgen.figures import Figure, Series, report_figures, request_times_s
 from loadgen.html_report import draw, write_folder_reports, write_report
 from loadgen.incidents import INCIDENTS_FILE, Incident, describe, placed
 from loadgen.intervals import ab_comparisons, compare_runs
+from loadgen.memory import MEMORY_FILE, MemoryRecord, MemorySample, PodMemory
 from loadgen.report import verdict_rows
 from loadgen.results import GridResult, MetricInterval
 from loadgen.results_folder import REPORT_FILE, load_results
@@ -593,3 +596,53 @@ def test_a_too_wide_interval_is_left_out_of_the_figure_and_named_in_its_caption(
     narrow = [p.model_copy(update={"intervals": {}}) for p in loaded.points]
     plain = report_figures([dataclasses.replace(loaded, points=narrow)])
     assert "too wide" not in {f.key: f for f in plain}["ttft"].caption
+
+
+def test_the_memory_figure_draws_each_pod_with_its_limit_floor_and_oom_kill(
+    folders: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """memory.json as the load step writes it (loadstep.memory): prefill-0's working set rises
+    toward its limit over the grid, above its group's floor; it was OOMKilled in the third run
+    (A's incidents.json). A pod without a reading gets no panel."""
+    folder = Path(shutil.copytree(folders[0], tmp_path / "kv-routing"))
+    loaded = load_results(folder)
+    assert loaded.grid is not None
+    start = loaded.grid.started_at
+    gib = 2**30
+    offsets = [0.0, 0.5, 1.0]
+    record = MemoryRecord(
+        interval_s=1.0,
+        pods=[
+            PodMemory(
+                pod="prefill-0",
+                component="prefill",
+                limit_bytes=4 * gib,
+                floor_bytes=3 * gib,
+                window="15s",
+                samples=[
+                    MemorySample(at=start + timedelta(seconds=s), bytes=int((2 + 2 * s) * gib))
+                    for s in offsets
+                ],
+            ),
+            PodMemory(pod="decode-0", component="decode"),
+        ],
+    )
+    (folder / MEMORY_FILE).write_text(record.model_dump_json())
+    loaded = load_results(folder)
+    figures = {f.key: f for f in report_figures([loaded])}
+    assert list(figures)[-2:] == ["timeline-a", "memory-a"]
+    (panel,) = figures["memory-a"].panels
+    assert panel.title == "A: prefill-0 (prefill)"
+    working, limit, floor = panel.series
+    assert (working.x, working.y) == (tuple(offsets), (2.0, 3.0, 4.0))
+    assert (limit.label, limit.style, limit.y) == ("limit", "level", (4.0,))
+    assert (floor.label, floor.style, floor.y) == ("floor (sizing)", "level", (3.0,))
+    (incident,) = loaded.incidents
+    (mark,) = panel.marks
+    assert (mark.at_s, mark.label) == (incident.t_s, describe(incident))
+    assert panel.bands == figures["timeline-a"].panels[0].bands
+    drawn = draw(figures["memory-a"]).axes[0]
+    levels = {line.get_label(): np.asarray(line.get_ydata()).tolist() for line in drawn.lines}
+    assert (levels["limit"], levels["floor (sizing)"]) == ([4.0, 4.0], [3.0, 3.0])
+    out, _ = write_report([loaded], tmp_path / "memory.html")
+    assert "Worker memory of A (kv-routing)" in out.read_text()

@@ -140,3 +140,36 @@ def test_fewer_words_encoded_make_the_same_text(
         made = sizer.make_text(random.Random(f"piece-{i}"), n)
         assert made == _words_then_cut(tokenizer, random.Random(f"piece-{i}"), n)
         assert len(tokenizer.encode(made, add_special_tokens=False).ids) == n
+
+
+def test_a_run_draws_each_requests_prompt_and_output_length(tokenizer: Tokenizer) -> None:
+    """With promptLengths / outputLengths, each request of a run gets its own drawn lengths
+    (exact prompt tokens, its own max_tokens in the body), the same for the same run; the
+    prefix is prefixShare of the shortest prompt; promptTokens / maxTokens are the means."""
+    import json
+
+    from loadgen.config import LoadConfig
+    from loadgen.plan import share_for_run
+
+    config = LoadConfig.model_validate(
+        {
+            "requestsPerRun": 30,
+            "prefixShare": 0.5,
+            "promptLengths": {"values": [40, 200], "weights": [0.75, 0.25]},
+            "outputLengths": {"values": [4, 32]},
+        }
+    )
+    assert (config.prompt_tokens, config.max_tokens, config.prefix_tokens) == (80, 18, 20)
+    sizer = TokenizerSizer(tokenizer, "test")
+    share = share_for_run("http://x", "m", config, sizer, (2, 4, 1))
+    lengths = config.request_lengths(30, "k2-c4-r1")
+    bodies = [json.loads(b) for b in share.bodies]
+    prompts = [b["messages"][0]["content"] for b in bodies]
+    # the blank line after the prefix ("\n\n") is two tokens more
+    assert [len(tokenizer.encode(p, add_special_tokens=False).ids) for p in prompts] == [
+        p + 2 for p, _ in lengths
+    ]
+    assert [b["max_tokens"] for b in bodies] == [out for _, out in lengths]
+    assert {p for p, _ in lengths} == {40, 200} and {o for _, o in lengths} == {4, 32}
+    again = share_for_run("http://x", "m", config, sizer, (2, 4, 1))
+    assert again.bodies == share.bodies

@@ -9,7 +9,8 @@ import pytest
 from loadgen.config import LoadConfig
 from loadgen.slo import parse_slo
 from recommend.claims import DEFAULT_MARGIN
-from recommend.load_search import RESOLUTION, LoadRunner, highest_load, workload_requests
+from recommend.load_search import RESOLUTION, LoadRunner, highest_load
+from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.stacks import load_stack
 
@@ -19,7 +20,8 @@ SHORT = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
 def test_a_run_is_its_warm_up_then_the_measured_requests() -> None:
     """One warm-up request per client (loadgen's default), shaped as the measured ones on
     prefixes of their own; then the workload's requests, at least 2 per client."""
-    requests, warmup = workload_requests(SHORT, 2, 24)
+    requests = Workload(SHORT).closed(2, 24)
+    warmup = SHORT.warmup_count(24)
     assert warmup == 24 and len(requests) == 24 + 48
     warm, measured = requests[:warmup], requests[warmup:]
     assert {r.prefix_id for r in warm} == {2, 3}
@@ -28,9 +30,9 @@ def test_a_run_is_its_warm_up_then_the_measured_requests() -> None:
         (r.prefix_tokens, r.prompt_tokens, r.cached_tokens, r.output_tokens) for r in requests
     } == {(2_134, 2_371, 0, 16)}
     assert [r.index for r in requests] == list(range(72))
-    assert len(workload_requests(SHORT, 2, 4)[0]) == 4 + 40
+    assert len(Workload(SHORT).closed(2, 4)) == 4 + 40
     none = SHORT.model_copy(update={"warmup_requests": 0})
-    assert workload_requests(none, 2, 4)[1] == 0
+    assert len(Workload(none).closed(2, 4)) == 40
 
 
 @pytest.mark.parametrize(("ttft_ms", "above"), [(300, 32), (400, 64)])

@@ -222,3 +222,22 @@ def test_a_prompt_longer_than_the_max_model_len_is_refused_with_a_fix_that_is_ac
     fix = re.search(r"lower load.promptTokens below (\d+)", message)
     assert fix is not None
     accepted("model.maxModelLen=2048", f"load.promptTokens={int(fix[1]) - 1}")
+
+
+def test_a_drawn_prompt_longer_than_the_max_model_len_is_refused() -> None:
+    """With promptLengths, its longest value is what vLLM would refuse (the stack's own
+    promptTokens set to the distribution's mean, as the load settings require)."""
+    message = refusal(
+        "model.maxModelLen=2500",
+        "load.promptLengths={values: [1000, 3000]}",
+        "load.promptTokens=2000",
+    )
+    assert "its longest value, 3,000 tokens, is not below the max model length, 2,500" in message
+    fix = re.search(r"lower it below (\d+)", message)
+    assert fix is not None
+    longest = int(fix[1]) - 1
+    accepted(
+        "model.maxModelLen=2500",
+        f"load.promptLengths={{values: [1000, {longest}]}}",
+        f"load.promptTokens={round((1000 + longest) / 2)}",
+    )

@@ -1,0 +1,273 @@
+"""The workload a search times (:class:`Workload`): the load settings (a
+:class:`loadgen.config.LoadConfig`, the ones ``plan.md``'s measurement sends) and, for a
+results folder, its requests replayed (:func:`replayed`).
+
+The load the search varies is the closed loop's concurrency, or, for an open loop
+(``arrival: poisson``), the request rate, at most the workload's concurrency (its largest value)
+in flight, as ``testbed load`` sends it (``8/s, <=32``).
+
+**Synthetic** (``seed`` or a file of load settings): every request has the settings' prompt
+length (``promptTokens``, ``prefixShare`` of it the shared prefix) and ``maxTokens`` output
+tokens, or lengths drawn from ``promptLengths`` / ``outputLengths``
+(:meth:`loadgen.config.LoadConfig.request_lengths`, as ``testbed load`` draws them), on one of
+the prefix kinds drawn with the workload's seed; the timing model times each request at its
+own length. The closed loop first sends
+one warm-up request per client (:mod:`recommend.load_search` says why); the open loop sends
+none: its requests arrive at exponential gaps (one seeded draw per prefix-kinds value, the
+first request at 0, scaled so that the gaps' mean is 1/rate: the run is sent at exactly the
+rate tried, and every rate sees the same pattern), on idle workers whose caches hold none of
+the measured prefixes, as loadgen's warm-up (on prefixes of its own) leaves them.
+
+**Replayed** (a results folder ``testbed load``, ``testbed simulate`` or the load step wrote):
+the load settings are the folder's (``result.json``); per prefix-kinds value, the requests of
+the folder's first run at that value (grid order: its lowest concurrency, repetition 1) that
+succeeded, in their send order (a value without such a run, e.g. of a grid cut off, is left
+out of the search's prefix kinds), each at the prompt and output tokens the server counted
+(``usage``) and on its own prefix. What is replayed is the requests, not the folder's timing:
+a closed loop sends them at each concurrency tried (taken again from the first when a run
+needs more, at least :data:`MEASURED_PER_CLIENT` a client); an open
+loop keeps the folder's arrival pattern (its due times, ``intended_ns``) stretched or
+compressed to each rate tried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from loadgen.config import Arrival, LoadConfig
+from loadgen.plan import grid_keys
+from loadgen.results_folder import load_results
+from simulator.timing_model import SimRequest
+
+MEASURED_PER_CLIENT = 2
+"""The fewest measured requests per client (or per slot of an open loop) of a run."""
+
+
+class WorkloadError(ValueError):
+    """A ``--workload`` that cannot be read (one line: what is wrong and the fix)."""
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One request of a results folder: its prefix id, the prompt and output tokens the
+    server counted, and its due time in units of the folder's mean gap (0 for the first)."""
+
+    prefix_id: int
+    prompt_tokens: int
+    output_tokens: int
+    due: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the search sends (the module docstring): ``load`` (the settings), ``source`` (how
+    the user named it) and ``replay`` (prefix kinds -> a results folder's requests; None:
+    synthetic)."""
+
+    load: LoadConfig
+    source: str = "seed"
+    replay: Mapping[int, tuple[Replayed, ...]] | None = field(default=None, compare=False)
+
+    @property
+    def open_loop(self) -> bool:
+        """Whether the load is a request rate (Poisson arrivals) rather than a concurrency."""
+        return self.load.arrival is Arrival.POISSON
+
+    @property
+    def in_flight_cap(self) -> int:
+        """The open loop's most requests in flight: the workload's largest concurrency."""
+        return max(self.load.concurrency)
+
+    @property
+    def start_rate(self) -> float:
+        """The rate an open-loop search starts from: the workload's ``requestRate``."""
+        assert self.load.request_rate is not None  # LoadConfig requires it for poisson
+        return self.load.request_rate
+
+    def _measured(self, kinds: int, n: int, salt: str) -> list[SimRequest]:
+        """``n`` measured requests at ``kinds`` prefix kinds, indices from 0; a synthetic
+        workload draws their prefixes with its seed and ``salt``."""
+        load = self.load
+        if self.replay is not None:
+            rows = itertools.islice(itertools.cycle(self.replay[kinds]), n)
+            return [
+                SimRequest(i, r.prefix_id, load.prefix_tokens, r.prompt_tokens, 0, r.output_tokens)
+                for i, r in enumerate(rows)
+            ]
+        pick = random.Random(f"{load.seed}:recommend:{kinds}:{salt}")
+        lengths = load.request_lengths(n, f"recommend:{kinds}:{salt}")
+        return [
+            SimRequest(i, pick.randrange(kinds), load.prefix_tokens, prompt, 0, output)
+            for i, (prompt, output) in enumerate(lengths)
+        ]
+
+    def closed(self, kinds: int, concurrency: int) -> list[SimRequest]:
+        """One closed-loop run's requests: its warm-up first (``LoadConfig.warmup_count``, one
+        a client unless ``warmupRequests`` says otherwise, as ``loadgen.plan.share_for_run``
+        builds it: the settings' prompt and output lengths, on prefixes of its own, ids
+        ``kinds..2 * kinds - 1``), then the measured ones (the run's requests, at least
+        :data:`MEASURED_PER_CLIENT` a client) on prefix ids ``0..kinds-1``."""
+        load = self.load
+        n = max(self.runs_requests(kinds), MEASURED_PER_CLIENT * concurrency)
+        measured = self._measured(kinds, n, str(concurrency))
+        pick = random.Random(f"{load.seed}:recommend:{kinds}:warmup-{concurrency}")
+        shape = (load.prefix_tokens, load.prompt_tokens, 0, load.max_tokens)
+        warmup = [
+            SimRequest(i, kinds + pick.randrange(kinds), *shape)
+            for i in range(load.warmup_count(concurrency))
+        ]
+        return warmup + [dataclasses.replace(r, index=len(warmup) + r.index) for r in measured]
+
+    def open(self, kinds: int, rate: float) -> tuple[list[SimRequest], list[float]]:
+        """One open-loop run's requests and their due times (s) at ``rate`` requests/s."""
+        n = max(self.runs_requests(kinds), MEASURED_PER_CLIENT * self.in_flight_cap)
+        requests = self._measured(kinds, n, "open")
+        if self.replay is not None:
+            rows = self.replay[kinds]
+            lap = rows[-1].due + 1.0  # due times are in mean gaps: a lap ends one gap later
+            dues = [rows[i % len(rows)].due + lap * (i // len(rows)) for i in range(n)]
+        else:
+            gaps = random.Random(f"{self.load.seed}:recommend:arrivals:{kinds}")
+            drawn = list(itertools.accumulate(gaps.expovariate(1.0) for _ in range(n - 1)))
+            # in mean gaps, so that the run's rate (as loadgen reports it sent) is the rate tried
+            dues = [0.0] + [d * (n - 1) / drawn[-1] for d in drawn] if drawn else [0.0]
+        return requests, [due / rate for due in dues]
+
+    def best_case(self) -> LoadConfig:
+        """The load settings at the workload's shortest prompt and shortest output, its
+        shared prefix kept: what the bounds read, so that a floor holds for every request."""
+        load = self.load
+        if self.replay is not None:
+            rows = [r for run in self.replay.values() for r in run]
+            prompt = min(r.prompt_tokens for r in rows)
+            output = min(r.output_tokens for r in rows)
+        else:
+            prompt = load.shortest_prompt_tokens
+            output = min(load.output_lengths.values) if load.output_lengths else load.max_tokens
+        update = {
+            "prompt_tokens": prompt,
+            "max_tokens": output,
+            "prefix_share": min(1.0, load.prefix_tokens / prompt),
+            "prompt_lengths": None,
+            "output_lengths": None,
+        }
+        return load.model_copy(update=update)
+
+    @property
+    def mean_output_tokens(self) -> float:
+        """Output tokens per request on average (a rate ceiling's tokens/s reads it)."""
+        if self.replay is not None:
+            rows = [r for run in self.replay.values() for r in run]
+            return sum(r.output_tokens for r in rows) / len(rows)
+        return self.load.output_lengths.mean if self.load.output_lengths else self.load.max_tokens
+
+    def runs_requests(self, kinds: int) -> int:
+        """Measured requests a run sends at least: the settings' ``requestsPerRun``, or the
+        replayed run's requests."""
+        if self.replay is not None:
+            return len(self.replay[kinds])
+        return self.load.requests_per_run
+
+    def fingerprint(self) -> str:
+        """``sha256:<hex>`` of what decides the timing: the settings and the replayed
+        requests."""
+        data = {
+            "load": self.load.model_dump(mode="json", by_alias=True),
+            "replay": {
+                str(k): [[r.prefix_id, r.prompt_tokens, r.output_tokens, r.due] for r in rows]
+                for k, rows in sorted((self.replay or {}).items())
+            },
+        }
+        text = json.dumps(data, sort_keys=True)
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+HINT = "give seed, a YAML file of load settings, or a folder `testbed load --out` wrote"
+"""What ``--workload`` accepts, for its errors."""
+
+FOLDER_FILES = ("summary.json", "result.json", "requests.parquet", "table.txt", "runs.csv")
+"""The files of a results folder a user might name instead of the folder."""
+
+
+def replayed(folder: Path) -> Workload:
+    """A results folder's workload (the module docstring). Raises :class:`WorkloadError` (one
+    line, naming the option and a fix) for a folder that is not a results folder or has no
+    requests to replay."""
+    source = f"--workload {folder}"
+    if not (folder / "summary.json").is_file():
+        below = sorted(p.parent for p in folder.rglob("summary.json"))[:3]
+        fix = f"; did you mean {', '.join(map(str, below))}" if below else f"; {HINT}"
+        raise WorkloadError(f"{source}: not a results folder (no summary.json){fix}")
+    try:
+        results = load_results(folder)
+    except (OSError, ValueError) as exc:
+        raise WorkloadError(f"{source}: {exc}") from None
+    if results.grid is None:
+        raise WorkloadError(
+            f"{source}: no result.json (the load settings it ran with); give a folder "
+            "`testbed load` finished, or its settings as a YAML file"
+        )
+    load = results.grid.config.model_copy(update={"slo": None})
+    frame = results.requests
+    needed = {"prompt_tokens", "completion_tokens", "intended_ns", "error_kind"}
+    if frame.empty or not needed <= set(frame.columns):
+        raise WorkloadError(
+            f"{source}: no requests.parquet with the requests' token counts; give a folder "
+            "`testbed load` wrote, or its settings as a YAML file"
+        )
+    replay: dict[int, tuple[Replayed, ...]] = {}
+    keys = ["prefix_kinds", "concurrency", "repetition"]
+    runs = {tuple(int(v) for v in key): rows for key, rows in frame.groupby(keys)}
+    for kinds in load.prefix_kinds:
+        first = next((key for key in grid_keys(load) if key[0] == kinds and key in runs), None)
+        run = runs[first] if first is not None else frame.iloc[0:0]
+        good = run[
+            run.error_kind.isna() & pd.notna(run.prompt_tokens) & (run.completion_tokens > 0)
+        ].sort_values(["intended_ns", "index"])
+        if good.empty:
+            continue  # a grid cut off before this value, or a run that failed: not replayed
+        start = int(good.intended_ns.iloc[0])
+        # Due times in units of the run's mean gap, so that any rate can be replayed.
+        span = int(good.intended_ns.iloc[-1]) - start
+        gap = span / (len(good) - 1) if len(good) > 1 and span > 0 else 0.0
+        replay[kinds] = tuple(
+            Replayed(
+                int(row.prefix_id),
+                int(row.prompt_tokens),
+                int(row.completion_tokens),
+                (int(row.intended_ns) - start) / gap if gap else float(i),
+            )
+            for i, row in enumerate(good.itertuples())
+        )
+    if not replay:
+        raise WorkloadError(
+            f"{source}: no run has a successful request with token counts to replay; give a "
+            "folder whose runs succeeded"
+        )
+    load = load.model_copy(update={"prefix_kinds": sorted(replay)})
+    return Workload(load, f"{folder} (replayed)", replay)
+
+
+def describe(workload: Workload) -> str:
+    """One line: what is sent, and what load is searched."""
+    load = workload.load
+    what = (
+        f"{sum(len(r) for r in workload.replay.values())} requests of {workload.source}"
+        if workload.replay is not None
+        else f"{load.prompt_tokens:,}-token prompts, {load.max_tokens} output tokens"
+    )
+    searched = (
+        f"the request rate searched (at most {workload.in_flight_cap} in flight)"
+        if workload.open_loop
+        else "the concurrency searched"
+    )
+    return f"{what}; prefix kinds {load.prefix_kinds}; {searched}"
