@@ -12,23 +12,24 @@ hits are what the model's own KV-router stand-in put on it), turned into loadgen
 records (:func:`simulator.retime.timing_records`) and judged as a measured run is
 (:func:`loadgen.goodput.evaluate_run`, :func:`loadgen.goodput.evaluate_point`).
 
-Each client sends one warm-up request first, left out of the figures as loadgen's warm-up
-requests are: one prompt token (no prefill to speak of, nothing cached) and 1/C, 2/C, ... C/C of
-the output tokens, so that the clients enter the measured requests spread over one request's
-decode (the model is deterministic: identical requests sent at once would otherwise stay in
-lockstep for the whole run, every prefill in one step, which no real server shows); then the
-workload's requests (:meth:`recommend.workload.Workload.closed`). An open loop sends no
-warm-up: its requests arrive at their own times (:meth:`recommend.workload.Workload.open`).
+A closed-loop run starts as loadgen starts one (``loadgen.loops.run_share``): its warm-up
+first (``LoadConfig.warmup_count``, one request per client unless ``warmupRequests`` says
+otherwise, on prefixes of their own: :meth:`recommend.workload.Workload.closed`), a closed loop
+of the run's clients, all awaited; then the workload's requests, all the clients starting at
+once (``loadgen.loops.run_closed_loop`` gathers its slots at once) on engines idle again
+(:func:`simulator.timing_model.simulate_run`'s ``warmup``); the warm-up's are left out of the
+figures, as loadgen leaves them out. An open loop sends no warm-up: its requests arrive at their
+own times (:meth:`recommend.workload.Workload.open`).
 
 A load *holds* when, at every prefix-kinds value of the workload, the point meets the SLO
-(:attr:`loadgen.goodput.PointAttainment.slo_met`), no request failed (an OOMKill of a
+(:attr:`loadgen.results.PointAttainment.slo_met`), no request failed (an OOMKill of a
 host-buffering worker fails requests) and an open loop delivered its offered rate
 (:attr:`KindsPoint.delivered`: with its most in flight taken, requests wait at the client
 and are sent late). :func:`highest_rate` searches an open loop's rate as
 :func:`highest_load` searches the concurrency. :func:`highest_load` doubles the concurrency from 1
 until a load fails (or :data:`CLIENTS_PER_GPU` clients per GPU of the cluster), then bisects to
-within 1/:data:`RESOLUTION` of the load (an eighth: a few percent of goodput): it takes the SLO
-to hold below the highest load that holds, as a queue's latency grows with load.
+within 1/:data:`RESOLUTION` of the load: it takes the SLO to hold below the highest load that
+holds, as a queue's latency grows with load.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from loadgen.config import LoadConfig
-from loadgen.goodput import PointAttainment, evaluate_point, evaluate_run
-from loadgen.results import RunSummary
+from loadgen.goodput import evaluate_point, evaluate_run
+from loadgen.results import PointAttainment, RunSummary
 from loadgen.slo import Slo
 from loadgen.stats import queue_large, short_of_offered, summarize_run
 from recommend.workload import Workload
@@ -49,8 +50,11 @@ from simulator.timing_model import RunTopology, TimingConstants, simulate_run
 CLIENTS_PER_GPU = 64
 """The most concurrency the search tries, per GPU of the cluster (512 on one 8-GPU node)."""
 
-RESOLUTION = 8
-"""The bisection stops within 1/RESOLUTION of the highest load that holds (or at 1 client)."""
+RESOLUTION = 32
+"""The bisection stops within 1/RESOLUTION of the highest load that holds (or at 1 client):
+exact to the client below 32 clients, and at most ~3% low above, so a candidate's figures
+(which grow about as fast as its load, or slower) are at most ~3% below those at its true
+highest load, well inside the margin a ratio claim must clear (``recommend.claims``: 25%)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,7 @@ class LoadRunner:
         arrivals = None
         if rate is None:
             requests = sent.closed(kinds, concurrency)
-            warmup = concurrency
+            warmup = sent.load.warmup_count(concurrency)
         else:
             requests, arrivals = sent.open(kinds, rate)
             warmup = 0
@@ -148,6 +152,7 @@ class LoadRunner:
             concurrency,
             model_hits=True,
             arrivals_s=arrivals,
+            warmup=warmup,
         )
         records = timing_records(timing, requests, 0.0)[warmup:]
         summary = summarize_run(

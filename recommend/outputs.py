@@ -4,7 +4,8 @@ highest load meeting the SLO, what binds, the reason line), the top candidates a
 (``stacks/Pulumi.<name>.yaml``, each with a header comment of its rank, figures and reason),
 ``plan.md`` (the ``testbed load`` A / B commands that would confirm the choice and the
 ``testbed calibrate`` step that feeds the measurement back), ``pareto.png`` and ``report.html``
-(tokens/s per GPU against tokens/s per user, the SLO's line, the margin band).
+(tokens/s per GPU against tokens/s per user with the ITL/TPOT bounds' per-user lines, a panel
+per TTFT or E2E bound, the margin band: :func:`chart_data`).
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from loadgen.config import LoadConfig
-from loadgen.slo import Slo
+from loadgen.slo import OBJECTIVES, Slo
 from recommend.claims import ratio, reason_line, verdict
-from recommend.search import Objective, Result, pareto_front
+from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
 from stackmodel.errors import PROJECT
 
@@ -240,10 +241,136 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
     return "\n".join(lines) + "\n"
 
 
-def _chart(inputs: Inputs, results: Sequence[Result], first: Result | None) -> bytes:
-    """``pareto.png``: each ranked candidate's tokens/s per GPU against tokens/s per user at
-    its highest load meeting the SLO; the Pareto front marked; the ITL/TPOT bound as the
-    per-user line it sets; rank 1's value and the margin band below it."""
+PER_USER_KEYS = ("itl_p99_ms", "tpot_p99_ms")
+"""SLO bounds drawn on the Pareto panel as the per-user rate they set: a request whose
+inter-token p99 is at most the bound streams at least 1000 / bound tokens/s to its user."""
+
+LATENCY_KEYS = ("ttft_p99_ms", "e2e_p99_ms")
+"""SLO bounds with a panel of their own (no rate on the tokens/s axes shows them): each ranked
+candidate's p99 at its highest load meeting the SLO against its tokens/s per GPU, the bound a
+horizontal line."""
+
+Axis = Literal["x", "y"]
+
+
+@dataclass(frozen=True)
+class ChartPoint:
+    """A ranked candidate as the figure draws it: ``per_gpu`` is the objective's figure (output
+    or goodput tokens/s per cluster GPU, what the ranking and the margin read), ``per_user``
+    1 / TPOT p50 (tokens/s), ``p99_ms`` the worst p99 of each SLO objective (ms)."""
+
+    key: str
+    rank: int
+    disaggregated: bool
+    on_front: bool
+    per_gpu: float
+    per_user: float
+    p99_ms: Mapping[str, float | None]
+
+
+@dataclass(frozen=True)
+class SloLine:
+    """One SLO bound drawn as a line: vertical at ``value`` on the x axis, or horizontal on
+    the y axis, in the panel's units."""
+
+    key: str
+    axis: Axis
+    value: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of ``pareto.png``: ``xy`` each point's coordinates (candidate key -> (x, y);
+    a point without the panel's figure is left out), the SLO's ``lines`` and the margin
+    ``band`` (axis, low, high: the objective from rank 1's / the margin up to rank 1's)."""
+
+    title: str
+    x_label: str
+    y_label: str
+    xy: Mapping[str, tuple[float, float]]
+    lines: tuple[SloLine, ...]
+    band: tuple[Axis, float, float] | None
+
+
+@dataclass(frozen=True)
+class ChartData:
+    """What ``pareto.png`` draws: the ranked candidates and the panels (the Pareto panel
+    first, then one per TTFT or E2E bound of the SLO)."""
+
+    points: tuple[ChartPoint, ...]
+    panels: tuple[Panel, ...]
+
+
+def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) -> ChartData:
+    """The figure's data: each ranked candidate at its highest load meeting the SLO; the
+    Pareto panel (tokens/s per cluster GPU against tokens/s per user) with every ITL or TPOT
+    bound as the per-user line it sets (:data:`PER_USER_KEYS`) and the margin band under rank
+    1; a panel per TTFT or E2E bound (:data:`LATENCY_KEYS`) with the bound as a line and the
+    same band across."""
+    front = pareto_front(results)
+    points = tuple(
+        ChartPoint(
+            key=r.candidate.key,
+            rank=r.rank,
+            disaggregated=r.candidate.disaggregated,
+            on_front=r.candidate.key in front,
+            per_gpu=objective_value(r.best, inputs.objective),
+            per_user=r.best.tokens_per_s_per_user,
+            p99_ms=dict(r.best.p99_ms),
+        )
+        for r in results
+        if r.best is not None and r.rank is not None
+    )
+    top = objective_value(first.best, inputs.objective) if first and first.best else None
+    band_low = top / inputs.margin if top is not None else None
+    per_gpu = (
+        "output tok/s per cluster GPU"
+        if inputs.objective == "tokens-per-gpu"
+        else "goodput tok/s per cluster GPU"
+    )
+    objectives = inputs.slo.objectives()
+    pareto = Panel(
+        title="tokens/s per GPU against tokens/s per user",
+        x_label="output tok/s per user (1 / TPOT p50)",
+        y_label=per_gpu,
+        xy={p.key: (p.per_user, p.per_gpu) for p in points},
+        lines=tuple(
+            SloLine(
+                k,
+                "x",
+                1e3 / objectives[k],
+                f"{_bound(k, objectives[k])}: >= {1e3 / objectives[k]:,.1f} tok/s per user",
+            )
+            for k in PER_USER_KEYS
+            if k in objectives
+        ),
+        band=("y", band_low, top) if top is not None and band_low is not None else None,
+    )
+    latency = tuple(
+        Panel(
+            title=f"{OBJECTIVES[k]} against tokens/s per GPU",
+            x_label=per_gpu,
+            y_label=f"{OBJECTIVES[k]} (ms) at the highest load meeting the SLO",
+            xy={p.key: (p.per_gpu, v) for p in points if (v := p.p99_ms.get(k)) is not None},
+            lines=(SloLine(k, "y", objectives[k], _bound(k, objectives[k])),),
+            band=("x", band_low, top) if top is not None and band_low is not None else None,
+        )
+        for k in LATENCY_KEYS
+        if k in objectives
+    )
+    return ChartData(points, (pareto, *latency))
+
+
+def _bound(key: str, bound: float) -> str:
+    """``TTFT p99 <= 2,000 ms``."""
+    return f"{OBJECTIVES[key]} <= {bound:,.6g} ms"
+
+
+def _chart(inputs: Inputs, data: ChartData) -> bytes:
+    """``pareto.png`` drawn from :func:`chart_data`: one panel beside the other, aggregated
+    candidates as circles and disaggregated as squares, the Pareto front outlined, the top 3
+    named, the SLO's lines dashed and the margin band shaded."""
     import io
 
     import matplotlib
@@ -251,56 +378,73 @@ def _chart(inputs: Inputs, results: Sequence[Result], first: Result | None) -> b
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    front = pareto_front(results)
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for r in results:
-        if r.best is None:
-            continue
-        disagg = r.candidate.disaggregated
-        ax.scatter(
-            r.best.tokens_per_s_per_user,
-            r.best.tokens_per_s_per_gpu,
-            marker="s" if disagg else "o",
-            color="tab:orange" if disagg else "tab:blue",
-            edgecolors="black" if r.candidate.key in front else "none",
-            s=60 if r.rank == 1 else 30,
-        )
-        if r.rank is not None and r.rank <= 3:
-            ax.annotate(
-                f"#{r.rank} {r.candidate.key}",
-                (r.best.tokens_per_s_per_user, r.best.tokens_per_s_per_gpu),
+    fig, axes = plt.subplots(1, len(data.panels), figsize=(8 * len(data.panels), 5), squeeze=False)
+    for ax, panel in zip(axes[0], data.panels, strict=True):
+        for p in data.points:
+            if p.key not in panel.xy:
+                continue
+            x, y = panel.xy[p.key]
+            ax.scatter(
+                x,
+                y,
+                marker="s" if p.disaggregated else "o",
+                color="tab:orange" if p.disaggregated else "tab:blue",
+                edgecolors="black" if p.on_front else "none",
+                s=60 if p.rank == 1 else 30,
             )
-    objectives = inputs.slo.objectives()
-    for key in ("itl_p99_ms", "tpot_p99_ms"):
-        if key in objectives:
-            ax.axvline(1e3 / objectives[key], color="grey", linestyle="--", label=f"SLO {key}")
-    if first is not None and first.best is not None:
-        top = first.best.tokens_per_s_per_gpu
-        ax.axhspan(
-            top / inputs.margin,
-            top,
-            color="tab:green",
-            alpha=0.15,
-            label=f"within the margin {inputs.margin:g}",
-        )
-    ax.scatter([], [], marker="o", color="tab:blue", label="aggregated")
-    ax.scatter([], [], marker="s", color="tab:orange", label="disaggregated")
-    ax.set_xlabel("output tokens/s per user (1 / TPOT p50)")
-    ax.set_ylabel("output tokens/s per cluster GPU")
-    ax.set_title(f"SIMULATED: {inputs.cluster}, SLO {inputs.slo.describe()}", fontsize=10)
-    ax.legend(loc="best", fontsize=8)
+            if p.rank <= 3:
+                ax.annotate(f"#{p.rank} {p.key}", (x, y))
+        for line in panel.lines:
+            draw = ax.axvline if line.axis == "x" else ax.axhline
+            draw(line.value, color="grey", linestyle="--", label=f"SLO {line.label}")
+        if panel.band is not None:
+            axis, low, high = panel.band
+            shade = ax.axhspan if axis == "y" else ax.axvspan
+            shade(
+                low,
+                high,
+                color="tab:green",
+                alpha=0.15,
+                label=f"within {inputs.margin:g}x of rank 1",
+            )
+        ax.scatter([], [], marker="o", color="tab:blue", label="aggregated")
+        ax.scatter([], [], marker="s", color="tab:orange", label="disaggregated")
+        ax.set_xlabel(panel.x_label)
+        ax.set_ylabel(panel.y_label)
+        ax.set_title(panel.title, fontsize=10)
+        ax.legend(loc="best", fontsize=8)
+    fig.suptitle(f"SIMULATED: {inputs.cluster}, SLO {inputs.slo.describe()}", fontsize=10)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return buffer.getvalue()
 
 
+def chart_legend(inputs: Inputs, data: ChartData) -> list[str]:
+    """What the figure's lines and band are, one sentence each (for ``report.html``)."""
+    lines = [
+        f"{panel.title}: SLO {line.label} "
+        + ("(vertical dashed line)" if line.axis == "x" else "(horizontal dashed line)")
+        for panel in data.panels
+        for line in panel.lines
+    ]
+    band = next((p.band for p in data.panels if p.band is not None), None)
+    if band is not None:
+        lines.append(
+            f"shaded: {band[1]:,.0f} to {band[2]:,.0f} tok/s per cluster GPU, within the margin "
+            f"{inputs.margin:g} of rank 1 (too close to call)"
+        )
+    return lines
+
+
 def write_report(
     out: Path, inputs: Inputs, results: Sequence[Result], first: Result | None
 ) -> None:
     """``pareto.png`` and ``report.html`` (the figure and the table)."""
-    png = _chart(inputs, results, first)
+    data = chart_data(inputs, results, first)
+    png = _chart(inputs, data)
     (out / PARETO_PNG).write_bytes(png)
+    legend = "".join(f"<li>{html.escape(line)}</li>" for line in chart_legend(inputs, data))
     rows = "".join(
         f"<tr><td>{r.rank or ''}</td><td>{html.escape(r.status)}</td>"
         f"<td>{html.escape(r.candidate.label())}</td>"
@@ -317,6 +461,7 @@ def write_report(
         f"<p>SLO {html.escape(inputs.slo.describe())}; objective {inputs.objective}; margin "
         f"{inputs.margin:g}; {refused} candidates refused by the checks (candidates.json).</p>"
         f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+        f"<ul>{legend}</ul>"
         "<table border='1'><tr><th>rank</th><th>status</th><th>candidate</th><th>why</th></tr>"
         f"{rows}</table></body></html>\n"
     )

@@ -25,7 +25,7 @@ succeeded, in their send order (a value without such a run, e.g. of a grid cut o
 out of the search's prefix kinds), each at the prompt and output tokens the server counted
 (``usage``) and on its own prefix. What is replayed is the requests, not the folder's timing:
 a closed loop sends them at each concurrency tried (taken again from the first when a run
-needs more, at least :data:`recommend.load_search.MEASURED_PER_CLIENT` a client); an open
+needs more, at least :data:`MEASURED_PER_CLIENT` a client); an open
 loop keeps the folder's arrival pattern (its due times, ``intended_ns``) stretched or
 compressed to each rate tried.
 """
@@ -111,18 +111,21 @@ class Workload:
         ]
 
     def closed(self, kinds: int, concurrency: int) -> list[SimRequest]:
-        """One closed-loop run's requests: the ``concurrency`` warm-up requests first (one
-        prompt token, no prefix, 1/C ... C/C of the longest output), then the measured ones
-        (the run's requests, at least :data:`MEASURED_PER_CLIENT` a client) on prefix ids
-        ``0..kinds-1``."""
+        """One closed-loop run's requests: its warm-up first (``LoadConfig.warmup_count``, one
+        a client unless ``warmupRequests`` says otherwise, as ``loadgen.plan.share_for_run``
+        builds it: the settings' prompt and output lengths, on prefixes of its own, ids
+        ``kinds..2 * kinds - 1``), then the measured ones (the run's requests, at least
+        :data:`MEASURED_PER_CLIENT` a client) on prefix ids ``0..kinds-1``."""
+        load = self.load
         n = max(self.runs_requests(kinds), MEASURED_PER_CLIENT * concurrency)
         measured = self._measured(kinds, n, str(concurrency))
-        longest = max(r.output_tokens for r in measured)
+        pick = random.Random(f"{load.seed}:recommend:{kinds}:warmup-{concurrency}")
+        shape = (load.prefix_tokens, load.prompt_tokens, 0, load.max_tokens)
         warmup = [
-            SimRequest(i, kinds + i, 0, 1, 0, max(1, longest * (i + 1) // concurrency))
-            for i in range(concurrency)
+            SimRequest(i, kinds + pick.randrange(kinds), *shape)
+            for i in range(load.warmup_count(concurrency))
         ]
-        return warmup + [dataclasses.replace(r, index=concurrency + r.index) for r in measured]
+        return warmup + [dataclasses.replace(r, index=len(warmup) + r.index) for r in measured]
 
     def open(self, kinds: int, rate: float) -> tuple[list[SimRequest], list[float]]:
         """One open-loop run's requests and their due times (s) at ``rate`` requests/s."""

@@ -28,10 +28,12 @@ them (``docs/kv-path.md``, "Prefix blocks are cached when allocated").
 What it models:
 
 - **Client**: the closed loop of the load generator: ``concurrency`` requests in flight, the
-  next sent when one ends; or its open loop (Poisson arrivals): each request due at its own
-  time, sent when one of ``concurrency`` slots is free (``loadgen.loops.run_poisson``); where
-  a Dynamo frontend serves (``RunTopology.frontend``) each pays ``request_overhead_s``
-  (frontend, router, HTTP) first; plain vLLM behind a Service does not.
+  next sent when one ends, the ``concurrency`` clients starting at once (after the warm-up,
+  when :func:`simulate_run` is given one, as loadgen starts them); or its open loop (Poisson
+  arrivals): each request due at its own time, sent when one of ``concurrency`` slots is free
+  (``loadgen.loops.run_poisson``); where a Dynamo frontend serves (``RunTopology.frontend``)
+  each pays ``request_overhead_s`` (frontend, router, HTTP) first; plain vLLM behind a
+  Service does not.
 - **Routing** (which worker): Dynamo's KV router cost, ``overlap weight 1 x blocks to
   prefill + active blocks`` (the lowest wins, ties at random; ``docs/router/kv_cache_routing.md``
   of Dynamo 1.6), over what this model knows each worker holds (the prefixes it served this
@@ -510,6 +512,7 @@ class _Model:
         self.flows = FlowServer(self.env)
         self.requests = list(requests)
         self.next = 0
+        self.until = len(self.requests)  # the clients send requests[next:until]
         self.turns = 0
         self.rng = random.Random(0)
         self.kills: list[Kill] = []
@@ -623,7 +626,7 @@ class _Model:
 
     def client(self) -> Generator[simpy.Event, object, None]:
         """One client of the closed loop: the next request as soon as its last one ended."""
-        while self.next < len(self.requests):
+        while self.next < self.until:
             spec = self.requests[self.next]
             self.next += 1
             yield from self.send(spec, self.env.now)
@@ -686,11 +689,20 @@ def simulate_run(
     *,
     model_hits: bool = False,
     arrivals_s: Sequence[float] | None = None,
+    warmup: int = 0,
 ) -> RunTiming:
-    """Simulate one closed-loop run: ``concurrency`` clients send ``requests`` in order; or,
-    with ``arrivals_s`` (one due time per request, seconds from the run's start, not
-    decreasing), an open loop: each request due at its time, at most ``concurrency`` in flight
+    """Simulate one closed-loop run: ``concurrency`` clients send ``requests`` in order, all
+    ``concurrency`` starting at once, as loadgen's measured loop starts
+    (``loadgen.loops.run_closed_loop`` gathers its ``concurrency`` slots at once); or, with
+    ``arrivals_s`` (one due time per request, seconds from the run's start, not decreasing),
+    an open loop: each request due at its time, at most ``concurrency`` in flight
     (``Outcome.intended_s`` its due time, ``sent_s`` when a slot took it).
+
+    ``warmup`` (closed loop only): the first ``warmup`` of ``requests`` are the run's warm-up,
+    sent as ``loadgen.loops.run_share`` sends it: a closed loop of ``concurrency`` clients over
+    them, all awaited; then the measured requests start, all ``concurrency`` clients at once,
+    on engines that are idle again, with what the warm-up left (its prefixes cached, its host
+    mirror pages resident, any worker it killed still down).
 
     ``model_hits``: the routing stand-in, for requests no routing run has sent (their
     ``cached_tokens`` are then ignored): an aggregated request's prefix-cache hit, and the
@@ -701,11 +713,16 @@ def simulate_run(
     Deterministic: the same inputs give the same timings on any machine, under any load.
 
     Raises:
-        ValueError: ``concurrency`` below 1, a disaggregated topology without a link, or
-            ``arrivals_s`` not one per request.
+        ValueError: ``concurrency`` below 1, ``warmup`` outside ``0..len(requests)`` or given
+            with ``arrivals_s``, a disaggregated topology without a link, or ``arrivals_s``
+            not one per request.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    if not 0 <= warmup <= len(requests):
+        raise ValueError(f"warmup must be 0..{len(requests)} requests, got {warmup}")
+    if warmup and arrivals_s is not None:
+        raise ValueError("a warm-up is sent by the closed loop only: give no arrivals_s")
     roles = {w.role for w in topology.workers}
     if "prefill" in roles and topology.same_node_link is None and topology.cross_node_link is None:
         raise ValueError("a topology with prefill workers needs a link")
@@ -715,6 +732,11 @@ def simulate_run(
             raise ValueError(f"{len(arrivals_s)} arrival times for {len(requests)} requests")
         model.env.process(model.open_loop(arrivals_s, concurrency))
     else:
+        if warmup:
+            model.until = warmup
+            warming = [model.env.process(model.client()) for _ in range(concurrency)]
+            model.env.run(until=model.env.all_of(warming))
+            model.until = len(model.requests)
         for _ in range(concurrency):
             model.env.process(model.client())
     model.env.run()

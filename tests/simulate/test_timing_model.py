@@ -314,3 +314,22 @@ def test_simulated_records_carry_the_frontends_phases_and_workers() -> None:
         assert r.kv_transfer_estimated_ms is None
         assert r.first_token_ns is not None and r.sent_ns is not None
         assert r.frontend_ttft_ms == pytest.approx((r.first_token_ns - r.sent_ns) / 1e6, abs=1e-3)
+
+
+def test_measured_clients_start_at_once_when_the_warm_up_has_ended() -> None:
+    # loadgen.loops.run_share awaits the warm-up's closed loop, then run_closed_loop gathers
+    # its slots at once: every client's first measured request is sent at the same instant,
+    # the end of the slowest warm-up request.
+    worker = WorkerSpec("w-0", "w", "aggregated", "gpu/0", STEP, 100_000)
+    reqs = [SimRequest(i, i % 3, PREFIX, PROMPT, 0, out) for i, out in enumerate((4, 8, 16))]
+    reqs += requests(6, 2, cached=False)
+    reqs[3:] = [dataclasses.replace(r, index=3 + r.index) for r in reqs[3:]]
+    timing = simulate_run(RunTopology(workers=(worker,)), CONSTANTS, reqs, 3, warmup=3)
+    warm, measured = timing.outcomes[:3], timing.outcomes[3:]
+    assert [o.sent_s for o in warm] == [0.0, 0.0, 0.0]
+    last = max(o.token_s[-1] for o in warm)
+    assert last > 0 and last == warm[2].token_s[-1]  # the 16-token one ends last
+    assert [o.sent_s for o in measured[:3]] == [last] * 3
+    assert min(o.sent_s for o in measured[3:]) > last
+    with pytest.raises(ValueError, match=r"warmup must be 0\.\.9 requests, got 10"):
+        simulate_run(RunTopology(workers=(worker,)), CONSTANTS, reqs, 3, warmup=10)

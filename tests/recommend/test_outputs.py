@@ -1,0 +1,112 @@
+"""`pareto.png` and `report.html` of `testbed recommend`, tested on the figure's data
+(:func:`recommend.outputs.chart_data`), not its pixels: every SLO bound drawn, the margin band
+under rank 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadgen.config import LoadConfig
+from loadgen.slo import parse_slo
+from recommend.outputs import (
+    PARETO_PNG,
+    REPORT_HTML,
+    ChartData,
+    Inputs,
+    SloLine,
+    chart_data,
+    write_report,
+)
+from recommend.search import Figures, Objective, Result
+from recommend.space import HOST_TCP, Candidate, GroupShape
+
+
+def _result(key: str, rank: int, goodput: float, per_user: float, **p99: float) -> Result:
+    disaggregated = key.startswith("d")
+    groups = (
+        (GroupShape("prefill", "gpu-24gb", 1), GroupShape("decode", "gpu-24gb", 1))
+        if disaggregated
+        else (GroupShape("aggregated", "gpu-24gb", 1),)
+    )
+    candidate = Candidate(groups, transport=HOST_TCP if disaggregated else None, key=key)
+    best = Figures(
+        concurrency=8,
+        goodput_tokens_per_s_per_gpu=goodput,
+        tokens_per_s_per_gpu=goodput + 10,
+        tokens_per_s_per_user=per_user,
+        requests_per_s=1.0,
+        cached_ratio=0.5,
+        attainment=1.0,
+        p99_ms=dict(p99),
+    )
+    return Result(candidate, "ranked", 2, best=best, value=goodput, rank=rank)
+
+
+RESULTS = [
+    _result("a1", 1, 100.0, 50.0, ttft_p99_ms=900.0, tpot_p99_ms=20.0),
+    _result("d2", 2, 85.0, 60.0, ttft_p99_ms=400.0, tpot_p99_ms=19.0),
+    _result("a3", 3, 40.0, 45.0, tpot_p99_ms=24.0),  # no TTFT p99: not on its panel
+]
+
+
+def _data(slo: str, objective: Objective = "goodput-per-gpu") -> ChartData:
+    inputs = Inputs("kv-routing", LoadConfig(), parse_slo(slo), objective, 1.25, 2, "m")
+    return chart_data(inputs, RESULTS, RESULTS[0])
+
+
+def test_every_bound_is_a_line_and_the_margin_band_is_under_rank_1() -> None:
+    data = _data("ttft_p99_ms=1000,tpot_p99_ms=25,e2e_p99_ms=5000")
+    pareto, ttft, e2e = data.panels
+    assert [(p.key, p.rank, p.disaggregated) for p in data.points] == [
+        ("a1", 1, False),
+        ("d2", 2, True),
+        ("a3", 3, False),
+    ]
+    # The Pareto panel: per user on x, the objective (goodput) per GPU on y; the TPOT bound
+    # as the per-user rate it sets (1000 / 25 ms = 40 tok/s).
+    assert pareto.xy == {"a1": (50.0, 100.0), "d2": (60.0, 85.0), "a3": (45.0, 40.0)}
+    assert pareto.lines == (
+        SloLine("tpot_p99_ms", "x", 40.0, "TPOT p99 <= 25 ms: >= 40.0 tok/s per user"),
+    )
+    assert pareto.band == ("y", 80.0, 100.0)
+    # A panel per TTFT or E2E bound: the p99 against the objective per GPU, the bound on y,
+    # the band across x; a point without that p99 is left out.
+    assert ttft.xy == {"a1": (100.0, 900.0), "d2": (85.0, 400.0)}
+    assert ttft.lines == (SloLine("ttft_p99_ms", "y", 1000.0, "TTFT p99 <= 1,000 ms"),)
+    assert ttft.band == ("x", 80.0, 100.0)
+    assert e2e.xy == {} and e2e.lines[0].value == 5000.0
+    # d2 (85) is within 1.25x of rank 1 (100): inside the band; a3 (40) is not.
+    low, high = pareto.band[1:]
+    assert [low <= p.per_gpu <= high for p in data.points] == [True, True, False]
+
+
+def test_itl_and_tpot_are_both_per_user_lines_and_tokens_per_gpu_ranks_all_tokens() -> None:
+    data = _data("itl_p99_ms=50,tpot_p99_ms=20", "tokens-per-gpu")
+    (pareto,) = data.panels
+    assert [(line.key, line.value) for line in pareto.lines] == [
+        ("itl_p99_ms", 20.0),
+        ("tpot_p99_ms", 50.0),
+    ]
+    assert pareto.y_label == "output tok/s per cluster GPU"
+    assert pareto.xy["a1"] == (50.0, 110.0)
+    assert pareto.band == ("y", pytest.approx(88.0), 110.0)
+
+
+def test_the_report_names_each_line_and_the_band(tmp_path: Path) -> None:
+    inputs = Inputs(
+        "kv-routing",
+        LoadConfig(),
+        parse_slo("ttft_p99_ms=1000,tpot_p99_ms=25"),
+        "goodput-per-gpu",
+        1.25,
+        2,
+        "m",
+    )
+    write_report(tmp_path, inputs, RESULTS, RESULTS[0])
+    page = (tmp_path / REPORT_HTML).read_text()
+    assert "TTFT p99 against tokens/s per GPU: SLO TTFT p99 &lt;= 1,000 ms (horizontal" in page
+    assert "TPOT p99 &lt;= 25 ms: &gt;= 40.0 tok/s per user (vertical dashed line)" in page
+    assert "shaded: 80 to 100 tok/s per cluster GPU, within the margin 1.25 of rank 1" in page
+    assert (tmp_path / PARETO_PNG).read_bytes().startswith(b"\x89PNG")
