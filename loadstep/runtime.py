@@ -304,9 +304,8 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
     unreached = pods.warnings()
     notes += [] if unreached else memory.warnings()
     if result is not None:
-        result.incidents = incidents
         said = [*unreached, *(memory.warnings() if unreached else [])]
-        result.warnings += [w for w in said if w not in result.warnings]
+        settle_result(run_dir, result, incidents, said)
     data = [incident.model_dump(mode="json") for incident in incidents]
     write_text_atomic(run_dir / INCIDENTS_FILE, json.dumps(data, indent=2) + "\n")
     if stopped is not None:
@@ -330,6 +329,19 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
     if result is not None:
         _write_report(run_dir, warn)
     return outputs
+
+
+def settle_result(
+    run_dir: Path, result: GridResult, incidents: list[Incident], said: list[str]
+) -> None:
+    """Give ``result`` the step's incidents (all of them, placed on the grid's timeline) and
+    the warnings ``said`` after the grid (the pod watch's, the memory sampler's), and write it
+    again as ``result.json``: the grid wrote the file after its last run, before them."""
+    from loadgen.output import RESULT_FILE, write_text_atomic
+
+    result.incidents = incidents
+    result.warnings += [w for w in said if w not in result.warnings]
+    write_text_atomic(run_dir / RESULT_FILE, result.model_dump_json(indent=2) + "\n")
 
 
 def _write_memory(

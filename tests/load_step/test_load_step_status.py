@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loadgen.config import LoadConfig
 from loadgen.incidents import Incident
+from loadgen.output import read_result
 from loadgen.results import GridResult, PointSummary
 from loadstep.inputs import frontend_url, step_outputs, step_status
+from loadstep.runtime import settle_result
 from stackmodel.stacks import load_stack
 
 T0 = datetime(2026, 11, 13, 10, 0, tzinfo=UTC)
@@ -192,3 +195,20 @@ def test_outputs_say_per_point_whether_the_slo_was_met_and_the_highest_load_that
     }
     plain = step_outputs(grid((2, 10, 0)), step_status(GRID, grid((2, 10, 0))), T0, T0, "/r")
     assert plain["slo"] is None and plain["results"][0]["sloMet"] is None
+
+
+def test_the_step_writes_its_late_warnings_and_incidents_into_result_json(tmp_path: Path) -> None:
+    """The grid writes result.json after its last run; what the step learns after it (the pod
+    watch's warning, every incident placed on the timeline) is written there too, once."""
+    result = grid((2, 10, 0))
+    result.warnings = ["the grid's own"]
+    kill = Incident(
+        source="kubernetes", component="prefill", instance="prefill-0", kind="terminated",
+        reason="OOMKilled", exit_code=137, at=T0 + timedelta(seconds=20),
+    )  # fmt: skip
+    said = ["no pod incidents: cannot watch pods", "the grid's own"]
+    settle_result(tmp_path, result, [kill], said)
+    stored = read_result(tmp_path)
+    assert stored is not None
+    assert stored.warnings == ["the grid's own", "no pod incidents: cannot watch pods"]
+    assert [(i.instance, i.reason) for i in stored.incidents] == [("prefill-0", "OOMKilled")]
