@@ -25,6 +25,7 @@ from loadgen.slo import OBJECTIVES, Slo
 from recommend.claims import ratio, reason_line, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
+from recommend.workload import MEASURED_PER_CLIENT, Workload
 from stackmodel.errors import PROJECT
 
 SIMULATED = (
@@ -43,8 +44,9 @@ STACKS_DIR = "stacks"
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the search was asked: the cluster stack, the workload, the SLO, the objective and
-    the margin."""
+    """What the search was asked: the cluster stack, the workload (its load settings and its
+    run length, ``per_client`` measured requests per client at least), the SLO, the objective
+    and the margin."""
 
     cluster: str
     load: LoadConfig
@@ -53,6 +55,14 @@ class Inputs:
     margin: float
     cluster_gpus: int
     model: str
+    per_client: int = MEASURED_PER_CLIENT
+
+    def load_at(self, result: Result) -> LoadConfig:
+        """The load settings that measure ``result`` (ranked) as the search timed it: the
+        workload's, at the run length of its highest load meeting the SLO
+        (:meth:`recommend.workload.Workload.load_at`)."""
+        assert result.best is not None
+        return Workload(self.load, per_client=self.per_client).load_at(result.best.concurrency)
 
 
 def candidate_row(result: Result, first: Result | None, margin: float) -> dict[str, Any]:
@@ -142,14 +152,21 @@ def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
             f"tok/s per cluster GPU, {best.tokens_per_s_per_user:,.1f} tok/s per user, "
             f"{best.requests_per_s:,.2f} req/s"
         )
+        lines.append(
+            f"load.requestsPerRun {inputs.load_at(result).requests_per_run}: the run length "
+            f"timed (at least {inputs.per_client} measured requests per client)"
+        )
     lines.append(reason_line(result, first, inputs.margin))
     return "".join(f"# {line}\n" for line in lines)
 
 
 def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> str:
-    """A stack file of ``result`` (its validated config) under its header comment."""
+    """A stack file of ``result`` (its validated config) under its header comment; its load
+    grid sends the run length the search timed at its load (:meth:`Inputs.load_at`)."""
     assert result.plan is not None
     values = result.plan.cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    per_run = inputs.load_at(result).requests_per_run
+    values["load"] = {**values.get("load", {}), "requestsPerRun": per_run}
     # The namespace follows the stack's name when unset, and the graph is named for it.
     values.pop("namespace", None)
     values["topology"] = {**values["topology"], "name": emitted_name(inputs, result)}
@@ -189,12 +206,19 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
         return "\n".join(lines) + "\n"
     runner_up = ranked[1] if len(ranked) > 1 else None
     a = emitted_name(inputs, first)
+    timed = [
+        f"rank {r.rank} at {r.best.load_text()}, {inputs.load_at(r).requests_per_run} measured "
+        "requests a run"
+        for r in ranked[:2]
+        if r.best is not None
+    ]
     lines += [
-        f"Rank 1: {first.candidate.label()}.",
+        f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.",
         "",
         "Copy the emitted stack files into `stacks/`, then deploy and measure each in turn "
-        "(the stack's own load grid is the workload searched; `pulumi up` runs it too when "
-        "`load.enabled`):",
+        "(the stack's own load grid is the workload searched, each run as long as the search "
+        f"timed it at the stack's load: `load.requestsPerRun`, at least {inputs.per_client} "
+        "measured requests per client; `pulumi up` runs it too when `load.enabled`):",
         "",
         "```sh",
         f"cp {STACKS_DIR}/Pulumi.{a}.yaml <project>/stacks/",

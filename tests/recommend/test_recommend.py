@@ -14,7 +14,7 @@ import yaml
 from loadgen.config import LoadConfig
 from loadgen.slo import parse_slo
 from recommend.claims import first_ranked, reason_line, verdict
-from recommend.outputs import Inputs, emitted_stack_text, write_stacks
+from recommend.outputs import Inputs, emitted_stack_text, plan_text, write_stacks
 from recommend.search import Problem, Result, cluster_gpus, search
 from recommend.space import GPU_TCP, GPU_TCP_NO_CUDA, HOST_TCP, Candidate, candidates
 from stackmodel.config import StackConfig, project_values
@@ -123,7 +123,8 @@ def test_emitted_stacks_render(
     base, cfg = _cluster()
     picked = _pick(cfg, BOTH_GPUS_KV, ONE_GPU)
     results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
-    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, cluster_gpus(cfg), "m")
+    gpus = cluster_gpus(cfg)
+    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, gpus, "m", per_client=5)
     paths = write_stacks(tmp_path, inputs, results, first_ranked(results), 2)
     assert [p.name for p in paths] == [
         "Pulumi.kv-routing-rank1.yaml",
@@ -138,6 +139,27 @@ def test_emitted_stacks_render(
         rendered = render_stack(stack, project_with(stack, raw))
         assert rendered.outputs["sizing"]["model"] == "Qwen/Qwen3-0.6B"
     assert "rank 1" in emitted_stack_text(_ranked(results)[0], first_ranked(results), inputs)
+    # Each stack's load grid, and so plan.md's `testbed load --config` of it, sends the run
+    # length the search timed at that stack's load: 5 measured requests per client.
+    plan = plan_text(inputs, results, first_ranked(results))
+    for path, result in zip(paths, _ranked(results), strict=False):
+        assert result.best is not None and 5 * result.best.concurrency > SHORT.requests_per_run
+        per_run = 5 * result.best.concurrency
+        config = yaml.safe_load(path.read_text())["config"]
+        assert config[f"{PROJECT}:load"]["requestsPerRun"] == per_run
+        assert f"load.requestsPerRun {per_run}: the run length timed" in path.read_text()
+        assert f"rank {result.rank} at {result.best.load_text()}, {per_run} measured" in plan
+        assert f"--config stacks/Pulumi.{path.name.removeprefix('Pulumi.')}" in plan
+
+
+def test_requests_per_client_below_1_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--cluster", "kv-routing", "--slo", "ttft_p99_ms=500", "--requests-per-client", "0"]
+    code = main(["recommend", *args])
+    assert code == 2
+    assert (
+        "--requests-per-client 0: a run needs at least 1 measured request per client; give 1 "
+        "or more (default 2)" in capsys.readouterr().err
+    )
 
 
 def test_no_slo_met_exits_1_naming_what_binds(
