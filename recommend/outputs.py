@@ -27,6 +27,7 @@ from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
 from recommend.workload import MEASURED_PER_CLIENT, Workload
 from stackmodel.errors import PROJECT
+from stackmodel.log_budget import clients_for
 
 SIMULATED = (
     "SIMULATED: the timing model's figures for stacks that have not run; confirm on the "
@@ -59,10 +60,11 @@ class Inputs:
 
     def load_at(self, result: Result) -> LoadConfig:
         """The load settings that measure ``result`` (ranked) as the search timed it: the
-        workload's, at the run length of its highest load meeting the SLO
+        workload at its highest load meeting the SLO, each run as long as the search's there
         (:meth:`recommend.workload.Workload.load_at`)."""
         assert result.best is not None
-        return Workload(self.load, per_client=self.per_client).load_at(result.best.concurrency)
+        sent = Workload(self.load, per_client=self.per_client)
+        return sent.load_at(result.best.concurrency, result.best.rate)
 
 
 def candidate_row(result: Result, first: Result | None, margin: float) -> dict[str, Any]:
@@ -153,8 +155,9 @@ def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
             f"{best.requests_per_s:,.2f} req/s"
         )
         lines.append(
-            f"load.requestsPerRun {inputs.load_at(result).requests_per_run}: the run length "
-            f"timed (at least {inputs.per_client} measured requests per client)"
+            f"load: {best.load_text()}, requestsPerRun "
+            f"{inputs.load_at(result).requests_per_run}: the load found and the run length "
+            f"timed there (at least {inputs.per_client} measured requests per client)"
         )
     lines.append(reason_line(result, first, inputs.margin))
     return "".join(f"# {line}\n" for line in lines)
@@ -162,11 +165,23 @@ def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
 
 def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> str:
     """A stack file of ``result`` (its validated config) under its header comment; its load
-    grid sends the run length the search timed at its load (:meth:`Inputs.load_at`)."""
+    grid is the workload at the load found, each run as long as the search timed it there
+    (:meth:`Inputs.load_at`), with as many in-cluster load clients as their logs need to hold
+    the records (:func:`stackmodel.log_budget.clients_for`)."""
     assert result.plan is not None
     values = result.plan.cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    per_run = inputs.load_at(result).requests_per_run
-    values["load"] = {**values.get("load", {}), "requestsPerRun": per_run}
+    measured = inputs.load_at(result)
+    load = {
+        **values.get("load", {}),
+        "concurrency": measured.concurrency,
+        "requestsPerRun": measured.requests_per_run,
+    }
+    if measured.request_rate is not None:
+        load["requestRate"] = measured.request_rate
+    clients = result.plan.cfg.load.clients
+    if clients_for(measured, clients) != clients:
+        load["clients"] = clients_for(measured, clients)
+    values["load"] = load
     # The namespace follows the stack's name when unset, and the graph is named for it.
     values.pop("namespace", None)
     values["topology"] = {**values["topology"], "name": emitted_name(inputs, result)}
@@ -216,8 +231,8 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
         f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.",
         "",
         "Copy the emitted stack files into `stacks/`, then deploy and measure each in turn "
-        "(the stack's own load grid is the workload searched, each run as long as the search "
-        f"timed it at the stack's load: `load.requestsPerRun`, at least {inputs.per_client} "
+        "(the stack's own load grid is the workload at the load found, each run as long as "
+        f"the search timed it there: `load.requestsPerRun`, at least {inputs.per_client} "
         "measured requests per client; `pulumi up` runs it too when `load.enabled`):",
         "",
         "```sh",

@@ -87,11 +87,17 @@ class Workload:
         sent = self.load.requests_per_run if kinds is None else self.runs_requests(kinds)
         return max(sent, self.per_client * clients)
 
-    def load_at(self, clients: int) -> LoadConfig:
-        """The load settings a measurement at ``clients`` sends (``testbed load``, the real
-        routing's run): the workload's, ``requestsPerRun`` the run length the search timed
-        there (:meth:`requests_at`)."""
-        return self.load.model_copy(update={"requests_per_run": self.requests_at(clients)})
+    def load_at(self, clients: int, rate: float | None = None) -> LoadConfig:
+        """The load settings that measure a load the search found: ``clients`` clients (an
+        open loop's most in flight, at ``rate`` requests/s), each run as long as the search
+        timed it there (``requestsPerRun``: :meth:`requests_at`); the rest the workload's."""
+        update: dict[str, object] = {
+            "concurrency": [clients],
+            "requests_per_run": self.requests_at(clients),
+        }
+        if rate is not None:
+            update["request_rate"] = rate
+        return self.load.model_copy(update=update)
 
     @property
     def open_loop(self) -> bool:

@@ -139,15 +139,16 @@ def test_emitted_stacks_render(
         rendered = render_stack(stack, project_with(stack, raw))
         assert rendered.outputs["sizing"]["model"] == "Qwen/Qwen3-0.6B"
     assert "rank 1" in emitted_stack_text(_ranked(results)[0], first_ranked(results), inputs)
-    # Each stack's load grid, and so plan.md's `testbed load --config` of it, sends the run
-    # length the search timed at that stack's load: 5 measured requests per client.
+    # Each stack's load grid, and so plan.md's `testbed load --config` of it, is the load found,
+    # each run as long as the search timed it there: 5 measured requests per client.
     plan = plan_text(inputs, results, first_ranked(results))
     for path, result in zip(paths, _ranked(results), strict=False):
         assert result.best is not None and 5 * result.best.concurrency > SHORT.requests_per_run
         per_run = 5 * result.best.concurrency
         config = yaml.safe_load(path.read_text())["config"]
-        assert config[f"{PROJECT}:load"]["requestsPerRun"] == per_run
-        assert f"load.requestsPerRun {per_run}: the run length timed" in path.read_text()
+        load = config[f"{PROJECT}:load"]
+        assert (load["concurrency"], load["requestsPerRun"]) == ([result.best.concurrency], per_run)
+        assert f"requestsPerRun {per_run}: the load found and the run length" in path.read_text()
         assert f"rank {result.rank} at {result.best.load_text()}, {per_run} measured" in plan
         assert f"--config stacks/Pulumi.{path.name.removeprefix('Pulumi.')}" in plan
 
@@ -201,3 +202,27 @@ def test_bad_fix_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         "--fix 'gpu=1': expected KEY=VALUE with KEY one of kind, router" in capsys.readouterr().err
     )
+
+
+def test_an_emitted_stack_has_the_load_clients_its_records_need() -> None:
+    """The seed's workload at 256 clients found (512 requests a run, 4 prefix kinds, 3
+    repetitions of 64-token answers: 9.6 MiB of records) outgrows one in-cluster load client's
+    8 MiB of log: the emitted stack asks for 2 clients, and passes the checks."""
+    from recommend.search import Figures, check
+    from stackmodel.errors import StackConfigError
+    from stackmodel.validation import validate_stack
+
+    base, cfg = _cluster()
+    candidate = _pick(cfg, BOTH_GPUS_KV)[0]
+    plan = check("kv-routing-x", base, candidate, LoadConfig())
+    assert not isinstance(plan, str)
+    best = Figures(256, 100.0, 100.0, 10.0, 1.0, 0.5, 1.0, {"ttft_p99_ms": 900.0})
+    result = Result(candidate, "ranked", 2, best=best, value=100.0, plan=plan, rank=1)
+    inputs = Inputs("kv-routing", LoadConfig(), SLO, "goodput-per-gpu", 1.25, 2, "m")
+    config = yaml.safe_load(emitted_stack_text(result, result, inputs))["config"]
+    raw = {k.removeprefix(f"{PROJECT}:"): v for k, v in config.items()}
+    assert raw["load"]["concurrency"] == [256]
+    assert (raw["load"]["requestsPerRun"], raw["load"]["clients"]) == (512, 2)
+    assert validate_stack("kv-routing-rank1", raw).cfg.load.clients == 2
+    with pytest.raises(StackConfigError, match=r"9\.6 MiB .* set load\.clients to 2"):
+        validate_stack("kv-routing-rank1", {**raw, "load": {**raw["load"], "clients": 1}})
