@@ -256,8 +256,9 @@ NEBIUS_QWEN3_32B = PublishedPair(
         "link: Nebius H200 nodes have InfiniBand: the rdma profile; the gist itself suspects "
         "the KV transfer and did not confirm placement",
         "run length: the gist gives none: 10 measured requests per client, as Dynamo's "
-        "benchmark script of the time (benchmarks/llm/perf.sh: --request-count "
-        "concurrency * 10), after one warm-up request per client",
+        "benchmark script sends (examples/llm/benchmarks/perf.sh at 91ab83eb, lines 47-48, "
+        "later benchmarks/llm/perf.sh: --request-count concurrency * 10), after one warm-up "
+        "request per client",
     ),
     requests_per_client=10,
 )

@@ -220,7 +220,7 @@ def recommend_command(
         typer.Option(
             "--batched-tokens",
             metavar="N,N",
-            help="--max-num-batched-tokens values to try besides vLLM's default.",
+            help="Values of vLLM's max-num-batched-tokens to try besides its default.",
             rich_help_panel=SEARCH,
         ),
     ] = None,
