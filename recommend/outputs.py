@@ -112,6 +112,7 @@ def write_candidates(
         "cluster": inputs.cluster,
         "clusterGpus": inputs.cluster_gpus,
         "workload": inputs.load.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+        "requestsPerClient": inputs.per_client,
         "slo": inputs.slo.option(),
         "objective": inputs.objective,
         "margin": inputs.margin,
@@ -178,9 +179,9 @@ def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> 
     }
     if measured.request_rate is not None:
         load["requestRate"] = measured.request_rate
-    clients = result.plan.cfg.load.clients
-    if clients_for(measured, clients) != clients:
-        load["clients"] = clients_for(measured, clients)
+    clients = clients_for(measured, result.plan.cfg.load.clients)
+    if clients != result.plan.cfg.load.clients:
+        load["clients"] = clients
     values["load"] = load
     # The namespace follows the stack's name when unset, and the graph is named for it.
     values.pop("namespace", None)

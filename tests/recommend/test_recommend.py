@@ -188,6 +188,7 @@ def test_no_slo_met_exits_1_naming_what_binds(
     assert "no candidate meets the SLO (TTFT p99 <= 20 ms)" in err
     assert "TTFT p99 is at least" in err
     document = yaml.safe_load((tmp_path / "candidates.json").read_text())
+    assert document["requestsPerClient"] == 2  # the run length searched, with the workload
     assert document["candidates"] and all(c["rank"] is None for c in document["candidates"])
     assert {c["binding"] for c in document["candidates"] if c["status"] == "screened"} == {
         "TTFT p99"
