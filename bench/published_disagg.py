@@ -1,9 +1,10 @@
 """The timing model against published aggregated-vs-disaggregated comparisons with tensor
 parallelism (:data:`stackmodel.published.PUBLISHED_PAIRS`).
 
-Run: `uv run --frozen --all-groups python bench/published_disagg.py` (no GPU, no Dynamo).
+Run: `uv run --frozen --all-groups python bench/published_disagg.py` (about 35 s on 2
+cores; no GPU, no Dynamo).
 
-Each pair's two sides are stacks (:meth:`stackmodel.published.PublishedPair.config`), timed
+Each pair's two sides are stacks (:meth:`stackmodel.published.PublishedPair.plan`), timed
 with the same timing model and step times `testbed simulate` uses: the workers, GPUs and link
 of :func:`simulator.hardware.run_topology`, the constants of :func:`simulator.hardware.
 stack_constants`. The load is the source's (the stack's load grid: every request
