@@ -1,23 +1,23 @@
 """The timing model against published aggregated-vs-disaggregated comparisons with tensor
 parallelism (:data:`stackmodel.published.PUBLISHED_PAIRS`).
 
-Run: `uv run --frozen --all-groups python bench/published_disagg.py` (about 40 s on 2
+Run: `uv run --frozen --all-groups python bench/published_disagg.py` (about 35 s on 2
 cores; no GPU, no Dynamo).
 
-Each pair's two sides are stacks (:meth:`stackmodel.published.PublishedPair.config`), timed
+Each pair's two sides are stacks (:meth:`stackmodel.published.PublishedPair.plan`), timed
 with the same timing model and step times `testbed simulate` uses: the workers, GPUs and link
 of :func:`simulator.hardware.run_topology`, the constants of :func:`simulator.hardware.
-stack_constants`, :func:`simulator.timing_model.simulate_run`. The load is the source's: a
-closed loop of ``concurrency`` clients, every request ``input_tokens`` in and
-``output_tokens`` out, no prefix shared (each request its own prefix: the sources ran random
-synthetic prompts), :data:`MEASURED_PER_CLIENT` requests per client after one warm-up request
-each, left out of the statistics as the sources' warm-up requests are. The model is
-deterministic, so identical requests sent at once would stay in lockstep for the whole run
-(every prefill in one step, every decode span free of them), which no real server shows; the
-warm-up requests therefore generate 1/C, 2/C, ... C/C of the output tokens, so the clients
-enter the measured requests spread over one request's time, as in a steady state. Output
-tokens/s are counted in the steady state: from the last warm-up request's end to the last
-request's send, while every client has a request in flight.
+stack_constants`. The load is the source's (the stack's load grid: every request
+``input_tokens`` in and ``output_tokens`` out, no prefix shared: the sources ran random
+synthetic prompts), a closed loop of ``concurrency`` clients, each run as long as the
+source's (:attr:`stackmodel.published.PublishedPair.requests_per_client` measured requests
+per client, after its ``warmup_requests``), sent and started as `testbed recommend` sends a
+run and loadgen starts one (:func:`recommend.load_search.measured_run`: the warm-up awaited,
+then every client at once on idle engines; the warm-up left out of the figures). The figures
+are loadgen's (:func:`loadgen.stats.summarize_run`: output tokens/s over the span from the
+first send to the last end, as genai-perf's output throughput; TTFT p99) and, for the means
+the sources give, the mean of the requests' TTFT and of their own mean inter-token time
+(:func:`loadgen.stats.ttft_ms`, :func:`loadgen.stats.tpot_ms`).
 
 Absolute figures (TTFT mean and p99, output tokens/s) are compared within +-25%; a ratio
 claim (tokens/s per GPU at a per-user rate) is checked as a ratio: the most concurrency at
@@ -35,14 +35,13 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
+from loadgen.stats import summarize_run, tpot_ms, ttft_ms
+from recommend.load_search import measured_run
+from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
-from simulator.timing_model import SimRequest, simulate_run
 from stackmodel.published import PUBLISHED_PAIRS, PublishedPair, Side, published_points
 
 TOLERANCE = 0.25
-MEASURED_PER_CLIENT = 4
 MAX_CONCURRENCY = 512
 """The most concurrency the ratio search tries (64 a GPU on the 8-GPU sides)."""
 
@@ -61,25 +60,19 @@ class Measured:
 
 def simulate(pair: PublishedPair, side: Side, concurrency: int) -> Measured:
     """The pair's side under its load at ``concurrency`` (see the module docstring)."""
-    cfg = pair.plan(side)
-    out = pair.output_tokens
-    warmup = [max(1, out * (i + 1) // concurrency) for i in range(concurrency)]
-    lengths = warmup + [out] * (MEASURED_PER_CLIENT * concurrency)
-    requests = [SimRequest(i, i, 0, pair.input_tokens, 0, n) for i, n in enumerate(lengths)]
-    timing = simulate_run(run_topology(cfg), stack_constants(cfg), requests, concurrency)
-    kept = [o for o in timing.outcomes[concurrency:] if o.error is None]
-    ttfts = [(o.token_s[0] - o.sent_s) * 1e3 for o in kept]
-    itls = [(o.token_s[-1] - o.token_s[0]) / (len(o.token_s) - 1) * 1e3 for o in kept]
-    # Output tokens/s in the steady state: from the last warm-up request's end to the last
-    # request's send, every client has a request in flight.
-    start = max(o.end_s or o.sent_s for o in timing.outcomes[:concurrency])
-    end = max(o.sent_s for o in timing.outcomes)
-    tokens = sum(start <= t < end for o in timing.outcomes for t in o.token_s)
+    plan = pair.plan(side)
+    # The stack's load is the source's requests; each run pair.requests_per_client a client.
+    load = plan.cfg.load.model_copy(update={"requests_per_run": 1})
+    sent = Workload(load, pair.key, per_client=pair.requests_per_client)
+    records, _ = measured_run(run_topology(plan), stack_constants(plan), sent, 1, concurrency)
+    summary = summarize_run(records, prefix_kinds=1, concurrency=concurrency, repetition=0)
+    kept = [r for r in records if r.error_kind is None]
+    assert summary.ttft_p99_ms is not None and summary.output_tokens_per_s is not None
     return Measured(
-        ttft_mean_ms=statistics.mean(ttfts),
-        ttft_p99_ms=float(np.percentile(ttfts, 99)),
-        output_tokens_per_s=tokens / (end - start),
-        itl_mean_ms=statistics.mean(itls),
+        ttft_mean_ms=statistics.mean(v for r in kept if (v := ttft_ms(r)) is not None),
+        ttft_p99_ms=summary.ttft_p99_ms,
+        output_tokens_per_s=summary.output_tokens_per_s,
+        itl_mean_ms=statistics.mean(v for r in kept if (v := tpot_ms(r)) is not None),
     )
 
 

@@ -24,7 +24,10 @@ and mockers only for `--validate-top`, the seed case's top K run with the real D
 
 The published clusters are each pair's disaggregated stack (its node classes, its RDMA link and
 its prefill workers' transport); their searches keep the cluster's own transport (the TCP ones
-are refused or lose there, and only cost time), and a 40-request run (at least 2 a client).
+are refused or lose there, and only cost time), and each run is as long as the published
+measurement's (:attr:`stackmodel.published.PublishedPair.requests_per_client` and
+``warmup_requests``, each cited there: 4 measured requests per client for the one-node case,
+10 after 10 warm-up requests for the two-node case).
 The seed case first sets the routing stand-in's figures on the seed's grid beside the seed's
 (the two same-node stacks; docs/simulation.md counts the routing run's the same way). Prints each
 search's table, the checks (✓ / ✗), the candidates by status, the CPU seconds (this
@@ -47,6 +50,7 @@ from recommend.claims import DEFAULT_MARGIN, first_ranked, ratio, reason_line, v
 from recommend.load_search import LoadRunner
 from recommend.search import Problem, Result, search
 from recommend.space import Candidate, candidates, cluster_transports
+from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from simulator.seed import SEED_SAME_NODE, within
 from stackmodel.config import StackConfig, project_values
@@ -65,14 +69,14 @@ def run(
     base: dict[str, Any],
     cfg: StackConfig,
     space: Sequence[Candidate],
-    load: LoadConfig,
+    sent: Workload,
     slo: Slo,
     jobs: int,
 ) -> list[Result]:
     """One search, its table and its cost."""
     load_before = os.getloadavg()[0]
     cpu, wall = _cpu_s(), time.monotonic()
-    results = search(Problem(name, base, cfg, load, slo), space, jobs=jobs)
+    results = search(Problem(name, base, cfg, sent.load, slo, sent), space, jobs=jobs)
     cpu, wall = _cpu_s() - cpu, time.monotonic() - wall
     first = first_ranked(results)
     print(f"\n### {name}, SLO {slo.describe()}\n")
@@ -140,7 +144,7 @@ def seed_case(jobs: int, validate_top: int = 0) -> None:
     cfg = load_stack("kv-routing").cfg
     load = LoadConfig()
     slo = parse_slo("ttft_p99_ms=1000")
-    results = run("kv-routing", base, cfg, candidates(cfg), load, slo, jobs)
+    results = run("kv-routing", base, cfg, candidates(cfg), Workload(load), slo, jobs)
     first = first_ranked(results)
     assert first is not None
     both = {g.node_class for g in first.candidate.groups} == set(cfg.node_classes)
@@ -186,23 +190,18 @@ def validate_ranked(problem: Problem, results: Sequence[Result], top: int) -> No
 
 def _published(
     pair: PublishedPair,
-) -> tuple[dict[str, Any], StackConfig, LoadConfig, list[Candidate]]:
+) -> tuple[dict[str, Any], StackConfig, Workload, list[Candidate]]:
     cfg = pair.plan("disaggregated").cfg
     base = cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    load = LoadConfig(
-        prompt_tokens=pair.input_tokens,
-        max_tokens=pair.output_tokens,
-        prefix_share=0.0,
-        prefix_kinds=[1],
-        requests_per_run=40,
-    )
+    # The source's run (the stack's load): its run length per client at every load searched.
+    load = cfg.load.model_copy(update={"requests_per_run": 1})
     own = cluster_transports(cfg)[0].name
     space = [
         c
         for c in candidates(cfg, shared_prefix=False)
         if c.knobs()["transport"] in ("", own) and c.router == "kv"
     ]
-    return base, cfg, load, space
+    return base, cfg, Workload(load, pair.key, per_client=pair.requests_per_client), space
 
 
 def _tpot_ms(pair: PublishedPair) -> float:
@@ -220,9 +219,9 @@ def _shape(result: Result) -> tuple[tuple[str, int, int], ...]:
 
 def llama_one_node(jobs: int) -> None:
     pair = DYNAMO_LLAMA_70B_ONE_NODE
-    base, cfg, load, space = _published(pair)
+    base, cfg, sent, space = _published(pair)
     tpot = _tpot_ms(pair)
-    results = run(pair.key, base, cfg, space, load, parse_slo(f"tpot_p99_ms={tpot}"), jobs)
+    results = run(pair.key, base, cfg, space, sent, parse_slo(f"tpot_p99_ms={tpot}"), jobs)
     first = first_ranked(results)
     agg = best(results, disaggregated=False)
     assert first is not None and agg is not None
@@ -234,7 +233,7 @@ def llama_one_node(jobs: int) -> None:
     )
     check(f"rank 1 at 1.3x or more the best aggregated ({1 / r:.2f}x)", 1 / r >= 1.3)
     slo = parse_slo(f"tpot_p99_ms={tpot},ttft_p99_ms=2000")
-    results = run(pair.key, base, cfg, space, load, slo, jobs)
+    results = run(pair.key, base, cfg, space, sent, slo, jobs)
     published = next(r for r in results if _shape(r) == PUBLISHED_SHAPE and r.rank is not None)
     agg = best(results, disaggregated=False)
     assert agg is not None and agg.value and published.value
@@ -252,9 +251,9 @@ def llama_one_node(jobs: int) -> None:
 
 def llama_two_nodes(jobs: int) -> None:
     pair = DYNAMO_LLAMA_70B
-    base, cfg, load, space = _published(pair)
+    base, cfg, sent, space = _published(pair)
     slo = parse_slo(f"tpot_p99_ms={_tpot_ms(pair)}")
-    results = run(pair.key, base, cfg, space, load, slo, jobs)
+    results = run(pair.key, base, cfg, space, sent, slo, jobs)
     disagg, agg = best(results, disaggregated=True), best(results, disaggregated=False)
     assert disagg is not None and agg is not None and disagg.value and agg.value
     check(

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from loadgen.config import LoadConfig
 from loadgen.goodput import evaluate_point, evaluate_run
+from loadgen.request import RequestRecord
 from loadgen.results import PointAttainment, RunSummary
 from loadgen.slo import Slo
 from loadgen.stats import queue_large, short_of_offered, summarize_run
@@ -116,6 +117,37 @@ class LoadPoint:
         return next((r for r in self.runs if not r.holds), None)
 
 
+def measured_run(
+    topology: RunTopology,
+    constants: TimingConstants,
+    sent: Workload,
+    kinds: int,
+    concurrency: int,
+    rate: float | None = None,
+) -> tuple[list[RequestRecord], int]:
+    """One run of ``sent`` at ``kinds`` prefix kinds and ``concurrency`` clients (with
+    ``rate``: the open loop at ``rate`` requests/s, at most ``concurrency`` in flight), started
+    as the module docstring says: its measured requests' records (the warm-up's left out, as
+    loadgen leaves them out) and how many workers were OOMKilled."""
+    arrivals = None
+    if rate is None:
+        requests = sent.closed(kinds, concurrency)
+        warmup = sent.load.warmup_count(concurrency)
+    else:
+        requests, arrivals = sent.open(kinds, rate)
+        warmup = 0
+    timing = simulate_run(
+        topology,
+        constants,
+        requests,
+        concurrency,
+        model_hits=True,
+        arrivals_s=arrivals,
+        warmup=warmup,
+    )
+    return timing_records(timing, requests, 0.0)[warmup:], len(timing.kills)
+
+
 @dataclass
 class LoadRunner:
     """Runs a candidate's loads (one topology, one workload, one SLO, its GPU count)."""
@@ -137,24 +169,9 @@ class LoadRunner:
         """One run at ``kinds`` prefix kinds and ``concurrency`` clients; with ``rate``, the
         open loop at ``rate`` requests/s, at most ``concurrency`` in flight."""
         self.runs += 1
-        sent = self.sent
-        arrivals = None
-        if rate is None:
-            requests = sent.closed(kinds, concurrency)
-            warmup = sent.load.warmup_count(concurrency)
-        else:
-            requests, arrivals = sent.open(kinds, rate)
-            warmup = 0
-        timing = simulate_run(
-            self.topology,
-            self.constants,
-            requests,
-            concurrency,
-            model_hits=True,
-            arrivals_s=arrivals,
-            warmup=warmup,
+        records, kills = measured_run(
+            self.topology, self.constants, self.sent, kinds, concurrency, rate
         )
-        records = timing_records(timing, requests, 0.0)[warmup:]
         summary = summarize_run(
             records,
             prefix_kinds=kinds,
@@ -164,7 +181,7 @@ class LoadRunner:
         )
         attained = evaluate_run(records, self.slo, concurrency=concurrency, closed=rate is None)
         point = evaluate_point([attained], self.slo, gpus=self.gpus)
-        return KindsPoint(kinds, summary, point, len(timing.kills))
+        return KindsPoint(kinds, summary, point, kills)
 
     def at(self, concurrency: int, order: list[int], rate: float | None = None) -> LoadPoint:
         """The load ``concurrency`` (with ``rate``: the open loop at that rate, at most

@@ -25,7 +25,9 @@ from loadgen.slo import OBJECTIVES, Slo
 from recommend.claims import ratio, reason_line, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
+from recommend.workload import MEASURED_PER_CLIENT, Workload
 from stackmodel.errors import PROJECT
+from stackmodel.log_budget import clients_for
 
 SIMULATED = (
     "SIMULATED: the timing model's figures for stacks that have not run; confirm on the "
@@ -43,8 +45,9 @@ STACKS_DIR = "stacks"
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the search was asked: the cluster stack, the workload, the SLO, the objective and
-    the margin."""
+    """What the search was asked: the cluster stack, the workload (its load settings and its
+    run length, ``per_client`` measured requests per client at least), the SLO, the objective
+    and the margin."""
 
     cluster: str
     load: LoadConfig
@@ -53,6 +56,15 @@ class Inputs:
     margin: float
     cluster_gpus: int
     model: str
+    per_client: int = MEASURED_PER_CLIENT
+
+    def load_at(self, result: Result) -> LoadConfig:
+        """The load settings that measure ``result`` (ranked) as the search timed it: the
+        workload at its highest load meeting the SLO, each run as long as the search's there
+        (:meth:`recommend.workload.Workload.load_at`)."""
+        assert result.best is not None
+        sent = Workload(self.load, per_client=self.per_client)
+        return sent.load_at(result.best.concurrency, result.best.rate)
 
 
 def candidate_row(result: Result, first: Result | None, margin: float) -> dict[str, Any]:
@@ -100,6 +112,7 @@ def write_candidates(
         "cluster": inputs.cluster,
         "clusterGpus": inputs.cluster_gpus,
         "workload": inputs.load.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+        "requestsPerClient": inputs.per_client,
         "slo": inputs.slo.option(),
         "objective": inputs.objective,
         "margin": inputs.margin,
@@ -142,14 +155,34 @@ def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
             f"tok/s per cluster GPU, {best.tokens_per_s_per_user:,.1f} tok/s per user, "
             f"{best.requests_per_s:,.2f} req/s"
         )
+        lines.append(
+            f"load: {best.load_text()}, requestsPerRun "
+            f"{inputs.load_at(result).requests_per_run}: the load found and the run length "
+            f"timed there (at least {inputs.per_client} measured requests per client)"
+        )
     lines.append(reason_line(result, first, inputs.margin))
     return "".join(f"# {line}\n" for line in lines)
 
 
 def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> str:
-    """A stack file of ``result`` (its validated config) under its header comment."""
+    """A stack file of ``result`` (its validated config) under its header comment; its load
+    grid is the workload at the load found, each run as long as the search timed it there
+    (:meth:`Inputs.load_at`), with as many in-cluster load clients as their logs need to hold
+    the records (:func:`stackmodel.log_budget.clients_for`)."""
     assert result.plan is not None
     values = result.plan.cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    measured = inputs.load_at(result)
+    load = {
+        **values.get("load", {}),
+        "concurrency": measured.concurrency,
+        "requestsPerRun": measured.requests_per_run,
+    }
+    if measured.request_rate is not None:
+        load["requestRate"] = measured.request_rate
+    clients = clients_for(measured, result.plan.cfg.load.clients)
+    if clients != result.plan.cfg.load.clients:
+        load["clients"] = clients
+    values["load"] = load
     # The namespace follows the stack's name when unset, and the graph is named for it.
     values.pop("namespace", None)
     values["topology"] = {**values["topology"], "name": emitted_name(inputs, result)}
@@ -189,12 +222,19 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
         return "\n".join(lines) + "\n"
     runner_up = ranked[1] if len(ranked) > 1 else None
     a = emitted_name(inputs, first)
+    timed = [
+        f"rank {r.rank} at {r.best.load_text()}, {inputs.load_at(r).requests_per_run} measured "
+        "requests a run"
+        for r in ranked[:2]
+        if r.best is not None
+    ]
     lines += [
-        f"Rank 1: {first.candidate.label()}.",
+        f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.",
         "",
         "Copy the emitted stack files into `stacks/`, then deploy and measure each in turn "
-        "(the stack's own load grid is the workload searched; `pulumi up` runs it too when "
-        "`load.enabled`):",
+        "(the stack's own load grid is the workload at the load found, each run as long as "
+        f"the search timed it there: `load.requestsPerRun`, at least {inputs.per_client} "
+        "measured requests per client; `pulumi up` runs it too when `load.enabled`):",
         "",
         "```sh",
         f"cp {STACKS_DIR}/Pulumi.{a}.yaml <project>/stacks/",

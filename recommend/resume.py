@@ -8,8 +8,9 @@ writes), each written to a temporary name and renamed (``loadgen.output.write_te
 so a search cut off mid-write leaves the previous file or none. The inputs are what decides a
 candidate's key and timing or the ranking: the cluster stack (its name and config), the model,
 the workload (its settings and any replayed requests), the SLO, the objective, the margin, the
-``--fix`` values and the ``--batched-tokens`` values; timing is deterministic, so a candidate
-read back is the candidate timed again, and the ranking is the same.
+``--fix`` values, the ``--batched-tokens`` values and ``--requests-per-client``; timing is
+deterministic, so a candidate read back is the candidate timed again, and the ranking is the
+same.
 """
 
 from __future__ import annotations

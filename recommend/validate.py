@@ -2,8 +2,9 @@
 load meeting the SLO under the routing stand-in, simulated as ``testbed simulate`` simulates a
 stack (:func:`simulator.simulate.simulate_stacks`: the real Dynamo frontend and KV router with
 one CPU mocker per worker, then the timing model on its requests), at every prefix-kinds value
-of the workload, one run each of as many requests as the search's run (the workload's requests
-per run, at least :data:`recommend.workload.MEASURED_PER_CLIENT` a client; an open loop at
+of the workload, one run each of as many requests as the search's run
+(:meth:`recommend.workload.Workload.requests_at`: its requests per run, at least its
+``per_client`` a client); an open loop at
 the rate found; the requests are the load settings' own, as ``testbed load`` sends them: a
 results folder's are not replayed there); judged against the SLO as the search judges its own
 (:func:`loadgen.goodput.evaluate_run`).
@@ -24,7 +25,6 @@ import pandas as pd
 from loadgen.goodput import evaluate_point, evaluate_run
 from loadgen.output import REQUESTS_FILE, records_from_frame
 from recommend.search import Problem, Result, cluster_gpus, stack_name
-from recommend.workload import MEASURED_PER_CLIENT
 from simulator.simulate import simulate_stacks
 
 
@@ -73,7 +73,7 @@ def validate(problem: Problem, result: Result, out_dir: Path) -> Validation:
         "prefix_kinds": list(load.prefix_kinds),
         "concurrency": [concurrency],
         "repetitions": 1,
-        "requests_per_run": max(load.requests_per_run, MEASURED_PER_CLIENT * concurrency),
+        "requests_per_run": problem.sent.requests_at(concurrency),
     }
     if rate is not None:
         grid["request_rate"] = rate

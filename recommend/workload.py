@@ -25,7 +25,7 @@ succeeded, in their send order (a value without such a run, e.g. of a grid cut o
 out of the search's prefix kinds), each at the prompt and output tokens the server counted
 (``usage``) and on its own prefix. What is replayed is the requests, not the folder's timing:
 a closed loop sends them at each concurrency tried (taken again from the first when a run
-needs more, at least :data:`MEASURED_PER_CLIENT` a client); an open
+needs more, at least ``per_client`` a client); an open
 loop keeps the folder's arrival pattern (its due times, ``intended_ns``) stretched or
 compressed to each rate tried.
 """
@@ -49,7 +49,8 @@ from loadgen.results_folder import load_results
 from simulator.timing_model import SimRequest
 
 MEASURED_PER_CLIENT = 2
-"""The fewest measured requests per client (or per slot of an open loop) of a run."""
+"""The default fewest measured requests per client (or per slot of an open loop) of a run
+(``testbed recommend --requests-per-client``)."""
 
 
 class WorkloadError(ValueError):
@@ -70,12 +71,33 @@ class Replayed:
 @dataclass(frozen=True)
 class Workload:
     """What the search sends (the module docstring): ``load`` (the settings), ``source`` (how
-    the user named it) and ``replay`` (prefix kinds -> a results folder's requests; None:
-    synthetic)."""
+    the user named it), ``replay`` (prefix kinds -> a results folder's requests; None:
+    synthetic) and ``per_client`` (a run's fewest measured requests per client: its run
+    length, :meth:`requests_at`)."""
 
     load: LoadConfig
     source: str = "seed"
     replay: Mapping[int, tuple[Replayed, ...]] | None = field(default=None, compare=False)
+    per_client: int = MEASURED_PER_CLIENT
+
+    def requests_at(self, clients: int, kinds: int | None = None) -> int:
+        """Measured requests of a run at ``clients`` clients (an open loop's: its most in
+        flight): ``per_client`` a client, or more where the run sends more
+        (:meth:`runs_requests` at ``kinds``; None: the settings' ``requestsPerRun``)."""
+        sent = self.load.requests_per_run if kinds is None else self.runs_requests(kinds)
+        return max(sent, self.per_client * clients)
+
+    def load_at(self, clients: int, rate: float | None = None) -> LoadConfig:
+        """The load settings that measure a load the search found: ``clients`` clients (an
+        open loop's most in flight, at ``rate`` requests/s), each run as long as the search
+        timed it there (``requestsPerRun``: :meth:`requests_at`); the rest the workload's."""
+        update: dict[str, object] = {
+            "concurrency": [clients],
+            "requests_per_run": self.requests_at(clients),
+        }
+        if rate is not None:
+            update["request_rate"] = rate
+        return self.load.model_copy(update=update)
 
     @property
     def open_loop(self) -> bool:
@@ -115,9 +137,9 @@ class Workload:
         a client unless ``warmupRequests`` says otherwise, as ``loadgen.plan.share_for_run``
         builds it: the settings' prompt and output lengths, on prefixes of its own, ids
         ``kinds..2 * kinds - 1``), then the measured ones (the run's requests, at least
-        :data:`MEASURED_PER_CLIENT` a client) on prefix ids ``0..kinds-1``."""
+        :meth:`requests_at`) on prefix ids ``0..kinds-1``."""
         load = self.load
-        n = max(self.runs_requests(kinds), MEASURED_PER_CLIENT * concurrency)
+        n = self.requests_at(concurrency, kinds)
         measured = self._measured(kinds, n, str(concurrency))
         pick = random.Random(f"{load.seed}:recommend:{kinds}:warmup-{concurrency}")
         shape = (load.prefix_tokens, load.prompt_tokens, 0, load.max_tokens)
@@ -129,7 +151,7 @@ class Workload:
 
     def open(self, kinds: int, rate: float) -> tuple[list[SimRequest], list[float]]:
         """One open-loop run's requests and their due times (s) at ``rate`` requests/s."""
-        n = max(self.runs_requests(kinds), MEASURED_PER_CLIENT * self.in_flight_cap)
+        n = self.requests_at(self.in_flight_cap, kinds)
         requests = self._measured(kinds, n, "open")
         if self.replay is not None:
             rows = self.replay[kinds]

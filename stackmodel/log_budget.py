@@ -69,3 +69,13 @@ def log_budget_problem(config: LoadConfig, clients: int) -> str | None:
         f"more than the {budget / 2**20:.0f} MiB of its log the cluster keeps: "
         + ", or ".join(fixes)
     )
+
+
+def clients_for(config: LoadConfig, clients: int) -> int:
+    """The fewest load clients, ``clients`` or more, whose logs hold ``config``'s grid
+    (:func:`log_budget_problem`; at most the grid's smallest concurrency, as a client needs a
+    stream of every run); ``clients`` when none does."""
+    for n in range(clients, min(config.concurrency) + 1):
+        if log_budget_problem(config, n) is None:
+            return n
+    return clients

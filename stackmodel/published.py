@@ -76,6 +76,10 @@ class PublishedPair:
         ratio: a published ratio (None: none).
         paid: what the source found: disaggregation paid (True) or lost (False).
         assumptions: the settings the source does not state, and what was taken instead.
+        requests_per_client: the source's run length: measured requests per client of a
+            closed-loop run.
+        warmup_requests: the source's warm-up requests before each run (None: not stated,
+            one per client as ``testbed load`` sends them).
     """
 
     key: str
@@ -95,6 +99,8 @@ class PublishedPair:
     ratio: RatioClaim | None
     paid: bool
     assumptions: tuple[str, ...]
+    requests_per_client: int
+    warmup_requests: int | None = None
 
     def gpus(self, side: Side) -> int:
         """GPUs a side uses."""
@@ -108,8 +114,10 @@ class PublishedPair:
         utilization 0.90``, KV through GPU buffers over InfiniBand (``UCX_TLS`` with ``rc``
         and ``cuda``, the ``rdma/ib`` device), no host mirror; ``/dev/shm`` the 2Gi vLLM's
         Kubernetes guide mounts (the least the checks accept) within a 64Gi ``memoryLimit``.
-        The stack's own load grid (``load``: the published concurrencies, 40 requests a run)
-        is what ``testbed simulate`` would run; the bench sends its own load."""
+        The stack's own load grid (``load``: the source's requests, no prefix shared, the
+        published concurrencies, its :attr:`warmup_requests`, 40 requests a run) is what
+        ``testbed simulate`` would run; the benches send it with the source's run length,
+        :attr:`requests_per_client` measured requests per client at every load they try."""
         shapes = getattr(self, side)
         nodes = sorted({w.node for w in shapes})
         classes = {
@@ -152,11 +160,13 @@ class PublishedPair:
             "load": {
                 "promptTokens": self.input_tokens,
                 "maxTokens": self.output_tokens,
+                "prefixShare": 0.0,
                 "concurrency": sorted({f.concurrency for f in self.figures} or {1}),
                 "prefixKinds": [1],
                 "repetitions": 1,
                 "requestsPerRun": 40,
-            },
+            }
+            | ({} if self.warmup_requests is None else {"warmupRequests": self.warmup_requests}),
         }
         return validate_stack(f"{self.key}-{'agg' if side == 'aggregated' else 'disagg'}", raw)
 
@@ -199,6 +209,13 @@ DYNAMO_LLAMA_70B = PublishedPair(
         "the README's launch script is named context_tp2dp4 (four TP2 workers) while its text "
         "says two TP4 workers: the text is taken",
     ),
+    # The README's genai-perf command ('Benchmark'; lines 82 and 94-95 of the copy at
+    # triton-inference-server/triton_distributed 1662a1dee54c238e1ee75514ff765c415d59ac36):
+    # --warmup-request-count 10, --concurrency N, --request-count 10 * N. Dynamo's later script
+    # (examples/llm/benchmarks/perf.sh at 91ab83ebf1dec7515b324b667280e22e80fae458, lines
+    # 47-48) warms up with 2 * N instead.
+    requests_per_client=10,
+    warmup_requests=10,
 )
 
 NEBIUS_QWEN3_32B = PublishedPair(
@@ -238,7 +255,12 @@ NEBIUS_QWEN3_32B = PublishedPair(
         "(recipes/qwen3-32b-fp8/aic_based_disagg_perf_tuning.md), 4,000 in / 500 out",
         "link: Nebius H200 nodes have InfiniBand: the rdma profile; the gist itself suspects "
         "the KV transfer and did not confirm placement",
+        "run length: the gist gives none: 10 measured requests per client, as Dynamo's "
+        "benchmark script sends (examples/llm/benchmarks/perf.sh at 91ab83eb, lines 47-48, "
+        "later benchmarks/llm/perf.sh: --request-count concurrency * 10), after one warm-up "
+        "request per client",
     ),
+    requests_per_client=10,
 )
 
 DYNAMO_LLAMA_70B_ONE_NODE = PublishedPair(
@@ -283,7 +305,9 @@ DYNAMO_LLAMA_70B_ONE_NODE = PublishedPair(
         "KV link: prefill and decode share the node, where NIXL's UCX moves GPU memory over "
         "NVLink (cuda_ipc): the rdma profile's 20 GB/s is taken as its floor (49 ms for a "
         "3,000-token prompt's 0.98 GB of BF16 KV, 4% of the published TTFT)",
+        "warm-up: the example run states none: one request per client",
     ),
+    requests_per_client=4,  # the example run: 128 requests at concurrency 32
 )
 
 PUBLISHED_PAIRS: tuple[PublishedPair, ...] = (

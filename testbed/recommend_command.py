@@ -7,6 +7,7 @@ printed; the SLO is never relaxed); 2 a bad option, stack, file or SLO.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -219,7 +220,7 @@ def recommend_command(
         typer.Option(
             "--batched-tokens",
             metavar="N,N",
-            help="--max-num-batched-tokens values to try besides vLLM's default.",
+            help="Values of vLLM's max-num-batched-tokens to try besides its default.",
             rich_help_panel=SEARCH,
         ),
     ] = None,
@@ -231,6 +232,16 @@ def recommend_command(
             rich_help_panel=SEARCH,
         ),
     ] = 1.25,
+    requests_per_client: Annotated[
+        int | None,
+        typer.Option(
+            "--requests-per-client",
+            metavar="N",
+            help="A run's measured requests per client at least (its length; plan.md's "
+            "measurement sends the same); default 2.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = None,
     jobs: Annotated[
         int, typer.Option(min=1, help="Processes timing candidates.", rich_help_panel=SEARCH)
     ] = 2,
@@ -282,7 +293,7 @@ def recommend_command(
     from recommend.search import OBJECTIVES_RANKED, Problem, cluster_gpus, search
     from recommend.space import candidates
     from recommend.validate import validate
-    from recommend.workload import describe
+    from recommend.workload import MEASURED_PER_CLIENT, describe
     from testbed.console import _int_list
     from testbed.dependency_groups import missing_group
     from testbed.slo_option import slo_of
@@ -300,8 +311,14 @@ def recommend_command(
     chosen = next((o for o in OBJECTIVES_RANKED if o == objective), None)
     if chosen is None:
         fail(f"--objective {objective!r}: one of {', '.join(OBJECTIVES_RANKED)}")
+    per_client = MEASURED_PER_CLIENT if requests_per_client is None else requests_per_client
+    if per_client < 1:
+        fail(
+            f"--requests-per-client {per_client}: a run needs at least 1 measured request per "
+            f"client; give 1 or more (default {MEASURED_PER_CLIENT})"
+        )
     name, base, cfg = _cluster(cluster, cluster_file, model)
-    sent = _workload(workload)
+    sent = dataclasses.replace(_workload(workload), per_client=per_client)
     load = sent.load
     fixes = _fixes(fix)
     try:
@@ -328,6 +345,7 @@ def recommend_command(
         "margin": margin,
         "fix": fixes,
         "batchedTokens": budgets,
+        "requestsPerClient": per_client,
     }
     try:
         store = TimedStore(folder, searched, resume=resume)
@@ -357,7 +375,9 @@ def recommend_command(
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     first = first_ranked(results)
-    inputs = Inputs(name, load, target, chosen, margin, cluster_gpus(cfg), cfg.model.name)
+    inputs = Inputs(
+        name, load, target, chosen, margin, cluster_gpus(cfg), cfg.model.name, sent.per_client
+    )
     validations = {}
     for result in [r for r in results if r.rank is not None][:validate_top]:
         done = validate(problem, result, folder / "validate")

@@ -35,6 +35,30 @@ def test_a_run_is_its_warm_up_then_the_measured_requests() -> None:
     assert len(Workload(none).closed(2, 4)) == 40
 
 
+@pytest.mark.parametrize(
+    ("per_client", "clients", "warmup", "measured"),
+    [(4, 24, None, 96), (4, 8, None, 40), (10, 24, 10, 240), (1, 24, 0, 40)],
+)
+def test_a_run_sends_its_requests_per_client_after_the_workloads_warm_up(
+    per_client: int, clients: int, warmup: int | None, measured: int
+) -> None:
+    """``--requests-per-client N``: N measured requests a client, or the workload's
+    requestsPerRun where that is more, after the warm-up ``warmupRequests`` sets (one per
+    client when unset); the load settings a measurement at that load sends carry the same."""
+    load = SHORT.model_copy(update={"warmup_requests": warmup})
+    sent = Workload(load, per_client=per_client)
+    requests = sent.closed(2, clients)
+    warm = clients if warmup is None else warmup
+    assert len(requests) == warm + measured
+    assert sent.requests_at(clients) == measured
+    assert sent.load_at(clients).requests_per_run == measured
+    assert sent.load_at(clients).warmup_requests == warmup
+    plan = load_stack("kv-routing")
+    slo = parse_slo("ttft_p99_ms=1000")
+    runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, 2, workload=sent)
+    assert runner.run(2, clients).summary.requests == measured
+
+
 @pytest.mark.parametrize(("ttft_ms", "above"), [(300, 32), (400, 64)])
 def test_the_highest_load_is_found_to_within_the_resolution(ttft_ms: int, above: int) -> None:
     """The load found holds, the one above it fails, and they are at most 1/RESOLUTION of the

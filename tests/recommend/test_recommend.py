@@ -14,7 +14,7 @@ import yaml
 from loadgen.config import LoadConfig
 from loadgen.slo import parse_slo
 from recommend.claims import first_ranked, reason_line, verdict
-from recommend.outputs import Inputs, emitted_stack_text, write_stacks
+from recommend.outputs import Inputs, emitted_stack_text, plan_text, write_stacks
 from recommend.search import Problem, Result, cluster_gpus, search
 from recommend.space import GPU_TCP, GPU_TCP_NO_CUDA, HOST_TCP, Candidate, candidates
 from stackmodel.config import StackConfig, project_values
@@ -123,7 +123,8 @@ def test_emitted_stacks_render(
     base, cfg = _cluster()
     picked = _pick(cfg, BOTH_GPUS_KV, ONE_GPU)
     results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
-    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, cluster_gpus(cfg), "m")
+    gpus = cluster_gpus(cfg)
+    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, gpus, "m", per_client=5)
     paths = write_stacks(tmp_path, inputs, results, first_ranked(results), 2)
     assert [p.name for p in paths] == [
         "Pulumi.kv-routing-rank1.yaml",
@@ -138,6 +139,28 @@ def test_emitted_stacks_render(
         rendered = render_stack(stack, project_with(stack, raw))
         assert rendered.outputs["sizing"]["model"] == "Qwen/Qwen3-0.6B"
     assert "rank 1" in emitted_stack_text(_ranked(results)[0], first_ranked(results), inputs)
+    # Each stack's load grid, and so plan.md's `testbed load --config` of it, is the load found,
+    # each run as long as the search timed it there: 5 measured requests per client.
+    plan = plan_text(inputs, results, first_ranked(results))
+    for path, result in zip(paths, _ranked(results), strict=False):
+        assert result.best is not None and 5 * result.best.concurrency > SHORT.requests_per_run
+        per_run = 5 * result.best.concurrency
+        config = yaml.safe_load(path.read_text())["config"]
+        load = config[f"{PROJECT}:load"]
+        assert (load["concurrency"], load["requestsPerRun"]) == ([result.best.concurrency], per_run)
+        assert f"requestsPerRun {per_run}: the load found and the run length" in path.read_text()
+        assert f"rank {result.rank} at {result.best.load_text()}, {per_run} measured" in plan
+        assert f"--config stacks/Pulumi.{path.name.removeprefix('Pulumi.')}" in plan
+
+
+def test_requests_per_client_below_1_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--cluster", "kv-routing", "--slo", "ttft_p99_ms=500", "--requests-per-client", "0"]
+    code = main(["recommend", *args])
+    assert code == 2
+    assert (
+        "--requests-per-client 0: a run needs at least 1 measured request per client; give 1 "
+        "or more (default 2)" in capsys.readouterr().err
+    )
 
 
 def test_no_slo_met_exits_1_naming_what_binds(
@@ -165,6 +188,7 @@ def test_no_slo_met_exits_1_naming_what_binds(
     assert "no candidate meets the SLO (TTFT p99 <= 20 ms)" in err
     assert "TTFT p99 is at least" in err
     document = yaml.safe_load((tmp_path / "candidates.json").read_text())
+    assert document["requestsPerClient"] == 2  # the run length searched, with the workload
     assert document["candidates"] and all(c["rank"] is None for c in document["candidates"])
     assert {c["binding"] for c in document["candidates"] if c["status"] == "screened"} == {
         "TTFT p99"
@@ -179,3 +203,27 @@ def test_bad_fix_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         "--fix 'gpu=1': expected KEY=VALUE with KEY one of kind, router" in capsys.readouterr().err
     )
+
+
+def test_an_emitted_stack_has_the_load_clients_its_records_need() -> None:
+    """The seed's workload at 256 clients found (512 requests a run, 4 prefix kinds, 3
+    repetitions of 64-token answers: 9.6 MiB of records) outgrows one in-cluster load client's
+    8 MiB of log: the emitted stack asks for 2 clients, and passes the checks."""
+    from recommend.search import Figures, check
+    from stackmodel.errors import StackConfigError
+    from stackmodel.validation import validate_stack
+
+    base, cfg = _cluster()
+    candidate = _pick(cfg, BOTH_GPUS_KV)[0]
+    plan = check("kv-routing-x", base, candidate, LoadConfig())
+    assert not isinstance(plan, str)
+    best = Figures(256, 100.0, 100.0, 10.0, 1.0, 0.5, 1.0, {"ttft_p99_ms": 900.0})
+    result = Result(candidate, "ranked", 2, best=best, value=100.0, plan=plan, rank=1)
+    inputs = Inputs("kv-routing", LoadConfig(), SLO, "goodput-per-gpu", 1.25, 2, "m")
+    config = yaml.safe_load(emitted_stack_text(result, result, inputs))["config"]
+    raw = {k.removeprefix(f"{PROJECT}:"): v for k, v in config.items()}
+    assert raw["load"]["concurrency"] == [256]
+    assert (raw["load"]["requestsPerRun"], raw["load"]["clients"]) == (512, 2)
+    assert validate_stack("kv-routing-rank1", raw).cfg.load.clients == 2
+    with pytest.raises(StackConfigError, match=r"9\.6 MiB .* set load\.clients to 2"):
+        validate_stack("kv-routing-rank1", {**raw, "load": {**raw["load"], "clients": 1}})

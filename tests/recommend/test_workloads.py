@@ -257,6 +257,8 @@ def test_resume_with_nothing_to_resume_starts_and_says_so(
     assert _recommend("--slo", "ttft_p99_ms=30", *args) == 2
     err = capsys.readouterr().err
     assert "--resume: the candidates in" in err and "(slo differ); drop --resume" in err
+    assert _recommend("--slo", "ttft_p99_ms=20", *args, "--requests-per-client", "4") == 2
+    assert "(requestsPerClient differ); drop --resume" in capsys.readouterr().err
 
 
 def test_simulate_retimes_an_open_loop_at_its_routing_runs_due_times(tmp_path: Path) -> None:
