@@ -259,7 +259,8 @@ def recommend_command(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Output folder (default out/recommend/<cluster>).", rich_help_panel=OUTPUT
+            help="Output folder (default out/recommend/STACK, the cluster stack's name).",
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     resume: Annotated[
