@@ -168,7 +168,9 @@ def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> 
     """A stack file of ``result`` (its validated config) under its header comment; its load
     grid is the workload at the load found, each run as long as the search timed it there
     (:meth:`Inputs.load_at`), with as many in-cluster load clients as their logs need to hold
-    the records (:func:`stackmodel.log_budget.clients_for`)."""
+    the records (:func:`stackmodel.log_budget.clients_for`), and ``load.slo`` the SLO the
+    search judged by (camelCase, :data:`loadgen.slo.STACK_KEYS`), so ``pulumi up`` and
+    ``testbed load --config`` judge goodput against it."""
     assert result.plan is not None
     values = result.plan.cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     measured = inputs.load_at(result)
@@ -176,6 +178,7 @@ def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> 
         **values.get("load", {}),
         "concurrency": measured.concurrency,
         "requestsPerRun": measured.requests_per_run,
+        "slo": inputs.slo.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
     if measured.request_rate is not None:
         load["requestRate"] = measured.request_rate

@@ -117,14 +117,16 @@ def test_emitted_stacks_render(
     tmp_path: Path, project_with: Callable[[str, dict[str, Any]], Path]
 ) -> None:
     """Each emitted stack file passes every check of `testbed render` (the program under
-    Pulumi's mocks) and says it is simulated, with its rank, at its top."""
+    Pulumi's mocks) and says it is simulated, with its rank, at its top; its `load.slo` is the
+    SLO the search judged by (1,000 ms), not the workload file's own (500 ms)."""
     from testbed.render import render_stack
 
     base, cfg = _cluster()
     picked = _pick(cfg, BOTH_GPUS_KV, ONE_GPU)
-    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
+    workload = SHORT.model_copy(update={"slo": parse_slo("ttft_p99_ms=500")})
+    results = search(Problem("kv-routing", base, cfg, workload, SLO), picked)
     gpus = cluster_gpus(cfg)
-    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, gpus, "m", per_client=5)
+    inputs = Inputs("kv-routing", workload, SLO, "goodput-per-gpu", 1.25, gpus, "m", per_client=5)
     paths = write_stacks(tmp_path, inputs, results, first_ranked(results), 2)
     assert [p.name for p in paths] == [
         "Pulumi.kv-routing-rank1.yaml",
@@ -148,6 +150,7 @@ def test_emitted_stacks_render(
         config = yaml.safe_load(path.read_text())["config"]
         load = config[f"{PROJECT}:load"]
         assert (load["concurrency"], load["requestsPerRun"]) == ([result.best.concurrency], per_run)
+        assert load["slo"] == {"ttftP99Ms": 1000.0}
         assert f"requestsPerRun {per_run}: the load found and the run length" in path.read_text()
         assert f"rank {result.rank} at {result.best.load_text()}, {per_run} measured" in plan
         assert f"--config stacks/Pulumi.{path.name.removeprefix('Pulumi.')}" in plan
