@@ -22,7 +22,7 @@ import yaml
 
 from loadgen.config import LoadConfig
 from loadgen.slo import OBJECTIVES, Slo
-from recommend.claims import ratio, reason_line, verdict
+from recommend.claims import ratio, reason_line, trade, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
 from recommend.workload import MEASURED_PER_CLIENT, Workload
@@ -259,18 +259,7 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
         "",
     ]
     if runner_up is not None:
-        v = verdict(runner_up, first, inputs.margin)
-        r = ratio(runner_up, first)
-        lines.append(
-            f"The model puts rank 2 at {r:.2f}x of rank 1: "
-            + (
-                f"**too close to call** (within the margin {inputs.margin:g}); the A / B "
-                "comparison above decides."
-                if v == "too close to call"
-                else f"beyond the margin {inputs.margin:g}; the comparison confirms it."
-            )
-        )
-        lines.append("")
+        lines += [_runner_up_text(runner_up, first, inputs.margin), ""]
     lines += [
         "Feed the measurement back, so the next search steps with the cluster's own figures:",
         "",
@@ -282,6 +271,23 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
         "and name the profile in the cluster stack's node class (`calibration: calib/...json`).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _runner_up_text(runner_up: Result, first: Result, margin: float) -> str:
+    """plan.md's sentence on what the model claims of rank 2 against rank 1."""
+    v = verdict(runner_up, first, margin)
+    if v == "on the Pareto front":
+        return (
+            f"Rank 2 is on the Pareto front beside rank 1: it trades {trade(runner_up, first)}, so "
+            "neither beats the other on both; the A / B comparison above measures that trade."
+        )
+    head = f"The model puts rank 2 at {ratio(runner_up, first):.2f}x of rank 1: "
+    if v == "too close to call":
+        return (
+            f"{head}**too close to call** (within the margin {margin:g}); the A / B "
+            "comparison above decides."
+        )
+    return f"{head}beyond the margin {margin:g}; the comparison should confirm it."
 
 
 PER_USER_KEYS = ("itl_p99_ms", "tpot_p99_ms")

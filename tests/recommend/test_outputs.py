@@ -10,6 +10,8 @@ import pytest
 
 from loadgen.config import LoadConfig
 from loadgen.slo import parse_slo
+from recommend.bounds import Bounds
+from recommend.claims import kv_path, ratio, reason_line, verdict
 from recommend.outputs import (
     PARETO_PNG,
     REPORT_HTML,
@@ -17,9 +19,10 @@ from recommend.outputs import (
     Inputs,
     SloLine,
     chart_data,
+    plan_text,
     write_report,
 )
-from recommend.search import Figures, Objective, Result
+from recommend.search import Figures, Objective, Result, rank_results
 from recommend.space import HOST_TCP, Candidate, GroupShape
 
 
@@ -110,3 +113,60 @@ def test_the_report_names_each_line_and_the_band(tmp_path: Path) -> None:
     assert "TPOT p99 &lt;= 25 ms: &gt;= 40.0 tok/s per user (vertical dashed line)" in page
     assert "shaded: 80 to 100 tok/s per cluster GPU, within the margin 1.25 of rank 1" in page
     assert (tmp_path / PARETO_PNG).read_bytes().startswith(b"\x89PNG")
+
+
+def _pareto() -> tuple[list[Result], Inputs]:
+    """a1 and d2 on the front (d2: fewer tok/s per GPU, more per user); a3 beaten on both by
+    a1 though 0.87x of it, a5 by d2 only."""
+    results = [
+        _result("a1", 0, 100.0, 50.0, ttft_p99_ms=900.0),
+        _result("d2", 0, 74.0, 70.0, ttft_p99_ms=400.0),
+        _result("a3", 0, 87.0, 45.0, ttft_p99_ms=800.0),
+        _result("a5", 0, 50.0, 65.0, ttft_p99_ms=700.0),
+    ]
+    rank_results(results, "pareto")
+    results.sort(key=lambda r: r.rank or 0)
+    inputs = Inputs("kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "pareto", 1.25, 2, "m")
+    return results, inputs
+
+
+def test_under_pareto_front_members_trade_and_the_rest_are_judged_by_who_beats_them() -> None:
+    results, inputs = _pareto()
+    first = results[0]
+    assert [(r.candidate.key, r.rank) for r in results] == [
+        ("a1", 1),
+        ("d2", 2),
+        ("a3", 3),
+        ("a5", 4),
+    ]
+    assert [verdict(r, first, 1.25) for r in results] == [
+        "rank 1",
+        "on the Pareto front",
+        "too close to call",
+        "loses",
+    ]
+    assert [ratio(r, first) for r in results] == [1.0, 0.74, 0.87, pytest.approx(50 / 74)]
+    lines = [reason_line(r, first, 1.25) for r in results]
+    assert lines[1].startswith(
+        "on the Pareto front: trades 0.74x rank 1's tok/s per GPU for 1.40x its tok/s per user:"
+    )
+    assert lines[2].startswith("0.87x of a1 (on the front, ahead on both) (too close to call")
+    assert lines[3].startswith("0.68x of d2 (on the front, ahead on both):")
+    plan = plan_text(inputs, results, first)
+    assert (
+        "Rank 2 is on the Pareto front beside rank 1: it trades 0.74x rank 1's tok/s per GPU "
+        "for 1.40x its tok/s per user, so neither beats the other on both" in plan
+    )
+    assert "the comparison confirms" not in plan
+
+
+def test_the_kv_path_line_says_it_is_the_best_case() -> None:
+    """The bounds time a request whose shared prefix is cached (recommend/bounds.py), so the
+    why-line says "at least" and names that case, not a typical request's cost."""
+    d2 = _result("d2", 2, 40.0, 60.0, ttft_p99_ms=900.0)
+    d2.bounds = Bounds(20.0, 5.0, 100.0, "link", prefill_ms=1.2, copies_ms=0.0, link_ms=7.4)
+    assert kv_path(d2) == (
+        "each request pays at least ~7 ms on the link, its prefill at least 1 ms (the best "
+        "case: its shared prefix cached)"
+    )
+    assert reason_line(d2, RESULTS[0]).endswith(kv_path(d2))
