@@ -28,6 +28,7 @@ from recommend.validate import Validation
 from recommend.workload import MEASURED_PER_CLIENT, Workload
 from stackmodel.errors import PROJECT
 from stackmodel.log_budget import clients_for
+from stackmodel.stacks import REPO
 
 SIMULATED = (
     "SIMULATED: the timing model's figures for stacks that have not run; confirm on the "
@@ -200,22 +201,93 @@ def emitted_name(inputs: Inputs, result: Result) -> str:
     return f"{inputs.cluster}-rank{result.rank}"
 
 
+@dataclass(frozen=True)
+class CalibrationSource:
+    """What calibrates rank 1's node classes on one GPU: ``gpu`` (its catalog name), those
+    ``node_classes``, and ``result``, the ranked candidate whose measurement is fitted (None:
+    none on that GPU alone meets the SLO)."""
+
+    gpu: str
+    node_classes: tuple[str, ...]
+    result: Result | None
+
+
+def _gpus(result: Result) -> dict[str, str]:
+    """``result``'s node classes -> their GPU (catalog name)."""
+    if result.plan is None:
+        return {g.node_class: g.node_class for g in result.candidate.groups}
+    return {g.group.node_class: g.gpu.name for g in result.plan.groups}
+
+
+def calibration_sources(results: Sequence[Result], first: Result) -> list[CalibrationSource]:
+    """Per GPU of rank 1, the candidate whose measurement calibrates it: rank 1 itself when
+    it runs on one GPU; else, as a calibration fits one GPU (``testbed calibrate`` refuses a
+    stack on two), the best-ranked candidate on that GPU alone."""
+    by_gpu: dict[str, list[str]] = {}
+    for node_class, gpu in sorted(_gpus(first).items()):
+        by_gpu.setdefault(gpu, []).append(node_class)
+    ranked = [r for r in results if r.rank is not None]
+    return [
+        CalibrationSource(
+            gpu,
+            tuple(classes),
+            first
+            if len(by_gpu) == 1
+            else next((r for r in ranked if set(_gpus(r).values()) == {gpu}), None),
+        )
+        for gpu, classes in by_gpu.items()
+    ]
+
+
 def write_stacks(
     out: Path, inputs: Inputs, results: Sequence[Result], first: Result | None, count: int
 ) -> list[Path]:
-    """The top ``count`` ranked candidates as stack files under ``out/stacks``."""
+    """The top ``count`` ranked candidates as stack files under ``out/stacks``, and those
+    plan.md measures to calibrate rank 1's node classes (:func:`calibration_sources`)."""
     folder = out / STACKS_DIR
     folder.mkdir(parents=True, exist_ok=True)
+    chosen = [r for r in results if r.rank is not None][:count]
+    if first is not None:
+        keys = {r.candidate.key for r in chosen}
+        chosen += [
+            c.result
+            for c in calibration_sources(results, first)
+            if c.result and c.result.candidate.key not in keys
+        ]
     paths = []
-    for result in [r for r in results if r.rank is not None][:count]:
+    for result in chosen:
         path = folder / f"Pulumi.{emitted_name(inputs, result)}.yaml"
         path.write_text(emitted_stack_text(result, first, inputs))
         paths.append(path)
     return paths
 
 
-def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -> str:
-    """``plan.md``: the measurement that confirms (or overturns) the choice on the cluster."""
+def typed_path(folder: Path) -> str:
+    """``folder`` as typed from the project root (absolute where it lies outside it)."""
+    try:
+        return str(folder.resolve().relative_to(REPO.resolve()))
+    except ValueError:
+        return str(folder.resolve())
+
+
+def _measure(inputs: Inputs, result: Result, stacks: str) -> list[str]:
+    """The commands that deploy ``result``'s emitted stack and measure it."""
+    name = emitted_name(inputs, result)
+    return [
+        f"cp {stacks}/Pulumi.{name}.yaml stacks/",
+        f"pulumi stack init {name}",
+        f"pulumi up -s {name}",
+        f"testbed load --url http://<{name} frontend> --model {inputs.model} "
+        f"--config stacks/Pulumi.{name}.yaml --out out/load/{name}",
+    ]
+
+
+def plan_text(
+    inputs: Inputs, results: Sequence[Result], first: Result | None, out: Path | None = None
+) -> str:
+    """``plan.md``: the measurement that confirms (or overturns) the choice on the cluster,
+    every command run from the project root (``out``: the output folder, default
+    ``out/recommend/<cluster>``)."""
     ranked = [r for r in results if r.rank is not None]
     lines = [f"# Measurement plan ({SIMULATED})", ""]
     if first is None:
@@ -223,6 +295,7 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
             "No candidate meets the SLO: nothing to confirm (candidates.json says what binds)."
         ]
         return "\n".join(lines) + "\n"
+    stacks = f"{typed_path(out) if out else f'out/recommend/{inputs.cluster}'}/{STACKS_DIR}"
     runner_up = ranked[1] if len(ranked) > 1 else None
     a = emitted_name(inputs, first)
     timed = [
@@ -234,42 +307,63 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
     lines += [
         f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.",
         "",
-        "Copy the emitted stack files into `stacks/`, then deploy and measure each in turn "
+        "Run every command from the project root (the folder of `Pulumi.yaml`). Copy the "
+        "emitted stack files into `stacks/`, then deploy and measure each in turn "
         "(the stack's own load grid is the workload at the load found, each run as long as "
         f"the search timed it there: `load.requestsPerRun`, at least {inputs.per_client} "
-        "measured requests per client; `pulumi up` runs it too when `load.enabled`):",
+        "measured requests per client; its `load.slo` the SLO searched; `pulumi up` runs it "
+        "too when `load.enabled`):",
         "",
         "```sh",
-        f"cp {STACKS_DIR}/Pulumi.{a}.yaml <project>/stacks/",
-        f"pulumi up -s {a}",
-        f"testbed load --url http://<{a} frontend> --model {inputs.model} "
-        f"--config stacks/Pulumi.{a}.yaml --out out/load/{a}",
+        *_measure(inputs, first, stacks),
     ]
+    measured = {first.candidate.key}
     if runner_up is not None:
         b = emitted_name(inputs, runner_up)
         lines += [
-            f"cp {STACKS_DIR}/Pulumi.{b}.yaml <project>/stacks/",
-            f"pulumi up -s {b}",
-            f"testbed load --url http://<{b} frontend> --model {inputs.model} "
-            f"--config stacks/Pulumi.{b}.yaml --out out/load/{b}",
+            *_measure(inputs, runner_up, stacks),
             f"testbed compare out/load/{a} out/load/{b}",
         ]
-    lines += [
-        "```",
-        "",
-    ]
+        measured.add(runner_up.candidate.key)
+    lines += ["```", ""]
     if runner_up is not None:
         lines += [_runner_up_text(runner_up, first, inputs.margin), ""]
-    lines += [
-        "Feed the measurement back, so the next search steps with the cluster's own figures:",
-        "",
-        "```sh",
-        f"testbed calibrate out/load/{a} --stack {a} "
-        f"--out calib/{first.candidate.groups[0].node_class}.json",
-        "```",
-        "",
-        "and name the profile in the cluster stack's node class (`calibration: calib/...json`).",
+    sources = calibration_sources(results, first)
+    lines.append(
+        "Feed the measurement back, so the next search steps with the cluster's own figures"
+        + (
+            ": rank 1 runs on more than one GPU and a calibration fits one, so each GPU is "
+            "calibrated on a measurement of a candidate on it alone:"
+            if len(sources) > 1
+            else ":"
+        )
+    )
+    commands = []
+    for source in sources:
+        if source.result is None:
+            lines += [
+                "",
+                f"No candidate on {source.gpu} alone ({', '.join(source.node_classes)}) meets "
+                "the SLO: calibrate it on measured runs of a stack on that GPU alone.",
+            ]
+            continue
+        name = emitted_name(inputs, source.result)
+        if source.result.candidate.key not in measured:
+            commands += _measure(inputs, source.result, stacks)
+            measured.add(source.result.candidate.key)
+        commands.append(
+            f"testbed calibrate out/load/{name} --stack {name} --out calib/{source.gpu}.json"
+        )
+    if commands:
+        lines += ["", "```sh", *commands, "```"]
+    named = [
+        f"`nodeClasses.{c}.calibration: calib/{source.gpu}.json`"
+        for source in sources
+        if source.result is not None
+        for c in source.node_classes
     ]
+    if named:
+        lines += ["", f"Then name each profile in the cluster stack: {', '.join(named)}."]
     return "\n".join(lines) + "\n"
 
 

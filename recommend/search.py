@@ -452,7 +452,9 @@ def rank_results(results: Sequence[Result], objective: Objective) -> None:
     for r in ranked if front else []:
         r.on_front = r.candidate.key in front
         beaten = [o for o in members if not r.on_front and _beats(o, r)]
-        r.dominated_by = min(beaten, key=lambda o: (-(o.value or 0.0), o.candidate.key), default=None)
+        r.dominated_by = min(
+            beaten, key=lambda o: (-(o.value or 0.0), o.candidate.key), default=None
+        )
     ranked.sort(
         key=lambda r: (
             bool(front) and r.candidate.key not in front,

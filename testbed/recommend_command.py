@@ -385,7 +385,7 @@ def recommend_command(
         typer.echo(f"SIMULATED: {done.line()}")
         validations[done.key] = done
     write_candidates(folder, inputs, results, first, validations)
-    (folder / PLAN_MD).write_text(plan_text(inputs, results, first))
+    (folder / PLAN_MD).write_text(plan_text(inputs, results, first, folder))
     write_report(folder, inputs, results, first)
     stacks = write_stacks(folder, inputs, results, first, emit_stacks)
     _print_table(results, first, margin, 10)

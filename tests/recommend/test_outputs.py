@@ -126,7 +126,9 @@ def _pareto() -> tuple[list[Result], Inputs]:
     ]
     rank_results(results, "pareto")
     results.sort(key=lambda r: r.rank or 0)
-    inputs = Inputs("kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "pareto", 1.25, 2, "m")
+    inputs = Inputs(
+        "kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "pareto", 1.25, 2, "m"
+    )
     return results, inputs
 
 
