@@ -141,7 +141,60 @@ def write_candidates(
     pd.DataFrame(flat).to_csv(out / CANDIDATES_CSV, index=False)
 
 
-def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
+Validations = Mapping[str, Validation]
+"""Candidate key -> its run with the real Dynamo routing (``--validate-top``)."""
+
+
+def shown_line(
+    result: Result,
+    first: Result | None,
+    inputs: Inputs,
+    validations: Validations | None = None,
+) -> str:
+    """A candidate's line as every output presents it: its reason line
+    (:func:`recommend.claims.reason_line`), led by its real-routing verdict where
+    ``--validate-top`` ran it (:meth:`recommend.validate.Validation.verdict`). The ranking
+    stays the model's."""
+    line = reason_line(result, first, inputs.margin)
+    done = (validations or {}).get(result.candidate.key)
+    return f"{done.verdict(inputs.slo)}; model: {line}" if done is not None else line
+
+
+def validation_summary(
+    results: Sequence[Result], first: Result | None, inputs: Inputs, validations: Validations
+) -> str:
+    """'' unless ``--validate-top`` ran rank 1 and it missed the SLO with the real routing;
+    then a sentence saying so and which validated candidate, if any, held."""
+    done = validations.get(first.candidate.key) if first is not None else None
+    if first is None or done is None or done.holds:
+        return ""
+    held = next(
+        (
+            r
+            for r in results
+            if r.rank is not None
+            and (v := validations.get(r.candidate.key)) is not None
+            and v.holds
+        ),
+        None,
+    )
+    missed = done.verdict(inputs.slo).removeprefix("real routing: SLO missed")
+    return (
+        f"Rank 1 ({first.candidate.key}) misses the SLO with the real Dynamo routing at the load "
+        f"found{missed}; "
+        + (
+            f"rank {held.rank} ({held.candidate.key}) holds it, the best-ranked validated "
+            "candidate that does. "
+            if held is not None
+            else "no validated candidate holds it. "
+        )
+        + "The ranking is the model's (the routing stand-in's): the measurement below decides."
+    )
+
+
+def stack_header(
+    result: Result, first: Result | None, inputs: Inputs, validations: Validations | None = None
+) -> str:
     """The comment at the top of an emitted stack file."""
     best = result.best
     lines = [
@@ -161,11 +214,16 @@ def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
             f"{inputs.load_at(result).requests_per_run}: the load found and the run length "
             f"timed there (at least {inputs.per_client} measured requests per client)"
         )
-    lines.append(reason_line(result, first, inputs.margin))
+    lines.append(shown_line(result, first, inputs, validations))
+    done = (validations or {}).get(result.candidate.key)
+    if done is not None:
+        lines.append(done.line())
     return "".join(f"# {line}\n" for line in lines)
 
 
-def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> str:
+def emitted_stack_text(
+    result: Result, first: Result | None, inputs: Inputs, validations: Validations | None = None
+) -> str:
     """A stack file of ``result`` (its validated config) under its header comment; its load
     grid is the workload at the load found, each run as long as the search timed it there
     (:meth:`Inputs.load_at`), with as many in-cluster load clients as their logs need to hold
@@ -193,7 +251,7 @@ def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> 
     body = yaml.safe_dump(
         {"config": {f"{PROJECT}:{k}": v for k, v in values.items()}}, sort_keys=False
     )
-    return stack_header(result, first, inputs) + body
+    return stack_header(result, first, inputs, validations) + body
 
 
 def emitted_name(inputs: Inputs, result: Result) -> str:
@@ -240,7 +298,12 @@ def calibration_sources(results: Sequence[Result], first: Result) -> list[Calibr
 
 
 def write_stacks(
-    out: Path, inputs: Inputs, results: Sequence[Result], first: Result | None, count: int
+    out: Path,
+    inputs: Inputs,
+    results: Sequence[Result],
+    first: Result | None,
+    count: int,
+    validations: Validations | None = None,
 ) -> list[Path]:
     """The top ``count`` ranked candidates as stack files under ``out/stacks``, and those
     plan.md measures to calibrate rank 1's node classes (:func:`calibration_sources`)."""
@@ -257,7 +320,7 @@ def write_stacks(
     paths = []
     for result in chosen:
         path = folder / f"Pulumi.{emitted_name(inputs, result)}.yaml"
-        path.write_text(emitted_stack_text(result, first, inputs))
+        path.write_text(emitted_stack_text(result, first, inputs, validations))
         paths.append(path)
     return paths
 
@@ -283,11 +346,15 @@ def _measure(inputs: Inputs, result: Result, stacks: str) -> list[str]:
 
 
 def plan_text(
-    inputs: Inputs, results: Sequence[Result], first: Result | None, out: Path | None = None
+    inputs: Inputs,
+    results: Sequence[Result],
+    first: Result | None,
+    out: Path | None = None,
+    validations: Validations | None = None,
 ) -> str:
     """``plan.md``: the measurement that confirms (or overturns) the choice on the cluster,
     every command run from the project root (``out``: the output folder, default
-    ``out/recommend/<cluster>``)."""
+    ``out/recommend/<cluster>``), and what ``--validate-top``'s real-routing runs found."""
     ranked = [r for r in results if r.rank is not None]
     lines = [f"# Measurement plan ({SIMULATED})", ""]
     if first is None:
@@ -304,9 +371,21 @@ def plan_text(
         for r in ranked[:2]
         if r.best is not None
     ]
+    lines += [f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.", ""]
+    summary = validation_summary(results, first, inputs, validations or {})
+    if summary:
+        lines += [f"**{summary}**", ""]
+    checked = [
+        f"rank {r.rank} ({r.candidate.key}): {done.verdict(inputs.slo)}"
+        for r in ranked
+        if (done := (validations or {}).get(r.candidate.key)) is not None
+    ]
+    if checked:
+        lines += [
+            "With the real Dynamo routing (`--validate-top`): " + "; ".join(checked) + ".",
+            "",
+        ]
     lines += [
-        f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.",
-        "",
         "Run every command from the project root (the folder of `Pulumi.yaml`). Copy the "
         "emitted stack files into `stacks/`, then deploy and measure each in turn "
         "(the stack's own load grid is the workload at the load found, each run as long as "
@@ -581,9 +660,14 @@ def chart_legend(inputs: Inputs, data: ChartData) -> list[str]:
 
 
 def write_report(
-    out: Path, inputs: Inputs, results: Sequence[Result], first: Result | None
+    out: Path,
+    inputs: Inputs,
+    results: Sequence[Result],
+    first: Result | None,
+    validations: Validations | None = None,
 ) -> None:
-    """``pareto.png`` and ``report.html`` (the figure and the table)."""
+    """``pareto.png`` and ``report.html`` (the figure and the table, each line led by its
+    real-routing verdict where ``--validate-top`` ran it, :func:`shown_line`)."""
     data = chart_data(inputs, results, first)
     png = _chart(inputs, data)
     (out / PARETO_PNG).write_bytes(png)
@@ -591,11 +675,12 @@ def write_report(
     rows = "".join(
         f"<tr><td>{r.rank or ''}</td><td>{html.escape(r.status)}</td>"
         f"<td>{html.escape(r.candidate.label())}</td>"
-        f"<td>{html.escape(reason_line(r, first, inputs.margin))}</td></tr>"
+        f"<td>{html.escape(shown_line(r, first, inputs, validations))}</td></tr>"
         for r in results
         if r.status != "refused"
     )
     refused = sum(r.status == "refused" for r in results)
+    summary = validation_summary(results, first, inputs, validations or {})
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>testbed recommend</title>"
         "</head><body>"
@@ -603,7 +688,8 @@ def write_report(
         f"<p><strong>{html.escape(SIMULATED)}</strong></p>"
         f"<p>SLO {html.escape(inputs.slo.describe())}; objective {inputs.objective}; margin "
         f"{inputs.margin:g}; {refused} candidates refused by the checks (candidates.json).</p>"
-        f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+        + (f"<p><strong>{html.escape(summary)}</strong></p>" if summary else "")
+        + f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
         f"<ul>{legend}</ul>"
         "<table border='1'><tr><th>rank</th><th>status</th><th>candidate</th><th>why</th></tr>"
         f"{rows}</table></body></html>\n"

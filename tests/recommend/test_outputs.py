@@ -4,6 +4,7 @@ under rank 1."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,14 @@ from recommend.outputs import (
     SloLine,
     chart_data,
     plan_text,
+    shown_line,
+    stack_header,
+    validation_summary,
     write_report,
 )
 from recommend.search import Figures, Objective, Result, rank_results
 from recommend.space import HOST_TCP, Candidate, GroupShape
+from recommend.validate import Validation
 
 
 def _result(key: str, rank: int, goodput: float, per_user: float, **p99: float) -> Result:
@@ -172,3 +177,48 @@ def test_the_kv_path_line_says_it_is_the_best_case() -> None:
         "case: its shared prefix cached)"
     )
     assert reason_line(d2, RESULTS[0]).endswith(kv_path(d2))
+
+
+def _validation(key: str, ttft: float, holds: bool) -> Validation:
+    return Validation(key, 8, holds, {"ttft_p99_ms": ttft}, {"ttft_p99_ms": 900.0}, 95.0, 100.0)
+
+
+def test_a_real_routing_miss_of_rank_1_shows_wherever_rank_1_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--validate-top found rank 1 over the SLO with the real routing and rank 2 within it:
+    the table, report.html, plan.md and the stack header each say so beside the model's line;
+    the ranking stays the model's."""
+    from testbed.recommend_command import _print_table
+
+    inputs = Inputs(
+        "kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "goodput-per-gpu", 1.25, 2, "m"
+    )
+    validations = {"a1": _validation("a1", 1019.4, False), "d2": _validation("d2", 700.0, True)}
+    first = RESULTS[0]
+    missed = "real routing: SLO missed (TTFT p99 1,019 ms > 1,000 ms); model: rank 1: "
+    assert shown_line(first, first, inputs, validations).startswith(missed)
+    assert shown_line(RESULTS[1], first, inputs, validations).startswith(
+        "real routing: SLO holds; model: 0.85x"
+    )
+    assert shown_line(RESULTS[2], first, inputs, validations) == reason_line(RESULTS[2], first)
+    summary = (
+        "Rank 1 (a1) misses the SLO with the real Dynamo routing at the load found (TTFT p99 "
+        "1,019 ms > 1,000 ms); rank 2 (d2) holds it, the best-ranked validated candidate that "
+        "does. The ranking is the model's"
+    )
+    plan = plan_text(inputs, RESULTS, first, validations=validations)
+    assert f"**{summary}" in plan
+    assert (
+        "With the real Dynamo routing (`--validate-top`): rank 1 (a1): real routing: SLO missed "
+        "(TTFT p99 1,019 ms > 1,000 ms); rank 2 (d2): real routing: SLO holds." in plan
+    )
+    write_report(tmp_path, inputs, RESULTS, first, validations)
+    page = (tmp_path / REPORT_HTML).read_text()
+    assert html.escape(summary) in page and html.escape(missed) in page
+    header = stack_header(first, first, inputs, validations)
+    assert f"# {missed}" in header
+    assert "# a1 at 8 clients with the real Dynamo routing: SLO does not hold" in header
+    _print_table(RESULTS, first, inputs, 10, validations)
+    assert "real routing: SLO missed" in " ".join(capsys.readouterr().out.split())
+    assert validation_summary(RESULTS, first, inputs, {"d2": validations["d2"]}) == ""
