@@ -14,7 +14,7 @@ import base64
 import html
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -501,11 +501,36 @@ class SloLine:
     label: str
 
 
+LABELLED = 3
+"""The points a panel names: ranks 1 to 3."""
+
+LABEL_STEP_PT = 12.0
+"""Points a label stands above the one before it when their points crowd each other."""
+
+CROWDED = 0.08
+"""Two points crowd each other within this share of the panel's width and of its height."""
+
+
+@dataclass(frozen=True)
+class Label:
+    """A point's name on a panel (``#1 c005``), ``offset`` (dx, dy) in points from ``anchor``
+    (x, y in the panel's units: the point, or for points crowding one another the top right
+    of them all, so their labels stack in a column), with a leader line back to the point."""
+
+    key: str
+    text: str
+    anchor: tuple[float, float]
+    offset: tuple[float, float]
+
+
 @dataclass(frozen=True)
 class Panel:
     """One panel of ``pareto.png``: ``xy`` each point's coordinates (candidate key -> (x, y);
-    a point without the panel's figure is left out), the SLO's ``lines`` and the margin
-    ``band`` (axis, low, high: the objective from rank 1's / the margin up to rank 1's)."""
+    a point without the panel's figure is left out), the SLO's ``lines``, the margin ``band``
+    (axis, low, high: the objective from rank 1's / the margin up to rank 1's), the
+    ``labels`` of the top :data:`LABELLED` (one crowding another stands higher, by
+    :data:`LABEL_STEP_PT`), and ``limits`` (the x and y axes' upper ends; both start at 0:
+    every figure drawn is a rate or a time)."""
 
     title: str
     x_label: str
@@ -513,15 +538,68 @@ class Panel:
     xy: Mapping[str, tuple[float, float]]
     lines: tuple[SloLine, ...]
     band: tuple[Axis, float, float] | None
+    labels: tuple[Label, ...] = ()
+    limits: tuple[float, float] = (1.0, 1.0)
 
 
 @dataclass(frozen=True)
 class ChartData:
-    """What ``pareto.png`` draws: the ranked candidates and the panels (the Pareto panel
-    first, then one per TTFT or E2E bound of the SLO)."""
+    """What ``pareto.png`` draws: the ranked candidates, the panels (the Pareto panel first,
+    then one per TTFT or E2E bound of the SLO), the kinds present (the legend's entries:
+    ``aggregated``, ``disaggregated``) and ``note``, what an empty figure says ('' when a
+    candidate met the SLO)."""
 
     points: tuple[ChartPoint, ...]
     panels: tuple[Panel, ...]
+    kinds: tuple[str, ...] = ()
+    note: str = ""
+
+
+def _laid_out(panel: Panel, points: Sequence[ChartPoint]) -> Panel:
+    """``panel`` with its :class:`Label` s and its ``limits`` (10% right of the largest x of
+    a point, line or band, 20% above the largest y, room for the labels; 1 where there is
+    none)."""
+    xs = [x for x, _ in panel.xy.values()]
+    ys = [y for _, y in panel.xy.values()]
+    for line in panel.lines:
+        (xs if line.axis == "x" else ys).append(line.value)
+    if panel.band is not None:
+        (ys if panel.band[0] == "y" else xs).append(panel.band[2])
+    x_max = max(xs, default=0.0) * 1.1 or 1.0
+    y_max = max(ys, default=0.0) * 1.2 or 1.0  # room for a column of labels
+    crowds: list[list[ChartPoint]] = []
+    for p in sorted((p for p in points if p.key in panel.xy), key=lambda p: p.rank):
+        if p.rank > LABELLED:
+            break
+        x, y = panel.xy[p.key]
+        home = next(
+            (
+                crowd
+                for crowd in crowds
+                if any(
+                    abs(x - panel.xy[o.key][0]) <= CROWDED * x_max
+                    and abs(y - panel.xy[o.key][1]) <= CROWDED * y_max
+                    for o in crowd
+                )
+            ),
+            None,
+        )
+        if home is None:
+            crowds.append([p])
+        else:
+            home.append(p)
+    labels = []
+    for crowd in crowds:
+        anchor = (
+            max(panel.xy[p.key][0] for p in crowd),
+            max(panel.xy[p.key][1] for p in crowd),
+        )
+        labels += [
+            Label(p.key, f"#{p.rank} {p.key}", anchor, (6.0, 6.0 + LABEL_STEP_PT * i))
+            for i, p in enumerate(crowd)
+        ]
+    labels.sort(key=lambda label: label.text)
+    return replace(panel, labels=tuple(labels), limits=(x_max, y_max))
 
 
 def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) -> ChartData:
@@ -581,7 +659,14 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
         for k in LATENCY_KEYS
         if k in objectives
     )
-    return ChartData(points, (pareto, *latency))
+    kinds = tuple(
+        kind
+        for kind, disaggregated in (("aggregated", False), ("disaggregated", True))
+        if any(p.disaggregated == disaggregated for p in points)
+    )
+    note = "" if points else f"no candidate met the SLO ({inputs.slo.describe()})"
+    panels = tuple(_laid_out(panel, points) for panel in (pareto, *latency))
+    return ChartData(points, panels, kinds, note)
 
 
 def _bound(key: str, bound: float) -> str:
@@ -591,14 +676,16 @@ def _bound(key: str, bound: float) -> str:
 
 def _chart(inputs: Inputs, data: ChartData) -> bytes:
     """``pareto.png`` drawn from :func:`chart_data`: one panel beside the other, aggregated
-    candidates as circles and disaggregated as squares, the Pareto front outlined, the top 3
-    named, the SLO's lines dashed and the margin band shaded."""
+    candidates as circles and disaggregated as squares (a legend entry only for a kind
+    present), the Pareto front outlined, the top 3 named (each label offset with a leader
+    line), the SLO's lines dashed, the margin band shaded, and the note of an empty figure."""
     import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.text import OffsetFrom
 
     fig, axes = plt.subplots(1, len(data.panels), figsize=(8 * len(data.panels), 5), squeeze=False)
     for ax, panel in zip(axes[0], data.panels, strict=True):
@@ -614,8 +701,15 @@ def _chart(inputs: Inputs, data: ChartData) -> bytes:
                 edgecolors="black" if p.on_front else "none",
                 s=60 if p.rank == 1 else 30,
             )
-            if p.rank <= 3:
-                ax.annotate(f"#{p.rank} {p.key}", (x, y))
+        for label in panel.labels:
+            ax.annotate(
+                label.text,
+                panel.xy[label.key],
+                xytext=label.offset,
+                textcoords=OffsetFrom(ax.transData, label.anchor, unit="points"),
+                fontsize=8,
+                arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5},
+            )
         for line in panel.lines:
             draw = ax.axvline if line.axis == "x" else ax.axhline
             draw(line.value, color="grey", linestyle="--", label=f"SLO {line.label}")
@@ -629,12 +723,19 @@ def _chart(inputs: Inputs, data: ChartData) -> bytes:
                 alpha=0.15,
                 label=f"within {inputs.margin:g}x of rank 1",
             )
-        ax.scatter([], [], marker="o", color="tab:blue", label="aggregated")
-        ax.scatter([], [], marker="s", color="tab:orange", label="disaggregated")
+        if "aggregated" in data.kinds:
+            ax.scatter([], [], marker="o", color="tab:blue", label="aggregated")
+        if "disaggregated" in data.kinds:
+            ax.scatter([], [], marker="s", color="tab:orange", label="disaggregated")
+        if data.note:
+            ax.text(0.5, 0.5, data.note, transform=ax.transAxes, ha="center", va="center")
+        ax.set_xlim(0, panel.limits[0])
+        ax.set_ylim(0, panel.limits[1])
         ax.set_xlabel(panel.x_label)
         ax.set_ylabel(panel.y_label)
         ax.set_title(panel.title, fontsize=10)
-        ax.legend(loc="best", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
     fig.suptitle(f"SIMULATED: {inputs.cluster}, SLO {inputs.slo.describe()}", fontsize=10)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")

@@ -222,3 +222,52 @@ def test_a_real_routing_miss_of_rank_1_shows_wherever_rank_1_does(
     _print_table(RESULTS, first, inputs, 10, validations)
     assert "real routing: SLO missed" in " ".join(capsys.readouterr().out.split())
     assert validation_summary(RESULTS, first, inputs, {"d2": validations["d2"]}) == ""
+
+
+def test_crowded_labels_stand_apart_and_the_legend_names_only_kinds_present() -> None:
+    """Three top points within a few tok/s of one another (c005, c007, c006, as a seed search
+    puts them): each label one step above the one before; no disaggregated candidate, no
+    disaggregated legend entry; both axes from 0."""
+    close = [
+        _result("c005", 1, 2486.0, 41.0, ttft_p99_ms=794.0),
+        _result("c007", 2, 2482.0, 41.2, ttft_p99_ms=858.0),
+        _result("c006", 3, 2475.0, 40.9, ttft_p99_ms=839.0),
+        _result("c001", 4, 1200.0, 60.0, ttft_p99_ms=300.0),
+    ]
+    inputs = Inputs(
+        "kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "goodput-per-gpu", 1.25, 2, "m"
+    )
+    data = chart_data(inputs, close, close[0])
+    pareto, ttft = data.panels
+    top = (41.2, 2486.0)  # the three's top right: their labels stack from there
+    assert [(label.text, label.anchor, label.offset) for label in pareto.labels] == [
+        ("#1 c005", top, (6.0, 6.0)),
+        ("#2 c007", top, (6.0, 18.0)),
+        ("#3 c006", top, (6.0, 30.0)),
+    ]
+    assert {label.anchor for label in ttft.labels} == {(2486.0, 858.0)}
+    assert pareto.limits == pytest.approx((66.0, 2486.0 * 1.2))
+    assert ttft.limits == pytest.approx((2486.0 * 1.1, 1200.0))
+    assert data.kinds == ("aggregated",) and data.note == ""
+    assert chart_data(inputs, RESULTS, RESULTS[0]).kinds == ("aggregated", "disaggregated")
+
+
+def test_no_candidate_is_a_note_on_axes_from_0(tmp_path: Path) -> None:
+    """Nothing met the SLO: no points, no legend kinds, the note says so, and the axes run
+    from 0 to past the SLO's lines (not into negatives)."""
+    inputs = Inputs(
+        "kv-routing",
+        LoadConfig(),
+        parse_slo("ttft_p99_ms=20,tpot_p99_ms=25"),
+        "goodput-per-gpu",
+        1.25,
+        2,
+        "m",
+    )
+    data = chart_data(inputs, [], None)
+    pareto, ttft = data.panels
+    assert data.points == () and data.kinds == ()
+    assert data.note == "no candidate met the SLO (TTFT p99 <= 20 ms, TPOT p99 <= 25 ms)"
+    assert pareto.limits == pytest.approx((44.0, 1.0)) and ttft.limits == pytest.approx((1.0, 24.0))
+    write_report(tmp_path, inputs, [], None)
+    assert (tmp_path / PARETO_PNG).read_bytes().startswith(b"\x89PNG")
