@@ -21,28 +21,53 @@ DEFAULT_MARGIN = 1.25
 """The ratio the model's published-pair ratios are within (+-25%): a smaller difference is no
 claim."""
 
-Verdict = Literal["rank 1", "too close to call", "loses"]
+Verdict = Literal["rank 1", "on the Pareto front", "too close to call", "loses"]
+
+
+def compared_with(result: Result, first: Result | None) -> Result | None:
+    """The candidate ``result`` is judged against: rank 1, or under ``pareto`` for one off the
+    front the front member that beats it on both figures (``Result.dominated_by``)."""
+    return result.dominated_by or first
 
 
 def ratio(result: Result, first: Result | None) -> float | None:
-    """``result``'s objective over rank 1's (None: either has none)."""
-    if first is None or first.value is None or result.value is None or first.value <= 0:
+    """``result``'s objective over that of the one it is judged against
+    (:func:`compared_with`; None: either has none)."""
+    other = compared_with(result, first)
+    if other is None or other.value is None or result.value is None or other.value <= 0:
         return None
-    return result.value / first.value
+    return result.value / other.value
 
 
 def verdict(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN) -> Verdict:
-    """``rank 1``; ``too close to call`` within the margin of rank 1; else ``loses``."""
+    """``rank 1``; under ``pareto`` ``on the Pareto front`` for the front's others (none of
+    them loses to another: each trades tokens/s per GPU for tokens/s per user); ``too close to
+    call`` within the margin of the one it is judged against (:func:`compared_with`); else
+    ``loses``."""
     if first is not None and result.candidate.key == first.candidate.key:
         return "rank 1"
+    if result.on_front:
+        return "on the Pareto front"
     r = ratio(result, first)
     if r is not None and r * margin >= 1:
         return "too close to call"
     return "loses"
 
 
+def trade(result: Result, first: Result) -> str:
+    """What a Pareto front member trades against rank 1: ``0.74x rank 1's tok/s per GPU for
+    1.31x its tok/s per user``."""
+    a, b, r = result.best, first.best, ratio(result, first)
+    assert a is not None and b is not None and r is not None
+    per_user = a.tokens_per_s_per_user / b.tokens_per_s_per_user
+    return f"{r:.2f}x rank 1's tok/s per GPU for {per_user:.2f}x its tok/s per user"
+
+
 def kv_path(result: Result) -> str:
-    """What one request's KV path costs a disaggregated candidate ('' for an aggregated one)."""
+    """What one request's KV path costs a disaggregated candidate at least ('' for an
+    aggregated one): the bounds' best case, a request whose shared prefix is cached
+    (:mod:`recommend.bounds`), so the line says "at least" and names that case; the workload's
+    typical request (a longer or uncached prompt) pays more."""
     b = result.bounds
     if b is None or not result.candidate.disaggregated:
         return ""
@@ -53,7 +78,10 @@ def kv_path(result: Result) -> str:
         parts.append(f"~{b.link_ms:,.0f} ms on the link")
     if not parts:
         return ""
-    return f"each request pays {' and '.join(parts)} (its prefill: {b.prefill_ms:,.0f} ms)"
+    return (
+        f"each request pays at least {' and '.join(parts)}, its prefill at least "
+        f"{b.prefill_ms:,.0f} ms (the best case: its shared prefix cached)"
+    )
 
 
 def _why(result: Result, first: Result | None) -> str:
@@ -93,11 +121,15 @@ def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MA
     r = ratio(result, first)
     v = verdict(result, first, margin)
     head = "rank 1" if v == "rank 1" else f"{r:.2f}x" if r is not None else "?"
+    if v == "on the Pareto front" and first is not None:
+        head = f"on the Pareto front: trades {trade(result, first)}"
+    elif result.dominated_by is not None:
+        head += f" of {result.dominated_by.candidate.key} (on the front, ahead on both)"
     if v == "too close to call":
         head += f" (too close to call: within the margin {margin:g})"
     at = result.over if result.over is not None else result.best
     line = f"{head}: {result.binding} binds at {at.load_text()}"
-    return f"{line}: {why}" if why and v != "rank 1" else line
+    return f"{line}: {why}" if why and v not in ("rank 1", "on the Pareto front") else line
 
 
 def first_ranked(results: Sequence[Result]) -> Result | None:

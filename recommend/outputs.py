@@ -14,7 +14,7 @@ import base64
 import html
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,12 +22,13 @@ import yaml
 
 from loadgen.config import LoadConfig
 from loadgen.slo import OBJECTIVES, Slo
-from recommend.claims import ratio, reason_line, verdict
+from recommend.claims import ratio, reason_line, trade, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
 from recommend.workload import MEASURED_PER_CLIENT, Workload
 from stackmodel.errors import PROJECT
 from stackmodel.log_budget import clients_for
+from stackmodel.stacks import REPO
 
 SIMULATED = (
     "SIMULATED: the timing model's figures for stacks that have not run; confirm on the "
@@ -140,7 +141,60 @@ def write_candidates(
     pd.DataFrame(flat).to_csv(out / CANDIDATES_CSV, index=False)
 
 
-def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
+Validations = Mapping[str, Validation]
+"""Candidate key -> its run with the real Dynamo routing (``--validate-top``)."""
+
+
+def shown_line(
+    result: Result,
+    first: Result | None,
+    inputs: Inputs,
+    validations: Validations | None = None,
+) -> str:
+    """A candidate's line as every output presents it: its reason line
+    (:func:`recommend.claims.reason_line`), led by its real-routing verdict where
+    ``--validate-top`` ran it (:meth:`recommend.validate.Validation.verdict`). The ranking
+    stays the model's."""
+    line = reason_line(result, first, inputs.margin)
+    done = (validations or {}).get(result.candidate.key)
+    return f"{done.verdict(inputs.slo)}; model: {line}" if done is not None else line
+
+
+def validation_summary(
+    results: Sequence[Result], first: Result | None, inputs: Inputs, validations: Validations
+) -> str:
+    """'' unless ``--validate-top`` ran rank 1 and it missed the SLO with the real routing;
+    then a sentence saying so and which validated candidate, if any, held."""
+    done = validations.get(first.candidate.key) if first is not None else None
+    if first is None or done is None or done.holds:
+        return ""
+    held = next(
+        (
+            r
+            for r in results
+            if r.rank is not None
+            and (v := validations.get(r.candidate.key)) is not None
+            and v.holds
+        ),
+        None,
+    )
+    missed = done.verdict(inputs.slo).removeprefix("real routing: SLO missed")
+    return (
+        f"Rank 1 ({first.candidate.key}) misses the SLO with the real Dynamo routing at the load "
+        f"found{missed}; "
+        + (
+            f"rank {held.rank} ({held.candidate.key}) holds it, the best-ranked validated "
+            "candidate that does. "
+            if held is not None
+            else "no validated candidate holds it. "
+        )
+        + "The ranking is the model's (the routing stand-in's): the measurement below decides."
+    )
+
+
+def stack_header(
+    result: Result, first: Result | None, inputs: Inputs, validations: Validations | None = None
+) -> str:
     """The comment at the top of an emitted stack file."""
     best = result.best
     lines = [
@@ -160,15 +214,22 @@ def stack_header(result: Result, first: Result | None, inputs: Inputs) -> str:
             f"{inputs.load_at(result).requests_per_run}: the load found and the run length "
             f"timed there (at least {inputs.per_client} measured requests per client)"
         )
-    lines.append(reason_line(result, first, inputs.margin))
+    lines.append(shown_line(result, first, inputs, validations))
+    done = (validations or {}).get(result.candidate.key)
+    if done is not None:
+        lines.append(done.line())
     return "".join(f"# {line}\n" for line in lines)
 
 
-def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> str:
+def emitted_stack_text(
+    result: Result, first: Result | None, inputs: Inputs, validations: Validations | None = None
+) -> str:
     """A stack file of ``result`` (its validated config) under its header comment; its load
     grid is the workload at the load found, each run as long as the search timed it there
     (:meth:`Inputs.load_at`), with as many in-cluster load clients as their logs need to hold
-    the records (:func:`stackmodel.log_budget.clients_for`)."""
+    the records (:func:`stackmodel.log_budget.clients_for`), and ``load.slo`` the SLO the
+    search judged by (camelCase, :data:`loadgen.slo.STACK_KEYS`), so ``pulumi up`` and
+    ``testbed load --config`` judge goodput against it."""
     assert result.plan is not None
     values = result.plan.cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     measured = inputs.load_at(result)
@@ -176,6 +237,7 @@ def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> 
         **values.get("load", {}),
         "concurrency": measured.concurrency,
         "requestsPerRun": measured.requests_per_run,
+        "slo": inputs.slo.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
     if measured.request_rate is not None:
         load["requestRate"] = measured.request_rate
@@ -189,7 +251,7 @@ def emitted_stack_text(result: Result, first: Result | None, inputs: Inputs) -> 
     body = yaml.safe_dump(
         {"config": {f"{PROJECT}:{k}": v for k, v in values.items()}}, sort_keys=False
     )
-    return stack_header(result, first, inputs) + body
+    return stack_header(result, first, inputs, validations) + body
 
 
 def emitted_name(inputs: Inputs, result: Result) -> str:
@@ -197,22 +259,102 @@ def emitted_name(inputs: Inputs, result: Result) -> str:
     return f"{inputs.cluster}-rank{result.rank}"
 
 
+@dataclass(frozen=True)
+class CalibrationSource:
+    """What calibrates rank 1's node classes on one GPU: ``gpu`` (its catalog name), those
+    ``node_classes``, and ``result``, the ranked candidate whose measurement is fitted (None:
+    none on that GPU alone meets the SLO)."""
+
+    gpu: str
+    node_classes: tuple[str, ...]
+    result: Result | None
+
+
+def _gpus(result: Result) -> dict[str, str]:
+    """``result``'s node classes -> their GPU (catalog name)."""
+    if result.plan is None:
+        return {g.node_class: g.node_class for g in result.candidate.groups}
+    return {g.group.node_class: g.gpu.name for g in result.plan.groups}
+
+
+def calibration_sources(results: Sequence[Result], first: Result) -> list[CalibrationSource]:
+    """Per GPU of rank 1, the candidate whose measurement calibrates it: rank 1 itself when
+    it runs on one GPU; else, as a calibration fits one GPU (``testbed calibrate`` refuses a
+    stack on two), the best-ranked candidate on that GPU alone."""
+    by_gpu: dict[str, list[str]] = {}
+    for node_class, gpu in sorted(_gpus(first).items()):
+        by_gpu.setdefault(gpu, []).append(node_class)
+    ranked = [r for r in results if r.rank is not None]
+    return [
+        CalibrationSource(
+            gpu,
+            tuple(classes),
+            first
+            if len(by_gpu) == 1
+            else next((r for r in ranked if set(_gpus(r).values()) == {gpu}), None),
+        )
+        for gpu, classes in by_gpu.items()
+    ]
+
+
 def write_stacks(
-    out: Path, inputs: Inputs, results: Sequence[Result], first: Result | None, count: int
+    out: Path,
+    inputs: Inputs,
+    results: Sequence[Result],
+    first: Result | None,
+    count: int,
+    validations: Validations | None = None,
 ) -> list[Path]:
-    """The top ``count`` ranked candidates as stack files under ``out/stacks``."""
+    """The top ``count`` ranked candidates as stack files under ``out/stacks``, and those
+    plan.md measures to calibrate rank 1's node classes (:func:`calibration_sources`)."""
     folder = out / STACKS_DIR
     folder.mkdir(parents=True, exist_ok=True)
+    chosen = [r for r in results if r.rank is not None][:count]
+    if first is not None:
+        keys = {r.candidate.key for r in chosen}
+        chosen += [
+            c.result
+            for c in calibration_sources(results, first)
+            if c.result and c.result.candidate.key not in keys
+        ]
     paths = []
-    for result in [r for r in results if r.rank is not None][:count]:
+    for result in chosen:
         path = folder / f"Pulumi.{emitted_name(inputs, result)}.yaml"
-        path.write_text(emitted_stack_text(result, first, inputs))
+        path.write_text(emitted_stack_text(result, first, inputs, validations))
         paths.append(path)
     return paths
 
 
-def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -> str:
-    """``plan.md``: the measurement that confirms (or overturns) the choice on the cluster."""
+def typed_path(folder: Path) -> str:
+    """``folder`` as typed from the project root (absolute where it lies outside it)."""
+    try:
+        return str(folder.resolve().relative_to(REPO.resolve()))
+    except ValueError:
+        return str(folder.resolve())
+
+
+def _measure(inputs: Inputs, result: Result, stacks: str) -> list[str]:
+    """The commands that deploy ``result``'s emitted stack and measure it."""
+    name = emitted_name(inputs, result)
+    return [
+        f"cp {stacks}/Pulumi.{name}.yaml stacks/",
+        f"pulumi stack init {name}",
+        f"pulumi up -s {name}",
+        f"testbed load --url http://<{name} frontend> --model {inputs.model} "
+        f"--config stacks/Pulumi.{name}.yaml --out out/load/{name}",
+    ]
+
+
+def plan_text(
+    inputs: Inputs,
+    results: Sequence[Result],
+    first: Result | None,
+    out: Path | None = None,
+    validations: Validations | None = None,
+) -> str:
+    """``plan.md``: the measurement that confirms (or overturns) the choice on the cluster,
+    every command run from the project root (``out``: the output folder, default
+    ``out/recommend/<cluster>``), and what ``--validate-top``'s real-routing runs found."""
     ranked = [r for r in results if r.rank is not None]
     lines = [f"# Measurement plan ({SIMULATED})", ""]
     if first is None:
@@ -220,6 +362,7 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
             "No candidate meets the SLO: nothing to confirm (candidates.json says what binds)."
         ]
         return "\n".join(lines) + "\n"
+    stacks = f"{typed_path(out) if out else f'out/recommend/{inputs.cluster}'}/{STACKS_DIR}"
     runner_up = ranked[1] if len(ranked) > 1 else None
     a = emitted_name(inputs, first)
     timed = [
@@ -228,57 +371,96 @@ def plan_text(inputs: Inputs, results: Sequence[Result], first: Result | None) -
         for r in ranked[:2]
         if r.best is not None
     ]
+    lines += [f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.", ""]
+    summary = validation_summary(results, first, inputs, validations or {})
+    if summary:
+        lines += [f"**{summary}**", ""]
+    checked = [
+        f"rank {r.rank} ({r.candidate.key}): {done.verdict(inputs.slo)}"
+        for r in ranked
+        if (done := (validations or {}).get(r.candidate.key)) is not None
+    ]
+    if checked:
+        lines += [
+            "With the real Dynamo routing (`--validate-top`): " + "; ".join(checked) + ".",
+            "",
+        ]
     lines += [
-        f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.",
-        "",
-        "Copy the emitted stack files into `stacks/`, then deploy and measure each in turn "
+        "Run every command from the project root (the folder of `Pulumi.yaml`). Copy the "
+        "emitted stack files into `stacks/`, then deploy and measure each in turn "
         "(the stack's own load grid is the workload at the load found, each run as long as "
         f"the search timed it there: `load.requestsPerRun`, at least {inputs.per_client} "
-        "measured requests per client; `pulumi up` runs it too when `load.enabled`):",
+        "measured requests per client; its `load.slo` the SLO searched; `pulumi up` runs it "
+        "too when `load.enabled`):",
         "",
         "```sh",
-        f"cp {STACKS_DIR}/Pulumi.{a}.yaml <project>/stacks/",
-        f"pulumi up -s {a}",
-        f"testbed load --url http://<{a} frontend> --model {inputs.model} "
-        f"--config stacks/Pulumi.{a}.yaml --out out/load/{a}",
+        *_measure(inputs, first, stacks),
     ]
+    measured = {first.candidate.key}
     if runner_up is not None:
         b = emitted_name(inputs, runner_up)
         lines += [
-            f"cp {STACKS_DIR}/Pulumi.{b}.yaml <project>/stacks/",
-            f"pulumi up -s {b}",
-            f"testbed load --url http://<{b} frontend> --model {inputs.model} "
-            f"--config stacks/Pulumi.{b}.yaml --out out/load/{b}",
+            *_measure(inputs, runner_up, stacks),
             f"testbed compare out/load/{a} out/load/{b}",
         ]
-    lines += [
-        "```",
-        "",
-    ]
+        measured.add(runner_up.candidate.key)
+    lines += ["```", ""]
     if runner_up is not None:
-        v = verdict(runner_up, first, inputs.margin)
-        r = ratio(runner_up, first)
-        lines.append(
-            f"The model puts rank 2 at {r:.2f}x of rank 1: "
-            + (
-                f"**too close to call** (within the margin {inputs.margin:g}); the A / B "
-                "comparison above decides."
-                if v == "too close to call"
-                else f"beyond the margin {inputs.margin:g}; the comparison confirms it."
-            )
+        lines += [_runner_up_text(runner_up, first, inputs.margin), ""]
+    sources = calibration_sources(results, first)
+    lines.append(
+        "Feed the measurement back, so the next search steps with the cluster's own figures"
+        + (
+            ": rank 1 runs on more than one GPU and a calibration fits one, so each GPU is "
+            "calibrated on a measurement of a candidate on it alone:"
+            if len(sources) > 1
+            else ":"
         )
-        lines.append("")
-    lines += [
-        "Feed the measurement back, so the next search steps with the cluster's own figures:",
-        "",
-        "```sh",
-        f"testbed calibrate out/load/{a} --stack {a} "
-        f"--out calib/{first.candidate.groups[0].node_class}.json",
-        "```",
-        "",
-        "and name the profile in the cluster stack's node class (`calibration: calib/...json`).",
+    )
+    commands = []
+    for source in sources:
+        if source.result is None:
+            lines += [
+                "",
+                f"No candidate on {source.gpu} alone ({', '.join(source.node_classes)}) meets "
+                "the SLO: calibrate it on measured runs of a stack on that GPU alone.",
+            ]
+            continue
+        name = emitted_name(inputs, source.result)
+        if source.result.candidate.key not in measured:
+            commands += _measure(inputs, source.result, stacks)
+            measured.add(source.result.candidate.key)
+        commands.append(
+            f"testbed calibrate out/load/{name} --stack {name} --out calib/{source.gpu}.json"
+        )
+    if commands:
+        lines += ["", "```sh", *commands, "```"]
+    named = [
+        f"`nodeClasses.{c}.calibration: calib/{source.gpu}.json`"
+        for source in sources
+        if source.result is not None
+        for c in source.node_classes
     ]
+    if named:
+        lines += ["", f"Then name each profile in the cluster stack: {', '.join(named)}."]
     return "\n".join(lines) + "\n"
+
+
+def _runner_up_text(runner_up: Result, first: Result, margin: float) -> str:
+    """plan.md's sentence on what the model claims of rank 2 against rank 1."""
+    v = verdict(runner_up, first, margin)
+    if v == "on the Pareto front":
+        return (
+            f"Rank 2 is on the Pareto front beside rank 1: it trades {trade(runner_up, first)}, so "
+            "neither beats the other on both; the A / B comparison above measures that trade."
+        )
+    head = f"The model puts rank 2 at {ratio(runner_up, first):.2f}x of rank 1: "
+    if v == "too close to call":
+        return (
+            f"{head}**too close to call** (within the margin {margin:g}); the A / B "
+            "comparison above decides."
+        )
+    return f"{head}beyond the margin {margin:g}; the comparison should confirm it."
 
 
 PER_USER_KEYS = ("itl_p99_ms", "tpot_p99_ms")
@@ -319,11 +501,36 @@ class SloLine:
     label: str
 
 
+LABELLED = 3
+"""The points a panel names: ranks 1 to 3."""
+
+LABEL_STEP_PT = 12.0
+"""Points a label stands above the one before it when their points crowd each other."""
+
+CROWDED = 0.08
+"""Two points crowd each other within this share of the panel's width and of its height."""
+
+
+@dataclass(frozen=True)
+class Label:
+    """A point's name on a panel (``#1 c005``), ``offset`` (dx, dy) in points from ``anchor``
+    (x, y in the panel's units: the point, or for points crowding one another the top right
+    of them all, so their labels stack in a column), with a leader line back to the point."""
+
+    key: str
+    text: str
+    anchor: tuple[float, float]
+    offset: tuple[float, float]
+
+
 @dataclass(frozen=True)
 class Panel:
     """One panel of ``pareto.png``: ``xy`` each point's coordinates (candidate key -> (x, y);
-    a point without the panel's figure is left out), the SLO's ``lines`` and the margin
-    ``band`` (axis, low, high: the objective from rank 1's / the margin up to rank 1's)."""
+    a point without the panel's figure is left out), the SLO's ``lines``, the margin ``band``
+    (axis, low, high: the objective from rank 1's / the margin up to rank 1's), the
+    ``labels`` of the top :data:`LABELLED` (one crowding another stands higher, by
+    :data:`LABEL_STEP_PT`), and ``limits`` (the x and y axes' upper ends; both start at 0:
+    every figure drawn is a rate or a time)."""
 
     title: str
     x_label: str
@@ -331,15 +538,68 @@ class Panel:
     xy: Mapping[str, tuple[float, float]]
     lines: tuple[SloLine, ...]
     band: tuple[Axis, float, float] | None
+    labels: tuple[Label, ...] = ()
+    limits: tuple[float, float] = (1.0, 1.0)
 
 
 @dataclass(frozen=True)
 class ChartData:
-    """What ``pareto.png`` draws: the ranked candidates and the panels (the Pareto panel
-    first, then one per TTFT or E2E bound of the SLO)."""
+    """What ``pareto.png`` draws: the ranked candidates, the panels (the Pareto panel first,
+    then one per TTFT or E2E bound of the SLO), the kinds present (the legend's entries:
+    ``aggregated``, ``disaggregated``) and ``note``, what an empty figure says ('' when a
+    candidate met the SLO)."""
 
     points: tuple[ChartPoint, ...]
     panels: tuple[Panel, ...]
+    kinds: tuple[str, ...] = ()
+    note: str = ""
+
+
+def _laid_out(panel: Panel, points: Sequence[ChartPoint]) -> Panel:
+    """``panel`` with its :class:`Label` s and its ``limits`` (10% right of the largest x of
+    a point, line or band, 20% above the largest y, room for the labels; 1 where there is
+    none)."""
+    xs = [x for x, _ in panel.xy.values()]
+    ys = [y for _, y in panel.xy.values()]
+    for line in panel.lines:
+        (xs if line.axis == "x" else ys).append(line.value)
+    if panel.band is not None:
+        (ys if panel.band[0] == "y" else xs).append(panel.band[2])
+    x_max = max(xs, default=0.0) * 1.1 or 1.0
+    y_max = max(ys, default=0.0) * 1.2 or 1.0  # room for a column of labels
+    crowds: list[list[ChartPoint]] = []
+    for p in sorted((p for p in points if p.key in panel.xy), key=lambda p: p.rank):
+        if p.rank > LABELLED:
+            break
+        x, y = panel.xy[p.key]
+        home = next(
+            (
+                crowd
+                for crowd in crowds
+                if any(
+                    abs(x - panel.xy[o.key][0]) <= CROWDED * x_max
+                    and abs(y - panel.xy[o.key][1]) <= CROWDED * y_max
+                    for o in crowd
+                )
+            ),
+            None,
+        )
+        if home is None:
+            crowds.append([p])
+        else:
+            home.append(p)
+    labels = []
+    for crowd in crowds:
+        anchor = (
+            max(panel.xy[p.key][0] for p in crowd),
+            max(panel.xy[p.key][1] for p in crowd),
+        )
+        labels += [
+            Label(p.key, f"#{p.rank} {p.key}", anchor, (6.0, 6.0 + LABEL_STEP_PT * i))
+            for i, p in enumerate(crowd)
+        ]
+    labels.sort(key=lambda label: label.text)
+    return replace(panel, labels=tuple(labels), limits=(x_max, y_max))
 
 
 def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) -> ChartData:
@@ -399,7 +659,14 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
         for k in LATENCY_KEYS
         if k in objectives
     )
-    return ChartData(points, (pareto, *latency))
+    kinds = tuple(
+        kind
+        for kind, disaggregated in (("aggregated", False), ("disaggregated", True))
+        if any(p.disaggregated == disaggregated for p in points)
+    )
+    note = "" if points else f"no candidate met the SLO ({inputs.slo.describe()})"
+    panels = tuple(_laid_out(panel, points) for panel in (pareto, *latency))
+    return ChartData(points, panels, kinds, note)
 
 
 def _bound(key: str, bound: float) -> str:
@@ -409,14 +676,16 @@ def _bound(key: str, bound: float) -> str:
 
 def _chart(inputs: Inputs, data: ChartData) -> bytes:
     """``pareto.png`` drawn from :func:`chart_data`: one panel beside the other, aggregated
-    candidates as circles and disaggregated as squares, the Pareto front outlined, the top 3
-    named, the SLO's lines dashed and the margin band shaded."""
+    candidates as circles and disaggregated as squares (a legend entry only for a kind
+    present), the Pareto front outlined, the top 3 named (each label offset with a leader
+    line), the SLO's lines dashed, the margin band shaded, and the note of an empty figure."""
     import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.text import OffsetFrom
 
     fig, axes = plt.subplots(1, len(data.panels), figsize=(8 * len(data.panels), 5), squeeze=False)
     for ax, panel in zip(axes[0], data.panels, strict=True):
@@ -432,8 +701,15 @@ def _chart(inputs: Inputs, data: ChartData) -> bytes:
                 edgecolors="black" if p.on_front else "none",
                 s=60 if p.rank == 1 else 30,
             )
-            if p.rank <= 3:
-                ax.annotate(f"#{p.rank} {p.key}", (x, y))
+        for label in panel.labels:
+            ax.annotate(
+                label.text,
+                panel.xy[label.key],
+                xytext=label.offset,
+                textcoords=OffsetFrom(ax.transData, label.anchor, unit="points"),
+                fontsize=8,
+                arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5},
+            )
         for line in panel.lines:
             draw = ax.axvline if line.axis == "x" else ax.axhline
             draw(line.value, color="grey", linestyle="--", label=f"SLO {line.label}")
@@ -447,12 +723,19 @@ def _chart(inputs: Inputs, data: ChartData) -> bytes:
                 alpha=0.15,
                 label=f"within {inputs.margin:g}x of rank 1",
             )
-        ax.scatter([], [], marker="o", color="tab:blue", label="aggregated")
-        ax.scatter([], [], marker="s", color="tab:orange", label="disaggregated")
+        if "aggregated" in data.kinds:
+            ax.scatter([], [], marker="o", color="tab:blue", label="aggregated")
+        if "disaggregated" in data.kinds:
+            ax.scatter([], [], marker="s", color="tab:orange", label="disaggregated")
+        if data.note:
+            ax.text(0.5, 0.5, data.note, transform=ax.transAxes, ha="center", va="center")
+        ax.set_xlim(0, panel.limits[0])
+        ax.set_ylim(0, panel.limits[1])
         ax.set_xlabel(panel.x_label)
         ax.set_ylabel(panel.y_label)
         ax.set_title(panel.title, fontsize=10)
-        ax.legend(loc="best", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
     fig.suptitle(f"SIMULATED: {inputs.cluster}, SLO {inputs.slo.describe()}", fontsize=10)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
@@ -478,9 +761,14 @@ def chart_legend(inputs: Inputs, data: ChartData) -> list[str]:
 
 
 def write_report(
-    out: Path, inputs: Inputs, results: Sequence[Result], first: Result | None
+    out: Path,
+    inputs: Inputs,
+    results: Sequence[Result],
+    first: Result | None,
+    validations: Validations | None = None,
 ) -> None:
-    """``pareto.png`` and ``report.html`` (the figure and the table)."""
+    """``pareto.png`` and ``report.html`` (the figure and the table, each line led by its
+    real-routing verdict where ``--validate-top`` ran it, :func:`shown_line`)."""
     data = chart_data(inputs, results, first)
     png = _chart(inputs, data)
     (out / PARETO_PNG).write_bytes(png)
@@ -488,11 +776,12 @@ def write_report(
     rows = "".join(
         f"<tr><td>{r.rank or ''}</td><td>{html.escape(r.status)}</td>"
         f"<td>{html.escape(r.candidate.label())}</td>"
-        f"<td>{html.escape(reason_line(r, first, inputs.margin))}</td></tr>"
+        f"<td>{html.escape(shown_line(r, first, inputs, validations))}</td></tr>"
         for r in results
         if r.status != "refused"
     )
     refused = sum(r.status == "refused" for r in results)
+    summary = validation_summary(results, first, inputs, validations or {})
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>testbed recommend</title>"
         "</head><body>"
@@ -500,7 +789,8 @@ def write_report(
         f"<p><strong>{html.escape(SIMULATED)}</strong></p>"
         f"<p>SLO {html.escape(inputs.slo.describe())}; objective {inputs.objective}; margin "
         f"{inputs.margin:g}; {refused} candidates refused by the checks (candidates.json).</p>"
-        f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+        + (f"<p><strong>{html.escape(summary)}</strong></p>" if summary else "")
+        + f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
         f"<ul>{legend}</ul>"
         "<table border='1'><tr><th>rank</th><th>status</th><th>candidate</th><th>why</th></tr>"
         f"{rows}</table></body></html>\n"

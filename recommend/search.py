@@ -110,7 +110,10 @@ class Result:
     stops more load (an SLO objective's name, ``host-memory floor`` for an OOMKill, ``failed
     requests``, ``load ceiling``), or what screened it. ``best``: the figures at the highest
     load meeting the SLO; ``over``: at the lowest load above it that fails (one client's for
-    ``slo-not-met``). ``value``: the objective (None: not ranked).
+    ``slo-not-met``). ``value``: the objective (None: not ranked). Under ``pareto`` only
+    (:func:`rank_results`): ``on_front``, no other ranked candidate beats it on both tokens/s
+    per GPU and per user; ``dominated_by``, for one off the front, the front member that beats it
+    on both with the highest objective (what its ratio and verdict compare it with).
     """
 
     candidate: Candidate
@@ -127,6 +130,8 @@ class Result:
     crossover_summary: str = ""
     runs: int = 0
     rank: int | None = None
+    on_front: bool = False
+    dominated_by: Result | None = field(default=None, repr=False)
 
 
 def stack_name(cluster: str, candidate: Candidate) -> str:
@@ -417,33 +422,39 @@ def _order(r: Result) -> tuple[bool, int, int, str]:
     return (r.rank is None, r.rank or 0, _STATUS_ORDER[r.status], r.candidate.key)
 
 
+def _beats(o: Result, r: Result) -> bool:
+    """Whether ``o`` beats ``r`` on both tokens/s per GPU and per user (at least as good on
+    each, better on one)."""
+    a, b = r.best, o.best
+    if a is None or b is None:
+        return False
+    gpu, user = a.tokens_per_s_per_gpu, a.tokens_per_s_per_user
+    return (
+        b.tokens_per_s_per_gpu >= gpu
+        and b.tokens_per_s_per_user >= user
+        and (b.tokens_per_s_per_gpu > gpu or b.tokens_per_s_per_user > user)
+    )
+
+
 def pareto_front(results: Sequence[Result]) -> set[str]:
     """Keys of the ranked results no other beats on both tokens/s per GPU and per user."""
     ranked = [r for r in results if r.best is not None and r.status == "ranked"]
-    front = set()
-    for r in ranked:
-        a = r.best
-        assert a is not None
-        dominated = any(
-            o.best is not None
-            and o.best.tokens_per_s_per_gpu >= a.tokens_per_s_per_gpu
-            and o.best.tokens_per_s_per_user >= a.tokens_per_s_per_user
-            and (
-                o.best.tokens_per_s_per_gpu > a.tokens_per_s_per_gpu
-                or o.best.tokens_per_s_per_user > a.tokens_per_s_per_user
-            )
-            for o in ranked
-        )
-        if not dominated:
-            front.add(r.candidate.key)
-    return front
+    return {r.candidate.key for r in ranked if not any(_beats(o, r) for o in ranked)}
 
 
 def rank_results(results: Sequence[Result], objective: Objective) -> None:
     """Set ``rank`` of the ranked results: by the objective, then the key; ``pareto`` puts
-    the Pareto front (:func:`pareto_front`) first."""
+    the Pareto front (:func:`pareto_front`) first, and sets each one's ``on_front`` or
+    ``dominated_by``."""
     front = pareto_front(results) if objective == "pareto" else set()
     ranked = [r for r in results if r.status == "ranked" and r.value is not None]
+    members = [r for r in ranked if r.candidate.key in front]
+    for r in ranked if front else []:
+        r.on_front = r.candidate.key in front
+        beaten = [o for o in members if not r.on_front and _beats(o, r)]
+        r.dominated_by = min(
+            beaten, key=lambda o: (-(o.value or 0.0), o.candidate.key), default=None
+        )
     ranked.sort(
         key=lambda r: (
             bool(front) and r.candidate.key not in front,

@@ -24,6 +24,7 @@ import pandas as pd
 
 from loadgen.goodput import evaluate_point, evaluate_run
 from loadgen.output import REQUESTS_FILE, records_from_frame
+from loadgen.slo import OBJECTIVES, Slo, plain
 from recommend.search import Problem, Result, cluster_gpus, stack_name
 from simulator.simulate import simulate_stacks
 
@@ -43,6 +44,18 @@ class Validation:
     goodput_tokens_per_s_per_gpu: float
     stand_in_goodput_tokens_per_s_per_gpu: float
     rate: float | None = None
+
+    def verdict(self, slo: Slo) -> str:
+        """``real routing: SLO holds``, or ``real routing: SLO missed (TTFT p99 819 ms >
+        800 ms)`` naming each worst p99 over its bound of ``slo`` (the SLO judged)."""
+        if self.holds:
+            return "real routing: SLO holds"
+        over = [
+            f"{OBJECTIVES[k]} {v:,.0f} ms > {plain(bound, grouped=True)} ms"
+            for k, bound in slo.objectives().items()
+            if (v := self.p99_ms.get(k)) is not None and v > bound
+        ]
+        return "real routing: SLO missed" + (f" ({'; '.join(over)})" if over else "")
 
     def line(self) -> str:
         """``c005 at 72 clients with the real routing: SLO holds; TTFT p99 812 ms (stand-in

@@ -16,6 +16,7 @@ import typer
 from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, fail
 
 if TYPE_CHECKING:
+    from recommend.outputs import Inputs, Validations
     from recommend.search import Result
     from recommend.workload import Workload
 
@@ -113,11 +114,13 @@ def _fixes(items: list[str] | None) -> dict[str, str]:
     return fixes
 
 
-def _print_table(results: list[Result], first: Result | None, margin: float, top: int) -> None:
+def _print_table(
+    results: list[Result], first: Result | None, inputs: Inputs, top: int, validations: Validations
+) -> None:
     from rich.table import Table
 
     from loadgen.report import table_console
-    from recommend.claims import reason_line
+    from recommend.outputs import shown_line
 
     console = table_console(highlight=False)
     table = Table(title="SIMULATED: testbed recommend")
@@ -133,7 +136,7 @@ def _print_table(results: list[Result], first: Result | None, margin: float, top
             f"{r.candidate.key}: {r.candidate.label()}",
             f"{r.value:,.0f}" if r.value is not None else "-",
             r.best.load_text() if r.best else "-",
-            reason_line(r, first, margin),
+            shown_line(r, first, inputs, validations),
         )
     console.print(table)
     counts: dict[str, int] = {}
@@ -286,6 +289,7 @@ def recommend_command(
         PLAN_MD,
         Inputs,
         plan_text,
+        validation_summary,
         write_candidates,
         write_report,
         write_stacks,
@@ -385,10 +389,12 @@ def recommend_command(
         typer.echo(f"SIMULATED: {done.line()}")
         validations[done.key] = done
     write_candidates(folder, inputs, results, first, validations)
-    (folder / PLAN_MD).write_text(plan_text(inputs, results, first))
-    write_report(folder, inputs, results, first)
-    stacks = write_stacks(folder, inputs, results, first, emit_stacks)
-    _print_table(results, first, margin, 10)
+    (folder / PLAN_MD).write_text(plan_text(inputs, results, first, folder, validations))
+    write_report(folder, inputs, results, first, validations)
+    stacks = write_stacks(folder, inputs, results, first, emit_stacks, validations)
+    _print_table(results, first, inputs, 10, validations)
+    if summary := validation_summary(results, first, inputs, validations):
+        typer.echo(f"SIMULATED: {summary}")
     if first is None:
         typer.echo(
             f"SIMULATED: no candidate meets the SLO ({target.describe()}); the nearest:", err=True

@@ -4,12 +4,15 @@ under rank 1."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import pytest
 
 from loadgen.config import LoadConfig
 from loadgen.slo import parse_slo
+from recommend.bounds import Bounds
+from recommend.claims import kv_path, ratio, reason_line, verdict
 from recommend.outputs import (
     PARETO_PNG,
     REPORT_HTML,
@@ -17,10 +20,15 @@ from recommend.outputs import (
     Inputs,
     SloLine,
     chart_data,
+    plan_text,
+    shown_line,
+    stack_header,
+    validation_summary,
     write_report,
 )
-from recommend.search import Figures, Objective, Result
+from recommend.search import Figures, Objective, Result, rank_results
 from recommend.space import HOST_TCP, Candidate, GroupShape
+from recommend.validate import Validation
 
 
 def _result(key: str, rank: int, goodput: float, per_user: float, **p99: float) -> Result:
@@ -109,4 +117,157 @@ def test_the_report_names_each_line_and_the_band(tmp_path: Path) -> None:
     assert "TTFT p99 against tokens/s per GPU: SLO TTFT p99 &lt;= 1,000 ms (horizontal" in page
     assert "TPOT p99 &lt;= 25 ms: &gt;= 40.0 tok/s per user (vertical dashed line)" in page
     assert "shaded: 80 to 100 tok/s per cluster GPU, within the margin 1.25 of rank 1" in page
+    assert (tmp_path / PARETO_PNG).read_bytes().startswith(b"\x89PNG")
+
+
+def _pareto() -> tuple[list[Result], Inputs]:
+    """a1 and d2 on the front (d2: fewer tok/s per GPU, more per user); a3 beaten on both by
+    a1 though 0.87x of it, a5 by d2 only."""
+    results = [
+        _result("a1", 0, 100.0, 50.0, ttft_p99_ms=900.0),
+        _result("d2", 0, 74.0, 70.0, ttft_p99_ms=400.0),
+        _result("a3", 0, 87.0, 45.0, ttft_p99_ms=800.0),
+        _result("a5", 0, 50.0, 65.0, ttft_p99_ms=700.0),
+    ]
+    rank_results(results, "pareto")
+    results.sort(key=lambda r: r.rank or 0)
+    inputs = Inputs(
+        "kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "pareto", 1.25, 2, "m"
+    )
+    return results, inputs
+
+
+def test_under_pareto_front_members_trade_and_the_rest_are_judged_by_who_beats_them() -> None:
+    results, inputs = _pareto()
+    first = results[0]
+    assert [(r.candidate.key, r.rank) for r in results] == [
+        ("a1", 1),
+        ("d2", 2),
+        ("a3", 3),
+        ("a5", 4),
+    ]
+    assert [verdict(r, first, 1.25) for r in results] == [
+        "rank 1",
+        "on the Pareto front",
+        "too close to call",
+        "loses",
+    ]
+    assert [ratio(r, first) for r in results] == [1.0, 0.74, 0.87, pytest.approx(50 / 74)]
+    lines = [reason_line(r, first, 1.25) for r in results]
+    assert lines[1].startswith(
+        "on the Pareto front: trades 0.74x rank 1's tok/s per GPU for 1.40x its tok/s per user:"
+    )
+    assert lines[2].startswith("0.87x of a1 (on the front, ahead on both) (too close to call")
+    assert lines[3].startswith("0.68x of d2 (on the front, ahead on both):")
+    plan = plan_text(inputs, results, first)
+    assert (
+        "Rank 2 is on the Pareto front beside rank 1: it trades 0.74x rank 1's tok/s per GPU "
+        "for 1.40x its tok/s per user, so neither beats the other on both" in plan
+    )
+    assert "the comparison confirms" not in plan
+
+
+def test_the_kv_path_line_says_it_is_the_best_case() -> None:
+    """The bounds time a request whose shared prefix is cached (recommend/bounds.py), so the
+    why-line says "at least" and names that case, not a typical request's cost."""
+    d2 = _result("d2", 2, 40.0, 60.0, ttft_p99_ms=900.0)
+    d2.bounds = Bounds(20.0, 5.0, 100.0, "link", prefill_ms=1.2, copies_ms=0.0, link_ms=7.4)
+    assert kv_path(d2) == (
+        "each request pays at least ~7 ms on the link, its prefill at least 1 ms (the best "
+        "case: its shared prefix cached)"
+    )
+    assert reason_line(d2, RESULTS[0]).endswith(kv_path(d2))
+
+
+def _validation(key: str, ttft: float, holds: bool) -> Validation:
+    return Validation(key, 8, holds, {"ttft_p99_ms": ttft}, {"ttft_p99_ms": 900.0}, 95.0, 100.0)
+
+
+def test_a_real_routing_miss_of_rank_1_shows_wherever_rank_1_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--validate-top found rank 1 over the SLO with the real routing and rank 2 within it:
+    the table, report.html, plan.md and the stack header each say so beside the model's line;
+    the ranking stays the model's."""
+    from testbed.recommend_command import _print_table
+
+    inputs = Inputs(
+        "kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "goodput-per-gpu", 1.25, 2, "m"
+    )
+    validations = {"a1": _validation("a1", 1019.4, False), "d2": _validation("d2", 700.0, True)}
+    first = RESULTS[0]
+    missed = "real routing: SLO missed (TTFT p99 1,019 ms > 1,000 ms); model: rank 1: "
+    assert shown_line(first, first, inputs, validations).startswith(missed)
+    assert shown_line(RESULTS[1], first, inputs, validations).startswith(
+        "real routing: SLO holds; model: 0.85x"
+    )
+    assert shown_line(RESULTS[2], first, inputs, validations) == reason_line(RESULTS[2], first)
+    summary = (
+        "Rank 1 (a1) misses the SLO with the real Dynamo routing at the load found (TTFT p99 "
+        "1,019 ms > 1,000 ms); rank 2 (d2) holds it, the best-ranked validated candidate that "
+        "does. The ranking is the model's"
+    )
+    plan = plan_text(inputs, RESULTS, first, validations=validations)
+    assert f"**{summary}" in plan
+    assert (
+        "With the real Dynamo routing (`--validate-top`): rank 1 (a1): real routing: SLO missed "
+        "(TTFT p99 1,019 ms > 1,000 ms); rank 2 (d2): real routing: SLO holds." in plan
+    )
+    write_report(tmp_path, inputs, RESULTS, first, validations)
+    page = (tmp_path / REPORT_HTML).read_text()
+    assert html.escape(summary) in page and html.escape(missed) in page
+    header = stack_header(first, first, inputs, validations)
+    assert f"# {missed}" in header
+    assert "# a1 at 8 clients with the real Dynamo routing: SLO does not hold" in header
+    _print_table(RESULTS, first, inputs, 10, validations)
+    assert "real routing: SLO missed" in " ".join(capsys.readouterr().out.split())
+    assert validation_summary(RESULTS, first, inputs, {"d2": validations["d2"]}) == ""
+
+
+def test_crowded_labels_stand_apart_and_the_legend_names_only_kinds_present() -> None:
+    """Three top points within a few tok/s of one another (c005, c007, c006, as a seed search
+    puts them): each label one step above the one before; no disaggregated candidate, no
+    disaggregated legend entry; both axes from 0."""
+    close = [
+        _result("c005", 1, 2486.0, 41.0, ttft_p99_ms=794.0),
+        _result("c007", 2, 2482.0, 41.2, ttft_p99_ms=858.0),
+        _result("c006", 3, 2475.0, 40.9, ttft_p99_ms=839.0),
+        _result("c001", 4, 1200.0, 60.0, ttft_p99_ms=300.0),
+    ]
+    inputs = Inputs(
+        "kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "goodput-per-gpu", 1.25, 2, "m"
+    )
+    data = chart_data(inputs, close, close[0])
+    pareto, ttft = data.panels
+    top = (41.2, 2486.0)  # the three's top right: their labels stack from there
+    assert [(label.text, label.anchor, label.offset) for label in pareto.labels] == [
+        ("#1 c005", top, (6.0, 6.0)),
+        ("#2 c007", top, (6.0, 18.0)),
+        ("#3 c006", top, (6.0, 30.0)),
+    ]
+    assert {label.anchor for label in ttft.labels} == {(2486.0, 858.0)}
+    assert pareto.limits == pytest.approx((66.0, 2486.0 * 1.2))
+    assert ttft.limits == pytest.approx((2486.0 * 1.1, 1200.0))
+    assert data.kinds == ("aggregated",) and data.note == ""
+    assert chart_data(inputs, RESULTS, RESULTS[0]).kinds == ("aggregated", "disaggregated")
+
+
+def test_no_candidate_is_a_note_on_axes_from_0(tmp_path: Path) -> None:
+    """Nothing met the SLO: no points, no legend kinds, the note says so, and the axes run
+    from 0 to past the SLO's lines (not into negatives)."""
+    inputs = Inputs(
+        "kv-routing",
+        LoadConfig(),
+        parse_slo("ttft_p99_ms=20,tpot_p99_ms=25"),
+        "goodput-per-gpu",
+        1.25,
+        2,
+        "m",
+    )
+    data = chart_data(inputs, [], None)
+    pareto, ttft = data.panels
+    assert data.points == () and data.kinds == ()
+    assert data.note == "no candidate met the SLO (TTFT p99 <= 20 ms, TPOT p99 <= 25 ms)"
+    assert pareto.limits == pytest.approx((44.0, 1.0)) and ttft.limits == pytest.approx((1.0, 24.0))
+    write_report(tmp_path, inputs, [], None)
     assert (tmp_path / PARETO_PNG).read_bytes().startswith(b"\x89PNG")

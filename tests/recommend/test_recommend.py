@@ -117,14 +117,16 @@ def test_emitted_stacks_render(
     tmp_path: Path, project_with: Callable[[str, dict[str, Any]], Path]
 ) -> None:
     """Each emitted stack file passes every check of `testbed render` (the program under
-    Pulumi's mocks) and says it is simulated, with its rank, at its top."""
+    Pulumi's mocks) and says it is simulated, with its rank, at its top; its `load.slo` is the
+    SLO the search judged by (1,000 ms), not the workload file's own (500 ms)."""
     from testbed.render import render_stack
 
     base, cfg = _cluster()
     picked = _pick(cfg, BOTH_GPUS_KV, ONE_GPU)
-    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
+    workload = SHORT.model_copy(update={"slo": parse_slo("ttft_p99_ms=500")})
+    results = search(Problem("kv-routing", base, cfg, workload, SLO), picked)
     gpus = cluster_gpus(cfg)
-    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, gpus, "m", per_client=5)
+    inputs = Inputs("kv-routing", workload, SLO, "goodput-per-gpu", 1.25, gpus, "m", per_client=5)
     paths = write_stacks(tmp_path, inputs, results, first_ranked(results), 2)
     assert [p.name for p in paths] == [
         "Pulumi.kv-routing-rank1.yaml",
@@ -148,9 +150,85 @@ def test_emitted_stacks_render(
         config = yaml.safe_load(path.read_text())["config"]
         load = config[f"{PROJECT}:load"]
         assert (load["concurrency"], load["requestsPerRun"]) == ([result.best.concurrency], per_run)
+        assert load["slo"] == {"ttftP99Ms": 1000.0}
         assert f"requestsPerRun {per_run}: the load found and the run length" in path.read_text()
         assert f"rank {result.rank} at {result.best.load_text()}, {per_run} measured" in plan
         assert f"--config stacks/Pulumi.{path.name.removeprefix('Pulumi.')}" in plan
+    # Both node classes are RTX 4090s: rank 1's own run calibrates them, one profile.
+    assert "testbed calibrate out/load/kv-routing-rank1 --stack kv-routing-rank1 --out " in plan
+    assert (
+        "`nodeClasses.gpu-24gb.calibration: calib/rtx-4090.json`, "
+        "`nodeClasses.gpu-8gb.calibration: calib/rtx-4090.json`."
+    ) in plan
+
+
+def test_plan_commands_run_from_the_project_root_and_calibrate_one_gpu_each(
+    tmp_path: Path,
+    project_with: Callable[[str, dict[str, Any]], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """plan.md's commands as typed from the project root: each stack copied from the output
+    folder, `pulumi stack init` before `pulumi up`. The seed's cluster with an RTX 3090 as its
+    8 GB class: rank 1 spans both GPUs, which `testbed calibrate` refuses (a calibration fits
+    one GPU), so the 4090 is calibrated on rank 2 (on it alone, emitted for it though
+    --emit-stacks is 1) and the 3090, which no candidate holds alone here, is named; the
+    printed calibrate command passes calibrate's own checks up to the results folder it has not
+    measured yet."""
+    import shlex
+
+    import stackmodel.stacks
+    from recommend.outputs import typed_path
+    from stackmodel.validation import validate_stack
+
+    base, _ = _cluster()
+    gpu_8gb = base["nodeClasses"]["gpu-8gb"]
+    base["nodeClasses"] = {**base["nodeClasses"], "gpu-8gb": {**gpu_8gb, "gpu": "rtx-3090"}}
+    cfg = validate_stack("kv-routing", base).cfg
+    picked = _pick(cfg, BOTH_GPUS_KV, ONE_GPU)
+    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
+    first = first_ranked(results)
+    assert first is not None and first.candidate.label() == BOTH_GPUS_KV
+    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, cluster_gpus(cfg), "m")
+    out = tmp_path / "out"
+    paths = write_stacks(out, inputs, results, first, 1)
+    assert [p.name for p in paths] == [
+        "Pulumi.kv-routing-rank1.yaml",
+        "Pulumi.kv-routing-rank2.yaml",
+    ]
+    plan = plan_text(inputs, results, first, out)
+    assert (
+        f"cp {out.resolve()}/stacks/Pulumi.kv-routing-rank1.yaml stacks/\n"
+        "pulumi stack init kv-routing-rank1\npulumi up -s kv-routing-rank1\n"
+    ) in plan
+    assert typed_path(stackmodel.stacks.REPO / "out/recommend/kv-routing") == (
+        "out/recommend/kv-routing"
+    )
+    calibrations = [line for line in plan.splitlines() if line.startswith("testbed calibrate")]
+    assert calibrations == [
+        "testbed calibrate out/load/kv-routing-rank2 --stack kv-routing-rank2 "
+        "--out calib/rtx-4090.json"
+    ]
+    assert "No candidate on rtx-3090 alone (gpu-8gb) meets the SLO" in plan
+    assert "`nodeClasses.gpu-24gb.calibration: calib/rtx-4090.json`." in plan
+    for path in paths:
+        config = yaml.safe_load(path.read_text())["config"]
+        name = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+        project = project_with(name, {k.removeprefix(f"{PROJECT}:"): v for k, v in config.items()})
+    original = stackmodel.stacks.load_stack
+    monkeypatch.setattr(
+        stackmodel.stacks,
+        "load_stack",
+        lambda stack, settings=(): original(stack, settings, project),
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(calibrations[0])[1:]) == 2
+    err = capsys.readouterr().err
+    assert "out/load/kv-routing-rank2" in err and "one GPU" not in err
+    # Rank 1's own run would not do: calibrate refuses a stack on two GPUs.
+    rank1 = ["--stack", "kv-routing-rank1", "--out", "c.json"]
+    assert main(["calibrate", "out/load/kv-routing-rank1", *rank1]) == 2
+    assert "a calibration fits one GPU" in capsys.readouterr().err
 
 
 def test_requests_per_client_below_1_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
