@@ -64,12 +64,14 @@ def simulated_warning(folder: Path) -> str | None:
 
 def measured_on(folder: Path) -> str | None:
     """``measured on <gpu>/<model> (<engine>, <served by>)`` as the folder records it
-    (:mod:`simulator.folder_labels`), None where it records neither GPU nor engine."""
+    (:mod:`simulator.folder_labels`; ``simulated on`` where the folder is itself simulated),
+    None where it records neither GPU nor engine."""
     labels = folder_labels(folder)
     if labels.gpu is None and labels.engine is None:
         return None
     how = ", ".join(x for x in (labels.engine, labels.served_by) if x)
-    return f"measured on {labels.on}" + (f" ({how})" if how else "")
+    verb = "simulated" if labels.simulated else "measured"
+    return f"{verb} on {labels.on}" + (f" ({how})" if how else "")
 
 
 def verdict(values: Sequence[ScoredValue], measured: str) -> str:

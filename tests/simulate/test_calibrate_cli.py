@@ -375,6 +375,7 @@ def test_simulate_against_a_simulated_folder_says_so(
         "load step wrote"
     )
     assert f"warning: {warning}" in text
+    assert f"{simulated}: simulated on " in text and "measured on" not in text
     assert summary["measuredIsSimulated"] is True
     assert summary["warnings"] == [warning]
     assert summary["values"] == 4
