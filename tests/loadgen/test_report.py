@@ -86,13 +86,15 @@ def test_seed_table_orders_by_concurrency_then_kinds() -> None:
     ]
 
 
-def test_piped_console_is_at_least_100_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_piped_console_never_cuts_a_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     console = table_console()
     assert not console.is_terminal  # pytest captures stdout
     assert console.width == PIPED_WIDTH
-    monkeypatch.setenv("COLUMNS", "150")
-    assert table_console().width == 150
+    monkeypatch.setenv("COLUMNS", "150")  # a narrower COLUMNS does not cut a piped table
+    assert table_console().width == PIPED_WIDTH
+    monkeypatch.setenv("COLUMNS", "1500")
+    assert table_console().width == 1500
 
 
 def test_load_points_round_trip_and_errors(tmp_path: Path) -> None:

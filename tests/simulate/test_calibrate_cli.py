@@ -458,3 +458,21 @@ def test_against_after_the_plain_simulation_writes_its_own_folder(
     assert "cannot resume" in _refused([*into_plain, "--resume"])
     again = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "other")])
     assert again.exit_code == 0, again.output
+
+
+def test_piped_tables_are_never_cut_short(
+    measured: Path, tmp_path: Path, grids: list[dict[str, Any]]
+) -> None:
+    """Output to a pipe (CliRunner's is not a terminal): the TTFT phases table, wider than 100
+    columns, prints every value whole (loadgen.report.table_console), as table.txt has it."""
+    text, summary = _against(measured, tmp_path / "sim")
+    result = CliRunner().invoke(app, ["simulate", "kv-routing", "--out", str(tmp_path / "own")])
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output + text
+    points = json.loads((tmp_path / "own" / "kv-routing" / "summary.json").read_text())
+    prefill = points[0]["phases"]["phases"]["prefill"]
+    cell = f"{prefill['mean_ms']:,.1f} / {prefill['p99_ms']:,.1f}"
+    assert cell in result.output
+    phases_line = next(line for line in result.output.splitlines() if cell in line)
+    assert len(phases_line) > 100  # wider than the old piped width: it would have been cut
+    assert summary["phases"]
