@@ -440,7 +440,8 @@ def phases_table(points: Sequence[PointSummary], title: str | None = None) -> Ta
     "TTFT phases"): the client's mean TTFT, then each phase's mean and p99 (ms, "mean / p99"),
     the requests the frontend timed, the busiest prefill (or aggregated) worker's requests over
     the mean (`balance`) and the prefix-hit efficacy. Phases no point has are left out; None
-    when no point has phases (a server that returns no per-request timing)."""
+    when no point has phases (a server that returns no per-request timing). A phase that rounds
+    to 0 (a simulated residual) prints 0.0, never -0.0."""
     have = [p for p in _ordered(points) if p.phases is not None]
     if not have:
         return None
@@ -462,7 +463,7 @@ def phases_table(points: Sequence[PointSummary], title: str | None = None) -> Ta
         cells = []
         for n in names:
             f = phases.phases.get(n)
-            cells.append("-" if f is None else f"{f.mean_ms:,.1f} / {f.p99_ms:,.1f}")
+            cells.append("-" if f is None else f"{f.mean_ms:z,.1f} / {f.p99_ms:z,.1f}")
         table.add_row(
             str(p.prefix_kinds),
             str(p.concurrency),
