@@ -3,7 +3,7 @@ folder's `summary.json` back.
 
 The tables fit 80 columns for the seed's values (its results table: simulator.seed) in "A / B" form:
 two-line headers, no outer frame, and cells that never wrap. `table_console` gives a console
-at least `PIPED_WIDTH` wide when stdout is not a terminal, so larger values fit in logs too.
+`PIPED_WIDTH` wide when stdout is not a terminal, so every table prints whole in logs too.
 """
 
 import io
@@ -32,7 +32,9 @@ from loadgen.slo import OBJECTIVES
 from loadgen.stats import queue_large, short_of_offered
 
 SUMMARY_FILE = "summary.json"
-PIPED_WIDTH = 100  # columns for tables when stdout is a pipe or file (rich assumes 80)
+PIPED_WIDTH = 1_000
+"""Columns when stdout is a pipe or file (rich assumes 80): wider than any table, so none is
+cut short with an ellipsis; a table prints at its own width, and a line is not wrapped."""
 SUGGESTIONS_SHOWN = 5  # result folders named in a "did you mean" message
 INCIDENT_MARK = "!"  # after the concurrency of a grid point during which an incident happened
 INCIDENTS_SHOWN = 5  # incidents listed under a table (all of them are in incidents.json)
@@ -438,7 +440,8 @@ def phases_table(points: Sequence[PointSummary], title: str | None = None) -> Ta
     "TTFT phases"): the client's mean TTFT, then each phase's mean and p99 (ms, "mean / p99"),
     the requests the frontend timed, the busiest prefill (or aggregated) worker's requests over
     the mean (`balance`) and the prefix-hit efficacy. Phases no point has are left out; None
-    when no point has phases (a server that returns no per-request timing)."""
+    when no point has phases (a server that returns no per-request timing). A phase that rounds
+    to 0 (a simulated residual) prints 0.0, never -0.0."""
     have = [p for p in _ordered(points) if p.phases is not None]
     if not have:
         return None
@@ -460,7 +463,7 @@ def phases_table(points: Sequence[PointSummary], title: str | None = None) -> Ta
         cells = []
         for n in names:
             f = phases.phases.get(n)
-            cells.append("-" if f is None else f"{f.mean_ms:,.1f} / {f.p99_ms:,.1f}")
+            cells.append("-" if f is None else f"{f.mean_ms:z,.1f} / {f.p99_ms:z,.1f}")
         table.add_row(
             str(p.prefix_kinds),
             str(p.concurrency),
@@ -495,10 +498,10 @@ def table_text(table: Table, width: int = 120) -> str:
 
 
 def table_console(stderr: bool = False, highlight: bool = True) -> Console:
-    """A rich Console for printing these tables: the terminal's width on a terminal, else at
-    least `PIPED_WIDTH` (100) columns, so piped output (CI logs, `| tee`) neither truncates
-    nor wraps cells. `COLUMNS` in the environment still sets the width when larger.
-    `highlight=False` turns off rich's colouring of numbers and paths in plain prints."""
+    """A rich Console for printing these tables: the terminal's width on a terminal, else
+    `PIPED_WIDTH` columns (`COLUMNS` in the environment when larger), so piped output (CI logs,
+    `| tee`) never cuts a cell short. `highlight=False` turns off rich's colouring of numbers
+    and paths in plain prints."""
     console = Console(stderr=stderr, highlight=highlight)
     if not console.is_terminal:
         console.width = max(console.width, PIPED_WIDTH)

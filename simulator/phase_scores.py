@@ -34,6 +34,24 @@ ERROR_FLOOR_MS = 0.1
 """A phase measured at or below this (ms; the tables' precision) gets no relative error: a
 residual or a client queue of about 0 on both sides would give any ratio at all."""
 
+AGREE_MS = 1.0
+"""A phase measured below this (ms) and simulated within this of it agrees, and is not counted
+in the within-+-25% tally: a 0.3 ms client queue simulated as 0 is -100% yet no miss."""
+
+NOT_MODELLED = {
+    "residual": "the simulation does not model it (no network, no frontend work outside the "
+    "frontend's clock: 0 by construction)"
+}
+"""Phases the simulation does not model, each with why: compared, never counted. The residual:
+:func:`simulator.retime._frontend_timing` ends the frontend's TTFT (with the KV transfer
+estimate where disaggregated) at the client's first token."""
+
+BELOW_FLOOR = (
+    f"measured below {AGREE_MS:g} ms and simulated within {AGREE_MS:g} ms of it (a relative "
+    "error means nothing there)"
+)
+"""Why a phase under :data:`AGREE_MS` is not counted."""
+
 
 class PhaseValue(BaseModel):
     """One phase figure of one grid point, measured beside simulated: ``folder`` (the measured
@@ -41,7 +59,9 @@ class PhaseValue(BaseModel):
     :data:`loadgen.phases.PHASES`, or of :data:`ROUTING_FIGURES`), ``stat`` (a field of
     :data:`PHASE_STATS`, or ``ratio``), ``measured`` and ``simulated`` (ms, or the ratio) and
     ``error`` (simulated / measured - 1; None where the measured phase is not above
-    :data:`ERROR_FLOOR_MS`: a residual about or below 0 has no relative error)."""
+    :data:`ERROR_FLOOR_MS`: a residual about or below 0 has no relative error) and
+    ``uncounted``: why the value is left out of the within-+-25% tally (:data:`NOT_MODELLED`,
+    :data:`BELOW_FLOOR`), None where it counts."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
 
@@ -52,6 +72,7 @@ class PhaseValue(BaseModel):
     measured: float
     simulated: float
     error: float | None
+    uncounted: str | None = None
 
 
 def _label(point: PointSummary) -> str:
@@ -61,8 +82,16 @@ def _label(point: PointSummary) -> str:
 def _value(
     folder: str, point: str, phase: str, stat: str, measured: float, simulated: float
 ) -> PhaseValue:
-    floor = ERROR_FLOOR_MS if stat.endswith("_ms") else 0.0
-    error = simulated / measured - 1 if measured > floor else None
+    in_ms = stat.endswith("_ms")
+    error = simulated / measured - 1 if measured > (ERROR_FLOOR_MS if in_ms else 0.0) else None
+    uncounted = NOT_MODELLED.get(phase)
+    if (
+        uncounted is None
+        and in_ms
+        and measured < AGREE_MS
+        and abs(simulated - measured) <= AGREE_MS
+    ):
+        uncounted = BELOW_FLOOR
     return PhaseValue(
         folder=folder,
         point=point,
@@ -71,6 +100,7 @@ def _value(
         measured=measured,
         simulated=simulated,
         error=error,
+        uncounted=uncounted,
     )
 
 

@@ -23,7 +23,7 @@ from loadgen.results import PointSummary
 from loadgen.results_folder import load_results
 from simulator.calibration_fit import METRICS, WITHIN, within_count
 from simulator.folder_labels import folder_labels
-from simulator.phase_scores import PhaseValue, worker_loads
+from simulator.phase_scores import AGREE_MS, BELOW_FLOOR, NOT_MODELLED, PhaseValue, worker_loads
 from steptime.calibration_profile import ScoredValue
 
 AGAINST_DIR = "against"
@@ -64,12 +64,14 @@ def simulated_warning(folder: Path) -> str | None:
 
 def measured_on(folder: Path) -> str | None:
     """``measured on <gpu>/<model> (<engine>, <served by>)`` as the folder records it
-    (:mod:`simulator.folder_labels`), None where it records neither GPU nor engine."""
+    (:mod:`simulator.folder_labels`; ``simulated on`` where the folder is itself simulated),
+    None where it records neither GPU nor engine."""
     labels = folder_labels(folder)
     if labels.gpu is None and labels.engine is None:
         return None
     how = ", ".join(x for x in (labels.engine, labels.served_by) if x)
-    return f"measured on {labels.on}" + (f" ({how})" if how else "")
+    verb = "simulated" if labels.simulated else "measured"
+    return f"{verb} on {labels.on}" + (f" ({how})" if how else "")
 
 
 def verdict(values: Sequence[ScoredValue], measured: str) -> str:
@@ -87,7 +89,7 @@ def verdict(values: Sequence[ScoredValue], measured: str) -> str:
 
 def values_table(title: str, values: Sequence[ScoredValue], *, folders: bool) -> Table:
     """Measured beside simulated, with the error (``✗`` outside +-25%); ``folders``: a column
-    naming each value's folder."""
+    naming each value's folder. A value that rounds to 0 prints as 0, never -0."""
     table = Table(title=title)
     columns = ["folder"] if folders else []
     for column in (*columns, "point", "metric", "measured", "simulated", "error"):
@@ -100,28 +102,42 @@ def values_table(title: str, values: Sequence[ScoredValue], *, folders: bool) ->
             *cells,
             v.point,
             v.metric,
-            f"{v.measured:,.1f}",
-            f"{v.simulated:,.1f}",
-            f"{v.error:+.0%}{mark}",
+            f"{v.measured:z,.1f}",
+            f"{v.simulated:z,.1f}",
+            f"{v.error:+z.0%}{mark}",
         )
     return table
 
 
-def phases_table(title: str, values: Sequence[PhaseValue], *, folders: bool) -> Table:
-    """Each phase figure measured beside simulated, with the error (``✗`` outside +-25%; ``-``
-    where it has none, :class:`simulator.phase_scores.PhaseValue`); ``folders``: a column
-    naming each value's folder."""
+UNCOUNTED_CELLS = {
+    BELOW_FLOOR: f"no: < {AGREE_MS:g} ms",
+    **dict.fromkeys(NOT_MODELLED.values(), "no: not modelled"),
+}
+"""The phases table's ``counted`` cell of each reason a value is not counted."""
+
+
+def phase_within(value: PhaseValue) -> bool:
+    """Whether a phase value is within +-25% (one without a relative error is not)."""
+    return value.error is not None and abs(value.error) <= WITHIN + 1e-12
+
+
+def phases_table(
+    title: str, values: Sequence[PhaseValue], *, folders: bool, caption: str | None = None
+) -> Table:
+    """Each phase figure measured beside simulated, with the error (``✗`` outside +-25% where
+    counted; ``-`` where it has none, :class:`simulator.phase_scores.PhaseValue`) and whether it
+    counts in the tally (:func:`phases_tally`), the caption saying why those that do not;
+    ``folders``: a column naming each value's folder; ``caption`` leads the caption."""
     table = Table(title=title)
     columns = ["folder"] if folders else []
-    for column in (*columns, "point", "phase", "stat", "measured", "simulated", "error"):
+    for column in (*columns, "point", "phase", "stat", "measured", "simulated", "error", "counted"):
         right = column in ("measured", "simulated", "error")
         table.add_column(column, justify="right" if right else "left")
     for v in values:
-        if v.error is None:
-            error = "-"
-        else:
-            error = f"{v.error:+.0%}" + ("" if abs(v.error) <= WITHIN + 1e-12 else " ✗")
-        number = "{:,.1f}" if v.stat.endswith("_ms") else "{:,.2f}"
+        error = "-" if v.error is None else f"{v.error:+z.0%}"
+        if v.uncounted is None and not phase_within(v):
+            error += " ✗"
+        number = "{:z,.1f}" if v.stat.endswith("_ms") else "{:z,.2f}"
         table.add_row(
             *([v.folder] if folders else []),
             v.point,
@@ -130,8 +146,26 @@ def phases_table(title: str, values: Sequence[PhaseValue], *, folders: bool) -> 
             number.format(v.measured),
             number.format(v.simulated),
             error,
+            "yes" if v.uncounted is None else UNCOUNTED_CELLS[v.uncounted],
         )
+    notes = [caption] if caption else []
+    for why in dict.fromkeys(v.uncounted for v in values if v.uncounted is not None):
+        phases = ", ".join(dict.fromkeys(v.phase for v in values if v.uncounted == why))
+        notes.append(f"not counted: {phases}: {why}")
+    if notes:
+        table.caption = "\n".join(notes)
+        table.caption_justify = "left"
     return table
+
+
+def phases_tally(values: Sequence[PhaseValue]) -> str:
+    """``N of M within +-25% (K not counted: ...)``: the counted phase values within +-25%
+    (:func:`phase_within`) of those counted, and how many are not (``uncounted``)."""
+    counted = [v for v in values if v.uncounted is None]
+    left = len(values) - len(counted)
+    within = sum(phase_within(v) for v in counted)
+    note = f" ({left} not counted: not modelled, or within {AGREE_MS:g} ms)" if left else ""
+    return f"{within} of {len(counted)} within +-{WITHIN:.0%}{note}"
 
 
 def point_workers(

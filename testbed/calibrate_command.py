@@ -261,8 +261,8 @@ def _report(
     in-sample tables: which measured requests their ``measured`` column is of."""
     from rich.table import Table
 
-    from simulator.calibration_fit import WITHIN, within_count
-    from testbed.against import phases_table
+    from simulator.calibration_fit import within_count
+    from testbed.against import phases_table, phases_tally
 
     if found.held_out:
         _print_values(
@@ -305,16 +305,14 @@ def _report(
             "TTFT phases after the fit: measured vs SIMULATED (in-sample)",
             found.phases,
             folders=True,
+            caption=caption,
         )
-        phases.caption = caption
         console.print(phases)
-        errors = [v.error for v in found.phases if v.error is not None]
         console.print(
-            f"phases after the fit: {sum(abs(e) <= WITHIN for e in errors)} of "
-            f"{len(errors)} within +-25% (reported, not fitted: a miss of the prefill leg is "
-            "the prefill efficiency's or the frontend's hops inside the leg, of the prefill "
-            "wait and residual how the frontend's cost splits around its clock, of the KV "
-            "transfer leg the KV path's)",
+            f"phases after the fit: {phases_tally(found.phases)}; reported, not fitted: a miss "
+            "of the prefill leg is the prefill efficiency's or the frontend's hops inside the "
+            "leg, of the prefill wait how the frontend's cost splits around its clock, of the "
+            "KV transfer leg the KV path's",
             soft_wrap=True,
         )
     if found.phase_note is not None:

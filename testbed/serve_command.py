@@ -26,6 +26,9 @@ SMALL_KINDS, SMALL_CONCURRENCY, SMALL_REPETITIONS, SMALL_REQUESTS = (2, 12), (1,
 requests, about 2 minutes on a 2-core machine): the stack's own grid, 24 runs of 200 requests
 for the seed's, takes hours of mocker time, so the line says how to run it instead."""
 
+LOAD_PREFIX = "uv run --frozen --group sim testbed load"
+"""How the printed command starts: as docs/simulation.md runs it from the project's folder."""
+
 POLL_S = 1.0
 """How often (s) the command checks that every process of the graph still runs."""
 
@@ -81,7 +84,7 @@ def serve_command(
     try:
         with LocalGraph(spec, workdir, log_level=QUIET_LOG_LEVEL) as graph:
             load = (
-                f"testbed load --url {graph.url} --model {plan.cfg.model.name} --config "
+                f"{LOAD_PREFIX} --url {graph.url} --model {plan.cfg.model.name} --config "
                 f"stacks/Pulumi.{stack}.yaml --tokenizer {workdir / 'model'} --stack {stack} "
                 f"--mocker --out out/load/{stack}-mocker --prefix-kinds "
                 f"{','.join(map(str, SMALL_KINDS))} --concurrency "

@@ -697,6 +697,7 @@ def _print_against(sim: Simulation, against: Path) -> None:
         loads_line,
         measured_on,
         phases_table,
+        phases_tally,
         point_workers,
         simulated_warning,
         values_table,
@@ -719,7 +720,9 @@ def _print_against(sim: Simulation, against: Path) -> None:
             f"{sim.stack} TTFT phases: measured vs SIMULATED", phases, folders=False
         )
         console.print(by_phase)
-        text += table_text(by_phase)
+        tally = f"phases: {phases_tally(phases)}"
+        console.print(Text(tally), soft_wrap=True)
+        text += table_text(by_phase) + tally + "\n"
     for point in workers:
         line = loads_line(point)
         console.print(Text(line), soft_wrap=True)

@@ -7,15 +7,25 @@ step's provider `create` with the inputs the Pulumi program gives it (the stack'
 local frontend's URL, the reduced grid of `testbed simulate`), and print disagg-same-node's
 stack outputs as `pulumi stack output --json` would show them, with the comparison.
 
-    uv run python tests/load_step/example_output.py [OUT_DIR]   # default out/load-step
+    uv run --group sim python tests/load_step/example_output.py [OUT_DIR] [--requests-per-run N]
+
+OUT_DIR defaults to out/load-step; ``--requests-per-run`` (default: the reduced grid's)
+shortens every run (tests/load_step/test_example_output.py runs it so).
+
+Run as a script, it puts ``tests/`` on ``sys.path`` (as pytest does) for ``step_inputs_for``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from step_inputs_for import inputs_for
 
@@ -32,10 +42,15 @@ from stackmodel.validation import validate_config
 BASELINE, STACK = "kv-routing", "disagg-same-node"
 
 
-def run_stack(stack: str, out_dir: Path, model_dir: Path) -> dict[str, Any]:
-    """The load step's outputs for ``stack`` against its local graph."""
+def run_stack(
+    stack: str, out_dir: Path, model_dir: Path, grid: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The load step's outputs for ``stack`` against its local graph: the reduced grid of
+    `testbed simulate` (``grid``: LoadConfig fields over it), run by this process."""
     cfg = load_stack(stack).cfg
-    cfg = cfg.model_copy(update={"load": simulation_load(cfg, full=False)})
+    reduced = simulation_load(cfg, full=False, grid=grid).model_dump()
+    load = cfg.load.model_validate(cfg.load.model_dump() | reduced | {"runner": "local"})
+    cfg = cfg.model_copy(update={"load": load})
     with LocalGraph(
         graph_spec(validate_config(stack, cfg)), out_dir / stack / "graph", model_dir
     ) as graph:
@@ -48,10 +63,12 @@ def run_stack(stack: str, out_dir: Path, model_dir: Path) -> dict[str, Any]:
     return outs
 
 
-def main(out_dir: Path) -> None:
+def main(out_dir: Path, grid: Mapping[str, Any] | None = None) -> None:
+    """Print disagg-same-node's stack outputs with the comparison to kv-routing, both run
+    under ``out_dir`` (``grid``: see :func:`run_stack`)."""
     model_dir = make_model_dir(out_dir / "model")
-    baseline = run_stack(BASELINE, out_dir, model_dir)
-    this = run_stack(STACK, out_dir, model_dir)
+    baseline = run_stack(BASELINE, out_dir, model_dir, grid)
+    this = run_stack(STACK, out_dir, model_dir, grid)
     outputs = {
         "results": this["results"],
         "loadStatus": this["status"],
@@ -71,4 +88,9 @@ def main(out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "out/load-step").resolve())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", nargs="?", type=Path, default=Path("out/load-step"))
+    parser.add_argument("--requests-per-run", type=int)
+    args = parser.parse_args()
+    shorter = args.requests_per_run
+    main(args.out_dir.resolve(), None if shorter is None else {"requests_per_run": shorter})

@@ -13,12 +13,13 @@ from loadgen.report import (
     comparison_rows,
     comparison_table,
     load_points,
+    phases_table,
     seed_rows,
     seed_table,
     table_console,
     table_text,
 )
-from loadgen.results import PointSummary
+from loadgen.results import PhaseFigures, PointSummary, TtftPhases
 from simulator.simulate import grid_length_s
 
 # The seed's "Results: same node" table (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms,
@@ -86,13 +87,15 @@ def test_seed_table_orders_by_concurrency_then_kinds() -> None:
     ]
 
 
-def test_piped_console_is_at_least_100_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_piped_console_never_cuts_a_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     console = table_console()
     assert not console.is_terminal  # pytest captures stdout
     assert console.width == PIPED_WIDTH
-    monkeypatch.setenv("COLUMNS", "150")
-    assert table_console().width == 150
+    monkeypatch.setenv("COLUMNS", "150")  # a narrower COLUMNS does not cut a piped table
+    assert table_console().width == PIPED_WIDTH
+    monkeypatch.setenv("COLUMNS", "1500")
+    assert table_console().width == 1500
 
 
 def test_load_points_round_trip_and_errors(tmp_path: Path) -> None:
@@ -160,3 +163,19 @@ def test_a_poisson_grid_lasts_at_least_its_requests_over_the_rate() -> None:
     assert grid_length_s([fast], poisson) == pytest.approx(25.0)
     closed = LoadConfig(**grid, requests_per_run=200)  # held out: the closed loop's own rate
     assert grid_length_s([fast], closed) == pytest.approx(200 / 32)
+
+
+def test_a_phase_that_rounds_to_zero_prints_without_a_sign() -> None:
+    """A simulated residual is 0 by construction, a few ns either side: never "-0.0"."""
+    residual = PhaseFigures(mean_ms=-0.0004, p50_ms=0.0, p99_ms=-0.01)
+    phases = TtftPhases(
+        requests=8,
+        phases={"residual": residual},
+        client_ttft_mean_ms=50.0,
+        frontend_ttft_mean_ms=50.0,
+    )
+    p = side(0)[0]
+    table = phases_table([p.model_copy(update={"phases": phases})])
+    assert table is not None
+    text = table_text(table)
+    assert "0.0 / 0.0" in text and "-0.0" not in text

@@ -40,7 +40,10 @@ def test_serve_load_calibrate(tmp_path: Path) -> None:
         assert lines[0].startswith("serving kv-routing's local graph at http://127.0.0.1:"), lines
         assert "the Dynamo frontend (router kv) and 6 Dynamo mocker worker(s)" in lines[0]
         assert "no GPU" in lines[0]
-        command = lines[1].removeprefix("measure it with: testbed ").split()
+        # As docs/simulation.md runs it: with the sim group (the mocker's stack reading).
+        prefix = "measure it with: uv run --frozen --group sim testbed "
+        assert lines[1].startswith(prefix), lines[1]
+        command = lines[1].removeprefix(prefix).split()
         assert command[0] == "load" and "--mocker" in command
         # The command pasted as is runs a small grid, and the line after it says the full one.
         small = "--prefix-kinds 2,12 --concurrency 1,4 --repetitions 2 --requests-per-run 24"

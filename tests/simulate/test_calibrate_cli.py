@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,10 @@ def test_calibrate_writes_a_profile_a_node_class_can_name(measured: Path, tmp_pa
         "calibrated on rtx-4090/Qwen/Qwen3-0.6B (vllm on dynamo 1.6.2, vllm workers); wrote ",
     ]
     assert [text.index(part) for part in order] == sorted(text.index(part) for part in order)
+    # The phases table's caption says what the tally under it leaves out.
+    tally = re.search(r"phases after the fit: \d+ of \d+ within \+-25% \(\d+ not counted", text)
+    assert tally is not None
+    assert -1 < text.find("not counted: residual: the simulation does not model") < tally.start()
     profile = load_calibration_file(out)
     assert (profile.stack, profile.gpu, profile.model) == (
         "kv-routing",
@@ -318,6 +323,11 @@ def test_simulate_against_a_measured_folder(
     # No network in either timing model: a residual of about 0 has no relative error.
     assert abs(phases[("residual", "p50_ms")]["measured"]) < 0.1
     assert phases[("residual", "p50_ms")]["error"] is None
+    # Nor is it modelled: shown, never counted in the tally, and the caption says why.
+    assert phases[("residual", "p50_ms")]["uncounted"].startswith("the simulation does not model")
+    assert "not counted: residual: the simulation does not model it" in text
+    counted = [v for v in summary["phases"] if v["uncounted"] is None]
+    assert re.search(rf"phases: \d+ of {len(counted)} within \+-25% \(\d+ not counted: ", text)
     assert "TTFT phases: measured vs SIMULATED" in text and "TTFT phases" in table_txt
     # The router's load per worker, by rank (ids differ: Dynamo's measured, replicas' here).
     (point,) = summary["workers"]
@@ -375,6 +385,7 @@ def test_simulate_against_a_simulated_folder_says_so(
         "load step wrote"
     )
     assert f"warning: {warning}" in text
+    assert f"{simulated}: simulated on " in text and "measured on" not in text
     assert summary["measuredIsSimulated"] is True
     assert summary["warnings"] == [warning]
     assert summary["values"] == 4
@@ -447,3 +458,21 @@ def test_against_after_the_plain_simulation_writes_its_own_folder(
     assert "cannot resume" in _refused([*into_plain, "--resume"])
     again = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "other")])
     assert again.exit_code == 0, again.output
+
+
+def test_piped_tables_are_never_cut_short(
+    measured: Path, tmp_path: Path, grids: list[dict[str, Any]]
+) -> None:
+    """Output to a pipe (CliRunner's is not a terminal): the TTFT phases table, wider than 100
+    columns, prints every value whole (loadgen.report.table_console), as table.txt has it."""
+    text, summary = _against(measured, tmp_path / "sim")
+    result = CliRunner().invoke(app, ["simulate", "kv-routing", "--out", str(tmp_path / "own")])
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output + text
+    points = json.loads((tmp_path / "own" / "kv-routing" / "summary.json").read_text())
+    prefill = points[0]["phases"]["phases"]["prefill"]
+    cell = f"{prefill['mean_ms']:,.1f} / {prefill['p99_ms']:,.1f}"
+    assert cell in result.output
+    phases_line = next(line for line in result.output.splitlines() if cell in line)
+    assert len(phases_line) > 100  # wider than the old piped width: it would have been cut
+    assert summary["phases"]
