@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -152,7 +153,29 @@ def check(
         limits = {c.name: c.memory_floor_quantity for c in plan.sizing.report.components}
         return validate_stack(name, candidate_raw(base, candidate, limits) | {"load": load_raw})
     except StackConfigError as exc:
-        return str(exc)
+        return refusal(exc, candidate)
+
+
+def refusal(exc: StackConfigError, candidate: Candidate) -> str:
+    """The checks' problems with ``candidate`` in one line, each under what the user can change
+    (the candidate's stack file does not exist): a worker group's key under the group
+    (``2 x TP1 prefill on gpu-24gb, 4 a GPU: gpuMemoryUtilization = 0.22: ...``), a load key
+    as the workload's (``--workload promptTokens``), any other under the cluster stack's key."""
+    parts = []
+    for p in exc.problems:
+        worker = re.fullmatch(r"topology\.workers\[(\d+)\]\.?(.*)", p.key)
+        if worker is not None and int(worker[1]) < len(candidate.groups):
+            where = candidate.groups[int(worker[1])].text()
+            where += f": {worker[2]}" if worker[2] else ""
+        elif p.key.startswith("load."):
+            where = f"--workload {p.key.removeprefix('load.')}"
+        elif p.key.startswith("topology."):
+            where = f"the candidate's {p.key.removeprefix('topology.')}"
+        else:
+            where = f"the cluster's {p.key}"
+        shown = "" if p.value is None else f" = {p.value!r}"
+        parts.append(f"{where}{shown}: {p.message}")
+    return "; ".join(" ".join(part.split()) for part in parts)
 
 
 def objective_value(figures: Figures, objective: Objective) -> float:

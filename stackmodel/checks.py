@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvpath.memory import memory_floor_bytes
 from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_nixl
@@ -40,6 +41,9 @@ from stackmodel.ucx import (
     moves_over_rdma,
 )
 from steptime.gpus import datasheet_memory_gb
+
+if TYPE_CHECKING:
+    from loadgen.config import LoadConfig
 
 _KV_ROLES = {
     "prefill": ("kv_producer", "kv_both"),
@@ -737,6 +741,40 @@ def _kv_tokens(plan: StackPlan) -> dict[str, int]:
     return out
 
 
+def prompt_length_problems(grid: LoadConfig, context: int) -> list[ConfigProblem]:
+    """The load settings' prompts must be shorter than the max model length ``context``
+    (tokens): a ``load.promptLengths`` value or ``load.promptTokens`` at or above it is one
+    problem (the longest), as vLLM refuses every such request."""
+    if grid.prompt_lengths and max(grid.prompt_lengths.values) >= context:
+        longest = max(grid.prompt_lengths.values)
+        return [  # as below, for the requests drawn at that length
+            ConfigProblem(
+                "load.promptLengths",
+                longest,
+                f"its longest value, {longest:,} tokens, is not below the max model length, "
+                f"{context:,} tokens: "
+                f"vLLM refuses every request drawn at it; lower it below "
+                f"{context - grid.max_tokens} or raise model.maxModelLen",
+            )
+        ]
+    prompt = grid.prompt_tokens
+    if prompt >= context:
+        # vLLM 0.31.0 vllm/entrypoints/serve/utils/api_utils.py get_max_tokens, lines 183-187:
+        # "Input length (...) exceeds model's maximum context length"; at the max model length
+        # itself no output token is left.
+        return [
+            ConfigProblem(
+                "load.promptTokens",
+                prompt,
+                f"not below the max model length, {context:,} tokens (model.maxModelLen, else "
+                "the model's max_position_embeddings): vLLM refuses every request of the grid; "
+                f"lower load.promptTokens below {context - grid.max_tokens} (room for "
+                "load.maxTokens) or raise model.maxModelLen",
+            )
+        ]
+    return []
+
+
 def context_problems(plan: StackPlan) -> list[ConfigProblem]:
     """Each vLLM worker's KV cache must hold one request of the max model length.
 
@@ -754,34 +792,10 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
     context = cfg.model.max_model_len or sizing.geometry.max_position_embeddings
     if context is None:
         return []
-    grid = cfg.load.grid()
-    if cfg.load.enabled and grid.prompt_lengths and max(grid.prompt_lengths.values) >= context:
-        longest = max(grid.prompt_lengths.values)
-        return [  # as below, for the requests drawn at that length
-            ConfigProblem(
-                "load.promptLengths",
-                longest,
-                f"its longest value, {longest:,} tokens, is not below the max model length, "
-                f"{context:,} tokens: "
-                f"vLLM refuses every request drawn at it; lower it below "
-                f"{context - grid.max_tokens} or raise model.maxModelLen",
-            )
-        ]
-    prompt = grid.prompt_tokens
-    if cfg.load.enabled and prompt >= context:
-        # vLLM 0.31.0 vllm/entrypoints/serve/utils/api_utils.py get_max_tokens, lines 183-187:
-        # "Input length (...) exceeds model's maximum context length"; at the max model length
-        # itself no output token is left.
-        return [
-            ConfigProblem(
-                "load.promptTokens",
-                prompt,
-                f"not below the max model length, {context:,} tokens (model.maxModelLen, else "
-                "the model's max_position_embeddings): vLLM refuses every request of the grid; "
-                f"lower load.promptTokens below {context - cfg.load.grid().max_tokens} (room for "
-                "load.maxTokens) or raise model.maxModelLen",
-            )
-        ]
+    if cfg.load.enabled:
+        too_long = prompt_length_problems(cfg.load.grid(), context)
+        if too_long:
+            return too_long
     short = {name: tokens for name, tokens in _kv_tokens(plan).items() if tokens < context}
     if not short:
         return []

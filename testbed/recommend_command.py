@@ -18,6 +18,7 @@ from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, fail
 if TYPE_CHECKING:
     from recommend.outputs import Inputs, Validations
     from recommend.search import Result
+    from recommend.space import Candidate
     from recommend.workload import Workload
 
 INPUTS = "Inputs"
@@ -31,7 +32,7 @@ def _cluster(
     stack: str | None, stack_file: Path | None, model: str | None
 ) -> tuple[str, dict[str, Any], Any]:
     """(name, raw config, validated config) of the cluster stack, ``model.name`` replaced by
-    ``model``; exits 2 on a bad stack or file."""
+    ``model`` (:func:`_with_model`); exits 2 on a bad stack or file."""
     from stackmodel.config import project_values
     from stackmodel.errors import StackConfigError
     from stackmodel.stacks import StackFileError, load_stack, stack_config
@@ -43,7 +44,7 @@ def _cluster(
         if stack is not None:
             name = stack
             base = project_values(stack_config(stack)[0])
-            load_stack(stack)  # the cluster stack itself passes the checks preview runs
+            cfg = load_stack(stack).cfg  # the cluster stack passes the checks preview runs
         else:
             assert stack_file is not None
             import yaml
@@ -54,16 +55,32 @@ def _cluster(
             if not isinstance(config, dict):
                 fail(f"--cluster-file {stack_file}: no `config:` mapping (a stack file)")
             base = project_values({k: v for k, v in config.items()})
-            validate_stack(name, base)
+            cfg = validate_stack(name, base).cfg
     except (FileNotFoundError, StackFileError, StackConfigError, OSError) as exc:
         fail(" ".join(str(exc).split()))
     if model is not None:
         base["model"] = {**(base.get("model") or {}), "name": model}
-    try:
-        cfg = validate_stack(name, {**base}).cfg
-    except StackConfigError as exc:
-        fail(f"--model {model}: " + " ".join(str(exc).split()))
+        cfg = _with_model(name, base, cfg, model)
     return name, base, cfg
+
+
+def _with_model(name: str, base: dict[str, Any], cfg: Any, model: str) -> Any:
+    """The cluster's validated config ``cfg`` with ``base``'s model (``--model``). The cluster
+    contributes its node classes, links and model, engine and platform settings; its own
+    workers and load are replaced by each candidate's and the workload's, so a problem under
+    ``topology`` or ``load`` (its workers too small for the model) is not the cluster's: each
+    candidate is checked with the model instead. Exits 2 on any other problem."""
+    from stackmodel.config import ModelConfig
+    from stackmodel.errors import StackConfigError
+    from stackmodel.validation import validate_stack
+
+    try:
+        return validate_stack(name, base).cfg
+    except StackConfigError as exc:
+        own = [p for p in exc.problems if not p.key.startswith(("topology", "load"))]
+        if own:
+            fail(f"--model {model}: " + "; ".join(" ".join(p.render().split()) for p in own))
+    return cfg.model_copy(update={"model": ModelConfig.model_validate(base["model"])})
 
 
 def _workload(text: str) -> Workload:
@@ -72,7 +89,7 @@ def _workload(text: str) -> Workload:
     (:func:`recommend.workload.replayed`); exits 2 on a bad one, naming the fix."""
     from pydantic import ValidationError
 
-    from loadgen.config import LoadConfig, error_message
+    from loadgen.config import Arrival, LoadConfig, error_message
     from recommend.workload import FOLDER_FILES, HINT, Workload, WorkloadError, replayed
     from testbed.load_command import read_load_settings
 
@@ -90,26 +107,67 @@ def _workload(text: str) -> Workload:
             f"--workload {path.parent}"
         )
     try:
-        load = LoadConfig.model_validate(read_load_settings(path))
+        settings = read_load_settings(path)
+        if not settings:
+            fail(
+                f"--workload {text}: no load settings (a stack file without a `load:` section, "
+                "or an empty file); give a file with a `load:` section or load settings, or "
+                "--workload seed"
+            )
+        load = LoadConfig.model_validate(settings)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         described = {f.alias: f.description for f in LoadConfig.model_fields.values()}
         what = described.get(str(first["loc"][0])) if first["loc"] else None
-        fail(f"--workload {text}: {where}: {error_message(first)}" + (f" ({what})" if what else ""))
+        fail(
+            f"--workload {text}: {where + ': ' if where else ''}{error_message(first)}"
+            + (f" ({what})" if what else "")
+        )
     except ValueError as exc:
         fail(f"--workload {text}: {exc}; {HINT}")
+    if load.request_rate is not None and load.arrival is not Arrival.POISSON:
+        typer.echo(
+            f"warning: --workload {text}: requestRate {load.request_rate:g} is ignored: the "
+            "closed loop (arrival: closed) searches the concurrency; a rate applies only with "
+            "arrival: poisson",
+            err=True,
+        )
     return Workload(load, text)
 
 
-def _fixes(items: list[str] | None) -> dict[str, str]:
+def _close(value: str, accepted: list[str]) -> str:
+    """``; did you mean X?`` for the accepted value ``value`` begins or resembles ('' if none)."""
+    import difflib
+
+    close = [a for a in accepted if value and a.startswith(value)][:1]
+    close = close or difflib.get_close_matches(value, accepted, n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _fixes(items: list[str] | None, space: list[Candidate]) -> dict[str, str]:
+    """``--fix`` KEY=VALUE items as knob -> value; exits 2 on an unknown key, a repeated one, or
+    a value no candidate of ``space`` (the whole search space) has, naming those accepted."""
     from recommend.space import FIX_KEYS
 
-    fixes = {}
+    fixes: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or key not in FIX_KEYS:
-            fail(f"--fix {item!r}: expected KEY=VALUE with KEY one of {', '.join(FIX_KEYS)}")
+            fail(
+                f"--fix {item!r}: expected KEY=VALUE with KEY one of {', '.join(FIX_KEYS)}"
+                + _close(key, list(FIX_KEYS))
+            )
+        if key in fixes:
+            fail(f"--fix {key}: given twice ({fixes[key]!r} and {value!r}); keep one")
+        accepted = sorted({c.knobs()[key] for c in space} - {""}, key=lambda v: (len(v), v))
+        if value not in accepted:
+            has = ", ".join(repr(a) for a in accepted) or "none set"
+            what = "; search a value with --batched-tokens" if key == "maxNumBatchedTokens" else ""
+            fail(
+                f"--fix {key}={value}: no candidate has it; this cluster's candidates have "
+                f"{key} {has}{what}{_close(value, accepted)}"
+            )
         fixes[key] = value
     return fixes
 
@@ -168,6 +226,32 @@ def _nearest(results: list[Result], top: int = 3) -> list[str]:
     return [line for _, line in sorted(lines)[:top]]
 
 
+def _refusals(results: list[Result], top: int = 5) -> list[str]:
+    """When none is near (every candidate refused): the refusals' distinct reasons, most
+    frequent first, each with its count."""
+    from collections import Counter
+
+    counts = Counter(r.reason for r in results if r.status == "refused")
+    lines = [f"{n} refused: {reason}" for reason, n in counts.most_common(top)]
+    if len(counts) > top:
+        lines.append(f"{len(counts) - top} more distinct reasons: candidates.json")
+    return lines
+
+
+def _check_lengths(cfg: Any, sent: Workload) -> None:
+    """Exit 2 when the workload's prompts reach the model's max model length (``maxModelLen``,
+    else the model's context): vLLM refuses every such request, on any candidate
+    (:func:`stackmodel.checks.prompt_length_problems`)."""
+    from stackmodel.checks import prompt_length_problems
+    from stackmodel.plan import model_geometry
+
+    context = cfg.model.max_model_len or model_geometry(cfg).max_position_embeddings
+    problems = prompt_length_problems(sent.load, context) if context else []
+    for p in problems[:1]:
+        key = p.key.removeprefix("load.")
+        fail(f"--workload {sent.source}: {key} = {p.value}: {p.message.replace(p.key, key)}")
+
+
 def recommend_command(
     cluster: Annotated[
         str | None,
@@ -202,7 +286,9 @@ def recommend_command(
     slo: Annotated[
         str,
         typer.Option(
-            help="The SLO, e.g. ttft_p99_ms=1000,itl_p99_ms=50 (ms).", rich_help_panel=INPUTS
+            help="The SLO, e.g. ttft_p99_ms=1000,itl_p99_ms=50 (ms); default: the workload's "
+            "slo (its load settings').",
+            rich_help_panel=INPUTS,
         ),
     ] = "",
     objective: Annotated[
@@ -304,9 +390,6 @@ def recommend_command(
     from testbed.slo_option import slo_of
     from testbed.stack_commands import under_project
 
-    target = slo_of(slo or None)
-    if target is None:
-        fail("--slo is required, e.g. --slo ttft_p99_ms=1000 (the search never relaxes it)")
     if validate_top:
         missing = missing_group(
             "sim", "--validate-top runs the real Dynamo routing", "testbed recommend ..."
@@ -323,17 +406,34 @@ def recommend_command(
             f"client; give 1 or more (default {MEASURED_PER_CLIENT})"
         )
     name, base, cfg = _cluster(cluster, cluster_file, model)
-    sent = dataclasses.replace(_workload(workload), per_client=per_client)
-    load = sent.load
-    fixes = _fixes(fix)
+    sent = _workload(workload)
+    target = slo_of(slo or None) or sent.load.slo
+    if target is None:
+        fail(
+            f"--slo is required: the workload ({workload}) sets no slo; give e.g. --slo "
+            "ttft_p99_ms=1000 (the search never relaxes it)"
+        )
+    # The SLO used travels with the workload's settings: what the outputs and emitted stacks read.
+    load = sent.load.model_copy(update={"slo": target})
+    sent = dataclasses.replace(sent, load=load, per_client=per_client)
     try:
         target.check_outputs(load.max_tokens)
         budgets = _int_list("batched-tokens", batched_tokens) or []
     except (SloError, ValueError) as exc:
         fail(str(exc))
+    for budget in budgets:
+        if budget <= 0:
+            fail(
+                f"--batched-tokens {batched_tokens}: {budget} is not a token budget; give "
+                "positive integers, e.g. --batched-tokens 2048,8192"
+            )
+    _check_lengths(cfg, sent)
+    everything = candidates(cfg, budgets, shared_prefix=load.prefix_tokens > 0)
+    fixes = _fixes(fix, everything)
     space = candidates(cfg, budgets, fixes, shared_prefix=load.prefix_tokens > 0)
     if not space:
-        fail("no candidate has every --fix value; drop one")
+        given = " ".join(f"--fix {k}={v}" for k, v in fixes.items())
+        fail(f"{given}: each value is some candidate's, but no candidate has them all; drop one")
     folder = (
         under_project(out, RECOMMEND_OUT / name)
         if out
@@ -344,7 +444,10 @@ def recommend_command(
         "cluster": name,
         "clusterConfig": base,
         "model": cfg.model.name,
-        "workload": sent.fingerprint(),
+        # the SLO is its own input (below), not the workload's
+        "workload": dataclasses.replace(
+            sent, load=load.model_copy(update={"slo": None})
+        ).fingerprint(),
         "slo": target.option(),
         "objective": chosen,
         "margin": margin,
@@ -359,6 +462,8 @@ def recommend_command(
     if store.note:
         typer.echo(store.note, err=True)
     typer.echo(f"workload: {describe(sent)}", err=True)
+    said = "--slo" if slo else f"the workload's slo, {workload}"
+    typer.echo(f"SLO: {target.describe()} (from {said})", err=True)
     problem = Problem(name, base, cfg, load, target, sent)
     try:
         with Progress(transient=True) as bar:
@@ -396,10 +501,12 @@ def recommend_command(
     if summary := validation_summary(results, first, inputs, validations):
         typer.echo(f"SIMULATED: {summary}")
     if first is None:
+        refused = all(r.status == "refused" for r in results)
+        said = "the checks refuse every candidate, for" if refused else "the nearest"
         typer.echo(
-            f"SIMULATED: no candidate meets the SLO ({target.describe()}); the nearest:", err=True
+            f"SIMULATED: no candidate meets the SLO ({target.describe()}); {said}:", err=True
         )
-        for line in _nearest(results):
+        for line in _refusals(results) if refused else _nearest(results):
             typer.echo(f"  {line}", err=True)
         typer.echo(f"wrote {folder}/ (candidates.json says what binds each)", err=True)
         raise typer.Exit(EXIT_NO_SUCCESS)

@@ -1,0 +1,241 @@
+"""`testbed recommend`'s inputs: ``--model`` on a cluster whose own workers cannot hold it, the
+SLO taken from the workload, ``--fix`` and ``--batched-tokens`` values, workload files the
+search cannot use. Each bad input is one line naming the option or key and a fix that is then
+accepted. Kept cheap: a tiny workload and a few candidates (``--fix``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.cli import main
+
+TINY = "prefixKinds: [2]\nconcurrency: [1]\nrequestsPerRun: 4\nmaxTokens: 8\n"
+"""A tiny closed-loop workload: 2,371-token prompts, 8 output tokens, 4 requests a run."""
+
+ONE_CLASS = [
+    *("--fix", "kind=aggregated", "--fix", "nodeClasses=gpu-24gb"),
+    *("--fix", "router=kv", "--fix", "kvEvents=true"),
+]
+"""The aggregated candidates on the 24 GB GPU alone with the KV router: 1 to 4 workers on it."""
+
+
+def _recommend(tmp_path: Path, *args: str, workload: str = TINY) -> int:
+    file = tmp_path / "load.yaml"
+    file.write_text(workload)
+    out = ["--out", str(tmp_path / "out"), "--jobs", "1", "--emit-stacks", "1"]
+    return main(["recommend", "--cluster", "kv-routing", "--workload", str(file), *out, *args])
+
+
+def _candidates(tmp_path: Path) -> list[dict[str, object]]:
+    candidates: list[dict[str, object]] = json.loads(
+        (tmp_path / "out" / "candidates.json").read_text()
+    )["candidates"]
+    return candidates
+
+
+def test_model_the_cluster_stacks_workers_cannot_hold_is_checked_per_candidate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kv-routing's own workers (0.22 of the 24 GB GPU) leave Qwen3-8B's 16.4 GB of weights no
+    KV cache; one worker at 0.9 of it holds them: ranked; 2 to 4 a GPU are refused, each under
+    its own group and share (no stack file of the candidate's)."""
+    code = _recommend(tmp_path, "--model", "Qwen/Qwen3-8B", "--slo", "ttft_p99_ms=5000", *ONE_CLASS)
+    assert code == 0, capsys.readouterr().err
+    by_status = {c["label"]: c for c in _candidates(tmp_path)}
+    assert by_status["1 x TP1 aggregated on gpu-24gb; router kv"]["status"] == "ranked"
+    refused = [c for c in by_status.values() if c["status"] == "refused"]
+    assert len(refused) == 3
+    shared = "2 x TP1 aggregated on gpu-24gb, 2 a GPU; router kv"
+    assert str(by_status[shared]["reason"]).startswith(
+        "2 x TP1 aggregated on gpu-24gb, 2 a GPU: gpuMemoryUtilization = 0.45: worker "
+        "'aggregated-0-0' on node class 'gpu-24gb' (GPU 24 GiB = 25,769,803,776 B) leaves no "
+        "memory for KV cache"
+    )
+    assert not any("stacks/Pulumi" in str(c["reason"]) for c in refused)
+
+
+def test_a_model_no_candidate_holds_prints_the_refusals_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _recommend(
+        tmp_path, "--model", "Qwen/Qwen3-32B", "--slo", "ttft_p99_ms=5000", *ONE_CLASS
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "the checks refuse every candidate, for:" in err
+    assert (
+        "  1 refused: 1 x TP1 aggregated on gpu-24gb: gpuMemoryUtilization = 0.9: worker "
+        "'aggregated-0-0' on node class 'gpu-24gb' (GPU 24 GiB = 25,769,803,776 B) leaves no "
+        "memory for KV cache: weights 65,524,246,528 B" in err
+    )
+    assert "the nearest" not in err
+
+
+SLO_WORKLOAD = TINY + "slo: {ttftP99Ms: 4000}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "used", "said"),
+    [
+        ((), "ttft_p99_ms=4000", "SLO: TTFT p99 <= 4,000 ms (from the workload's slo"),
+        (("--slo", "ttft_p99_ms=3000"), "ttft_p99_ms=3000", "TTFT p99 <= 3,000 ms (from --slo)"),
+    ],
+)
+def test_the_slo_defaults_to_the_workloads_and_slo_wins(
+    args: tuple[str, ...],
+    used: str,
+    said: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The SLO used is said, searched and carried by the emitted stack's load.slo."""
+    fix = ["--fix", "kind=aggregated", "--fix", "nodeClasses=gpu-8gb", "--fix", "tp=1"]
+    code = _recommend(tmp_path, *args, *fix, "--fix", "router=kv", workload=SLO_WORKLOAD)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert said in err
+    assert json.loads((tmp_path / "out" / "candidates.json").read_text())["slo"] == used
+    (stack,) = (tmp_path / "out").rglob("Pulumi.*.yaml")
+    load = yaml.safe_load(stack.read_text())["config"]["dynamo-testbed:load"]
+    assert load["slo"] == {"ttftP99Ms": float(used.split("=")[1])}
+
+
+def test_no_slo_anywhere_is_one_line_naming_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _recommend(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "--slo is required: the workload" in err and "sets no slo; give e.g. --slo" in err
+
+
+@pytest.mark.parametrize(
+    ("fix", "message"),
+    [
+        (
+            "kind=agg",
+            "--fix kind=agg: no candidate has it; this cluster's candidates have kind "
+            "'aggregated', 'disaggregated'; did you mean aggregated?",
+        ),
+        (
+            "router=rr",
+            "--fix router=rr: no candidate has it; this cluster's candidates have router 'kv', "
+            "'round-robin'",
+        ),
+        ("tp=3", "--fix tp=3: no candidate has it; this cluster's candidates have tp '1', '1,1'"),
+        (
+            "transport=rdma",
+            "--fix transport=rdma: no candidate has it; this cluster's candidates have transport "
+            "'GPU buffers over TCP', 'host buffers over TCP'",
+        ),
+        (
+            "maxNumBatchedTokens=abc",
+            "--fix maxNumBatchedTokens=abc: no candidate has it; this cluster's candidates have "
+            "maxNumBatchedTokens none set; search a value with --batched-tokens",
+        ),
+        ("knd=aggregated", "expected KEY=VALUE with KEY one of kind, router"),
+    ],
+)
+def test_a_fix_value_no_candidate_has_names_the_accepted_ones(
+    fix: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _recommend(tmp_path, "--slo", "ttft_p99_ms=500", "--fix", fix) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    if fix.startswith("knd"):
+        assert err.strip().endswith("did you mean kind?")
+
+
+def test_a_repeated_fix_key_names_both_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--slo", "ttft_p99_ms=500", "--fix", "kind=aggregated", "--fix", "kind=disaggregated"]
+    assert _recommend(tmp_path, *args) == 2
+    assert (
+        "--fix kind: given twice ('aggregated' and 'disaggregated'); keep one"
+        in capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize("budgets", ["0", "-5", "2048,0"])
+def test_batched_tokens_below_1_are_refused(
+    budgets: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--slo", "ttft_p99_ms=500", f"--batched-tokens={budgets}", *ONE_CLASS, "--fix", "tp=1"]
+    assert _recommend(tmp_path, *args) == 2
+    assert f"--batched-tokens {budgets}: " in capsys.readouterr().err
+
+
+def test_a_fix_on_a_batched_tokens_value_searched_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fix = [*ONE_CLASS, "--fix", "tp=1", "--fix", "maxNumBatchedTokens=512"]
+    code = _recommend(tmp_path, "--slo", "ttft_p99_ms=5000", "--batched-tokens", "512", *fix)
+    assert code in (0, 1), capsys.readouterr().err
+    labels = [str(c["label"]) for c in _candidates(tmp_path)]
+    assert labels and {label.split("; ")[-1] for label in labels} == {"max-num-batched-tokens 512"}
+
+
+def test_a_stack_file_without_a_load_section_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--slo", "ttft_p99_ms=500", "--out", str(tmp_path), *ONE_CLASS, "--fix", "tp=1"]
+    workload = ["--workload", "stacks/Pulumi.platform.yaml"]
+    code = main(["recommend", "--cluster", "kv-routing", *workload, *args])
+    assert code == 2
+    assert (
+        "--workload stacks/Pulumi.platform.yaml: no load settings (a stack file without a "
+        "`load:` section, or an empty file); give a file with a `load:` section or load "
+        "settings, or --workload seed" in capsys.readouterr().err
+    )
+
+
+def test_a_prompt_length_above_the_max_model_length_is_one_line_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kv-routing's maxModelLen is 8,192: a 20,000-token prompt length is refused before any
+    candidate is checked; the fix it names (below 8,192 - 8 output tokens) is accepted."""
+    lengths = "promptLengths: {values: [500, %d], weights: [0.5, 0.5]}\n"
+    fix = ["--fix", "kind=aggregated", "--fix", "nodeClasses=gpu-8gb", "--fix", "tp=1"]
+    code = _recommend(tmp_path, "--slo", "ttft_p99_ms=5000", *fix, workload=TINY + lengths % 20_000)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert (
+        "load.yaml: promptLengths = 20000: its longest value, 20,000 tokens, is not below the max "
+        "model length, 8,192 tokens: vLLM refuses every request drawn at it; lower it below 8184"
+        in err
+    )
+    assert not (tmp_path / "out").exists()
+    code = _recommend(
+        tmp_path,
+        "--slo",
+        "ttft_p99_ms=5000",
+        *fix,
+        "--fix",
+        "router=kv",
+        workload=TINY + lengths % 8_183,
+    )
+    assert code in (0, 1), capsys.readouterr().err
+
+
+def test_a_request_rate_in_a_closed_loop_is_warned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--slo", "ttft_p99_ms=500", "--fix", "kind=agg"]  # the bad --fix stops it after
+    assert _recommend(tmp_path, *args, workload=TINY + "requestRate: 4\n") == 2
+    assert (
+        "load.yaml: requestRate 4 is ignored: the closed loop (arrival: closed) searches the "
+        "concurrency; a rate applies only with arrival: poisson" in capsys.readouterr().err
+    )
+
+
+def test_a_model_level_workload_error_names_no_empty_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _recommend(tmp_path, workload="arrival: poisson\n") == 2
+    err = capsys.readouterr().err
+    assert "load.yaml: arrival 'poisson' needs requestRate (requests/s > 0)" in err
+    assert ": :" not in err
