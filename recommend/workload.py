@@ -238,7 +238,7 @@ def replayed(folder: Path) -> Workload:
             f"{source}: no result.json (the load settings it ran with); give a folder "
             "`testbed load` finished, or its settings as a YAML file"
         )
-    load = results.grid.config.model_copy(update={"slo": None})
+    load = results.grid.config  # its slo, if it ran with one, is the default --slo
     frame = results.requests
     needed = {"prompt_tokens", "completion_tokens", "intended_ns", "error_kind"}
     if frame.empty or not needed <= set(frame.columns):

@@ -150,6 +150,17 @@ def test_results_folder_is_replayed_each_request_at_its_own_length(tmp_path: Pat
     assert replayed(tmp_path / "cut").load.prefix_kinds == [2]
 
 
+def test_a_replayed_folder_keeps_the_slo_it_ran_with(tmp_path: Path) -> None:
+    """The folder's own load.slo comes with its settings: the default --slo, as a workload
+    file's is."""
+    slo = parse_slo("ttft_p99_ms=900")
+    load = LoadConfig(prefix_kinds=[2], concurrency=[2], repetitions=1, requests_per_run=4)
+    _results_folder(tmp_path / "judged", load.model_copy(update={"slo": slo}), [(400, 4)])
+    assert replayed(tmp_path / "judged").load.slo == slo
+    _results_folder(tmp_path / "unjudged", load, [(400, 4)])
+    assert replayed(tmp_path / "unjudged").load.slo is None
+
+
 def test_open_loop_folder_keeps_its_arrival_pattern_at_any_rate(tmp_path: Path) -> None:
     """An open-loop folder's due times are replayed in units of its mean gap: at 4 req/s the
     requests arrive every 0.25 s (the folder sent one every 0.5 s: 2 req/s)."""
