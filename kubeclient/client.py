@@ -6,12 +6,15 @@ current one), with a timeout on every call (:func:`api_client`).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 DEFAULT_KUBECONFIG = "~/.kube/config"  # kubectl's and the provider's default without $KUBECONFIG
@@ -80,3 +83,31 @@ def api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
     except (ConfigException, OSError, yaml.YAMLError, TypeError, KeyError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         raise KubeAccessError(message) from None
+
+
+def list_pods(
+    core: client.CoreV1Api,
+    namespace: str,
+    label_selector: str | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """``GET /api/v1/namespaces/{namespace}/pods?labelSelector=`` as the raw ``PodList`` JSON
+    (read as text, not into the client's models); ``timeout_s``: the call's
+    ``_request_timeout`` (None: :data:`REQUEST_TIMEOUT_S` through :func:`api_client`).
+
+    Raises KubeAccessError (one line): the list refused (``HTTP <status> <reason>``), the API
+    unreachable, or an answer that is not JSON.
+    """
+    try:
+        response = core.list_namespaced_pod(
+            namespace,
+            label_selector=label_selector,
+            _preload_content=False,
+            _request_timeout=timeout_s,
+        )
+        listed: dict[str, Any] = json.loads(response.data)
+    except ApiException as exc:
+        raise KubeAccessError(f"HTTP {exc.status} {exc.reason}") from None
+    except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+        raise KubeAccessError(" ".join(f"{type(exc).__name__}: {exc}".split())) from None
+    return listed

@@ -1,17 +1,13 @@
 """The addresses of a namespace's running pods that match a label selector, in name order:
-``GET /api/v1/namespaces/{ns}/pods?labelSelector=`` and each pod's ``status.podIP`` and
-``status.phase`` (read as raw JSON, only these fields; a pod not ``Running`` or without an IP
-yet is left out)."""
+``GET /api/v1/namespaces/{ns}/pods?labelSelector=`` (:func:`kubeclient.client.list_pods`) and
+each pod's ``status.podIP`` and ``status.phase`` (only these fields; a pod not ``Running`` or
+without an IP yet is left out)."""
 
 from __future__ import annotations
 
-import json
-
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from kubeclient.client import KubeAccessError, api_client
+from kubeclient.client import api_client, list_pods
 
 
 def running_pod_ips(
@@ -31,15 +27,7 @@ def running_pod_ips(
     core = client.CoreV1Api(api_client(kubeconfig, context))
     out = []
     for selector in selectors:
-        try:
-            response = core.list_namespaced_pod(
-                namespace, label_selector=selector, _preload_content=False
-            )
-            items = json.loads(response.data).get("items") or []
-        except ApiException as exc:
-            raise KubeAccessError(f"HTTP {exc.status} {exc.reason}") from None
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            raise KubeAccessError(" ".join(f"{type(exc).__name__}: {exc}".split())) from None
+        items = list_pods(core, namespace, selector).get("items") or []
         ips = []
         for pod in sorted(items, key=lambda p: p["metadata"]["name"]):
             status = pod.get("status") or {}

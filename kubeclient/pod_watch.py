@@ -23,7 +23,6 @@ Without access the watch is one warning (`GridObserver.warnings`) and the load r
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Unpack
@@ -32,7 +31,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from kubeclient.client import KubeAccessError, api_client
+from kubeclient.client import KubeAccessError, api_client, list_pods
 from kubeclient.reader import NamespaceReader, ReaderAccess
 from loadgen.incidents import Incident, IncidentKind
 from loadgen.observers import GridObserver
@@ -219,19 +218,8 @@ class PodWatch(NamespaceReader, GridObserver):
     def _list(self) -> str:
         """List the pods, record incidents against the last known states (first time: the
         baseline), return the list's resourceVersion. Raises KubeAccessError."""
-        assert self._api is not None
-        try:
-            response = self._api.list_namespaced_pod(
-                self.namespace,
-                label_selector=self.label_selector,
-                _preload_content=False,
-                _request_timeout=START_TIMEOUT_S,
-            )
-            listed = json.loads(response.data)
-        except ApiException as exc:
-            raise KubeAccessError(f"HTTP {exc.status} {exc.reason}") from None
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            raise KubeAccessError(" ".join(f"{type(exc).__name__}: {exc}".split())) from None
+        assert self._api is not None and self.namespace is not None
+        listed = list_pods(self._api, self.namespace, self.label_selector, START_TIMEOUT_S)
         now = datetime.now(UTC)
         seen = set()
         for pod in listed.get("items") or []:
