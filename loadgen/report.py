@@ -27,7 +27,13 @@ from loadgen.intervals import (
     PointComparison,
     RunsComparison,
 )
-from loadgen.results import WIDE_INTERVAL, GridResult, PointSummary, RunSummary
+from loadgen.results import (
+    WIDE_INTERVAL,
+    GridResult,
+    PointSummary,
+    RunSummary,
+    open_loop_load,
+)
 from loadgen.slo import OBJECTIVES
 from loadgen.stats import queue_large, short_of_offered
 
@@ -225,7 +231,7 @@ def concurrency_cell(point: PointSummary | None) -> str:
         return "-"
     if point.offered_rate_per_s is None:
         return str(point.concurrency)
-    return f"{point.offered_rate_per_s:g}/s, <={point.concurrency}"
+    return open_loop_load(point.offered_rate_per_s, point.concurrency)
 
 
 OPEN_LOOP_NOTE = (

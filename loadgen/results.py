@@ -469,6 +469,12 @@ class PointAttainment(BaseModel):
     intervals: dict[str, MetricInterval] = Field(default_factory=dict)
 
 
+def open_loop_load(rate: float, concurrency: int) -> str:
+    """An open loop's load as the tables write it: the offered rate (requests/s) and the most
+    in flight, ``8/s, <=32``."""
+    return f"{rate:g}/s, <={concurrency}"
+
+
 class PointSummary(BaseModel):
     """One grid point: the median over its repetitions of each run metric (as in the seed);
     `errors`, `samples`, `censored`, `remeasured` and the `cached_*` counts are sums over the

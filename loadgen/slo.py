@@ -61,6 +61,11 @@ def plain(value: float, grouped: bool = False) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def bound_text(key: str, bound_ms: float) -> str:
+    """One objective of an SLO in words: ``TTFT p99 <= 1,000 ms`` (`key` as `OBJECTIVES`)."""
+    return f"{OBJECTIVES[key]} <= {plain(bound_ms, grouped=True)} ms"
+
+
 def _ms(value: float) -> str:
     ms = f"{plain(value, grouped=True)} ms"
     return ms if value < 1000 else f"{ms} ({plain(value / 1000, grouped=True)} s)"
@@ -123,9 +128,7 @@ class Slo(BaseModel):
 
     def describe(self) -> str:
         """One line for tables and reports, e.g. `TTFT p99 <= 1,000 ms, ITL p99 <= 50 ms`."""
-        return ", ".join(
-            f"{OBJECTIVES[k]} <= {plain(v, grouped=True)} ms" for k, v in self.objectives().items()
-        )
+        return ", ".join(bound_text(k, v) for k, v in self.objectives().items())
 
     def option(self) -> str:
         """The `--slo` text that gives this SLO back, e.g. `ttft_p99_ms=1000,itl_p99_ms=50`."""

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from loadgen.config import LoadConfig
-from loadgen.slo import OBJECTIVES, Slo
+from loadgen.slo import OBJECTIVES, Slo, bound_text
 from recommend.claims import ratio, reason_line, trade, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
@@ -640,7 +640,7 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
                 k,
                 "x",
                 1e3 / objectives[k],
-                f"{_bound(k, objectives[k])}: >= {1e3 / objectives[k]:,.1f} tok/s per user",
+                f"{bound_text(k, objectives[k])}: >= {1e3 / objectives[k]:,.1f} tok/s per user",
             )
             for k in PER_USER_KEYS
             if k in objectives
@@ -653,7 +653,7 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
             x_label=per_gpu,
             y_label=f"{OBJECTIVES[k]} (ms) at the highest load meeting the SLO",
             xy={p.key: (p.per_gpu, v) for p in points if (v := p.p99_ms.get(k)) is not None},
-            lines=(SloLine(k, "y", objectives[k], _bound(k, objectives[k])),),
+            lines=(SloLine(k, "y", objectives[k], bound_text(k, objectives[k])),),
             band=("x", band_low, top) if top is not None and band_low is not None else None,
         )
         for k in LATENCY_KEYS
@@ -667,11 +667,6 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
     note = "" if points else f"no candidate met the SLO ({inputs.slo.describe()})"
     panels = tuple(_laid_out(panel, points) for panel in (pareto, *latency))
     return ChartData(points, panels, kinds, note)
-
-
-def _bound(key: str, bound: float) -> str:
-    """``TTFT p99 <= 2,000 ms``."""
-    return f"{OBJECTIVES[key]} <= {bound:,.6g} ms"
 
 
 def _chart(inputs: Inputs, data: ChartData) -> bytes:

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from loadgen.config import LoadConfig
+from loadgen.results import open_loop_load
 from loadgen.slo import OBJECTIVES, Slo
 from recommend.bounds import Bounds, bounds
 from recommend.load_search import (
@@ -51,6 +52,14 @@ OBJECTIVES_RANKED: tuple[Objective, ...] = ("goodput-per-gpu", "tokens-per-gpu",
 Status = Literal["ranked", "refused", "screened", "slo-not-met"]
 
 
+def load_text(concurrency: int, rate: float | None = None) -> str:
+    """A load as the search names it: ``32 clients``, or for an open loop the offered rate and
+    the most in flight (:func:`loadgen.results.open_loop_load`, ``8/s, <=32``)."""
+    if rate is None:
+        return f"{concurrency} client{'s' if concurrency != 1 else ''}"
+    return open_loop_load(rate, concurrency)
+
+
 @dataclass(frozen=True)
 class Figures:
     """A candidate at a load: the concurrency, the figures averaged over the workload's
@@ -68,11 +77,8 @@ class Figures:
     rate: float | None = None
 
     def load_text(self) -> str:
-        """The load as the project's tables give it: ``32 clients``, or for an open loop the
-        offered rate and the most in flight (``8/s, <=32``, ``loadgen.report.concurrency_cell``)."""
-        if self.rate is None:
-            return f"{self.concurrency} client{'s' if self.concurrency != 1 else ''}"
-        return f"{self.rate:g}/s, <={self.concurrency}"
+        """The load these figures were timed at (:func:`load_text`)."""
+        return load_text(self.concurrency, self.rate)
 
     @classmethod
     def of(cls, point: LoadPoint, gpus: int) -> Figures:

@@ -25,7 +25,7 @@ import pandas as pd
 from loadgen.goodput import evaluate_point, evaluate_run
 from loadgen.output import REQUESTS_FILE, records_from_frame
 from loadgen.slo import OBJECTIVES, Slo, plain
-from recommend.search import Problem, Result, cluster_gpus, stack_name
+from recommend.search import Problem, Result, cluster_gpus, load_text, stack_name
 from simulator.simulate import simulate_stacks
 
 
@@ -65,12 +65,9 @@ class Validation:
             for k, v in self.p99_ms.items()
             if v is not None
         )
-        load = f"{self.concurrency} clients"
-        if self.rate is not None:
-            load = f"{self.rate:g}/s, <={self.concurrency}"
         return (
-            f"{self.key} at {load} with the real Dynamo routing: SLO "
-            f"{'holds' if self.holds else 'does not hold'}; {p99}; goodput "
+            f"{self.key} at {load_text(self.concurrency, self.rate)} with the real Dynamo "
+            f"routing: SLO {'holds' if self.holds else 'does not hold'}; {p99}; goodput "
             f"{self.goodput_tokens_per_s_per_gpu:,.0f} tok/s per GPU (stand-in "
             f"{self.stand_in_goodput_tokens_per_s_per_gpu:,.0f})"
         )
