@@ -257,9 +257,13 @@ def candidates(
         Candidate(c.groups, c.router, c.kv_events, c.transport, c.max_batched_tokens, f"c{i:03d}")
         for i, c in enumerate(out)
     ]
-    if fixes:
-        keyed = [c for c in keyed if all(c.knobs().get(k) == v for k, v in fixes.items())]
-    return keyed
+    return with_fixes(keyed, fixes) if fixes else keyed
+
+
+def with_fixes(space: Sequence[Candidate], fixes: Mapping[str, str]) -> list[Candidate]:
+    """The candidates of ``space`` with every ``--fix`` knob -> value of ``fixes``
+    (:meth:`Candidate.knobs`), their keys kept."""
+    return [c for c in space if all(c.knobs().get(k) == v for k, v in fixes.items())]
 
 
 FIX_KEYS = tuple(Candidate(groups=()).knobs())

@@ -75,8 +75,24 @@ class PhaseValue(BaseModel):
     uncounted: str | None = None
 
 
-def _label(point: PointSummary) -> str:
+def point_label(point: PointSummary) -> str:
+    """A grid point as the phase tables name it: ``K=2 c=4``."""
     return f"K={point.prefix_kinds} c={point.concurrency}"
+
+
+def paired_points(
+    measured_points: Sequence[PointSummary], simulated: Sequence[PointSummary]
+) -> list[tuple[PointSummary, PointSummary]]:
+    """Each measured grid point with the simulated one of the same prefix kinds and
+    concurrency, where both sides split TTFT into phases (points missing on either side are
+    left out), in the measured order."""
+    by_point = {(p.prefix_kinds, p.concurrency): p for p in simulated}
+    pairs = []
+    for m in measured_points:
+        s = by_point.get((m.prefix_kinds, m.concurrency))
+        if s is not None and m.phases is not None and s.phases is not None:
+            pairs.append((m, s))
+    return pairs
 
 
 def _value(
@@ -127,13 +143,11 @@ def score_phases(
     folder: str, measured_points: Sequence[PointSummary], simulated: Sequence[PointSummary]
 ) -> list[PhaseValue]:
     """:func:`compare_phases` of each measured grid point of ``folder`` that both sides split
-    into phases (points missing on either side are left out)."""
-    by_point = {(p.prefix_kinds, p.concurrency): p for p in simulated}
+    into phases (:func:`paired_points`)."""
     out = []
-    for m in measured_points:
-        s = by_point.get((m.prefix_kinds, m.concurrency))
-        if s is not None and m.phases is not None and s.phases is not None:
-            out += compare_phases(folder, m.phases, s.phases, _label(m))
+    for m, s in paired_points(measured_points, simulated):
+        assert m.phases is not None and s.phases is not None
+        out += compare_phases(folder, m.phases, s.phases, point_label(m))
     return out
 
 

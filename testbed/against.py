@@ -23,7 +23,15 @@ from loadgen.results import PointSummary
 from loadgen.results_folder import load_results
 from simulator.calibration_fit import METRICS, WITHIN, within_count
 from simulator.folder_labels import folder_labels
-from simulator.phase_scores import AGREE_MS, BELOW_FLOOR, NOT_MODELLED, PhaseValue, worker_loads
+from simulator.phase_scores import (
+    AGREE_MS,
+    BELOW_FLOOR,
+    NOT_MODELLED,
+    PhaseValue,
+    paired_points,
+    point_label,
+    worker_loads,
+)
 from steptime.calibration_profile import ScoredValue
 
 AGAINST_DIR = "against"
@@ -174,20 +182,14 @@ def point_workers(
     """Per measured grid point that both sides split into phases, the requests each worker
     served by role, most first (:func:`simulator.phase_scores.worker_loads`), measured and
     simulated: the router's balance compared worker by worker, by rank, not by id."""
-    by_point = {(p.prefix_kinds, p.concurrency): p for p in simulated}
-    out = []
-    for m in measured:
-        s = by_point.get((m.prefix_kinds, m.concurrency))
-        if s is None or m.phases is None or s.phases is None:
-            continue
-        out.append(
-            {
-                "point": f"K={m.prefix_kinds} c={m.concurrency}",
-                "measured": worker_loads(m.phases),
-                "simulated": worker_loads(s.phases),
-            }
-        )
-    return out
+    return [
+        {
+            "point": point_label(m),
+            "measured": worker_loads(m.phases),
+            "simulated": worker_loads(s.phases),
+        }
+        for m, s in paired_points(measured, simulated)
+    ]
 
 
 def loads_line(point: dict[str, Any]) -> str:

@@ -382,7 +382,7 @@ def recommend_command(
     )
     from recommend.resume import ResumeError, TimedStore
     from recommend.search import OBJECTIVES_RANKED, Problem, cluster_gpus, search
-    from recommend.space import candidates
+    from recommend.space import candidates, with_fixes
     from recommend.validate import validate
     from recommend.workload import MEASURED_PER_CLIENT, describe
     from testbed.console import _int_list
@@ -430,7 +430,7 @@ def recommend_command(
     _check_lengths(cfg, sent)
     everything = candidates(cfg, budgets, shared_prefix=load.prefix_tokens > 0)
     fixes = _fixes(fix, everything)
-    space = candidates(cfg, budgets, fixes, shared_prefix=load.prefix_tokens > 0)
+    space = with_fixes(everything, fixes)
     if not space:
         given = " ".join(f"--fix {k}={v}" for k, v in fixes.items())
         fail(f"{given}: each value is some candidate's, but no candidate has them all; drop one")
