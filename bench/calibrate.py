@@ -47,8 +47,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from loadgen.config import LoadConfig
-from loadgen.results import GridResult, PointSummary
+from measurement.results import GridResult, PointSummary
 from simulator.calibration import CONSTANTS, FITTED, FITTED_STEP
 from simulator.calibration_fit import BOUNDS as FIT_BOUNDS
 from simulator.retime import retime_grid
@@ -60,6 +59,7 @@ from stackmodel.plan import StackPlan
 from stackmodel.stacks import load_stack
 from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
+from workload.config import LoadConfig
 
 STACK = "kv-routing"
 SCORED = "disagg-same-node"
@@ -169,7 +169,7 @@ def main() -> None:
 
 def speed(out: Path, *, reuse: bool) -> None:
     """``--speed`` (the module docstring)."""
-    from loadgen.results_folder import STACK_FILE
+    from outputs.folder_reader import STACK_FILE
     from simulator.hardware import stack_constants
     from simulator.retime import write_timed
     from steptime.calibration_profile import CalibrationProfile

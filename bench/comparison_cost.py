@@ -1,7 +1,7 @@
 """What the intervals and verdicts add to a seed-grid comparison (the goal: at most 1 s).
 
 Two sides of the seed's grid (4 prefix kinds x 2 concurrencies x 3 repetitions of 100
-requests, `loadgen.stats.summarize_run` on synthetic closed-loop records), then, in a fresh
+requests, `measurement.stats.summarize_run` on synthetic closed-loop records), then, in a fresh
 interpreter each so that the one-time import of scipy.stats is counted:
 
 - `summarize_point` of every point of both sides (the per-metric intervals of summary.json),
@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, math, random, sys, time
 sys.path.insert(0, {repo!r})
-from loadgen.request import RequestRecord
-from loadgen.stats import summarize_run
+from measurement.record import RequestRecord
+from measurement.stats import summarize_run
 MS = 1_000_000
 
 def records(rng, shift):
@@ -50,8 +50,8 @@ sides = [[summarize_run(records(rng, shift), prefix_kinds=k, concurrency=c, repe
           for k in (2, 7, 12, 24) for c in (4, 8) for r in range(3)] for shift in (0, 50)]
 start, cpu = time.perf_counter(), time.process_time()
 if {full}:
-    from loadgen.intervals import ab_comparisons
-    from loadgen.stats import summarize_point
+    from measurement.intervals import ab_comparisons
+    from measurement.stats import summarize_point
     points = [[summarize_point([s for s in runs if (s.prefix_kinds, s.concurrency) == (k, c)])
                for k in (2, 7, 12, 24) for c in (4, 8)] for runs in sides]
     found = ab_comparisons(*points)

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from loadgen.output import REQUESTS_FILE
-from loadgen.results import GridResult
+from measurement.results import GridResult
+from outputs.folder_writer import REQUESTS_FILE
 from simulator.retime import retime_grid
 from simulator.routing import ROUTING_DIR, ROUTING_SPEEDUP, graph_spec, routing_run
 from simulator.simulate import simulation_load

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadgen.results import GridResult
+from measurement.results import GridResult
 from simulator.routing import ROUTING_DIR
 from simulator.seed import seed_accuracy_note
 

@@ -25,9 +25,9 @@ import typer
 
 from incluster.sources import GRID_FILE, pod_files
 from incluster.wire import parse_log
-from loadgen.config import LoadConfig
-from loadgen.stats import percentile
+from measurement.stats import percentile
 from simulator.model_dir import make_model_dir
+from workload.config import LoadConfig
 
 
 def _pod_run(url: str, concurrency: int, n: int, work: Path) -> tuple[float, int, str]:

@@ -45,13 +45,14 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen.api import API_PATHS, request_body
-from loadgen.config import Api, LoadConfig
 from loadgen.lag import LagMonitor
-from loadgen.loops import Share, ShareResult, Warmup, run_share
-from loadgen.request import RequestRecord
-from loadgen.stats import percentile, queue_ms, ttft_ms
+from loadgen.loops import Share, ShareResult, run_share
 from loadgen.workers import auto_workers, run_in_workers, split_share
+from measurement.client_cost import Warmup
+from measurement.record import RequestRecord
+from measurement.stats import percentile, queue_ms, ttft_ms
 from simulator.model_dir import make_model_dir
+from workload.config import Api, LoadConfig
 
 TOKENS = 16
 SLOW_MS = 50

@@ -44,8 +44,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from loadgen.config import LoadConfig
-from loadgen.slo import Slo, parse_slo
 from recommend.claims import DEFAULT_MARGIN, first_ranked, ratio, reason_line, verdict
 from recommend.load_search import LoadRunner
 from recommend.search import Problem, Result, search
@@ -56,6 +54,8 @@ from simulator.seed import SEED_SAME_NODE, within
 from stackmodel.config import StackConfig, project_values
 from stackmodel.published import DYNAMO_LLAMA_70B, DYNAMO_LLAMA_70B_ONE_NODE, PublishedPair
 from stackmodel.stacks import load_stack, stack_config
+from workload.config import LoadConfig
+from workload.slo import Slo, parse_slo
 
 
 def _cpu_s() -> float:

@@ -8,7 +8,7 @@ own writer, then for each library: the time to read both folders and write the r
 CPU time it took (best of `--repeat`, in this process, imports done before: the CPU time is what
 a shared machine's load does not inflate), the HTML's size, and, when Chromium is
 installed (Debian's `chromium`), the time from opening the file to every figure drawn.
-The figures are the same `loadgen.figures` data for both libraries. Prints the load average
+The figures are the same `outputs.figures` data for both libraries. Prints the load average
 beside the numbers: the machine is shared. This is a measurement script: nothing here asserts.
 """
 
@@ -28,15 +28,16 @@ from plotly.subplots import make_subplots
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.config import LoadConfig
-from loadgen.figures import Figure, report_figures
-from loadgen.html_report import FAILURE_COLOR, PALETTE, write_report
-from loadgen.incidents import Incident, RunWindow, placed
-from loadgen.output import MeasuredRun, ResultsFolder, grid_settings, records_frame
-from loadgen.request import ErrorKind, RequestRecord
-from loadgen.results import GridResult
-from loadgen.results_folder import LoadedResults, load_results
-from loadgen.stats import summarize_point, summarize_run
+from measurement.errors import ErrorKind
+from measurement.incidents import Incident, RunWindow, placed
+from measurement.record import RequestRecord
+from measurement.results import GridResult
+from measurement.stats import summarize_point, summarize_run
+from outputs.figures import Figure, report_figures
+from outputs.folder_reader import LoadedResults, load_results
+from outputs.folder_writer import MeasuredRun, ResultsFolder, grid_settings, records_frame
+from outputs.html_report import FAILURE_COLOR, PALETTE, write_report
+from workload.config import LoadConfig
 
 SEED_KINDS = (2, 7, 12, 24)
 SEED_CONCURRENCY = (4, 8)

@@ -36,7 +36,7 @@ import pandas as pd
 
 from configkeys.key_paths import parse_settings
 from kvpath.memory import HOST_BASE_BYTES
-from loadgen.results import GridResult, PointSummary
+from measurement.results import GridResult, PointSummary
 from simulator.calibration import CONSTANTS
 from simulator.retime import write_timed
 from simulator.routing import ROUTING_DIR, ROUTING_SPEEDUP, graph_spec, routing_run

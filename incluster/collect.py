@@ -1,6 +1,6 @@
 """The workstation side of an in-cluster run: the pods' logs (:mod:`incluster.wire`) turned into
-loadgen's results folder and :class:`loadgen.results.GridResult`, exactly as ``testbed load``
-writes them (:class:`loadgen.output.ResultsFolder`, :func:`loadgen.runner.grid_result`).
+loadgen's results folder and :class:`measurement.results.GridResult`, exactly as ``testbed load``
+writes them (:class:`outputs.folder_writer.ResultsFolder`, :func:`loadgen.runner.grid_result`).
 
 A run's records from its N clients merge at the record level (:meth:`loadgen.loops.ShareResult.
 merge`, as worker processes' do) after each client's times are moved onto client 0's clock by
@@ -16,14 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from incluster.wire import ShardLog, parse_log, shifted
-from loadgen.config import Arrival, LoadConfig
-from loadgen.loops import ShareResult, Warmup
-from loadgen.output import MeasuredRun, PromptSizing, ResultsFolder, grid_settings, read_result
+from loadgen.loops import ShareResult
 from loadgen.plan import grid_keys
-from loadgen.results import GridResult, Readiness, ServerRunMetrics
 from loadgen.runner import grid_result, measured_run
 from loadgen.server_metrics import with_server
-from loadgen.stats import client_budget_warning
+from measurement.client_cost import Warmup
+from measurement.results import GridResult, Readiness, ServerRunMetrics
+from measurement.stats import client_budget_warning
+from outputs.folder_writer import (
+    MeasuredRun,
+    PromptSizing,
+    ResultsFolder,
+    grid_settings,
+    read_result,
+)
+from workload.config import Arrival, LoadConfig
 
 
 @dataclass
@@ -110,7 +117,7 @@ def collect(
 ) -> Collected:
     """Parse every pod's log (by pod name), merge the runs all ``clients`` finished, and write
     them to ``run_dir`` beside the runs it holds already (a resumed grid's:
-    :class:`loadgen.output.ResultsFolder` with ``resume=True``; the grid's settings name the
+    :class:`outputs.folder_writer.ResultsFolder` with ``resume=True``; the grid's settings name the
     in-cluster ``url``, no tokenizer: the pods size prompts by calibration)."""
     parsed = {pod: parse_log(text.splitlines()) for pod, text in logs.items()}
     by_shard: dict[int, tuple[str, ShardLog]] = {}
@@ -159,12 +166,12 @@ def collect(
 def finished_runs(
     run_dir: Path, url: str, model: str, config: LoadConfig
 ) -> tuple[list[tuple[int, int, int]], PromptSizing | None]:
-    """What a resumed results folder holds already (:class:`loadgen.output.ResultsFolder`,
+    """What a resumed results folder holds already (:class:`outputs.folder_writer.ResultsFolder`,
     ``resume=True``): its complete runs' keys, and how they sized prompts (None: no run, or
     sized by a tokenizer, which the pods do not have: then nothing is skipped).
 
     Raises:
-        loadgen.output.ResumeError: its runs were measured with other settings.
+        outputs.folder_writer.ResumeError: its runs were measured with other settings.
     """
     folder = ResultsFolder(run_dir, grid_settings(url, model, config, None), resume=True)
     sizing = folder.sizing()

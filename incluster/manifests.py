@@ -88,7 +88,7 @@ class LoadJob(BaseModel):
         image: the stack's runtime image (the nodes have pulled it already).
         url: the frontend's in-cluster base URL, e.g. ``http://testbed-frontend.ns.svc:8000``.
         model: served model name.
-        grid_json: the :class:`loadgen.config.LoadConfig` as JSON.
+        grid_json: the :class:`workload.config.LoadConfig` as JSON.
         clients: pods that split each run (``load.clients``).
         deadline_s: the step's deadline, seconds.
         model_wait_s: the pods' wait for the model and the readiness gate, seconds.

@@ -27,8 +27,7 @@ from datetime import UTC, datetime
 from incluster import wire
 from incluster.barrier import PORT, Barrier, BarrierBroken
 from loadgen.api import base_url
-from loadgen.config import Arrival, LoadConfig
-from loadgen.loops import Share, Warmup, run_share
+from loadgen.loops import Share, run_share
 from loadgen.plan import calibrate_word_sizer, grid_keys, run_label, share_for_run
 from loadgen.prompts import WordSizer
 from loadgen.readiness import (
@@ -40,6 +39,8 @@ from loadgen.readiness import (
 )
 from loadgen.server_metrics import ServerMetrics
 from loadgen.workers import split_share
+from measurement.client_cost import Warmup
+from workload.config import Arrival, LoadConfig
 
 
 def shard(share: Share, clients: int, index: int) -> Share:

@@ -36,9 +36,9 @@ from incluster.manifests import (
 from incluster.probe import figures_from_log
 from incluster.sources import pod_files
 from kubeclient.client import KubeAccessError, api_client
-from loadgen.config import LoadConfig
-from loadgen.output import read_result
-from loadgen.results import GridResult
+from measurement.results import GridResult
+from outputs.folder_writer import read_result
+from workload.config import LoadConfig
 
 API_ERRORS = (ApiException, HTTPError)
 """What a call to the API raises when it answers with an error or cannot be reached."""

@@ -20,9 +20,6 @@ POD_MODULES = (
     "incluster/wire.py",
     "loadgen/__init__.py",
     "loadgen/api.py",
-    "loadgen/config.py",
-    "loadgen/errors.py",
-    "loadgen/incidents.py",
     "loadgen/lag.py",
     "loadgen/loops.py",
     "loadgen/observers.py",
@@ -31,12 +28,19 @@ POD_MODULES = (
     "loadgen/prompts.py",
     "loadgen/readiness.py",
     "loadgen/request.py",
-    "loadgen/results.py",
     "loadgen/server_metrics.py",
-    "loadgen/slo.py",
     "loadgen/sse.py",
     "loadgen/worker_metrics.py",
     "loadgen/workers.py",
+    "measurement/__init__.py",
+    "measurement/client_cost.py",
+    "measurement/errors.py",
+    "measurement/incidents.py",
+    "measurement/record.py",
+    "measurement/results.py",
+    "workload/__init__.py",
+    "workload/config.py",
+    "workload/slo.py",
 )
 """Every module ``python -m incluster.pod`` imports from this project (a test checks the list
 against the modules it actually loads)."""
@@ -45,7 +49,7 @@ MOUNT_PATH = "/opt/testbed"
 """Where the ConfigMap is mounted in the pod (read-only); ``PYTHONPATH`` points here."""
 
 GRID_FILE = "grid.json"
-"""The grid (:class:`loadgen.config.LoadConfig` as JSON) beside the sources."""
+"""The grid (:class:`workload.config.LoadConfig` as JSON) beside the sources."""
 
 CONFIGMAP_LIMIT_BYTES = 1_048_576
 """A ConfigMap's data may not exceed 1 MiB (Kubernetes docs, "ConfigMaps": "The data stored

@@ -20,14 +20,14 @@ Lines (``"tb"`` names the kind; any other line, e.g. a Python warning, is kept a
   clock can be seconds off: :func:`incluster.collect.merged_run`);
 - ``sizing``: how prompts were sized (shard 0 calibrates; every shard uses its answer);
 - ``readiness``: shard 0's readiness gate (:class:`loadgen.readiness.Readiness`);
-- ``record``: one :class:`loadgen.request.RequestRecord` of a run, every field as it is, but
+- ``record``: one :class:`measurement.record.RequestRecord` of a run, every field as it is, but
   ``token_ns`` as its first time and the gaps after it, and the server's own fields
   (``FRONTEND_FIELDS``) as one list ``nv``, null when the server sent none (:func:`record_line`);
 - ``run``: a shard finished run ``key``: its record count, start, the barrier's release of the
   measured loops (``met_ns``: the instant the merge aligns the shards on), CPU, loop lags and
   warm-up; written after the run's records, so a run with its ``run`` line is complete;
 - ``server``: what the server's ``/metrics`` measured during run ``key`` (shard 0:
-  :class:`loadgen.results.ServerRunMetrics`);
+  :class:`measurement.results.ServerRunMetrics`);
 - ``warning``: a warning of the grid (e.g. no ``/metrics`` on the server);
 - ``failure``: why the shard stopped before the grid ended.
 """
@@ -43,8 +43,10 @@ from typing import Any
 
 import orjson
 
-from loadgen.loops import ShareResult, Warmup
-from loadgen.request import FRONTEND_FIELDS, UNKEPT_FIELDS, ErrorKind, RequestRecord
+from loadgen.loops import ShareResult
+from measurement.client_cost import Warmup
+from measurement.errors import ErrorKind
+from measurement.record import FRONTEND_FIELDS, UNKEPT_FIELDS, RequestRecord
 
 _FIELDS = tuple(
     f.name

@@ -5,7 +5,7 @@ are not incidents), then watches them with the official `kubernetes` client's wa
 background thread, resuming from the last `resourceVersion` it saw whenever a watch request
 ends (the server's `timeoutSeconds`, a dropped connection), and listing again when that version
 has expired (410 Gone), so no change is lost. Each change becomes an `Incident`
-(`loadgen.incidents`, source "kubernetes"):
+(`measurement.incidents`, source "kubernetes"):
 
 - `terminated`: a container ended (its `state.terminated`, or the `lastState.terminated` a
   restart leaves): reason and exit code, e.g. OOMKilled / 137, Error / 1;
@@ -33,8 +33,8 @@ from kubernetes.client.rest import ApiException
 
 from kubeclient.client import KubeAccessError, api_client, list_pods
 from kubeclient.reader import NamespaceReader, ReaderAccess
-from loadgen.incidents import Incident, IncidentKind
 from loadgen.observers import GridObserver
+from measurement.incidents import Incident, IncidentKind
 
 WATCH_WINDOW_S = 5  # timeoutSeconds of one watch request: how often the thread checks for stop
 

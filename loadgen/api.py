@@ -4,14 +4,14 @@ error messages cut to one line. Shared by the runner and the readiness gate."""
 import json
 import urllib.parse
 
-from loadgen.config import Api
+from workload.config import Api
 
 # Relative to `base_url(url)`, so a path prefix in the URL (e.g. behind a proxy) is kept.
 API_PATHS = {Api.CHAT: "v1/chat/completions", Api.COMPLETIONS: "v1/completions"}
 ERROR_MESSAGE_CHARS = 300  # error samples are cut here: an HTML error page is not a message
 SERVER_FIELDS = {"extra_fields": ["timing", "worker_id"]}
 """`nvext` of every request: a Dynamo frontend then returns, per request, its own timing and
-the ids of the workers that served it (`loadgen.request.RequestRecord`; Dynamo 1.6
+the ids of the workers that served it (`measurement.record.RequestRecord`; Dynamo 1.6
 `lib/llm/src/protocols/openai/nvext.rs`, `extra_fields`). Other servers ignore the field: vLLM's
 request models allow extra fields and log them at debug level
 (`vllm/entrypoints/openai/engine/protocol.py`, `OpenAIBaseModel`)."""

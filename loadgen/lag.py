@@ -11,9 +11,6 @@ import time
 from types import TracebackType
 
 LAG_TICK_S = 0.005
-# The client's TTFT error budget at p99 is 5 ms (docs/loadgen.md, "Performance"); a loop that
-# wakes more than that late at its p99 can alone use up the budget, so the run gets a warning.
-LAG_WARN_P99_MS = 5.0
 
 
 class LagMonitor:
@@ -49,17 +46,3 @@ class LagMonitor:
         assert self._task is not None
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
-
-
-def lag_warning(
-    p99_ms: float | None, max_ms: float | None, threshold_ms: float = LAG_WARN_P99_MS
-) -> str | None:
-    """A warning when the loop lag's p99 (ms) exceeds `threshold_ms` (default 5 ms, the TTFT
-    p99 error budget), else None (also when there were no ticks: `p99_ms` None)."""
-    if p99_ms is None or p99_ms <= threshold_ms:
-        return None
-    return (
-        f"the client's event loop woke {p99_ms:.1f} ms late at p99 (max {max_ms or p99_ms:.1f} "
-        f"ms; warning above {threshold_ms:g} ms): timestamps are read late by up to that much, "
-        "so TTFT and ITL are inflated; use more worker processes or fewer streams per process"
-    )

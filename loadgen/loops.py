@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from loadgen.config import Arrival, LoadConfig
 from loadgen.lag import LagMonitor
-from loadgen.request import RequestRecord, stream_request, timing_trace
+from loadgen.request import stream_request, timing_trace
+from measurement.client_cost import Warmup
+from measurement.record import RequestRecord
+from workload.config import Arrival, LoadConfig
 
 OnDone = Callable[[RequestRecord], None]
 RETRY_AFTER_MAX_S = 10.0  # the longest a closed-loop stream waits on one Retry-After
@@ -157,34 +159,6 @@ class Share:
     bodies: list[bytes]
     records: list[RequestRecord]
     arrival_seed: str
-
-
-@dataclass
-class Warmup:
-    """What a warm-up showed about the client's own cost: `requests` sent, the CPU time (s,
-    user + system, all threads of the process(es)) they took, and their mean E2E latency (s;
-    None when none succeeded). Merged over worker processes by `merge`."""
-
-    requests: int
-    cpu_s: float
-    e2e_mean_s: float | None
-
-    @property
-    def cpu_ms_per_request(self) -> float | None:
-        """Client CPU per warm-up request (ms); None without requests."""
-        return self.cpu_s * 1e3 / self.requests if self.requests else None
-
-    @staticmethod
-    def merge(parts: Sequence["Warmup"]) -> "Warmup":
-        """Requests and CPU summed, E2E averaged over the requests."""
-        requests = sum(p.requests for p in parts)
-        timed = [(p.e2e_mean_s, p.requests) for p in parts if p.e2e_mean_s is not None]
-        weight = sum(n for _, n in timed)
-        return Warmup(
-            requests=requests,
-            cpu_s=sum(p.cpu_s for p in parts),
-            e2e_mean_s=sum(e * n for e, n in timed) / weight if weight else None,
-        )
 
 
 Ready = Callable[[Warmup], Awaitable[None]]

@@ -9,8 +9,8 @@ Kubernetes pod watch (`kubeclient.pod_watch`), the processes of a local graph
 are context managers); the runner only calls these hooks.
 """
 
-from loadgen.incidents import Incident
-from loadgen.results import RunSummary
+from measurement.incidents import Incident
+from measurement.results import RunSummary
 
 
 class GridObserver:

@@ -10,7 +10,7 @@ content-bearing chunk. `RequestRecord.completion_tokens_from` says which; the ru
 
 from collections.abc import Callable, Sequence
 
-from loadgen.request import RequestRecord
+from measurement.record import RequestRecord
 
 CHUNKS = "content chunks"
 """`completion_tokens_from` of a request counted one token per content-bearing chunk."""

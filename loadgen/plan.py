@@ -10,10 +10,11 @@ import itertools
 import time
 
 from loadgen.api import API_PATHS, request_body, short_message
-from loadgen.config import LoadConfig
 from loadgen.loops import Share, make_client
 from loadgen.prompts import PromptCache, TextSizer, WordSizer, build_prompts, calibration_texts
-from loadgen.request import RequestRecord, stream_request
+from loadgen.request import stream_request
+from measurement.record import RequestRecord
+from workload.config import LoadConfig
 
 
 def grid_keys(config: LoadConfig) -> list[tuple[int, int, int]]:

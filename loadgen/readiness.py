@@ -19,10 +19,11 @@ from types import SimpleNamespace
 import aiohttp
 
 from loadgen.api import API_PATHS, request_body, short_message
-from loadgen.config import LoadConfig, ReadyCheck
 from loadgen.loops import make_client
-from loadgen.request import RequestRecord, stream_request
-from loadgen.results import Readiness
+from loadgen.request import stream_request
+from measurement.record import RequestRecord
+from measurement.results import Readiness
+from workload.config import LoadConfig, ReadyCheck
 
 MODELS_PATH = "v1/models"  # relative to `loadgen.api.base_url`
 POLL_INTERVAL_S = 0.5  # between two /v1/models polls, and after a failed gate request

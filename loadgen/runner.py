@@ -20,20 +20,8 @@ from pathlib import Path
 from rich.progress import Progress
 
 from loadgen.api import base_url, server_of, short_message
-from loadgen.config import Arrival, LoadConfig, ReadyCheck
-from loadgen.goodput import judge_points
-from loadgen.incidents import Incident, placed_all
-from loadgen.loops import OnDone, Share, ShareResult, Warmup, run_share
+from loadgen.loops import OnDone, Share, ShareResult, run_share
 from loadgen.observers import GridObserver
-from loadgen.output import (
-    MeasuredRun,
-    PromptSizing,
-    ResultsFolder,
-    ResumeError,
-    grid_settings,
-    records_frame,
-    records_from_frame,
-)
 from loadgen.output_tokens import count_output_tokens
 from loadgen.plan import calibrate_word_sizer, grid_keys, run_label, run_salt, share_for_run
 from loadgen.prompts import (
@@ -44,12 +32,25 @@ from loadgen.prompts import (
     load_tokenizer_sizer,
 )
 from loadgen.readiness import NotServingError, wait_until_serving
-from loadgen.request import RequestRecord
-from loadgen.results import ErrorSample, GridResult, Readiness, RunSummary
 from loadgen.server_metrics import ServerMetrics
-from loadgen.slo import SloError
-from loadgen.stats import client_budget_warning, outage_of, summarize_point, summarize_run
 from loadgen.workers import WorkerPool, auto_workers, split_share
+from measurement.client_cost import Warmup
+from measurement.goodput import judge_points
+from measurement.incidents import Incident, placed_all
+from measurement.record import RequestRecord
+from measurement.results import ErrorSample, GridResult, Readiness, RunSummary
+from measurement.stats import client_budget_warning, outage_of, summarize_point, summarize_run
+from outputs.folder_writer import (
+    MeasuredRun,
+    PromptSizing,
+    ResultsFolder,
+    ResumeError,
+    grid_settings,
+    records_frame,
+    records_from_frame,
+)
+from workload.config import Arrival, LoadConfig, ReadyCheck
+from workload.slo import SloError
 
 logger = logging.getLogger(__name__)
 FIRST_ERRORS_KEPT = 10  # failed requests kept with their messages in `GridResult.first_errors`
@@ -68,7 +69,7 @@ async def _run_once(
     processes (`config.workers`, else `auto_workers`); returns the merged records and lag
     samples, and the number of workers (1: this process). After the warm-up and before the
     measured loop, a load that is more than the client can time honestly
-    (`loadgen.stats.client_budget_warning`) is logged as a warning (prefixed with the run's
+    (`measurement.stats.client_budget_warning`) is logged as a warning (prefixed with the run's
     `label`) and appended to `notes`."""
     config, concurrency = share.config, share.concurrency
     if config.arrival is Arrival.POISSON:
@@ -155,9 +156,9 @@ def grid_result(
     Errors by kind are summed over the runs; the first errors are the earliest
     `FIRST_ERRORS_KEPT` of all runs; warnings are the runs' own, each prefixed with its run,
     then the `observers`'. Incidents: `earlier_incidents` (a resumed grid's) and the
-    observers', placed on the grid's timeline (`loadgen.incidents.placed`), in time order.
+    observers', placed on the grid's timeline (`measurement.incidents.placed`), in time order.
     `simulated`: `GridResult.simulated` (None: measured). With `config.slo`, every point is
-    judged against it from its runs' records (`loadgen.goodput.judge_points`; `gpus`: the
+    judged against it from its runs' records (`measurement.goodput.judge_points`; `gpus`: the
     deployment's GPUs, for the per-GPU goodput).
     """
     order = {key: n for n, key in enumerate(grid_keys(config))}
@@ -267,7 +268,7 @@ async def _measure(
     """One run: build its prompts (salted by its key, see the module docstring; through
     `prompt_cache` when given), warm up, measure; returns it, its number of worker
     processes (1: in this process) and, when the run was an outage rather than a measured
-    point, why (`loadgen.stats.outage_of`)."""
+    point, why (`measurement.stats.outage_of`)."""
     share = share_for_run(server, model, config, sizer, key, prompt_cache)
     started_ns, started_at = time.monotonic_ns(), datetime.now(UTC)
     notes: list[str] = []
@@ -328,7 +329,7 @@ def measured_run(
     tokenizer: tuple[str, Callable[[str], int]] | None = None,
 ) -> MeasuredRun:
     """Run `key`'s `MeasuredRun` from its merged records (`done`, from `workers` processes or
-    clients): its `RunSummary` (`loadgen.stats.summarize_run`) with the run's start
+    clients): its `RunSummary` (`measurement.stats.summarize_run`) with the run's start
     (`started_ns` monotonic = `started_at` UTC), end (`finished_at`, default now) and `notes`
     as its first warnings, its first errors and its request rows. Requests that reported no
     usage get their output counted first (`loadgen.output_tokens`, with `tokenizer`: its
@@ -388,7 +389,7 @@ async def run_grid_async(
     Prompt lengths use `tokenizer` (a tokenizer.json path, a directory, or a hub id in the local
     cache), else `model`'s tokenizer from the local hub cache, else words calibrated against the
     server's usage. With `out_dir`, every finished run is written there at once, with the grid
-    so far (`loadgen.output.ResultsFolder`: summary.json, result.json, runs.csv,
+    so far (`outputs.folder_writer.ResultsFolder`: summary.json, result.json, runs.csv,
     requests.parquet, table.txt, incidents.json, runs/<run>/), so an interrupted grid keeps its
     finished runs; `resume=True` keeps the complete runs already in `out_dir` and measures only
     the others (without it, earlier runs there are replaced). Worker processes
@@ -397,7 +398,7 @@ async def run_grid_async(
     With `ready`, the readiness gate (`loadgen.readiness.wait_until_serving`) runs first and its
     wait is kept as `GridResult.readiness`; the grid's clock (`started_at`, the incidents'
     `t_s`) starts after it. `observers` are called around every run (`loadgen.observers`);
-    their incidents are placed on the grid's timeline (`loadgen.incidents.placed`). With
+    their incidents are placed on the grid's timeline (`measurement.incidents.placed`). With
     `server_metrics`, the server's /metrics is scraped around every run
     (`loadgen.server_metrics.ServerMetrics`: `RunSummary.server`, raw scrapes in
     `out_dir/metrics/`; a server without /metrics is one warning), and with it the
@@ -416,7 +417,7 @@ async def run_grid_async(
     (kept ones included) and the grid's runs (a line per run where no bar shows).
 
     Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
-    is not found, `loadgen.output.ResumeError` when `out_dir`'s runs were measured with other
+    is not found, `outputs.folder_writer.ResumeError` when `out_dir`'s runs were measured with other
     settings or prompt sizing, all before any measured request;
     `loadgen.readiness.NotServingError` when the gate's deadline passes. Request failures are
     counted in the result, never raised.

@@ -34,7 +34,6 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.api import short_message
-from loadgen.config import LoadConfig
 from loadgen.loops import make_client
 from loadgen.observers import GridObserver
 from loadgen.prom_samples import (
@@ -47,8 +46,9 @@ from loadgen.prom_samples import (
     delta,
     resets,
 )
-from loadgen.results import RunSummary, ServerRunMetrics
 from loadgen.worker_metrics import per_worker, transfer_disagreement
+from measurement.results import RunSummary, ServerRunMetrics
+from workload.config import LoadConfig
 
 METRICS_PATH = "metrics"  # relative to `loadgen.api.base_url`
 METRICS_DIR = "metrics"  # under the results folder

@@ -22,7 +22,7 @@ stay None, never 0.
 """
 
 from loadgen.prom_samples import Samples, delta, resets
-from loadgen.results import WorkerRunMetrics
+from measurement.results import WorkerRunMetrics
 
 QUEUE = "vllm:request_queue_time_seconds"
 PREFILL = "vllm:request_prefill_time_seconds"
@@ -98,7 +98,7 @@ def transfer_disagreement(
     estimated_ms: float | None, workers: list[WorkerRunMetrics]
 ) -> str | None:
     """A run warning when the frontend's mean KV-transfer estimate (`estimated_ms`,
-    `loadgen.phases`) and NIXL's own mean transfer time (the workers' `transfer_mean_ms`,
+    `measurement.phases`) and NIXL's own mean transfer time (the workers' `transfer_mean_ms`,
     weighted by their transfers) differ by more than half of the larger; None otherwise or
     without both."""
     timed = [

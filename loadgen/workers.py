@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 from typing import cast
 
-from loadgen.loops import Ready, Share, ShareResult, Warmup, run_share
+from loadgen.loops import Ready, Share, ShareResult, run_share
+from measurement.client_cost import Warmup
 
 # One event loop keeps up with 128 streams of 16 tokens against a server that answers in
 # 50 ms (bench/loadgen_overhead.py, docs/loadgen.md "Performance"); above that a worker is added.

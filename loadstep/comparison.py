@@ -14,17 +14,17 @@ from pydantic import BaseModel, ConfigDict
 from rich import box
 from rich.table import Table
 
-from loadgen.config import LoadConfig
-from loadgen.intervals import CONFIDENCE, INTERVAL_METRICS, PointComparison, ab_comparisons
-from loadgen.report import table_text, verdict_table
-from loadgen.results import MetricInterval
-from loadgen.settings_diff import settings_differences, settings_note
+from measurement.intervals import CONFIDENCE, INTERVAL_METRICS, PointComparison, ab_comparisons
+from measurement.results import MetricInterval
+from outputs.settings_diff import settings_differences, settings_note
+from outputs.tables import table_text, verdict_table
 from stackmodel.resources import ResourceComparison, resource_note
 from stackmodel.stack_layout import short_stack_name
+from workload.config import LoadConfig
 
 RATIO_METRICS = tuple(INTERVAL_METRICS)
 """Compared with a ratio B/A, its interval and a verdict: TTFT p50 and p99, ITL, TPOT and E2E
-p50 and p99 (ms), requests/s, cached-token ratio (`loadgen.intervals.INTERVAL_METRICS`)."""
+p50 and p99 (ms), requests/s, cached-token ratio (`measurement.intervals.INTERVAL_METRICS`)."""
 
 RATIO_DIGITS = 3
 
@@ -54,7 +54,7 @@ class PointMetrics(BaseModel):
 class Pair(BaseModel):
     """One metric of one grid point: baseline (A), this stack (B), and B/A (None when either
     is missing or A is 0); where both sides have the point, from their runs
-    (`loadgen.intervals.compare_runs`): `ratio_ci`, B/A's interval at the comparison's
+    (`measurement.intervals.compare_runs`): `ratio_ci`, B/A's interval at the comparison's
     `confidence`; `delta_ci`, the interval of B - A (the metric's unit); `verdict`, `higher` /
     `lower` / `no difference detected`; `repetitions`, the runs of each side (baseline, this);
     `repetitions_needed`, about how many runs per side would detect the observed difference
@@ -126,7 +126,7 @@ def compare_points(
 ) -> tuple[list[ComparisonRow], list[PointComparison]]:
     """Rows for the union of grid points, ordered by concurrency then prefix kinds (the seed's
     order); a point missing on one side has None there. Beside them, the comparisons of the
-    runs at the points both sides have (`loadgen.intervals.ab_comparisons` at `confidence`).
+    runs at the points both sides have (`measurement.intervals.ab_comparisons` at `confidence`).
 
     Raises:
         pydantic.ValidationError: an item lacks ``prefix_kinds``/``concurrency`` or has a
@@ -234,10 +234,10 @@ def comparison_output(
     Returns ``{"baseline": name, "this": name, "rows": [ComparisonRow as dict], "resources":
     ResourceComparison as dict, "settings": [SettingDifference as dict], "note": text or None,
     "confidence": the level of every ``ratio_ci`` and verdict, "table": text}``; the table is
-    followed by the verdict table (:func:`loadgen.report.verdict_table`: B / A, its interval
+    followed by the verdict table (:func:`outputs.tables.verdict_table`: B / A, its interval
     and the verdict per grid point and metric, or one line when no point has 2 runs on both
     sides), then the load-settings note
-    (:func:`loadgen.settings_diff.settings_note`: which load settings differ and which metrics
+    (:func:`outputs.settings_diff.settings_note`: which load settings differ and which metrics
     that invalidates; the two stacks' ``loadSettings`` outputs, given as ``load_settings``, a
     side None when unknown), the resource note (:func:`stackmodel.resources.resource_note`:
     what differed and which metrics it affects) when the stacks did not have the same resources,

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.observers import GridObserver
-from loadgen.output import write_text_atomic
-from loadgen.results_folder import STATUS_FILE, STEP_FILE
 from loadstep.inputs import RERUN_INPUTS, LoadStepInputs
+from outputs.folder_reader import STATUS_FILE, STEP_FILE
+from outputs.folder_writer import write_text_atomic
 
 STOP_FILE = "STOP"
 """``<load.resultsDir>/<stack>/STOP``: while it exists, the stack's load step starts no further

@@ -8,11 +8,11 @@ it with Pulumi.
 Outputs of the step (``pulumi stack output results --json`` etc.):
 
 - ``results``: one object per grid point, exactly the objects of loadgen's ``summary.json``
-  (:class:`loadgen.results.PointSummary`: times in ms, rates per second);
+  (:class:`measurement.results.PointSummary`: times in ms, rates per second);
 - ``status``: :class:`StepStatus` (``ok`` / ``degraded`` / ``failed`` with error counts);
 - ``ranAt`` / ``finishedAt``: UTC ISO-8601 times of the run; ``resultsDir``: the local folder;
 - ``incidents``: what the graph's pods did during the step (:mod:`kubeclient.pod_watch`), as
-  :class:`loadgen.incidents.Incident` objects; also in ``status``;
+  :class:`measurement.incidents.Incident` objects; also in ``status``;
 - ``slo``: with ``load.slo``, per grid point whether it met the SLO and the highest load that
   did (:func:`slo_output`); each ``results`` object also carries its ``sloMet``.
 """
@@ -29,10 +29,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from loadgen.config import Arrival, LoadConfig, ReadyCheck
-from loadgen.goodput import highest_meeting
-from loadgen.incidents import Incident, describe
-from loadgen.results import GridResult, PointSummary
 from manifests.graph import (
     COMPONENT_LABEL,
     GRAPH_LABEL,
@@ -40,10 +36,14 @@ from manifests.graph import (
     frontend_service_manifest,
     worker_metrics_targets,
 )
+from measurement.goodput import highest_meeting
+from measurement.incidents import Incident, describe
+from measurement.results import GridResult, PointSummary
 from stackmodel.config import StackConfig, StackLoadConfig
 from stackmodel.plan import StackPlan
 from stackmodel.resources import StackResources
 from stackmodel.topology import FRONTEND_PORT, Topology, anywhere_placement
+from workload.config import Arrival, LoadConfig, ReadyCheck
 
 RERUN_INPUTS = ("url", "model", "grid", "fingerprint", "runId")
 """Inputs whose change re-runs the grid (``diff`` reports them); the other inputs (deadline,
@@ -485,7 +485,7 @@ def step_status(
             repetitions finished), or None if no run finished.
         deadline_exceeded: the overall deadline stopped the run before every point finished.
         failure: why the run could not start (e.g. the model never listed), if it could not.
-        incidents: placed incidents (:mod:`loadgen.incidents`); any makes an otherwise ``ok``
+        incidents: placed incidents (:mod:`measurement.incidents`); any makes an otherwise ``ok``
             run ``degraded``, and the message starts with the first one, e.g. "prefill-0
             OOMKilled (exit 137) 9.1 s into K=2 c=4".
         notes: what the step did besides the grid, said at the message's end without changing
@@ -562,7 +562,7 @@ def slo_output(points: Sequence[PointSummary]) -> dict[str, Any] | None:
     """The ``slo`` output: the SLO the points were judged by (``load.slo``, its ``--slo``
     text and its description), per point whether it met it (``sloMet``) with its attainment
     and goodput, and ``highestLoadMet``: the point of the highest load that met it
-    (:func:`loadgen.goodput.highest_meeting`; None when none did). None when no point was
+    (:func:`measurement.goodput.highest_meeting`; None when none did). None when no point was
     judged."""
     judged = [p for p in points if p.slo is not None]
     if not judged:

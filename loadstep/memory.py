@@ -1,5 +1,5 @@
 """The load step's pod memory series (pure): what :class:`kubeclient.pod_memory.PodMemorySampler`
-read, as the results folder's ``memory.json`` (:class:`loadgen.memory.MemoryRecord`), and the
+read, as the results folder's ``memory.json`` (:class:`measurement.memory.MemoryRecord`), and the
 memory an OOMKilled pod had at its last reading before the kill.
 
 Quantities are parsed as Kubernetes parses them (:func:`stackmodel.quantities.parse_quantity`:
@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from loadgen.incidents import Incident
-from loadgen.memory import MemoryRecord, MemorySample, PodMemory, memory_at, pod_series
 from manifests.graph import COMPONENT_LABEL
+from measurement.incidents import Incident
+from measurement.memory import MemoryRecord, MemorySample, PodMemory, memory_at, pod_series
 from stackmodel.quantities import parse_quantity
 
 if TYPE_CHECKING:  # the sampler's module imports the kubernetes client
@@ -74,7 +74,7 @@ def memory_record(
 
 def with_memory_at_kill(incidents: Sequence[Incident], record: MemoryRecord) -> list[Incident]:
     """``incidents`` with ``memory_bytes`` set on each OOMKilled termination whose pod has a
-    reading at or before it (:func:`loadgen.memory.memory_at`); the others as they are."""
+    reading at or before it (:func:`measurement.memory.memory_at`); the others as they are."""
     out = []
     for incident in incidents:
         series = pod_series(record, incident.instance)

@@ -36,12 +36,12 @@ from stackmodel.resources import stack_file_text
 
 if TYPE_CHECKING:
     from kubeclient.pod_memory import PodMemorySampler
-    from loadgen.config import LoadConfig
-    from loadgen.incidents import Incident
     from loadgen.observers import GridObserver
-    from loadgen.results import GridResult
     from loadstep.folder import StopRequested
     from loadstep.worker_urls import WorkerUrls
+    from measurement.incidents import Incident
+    from measurement.results import GridResult
+    from workload.config import LoadConfig
 
 
 class LoadStepError(RuntimeError):
@@ -77,11 +77,11 @@ async def _wait_and_run(
         ModelNotListedError: the URL is unknown, or the model was not listed in time.
     """
     from loadgen.api import base_url
-    from loadgen.output import read_result
     from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
     from loadgen.runner import grid_keys, run_grid_async
     from loadstep.folder import StopFileObserver, StopRequested
     from loadstep.worker_urls import reached
+    from outputs.folder_writer import read_result
 
     if inputs.url is None:
         raise ModelNotListedError("the frontend URL is unknown (Service not created?)")
@@ -159,8 +159,8 @@ def _run_grid(
     from incluster.collect import finished_runs
     from incluster.manifests import LoadJob
     from incluster.runtime import job_name, run_in_cluster
-    from loadgen.output import ResumeError, read_result
     from loadstep.folder import StopRequested, stop_file, stop_requested
+    from outputs.folder_writer import ResumeError, read_result
 
     if inputs.url is None or inputs.namespace is None or inputs.image is None:
         return None, False, "the in-cluster load needs the stack's namespace, image and URL"
@@ -235,14 +235,14 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
 
     The folder (:func:`loadstep.folder.run_folder`: a new
     ``<resultsRoot>/<stack>/<UTC time>/``, or the interrupted run it resumes) is loadgen's
-    results folder (:mod:`loadgen.output`: ``summary.json``, the ``results`` output;
+    results folder (:mod:`outputs.folder_writer`: ``summary.json``, the ``results`` output;
     ``result.json``; ``requests.parquet``; ``runs.csv``; ``table.txt``; ``incidents.json``;
     ``runs/<run>/``), written after every run, plus ``memory.json`` (the worker pods' memory
     over the step, sampled beside the pod watch: :mod:`loadstep.memory`, where the stack has a
     namespace), ``step.json`` (the step's inputs: stack,
     topology fingerprint, URL, grid; written first), ``status.json`` (written last: the run is
-    finished), ``stack.json`` (the stack's resources: :data:`loadgen.results_folder.STACK_FILE`)
-    and ``report.html`` (:mod:`loadgen.html_report`). Request failures, a model that is never
+    finished), ``stack.json`` (the stack's resources: :data:`outputs.folder_reader.STACK_FILE`)
+    and ``report.html`` (:mod:`outputs.html_report`). Request failures, a model that is never
     listed and the deadline are recorded in the status, never raised.
 
     Raises:
@@ -252,12 +252,12 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
     from incluster.manifests import NOT_LOAD_PODS
     from kubeclient.pod_memory import PodMemorySampler
     from kubeclient.pod_watch import pod_watch
-    from loadgen.incidents import INCIDENTS_FILE, placed_all
-    from loadgen.output import read_result, write_text_atomic
     from loadgen.readiness import ModelNotListedError
-    from loadgen.report import SUMMARY_FILE
-    from loadgen.results_folder import STACK_FILE, STATUS_FILE
     from loadstep.folder import StopRequested, run_folder
+    from measurement.incidents import INCIDENTS_FILE, placed_all
+    from outputs.folder_reader import STACK_FILE, STATUS_FILE
+    from outputs.folder_writer import read_result, write_text_atomic
+    from outputs.tables import SUMMARY_FILE
 
     ran_at = datetime.now(UTC)
     deadline = time.monotonic() + inputs.deadline_s
@@ -337,7 +337,7 @@ def settle_result(
     """Give ``result`` the step's incidents (all of them, placed on the grid's timeline) and
     the warnings ``said`` after the grid (the pod watch's, the memory sampler's), and write it
     again as ``result.json``: the grid wrote the file after its last run, before them."""
-    from loadgen.output import RESULT_FILE, write_text_atomic
+    from outputs.folder_writer import RESULT_FILE, write_text_atomic
 
     result.incidents = incidents
     result.warnings += [w for w in said if w not in result.warnings]
@@ -350,9 +350,9 @@ def _write_memory(
     """Write the worker pods' memory series (``memory.json``, :mod:`loadstep.memory`; with
     the reason where there is none) and return ``incidents`` with the memory at each
     OOMKill."""
-    from loadgen.memory import MEMORY_FILE
-    from loadgen.output import write_text_atomic
     from loadstep.memory import memory_record, with_memory_at_kill
+    from measurement.memory import MEMORY_FILE
+    from outputs.folder_writer import write_text_atomic
 
     record = memory_record(
         memory.readings(),
@@ -380,9 +380,9 @@ def _stopped(
 
 
 def _write_report(run_dir: Path, warn: Callable[[str], None]) -> None:
-    """``report.html`` beside ``summary.json`` (:mod:`loadgen.html_report`); a failure is a
+    """``report.html`` beside ``summary.json`` (:mod:`outputs.html_report`); a failure is a
     warning (``warn``), never a failed step: the results are already written."""
-    from loadgen.html_report import write_folder_reports
+    from outputs.html_report import write_folder_reports
 
     try:
         write_folder_reports([run_dir])

@@ -29,10 +29,10 @@ import math
 from dataclasses import dataclass
 
 from kvpath.copies import d2h_seconds, h2d_seconds
-from loadgen.config import LoadConfig
 from simulator.hardware import run_topology, stack_constants
 from simulator.timing_model import RunTopology, WorkerSpec
 from stackmodel.plan import StackPlan
+from workload.config import LoadConfig
 
 
 @dataclass(frozen=True)

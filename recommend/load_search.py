@@ -2,7 +2,7 @@
 stand-in.
 
 The workload (:class:`recommend.workload.Workload`) is a load grid
-(:class:`loadgen.config.LoadConfig`: prompt and output lengths, the shared prefix, the prefix
+(:class:`workload.config.LoadConfig`: prompt and output lengths, the shared prefix, the prefix
 kinds) or a results folder's requests replayed; the load is the closed loop's concurrency, or
 an open loop's request rate. A run at one load and one number of prefix kinds is what
 ``testbed simulate``'s timing layer runs
@@ -10,7 +10,7 @@ an open loop's request rate. A run at one load and one number of prefix kinds is
 requests sent by the model instead of a routing run (``model_hits``: each worker's prefix-cache
 hits are what the model's own KV-router stand-in put on it), turned into loadgen's request
 records (:func:`simulator.retime.timing_records`) and judged as a measured run is
-(:func:`loadgen.goodput.evaluate_run`, :func:`loadgen.goodput.evaluate_point`).
+(:func:`measurement.goodput.evaluate_run`, :func:`measurement.goodput.evaluate_point`).
 
 A closed-loop run starts as loadgen starts one (``loadgen.loops.run_share``): its warm-up
 first (``LoadConfig.warmup_count``, one request per client unless ``warmupRequests`` says
@@ -22,7 +22,7 @@ figures, as loadgen leaves them out. An open loop sends no warm-up: its requests
 own times (:meth:`recommend.workload.Workload.open`).
 
 A load *holds* when, at every prefix-kinds value of the workload, the point meets the SLO
-(:attr:`loadgen.results.PointAttainment.slo_met`), no request failed (an OOMKill of a
+(:attr:`measurement.results.PointAttainment.slo_met`), no request failed (an OOMKill of a
 host-buffering worker fails requests) and an open loop delivered its offered rate
 (:attr:`KindsPoint.delivered`: with its most in flight taken, requests wait at the client
 and are sent late). :func:`highest_rate` searches an open loop's rate as
@@ -38,15 +38,15 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from loadgen.config import LoadConfig
-from loadgen.goodput import evaluate_point, evaluate_run
-from loadgen.request import RequestRecord
-from loadgen.results import PointAttainment, RunSummary
-from loadgen.slo import Slo
-from loadgen.stats import queue_large, short_of_offered, summarize_run
+from measurement.goodput import evaluate_point, evaluate_run
+from measurement.record import RequestRecord
+from measurement.results import PointAttainment, RunSummary
+from measurement.stats import queue_large, short_of_offered, summarize_run
 from recommend.workload import Workload
 from simulator.retime import timing_records
 from simulator.timing_model import RunTopology, TimingConstants, simulate_run
+from workload.config import LoadConfig
+from workload.slo import Slo
 
 CLIENTS_PER_GPU = 64
 """The most concurrency the search tries, per GPU of the cluster (512 on one 8-GPU node)."""
@@ -70,7 +70,7 @@ class KindsPoint:
     @property
     def delivered(self) -> bool:
         """An open loop sent its offered rate, its client queue small beside its TTFT (as
-        loadgen marks a measured point: ``loadgen.stats.short_of_offered``, ``queue_large``);
+        loadgen marks a measured point: ``measurement.stats.short_of_offered``, ``queue_large``);
         a closed loop always."""
         s = self.summary
         if s.offered_rate_per_s is None:

@@ -20,8 +20,6 @@ from typing import Any, Literal
 
 import yaml
 
-from loadgen.config import LoadConfig
-from loadgen.slo import OBJECTIVES, Slo, bound_text
 from recommend.claims import ratio, reason_line, trade, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
@@ -29,6 +27,8 @@ from recommend.workload import MEASURED_PER_CLIENT, Workload
 from stackmodel.errors import PROJECT
 from stackmodel.log_budget import clients_for
 from stackmodel.stacks import REPO
+from workload.config import LoadConfig
+from workload.slo import OBJECTIVES, Slo, bound_text
 
 SIMULATED = (
     "SIMULATED: the timing model's figures for stacks that have not run; confirm on the "
@@ -228,7 +228,7 @@ def emitted_stack_text(
     grid is the workload at the load found, each run as long as the search timed it there
     (:meth:`Inputs.load_at`), with as many in-cluster load clients as their logs need to hold
     the records (:func:`stackmodel.log_budget.clients_for`), and ``load.slo`` the SLO the
-    search judged by (camelCase, :data:`loadgen.slo.STACK_KEYS`), so ``pulumi up`` and
+    search judged by (camelCase, :data:`workload.slo.STACK_KEYS`), so ``pulumi up`` and
     ``testbed load --config`` judge goodput against it."""
     assert result.plan is not None
     values = result.plan.cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)

@@ -4,7 +4,7 @@ takes them from there instead of timing them again.
 
 ``<out>/timed/`` holds ``inputs.json`` (the inputs' fingerprint, and the inputs) and one
 ``<candidate key>.json`` per candidate timed (what :func:`recommend.search.timed_json`
-writes), each written to a temporary name and renamed (``loadgen.output.write_text_atomic``),
+writes), each written to a temporary name and renamed (``outputs.folder_writer.write_text_atomic``),
 so a search cut off mid-write leaves the previous file or none. The inputs are what decides a
 candidate's key and timing or the ranking: the cluster stack (its name and config), the model,
 the workload (its settings and any replayed requests), the SLO, the objective, the margin, the
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from loadgen.output import fingerprint, write_text_atomic
+from outputs.folder_writer import fingerprint, write_text_atomic
 
 TIMED_DIR = "timed"
 INPUTS_FILE = "inputs.json"

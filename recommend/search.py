@@ -25,9 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from loadgen.config import LoadConfig
-from loadgen.results import open_loop_load
-from loadgen.slo import OBJECTIVES, Slo
+from measurement.results import open_loop_load
 from recommend.bounds import Bounds, bounds
 from recommend.load_search import (
     CLIENTS_PER_GPU,
@@ -45,6 +43,8 @@ from stackmodel.crossover import crossover
 from stackmodel.errors import StackConfigError
 from stackmodel.plan import StackPlan
 from stackmodel.validation import validate_stack
+from workload.config import LoadConfig
+from workload.slo import OBJECTIVES, Slo
 
 Objective = Literal["goodput-per-gpu", "tokens-per-gpu", "pareto"]
 OBJECTIVES_RANKED: tuple[Objective, ...] = ("goodput-per-gpu", "tokens-per-gpu", "pareto")
@@ -54,7 +54,7 @@ Status = Literal["ranked", "refused", "screened", "slo-not-met"]
 
 def load_text(concurrency: int, rate: float | None = None) -> str:
     """A load as the search names it: ``32 clients``, or for an open loop the offered rate and
-    the most in flight (:func:`loadgen.results.open_loop_load`, ``8/s, <=32``)."""
+    the most in flight (:func:`measurement.results.open_loop_load`, ``8/s, <=32``)."""
     if rate is None:
         return f"{concurrency} client{'s' if concurrency != 1 else ''}"
     return open_loop_load(rate, concurrency)

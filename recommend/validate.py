@@ -7,7 +7,7 @@ of the workload, one run each of as many requests as the search's run
 ``per_client`` a client); an open loop at
 the rate found; the requests are the load settings' own, as ``testbed load`` sends them: a
 results folder's are not replayed there); judged against the SLO as the search judges its own
-(:func:`loadgen.goodput.evaluate_run`).
+(:func:`measurement.goodput.evaluate_run`).
 
 What it tells: whether the SLO still holds at that load when the prefix-cache hits are the
 real router's and the mockers' instead of the stand-in's, and how far each p99 and the goodput
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.goodput import evaluate_point, evaluate_run
-from loadgen.output import REQUESTS_FILE, records_from_frame
-from loadgen.slo import OBJECTIVES, Slo, plain
+from measurement.goodput import evaluate_point, evaluate_run
+from outputs.folder_writer import REQUESTS_FILE, records_from_frame
 from recommend.search import Problem, Result, cluster_gpus, load_text, stack_name
 from simulator.simulate import simulate_stacks
+from workload.slo import OBJECTIVES, Slo, plain
 
 
 @dataclass(frozen=True)

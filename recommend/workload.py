@@ -1,5 +1,5 @@
 """The workload a search times (:class:`Workload`): the load settings (a
-:class:`loadgen.config.LoadConfig`, the ones ``plan.md``'s measurement sends) and, for a
+:class:`workload.config.LoadConfig`, the ones ``plan.md``'s measurement sends) and, for a
 results folder, its requests replayed (:func:`replayed`).
 
 The load the search varies is the closed loop's concurrency, or, for an open loop
@@ -9,7 +9,7 @@ in flight, as ``testbed load`` sends it (``8/s, <=32``).
 **Synthetic** (``seed`` or a file of load settings): every request has the settings' prompt
 length (``promptTokens``, ``prefixShare`` of it the shared prefix) and ``maxTokens`` output
 tokens, or lengths drawn from ``promptLengths`` / ``outputLengths``
-(:meth:`loadgen.config.LoadConfig.request_lengths`, as ``testbed load`` draws them), on one of
+(:meth:`workload.config.LoadConfig.request_lengths`, as ``testbed load`` draws them), on one of
 the prefix kinds drawn with the workload's seed; the timing model times each request at its
 own length. The closed loop first sends
 one warm-up request per client (:mod:`recommend.load_search` says why); the open loop sends
@@ -43,10 +43,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.config import Arrival, LoadConfig
 from loadgen.plan import grid_keys
-from loadgen.results_folder import load_results
+from outputs.folder_reader import load_results
 from simulator.timing_model import SimRequest
+from workload.config import Arrival, LoadConfig
 
 MEASURED_PER_CLIENT = 2
 """The default fewest measured requests per client (or per slot of an open loop) of a run

@@ -13,7 +13,7 @@ needed: the measured requests carry the routing and the prefix-cache hits.
 
 Speed: the search times the first :data:`FIT_REQUESTS` requests of each run of the first
 :data:`FIT_REPETITIONS` repetitions, and reads the measured figures from the same requests
-(``requests.parquet`` re-summarised by :func:`loadgen.stats.summarize_run`, the definitions
+(``requests.parquet`` re-summarised by :func:`measurement.stats.summarize_run`, the definitions
 ``summary.json`` holds), so both sides describe the same requests. The run is simulated with
 ``concurrency`` requests more than those scored, so that the last scored requests share their
 engine steps with the requests that followed them as the measured ones did.
@@ -45,11 +45,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadgen.config import LoadConfig
-from loadgen.request import ErrorKind, RequestRecord
-from loadgen.results import GridResult, PointSummary, RunSummary
-from loadgen.results_folder import load_results
-from loadgen.stats import summarize_point, summarize_run, tpot_ms, ttft_ms
+from measurement.errors import ErrorKind
+from measurement.record import RequestRecord
+from measurement.results import GridResult, PointSummary, RunSummary
+from measurement.stats import summarize_point, summarize_run, tpot_ms, ttft_ms
+from outputs.folder_reader import load_results
 from simulator.calibration import CONSTANTS
 from simulator.hardware import run_topology, stack_constants
 from simulator.phase_scores import PhaseValue, missing_phases, score_phases
@@ -59,9 +59,10 @@ from stackmodel.plan import StackPlan
 from steptime.calibration_profile import ScoredValue
 from steptime.fit import CALIBRATED, SEED_FIT
 from steptime.roofline import EngineFit
+from workload.config import LoadConfig
 
 METRICS = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "requests_per_s")
-"""The :class:`~loadgen.results.PointSummary` figures fitted and scored: TTFT p50 and p99 and
+"""The :class:`~measurement.results.PointSummary` figures fitted and scored: TTFT p50 and p99 and
 TPOT p50 (ms), requests/s. Not the inter-token latency p50: the median of one run's gaps jumps
 between batch sizes where a worker's batch alternates."""
 
@@ -200,8 +201,8 @@ FIT_STATISTICS = ("ttft_cold_ms", "ttft_warm_ms", "tpot_ms", "requests_per_s")
 """What the search fits, per grid point, over the point's scored requests that succeeded: the
 geometric mean of TTFT of the requests without a prefix-cache hit (``cold``: the measured
 cached tokens 0 or unreported) and of those with one (``warm``), the geometric mean of TPOT
-(:func:`loadgen.stats.ttft_ms`, :func:`loadgen.stats.tpot_ms`), and requests/s (requests over
-first send to last token, the mean over the point's runs). Means, not :data:`METRICS`' p50 and
+(:func:`measurement.stats.ttft_ms`, :func:`measurement.stats.tpot_ms`), and requests/s (requests
+over first send to last token, the mean over the point's runs). Means, not :data:`METRICS`' p50 and
 p99: a percentile is one request's time and jumps when a request joins an engine step earlier
 or later; a mean over the requests moves smoothly with the figures, which the search and the
 intervals need. The two TTFTs tell the prefill (the cold prompts' uncached tokens) from the
@@ -240,7 +241,7 @@ ValueKey = tuple[int, str, str]
 
 def _records(frame: pd.DataFrame) -> list[RequestRecord]:
     """The :class:`RequestRecord`\\ s of ``requests.parquet`` rows (what
-    :func:`loadgen.output.records_frame` wrote), in send order."""
+    :func:`outputs.folder_writer.records_frame` wrote), in send order."""
     names = [f.name for f in dataclasses.fields(RequestRecord) if f.name in frame.columns]
     out = []
     for row in frame.sort_values("index")[names].to_dict("records"):
@@ -499,7 +500,7 @@ def _log_ratios(
 
 
 def _points(summaries: Iterator[RunSummary] | Sequence[RunSummary]) -> list[PointSummary]:
-    """The runs' grid points (:func:`loadgen.stats.summarize_point`), in first-seen order."""
+    """The runs' grid points (:func:`measurement.stats.summarize_point`), in first-seen order."""
     by_point: dict[tuple[int, int], list[RunSummary]] = {}
     for s in summaries:
         by_point.setdefault((s.prefix_kinds, s.concurrency), []).append(s)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.results_folder import STACK_FILE, load_results
+from outputs.folder_reader import STACK_FILE, load_results
 from stackmodel.plan import StackPlan
 
 LABELS_KEY = "labels"

@@ -46,13 +46,13 @@ from urllib.parse import unquote
 
 import psutil
 
-from loadgen.config import LoadConfig
-from loadgen.incidents import Incident
 from loadgen.loops import make_client
 from loadgen.observers import GridObserver
 from loadgen.readiness import model_listed
 from loadgen.server_metrics import scrape
+from measurement.incidents import Incident
 from simulator.model_dir import make_model_dir
+from workload.config import LoadConfig
 
 __all__ = [
     "LocalGraph",

@@ -1,7 +1,7 @@
 """The simulation beside measured runs phase by phase (``testbed simulate --against``,
-``testbed calibrate``): per grid point, each phase of TTFT (:data:`loadgen.phases.PHASES`: the
+``testbed calibrate``): per grid point, each phase of TTFT (:data:`measurement.phases.PHASES`: the
 client queue, the frontend's prefill wait, the prefill leg, the KV transfer leg, the residual)
-by its mean and p50 over the point's requests (:class:`loadgen.results.TtftPhases`, the median
+by its mean and p50 over the point's requests (:class:`measurement.results.TtftPhases`, the median
 over the point's runs), measured beside simulated, and the router's balance and hit efficacy
 from the workers that served each request.
 
@@ -20,15 +20,15 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from loadgen.phases import PHASES
-from loadgen.results import PointSummary, TtftPhases
+from measurement.phases import PHASES
+from measurement.results import PointSummary, TtftPhases
 
 PHASE_STATS = ("mean_ms", "p50_ms")
-"""The :class:`loadgen.results.PhaseFigures` fields compared (ms): the mean over the point's
+"""The :class:`measurement.results.PhaseFigures` fields compared (ms): the mean over the point's
 requests and their p50; not the p99, one request's time in a short run."""
 
 ROUTING_FIGURES = ("balance", "hit_efficacy")
-"""The :class:`loadgen.results.TtftPhases` figures of the router compared (ratios)."""
+"""The :class:`measurement.results.TtftPhases` figures of the router compared (ratios)."""
 
 ERROR_FLOOR_MS = 0.1
 """A phase measured at or below this (ms; the tables' precision) gets no relative error: a
@@ -56,7 +56,7 @@ BELOW_FLOOR = (
 class PhaseValue(BaseModel):
     """One phase figure of one grid point, measured beside simulated: ``folder`` (the measured
     results folder), ``point`` (``K=<prefix kinds> c=<concurrency>``), ``phase`` (a name of
-    :data:`loadgen.phases.PHASES`, or of :data:`ROUTING_FIGURES`), ``stat`` (a field of
+    :data:`measurement.phases.PHASES`, or of :data:`ROUTING_FIGURES`), ``stat`` (a field of
     :data:`PHASE_STATS`, or ``ratio``), ``measured`` and ``simulated`` (ms, or the ratio) and
     ``error`` (simulated / measured - 1; None where the measured phase is not above
     :data:`ERROR_FLOOR_MS`: a residual about or below 0 has no relative error) and

@@ -12,9 +12,14 @@ from pathlib import Path
 import pandas as pd
 
 from kvpath.memory import HOST_BASE_BYTES
-from loadgen.config import Arrival, LoadConfig
-from loadgen.incidents import Incident
-from loadgen.output import (
+from loadgen.plan import run_salt
+from loadgen.runner import _first_errors, grid_keys, grid_result
+from measurement.errors import ErrorKind
+from measurement.incidents import Incident
+from measurement.record import RequestRecord
+from measurement.results import GridResult
+from measurement.stats import summarize_run
+from outputs.folder_writer import (
     REQUESTS_FILE,
     MeasuredRun,
     PromptSizing,
@@ -22,11 +27,6 @@ from loadgen.output import (
     grid_settings,
     records_frame,
 )
-from loadgen.plan import run_salt
-from loadgen.request import ErrorKind, RequestRecord
-from loadgen.results import GridResult
-from loadgen.runner import _first_errors, grid_keys, grid_result
-from loadgen.stats import summarize_run
 from simulator.calibration import CONSTANTS
 from simulator.hardware import run_topology
 from simulator.provenance import provenance
@@ -45,6 +45,7 @@ from stackmodel.resources import stack_resources
 from stackmodel.topology import build_topology
 from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
+from workload.config import Arrival, LoadConfig
 
 
 def sim_requests(
@@ -119,7 +120,7 @@ def timing_records(
 
 def _frontend_timing(record: RequestRecord, o: Outcome) -> None:
     """What a Dynamo frontend returns of a successful simulated request
-    (``loadgen.request.RequestRecord``'s frontend fields), from its outcome: the replicas'
+    (``measurement.record.RequestRecord``'s frontend fields), from its outcome: the replicas'
     names as worker ids; the prefill wait to ``routed_s``; the frontend's TTFT to the first
     token (aggregated) or to the prefill leg's return (disaggregated), and there the transfer
     estimate from that return to the decode worker's first token, as the real frontend's runs.

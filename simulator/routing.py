@@ -17,10 +17,9 @@ from typing import Any
 
 from rich.progress import Progress
 
-from loadgen.config import LoadConfig
 from loadgen.prompts import PromptCache
-from loadgen.results import GridResult
 from loadgen.runner import run_grid_async
+from measurement.results import GridResult
 from simulator.localgraph import (
     QUIET_LOG_LEVEL,
     LocalGraph,
@@ -32,6 +31,7 @@ from simulator.localgraph import (
 from simulator.model_dir import make_model_dir
 from stackmodel.plan import StackPlan
 from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS
+from workload.config import LoadConfig
 
 ROUTING_MAX_TOKENS = 4
 """Output tokens of each request in the routing run: routing and prefix-cache hits depend on

@@ -15,7 +15,7 @@ prefix-cache hits, a discrete-event model of the stack's shared hardware decides
    time-sliced GPUs, the KV link and host memory, with the constants of
    :mod:`simulator.calibration`. It produces loadgen request records, so
    the same statistics give the seed-style table, and the memory model's OOMKills become
-   incidents (``incidents.json``, :mod:`loadgen.incidents`).
+   incidents (``incidents.json``, :mod:`measurement.incidents`).
 
 The result folder ``<out>/<stack>/`` has loadgen's files (``summary.json``, ``result.json``,
 ``requests.parquet``, ``runs.csv``, ``table.txt``) plus ``incidents.json``.
@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from configkeys.key_paths import Setting
-from loadgen.config import LoadConfig
-from loadgen.output import (
+from measurement.results import GridResult, PointSummary
+from outputs.folder_reader import STACK_FILE
+from outputs.folder_writer import (
     RESULT_FILE,
     write_text_atomic,
 )
-from loadgen.results import GridResult, PointSummary
-from loadgen.results_folder import STACK_FILE
 from simulator.calibration import CONSTANTS
 from simulator.hardware import stack_constants
 from simulator.localgraph import (
@@ -55,6 +54,7 @@ from stackmodel.crossover import CROSSOVER_FILE, crossover, crossover_json
 from stackmodel.plan import StackPlan
 from stackmodel.resources import group_kv_tokens, stack_file_text, stack_resources
 from stackmodel.topology import build_topology
+from workload.config import LoadConfig
 
 REDUCED_GRID = {"prefix_kinds": [2, 24], "concurrency": [4], "repetitions": 1}
 """The default simulation grid of the seed's two stacks (:data:`REDUCED_GRID_STACKS`): the
@@ -174,7 +174,7 @@ def simulate_stacks(
 
     The grid each stack runs: :func:`simulation_load` of its ``load`` (its own grid; the
     stacks of :data:`REDUCED_GRID_STACKS` :data:`REDUCED_GRID` unless ``full``), ``grid``
-    overriding it by :class:`~loadgen.config.LoadConfig` field name (``{"prefix_kinds": [2],
+    overriding it by :class:`~workload.config.LoadConfig` field name (``{"prefix_kinds": [2],
     "requests_per_run": 20}``). ``speedup_ratio``: the routing run's mocker
     ``--speedup-ratio``; ``constants``: the timing model's; ``progress``: a progress bar on
     the terminal.
@@ -191,7 +191,7 @@ def simulate_stacks(
     the others; runs at grid points outside this grid stay in ``routing/runs/``. Every process
     of every graph is stopped on return, on error and on Ctrl-C; a routing run's finished runs
     stay in its folder when another's fails. The caller holds the folders' locks
-    (:func:`loadgen.folder_lock.folder_lock` on each ``out_dir/<stack>``) and refuses a folder
+    (:func:`outputs.folder_lock.folder_lock` on each ``out_dir/<stack>``) and refuses a folder
     that holds complete runs without ``resume`` (as ``testbed simulate`` does): without
     ``resume`` the folders are written afresh.
 

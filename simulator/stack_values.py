@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from configkeys.key_paths import PathPart, Setting, show_path
-from loadgen.output import (
+from outputs.folder_reader import STACK_FILE
+from outputs.folder_writer import (
     ResumeError,
     complete_runs,
 )
-from loadgen.results_folder import STACK_FILE
 from simulator.routing import ROUTING_DIR
 from stackmodel.plan import StackPlan
 
@@ -32,8 +32,8 @@ NOT_SIMULATED = (
     "parked",
 )
 """Top-level config keys left out of :func:`stack_values`' ``config``: ``load`` (loadgen checks
-the load settings of every stored routing run, ``loadgen.output.ResultsFolder``) and what only a
-deployment reads (namespaces, the platform, the stack's role, baseline and parking)."""
+the load settings of every stored routing run, ``outputs.folder_writer.ResultsFolder``) and what
+only a deployment reads (namespaces, the platform, the stack's role, baseline and parking)."""
 
 
 SHOWN_DIFFERENCES = 4

@@ -235,7 +235,7 @@ class Outcome:
     What a Dynamo frontend would time of it (None without a frontend): ``routed_s``, when the
     frontend handed it to its prefill (or aggregated) worker, the prefill's start in its
     timing (Dynamo ``lib/llm/src/protocols/common/timing.rs``: ``prefill_wait_time_ms``
-    L260-265 ends there, at zinuga/dynamo 62d17a12, as :class:`loadgen.request.RequestRecord`
+    L260-265 ends there, at zinuga/dynamo 62d17a12, as :class:`measurement.record.RequestRecord`
     cites it); ``prefill_done_s``, disaggregated, when the prefill leg returned (KV saved, the
     transfer about to start: where the frontend's ``ttft_ms`` ends and its transfer estimate,
     ``kv_transfer_estimated_latency_secs`` L484-493, starts); ``prefill_worker`` /

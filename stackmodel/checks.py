@@ -43,7 +43,7 @@ from stackmodel.ucx import (
 from steptime.gpus import datasheet_memory_gb
 
 if TYPE_CHECKING:
-    from loadgen.config import LoadConfig
+    from workload.config import LoadConfig
 
 _KV_ROLES = {
     "prefill": ("kv_producer", "kv_both"),

@@ -34,7 +34,6 @@ from pydantic.alias_generators import to_camel
 
 from configkeys.config_text import ConfigText
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, gb_per_s_text
-from loadgen.config import LoadConfig
 from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.models import ModelGeometry
 from stackmodel.platform import PlatformConfig
@@ -48,6 +47,7 @@ from stackmodel.quantities import (
 from stackmodel.stack_layout import DEFAULT_PLATFORM_STACK, stack_namespace
 from stackmodel.toleration import Toleration
 from steptime.gpus import GPU_CATALOG, GpuSpec, catalog_gpu
+from workload.config import LoadConfig
 
 
 class CamelModel(BaseModel):
@@ -545,7 +545,7 @@ def documentation_address(host: str) -> str | None:
 class StackLoadConfig(LoadConfig):
     """The stack's ``load:`` section: the loadgen grid plus the post-deploy load step's settings.
 
-    The grid fields are :class:`~loadgen.config.LoadConfig`'s (``prefixKinds``, ...); the rest
+    The grid fields are :class:`~workload.config.LoadConfig`'s (``prefixKinds``, ...); the rest
     drive :mod:`loadstep.inputs`. Unknown keys are rejected, as everywhere.
     """
 

@@ -7,7 +7,7 @@ the latest file of a container's log, rotated at the kubelet's ``containerLogMax
 file are available through kubectl logs").
 """
 
-from loadgen.config import LoadConfig
+from workload.config import LoadConfig
 
 LOG_FILE_BYTES = 10 * 1024 * 1024
 """The kubelet's ``containerLogMaxSize`` default, 10 MiB (Kubernetes 1.34

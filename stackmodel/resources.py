@@ -16,7 +16,7 @@ stacks, and which metrics the difference affects:
   through queueing; stated as not included, as the seed does.
 
 A stack's resources are its ``resources`` output and, in a results folder, ``stack.json``
-(:data:`loadgen.results_folder.STACK_FILE`) beside ``summary.json``.
+(:data:`outputs.folder_reader.STACK_FILE`) beside ``summary.json``.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def stack_file_text(
     simulated_with: Mapping[str, Any] | None = None,
     labels: Mapping[str, Any] | None = None,
 ) -> str:
-    """The text of :data:`loadgen.results_folder.STACK_FILE` (``stack.json``):
+    """The text of :data:`outputs.folder_reader.STACK_FILE` (``stack.json``):
     ``{"stack": name, "resources": {...}}``, indented JSON; ``testbed simulate`` adds
     ``"simulatedWith"``: the stack values its results depend on
     (:func:`simulator.stack_values.stack_values`); ``labels``: what the runs ran on

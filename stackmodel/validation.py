@@ -23,7 +23,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from loadgen.config import error_message
 from stackmodel.checks import check_stack
 from stackmodel.config import (
     KNOWN_KEYS,
@@ -38,6 +37,7 @@ from stackmodel.config import (
 from stackmodel.errors import ConfigProblem, StackConfigError, key_path
 from stackmodel.plan import StackPlan
 from stackmodel.stack_layout import STACK_ROLES
+from workload.config import error_message
 
 
 def validate_stack(

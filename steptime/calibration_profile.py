@@ -35,7 +35,7 @@ class _Model(BaseModel):
 class ScoredValue(_Model):
     """One measured figure beside the calibrated simulation's: ``folder`` (its results folder),
     ``point`` (``K=<prefix kinds> c=<concurrency>``), ``metric`` (a
-    :class:`loadgen.results.PointSummary` field), ``measured`` and ``simulated`` (the metric's
+    :class:`measurement.results.PointSummary` field), ``measured`` and ``simulated`` (the metric's
     unit) and ``error`` (simulated / measured - 1)."""
 
     folder: str

@@ -6,7 +6,7 @@ measured beside simulated, and the router's balance, hit efficacy and per-role w
 a folder without phases is said once and compared on the figures only), written to
 ``<out>/<stack>/against/`` inside the simulation's own folder: ``summary.json``, ``table.txt``
 and ``report.html``, the A / B report of the simulated and the measured folder
-(:func:`loadgen.html_report.write_report`). The measured folder is only read.
+(:func:`outputs.html_report.write_report`). The measured folder is only read.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 from rich.table import Table
 
-from loadgen.html_report import write_report
-from loadgen.results import PointSummary
-from loadgen.results_folder import load_results
+from measurement.results import PointSummary
+from outputs.folder_reader import load_results
+from outputs.html_report import write_report
 from simulator.calibration_fit import METRICS, WITHIN, within_count
 from simulator.folder_labels import folder_labels
 from simulator.phase_scores import (

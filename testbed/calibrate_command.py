@@ -84,8 +84,8 @@ def calibrate_command(
 
     Example: testbed calibrate out/load/kv-routing --stack kv-routing --out calib/4090.json
     """
-    from loadgen.output import write_text_atomic
-    from loadgen.report import table_console
+    from outputs.folder_writer import write_text_atomic
+    from outputs.tables import table_console
     from simulator.calibration_fit import Problem, candidate, score, simulated_points
     from stackmodel.stacks import load_stack
     from steptime.calibration_profile import CalibrationProfile
@@ -349,7 +349,7 @@ def _target(folder: Path, plan: StackPlan, allow_simulated: bool) -> Target:
 
 def _scored_stack(folder: Path, default: str, settings: Sequence[Setting]) -> StackPlan:
     """The stack a --score folder is simulated as: its stack.json's, else ``default``."""
-    from loadgen.results_folder import load_results
+    from outputs.folder_reader import load_results
     from stackmodel.stacks import load_stack
 
     name = load_results(folder).stack.get("stack") or default

@@ -2,7 +2,7 @@
 the two stacks ran on when the folders say so.
 
 A folder written by the post-deploy load step or ``testbed simulate`` holds ``stack.json``
-(:data:`loadgen.results_folder.STACK_FILE`: the stack's name and resources) beside
+(:data:`outputs.folder_reader.STACK_FILE`: the stack's name and resources) beside
 ``summary.json``; a plain ``testbed load`` folder does not. With ``stack.json`` on either side,
 the table is followed by :func:`stackmodel.resources.resource_note`: what differed
 (workers, GPUs, node classes) and which metrics the difference affects.
@@ -16,22 +16,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from loadgen.intervals import CONFIDENCE
+from measurement.intervals import CONFIDENCE
 from testbed.console import fail
 from testbed.slo_option import SloOption, slo_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from loadgen.intervals import PointComparison
-    from loadgen.results import PointSummary
-    from loadgen.slo import Slo
+    from measurement.intervals import PointComparison
+    from measurement.results import PointSummary
+    from workload.slo import Slo
 
 
 def read_stack_file(folder: Path) -> dict[str, Any] | None:
     """``folder/stack.json`` as ``{"stack": name, "resources": {...}}``; None when absent or
     unreadable (a results folder of ``testbed load``, or one written before stack.json)."""
-    from loadgen.results_folder import STACK_FILE
+    from outputs.folder_reader import STACK_FILE
 
     try:
         data = json.loads((folder / STACK_FILE).read_text())
@@ -85,8 +85,8 @@ def compare_command(
         compare_many(folders, as_json, confidence, objectives)
         return
     a, b = folders
-    from loadgen.intervals import ab_comparisons
-    from loadgen.settings_diff import provenance_note
+    from measurement.intervals import ab_comparisons
+    from outputs.settings_diff import provenance_note
 
     labels = [simulated_by(a), simulated_by(b)]
     simulated = any(labels)
@@ -105,7 +105,7 @@ def compare_command(
     if provenance:
         from rich.markup import escape
 
-        from loadgen.report import table_console
+        from outputs.tables import table_console
 
         table_console(highlight=False).print(escape(provenance), soft_wrap=True)
     print_verdicts(points, ab_comparisons(*points, confidence), simulated)
@@ -116,10 +116,10 @@ def compare_many(
     folders: Sequence[Path], as_json: bool, confidence: float, slo: Slo | None
 ) -> None:
     """Three or more results folders: one table per metric with every folder as a column
-    (`loadgen.report.stacks_tables`, ranked by goodput where judged against `slo` or the
+    (`outputs.tables.stacks_tables`, ranked by goodput where judged against `slo` or the
     folders' load.slo); with `as_json`, each folder's `ab_comparisons` against the first."""
-    from loadgen.intervals import ab_comparisons
-    from loadgen.report import stacks_tables, table_console
+    from measurement.intervals import ab_comparisons
+    from outputs.tables import stacks_tables, table_console
 
     try:
         named = [(_folder_name(f), folder_points(f, slo)) for f in folders]
@@ -155,11 +155,11 @@ def print_verdicts(
     comparisons: Sequence[PointComparison],
     simulated: bool,
 ) -> None:
-    """The verdict table of an A / B (`loadgen.report.verdict_table`, or its one line when
+    """The verdict table of an A / B (`outputs.tables.verdict_table`, or its one line when
     nothing can be judged), then, where both sides' `points` were judged against an SLO,
     which side met it and the goodput's B / A with its interval and verdict
-    (`loadgen.report.slo_verdict_table`); with `simulated`, marked as comparing simulations."""
-    from loadgen.report import slo_verdict_table, table_console, verdict_table
+    (`outputs.tables.slo_verdict_table`); with `simulated`, marked as comparing simulations."""
+    from outputs.tables import slo_verdict_table, table_console, verdict_table
 
     marked = " (SIMULATED)" if simulated else ""
     found = verdict_table(
@@ -176,7 +176,7 @@ def simulated_by(folder: Path) -> str | None:
     """What simulated a results folder's figures (its ``result.json``'s ``simulated``:
     ``testbed simulate``'s provenance, or the routing run's label); None when measured against
     a server, or unreadable (``compare_tables`` reports that)."""
-    from loadgen.output import RESULT_FILE
+    from outputs.folder_writer import RESULT_FILE
 
     try:
         data = json.loads((folder / RESULT_FILE).read_text())
@@ -191,7 +191,7 @@ def print_resource_note(a: Path, b: Path) -> None:
     unreadable stack.json is a warning line."""
     from rich.markup import escape
 
-    from loadgen.report import table_console
+    from outputs.tables import table_console
 
     try:
         note = resource_note_text(a, b)
@@ -212,7 +212,7 @@ def resource_note_text(a: Path, b: Path) -> str:
     """
     from pydantic import ValidationError
 
-    from loadgen.results_folder import STACK_FILE
+    from outputs.folder_reader import STACK_FILE
     from stackmodel.resources import compare_resources, resource_note
 
     files = [read_stack_file(a), read_stack_file(b)]
@@ -229,11 +229,11 @@ def resource_note_text(a: Path, b: Path) -> str:
 
 def folder_points(folder: Path, slo: Slo | None = None) -> list[PointSummary]:
     """The grid points of a results folder (its summary.json), judged against `slo` from its
-    requests.parquet when given (`loadgen.results_folder.LoadedResults.judged`; without, as
+    requests.parquet when given (`outputs.folder_reader.LoadedResults.judged`; without, as
     the grid judged them by its own load.slo). Raises OSError or ValueError (one line; an
     `SloError` for an SLO the runs cannot have)."""
-    from loadgen.report import load_points
-    from loadgen.results_folder import load_results
+    from outputs.folder_reader import load_results
+    from outputs.tables import load_points
 
     if slo is None:
         return load_points(folder)
@@ -246,7 +246,7 @@ def comparable_points(
     """The grid points of results folders `a` and `b` (`folder_points`, against `slo`); exit 2
     with one `error:` line when a folder has no readable summary.json, or when the two share
     no grid point (nothing comparable)."""
-    from loadgen.settings_diff import nothing_comparable
+    from outputs.settings_diff import nothing_comparable
 
     try:
         points_a, points_b = folder_points(a, slo), folder_points(b, slo)
@@ -265,7 +265,7 @@ def compare_tables(
     (default "A / B"), then their tails the same way, then which load settings differ
     (`print_settings_note`); exits as `comparable_points` does. Returns both sides' grid
     points (judged against `slo` when given)."""
-    from loadgen.report import comparison_table, table_console, tail_comparison_table
+    from outputs.tables import comparison_table, table_console, tail_comparison_table
 
     points_a, points_b = comparable_points(a, b, slo)
     console = table_console()
@@ -278,13 +278,13 @@ def compare_tables(
 def print_settings_note(a: Path, b: Path, names: tuple[str, str] | None = None) -> None:
     """After an A / B table of results folders `a` and `b` (called `names`, default their
     paths): print which load settings differ and which metrics that invalidates
-    (`loadgen.settings_diff.settings_note`, from each folder's result.json); nothing when they
+    (`outputs.settings_diff.settings_note`, from each folder's result.json); nothing when they
     match. An unreadable result.json is a warning line."""
     from rich.markup import escape
 
-    from loadgen.report import table_console
-    from loadgen.results_folder import load_config
-    from loadgen.settings_diff import settings_note
+    from outputs.folder_reader import load_config
+    from outputs.settings_diff import settings_note
+    from outputs.tables import table_console
 
     name_a, name_b = names or (str(a), str(b))
     try:

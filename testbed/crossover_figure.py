@@ -26,7 +26,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
 from kvpath.profile import LINK_PROFILES
-from loadgen.html_report import ReportImage
+from outputs.html_report import ReportImage
 from stackmodel.crossover import CROSSOVER_FILE, SWEEP_LINKS, Crossover, crossover, read_crossover
 from stackmodel.models import UnknownModelError
 from stackmodel.published import PublishedPoint, published_points

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from loadgen.config import LoadConfig, ReadyCheck, error_message
+from workload.config import LoadConfig, ReadyCheck, error_message
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from loadgen.results import GridResult, Readiness, RunSummary
+    from measurement.results import GridResult, Readiness, RunSummary
 from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, _int_list, _stderr_line, fail
 from testbed.slo_option import SloOption, slo_of
 
@@ -52,7 +52,7 @@ def _validation_message(exc: ValidationError, source: str) -> str:
 
 def step_keys() -> frozenset[str]:
     """The keys a stack's ``load`` section holds for the post-deploy load step beside the grid's:
-    :class:`~stackmodel.config.StackLoadConfig`'s fields that :class:`~loadgen.config.
+    :class:`~stackmodel.config.StackLoadConfig`'s fields that :class:`~workload.config.
     LoadConfig` lacks (``enabled``, ``url``, ``runner``, ...), camelCase. `testbed load` ignores
     them."""
     from stackmodel.config import StackLoadConfig
@@ -181,7 +181,7 @@ def check_reachable(url: str, timeout_s: float) -> None:
 def _print_result(result: GridResult, out: Path, title: str) -> None:
     from rich.markup import escape
 
-    from loadgen.report import (
+    from outputs.tables import (
         client_server_table,
         phases_table,
         prompt_sizes,
@@ -229,12 +229,12 @@ def readiness_line(readiness: Readiness) -> str:
 
 
 def _report_beside(out: Path) -> None:
-    """Write `out/report.html` (loadgen.html_report); a failure is a warning, never an exit:
+    """Write `out/report.html` (outputs.html_report); a failure is a warning, never an exit:
     the results are already written."""
     from rich.markup import escape
 
-    from loadgen.html_report import write_folder_reports
-    from loadgen.report import table_console
+    from outputs.html_report import write_folder_reports
+    from outputs.tables import table_console
 
     console = table_console()
     try:
@@ -281,7 +281,7 @@ def _run_line(summary: RunSummary, done: int, total: int) -> None:
     """One line per finished run where no bar shows (``--no-progress``, or output to a file or
     pipe): ``run K=2 c=4 rep 1 done (3 of 24): 200 requests, 0 failed, 41.2 s``."""
     from loadgen.plan import run_label
-    from loadgen.report import table_console
+    from outputs.tables import table_console
 
     key = (summary.prefix_kinds, summary.concurrency, summary.repetition)
     table_console(highlight=False).print(
@@ -455,7 +455,7 @@ def load_command(
     """
     from configkeys.key_paths import parse_settings
     from loadgen.api import base_url
-    from loadgen.folder_lock import FolderBusyError, folder_lock
+    from outputs.folder_lock import FolderBusyError, folder_lock
 
     try:
         base_url(url)
@@ -494,8 +494,8 @@ def load_command(
         stack_text = _stack_text(stack, mocker)
         out.mkdir(parents=True, exist_ok=True)
         if stack_text is not None:
-            from loadgen.output import write_text_atomic
-            from loadgen.results_folder import STACK_FILE
+            from outputs.folder_reader import STACK_FILE
+            from outputs.folder_writer import write_text_atomic
 
             write_text_atomic(out / STACK_FILE, stack_text)
     except (ValueError, OSError) as exc:  # KeyPathError is a ValueError
@@ -574,10 +574,10 @@ def _load(
     from rich.markup import escape
 
     from kubeclient.pod_watch import pod_watch
-    from loadgen.output import ResultsFolder, ResumeError, complete_runs, grid_settings
     from loadgen.readiness import NotServingError
-    from loadgen.report import table_console
     from loadgen.runner import run_grid
+    from outputs.folder_writer import ResultsFolder, ResumeError, complete_runs, grid_settings
+    from outputs.tables import table_console
 
     earlier = complete_runs(out)
     if earlier and not resume:

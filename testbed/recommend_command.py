@@ -89,9 +89,9 @@ def _workload(text: str) -> Workload:
     (:func:`recommend.workload.replayed`); exits 2 on a bad one, naming the fix."""
     from pydantic import ValidationError
 
-    from loadgen.config import Arrival, LoadConfig, error_message
     from recommend.workload import FOLDER_FILES, HINT, Workload, WorkloadError, replayed
     from testbed.load_command import read_load_settings
+    from workload.config import Arrival, LoadConfig, error_message
 
     if text == "seed":
         return Workload(LoadConfig())
@@ -177,7 +177,7 @@ def _print_table(
 ) -> None:
     from rich.table import Table
 
-    from loadgen.report import table_console
+    from outputs.tables import table_console
     from recommend.outputs import shown_line
 
     console = table_console(highlight=False)
@@ -369,7 +369,6 @@ def recommend_command(
     """
     from rich.progress import Progress
 
-    from loadgen.slo import SloError
     from recommend.claims import first_ranked
     from recommend.outputs import (
         PLAN_MD,
@@ -389,6 +388,7 @@ def recommend_command(
     from testbed.dependency_groups import missing_group
     from testbed.slo_option import slo_of
     from testbed.stack_commands import under_project
+    from workload.slo import SloError
 
     if validate_top:
         missing = missing_group(

@@ -14,8 +14,8 @@ import typer
 from testbed.slo_option import SloOption, slo_of
 
 if TYPE_CHECKING:
-    from loadgen.html_report import ReportImage
-    from loadgen.results_folder import LoadedResults
+    from outputs.folder_reader import LoadedResults
+    from outputs.html_report import ReportImage
 
 
 def default_report(folders: Sequence[Path]) -> Path:
@@ -23,7 +23,7 @@ def default_report(folders: Sequence[Path]) -> Path:
     ``testbed simulate`` writes each stack's), and for several ``report-A-vs-B[-vs-C...].html``
     beside the first (as ``testbed simulate A B`` names its own), never the working
     directory."""
-    from loadgen.results_folder import REPORT_FILE
+    from outputs.folder_reader import REPORT_FILE
     from testbed.stack_commands import comparison_report
 
     if len(folders) == 1:
@@ -72,9 +72,9 @@ def report_command(
 
     from rich.markup import escape
 
-    from loadgen.html_report import write_report
-    from loadgen.report import table_console
-    from loadgen.results_folder import load_results
+    from outputs.folder_reader import load_results
+    from outputs.html_report import write_report
+    from outputs.tables import table_console
     from testbed.compare import resource_note_text
     from testbed.console import fail
 

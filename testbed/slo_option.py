@@ -1,5 +1,5 @@
 """The `--slo` option of `testbed load`, `simulate`, `compare` and `report`: its help and its
-parsing (`loadgen.slo.parse_slo`), one `error:` line on bad input."""
+parsing (`workload.slo.parse_slo`), one `error:` line on bad input."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from loadgen.slo import Slo, SloError, parse_slo
 from testbed.console import fail
+from workload.slo import Slo, SloError, parse_slo
 
 SLO_HELP = (
     "Service-level objectives: KEY=MS items, comma-separated, each a p99 bound in ms; keys "

@@ -136,7 +136,7 @@ def _stack_errors() -> tuple[type[Exception], ...]:
 def say_settings(stack: str, settings: Sequence[Setting]) -> None:
     """Say where each ``--set`` value came from: ``kv-routing: load.concurrency = [8] (--set;
     the stack file has [4, 8])``."""
-    from loadgen.report import table_console
+    from outputs.tables import table_console
     from stackmodel.config import project_values, stack_role
     from stackmodel.stacks import platform_settings, stack_config
 
@@ -178,7 +178,7 @@ def warn(message: str) -> None:
     """Print ``warning: <message>`` (verbatim)."""
     from rich.text import Text
 
-    from loadgen.report import table_console
+    from outputs.tables import table_console
 
     table_console(highlight=False).print(
         Text("warning: ", style="yellow") + Text(message), soft_wrap=True
@@ -281,7 +281,7 @@ def render_command(
     from rich.table import Table
     from rich.text import Text
 
-    from loadgen.report import table_console
+    from outputs.tables import table_console
     from testbed.render_files import RenderFolderError, write_rendered
 
     console = table_console(highlight=False)
@@ -357,7 +357,7 @@ def diff_command(
     """
     import json
 
-    from loadgen.report import table_console
+    from outputs.tables import table_console
     from testbed.component_diff import diff_lines
     from testbed.render_files import diff_rendered
 
@@ -542,9 +542,9 @@ def simulate_command(
     """
     from contextlib import ExitStack
 
-    from loadgen.folder_lock import FolderBusyError, folder_lock
-    from loadgen.output import ResumeError, complete_runs
-    from loadgen.report import table_console
+    from outputs.folder_lock import FolderBusyError, folder_lock
+    from outputs.folder_writer import ResumeError, complete_runs
+    from outputs.tables import table_console
     from simulator.routing import ROUTING_DIR
     from simulator.stack_values import (
         other_stack_values,
@@ -689,8 +689,8 @@ def _print_against(sim: Simulation, against: Path) -> None:
     files (:mod:`testbed.against`)."""
     from rich.text import Text
 
-    from loadgen.report import table_console, table_text
-    from loadgen.results_folder import load_results
+    from outputs.folder_reader import load_results
+    from outputs.tables import table_console, table_text
     from simulator.calibration_fit import score_points
     from simulator.phase_scores import missing_phases, score_phases
     from testbed.against import (
@@ -747,7 +747,7 @@ def _print_against(sim: Simulation, against: Path) -> None:
 
 def _invalid_grid(exc: Any, stack: str | None = None) -> NoReturn:
     """Exit 2 with the first problem of a grid's `LoadConfig` validation, naming `stack`."""
-    from loadgen.config import error_message
+    from workload.config import error_message
 
     error = exc.errors()[0]
     where = ".".join(str(p) for p in error["loc"]) or "load"
@@ -762,8 +762,8 @@ def _check_grid(
     it), validated before anything is printed or a folder touched."""
     from pydantic import ValidationError
 
-    from loadgen.slo import SloError
     from simulator.simulate import stack_load
+    from workload.slo import SloError
 
     try:
         stack_load(name, plan.cfg, full=full, grid=grid, settings=settings)
@@ -805,10 +805,10 @@ def _simulate(
     from pydantic import ValidationError
     from rich.text import Text
 
-    from loadgen.incidents import describe
-    from loadgen.intervals import ab_comparisons
-    from loadgen.output import ResumeError
-    from loadgen.report import (
+    from measurement.incidents import describe
+    from measurement.intervals import ab_comparisons
+    from outputs.folder_writer import ResumeError
+    from outputs.tables import (
         client_server_table,
         comparison_table,
         phases_table,
@@ -941,7 +941,7 @@ def grid_length_line(name: str, load: StackLoadConfig, points: Sequence[Any]) ->
 
 def _say_kept(names: list[str], out: Path) -> None:
     """After Ctrl-C: what each stack's folder kept (every process was stopped)."""
-    from loadgen.output import complete_runs
+    from outputs.folder_writer import complete_runs
     from simulator.routing import ROUTING_DIR
 
     counts = {name: complete_runs(out / name / ROUTING_DIR) for name in names}
@@ -983,10 +983,10 @@ def _write_reports(
 ) -> None:
     """``report.html`` in each stack's results folder and, for two stacks, the A / B report
     at ``comparison`` with ``notes`` (the caveats printed under the A / B table) and each
-    folder's ``images`` (:class:`loadgen.html_report.ReportImage`); a failure is a warning
+    folder's ``images`` (:class:`outputs.html_report.ReportImage`); a failure is a warning
     (the results are already written)."""
-    from loadgen.html_report import write_folder_reports
-    from loadgen.report import table_console
+    from outputs.html_report import write_folder_reports
+    from outputs.tables import table_console
 
     try:
         reports = write_folder_reports(folders, comparison, notes, images)

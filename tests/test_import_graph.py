@@ -20,6 +20,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("configkeys",),
+    ("workload",),
+    ("measurement",),
+    ("outputs",),
     ("loadgen", "kvpath"),
     ("kubeclient", "steptime"),
     ("stackmodel",),
@@ -39,7 +42,9 @@ PACKAGES = tuple(package for layer in LAYERS for package in layer)
 LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in layer}
 PURE = (
     "configkeys",
-    "loadgen.config",
+    "workload",
+    "measurement",
+    "outputs",
     "kvpath",
     "steptime",
     "stackmodel",

@@ -18,8 +18,8 @@ import pytest
 from stackmodel.stacks import REPO
 
 HEAVY = (
-    "matplotlib",  # the load step's report (loadgen.html_report)
-    "pandas",  # the results folder (loadgen.output, loadgen.results_folder)
+    "matplotlib",  # the load step's report (outputs.html_report)
+    "pandas",  # the results folder (outputs.folder_writer, outputs.folder_reader)
     "numpy",
     "pyarrow",
     "kubernetes",  # the pod watch's client (kubeclient.pod_watch)

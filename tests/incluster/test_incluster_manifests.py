@@ -17,14 +17,14 @@ from step_inputs_for import inputs_for
 from incluster.manifests import LoadJob, dry_run_pod, load_objects, load_step_role, rbac_entry
 from incluster.sources import CONFIGMAP_LIMIT_BYTES, POD_MODULES, pod_files
 from incluster.wire import parse_log, record_line
-from loadgen.config import LoadConfig
-from loadgen.request import RequestRecord
+from measurement.record import RequestRecord
 from stackmodel.config import project_values
 from stackmodel.errors import StackConfigError
 from stackmodel.log_budget import log_budget_problem, record_line_bytes
 from stackmodel.stacks import load_stack
 from stackmodel.stacks import stack_config as cli_config
 from stackmodel.validation import validate_stack
+from workload.config import LoadConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

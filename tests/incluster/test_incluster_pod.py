@@ -11,8 +11,8 @@ from incluster.collect import collect
 from incluster.manifests import LoadJob, load_job, source_configmap
 from incluster.sources import pod_files
 from incluster.wire import parse_log
-from loadgen.config import LoadConfig
 from simulator.localgraph import free_port
+from workload.config import LoadConfig
 
 GRID = LoadConfig(
     prefix_kinds=[1],

@@ -28,7 +28,7 @@ from incluster.manifests import LOAD_STEP_RULES, LoadJob, load_objects
 from incluster.runtime import ClusterRun, Resumed, clear_leftovers, job_name, run_in_cluster
 from incluster.sources import pod_files
 from kubeclient.client import api_client
-from loadgen.config import LoadConfig
+from workload.config import LoadConfig
 
 REPO = Path(__file__).resolve().parents[2]
 URL = "http://testbed-frontend-testbed.testbed.svc:8000"

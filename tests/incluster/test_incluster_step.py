@@ -17,7 +17,7 @@ from step_inputs_for import inputs_for
 
 from components.load_provider import LoadStepProvider
 from incluster.manifests import LOAD_STEP_RULES, LoadJob, load_job
-from loadgen.report import SUMMARY_FILE
+from outputs.tables import SUMMARY_FILE
 from simulator.localgraph import LocalGraph
 from simulator.routing import graph_spec
 from stackmodel.stacks import load_stack

@@ -12,7 +12,7 @@ from fake_kube_api import NAMESPACE, FakeKubeApi, fake_kube_api
 
 from incluster.manifests import LOAD_STEP_RULES, LoadJob
 from incluster.runtime import ClusterRun, run_in_cluster
-from loadgen.config import LoadConfig
+from workload.config import LoadConfig
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from loadgen.config import LoadConfig
-from loadgen.intervals import OLD_SUMMARY
 from loadstep.comparison import compare_points, comparison_output, ratio
+from measurement.intervals import OLD_SUMMARY
 from stackmodel.resources import compare_resources
+from workload.config import LoadConfig
 
 # The seed's "Results: same node" table: (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms,
 # req/s), KV routing with 6 workers (A) / disaggregated (B).
@@ -146,7 +146,7 @@ def test_missing_results_compare_as_no_points() -> None:
 
 
 def _with_runs(point: dict[str, object], ttft_runs: list[float]) -> dict[str, object]:
-    """A summary.json object with its TTFT p50 runs (as `loadgen.stats.point_intervals`)."""
+    """A summary.json object with its TTFT p50 runs (as `measurement.stats.point_intervals`)."""
     return point | {"intervals": {"ttft_p50_ms": {"runs": ttft_runs, "low": 1.0, "high": 2.0}}}
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from step_inputs_for import inputs_for
 
-from loadgen.results_folder import STATUS_FILE, STEP_FILE
 from loadstep.folder import STOP_FILE, StopFileObserver, StopRequested, resumable_run, run_folder
 from loadstep.inputs import (
     LoadStepInputs,
     default_deadline_minutes,
     step_deadline_minutes,
 )
+from outputs.folder_reader import STATUS_FILE, STEP_FILE
 from stackmodel.config import StackLoadConfig
 from stackmodel.stacks import load_stack
 

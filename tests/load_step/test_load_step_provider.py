@@ -17,14 +17,11 @@ from fake_kube_api import NAMESPACE, fake_kube_api, oom_killed, pod
 from prometheus_client.parser import text_string_to_metric_families
 from step_inputs_for import inputs_for
 
+import loadgen.runner  # noqa: F401
+
 # The step imports its runtime where it runs (loadstep.runtime): import it before the
 # tests, so a timed fault below falls in the run, not in the step's first imports.
-import loadgen.html_report
-import loadgen.runner  # noqa: F401
 from components.load_provider import LoadStepProvider
-from loadgen.config import LoadConfig, ReadyCheck
-from loadgen.report import SUMMARY_FILE
-from loadgen.results_folder import REPORT_FILE, STEP_FILE, load_results
 from loadgen.server_metrics import NoMetricsError
 from loadstep import folder as load_step_folder
 from loadstep import runtime as load_runtime
@@ -32,9 +29,12 @@ from loadstep.folder import STOP_FILE, StopFileObserver
 from loadstep.inputs import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons
 from loadstep.runtime import LoadStepError, LoadStepStopped
 from manifests.graph import COMPONENT_LABEL, GRAPH_LABEL
+from outputs.folder_reader import REPORT_FILE, STEP_FILE, load_results
+from outputs.tables import SUMMARY_FILE
 from simulator.localgraph import LocalGraph, LocalGraphSpec, free_port
 from simulator.routing import graph_spec
 from stackmodel.stacks import load_stack
+from workload.config import LoadConfig, ReadyCheck
 
 pytestmark = pytest.mark.timeout(120)
 

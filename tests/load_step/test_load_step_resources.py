@@ -11,8 +11,8 @@ from test_load_step_comparison import SEED_DISAGG, SEED_KV_ROUTING, points
 from typer.testing import CliRunner
 
 from configkeys.key_paths import parse_settings
-from loadgen.results_folder import STACK_FILE
 from loadstep.comparison import comparison_output
+from outputs.folder_reader import STACK_FILE
 from stackmodel.resources import (
     ResourceComparison,
     StackResources,

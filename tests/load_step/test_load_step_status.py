@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from loadgen.config import LoadConfig
-from loadgen.incidents import Incident
-from loadgen.output import read_result
-from loadgen.results import GridResult, PointSummary
 from loadstep.inputs import frontend_url, step_outputs, step_status
 from loadstep.runtime import settle_result
+from measurement.incidents import Incident
+from measurement.results import GridResult, PointSummary
+from outputs.folder_writer import read_result
 from stackmodel.stacks import load_stack
+from workload.config import LoadConfig
 
 T0 = datetime(2026, 11, 13, 10, 0, tzinfo=UTC)
 GRID = LoadConfig(prefix_kinds=[2, 24], concurrency=[4], repetitions=1, requests_per_run=10)
@@ -166,9 +166,9 @@ def test_the_status_line_names_the_first_incident_and_outputs_export_them() -> N
 
 
 def test_outputs_say_per_point_whether_the_slo_was_met_and_the_highest_load_that_met_it() -> None:
-    from loadgen.goodput import evaluate_point
-    from loadgen.results import RunAttainment
-    from loadgen.slo import parse_slo
+    from measurement.goodput import evaluate_point
+    from measurement.results import RunAttainment
+    from workload.slo import parse_slo
 
     slo = parse_slo("ttft_p99_ms=500")
 

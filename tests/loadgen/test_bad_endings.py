@@ -32,17 +32,16 @@ from fake_openai_server import (
 )
 
 from loadgen import server_metrics
-from loadgen.config import LoadConfig
-from loadgen.goodput import evaluate_run
 from loadgen.loops import make_client, raise_open_file_limit, run_closed_loop
 from loadgen.observers import GridObserver
-from loadgen.report import prompt_sizes, seed_rows, table_headers
-from loadgen.request import ErrorKind, RequestRecord, retry_after_s, stream_request
-from loadgen.results import GridResult, ServerRunMetrics
+from loadgen.request import retry_after_s, stream_request
 from loadgen.runner import run_grid_async
 from loadgen.server_metrics import in_flight, in_flight_notes, parse_samples
-from loadgen.slo import parse_slo
-from loadgen.stats import (
+from measurement.errors import ErrorKind
+from measurement.goodput import evaluate_run
+from measurement.record import RequestRecord
+from measurement.results import GridResult, ServerRunMetrics
+from measurement.stats import (
     bounded_percentile,
     itl_ms,
     outage_of,
@@ -50,6 +49,9 @@ from loadgen.stats import (
     summarize_run,
     tpot_ms,
 )
+from outputs.tables import prompt_sizes, seed_rows, table_headers
+from workload.config import LoadConfig
+from workload.slo import parse_slo
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -788,7 +790,7 @@ def test_the_in_flight_gauge_is_read_from_the_lines_alone() -> None:
 
 def test_the_slo_judges_the_same_censored_p99s_the_tables_show() -> None:
     """A request cut at its deadline counts in the SLO's TTFT and E2E p99 at the time it was
-    cut (a lower bound), as in the run's own figures: both read `loadgen.stats.tails`."""
+    cut (a lower bound), as in the run's own figures: both read `measurement.stats.tails`."""
     records = records_with_cut([100.0] * 9, [5000.0])
     run = summarize_run(records, prefix_kinds=1, concurrency=4, repetition=1)
     judged = evaluate_run(records, parse_slo("ttft_p99_ms=1000,e2e_p99_ms=1000"), concurrency=4)

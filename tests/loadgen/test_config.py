@@ -4,7 +4,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from loadgen.config import Api, Arrival, LoadConfig
+from workload.config import Api, Arrival, LoadConfig
 
 
 def test_defaults_are_the_seed_grid() -> None:

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import pytest
 
-from loadgen.config import LoadConfig
-from loadgen.results import GridResult
 from loadgen.runner import run_grid
+from measurement.results import GridResult
+from workload.config import LoadConfig
 
 localgraph = pytest.importorskip("simulator.localgraph")
 if TYPE_CHECKING:
@@ -259,9 +259,9 @@ def test_the_report_draws_one_waterfall_per_point(
 ) -> None:
     """The report's TTFT waterfall: per point one bar per phase, each starting where the
     phases before it end, its width the point's mean; the bar ends at queue + TTFT."""
-    from loadgen.figures import report_figures, waterfall_figure
-    from loadgen.html_report import draw
-    from loadgen.results_folder import load_results
+    from outputs.figures import report_figures, waterfall_figure
+    from outputs.folder_reader import load_results
+    from outputs.html_report import draw
 
     result, out = disaggregated
     loaded = load_results(out)

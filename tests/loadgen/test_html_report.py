@@ -30,19 +30,19 @@ from fake_openai_server import (
 )
 from typer.testing import CliRunner
 
-from loadgen.config import LoadConfig
-from loadgen.figures import Figure, Series, report_figures, request_times_s
-from loadgen.html_report import draw, write_folder_reports, write_report
-from loadgen.incidents import INCIDENTS_FILE, Incident, describe, placed
-from loadgen.intervals import ab_comparisons, compare_runs
-from loadgen.memory import MEMORY_FILE, MemoryRecord, MemorySample, PodMemory
-from loadgen.report import verdict_rows
-from loadgen.results import GridResult, MetricInterval
-from loadgen.results_folder import REPORT_FILE, load_results
 from loadgen.runner import run_grid_async
+from measurement.incidents import INCIDENTS_FILE, Incident, describe, placed
+from measurement.intervals import ab_comparisons, compare_runs
+from measurement.memory import MEMORY_FILE, MemoryRecord, MemorySample, PodMemory
+from measurement.results import GridResult, MetricInterval
+from outputs.figures import Figure, Series, report_figures, request_times_s
+from outputs.folder_reader import REPORT_FILE, load_results
+from outputs.html_report import draw, write_folder_reports, write_report
+from outputs.tables import verdict_rows
 from stackmodel.crossover import crossover, crossover_json
 from stackmodel.stacks import load_stack
 from testbed.cli import app
+from workload.config import LoadConfig
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from loadgen.incidents import Incident, RunWindow, describe, locate, placed
+from measurement.incidents import Incident, RunWindow, describe, locate, placed
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 WINDOWS = [

@@ -1,4 +1,4 @@
-"""Intervals and A / B verdicts on known answers (`loadgen.intervals`).
+"""Intervals and A / B verdicts on known answers (`measurement.intervals`).
 
 The synthetic runs are built the way a closed-loop run behaves: each run has its own level (the
 run-to-run variation of routing and cache state: a log-normal factor, sd 0.08 on the log scale),
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from loadgen.intervals import (
+from measurement.intervals import (
     HIGHER,
     INTERVAL_METRICS,
     LOWER,
@@ -33,10 +33,10 @@ from loadgen.intervals import (
     repetitions_needed,
     verdict_mark,
 )
-from loadgen.report import seed_table, table_text, verdict_caption, verdict_rows
-from loadgen.request import RequestRecord
-from loadgen.results import PointSummary
-from loadgen.stats import percentile, summarize_point, summarize_run
+from measurement.record import RequestRecord
+from measurement.results import PointSummary
+from measurement.stats import percentile, summarize_point, summarize_run
+from outputs.tables import seed_table, table_text, verdict_caption, verdict_rows
 from testbed.cli import app
 
 MS = 1_000_000
@@ -289,9 +289,9 @@ def test_attainment_and_goodput_intervals_as_typed_stay_in_bounds() -> None:
     """The user's 2-run points: attainment 81.1%-106.6% and 0.0%-1237580.3% (log scale, no
     bound), goodput 0.0-8401.0 req/s for 0.1. A share is now bounded like the cached ratio,
     and a rate's interval reaching far past its runs is marked too wide."""
-    from loadgen.goodput import evaluate_point
-    from loadgen.results import MetricInterval, RunAttainment
-    from loadgen.slo import parse_slo
+    from measurement.goodput import evaluate_point
+    from measurement.results import MetricInterval, RunAttainment
+    from workload.slo import parse_slo
 
     slo = parse_slo("ttft_p99_ms=1000,itl_p99_ms=50")
     p99: dict[str, float | None] = {"ttft_p99_ms": 900.0, "itl_p99_ms": 40.0}

@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-from loadgen.lag import LAG_WARN_P99_MS, LagMonitor, lag_warning
-from loadgen.request import RequestRecord
-from loadgen.stats import summarize_run
+from loadgen.lag import LagMonitor
+from measurement.client_cost import LAG_WARN_P99_MS, lag_warning
+from measurement.record import RequestRecord
+from measurement.stats import summarize_run
 
 pytestmark = pytest.mark.timeout(10)
 

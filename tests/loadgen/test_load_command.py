@@ -13,9 +13,9 @@ from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 import loadgen.runner
-from loadgen.config import LoadConfig
 from testbed.cli import app
 from testbed.load_command import build_config, read_load_settings, step_keys
+from workload.config import LoadConfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -426,7 +426,7 @@ def test_kube_namespace_records_what_the_pods_did(
 
 
 def test_a_second_writer_of_the_folder_is_refused(tmp_path: Path) -> None:
-    from loadgen.folder_lock import folder_lock
+    from outputs.folder_lock import folder_lock
 
     with folder_lock(tmp_path, "testbed load --out x"):
         result = run("load", "--url", "http://127.0.0.1:1", *SMALL, "--out", str(tmp_path))

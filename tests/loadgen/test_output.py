@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.output import records_frame
-from loadgen.request import ErrorKind, RequestRecord
+from measurement.errors import ErrorKind
+from measurement.record import RequestRecord
+from outputs.folder_writer import records_frame
 
 
 def test_error_kind_is_null_for_successes_and_text_for_failures(tmp_path: Path) -> None:

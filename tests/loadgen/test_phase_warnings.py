@@ -7,9 +7,9 @@ known number of ms."""
 
 from __future__ import annotations
 
-from loadgen.phases import RESIDUAL_ABOVE_MS, phase_warnings, run_phases
-from loadgen.request import RequestRecord
-from loadgen.stats import summarize_run
+from measurement.phases import RESIDUAL_ABOVE_MS, phase_warnings, run_phases
+from measurement.record import RequestRecord
+from measurement.stats import summarize_run
 
 MS = 1_000_000
 

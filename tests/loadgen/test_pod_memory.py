@@ -13,10 +13,10 @@ from fake_kube_api import NAMESPACE, FakeKubeApi, fake_kube_api, pod
 
 from incluster.manifests import LOAD_STEP_RULES
 from kubeclient.pod_memory import PodMemorySampler, PodReading
-from loadgen.incidents import Incident
-from loadgen.memory import memory_at
 from loadstep.memory import memory_record, with_memory_at_kill
 from manifests.graph import COMPONENT_LABEL, GRAPH_LABEL
+from measurement.incidents import Incident
+from measurement.memory import memory_at
 
 pytestmark = pytest.mark.timeout(30)
 

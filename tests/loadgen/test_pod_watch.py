@@ -21,9 +21,9 @@ from kubernetes import client
 
 from kubeclient.client import api_client
 from kubeclient.pod_watch import PodWatch, pod_incidents
-from loadgen.config import LoadConfig
-from loadgen.incidents import INCIDENTS_FILE, describe
 from loadgen.runner import run_grid_async
+from measurement.incidents import INCIDENTS_FILE, describe
+from workload.config import LoadConfig
 
 pytestmark = pytest.mark.timeout(60)
 

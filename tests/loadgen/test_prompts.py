@@ -148,8 +148,8 @@ def test_a_run_draws_each_requests_prompt_and_output_length(tokenizer: Tokenizer
     prefix is prefixShare of the shortest prompt; promptTokens / maxTokens are the means."""
     import json
 
-    from loadgen.config import LoadConfig
     from loadgen.plan import share_for_run
+    from workload.config import LoadConfig
 
     config = LoadConfig.model_validate(
         {

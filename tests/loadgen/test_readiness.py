@@ -10,9 +10,9 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from loadgen.config import LoadConfig, ReadyCheck
 from loadgen.readiness import NotServingError, wait_for_model, wait_until_serving
 from loadgen.runner import run_grid_async
+from workload.config import LoadConfig, ReadyCheck
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.config import LoadConfig
-from loadgen.incidents import Incident
-from loadgen.report import (
+from measurement.incidents import Incident
+from measurement.results import PhaseFigures, PointSummary, TtftPhases
+from outputs.tables import (
     PIPED_WIDTH,
     comparison_rows,
     comparison_table,
@@ -19,8 +19,8 @@ from loadgen.report import (
     table_console,
     table_text,
 )
-from loadgen.results import PhaseFigures, PointSummary, TtftPhases
 from simulator.simulate import grid_length_s
+from workload.config import LoadConfig
 
 # The seed's "Results: same node" table (prefix kinds, concurrency, TTFT p50 ms, TTFT p99 ms,
 # req/s): aggregated KV routing as A, disaggregated as B.

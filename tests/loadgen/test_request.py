@@ -26,10 +26,12 @@ from fake_openai_server import (
     usage_chunk,
 )
 
-from loadgen.config import LoadConfig
 from loadgen.loops import make_client
-from loadgen.request import ErrorKind, RequestRecord, stream_request
-from loadgen.stats import e2e_ms, tpot_ms, ttft_ms
+from loadgen.request import stream_request
+from measurement.errors import ErrorKind
+from measurement.record import RequestRecord
+from measurement.stats import e2e_ms, tpot_ms, ttft_ms
+from workload.config import LoadConfig
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(20)]
 

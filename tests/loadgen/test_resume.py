@@ -16,8 +16,10 @@ from fake_openai_server import Sleep, Step, normal_stream, serve_in_thread
 from interruptible import popen_interruptible
 from typer.testing import CliRunner
 
-from loadgen.config import LoadConfig
-from loadgen.output import (
+from measurement.record import RequestRecord
+from measurement.results import GridResult
+from measurement.stats import summarize_run
+from outputs.folder_writer import (
     MeasuredRun,
     PromptSizing,
     ResultsFolder,
@@ -25,11 +27,9 @@ from loadgen.output import (
     grid_settings,
     records_frame,
 )
-from loadgen.request import RequestRecord
-from loadgen.results import GridResult
-from loadgen.stats import summarize_run
 from simulator.model_dir import make_model_dir
 from testbed.cli import app
+from workload.config import LoadConfig
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,14 +16,14 @@ import pytest
 from fake_openai_server import DONE, FakeServer, Send, Sleep, Status, Step, Wait, normal_stream
 
 from loadgen.api import ERROR_MESSAGE_CHARS, base_url, short_message
-from loadgen.config import LoadConfig
 from loadgen.loops import make_client, run_closed_loop, run_poisson
-from loadgen.output import MeasuredRun, records_frame
-from loadgen.report import seed_table, table_text
-from loadgen.request import RequestRecord
-from loadgen.results import ErrorSample
 from loadgen.runner import FIRST_ERRORS_KEPT, grid_keys, grid_result, run_grid_async
-from loadgen.stats import summarize_point, summarize_run
+from measurement.record import RequestRecord
+from measurement.results import ErrorSample
+from measurement.stats import summarize_point, summarize_run
+from outputs.folder_writer import MeasuredRun, records_frame
+from outputs.tables import seed_table, table_text
+from workload.config import LoadConfig
 
 pytestmark = pytest.mark.timeout(30)
 

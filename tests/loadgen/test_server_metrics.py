@@ -10,7 +10,6 @@ import pytest
 from aiohttp import web
 from fake_openai_server import FakeServer, Step, normal_stream
 
-from loadgen.config import LoadConfig
 from loadgen.runner import run_grid_async
 from loadgen.server_metrics import (
     ServerMetrics,
@@ -20,7 +19,8 @@ from loadgen.server_metrics import (
     parse_samples,
     run_metrics,
 )
-from loadgen.stats import summarize_run
+from measurement.stats import summarize_run
+from workload.config import LoadConfig
 
 pytestmark = pytest.mark.timeout(30)
 

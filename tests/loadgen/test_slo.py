@@ -1,17 +1,18 @@
 """The SLO model, `--slo` parsing and their one-line errors; attainment and goodput per run and
-per grid point (loadgen.slo, loadgen.goodput) on hand-built records with known values."""
+per grid point (workload.slo, measurement.goodput) on hand-built records with known values."""
 
 import pandas as pd
 import pytest
 from pydantic import ValidationError
 from test_stats import MS, record  # a successful record: sent, TTFT, then token gaps (ms)
 
-from loadgen.goodput import evaluate_point, evaluate_run, missed, request_met, request_values
-from loadgen.output import records_frame, records_from_frame
-from loadgen.request import ErrorKind, RequestRecord
-from loadgen.results import PointSummary
-from loadgen.slo import Slo, SloError, parse_slo
-from loadgen.stats import first_of_client
+from measurement.errors import ErrorKind
+from measurement.goodput import evaluate_point, evaluate_run, missed, request_met, request_values
+from measurement.record import RequestRecord
+from measurement.results import PointSummary
+from measurement.stats import first_of_client
+from outputs.folder_writer import records_frame, records_from_frame
+from workload.slo import Slo, SloError, parse_slo
 
 
 def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
@@ -160,8 +161,8 @@ def test_records_read_back_from_parquet_give_the_same_attainment(tmp_path) -> No
 
 
 def test_load_slo_is_part_of_the_load_section_but_not_of_a_runs_fingerprint() -> None:
-    from loadgen.config import LoadConfig
-    from loadgen.output import grid_settings
+    from outputs.folder_writer import grid_settings
+    from workload.config import LoadConfig
 
     load = LoadConfig.model_validate({"slo": {"ttftP99Ms": 1000, "itlP99Ms": 50}})
     assert load.slo == parse_slo("ttft_p99_ms=1000,itl_p99_ms=50")
@@ -172,7 +173,7 @@ def test_load_slo_is_part_of_the_load_section_but_not_of_a_runs_fingerprint() ->
 
 
 def test_run_summaries_carry_the_tails_and_the_cold_requests() -> None:
-    from loadgen.stats import summarize_point, summarize_run
+    from measurement.stats import summarize_point, summarize_run
 
     runs = [
         summarize_run(run_records(), prefix_kinds=2, concurrency=4, repetition=r) for r in (0, 1)
@@ -189,7 +190,7 @@ def test_run_summaries_carry_the_tails_and_the_cold_requests() -> None:
     assert s.tails_warm_ms["e2e_p99_ms"] == pytest.approx(120)
     point = summarize_point(runs)
     assert (point.cold_requests, point.e2e_p99_ms) == (8, pytest.approx(920))
-    from loadgen.report import table_text, tail_table
+    from outputs.tables import table_text, tail_table
 
     tail = " ".join(table_text(tail_table([point]), width=200).split())
     assert "cold reqs" in tail and "all runs" in tail
@@ -199,9 +200,9 @@ def test_run_summaries_carry_the_tails_and_the_cold_requests() -> None:
 
 
 def test_points_judged_from_their_records_compare_goodput_a_b() -> None:
-    from loadgen.goodput import highest_meeting, judge_points
-    from loadgen.intervals import ab_comparisons
-    from loadgen.stats import summarize_point, summarize_run
+    from measurement.goodput import highest_meeting, judge_points
+    from measurement.intervals import ab_comparisons
+    from measurement.stats import summarize_point, summarize_run
 
     slo = parse_slo("ttft_p99_ms=500")
     records = {(2, 4, r): run_records() for r in (0, 1, 2)}
@@ -240,10 +241,10 @@ def test_slo_tables_say_the_load_the_ranks_and_what_a_one_run_comparison_lacks()
     """As typed: 'highest load that met it: prefix kinds 2, concurrency 4' with both points at
     concurrency 4; three stacks 'ranked by goodput' with no rank or value shown; 'interval
     and verdict as in the table above' with one run a side (no verdicts)."""
-    from loadgen.goodput import judge_points
-    from loadgen.intervals import ab_comparisons
-    from loadgen.report import slo_caption, slo_verdict_table, stacks_tables, table_text
-    from loadgen.stats import summarize_point, summarize_run
+    from measurement.goodput import judge_points
+    from measurement.intervals import ab_comparisons
+    from measurement.stats import summarize_point, summarize_run
+    from outputs.tables import slo_caption, slo_verdict_table, stacks_tables, table_text
 
     loose = parse_slo("ttft_p99_ms=1000,itl_p99_ms=50")
 

@@ -5,9 +5,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadgen.loops import Warmup
-from loadgen.request import ErrorKind, RequestRecord
-from loadgen.stats import (
+from measurement.client_cost import Warmup
+from measurement.errors import ErrorKind
+from measurement.record import RequestRecord
+from measurement.stats import (
     client_budget_warning,
     itl_ms,
     percentile,

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from loadgen.config import LoadConfig
-from loadgen.results import PhaseFigures, RunSummary, ServerRunMetrics, TtftPhases
 from loadgen.server_metrics import parse_samples, with_server
-from loadgen.stats import summarize_run
 from loadgen.worker_metrics import per_worker, transfer_disagreement, worker_run_metrics
+from measurement.results import PhaseFigures, RunSummary, ServerRunMetrics, TtftPhases
+from measurement.stats import summarize_run
+from workload.config import LoadConfig
 
 MODEL = "Qwen/Qwen3-0.6B"
 LABELS = ("model_name", "engine")

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from fake_openai_server import FakeServer, Sleep, Step, Wait, normal_stream
 
-from loadgen.config import LoadConfig
-from loadgen.loops import Share, Warmup
-from loadgen.request import RequestRecord
+from loadgen.loops import Share
 from loadgen.runner import run_grid_async
 from loadgen.workers import WorkerPool, auto_workers, run_in_workers, split_share
+from measurement.client_cost import Warmup
+from measurement.record import RequestRecord
+from workload.config import LoadConfig
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.config import LoadConfig
-from loadgen.slo import parse_slo
 from recommend.claims import DEFAULT_MARGIN
 from recommend.load_search import RESOLUTION, LoadRunner, highest_load
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.stacks import load_stack
+from workload.config import LoadConfig
+from workload.slo import parse_slo
 
 SHORT = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
 

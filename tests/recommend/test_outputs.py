@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.config import LoadConfig
-from loadgen.slo import parse_slo
 from recommend.bounds import Bounds
 from recommend.claims import kv_path, ratio, reason_line, verdict
 from recommend.outputs import (
@@ -29,6 +27,8 @@ from recommend.outputs import (
 from recommend.search import Figures, Objective, Result, rank_results
 from recommend.space import HOST_TCP, Candidate, GroupShape
 from recommend.validate import Validation
+from workload.config import LoadConfig
+from workload.slo import parse_slo
 
 
 def _result(key: str, rank: int, goodput: float, per_user: float, **p99: float) -> Result:

@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 import yaml
 
-from loadgen.config import LoadConfig
-from loadgen.slo import parse_slo
 from recommend.claims import first_ranked, reason_line, verdict
 from recommend.outputs import Inputs, emitted_stack_text, plan_text, write_stacks
 from recommend.search import Problem, Result, cluster_gpus, search
@@ -21,6 +19,8 @@ from stackmodel.config import StackConfig, project_values
 from stackmodel.errors import PROJECT
 from stackmodel.stacks import load_stack, stack_config
 from testbed.cli import main
+from workload.config import LoadConfig
+from workload.slo import parse_slo
 
 SHORT = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
 """A short seed-like workload: 2,371-token prompts, 90% shared over 2 prefixes."""

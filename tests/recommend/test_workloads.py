@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.config import Arrival, LoadConfig
-from loadgen.output import MeasuredRun, ResultsFolder, records_frame
 from loadgen.plan import grid_keys
 from loadgen.runner import grid_result
-from loadgen.slo import parse_slo
-from loadgen.stats import summarize_run
+from measurement.stats import summarize_run
+from outputs.folder_writer import MeasuredRun, ResultsFolder, records_frame
 from recommend.resume import ResumeError, TimedStore
 from recommend.search import Problem, search
 from recommend.space import candidates
@@ -25,6 +23,8 @@ from simulator.timing_model import RunTopology, SimRequest, simulate_run
 from stackmodel.config import project_values
 from stackmodel.stacks import load_stack, stack_config
 from testbed.cli import main
+from workload.config import Arrival, LoadConfig
+from workload.slo import parse_slo
 
 SLO = parse_slo("ttft_p99_ms=1000")
 ONE_GPU = "1 x TP1 aggregated on gpu-24gb; router kv"
@@ -277,8 +277,8 @@ def test_simulate_retimes_an_open_loop_at_its_routing_runs_due_times(tmp_path: P
     there (from the run's first), and its point is the open loop's (``2/s, <=8``)."""
     import pandas as pd
 
-    from loadgen.output import read_result
-    from loadgen.report import concurrency_cell
+    from outputs.folder_writer import read_result
+    from outputs.tables import concurrency_cell
     from simulator.retime import retime_grid
 
     load = OPEN.model_copy(update={"requests_per_run": 5, "repetitions": 1})

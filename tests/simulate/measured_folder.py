@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from loadgen.output import REQUESTS_FILE
-from loadgen.results import GridResult
+from measurement.results import GridResult
+from outputs.folder_writer import REQUESTS_FILE
 from simulator.hardware import stack_constants
 from simulator.retime import write_timed
 from simulator.routing import ROUTING_DIR

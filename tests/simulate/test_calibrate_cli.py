@@ -464,7 +464,7 @@ def test_piped_tables_are_never_cut_short(
     measured: Path, tmp_path: Path, grids: list[dict[str, Any]]
 ) -> None:
     """Output to a pipe (CliRunner's is not a terminal): the TTFT phases table, wider than 100
-    columns, prints every value whole (loadgen.report.table_console), as table.txt has it."""
+    columns, prints every value whole (outputs.tables.table_console), as table.txt has it."""
     text, summary = _against(measured, tmp_path / "sim")
     result = CliRunner().invoke(app, ["simulate", "kv-routing", "--out", str(tmp_path / "own")])
     assert result.exit_code == 0, result.output

@@ -14,8 +14,8 @@ import pytest
 from measured_folder import timed_folder
 
 from configkeys.key_paths import parse_settings
-from loadgen.output import REQUESTS_FILE
-from loadgen.request import FRONTEND_FIELDS
+from measurement.record import FRONTEND_FIELDS
+from outputs.folder_writer import REQUESTS_FILE
 from simulator.calibration_checks import Calibration, calibrate
 from simulator.calibration_fit import Evaluator, Problem, read_target
 from stackmodel.config import StackConfig

@@ -3,8 +3,8 @@ the table and the tally line say so (testbed.against)."""
 
 from __future__ import annotations
 
-from loadgen.report import table_text
-from loadgen.results import PhaseFigures, TtftPhases
+from measurement.results import PhaseFigures, TtftPhases
+from outputs.tables import table_text
 from simulator.phase_scores import BELOW_FLOOR, NOT_MODELLED, compare_phases
 from testbed.against import phases_table, phases_tally
 

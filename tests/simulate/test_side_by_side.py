@@ -18,8 +18,8 @@ import pytest
 
 import simulator.routing
 import simulator.simulate
-from loadgen.output import complete_runs
-from loadgen.results import GridResult
+from measurement.results import GridResult
+from outputs.folder_writer import complete_runs
 from simulator.routing import ROUTING_DIR
 from simulator.simulate import simulate_stacks
 from stackmodel.stacks import load_stack

@@ -14,10 +14,10 @@ import psutil
 import pytest
 
 from configkeys.key_paths import KeyPathError, parse_settings
-from loadgen.html_report import write_folder_reports
-from loadgen.incidents import Incident, describe
-from loadgen.results import GridResult, PointSummary
 from loadgen.runner import run_grid
+from measurement.incidents import Incident, describe
+from measurement.results import GridResult, PointSummary
+from outputs.html_report import write_folder_reports
 from simulator.localgraph import LocalGraph, ProcessWatch
 from simulator.model_dir import make_model_dir
 from simulator.retime import retime_grid

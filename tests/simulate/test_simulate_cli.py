@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import simulator.routing
 import simulator.simulate
 import simulator.stack_values
-from loadgen.folder_lock import HOLDER_FILE
+from outputs.folder_lock import HOLDER_FILE
 from stackmodel.stacks import load_stack
 from testbed.cli import app
 
@@ -165,7 +165,7 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from loadgen.folder_lock import "
+            "import sys, time; from pathlib import Path; from outputs.folder_lock import "
             "folder_lock\nwith folder_lock(Path(sys.argv[1]), 'testbed simulate kv-routing'):\n"
             "    print('held', flush=True); time.sleep(60)",
             str(tmp_path / "kv-routing"),
@@ -249,7 +249,7 @@ def test_an_out_that_is_a_file_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_simulated_folder_beside_a_measured_one_is_warned() -> None:
-    from loadgen.settings_diff import provenance_note
+    from outputs.settings_diff import provenance_note
 
     note = provenance_note("out/simulate/kv-routing", "testbed simulate: ...", "results/lab", None)
     assert note.startswith("warning: out/simulate/kv-routing is SIMULATED (testbed simulate: ...)")
@@ -259,9 +259,9 @@ def test_a_simulated_folder_beside_a_measured_one_is_warned() -> None:
 
 
 def test_the_grid_length_is_each_run_at_its_nearest_simulated_rate() -> None:
-    from loadgen.config import LoadConfig
-    from loadgen.results import PointSummary
+    from measurement.results import PointSummary
     from simulator.simulate import grid_length_s
+    from workload.config import LoadConfig
 
     point: Any = PointSummary  # only the fields the estimate reads
     points = [

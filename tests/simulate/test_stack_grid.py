@@ -2,9 +2,9 @@
 for the seed's two stacks by name (the README's main job), and an SLO given on the command
 line in either."""
 
-from loadgen.slo import parse_slo
 from simulator.simulate import REDUCED_GRID, stack_load
 from stackmodel.stacks import load_stack
+from workload.slo import parse_slo
 
 
 def test_a_stack_runs_its_own_grid_and_the_seeds_two_the_reduced_one() -> None:

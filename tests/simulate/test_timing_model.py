@@ -285,7 +285,7 @@ def test_simulated_records_carry_the_frontends_phases_and_workers() -> None:
     request alone: the KV-transfer phase is its whole prompt's KV over the wire (the frontend's
     estimate runs to the decode worker's first token, so one decode step more), the prefill
     wait the frontend's own overhead, and the simulation has no network: residual 0."""
-    from loadgen.phases import request_phases, run_phases
+    from measurement.phases import request_phases, run_phases
     from simulator.retime import timing_records
 
     reqs = requests(1, 1, cached=False)

@@ -8,9 +8,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from loadgen.config import LoadConfig
-from loadgen.incidents import Incident, RunWindow
-from loadgen.slo import Slo
+from measurement.incidents import Incident, RunWindow
+from workload.config import LoadConfig
+from workload.slo import Slo
 
 LOW_SAMPLE_P99 = 100  # a p99 over fewer samples rests on its one or two largest values
 
@@ -184,14 +184,14 @@ class WorkerShare(BaseModel):
 
 
 class TtftPhases(BaseModel):
-    """TTFT split into its phases (`loadgen.phases`; docs/metrics.md, "TTFT phases") over the
-    successful requests whose server returned its own timing: per phase of `loadgen.phases.PHASES`
-    present, its `PhaseFigures`; the mean client and frontend TTFT of the same requests; the
-    workers that served them (`WorkerShare`, prefill or aggregated first); `balance`: the most
-    requests one prefill (or aggregated) worker served over the mean of those that served any
-    (1.0: even; workers that served none are not seen); `hit_efficacy`: requests that hit the
-    prefix cache over those that could have (all but the first of each prefix in the run; above
-    1: prefixes warm from before the run)."""
+    """TTFT split into its phases (`measurement.phases`; docs/metrics.md, "TTFT phases") over the
+    successful requests whose server returned its own timing: per phase of
+    `measurement.phases.PHASES` present, its `PhaseFigures`; the mean client and frontend TTFT of
+    the same requests; the workers that served them (`WorkerShare`, prefill or aggregated first);
+    `balance`: the most requests one prefill (or aggregated) worker served over the mean of those
+    that served any (1.0: even; workers that served none are not seen); `hit_efficacy`: requests
+    that hit the prefix cache over those that could have (all but the first of each prefix in the
+    run; above 1: prefixes warm from before the run)."""
 
     requests: int
     phases: dict[str, PhaseFigures]
@@ -208,17 +208,17 @@ class RunSummary(BaseModel):
     Latency fields cover successful requests only and are None when there are none, except
     that TTFT (mean, p50, p90, p99) and E2E p50 also count the censored requests (cut by the
     client's timeout after they were sent) at the time they were cut, a lower bound:
-    `lower_bounds` names the figures that rest on one (`loadgen.stats.bounded_percentile`).
+    `lower_bounds` names the figures that rest on one (`measurement.stats.bounded_percentile`).
     TTFT: `sent` to the first non-empty content/reasoning text. First chunk: `sent` to the first
     data event. ITL: per token, each gap between consecutive content-bearing chunks divided by
-    the tokens the later chunk carried, pooled over requests (`loadgen.stats.itl_ms`). ICL: the
+    the tokens the later chunk carried, pooled over requests (`measurement.stats.itl_ms`). ICL: the
     gaps themselves (vLLM bench's per-chunk ITL). Both count only the gaps between network
     reads: events delivered in one read (a buffering proxy) have no gap the client saw.
     TPOT: per request (E2E - TTFT) / (completion_tokens - tokens of the first read)
-    (`loadgen.stats.tpot_ms`; vLLM's and
+    (`measurement.stats.tpot_ms`; vLLM's and
     AIPerf's (E2E - TTFT) / (completion_tokens - 1) when chunks carry one token).
     tokens_per_chunk_p50: over all content chunks, the server's per-chunk counts or the final
-    usage spread evenly (`loadgen.stats.chunk_tokens`); docs/metrics.md has the formulas.
+    usage spread evenly (`measurement.stats.chunk_tokens`); docs/metrics.md has the formulas.
     E2E: `sent` to the last generated token (`RequestRecord.last_token_ns`; a trailing usage
     chunk only supplies counts). Queue: intended to actual send (client-side waiting).
     requests_per_s / output_tokens_per_s: successful requests / completion tokens over the span
@@ -230,7 +230,7 @@ class RunSummary(BaseModel):
     tokens over the successful requests, those that omitted the field counted as 0 when others
     in the run reported it (`cached_reported` reported, `cached_missing` did not; None when
     none did); not necessarily a prefix-cache hit rate: `cached_not_prefix_hits` counts the
-    requests whose value cannot be one (`loadgen.stats.cached_tokens_summary`), and the
+    requests whose value cannot be one (`measurement.stats.cached_tokens_summary`), and the
     server's own prefix-cache counters are in `server`.
     """
 
@@ -350,7 +350,7 @@ class RunSummary(BaseModel):
     cold_requests: int = Field(
         default=0,
         description="Requests that were the first of their client (closed loop: the first "
-        "`concurrency`, sent together; loadgen.stats.first_of_client); kept in every figure.",
+        "`concurrency`, sent together; measurement.stats.first_of_client); kept in every figure.",
     )
     tails_warm_ms: dict[str, float | None] = Field(
         default_factory=dict,
@@ -362,7 +362,7 @@ class RunSummary(BaseModel):
     )
     phases: TtftPhases | None = Field(
         default=None,
-        description="TTFT by phase and the workers that served the run (loadgen.phases); None: "
+        description="TTFT by phase and the workers that served the run (measurement.phases); None: "
         "the server returned no per-request timing.",
     )
     started_at: datetime | None = Field(
@@ -386,11 +386,11 @@ class RunSummary(BaseModel):
 
 
 class MetricInterval(BaseModel):
-    """One metric of one grid point over its repetitions (`loadgen.intervals`): `runs`, each
+    """One metric of one grid point over its repetitions (`measurement.intervals`): `runs`, each
     repetition's value in repetition order (the metric's unit), and `low` / `high`, the
     confidence interval (at `PointSummary.confidence`) for a run's typical value: Student's t
     with n - 1 degrees of freedom on the log of the runs' values (their geometric mean), on the
-    values themselves where one is 0; None with fewer than 2 runs. A share (`loadgen.intervals.
+    values themselves where one is 0; None with fewer than 2 runs. A share (`measurement.intervals.
     UPPER_BOUNDS`) stays inside [0, its bound] and every interval stays at or above 0."""
 
     runs: list[float]
@@ -421,8 +421,8 @@ class RunAttainment(BaseModel):
     that missed it (failed ones under each); `attainment`: met / requests (0 without requests);
     `goodput_requests_per_s` / `goodput_output_tokens_per_s`: the met requests and their
     completion tokens per second of the run's span (`duration_s`); `p99_ms`: the run's p99 of
-    each objective's metric (`loadgen.stats.tails`), `cold`: the requests that were the first
-    of their client (`loadgen.stats.first_of_client`), `p99_warm_ms`: the same p99s without
+    each objective's metric (`measurement.stats.tails`), `cold`: the requests that were the first
+    of their client (`measurement.stats.first_of_client`), `p99_warm_ms`: the same p99s without
     them."""
 
     requests: int
@@ -441,7 +441,7 @@ class PointAttainment(BaseModel):
     """One grid point against an SLO, from its runs' `RunAttainment`s (repetition order).
 
     `attainment`, `goodput_requests_per_s`, `goodput_output_tokens_per_s`: the median of the
-    runs, each with its runs and interval in `intervals` (`loadgen.intervals.point_interval` at
+    runs, each with its runs and interval in `intervals` (`measurement.intervals.point_interval` at
     `confidence`); `*_per_gpu`: the goodputs / `gpus` (None without a GPU count).
     `p99_ms`: per objective, the median of the runs' p99s; `holds`: per objective, that median
     within the bound (None: no run had a value); `slo_met`: every objective holds (and the
@@ -480,7 +480,7 @@ class PointSummary(BaseModel):
     `errors`, `samples`, `censored`, `remeasured` and the `cached_*` counts are sums over the
     repetitions; `lower_bounds`: the figures some run's value of which is a lower bound (the
     median may rest on it).
-    `intervals`: per metric of `loadgen.intervals.INTERVAL_METRICS`, the runs' values and a
+    `intervals`: per metric of `measurement.intervals.INTERVAL_METRICS`, the runs' values and a
     confidence interval at `confidence` (docs/metrics.md, "Intervals and verdicts"); empty in
     summaries written before they were kept."""
 
@@ -523,11 +523,11 @@ class PointSummary(BaseModel):
     intervals: dict[str, MetricInterval] = Field(default_factory=dict)
     slo: PointAttainment | None = Field(
         default=None,
-        description="The point against the SLO it was judged by (loadgen.goodput); None: none.",
+        description="The point against the SLO it was judged by (measurement.goodput); None: none.",
     )
     phases: TtftPhases | None = Field(
         default=None,
-        description="TTFT by phase over the repetitions (loadgen.phases.point_phases): each "
+        description="TTFT by phase over the repetitions (measurement.phases.point_phases): each "
         "figure the median of the runs'; requests and workers' requests summed.",
     )
 
@@ -554,7 +554,8 @@ class GridResult(BaseModel):
     warnings: list[str]
     incidents: list[Incident] = Field(
         default_factory=list,
-        description="What the serving side did during the grid (loadgen.incidents), in time order.",
+        description="What the serving side did during the grid (measurement.incidents), in time "
+        "order.",
     )
 
     readiness: Readiness | None = Field(

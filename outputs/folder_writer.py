@@ -9,8 +9,8 @@ Top level (the whole grid so far; rewritten after every run, each file replaced 
   nanosecond times (`intended_ns`, `sent_ns`, ..., `token_ns` as a list), usage, error.
 - `table.txt`: the seed-style table as printed, grid points with an incident marked, then the
   tails, where the points were judged against an SLO the SLO table, and the TTFT phases table
-  (`loadgen.report.phases_table`) where the server timed requests.
-- `incidents.json`: `GridResult.incidents` (`loadgen.incidents`), [] when none.
+  (`outputs.tables.phases_table`) where the server timed requests.
+- `incidents.json`: `GridResult.incidents` (`measurement.incidents`), [] when none.
 
 Per run, `runs/k<K>-c<C>-r<R>/`: `requests.parquet` (that run's rows), then `run.json`
 (`StoredRun`: the settings it was measured with, how prompts were sized, its `RunSummary` and
@@ -36,9 +36,11 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ValidationError
 
-from loadgen.config import LoadConfig
-from loadgen.incidents import INCIDENTS_FILE, Incident
-from loadgen.report import (
+from measurement.errors import ErrorKind
+from measurement.incidents import INCIDENTS_FILE, Incident
+from measurement.record import UNKEPT_FIELDS, RequestRecord
+from measurement.results import ErrorSample, GridResult, RunSummary
+from outputs.tables import (
     SUMMARY_FILE,
     phases_table,
     seed_table,
@@ -46,8 +48,7 @@ from loadgen.report import (
     table_text,
     tail_table,
 )
-from loadgen.request import UNKEPT_FIELDS, ErrorKind, RequestRecord
-from loadgen.results import ErrorSample, GridResult, RunSummary
+from workload.config import LoadConfig
 
 RESULT_FILE = "result.json"
 RUNS_FILE = "runs.csv"
@@ -163,7 +164,7 @@ def records_from_frame(frame: pd.DataFrame) -> list[RequestRecord]:
 
 
 def runs_of_frame(frame: pd.DataFrame) -> dict[tuple[int, int, int], list[RequestRecord]]:
-    """A `requests.parquet` frame's records per run (`loadgen.output.records_from_frame`)."""
+    """A `requests.parquet` frame's records per run (`outputs.folder_writer.records_from_frame`)."""
     out: dict[tuple[int, int, int], list[RequestRecord]] = {}
     if frame.empty:
         return out

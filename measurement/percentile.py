@@ -1,4 +1,4 @@
-"""The one percentile every summary uses (`loadgen.stats`, `loadgen.phases`)."""
+"""The one percentile every summary uses (`measurement.stats`, `measurement.phases`)."""
 
 import math
 from collections.abc import Sequence

@@ -1,15 +1,15 @@
-"""Attainment and goodput against an SLO (`loadgen.slo.Slo`), from request records.
+"""Attainment and goodput against an SLO (`workload.slo.Slo`), from request records.
 
 Works on any run's `RequestRecord`s: the load generator's, the simulator's (the same records,
 `simulator.retime.timing_records`), or a results folder's `requests.parquet`
-(`loadgen.output.records_from_frame`). Definitions (docs/metrics.md, "SLOs and goodput"):
+(`outputs.folder_writer.records_from_frame`). Definitions (docs/metrics.md, "SLOs and goodput"):
 
 - a request *meets* the SLO when it succeeded and each of its own values is within every
   objective: its TTFT, its own ITL p99 (over its tokens), its TPOT, its E2E (a value the
   request does not have, such as the ITL of a one-token answer, is not judged);
 - a run's *attainment* is the share of its requests (failed ones included) that met it, and its
   *goodput* the requests that met it per second and their output tokens per second, over the
-  span the run's rates are taken over (`loadgen.stats.span_seconds`): AIPerf's goodput;
+  span the run's rates are taken over (`measurement.stats.span_seconds`): AIPerf's goodput;
 - a grid point *holds* the SLO when each objective's p99 over the point (the median of its
   runs' p99s, as the tables show) is within its bound; the *binding* objective is the one
   closest to (or furthest over) its bound, p99 / bound.
@@ -24,10 +24,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from loadgen.intervals import CONFIDENCE, SLO_METRICS, UPPER_BOUNDS, point_interval
-from loadgen.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
-from loadgen.slo import NEEDS_TWO_TOKENS, OBJECTIVES, Slo, SloError
-from loadgen.stats import (
+from measurement.intervals import CONFIDENCE, SLO_METRICS, UPPER_BOUNDS, point_interval
+from measurement.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
+from measurement.stats import (
     chunk_tokens,
     e2e_ms,
     first_of_client,
@@ -38,14 +37,15 @@ from loadgen.stats import (
     tpot_ms,
     ttft_ms,
 )
+from workload.slo import NEEDS_TWO_TOKENS, OBJECTIVES, Slo, SloError
 
 if TYPE_CHECKING:  # annotations only: loadgen.request imports aiohttp
-    from loadgen.request import RequestRecord
+    from measurement.record import RequestRecord
 
 
 def request_values(record: RequestRecord) -> dict[str, float | None]:
     """A successful request's own value (ms) of each objective (keys of
-    `loadgen.slo.OBJECTIVES`): TTFT, the p99 of its own ITLs, TPOT, E2E; None where it has none."""
+    `workload.slo.OBJECTIVES`): TTFT, the p99 of its own ITLs, TPOT, E2E; None where it has none."""
     tokens = chunk_tokens(record)
     return {
         "ttft_p99_ms": ttft_ms(record),
@@ -172,7 +172,7 @@ def judge_points(
     confidence: float = CONFIDENCE,
 ) -> list[PointSummary]:
     """`points` judged against `slo` from each run's records (`runs`: (prefix kinds,
-    concurrency, repetition) -> its records, e.g. `loadgen.output.runs_of_frame`): each point
+    concurrency, repetition) -> its records, e.g. `outputs.folder_writer.runs_of_frame`): each point
     with `slo` set (`evaluate_point` of its runs' `evaluate_run`) and the runs of
     `SLO_METRICS` added to its `intervals`, so A / B verdicts compare them as any other metric.
     A point without records is left as it was. `closed`: the grid's closed loop (else open)."""

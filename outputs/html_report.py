@@ -1,6 +1,6 @@
 """`testbed report`: one self-contained HTML file (and optionally PNGs) for one or more results.
 
-The figures (`loadgen.figures`) are drawn with matplotlib's object API (no pyplot, no global
+The figures (`outputs.figures`) are drawn with matplotlib's object API (no pyplot, no global
 state; the Agg canvas needs no display) into PNGs that the HTML embeds as base64 data URIs:
 the file opens offline, holds no script, and the same PNGs are written with `--png`.
 `bench/report_render.py` measured this against plotly with its JavaScript inlined
@@ -26,10 +26,12 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 from rich.table import Table
 
-from loadgen.figures import SIDES, Figure, Panel, Series, report_figures
-from loadgen.incidents import describe
-from loadgen.intervals import ab_comparisons
-from loadgen.report import (
+from measurement.incidents import describe
+from measurement.intervals import ab_comparisons
+from outputs.figures import SIDES, Figure, Panel, Series, report_figures
+from outputs.folder_reader import REPORT_FILE, LoadedResults, load_results
+from outputs.settings_diff import provenance_note, settings_note
+from outputs.tables import (
     SEED_COLUMNS,
     VERDICT_HEADERS,
     comparison_rows,
@@ -44,8 +46,6 @@ from loadgen.report import (
     verdict_caption,
     verdict_rows,
 )
-from loadgen.results_folder import REPORT_FILE, LoadedResults, load_results
-from loadgen.settings_diff import provenance_note, settings_note
 
 DPI = 100
 PANEL_SIZE_IN = (5.2, 3.6)  # one panel's width and height (inches) in a grid figure
@@ -293,7 +293,7 @@ class ReportImage:
     """A figure the caller drew (PNG bytes), placed after the report's own figures: what the
     report cannot draw from results alone (``testbed.crossover_figure`` draws the stack's
     crossover from its config). ``key`` names its anchor and its ``--png`` file, as a
-    :class:`loadgen.figures.Figure`'s does."""
+    :class:`outputs.figures.Figure`'s does."""
 
     key: str
     title: str
@@ -348,10 +348,10 @@ def render_html(
     notes: Sequence[str] = (),
 ) -> str:
     """The report page: the seed-style table ("A / B" with two results, followed by which load
-    settings differ and what that invalidates: `loadgen.settings_diff.settings_note`, then the
+    settings differ and what that invalidates: `outputs.settings_diff.settings_note`, then the
     caller's `notes`, each of one or more lines: what the terminal printed under its table, and
     by B / A per grid point and metric with its interval and verdict where both sides ran 2 or
-    more repetitions: `loadgen.report.verdict_rows`; three or more results: each one's rows,
+    more repetitions: `outputs.tables.verdict_rows`; three or more results: each one's rows,
     named), the tails and SLO tables (`_more_tables`), the figures as embedded PNGs, incidents
     and warnings per result, and a footer with what produced it."""
     sides = [_side(label, r) for label, r in zip(SIDES, results, strict=False)]

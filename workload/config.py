@@ -12,7 +12,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from loadgen.slo import Slo
+from workload.slo import Slo
 
 
 def error_message(error: Mapping[str, Any]) -> str:

@@ -11,16 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loadgen.errors import ErrorKind
-from loadgen.intervals import CONFIDENCE, INTERVAL_METRICS, UPPER_BOUNDS, point_interval
-from loadgen.lag import lag_warning
-from loadgen.percentile import percentile
-from loadgen.phases import phase_warnings, point_phases, run_phases
-from loadgen.results import LOW_SAMPLE_P99, MetricInterval, PointSummary, RunSummary
+from measurement.client_cost import lag_warning
+from measurement.errors import ErrorKind
+from measurement.intervals import CONFIDENCE, INTERVAL_METRICS, UPPER_BOUNDS, point_interval
+from measurement.percentile import percentile
+from measurement.phases import phase_warnings, point_phases, run_phases
+from measurement.results import LOW_SAMPLE_P99, MetricInterval, PointSummary, RunSummary
 
 if TYPE_CHECKING:  # annotations only: the client modules import aiohttp (bench/program_import.py)
-    from loadgen.loops import Warmup
-    from loadgen.request import RequestRecord
+    from measurement.client_cost import Warmup
+    from measurement.record import RequestRecord
 
 _NS_PER_MS = 1e6
 # Chunks that carry this many tokens on average or more are multi-token (a chunk of 2 tokens
@@ -656,8 +656,9 @@ def summarize_run(
     Other failures are left out of every latency and rate and said by `failure_notes`.
 
     Adds a warning when the TTFT p99 rests on fewer than 100 successful samples,
-    `loadgen.lag.lag_warning`'s when the loop lag is large enough to distort TTFT, and one when
-    an open loop sent less than 90% of its offered rate or the client queue p99 is large next
+    `measurement.client_cost.lag_warning`'s when the loop lag is large enough to distort TTFT, and
+    one when an open loop sent less than 90% of its offered rate or the client queue p99 is large
+    next
     to TTFT (`short_of_offered`, `queue_large`), naming the cause the client can see: the
     in-flight cap (concurrency, pool size), a busy client, or neither.
     """
@@ -846,8 +847,8 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def point_intervals(runs: Sequence[RunSummary], confidence: float) -> dict[str, MetricInterval]:
-    """Per metric of `loadgen.intervals.INTERVAL_METRICS` that some run has: the runs' values
-    in repetition order and `loadgen.intervals.point_interval` at `confidence`."""
+    """Per metric of `measurement.intervals.INTERVAL_METRICS` that some run has: the runs' values
+    in repetition order and `measurement.intervals.point_interval` at `confidence`."""
     ordered = sorted(runs, key=lambda r: r.repetition)
     out = {}
     for metric in INTERVAL_METRICS:
@@ -861,7 +862,7 @@ def point_intervals(runs: Sequence[RunSummary], confidence: float) -> dict[str, 
 
 def summarize_point(runs: Sequence[RunSummary]) -> PointSummary:
     """Median over the repetitions of one grid point (sums for errors, samples, cached_reported),
-    with each metric's runs and interval at `loadgen.intervals.CONFIDENCE` (`point_intervals`;
+    with each metric's runs and interval at `measurement.intervals.CONFIDENCE` (`point_intervals`;
     `testbed compare --confidence` recomputes them at another level from the runs).
 
     Raises ValueError when `runs` is empty or mixes grid points.

@@ -38,7 +38,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from loadgen.results import MetricInterval
+from measurement.results import MetricInterval
 
 CONFIDENCE = 0.95
 """The default confidence level of every interval and verdict (`testbed compare --confidence`)."""
@@ -66,7 +66,7 @@ SLO_METRICS: dict[str, str] = {
     "goodput_requests_per_s": "goodput req/s",
     "goodput_output_tokens_per_s": "goodput tok/s",
 }
-"""`loadgen.results.RunAttainment` field -> its name in tables: the figures against an SLO
+"""`measurement.results.RunAttainment` field -> its name in tables: the figures against an SLO
 that a point gives an interval (kept in `PointSummary.intervals` when the point was judged
 against one, and compared A / B as the other metrics are)."""
 

@@ -1,7 +1,7 @@
 """The report's figures as plain data: what is plotted, before any plotting library sees it.
 
 Each `Figure` holds panels of `Series` (x and y as tuples of floats), run windows (`Band`) and
-incidents (`Mark`); `loadgen.html_report` draws them. Keeping the numbers here lets tests check
+incidents (`Mark`); `outputs.html_report` draws them. Keeping the numbers here lets tests check
 that the plotted values equal `summary.json`'s and `requests.parquet`'s.
 
 Each result (A, B, C, ...) has its own colour in every grid figure and CDF; in a grid figure
@@ -24,12 +24,12 @@ from typing import Literal
 
 import pandas as pd
 
-from loadgen.incidents import Incident, describe
-from loadgen.intervals import SLO_METRICS
-from loadgen.memory import PodMemory, pods_in
-from loadgen.phases import PHASES
-from loadgen.results import WIDE_INTERVAL, GridResult, PointSummary
-from loadgen.results_folder import LoadedResults
+from measurement.incidents import Incident, describe
+from measurement.intervals import SLO_METRICS
+from measurement.memory import PodMemory, pods_in
+from measurement.phases import PHASES
+from measurement.results import WIDE_INTERVAL, GridResult, PointSummary
+from outputs.folder_reader import LoadedResults
 
 _NS_PER_MS = 1e6
 _NS_PER_S = 1e9
@@ -478,7 +478,7 @@ def _memory_panel(side: str, pod: PodMemory, result: LoadedResults, grid: GridRe
 
 
 def memory_figure(side: str, result: LoadedResults) -> Figure | None:
-    """One panel per worker pod of `memory.json` (`loadgen.memory`) with readings: its working
+    """One panel per worker pod of `memory.json` (`measurement.memory`) with readings: its working
     set (GiB) at each reading's timestamp, in seconds since the grid started; its memory limit
     (red, dashed) and its worker group's memory floor from the sizing (dotted) as horizontal
     lines; the runs' windows as bands; the pod's own incidents (an OOMKill, a restart) as
@@ -512,7 +512,7 @@ PHASE_LABELS = {
 
 def waterfall_figure(results: Sequence[LoadedResults]) -> Figure | None:
     """One TTFT waterfall per grid point, one panel per result that has phases: per phase of
-    `loadgen.phases.PHASES` a `bar` series, each point's mean phase (ms, `PointSummary.phases`)
+    `measurement.phases.PHASES` a `bar` series, each point's mean phase (ms, `PointSummary.phases`)
     placed after the phases before it, so a bar ends at queue + TTFT; a simulated result's
     panel says so. None when no result has phases."""
     panels = []

@@ -3,8 +3,8 @@ command line) and its checks.
 
 An SLO is a set of latency objectives, any subset of TTFT p99, ITL p99, TPOT p99 and E2E p99,
 each an upper bound in milliseconds. What a request and a grid point must do to meet one, and the
-attainment and goodput that follow, are in `loadgen.goodput` (docs/metrics.md, "SLOs and
-goodput"). This module imports only pydantic: `loadgen.config` holds an `Slo` in `LoadConfig`.
+attainment and goodput that follow, are in `measurement.goodput` (docs/metrics.md, "SLOs and
+goodput"). This module imports only pydantic: `workload.config` holds an `Slo` in `LoadConfig`.
 """
 
 from __future__ import annotations

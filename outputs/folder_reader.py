@@ -1,5 +1,5 @@
 """Reading a results folder back: the one loader behind `testbed report` (the writer is
-`loadgen.output.ResultsFolder`).
+`outputs.folder_writer.ResultsFolder`).
 
 A results folder is what `testbed load --out`, `testbed simulate` (`<out>/<stack>/`) or the
 post-deploy load step (`<resultsDir>/<stack>/<UTC time>/`) wrote. Only `summary.json` is
@@ -7,13 +7,13 @@ required; every other file is optional and read when present:
 
 - `result.json`: the `GridResult` (settings, per-run rows with their wall-clock windows,
   incidents, warnings);
-- `requests.parquet`: one row per request (`loadgen.output.records_frame`); at the top level,
+- `requests.parquet`: one row per request (`outputs.folder_writer.records_frame`); at the top level,
   else every outermost one below (e.g. only the per-run `runs/<run>/` ones of a grid cut off
   before it rewrote the top level);
-- `incidents.json`: a list of `Incident` (`loadgen.incidents`), else `GridResult.incidents`;
+- `incidents.json`: a list of `Incident` (`measurement.incidents`), else `GridResult.incidents`;
 - `step.json`: the load step's inputs (stack name, topology fingerprint, URL, grid);
 - `stack.json`: the stack and its workers' resources (`testbed simulate`, the load step);
-- `memory.json`: the worker pods' memory over the load step (`loadgen.memory`);
+- `memory.json`: the worker pods' memory over the load step (`measurement.memory`);
 - `status.json`: the load step's status (ok / degraded / failed).
 """
 
@@ -28,14 +28,14 @@ from typing import Any, TypeVar
 import pandas as pd
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from loadgen.config import Arrival, LoadConfig, error_message
-from loadgen.goodput import judge_points
-from loadgen.incidents import INCIDENTS_FILE, Incident
-from loadgen.memory import MEMORY_FILE, MemoryRecord
-from loadgen.output import REQUESTS_FILE, RESULT_FILE, runs_of_frame
-from loadgen.report import SUMMARY_FILE, load_points
-from loadgen.results import GridResult, PointSummary
-from loadgen.slo import Slo, SloError
+from measurement.goodput import judge_points
+from measurement.incidents import INCIDENTS_FILE, Incident
+from measurement.memory import MEMORY_FILE, MemoryRecord
+from measurement.results import GridResult, PointSummary
+from outputs.folder_writer import REQUESTS_FILE, RESULT_FILE, runs_of_frame
+from outputs.tables import SUMMARY_FILE, load_points
+from workload.config import Arrival, LoadConfig, error_message
+from workload.slo import Slo, SloError
 
 STEP_FILE = "step.json"  # the load step's inputs (loadstep/runtime.py)
 STATUS_FILE = "status.json"  # the load step's status (loadstep/runtime.py)
@@ -85,10 +85,10 @@ class LoadedResults:
 
     def judged(self, slo: Slo | None) -> "LoadedResults":
         """These results with their points judged against `slo`
-        (`loadgen.goodput.judge_points`, from `requests`; the closed or open loop and the
+        (`measurement.goodput.judge_points`, from `requests`; the closed or open loop and the
         GPUs as recorded); with None, against the SLO the grid ran with (`load.slo`) when
         its points were not judged yet, else as they are. Raises `SloError` (one line, the
-        folder named) for an SLO the runs cannot have (`loadgen.goodput.evaluate_run`)."""
+        folder named) for an SLO the runs cannot have (`measurement.goodput.evaluate_run`)."""
         slo = slo or (self.grid.config.slo if self.grid is not None else None)
         if slo is None or self.requests.empty:
             return self

@@ -17,25 +17,25 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.config import error_message
-from loadgen.goodput import highest_meeting
-from loadgen.incidents import INCIDENTS_FILE, Incident, describe
-from loadgen.intervals import (
+from measurement.goodput import highest_meeting
+from measurement.incidents import INCIDENTS_FILE, Incident, describe
+from measurement.intervals import (
     INTERVAL_METRICS,
     MOST_REPETITIONS,
     TOO_MANY,
     PointComparison,
     RunsComparison,
 )
-from loadgen.results import (
+from measurement.results import (
     WIDE_INTERVAL,
     GridResult,
     PointSummary,
     RunSummary,
     open_loop_load,
 )
-from loadgen.slo import OBJECTIVES
-from loadgen.stats import queue_large, short_of_offered
+from measurement.stats import queue_large, short_of_offered
+from workload.config import error_message
+from workload.slo import OBJECTIVES
 
 SUMMARY_FILE = "summary.json"
 PIPED_WIDTH = 1_000
@@ -148,7 +148,7 @@ def prompt_sizes(result: GridResult) -> str:
 
 def _undelivered(p: PointSummary) -> bool:
     """The point sent less than its offered rate, or its client queue p99 is large next to
-    its TTFT (`loadgen.stats.short_of_offered`, `queue_large`)."""
+    its TTFT (`measurement.stats.short_of_offered`, `queue_large`)."""
     return short_of_offered(p.offered_rate_per_s, p.sent_rate_per_s) or queue_large(
         p.queue_p99_ms, p.ttft_p50_ms
     )
@@ -185,7 +185,7 @@ def seed_table(
     TTFT), three columns follow: offered req/s ("-" for the closed loop), sent req/s and the
     client queue p99 (ms).
 
-    With `incidents` (placed: `loadgen.incidents.placed`), the concurrency of a grid point that
+    With `incidents` (placed: `measurement.incidents.placed`), the concurrency of a grid point that
     had one is followed by `INCIDENT_MARK`, and the caption lists the first `INCIDENTS_SHOWN`
     incidents, one `describe` line each. A point with 2 or more repetitions shows its
     intervals on a second line, which the caption explains (`interval_caption`, `simulated`:
@@ -289,7 +289,7 @@ def comparison_rows(
 
 TABLE_VERDICT_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_ratio")
 """The metrics of the verdict table (the seed table's); `testbed compare --json` has all of
-`loadgen.intervals.INTERVAL_METRICS`."""
+`measurement.intervals.INTERVAL_METRICS`."""
 VERDICT_HEADERS = (
     *_KEY_HEADERS,
     "metric",
@@ -438,7 +438,7 @@ PHASE_HEADERS = {
     "kv_transfer": "KV\ntransfer",
     "residual": "residual",
 }
-"""The phases table's header of each phase of `loadgen.phases.PHASES`."""
+"""The phases table's header of each phase of `measurement.phases.PHASES`."""
 
 
 def phases_table(points: Sequence[PointSummary], title: str | None = None) -> Table | None:
@@ -688,7 +688,7 @@ def slo_table(points: Sequence[PointSummary], title: str | None = None) -> Table
 
 
 def load_of(point: PointSummary) -> str:
-    """A met point as the load it carried (`loadgen.goodput.highest_meeting`'s order): its
+    """A met point as the load it carried (`measurement.goodput.highest_meeting`'s order): its
     offered rate (open loop) or concurrency, then its requests/s, and the grid point."""
     served = f"{_rate(point.requests_per_s)} req/s served"
     where = f"grid point K={point.prefix_kinds} c={point.concurrency}"

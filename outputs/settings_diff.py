@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from loadgen.config import LoadConfig
-from loadgen.results import PointSummary
+from measurement.results import PointSummary
+from workload.config import LoadConfig
 
 TTFT = "TTFT p50/p99"
 TTFT_P99 = "TTFT p99"

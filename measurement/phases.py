@@ -3,7 +3,7 @@
 The phases of one request (ms), from the client's clock and the Dynamo frontend's own timing
 (`RequestRecord.frontend_*`, returned when asked: `loadgen.api.SERVER_FIELDS`):
 
-- `queue`: client queue, intended to actual send (`loadgen.stats.queue_ms`); before TTFT.
+- `queue`: client queue, intended to actual send (`measurement.stats.queue_ms`); before TTFT.
 - `prefill_wait`: the frontend's receipt of the request to the prefill's start (routing, and
   the wait for a prefill worker: `TimingInfo.prefill_wait_time_ms`).
 - `prefill`: the prefill's start to its first token (`prefill_time_ms`); disaggregated, until
@@ -16,7 +16,7 @@ The phases of one request (ms), from the client's clock and the Dynamo frontend'
 
 So queue + client TTFT = the sum of the phases. Upstream: Dynamo
 `lib/llm/src/protocols/common/timing.rs` (`RequestTracker` L83, `TimingInfo` L609-646, at
-zinuga/dynamo 62d17a12: which lines, and why not the v1.6.2 tag, `loadgen.request.RequestRecord`
+zinuga/dynamo 62d17a12: which lines, and why not the v1.6.2 tag, `measurement.record.RequestRecord`
 says); docs/metrics.md, "TTFT phases".
 """
 
@@ -27,11 +27,11 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loadgen.percentile import percentile
-from loadgen.results import PhaseFigures, RunSummary, TtftPhases, WorkerShare
+from measurement.percentile import percentile
+from measurement.results import PhaseFigures, RunSummary, TtftPhases, WorkerShare
 
 if TYPE_CHECKING:  # annotations only: loadgen.request imports aiohttp
-    from loadgen.request import RequestRecord
+    from measurement.record import RequestRecord
 
 PHASES = ("queue", "prefill_wait", "prefill", "kv_transfer", "residual")
 """The phases in time order; a waterfall draws them so."""
