@@ -12,7 +12,6 @@ cross-key checks of :mod:`stackmodel.checks`.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import ipaddress
 import json
 import re
@@ -33,6 +32,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from configkeys.config_text import ConfigText
+from configkeys.suggest import did_you_mean
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, gb_per_s_text
 from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.models import ModelGeometry
@@ -835,8 +835,7 @@ def namespace_problems(config_map: Mapping[str, Any]) -> list[ConfigProblem]:
         namespace, colon, key = full_key.partition(":")
         if not colon or namespace in CONFIG_NAMESPACES or namespace in allowed:
             continue
-        close = difflib.get_close_matches(namespace, CONFIG_NAMESPACES, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]}:{key}? " if close else ""
+        hint = did_you_mean(namespace, CONFIG_NAMESPACES, suffix=f":{key}")
         out.append(
             ConfigProblem(
                 full_key,

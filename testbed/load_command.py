@@ -43,9 +43,11 @@ ERRORS_SHOWN = 3  # first error messages printed after the table
 
 
 def _validation_message(exc: ValidationError, source: str) -> str:
+    from configkeys.key_paths import show_path
+
     lines = [f"invalid load config{source} ({exc.error_count()} error(s)):"]
     for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "(config)"
+        where = show_path(error["loc"]) or "(config)"
         lines.append(f"  {where}: {error_message(error)}")
     return "\n".join(lines)
 

@@ -89,6 +89,7 @@ def _workload(text: str) -> Workload:
     (:func:`recommend.workload.replayed`); exits 2 on a bad one, naming the fix."""
     from pydantic import ValidationError
 
+    from configkeys.key_paths import show_path
     from recommend.workload import FOLDER_FILES, HINT, Workload, WorkloadError, replayed
     from testbed.load_command import read_load_settings
     from workload.config import Arrival, LoadConfig, error_message
@@ -117,7 +118,7 @@ def _workload(text: str) -> Workload:
         load = LoadConfig.model_validate(settings)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = show_path(first["loc"])
         described = {f.alias: f.description for f in LoadConfig.model_fields.values()}
         what = described.get(str(first["loc"][0])) if first["loc"] else None
         fail(
@@ -138,11 +139,11 @@ def _workload(text: str) -> Workload:
 
 def _close(value: str, accepted: list[str]) -> str:
     """``; did you mean X?`` for the accepted value ``value`` begins or resembles ('' if none)."""
-    import difflib
+    from configkeys.suggest import closest
 
-    close = [a for a in accepted if value and a.startswith(value)][:1]
-    close = close or difflib.get_close_matches(value, accepted, n=1)
-    return f"; did you mean {close[0]}?" if close else ""
+    begun = next((a for a in accepted if value and a.startswith(value)), None)
+    close = begun or closest(value, accepted)
+    return f"; did you mean {close}?" if close else ""
 
 
 def _fixes(items: list[str] | None, space: list[Candidate]) -> dict[str, str]:

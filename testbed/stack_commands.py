@@ -747,10 +747,11 @@ def _print_against(sim: Simulation, against: Path) -> None:
 
 def _invalid_grid(exc: Any, stack: str | None = None) -> NoReturn:
     """Exit 2 with the first problem of a grid's `LoadConfig` validation, naming `stack`."""
+    from configkeys.key_paths import show_path
     from workload.config import error_message
 
     error = exc.errors()[0]
-    where = ".".join(str(p) for p in error["loc"]) or "load"
+    where = show_path(error["loc"]) or "load"
     named = f"stack {stack!r}: " if stack else ""
     fail(f"{named}invalid grid: {where}: {error_message(error)}")
 
