@@ -164,7 +164,7 @@ def _share_fix(cfg: StackConfig, name: str, sharing: int, base: Fix) -> Fix:
     if inputs.problems:
         return ()
     plan = build_plan(candidate, inputs)
-    context = candidate.model.max_model_len or plan.sizing.geometry.max_position_embeddings
+    context = plan.max_model_len
     tokens = _kv_tokens(plan).values()
     if context is not None and tokens and min(tokens) < context:
         fix += (f"model.maxModelLen={min(tokens)}",)
@@ -789,7 +789,7 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
     longer = model_length_problems(cfg, sizing.geometry.max_position_embeddings)
     if longer:
         return longer
-    context = cfg.model.max_model_len or sizing.geometry.max_position_embeddings
+    context = plan.max_model_len
     if context is None:
         return []
     if cfg.load.enabled:

@@ -244,9 +244,9 @@ def _check_lengths(cfg: Any, sent: Workload) -> None:
     else the model's context): vLLM refuses every such request, on any candidate
     (:func:`stackmodel.checks.prompt_length_problems`)."""
     from stackmodel.checks import prompt_length_problems
-    from stackmodel.plan import model_geometry
+    from stackmodel.plan import max_model_len, model_geometry
 
-    context = cfg.model.max_model_len or model_geometry(cfg).max_position_embeddings
+    context = max_model_len(cfg, model_geometry(cfg))
     problems = prompt_length_problems(sent.load, context) if context else []
     for p in problems[:1]:
         key = p.key.removeprefix("load.")
