@@ -94,7 +94,7 @@ def oversubscription_problems(
         if all(r.fits for r in replicas if r.node_class == name):
             continue
         on_class = [w for w in cfg.topology.workers if w.node_class == name]
-        wanted = sum(w.replicas * w.tensor_parallel_size for w in on_class)
+        wanted = cfg.gpu_units[name]
         last = max(i for i, w in enumerate(cfg.topology.workers) if w.node_class == name)
         fixes = _room_fixes(cfg, name, last, wanted)
         if fixes:

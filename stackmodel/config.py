@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Literal, Self
@@ -136,6 +137,11 @@ class NodeClass(CamelModel):
     def gpu_units(self) -> int:
         """``nvidia.com/gpu`` units the whole class advertises."""
         return self.nodes * self.gpu_units_per_node
+
+    def gpus_for(self, units: int) -> int:
+        """Physical GPUs ``units`` ``nvidia.com/gpu`` units of the class take:
+        ``ceil(units / units_per_gpu)`` (time-sliced workers of one GPU count it once)."""
+        return math.ceil(units / self.units_per_gpu)
 
     @field_validator("gpu")
     @classmethod
@@ -764,6 +770,17 @@ class StackConfig(CamelModel):
         if isinstance(data, dict) and not data.get("namespace") and stack:
             return {**data, "namespace": stack_namespace(stack)}
         return data
+
+    @property
+    def gpu_units(self) -> dict[str, int]:
+        """Node class -> ``nvidia.com/gpu`` units the workers there request: replicas x
+        ``tensorParallelSize`` for vLLM (one unit per GPU a worker uses), 0 for the mocker;
+        classes without workers are left out."""
+        out: dict[str, int] = {}
+        for w in self.topology.workers:
+            units = w.replicas * w.tensor_parallel_size if self.engine.kind == "vllm" else 0
+            out[w.node_class] = out.get(w.node_class, 0) + units
+        return out
 
 
 class PlatformStackConfig(CamelModel):

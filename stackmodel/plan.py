@@ -351,6 +351,14 @@ class StackPlan:
         return max_model_len(self.cfg, self.geometry)
 
     @property
+    def gpus(self) -> int:
+        """Physical GPUs the stack's workers request, over its node classes
+        (:attr:`~stackmodel.config.StackConfig.gpu_units`, :meth:`~stackmodel.config.NodeClass.
+        gpus_for`)."""
+        classes = self.cfg.node_classes
+        return sum(classes[name].gpus_for(units) for name, units in self.cfg.gpu_units.items())
+
+    @property
     def disaggregated(self) -> bool:
         """The stack has prefill (and so decode) workers."""
         return any(g.group.role == "prefill" for g in self.groups)

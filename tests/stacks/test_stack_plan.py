@@ -214,3 +214,13 @@ def test_the_max_model_length_is_max_model_len_else_the_models_context() -> None
         update={"model": plan.cfg.model.model_copy(update={"max_model_len": None})}
     )
     assert max_model_len(unset, model_geometry(unset)) == 40_960  # Qwen3-0.6B's config.json
+
+
+def test_the_gpus_a_stack_requests_are_its_plans() -> None:
+    from stackmodel.resources import stack_resources
+    from stackmodel.topology import build_topology
+
+    plan = load_stack("kv-routing")
+    assert plan.cfg.gpu_units == {"gpu-24gb": 4, "gpu-8gb": 2}
+    assert plan.gpus == 2  # per class, its workers time-slice one GPU
+    assert stack_resources(plan.cfg, build_topology(plan)).gpus == plan.gpus
