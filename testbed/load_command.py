@@ -578,7 +578,8 @@ def _load(
     from kubeclient.pod_watch import pod_watch
     from loadgen.readiness import NotServingError
     from loadgen.runner import run_grid
-    from outputs.folder_writer import ResultsFolder, ResumeError, complete_runs, grid_settings
+    from outputs.folder_writer import ResultsFolder, complete_runs, grid_settings
+    from outputs.resume import ResumeError
     from outputs.tables import table_console
 
     earlier = complete_runs(out)

@@ -370,6 +370,7 @@ def recommend_command(
     """
     from rich.progress import Progress
 
+    from outputs.resume import ResumeError
     from recommend.claims import first_ranked
     from recommend.outputs import (
         PLAN_MD,
@@ -380,7 +381,7 @@ def recommend_command(
         write_report,
         write_stacks,
     )
-    from recommend.resume import ResumeError, TimedStore
+    from recommend.resume import TimedStore
     from recommend.search import OBJECTIVES_RANKED, Problem, cluster_gpus, search
     from recommend.space import candidates, with_fixes
     from recommend.validate import validate

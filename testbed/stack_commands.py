@@ -543,7 +543,8 @@ def simulate_command(
     from contextlib import ExitStack
 
     from outputs.folder_lock import FolderBusyError, folder_lock
-    from outputs.folder_writer import ResumeError, complete_runs
+    from outputs.folder_writer import complete_runs
+    from outputs.resume import ResumeError
     from outputs.tables import table_console
     from simulator.routing import ROUTING_DIR
     from simulator.stack_values import (
@@ -808,7 +809,7 @@ def _simulate(
 
     from measurement.incidents import describe
     from measurement.intervals import ab_comparisons
-    from outputs.folder_writer import ResumeError
+    from outputs.resume import ResumeError
     from outputs.tables import (
         client_server_table,
         comparison_table,
