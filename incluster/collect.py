@@ -171,7 +171,7 @@ def finished_runs(
     sized by a tokenizer, which the pods do not have: then nothing is skipped).
 
     Raises:
-        outputs.folder_writer.ResumeError: its runs were measured with other settings.
+        outputs.resume.ResumeError: its runs were measured with other settings.
     """
     folder = ResultsFolder(run_dir, grid_settings(url, model, config, None), resume=True)
     sizing = folder.sizing()

@@ -44,11 +44,11 @@ from outputs.folder_writer import (
     MeasuredRun,
     PromptSizing,
     ResultsFolder,
-    ResumeError,
     grid_settings,
     records_frame,
     records_from_frame,
 )
+from outputs.resume import ResumeError
 from workload.config import Arrival, LoadConfig, ReadyCheck
 from workload.slo import SloError
 
@@ -417,7 +417,7 @@ async def run_grid_async(
     (kept ones included) and the grid's runs (a line per run where no bar shows).
 
     Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
-    is not found, `outputs.folder_writer.ResumeError` when `out_dir`'s runs were measured with other
+    is not found, `outputs.resume.ResumeError` when `out_dir`'s runs were measured with other
     settings or prompt sizing, all before any measured request;
     `loadgen.readiness.NotServingError` when the gate's deadline passes. Request failures are
     counted in the result, never raised.

@@ -160,7 +160,8 @@ def _run_grid(
     from incluster.manifests import LoadJob
     from incluster.runtime import job_name, run_in_cluster
     from loadstep.folder import StopRequested, stop_file, stop_requested
-    from outputs.folder_writer import ResumeError, read_result
+    from outputs.folder_writer import read_result
+    from outputs.resume import ResumeError
 
     if inputs.url is None or inputs.namespace is None or inputs.image is None:
         return None, False, "the in-cluster load needs the stack's namespace, image and URL"

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import pandas as pd
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from configkeys.key_paths import show_path
 from measurement.goodput import judge_points
 from measurement.incidents import INCIDENTS_FILE, Incident
 from measurement.memory import MEMORY_FILE, MemoryRecord
@@ -114,7 +115,7 @@ def _json_file(path: Path) -> Any:
 
 def _first_error(path: Path, exc: ValidationError) -> ValueError:
     first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    where = show_path(first["loc"]) or "(top level)"
     return ValueError(f"{path} is not in the expected shape ({where}: {error_message(first)})")
 
 

@@ -23,7 +23,6 @@ of one: a results folder read while a grid runs always parses.
 """
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -40,6 +39,7 @@ from measurement.errors import ErrorKind
 from measurement.incidents import INCIDENTS_FILE, Incident
 from measurement.record import UNKEPT_FIELDS, RequestRecord
 from measurement.results import ErrorSample, GridResult, RunSummary
+from outputs.resume import ResumeError, differences, fingerprint
 from outputs.tables import (
     SUMMARY_FILE,
     phases_table,
@@ -61,11 +61,6 @@ RUN_FILE = "run.json"
 _AXES = ("prefixKinds", "concurrency", "repetitions")
 # Settings that judge a measurement without changing it: not part of a run's fingerprint.
 _JUDGING = ("slo",)
-
-
-class ResumeError(ValueError):
-    """`--resume` on a folder whose runs were measured with other settings (the message names
-    each differing setting with both values), or holding an unreadable run."""
 
 
 class PromptSizing(BaseModel):
@@ -189,12 +184,6 @@ def grid_settings(
     }
 
 
-def fingerprint(settings: dict[str, Any]) -> str:
-    """`sha256:<hex>` of `settings` as canonical JSON (sorted keys)."""
-    text = json.dumps(settings, sort_keys=True)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
 def _replace(path: Path, write: Callable[[Path], object]) -> None:
     """Write `path` through `write(temporary path)` in the same folder, then rename it over
     `path` (atomic: readers see the old or the new file)."""
@@ -206,15 +195,6 @@ def _replace(path: Path, write: Callable[[Path], object]) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace `path`'s content with `text` atomically (temporary file, then rename)."""
     _replace(path, lambda tmp: tmp.write_text(text))
-
-
-def _differences(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    keys = sorted(stored.keys() | now.keys())
-    return [
-        f"{key}: {stored.get(key)!r} in the folder, {now.get(key)!r} now"
-        for key in keys
-        if stored.get(key) != now.get(key)
-    ]
 
 
 class ResultsFolder:
@@ -250,10 +230,10 @@ class ResultsFolder:
                     f"({exc.error_count()} error(s)); delete that run's folder to measure it again"
                 ) from None
             if run.fingerprint != self.fingerprint:
-                differences = "; ".join(_differences(run.settings, self.settings))
+                differ = "; ".join(map(str, differences(run.settings, self.settings)))
                 raise ResumeError(
                     f"cannot resume in {self.path}: its runs were measured with other settings "
-                    f"({differences}); resume with the same settings, or use another --out folder"
+                    f"({differ}); resume with the same settings, or use another --out folder"
                 )
             s = run.summary
             stored[(s.prefix_kinds, s.concurrency, s.repetition)] = run

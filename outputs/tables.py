@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from configkeys.key_paths import show_path
 from measurement.goodput import highest_meeting
 from measurement.incidents import INCIDENTS_FILE, Incident, describe
 from measurement.intervals import (
@@ -557,7 +558,7 @@ def load_points(result_dir: Path) -> list[PointSummary]:
         return [PointSummary.model_validate(item) for item in data]
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(point)"
+        where = show_path(first["loc"]) or "(point)"
         raise ValueError(
             f"{file} is not a grid-point summary ({exc.error_count()} error(s); {where}: "
             f"{error_message(first)})"

@@ -21,21 +21,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from outputs.folder_writer import fingerprint, write_text_atomic
+from outputs.folder_writer import write_text_atomic
+from outputs.resume import ResumeError, differences, fingerprint
 
 TIMED_DIR = "timed"
 INPUTS_FILE = "inputs.json"
-
-
-class ResumeError(ValueError):
-    """``--resume`` in a folder whose candidates were timed with other inputs (one line:
-    which differ, and the fix)."""
-
-
-def inputs_fingerprint(inputs: Mapping[str, Any]) -> str:
-    """``sha256:<hex>`` of ``inputs`` as canonical JSON (a value JSON cannot hold as its
-    text)."""
-    return fingerprint(json.loads(json.dumps(inputs, default=str)))
 
 
 class TimedStore:
@@ -43,26 +33,22 @@ class TimedStore:
 
     ``TimedStore(folder, inputs, resume=False)`` starts afresh (what an earlier search left
     there is removed); with ``resume=True`` the candidates there are kept, and
-    :class:`ResumeError` is raised when they were timed with other inputs. ``note`` says what
-    resuming found (empty when not resuming).
+    :class:`~outputs.resume.ResumeError` is raised when they were timed with other inputs.
+    ``note`` says what resuming found (empty when not resuming).
     """
 
     def __init__(self, folder: Path, inputs: Mapping[str, Any], *, resume: bool) -> None:
         self.path = folder / TIMED_DIR
         self.inputs = json.loads(json.dumps(inputs, default=str))
-        self.fingerprint = inputs_fingerprint(inputs)
+        self.fingerprint = fingerprint(self.inputs)
         self.note = ""
         stored = self._stored_inputs() if resume else None
         if resume and stored is None:
             self.note = f"nothing to resume in {folder}: starting the search"
         elif resume and stored is not None:
             if stored.get("fingerprint") != self.fingerprint:
-                before = stored.get("inputs") or {}
-                differ = sorted(
-                    k
-                    for k in before.keys() | self.inputs.keys()
-                    if before.get(k) != self.inputs.get(k)
-                )
+                found = differences(stored.get("inputs") or {}, self.inputs)
+                differ = dict.fromkeys(str(d.parts[0]) for d in found)
                 raise ResumeError(
                     f"--resume: the candidates in {self.path} were timed with other inputs "
                     f"({', '.join(differ) or 'their fingerprint'} differ); drop --resume to "

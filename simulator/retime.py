@@ -41,8 +41,6 @@ from simulator.timing_model import (
     simulate_run,
 )
 from stackmodel.plan import StackPlan
-from stackmodel.resources import stack_resources
-from stackmodel.topology import build_topology
 from steptime.fit import SEED_FIT
 from steptime.roofline import EngineFit
 from workload.config import Arrival, LoadConfig
@@ -212,7 +210,7 @@ def retime_grid(
         started_at,
         runs,
         earlier_incidents=incidents,
-        gpus=stack_resources(plan.cfg, build_topology(plan)).gpus,
+        gpus=plan.gpus,
     )
     finished_at = started_at + timedelta(seconds=clock_s)
     simulated, notes = provenance(plan, fit)

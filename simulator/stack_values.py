@@ -9,12 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from configkeys.key_paths import PathPart, Setting, show_path
+from configkeys.key_paths import Setting
 from outputs.folder_reader import STACK_FILE
-from outputs.folder_writer import (
-    ResumeError,
-    complete_runs,
-)
+from outputs.folder_writer import complete_runs
+from outputs.resume import ResumeError, differences
 from simulator.routing import ROUTING_DIR
 from stackmodel.plan import StackPlan
 
@@ -61,39 +59,22 @@ def stack_values(plan: StackPlan, settings: Sequence[Setting] = ()) -> dict[str,
     }
 
 
-def _leaves(value: Any, path: tuple[PathPart, ...] = ()) -> dict[tuple[PathPart, ...], Any]:
-    """Every leaf of nested JSON under its key path (an empty mapping or list is a leaf)."""
-    if isinstance(value, dict) and value:
-        items: list[tuple[PathPart, Any]] = list(value.items())
-    elif isinstance(value, list) and value:
-        items = list(enumerate(value))
-    else:
-        return {path: value}
-    out: dict[tuple[PathPart, ...], Any] = {}
-    for key, item in items:
-        out |= _leaves(item, (*path, key))
-    return out
-
-
 def stack_value_differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """``"<key path>: <stored> in the folder, <now> now"`` for each differing leaf of two
     :func:`stack_values`' ``config``, then of ``linkProfiles`` for a link whose setting is the
     same (a profile file whose figures changed)."""
-    old, new = _leaves(stored.get("config", {})), _leaves(now.get("config", {}))
-    paths = list(dict.fromkeys([*old, *new]))
-    old_links = _leaves(stored.get("linkProfiles", {}), ("linkProfiles",))
-    new_links = _leaves(now.get("linkProfiles", {}), ("linkProfiles",))
-    same_setting = [
-        path
-        for path in dict.fromkeys([*old_links, *new_links])
-        if old.get(("links", path[1])) == new.get(("links", path[1]))
-    ]
-    return [
-        f"{show_path(path)}: {first.get(path)!r} in the folder, {second.get(path)!r} now"
-        for first, second, keys in ((old, new, paths), (old_links, new_links, same_setting))
-        for path in keys
-        if first.get(path) != second.get(path)
-    ]
+    old, new = stored.get("config", {}), now.get("config", {})
+    same = {
+        link
+        for link in old.get("links", {}).keys() | new.get("links", {}).keys()
+        if old.get("links", {}).get(link) == new.get("links", {}).get(link)
+    }
+
+    def profiles(values: Mapping[str, Any]) -> dict[str, Any]:
+        kept = values.get("linkProfiles", {})
+        return {"linkProfiles": {k: v for k, v in kept.items() if k in same}}
+
+    return [str(d) for d in differences(old, new) + differences(profiles(stored), profiles(now))]
 
 
 UNRECORDED = f"its {STACK_FILE} does not record the stack values its runs were simulated with"

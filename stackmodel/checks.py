@@ -94,7 +94,7 @@ def oversubscription_problems(
         if all(r.fits for r in replicas if r.node_class == name):
             continue
         on_class = [w for w in cfg.topology.workers if w.node_class == name]
-        wanted = sum(w.replicas * w.tensor_parallel_size for w in on_class)
+        wanted = cfg.gpu_units[name]
         last = max(i for i, w in enumerate(cfg.topology.workers) if w.node_class == name)
         fixes = _room_fixes(cfg, name, last, wanted)
         if fixes:
@@ -164,7 +164,7 @@ def _share_fix(cfg: StackConfig, name: str, sharing: int, base: Fix) -> Fix:
     if inputs.problems:
         return ()
     plan = build_plan(candidate, inputs)
-    context = candidate.model.max_model_len or plan.sizing.geometry.max_position_embeddings
+    context = plan.max_model_len
     tokens = _kv_tokens(plan).values()
     if context is not None and tokens and min(tokens) < context:
         fix += (f"model.maxModelLen={min(tokens)}",)
@@ -789,7 +789,7 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
     longer = model_length_problems(cfg, sizing.geometry.max_position_embeddings)
     if longer:
         return longer
-    context = cfg.model.max_model_len or sizing.geometry.max_position_embeddings
+    context = plan.max_model_len
     if context is None:
         return []
     if cfg.load.enabled:

@@ -12,9 +12,9 @@ cross-key checks of :mod:`stackmodel.checks`.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Literal, Self
@@ -33,6 +33,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from configkeys.config_text import ConfigText
+from configkeys.suggest import did_you_mean
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, gb_per_s_text
 from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.models import ModelGeometry
@@ -136,6 +137,11 @@ class NodeClass(CamelModel):
     def gpu_units(self) -> int:
         """``nvidia.com/gpu`` units the whole class advertises."""
         return self.nodes * self.gpu_units_per_node
+
+    def gpus_for(self, units: int) -> int:
+        """Physical GPUs ``units`` ``nvidia.com/gpu`` units of the class take:
+        ``ceil(units / units_per_gpu)`` (time-sliced workers of one GPU count it once)."""
+        return math.ceil(units / self.units_per_gpu)
 
     @field_validator("gpu")
     @classmethod
@@ -765,6 +771,17 @@ class StackConfig(CamelModel):
             return {**data, "namespace": stack_namespace(stack)}
         return data
 
+    @property
+    def gpu_units(self) -> dict[str, int]:
+        """Node class -> ``nvidia.com/gpu`` units the workers there request: replicas x
+        ``tensorParallelSize`` for vLLM (one unit per GPU a worker uses), 0 for the mocker;
+        classes without workers are left out."""
+        out: dict[str, int] = {}
+        for w in self.topology.workers:
+            units = w.replicas * w.tensor_parallel_size if self.engine.kind == "vllm" else 0
+            out[w.node_class] = out.get(w.node_class, 0) + units
+        return out
+
 
 class PlatformStackConfig(CamelModel):
     """A ``stackRole: platform`` stack: the Dynamo platform once per cluster, no graph.
@@ -835,8 +852,7 @@ def namespace_problems(config_map: Mapping[str, Any]) -> list[ConfigProblem]:
         namespace, colon, key = full_key.partition(":")
         if not colon or namespace in CONFIG_NAMESPACES or namespace in allowed:
             continue
-        close = difflib.get_close_matches(namespace, CONFIG_NAMESPACES, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]}:{key}? " if close else ""
+        hint = did_you_mean(namespace, CONFIG_NAMESPACES, suffix=f":{key}")
         out.append(
             ConfigProblem(
                 full_key,

@@ -177,13 +177,13 @@ def _as_point(prompt: int, verdict: DisaggregationVerdict) -> CrossoverPoint:
 
 def crossover(plan: StackPlan) -> Crossover:
     """The sweep of a stack's plan (see the module docstring)."""
-    cfg, sizing = plan.cfg, plan.sizing
+    sizing = plan.sizing
     group = plan.verdict_group
     step = group.step
     verdict = sizing.report.disaggregation
     own = group.kv_link
     host = any(c.host_buffers_kv for c in sizing.report.components)
-    limit = cfg.model.max_model_len or sizing.geometry.max_position_embeddings or math.inf
+    limit = plan.max_model_len or math.inf
     prompts = [p for p in PROMPT_TOKENS if p <= limit]
     prompt = sizing.report.prompt_tokens
     load = (verdict.cached_tokens / prompt if prompt else 0.0, verdict.concurrent_transfers)

@@ -8,12 +8,12 @@ nothing is deployed and nothing is lost.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from configkeys.key_paths import Setting, covers, parse_key_path, show_path
+from configkeys.suggest import did_you_mean
 
 PROJECT = "dynamo-testbed"
 
@@ -151,22 +151,10 @@ def _setting_of(key: str, settings: Sequence[Setting]) -> Setting | None:
 
 
 def _new_entry(setting: Setting) -> str:
-    """``this adds nodeClasses.h100-c, which the stack lacks (nodeClasses has gpu-8gb, h100-a;
-    did you mean h100-a?)``."""
+    """``this adds nodeClasses.h100-c, which the stack lacks (did you mean h100-a? nodeClasses
+    has gpu-8gb, h100-a)``."""
     where, name = show_path(setting.creates[:-1]) or "the config", str(setting.creates[-1])
-    close = difflib.get_close_matches(name, setting.beside, n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
+    hint = did_you_mean(name, setting.beside)
     has = ", ".join(setting.beside) or "nothing"
     new = show_path(setting.creates)
-    return f"this adds {new}, which the stack lacks ({where} has {has}{hint})"
-
-
-def key_path(loc: Sequence[str | int]) -> str:
-    """Turn a pydantic error location into a config key path: ``('a', 0, 'b')`` -> ``a[0].b``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
+    return f"this adds {new}, which the stack lacks ({hint}{where} has {has})"

@@ -19,10 +19,10 @@ Each problem offers the fix it passes with (:mod:`stackmodel.fixes`).
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable
 
+from configkeys.suggest import closest
 from stackmodel.config import StackConfig
 from stackmodel.engine_args import parse_engine_args
 from stackmodel.errors import ConfigProblem
@@ -81,10 +81,7 @@ SLIP = 0.85
 
 def _close(name: str, known: frozenset[str]) -> str | None:
     """The known name ``name`` is one slip from (None when it is known, or close to none)."""
-    if name in known:
-        return None
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=SLIP)
-    return close[0] if close else None
+    return None if name in known else closest(name, sorted(known), SLIP)
 
 
 def _key(i: int, field: str) -> str:
@@ -151,8 +148,8 @@ def _tls_problems(cfg: StackConfig, i: int, value: str, check: Check) -> list[Co
     if not unknown:
         return []
     guess: Callable[[str], str] = lambda t: (  # noqa: E731
-        difflib.get_close_matches(t.split(":", 1)[0], sorted(UCX_TRANSPORTS), n=1) or [t]
-    )[0]
+        closest(t.split(":", 1)[0], sorted(UCX_TRANSPORTS)) or t
+    )
     fixed = ",".join(guess(t) if t in unknown else t for t in items)
     fixed = ("^" if value.startswith("^") else "") + fixed
     key = _key(i, f"env.{UCX_TLS}")

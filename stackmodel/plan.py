@@ -122,6 +122,14 @@ def model_geometry(cfg: StackConfig, project_dir: Path = PROJECT_DIR) -> ModelGe
     return geometry.model_copy(update=update) if update else geometry
 
 
+def max_model_len(cfg: StackConfig, geometry: ModelGeometry) -> int | None:
+    """vLLM's max model length (tokens): ``model.maxModelLen``, else the model's context length
+    ``max_position_embeddings``, vLLM's default ``--max-model-len`` (vLLM v0.31.0
+    ``vllm/config/model.py`` ``_get_and_verify_max_len``, lines 2596-2621); None when neither is
+    known."""
+    return cfg.model.max_model_len or geometry.max_position_embeddings
+
+
 def _workers_key(i: int, field: str) -> str:
     return f"topology.workers[{i}].{field}"
 
@@ -336,6 +344,19 @@ class StackPlan:
         """The worker group whose prefill the disaggregation verdict counts
         (:func:`verdict_group`)."""
         return verdict_group(self.groups)
+
+    @property
+    def max_model_len(self) -> int | None:
+        """vLLM's max model length in tokens (:func:`max_model_len`)."""
+        return max_model_len(self.cfg, self.geometry)
+
+    @property
+    def gpus(self) -> int:
+        """Physical GPUs the stack's workers request, over its node classes
+        (:attr:`~stackmodel.config.StackConfig.gpu_units`, :meth:`~stackmodel.config.NodeClass.
+        gpus_for`)."""
+        classes = self.cfg.node_classes
+        return sum(classes[name].gpus_for(units) for name, units in self.cfg.gpu_units.items())
 
     @property
     def disaggregated(self) -> bool:

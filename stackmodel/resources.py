@@ -22,7 +22,6 @@ A stack's resources are its ``resources`` output and, in a results folder, ``sta
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,19 +116,17 @@ def stack_resources(
     """The resources of a stack's workers (what its DGD or Deployments request); with
     ``kv_tokens`` (:func:`group_kv_tokens`) also the prefix-cache workers' KV capacity."""
     by_role: dict[str, int] = {}
-    classes: dict[str, tuple[int, int]] = {}
+    classes: dict[str, int] = {}
     for plan in topology.components:
         if plan.role == "frontend" or plan.placement.node_class is None:
             continue
         by_role[plan.role] = by_role.get(plan.role, 0) + plan.replicas
-        workers, units = classes.get(plan.placement.node_class, (0, 0))
         classes[plan.placement.node_class] = (
-            workers + plan.replicas,
-            units + plan.replicas * plan.placement.gpus,
+            classes.get(plan.placement.node_class, 0) + plan.replicas
         )
     uses = {}
-    for name, (workers, units) in classes.items():
-        node_class = cfg.node_classes[name]
+    for name, workers in classes.items():
+        node_class, units = cfg.node_classes[name], cfg.gpu_units[name]
         gpu = (
             node_class.gpu
             if isinstance(node_class.gpu, str) or node_class.gpu is None
@@ -138,7 +135,7 @@ def stack_resources(
         uses[name] = NodeClassUse(
             workers=workers,
             gpu_units=units,
-            gpus=math.ceil(units / node_class.units_per_gpu),
+            gpus=node_class.gpus_for(units),
             gpu=gpu,
             gpu_memory_gib=node_class.gpu_memory_gib,
         )

@@ -10,7 +10,6 @@ which resolves it into the stack's plan.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 
 from configkeys.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
+from configkeys.suggest import closest, did_you_mean
 from stackmodel.config import project_values, stack_role
 from stackmodel.errors import PROJECT, ConfigProblem, StackConfigError
 from stackmodel.plan import PROJECT_DIR, StackPlan
@@ -60,12 +60,12 @@ def stack_config(
     path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
     if not path.exists():
         names = stack_names(project_dir)
-        close = difflib.get_close_matches(stack, names, n=1)
-        hint = f"did you mean {close[0]}? " if close else ""
+        close = closest(stack, names)
+        hint = did_you_mean(stack, names)
         known = ", ".join(names) or "(none)"
         raise FileNotFoundError(
             f"stack '{stack}': no stacks/Pulumi.{stack}.yaml in the project; {hint}a new "
-            f"stack: testbed init-stack {stack} --from {close[0] if close else 'kv-routing'}; "
+            f"stack: testbed init-stack {stack} --from {close or 'kv-routing'}; "
             f"known stacks: {known}"
         )
     project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())

@@ -17,12 +17,13 @@ Imports run one way: ``config`` (the model) <- ``plan`` <- ``checks`` <- this mo
 from __future__ import annotations
 
 import copy
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from configkeys.key_paths import show_path
+from configkeys.suggest import did_you_mean
 from stackmodel.checks import check_stack
 from stackmodel.config import (
     KNOWN_KEYS,
@@ -34,7 +35,7 @@ from stackmodel.config import (
     stack_role,
     unset_key,
 )
-from stackmodel.errors import ConfigProblem, StackConfigError, key_path
+from stackmodel.errors import ConfigProblem, StackConfigError
 from stackmodel.plan import StackPlan
 from stackmodel.stack_layout import STACK_ROLES
 from workload.config import error_message
@@ -152,7 +153,7 @@ def _meaning_beside(
     except ValidationError:
         return []
     placement = not any(loc[: len(key)] == key for loc in locs for key in SIZING_KEYS)
-    refused = [key_path(loc) for loc in locs]
+    refused = [show_path(loc) for loc in locs]
     return [
         p
         for p in check_stack(cfg, placement=placement)[0]
@@ -233,11 +234,9 @@ def _unknown_keys(data: Mapping[str, Any]) -> list[ConfigProblem]:
 
 
 def unknown_key_message(key: str, allowed: Iterable[str]) -> str:
-    """``unknown key; did you mean 'x'? allowed here: a, b, c`` (the hint when one is close)."""
+    """``unknown key; did you mean x? allowed here: a, b, c`` (the hint when one is close)."""
     allowed = sorted(allowed)
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    return f"unknown key; {hint}allowed here: {', '.join(allowed)}"
+    return f"unknown key; {did_you_mean(key, allowed)}allowed here: {', '.join(allowed)}"
 
 
 def _problems(exc: ValidationError) -> list[ConfigProblem]:
@@ -266,7 +265,7 @@ def _problem(error: Any) -> ConfigProblem:
     else:
         msg = _with_hint(msg, loc, error)
     value = None if error["type"] == "missing" else error.get("input")
-    return ConfigProblem(key_path(loc), value, msg)
+    return ConfigProblem(show_path(loc), value, msg)
 
 
 FIELD_HINTS = {

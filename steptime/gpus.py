@@ -17,13 +17,13 @@ A node class names a catalog GPU (``gpu: l40s``) or gives the figures itself
 
 from __future__ import annotations
 
-import difflib
 from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from configkeys.config_text import ConfigText
+from configkeys.suggest import did_you_mean
 
 FP8_GEMM_EFFICIENCY_RATIO = 0.89
 """How much of its FP8 peak an FP8 GEMM reaches, as a fraction of how much of its BF16 peak a
@@ -284,8 +284,7 @@ def catalog_gpu(name: str) -> GpuSpec:
     try:
         return GPU_CATALOG[name]
     except KeyError:
-        close = difflib.get_close_matches(name, GPU_CATALOG, n=1)
-        hint = f"did you mean {close[0]}? " if close else ""
+        hint = did_you_mean(name, GPU_CATALOG)
         raise UnknownGpuError(
             f"unknown GPU {name!r}; {hint}known: {', '.join(sorted(GPU_CATALOG))}. Or give its "
             "figures: {name: ..., bf16DenseTflops: ..., memoryGbPerS: ...}"

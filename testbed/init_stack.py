@@ -8,7 +8,6 @@ are inside it (``tests/test_cli_help.py``).
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Annotated
@@ -60,6 +59,7 @@ def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
         ValueError: a bad NAME, an unknown or unsuitable ``source``, a file that exists, or a
             copy that does not validate (then nothing is left written); one line each.
     """
+    from configkeys.suggest import did_you_mean
     from stackmodel.errors import StackConfigError
     from stackmodel.stacks import StackFileError, load_stack, stack_names
 
@@ -70,8 +70,7 @@ def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
         )
     known = stack_names(project_dir)
     if source not in known:
-        close = difflib.get_close_matches(source, known, n=1)
-        hint = f"did you mean {close[0]}? " if close else ""
+        hint = did_you_mean(source, known)
         raise ValueError(f"--from {source}: no such stack; {hint}known stacks: {', '.join(known)}")
     target = project_dir / "stacks" / f"Pulumi.{name}.yaml"
     if target.exists():

@@ -43,9 +43,11 @@ ERRORS_SHOWN = 3  # first error messages printed after the table
 
 
 def _validation_message(exc: ValidationError, source: str) -> str:
+    from configkeys.key_paths import show_path
+
     lines = [f"invalid load config{source} ({exc.error_count()} error(s)):"]
     for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "(config)"
+        where = show_path(error["loc"]) or "(config)"
         lines.append(f"  {where}: {error_message(error)}")
     return "\n".join(lines)
 
@@ -576,7 +578,8 @@ def _load(
     from kubeclient.pod_watch import pod_watch
     from loadgen.readiness import NotServingError
     from loadgen.runner import run_grid
-    from outputs.folder_writer import ResultsFolder, ResumeError, complete_runs, grid_settings
+    from outputs.folder_writer import ResultsFolder, complete_runs, grid_settings
+    from outputs.resume import ResumeError
     from outputs.tables import table_console
 
     earlier = complete_runs(out)

@@ -89,6 +89,7 @@ def _workload(text: str) -> Workload:
     (:func:`recommend.workload.replayed`); exits 2 on a bad one, naming the fix."""
     from pydantic import ValidationError
 
+    from configkeys.key_paths import show_path
     from recommend.workload import FOLDER_FILES, HINT, Workload, WorkloadError, replayed
     from testbed.load_command import read_load_settings
     from workload.config import Arrival, LoadConfig, error_message
@@ -117,7 +118,7 @@ def _workload(text: str) -> Workload:
         load = LoadConfig.model_validate(settings)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = show_path(first["loc"])
         described = {f.alias: f.description for f in LoadConfig.model_fields.values()}
         what = described.get(str(first["loc"][0])) if first["loc"] else None
         fail(
@@ -138,11 +139,11 @@ def _workload(text: str) -> Workload:
 
 def _close(value: str, accepted: list[str]) -> str:
     """``; did you mean X?`` for the accepted value ``value`` begins or resembles ('' if none)."""
-    import difflib
+    from configkeys.suggest import closest
 
-    close = [a for a in accepted if value and a.startswith(value)][:1]
-    close = close or difflib.get_close_matches(value, accepted, n=1)
-    return f"; did you mean {close[0]}?" if close else ""
+    begun = next((a for a in accepted if value and a.startswith(value)), None)
+    close = begun or closest(value, accepted)
+    return f"; did you mean {close}?" if close else ""
 
 
 def _fixes(items: list[str] | None, space: list[Candidate]) -> dict[str, str]:
@@ -243,9 +244,9 @@ def _check_lengths(cfg: Any, sent: Workload) -> None:
     else the model's context): vLLM refuses every such request, on any candidate
     (:func:`stackmodel.checks.prompt_length_problems`)."""
     from stackmodel.checks import prompt_length_problems
-    from stackmodel.plan import model_geometry
+    from stackmodel.plan import max_model_len, model_geometry
 
-    context = cfg.model.max_model_len or model_geometry(cfg).max_position_embeddings
+    context = max_model_len(cfg, model_geometry(cfg))
     problems = prompt_length_problems(sent.load, context) if context else []
     for p in problems[:1]:
         key = p.key.removeprefix("load.")
@@ -369,6 +370,7 @@ def recommend_command(
     """
     from rich.progress import Progress
 
+    from outputs.resume import ResumeError
     from recommend.claims import first_ranked
     from recommend.outputs import (
         PLAN_MD,
@@ -379,7 +381,7 @@ def recommend_command(
         write_report,
         write_stacks,
     )
-    from recommend.resume import ResumeError, TimedStore
+    from recommend.resume import TimedStore
     from recommend.search import OBJECTIVES_RANKED, Problem, cluster_gpus, search
     from recommend.space import candidates, with_fixes
     from recommend.validate import validate

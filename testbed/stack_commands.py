@@ -543,7 +543,8 @@ def simulate_command(
     from contextlib import ExitStack
 
     from outputs.folder_lock import FolderBusyError, folder_lock
-    from outputs.folder_writer import ResumeError, complete_runs
+    from outputs.folder_writer import complete_runs
+    from outputs.resume import ResumeError
     from outputs.tables import table_console
     from simulator.routing import ROUTING_DIR
     from simulator.stack_values import (
@@ -747,10 +748,11 @@ def _print_against(sim: Simulation, against: Path) -> None:
 
 def _invalid_grid(exc: Any, stack: str | None = None) -> NoReturn:
     """Exit 2 with the first problem of a grid's `LoadConfig` validation, naming `stack`."""
+    from configkeys.key_paths import show_path
     from workload.config import error_message
 
     error = exc.errors()[0]
-    where = ".".join(str(p) for p in error["loc"]) or "load"
+    where = show_path(error["loc"]) or "load"
     named = f"stack {stack!r}: " if stack else ""
     fail(f"{named}invalid grid: {where}: {error_message(error)}")
 
@@ -807,7 +809,7 @@ def _simulate(
 
     from measurement.incidents import describe
     from measurement.intervals import ab_comparisons
-    from outputs.folder_writer import ResumeError
+    from outputs.resume import ResumeError
     from outputs.tables import (
         client_server_table,
         comparison_table,

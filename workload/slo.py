@@ -9,10 +9,12 @@ goodput"). This module imports only pydantic: `workload.config` holds an `Slo` i
 
 from __future__ import annotations
 
-import difflib
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from configkeys.key_paths import show_path
+from configkeys.suggest import did_you_mean
 
 OBJECTIVES: dict[str, str] = {
     "ttft_p99_ms": "TTFT p99",
@@ -157,15 +159,14 @@ def _key(name: str) -> str:
 
 
 def _unknown(name: str) -> str:
-    close = difflib.get_close_matches(name.casefold(), [*OBJECTIVES], n=1)
-    hint = f"did you mean {close[0]}? " if close else ""
+    hint = did_you_mean(name, OBJECTIVES)
     return f"unknown SLO key {name!r}: {hint}the keys are {', '.join(OBJECTIVES)} (ms)"
 
 
 def slo_error(error: ValidationError) -> SloError:
     """The first problem of an `Slo` validation as one line naming the key."""
     first = error.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
+    loc = show_path(first["loc"])
     if first["type"] == "extra_forbidden":
         return SloError(_unknown(loc))
     msg = str(first["msg"]).removeprefix("Value error, ")

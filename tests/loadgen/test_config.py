@@ -4,6 +4,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from configkeys.key_paths import show_path
 from workload.config import Api, Arrival, LoadConfig
 
 
@@ -41,8 +42,8 @@ def test_camel_case_stack_yaml() -> None:
 def test_errors_name_the_field_and_allowed_values() -> None:
     with pytest.raises(ValidationError) as info:
         LoadConfig.model_validate({"prefixKinds": [2, 0], "api": "grpc", "prefixShare": 1.5})
-    errors = {".".join(map(str, e["loc"])): e["msg"] for e in info.value.errors()}
-    assert errors["prefixKinds.1"] == "Input should be greater than 0"
+    errors = {show_path(e["loc"]): e["msg"] for e in info.value.errors()}
+    assert errors["prefixKinds[1]"] == "Input should be greater than 0"
     assert errors["api"] == "Input should be 'chat' or 'completions'"
     assert errors["prefixShare"] == "Input should be less than or equal to 1"
 

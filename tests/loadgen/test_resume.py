@@ -23,10 +23,10 @@ from outputs.folder_writer import (
     MeasuredRun,
     PromptSizing,
     ResultsFolder,
-    ResumeError,
     grid_settings,
     records_frame,
 )
+from outputs.resume import ResumeError
 from simulator.model_dir import make_model_dir
 from testbed.cli import app
 from workload.config import LoadConfig
@@ -207,3 +207,18 @@ def test_resume_with_other_settings_is_refused_before_the_server_is_contacted(
     text = " ".join(result.output.split())
     assert "its runs were measured with other settings (seed: 0 in the folder, 7 now" in text
     assert "connect" not in text
+
+
+def test_differences_name_each_key_path_with_both_values() -> None:
+    from outputs.resume import differences, fingerprint
+
+    stored = {"url": "http://h:1", "promptLengths": {"kind": "fixed"}, "seed": 0}
+    now = {"url": "http://h:1", "promptLengths": {"kind": "uniform"}, "tokenizer": "x"}
+    assert [str(d) for d in differences(stored, now)] == [
+        "promptLengths.kind: 'fixed' in the folder, 'uniform' now",
+        "seed: 0 in the folder, None now",
+        "tokenizer: None in the folder, 'x' now",
+    ]
+    assert differences(stored, dict(reversed(stored.items()))) == []
+    assert fingerprint(stored) == fingerprint(dict(reversed(stored.items())))
+    assert fingerprint(stored).startswith("sha256:") and fingerprint(stored) != fingerprint(now)

@@ -13,7 +13,8 @@ from loadgen.plan import grid_keys
 from loadgen.runner import grid_result
 from measurement.stats import summarize_run
 from outputs.folder_writer import MeasuredRun, ResultsFolder, records_frame
-from recommend.resume import ResumeError, TimedStore
+from outputs.resume import ResumeError
+from recommend.resume import TimedStore
 from recommend.search import Problem, search
 from recommend.space import candidates
 from recommend.workload import Workload, replayed

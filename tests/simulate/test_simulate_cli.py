@@ -111,8 +111,8 @@ def test_two_stacks_then_resume_with_another_grid_point(tmp_path: Path) -> None:
     assert refused.exit_code == 2
     assert refused.output.splitlines()[-1] == (
         f"error: cannot resume in {disagg}: its runs were simulated with other stack values "
-        "(nodeClasses.gpu-24gb.gpu: None in the folder, 'h200' now; links.sameNode: "
-        "'same-node-tcp' in the folder, 2.5 now); resume with the same stack values, or use "
+        "(links.sameNode: 'same-node-tcp' in the folder, 2.5 now; nodeClasses.gpu-24gb.gpu: "
+        "None in the folder, 'h200' now); resume with the same stack values, or use "
         "another --out folder"
     )
     assert (disagg / "summary.json").read_text() == before

@@ -73,14 +73,14 @@ BAD_CONFIGS = {
         setting("nodeClass", value={"x": 1}),
         "nodeClass",
         "{'x': 1}",
-        "unknown key; did you mean 'nodeClasses'? allowed here:",
+        "unknown key; did you mean nodeClasses? allowed here:",
     ),
     "unknown-nested-key-typo": BadConfig(
         CROSS,
         rename_replicas,
         "topology.workers[1].replica",
         "2",
-        "unknown key; did you mean 'replicas'? allowed here: baseMemory, cpu",
+        "unknown key; did you mean replicas? allowed here: baseMemory, cpu",
     ),
     "unknown-node-class": BadConfig(
         CROSS,
@@ -378,7 +378,7 @@ def test_a_misspelled_section_is_shown_short(raw_config: Callable[[str], Raw]) -
     with pytest.raises(StackConfigError) as err:
         validate_stack(CROSS, config)
     line = next(x for x in str(err.value).splitlines() if "topolgy" in x)
-    assert "did you mean 'topology'?" in line
+    assert "did you mean topology?" in line
     value = line.split(" = ", 1)[1].split(": unknown key", 1)[0]
     assert len(value) <= 80 and value.endswith("...")
 
@@ -402,4 +402,4 @@ def test_a_list_refused_for_its_items_errors_is_not_a_third_problem(
         validate_stack("disagg-same-node", config)
     keys = [p.key for p in err.value.problems]  # not topology.workers: "at least 1 item"
     assert keys == [f"topology.workers[{i}].gpuMemoryUtilisation" for i in (0, 1)]
-    assert "did you mean 'gpuMemoryUtilization'?" in err.value.problems[0].message
+    assert "did you mean gpuMemoryUtilization?" in err.value.problems[0].message

@@ -72,7 +72,7 @@ def test_a_set_that_adds_a_misspelt_node_class_names_the_set_and_the_close_name(
     assert str(info.value) == (
         "stack 'kv-routing': invalid config (1 problem): --set "
         "nodeClasses.gpu-24b.gpuMemoryGiB=48: this adds nodeClasses.gpu-24b, which the stack "
-        "lacks (nodeClasses has gpu-24gb, gpu-8gb; did you mean gpu-24gb?), so "
+        "lacks (did you mean gpu-24gb? nodeClasses has gpu-24gb, gpu-8gb), so "
         "dynamo-testbed:nodeClasses.gpu-24b.nodeSelector = (missing): required key is missing. "
         "Fix the --set value."
     )

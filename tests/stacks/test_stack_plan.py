@@ -203,3 +203,24 @@ def test_warnings_name_their_key_and_value() -> None:
     assert (floor.key, floor.value) == ("topology.workers[0].memoryLimit", "3584Mi")
     (spelt,) = namespace_problems({"dynamo-tesbed:links": '{"crossNode": "10gbe"}'})
     assert (spelt.key, spelt.value) == ("dynamo-tesbed:links", '{"crossNode": "10gbe"}')
+
+
+def test_the_max_model_length_is_max_model_len_else_the_models_context() -> None:
+    from stackmodel.plan import max_model_len, model_geometry
+
+    plan = load_stack("kv-routing")
+    assert plan.max_model_len == 8192  # model.maxModelLen
+    unset = plan.cfg.model_copy(
+        update={"model": plan.cfg.model.model_copy(update={"max_model_len": None})}
+    )
+    assert max_model_len(unset, model_geometry(unset)) == 40_960  # Qwen3-0.6B's config.json
+
+
+def test_the_gpus_a_stack_requests_are_its_plans() -> None:
+    from stackmodel.resources import stack_resources
+    from stackmodel.topology import build_topology
+
+    plan = load_stack("kv-routing")
+    assert plan.cfg.gpu_units == {"gpu-24gb": 4, "gpu-8gb": 2}
+    assert plan.gpus == 2  # per class, its workers time-slice one GPU
+    assert stack_resources(plan.cfg, build_topology(plan)).gpus == plan.gpus

@@ -1,0 +1,28 @@
+""" "Did you mean": the one spelling of the hint a message about an unknown name carries."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+CLOSE = 0.6
+"""How alike (``difflib.SequenceMatcher`` ratio, 0..1) a choice must be to be offered; the
+default of :func:`difflib.get_close_matches`."""
+
+
+def closest(word: str, choices: Iterable[str], cutoff: float = CLOSE) -> str | None:
+    """The choice most like ``word``, ignoring case, as the choice spells it; None when none is
+    at least ``cutoff`` alike."""
+    spelled: dict[str, str] = {}
+    for choice in choices:
+        spelled.setdefault(choice.casefold(), choice)
+    close = difflib.get_close_matches(word.casefold(), list(spelled), n=1, cutoff=cutoff)
+    return spelled[close[0]] if close else None
+
+
+def did_you_mean(word: str, choices: Iterable[str], cutoff: float = CLOSE, suffix: str = "") -> str:
+    """``"did you mean X? "`` for the choice :func:`closest` to ``word`` (``suffix`` after it:
+    ``did you mean dynamo-testbed:links?`` for a namespace), or ``""`` when none is close; the
+    rest of the message follows it."""
+    close = closest(word, choices, cutoff)
+    return f"did you mean {close}{suffix}? " if close is not None else ""
