@@ -16,6 +16,11 @@ IDENTITY_GAUGES = (PROCESS_START, UPTIME)
 FRONTEND_IN_FLIGHT = "dynamo_frontend_inflight_requests"
 ENGINE_IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 KEPT_GAUGES = (*IDENTITY_GAUGES, FRONTEND_IN_FLIGHT, *ENGINE_IN_FLIGHT)
+# vLLM's prefix-cache counters, in tokens (vLLM 0.31.0 `vllm/v1/metrics/loggers.py`,
+# `PrometheusStatLogger`: "vllm:prefix_cache_queries" L599-600 / "vllm:prefix_cache_hits"
+# L610-611, counters, so exposed with `_total`).
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 """Gauges the scrapes keep (every other gauge goes up and down and is not differenced)."""
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

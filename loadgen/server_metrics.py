@@ -40,6 +40,8 @@ from loadgen.prom_samples import (
     ENGINE_IN_FLIGHT,
     FRONTEND_IN_FLIGHT,
     KEPT_GAUGES,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
     PROCESS_START,
     UPTIME,
     Samples,
@@ -70,13 +72,9 @@ OUTPUT_TOKENS = PREFIX + "output_sequence_tokens"
 ROUTER_CACHED = "dynamo_component_router_kv_selected_cached_prefix_tokens_total"
 ROUTER_INPUT = "dynamo_component_router_input_sequence_tokens_sum"
 PREFIX_PHASES = ("aggregated", "prefill")
-# vLLM's prefix-cache counters, in tokens (vLLM 0.31.0 `vllm/v1/metrics/loggers.py`,
-# `PrometheusStatLogger`: "vllm:prefix_cache_queries" L599-600 / "vllm:prefix_cache_hits"
-# L610-611, counters, so exposed with `_total`).
-# Scraped on the prefill workers, where a prefix is looked up: a disaggregated decode worker
-# counts the KV it received as cached in the client's usage (vLLM #43370, #47136).
-PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
-PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
+# vLLM's prefix-cache counters (`loadgen.prom_samples.PREFIX_CACHE_HITS`) are scraped on the
+# prefill workers, where a prefix is looked up: a disaggregated decode worker counts the KV it
+# received as cached in the client's usage (vLLM #43370, #47136).
 
 
 class NoMetricsError(RuntimeError):

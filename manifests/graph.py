@@ -179,8 +179,9 @@ def dgd_manifest(cfg: StackConfig, topology: Topology, *, with_hf_token: bool) -
             component["runtimeVersionOverride"] = cfg.engine.runtime_version_override
         components.append(component)
     spec: dict[str, Any] = {"labels": dict(MANAGED_BY), "components": components}
-    if cfg.engine.kind == "vllm":
-        spec = {"backendFramework": "vllm", **spec}
+    framework = cfg.engine.profile.backend_framework
+    if framework is not None:
+        spec = {"backendFramework": framework, **spec}
     return {
         "apiVersion": DGD_API_VERSION,
         "kind": DGD_KIND,

@@ -10,13 +10,6 @@ from steptime.calibration_profile import applied_label, mismatch_note
 from steptime.fit import SEED_FIT, extrapolation_note
 from steptime.roofline import EngineFit
 
-KV_SIZE_ARGS = ("--num-gpu-blocks-override",)
-"""vLLM flags in ``extraArgs`` that set a worker's KV cache size beside the one the program
-passes, ``--kv-cache-memory-bytes`` from sizing (:func:`stackmodel.topology.worker_args`, so
-vLLM skips its memory profile), as :func:`stackmodel.engine_args.flag_name` spells them (either
-spelling in the stack). An ``extraArgs`` copy of ``--kv-cache-memory-bytes`` itself is refused
-before the simulation runs (``stackmodel.checks``: a flag the program writes from a key)."""
-
 
 def provenance(plan: StackPlan, fit: EngineFit = SEED_FIT) -> tuple[str, list[str]]:
     """What a simulated result says it is (``GridResult.simulated``: tables, ``summary.json``,
@@ -58,8 +51,8 @@ def provenance(plan: StackPlan, fit: EngineFit = SEED_FIT) -> tuple[str, list[st
     kv_routed = cfg.topology.kind == "dynamo" and cfg.topology.router_mode == "kv"
     for planned in plan.groups:
         group = planned.group
-        given = [a.text for a in planned.engine_args if a.flag in KV_SIZE_ARGS]
-        if given and cfg.engine.kind == "vllm":
+        given = [a.text for a in planned.engine_args if a.flag in planned.engine.kv_size_flags]
+        if given:
             warnings.append(
                 f"{group.name}: extraArgs set {', '.join(given)}, which overrides the KV cache "
                 f"the program sizes; the simulation keeps sizing's "

@@ -16,6 +16,7 @@ from kvpath.memory import memory_floor_bytes
 from kvpath.versions import DYNAMO_NIXL, nixl_refuses_tls_without_cuda, shipped_nixl
 from stackmodel.config import StackConfig, image_tag_version
 from stackmodel.engine_args import parse_engine_args
+from stackmodel.engines import ENGINES
 from stackmodel.errors import ConfigProblem
 from stackmodel.fixes import Fix, accepted_fixes, applied, checking, fixes_text, show_fix
 from stackmodel.freeform import config_json_problems, freeform_problems
@@ -31,7 +32,6 @@ from stackmodel.quantities import (
     parse_quantity,
     unitless_hint,
 )
-from stackmodel.sizing import MAX_BATCHED_TOKENS_FLAG
 from stackmodel.ucx import (
     CUDA_CAPABLE_EXAMPLE,
     RDMA_CAPABLE_EXAMPLE,
@@ -87,7 +87,7 @@ def oversubscription_problems(
     workers land (:func:`stackmodel.placement.place_workers`: each pod's GPUs on one node).
 
     The problem offers the fixes the stack passes with (:func:`_room_fixes`)."""
-    if cfg.engine.kind != "vllm":
+    if not cfg.engine.profile.gpu_workers:
         return []
     out = []
     for name, node_class in cfg.node_classes.items():
@@ -221,7 +221,7 @@ def tensor_parallel_problems(cfg: StackConfig, inputs: StackInputs) -> list[Conf
                     "for PCIe Gen4 x16) to its figures, or name a catalog GPU",
                 )
             )
-        if cfg.engine.kind != "vllm":
+        if not cfg.engine.profile.gpu_workers:
             continue  # the mocker's pods have no GPUs; the simulation still splits the model
         if node_class.time_slicing is not None:
             out.append(
@@ -269,7 +269,7 @@ def tensor_parallel_problems(cfg: StackConfig, inputs: StackInputs) -> list[Conf
                     f"that to at least {format_quantity(ceil_mib(floor))} plus any host mirror)",
                 )
             )
-    if cfg.engine.kind != "vllm":
+    if not cfg.engine.profile.moves_kv:
         return out
     prefill = [(i, w) for i, w in enumerate(cfg.topology.workers) if w.role == "prefill"]
     for _, d in ((i, w) for i, w in enumerate(cfg.topology.workers) if w.role == "decode"):
@@ -403,13 +403,15 @@ def role_problems(cfg: StackConfig) -> list[ConfigProblem]:
                     "aggregated",
                 )
             )
-        if cfg.engine.kind != "vllm":
+        engine = cfg.engine.profile
+        if engine.serve_command is None:
+            serving = " or ".join(k for k, e in ENGINES.items() if e.serve_command is not None)
             out.append(
                 ConfigProblem(
                     "engine.kind",
                     cfg.engine.kind,
-                    "topology kind vllm-service needs engine kind vllm (the mocker has no HTTP "
-                    "server of its own); use topology kind dynamo",
+                    f"topology kind vllm-service needs engine kind {serving} ({engine.name} has "
+                    "no HTTP server of its own); use topology kind dynamo",
                 )
             )
     for i, w in enumerate(cfg.topology.workers):
@@ -423,7 +425,7 @@ def role_problems(cfg: StackConfig) -> list[ConfigProblem]:
                     "prefill/decode",
                 )
             )
-        elif w.role in _KV_ROLES and cfg.engine.kind == "vllm":
+        elif w.role in _KV_ROLES and cfg.engine.profile.moves_kv:
             allowed = _KV_ROLES[w.role]
             if kv is None:
                 out.append(
@@ -457,7 +459,7 @@ def kv_buffer_problems(cfg: StackConfig) -> list[ConfigProblem]:
     KV layout, attention backend and transfer mode), so a host-buffered prefill may feed a
     GPU-buffered decode; the decode side then needs the CUDA transport.
     """
-    if cfg.engine.kind != "vllm":
+    if not cfg.engine.profile.moves_kv:
         return []  # the mocker moves no real KV
     out = []
     for i, w in enumerate(cfg.topology.workers):
@@ -502,7 +504,8 @@ def nvlink_problems(cfg: StackConfig, inputs: StackInputs) -> list[ConfigProblem
                 f"{cross.name} on links.sameNode",
             )
         )
-    if same is None or not same.name.startswith("nvlink") or cfg.engine.kind != "vllm":
+    moves_kv = cfg.engine.profile.moves_kv
+    if same is None or not same.name.startswith("nvlink") or not moves_kv:
         return out
     for i, w in enumerate(cfg.topology.workers):
         kv = w.kv_transfer
@@ -550,7 +553,7 @@ def rdma_problems(cfg: StackConfig, inputs: StackInputs) -> list[ConfigProblem]:
     its NixlConnector hands the buffers to NIXL's UCX backend, which picks the transports
     ``UCX_TLS`` allows.
     """
-    if cfg.engine.kind != "vllm":
+    if not cfg.engine.profile.moves_kv:
         return []  # the mocker moves no real KV
     index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
     decode = [w for w in cfg.topology.workers if w.role == "decode"]
@@ -602,7 +605,7 @@ def nixl_tls_problems(cfg: StackConfig) -> list[ConfigProblem]:
     needs one that moves GPU memory (:func:`stackmodel.ucx.moves_gpu_memory`). The seed's
     ``tcp,self`` stays valid on Dynamo 1.6.2."""
     version = cfg.engine.release
-    if cfg.engine.kind != "vllm" or not nixl_refuses_tls_without_cuda(version):
+    if not cfg.engine.profile.moves_kv or not nixl_refuses_tls_without_cuda(version):
         return []
     nixl = shipped_nixl(version)
     known = {".".join(map(str, d)) for d in DYNAMO_NIXL}
@@ -649,7 +652,7 @@ def sizing_problems(plan: StackPlan) -> list[ConfigProblem]:
     """The memory floor and GPU memory fit (:class:`~stackmodel.sizing.SizingFinding` errors,
     one problem per group and rule), then, for vLLM workers, the KV cache against the max model
     length (:func:`context_problems`)."""
-    cfg = plan.cfg
+    cfg, gpu_workers = plan.cfg, plan.engine.gpu_workers
     out: list[ConfigProblem] = []
     index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
     value: object
@@ -658,7 +661,7 @@ def sizing_problems(plan: StackPlan) -> list[ConfigProblem]:
         if finding.check == "memory-floor":
             key = _workers_key(index[finding.subject], "memoryLimit")
             value = cfg.topology.workers[index[finding.subject]].memory_limit
-        elif cfg.engine.kind == "vllm":
+        elif gpu_workers:
             worker = group_of(finding.workers[0]) if finding.workers else ""
             key = (
                 _workers_key(index[worker], "gpuMemoryUtilization")
@@ -682,7 +685,7 @@ def sizing_problems(plan: StackPlan) -> list[ConfigProblem]:
             if fixes:
                 message = f"{message.rstrip('.')}; {fixes_text(fixes)}."
             out.append(ConfigProblem(key, value, message, fixes))
-    if cfg.engine.kind == "vllm":
+    if gpu_workers:
         out += context_problems(plan)
     return out
 
@@ -851,37 +854,13 @@ def context_problems(plan: StackPlan) -> list[ConfigProblem]:
     ]
 
 
-_PROGRAM_FLAGS = {
-    "vllm": {
-        "--model": "model.name",
-        "--gpu-memory-utilization": "topology.workers[].gpuMemoryUtilization",
-        "--kv-cache-memory-bytes": "topology.workers[].gpuMemoryUtilization (the sizing sets it)",
-        "--max-model-len": "model.maxModelLen",
-        "--disaggregation-mode": "topology.workers[].role",
-        "--kv-transfer-config": "topology.workers[].kvTransfer",
-        "--kv-events-config": "topology.routerMode (the program sets it for KV routing)",
-    },
-    "mocker": {
-        "--model-path": "model.name",
-        "--model-name": "model.name",
-        "--kv-bytes-per-token": "model.geometry (the sizing sets it)",
-        "--num-gpu-blocks-override": "topology.workers[].gpuMemoryUtilization (the sizing sets it)",
-        "--speedup-ratio": "engine.speedupRatio",
-        "--disaggregation-mode": "topology.workers[].role",
-        "--kv-transfer-bandwidth": "links (the sizing sets it)",
-    },
-}
-"""The engine flags the program writes from other keys (:func:`stackmodel.topology.worker_args`)
-and the key each comes from. An ``extraArgs`` copy comes after them on the command line, and
-argparse keeps the last, so the engine would run with it while the sizing and the checks use
-the key."""
-
-
 def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
     """Keys that contradict another key or the catalog, where the stack cannot run as checked.
 
-    - an ``extraArgs`` item repeating a flag the program writes from a key (:data:`_PROGRAM_FLAGS`):
-      the engine would take the copy, the sizing the key;
+    - an ``extraArgs`` item repeating a flag the program writes from a key
+      (:attr:`~stackmodel.engines.EngineProfile.program_flags`; an ``extraArgs`` copy comes
+      after them on the command line, and argparse keeps the last): the engine would take the
+      copy, the sizing and the checks the key;
     - a node class's ``gpuMemoryGiB`` above its catalog ``gpu``'s memory
       (:data:`steptime.gpus.DATASHEET_MEMORY_GB`): the sizing would hand out memory the GPU
       lacks, and vLLM refuses to start without its share free;
@@ -890,14 +869,15 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
       (:func:`stackmodel.plan.max_batched_tokens`) could not follow it.
     """
     out = []
-    flags = _PROGRAM_FLAGS[cfg.engine.kind]
+    engine = cfg.engine.profile
+    flags = engine.program_flags
     sources = [("engine.extraArgs", cfg.engine.extra_args)] + [
         (_workers_key(i, "extraArgs"), w.extra_args) for i, w in enumerate(cfg.topology.workers)
     ]
     for key, args in sources:
         for arg in parse_engine_args(args):
             flag, value = arg.flag, arg.value
-            if flag == MAX_BATCHED_TOKENS_FLAG and not value.isdigit():
+            if flag == engine.step_budget_flag and not value.isdigit():
                 out.append(
                     ConfigProblem(
                         key,

@@ -35,6 +35,7 @@ from pydantic.alias_generators import to_camel
 from configkeys.config_text import ConfigText
 from configkeys.suggest import did_you_mean
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, gb_per_s_text
+from stackmodel.engines import EngineKind, EngineProfile, engine_profile
 from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.models import ModelGeometry
 from stackmodel.platform import PlatformConfig
@@ -193,12 +194,6 @@ class Links(CamelModel):
 DEFAULT_DYNAMO_VERSION = "1.6.2"
 """The Dynamo release of the seed (Dynamo 1.6.2, vLLM 0.31.0)."""
 
-_DEFAULT_IMAGES = {
-    "vllm": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:{version}",
-    # The mocker has no image of its own: it runs in the planner image (upstream mocker example).
-    "mocker": "nvcr.io/nvidia/ai-dynamo/dynamo-planner:{version}",
-}
-
 _SEMVER_TAG = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+.][0-9A-Za-z.-]+)?$")
 
 
@@ -220,7 +215,7 @@ def image_tag_version(image: str) -> str | None:
 class EngineConfig(CamelModel):
     """Which engine the workers run and with what image and arguments."""
 
-    kind: Literal["vllm", "mocker"] = Field(
+    kind: EngineKind = Field(
         default="vllm",
         description="vllm: real GPU workers; mocker: Dynamo's CPU-only simulated workers.",
     )
@@ -247,9 +242,15 @@ class EngineConfig(CamelModel):
     )
 
     @property
+    def profile(self) -> EngineProfile:
+        """The engine's facts (:data:`stackmodel.engines.ENGINES`' entry for :attr:`kind`)."""
+        return engine_profile(self.kind)
+
+    @property
     def resolved_image(self) -> str:
-        """The image the workers run (explicit, else the default for the engine kind)."""
-        return self.image or _DEFAULT_IMAGES[self.kind].format(version=self.dynamo_version)
+        """The image the workers run (explicit, else the engine's default,
+        :meth:`~stackmodel.engines.EngineProfile.default_image`)."""
+        return self.image or self.profile.default_image(self.dynamo_version)
 
     @property
     def release(self) -> str:

@@ -9,8 +9,9 @@ the cluster would only show as a worker that starts and behaves otherwise.
   (exclude, the whole list) or ``:aux``; ``all`` alone.
 - an environment variable of UCX or vLLM (``UCX_``, ``VLLM_``) spelt one slip from a known one
   (:data:`KNOWN_ENV`): UCX and vLLM ignore a variable they do not know.
-- an ``extraArgs`` flag spelt one slip from a vLLM flag the program knows (:data:`KNOWN_FLAGS`):
-  vLLM's parser refuses an unknown flag, so the worker would not start.
+- an ``extraArgs`` flag spelt one slip from an engine flag the program knows (the engine's
+  :attr:`~stackmodel.engines.EngineProfile.known_flags`): vLLM's parser refuses an unknown
+  flag, so the worker would not start.
 - ``model.configJson`` of another model family than ``model.name`` (its ``model_type``): the
   sizing would size another model.
 
@@ -28,7 +29,6 @@ from stackmodel.engine_args import parse_engine_args
 from stackmodel.errors import ConfigProblem
 from stackmodel.fixes import Check, Fix, accepted_fixes, checking, fixes_text
 from stackmodel.models import ModelGeometry
-from stackmodel.sizing import MAX_BATCHED_TOKENS_FLAG
 from stackmodel.ucx import UCX_TLS
 
 UCX_TRANSPORTS = frozenset(
@@ -59,22 +59,6 @@ KNOWN_ENV = frozenset(
 """UCX (``ucp_context.c`` config table, UCX_ prefix) and vLLM (``vllm/envs.py``) variables a
 stack of this kind sets; a name one slip from one of them is refused."""
 
-KNOWN_FLAGS = frozenset(
-    {
-        "--model", "--gpu-memory-utilization", "--kv-cache-memory-bytes", "--max-model-len",
-        "--kv-transfer-config", "--kv-events-config", "--tensor-parallel-size",
-        MAX_BATCHED_TOKENS_FLAG, "--max-num-seqs", "--enforce-eager", "--block-size",
-        "--kv-cache-dtype", "--dtype", "--quantization", "--enable-prefix-caching",
-        "--no-enable-prefix-caching", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
-        "--served-model-name", "--trust-remote-code", "--swap-space", "--seed",
-        "--num-gpu-blocks-override", "--max-seq-len-to-capture", "--disable-log-stats",
-        "--compilation-config", "--speculative-config", "--pipeline-parallel-size",
-        "--data-parallel-size", "--enable-expert-parallel", "--disaggregation-mode",
-    }
-)  # fmt: skip
-"""vLLM engine flags (vLLM 0.31.0 ``vllm/engine/arg_utils.py``) a stack's ``extraArgs`` may
-carry; a flag one slip from one of them is refused (vLLM's parser would refuse it)."""
-
 SLIP = 0.85
 """How close (``difflib`` ratio) a name must be to a known one to be taken for its typo."""
 
@@ -102,7 +86,7 @@ def freeform_problems(cfg: StackConfig, check: Check) -> list[ConfigProblem]:
         for arg in parse_engine_args(w.extra_args):
             if not arg.flag.startswith("--"):
                 continue
-            close = _close(arg.flag, KNOWN_FLAGS)
+            close = _close(arg.flag, cfg.engine.profile.known_flags)
             if close is None:
                 continue
             index = w.extra_args.index(arg.text)
@@ -113,7 +97,8 @@ def freeform_problems(cfg: StackConfig, check: Check) -> list[ConfigProblem]:
                 ConfigProblem(
                     key,
                     arg.text,
-                    f"vLLM has no flag {arg.flag} and refuses to start on it; did you mean "
+                    f"{cfg.engine.profile.name} has no flag {arg.flag} and refuses to start on "
+                    f"it; did you mean "
                     f"{close}?{offer}",
                     fixes,
                 )

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Literal
 
 from kvpath.profile import LinkProfile, LinkSetting, resolve_link
-from kvpath.versions import RELEASE_LINES, minor_of
 from stackmodel.config import NodeClass, RouterMode, StackConfig, WorkerGroup
 from stackmodel.engine_args import EngineArg, parse_engine_args
+from stackmodel.engines import EngineProfile
 from stackmodel.errors import ConfigProblem
 from stackmodel.models import (
     FP8_BYTES,
@@ -39,21 +39,14 @@ from stackmodel.models import (
     known_model,
 )
 from stackmodel.placement import ReplicaPlacement, gpu_sharing_sets, place_workers
-from stackmodel.quantities import (
-    GI,
-    MOCKER_BLOCK_SIZE_TOKENS,
-    VLLM_BLOCK_SIZE_TOKENS,
-    parse_quantity,
-)
+from stackmodel.quantities import GI, parse_quantity
 from stackmodel.sizing import (
-    MAX_BATCHED_TOKENS_FLAG,
     ComponentMemory,
     GpuAllocation,
     GpuWorker,
     SizingReport,
     StackSizing,
     build_sizing_report,
-    default_max_batched_tokens,
     tensor_parallel,
 )
 from steptime.calibration_profile import CalibrationProfile, load_calibration_file
@@ -244,6 +237,7 @@ class GroupPlan:
         node_class: its node class's config.
         gpu: its node class's GPU.
         calibration: its node class's calibration profile (None: none named).
+        engine: the engine its workers run (``engine.kind``'s profile).
         engine_args: its engine arguments, parsed: engine ``extraArgs``, then the group's.
         step: one worker's step times (:meth:`step_with` the seed fit), its per-step token
             budget included (:func:`max_batched_tokens`).
@@ -257,6 +251,7 @@ class GroupPlan:
     node_class: NodeClass
     gpu: GpuSpec
     calibration: CalibrationProfile | None
+    engine: EngineProfile
     engine_args: tuple[EngineArg, ...]
     step: EngineStep
     kv_link: LinkProfile | None
@@ -293,13 +288,17 @@ def group_fit(
     return fit_for(gpu, fit)
 
 
-def max_batched_tokens(args: Sequence[EngineArg], gpu: GpuSpec, gpu_memory_gib: float) -> int:
-    """The per-step token budget of a worker with engine arguments ``args``: the last
-    ``--max-num-batched-tokens`` with a whole number of tokens (argparse's last wins; one without
-    is refused, :func:`stackmodel.checks.overlap_problems`), else vLLM's default
-    (:func:`stackmodel.sizing.default_max_batched_tokens`)."""
-    given = [int(a.value) for a in args if a.flag == MAX_BATCHED_TOKENS_FLAG and a.value.isdigit()]
-    return given[-1] if given else default_max_batched_tokens(gpu, gpu_memory_gib)
+def max_batched_tokens(
+    engine: EngineProfile, args: Sequence[EngineArg], gpu: GpuSpec, gpu_memory_gib: float
+) -> int:
+    """The per-step token budget of an ``engine`` worker with engine arguments ``args``: the
+    last of its step-budget flag (vLLM's ``--max-num-batched-tokens``) with a whole number of
+    tokens (argparse's last wins; one without is refused,
+    :func:`stackmodel.checks.overlap_problems`), else the engine's default
+    (:attr:`~stackmodel.engines.EngineProfile.default_step_budget`)."""
+    flag = engine.step_budget_flag
+    given = [int(a.value) for a in args if a.flag == flag and a.value.isdigit()]
+    return given[-1] if given else engine.default_step_budget(gpu, gpu_memory_gib)
 
 
 @dataclass(frozen=True)
@@ -327,6 +326,11 @@ class StackPlan:
     links: dict[LinkKey, LinkProfile]
     gpu_notes: dict[str, str]
     sizing: StackSizing
+
+    @property
+    def engine(self) -> EngineProfile:
+        """The engine the stack's workers run (``engine.kind``'s profile)."""
+        return self.cfg.engine.profile
 
     def group(self, name: str) -> GroupPlan:
         """The worker group ``name``.
@@ -382,13 +386,11 @@ class StackPlan:
         """What a results folder of this stack records it ran on (``stack.json``'s
         ``labels``): ``gpu`` (the worker groups' GPU names, comma-separated), ``model``,
         ``engine`` (:attr:`engine_label`), ``versions`` (Dynamo, and the vLLM its release line
-        ships where :data:`kvpath.versions.RELEASE_LINES` knows it) and ``servedBy`` (the
+        ships where :data:`kvpath.versions.RELEASE_LINES` knows it:
+        :attr:`~stackmodel.engines.EngineProfile.shipped_versions`) and ``servedBy`` (the
         workers: ``vllm`` on GPUs, or Dynamo's ``mocker``)."""
         release = self.cfg.engine.release
-        versions = {"dynamo": release}
-        line = RELEASE_LINES.get(minor_of(release))
-        if line is not None and self.cfg.engine.kind == "vllm":
-            versions["vllm"] = line.vllm
+        versions = {"dynamo": release, **self.engine.shipped_versions(release)}
         return {
             "gpu": ", ".join(sorted({g.gpu.name for g in self.groups})),
             "model": self.cfg.model.name,
@@ -420,14 +422,16 @@ def kv_link_key(
     when every one is on another node class, else the slower of the two: a decode group shares
     the prefill group's node class of several nodes, and the scheduler places them (the DGD sets
     no anti-affinity), or decode groups are spread. On a node class whose node has one GPU unit
-    (one GPU, no time-slicing) a prefill and a decode vLLM worker never share a node, so
+    (one GPU, no time-slicing) a prefill and a decode worker that hold GPUs
+    (:attr:`~stackmodel.engines.EngineProfile.gpu_workers`) never share a node, so
     ``crossNode``.
     """
     decode_classes = {w.node_class for w in cfg.topology.workers if w.role == "decode"}
     if all(same_host(cfg, prefill.node_class, c) for c in decode_classes):
         return "sameNode"
     node_class = cfg.node_classes[prefill.node_class]
-    alone = cfg.engine.kind == "vllm" and node_class.gpu_units_per_node < 2
+    gpu_workers = cfg.engine.profile.gpu_workers
+    alone = gpu_workers and node_class.gpu_units_per_node < 2
     if prefill.node_class not in decode_classes or alone:
         return "crossNode"
     slower = links["crossNode"].bytes_per_s < links["sameNode"].bytes_per_s
@@ -441,6 +445,7 @@ def _group_plan(
     group = cfg.topology.workers[index]
     node_class = cfg.node_classes[group.node_class]
     gpu = inputs.gpus[group.node_class]
+    engine = cfg.engine.profile
     args = parse_engine_args([*cfg.engine.extra_args, *group.extra_args])
     profile = inputs.calibrations[group.node_class]
     tp = group.tensor_parallel_size
@@ -451,7 +456,7 @@ def _group_plan(
         prefill_tokens_per_s_override=cfg.sizing.prefill_tokens_per_s,
         tensor_parallel=tensor_parallel(geometry, gpu, tp),
         fp8_weights=geometry.weight_dtype_bytes == FP8_BYTES,
-        max_batched_tokens=max_batched_tokens(args, gpu, node_class.gpu_memory_gib),
+        max_batched_tokens=max_batched_tokens(engine, args, gpu, node_class.gpu_memory_gib),
     )
     key = kv_link_key(cfg, group, inputs.links) if group.role == "prefill" else None
     settings = {"sameNode": cfg.links.same_node, "crossNode": cfg.links.cross_node}
@@ -461,6 +466,7 @@ def _group_plan(
         node_class=node_class,
         gpu=gpu,
         calibration=profile,
+        engine=engine,
         engine_args=args,
         step=step,
         kv_link=None if key is None else inputs.links[key],
@@ -549,9 +555,7 @@ def _sizing(
         components=components,
         gpus=sharing,
         kv_workers=_kv_worker_sets(cfg),
-        block_size_tokens=(
-            VLLM_BLOCK_SIZE_TOKENS if cfg.engine.kind == "vllm" else MOCKER_BLOCK_SIZE_TOKENS
-        ),
+        block_size_tokens=verdict.engine.block_size_tokens,
         activation_overhead_bytes=math.floor(cfg.sizing.activation_overhead_gib * GI),
         allow_unsafe_memory=cfg.sizing.allow_unsafe_memory,
         transfer_tensor_parallel_size=verdict.group.tensor_parallel_size,
@@ -570,13 +574,14 @@ def expected_cached_tokens(
     cfg: StackConfig, groups: Sequence[GroupPlan], verdict: GroupPlan, report: SizingReport
 ) -> int:
     """Prompt tokens of a request the prefill workers' prefix cache is expected to hold, for
-    the verdict: the load's shared prefix (``promptTokens x prefixShare``, in whole KV blocks:
-    vLLM caches whole blocks) times the share of the grid's prefixes that fit the KV caches
+    the verdict: the load's shared prefix (``promptTokens x prefixShare``, in whole KV blocks of
+    the engine's :attr:`~stackmodel.engines.EngineProfile.block_size_tokens`: the prefix cache
+    keeps whole blocks) times the share of the grid's prefixes that fit the KV caches
     (``report``'s rows) of the workers that prefill (the prefill groups, else the verdict's
     group), averaged over the grid's ``prefixKinds`` (a KV-aware router keeps each prefix on
     the workers holding it). 0 without a shared prefix."""
     grid = cfg.load.grid()
-    block = VLLM_BLOCK_SIZE_TOKENS if cfg.engine.kind == "vllm" else MOCKER_BLOCK_SIZE_TOKENS
+    block = verdict.engine.block_size_tokens
     prefix = min(grid.prefix_tokens, cfg.load.prompt_tokens) // block * block
     if not prefix:
         return 0

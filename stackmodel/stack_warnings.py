@@ -70,7 +70,7 @@ def fp8_warnings(plan: StackPlan) -> list[ConfigWarning]:
     FP8) utilizing Marlin kernels", vLLM's FP8 W8A8 page, docs.vllm.ai features/quantization/
     fp8; vllm-project/vllm PR #5975). The step-time model computes in BF16 there
     (:meth:`steptime.gpus.GpuSpec.compute_flops_per_s`)."""
-    if plan.cfg.engine.kind != "vllm" or plan.geometry.weight_dtype_bytes != 1:
+    if not plan.engine.gpu_workers or plan.geometry.weight_dtype_bytes != 1:
         return []
     out = []
     for group in plan.groups:
@@ -116,7 +116,7 @@ def placement_warnings(plan: StackPlan) -> list[ConfigWarning]:
     out = []
     for group in plan.groups:
         node_class = group.node_class
-        if node_class.gpu_units_per_node < 2 and cfg.engine.kind == "vllm":
+        if node_class.gpu_units_per_node < 2 and group.engine.gpu_workers:
             continue  # each worker takes a node's only GPU: prefill and decode never share one
         decode = [
             f"'{w.name}'"

@@ -9,14 +9,13 @@ command, arguments, environment and resources. The Kubernetes manifests
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from stackmodel.config import NodeClass
+from stackmodel.engines import WorkerSettings
 from stackmodel.plan import GroupPlan, StackPlan
-from stackmodel.quantities import MOCKER_BLOCK_SIZE_TOKENS
 
 ComponentType = Literal["frontend", "worker", "prefill", "decode"]
 """The DGD ``spec.components[].type`` values this program uses (CRD enum, v1beta1)."""
@@ -33,15 +32,6 @@ ai-dynamo/dynamo ``deploy/operator/internal/consts/consts.go`` L22-23 at 0367e40
 (``deploy/operator/internal/dynamo/component_worker.go``, ``WorkerDefaults.GetBaseContainer``,
 L29-35 and L83-94 at 015d780b). Both are main-line commits, not the v1.6.2 tag; the port and
 its name are the same in the 1.x operators' worker defaults read."""
-
-KV_EVENTS_CONFIG = {
-    "publisher": "zmq",
-    "topic": "kv-events",
-    "endpoint": "tcp://*:20080",
-    "enable_kv_cache_events": True,
-}
-"""vLLM ``--kv-events-config`` for KV-routed workers, as in upstream
-``examples/backends/vllm/deploy/agg_router.yaml`` and ``disagg_router.yaml`` (Dynamo 1.5 line)."""
 
 
 @dataclass(frozen=True)
@@ -168,87 +158,49 @@ def anywhere_placement(node_classes: Mapping[str, NodeClass]) -> Placement:
 
 
 def worker_args(plan: StackPlan, planned: GroupPlan) -> tuple[str, ...]:
-    """The ``python3 -m dynamo.vllm`` / ``dynamo.mocker`` arguments for a worker group.
+    """The arguments of a worker group's engine (``python3 -m dynamo.vllm`` / ``dynamo.mocker``):
+    what its :attr:`~stackmodel.engines.EngineProfile.worker_args` writes from the group's
+    :class:`~stackmodel.engines.WorkerSettings`, then engine ``extraArgs`` and the group's
+    ``extraArgs`` (argparse: the last wins).
 
-    vllm: ``--model``, ``--gpu-memory-utilization``, ``--kv-cache-memory-bytes`` (the KV-cache
-    size sizing computes for the group, per GPU,
-    :meth:`~stackmodel.sizing.StackSizing.kv_cache_bytes`),
-    ``--max-model-len`` (if set), ``--tensor-parallel-size`` (above 1), ``--quantization`` and
-    ``--kv-cache-dtype`` (``model.quantization``, ``model.kvCacheDtype``, if set); prefill/decode
-    add ``--disaggregation-mode`` and ``--kv-transfer-config``; with the KV router (dynamo
-    topology only: vllm-service has no router), aggregated and prefill workers (the ones that hold
-    prefix cache) add ``--kv-events-config`` unless the group sets ``kvEvents: false``. Without
-    it a Dynamo 1.6 vLLM worker publishes nothing: ``create_kv_events_config`` returns None when
-    no ``--kv-events-config`` is given, ``use_kv_events`` is then False (ai-dynamo 1.6.1
-    ``dynamo/vllm/args.py`` lines 383-385 and 538-556), ``setup_kv_event_publisher`` creates no
-    publisher (``dynamo/vllm/main.py`` lines 478-486) and the worker registers
-    ``kv_event_publishing_enabled = False`` (line 905), so the router finds no overlap on it.
-
+    The KV-cache size is the one sizing computes for the group, per GPU
+    (:meth:`~stackmodel.sizing.StackSizing.kv_cache_bytes`). vLLM gets it as
     ``--kv-cache-memory-bytes`` (vLLM 0.31.0 ``CacheConfig.kv_cache_memory_bytes``: "Size of KV
-    Cache per GPU in bytes ... (when not-None) ignores gpu_memory_utilization") makes the engine
-    skip its startup memory profiling, which measures device-wide free memory and misjudges it
-    when other workers on a time-sliced GPU start at the same time
+    Cache per GPU in bytes ... (when not-None) ignores gpu_memory_utilization"), which makes the
+    engine skip its startup memory profiling, which measures device-wide free memory and
+    misjudges it when other workers on a time-sliced GPU start at the same time
     (vllm-project/vllm#21489). ``--gpu-memory-utilization`` still gates startup: vLLM refuses to
     start unless that share of the GPU is free (``request_memory`` in
     ``vllm/v1/worker/utils.py``).
 
-    mocker: ``--model-path``/``--model-name``, ``--kv-bytes-per-token`` from sizing (the mocker's
-    own estimate ignores ``head_dim``), ``--num-gpu-blocks-override`` (the same KV capacity, in
-    the mocker's 64-token blocks), ``--speedup-ratio``, ``--disaggregation-mode``; prefill adds
-    ``--kv-transfer-bandwidth`` (decimal GB/s) of the link to the decode workers.
-
-    Engine ``extraArgs`` then the group's ``extraArgs`` come last (argparse: the last wins).
+    KV events: with the KV router (dynamo topology only: vllm-service has no router), aggregated
+    and prefill workers (the ones that hold prefix cache) publish them unless the group sets
+    ``kvEvents: false``. Without ``--kv-events-config`` a Dynamo 1.6 vLLM worker publishes
+    nothing: ``create_kv_events_config`` returns None when none is given, ``use_kv_events`` is
+    then False (ai-dynamo 1.6.1 ``dynamo/vllm/args.py`` lines 383-385 and 538-556),
+    ``setup_kv_event_publisher`` creates no publisher (``dynamo/vllm/main.py`` lines 478-486)
+    and the worker registers ``kv_event_publishing_enabled = False`` (line 905), so the router
+    finds no overlap on it.
     """
-    cfg, sizing, group = plan.cfg, plan.sizing, planned.group
-    args: list[str]
-    if cfg.engine.kind == "vllm":
-        args = [
-            "--model",
-            cfg.model.name,
-            "--gpu-memory-utilization",
-            f"{group.gpu_memory_utilization:g}",
-            "--kv-cache-memory-bytes",
-            str(sizing.kv_cache_bytes(group.name)),
-        ]
-        if cfg.model.max_model_len:
-            args += ["--max-model-len", str(cfg.model.max_model_len)]
-        if group.tensor_parallel_size > 1:
-            args += ["--tensor-parallel-size", str(group.tensor_parallel_size)]
-        if cfg.model.quantization:
-            args += ["--quantization", cfg.model.quantization]
-        if cfg.model.kv_cache_dtype != "auto":
-            args += ["--kv-cache-dtype", cfg.model.kv_cache_dtype]
-        if group.role != "aggregated":
-            args += ["--disaggregation-mode", group.role]
-        if group.kv_transfer is not None:
-            args += [
-                "--kv-transfer-config",
-                json.dumps(group.kv_transfer.as_vllm_json(), separators=(",", ":")),
-            ]
-        kv_routed = cfg.topology.kind == "dynamo" and cfg.topology.router_mode == "kv"
-        if kv_routed and group.kv_events and group.role in ("aggregated", "prefill"):
-            args += ["--kv-events-config", json.dumps(KV_EVENTS_CONFIG, separators=(",", ":"))]
-    else:
-        args = [
-            "--model-path",
-            cfg.model.name,
-            "--model-name",
-            cfg.model.name,
-            "--kv-bytes-per-token",
-            str(sizing.kv_bytes_per_token),
-            "--num-gpu-blocks-override",
-            str(sizing.gpu_blocks(group.name, MOCKER_BLOCK_SIZE_TOKENS)),
-            "--speedup-ratio",
-            f"{cfg.engine.speedup_ratio:g}",
-        ]
-        if group.role != "aggregated":
-            args += ["--disaggregation-mode", group.role]
-        if group.role == "prefill":
-            args += [
-                "--kv-transfer-bandwidth",
-                f"{sizing.link_gb_per_s(group.name):g}",
-            ]
-    return (*args, *cfg.engine.extra_args, *group.extra_args)
+    cfg, sizing, group, engine = plan.cfg, plan.sizing, planned.group, planned.engine
+    kv_routed = cfg.topology.kind == "dynamo" and cfg.topology.router_mode == "kv"
+    settings = WorkerSettings(
+        model=cfg.model.name,
+        role=group.role,
+        gpu_memory_utilization=group.gpu_memory_utilization,
+        kv_cache_bytes=sizing.kv_cache_bytes(group.name),
+        gpu_blocks=sizing.gpu_blocks(group.name, engine.block_size_tokens),
+        kv_bytes_per_token=sizing.kv_bytes_per_token,
+        max_model_len=cfg.model.max_model_len,
+        tensor_parallel_size=group.tensor_parallel_size,
+        quantization=cfg.model.quantization,
+        kv_cache_dtype=cfg.model.kv_cache_dtype,
+        kv_transfer=None if group.kv_transfer is None else group.kv_transfer.as_vllm_json(),
+        kv_events=kv_routed and group.kv_events and group.role in ("aggregated", "prefill"),
+        speedup_ratio=cfg.engine.speedup_ratio,
+        link_gb_per_s=sizing.link_gb_per_s(group.name) if group.role == "prefill" else None,
+    )
+    return (*engine.worker_args(settings), *cfg.engine.extra_args, *group.extra_args)
 
 
 def build_topology(plan: StackPlan) -> Topology:
@@ -287,16 +239,17 @@ def build_topology(plan: StackPlan) -> Topology:
                 shared_memory_size=fe.shared_memory_size,
             )
         )
-    module = "dynamo.vllm" if cfg.engine.kind == "vllm" else "dynamo.mocker"
     for planned in plan.groups:
         group = planned.group
         args = worker_args(plan, planned)
         if cfg.topology.kind == "vllm-service":
-            command: tuple[str, ...] = ("vllm", "serve")
-            # vLLM's own server: model is positional, same engine args, fixed port.
+            # The engine's own server (the checks refuse an engine without one): model is
+            # positional, same engine args, fixed port.
+            assert planned.engine.serve_command is not None
+            command: tuple[str, ...] = planned.engine.serve_command
             args = (cfg.model.name, "--port", str(FRONTEND_PORT), *args[2:])
         else:
-            command = ("python3", "-m", module)
+            command = ("python3", "-m", planned.engine.module)
         components.append(
             ComponentPlan(
                 name=group.name,
@@ -306,7 +259,7 @@ def build_topology(plan: StackPlan) -> Topology:
                 placement=placement_for(
                     group.node_class,
                     cfg.node_classes[group.node_class],
-                    group.tensor_parallel_size if cfg.engine.kind == "vllm" else 0,
+                    group.tensor_parallel_size if planned.engine.gpu_workers else 0,
                 ),
                 command=command,
                 args=args,
