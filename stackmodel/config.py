@@ -775,11 +775,12 @@ class StackConfig(CamelModel):
     @property
     def gpu_units(self) -> dict[str, int]:
         """Node class -> ``nvidia.com/gpu`` units the workers there request: replicas x
-        ``tensorParallelSize`` for vLLM (one unit per GPU a worker uses), 0 for the mocker;
-        classes without workers are left out."""
+        ``tensorParallelSize`` for an engine whose workers hold GPUs (one unit per GPU a worker
+        uses; ``EngineProfile.gpu_workers``), 0 for the mocker; classes without workers are left
+        out."""
         out: dict[str, int] = {}
         for w in self.topology.workers:
-            units = w.replicas * w.tensor_parallel_size if self.engine.kind == "vllm" else 0
+            units = w.replicas * w.tensor_parallel_size if self.engine.profile.gpu_workers else 0
             out[w.node_class] = out.get(w.node_class, 0) + units
         return out
 
