@@ -34,8 +34,8 @@ from measurement.results import (
     open_loop_load,
 )
 from measurement.stats import queue_large, short_of_offered
+from metrics.registry import objectives
 from workload.config import error_message
-from workload.slo import OBJECTIVES
 
 SUMMARY_FILE = "summary.json"
 PIPED_WIDTH = 1_000
@@ -638,7 +638,7 @@ def binding_text(p: PointSummary) -> str:
         return "-"
     key = p.slo.binding
     bound = p.slo.slo.objectives()[key]
-    return f"{OBJECTIVES[key]} {_fine(p.slo.p99_ms[key])} / {bound:,.6g}"
+    return f"{objectives()[key].name} {_fine(p.slo.p99_ms[key])} / {bound:,.6g}"
 
 
 def met_text(p: PointSummary | None) -> str:
