@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from measurement.client_cost import queue_large, short_of_offered
 from measurement.incidents import INCIDENTS_FILE, Incident, describe
 from measurement.intervals import (
     INTERVAL_METRICS,
@@ -31,7 +32,6 @@ from measurement.results import (
     RunSummary,
     open_loop_load,
 )
-from measurement.stats import queue_large, short_of_offered
 from workload.config import error_message
 
 SUMMARY_FILE = "summary.json"
@@ -145,7 +145,7 @@ def prompt_sizes(result: GridResult) -> str:
 
 def _undelivered(p: PointSummary) -> bool:
     """The point sent less than its offered rate, or its client queue p99 is large next to
-    its TTFT (`measurement.stats.short_of_offered`, `queue_large`)."""
+    its TTFT (`measurement.client_cost.short_of_offered`, `queue_large`)."""
     return short_of_offered(p.offered_rate_per_s, p.sent_rate_per_s) or queue_large(
         p.queue_p99_ms, p.ttft_p50_ms
     )
