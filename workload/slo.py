@@ -107,8 +107,17 @@ class Slo(BaseModel):
         return {
             o.stack_key if info.by_alias else k: self.bounds.get(k)
             for k, o in objectives().items()
-            if o.q == 99 or k in self.bounds
+            if k in self.bounds or (o.q == 99 and not info.exclude_none)
         }
+
+    @classmethod
+    def config_keys(cls) -> list[tuple[str, str]]:
+        """The stack file's `load.slo` keys (camelCase) and what each bounds, for the config
+        reference (`testbed.config_reference`)."""
+        return [
+            (o.stack_key, f"{o.name} bound (ms): {o.metric.formula}. (> 0)")
+            for o in objectives().values()
+        ]
 
     def __getattr__(self, name: str) -> Any:
         """An objective's bound by its key (`slo.ttft_p99_ms`; None: not set)."""
