@@ -20,9 +20,8 @@ from loadgen.loops import ShareResult
 from loadgen.plan import grid_keys
 from loadgen.runner import grid_result, measured_run
 from loadgen.server_metrics import with_server
-from measurement.client_cost import Warmup
+from measurement.client_cost import Warmup, client_budget_warning
 from measurement.results import GridResult, Readiness, ServerRunMetrics
-from measurement.stats import client_budget_warning
 from outputs.folder_writer import (
     MeasuredRun,
     PromptSizing,

@@ -34,12 +34,12 @@ from loadgen.prompts import (
 from loadgen.readiness import NotServingError, wait_until_serving
 from loadgen.server_metrics import ServerMetrics
 from loadgen.workers import WorkerPool, auto_workers, split_share
-from measurement.client_cost import Warmup
+from measurement.client_cost import Warmup, client_budget_warning
 from measurement.goodput import judge_points
 from measurement.incidents import Incident, placed_all
 from measurement.record import RequestRecord
 from measurement.results import ErrorSample, GridResult, Readiness, RunSummary
-from measurement.stats import client_budget_warning, outage_of, summarize_point, summarize_run
+from measurement.stats import outage_of, summarize_point, summarize_run
 from outputs.folder_writer import (
     MeasuredRun,
     PromptSizing,
@@ -69,8 +69,8 @@ async def _run_once(
     processes (`config.workers`, else `auto_workers`); returns the merged records and lag
     samples, and the number of workers (1: this process). After the warm-up and before the
     measured loop, a load that is more than the client can time honestly
-    (`measurement.stats.client_budget_warning`) is logged as a warning (prefixed with the run's
-    `label`) and appended to `notes`."""
+    (`measurement.client_cost.client_budget_warning`) is logged as a warning (prefixed with the
+    run's `label`) and appended to `notes`."""
     config, concurrency = share.config, share.concurrency
     if config.arrival is Arrival.POISSON:
         workers = 1  # LoadConfig allows workers > 1 only for the closed loop

@@ -5,14 +5,15 @@ Works on any run's `RequestRecord`s: the load generator's, the simulator's (the 
 (`outputs.folder_writer.records_from_frame`). Definitions (docs/metrics.md, "SLOs and goodput"):
 
 - a request *meets* the SLO when it succeeded and each of its own values is within every
-  objective: its TTFT, its own ITL p99 (over its tokens), its TPOT, its E2E (a value the
-  request does not have, such as the ITL of a one-token answer, is not judged);
+  objective: its TTFT, TPOT or E2E, or for ITL its own ITL at the objective's percentile over
+  its tokens (a value the request does not have, such as the ITL of a one-token answer, is not
+  judged);
 - a run's *attainment* is the share of its requests (failed ones included) that met it, and its
   *goodput* the requests that met it per second and their output tokens per second, over the
   span the run's rates are taken over (`measurement.stats.span_seconds`): AIPerf's goodput;
-- a grid point *holds* the SLO when each objective's p99 over the point (the median of its
-  runs' p99s, as the tables show) is within its bound; the *binding* objective is the one
-  closest to (or furthest over) its bound, p99 / bound.
+- a grid point *holds* the SLO when each objective's percentile over the point (the median of
+  its runs' percentiles, `run_figures`) is within its bound; the *binding* objective is the one
+  closest to (or furthest over) its bound, percentile / bound.
 
 DistServe's goodput (the highest load at which a set share of requests meets the SLO) is the
 highest grid point whose SLO holds (`loadstep` outputs it as the stack's highest load meeting it).
@@ -21,38 +22,64 @@ highest grid point whose SLO holds (`loadstep` outputs it as the stack's highest
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from measurement.intervals import CONFIDENCE, SLO_METRICS, UPPER_BOUNDS, point_interval
 from measurement.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
-from measurement.stats import (
-    chunk_tokens,
-    e2e_ms,
-    first_of_client,
-    itl_ms,
-    percentile,
-    span_seconds,
-    tails,
-    tpot_ms,
-    ttft_ms,
-)
-from workload.slo import NEEDS_TWO_TOKENS, OBJECTIVES, Slo, SloError
+from measurement.stats import bounded_percentile, first_of_client, percentile, span_seconds, tails
+from metrics.registry import Objective, objectives
+from workload.slo import Slo, SloError
 
 if TYPE_CHECKING:  # annotations only: loadgen.request imports aiohttp
     from measurement.record import RequestRecord
 
 
-def request_values(record: RequestRecord) -> dict[str, float | None]:
-    """A successful request's own value (ms) of each objective (keys of
-    `workload.slo.OBJECTIVES`): TTFT, the p99 of its own ITLs, TPOT, E2E; None where it has none."""
-    tokens = chunk_tokens(record)
-    return {
-        "ttft_p99_ms": ttft_ms(record),
-        "itl_p99_ms": percentile(itl_ms(record, tokens), 99),
-        "tpot_p99_ms": tpot_ms(record, tokens),
-        "e2e_p99_ms": e2e_ms(record),
-    }
+def request_value(record: RequestRecord, objective: Objective) -> float | None:
+    """A successful request's own value (ms) of `objective`: its value of the latency, or for a
+    latency with a value per token (ITL) their percentile at the objective's; None where it has
+    none."""
+    metric = objective.metric
+    if metric.per_token is not None:
+        return percentile(metric.per_token(record), objective.q)
+    assert metric.per_request is not None, f"{metric.key} has no per-request value"
+    return metric.per_request(record)
+
+
+def request_values(record: RequestRecord, keys: Iterable[str] = ()) -> dict[str, float | None]:
+    """A successful request's own value (ms) of each objective of `keys` (default: every p99
+    objective of `metrics.registry.objectives`), keyed by objective; None where it has none."""
+    known = objectives()
+    chosen = keys or [k for k, o in known.items() if o.q == 99]
+    return {k: request_value(record, known[k]) for k in chosen}
+
+
+def run_figures(records: Sequence[RequestRecord], keys: Iterable[str]) -> dict[str, float | None]:
+    """The run's figure (ms) of each objective of `keys`: the percentile of its latency over
+    the run, as `measurement.stats.tails` takes the p99s: over the successful requests (a
+    per-token latency pooled over every token of every request), and for a latency with a
+    `sample` the censored requests too, at the time they were cut (a lower bound)."""
+    known = objectives()
+    good = [r for r in records if r.ok]
+    out: dict[str, float | None] = {}
+    for key in keys:
+        metric, q = known[key].metric, known[key].q
+        if metric.sample is not None:
+            samples = [s for s in map(metric.sample, records) if s is not None]
+            out[key] = bounded_percentile(samples, q)[0]
+        elif metric.per_token is not None:
+            out[key] = percentile([v for r in good for v in metric.per_token(r)], q)
+        else:
+            assert metric.per_request is not None, f"{metric.key} has no per-request value"
+            out[key] = percentile([v for r in good if (v := metric.per_request(r)) is not None], q)
+    return out
+
+
+def figures(records: Sequence[RequestRecord], slo: Slo) -> dict[str, float | None]:
+    """The four p99 tails (`measurement.stats.tails`) and the run's figure of each other
+    objective of `slo` (`run_figures`), keyed by objective."""
+    p99 = tails(records)
+    return p99 | run_figures(records, [k for k in slo.objectives() if k not in p99])
 
 
 def missed(record: RequestRecord, slo: Slo) -> list[str]:
@@ -61,7 +88,7 @@ def missed(record: RequestRecord, slo: Slo) -> list[str]:
     objectives = slo.objectives()
     if not record.ok:
         return list(objectives)
-    values = request_values(record)
+    values = request_values(record, objectives)
     return [k for k, bound in objectives.items() if (v := values[k]) is not None and v > bound]
 
 
@@ -79,10 +106,12 @@ def evaluate_run(
     successful request of the run has a value for it (one-token answers, or every response
     read in one piece)."""
     good = [r for r in records if r.ok]
-    for key in slo.objectives():
-        if key in NEEDS_TWO_TOKENS and good and all(request_values(r)[key] is None for r in good):
+    for key, o in objectives().items():
+        if key not in slo.objectives() or not o.metric.two_tokens or not good:
+            continue
+        if all(request_value(r, o) is None for r in good):
             raise SloError(
-                f"slo {key}: no successful request of the run has a {OBJECTIVES[key]} (each "
+                f"slo {key}: no successful request of the run has a {o.name} (each "
                 "generated one token, or came in one network read); drop "
                 f"{key} or raise maxTokens to 2 or more"
             )
@@ -101,9 +130,9 @@ def evaluate_run(
         goodput_output_tokens_per_s=(
             sum(r.completion_tokens or 0 for r in met) / span if span > 0 else 0.0
         ),
-        p99_ms=tails(records),
+        p99_ms=figures(records, slo),
         cold=sum(cold),
-        p99_warm_ms=tails(warm),
+        p99_warm_ms=figures(warm, slo),
     )
 
 
@@ -134,7 +163,7 @@ def evaluate_point(
         low, high = bounds if bounds is not None else (None, None)
         intervals[metric] = MetricInterval(runs=values, low=low, high=high)
     objectives = slo.objectives()
-    p99 = {k: _median([r.p99_ms[k] for r in runs]) for k in objectives}
+    p99 = {k: _median([r.p99_ms.get(k) for r in runs]) for k in objectives}
     holds = {k: None if (v := p99[k]) is None else v <= objectives[k] for k in objectives}
     ratios = {k: v / objectives[k] for k, v in p99.items() if v is not None}
     req_s = statistics.median(r.goodput_requests_per_s for r in runs)
@@ -152,7 +181,7 @@ def evaluate_point(
         goodput_requests_per_s_per_gpu=req_s / gpus if gpus else None,
         goodput_output_tokens_per_s_per_gpu=tok_s / gpus if gpus else None,
         p99_ms=p99,
-        p99_warm_ms={k: _median([r.p99_warm_ms[k] for r in runs]) for k in objectives},
+        p99_warm_ms={k: _median([r.p99_warm_ms.get(k) for r in runs]) for k in objectives},
         cold=sum(r.cold for r in runs),
         holds=holds,
         slo_met=bool(ratios) and all(h is not False for h in holds.values()),

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from measurement.results import MetricInterval
+from metrics.registry import INTERVAL_FIGURES, SLO_FIGURES, named, upper_bounds
 
 CONFIDENCE = 0.95
 """The default confidence level of every interval and verdict (`testbed compare --confidence`)."""
@@ -48,29 +49,16 @@ customary 80%: J. Cohen, Statistical Power Analysis for the Behavioral Sciences,
 MOST_REPETITIONS = 100
 """The largest repetition count `repetitions_needed` suggests; beyond it, None and a note."""
 
-INTERVAL_METRICS: dict[str, str] = {
-    "ttft_p50_ms": "TTFT p50",
-    "ttft_p99_ms": "TTFT p99",
-    "itl_p50_ms": "ITL p50",
-    "tpot_p50_ms": "TPOT p50",
-    "e2e_p50_ms": "E2E p50",
-    "itl_p99_ms": "ITL p99",
-    "tpot_p99_ms": "TPOT p99",
-    "e2e_p99_ms": "E2E p99",
-    "requests_per_s": "requests/s",
-    "cached_ratio": "cached ratio",
-}
-"""`RunSummary` / `PointSummary` field -> its name in tables: the metrics given an interval."""
-SLO_METRICS: dict[str, str] = {
-    "attainment": "SLO attainment",
-    "goodput_requests_per_s": "goodput req/s",
-    "goodput_output_tokens_per_s": "goodput tok/s",
-}
+INTERVAL_METRICS: dict[str, str] = named(INTERVAL_FIGURES)
+"""`RunSummary` / `PointSummary` field -> its name in tables: the metrics given an interval
+(`metrics.registry.INTERVAL_FIGURES`)."""
+SLO_METRICS: dict[str, str] = named([(key, None) for key in SLO_FIGURES])
 """`measurement.results.RunAttainment` field -> its name in tables: the figures against an SLO
-that a point gives an interval (kept in `PointSummary.intervals` when the point was judged
-against one, and compared A / B as the other metrics are)."""
+that a point gives an interval (`metrics.registry.SLO_FIGURES`; kept in
+`PointSummary.intervals` when the point was judged against one, and compared A / B as the
+other metrics are)."""
 
-UPPER_BOUNDS: dict[str, float] = {"cached_ratio": 1.0, "attainment": 1.0}
+UPPER_BOUNDS: dict[str, float] = upper_bounds()
 """The largest value a metric of `INTERVAL_METRICS` / `SLO_METRICS` can take (a cached ratio
 is a share of the prompt tokens, an SLO attainment a share of the requests); every metric
 there is at least 0 (latencies, rates, goodputs). A point's interval stays inside these

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import resource
 import statistics
@@ -11,18 +10,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from measurement.client_cost import lag_warning
+from measurement.client_cost import (
+    delivery_warning,
+    lag_warning,
+    num_text,
+    queue_large,
+    short_of_offered,
+)
 from measurement.errors import ErrorKind
 from measurement.intervals import CONFIDENCE, INTERVAL_METRICS, UPPER_BOUNDS, point_interval
 from measurement.percentile import percentile
 from measurement.phases import phase_warnings, point_phases, run_phases
 from measurement.results import LOW_SAMPLE_P99, MetricInterval, PointSummary, RunSummary
+from metrics.latency import (
+    between_ms,
+    chunk_tokens,
+    content_reads,
+    e2e_ms,
+    e2e_sample,
+    icl_ms,
+    itl_ms,
+    queue_ms,
+    tpot_ms,
+    ttft_ms,
+    ttft_sample,
+)
+from metrics.registry import objectives
 
 if TYPE_CHECKING:  # annotations only: the client modules import aiohttp (bench/program_import.py)
-    from measurement.client_cost import Warmup
     from measurement.record import RequestRecord
 
-_NS_PER_MS = 1e6
 # Chunks that carry this many tokens on average or more are multi-token (a chunk of 2 tokens
 # now and then comes from text a detokenizer held back; 1.5 is above that and below the
 # smallest batching of vLLM's `--stream-interval`, 2 tokens).
@@ -31,160 +48,6 @@ MULTI_TOKEN_CHUNK = 1.5
 # client that keeps up reads each event the server flushed on its own, and two events share a
 # read only when the loop woke late (the same 1.5 as above: most reads carried several).
 CLUMPED_READS = 1.5
-
-
-def _ms(start: int | None, end: int | None) -> float | None:
-    if start is None or end is None:
-        return None
-    return (end - start) / _NS_PER_MS
-
-
-def ttft_ms(record: RequestRecord) -> float | None:
-    """Time to first token (ms): sent to first non-empty content/reasoning text."""
-    return _ms(record.sent_ns, record.first_token_ns)
-
-
-def e2e_ms(record: RequestRecord) -> float | None:
-    """End-to-end latency (ms): sent to the last generated token (`last_token_ns`), so a usage
-    chunk sent after the tokens does not stretch it; the body's end is `end_ns`."""
-    return _ms(record.sent_ns, record.last_token_ns)
-
-
-def queue_ms(record: RequestRecord) -> float | None:
-    """Client queue time (ms): intended send to the request headers going out on a connection."""
-    return _ms(record.intended_ns, record.sent_ns)
-
-
-def chunk_tokens(record: RequestRecord) -> list[float]:
-    """The tokens each content-bearing chunk carried (one value per `token_ns` entry): the
-    server's own per-chunk counts (`RequestRecord.chunk_tokens`) when every content chunk had
-    one, else `completion_tokens` spread evenly over the k chunks (the final usage says how
-    many tokens, not which chunk held them): `spread_tokens(N / k, k)`; [] without content
-    chunks or a token count."""
-    chunks = len(record.token_ns)
-    if chunks and len(record.chunk_tokens) == chunks and sum(record.chunk_tokens) > 0:
-        return [float(n) for n in record.chunk_tokens]
-    out = record.completion_tokens
-    if not chunks or not out:
-        return []
-    return [spread_tokens(out / chunks, chunks)] * chunks
-
-
-def spread_tokens(per_chunk: float, chunks: int) -> float:
-    """Tokens per content chunk from N / k (`per_chunk`) over k `chunks`: 1 up to
-    (k + 1) / k (a token without text of its own, such as the end-of-sequence token vLLM
-    counts, makes N = k + 1 with one token per chunk), N / k from 2 on, and linear in between,
-    so the figure is continuous in N / k: a speculative decoder's 1.2, 1.4 or 1.6 tokens per
-    chunk divide ITL by a little less than that, with no jump at any threshold."""
-    low = 1 + 1 / chunks
-    if per_chunk >= 2 or low >= 2:
-        return max(1.0, per_chunk)
-    if per_chunk <= low:
-        return 1.0
-    return 1 + (per_chunk - low) / (2 - low)
-
-
-def content_reads(
-    record: RequestRecord, tokens: list[float] | None = None
-) -> tuple[list[int], list[float]]:
-    """The network reads that carried content: each one's time (ns) and the tokens its
-    content-bearing events carried (`tokens`: `chunk_tokens`, one per event; [] counts each
-    event as 1). The clock is read once per read (`loadgen.request`), so events delivered in one
-    read share its time and make one entry: a proxy that buffers the stream delivers many
-    events per read, and the gaps between them were never seen by the client."""
-    times = record.token_ns
-    counts = tokens or [1.0] * len(times)
-    if len(set(times)) == len(times):  # one event per read, the common case
-        return times, counts
-    reads: list[int] = []
-    carried: list[float] = []
-    for t, n in zip(times, counts, strict=True):
-        if reads and reads[-1] == t:
-            carried[-1] += n
-        else:
-            reads.append(t)
-            carried.append(n)
-    return reads, carried
-
-
-def icl_ms(record: RequestRecord) -> list[float]:
-    """Inter-chunk latencies (ms): gaps between consecutive network reads that carried content
-    (`content_reads`); with one event per read these are the gaps between content-bearing
-    chunks (vLLM bench's `itl`, AIPerf's inter-chunk latency), equal to ITL when every chunk is
-    one token. Events that arrived in one read have no gap the client could measure: none is
-    counted (AIPerf and vLLM bench count a 0 ms gap for each)."""
-    t = content_reads(record)[0]
-    return [(b - a) / _NS_PER_MS for a, b in itertools.pairwise(t)]
-
-
-def itl_ms(
-    record: RequestRecord,
-    tokens: list[float] | None = None,
-    gaps: list[float] | None = None,
-) -> list[float]:
-    """Inter-token latencies (ms), one per content read after the first: the gap to the
-    previous content read divided by the tokens the later read carried (`content_reads` over
-    `chunk_tokens`), so a chunk of 8 tokens 80 ms after the previous one gives 10 ms. With one
-    token per chunk and one chunk per read this is vLLM bench's per-chunk ITL; without a token
-    count, the gaps themselves. `tokens`/`gaps`: the record's `chunk_tokens`/`icl_ms` when
-    already computed."""
-    gaps = icl_ms(record) if gaps is None else gaps
-    tokens = chunk_tokens(record) if tokens is None else tokens
-    if not tokens:
-        return gaps
-    carried = content_reads(record, tokens)[1]
-    return [gap / n for gap, n in zip(gaps, carried[1:], strict=True) if n > 0]
-
-
-def tpot_ms(record: RequestRecord, tokens: list[float] | None = None) -> float | None:
-    """Time per output token (ms) after the first content read: (E2E - TTFT) /
-    (completion_tokens - tokens of the first read) (`content_reads` over `chunk_tokens`, or
-    `tokens` when already computed). With one token per chunk and one chunk per read this is
-    vLLM bench's and AIPerf's (E2E - TTFT) / (completion_tokens - 1); with N tokens in k equal
-    chunks it is the mean chunk gap / (N / k). None with no usage, or no tokens after the first
-    read (a response delivered in one read: its E2E - TTFT is 0, not a measured time)."""
-    ttft, e2e, out = ttft_ms(record), e2e_ms(record), record.completion_tokens
-    if ttft is None or e2e is None or out is None:
-        return None
-    tokens = chunk_tokens(record) if tokens is None else tokens
-    reads, carried = content_reads(record, tokens)
-    if len(reads) < 2:
-        return None
-    first = carried[0] if tokens else 1.0
-    if out - first < 1:
-        return None
-    return (e2e - ttft) / (out - first)
-
-
-def cut_ms(record: RequestRecord) -> float | None:
-    """For a censored request (`RequestRecord.censored`: cut by the client's deadline or read
-    timeout after it was sent), the time from sent to the cut (ms): a lower bound of its E2E,
-    and of its TTFT when no token came; None for any other request."""
-    if not record.censored:
-        return None
-    return _ms(record.sent_ns, record.error_ns)
-
-
-def ttft_sample(record: RequestRecord) -> tuple[float, bool] | None:
-    """The request's TTFT (ms) as the TTFT percentiles count it, and whether it is a lower
-    bound: a successful request's TTFT (False); a censored request's measured TTFT when its
-    first token came before the cut (False), else the time to the cut (True); None for other
-    failures and for requests without content text."""
-    if record.ok or (record.censored and record.first_token_ns is not None):
-        ttft = ttft_ms(record)
-        return None if ttft is None else (ttft, False)
-    cut = cut_ms(record)
-    return None if cut is None else (cut, True)
-
-
-def e2e_sample(record: RequestRecord) -> tuple[float, bool] | None:
-    """The request's E2E (ms) as the E2E percentiles count it: a successful request's (False),
-    a censored request's time to the cut (True, a lower bound); None for other failures."""
-    if record.ok:
-        e2e = e2e_ms(record)
-        return None if e2e is None else (e2e, False)
-    cut = cut_ms(record)
-    return None if cut is None else (cut, True)
 
 
 def bounded_percentile(
@@ -231,13 +94,9 @@ def first_of_client(records: Sequence[RequestRecord], concurrency: int, closed: 
     return [i in first for i in range(len(records))]
 
 
-TAILS: dict[str, str] = {
-    "ttft_p99_ms": "TTFT p99",
-    "itl_p99_ms": "ITL p99",
-    "tpot_p99_ms": "TPOT p99",
-    "e2e_p99_ms": "E2E p99",
-}
-"""The tail figures every table gives beside the p50s: key -> name in tables."""
+TAILS: dict[str, str] = {o.key: o.name for o in objectives().values() if o.q == 99}
+"""The tail figures every table gives beside the p50s: key -> name in tables (each objective's
+latency at p99, `metrics.registry.objectives`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,64 +164,6 @@ def tails(
     return p99
 
 
-# An open loop that sent less than this share of its offered rate did not deliver it.
-SENT_SHARE_MIN = 0.9
-# Client queue time is "large next to TTFT" above both: the client's TTFT p99 error budget
-# (5 ms, docs/loadgen.md "Performance"), and a tenth of the TTFT p50 it would otherwise hide in.
-QUEUE_P99_MIN_MS = 5.0
-QUEUE_TO_TTFT_MAX = 0.1
-# A client process busier than this during the measured loop reads its clock late
-# (docs/loadgen.md "Performance": loop-only CPU ~0.3 of a core at c=64 kept the TTFT p99 error
-# in budget).
-BUSY_CLIENT_SHARE = 0.8
-
-
-def client_budget_warning(
-    warmup: Warmup, *, concurrency: int, offered_rate_per_s: float | None, workers: int
-) -> str | None:
-    """Said before a run's measured loop: a warning when the load needs more than
-    `BUSY_CLIENT_SHARE` (80%) of a core per client process, else None.
-
-    The load's rate is the open loop's offered requests/s, or for the closed loop
-    `concurrency` / the warm-up's mean E2E (s); each request costs the client the warm-up's
-    CPU per request (ms; new connections included, so it errs high). None without a warm-up
-    to measure (`warmupRequests: 0`) or without a successful warm-up request (closed loop).
-    """
-    cost_ms = warmup.cpu_ms_per_request
-    if offered_rate_per_s is not None:
-        rate, how = offered_rate_per_s, "offered"
-    elif warmup.e2e_mean_s:
-        rate = concurrency / warmup.e2e_mean_s
-        how = f"{concurrency} streams / {warmup.e2e_mean_s * 1e3:,.0f} ms mean E2E in the warm-up"
-    else:
-        return None
-    if cost_ms is None or rate * cost_ms / 1e3 / workers <= BUSY_CLIENT_SHARE:
-        return None
-    share = rate * cost_ms / 1e3 / workers
-    return (
-        f"before the run: about {rate:,.0f} requests/s ({how}) x {cost_ms:.2f} ms of client "
-        f"CPU each (measured in the warm-up) = {share:.2f} of a core per client process "
-        f"({workers} process(es)): more than one core can time honestly, so TTFT and ITL will "
-        "be read late; give the client more CPUs (workers) or lower the concurrency"
-    )
-
-
-def short_of_offered(offered_per_s: float | None, sent_per_s: float | None) -> bool:
-    """True when an open loop sent fewer than `SENT_SHARE_MIN` (90%) of its offered
-    requests/s; False for the closed loop (`offered_per_s` None) or nothing sent."""
-    if offered_per_s is None or sent_per_s is None:
-        return False
-    return sent_per_s < SENT_SHARE_MIN * offered_per_s
-
-
-def queue_large(queue_p99_ms: float | None, ttft_p50_ms: float | None) -> bool:
-    """True when the client queue p99 (ms) exceeds both `QUEUE_P99_MIN_MS` (5 ms) and
-    `QUEUE_TO_TTFT_MAX` (10%) of the TTFT p50 (ms; with no TTFT, the 5 ms alone)."""
-    if queue_p99_ms is None or queue_p99_ms <= QUEUE_P99_MIN_MS:
-        return False
-    return ttft_p50_ms is None or queue_p99_ms > QUEUE_TO_TTFT_MAX * ttft_p50_ms
-
-
 def max_in_flight(records: Sequence[RequestRecord]) -> int:
     """Most requests in flight at once: intervals from `sent_ns` to `end_ns` (or `error_ns`)."""
     edges = []
@@ -375,53 +176,6 @@ def max_in_flight(records: Sequence[RequestRecord]) -> int:
         current += step
         most = max(most, current)
     return most
-
-
-def _delivery_warning(
-    *,
-    offered: float | None,
-    sent: float | None,
-    queue: float | None,
-    ttft: float | None,
-    in_flight: int,
-    cap: int,
-    concurrency: int,
-    pool_size: int,
-    e2e_mean_s: float | None,
-    busy_share: float | None,
-    lag_p99_ms: float | None,
-) -> str:
-    """The shortfall (offered vs sent req/s, queue p99 vs TTFT p50 ms) and the cause the
-    client can see. The in-flight cap is a cause only in the open loop: the closed loop runs
-    at its cap by design."""
-    what = []
-    if short_of_offered(offered, sent):
-        what.append(f"sent {sent:.1f} of the offered {offered:.1f} requests/s")
-    if queue_large(queue, ttft):
-        what.append(f"client queue p99 {queue:,.0f} ms next to a TTFT p50 of {_num(ttft)} ms")
-    if offered is not None and in_flight >= cap:
-        need = f"; at {offered:g} req/s"
-        if e2e_mean_s is not None:
-            need += f" and a mean E2E of {e2e_mean_s:.2f} s about {offered * e2e_mean_s:.0f}"
-            need += " would be in flight (Little's law)"
-        cause = (
-            f"the in-flight cap was reached: {in_flight} in flight, at most {cap} "
-            f"(concurrency {concurrency}, pool of {pool_size} connections = maxConnections)"
-            f"{need}; raise --concurrency and --max-connections"
-        )
-    elif (busy_share is not None and busy_share > BUSY_CLIENT_SHARE) or (
-        lag_p99_ms is not None and lag_p99_ms > QUEUE_P99_MIN_MS
-    ):
-        cause = (
-            f"the client was busy: {_num(busy_share, '.0%')} of a core, event-loop lag p99 "
-            f"{_num(lag_p99_ms, '.1f')} ms; use more workers or client cores"
-        )
-    else:
-        cause = (
-            f"no client-side cause seen (at most {in_flight} of {cap} in flight, the client kept "
-            "up): the server or the network took requests slowly"
-        )
-    return f"{' and '.join(what)}: {cause}"
 
 
 def _multi_token_warning(
@@ -437,9 +191,9 @@ def _multi_token_warning(
     )
     return (
         f"{multi} of {len(good)} successful requests streamed {MULTI_TOKEN_CHUNK:g} or more "
-        f"tokens per chunk (tokens per chunk p50 {_num(percentile(per_chunk, 50), '.1f')}, "
+        f"tokens per chunk (tokens per chunk p50 {num_text(percentile(per_chunk, 50), '.1f')}, "
         f"from {source}): TTFT is the first chunk; TPOT and ITL are per token; the gap "
-        f"between chunks (ICL) p50 is {_num(icl_p50, '.1f')} ms"
+        f"between chunks (ICL) p50 is {num_text(icl_p50, '.1f')} ms"
     )
 
 
@@ -447,7 +201,7 @@ def _clumped_warning(good: int, clumped: int, whole: int, per_read: float | None
     """The note for a run whose responses came several content events per network read."""
     return (
         f"{clumped} of {good} successful requests received {CLUMPED_READS:g} or more content "
-        f"events per network read (content events per read {_num(per_read, '.1f')} over the "
+        f"events per network read (content events per read {num_text(per_read, '.1f')} over the "
         f"run; {whole} whole responses in a single read): something between the server and "
         "the client (an ingress, gateway or mesh that buffers responses) or the server "
         "delivered the stream in clumps. Gaps inside one read cannot be measured: ITL, ICL and "
@@ -620,10 +374,6 @@ def outage_of(records: Sequence[RequestRecord]) -> str | None:
     return f"all {len(records)} requests failed ({listed})"
 
 
-def _num(value: float | None, spec: str = ",.0f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def summarize_run(
     records: Sequence[RequestRecord],
     *,
@@ -663,9 +413,71 @@ def summarize_run(
     in-flight cap (concurrency, pool size), a busy client, or neither.
     """
     good = [r for r in records if r.ok]
-    first_chunks = _present([_ms(r.sent_ns, r.first_chunk_ns) for r in good])
-    errors = Counter(str(r.error_kind) for r in records if not r.ok)
     span_s = span_seconds(good)
+    tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
+    gaps = [icl_ms(r) for r in good]
+    latencies = Latencies.of(good, tokens, gaps)
+    latency, sample_warnings = _latency_fields(records, latencies, concurrency, offered_rate_per_s)
+    lower_bounds = latency.pop("lower_bounds")
+    stream, stream_warnings = _stream_fields(good, tokens, gaps)
+    output, output_warnings = _output_fields(
+        records, good, max_tokens, planned_prompt_tokens, lower_bounds
+    )
+    cached = cached_tokens_summary(good, unique_suffix_tokens)
+    warnings = [*cached.pop("warnings"), *stream_warnings, *output_warnings, *sample_warnings]
+    phases = run_phases(good)
+    warnings.extend(phase_warnings(phases, len(good)))
+    delivery, delivery_warnings = _delivery_fields(
+        records,
+        good,
+        concurrency=concurrency,
+        pool_size=pool_size,
+        workers=workers,
+        loop_lags_ms=loop_lags_ms,
+        client_cpu_s=client_cpu_s,
+        offered_rate_per_s=offered_rate_per_s,
+        ttft_p50_ms=latency["ttft_p50_ms"],
+    )
+    errors = Counter(str(r.error_kind) for r in records if not r.ok)
+    output_sum = sum(r.completion_tokens or 0 for r in good)
+    return RunSummary(
+        prefix_kinds=prefix_kinds,
+        concurrency=concurrency,
+        repetition=repetition,
+        requests=len(records),
+        samples=len(good),
+        errors=sum(errors.values()),
+        errors_by_kind=dict(errors),
+        duration_s=span_s,
+        **latency,
+        lower_bounds=lower_bounds,
+        **stream,
+        **output,
+        requests_per_s=len(good) / span_s if span_s > 0 else 0.0,
+        output_tokens_per_s=output_sum / span_s if span_s > 0 else 0.0,
+        offered_rate_per_s=offered_rate_per_s,
+        **delivery,
+        **cached,
+        workers=workers,
+        client_cpu_ms_per_request=(
+            client_cpu_s * 1e3 / len(records) if client_cpu_s is not None and records else None
+        ),
+        warnings=[*warnings, *delivery_warnings],
+        phases=phases,
+    )
+
+
+def _latency_fields(
+    records: Sequence[RequestRecord],
+    latencies: Latencies,
+    concurrency: int,
+    offered_rate_per_s: float | None,
+) -> tuple[dict[str, Any], list[str]]:
+    """`summarize_run`'s latency figures (TTFT, ITL, TPOT, E2E, first chunk; their p50s, p90,
+    p99s and warm p99s; `lower_bounds`, the figures resting on a censored request) from the
+    run's `records` and its successful ones' `latencies`, and the warning when the TTFT p99
+    rests on few samples."""
+    good = [r for r in records if r.ok]
     ttft_samples = [t for t in map(ttft_sample, records) if t is not None]
     e2e_samples = [t for t in map(e2e_sample, records) if t is not None]
     ttfts = [v for v, _ in ttft_samples]
@@ -683,20 +495,44 @@ def summarize_run(
     censored = sum(r.censored for r in records)
     if censored and any(lower for _, lower in ttft_samples):
         lower_bounds.append("ttft_mean_ms")
-    queues = _present([queue_ms(r) for r in records])
-    cached = cached_tokens_summary(good, unique_suffix_tokens)
-    warnings_cached = cached.pop("warnings")
-    output_sum = sum(r.completion_tokens or 0 for r in good)
-    prompt_lengths = _present([r.prompt_tokens for r in good])
-    warnings: list[str] = list(warnings_cached)
-    tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
-    gaps = [icl_ms(r) for r in good]
-    per_chunk = [n for counts in tokens for n in counts]
-    latencies = Latencies.of(good, tokens, gaps)  # computed once: p50s, p99s, warm p99s
     tail, median = tails(records, latencies), latencies.p(50)
     cold = first_of_client(records, concurrency, closed=offered_rate_per_s is None)
     warm = [not c for r, c in zip(records, cold, strict=True) if r.ok]
+    warnings = []
+    if 0 < len(ttfts) < LOW_SAMPLE_P99:
+        warnings.append(
+            f"TTFT p99 rests on {len(ttfts)} samples (< {LOW_SAMPLE_P99}): "
+            "it is close to the maximum, not a stable p99"
+        )
+    first_chunks = _present([between_ms(r.sent_ns, r.first_chunk_ns) for r in good])
+    return {
+        "ttft_mean_ms": statistics.fmean(ttfts) if ttfts else None,
+        "itl_p99_ms": tail["itl_p99_ms"],
+        "tpot_p99_ms": tail["tpot_p99_ms"],
+        "e2e_p99_ms": tail["e2e_p99_ms"],
+        "cold_requests": sum(cold),
+        "tails_warm_ms": latencies.p99s(warm),
+        "ttft_p50_ms": bounds["ttft_p50_ms"][0],
+        "ttft_p90_ms": bounds["ttft_p90_ms"][0],
+        "ttft_p99_ms": tail["ttft_p99_ms"],
+        "censored": censored,
+        "lower_bounds": lower_bounds,
+        "first_chunk_p50_ms": percentile(first_chunks, 50),
+        "itl_p50_ms": median["itl"],
+        "tpot_p50_ms": median["tpot"],
+        "e2e_p50_ms": bounds["e2e_p50_ms"][0],
+    }, warnings
+
+
+def _stream_fields(
+    good: Sequence[RequestRecord], tokens: Sequence[list[float]], gaps: Sequence[list[float]]
+) -> tuple[dict[str, Any], list[str]]:
+    """`summarize_run`'s figures of how the stream came (tokens per chunk, inter-chunk gaps,
+    content events per read) from the successful records and their `chunk_tokens` / `icl_ms`,
+    and the warnings for multi-token chunks and clumped reads."""
+    per_chunk = [n for counts in tokens for n in counts]
     icl_p50 = percentile([gap for g in gaps for gap in g], 50)
+    warnings = []
     multi = sum(bool(n) and sum(n) / len(n) >= MULTI_TOKEN_CHUNK for n in tokens)
     if multi:
         warnings.append(_multi_token_warning(good, multi, per_chunk, icl_p50))
@@ -707,13 +543,32 @@ def summarize_run(
     per_read = sum(events) / sum(reads) if sum(reads) else None
     if clumped or whole:
         warnings.append(_clumped_warning(len(good), max(clumped, whole), whole, per_read))
+    return {
+        "icl_p50_ms": icl_p50,
+        "content_events_per_read": per_read,
+        "single_read_requests": whole,
+        "tokens_per_chunk_p50": percentile(per_chunk, 50),
+    }, warnings
+
+
+def _output_fields(
+    records: Sequence[RequestRecord],
+    good: Sequence[RequestRecord],
+    max_tokens: int | None,
+    planned_prompt_tokens: int | None,
+    lower_bounds: Sequence[str],
+) -> tuple[dict[str, Any], list[str]]:
+    """`summarize_run`'s figures of what came back (output lengths against `max_tokens`, how
+    they were counted, prompt lengths against the plan) and their warnings, with those for
+    requests sent again, failed ones (`failure_notes`) and ones that streamed no text."""
+    warnings = []
     lengths = [r.completion_tokens for r in good if r.completion_tokens is not None]
     mismatch = 0 if max_tokens is None else sum(n != max_tokens for n in lengths)
     if mismatch:
         warnings.append(
             f"{mismatch} of {len(lengths)} successful requests produced another output length "
             f"than the max_tokens {max_tokens} asked for (output tokens p50 "
-            f"{_num(percentile(lengths, 50), '.0f')}, from usage.completion_tokens): E2E, "
+            f"{num_text(percentile(lengths, 50), '.0f')}, from usage.completion_tokens): E2E, "
             "requests/s and output tokens/s are for the outputs produced"
         )
     counted = Counter(r.completion_tokens_from for r in good if r.completion_tokens_from)
@@ -744,33 +599,56 @@ def summarize_run(
             f"{no_text} of {len(good)} successful requests streamed no content text: "
             "they have no TTFT or ITL (their first-chunk time is recorded)"
         )
-    if 0 < len(ttfts) < LOW_SAMPLE_P99:
-        warnings.append(
-            f"TTFT p99 rests on {len(ttfts)} samples (< {LOW_SAMPLE_P99}): "
-            "it is close to the maximum, not a stable p99"
-        )
-    phases = run_phases(good)
-    warnings.extend(phase_warnings(phases, len(good)))
+    prompt_lengths = _present([r.prompt_tokens for r in good])
+    return {
+        "output_tokens_p50": percentile(lengths, 50),
+        "output_tokens_counted": sum(counted.values()),
+        "output_tokens_mismatch": mismatch,
+        "prompt_tokens_mean": statistics.fmean(prompt_lengths) if prompt_lengths else None,
+        "prompt_tokens_planned": planned_prompt_tokens,
+        "retry_after_waits": sum(r.retry_after_s is not None for r in records),
+        "retried": retried,
+    }, warnings
+
+
+def _delivery_fields(
+    records: Sequence[RequestRecord],
+    good: Sequence[RequestRecord],
+    *,
+    concurrency: int,
+    pool_size: int | None,
+    workers: int,
+    loop_lags_ms: Sequence[float],
+    client_cpu_s: float | None,
+    offered_rate_per_s: float | None,
+    ttft_p50_ms: float | None,
+) -> tuple[dict[str, Any], list[str]]:
+    """`summarize_run`'s figures of how the client delivered the load (client queue, sent
+    rate, in flight, connections and redirects, its event loop's lag) and the warnings when
+    the loop lagged, or the load fell short of the offered rate or queued in the client."""
+    warnings = []
     lag_p99 = percentile(loop_lags_ms, 99)
     lag_max = max(loop_lags_ms, default=None)
     lagging = lag_warning(lag_p99, lag_max)
     if lagging is not None:
         warnings.append(lagging)
+    queues = _present([queue_ms(r) for r in records])
     sent = [r.sent_ns for r in records if r.sent_ns is not None]
     intended = min((r.intended_ns for r in records), default=0)
     sent_span_s = (max(sent) - intended) / 1e9 if sent else 0.0
     sent_rate = (len(sent) - 1) / sent_span_s if len(sent) > 1 and sent_span_s > 0 else None
     in_flight = max_in_flight(records)
-    ttft_p50, queue_p99 = bounds["ttft_p50_ms"][0], percentile(queues, 99)
-    if short_of_offered(offered_rate_per_s, sent_rate) or queue_large(queue_p99, ttft_p50):
+    queue_p99 = percentile(queues, 99)
+    if short_of_offered(offered_rate_per_s, sent_rate) or queue_large(queue_p99, ttft_p50_ms):
         e2es = _present([e2e_ms(r) for r in good])
         pool = concurrency if pool_size is None else pool_size
+        span_s = span_seconds(good)
         warnings.append(
-            _delivery_warning(
+            delivery_warning(
                 offered=offered_rate_per_s,
                 sent=sent_rate,
                 queue=queue_p99,
-                ttft=ttft_p50,
+                ttft=ttft_p50_ms,
                 in_flight=in_flight,
                 cap=min(concurrency, pool),
                 concurrency=concurrency,
@@ -784,61 +662,17 @@ def summarize_run(
                 lag_p99_ms=lag_p99,
             )
         )
-    return RunSummary(
-        prefix_kinds=prefix_kinds,
-        concurrency=concurrency,
-        repetition=repetition,
-        requests=len(records),
-        samples=len(good),
-        errors=sum(errors.values()),
-        errors_by_kind=dict(errors),
-        duration_s=span_s,
-        ttft_mean_ms=statistics.fmean(ttfts) if ttfts else None,
-        itl_p99_ms=tail["itl_p99_ms"],
-        tpot_p99_ms=tail["tpot_p99_ms"],
-        e2e_p99_ms=tail["e2e_p99_ms"],
-        cold_requests=sum(cold),
-        tails_warm_ms=latencies.p99s(warm),
-        ttft_p50_ms=ttft_p50,
-        ttft_p90_ms=bounds["ttft_p90_ms"][0],
-        ttft_p99_ms=tail["ttft_p99_ms"],
-        censored=censored,
-        lower_bounds=lower_bounds,
-        first_chunk_p50_ms=percentile(first_chunks, 50),
-        itl_p50_ms=median["itl"],
-        icl_p50_ms=icl_p50,
-        content_events_per_read=per_read,
-        single_read_requests=whole,
-        tokens_per_chunk_p50=percentile(per_chunk, 50),
-        output_tokens_p50=percentile(lengths, 50),
-        output_tokens_counted=sum(counted.values()),
-        output_tokens_mismatch=mismatch,
-        tpot_p50_ms=median["tpot"],
-        e2e_p50_ms=bounds["e2e_p50_ms"][0],
-        queue_p50_ms=percentile(queues, 50),
-        queue_p99_ms=queue_p99,
-        requests_per_s=len(good) / span_s if span_s > 0 else 0.0,
-        output_tokens_per_s=output_sum / span_s if span_s > 0 else 0.0,
-        offered_rate_per_s=offered_rate_per_s,
-        sent_rate_per_s=sent_rate,
-        max_in_flight=in_flight,
-        prompt_tokens_mean=statistics.fmean(prompt_lengths) if prompt_lengths else None,
-        prompt_tokens_planned=planned_prompt_tokens,
-        retry_after_waits=sum(r.retry_after_s is not None for r in records),
-        **cached,
-        new_connections=sum(r.connect_ns is not None for r in records),
-        retried=retried,
-        redirected=sum(r.redirected_to is not None for r in records),
-        redirected_to=sorted({r.redirected_to for r in records if r.redirected_to is not None}),
-        workers=workers,
-        loop_lag_p99_ms=lag_p99,
-        loop_lag_max_ms=lag_max,
-        client_cpu_ms_per_request=(
-            client_cpu_s * 1e3 / len(records) if client_cpu_s is not None and records else None
-        ),
-        warnings=warnings,
-        phases=phases,
-    )
+    return {
+        "queue_p50_ms": percentile(queues, 50),
+        "queue_p99_ms": queue_p99,
+        "sent_rate_per_s": sent_rate,
+        "max_in_flight": in_flight,
+        "new_connections": sum(r.connect_ns is not None for r in records),
+        "redirected": sum(r.redirected_to is not None for r in records),
+        "redirected_to": sorted({r.redirected_to for r in records if r.redirected_to is not None}),
+        "loop_lag_p99_ms": lag_p99,
+        "loop_lag_max_ms": lag_max,
+    }, warnings
 
 
 def _median(values: Sequence[float | None]) -> float | None:

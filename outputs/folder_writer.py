@@ -40,14 +40,8 @@ from measurement.incidents import INCIDENTS_FILE, Incident
 from measurement.record import UNKEPT_FIELDS, RequestRecord
 from measurement.results import ErrorSample, GridResult, RunSummary
 from outputs.resume import ResumeError, differences, fingerprint
-from outputs.tables import (
-    SUMMARY_FILE,
-    phases_table,
-    seed_table,
-    slo_table,
-    table_text,
-    tail_table,
-)
+from outputs.slo_tables import slo_table
+from outputs.tables import SUMMARY_FILE, phases_table, seed_table, table_text, tail_table
 from workload.config import LoadConfig
 
 RESULT_FILE = "result.json"

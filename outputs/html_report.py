@@ -31,14 +31,13 @@ from measurement.intervals import ab_comparisons
 from outputs.figures import SIDES, Figure, Panel, Series, report_figures
 from outputs.folder_reader import REPORT_FILE, LoadedResults, load_results
 from outputs.settings_diff import provenance_note, settings_note
+from outputs.slo_tables import slo_table, slo_verdict_table
 from outputs.tables import (
     SEED_COLUMNS,
     VERDICT_HEADERS,
     comparison_rows,
     prompt_sizes,
     seed_rows,
-    slo_table,
-    slo_verdict_table,
     stacks_tables,
     table_headers,
     tail_comparison_table,

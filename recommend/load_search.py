@@ -38,10 +38,11 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from measurement.client_cost import queue_large, short_of_offered
 from measurement.goodput import evaluate_point, evaluate_run
 from measurement.record import RequestRecord
 from measurement.results import PointAttainment, RunSummary
-from measurement.stats import queue_large, short_of_offered, summarize_run
+from measurement.stats import summarize_run
 from recommend.workload import Workload
 from simulator.retime import timing_records
 from simulator.timing_model import RunTopology, TimingConstants, simulate_run
@@ -70,8 +71,8 @@ class KindsPoint:
     @property
     def delivered(self) -> bool:
         """An open loop sent its offered rate, its client queue small beside its TTFT (as
-        loadgen marks a measured point: ``measurement.stats.short_of_offered``, ``queue_large``);
-        a closed loop always."""
+        loadgen marks a measured point: ``measurement.client_cost.short_of_offered``,
+        ``queue_large``); a closed loop always."""
         s = self.summary
         if s.offered_rate_per_s is None:
             return True

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
+from metrics import registry
 from recommend.claims import ratio, reason_line, trade, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
@@ -28,7 +29,7 @@ from stackmodel.errors import PROJECT
 from stackmodel.log_budget import clients_for
 from stackmodel.stacks import REPO
 from workload.config import LoadConfig
-from workload.slo import OBJECTIVES, Slo, bound_text
+from workload.slo import Slo, bound_text
 
 SIMULATED = (
     "SIMULATED: the timing model's figures for stacks that have not run; confirm on the "
@@ -649,9 +650,9 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
     )
     latency = tuple(
         Panel(
-            title=f"{OBJECTIVES[k]} against tokens/s per GPU",
+            title=f"{registry.objectives()[k].name} against tokens/s per GPU",
             x_label=per_gpu,
-            y_label=f"{OBJECTIVES[k]} (ms) at the highest load meeting the SLO",
+            y_label=f"{registry.objectives()[k].name} (ms) at the highest load meeting the SLO",
             xy={p.key: (p.per_gpu, v) for p in points if (v := p.p99_ms.get(k)) is not None},
             lines=(SloLine(k, "y", objectives[k], bound_text(k, objectives[k])),),
             band=("x", band_low, top) if top is not None and band_low is not None else None,

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from measurement.results import open_loop_load
+from metrics.registry import objectives
 from recommend.bounds import Bounds, bounds
 from recommend.load_search import (
     CLIENTS_PER_GPU,
@@ -44,7 +45,7 @@ from stackmodel.errors import StackConfigError
 from stackmodel.plan import StackPlan
 from stackmodel.validation import validate_stack
 from workload.config import LoadConfig
-from workload.slo import OBJECTIVES, Slo
+from workload.slo import Slo
 
 Objective = Literal["goodput-per-gpu", "tokens-per-gpu", "pareto"]
 OBJECTIVES_RANKED: tuple[Objective, ...] = ("goodput-per-gpu", "tokens-per-gpu", "pareto")
@@ -100,7 +101,7 @@ class Figures:
             attainment=point.mean(lambda r: r.point.attainment),
             p99_ms={
                 k: point.worst(lambda r, k=k: r.point.p99_ms.get(k))  # type: ignore[misc]
-                for k in OBJECTIVES
+                for k in objectives()
                 if any(k in r.point.p99_ms for r in point.runs)
             },
             rate=point.rate,
@@ -192,22 +193,24 @@ def objective_value(figures: Figures, objective: Objective) -> float:
 
 
 def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str] | None:
-    """(binding, reason) when a floor of ``b`` is above an SLO bound (None: none is)."""
+    """(binding, reason) when a floor of ``b`` (every request's least latency, so any percentile's
+    too) is above an SLO bound (None: none is)."""
     floors = {
-        "ttft_p99_ms": b.ttft_floor_ms,
-        "itl_p99_ms": b.itl_floor_ms,
-        "tpot_p99_ms": b.itl_floor_ms,
-        "e2e_p99_ms": b.e2e_floor_ms(output_tokens),
+        "ttft": b.ttft_floor_ms,
+        "itl": b.itl_floor_ms,
+        "tpot": b.itl_floor_ms,
+        "e2e": b.e2e_floor_ms(output_tokens),
     }
     for key, bound in slo.objectives().items():
-        if floors[key] > bound:
+        name, floor = objectives()[key].name, floors.get(objectives()[key].metric.key, 0.0)
+        if floor > bound:
             parts = f"prefill {b.prefill_ms:,.0f} ms"
             if b.copies_ms:
                 parts += f", host copies {b.copies_ms:,.0f} ms"
             if b.link_ms:
                 parts += f", link {b.link_ms:,.0f} ms"
-            return OBJECTIVES[key], (
-                f"{OBJECTIVES[key]} is at least {floors[key]:,.0f} ms at any load ({parts} per "
+            return name, (
+                f"{name} is at least {floor:,.0f} ms at any load ({parts} per "
                 f"request at best), over the SLO's {bound:,.6g} ms"
             )
     return None
@@ -225,7 +228,7 @@ def _binding(over: LoadPoint | None, open_loop: bool) -> str:
     if failing.summary.errors:
         return "failed requests"
     if not failing.point.slo_met:
-        return OBJECTIVES.get(failing.point.binding or "", "SLO")
+        return objectives()[failing.point.binding].name if failing.point.binding else "SLO"
     return f"in-flight cap (at most {over.concurrency})"
 
 

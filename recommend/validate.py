@@ -23,10 +23,11 @@ from pathlib import Path
 import pandas as pd
 
 from measurement.goodput import evaluate_point, evaluate_run
+from metrics.registry import objectives
 from outputs.folder_writer import REQUESTS_FILE, records_from_frame
 from recommend.search import Problem, Result, cluster_gpus, load_text, stack_name
 from simulator.simulate import simulate_stacks
-from workload.slo import OBJECTIVES, Slo, plain
+from workload.slo import Slo, plain
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Validation:
         if self.holds:
             return "real routing: SLO holds"
         over = [
-            f"{OBJECTIVES[k]} {v:,.0f} ms > {plain(bound, grouped=True)} ms"
+            f"{objectives()[k].name} {v:,.0f} ms > {plain(bound, grouped=True)} ms"
             for k, bound in slo.objectives().items()
             if (v := self.p99_ms.get(k)) is not None and v > bound
         ]

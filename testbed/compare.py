@@ -158,8 +158,10 @@ def print_verdicts(
     """The verdict table of an A / B (`outputs.tables.verdict_table`, or its one line when
     nothing can be judged), then, where both sides' `points` were judged against an SLO,
     which side met it and the goodput's B / A with its interval and verdict
-    (`outputs.tables.slo_verdict_table`); with `simulated`, marked as comparing simulations."""
-    from outputs.tables import slo_verdict_table, table_console, verdict_table
+    (`outputs.slo_tables.slo_verdict_table`); with `simulated`, marked as comparing
+    simulations."""
+    from outputs.slo_tables import slo_verdict_table
+    from outputs.tables import table_console, verdict_table
 
     marked = " (SIMULATED)" if simulated else ""
     found = verdict_table(

@@ -166,6 +166,9 @@ def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, str]:
 
 def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str, str]]:
     """(key, type, default, unit, description) of every key under ``prefix``, depth first."""
+    keys = getattr(model, "config_keys", None)
+    if keys is not None:  # a model that takes keys from a registry (`workload.slo.Slo`)
+        return [(f"{prefix}.{key}", "number", "unset", _unit(key), text) for key, text in keys()]
     rows = []
     docs = _attribute_docs(model)
     for name, field in model.model_fields.items():

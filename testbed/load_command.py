@@ -183,12 +183,12 @@ def check_reachable(url: str, timeout_s: float) -> None:
 def _print_result(result: GridResult, out: Path, title: str) -> None:
     from rich.markup import escape
 
+    from outputs.slo_tables import slo_table
     from outputs.tables import (
         client_server_table,
         phases_table,
         prompt_sizes,
         seed_table,
-        slo_table,
         table_console,
         tail_table,
     )

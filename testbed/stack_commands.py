@@ -810,12 +810,12 @@ def _simulate(
     from measurement.incidents import describe
     from measurement.intervals import ab_comparisons
     from outputs.resume import ResumeError
+    from outputs.slo_tables import slo_table
     from outputs.tables import (
         client_server_table,
         comparison_table,
         phases_table,
         seed_table,
-        slo_table,
         stacks_tables,
         table_console,
         tail_comparison_table,

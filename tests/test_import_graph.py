@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("configkeys",),
+    ("configkeys", "metrics"),
     ("workload",),
     ("measurement",),
     ("outputs",),
@@ -33,16 +33,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("testbed",),
 )
 """The project's packages from the ground up (docs/layout.md draws them): the config keys'
-vocabulary; the workload (load settings, the SLO); the measurement (records to figures); the
-outputs (results folder, tables, reports); the load client and the KV path's cost model; the
-Kubernetes client and the step-time model; the model of a stack; what is built from it without
-Pulumi (Kubernetes objects, the in-cluster load and probe); the cluster reads, the load step and
-the simulator; the search over topologies that times candidates with the simulator; the Pulumi
-components and the program; the ``testbed`` commands."""
+vocabulary and the metric registry; the workload (load settings, the SLO); the measurement
+(records to figures); the outputs (results folder, tables, reports); the load client and the KV
+path's cost model; the Kubernetes client and the step-time model; the model of a stack; what is
+built from it without Pulumi (Kubernetes objects, the in-cluster load and probe); the cluster
+reads, the load step and the simulator; the search over topologies that times candidates with the
+simulator; the Pulumi components and the program; the ``testbed`` commands."""
 PACKAGES = tuple(package for layer in LAYERS for package in layer)
 LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in layer}
 PURE = (
     "configkeys",
+    "metrics",
     "workload",
     "measurement",
     "outputs",

@@ -187,9 +187,10 @@ class LoadConfig(BaseModel):
     )
     slo: Slo | None = Field(
         default=None,
-        description="Service-level objectives, each an upper bound in ms on a p99: ttftP99Ms, "
-        "itlP99Ms, tpotP99Ms, e2eP99Ms (any subset); tables, verdicts and the report then "
-        "give attainment and goodput against it (docs/metrics.md, 'SLOs and goodput').",
+        description="Service-level objectives, each an upper bound in ms on a percentile (p50, "
+        "p90, p95, p99) of TTFT, ITL, TPOT or E2E: ttftP99Ms, ttftP90Ms, tpotP95Ms, ... (any "
+        "subset); tables, verdicts and the report then give attainment and goodput against it "
+        "(docs/metrics.md, 'SLOs and goodput').",
     )
 
     @model_validator(mode="after")

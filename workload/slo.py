@@ -1,55 +1,31 @@
 """Service-level objectives (SLOs): the `Slo` model (the stack's `load.slo`, `--slo` on the
 command line) and its checks.
 
-An SLO is a set of latency objectives, any subset of TTFT p99, ITL p99, TPOT p99 and E2E p99,
-each an upper bound in milliseconds. What a request and a grid point must do to meet one, and the
-attainment and goodput that follow, are in `measurement.goodput` (docs/metrics.md, "SLOs and
-goodput"). This module imports only pydantic: `workload.config` holds an `Slo` in `LoadConfig`.
+An SLO is a set of latency objectives, each an upper bound in milliseconds on a percentile
+(p50, p90, p95, p99) of TTFT, ITL, TPOT or E2E: the objectives of the metric registry
+(`metrics.registry.objectives`, which names each key, its camelCase spelling and its plausible
+range). What a request and a grid point must do to meet one, and the attainment and goodput
+that follow, are in `measurement.goodput` (docs/metrics.md, "SLOs and goodput").
+`workload.config` holds an `Slo` in `LoadConfig`.
 """
 
 from __future__ import annotations
 
-from typing import Self
+from collections.abc import Mapping
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializationInfo,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from configkeys.key_paths import show_path
 from configkeys.suggest import did_you_mean
-
-OBJECTIVES: dict[str, str] = {
-    "ttft_p99_ms": "TTFT p99",
-    "itl_p99_ms": "ITL p99",
-    "tpot_p99_ms": "TPOT p99",
-    "e2e_p99_ms": "E2E p99",
-}
-"""SLO key (as `--slo` spells it; the stack file's camelCase is `STACK_KEYS`) -> its name in
-tables. Each is the p99 of a latency in ms: TTFT and E2E per request, ITL per token, TPOT per
-request (docs/metrics.md)."""
-
-PLAUSIBLE_MS: dict[str, tuple[float, float]] = {
-    "ttft_p99_ms": (10.0, 600_000.0),
-    "itl_p99_ms": (0.5, 60_000.0),
-    "tpot_p99_ms": (0.5, 60_000.0),
-    "e2e_p99_ms": (10.0, 3_600_000.0),
-}
-"""Per objective, the (lowest, highest) bound in ms that can be meant. Below the lowest is a unit
-slip (seconds given as ms: `ttft_p99_ms=1` for one second): no served request's first token
-comes back through an HTTP frontend within 10 ms at p99, and no decode step of a transformer on a
-GPU takes under 0.5 ms per token (a step reads every weight once: a 0.6B model in bf16 is 1.2 GB,
-0.25 ms at an H200's 4.8 TB/s, before attention and the frontend's own cost). Above the highest
-is a unit slip the other way (microseconds): TTFT beyond the default request deadline (600 s),
-ITL or TPOT beyond a minute per token, E2E beyond an hour."""
-
-STACK_KEYS: dict[str, str] = {
-    "ttft_p99_ms": "ttftP99Ms",
-    "itl_p99_ms": "itlP99Ms",
-    "tpot_p99_ms": "tpotP99Ms",
-    "e2e_p99_ms": "e2eP99Ms",
-}
-"""SLO key -> its spelling in the stack file's `load.slo` (camelCase, as every other key)."""
-
-NEEDS_TWO_TOKENS = ("itl_p99_ms", "tpot_p99_ms")
-"""Objectives a request has only when it generated at least two tokens (a gap between tokens)."""
+from metrics.registry import objectives
 
 
 class SloError(ValueError):
@@ -64,8 +40,9 @@ def plain(value: float, grouped: bool = False) -> str:
 
 
 def bound_text(key: str, bound_ms: float) -> str:
-    """One objective of an SLO in words: ``TTFT p99 <= 1,000 ms`` (`key` as `OBJECTIVES`)."""
-    return f"{OBJECTIVES[key]} <= {plain(bound_ms, grouped=True)} ms"
+    """One objective of an SLO in words: ``TTFT p99 <= 1,000 ms`` (`key`: an objective's key,
+    `metrics.registry.objectives`)."""
+    return f"{objectives()[key].name} <= {plain(bound_ms, grouped=True)} ms"
 
 
 def _ms(value: float) -> str:
@@ -74,59 +51,84 @@ def _ms(value: float) -> str:
 
 
 class Slo(BaseModel):
-    """Upper bounds (ms) on the p99 of each latency named; None: no objective on it; at least one
-    is set. The stack's `load.slo` spells the keys in camelCase (`ttftP99Ms`), `--slo` as the
-    fields (`ttft_p99_ms`); either is accepted here. Raises `pydantic.ValidationError` (from
-    `model_validate`) or `SloError` (`parse_slo`) for an unknown key, a value <= 0, or one
-    outside `PLAUSIBLE_MS` (a unit slip)."""
+    """Upper bounds (ms) on the objectives named (`metrics.registry.objectives`: a percentile of
+    a latency); at least one is set. Built from a mapping of objective keys to bounds: the
+    stack's `load.slo` spells the keys in camelCase (`ttftP90Ms`), `--slo` as `ttft_p90_ms`;
+    either is accepted, and a None bound is no objective. Raises `pydantic.ValidationError`
+    (from `model_validate`) or `SloError` (`parse_slo`) for an unknown key, a value <= 0, or one
+    outside the objective's `plausible_ms` (a unit slip). Written back (`model_dump`) as every
+    p99 objective's key (None where unset) and the other objectives set, camelCase `by_alias`.
+    """
 
-    model_config = ConfigDict(
-        alias_generator=STACK_KEYS.__getitem__, populate_by_name=True, extra="forbid", frozen=True
-    )
+    model_config = ConfigDict(frozen=True)
 
-    ttft_p99_ms: float | None = Field(
-        default=None, gt=0, description="TTFT p99 bound (ms): sent to the first token."
-    )
-    itl_p99_ms: float | None = Field(
-        default=None,
-        gt=0,
-        description="ITL p99 bound (ms): each request's own ITL p99, and the point's over all "
-        "its tokens.",
-    )
-    tpot_p99_ms: float | None = Field(
-        default=None, gt=0, description="TPOT p99 bound (ms): (E2E - TTFT) / (tokens - 1)."
-    )
-    e2e_p99_ms: float | None = Field(
-        default=None, gt=0, description="E2E p99 bound (ms): sent to the last token."
-    )
+    bounds: dict[str, float]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_keys(cls, data: Any) -> Any:
+        if isinstance(data, Slo) or not isinstance(data, Mapping):
+            return data
+        known = objectives()
+        by_name = {o.key: k for k, o in known.items()} | {o.stack_key: k for k, o in known.items()}
+        bounds: dict[str, float] = {}
+        for name, value in data.items():
+            if name not in by_name:
+                raise ValueError(_unknown(str(name)))
+            if value is not None:
+                bounds[by_name[name]] = value
+        return {"bounds": bounds}
 
     @model_validator(mode="after")
     def _check_plausible(self) -> Self:
-        objectives = self.objectives()
-        if not objectives:
-            raise ValueError(
-                "an SLO needs at least one objective: "
-                + ", ".join(f"{k} ({OBJECTIVES[k]}, ms)" for k in OBJECTIVES)
-            )
-        for key, value in objectives.items():
-            low, high = PLAUSIBLE_MS[key]
+        known = objectives()
+        if not self.bounds:
+            raise ValueError(f"an SLO needs at least one objective: {keys_text()}")
+        for key, value in self.bounds.items():
+            name = known[key].name
+            low, high = known[key].metric.plausible_ms or (0.0, float("inf"))
+            if value <= 0:
+                raise ValueError(f"{key}={plain(value)}: a bound must be greater than 0 ms")
             if value < low:
                 raise ValueError(
-                    f"{key}={plain(value)} is {_ms(value)}, below any {OBJECTIVES[key]} (at "
+                    f"{key}={plain(value)} is {_ms(value)}, below any {name} (at "
                     f"least {_ms(low)}); the value is in milliseconds: for {plain(value)} s "
                     f"write {plain(value * 1000)}"
                 )
             if value > high:
                 raise ValueError(
-                    f"{key}={plain(value)} is {_ms(value)}, above any {OBJECTIVES[key]} meant "
+                    f"{key}={plain(value)} is {_ms(value)}, above any {name} meant "
                     f"(at most {_ms(high)}); the value is in milliseconds: for {plain(value)} "
                     f"us write {plain(value / 1000)}"
                 )
         return self
 
+    @model_serializer
+    def _dump(self, info: SerializationInfo) -> dict[str, float | None]:
+        return {
+            o.stack_key if info.by_alias else k: self.bounds.get(k)
+            for k, o in objectives().items()
+            if k in self.bounds or (o.q == 99 and not info.exclude_none)
+        }
+
+    @classmethod
+    def config_keys(cls) -> list[tuple[str, str]]:
+        """The stack file's `load.slo` keys (camelCase) and what each bounds, for the config
+        reference (`testbed.config_reference`)."""
+        return [
+            (o.stack_key, f"{o.name} bound (ms): {o.metric.formula}. (> 0)")
+            for o in objectives().values()
+        ]
+
+    def __getattr__(self, name: str) -> Any:
+        """An objective's bound by its key (`slo.ttft_p99_ms`; None: not set)."""
+        if name in objectives():
+            return self.bounds.get(name)
+        return super().__getattr__(name)  # type: ignore[misc]
+
     def objectives(self) -> dict[str, float]:
-        """The objectives set: key (as `OBJECTIVES`) -> bound (ms), in `OBJECTIVES` order."""
-        return {k: v for k in OBJECTIVES if (v := getattr(self, k)) is not None}
+        """The objectives set: key -> bound (ms), in `metrics.registry.objectives` order."""
+        return {k: self.bounds[k] for k in objectives() if k in self.bounds}
 
     def describe(self) -> str:
         """One line for tables and reports, e.g. `TTFT p99 <= 1,000 ms, ITL p99 <= 50 ms`."""
@@ -138,29 +140,42 @@ class Slo(BaseModel):
 
     def check_outputs(self, max_tokens: int) -> None:
         """Raise `SloError` when an objective needs two or more output tokens per request
-        (`NEEDS_TWO_TOKENS`) and every request asks for fewer (`max_tokens` < 2)."""
+        (its metric's `two_tokens`) and every request asks for fewer (`max_tokens` < 2)."""
         if max_tokens >= 2:
             return
         for key in self.objectives():
-            if key in NEEDS_TWO_TOKENS:
+            o = objectives()[key]
+            if o.metric.two_tokens:
                 raise SloError(
-                    f"slo {key} ({STACK_KEYS[key]} in load.slo): {OBJECTIVES[key]} needs 2 or "
+                    f"slo {key} ({o.stack_key} in load.slo): {o.name} needs 2 or "
                     f"more output tokens per request but maxTokens is {max_tokens}; set "
                     "maxTokens >= 2 or drop that objective"
                 )
 
 
 def _key(name: str) -> str:
-    """`name` as an `OBJECTIVES` key: the field name or its camelCase alias, in any case
+    """`name` as an objective's key: the key or its camelCase spelling, in any case
     (`TTFT_P99_MS`, `ttftp99ms`)."""
-    by_alias = {alias.casefold(): k for k, alias in STACK_KEYS.items()}
-    by_alias |= {k.casefold(): k for k in OBJECTIVES}
+    by_alias = {o.stack_key.casefold(): k for k, o in objectives().items()}
+    by_alias |= {k.casefold(): k for k in objectives()}
     return by_alias.get(name.casefold(), name)
 
 
+def keys_text() -> str:
+    """The objectives' keys in one phrase: ``<latency>_p<q>_ms for latency ttft, itl, tpot or
+    e2e and q 50, 90, 95 or 99 (ms)``."""
+    known = objectives().values()
+    stems = list(dict.fromkeys(o.metric.key for o in known))
+    qs = list(dict.fromkeys(f"{o.q:g}" for o in known))
+    return (
+        f"<latency>_p<q>_ms for latency {', '.join(stems[:-1])} or {stems[-1]} and q "
+        f"{', '.join(qs[:-1])} or {qs[-1]} (ms)"
+    )
+
+
 def _unknown(name: str) -> str:
-    hint = did_you_mean(name, OBJECTIVES)
-    return f"unknown SLO key {name!r}: {hint}the keys are {', '.join(OBJECTIVES)} (ms)"
+    hint = did_you_mean(name, [*objectives()])
+    return f"unknown SLO key {name!r}: {hint}the keys are {keys_text()}"
 
 
 def slo_error(error: ValidationError) -> SloError:
@@ -174,7 +189,7 @@ def slo_error(error: ValidationError) -> SloError:
 
 
 def parse_slo(text: str) -> Slo:
-    """`--slo`'s text, `key=ms` pairs separated by commas (`ttft_p99_ms=1000,itl_p99_ms=50`;
+    """`--slo`'s text, `key=ms` pairs separated by commas (`ttft_p99_ms=1000,tpot_p95_ms=40`;
     camelCase keys too), as an `Slo`. Raises `SloError` (one line naming the key and the fix) for
     an item without `=`, a repeated or unknown key, a value that is not a number, a `;` between
     items, and whatever `Slo` refuses. Keys are matched regardless of case."""
@@ -194,7 +209,7 @@ def parse_slo(text: str) -> Slo:
                 f"--slo item {item!r} is not key=ms: write e.g. ttft_p99_ms=1000,itl_p99_ms=50"
             )
         key = _key(name)
-        if key not in OBJECTIVES:
+        if key not in objectives():
             raise SloError(_unknown(name))
         if key in values:
             raise SloError(f"--slo names {key} twice: give each objective once")

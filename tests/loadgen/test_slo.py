@@ -244,7 +244,8 @@ def test_slo_tables_say_the_load_the_ranks_and_what_a_one_run_comparison_lacks()
     from measurement.goodput import judge_points
     from measurement.intervals import ab_comparisons
     from measurement.stats import summarize_point, summarize_run
-    from outputs.tables import slo_caption, slo_verdict_table, stacks_tables, table_text
+    from outputs.slo_tables import slo_caption, slo_verdict_table
+    from outputs.tables import stacks_tables, table_text
 
     loose = parse_slo("ttft_p99_ms=1000,itl_p99_ms=50")
 

@@ -5,11 +5,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from measurement.client_cost import Warmup
+from measurement.client_cost import Warmup, client_budget_warning
 from measurement.errors import ErrorKind
 from measurement.record import RequestRecord
 from measurement.stats import (
-    client_budget_warning,
     itl_ms,
     percentile,
     summarize_point,

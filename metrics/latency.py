@@ -1,0 +1,184 @@
+"""The per-request formulas of the latencies: from one request's timestamps and token counts
+(a `measurement.record.RequestRecord`, or any object with the fields `Timed` names) to its
+TTFT, ITLs, TPOT, E2E and client queue time in milliseconds (docs/metrics.md). The metric
+registry (`metrics.registry`) names each by its key; `measurement.stats` reduces them to
+percentiles over a run.
+"""
+
+import itertools
+from typing import Protocol
+
+_NS_PER_MS = 1e6
+
+
+class Timed(Protocol):
+    """The fields of a request's record the formulas read (`measurement.record.RequestRecord`'s
+    names and meaning: timestamps from `time.monotonic_ns()`)."""
+
+    intended_ns: int
+    sent_ns: int | None
+    first_token_ns: int | None
+    last_token_ns: int | None
+    error_ns: int | None
+    token_ns: list[int]
+    chunk_tokens: list[int]
+    completion_tokens: int | None
+    censored: bool
+
+    @property
+    def ok(self) -> bool: ...
+
+
+def between_ms(start: int | None, end: int | None) -> float | None:
+    """`end - start` (ns) in ms; None when either is missing."""
+    if start is None or end is None:
+        return None
+    return (end - start) / _NS_PER_MS
+
+
+def ttft_ms(record: Timed) -> float | None:
+    """Time to first token (ms): sent to first non-empty content/reasoning text."""
+    return between_ms(record.sent_ns, record.first_token_ns)
+
+
+def e2e_ms(record: Timed) -> float | None:
+    """End-to-end latency (ms): sent to the last generated token (`last_token_ns`), so a usage
+    chunk sent after the tokens does not stretch it; the body's end is `end_ns`."""
+    return between_ms(record.sent_ns, record.last_token_ns)
+
+
+def queue_ms(record: Timed) -> float | None:
+    """Client queue time (ms): intended send to the request headers going out on a connection."""
+    return between_ms(record.intended_ns, record.sent_ns)
+
+
+def chunk_tokens(record: Timed) -> list[float]:
+    """The tokens each content-bearing chunk carried (one value per `token_ns` entry): the
+    server's own per-chunk counts (`Timed.chunk_tokens`) when every content chunk had
+    one, else `completion_tokens` spread evenly over the k chunks (the final usage says how
+    many tokens, not which chunk held them): `spread_tokens(N / k, k)`; [] without content
+    chunks or a token count."""
+    chunks = len(record.token_ns)
+    if chunks and len(record.chunk_tokens) == chunks and sum(record.chunk_tokens) > 0:
+        return [float(n) for n in record.chunk_tokens]
+    out = record.completion_tokens
+    if not chunks or not out:
+        return []
+    return [spread_tokens(out / chunks, chunks)] * chunks
+
+
+def spread_tokens(per_chunk: float, chunks: int) -> float:
+    """Tokens per content chunk from N / k (`per_chunk`) over k `chunks`: 1 up to
+    (k + 1) / k (a token without text of its own, such as the end-of-sequence token vLLM
+    counts, makes N = k + 1 with one token per chunk), N / k from 2 on, and linear in between,
+    so the figure is continuous in N / k: a speculative decoder's 1.2, 1.4 or 1.6 tokens per
+    chunk divide ITL by a little less than that, with no jump at any threshold."""
+    low = 1 + 1 / chunks
+    if per_chunk >= 2 or low >= 2:
+        return max(1.0, per_chunk)
+    if per_chunk <= low:
+        return 1.0
+    return 1 + (per_chunk - low) / (2 - low)
+
+
+def content_reads(
+    record: Timed, tokens: list[float] | None = None
+) -> tuple[list[int], list[float]]:
+    """The network reads that carried content: each one's time (ns) and the tokens its
+    content-bearing events carried (`tokens`: `chunk_tokens`, one per event; [] counts each
+    event as 1). The clock is read once per read (`loadgen.request`), so events delivered in one
+    read share its time and make one entry: a proxy that buffers the stream delivers many
+    events per read, and the gaps between them were never seen by the client."""
+    times = record.token_ns
+    counts = tokens or [1.0] * len(times)
+    if len(set(times)) == len(times):  # one event per read, the common case
+        return times, counts
+    reads: list[int] = []
+    carried: list[float] = []
+    for t, n in zip(times, counts, strict=True):
+        if reads and reads[-1] == t:
+            carried[-1] += n
+        else:
+            reads.append(t)
+            carried.append(n)
+    return reads, carried
+
+
+def icl_ms(record: Timed) -> list[float]:
+    """Inter-chunk latencies (ms): gaps between consecutive network reads that carried content
+    (`content_reads`); with one event per read these are the gaps between content-bearing
+    chunks (vLLM bench's `itl`, AIPerf's inter-chunk latency), equal to ITL when every chunk is
+    one token. Events that arrived in one read have no gap the client could measure: none is
+    counted (AIPerf and vLLM bench count a 0 ms gap for each)."""
+    t = content_reads(record)[0]
+    return [(b - a) / _NS_PER_MS for a, b in itertools.pairwise(t)]
+
+
+def itl_ms(
+    record: Timed,
+    tokens: list[float] | None = None,
+    gaps: list[float] | None = None,
+) -> list[float]:
+    """Inter-token latencies (ms), one per content read after the first: the gap to the
+    previous content read divided by the tokens the later read carried (`content_reads` over
+    `chunk_tokens`), so a chunk of 8 tokens 80 ms after the previous one gives 10 ms. With one
+    token per chunk and one chunk per read this is vLLM bench's per-chunk ITL; without a token
+    count, the gaps themselves. `tokens`/`gaps`: the record's `chunk_tokens`/`icl_ms` when
+    already computed."""
+    gaps = icl_ms(record) if gaps is None else gaps
+    tokens = chunk_tokens(record) if tokens is None else tokens
+    if not tokens:
+        return gaps
+    carried = content_reads(record, tokens)[1]
+    return [gap / n for gap, n in zip(gaps, carried[1:], strict=True) if n > 0]
+
+
+def tpot_ms(record: Timed, tokens: list[float] | None = None) -> float | None:
+    """Time per output token (ms) after the first content read: (E2E - TTFT) /
+    (completion_tokens - tokens of the first read) (`content_reads` over `chunk_tokens`, or
+    `tokens` when already computed). With one token per chunk and one chunk per read this is
+    vLLM bench's and AIPerf's (E2E - TTFT) / (completion_tokens - 1); with N tokens in k equal
+    chunks it is the mean chunk gap / (N / k). None with no usage, or no tokens after the first
+    read (a response delivered in one read: its E2E - TTFT is 0, not a measured time)."""
+    ttft, e2e, out = ttft_ms(record), e2e_ms(record), record.completion_tokens
+    if ttft is None or e2e is None or out is None:
+        return None
+    tokens = chunk_tokens(record) if tokens is None else tokens
+    reads, carried = content_reads(record, tokens)
+    if len(reads) < 2:
+        return None
+    first = carried[0] if tokens else 1.0
+    if out - first < 1:
+        return None
+    return (e2e - ttft) / (out - first)
+
+
+def cut_ms(record: Timed) -> float | None:
+    """For a censored request (`Timed.censored`: cut by the client's deadline or read
+    timeout after it was sent), the time from sent to the cut (ms): a lower bound of its E2E,
+    and of its TTFT when no token came; None for any other request."""
+    if not record.censored:
+        return None
+    return between_ms(record.sent_ns, record.error_ns)
+
+
+def ttft_sample(record: Timed) -> tuple[float, bool] | None:
+    """The request's TTFT (ms) as the TTFT percentiles count it, and whether it is a lower
+    bound: a successful request's TTFT (False); a censored request's measured TTFT when its
+    first token came before the cut (False), else the time to the cut (True); None for other
+    failures and for requests without content text."""
+    if record.ok or (record.censored and record.first_token_ns is not None):
+        ttft = ttft_ms(record)
+        return None if ttft is None else (ttft, False)
+    cut = cut_ms(record)
+    return None if cut is None else (cut, True)
+
+
+def e2e_sample(record: Timed) -> tuple[float, bool] | None:
+    """The request's E2E (ms) as the E2E percentiles count it: a successful request's (False),
+    a censored request's time to the cut (True, a lower bound); None for other failures."""
+    if record.ok:
+        e2e = e2e_ms(record)
+        return None if e2e is None else (e2e, False)
+    cut = cut_ms(record)
+    return None if cut is None else (cut, True)

@@ -1,0 +1,165 @@
+"""The tables against an SLO: one result's judged grid points (`slo_table`: met or MISSED,
+attainment, goodput, the binding objective) and two results side by side (`slo_verdict_table`).
+"""
+
+from collections.abc import Sequence
+
+from rich import box
+from rich.table import Table
+
+from measurement.goodput import highest_meeting
+from measurement.intervals import PointComparison, RunsComparison
+from measurement.results import PointSummary
+from metrics.registry import objectives
+from outputs.tables import (
+    _KEY_HEADERS,
+    _fine,
+    _interval_of,
+    _ordered,
+    _rate,
+    _share,
+    met_text,
+    wide_note,
+)
+
+
+def binding_text(p: PointSummary) -> str:
+    """The point's binding objective as "TTFT p99 900 / 1,000" (the point's figure of it / the
+    bound, ms); "-" where the point was not judged or had no value."""
+    if p.slo is None or p.slo.binding is None:
+        return "-"
+    key = p.slo.binding
+    bound = p.slo.slo.objectives()[key]
+    return f"{objectives()[key].name} {_fine(p.slo.p99_ms[key])} / {bound:,.6g}"
+
+
+SLO_HEADERS = (
+    *_KEY_HEADERS,
+    "SLO",
+    "attain-\nment",
+    "goodput\nreq/s",
+    "goodput\ntok/s",
+    "req/s\nper GPU",
+    "binding: value / bound ms",
+)
+
+
+def slo_table(points: Sequence[PointSummary], title: str | None = None) -> Table | None:
+    """The judged points (ordered as `seed_table`) against their SLO: met or MISSED (every
+    objective's percentile within its bound), attainment and goodput (req/s, output tok/s, req/s per
+    GPU) with their intervals on a second line, and the binding objective; the caption says
+    the SLO and the highest load that met it. None when no point was judged."""
+    judged = [p for p in _ordered(points) if p.slo is not None]
+    if not judged:
+        return None
+    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
+    for header in SLO_HEADERS:
+        table.add_column(header, no_wrap=True)
+    for p in judged:
+        assert p.slo is not None
+        per_gpu = p.slo.goodput_requests_per_s_per_gpu
+        table.add_row(
+            str(p.prefix_kinds),
+            str(p.concurrency),
+            met_text(p),
+            _share(p.slo.attainment) + _interval_of(p, "attainment", _share),
+            _rate(p.slo.goodput_requests_per_s) + _interval_of(p, "goodput_requests_per_s", _rate),
+            f"{p.slo.goodput_output_tokens_per_s:,.0f}",
+            "-" if per_gpu is None else f"{per_gpu:.2f}",
+            binding_text(p),
+        )
+    table.caption, table.caption_justify = slo_caption(judged), "left"
+    return table
+
+
+def load_of(point: PointSummary) -> str:
+    """A met point as the load it carried (`measurement.goodput.highest_meeting`'s order): its
+    offered rate (open loop) or concurrency, then its requests/s, and the grid point."""
+    served = f"{_rate(point.requests_per_s)} req/s served"
+    where = f"grid point K={point.prefix_kinds} c={point.concurrency}"
+    if point.offered_rate_per_s:
+        return f"{point.offered_rate_per_s:g} req/s offered, {served} ({where})"
+    return f"concurrency {point.concurrency}, {served} ({where})"
+
+
+def slo_caption(points: Sequence[PointSummary]) -> str:
+    """What the SLO table judged: the SLO, what met and attainment mean, and the highest load
+    that met it (or that none did)."""
+    slo = next(p.slo.slo for p in points if p.slo is not None)
+    best = highest_meeting(points)
+    top = "no grid point met it" if best is None else f"highest load that met it: {load_of(best)}"
+    return (
+        f"SLO: {slo.describe()}; met: each objective's percentile over the point within its bound; "
+        "attainment: requests that met every objective (failed ones did not); goodput: those "
+        f"requests per second; {top}{wide_note(points)}"
+    )
+
+
+SLO_VERDICT_HEADERS = (
+    *_KEY_HEADERS,
+    "SLO\nA / B",
+    "attainment\nA / B",
+    "goodput req/s\nA / B",
+    "B / A",
+    "interval",
+    "verdict",
+)
+
+
+def _no_verdict(c: RunsComparison) -> str:
+    """Why a comparison has no verdict, in a cell: 1 run on a side, or no spread."""
+    return "no verdict (1 run)" if min(c.repetitions) < 2 else "no verdict (no spread)"
+
+
+def slo_verdict_table(
+    a: Sequence[PointSummary],
+    b: Sequence[PointSummary],
+    comparisons: Sequence[PointComparison],
+    title: str | None = None,
+) -> Table | None:
+    """Per grid point judged on both sides: which side met the SLO, the attainments, the
+    goodputs (req/s) and B / A with its interval and verdict (`comparisons`: the points'
+    `ab_comparisons`, whose `goodput_requests_per_s` is used). None when no point of both
+    sides was judged."""
+    by_a = {(p.prefix_kinds, p.concurrency): p for p in a if p.slo is not None}
+    by_b = {(p.prefix_kinds, p.concurrency): p for p in b if p.slo is not None}
+    goodput = {
+        (c.prefix_kinds, c.concurrency): c
+        for c in comparisons
+        if c.metric == "goodput_requests_per_s"
+    }
+    keys = sorted(by_a.keys() & by_b.keys(), key=lambda k: (k[1], k[0]))
+    if not keys:
+        return None
+    table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
+    for header in SLO_VERDICT_HEADERS:
+        table.add_column(header, no_wrap=header != "verdict")
+    for key in keys:
+        pa, pb, c = by_a[key], by_b[key], goodput.get(key)
+        assert pa.slo is not None and pb.slo is not None
+        table.add_row(
+            str(key[0]),
+            str(key[1]),
+            f"{met_text(pa)} / {met_text(pb)}",
+            f"{_share(pa.slo.attainment)} / {_share(pb.slo.attainment)}",
+            f"{_rate(pa.slo.goodput_requests_per_s)} / {_rate(pb.slo.goodput_requests_per_s)}",
+            "-" if c is None or c.ratio is None else f"x{c.ratio:.2f}",
+            "-" if c is None or c.ratio_ci is None else f"{c.ratio_ci[0]:.2f}-{c.ratio_ci[1]:.2f}",
+            "-" if c is None else c.verdict or _no_verdict(c),
+        )
+    slo = next(iter(by_a.values())).slo
+    assert slo is not None
+    found = [c for key in keys if (c := goodput.get(key)) is not None]
+    unjudged = next((c.note for c in found if c.verdict is None and c.note), None)
+    how = (
+        "interval: B / A's from both sides' repetitions; verdict: higher or lower where it "
+        "excludes 1"
+        if any(c.verdict is not None for c in found) or unjudged is None
+        else f"no verdict: {unjudged}"
+    )
+    table.caption = (
+        f"SLO: {slo.slo.describe()}; goodput: requests/s that met every objective; B / A of "
+        f"the medians; {how}"
+    )
+    table.caption_justify = "left"
+    return table
