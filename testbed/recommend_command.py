@@ -387,7 +387,7 @@ def recommend_command(
     from testbed.console import _int_list
     from testbed.dependency_groups import missing_group
     from testbed.slo_option import slo_of
-    from testbed.stack_commands import under_project
+    from testbed.stack_options import under_project
     from workload.slo import SloError
 
     if validate_top:

@@ -127,7 +127,7 @@ def test_the_commands_speedup_is_the_routing_runs() -> None:
     """`testbed simulate --speedup` defaults to the routing run's ratio (ROUTING_SPEEDUP)."""
     import inspect
 
-    from testbed.stack_commands import simulate_command
+    from testbed.simulate_command import simulate_command
 
     default = inspect.signature(simulate_command).parameters["speedup"].default
     assert default == simulator.routing.ROUTING_SPEEDUP == 100.0

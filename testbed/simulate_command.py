@@ -1,9 +1,7 @@
-"""``testbed render``, ``testbed diff`` and ``testbed simulate``: stacks without a cluster.
+"""``testbed simulate``: stacks simulated on this machine, their tables and reports.
 
-This module is read for every ``testbed --help``: it imports only typer and :mod:`testbed.console`
-at the top, and each command imports what it runs
-inside its function (``tests/test_cli_help.py`` checks that help loads none of the heavy
-modules).
+Read for every ``testbed --help``: the command imports what it runs inside its function
+(``tests/test_cli_help.py``).
 """
 
 from __future__ import annotations
@@ -17,58 +15,31 @@ import typer
 from testbed.compare import print_settings_note
 from testbed.console import EXIT_INTERRUPTED, _int_list, _stderr_line, fail
 from testbed.slo_option import SloOption, slo_of
+from testbed.stack_options import (
+    GRID,
+    OUTPUT,
+    STACK,
+    SetBOption,
+    SetOption,
+    _settings,
+    _stack_errors,
+    say_settings,
+    warn,
+)
 
 if TYPE_CHECKING:
     from configkeys.key_paths import Setting
     from simulator.simulate import Simulation
     from stackmodel.config import StackLoadConfig
     from stackmodel.plan import StackPlan
-    from testbed.render import Rendered
 
-GRID = "Grid"
-STACK = "Stack"
-OUTPUT = "Output"
-
-SET_HELP = (
-    "Set a stack key for this command only, KEY=VALUE, the key as `pulumi config set --path` "
-    "spells it: e.g. topology.workers[0].replicas=2 (repeatable). In every command of two "
-    "stacks (diff, simulate) --set applies to both, --set-b to the second only."
-)
-SET_B_HELP = (
-    "Set a stack key of the second stack only (as --set; repeatable, applied after --set). "
-    "Without STACK_B the second stack is STACK with these values: `testbed simulate STACK "
-    "--set-b KEY=VALUE` runs a one-line change beside the stack as it is."
-)
 SET_B_SUFFIX = "+set-b"
 """The name the second stack takes where it is the first with ``--set-b`` values (its results
 folder, its tables)."""
-RENDER_OUT = Path("out/render")
 SIMULATE_OUT = Path("out/simulate")
 AGAINST_OUT = Path("out/against")
-"""The default ``--out`` folders, in the project folder (:func:`under_project`); ``render``
-writes into ``RENDER_OUT/STACK``, one folder per stack, as ``simulate`` does;
-``simulate --against RESULTS`` into ``AGAINST_OUT/<RESULTS' folder name>``."""
-
-
-def under_project(out: Path, default: Path) -> Path:
-    """``out`` of a command: its default lies in the project folder whatever the working
-    directory (run from ``docs/``, still the project's ``out/``, not ``docs/out/``); a folder the
-    user names is theirs, relative to the working directory as usual."""
-    from stackmodel.stacks import REPO
-
-    return REPO / out if out == default else out
-
-
-def _set_option(more: str = "") -> Any:
-    """The ``--set`` option, its help :data:`SET_HELP` and ``more``."""
-    return typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP + more, rich_help_panel=STACK)
-
-
-SetOption = Annotated[list[str] | None, _set_option()]
-SetBOption = Annotated[
-    list[str] | None,
-    typer.Option("--set-b", metavar="KEY=VALUE", help=SET_B_HELP, rich_help_panel=STACK),
-]
+"""The default ``--out`` folders, in the project folder: ``SIMULATE_OUT/STACK``, one folder per
+stack; ``simulate --against RESULTS`` into ``AGAINST_OUT/<RESULTS' folder name>``."""
 
 
 def _second_stack(
@@ -110,293 +81,6 @@ def _stack_files(
     for name in stacks[2:]:
         files[name], each[name] = name, settings
     return files, each
-
-
-def _settings(items: Sequence[str] | None) -> list[Setting]:
-    from configkeys.key_paths import KeyPathError, parse_settings
-
-    try:
-        return parse_settings(items or ())
-    except KeyPathError as exc:
-        fail(str(exc))
-
-
-def _stack_errors() -> tuple[type[Exception], ...]:
-    """What a bad stack name, file, config or ``--set`` raises, or the version gate's refusal
-    (worded as a config error, raised once the platform's version is read): one ``error:``
-    line, exit 2."""
-    from configkeys.key_paths import KeyPathError
-    from stackmodel.errors import StackConfigError
-    from stackmodel.stack_layout import VersionGateError
-    from stackmodel.stacks import StackFileError
-
-    return (FileNotFoundError, StackFileError, StackConfigError, KeyPathError, VersionGateError)
-
-
-def say_settings(stack: str, settings: Sequence[Setting]) -> None:
-    """Say where each ``--set`` value came from: ``kv-routing: load.concurrency = [8] (--set;
-    the stack file has [4, 8])``."""
-    from outputs.tables import table_console
-    from stackmodel.config import project_values, stack_role
-    from stackmodel.stacks import platform_settings, stack_config
-
-    if not settings:
-        return
-    raw = project_values(stack_config(stack)[0])
-    console = table_console(highlight=False)
-    for_platform = platform_settings(settings) if stack_role(raw) == "graph" else []
-    for setting in settings:
-        if any(setting.text == s.text for s in for_platform):
-            platform = raw.get("platformStack") or "platform"
-            where = f"for its platform stack '{platform}', which render and diff apply it to"
-            console.print(
-                f"{stack}: {setting.key} = {setting.value} (--set; {where})", soft_wrap=True
-            )
-            continue
-        node: Any = raw
-        for part in setting.path:
-            try:
-                node = node[part]
-            except (KeyError, IndexError, TypeError):
-                node = None
-                break
-        before = "not set in the stack file" if node is None else f"the stack file has {node}"
-        console.print(f"{stack}: {setting.key} = {setting.value} (--set; {before})", soft_wrap=True)
-
-
-def _render_or_exit(stack: str, settings: Sequence[Setting] = ()) -> Rendered:
-    """Render a stack; a bad stack name, file, config or --set prints one line, exits 2."""
-    from testbed.render import render_stack
-
-    try:
-        return render_stack(stack, settings=settings)
-    except _stack_errors() as exc:
-        fail(str(exc))
-
-
-def warn(message: str) -> None:
-    """Print ``warning: <message>`` (verbatim)."""
-    from rich.text import Text
-
-    from outputs.tables import table_console
-
-    table_console(highlight=False).print(
-        Text("warning: ", style="yellow") + Text(message), soft_wrap=True
-    )
-
-
-def load_step_note(rendered: Sequence[Rendered]) -> None:
-    """Offline, the load step cannot run: say so once, at the end, for every stack it concerns
-    (the program exports why as ``loadStatus``; ``pulumi preview`` logs it itself)."""
-    waiting = [r for r in rendered if isinstance(r.outputs.get("loadStatus"), str)]
-    if waiting:
-        names = ", ".join(r.stack for r in waiting)
-        warn(
-            f"load step not run ({names}): on a cluster, set load.nodeAddress (any node's "
-            "address) or load.url, then pulumi up"
-        )
-
-
-def _sizing_table(sizing: dict[str, Any]) -> Any:
-    from rich.table import Table
-
-    from stackmodel.quantities import format_quantity
-
-    table = Table(title="sizing")
-    for col in ("component", "memory limit", "memory floor", "why", "fits"):
-        table.add_column(col)
-    for c in sizing["components"]:
-        table.add_row(
-            c["name"],
-            format_quantity(c["memory_limit_bytes"]),
-            c["memory_floor_quantity"] or "-",
-            "base + /dev/shm + host-buffered KV" if c["host_buffers_kv"] else "base + /dev/shm",
-            "yes" if c["fits"] else "NO",
-        )
-    return table
-
-
-def _crossover(console: Any, stack: str, settings: Sequence[Setting], out: Path | None) -> None:
-    """Print the crossover sentence; with ``out``, the sweep's table and its figure there."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from stackmodel.crossover import SWEEP_LINKS, crossover
-    from stackmodel.stacks import load_stack
-
-    result = crossover(load_stack(stack, settings))
-    console.print(Text(result.summary()), soft_wrap=True)
-    if out is None:
-        return
-    from testbed.crossover_figure import draw_crossover
-    from testbed.render_files import add_written
-
-    table = Table(title="crossover: KV path cost / prefill saved, ms (yes: it pays)")
-    table.add_column("prompt tokens")
-    for name in SWEEP_LINKS:
-        table.add_column(name)
-    for prompt in sorted({p.prompt_tokens for p in result.points}):
-        row = {p.link: p for p in result.points if p.prompt_tokens == prompt}
-        table.add_row(
-            f"{prompt:,}",
-            *(
-                f"{row[n].cost_s * 1e3:,.1f} / {row[n].gain_s * 1e3:,.1f}"
-                + (" yes" if row[n].pays else "")
-                for n in SWEEP_LINKS
-            ),
-        )
-    console.print(table)
-    path = draw_crossover(result, stack, out / "crossover.png")
-    add_written(out, path)
-    console.print(f"wrote the crossover figure to {path}")
-
-
-def render_command(
-    stack: Annotated[str, typer.Argument(help="Stack name (stacks/Pulumi.STACK.yaml).")],
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            help="Folder for the rendered files [default: out/render/STACK, one folder per stack].",
-            show_default=False,
-            rich_help_panel=OUTPUT,
-        ),
-    ] = RENDER_OUT,
-    overrides: SetOption = None,
-    sweep: Annotated[
-        bool,
-        typer.Option(
-            "--crossover",
-            help="Also print where disaggregation pays over prompt length and link speed, and "
-            "write the figure (crossover.png in --out).",
-            rich_help_panel=OUTPUT,
-        ),
-    ] = False,
-) -> None:
-    """Write every object the stack would apply (a YAML file each), its Helm release and its
-    outputs; print the placement, the sizing and where disaggregation starts to pay.
-
-    Example: testbed render kv-routing --set topology.workers[0].replicas=2
-    """
-    from rich.table import Table
-    from rich.text import Text
-
-    from outputs.tables import table_console
-    from testbed.render_files import RenderFolderError, write_rendered
-
-    console = table_console(highlight=False)
-    out = under_project(out, RENDER_OUT) / stack if out == RENDER_OUT else out
-    settings = _settings(overrides)
-    rendered = _render_or_exit(stack, settings)
-    say_settings(stack, settings)
-    try:
-        paths = write_rendered(rendered, out)
-    except RenderFolderError as exc:
-        fail(str(exc))
-    except OSError as exc:  # --out names a file, or a folder that cannot be written
-        fail(f"cannot write the rendered files to --out {out}: {exc.strerror or exc}")
-    if rendered.outputs.get("stackRole") == "platform":
-        outputs = rendered.outputs
-        console.print(
-            f"platform stack {stack}: dynamo-platform chart {outputs['chartVersion']}, release "
-            f"{outputs['releaseName']} in {outputs['operatorNamespace']}, operator scope "
-            f"{outputs['operatorScope']}; graph stacks read it with platformStack: {stack}."
-        )
-        for warning in outputs.get("warnings", []):
-            warn(warning)
-        if sweep:
-            warn("--crossover: a platform stack runs no workers, so there is no crossover")
-        console.print(f"wrote {len(paths)} files to {out}/")
-        return
-    placement = Table(title=f"stack {stack}: placement")
-    columns = ("component", "type", "replicas", "nodeClass", "gpus")
-    for col in columns:
-        placement.add_column(col)
-    for row in rendered.outputs.get("placement", []):
-        placement.add_row(*(Text("-" if row[c] is None else str(row[c])) for c in columns))
-    console.print(placement)
-    sizing = rendered.outputs["sizing"]
-    console.print(_sizing_table(sizing))
-    console.print(
-        f"KV per token {sizing['kv_bytes_per_token']:,} B; per request "
-        f"({sizing['prompt_tokens']:,} tokens) {sizing['kv_mb_per_request']:,.1f} MB; "
-        f"highest concurrency {sizing['concurrency']}."
-    )
-    verdict = sizing["disaggregation"]["summary"]
-    if not any(row["type"] == "prefill" for row in rendered.outputs.get("placement", [])):
-        verdict = f"(aggregated stack, no KV transfer) if it were disaggregated: {verdict}"
-    console.print(Text(verdict), soft_wrap=True)
-    _crossover(console, stack, settings, out if sweep else None)
-    for warning in rendered.outputs.get("warnings", []):
-        warn(warning)
-    console.print(f"wrote {len(paths)} files to {out}/")
-    load_step_note([rendered])
-
-
-def diff_command(
-    stack_a: Annotated[str, typer.Argument(help="First stack.")],
-    stack_b: Annotated[
-        str | None,
-        typer.Argument(help="Second stack (default: STACK_A, with the --set-b values)."),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="Print every changed field as JSON.", rich_help_panel=OUTPUT),
-    ] = False,
-    overrides: SetOption = None,
-    overrides_b: SetBOption = None,
-) -> None:
-    """Show what changes from STACK_A to STACK_B: a summary (the model, workers, GPUs, links,
-    time-slicing and every other config change, with what it changes on the cluster and in the
-    sizing), then component by component (role, replicas, placement, image, args, env,
-    resources; an added component with its args and env); differences that are only the
-    stacks' names are folded into one line. --set changes both stacks, --set-b STACK_B only.
-
-    Example: testbed diff kv-routing disagg-same-node;
-    testbed diff kv-routing --set-b topology.workers[0].replicas=2
-    """
-    import json
-
-    from outputs.tables import table_console
-    from testbed.component_diff import diff_lines
-    from testbed.render_files import diff_rendered
-
-    settings, settings_b = _settings(overrides), _settings(overrides_b)
-    if stack_b is None and settings and not settings_b:
-        fail(
-            "--set applies to both stacks, so `testbed diff STACK --set ...` compares the stack "
-            "with itself; to preview a change, use --set-b (the second stack only): testbed "
-            f"diff {stack_a} " + " ".join(f"--set-b {s.text}" for s in settings)
-        )
-    stack_b = stack_b or stack_a
-    a = _render_or_exit(stack_a, settings)
-    b = _render_or_exit(stack_b, [*settings, *settings_b])
-    changes = diff_rendered(a, b)
-    if as_json:
-        typer.echo(json.dumps([c.__dict__ for c in changes], indent=2, default=str))
-        return
-    say_settings(stack_a, settings)
-    say_settings(stack_b, [*settings, *settings_b])
-    console = table_console(highlight=False)
-    if settings_b:
-        console.print(
-            f"--set-b applies to B ({stack_b}) only"
-            + (f"; --set to A ({stack_a}) and B alike" if settings else ""),
-            soft_wrap=True,
-            markup=False,
-        )
-    from stackmodel.stacks import load_stack
-    from testbed.config_diff import config_lines, config_summary
-
-    plans = load_stack(stack_a, settings), load_stack(stack_b, [*settings, *settings_b])
-    config = (
-        config_summary(stack_a, stack_b, *plans),
-        config_lines(stack_a, stack_b, *plans),
-    )
-    for line in diff_lines(stack_a, stack_b, a, b, changes, config):
-        console.print(line, soft_wrap=True, markup=False)
-    console.print(f"({len(changes)} field changes in all: testbed diff --json lists them)")
-    load_step_note([a, b])
 
 
 def _grid(
