@@ -6,9 +6,9 @@ Read for every ``testbed --help``: the command imports what it runs inside its f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -224,19 +224,10 @@ def simulate_command(
     Example: testbed simulate kv-routing disagg-same-node --out out/sim;
     testbed simulate kv-routing --set-b topology.workers[0].replicas=2
     """
-    from contextlib import ExitStack
-
-    from outputs.folder_lock import FolderBusyError, folder_lock
-    from outputs.folder_writer import ResumeError, complete_runs
+    from outputs.folder_writer import complete_runs
     from outputs.tables import table_console
     from simulator.routing import ROUTING_DIR
-    from simulator.stack_values import (
-        other_stack_values,
-        refuse_other_stack_values,
-        stack_values,
-    )
-    from stackmodel.stack_warnings import sizing_warnings
-    from stackmodel.stacks import load_stack
+    from simulator.run import SimulateRequest, SimulateRequestError, simulate
     from testbed.dependency_groups import missing_group
     from testbed.load_command import resumed_line
 
@@ -251,65 +242,33 @@ def simulate_command(
     )
     if missing:
         fail(missing)
-    grid = _grid(prefix_kinds, concurrency, repetitions, requests)
-    if against is not None:
-        grid = _against_grid(against, names, grid, full)
-    objectives = slo_of(slo)
-    if objectives is not None:
-        grid["slo"] = objectives
-    _refuse_twice_set(grid, [*settings, *settings_b])
-    plans = {}
-    for name, file in files.items():  # every stack and its grid is checked before anything
-        try:  # is printed or written
-            plans[name] = load_stack(file, each[name])
-        except _stack_errors() as exc:
-            fail(str(exc))
-        _check_grid(name, plans[name], grid, each[name], full)
-    for name, file in files.items():
-        say_settings(file, each[name])
-        noted = sizing_warnings(plans[name])
-        for warning in noted:
-            warn(f"{name}: {warning.render()}")
-    if against is not None:
-        _refuse_other_runs(against, names[0], plans[names[0]], force)
-    kept: dict[str, int] = {}
-    with ExitStack() as locks:
-        for name in names:
-            try:
-                locks.enter_context(folder_lock(out / name))
-            except FolderBusyError as exc:
-                fail(str(exc))
-            except OSError as exc:
-                fail(f"cannot write the results to --out {out}: {exc.strerror or exc}")
-            earlier = complete_runs(out / name / ROUTING_DIR)
-            values = stack_values(plans[name], each[name])
-            if earlier and not resume:
-                other = other_stack_values(out / name, values)
-                fail(
-                    f"{out / name} already holds {earlier} complete run(s) of an earlier "
-                    + (
-                        f"simulation that --resume cannot continue ({'; '.join(other)}): "
-                        "choose another --out"
-                        if other
-                        else "simulation: add --resume to continue it (runs at other grid "
-                        "points are kept), or choose another --out"
-                    )
-                )
-            try:
-                if resume:
-                    refuse_other_stack_values(out / name, values)
-            except ResumeError as exc:
-                fail(str(exc))
-            kept[name] = earlier
-        results = _simulate(
-            plans, out, grid, each, full, speedup, not no_progress, resume, against is None
-        )
-    for name, count in kept.items():
+    request = SimulateRequest(
+        files,
+        each,
+        out,
+        _grid(prefix_kinds, concurrency, repetitions, requests),
+        slo_of(slo),
+        full,
+        speedup,
+        not no_progress,
+        resume,
+        against,
+        force,
+    )
+    refused: tuple[type[Exception], ...] = (SimulateRequestError, *_stack_errors())
+    try:
+        done = simulate(request, _Printer(out, grid_length=against is None))
+    except refused as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        _say_kept(names, out)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    for name, count in done.kept.items():
         if count:
             total = complete_runs(out / name / ROUTING_DIR)
             table_console(highlight=False).print(resumed_line(out / name, count, total))
     if against is not None:
-        _print_against(results[0], against)
+        _print_against(done.results[0], against)
 
 
 def _simulate_out(out: Path | None, against: Path | None) -> Path:
@@ -324,48 +283,6 @@ def _simulate_out(out: Path | None, against: Path | None) -> Path:
     if against is None:
         return REPO / SIMULATE_OUT
     return REPO / AGAINST_OUT / (against.resolve().name or "results")
-
-
-def _against_grid(
-    against: Path, names: Sequence[str], grid: dict[str, Any], full: bool
-) -> dict[str, Any]:
-    """The grid ``--against`` sets (the measured folder's); refused beside a second stack,
-    --full or a grid option."""
-    from testbed.against import measured_grid
-
-    if len(names) > 1:
-        fail(f"--against compares one stack with measured runs: name only {names[0]}")
-    if full or grid:
-        fail(
-            "--against simulates at the measured folder's grid points: drop --full, "
-            "--prefix-kinds, --concurrency, --repetitions and --requests"
-        )
-    try:
-        return measured_grid(against)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(f"--against {against}: {exc}")
-
-
-def _refuse_other_runs(against: Path, stack: str, plan: StackPlan, force: bool) -> None:
-    """A folder ``--against`` whose model, load settings or engine differ from the stack's
-    (:func:`simulator.folder_labels.differences`) is refused, or with ``force`` warned."""
-    from simulator.folder_labels import differences, fix_phrase, folder_labels
-
-    try:
-        labels = folder_labels(against)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(f"--against {against}: {exc}")
-    differ = differences(labels, plan)
-    if not differ:
-        return
-    what = f"--against {against} measured other requests than stack {stack!r} sends: "
-    what += "; ".join(differ)
-    if not force:
-        fail(
-            f"{what}: the comparison would be of different loads; compare with the stack as "
-            f"it ran: {fix_phrase(labels, plan, stack)}, or add --force to compare anyway"
-        )
-    warn(f"{what} (--force: compared anyway)")
 
 
 def _print_against(sim: Simulation, against: Path) -> None:
@@ -429,172 +346,135 @@ def _print_against(sim: Simulation, against: Path) -> None:
     console.print(f"comparison in {folder}/ (summary.json, table.txt, report.html)")
 
 
-def _invalid_grid(exc: Any, stack: str | None = None) -> NoReturn:
-    """Exit 2 with the first problem of a grid's `LoadConfig` validation, naming `stack`."""
-    from workload.config import error_message
+class _Printer:
+    """What ``testbed simulate`` prints while :func:`simulator.run.simulate` runs
+    (:class:`simulator.run.SimulateObserver`): each stack's ``--set`` values and warnings, then
+    the tables, the A / B comparison and the reports (written while the folders are locked).
+    ``grid_length``: say how long each stack's own grid would take (not for ``--against``,
+    which runs the measured folder's grid)."""
 
-    error = exc.errors()[0]
-    where = ".".join(str(p) for p in error["loc"]) or "load"
-    named = f"stack {stack!r}: " if stack else ""
-    fail(f"{named}invalid grid: {where}: {error_message(error)}")
+    def __init__(self, out: Path, *, grid_length: bool) -> None:
+        self.out = out
+        self.grid_length = grid_length
+
+    def on_settings(self, stack: str, settings: Sequence[Setting]) -> None:
+        say_settings(stack, settings)
+
+    def warn(self, message: str) -> None:
+        warn(message)
+
+    def on_start(self, names: Sequence[str]) -> None:
+        from outputs.tables import table_console
+
+        side_by_side = " and ".join(names) + (" side by side" if len(names) > 1 else "")
+        table_console(highlight=False).print(f"simulating {side_by_side} ...")
+
+    def on_results(self, plans: Mapping[str, StackPlan], results: Sequence[Simulation]) -> None:
+        """Print the results and write the reports; each warning of the results is printed
+        once, naming the stacks it came from."""
+        from outputs.tables import stacks_tables, table_console
+
+        console = table_console(highlight=False)
+        names = list(plans)
+        said: dict[str, list[str]] = {}
+        for sim in results:
+            _print_stack(sim, plans[sim.stack].cfg.load if self.grid_length else None)
+            for warning in sim.result.warnings:
+                said.setdefault(warning, []).append(sim.stack)
+        for warning, stacks in said.items():  # once each, naming the stacks it came from
+            warn(warning if len(names) == 1 else f"{', '.join(stacks)}: {warning}")
+        report_notes = _print_pair(*results) if len(results) == 2 else []
+        if len(results) > 2:
+            for table in stacks_tables(
+                [(r.stack, r.result.points) for r in results], simulated=True
+            ):
+                console.print(table)
+        comparison = comparison_report(self.out, names) if len(names) > 1 else None
+        images = _crossover_images(results)
+        _write_reports(
+            [sim.out_dir for sim in results], comparison, [n for n in report_notes if n], images
+        )
+        console.print(f"results in {self.out}/")
 
 
-def _check_grid(
-    name: str, plan: StackPlan, grid: dict[str, Any], settings: Sequence[Setting], full: bool
-) -> None:
-    """The grid `name` would run (`simulator.simulate.stack_load`, as `simulate_stacks` makes
-    it), validated before anything is printed or a folder touched."""
-    from pydantic import ValidationError
-
-    from simulator.simulate import stack_load
-    from workload.slo import SloError
-
-    try:
-        stack_load(name, plan.cfg, full=full, grid=grid, settings=settings)
-    except ValidationError as exc:
-        _invalid_grid(exc, name)
-    except SloError as exc:
-        fail(f"stack {name!r}: {exc}")
-
-
-def _refuse_twice_set(grid: dict[str, Any], settings: Sequence[Setting]) -> None:
-    """An option and a ``--set load.<key>`` for the same grid field: refuse, naming both."""
-    from simulator.simulate import set_load_fields
-
-    for setting in settings:
-        for name in set_load_fields([setting]):
-            if name in grid:
-                option = {"requests_per_run": "requests"}.get(name, name).replace("_", "-")
-                fail(f"--{option} and --set {setting.key} both set it: keep one")
-
-
-def _simulate(
-    plans: dict[str, StackPlan],
-    out: Path,
-    grid: dict[str, Any],
-    settings: dict[str, list[Setting]],
-    full: bool,
-    speedup: float,
-    progress: bool,
-    resume: bool,
-    grid_length: bool = True,
-) -> list[Simulation]:
-    """Run the simulations (the caller holds the folders' locks), print the tables and return
-    the results; ``settings``: each stack's ``--set`` values, by name; ``grid_length``: say how
-    long each stack's own grid would take (not for ``--against``, which runs the measured
-    folder's grid). Each warning of the results is printed once, naming the stacks it came
-    from."""
-    from contextlib import suppress
-
-    from pydantic import ValidationError
+def _print_stack(sim: Simulation, load: StackLoadConfig | None) -> None:
+    """One simulated stack's tables and incidents; with its ``load``, how long its own grid
+    would take (:func:`grid_length_line`)."""
     from rich.text import Text
 
     from measurement.incidents import describe
-    from measurement.intervals import ab_comparisons
-    from outputs.folder_writer import ResumeError
     from outputs.tables import (
         client_server_table,
-        comparison_table,
         phases_table,
         seed_table,
         slo_table,
-        stacks_tables,
         table_console,
-        tail_comparison_table,
         tail_table,
     )
-    from simulator.localgraph import LocalGraphError
+
+    console = table_console(highlight=False)
+    name = sim.stack
+    groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
+    console.print(f"{name}: router {sim.spec.router_mode}; {groups}")
+    table = seed_table(
+        sim.result.points,
+        title=f"{name} (SIMULATED)",
+        incidents=sim.result.incidents,
+        simulated=True,
+    )
+    console.print(table)
+    console.print(tail_table(sim.result.points, title=f"{name}: tails (SIMULATED)"))
+    judged = slo_table(sim.result.points, title=f"{name}: against the SLO (SIMULATED)")
+    if judged is not None:
+        console.print(judged)
+    console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
+    if load is not None:
+        console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
+    phases = phases_table(sim.result.points, title=f"{name}: TTFT phases (ms, SIMULATED)")
+    if phases is not None:
+        console.print(phases)
+    server_side = client_server_table(sim.result.runs, title=f"{name}: client vs server")
+    if server_side is not None:
+        console.print(server_side)
+    for incident in sim.result.incidents:
+        warn(f"{name}: {describe(incident)}: {incident.message}")
+
+
+def _print_pair(a: Simulation, b: Simulation) -> list[str]:
+    """Two stacks as A / B: the comparison tables, the seed's accuracy note, the verdicts and
+    the settings and resource notes; returns the notes the A / B report carries."""
+    from contextlib import suppress
+
+    from rich.text import Text
+
+    from measurement.intervals import ab_comparisons
+    from outputs.tables import comparison_table, table_console, tail_comparison_table
     from simulator.seed import seed_accuracy_note
-    from simulator.simulate import TimingError, simulate_stacks
     from testbed.compare import print_resource_note, print_verdicts, resource_note_text
 
     console = table_console(highlight=False)
-    names = list(plans)
     report_notes: list[str] = []
-    side_by_side = " and ".join(names) + (" side by side" if len(names) > 1 else "")
-    console.print(f"simulating {side_by_side} ...")
-    try:
-        results = simulate_stacks(
-            plans,
-            out,
-            full=full,
-            grid=grid,
-            settings=settings,
-            speedup_ratio=speedup,
-            progress=progress,
-            resume=resume,
+    console.print(
+        comparison_table(
+            a.result.points, b.result.points, title=f"{a.stack} / {b.stack} (SIMULATED)"
         )
-    except (LocalGraphError, ResumeError, TimingError) as exc:
-        fail(str(exc))
-    except ValidationError as exc:
-        _invalid_grid(exc)
-    except KeyboardInterrupt:
-        _say_kept(names, out)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    said: dict[str, list[str]] = {}
-    for sim in results:
-        name = sim.stack
-        groups = ", ".join(f"{g.replicas} {g.role} ({g.name})" for g in sim.spec.groups)
-        console.print(f"{name}: router {sim.spec.router_mode}; {groups}")
-        table = seed_table(
-            sim.result.points,
-            title=f"{name} (SIMULATED)",
-            incidents=sim.result.incidents,
-            simulated=True,
-        )
-        console.print(table)
-        console.print(tail_table(sim.result.points, title=f"{name}: tails (SIMULATED)"))
-        judged = slo_table(sim.result.points, title=f"{name}: against the SLO (SIMULATED)")
-        if judged is not None:
-            console.print(judged)
-        console.print(Text(f"SIMULATED by {sim.result.simulated}"), soft_wrap=True)
-        if grid_length:
-            load = plans[name].cfg.load
-            console.print(Text(grid_length_line(name, load, sim.result.points)), soft_wrap=True)
-        phases = phases_table(sim.result.points, title=f"{name}: TTFT phases (ms, SIMULATED)")
-        if phases is not None:
-            console.print(phases)
-        server_side = client_server_table(sim.result.runs, title=f"{name}: client vs server")
-        if server_side is not None:
-            console.print(server_side)
-        for warning in sim.result.warnings:
-            said.setdefault(warning, []).append(name)
-        for incident in sim.result.incidents:
-            warn(f"{name}: {describe(incident)}: {incident.message}")
-    for warning, stacks in said.items():  # once each, naming the stacks it came from
-        warn(warning if len(names) == 1 else f"{', '.join(stacks)}: {warning}")
-    if len(results) == 2:
-        a, b = results
-        console.print(
-            comparison_table(
-                a.result.points, b.result.points, title=f"{a.stack} / {b.stack} (SIMULATED)"
-            )
-        )
-        console.print(
-            tail_comparison_table(
-                a.result.points, b.result.points, title=f"tails {a.stack} / {b.stack} (SIMULATED)"
-            )
-        )
-        note = seed_accuracy_note({a.stack: a.result.points, b.stack: b.result.points})
-        if note is not None:
-            console.print(Text(note), soft_wrap=True)
-            report_notes.append(note)
-        both = (a.result.points, b.result.points)
-        print_verdicts(both, ab_comparisons(*both), simulated=True)
-        print_settings_note(a.out_dir, b.out_dir, (a.stack, b.stack))
-        print_resource_note(a.out_dir, b.out_dir)
-        with suppress(ValueError):  # unreadable: printed as a warning above
-            report_notes.append(resource_note_text(a.out_dir, b.out_dir))
-    if len(results) > 2:
-        for table in stacks_tables([(r.stack, r.result.points) for r in results], simulated=True):
-            console.print(table)
-    comparison = comparison_report(out, names) if len(names) > 1 else None
-    images = _crossover_images(results)
-    _write_reports(
-        [sim.out_dir for sim in results], comparison, [n for n in report_notes if n], images
     )
-    console.print(f"results in {out}/")
-    return results
+    console.print(
+        tail_comparison_table(
+            a.result.points, b.result.points, title=f"tails {a.stack} / {b.stack} (SIMULATED)"
+        )
+    )
+    note = seed_accuracy_note({a.stack: a.result.points, b.stack: b.result.points})
+    if note is not None:
+        console.print(Text(note), soft_wrap=True)
+        report_notes.append(note)
+    both = (a.result.points, b.result.points)
+    print_verdicts(both, ab_comparisons(*both), simulated=True)
+    print_settings_note(a.out_dir, b.out_dir, (a.stack, b.stack))
+    print_resource_note(a.out_dir, b.out_dir)
+    with suppress(ValueError):  # unreadable: printed as a warning above
+        report_notes.append(resource_note_text(a.out_dir, b.out_dir))
+    return report_notes
 
 
 def grid_length_line(name: str, load: StackLoadConfig, points: Sequence[Any]) -> str:

@@ -68,14 +68,10 @@ def _settings(items: Sequence[str] | None) -> list[Setting]:
 
 def _stack_errors() -> tuple[type[Exception], ...]:
     """What a bad stack name, file, config or ``--set`` raises, or the version gate's refusal
-    (worded as a config error, raised once the platform's version is read): one ``error:``
-    line, exit 2."""
-    from configkeys.key_paths import KeyPathError
-    from stackmodel.errors import StackConfigError
-    from stackmodel.stack_layout import VersionGateError
-    from stackmodel.stacks import StackFileError
+    (:data:`stackmodel.stacks.LOAD_ERRORS`): one ``error:`` line, exit 2."""
+    from stackmodel.stacks import LOAD_ERRORS
 
-    return (FileNotFoundError, StackFileError, StackConfigError, KeyPathError, VersionGateError)
+    return LOAD_ERRORS
 
 
 def say_settings(stack: str, settings: Sequence[Setting]) -> None:
