@@ -78,7 +78,7 @@ async def _wait_and_run(
     """
     from loadgen.api import base_url
     from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
-    from loadgen.runner import grid_keys, run_grid_async
+    from loadgen.runner import GridRun, grid_keys, run_grid_async
     from loadstep.folder import StopFileObserver, StopRequested
     from loadstep.worker_urls import reached
     from outputs.folder_writer import read_result
@@ -89,17 +89,19 @@ async def _wait_and_run(
     await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
     workers = await reached(workers, notes)
     run = run_grid_async(
-        inputs.url,
-        inputs.model,
-        config,
-        run_dir,
-        tokenizer=inputs.tokenizer,
-        progress=False,
-        resume=True,  # run_dir is new, or an interrupted run to finish (loadstep.folder)
-        ready=inputs.ready_check(),
-        observers=[pods, StopFileObserver(inputs)],
-        prefill_metrics=workers.prefill,
-        decode_metrics=workers.decode,
+        GridRun(
+            inputs.url,
+            inputs.model,
+            config,
+            run_dir,
+            tokenizer=inputs.tokenizer,
+            progress=False,
+            resume=True,  # run_dir is new, or an interrupted run to finish (loadstep.folder)
+            ready=inputs.ready_check(),
+            observers=[pods, StopFileObserver(inputs)],
+            prefill_metrics=workers.prefill,
+            decode_metrics=workers.decode,
+        )
     )
     try:
         return await asyncio.wait_for(run, max(deadline - time.monotonic(), 0.0)), False, None
