@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from testbed.console import EXIT_INTERRUPTED, fail
-from testbed.stack_commands import SetOption, _settings, _stack_errors
+from testbed.stack_options import SetOption, _settings, _stack_errors
 
 if TYPE_CHECKING:
     from rich.console import Console

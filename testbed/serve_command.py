@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from testbed.console import fail
-from testbed.stack_commands import SetOption, _settings, _stack_errors, under_project
+from testbed.stack_options import SetOption, _settings, _stack_errors, under_project
 
 SERVE_OUT = Path("out/serve")
 """Where the graph's logs, discovery files and model folder go (``<out>/<stack>``)."""
