@@ -145,15 +145,17 @@ def test_a_probe_pod_that_cannot_be_scheduled_ends_the_probe_in_its_grace_time(
     def on_pod(api: FakeKubeApi, pod: dict[str, Any]) -> None:
         pod["status"] = unschedulable(why)
 
+    deadline_s = 60
     with fake_kube_api() as api:
         api.on_pod = on_pod
         began = time.monotonic()
         run = run_probe_pods(
-            objects, began + 60, kubeconfig=str(api.kubeconfig(tmp_path)), poll_s=0.1,
+            objects, began + deadline_s, kubeconfig=str(api.kubeconfig(tmp_path)), poll_s=0.1,
             start_grace_s=1,
         )  # fmt: skip
         took = time.monotonic() - began
-    assert run.figures is None and took < 20
+    # given up after the start grace, before the deadline (however long a busy machine takes)
+    assert run.figures is None and took < deadline_s
     assert run.failure is not None
     assert run.failure.startswith(f"probe-x-target cannot start: Unschedulable: {why} (for ")
     assert len(api.deleted) == 3  # the ConfigMap, Service and target: no initiator was made

@@ -288,19 +288,21 @@ def test_a_pod_that_cannot_start_fails_the_step_in_its_grace_time(
     tmp_path: Path, pending: dict[str, Any], says: str
 ) -> None:
     """The Job's deadline is a minute away; the step gives up after the start grace (1 s
-    here), naming the pod and the scheduler's or kubelet's reason, and deletes the Job."""
+    here), naming the pod and the scheduler's or kubelet's reason, and deletes the Job: before
+    the deadline, however long a busy machine takes over the grace."""
+    deadline_s = 60
     with fake_kube_api() as api:
         api.on_job = controller("http://unused", tmp_path / "pods", URL, pending=pending)
         began = time.monotonic()
         run = run_in_cluster(
-            _job(1), GRID, tmp_path / "run", began + 60,
+            _job(1), GRID, tmp_path / "run", began + deadline_s,
             kubeconfig=str(api.kubeconfig(tmp_path)), poll_s=0.2, start_grace_s=1,
         )  # fmt: skip
         took = time.monotonic() - began
     assert run.result is None and not run.deadline_exceeded
     assert run.failure is not None and run.failure.startswith(says), run.failure
     assert "Pending" not in run.failure  # the reason, not the phase again
-    assert took < 30
+    assert took < deadline_s
     assert ("Job", "load-test-0123abcd") in api.deleted
 
 

@@ -1,13 +1,13 @@
 """The readiness gate (loadgen.readiness) against a server that lists the model but is not
-serving yet: 500 for 3 s, then 404 for 2 s, then streams (as a Dynamo frontend may answer
-right after its DGD turns Ready). Fault injection, so a stub server."""
+serving yet: from its first completion request, 500 for 3 s, then 404 for 2 s, then streams
+(as a Dynamo frontend may answer right after its DGD turns Ready). Fault injection, so a stub
+server."""
 
 import json
 import time
 from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 from aiohttp import web
 
 from loadgen.readiness import NotServingError, wait_for_model, wait_until_serving
@@ -27,17 +27,24 @@ def _event(obj: object) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
-def phased_app(serve_after_s: float = FAIL_500_S + FAIL_404_S) -> web.Application:
-    """Lists MODEL from the start; completions answer 500 until FAIL_500_S, 404 until
-    `serve_after_s`, then stream two tokens with usage."""
-    started = time.monotonic()
+def phased_app(
+    serve_after_s: float = FAIL_500_S + FAIL_404_S, listed: list[float] | None = None
+) -> web.Application:
+    """Lists MODEL from the start (each listing's time appended to `listed`); completions
+    answer 500 until FAIL_500_S after the first completion request, 404 until `serve_after_s`
+    after it, then stream two tokens with usage. Timed from the first completion request, so
+    a gate that starts late on a busy machine still waits the whole phases out."""
+    started: list[float] = []
 
     async def models(_: web.Request) -> web.Response:
+        if listed is not None:
+            listed.append(time.monotonic())
         return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        age = time.monotonic() - started
+        started[:] = started or [time.monotonic()]
+        age = time.monotonic() - started[0]
         if age < min(FAIL_500_S, serve_after_s):
             return web.json_response({"error": "engine not ready"}, status=500)
         if age < serve_after_s:
@@ -74,32 +81,33 @@ async def serve(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-@pytest_asyncio.fixture
-async def phased_url() -> AsyncIterator[str]:
-    async for url in serve(phased_app()):
-        yield url
-
-
 async def test_first_grid_point_has_no_errors_and_the_wait_is_recorded(
-    phased_url: str, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A proxy variable that leads nowhere: the gate and the load share one client
     # configuration that does not follow it, so neither is affected.
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
-    assert await wait_for_model(phased_url, MODEL, TINY, timeout_s=5) < 1.0
-    result = await run_grid_async(
-        GridRun(
-            phased_url,
-            MODEL,
-            TINY,
-            None,
-            progress=False,
-            ready=ReadyCheck(successes=3, timeout_s=30),
+    listed: list[float] = []
+    async for phased_url in serve(phased_app(listed=listed)):
+        # listed at the first poll: one listing, no POLL_INTERVAL_S pause
+        before = time.monotonic()
+        waited_s = await wait_for_model(phased_url, MODEL, TINY, timeout_s=5)
+        assert len(listed) == 1 and 0 <= waited_s <= time.monotonic() - before
+        result = await run_grid_async(
+            GridRun(
+                phased_url,
+                MODEL,
+                TINY,
+                None,
+                progress=False,
+                ready=ReadyCheck(successes=3, timeout_s=30),
+            )
         )
-    )
     readiness = result.readiness
     assert readiness is not None
+    # At least the phases (timed from the gate's first request); late by one POLL_INTERVAL_S
+    # pause after its last failure and its 3 streamed requests, which 3 s (six pauses) holds.
     assert FAIL_500_S + FAIL_404_S <= readiness.waited_s < FAIL_500_S + FAIL_404_S + 3
     assert set(readiness.failures_by_kind) == {"http_status"}
     assert readiness.attempts == readiness.failures_by_kind["http_status"] + 3
@@ -111,7 +119,9 @@ async def test_first_grid_point_has_no_errors_and_the_wait_is_recorded(
 
 
 async def test_without_the_gate_the_first_point_fails() -> None:
-    async for url in serve(phased_app()):
+    """A server not serving yet (it never does here, so no load makes the grid late enough to
+    find it serving) fails every request of the first point."""
+    async for url in serve(phased_app(serve_after_s=1e9)):
         result = await run_grid_async(GridRun(url, MODEL, TINY, None, progress=False))
         assert result.readiness is None
         assert result.points[0].errors == 6

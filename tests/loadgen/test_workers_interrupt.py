@@ -17,6 +17,20 @@ from simulator.model_dir import make_model_dir
 TESTBED = Path(sys.executable).parent / "testbed"
 
 
+def _waiting_on(port: int, parent: psutil.Process) -> list[psutil.Process]:
+    """`parent`'s descendants with a TCP connection to `port` on localhost: the workers that
+    have sent a request (a condition, so the interrupt comes mid-run however slow the start)."""
+    waiting = []
+    for child in parent.children(recursive=True):
+        try:
+            connections = child.net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue
+        if any(c.raddr and c.raddr.port == port for c in connections):
+            waiting.append(child)
+    return waiting
+
+
 @pytest.mark.timeout(90)
 def test_ctrl_c_stops_every_worker_process(tmp_path: Path) -> None:
     with socket.socket() as server:  # accepts connections, never answers: requests hang
@@ -31,11 +45,10 @@ def test_ctrl_c_stops_every_worker_process(tmp_path: Path) -> None:
         proc = popen_interruptible(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         parent = psutil.Process(proc.pid)
         deadline = time.monotonic() + 60
-        while len(parent.children(recursive=True)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)  # both worker processes spawned
+        while len(_waiting_on(port, parent)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)  # both workers warming up: blocked on the silent server
+        assert len(_waiting_on(port, parent)) >= 2
         workers = parent.children(recursive=True)
-        assert len(workers) >= 2
-        time.sleep(2)  # warming up: blocked on the silent server
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 130, out.decode()
