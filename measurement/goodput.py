@@ -26,8 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from measurement.intervals import CONFIDENCE, SLO_METRICS, UPPER_BOUNDS, point_interval
+from measurement.percentile import percentile
 from measurement.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
-from measurement.stats import bounded_percentile, first_of_client, percentile, span_seconds, tails
+from measurement.stats import bounded_percentile, first_of_client, span_seconds, tails
 from metrics.registry import Objective, objectives
 from workload.slo import Slo, SloError
 

@@ -211,14 +211,14 @@ class RunSummary(BaseModel):
     `lower_bounds` names the figures that rest on one (`measurement.stats.bounded_percentile`).
     TTFT: `sent` to the first non-empty content/reasoning text. First chunk: `sent` to the first
     data event. ITL: per token, each gap between consecutive content-bearing chunks divided by
-    the tokens the later chunk carried, pooled over requests (`measurement.stats.itl_ms`). ICL: the
+    the tokens the later chunk carried, pooled over requests (`metrics.latency.itl_ms`). ICL: the
     gaps themselves (vLLM bench's per-chunk ITL). Both count only the gaps between network
     reads: events delivered in one read (a buffering proxy) have no gap the client saw.
     TPOT: per request (E2E - TTFT) / (completion_tokens - tokens of the first read)
-    (`measurement.stats.tpot_ms`; vLLM's and
+    (`metrics.latency.tpot_ms`; vLLM's and
     AIPerf's (E2E - TTFT) / (completion_tokens - 1) when chunks carry one token).
     tokens_per_chunk_p50: over all content chunks, the server's per-chunk counts or the final
-    usage spread evenly (`measurement.stats.chunk_tokens`); docs/metrics.md has the formulas.
+    usage spread evenly (`metrics.latency.chunk_tokens`); docs/metrics.md has the formulas.
     E2E: `sent` to the last generated token (`RequestRecord.last_token_ns`; a trailing usage
     chunk only supplies counts). Queue: intended to actual send (client-side waiting).
     requests_per_s / output_tokens_per_s: successful requests / completion tokens over the span

@@ -41,14 +41,8 @@ from measurement.errors import ErrorKind
 from measurement.goodput import evaluate_run
 from measurement.record import RequestRecord
 from measurement.results import GridResult, ServerRunMetrics
-from measurement.stats import (
-    bounded_percentile,
-    itl_ms,
-    outage_of,
-    summarize_point,
-    summarize_run,
-    tpot_ms,
-)
+from measurement.stats import bounded_percentile, outage_of, summarize_point, summarize_run
+from metrics.latency import itl_ms, tpot_ms
 from outputs.tables import prompt_sizes, seed_rows, table_headers
 from workload.config import LoadConfig
 from workload.slo import parse_slo

@@ -33,9 +33,10 @@ from measurement.intervals import (
     repetitions_needed,
     verdict_mark,
 )
+from measurement.percentile import percentile
 from measurement.record import RequestRecord
 from measurement.results import PointSummary
-from measurement.stats import percentile, summarize_point, summarize_run
+from measurement.stats import summarize_point, summarize_run
 from outputs.tables import seed_table, table_text, verdict_caption, verdict_rows
 from testbed.cli import app
 
