@@ -386,7 +386,7 @@ def recommend_command(
     from recommend.space import candidates, with_fixes
     from recommend.validate import validate
     from recommend.workload import MEASURED_PER_CLIENT, describe
-    from testbed.console import _int_list
+    from testbed.console import int_list
     from testbed.dependency_groups import missing_group
     from testbed.slo_option import slo_of
     from testbed.stack_commands import under_project
@@ -420,7 +420,7 @@ def recommend_command(
     sent = dataclasses.replace(sent, load=load, per_client=per_client)
     try:
         target.check_outputs(load.max_tokens)
-        budgets = _int_list("batched-tokens", batched_tokens) or []
+        budgets = int_list("batched-tokens", batched_tokens) or []
     except (SloError, ValueError) as exc:
         fail(str(exc))
     for budget in budgets:

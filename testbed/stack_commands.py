@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from testbed.compare import print_settings_note
-from testbed.console import EXIT_INTERRUPTED, _int_list, _stderr_line, fail
+from testbed.console import EXIT_INTERRUPTED, fail, int_list, stderr_line
 from testbed.slo_option import SloOption, slo_of
 
 if TYPE_CHECKING:
@@ -404,8 +404,8 @@ def _grid(
 ) -> dict[str, Any]:
     try:
         values = {
-            "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
-            "concurrency": _int_list("concurrency", concurrency),
+            "prefix_kinds": int_list("prefix-kinds", prefix_kinds),
+            "concurrency": int_list("concurrency", concurrency),
             "repetitions": repetitions,
             "requests_per_run": requests,
         }
@@ -948,7 +948,7 @@ def _say_kept(names: list[str], out: Path) -> None:
 
     counts = {name: complete_runs(out / name / ROUTING_DIR) for name in names}
     if not any(counts.values()):
-        _stderr_line(
+        stderr_line(
             f"interrupted; every process was stopped. Nothing complete was kept in {out} "
             "(run the same command again)"
         )
@@ -956,7 +956,7 @@ def _say_kept(names: list[str], out: Path) -> None:
     first, *others = counts.items()
     kept = f"{first[1]} complete run{'s' if first[1] != 1 else ''} of {first[0]}"
     kept += "".join(f" and {count} of {name}" for name, count in others)
-    _stderr_line(
+    stderr_line(
         f"interrupted; every process was stopped. Kept {kept} in {out} (the same command with "
         "--resume runs only the others)"
     )
