@@ -164,9 +164,9 @@ def evaluate_point(
         low, high = bounds if bounds is not None else (None, None)
         intervals[metric] = MetricInterval(runs=values, low=low, high=high)
     objectives = slo.objectives()
-    values = {k: _median([r.values_ms.get(k) for r in runs]) for k in objectives}
-    holds = {k: None if (v := values[k]) is None else v <= objectives[k] for k in objectives}
-    ratios = {k: v / objectives[k] for k, v in values.items() if v is not None}
+    medians = {k: _median([r.values_ms.get(k) for r in runs]) for k in objectives}
+    holds = {k: None if (v := medians[k]) is None else v <= objectives[k] for k in objectives}
+    ratios = {k: v / objectives[k] for k, v in medians.items() if v is not None}
     req_s = statistics.median(r.goodput_requests_per_s for r in runs)
     tok_s = statistics.median(r.goodput_output_tokens_per_s for r in runs)
     return PointAttainment(
@@ -181,7 +181,7 @@ def evaluate_point(
         gpus=gpus,
         goodput_requests_per_s_per_gpu=req_s / gpus if gpus else None,
         goodput_output_tokens_per_s_per_gpu=tok_s / gpus if gpus else None,
-        values_ms=values,
+        values_ms=medians,
         values_warm_ms={k: _median([r.values_warm_ms.get(k) for r in runs]) for k in objectives},
         cold=sum(r.cold for r in runs),
         holds=holds,

@@ -790,6 +790,6 @@ def test_the_slo_judges_the_same_censored_p99s_the_tables_show() -> None:
     judged = evaluate_run(records, parse_slo("ttft_p99_ms=1000,e2e_p99_ms=1000"), concurrency=4)
     # 9 x 100 ms and one cut at 5,000 ms: the p99 interpolates 0.91 of the way to the cut.
     assert run.ttft_p99_ms == pytest.approx(100 + 0.91 * 4900)
-    assert judged.p99_ms["ttft_p99_ms"] == run.ttft_p99_ms
-    assert judged.p99_ms["e2e_p99_ms"] == run.e2e_p99_ms == pytest.approx(110 + 0.91 * 4890)
+    assert judged.values_ms["ttft_p99_ms"] == run.ttft_p99_ms
+    assert judged.values_ms["e2e_p99_ms"] == run.e2e_p99_ms == pytest.approx(110 + 0.91 * 4890)
     assert "ttft_p99_ms" in run.lower_bounds and "e2e_p99_ms" in run.lower_bounds
