@@ -4,7 +4,8 @@ Run: `uv run --frozen --all-groups python bench/aic_efficiencies.py` (Linux x86_
 group's aiconfigurator-core; a few seconds per GPU).
 
 For each catalog GPU that aiconfigurator-core 0.12.0 ships measured vLLM kernel data for
-(`aiconfigurator_core/systems/data/<system>/*/vllm/`), it asks AIConfigurator's compiled engine
+(`aiconfigurator_core/systems/data/<system>/*/vllm/`; the entry's `aiconfigurator.system` in
+`steptime/gpus.py`), it asks AIConfigurator's compiled engine
 (`aiconfigurator_core.sdk.EngineHandle.compile(model, system, "vllm")`) for three step times of
 the reference model (:data:`REFERENCE`, Llama-3.1-8B) and solves the roofline of
 `steptime.roofline.EngineStep` for its three efficiencies:
@@ -15,7 +16,8 @@ the reference model (:data:`REFERENCE`, Llama-3.1-8B) and solves the roofline of
 3. `predict_prefill_latency(1, 2048)` minus (1): 2,048 prompt tokens' compute ->
    prefill_efficiency.
 
-Prints `steptime/fit.py`'s `AIC_EFFICIENCIES` entries and, as a check, AIConfigurator's step
+Prints each GPU's `aic=(system, prefill, weights, kv)` argument of its `steptime/gpus.py` catalog
+entry and, as a check, AIConfigurator's step
 times beside the roofline's with those efficiencies at other batch sizes and for Qwen3-8B.
 """
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 from aiconfigurator_core.sdk import EngineHandle
 
 from stackmodel.models import known_model
-from steptime.fit import AIC_SYSTEMS, SEED_FIT
+from steptime.fit import SEED_FIT
 from steptime.gpus import GPU_CATALOG
 from steptime.roofline import EngineStep, prefill_flops_per_token
 
@@ -53,13 +55,16 @@ def efficiencies(gpu: str, system: str) -> dict[str, float]:
 
 
 def main() -> None:
-    found = {gpu: efficiencies(gpu, system) for gpu, system in AIC_SYSTEMS.items()}
-    print("AIC_EFFICIENCIES = {")
+    systems = {
+        name: gpu.aiconfigurator.system
+        for name, gpu in GPU_CATALOG.items()
+        if gpu.aiconfigurator is not None
+    }
+    found = {gpu: efficiencies(gpu, system) for gpu, system in systems.items()}
     for gpu, values in found.items():
-        print(f'    "{gpu}": {values},')
-    print("}")
+        print(f'{gpu}: aic=("{systems[gpu]}", {", ".join(map(str, values.values()))}),')
     print("\ncheck: AIConfigurator ms / roofline ms with these efficiencies")
-    for gpu, system in AIC_SYSTEMS.items():
+    for gpu, system in systems.items():
         for model, aic_name in (REFERENCE, CHECK):
             fit = SEED_FIT.model_copy(update=found[gpu])
             step = EngineStep(GPU_CATALOG[gpu], known_model(model), fit)

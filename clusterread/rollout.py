@@ -270,6 +270,23 @@ def plan_rollout(
                 " Recreate, every old pod stops before a new one starts (GPU pods: a"
                 " RollingUpdate's surge pod would wait for a share none frees)"
             )
+    return _fit(rollout, stack, new, classes, surge, free, added, in_place)
+
+
+def _fit(
+    rollout: Rollout,
+    stack: str,
+    new: Sequence[Mapping[str, Any]],
+    classes: Mapping[str, tuple[Mapping[str, str], int]],
+    surge: Mapping[str, list[tuple[PodGroup, int]]],
+    free: Mapping[str, int],
+    added: set[str],
+    in_place: list[str],
+) -> Rollout:
+    """:func:`plan_rollout`'s verdict: where the pods that start (``surge``, GPU units per node
+    class) fit the ``free`` units, the updates in place (``in_place``) are noted; where they do
+    not, objects ``added`` make it a problem (park first), Deployments wait Pending, and a DGD
+    is replaced instead (``replace_graph``)."""
     short = {
         name: (sum(units for _, units in starts), free[name])
         for name, starts in surge.items()

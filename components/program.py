@@ -15,21 +15,13 @@ from typing import Any
 
 import pulumi
 
-from clusterread.access import missing_permission_line, required_permissions
 from clusterread.checks import (
-    class_gpu_units,
-    class_needs,
-    cluster_problems,
     deployed_chart_version,
-    deployed_graphs_problem,
-    existing_operator_problem,
-    namespace_handover,
-    namespace_problem,
-    release_description,
     release_removal_problem,
 )
-from clusterread.read import ClusterReadError, ClusterView, read_cluster
-from clusterread.rollout import Rollout, plan_rollout
+from clusterread.preview import ClusterAccess, check_cluster
+from clusterread.read import ClusterReadError, read_cluster
+from clusterread.rollout import Rollout
 from components.graph_component import GraphArgs, TestbedGraph
 from components.k8s_objects import register_object
 from components.load_provider import LoadStep, register_load_step
@@ -38,11 +30,10 @@ from incluster.manifests import rbac_entry as load_rbac_entry
 from loadstep.comparison import baseline_note, comparison_output
 from loadstep.inputs import held_reason, memory_floors, topology_fingerprint
 from manifests.graph import (
-    dgd_manifest,
     frontend_service_manifest,
+    graph_workloads,
     hf_secret_manifest,
     namespace_manifest,
-    vllm_deployment_manifests,
 )
 from stackmodel.config import (
     PlatformStackConfig,
@@ -85,7 +76,8 @@ def main(cluster_checks: bool = False) -> None:
 
     Args:
         cluster_checks: read the cluster first and check what the stack needs of it
-            (:func:`check_cluster`); ``__main__.py`` sets it, offline render and tests do not.
+            (:func:`clusterread.preview.check_cluster`); ``__main__.py`` sets it, offline
+            render and tests do not.
 
     Raises:
         StackConfigError: bad config, or a cluster that lacks what the stack needs; raised
@@ -102,6 +94,8 @@ def main(cluster_checks: bool = False) -> None:
                 None,
                 platform_cfg.platform,
                 platform_cfg.platform.namespace,
+                cluster_access(),
+                pulumi.log,
                 unprotecting=platform_cfg.platform.install and not platform_cfg.platform.protect,
             )
         deploy_platform(platform_cfg)
@@ -113,173 +107,22 @@ def main(cluster_checks: bool = False) -> None:
     if cluster_checks:
         installs = cfg.stack_role == "standalone" and cfg.topology.kind == "dynamo"
         platform = cfg.platform if installs else None
-        rollout = check_cluster(stack, cfg, platform, cfg.namespace, topology=topology)
+        rollout = check_cluster(
+            stack, cfg, platform, cfg.namespace, cluster_access(), pulumi.log, topology=topology
+        )
     token = pulumi.Config(PROJECT).get_secret("hfToken")
     deploy(plan, topology, token, rollout, read_operator=cluster_checks)
 
 
-def check_cluster(
-    stack: str,
-    cfg: StackConfig | None,
-    platform: PlatformConfig | None,
-    namespace: str,
-    *,
-    topology: Topology | None = None,
-    unprotecting: bool = False,
-) -> Rollout | None:
-    """Check the cluster the stack's Kubernetes provider points at, before anything is
-    registered: the nodes against ``cfg``'s node classes (:func:`cluster_problems`; with
-    ``sizing.clusterCheck`` error, warn or off), for a ``platform`` that installs the
-    release an operator already running (:func:`existing_operator_problem`), and when a
-    platform stack lifts its ``protect`` (``unprotecting``) DGDs still deployed
-    (:func:`deployed_graphs_problem`); the last two are always errors. The stack's namespace
-    against ``createNamespace`` (:func:`namespace_problem`, an error), and the permissions
-    ``pulumi up`` needs that the user lacks (:func:`required_permissions`, reviewed by the API
-    server; one warning each, with the rule that grants it). With the nodes read,
-    how the change of a deployed graph rolls out on the GPU shares (:func:`plan_rollout`, its
-    decisions logged; one that cannot roll out is an error). ``topology`` is ``cfg``'s (given
-    with it).
-
-    No access to the API (no kubeconfig, unreachable, forbidden) is one warning, never a
-    failure, except while a platform lifts its protect: then DGDs that could not be listed
-    are an error naming the permission (the check fails closed).
-
-    Returns:
-        The rollout (None when not checked).
-
-    Raises:
-        StackConfigError: naming ``nodeClasses.<class>`` (what the nodes have, what the stack
-            needs), ``platform.install``, ``platform.protect`` or ``topology``.
-    """
-    mode = "off" if cfg is None or cfg.parked else cfg.sizing.cluster_check
-    installs = platform is not None and platform.install
-    own_namespace = cfg is not None and (mode != "off" or not cfg.create_namespace)
-    if mode == "off" and not installs and not unprotecting and not own_namespace:
-        return None
+def cluster_access() -> ClusterAccess:
+    """How preview reaches the cluster: the stack's Kubernetes provider's ``kubeconfig`` and
+    ``context``, and whether the stack sets the secret ``hfToken``."""
     kubernetes = pulumi.Config("kubernetes")
-    release = None
-    if platform is not None and installs:
-        release = (release_namespace(platform, namespace), platform.release_name)
-    try:
-        view = read_cluster(
-            kubernetes.get("kubeconfig"),
-            kubernetes.get("context"),
-            nodes=mode != "off",
-            release=release,
-            graphs=unprotecting,
-            namespace=cfg.namespace if cfg is not None and own_namespace else None,
-            access=required_permissions(cfg, with_hf_token=_has_hf_token())
-            if cfg is not None and own_namespace
-            else (),
-        )
-    except ClusterReadError as exc:
-        if unprotecting:
-            raise StackConfigError(
-                stack, [ConfigProblem("platform.protect", False, unlisted_graphs(str(exc)))]
-            ) from None
-        pulumi.log.warn(f"stack '{stack}': cluster not checked (no API access: {exc})")
-        return None
-    for what in view.unreadable:
-        pulumi.log.warn(f"stack '{stack}': cluster partly checked, not readable: {what}")
-    for permission in view.denied or []:
-        pulumi.log.warn(missing_permission_line(stack, permission))
-    if view.denied == [] and cfg is not None:
-        asked = len(required_permissions(cfg, with_hf_token=_has_hf_token()))
-        pulumi.log.info(
-            f"stack '{stack}': your credentials grant each of the {asked} permissions `pulumi"
-            " up` uses (docs/shared-cluster.md, 'Running with namespaced permissions')"
-        )
-    problems: list[ConfigProblem] = []
-    if platform is not None and release is not None:
-        own = release_description(PROJECT, stack)
-        found = existing_operator_problem(
-            platform, namespace, own, view.releases or [], view.cluster_roles or []
-        )
-        if found is not None:
-            problems.append(ConfigProblem("platform.install", True, found))
-        else:  # this stack's own release (or none yet): the upgrade it would make
-            upgrade = platform_upgrade_problem(
-                deployed_chart_version(view.releases or []),
-                platform.chart_version,
-                f"Helm release {release[0]}/{release[1]} in the cluster",
-            )
-            if upgrade is not None:
-                problems.append(upgrade)
-    graphs = deployed_graphs_problem(view.graphs or [])
-    if graphs is not None:
-        problems.append(ConfigProblem("platform.protect", False, graphs))
-    if cfg is not None:
-        found = namespace_problem(
-            cfg.namespace, cfg.create_namespace, view.namespace_found, view.namespace_labels
-        )
-        if found is not None:
-            problems.append(ConfigProblem("createNamespace", cfg.create_namespace, found))
-    rollout = None
-    if cfg is not None and topology is not None and view.nodes is not None:
-        nodes = cluster_problems(cfg, topology, view.nodes)
-        if mode == "warn":
-            for problem in nodes:
-                pulumi.log.warn(f"stack '{stack}': {problem.render()}")
-        else:
-            problems += nodes
-        rollout = check_rollout(stack, cfg, topology, view)
-        if rollout is not None and rollout.problem is not None:
-            refused = ConfigProblem("topology", cfg.topology.kind, rollout.problem)
-            if mode == "warn":
-                pulumi.log.warn(f"stack '{stack}': {refused.render()}")
-            else:
-                problems.append(refused)
-    if problems:
-        raise StackConfigError(stack, problems)
-    handover = None
-    if cfg is not None:
-        handover = namespace_handover(
-            cfg.namespace, cfg.create_namespace, view.namespace_found, view.namespace_labels
-        )
-    if handover is not None:
-        pulumi.log.warn(f"stack '{stack}': {handover}")
-        rollout = rollout or Rollout()
-        rollout.hand_over_namespace = True
-    return rollout
-
-
-def _has_hf_token() -> bool:
-    """Whether the stack sets the secret ``hfToken`` (its workers then read the Secret)."""
-    return pulumi.Config(PROJECT).get_secret("hfToken") is not None
-
-
-def unlisted_graphs(reason: str) -> str:
-    """The error of a platform lifting its protect when its DGDs could not be listed."""
-    return (
-        f"could not list the cluster's DynamoGraphDeployments ({reason}), so it is not known"
-        " whether graph stacks still need the operator; protect is lifted only after that"
-        " list: grant your user `list` on dynamographdeployments.nvidia.com in every namespace"
-        " (ClusterRole rule: apiGroups [nvidia.com], resources [dynamographdeployments],"
-        " verbs [list]) and make the API reachable, then run the preview again"
+    return ClusterAccess(
+        kubernetes.get("kubeconfig"),
+        kubernetes.get("context"),
+        pulumi.Config(PROJECT).get_secret("hfToken") is not None,
     )
-
-
-def check_rollout(
-    stack: str, cfg: StackConfig, topology: Topology, view: ClusterView
-) -> Rollout | None:
-    """How the change rolls out from what runs in the stack's namespace
-    (:func:`plan_rollout` on the stack's allocatable GPU units per node class), each decision
-    logged; None when the workloads could not be read (a warning)."""
-    if view.workloads is None:
-        pulumi.log.warn(
-            f"stack '{stack}': rollout not checked: the workloads in namespace"
-            f" '{cfg.namespace}' were not readable"
-        )
-        return None
-    classes = {
-        need.name: (need.selector, class_gpu_units(need, view.nodes or []))
-        for need in class_needs(cfg, topology)
-    }
-    new = [] if cfg.parked else graph_workloads(cfg, topology, with_hf_token=_has_hf_token())
-    rollout = plan_rollout(stack, new, view.workloads, classes)
-    for note in rollout.notes:
-        pulumi.log.info(f"stack '{stack}': {note}")
-    return rollout
 
 
 def deploy_platform(cfg: PlatformStackConfig) -> None:
@@ -386,11 +229,9 @@ def _cluster_chart_version(stack: str, release: tuple[str, str]) -> str | None:
     name) in the cluster (:func:`deployed_chart_version`); None, with a warning, when the
     cluster or the release's records are not readable (a graph stack's user may see only
     its own namespace)."""
-    kubernetes = pulumi.Config("kubernetes")
+    access = cluster_access()
     try:
-        view = read_cluster(
-            kubernetes.get("kubeconfig"), kubernetes.get("context"), release=release
-        )
+        view = read_cluster(access.kubeconfig, access.context, release=release)
     except ClusterReadError as exc:
         pulumi.log.warn(f"stack '{stack}': operator version not read from the cluster ({exc})")
         return None
@@ -464,9 +305,9 @@ def _dropping_key(cfg: StackConfig) -> tuple[str, Any]:
 
 def _cluster_graphs() -> tuple[list[dict[str, Any]] | None, str | None]:
     """The cluster's DynamoGraphDeployments, or why they could not be listed."""
-    kubernetes = pulumi.Config("kubernetes")
+    access = cluster_access()
     try:
-        view = read_cluster(kubernetes.get("kubeconfig"), kubernetes.get("context"), graphs=True)
+        view = read_cluster(access.kubeconfig, access.context, graphs=True)
     except ClusterReadError as exc:
         return None, str(exc)
     return view.graphs, None
@@ -577,15 +418,6 @@ async def check_release_removal(plan: StackPlan, stack: str, outputs: dict[str, 
         " uninstalled after the update; no DynamoGraphDeployment that outlives the update"
         " needs it"
     )
-
-
-def graph_workloads(
-    cfg: StackConfig, topology: Topology, *, with_hf_token: bool
-) -> list[dict[str, Any]]:
-    """The DGD (dynamo) or the vLLM Deployments (vllm-service) of the stack."""
-    if topology.kind == "dynamo":
-        return [dgd_manifest(cfg, topology, with_hf_token=with_hf_token)]
-    return vllm_deployment_manifests(cfg, topology, with_hf_token=with_hf_token)
 
 
 @dataclass(frozen=True)
@@ -702,8 +534,8 @@ def deploy(
     """Register a graph (or standalone) stack from its plan and topology and export its
     outputs.
 
-    ``rollout`` (preview's :func:`check_rollout`): with ``replace_graph`` the DGD is replaced,
-    delete first, instead of updated in place.
+    ``rollout`` (preview's :func:`clusterread.preview.check_rollout`): with ``replace_graph``
+    the DGD is replaced, delete first, instead of updated in place.
 
     With ``parked`` the DGD (or Deployments) is not registered, so ``pulumi up`` deletes it and
     frees its GPUs; the namespace, Service, RBAC and the load step stay, the step with the

@@ -2,10 +2,11 @@
 ConfigMap mounted at :data:`MOUNT_PATH` and put on ``PYTHONPATH``.
 
 The pod runs in the stack's Dynamo runtime image, which already has what these modules import:
-Python 3, aiohttp, orjson, pydantic, prometheus-client and tokenizers. Source: ai-dynamo/dynamo
-``container/Dockerfile.vllm``, runtime stage, ``uv pip install --requirement
+Python 3, aiohttp, orjson, pydantic, prometheus-client, tokenizers and PyYAML. Source:
+ai-dynamo/dynamo ``container/Dockerfile.vllm``, runtime stage, ``uv pip install --requirement
 container/deps/requirements.txt``; that file lists ``prometheus_client``, ``pydantic``,
-``transformers`` (so ``tokenizers``) and ``aiperf``, which depends on ``aiohttp`` and ``orjson``
+``transformers`` (so ``tokenizers`` and ``pyyaml``, both in its ``install_requires``) and
+``aiperf``, which depends on ``aiohttp`` and ``orjson``
 (ai-dynamo/aiperf ``pyproject.toml``). pandas, pyarrow, matplotlib and rich stay on the
 workstation (:mod:`incluster.collect`).
 """
@@ -14,6 +15,9 @@ import hashlib
 from pathlib import Path
 
 POD_MODULES = (
+    "configkeys/__init__.py",
+    "configkeys/key_paths.py",
+    "configkeys/suggest.py",
     "incluster/__init__.py",
     "incluster/barrier.py",
     "incluster/pod.py",
@@ -38,6 +42,9 @@ POD_MODULES = (
     "measurement/incidents.py",
     "measurement/record.py",
     "measurement/results.py",
+    "metrics/__init__.py",
+    "metrics/latency.py",
+    "metrics/registry.py",
     "workload/__init__.py",
     "workload/config.py",
     "workload/slo.py",

@@ -14,10 +14,11 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 
 from loadgen.api import base_url, server_of, short_message
 from loadgen.loops import OnDone, Share, ShareResult, run_share
@@ -93,7 +94,7 @@ async def _run_once(
     return await pool.run(split_share(share, workers), ready=preflight), workers
 
 
-def _first_errors(
+def first_run_errors(
     key: tuple[int, int, int],
     records: Sequence[RequestRecord],
     started_ns: int,
@@ -357,34 +358,31 @@ def measured_run(
             "warnings": [*notes, *summary.warnings],
         }
     )
-    errors = _first_errors(key, done.records, started_ns, started_at)
+    errors = first_run_errors(key, done.records, started_ns, started_at)
     return MeasuredRun(summary, errors, records_frame(*key, done.records))
 
 
-async def run_grid_async(
-    url: str,
-    model: str,
-    config: LoadConfig,
-    out_dir: Path | None,
-    *,
-    tokenizer: str | None = None,
-    progress: bool = True,
-    resume: bool = False,
-    ready: ReadyCheck | None = None,
-    observers: Sequence[GridObserver] = (),
-    server_metrics: bool = True,
-    prefill_metrics: Sequence[str] = (),
-    decode_metrics: Sequence[str] = (),
-    server_id: str | None = None,
-    simulated: str | None = None,
-    prompt_cache: PromptCache | None = None,
-    progress_bar: Progress | None = None,
-    progress_name: str = "",
-    on_run: Callable[[RunSummary, int, int], None] | None = None,
-) -> GridResult:
-    """Run every grid point (prefix kinds x concurrency) `config.repetitions` times against the
-    OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with "/v1": see
-    `base_url`) serving `model`.
+@dataclass(frozen=True)
+class SideBySide:
+    """What grids run side by side in one event loop (the simulator's ``testbed simulate A B``)
+    share, and how their results are labelled: ``simulated`` labels the result
+    (`GridResult.simulated`: its tables and report say SIMULATED and by what), for a server
+    whose times are not a real engine's (the mocker); `prompt_cache`
+    (`loadgen.prompts.PromptCache`: prompts built once for all); `progress_bar` (a started rich
+    `Progress`, on which this grid adds its own task, its runs named after `progress_name`;
+    without it the grid shows its own bar when `GridRun.progress`)."""
+
+    simulated: str | None = None
+    prompt_cache: PromptCache | None = None
+    progress_bar: Progress | None = None
+    progress_name: str = ""
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One grid to run: every grid point (prefix kinds x concurrency) `config.repetitions`
+    times against the OpenAI-compatible server at `url` (e.g. "http://127.0.0.1:8000", or with
+    "/v1": see `base_url`) serving `model`.
 
     Prompt lengths use `tokenizer` (a tokenizer.json path, a directory, or a hub id in the local
     cache), else `model`'s tokenizer from the local hub cache, else words calibrated against the
@@ -392,8 +390,7 @@ async def run_grid_async(
     so far (`outputs.folder_writer.ResultsFolder`: summary.json, result.json, runs.csv,
     requests.parquet, table.txt, incidents.json, runs/<run>/), so an interrupted grid keeps its
     finished runs; `resume=True` keeps the complete runs already in `out_dir` and measures only
-    the others (without it, earlier runs there are replaced). Worker processes
-    (`loadgen.workers`) are spawned once for the whole grid.
+    the others (without it, earlier runs there are replaced). `progress`: a progress bar.
 
     With `ready`, the readiness gate (`loadgen.readiness.wait_until_serving`) runs first and its
     wait is kept as `GridResult.readiness`; the grid's clock (`started_at`, the incidents'
@@ -407,14 +404,31 @@ async def run_grid_async(
     decode workers); each worker's own figures go to `ServerRunMetrics.workers`.
     `server_id` stands for `url` in the settings a resumed grid must match (default `url`; a
     local graph that listens on another port each time it starts is still the same server).
-    `simulated` labels the result (`GridResult.simulated`: its tables and report say
-    SIMULATED and by what), for a server whose times are not a real engine's (the mocker).
-    Grids run side by side in one event loop (`testbed simulate A B`) share `prompt_cache`
-    (`loadgen.prompts.PromptCache`: prompts built once for all) and `progress_bar` (a started
-    rich `Progress`, on which this grid adds its own task, its runs named after
-    `progress_name`; without it the grid shows its own bar when `progress`). `on_run` is
-    called after each run this call measures with its summary, the runs finished so far
+    `on_run` is called after each run measured with its summary, the runs finished so far
     (kept ones included) and the grid's runs (a line per run where no bar shows).
+    `side_by_side`: what grids run side by side share (:class:`SideBySide`).
+    """
+
+    url: str
+    model: str
+    config: LoadConfig
+    out_dir: Path | None = None
+    tokenizer: str | None = None
+    progress: bool = True
+    resume: bool = False
+    ready: ReadyCheck | None = None
+    observers: Sequence[GridObserver] = ()
+    server_metrics: bool = True
+    prefill_metrics: Sequence[str] = ()
+    decode_metrics: Sequence[str] = ()
+    server_id: str | None = None
+    on_run: Callable[[RunSummary, int, int], None] | None = None
+    side_by_side: SideBySide = field(default_factory=SideBySide)
+
+
+async def run_grid_async(run: GridRun) -> GridResult:
+    """Run the grid `run` describes (:class:`GridRun`). Worker processes (`loadgen.workers`)
+    are spawned once for the whole grid.
 
     Raises ValueError for a malformed `url`, FileNotFoundError for an explicit `tokenizer` that
     is not found, `outputs.resume.ResumeError` when `out_dir`'s runs were measured with other
@@ -422,31 +436,34 @@ async def run_grid_async(
     `loadgen.readiness.NotServingError` when the gate's deadline passes. Request failures are
     counted in the result, never raised.
     """
-    server = base_url(url)
+    config, model, out_dir = run.config, run.model, run.out_dir
+    server = base_url(run.url)
     keys = grid_keys(config)
     folder = None
     finished: list[MeasuredRun] = []
     if out_dir is not None:
-        settings = grid_settings(server_id or url, model, config, tokenizer)
-        folder = ResultsFolder(out_dir, settings, resume=resume)
-        finished = [run for run in folder.completed() if run.key in set(keys)]
+        settings = grid_settings(run.server_id or run.url, model, config, run.tokenizer)
+        folder = ResultsFolder(out_dir, settings, resume=run.resume)
+        finished = [m for m in folder.completed() if m.key in set(keys)]
+    ready = run.ready
     readiness = None if ready is None else await wait_until_serving(server, model, config, ready)
-    if server_metrics:
-        prefill = [base_url(u) for u in prefill_metrics]
-        decode = [base_url(u) for u in decode_metrics]
+    observers = list(run.observers)
+    if run.server_metrics:
+        prefill = [base_url(u) for u in run.prefill_metrics]
+        decode = [base_url(u) for u in run.decode_metrics]
         observers = [ServerMetrics(server, model, config, out_dir, prefill, decode), *observers]
     stored = folder.sizing() if folder is not None else None
-    sizer = await _sizer(server, model, config, tokenizer, stored, out_dir)
+    sizer = await _sizer(server, model, config, run.tokenizer, stored, out_dir)
     sizing = PromptSizing(
         source=sizer.source,
         tokens_per_word=sizer.tokens_per_word if isinstance(sizer, WordSizer) else None,
     )
-    earlier = [r.summary.started_at for r in finished if r.summary.started_at is not None]
+    earlier = [m.summary.started_at for m in finished if m.summary.started_at is not None]
     started_at = min([datetime.now(UTC), *earlier])
 
     def result_so_far() -> GridResult:
         return grid_result(
-            url,
+            run.url,
             model,
             config,
             sizer.source,
@@ -455,114 +472,107 @@ async def run_grid_async(
             readiness=readiness,
             observers=observers,
             earlier_incidents=folder.earlier_incidents() if folder is not None else (),
-            simulated=simulated,
+            simulated=run.side_by_side.simulated,
         )
 
     result = result_so_far()
-    done_keys = {run.key for run in finished}
+    done_keys = {m.key for m in finished}
     # Whether the server has served this grid (the gate, the calibration or a run): only then
     # is a run whose every request failed an outage worth waiting for (`_serving_again`).
     served = (
         readiness is not None
         or sizer.source.startswith("server-calibrated")
-        or any(run.summary.samples for run in finished)
+        or any(m.summary.samples for m in finished)
     )
-    own_bar = Progress(disable=not progress, transient=True)
-    with own_bar if progress_bar is None else contextlib.nullcontext(progress_bar) as bar:
-        task = bar.add_task(progress_name or "load", total=len(keys) * config.requests_per_run)
-        bar.advance(task, sum(run.summary.requests for run in finished))
+    shared = run.side_by_side
+    own_bar = Progress(disable=not run.progress, transient=True)
+    with (
+        own_bar
+        if shared.progress_bar is None
+        else contextlib.nullcontext(shared.progress_bar) as bar
+    ):
+        task = bar.add_task(
+            shared.progress_name or "load", total=len(keys) * config.requests_per_run
+        )
+        bar.advance(task, sum(m.summary.requests for m in finished))
         async with WorkerPool() as pool:
             for key in (key for key in keys if key not in done_keys):
-                bar.update(task, description=f"{progress_name} {run_label(key)}".lstrip())
-                lost: list[str] = []
-                attempts = 0
-                while True:
-                    attempts += 1
-                    for observer in observers:
-                        await observer.before_run(*key)
-                    run, workers, outage = await _measure(
-                        server,
-                        model,
-                        config,
-                        sizer,
-                        key,
-                        pool,
-                        lambda _: bar.advance(task),
-                        prompt_cache,
-                    )
-                    if workers > 1:
-                        bar.advance(task, run.summary.requests)
-                    for observer in observers:
-                        run.summary = await observer.after_run(run.summary)
-                    if outage is None or not served:
-                        break  # an outage is mid-grid: a server that never served is down
-                    if attempts > OUTAGE_RERUNS:
-                        lost.append(outage)
-                        break
-                    waited, seen = await _serving_again(server, model, config, ready)
-                    lost.append(f"{outage}; {seen}")
-                    logger.warning("%s: an outage: %s", run_label(key), lost[-1])
-                    if waited is None:
-                        served = False  # gone: later runs do not wait for it again
-                        break
-                    bar.advance(task, -run.summary.requests)
-                if lost:
-                    notes = _outage_notes(lost, outage is None)
-                    run.summary = run.summary.model_copy(
-                        update={
-                            "remeasured": attempts - 1,
-                            "warnings": [*run.summary.warnings, *notes],
-                        }
-                    )
-                finished.append(run)
-                if on_run is not None:
-                    on_run(run.summary, len(finished), len(keys))
-                served = served or run.summary.samples > 0
+                bar.update(task, description=f"{shared.progress_name} {run_label(key)}".lstrip())
+                measured, served = await _measure_key(
+                    run, server, sizer, key, pool, observers, served, bar, task
+                )
+                finished.append(measured)
+                if run.on_run is not None:
+                    run.on_run(measured.summary, len(finished), len(keys))
                 result = result_so_far()
                 if folder is not None:
-                    folder.add_run(run, sizing)
+                    folder.add_run(measured, sizing)
                     folder.write_grid(result, finished)
     if folder is not None and done_keys >= set(keys):  # nothing was left to measure
         folder.write_grid(result, finished)
     return result
 
 
-def run_grid(
-    url: str,
-    model: str,
-    config: LoadConfig,
-    out_dir: Path | None,
-    *,
-    tokenizer: str | None = None,
-    progress: bool = True,
-    resume: bool = False,
-    ready: ReadyCheck | None = None,
-    observers: Sequence[GridObserver] = (),
-    server_metrics: bool = True,
-    prefill_metrics: Sequence[str] = (),
-    decode_metrics: Sequence[str] = (),
-    server_id: str | None = None,
-    simulated: str | None = None,
-    on_run: Callable[[RunSummary, int, int], None] | None = None,
-) -> GridResult:
-    """Synchronous `run_grid_async` (runs its own event loop; call the async one from inside a
-    running loop). Same arguments, result and errors."""
-    return asyncio.run(
-        run_grid_async(
-            url,
+async def _measure_key(
+    run: GridRun,
+    server: str,
+    sizer: TextSizer,
+    key: tuple[int, int, int],
+    pool: WorkerPool,
+    observers: Sequence[GridObserver],
+    served: bool,
+    bar: Progress,
+    task: TaskID,
+) -> tuple[MeasuredRun, bool]:
+    """Measure one run of the grid (`key`), with `observers` around it; a run that met an
+    outage of a server that has `served` is measured again once it serves again (at most
+    :data:`OUTAGE_RERUNS` times), its lost attempts noted in its warnings. Returns the run and
+    whether the server has served (False once it is gone: later runs do not wait for it)."""
+    config, model = run.config, run.model
+    lost: list[str] = []
+    attempts = 0
+    while True:
+        attempts += 1
+        for observer in observers:
+            await observer.before_run(*key)
+        measured, workers, outage = await _measure(
+            server,
             model,
             config,
-            out_dir,
-            tokenizer=tokenizer,
-            progress=progress,
-            resume=resume,
-            ready=ready,
-            observers=observers,
-            server_metrics=server_metrics,
-            prefill_metrics=prefill_metrics,
-            decode_metrics=decode_metrics,
-            server_id=server_id,
-            simulated=simulated,
-            on_run=on_run,
+            sizer,
+            key,
+            pool,
+            lambda _: bar.advance(task),
+            run.side_by_side.prompt_cache,
         )
-    )
+        if workers > 1:
+            bar.advance(task, measured.summary.requests)
+        for observer in observers:
+            measured.summary = await observer.after_run(measured.summary)
+        if outage is None or not served:
+            break  # an outage is mid-grid: a server that never served is down
+        if attempts > OUTAGE_RERUNS:
+            lost.append(outage)
+            break
+        waited, seen = await _serving_again(server, model, config, run.ready)
+        lost.append(f"{outage}; {seen}")
+        logger.warning("%s: an outage: %s", run_label(key), lost[-1])
+        if waited is None:
+            served = False  # gone: later runs do not wait for it again
+            break
+        bar.advance(task, -measured.summary.requests)
+    if lost:
+        notes = _outage_notes(lost, outage is None)
+        measured.summary = measured.summary.model_copy(
+            update={
+                "remeasured": attempts - 1,
+                "warnings": [*measured.summary.warnings, *notes],
+            }
+        )
+    return measured, served or measured.summary.samples > 0
+
+
+def run_grid(run: GridRun) -> GridResult:
+    """Synchronous `run_grid_async` (runs its own event loop; call the async one from inside a
+    running loop). Same argument, result and errors."""
+    return asyncio.run(run_grid_async(run))

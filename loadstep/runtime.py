@@ -78,7 +78,7 @@ async def _wait_and_run(
     """
     from loadgen.api import base_url
     from loadgen.readiness import ModelNotListedError, NotServingError, wait_for_model
-    from loadgen.runner import grid_keys, run_grid_async
+    from loadgen.runner import GridRun, grid_keys, run_grid_async
     from loadstep.folder import StopFileObserver, StopRequested
     from loadstep.worker_urls import reached
     from outputs.folder_writer import read_result
@@ -89,17 +89,19 @@ async def _wait_and_run(
     await wait_for_model(base_url(inputs.url), inputs.model, config, wait_s)
     workers = await reached(workers, notes)
     run = run_grid_async(
-        inputs.url,
-        inputs.model,
-        config,
-        run_dir,
-        tokenizer=inputs.tokenizer,
-        progress=False,
-        resume=True,  # run_dir is new, or an interrupted run to finish (loadstep.folder)
-        ready=inputs.ready_check(),
-        observers=[pods, StopFileObserver(inputs)],
-        prefill_metrics=workers.prefill,
-        decode_metrics=workers.decode,
+        GridRun(
+            inputs.url,
+            inputs.model,
+            config,
+            run_dir,
+            tokenizer=inputs.tokenizer,
+            progress=False,
+            resume=True,  # run_dir is new, or an interrupted run to finish (loadstep.folder)
+            ready=inputs.ready_check(),
+            observers=[pods, StopFileObserver(inputs)],
+            prefill_metrics=workers.prefill,
+            decode_metrics=workers.decode,
+        )
     )
     try:
         return await asyncio.wait_for(run, max(deadline - time.monotonic(), 0.0)), False, None
@@ -139,7 +141,7 @@ def _run_grid(
     Raises:
         StopRequested: the stop file stopped the grid.
     """
-    from incluster.runtime import Resumed, clear_leftovers
+    from incluster.runtime import clear_leftovers
     from loadstep.worker_urls import worker_urls
 
     workers = worker_urls(inputs)
@@ -156,9 +158,29 @@ def _run_grid(
             if cleared.failure is not None:
                 return None, False, cleared.failure
         return asyncio.run(_wait_and_run(inputs, config, run_dir, deadline, pods, workers, notes))
+    return _run_in_cluster(inputs, config, run_dir, deadline, workers, notes)
+
+
+def _run_in_cluster(
+    inputs: LoadStepInputs,
+    config: LoadConfig,
+    run_dir: Path,
+    deadline: float,
+    workers: WorkerUrls,
+    notes: list[str],
+) -> tuple[GridResult | None, bool, str | None]:
+    """:func:`_run_grid` as a Job of ``clients`` pods in the stack's namespace
+    (:func:`incluster.runtime.run_in_cluster`), scraping ``workers``' ``/metrics``: the Job is
+    named after ``run_dir``, a leftover load Job of the stack is cleared first (its own
+    folder's collected, any other deleted; what was done appended to ``notes``), and the runs
+    ``run_dir`` holds are skipped.
+
+    Raises:
+        StopRequested: the stop file stopped the grid.
+    """
     from incluster.collect import finished_runs
     from incluster.manifests import LoadJob
-    from incluster.runtime import job_name, run_in_cluster
+    from incluster.runtime import Resumed, clear_leftovers, job_name, run_in_cluster
     from loadstep.folder import StopRequested, stop_file, stop_requested
     from outputs.folder_writer import read_result
     from outputs.resume import ResumeError

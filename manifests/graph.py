@@ -298,3 +298,12 @@ def vllm_deployment_manifests(
             }
         )
     return out
+
+
+def graph_workloads(
+    cfg: StackConfig, topology: Topology, *, with_hf_token: bool
+) -> list[dict[str, Any]]:
+    """The DGD (dynamo) or the vLLM Deployments (vllm-service) of the stack."""
+    if topology.kind == "dynamo":
+        return [dgd_manifest(cfg, topology, with_hf_token=with_hf_token)]
+    return vllm_deployment_manifests(cfg, topology, with_hf_token=with_hf_token)

@@ -13,7 +13,7 @@ import pandas as pd
 
 from kvpath.memory import HOST_BASE_BYTES
 from loadgen.plan import run_salt
-from loadgen.runner import _first_errors, grid_keys, grid_result
+from loadgen.runner import first_run_errors, grid_keys, grid_result
 from measurement.errors import ErrorKind
 from measurement.incidents import Incident
 from measurement.record import RequestRecord
@@ -196,7 +196,7 @@ def retime_grid(
                         "finished_at": run_start + timedelta(seconds=timing.end_s),
                     }
                 ),
-                errors=_first_errors(key, records, 0, started_at),
+                errors=first_run_errors(key, records, 0, started_at),
                 frame=records_frame(kinds, conc, rep, records),
             )
         )

@@ -18,7 +18,7 @@ from typing import Any
 from rich.progress import Progress
 
 from loadgen.prompts import PromptCache
-from loadgen.runner import run_grid_async
+from loadgen.runner import GridRun, SideBySide, run_grid_async
 from measurement.results import GridResult
 from simulator.localgraph import (
     QUIET_LOG_LEVEL,
@@ -166,20 +166,24 @@ def routing_runs(
         start_together(started)
         grids = [
             run_grid_async(
-                graph.url,
-                job.plan.cfg.model.name,
-                job.load.model_copy(
-                    update={"max_tokens": ROUTING_MAX_TOKENS, "output_lengths": None}
-                ),
-                job.stack_dir / ROUTING_DIR,
-                tokenizer=str(model_dir),
-                observers=[graphs.enter_context(ProcessWatch(graph))],
-                resume=resume,
-                server_id=f"local {job.spec!r}",
-                simulated=ROUTING_LABEL,
-                prompt_cache=prompts,
-                progress_bar=bar,
-                progress_name=job.stack_dir.name if len(jobs) > 1 else "",
+                GridRun(
+                    graph.url,
+                    job.plan.cfg.model.name,
+                    job.load.model_copy(
+                        update={"max_tokens": ROUTING_MAX_TOKENS, "output_lengths": None}
+                    ),
+                    job.stack_dir / ROUTING_DIR,
+                    tokenizer=str(model_dir),
+                    observers=[graphs.enter_context(ProcessWatch(graph))],
+                    resume=resume,
+                    server_id=f"local {job.spec!r}",
+                    side_by_side=SideBySide(
+                        ROUTING_LABEL,
+                        prompts,
+                        bar,
+                        job.stack_dir.name if len(jobs) > 1 else "",
+                    ),
+                )
             )
             for job, graph, model_dir in zip(jobs, started, model_dirs, strict=True)
         ]

@@ -861,8 +861,8 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
       (:attr:`~stackmodel.engines.EngineProfile.program_flags`; an ``extraArgs`` copy comes
       after them on the command line, and argparse keeps the last): the engine would take the
       copy, the sizing and the checks the key;
-    - a node class's ``gpuMemoryGiB`` above its catalog ``gpu``'s memory
-      (:data:`steptime.gpus.DATASHEET_MEMORY_GB`): the sizing would hand out memory the GPU
+    - a node class's ``gpuMemoryGiB`` above its ``gpu``'s datasheet memory
+      (:attr:`steptime.gpus.GpuSpec.memory_gb`): the sizing would hand out memory the GPU
       lacks, and vLLM refuses to start without its share free;
     - an ``extraArgs`` ``--max-num-batched-tokens`` without a whole number of tokens after it:
       vLLM's parser refuses it at start, and the simulation's step budget
@@ -903,9 +903,9 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
                 ConfigProblem(
                     f"nodeClasses.{name}.gpuMemoryGiB",
                     node_class.gpu_memory_gib,
-                    f"above the {node_class.gpu}'s {datasheet:g} GB (its datasheet): the sizing "
-                    f"would share out memory the GPU lacks; set it to {datasheet:g} or less, or "
-                    "name the GPU the node has",
+                    f"above the {node_class.gpu_name}'s {datasheet:g} GB (its datasheet): the "
+                    "sizing would share out memory the GPU lacks; set it to "
+                    f"{datasheet:g} or less, or name the GPU the node has",
                 )
             )
     return out

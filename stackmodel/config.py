@@ -100,7 +100,8 @@ class NodeClass(CamelModel):
         description="The GPU, for step times: a catalog name ("
         + ", ".join(sorted(GPU_CATALOG))
         + ") or {name, bf16DenseTflops, memoryGbPerS} (optional: fp8DenseTflops; interconnect "
-        "and interconnectGbPerS, needed for tensor parallelism); default: "
+        "and interconnectGbPerS, needed for tensor parallelism; memoryGb, deviceName and "
+        "aiconfigurator, each unknown when unset, as a catalog entry has them); default: "
         "steptime.gpus.DEFAULT_GPU, and the simulation says so.",
     )
 
@@ -116,6 +117,12 @@ class NodeClass(CamelModel):
         "model than this class runs (refused otherwise); the simulation then says "
         "'calibrated on <gpu>/<model>, applied to <gpu>/<model>'.",
     )
+
+    @property
+    def gpu_name(self) -> str | None:
+        """The GPU's name: the catalog key, or the label of one given with its figures; None
+        when the class names none."""
+        return self.gpu.name if isinstance(self.gpu, GpuSpec) else self.gpu
 
     @property
     def units_per_gpu(self) -> int:

@@ -18,6 +18,7 @@ from kvpath.profile import LINK_PROFILES
 from stackmodel.crossover import crossover
 from stackmodel.plan import StackPlan
 from stackmodel.validation import validate_stack
+from steptime.gpus import catalog_gpu
 
 Metric = Literal["ttft_mean_ms", "ttft_p99_ms", "output_tokens_per_s"]
 Side = Literal["aggregated", "disaggregated"]
@@ -123,7 +124,7 @@ class PublishedPair:
         classes = {
             f"node-{n}": {
                 "nodeSelector": {"dynamo-testbed/node-class": f"node-{n}"},
-                "gpuMemoryGiB": _GPU_MEMORY_GIB[self.gpu],
+                "gpuMemoryGiB": catalog_gpu(self.gpu).memory_gb,
                 "gpusPerNode": self.gpus_per_node,
                 "gpu": self.gpu,
             }
@@ -169,10 +170,6 @@ class PublishedPair:
             | ({} if self.warmup_requests is None else {"warmupRequests": self.warmup_requests}),
         }
         return validate_stack(f"{self.key}-{'agg' if side == 'aggregated' else 'disagg'}", raw)
-
-
-_GPU_MEMORY_GIB = {"h100-sxm": 80, "h200": 141}
-"""GPU memory of the pairs' GPUs, GiB (as :data:`steptime.gpus.GPU_CATALOG`'s datasheets)."""
 
 
 DYNAMO_LLAMA_70B = PublishedPair(

@@ -127,16 +127,11 @@ def stack_resources(
     uses = {}
     for name, workers in classes.items():
         node_class, units = cfg.node_classes[name], cfg.gpu_units[name]
-        gpu = (
-            node_class.gpu
-            if isinstance(node_class.gpu, str) or node_class.gpu is None
-            else (node_class.gpu.name)
-        )
         uses[name] = NodeClassUse(
             workers=workers,
             gpu_units=units,
             gpus=node_class.gpus_for(units),
-            gpu=gpu,
+            gpu=node_class.gpu_name,
             gpu_memory_gib=node_class.gpu_memory_gib,
         )
     caching = [

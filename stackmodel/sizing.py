@@ -802,7 +802,7 @@ BIG_GPU_GIB, HUGE_GPU_GIB = 70, 160
 MAX_BATCHED_TOKENS_HUGE, MAX_BATCHED_TOKENS_BIG, MAX_BATCHED_TOKENS_OTHER = 16_384, 8_192, 2_048
 """vLLM's default ``max_num_batched_tokens`` for an API server (``UsageContext.
 OPENAI_API_SERVER``) on a GPU of at least :data:`HUGE_GPU_GIB`, on one of at least
-:data:`BIG_GPU_GIB` that is not an A100, and on every other GPU (vLLM 0.31.0
+:data:`BIG_GPU_GIB` whose device name has no "a100", and on every other GPU (vLLM 0.31.0
 ``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``, L2829-2887)."""
 
 MAX_BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
@@ -815,11 +815,13 @@ def default_max_batched_tokens(gpu: GpuSpec, gpu_memory_gib: float) -> int:
     (``UsageContext.OPENAI_API_SERVER``, ai-dynamo 1.6.1 ``dynamo/vllm/main.py`` line 686;
     ``vllm serve`` uses the same), by the GPU's memory (``gpu_memory_gib``, the node class's
     ``gpuMemoryGiB``): :data:`MAX_BATCHED_TOKENS_HUGE` from :data:`HUGE_GPU_GIB` GiB up,
-    :data:`MAX_BATCHED_TOKENS_BIG` from :data:`BIG_GPU_GIB` GiB up on a GPU that is not an A100,
-    :data:`MAX_BATCHED_TOKENS_OTHER` otherwise."""
+    :data:`MAX_BATCHED_TOKENS_BIG` from :data:`BIG_GPU_GIB` GiB up on a GPU whose device name
+    (:attr:`steptime.gpus.GpuSpec.device_name`, lowercased as vLLM does; the label where it is
+    unknown) has no "a100", :data:`MAX_BATCHED_TOKENS_OTHER` otherwise."""
     if gpu_memory_gib >= HUGE_GPU_GIB:
         return MAX_BATCHED_TOKENS_HUGE
-    big = gpu_memory_gib >= BIG_GPU_GIB and "a100" not in gpu.name
+    device = gpu.name if gpu.device_name is None else gpu.device_name.lower()
+    big = gpu_memory_gib >= BIG_GPU_GIB and "a100" not in device
     return MAX_BATCHED_TOKENS_BIG if big else MAX_BATCHED_TOKENS_OTHER
 
 

@@ -18,7 +18,7 @@ from stackmodel.models import GATED_MODELS, KNOWN_MODELS
 from stackmodel.plan import LinkKey, StackPlan
 from stackmodel.platform import PlatformConfig
 from stackmodel.ucx import UCX_TLS, moves_between_gpus
-from steptime.gpus import datasheet_memory_gb
+from steptime.gpus import GPU_CATALOG, datasheet_memory_gb
 
 
 def _workers_key(i: int, field: str) -> str:
@@ -73,6 +73,7 @@ def fp8_warnings(plan: StackPlan) -> list[ConfigWarning]:
     if not plan.engine.gpu_workers or plan.geometry.weight_dtype_bytes != 1:
         return []
     out = []
+    with_fp8 = ", ".join(name for name, g in GPU_CATALOG.items() if g.fp8_dense_tflops)
     for group in plan.groups:
         gpu, node_class = group.gpu, group.group.node_class
         if gpu.fp8_dense_tflops is None:
@@ -84,7 +85,7 @@ def fp8_warnings(plan: StackPlan) -> list[ConfigWarning]:
                     f"{PROJECT}:{key} = {node_class!r}: FP8 weights on {gpu.name}, which has no "
                     "FP8 tensor cores: vLLM runs them weight-only (W8A16, FP8 Marlin), so they "
                     "take half the memory but compute at BF16 speed; for W8A8 use a GPU with "
-                    "FP8 (Ada or Hopper: l4, l40s, rtx-4090, h100-*, h200)",
+                    f"FP8 tensor cores ({with_fp8})",
                 )
             )
     return out
@@ -300,7 +301,7 @@ def overlap_warnings(cfg: StackConfig) -> list[ConfigWarning]:
                 ConfigWarning(
                     key,
                     memory,
-                    f"{PROJECT}:{key} = {memory:g} but its gpu, {node_class.gpu}, has "
+                    f"{PROJECT}:{key} = {memory:g} but its gpu, {node_class.gpu_name}, has "
                     f"{datasheet:g} GB: gpuMemoryGiB wins, so the sizing and the workers' KV "
                     f"caches use {memory:g} GiB and leave the rest unused; set gpuMemoryGiB: "
                     f"{datasheet:g} to use the whole GPU",

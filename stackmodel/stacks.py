@@ -22,7 +22,7 @@ from configkeys.suggest import closest, did_you_mean
 from stackmodel.config import project_values, stack_role
 from stackmodel.errors import PROJECT, ConfigProblem, StackConfigError
 from stackmodel.plan import PROJECT_DIR, StackPlan
-from stackmodel.stack_layout import stack_namespace
+from stackmodel.stack_layout import VersionGateError, stack_namespace
 from stackmodel.validation import validate_stack
 
 REPO = PROJECT_DIR
@@ -153,6 +153,18 @@ def stack_error(
 class StackFileError(ValueError):
     """A stack file that cannot be read as a Pulumi stack config (names the file and line), or
     the platform stack where a command needs a graph stack (names the graph stacks)."""
+
+
+LOAD_ERRORS: tuple[type[Exception], ...] = (
+    FileNotFoundError,
+    StackFileError,
+    StackConfigError,
+    KeyPathError,
+    VersionGateError,
+)
+"""What reading a stack raises for a bad stack name, file, config or ``--set``, or the version
+gate's refusal (worded as a config error, raised once the platform's version is read); each is
+one line for the user."""
 
 
 def _stack_file_config(stack: str, path: Path) -> dict[str, Any]:

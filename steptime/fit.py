@@ -9,10 +9,10 @@ together with the two timing constants that are not engine steps
 (:data:`simulator.calibration.CONSTANTS`: time-slicing efficiency, request overhead). The seed
 ran Qwen/Qwen3-0.6B on unnamed 24 GB and 8 GB GPUs, taken as :data:`FIT_GPU` (see
 :data:`steptime.gpus.DEFAULT_GPU`). A worker whose node class names no calibration profile
-takes the efficiencies of :func:`fit_for`: AIConfigurator's on a catalog GPU of
-:data:`AIC_EFFICIENCIES`, the seed fit's on every other GPU, with the seed fit's host time
-either way; outside :data:`FIT_MODEL` on :data:`FIT_GPU` its figures are extrapolated, which
-:func:`extrapolation_note` says.
+takes the efficiencies of :func:`fit_for`: AIConfigurator's on a GPU that has them
+(:attr:`steptime.gpus.GpuSpec.aiconfigurator`), the seed fit's on every other GPU, with the
+seed fit's host time either way; outside :data:`FIT_MODEL` on :data:`FIT_GPU` its figures are
+extrapolated, which :func:`extrapolation_note` says.
 """
 
 from __future__ import annotations
@@ -74,41 +74,18 @@ def extrapolation_note(model: str, gpu: str, fit: EngineFit) -> str | None:
     )
 
 
-AIC_SYSTEMS = {
-    "h100-sxm": "h100_sxm",
-    "h200": "h200_sxm",
-    "a100-sxm-80gb": "a100_sxm",
-    "l40s": "l40s",
-}
-"""Catalog GPUs for which aiconfigurator-core 0.12.0 ships measured vLLM kernel data, and its
-system name for each (its ``systems/data/<system>/``; its ``h100_pcie``, ``a100_pcie`` and
-``l4`` folders are empty)."""
-
-AIC_EFFICIENCIES: dict[str, dict[str, float]] = {
-    "h100-sxm": {"prefill_efficiency": 0.889, "weights_efficiency": 0.783, "kv_efficiency": 0.823},
-    "h200": {"prefill_efficiency": 0.861, "weights_efficiency": 0.697, "kv_efficiency": 0.819},
-    "a100-sxm-80gb": {
-        "prefill_efficiency": 0.928,
-        "weights_efficiency": 0.677,
-        "kv_efficiency": 0.627,
-    },
-    "l40s": {"prefill_efficiency": 0.738, "weights_efficiency": 0.851, "kv_efficiency": 0.736},
-}
-"""Per GPU of :data:`AIC_SYSTEMS`: the efficiencies AIConfigurator's measured vLLM data give
-for Llama-3.1-8B, derived and printed by ``bench/aic_efficiencies.py``."""
-
-
 def fit_for(gpu: GpuSpec, seed_fit: EngineFit = SEED_FIT) -> EngineFit:
-    """The fit a worker on ``gpu`` uses: AIConfigurator's efficiencies where
-    :data:`AIC_EFFICIENCIES` has the GPU (by catalog name), else ``seed_fit``'s; the host time
-    is always the seed fit's (AIConfigurator times the GPU only). A fit labelled
+    """The fit a worker on ``gpu`` uses: AIConfigurator's efficiencies where the GPU has them
+    (:attr:`steptime.gpus.GpuSpec.aiconfigurator`), else ``seed_fit``'s; the host time is
+    always the seed fit's (AIConfigurator times the GPU only). A fit labelled
     :data:`CALIBRATED` (a calibration profile's, or ``testbed calibrate``'s candidates) is used
     as it is: it was measured on the GPU."""
-    found = AIC_EFFICIENCIES.get(gpu.name)
-    if found is None or gpu.source == "stack config" or seed_fit.label == CALIBRATED:
+    aic = gpu.aiconfigurator
+    if aic is None or seed_fit.label == CALIBRATED:
         return seed_fit
     source = (
-        f"AIConfigurator (aiconfigurator-core 0.12.0, vLLM data of {AIC_SYSTEMS[gpu.name]}; "
+        f"AIConfigurator (aiconfigurator-core 0.12.0, vLLM data of {aic.system}; "
         "bench/aic_efficiencies.py); host time: seed fit"
     )
-    return seed_fit.model_copy(update={**found, "label": "AIConfigurator", "source": source})
+    update = {**aic.efficiencies(), "label": "AIConfigurator", "source": source}
+    return seed_fit.model_copy(update=update)

@@ -7,7 +7,10 @@ catalog keeps the number as printed). Where a datasheet prints only the sparse f
 
 Each entry also carries the interconnect between GPUs of one node (NVLink, else PCIe x16) and
 its bandwidth per direction, which a tensor-parallel worker's all-reduces cross
-(:mod:`steptime.tensor_parallel`).
+(:mod:`steptime.tensor_parallel`); the GPU's memory as its datasheet states it (the check of a
+node class's ``gpuMemoryGiB``); the name its driver reports (vLLM's step-budget default tests
+it); and, where NVIDIA's AIConfigurator has measured the GPU, the efficiencies derived from its
+data (:func:`steptime.fit.fit_for`). Every reader takes these facts from the entry.
 
 A node class names a catalog GPU (``gpu: l40s``) or gives the figures itself
 (``gpu: {name: my-gpu, bf16DenseTflops: 100, memoryGbPerS: 800}``, plus ``interconnect`` and
@@ -42,8 +45,33 @@ vLLM's CUTLASS one; the figures: docs/simulation.md, "FP8"). On a GPU without FP
 (vLLM's FP8 Marlin, W8A16) the weights are read at the BF16 efficiency, unmeasured."""
 
 
+class AicEfficiencies(BaseModel):
+    """The roofline efficiencies NVIDIA AIConfigurator's measured vLLM data give one GPU, for
+    Llama-3.1-8B, derived and printed by ``bench/aic_efficiencies.py``.
+
+    Attributes:
+        system: aiconfigurator-core 0.12.0's name of the GPU (its ``systems/data/<system>/``).
+        prefill_efficiency: share of the BF16 peak a prefill reaches.
+        weights_efficiency: share of the memory bandwidth a decode step's weight read reaches.
+        kv_efficiency: share of the memory bandwidth a decode step's KV read reaches.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    system: ConfigText = Field(min_length=1)
+    prefill_efficiency: float = Field(gt=0, le=1)
+    weights_efficiency: float = Field(gt=0, le=1)
+    kv_efficiency: float = Field(gt=0, le=1)
+
+    def efficiencies(self) -> dict[str, float]:
+        """The three efficiencies by their :class:`steptime.roofline.EngineFit` field names."""
+        return self.model_dump(exclude={"system"})
+
+
 class GpuSpec(BaseModel):
-    """One GPU's roofline figures.
+    """One GPU's roofline figures and the facts the checks and defaults read about it.
 
     Attributes:
         name: catalog key or the user's label.
@@ -57,6 +85,18 @@ class GpuSpec(BaseModel):
         interconnect_gb_per_s: that path's bandwidth per GPU and direction, decimal GB/s: the
             datasheet's total NVLink (or PCIe x16) figure counts both directions, so half of
             it. None with ``interconnect``.
+        memory_gb: memory as the datasheet states it, GB; the datasheets' "GB" is the binary
+            size the driver reports a little under (nvidia-smi shows 24,564 MiB on a 24 GB RTX
+            4090), so it is read as GiB: a node class's ``gpuMemoryGiB`` above it is refused,
+            well under it warned about. None: unknown, not checked.
+        device_name: the name the driver reports (nvidia-smi's, ``torch.cuda.get_device_name``),
+            e.g. ``NVIDIA H100 80GB HBM3``: vLLM gives a worker its larger default step budget
+            from 70 GiB up only where this name has no "a100"
+            (``stackmodel.sizing.default_max_batched_tokens``). None: unknown, the label
+            ``name`` is tested instead.
+        aiconfigurator: the efficiencies NVIDIA AIConfigurator's measured vLLM data give the
+            GPU (``bench/aic_efficiencies.py``), which a worker without a calibration profile
+            uses (``steptime.fit.fit_for``). None: not measured, the seed fit's are used.
         source: where the figures come from (datasheet address, or "stack config").
     """
 
@@ -70,6 +110,9 @@ class GpuSpec(BaseModel):
     fp8_dense_tflops: float | None = Field(default=None, gt=0, alias="fp8DenseTflops")
     interconnect: Literal["nvlink", "pcie"] | None = None
     interconnect_gb_per_s: float | None = Field(default=None, gt=0, alias="interconnectGbPerS")
+    memory_gb: float | None = Field(default=None, gt=0)
+    device_name: ConfigText | None = Field(default=None, min_length=1)
+    aiconfigurator: AicEfficiencies | None = None
     source: ConfigText = "stack config"
 
     @model_validator(mode="after")
@@ -120,11 +163,27 @@ def _gpu(
     gb_per_s: float,
     link: tuple[str, float],
     source: str,
+    *,
+    memory_gb: float,
+    device: str,
     fp8: float | None = None,
+    aic: tuple[str, float, float, float] | None = None,
 ) -> GpuSpec:
-    """A catalog entry; ``link``: (interconnect, the datasheet's bidirectional GB/s); ``fp8``:
-    dense FP8 TFLOP/s (None: no FP8 tensor cores)."""
+    """A catalog entry; ``link``: (interconnect, the datasheet's bidirectional GB/s);
+    ``memory_gb``: the datasheet's memory; ``device``: the name the driver reports; ``fp8``:
+    dense FP8 TFLOP/s (None: no FP8 tensor cores); ``aic``: (AIConfigurator system, prefill,
+    weights and KV efficiencies) as ``bench/aic_efficiencies.py`` prints them (None: not
+    measured)."""
     kind, both_ways = link
+    aiconfigurator = None
+    if aic is not None:
+        system, prefill, weights, kv = aic
+        aiconfigurator = {
+            "system": system,
+            "prefillEfficiency": prefill,
+            "weightsEfficiency": weights,
+            "kvEfficiency": kv,
+        }
     return GpuSpec.model_validate(
         {
             "name": name,
@@ -133,6 +192,9 @@ def _gpu(
             "fp8DenseTflops": fp8,
             "interconnect": kind,
             "interconnectGbPerS": both_ways / 2,
+            "memoryGb": memory_gb,
+            "deviceName": device,
+            "aiconfigurator": aiconfigurator,
             "source": source,
         }
     )
@@ -174,7 +236,10 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             3_350,
             _NVLINK4,
             _H100 + "; FP8 3,958 TFLOPS with sparsity; 3.35 TB/s HBM3, 80 GB",
+            memory_gb=80,
+            device="NVIDIA H100 80GB HBM3",
             fp8=1_979,
+            aic=("h100_sxm", 0.889, 0.783, 0.823),
         ),
         _gpu(
             "h100-pcie",
@@ -182,6 +247,8 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             2_000,
             _PCIE5,
             _H100 + "; FP8 3,026 TFLOPS with sparsity; 2 TB/s HBM2e, 80 GB",
+            memory_gb=80,
+            device="NVIDIA H100 PCIe",
             fp8=1_513,
         ),
         _gpu(
@@ -191,9 +258,21 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             _NVLINK4,
             "https://www.nvidia.com/en-us/data-center/h200/ (BF16 1,979 TFLOPS, FP8 3,958 "
             "TFLOPS with sparsity; 4.8 TB/s HBM3e, 141 GB)",
+            memory_gb=141,
+            device="NVIDIA H200",
             fp8=1_979,
+            aic=("h200_sxm", 0.861, 0.697, 0.819),
         ),
-        _gpu("a100-sxm-80gb", 312, 2_039, _NVLINK3, _A100 + "; 2,039 GB/s HBM2e, 80 GB"),
+        _gpu(
+            "a100-sxm-80gb",
+            312,
+            2_039,
+            _NVLINK3,
+            _A100 + "; 2,039 GB/s HBM2e, 80 GB",
+            memory_gb=80,
+            device="NVIDIA A100-SXM4-80GB",
+            aic=("a100_sxm", 0.928, 0.677, 0.627),
+        ),
         _gpu(
             "a100-40gb",
             312,
@@ -201,6 +280,8 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             _PCIE4,
             _A100 + "; 1,555 GB/s HBM2, 40 GB (PCIe and SXM4 alike; the interconnect is the "
             "PCIe card's, an SXM4 node has a100-sxm-80gb's NVLink)",
+            memory_gb=40,
+            device="NVIDIA A100-PCIE-40GB",
         ),
         _gpu(
             "l40s",
@@ -209,7 +290,10 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             _PCIE4,
             "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413 (BF16 362.05 TFLOPS "
             "dense, 733 with sparsity; FP8 1,466 TFLOPS with sparsity; 864 GB/s GDDR6, 48 GB)",
+            memory_gb=48,
+            device="NVIDIA L40S",
             fp8=733,
+            aic=("l40s", 0.738, 0.851, 0.736),
         ),
         _gpu(
             "l4",
@@ -218,6 +302,8 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             _PCIE4,
             "https://www.nvidia.com/en-us/data-center/l4/ (BF16 242 TFLOPS, FP8 485 TFLOPS with "
             "sparsity; 300 GB/s GDDR6, 24 GB)",
+            memory_gb=24,
+            device="NVIDIA L4",
             fp8=242.5,
         ),
         _gpu(
@@ -227,6 +313,8 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             _PCIE4,
             "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/"
             "a10-datasheet.pdf (BF16 125 TFLOPS dense; 600 GB/s GDDR6, 24 GB)",
+            memory_gb=24,
+            device="NVIDIA A10",
         ),
         _gpu(
             "rtx-4090",
@@ -234,29 +322,24 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             1_008,
             _PCIE4,
             _ADA + "; FP8 with FP32 accumulate 330.3 TFLOPS dense; 1,008 GB/s GDDR6X, 24 GB",
+            memory_gb=24,
+            device="NVIDIA GeForce RTX 4090",
             fp8=330.3,
         ),
-        _gpu("rtx-3090", 71, 936, _PCIE4, _AMPERE + "; 936 GB/s GDDR6X, 24 GB"),
+        _gpu(
+            "rtx-3090",
+            71,
+            936,
+            _PCIE4,
+            _AMPERE + "; 936 GB/s GDDR6X, 24 GB",
+            memory_gb=24,
+            device="NVIDIA GeForce RTX 3090",
+        ),
     )
 }
-"""Every GPU a node class can name by key."""
-
-DATASHEET_MEMORY_GB: dict[str, float] = {
-    "h100-sxm": 80,
-    "h100-pcie": 80,
-    "h200": 141,
-    "a100-sxm-80gb": 80,
-    "a100-40gb": 40,
-    "l40s": 48,
-    "l4": 24,
-    "a10": 24,
-    "rtx-4090": 24,
-    "rtx-3090": 24,
-}
-"""Each catalog GPU's memory as its datasheet states it (the sources in :data:`GPU_CATALOG`),
-for the check of a node class's ``gpuMemoryGiB`` against its ``gpu``. The datasheets' "GB" is
-the binary size the driver reports a little under (nvidia-smi shows 24,564 MiB on a 24 GB RTX
-4090), so the figure is read as GiB."""
+"""Every GPU a node class can name by key. The AIConfigurator efficiencies are for the GPUs
+aiconfigurator-core 0.12.0 ships measured vLLM kernel data for (its ``h100_pcie``,
+``a100_pcie`` and ``l4`` folders are empty)."""
 
 
 DEFAULT_GPU = "rtx-4090"
@@ -292,9 +375,11 @@ def catalog_gpu(name: str) -> GpuSpec:
 
 
 def datasheet_memory_gb(setting: str | GpuSpec | None) -> float | None:
-    """The datasheet memory (GB) of a node class's ``gpu`` when it names a catalog GPU with one
-    (:data:`DATASHEET_MEMORY_GB`), else None."""
-    return DATASHEET_MEMORY_GB.get(setting) if isinstance(setting, str) else None
+    """The datasheet memory (GB, :attr:`GpuSpec.memory_gb`) of a node class's ``gpu``: the
+    catalog entry's it names, or the one given with its figures; None when it names none, an
+    unknown one, or gives none."""
+    spec = GPU_CATALOG.get(setting) if isinstance(setting, str) else setting
+    return None if spec is None else spec.memory_gb
 
 
 def resolve_gpu(setting: str | GpuSpec | None) -> tuple[GpuSpec, str | None]:

@@ -37,24 +37,6 @@ from steptime.calibration_profile import ScoredValue
 AGAINST_DIR = "against"
 """The folder, inside the simulated stack's, that holds the comparison."""
 
-GRID_FIELDS = ("prefix_kinds", "concurrency", "repetitions", "requests_per_run")
-"""The load fields the measured folder sets for the simulation: its grid points, repetitions
-and run length; the rest (prompt, output length, ...) is the stack's, and a difference is
-reported by the A / B settings note."""
-
-
-def measured_grid(folder: Path) -> dict[str, Any]:
-    """The grid of the measured results folder (its ``result.json``), as LoadConfig fields.
-
-    Raises:
-        FileNotFoundError, ValueError: no results there, or no ``result.json`` (one line).
-    """
-    loaded = load_results(folder)
-    if loaded.grid is None:
-        raise ValueError(f"{folder} has no result.json: --against needs the grid it measured")
-    config = loaded.grid.config
-    return {name: getattr(config, name) for name in GRID_FIELDS}
-
 
 def simulated_warning(folder: Path) -> str | None:
     """One line where the folder compared against is itself simulated (its ``result.json``

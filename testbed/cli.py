@@ -20,15 +20,17 @@ from typer.core import TyperGroup
 from testbed.calibrate_command import calibrate_command
 from testbed.compare import compare_command
 from testbed.console import EXIT_INTERRUPTED, EXIT_USAGE
+from testbed.diff_command import diff_command
 from testbed.init_stack import init_stack_command
 from testbed.load_command import load_command
 from testbed.load_role import load_role_command
 from testbed.option_values import check_values
 from testbed.probe_command import probe_app
 from testbed.recommend_command import recommend_command
+from testbed.render_command import render_command
 from testbed.report_command import report_command
 from testbed.serve_command import serve_command
-from testbed.stack_commands import diff_command, render_command, simulate_command
+from testbed.simulate_command import simulate_command
 
 EXIT_ERROR = 1
 

@@ -577,7 +577,7 @@ def _load(
 
     from kubeclient.pod_watch import pod_watch
     from loadgen.readiness import NotServingError
-    from loadgen.runner import run_grid
+    from loadgen.runner import GridRun, run_grid
     from outputs.folder_writer import ResultsFolder, complete_runs, grid_settings
     from outputs.resume import ResumeError
     from outputs.tables import table_console
@@ -608,18 +608,20 @@ def _load(
     try:
         with pod_watch(kube_namespace, context=kube_context) as pods:
             result = run_grid(
-                url,
-                model,
-                load_config,
-                out,
-                tokenizer=tokenizer,
-                progress=progress,
-                resume=resume,
-                ready=ready,
-                observers=[pods],
-                prefill_metrics=prefill_metrics,
-                decode_metrics=decode_metrics,
-                on_run=None if _bar_shows(progress) else _run_line,
+                GridRun(
+                    url,
+                    model,
+                    load_config,
+                    out,
+                    tokenizer=tokenizer,
+                    progress=progress,
+                    resume=resume,
+                    ready=ready,
+                    observers=[pods],
+                    prefill_metrics=prefill_metrics,
+                    decode_metrics=decode_metrics,
+                    on_run=None if _bar_shows(progress) else _run_line,
+                )
             )
     except NotServingError as exc:
         fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)

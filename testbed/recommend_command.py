@@ -17,6 +17,7 @@ from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, fail
 
 if TYPE_CHECKING:
     from recommend.outputs import Inputs, Validations
+    from recommend.run import Recommendation
     from recommend.search import Result
     from recommend.space import Candidate
     from recommend.workload import Workload
@@ -253,6 +254,61 @@ def _check_lengths(cfg: Any, sent: Workload) -> None:
         fail(f"--workload {sent.source}: {key} = {p.value}: {p.message.replace(p.key, key)}")
 
 
+def _sent(
+    workload: str, slo: str, requests_per_client: int | None, batched_tokens: str | None
+) -> tuple[Workload, list[int]]:
+    """(what is sent, its load's ``slo`` the SLO searched for: ``--slo``, else the workload's;
+    the ``--batched-tokens`` values); exits 2 on a bad option."""
+    from recommend.workload import MEASURED_PER_CLIENT
+    from testbed.console import int_list
+    from testbed.slo_option import slo_of
+    from workload.slo import SloError
+
+    per_client = MEASURED_PER_CLIENT if requests_per_client is None else requests_per_client
+    if per_client < 1:
+        fail(
+            f"--requests-per-client {per_client}: a run needs at least 1 measured request per "
+            f"client; give 1 or more (default {MEASURED_PER_CLIENT})"
+        )
+    sent = _workload(workload)
+    target = slo_of(slo or None) or sent.load.slo
+    if target is None:
+        fail(
+            f"--slo is required: the workload ({workload}) sets no slo; give e.g. --slo "
+            "ttft_p99_ms=1000 (the search never relaxes it)"
+        )
+    # The SLO used travels with the workload's settings: what the outputs and emitted stacks read.
+    load = sent.load.model_copy(update={"slo": target})
+    sent = dataclasses.replace(sent, load=load, per_client=per_client)
+    try:
+        target.check_outputs(load.max_tokens)
+        budgets = int_list("batched-tokens", batched_tokens) or []
+    except (SloError, ValueError) as exc:
+        fail(str(exc))
+    for budget in budgets:
+        if budget <= 0:
+            fail(
+                f"--batched-tokens {batched_tokens}: {budget} is not a token budget; give "
+                "positive integers, e.g. --batched-tokens 2048,8192"
+            )
+    return sent, budgets
+
+
+def _space(
+    cfg: Any, budgets: list[int], load: Any, fix: list[str] | None
+) -> tuple[dict[str, str], list[Candidate]]:
+    """(the ``--fix`` values, the candidates that have them all); exits 2 when none has."""
+    from recommend.space import candidates, with_fixes
+
+    everything = candidates(cfg, budgets, shared_prefix=load.prefix_tokens > 0)
+    fixes = _fixes(fix, everything)
+    space = with_fixes(everything, fixes)
+    if not space:
+        given = " ".join(f"--fix {k}={v}" for k, v in fixes.items())
+        fail(f"{given}: each value is some candidate's, but no candidate has them all; drop one")
+    return fixes, space
+
+
 def recommend_command(
     cluster: Annotated[
         str | None,
@@ -368,29 +424,11 @@ def recommend_command(
 
     Example: testbed recommend --cluster kv-routing --workload seed --slo ttft_p99_ms=1000
     """
-    from rich.progress import Progress
-
     from outputs.resume import ResumeError
-    from recommend.claims import first_ranked
-    from recommend.outputs import (
-        PLAN_MD,
-        Inputs,
-        plan_text,
-        validation_summary,
-        write_candidates,
-        write_report,
-        write_stacks,
-    )
-    from recommend.resume import TimedStore
-    from recommend.search import OBJECTIVES_RANKED, Problem, cluster_gpus, search
-    from recommend.space import candidates, with_fixes
-    from recommend.validate import validate
-    from recommend.workload import MEASURED_PER_CLIENT, describe
-    from testbed.console import int_list
+    from recommend.run import RecommendRequest, SearchInterrupted, recommend
+    from recommend.search import OBJECTIVES_RANKED
     from testbed.dependency_groups import missing_group
-    from testbed.slo_option import slo_of
-    from testbed.stack_commands import under_project
-    from workload.slo import SloError
+    from testbed.stack_options import under_project
 
     if validate_top:
         missing = missing_group(
@@ -401,104 +439,88 @@ def recommend_command(
     chosen = next((o for o in OBJECTIVES_RANKED if o == objective), None)
     if chosen is None:
         fail(f"--objective {objective!r}: one of {', '.join(OBJECTIVES_RANKED)}")
-    per_client = MEASURED_PER_CLIENT if requests_per_client is None else requests_per_client
-    if per_client < 1:
-        fail(
-            f"--requests-per-client {per_client}: a run needs at least 1 measured request per "
-            f"client; give 1 or more (default {MEASURED_PER_CLIENT})"
-        )
     name, base, cfg = _cluster(cluster, cluster_file, model)
-    sent = _workload(workload)
-    target = slo_of(slo or None) or sent.load.slo
-    if target is None:
-        fail(
-            f"--slo is required: the workload ({workload}) sets no slo; give e.g. --slo "
-            "ttft_p99_ms=1000 (the search never relaxes it)"
-        )
-    # The SLO used travels with the workload's settings: what the outputs and emitted stacks read.
-    load = sent.load.model_copy(update={"slo": target})
-    sent = dataclasses.replace(sent, load=load, per_client=per_client)
-    try:
-        target.check_outputs(load.max_tokens)
-        budgets = int_list("batched-tokens", batched_tokens) or []
-    except (SloError, ValueError) as exc:
-        fail(str(exc))
-    for budget in budgets:
-        if budget <= 0:
-            fail(
-                f"--batched-tokens {batched_tokens}: {budget} is not a token budget; give "
-                "positive integers, e.g. --batched-tokens 2048,8192"
-            )
+    sent, budgets = _sent(workload, slo, requests_per_client, batched_tokens)
     _check_lengths(cfg, sent)
-    everything = candidates(cfg, budgets, shared_prefix=load.prefix_tokens > 0)
-    fixes = _fixes(fix, everything)
-    space = with_fixes(everything, fixes)
-    if not space:
-        given = " ".join(f"--fix {k}={v}" for k, v in fixes.items())
-        fail(f"{given}: each value is some candidate's, but no candidate has them all; drop one")
+    fixes, space = _space(cfg, budgets, sent.load, fix)
     folder = (
         under_project(out, RECOMMEND_OUT / name)
         if out
         else under_project(RECOMMEND_OUT / name, RECOMMEND_OUT / name)
     )
-    folder.mkdir(parents=True, exist_ok=True)
-    searched = {
-        "cluster": name,
-        "clusterConfig": base,
-        "model": cfg.model.name,
-        # the SLO is its own input (below), not the workload's
-        "workload": dataclasses.replace(
-            sent, load=load.model_copy(update={"slo": None})
-        ).fingerprint(),
-        "slo": target.option(),
-        "objective": chosen,
-        "margin": margin,
-        "fix": fixes,
-        "batchedTokens": budgets,
-        "requestsPerClient": per_client,
-    }
+    assert sent.load.slo is not None  # _sent sets it
+    request = RecommendRequest(
+        name,
+        base,
+        cfg,
+        sent,
+        sent.load.slo,
+        "--slo" if slo else f"the workload's slo, {workload}",
+        space,
+        fixes,
+        budgets,
+        chosen,
+        margin,
+        jobs,
+        validate_top,
+        emit_stacks,
+        folder,
+        resume,
+    )
     try:
-        store = TimedStore(folder, searched, resume=resume)
+        found = recommend(request, _Printer())
     except ResumeError as exc:
         fail(str(exc))
-    if store.note:
-        typer.echo(store.note, err=True)
-    typer.echo(f"workload: {describe(sent)}", err=True)
-    said = "--slo" if slo else f"the workload's slo, {workload}"
-    typer.echo(f"SLO: {target.describe()} (from {said})", err=True)
-    problem = Problem(name, base, cfg, load, target, sent)
-    try:
-        with Progress(transient=True) as bar:
-            task = bar.add_task(f"timing the candidates of {name}", total=None)
-            results = search(
-                problem,
-                space,
-                objective=chosen,
-                margin=margin,
-                jobs=jobs,
-                progress=lambda done, total: bar.update(task, completed=done, total=total),
-                store=store,
-            )
-    except KeyboardInterrupt:
+    except SearchInterrupted as exc:
         typer.echo(
-            f"interrupted (Ctrl-C): the {store.count()} candidates timed are kept in "
-            f"{store.path}; the same command with --resume goes on from them",
+            f"interrupted (Ctrl-C): the {exc.count} candidates timed are kept in "
+            f"{exc.path}; the same command with --resume goes on from them",
             err=True,
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    first = first_ranked(results)
-    inputs = Inputs(
-        name, load, target, chosen, margin, cluster_gpus(cfg), cfg.model.name, sent.per_client
+    _print_outcome(found, folder)
+
+
+class _Printer:
+    """What ``testbed recommend`` prints while :func:`recommend.run.recommend` runs
+    (:class:`recommend.run.RecommendObserver`): the inputs' lines on stderr, a transient
+    progress bar over the search, each validation's line."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.task: Any = None
+
+    def note(self, line: str) -> None:
+        typer.echo(line, err=True)
+
+    def on_search(self, cluster: str) -> None:
+        from rich.progress import Progress
+
+        self.bar = Progress(transient=True)
+        self.bar.start()
+        self.task = self.bar.add_task(f"timing the candidates of {cluster}", total=None)
+
+    def on_candidate(self, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=total)
+
+    def on_search_end(self) -> None:
+        self.bar.stop()
+
+    def on_validated(self, line: str) -> None:
+        typer.echo(f"SIMULATED: {line}")
+
+
+def _print_outcome(found: Recommendation, folder: Path) -> None:
+    """The ranking, the validations' summary and what was written; none that meets the SLO:
+    the nearest candidates (or the refusals), exit 1."""
+    from recommend.outputs import validation_summary
+
+    results, first, inputs, validations = (
+        found.results,
+        found.first,
+        found.inputs,
+        found.validations,
     )
-    validations = {}
-    for result in [r for r in results if r.rank is not None][:validate_top]:
-        done = validate(problem, result, folder / "validate")
-        typer.echo(f"SIMULATED: {done.line()}")
-        validations[done.key] = done
-    write_candidates(folder, inputs, results, first, validations)
-    (folder / PLAN_MD).write_text(plan_text(inputs, results, first, folder, validations))
-    write_report(folder, inputs, results, first, validations)
-    stacks = write_stacks(folder, inputs, results, first, emit_stacks, validations)
     _print_table(results, first, inputs, 10, validations)
     if summary := validation_summary(results, first, inputs, validations):
         typer.echo(f"SIMULATED: {summary}")
@@ -506,7 +528,7 @@ def recommend_command(
         refused = all(r.status == "refused" for r in results)
         said = "the checks refuse every candidate, for" if refused else "the nearest"
         typer.echo(
-            f"SIMULATED: no candidate meets the SLO ({target.describe()}); {said}:", err=True
+            f"SIMULATED: no candidate meets the SLO ({inputs.slo.describe()}); {said}:", err=True
         )
         for line in _refusals(results) if refused else _nearest(results):
             typer.echo(f"  {line}", err=True)
@@ -514,5 +536,5 @@ def recommend_command(
         raise typer.Exit(EXIT_NO_SUCCESS)
     typer.echo(
         f"wrote {folder}/: candidates.json, candidates.csv, plan.md, pareto.png, report.html, "
-        f"{len(stacks)} stack files"
+        f"{len(found.stacks)} stack files"
     )

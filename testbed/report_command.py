@@ -24,7 +24,7 @@ def default_report(folders: Sequence[Path]) -> Path:
     beside the first (as ``testbed simulate A B`` names its own), never the working
     directory."""
     from outputs.folder_reader import REPORT_FILE
-    from testbed.stack_commands import comparison_report
+    from testbed.simulate_command import comparison_report
 
     if len(folders) == 1:
         return folders[0] / REPORT_FILE

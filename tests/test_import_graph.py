@@ -60,7 +60,10 @@ FORBIDDEN = ("pulumi", "pulumi_kubernetes", "kubernetes", "grpc")
 COMMAND_MODULES = frozenset(
     {
         "testbed.entry",
-        "testbed.stack_commands",
+        "testbed.stack_options",
+        "testbed.render_command",
+        "testbed.diff_command",
+        "testbed.simulate_command",
         "testbed.compare",
         "testbed.init_stack",
         "testbed.load_role",

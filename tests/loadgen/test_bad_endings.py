@@ -35,7 +35,7 @@ from loadgen import server_metrics
 from loadgen.loops import make_client, raise_open_file_limit, run_closed_loop
 from loadgen.observers import GridObserver
 from loadgen.request import retry_after_s, stream_request
-from loadgen.runner import run_grid_async
+from loadgen.runner import GridRun, run_grid_async
 from loadgen.server_metrics import in_flight, in_flight_notes, parse_samples
 from measurement.errors import ErrorKind
 from measurement.goodput import evaluate_run
@@ -127,7 +127,7 @@ async def test_aborted_requests_never_raise_requests_per_second() -> None:
     )
     config = config.model_copy(update={"prompt_tokens": 20})
     async with FakeServer(half_aborted) as server:
-        result = await run_grid_async(server.url, "m", config, None, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", config, None, progress=False))
     (run,) = result.runs
     assert run.samples + run.errors == 8 and run.errors_by_kind == {"aborted": run.errors}
     assert run.errors >= 3
@@ -254,7 +254,7 @@ async def test_a_run_with_cut_requests_says_how_many_and_keeps_them_in_its_recor
         request_timeout_s=0.4,
     )
     async with FakeServer(every_third_hangs) as server:
-        result = await run_grid_async(server.url, "m", config, tmp_path, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", config, tmp_path, progress=False))
     (run,) = result.runs
     assert run.censored == run.errors_by_kind["timeout"] >= 1
     assert "ttft_p99_ms" in run.lower_bounds
@@ -313,10 +313,10 @@ async def test_a_run_during_an_outage_is_measured_again_once_the_server_serves(
     ).model_copy(update={"prompt_tokens": 20, "max_tokens": 2})
     async with FakeServer(handler) as server:
         restart = RestartAt(server, rep=2, requests=4)
-        result = await run_grid_async(
+        result = await run_grid_async(GridRun(
             server.url, "m", config, None, progress=False, observers=[restart],
             server_metrics=False,
-        )  # fmt: skip
+        ))  # fmt: skip
     first, second = result.runs
     assert (first.remeasured, first.errors, first.samples) == (0, 0, 4)
     assert (second.remeasured, second.errors, second.samples) == (1, 0, 4)
@@ -350,7 +350,7 @@ async def test_server_figures_come_back_with_the_server_after_an_outage(
     async with FakeServer(handler, metrics=metrics) as server:
         restart = RestartAt(server, rep=2, requests=4)
         result = await run_grid_async(
-            server.url, "m", TWO_RUNS, None, progress=False, observers=[restart]
+            GridRun(server.url, "m", TWO_RUNS, None, progress=False, observers=[restart])
         )
     first, second = result.runs
     assert second.remeasured == 1 and second.samples == 4
@@ -367,7 +367,7 @@ async def test_a_server_that_never_served_is_not_waited_for() -> None:
         prefix_kinds=[1], concurrency=[1], repetitions=1, requests_per_run=2, warmup_requests=0
     ).model_copy(update={"prompt_tokens": 20})
     async with FakeServer(lambda body, n: [Status(503)]) as server:
-        result = await run_grid_async(server.url, "m", config, None, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", config, None, progress=False))
     (run,) = result.runs
     assert (run.remeasured, run.errors_by_kind) == (0, {"http_status": 2})
 
@@ -425,7 +425,7 @@ async def test_a_failed_scrape_is_tried_again_and_the_figures_kept(
 
     async with FakeServer(lambda body, n: normal_stream(["a"])) as server:
         server.metrics = metrics
-        result = await run_grid_async(server.url, "m", TWO_RUNS, None, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", TWO_RUNS, None, progress=False))
     assert [run.server is not None for run in result.runs] == [True, True]
     assert [run.server.requests for run in result.runs if run.server] == [4, 4]
     assert not [w for run in result.runs for w in run.warnings if "server figures" in w]
@@ -454,7 +454,7 @@ async def test_a_scrape_that_keeps_failing_loses_one_run_not_the_grid(
     async with FakeServer(lambda body, n: normal_stream(["a"])) as server:
         server.metrics = metrics
         url = server.url
-        result = await run_grid_async(url, "m", TWO_RUNS, None, progress=False)
+        result = await run_grid_async(GridRun(url, "m", TWO_RUNS, None, progress=False))
     first, second = result.runs
     assert first.server is None and second.server is not None
     assert [w for w in first.warnings if w.startswith("server figures missing")] == [
@@ -759,7 +759,7 @@ async def test_requests_the_client_gave_up_on_are_seen_running_on_the_server(
         request_timeout_s=0.3,
     )
     async with FakeServer(every_other_runs_on, metrics=gauge) as server:
-        result = await run_grid_async(server.url, "m", config, None, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", config, None, progress=False))
     (run,) = result.runs
     assert run.censored >= 2 and run.server is not None
     assert (run.server.in_flight_max or 0) > 2

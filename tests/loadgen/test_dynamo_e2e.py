@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import pytest
 
-from loadgen.runner import run_grid
+from loadgen.runner import GridRun, run_grid
 from measurement.results import GridResult
 from workload.config import LoadConfig
 
@@ -58,7 +58,7 @@ def run_local_grid(
     model_dir = localgraph.make_model_dir(tmp / "model")
     with localgraph.LocalGraph(spec, workdir=tmp, model_dir=model_dir) as graph:
         result = run_grid(
-            graph.url, MODEL, config, tmp / "out", tokenizer=str(model_dir), progress=False
+            GridRun(graph.url, MODEL, config, tmp / "out", tokenizer=str(model_dir), progress=False)
         )
         metrics = graph.metrics_text()
     return result, tmp / "out", metrics

@@ -30,7 +30,7 @@ from fake_openai_server import (
 )
 from typer.testing import CliRunner
 
-from loadgen.runner import run_grid_async
+from loadgen.runner import GridRun, run_grid_async
 from measurement.incidents import INCIDENTS_FILE, Incident, describe, placed
 from measurement.intervals import ab_comparisons, compare_runs
 from measurement.memory import MEMORY_FILE, MemoryRecord, MemorySample, PodMemory
@@ -73,7 +73,7 @@ def _handler(first_token_s: float) -> Any:
 
 async def _run(folder: Path, first_token_s: float) -> GridResult:
     async with FakeServer(_handler(first_token_s)) as server:
-        return await run_grid_async(server.url, "m", GRID, folder, progress=False)
+        return await run_grid_async(GridRun(server.url, "m", GRID, folder, progress=False))
 
 
 def _incident(result: GridResult) -> Incident:

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from kubeclient.client import api_client
 from kubeclient.pod_watch import PodWatch, pod_incidents
-from loadgen.runner import run_grid_async
+from loadgen.runner import GridRun, run_grid_async
 from measurement.incidents import INCIDENTS_FILE, describe
 from workload.config import LoadConfig
 
@@ -67,14 +67,16 @@ def test_oom_kill_mid_run_is_placed_on_the_grid_and_the_run_finishes(tmp_path: P
                     NAMESPACE, kubeconfig=str(api.kubeconfig(tmp_path)), window_s=1
                 ) as pods:
                     return await run_grid_async(
-                        server.url,
-                        "m",
-                        GRID,
-                        tmp_path / "out",
-                        tokenizer=None,
-                        progress=False,
-                        observers=[pods],
-                        server_metrics=False,
+                        GridRun(
+                            server.url,
+                            "m",
+                            GRID,
+                            tmp_path / "out",
+                            tokenizer=None,
+                            progress=False,
+                            observers=[pods],
+                            server_metrics=False,
+                        )
                     )
 
         result = asyncio.run(load())

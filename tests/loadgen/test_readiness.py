@@ -11,7 +11,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from loadgen.readiness import NotServingError, wait_for_model, wait_until_serving
-from loadgen.runner import run_grid_async
+from loadgen.runner import GridRun, run_grid_async
 from workload.config import LoadConfig, ReadyCheck
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -89,7 +89,14 @@ async def test_first_grid_point_has_no_errors_and_the_wait_is_recorded(
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
     assert await wait_for_model(phased_url, MODEL, TINY, timeout_s=5) < 1.0
     result = await run_grid_async(
-        phased_url, MODEL, TINY, None, progress=False, ready=ReadyCheck(successes=3, timeout_s=30)
+        GridRun(
+            phased_url,
+            MODEL,
+            TINY,
+            None,
+            progress=False,
+            ready=ReadyCheck(successes=3, timeout_s=30),
+        )
     )
     readiness = result.readiness
     assert readiness is not None
@@ -105,7 +112,7 @@ async def test_first_grid_point_has_no_errors_and_the_wait_is_recorded(
 
 async def test_without_the_gate_the_first_point_fails() -> None:
     async for url in serve(phased_app()):
-        result = await run_grid_async(url, MODEL, TINY, None, progress=False)
+        result = await run_grid_async(GridRun(url, MODEL, TINY, None, progress=False))
         assert result.readiness is None
         assert result.points[0].errors == 6
         assert result.errors_by_kind == {"http_status": 6}

@@ -17,7 +17,7 @@ from fake_openai_server import DONE, FakeServer, Send, Sleep, Status, Step, Wait
 
 from loadgen.api import ERROR_MESSAGE_CHARS, base_url, short_message
 from loadgen.loops import make_client, run_closed_loop, run_poisson
-from loadgen.runner import FIRST_ERRORS_KEPT, grid_keys, grid_result, run_grid_async
+from loadgen.runner import FIRST_ERRORS_KEPT, GridRun, grid_keys, grid_result, run_grid_async
 from measurement.record import RequestRecord
 from measurement.results import ErrorSample
 from measurement.stats import summarize_point, summarize_run
@@ -169,7 +169,7 @@ async def test_grid_writes_summary_and_records(
         prompt_tokens=50,
     )
     async with FakeServer(grid_handler) as server:
-        result = await run_grid_async(server.url, "m", config, tmp_path, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", config, tmp_path, progress=False))
     # 2 calibration requests + 2 points x 2 repetitions x (2 warm-up + 9 measured)
     assert len(server.requests) == 2 + 4 * 11
     # The handler reports 1000 prompt tokens for any prompt: no tokens/word to measure.
@@ -220,7 +220,9 @@ async def test_grid_counts_errors_by_kind_and_keeps_first_messages() -> None:
         prompt_tokens=20,
     )
     async with FakeServer(handler) as server:
-        result = await run_grid_async(server.url, "m", config, None, tokenizer=None, progress=False)
+        result = await run_grid_async(
+            GridRun(server.url, "m", config, None, tokenizer=None, progress=False)
+        )
     # Request 0 calibrates and fails, so the sizer falls back and says why; measured: 1..9.
     assert result.token_count_source == (
         "approximate:1 token/word (calibration request failed: http_status: HTTP 503: no workers)"
@@ -258,7 +260,7 @@ async def test_url_prefix_is_kept_and_v1_not_doubled() -> None:
     config = LoadConfig(prefix_kinds=[1], concurrency=[1], repetitions=1, requests_per_run=1)
     config = config.model_copy(update={"warmup_requests": 0, "prompt_tokens": 10})
     async with FakeServer(grid_handler) as server:
-        await run_grid_async(f"{server.url}/proxy/v1", "m", config, None, progress=False)
+        await run_grid_async(GridRun(f"{server.url}/proxy/v1", "m", config, None, progress=False))
     assert set(server.paths) == {"/proxy/v1/chat/completions", "/proxy/metrics"}
 
 
@@ -279,7 +281,7 @@ async def test_calibration_failure_says_why() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    result = await run_grid_async(url, "m", SMALL_GRID, None, progress=False)
+    result = await run_grid_async(GridRun(url, "m", SMALL_GRID, None, progress=False))
     assert result.token_count_source.startswith(
         "approximate:1 token/word (calibration request failed: connection_error: "
         "ClientConnectorError: Cannot connect to host 127.0.0.1"
@@ -290,7 +292,7 @@ async def test_calibration_failure_says_why() -> None:
 @pytest.mark.asyncio
 async def test_calibration_without_growing_usage_says_so() -> None:
     async with FakeServer(lambda body, n: normal_stream(["a"], prompt=50)) as server:
-        result = await run_grid_async(server.url, "m", SMALL_GRID, None, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", SMALL_GRID, None, progress=False))
     assert result.token_count_source == (
         "approximate:1 token/word (server's prompt_tokens did not grow with the prompt: 50 then 50)"
     )
@@ -301,7 +303,7 @@ async def test_error_messages_are_one_short_line() -> None:
     page = b"<html>\n<head><title>404 Not Found</title></head>\n<body>" + b"x" * 3000 + b"</body>"
 
     async with FakeServer(lambda body, n: [Status(404, page)]) as server:
-        result = await run_grid_async(server.url, "m", SMALL_GRID, None, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", SMALL_GRID, None, progress=False))
     message = result.first_errors[0].message
     assert len(message) == ERROR_MESSAGE_CHARS and message.endswith("...")
     assert message.startswith("HTTP 404: <html> <head><title>404 Not Found</title></head> <body>x")
@@ -322,7 +324,7 @@ async def test_done_only_server_is_failures_not_fast_successes() -> None:
     `empty_stream` failure; nothing enters TTFT, requests/s or the cached ratio."""
     config = SMALL_GRID.model_copy(update={"requests_per_run": 3})
     async with FakeServer(lambda body, n: [Send(DONE)]) as server:
-        result = await run_grid_async(server.url, "m", config, None, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", config, None, progress=False))
     (point,) = result.points
     assert (point.samples, point.errors, point.requests_per_s) == (0, 3, 0.0)
     assert (point.ttft_p50_ms, point.e2e_p50_ms, point.cached_ratio) == (None, None, None)
@@ -381,7 +383,7 @@ async def test_open_loop_short_of_its_offered_rate_says_so_and_why() -> None:
         | {"arrival": "poisson", "request_rate": 20.0, "requests_per_run": 8, "max_connections": 1}
     )
     async with FakeServer(lambda body, n: [Sleep(0.1), *normal_stream(["a"])]) as server:
-        result = await run_grid_async(server.url, "m", config, None, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", config, None, progress=False))
     (run,) = result.runs
     assert run.offered_rate_per_s == 20.0 and run.max_in_flight == 1
     assert run.sent_rate_per_s is not None and 5 < run.sent_rate_per_s < 10.5

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from fake_openai_server import FakeServer, Step, normal_stream
 
-from loadgen.runner import run_grid_async
+from loadgen.runner import GridRun, run_grid_async
 from loadgen.server_metrics import (
     ServerMetrics,
     attribution_problem,
@@ -82,7 +82,7 @@ async def test_a_server_without_metrics_is_one_warning_and_the_load_runs(tmp_pat
     )
     async with FakeServer(handler) as server:
         url = server.url
-        result = await run_grid_async(url, "m", config, tmp_path, progress=False)
+        result = await run_grid_async(GridRun(url, "m", config, tmp_path, progress=False))
     assert [w for w in result.warnings if "metrics" in w] == [
         f"no server-side metrics ({url}/metrics: HTTP 404: not found); the load ran without them"
     ]

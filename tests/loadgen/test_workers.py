@@ -10,7 +10,7 @@ import pytest
 from fake_openai_server import FakeServer, Sleep, Step, Wait, normal_stream
 
 from loadgen.loops import Share
-from loadgen.runner import run_grid_async
+from loadgen.runner import GridRun, run_grid_async
 from loadgen.workers import WorkerPool, auto_workers, run_in_workers, split_share
 from measurement.client_cost import Warmup
 from measurement.record import RequestRecord
@@ -114,7 +114,7 @@ async def test_grid_with_workers_reports_them_per_run(tmp_path: Path) -> None:
     async with FakeServer(
         lambda request, number: [Sleep(0.02), *normal_stream(["a", "b", "c"])]
     ) as server:
-        result = await run_grid_async(server.url, "m", config, tmp_path, progress=False)
+        result = await run_grid_async(GridRun(server.url, "m", config, tmp_path, progress=False))
     (run,) = result.runs
     assert (run.workers, run.requests, run.samples, run.errors) == (2, 20, 20, 0)
     assert run.loop_lag_p99_ms is not None and run.client_cpu_ms_per_request is not None

@@ -341,12 +341,12 @@ def test_simulate_times_each_request_at_its_drawn_output_length() -> None:
 def test_ctrl_c_says_what_is_kept_and_how_to_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import recommend.search as search_module
+    import recommend.run as run_module
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(search_module, "search", interrupted)
+    monkeypatch.setattr(run_module, "search", interrupted)
     code = _recommend(
         "--slo", "ttft_p99_ms=500", "--fix", "kind=aggregated", "--out", str(tmp_path)
     )

@@ -22,7 +22,7 @@ from stackmodel.config import StackConfig
 from stackmodel.stacks import load_stack
 from stackmodel.validation import validate_config
 from steptime.calibration_profile import CalibrationProfile
-from steptime.fit import AIC_EFFICIENCIES
+from steptime.gpus import GPU_CATALOG
 
 ROUND_ROBIN = "topology.routerMode=round-robin"
 """Routing that does not depend on timing, so the residuals move smoothly with the figures."""
@@ -77,10 +77,17 @@ def _known(
         return calibrate(evaluator)
 
 
-L40S = {**AIC_EFFICIENCIES["l40s"], "step_host_s": 0.003, "request_overhead_s": 0.02}
+def _aic(gpu: str) -> dict[str, float]:
+    """The catalog ``gpu``'s AIConfigurator efficiencies."""
+    aic = GPU_CATALOG[gpu].aiconfigurator
+    assert aic is not None
+    return aic.efficiencies()
+
+
+L40S = {**_aic("l40s"), "step_host_s": 0.003, "request_overhead_s": 0.02}
 """AIConfigurator's L40S efficiencies (the catalog's), with a host time and a frontend cost."""
 
-A100 = {**AIC_EFFICIENCIES["a100-sxm-80gb"], "step_host_s": 0.0015, "request_overhead_s": 0.045}
+A100 = {**_aic("a100-sxm-80gb"), "step_host_s": 0.0015, "request_overhead_s": 0.045}
 """AIConfigurator's A100 SXM efficiencies."""
 
 

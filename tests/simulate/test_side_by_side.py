@@ -18,6 +18,7 @@ import pytest
 
 import simulator.routing
 import simulator.simulate
+from loadgen.runner import GridRun
 from measurement.results import GridResult
 from outputs.folder_writer import complete_runs
 from simulator.routing import ROUTING_DIR
@@ -60,9 +61,10 @@ def test_a_fault_in_one_routing_run_stops_both(
     real = simulator.routing.run_grid_async
     first = tmp_path / "kv-routing" / ROUTING_DIR
 
-    def faulty(url: str, model: str, config: Any, out_dir: Path, **kwargs: Any) -> Any:
-        grid = real(url, model, config, out_dir, **kwargs)
-        if out_dir.parent.name != "disagg-same-node":
+    def faulty(run: GridRun) -> Any:
+        grid = real(run)
+        assert run.out_dir is not None
+        if run.out_dir.parent.name != "disagg-same-node":
             return grid
 
         async def fault_after_the_first_run() -> GridResult:
@@ -127,7 +129,7 @@ def test_the_commands_speedup_is_the_routing_runs() -> None:
     """`testbed simulate --speedup` defaults to the routing run's ratio (ROUTING_SPEEDUP)."""
     import inspect
 
-    from testbed.stack_commands import simulate_command
+    from testbed.simulate_command import simulate_command
 
     default = inspect.signature(simulate_command).parameters["speedup"].default
     assert default == simulator.routing.ROUTING_SPEEDUP == 100.0

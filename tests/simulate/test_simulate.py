@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from configkeys.key_paths import KeyPathError, parse_settings
-from loadgen.runner import run_grid
+from loadgen.runner import GridRun, run_grid
 from measurement.incidents import Incident, describe
 from measurement.results import GridResult, PointSummary
 from outputs.html_report import write_folder_reports
@@ -83,7 +83,9 @@ def test_disaggregation_adds_the_kv_transfer_to_ttft(tmp_path: Path) -> None:
             model_dir=model_dir,
         ) as g:
             results[stack] = run_grid(
-                g.url, cfg.model.name, cfg.load, None, tokenizer=str(model_dir), progress=False
+                GridRun(
+                    g.url, cfg.model.name, cfg.load, None, tokenizer=str(model_dir), progress=False
+                )
             )
     agg, disagg = results["kv-routing"], results["disagg-same-node"]
     for r in (agg, disagg):
@@ -295,13 +297,15 @@ def test_a_worker_killed_mid_run_shows_up_as_errors(tmp_path: Path) -> None:
         killer = threading.Timer(2.0, kill)
         killer.start()
         result = run_grid(
-            g.url,
-            cfg.model.name,
-            cfg.load,
-            None,
-            tokenizer=str(model_dir),
-            progress=False,
-            observers=[processes],
+            GridRun(
+                g.url,
+                cfg.model.name,
+                cfg.load,
+                None,
+                tokenizer=str(model_dir),
+                progress=False,
+                observers=[processes],
+            )
         )
         killer.join()
     (point,) = result.points

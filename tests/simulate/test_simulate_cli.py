@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import simulator.routing
+import simulator.run
 import simulator.simulate
 import simulator.stack_values
 from outputs.folder_lock import HOLDER_FILE
@@ -192,7 +193,7 @@ def test_ctrl_c_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(simulator.simulate, "simulate_stacks", interrupted)
+    monkeypatch.setattr(simulator.run, "simulate_stacks", interrupted)
     args = ["simulate", "kv-routing", "disagg-same-node", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130
@@ -285,7 +286,7 @@ def test_set_b_simulates_a_one_line_change_beside_the_stack(
         seen.update(plans=dict(plans), settings=kwargs["settings"])
         raise simulator.simulate.TimingError("stopped by the test")
 
-    monkeypatch.setattr(simulator.simulate, "simulate_stacks", stop)
+    monkeypatch.setattr(simulator.run, "simulate_stacks", stop)
     args = ["simulate", "kv-routing", "--out", str(tmp_path), *TINY]
     result = CliRunner().invoke(
         app,

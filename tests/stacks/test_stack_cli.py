@@ -215,14 +215,14 @@ def test_render_by_default_writes_into_the_project_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Run from docs/, the default --out is still the project's out/render, not docs/out/render.
-    import testbed.stack_commands
+    import testbed.stack_options
 
     monkeypatch.setattr("stackmodel.stacks.REPO", tmp_path)
     monkeypatch.chdir(REPO / "docs")
-    assert testbed.stack_commands.under_project(Path("out/render"), Path("out/render")) == (
+    assert testbed.stack_options.under_project(Path("out/render"), Path("out/render")) == (
         tmp_path / "out" / "render"
     )
-    assert testbed.stack_commands.under_project(Path("mine"), Path("out/render")) == Path("mine")
+    assert testbed.stack_options.under_project(Path("mine"), Path("out/render")) == Path("mine")
 
 
 def test_render_replaces_an_earlier_stack(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from stackmodel.models import KNOWN_MODELS, known_model
-from steptime.fit import AIC_EFFICIENCIES, SEED_FIT, extrapolation_note, fit_for
+from steptime.fit import SEED_FIT, extrapolation_note, fit_for
 from steptime.gpus import DEFAULT_GPU, GPU_CATALOG, GpuSpec, catalog_gpu, resolve_gpu
 from steptime.roofline import (
     EngineFit,
@@ -100,10 +100,19 @@ def test_outside_the_fit_is_called_extrapolated() -> None:
 
 
 def test_aiconfigurator_gpus_get_its_efficiencies_and_the_seeds_host_time() -> None:
-    for name in AIC_EFFICIENCIES:
+    measured = {name: g.aiconfigurator for name, g in GPU_CATALOG.items() if g.aiconfigurator}
+    assert sorted(measured) == ["a100-sxm-80gb", "h100-sxm", "h200", "l40s"]
+    for name, aic in measured.items():
         fit = fit_for(GPU_CATALOG[name])
         assert fit.label == "AIConfigurator" and fit.step_host_s == SEED_FIT.step_host_s
-        assert fit.weights_efficiency == AIC_EFFICIENCIES[name]["weights_efficiency"]
+        assert fit.weights_efficiency == aic.weights_efficiency
+        assert f"vLLM data of {aic.system};" in fit.source
+    h200 = fit_for(GPU_CATALOG["h200"])
+    assert (h200.prefill_efficiency, h200.weights_efficiency, h200.kv_efficiency) == (
+        0.861,
+        0.697,
+        0.819,
+    )
     assert fit_for(GPU_CATALOG[DEFAULT_GPU]) == SEED_FIT
     # figures given in a stack are the user's GPU, not the catalog's: the seed fit applies
     given = GpuSpec(name="l40s", bf16_dense_tflops=1, memory_gb_per_s=1)
