@@ -25,7 +25,7 @@ import typer
 
 from incluster.sources import GRID_FILE, pod_files
 from incluster.wire import parse_log
-from measurement.stats import percentile
+from measurement.percentile import percentile
 from simulator.model_dir import make_model_dir
 from workload.config import LoadConfig
 

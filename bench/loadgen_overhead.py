@@ -49,8 +49,9 @@ from loadgen.lag import LagMonitor
 from loadgen.loops import Share, ShareResult, run_share
 from loadgen.workers import auto_workers, run_in_workers, split_share
 from measurement.client_cost import Warmup
+from measurement.percentile import percentile
 from measurement.record import RequestRecord
-from measurement.stats import percentile, queue_ms, ttft_ms
+from metrics.latency import queue_ms, ttft_ms
 from simulator.model_dir import make_model_dir
 from workload.config import Api, LoadConfig
 

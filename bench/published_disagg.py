@@ -17,7 +17,7 @@ then every client at once on idle engines; the warm-up left out of the figures).
 are loadgen's (:func:`measurement.stats.summarize_run`: output tokens/s over the span from the
 first send to the last end, as genai-perf's output throughput; TTFT p99) and, for the means
 the sources give, the mean of the requests' TTFT and of their own mean inter-token time
-(:func:`measurement.stats.ttft_ms`, :func:`measurement.stats.tpot_ms`).
+(:func:`metrics.latency.ttft_ms`, :func:`metrics.latency.tpot_ms`).
 
 Absolute figures (TTFT mean and p99, output tokens/s) are compared within +-25%; a ratio
 claim (tokens/s per GPU at a per-user rate) is checked as a ratio: the most concurrency at
@@ -35,7 +35,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from measurement.stats import summarize_run, tpot_ms, ttft_ms
+from measurement.stats import summarize_run
+from metrics.latency import tpot_ms, ttft_ms
 from recommend.load_search import measured_run
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from measurement.intervals import CONFIDENCE, INTERVAL_METRICS, PointComparison, ab_comparisons
 from measurement.results import MetricInterval
+from metrics.registry import figure_key, figure_label
 from outputs.settings_diff import settings_differences, settings_note
 from outputs.tables import table_text, verdict_table
 from stackmodel.resources import ResourceComparison, resource_note
@@ -158,12 +159,16 @@ def _cell(pair: Pair, fmt: str) -> str:
     return shown if pair.ratio is None else f"{shown} (x{pair.ratio:.2f})"
 
 
-_COLUMNS = (
-    ("TTFT p50 ms", "ttft_p50_ms", ",.0f"),
-    ("TTFT p99 ms", "ttft_p99_ms", ",.0f"),
-    ("requests/s", "requests_per_s", ".1f"),
-    ("cached ratio", "cached_ratio", ".3f"),
+_COLUMNS = tuple(
+    (figure_label(m, q), figure_key(m, q), fmt)
+    for m, q, fmt in (
+        ("ttft", 50, ",.0f"),
+        ("ttft", 99, ",.0f"),
+        ("requests_per_s", None, ".1f"),
+        ("cached_ratio", None, ".3f"),
+    )
 )
+"""The comparison table's metric columns: (title, `ComparisonRow` field, format)."""
 
 
 def comparison_text(rows: Sequence[ComparisonRow], baseline: str, this: str) -> str:

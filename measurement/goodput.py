@@ -26,8 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from measurement.intervals import CONFIDENCE, SLO_METRICS, UPPER_BOUNDS, point_interval
+from measurement.percentile import percentile
 from measurement.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
-from measurement.stats import bounded_percentile, first_of_client, percentile, span_seconds, tails
+from measurement.stats import bounded_percentile, first_of_client, span_seconds, tails
 from metrics.registry import Objective, objectives
 from workload.slo import Slo, SloError
 
@@ -130,9 +131,9 @@ def evaluate_run(
         goodput_output_tokens_per_s=(
             sum(r.completion_tokens or 0 for r in met) / span if span > 0 else 0.0
         ),
-        p99_ms=figures(records, slo),
+        values_ms=figures(records, slo),
         cold=sum(cold),
-        p99_warm_ms=figures(warm, slo),
+        values_warm_ms=figures(warm, slo),
     )
 
 
@@ -163,9 +164,9 @@ def evaluate_point(
         low, high = bounds if bounds is not None else (None, None)
         intervals[metric] = MetricInterval(runs=values, low=low, high=high)
     objectives = slo.objectives()
-    p99 = {k: _median([r.p99_ms.get(k) for r in runs]) for k in objectives}
-    holds = {k: None if (v := p99[k]) is None else v <= objectives[k] for k in objectives}
-    ratios = {k: v / objectives[k] for k, v in p99.items() if v is not None}
+    medians = {k: _median([r.values_ms.get(k) for r in runs]) for k in objectives}
+    holds = {k: None if (v := medians[k]) is None else v <= objectives[k] for k in objectives}
+    ratios = {k: v / objectives[k] for k, v in medians.items() if v is not None}
     req_s = statistics.median(r.goodput_requests_per_s for r in runs)
     tok_s = statistics.median(r.goodput_output_tokens_per_s for r in runs)
     return PointAttainment(
@@ -180,8 +181,8 @@ def evaluate_point(
         gpus=gpus,
         goodput_requests_per_s_per_gpu=req_s / gpus if gpus else None,
         goodput_output_tokens_per_s_per_gpu=tok_s / gpus if gpus else None,
-        p99_ms=p99,
-        p99_warm_ms={k: _median([r.p99_warm_ms.get(k) for r in runs]) for k in objectives},
+        values_ms=medians,
+        values_warm_ms={k: _median([r.values_warm_ms.get(k) for r in runs]) for k in objectives},
         cold=sum(r.cold for r in runs),
         holds=holds,
         slo_met=bool(ratios) and all(h is not False for h in holds.values()),

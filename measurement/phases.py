@@ -3,7 +3,7 @@
 The phases of one request (ms), from the client's clock and the Dynamo frontend's own timing
 (`RequestRecord.frontend_*`, returned when asked: `loadgen.api.SERVER_FIELDS`):
 
-- `queue`: client queue, intended to actual send (`measurement.stats.queue_ms`); before TTFT.
+- `queue`: client queue, intended to actual send (`metrics.latency.queue_ms`); before TTFT.
 - `prefill_wait`: the frontend's receipt of the request to the prefill's start (routing, and
   the wait for a prefill worker: `TimingInfo.prefill_wait_time_ms`).
 - `prefill`: the prefill's start to its first token (`prefill_time_ms`); disaggregated, until

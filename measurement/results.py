@@ -6,7 +6,7 @@ Pulumi step exports as a stack output. Times are in milliseconds, rates per seco
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from measurement.incidents import Incident, RunWindow
 from workload.config import LoadConfig
@@ -211,14 +211,14 @@ class RunSummary(BaseModel):
     `lower_bounds` names the figures that rest on one (`measurement.stats.bounded_percentile`).
     TTFT: `sent` to the first non-empty content/reasoning text. First chunk: `sent` to the first
     data event. ITL: per token, each gap between consecutive content-bearing chunks divided by
-    the tokens the later chunk carried, pooled over requests (`measurement.stats.itl_ms`). ICL: the
+    the tokens the later chunk carried, pooled over requests (`metrics.latency.itl_ms`). ICL: the
     gaps themselves (vLLM bench's per-chunk ITL). Both count only the gaps between network
     reads: events delivered in one read (a buffering proxy) have no gap the client saw.
     TPOT: per request (E2E - TTFT) / (completion_tokens - tokens of the first read)
-    (`measurement.stats.tpot_ms`; vLLM's and
+    (`metrics.latency.tpot_ms`; vLLM's and
     AIPerf's (E2E - TTFT) / (completion_tokens - 1) when chunks carry one token).
     tokens_per_chunk_p50: over all content chunks, the server's per-chunk counts or the final
-    usage spread evenly (`measurement.stats.chunk_tokens`); docs/metrics.md has the formulas.
+    usage spread evenly (`metrics.latency.chunk_tokens`); docs/metrics.md has the formulas.
     E2E: `sent` to the last generated token (`RequestRecord.last_token_ns`; a trailing usage
     chunk only supplies counts). Queue: intended to actual send (client-side waiting).
     requests_per_s / output_tokens_per_s: successful requests / completion tokens over the span
@@ -420,10 +420,12 @@ class RunAttainment(BaseModel):
     met); `met`: those that met every objective; `missed_by`: per objective, the requests
     that missed it (failed ones under each); `attainment`: met / requests (0 without requests);
     `goodput_requests_per_s` / `goodput_output_tokens_per_s`: the met requests and their
-    completion tokens per second of the run's span (`duration_s`); `p99_ms`: the run's p99 of
-    each objective's metric (`measurement.stats.tails`), `cold`: the requests that were the first
-    of their client (`measurement.stats.first_of_client`), `p99_warm_ms`: the same p99s without
-    them."""
+    completion tokens per second of the run's span (`duration_s`); `values_ms`: per objective
+    key (``ttft_p90_ms``), the run's figure of it, its percentile over the run's requests (ms;
+    the four p99s of `measurement.stats.tails` always, as the tables show them), `cold`: the
+    requests that were the first of their client (`measurement.stats.first_of_client`),
+    `values_warm_ms`: the same figures without them. Results written before these names read
+    their ``p99_ms`` / ``p99_warm_ms``."""
 
     requests: int
     met: int
@@ -432,9 +434,11 @@ class RunAttainment(BaseModel):
     duration_s: float
     goodput_requests_per_s: float
     goodput_output_tokens_per_s: float
-    p99_ms: dict[str, float | None]
+    values_ms: dict[str, float | None] = Field(validation_alias=AliasChoices("values_ms", "p99_ms"))
     cold: int
-    p99_warm_ms: dict[str, float | None]
+    values_warm_ms: dict[str, float | None] = Field(
+        validation_alias=AliasChoices("values_warm_ms", "p99_warm_ms")
+    )
 
 
 class PointAttainment(BaseModel):
@@ -443,10 +447,12 @@ class PointAttainment(BaseModel):
     `attainment`, `goodput_requests_per_s`, `goodput_output_tokens_per_s`: the median of the
     runs, each with its runs and interval in `intervals` (`measurement.intervals.point_interval` at
     `confidence`); `*_per_gpu`: the goodputs / `gpus` (None without a GPU count).
-    `p99_ms`: per objective, the median of the runs' p99s; `holds`: per objective, that median
-    within the bound (None: no run had a value); `slo_met`: every objective holds (and the
-    point had successful requests); `binding`: the objective with the largest p99 / bound (None
-    without a value); `requests`, `met`, `cold`: sums over the runs; `missed_by`: sums."""
+    `values_ms` / `values_warm_ms`: per objective key, the median of the runs' `values_ms` /
+    `values_warm_ms` (ms; read from ``p99_ms`` / ``p99_warm_ms`` in results written before
+    these names); `holds`: per objective, that median within the bound (None: no run had a
+    value); `slo_met`: every objective holds (and the point had successful requests);
+    `binding`: the objective with the largest value / bound (None without a value);
+    `requests`, `met`, `cold`: sums over the runs; `missed_by`: sums."""
 
     slo: Slo
     repetitions: int
@@ -459,8 +465,10 @@ class PointAttainment(BaseModel):
     gpus: int | None = None
     goodput_requests_per_s_per_gpu: float | None = None
     goodput_output_tokens_per_s_per_gpu: float | None = None
-    p99_ms: dict[str, float | None]
-    p99_warm_ms: dict[str, float | None]
+    values_ms: dict[str, float | None] = Field(validation_alias=AliasChoices("values_ms", "p99_ms"))
+    values_warm_ms: dict[str, float | None] = Field(
+        validation_alias=AliasChoices("values_warm_ms", "p99_warm_ms")
+    )
     cold: int
     holds: dict[str, bool | None]
     slo_met: bool

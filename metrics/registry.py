@@ -51,7 +51,13 @@ class Metric:
     lower bound: True), None to count successful requests only. `plausible_ms`: the (lowest,
     highest) bound (ms) an objective on it can mean (below: seconds typed as ms; above:
     microseconds); None: no objective on it. `two_tokens`: a request has a value only when it
-    generated at least two tokens."""
+    generated at least two tokens.
+
+    The words tables and figures print (`column_header`, `label`, `panel_title`): `short`, the
+    name where a column is narrow or its table says the rest (``attainment``; "": `name`);
+    `header`, a narrow column's header, lines split by ``\n``, a format of ``{short}``, ``{q}``
+    (the percentile) and ``{unit}`` ("": a latency's ``{short} p{q}\n{unit}``, another's
+    ``{short}``); `title`, a figure's panel title ("": the name, with its percentile)."""
 
     key: str
     name: str
@@ -65,6 +71,9 @@ class Metric:
     sample: Sample | None = None
     plausible_ms: tuple[float, float] | None = None
     two_tokens: bool = False
+    short: str = ""
+    header: str = ""
+    title: str = ""
 
     def figure_key(self, q: float) -> str:
         """The summary key of this latency's q-th percentile: ``ttft_p90_ms``."""
@@ -73,6 +82,25 @@ class Metric:
     def figure_name(self, q: float) -> str:
         """Its name in tables: ``TTFT p90``."""
         return f"{self.name} p{q:g}"
+
+    def column_header(self, q: float | None = None) -> str:
+        """Its header in a narrow table column, of its `q`-th percentile for a latency:
+        ``TTFT p99\nms``, ``req/s``."""
+        default = "{short}" if q is None else "{short} p{q}\n{unit}"
+        q_text = "" if q is None else f"{q:g}"
+        return (self.header or default).format(
+            short=self.short or self.name, q=q_text, unit=self.unit
+        )
+
+    def label(self, q: float | None = None) -> str:
+        """Its one-line name with its unit: a latency's `q`-th percentile ``TTFT p99 ms``;
+        another metric's name, which says its unit (``requests/s``, ``goodput req/s``) or is a
+        share (``cached ratio``)."""
+        return self.name if q is None else f"{self.figure_name(q)} {self.unit}"
+
+    def panel_title(self, q: float | None = None) -> str:
+        """A figure's panel title: ``TTFT p99``, ``Requests/s``."""
+        return self.title or (self.name if q is None else self.figure_name(q))
 
 
 METRICS: dict[str, Metric] = {
@@ -114,13 +142,23 @@ METRICS: dict[str, Metric] = {
             sample=e2e_sample,
             plausible_ms=(10.0, 3_600_000.0),
         ),
-        Metric("queue", "client queue", "ms", "intended send -> sent", per_request=queue_ms),
+        Metric(
+            "queue",
+            "client queue",
+            "ms",
+            "intended send -> sent",
+            per_request=queue_ms,
+            short="queue",
+            header="{short}\np{q} {unit}",
+        ),
         Metric(
             "requests_per_s",
             "requests/s",
             "req/s",
             "successful requests / span (first sent -> last body end)",
             better="higher",
+            header="{unit}",
+            title="Requests/s",
         ),
         Metric(
             "cached_ratio",
@@ -130,6 +168,8 @@ METRICS: dict[str, Metric] = {
             better="higher",
             source="server",
             upper=1.0,
+            header="cached\nratio",
+            title="Cached-token ratio (client-reported)",
         ),
         Metric(
             "attainment",
@@ -138,6 +178,8 @@ METRICS: dict[str, Metric] = {
             "requests that met every objective / all requests (failed ones did not)",
             better="higher",
             upper=1.0,
+            short="attainment",
+            header="attain-\nment",
         ),
         Metric(
             "goodput_requests_per_s",
@@ -145,6 +187,8 @@ METRICS: dict[str, Metric] = {
             "req/s",
             "requests that met every objective / span",
             better="higher",
+            header="goodput\n{unit}",
+            title="Goodput (SLO met)",
         ),
         Metric(
             "goodput_output_tokens_per_s",
@@ -152,6 +196,7 @@ METRICS: dict[str, Metric] = {
             "tok/s",
             "output tokens of the requests that met every objective / span",
             better="higher",
+            header="goodput\n{unit}",
         ),
     )
 }
@@ -191,6 +236,16 @@ def figure_key(metric: str, q: float | None) -> str:
 def figure_name(metric: str, q: float | None) -> str:
     """The table name of (metric key, percentile): ``TTFT p99``, ``requests/s``."""
     return METRICS[metric].name if q is None else METRICS[metric].figure_name(q)
+
+
+def figure_header(metric: str, q: float | None = None) -> str:
+    """A narrow table column's header of (metric key, percentile): ``TTFT p99\nms``."""
+    return METRICS[metric].column_header(q)
+
+
+def figure_label(metric: str, q: float | None = None) -> str:
+    """The one-line name with unit of (metric key, percentile): ``TTFT p99 ms``."""
+    return METRICS[metric].label(q)
 
 
 def named(figures: Sequence[tuple[str, float | None]]) -> dict[str, str]:

@@ -29,12 +29,16 @@ from measurement.intervals import SLO_METRICS
 from measurement.memory import PodMemory, pods_in
 from measurement.phases import PHASES
 from measurement.results import WIDE_INTERVAL, GridResult, PointSummary
+from metrics.registry import METRICS, figure_key
 from outputs.folder_reader import LoadedResults
 
 _NS_PER_MS = 1e6
 _NS_PER_S = 1e9
 WIDE_RANGE = 20.0
 """An axis whose positive values span more than this factor (max / min) is drawn log-scaled."""
+
+_TTFT = METRICS["ttft"]
+"""The metric most figures draw, as the registry names it."""
 
 SIDES = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 """The results' labels, in the order given."""
@@ -252,24 +256,28 @@ MetricSpec = tuple[str, str, str]
 """A `PointSummary` field (or a `SLO_METRICS` one of its judgement), its title and its unit
 ("" for a ratio)."""
 
-TTFT_METRICS: tuple[MetricSpec, ...] = (
-    ("ttft_p50_ms", "TTFT p50", "ms"),
-    ("ttft_p99_ms", "TTFT p99", "ms"),
-)
+
+def metric_spec(metric: str, q: float | None = None) -> MetricSpec:
+    """The panel of (metric key, percentile; None for a figure that is the metric itself) as the
+    registry names it (`metrics.registry.Metric.panel_title`)."""
+    return figure_key(metric, q), METRICS[metric].panel_title(q), METRICS[metric].unit
+
+
+TTFT_METRICS: tuple[MetricSpec, ...] = (metric_spec("ttft", 50), metric_spec("ttft", 99))
 THROUGHPUT_METRICS: tuple[MetricSpec, ...] = (
-    ("requests_per_s", "Requests/s", "req/s"),
-    ("cached_ratio", "Cached-token ratio (client-reported)", ""),
+    metric_spec("requests_per_s"),
+    metric_spec("cached_ratio"),
 )
 TAIL_METRICS: tuple[MetricSpec, ...] = (
-    ("itl_p50_ms", "ITL p50", "ms"),
-    ("itl_p99_ms", "ITL p99", "ms"),
-    ("tpot_p99_ms", "TPOT p99", "ms"),
-    ("e2e_p50_ms", "E2E p50", "ms"),
-    ("e2e_p99_ms", "E2E p99", "ms"),
+    metric_spec("itl", 50),
+    metric_spec("itl", 99),
+    metric_spec("tpot", 99),
+    metric_spec("e2e", 50),
+    metric_spec("e2e", 99),
 )
 GOODPUT_METRICS: tuple[MetricSpec, ...] = (
-    ("goodput_requests_per_s", "Goodput (SLO met)", "req/s"),
-    ("attainment", "SLO attainment", ""),
+    metric_spec("goodput_requests_per_s"),
+    metric_spec("attainment"),
 )
 
 
@@ -336,7 +344,7 @@ def cdf_figure(results: Sequence[LoadedResults]) -> Figure:
         panels.append(
             Panel(
                 title=f"K={kinds} c={conc}",
-                x_label="TTFT (ms)",
+                x_label=f"{_TTFT.name} ({_TTFT.unit})",
                 y_label="fraction of requests",
                 series=tuple(series),
             )
@@ -344,7 +352,7 @@ def cdf_figure(results: Sequence[LoadedResults]) -> Figure:
     log_x = _wide(all_x)
     return Figure(
         key="ttft-cdf",
-        title="TTFT distribution per grid point",
+        title=f"{_TTFT.name} distribution per grid point",
         caption="Empirical CDF of every successful request's TTFT (requests.parquet), "
         f"repetitions pooled{_sides_note(results)}.",
         panels=tuple(dataclasses.replace(p, log_x=log_x) for p in panels),
@@ -441,7 +449,7 @@ def timeline_figure(side: str, result: LoadedResults, colors: dict[int, int]) ->
     panel = Panel(
         title=f"{side}: {result.name}",
         x_label="seconds since the grid started",
-        y_label="TTFT (ms); failures: time to fail",
+        y_label=f"{_TTFT.name} ({_TTFT.unit}); failures: time to fail",
         series=tuple(series),
         log_y=_wide(values),
         bands=_bands(result.grid),
@@ -558,7 +566,7 @@ def waterfall_figure(results: Sequence[LoadedResults]) -> Figure | None:
         return None
     return Figure(
         key="waterfall",
-        title="TTFT by phase",
+        title=f"{_TTFT.name} by phase",
         caption="Per grid point, the client queue and the client's TTFT split into the "
         "frontend's prefill wait, prefill, KV transfer (disaggregated) and the residual "
         "(docs/metrics.md, TTFT phases); means over the point's requests, median of its runs.",
@@ -582,10 +590,11 @@ def report_figures(results: Sequence[LoadedResults]) -> list[Figure]:
         grid_axis(results), "prefix kinds"
     )
     judged = any(p.slo is not None for r in results for p in r.points)
+    itl, tpot, e2e = (METRICS[m].name for m in ("itl", "tpot", "e2e"))
     return [
-        grid_figure("ttft", f"TTFT vs {axis}", TTFT_METRICS, results),
+        grid_figure("ttft", f"{_TTFT.name} vs {axis}", TTFT_METRICS, results),
         grid_figure("throughput", "Throughput and prefix-cache hits", THROUGHPUT_METRICS, results),
-        grid_figure("tails", "Latency tails: ITL, TPOT and E2E", TAIL_METRICS, results),
+        grid_figure("tails", f"Latency tails: {itl}, {tpot} and {e2e}", TAIL_METRICS, results),
         *([grid_figure("goodput", "Against the SLO", GOODPUT_METRICS, results)] if judged else []),
         cdf_figure(results),
         *(timeline_figure(side, r, colors) for side, r in zip(SIDES, results, strict=False)),

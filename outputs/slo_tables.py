@@ -10,15 +10,15 @@ from rich.table import Table
 from measurement.goodput import highest_meeting
 from measurement.intervals import PointComparison, RunsComparison
 from measurement.results import PointSummary
-from metrics.registry import objectives
+from metrics.registry import METRICS, figure_header, figure_label, objectives
 from outputs.tables import (
-    _KEY_HEADERS,
-    _fine,
-    _interval_of,
-    _ordered,
-    _rate,
-    _share,
+    KEY_HEADERS,
+    fine_text,
+    interval_text,
     met_text,
+    ordered_points,
+    rate_text,
+    share_text,
     wide_note,
 )
 
@@ -30,15 +30,15 @@ def binding_text(p: PointSummary) -> str:
         return "-"
     key = p.slo.binding
     bound = p.slo.slo.objectives()[key]
-    return f"{objectives()[key].name} {_fine(p.slo.p99_ms[key])} / {bound:,.6g}"
+    return f"{objectives()[key].name} {fine_text(p.slo.values_ms[key])} / {bound:,.6g}"
 
 
 SLO_HEADERS = (
-    *_KEY_HEADERS,
+    *KEY_HEADERS,
     "SLO",
-    "attain-\nment",
-    "goodput\nreq/s",
-    "goodput\ntok/s",
+    figure_header("attainment"),
+    figure_header("goodput_requests_per_s"),
+    figure_header("goodput_output_tokens_per_s"),
     "req/s\nper GPU",
     "binding: value / bound ms",
 )
@@ -49,7 +49,7 @@ def slo_table(points: Sequence[PointSummary], title: str | None = None) -> Table
     objective's percentile within its bound), attainment and goodput (req/s, output tok/s, req/s per
     GPU) with their intervals on a second line, and the binding objective; the caption says
     the SLO and the highest load that met it. None when no point was judged."""
-    judged = [p for p in _ordered(points) if p.slo is not None]
+    judged = [p for p in ordered_points(points) if p.slo is not None]
     if not judged:
         return None
     table = Table(box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False, title=title)
@@ -62,8 +62,9 @@ def slo_table(points: Sequence[PointSummary], title: str | None = None) -> Table
             str(p.prefix_kinds),
             str(p.concurrency),
             met_text(p),
-            _share(p.slo.attainment) + _interval_of(p, "attainment", _share),
-            _rate(p.slo.goodput_requests_per_s) + _interval_of(p, "goodput_requests_per_s", _rate),
+            share_text(p.slo.attainment) + interval_text(p, "attainment", share_text),
+            rate_text(p.slo.goodput_requests_per_s)
+            + interval_text(p, "goodput_requests_per_s", rate_text),
             f"{p.slo.goodput_output_tokens_per_s:,.0f}",
             "-" if per_gpu is None else f"{per_gpu:.2f}",
             binding_text(p),
@@ -75,7 +76,7 @@ def slo_table(points: Sequence[PointSummary], title: str | None = None) -> Table
 def load_of(point: PointSummary) -> str:
     """A met point as the load it carried (`measurement.goodput.highest_meeting`'s order): its
     offered rate (open loop) or concurrency, then its requests/s, and the grid point."""
-    served = f"{_rate(point.requests_per_s)} req/s served"
+    served = f"{rate_text(point.requests_per_s)} req/s served"
     where = f"grid point K={point.prefix_kinds} c={point.concurrency}"
     if point.offered_rate_per_s:
         return f"{point.offered_rate_per_s:g} req/s offered, {served} ({where})"
@@ -96,10 +97,10 @@ def slo_caption(points: Sequence[PointSummary]) -> str:
 
 
 SLO_VERDICT_HEADERS = (
-    *_KEY_HEADERS,
+    *KEY_HEADERS,
     "SLO\nA / B",
-    "attainment\nA / B",
-    "goodput req/s\nA / B",
+    f"{METRICS['attainment'].short}\nA / B",
+    f"{figure_label('goodput_requests_per_s')}\nA / B",
     "B / A",
     "interval",
     "verdict",
@@ -141,8 +142,9 @@ def slo_verdict_table(
             str(key[0]),
             str(key[1]),
             f"{met_text(pa)} / {met_text(pb)}",
-            f"{_share(pa.slo.attainment)} / {_share(pb.slo.attainment)}",
-            f"{_rate(pa.slo.goodput_requests_per_s)} / {_rate(pb.slo.goodput_requests_per_s)}",
+            f"{share_text(pa.slo.attainment)} / {share_text(pb.slo.attainment)}",
+            f"{rate_text(pa.slo.goodput_requests_per_s)} / "
+            f"{rate_text(pb.slo.goodput_requests_per_s)}",
             "-" if c is None or c.ratio is None else f"x{c.ratio:.2f}",
             "-" if c is None or c.ratio_ci is None else f"{c.ratio_ci[0]:.2f}-{c.ratio_ci[1]:.2f}",
             "-" if c is None else c.verdict or _no_verdict(c),

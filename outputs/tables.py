@@ -33,6 +33,7 @@ from measurement.results import (
     RunSummary,
     open_loop_load,
 )
+from metrics.registry import METRICS, figure_header, figure_key, figure_label
 from workload.config import error_message
 
 SUMMARY_FILE = "summary.json"
@@ -61,21 +62,22 @@ def _bound(p: PointSummary, metric: str) -> str:
     return f">={text}" if metric in p.lower_bounds else text
 
 
-_KEY_HEADERS = ("prefix\nkinds", "conc")  # the grid point: prefix kinds, concurrency
+KEY_HEADERS = ("prefix\nkinds", "conc")
+"""The headers of a grid point's key columns: prefix kinds, concurrency."""
 # The seed's columns (its results table) plus the cached-token ratio and errors.
 _COLUMNS: tuple[tuple[str, _Cell], ...] = (
-    ("TTFT p50\nms", lambda p: _bound(p, "ttft_p50_ms")),
-    ("TTFT p99\nms", lambda p: _bound(p, "ttft_p99_ms")),
-    ("req/s", lambda p: f"{p.requests_per_s:.1f}"),
-    ("cached\nratio", lambda p: _ratio(p.cached_ratio)),
+    (figure_header("ttft", 50), lambda p: _bound(p, "ttft_p50_ms")),
+    (figure_header("ttft", 99), lambda p: _bound(p, "ttft_p99_ms")),
+    (figure_header("requests_per_s"), lambda p: f"{p.requests_per_s:.1f}"),
+    (figure_header("cached_ratio"), lambda p: _ratio(p.cached_ratio)),
     ("errors", lambda p: str(p.errors)),
 )
 # Shown when a grid point did not get the load it asked for (`_undelivered`): the open loop's
 # offered rate, the rate actually sent, and the client queue p99.
 _DELIVERY_COLUMNS: tuple[tuple[str, _Cell], ...] = (
-    ("offered\nreq/s", lambda p: _rate(p.offered_rate_per_s)),
-    ("sent\nreq/s", lambda p: _rate(p.sent_rate_per_s)),
-    ("queue\np99 ms", lambda p: _ms(p.queue_p99_ms)),
+    ("offered\nreq/s", lambda p: rate_text(p.offered_rate_per_s)),
+    ("sent\nreq/s", lambda p: rate_text(p.sent_rate_per_s)),
+    (figure_header("queue", 99), lambda p: _ms(p.queue_p99_ms)),
 )
 
 
@@ -83,24 +85,29 @@ _DELIVERY_COLUMNS: tuple[tuple[str, _Cell], ...] = (
 _CENSORED_COLUMNS: tuple[tuple[str, _Cell], ...] = (("cut at\ntimeout", lambda p: str(p.censored)),)
 
 
-def _rate(value: float | None) -> str:
+def rate_text(value: float | None) -> str:
+    """A rate (req/s) in a cell: one decimal, "-" without."""
     return "-" if value is None else f"{value:.1f}"
 
 
-# The seed table's columns that show a grid point's interval on a second line: header ->
-# (PointSummary field, format of a bound).
+_SEED_FIGURES: tuple[tuple[str, float | None, Callable[[float | None], str]], ...] = (
+    ("ttft", 50, _ms),
+    ("ttft", 99, _ms),
+    ("requests_per_s", None, rate_text),
+    ("cached_ratio", None, _ratio),
+)
+"""The seed table's figures that show a grid point's interval on a second line: (metric key,
+percentile, format of a bound)."""
 _INTERVAL_CELLS: dict[str, tuple[str, Callable[[float | None], str]]] = {
-    "TTFT p50\nms": ("ttft_p50_ms", _ms),
-    "TTFT p99\nms": ("ttft_p99_ms", _ms),
-    "req/s": ("requests_per_s", _rate),
-    "cached\nratio": ("cached_ratio", _ratio),
+    figure_header(m, q): (figure_key(m, q), fmt) for m, q, fmt in _SEED_FIGURES
 }
+"""Those columns by header: (PointSummary field, format of a bound)."""
 
 
 def _interval_line(p: PointSummary, header: str) -> str:
     """The second line of a seed-table cell: the point's interval "low-high" ("" without)."""
     metric, fmt = _INTERVAL_CELLS.get(header, ("", _ms))
-    return _interval_of(p, metric, fmt)
+    return interval_text(p, metric, fmt)
 
 
 def interval_caption(points: Sequence[PointSummary], simulated: bool = False) -> str | None:
@@ -153,7 +160,7 @@ def _undelivered(p: PointSummary) -> bool:
 
 
 def _table(title: str | None, columns: Sequence[tuple[str, _Cell]] = _COLUMNS) -> Table:
-    return _headed_table(title, (*_KEY_HEADERS, *(name for name, _ in columns)))
+    return _headed_table(title, (*KEY_HEADERS, *(name for name, _ in columns)))
 
 
 def _headed_table(title: str | None, headers: Sequence[str]) -> Table:
@@ -164,7 +171,8 @@ def _headed_table(title: str | None, headers: Sequence[str]) -> Table:
     return table
 
 
-def _ordered(points: Sequence[PointSummary]) -> list[PointSummary]:
+def ordered_points(points: Sequence[PointSummary]) -> list[PointSummary]:
+    """The points in table order: by concurrency, then prefix kinds."""
     return sorted(points, key=lambda p: (p.concurrency, p.prefix_kinds))
 
 
@@ -217,7 +225,7 @@ def _seed_columns(points: Sequence[PointSummary]) -> tuple[tuple[str, _Cell], ..
 def table_headers(points: Sequence[PointSummary] = ()) -> list[str]:
     """The headers of `seed_table(points)`, two lines each ("TTFT p50\nms"); without points,
     those of `comparison_table`."""
-    return [*_KEY_HEADERS, *(name for name, _ in _seed_columns(points))]
+    return [*KEY_HEADERS, *(name for name, _ in _seed_columns(points))]
 
 
 def concurrency_cell(point: PointSummary | None) -> str:
@@ -249,7 +257,7 @@ def seed_rows(
     columns = _seed_columns(points)
     marked = {(i.prefix_kinds, i.concurrency) for i in incidents}
     rows = []
-    for p in _ordered(points):
+    for p in ordered_points(points):
         mark = f" {INCIDENT_MARK}" if (p.prefix_kinds, p.concurrency) in marked else ""
         cells = [cell(p) + _interval_line(p, name) for name, cell in columns]
         rows.append([str(p.prefix_kinds), f"{concurrency_cell(p)}{mark}", *cells])
@@ -285,11 +293,11 @@ def comparison_rows(
     return rows
 
 
-TABLE_VERDICT_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "requests_per_s", "cached_ratio")
+TABLE_VERDICT_METRICS = tuple(figure_key(m, q) for m, q, _ in _SEED_FIGURES)
 """The metrics of the verdict table (the seed table's); `testbed compare --json` has all of
 `measurement.intervals.INTERVAL_METRICS`."""
 VERDICT_HEADERS = (
-    *_KEY_HEADERS,
+    *KEY_HEADERS,
     "metric",
     "B / A",
     "interval",
@@ -398,14 +406,14 @@ def client_server_table(runs: Sequence[RunSummary], title: str | None = None) ->
     table = _headed_table(
         title,
         (
-            *_KEY_HEADERS,
+            *KEY_HEADERS,
             "rep",
-            "TTFT mean ms\nclient / server",
-            "TTFT p50 ms\nclient / server",
-            "client -\nserver ms",
+            f"{METRICS['ttft'].name} mean {METRICS['ttft'].unit}\nclient / server",
+            f"{figure_label('ttft', 50)}\nclient / server",
+            f"client -\nserver {METRICS['ttft'].unit}",
             "server\nrequests",
             "server\nfailed",
-            "cached ratio\nclient / server",
+            f"{figure_label('cached_ratio')}\nclient / server",
         ),
     )
     for run, server in rows:
@@ -446,14 +454,14 @@ def phases_table(points: Sequence[PointSummary], title: str | None = None) -> Ta
     the mean (`balance`) and the prefix-hit efficacy. Phases no point has are left out; None
     when no point has phases (a server that returns no per-request timing). A phase that rounds
     to 0 (a simulated residual) prints 0.0, never -0.0."""
-    have = [p for p in _ordered(points) if p.phases is not None]
+    have = [p for p in ordered_points(points) if p.phases is not None]
     if not have:
         return None
     names = [n for n in PHASE_HEADERS if any(n in p.phases.phases for p in have if p.phases)]
     table = _headed_table(
         title,
         (
-            *_KEY_HEADERS,
+            *KEY_HEADERS,
             "TTFT\nmean ms",
             *(f"{PHASE_HEADERS[n]}\nmean / p99" for n in names),
             "timed",
@@ -564,7 +572,7 @@ def load_points(result_dir: Path) -> list[PointSummary]:
         raise ValueError(f"{file} is not JSON: {exc}") from None
 
 
-def _fine(value: float | None) -> str:
+def fine_text(value: float | None) -> str:
     """A latency for the tail table: one decimal below 100 ms (ITL, TPOT), none above."""
     if value is None:
         return "-"
@@ -572,14 +580,14 @@ def _fine(value: float | None) -> str:
 
 
 TAIL_COLUMNS: tuple[tuple[str, _Cell], ...] = (
-    ("ITL p50\nms", lambda p: _fine(p.itl_p50_ms)),
-    ("ITL p99\nms", lambda p: _fine(p.itl_p99_ms)),
-    ("TPOT p50\nms", lambda p: _fine(p.tpot_p50_ms)),
-    ("TPOT p99\nms", lambda p: _fine(p.tpot_p99_ms)),
-    ("E2E p50\nms", lambda p: _ms(p.e2e_p50_ms)),
-    ("E2E p99\nms", lambda p: _ms(p.e2e_p99_ms)),
+    (figure_header("itl", 50), lambda p: fine_text(p.itl_p50_ms)),
+    (figure_header("itl", 99), lambda p: fine_text(p.itl_p99_ms)),
+    (figure_header("tpot", 50), lambda p: fine_text(p.tpot_p50_ms)),
+    (figure_header("tpot", 99), lambda p: fine_text(p.tpot_p99_ms)),
+    (figure_header("e2e", 50), lambda p: _ms(p.e2e_p50_ms)),
+    (figure_header("e2e", 99), lambda p: _ms(p.e2e_p99_ms)),
     ("cold reqs\nall runs", lambda p: str(p.cold_requests)),
-    ("TTFT p99 ms\nw/o cold", lambda p: _ms(p.tails_warm_ms.get("ttft_p99_ms"))),
+    (f"{figure_label('ttft', 99)}\nw/o cold", lambda p: _ms(p.tails_warm_ms.get("ttft_p99_ms"))),
 )
 """The tail table's columns: ITL, TPOT and E2E at p50 and p99, the requests that were the
 first of their client (cold, summed over repetitions; kept in every other figure) and the
@@ -610,11 +618,11 @@ def tail_rows(points: Sequence[PointSummary]) -> list[list[str]]:
     """The cells of `tail_table`, one list per row."""
     return [
         [str(p.prefix_kinds), str(p.concurrency), *(cell(p) for _, cell in TAIL_COLUMNS)]
-        for p in _ordered(points)
+        for p in ordered_points(points)
     ]
 
 
-def _interval_of(p: PointSummary, metric: str, fmt: Callable[[float | None], str]) -> str:
+def interval_text(p: PointSummary, metric: str, fmt: Callable[[float | None], str]) -> str:
     """A cell's second line: the point's interval of `metric` "low-high", "too wide (n runs)"
     where it reaches far beyond the runs (`MetricInterval.too_wide`), "" without one."""
     found = p.intervals.get(metric)
@@ -625,7 +633,8 @@ def _interval_of(p: PointSummary, metric: str, fmt: Callable[[float | None], str
     return f"\n{fmt(found.low)}-{fmt(found.high)}"
 
 
-def _share(value: float | None) -> str:
+def share_text(value: float | None) -> str:
+    """A share in a cell as a percentage with one decimal, "-" without."""
     return "-" if value is None else f"{value:.1%}"
 
 
@@ -652,16 +661,16 @@ def _goodput_of(p: PointSummary) -> float | None:
 
 
 STACK_METRICS: dict[str, tuple[str, _Cell]] = {
-    "ttft_p50_ms": ("TTFT p50 ms", lambda p: _ms(p.ttft_p50_ms)),
-    "ttft_p99_ms": ("TTFT p99 ms", lambda p: _ms(p.ttft_p99_ms)),
-    "itl_p99_ms": ("ITL p99 ms", lambda p: _fine(p.itl_p99_ms)),
-    "tpot_p99_ms": ("TPOT p99 ms", lambda p: _fine(p.tpot_p99_ms)),
-    "e2e_p99_ms": ("E2E p99 ms", lambda p: _ms(p.e2e_p99_ms)),
-    "requests_per_s": ("requests/s", lambda p: _rate(p.requests_per_s)),
-    "cached_ratio": ("cached ratio", lambda p: _ratio(p.cached_ratio)),
+    "ttft_p50_ms": (figure_label("ttft", 50), lambda p: _ms(p.ttft_p50_ms)),
+    "ttft_p99_ms": (figure_label("ttft", 99), lambda p: _ms(p.ttft_p99_ms)),
+    "itl_p99_ms": (figure_label("itl", 99), lambda p: fine_text(p.itl_p99_ms)),
+    "tpot_p99_ms": (figure_label("tpot", 99), lambda p: fine_text(p.tpot_p99_ms)),
+    "e2e_p99_ms": (figure_label("e2e", 99), lambda p: _ms(p.e2e_p99_ms)),
+    "requests_per_s": (figure_label("requests_per_s"), lambda p: rate_text(p.requests_per_s)),
+    "cached_ratio": (figure_label("cached_ratio"), lambda p: _ratio(p.cached_ratio)),
     "goodput_requests_per_s": (
-        "goodput req/s (SLO met / MISSED)",
-        lambda p: f"{_rate(_goodput_of(p))} {met_text(p)}",
+        f"{figure_label('goodput_requests_per_s')} (SLO met / MISSED)",
+        lambda p: f"{rate_text(_goodput_of(p))} {met_text(p)}",
     ),
 }
 """The metrics `stacks_tables` gives one table each: key -> (title, cell). The goodput table
@@ -690,7 +699,7 @@ def ranking_caption(ranked: Sequence[tuple[str, Sequence[PointSummary]]]) -> str
     ranked by ("1. B 4.20 req/s, 2. A 3.10 req/s, 3. C no judged point")."""
     ranks = ", ".join(
         f"{rank}. {name} "
-        + ("no judged point" if (g := stack_goodput(points)) is None else f"{_rate(g)} req/s")
+        + ("no judged point" if (g := stack_goodput(points)) is None else f"{rate_text(g)} req/s")
         for rank, (name, points) in enumerate(ranked, start=1)
     )
     return (
@@ -723,7 +732,7 @@ def stacks_tables(
             title=f"{title}{' (SIMULATED)' if simulated else ''}",
         )
         names = [f"{n}. {name}" if judged else name for n, (name, _) in enumerate(by_stack, 1)]
-        for header in (*_KEY_HEADERS, *names):
+        for header in (*KEY_HEADERS, *names):
             table.add_column(header, no_wrap=True)
         for key in keys:
             cells = [cell(pts[key]) if key in pts else "-" for _, pts in by_stack]

@@ -464,15 +464,6 @@ def _runner_up_text(runner_up: Result, first: Result, margin: float) -> str:
     return f"{head}beyond the margin {margin:g}; the comparison should confirm it."
 
 
-PER_USER_KEYS = ("itl_p99_ms", "tpot_p99_ms")
-"""SLO bounds drawn on the Pareto panel as the per-user rate they set: a request whose
-inter-token p99 is at most the bound streams at least 1000 / bound tokens/s to its user."""
-
-LATENCY_KEYS = ("ttft_p99_ms", "e2e_p99_ms")
-"""SLO bounds with a panel of their own (no rate on the tokens/s axes shows them): each ranked
-candidate's p99 at its highest load meeting the SLO against its tokens/s per GPU, the bound a
-horizontal line."""
-
 Axis = Literal["x", "y"]
 
 
@@ -605,10 +596,13 @@ def _laid_out(panel: Panel, points: Sequence[ChartPoint]) -> Panel:
 
 def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) -> ChartData:
     """The figure's data: each ranked candidate at its highest load meeting the SLO; the
-    Pareto panel (tokens/s per cluster GPU against tokens/s per user) with every ITL or TPOT
-    bound as the per-user line it sets (:data:`PER_USER_KEYS`) and the margin band under rank
-    1; a panel per TTFT or E2E bound (:data:`LATENCY_KEYS`) with the bound as a line and the
-    same band across."""
+    Pareto panel (tokens/s per cluster GPU against tokens/s per user) with every bound of the
+    SLO on a latency between tokens (ITL, TPOT at any percentile: `Metric.two_tokens`) as the
+    per-user line it sets (a request within the bound streams at least 1000 / bound tokens/s to
+    its user) and the margin band under rank 1; a panel per bound on any other latency (TTFT,
+    E2E at any percentile: no rate on the tokens/s axes shows it), each ranked candidate's
+    figure of it against its tokens/s per GPU, with the bound as a line and the same band
+    across. The objectives come from `metrics.registry.objectives`, in its order."""
     front = pareto_front(results)
     points = tuple(
         ChartPoint(
@@ -631,9 +625,10 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
         else "goodput tok/s per cluster GPU"
     )
     objectives = inputs.slo.objectives()
+    chosen = {k: o for k, o in registry.objectives().items() if k in objectives}
     pareto = Panel(
         title="tokens/s per GPU against tokens/s per user",
-        x_label="output tok/s per user (1 / TPOT p50)",
+        x_label=f"output tok/s per user (1 / {registry.figure_name('tpot', 50)})",
         y_label=per_gpu,
         xy={p.key: (p.per_user, p.per_gpu) for p in points},
         lines=tuple(
@@ -643,22 +638,22 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
                 1e3 / objectives[k],
                 f"{bound_text(k, objectives[k])}: >= {1e3 / objectives[k]:,.1f} tok/s per user",
             )
-            for k in PER_USER_KEYS
-            if k in objectives
+            for k, o in chosen.items()
+            if o.metric.two_tokens
         ),
         band=("y", band_low, top) if top is not None and band_low is not None else None,
     )
     latency = tuple(
         Panel(
-            title=f"{registry.objectives()[k].name} against tokens/s per GPU",
+            title=f"{o.name} against tokens/s per GPU",
             x_label=per_gpu,
-            y_label=f"{registry.objectives()[k].name} (ms) at the highest load meeting the SLO",
+            y_label=f"{o.name} ({o.metric.unit}) at the highest load meeting the SLO",
             xy={p.key: (p.per_gpu, v) for p in points if (v := p.p99_ms.get(k)) is not None},
             lines=(SloLine(k, "y", objectives[k], bound_text(k, objectives[k])),),
             band=("x", band_low, top) if top is not None and band_low is not None else None,
         )
-        for k in LATENCY_KEYS
-        if k in objectives
+        for k, o in chosen.items()
+        if not o.metric.two_tokens
     )
     kinds = tuple(
         kind

@@ -100,9 +100,9 @@ class Figures:
             cached_ratio=point.mean(lambda r: r.summary.cached_ratio),
             attainment=point.mean(lambda r: r.point.attainment),
             p99_ms={
-                k: point.worst(lambda r, k=k: r.point.p99_ms.get(k))  # type: ignore[misc]
+                k: point.worst(lambda r, k=k: r.point.values_ms.get(k))  # type: ignore[misc]
                 for k in objectives()
-                if any(k in r.point.p99_ms for r in point.runs)
+                if any(k in r.point.values_ms for r in point.runs)
             },
             rate=point.rate,
         )

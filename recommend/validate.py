@@ -106,7 +106,7 @@ def validate(problem: Problem, result: Result, out_dir: Path) -> Validation:
     ]
     worst: dict[str, float | None] = {}
     for key in slo.objectives():
-        values = [v for p in points if (v := p.p99_ms.get(key)) is not None]
+        values = [v for p in points if (v := p.values_ms.get(key)) is not None]
         worst[key] = max(values) if values else None
     return Validation(
         key=result.candidate.key,

@@ -48,7 +48,8 @@ import pandas as pd
 from measurement.errors import ErrorKind
 from measurement.record import RequestRecord
 from measurement.results import GridResult, PointSummary, RunSummary
-from measurement.stats import summarize_point, summarize_run, tpot_ms, ttft_ms
+from measurement.stats import summarize_point, summarize_run
+from metrics.latency import tpot_ms, ttft_ms
 from outputs.folder_reader import load_results
 from simulator.calibration import CONSTANTS
 from simulator.hardware import run_topology, stack_constants
@@ -201,7 +202,7 @@ FIT_STATISTICS = ("ttft_cold_ms", "ttft_warm_ms", "tpot_ms", "requests_per_s")
 """What the search fits, per grid point, over the point's scored requests that succeeded: the
 geometric mean of TTFT of the requests without a prefix-cache hit (``cold``: the measured
 cached tokens 0 or unreported) and of those with one (``warm``), the geometric mean of TPOT
-(:func:`measurement.stats.ttft_ms`, :func:`measurement.stats.tpot_ms`), and requests/s (requests
+(:func:`metrics.latency.ttft_ms`, :func:`metrics.latency.tpot_ms`), and requests/s (requests
 over first send to last token, the mean over the point's runs). Means, not :data:`METRICS`' p50 and
 p99: a percentile is one request's time and jumps when a request joins an engine step earlier
 or later; a mean over the requests moves smoothly with the figures, which the search and the

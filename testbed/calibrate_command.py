@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from testbed.console import EXIT_INTERRUPTED, fail
-from testbed.stack_options import SetOption, _settings, _stack_errors
+from testbed.stack_options import SetOption, set_settings, stack_errors
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -92,10 +92,10 @@ def calibrate_command(
 
     if out.exists() and not force:
         fail(f"--out {out} already exists: add --force to overwrite it, or choose another --out")
-    settings = _settings(overrides)
+    settings = set_settings(overrides)
     try:
         plan = load_stack(stack, settings)
-    except _stack_errors() as exc:
+    except stack_errors() as exc:
         fail(str(exc))
     gpus = sorted({group.gpu.name for group in plan.groups})
     if len(gpus) > 1:
@@ -355,7 +355,7 @@ def _scored_stack(folder: Path, default: str, settings: Sequence[Setting]) -> St
     name = load_results(folder).stack.get("stack") or default
     try:
         return load_stack(str(name), settings if name == default else ())
-    except _stack_errors() as exc:
+    except stack_errors() as exc:
         fail(f"{folder}: {exc}")
 
 

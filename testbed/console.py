@@ -25,7 +25,8 @@ EXIT_NO_SUCCESS = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
-def _stderr_line(markup: str) -> None:
+def stderr_line(markup: str) -> None:
+    """Print one line of rich `markup` to stderr, never hard-wrapped."""
     from rich.console import Console
 
     Console(stderr=True, soft_wrap=True, highlight=False).print(markup)
@@ -36,11 +37,13 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     `code` (default 2, a usage error)."""
     from rich.markup import escape
 
-    _stderr_line(f"[red]error:[/] {escape(message)}")
+    stderr_line(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
 
-def _int_list(option: str, text: str | None) -> list[int] | None:
+def int_list(option: str, text: str | None) -> list[int] | None:
+    """An option's comma-separated integers (``1,4,16``; None: the option was not given).
+    Raises ValueError naming `--option` for a part that is not an integer."""
     if text is None:
         return None
     try:

@@ -15,10 +15,10 @@ from testbed.stack_options import (
     OUTPUT,
     SetBOption,
     SetOption,
-    _render_or_exit,
-    _settings,
     load_step_note,
+    render_or_exit,
     say_settings,
+    set_settings,
 )
 
 
@@ -50,7 +50,7 @@ def diff_command(
     from testbed.component_diff import diff_lines
     from testbed.render_files import diff_rendered
 
-    settings, settings_b = _settings(overrides), _settings(overrides_b)
+    settings, settings_b = set_settings(overrides), set_settings(overrides_b)
     if stack_b is None and settings and not settings_b:
         fail(
             "--set applies to both stacks, so `testbed diff STACK --set ...` compares the stack "
@@ -58,8 +58,8 @@ def diff_command(
             f"diff {stack_a} " + " ".join(f"--set-b {s.text}" for s in settings)
         )
     stack_b = stack_b or stack_a
-    a = _render_or_exit(stack_a, settings)
-    b = _render_or_exit(stack_b, [*settings, *settings_b])
+    a = render_or_exit(stack_a, settings)
+    b = render_or_exit(stack_b, [*settings, *settings_b])
     changes = diff_rendered(a, b)
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in changes], indent=2, default=str))

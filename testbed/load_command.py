@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
     from measurement.results import GridResult, Readiness, RunSummary
-from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, _int_list, _stderr_line, fail
+from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, fail, int_list, stderr_line
 from testbed.slo_option import SloOption, slo_of
 
 SERVER = "Server"
@@ -464,8 +464,8 @@ def load_command(
         settings = parse_settings(overrides or ())
         from_sets = load_settings_with(config, settings)
         grid_options = {
-            "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
-            "concurrency": _int_list("concurrency", concurrency),
+            "prefix_kinds": int_list("prefix-kinds", prefix_kinds),
+            "concurrency": int_list("concurrency", concurrency),
         }
         load_config = build_config(
             config if from_sets is None else None,
@@ -628,7 +628,7 @@ def _load(
     except ResumeError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        _stderr_line(
+        stderr_line(
             f"interrupted; {complete_runs(out)} complete run(s) are saved in {escape(str(out))} "
             "(run the same command with --resume to measure the rest)"
         )

@@ -260,7 +260,7 @@ def _sent(
     """(what is sent, its load's ``slo`` the SLO searched for: ``--slo``, else the workload's;
     the ``--batched-tokens`` values); exits 2 on a bad option."""
     from recommend.workload import MEASURED_PER_CLIENT
-    from testbed.console import _int_list
+    from testbed.console import int_list
     from testbed.slo_option import slo_of
     from workload.slo import SloError
 
@@ -282,7 +282,7 @@ def _sent(
     sent = dataclasses.replace(sent, load=load, per_client=per_client)
     try:
         target.check_outputs(load.max_tokens)
-        budgets = _int_list("batched-tokens", batched_tokens) or []
+        budgets = int_list("batched-tokens", batched_tokens) or []
     except (SloError, ValueError) as exc:
         fail(str(exc))
     for budget in budgets:

@@ -16,10 +16,10 @@ from testbed.console import fail
 from testbed.stack_options import (
     OUTPUT,
     SetOption,
-    _render_or_exit,
-    _settings,
     load_step_note,
+    render_or_exit,
     say_settings,
+    set_settings,
     under_project,
     warn,
 )
@@ -121,8 +121,8 @@ def render_command(
 
     console = table_console(highlight=False)
     out = under_project(out, RENDER_OUT) / stack if out == RENDER_OUT else out
-    settings = _settings(overrides)
-    rendered = _render_or_exit(stack, settings)
+    settings = set_settings(overrides)
+    rendered = render_or_exit(stack, settings)
     say_settings(stack, settings)
     try:
         paths = write_rendered(rendered, out)

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from testbed.console import fail
-from testbed.stack_options import SetOption, _settings, _stack_errors, under_project
+from testbed.stack_options import SetOption, set_settings, stack_errors, under_project
 
 SERVE_OUT = Path("out/serve")
 """Where the graph's logs, discovery files and model folder go (``<out>/<stack>``)."""
@@ -69,10 +69,10 @@ def serve_command(
     )
     if missing:
         fail(missing)
-    settings = _settings(overrides)
+    settings = set_settings(overrides)
     try:
         plan = load_stack(stack, settings)
-    except _stack_errors() as exc:
+    except stack_errors() as exc:
         fail(str(exc))
     spec = graph_spec(plan, speedup_ratio=speedup)
     workdir = under_project(out, SERVE_OUT) / stack

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from testbed.compare import print_settings_note
-from testbed.console import EXIT_INTERRUPTED, _int_list, _stderr_line, fail
+from testbed.console import EXIT_INTERRUPTED, fail, int_list, stderr_line
 from testbed.slo_option import SloOption, slo_of
 from testbed.stack_options import (
     GRID,
@@ -21,9 +21,9 @@ from testbed.stack_options import (
     STACK,
     SetBOption,
     SetOption,
-    _settings,
-    _stack_errors,
     say_settings,
+    set_settings,
+    stack_errors,
     warn,
 )
 
@@ -88,8 +88,8 @@ def _grid(
 ) -> dict[str, Any]:
     try:
         values = {
-            "prefix_kinds": _int_list("prefix-kinds", prefix_kinds),
-            "concurrency": _int_list("concurrency", concurrency),
+            "prefix_kinds": int_list("prefix-kinds", prefix_kinds),
+            "concurrency": int_list("concurrency", concurrency),
             "repetitions": repetitions,
             "requests_per_run": requests,
         }
@@ -232,7 +232,7 @@ def simulate_command(
     from testbed.load_command import resumed_line
 
     out = _simulate_out(out, against)
-    settings, settings_b = _settings(overrides), _settings(overrides_b)
+    settings, settings_b = set_settings(overrides), set_settings(overrides_b)
     files, each = _stack_files(list(stacks), settings, settings_b)
     names = list(files)
     missing = missing_group(
@@ -255,7 +255,7 @@ def simulate_command(
         against,
         force,
     )
-    refused: tuple[type[Exception], ...] = (SimulateRequestError, *_stack_errors())
+    refused: tuple[type[Exception], ...] = (SimulateRequestError, *stack_errors())
     try:
         done = simulate(request, _Printer(out, grid_length=against is None))
     except refused as exc:
@@ -510,7 +510,7 @@ def _say_kept(names: list[str], out: Path) -> None:
 
     counts = {name: complete_runs(out / name / ROUTING_DIR) for name in names}
     if not any(counts.values()):
-        _stderr_line(
+        stderr_line(
             f"interrupted; every process was stopped. Nothing complete was kept in {out} "
             "(run the same command again)"
         )
@@ -518,7 +518,7 @@ def _say_kept(names: list[str], out: Path) -> None:
     first, *others = counts.items()
     kept = f"{first[1]} complete run{'s' if first[1] != 1 else ''} of {first[0]}"
     kept += "".join(f" and {count} of {name}" for name, count in others)
-    _stderr_line(
+    stderr_line(
         f"interrupted; every process was stopped. Kept {kept} in {out} (the same command with "
         "--resume runs only the others)"
     )

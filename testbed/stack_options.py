@@ -57,7 +57,8 @@ SetBOption = Annotated[
 ]
 
 
-def _settings(items: Sequence[str] | None) -> list[Setting]:
+def set_settings(items: Sequence[str] | None) -> list[Setting]:
+    """The ``--set`` items as settings; a bad one prints one ``error:`` line, exits 2."""
     from configkeys.key_paths import KeyPathError, parse_settings
 
     try:
@@ -66,7 +67,7 @@ def _settings(items: Sequence[str] | None) -> list[Setting]:
         fail(str(exc))
 
 
-def _stack_errors() -> tuple[type[Exception], ...]:
+def stack_errors() -> tuple[type[Exception], ...]:
     """What a bad stack name, file, config or ``--set`` raises, or the version gate's refusal
     (:data:`stackmodel.stacks.LOAD_ERRORS`): one ``error:`` line, exit 2."""
     from stackmodel.stacks import LOAD_ERRORS
@@ -105,13 +106,13 @@ def say_settings(stack: str, settings: Sequence[Setting]) -> None:
         console.print(f"{stack}: {setting.key} = {setting.value} (--set; {before})", soft_wrap=True)
 
 
-def _render_or_exit(stack: str, settings: Sequence[Setting] = ()) -> Rendered:
+def render_or_exit(stack: str, settings: Sequence[Setting] = ()) -> Rendered:
     """Render a stack; a bad stack name, file, config or --set prints one line, exits 2."""
     from testbed.render import render_stack
 
     try:
         return render_stack(stack, settings=settings)
-    except _stack_errors() as exc:
+    except stack_errors() as exc:
         fail(str(exc))
 
 

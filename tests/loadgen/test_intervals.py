@@ -33,9 +33,10 @@ from measurement.intervals import (
     repetitions_needed,
     verdict_mark,
 )
+from measurement.percentile import percentile
 from measurement.record import RequestRecord
 from measurement.results import PointSummary
-from measurement.stats import percentile, summarize_point, summarize_run
+from measurement.stats import summarize_point, summarize_run
 from outputs.tables import seed_table, table_text, verdict_caption, verdict_rows
 from testbed.cli import app
 
@@ -300,7 +301,7 @@ def test_attainment_and_goodput_intervals_as_typed_stay_in_bounds() -> None:
         return RunAttainment(
             requests=50, met=round(50 * attainment), missed_by={}, attainment=attainment,
             duration_s=10.0, goodput_requests_per_s=goodput,
-            goodput_output_tokens_per_s=goodput * 100, p99_ms=p99, cold=4, p99_warm_ms=p99,
+            goodput_output_tokens_per_s=goodput * 100, values_ms=p99, cold=4, values_warm_ms=p99,
         )  # fmt: skip
 
     for runs in ([run(0.9, 4.5), run(0.98, 4.9)], [run(0.02, 0.02), run(0.18, 0.18)]):

@@ -30,7 +30,7 @@ from loadgen.loops import make_client
 from loadgen.request import stream_request
 from measurement.errors import ErrorKind
 from measurement.record import RequestRecord
-from measurement.stats import e2e_ms, tpot_ms, ttft_ms
+from metrics.latency import e2e_ms, tpot_ms, ttft_ms
 from workload.config import LoadConfig
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(20)]

@@ -2,6 +2,7 @@
 and the stack's camelCase `load.slo`, judged per request and per grid point, and shown in the
 SLO table and the point's summary; a metric added to the registry alone is an objective too."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,11 @@ from test_stats import MS, record  # a successful record: sent, TTFT, then token
 from configkeys.key_paths import parse_settings
 from measurement.goodput import evaluate_point, evaluate_run, missed, run_figures
 from measurement.record import RequestRecord
-from measurement.results import PointSummary
+from measurement.results import PointSummary, RunAttainment
 from metrics import registry
 from metrics.registry import METRICS, Metric, markdown_table, objectives
 from outputs.slo_tables import slo_table
-from outputs.tables import table_text
+from outputs.tables import load_points, table_text
 from stackmodel.stacks import load_stack
 from workload.config import LoadConfig
 from workload.slo import Slo, SloError, parse_slo
@@ -91,20 +92,21 @@ def test_a_p90_and_p95_slo_is_judged_per_request_and_per_point() -> None:
     run = evaluate_run(records, slo, concurrency=1)
     assert (run.met, run.attainment) == (8, pytest.approx(0.8))
     # the run's figures: the TTFT p90 over the requests, ITL p95 pooled over every token gap
-    assert run.p99_ms["ttft_p90_ms"] == pytest.approx(910)
-    assert run.p99_ms["itl_p95_ms"] == pytest.approx(50)
-    assert run.p99_ms["ttft_p99_ms"] == pytest.approx(991)  # the four p99s stay
+    assert run.values_ms["ttft_p90_ms"] == pytest.approx(910)
+    assert run.values_ms["itl_p95_ms"] == pytest.approx(50)
+    assert run.values_ms["ttft_p99_ms"] == pytest.approx(991)  # the four p99s stay
     assert run_figures(records, ["tpot_p95_ms"]) == {"tpot_p95_ms": pytest.approx(20)}
     point = evaluate_point([run, run], slo)
     assert point.holds == {"ttft_p90_ms": False, "itl_p95_ms": False, "tpot_p95_ms": True}
     assert point.binding == "ttft_p90_ms" and not point.slo_met  # 910 / 800 > 50 / 45
 
 
-def test_the_slo_table_and_summary_name_the_percentile() -> None:
+def _judged_point() -> PointSummary:
+    """A grid point of one run of `_run` judged against TTFT p90 <= 2,000 ms, TPOT p95 <= 40."""
     slo = parse_slo("ttft_p90_ms=2000,tpot_p95_ms=40")
     run = evaluate_run(_run(), slo, concurrency=1)
     judged = evaluate_point([run], slo)
-    point = PointSummary.model_validate(
+    return PointSummary.model_validate(
         {
             "prefix_kinds": 2,
             "concurrency": 1,
@@ -122,6 +124,10 @@ def test_the_slo_table_and_summary_name_the_percentile() -> None:
             "slo": judged,
         }
     )
+
+
+def test_the_slo_table_and_summary_name_the_percentile() -> None:
+    point = _judged_point()
     table = slo_table([point])
     assert table is not None
     text = " ".join(table_text(table, width=200).split())
@@ -129,8 +135,28 @@ def test_the_slo_table_and_summary_name_the_percentile() -> None:
     assert "SLO: TTFT p90 <= 2,000 ms, TPOT p95 <= 40 ms" in text
     dumped = point.model_dump(mode="json")["slo"]
     assert dumped["binding"] == "tpot_p95_ms" and dumped["slo_met"] is True
-    assert dumped["p99_ms"] == {"ttft_p90_ms": pytest.approx(910), "tpot_p95_ms": pytest.approx(20)}
+    values = {"ttft_p90_ms": pytest.approx(910), "tpot_p95_ms": pytest.approx(20)}
+    assert dumped["values_ms"] == values
     assert PointSummary.model_validate(point.model_dump(mode="json")) == point
+
+
+def test_a_summary_written_with_p99_ms_still_loads(tmp_path: Path) -> None:
+    """A summary.json written before the objectives' figures were named `values_ms` keeps them
+    under `p99_ms` / `p99_warm_ms`; it loads, and is written back under the new names."""
+    point = _judged_point()
+    old = point.model_dump(mode="json")
+    old["slo"]["p99_ms"] = old["slo"].pop("values_ms")
+    old["slo"]["p99_warm_ms"] = old["slo"].pop("values_warm_ms")
+    assert old["slo"]["p99_ms"] == {"ttft_p90_ms": pytest.approx(910), "tpot_p95_ms": 20.0}
+    (tmp_path / "summary.json").write_text(json.dumps([old]))
+    [loaded] = load_points(tmp_path)
+    assert loaded == point and loaded.slo is not None
+    assert loaded.slo.values_ms["ttft_p90_ms"] == pytest.approx(910)
+    assert loaded.slo.values_warm_ms["ttft_p90_ms"] == pytest.approx(920)  # without the first
+    assert "p99_ms" not in loaded.model_dump(mode="json")["slo"]
+    run = evaluate_run(_run(), parse_slo("ttft_p90_ms=2000"), concurrency=1).model_dump()
+    run["p99_ms"], run["p99_warm_ms"] = run.pop("values_ms"), run.pop("values_warm_ms")
+    assert RunAttainment.model_validate(run).values_ms["ttft_p90_ms"] == pytest.approx(910)
 
 
 def test_a_metric_added_to_the_registry_alone_is_an_objective(
@@ -154,7 +180,7 @@ def test_a_metric_added_to_the_registry_alone_is_an_objective(
     run = evaluate_run(records, slo, concurrency=1)
     assert (run.met, run.missed_by) == (9, {"ttft_p99_ms": 0, "decode_span_p90_ms": 1})
     assert run.goodput_requests_per_s == pytest.approx(9 / run.duration_s)
-    assert run.p99_ms["decode_span_p90_ms"] == pytest.approx(84)  # 80 ms x 9, 120 ms
+    assert run.values_ms["decode_span_p90_ms"] == pytest.approx(84)  # 80 ms x 9, 120 ms
     point = evaluate_point([run], slo)
     assert point.holds == {"ttft_p99_ms": True, "decode_span_p90_ms": True}
     assert point.binding == "decode_span_p90_ms" and point.slo_met  # 84 / 100 > 991 / 2,000

@@ -7,14 +7,10 @@ from hypothesis import strategies as st
 
 from measurement.client_cost import Warmup, client_budget_warning
 from measurement.errors import ErrorKind
+from measurement.percentile import percentile
 from measurement.record import RequestRecord
-from measurement.stats import (
-    itl_ms,
-    percentile,
-    summarize_point,
-    summarize_run,
-    tpot_ms,
-)
+from measurement.stats import summarize_point, summarize_run
+from metrics.latency import itl_ms, tpot_ms
 
 MS = 1_000_000
 

@@ -271,3 +271,24 @@ def test_no_candidate_is_a_note_on_axes_from_0(tmp_path: Path) -> None:
     assert pareto.limits == pytest.approx((44.0, 1.0)) and ttft.limits == pytest.approx((1.0, 24.0))
     write_report(tmp_path, inputs, [], None)
     assert (tmp_path / PARETO_PNG).read_bytes().startswith(b"\x89PNG")
+
+
+def test_an_objective_on_any_percentile_gets_its_panel_or_line() -> None:
+    """p50, p90 and p95 objectives, as the registry defines them, are drawn as p99 ones are:
+    a TTFT or E2E bound gets its own panel, an ITL or TPOT bound its per-user line."""
+    results = [
+        _result("a1", 1, 100.0, 50.0, ttft_p90_ms=700.0, e2e_p50_ms=3000.0, itl_p95_ms=15.0),
+        _result("d2", 2, 85.0, 60.0, ttft_p90_ms=300.0, e2e_p50_ms=2500.0, itl_p95_ms=12.0),
+    ]
+    slo = parse_slo("ttft_p90_ms=800,itl_p95_ms=20,e2e_p50_ms=4000")
+    inputs = Inputs("kv-routing", LoadConfig(), slo, "goodput-per-gpu", 1.25, 2, "m")
+    pareto, ttft, e2e = chart_data(inputs, results, results[0]).panels
+    assert pareto.lines == (
+        SloLine("itl_p95_ms", "x", 50.0, "ITL p95 <= 20 ms: >= 50.0 tok/s per user"),
+    )
+    assert ttft.title == "TTFT p90 against tokens/s per GPU"
+    assert ttft.y_label == "TTFT p90 (ms) at the highest load meeting the SLO"
+    assert ttft.xy == {"a1": (100.0, 700.0), "d2": (85.0, 300.0)}
+    assert ttft.lines == (SloLine("ttft_p90_ms", "y", 800.0, "TTFT p90 <= 800 ms"),)
+    assert e2e.title == "E2E p50 against tokens/s per GPU"
+    assert e2e.xy == {"a1": (100.0, 3000.0), "d2": (85.0, 2500.0)}
