@@ -8,13 +8,12 @@ from typing import Annotated
 import typer
 
 from testbed.console import fail
-from workload.slo import Slo, SloError, parse_slo
+from workload.slo import Slo, SloError, keys_text, parse_slo
 
 SLO_HELP = (
-    "Service-level objectives: KEY=MS items, comma-separated, each a p99 bound in ms; keys "
-    "ttft_p99_ms, itl_p99_ms, tpot_p99_ms, e2e_p99_ms (e.g. ttft_p99_ms=1000 or "
-    "itl_p99_ms=50). Default: the stack's load.slo. Adds attainment, goodput and whether each "
-    "grid point met it."
+    "Service-level objectives: KEY=MS items, comma-separated, each an upper bound in ms on a "
+    f"percentile of a latency; keys {keys_text()} (e.g. ttft_p99_ms=1000 or tpot_p95_ms=40). "
+    "Default: the stack's load.slo. Adds attainment, goodput and whether each grid point met it."
 )
 
 SloOption = Annotated[str | None, typer.Option("--slo", metavar="SLO", help=SLO_HELP)]

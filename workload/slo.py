@@ -162,13 +162,13 @@ def _key(name: str) -> str:
 
 
 def keys_text() -> str:
-    """The objectives' keys in one phrase: ``<latency>_p<q>_ms for latency ttft, itl, tpot or
-    e2e and q 50, 90, 95 or 99 (ms)``."""
+    """The objectives' keys in one phrase: ``LATENCY_pQ_ms for LATENCY ttft, itl, tpot or e2e
+    and Q 50, 90, 95 or 99 (ms)`` (capitals, not ``<...>``: help text drops angle brackets)."""
     known = objectives().values()
     stems = list(dict.fromkeys(o.metric.key for o in known))
     qs = list(dict.fromkeys(f"{o.q:g}" for o in known))
     return (
-        f"<latency>_p<q>_ms for latency {', '.join(stems[:-1])} or {stems[-1]} and q "
+        f"LATENCY_pQ_ms for LATENCY {', '.join(stems[:-1])} or {stems[-1]} and Q "
         f"{', '.join(qs[:-1])} or {qs[-1]} (ms)"
     )
 

@@ -70,7 +70,7 @@ def test_the_stack_files_load_slo_takes_the_camel_case_keys() -> None:
     ("text", "message"),
     [
         ("ttft_p90=800", "unknown SLO key 'ttft_p90': did you mean ttft_p90_ms?"),
-        ("ttft_p80_ms=800", "the keys are <latency>_p<q>_ms for latency ttft, itl, tpot or e2e"),
+        ("ttft_p80_ms=800", "the keys are LATENCY_pQ_ms for LATENCY ttft, itl, tpot or e2e"),
         ("tpot_p95_ms=0.04", "tpot_p95_ms=0.04 is 0.04 ms, below any TPOT p95 (at least 0.5 ms)"),
         ("ttft_p90_ms=900000", "above any TTFT p90 meant (at most 600,000 ms (600 s))"),
     ],
