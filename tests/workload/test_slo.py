@@ -4,7 +4,7 @@ per grid point (workload.slo, measurement.goodput) on hand-built records with kn
 import pandas as pd
 import pytest
 from pydantic import ValidationError
-from test_stats import MS, record  # a successful record: sent, TTFT, then token gaps (ms)
+from records import MS, record  # a successful record: sent, TTFT, then token gaps (ms)
 
 from measurement.errors import ErrorKind
 from measurement.goodput import evaluate_point, evaluate_run, missed, request_met, request_values

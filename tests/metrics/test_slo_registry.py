@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_stats import MS, record  # a successful record: sent, TTFT, then token gaps (ms)
+from records import MS, record  # a successful record: sent, TTFT, then token gaps (ms)
 
 from configkeys.key_paths import parse_settings
 from measurement.goodput import evaluate_point, evaluate_run, missed, run_figures
