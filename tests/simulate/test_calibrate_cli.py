@@ -11,7 +11,7 @@ import pytest
 from measured_folder import timed_folder
 from typer.testing import CliRunner
 
-import simulator.simulate
+import simulator.run
 from configkeys.key_paths import Setting, parse_settings
 from simulator.routing import graph_spec
 from simulator.simulate import Simulation, simulation_load
@@ -263,7 +263,7 @@ def grids(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         (out_dir / stack / CROSSOVER_FILE).write_text(crossover_json(crossover(plan)))
         return [Simulation(stack, graph_spec(validate_config(stack, cfg)), result, out_dir / stack)]
 
-    monkeypatch.setattr(simulator.simulate, "simulate_stacks", recorded)
+    monkeypatch.setattr(simulator.run, "simulate_stacks", recorded)  # where the command calls it
     return asked
 
 

@@ -9,7 +9,7 @@ import logging
 import multiprocessing.resource_tracker
 import os
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,22 @@ def _ctrl_c() -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
+@pytest.fixture
+def ctrl_c_reaches_this_process() -> Iterator[None]:
+    """SIGINT at its default action (Python's KeyboardInterrupt handler) for the test, as a
+    terminal's foreground command has it. A script's background job (`pytest &` without job
+    control) starts with SIGINT ignored (POSIX, Shell Command Language 2.11, "Signals and Error
+    Handling"); asyncio.run then leaves it ignored (CPython 3.11 Lib/asyncio/runners.py
+    L102-107, ``Runner.run``: its handler replaces only ``signal.default_int_handler``), as it
+    should for a command the terminal's Ctrl-C is not meant to reach, and the test's SIGINT
+    would do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize(
     ("fault", "raised"),
     [
@@ -47,6 +63,7 @@ def _ctrl_c() -> None:
     ],
     ids=["a-failure", "ctrl-c"],
 )
+@pytest.mark.usefixtures("ctrl_c_reaches_this_process")
 def test_a_fault_in_one_routing_run_stops_both(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import simulator.simulate
+import simulator.run
 import testbed.render
 from stackmodel.stacks import REPO, StackFileError, stack_config
 from testbed.cli import app
@@ -80,7 +80,7 @@ def test_simulate_checks_every_stack_before_starting(monkeypatch: pytest.MonkeyP
     def fake_simulate(names: list[str], *args: object, **kwargs: object) -> None:
         started.extend(names)
 
-    monkeypatch.setattr(simulator.simulate, "simulate_stacks", fake_simulate)
+    monkeypatch.setattr(simulator.run, "simulate_stacks", fake_simulate)
     result = CliRunner().invoke(app, ["simulate", "kv-routing", "no-such-stack"])
     assert result.exit_code == 2
     assert "stack 'no-such-stack'" in result.output
