@@ -33,8 +33,6 @@ from stackmodel.stack_layout import stack_reference_name
 from stackmodel.stacks import REPO, stack_config
 from testbed.render import EchoMocks, Rendered, _referenced_stacks, run_under_mocks
 
-pytestmark = pytest.mark.timeout(60)
-
 RELEASE_NAMESPACE = "dynamo-system"
 NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
 

@@ -26,8 +26,6 @@ from stackmodel.topology import build_topology
 from stackmodel.validation import validate_stack
 from testbed.render import render_stack
 
-pytestmark = pytest.mark.timeout(60)
-
 
 def config(stack: str, **topology: Any) -> StackPlan:
     """The shipped stack's plan, with ``topology`` keys replaced."""

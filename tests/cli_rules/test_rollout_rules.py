@@ -23,8 +23,6 @@ from stackmodel.errors import PROJECT, StackConfigError
 from stackmodel.stacks import REPO, stack_config
 from testbed.render import EchoMocks, Registration, Rendered, _referenced_stacks, run_under_mocks
 
-pytestmark = pytest.mark.timeout(60)
-
 WORKLOAD_TYPES = (
     "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment",
     "kubernetes:apps/v1:Deployment",

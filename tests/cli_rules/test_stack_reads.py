@@ -25,13 +25,10 @@ from __future__ import annotations
 import asyncio
 
 import pulumi
-import pytest
 from pulumi.runtime.settings import _get_rpc_manager
 
 from components.program import READ_STACK_OUTPUTS, read_stack_outputs
 from testbed.render import EchoMocks
-
-pytestmark = pytest.mark.timeout(20)
 
 
 def read(name: str, stacks: dict[str, dict[str, object]]) -> tuple[object, object, object]:

@@ -16,8 +16,6 @@ from stackmodel.errors import PROJECT
 from stackmodel.stack_layout import DEFAULT_ORGANIZATION, stack_reference_name
 from stackmodel.stacks import stack_config, stack_names
 
-pytestmark = pytest.mark.timeout(10)
-
 
 @pytest.mark.parametrize("stack", ["platform", "kv-routing", "disagg-same-node", "Kv_Routing.2"])
 def test_a_diy_stack_reads_the_stack_in_both_layouts(stack: str) -> None:

@@ -27,8 +27,6 @@ from stackmodel.stack_layout import VersionGateError
 from stackmodel.stacks import REPO, stack_config
 from testbed.render import EchoMocks, Rendered, _referenced_stacks, run_under_mocks
 
-pytestmark = pytest.mark.timeout(60)
-
 
 def helm_secret(
     name: str,

@@ -83,7 +83,6 @@ def test_figures_are_the_probe_line() -> None:
 
 
 @pytest.mark.skipif(not HAS_NIXL, reason="nixl-cu12 has no wheel for this platform")
-@pytest.mark.timeout(180)
 def test_in_cluster_probe_writes_a_link_profile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

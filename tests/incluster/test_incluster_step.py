@@ -22,8 +22,6 @@ from simulator.localgraph import LocalGraph
 from simulator.routing import graph_spec
 from stackmodel.stacks import load_stack
 
-pytestmark = pytest.mark.timeout(120)
-
 STACK = "disagg-same-node"
 TINY = {"prefix_kinds": [2], "concurrency": [2], "repetitions": 1, "requests_per_run": 8}
 

@@ -7,14 +7,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fake_kube_api import NAMESPACE, FakeKubeApi, fake_kube_api
 
 from incluster.manifests import LOAD_STEP_RULES, LoadJob
 from incluster.runtime import ClusterRun, run_in_cluster
 from workload.config import LoadConfig
-
-pytestmark = pytest.mark.timeout(60)
 
 FRONTEND = "kv-routing-frontend-testbed"
 GRID = LoadConfig(

@@ -16,7 +16,6 @@ from kvpath.profile import resolve_link
 from testbed.cli import app
 
 pytestmark = [
-    pytest.mark.timeout(180),
     pytest.mark.skipif(
         importlib.util.find_spec("nixl_cu12") is None,
         reason="nixl-cu12 has no wheel for this platform (Linux x86_64 only)",

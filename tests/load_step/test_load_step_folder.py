@@ -21,8 +21,6 @@ from outputs.folder_reader import STATUS_FILE, STEP_FILE
 from stackmodel.config import StackLoadConfig
 from stackmodel.stacks import load_stack
 
-pytestmark = pytest.mark.timeout(20)
-
 T0 = datetime(2026, 12, 1, 15, 0, 0, tzinfo=UTC)
 T1 = datetime(2026, 12, 1, 16, 0, 0, tzinfo=UTC)
 

@@ -25,8 +25,6 @@ from stackmodel.stacks import stack_config as cli_config
 from stackmodel.validation import validate_stack
 from testbed.render import UNKNOWN_PLACEHOLDER, EchoMocks, Rendered, render_stack
 
-pytestmark = pytest.mark.timeout(60)
-
 STEP_TYPE = "pulumi-python:dynamic/testbed:LoadStep"
 DGD_TYPE = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
 SERVICE_TYPE = "kubernetes:core/v1:Service"

@@ -36,8 +36,6 @@ from simulator.routing import graph_spec
 from stackmodel.stacks import load_stack
 from workload.config import LoadConfig, ReadyCheck
 
-pytestmark = pytest.mark.timeout(120)
-
 STACK = "disagg-same-node"
 TINY = {"prefix_kinds": [2], "concurrency": [2], "repetitions": 1, "requests_per_run": 8}
 """A tiny grid: prefix kinds [2], concurrency [2], 8 requests."""

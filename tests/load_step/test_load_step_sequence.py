@@ -34,8 +34,6 @@ from stackmodel.stack_layout import stack_reference_name
 from stackmodel.stacks import stack_config
 from testbed.render import EchoMocks, Rendered, run_under_mocks
 
-pytestmark = pytest.mark.timeout(120)
-
 STEP_TYPE = "pulumi-python:dynamic/testbed:LoadStep"
 DGD_TYPE = "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment"
 RAN_AT = "2026-11-13T10:00:00+00:00"

@@ -47,8 +47,6 @@ from outputs.tables import prompt_sizes, seed_rows, table_headers
 from workload.config import LoadConfig
 from workload.slo import parse_slo
 
-pytestmark = pytest.mark.timeout(60)
-
 PATH = "/v1/chat/completions"
 BODY = b'{"model": "m", "messages": [], "stream": true, "max_tokens": 3}'
 MS = 1_000_000

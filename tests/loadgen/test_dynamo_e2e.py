@@ -64,7 +64,6 @@ def run_local_grid(
     return result, tmp / "out", metrics
 
 
-@pytest.mark.timeout(180)
 def test_small_grid_runs_end_to_end(grid: tuple[GridResult, Path, str]) -> None:
     result, out, _ = grid
     assert result.errors_by_kind == {}
@@ -81,7 +80,6 @@ def test_small_grid_runs_end_to_end(grid: tuple[GridResult, Path, str]) -> None:
     assert (frame["cached_tokens"] % 64 == 0).all()  # block-aligned, 64-token blocks
 
 
-@pytest.mark.timeout(180)
 def test_cached_ratio_rises_as_prefix_kinds_fall(grid: tuple[GridResult, Path, str]) -> None:
     result, out, _ = grid
     two, twenty_four = (p.cached_ratio for p in result.points)
@@ -99,7 +97,6 @@ def test_cached_ratio_rises_as_prefix_kinds_fall(grid: tuple[GridResult, Path, s
         assert set(rows["cached_tokens"]) <= {0, prefix}
 
 
-@pytest.mark.timeout(180)
 def test_our_token_sums_equal_the_frontends_metrics(grid: tuple[GridResult, Path, str]) -> None:
     _, out, metrics = grid
     frame = pd.read_parquet(out / "requests.parquet")
@@ -109,7 +106,6 @@ def test_our_token_sums_equal_the_frontends_metrics(grid: tuple[GridResult, Path
     )
 
 
-@pytest.mark.timeout(180)
 def test_each_run_reports_what_the_server_measured(grid: tuple[GridResult, Path, str]) -> None:
     """Per run, the difference of two /metrics scrapes of the real frontend (no warm-up here,
     so the server saw exactly the client's requests) equals the client's own counts."""
@@ -144,13 +140,11 @@ def test_each_run_reports_what_the_server_measured(grid: tuple[GridResult, Path,
         assert "dynamo_frontend_requests_total{" in raw["after"].read_text()
 
 
-@pytest.mark.timeout(180)
 def test_ttft_is_measured(grid: tuple[GridResult, Path, str]) -> None:
     result, _, _ = grid
     assert all(p.ttft_p50_ms is not None and p.itl_p50_ms is not None for p in result.points)
 
 
-@pytest.mark.timeout(180)
 def test_every_request_keeps_the_frontends_timing_and_workers(
     grid: tuple[GridResult, Path, str],
 ) -> None:
@@ -209,7 +203,6 @@ def disaggregated(tmp_path_factory: pytest.TempPathFactory) -> tuple[GridResult,
     return result, out
 
 
-@pytest.mark.timeout(180)
 def test_disaggregated_requests_name_both_workers_and_the_transfer(
     disaggregated: tuple[GridResult, Path],
 ) -> None:
@@ -236,7 +229,6 @@ def test_disaggregated_requests_name_both_workers_and_the_transfer(
     assert not [w for w in run.warnings if "frontend" in w]
 
 
-@pytest.mark.timeout(180)
 def test_the_table_shows_each_points_phases(grid: tuple[GridResult, Path, str]) -> None:
     """table.txt has the phases table under the seed table: per point the client's mean TTFT
     and each phase's mean / p99, as the point's summary has them."""
@@ -253,7 +245,6 @@ def test_the_table_shows_each_points_phases(grid: tuple[GridResult, Path, str]) 
     assert "transfer" not in phases_part  # aggregated: no KV transfer column
 
 
-@pytest.mark.timeout(180)
 def test_the_report_draws_one_waterfall_per_point(
     disaggregated: tuple[GridResult, Path],
 ) -> None:

@@ -26,8 +26,6 @@ from typer.testing import CliRunner
 from simulator.model_dir import make_model_dir
 from testbed.cli import app
 
-pytestmark = pytest.mark.timeout(60)
-
 GRID = [
     *("--model", "m", "--prefix-kinds", "1", "--concurrency", "2", "--repetitions", "1"),
     *("--requests-per-run", "6", "--prompt-tokens", "30", "--no-progress", "--no-ready-check"),

@@ -10,8 +10,6 @@ from measurement.client_cost import LAG_WARN_P99_MS, lag_warning
 from measurement.record import RequestRecord
 from measurement.stats import summarize_run
 
-pytestmark = pytest.mark.timeout(10)
-
 
 @pytest.mark.parametrize("p99", [None, 0.0, 1.2, LAG_WARN_P99_MS])
 def test_no_warning_up_to_the_threshold(p99: float | None) -> None:

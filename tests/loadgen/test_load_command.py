@@ -17,8 +17,6 @@ from testbed.cli import app
 from testbed.load_command import build_config, read_load_settings, step_keys
 from workload.config import LoadConfig
 
-pytestmark = pytest.mark.timeout(60)
-
 STACKS = Path(__file__).parents[2] / "stacks"
 # A small grid: 1 point, 1 repetition, 6 requests of 30 tokens; no readiness gate, so a
 # script's request numbers are the calibration's and the grid's.

@@ -18,8 +18,6 @@ from manifests.graph import COMPONENT_LABEL, GRAPH_LABEL
 from measurement.incidents import Incident
 from measurement.memory import memory_at
 
-pytestmark = pytest.mark.timeout(30)
-
 SELECTOR = f"{GRAPH_LABEL}=g,{COMPONENT_LABEL}!=frontend"  # loadstep.inputs.worker_selector
 LABELS = {GRAPH_LABEL: "g"}
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

@@ -27,8 +27,6 @@ from loadgen.runner import GridRun, run_grid_async
 from measurement.incidents import INCIDENTS_FILE, describe
 from workload.config import LoadConfig
 
-pytestmark = pytest.mark.timeout(60)
-
 GRID = LoadConfig(
     prefix_kinds=[1, 2],
     concurrency=[2],

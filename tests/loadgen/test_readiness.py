@@ -14,7 +14,7 @@ from loadgen.readiness import NotServingError, wait_for_model, wait_until_servin
 from loadgen.runner import GridRun, run_grid_async
 from workload.config import LoadConfig, ReadyCheck
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.asyncio
 
 MODEL = "m"
 FAIL_500_S, FAIL_404_S = 3.0, 2.0

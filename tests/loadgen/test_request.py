@@ -36,7 +36,7 @@ from measurement.record import RequestRecord
 from metrics.latency import e2e_ms, tpot_ms, ttft_ms
 from workload.config import LoadConfig
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(20)]
+pytestmark = pytest.mark.asyncio
 
 PATH = "/v1/chat/completions"
 BODY = b'{"model": "m", "messages": [], "stream": true, "max_tokens": 3}'

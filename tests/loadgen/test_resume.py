@@ -31,8 +31,6 @@ from simulator.model_dir import make_model_dir
 from testbed.cli import app
 from workload.config import LoadConfig
 
-pytestmark = pytest.mark.timeout(120)
-
 TESTBED = Path(sys.executable).parent / "testbed"
 PER_RUN = 5
 # Four runs of 5 requests, one at a time, no warm-up and no readiness gate: run n is requests

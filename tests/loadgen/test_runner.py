@@ -25,8 +25,6 @@ from outputs.folder_writer import MeasuredRun, records_frame
 from outputs.tables import seed_table, table_text
 from workload.config import LoadConfig
 
-pytestmark = pytest.mark.timeout(30)
-
 PATH = "/v1/chat/completions"
 MS = 1_000_000
 

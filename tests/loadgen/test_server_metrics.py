@@ -22,8 +22,6 @@ from loadgen.server_metrics import (
 from measurement.stats import summarize_run
 from workload.config import LoadConfig
 
-pytestmark = pytest.mark.timeout(30)
-
 BEFORE = """# TYPE dynamo_frontend_requests_total counter
 dynamo_frontend_requests_total{model="m",status="success",error_type=""} 5
 dynamo_frontend_requests_total{model="other",status="success",error_type=""} 7

@@ -16,8 +16,6 @@ from measurement.client_cost import Warmup
 from measurement.record import RequestRecord
 from workload.config import LoadConfig
 
-pytestmark = pytest.mark.timeout(60)
-
 PATH = "/v1/chat/completions"
 
 

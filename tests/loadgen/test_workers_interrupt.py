@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 from interruptible import popen_interruptible
 
 from simulator.model_dir import make_model_dir
@@ -31,7 +30,6 @@ def _waiting_on(port: int, parent: psutil.Process) -> list[psutil.Process]:
     return waiting
 
 
-@pytest.mark.timeout(90)
 def test_ctrl_c_stops_every_worker_process(tmp_path: Path) -> None:
     with socket.socket() as server:  # accepts connections, never answers: requests hang
         server.bind(("127.0.0.1", 0))

@@ -4,14 +4,11 @@ import time
 import uuid
 
 import httpx
-import pytest
 from localgraph_chat import stream_chat
 from prometheus_client.parser import text_string_to_metric_families
 
 from simulator.localgraph import LocalGraph
 from simulator.model_dir import CHAT_TEMPLATE_OVERHEAD_TOKENS
-
-pytestmark = pytest.mark.timeout(120)
 
 MODEL = "Qwen/Qwen3-0.6B"
 BLOCK_TOKENS = 64  # the mocker's default KV block size (vLLM engine)

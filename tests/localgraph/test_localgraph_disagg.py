@@ -4,13 +4,10 @@ import statistics
 import uuid
 from pathlib import Path
 
-import pytest
 from localgraph_chat import stream_chat
 
 from simulator.localgraph import LocalGraph, LocalGraphSpec, MockerGroup
 from simulator.model_dir import CHAT_TEMPLATE_OVERHEAD_TOKENS
-
-pytestmark = pytest.mark.timeout(180)
 
 MODEL = "Qwen/Qwen3-0.6B"
 KV = 114_688  # Qwen3-0.6B KV bytes per token (the seed's figure)

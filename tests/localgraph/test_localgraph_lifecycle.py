@@ -15,8 +15,6 @@ import pytest
 from simulator import localgraph
 from simulator.localgraph import LocalGraph, LocalGraphError, LocalGraphSpec, MockerGroup
 
-pytestmark = pytest.mark.timeout(120)
-
 KV = 114_688
 
 

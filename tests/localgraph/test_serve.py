@@ -13,13 +13,10 @@ import sys
 from pathlib import Path
 
 import psutil
-import pytest
 from typer.testing import CliRunner
 
 from simulator.folder_labels import folder_labels
 from testbed.cli import app
-
-pytestmark = pytest.mark.timeout(240)
 
 SMALL = ["--prefix-kinds", "2", "--concurrency", "2", "--requests-per-run", "6"]
 SMALL += ["--repetitions", "1", "--no-progress", "--no-ready-check"]

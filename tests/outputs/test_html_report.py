@@ -44,8 +44,6 @@ from stackmodel.stacks import load_stack
 from testbed.cli import app
 from workload.config import LoadConfig
 
-pytestmark = pytest.mark.timeout(120)
-
 CHROMIUM = shutil.which("chromium")  # Debian's `chromium` package (.ci/run installs it)
 SCREENSHOT = Path(__file__).parents[2] / "out" / "test-artifacts" / "report.png"
 """Where the Chromium test keeps its screenshot of the A / B report (git-ignored `out/`)."""

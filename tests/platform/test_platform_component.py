@@ -33,7 +33,6 @@ def _run(program: Callable[[], None]) -> dict[str, list[Registration]]:
     return by_type
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "config",
     [{}, {"operatorScope": "namespace", "crdsPreinstalled": True, "chartVersion": "1.6.1"}],
@@ -65,7 +64,6 @@ def test_release_is_registered_from_the_spec_under_the_component(config: dict[st
     assert built[0].release is not None
 
 
-@pytest.mark.timeout(60)
 def test_skip_install_registers_nothing_but_the_component() -> None:
     cfg = PlatformConfig.model_validate({"install": False})
     built: list[DynamoPlatform] = []
@@ -75,7 +73,6 @@ def test_skip_install_registers_nothing_but_the_component() -> None:
     assert built[0].admission["managedByStack"] is False
 
 
-@pytest.mark.timeout(60)
 def test_release_waits_for_the_given_dependencies() -> None:
     cfg = PlatformConfig.model_validate({"operatorScope": "namespace", "crdsPreinstalled": True})
     built: list[DynamoPlatform] = []

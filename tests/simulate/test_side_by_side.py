@@ -26,8 +26,6 @@ from simulator.simulate import simulate_stacks
 from stackmodel.stacks import load_stack
 from stackmodel.validation import validate_config
 
-pytestmark = pytest.mark.timeout(120)
-
 GRID = {"prefix_kinds": [2], "concurrency": [4, 8], "repetitions": 1, "requests_per_run": 40}
 
 

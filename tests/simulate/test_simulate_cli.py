@@ -21,8 +21,6 @@ from outputs.folder_lock import HOLDER_FILE
 from stackmodel.stacks import load_stack
 from testbed.cli import app
 
-pytestmark = pytest.mark.timeout(180)
-
 TINY = ["--prefix-kinds", "2", "--repetitions", "1", "--requests", "8"]
 
 

@@ -17,8 +17,6 @@ from stackmodel.errors import StackConfigError
 from stackmodel.stacks import load_stack
 from testbed.cli import app
 
-pytestmark = pytest.mark.timeout(60)
-
 
 def problems(stack: str, *items: str) -> StackConfigError:
     with pytest.raises(StackConfigError) as caught:

@@ -14,8 +14,6 @@ from stackmodel.stacks import REPO
 from testbed.cli import app
 from testbed.render import Rendered
 
-pytestmark = pytest.mark.timeout(60)
-
 DGD_PAIR = "DynamoGraphDeployment/kv-routing -> disagg-same-node"
 
 CROSS_NODE_FILES = [

@@ -15,8 +15,6 @@ from stackmodel.errors import StackConfigError
 from stackmodel.validation import validate_stack
 from testbed.render import render_stack
 
-pytestmark = pytest.mark.timeout(60)
-
 Raw = dict[str, Any]
 
 

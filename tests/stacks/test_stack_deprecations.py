@@ -7,11 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from testbed.render import render_stack
-
-pytestmark = pytest.mark.timeout(60)
 
 STACK = "disagg-cross-node"  # prefill (workers[0]) and decode (workers[1]) on vLLM, NixlConnector
 

@@ -14,8 +14,6 @@ from testbed.component_diff import diff_lines
 from testbed.render import render_stack
 from testbed.render_files import diff_rendered
 
-pytestmark = pytest.mark.timeout(60)
-
 SETS = [
     "topology.workers[0].replicas=2",
     "topology.workers[0].env.UCX_TLS=tcp",

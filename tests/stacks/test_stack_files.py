@@ -13,8 +13,6 @@ import testbed.render
 from stackmodel.stacks import REPO, StackFileError, stack_config
 from testbed.cli import app
 
-pytestmark = pytest.mark.timeout(60)
-
 
 def _project(tmp_path: Path, text: str) -> Path:
     (tmp_path / "stacks").mkdir()

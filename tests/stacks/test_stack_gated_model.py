@@ -3,12 +3,8 @@ nothing refused (stackmodel.checks.gated_model_warnings)."""
 
 from __future__ import annotations
 
-import pytest
-
 from configkeys.key_paths import parse_settings
 from testbed.render import render_stack
-
-pytestmark = pytest.mark.timeout(60)
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 ON_BIG_GPUS = parse_settings(

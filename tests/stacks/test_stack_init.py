@@ -15,8 +15,6 @@ from testbed.init_stack import write_new_stack
 from testbed.render import render_stack
 from testbed.render_files import diff_rendered
 
-pytestmark = pytest.mark.timeout(60)
-
 
 def _project(tmp_path: Path) -> Path:
     shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")

@@ -18,8 +18,6 @@ from stackmodel.stacks import stack_config, stack_names
 from stackmodel.validation import validate_platform_stack, validate_stack
 from testbed.render import EchoMocks, Rendered, render_stack, run_under_mocks
 
-pytestmark = pytest.mark.timeout(60)
-
 Raw = dict[str, Any]
 REFERENCE_TYPE = "pulumi:pulumi:StackReference"
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"

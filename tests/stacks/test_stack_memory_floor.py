@@ -17,8 +17,6 @@ from stackmodel.validation import validate_stack
 from testbed.cli import app
 from testbed.render import Rendered, render_stack
 
-pytestmark = pytest.mark.timeout(60)
-
 STACK = "disagg-cross-node"
 SEED_LIMIT = "3584Mi"
 # base 3,328Mi + /dev/shm 256Mi (3,758,096,384 B together) + the mirror of the prefill worker's

@@ -10,8 +10,6 @@ import pytest
 from configkeys.key_paths import parse_settings
 from testbed.render import render_stack
 
-pytestmark = pytest.mark.timeout(60)
-
 STACK = "disagg-same-node"  # prefill and decode on gpu-24gb (1 node), links.sameNode same-node-tcp
 
 

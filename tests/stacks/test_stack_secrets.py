@@ -13,8 +13,6 @@ from stackmodel.stacks import SECRET_PLACEHOLDER
 from testbed.render import Rendered, render_stack
 from testbed.render_files import write_rendered
 
-pytestmark = pytest.mark.timeout(60)
-
 SECRET_TYPE = "kubernetes:core/v1:Secret"
 ENV_FROM = [{"secretRef": {"name": "hf-token-secret"}}]
 

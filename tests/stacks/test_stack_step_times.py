@@ -18,8 +18,6 @@ from stackmodel.validation import validate_stack
 from steptime.roofline import decode_floor_s
 from testbed.render import render_stack
 
-pytestmark = pytest.mark.timeout(60)
-
 STACK = "l40s-kv"
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -34,8 +34,6 @@ from testbed.component_diff import diff_lines
 from testbed.render import EchoMocks, Rendered, render_stack, run_under_mocks
 from testbed.render_files import diff_rendered
 
-pytestmark = pytest.mark.timeout(120)
-
 Raw = dict[str, Any]
 AT_1_7 = ["engine.dynamoVersion=1.7.0", "platform.chartVersion=1.7.0"]
 DISAGG = ("disagg-same-node", "disagg-cross-node")
