@@ -37,7 +37,7 @@ from stackmodel.plan import StackPlan
 from stackmodel.stack_warnings import sizing_warnings
 from stackmodel.stacks import load_stack
 from workload.config import error_message
-from workload.slo import Slo, SloError
+from workload.slo import Slo, SloError, too_few_tokens
 
 GRID_FIELDS = ("prefix_kinds", "concurrency", "repetitions", "requests_per_run")
 """The load fields a measured folder sets for ``--against``: its grid points, repetitions and run
@@ -246,10 +246,17 @@ def _check_grid(
     name: str, plan: StackPlan, grid: dict[str, Any], settings: Sequence[Setting], full: bool
 ) -> None:
     """The grid `name` would run (`simulator.simulate.stack_load`, as `simulate_stacks` makes
-    it), validated before anything is printed or a folder touched."""
+    it), validated before anything is printed or a folder touched; an objective of `--slo` that
+    the stack's `load.maxTokens` leaves without a value is named as `--slo` spells it."""
     try:
         stack_load(name, plan.cfg, full=full, grid=grid, settings=settings)
     except ValidationError as exc:
+        few = too_few_tokens(exc)
+        if few is not None and "slo" in grid:  # --slo's objective; the stack's was checked
+            fix = "add --set load.maxTokens=2"
+            raise SimulateRequestError(
+                f"stack {name!r}: {few.said('--slo', 'load.maxTokens', fix)}"
+            ) from None
         raise SimulateRequestError(grid_error(exc, name)) from None
     except SloError as exc:
         raise SimulateRequestError(f"stack {name!r}: {exc}") from None

@@ -39,6 +39,7 @@ from stackmodel.errors import ConfigProblem, StackConfigError
 from stackmodel.plan import StackPlan
 from stackmodel.stack_layout import STACK_ROLES
 from workload.config import error_message
+from workload.slo import SloError
 
 
 def validate_stack(
@@ -277,7 +278,10 @@ FIELD_HINTS = {
 def _with_hint(msg: str, loc: tuple[str | int, ...], error: Any) -> str:
     """A shape error's message with what the key is (its description) and, where the input
     shows what was meant, the value that would be accepted: a list written as ``4,8``
-    (``[4,8]``), a fraction written as a percentage (``90`` -> ``0.9``)."""
+    (``[4,8]``), a fraction written as a percentage (``90`` -> ``0.9``). An SLO's own message
+    (`workload.slo.SloError`) names the key and the fix already: it stays as it is."""
+    if isinstance((error.get("ctx") or {}).get("error"), SloError):
+        return msg
     value = error.get("input")
     parent = _walk(loc[:-1])[1] if loc and isinstance(loc[-1], str) else None
     field = None

@@ -110,9 +110,12 @@ def build_config(
 ) -> LoadConfig:
     """A `LoadConfig` from an optional YAML file (see `read_load_settings`), or the settings
     `base` read already, with `overrides` (field names; None = unset) on top. Raises
-    ValueError: the file's problem in one line, an option's problem naming the option, or each
-    invalid field path and its allowed values."""
+    ValueError: the file's problem in one line, an option's problem naming the option, an SLO
+    objective that needs more output tokens than asked for naming where the SLO came from and
+    `--max-tokens`, or each invalid field path and its allowed values."""
     from pydantic import ValidationError
+
+    from workload.slo import too_few_tokens
 
     data = dict(base) if base is not None else {}
     if config_file is not None:
@@ -126,6 +129,11 @@ def build_config(
         return LoadConfig.model_validate(data)
     except ValidationError as exc:
         options = {k for k, v in overrides.items() if v is not None}
+        few = too_few_tokens(exc)
+        if few is not None:  # --max-tokens overrides whatever set the count
+            slo_from = "--slo" if "slo" in options else "load.slo"
+            tokens = "--max-tokens" if "max_tokens" in options else "maxTokens"
+            raise ValueError(few.said(slo_from, tokens, "give --max-tokens 2")) from None
         (error, *_) = exc.errors()
         field = str(error["loc"][0]) if error["loc"] else ""
         if field in options:  # an option's value: name the option (one line)

@@ -11,6 +11,8 @@ that follow, are in `measurement.goodput` (docs/metrics.md, "SLOs and goodput").
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from typing import Any, Self
 
@@ -30,6 +32,34 @@ from metrics.registry import objectives
 
 class SloError(ValueError):
     """A one-line message naming the SLO key and a fix the program accepts."""
+
+
+class TooFewTokensError(SloError):
+    """An objective (`key`) that needs two or more output tokens per request (its metric's
+    `two_tokens`) while every request asks for `max_tokens` < 2. Its message names the stack
+    file's keys (`load.slo`, `load.maxTokens`); `said` names those a command took instead."""
+
+    def __init__(self, key: str, max_tokens: int) -> None:
+        self.key, self.max_tokens = key, max_tokens
+        super().__init__(self.said("load.slo", "load.maxTokens", "set load.maxTokens to 2"))
+
+    def said(self, slo_from: str, tokens_from: str, fix: str) -> str:
+        """One line: the objective as `slo_from` spells it (``--slo``: ``itl_p50_ms``;
+        ``load.slo``: ``itlP50Ms``), `tokens_from` the setting that holds `max_tokens`, `fix` the
+        setting, as the user types it, that asks for 2 tokens (``give --max-tokens 2``)."""
+        o = objectives()[self.key]
+        key = self.key if slo_from == "--slo" else o.stack_key
+        return (
+            f"{slo_from} {key}: {o.name} needs 2 or more output tokens per request but "
+            f"{tokens_from} is {self.max_tokens}; {fix} or drop {key} from {slo_from}"
+        )
+
+
+def too_few_tokens(error: ValidationError) -> TooFewTokensError | None:
+    """The `TooFewTokensError` a validation (`workload.config.LoadConfig`'s) failed on first,
+    else None."""
+    cause = (error.errors()[0].get("ctx") or {}).get("error")
+    return cause if isinstance(cause, TooFewTokensError) else None
 
 
 def plain(value: float, grouped: bool = False) -> str:
@@ -55,9 +85,11 @@ class Slo(BaseModel):
     a latency); at least one is set. Built from a mapping of objective keys to bounds: the
     stack's `load.slo` spells the keys in camelCase (`ttftP90Ms`), `--slo` as `ttft_p90_ms`;
     either is accepted, and a None bound is no objective. Raises `pydantic.ValidationError`
-    (from `model_validate`) or `SloError` (`parse_slo`) for an unknown key, a value <= 0, or one
-    outside the objective's `plausible_ms` (a unit slip). Written back (`model_dump`) as every
-    p99 objective's key (None where unset) and the other objectives set, camelCase `by_alias`.
+    (from `model_validate`) or `SloError` (`parse_slo`) for an unknown key (named with the
+    camelCase keys: the stack file's), a bound that is not a finite number (NaN, infinity,
+    text), a value <= 0, or one outside the objective's `plausible_ms` (a unit slip). Written
+    back (`model_dump`) as every p99 objective's key (None where unset) and the other
+    objectives set, camelCase `by_alias`.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -74,29 +106,29 @@ class Slo(BaseModel):
         bounds: dict[str, float] = {}
         for name, value in data.items():
             if name not in by_name:
-                raise ValueError(_unknown(str(name)))
+                raise SloError(_unknown(str(name), camel=True))
             if value is not None:
-                bounds[by_name[name]] = value
+                bounds[by_name[name]] = milliseconds(str(name), value)
         return {"bounds": bounds}
 
     @model_validator(mode="after")
     def _check_plausible(self) -> Self:
         known = objectives()
         if not self.bounds:
-            raise ValueError(f"an SLO needs at least one objective: {keys_text()}")
+            raise SloError(f"an SLO needs at least one objective: {keys_text()}")
         for key, value in self.bounds.items():
             name = known[key].name
             low, high = known[key].metric.plausible_ms or (0.0, float("inf"))
             if value <= 0:
-                raise ValueError(f"{key}={plain(value)}: a bound must be greater than 0 ms")
+                raise SloError(f"{key}={plain(value)}: a bound must be greater than 0 ms")
             if value < low:
-                raise ValueError(
+                raise SloError(
                     f"{key}={plain(value)} is {_ms(value)}, below any {name} (at "
                     f"least {_ms(low)}); the value is in milliseconds: for {plain(value)} s "
                     f"write {plain(value * 1000)}"
                 )
             if value > high:
-                raise ValueError(
+                raise SloError(
                     f"{key}={plain(value)} is {_ms(value)}, above any {name} meant "
                     f"(at most {_ms(high)}); the value is in milliseconds: for {plain(value)} "
                     f"us write {plain(value / 1000)}"
@@ -139,18 +171,13 @@ class Slo(BaseModel):
         return ",".join(f"{k}={plain(v)}" for k, v in self.objectives().items())
 
     def check_outputs(self, max_tokens: int) -> None:
-        """Raise `SloError` when an objective needs two or more output tokens per request
-        (its metric's `two_tokens`) and every request asks for fewer (`max_tokens` < 2)."""
+        """Raise `TooFewTokensError` when an objective needs two or more output tokens per
+        request (its metric's `two_tokens`) and every request asks for fewer (`max_tokens` < 2)."""
         if max_tokens >= 2:
             return
         for key in self.objectives():
-            o = objectives()[key]
-            if o.metric.two_tokens:
-                raise SloError(
-                    f"slo {key} ({o.stack_key} in load.slo): {o.name} needs 2 or "
-                    f"more output tokens per request but maxTokens is {max_tokens}; set "
-                    "maxTokens >= 2 or drop that objective"
-                )
+            if objectives()[key].metric.two_tokens:
+                raise TooFewTokensError(key, max_tokens)
 
 
 def _key(name: str) -> str:
@@ -161,21 +188,54 @@ def _key(name: str) -> str:
     return by_alias.get(name.casefold(), name)
 
 
-def keys_text() -> str:
+def keys_text(camel: bool = False) -> str:
     """The objectives' keys in one phrase: ``LATENCY_pQ_ms for LATENCY ttft, itl, tpot or e2e
-    and Q 50, 90, 95 or 99 (ms)`` (capitals, not ``<...>``: help text drops angle brackets)."""
+    and Q 50, 90, 95 or 99 (ms)`` (capitals, not ``<...>``: help text drops angle brackets);
+    `camel`: as the stack file's `load.slo` spells them, ``LATENCYPQMs ... (ms; e.g.
+    ttftP90Ms)``."""
     known = objectives().values()
-    stems = list(dict.fromkeys(o.metric.key for o in known))
+    stems = list(
+        dict.fromkeys(
+            o.stack_key.removesuffix(f"P{o.q:g}Ms") if camel else o.metric.key for o in known
+        )
+    )
     qs = list(dict.fromkeys(f"{o.q:g}" for o in known))
+    form, example = ("LATENCYPQMs", "; e.g. ttftP90Ms") if camel else ("LATENCY_pQ_ms", "")
     return (
-        f"LATENCY_pQ_ms for LATENCY {', '.join(stems[:-1])} or {stems[-1]} and Q "
-        f"{', '.join(qs[:-1])} or {qs[-1]} (ms)"
+        f"{form} for LATENCY {', '.join(stems[:-1])} or {stems[-1]} and Q "
+        f"{', '.join(qs[:-1])} or {qs[-1]} (ms{example})"
     )
 
 
-def _unknown(name: str) -> str:
-    hint = did_you_mean(name, [*objectives()])
-    return f"unknown SLO key {name!r}: {hint}the keys are {keys_text()}"
+def _unknown(name: str, camel: bool = False) -> str:
+    """`name` is no objective's key: the closest key and the keys, in the stack file's spelling
+    with `camel` (`load.slo`), else as `--slo` spells them."""
+    known = objectives().values()
+    hint = did_you_mean(name, [o.stack_key if camel else o.key for o in known])
+    return f"unknown SLO key {name!r}: {hint}the keys are {keys_text(camel)}"
+
+
+def milliseconds(name: str, value: object) -> float:
+    """An objective's bound `value` (a number, or its text with an optional trailing ``ms``) in
+    ms. Raises `SloError` naming `name` (the key as the user spelled it) when it is not a finite
+    number: with the value in ms when it was given in seconds (``0.8s``: write ``800``), else an
+    example."""
+    text = str(value).strip()
+    number = _number(text.removesuffix("ms")) if not isinstance(value, bool) else math.nan
+    if math.isfinite(number):
+        return number
+    seconds = _number(text.removesuffix("s")) if text.endswith("s") else math.nan
+    fix = f"{name}={plain(seconds * 1000)}" if math.isfinite(seconds) else f"e.g. {name}=1000"
+    shown = repr(value) if isinstance(value, str) else text
+    raise SloError(f"{name}={shown} is not a number of milliseconds: write {fix}")
+
+
+def _number(text: str) -> float:
+    """`text` as a float; NaN when it is none."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 def slo_error(error: ValidationError) -> SloError:
@@ -188,16 +248,28 @@ def slo_error(error: ValidationError) -> SloError:
     return SloError(f"{loc}: {msg}" if loc else msg)
 
 
+ITEM = re.compile(r"([^\s,;=]+)\s*=\s*([^\s,;=]+)")
+"""One ``key=ms`` item of `--slo`'s text, spaces around the ``=`` allowed."""
+
+
+def _check_separators(text: str) -> None:
+    """Raise `SloError` with the `--slo` text that works when items of `text` are separated by
+    ``;`` or by spaces instead of commas (``ttft_p90_ms=800 tpot_p95_ms=40``)."""
+    spaced = any(len(ITEM.findall(item)) > 1 for item in text.split(","))
+    if ";" not in text and not spaced:
+        return
+    fixed = ",".join(f"{key}={value}" for key, value in ITEM.findall(text))
+    instead = ", not ';'" if ";" in text else ""
+    raise SloError(f"--slo {text!r}: separate objectives with commas{instead}: write --slo {fixed}")
+
+
 def parse_slo(text: str) -> Slo:
     """`--slo`'s text, `key=ms` pairs separated by commas (`ttft_p99_ms=1000,tpot_p95_ms=40`;
     camelCase keys too), as an `Slo`. Raises `SloError` (one line naming the key and the fix) for
     an item without `=`, a repeated or unknown key, a value that is not a number, a `;` between
-    items, and whatever `Slo` refuses. Keys are matched regardless of case."""
-    if ";" in text:
-        fixed = ",".join(part.strip() for part in text.split(";") if part.strip())
-        raise SloError(
-            f"--slo {text!r}: separate objectives with commas, not ';': write --slo {fixed}"
-        )
+    or a space between items, and whatever `Slo` refuses. Keys are matched regardless of case;
+    a value may end in ``ms``."""
+    _check_separators(text)
     values: dict[str, float] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -214,12 +286,9 @@ def parse_slo(text: str) -> Slo:
         if key in values:
             raise SloError(f"--slo names {key} twice: give each objective once")
         try:
-            values[key] = float(raw.strip().removesuffix("ms"))
-        except ValueError:
-            raise SloError(
-                f"--slo {key}={raw.strip()!r} is not a number of milliseconds: write e.g. "
-                f"{key}=1000"
-            ) from None
+            values[key] = milliseconds(key, raw.strip())
+        except SloError as exc:
+            raise SloError(f"--slo {exc}") from None
     try:
         return Slo.model_validate(values)
     except ValidationError as e:

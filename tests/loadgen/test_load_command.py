@@ -16,6 +16,7 @@ import loadgen.runner
 from testbed.cli import app
 from testbed.load_command import build_config, read_load_settings, step_keys
 from workload.config import LoadConfig
+from workload.slo import parse_slo
 
 STACKS = Path(__file__).parents[2] / "stacks"
 # A small grid: 1 point, 1 repetition, 6 requests of 30 tokens; no readiness gate, so a
@@ -349,6 +350,26 @@ def test_stack_file_load_step_keys_are_dropped(tmp_path: Path) -> None:
     del stack["config"]["dynamo-testbed:load"]  # type: ignore[attr-defined]
     file.write_text(json.dumps(stack))
     assert build_config(file, {}) == LoadConfig()  # no section: the stack's default grid
+
+
+def test_an_objective_without_a_value_at_max_tokens_1_names_its_source(tmp_path: Path) -> None:
+    """As typed: `testbed load --max-tokens 1 --slo itl_p50_ms=20` gave two lines ("invalid load
+    config (1 error(s)):" / "(config): ...") naming maxTokens, not --max-tokens."""
+    with pytest.raises(ValueError) as raised:
+        build_config(None, {"max_tokens": 1, "slo": parse_slo("itl_p50_ms=20")})
+    assert str(raised.value) == (
+        "--slo itl_p50_ms: ITL p50 needs 2 or more output tokens per request but --max-tokens is "
+        "1; give --max-tokens 2 or drop itl_p50_ms from --slo"
+    )
+    # held out: the SLO from the file's load.slo, the count from --max-tokens
+    file = tmp_path / "load.yaml"
+    file.write_text("slo: {tpotP95Ms: 40}\n")
+    with pytest.raises(ValueError) as from_file:
+        build_config(file, {"max_tokens": 1})
+    assert str(from_file.value).startswith("load.slo tpotP95Ms: TPOT p95 needs 2 or more")
+    assert "but --max-tokens is 1; give --max-tokens 2 or drop tpotP95Ms" in str(from_file.value)
+    # the fix it names is taken
+    assert build_config(file, {"max_tokens": 2}).max_tokens == 2
 
 
 def test_plain_load_yaml_and_its_errors(tmp_path: Path) -> None:

@@ -353,11 +353,15 @@ def test_a_bad_grid_is_refused_before_anything_is_printed_or_locked(tmp_path: Pa
     args = ["simulate", "kv-routing", "--out", str(tmp_path), "--set", "load.maxTokens=1"]
     result = CliRunner().invoke(app, [*args, "--slo", "itl_p99_ms=50"])
     assert result.exit_code == 2
-    assert result.output.startswith("error: stack 'kv-routing': invalid grid: load: slo ")
-    assert "maxTokens is 1; set maxTokens >= 2" in result.output
+    # one line naming --slo as the objective's source and the --set that fixes it
+    assert result.output == (
+        "error: stack 'kv-routing': --slo itl_p99_ms: ITL p99 needs 2 or more output tokens per "
+        "request but load.maxTokens is 1; add --set load.maxTokens=2 or drop itl_p99_ms from "
+        "--slo\n"
+    )
     assert "simulating" not in result.output
     assert not (tmp_path / "kv-routing" / HOLDER_FILE).exists()
     # held out: another objective that needs two tokens, the same way
     bad = CliRunner().invoke(app, [*args, "--slo", "tpot_p99_ms=50"])
     assert bad.exit_code == 2 and "simulating" not in bad.output
-    assert bad.output.startswith("error: stack 'kv-routing': invalid grid: load: slo tpot_p99_ms")
+    assert bad.output.startswith("error: stack 'kv-routing': --slo tpot_p99_ms: TPOT p99 needs")

@@ -401,3 +401,37 @@ def test_a_list_refused_for_its_items_errors_is_not_a_third_problem(
     keys = [p.key for p in err.value.problems]  # not topology.workers: "at least 1 item"
     assert keys == [f"topology.workers[{i}].gpuMemoryUtilisation" for i in (0, 1)]
     assert "did you mean gpuMemoryUtilization?" in err.value.problems[0].message
+
+
+@pytest.mark.parametrize(
+    ("slo", "message"),
+    [
+        # as typed: "did you mean ttft_p90_ms?", the snake_case keys and the field's description
+        (
+            {"ttftP90ms": 800},
+            "unknown SLO key 'ttftP90ms': did you mean ttftP90Ms? the keys are LATENCYPQMs for "
+            "LATENCY ttft, itl, tpot or e2e and Q 50, 90, 95 or 99 (ms; e.g. ttftP90Ms)",
+        ),
+        # as typed: NaN compares false with every bound and was taken
+        (
+            {"ttftP90Ms": float("nan")},
+            "ttftP90Ms=nan is not a number of milliseconds: write e.g. ttftP90Ms=1000",
+        ),
+        ({"itlP95Ms": "inf"}, "itlP95Ms='inf' is not a number of milliseconds"),  # held out
+        (
+            {"ttftP90Ms": "0.8s"},
+            "ttftP90Ms='0.8s' is not a number of milliseconds: write ttftP90Ms=800",
+        ),
+    ],
+)
+def test_a_bad_load_slo_is_one_short_line_in_the_stack_files_spelling(
+    slo: dict[str, Any], message: str, raw_config: Callable[[str], Raw]
+) -> None:
+    raw = raw_config("kv-routing")
+    raw["load"]["slo"] = slo
+    with pytest.raises(StackConfigError) as info:
+        validate_stack("kv-routing", raw)
+    text = str(info.value)
+    assert message in text
+    assert "\n" not in text and len(text) < 400
+    assert "_ms" not in text and "Service-level objectives" not in text  # no description

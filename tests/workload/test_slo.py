@@ -12,7 +12,7 @@ from measurement.record import RequestRecord
 from measurement.results import PointSummary
 from measurement.stats import first_of_client
 from outputs.folder_writer import records_frame, records_from_frame
-from workload.slo import Slo, SloError, parse_slo
+from workload.slo import Slo, SloError, TooFewTokensError, parse_slo
 
 
 def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
@@ -26,6 +26,8 @@ def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
     assert parse_slo("e2e_p99_ms=20000").option() == "e2e_p99_ms=20000"
     # The stack's load.slo: camelCase, validated by the same model.
     assert Slo.model_validate({"e2eP99Ms": 20000}).e2e_p99_ms == 20000.0
+    # A value may end in ms; the key is matched in any case, camelCase too.
+    assert parse_slo("TTFTP99MS=1000ms,itl_P99_Ms=50").objectives() == slo.objectives()
 
 
 @pytest.mark.parametrize(
@@ -34,6 +36,26 @@ def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
         ("ttft_p99=1000", "unknown SLO key 'ttft_p99': did you mean ttft_p99_ms?"),
         ("ttft_p99_ms", "--slo item 'ttft_p99_ms' is not key=ms"),
         ("ttft_p99_ms=1s", "--slo ttft_p99_ms='1s' is not a number of milliseconds"),
+        # as typed: NaN and infinity compare false with every bound and were taken
+        ("ttft_p90_ms=nan", "--slo ttft_p90_ms='nan' is not a number of milliseconds: write e.g."),
+        ("tpot_p95_ms=inf", "--slo tpot_p95_ms='inf' is not a number of milliseconds"),
+        ("ttft_p90_ms=-inf", "write e.g. ttft_p90_ms=1000"),
+        # a value in seconds: the value in ms to write, not a generic example
+        (
+            "ttft_p90_ms=0.8s",
+            "--slo ttft_p90_ms='0.8s' is not a number of milliseconds: write ttft_p90_ms=800",
+        ),
+        ("e2e_p99_ms=12 s", "write e2e_p99_ms=12000"),  # held out
+        # objectives separated by spaces: the text with commas
+        (
+            "ttft_p90_ms=800 tpot_p95_ms=40",
+            "--slo 'ttft_p90_ms=800 tpot_p95_ms=40': separate objectives with commas: write "
+            "--slo ttft_p90_ms=800,tpot_p95_ms=40",
+        ),
+        (
+            "itl_p50_ms = 20  e2e_p99_ms=9000,ttft_p99_ms=1000",
+            "write --slo itl_p50_ms=20,e2e_p99_ms=9000,ttft_p99_ms=1000",
+        ),
         ("ttft_p99_ms=1000,ttft_p99_ms=900", "--slo names ttft_p99_ms twice"),
         ("ttft_p99_ms=1", "ttft_p99_ms=1 is 1 ms, below any TTFT p99 (at least 10 ms)"),
         (
@@ -66,11 +88,15 @@ def test_stack_keys_are_checked_by_the_model() -> None:
     with pytest.raises(ValidationError, match="ttftP99Msx"):
         Slo.model_validate({"ttftP99Msx": 1000})
     with pytest.raises(
-        SloError,
-        match=r"slo itl_p99_ms \(itlP99Ms in load.slo\): ITL p99 needs 2 or more output tokens per "
-        "request but maxTokens is 1; set maxTokens >= 2 or drop that objective",
-    ):
+        TooFewTokensError,
+        match=r"^load.slo itlP99Ms: ITL p99 needs 2 or more output tokens per request but "
+        "load.maxTokens is 1; set load.maxTokens to 2 or drop itlP99Ms from load.slo$",
+    ) as raised:
         parse_slo("ttft_p99_ms=1000,itl_p99_ms=50").check_outputs(max_tokens=1)
+    assert raised.value.said("--slo", "--max-tokens", "give --max-tokens 2") == (
+        "--slo itl_p99_ms: ITL p99 needs 2 or more output tokens per request but --max-tokens is "
+        "1; give --max-tokens 2 or drop itl_p99_ms from --slo"
+    )
     parse_slo("ttft_p99_ms=1000").check_outputs(max_tokens=1)  # TTFT needs one token only
 
 
