@@ -4,7 +4,7 @@ The figures (`outputs.figures`) are drawn with matplotlib's object API (no pyplo
 state; the Agg canvas needs no display) into PNGs that the HTML embeds as base64 data URIs:
 the file opens offline, holds no script, and the same PNGs are written with `--png`.
 `bench/report_render.py` measured this against plotly with its JavaScript inlined
-(docs/report.md). The page is a jinja2 template, `loadgen/templates/report.html.j2`.
+(docs/report.md). The page is a jinja2 template, `outputs/templates/report.html.j2`.
 """
 
 import base64

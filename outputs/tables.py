@@ -639,7 +639,8 @@ def share_text(value: float | None) -> str:
 
 
 def met_text(p: PointSummary | None) -> str:
-    """ "met" / "MISSED" for a judged point (its SLO's p99s hold or not), "-" otherwise."""
+    """ "met" / "MISSED" for a judged point (every objective of its SLO holds or not), "-"
+    otherwise."""
     if p is None or p.slo is None:
         return "-"
     return "met" if p.slo.slo_met else "MISSED"

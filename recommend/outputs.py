@@ -471,7 +471,8 @@ Axis = Literal["x", "y"]
 class ChartPoint:
     """A ranked candidate as the figure draws it: ``per_gpu`` is the objective's figure (output
     or goodput tokens/s per cluster GPU, what the ranking and the margin read), ``per_user``
-    1 / TPOT p50 (tokens/s), ``p99_ms`` the worst p99 of each SLO objective (ms)."""
+    1 / TPOT p50 (tokens/s), ``p99_ms`` the worst figure of each SLO objective (ms, at the
+    objective's own percentile)."""
 
     key: str
     rank: int

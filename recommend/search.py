@@ -64,8 +64,8 @@ def load_text(concurrency: int, rate: float | None = None) -> str:
 @dataclass(frozen=True)
 class Figures:
     """A candidate at a load: the concurrency, the figures averaged over the workload's
-    prefix kinds (tokens/s per GPU, per user, requests/s, goodput per GPU) and the worst p99
-    of each SLO objective over them (ms)."""
+    prefix kinds (tokens/s per GPU, per user, requests/s, goodput per GPU) and the worst figure
+    of each SLO objective over them (ms, at the objective's own percentile)."""
 
     concurrency: int
     goodput_tokens_per_s_per_gpu: float

@@ -34,8 +34,9 @@ from workload.slo import Slo, plain
 class Validation:
     """One candidate with the real routing at the load the stand-in found (``concurrency``;
     an open loop's: its most in flight, and ``rate`` requests/s):
-    whether every prefix-kinds point meets the SLO (``holds``), the worst p99 of each objective
-    (ms) and the mean goodput per cluster GPU, beside the stand-in's."""
+    whether every prefix-kinds point meets the SLO (``holds``), the worst figure of each
+    objective (ms, at the objective's own percentile, keyed by objective) and the mean goodput
+    per cluster GPU, beside the stand-in's."""
 
     key: str
     concurrency: int
@@ -48,7 +49,8 @@ class Validation:
 
     def verdict(self, slo: Slo) -> str:
         """``real routing: SLO holds``, or ``real routing: SLO missed (TTFT p99 819 ms >
-        800 ms)`` naming each worst p99 over its bound of ``slo`` (the SLO judged)."""
+        800 ms)`` naming each objective's worst figure over its bound of ``slo`` (the SLO
+        judged)."""
         if self.holds:
             return "real routing: SLO holds"
         over = [

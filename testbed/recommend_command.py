@@ -206,8 +206,8 @@ def _print_table(
 
 
 def _nearest(results: list[Result], top: int = 3) -> list[str]:
-    """The candidates nearest the SLO and what binds, closest first (its p99 at one client
-    over the bound, or a floor over it)."""
+    """The candidates nearest the SLO and what binds, closest first (each objective's figure
+    at the lowest load that misses it, or a floor over it)."""
     lines = []
     for r in results:
         if r.status == "slo-not-met" and r.over is not None:

@@ -90,3 +90,41 @@ def test_the_readme_says_what_prefix_kinds_are_before_it_uses_them() -> None:
     first_use = min(readme.index("prefix kinds |"), readme.lower().index("prefix kinds"))
     assert readme.index("**prefix kinds**") <= first_use
     assert "how many\ndifferent long prompt prefixes" in readme
+
+
+def test_the_layout_names_every_module_of_every_package() -> None:
+    """docs/layout.md's paragraph of each product package (``- `outputs/`: ...``) names each of
+    its modules (`` `tables.py` ``; one in a subpackage with it, `` `probe/` ``), but
+    ``__init__.py`` and ``__main__.py`` (``python -m``)."""
+    from test_import_graph import PACKAGES
+
+    text = (REPO / "docs" / "layout.md").read_text()
+    paragraphs = dict(re.findall(r"^- `(\w+)/`:(.*?)(?=^- |^#|\Z)", text, re.S | re.M))
+    missing = []
+    for package in PACKAGES:
+        paragraph = paragraphs.get(package, "")
+        for module in sorted((REPO / package).rglob("*.py")):
+            path = module.relative_to(REPO / package)
+            names = [f"`{path.name}`", *(f"`{folder}/`" for folder in path.parts[:-1])]
+            dunder = path.name in ("__init__.py", "__main__.py")
+            if not dunder and not all(name in paragraph for name in names):
+                missing.append(f"{package}/{path}")
+    assert missing == []
+
+
+def test_every_project_module_or_template_a_text_names_exists() -> None:
+    """A module or template of a product package that the docs or a module's docstring name in
+    backticks (`` `outputs/templates/report.html.j2` ``) is there: a moved file leaves no
+    pointer to its old folder."""
+    from test_import_graph import PACKAGES
+
+    packages = "|".join(PACKAGES)
+    named = re.compile(rf"`((?:{packages})/[\w/.-]*\.(?:py|j2))`")
+    modules = [path for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))]
+    gone = [
+        f"{path.relative_to(REPO)}: {match}"
+        for path in [*doc_files(), *modules]
+        for match in named.findall(path.read_text())
+        if not (REPO / match).is_file()
+    ]
+    assert gone == []
