@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from interruptible import run_interruptible
 from typer.testing import CliRunner
 
 from testbed.cli import Commands, main
@@ -169,7 +170,7 @@ run()
 
 def run_entry(command: str) -> subprocess.CompletedProcess[str]:
     """`testbed <command>` of INTERRUPT_IN_A_CALLBACK through the console script's entry point."""
-    return subprocess.run(
+    return run_interruptible(
         [sys.executable, "-c", INTERRUPT_IN_A_CALLBACK, command],
         capture_output=True,
         text=True,

@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
+from interruptible import sigint_reaches_python
 
 import simulator.routing
 import simulator.simulate
@@ -39,18 +40,12 @@ def _ctrl_c() -> None:
 
 @pytest.fixture
 def ctrl_c_reaches_this_process() -> Iterator[None]:
-    """SIGINT at its default action (Python's KeyboardInterrupt handler) for the test, as a
-    terminal's foreground command has it. A script's background job (`pytest &` without job
-    control) starts with SIGINT ignored (POSIX, Shell Command Language 2.11, "Signals and Error
-    Handling"); asyncio.run then leaves it ignored (CPython 3.11 Lib/asyncio/runners.py
-    L102-107, ``Runner.run``: its handler replaces only ``signal.default_int_handler``), as it
-    should for a command the terminal's Ctrl-C is not meant to reach, and the test's SIGINT
-    would do nothing."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+    """SIGINT at Python's KeyboardInterrupt handler for the test, as a terminal's foreground
+    command has it (`interruptible`): asyncio.run replaces only ``signal.default_int_handler``
+    with its own (CPython 3.11 Lib/asyncio/runners.py L102-107, ``Runner.run``), so under an
+    inherited SIG_IGN the test's SIGINT would do nothing."""
+    with sigint_reaches_python():
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize(
