@@ -217,7 +217,7 @@ def _nearest(results: list[Result], top: int = 3) -> list[str]:
                     f"{r.candidate.key} ({r.candidate.label()}): {r.binding} at "
                     f"{r.over.load_text()}: "
                     + ", ".join(
-                        f"{k} {v:,.0f} ms" for k, v in r.over.p99_ms.items() if v is not None
+                        f"{k} {v:,.0f} ms" for k, v in r.over.values_ms.items() if v is not None
                     ),
                 )
             )

@@ -260,6 +260,42 @@ def test_resume_reuses_timed_candidates_and_ranks_the_same(
         TimedStore(tmp_path / "b", {**inputs, "slo": "ttft_p99_ms=900"}, resume=True)
 
 
+def test_resume_reads_a_candidate_timed_under_p99_ms(tmp_path: Path) -> None:
+    """A ``timed/<key>.json`` written when each objective's figure was stored as ``p99_ms``
+    (at the objective's own percentile all the same) is read back; written again, it is
+    ``values_ms``."""
+    from recommend.search import timed_json, timed_of
+
+    inputs = {"cluster": "kv-routing", "slo": "ttft_p90_ms=1000,tpot_p95_ms=40"}
+    figures = {
+        "concurrency": 12,
+        "goodput_tokens_per_s_per_gpu": 410.5,
+        "tokens_per_s_per_gpu": 420.0,
+        "tokens_per_s_per_user": 31.25,
+        "requests_per_s": 6.5,
+        "cached_ratio": 0.8,
+        "attainment": 0.96,
+        "p99_ms": {"ttft_p90_ms": 812.0, "tpot_p95_ms": 32.0},
+        "rate": None,
+    }
+    old = {"status": "ranked", "binding": "TTFT p90", "runs": 7, "best": figures, "over": None}
+    TimedStore(tmp_path, inputs, resume=False).put("c001", old)
+    stored = TimedStore(tmp_path, inputs, resume=True).get("c001")
+    assert stored is not None
+    result = timed_of(stored)
+    assert (result.status, result.binding, result.runs, result.over) == (
+        "ranked",
+        "TTFT p90",
+        7,
+        None,
+    )
+    assert result.best is not None
+    assert result.best.values_ms == {"ttft_p90_ms": 812.0, "tpot_p95_ms": 32.0}
+    assert (result.best.concurrency, result.best.goodput_tokens_per_s_per_gpu) == (12, 410.5)
+    again = timed_json(result)["best"]
+    assert again["values_ms"] == figures["p99_ms"] and "p99_ms" not in again
+
+
 def test_resume_with_nothing_to_resume_starts_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
