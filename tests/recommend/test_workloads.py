@@ -193,6 +193,27 @@ def test_bad_workload_is_one_line_naming_the_fix(
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_an_slo_a_folder_of_one_token_requests_cannot_judge_names_the_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--slo`` with an ITL objective on a results folder that ran with one output token a
+    request: one line naming ``--slo``'s key and the maxTokens the folder ran with; a folder
+    measured with 2 (the fix) is searched."""
+    load = LoadConfig(prefix_kinds=[2], concurrency=[1], repetitions=1, requests_per_run=2)
+    _results_folder(tmp_path / "one", load.model_copy(update={"max_tokens": 1}), [(400, 1)])
+    fix = ["--fix", "kind=aggregated", "--fix", "nodeClasses=gpu-8gb", "--fix", "tp=1"]
+    args = ["--slo", "itl_p50_ms=20", *fix, "--fix", "router=kv", "--out", str(tmp_path / "out")]
+    assert _recommend("--workload", str(tmp_path / "one"), *args) == 2
+    assert capsys.readouterr().err == (
+        "error: --slo itl_p50_ms: ITL p50 needs 2 or more output tokens per request but the "
+        f"maxTokens --workload {tmp_path / 'one'} ran with is 1; give a --workload measured "
+        "with maxTokens 2 or more or drop itl_p50_ms from --slo\n"
+    )
+    _results_folder(tmp_path / "two", load.model_copy(update={"max_tokens": 2}), [(400, 2)])
+    code = _recommend("--workload", str(tmp_path / "two"), *args)
+    assert code in (0, 1), capsys.readouterr().err  # searched: met (0) or not (1)
+
+
 def test_a_file_of_a_results_folder_names_the_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
