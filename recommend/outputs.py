@@ -136,7 +136,7 @@ def write_candidates(
                 "tokens_per_s_per_gpu": best.get("tokens_per_s_per_gpu"),
                 "tokens_per_s_per_user": best.get("tokens_per_s_per_user"),
                 "requests_per_s": best.get("requests_per_s"),
-                **{k: v for k, v in (best.get("p99_ms") or {}).items()},
+                **{k: v for k, v in (best.get("values_ms") or {}).items()},
             }
         )
     pd.DataFrame(flat).to_csv(out / CANDIDATES_CSV, index=False)
@@ -471,7 +471,7 @@ Axis = Literal["x", "y"]
 class ChartPoint:
     """A ranked candidate as the figure draws it: ``per_gpu`` is the objective's figure (output
     or goodput tokens/s per cluster GPU, what the ranking and the margin read), ``per_user``
-    1 / TPOT p50 (tokens/s), ``p99_ms`` the worst figure of each SLO objective (ms, at the
+    1 / TPOT p50 (tokens/s), ``values_ms`` the worst figure of each SLO objective (ms, at the
     objective's own percentile)."""
 
     key: str
@@ -480,7 +480,7 @@ class ChartPoint:
     on_front: bool
     per_gpu: float
     per_user: float
-    p99_ms: Mapping[str, float | None]
+    values_ms: Mapping[str, float | None]
 
 
 @dataclass(frozen=True)
@@ -613,7 +613,7 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
             on_front=r.candidate.key in front,
             per_gpu=objective_value(r.best, inputs.objective),
             per_user=r.best.tokens_per_s_per_user,
-            p99_ms=dict(r.best.p99_ms),
+            values_ms=dict(r.best.values_ms),
         )
         for r in results
         if r.best is not None and r.rank is not None
@@ -649,7 +649,7 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
             title=f"{o.name} against tokens/s per GPU",
             x_label=per_gpu,
             y_label=f"{o.name} ({o.metric.unit}) at the highest load meeting the SLO",
-            xy={p.key: (p.per_gpu, v) for p in points if (v := p.p99_ms.get(k)) is not None},
+            xy={p.key: (p.per_gpu, v) for p in points if (v := p.values_ms.get(k)) is not None},
             lines=(SloLine(k, "y", objectives[k], bound_text(k, objectives[k])),),
             band=("x", band_low, top) if top is not None and band_low is not None else None,
         )

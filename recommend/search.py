@@ -23,7 +23,9 @@ import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, Field, TypeAdapter
 
 from measurement.results import open_loop_load
 from metrics.registry import objectives
@@ -64,8 +66,9 @@ def load_text(concurrency: int, rate: float | None = None) -> str:
 @dataclass(frozen=True)
 class Figures:
     """A candidate at a load: the concurrency, the figures averaged over the workload's
-    prefix kinds (tokens/s per GPU, per user, requests/s, goodput per GPU) and the worst figure
-    of each SLO objective over them (ms, at the objective's own percentile)."""
+    prefix kinds (tokens/s per GPU, per user, requests/s, goodput per GPU) and ``values_ms``,
+    per SLO objective key (``ttft_p90_ms``) the worst figure of it over them (ms, at the
+    objective's own percentile; read from ``p99_ms`` in timings stored before this name)."""
 
     concurrency: int
     goodput_tokens_per_s_per_gpu: float
@@ -74,7 +77,9 @@ class Figures:
     requests_per_s: float
     cached_ratio: float
     attainment: float
-    p99_ms: dict[str, float | None]
+    values_ms: Annotated[
+        dict[str, float | None], Field(validation_alias=AliasChoices("values_ms", "p99_ms"))
+    ]
     rate: float | None = None
 
     def load_text(self) -> str:
@@ -83,7 +88,7 @@ class Figures:
 
     @classmethod
     def of(cls, point: LoadPoint, gpus: int) -> Figures:
-        """The figures of ``point`` (its runs' mean; the worst p99)."""
+        """The figures of ``point`` (its runs' mean; each objective's worst figure)."""
 
         def per_user(r: Any) -> float | None:
             tpot = r.summary.tpot_p50_ms
@@ -99,13 +104,18 @@ class Figures:
             requests_per_s=point.mean(lambda r: r.summary.requests_per_s),
             cached_ratio=point.mean(lambda r: r.summary.cached_ratio),
             attainment=point.mean(lambda r: r.point.attainment),
-            p99_ms={
+            values_ms={
                 k: point.worst(lambda r, k=k: r.point.values_ms.get(k))  # type: ignore[misc]
                 for k in objectives()
                 if any(k in r.point.values_ms for r in point.runs)
             },
             rate=point.rate,
         )
+
+
+_FIGURES = TypeAdapter(Figures)
+"""Reads `Figures` back from their JSON (:func:`timed_of`), under either name of
+``values_ms``."""
 
 
 @dataclass
@@ -431,8 +441,8 @@ def timed_of(data: Mapping[str, Any]) -> Result:
         status=data["status"],
         binding=data["binding"],
         runs=data["runs"],
-        best=Figures(**best) if best is not None else None,
-        over=Figures(**over) if over is not None else None,
+        best=_FIGURES.validate_python(best) if best is not None else None,
+        over=_FIGURES.validate_python(over) if over is not None else None,
     )
 
 

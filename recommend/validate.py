@@ -10,8 +10,8 @@ results folder's are not replayed there); judged against the SLO as the search j
 (:func:`measurement.goodput.evaluate_run`).
 
 What it tells: whether the SLO still holds at that load when the prefix-cache hits are the
-real router's and the mockers' instead of the stand-in's, and how far each p99 and the goodput
-moved. It needs the ``sim`` dependency group (Dynamo's frontend and mocker).
+real router's and the mockers' instead of the stand-in's, and how far each objective's figure
+and the goodput moved. It needs the ``sim`` dependency group (Dynamo's frontend and mocker).
 """
 
 from __future__ import annotations
@@ -34,15 +34,15 @@ from workload.slo import Slo, plain
 class Validation:
     """One candidate with the real routing at the load the stand-in found (``concurrency``;
     an open loop's: its most in flight, and ``rate`` requests/s):
-    whether every prefix-kinds point meets the SLO (``holds``), the worst figure of each
-    objective (ms, at the objective's own percentile, keyed by objective) and the mean goodput
-    per cluster GPU, beside the stand-in's."""
+    whether every prefix-kinds point meets the SLO (``holds``), ``values_ms`` the worst figure
+    of each objective (ms, at the objective's own percentile, keyed by objective: ``ttft_p90_ms``)
+    and the mean goodput per cluster GPU, each beside the stand-in's (``stand_in_*``)."""
 
     key: str
     concurrency: int
     holds: bool
-    p99_ms: dict[str, float | None]
-    stand_in_p99_ms: dict[str, float | None]
+    values_ms: dict[str, float | None]
+    stand_in_values_ms: dict[str, float | None]
     goodput_tokens_per_s_per_gpu: float
     stand_in_goodput_tokens_per_s_per_gpu: float
     rate: float | None = None
@@ -56,21 +56,21 @@ class Validation:
         over = [
             f"{objectives()[k].name} {v:,.0f} ms > {plain(bound, grouped=True)} ms"
             for k, bound in slo.objectives().items()
-            if (v := self.p99_ms.get(k)) is not None and v > bound
+            if (v := self.values_ms.get(k)) is not None and v > bound
         ]
         return "real routing: SLO missed" + (f" ({'; '.join(over)})" if over else "")
 
     def line(self) -> str:
-        """``c005 at 72 clients with the real routing: SLO holds; TTFT p99 812 ms (stand-in
-        905 ms); goodput 1,650 tok/s/GPU (stand-in 1,671)``."""
-        p99 = "; ".join(
-            f"{k} {v:,.0f} ms (stand-in {self.stand_in_p99_ms.get(k) or 0:,.0f} ms)"
-            for k, v in self.p99_ms.items()
+        """``c005 at 72 clients with the real Dynamo routing: SLO holds; ttft_p99_ms 812 ms
+        (stand-in 905 ms); goodput 1,650 tok/s per GPU (stand-in 1,671)``."""
+        figures = "; ".join(
+            f"{k} {v:,.0f} ms (stand-in {self.stand_in_values_ms.get(k) or 0:,.0f} ms)"
+            for k, v in self.values_ms.items()
             if v is not None
         )
         return (
             f"{self.key} at {load_text(self.concurrency, self.rate)} with the real Dynamo "
-            f"routing: SLO {'holds' if self.holds else 'does not hold'}; {p99}; goodput "
+            f"routing: SLO {'holds' if self.holds else 'does not hold'}; {figures}; goodput "
             f"{self.goodput_tokens_per_s_per_gpu:,.0f} tok/s per GPU (stand-in "
             f"{self.stand_in_goodput_tokens_per_s_per_gpu:,.0f})"
         )
@@ -114,8 +114,8 @@ def validate(problem: Problem, result: Result, out_dir: Path) -> Validation:
         key=result.candidate.key,
         concurrency=concurrency,
         holds=all(p.slo_met for p in points),
-        p99_ms=worst,
-        stand_in_p99_ms={k: result.best.p99_ms.get(k) for k in worst},
+        values_ms=worst,
+        stand_in_values_ms={k: result.best.values_ms.get(k) for k in worst},
         goodput_tokens_per_s_per_gpu=statistics.fmean(
             p.goodput_output_tokens_per_s_per_gpu or 0.0 for p in points
         ),

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from recommend.search import Result
     from recommend.space import Candidate
     from recommend.workload import Workload
+    from workload.slo import TooFewTokensError
 
 INPUTS = "Inputs"
 SEARCH = "Search"
@@ -84,6 +85,27 @@ def _with_model(name: str, base: dict[str, Any], cfg: Any, model: str) -> Any:
     return cfg.model_copy(update={"model": ModelConfig.model_validate(base["model"])})
 
 
+def _too_few_tokens(
+    few: TooFewTokensError, slo_from: str, workload: str, *, drawn: bool, folder: bool
+) -> str:
+    """``few``'s line for recommend: its objective as ``slo_from`` spells it (``--slo``, or the
+    ``--workload`` file's own ``slo``, whose line the caller leads with the file), then the
+    workload's key that sets the output tokens and the fix there: a file's ``maxTokens``, or its
+    ``outputLengths`` (``drawn``: their mean is the count), or the ``maxTokens`` a results
+    folder (``folder``) ran with."""
+    where = f" of --workload {workload}" if slo_from == "--slo" else ""
+    inside = f" in {workload}" if where else ""
+    if folder:
+        tokens = f"the maxTokens --workload {workload} ran with"
+        fix = "give a --workload measured with maxTokens 2 or more"
+    elif drawn:
+        tokens = f"the mean of outputLengths{where}"
+        fix = f"give outputLengths values averaging 2 or more{inside}"
+    else:
+        tokens, fix = f"maxTokens{where}", f"set maxTokens to 2{inside}"
+    return few.said(slo_from, tokens, fix)
+
+
 def _workload(text: str) -> Workload:
     """``--workload``: ``seed`` (the seed's grid), a YAML file of load settings (as ``testbed
     load --config`` reads one, a stack file's ``load`` section included) or a results folder
@@ -94,6 +116,7 @@ def _workload(text: str) -> Workload:
     from recommend.workload import FOLDER_FILES, HINT, Workload, WorkloadError, replayed
     from testbed.load_command import read_load_settings
     from workload.config import Arrival, LoadConfig, error_message
+    from workload.slo import too_few_tokens
 
     if text == "seed":
         return Workload(LoadConfig())
@@ -118,6 +141,12 @@ def _workload(text: str) -> Workload:
             )
         load = LoadConfig.model_validate(settings)
     except ValidationError as exc:
+        few = too_few_tokens(exc)
+        if few is not None:
+            drawn = "outputLengths" in settings
+            fail(
+                f"--workload {text}: {_too_few_tokens(few, 'slo', text, drawn=drawn, folder=False)}"
+            )
         first = exc.errors()[0]
         where = show_path(first["loc"])
         described = {f.alias: f.description for f in LoadConfig.model_fields.values()}
@@ -217,7 +246,7 @@ def _nearest(results: list[Result], top: int = 3) -> list[str]:
                     f"{r.candidate.key} ({r.candidate.label()}): {r.binding} at "
                     f"{r.over.load_text()}: "
                     + ", ".join(
-                        f"{k} {v:,.0f} ms" for k, v in r.over.p99_ms.items() if v is not None
+                        f"{k} {v:,.0f} ms" for k, v in r.over.values_ms.items() if v is not None
                     ),
                 )
             )
@@ -262,7 +291,7 @@ def _sent(
     from recommend.workload import MEASURED_PER_CLIENT
     from testbed.console import int_list
     from testbed.slo_option import slo_of
-    from workload.slo import SloError
+    from workload.slo import SloError, TooFewTokensError
 
     per_client = MEASURED_PER_CLIENT if requests_per_client is None else requests_per_client
     if per_client < 1:
@@ -281,8 +310,11 @@ def _sent(
     load = sent.load.model_copy(update={"slo": target})
     sent = dataclasses.replace(sent, load=load, per_client=per_client)
     try:
-        target.check_outputs(load.max_tokens)
+        target.check_outputs(load.max_tokens)  # the workload's own slo was checked reading it
         budgets = int_list("batched-tokens", batched_tokens) or []
+    except TooFewTokensError as few:
+        drawn, folder = load.output_lengths is not None, sent.replay is not None
+        fail(_too_few_tokens(few, "--slo", workload, drawn=drawn, folder=folder))
     except (SloError, ValueError) as exc:
         fail(str(exc))
     for budget in budgets:

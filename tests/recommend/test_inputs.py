@@ -112,6 +112,80 @@ def test_no_slo_anywhere_is_one_line_naming_the_fix(
     assert "--slo is required: the workload" in err and "sets no slo; give e.g. --slo" in err
 
 
+ONE_TOKEN = TINY.replace("maxTokens: 8", "maxTokens: 1")
+"""The tiny workload with one output token a request: no ITL or TPOT to judge."""
+
+DRAWN_ONE = TINY.replace("maxTokens: 8", "outputLengths: {values: [1, 2], weights: [0.8, 0.2]}")
+"""The tiny workload with output lengths drawn, their mean (1.2) rounding to 1."""
+
+TWO_TOKENS = "outputLengths: {values: [2, 3], weights: [0.5, 0.5]}"
+
+
+@pytest.mark.parametrize(
+    ("workload", "args", "message", "fixed"),
+    [
+        (
+            ONE_TOKEN,
+            ("--slo", "itl_p50_ms=20"),
+            "error: --slo itl_p50_ms: ITL p50 needs 2 or more output tokens per request but "
+            "maxTokens of --workload {file} is 1; set maxTokens to 2 in {file} or drop "
+            "itl_p50_ms from --slo\n",
+            ONE_TOKEN.replace("maxTokens: 1", "maxTokens: 2"),
+        ),
+        (
+            DRAWN_ONE,
+            ("--slo", "tpot_p95_ms=40,ttft_p99_ms=4000"),
+            "error: --slo tpot_p95_ms: TPOT p95 needs 2 or more output tokens per request but the "
+            "mean of outputLengths of --workload {file} is 1; give outputLengths values "
+            "averaging 2 or more in {file} or drop tpot_p95_ms from --slo\n",
+            TINY.replace("maxTokens: 8", TWO_TOKENS),
+        ),
+        (
+            ONE_TOKEN + "slo: {itlP50Ms: 20}\n",
+            (),
+            "error: --workload {file}: slo itlP50Ms: ITL p50 needs 2 or more output tokens per "
+            "request but maxTokens is 1; set maxTokens to 2 or drop itlP50Ms from slo\n",
+            TINY.replace("maxTokens: 8", "maxTokens: 2") + "slo: {itlP50Ms: 20}\n",
+        ),
+        (
+            "config:\n  dynamo-testbed:load:\n"
+            + "".join(f"    {line}\n" for line in DRAWN_ONE.splitlines())
+            + "    slo: {tpotP99Ms: 40}\n",
+            (),
+            "error: --workload {file}: slo tpotP99Ms: TPOT p99 needs 2 or more output tokens per "
+            "request but the mean of outputLengths is 1; give outputLengths values averaging 2 "
+            "or more or drop tpotP99Ms from slo\n",
+            "config:\n  dynamo-testbed:load:\n"
+            + "".join(
+                f"    {line}\n" for line in TINY.replace("maxTokens: 8", TWO_TOKENS).splitlines()
+            )
+            + "    slo: {tpotP99Ms: 40}\n",
+        ),
+    ],
+    ids=["slo-option-max-tokens", "slo-option-output-lengths", "file-slo", "stack-file-slo"],
+)
+def test_an_slo_the_output_tokens_leave_without_a_value_names_where_each_came_from(
+    workload: str,
+    args: tuple[str, ...],
+    message: str,
+    fixed: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An ITL or TPOT objective with one output token a request: one line naming the objective
+    as ``--slo`` or the workload file's ``slo`` spells it and the workload's key that sets the
+    count (``maxTokens``, or ``outputLengths``' mean), never the stack keys ``load.slo`` /
+    ``load.maxTokens``; the fix it names is accepted."""
+    fix = ["--fix", "kind=aggregated", "--fix", "nodeClasses=gpu-8gb", "--fix", "tp=1"]
+    fix += ["--fix", "router=kv"]
+    assert _recommend(tmp_path, *args, *fix, workload=workload) == 2
+    assert capsys.readouterr().err == message.format(file=tmp_path / "load.yaml")
+    code = _recommend(tmp_path, *args, *fix, workload=fixed)
+    err = capsys.readouterr().err
+    assert code in (0, 1), err  # searched: a candidate meets the SLO (0) or none does (1)
+    assert "needs 2 or more output tokens" not in err
+
+
 @pytest.mark.parametrize(
     ("fix", "message"),
     [

@@ -31,7 +31,7 @@ from workload.config import LoadConfig
 from workload.slo import parse_slo
 
 
-def _result(key: str, rank: int, goodput: float, per_user: float, **p99: float) -> Result:
+def _result(key: str, rank: int, goodput: float, per_user: float, **values: float) -> Result:
     disaggregated = key.startswith("d")
     groups = (
         (GroupShape("prefill", "gpu-24gb", 1), GroupShape("decode", "gpu-24gb", 1))
@@ -47,7 +47,7 @@ def _result(key: str, rank: int, goodput: float, per_user: float, **p99: float) 
         requests_per_s=1.0,
         cached_ratio=0.5,
         attainment=1.0,
-        p99_ms=dict(p99),
+        values_ms=dict(values),
     )
     return Result(candidate, "ranked", 2, best=best, value=goodput, rank=rank)
 

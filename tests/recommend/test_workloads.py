@@ -193,6 +193,27 @@ def test_bad_workload_is_one_line_naming_the_fix(
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_an_slo_a_folder_of_one_token_requests_cannot_judge_names_the_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--slo`` with an ITL objective on a results folder that ran with one output token a
+    request: one line naming ``--slo``'s key and the maxTokens the folder ran with; a folder
+    measured with 2 (the fix) is searched."""
+    load = LoadConfig(prefix_kinds=[2], concurrency=[1], repetitions=1, requests_per_run=2)
+    _results_folder(tmp_path / "one", load.model_copy(update={"max_tokens": 1}), [(400, 1)])
+    fix = ["--fix", "kind=aggregated", "--fix", "nodeClasses=gpu-8gb", "--fix", "tp=1"]
+    args = ["--slo", "itl_p50_ms=20", *fix, "--fix", "router=kv", "--out", str(tmp_path / "out")]
+    assert _recommend("--workload", str(tmp_path / "one"), *args) == 2
+    assert capsys.readouterr().err == (
+        "error: --slo itl_p50_ms: ITL p50 needs 2 or more output tokens per request but the "
+        f"maxTokens --workload {tmp_path / 'one'} ran with is 1; give a --workload measured "
+        "with maxTokens 2 or more or drop itl_p50_ms from --slo\n"
+    )
+    _results_folder(tmp_path / "two", load.model_copy(update={"max_tokens": 2}), [(400, 2)])
+    code = _recommend("--workload", str(tmp_path / "two"), *args)
+    assert code in (0, 1), capsys.readouterr().err  # searched: met (0) or not (1)
+
+
 def test_a_file_of_a_results_folder_names_the_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -258,6 +279,42 @@ def test_resume_reuses_timed_candidates_and_ranks_the_same(
     assert [r.rank for r in again] == [r.rank for r in whole]
     with pytest.raises(ResumeError, match=r"other inputs \(slo differ\); drop --resume"):
         TimedStore(tmp_path / "b", {**inputs, "slo": "ttft_p99_ms=900"}, resume=True)
+
+
+def test_resume_reads_a_candidate_timed_under_p99_ms(tmp_path: Path) -> None:
+    """A ``timed/<key>.json`` written when each objective's figure was stored as ``p99_ms``
+    (at the objective's own percentile all the same) is read back; written again, it is
+    ``values_ms``."""
+    from recommend.search import timed_json, timed_of
+
+    inputs = {"cluster": "kv-routing", "slo": "ttft_p90_ms=1000,tpot_p95_ms=40"}
+    figures = {
+        "concurrency": 12,
+        "goodput_tokens_per_s_per_gpu": 410.5,
+        "tokens_per_s_per_gpu": 420.0,
+        "tokens_per_s_per_user": 31.25,
+        "requests_per_s": 6.5,
+        "cached_ratio": 0.8,
+        "attainment": 0.96,
+        "p99_ms": {"ttft_p90_ms": 812.0, "tpot_p95_ms": 32.0},
+        "rate": None,
+    }
+    old = {"status": "ranked", "binding": "TTFT p90", "runs": 7, "best": figures, "over": None}
+    TimedStore(tmp_path, inputs, resume=False).put("c001", old)
+    stored = TimedStore(tmp_path, inputs, resume=True).get("c001")
+    assert stored is not None
+    result = timed_of(stored)
+    assert (result.status, result.binding, result.runs, result.over) == (
+        "ranked",
+        "TTFT p90",
+        7,
+        None,
+    )
+    assert result.best is not None
+    assert result.best.values_ms == {"ttft_p90_ms": 812.0, "tpot_p95_ms": 32.0}
+    assert (result.best.concurrency, result.best.goodput_tokens_per_s_per_gpu) == (12, 410.5)
+    again = timed_json(result)["best"]
+    assert again["values_ms"] == figures["p99_ms"] and "p99_ms" not in again
 
 
 def test_resume_with_nothing_to_resume_starts_and_says_so(
