@@ -106,10 +106,11 @@ def _too_few_tokens(
     return few.said(slo_from, tokens, fix)
 
 
-def _workload(text: str) -> Workload:
+def _workload(text: str, own_slo: bool = True) -> Workload:
     """``--workload``: ``seed`` (the seed's grid), a YAML file of load settings (as ``testbed
     load --config`` reads one, a stack file's ``load`` section included) or a results folder
-    (:func:`recommend.workload.replayed`); exits 2 on a bad one, naming the fix."""
+    (:func:`recommend.workload.replayed`); exits 2 on a bad one, naming the fix. ``own_slo``
+    False (``--slo`` given, which replaces it): a file's ``slo`` is left unread."""
     from pydantic import ValidationError
 
     from configkeys.key_paths import show_path
@@ -133,6 +134,8 @@ def _workload(text: str) -> Workload:
         )
     try:
         settings = read_load_settings(path)
+        if not own_slo:
+            settings = {key: value for key, value in settings.items() if key != "slo"}
         if not settings:
             fail(
                 f"--workload {text}: no load settings (a stack file without a `load:` section, "
@@ -299,8 +302,9 @@ def _sent(
             f"--requests-per-client {per_client}: a run needs at least 1 measured request per "
             f"client; give 1 or more (default {MEASURED_PER_CLIENT})"
         )
-    sent = _workload(workload)
-    target = slo_of(slo or None) or sent.load.slo
+    given = slo_of(slo or None)
+    sent = _workload(workload, own_slo=given is None)
+    target = given or sent.load.slo
     if target is None:
         fail(
             f"--slo is required: the workload ({workload}) sets no slo; give e.g. --slo "
@@ -310,7 +314,7 @@ def _sent(
     load = sent.load.model_copy(update={"slo": target})
     sent = dataclasses.replace(sent, load=load, per_client=per_client)
     try:
-        target.check_outputs(load.max_tokens)  # the workload's own slo was checked reading it
+        target.check_outputs(load.max_tokens)  # a file's own slo was checked reading it
         budgets = int_list("batched-tokens", batched_tokens) or []
     except TooFewTokensError as few:
         drawn, folder = load.output_lengths is not None, sent.replay is not None

@@ -186,6 +186,23 @@ def test_an_slo_the_output_tokens_leave_without_a_value_names_where_each_came_fr
     assert "needs 2 or more output tokens" not in err
 
 
+def test_slo_replaces_a_workload_files_own_slo_unread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--slo`` replaces the file's ``slo``: an ITL objective there that one output token leaves
+    without a value is not refused when ``--slo`` names another SLO."""
+    fix = ["--fix", "kind=aggregated", "--fix", "nodeClasses=gpu-8gb", "--fix", "tp=1"]
+    fix += ["--fix", "router=kv"]
+    own = ONE_TOKEN + "slo: {itlP50Ms: 20}\n"
+    code = _recommend(tmp_path, "--slo", "ttft_p99_ms=4000", *fix, workload=own)
+    err = capsys.readouterr().err
+    assert code in (0, 1), err  # searched: a candidate meets the SLO (0) or none does (1)
+    assert "needs 2 or more output tokens" not in err
+    assert (
+        json.loads((tmp_path / "out" / "candidates.json").read_text())["slo"] == "ttft_p99_ms=4000"
+    )
+
+
 @pytest.mark.parametrize(
     ("fix", "message"),
     [
