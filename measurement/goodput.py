@@ -47,14 +47,6 @@ def request_value(record: RequestRecord, objective: Objective) -> float | None:
     return metric.per_request(record)
 
 
-def request_values(record: RequestRecord, keys: Iterable[str] = ()) -> dict[str, float | None]:
-    """A successful request's own value (ms) of each objective of `keys` (default: every p99
-    objective of `metrics.registry.objectives`), keyed by objective; None where it has none."""
-    known = objectives()
-    chosen = keys or [k for k, o in known.items() if o.q == 99]
-    return {k: request_value(record, known[k]) for k in chosen}
-
-
 def run_figures(records: Sequence[RequestRecord], keys: Iterable[str]) -> dict[str, float | None]:
     """The run's figure (ms) of each objective of `keys`: the percentile of its latency over
     the run, as `measurement.stats.tails` takes the p99s: over the successful requests (a
@@ -83,14 +75,28 @@ def figures(records: Sequence[RequestRecord], slo: Slo) -> dict[str, float | Non
     return p99 | run_figures(records, [k for k in slo.objectives() if k not in p99])
 
 
+def judged(slo: Slo) -> dict[str, tuple[Objective, float]]:
+    """Each objective of `slo` with its bound (ms), by key: resolved from the registry once for
+    every request a run judges."""
+    known = objectives()
+    return {k: (known[k], bound) for k, bound in slo.objectives().items()}
+
+
 def missed(record: RequestRecord, slo: Slo) -> list[str]:
     """The objectives (keys) `record` missed: every one for a failed request; else those whose
     value exceeds its bound (a value it lacks is not judged)."""
-    objectives = slo.objectives()
+    return missed_of(record, judged(slo))
+
+
+def missed_of(record: RequestRecord, bounds: Mapping[str, tuple[Objective, float]]) -> list[str]:
+    """`missed` against objectives already resolved (`judged`)."""
     if not record.ok:
-        return list(objectives)
-    values = request_values(record, objectives)
-    return [k for k, bound in objectives.items() if (v := values[k]) is not None and v > bound]
+        return list(bounds)
+    return [
+        k
+        for k, (objective, bound) in bounds.items()
+        if (v := request_value(record, objective)) is not None and v > bound
+    ]
 
 
 def request_met(record: RequestRecord, slo: Slo) -> bool:
@@ -107,8 +113,9 @@ def evaluate_run(
     successful request of the run has a value for it (one-token answers, or every response
     read in one piece)."""
     good = [r for r in records if r.ok]
-    for key, o in objectives().items():
-        if key not in slo.objectives() or not o.metric.two_tokens or not good:
+    bounds = judged(slo)
+    for key, (o, _) in bounds.items():
+        if not o.metric.two_tokens or not good:
             continue
         if all(request_value(r, o) is None for r in good):
             raise SloError(
@@ -116,7 +123,7 @@ def evaluate_run(
                 "generated one token, or came in one network read); drop "
                 f"{key} or raise maxTokens to 2 or more"
             )
-    misses = [missed(r, slo) for r in records]
+    misses = [missed_of(r, bounds) for r in records]
     met = [r for r, m in zip(records, misses, strict=True) if not m]
     span = span_seconds(good)
     cold = first_of_client(records, concurrency, closed)
@@ -124,7 +131,7 @@ def evaluate_run(
     return RunAttainment(
         requests=len(records),
         met=len(met),
-        missed_by={k: sum(k in m for m in misses) for k in slo.objectives()},
+        missed_by={k: sum(k in m for m in misses) for k in bounds},
         attainment=len(met) / len(records) if records else 0.0,
         duration_s=span,
         goodput_requests_per_s=len(met) / span if span > 0 else 0.0,
