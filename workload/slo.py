@@ -152,12 +152,6 @@ class Slo(BaseModel):
             for o in objectives().values()
         ]
 
-    def __getattr__(self, name: str) -> Any:
-        """An objective's bound by its key (`slo.ttft_p99_ms`; None: not set)."""
-        if name in objectives():
-            return self.bounds.get(name)
-        return super().__getattr__(name)  # type: ignore[misc]
-
     def objectives(self) -> dict[str, float]:
         """The objectives set: key -> bound (ms), in `metrics.registry.objectives` order."""
         return {k: self.bounds[k] for k in objectives() if k in self.bounds}
