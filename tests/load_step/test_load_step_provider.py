@@ -22,6 +22,8 @@ import loadgen.runner  # noqa: F401
 # The step imports its runtime where it runs (loadstep.runtime): import it before the
 # tests, so a timed fault below falls in the run, not in the step's first imports.
 from components.load_provider import LoadStepProvider
+from kubeclient import pod_watch
+from kubeclient.pod_watch import pod_incidents
 from loadgen.server_metrics import NoMetricsError
 from loadstep import folder as load_step_folder
 from loadstep import runtime as load_runtime
@@ -29,6 +31,7 @@ from loadstep.folder import STOP_FILE, StopFileObserver
 from loadstep.inputs import NOT_RUN_YET, OUTPUT_KEYS, grid_json, run_reasons
 from loadstep.runtime import LoadStepError, LoadStepStopped
 from manifests.graph import COMPONENT_LABEL, GRAPH_LABEL
+from measurement.incidents import Incident
 from outputs.folder_reader import REPORT_FILE, STEP_FILE, load_results
 from outputs.tables import SUMMARY_FILE
 from simulator.localgraph import LocalGraph, LocalGraphSpec, free_port
@@ -296,6 +299,7 @@ def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
     start_local_graph: Callable[[LocalGraphSpec], LocalGraph],
     tmp_path: Path,
     local_model_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The seed's OOMKill: the prefill workers die during the run; the successes before and the
     failures after are kept, with the time of the first failure. A fake Kubernetes API (the
@@ -319,19 +323,35 @@ def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
             kubeconfig=str(api.kubeconfig(tmp_path)),
         )
         killed_at: list[datetime] = []
+        seen_at: list[datetime] = []
+        seen = threading.Event()
         done = threading.Event()
+
+        def watched(*args: Any) -> list[Incident]:
+            """The step's pod watch records the OOMKill: when, on this machine's clock."""
+            found = pod_incidents(*args)
+            if any(i.reason == "OOMKilled" for i in found):
+                seen_at.append(datetime.now(UTC))
+                seen.set()
+            return found
+
+        monkeypatch.setattr(pod_watch, "pod_incidents", watched)
 
         def kill_prefill() -> None:
             """Kill once the frontend has served `SERVED_BEFORE_KILL` requests, whatever the
-            machine's load: a success before the kill and failures after it."""
+            machine's load: a success before the kill and failures after it. The OOMKill is
+            reported first and the workers die once the step's watch has it, so it lands in the
+            run however late the watch reads it (the run's last requests fail fast once the
+            workers are gone)."""
             deadline = time.monotonic() + KILL_WAIT_S
             while served(graph) < SERVED_BEFORE_KILL:
                 if done.wait(0.05) or time.monotonic() > deadline:
                     return
             killed_at.append(datetime.now(UTC))
-            graph.kill_worker("prefill")
-            graph.kill_worker("prefill")
             api.emit("MODIFIED", pod("prefill-0", ready=False, terminated=oom_killed()))
+            seen.wait(KILL_WAIT_S)
+            graph.kill_worker("prefill")
+            graph.kill_worker("prefill")
 
         killer = threading.Thread(target=kill_prefill)
         killer.start()
@@ -346,7 +366,7 @@ def test_worker_killed_mid_run_is_degraded_with_the_right_counts(
     oom, lost = outs["incidents"]
     assert (oom["instance"], oom["reason"], oom["exit_code"]) == ("prefill-0", "OOMKilled", 137)
     assert (oom["prefix_kinds"], oom["concurrency"], lost["kind"]) == (2, 2, "ready_lost")
-    assert 0 <= (datetime.fromisoformat(oom["at"]) - killed_at[0]).total_seconds() < 2
+    assert seen_at and killed_at[0] <= datetime.fromisoformat(oom["at"]) <= seen_at[0]
     assert status["message"].startswith(
         f"prefill-0 OOMKilled (exit 137) {oom['t_s']:.1f} s into K=2 c=2 (+1 more incidents); "
     )
