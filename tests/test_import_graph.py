@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("workload",),
     ("measurement",),
     ("outputs",),
-    ("loadgen", "kvpath"),
+    ("loadgen", "kvpath", "formats"),
     ("kubeclient", "steptime"),
     ("stackmodel",),
     ("manifests", "incluster"),
@@ -34,8 +34,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 """The project's packages from the ground up (docs/layout.md draws them): the config keys'
 vocabulary and the metric registry; the workload (load settings, the SLO); the measurement
-(records to figures); the outputs (results folder, tables, reports); the load client and the KV
-path's cost model; the Kubernetes client and the step-time model; the model of a stack; what is
+(records to figures); the outputs (results folder, tables, reports); the load client, the KV
+path's cost model and the field's result formats; the Kubernetes client and the step-time model; the model of a stack; what is
 built from it without Pulumi (Kubernetes objects, the in-cluster load and probe); the cluster
 reads, the load step and the simulator; the search over topologies that times candidates with the
 simulator; the Pulumi components and the program; the ``testbed`` commands."""
@@ -48,6 +48,7 @@ PURE = (
     "measurement",
     "outputs",
     "kvpath",
+    "formats",
     "steptime",
     "stackmodel",
     "manifests",
