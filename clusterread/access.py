@@ -14,7 +14,9 @@ L1006, on an informer of the object's namespace, L314-318 and L499-503, every na
 cluster-scoped object; ``watchers.go`` L206-216: kind ``Event``); pulumi/pulumi-kubernetes at
 ``tests/cli_rules/kubernetes_await.PULUMI_KUBERNETES_COMMIT`` (4.34.x). With
 ``load.runner: cluster`` the load step's rules (:data:`incluster.manifests.LOAD_STEP_RULES`,
-the same list its Role grants). The Namespace is cluster-scoped: a Role cannot grant it, which
+the same list its Role grants). A standalone stack that installs the platform lists every
+namespace's DynamoGraphDeployments at preview, to check a move of its release against them. The
+Namespace is cluster-scoped: a Role cannot grant it, which
 is what ``createNamespace: false`` is for.
 """
 
@@ -82,6 +84,9 @@ def required_permissions(cfg: StackConfig, *, with_hf_token: bool) -> list[Permi
     _grant(out, "", ["services"], OBJECT_VERBS + WATCH_VERBS, ns)
     _grant(out, "", ["endpoints"], WATCH_VERBS, ns)
     _grant(out, "", ["events"], WATCH_VERBS, ns)
+    if cfg.stack_role == "standalone" and cfg.topology.kind == "dynamo" and cfg.platform.install:
+        # preview lists every namespace's DGDs before it moves the release (clusterread.preview)
+        _grant(out, _DGD_GROUP, ["dynamographdeployments"], ["list"], None)
     if cfg.load.enabled and cfg.load.runner == "cluster":
         for rule in LOAD_STEP_RULES:
             _grant(out, rule["apiGroups"][0], rule["resources"], rule["verbs"], ns)

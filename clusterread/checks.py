@@ -29,12 +29,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvpath.versions import minor_of
 from manifests.graph import MANAGED_BY
-from stackmodel.config import StackConfig
+from stackmodel.config import StackConfig, image_tag_version
 from stackmodel.errors import ConfigProblem
 from stackmodel.platform import PlatformConfig, release_namespace
 from stackmodel.quantities import format_quantity, parse_quantity
-from stackmodel.stack_layout import NAMESPACE_PREFIX
+from stackmodel.stack_layout import NAMESPACE_PREFIX, version_gate
 from stackmodel.topology import Topology
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -265,6 +266,87 @@ def release_description(project: str, stack: str) -> str:
     return f"{RELEASE_MARKER} {project}/{stack}"
 
 
+def _revision(record: Mapping[str, Any]) -> int:
+    return int(record.get("version") or 0)
+
+
+def _info(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    return record.get("info") or {}
+
+
+def _chart(record: Mapping[str, Any]) -> str:
+    return str(((record.get("chart") or {}).get("metadata") or {}).get("version", "?"))
+
+
+ROLLBACK_DESCRIPTION = "Rollback to "
+"""Start of the description Helm gives the revision a rollback writes, ``Rollback to <N>``
+(helm v3.20.2 ``pkg/action/rollback.go`` L152, ``prepareRollback``), which an ``atomic``
+upgrade that failed runs (``pkg/action/upgrade.go`` L504-538, ``failRelease``)."""
+
+
+def own_revisions(
+    releases: Sequence[Mapping[str, Any]], own_description: str
+) -> list[Mapping[str, Any]] | None:
+    """The revisions of a release the stack installed: from the latest one described
+    ``own_description`` on, by revision, when each after it is one Helm writes after a failed
+    update (``failed``) or a rollback (:data:`ROLLBACK_DESCRIPTION`); None when no revision is
+    the stack's (another installed it) or one after it is not (an upgrade by hand took it over).
+
+    pulumi-kubernetes passes the stack's description to Helm only on install and upgrade
+    (pulumi/pulumi-kubernetes ``provider/pkg/provider/helm_release.go`` L623 and L748 at
+    ``tests/cli_rules/kubernetes_await.PULUMI_KUBERNETES_COMMIT``; ``maxHistory`` unset keeps
+    every revision, L743-746); what Helm writes after it keeps Helm's own: a failed upgrade
+    ``Upgrade "<name>" failed: <error>`` (helm v3.20.2 ``pkg/action/upgrade.go`` L486-491),
+    its ``atomic`` rollback ``Rollback to <N>`` (:data:`ROLLBACK_DESCRIPTION`).
+
+    Args:
+        releases: Helm's records of one release (decoded, :func:`clusterread.read.helm_record`).
+    """
+    ordered = sorted(releases, key=_revision)
+    mine = [i for i, r in enumerate(ordered) if _info(r).get("description") == own_description]
+    if not mine:
+        return None
+    revisions = ordered[mine[-1] :]
+    helms = all(
+        _info(r).get("status") == "failed"
+        or str(_info(r).get("description") or "").startswith(ROLLBACK_DESCRIPTION)
+        for r in revisions[1:]
+    )
+    return revisions if helms else None
+
+
+def rolled_back_note(release: str, revisions: Sequence[Mapping[str, Any]]) -> str | None:
+    """What preview says of the stack's own release ``release`` (``<namespace>/<name>``) whose
+    last update failed: the latest of ``revisions`` (:func:`own_revisions`) is Helm's rollback
+    (the failed upgrade before it named) or a failed revision; None when it is the stack's own.
+    """
+    latest = revisions[-1]
+    if latest is revisions[0]:
+        return None
+    info = _info(latest)
+    description = str(info.get("description") or "")
+    if description.startswith(ROLLBACK_DESCRIPTION):
+        failed = [r for r in revisions[1:-1] if _info(r).get("status") == "failed"]
+        target = description.removeprefix(ROLLBACK_DESCRIPTION)
+        back = f"to revision {target} (chart {_chart(latest)}, revision {_revision(latest)})"
+        if not failed:
+            return (
+                f"Helm release {release} was rolled back {back} outside this stack: `pulumi up`"
+                " applies the stack's config again"
+            )
+        why = f"revision {_revision(failed[-1])}: {_info(failed[-1]).get('description')}"
+        return (
+            f"Helm release {release}: the last upgrade failed ({why}) and Helm rolled it back"
+            f" {back}: fix the cause and run `pulumi up` again"
+        )
+    if info.get("status") == "failed":
+        return (
+            f"Helm release {release}: its last change failed (revision {_revision(latest)},"
+            f" chart {_chart(latest)}: {description}): fix the cause and run `pulumi up` again"
+        )
+    return None
+
+
 def existing_operator_problem(
     cfg: PlatformConfig,
     testbed_namespace: str,
@@ -280,8 +362,10 @@ def existing_operator_problem(
             (decoded; ``info.status``, ``info.description``, ``chart.metadata.version``).
         cluster_roles: ClusterRoles (``metadata.name``, ``metadata.labels``).
 
-    A release of that name (its latest revision, whatever its status: an uninstalled one kept
-    with ``--keep-history`` too) not described as ``own_description`` makes Helm's install
+    A release of that name none of whose revisions is described as ``own_description``
+    (:func:`own_revisions`: a failed upgrade of the stack's own release and Helm's rollback
+    after it stay the stack's; whatever the status: an uninstalled one kept with
+    ``--keep-history`` too) makes Helm's install
     refuse with "cannot re-use a name that is still in use" (helm ``pkg/action/install.go``
     ``availableName``, reached without ``replace``: pulumi/pulumi-kubernetes
     ``provider/pkg/provider/helm_release.go`` L622 ``client.Replace = newRelease.Replace`` at
@@ -297,15 +381,14 @@ def existing_operator_problem(
         "shared-cluster.md, 'A cluster that already runs the operator')"
     )
     if releases:
-        latest = max(releases, key=lambda r: int(r.get("version") or 0))
-        info = latest.get("info") or {}
-        if info.get("description") == own_description:
+        if own_revisions(releases, own_description) is not None:
             return None
-        version = ((latest.get("chart") or {}).get("metadata") or {}).get("version", "?")
+        latest = max(releases, key=_revision)
         return (
-            f"a Helm release '{cfg.release_name}' (chart {version}, {info.get('status')}) already"
-            f" exists in namespace '{namespace}' and this stack did not install it; installing"
-            f' would fail with "cannot re-use a name that is still in use": {fix}'
+            f"a Helm release '{cfg.release_name}' (chart {_chart(latest)},"
+            f" {_info(latest).get('status')}) already exists in namespace '{namespace}' and this"
+            f' stack did not install it; installing would fail with "cannot re-use a name that'
+            f' is still in use": {fix}'
         )
     own_role = f"{cfg.release_name}-dynamo-operator-manager-role"
     if cfg.operator_scope != "cluster":
@@ -344,16 +427,83 @@ def deployed_graphs_problem(graphs: Sequence[Mapping[str, Any]]) -> str | None:
 def graphs_in_cluster(graphs: Sequence[Mapping[str, Any]]) -> str:
     """``N DynamoGraphDeployment(s) still in the cluster: <namespace>/<name> (graph stack
     '<stack>'?), ...``: a default ``testbed-<stack>`` namespace names the graph stack."""
-    where = []
-    for graph in graphs:
-        metadata = graph.get("metadata") or {}
-        namespace = str(metadata.get("namespace", "?"))
-        stack = namespace.removeprefix(NAMESPACE_PREFIX)
-        owner = f" (graph stack '{stack}'?)" if namespace.startswith(NAMESPACE_PREFIX) else ""
-        where.append(f"{namespace}/{metadata.get('name', '?')}{owner}")
+    where = [_graph_text(graph) for graph in graphs]
     return (
         f"{len(where)} DynamoGraphDeployment{'s' if len(where) != 1 else ''} still in the"
         f" cluster: {', '.join(where)}"
+    )
+
+
+def _graph_text(graph: Mapping[str, Any]) -> str:
+    """``<namespace>/<name>``, with ``(graph stack '<stack>'?)`` for a ``testbed-<stack>``
+    namespace."""
+    metadata = graph.get("metadata") or {}
+    namespace = str(metadata.get("namespace", "?"))
+    stack = namespace.removeprefix(NAMESPACE_PREFIX)
+    owner = f" (graph stack '{stack}'?)" if namespace.startswith(NAMESPACE_PREFIX) else ""
+    return f"{namespace}/{metadata.get('name', '?')}{owner}"
+
+
+def graph_runtime_versions(graph: Mapping[str, Any]) -> list[str]:
+    """The Dynamo releases a DynamoGraphDeployment's components run, sorted, each once: a
+    component's ``runtimeVersionOverride``, else the MAJOR.MINOR.PATCH tag of its main
+    container's image (its ``podTemplate``'s first container, or
+    ``extraPodSpec.mainContainer``), as DGD admission reads a component's runtime version
+    (ai-dynamo/dynamo ``deploy/operator/config/crd/bases/nvidia.com_dynamographdeployments.yaml``,
+    ``runtimeVersionOverride``: "declares the Dynamo runtime compatibility version in this
+    component's main image ... required when ... mainContainer.image has no parseable
+    semantic-version tag"); a component with neither is left out."""
+    found = set()
+    for component in (graph.get("spec") or {}).get("components") or []:
+        override = component.get("runtimeVersionOverride")
+        containers = ((component.get("podTemplate") or {}).get("spec") or {}).get("containers")
+        main = (containers or [None])[0] or (component.get("extraPodSpec") or {}).get(
+            "mainContainer"
+        )
+        version = override or image_tag_version(str((main or {}).get("image") or ""))
+        if version is not None:
+            found.add(str(version))
+    return sorted(found)
+
+
+def platform_move_problem(
+    previous: str, target: str, graphs: Sequence[Mapping[str, Any]] | None, unlisted: str | None
+) -> str | None:
+    """Why moving the platform's chart from ``previous`` to ``target`` would leave a graph
+    under an operator the version gate refuses for it (:func:`stackmodel.stack_layout.
+    version_gate` of each of its runtime releases, :func:`graph_runtime_versions`, against
+    ``target``), naming those graphs in order with the release each moves to first: ``target``
+    for one newer than it, else ``previous`` (which the gate accepts under both operators, the
+    move being to an adjacent minor); or, the DGDs not listed (``unlisted``: the reason), the
+    permission to grant (the check fails closed). None when every graph stays supported.
+
+    The chart re-applies the target's CRDs and its operator reconciles every graph in the
+    cluster, so a move is judged against all of them.
+    """
+    if unlisted is not None:
+        return (
+            f"moving the platform from chart {previous} to {target} and the cluster's"
+            f" DynamoGraphDeployments could not be listed ({unlisted}), so it is not known"
+            " whether a graph would be left on a Dynamo release its operator does not support:"
+            " grant `list` on dynamographdeployments.nvidia.com in every namespace (ClusterRole"
+            " rule: apiGroups [nvidia.com], resources [dynamographdeployments], verbs [list])"
+        )
+    moves = []
+    for graph in graphs or []:
+        for runtime in graph_runtime_versions(graph):
+            verdict = version_gate(_graph_text(graph), runtime, "the move's target", target)
+            if verdict is None or not verdict.refused:
+                continue
+            first = target if minor_of(runtime) > minor_of(target) else previous
+            moves.append(f"{_graph_text(graph)} runs Dynamo {runtime}: move it to {first}")
+    if not moves:
+        return None
+    return (
+        f"moving the platform from chart {previous} to {target} would leave"
+        f" DynamoGraphDeployments on a Dynamo release the operator of chart {target} does not"
+        f" support (Dynamo supports a runtime of the operator's minor or one minor older): "
+        f"{'; '.join(moves)}. Move those graph stacks first, in this order (engine.dynamoVersion"
+        " in each, `pulumi up -s <stack>`), then the platform"
     )
 
 

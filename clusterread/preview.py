@@ -22,7 +22,10 @@ from clusterread.checks import (
     existing_operator_problem,
     namespace_handover,
     namespace_problem,
+    own_revisions,
+    platform_move_problem,
     release_description,
+    rolled_back_note,
 )
 from clusterread.read import ClusterReadError, ClusterView, read_cluster
 from clusterread.rollout import Rollout, plan_rollout
@@ -102,7 +105,7 @@ def check_cluster(
             access.context,
             nodes=mode != "off",
             release=release,
-            graphs=unprotecting,
+            graphs=unprotecting or installs,
             namespace=cfg.namespace if cfg is not None and own_namespace else None,
             access=required_permissions(cfg, with_hf_token=access.hf_token)
             if cfg is not None and own_namespace
@@ -115,8 +118,16 @@ def check_cluster(
             ) from None
         log.warn(f"stack '{stack}': cluster not checked (no API access: {exc})")
         return None
+    if unprotecting and view.graphs_unlisted is not None:
+        raise StackConfigError(
+            stack, [ConfigProblem("platform.protect", False, unlisted_graphs(view.graphs_unlisted))]
+        )
     _log_access(stack, cfg, view, access, log)
-    problems = _release_problems(stack, platform, namespace, release, view)
+    own_graphs = cfg.namespace if cfg is not None else None
+    problems = _release_problems(stack, platform, namespace, release, view, own_graphs, log)
+    graphs = deployed_graphs_problem(view.graphs or []) if unprotecting else None
+    if graphs is not None:
+        problems.append(ConfigProblem("platform.protect", False, graphs))
     if cfg is not None:
         found = namespace_problem(
             cfg.namespace, cfg.create_namespace, view.namespace_found, view.namespace_labels
@@ -178,28 +189,47 @@ def _release_problems(
     namespace: str,
     release: tuple[str, str] | None,
     view: ClusterView,
+    own_graphs: str | None,
+    log: PreviewLog,
 ) -> list[ConfigProblem]:
     """The platform's release against the cluster (an operator already running, else the
-    upgrade of this stack's own release) and DGDs still deployed (read while unprotecting)."""
+    upgrade of this stack's own release: its last update's failure noted, the move checked
+    against Dynamo's path and against the graphs in the cluster but this stack's own, those in
+    namespace ``own_graphs``)."""
     problems: list[ConfigProblem] = []
     if platform is not None and release is not None:
         own = release_description(PROJECT, stack)
+        releases = view.releases or []
         found = existing_operator_problem(
-            platform, namespace, own, view.releases or [], view.cluster_roles or []
+            platform, namespace, own, releases, view.cluster_roles or []
         )
         if found is not None:
             problems.append(ConfigProblem("platform.install", True, found))
         else:  # this stack's own release (or none yet): the upgrade it would make
+            revisions = own_revisions(releases, own)
+            note = rolled_back_note(f"{release[0]}/{release[1]}", revisions) if revisions else None
+            if note is not None:
+                log.warn(f"stack '{stack}': {note}")
+            previous = deployed_chart_version(releases)
             upgrade = platform_upgrade_problem(
-                deployed_chart_version(view.releases or []),
+                previous,
                 platform.chart_version,
                 f"Helm release {release[0]}/{release[1]} in the cluster",
             )
             if upgrade is not None:
                 problems.append(upgrade)
-    graphs = deployed_graphs_problem(view.graphs or [])
-    if graphs is not None:
-        problems.append(ConfigProblem("platform.protect", False, graphs))
+            elif previous is not None and previous != platform.chart_version:
+                others = [
+                    g
+                    for g in view.graphs or []
+                    if (g.get("metadata") or {}).get("namespace") != own_graphs
+                ]
+                unlisted = view.graphs_unlisted
+                move = platform_move_problem(previous, platform.chart_version, others, unlisted)
+                if move is not None:
+                    problems.append(
+                        ConfigProblem("platform.chartVersion", platform.chart_version, move)
+                    )
     return problems
 
 

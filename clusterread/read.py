@@ -35,6 +35,8 @@ class ClusterView:
     Attributes:
         nodes: ``GET /api/v1/nodes`` items.
         graphs: the DynamoGraphDeployments of every namespace ([] without the CRD).
+        graphs_unlisted: why they could not be listed (e.g. ``403 Forbidden``; None: listed
+            or not asked).
         releases: Helm's records of one release (decoded, :func:`helm_record`).
         cluster_roles: ``GET /apis/rbac.authorization.k8s.io/v1/clusterroles`` items.
         workloads: the stack's DynamoGraphDeployments and Deployments running in its
@@ -50,6 +52,7 @@ class ClusterView:
 
     nodes: list[dict[str, Any]] | None = None
     graphs: list[dict[str, Any]] | None = None
+    graphs_unlisted: str | None = None
     releases: list[dict[str, Any]] | None = None
     cluster_roles: list[dict[str, Any]] | None = None
     workloads: list[dict[str, Any]] | None = None
@@ -83,7 +86,8 @@ def read_cluster(
 ) -> ClusterView:
     """Read the nodes (``nodes``), for ``release`` = (namespace, name) Helm's records of that
     release and the ClusterRoles, the DynamoGraphDeployments of every namespace
-    (``graphs``; ``nvidia.com/v1beta1``, the version the program writes), and for
+    (``graphs``; ``nvidia.com/v1beta1``, the version the program writes; a refused list in
+    ``graphs_unlisted``), and for
     ``namespace`` whether it exists and the stack's workloads running there (namespaced reads
     only, so a user bound to that namespace can run them), and which of ``access`` the user
     lacks (one ``SelfSubjectAccessReview`` each, ``authorization.k8s.io/v1``: allowed to every
@@ -145,8 +149,9 @@ def read_cluster(
                     )
                 except ApiException as exc:
                     if exc.status != 404:
-                        raise
-                    view.graphs = []
+                        view.graphs_unlisted = _reason(exc)
+                    else:
+                        view.graphs = []
             if namespace is not None:
                 _read_namespace(api, namespace, view, get)
             if access:

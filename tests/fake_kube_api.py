@@ -31,7 +31,9 @@ metrics-server serves it (`usage`: :meth:`FakeKubeApi.pod_metrics_list`,
 registered and 503 where it is but its service is not available (`metrics_api`)."""
 
 import asyncio
+import base64
 import contextlib
+import gzip
 import json
 import socket
 import threading
@@ -123,6 +125,87 @@ def pod_metrics(
         "window": window,
         "containers": [{"name": "main", "usage": {"cpu": "1523841n", "memory": memory}}],
     }
+
+
+def helm_secret(
+    name: str,
+    namespace: str,
+    description: str,
+    version: int = 1,
+    chart: str = "1.6.2",
+    status: str = "deployed",
+) -> dict[str, Any]:
+    """One revision of a Helm 3 release as its Secret (helm v3.20.2
+    ``pkg/storage/driver/secrets.go`` L216-256, ``newSecretsObject``: named
+    ``sh.helm.release.v1.<name>.v<version>``, type ``helm.sh/release.v1``, labels ``name``,
+    ``owner: helm``, ``status``, ``version``; ``data.release`` the record, gzipped JSON in base64,
+    ``pkg/storage/driver/util.go`` ``encodeRelease``, which the Secret's data encodes again)."""
+    record = {
+        "name": name,
+        "namespace": namespace,
+        "version": version,
+        "info": {"status": status, "description": description},
+        "chart": {"metadata": {"name": "dynamo-platform", "version": chart}},
+    }
+    helm_text = base64.b64encode(gzip.compress(json.dumps(record).encode()))
+    labels = {"owner": "helm", "name": name, "status": status, "version": str(version)}
+    return {
+        "metadata": {
+            "name": f"sh.helm.release.v1.{name}.v{version}",
+            "namespace": namespace,
+            "labels": labels,
+        },
+        "type": "helm.sh/release.v1",
+        "data": {"release": base64.b64encode(helm_text).decode()},
+    }
+
+
+@dataclass
+class FakeHelm:
+    """The history of one Helm release as helm v3.20.2 writes it with ``atomic`` (what
+    pulumi-kubernetes' ``helm.v3.Release`` runs), kept as Secrets in ``api.secrets``: each
+    revision (version, chart, status, description)."""
+
+    api: "FakeKubeApi"
+    name: str = "dynamo-platform"
+    namespace: str = "dynamo-system"
+    revisions: list[list[Any]] = field(default_factory=list)
+
+    def _write(self) -> None:
+        self.api.secrets[self.namespace] = [
+            helm_secret(self.name, self.namespace, description, version, chart, status)
+            for version, chart, status, description in self.revisions
+        ]
+
+    def install(self, chart: str, description: str) -> None:
+        """Revision 1, ``deployed``, with the caller's description (``pkg/action/install.go``
+        L486-489)."""
+        self.revisions = [[1, chart, "deployed", description]]
+        self._write()
+
+    def upgrade(self, chart: str, description: str, error: str | None = None) -> None:
+        """A new revision of ``chart``. Deployed: the previous one ``superseded``, the new one
+        ``deployed`` with the caller's description (``pkg/action/upgrade.go`` L472-480). Failing
+        with ``error``: the new one ``failed``, described ``Upgrade "<name>" failed: <error>``
+        (L485-491, ``failRelease``), and, ``atomic``, a rollback to the latest ``superseded`` or
+        ``deployed`` revision (L504-535): one more revision with that one's chart, described
+        ``Rollback to <N>`` (``pkg/action/rollback.go`` L143-158), ``deployed``, every
+        revision deployed before it ``superseded`` (L246-263)."""
+        version = self.revisions[-1][0] + 1
+        if error is None:
+            for revision in self.revisions:
+                if revision[2] == "deployed":
+                    revision[2] = "superseded"
+            self.revisions.append([version, chart, "deployed", description])
+        else:
+            failed = f'Upgrade "{self.name}" failed: {error}'
+            self.revisions.append([version, chart, "failed", failed])
+            good = [r for r in self.revisions if r[2] in ("superseded", "deployed")][-1]
+            for revision in self.revisions:
+                if revision[2] == "deployed":
+                    revision[2] = "superseded"
+            self.revisions.append([version + 1, good[1], "deployed", f"Rollback to {good[0]}"])
+        self._write()
 
 
 @dataclass

@@ -4,9 +4,6 @@
 
 from __future__ import annotations
 
-import base64
-import gzip
-import json
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -15,7 +12,7 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
-from fake_kube_api import FakeKubeApi, fake_kube_api, silent_kube_api
+from fake_kube_api import FakeKubeApi, fake_kube_api, helm_secret, silent_kube_api
 from test_cluster_checks import SEED, node
 
 from clusterread.checks import release_description
@@ -26,34 +23,6 @@ from stackmodel.errors import PROJECT, StackConfigError
 from stackmodel.stack_layout import VersionGateError
 from stackmodel.stacks import REPO, stack_config
 from testbed.render import EchoMocks, Rendered, _referenced_stacks, run_under_mocks
-
-
-def helm_secret(
-    name: str,
-    namespace: str,
-    description: str,
-    version: int = 1,
-    chart: str = "1.6.2",
-    status: str = "deployed",
-) -> dict[str, Any]:
-    """A Helm 3 release Secret as ``helm install`` leaves it (helm pkg/storage/driver)."""
-    record = {
-        "name": name,
-        "namespace": namespace,
-        "version": version,
-        "info": {"status": status, "description": description},
-        "chart": {"metadata": {"name": "dynamo-platform", "version": chart}},
-    }
-    helm_text = base64.b64encode(gzip.compress(json.dumps(record).encode()))
-    return {
-        "metadata": {
-            "name": f"sh.helm.release.v1.{name}.v{version}",
-            "namespace": namespace,
-            "labels": {"owner": "helm", "name": name, "version": str(version)},
-        },
-        "type": "helm.sh/release.v1",
-        "data": {"release": base64.b64encode(helm_text).decode()},
-    }
 
 
 @pytest.fixture
