@@ -63,11 +63,19 @@ class PodReading:
     memory: dict[str, str]
 
 
-def pod_readings(listed: dict[str, Any]) -> list[PodReading]:
-    """The readings in a ``PodMetricsList``; a container without a memory usage is left out."""
-    found = []
+def pod_readings(listed: dict[str, Any]) -> tuple[list[PodReading], list[str]]:
+    """The readings in a ``PodMetricsList`` (a container without a memory usage left out), and
+    the pods of the items skipped: one without a ``timestamp`` or without containers, as
+    metrics-server serves a pod whose container usage it had to skip (a CPU counter or a start
+    time going backwards: kubernetes-sigs/metrics-server ``pkg/storage/pod.go`` L72-76 and
+    L86-89, ``GetMetrics``, at 07472af2513671308f1331dfddeed92e9be13348, keeps the pod with
+    no container and a zero time, which the API writes ``"timestamp": null``)."""
+    found, skipped = [], []
     for item in listed.get("items") or []:
         metadata = item.get("metadata") or {}
+        if not item.get("timestamp") or not item.get("containers"):
+            skipped.append(str(metadata.get("name", "?")))
+            continue
         memory = {
             str(c.get("name")): str((c.get("usage") or {})["memory"])
             for c in item.get("containers") or []
@@ -82,7 +90,7 @@ def pod_readings(listed: dict[str, Any]) -> list[PodReading]:
                 memory=memory,
             )
         )
-    return found
+    return found, skipped
 
 
 def container_limits(pod: dict[str, Any]) -> dict[str, str | None]:
@@ -114,6 +122,7 @@ class PodMemorySampler(NamespaceReader):
         self.interval_s = interval_s
         self.reads = 0
         self.failed_reads = 0
+        self.skipped: dict[str, int] = {}  # pod -> items skipped (pod_readings)
         self._readings: dict[tuple[str, str], PodReading] = {}
         self._limits: dict[str, dict[str, str | None]] = {}
         self._api: client.ApiClient | None = None
@@ -146,13 +155,23 @@ class PodMemorySampler(NamespaceReader):
             return dict(self._limits)
 
     def warnings(self) -> list[str]:
-        """One line when the memory could not be sampled (the load ran without it)."""
-        if self._problem is None:
-            return []
-        return [
-            f"no pod memory series: {self._problem}; the load ran without it (docs/metrics.md, "
-            "Pod memory)"
-        ]
+        """One line when the memory could not be sampled (the load ran without it), one when
+        readings were skipped (:func:`pod_readings`)."""
+        said = []
+        if self._problem is not None:
+            said.append(
+                f"no pod memory series: {self._problem}; the load ran without it (docs/"
+                "metrics.md, Pod memory)"
+            )
+        with self._lock:
+            skipped = dict(self.skipped)
+        if skipped:
+            pods = ", ".join(f"{name} {count}" for name, count in sorted(skipped.items()))
+            said.append(
+                f"{sum(skipped.values())} pod memory readings skipped, without a timestamp or"
+                f" containers (metrics-server could not compute their usage), by pod: {pods}"
+            )
+        return said
 
     def _sample(self) -> None:
         assert self._api is not None
@@ -196,8 +215,10 @@ class PodMemorySampler(NamespaceReader):
                 ) from None
             raise
         self.reads += 1
-        found = pod_readings(listed)
+        found, skipped = pod_readings(listed)
         with self._lock:
+            for name in skipped:
+                self.skipped[name] = self.skipped.get(name, 0) + 1
             for reading in found:
                 self._readings.setdefault((reading.pod, reading.timestamp), reading)
             new = {r.pod for r in found} - set(self._limits)

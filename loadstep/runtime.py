@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loadstep.inputs import (
     LoadStepInputs,
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from measurement.incidents import Incident
     from measurement.results import GridResult
     from workload.config import LoadConfig
+
+
+_T = TypeVar("_T")
 
 
 class LoadStepError(RuntimeError):
@@ -315,13 +318,24 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
             stopped, result = stop, read_result(run_dir)
     # All of them, also those after a deadline or an error cut the grid short, placed on the
     # grid's timeline (before it: the model wait and the readiness gate).
-    incidents = placed_all(
-        pods.incidents(),
-        ran_at if result is None else result.started_at,
-        [] if result is None else result.windows(),
+    incidents: list[Incident] = _side_series(
+        "the pod watch's incidents",
+        notes,
+        lambda: placed_all(
+            pods.incidents(),
+            ran_at if result is None else result.started_at,
+            [] if result is None else result.windows(),
+        ),
+        [],
     )
     if sampler.namespace is not None:
-        incidents = _write_memory(run_dir, memory, inputs, incidents)
+        watched = incidents
+        incidents = _side_series(
+            "the pod memory series",
+            notes,
+            lambda: _write_memory(run_dir, memory, inputs, watched),
+            watched,
+        )
     # A cluster without the metrics API is said once (warn, and the status message's end);
     # without access to the cluster at all, beside the watch's warning.
     unreached = pods.warnings()
@@ -352,6 +366,17 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
     if result is not None:
         _write_report(run_dir, warn)
     return outputs
+
+
+def _side_series(what: str, notes: list[str], make: Callable[[], _T], otherwise: _T) -> _T:
+    """``make()``, a side series of the step read after the grid (the pod watch's incidents,
+    the pod memory series); an error of it is one line in ``notes`` and ``otherwise`` is used:
+    no side series fails the step or loses its results (docs/load-step.md)."""
+    try:
+        return make()
+    except Exception as exc:  # any error of a side series: the results are written all the same
+        notes.append(f"{what} not kept ({exc!r}); the load's results are")
+        return otherwise
 
 
 def settle_result(

@@ -127,6 +127,17 @@ def pod_metrics(
     }
 
 
+def skipped_pod_metrics(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """`pod`'s `PodMetrics` when metrics-server skipped its container's usage (a CPU counter or
+    a start time going backwards, ``pkg/storage/types.go`` ``resourceUsage``): ``GetMetrics``
+    keeps the pod with no container and a zero ``TimeInfo`` (kubernetes-sigs/metrics-server
+    ``pkg/storage/pod.go`` L72-76, L86-89 at 07472af2513671308f1331dfddeed92e9be13348), which
+    the API serves as ``"timestamp": null`` and ``"containers": []`` (the response quoted in
+    metrics-server issue 473), its window zero."""
+    found = pod_metrics(pod, "0", "")
+    return {**found, "timestamp": None, "window": "0s", "containers": []}
+
+
 def helm_secret(
     name: str,
     namespace: str,
@@ -246,6 +257,7 @@ class FakeKubeApi:
     # The metrics API: "served", "unregistered" (no APIService: 404) or "unavailable" (503).
     metrics_api: str = "served"
     usage: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (memory, timestamp)
+    skipped: set[str] = field(default_factory=set)  # pods whose usage metrics-server skipped
     metrics_reads: int = 0
     _changed: asyncio.Event | None = None  # set (and replaced) on every event
     _loop: asyncio.AbstractEventLoop | None = None
@@ -537,6 +549,8 @@ class FakeKubeApi:
     def _metrics_of(self, name: str) -> dict[str, Any] | None:
         """The pod's `PodMetrics`, None while it has no reading (metrics-server leaves out a
         pod without two scrapes: ``pkg/storage/pod.go`` L51-59, ``GetMetrics``)."""
+        if name in self.skipped and name in self.pods:
+            return skipped_pod_metrics(self.pods[name])
         if name not in self.usage or name not in self.pods:
             return None
         memory, timestamp = self.usage[name]
