@@ -116,8 +116,8 @@ def test_a_platform_move_that_would_strand_a_graph_is_refused_naming_it(
     api.graphs = [graph("kv-routing", "1.5.1")]
     message = refusal("platform", kubeconfig, platform='{"chartVersion": "1.7.0"}')
     assert (
-        "testbed-kv-routing/kv-routing (graph stack 'kv-routing'?) runs Dynamo 1.5.1: move it to 1.6.2"
-        in message
+        "testbed-kv-routing/kv-routing (graph stack 'kv-routing'?) runs Dynamo 1.5.1: move it"
+        " to 1.6.2" in message
     )
     # the DGDs not listable during a move: refused, naming the permission
     api.forbidden = {"/apis/nvidia.com/v1beta1/dynamographdeployments"}
