@@ -310,7 +310,7 @@ def _cluster_graphs() -> tuple[list[dict[str, Any]] | None, str | None]:
         view = read_cluster(access.kubeconfig, access.context, graphs=True)
     except ClusterReadError as exc:
         return None, str(exc)
-    return view.graphs, None
+    return view.graphs, view.graphs_unlisted
 
 
 def previous_update_gate(

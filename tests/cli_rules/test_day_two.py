@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from deployment_rollout import applied_in_place, created, replaces, strategy_problems
-from fake_kube_api import FakeKubeApi, fake_kube_api
+from fake_kube_api import FakeHelm, FakeKubeApi, fake_kube_api
 from test_rollout_rules import (
     cluster,
     deploy_into,
@@ -25,6 +25,7 @@ from test_rollout_rules import (
     workloads,
 )
 
+from clusterread.checks import release_description
 from components.program import main
 from loadstep.inputs import run_reasons
 from stackmodel.config import project_values
@@ -420,3 +421,38 @@ def test_create_namespace_false_on_an_unreadable_namespace_the_stack_made_is_ref
     assert handing.outputs["createNamespace"] is False
     (namespace,) = [r for r in handing.registrations if r.type == NAMESPACE_TYPE]
     assert namespace.retain_on_delete
+
+
+def test_a_standalone_stacks_rolled_back_upgrade_previews_again(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """Its release's upgrade to 1.7.0 failed and Helm rolled it back (helm v3.20.2, atomic:
+    :class:`fake_kube_api.FakeHelm`): the retry previews, saying so; another graph the move would
+    leave two minors behind refuses it."""
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    deploy_into(api, run("kv-routing", standalone, kubeconfig))
+    helm = FakeHelm(api, namespace=RELEASE_NAMESPACE)
+    own = release_description(PROJECT, "kv-routing")
+    helm.install("1.6.2", own)
+    helm.upgrade("1.7.0", own, error="timed out waiting for the condition")
+    upgrade = standalone_with({"chartVersion": "1.7.0"})
+    rendered = run("kv-routing", upgrade, kubeconfig)
+    assert rendered.helm_releases()[0]["version"] == "1.7.0"
+    (note,) = [line for line in said(rendered) if "rolled it back" in line]
+    assert note.startswith(
+        "stack 'kv-routing': Helm release dynamo-system/dynamo-platform: the last upgrade failed"
+        ' (revision 2: Upgrade "dynamo-platform" failed: timed out waiting for the condition)'
+    )
+    older = {"name": "other", "namespace": "testbed-other"}
+    image = {"image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1"}
+    api.graphs = [
+        *(api.graphs or []),
+        {
+            "metadata": older,
+            "spec": {"components": [{"podTemplate": {"spec": {"containers": [image]}}}]},
+        },
+    ]
+    message = refusal("kv-routing", upgrade, kubeconfig)
+    assert (
+        "testbed-other/other (graph stack 'other'?) runs Dynamo 1.5.1: move it to 1.6.2" in message
+    )

@@ -12,7 +12,11 @@ from clusterread.checks import (
     cluster_problems,
     deployed_graphs_problem,
     existing_operator_problem,
+    graph_runtime_versions,
+    own_revisions,
+    platform_move_problem,
     release_description,
+    rolled_back_note,
     tolerates,
 )
 from stackmodel.platform import PlatformConfig
@@ -201,3 +205,54 @@ def test_no_device_plugin_is_named_as_such() -> None:
     assert problem.endswith(
         "(no node advertises nvidia.com/gpu: is the NVIDIA device plugin running there?)"
     )
+
+
+def test_helms_own_revisions_after_the_stacks_keep_the_release_the_stacks() -> None:
+    failed = record('Upgrade "dynamo-platform" failed: timed out', 2, "failed")
+    history = [record(OWN, 1, "superseded"), failed, record("Rollback to 1", 3)]
+    assert own_revisions(history, OWN) == history
+    assert existing_operator_problem(PlatformConfig(), "ns", OWN, history, []) is None
+    assert own_revisions([*history, record("Upgrade complete", 4)], OWN) is None  # by hand
+    # a rollback by hand (no failed revision before it)
+    by_hand = [
+        record(OWN, 1, "superseded"),
+        record(OWN, 2, "superseded"),
+        record("Rollback to 1", 3),
+    ]
+    revisions = own_revisions(by_hand, OWN)
+    assert revisions is not None
+    assert rolled_back_note("ns/r", revisions) == (
+        "Helm release ns/r was rolled back to revision 1 (chart 1.6.2, revision 3) outside this"
+        " stack: `pulumi up` applies the stack's config again"
+    )
+    # Helm's rollback failed too: the latest revision is failed
+    rollback_failed = record('Rollback "dynamo-platform" failed: no', 3, "failed")
+    revisions = own_revisions([*history[:2], rollback_failed], OWN)
+    assert revisions is not None
+    assert rolled_back_note("ns/r", revisions) == (
+        "Helm release ns/r: its last change failed (revision 3, chart 1.6.2: Rollback"
+        ' "dynamo-platform" failed: no): fix the cause and run `pulumi up` again'
+    )
+    assert rolled_back_note("ns/r", [record(OWN)]) is None
+
+
+def dgd(namespace: str, *components: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "g", "namespace": namespace}, "spec": {"components": components}}
+
+
+def test_a_graphs_runtime_is_its_override_else_its_image_tag() -> None:
+    image = {"podTemplate": {"spec": {"containers": [{"image": "repo/vllm-runtime:1.6.2"}]}}}
+    override = {"runtimeVersionOverride": "1.7.0", "extraPodSpec": {"mainContainer": {}}}
+    untagged = {"podTemplate": {"spec": {"containers": [{"image": "repo/vllm-runtime:dev"}]}}}
+    assert graph_runtime_versions(dgd("ns", image, override, untagged)) == ["1.6.2", "1.7.0"]
+
+
+def test_the_move_check_follows_the_release_facts_not_a_list_of_releases() -> None:
+    """A release the program has never heard of is judged by its minor alone."""
+    at = {"podTemplate": {"spec": {"containers": [{"image": "repo/vllm-runtime:1.8.0"}]}}}
+    assert platform_move_problem("1.8.0", "1.9.0", [dgd("testbed-a", at)], None) is None
+    problem = platform_move_problem(
+        "1.9.0", "1.8.0", [dgd("testbed-a", dict(at, runtimeVersionOverride="1.9.1"))], None
+    )
+    assert problem is not None
+    assert "testbed-a/g (graph stack 'a'?) runs Dynamo 1.9.1: move it to 1.8.0" in problem
