@@ -20,7 +20,10 @@ Allocatable is what the kubelet offers pods in all; pods already running there a
 subtracted (the scheduler does), so a pass is necessary, not sufficient.
 
 For a platform that installs the release, :func:`existing_operator_problem` says whether the
-cluster already runs an operator this stack did not install.
+cluster already runs an operator this stack did not install (its own release judged by the
+revisions it installed and what Helm wrote after them, :func:`own_revisions`; a failed upgrade
+rolled back is said by :func:`rolled_back_note`), and :func:`platform_move_problem` whether a
+move of its chart would leave a graph of the cluster on a release its operator does not support.
 """
 
 from __future__ import annotations

@@ -27,8 +27,10 @@ name taken; deleting a Job deletes its pods, deleting an owner its dependents
 400 before the container starts, 404 once the pod is gone, only the current file after a
 rotation (:meth:`FakeKubeApi.pod_log`, :func:`current_log_file`); the metrics API as
 metrics-server serves it (`usage`: :meth:`FakeKubeApi.pod_metrics_list`,
-:meth:`FakeKubeApi.pod_metrics_get`, :func:`pod_metrics`), 404 where its APIService is not
-registered and 503 where it is but its service is not available (`metrics_api`)."""
+:meth:`FakeKubeApi.pod_metrics_get`, :func:`pod_metrics`; a pod whose usage it skipped,
+`skipped`: :func:`skipped_pod_metrics`), 404 where its APIService is not registered and 503
+where it is but its service is not available (`metrics_api`); a Helm release's history as Secrets,
+as helm v3.20.2 writes it with ``atomic`` (:func:`helm_secret`, :class:`FakeHelm`)."""
 
 import asyncio
 import base64

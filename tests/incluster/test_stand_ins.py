@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from fake_kube_api import (
     NAMESPACE,
+    FakeHelm,
+    FakeKubeApi,
     _matches,
     current_log_file,
     fake_kube_api,
@@ -24,6 +26,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from local_kubelet import MAX_INT32, backoff_limit, job_verdict
 
+from clusterread.read import helm_record
 from kubeclient.client import api_client
 
 INDEXED = {"completionMode": "Indexed", "completions": 3}
@@ -201,3 +204,38 @@ def test_the_metrics_api_answers_as_metrics_server_and_the_aggregator_do(tmp_pat
             metrics.list_namespaced_custom_object(*group)
         assert (unavailable.value.status, unavailable.value.body) == (503, "service unavailable\n")
         client_.close()
+
+
+def test_a_pod_whose_usage_metrics_server_skipped_is_served_empty(tmp_path: Path) -> None:
+    """metrics-server keeps the pod with no container and a zero time (``pkg/storage/pod.go``
+    ``GetMetrics``): listed and got with ``"timestamp": null`` and ``"containers": []``."""
+    with fake_kube_api() as api:
+        metrics = k8s.CustomObjectsApi(api_client(str(api.kubeconfig(tmp_path)), None))
+        group = ("metrics.k8s.io", "v1beta1", NAMESPACE, "pods")
+        api.put(fake_pod("a-0"))
+        api.skipped.add("a-0")
+        (item,) = metrics.list_namespaced_custom_object(*group)["items"]
+        assert (item["timestamp"], item["containers"]) == (None, [])
+        assert metrics.get_namespaced_custom_object(*group, "a-0")["timestamp"] is None
+
+
+def test_helm_writes_a_failed_atomic_upgrade_and_its_rollback_as_secrets() -> None:
+    """Each revision a Secret labelled as helm's Secrets driver labels it; the failed upgrade
+    ``failed``, the rollback ``deployed`` with the chart it went back to."""
+    api = FakeKubeApi()
+    helm = FakeHelm(api)
+    helm.install("1.6.2", "mine")
+    helm.upgrade("1.7.0", "mine", error="boom")
+    secrets = api.secrets["dynamo-system"]
+    assert [s["metadata"]["name"] for s in secrets] == [
+        f"sh.helm.release.v1.dynamo-platform.v{n}" for n in (1, 2, 3)
+    ]
+    assert [s["metadata"]["labels"]["status"] for s in secrets] == [
+        "superseded",
+        "failed",
+        "deployed",
+    ]
+    records = [helm_record(s) for s in secrets]
+    assert records[1]["info"]["description"] == 'Upgrade "dynamo-platform" failed: boom'
+    assert records[2]["info"]["description"] == "Rollback to 1"
+    assert records[2]["chart"]["metadata"]["version"] == "1.6.2"
