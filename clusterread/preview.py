@@ -1,7 +1,8 @@
 """What ``pulumi preview`` checks on the cluster before anything is registered: the nodes against
 the stack's node classes, an operator already running, a move of the platform's chart against
-the cluster's DGDs, DGDs still deployed while a platform lifts its protect, the stack's namespace, the permissions ``pulumi up`` needs, and how a change
-of a deployed graph rolls out (:func:`check_cluster`).
+the cluster's DGDs, DGDs still deployed while a platform lifts its protect, the stack's
+namespace, the permissions ``pulumi up`` needs, and how a change of a deployed graph rolls out
+(:func:`check_cluster`).
 
 No Pulumi import: the program passes what it reads from the Pulumi config as plain values
 (:class:`ClusterAccess`) and its log (:class:`PreviewLog`).
@@ -75,17 +76,18 @@ def check_cluster(
     :func:`rolled_back_note`) and a move of its chart against Dynamo's path and against every
     DGD of the cluster but the stack's own (:func:`platform_move_problem`), and when a platform
     stack lifts its ``protect`` (``unprotecting``) DGDs still deployed
-    (:func:`deployed_graphs_problem`); these are always errors. The stack's namespace against ``createNamespace`` (:func:`namespace_problem`,
-    an error), and the permissions ``pulumi up`` needs that the user lacks
-    (:func:`required_permissions`, reviewed by the API server; one warning each, with the rule
-    that grants it). With the nodes read, how the change of a deployed graph rolls out on the
-    GPU shares (:func:`plan_rollout`, its decisions logged; one that cannot roll out is an
-    error). ``topology`` is ``cfg``'s (given with it). Warnings and notes go to ``log``.
+    (:func:`deployed_graphs_problem`); these are always errors. The stack's namespace against
+    ``createNamespace`` (:func:`namespace_problem`, an error), and the permissions ``pulumi
+    up`` needs that the user lacks (:func:`required_permissions`, reviewed by the API server;
+    one warning each, with the rule that grants it). With the nodes read, how the change of a
+    deployed graph rolls out on the GPU shares (:func:`plan_rollout`, its decisions logged; one
+    that cannot roll out is an error). ``topology`` is ``cfg``'s (given with it). Warnings and
+    notes go to ``log``.
 
     No access to the API (no kubeconfig, unreachable, forbidden) is one warning, never a
     failure, except while a platform lifts its protect: then DGDs that could not be listed
-    are an error naming the permission (the check fails closed), as they are for a move of the
-    platform's chart.
+    are an error naming the permission (the check fails closed). A move of the platform's chart
+    whose DGD list the API refuses is an error naming the permission too.
 
     Returns:
         The rollout (None when not checked).
