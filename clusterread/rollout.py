@@ -23,7 +23,12 @@ its timeout. Each way a pod can start early, and what the program does about it:
   03dfed81c3d05d88bf4ca06d21f021160c7cb97d,
   ``deploy/operator/internal/controller/dgd_worker_rollout_reconciler.go``); where those pods
   do not fit the free shares, the DGD is replaced instead
-  (:attr:`Rollout.replace_graph`), the old one deleted first;
+  (:attr:`Rollout.replace_graph`), the old one deleted first. Dynamo 1.7.1's operator "keeps
+  the old prefill workers serving during an operator rollout" until the new generation can
+  serve (its release notes; its source at tag v1.7.1 could not be read): its new prefill pods
+  start beside every old one, which is what this check counts for every worker, so on a full
+  cluster the replacement is what makes the change at 1.7.1 as at 1.7.0. A replacement involves
+  no rollout of the operator's (``tests/cli_rules/test_rollout_rules.py`` states both);
 - a vLLM Deployment that grows (more replicas, same pods): its added pods start beside the
   running ones; where they do not fit, they stay Pending (the sizing check,
   :func:`clusterread.checks.cluster_problems`, names the node class), and the rollout says so;

@@ -13,8 +13,11 @@ TensorRT-LLM images pin their own NIXL, and this program deploys only vLLM or th
 (``docs/fern/components/releases.data.ts``, ``nixlVllm``, ``ucx``; ai-dynamo/dynamo at commit
 0059bada94f8c52586523424ee05d4b2a1063608): vLLM 0.26.0, NIXL 1.3.2, UCX 1.21.x. Each line's
 latest patch is the one that page names ("Pins shown from v1.6.2, the latest release on the
-v1.6.x line"; v1.5.1, v1.4.2). 1.6.1 and 1.6.2 are patch releases whose dependency changes name
-no NIXL (the v1.6.2 release notes, commit 28f9765).
+v1.6.x line"; v1.5.1, v1.4.2), and 1.7.1 (2026-12-04, tag v1.7.1 at commit c3420db): its release
+notes call it "a patch release on top of v1.7.0" whose dependency changes are a transformers
+ceiling, AISim 0.14.0 and the enterprise image's base ("The base still carries vLLM v0.33.0"),
+none of them vLLM, NIXL or UCX, so the 1.7 line's pins are 1.7.0's. 1.6.1 and 1.6.2 are patch
+releases whose dependency changes name no NIXL (the v1.6.2 release notes, commit 28f9765).
 
 **NIXL's ``UCX_TLS`` rule.** NIXL's UCX backend refuses to start when NVIDIA GPUs are present and
 ``UCX_TLS`` enables no CUDA memory transport: "Invalid UCX_TLS=tcp,self for NIXL UCX backend:
@@ -82,7 +85,7 @@ RELEASE_LINES: dict[tuple[int, int], ReleaseLine] = {
     (1, 4): ReleaseLine("1.4.2", "0.26.0", "1.3.2", "1.21.x"),
     (1, 5): ReleaseLine("1.5.1", "0.28.0", "1.3.2", "1.21.x"),
     (1, 6): ReleaseLine("1.6.2", "0.31.0", "1.4.1", "1.21.x"),
-    (1, 7): ReleaseLine("1.7.0", "0.33.0", "1.5.0", "1.22.x"),
+    (1, 7): ReleaseLine("1.7.1", "0.33.0", "1.5.0", "1.22.x"),
 }
 """(major, minor) -> the line's latest release and its pins (see the module docstring)."""
 
@@ -136,7 +139,8 @@ def line_text(line: tuple[int, int]) -> str:
 
 def release_to_apply(line: tuple[int, int]) -> str:
     """The release to upgrade to on a minor line: its latest (:data:`RELEASE_LINES`), else
-    ``MAJOR.MINOR.0``. ``(1, 6)`` -> ``"1.6.2"``, ``(1, 9)`` -> ``"1.9.0"``."""
+    ``MAJOR.MINOR.0``. ``(1, 6)`` -> ``"1.6.2"``, ``(1, 7)`` -> ``"1.7.1"``, ``(1, 9)`` ->
+    ``"1.9.0"``."""
     known = RELEASE_LINES.get(line)
     return known.latest if known else f"{line[0]}.{line[1]}.0"
 

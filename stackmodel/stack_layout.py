@@ -258,7 +258,9 @@ def version_gate(
             operator (Dynamo's release artifacts: chart version == release).
 
     A runtime newer than its operator, or more than one minor older, is refused (Dynamo's
-    supported path upgrades the platform one minor at a time, then its graphs); another patch
+    supported path upgrades the platform one minor at a time, then its graphs; the platform
+    release it names is the runtime's own where that is the next minor, 1.7.0 workers under a
+    1.6.2 platform -> chart 1.7.0, else the next line's latest); another patch
     of the same minor, or one minor older (the state between the platform's upgrade and the
     graph's), is a warning.
     """
@@ -293,11 +295,12 @@ def version_gate(
     ran, ops = minor_of(runtime_version), minor_of(chart_version)
     if ran > ops:
         next_line = (ops[0], ops[1] + 1) if ran[0] == ops[0] else ran
+        # the workers' own release where it is the next step, so both end on one release
+        step = runtime_version if next_line == ran else release_to_apply(next_line)
         why = "newer than its operator, which Dynamo's upgrade path (the platform first) never runs"
         fix = (
-            f"{here}, or upgrade the platform first (platform.chartVersion: "
-            f"{release_to_apply(next_line)} in the platform stack and `pulumi up` there, one "
-            "minor at a time)"
+            f"{here}, or upgrade the platform first (platform.chartVersion: {step} in the "
+            "platform stack and `pulumi up` there, one minor at a time)"
         )
     else:
         why = "more than one minor older than its operator, beyond what Dynamo supports"

@@ -35,8 +35,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 """The project's packages from the ground up (docs/layout.md draws them): the config keys'
 vocabulary and the metric registry; the workload (load settings, the SLO); the measurement
 (records to figures); the outputs (results folder, tables, reports); the load client, the KV
-path's cost model and the field's result formats; the Kubernetes client and the step-time model; the model of a stack; what is
-built from it without Pulumi (Kubernetes objects, the in-cluster load and probe); the cluster
+path's cost model and the field's result formats; the Kubernetes client and the step-time
+model; the model of a stack; what is built from it without Pulumi (Kubernetes objects, the
+in-cluster load and probe); the cluster
 reads, the load step and the simulator; the search over topologies that times candidates with the
 simulator; the Pulumi components and the program; the ``testbed`` commands."""
 PACKAGES = tuple(package for layer in LAYERS for package in layer)

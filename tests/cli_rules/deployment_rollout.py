@@ -19,6 +19,19 @@ Sources (file, function and lines):
 - pulumi/pulumi-kubernetes at :data:`kubernetes_await.PULUMI_KUBERNETES_COMMIT`:
   ``provider/pkg/provider/provider.go`` L1559-1560 (``.metadata.name`` and
   ``.metadata.namespace`` force a replacement).
+- ai-dynamo/dynamo at :data:`DYNAMO_OPERATOR_COMMIT` (upstream main, read through the code
+  index, by function), ``deploy/operator/internal/controller/dgd_worker_rollout_reconciler.go``:
+  the managed rolling update of a DGD's worker components. ``buildRollingUpdateContext`` sets
+  each component's old and new replica targets (its ``RollingUpdate`` branch, the default, and
+  its ``Recreate`` branch), ``resolveRollingUpdateParams`` the surge and unavailable counts
+  (25% and 25%; surge rounds up, unavailable down; both 0 makes surge 1),
+  ``completedWorkerComponents`` counts a component done when its new replicas are ready and no
+  old one is, and ``completeRollingUpdate`` deletes the old DCDs only then. Dynamo 1.7.1's
+  operator (tag v1.7.1, commit c3420db) could not be read: the repository's snapshot is larger
+  than the fetch limit, and the index holds no version known to be at the tag. Its release notes
+  say it "keeps the old prefill workers serving during an operator rollout"
+  (:data:`KEEP_OLD_PREFILL_SINCE`), which :func:`dgd_rollout_completes` takes as: an old prefill
+  pod stays until the new prefill pods are all ready.
 """
 
 from __future__ import annotations
@@ -124,3 +137,62 @@ def gpu_peak(
     if same_resource and delete_before_replace:
         return max(old_units, new_units)
     return old_units + new_units
+
+
+DYNAMO_OPERATOR_COMMIT = "03dfed81c3d05d88bf4ca06d21f021160c7cb97d"
+"""The ai-dynamo/dynamo commit whose operator rollout code :func:`dgd_rollout_completes`
+restates (the commit :mod:`clusterread.rollout` cites)."""
+
+KEEP_OLD_PREFILL_SINCE = "1.7.1"
+"""The Dynamo release whose operator keeps the old prefill workers serving during a rollout
+until the new generation can serve (the v1.7.1 release notes)."""
+
+
+def dgd_rolling_params(desired: int) -> tuple[int, int]:
+    """``resolveRollingUpdateParams`` without annotations: (surge, unavailable) pods of a
+    worker component of ``desired`` replicas."""
+    surge = math.ceil(DEFAULT_MAX_SURGE * desired)
+    unavailable = math.floor(DEFAULT_MAX_UNAVAILABLE * desired)
+    if surge == 0 and unavailable == 0:
+        surge = 1
+    return surge, unavailable
+
+
+def dgd_rollout_completes(
+    desired: int, free_pods: int, *, keep_old_until_ready: bool, strategy: str = "RollingUpdate"
+) -> bool:
+    """Whether the operator's managed rolling update of one worker component ends, on GPU
+    shares where ``free_pods`` more of its pods fit beside its ``desired`` old ones (each old
+    pod stopped frees a share for a new one).
+
+    Each round is one reconcile of ``buildRollingUpdateContext``: ``Recreate`` scales the old
+    pods to 0, then starts the new ones; ``RollingUpdate`` scales the old down to what
+    ``minAvailable`` (``desired - unavailable``) allows, counting only ready pods, and the new up
+    within ``desired + surge``. ``keep_old_until_ready`` (Dynamo 1.7.1, a prefill component)
+    keeps every old pod until the new ones are all ready, and starts all the new ones beside
+    them (what :mod:`clusterread.rollout` assumes of every worker: the new generation whole
+    beside the old; a surge bound with the old pods kept would stall even on free shares). A
+    pod is ready once it has a share;
+    the rollout ends when every new pod is ready and no old one runs
+    (``completedWorkerComponents``), and stalls when a round changes nothing."""
+    old, new_spec, new_ready, free = desired, 0, 0, free_pods
+    while True:
+        if strategy == "Recreate":
+            old_target, new_target = 0, (desired if old == 0 else 0)
+        else:
+            surge, unavailable = dgd_rolling_params(desired)
+            min_available = desired - unavailable
+            new_unavailable = new_spec - new_ready
+            scaled_down = max(0, old + new_spec - min_available - new_unavailable)
+            surplus = max(0, old + new_ready - min_available)
+            old_target = max(0, old - min(scaled_down, surplus))
+            new_target = min(desired, new_spec + max(0, desired + surge - old - new_spec))
+            if keep_old_until_ready and new_ready < desired:
+                old_target, new_target = old, desired
+        free += old - old_target
+        scheduled = min(new_target - new_ready, free)
+        state = (old_target, new_target, new_ready + scheduled)
+        if state == (old, new_spec, new_ready):
+            return old == 0 and new_ready == desired
+        free -= scheduled
+        old, new_spec, new_ready = state

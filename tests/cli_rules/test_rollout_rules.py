@@ -12,12 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deployment_rollout import gpu_peak, replaces, rollout_progresses
+from deployment_rollout import (
+    KEEP_OLD_PREFILL_SINCE,
+    dgd_rollout_completes,
+    gpu_peak,
+    replaces,
+    rollout_progresses,
+)
 from fake_kube_api import FakeKubeApi, fake_kube_api
 from pulumi_cli import PENDING_CREATE_FLAGS
 
 from clusterread.rollout import changed, pod_groups
 from components.program import main
+from configkeys.key_paths import parse_settings
 from stackmodel.config import project_values
 from stackmodel.errors import PROJECT, StackConfigError
 from stackmodel.stacks import REPO, stack_config
@@ -65,14 +72,18 @@ def edited(stack: str, edit: Edit | None, kubeconfig: str | None) -> dict[str, s
     return out
 
 
-def run(stack: str, edit: Edit | None = None, kubeconfig: str | None = None) -> Rendered:
-    """``pulumi preview`` of the edited stack; with ``kubeconfig`` the cluster check runs."""
+def run(
+    stack: str, edit: Edit | None = None, kubeconfig: str | None = None, chart: str | None = None
+) -> Rendered:
+    """``pulumi preview`` of the edited stack; with ``kubeconfig`` the cluster check runs; with
+    ``chart`` its platform stack runs that ``platform.chartVersion``."""
     config = edited(stack, edit, kubeconfig)
+    platform = parse_settings([f"platform.chartVersion={chart}"] if chart else [])
     return run_under_mocks(
         partial(main, cluster_checks=kubeconfig is not None),
         stack=stack,
         config=config,
-        mocks=EchoMocks(_referenced_stacks(project_values(config), REPO)),
+        mocks=EchoMocks(_referenced_stacks(project_values(config), REPO, platform)),
     )
 
 
@@ -165,6 +176,89 @@ def test_an_unchanged_stack_says_nothing_and_replaces_nothing(
     (dgd,) = workloads(rendered)
     assert dgd.replace_on_changes == []
     assert not [line for line in said(rendered) if "DynamoGraphDeployment" in line]
+
+
+def at_release(release: str) -> Edit:
+    """The stack at a Dynamo release, its workers' ``UCX_TLS`` with the CUDA transport NIXL
+    1.5 asks for (a disaggregated stack at 1.7.x)."""
+
+    def edit(values: dict[str, Any]) -> None:
+        values["engine"] = {**values["engine"], "dynamoVersion": release}
+        for worker in values["topology"]["workers"]:
+            worker["env"] = {**worker.get("env", {}), "UCX_TLS": "tcp,self,cuda_copy"}
+
+    return edit
+
+
+def bigger_prefill_limit(values: dict[str, Any]) -> None:
+    """A change of the prefill worker alone (its memory limit)."""
+    at_release(KEEP_OLD_PREFILL_SINCE)(values)
+    workers = values["topology"]["workers"]
+    workers[0] = {**workers[0], "memoryLimit": "10Gi"}
+
+
+def test_the_operators_rollout_on_full_gpus_by_release() -> None:
+    """What the DGD's in-place rollout does with no free share (the operator's source, cited in
+    :mod:`deployment_rollout`): at 1.7.0 a worker component of 4 replicas may stop one old pod
+    first (25% unavailable), one of 1 or 2 may not; from 1.7.1 an old prefill pod stays until
+    the new ones serve, so the new ones wait for shares only they could free. Recreate (a
+    component's strategy annotation, which the program does not set) stops the old first."""
+    assert [dgd_rollout_completes(n, 0, keep_old_until_ready=False) for n in (1, 2, 4)] == [
+        False, False, True
+    ]  # fmt: skip
+    assert [dgd_rollout_completes(n, 0, keep_old_until_ready=True) for n in (1, 2, 4)] == [
+        False, False, False
+    ]  # fmt: skip
+    # with a share free beside each old pod, every one completes
+    assert all(dgd_rollout_completes(n, n, keep_old_until_ready=True) for n in (1, 2, 4))
+    assert dgd_rollout_completes(2, 0, keep_old_until_ready=False, strategy="Recreate")
+
+
+@pytest.mark.parametrize("change", [at_release(KEEP_OLD_PREFILL_SINCE), bigger_prefill_limit])
+def test_a_change_on_a_full_cluster_at_1_7_1_replaces_the_dgd_delete_first(
+    api: FakeKubeApi, tmp_path: Path, change: Edit
+) -> None:
+    """disagg-cross-node at 1.7.0 on nodes its own workers fill (1 share on the 8 GB node, 2 on
+    the 24 GB one), under a 1.7.1 platform: the upgrade to 1.7.1, or a change of the prefill
+    worker at 1.7.1. In place, 1.7.1's operator would keep the old prefill pod until the new one
+    serves, which has no share to start on: the rollout would never end. The program replaces
+    the DGD instead, deleting the old one first."""
+    api.nodes = cluster(2, 1)
+    chart = KEEP_OLD_PREFILL_SINCE
+    deploy_into(api, run("disagg-cross-node", at_release("1.7.0"), chart=chart))
+    rendered = run("disagg-cross-node", change, str(api.kubeconfig(tmp_path)), chart=chart)
+    (dgd,) = workloads(rendered)
+    assert dgd.inputs["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0][
+        "image"
+    ].endswith(":1.7.1")
+    assert (dgd.replace_on_changes, dgd.delete_before_replace) == (["spec"], True)
+    (note,) = [line for line in said(rendered) if "replaces the DGD instead" in line]
+    assert "start the new pods of decode, prefill beside the old ones" in note
+    assert "node class gpu-8gb has 0 free of 1 and the new pods need 1" in note
+    assert "node class gpu-24gb has 0 free of 2 and the new pods need 2" in note
+    # in place: the new prefill pod would wait for the share its old pod keeps
+    groups = {g.component: g for g in pod_groups(dgd.inputs)}
+    assert not dgd_rollout_completes(groups["prefill"].replicas, 0, keep_old_until_ready=True)
+    # delete-first: one DGD's shares at a time, which the 3 shares hold
+    assert replaces(api.graphs[0], dgd.inputs, ["spec"])  # type: ignore[index]
+    assert gpu_peak(3, 3, same_resource=True, delete_before_replace=True) == 3
+
+
+def test_the_same_change_at_1_7_1_with_a_free_share_per_pod_rolls_in_place(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """On the seed's cluster (4 and 2 shares) the stack leaves a share free beside each of its
+    pods: 1.7.1's operator starts the new prefill pod there and then stops the old one."""
+    chart = KEEP_OLD_PREFILL_SINCE
+    deploy_into(api, run("disagg-cross-node", at_release("1.7.0"), chart=chart))
+    rendered = run(
+        "disagg-cross-node", at_release("1.7.1"), str(api.kubeconfig(tmp_path)), chart=chart
+    )
+    (dgd,) = workloads(rendered)
+    assert dgd.replace_on_changes == []
+    assert any("fit the free GPU shares" in line for line in said(rendered))
+    prefill = next(g for g in pod_groups(dgd.inputs) if g.component == "prefill")
+    assert dgd_rollout_completes(prefill.replicas, 1, keep_old_until_ready=True)
 
 
 def test_vllm_deployments_roll_out_with_recreate(api: FakeKubeApi, tmp_path: Path) -> None:

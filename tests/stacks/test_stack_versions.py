@@ -1,6 +1,6 @@
-"""Dynamo 1.7.0 beside 1.6.2: the release table, the version gate at preview (a graph's runtime
-against its operator, a platform upgrade that skips a minor), every shipped stack at 1.7.0, the
-diff an upgrade makes, and probe profiles of another NIXL minor."""
+"""Dynamo 1.7.0 and 1.7.1 beside 1.6.2: the release table, the version gate at preview (a graph's
+runtime against its operator, a platform upgrade that skips a minor), every shipped stack at 1.7.0
+and 1.7.1, the diff an upgrade makes, and probe profiles of another NIXL minor."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from kvpath.profile import LinkProfile
 from kvpath.versions import (
     RELEASE_LINES,
     UPSTREAM_RULES,
+    nixl_refuses_tls_without_cuda,
     rules_not_read_at,
     runtime_skew,
     shipped_nixl,
@@ -36,6 +37,7 @@ from testbed.render_files import diff_rendered
 
 Raw = dict[str, Any]
 AT_1_7 = ["engine.dynamoVersion=1.7.0", "platform.chartVersion=1.7.0"]
+RELEASES_1_7 = ("1.7.0", "1.7.1")
 DISAGG = ("disagg-same-node", "disagg-cross-node")
 
 
@@ -44,8 +46,14 @@ DISAGG = ("disagg-same-node", "disagg-cross-node")
 
 def test_the_release_lines_are_the_deprecations_pages_pins() -> None:
     assert RELEASE_LINES[(1, 6)] == ("1.6.2", "0.31.0", "1.4.1", "1.21.x")
-    assert RELEASE_LINES[(1, 7)] == ("1.7.0", "0.33.0", "1.5.0", "1.22.x")
-    assert [shipped_nixl(v) for v in ("1.5.1", "1.6.2", "1.7.0")] == ["1.3.2", "1.4.1", "1.5.0"]
+    # 1.7.1, a patch on 1.7.0 with the same pins (its release notes), is the line's latest.
+    assert RELEASE_LINES[(1, 7)] == ("1.7.1", "0.33.0", "1.5.0", "1.22.x")
+    assert [shipped_nixl(v) for v in ("1.5.1", "1.6.2", "1.7.0", "1.7.1")] == [
+        "1.3.2", "1.4.1", "1.5.0", "1.5.0"
+    ]  # fmt: skip
+    assert [nixl_refuses_tls_without_cuda(v) for v in ("1.6.2", "1.7.0", "1.7.1")] == [
+        False, True, True
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -64,6 +72,15 @@ def test_the_release_lines_are_the_deprecations_pages_pins() -> None:
         ("1.7.0", "1.5.1", "1.7.0 -> 1.5.1 skips 1.6.x; Dynamo supports upgrades within a minor "
          "or to the adjacent minor only, every intermediate minor applied in order: downgrade "
          "to 1.6.2 first"),
+        ("1.6.2", "1.7.1", None),  # to the adjacent minor's patch
+        ("1.7.0", "1.7.1", None),  # within a minor
+        ("1.7.1", "1.6.2", None),
+        ("1.5.1", "1.7.1", "1.5.1 -> 1.7.1 skips 1.6.x; Dynamo supports upgrades within a minor "
+         "or to the adjacent minor only, every intermediate minor applied in order: upgrade to "
+         "1.6.2 first"),
+        ("1.6.2", "1.8.0", "1.6.2 -> 1.8.0 skips 1.7.x; Dynamo supports upgrades within a minor "
+         "or to the adjacent minor only, every intermediate minor applied in order: upgrade to "
+         "1.7.1 first"),
     ],
 )  # fmt: skip
 def test_upgrade_path(current: str, target: str, expected: str | None) -> None:
@@ -84,6 +101,10 @@ def test_a_major_change_is_outside_the_policy() -> None:
         ("1.7.0", "1.6.2", "unsupported"),
         ("1.5.1", "1.7.0", "unsupported"),
         ("1.7.0", "2.0.0", "unsupported"),
+        ("1.7.0", "1.7.1", "patch"),
+        ("1.7.1", "1.7.1", "same"),
+        ("1.6.2", "1.7.1", "older-minor"),
+        ("1.7.1", "1.6.2", "unsupported"),
     ],
 )
 def test_runtime_skew(runtime: str, operator: str, skew: str) -> None:
@@ -92,6 +113,7 @@ def test_runtime_skew(runtime: str, operator: str, skew: str) -> None:
 
 def test_each_rule_says_the_lines_it_was_read_at() -> None:
     assert rules_not_read_at("1.6.2") == []
+    assert rules_not_read_at("1.7.1") == rules_not_read_at("1.7.0")
     assert [r.name for r in rules_not_read_at("1.7.0")] == ["chart values", "CRD fields"]
     assert len(rules_not_read_at("1.8.0")) == len(UPSTREAM_RULES)
     # Each rule names a module of the program, and the upgrade page lists it with its lines.
@@ -149,6 +171,32 @@ def test_a_runtime_newer_than_its_operator_is_refused_with_both_fixes() -> None:
     assert _render("kv-routing", _platform_at("1.6.2"), "engine.dynamoVersion=1.6.2").outputs
     upgraded = _render("kv-routing", _platform_at("1.7.0"), "engine.dynamoVersion=1.7.0")
     assert not [w for w in upgraded.outputs["warnings"] if "under the operator" in w]
+
+
+def test_a_runtime_newer_than_its_operator_names_the_platform_release_to_apply() -> None:
+    """The workers' own release where it is the platform's next minor (both then match), else
+    the next minor's latest release."""
+    for workers in ("1.7.1", "1.8.0"):
+        error = _refusal("kv-routing", _platform_at("1.6.2"), f"engine.dynamoVersion={workers}")
+        (problem,) = error.problems
+        assert "platform.chartVersion: 1.7.1 in the platform stack" in problem.message
+    # The fix, applied: the platform at 1.7.1 runs the 1.7.1 workers without a word.
+    upgraded = _render("kv-routing", _platform_at("1.7.1"), "engine.dynamoVersion=1.7.1")
+    assert not [w for w in upgraded.outputs["warnings"] if "under the operator" in w]
+
+
+def test_1_7_0_and_1_7_1_beside_each_other_are_warnings() -> None:
+    """Either order of the two patches, and 1.6.2 workers under a 1.7.1 platform, is a step
+    Dynamo supports: preview warns and names the release to use."""
+    for graph, chart, said in (
+        ("1.7.0", "1.7.1", "two patches of one minor, which Dynamo supports"),
+        ("1.7.1", "1.7.0", "two patches of one minor, which Dynamo supports"),
+        ("1.6.2", "1.7.1", "upgrade this stack next: set engine.dynamoVersion: 1.7.1"),
+    ):
+        rendered = _render("kv-routing", _platform_at(chart), f"engine.dynamoVersion={graph}")
+        (warning,) = [w for w in rendered.outputs["warnings"] if "under the operator" in w]
+        assert f"run Dynamo {graph} under the operator of dynamo-platform chart {chart}" in warning
+        assert said in warning
 
 
 def test_a_runtime_two_minors_behind_is_refused() -> None:
@@ -212,6 +260,11 @@ def test_a_platform_upgrade_that_skips_a_minor_is_refused_naming_the_release_bet
     assert _platform_upgrade("1.5.1", "1.6.2").helm_releases()[0]["version"] == "1.6.2"
     assert _platform_upgrade("1.6.2", "1.7.0").helm_releases()[0]["version"] == "1.7.0"
     assert _platform_upgrade(None, "1.7.0").helm_releases()  # a first install: no gate
+    # 1.7.1 from 1.6.2 or from 1.7.0; not from 1.5.1.
+    assert _platform_upgrade("1.6.2", "1.7.1").helm_releases()[0]["version"] == "1.7.1"
+    assert _platform_upgrade("1.7.0", "1.7.1").helm_releases()[0]["version"] == "1.7.1"
+    with pytest.raises(VersionGateError, match=r"1\.5\.1 -> 1\.7\.1 skips 1\.6\.x"):
+        _platform_upgrade("1.5.1", "1.7.1")
 
 
 def test_a_standalone_stack_gates_its_platform_upgrade_on_its_own_outputs(
@@ -236,12 +289,14 @@ def test_a_standalone_stack_gates_its_platform_upgrade_on_its_own_outputs(
     assert preview({"platform": {"chartVersion": "1.6.2"}}).helm_releases()
 
 
-# --- every shipped stack at 1.7.0 ---------------------------------------------------------------
+# --- every shipped stack at 1.7.0 and 1.7.1 -----------------------------------------------------
 
 
-def _sets_at_1_7(stack: str) -> list[str]:
-    """The stack's 1.7.0 settings: the two versions (the platform stack takes only its own)."""
-    return AT_1_7[1:] if stack == "platform" else list(AT_1_7)
+def _sets_at(stack: str, release: str) -> list[str]:
+    """The stack's settings at a release: the two versions (the platform stack takes only its
+    own)."""
+    sets = [f"engine.dynamoVersion={release}", f"platform.chartVersion={release}"]
+    return sets[1:] if stack == "platform" else sets
 
 
 def _named_fixes(error: StackConfigError) -> list[str]:
@@ -254,34 +309,38 @@ def _named_fixes(error: StackConfigError) -> list[str]:
     return fixes
 
 
+@pytest.mark.parametrize("release", RELEASES_1_7)
 @pytest.mark.parametrize("stack", [s for s in stack_names() if s not in DISAGG])
-def test_a_stack_renders_at_1_7_0(stack: str) -> None:
-    rendered = render_stack(stack, settings=parse_settings(_sets_at_1_7(stack)))
+def test_a_stack_renders_at_1_7_x(stack: str, release: str) -> None:
+    rendered = render_stack(stack, settings=parse_settings(_sets_at(stack, release)))
     if stack == "platform":
-        assert rendered.helm_releases()[0]["version"] == "1.7.0"
+        assert rendered.helm_releases()[0]["version"] == release
         return
     images = {c["image"] for o in rendered.kubernetes_objects() for c in _containers(o)}
-    assert images and all(i.endswith(":1.7.0") for i in images), images
-    # The simulation takes the same graph at 1.7.0: the release changes no routing input.
-    at_1_7 = load_stack(stack, parse_settings(AT_1_7))
+    assert images and all(i.endswith(f":{release}") for i in images), images
+    # The simulation takes the same graph at 1.7.x: the release changes no routing input.
+    at_1_7 = load_stack(stack, parse_settings(_sets_at(stack, release)))
     assert graph_spec(at_1_7) == graph_spec(load_stack(stack))
 
 
+@pytest.mark.parametrize("release", RELEASES_1_7)
 @pytest.mark.parametrize("stack", DISAGG)
-def test_a_disaggregated_stack_at_1_7_0_needs_the_ucx_tls_its_error_names(stack: str) -> None:
+def test_a_disaggregated_stack_at_1_7_x_needs_the_ucx_tls_its_error_names(
+    stack: str, release: str
+) -> None:
     with pytest.raises(StackConfigError) as info:
-        render_stack(stack, settings=parse_settings(AT_1_7))
+        render_stack(stack, settings=parse_settings(_sets_at(stack, release)))
     fixes = _named_fixes(info.value)
     assert fixes == [
         "topology.workers[0].env.UCX_TLS=tcp,self,cuda_copy",
         "topology.workers[1].env.UCX_TLS=tcp,self,cuda_copy",
     ]
-    settings = parse_settings([*AT_1_7, *fixes])
+    settings = parse_settings([*_sets_at(stack, release), *fixes])
     rendered = render_stack(stack, settings=settings)
     warnings = rendered.outputs["warnings"]
     (unread,) = [w for w in warnings if "rules of the program were read" in w]
     assert "chart values, CRD fields" in unread
-    # The simulation takes the same graph at 1.7.0: the release changes no routing input.
+    # The simulation takes the same graph at 1.7.x: the release changes no routing input.
     at_1_7 = load_stack(stack, settings)
     assert graph_spec(at_1_7) == graph_spec(load_stack(stack))
 
