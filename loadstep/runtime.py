@@ -145,9 +145,11 @@ def _run_grid(
         StopRequested: the stop file stopped the grid.
     """
     from incluster.runtime import clear_leftovers
-    from loadstep.worker_urls import worker_urls
+    from loadstep.worker_urls import WorkerUrls, worker_urls
 
-    workers = worker_urls(inputs)
+    workers = _side_series(
+        "the workers' /metrics scrape", notes, lambda: worker_urls(inputs), WorkerUrls()
+    )
     notes.extend(workers.notes)
     if inputs.runner == "local":
         if inputs.namespace is not None:  # an in-cluster step's Job would load beside it
@@ -369,9 +371,10 @@ def run_load_step(inputs: LoadStepInputs, warn: Callable[[str], None]) -> dict[s
 
 
 def _side_series(what: str, notes: list[str], make: Callable[[], _T], otherwise: _T) -> _T:
-    """``make()``, a side series of the step read after the grid (the pod watch's incidents,
-    the pod memory series); an error of it is one line in ``notes`` and ``otherwise`` is used:
-    no side series fails the step or loses its results (docs/load-step.md)."""
+    """``make()``, a side series of the step (the workers' ``/metrics`` URLs before the grid;
+    the pod watch's incidents and the pod memory series after it); an error of it is one line
+    in ``notes`` and ``otherwise`` is used: no side series fails the step or loses its results
+    (docs/load-step.md)."""
     try:
         return make()
     except Exception as exc:  # any error of a side series: the results are written all the same

@@ -1,11 +1,12 @@
-"""The load step's side series (the pod watch, the pod memory series) never fail a step nor lose
-its results: a PodMetrics item metrics-server serves without a timestamp or containers is
-skipped and said in one warning, and any error of a side series is one note, with
-``status.json`` written. The grid itself is a stand-in that waits for the memory sampler's
-reads; the cluster is the fake Kubernetes API."""
+"""The load step's side series (the workers' scrape, the pod watch, the pod memory series) never
+fail a step nor lose its results: a PodMetrics item metrics-server serves without a timestamp or
+containers is skipped and said in one warning, and any error of a side series is one note, with
+``status.json`` written. The grid itself (``_wait_and_run``) is a stand-in that waits for the
+memory sampler's reads; the cluster is the fake Kubernetes API."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from datetime import UTC, datetime
@@ -52,12 +53,13 @@ def serve_pods(api: FakeKubeApi) -> None:
 
 
 def grid_stand_in(api: FakeKubeApi) -> Any:
-    """A grid that runs until the memory sampler has read twice, and finishes no run."""
+    """The grid in this process (``_wait_and_run``): runs until the memory sampler has read
+    twice, and finishes no run."""
 
-    def run(*args: Any) -> tuple[None, bool, str]:
+    async def run(*args: Any) -> tuple[None, bool, str]:
         deadline = time.monotonic() + 30
         while api.metrics_reads < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+            await asyncio.sleep(0.01)
         return None, False, "the grid stand-in ran no request"
 
     return run
@@ -69,7 +71,7 @@ def test_a_pod_metrics_item_without_timestamp_is_skipped_and_said_once(
     warned: list[str] = []
     with fake_kube_api() as api:
         serve_pods(api)
-        monkeypatch.setattr(load_runtime, "_run_grid", grid_stand_in(api))
+        monkeypatch.setattr(load_runtime, "_wait_and_run", grid_stand_in(api))
         outputs = load_runtime.run_load_step(step_inputs(api, tmp_path), warned.append)
     folder = Path(outputs["resultsDir"])
     memory = json.loads((folder / MEMORY_FILE).read_text())
@@ -80,7 +82,14 @@ def test_a_pod_metrics_item_without_timestamp_is_skipped_and_said_once(
     assert json.loads((folder / STATUS_FILE).read_text())["state"] == outputs["status"]["state"]
 
 
-@pytest.mark.parametrize("broken", ["memory", "watch"])
+SIDE_SERIES = {
+    "memory": "the pod memory series",
+    "watch": "the pod watch's incidents",
+    "scrape": "the workers' /metrics scrape",
+}
+
+
+@pytest.mark.parametrize("broken", list(SIDE_SERIES))
 def test_an_error_of_a_side_series_is_a_note_and_the_status_is_written(
     broken: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -89,17 +98,18 @@ def test_an_error_of_a_side_series_is_a_note_and_the_status_is_written(
 
     if broken == "memory":
         monkeypatch.setattr("loadstep.memory.memory_record", fails)
-    else:
+    elif broken == "watch":
         monkeypatch.setattr(PodWatch, "incidents", fails)
+    else:
+        monkeypatch.setattr("loadstep.worker_urls.worker_urls", fails)
     warned: list[str] = []
     with fake_kube_api() as api:
         serve_pods(api)
-        monkeypatch.setattr(load_runtime, "_run_grid", grid_stand_in(api))
+        monkeypatch.setattr(load_runtime, "_wait_and_run", grid_stand_in(api))
         outputs = load_runtime.run_load_step(step_inputs(api, tmp_path), warned.append)
-    what = "the pod memory series" if broken == "memory" else "the pod watch's incidents"
     (note,) = [w for w in warned if "not kept" in w]
     assert note == (
-        f"load step: {what} not kept (ValueError('the {broken} stand-in failed')); the load's"
-        " results are"
+        f"load step: {SIDE_SERIES[broken]} not kept (ValueError('the {broken} stand-in"
+        " failed')); the load's results are"
     )
     assert (Path(outputs["resultsDir"]) / STATUS_FILE).exists()
