@@ -3,7 +3,7 @@ and ``<point>/profile_export_aiperf.csv``, in the shape AIPerf 0.13.0 writes the
 
 Where the shape comes from (aiperf 0.13.0, the wheel's files):
 
-- JSON: ``aiperf/common/models/export_models.py`` ``JsonExportData`` (L281-330; schema version
+- JSON: ``aiperf/common/models/export_models.py`` ``JsonExportData`` (L281-353; schema version
   ``1.4``, L296) holds each metric under its tag as a ``JsonMetricResult`` (L25-65: ``unit``,
   ``avg``, ``p1`` ... ``p99``, ``min``, ``max``, ``std``, and for a per-request metric ``count``
   and ``sum``; a run-level metric has ``unit`` and ``avg`` only), beside ``input_config``,
@@ -23,8 +23,9 @@ Where the shape comes from (aiperf 0.13.0, the wheel's files):
 
 What each metric is taken from is `METRICS_MAP`, one entry per metric with its unit
 conversion; the latencies and rates come from the metric registry (`metrics.registry`).
-AIPerf's ``inter_token_latency`` is, per request, (request latency - TTFT) / (output tokens - 1)
-(``aiperf/metrics/types/inter_token_latency_metric.py`` L21-35): the registry's TPOT, not its
+AIPerf's ``inter_token_latency`` is, per request, (request latency - TTFT) / (output tokens -
+the first content chunk's tokens, 1 without per-chunk usage)
+(``aiperf/metrics/types/inter_token_latency_metric.py`` L19-35): the registry's TPOT, not its
 per-token ITL. A simulated folder says so in ``metadata.simulated``.
 """
 
@@ -157,7 +158,8 @@ def metric_result(entry: AiperfMetric, point: PointData) -> dict[str, Any] | Non
 
 def _input_config(source: ExportSource, point: PointData) -> dict[str, Any]:
     """The load as AIPerf's ``input_config`` (its ``BenchmarkConfig``) spells the same
-    settings: model, endpoint, the profiling phase."""
+    settings: model, endpoint, the prompts (synthetic, their mean lengths), the profiling
+    phase."""
     grid, config = source.grid, source.grid.config
     phase: dict[str, Any] = {
         "name": "profiling",
@@ -168,9 +170,19 @@ def _input_config(source: ExportSource, point: PointData) -> dict[str, Any]:
     }
     if config.arrival is not Arrival.CLOSED:
         phase["rate"] = config.request_rate
+    # The URL the requests went to; a simulation's `url` reads "simulation of <URL>", the
+    # URL of the Dynamo frontend its routing run sent them to (simulator/retime.py).
+    urls = grid.url.split()[-1:]
+    dataset = {
+        "name": "main",
+        "type": "synthetic",
+        "entries": len(point.records),
+        "prompts": {"isl": {"mean": config.prompt_tokens}, "osl": {"mean": config.max_tokens}},
+    }
     return {
         "models": {"items": [{"name": grid.model}]},
-        "endpoint": {"urls": [grid.url], "type": config.api.value, "streaming": True},
+        "endpoint": {"urls": urls, "type": config.api.value, "streaming": True},
+        "datasets": [dataset],
         "phases": [phase],
     }
 

@@ -101,7 +101,7 @@ def simulated(measured: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in (REQUESTS_FILE, "summary.json"):
         (folder / name).write_bytes((measured / name).read_bytes())
     grid = GridResult.model_validate_json((measured / RESULT_FILE).read_text())
-    labelled = grid.model_copy(update={"simulated": SIMULATED})
+    labelled = grid.model_copy(update={"simulated": SIMULATED, "url": f"simulation of {grid.url}"})
     (folder / RESULT_FILE).write_text(labelled.model_dump_json())
     return folder
 
@@ -182,6 +182,8 @@ def test_a_simulated_folder_says_so_in_both_formats(
     _export(simulated, "aiperf", tmp_path / "ai", capsys)
     exported = json.loads((tmp_path / "ai" / "k2-c1" / JSON_FILE).read_text())
     assert exported["metadata"]["simulated"] == SIMULATED
+    # AIPerf takes URLs only: the simulation's frontend, which its routing run sent to
+    assert exported["input_config"]["endpoint"]["urls"] == [_grid(simulated).url.split()[-1]]
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +213,10 @@ def test_the_aiperf_json_has_the_keys_nesting_and_units_of_aiperfs_own(
     for key, value in others.items():
         assert key in real, key
         assert value is None or real[key] is None or type(value) is type(real[key]), key
+    # AIPerf's BenchmarkConfig requires models, endpoint (a URL at least) and datasets.
+    assert {"models", "endpoint", "datasets"} <= set(ours["input_config"])
     assert set(ours["input_config"]) <= set(real["input_config"])
+    assert ours["input_config"]["endpoint"]["urls"] == [_grid(measured).url]
     assert set(ours["input_config"]["phases"][0]) <= set(real["input_config"]["phases"][0])
     failed = [r for r in _point_records(measured, 2) if not r.ok]
     assert ours["error_summary"] == [
