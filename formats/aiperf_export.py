@@ -74,19 +74,15 @@ class AiperfMetric:
     values: Callable[[PointData], Distribution | None]
 
 
-def _registry(
-    tag: str, header: str, unit: str, key: str, scale: float, shape: Shape, field: str = ""
-) -> AiperfMetric:
-    """An entry from registry metric `key`: a latency's values per request, or a rate's
-    per repetition (`RunSummary` field `field`, the registry key by default)."""
+def _registry(tag: str, header: str, unit: str, key: str, shape: Shape) -> AiperfMetric:
+    """An entry from registry metric `key`, in its own unit (scale 1): a latency's values per
+    request, or a rate's per repetition (the `RunSummary` field of the key's name)."""
     metric = METRICS[key]
     if shape == "distribution":
         return AiperfMetric(
-            tag, header, unit, key, metric.unit, scale, shape, lambda p: p.latency(key)
+            tag, header, unit, key, metric.unit, 1.0, shape, lambda p: p.latency(key)
         )
-    return AiperfMetric(
-        tag, header, unit, key, metric.unit, scale, shape, lambda p: p.per_run(field or key)
-    )
+    return AiperfMetric(tag, header, unit, key, metric.unit, 1.0, shape, lambda p: p.per_run(key))
 
 
 def _single(value: float) -> Distribution | None:
@@ -103,13 +99,13 @@ def _goodput(point: PointData) -> Distribution | None:
 
 
 METRICS_MAP: tuple[AiperfMetric, ...] = (
-    _registry("request_throughput", "Request Throughput", "requests/sec", "requests_per_s", 1.0,
+    _registry("request_throughput", "Request Throughput", "requests/sec", "requests_per_s",
               "value"),
-    _registry("request_latency", "Request Latency", "ms", "e2e", 1.0, "distribution"),
+    _registry("request_latency", "Request Latency", "ms", "e2e", "distribution"),
     AiperfMetric("request_count", "Request Count", "requests", "successful requests",
                  "requests", 1.0, "value", lambda p: _single(len(p.good))),
-    _registry("time_to_first_token", "Time to First Token", "ms", "ttft", 1.0, "distribution"),
-    _registry("inter_token_latency", "Inter Token Latency", "ms", "tpot", 1.0, "distribution"),
+    _registry("time_to_first_token", "Time to First Token", "ms", "ttft", "distribution"),
+    _registry("inter_token_latency", "Inter Token Latency", "ms", "tpot", "distribution"),
     AiperfMetric("output_token_throughput", "Output Token Throughput", "tokens/sec",
                  "output_tokens_per_s", "tok/s", 1.0, "value",
                  lambda p: p.per_run("output_tokens_per_s")),

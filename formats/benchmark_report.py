@@ -180,7 +180,7 @@ def _run(source: ExportSource, point: PointData) -> dict[str, Any]:
         run["time"] = {
             "start": start.isoformat(),
             "end": end.isoformat(),
-            "duration": f"PT{(end - start).total_seconds():g}S",
+            "duration": f"PT{(end - start).total_seconds():.3f}S",
         }
     return run
 

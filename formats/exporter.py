@@ -138,7 +138,6 @@ class ExportSource:
     `grid` its `result.json`, `points` in the grid's order, `simulated` what simulated it (None:
     measured against a server; `GridResult.simulated`)."""
 
-    path: Path
     name: str
     grid: GridResult
     points: tuple[PointData, ...]
@@ -200,7 +199,7 @@ def read_source(folder: Path) -> ExportSource:
             record for run in runs for record in by_run.get((*coordinates, run.repetition), [])
         )
         points.append(PointData(point, runs, records))
-    return ExportSource(folder, loaded.name, loaded.grid, tuple(points))
+    return ExportSource(loaded.name, loaded.grid, tuple(points))
 
 
 def write_export(out: Path, files: Mapping[str, str]) -> list[Path]:
