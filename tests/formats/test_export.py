@@ -71,12 +71,13 @@ SIMULATED = "testbed simulate: a stand-in label for this test"
 
 
 def _handle(body: dict[str, Any], n: int) -> list[Step]:
-    """Every ninth request from the fifth answered 503; the others 3 tokens, each in a read of
-    its own (2 ms apart), so that each request has a TPOT."""
+    """Every ninth request from the fifth answered 503; the others 3 tokens 10 ms apart, so that
+    a request has a TPOT (unless a busy client read all three at once: the tests count the
+    requests that have one)."""
     if n % 9 == 4:
         return [Status(503, b'{"error": "no workers"}')]
     first, *rest = normal_stream(["a", "b", "c"], prompt=100, cached=40)
-    return [first, *(step for token in rest[:3] for step in (Sleep(0.002), token)), *rest[3:]]
+    return [first, *(step for token in rest[:3] for step in (Sleep(0.01), token)), *rest[3:]]
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +237,7 @@ def test_the_aiperf_values_are_the_points_requests_as_aiperf_defines_them(
     itl = [v for r in good if (v := tpot_ms(r)) is not None]
     assert ours["inter_token_latency"]["p90"] == pytest.approx(np.percentile(itl, 90))
     assert ours["inter_token_latency"]["std"] == pytest.approx(np.std(itl))
-    assert ours["inter_token_latency"]["count"] == len(good)
+    assert ours["inter_token_latency"]["count"] == len(itl) > 0
     assert ours["request_count"] == {"unit": "requests", "avg": len(good)}
     assert ours["completed_request_count"]["avg"] == 16
     failed = 16 - len(good)
