@@ -21,6 +21,7 @@ from testbed.calibrate_command import calibrate_command
 from testbed.compare import compare_command
 from testbed.console import EXIT_INTERRUPTED, EXIT_USAGE
 from testbed.diff_command import diff_command
+from testbed.export_command import export_command
 from testbed.init_stack import init_stack_command
 from testbed.load_command import load_command
 from testbed.load_role import load_role_command
@@ -97,6 +98,7 @@ DOCS = {
     "probe": "docs/kv-path.md (The probe)",
     "init-stack": "README.md (Adapt it to your cluster), docs/config-reference.md",
     "load-role": "docs/in-cluster.md",
+    "export": "docs/formats.md (testbed export)",
 }
 """The documentation of each command, in the project folder: its ``--help`` ends with it."""
 
@@ -117,6 +119,7 @@ app.command("recommend", epilog=_epilog("recommend"))(recommend_command)
 app.add_typer(probe_app, name="probe", epilog=_epilog("probe"))
 app.command("init-stack", epilog=_epilog("init-stack"))(init_stack_command)
 app.command("load-role", epilog=_epilog("load-role"))(load_role_command)
+app.command("export", epilog=_epilog("export"))(export_command)
 
 
 def _no_flag_types(command: Any) -> None:
