@@ -593,7 +593,7 @@ def _output_fields(
         )
     contradicted = [r for r in good if r.usage_completion_tokens is not None]
     if contradicted:
-        said = sorted({r.usage_completion_tokens for r in contradicted})
+        said = sorted({n for r in contradicted if (n := r.usage_completion_tokens) is not None})
         seen = [r.completion_tokens for r in contradicted if r.completion_tokens is not None]
         limit = "" if max_tokens is None else f", max_tokens {max_tokens}"
         warnings.append(

@@ -3,23 +3,20 @@ the stream contradicts, and reasoning (streamed or hidden), each against the fak
 one request's record and as the run's figures, warnings and SLO judgement."""
 
 import statistics
-import time
 from collections.abc import Sequence
 
 import pytest
 from fake_openai_server import (
     DONE,
-    FakeServer,
     Send,
     Step,
     chat_chunk,
     named_event,
     paced_stream,
 )
+from test_request import fetch as fetch_record
 
-from loadgen.loops import make_client
 from loadgen.output_tokens import CHUNKS, count_output_tokens
-from loadgen.request import stream_request
 from measurement.errors import ErrorKind
 from measurement.goodput import evaluate_run, missed
 from measurement.record import RequestRecord
@@ -33,23 +30,17 @@ from metrics.latency import (
     ttfo_ms,
     ttft_ms,
 )
-from workload.config import LoadConfig
 from workload.slo import parse_slo
 
 pytestmark = pytest.mark.asyncio
 
-PATH = "/v1/chat/completions"
-BODY = b'{"model": "m", "messages": [], "stream": true, "max_tokens": 16}'
 TOKEN_S = 0.002  # the server's pause before each chunk
 
 
 async def fetch(steps: Sequence[Step], max_tokens: int | None = 16) -> RequestRecord:
     """Serve `steps` once; the record as the run keeps it (`count_output_tokens` applied, one
     token per chunk, against `max_tokens`)."""
-    async with FakeServer(lambda body, n: steps) as server:
-        async with make_client(server.url, LoadConfig(), 1) as client:
-            record = RequestRecord(index=0, prefix_id=0, intended_ns=time.monotonic_ns())
-            await stream_request(client, PATH, BODY, record, 10.0)
+    record = await fetch_record(steps)
     count_output_tokens([record], None, max_tokens)
     return record
 
