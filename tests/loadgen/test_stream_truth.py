@@ -20,6 +20,7 @@ from loadgen.output_tokens import CHUNKS, count_output_tokens
 from measurement.errors import ErrorKind
 from measurement.goodput import evaluate_run, missed
 from measurement.record import RequestRecord
+from measurement.results import RunSummary
 from measurement.stats import summarize_run
 from metrics.latency import (
     answered,
@@ -30,6 +31,7 @@ from metrics.latency import (
     ttfo_ms,
     ttft_ms,
 )
+from outputs.folder_writer import records_frame, records_from_frame
 from workload.slo import parse_slo
 
 pytestmark = pytest.mark.asyncio
@@ -211,3 +213,36 @@ async def test_a_textless_stream_without_reasoning_is_answered() -> None:
     steps += [Send(chat_chunk(finish="length"))]
     record = await fetch([*steps, *paced_stream(0, token_s=0, usage=3)[-2:]])
     assert record.ok and record.completion_tokens == 3 and answered(record)
+
+
+# Stored results -------------------------------------------------------------------------
+
+NEW_RECORD_FIELDS = [
+    "first_output_ns",
+    "reasoning_events",
+    "reasoning_tokens",
+    "usage_completion_tokens",
+    "ignored_events",
+]
+NEW_SUMMARY_FIELDS = {
+    "usage_contradicted",
+    "ttfo_p50_ms",
+    "ttfo_p99_ms",
+    "reasoning_tokens_p50",
+    "unanswered",
+    "ignored_events",
+}
+
+
+async def test_results_stored_without_the_new_fields_still_load() -> None:
+    """A requests.parquet and a run summary written before these fields existed read back with
+    their defaults: no reasoning, so TTFO is TTFT and the reply is answered."""
+    record = await fetch(paced_stream(4, token_s=TOKEN_S))
+    frame = records_frame(1, 1, 1, [record]).drop(columns=NEW_RECORD_FIELDS)
+    (old,) = records_from_frame(frame)
+    assert (old.first_output_ns, old.reasoning_events, old.ignored_events) == (None, 0, 0)
+    assert answered(old) and ttfo_ms(old) == ttft_ms(old) == ttft_ms(record)
+    summary = summarize_run([record], prefix_kinds=1, concurrency=1, repetition=1)
+    stored = summary.model_dump(mode="json", exclude=NEW_SUMMARY_FIELDS)
+    again = RunSummary.model_validate(stored)
+    assert (again.ttfo_p50_ms, again.unanswered, again.ignored_events) == (None, 0, 0)
