@@ -102,13 +102,16 @@ def queue_ms(record: Timed) -> float | None:
 def chunk_tokens(record: Timed) -> list[float]:
     """The tokens each content-bearing chunk carried (one value per `token_ns` entry): the
     server's own per-chunk counts (`Timed.chunk_tokens`) when every content chunk had
-    one, else the tokens the client saw (`seen_tokens`: hidden reasoning left out, so it is
+    one (the first less `hidden_tokens`: hidden reasoning precedes it and its usage counts
+    it), else the tokens the client saw (`seen_tokens`: hidden reasoning left out, so it is
     never spread over the gaps between visible chunks) spread evenly over the k chunks (the
     final usage says how many tokens, not which chunk held them): `spread_tokens(N / k, k)`;
     [] without content chunks or a token count."""
     chunks = len(record.token_ns)
     if chunks and len(record.chunk_tokens) == chunks and sum(record.chunk_tokens) > 0:
-        return [float(n) for n in record.chunk_tokens]
+        counts = [float(n) for n in record.chunk_tokens]
+        counts[0] = max(1.0, counts[0] - hidden_tokens(record))  # what came before it, unseen
+        return counts
     out = seen_tokens(record)
     if not chunks or not out:
         return []

@@ -161,6 +161,19 @@ async def test_hidden_reasoning_tokens_are_not_spread_over_the_visible_chunks() 
     ]
 
 
+async def test_per_chunk_usage_after_hidden_reasoning_leaves_it_out_of_the_first_chunk() -> None:
+    """vLLM's continuous usage after 32 hidden reasoning tokens: the first content chunk's
+    usage grows by 33 (the reasoning and its own token); the client saw 1 token in it, so the
+    4 chunks 10 ms apart give TPOT 10 ms, not none (4 seen - 33 < 1)."""
+    ms = 1_000_000
+    record = RequestRecord(index=0, prefix_id=0, sent_ns=0, first_token_ns=50 * ms)
+    record.token_ns = [50 * ms, 60 * ms, 70 * ms, 80 * ms]
+    record.last_token_ns, record.chunk_tokens = 80 * ms, [33, 1, 1, 1]
+    record.completion_tokens, record.reasoning_tokens = 36, 32
+    assert chunk_tokens(record) == [1.0] * 4
+    assert tpot_ms(record) == pytest.approx(10.0)
+
+
 async def test_streamed_reasoning_gives_ttfo_after_ttft_and_counts_as_seen() -> None:
     record = await fetch(paced_stream(4, token_s=TOKEN_S, streamed_reasoning=3), 7)
     assert record.ok, record.error
