@@ -43,11 +43,19 @@ DONE_GRACE_S = 0.05
 RETRY_AFTER_STATUSES = frozenset({429, 503})  # answers whose Retry-After the closed loop honours
 
 
-def _content_text(choice: dict[str, Any]) -> str | None:
+def _content_text(choice: dict[str, Any]) -> tuple[str | None, bool]:
+    """A choice's text and whether it is visible output: a chat delta's `content`, else its
+    reasoning (`reasoning_content`, the field Dynamo 1.6.1's frontend writes by default,
+    `dynamo/frontend/frontend_args.py` L596-604 and `prepost.py` L1446; `reasoning`, the
+    name vLLM's `DeltaMessage` and `--reasoning-field-name reasoning` use), not visible; a
+    completion's `text`."""
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-    return choice.get("text")
+        content = delta.get("content")
+        if content:
+            return content, True
+        return delta.get("reasoning_content") or delta.get("reasoning"), False
+    return choice.get("text"), True
 
 
 def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
@@ -75,16 +83,23 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
         record.completion_tokens = usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details")
         record.cached_tokens = details.get("cached_tokens") if isinstance(details, dict) else None
+        details = usage.get("completion_tokens_details")
+        reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        record.reasoning_tokens = reasoning if isinstance(reasoning, int) else None
     choices = obj.get("choices")
     if choices:
         choice = choices[0]
-        text = _content_text(choice)
+        text, visible = _content_text(choice)
         if text:
             record.text.append(text)
             record.token_ns.append(now)
             record.last_token_ns = now
             if record.first_token_ns is None:
                 record.first_token_ns = now
+            if not visible:
+                record.reasoning_events += 1
+            elif record.first_output_ns is None:
+                record.first_output_ns = now
             if usage:  # per-chunk usage (vLLM `continuous_usage_stats`): this chunk's tokens
                 record.chunk_tokens.append((record.completion_tokens or 0) - (before or 0))
         elif record.first_token_ns is None:
@@ -216,6 +231,12 @@ async def stream_request(
     """POST `body` (a JSON request with `stream: true`) to `path` and fill `record` in place.
 
     `session` comes from `loadgen.loops.make_client` (base URL, timeouts, `timing_trace`).
+    Only events of type `message` (no `event:` field, or `event: message`) carry chunks, as
+    the HTML standard's EventSource dispatches them (WHATWG HTML, 9.2.6 "Interpreting an event
+    stream", "dispatch the event": the type is "message" unless the event type buffer names
+    another, and `onmessage` sees only "message" events); an `error` event fails the request
+    (`ErrorKind.IN_BAND`); any other named event (a keep-alive `ping` with a timestamp) is
+    skipped and counted in `record.ignored_events`.
     `[DONE]` ends the request (`end_ns`); the rest of the body is read for up to
     `DONE_GRACE_S` so the connection goes back to the pool for reuse. `deadline_s` (seconds)
     bounds the whole request from `record.intended_ns`. A 200 stream without a generated token
@@ -262,10 +283,12 @@ async def stream_request(
                     if record.first_byte_ns is None:
                         record.first_byte_ns = t
                     for event in parser.feed(raw):
-                        if event.event == "error":
+                        if event.event == "message":
+                            done = _apply_event(record, event.data, t) or done
+                        elif event.event == "error":
                             record.fail(ErrorKind.IN_BAND, event.data)
-                        elif _apply_event(record, event.data, t):
-                            done = True
+                        else:  # not a message (`ping`, Dynamo's `reasoning_dispatch`)
+                            record.ignored_events += 1
                     if done:
                         break
             finally:
@@ -387,6 +410,8 @@ def _empty_message(record: RequestRecord, done: bool) -> str:
         else:
             ending = "ended without [DONE] or a finish_reason"
         body = f"{record.chunks} data event(s) with no content text, {ending}"
+    if record.ignored_events:
+        body += f" ({record.ignored_events} named non-message event(s) skipped)"
     return (
         f"HTTP 200 stream with no generated token: {body}; usage.completion_tokens "
         f"{record.completion_tokens!r}"

@@ -276,6 +276,34 @@ class RunSummary(BaseModel):
     output_tokens_mismatch: int = Field(
         default=0, description="Successful requests whose output length was not max_tokens."
     )
+    usage_contradicted: int = Field(
+        default=0,
+        description="Successful requests whose usage.completion_tokens the stream contradicts "
+        "(0 after content, above max_tokens, more than the text can hold): counted from the "
+        "stream instead (`output_tokens_counted` includes them).",
+    )
+    ttfo_p50_ms: float | None = Field(
+        default=None,
+        description="Time to first output token p50 (ms): sent to the first visible token, "
+        "reasoning left out (AIPerf's TTFO; equal to TTFT without reasoning).",
+    )
+    ttfo_p99_ms: float | None = Field(default=None, description="TTFO p99 (ms).")
+    reasoning_tokens_p50: float | None = Field(
+        default=None,
+        description="Reasoning tokens per request (usage.completion_tokens_details."
+        "reasoning_tokens, streamed or hidden; part of the output tokens), p50 over the "
+        "successful requests that reported it.",
+    )
+    unanswered: int = Field(
+        default=0,
+        description="Successful requests that showed no visible token (all their output was "
+        "reasoning): no TTFO; they miss every TTFT and E2E objective and earn no goodput.",
+    )
+    ignored_events: int = Field(
+        default=0,
+        description="Named server-sent events that are not messages (e.g. `event: ping`), "
+        "skipped over all the run's requests.",
+    )
     queue_p99_ms: float | None
     requests_per_s: float
     output_tokens_per_s: float

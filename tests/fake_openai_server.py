@@ -75,23 +75,42 @@ def event(obj: object) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
+def named_event(name: str, data: str) -> bytes:
+    """An event with an `event:` field (not a message unless `name` is "message"), e.g. a
+    keep-alive `ping` whose data is a timestamp, not JSON."""
+    return f"event: {name}\ndata: {data}\n\n".encode()
+
+
 def chat_chunk(
-    content: str | None = None, *, role: str | None = None, finish: str | None = None
+    content: str | None = None,
+    *,
+    role: str | None = None,
+    finish: str | None = None,
+    reasoning: str | None = None,
 ) -> bytes:
+    """A chat completion chunk; `reasoning` as `delta.reasoning_content` (Dynamo's and vLLM's
+    reasoning parsers' field)."""
     delta: dict[str, str] = {}
     if role is not None:
         delta["role"] = role
     if content is not None:
         delta["content"] = content
+    if reasoning is not None:
+        delta["reasoning_content"] = reasoning
     choice = {"index": 0, "delta": delta, "finish_reason": finish}
     return event({"id": "x", "object": "chat.completion.chunk", "choices": [choice]})
 
 
-def usage_chunk(prompt: int, completion: int, cached: object = ABSENT) -> bytes:
-    """The include_usage chunk (`choices: []`); `cached` ABSENT omits prompt_tokens_details."""
+def usage_chunk(
+    prompt: int, completion: int, cached: object = ABSENT, reasoning: int | None = None
+) -> bytes:
+    """The include_usage chunk (`choices: []`); `cached` ABSENT omits prompt_tokens_details;
+    `reasoning` as `completion_tokens_details.reasoning_tokens` (None: omitted)."""
     usage: dict[str, object] = {"prompt_tokens": prompt, "completion_tokens": completion}
     if cached is not ABSENT:
         usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return event({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": usage})
 
 
@@ -101,6 +120,35 @@ def normal_stream(tokens: Sequence[str], prompt: int = 100, cached: object = 40)
     steps += [Send(chat_chunk(t)) for t in tokens]
     steps += [Send(chat_chunk(finish="length")), Send(usage_chunk(prompt, len(tokens), cached))]
     return [*steps, Send(DONE)]
+
+
+def paced_stream(
+    tokens: int,
+    *,
+    token_s: float,
+    usage: int | None = None,
+    hidden: int = 0,
+    streamed_reasoning: int = 0,
+    ping: bool = False,
+) -> list[Step]:
+    """What a server that makes one visible token every `token_s` seconds sends: role chunk,
+    `streamed_reasoning` chunks of `delta.reasoning_content`, then `tokens` content chunks of
+    one character each, finish, a usage chunk, [DONE]. `usage`: its completion_tokens
+    (default: every token it made, `streamed_reasoning` + `hidden` + `tokens`); `hidden`:
+    reasoning tokens it counted and never streamed (thought before the first chunk, and said in
+    `completion_tokens_details.reasoning_tokens`, as are streamed ones); `ping`: a keep-alive
+    `event: ping` with a timestamp between every two chunks."""
+    reasoning = streamed_reasoning + hidden
+    made = reasoning + tokens if usage is None else usage
+    ping_step = [Send(named_event("ping", "2026-12-07T01:00:00Z"))] if ping else []
+    steps: list[Step] = [Send(chat_chunk(role="assistant"))]
+    for n in range(streamed_reasoning):
+        steps += [*ping_step, Sleep(token_s), Send(chat_chunk(reasoning=f"r{n}"))]
+    for _ in range(tokens):
+        steps += [*ping_step, Sleep(token_s), Send(chat_chunk("t"))]
+    finish = [Send(chat_chunk(finish="length"))]
+    last = usage_chunk(100, made, 0, reasoning if reasoning else None)
+    return [*steps, *finish, Send(last), Send(DONE)]
 
 
 @dataclass
