@@ -123,7 +123,9 @@ def figure_rows() -> tuple[list[str], dict[str, int], int]:
                 total += 1
                 cells = []
                 for name, measured in SOURCES.items():
-                    value = getattr(simulate(pair, side, figure.concurrency, measured), figure.metric)
+                    value = getattr(
+                        simulate(pair, side, figure.concurrency, measured), figure.metric
+                    )
                     hits[name] += abs(value / published - 1) <= TOLERANCE
                     cells.append(f"{value:,.0f} | {error_cell(published, value)}")
                 rows.append(

@@ -28,7 +28,11 @@ def group_step(plan: StackPlan, group: GroupPlan, fit: EngineFit, measured: bool
     fit, :data:`steptime.fit.CALIBRATED`) or a stack's ``sizing.prefillTokensPerS`` keeps the
     roofline it was given for."""
     step = group.step_with(fit)
-    if not measured or step.fit.label == CALIBRATED or step.prefill_tokens_per_s_override is not None:
+    if (
+        not measured
+        or step.fit.label == CALIBRATED
+        or step.prefill_tokens_per_s_override is not None
+    ):
         return step
     source = measured_source(
         group.gpu,

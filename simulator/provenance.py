@@ -104,6 +104,13 @@ def provenance(
     return text, warnings
 
 
+def step_sources(plan: StackPlan, fit: EngineFit = SEED_FIT) -> dict[str, str]:
+    """Worker group -> the source of its step times in a simulation
+    (:func:`simulator.hardware.group_step`): ``AIConfigurator measured`` or ``roofline x``
+    the fit's label (:attr:`steptime.roofline.EngineStep.source_label`)."""
+    return {g.name: group_step(plan, g, fit, measured=True).source_label for g in plan.groups}
+
+
 def link_text(plan: StackPlan) -> str:
     """The KV links a result assumed, each with the setting it comes from and whether that is
     the default: ``KV link of prefill: links.crossNode = 1gbe (0.117 GB/s, the default)``, or

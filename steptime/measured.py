@@ -180,9 +180,7 @@ def has_data(gpu: GpuSpec, model: str) -> bool:
     default where the package is installed: AIConfigurator has vLLM data for the GPU and the
     model, and the GPU's default is this source (:data:`MEASURED_BY_DEFAULT`)."""
     return (
-        gpu.aiconfigurator is not None
-        and gpu.name in MEASURED_BY_DEFAULT
-        and model in AIC_MODELS
+        gpu.aiconfigurator is not None and gpu.name in MEASURED_BY_DEFAULT and model in AIC_MODELS
     )
 
 

@@ -35,7 +35,11 @@ def test_the_gpus_and_models_with_data_take_it_and_no_other() -> None:
     assert pytest.importorskip("aiconfigurator_core")
     source = qwen32b_fp8(2)
     # Qwen's own FP8 checkpoint: block-wise scales, AIConfigurator's fp8_block kernels.
-    assert (source.model, source.system, source.gemm_quant) == ("Qwen/Qwen3-32B-FP8", "h200_sxm", None)
+    assert (source.model, source.system, source.gemm_quant) == (
+        "Qwen/Qwen3-32B-FP8",
+        "h200_sxm",
+        None,
+    )
     llama = measured_source(
         GPU_CATALOG["h100-sxm"], "meta-llama/Llama-3.3-70B-Instruct", 4, True, False
     )
@@ -117,4 +121,36 @@ def test_without_the_package_every_group_is_the_rooflines_said_once(
     assert MISSING_NOTE == (
         "aiconfigurator-core is not installed (uv sync --group calibrate, Linux x86_64): every "
         "worker group's step times are the roofline's"
+    )
+
+
+def test_recommend_names_each_groups_source() -> None:
+    assert pytest.importorskip("aiconfigurator_core")
+    from recommend.outputs import Inputs, candidate_row, stack_header
+    from recommend.search import Figures, Result
+    from recommend.space import Candidate, GroupShape
+    from workload.config import LoadConfig
+    from workload.slo import parse_slo
+
+    candidate = Candidate((GroupShape("aggregated", "node-0", 1),), transport=None, key="a1")
+    best = Figures(8, 100.0, 110.0, 50.0, 1.0, 0.0, 1.0, {})
+    measured = Result(
+        candidate, "ranked", 10, best=best, rank=1, plan=NEBIUS_QWEN3_32B.plan("disaggregated")
+    )
+    seed = Result(candidate, "ranked", 1, best=best, rank=1, plan=load_stack("kv-routing"))
+    assert candidate_row(measured, None, 1.25)["stepTimes"] == {
+        "prefill-0": "AIConfigurator measured",
+        "decode-1": "AIConfigurator measured",
+    }
+    assert candidate_row(seed, None, 1.25)["stepTimes"] == {
+        "worker-24gb": "roofline x seed fit",
+        "worker-8gb": "roofline x seed fit",
+    }
+    inputs = Inputs(
+        "c", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "goodput-per-gpu", 1.25, 2, "m"
+    )
+    header = stack_header(measured, None, inputs)
+    assert (
+        "# step times: prefill-0 AIConfigurator measured, decode-1 AIConfigurator measured\n"
+        in header
     )
