@@ -41,8 +41,6 @@ from typing import Any
 
 from steptime.gpus import GpuSpec
 
-log = logging.getLogger(__name__)
-
 AIC_VERSION = "0.12.0"
 """The aiconfigurator-core release whose data these step times come from (``uv.lock``)."""
 
@@ -132,12 +130,15 @@ class MeasuredSteps:
         return ms / 1e3
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _engine(steps: MeasuredSteps) -> Any:
     """AIConfigurator's compiled engine of ``steps`` (a few seconds for a GPU's first, as
-    ``aiconfigurator_core.sdk.perf_database.get_database`` loads its tables)."""
+    ``aiconfigurator_core.sdk.perf_database.get_database`` loads its tables). The loader's
+    warnings about other backends' fallback rows (TensorRT-LLM's MLA and DSA tables, which no
+    model here uses) are silenced."""
     from aiconfigurator_core.sdk import EngineHandle
 
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
     return EngineHandle.compile(
         steps.model,
         steps.system,
@@ -148,7 +149,7 @@ def _engine(steps: MeasuredSteps) -> Any:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _part(steps: MeasuredSteps, part: str, tokens: int, context: int) -> float:
     """Milliseconds of one part of a step (the module docstring's three), cached."""
     engine = _engine(steps)
