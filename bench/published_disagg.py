@@ -1,8 +1,8 @@
 """The timing model against published aggregated-vs-disaggregated comparisons with tensor
 parallelism (:data:`stackmodel.published.PUBLISHED_PAIRS`).
 
-Run: `uv run --frozen --all-groups python bench/published_disagg.py` (about 35 s on 2
-cores; no GPU, no Dynamo).
+Run: `uv run --frozen --all-groups python bench/published_disagg.py` (about 70 s of CPU: each
+figure with both step-time sources; no GPU, no Dynamo).
 
 Each pair's two sides are stacks (:meth:`stackmodel.published.PublishedPair.plan`), timed
 with the same timing model and step times `testbed simulate` uses: the workers, GPUs and link
