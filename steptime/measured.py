@@ -29,7 +29,9 @@ A worker gets these step times (:func:`measured_source`) where the package impor
 has AIConfigurator's vLLM data (:attr:`steptime.gpus.GpuSpec.aiconfigurator`), the GPU's
 default is this source (:data:`MEASURED_BY_DEFAULT`) and the model is one AIConfigurator
 ships (:data:`AIC_MODELS`); everywhere else the roofline (:mod:`steptime.roofline`) times it.
-The host part of a step stays the fit's ``step_host_s`` (AIConfigurator times the GPU only).
+The host part of a step (the fit's ``step_host_s``) runs beside these GPU times, as vLLM's
+asynchronous scheduling runs it: a step takes the longer of the two
+(:attr:`steptime.roofline.EngineStep.host_s`).
 """
 
 from __future__ import annotations

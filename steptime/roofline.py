@@ -5,7 +5,10 @@ waiting prompts' uncached tokens (prefill). Its time is host time plus GPU time:
 
 - **host** (``EngineFit.step_host_s``): scheduling, input preparation, sampling and output
   processing on the worker's CPU; the same for every model and GPU (the seed fit's number)
-  unless a calibration profile gives the GPU's own.
+  unless a calibration profile gives the GPU's own. Added to the GPU part where the roofline
+  times a step (the seed fit absorbed it so); where measured kernel times do
+  (:class:`MeasuredSource`), the host part runs beside the GPU part, as vLLM's asynchronous
+  scheduling runs it, and a step takes the longer of the two (:attr:`EngineStep.host_s`).
 - **memory** (decode and any step): the weights once, plus every decoding request's KV read
   by attention, at ``memory_gb_per_s x weights_efficiency`` and ``x kv_efficiency``:
   ``weight_bytes / (bw x e_w) + sum(context_i) x kv_bytes_per_token / (bw x e_kv)``.
@@ -146,8 +149,8 @@ class EngineStep:
     most tokens one step computes, one for each decoding request and the rest prompt chunks
     (None: no budget; :func:`stackmodel.plan.max_batched_tokens` gives a stack's).
     ``measured``: GPU step times from measured kernel data, which replace the roofline's (and
-    its all-reduces) in :meth:`gpu_s`, :meth:`prefill_s` and :meth:`decode_s`; the host time
-    stays the fit's (None: the roofline times every step).
+    its all-reduces) in :meth:`gpu_s`, :meth:`prefill_s` and :meth:`decode_s`, the fit's host
+    time overlapping them (:attr:`host_s`; None: the roofline times every step).
     """
 
     gpu: GpuSpec
@@ -179,8 +182,15 @@ class EngineStep:
 
     @property
     def host_s(self) -> float:
-        """CPU seconds of every engine step."""
-        return self.fit.step_host_s
+        """CPU seconds of an engine step that the GPU part does not hide: the fit's
+        ``step_host_s`` under the roofline; none under measured kernel times, where the host
+        part overlaps the GPU part and :meth:`gpu_s` is the longer of the two. vLLM schedules
+        the next step while the GPU runs the current one by default since 0.14.0 ("Async
+        scheduling is now enabled by default", vLLM v0.14.0's release notes; the pinned engine
+        is 0.31.0), and AIConfigurator's vLLM backend adds no host time to its
+        kernel sums (``aiconfigurator_core/sdk/backends/vllm_backend.py``,
+        ``_mix_step_efficiency``: 1.0 over its 1,928 measured vLLM runs)."""
+        return 0.0 if self.measured is not None else self.fit.step_host_s
 
     def prefill_tokens_per_s(self) -> float:
         """Uncached prompt tokens per second of GPU time."""
@@ -221,10 +231,12 @@ class EngineStep:
     def gpu_s(self, prefill_tokens: int, contexts: Sequence[int]) -> float:
         """GPU seconds of one engine step: ``prefill_tokens`` uncached prompt tokens and one
         token for each decoding request (``contexts``), in one forward pass (one set of
-        all-reduces for all its tokens)."""
+        all-reduces for all its tokens); under measured kernel times, at least the fit's host
+        time, which runs beside it (:attr:`host_s`)."""
         if self.measured is not None:
             batch = len(contexts)
-            return self.measured.gpu_s(prefill_tokens, batch, sum(contexts) / batch if batch else 0)
+            gpu = self.measured.gpu_s(prefill_tokens, batch, sum(contexts) / batch if batch else 0)
+            return max(gpu, self.fit.step_host_s)
         return (
             self._decode_compute_s(contexts)
             + self._prefill_compute_s(prefill_tokens)

@@ -4,6 +4,7 @@ missing."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -68,6 +69,28 @@ def test_a_step_is_aiconfigurators_own_step_time() -> None:
         )
     # Measured tensor parallelism: TP8 decodes faster than TP1, far less than 8x.
     assert qwen32b_fp8(8).gpu_s(0, 1, 3_968) < qwen32b_fp8(1).gpu_s(0, 1, 3_968)
+
+
+def test_the_host_part_runs_beside_measured_gpu_times() -> None:
+    assert pytest.importorskip("aiconfigurator_core")
+    plan = NEBIUS_QWEN3_32B.plan("aggregated")
+    measured = {w.step for w in run_topology(plan).workers}.pop()
+    roofline = {w.step for w in run_topology(plan, measured=False).workers}.pop()
+    assert measured.measured is not None and roofline.measured is None
+    # The roofline adds the seed fit's 2.06 ms to every step; measured kernel times hide it
+    # (vLLM's asynchronous scheduling): a TP2 decode step of 20 requests at 4,224 tokens is
+    # the kernels' 26.3 ms alone.
+    assert roofline.host_s == pytest.approx(0.00206299)
+    assert measured.host_s == 0.0
+    batch = [4_224] * 20
+    assert measured.gpu_s(0, batch) == measured.measured.gpu_s(0, 20, 4_224)
+    assert measured.gpu_s(0, batch) * 1e3 == pytest.approx(26.3, abs=0.1)
+    # A step shorter than the host part takes the host part: Qwen3-0.6B decoding one request
+    # on an H200 is 1.49 ms of kernels, the step 2.06 ms.
+    small = measured_source(H200, "Qwen/Qwen3-0.6B", 1, fp8_weights=False, fp8_kv=False)
+    step = dataclasses.replace(measured, measured=small)
+    assert small is not None and small.gpu_s(0, 1, 128) * 1e3 == pytest.approx(1.49, abs=0.01)
+    assert step.host_s + step.gpu_s(0, [128]) == pytest.approx(0.00206299)
 
 
 def test_steps_are_cached_by_bucket() -> None:
