@@ -14,31 +14,24 @@ from simulator.timing_model import RunTopology, TimingConstants, WorkerSpec
 from stackmodel.models import FP8_BYTES
 from stackmodel.plan import GroupPlan, StackPlan
 from stackmodel.quantities import parse_quantity
-from steptime.fit import CALIBRATED, SEED_FIT
-from steptime.measured import measured_source
+from steptime.fit import SEED_FIT
+from steptime.measured import measured_for
 from steptime.roofline import EngineFit, EngineStep
 
 
 def group_step(plan: StackPlan, group: GroupPlan, fit: EngineFit, measured: bool) -> EngineStep:
     """One worker's step times in a simulation: its group's with ``fit``
     (:meth:`stackmodel.plan.GroupPlan.step_with`), its GPU part from AIConfigurator's measured
-    kernel data where ``measured`` and :func:`steptime.measured.measured_source` has them for
-    the group's GPU, model, tensor-parallel size and FP8 weights and KV, else the roofline's.
-    A step measured on the GPU itself (a calibration profile's or ``testbed calibrate``'s
-    fit, :data:`steptime.fit.CALIBRATED`) or a stack's ``sizing.prefillTokensPerS`` keeps the
-    roofline it was given for."""
+    kernel data where ``measured`` and :func:`steptime.measured.measured_for` has them for
+    the group's step, model, tensor-parallel size and FP8 KV (not for a step measured on the
+    GPU itself or a stack's ``sizing.prefillTokensPerS``), else the roofline's."""
     step = group.step_with(fit)
-    if (
-        not measured
-        or step.fit.label == CALIBRATED
-        or step.prefill_tokens_per_s_override is not None
-    ):
+    if not measured:
         return step
-    source = measured_source(
-        group.gpu,
+    source = measured_for(
+        step,
         plan.cfg.model.name,
         group.group.tensor_parallel_size,
-        fp8_weights=step.fp8_weights,
         fp8_kv=plan.geometry.kv_cache_dtype_bytes == FP8_BYTES,
     )
     return step if source is None else dataclasses.replace(step, measured=source)

@@ -4,15 +4,17 @@
 At each point the KV path's cost is what :mod:`kvpath` computes for one request (the transfer
 at the link's one-transfer rate, plus vLLM's two host copies for host-buffered workers at the
 stack's copy rates) and the gain is the prefill time the request would otherwise take on the
-decode GPU (:meth:`steptime.roofline.EngineStep.prefill_s` of the verdict's group: its GPU, the
-model as that group holds it, all-reduces included). It pays where the cost is below the gain.
+decode GPU (:meth:`stackmodel.plan.GroupPlan.prefill_s` of the verdict's group: its GPU, the
+model as that group holds it, all-reduces included; measured kernel times where the simulation
+takes them). It pays where the cost is below the gain.
 
 The stack's load goes with every point: the share of the prompt its prefix cache is expected
 to hold (no prefill, no transfer; the device -> host copy still takes every block) and the
 transfers its busy prefill workers run at once (:func:`stackmodel.sizing.disaggregation_verdict`).
 Both grow linearly with the prompt in these models (KV bytes, copies and prefill FLOPs are all
-per token; there is no per-transfer latency and no attention term), so the crossover is a link
-rate, the same at every prompt length: disaggregation pays above
+per token; there is no per-transfer latency and the roofline has no attention term; measured
+prefill times grow a little faster, by their attention), so the crossover is a link rate, the
+same at every prompt length under the roofline: disaggregation pays above
 
     break-even rate = KV bytes moved per uncached token / (prefill seconds per uncached token
     - host-copy seconds per uncached token)
@@ -179,7 +181,6 @@ def crossover(plan: StackPlan) -> Crossover:
     """The sweep of a stack's plan (see the module docstring)."""
     sizing = plan.sizing
     group = plan.verdict_group
-    step = group.step
     verdict = sizing.report.disaggregation
     own = group.kv_link
     host = any(c.host_buffers_kv for c in sizing.report.components)
@@ -194,7 +195,7 @@ def crossover(plan: StackPlan) -> Crossover:
         if own is not None and own.host_copies is not None:
             link = link.model_copy(update={"host_copies": own.host_copies})
         for length in prompts:
-            rate = length / step.prefill_s(length)
+            rate = length / group.prefill_s(length)
             points.append(_point(length, link, rate, host, sizing.kv_bytes_per_token, load))
     stack_point = _as_point(prompt, verdict)
     kvb = sizing.kv_bytes_per_token

@@ -52,6 +52,8 @@ from stackmodel.sizing import (
 from steptime.calibration_profile import CalibrationProfile, load_calibration_file
 from steptime.fit import SEED_FIT, fit_for
 from steptime.gpus import GpuSpec, resolve_gpu
+from steptime.measured import AIC_VERSION, measured_for
+from steptime.prefill_table import PrefillTable, prefill_table
 from steptime.roofline import EngineFit, EngineStep
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -244,6 +246,9 @@ class GroupPlan:
         kv_link: the link its KV crosses to decode (prefill groups; None for the others).
         kv_link_setting: the setting ``kv_link`` stands for (``links.sameNode`` or
             ``links.crossNode``; None for the others).
+        prefill_table: the cold-prefill times of the measured source the simulation times the
+            group by (:func:`steptime.measured.measured_for`), as the package ships them
+            (:mod:`steptime.prefill_table`; None: the roofline's ``step`` times it).
     """
 
     index: int
@@ -256,6 +261,7 @@ class GroupPlan:
     step: EngineStep
     kv_link: LinkProfile | None
     kv_link_setting: LinkSetting | None
+    prefill_table: PrefillTable | None
 
     @property
     def name(self) -> str:
@@ -268,6 +274,14 @@ class GroupPlan:
         budget = self.step.max_batched_tokens
         assert budget is not None  # a group's step always has its budget
         return budget
+
+    def prefill_s(self, tokens: int) -> float:
+        """GPU seconds of one worker's cold prefill of ``tokens`` prompt tokens, from the
+        source the simulation times the group by: the measured source's shipped table
+        (:attr:`prefill_table`), else the roofline's ``step``."""
+        if self.prefill_table is not None:
+            return self.prefill_table.prefill_s(tokens)
+        return self.step.prefill_s(tokens)
 
     def step_with(self, fit: EngineFit) -> EngineStep:
         """One worker's step times with the efficiencies ``fit`` where the group's GPU takes
@@ -471,15 +485,27 @@ def _group_plan(
         step=step,
         kv_link=None if key is None else inputs.links[key],
         kv_link_setting=None if key is None else settings[key],
+        prefill_table=prefill_table(
+            measured_for(step, cfg.model.name, tp, geometry.kv_cache_dtype_bytes == FP8_BYTES)
+        ),
     )
 
 
-def prefill_source(group: str, step: EngineStep, gpu_named: bool) -> str:
+def prefill_source(
+    group: str, step: EngineStep, gpu_named: bool, table: PrefillTable | None = None
+) -> str:
     """Where the verdict's prefill rate comes from, in a few words: worker group ``group``'s
-    ``step``, on a GPU its node class names (``gpu_named``) or the default."""
+    measured source's shipped prefill times (``table``), else its roofline ``step``, on a GPU
+    its node class names (``gpu_named``) or the default."""
     if step.prefill_tokens_per_s_override is not None:
         return "sizing.prefillTokensPerS"
     default = "" if gpu_named else ", the default"
+    if table is not None:
+        steps = table.steps
+        return (
+            f"{group} on {step.gpu.name}{default}: {steps.label} (aiconfigurator-core "
+            f"{AIC_VERSION}, TP{steps.tensor_parallel}, steptime.prefill_table)"
+        )
     return (
         f"{group} on {step.gpu.name}{default}: dense "
         f"{step.gpu.compute_dtype(step.fp8_weights)} roofline x "
@@ -548,10 +574,12 @@ def _sizing(
         concurrency=max(cfg.load.concurrency),
         link=verdict_link,
         # The prompt's GPU seconds, all-reduces included, as a rate.
-        prefill_tokens_per_s=prompt / step.prefill_s(prompt)
+        prefill_tokens_per_s=prompt / verdict.prefill_s(prompt)
         if prompt
         else step.prefill_tokens_per_s(),
-        prefill_source=prefill_source(verdict.name, step, verdict.node_class.gpu is not None),
+        prefill_source=prefill_source(
+            verdict.name, step, verdict.node_class.gpu is not None, verdict.prefill_table
+        ),
         components=components,
         gpus=sharing,
         kv_workers=_kv_worker_sets(cfg),

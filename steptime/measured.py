@@ -41,7 +41,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from steptime.fit import CALIBRATED
 from steptime.gpus import GpuSpec
+from steptime.roofline import EngineStep
 
 AIC_VERSION = "0.12.0"
 """The aiconfigurator-core release whose data these step times come from (``uv.lock``)."""
@@ -204,3 +206,16 @@ def measured_source(
         gemm_quant=None if checkpoint else weights,
         kv_quant="fp8" if fp8_kv else "bfloat16",
     )
+
+
+def measured_for(
+    step: EngineStep, model: str, tensor_parallel: int, fp8_kv: bool
+) -> MeasuredSteps | None:
+    """The measured source of a worker whose roofline step is ``step`` (catalog model
+    ``model``, ``tensor_parallel`` GPUs, FP8 KV as given), or None where it keeps that
+    roofline: a step measured on the GPU itself (a calibration profile's or ``testbed
+    calibrate``'s fit, :data:`steptime.fit.CALIBRATED`), a stack's ``sizing.prefillTokensPerS``,
+    or no measured source (:func:`measured_source`)."""
+    if step.fit.label == CALIBRATED or step.prefill_tokens_per_s_override is not None:
+        return None
+    return measured_source(step.gpu, model, tensor_parallel, step.fp8_weights, fp8_kv)
