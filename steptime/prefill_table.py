@@ -7,10 +7,11 @@ prefill rate the simulation and ``testbed recommend`` read. So the package ships
 verdict needs of the measured source: one cold prefill's GPU seconds
 (:meth:`steptime.measured.MeasuredSteps.gpu_s` of ``tokens`` prompt tokens and no decode
 batch) at :data:`TOKENS`, for every GPU, model, tensor-parallel size and weight and KV format
-the measured source times (``measured_prefill.json.gz`` beside this module, 160 sources x 788 lengths, written by
-``uv run --frozen --all-groups python scripts/measured_prefill_table.py``): the engine's own
-figure for every prompt up to :data:`EXACT_UP_TO` tokens, interpolated linearly beyond
-(``tests/steptime/test_prefill_table.py`` checks both against the engine).
+the measured source times (``measured_prefill.json.gz`` beside this module, 160 sources x 788
+lengths, written by ``uv run --frozen --all-groups python
+scripts/measured_prefill_table.py``): the engine's own figure for every prompt up to
+:data:`EXACT_UP_TO` tokens, interpolated linearly beyond (``tests/steptime/
+test_prefill_table.py`` checks both against the engine).
 
 The table is read where the simulation would take the measured source
 (:func:`steptime.measured.measured_for`: aiconfigurator-core installed, its data for the GPU
