@@ -35,11 +35,13 @@ and the sources and the assumptions of each pair.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvpath.profile import LinkProfile
 from measurement.stats import summarize_run
 from metrics.latency import tpot_ms, ttft_ms
 from recommend.load_search import measured_run
@@ -69,14 +71,23 @@ SOURCES = {"roofline": False, "measured": True}
 
 
 @functools.cache
-def simulate(pair: PublishedPair, side: Side, concurrency: int, measured: bool) -> Measured:
+def simulate(
+    pair: PublishedPair,
+    side: Side,
+    concurrency: int,
+    measured: bool,
+    link: LinkProfile | None = None,
+) -> Measured:
     """The pair's side under its load at ``concurrency``, its steps from measured kernel data
-    where ``measured`` finds them (see the module docstring)."""
+    where ``measured`` finds them (see the module docstring); its KV over ``link`` between
+    every prefill and decode worker where given (None: the pair's own)."""
     plan = pair.plan(side)
     # The stack's load is the source's requests; each run pair.requests_per_client a client.
     load = plan.cfg.load.model_copy(update={"requests_per_run": 1})
     sent = Workload(load, pair.key, per_client=pair.requests_per_client)
     topology = run_topology(plan, measured=measured)
+    if link is not None:
+        topology = dataclasses.replace(topology, same_node_link=link, cross_node_link=link)
     records, _ = measured_run(topology, stack_constants(plan), sent, 1, concurrency)
     summary = summarize_run(records, prefix_kinds=1, concurrency=concurrency, repetition=0)
     kept = [r for r in records if r.error_kind is None]
