@@ -68,14 +68,22 @@ def detect(path: Path) -> str:
     )
 
 
-def read_source(path: Path, fmt: str | None = None) -> Imported:
-    """`path` read as `fmt` (None: `detect`)."""
+def read_source(path: Path, fmt: str | None = None, benchmark: int = 0) -> Imported:
+    """`path` read as `fmt` (None: `detect`); `benchmark`: which of a GuideLLM report's
+    benchmarks (0-based), refused for the other formats unless 0."""
+    fmt = fmt or detect(path)
+    if fmt == "guidellm":
+        return guidellm.read(path, benchmark)
+    if benchmark:
+        raise FormatError(
+            f"--benchmark {benchmark}: only a GuideLLM report holds several benchmarks; "
+            f"{path} is read as {fmt}: leave --benchmark out"
+        )
     readers: dict[str, Callable[[Path], Imported]] = {
         "aiperf": aiperf.read,
-        "guidellm": guidellm.read,
         "vllm": vllm_bench.read,
     }
-    return readers[fmt or detect(path)](path)
+    return readers[fmt](path)
 
 
 def _lengths(values: list[int]) -> tuple[int, Lengths | None]:
@@ -85,7 +93,7 @@ def _lengths(values: list[int]) -> tuple[int, Lengths | None]:
     counts = sorted({v: values.count(v) for v in values}.items())
     if len(counts) < 2:
         return mean, None
-    return mean, Lengths(values=[v for v, _ in counts], weights=[float(n) for _, n in counts])
+    return mean, Lengths(values=[v for v, _ in counts], weights=[n / len(values) for _, n in counts])
 
 
 def load_config(imported: Imported) -> LoadConfig:

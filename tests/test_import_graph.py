@@ -74,6 +74,7 @@ COMMAND_MODULES = frozenset(
         "testbed.load_command",
         "testbed.serve_command",
         "testbed.recommend_command",
+        "testbed.import_command",
     }
 )
 """The modules whose functions are `testbed`'s commands. They are read for every `--help`, so
