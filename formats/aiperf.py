@@ -216,6 +216,9 @@ def read(path: Path) -> Imported:
     if aggregate_path is None:
         lacks.append(f"no {AGGREGATE} beside it: AIPerf's version, URL and figures unknown")
     rate = phase.get("rate") or phase.get("request_rate")
+    concurrency = int(phase.get("concurrency") or max(1, max_in_flight(records)))
+    warmups = [p for p in config.get("phases") or [] if p.get("kind") == "warmup"]
+    warmup = sum(int(p.get("requests") or 0) for p in warmups)
     started = min(int(line["metadata"]["request_start_ns"]) for line in lines)
     return Imported(
         source=ImportSource(
@@ -228,7 +231,8 @@ def read(path: Path) -> Imported:
         records=records,
         model=str(models[0].get("name") or "unknown"),
         url=str((endpoint.get("urls") or ["unknown"])[0]),
-        concurrency=int(phase.get("concurrency") or max(1, max_in_flight(records))),
+        concurrency=concurrency,
+        warmup_requests=None if warmup == concurrency else warmup,
         request_rate=float(rate) if rate else None,
         api=Api.COMPLETIONS if endpoint.get("type") == "completions" else Api.CHAT,
         started_at=datetime.fromtimestamp(started / 1e9, UTC),

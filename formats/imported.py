@@ -24,7 +24,8 @@ class Imported:
     send order; `intended_ns` = `sent_ns`, the tool's send), the load it ran with
     (`concurrency`: the closed loop's, or an open loop's most in flight; `request_rate`:
     requests/s of an open loop, None: closed), `api`, `model`, `url`, the lengths it asked for
-    (`max_tokens`: None when it set none), `started_at` (UTC), and `source`: the tool, its
+    (`max_tokens`: None when it set none), its warm-up requests before the measured ones
+    (`warmup_requests`; None: one a client, or not recorded), `started_at` (UTC), and `source`: the tool, its
     version, the file, what the file lacks and the tool's own figures (our metric keys)."""
 
     source: ImportSource
@@ -35,6 +36,7 @@ class Imported:
     request_rate: float | None = None
     api: Api = Api.CHAT
     max_tokens: int | None = None
+    warmup_requests: int | None = None
     started_at: datetime | None = None
     notes: list[str] = field(default_factory=list)
 

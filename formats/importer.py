@@ -51,14 +51,15 @@ ABSOLUTE_MS = 0.01
 def detect(path: Path) -> str:
     """The format of `path`: "aiperf" (an AIPerf artifact folder, `profile_export.jsonl` or
     `profile_export_aiperf.json`/`.csv`), "guidellm" (a GuideLLM report: JSON with
-    `benchmarks`) or "vllm" (a `vllm bench serve --save-result` JSON: `ttfts` and `itls`).
+    `benchmarks`) or "vllm" (a `vllm bench serve --save-result` JSON: `completed`, `duration`,
+    `backend`).
     Raises FormatError when none fits."""
     if path.is_dir() or path.name.startswith("profile_export"):
         return "aiperf"
     data = load_json(path)
     if isinstance(data, dict) and "benchmarks" in data:
         return "guidellm"
-    if isinstance(data, dict) and "ttfts" in data and "itls" in data:
+    if isinstance(data, dict) and {"completed", "duration", "backend"} <= data.keys():
         return "vllm"
     if isinstance(data, dict) and "aiperf_version" in data:
         return "aiperf"
@@ -112,7 +113,7 @@ def load_config(imported: Imported) -> LoadConfig:
         concurrency=[imported.concurrency],
         repetitions=1,
         requests_per_run=max(1, len(imported.records)),
-        warmup_requests=0,
+        warmup_requests=imported.warmup_requests,
         prompt_tokens=prompt,
         prompt_lengths=prompt_lengths,
         prefix_share=0.0,
