@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from formats.imported import Imported, FormatError, as_ms, load_json
+from formats.imported import FormatError, Imported, as_ms, load_json
 from measurement.errors import ErrorKind
 from measurement.record import RequestRecord
 from measurement.results import ImportSource
@@ -183,9 +183,7 @@ def _profiling_phase(config: dict[str, Any]) -> dict[str, Any]:
 def read(path: Path) -> Imported:
     """AIPerf's export at `path` (a folder, its JSONL, or its aggregate JSON / CSV)."""
     jsonl, aggregate_path = files(path)
-    lines = [
-        line for line in _lines(jsonl) if line["metadata"].get("benchmark_phase") != "warmup"
-    ]
+    lines = [line for line in _lines(jsonl) if line["metadata"].get("benchmark_phase") != "warmup"]
     if not lines:
         raise FormatError(f"{jsonl}: no profiling records; give the export of a finished run")
     records = [record_of(i, line, f"{jsonl} line {i + 1}") for i, line in enumerate(lines)]
@@ -238,4 +236,3 @@ def read(path: Path) -> Imported:
         started_at=datetime.fromtimestamp(started / 1e9, UTC),
         notes=notes,
     )
-

@@ -206,8 +206,8 @@ def read(path: Path, benchmark: int = 0) -> Imported:
     theirs = report_figures(chosen.get("metrics") or {})
     recomputed = guidellm_figures(records)
     notes = [
-        f"differs from GuideLLM's own figures: {key}: GuideLLM says {theirs[key]:.4g}, the imported requests give "
-        f"{recomputed.get(key, math.nan):.4g} (GuideLLM's definition)"
+        f"differs from GuideLLM's own figures: {key}: GuideLLM says {theirs[key]:.4g}, the "
+        f"imported requests give {recomputed.get(key, math.nan):.4g} (GuideLLM's definition)"
         for key in theirs
         if key not in recomputed or not math.isclose(recomputed[key], theirs[key], rel_tol=1e-3)
     ]
@@ -232,7 +232,7 @@ def read(path: Path, benchmark: int = 0) -> Imported:
         url=str(backend.get("target") or "unknown"),
         concurrency=int(concurrency or max(1, max_in_flight(records))),
         request_rate=float(rate) if rate else None,
-        api=Api.COMPLETIONS if "/v1/completions" == backend.get("request_format") else Api.CHAT,
+        api=Api.COMPLETIONS if backend.get("request_format") == "/v1/completions" else Api.CHAT,
         started_at=datetime.fromtimestamp((records[0].sent_ns or 0) / 1e9, UTC),
         notes=notes,
     )

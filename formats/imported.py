@@ -25,8 +25,9 @@ class Imported:
     (`concurrency`: the closed loop's, or an open loop's most in flight; `request_rate`:
     requests/s of an open loop, None: closed), `api`, `model`, `url`, the lengths it asked for
     (`max_tokens`: None when it set none), its warm-up requests before the measured ones
-    (`warmup_requests`; None: one a client, or not recorded), `started_at` (UTC), and `source`: the tool, its
-    version, the file, what the file lacks and the tool's own figures (our metric keys)."""
+    (`warmup_requests`; None: one a client, or not recorded), `started_at` (UTC), and
+    `source`: the tool, its version, the file, what the file lacks and the tool's own figures
+    (our metric keys)."""
 
     source: ImportSource
     records: list[RequestRecord]

@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from formats import aiperf, guidellm, vllm_bench
-from formats.imported import Imported, FormatError, load_json
-from measurement.results import ErrorSample, GridResult
+from formats.imported import FormatError, Imported, load_json
+from loadgen.runner import first_run_errors
+from measurement.results import GridResult
 from measurement.stats import summarize_point, summarize_run
 from outputs.folder_writer import (
     MeasuredRun,
@@ -31,7 +32,7 @@ from outputs.folder_writer import (
     grid_settings,
     records_frame,
 )
-from workload.config import Arrival, LoadConfig, Lengths
+from workload.config import Arrival, Lengths, LoadConfig
 
 FORMATS = ("aiperf", "guidellm", "vllm")
 """The formats `testbed import --format` names."""
@@ -94,7 +95,9 @@ def _lengths(values: list[int]) -> tuple[int, Lengths | None]:
     counts = sorted({v: values.count(v) for v in values}.items())
     if len(counts) < 2:
         return mean, None
-    return mean, Lengths(values=[v for v, _ in counts], weights=[n / len(values) for _, n in counts])
+    return mean, Lengths(
+        values=[v for v, _ in counts], weights=[n / len(values) for _, n in counts]
+    )
 
 
 def load_config(imported: Imported) -> LoadConfig:
@@ -169,20 +172,7 @@ def grid_of(imported: Imported) -> tuple[GridResult, MeasuredRun]:
             "warnings": [*notes, *summary.warnings],
         }
     )
-    errors = [
-        ErrorSample(
-            kind=str(r.error_kind),
-            message=(r.error or "")[:200],
-            prefix_kinds=key[0],
-            concurrency=key[1],
-            repetition=key[2],
-            at=datetime.fromtimestamp(started_at.timestamp() + ((r.error_ns or 0) - min(sent)) / 1e9, UTC)
-            if sent
-            else started_at,
-        )
-        for r in records
-        if not r.ok
-    ][:10]
+    errors = first_run_errors(key, records, min(sent, default=0), started_at)
     run = MeasuredRun(summary, errors, records_frame(*key, records))
     by_kind = dict(summary.errors_by_kind)
     result = GridResult(

@@ -554,7 +554,7 @@ class ImportSource(BaseModel):
     figures: dict[str, float] = Field(default_factory=dict)
 
     def label(self) -> str:
-        """"AIPerf 0.13.0, profile_export.jsonl": the tool, its version and the file's name."""
+        """ "AIPerf 0.13.0, profile_export.jsonl": the tool, its version and the file's name."""
         version = f" {self.version}" if self.version else " (version not recorded)"
         return f"{self.tool}{version}, {self.file}"
 

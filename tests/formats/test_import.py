@@ -6,6 +6,7 @@ then read by report, compare, simulate --against, calibrate and recommend --work
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -99,14 +100,14 @@ def test_detect_names_each_format_and_refuses_another_file(tmp_path: Path) -> No
     assert detect(VLLM) == "vllm"
     other = tmp_path / "other.json"
     other.write_text('{"points": []}')
-    with pytest.raises(FormatError, match="--format aiperf|guidellm|vllm"):
+    with pytest.raises(FormatError, match=re.escape("--format aiperf|guidellm|vllm")):
         detect(other)
 
 
 def test_a_file_of_another_format_is_refused_naming_format() -> None:
-    with pytest.raises(FormatError, match="not a GuideLLM report.*--format"):
+    with pytest.raises(FormatError, match=r"not a GuideLLM report.*--format"):
         read_source(VLLM, "guidellm")
-    with pytest.raises(FormatError, match="not a vllm bench serve result.*--format"):
+    with pytest.raises(FormatError, match=r"not a vllm bench serve result.*--format"):
         read_source(GUIDELLM, "vllm")
 
 
