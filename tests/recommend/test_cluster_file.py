@@ -60,9 +60,7 @@ def _recommend(tmp_path: Path, config: dict[str, object], *args: str) -> int:
     load = tmp_path / "load.yaml"
     load.write_text(TINY)
     out = ["--out", str(tmp_path / "out"), "--jobs", "1", "--emit-stacks", "1"]
-    return main(
-        ["recommend", "--cluster-file", str(cluster), "--workload", str(load), *out, *args]
-    )
+    return main(["recommend", "--cluster-file", str(cluster), "--workload", str(load), *out, *args])
 
 
 def test_the_cluster_files_own_workers_do_not_block_and_host_memory_refuses_host_buffers(
