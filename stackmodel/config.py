@@ -117,7 +117,9 @@ class NodeClass(CamelModel):
         + ", ".join(sorted(GPU_CATALOG))
         + ") or {name, bf16DenseTflops, memoryGbPerS} (optional: fp8DenseTflops; interconnect "
         "and interconnectGbPerS, needed for tensor parallelism; memoryGb, deviceName and "
-        "aiconfigurator, each unknown when unset, as a catalog entry has them); default: "
+        "aiconfigurator, each unknown when unset, as a catalog entry has them; peerToPeer: "
+        "false for GeForce cards, which the catalog's rtx-3090 and rtx-4090 are, so KV in GPU "
+        "buffers between two of them goes through host memory); default: "
         "steptime.gpus.DEFAULT_GPU, and the simulation says so.",
     )
 
