@@ -35,8 +35,10 @@ def _cluster(
 ) -> tuple[str, dict[str, Any], Any]:
     """(name, raw config, validated config) of the cluster stack, ``model.name`` replaced by
     ``model``; exits 2 on a bad stack or file, naming the stack file read (``--cluster-file``'s
-    own path)."""
+    own path). A model name outside the catalog beside its geometry is warned
+    (:func:`stackmodel.stack_warnings.model_name_warnings`)."""
     from stackmodel.config import project_values
+    from stackmodel.stack_warnings import model_name_warnings
     from stackmodel.stacks import StackFileError, stack_config
 
     if (stack is None) == (stack_file is None):
@@ -64,7 +66,10 @@ def _cluster(
     if model is not None:
         base["model"] = {**(base.get("model") or {}), "name": model}
         where = f"{where} with --model {model}"
-    return name, base, _cluster_config(name, base, where)
+    cfg = _cluster_config(name, base, where)
+    for warning in model_name_warnings(cfg):
+        typer.echo(f"warning: {where}: {warning.render()}", err=True)
+    return name, base, cfg
 
 
 def _cluster_config(name: str, base: dict[str, Any], where: str) -> Any:

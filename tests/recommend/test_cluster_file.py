@@ -115,3 +115,25 @@ def test_a_cluster_file_that_is_not_yaml_is_one_line_naming_it(
     err = capsys.readouterr().err
     assert code == 2
     assert f"--cluster-file {cluster}: not YAML" in err
+
+
+def test_a_model_name_outside_the_catalog_with_its_geometry_is_warned_naming_the_closest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    geometry = {"numLayers": 28, "numKvHeads": 8, "headDim": 128, "numParameters": 6 * 10**8}
+    model = {"name": "Qwen/Qwen3-0.6", "maxModelLen": 8192, "geometry": geometry}
+    code = _recommend(
+        tmp_path,
+        {**CLUSTER, "dynamo-testbed:model": model},
+        "--slo",
+        "ttft_p99_ms=5000",
+        *ONE_CLASS,
+        "--fix",
+        "transport=GPU buffers over TCP",
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    (line,) = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert line.startswith(f"warning: --cluster-file {tmp_path / 'Pulumi.home-lab.yaml'}: ")
+    assert "'Qwen/Qwen3-0.6' is not a catalog model" in line
+    assert "did you mean Qwen/Qwen3-0.6B?" in line

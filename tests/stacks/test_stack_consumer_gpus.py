@@ -97,6 +97,9 @@ def test_a_model_name_the_catalog_lacks_beside_a_geometry_is_warned(
     assert "did you mean Qwen/Qwen3-0.6B?" in warning.render()
     raw["model"]["name"] = "Qwen/Qwen3-0.6B"
     assert model_name_warnings(validate_stack("lab", raw).cfg) == []
+    # Without a geometry the name must be the catalog's, and the refusal names the closest.
+    message = refusal("kv-routing", "model.name=Qwen/Qwen3-0.6")
+    assert "unknown model 'Qwen/Qwen3-0.6'; did you mean Qwen/Qwen3-0.6B?" in message
 
 
 def _two_gpus_one_node(raw: Raw, gpu: str, same_node: object = None) -> StackPlan:
