@@ -281,8 +281,17 @@ def candidate_raw(
     """The stack config (keys without the project prefix) of ``candidate`` on the cluster of
     ``base`` (a stack's raw config: its node classes, links, model, engine, platform and
     sizing kept; its topology, load and baseline replaced). ``memory_limits``: group name ->
-    ``memoryLimit`` (default: a GiB above any floor, :func:`sized_memory_limit` sets them)."""
+    ``memoryLimit``; without them (the pass that finds each group's floor) every limit is 1Ti,
+    above any floor, and the node classes' ``hostMemoryGiB`` is left out: the sized config's
+    limits, its floors, are what a node's memory must hold."""
     raw = {k: v for k, v in base.items() if k not in ("topology", "load", "baselineStack")}
+    if memory_limits is None and isinstance(raw.get("nodeClasses"), Mapping):
+        raw["nodeClasses"] = {
+            name: {k: v for k, v in node_class.items() if k != "hostMemoryGiB"}
+            if isinstance(node_class, Mapping)
+            else node_class
+            for name, node_class in raw["nodeClasses"].items()
+        }
     topology = dict(base.get("topology") or {})
     workers = []
     for i, g in enumerate(candidate.groups):
