@@ -134,33 +134,27 @@ def test_rdma_device_is_the_cluster_stacks_own() -> None:
     candidates (its own transport carries over the link too: one transport, not two)."""
     workers = [
         {
-            "name": "prefill",
-            "role": "prefill",
+            "name": role,
+            "role": role,
             "replicas": 1,
-            "nodeClass": "gpu-a",
+            "nodeClass": node_class,
             "gpuMemoryUtilization": 0.9,
             "memoryLimit": "64Gi",
-            "kvTransfer": {"connector": "NixlConnector", "role": "kv_producer"},
+            "kvTransfer": {"connector": "NixlConnector", "role": kv_role, "bufferDevice": "cuda"},
             "env": {"UCX_TLS": "rc,cuda"},
             "rdma": {"resource": "rdma/ib"},
-        },
-        {
-            "name": "decode",
-            "role": "decode",
-            "replicas": 1,
-            "nodeClass": "gpu-b",
-            "gpuMemoryUtilization": 0.9,
-            "memoryLimit": "64Gi",
-            "kvTransfer": {"connector": "NixlConnector", "role": "kv_consumer"},
-            "env": {"UCX_TLS": "rc,cuda"},
-            "rdma": {"resource": "rdma/ib"},
-        },
+        }
+        for role, node_class, kv_role in (
+            ("prefill", "gpu-a", "kv_producer"),
+            ("decode", "gpu-b", "kv_consumer"),
+        )
     ]
     raw = _cluster(links={"crossNode": "rdma"}, workers=workers)
     cfg = _cfg(raw)
-    cross = _cross_node(cfg)
+    cross = [c for c in candidates(cfg) if c.disaggregated and c.max_batched_tokens is None]
     assert len(cross) == 2
-    assert {c.transport.rdma for c in cross if c.transport} == {"rdma/ib"}
+    (own,) = {c.transport for c in cross}
+    assert own is not None and own.rdma == "rdma/ib" and own.name.startswith("as the cluster")
     assert all(isinstance(check("lab-x", raw, c, SHORT), StackPlan) for c in cross)
 
 
