@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -430,12 +430,24 @@ def kv_link_key(
     ``crossNode``.
     """
     decode_classes = {w.node_class for w in cfg.topology.workers if w.role == "decode"}
-    if all(same_host(cfg, prefill.node_class, c) for c in decode_classes):
+    return link_key_between(cfg, prefill.node_class, decode_classes, links)
+
+
+def link_key_between(
+    cfg: StackConfig,
+    prefill_class: str,
+    decode_classes: Collection[str],
+    links: Mapping[LinkKey, LinkProfile],
+) -> LinkKey:
+    """:func:`kv_link_key` for a prefill group on ``prefill_class`` and decode groups on
+    ``decode_classes`` (node classes of ``cfg``): what a topology not yet a config (a search
+    candidate) would cross."""
+    if all(same_host(cfg, prefill_class, c) for c in decode_classes):
         return "sameNode"
-    node_class = cfg.node_classes[prefill.node_class]
+    node_class = cfg.node_classes[prefill_class]
     gpu_workers = cfg.engine.profile.gpu_workers
     alone = gpu_workers and node_class.gpu_units_per_node < 2
-    if prefill.node_class not in decode_classes or alone:
+    if prefill_class not in decode_classes or alone:
         return "crossNode"
     slower = links["crossNode"].bytes_per_s < links["sameNode"].bytes_per_s
     return "crossNode" if slower else "sameNode"
