@@ -1,0 +1,150 @@
+"""The capacity question (``--objective capacity``, the default): the workload's stated load
+times the headroom, held within the SLO on the fewest GPUs; what the best holds when none does;
+time-sliced classes generated at shares the checks accept."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from recommend.search import check, needed_load, stack_name
+from recommend.space import candidates
+from stackmodel.config import project_values
+from stackmodel.stacks import stack_config
+from stackmodel.validation import validate_stack
+from testbed.cli import main
+from workload.config import LoadConfig
+from workload.slo import parse_slo
+
+
+def _two_gpu_time_sliced() -> tuple[dict[str, Any], Any]:
+    """The seed's cluster with its 24 GB class as one node of 2 GPUs, 2 workers a GPU."""
+    base = project_values(stack_config("kv-routing")[0])
+    big = {
+        **base["nodeClasses"]["gpu-24gb"],
+        "gpusPerNode": 2,
+        "timeSlicing": {"replicasPerGpu": 2},
+    }
+    base["nodeClasses"] = {"gpu-24gb": big}
+    base["topology"] = {
+        **base["topology"],
+        "workers": [
+            {**base["topology"]["workers"][0], "replicas": 4, "gpuMemoryUtilization": 0.45}
+        ],
+    }
+    return base, validate_stack("two-gpu", base).cfg
+
+
+def test_time_sliced_candidates_are_never_refused_as_overcommitted() -> None:
+    """On a 2-GPU node with replicasPerGpu 2 the scheduler may put any 2 workers on one GPU:
+    a one-worker-per-GPU candidate gets 0.45 of a GPU each (not 0.9, which the checks would
+    refuse), and no candidate is refused as overcommitted."""
+    base, cfg = _two_gpu_time_sliced()
+    space = candidates(cfg)
+    load = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
+    reasons = [check(stack_name("two-gpu", c), base, c, load) for c in space]
+    overcommitted = [r for r in reasons if isinstance(r, str) and "overcommitted" in r]
+    assert overcommitted == []
+    one_each = next(
+        c
+        for c in space
+        if c.label() == "2 x TP1 aggregated on gpu-24gb, memory split 2 ways; router kv"
+    )
+    plan = reasons[space.index(one_each)]
+    assert not isinstance(plan, str)
+    assert [w.gpu_memory_utilization for w in plan.cfg.topology.workers] == [0.45]
+
+
+def test_needed_load_is_the_largest_stated_load_times_the_headroom() -> None:
+    assert needed_load(LoadConfig(concurrency=[4, 8]), 1.2) == 10
+    assert needed_load(LoadConfig(concurrency=[100, 40]), 1.0) == 100
+    poisson = LoadConfig(arrival="poisson", request_rate=3.0, concurrency=[32])
+    assert needed_load(poisson, 1.2) == 3.6
+
+
+def _workload(tmp_path: Path, concurrency: int) -> Path:
+    path = tmp_path / f"c{concurrency}.yaml"
+    settings = {
+        "prefixKinds": [2],
+        "requestsPerRun": 40,
+        "maxTokens": 16,
+        "concurrency": [concurrency],
+        "slo": {"ttftP99Ms": 1000},
+    }
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def _recommend(tmp_path: Path, workload: Path, *extra: str) -> int:
+    return main(
+        [
+            "recommend",
+            "--cluster",
+            "kv-routing",
+            "--workload",
+            str(workload),
+            "--fix",
+            "kind=aggregated",
+            "--fix",
+            "router=kv",
+            "--fix",
+            "kvEvents=true",
+            "--validate-top",
+            "0",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path / "out"),
+            *extra,
+        ]
+    )
+
+
+def test_a_load_no_candidate_holds_exits_1_naming_what_the_best_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _recommend(tmp_path, _workload(tmp_path, 400))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "no candidate holds the load needed: the best, " in err
+    assert " of the 480 clients needed" in err
+    document = yaml.safe_load((tmp_path / "out" / "candidates.json").read_text())
+    assert {c["status"] for c in document["candidates"]} >= {"short-of-load"}
+    assert all(c["rank"] is None for c in document["candidates"])
+
+
+def test_a_load_one_holds_ranks_the_fewest_gpus_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _recommend(tmp_path, _workload(tmp_path, 2))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    document = yaml.safe_load((tmp_path / "out" / "candidates.json").read_text())
+    ranked = sorted((c for c in document["candidates"] if c["rank"]), key=lambda c: c["rank"])
+    assert ranked[0]["gpus"] == 1
+    assert ranked[0]["best"]["concurrency"] == 3  # 2 stated x 1.2, rounded up
+    assert "holds 3 clients, the load needed" in ranked[0]["line"]
+    assert any("margin 1.25" in c for c in document["caveats"])
+
+
+def test_what_time_slicing_costs_rank_1_is_a_figure() -> None:
+    """One worker on each of the 2 GPUs, time-sliced 2 a GPU: 0.45 of a GPU each, where the
+    same shape with time-slicing off gets 0.9 and about twice the KV cache."""
+    from recommend.run import slicing_cost
+    from recommend.search import Problem, Result
+
+    base, cfg = _two_gpu_time_sliced()
+    load = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
+    label = "2 x TP1 aggregated on gpu-24gb, memory split 2 ways; router kv"
+    one_each = next(c for c in candidates(cfg) if c.label() == label)
+    plan = check(stack_name("two-gpu", one_each), base, one_each, load)
+    assert not isinstance(plan, str)
+    problem = Problem("two-gpu", base, cfg, load, parse_slo("ttft_p99_ms=1000"))
+    [line] = slicing_cost(problem, Result(one_each, "ranked", 2, plan=plan))
+    on, off = (int(t.replace(",", "")) for t in re.findall(r"([\d,]+) tokens", line))
+    assert "each gets 0.45 of a GPU" in line and "the same shape gets 0.9 and" in line
+    assert 2 * on < off < 3 * on
