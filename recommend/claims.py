@@ -125,7 +125,8 @@ def needed_text(needed: float, open_loop: bool) -> str:
 def holds_text(result: Result) -> str:
     """What a timed candidate holds against the load needed (capacity question): ``holds 10
     clients, the load needed (the search stops there)``, or ``holds 6 of the 10 clients
-    needed`` ('' when not timed or under another objective)."""
+    needed`` (an open loop's: ``holds 26.2/s of the 480/s needed``; '' under another
+    objective)."""
     best, needed = result.best, result.needed
     if needed is None:
         return ""
@@ -136,7 +137,9 @@ def holds_text(result: Result) -> str:
     held = held_load(best)
     if held >= needed:
         return f"holds {best.load_text()}, the load needed (the search stops there)"
-    return f"holds {held:g} of the {needed_text(needed, open_loop)} needed"
+    return (
+        f"holds {held:g}{'/s' if open_loop else ''} of the {needed_text(needed, open_loop)} needed"
+    )
 
 
 def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN) -> str:

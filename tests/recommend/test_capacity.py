@@ -255,3 +255,16 @@ def test_the_seed_cluster_and_load_rank_one_aggregated_gpu_first_validated(
     assert first["realRouting"]["holds"] is True
     assert first["line"].startswith("rank 1 (1 GPU): holds 10 clients, the load needed")
     assert "capacity: the load to hold is the workload's stated load x the headroom 1.2" in out.err
+
+
+def test_an_open_loop_says_what_it_holds_as_a_rate() -> None:
+    from recommend.claims import holds_text
+    from recommend.search import Figures, Result
+    from recommend.space import Candidate, GroupShape
+
+    figures = Figures(8, 1.0, 1.0, 1.0, 1.0, 0.5, 1.0, {}, rate=26.2)
+    candidate = Candidate((GroupShape("aggregated", "gpu-8gb", 1),), key="c000")
+    short = Result(candidate, "short-of-load", 1, best=figures, needed=480.0)
+    assert holds_text(short) == "holds 26.2/s of the 480/s needed"
+    held = Result(candidate, "ranked", 1, best=figures, needed=26.2)
+    assert holds_text(held) == "holds 26.2/s, <=8, the load needed (the search stops there)"
