@@ -363,7 +363,8 @@ def plan_text(
     lines = [f"# Measurement plan ({SIMULATED})", ""]
     if first is None:
         lines += [
-            "No candidate meets the SLO: nothing to confirm (candidates.json says what binds)."
+            "No candidate meets the SLO: nothing to confirm (candidates.json says what binds).",
+            *(f"- Caveat: {c}" for c in inputs.caveats),
         ]
         return "\n".join(lines) + "\n"
     stacks = f"{typed_path(out) if out else f'out/recommend/{inputs.cluster}'}/{STACKS_DIR}"

@@ -268,3 +268,26 @@ def test_an_open_loop_says_what_it_holds_as_a_rate() -> None:
     assert holds_text(short) == "holds 26.2/s of the 480/s needed"
     held = Result(candidate, "ranked", 1, best=figures, needed=26.2)
     assert holds_text(held) == "holds 26.2/s, <=8, the load needed (the search stops there)"
+
+
+def test_the_caveats_say_what_simulate_says_outside_the_calibration_and_the_margins_source() -> (
+    None
+):
+    """A cluster on L40S GPUs: the step times are extrapolated from the seed fit (an RTX 4090),
+    in `testbed simulate`'s own words; the margin's source is named, once each."""
+    from recommend.run import caveats
+    from recommend.search import Result
+
+    base, _ = _two_gpu_time_sliced()
+    base["nodeClasses"]["gpu-24gb"]["gpu"] = "l40s"
+    cfg = validate_stack("two-gpu", base).cfg
+    load = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
+    results = []
+    for c in candidates(cfg, fixes={"kind": "aggregated", "kvEvents": "true"})[:2]:
+        plan = check(stack_name("two-gpu", c), base, c, load)
+        assert not isinstance(plan, str)
+        results.append(Result(c, "ranked", 1, plan=plan, rank=len(results) + 1))
+    said = caveats(results, 1.25)
+    assert len(said) == 2
+    assert said[0].startswith("extrapolated: GPU l40s (fit: rtx-4090) is outside the seed")
+    assert said[1].startswith("margin 1.25 (the default 1.25 is the timing model's error on")
