@@ -282,7 +282,7 @@ def test_the_caveats_say_what_simulate_says_outside_the_calibration_and_the_marg
     base["nodeClasses"]["gpu-24gb"]["gpu"] = "l40s"
     cfg = validate_stack("two-gpu", base).cfg
     load = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
-    results = []
+    results: list[Result] = []
     for c in candidates(cfg, fixes={"kind": "aggregated", "kvEvents": "true"})[:2]:
         plan = check(stack_name("two-gpu", c), base, c, load)
         assert not isinstance(plan, str)
