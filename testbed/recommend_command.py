@@ -488,8 +488,9 @@ def recommend_command(
         ),
     ] = False,
 ) -> None:
-    """Search the topologies a cluster can hold for the one that serves a workload best within
-    an SLO; rank them and say why each loses. SIMULATED.
+    """Search the topologies a cluster can hold for the one that serves the workload's load
+    (times --headroom) within an SLO on the fewest GPUs, validated with the real routing; rank
+    them and say why each loses. SIMULATED.
 
     Example: testbed recommend --cluster kv-routing --workload seed --slo ttft_p99_ms=1000
     """
