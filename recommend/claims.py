@@ -15,11 +15,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from recommend.search import Result
+from recommend.search import Result, held_load, load_text
 
 DEFAULT_MARGIN = 1.25
 """The ratio the model's published-pair ratios are within (+-25%): a smaller difference is no
 claim."""
+
+
+def margin_note(margin: float) -> str:
+    """Where ``margin`` comes from, for every output: the published pairs it was shown on."""
+    shown = "the default" if margin == DEFAULT_MARGIN else f"--margin {margin:g}; the default"
+    return (
+        f"margin {margin:g} ({shown} 1.25 is the timing model's error on published "
+        "aggregated-vs-disaggregated ratios of Llama models on H100 GPUs, "
+        "bench/published_disagg.py): on another model or GPU it is assumed, not shown"
+    )
+
 
 Verdict = Literal["rank 1", "on the Pareto front", "too close to call", "loses"]
 
@@ -41,13 +52,15 @@ def ratio(result: Result, first: Result | None) -> float | None:
 
 def verdict(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN) -> Verdict:
     """``rank 1``; under ``pareto`` ``on the Pareto front`` for the front's others (none of
-    them loses to another: each trades tokens/s per GPU for tokens/s per user); ``too close to
-    call`` within the margin of the one it is judged against (:func:`compared_with`); else
-    ``loses``."""
+    them loses to another: each trades tokens/s per GPU for tokens/s per user); under
+    ``capacity`` ``loses`` for one on more GPUs than rank 1; ``too close to call`` within the
+    margin of the one it is judged against (:func:`compared_with`); else ``loses``."""
     if first is not None and result.candidate.key == first.candidate.key:
         return "rank 1"
     if result.on_front:
         return "on the Pareto front"
+    if result.needed is not None and first is not None and result.gpus > first.gpus:
+        return "loses"
     r = ratio(result, first)
     if r is not None and r * margin >= 1:
         return "too close to call"
@@ -104,11 +117,43 @@ def _why(result: Result, first: Result | None) -> str:
     return ""
 
 
+def needed_text(needed: float, open_loop: bool) -> str:
+    """The capacity question's load: ``10 clients``, an open loop's ``3.6/s``."""
+    return f"{needed:g}/s" if open_loop else load_text(int(needed))
+
+
+def holds_text(result: Result) -> str:
+    """What a timed candidate holds against the load needed (capacity question): ``holds 10
+    clients, the load needed (the search stops there)``, or ``holds 6 of the 10 clients
+    needed`` (an open loop's: ``holds 26.2/s of the 480/s needed``; '' under another
+    objective)."""
+    best, needed = result.best, result.needed
+    if needed is None:
+        return ""
+    seen = best or result.over
+    open_loop = seen is not None and seen.rate is not None
+    if best is None:
+        return f"holds none of the {needed_text(needed, open_loop)} needed"
+    held = held_load(best)
+    if held >= needed:
+        return f"holds {best.load_text()}, the load needed (the search stops there)"
+    return (
+        f"holds {held:g}{'/s' if open_loop else ''} of the {needed_text(needed, open_loop)} needed"
+    )
+
+
 def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN) -> str:
     """One line: ``0.42x: TTFT p99 binds at 3 clients: each request pays ~300 ms of host
-    copies ...``; a refused or screened candidate's reason as it is."""
+    copies ...``; a refused or screened candidate's reason as it is; under ``capacity`` what
+    it holds of the load needed (:func:`holds_text`), and for one on more GPUs than rank 1
+    how many."""
     if result.status == "refused":
         return "refused by the checks: " + " ".join(result.reason.split())
+    if result.status == "validation-failed":
+        return f"lost its rank: {result.reason}"
+    if result.status == "short-of-load":
+        failed = result.over.load_text() if result.over is not None else "the load needed"
+        return f"{holds_text(result)}: {result.binding} binds at {failed}"
     if result.status == "screened":
         path = kv_path(result)
         return f"screened: {result.reason}" + (f": {path}" if path else "")
@@ -127,6 +172,12 @@ def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MA
         head += f" of {result.dominated_by.candidate.key} (on the front, ahead on both)"
     if v == "too close to call":
         head += f" (too close to call: within the margin {margin:g})"
+    if result.needed is not None:
+        if first is not None and result.gpus > first.gpus and v == "loses":
+            head = f"loses: {result.gpus} GPUs against rank 1's {first.gpus}"
+        else:
+            head += f" ({result.gpus} GPU{'s' if result.gpus != 1 else ''})"
+        return f"{head}: {holds_text(result)}"
     at = result.over if result.over is not None else result.best
     line = f"{head}: {result.binding} binds at {at.load_text()}"
     return f"{line}: {why}" if why and v not in ("rank 1", "on the Pareto front") else line

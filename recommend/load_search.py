@@ -283,3 +283,27 @@ def highest_rate(
         else:
             failed, high = point, mid
     return best, failed
+
+
+def required_load(
+    runner: LoadRunner, kinds: Sequence[int], required: int
+) -> tuple[LoadPoint | None, LoadPoint | None]:
+    """The capacity question's closed-loop search: the load ``required`` (clients: the stated
+    load x the headroom) first; when it holds, that point and None (the search stops there:
+    it does not look for more); else the highest load below it that holds (None: not even one
+    client), bisected to within 1/:data:`RESOLUTION` of it as :func:`highest_load` bisects,
+    and the lowest load above that which fails."""
+    order = sorted(set(kinds), reverse=True)
+    failed = runner.at(required, order)
+    if failed.holds:
+        return failed, None
+    best: LoadPoint | None = None
+    low, high = 0, required
+    while high - low > max(1, low // RESOLUTION):
+        mid = max(1, (low + high) // 2)
+        point = runner.at(mid, order)
+        if point.holds:
+            best, low = point, mid
+        else:
+            failed, high = point, mid
+    return best, failed

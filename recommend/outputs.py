@@ -50,7 +50,8 @@ STACKS_DIR = "stacks"
 class Inputs:
     """What the search was asked: the cluster stack, the workload (its load settings and its
     run length, ``per_client`` measured requests per client at least), the SLO, the objective
-    and the margin."""
+    and the margin; ``caveats``: what every output says beside the ranking (the model or GPU
+    outside the calibration, the margin's source: :func:`recommend.run.caveats`)."""
 
     cluster: str
     load: LoadConfig
@@ -60,6 +61,7 @@ class Inputs:
     cluster_gpus: int
     model: str
     per_client: int = MEASURED_PER_CLIENT
+    caveats: tuple[str, ...] = ()
 
     def load_at(self, result: Result) -> LoadConfig:
         """The load settings that measure ``result`` (ranked) as the search timed it: the
@@ -120,6 +122,7 @@ def write_candidates(
         "slo": inputs.slo.option(),
         "objective": inputs.objective,
         "margin": inputs.margin,
+        "caveats": list(inputs.caveats),
         "candidates": rows,
     }
     (out / CANDIDATES_JSON).write_text(json.dumps(document, indent=2) + "\n")
@@ -365,7 +368,8 @@ def plan_text(
     lines = [f"# Measurement plan ({SIMULATED})", ""]
     if first is None:
         lines += [
-            "No candidate meets the SLO: nothing to confirm (candidates.json says what binds)."
+            "No candidate meets the SLO: nothing to confirm (candidates.json says what binds).",
+            *(f"- Caveat: {c}" for c in inputs.caveats),
         ]
         return "\n".join(lines) + "\n"
     stacks = f"{typed_path(out) if out else f'out/recommend/{inputs.cluster}'}/{STACKS_DIR}"
@@ -378,6 +382,7 @@ def plan_text(
         if r.best is not None
     ]
     lines += [f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.", ""]
+    lines += [*(f"- Caveat: {c}" for c in inputs.caveats), ""] if inputs.caveats else []
     summary = validation_summary(results, first, inputs, validations or {})
     if summary:
         lines += [f"**{summary}**", ""]
@@ -787,6 +792,7 @@ def write_report(
         f"<p>SLO {html.escape(inputs.slo.describe())}; objective {inputs.objective}; margin "
         f"{inputs.margin:g}; {refused} candidates refused by the checks (candidates.json).</p>"
         + (f"<p><strong>{html.escape(summary)}</strong></p>" if summary else "")
+        + "".join(f"<p>Caveat: {html.escape(c)}</p>" for c in inputs.caveats)
         + f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
         f"<ul>{legend}</ul>"
         "<table border='1'><tr><th>rank</th><th>status</th><th>candidate</th><th>why</th></tr>"

@@ -36,6 +36,7 @@ from recommend.load_search import (
     LoadRunner,
     highest_load,
     highest_rate,
+    required_load,
 )
 from recommend.resume import TimedStore
 from recommend.space import Candidate, candidate_raw, transport_reason
@@ -46,13 +47,40 @@ from stackmodel.crossover import crossover
 from stackmodel.errors import StackConfigError
 from stackmodel.plan import StackPlan
 from stackmodel.validation import validate_stack
-from workload.config import LoadConfig
+from workload.config import Arrival, LoadConfig
 from workload.slo import Slo
 
-Objective = Literal["goodput-per-gpu", "tokens-per-gpu", "pareto"]
-OBJECTIVES_RANKED: tuple[Objective, ...] = ("goodput-per-gpu", "tokens-per-gpu", "pareto")
+Objective = Literal["capacity", "goodput-per-gpu", "tokens-per-gpu", "pareto"]
+OBJECTIVES_RANKED: tuple[Objective, ...] = (
+    "capacity",
+    "goodput-per-gpu",
+    "tokens-per-gpu",
+    "pareto",
+)
 
-Status = Literal["ranked", "refused", "screened", "slo-not-met"]
+Status = Literal[
+    "ranked", "short-of-load", "validation-failed", "refused", "screened", "slo-not-met"
+]
+
+DEFAULT_HEADROOM = 1.2
+"""``--headroom``: the capacity question's load is the workload's stated load times this."""
+
+
+def stated_load(load: LoadConfig) -> float:
+    """The load the workload states (the capacity question's): an open loop's request rate
+    (requests/s), else its largest concurrency (clients)."""
+    if load.arrival is Arrival.POISSON and load.request_rate is not None:
+        return load.request_rate
+    return float(max(load.concurrency))
+
+
+def needed_load(load: LoadConfig, headroom: float) -> float:
+    """The load a candidate must hold to answer the capacity question: :func:`stated_load`
+    times ``headroom``, a closed loop's rounded up to a whole client."""
+    needed = stated_load(load) * headroom
+    if load.arrival is Arrival.POISSON and load.request_rate is not None:
+        return float(f"{needed:.3g}")
+    return float(math.ceil(needed - 1e-9))
 
 
 def load_text(concurrency: int, rate: float | None = None) -> str:
@@ -131,7 +159,10 @@ class Result:
     ``slo-not-met``). ``value``: the objective (None: not ranked). Under ``pareto`` only
     (:func:`rank_results`): ``on_front``, no other ranked candidate beats it on both tokens/s
     per GPU and per user; ``dominated_by``, for one off the front, the front member that beats it
-    on both with the highest objective (what its ratio and verdict compare it with).
+    on both with the highest objective (what its ratio and verdict compare it with). Under
+    ``capacity`` only: ``needed``, the load it had to hold (:func:`needed_load`); one that
+    holds less is ``short-of-load``, and one the real routing finds over the SLO at it
+    ``validation-failed`` (``reason`` says why).
     """
 
     candidate: Candidate
@@ -150,6 +181,7 @@ class Result:
     rank: int | None = None
     on_front: bool = False
     dominated_by: Result | None = field(default=None, repr=False)
+    needed: float | None = None
 
 
 def stack_name(cluster: str, candidate: Candidate) -> str:
@@ -234,7 +266,9 @@ def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str] | N
     return None
 
 
-def _binding(over: LoadPoint | None, open_loop: bool) -> str:
+def _binding(over: LoadPoint | None, open_loop: bool, needed: bool = False) -> str:
+    if over is None and needed:
+        return "none at the load needed (the search stops there)"
     if over is None:
         if open_loop:
             return "load ceiling (its request-rate bound)"
@@ -257,20 +291,27 @@ def time_candidate(
     gpus: int,
     workload: Workload | None = None,
     rate_ceiling: float = math.inf,
+    needed: float | None = None,
 ) -> Result:
     """Time one checked candidate (its result without ``candidate`` filled in: the caller's);
     ``workload``: what is sent (default: ``load``'s synthetic requests); an open loop's rate
-    is searched up to ``rate_ceiling`` (requests/s: the candidate's bound; default none)."""
+    is searched up to ``rate_ceiling`` (requests/s: the candidate's bound; default none).
+    ``needed`` (the capacity question, :func:`needed_load`): the search tries that load first
+    and stops there when it holds (:func:`recommend.load_search.required_load`; an open loop's
+    rate is searched up to it)."""
     sent = workload if workload is not None else Workload(load)
     runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, gpus, workload=sent)
     if sent.open_loop:
-        best, over = highest_rate(
-            runner, load.prefix_kinds, sent.start_rate, sent.in_flight_cap, rate_ceiling
-        )
+        start, top = sent.start_rate, rate_ceiling
+        if needed is not None:
+            start = top = min(needed, rate_ceiling)
+        best, over = highest_rate(runner, load.prefix_kinds, start, sent.in_flight_cap, top)
+    elif needed is not None:
+        best, over = required_load(runner, load.prefix_kinds, int(needed))
     else:
         best, over = highest_load(runner, load.prefix_kinds)
     result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
-    result.binding = _binding(over, sent.open_loop)
+    result.binding = _binding(over, sent.open_loop, needed is not None)
     if over is not None:
         result.over = Figures.of(over, gpus)
     if best is None:
@@ -294,7 +335,7 @@ def _deaf_to_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-TimingArgs = tuple[StackPlan, LoadConfig, Slo, int, Workload, float]
+TimingArgs = tuple[StackPlan, LoadConfig, Slo, int, Workload, float, float | None]
 
 
 def _time_in_worker(args: TimingArgs) -> Result:
@@ -365,14 +406,19 @@ def search(
     jobs: int = 1,
     progress: Progress | None = None,
     store: TimedStore | None = None,
+    headroom: float = DEFAULT_HEADROOM,
 ) -> list[Result]:
     """The staged search (the module docstring) over ``candidates`` of ``problem``'s cluster,
     timing in ``jobs`` processes; results ranked (``rank`` 1 first), then the rest by status
     and key. ``store``: where each timed candidate is kept as it finishes, and those it holds
-    already are taken from (``--resume``): the same inputs give the same ranking either way."""
+    already are taken from (``--resume``): the same inputs give the same ranking either way.
+    Under ``capacity`` each candidate is timed at the load needed (:func:`needed_load` with
+    ``headroom``), with no rate-ceiling screen (a smaller deployment may hold the load on
+    fewer GPUs whatever its tokens/s per cluster GPU), and ranked by :func:`rank_results`."""
     results: list[Result] = []
     queue = _screen_or_queue(problem, candidates, results)
     load, slo, sent = problem.load, problem.slo, problem.sent
+    needed = needed_load(load, headroom) if objective == "capacity" else None
     gpus = cluster_gpus(problem.cfg)
     best_value = 0.0
     done = 0
@@ -386,7 +432,7 @@ def search(
             batch = []
             for result in queue[start : start + BATCH]:
                 assert result.ceiling_value is not None and result.bounds is not None
-                if result.ceiling_value * margin < best_value:
+                if needed is None and result.ceiling_value * margin < best_value:
                     result.binding = result.bounds.limit
                     result.reason = (
                         f"at most {result.ceiling_value:,.0f} output tok/s per GPU at any load "
@@ -399,7 +445,15 @@ def search(
                     batch.append(result)
             stored = _stored(store, batch)
             args: list[TimingArgs] = [
-                (r.plan, load, slo, gpus, sent, r.bounds.requests_per_s if r.bounds else math.inf)
+                (
+                    r.plan,
+                    load,
+                    slo,
+                    gpus,
+                    sent,
+                    r.bounds.requests_per_s if r.bounds else math.inf,
+                    needed,
+                )
                 for r in batch
                 if r.plan is not None and r.candidate.key not in stored
             ]
@@ -425,7 +479,7 @@ def search(
     finally:
         if pool is not None:
             pool.terminate()
-    rank_results(results, objective)
+    rank_results(results, objective, needed)
     return sorted(results, key=_order)
 
 
@@ -464,7 +518,14 @@ def _stored(store: TimedStore | None, batch: Sequence[Result]) -> dict[str, Resu
     return found
 
 
-_STATUS_ORDER: dict[Status, int] = {"ranked": 0, "slo-not-met": 1, "screened": 2, "refused": 3}
+_STATUS_ORDER: dict[Status, int] = {
+    "ranked": 0,
+    "validation-failed": 1,
+    "short-of-load": 2,
+    "slo-not-met": 3,
+    "screened": 4,
+    "refused": 5,
+}
 
 
 def _order(r: Result) -> tuple[bool, int, int, str]:
@@ -492,10 +553,37 @@ def pareto_front(results: Sequence[Result]) -> set[str]:
     return {r.candidate.key for r in ranked if not any(_beats(o, r) for o in ranked)}
 
 
-def rank_results(results: Sequence[Result], objective: Objective) -> None:
+def held_load(figures: Figures) -> float:
+    """The load ``figures`` were timed at, as :func:`stated_load` counts it: an open loop's
+    rate, else the clients."""
+    return figures.rate if figures.rate is not None else float(figures.concurrency)
+
+
+def rank_results(
+    results: Sequence[Result], objective: Objective, needed: float | None = None
+) -> None:
     """Set ``rank`` of the ranked results: by the objective, then the key; ``pareto`` puts
     the Pareto front (:func:`pareto_front`) first, and sets each one's ``on_front`` or
-    ``dominated_by``."""
+    ``dominated_by``. Under ``capacity``, a ranked result that does not hold ``needed``
+    becomes ``short-of-load``; those that hold it rank by the fewest GPUs they use, then
+    goodput, then simplicity (:meth:`recommend.space.Candidate.simplicity`), then the key."""
+    if objective == "capacity" and needed is not None:
+        for r in results:
+            r.needed = needed
+            if r.status == "ranked" and r.best is not None and held_load(r.best) < needed:
+                r.status = "short-of-load"
+        holding = [r for r in results if r.status == "ranked" and r.value is not None]
+        holding.sort(
+            key=lambda r: (
+                r.gpus,
+                -(r.value or 0.0),
+                r.candidate.simplicity(),
+                r.candidate.key,
+            )
+        )
+        for i, r in enumerate(holding, 1):
+            r.rank = i
+        return
     front = pareto_front(results) if objective == "pareto" else set()
     ranked = [r for r in results if r.status == "ranked" and r.value is not None]
     members = [r for r in ranked if r.candidate.key in front]

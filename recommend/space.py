@@ -21,13 +21,19 @@ What varies, from the cluster (an existing stack's ``nodeClasses`` and ``links``
 - ``--max-num-batched-tokens`` (vLLM's default for the GPU, or the values of ``batched_tokens``).
 
 Not a knob: each worker's GPU memory share is the seed's 0.9 of a GPU split evenly over the
-workers that share it (0.22 each for 4, 0.45 for 2, rounded down to the percent), and its
-``memoryLimit`` is its sizing floor (base + /dev/shm + host mirror) rounded up to a GiB: the
-stack is sized, not searched (:func:`candidate_raw`, :func:`sized_memory_limit`).
+workers that may share its GPU (0.22 each for 4, 0.45 for 2, rounded down to the percent), and
+its ``memoryLimit`` is its sizing floor (base + /dev/shm + host mirror) rounded up to a GiB: the
+stack is sized, not searched (:func:`candidate_raw`, :func:`sized_memory_limit`). On a
+time-sliced class the scheduler does not know GPU memory and may put any ``replicasPerGpu`` of
+the class's workers on one GPU, so every worker there gets the share that the
+``min(replicasPerGpu, workers on the class)`` of them can hold together: the set the checks
+test (:func:`stackmodel.placement.gpu_sharing_sets`), so no candidate is generated at a share
+the checks then refuse as overcommitted (:attr:`GroupShape.split`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -59,17 +65,23 @@ Kubernetes guide mounts 2Gi of ``/dev/shm`` for NCCL)."""
 @dataclass(frozen=True)
 class GroupShape:
     """One worker group of a candidate: ``replicas`` workers of ``role`` on ``node_class``,
-    ``tp`` GPUs each, ``per_gpu`` workers sharing each of its GPUs (time-slicing)."""
+    ``tp`` GPUs each, ``per_gpu`` workers sharing each of its GPUs (time-slicing); ``split``:
+    the workers its GPU's memory is split over (at least ``per_gpu``; on a time-sliced class
+    as many as the scheduler may put on one GPU, the module docstring)."""
 
     role: Role
     node_class: str
     replicas: int
     tp: int = 1
     per_gpu: int = 1
+    split: int = 1
 
     def text(self) -> str:
-        """``4 x TP1 on gpu-24gb (4 a GPU)``."""
+        """``4 x TP1 on gpu-24gb, 4 a GPU``; a share split over more workers than ``per_gpu``
+        says so: ``2 x TP1 aggregated on gpu-24gb, memory split 2 ways``."""
         share = f", {self.per_gpu} a GPU" if self.per_gpu > 1 else ""
+        if self.split > self.per_gpu:
+            share += f", memory split {self.split} ways"
         return f"{self.replicas} x TP{self.tp} {self.role} on {self.node_class}{share}"
 
 
@@ -138,6 +150,11 @@ class Candidate:
         for g in self.groups:
             used[g.node_class] = used.get(g.node_class, 0) + g.replicas * g.tp / g.per_gpu
         return sum(min(math.ceil(n), node_classes[c].gpus) for c, n in used.items())
+
+    def simplicity(self) -> tuple[int, int, int]:
+        """What the capacity ranking breaks a tie of GPUs and goodput with, simpler first:
+        aggregated before disaggregated, then fewer workers, then fewer worker groups."""
+        return (int(self.disaggregated), sum(g.replicas for g in self.groups), len(self.groups))
 
     def label(self) -> str:
         """One line: its groups, router and transport."""
@@ -335,10 +352,38 @@ def candidates(
         for transport, events, budget in itertools.product(transports, events_choices, budgets):
             out.append(Candidate(groups, "kv", events, transport, budget))
     keyed = [
-        Candidate(c.groups, c.router, c.kv_events, c.transport, c.max_batched_tokens, f"c{i:03d}")
+        Candidate(
+            _split(c.groups, classes),
+            c.router,
+            c.kv_events,
+            c.transport,
+            c.max_batched_tokens,
+            f"c{i:03d}",
+        )
         for i, c in enumerate(out)
     ]
     return with_fixes(keyed, fixes) if fixes else keyed
+
+
+def _split(
+    groups: tuple[GroupShape, ...], classes: Mapping[str, NodeClass]
+) -> tuple[GroupShape, ...]:
+    """``groups`` with each one's memory ``split``: on a time-sliced class, over as many
+    workers as the scheduler may put on one GPU, ``min(replicasPerGpu, workers on the class)``
+    (:func:`stackmodel.placement.gpu_sharing_sets`), at least its ``per_gpu``."""
+    on_class: dict[str, int] = {}
+    for g in groups:
+        on_class[g.node_class] = on_class.get(g.node_class, 0) + g.replicas
+    out = []
+    for g in groups:
+        node_class = classes[g.node_class]
+        together = (
+            min(node_class.units_per_gpu, on_class[g.node_class])
+            if node_class.time_slicing is not None
+            else 1
+        )
+        out.append(dataclasses.replace(g, split=max(g.per_gpu, together)))
+    return tuple(out)
 
 
 def with_fixes(space: Sequence[Candidate], fixes: Mapping[str, str]) -> list[Candidate]:
@@ -382,7 +427,7 @@ def candidate_raw(
             "role": g.role,
             "replicas": g.replicas,
             "nodeClass": g.node_class,
-            "gpuMemoryUtilization": share(g.per_gpu),
+            "gpuMemoryUtilization": share(g.split),
             "memoryLimit": (memory_limits or {}).get(name, "1Ti"),
             "kvEvents": candidate.kv_events,
         }

@@ -1,8 +1,9 @@
 """`testbed recommend`: which topology to deploy on a cluster for a workload and an SLO, and why
 the others lose (docs/recommend.md). Everything it prints and writes is SIMULATED.
 
-Exit codes: 0 a candidate meets the SLO; 1 none does (the nearest candidates and what binds are
-printed; the SLO is never relaxed); 2 a bad option, stack, file or SLO.
+Exit codes: 0 a candidate meets the SLO (under ``--objective capacity``, the default: at the
+workload's stated load x the headroom); 1 none does (what the best holds, the nearest candidates
+and what binds are printed; the SLO is never relaxed); 2 a bad option, stack, file or SLO.
 """
 
 from __future__ import annotations
@@ -234,9 +235,8 @@ def _print_table(
     for col in ("rank", "candidate", "tok/s/GPU", "load", "why"):
         table.add_column(col)
     shown = [r for r in results if r.rank is not None][:top]
-    shown += [r for r in results if r.status in ("slo-not-met", "screened")][
-        : max(0, top - len(shown))
-    ]
+    others = ("validation-failed", "short-of-load", "slo-not-met", "screened")
+    shown += [r for r in results if r.status in others][: max(0, top - len(shown))]
     for r in shown:
         table.add_row(
             str(r.rank or "-"),
@@ -273,6 +273,24 @@ def _nearest(results: list[Result], top: int = 3) -> list[str]:
                 (r.candidate.key, f"{r.candidate.key} ({r.candidate.label()}): {r.reason}")
             )
     return [line for _, line in sorted(lines)[:top]]
+
+
+def _best_held(results: list[Result]) -> str:
+    """Under the capacity question, what the candidate holding the most of the load needed
+    holds: ``the best, c004 (...), holds 6 of the 10 clients needed`` ('' when none was timed
+    or under another objective)."""
+    from recommend.claims import holds_text
+    from recommend.search import held_load
+
+    timed = [
+        (held_load(r.best), r.value or 0.0, r.candidate.key, r)
+        for r in results
+        if r.needed is not None and r.best is not None
+    ]
+    if not timed:
+        return ""
+    best = max(timed, key=lambda t: t[:3])[3]
+    return f"the best, {best.candidate.key} ({best.candidate.label()}), {holds_text(best)}"
 
 
 def _refusals(results: list[Result], top: int = 5) -> list[str]:
@@ -401,8 +419,22 @@ def recommend_command(
     ] = "",
     objective: Annotated[
         str,
-        typer.Option(help="goodput-per-gpu, tokens-per-gpu or pareto.", rich_help_panel=SEARCH),
-    ] = "goodput-per-gpu",
+        typer.Option(
+            help="capacity (the fewest GPUs that serve the workload's stated load within the "
+            "SLO, with the headroom), goodput-per-gpu or tokens-per-gpu (the most from the "
+            "cluster at the highest load each holds), or pareto.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = "capacity",
+    headroom: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="capacity: hold the workload's stated load (its largest concurrency, or an "
+            "open loop's request rate) times this.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = 1.2,
     fix: Annotated[
         list[str] | None,
         typer.Option(
@@ -446,10 +478,11 @@ def recommend_command(
         int,
         typer.Option(
             min=0,
-            help="Run the top K with the real Dynamo routing (the sim group) at the load found.",
+            help="Run the top K with the real Dynamo routing (the sim group) at the load found; "
+            "one over the SLO loses its rank; 0: none.",
             rich_help_panel=SEARCH,
         ),
-    ] = 0,
+    ] = 3,
     emit_stacks: Annotated[
         int, typer.Option(min=0, help="The top N as stack files.", rich_help_panel=OUTPUT)
     ] = 3,
@@ -470,8 +503,9 @@ def recommend_command(
         ),
     ] = False,
 ) -> None:
-    """Search the topologies a cluster can hold for the one that serves a workload best within
-    an SLO; rank them and say why each loses. SIMULATED.
+    """Search the topologies a cluster can hold for the one that serves the workload's load
+    (times --headroom) within an SLO on the fewest GPUs, validated with the real routing; rank
+    them and say why each loses. SIMULATED.
 
     Example: testbed recommend --cluster kv-routing --workload seed --slo ttft_p99_ms=1000
     """
@@ -483,7 +517,9 @@ def recommend_command(
 
     if validate_top:
         missing = missing_group(
-            "sim", "--validate-top runs the real Dynamo routing", "testbed recommend ..."
+            "sim",
+            "--validate-top (default 3) runs the real Dynamo routing; --validate-top 0 skips it",
+            "testbed recommend ...",
         )
         if missing is not None:
             fail(missing)
@@ -517,6 +553,7 @@ def recommend_command(
         emit_stacks,
         folder,
         resume,
+        headroom=headroom,
     )
     try:
         found = recommend(request, _Printer())
@@ -575,7 +612,11 @@ def _print_outcome(found: Recommendation, folder: Path) -> None:
     _print_table(results, first, inputs, 10, validations)
     if summary := validation_summary(results, first, inputs, validations):
         typer.echo(f"SIMULATED: {summary}")
+    for caveat in inputs.caveats:
+        typer.echo(f"caveat: {caveat}", err=True)
     if first is None:
+        if most := _best_held(results):
+            typer.echo(f"SIMULATED: no candidate holds the load needed: {most}", err=True)
         refused = all(r.status == "refused" for r in results)
         said = "the checks refuse every candidate, for" if refused else "the nearest"
         typer.echo(
