@@ -12,6 +12,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from configkeys.config_text import ConfigText
 from workload.slo import Slo
 
 
@@ -187,7 +188,7 @@ class LoadConfig(BaseModel):
         default=None,
         description="HTTP connection pool size; default: the run's concurrency.",
     )
-    ca_file: str | None = Field(
+    ca_file: ConfigText | None = Field(
         default=None,
         exclude_if=lambda path: path is None,
         description="PEM file of the CA certificate(s) that an https server's certificate is "
