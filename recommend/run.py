@@ -41,7 +41,9 @@ class RecommendRequest:
     ``budgets`` the batched-token values tried), how they are ranked (``objective``,
     ``margin``), ``jobs`` timing processes, the top ``validate_top`` run with the real routing,
     the top ``emit_stacks`` written as stack files, all in ``folder`` (``resume``: take the
-    candidates timed there with the same inputs)."""
+    candidates timed there with the same inputs); ``command``, the command line as given, and
+    ``cluster_file``, the ``--cluster-file`` (None: ``--cluster``), which the outputs name and
+    the emitted stacks edit (:class:`recommend.outputs.Inputs`)."""
 
     cluster: str
     base: Mapping[str, Any]
@@ -59,6 +61,12 @@ class RecommendRequest:
     emit_stacks: int
     folder: Path
     resume: bool
+    command: str = ""
+    cluster_file: Path | None = None
+
+
+SEARCH_ID_CHARS = 6
+"""Hex digits of the inputs' fingerprint in the emitted stacks' names (16.7 million values)."""
 
 
 class RecommendObserver(Protocol):
@@ -163,6 +171,9 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         cluster_gpus(request.cfg),
         request.cfg.model.name,
         sent.per_client,
+        request.command,
+        request.cluster_file,
+        store.fingerprint.removeprefix("sha256:")[:SEARCH_ID_CHARS],
     )
     validations = {}
     for result in [r for r in results if r.rank is not None][: request.validate_top]:

@@ -34,45 +34,46 @@ def _cluster(
     stack: str | None, stack_file: Path | None, model: str | None
 ) -> tuple[str, dict[str, Any], Any]:
     """(name, raw config, validated config) of the cluster stack, ``model.name`` replaced by
-    ``model`` (:func:`_with_model`); exits 2 on a bad stack or file."""
+    ``model`` when given; the model, given or the stack's own, checked as one
+    (:func:`_cluster_config`); exits 2 on a bad stack or file."""
     from stackmodel.config import project_values
-    from stackmodel.errors import StackConfigError
-    from stackmodel.stacks import StackFileError, load_stack, stack_config
-    from stackmodel.validation import validate_stack
+    from stackmodel.stacks import StackFileError, stack_config
 
     if (stack is None) == (stack_file is None):
         fail("give the cluster as one of --cluster STACK or --cluster-file FILE")
     try:
         if stack is not None:
-            name = stack
+            name, given = stack, f"--cluster {stack}"
             base = project_values(stack_config(stack)[0])
-            cfg = load_stack(stack).cfg  # the cluster stack passes the checks preview runs
         else:
             assert stack_file is not None
             import yaml
 
             name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
+            given = f"--cluster-file {stack_file}"
             document = yaml.safe_load(stack_file.read_text())
             config = document.get("config") if isinstance(document, dict) else None
             if not isinstance(config, dict):
                 fail(f"--cluster-file {stack_file}: no `config:` mapping (a stack file)")
             base = project_values({k: v for k, v in config.items()})
-            cfg = validate_stack(name, base).cfg
-    except (FileNotFoundError, StackFileError, StackConfigError, OSError) as exc:
+    except (FileNotFoundError, StackFileError, OSError) as exc:
         fail(" ".join(str(exc).split()))
     if model is not None:
         base["model"] = {**(base.get("model") or {}), "name": model}
-        cfg = _with_model(name, base, cfg, model)
-    return name, base, cfg
+        given = f"--model {model}"
+    return name, base, _cluster_config(name, base, given)
 
 
-def _with_model(name: str, base: dict[str, Any], cfg: Any, model: str) -> Any:
-    """The cluster's validated config ``cfg`` with ``base``'s model (``--model``). The cluster
-    contributes its node classes, links and model, engine and platform settings; its own
-    workers and load are replaced by each candidate's and the workload's, so a problem under
-    ``topology`` or ``load`` (its workers too small for the model) is not the cluster's: each
-    candidate is checked with the model instead. Exits 2 on any other problem."""
-    from stackmodel.config import ModelConfig
+def _cluster_config(name: str, base: dict[str, Any], given: str) -> Any:
+    """The cluster's config ``base`` validated, its model the one searched (``--model``, or
+    the stack's own: one path for both). The cluster contributes its node classes, links and
+    model, engine and platform settings; its own workers and load are replaced by each
+    candidate's and the workload's, so a problem under ``topology`` or ``load`` (its workers too
+    small for the model) is not the cluster's: each candidate is checked with the model
+    instead. Exits 2 on any other problem, led by ``given`` (the option that named it)."""
+    from pydantic import ValidationError
+
+    from stackmodel.config import KNOWN_KEYS, StackConfig
     from stackmodel.errors import StackConfigError
     from stackmodel.validation import validate_stack
 
@@ -81,8 +82,12 @@ def _with_model(name: str, base: dict[str, Any], cfg: Any, model: str) -> Any:
     except StackConfigError as exc:
         own = [p for p in exc.problems if not p.key.startswith(("topology", "load"))]
         if own:
-            fail(f"--model {model}: " + "; ".join(" ".join(p.render().split()) for p in own))
-    return cfg.model_copy(update={"model": ModelConfig.model_validate(base["model"])})
+            fail(f"{given}: " + "; ".join(" ".join(p.render().split()) for p in own))
+    try:  # the problems are the cluster's own workers' and load's: the fields' shapes only
+        known = {k: v for k, v in base.items() if k in KNOWN_KEYS and v != {}}
+        return StackConfig.model_validate(known, context={"stack": name})
+    except ValidationError as exc:
+        fail(f"{given}: " + " ".join(str(exc).split()))
 
 
 def _too_few_tokens(
@@ -212,11 +217,11 @@ def _print_table(
     from rich.table import Table
 
     from outputs.tables import table_console
-    from recommend.outputs import shown_line
+    from recommend.outputs import per_gpu_name, shown_line
 
     console = table_console(highlight=False)
     table = Table(title="SIMULATED: testbed recommend")
-    for col in ("rank", "candidate", "tok/s/GPU", "load", "why"):
+    for col in ("rank", "candidate", per_gpu_name(inputs.objective), "load", "why"):
         table.add_column(col)
     shown = [r for r in results if r.rank is not None][:top]
     shown += [r for r in results if r.status in ("slo-not-met", "screened")][
@@ -237,14 +242,18 @@ def _print_table(
     console.print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
 
 
-def _nearest(results: list[Result], top: int = 3) -> list[str]:
-    """The candidates nearest the SLO and what binds, closest first (each objective's figure
-    at the lowest load that misses it, or a floor over it)."""
-    lines = []
+def _nearest(results: list[Result], slo: Any, top: int = 3) -> list[str]:
+    """The candidates nearest the SLO and what binds, closest first: by how far their worst
+    objective is over its bound of ``slo`` (its figure at the lowest load that misses it, or a
+    floor over it, ``Result.floor_over``), ties by key."""
+    bounds = slo.objectives()
+    lines: list[tuple[float, str, str]] = []
     for r in results:
         if r.status == "slo-not-met" and r.over is not None:
+            over = [v / bounds[k] for k, v in r.over.values_ms.items() if v and k in bounds]
             lines.append(
                 (
+                    max(over, default=float("inf")),
                     r.candidate.key,
                     f"{r.candidate.key} ({r.candidate.label()}): {r.binding} at "
                     f"{r.over.load_text()}: "
@@ -253,11 +262,15 @@ def _nearest(results: list[Result], top: int = 3) -> list[str]:
                     ),
                 )
             )
-        elif r.status == "screened" and r.reason.endswith("ms") and "at least" in r.reason:
+        elif r.status == "screened" and r.floor_over is not None:
             lines.append(
-                (r.candidate.key, f"{r.candidate.key} ({r.candidate.label()}): {r.reason}")
+                (
+                    r.floor_over,
+                    r.candidate.key,
+                    f"{r.candidate.key} ({r.candidate.label()}): {r.reason}",
+                )
             )
-    return [line for _, line in sorted(lines)[:top]]
+    return [line for *_, line in sorted(lines)[:top]]
 
 
 def _refusals(results: list[Result], top: int = 5) -> list[str]:
@@ -346,6 +359,7 @@ def _space(
 
 
 def recommend_command(
+    ctx: typer.Context,
     cluster: Annotated[
         str | None,
         typer.Option(
@@ -502,6 +516,8 @@ def recommend_command(
         emit_stacks,
         folder,
         resume,
+        _command_line(ctx),
+        cluster_file,
     )
     try:
         found = recommend(request, _Printer())
@@ -517,14 +533,40 @@ def recommend_command(
     _print_outcome(found, folder)
 
 
+def _command_line(ctx: typer.Context) -> str:
+    """The command line as given (the options given on it, not their defaults), as the
+    outputs name it: ``testbed recommend --cluster-file c.yaml --slo ttft_p99_ms=1000``."""
+    import shlex
+
+    words = ["testbed", ctx.info_name or "recommend"]
+    for param in ctx.command.params:
+        name = param.name or ""
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        value, option = ctx.params[name], param.opts[0]
+        if getattr(param, "is_flag", False):
+            words.append(option)
+        else:
+            for item in value if isinstance(value, list | tuple) else [value]:
+                words += [option, str(item)]
+    return shlex.join(words)
+
+
 class _Printer:
     """What ``testbed recommend`` prints while :func:`recommend.run.recommend` runs
     (:class:`recommend.run.RecommendObserver`): the inputs' lines on stderr, a transient
-    progress bar over the search, each validation's line."""
+    progress bar over the search on a terminal, else (a CI log, ``nohup``) a plain line on
+    stderr per batch of candidates (:data:`recommend.search.BATCH`) and at the end; each
+    validation's line."""
 
     def __init__(self) -> None:
+        import sys
+
         self.bar: Any = None
         self.task: Any = None
+        self.plain = not sys.stderr.isatty()
+        self.cluster = ""
 
     def note(self, line: str) -> None:
         typer.echo(line, err=True)
@@ -532,15 +574,24 @@ class _Printer:
     def on_search(self, cluster: str) -> None:
         from rich.progress import Progress
 
+        self.cluster = cluster
+        if self.plain:
+            return
         self.bar = Progress(transient=True)
         self.bar.start()
         self.task = self.bar.add_task(f"timing the candidates of {cluster}", total=None)
 
     def on_candidate(self, done: int, total: int) -> None:
-        self.bar.update(self.task, completed=done, total=total)
+        from recommend.search import BATCH
+
+        if not self.plain:
+            self.bar.update(self.task, completed=done, total=total)
+        elif done % BATCH == 0 or done == total:
+            typer.echo(f"timing the candidates of {self.cluster}: {done} of {total}", err=True)
 
     def on_search_end(self) -> None:
-        self.bar.stop()
+        if self.bar is not None:
+            self.bar.stop()
 
     def on_validated(self, line: str) -> None:
         typer.echo(f"SIMULATED: {line}")
@@ -566,7 +617,7 @@ def _print_outcome(found: Recommendation, folder: Path) -> None:
         typer.echo(
             f"SIMULATED: no candidate meets the SLO ({inputs.slo.describe()}); {said}:", err=True
         )
-        for line in _refusals(results) if refused else _nearest(results):
+        for line in _refusals(results) if refused else _nearest(results, inputs.slo):
             typer.echo(f"  {line}", err=True)
         typer.echo(f"wrote {folder}/ (candidates.json says what binds each)", err=True)
         raise typer.Exit(EXIT_NO_SUCCESS)
