@@ -407,6 +407,16 @@ def _node_classes(result: Result) -> set[str]:
     return {g.node_class for g in result.candidate.groups}
 
 
+def _needs_token(inputs: Inputs) -> bool:
+    """Whether each emitted stack needs the ``hfToken`` secret set: the model is a gated
+    catalog model (:data:`stackmodel.models.GATED_MODELS`), or the cluster's stack file sets
+    one (the emitted file drops its ciphertext, :func:`emitted_stack_text`)."""
+    import yaml
+
+    config = yaml.safe_load(inputs.source.read_text()).get("config") or {}
+    return inputs.model in GATED_MODELS or f"{PROJECT}:hfToken" in config
+
+
 def _measure(
     inputs: Inputs, result: Result, stacks: str, deployed: Result | None = None
 ) -> list[str]:
@@ -415,7 +425,7 @@ def _measure(
     hold the GPUs: vLLM refuses to start a worker whose GPU has less free memory than its
     share: vLLM 0.31.0 ``vllm/v1/worker/gpu_worker.py``, ``Worker.init_device``, "Free memory
     on device ... on startup is less than desired GPU memory utilization"); a gated model's
-    ``hfToken`` secret is set before ``pulumi up`` (the emitted file carries none)."""
+    ``hfToken`` secret is set before ``pulumi up`` (:func:`_needs_token`)."""
     name = emitted_name(inputs, result)
     free = (
         [f"pulumi destroy -s {emitted_name(inputs, deployed)}"]
@@ -424,7 +434,7 @@ def _measure(
     )
     token = (
         [f"pulumi config set --secret -s {name} hfToken <your hf_ token>"]
-        if inputs.model in GATED_MODELS
+        if _needs_token(inputs)
         else []
     )
     return [

@@ -172,7 +172,8 @@ def test_plan_deploys_one_stack_on_the_gpus_at_a_time_through_uv_run(tmp_path: P
     """Rank 2 shares gpu-24gb with rank 1: rank 1 is destroyed before rank 2 is deployed
     (vLLM refuses a worker whose GPU has less free memory than its share); every testbed
     command goes through `uv run`; the stacks' names carry the search's id, which plan.md
-    explains; a gated model's token is set on each new stack before `pulumi up`."""
+    explains; a gated model's token is set on each new stack before `pulumi up`, as is the
+    token of a cluster whose file set one (the emitted files drop its ciphertext)."""
     path = _lab_file(tmp_path)
     results = _ranked(path, BOTH_GPUS, ONE_GPU)
     plan = plan_text(_inputs(path, model=GATED), results, results[0], tmp_path / "out")
@@ -189,8 +190,11 @@ def test_plan_deploys_one_stack_on_the_gpus_at_a_time_through_uv_run(tmp_path: P
     assert lines[up + 1].startswith("uv run testbed load --url http://<lab-5e3a1c-rank2 frontend>")
     assert "The stacks' names carry this search's id, `5e3a1c`" in plan
     assert "destroy any other stack holding these GPUs first (the cluster stack `lab`" in plan
-    ungated = plan_text(_inputs(path), results, results[0], tmp_path / "out")
-    assert "hfToken" not in ungated
+    # An ungated model: the token step only where the cluster's file set one.
+    assert "hfToken <your hf_ token>" in plan_text(_inputs(path), results, results[0])
+    plain = tmp_path / "Pulumi.plain.yaml"
+    shutil.copy(REPO / "stacks" / "Pulumi.kv-routing.yaml", plain)
+    assert "hfToken" not in plan_text(_inputs(plain), results, results[0])
 
 
 def test_candidates_csv_writes_counts_as_integers(tmp_path: Path) -> None:
