@@ -118,10 +118,11 @@ class MockServer:
     """`bench/mock_server.py` in a subprocess (on `SERVER_CPUS` when set); `stats()` reads its
     truth."""
 
-    def __init__(self, delay_ms: float) -> None:
+    def __init__(self, delay_ms: float, gap_ms: float = 0.0) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, str(SERVER), str(self.port), str(delay_ms), str(TOKENS)]
+        args.append(str(gap_ms))
         self.process = subprocess.Popen(args)
         if SERVER_CPUS is not None:
             os.sched_setaffinity(self.process.pid, SERVER_CPUS)

@@ -1,10 +1,11 @@
 """A local OpenAI-style streaming server that measures its own truth, for the loadgen benchmark.
 
-Run as `python bench/mock_server.py PORT FIRST_TOKEN_DELAY_MS TOKENS`. `POST
+Run as `python bench/mock_server.py PORT FIRST_TOKEN_DELAY_MS TOKENS [TOKEN_GAP_MS]`. `POST
 /v1/chat/completions` (or `/v1/completions`) gets, after FIRST_TOKEN_DELAY_MS (ms), a
-role+content first chunk, TOKENS-1 more content chunks with no delay, a finish chunk, a usage
-chunk and `[DONE]`, as OpenAI-style `chat.completion.chunk` objects. `GET /v1/models` lists
-model "m" and `GET /health` answers 200 (clients such as AIPerf probe them); other paths get 404.
+role+content first chunk, TOKENS-1 more content chunks TOKEN_GAP_MS apart (default 0: no
+delay), a finish chunk, a usage chunk and `[DONE]`, as OpenAI-style `chat.completion.chunk`
+objects. `GET /v1/models` lists model "m" and `GET /health` answers 200 (clients such as
+AIPerf probe them); other paths get 404.
 
 It records, per streamed request, the true delay from the request being fully read from its
 socket (in `data_received`, so the server's own scheduling delay counts) to the first token
@@ -80,8 +81,8 @@ class Stats:
 class StreamProtocol(asyncio.Protocol):
     """One connection: parse requests (Content-Length bodies) and answer them."""
 
-    def __init__(self, stats: Stats, delay_s: float, tokens: int) -> None:
-        self.stats, self.delay_s, self.tokens = stats, delay_s, tokens
+    def __init__(self, stats: Stats, delay_s: float, tokens: int, gap_s: float = 0.0) -> None:
+        self.stats, self.delay_s, self.tokens, self.gap_s = stats, delay_s, tokens, gap_s
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
 
@@ -134,7 +135,7 @@ class StreamProtocol(asyncio.Protocol):
         self.transport.write(first)
         rest = _event([{"index": 0, "delta": {"content": "t"}}])
         for _ in range(self.tokens - 1):
-            await asyncio.sleep(0)
+            await asyncio.sleep(self.gap_s)
             self.transport.write(rest)
         done = _event([{"index": 0, "delta": {}, "finish_reason": "length"}])
         usage = _event([], usage={"prompt_tokens": 10, "completion_tokens": self.tokens})
@@ -142,16 +143,20 @@ class StreamProtocol(asyncio.Protocol):
         self.stats.change(-1)
 
 
-async def serve(port: int, delay_ms: float, tokens: int) -> None:
+async def serve(port: int, delay_ms: float, tokens: int, gap_ms: float = 0.0) -> None:
     """Serve forever on 127.0.0.1:`port`."""
     stats = Stats()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: StreamProtocol(stats, delay_ms / 1e3, tokens), "127.0.0.1", port, backlog=4096
+        lambda: StreamProtocol(stats, delay_ms / 1e3, tokens, gap_ms / 1e3),
+        "127.0.0.1",
+        port,
+        backlog=4096,
     )
     async with server:
         await server.serve_forever()
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])))
+    gap = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    asyncio.run(serve(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), gap))

@@ -10,8 +10,10 @@ GPU's catalog figures x its efficiencies, `steptime.fit.fit_for`) runs the case'
 one aggregated worker on one GPU, without prefix-cache hits: `concurrency` clients in a closed
 loop, `requests` requests of `input` prompt and `output` generated tokens. Request overhead:
 0 for an offline benchmark (vLLM's `benchmark_latency`), the seed fit's
-(`simulator.calibration.CONSTANTS.request_overhead_s`) for a server. Prints a Markdown table,
-each row marked when outside +-30%.
+(`simulator.calibration.CONSTANTS.request_overhead_s`) for a server. Each case runs twice, side
+by side: with the roofline's step times and with AIConfigurator's measured kernel data
+(:func:`steptime.measured.measured_source`; "-" where it has no data for the GPU). Prints a
+Markdown table, each error marked when outside +-30%.
 
 Then an L40S case (Llama-3.1-8B-Instruct on an L40S, the seed's 2,371-token prompts, 64 output
 tokens, concurrency 4, no prefix-cache hit): its TPOT beside its roofline floor (the weights
@@ -30,6 +32,7 @@ from simulator.timing_model import RunTiming, RunTopology, SimRequest, WorkerSpe
 from stackmodel.models import known_model
 from steptime.fit import fit_for
 from steptime.gpus import GPU_CATALOG
+from steptime.measured import measured_source
 from steptime.roofline import EngineStep, decode_floor_s
 
 TOLERANCE = 0.30
@@ -108,10 +111,16 @@ CASES = (
 )
 
 
-def run(case: Case) -> RunTiming:
-    """The case's load on one aggregated worker alone on its GPU."""
+def run(case: Case, measured: bool = False) -> RunTiming | None:
+    """The case's load on one aggregated worker alone on its GPU, its steps from the roofline
+    or (``measured``) AIConfigurator's measured kernel data; None where that has none."""
     gpu = GPU_CATALOG[case.gpu]
-    step = EngineStep(gpu, known_model(case.model), fit_for(gpu))
+    source = measured_source(gpu, case.model, 1, fp8_weights=False, fp8_kv=False)
+    if measured and source is None:
+        return None
+    step = EngineStep(
+        gpu, known_model(case.model), fit_for(gpu), measured=source if measured else None
+    )
     worker = WorkerSpec("worker-0", "worker", "aggregated", "gpu/0", step, 10**9)
     requests = [
         SimRequest(i, i, 0, case.input_tokens, 0, case.output_tokens) for i in range(case.requests)
@@ -122,9 +131,12 @@ def run(case: Case) -> RunTiming:
     return simulate_run(RunTopology(workers=(worker,)), constants, requests, case.concurrency)
 
 
-def predicted(case: Case) -> float:
-    """The simulated figure of ``case.metric``."""
-    outcomes = [o for o in run(case).outcomes if o.error is None]
+def predicted(case: Case, measured: bool = False) -> float | None:
+    """The simulated figure of ``case.metric`` (None: no measured data, :func:`run`)."""
+    timing = run(case, measured)
+    if timing is None:
+        return None
+    outcomes = [o for o in timing.outcomes if o.error is None]
     if case.metric == "e2e_mean_ms":
         return statistics.mean((o.token_s[-1] - o.sent_s) * 1e3 for o in outcomes)
     tpots = [(o.token_s[-1] - o.token_s[0]) / (len(o.token_s) - 1) for o in outcomes]
@@ -133,26 +145,35 @@ def predicted(case: Case) -> float:
 
 
 def main() -> None:
-    print("| GPU | model | load | figure | published | simulated | error |")
-    print("|---|---|---|---|---|---|---|")
-    hits = 0
+    print("| GPU | model | load | figure | published | roofline | error | measured | error |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    hits = {"roofline": 0, "measured": 0}
     for case in CASES:
-        sim = predicted(case)
-        error = sim / case.published - 1
-        ok = abs(error) <= TOLERANCE
-        hits += ok
+        cells = []
+        for name in hits:
+            sim = predicted(case, measured=name == "measured")
+            if sim is None:
+                cells.append("- | -")
+                continue
+            error = sim / case.published - 1
+            ok = abs(error) <= TOLERANCE
+            hits[name] += ok
+            cells.append(f"{sim:,.2f} | {error:+.0%}{'' if ok else ' ✗'}")
         load = f"conc {case.concurrency}, {case.input_tokens} in / {case.output_tokens} out"
         fit = fit_for(GPU_CATALOG[case.gpu]).label
         print(
             f"| {case.gpu} ({fit}) | {case.model} | {load} | {case.metric} | "
-            f"{case.published:,.2f} | {sim:,.2f} | {error:+.0%}{'' if ok else ' ✗'} |"
+            f"{case.published:,.2f} | {' | '.join(cells)} |"
         )
-    print(f"\n{hits} of {len(CASES)} within +-{TOLERANCE:.0%}. Sources:")
+    within = ", ".join(f"{name} {count}" for name, count in hits.items())
+    print(f"\nwithin +-{TOLERANCE:.0%}, of {len(CASES)}: {within}. Sources:")
     for case in CASES:
         print(f"- {case.gpu}, conc {case.concurrency}: {case.source}")
     l40s = Case("an L40S lab", "l40s", LLAMA, 4, 40, 2_371, 64, "tpot_ms", 0.0, offline=False)
     gpu, geometry = GPU_CATALOG["l40s"], known_model(LLAMA)
-    outcomes = run(l40s).outcomes
+    timing = run(l40s)
+    assert timing is not None  # the roofline times every case
+    outcomes = timing.outcomes
     ttft = statistics.median((o.token_s[0] - o.sent_s) * 1e3 for o in outcomes)
     floor = decode_floor_s(gpu, geometry, [2_371] * 4) * 1e3
     print(

@@ -1,8 +1,8 @@
 """The timing model against published aggregated-vs-disaggregated comparisons with tensor
 parallelism (:data:`stackmodel.published.PUBLISHED_PAIRS`).
 
-Run: `uv run --frozen --all-groups python bench/published_disagg.py` (about 35 s on 2
-cores; no GPU, no Dynamo).
+Run: `uv run --frozen --all-groups python bench/published_disagg.py` (about 70 s of CPU: each
+figure with both step-time sources; no GPU, no Dynamo).
 
 Each pair's two sides are stacks (:meth:`stackmodel.published.PublishedPair.plan`), timed
 with the same timing model and step times `testbed simulate` uses: the workers, GPUs and link
@@ -19,7 +19,12 @@ first send to the last end, as genai-perf's output throughput; TTFT p99) and, fo
 the sources give, the mean of the requests' TTFT and of their own mean inter-token time
 (:func:`metrics.latency.ttft_ms`, :func:`metrics.latency.tpot_ms`).
 
-Absolute figures (TTFT mean and p99, output tokens/s) are compared within +-25%; a ratio
+Every figure is simulated twice, side by side: with the roofline's step times and with
+AIConfigurator's measured kernel data where it has the GPU and model
+(:func:`simulator.hardware.group_step`, ``measured``). Absolute figures (TTFT mean and p99,
+output tokens/s) are compared within +-25%; where the source gives a figure for both sides,
+their disaggregated / aggregated ratio is printed beside the published one, marked when it
+falls on the other side of 1 by more than the tolerance; a ratio
 claim (tokens/s per GPU at a per-user rate) is checked as a ratio: the most concurrency at
 which each side's mean inter-token time still gives every user that rate, and the two sides'
 output tokens/s per GPU there (a claim of "about" a ratio within +-25% of it). A figure the
@@ -59,13 +64,20 @@ class Measured:
     itl_mean_ms: float
 
 
-def simulate(pair: PublishedPair, side: Side, concurrency: int) -> Measured:
-    """The pair's side under its load at ``concurrency`` (see the module docstring)."""
+SOURCES = {"roofline": False, "measured": True}
+"""The step-time sources compared: name -> ``run_topology``'s ``measured``."""
+
+
+@functools.cache
+def simulate(pair: PublishedPair, side: Side, concurrency: int, measured: bool) -> Measured:
+    """The pair's side under its load at ``concurrency``, its steps from measured kernel data
+    where ``measured`` finds them (see the module docstring)."""
     plan = pair.plan(side)
     # The stack's load is the source's requests; each run pair.requests_per_client a client.
     load = plan.cfg.load.model_copy(update={"requests_per_run": 1})
     sent = Workload(load, pair.key, per_client=pair.requests_per_client)
-    records, _ = measured_run(run_topology(plan), stack_constants(plan), sent, 1, concurrency)
+    topology = run_topology(plan, measured=measured)
+    records, _ = measured_run(topology, stack_constants(plan), sent, 1, concurrency)
     summary = summarize_run(records, prefix_kinds=1, concurrency=concurrency, repetition=0)
     kept = [r for r in records if r.error_kind is None]
     assert summary.ttft_p99_ms is not None and summary.output_tokens_per_s is not None
@@ -98,32 +110,59 @@ def error_cell(published: float, simulated: float) -> str:
     return f"{error:+.0%}{'' if abs(error) <= TOLERANCE else ' ✗'}"
 
 
-def figure_rows() -> tuple[list[str], int, int]:
-    """The table rows of every absolute figure, and how many of them are within tolerance."""
-    rows, hits, total = [], 0, 0
+def figure_rows() -> tuple[list[str], dict[str, int], int]:
+    """The table rows of every absolute figure (each source's value and error), how many of
+    them each source has within tolerance, and how many there are."""
+    rows, hits, total = [], dict.fromkeys(SOURCES, 0), 0
     for pair in PUBLISHED_PAIRS:
-        runs: dict[tuple[Side, int], Measured] = {}
         for figure in pair.figures:
             for side in SIDES:
                 published = getattr(figure, side)
                 if published is None:
                     continue
-                key = (side, figure.concurrency)
-                if key not in runs:
-                    runs[key] = simulate(pair, side, figure.concurrency)
-                simulated = getattr(runs[key], figure.metric)
                 total += 1
-                hits += abs(simulated / published - 1) <= TOLERANCE
+                cells = []
+                for name, measured in SOURCES.items():
+                    value = getattr(
+                        simulate(pair, side, figure.concurrency, measured), figure.metric
+                    )
+                    hits[name] += abs(value / published - 1) <= TOLERANCE
+                    cells.append(f"{value:,.0f} | {error_cell(published, value)}")
                 rows.append(
                     f"| {pair.key} | {side} ({pair.gpus(side)} GPUs) | conc {figure.concurrency} "
-                    f"| {figure.metric} | {published:,.0f} | {simulated:,.0f} | "
-                    f"{error_cell(published, simulated)} |"
+                    f"| {figure.metric} | {published:,.0f} | {' | '.join(cells)} |"
                 )
     return rows, hits, total
 
 
-def ratio_rows() -> list[str]:
-    """The table rows of every ratio claim."""
+def side_ratio_rows() -> list[str]:
+    """The disaggregated / aggregated ratio of every figure published for both sides: the
+    published one and each source's, marked where a source's is on the other side of 1 by
+    more than the tolerance."""
+    rows = []
+    for pair in PUBLISHED_PAIRS:
+        for figure in pair.figures:
+            if figure.aggregated is None or figure.disaggregated is None:
+                continue
+            published = figure.disaggregated / figure.aggregated
+            cells = []
+            for measured in SOURCES.values():
+                sides = [
+                    getattr(simulate(pair, side, figure.concurrency, measured), figure.metric)
+                    for side in SIDES
+                ]
+                ratio = sides[1] / sides[0]
+                wrong = (ratio - 1) * (published - 1) < 0 and abs(ratio - 1) > TOLERANCE
+                cells.append(f"{ratio:.2f}{' ✗' if wrong else ''}")
+            rows.append(
+                f"| {pair.key} | conc {figure.concurrency} | {figure.metric} | "
+                f"{published:.2f} | {' | '.join(cells)} |"
+            )
+    return rows
+
+
+def ratio_rows(measured: bool) -> list[str]:
+    """The table rows of every ratio claim, with each source's step times."""
     rows = []
     for pair in PUBLISHED_PAIRS:
         claim = pair.ratio
@@ -132,7 +171,8 @@ def ratio_rows() -> list[str]:
         target = 1e3 / claim.tokens_per_s_per_user
         per_gpu = {}
         for side in SIDES:
-            concurrency, result = most_load_within(target, functools.partial(simulate, pair, side))
+            run = functools.partial(simulate, pair, side, measured=measured)
+            concurrency, result = most_load_within(target, run)
             per_gpu[side] = result.output_tokens_per_s / pair.gpus(side)
             rows.append(
                 f"| {pair.key} | {side} ({pair.gpus(side)} GPUs) | conc {concurrency}: ITL "
@@ -154,13 +194,19 @@ def ratio_rows() -> list[str]:
 
 def main() -> None:
     rows, hits, total = figure_rows()
-    print("| pair | side | load | figure | published | simulated | error |")
-    print("|---|---|---|---|---|---|---|")
+    print("| pair | side | load | figure | published | roofline | error | measured | error |")
+    print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print(f"\n{hits} of {total} within +-{TOLERANCE:.0%}.\n")
-    print("| pair | side | most load at the per-user rate | output per GPU |")
-    print("|---|---|---|---|")
-    print("\n".join(ratio_rows()))
+    within = ", ".join(f"{name} {hits[name]}" for name in SOURCES)
+    print(f"\nwithin +-{TOLERANCE:.0%}, of {total}: {within}.\n")
+    print("| pair | load | figure | published disagg / agg | roofline | measured |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(side_ratio_rows()))
+    for name, measured in SOURCES.items():
+        print(f"\n{name}:\n")
+        print("| pair | side | most load at the per-user rate | output per GPU |")
+        print("|---|---|---|---|")
+        print("\n".join(ratio_rows(measured)))
     print("\n| pair | prompt | link | published | crossover break-even | crossover says |")
     print("|---|---|---|---|---|---|")
     for point in published_points():

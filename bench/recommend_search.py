@@ -47,7 +47,7 @@ from typing import Any
 from recommend.claims import DEFAULT_MARGIN, first_ranked, ratio, reason_line, verdict
 from recommend.load_search import LoadRunner
 from recommend.search import Problem, Result, search
-from recommend.space import Candidate, candidates, cluster_transports
+from recommend.space import Candidate, candidates, own_transports
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from simulator.seed import SEED_SAME_NODE, within
@@ -195,7 +195,7 @@ def _published(
     base = cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     # The source's run (the stack's load): its run length per client at every load searched.
     load = cfg.load.model_copy(update={"requests_per_run": 1})
-    own = cluster_transports(cfg)[0].name
+    own = own_transports(cfg)[0].name
     space = [
         c
         for c in candidates(cfg, shared_prefix=False)

@@ -14,16 +14,21 @@ import contextlib
 import email.utils
 import errno
 import json
+import socket
 import time
+import weakref
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import orjson
+from aiohttp.client_reqrep import ClientRequest
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace
 
 from loadgen.api import server_of
 from loadgen.sse import SSEParser
-from measurement.errors import CLIENT_LIMIT_ERRNOS, ErrorKind, unfinished
+from measurement.errors import CLIENT_LIMIT_ERRNOS, ErrorKind, after_a_wait, unfinished
 from measurement.record import RequestRecord
 
 _ERROR_BODY_BYTES = 2048
@@ -43,11 +48,19 @@ DONE_GRACE_S = 0.05
 RETRY_AFTER_STATUSES = frozenset({429, 503})  # answers whose Retry-After the closed loop honours
 
 
-def _content_text(choice: dict[str, Any]) -> str | None:
+def _content_text(choice: dict[str, Any]) -> tuple[str | None, bool]:
+    """A choice's text and whether it is visible output: a chat delta's `content`, else its
+    reasoning (`reasoning_content`, the field Dynamo 1.6.1's frontend writes by default,
+    `dynamo/frontend/frontend_args.py` L596-604 and `prepost.py` L1446; `reasoning`, the
+    name vLLM's `DeltaMessage` and `--reasoning-field-name reasoning` use), not visible; a
+    completion's `text`."""
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-    return choice.get("text")
+        content = delta.get("content")
+        if content:
+            return content, True
+        return delta.get("reasoning_content") or delta.get("reasoning"), False
+    return choice.get("text"), True
 
 
 def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
@@ -75,16 +88,23 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
         record.completion_tokens = usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details")
         record.cached_tokens = details.get("cached_tokens") if isinstance(details, dict) else None
+        details = usage.get("completion_tokens_details")
+        reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        record.reasoning_tokens = reasoning if isinstance(reasoning, int) else None
     choices = obj.get("choices")
     if choices:
         choice = choices[0]
-        text = _content_text(choice)
+        text, visible = _content_text(choice)
         if text:
             record.text.append(text)
             record.token_ns.append(now)
             record.last_token_ns = now
             if record.first_token_ns is None:
                 record.first_token_ns = now
+            if not visible:
+                record.reasoning_events += 1
+            elif record.first_output_ns is None:
+                record.first_output_ns = now
             if usage:  # per-chunk usage (vLLM `continuous_usage_stats`): this chunk's tokens
                 record.chunk_tokens.append((record.completion_tokens or 0) - (before or 0))
         elif record.first_token_ns is None:
@@ -193,13 +213,66 @@ _STALE_CONNECTION = (
 _TO_GET = {301: "301", 302: "302", 303: "303"}
 
 
+def peer_closed(transport: asyncio.BaseTransport | None) -> bool:
+    """True when the peer of an idle kept-alive connection has closed it, as the kernel knows
+    already though the event loop may not have read it yet (a busy client): a non-blocking
+    `MSG_PEEK` of its socket reads the end of the stream, an error (a reset), or any byte: an
+    idle HTTP/1.1 connection owes the client nothing, so a byte there is the server's closing
+    word (a TLS close_notify, a 408) and never the answer to a request not yet written."""
+    raw = None if transport is None else transport.get_extra_info("socket")
+    if raw is None:
+        return True
+    sock = socket.socket(fileno=raw.fileno())  # the same descriptor, detached below
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False  # nothing to read: open
+    except OSError:
+        return True
+    finally:
+        sock.detach()
+    return True
+
+
+class LiveConnector(aiohttp.TCPConnector):
+    """A `TCPConnector` that never hands out a kept-alive connection its server has closed.
+
+    aiohttp reuses a pooled connection while its protocol `is_connected()` (aiohttp 3.14.5
+    `connector.py`, `BaseConnector._get`, L747), which turns false only once the event loop has
+    read the server's FIN; on a busy client the loop reads it late, the next request is written
+    to the closed connection and the server's reset after it is a `dropped_after_send`. Each
+    reused connection is therefore checked with `peer_closed` when taken from the pool, and a
+    closed one is dropped and the next taken (a new one is opened when none is left)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._handed_out: weakref.WeakSet[object] = weakref.WeakSet()
+
+    async def connect(
+        self, req: ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout
+    ) -> Connection:
+        while True:
+            conn = await super().connect(req, traces, timeout)
+            proto = conn.protocol
+            if proto is None or proto not in self._handed_out:
+                if proto is not None:
+                    self._handed_out.add(proto)
+                return conn
+            if not peer_closed(conn.transport):
+                return conn
+            conn.close()  # the server's close, read ahead of the loop: never written to
+
+
 def fresh_client(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
-    """A session like `session` (base URL, timeouts, traces, no decompression) whose every
+    """A session like `session` (base URL, timeouts, traces, TLS, no decompression) whose every
     request opens a connection of its own (`force_close`): for the one retry of a request
     whose pooled connection had been closed by the server."""
     return aiohttp.ClientSession(
         base_url=session._base_url,  # aiohttp keeps it private; the session was made with it
-        connector=aiohttp.TCPConnector(force_close=True),
+        # the session's TLS setting (aiohttp keeps it private; `loops.make_client` set it)
+        connector=aiohttp.TCPConnector(
+            force_close=True, ssl=cast(aiohttp.TCPConnector, session.connector)._ssl
+        ),
         timeout=session.timeout,
         trace_configs=session.trace_configs,
         auto_decompress=False,
@@ -216,6 +289,12 @@ async def stream_request(
     """POST `body` (a JSON request with `stream: true`) to `path` and fill `record` in place.
 
     `session` comes from `loadgen.loops.make_client` (base URL, timeouts, `timing_trace`).
+    Only events of type `message` (no `event:` field, or `event: message`) carry chunks, as
+    the HTML standard's EventSource dispatches them (WHATWG HTML, 9.2.6 "Interpreting an event
+    stream", "dispatch the event": the type is "message" unless the event type buffer names
+    another, and `onmessage` sees only "message" events); an `error` event fails the request
+    (`ErrorKind.IN_BAND`); any other named event (a keep-alive `ping` with a timestamp) is
+    skipped and counted in `record.ignored_events`.
     `[DONE]` ends the request (`end_ns`); the rest of the body is read for up to
     `DONE_GRACE_S` so the connection goes back to the pool for reuse. `deadline_s` (seconds)
     bounds the whole request from `record.intended_ns`. A 200 stream without a generated token
@@ -229,7 +308,9 @@ async def stream_request(
     time. A request that was written and then lost its connection before any response is
     never sent again (the server may have read and run it): `ErrorKind.DROPPED`. A 200
     stream that ends with an unfinished `finish_reason` (`unfinished`) fails as
-    `ErrorKind.ABORTED`; a timeout after the request was sent sets `record.censored`; a 429 /
+    `ErrorKind.ABORTED`; a timeout after the request was sent, or a failure after a wait
+    (`measurement.errors.after_a_wait`: a gateway's 502 / 503 / 504, a connection lost 0.5 s
+    or more after the send) sets `record.censored`; a 429 /
     503 answer keeps its `Retry-After` in `record.retry_after_s`. Redirects are followed
     (aiohttp's default, up to 10); the request stays timed from its first send and
     `record.redirected_to` keeps where it went. A 301/302/303 turns the POST into a GET
@@ -262,10 +343,12 @@ async def stream_request(
                     if record.first_byte_ns is None:
                         record.first_byte_ns = t
                     for event in parser.feed(raw):
-                        if event.event == "error":
+                        if event.event == "message":
+                            done = _apply_event(record, event.data, t) or done
+                        elif event.event == "error":
                             record.fail(ErrorKind.IN_BAND, event.data)
-                        elif _apply_event(record, event.data, t):
-                            done = True
+                        else:  # not a message (`ping`, Dynamo's `reasoning_dispatch`)
+                            record.ignored_events += 1
                     if done:
                         break
             finally:
@@ -297,6 +380,14 @@ async def stream_request(
     except (aiohttp.ClientError, OSError) as exc:
         record.fail(_failure_kind(record, exc), f"{type(exc).__name__}: {exc}")
     if not record.ok:
+        record.censored = record.censored or after_a_wait(
+            record.error_kind,
+            record.status,
+            None
+            if record.sent_ns is None or record.error_ns is None
+            else (record.error_ns - record.sent_ns) / 1e9,
+            record.retry_after_s is not None,
+        )
         return
     if unfinished(record.finish_reason):
         record.fail(
@@ -334,12 +425,15 @@ def write_failed(exc: BaseException) -> bool:
 
 
 def _failure_kind(record: RequestRecord, exc: BaseException) -> ErrorKind:
-    """What a connection-level failure was: the client's own socket limit (`CLIENT`); before
+    """What a connection-level failure was: the TLS handshake (`TLS`: most often a
+    certificate the client does not trust); the client's own socket limit (`CLIENT`); before
     the request was written (`CONNECTION`: it never reached the server); after it was written
     and before any response (`DROPPED`: the server may have read and run it); after the
     response began (`TRUNCATED`)."""
     if record.status is not None:
         return ErrorKind.TRUNCATED
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return ErrorKind.TLS
     if _errno(exc) in CLIENT_LIMIT_ERRNOS:
         return ErrorKind.CLIENT
     if record.sent_ns is None or write_failed(exc):
@@ -387,6 +481,8 @@ def _empty_message(record: RequestRecord, done: bool) -> str:
         else:
             ending = "ended without [DONE] or a finish_reason"
         body = f"{record.chunks} data event(s) with no content text, {ending}"
+    if record.ignored_events:
+        body += f" ({record.ignored_events} named non-message event(s) skipped)"
     return (
         f"HTTP 200 stream with no generated token: {body}; usage.completion_tokens "
         f"{record.completion_tokens!r}"

@@ -333,10 +333,11 @@ def measured_run(
     clients): its `RunSummary` (`measurement.stats.summarize_run`) with the run's start
     (`started_ns` monotonic = `started_at` UTC), end (`finished_at`, default now) and `notes`
     as its first warnings, its first errors and its request rows. Requests that reported no
-    usage get their output counted first (`loadgen.output_tokens`, with `tokenizer`: its
-    source and a text -> tokens function)."""
+    usage, or one their stream contradicts, get their output counted first
+    (`loadgen.output_tokens`, with `tokenizer`: its source and a text -> tokens function)."""
     kinds, conc, rep = key
-    count_output_tokens(done.records, tokenizer)
+    max_tokens = None if config.output_lengths else config.max_tokens  # one for every request
+    count_output_tokens(done.records, tokenizer, max_tokens)
     summary = summarize_run(
         done.records,
         prefix_kinds=kinds,
@@ -348,7 +349,7 @@ def measured_run(
         offered_rate_per_s=config.request_rate if config.arrival is Arrival.POISSON else None,
         pool_size=config.pool_size(conc),
         unique_suffix_tokens=config.shortest_suffix_tokens,
-        max_tokens=None if config.output_lengths else config.max_tokens,
+        max_tokens=max_tokens,
         planned_prompt_tokens=planned_prompt_tokens(config, key),
     )
     summary = summary.model_copy(

@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict
 from rich import box
 from rich.table import Table
 
-from measurement.intervals import CONFIDENCE, INTERVAL_METRICS, PointComparison, ab_comparisons
+from measurement.intervals import (
+    CONFIDENCE,
+    INTERVAL_METRICS,
+    NOISE_THRESHOLD,
+    PointComparison,
+    ab_comparisons,
+)
 from measurement.results import MetricInterval
 from metrics.registry import figure_key, figure_label
 from outputs.settings_diff import settings_differences, settings_note
@@ -57,7 +63,8 @@ class Pair(BaseModel):
     is missing or A is 0); where both sides have the point, from their runs
     (`measurement.intervals.compare_runs`): `ratio_ci`, B/A's interval at the comparison's
     `confidence`; `delta_ci`, the interval of B - A (the metric's unit); `verdict`, `higher` /
-    `lower` / `no difference detected`; `repetitions`, the runs of each side (baseline, this);
+    `lower` / `within noise` / `no difference detected` (against the comparison's
+    `noiseThreshold`); `repetitions`, the runs of each side (baseline, this);
     `repetitions_needed`, about how many runs per side would detect the observed difference
     where none was; `note`, why any of these is missing. All None where a side lacks the point
     (and for errors)."""
@@ -238,7 +245,8 @@ def comparison_output(
 
     Returns ``{"baseline": name, "this": name, "rows": [ComparisonRow as dict], "resources":
     ResourceComparison as dict, "settings": [SettingDifference as dict], "note": text or None,
-    "confidence": the level of every ``ratio_ci`` and verdict, "table": text}``; the table is
+    "confidence": the level of every ``ratio_ci`` and verdict, "noiseThreshold": the relative
+    difference below which a significant one reads ``within noise``, "table": text}``; the table is
     followed by the verdict table (:func:`outputs.tables.verdict_table`: B / A, its interval
     and the verdict per grid point and metric, or one line when no point has 2 runs on both
     sides), then the load-settings note
@@ -272,5 +280,6 @@ def comparison_output(
         "settings": [d.model_dump(mode="json") for d in differences],
         "note": note,
         "confidence": CONFIDENCE,
+        "noiseThreshold": NOISE_THRESHOLD,
         "table": "".join([table, *(f"{n}\n" for n in notes)]),
     }

@@ -4,10 +4,11 @@ Works on any run's `RequestRecord`s: the load generator's, the simulator's (the 
 `simulator.retime.timing_records`), or a results folder's `requests.parquet`
 (`outputs.folder_writer.records_from_frame`). Definitions (docs/metrics.md, "SLOs and goodput"):
 
-- a request *meets* the SLO when it succeeded and each of its own values is within every
-  objective: its TTFT, TPOT or E2E, or for ITL its own ITL at the objective's percentile over
-  its tokens (a value the request does not have, such as the ITL of a one-token answer, is not
-  judged);
+- a request *meets* the SLO when it succeeded, showed a visible token (a reply whose output
+  was all reasoning misses every TTFT and E2E objective) and each of its own values is within
+  every objective: its TTFT, TPOT or E2E, or for ITL its own ITL at the objective's percentile
+  over its tokens (a value the request does not have, such as the ITL of a one-token answer,
+  is not judged);
 - a run's *attainment* is the share of its requests (failed ones included) that met it, and its
   *goodput* the requests that met it per second and their output tokens per second, over the
   span the run's rates are taken over (`measurement.stats.span_seconds`): AIPerf's goodput;
@@ -29,6 +30,7 @@ from measurement.intervals import CONFIDENCE, SLO_METRICS, UPPER_BOUNDS, point_i
 from measurement.percentile import percentile
 from measurement.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
 from measurement.stats import bounded_percentile, first_of_client, span_seconds, tails
+from metrics.latency import answered
 from metrics.registry import Objective, objectives
 from workload.slo import Slo, SloError
 
@@ -89,19 +91,24 @@ def missed(record: RequestRecord, slo: Slo) -> list[str]:
 
 
 def missed_of(record: RequestRecord, bounds: Mapping[str, tuple[Objective, float]]) -> list[str]:
-    """`missed` against objectives already resolved (`judged`)."""
+    """`missed` against objectives already resolved (`judged`); a reply with no visible token
+    (not `metrics.latency.answered`) misses each objective whose metric needs one (TTFT,
+    E2E: `Metric.needs_answer`)."""
     if not record.ok:
         return list(bounds)
+    blank = not answered(record)
     return [
         k
         for k, (objective, bound) in bounds.items()
-        if (v := request_value(record, objective)) is not None and v > bound
+        if (blank and objective.metric.needs_answer)
+        or ((v := request_value(record, objective)) is not None and v > bound)
     ]
 
 
 def request_met(record: RequestRecord, slo: Slo) -> bool:
-    """True when `record` succeeded and missed no objective of `slo`."""
-    return not missed(record, slo)
+    """True when `record` succeeded, showed a visible token (`metrics.latency.answered`) and
+    missed no objective of `slo`."""
+    return answered(record) and not missed(record, slo)
 
 
 def evaluate_run(
@@ -124,7 +131,7 @@ def evaluate_run(
                 f"{key} or raise maxTokens to 2 or more"
             )
     misses = [missed_of(r, bounds) for r in records]
-    met = [r for r, m in zip(records, misses, strict=True) if not m]
+    met = [r for r, m in zip(records, misses, strict=True) if not m and answered(r)]
     span = span_seconds(good)
     cold = first_of_client(records, concurrency, closed)
     warm = [r for r, c in zip(records, cold, strict=True) if r.ok and not c]

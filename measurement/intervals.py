@@ -15,9 +15,14 @@ statistics are over those n values per side:
 - A / B (`compare_runs`): Welch's t on the logs (unequal spreads, Welch-Satterthwaite degrees of
   freedom), so the interval is for the ratio B / A of the geometric means; on the values' own
   scale (where one is 0) the ratio's interval is Fieller's. The verdict is `higher` / `lower`
-  when the ratio's interval excludes 1, else `no difference detected`; then
-  `repetitions_needed` says about how many repetitions per side would detect the observed
-  difference with `POWER` (the noncentral t of a two-sample t-test with the observed spread).
+  when the ratio's interval lies wholly beyond the noise threshold (above 1 + `noise`, below
+  1 - `noise`), `within noise` when it excludes 1 but reaches inside that band, else `no
+  difference detected`; then `repetitions_needed` says about how many repetitions per side
+  would detect the observed difference with `POWER` (the noncentral t of a two-sample t-test
+  with the observed spread). The threshold is Criterion.rs's rule (`src/report.rs`
+  `compare_to_threshold`: a change whose confidence interval is not wholly beyond the noise
+  threshold is "Change within noise threshold"), on the ratio B / A; its default is
+  `NOISE_THRESHOLD`.
 
 Rank and permutation tests cannot decide at the seed's 3 repetitions (3 against 3 has 20
 arrangements: the smallest two-sided p is 0.1), and a bootstrap of 3 repetitions has 10
@@ -64,13 +69,21 @@ is a share of the prompt tokens, an SLO attainment a share of the requests); eve
 there is at least 0 (latencies, rates, goodputs). A point's interval stays inside these
 bounds (`point_interval`)."""
 
+NOISE_THRESHOLD = 0.05
+"""The default noise threshold of every A / B verdict (`testbed compare --noise-threshold`): a
+difference whose interval reaches inside 1 -+ 5% reads `within noise`, however significant.
+From A / A runs (`bench/aa_noise.py`; docs/metrics.md, "The noise threshold", gives the
+figures): beside two CPU-bound processes on a 2-core machine, 10% of A / A verdicts found a
+difference at a threshold of 0, 3% at 5%."""
+
 TOO_MANY = (
     f"the observed difference would need more than {MOST_REPETITIONS} repetitions per side to "
     "detect"
 )
-Verdict = Literal["higher", "lower", "no difference detected"]
+Verdict = Literal["higher", "lower", "within noise", "no difference detected"]
 HIGHER: Verdict = "higher"
 LOWER: Verdict = "lower"
+WITHIN_NOISE: Verdict = "within noise"
 NO_DIFFERENCE: Verdict = "no difference detected"
 
 
@@ -131,7 +144,9 @@ class RunsComparison(BaseModel):
     `a` / `b`: the medians of the runs (the point's value, as the tables show it); `ratio`:
     b / a; `ratio_ci`: its interval at `confidence` (None with fewer than 2 runs on a side, or
     where A's runs do not tell A from 0); `verdict`: B `higher` or `lower` than A where the
-    interval excludes 1, else `no difference detected`; None with fewer than 2 runs on a side,
+    interval lies wholly beyond `noise_threshold` of 1 (above 1 + it, below 1 - it), `within
+    noise` where it excludes 1 but reaches inside that band, else `no difference detected`;
+    None with fewer than 2 runs on a side,
     or where every run gave the same value on each side (no run-to-run spread to judge by, a
     zero-width interval: `note` says so); `repetitions`: the runs on each side
     (A, B); `repetitions_needed`: where none was detected, about how many runs per side would
@@ -155,6 +170,7 @@ class RunsComparison(BaseModel):
     repetitions: tuple[int, int]
     repetitions_needed: int | None
     confidence: float
+    noise_threshold: float = 0.0
     scale: Literal["log", "linear"]
     note: str | None
 
@@ -210,11 +226,29 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _verdict(
+    difference: float, detected: bool, ci: tuple[float, float] | None, noise: float
+) -> Verdict:
+    """`higher` / `lower` where the ratio's interval `ci` lies wholly beyond 1 -+ `noise`,
+    `within noise` where it excludes 1 (`detected`) but reaches inside that band (Criterion.rs,
+    `src/report.rs` `compare_to_threshold`, on B / A - 1), else `no difference detected`."""
+    if not detected:
+        return NO_DIFFERENCE
+    if ci is not None and ci[0] <= 1 + noise and ci[1] >= 1 - noise:
+        return WITHIN_NOISE
+    return HIGHER if difference > 0 else LOWER
+
+
 def compare_runs(
-    metric: str, a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE
+    metric: str,
+    a: Sequence[float],
+    b: Sequence[float],
+    confidence: float = CONFIDENCE,
+    noise: float = NOISE_THRESHOLD,
 ) -> RunsComparison:
-    """A's and B's runs of one metric compared (see `RunsComparison` for every field and the
-    module docstring for the methods)."""
+    """A's and B's runs of one metric compared, the verdict against the noise threshold `noise`
+    (a relative difference, 0.05 = 5%; see `RunsComparison` for every field and the module
+    docstring for the methods)."""
     ma, mb = _median(a), _median(b)
     ratio = None if ma is None or mb is None or ma == 0 else mb / ma
     log = _log_scale(a, b)
@@ -226,6 +260,7 @@ def compare_runs(
         "delta": None if ma is None or mb is None else mb - ma,
         "repetitions": (len(a), len(b)),
         "confidence": confidence,
+        "noise_threshold": noise,
         "scale": "log" if log else "linear",
     }
     if min(len(a), len(b)) < 2:
@@ -255,7 +290,7 @@ def compare_runs(
     else:
         ci = _fieller(xa, xb, t)
     detected = abs(difference) > t * se
-    verdict: Verdict | None = (HIGHER if difference > 0 else LOWER) if detected else NO_DIFFERENCE
+    verdict: Verdict | None = _verdict(difference, detected, ci, noise)
     needed: int | None = None
     note: str | None = None
     if se == 0:
@@ -316,11 +351,15 @@ def _runs(point: RunsOfPoint, metric: str) -> list[float]:
 
 
 def ab_comparisons(
-    a: Sequence[RunsOfPoint], b: Sequence[RunsOfPoint], confidence: float = CONFIDENCE
+    a: Sequence[RunsOfPoint],
+    b: Sequence[RunsOfPoint],
+    confidence: float = CONFIDENCE,
+    noise: float = NOISE_THRESHOLD,
 ) -> list[PointComparison]:
     """One `PointComparison` per grid point both sides have (ordered by concurrency, then
     prefix kinds) and metric of `INTERVAL_METRICS` that both have a value of, then of
-    `SLO_METRICS` where both points were judged against an SLO."""
+    `SLO_METRICS` where both points were judged against an SLO; each verdict against the noise
+    threshold `noise` (`compare_runs`)."""
     by_a = {(p.prefix_kinds, p.concurrency): p for p in a}
     by_b = {(p.prefix_kinds, p.concurrency): p for p in b}
     out = []
@@ -330,7 +369,7 @@ def ab_comparisons(
             ra, rb = _runs(pa, metric), _runs(pb, metric)
             if not ra or not rb:
                 continue
-            found = compare_runs(metric, ra, rb, confidence)
+            found = compare_runs(metric, ra, rb, confidence, noise)
             if not (pa.intervals and pb.intervals):
                 found = found.model_copy(update={"note": OLD_SUMMARY})
             out.append(
@@ -340,8 +379,8 @@ def ab_comparisons(
 
 
 def verdict_mark(comparison: RunsComparison) -> str:
-    """The table's mark of a verdict: "+" B higher, "-" B lower, "~" no difference detected,
-    "" no verdict (fewer than 2 runs on a side)."""
+    """The table's mark of a verdict: "+" B higher, "-" B lower, "≈" within noise, "~" no
+    difference detected, "" no verdict (fewer than 2 runs on a side)."""
     if comparison.verdict is None:
         return ""
-    return {HIGHER: "+", LOWER: "-"}.get(comparison.verdict, "~")
+    return {HIGHER: "+", LOWER: "-", WITHIN_NOISE: "≈"}.get(comparison.verdict, "~")

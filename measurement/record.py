@@ -36,7 +36,14 @@ class RequestRecord:
     `connect_ns`: when a new TCP connection was opened for it (None: a reused connection).
     `first_byte_ns`: first body bytes; `first_chunk_ns`: first data event of any kind;
     `first_token_ns`: first event with non-empty `content`/`reasoning_content`/`reasoning`
-    (chat) or `text` (completions); `token_ns`: arrival of every such content-bearing event;
+    (chat) or `text` (completions), a token of any kind (AIPerf's TTFT);
+    `first_output_ns`: first event with non-empty `content` (chat) or `text` (completions),
+    the first visible token, reasoning left out (AIPerf's time to first output token; None:
+    no visible token came); read only where `reasoning_events` > 0, as without reasoning it is
+    `first_token_ns` (a record made without it, by the simulator or an older version, leaves
+    it None); `reasoning_events`: content-bearing events that carried reasoning text only
+    (`reasoning_content` or `reasoning`, no `content`); `token_ns`: arrival of every
+    content-bearing event (reasoning included);
     `last_token_ns`: the last generated token, where E2E ends: the last content-bearing event,
     or, in a stream that carried no text at all (the Dynamo mocker's), the last event with a
     `choices` entry; never the usage-only chunk, which only supplies counts.
@@ -68,12 +75,22 @@ class RequestRecord:
     fields' meaning at 1.6.1 is checked against the real frontend with mocker workers
     (tests/loadgen/test_dynamo_e2e.py).
     `censored`: the client cut the request at its deadline or read timeout after sending it
-    (`ErrorKind.TIMEOUT` with `sent_ns` set): `error_ns` is the cut, so its TTFT (when
-    `first_token_ns` is None) and its E2E are at least `error_ns - sent_ns`; the server may
-    still be running it (abandoned work). `retry_after_s`: what a 429 / 503 answer's
-    `Retry-After` asked the client to wait (s; None: no such header).
+    (`ErrorKind.TIMEOUT` with `sent_ns` set), or it failed after a wait
+    (`measurement.errors.after_a_wait`: a gateway's 502 / 503 / 504, a connection lost after a
+    wait): `error_ns` is the cut, so its TTFT (when `first_token_ns` is None) and its E2E are at
+    least `error_ns - sent_ns`; the server may still be running it (abandoned work).
+    `retry_after_s`: what a 429 / 503 answer's `Retry-After` asked the client to wait (s; None:
+    no such header).
     `completion_tokens_from`: None when `completion_tokens` is the server's usage, else how
-    it was counted without one (`loadgen.output_tokens`). `text`: the content text of each
+    it was counted from the stream (`loadgen.output_tokens`): the server sent no usage, or one
+    the stream contradicts, whose `completion_tokens` is then kept in
+    `usage_completion_tokens` (None: not contradicted). `reasoning_tokens`: the usage's
+    `completion_tokens_details.reasoning_tokens` (part of `completion_tokens`; None: not
+    sent): streamed as reasoning text when the stream carried any (`reasoning_events` > 0),
+    else hidden, never seen by the client (`metrics.latency.hidden_tokens`).
+    `ignored_events`: events of the stream named other than `message` (an `event:` field such
+    as `ping`), which carry no message and were skipped (`error` is not skipped: it fails the
+    request). `text`: the content text of each
     content-bearing event, for that count; not kept in results or logs (`UNKEPT_FIELDS`).
     Usage fields keep the last `usage` seen; `cached_tokens` is None when
     `usage.prompt_tokens_details.cached_tokens` was absent or null, distinct from 0.
@@ -87,16 +104,19 @@ class RequestRecord:
     first_byte_ns: int | None = None
     first_chunk_ns: int | None = None
     first_token_ns: int | None = None
+    first_output_ns: int | None = None
     last_token_ns: int | None = None
     end_ns: int | None = None
     token_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     chunks: int = 0
+    reasoning_events: int = 0
     status: int | None = None
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
     error_kind: ErrorKind | None = None
     error: str | None = None
     error_ns: int | None = None
@@ -105,6 +125,8 @@ class RequestRecord:
     retry_after_s: float | None = None
     redirected_to: str | None = None
     completion_tokens_from: str | None = None
+    usage_completion_tokens: int | None = None
+    ignored_events: int = 0
     response_id: str | None = None
     prefill_worker_id: str | None = None
     decode_worker_id: str | None = None

@@ -276,6 +276,34 @@ class RunSummary(BaseModel):
     output_tokens_mismatch: int = Field(
         default=0, description="Successful requests whose output length was not max_tokens."
     )
+    usage_contradicted: int = Field(
+        default=0,
+        description="Successful requests whose usage.completion_tokens the stream contradicts "
+        "(0 after content, above max_tokens, more than the text can hold): counted from the "
+        "stream instead (`output_tokens_counted` includes them).",
+    )
+    ttfo_p50_ms: float | None = Field(
+        default=None,
+        description="Time to first output token p50 (ms): sent to the first visible token, "
+        "reasoning left out (AIPerf's TTFO; equal to TTFT without reasoning).",
+    )
+    ttfo_p99_ms: float | None = Field(default=None, description="TTFO p99 (ms).")
+    reasoning_tokens_p50: float | None = Field(
+        default=None,
+        description="Reasoning tokens per request (usage.completion_tokens_details."
+        "reasoning_tokens, streamed or hidden; part of the output tokens), p50 over the "
+        "successful requests that reported it.",
+    )
+    unanswered: int = Field(
+        default=0,
+        description="Successful requests that showed no visible token (all their output was "
+        "reasoning): no TTFO; they miss every TTFT and E2E objective and earn no goodput.",
+    )
+    ignored_events: int = Field(
+        default=0,
+        description="Named server-sent events that are not messages (e.g. `event: ping`), "
+        "skipped over all the run's requests.",
+    )
     queue_p99_ms: float | None
     requests_per_s: float
     output_tokens_per_s: float
@@ -540,6 +568,25 @@ class PointSummary(BaseModel):
     )
 
 
+class ImportSource(BaseModel):
+    """Where an imported results folder's requests came from (`testbed import`, `formats/`):
+    the `tool` that measured them and its `version` (None: the file does not say), the `file`
+    read, what the file lacks that a run of ours records (`lacks`, one phrase each: e.g. "no
+    prefix-cache figures"), and the tool's own summary figures (`figures`, our metric keys, ms
+    or per second) beside which ours, recomputed from the requests, were checked."""
+
+    tool: str
+    version: str | None
+    file: str
+    lacks: list[str] = Field(default_factory=list)
+    figures: dict[str, float] = Field(default_factory=dict)
+
+    def label(self) -> str:
+        """ "AIPerf 0.13.0, profile_export.jsonl": the tool, its version and the file's name."""
+        version = f" {self.version}" if self.version else " (version not recorded)"
+        return f"{self.tool}{version}, {self.file}"
+
+
 class GridResult(BaseModel):
     """A whole grid: settings, per-point medians, per-run rows, errors and warnings.
 
@@ -575,6 +622,11 @@ class GridResult(BaseModel):
         description="None: measured against a server. Else the figures are simulated, and this "
         "says by what and from which sources (testbed simulate); every table and report of "
         "this result says so.",
+    )
+    imported: ImportSource | None = Field(
+        default=None,
+        description="None: measured by testbed itself. Else another tool measured the requests "
+        "and `testbed import` read its export (measurement.results.ImportSource).",
     )
 
     def windows(self) -> list[RunWindow]:

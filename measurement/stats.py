@@ -17,21 +17,24 @@ from measurement.client_cost import (
     queue_large,
     short_of_offered,
 )
-from measurement.errors import ErrorKind
+from measurement.errors import AFTER_A_WAIT_S, ErrorKind, unknown_field
 from measurement.intervals import CONFIDENCE, INTERVAL_METRICS, UPPER_BOUNDS, point_interval
 from measurement.percentile import percentile
 from measurement.phases import phase_warnings, point_phases, run_phases
 from measurement.results import LOW_SAMPLE_P99, MetricInterval, PointSummary, RunSummary
 from metrics.latency import (
+    answered,
     between_ms,
     chunk_tokens,
     content_reads,
     e2e_ms,
     e2e_sample,
+    hidden_tokens,
     icl_ms,
     itl_ms,
     queue_ms,
     tpot_ms,
+    ttfo_ms,
     ttft_ms,
     ttft_sample,
 )
@@ -272,7 +275,8 @@ def failure_notes(records: Sequence[RequestRecord], lower_bounds: Sequence[str] 
     """The run's warnings about requests that ended badly, one per class present: finished
     under HTTP 200 without finishing (`aborted`), dropped after they were sent (may have been
     served), sockets the client could not open (its own limits), cut by the client's timeout
-    (censored; `lower_bounds` names the figures that rest on them), answered 429 / 503 with a
+    (censored; `lower_bounds` names the figures that rest on them), failed the TLS handshake,
+    refused for a request field the server does not accept, answered 429 / 503 with a
     Retry-After."""
     kinds = Counter(r.error_kind for r in records if r.error_kind is not None)
     total = len(records)
@@ -303,11 +307,34 @@ def failure_notes(records: Sequence[RequestRecord], lower_bounds: Sequence[str] 
     if cut := sum(r.censored for r in records):
         before_token = sum(r.censored and r.first_token_ns is None for r in records)
         bounded = ", ".join(lower_bounds) or "none of the percentiles"
+        waited = sum(r.censored and r.error_kind != ErrorKind.TIMEOUT for r in records)
+        how = "were cut by the client's timeout"
+        if waited:
+            how = (
+                "failed after a wait (a gateway's 502 / 503 / 504, or a lost connection, at "
+                f"{AFTER_A_WAIT_S:g} s or later)"
+            )
+            if waited < cut:
+                how = f"were cut by the client's timeout or, {waited} of them, {how}"
         notes.append(
-            f"{cut} of {total} requests were cut by the client's timeout after they were sent "
+            f"{cut} of {total} requests {how} after they were sent "
             f"({before_token} before their first token): censored, counted in the TTFT and E2E "
             f"percentiles at the time they were cut, a lower bound ({bounded} rest on them and "
             "are at least the value shown); the server may have kept running them (abandoned)"
+        )
+    if tls := kinds.get(ErrorKind.TLS, 0):
+        notes.append(
+            f"{tls} of {total} requests failed the TLS handshake (most often a server "
+            "certificate the client does not trust): add --ca-file PATH with the CA that signed "
+            "it, or --insecure to skip the check"
+        )
+    if fields := sum(
+        r.error_kind == ErrorKind.HTTP_STATUS and unknown_field(r.status, r.error or "")
+        for r in records
+    ):
+        notes.append(
+            f"{fields} of {total} requests were refused for a request field the server does "
+            "not accept (Dynamo's nvext): add --plain-openai (load setting plainOpenai: true)"
         )
     waits = [r.retry_after_s for r in records if r.retry_after_s is not None]
     if waits:
@@ -401,7 +428,8 @@ def summarize_run(
     the server counted: `prompt_tokens_note`; None: not compared).
 
     TTFT and E2E percentiles and the TTFT mean count censored requests (cut by the client's
-    timeout after they were sent) at the time they were cut, a lower bound
+    timeout after they were sent, or failed after a wait: `measurement.errors.after_a_wait`)
+    at the time they were cut, a lower bound
     (`ttft_sample`, `e2e_sample`); a figure that rests on one is named in `lower_bounds`.
     Other failures are left out of every latency and rate and said by `failure_notes`.
 
@@ -423,8 +451,10 @@ def summarize_run(
     output, output_warnings = _output_fields(
         records, good, max_tokens, planned_prompt_tokens, lower_bounds
     )
+    reasoning, reasoning_warnings = _reasoning_fields(records, good)
     cached = cached_tokens_summary(good, unique_suffix_tokens)
     warnings = [*cached.pop("warnings"), *stream_warnings, *output_warnings, *sample_warnings]
+    warnings += reasoning_warnings
     phases = run_phases(good)
     warnings.extend(phase_warnings(phases, len(good)))
     delivery, delivery_warnings = _delivery_fields(
@@ -453,6 +483,7 @@ def summarize_run(
         lower_bounds=lower_bounds,
         **stream,
         **output,
+        **reasoning,
         requests_per_s=len(good) / span_s if span_s > 0 else 0.0,
         output_tokens_per_s=output_sum / span_s if span_s > 0 else 0.0,
         offered_rate_per_s=offered_rate_per_s,
@@ -572,13 +603,31 @@ def _output_fields(
             "requests/s and output tokens/s are for the outputs produced"
         )
     counted = Counter(r.completion_tokens_from for r in good if r.completion_tokens_from)
-    if counted:
-        how = "; ".join(f"{n} from {source}" for source, n in sorted(counted.items()))
+    missing = Counter(
+        r.completion_tokens_from
+        for r in good
+        if r.completion_tokens_from and r.usage_completion_tokens is None
+    )
+    if missing:
+        how = "; ".join(f"{n} from {source}" for source, n in sorted(missing.items()))
         warnings.append(
-            f"{sum(counted.values())} of {len(good)} successful requests reported no usage "
+            f"{sum(missing.values())} of {len(good)} successful requests reported no usage "
             "(the server ignored stream_options.include_usage): their output tokens were "
             f"counted from the stream ({how}; from content chunks: one token per chunk), "
             "their prompt and cached tokens are unknown"
+        )
+    contradicted = [r for r in good if r.usage_completion_tokens is not None]
+    if contradicted:
+        said = sorted({n for r in contradicted if (n := r.usage_completion_tokens) is not None})
+        seen = [r.completion_tokens for r in contradicted if r.completion_tokens is not None]
+        limit = "" if max_tokens is None else f", max_tokens {max_tokens}"
+        warnings.append(
+            f"{len(contradicted)} of {len(good)} successful requests reported a "
+            f"usage.completion_tokens their stream contradicts (the server said "
+            f"{', '.join(map(str, said[:3]))}{' ...' if len(said) > 3 else ''}{limit}; "
+            f"counted from the stream: p50 {num_text(percentile(seen, 50), '.0f')}): 0 after "
+            "content was streamed, above max_tokens, or more than the streamed text can hold; "
+            "the stream's count is used, the server's is kept as usage_completion_tokens"
         )
     retried = sum(r.retried for r in records)
     if retried:
@@ -603,11 +652,54 @@ def _output_fields(
     return {
         "output_tokens_p50": percentile(lengths, 50),
         "output_tokens_counted": sum(counted.values()),
+        "usage_contradicted": len(contradicted),
         "output_tokens_mismatch": mismatch,
         "prompt_tokens_mean": statistics.fmean(prompt_lengths) if prompt_lengths else None,
         "prompt_tokens_planned": planned_prompt_tokens,
         "retry_after_waits": sum(r.retry_after_s is not None for r in records),
         "retried": retried,
+    }, warnings
+
+
+def _reasoning_fields(
+    records: Sequence[RequestRecord], good: Sequence[RequestRecord]
+) -> tuple[dict[str, Any], list[str]]:
+    """`summarize_run`'s figures of reasoning and of the stream's named events: TTFO p50 / p99
+    over the successful requests (`ttfo_ms`), their usage's reasoning tokens p50, the replies
+    with no visible token (not `answered`), the named non-message events skipped; and the
+    warnings for hidden reasoning, unanswered replies and skipped events."""
+    warnings = []
+    ttfos = _present([ttfo_ms(r) for r in good])
+    reasoning = [r.reasoning_tokens for r in good if r.reasoning_tokens is not None]
+    hidden = [n for r in good if (n := hidden_tokens(r))]
+    if hidden:
+        warnings.append(
+            f"{len(hidden)} of {len(good)} successful requests counted {sum(hidden)} reasoning "
+            "tokens in their usage (completion_tokens_details.reasoning_tokens) that the stream "
+            "never carried: hidden, they are left out of ITL and TPOT, which count the tokens "
+            "the client saw, and kept in output tokens/s"
+        )
+    blank = sum(not answered(r) for r in good)
+    if blank:
+        warnings.append(
+            f"{blank} of {len(good)} successful requests showed no visible token (their output "
+            "was all reasoning): they have no TTFO, miss every TTFT and E2E objective and earn "
+            "no goodput"
+        )
+    skipped = [r.ignored_events for r in records if r.ignored_events]
+    if skipped:
+        warnings.append(
+            f"{sum(skipped)} named server-sent event(s) that are not messages (an `event:` "
+            f"field other than message, such as a keep-alive ping) came in {len(skipped)} of "
+            f"{len(records)} requests: skipped, as the HTML standard's EventSource does "
+            "(neither chunks nor errors)"
+        )
+    return {
+        "ttfo_p50_ms": percentile(ttfos, 50),
+        "ttfo_p99_ms": percentile(ttfos, 99),
+        "reasoning_tokens_p50": percentile(reasoning, 50),
+        "unanswered": blank,
+        "ignored_events": sum(skipped),
     }, warnings
 
 

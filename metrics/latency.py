@@ -18,11 +18,14 @@ class Timed(Protocol):
     intended_ns: int
     sent_ns: int | None
     first_token_ns: int | None
+    first_output_ns: int | None
     last_token_ns: int | None
     error_ns: int | None
     token_ns: list[int]
     chunk_tokens: list[int]
     completion_tokens: int | None
+    reasoning_tokens: int | None
+    reasoning_events: int
     censored: bool
 
     @property
@@ -37,8 +40,52 @@ def between_ms(start: int | None, end: int | None) -> float | None:
 
 
 def ttft_ms(record: Timed) -> float | None:
-    """Time to first token (ms): sent to first non-empty content/reasoning text."""
+    """Time to first token (ms): sent to first non-empty content/reasoning text, a token of any
+    kind, as AIPerf 0.13.0 defines it (`aiperf/metrics/types/ttft_metric.py` L10-56: the first
+    content response, reasoning included)."""
     return between_ms(record.sent_ns, record.first_token_ns)
+
+
+def first_output_ns(record: Timed) -> int | None:
+    """When the first visible token came (ns): `first_output_ns` in a stream that carried
+    reasoning text (`reasoning_events` > 0; None when no visible token followed it), else the
+    first token (`first_token_ns`): without reasoning, every token is visible."""
+    return record.first_output_ns if record.reasoning_events else record.first_token_ns
+
+
+def ttfo_ms(record: Timed) -> float | None:
+    """Time to first output token (ms): sent to the first visible token, reasoning left out
+    (`first_output_ns`); AIPerf 0.13.0's `time_to_first_output_token`
+    (`aiperf/metrics/types/time_to_first_output_token_metric.py` L15-86: the first response
+    with non-empty text or `content`, not `reasoning`), equal to TTFT without reasoning."""
+    return between_ms(record.sent_ns, first_output_ns(record))
+
+
+def hidden_tokens(record: Timed) -> int:
+    """Output tokens the server counted and the client never saw: the usage's reasoning tokens
+    (`reasoning_tokens`) when the stream carried no reasoning text (the reasoning stayed
+    hidden, as OpenAI's reasoning models keep it), else 0 (streamed reasoning is in
+    `token_ns`)."""
+    reasoning = record.reasoning_tokens
+    return reasoning if reasoning and reasoning > 0 and not record.reasoning_events else 0
+
+
+def seen_tokens(record: Timed) -> int | None:
+    """The output tokens the client saw streamed: `completion_tokens` less `hidden_tokens`
+    (never below 0); None without a count."""
+    out = record.completion_tokens
+    return None if out is None else max(0, out - hidden_tokens(record))
+
+
+def answered(record: Timed) -> bool:
+    """True when the reply showed a visible token: a stream with reasoning text also carried
+    `content` (`first_output_ns`); one without reasoning text streamed some token, or its
+    usage counts tokens that were not all hidden reasoning (a text-less stream such as the
+    Dynamo mocker's). A reply that spent its whole output on reasoning is not answered: it
+    misses every TTFT and E2E objective and earns no goodput (`measurement.goodput`)."""
+    if record.reasoning_events:
+        return record.first_output_ns is not None
+    return bool(record.token_ns) or seen_tokens(record) != 0
 
 
 def e2e_ms(record: Timed) -> float | None:
@@ -55,13 +102,17 @@ def queue_ms(record: Timed) -> float | None:
 def chunk_tokens(record: Timed) -> list[float]:
     """The tokens each content-bearing chunk carried (one value per `token_ns` entry): the
     server's own per-chunk counts (`Timed.chunk_tokens`) when every content chunk had
-    one, else `completion_tokens` spread evenly over the k chunks (the final usage says how
-    many tokens, not which chunk held them): `spread_tokens(N / k, k)`; [] without content
-    chunks or a token count."""
+    one (the first less `hidden_tokens`: hidden reasoning precedes it and its usage counts
+    it), else the tokens the client saw (`seen_tokens`: hidden reasoning left out, so it is
+    never spread over the gaps between visible chunks) spread evenly over the k chunks (the
+    final usage says how many tokens, not which chunk held them): `spread_tokens(N / k, k)`;
+    [] without content chunks or a token count."""
     chunks = len(record.token_ns)
     if chunks and len(record.chunk_tokens) == chunks and sum(record.chunk_tokens) > 0:
-        return [float(n) for n in record.chunk_tokens]
-    out = record.completion_tokens
+        counts = [float(n) for n in record.chunk_tokens]
+        counts[0] = max(1.0, counts[0] - hidden_tokens(record))  # what came before it, unseen
+        return counts
+    out = seen_tokens(record)
     if not chunks or not out:
         return []
     return [spread_tokens(out / chunks, chunks)] * chunks
@@ -135,12 +186,13 @@ def itl_ms(
 
 def tpot_ms(record: Timed, tokens: list[float] | None = None) -> float | None:
     """Time per output token (ms) after the first content read: (E2E - TTFT) /
-    (completion_tokens - tokens of the first read) (`content_reads` over `chunk_tokens`, or
-    `tokens` when already computed). With one token per chunk and one chunk per read this is
-    vLLM bench's and AIPerf's (E2E - TTFT) / (completion_tokens - 1); with N tokens in k equal
-    chunks it is the mean chunk gap / (N / k). None with no usage, or no tokens after the first
-    read (a response delivered in one read: its E2E - TTFT is 0, not a measured time)."""
-    ttft, e2e, out = ttft_ms(record), e2e_ms(record), record.completion_tokens
+    (tokens seen - tokens of the first read) (`seen_tokens`: hidden reasoning left out;
+    `content_reads` over `chunk_tokens`, or `tokens` when already computed). With one token
+    per chunk and one chunk per read this is vLLM bench's and AIPerf's (E2E - TTFT) /
+    (completion_tokens - 1); with N tokens in k equal chunks it is the mean chunk gap / (N / k).
+    None with no usage, or no tokens after the first read (a response delivered in one read:
+    its E2E - TTFT is 0, not a measured time)."""
+    ttft, e2e, out = ttft_ms(record), e2e_ms(record), seen_tokens(record)
     if ttft is None or e2e is None or out is None:
         return None
     tokens = chunk_tokens(record) if tokens is None else tokens

@@ -25,6 +25,7 @@ from metrics.latency import (
     itl_ms,
     queue_ms,
     tpot_ms,
+    ttfo_ms,
     ttft_ms,
     ttft_sample,
 )
@@ -51,7 +52,8 @@ class Metric:
     lower bound: True), None to count successful requests only. `plausible_ms`: the (lowest,
     highest) bound (ms) an objective on it can mean (below: seconds typed as ms; above:
     microseconds); None: no objective on it. `two_tokens`: a request has a value only when it
-    generated at least two tokens.
+    generated at least two tokens. `needs_answer`: a reply that showed no visible token
+    (`metrics.latency.answered`: its output was all reasoning) misses every objective on it.
 
     The words tables and figures print (`column_header`, `label`, `panel_title`): `short`, the
     name where a column is narrow or its table says the rest (``attainment``; "": `name`);
@@ -71,6 +73,7 @@ class Metric:
     sample: Sample | None = None
     plausible_ms: tuple[float, float] | None = None
     two_tokens: bool = False
+    needs_answer: bool = False
     short: str = ""
     header: str = ""
     title: str = ""
@@ -110,10 +113,19 @@ METRICS: dict[str, Metric] = {
             "ttft",
             "TTFT",
             "ms",
-            "sent -> first non-empty content (a request cut at its deadline before it: the cut)",
+            "sent -> first token of any kind, reasoning included (a request cut at its deadline "
+            "before it: the cut)",
             per_request=ttft_ms,
             sample=ttft_sample,
             plausible_ms=(10.0, 600_000.0),
+            needs_answer=True,
+        ),
+        Metric(
+            "ttfo",
+            "TTFO",
+            "ms",
+            "sent -> first visible token, reasoning left out (= TTFT without reasoning)",
+            per_request=ttfo_ms,
         ),
         Metric(
             "itl",
@@ -128,7 +140,7 @@ METRICS: dict[str, Metric] = {
             "tpot",
             "TPOT",
             "ms",
-            "(E2E - TTFT) / (output tokens - tokens of the first read), per request",
+            "(E2E - TTFT) / (output tokens seen - tokens of the first read), per request",
             per_request=tpot_ms,
             plausible_ms=(0.5, 60_000.0),
             two_tokens=True,
@@ -141,6 +153,7 @@ METRICS: dict[str, Metric] = {
             per_request=e2e_ms,
             sample=e2e_sample,
             plausible_ms=(10.0, 3_600_000.0),
+            needs_answer=True,
         ),
         Metric(
             "queue",

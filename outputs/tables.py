@@ -81,8 +81,9 @@ _DELIVERY_COLUMNS: tuple[tuple[str, _Cell], ...] = (
 )
 
 
-# Shown when a grid point had requests cut by the client's timeout (censored): how many.
-_CENSORED_COLUMNS: tuple[tuple[str, _Cell], ...] = (("cut at\ntimeout", lambda p: str(p.censored)),)
+# Shown when a grid point had censored requests (cut by the client's timeout, or failed after a
+# wait: `measurement.errors.after_a_wait`): how many.
+_CENSORED_COLUMNS: tuple[tuple[str, _Cell], ...] = (("censored", lambda p: str(p.censored)),)
 
 
 def rate_text(value: float | None) -> str:
@@ -345,9 +346,11 @@ def verdict_caption(comparisons: Sequence[PointComparison], simulated: bool) -> 
     a side means; with `simulated`, that it compares simulations whose spread comes from the
     routing runs only."""
     levels = "/".join(sorted({f"{c.confidence:.0%}" for c in comparisons}))
+    noises = "/".join(sorted({f"{c.noise_threshold:.0%}" for c in comparisons}))
     lines = [
         f"B / A of the medians; interval: {levels}, Welch's t on the runs' logs (the ratio of "
-        "their geometric means); verdict: B higher / lower where it excludes 1"
+        "their geometric means); verdict: B higher / lower where it lies wholly beyond the "
+        f"noise threshold (-+{noises} of 1), within noise where it excludes 1 but not the band"
     ]
     if any(c.scale == "linear" for c in comparisons):
         lines.append("where a run gave 0: Welch's t on the values, Fieller's interval for B / A")

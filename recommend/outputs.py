@@ -23,6 +23,7 @@ from recommend.claims import ratio, reason_line, trade, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
 from recommend.workload import MEASURED_PER_CLIENT, Workload
+from simulator.provenance import step_sources
 from stackmodel.errors import PROJECT
 from stackmodel.log_budget import clients_for
 from stackmodel.models import GATED_MODELS
@@ -115,6 +116,7 @@ def candidate_row(result: Result, first: Result | None, inputs: Inputs) -> dict[
         "bounds": asdict(result.bounds) if result.bounds else None,
         "crossover": result.crossover_summary or None,
         "runs": result.runs,
+        "stepTimes": None if result.plan is None else step_sources(result.plan),
     }
 
 
@@ -231,6 +233,9 @@ def stack_header(
         f"{inputs.slo.describe()} ({inputs.objective}, margin {inputs.margin:g})",
         result.candidate.label(),
     ]
+    if result.plan is not None:
+        sources = step_sources(result.plan)
+        lines.append("step times: " + ", ".join(f"{g} {s}" for g, s in sources.items()))
     if best is not None:
         lines.append(
             f"at {best.load_text()}: {objective_value(best, inputs.objective):,.0f} "

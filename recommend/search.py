@@ -38,7 +38,7 @@ from recommend.load_search import (
     highest_rate,
 )
 from recommend.resume import TimedStore
-from recommend.space import Candidate, candidate_raw
+from recommend.space import Candidate, candidate_raw, transport_reason
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.config import StackConfig
@@ -194,13 +194,21 @@ def refusal(exc: StackConfigError, candidate: Candidate) -> str:
     """The checks' problems with ``candidate`` in one line, each under what the user can change
     (the candidate's stack file does not exist): a worker group's key under the group
     (``2 x TP1 prefill on gpu-24gb, 4 a GPU: gpuMemoryUtilization = 0.22: ...``), a load key
-    as the workload's (``--workload promptTokens``), any other under the cluster stack's key."""
+    as the workload's (``--workload promptTokens``), any other under the cluster stack's key.
+    A problem with the transport the search set on a group (its ``kvTransfer``, ``env`` or
+    ``rdma``, :func:`recommend.space.transport_reason`) keeps the checks' reason without their
+    edit of the candidate and names the cluster's links instead."""
     parts = []
     for p in exc.problems:
         worker = re.fullmatch(r"topology\.workers\[(\d+)\]\.?(.*)", p.key)
         if worker is not None and int(worker[1]) < len(candidate.groups):
             where = candidate.groups[int(worker[1])].text()
             where += f": {worker[2]}" if worker[2] else ""
+            reason = transport_reason(worker[2], p.message)
+            if reason is not None:
+                shown = "" if p.value is None else f" = {p.value!r}"
+                parts.append(f"{where}{shown}: {reason}")
+                continue
         elif p.key.startswith("load."):
             where = f"--workload {p.key.removeprefix('load.')}"
         elif p.key.startswith("topology."):

@@ -11,14 +11,45 @@ from kvpath.copies import DEFAULT_HOST_COPIES, threads_from_env
 from kvpath.memory import HOST_BASE_BYTES
 from simulator.calibration import CONSTANTS
 from simulator.timing_model import RunTopology, TimingConstants, WorkerSpec
-from stackmodel.plan import StackPlan
+from stackmodel.models import FP8_BYTES
+from stackmodel.plan import GroupPlan, StackPlan
 from stackmodel.quantities import parse_quantity
-from steptime.fit import SEED_FIT
-from steptime.roofline import EngineFit
+from steptime.fit import CALIBRATED, SEED_FIT
+from steptime.measured import measured_source
+from steptime.roofline import EngineFit, EngineStep
+
+
+def group_step(plan: StackPlan, group: GroupPlan, fit: EngineFit, measured: bool) -> EngineStep:
+    """One worker's step times in a simulation: its group's with ``fit``
+    (:meth:`stackmodel.plan.GroupPlan.step_with`), its GPU part from AIConfigurator's measured
+    kernel data where ``measured`` and :func:`steptime.measured.measured_source` has them for
+    the group's GPU, model, tensor-parallel size and FP8 weights and KV, else the roofline's.
+    A step measured on the GPU itself (a calibration profile's or ``testbed calibrate``'s
+    fit, :data:`steptime.fit.CALIBRATED`) or a stack's ``sizing.prefillTokensPerS`` keeps the
+    roofline it was given for."""
+    step = group.step_with(fit)
+    if (
+        not measured
+        or step.fit.label == CALIBRATED
+        or step.prefill_tokens_per_s_override is not None
+    ):
+        return step
+    source = measured_source(
+        group.gpu,
+        plan.cfg.model.name,
+        group.group.tensor_parallel_size,
+        fp8_weights=step.fp8_weights,
+        fp8_kv=plan.geometry.kv_cache_dtype_bytes == FP8_BYTES,
+    )
+    return step if source is None else dataclasses.replace(step, measured=source)
 
 
 def run_topology(
-    plan: StackPlan, fit: EngineFit = SEED_FIT, host_base_bytes: int = HOST_BASE_BYTES
+    plan: StackPlan,
+    fit: EngineFit = SEED_FIT,
+    host_base_bytes: int = HOST_BASE_BYTES,
+    *,
+    measured: bool = True,
 ) -> RunTopology:
     """The stack's workers on their GPUs and hosts, its KV links and router, for the timing
     model.
@@ -26,7 +57,8 @@ def run_topology(
     Each replica is where the plan places it (:func:`stackmodel.placement.place_workers`): on
     its GPU (a tensor-parallel worker named by its first; its step times already count all of
     them) and its node's host. Each worker's step times are its group's with ``fit``
-    (:meth:`stackmodel.plan.GroupPlan.step_with`, the model sizing's verdict reads). Workers
+    (:func:`group_step`: measured kernel data where it has them and ``measured``, else the
+    roofline the model sizing's verdict reads). Workers
     with ``kvTransfer.bufferDevice: cpu`` get their ``memoryLimit``, their host mirror
     (:meth:`stackmodel.sizing.StackSizing.host_mirror_bytes`) and their torch threads
     (``OMP_NUM_THREADS``, else vLLM's one). Links: ``links.sameNode`` and ``links.crossNode``;
@@ -36,7 +68,7 @@ def run_topology(
     a ``dynamo`` topology has a frontend (and its fixed cost).
     """
     cfg, sizing = plan.cfg, plan.sizing
-    steps = {group.name: group.step_with(fit) for group in plan.groups}
+    steps = {group.name: group_step(plan, group, fit, measured) for group in plan.groups}
     workers = []
     for replica in plan.replicas:
         group = plan.group(replica.group).group

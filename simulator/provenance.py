@@ -4,25 +4,34 @@ report of a simulation carries, and its warnings (:func:`provenance`).
 
 from __future__ import annotations
 
+from simulator.hardware import group_step
 from stackmodel.config import StackConfig
 from stackmodel.plan import StackPlan, kv_link_key
 from steptime.calibration_profile import applied_label, mismatch_note
 from steptime.fit import SEED_FIT, extrapolation_note
+from steptime.measured import AIC_VERSION, MISSING_NOTE, core_installed, has_data
 from steptime.roofline import EngineFit
 
 
-def provenance(plan: StackPlan, fit: EngineFit = SEED_FIT) -> tuple[str, list[str]]:
+def provenance(
+    plan: StackPlan, fit: EngineFit = SEED_FIT, *, measured: bool = True
+) -> tuple[str, list[str]]:
     """What a simulated result says it is (``GridResult.simulated``: tables, ``summary.json``,
-    the HTML report), and the warnings it carries: each node class that names no GPU (which
-    default it got), each worker group outside the seed fit (model or GPU other than the
-    fit's, :func:`steptime.fit.extrapolation_note`), and each tensor-parallel group (its
-    all-reduce constants are assumptions)."""
+    the HTML report, recommend's output), and the warnings it carries. Each worker group
+    names the source of its step times (:func:`simulator.hardware.group_step` with
+    ``measured``): ``AIConfigurator measured`` (:mod:`steptime.measured`), else the
+    roofline's efficiencies (the fit's label). Warnings: each node class that names no GPU
+    (which default it got), each roofline group outside the seed fit (model or GPU other than
+    the fit's, :func:`steptime.fit.extrapolation_note`), each tensor-parallel roofline group
+    (its all-reduce constants are assumptions), and once, that aiconfigurator-core is missing
+    where a group would have taken its data."""
     cfg = plan.cfg
     groups = []
     warnings = []
+    sources = set()
     for planned in plan.groups:
         group = planned.group
-        step = planned.step_with(fit)
+        step = group_step(plan, planned, fit, measured)
         default = " (default)" if planned.node_class.gpu is None else ""
         tp = group.tensor_parallel_size
         gpus = f"{tp} x {step.gpu.name}" if tp > 1 else step.gpu.name
@@ -32,6 +41,11 @@ def provenance(plan: StackPlan, fit: EngineFit = SEED_FIT) -> tuple[str, list[st
             if profile is None
             else applied_label(profile, gpu=step.gpu.name, model=cfg.model.name)
         )
+        if step.measured is not None:
+            sources.add("measured")
+            groups.append(f"{group.name} on {gpus}{default}, {step.measured.label}")
+            continue
+        sources.add("roofline")
         groups.append(f"{group.name} on {gpus}{default}, {label}")
         note = (
             extrapolation_note(cfg.model.name, step.gpu.name, step.fit)
@@ -48,6 +62,9 @@ def provenance(plan: StackPlan, fit: EngineFit = SEED_FIT) -> tuple[str, list[st
                 "bandwidth efficiency are assumptions (steptime.tensor_parallel), not fitted to "
                 "a measured tensor-parallel run"
             )
+    wanted = measured and any(has_data(g.gpu, cfg.model.name) for g in plan.groups)
+    if wanted and not core_installed():
+        warnings.append(MISSING_NOTE)
     kv_routed = cfg.topology.kind == "dynamo" and cfg.topology.router_mode == "kv"
     for planned in plan.groups:
         group = planned.group
@@ -71,13 +88,27 @@ def provenance(plan: StackPlan, fit: EngineFit = SEED_FIT) -> tuple[str, list[st
     release = release_note(cfg)
     if release is not None:
         warnings.append(release)
+    named = {
+        "measured": f"AIConfigurator measured: aiconfigurator-core {AIC_VERSION}'s measured vLLM "
+        "kernel data (steptime.measured)",
+        "roofline": "the others: datasheet roofline x efficiencies (steptime)",
+    }
+    if sources == {"roofline"}:
+        named["roofline"] = "datasheet roofline x efficiencies (steptime)"
     text = (
         "testbed simulate: routing and prefix-cache hits from a real Dynamo frontend with "
-        f"mocker workers; engine steps of {cfg.model.name} ({'; '.join(groups)}): datasheet "
-        f"roofline x efficiencies (steptime); KV path and host memory: simulator.timing_model, "
-        f"{link_text(plan)}"
+        f"mocker workers; engine steps of {cfg.model.name} ({'; '.join(groups)}): "
+        f"{'; '.join(named[s] for s in ('measured', 'roofline') if s in sources)}; KV path and "
+        f"host memory: simulator.timing_model, {link_text(plan)}"
     )
     return text, warnings
+
+
+def step_sources(plan: StackPlan, fit: EngineFit = SEED_FIT) -> dict[str, str]:
+    """Worker group -> the source of its step times in a simulation
+    (:func:`simulator.hardware.group_step`): ``AIConfigurator measured`` or ``roofline x``
+    the fit's label (:attr:`steptime.roofline.EngineStep.source_label`)."""
+    return {g.name: group_step(plan, g, fit, measured=True).source_label for g in plan.groups}
 
 
 def link_text(plan: StackPlan) -> str:

@@ -19,7 +19,7 @@ RECORD_SHARE = 0.8
 other lines, mostly the loop-lag samples (one per 5 ms of measured loop, ~6 B each: about
 1.2 kB a second, so ~29 minutes of runs per client)."""
 
-RECORD_LINE_BYTES = 667
+RECORD_LINE_BYTES = 779
 FIRST_TOKEN_BYTES = 18
 """A ``record`` line (:func:`incluster.wire.record_line`) without tokens is at most
 ``RECORD_LINE_BYTES``: every time a 17-digit nanosecond count (``CLOCK_MONOTONIC`` counts from

@@ -7,6 +7,8 @@
   sanity bounds no step may cross.
 - :mod:`steptime.fit`: the efficiencies ``bench/calibrate.py`` fits on the seed's kv-routing
   rows, and where every other GPU's come from.
+- :mod:`steptime.measured`: step times from AIConfigurator's measured vLLM kernel data, which
+  the simulation takes over the roofline where it has the GPU and the model.
 
 A stack's workers get theirs from :attr:`stackmodel.plan.GroupPlan.step` (their node
 class's GPU, the model's geometry), which sizing's "will disaggregation pay" verdict,

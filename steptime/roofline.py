@@ -69,6 +69,26 @@ class ModelFigures(Protocol):
         ...
 
 
+class MeasuredSource(Protocol):
+    """GPU step times from measured kernel data (:class:`steptime.measured.MeasuredSteps`),
+    which an :class:`EngineStep` takes over its roofline when it has one."""
+
+    @property
+    def label(self) -> str:
+        """The source's short name."""
+        ...
+
+    @property
+    def source(self) -> str:
+        """Where its step times come from, in one line."""
+        ...
+
+    def gpu_s(self, prefill_tokens: int, batch: int, mean_context: float) -> float:
+        """GPU seconds of a step of ``prefill_tokens`` prompt tokens and ``batch`` decoding
+        requests at ``mean_context`` tokens each, all-reduces included."""
+        ...
+
+
 class EngineFit(BaseModel):
     """The efficiencies and host time of an engine step (see the module docstring).
 
@@ -125,6 +145,9 @@ class EngineStep:
     ``max_batched_tokens``: vLLM's per-step token budget (``--max-num-batched-tokens``): the
     most tokens one step computes, one for each decoding request and the rest prompt chunks
     (None: no budget; :func:`stackmodel.plan.max_batched_tokens` gives a stack's).
+    ``measured``: GPU step times from measured kernel data, which replace the roofline's (and
+    its all-reduces) in :meth:`gpu_s`, :meth:`prefill_s` and :meth:`decode_s`; the host time
+    stays the fit's (None: the roofline times every step).
     """
 
     gpu: GpuSpec
@@ -134,6 +157,15 @@ class EngineStep:
     tensor_parallel: TensorParallel | None = None
     fp8_weights: bool = False
     max_batched_tokens: int | None = None
+    measured: MeasuredSource | None = None
+
+    @property
+    def source_label(self) -> str:
+        """Which source times the GPU part of a step: the measured source's label, else the
+        roofline's with the fit's label."""
+        if self.measured is not None:
+            return self.measured.label
+        return f"roofline x {self.fit.label}"
 
     def _allreduce_s(self, tokens: int) -> float:
         return 0.0 if self.tensor_parallel is None else self.tensor_parallel.allreduce_s(tokens)
@@ -163,13 +195,15 @@ class EngineStep:
     def prefill_s(self, tokens: int) -> float:
         """GPU seconds to compute ``tokens`` uncached prompt tokens, their all-reduces
         included."""
+        if self.measured is not None:
+            return self.measured.gpu_s(tokens, 0, 0)
         return self._prefill_compute_s(tokens) + self._allreduce_s(self._reduced(tokens))
 
     def decode_s(self, contexts: Sequence[int]) -> float:
         """GPU seconds of a step's decode part: the weights plus each decoding request's KV
         (``contexts``: its tokens so far), or the batch's compute if that is larger, plus the
         batch's all-reduces."""
-        return self._decode_compute_s(contexts) + self._allreduce_s(len(contexts))
+        return self.gpu_s(0, contexts)
 
     def _decode_compute_s(self, contexts: Sequence[int]) -> float:
         bw = self.gpu.bytes_per_s
@@ -188,6 +222,9 @@ class EngineStep:
         """GPU seconds of one engine step: ``prefill_tokens`` uncached prompt tokens and one
         token for each decoding request (``contexts``), in one forward pass (one set of
         all-reduces for all its tokens)."""
+        if self.measured is not None:
+            batch = len(contexts)
+            return self.measured.gpu_s(prefill_tokens, batch, sum(contexts) / batch if batch else 0)
         return (
             self._decode_compute_s(contexts)
             + self._prefill_compute_s(prefill_tokens)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from measurement.intervals import CONFIDENCE
+from measurement.intervals import CONFIDENCE, NOISE_THRESHOLD
 from testbed.console import fail
 from testbed.slo_option import SloOption, slo_of
 
@@ -61,13 +61,22 @@ def compare_command(
         float,
         typer.Option(min=0.5, max=0.999, help="Confidence level of the intervals and verdicts."),
     ] = CONFIDENCE,
+    noise_threshold: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=0.5,
+            help="Relative difference (0.05 = 5%) below which a significant one reads 'within "
+            "noise' (its interval reaches inside 1 -+ this); 0 judges by the interval alone.",
+        ),
+    ] = NOISE_THRESHOLD,
     slo: SloOption = None,
 ) -> None:
     """Print two results side by side, each cell "A / B" as in the seed (titled SIMULATED when
     a side is; a simulated side beside a measured one is warned), and their tails; then which
     load settings differed and what that invalidates; then per grid point and metric B / A
-    with its interval from the repetitions and a verdict (B higher, lower, or no difference
-    detected, with about how many repetitions would detect it); with an SLO (--slo or the
+    with its interval from the repetitions and a verdict (B higher, lower, within noise, or no
+    difference detected, with about how many repetitions would detect it); with an SLO (--slo or the
     folders' load.slo), which side met it and the goodput's B / A; then, when the folders
     hold stack.json, whether both stacks had the same model, GPUs and workers, and which
     metrics a difference affects. Three or more folders: one table per metric with every
@@ -82,7 +91,7 @@ def compare_command(
     if len(folders) < 2:
         fail("compare needs two result folders or more: testbed compare A B [C ...]")
     if len(folders) > 2:
-        compare_many(folders, as_json, confidence, objectives)
+        compare_many(folders, as_json, (confidence, noise_threshold), objectives)
         return
     a, b = folders
     from measurement.intervals import ab_comparisons
@@ -94,7 +103,7 @@ def compare_command(
         points = comparable_points(a, b, objectives)
         rows = [
             {**c.model_dump(mode="json", by_alias=True), "simulated": simulated}
-            for c in ab_comparisons(*points, confidence)
+            for c in ab_comparisons(*points, confidence, noise_threshold)
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -108,16 +117,21 @@ def compare_command(
         from outputs.tables import table_console
 
         table_console(highlight=False).print(escape(provenance), soft_wrap=True)
-    print_verdicts(points, ab_comparisons(*points, confidence), simulated)
+    for name, folder in zip(names, (a, b), strict=True):
+        source = imported_by(folder)
+        if source is not None:
+            typer.echo(f"{name} was measured by another tool: imported from {source}")
+    print_verdicts(points, ab_comparisons(*points, confidence, noise_threshold), simulated)
     print_resource_note(a, b)
 
 
 def compare_many(
-    folders: Sequence[Path], as_json: bool, confidence: float, slo: Slo | None
+    folders: Sequence[Path], as_json: bool, judging: tuple[float, float], slo: Slo | None
 ) -> None:
     """Three or more results folders: one table per metric with every folder as a column
     (`outputs.tables.stacks_tables`, ranked by goodput where judged against `slo` or the
-    folders' load.slo); with `as_json`, each folder's `ab_comparisons` against the first."""
+    folders' load.slo); with `as_json`, each folder's `ab_comparisons` against the first at
+    `judging` (the confidence level, the noise threshold)."""
     from measurement.intervals import ab_comparisons
     from outputs.tables import stacks_tables, table_console
 
@@ -136,7 +150,7 @@ def compare_many(
                 "simulated": simulated,
             }
             for name, points in named[1:]
-            for c in ab_comparisons(first, points, confidence)
+            for c in ab_comparisons(first, points, *judging)
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -186,6 +200,21 @@ def simulated_by(folder: Path) -> str | None:
         return None
     simulated = data.get("simulated") if isinstance(data, dict) else None
     return simulated if isinstance(simulated, str) else None
+
+
+def imported_by(folder: Path) -> str | None:
+    """Which tool measured a results folder that ``testbed import`` wrote (its
+    ``result.json``'s ``imported``, as ``ImportSource.label`` says it); None when testbed
+    measured or simulated it, or the file is unreadable."""
+    from measurement.results import ImportSource
+    from outputs.folder_writer import RESULT_FILE
+
+    try:
+        data = json.loads((folder / RESULT_FILE).read_text())
+        source = ImportSource.model_validate(data["imported"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return source.label()
 
 
 def print_resource_note(a: Path, b: Path) -> None:

@@ -34,46 +34,54 @@ def _cluster(
     stack: str | None, stack_file: Path | None, model: str | None
 ) -> tuple[str, dict[str, Any], Any]:
     """(name, raw config, validated config) of the cluster stack, ``model.name`` replaced by
-    ``model`` when given; the model, given or the stack's own, checked as one
-    (:func:`_cluster_config`); exits 2 on a bad stack or file."""
+    ``model``; exits 2 on a bad stack or file, naming the stack file read (``--cluster-file``'s
+    own path). A model name outside the catalog beside its geometry is warned
+    (:func:`stackmodel.stack_warnings.model_name_warnings`)."""
     from stackmodel.config import project_values
+    from stackmodel.stack_warnings import model_name_warnings
     from stackmodel.stacks import StackFileError, stack_config
 
     if (stack is None) == (stack_file is None):
         fail("give the cluster as one of --cluster STACK or --cluster-file FILE")
     try:
         if stack is not None:
-            name, given = stack, f"--cluster {stack}"
+            name, where = stack, f"--cluster {stack} (stacks/Pulumi.{stack}.yaml)"
             base = project_values(stack_config(stack)[0])
         else:
             assert stack_file is not None
             import yaml
 
             name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
-            given = f"--cluster-file {stack_file}"
-            document = yaml.safe_load(stack_file.read_text())
+            where = f"--cluster-file {stack_file}"
+            try:
+                document = yaml.safe_load(stack_file.read_text())
+            except yaml.YAMLError as exc:
+                fail(f"{where}: not YAML: {' '.join(str(exc).split())}")
             config = document.get("config") if isinstance(document, dict) else None
             if not isinstance(config, dict):
-                fail(f"--cluster-file {stack_file}: no `config:` mapping (a stack file)")
+                fail(f"{where}: no `config:` mapping (a stack file)")
             base = project_values({k: v for k, v in config.items()})
     except (FileNotFoundError, StackFileError, OSError) as exc:
         fail(" ".join(str(exc).split()))
     if model is not None:
         base["model"] = {**(base.get("model") or {}), "name": model}
-        given = f"--model {model}"
-    return name, base, _cluster_config(name, base, given)
+        where = f"{where} with --model {model}"
+    cfg = _cluster_config(name, base, where)
+    for warning in model_name_warnings(cfg):
+        typer.echo(f"warning: {where}: {warning.render()}", err=True)
+    return name, base, cfg
 
 
-def _cluster_config(name: str, base: dict[str, Any], given: str) -> Any:
-    """The cluster's config ``base`` validated, its model the one searched (``--model``, or
-    the stack's own: one path for both). The cluster contributes its node classes, links and
-    model, engine and platform settings; its own workers and load are replaced by each
-    candidate's and the workload's, so a problem under ``topology`` or ``load`` (its workers too
-    small for the model) is not the cluster's: each candidate is checked with the model
-    instead. Exits 2 on any other problem, led by ``given`` (the option that named it)."""
+def _cluster_config(name: str, base: dict[str, Any], where: str) -> Any:
+    """The cluster stack's config, checked as a cluster, not as a deployment: its node classes,
+    links, model, engine and platform settings are checked as ``testbed render`` checks them;
+    its own workers and load are replaced by each candidate's and the workload's, so a problem
+    under ``topology`` or ``load`` (its workers too small for the model, a memory floor) is not
+    the cluster's, and each candidate is checked instead. Exits 2 on any other problem, naming
+    ``where`` (the stack file and ``--model``)."""
     from pydantic import ValidationError
 
-    from stackmodel.config import KNOWN_KEYS, StackConfig
+    from stackmodel.config import StackConfig
     from stackmodel.errors import StackConfigError
     from stackmodel.validation import validate_stack
 
@@ -82,12 +90,14 @@ def _cluster_config(name: str, base: dict[str, Any], given: str) -> Any:
     except StackConfigError as exc:
         own = [p for p in exc.problems if not p.key.startswith(("topology", "load"))]
         if own:
-            fail(f"{given}: " + "; ".join(" ".join(p.render().split()) for p in own))
-    try:  # the problems are the cluster's own workers' and load's: the fields' shapes only
-        known = {k: v for k, v in base.items() if k in KNOWN_KEYS and v != {}}
-        return StackConfig.model_validate(known, context={"stack": name})
+            fail(f"{where}: " + "; ".join(" ".join(p.render().split()) for p in own))
+    shape = {k: v for k, v in base.items() if k not in ("load", "baselineStack")}
+    try:
+        return StackConfig.model_validate(shape, context={"stack": name})
     except ValidationError as exc:
-        fail(f"{given}: " + " ".join(str(exc).split()))
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        fail(f"{where}: {key}: {first['msg']}")
 
 
 def _too_few_tokens(

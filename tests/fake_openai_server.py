@@ -9,16 +9,20 @@ connections and requests in flight.
 Faults of the transport, set on the server rather than per request: `redirects` (an ingress
 that answers a path with a redirect, after `redirect_s`), `responses_per_connection` (a server
 that closes a kept-alive connection after that many responses without saying so: the next
-request written to it is reset unread, and counted in `unread`), `metrics` (what GET /metrics
+request written to it is reset unread, and counted in `unread`), `idle_close_s` (a server that
+closes a kept-alive connection idle that long, with a FIN and without `Connection: close`, as
+an idle keep-alive timeout does: counted in `idle_closed`, `idle_closes` set on each), `tls` (an
+`ssl.SSLContext`: the server speaks HTTPS), `metrics` (what GET /metrics
 answers, made from the server's state: Prometheus text, or a `Status` for a failed scrape).
 A GET to a completions path is answered 405, as an OpenAI-compatible server's POST-only route
 is. A script of `Sleep`s then `Close` reads the request, works on it a while and drops it
-unanswered.
+unanswered; `Sleep`s then a `Status` answers that status after the wait (a gateway's timeout).
 """
 
 import asyncio
 import contextlib
 import json
+import ssl
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -75,23 +79,42 @@ def event(obj: object) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
+def named_event(name: str, data: str) -> bytes:
+    """An event with an `event:` field (not a message unless `name` is "message"), e.g. a
+    keep-alive `ping` whose data is a timestamp, not JSON."""
+    return f"event: {name}\ndata: {data}\n\n".encode()
+
+
 def chat_chunk(
-    content: str | None = None, *, role: str | None = None, finish: str | None = None
+    content: str | None = None,
+    *,
+    role: str | None = None,
+    finish: str | None = None,
+    reasoning: str | None = None,
 ) -> bytes:
+    """A chat completion chunk; `reasoning` as `delta.reasoning_content` (Dynamo's and vLLM's
+    reasoning parsers' field)."""
     delta: dict[str, str] = {}
     if role is not None:
         delta["role"] = role
     if content is not None:
         delta["content"] = content
+    if reasoning is not None:
+        delta["reasoning_content"] = reasoning
     choice = {"index": 0, "delta": delta, "finish_reason": finish}
     return event({"id": "x", "object": "chat.completion.chunk", "choices": [choice]})
 
 
-def usage_chunk(prompt: int, completion: int, cached: object = ABSENT) -> bytes:
-    """The include_usage chunk (`choices: []`); `cached` ABSENT omits prompt_tokens_details."""
+def usage_chunk(
+    prompt: int, completion: int, cached: object = ABSENT, reasoning: int | None = None
+) -> bytes:
+    """The include_usage chunk (`choices: []`); `cached` ABSENT omits prompt_tokens_details;
+    `reasoning` as `completion_tokens_details.reasoning_tokens` (None: omitted)."""
     usage: dict[str, object] = {"prompt_tokens": prompt, "completion_tokens": completion}
     if cached is not ABSENT:
         usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return event({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": usage})
 
 
@@ -101,6 +124,35 @@ def normal_stream(tokens: Sequence[str], prompt: int = 100, cached: object = 40)
     steps += [Send(chat_chunk(t)) for t in tokens]
     steps += [Send(chat_chunk(finish="length")), Send(usage_chunk(prompt, len(tokens), cached))]
     return [*steps, Send(DONE)]
+
+
+def paced_stream(
+    tokens: int,
+    *,
+    token_s: float,
+    usage: int | None = None,
+    hidden: int = 0,
+    streamed_reasoning: int = 0,
+    ping: bool = False,
+) -> list[Step]:
+    """What a server that makes one visible token every `token_s` seconds sends: role chunk,
+    `streamed_reasoning` chunks of `delta.reasoning_content`, then `tokens` content chunks of
+    one character each, finish, a usage chunk, [DONE]. `usage`: its completion_tokens
+    (default: every token it made, `streamed_reasoning` + `hidden` + `tokens`); `hidden`:
+    reasoning tokens it counted and never streamed (thought before the first chunk, and said in
+    `completion_tokens_details.reasoning_tokens`, as are streamed ones); `ping`: a keep-alive
+    `event: ping` with a timestamp between every two chunks."""
+    reasoning = streamed_reasoning + hidden
+    made = reasoning + tokens if usage is None else usage
+    ping_step = [Send(named_event("ping", "2026-12-07T01:00:00Z"))] if ping else []
+    steps: list[Step] = [Send(chat_chunk(role="assistant"))]
+    for n in range(streamed_reasoning):
+        steps += [*ping_step, Sleep(token_s), Send(chat_chunk(reasoning=f"r{n}"))]
+    for _ in range(tokens):
+        steps += [*ping_step, Sleep(token_s), Send(chat_chunk("t"))]
+    finish = [Send(chat_chunk(finish="length"))]
+    last = usage_chunk(100, made, 0, reasoning if reasoning else None)
+    return [*steps, *finish, Send(last), Send(DONE)]
 
 
 @dataclass
@@ -118,6 +170,10 @@ class FakeServer:
     redirect_s: float = 0.0
     responses_per_connection: int | None = None
     unread: int = 0  # requests written to a connection this server had given up
+    idle_close_s: float | None = None
+    idle_closed: int = 0  # kept-alive connections closed for being idle `idle_close_s`
+    idle_closes: threading.Event = field(default_factory=threading.Event)
+    tls: ssl.SSLContext | None = None
     # GET /metrics: Prometheus text, or a `Status` to answer instead (a failed scrape)
     metrics: "Callable[[FakeServer], str | Status] | None" = None
     _server: asyncio.Server | None = None
@@ -127,10 +183,12 @@ class FakeServer:
     def url(self) -> str:
         assert self._server is not None
         port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
 
     async def __aenter__(self) -> "FakeServer":
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024)
+        self._server = await asyncio.start_server(
+            self._serve, "127.0.0.1", 0, backlog=1024, ssl=self.tls
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -154,7 +212,16 @@ class FakeServer:
                     writer.transport.abort()
                     return
                 served += 1
-                head = await reader.readuntil(b"\r\n\r\n")
+                try:
+                    head = await asyncio.wait_for(
+                        reader.readuntil(b"\r\n\r\n"), self.idle_close_s if served > 1 else None
+                    )
+                except TimeoutError:  # idle too long: closed (FIN), nothing said
+                    self.idle_closed += 1
+                    writer.close()
+                    await writer.wait_closed()
+                    self.idle_closes.set()
+                    return
                 self.paths.append(head.split(b" ", 2)[1].decode())
                 fields = (line.partition(b":") for line in head.split(b"\r\n")[1:] if line)
                 self.headers.append(
@@ -221,6 +288,9 @@ class FakeServer:
                 await asyncio.sleep(cast(Sleep, pause).seconds)
             writer.transport.abort()
             return False
+        while steps and isinstance(steps[0], Sleep) and isinstance(steps[-1], Status):
+            await asyncio.sleep(steps[0].seconds)  # waited, then answered (a gateway's 504)
+            steps = steps[1:]
         if steps and isinstance(steps[0], Status):
             status = steps[0]
             lines = "".join(f"{line}\r\n" for line in status.headers)

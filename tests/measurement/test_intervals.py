@@ -24,8 +24,10 @@ from measurement.intervals import (
     LOWER,
     MOST_REPETITIONS,
     NO_DIFFERENCE,
+    NOISE_THRESHOLD,
     SLO_METRICS,
     UPPER_BOUNDS,
+    WITHIN_NOISE,
     PointComparison,
     ab_comparisons,
     compare_runs,
@@ -200,6 +202,26 @@ def _folder(root: Path, name: str, points: list[PointSummary], simulated: bool =
     return folder
 
 
+def test_a_small_significant_difference_reads_within_noise() -> None:
+    """Criterion.rs's rule on B / A: a difference whose interval excludes 1 but reaches inside
+    1 -+ the noise threshold reads `within noise`; one wholly beyond it `higher` / `lower`; at
+    a threshold of 0 the interval alone decides."""
+    a = [100.0, 101.0, 99.0]
+    slightly = compare_runs("ttft_p50_ms", a, [103.0, 104.0, 102.0])
+    assert slightly.ratio_ci is not None and 1 < slightly.ratio_ci[0] < 1 + NOISE_THRESHOLD
+    assert slightly.verdict == WITHIN_NOISE and slightly.noise_threshold == NOISE_THRESHOLD
+    assert verdict_mark(slightly) == "≈"
+    assert compare_runs("ttft_p50_ms", a, [103.0, 104.0, 102.0], noise=0.0).verdict == HIGHER
+    assert compare_runs("ttft_p50_ms", a, [97.0, 96.0, 98.0]).verdict == WITHIN_NOISE
+    assert compare_runs("ttft_p50_ms", a, [97.0, 96.0, 98.0], noise=0.0).verdict == LOWER
+    doubled = compare_runs("ttft_p50_ms", a, [200.0, 202.0, 198.0])
+    assert doubled.verdict == HIGHER and doubled.ratio_ci is not None
+    assert doubled.ratio_ci[0] > 1 + NOISE_THRESHOLD
+    assert compare_runs("ttft_p50_ms", a, [90.0, 91.0, 89.0]).verdict == LOWER
+    # Not detected at all stays `no difference detected`, whatever the threshold.
+    assert compare_runs("ttft_p50_ms", a, [100.5, 99.5, 101.0]).verdict == NO_DIFFERENCE
+
+
 def test_testbed_compare_json_and_verdict_table(tmp_path: Path) -> None:
     rng = random.Random(7)
     a = _folder(tmp_path, "a", [_point(rng, 0.0)], simulated=True)
@@ -212,6 +234,7 @@ def test_testbed_compare_json_and_verdict_table(tmp_path: Path) -> None:
     )  # one point, every interval metric (TTFT p50, p99, ITL, TPOT, E2E p50 and p99, req/s, cached)
     ttft = next(r for r in rows if r["metric"] == "ttft_p50_ms")
     assert ttft["verdict"] == "higher" and ttft["repetitions"] == [3, 3]
+    assert ttft["noiseThreshold"] == NOISE_THRESHOLD
     assert ttft["prefixKinds"] == 2 and ttft["concurrency"] == 4 and ttft["simulated"] is True
     low, high = ttft["ratioCi"]
     assert low < ttft["ratio"] < high and ttft["b"] / ttft["a"] == pytest.approx(ttft["ratio"])
@@ -229,6 +252,15 @@ def test_testbed_compare_json_and_verdict_table(tmp_path: Path) -> None:
     assert "SIMULATED: compares two simulations" in table.output
     refused = CliRunner().invoke(app, ["compare", str(a), str(b), "--confidence", "1.5"])
     assert refused.exit_code == 2 and "--confidence" in refused.output
+    # The threshold given is the one every verdict used, and the JSON carries it.
+    strict = CliRunner().invoke(
+        app, ["compare", str(a), str(b), "--json", "--noise-threshold", "0"]
+    )
+    found = next(r for r in json.loads(strict.output) if r["metric"] == "ttft_p50_ms")
+    assert found["verdict"] == "higher" and found["noiseThreshold"] == 0.0
+    assert "-+5% of 1" in table.output
+    wrong = CliRunner().invoke(app, ["compare", str(a), str(b), "--noise-threshold", "5"])
+    assert wrong.exit_code == 2 and "--noise-threshold" in wrong.output
 
 
 def test_seed_table_shows_each_interval_under_its_value() -> None:

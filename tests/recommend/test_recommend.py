@@ -306,10 +306,11 @@ def test_bad_fix_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_an_emitted_stack_has_the_load_clients_its_records_need() -> None:
     """The seed's workload at 256 clients found (512 requests a run, 4 prefix kinds, 3
-    repetitions of 64-token answers: 9.6 MiB of records) outgrows one in-cluster load client's
+    repetitions of 64-token answers: 10.2 MiB of records) outgrows one in-cluster load client's
     8 MiB of log: the emitted stack asks for 2 clients, and passes the checks."""
     from recommend.search import Figures, check
     from stackmodel.errors import StackConfigError
+    from stackmodel.log_budget import record_line_bytes
     from stackmodel.validation import validate_stack
 
     base, cfg = _cluster()
@@ -324,5 +325,9 @@ def test_an_emitted_stack_has_the_load_clients_its_records_need() -> None:
     assert raw["load"]["concurrency"] == [256]
     assert (raw["load"]["requestsPerRun"], raw["load"]["clients"]) == (512, 2)
     assert validate_stack("kv-routing-rank1", raw).cfg.load.clients == 2
-    with pytest.raises(StackConfigError, match=r"9\.6 MiB .* set load\.clients to 2"):
+    # 6,144 records of at most record_line_bytes(64 tokens) each: 10.2 MiB.
+    assert 512 * 4 * 3 * record_line_bytes(64, LoadConfig().read_timeout_s) / 2**20 == (
+        pytest.approx(10.2, abs=0.05)
+    )
+    with pytest.raises(StackConfigError, match=r"10\.2 MiB .* set load\.clients to 2"):
         validate_stack("kv-routing-rank1", {**raw, "load": {**raw["load"], "clients": 1}})

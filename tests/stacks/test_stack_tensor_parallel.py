@@ -285,8 +285,9 @@ def test_a_tensor_parallel_change_diffs_as_gpus_and_an_argument(
 
 
 def test_a_simulation_says_its_workers_span_gpus_on_assumed_all_reduces(tp_raw: Raw) -> None:
-    text, warnings = provenance(validate_stack("tp", tp_raw))
-    assert "prefill on 4 x h100-sxm, AIConfigurator" in text
+    # The roofline's all-reduces (measured data time their own: tests/steptime/test_measured.py).
+    text, warnings = provenance(validate_stack("tp", tp_raw), measured=False)
+    assert "prefill on 4 x h100-sxm, AIConfigurator;" in text
     assert any(w.startswith("decode: tensor-parallel over 4 GPUs") for w in warnings)
 
 
