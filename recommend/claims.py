@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from recommend.search import Result, held_load, load_text
+from metrics import registry
+from recommend.bounds import ms_text
+from recommend.search import Objective, Result, held_load, load_text
 
 DEFAULT_MARGIN = 1.25
 """The ratio the model's published-pair ratios are within (+-25%): a smaller difference is no
@@ -78,34 +80,69 @@ def trade(result: Result, first: Result) -> str:
 
 def kv_path(result: Result) -> str:
     """What one request's KV path costs a disaggregated candidate at least ('' for an
-    aggregated one): the bounds' best case, a request whose shared prefix is cached
-    (:mod:`recommend.bounds`), so the line says "at least" and names that case; the workload's
-    typical request (a longer or uncached prompt) pays more."""
+    aggregated one): the bounds' best case (:mod:`recommend.bounds`), so the line says "at
+    least" and names that case: its shared prefix cached when the workload's prompts share one
+    (``Bounds.cached_tokens``), else its shortest prompt; the workload's typical request (a
+    longer or uncached prompt) pays more."""
     b = result.bounds
     if b is None or not result.candidate.disaggregated:
         return ""
     parts = []
     if b.copies_ms:
-        parts.append(f"~{b.copies_ms:,.0f} ms of host copies")
+        parts.append(f"~{ms_text(b.copies_ms)} of host copies")
     if b.link_ms:
-        parts.append(f"~{b.link_ms:,.0f} ms on the link")
+        parts.append(f"~{ms_text(b.link_ms)} on the link")
     if not parts:
         return ""
+    case = (
+        f"its {b.cached_tokens:,}-token shared prefix cached"
+        if b.cached_tokens
+        else "its shortest prompt, no prefix shared"
+    )
     return (
         f"each request pays at least {' and '.join(parts)}, its prefill at least "
-        f"{b.prefill_ms:,.0f} ms (the best case: its shared prefix cached)"
+        f"{ms_text(b.prefill_ms)} (the best case: {case})"
     )
 
 
-def _why(result: Result, first: Result | None) -> str:
-    """The cause: the KV path of a disaggregated candidate; for an aggregated one what differs
-    from rank 1 (prefix-cache hits, GPUs, workers)."""
+MISSED_SHARE = 0.05
+"""A candidate whose requests miss the SLO on their own this much more often than rank 1's
+(share of its requests) loses goodput to them: the why-line names it first."""
+
+
+def _missed(result: Result, first: Result, objective: Objective) -> str:
+    """Under a goodput objective, when a larger share of ``result``'s requests than of rank
+    1's miss the SLO on their own (each request's own figure against the bound): that share,
+    the objective most of them miss, and its goodput beside its raw output tokens/s ('' when
+    not: a candidate ranked by all its tokens loses nothing to them)."""
+    a, b = result.best, first.best
+    assert a is not None and b is not None
+    if objective == "tokens-per-gpu" or a.attainment + MISSED_SHARE > b.attainment:
+        return ""
+    which = max(a.missed_by, key=lambda k: a.missed_by[k], default=None)
+    what = f" ({registry.objectives()[which].name}: {a.missed_by[which]:.0%})" if which else ""
+    raw = a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu if b.tokens_per_s_per_gpu else None
+    return (
+        f"{1 - a.attainment:.0%} of its requests miss the SLO on their own{what} against rank "
+        f"1's {1 - b.attainment:.0%}: goodput {a.goodput_tokens_per_s_per_gpu:,.0f} of "
+        f"{a.tokens_per_s_per_gpu:,.0f} output tok/s per GPU"
+        + (f" (raw {raw:.2f}x rank 1's)" if raw is not None else "")
+    )
+
+
+def _why(result: Result, first: Result | None, objective: Objective) -> str:
+    """The cause, with its figure: the KV path of a disaggregated candidate; for an aggregated
+    one what differs from rank 1, the binding cause first: requests that miss the SLO on their
+    own (under a goodput objective, :func:`_missed`), then prefix-cache hits, GPUs, workers."""
     path = kv_path(result)
     if path:
         return path
     if first is None or first.best is None or result.best is None:
         return ""
     a, b = result.best, first.best
+    missed = _missed(result, first, objective)
+    if missed:
+        return missed
     if a.cached_ratio + 0.05 < b.cached_ratio:
         return f"prefix-cache hits {a.cached_ratio:.0%} against rank 1's {b.cached_ratio:.0%}"
     if result.gpus < first.gpus:
@@ -142,11 +179,16 @@ def holds_text(result: Result) -> str:
     )
 
 
-def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN) -> str:
+def reason_line(
+    result: Result,
+    first: Result | None,
+    margin: float = DEFAULT_MARGIN,
+    objective: Objective = "goodput-per-gpu",
+) -> str:
     """One line: ``0.42x: TTFT p99 binds at 3 clients: each request pays ~300 ms of host
-    copies ...``; a refused or screened candidate's reason as it is; under ``capacity`` what
-    it holds of the load needed (:func:`holds_text`), and for one on more GPUs than rank 1
-    how many."""
+    copies ...`` (the cause: :func:`_why`, under ``objective``); a refused or screened
+    candidate's reason as it is; under ``capacity`` what it holds of the load needed
+    (:func:`holds_text`), and for one on more GPUs than rank 1 how many."""
     if result.status == "refused":
         return "refused by the checks: " + " ".join(result.reason.split())
     if result.status == "validation-failed":
@@ -157,7 +199,7 @@ def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MA
     if result.status == "screened":
         path = kv_path(result)
         return f"screened: {result.reason}" + (f": {path}" if path else "")
-    why = _why(result, first)
+    why = _why(result, first, objective)
     if result.status == "slo-not-met":
         lowest = result.over.load_text() if result.over is not None else "1 client"
         line = f"no load meets the SLO: {result.binding} binds at {lowest}"

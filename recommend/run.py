@@ -58,7 +58,9 @@ class RecommendRequest:
     ``margin``; ``capacity``: the load needed is the workload's stated load x ``headroom``),
     ``jobs`` timing processes, the top ``validate_top`` run with the real routing, the top
     ``emit_stacks`` written as stack files, all in ``folder`` (``resume``: take the
-    candidates timed there with the same inputs)."""
+    candidates timed there with the same inputs); ``command``, the command line as given, and
+    ``cluster_file``, the ``--cluster-file`` (None: ``--cluster``), which the outputs name and
+    the emitted stacks edit (:class:`recommend.outputs.Inputs`)."""
 
     cluster: str
     base: Mapping[str, Any]
@@ -77,6 +79,12 @@ class RecommendRequest:
     folder: Path
     resume: bool
     headroom: float = DEFAULT_HEADROOM
+    command: str = ""
+    cluster_file: Path | None = None
+
+
+SEARCH_ID_CHARS = 6
+"""Hex digits of the inputs' fingerprint in the emitted stacks' names (16.7 million values)."""
 
 
 class RecommendObserver(Protocol):
@@ -195,6 +203,9 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         request.cfg.model.name,
         sent.per_client,
         (*slicing_cost(problem, first), *caveats(results, request.margin)),
+        request.command,
+        request.cluster_file,
+        store.fingerprint.removeprefix("sha256:")[:SEARCH_ID_CHARS],
     )
     write_candidates(folder, inputs, results, first, validations)
     (folder / PLAN_MD).write_text(plan_text(inputs, results, first, folder, validations))

@@ -29,7 +29,7 @@ from pydantic import AliasChoices, Field, TypeAdapter
 
 from measurement.results import open_loop_load
 from metrics.registry import objectives
-from recommend.bounds import Bounds, bounds
+from recommend.bounds import Bounds, bounds, ms_text
 from recommend.load_search import (
     CLIENTS_PER_GPU,
     LoadPoint,
@@ -96,7 +96,10 @@ class Figures:
     """A candidate at a load: the concurrency, the figures averaged over the workload's
     prefix kinds (tokens/s per GPU, per user, requests/s, goodput per GPU) and ``values_ms``,
     per SLO objective key (``ttft_p90_ms``) the worst figure of it over them (ms, at the
-    objective's own percentile; read from ``p99_ms`` in timings stored before this name)."""
+    objective's own percentile; read from ``p99_ms`` in timings stored before this name) and
+    ``missed_by``, per SLO objective key the share of the requests that missed it on their own
+    (0-1, the mean over the prefix kinds; a request's own figure against the bound,
+    :func:`measurement.goodput.missed_of`; empty in timings stored before it)."""
 
     concurrency: int
     goodput_tokens_per_s_per_gpu: float
@@ -109,6 +112,7 @@ class Figures:
         dict[str, float | None], Field(validation_alias=AliasChoices("values_ms", "p99_ms"))
     ]
     rate: float | None = None
+    missed_by: dict[str, float] = field(default_factory=dict)
 
     def load_text(self) -> str:
         """The load these figures were timed at (:func:`load_text`)."""
@@ -138,6 +142,17 @@ class Figures:
                 if any(k in r.point.values_ms for r in point.runs)
             },
             rate=point.rate,
+            missed_by={
+                k: point.mean(
+                    lambda r, k=k: (
+                        r.point.missed_by.get(k, 0) / r.point.requests  # type: ignore[misc]
+                        if r.point.requests
+                        else None
+                    )
+                )
+                for k in objectives()
+                if any(k in r.point.missed_by for r in point.runs)
+            },
         )
 
 
@@ -156,7 +171,8 @@ class Result:
     stops more load (an SLO objective's name, ``host-memory floor`` for an OOMKill, ``failed
     requests``, ``load ceiling``), or what screened it. ``best``: the figures at the highest
     load meeting the SLO; ``over``: at the lowest load above it that fails (one client's for
-    ``slo-not-met``). ``value``: the objective (None: not ranked). Under ``pareto`` only
+    ``slo-not-met``). ``value``: the objective (None: not ranked). ``floor_over``: a candidate
+    screened by a floor, that floor over the SLO's bound (> 1). Under ``pareto`` only
     (:func:`rank_results`): ``on_front``, no other ranked candidate beats it on both tokens/s
     per GPU and per user; ``dominated_by``, for one off the front, the front member that beats it
     on both with the highest objective (what its ratio and verdict compare it with). Under
@@ -179,6 +195,7 @@ class Result:
     crossover_summary: str = ""
     runs: int = 0
     rank: int | None = None
+    floor_over: float | None = None
     on_front: bool = False
     dominated_by: Result | None = field(default=None, repr=False)
     needed: float | None = None
@@ -242,9 +259,9 @@ def objective_value(figures: Figures, objective: Objective) -> float:
     return figures.goodput_tokens_per_s_per_gpu
 
 
-def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str] | None:
-    """(binding, reason) when a floor of ``b`` (every request's least latency, so any percentile's
-    too) is above an SLO bound (None: none is)."""
+def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str, float] | None:
+    """(binding, reason, the floor over the bound) when a floor of ``b`` (every request's least
+    latency, so any percentile's too) is above an SLO bound (None: none is)."""
     floors = {
         "ttft": b.ttft_floor_ms,
         "itl": b.itl_floor_ms,
@@ -254,14 +271,16 @@ def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str] | N
     for key, bound in slo.objectives().items():
         name, floor = objectives()[key].name, floors.get(objectives()[key].metric.key, 0.0)
         if floor > bound:
-            parts = f"prefill {b.prefill_ms:,.0f} ms"
+            parts = f"prefill {ms_text(b.prefill_ms)}"
             if b.copies_ms:
-                parts += f", host copies {b.copies_ms:,.0f} ms"
+                parts += f", host copies {ms_text(b.copies_ms)}"
             if b.link_ms:
-                parts += f", link {b.link_ms:,.0f} ms"
-            return name, (
-                f"{name} is at least {floor:,.0f} ms at any load ({parts} per "
-                f"request at best), over the SLO's {bound:,.6g} ms"
+                parts += f", link {ms_text(b.link_ms)}"
+            return (
+                name,
+                f"{name} is at least {ms_text(floor)} at any load ({parts} per request at "
+                f"best), over the SLO's {bound:,.6g} ms",
+                floor / bound,
             )
     return None
 
@@ -365,7 +384,7 @@ def _screen_or_queue(
             result.crossover_summary = crossover(checked).summary()
         floor = floor_reason(b, problem.slo, best_case.max_tokens)
         if floor is not None:
-            result.binding, result.reason = floor
+            result.binding, result.reason, result.floor_over = floor
         else:
             queue.append(result)
         results.append(result)

@@ -228,11 +228,11 @@ def _print_table(
     from rich.table import Table
 
     from outputs.tables import table_console
-    from recommend.outputs import shown_line
+    from recommend.outputs import per_gpu_name, shown_line
 
     console = table_console(highlight=False)
     table = Table(title="SIMULATED: testbed recommend")
-    for col in ("rank", "candidate", "tok/s/GPU", "load", "why"):
+    for col in ("rank", "candidate", per_gpu_name(inputs.objective), "load", "why"):
         table.add_column(col)
     shown = [r for r in results if r.rank is not None][:top]
     others = ("validation-failed", "short-of-load", "slo-not-met", "screened")
@@ -252,14 +252,18 @@ def _print_table(
     console.print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
 
 
-def _nearest(results: list[Result], top: int = 3) -> list[str]:
-    """The candidates nearest the SLO and what binds, closest first (each objective's figure
-    at the lowest load that misses it, or a floor over it)."""
-    lines = []
+def _nearest(results: list[Result], slo: Any, top: int = 3) -> list[str]:
+    """The candidates nearest the SLO and what binds, closest first: by how far their worst
+    objective is over its bound of ``slo`` (its figure at the lowest load that misses it, or a
+    floor over it, ``Result.floor_over``), ties by key."""
+    bounds = slo.objectives()
+    lines: list[tuple[float, str, str]] = []
     for r in results:
         if r.status == "slo-not-met" and r.over is not None:
+            over = [v / bounds[k] for k, v in r.over.values_ms.items() if v and k in bounds]
             lines.append(
                 (
+                    max(over, default=float("inf")),
                     r.candidate.key,
                     f"{r.candidate.key} ({r.candidate.label()}): {r.binding} at "
                     f"{r.over.load_text()}: "
@@ -268,11 +272,15 @@ def _nearest(results: list[Result], top: int = 3) -> list[str]:
                     ),
                 )
             )
-        elif r.status == "screened" and r.reason.endswith("ms") and "at least" in r.reason:
+        elif r.status == "screened" and r.floor_over is not None:
             lines.append(
-                (r.candidate.key, f"{r.candidate.key} ({r.candidate.label()}): {r.reason}")
+                (
+                    r.floor_over,
+                    r.candidate.key,
+                    f"{r.candidate.key} ({r.candidate.label()}): {r.reason}",
+                )
             )
-    return [line for _, line in sorted(lines)[:top]]
+    return [line for *_, line in sorted(lines)[:top]]
 
 
 def _best_held(results: list[Result]) -> str:
@@ -379,6 +387,7 @@ def _space(
 
 
 def recommend_command(
+    ctx: typer.Context,
     cluster: Annotated[
         str | None,
         typer.Option(
@@ -554,6 +563,8 @@ def recommend_command(
         folder,
         resume,
         headroom=headroom,
+        command=_command_line(ctx),
+        cluster_file=cluster_file,
     )
     try:
         found = recommend(request, _Printer())
@@ -569,14 +580,40 @@ def recommend_command(
     _print_outcome(found, folder)
 
 
+def _command_line(ctx: typer.Context) -> str:
+    """The command line as given (the options given on it, not their defaults), as the
+    outputs name it: ``testbed recommend --cluster-file c.yaml --slo ttft_p99_ms=1000``."""
+    import shlex
+
+    words = ["testbed", ctx.info_name or "recommend"]
+    for param in ctx.command.params:
+        name = param.name or ""
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        value, option = ctx.params[name], param.opts[0]
+        if getattr(param, "is_flag", False):
+            words.append(option)
+        else:
+            for item in value if isinstance(value, list | tuple) else [value]:
+                words += [option, str(item)]
+    return shlex.join(words)
+
+
 class _Printer:
     """What ``testbed recommend`` prints while :func:`recommend.run.recommend` runs
     (:class:`recommend.run.RecommendObserver`): the inputs' lines on stderr, a transient
-    progress bar over the search, each validation's line."""
+    progress bar over the search on a terminal, else (a CI log, ``nohup``) a plain line on
+    stderr per batch of candidates (:data:`recommend.search.BATCH`) and at the end; each
+    validation's line."""
 
     def __init__(self) -> None:
+        import sys
+
         self.bar: Any = None
         self.task: Any = None
+        self.plain = not sys.stderr.isatty()
+        self.cluster = ""
 
     def note(self, line: str) -> None:
         typer.echo(line, err=True)
@@ -584,15 +621,24 @@ class _Printer:
     def on_search(self, cluster: str) -> None:
         from rich.progress import Progress
 
+        self.cluster = cluster
+        if self.plain:
+            return
         self.bar = Progress(transient=True)
         self.bar.start()
         self.task = self.bar.add_task(f"timing the candidates of {cluster}", total=None)
 
     def on_candidate(self, done: int, total: int) -> None:
-        self.bar.update(self.task, completed=done, total=total)
+        from recommend.search import BATCH
+
+        if not self.plain:
+            self.bar.update(self.task, completed=done, total=total)
+        elif done % BATCH == 0 or done == total:
+            typer.echo(f"timing the candidates of {self.cluster}: {done} of {total}", err=True)
 
     def on_search_end(self) -> None:
-        self.bar.stop()
+        if self.bar is not None:
+            self.bar.stop()
 
     def on_validated(self, line: str) -> None:
         typer.echo(f"SIMULATED: {line}")
@@ -622,7 +668,7 @@ def _print_outcome(found: Recommendation, folder: Path) -> None:
         typer.echo(
             f"SIMULATED: no candidate meets the SLO ({inputs.slo.describe()}); {said}:", err=True
         )
-        for line in _refusals(results) if refused else _nearest(results):
+        for line in _refusals(results) if refused else _nearest(results, inputs.slo):
             typer.echo(f"  {line}", err=True)
         typer.echo(f"wrote {folder}/ (candidates.json says what binds each)", err=True)
         raise typer.Exit(EXIT_NO_SUCCESS)

@@ -79,7 +79,7 @@ def test_the_cluster_files_own_workers_do_not_block_and_host_memory_refuses_host
         "holds 1 x 'prefill-0' (23541Mi), 1 x 'decode-1' (23541Mi): 47082Mi of memory limits, "
         "more than its 32 GiB" in host["reason"]
     )
-    emitted = tmp_path / "out" / "stacks" / "Pulumi.home-lab-rank1.yaml"
+    (emitted,) = (tmp_path / "out" / "stacks").glob("Pulumi.home-lab-*-rank1.yaml")
     config = yaml.safe_load(emitted.read_text())["config"]
     assert config["dynamo-testbed:nodeClasses"]["box-a"]["hostMemoryGiB"] == 32
 

@@ -159,7 +159,9 @@ def test_emitted_stacks_render(
         assert f"rank {result.rank} at {result.best.load_text()}, {per_run} measured" in plan
         assert f"--config stacks/Pulumi.{path.name.removeprefix('Pulumi.')}" in plan
     # Both node classes are RTX 4090s: rank 1's own run calibrates them, one profile.
-    assert "testbed calibrate out/load/kv-routing-rank1 --stack kv-routing-rank1 --out " in plan
+    assert (
+        "uv run testbed calibrate out/load/kv-routing-rank1 --stack kv-routing-rank1 --out " in plan
+    )
     assert (
         "`nodeClasses.gpu-24gb.calibration: calib/rtx-4090.json`, "
         "`nodeClasses.gpu-8gb.calibration: calib/rtx-4090.json`."
@@ -193,7 +195,20 @@ def test_plan_commands_run_from_the_project_root_and_calibrate_one_gpu_each(
     results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
     first = first_ranked(results)
     assert first is not None and first.candidate.label() == BOTH_GPUS_KV
-    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, cluster_gpus(cfg), "m")
+    cluster_file = tmp_path / "Pulumi.kv-routing.yaml"  # as --cluster-file gives it
+    cluster_file.write_text(
+        yaml.safe_dump({"config": {f"{PROJECT}:{k}": v for k, v in base.items()}})
+    )
+    inputs = Inputs(
+        "kv-routing",
+        SHORT,
+        SLO,
+        "goodput-per-gpu",
+        1.25,
+        cluster_gpus(cfg),
+        "m",
+        cluster_file=cluster_file,
+    )
     out = tmp_path / "out"
     paths = write_stacks(out, inputs, results, first, 1)
     assert [p.name for p in paths] == [
@@ -208,9 +223,11 @@ def test_plan_commands_run_from_the_project_root_and_calibrate_one_gpu_each(
     assert typed_path(stackmodel.stacks.REPO / "out/recommend/kv-routing") == (
         "out/recommend/kv-routing"
     )
-    calibrations = [line for line in plan.splitlines() if line.startswith("testbed calibrate")]
+    calibrations = [
+        line for line in plan.splitlines() if line.startswith("uv run testbed calibrate")
+    ]
     assert calibrations == [
-        "testbed calibrate out/load/kv-routing-rank2 --stack kv-routing-rank2 "
+        "uv run testbed calibrate out/load/kv-routing-rank2 --stack kv-routing-rank2 "
         "--out calib/rtx-4090.json"
     ]
     assert "No candidate on rtx-3090 alone (gpu-8gb) meets the SLO" in plan
@@ -226,7 +243,7 @@ def test_plan_commands_run_from_the_project_root_and_calibrate_one_gpu_each(
         lambda stack, settings=(): original(stack, settings, project),
     )
     monkeypatch.chdir(tmp_path)
-    assert main(shlex.split(calibrations[0])[1:]) == 2
+    assert main(shlex.split(calibrations[0])[3:]) == 2
     err = capsys.readouterr().err
     assert "out/load/kv-routing-rank2" in err and "one GPU" not in err
     # Rank 1's own run would not do: calibrate refuses a stack on two GPUs.
