@@ -10,7 +10,7 @@ process and its workers) with the load average before and after, the ranking's t
 tok/s per GPU, clients) of each, whether the two rankings agree (the same candidates in the
 same order, each figure within 1%), and new / base.
 
-Cases (``seed`` ... ``long-output``; default: all):
+Cases (default: all):
 
 - **seed**: the seed's cluster and grid (`kv-routing`), TTFT p99 <= 1 s, no validation;
 - **llama-1node** / **llama-2node**: Dynamo's published Llama-70B clusters (one node of 8 H100,
@@ -18,8 +18,10 @@ Cases (``seed`` ... ``long-output``; default: all):
   them (the first SLO of the one-node case);
 - **qwen-h200**: the Qwen3-32B FP8 pair's cluster (2 x 8 H200, ``NEBIUS_QWEN3_32B``: 4,000 in
   / 500 out, 10 requests per client), TPOT p99 <= 30 ms;
-- **long-output**: the seed's cluster with 128-token prompts and 1,024-token outputs, TTFT
-  p99 <= 1 s.
+- **long-output**: the seed's cluster and prefix kinds with 128-token prompts and 1,024-token
+  outputs, 130 requests a run, one repetition at concurrency 8 (the most the checks let one
+  load client's log hold), TTFT p99 <= 1 s; **short-output**: the same with 64-token outputs,
+  what its cost is compared with.
 """
 
 from __future__ import annotations
@@ -33,11 +35,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CASES = ("seed", "llama-1node", "llama-2node", "qwen-h200", "long-output")
+CASES = ("seed", "llama-1node", "llama-2node", "qwen-h200", "long-output", "short-output")
 
 DRIVER = """
 import json, os, resource, sys, time
-sys.argv = ["bench"]
 import bench.recommend_search as b
 from recommend.search import Problem, search
 from recommend.space import candidates
@@ -49,12 +50,15 @@ from workload.config import LoadConfig
 from workload.slo import parse_slo
 
 case, jobs = sys.argv[1], int(sys.argv[2])
-if case in ("seed", "long-output"):
+if case in ("seed", "long-output", "short-output"):
     base = project_values(stack_config("kv-routing")[0])
     cfg = load_stack("kv-routing").cfg
     load = LoadConfig()
-    if case == "long-output":
-        load = load.model_copy(update={"prompt_tokens": 128, "max_tokens": 1024})
+    if case != "seed":
+        load = load.model_copy(update={
+            "prompt_tokens": 128, "max_tokens": 1024 if case == "long-output" else 64,
+            "repetitions": 1, "concurrency": [8], "requests_per_run": 130,
+        })
     sent, space, slo = Workload(load), candidates(cfg), parse_slo("ttft_p99_ms=1000")
 else:
     pair = {"llama-1node": DYNAMO_LLAMA_70B_ONE_NODE, "llama-2node": DYNAMO_LLAMA_70B,
@@ -64,7 +68,8 @@ else:
     slo = parse_slo(f"tpot_p99_ms={tpot}")
 
 def cpu():
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 load_before, c0, w0 = os.getloadavg()[0], cpu(), time.monotonic()
@@ -114,11 +119,14 @@ def show(name: str, r: dict[str, object]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("cases", nargs="*", choices=[*CASES, []], default=list(CASES))
+    parser.add_argument("cases", nargs="*", metavar="CASE", help=f"of {', '.join(CASES)}")
     parser.add_argument("--base", default="main")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--new-only", action="store_true")
     args = parser.parse_args()
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case {unknown[0]!r}: give one of {', '.join(CASES)}")
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = Path(tmp) / "base"
         if not args.new_only:

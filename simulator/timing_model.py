@@ -406,7 +406,7 @@ class _Worker:
                     return
             contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in decoding]
             yield self.model.env.timeout(step.host_s)
-            yield self.gpu.serve(step.gpu_s(uncached, contexts))
+            yield self.gpu.serve(self.gpu_s(uncached, len(contexts), sum(contexts), contexts))
             if not self.alive:
                 return
             now = self.model.env.now
@@ -431,6 +431,22 @@ class _Worker:
                     if not r.finished():
                         self.running.append(r)
 
+    def gpu_s(
+        self, prefill: int, batch: int, total: int, contexts: Sequence[int], grown: int = 0
+    ) -> float:
+        """The GPU seconds of a step of ``prefill`` uncached prompt tokens and ``batch``
+        decoding requests of ``total`` tokens of context (``contexts``, each ``grown`` tokens
+        longer): the worker's ``EngineStep.gpu_s``, kept in the run's step memo
+        (:func:`simulate_run`'s ``step_memo``) by those three numbers, the figures a step's time
+        depends on (``steptime/roofline.py`` ``EngineStep._decode_compute_s``: the batch's KV
+        read is its total context, its compute its size)."""
+        key = (self.spec.name, prefill, batch, total)
+        seconds = self.model.step_memo.get(key)
+        if seconds is None:
+            shown = [c + grown for c in contexts] if grown else contexts
+            seconds = self.model.step_memo[key] = self.spec.step.gpu_s(prefill, shown)
+        return seconds
+
     def _decode_steps(self) -> Generator[simpy.Event, object, None]:
         """Decode-only steps of the running requests, timed in one go: the steps the engine
         loop above would take with nothing waiting, up to the one that ends the first running
@@ -448,9 +464,10 @@ class _Worker:
         host, start = step.host_s, env.now
         ends: list[float] = []
         t = start
+        batch, total = len(contexts), sum(contexts)
         for i in range(steps):
             t += host
-            t += step.gpu_s(0, [c + i for c in contexts])
+            t += self.gpu_s(0, batch, total + i * batch, contexts, i)
             ends.append(t)
         self.arrived = env.event()
         last = _timeout_at(env, ends[-1])
@@ -568,8 +585,10 @@ class _Model:
         constants: TimingConstants,
         requests: Sequence[SimRequest],
         model_hits: bool = False,
+        step_memo: dict[tuple[str, int, int, int], float] | None = None,
     ) -> None:
         self.env = simpy.Environment()
+        self.step_memo = {} if step_memo is None else step_memo
         self.model_hits = model_hits
         self.constants = constants
         self.topology = topology
@@ -774,6 +793,7 @@ def simulate_run(
     model_hits: bool = False,
     arrivals_s: Sequence[float] | None = None,
     warmup: int = 0,
+    step_memo: dict[tuple[str, int, int, int], float] | None = None,
 ) -> RunTiming:
     """Simulate one closed-loop run: ``concurrency`` clients send ``requests`` in order, all
     ``concurrency`` starting at once, as loadgen's measured loop starts
@@ -794,6 +814,11 @@ def simulate_run(
     before (:meth:`_Model.route`, each worker's LRU of its ``kv_capacity_tokens``), not the real
     Dynamo run's.
 
+    ``step_memo``: the engine steps' GPU seconds already computed, by (worker, prompt tokens,
+    decoding requests, their total context) (:meth:`_Worker.gpu_s`), filled as the run goes: a
+    caller timing several runs of one ``topology`` passes the same dict to each (a dict is not
+    valid for another topology's workers of the same names).
+
     Deterministic: the same inputs give the same timings on any machine, under any load.
 
     Raises:
@@ -810,7 +835,7 @@ def simulate_run(
     roles = {w.role for w in topology.workers}
     if "prefill" in roles and topology.same_node_link is None and topology.cross_node_link is None:
         raise ValueError("a topology with prefill workers needs a link")
-    model = _Model(topology, constants, requests, model_hits)
+    model = _Model(topology, constants, requests, model_hits, step_memo)
     if arrivals_s is not None:
         if len(arrivals_s) != len(requests):
             raise ValueError(f"{len(arrivals_s)} arrival times for {len(requests)} requests")
