@@ -368,3 +368,22 @@ def test_decode_steps_timed_in_one_go_match_the_step_by_step_loop(
     assert taken  # the workers alone on their GPU took the one-go path
     assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
     assert fast == slow
+
+
+def test_a_step_memo_kept_across_runs_changes_no_timing() -> None:
+    """The engine steps' GPU seconds kept across two runs of one topology: the second run
+    computes no step the first did not, and both time what a run without the memo times."""
+    topology = RunTopology(
+        workers=(
+            WorkerSpec("a-0", "a", "aggregated", "g0/0", STEP, kv_capacity_tokens=40_000),
+            WorkerSpec("a-1", "a", "aggregated", "g0/0", STEP, kv_capacity_tokens=40_000),
+        )
+    )
+    memo: dict[tuple[str, int, int, int], float] = {}
+    first = simulate_run(topology, CONSTANTS, requests(30, 2), 4, step_memo=memo)
+    kept = dict(memo)
+    again = simulate_run(topology, CONSTANTS, requests(30, 2), 4, step_memo=memo)
+    assert memo == kept and len(kept) > 10
+    assert first == again == simulate_run(topology, CONSTANTS, requests(30, 2), 4)
+    singles = [(key, seconds) for key, seconds in kept.items() if key[2] == 1]
+    assert singles and all(s == STEP.gpu_s(k[1], [k[3]]) for k, s in singles)
