@@ -2,8 +2,9 @@
 commit's, side by side, with both rankings and the ratio of their times.
 
 Run: `uv run --frozen --all-groups python bench/recommend_speed.py [CASE ...] [--base REV]
-[--jobs N] [--new-only]` (no GPU). The base commit (default ``main``) is checked out in a
-temporary git worktree and each case runs there and here, one after the other in fresh
+[--jobs N] [--new-only]` (no GPU). The base commit (default: where this branch left ``main``)
+is checked out in a temporary git worktree and each case runs there and here, one after the
+other in fresh
 processes (the project's own modules imported from each tree, the libraries from this
 environment), so both see the same machine load; each prints its wall and CPU seconds (the
 process and its workers) with the load average before and after, the ranking's top 8 (key,
@@ -120,10 +121,17 @@ def show(name: str, r: dict[str, object]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"of {', '.join(CASES)}")
-    parser.add_argument("--base", default="main")
+    parser.add_argument("--base", help="default: where this branch left main (merge-base)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--new-only", action="store_true")
     args = parser.parse_args()
+    if args.base is None:
+        args.base = subprocess.run(
+            ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()[:12]
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case {unknown[0]!r}: give one of {', '.join(CASES)}")

@@ -351,5 +351,6 @@ def test_mirrors_of_identical_node_classes_are_timed_once(
     assert a.candidate.key != b.candidate.key
     assert a.status == b.status == "ranked"
     assert a.best == b.best and a.best is not None and a.best.concurrency > 1
+    assert b.plan is not None
     alone = search_module.time_candidate(b.plan, SHORT, SLO, cluster_gpus(cfg))
     assert alone.best == b.best  # the mirror's own timing gives the same figures
