@@ -17,12 +17,13 @@ Ranking is deterministic: by the objective, then the candidate's key.
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, TypeAdapter
@@ -392,6 +393,60 @@ def _screen_or_queue(
     return queue
 
 
+def twin_classes(cfg: StackConfig) -> tuple[tuple[str, ...], ...]:
+    """The cluster's sets of two or more node classes that differ only in where their workers
+    land (``nodeSelector``, ``tolerations``): the same GPU, count of nodes and GPUs, memory,
+    time-slicing and calibration, so a candidate times the same on either."""
+    sets: dict[str, list[str]] = {}
+    for name, node_class in sorted(cfg.node_classes.items()):
+        shape = node_class.model_dump_json(exclude={"node_selector", "tolerations"})
+        sets.setdefault(shape, []).append(name)
+    return tuple(tuple(names) for names in sets.values() if len(names) > 1)
+
+
+def mirror_signature(candidate: Candidate, twins: Sequence[Sequence[str]]) -> tuple[Any, ...]:
+    """What ``candidate``'s timing depends on, the same for its mirrors: its knobs with the node
+    classes of each set of ``twins`` (:func:`twin_classes`) swapped every way, the least of
+    those (its groups in sorted order). Candidates with one signature are timed once."""
+    options = []
+    for renaming in itertools.product(*(itertools.permutations(group) for group in twins)):
+        rename = {
+            old: new
+            for group, order in zip(twins, renaming, strict=True)
+            for old, new in zip(group, order, strict=True)
+        }
+        options.append(
+            tuple(
+                sorted(
+                    astuple(replace(g, node_class=rename.get(g.node_class, g.node_class)))
+                    for g in candidate.groups
+                )
+            )
+        )
+    return (
+        min(options),
+        candidate.router,
+        candidate.kv_events,
+        candidate.transport,
+        candidate.max_batched_tokens,
+    )
+
+
+def _first_of_each(
+    batch: Sequence[Result], twins: Sequence[Sequence[str]], timed: Mapping[Any, Result]
+) -> list[Result]:
+    """The results of ``batch`` to time: the first of each mirror signature not ``timed``
+    yet (the others reuse its figures)."""
+    seen = set(timed)
+    first = []
+    for r in batch:
+        signature = mirror_signature(r.candidate, twins)
+        if signature not in seen:
+            seen.add(signature)
+            first.append(r)
+    return first
+
+
 def cluster_gpus(cfg: StackConfig) -> int:
     """The cluster's physical GPUs: what every per-GPU figure divides by, so a candidate that
     leaves GPUs idle is charged for them (they are the cluster's)."""
@@ -439,6 +494,8 @@ def search(
     load, slo, sent = problem.load, problem.slo, problem.sent
     needed = needed_load(load, headroom) if objective == "capacity" else None
     gpus = cluster_gpus(problem.cfg)
+    twins = twin_classes(problem.cfg)
+    timed: dict[tuple[Any, ...], Result] = {}  # by mirror_signature: the mirrors' timing
     best_value = 0.0
     done = 0
     pool = (
@@ -463,6 +520,8 @@ def search(
                 else:
                     batch.append(result)
             stored = _stored(store, batch)
+            fresh_ones = [r for r in batch if r.candidate.key not in stored]
+            to_time = _first_of_each(fresh_ones, twins, timed)
             args: list[TimingArgs] = [
                 (
                     r.plan,
@@ -473,8 +532,8 @@ def search(
                     r.bounds.requests_per_s if r.bounds else math.inf,
                     needed,
                 )
-                for r in batch
-                if r.plan is not None and r.candidate.key not in stored
+                for r in to_time
+                if r.plan is not None
             ]
             fresh = (
                 pool.imap(_time_in_worker, args)
@@ -484,7 +543,10 @@ def search(
             for result in batch:
                 t = stored.get(result.candidate.key)
                 if t is None:
-                    t = next(fresh)
+                    signature = mirror_signature(result.candidate, twins)
+                    if any(result is r for r in to_time):
+                        timed[signature] = next(fresh)
+                    t = timed[signature]
                     if store is not None:
                         store.put(result.candidate.key, timed_json(t))
                 result.status, result.binding, result.runs = t.status, t.binding, t.runs

@@ -331,3 +331,48 @@ def test_an_emitted_stack_has_the_load_clients_its_records_need() -> None:
     )
     with pytest.raises(StackConfigError, match=r"10\.2 MiB .* set load\.clients to 2"):
         validate_stack("kv-routing-rank1", {**raw, "load": {**raw["load"], "clients": 1}})
+
+
+def test_mirrors_of_identical_node_classes_are_timed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second 8 GB class like the seed's (its own node selector): a candidate and its mirror
+    (the two 8 GB classes swapped) are timed once, each keeps its own name and the figures are
+    the mirror's; a candidate on the 24 GB class has no mirror."""
+    import copy
+
+    import recommend.search as search_module
+    from stackmodel.validation import validate_stack
+
+    base, _ = _cluster()
+    base = copy.deepcopy(base)
+    twin = copy.deepcopy(base["nodeClasses"]["gpu-8gb"])
+    twin["nodeSelector"] = {"dynamo-testbed/node-class": "gpu-8gb-b"}
+    base["nodeClasses"]["gpu-8gb-b"] = twin
+    cfg = validate_stack("kv-routing", base).cfg
+    assert search_module.twin_classes(cfg) == (("gpu-8gb", "gpu-8gb-b"),)
+    picked = _pick(
+        cfg,
+        "1 x TP1 aggregated on gpu-8gb; router kv",
+        "1 x TP1 aggregated on gpu-8gb-b; router kv",
+        "1 x TP1 aggregated on gpu-24gb; router kv",
+    )
+    timed: list[int] = []
+    time_candidate = search_module.time_candidate
+
+    def counted(*args: Any) -> Result:
+        timed.append(1)
+        return time_candidate(*args)
+
+    monkeypatch.setattr(search_module, "time_candidate", counted)
+    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
+    assert len(timed) == 2
+    by_label = {r.candidate.label(): r for r in results}
+    a = by_label["1 x TP1 aggregated on gpu-8gb; router kv"]
+    b = by_label["1 x TP1 aggregated on gpu-8gb-b; router kv"]
+    assert a.candidate.key != b.candidate.key
+    assert a.status == b.status == "ranked"
+    assert a.best == b.best and a.best is not None and a.best.concurrency > 1
+    assert b.plan is not None
+    alone = search_module.time_candidate(b.plan, SHORT, SLO, cluster_gpus(cfg))
+    assert alone.best == b.best  # the mirror's own timing gives the same figures
