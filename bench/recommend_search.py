@@ -2,15 +2,22 @@
 quotes.
 
 Run: `uv run --frozen --all-groups python bench/recommend_search.py
-[seed|llama-1node|llama-2node|all] [--jobs N] [--validate-top K]` (no GPU; Dynamo's frontend
-and mockers only for `--validate-top`, the seed case's top K run with the real Dynamo routing as
-`testbed recommend --validate-top` runs them: the `sim` group).
+[seed|seed-capacity|llama-1node|llama-2node|all] [--jobs N] [--validate-top K]` (no GPU;
+Dynamo's frontend and mockers only for `--validate-top` and seed-capacity, the seed case's top
+K run with the real Dynamo routing as `testbed recommend --validate-top` runs them: the `sim`
+group).
 
 - **seed**: the seed's cluster (the `kv-routing` stack's node classes and links) and workload
   (its grid: 2,371-token prompts, 90% shared over 2, 7, 12 or 24 prefixes, 64 output tokens,
   200 requests a run), TTFT p99 <= 1 s: rank 1 must be aggregated with KV routing on both GPUs,
   and every disaggregated candidate must lose by more than the margin with a reason that names
   the host copies or the link.
+- **seed-capacity**: the capacity question on the seed's cluster and workload: `testbed
+  recommend --cluster kv-routing --slo ttft_p99_ms=1000` as a user runs it (the default
+  `--objective capacity`, headroom 1.2 and `--validate-top 3`), timed whole in one run: the
+  seed's load (concurrency 4 and 8) x 1.2 is 10 clients; rank 1 must be aggregated, on the
+  fewest GPUs any candidate holds it on, and hold with the real routing (goal: at most 5
+  minutes of wall time on 2 cores, the validation included).
 - **llama-1node**: Dynamo's published one-node Llama-70B case
   (:data:`stackmodel.published.DYNAMO_LLAMA_70B_ONE_NODE`: 8 H100, FP8 weights, 3,000 in / 150
   out, no prefix shared), the published per-user rate (38 tok/s) as the inter-token SLO, TPOT p99
@@ -47,7 +54,7 @@ from typing import Any
 from recommend.claims import DEFAULT_MARGIN, first_ranked, ratio, reason_line, verdict
 from recommend.load_search import LoadRunner
 from recommend.search import Problem, Result, search
-from recommend.space import Candidate, candidates, cluster_transports
+from recommend.space import Candidate, candidates, own_transports
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from simulator.seed import SEED_SAME_NODE, within
@@ -195,7 +202,7 @@ def _published(
     base = cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     # The source's run (the stack's load): its run length per client at every load searched.
     load = cfg.load.model_copy(update={"requests_per_run": 1})
-    own = cluster_transports(cfg)[0].name
+    own = own_transports(cfg)[0].name
     space = [
         c
         for c in candidates(cfg, shared_prefix=False)
@@ -264,7 +271,56 @@ def llama_two_nodes(jobs: int) -> None:
     )
 
 
-CASES = {"seed": seed_case, "llama-1node": llama_one_node, "llama-2node": llama_two_nodes}
+def seed_capacity(jobs: int, validate_top: int = 3) -> None:
+    """The seed-capacity case (the module docstring): the command in this process, its table
+    printed, then the checks and the cost (CPU of this process and its children, wall)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from testbed.cli import main as testbed
+
+    load_before = os.getloadavg()[0]
+    cpu, wall = _cpu_s(), time.monotonic()
+    with tempfile.TemporaryDirectory() as out:
+        args = ["--slo", "ttft_p99_ms=1000", "--jobs", str(jobs), "--out", out]
+        code = testbed(
+            ["recommend", "--cluster", "kv-routing", *args, "--validate-top", str(validate_top)]
+        )
+        document = json.loads((Path(out) / "candidates.json").read_text())
+    cpu, wall = _cpu_s() - cpu, time.monotonic() - wall
+    rows = document["candidates"]
+    ranked = sorted((c for c in rows if c["rank"]), key=lambda c: c["rank"])
+    fewest = min(c["gpus"] for c in ranked) if ranked else None
+    check(f"exit 0 ({code})", code == 0)
+    if ranked:
+        first = ranked[0]
+        check(
+            f"rank 1 aggregated on the fewest GPUs that hold the load ({first['label']}, "
+            f"{first['gpus']} GPU of the fewest {fewest}), at "
+            f"{first['best']['concurrency']} clients",
+            first["knobs"]["kind"] == "aggregated" and first["gpus"] == fewest,
+        )
+        real = first["realRouting"]
+        check("rank 1 holds with the real routing", real is not None and real["holds"])
+    counts: dict[str, int] = {}
+    for c in rows:
+        counts[c["status"]] = counts.get(c["status"], 0) + 1
+    print(
+        f"\n{len(rows)} candidates: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        + f"; {sum(c['runs'] for c in rows)} runs timed, the top {validate_top} validated; "
+        f"{cpu:,.0f} s of CPU, {wall:,.0f} s wall with --jobs {jobs} (load average "
+        f"{load_before:.1f} -> {os.getloadavg()[0]:.1f})"
+    )
+
+
+CASES = {
+    "seed": seed_case,
+    "seed-capacity": seed_capacity,
+    "llama-1node": llama_one_node,
+    "llama-2node": llama_two_nodes,
+}
 
 
 def main() -> None:
@@ -277,6 +333,8 @@ def main() -> None:
         if args.case in (name, "all"):
             if name == "seed":
                 seed_case(args.jobs, args.validate_top)
+            elif name == "seed-capacity":
+                seed_capacity(args.jobs, args.validate_top or 3)
             else:
                 case(args.jobs)
 

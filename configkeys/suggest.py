@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 CLOSE = 0.6
 """How alike (``difflib.SequenceMatcher`` ratio, 0..1) a choice must be to be offered; the
 default of :func:`difflib.get_close_matches`."""
+
+
+def _spelling(word: str) -> str:
+    """``word`` without case, spaces, hyphens and underscores: ``RTX 3090`` -> ``rtx3090``."""
+    return re.sub(r"[\s_-]+", "", word.casefold())
+
+
+def same_name(word: str, choices: Iterable[str]) -> str | None:
+    """The choice ``word`` names, as the choice spells it, ignoring case, spaces, hyphens and
+    underscores (``RTX 3090`` -> ``rtx-3090``, ``10GbE`` -> ``10gbe``); None when none is."""
+    return next((c for c in choices if _spelling(c) == _spelling(word)), None)
 
 
 def closest(word: str, choices: Iterable[str], cutoff: float = CLOSE) -> str | None:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from configkeys.suggest import did_you_mean, same_name
 from kvpath.copies import HostCopyProfile
 
 
@@ -177,6 +178,34 @@ LINK_PROFILES: dict[str, LinkProfile] = {
     )
 }
 
+HOST_STAGED = (
+    "KV in GPU buffers between two GPUs of one node without a direct path (no CUDA peer-to-peer "
+    "access, as on GeForce cards, or no cuda_ipc in UCX_TLS): UCX's cuda_ipc maps the peer's "
+    "buffer by opening its IPC handle (cuIpcOpenMemHandle with lazy peer access, openucx/ucx "
+    "v1.21.0 src/uct/cuda/cuda_ipc/cuda_ipc_cache.c line 282) and takes the peer as unreachable "
+    "when that fails (cuda_ipc_md.c lines 331-395, uct_cuda_ipc_is_peer_accessible), so "
+    "cuda_copy stages the KV through host memory and it crosses the same-node TCP path"
+)
+"""Why a same-node GPU-buffer transfer without a direct path goes at the host path's rate
+(:func:`host_staged`)."""
+
+
+def host_staged(link: LinkProfile) -> LinkProfile:
+    """``link`` (a same-node setting) as KV in GPU buffers takes it between two GPUs of one
+    node that have no direct path (:data:`HOST_STAGED`): at most the ``same-node-tcp``
+    profile's rates. A probed profile is kept as measured; a slower setting is kept, its source
+    saying why; a faster one (a PCIe or NVLink rate) becomes ``same-node-tcp``, keeping its copy
+    rates."""
+    tcp = LINK_PROFILES["same-node-tcp"]
+    if link.measured_on is not None:
+        return link
+    if link.bytes_per_s <= tcp.bytes_per_s:
+        return link.model_copy(update={"source": f"{link.source}; {HOST_STAGED}"})
+    return tcp.model_copy(
+        update={"source": f"{tcp.source}; {HOST_STAGED}", "host_copies": link.host_copies}
+    )
+
+
 PLAUSIBLE_BYTES_PER_S = (10e6, 2e12)
 """The rates (decimal bytes/s) a KV path can have; a figure outside is refused as a slip of
 units. Low: 80 Mbit/s, below 100 Mb Ethernet at the seed's 92% of line rate (11.5 MB/s). High:
@@ -231,6 +260,35 @@ def _plausible(profile: LinkProfile, as_gb_per_s: bool = False) -> LinkProfile:
     return profile
 
 
+ETHERNET_GBIT_PER_S = (1, 10, 25, 40, 100, 200, 400)
+"""Common Ethernet line rates, Gb/s: a plain-number ``links.crossNode`` equal to one is refused
+(:func:`ethernet_rate_mistake`)."""
+
+
+def ethernet_rate_mistake(gb_per_s: float) -> str | None:
+    """Why a plain-number link between hosts of ``gb_per_s`` (decimal GB/s) is likely a line
+    rate in Gb/s, with the spellings that say either; None when it is no common Ethernet rate
+    (:data:`ETHERNET_GBIT_PER_S`).
+
+    ``10`` -> "... for 10 GbE write 10gbe (1.15 GB/s); for 10 GB/s write {bytesPerS: 10000000000}";
+    a rate without a profile (``40``) names its figure at the Ethernet profiles' share of line
+    rate (``4.6``)."""
+    if gb_per_s not in ETHERNET_GBIT_PER_S:
+        return None
+    rate = int(gb_per_s)
+    profile = f"{rate}gbe"
+    if profile in LINK_PROFILES:
+        ethernet = f"{profile} ({gb_per_s_text(LINK_PROFILES[profile].bytes_per_s)})"
+    else:
+        figure = rate * 1e9 / 8 * _SEED_ETHERNET_EFFICIENCY
+        ethernet = f"{figure / 1e9:.3g} (GB/s: line rate x {_SEED_ETHERNET_EFFICIENCY:g})"
+    return (
+        f"{rate} reads as {rate} GB/s ({rate * 8} Gb/s), but {rate} is a common Ethernet rate in "
+        f"Gb/s: for {rate} GbE write {ethernet}; for {rate} GB/s write "
+        f"{{bytesPerS: {rate * 10**9}}}"
+    )
+
+
 LinkSetting = str | float | Mapping[str, Any] | LinkProfile
 """What ``links.sameNode`` / ``links.crossNode`` hold (see the module docstring)."""
 
@@ -267,7 +325,8 @@ def resolve_link(link: LinkSetting, base_dir: Path | None = None) -> LinkProfile
     """The profile a link setting stands for.
 
     Args:
-        link: a name from `LINK_PROFILES`, a throughput in decimal GB/s (e.g. ``2.5``: one
+        link: a name from `LINK_PROFILES` (case, spaces and hyphens aside: ``10GbE``), a
+            throughput in decimal GB/s (e.g. ``2.5``: one
             link of that rate shared by every transfer crossing it), a
             profile file ending in ``.json``, a mapping of profile figures, or a profile.
         base_dir: the folder relative file names start from (default: the working directory).
@@ -285,13 +344,15 @@ def resolve_link(link: LinkSetting, base_dir: Path | None = None) -> LinkProfile
         except ValidationError as exc:
             raise ValueError(f"invalid link profile figures: {str(exc).splitlines()[0]}") from None
     if isinstance(link, str):
-        if link in LINK_PROFILES:
-            return LINK_PROFILES[link]
         if link.endswith(PROFILE_FILE_SUFFIX):
             return _plausible(load_profile_file((base_dir or Path.cwd()) / link))
+        name = same_name(link, LINK_PROFILES)
+        if name is not None:
+            return LINK_PROFILES[name]
         raise ValueError(
-            f"unknown link profile {link!r}; known: {', '.join(LINK_PROFILES)}, a profile file "
-            "(*.json, from `testbed probe kv-path`), or a throughput in GB/s (e.g. 2.5)"
+            f"unknown link profile {link!r}; {did_you_mean(link, LINK_PROFILES)}known: "
+            f"{', '.join(LINK_PROFILES)}, a profile file (*.json, from `testbed probe kv-path`), "
+            "or a throughput in GB/s (e.g. 2.5)"
         )
     if isinstance(link, bool) or not (math.isfinite(link) and link > 0):
         raise ValueError(f"link throughput must be a finite number of GB/s above 0, got {link}")

@@ -12,9 +12,10 @@ ERROR_MESSAGE_CHARS = 300  # error samples are cut here: an HTML error page is n
 SERVER_FIELDS = {"extra_fields": ["timing", "worker_id"]}
 """`nvext` of every request: a Dynamo frontend then returns, per request, its own timing and
 the ids of the workers that served it (`measurement.record.RequestRecord`; Dynamo 1.6
-`lib/llm/src/protocols/openai/nvext.rs`, `extra_fields`). Other servers ignore the field: vLLM's
-request models allow extra fields and log them at debug level
-(`vllm/entrypoints/openai/engine/protocol.py`, `OpenAIBaseModel`)."""
+`lib/llm/src/protocols/openai/nvext.rs`, `extra_fields`). vLLM's request models allow extra
+fields and log them at debug level (`vllm/entrypoints/openai/engine/protocol.py`,
+`OpenAIBaseModel`); a server whose models forbid them answers every request 400
+(`measurement.errors.unknown_field`); `LoadConfig.plain_openai` leaves the field out."""
 
 
 def base_url(url: str) -> str:
@@ -60,14 +61,17 @@ def short_message(message: str) -> str:
     return text[: ERROR_MESSAGE_CHARS - 3] + "..."
 
 
-def request_body(api: Api, model: str, prompt: str, max_tokens: int) -> bytes:
+def request_body(
+    api: Api, model: str, prompt: str, max_tokens: int, *, plain: bool = False
+) -> bytes:
     """The JSON body of one streamed request (`stream_options.include_usage`, `max_tokens`,
-    `nvext`: `SERVER_FIELDS`)."""
+    and unless `plain` (`LoadConfig.plain_openai`) `nvext`: `SERVER_FIELDS`)."""
     body: dict[str, object] = {"model": model}
     if api is Api.CHAT:
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     body |= {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": max_tokens}
-    body["nvext"] = SERVER_FIELDS
+    if not plain:
+        body["nvext"] = SERVER_FIELDS
     return json.dumps(body).encode()

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import random
 import resource
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from loadgen.lag import LagMonitor
-from loadgen.request import stream_request, timing_trace
+from loadgen.request import LiveConnector, stream_request, timing_trace
 from measurement.client_cost import Warmup
 from measurement.record import RequestRecord
 from workload.config import Arrival, LoadConfig
@@ -37,16 +38,40 @@ def raise_open_file_limit() -> tuple[int, int]:
     return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
+def tls_setting(config: LoadConfig) -> ssl.SSLContext | bool:
+    """How the client checks an https server's certificate: not at all (`config.insecure`:
+    False), against the CA file `config.ca_file` (a context of its own, read now), else
+    aiohttp's default (True): a context made once, when aiohttp is imported, by
+    `ssl.create_default_context()` (aiohttp 3.14.5 `connector.py`, `_make_ssl_context`
+    L901-929), whose system CAs OpenSSL's `SSL_CERT_FILE` / `SSL_CERT_DIR` replace
+    (`SSLContext.load_default_certs` -> `set_default_verify_paths`).
+
+    Raises:
+        OSError: the CA file cannot be read, or holds no certificate (`ssl.SSLError`).
+    """
+    if config.insecure:
+        return False
+    if config.ca_file is None:
+        return True
+    context = ssl.create_default_context(cafile=config.ca_file)
+    context.set_alpn_protocols(("http/1.1",))  # as aiohttp's own contexts
+    return context
+
+
 def make_client(url: str, config: LoadConfig, concurrency: int) -> aiohttp.ClientSession:
     """An HTTP/1.1 aiohttp session on `url` whose pool holds `config.pool_size(concurrency)`
-    connections, with the `timing_trace` that fills `sent_ns`/`connect_ns`.
+    connections (`LiveConnector`: never one its server has closed), checking an https
+    server's certificate as `tls_setting` says, with the `timing_trace` that fills
+    `sent_ns`/`connect_ns`.
 
     Timeouts: connect `connect_timeout_s`, between two reads `read_timeout_s`; no total (the
     per-request deadline bounds it). Must be made inside a running event loop.
     """
     return aiohttp.ClientSession(
         base_url=url,
-        connector=aiohttp.TCPConnector(limit=config.pool_size(concurrency), limit_per_host=0),
+        connector=LiveConnector(
+            limit=config.pool_size(concurrency), limit_per_host=0, ssl=tls_setting(config)
+        ),
         timeout=aiohttp.ClientTimeout(
             total=None, sock_connect=config.connect_timeout_s, sock_read=config.read_timeout_s
         ),

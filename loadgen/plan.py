@@ -78,9 +78,12 @@ def share_for_run(
         path=API_PATHS[config.api],
         config=config,
         concurrency=conc,
-        warmup=[request_body(config.api, model, p.text, config.max_tokens) for p in warmup],
+        warmup=[
+            request_body(config.api, model, p.text, config.max_tokens, plain=config.plain_openai)
+            for p in warmup
+        ],
         bodies=[
-            request_body(config.api, model, p.text, out)
+            request_body(config.api, model, p.text, out, plain=config.plain_openai)
             for p, (_, out) in zip(prompts, lengths, strict=True)
         ],
         records=[RequestRecord(index=i, prefix_id=p.prefix_id) for i, p in enumerate(prompts)],
@@ -101,7 +104,7 @@ async def calibrate_word_sizer(url: str, model: str, config: LoadConfig) -> Word
     async with make_client(url, config, 1) as client:
         for i, text in enumerate((short, long)):
             record = RequestRecord(index=i, prefix_id=0, intended_ns=time.monotonic_ns())
-            body = request_body(config.api, model, text, 1)
+            body = request_body(config.api, model, text, 1, plain=config.plain_openai)
             await stream_request(client, path, body, record, config.request_timeout_s)
             records.append(record)
             if not record.ok:

@@ -21,6 +21,7 @@ import aiohttp
 from loadgen.api import API_PATHS, request_body, short_message
 from loadgen.loops import make_client
 from loadgen.request import stream_request
+from measurement.errors import ErrorKind, unknown_field
 from measurement.record import RequestRecord
 from measurement.results import Readiness
 from workload.config import LoadConfig, ReadyCheck
@@ -37,6 +38,33 @@ class ModelNotListedError(TimeoutError):
 
 class NotServingError(TimeoutError):
     """The readiness gate's deadline passed before enough completions in a row succeeded."""
+
+
+class RefusedAtOnceError(NotServingError):
+    """A failure no wait can mend, which stops the gate at its first occurrence: the server's
+    TLS certificate refused, or a request body refused for a field the server does not accept
+    (`nvext`); the message names the option that fixes it."""
+
+
+PLAIN_OPENAI_FIX = "add --plain-openai (load setting plainOpenai: true) to send it without nvext"
+TLS_FIX = (
+    "add --ca-file PATH with the CA that signed the server's certificate (or set SSL_CERT_FILE "
+    "before starting testbed), or --insecure to skip the check"
+)
+
+
+def refused_at_once(url: str, record: RequestRecord) -> str | None:
+    """Why `record`'s failure stops the gate at once (`RefusedAtOnceError`), or None: a TLS
+    failure (`ErrorKind.TLS`), or an answer saying a request field is not accepted
+    (`measurement.errors.unknown_field`)."""
+    said = short_message(record.error or "")
+    if record.error_kind is ErrorKind.TLS:
+        return f"{url}: the TLS handshake failed ({said}); {TLS_FIX}"
+    if record.error_kind is ErrorKind.HTTP_STATUS and unknown_field(record.status, said):
+        return f"{url} refused the request body for a field it does not accept ({said}); " + (
+            PLAIN_OPENAI_FIX
+        )
+    return None
 
 
 async def model_listed(client: aiohttp.ClientSession, model: str) -> str | None:
@@ -94,11 +122,12 @@ async def wait_until_serving(
     resets the count and is followed by a `POLL_INTERVAL_S` pause.
 
     Raises:
+        RefusedAtOnceError: a failure no wait mends (`refused_at_once`), at its first occurrence.
         NotServingError: `check.timeout_s` passed first; the message has the failures by kind
             and the last one.
     """
     started = time.monotonic()
-    body = request_body(config.api, model, GATE_PROMPT, GATE_MAX_TOKENS)
+    body = request_body(config.api, model, GATE_PROMPT, GATE_MAX_TOKENS, plain=config.plain_openai)
     path = API_PATHS[config.api]
     failures: Counter[str] = Counter()
     first: str | None = None
@@ -122,6 +151,8 @@ async def wait_until_serving(
             if record.ok:
                 in_a_row += 1
                 continue
+            if (why := refused_at_once(url, record)) is not None:
+                raise RefusedAtOnceError(why)
             in_a_row = 0
             failures[str(record.error_kind)] += 1
             last = short_message(f"{record.error_kind}: {record.error or ''}")

@@ -14,16 +14,21 @@ import contextlib
 import email.utils
 import errno
 import json
+import socket
 import time
+import weakref
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import orjson
+from aiohttp.client_reqrep import ClientRequest
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace
 
 from loadgen.api import server_of
 from loadgen.sse import SSEParser
-from measurement.errors import CLIENT_LIMIT_ERRNOS, ErrorKind, unfinished
+from measurement.errors import CLIENT_LIMIT_ERRNOS, ErrorKind, after_a_wait, unfinished
 from measurement.record import RequestRecord
 
 _ERROR_BODY_BYTES = 2048
@@ -208,13 +213,66 @@ _STALE_CONNECTION = (
 _TO_GET = {301: "301", 302: "302", 303: "303"}
 
 
+def peer_closed(transport: asyncio.BaseTransport | None) -> bool:
+    """True when the peer of an idle kept-alive connection has closed it, as the kernel knows
+    already though the event loop may not have read it yet (a busy client): a non-blocking
+    `MSG_PEEK` of its socket reads the end of the stream, an error (a reset), or any byte: an
+    idle HTTP/1.1 connection owes the client nothing, so a byte there is the server's closing
+    word (a TLS close_notify, a 408) and never the answer to a request not yet written."""
+    raw = None if transport is None else transport.get_extra_info("socket")
+    if raw is None:
+        return True
+    sock = socket.socket(fileno=raw.fileno())  # the same descriptor, detached below
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False  # nothing to read: open
+    except OSError:
+        return True
+    finally:
+        sock.detach()
+    return True
+
+
+class LiveConnector(aiohttp.TCPConnector):
+    """A `TCPConnector` that never hands out a kept-alive connection its server has closed.
+
+    aiohttp reuses a pooled connection while its protocol `is_connected()` (aiohttp 3.14.5
+    `connector.py`, `BaseConnector._get`, L747), which turns false only once the event loop has
+    read the server's FIN; on a busy client the loop reads it late, the next request is written
+    to the closed connection and the server's reset after it is a `dropped_after_send`. Each
+    reused connection is therefore checked with `peer_closed` when taken from the pool, and a
+    closed one is dropped and the next taken (a new one is opened when none is left)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._handed_out: weakref.WeakSet[object] = weakref.WeakSet()
+
+    async def connect(
+        self, req: ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout
+    ) -> Connection:
+        while True:
+            conn = await super().connect(req, traces, timeout)
+            proto = conn.protocol
+            if proto is None or proto not in self._handed_out:
+                if proto is not None:
+                    self._handed_out.add(proto)
+                return conn
+            if not peer_closed(conn.transport):
+                return conn
+            conn.close()  # the server's close, read ahead of the loop: never written to
+
+
 def fresh_client(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
-    """A session like `session` (base URL, timeouts, traces, no decompression) whose every
+    """A session like `session` (base URL, timeouts, traces, TLS, no decompression) whose every
     request opens a connection of its own (`force_close`): for the one retry of a request
     whose pooled connection had been closed by the server."""
     return aiohttp.ClientSession(
         base_url=session._base_url,  # aiohttp keeps it private; the session was made with it
-        connector=aiohttp.TCPConnector(force_close=True),
+        # the session's TLS setting (aiohttp keeps it private; `loops.make_client` set it)
+        connector=aiohttp.TCPConnector(
+            force_close=True, ssl=cast(aiohttp.TCPConnector, session.connector)._ssl
+        ),
         timeout=session.timeout,
         trace_configs=session.trace_configs,
         auto_decompress=False,
@@ -250,7 +308,9 @@ async def stream_request(
     time. A request that was written and then lost its connection before any response is
     never sent again (the server may have read and run it): `ErrorKind.DROPPED`. A 200
     stream that ends with an unfinished `finish_reason` (`unfinished`) fails as
-    `ErrorKind.ABORTED`; a timeout after the request was sent sets `record.censored`; a 429 /
+    `ErrorKind.ABORTED`; a timeout after the request was sent, or a failure after a wait
+    (`measurement.errors.after_a_wait`: a gateway's 502 / 503 / 504, a connection lost 0.5 s
+    or more after the send) sets `record.censored`; a 429 /
     503 answer keeps its `Retry-After` in `record.retry_after_s`. Redirects are followed
     (aiohttp's default, up to 10); the request stays timed from its first send and
     `record.redirected_to` keeps where it went. A 301/302/303 turns the POST into a GET
@@ -320,6 +380,14 @@ async def stream_request(
     except (aiohttp.ClientError, OSError) as exc:
         record.fail(_failure_kind(record, exc), f"{type(exc).__name__}: {exc}")
     if not record.ok:
+        record.censored = record.censored or after_a_wait(
+            record.error_kind,
+            record.status,
+            None
+            if record.sent_ns is None or record.error_ns is None
+            else (record.error_ns - record.sent_ns) / 1e9,
+            record.retry_after_s is not None,
+        )
         return
     if unfinished(record.finish_reason):
         record.fail(
@@ -357,12 +425,15 @@ def write_failed(exc: BaseException) -> bool:
 
 
 def _failure_kind(record: RequestRecord, exc: BaseException) -> ErrorKind:
-    """What a connection-level failure was: the client's own socket limit (`CLIENT`); before
+    """What a connection-level failure was: the TLS handshake (`TLS`: most often a
+    certificate the client does not trust); the client's own socket limit (`CLIENT`); before
     the request was written (`CONNECTION`: it never reached the server); after it was written
     and before any response (`DROPPED`: the server may have read and run it); after the
     response began (`TRUNCATED`)."""
     if record.status is not None:
         return ErrorKind.TRUNCATED
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return ErrorKind.TLS
     if _errno(exc) in CLIENT_LIMIT_ERRNOS:
         return ErrorKind.CLIENT
     if record.sent_ns is None or write_failed(exc):

@@ -387,7 +387,8 @@ def in_flight_notes(server: ServerRunMetrics, run: RunSummary) -> list[str]:
             f"the server held up to {most} requests at once during this run (its in-flight "
             f"gauge, read every {IN_FLIGHT_SAMPLE_S:g} s), more than the concurrency "
             f"{run.concurrency} this point is labelled with ({run.censored} requests were cut "
-            "by the client's timeout and kept running there)"
+            "by the client's timeout or failed at a gateway after a wait, and kept running "
+            "there)"
         )
     if before:
         notes.append(
@@ -399,8 +400,8 @@ def in_flight_notes(server: ServerRunMetrics, run: RunSummary) -> list[str]:
     if after and run.censored:
         notes.append(
             f"the server still held {after} requests after this run's last request ended "
-            f"({run.censored} were cut by the client's timeout): abandoned work that keeps "
-            "running and loads the next run"
+            f"({run.censored} were cut by the client's timeout or failed at a gateway after a "
+            "wait): abandoned work that keeps running and loads the next run"
         )
     return notes
 

@@ -18,6 +18,7 @@ class ErrorKind(StrEnum):
     ABORTED = "aborted"  # a 200 stream that ended with finish_reason abort / error (unfinished)
     EMPTY_STREAM = "empty_stream"  # a 200 stream with no sign of a generated token (see below)
     INVALID_EVENT = "invalid_event"  # an event whose data is not JSON
+    TLS = "tls_error"  # the TLS handshake failed: most often a certificate the client refused
 
 
 UNFINISHED_REASONS = frozenset({"abort", "aborted", "error", "cancelled", "canceled"})
@@ -33,3 +34,40 @@ CLIENT_LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EADDRNOTAVAIL
 def unfinished(reason: str | None) -> bool:
     """True when `reason` (a record's `finish_reason`) is one of `UNFINISHED_REASONS`."""
     return reason is not None and reason.strip().lower() in UNFINISHED_REASONS
+
+
+GATEWAY_STATUSES = frozenset({502, 503, 504})
+"""Answers an intermediary gives when the server behind it did not answer in time or at all
+(Envoy's and ingress-nginx's upstream timeout is a 504, a reset upstream a 502 or 503)."""
+AFTER_A_WAIT_S = 0.5
+"""A failure at least this long (s) after the request was sent came after a wait: longer
+than a server or proxy takes to refuse a request outright, short of any gateway's timeout."""
+
+
+def after_a_wait(
+    kind: ErrorKind | None, status: int | None, waited_s: float | None, retry_after: bool
+) -> bool:
+    """True when a failed request gave up waiting rather than being refused, so its time to
+    the failure is a lower bound of its TTFT and E2E (as a request cut at the client's own
+    deadline is): a 502 / 503 / 504 answer without `Retry-After` (a 503 asking for a later
+    retry is a refusal), or a connection that ended after the request was sent
+    (`DROPPED`, `TRUNCATED`), `waited_s` (from the send to the failure) `AFTER_A_WAIT_S` or
+    more after it was sent. A refused connection never reached the server (`CONNECTION`)."""
+    if waited_s is None or waited_s < AFTER_A_WAIT_S:
+        return False
+    if kind is ErrorKind.HTTP_STATUS:
+        return status in GATEWAY_STATUSES and not retry_after
+    return kind in (ErrorKind.DROPPED, ErrorKind.TRUNCATED)
+
+
+def unknown_field(status: int | None, message: str) -> bool:
+    """True when an error answer (`status`, its body in `message`) says the request had a field
+    the server does not accept: a 400 or 422 naming `nvext`, or pydantic's "Extra inputs are not
+    permitted" (`extra_forbidden`), as a server whose request models forbid extra fields
+    answers: TensorRT-LLM's OpenAI server (`tensorrt_llm/serve/openai_protocol.py` at
+    NVIDIA/TensorRT-LLM 0076e939, `OpenAIBaseModel`: `model_config = ConfigDict(extra="forbid",
+    populate_by_name=True)`)."""
+    text = message.lower()
+    return status in (400, 422) and (
+        "nvext" in text or "extra inputs are not permitted" in text or "extra_forbidden" in text
+    )

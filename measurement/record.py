@@ -75,10 +75,12 @@ class RequestRecord:
     fields' meaning at 1.6.1 is checked against the real frontend with mocker workers
     (tests/loadgen/test_dynamo_e2e.py).
     `censored`: the client cut the request at its deadline or read timeout after sending it
-    (`ErrorKind.TIMEOUT` with `sent_ns` set): `error_ns` is the cut, so its TTFT (when
-    `first_token_ns` is None) and its E2E are at least `error_ns - sent_ns`; the server may
-    still be running it (abandoned work). `retry_after_s`: what a 429 / 503 answer's
-    `Retry-After` asked the client to wait (s; None: no such header).
+    (`ErrorKind.TIMEOUT` with `sent_ns` set), or it failed after a wait
+    (`measurement.errors.after_a_wait`: a gateway's 502 / 503 / 504, a connection lost after a
+    wait): `error_ns` is the cut, so its TTFT (when `first_token_ns` is None) and its E2E are at
+    least `error_ns - sent_ns`; the server may still be running it (abandoned work).
+    `retry_after_s`: what a 429 / 503 answer's `Retry-After` asked the client to wait (s; None:
+    no such header).
     `completion_tokens_from`: None when `completion_tokens` is the server's usage, else how
     it was counted from the stream (`loadgen.output_tokens`): the server sent no usage, or one
     the stream contradicts, whose `completion_tokens` is then kept in

@@ -568,6 +568,25 @@ class PointSummary(BaseModel):
     )
 
 
+class ImportSource(BaseModel):
+    """Where an imported results folder's requests came from (`testbed import`, `formats/`):
+    the `tool` that measured them and its `version` (None: the file does not say), the `file`
+    read, what the file lacks that a run of ours records (`lacks`, one phrase each: e.g. "no
+    prefix-cache figures"), and the tool's own summary figures (`figures`, our metric keys, ms
+    or per second) beside which ours, recomputed from the requests, were checked."""
+
+    tool: str
+    version: str | None
+    file: str
+    lacks: list[str] = Field(default_factory=list)
+    figures: dict[str, float] = Field(default_factory=dict)
+
+    def label(self) -> str:
+        """ "AIPerf 0.13.0, profile_export.jsonl": the tool, its version and the file's name."""
+        version = f" {self.version}" if self.version else " (version not recorded)"
+        return f"{self.tool}{version}, {self.file}"
+
+
 class GridResult(BaseModel):
     """A whole grid: settings, per-point medians, per-run rows, errors and warnings.
 
@@ -603,6 +622,11 @@ class GridResult(BaseModel):
         description="None: measured against a server. Else the figures are simulated, and this "
         "says by what and from which sources (testbed simulate); every table and report of "
         "this result says so.",
+    )
+    imported: ImportSource | None = Field(
+        default=None,
+        description="None: measured by testbed itself. Else another tool measured the requests "
+        "and `testbed import` read its export (measurement.results.ImportSource).",
     )
 
     def windows(self) -> list[RunWindow]:

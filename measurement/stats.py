@@ -17,7 +17,7 @@ from measurement.client_cost import (
     queue_large,
     short_of_offered,
 )
-from measurement.errors import ErrorKind
+from measurement.errors import AFTER_A_WAIT_S, ErrorKind, unknown_field
 from measurement.intervals import CONFIDENCE, INTERVAL_METRICS, UPPER_BOUNDS, point_interval
 from measurement.percentile import percentile
 from measurement.phases import phase_warnings, point_phases, run_phases
@@ -275,7 +275,8 @@ def failure_notes(records: Sequence[RequestRecord], lower_bounds: Sequence[str] 
     """The run's warnings about requests that ended badly, one per class present: finished
     under HTTP 200 without finishing (`aborted`), dropped after they were sent (may have been
     served), sockets the client could not open (its own limits), cut by the client's timeout
-    (censored; `lower_bounds` names the figures that rest on them), answered 429 / 503 with a
+    (censored; `lower_bounds` names the figures that rest on them), failed the TLS handshake,
+    refused for a request field the server does not accept, answered 429 / 503 with a
     Retry-After."""
     kinds = Counter(r.error_kind for r in records if r.error_kind is not None)
     total = len(records)
@@ -306,11 +307,34 @@ def failure_notes(records: Sequence[RequestRecord], lower_bounds: Sequence[str] 
     if cut := sum(r.censored for r in records):
         before_token = sum(r.censored and r.first_token_ns is None for r in records)
         bounded = ", ".join(lower_bounds) or "none of the percentiles"
+        waited = sum(r.censored and r.error_kind != ErrorKind.TIMEOUT for r in records)
+        how = "were cut by the client's timeout"
+        if waited:
+            how = (
+                "failed after a wait (a gateway's 502 / 503 / 504, or a lost connection, at "
+                f"{AFTER_A_WAIT_S:g} s or later)"
+            )
+            if waited < cut:
+                how = f"were cut by the client's timeout or, {waited} of them, {how}"
         notes.append(
-            f"{cut} of {total} requests were cut by the client's timeout after they were sent "
+            f"{cut} of {total} requests {how} after they were sent "
             f"({before_token} before their first token): censored, counted in the TTFT and E2E "
             f"percentiles at the time they were cut, a lower bound ({bounded} rest on them and "
             "are at least the value shown); the server may have kept running them (abandoned)"
+        )
+    if tls := kinds.get(ErrorKind.TLS, 0):
+        notes.append(
+            f"{tls} of {total} requests failed the TLS handshake (most often a server "
+            "certificate the client does not trust): add --ca-file PATH with the CA that signed "
+            "it, or --insecure to skip the check"
+        )
+    if fields := sum(
+        r.error_kind == ErrorKind.HTTP_STATUS and unknown_field(r.status, r.error or "")
+        for r in records
+    ):
+        notes.append(
+            f"{fields} of {total} requests were refused for a request field the server does "
+            "not accept (Dynamo's nvext): add --plain-openai (load setting plainOpenai: true)"
         )
     waits = [r.retry_after_s for r in records if r.retry_after_s is not None]
     if waits:
@@ -404,7 +428,8 @@ def summarize_run(
     the server counted: `prompt_tokens_note`; None: not compared).
 
     TTFT and E2E percentiles and the TTFT mean count censored requests (cut by the client's
-    timeout after they were sent) at the time they were cut, a lower bound
+    timeout after they were sent, or failed after a wait: `measurement.errors.after_a_wait`)
+    at the time they were cut, a lower bound
     (`ttft_sample`, `e2e_sample`); a figure that rests on one is named in `lower_bounds`.
     Other failures are left out of every latency and rate and said by `failure_notes`.
 

@@ -1,7 +1,8 @@
 """A grid's result folder, written run by run so that nothing finished is lost.
 
 Top level (the whole grid so far; rewritten after every run, each file replaced atomically):
-- `summary.json`: a list, one object per grid point (`PointSummary` fields).
+- `summary.json`: a list, one object per grid point (`PointSummary` fields; a simulated or an
+  imported grid's points also say by what, `simulated` / `imported`).
 - `result.json`: the whole `GridResult` (settings, per-run rows, errors, warnings).
 - `runs.csv`: the per-run table (`RunSummary` fields; errors by kind, warnings and lower
   bounds as JSON).
@@ -280,6 +281,8 @@ class ResultsFolder:
                 run_rows[column] = run_rows[column].map(json.dumps)
         _replace(self.path / RUNS_FILE, lambda tmp: run_rows.to_csv(tmp, index=False))
         title = None if result.simulated is None else f"SIMULATED: {result.simulated}"
+        if result.imported is not None:
+            title = f"IMPORTED: {result.imported.label()}"
         table = seed_table(
             result.points,
             incidents=result.incidents,
@@ -297,6 +300,8 @@ class ResultsFolder:
         points = [p.model_dump(mode="json") for p in result.points]
         if result.simulated is not None:  # every point says so (read back, the key is ignored)
             points = [{"simulated": result.simulated, **p} for p in points]
+        if result.imported is not None:  # likewise: measured by another tool
+            points = [{"imported": result.imported.label(), **p} for p in points]
         write_text_atomic(self.path / SUMMARY_FILE, json.dumps(points, indent=2) + "\n")
 
 

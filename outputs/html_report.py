@@ -236,6 +236,9 @@ def _facts(result: LoadedResults) -> list[tuple[str, str]]:
     if grid is not None:
         if grid.simulated is not None:
             facts.append(("SIMULATED", grid.simulated))
+        if grid.imported is not None:
+            lacks = "; ".join(grid.imported.lacks)
+            facts.append(("IMPORTED", f"{grid.imported.label()}: {lacks}"))
         if grid.simulated is None:
             ran = f"{grid.started_at:%Y-%m-%d %H:%M:%S} to {grid.finished_at:%H:%M:%S} UTC"
         else:  # the end is on the simulated clock: say its length, not a time of day

@@ -84,15 +84,22 @@ def load_of(point: PointSummary) -> str:
 
 
 def slo_caption(points: Sequence[PointSummary]) -> str:
-    """What the SLO table judged: the SLO, what met and attainment mean, and the highest load
-    that met it (or that none did)."""
+    """What the SLO table judged: the SLO, what met and attainment mean, the highest load that
+    met it (or that none did) and how many censored requests the points' figures count."""
     slo = next(p.slo.slo for p in points if p.slo is not None)
     best = highest_meeting(points)
     top = "no grid point met it" if best is None else f"highest load that met it: {load_of(best)}"
+    cut = sum(p.censored for p in points)
+    censored = (
+        f"; {cut} censored requests (cut at the client's timeout, or failed after a wait) count "
+        "in the TTFT and E2E percentiles at their lower bound and did not meet it"
+        if cut
+        else ""
+    )
     return (
         f"SLO: {slo.describe()}; met: each objective's percentile over the point within its bound; "
         "attainment: requests that met every objective (failed ones did not); goodput: those "
-        f"requests per second; {top}{wide_note(points)}"
+        f"requests per second; {top}{censored}{wide_note(points)}"
     )
 
 

@@ -81,8 +81,9 @@ _DELIVERY_COLUMNS: tuple[tuple[str, _Cell], ...] = (
 )
 
 
-# Shown when a grid point had requests cut by the client's timeout (censored): how many.
-_CENSORED_COLUMNS: tuple[tuple[str, _Cell], ...] = (("cut at\ntimeout", lambda p: str(p.censored)),)
+# Shown when a grid point had censored requests (cut by the client's timeout, or failed after a
+# wait: `measurement.errors.after_a_wait`): how many.
+_CENSORED_COLUMNS: tuple[tuple[str, _Cell], ...] = (("censored", lambda p: str(p.censored)),)
 
 
 def rate_text(value: float | None) -> str:

@@ -41,7 +41,9 @@ class Bounds:
 
     ``prefill_ms``, ``copies_ms``, ``link_ms``: one request's prefill, host copies (both) and
     transfer in the best case (the parts of ``ttft_floor_ms``); ``requests_per_s``: the
-    ceiling and ``limit`` the resource that sets it (``prefill``, ``host copies``, ``link``).
+    ceiling and ``limit`` the resource that sets it (``prefill``, ``host copies``, ``link``);
+    ``cached_tokens``: the best case's prompt tokens found in the prefix cache (its shared
+    prefix, whole blocks; 0 when the workload's prompts share none).
     """
 
     ttft_floor_ms: float
@@ -51,10 +53,17 @@ class Bounds:
     prefill_ms: float
     copies_ms: float
     link_ms: float
+    cached_tokens: int = 0
 
     def e2e_floor_ms(self, output_tokens: int) -> float:
         """The floor of a request's end-to-end time: TTFT + the later tokens' steps."""
         return self.ttft_floor_ms + max(output_tokens - 1, 0) * self.itl_floor_ms
+
+
+def ms_text(ms: float) -> str:
+    """A time for a reason line: whole ms, two significant figures below 10 ms (``0.42 ms``,
+    never ``0 ms`` for a time that is not 0)."""
+    return f"{ms:,.0f} ms" if ms >= 10 or ms == 0 else f"{ms:.2g} ms"
 
 
 def _uncached(load: LoadConfig, block: int) -> tuple[int, int]:
@@ -126,4 +135,5 @@ def bounds(plan: StackPlan, load: LoadConfig) -> Bounds:
         prefill_ms=step.prefill_s(uncached) * 1e3,
         copies_ms=copies_s * 1e3,
         link_ms=link_s * 1e3,
+        cached_tokens=load.prompt_tokens - uncached,
     )

@@ -15,11 +15,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from recommend.search import Result
+from metrics import registry
+from recommend.bounds import ms_text
+from recommend.search import Objective, Result, held_load, load_text
 
 DEFAULT_MARGIN = 1.25
 """The ratio the model's published-pair ratios are within (+-25%): a smaller difference is no
 claim."""
+
+
+def margin_note(margin: float) -> str:
+    """Where ``margin`` comes from, for every output: the published pairs it was shown on."""
+    shown = "the default" if margin == DEFAULT_MARGIN else f"--margin {margin:g}; the default"
+    return (
+        f"margin {margin:g} ({shown} 1.25 is the timing model's error on published "
+        "aggregated-vs-disaggregated ratios of Llama models on H100 GPUs, "
+        "bench/published_disagg.py): on another model or GPU it is assumed, not shown"
+    )
+
 
 Verdict = Literal["rank 1", "on the Pareto front", "too close to call", "loses"]
 
@@ -41,13 +54,15 @@ def ratio(result: Result, first: Result | None) -> float | None:
 
 def verdict(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN) -> Verdict:
     """``rank 1``; under ``pareto`` ``on the Pareto front`` for the front's others (none of
-    them loses to another: each trades tokens/s per GPU for tokens/s per user); ``too close to
-    call`` within the margin of the one it is judged against (:func:`compared_with`); else
-    ``loses``."""
+    them loses to another: each trades tokens/s per GPU for tokens/s per user); under
+    ``capacity`` ``loses`` for one on more GPUs than rank 1; ``too close to call`` within the
+    margin of the one it is judged against (:func:`compared_with`); else ``loses``."""
     if first is not None and result.candidate.key == first.candidate.key:
         return "rank 1"
     if result.on_front:
         return "on the Pareto front"
+    if result.needed is not None and first is not None and result.gpus > first.gpus:
+        return "loses"
     r = ratio(result, first)
     if r is not None and r * margin >= 1:
         return "too close to call"
@@ -65,34 +80,69 @@ def trade(result: Result, first: Result) -> str:
 
 def kv_path(result: Result) -> str:
     """What one request's KV path costs a disaggregated candidate at least ('' for an
-    aggregated one): the bounds' best case, a request whose shared prefix is cached
-    (:mod:`recommend.bounds`), so the line says "at least" and names that case; the workload's
-    typical request (a longer or uncached prompt) pays more."""
+    aggregated one): the bounds' best case (:mod:`recommend.bounds`), so the line says "at
+    least" and names that case: its shared prefix cached when the workload's prompts share one
+    (``Bounds.cached_tokens``), else its shortest prompt; the workload's typical request (a
+    longer or uncached prompt) pays more."""
     b = result.bounds
     if b is None or not result.candidate.disaggregated:
         return ""
     parts = []
     if b.copies_ms:
-        parts.append(f"~{b.copies_ms:,.0f} ms of host copies")
+        parts.append(f"~{ms_text(b.copies_ms)} of host copies")
     if b.link_ms:
-        parts.append(f"~{b.link_ms:,.0f} ms on the link")
+        parts.append(f"~{ms_text(b.link_ms)} on the link")
     if not parts:
         return ""
+    case = (
+        f"its {b.cached_tokens:,}-token shared prefix cached"
+        if b.cached_tokens
+        else "its shortest prompt, no prefix shared"
+    )
     return (
         f"each request pays at least {' and '.join(parts)}, its prefill at least "
-        f"{b.prefill_ms:,.0f} ms (the best case: its shared prefix cached)"
+        f"{ms_text(b.prefill_ms)} (the best case: {case})"
     )
 
 
-def _why(result: Result, first: Result | None) -> str:
-    """The cause: the KV path of a disaggregated candidate; for an aggregated one what differs
-    from rank 1 (prefix-cache hits, GPUs, workers)."""
+MISSED_SHARE = 0.05
+"""A candidate whose requests miss the SLO on their own this much more often than rank 1's
+(share of its requests) loses goodput to them: the why-line names it first."""
+
+
+def _missed(result: Result, first: Result, objective: Objective) -> str:
+    """Under a goodput objective, when a larger share of ``result``'s requests than of rank
+    1's miss the SLO on their own (each request's own figure against the bound): that share,
+    the objective most of them miss, and its goodput beside its raw output tokens/s ('' when
+    not: a candidate ranked by all its tokens loses nothing to them)."""
+    a, b = result.best, first.best
+    assert a is not None and b is not None
+    if objective == "tokens-per-gpu" or a.attainment + MISSED_SHARE > b.attainment:
+        return ""
+    which = max(a.missed_by, key=lambda k: a.missed_by[k], default=None)
+    what = f" ({registry.objectives()[which].name}: {a.missed_by[which]:.0%})" if which else ""
+    raw = a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu if b.tokens_per_s_per_gpu else None
+    return (
+        f"{1 - a.attainment:.0%} of its requests miss the SLO on their own{what} against rank "
+        f"1's {1 - b.attainment:.0%}: goodput {a.goodput_tokens_per_s_per_gpu:,.0f} of "
+        f"{a.tokens_per_s_per_gpu:,.0f} output tok/s per GPU"
+        + (f" (raw {raw:.2f}x rank 1's)" if raw is not None else "")
+    )
+
+
+def _why(result: Result, first: Result | None, objective: Objective) -> str:
+    """The cause, with its figure: the KV path of a disaggregated candidate; for an aggregated
+    one what differs from rank 1, the binding cause first: requests that miss the SLO on their
+    own (under a goodput objective, :func:`_missed`), then prefix-cache hits, GPUs, workers."""
     path = kv_path(result)
     if path:
         return path
     if first is None or first.best is None or result.best is None:
         return ""
     a, b = result.best, first.best
+    missed = _missed(result, first, objective)
+    if missed:
+        return missed
     if a.cached_ratio + 0.05 < b.cached_ratio:
         return f"prefix-cache hits {a.cached_ratio:.0%} against rank 1's {b.cached_ratio:.0%}"
     if result.gpus < first.gpus:
@@ -104,15 +154,52 @@ def _why(result: Result, first: Result | None) -> str:
     return ""
 
 
-def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN) -> str:
+def needed_text(needed: float, open_loop: bool) -> str:
+    """The capacity question's load: ``10 clients``, an open loop's ``3.6/s``."""
+    return f"{needed:g}/s" if open_loop else load_text(int(needed))
+
+
+def holds_text(result: Result) -> str:
+    """What a timed candidate holds against the load needed (capacity question): ``holds 10
+    clients, the load needed (the search stops there)``, or ``holds 6 of the 10 clients
+    needed`` (an open loop's: ``holds 26.2/s of the 480/s needed``; '' under another
+    objective)."""
+    best, needed = result.best, result.needed
+    if needed is None:
+        return ""
+    seen = best or result.over
+    open_loop = seen is not None and seen.rate is not None
+    if best is None:
+        return f"holds none of the {needed_text(needed, open_loop)} needed"
+    held = held_load(best)
+    if held >= needed:
+        return f"holds {best.load_text()}, the load needed (the search stops there)"
+    return (
+        f"holds {held:g}{'/s' if open_loop else ''} of the {needed_text(needed, open_loop)} needed"
+    )
+
+
+def reason_line(
+    result: Result,
+    first: Result | None,
+    margin: float = DEFAULT_MARGIN,
+    objective: Objective = "goodput-per-gpu",
+) -> str:
     """One line: ``0.42x: TTFT p99 binds at 3 clients: each request pays ~300 ms of host
-    copies ...``; a refused or screened candidate's reason as it is."""
+    copies ...`` (the cause: :func:`_why`, under ``objective``); a refused or screened
+    candidate's reason as it is; under ``capacity`` what it holds of the load needed
+    (:func:`holds_text`), and for one on more GPUs than rank 1 how many."""
     if result.status == "refused":
         return "refused by the checks: " + " ".join(result.reason.split())
+    if result.status == "validation-failed":
+        return f"lost its rank: {result.reason}"
+    if result.status == "short-of-load":
+        failed = result.over.load_text() if result.over is not None else "the load needed"
+        return f"{holds_text(result)}: {result.binding} binds at {failed}"
     if result.status == "screened":
         path = kv_path(result)
         return f"screened: {result.reason}" + (f": {path}" if path else "")
-    why = _why(result, first)
+    why = _why(result, first, objective)
     if result.status == "slo-not-met":
         lowest = result.over.load_text() if result.over is not None else "1 client"
         line = f"no load meets the SLO: {result.binding} binds at {lowest}"
@@ -127,6 +214,12 @@ def reason_line(result: Result, first: Result | None, margin: float = DEFAULT_MA
         head += f" of {result.dominated_by.candidate.key} (on the front, ahead on both)"
     if v == "too close to call":
         head += f" (too close to call: within the margin {margin:g})"
+    if result.needed is not None:
+        if first is not None and result.gpus > first.gpus and v == "loses":
+            head = f"loses: {result.gpus} GPUs against rank 1's {first.gpus}"
+        else:
+            head += f" ({result.gpus} GPU{'s' if result.gpus != 1 else ''})"
+        return f"{head}: {holds_text(result)}"
     at = result.over if result.over is not None else result.best
     line = f"{head}: {result.binding} binds at {at.load_text()}"
     return f"{line}: {why}" if why and v not in ("rank 1", "on the Pareto front") else line

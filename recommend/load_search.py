@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from measurement.client_cost import queue_large, short_of_offered
 from measurement.goodput import evaluate_point, evaluate_run
@@ -125,11 +125,13 @@ def measured_run(
     kinds: int,
     concurrency: int,
     rate: float | None = None,
+    step_memo: dict[tuple[str, int, int, int], float] | None = None,
 ) -> tuple[list[RequestRecord], int]:
     """One run of ``sent`` at ``kinds`` prefix kinds and ``concurrency`` clients (with
     ``rate``: the open loop at ``rate`` requests/s, at most ``concurrency`` in flight), started
     as the module docstring says: its measured requests' records (the warm-up's left out, as
-    loadgen leaves them out) and how many workers were OOMKilled."""
+    loadgen leaves them out) and how many workers were OOMKilled. ``step_memo``: the
+    topology's step times kept across its runs (:func:`simulator.timing_model.simulate_run`)."""
     arrivals = None
     if rate is None:
         requests = sent.closed(kinds, concurrency)
@@ -145,6 +147,7 @@ def measured_run(
         model_hits=True,
         arrivals_s=arrivals,
         warmup=warmup,
+        step_memo=step_memo,
     )
     return timing_records(timing, requests, 0.0)[warmup:], len(timing.kills)
 
@@ -160,6 +163,8 @@ class LoadRunner:
     gpus: int
     runs: int = 0
     workload: Workload | None = None
+    step_memo: dict[tuple[str, int, int, int], float] = field(default_factory=dict)
+    """Its topology's engine step times, kept across its runs (:func:`measured_run`)."""
 
     @property
     def sent(self) -> Workload:
@@ -171,7 +176,7 @@ class LoadRunner:
         open loop at ``rate`` requests/s, at most ``concurrency`` in flight."""
         self.runs += 1
         records, kills = measured_run(
-            self.topology, self.constants, self.sent, kinds, concurrency, rate
+            self.topology, self.constants, self.sent, kinds, concurrency, rate, self.step_memo
         )
         summary = summarize_run(
             records,
@@ -278,6 +283,30 @@ def highest_rate(
         if mid in (low, high):
             break
         point = runner.at(cap, order, mid)
+        if point.holds:
+            best, low = point, mid
+        else:
+            failed, high = point, mid
+    return best, failed
+
+
+def required_load(
+    runner: LoadRunner, kinds: Sequence[int], required: int
+) -> tuple[LoadPoint | None, LoadPoint | None]:
+    """The capacity question's closed-loop search: the load ``required`` (clients: the stated
+    load x the headroom) first; when it holds, that point and None (the search stops there:
+    it does not look for more); else the highest load below it that holds (None: not even one
+    client), bisected to within 1/:data:`RESOLUTION` of it as :func:`highest_load` bisects,
+    and the lowest load above that which fails."""
+    order = sorted(set(kinds), reverse=True)
+    failed = runner.at(required, order)
+    if failed.holds:
+        return failed, None
+    best: LoadPoint | None = None
+    low, high = 0, required
+    while high - low > max(1, low // RESOLUTION):
+        mid = max(1, (low + high) // 2)
+        point = runner.at(mid, order)
         if point.holds:
             best, low = point, mid
         else:

@@ -18,8 +18,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from metrics import registry
 from recommend.claims import ratio, reason_line, trade, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
@@ -28,6 +26,7 @@ from recommend.workload import MEASURED_PER_CLIENT, Workload
 from simulator.provenance import step_sources
 from stackmodel.errors import PROJECT
 from stackmodel.log_budget import clients_for
+from stackmodel.models import GATED_MODELS
 from stackmodel.stacks import REPO
 from workload.config import LoadConfig
 from workload.slo import Slo, bound_text
@@ -50,7 +49,13 @@ STACKS_DIR = "stacks"
 class Inputs:
     """What the search was asked: the cluster stack, the workload (its load settings and its
     run length, ``per_client`` measured requests per client at least), the SLO, the objective
-    and the margin."""
+    and the margin; ``caveats``: what every output says beside the ranking (the model or GPU
+    outside the calibration, the margin's source: :func:`recommend.run.caveats`); ``command``,
+    the command line as given (default: ``testbed recommend --cluster <cluster>``);
+    ``cluster_file``, the stack file ``--cluster-file`` named (None:
+    ``stacks/Pulumi.<cluster>.yaml``), which each emitted stack edits; ``search_id``, a short
+    hash of the search's inputs in each emitted stack's name ('' : none), so two searches of
+    one cluster emit stacks of different names."""
 
     cluster: str
     load: LoadConfig
@@ -60,6 +65,20 @@ class Inputs:
     cluster_gpus: int
     model: str
     per_client: int = MEASURED_PER_CLIENT
+    caveats: tuple[str, ...] = ()
+    command: str = ""
+    cluster_file: Path | None = None
+    search_id: str = ""
+
+    @property
+    def invocation(self) -> str:
+        """The command line the outputs name (``command``, or the default's)."""
+        return self.command or f"testbed recommend --cluster {self.cluster}"
+
+    @property
+    def source(self) -> Path:
+        """The cluster's stack file: ``cluster_file``, else ``stacks/Pulumi.<cluster>.yaml``."""
+        return self.cluster_file or REPO / "stacks" / f"Pulumi.{self.cluster}.yaml"
 
     def load_at(self, result: Result) -> LoadConfig:
         """The load settings that measure ``result`` (ranked) as the search timed it: the
@@ -70,9 +89,17 @@ class Inputs:
         return sent.load_at(result.best.concurrency, result.best.rate)
 
 
-def candidate_row(result: Result, first: Result | None, margin: float) -> dict[str, Any]:
+def per_gpu_name(objective: Objective) -> str:
+    """What ``objective`` ranks by, as the outputs name it: ``goodput tok/s per cluster GPU``
+    (``pareto`` ranks its front by goodput too), or ``output tok/s per cluster GPU``."""
+    if objective == "tokens-per-gpu":
+        return "output tok/s per cluster GPU"
+    return "goodput tok/s per cluster GPU"
+
+
+def candidate_row(result: Result, first: Result | None, inputs: Inputs) -> dict[str, Any]:
     """One candidate as a JSON-ready mapping."""
-    c = result.candidate
+    c, margin = result.candidate, inputs.margin
     return {
         "key": c.key,
         "label": c.label(),
@@ -83,7 +110,7 @@ def candidate_row(result: Result, first: Result | None, margin: float) -> dict[s
         "value": result.value,
         "gpus": result.gpus,
         "binding": result.binding,
-        "line": reason_line(result, first, margin),
+        "line": reason_line(result, first, margin, inputs.objective),
         "reason": result.reason,
         "knobs": c.knobs(),
         "groups": [asdict(g) for g in c.groups],
@@ -107,7 +134,7 @@ def write_candidates(
     ``validations``: candidate key -> its run with the real Dynamo routing (``realRouting``)."""
     import pandas as pd
 
-    rows = [candidate_row(r, first, inputs.margin) for r in results]
+    rows = [candidate_row(r, first, inputs) for r in results]
     for row in rows:
         done = (validations or {}).get(row["key"])
         row["realRouting"] = asdict(done) if done is not None else None
@@ -120,6 +147,7 @@ def write_candidates(
         "slo": inputs.slo.option(),
         "objective": inputs.objective,
         "margin": inputs.margin,
+        "caveats": list(inputs.caveats),
         "candidates": rows,
     }
     (out / CANDIDATES_JSON).write_text(json.dumps(document, indent=2) + "\n")
@@ -141,7 +169,10 @@ def write_candidates(
                 **{k: v for k, v in (best.get("values_ms") or {}).items()},
             }
         )
-    pd.DataFrame(flat).to_csv(out / CANDIDATES_CSV, index=False)
+    table = pd.DataFrame(flat)
+    for column in ("rank", "concurrency", "gpus"):  # counts: integers, blank where none
+        table[column] = table[column].astype("Int64")
+    table.to_csv(out / CANDIDATES_CSV, index=False)
 
 
 Validations = Mapping[str, Validation]
@@ -158,7 +189,7 @@ def shown_line(
     (:func:`recommend.claims.reason_line`), led by its real-routing verdict where
     ``--validate-top`` ran it (:meth:`recommend.validate.Validation.verdict`). The ranking
     stays the model's."""
-    line = reason_line(result, first, inputs.margin)
+    line = reason_line(result, first, inputs.margin, inputs.objective)
     done = (validations or {}).get(result.candidate.key)
     return f"{done.verdict(inputs.slo)}; model: {line}" if done is not None else line
 
@@ -202,8 +233,8 @@ def stack_header(
     best = result.best
     lines = [
         SIMULATED,
-        f"testbed recommend --cluster {inputs.cluster}: rank {result.rank} of the candidates "
-        f"for SLO {inputs.slo.describe()} ({inputs.objective}, margin {inputs.margin:g})",
+        f"{inputs.invocation}: rank {result.rank} of the candidates for SLO "
+        f"{inputs.slo.describe()} ({inputs.objective}, margin {inputs.margin:g})",
         result.candidate.label(),
     ]
     if result.plan is not None:
@@ -211,9 +242,9 @@ def stack_header(
         lines.append("step times: " + ", ".join(f"{g} {s}" for g, s in sources.items()))
     if best is not None:
         lines.append(
-            f"at {best.load_text()}: {best.goodput_tokens_per_s_per_gpu:,.0f} goodput "
-            f"tok/s per cluster GPU, {best.tokens_per_s_per_user:,.1f} tok/s per user, "
-            f"{best.requests_per_s:,.2f} req/s"
+            f"at {best.load_text()}: {objective_value(best, inputs.objective):,.0f} "
+            f"{per_gpu_name(inputs.objective)}, {best.tokens_per_s_per_user:,.1f} tok/s per "
+            f"user, {best.requests_per_s:,.2f} req/s"
         )
         lines.append(
             f"load: {best.load_text()}, requestsPerRun "
@@ -221,6 +252,10 @@ def stack_header(
             f"timed there (at least {inputs.per_client} measured requests per client)"
         )
     lines.append(shown_line(result, first, inputs, validations))
+    lines.append(
+        f"edited from {typed_path(inputs.source)}, its comments kept: topology and load are "
+        "the candidate's"
+    )
     done = (validations or {}).get(result.candidate.key)
     if done is not None:
         lines.append(done.line())
@@ -230,39 +265,69 @@ def stack_header(
 def emitted_stack_text(
     result: Result, first: Result | None, inputs: Inputs, validations: Validations | None = None
 ) -> str:
-    """A stack file of ``result`` (its validated config) under its header comment; its load
-    grid is the workload at the load found, each run as long as the search timed it there
-    (:meth:`Inputs.load_at`), with as many in-cluster load clients as their logs need to hold
-    the records (:func:`stackmodel.log_budget.clients_for`), and ``load.slo`` the SLO the
-    search judged by (camelCase, :data:`workload.slo.STACK_KEYS`), so ``pulumi up`` and
-    ``testbed load --config`` judge goodput against it."""
+    """A stack file of ``result`` under its header comment: the cluster's stack file
+    (:attr:`Inputs.source`) edited as YAML with its comments and sections kept, its
+    ``topology`` the candidate's (each group's ``memoryLimit`` its sizing floor,
+    :func:`recommend.search.check`; the graph named as the stack), ``model.name`` the model
+    searched, ``baselineStack`` dropped (as :func:`recommend.space.candidate_raw` does), the
+    ``hfToken`` secret dropped (its ciphertext is the cluster stack's: plan.md sets it for
+    the new stack); a cluster that joins a namespace it is given (``createNamespace: false``,
+    namespaced permissions) keeps its ``namespace``, one that creates its own gets the
+    default, following the emitted stack's name (two stacks creating one namespace are
+    refused, :func:`stackmodel.stacks.namespace_problems_of`); its load grid the workload at the
+    load found, each run as long as the search timed it there (:meth:`Inputs.load_at`), with
+    as many in-cluster load clients as their logs need to hold the records
+    (:func:`stackmodel.log_budget.clients_for`), and ``load.slo`` the SLO the search judged by
+    (camelCase, :data:`workload.slo.STACK_KEYS`), so ``pulumi up`` and ``testbed load
+    --config`` judge goodput against it."""
+    import io
+
+    from ruamel.yaml import YAML
+
     assert result.plan is not None
-    values = result.plan.cfg.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    cfg = result.plan.cfg
+    topology = cfg.topology.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     measured = inputs.load_at(result)
     load = {
-        **values.get("load", {}),
+        **cfg.load.model_dump(mode="json", by_alias=True, exclude_defaults=True),
         "concurrency": measured.concurrency,
         "requestsPerRun": measured.requests_per_run,
         "slo": inputs.slo.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
     if measured.request_rate is not None:
         load["requestRate"] = measured.request_rate
-    clients = clients_for(measured, result.plan.cfg.load.clients)
-    if clients != result.plan.cfg.load.clients:
+    clients = clients_for(measured, cfg.load.clients)
+    if clients != cfg.load.clients:
         load["clients"] = clients
-    values["load"] = load
-    # The namespace follows the stack's name when unset, and the graph is named for it.
-    values.pop("namespace", None)
-    values["topology"] = {**values["topology"], "name": emitted_name(inputs, result)}
-    body = yaml.safe_dump(
-        {"config": {f"{PROJECT}:{k}": v for k, v in values.items()}}, sort_keys=False
-    )
-    return stack_header(result, first, inputs, validations) + body
+    editor = YAML()  # round-trip: the cluster file's comments, order, quotes and sections kept
+    editor.preserve_quotes = True
+    editor.indent(mapping=2, sequence=4, offset=2)
+    document = editor.load(inputs.source.read_text())
+    config = document["config"]
+    for key in ("baselineStack", "hfToken"):
+        config.pop(f"{PROJECT}:{key}", None)
+    if str(config.get(f"{PROJECT}:createNamespace", True)).lower() != "false":
+        # A stack that creates its namespace owns it: its own, following its name.
+        config.pop(f"{PROJECT}:namespace", None)
+    for key, value in (
+        ("topology", {**topology, "name": emitted_name(inputs, result)}),
+        ("load", load),
+    ):
+        config.ca.items.pop(f"{PROJECT}:{key}", None)  # the comments on the cluster's own
+        config[f"{PROJECT}:{key}"] = value
+    model = config.setdefault(f"{PROJECT}:model", {})
+    if model.get("name") != cfg.model.name:
+        model["name"] = cfg.model.name
+    body = io.StringIO()
+    editor.dump(document, body)
+    return stack_header(result, first, inputs, validations) + body.getvalue()
 
 
 def emitted_name(inputs: Inputs, result: Result) -> str:
-    """The emitted stack's name: ``<cluster>-rank<N>``."""
-    return f"{inputs.cluster}-rank{result.rank}"
+    """The emitted stack's name: ``<cluster>-<search id>-rank<N>`` (:attr:`Inputs.search_id`:
+    two searches of one cluster name their stacks apart)."""
+    search = f"-{inputs.search_id}" if inputs.search_id else ""
+    return f"{inputs.cluster}{search}-rank{result.rank}"
 
 
 @dataclass(frozen=True)
@@ -312,9 +377,12 @@ def write_stacks(
     validations: Validations | None = None,
 ) -> list[Path]:
     """The top ``count`` ranked candidates as stack files under ``out/stacks``, and those
-    plan.md measures to calibrate rank 1's node classes (:func:`calibration_sources`)."""
+    plan.md measures to calibrate rank 1's node classes (:func:`calibration_sources`); the
+    stack files an earlier search left there are removed (their names carry its id)."""
     folder = out / STACKS_DIR
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("Pulumi.*.yaml"):
+        stale.unlink()
     chosen = [r for r in results if r.rank is not None][:count]
     if first is not None:
         keys = {r.candidate.key for r in chosen}
@@ -339,14 +407,52 @@ def typed_path(folder: Path) -> str:
         return str(folder.resolve())
 
 
-def _measure(inputs: Inputs, result: Result, stacks: str) -> list[str]:
-    """The commands that deploy ``result``'s emitted stack and measure it."""
+TESTBED = "uv run testbed"
+"""The ``testbed`` command as plan.md types it: through the project's environment, as the
+README does (a bare ``testbed`` is on PATH only inside it)."""
+
+
+def _node_classes(result: Result) -> set[str]:
+    return {g.node_class for g in result.candidate.groups}
+
+
+def _needs_token(inputs: Inputs) -> bool:
+    """Whether each emitted stack needs the ``hfToken`` secret set: the model is a gated
+    catalog model (:data:`stackmodel.models.GATED_MODELS`), or the cluster's stack file sets
+    one (the emitted file drops its ciphertext, :func:`emitted_stack_text`)."""
+    import yaml
+
+    config = yaml.safe_load(inputs.source.read_text()).get("config") or {}
+    return inputs.model in GATED_MODELS or f"{PROJECT}:hfToken" in config
+
+
+def _measure(
+    inputs: Inputs, result: Result, stacks: str, deployed: Result | None = None
+) -> list[str]:
+    """The commands that deploy ``result``'s emitted stack and measure it: ``deployed``, the
+    stack deployed before it, is destroyed first when the two share a node class (its workers
+    hold the GPUs: vLLM refuses to start a worker whose GPU has less free memory than its
+    share: vLLM 0.31.0 ``vllm/v1/worker/gpu_worker.py``, ``Worker.init_device``, "Free memory
+    on device ... on startup is less than desired GPU memory utilization"); a gated model's
+    ``hfToken`` secret is set before ``pulumi up`` (:func:`_needs_token`)."""
     name = emitted_name(inputs, result)
+    free = (
+        [f"pulumi destroy -s {emitted_name(inputs, deployed)}"]
+        if deployed is not None and _node_classes(deployed) & _node_classes(result)
+        else []
+    )
+    token = (
+        [f"pulumi config set --secret -s {name} hfToken <your hf_ token>"]
+        if _needs_token(inputs)
+        else []
+    )
     return [
+        *free,
         f"cp {stacks}/Pulumi.{name}.yaml stacks/",
         f"pulumi stack init {name}",
+        *token,
         f"pulumi up -s {name}",
-        f"testbed load --url http://<{name} frontend> --model {inputs.model} "
+        f"{TESTBED} load --url http://<{name} frontend> --model {inputs.model} "
         f"--config stacks/Pulumi.{name}.yaml --out out/load/{name}",
     ]
 
@@ -365,7 +471,8 @@ def plan_text(
     lines = [f"# Measurement plan ({SIMULATED})", ""]
     if first is None:
         lines += [
-            "No candidate meets the SLO: nothing to confirm (candidates.json says what binds)."
+            "No candidate meets the SLO: nothing to confirm (candidates.json says what binds).",
+            *(f"- Caveat: {c}" for c in inputs.caveats),
         ]
         return "\n".join(lines) + "\n"
     stacks = f"{typed_path(out) if out else f'out/recommend/{inputs.cluster}'}/{STACKS_DIR}"
@@ -378,6 +485,7 @@ def plan_text(
         if r.best is not None
     ]
     lines += [f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.", ""]
+    lines += [*(f"- Caveat: {c}" for c in inputs.caveats), ""] if inputs.caveats else []
     summary = validation_summary(results, first, inputs, validations or {})
     if summary:
         lines += [f"**{summary}**", ""]
@@ -392,8 +500,14 @@ def plan_text(
             "",
         ]
     lines += [
-        "Run every command from the project root (the folder of `Pulumi.yaml`). Copy the "
-        "emitted stack files into `stacks/`, then deploy and measure each in turn "
+        "Run every command from the project root (the folder of `Pulumi.yaml`). The stacks' "
+        f"names carry this search's id, `{inputs.search_id}` (a hash of its inputs), so "
+        "another search's stacks do not overwrite them. The stacks share the cluster's GPUs: "
+        "deploy one at a time, each after the one before it is destroyed, and destroy any "
+        f"other stack holding these GPUs first (the cluster stack `{inputs.cluster}` too, if it "
+        "is up): vLLM refuses to start a worker whose GPU has less free memory than its "
+        "share. Copy the emitted stack files into `stacks/`, then deploy and measure each in "
+        "turn "
         "(the stack's own load grid is the workload at the load found, each run as long as "
         f"the search timed it there: `load.requestsPerRun`, at least {inputs.per_client} "
         "measured requests per client; its `load.slo` the SLO searched; `pulumi up` runs it "
@@ -403,13 +517,15 @@ def plan_text(
         *_measure(inputs, first, stacks),
     ]
     measured = {first.candidate.key}
+    deployed = first
     if runner_up is not None:
         b = emitted_name(inputs, runner_up)
         lines += [
-            *_measure(inputs, runner_up, stacks),
-            f"testbed compare out/load/{a} out/load/{b}",
+            *_measure(inputs, runner_up, stacks, deployed),
+            f"{TESTBED} compare out/load/{a} out/load/{b}",
         ]
         measured.add(runner_up.candidate.key)
+        deployed = runner_up
     lines += ["```", ""]
     if runner_up is not None:
         lines += [_runner_up_text(runner_up, first, inputs.margin), ""]
@@ -434,10 +550,11 @@ def plan_text(
             continue
         name = emitted_name(inputs, source.result)
         if source.result.candidate.key not in measured:
-            commands += _measure(inputs, source.result, stacks)
+            commands += _measure(inputs, source.result, stacks, deployed)
             measured.add(source.result.candidate.key)
+            deployed = source.result
         commands.append(
-            f"testbed calibrate out/load/{name} --stack {name} --out calib/{source.gpu}.json"
+            f"{TESTBED} calibrate out/load/{name} --stack {name} --out calib/{source.gpu}.json"
         )
     if commands:
         lines += ["", "```sh", *commands, "```"]
@@ -625,11 +742,7 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
     )
     top = objective_value(first.best, inputs.objective) if first and first.best else None
     band_low = top / inputs.margin if top is not None else None
-    per_gpu = (
-        "output tok/s per cluster GPU"
-        if inputs.objective == "tokens-per-gpu"
-        else "goodput tok/s per cluster GPU"
-    )
+    per_gpu = per_gpu_name(inputs.objective)
     objectives = inputs.slo.objectives()
     chosen = {k: o for k, o in registry.objectives().items() if k in objectives}
     pareto = Panel(
@@ -787,6 +900,7 @@ def write_report(
         f"<p>SLO {html.escape(inputs.slo.describe())}; objective {inputs.objective}; margin "
         f"{inputs.margin:g}; {refused} candidates refused by the checks (candidates.json).</p>"
         + (f"<p><strong>{html.escape(summary)}</strong></p>" if summary else "")
+        + "".join(f"<p>Caveat: {html.escape(c)}</p>" for c in inputs.caveats)
         + f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
         f"<ul>{legend}</ul>"
         "<table border='1'><tr><th>rank</th><th>status</th><th>candidate</th><th>why</th></tr>"

@@ -1,6 +1,9 @@
 """What ``testbed recommend`` runs, from its checked inputs to the files it writes: the timed
-store (``--resume``), the search, the top candidates validated with the real routing, then
-``candidates.json``/``.csv``, ``plan.md``, the report and the stack files (docs/recommend.md).
+store (``--resume``), the search, the top candidates validated with the real routing (one the
+real routing finds over the SLO loses its rank, and the next is validated in its place), the
+caveats (the model or GPU outside the calibration, as ``testbed simulate`` says it, and where
+the margin comes from), then ``candidates.json``/``.csv``, ``plan.md``, the report and the
+stack files (docs/recommend.md).
 
 The caller parses and prints; what it is told along the way comes through a
 :class:`RecommendObserver`.
@@ -9,12 +12,13 @@ The caller parses and prints; what it is told along the way comes through a
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from recommend.claims import first_ranked
+from recommend.claims import first_ranked, margin_note
 from recommend.outputs import (
     PLAN_MD,
     Inputs,
@@ -25,10 +29,22 @@ from recommend.outputs import (
     write_stacks,
 )
 from recommend.resume import TimedStore
-from recommend.search import Objective, Problem, Result, cluster_gpus, search
+from recommend.search import (
+    DEFAULT_HEADROOM,
+    Objective,
+    Problem,
+    Result,
+    check,
+    cluster_gpus,
+    load_text,
+    needed_load,
+    search,
+    stack_name,
+)
 from recommend.space import Candidate
-from recommend.validate import validate
+from recommend.validate import Validation, validate
 from recommend.workload import Workload, describe
+from simulator.provenance import provenance
 from stackmodel.config import StackConfig
 from workload.slo import Slo
 
@@ -39,9 +55,12 @@ class RecommendRequest:
     validated ``cfg``), what is sent (``sent``, its load's ``slo`` the ``target``; ``slo_from``
     says where the SLO came from), the candidates to search (``space``, after ``fixes``;
     ``budgets`` the batched-token values tried), how they are ranked (``objective``,
-    ``margin``), ``jobs`` timing processes, the top ``validate_top`` run with the real routing,
-    the top ``emit_stacks`` written as stack files, all in ``folder`` (``resume``: take the
-    candidates timed there with the same inputs)."""
+    ``margin``; ``capacity``: the load needed is the workload's stated load x ``headroom``),
+    ``jobs`` timing processes, the top ``validate_top`` run with the real routing, the top
+    ``emit_stacks`` written as stack files, all in ``folder`` (``resume``: take the
+    candidates timed there with the same inputs); ``command``, the command line as given, and
+    ``cluster_file``, the ``--cluster-file`` (None: ``--cluster``), which the outputs name and
+    the emitted stacks edit (:class:`recommend.outputs.Inputs`)."""
 
     cluster: str
     base: Mapping[str, Any]
@@ -59,6 +78,13 @@ class RecommendRequest:
     emit_stacks: int
     folder: Path
     resume: bool
+    headroom: float = DEFAULT_HEADROOM
+    command: str = ""
+    cluster_file: Path | None = None
+
+
+SEARCH_ID_CHARS = 6
+"""Hex digits of the inputs' fingerprint in the emitted stacks' names (16.7 million values)."""
 
 
 class RecommendObserver(Protocol):
@@ -83,14 +109,17 @@ class RecommendObserver(Protocol):
 @dataclass(frozen=True)
 class Recommendation:
     """What :func:`recommend` found and wrote: every candidate's result (ranked first), the
-    first that meets the SLO (None: none does), the inputs the outputs state, the validations
-    by candidate key and the stack files written."""
+    first that meets the SLO (None: none does), the inputs the outputs state (their
+    ``caveats`` included), the validations by candidate key, the stack files written and
+    ``holding``, the ranked candidates in rank order: every one holds the SLO at the load
+    found, those validated with the real routing too (one that did not lost its rank)."""
 
     results: list[Result]
     first: Result | None
     inputs: Inputs
     validations: Validations
     stacks: list[Path]
+    holding: list[Result]
 
 
 class SearchInterrupted(Exception):
@@ -119,6 +148,7 @@ def searched_inputs(request: RecommendRequest) -> dict[str, Any]:
         "fix": dict(request.fixes),
         "batchedTokens": list(request.budgets),
         "requestsPerClient": request.sent.per_client,
+        "headroom": request.headroom,
     }
 
 
@@ -148,11 +178,20 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
             jobs=request.jobs,
             progress=observer.on_candidate,
             store=store,
+            headroom=request.headroom,
         )
     except KeyboardInterrupt:
         raise SearchInterrupted(store.count(), store.path) from None
     finally:
         observer.on_search_end()
+    if request.objective == "capacity":
+        needed = needed_load(sent.load, request.headroom)
+        observer.note(
+            f"capacity: the load to hold is the workload's stated load x the headroom "
+            f"{request.headroom:g} = {needed:g}{'/s' if sent.open_loop else ' clients'} "
+            "(the search stops there)"
+        )
+    validations = _validated(problem, results, request.validate_top, folder, observer)
     first = first_ranked(results)
     inputs = Inputs(
         request.cluster,
@@ -163,14 +202,120 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         cluster_gpus(request.cfg),
         request.cfg.model.name,
         sent.per_client,
+        (*slicing_cost(problem, first), *caveats(results, request.margin)),
+        request.command,
+        request.cluster_file,
+        store.fingerprint.removeprefix("sha256:")[:SEARCH_ID_CHARS],
     )
-    validations = {}
-    for result in [r for r in results if r.rank is not None][: request.validate_top]:
-        done = validate(problem, result, folder / "validate")
-        observer.on_validated(done.line())
-        validations[done.key] = done
     write_candidates(folder, inputs, results, first, validations)
     (folder / PLAN_MD).write_text(plan_text(inputs, results, first, folder, validations))
     write_report(folder, inputs, results, first, validations)
     stacks = write_stacks(folder, inputs, results, first, request.emit_stacks, validations)
-    return Recommendation(results, first, inputs, validations, stacks)
+    holding = [r for r in results if r.rank is not None]
+    return Recommendation(results, first, inputs, validations, stacks, holding)
+
+
+def _validated(
+    problem: Problem,
+    results: list[Result],
+    top: int,
+    folder: Path,
+    observer: RecommendObserver,
+) -> dict[str, Validation]:
+    """The ranked candidates with the real routing in rank order until ``top`` of them hold
+    the SLO (at most 2 x ``top`` run): one that misses it becomes ``validation-failed`` (its
+    ``reason`` the real routing's verdict) and the ranks close up behind it; ``results`` is
+    re-sorted, ranked first. Returns the validations by candidate key."""
+    validations: dict[str, Validation] = {}
+    held = 0
+    for result in [r for r in results if r.rank is not None][: 2 * top]:
+        if held == top:
+            break
+        done = validate(problem, result, folder / "validate")
+        observer.on_validated(done.line())
+        validations[done.key] = done
+        if done.holds:
+            held += 1
+            continue
+        result.status, result.rank = "validation-failed", None
+        result.reason = f"{done.verdict(problem.slo)} at {done_load(done)}"
+        observer.note(f"{result.candidate.key} loses its rank: {result.reason}")
+    ranked = sorted((r for r in results if r.rank is not None), key=lambda r: r.rank or 0)
+    for i, r in enumerate(ranked, 1):
+        r.rank = i
+    results.sort(key=lambda r: (r.rank is None, r.rank or 0))
+    return validations
+
+
+def done_load(done: Validation) -> str:
+    """The load a validation ran at, as the search names it."""
+    return load_text(done.concurrency, done.rate)
+
+
+_GROUP = re.compile(r"^(aggregated|prefill|decode)-\d+: ")
+"""A provenance warning's worker-group prefix (the candidates' groups are named by role)."""
+
+
+def slicing_cost(problem: Problem, result: Result | None) -> list[str]:
+    """What time-slicing costs ``result`` (rank 1), one line per time-sliced class where its
+    workers' memory is split over more workers than its shape puts on a GPU (the scheduler may
+    put any ``replicasPerGpu`` of them together, :mod:`recommend.space`): the same shape with
+    time-slicing turned off for that class, each worker's memory share and KV cache (tokens) as
+    sized with it on and off ('' lines: none)."""
+    if result is None or result.plan is None:
+        return []
+    squeezed = sorted({g.node_class for g in result.candidate.groups if g.split > g.per_gpu})
+    if not squeezed:
+        return []
+    classes = dict(problem.base["nodeClasses"])
+    for name in squeezed:
+        classes[name] = {k: v for k, v in classes[name].items() if k != "timeSlicing"}
+    groups = tuple(
+        dataclasses.replace(g, split=g.per_gpu) if g.node_class in squeezed else g
+        for g in result.candidate.groups
+    )
+    alone = dataclasses.replace(result.candidate, groups=groups)
+    off = check(
+        stack_name(problem.cluster, alone),
+        {**problem.base, "nodeClasses": classes},
+        alone,
+        problem.load,
+    )
+    lines = []
+    for i, (g, on_group) in enumerate(
+        zip(result.candidate.groups, result.plan.cfg.topology.workers, strict=True)
+    ):
+        if g.node_class not in squeezed:
+            continue
+        if isinstance(off, str):
+            lines.append(
+                f"time-slicing on {g.node_class}: rank 1's shape with it off is refused: {off}"
+            )
+            continue
+        off_group = off.cfg.topology.workers[i]
+        lines.append(
+            f"time-slicing on {g.node_class} costs rank 1 ({result.candidate.key}) memory: the "
+            f"scheduler may put {g.split} of its workers on one GPU, so each gets "
+            f"{on_group.gpu_memory_utilization:g} of a GPU and a KV cache of "
+            f"{result.plan.sizing.kv_capacity_tokens(on_group.name):,} tokens; with "
+            f"time-slicing off for {g.node_class} the same shape gets "
+            f"{off_group.gpu_memory_utilization:g} and "
+            f"{off.sizing.kv_capacity_tokens(off_group.name):,} tokens a worker"
+        )
+    return lines
+
+
+def caveats(results: list[Result], margin: float, top: int = 3) -> tuple[str, ...]:
+    """What every output says beside the ranking: the warnings ``testbed simulate`` gives
+    (:func:`simulator.provenance.provenance`: a model or GPU outside the calibration,
+    tensor-parallel assumptions) for the top ``top`` candidates with a plan (the ranked first),
+    each once, and where the margin comes from (:func:`recommend.claims.margin_note`)."""
+    planned = sorted(
+        (r for r in results if r.plan is not None), key=lambda r: (r.rank is None, r.rank or 0)
+    )
+    seen: dict[str, None] = {}
+    for r in planned[:top]:
+        assert r.plan is not None
+        for warning in provenance(r.plan)[1]:
+            seen[_GROUP.sub("", warning)] = None
+    return (*seen, margin_note(margin))

@@ -17,28 +17,30 @@ Ranking is deterministic: by the objective, then the candidate's key.
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, TypeAdapter
 
 from measurement.results import open_loop_load
 from metrics.registry import objectives
-from recommend.bounds import Bounds, bounds
+from recommend.bounds import Bounds, bounds, ms_text
 from recommend.load_search import (
     CLIENTS_PER_GPU,
     LoadPoint,
     LoadRunner,
     highest_load,
     highest_rate,
+    required_load,
 )
 from recommend.resume import TimedStore
-from recommend.space import Candidate, candidate_raw
+from recommend.space import Candidate, candidate_raw, transport_reason
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.config import StackConfig
@@ -46,13 +48,40 @@ from stackmodel.crossover import crossover
 from stackmodel.errors import StackConfigError
 from stackmodel.plan import StackPlan
 from stackmodel.validation import validate_stack
-from workload.config import LoadConfig
+from workload.config import Arrival, LoadConfig
 from workload.slo import Slo
 
-Objective = Literal["goodput-per-gpu", "tokens-per-gpu", "pareto"]
-OBJECTIVES_RANKED: tuple[Objective, ...] = ("goodput-per-gpu", "tokens-per-gpu", "pareto")
+Objective = Literal["capacity", "goodput-per-gpu", "tokens-per-gpu", "pareto"]
+OBJECTIVES_RANKED: tuple[Objective, ...] = (
+    "capacity",
+    "goodput-per-gpu",
+    "tokens-per-gpu",
+    "pareto",
+)
 
-Status = Literal["ranked", "refused", "screened", "slo-not-met"]
+Status = Literal[
+    "ranked", "short-of-load", "validation-failed", "refused", "screened", "slo-not-met"
+]
+
+DEFAULT_HEADROOM = 1.2
+"""``--headroom``: the capacity question's load is the workload's stated load times this."""
+
+
+def stated_load(load: LoadConfig) -> float:
+    """The load the workload states (the capacity question's): an open loop's request rate
+    (requests/s), else its largest concurrency (clients)."""
+    if load.arrival is Arrival.POISSON and load.request_rate is not None:
+        return load.request_rate
+    return float(max(load.concurrency))
+
+
+def needed_load(load: LoadConfig, headroom: float) -> float:
+    """The load a candidate must hold to answer the capacity question: :func:`stated_load`
+    times ``headroom``, a closed loop's rounded up to a whole client."""
+    needed = stated_load(load) * headroom
+    if load.arrival is Arrival.POISSON and load.request_rate is not None:
+        return float(f"{needed:.3g}")
+    return float(math.ceil(needed - 1e-9))
 
 
 def load_text(concurrency: int, rate: float | None = None) -> str:
@@ -68,7 +97,10 @@ class Figures:
     """A candidate at a load: the concurrency, the figures averaged over the workload's
     prefix kinds (tokens/s per GPU, per user, requests/s, goodput per GPU) and ``values_ms``,
     per SLO objective key (``ttft_p90_ms``) the worst figure of it over them (ms, at the
-    objective's own percentile; read from ``p99_ms`` in timings stored before this name)."""
+    objective's own percentile; read from ``p99_ms`` in timings stored before this name) and
+    ``missed_by``, per SLO objective key the share of the requests that missed it on their own
+    (0-1, the mean over the prefix kinds; a request's own figure against the bound,
+    :func:`measurement.goodput.missed_of`; empty in timings stored before it)."""
 
     concurrency: int
     goodput_tokens_per_s_per_gpu: float
@@ -81,6 +113,7 @@ class Figures:
         dict[str, float | None], Field(validation_alias=AliasChoices("values_ms", "p99_ms"))
     ]
     rate: float | None = None
+    missed_by: dict[str, float] = field(default_factory=dict)
 
     def load_text(self) -> str:
         """The load these figures were timed at (:func:`load_text`)."""
@@ -110,6 +143,17 @@ class Figures:
                 if any(k in r.point.values_ms for r in point.runs)
             },
             rate=point.rate,
+            missed_by={
+                k: point.mean(
+                    lambda r, k=k: (
+                        r.point.missed_by.get(k, 0) / r.point.requests  # type: ignore[misc]
+                        if r.point.requests
+                        else None
+                    )
+                )
+                for k in objectives()
+                if any(k in r.point.missed_by for r in point.runs)
+            },
         )
 
 
@@ -128,10 +172,14 @@ class Result:
     stops more load (an SLO objective's name, ``host-memory floor`` for an OOMKill, ``failed
     requests``, ``load ceiling``), or what screened it. ``best``: the figures at the highest
     load meeting the SLO; ``over``: at the lowest load above it that fails (one client's for
-    ``slo-not-met``). ``value``: the objective (None: not ranked). Under ``pareto`` only
+    ``slo-not-met``). ``value``: the objective (None: not ranked). ``floor_over``: a candidate
+    screened by a floor, that floor over the SLO's bound (> 1). Under ``pareto`` only
     (:func:`rank_results`): ``on_front``, no other ranked candidate beats it on both tokens/s
     per GPU and per user; ``dominated_by``, for one off the front, the front member that beats it
-    on both with the highest objective (what its ratio and verdict compare it with).
+    on both with the highest objective (what its ratio and verdict compare it with). Under
+    ``capacity`` only: ``needed``, the load it had to hold (:func:`needed_load`); one that
+    holds less is ``short-of-load``, and one the real routing finds over the SLO at it
+    ``validation-failed`` (``reason`` says why).
     """
 
     candidate: Candidate
@@ -148,8 +196,10 @@ class Result:
     crossover_summary: str = ""
     runs: int = 0
     rank: int | None = None
+    floor_over: float | None = None
     on_front: bool = False
     dominated_by: Result | None = field(default=None, repr=False)
+    needed: float | None = None
 
 
 def stack_name(cluster: str, candidate: Candidate) -> str:
@@ -177,13 +227,21 @@ def refusal(exc: StackConfigError, candidate: Candidate) -> str:
     """The checks' problems with ``candidate`` in one line, each under what the user can change
     (the candidate's stack file does not exist): a worker group's key under the group
     (``2 x TP1 prefill on gpu-24gb, 4 a GPU: gpuMemoryUtilization = 0.22: ...``), a load key
-    as the workload's (``--workload promptTokens``), any other under the cluster stack's key."""
+    as the workload's (``--workload promptTokens``), any other under the cluster stack's key.
+    A problem with the transport the search set on a group (its ``kvTransfer``, ``env`` or
+    ``rdma``, :func:`recommend.space.transport_reason`) keeps the checks' reason without their
+    edit of the candidate and names the cluster's links instead."""
     parts = []
     for p in exc.problems:
         worker = re.fullmatch(r"topology\.workers\[(\d+)\]\.?(.*)", p.key)
         if worker is not None and int(worker[1]) < len(candidate.groups):
             where = candidate.groups[int(worker[1])].text()
             where += f": {worker[2]}" if worker[2] else ""
+            reason = transport_reason(worker[2], p.message)
+            if reason is not None:
+                shown = "" if p.value is None else f" = {p.value!r}"
+                parts.append(f"{where}{shown}: {reason}")
+                continue
         elif p.key.startswith("load."):
             where = f"--workload {p.key.removeprefix('load.')}"
         elif p.key.startswith("topology."):
@@ -202,9 +260,9 @@ def objective_value(figures: Figures, objective: Objective) -> float:
     return figures.goodput_tokens_per_s_per_gpu
 
 
-def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str] | None:
-    """(binding, reason) when a floor of ``b`` (every request's least latency, so any percentile's
-    too) is above an SLO bound (None: none is)."""
+def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str, float] | None:
+    """(binding, reason, the floor over the bound) when a floor of ``b`` (every request's least
+    latency, so any percentile's too) is above an SLO bound (None: none is)."""
     floors = {
         "ttft": b.ttft_floor_ms,
         "itl": b.itl_floor_ms,
@@ -214,19 +272,23 @@ def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str] | N
     for key, bound in slo.objectives().items():
         name, floor = objectives()[key].name, floors.get(objectives()[key].metric.key, 0.0)
         if floor > bound:
-            parts = f"prefill {b.prefill_ms:,.0f} ms"
+            parts = f"prefill {ms_text(b.prefill_ms)}"
             if b.copies_ms:
-                parts += f", host copies {b.copies_ms:,.0f} ms"
+                parts += f", host copies {ms_text(b.copies_ms)}"
             if b.link_ms:
-                parts += f", link {b.link_ms:,.0f} ms"
-            return name, (
-                f"{name} is at least {floor:,.0f} ms at any load ({parts} per "
-                f"request at best), over the SLO's {bound:,.6g} ms"
+                parts += f", link {ms_text(b.link_ms)}"
+            return (
+                name,
+                f"{name} is at least {ms_text(floor)} at any load ({parts} per request at "
+                f"best), over the SLO's {bound:,.6g} ms",
+                floor / bound,
             )
     return None
 
 
-def _binding(over: LoadPoint | None, open_loop: bool) -> str:
+def _binding(over: LoadPoint | None, open_loop: bool, needed: bool = False) -> str:
+    if over is None and needed:
+        return "none at the load needed (the search stops there)"
     if over is None:
         if open_loop:
             return "load ceiling (its request-rate bound)"
@@ -249,20 +311,27 @@ def time_candidate(
     gpus: int,
     workload: Workload | None = None,
     rate_ceiling: float = math.inf,
+    needed: float | None = None,
 ) -> Result:
     """Time one checked candidate (its result without ``candidate`` filled in: the caller's);
     ``workload``: what is sent (default: ``load``'s synthetic requests); an open loop's rate
-    is searched up to ``rate_ceiling`` (requests/s: the candidate's bound; default none)."""
+    is searched up to ``rate_ceiling`` (requests/s: the candidate's bound; default none).
+    ``needed`` (the capacity question, :func:`needed_load`): the search tries that load first
+    and stops there when it holds (:func:`recommend.load_search.required_load`; an open loop's
+    rate is searched up to it)."""
     sent = workload if workload is not None else Workload(load)
     runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, gpus, workload=sent)
     if sent.open_loop:
-        best, over = highest_rate(
-            runner, load.prefix_kinds, sent.start_rate, sent.in_flight_cap, rate_ceiling
-        )
+        start, top = sent.start_rate, rate_ceiling
+        if needed is not None:
+            start = top = min(needed, rate_ceiling)
+        best, over = highest_rate(runner, load.prefix_kinds, start, sent.in_flight_cap, top)
+    elif needed is not None:
+        best, over = required_load(runner, load.prefix_kinds, int(needed))
     else:
         best, over = highest_load(runner, load.prefix_kinds)
     result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
-    result.binding = _binding(over, sent.open_loop)
+    result.binding = _binding(over, sent.open_loop, needed is not None)
     if over is not None:
         result.over = Figures.of(over, gpus)
     if best is None:
@@ -286,7 +355,7 @@ def _deaf_to_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-TimingArgs = tuple[StackPlan, LoadConfig, Slo, int, Workload, float]
+TimingArgs = tuple[StackPlan, LoadConfig, Slo, int, Workload, float, float | None]
 
 
 def _time_in_worker(args: TimingArgs) -> Result:
@@ -316,12 +385,66 @@ def _screen_or_queue(
             result.crossover_summary = crossover(checked).summary()
         floor = floor_reason(b, problem.slo, best_case.max_tokens)
         if floor is not None:
-            result.binding, result.reason = floor
+            result.binding, result.reason, result.floor_over = floor
         else:
             queue.append(result)
         results.append(result)
     queue.sort(key=lambda r: (-(r.ceiling_value or 0.0), r.candidate.key))
     return queue
+
+
+def twin_classes(cfg: StackConfig) -> tuple[tuple[str, ...], ...]:
+    """The cluster's sets of two or more node classes that differ only in where their workers
+    land (``nodeSelector``, ``tolerations``): the same GPU, count of nodes and GPUs, memory,
+    time-slicing and calibration, so a candidate times the same on either."""
+    sets: dict[str, list[str]] = {}
+    for name, node_class in sorted(cfg.node_classes.items()):
+        shape = node_class.model_dump_json(exclude={"node_selector", "tolerations"})
+        sets.setdefault(shape, []).append(name)
+    return tuple(tuple(names) for names in sets.values() if len(names) > 1)
+
+
+def mirror_signature(candidate: Candidate, twins: Sequence[Sequence[str]]) -> tuple[Any, ...]:
+    """What ``candidate``'s timing depends on, the same for its mirrors: its knobs with the node
+    classes of each set of ``twins`` (:func:`twin_classes`) swapped every way, the least of
+    those (its groups in sorted order). Candidates with one signature are timed once."""
+    options = []
+    for renaming in itertools.product(*(itertools.permutations(group) for group in twins)):
+        rename = {
+            old: new
+            for group, order in zip(twins, renaming, strict=True)
+            for old, new in zip(group, order, strict=True)
+        }
+        options.append(
+            tuple(
+                sorted(
+                    astuple(replace(g, node_class=rename.get(g.node_class, g.node_class)))
+                    for g in candidate.groups
+                )
+            )
+        )
+    return (
+        min(options),
+        candidate.router,
+        candidate.kv_events,
+        candidate.transport,
+        candidate.max_batched_tokens,
+    )
+
+
+def _first_of_each(
+    batch: Sequence[Result], twins: Sequence[Sequence[str]], timed: Mapping[Any, Result]
+) -> list[Result]:
+    """The results of ``batch`` to time: the first of each mirror signature not ``timed``
+    yet (the others reuse its figures)."""
+    seen = set(timed)
+    first = []
+    for r in batch:
+        signature = mirror_signature(r.candidate, twins)
+        if signature not in seen:
+            seen.add(signature)
+            first.append(r)
+    return first
 
 
 def cluster_gpus(cfg: StackConfig) -> int:
@@ -357,15 +480,22 @@ def search(
     jobs: int = 1,
     progress: Progress | None = None,
     store: TimedStore | None = None,
+    headroom: float = DEFAULT_HEADROOM,
 ) -> list[Result]:
     """The staged search (the module docstring) over ``candidates`` of ``problem``'s cluster,
     timing in ``jobs`` processes; results ranked (``rank`` 1 first), then the rest by status
     and key. ``store``: where each timed candidate is kept as it finishes, and those it holds
-    already are taken from (``--resume``): the same inputs give the same ranking either way."""
+    already are taken from (``--resume``): the same inputs give the same ranking either way.
+    Under ``capacity`` each candidate is timed at the load needed (:func:`needed_load` with
+    ``headroom``), with no rate-ceiling screen (a smaller deployment may hold the load on
+    fewer GPUs whatever its tokens/s per cluster GPU), and ranked by :func:`rank_results`."""
     results: list[Result] = []
     queue = _screen_or_queue(problem, candidates, results)
     load, slo, sent = problem.load, problem.slo, problem.sent
+    needed = needed_load(load, headroom) if objective == "capacity" else None
     gpus = cluster_gpus(problem.cfg)
+    twins = twin_classes(problem.cfg)
+    timed: dict[tuple[Any, ...], Result] = {}  # by mirror_signature: the mirrors' timing
     best_value = 0.0
     done = 0
     pool = (
@@ -378,7 +508,7 @@ def search(
             batch = []
             for result in queue[start : start + BATCH]:
                 assert result.ceiling_value is not None and result.bounds is not None
-                if result.ceiling_value * margin < best_value:
+                if needed is None and result.ceiling_value * margin < best_value:
                     result.binding = result.bounds.limit
                     result.reason = (
                         f"at most {result.ceiling_value:,.0f} output tok/s per GPU at any load "
@@ -390,10 +520,20 @@ def search(
                 else:
                     batch.append(result)
             stored = _stored(store, batch)
+            fresh_ones = [r for r in batch if r.candidate.key not in stored]
+            to_time = _first_of_each(fresh_ones, twins, timed)
             args: list[TimingArgs] = [
-                (r.plan, load, slo, gpus, sent, r.bounds.requests_per_s if r.bounds else math.inf)
-                for r in batch
-                if r.plan is not None and r.candidate.key not in stored
+                (
+                    r.plan,
+                    load,
+                    slo,
+                    gpus,
+                    sent,
+                    r.bounds.requests_per_s if r.bounds else math.inf,
+                    needed,
+                )
+                for r in to_time
+                if r.plan is not None
             ]
             fresh = (
                 pool.imap(_time_in_worker, args)
@@ -403,7 +543,10 @@ def search(
             for result in batch:
                 t = stored.get(result.candidate.key)
                 if t is None:
-                    t = next(fresh)
+                    signature = mirror_signature(result.candidate, twins)
+                    if any(result is r for r in to_time):
+                        timed[signature] = next(fresh)
+                    t = timed[signature]
                     if store is not None:
                         store.put(result.candidate.key, timed_json(t))
                 result.status, result.binding, result.runs = t.status, t.binding, t.runs
@@ -417,7 +560,7 @@ def search(
     finally:
         if pool is not None:
             pool.terminate()
-    rank_results(results, objective)
+    rank_results(results, objective, needed)
     return sorted(results, key=_order)
 
 
@@ -456,7 +599,14 @@ def _stored(store: TimedStore | None, batch: Sequence[Result]) -> dict[str, Resu
     return found
 
 
-_STATUS_ORDER: dict[Status, int] = {"ranked": 0, "slo-not-met": 1, "screened": 2, "refused": 3}
+_STATUS_ORDER: dict[Status, int] = {
+    "ranked": 0,
+    "validation-failed": 1,
+    "short-of-load": 2,
+    "slo-not-met": 3,
+    "screened": 4,
+    "refused": 5,
+}
 
 
 def _order(r: Result) -> tuple[bool, int, int, str]:
@@ -484,10 +634,37 @@ def pareto_front(results: Sequence[Result]) -> set[str]:
     return {r.candidate.key for r in ranked if not any(_beats(o, r) for o in ranked)}
 
 
-def rank_results(results: Sequence[Result], objective: Objective) -> None:
+def held_load(figures: Figures) -> float:
+    """The load ``figures`` were timed at, as :func:`stated_load` counts it: an open loop's
+    rate, else the clients."""
+    return figures.rate if figures.rate is not None else float(figures.concurrency)
+
+
+def rank_results(
+    results: Sequence[Result], objective: Objective, needed: float | None = None
+) -> None:
     """Set ``rank`` of the ranked results: by the objective, then the key; ``pareto`` puts
     the Pareto front (:func:`pareto_front`) first, and sets each one's ``on_front`` or
-    ``dominated_by``."""
+    ``dominated_by``. Under ``capacity``, a ranked result that does not hold ``needed``
+    becomes ``short-of-load``; those that hold it rank by the fewest GPUs they use, then
+    goodput, then simplicity (:meth:`recommend.space.Candidate.simplicity`), then the key."""
+    if objective == "capacity" and needed is not None:
+        for r in results:
+            r.needed = needed
+            if r.status == "ranked" and r.best is not None and held_load(r.best) < needed:
+                r.status = "short-of-load"
+        holding = [r for r in results if r.status == "ranked" and r.value is not None]
+        holding.sort(
+            key=lambda r: (
+                r.gpus,
+                -(r.value or 0.0),
+                r.candidate.simplicity(),
+                r.candidate.key,
+            )
+        )
+        for i, r in enumerate(holding, 1):
+            r.rank = i
+        return
     front = pareto_front(results) if objective == "pareto" else set()
     ranked = [r for r in results if r.status == "ranked" and r.value is not None]
     members = [r for r in ranked if r.candidate.key in front]

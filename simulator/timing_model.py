@@ -99,6 +99,7 @@ frontend's own CPU, network latency besides the KV link, and KV events' delay.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections import OrderedDict
@@ -122,6 +123,12 @@ LEASE_S = 10.0
 entries expire 10 s after their last keep-alive (ai-dynamo/dynamo
 ``lib/runtime/src/storage/kv/file.rs``, ``DEFAULT_TTL``: "10s is the same as our etcd lease
 expiry")."""
+
+FIRST_HORIZON_STEPS = 4
+HORIZON_STEPS = 256
+"""How many decode steps a worker alone on its GPU times ahead (:meth:`_Worker._decode_steps`):
+at first, and at most. The figures do not depend on them (the steps a submitted request
+interrupts are not taken); only the work of timing steps not taken does."""
 
 OOM_EXIT_CODE = 137  # SIGKILL from the kernel's OOM killer: 128 + 9
 
@@ -303,6 +310,8 @@ class _Worker:
         self._computed: dict[_Request, int] = {}  # prompt tokens computed of a chunked request
         self.cache: OrderedDict[int, int] = OrderedDict()  # prefix id -> its tokens (LRU)
         self.wake = model.env.event()
+        self.arrived: simpy.Event | None = None  # a submit during a run of decode steps
+        self._horizon = FIRST_HORIZON_STEPS  # decode steps timed ahead (_decode_steps)
         self.mirror: ResidentMirror | None = None
         if spec.memory_limit is not None:
             one = block_bytes(model.topology.kv_bytes_per_token, model.constants.block_tokens)
@@ -342,6 +351,8 @@ class _Worker:
         self.waiting.append(request)
         if not self.wake.triggered:
             self.wake.succeed()
+        if self.arrived is not None and not self.arrived.triggered:
+            self.arrived.succeed()
 
     def _schedule(self, budget: float) -> tuple[list[_Request], int]:
         """The waiting requests whose prefill this step completes, and the prompt tokens it
@@ -379,6 +390,9 @@ class _Worker:
                 yield self.wake
                 self.wake = self.model.env.event()
                 continue
+            if not self.waiting and self.model.exclusive(self):
+                yield from self._decode_steps()
+                continue
             decoding = list(self.running)
             budget = step.max_batched_tokens
             prefills, uncached = self._schedule(
@@ -392,7 +406,7 @@ class _Worker:
                     return
             contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in decoding]
             yield self.model.env.timeout(step.host_s)
-            yield self.gpu.serve(step.gpu_s(uncached, contexts))
+            yield self.gpu.serve(self.gpu_s(uncached, len(contexts), sum(contexts), contexts))
             if not self.alive:
                 return
             now = self.model.env.now
@@ -416,6 +430,67 @@ class _Worker:
                     self._emit(r, self.model.env.now)
                     if not r.finished():
                         self.running.append(r)
+
+    def gpu_s(
+        self, prefill: int, batch: int, total: int, contexts: Sequence[int], grown: int = 0
+    ) -> float:
+        """The GPU seconds of a step of ``prefill`` uncached prompt tokens and ``batch``
+        decoding requests of ``total`` tokens of context (``contexts``, each ``grown`` tokens
+        longer): the worker's ``EngineStep.gpu_s``, kept in the run's step memo
+        (:func:`simulate_run`'s ``step_memo``) by those three numbers, the figures a step's time
+        depends on (``steptime/roofline.py`` ``EngineStep._decode_compute_s``: the batch's KV
+        read is its total context, its compute its size)."""
+        key = (self.spec.name, prefill, batch, total)
+        seconds = self.model.step_memo.get(key)
+        if seconds is None:
+            shown = [c + grown for c in contexts] if grown else contexts
+            seconds = self.model.step_memo[key] = self.spec.step.gpu_s(prefill, shown)
+        return seconds
+
+    def _decode_steps(self) -> Generator[simpy.Event, object, None]:
+        """Decode-only steps of the running requests, timed in one go: the steps the engine
+        loop above would take with nothing waiting, up to the one that ends the first running
+        request (at most ``_horizon`` of them: :data:`FIRST_HORIZON_STEPS`, doubled after each
+        run of steps nothing interrupted, up to :data:`HORIZON_STEPS`), on a GPU no other
+        worker shares (:meth:`_Model.exclusive`). Each step is the
+        loop's ``host_s`` then ``gpu_s(0, contexts)`` alone on the GPU, so its end is the same
+        float the loop's two events reach. A request submitted meanwhile joins the step after
+        the one in progress, as the loop would take it (:meth:`_schedule` at the step's end);
+        the steps after that are not taken. Tokens are emitted at the steps' ends."""
+        env, step = self.model.env, self.spec.step
+        running = list(self.running)
+        steps = min(min(r.remaining for r in running), self._horizon)
+        contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in running]
+        host, start = step.host_s, env.now
+        ends: list[float] = []
+        t = start
+        batch, total = len(contexts), sum(contexts)
+        for i in range(steps):
+            t += host
+            t += self.gpu_s(0, batch, total + i * batch, contexts, i)
+            ends.append(t)
+        self.arrived = env.event()
+        last = _timeout_at(env, ends[-1])
+        yield last | self.arrived
+        self.arrived = None
+        taken = steps
+        self._horizon = min(2 * self._horizon, HORIZON_STEPS)
+        if not last.processed and env.now < ends[-1]:
+            # the step in progress when the request came (or the one starting then) completes
+            taken = min(bisect.bisect_left(ends, env.now) + 1, steps)
+            self._horizon = FIRST_HORIZON_STEPS
+            if ends[taken - 1] > env.now:
+                yield _timeout_at(env, ends[taken - 1])
+        times = ends[:taken]
+        for r in running:
+            r.outcome.token_s.extend(times)
+            r.remaining -= taken
+        for r in running:
+            if r.remaining <= 0:
+                r.outcome.end_s = times[-1]
+                self.running.remove(r)
+                r.workers.discard(self.spec.name)
+                r.done.succeed()
 
     def _save_to_host(self, r: _Request) -> Generator[simpy.Event, object, None]:
         """save_kv_to_host: every block of the prompt, device -> host, blocking the engine; the
@@ -486,6 +561,18 @@ class _Worker:
             r.done.succeed()
 
 
+def _timeout_at(env: simpy.Environment, at_s: float) -> simpy.Event:
+    """A timeout that fires at ``at_s`` exactly (SimPy adds a delay to ``now``; the delay is
+    nudged by a unit in the last place until that sum is ``at_s``)."""
+    delay = at_s - env.now
+    for _ in range(4):
+        reached = env.now + delay
+        if reached == at_s:
+            break
+        delay = math.nextafter(delay, math.inf if reached < at_s else -math.inf)
+    return env.timeout(max(delay, 0.0))
+
+
 def request_workers_leave(r: _Request, worker: _Worker) -> None:
     """The request is no longer on ``worker`` (its prefill is done)."""
     r.workers.discard(worker.spec.name)
@@ -498,8 +585,10 @@ class _Model:
         constants: TimingConstants,
         requests: Sequence[SimRequest],
         model_hits: bool = False,
+        step_memo: dict[tuple[str, int, int, int], float] | None = None,
     ) -> None:
         self.env = simpy.Environment()
+        self.step_memo = {} if step_memo is None else step_memo
         self.model_hits = model_hits
         self.constants = constants
         self.topology = topology
@@ -509,6 +598,10 @@ class _Model:
                 gpus[w.gpu] = SharedServer(self.env, 1.0, constants.timeslice_efficiency)
         self.copying: dict[str, int] = {}  # host -> workers copying now
         self.workers = [_Worker(self, w, gpus[w.gpu]) for w in topology.workers]
+        sharing: dict[str, int] = {}
+        for w in topology.workers:
+            sharing[w.gpu] = sharing.get(w.gpu, 0) + 1
+        self._alone = {w.name for w in topology.workers if sharing[w.gpu] == 1}
         self.flows = FlowServer(self.env)
         self.requests = list(requests)
         self.next = 0
@@ -518,6 +611,16 @@ class _Model:
         self.kills: list[Kill] = []
         self.live: dict[int, _Request] = {}
         self.outcomes: list[Outcome] = []
+
+    def exclusive(self, worker: _Worker) -> bool:
+        """Whether ``worker``'s decode steps may be timed in one go (:meth:`_Worker.
+        _decode_steps`): it has the GPU to itself, cannot be OOMKilled (no host mirror), and
+        none of its running requests has failed."""
+        return (
+            worker.spec.name in self._alone
+            and worker.mirror is None
+            and not any(r.finished() for r in worker.running)
+        )
 
     def route(self, role: Role, spec: SimRequest) -> _Worker | None:
         """Dynamo's KV router: blocks to prefill (overlap weight 1) + active blocks; for the
@@ -690,6 +793,7 @@ def simulate_run(
     model_hits: bool = False,
     arrivals_s: Sequence[float] | None = None,
     warmup: int = 0,
+    step_memo: dict[tuple[str, int, int, int], float] | None = None,
 ) -> RunTiming:
     """Simulate one closed-loop run: ``concurrency`` clients send ``requests`` in order, all
     ``concurrency`` starting at once, as loadgen's measured loop starts
@@ -710,6 +814,11 @@ def simulate_run(
     before (:meth:`_Model.route`, each worker's LRU of its ``kv_capacity_tokens``), not the real
     Dynamo run's.
 
+    ``step_memo``: the engine steps' GPU seconds already computed, by (worker, prompt tokens,
+    decoding requests, their total context) (:meth:`_Worker.gpu_s`), filled as the run goes: a
+    caller timing several runs of one ``topology`` passes the same dict to each (a dict is not
+    valid for another topology's workers of the same names).
+
     Deterministic: the same inputs give the same timings on any machine, under any load.
 
     Raises:
@@ -726,7 +835,7 @@ def simulate_run(
     roles = {w.role for w in topology.workers}
     if "prefill" in roles and topology.same_node_link is None and topology.cross_node_link is None:
         raise ValueError("a topology with prefill workers needs a link")
-    model = _Model(topology, constants, requests, model_hits)
+    model = _Model(topology, constants, requests, model_hits, step_memo)
     if arrivals_s is not None:
         if len(arrivals_s) != len(requests):
             raise ValueError(f"{len(arrivals_s)} arrival times for {len(requests)} requests")

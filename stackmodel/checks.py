@@ -123,6 +123,54 @@ def oversubscription_problems(
     return out
 
 
+def host_memory_problems(
+    cfg: StackConfig, replicas: Sequence[ReplicaPlacement]
+) -> list[ConfigProblem]:
+    """Workers whose ``memoryLimit`` on one node add up to more than its class's
+    ``hostMemoryGiB`` (a class without it is not checked offline; preview reads each node's
+    allocatable memory, :mod:`clusterread.checks`): each worker's limit is its pod's memory
+    request (:mod:`stackmodel.topology`), and a host-buffering worker's sizing floor counts its
+    host mirror, so this is where a node's memory refuses host-buffered KV. One problem per
+    node class, at its first overfull node."""
+    out = []
+    limits = {}
+    for w in cfg.topology.workers:
+        try:
+            limits[w.name] = parse_quantity(w.memory_limit)
+        except ValueError:
+            continue  # the quantity's own check names it
+    for name, node_class in cfg.node_classes.items():
+        if node_class.host_memory_gib is None:
+            continue
+        host = math.floor(node_class.host_memory_gib * GI)
+        by_node: dict[int, dict[str, int]] = {}
+        for r in replicas:
+            if r.node_class == name and r.group in limits:
+                counts = by_node.setdefault(r.node, {})
+                counts[r.group] = counts.get(r.group, 0) + 1
+        for node, counts in sorted(by_node.items()):
+            total = sum(limits[g] * n for g, n in counts.items())
+            if total <= host:
+                continue
+            held = ", ".join(
+                f"{n} x '{g}' ({format_quantity(limits[g])})" for g, n in counts.items()
+            )
+            out.append(
+                ConfigProblem(
+                    f"nodeClasses.{name}.hostMemoryGiB",
+                    node_class.host_memory_gib,
+                    f"node {node} of node class '{name}' holds {held}: "
+                    f"{format_quantity(total)} of memory limits, more than its "
+                    f"{node_class.host_memory_gib:g} GiB; lower the workers' memoryLimit (a "
+                    "host-buffering worker's floor counts its host mirror: lower its "
+                    "gpuMemoryUtilization, or set kvTransfer.bufferDevice: cuda) or place fewer "
+                    "workers on the class",
+                )
+            )
+            break
+    return out
+
+
 def _room_fixes(cfg: StackConfig, name: str, last: int, wanted: int) -> tuple[Fix, ...]:
     """Fixes of an oversubscribed node class, those the stack passes with: fewer replicas of
     its last group; more time-sliced units per GPU (workers of one GPU each), with the shares
@@ -939,6 +987,7 @@ def check_stack(
         return missing + config_rules, None
     inputs = resolve_inputs(cfg)
     out = oversubscription_problems(cfg, inputs.replicas) + config_rules
+    out += host_memory_problems(cfg, inputs.replicas)
     tensor_parallel = tensor_parallel_problems(cfg, inputs)
     if tensor_parallel:
         return out + tensor_parallel, None

@@ -33,8 +33,15 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from configkeys.config_text import ConfigText
-from configkeys.suggest import did_you_mean
-from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, gb_per_s_text
+from configkeys.suggest import did_you_mean, same_name
+from kvpath.profile import (
+    LINK_PROFILES,
+    PLAUSIBLE_BYTES_PER_S,
+    PROFILE_FILE_SUFFIX,
+    LinkProfile,
+    ethernet_rate_mistake,
+    gb_per_s_text,
+)
 from stackmodel.engines import EngineKind, EngineProfile, engine_profile
 from stackmodel.errors import PROJECT, ConfigProblem
 from stackmodel.models import ModelGeometry
@@ -87,6 +94,15 @@ class NodeClass(CamelModel):
     )
     gpu_memory_gib: float = Field(gt=0, alias="gpuMemoryGiB", description="Memory of one GPU, GiB.")
     gpus_per_node: int = Field(default=1, ge=1, description="Physical GPUs per node.")
+    host_memory_gib: float | None = Field(
+        default=None,
+        gt=0,
+        alias="hostMemoryGiB",
+        description="Memory of one node for its pods, GiB (its allocatable memory: kubectl "
+        "describe node, Allocatable); when set, the checks refuse workers whose memory limits "
+        "on one node add up to more, offline (host-buffered KV's mirrors included); unset: "
+        "only preview checks it, from the cluster.",
+    )
     nodes: int = Field(
         default=1,
         ge=1,
@@ -97,11 +113,13 @@ class NodeClass(CamelModel):
     )
     gpu: ConfigText | GpuSpec | None = Field(
         default=None,
-        description="The GPU, for step times: a catalog name ("
+        description="The GPU, for step times: a catalog name, any case ("
         + ", ".join(sorted(GPU_CATALOG))
         + ") or {name, bf16DenseTflops, memoryGbPerS} (optional: fp8DenseTflops; interconnect "
         "and interconnectGbPerS, needed for tensor parallelism; memoryGb, deviceName and "
-        "aiconfigurator, each unknown when unset, as a catalog entry has them); default: "
+        "aiconfigurator, each unknown when unset, as a catalog entry has them; peerToPeer: "
+        "false for GeForce cards, which the catalog's rtx-3090 and rtx-4090 are, so KV in GPU "
+        "buffers between two of them goes through host memory); default: "
         "steptime.gpus.DEFAULT_GPU, and the simulation says so.",
     )
 
@@ -156,7 +174,7 @@ class NodeClass(CamelModel):
     def _known_gpu(cls, gpu: str | GpuSpec | None) -> str | GpuSpec | None:
         if isinstance(gpu, str):
             try:
-                catalog_gpu(gpu)
+                return catalog_gpu(gpu).name  # as the catalog spells it: RTX 3090 -> rtx-3090
             except KeyError as error:
                 raise ValueError(str(error)) from None
         return gpu
@@ -192,8 +210,32 @@ class Links(CamelModel):
         default="1gbe",
         description="Prefill and decode on different hosts: different node classes. On one "
         "node class of several nodes the scheduler places them, and the slower link is taken. "
-        + _LINK_FORMS,
+        + _LINK_FORMS
+        + " A plain number that is a common Ethernet rate in Gb/s (1, 10, 25, 40, 100, 200, 400)"
+        " is refused: write the profile (10gbe) or, for that many GB/s, {bytesPerS: ...}.",
     )
+
+    @field_validator("same_node", "cross_node", mode="before")
+    @classmethod
+    def _profile_spelling(cls, link: object) -> object:
+        """A profile name in any case and spacing (``10GbE``) as the profile spells it; a
+        number as text (``pulumi config set --path`` stores ``2.5`` as a string) as GB/s."""
+        if isinstance(link, str) and not link.endswith(PROFILE_FILE_SUFFIX):
+            with contextlib.suppress(ValueError):
+                return float(link)
+            return same_name(link, LINK_PROFILES) or link
+        return link
+
+    @field_validator("cross_node")
+    @classmethod
+    def _not_a_line_rate(cls, link: LinkSettingValue) -> LinkSettingValue:
+        """A plain number between hosts that is an Ethernet line rate in Gb/s is refused
+        (:func:`kvpath.profile.ethernet_rate_mistake`): read as GB/s it would make the link 8x
+        faster than that Ethernet, and the disaggregation verdict flip without a word."""
+        mistake = ethernet_rate_mistake(link) if isinstance(link, float) else None
+        if mistake is not None:
+            raise ValueError(mistake)
+        return link
 
 
 # --- engine and model ------------------------------------------------------------------------

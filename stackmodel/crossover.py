@@ -136,9 +136,10 @@ class Crossover:
             f"{self.stack_point.prompt_tokens:,}-token prompts ({per_token}{cache}; both grow "
             "about linearly with the prompt): of 1 GbE to RDMA, "
             + (", ".join(faster) if faster else "none")
-            + ". Pays: the KV path costs less than the prefill it takes off the decode GPU, "
-            "per request; whether TTFT and throughput improve is what testbed simulate "
-            "estimates."
+            + ". Pays: per request, the KV path costs less than the prefill it takes off the "
+            "decode GPU; testbed simulate (TTFT, throughput) and testbed recommend (goodput "
+            f"within an SLO) time the same link ({self.stack_point.link}) at a load, where "
+            "prefill on GPUs of its own can pay though one request's KV path does not."
         )
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from configkeys.config_text import ConfigText
+from configkeys.suggest import did_you_mean
 
 # Bytes per element of the `torch_dtype` (or `dtype`) named in a Hugging Face config.json.
 DTYPE_BYTES: dict[str, int] = {
@@ -337,6 +338,7 @@ def known_model(name: str) -> ModelGeometry:
         return KNOWN_MODELS[name]
     except KeyError:
         raise UnknownModelError(
-            f"unknown model {name!r}; known: {', '.join(sorted(KNOWN_MODELS))}. Give its "
+            f"unknown model {name!r}; {did_you_mean(name, KNOWN_MODELS)}known: "
+            f"{', '.join(sorted(KNOWN_MODELS))}. Give its "
             "geometry (numLayers, numKvHeads, headDim, numParameters) or its config.json instead"
         ) from None

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from kvpath.profile import LinkProfile, LinkSetting, resolve_link
+from kvpath.profile import LinkProfile, LinkSetting, host_staged, resolve_link
 from stackmodel.config import NodeClass, RouterMode, StackConfig, WorkerGroup
 from stackmodel.engine_args import EngineArg, parse_engine_args
 from stackmodel.engines import EngineProfile
@@ -49,6 +49,7 @@ from stackmodel.sizing import (
     build_sizing_report,
     tensor_parallel,
 )
+from stackmodel.ucx import UCX_TLS, moves_between_gpus
 from steptime.calibration_profile import CalibrationProfile, load_calibration_file
 from steptime.fit import SEED_FIT, fit_for
 from steptime.gpus import GpuSpec, resolve_gpu
@@ -327,7 +328,9 @@ class StackPlan:
             place_workers`).
         sharing_sets: the workers that may share one GPU at worst, per node class
             (:func:`~stackmodel.placement.gpu_sharing_sets`).
-        links: ``sameNode`` / ``crossNode`` -> the link profile of that setting.
+        links: ``sameNode`` / ``crossNode`` -> the link profile the stack's KV takes there
+            (:func:`kv_links`: chosen once, read by the sizing, ``render``'s verdict and
+            crossover, the simulation and ``testbed recommend``).
         gpu_notes: node class -> which default GPU it got (absent: the class names one).
         sizing: the sizing numbers and findings.
     """
@@ -441,19 +444,68 @@ def kv_link_key(
     ``crossNode``.
     """
     decode_classes = {w.node_class for w in cfg.topology.workers if w.role == "decode"}
-    if all(same_host(cfg, prefill.node_class, c) for c in decode_classes):
+    return link_key_between(cfg, prefill.node_class, decode_classes, links)
+
+
+def link_key_between(
+    cfg: StackConfig,
+    prefill_class: str,
+    decode_classes: Collection[str],
+    links: Mapping[LinkKey, LinkProfile],
+) -> LinkKey:
+    """:func:`kv_link_key` for a prefill group on ``prefill_class`` and decode groups on
+    ``decode_classes`` (node classes of ``cfg``): what a topology not yet a config (a search
+    candidate) would cross."""
+    if all(same_host(cfg, prefill_class, c) for c in decode_classes):
         return "sameNode"
-    node_class = cfg.node_classes[prefill.node_class]
+    node_class = cfg.node_classes[prefill_class]
     gpu_workers = cfg.engine.profile.gpu_workers
     alone = gpu_workers and node_class.gpu_units_per_node < 2
-    if prefill.node_class not in decode_classes or alone:
+    if prefill_class not in decode_classes or alone:
         return "crossNode"
     slower = links["crossNode"].bytes_per_s < links["sameNode"].bytes_per_s
     return "crossNode" if slower else "sameNode"
 
 
+def staged_through_host(cfg: StackConfig, group: WorkerGroup, gpu: GpuSpec) -> bool:
+    """True when a prefill group's KV, in GPU buffers, goes between two GPUs of its node
+    through host memory (:data:`kvpath.profile.HOST_STAGED`): its ``UCX_TLS`` has no
+    ``cuda_ipc`` (:func:`stackmodel.ucx.moves_between_gpus`), or its node's GPUs have no
+    peer-to-peer access (:attr:`steptime.gpus.GpuSpec.peer_to_peer`) and more than one of them
+    may hold the pair. False for host buffers (vLLM's own copies, :mod:`kvpath.copies`)."""
+    kv = group.kv_transfer
+    if group.role != "prefill" or kv is None or kv.buffer_device != "cuda":
+        return False
+    two_gpus = cfg.node_classes[group.node_class].gpus_per_node > 1
+    return not moves_between_gpus(group.env.get(UCX_TLS)) or (two_gpus and not gpu.peer_to_peer)
+
+
+def kv_links(cfg: StackConfig, inputs: StackInputs) -> dict[LinkKey, LinkProfile]:
+    """The links as the stack's KV takes them, chosen once for every consumer: the settings'
+    profiles (:attr:`StackInputs.links`), ``sameNode`` host-staged
+    (:func:`kvpath.profile.host_staged`) when a prefill group's GPU-buffer KV has no direct
+    path between its node's GPUs (:func:`staged_through_host`), and vLLM's host-copy rates a
+    probed profile carries (``sameNode``'s first) on both, as the simulation times every
+    host-buffered worker with them."""
+    links = dict(inputs.links)
+    same = links.get("sameNode")
+    staged = any(
+        staged_through_host(cfg, w, inputs.gpus[w.node_class]) for w in cfg.topology.workers
+    )
+    if same is not None and staged and cfg.engine.profile.moves_kv:
+        links["sameNode"] = host_staged(same)
+    probed = [p.host_copies for p in links.values() if p.host_copies is not None]
+    if probed:
+        links = {k: p.model_copy(update={"host_copies": probed[0]}) for k, p in links.items()}
+    return links
+
+
 def _group_plan(
-    cfg: StackConfig, index: int, inputs: StackInputs, geometry: ModelGeometry
+    cfg: StackConfig,
+    index: int,
+    inputs: StackInputs,
+    geometry: ModelGeometry,
+    links: dict[LinkKey, LinkProfile],
 ) -> GroupPlan:
     """One worker group of ``cfg`` (:class:`GroupPlan`), from resolved inputs."""
     group = cfg.topology.workers[index]
@@ -472,7 +524,7 @@ def _group_plan(
         fp8_weights=geometry.weight_dtype_bytes == FP8_BYTES,
         max_batched_tokens=max_batched_tokens(engine, args, gpu, node_class.gpu_memory_gib),
     )
-    key = kv_link_key(cfg, group, inputs.links) if group.role == "prefill" else None
+    key = kv_link_key(cfg, group, links) if group.role == "prefill" else None
     settings = {"sameNode": cfg.links.same_node, "crossNode": cfg.links.cross_node}
     return GroupPlan(
         index=index,
@@ -483,7 +535,7 @@ def _group_plan(
         engine=engine,
         engine_args=args,
         step=step,
-        kv_link=None if key is None else inputs.links[key],
+        kv_link=None if key is None else links[key],
         kv_link_setting=None if key is None else settings[key],
         prefill_table=prefill_table(
             measured_for(step, cfg.model.name, tp, geometry.kv_cache_dtype_bytes == FP8_BYTES)
@@ -631,7 +683,10 @@ def build_plan(cfg: StackConfig, inputs: StackInputs) -> StackPlan:
             "the stack's inputs do not resolve: " + "; ".join(p.render() for p in inputs.problems)
         )
     geometry = inputs.geometry
-    groups = tuple(_group_plan(cfg, i, inputs, geometry) for i in range(len(cfg.topology.workers)))
+    links = kv_links(cfg, inputs)
+    groups = tuple(
+        _group_plan(cfg, i, inputs, geometry, links) for i in range(len(cfg.topology.workers))
+    )
     sharing = tuple(gpu_sharing_sets(cfg))
     return StackPlan(
         cfg=cfg,
@@ -639,7 +694,7 @@ def build_plan(cfg: StackConfig, inputs: StackInputs) -> StackPlan:
         groups=groups,
         replicas=inputs.replicas,
         sharing_sets=sharing,
-        links=dict(inputs.links),
+        links=links,
         gpu_notes=dict(inputs.gpu_notes),
-        sizing=_sizing(cfg, geometry, groups, sharing, inputs.links),
+        sizing=_sizing(cfg, geometry, groups, sharing, links),
     )

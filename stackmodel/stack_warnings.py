@@ -10,12 +10,13 @@ from collections.abc import Sequence
 
 from pydantic.alias_generators import to_camel
 
-from kvpath.profile import LinkSetting
+from configkeys.suggest import closest
+from kvpath.profile import LinkSetting, gb_per_s_text
 from kvpath.versions import UpstreamRule, line_text, minor_of, rules_not_read_at, shipped_nixl
 from stackmodel.config import StackConfig
 from stackmodel.errors import PROJECT, ConfigWarning
 from stackmodel.models import GATED_MODELS, KNOWN_MODELS
-from stackmodel.plan import LinkKey, StackPlan
+from stackmodel.plan import GroupPlan, LinkKey, StackPlan, staged_through_host
 from stackmodel.platform import PlatformConfig
 from stackmodel.ucx import UCX_TLS, moves_between_gpus
 from steptime.gpus import GPU_CATALOG, datasheet_memory_gb
@@ -143,23 +144,45 @@ def placement_warnings(plan: StackPlan) -> list[ConfigWarning]:
 
 
 def same_node_link_warnings(plan: StackPlan) -> list[ConfigWarning]:
-    """A same-node KV path sized as the seed's host-memory TCP while the workers move KV in GPU
-    buffers with ``cuda_ipc``: UCX then copies between the node's GPUs over their interconnect
-    (NVLink or PCIe), not through TCP, so the default ``links.sameNode`` (``same-node-tcp``, 1
-    GB/s) understates it; said with the rate to set."""
+    """The same-node KV path of a prefill group whose KV is in GPU buffers, where the setting
+    and the path differ:
+
+    - ``links.sameNode`` left at the seed's host-memory TCP (``same-node-tcp``, 1 GB/s) while
+      UCX's ``cuda_ipc`` copies between GPUs that reach each other directly (NVLink or PCIe
+      peer-to-peer): the setting understates it; said with the interconnect's rate to set;
+    - a ``links.sameNode`` faster than host-memory TCP while the node's GPUs have no
+      peer-to-peer access (GeForce cards) or ``UCX_TLS`` has no ``cuda_ipc``
+      (:func:`stackmodel.plan.staged_through_host`): the KV is staged through host memory and
+      the plan takes ``same-node-tcp`` (:func:`kvpath.profile.host_staged`); said so."""
     cfg = plan.cfg
     out: list[ConfigWarning] = []
-    if cfg.links.same_node != "same-node-tcp":
-        return out
     for group in plan.groups:
         kv = group.group.kv_transfer
         if group.group.role != "prefill" or kv is None or kv.buffer_device != "cuda":
             continue
-        if not moves_between_gpus(group.group.env.get(UCX_TLS)):
+        if group.kv_link_setting != cfg.links.same_node or group.kv_link is None:
+            continue  # its KV crosses nodes: the sizing takes links.crossNode
+        if staged_through_host(cfg, group.group, group.gpu):
+            if cfg.links.same_node == "same-node-tcp" or group.kv_link.name != "same-node-tcp":
+                continue  # the setting is the host path, or a probe or a slower figure of it
+            out.append(
+                ConfigWarning(
+                    "links.sameNode",
+                    cfg.links.same_node,
+                    f"{PROJECT}:links.sameNode = {cfg.links.same_node!r}: prefill "
+                    f"'{group.name}' moves KV in GPU buffers between GPUs that cannot reach "
+                    f"each other directly ({_no_direct_path(group)}), so UCX stages it through "
+                    "host memory over TCP and the sizing and the simulation take same-node-tcp "
+                    f"({gb_per_s_text(group.kv_link.bytes_per_s)}); set links.sameNode: "
+                    "same-node-tcp, or probe the path (testbed probe kv-path STACK --in-cluster "
+                    "same-node)",
+                )
+            )
+            continue
+        if cfg.links.same_node != "same-node-tcp":
             continue
         spec = group.gpu if group.node_class.gpu is not None else None
-        same_node = group.kv_link_setting == cfg.links.same_node  # what the sizing takes
-        if not same_node or spec is None or spec.interconnect_gb_per_s is None:
+        if spec is None or spec.interconnect_gb_per_s is None:
             continue
         rate = f"{spec.interconnect_gb_per_s:g}"
         out.append(
@@ -176,6 +199,13 @@ def same_node_link_warnings(plan: StackPlan) -> list[ConfigWarning]:
             )
         )
     return out
+
+
+def _no_direct_path(group: GroupPlan) -> str:
+    """Why a group's GPU-buffer KV has no direct path between its node's GPUs, in a few words."""
+    if not moves_between_gpus(group.group.env.get(UCX_TLS)):
+        return f"UCX_TLS {group.group.env.get(UCX_TLS)!r} has no cuda_ipc"
+    return f"{group.gpu.name} has no peer-to-peer access"
 
 
 def platform_release_warnings(platform: PlatformConfig) -> list[ConfigWarning]:
@@ -338,9 +368,35 @@ def overlap_warnings(cfg: StackConfig) -> list[ConfigWarning]:
     return out
 
 
+def model_name_warnings(cfg: StackConfig) -> list[ConfigWarning]:
+    """A model name outside the catalog (:data:`stackmodel.models.KNOWN_MODELS`) whose geometry
+    the stack gives (``model.geometry`` or ``model.configJson``): nothing checks the name, which
+    the workers download, so a typo of a catalog model would pass; said with the closest catalog
+    model when one is close (:func:`configkeys.suggest.closest`)."""
+    name = cfg.model.name
+    given = cfg.model.geometry is not None or cfg.model.config_json is not None
+    if not given or name in KNOWN_MODELS:
+        return []
+    close = closest(name, KNOWN_MODELS)
+    hint = (
+        f"did you mean {close}? (a catalog model: drop model.geometry to take its geometry)"
+        if close is not None
+        else "check that Hugging Face has it by this name"
+    )
+    return [
+        ConfigWarning(
+            "model.name",
+            name,
+            f"{PROJECT}:model.name = {name!r} is not a catalog model: the geometry given is used "
+            f"and the workers download {name!r} as written; {hint}",
+        )
+    ]
+
+
 def stack_warnings(plan: StackPlan, *, with_hf_token: bool) -> list[ConfigWarning]:
     """Every warning of a graph stack's own config, in the order preview logs them: the sizing's,
-    deprecations, FP8 on a GPU without FP8, a gated model without a token, placement, the
+    deprecations, FP8 on a GPU without FP8, a gated model without a token, a model name outside
+    the catalog, placement, the
     same-node link, the release, overlapping keys."""
     cfg = plan.cfg
     return [
@@ -348,6 +404,7 @@ def stack_warnings(plan: StackPlan, *, with_hf_token: bool) -> list[ConfigWarnin
         *deprecation_warnings(cfg),
         *fp8_warnings(plan),
         *gated_model_warnings(cfg, with_hf_token=with_hf_token),
+        *model_name_warnings(cfg),
         *placement_warnings(plan),
         *same_node_link_warnings(plan),
         *release_warnings(plan),

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from configkeys.config_text import ConfigText
-from configkeys.suggest import did_you_mean
+from configkeys.suggest import did_you_mean, same_name
 
 FP8_GEMM_EFFICIENCY_RATIO = 0.89
 """How much of its FP8 peak an FP8 GEMM reaches, as a fraction of how much of its BF16 peak a
@@ -97,6 +97,11 @@ class GpuSpec(BaseModel):
         aiconfigurator: the efficiencies NVIDIA AIConfigurator's measured vLLM data give the
             GPU (``bench/aic_efficiencies.py``), which a worker without a calibration profile
             uses (``steptime.fit.fit_for``). None: not measured, the seed fit's are used.
+        peer_to_peer: whether two of these GPUs in one node reach each other's memory
+            directly (CUDA peer-to-peer, ``cuDeviceCanAccessPeer``): NVIDIA's driver disables it
+            on GeForce cards, so UCX's ``cuda_ipc`` cannot map one's memory in the other's
+            process and a KV transfer between two of them is staged through host memory
+            (:func:`kvpath.profile.kv_path_link`). Given figures default to True.
         source: where the figures come from (datasheet address, or "stack config").
     """
 
@@ -113,6 +118,7 @@ class GpuSpec(BaseModel):
     memory_gb: float | None = Field(default=None, gt=0)
     device_name: ConfigText | None = Field(default=None, min_length=1)
     aiconfigurator: AicEfficiencies | None = None
+    peer_to_peer: bool = True
     source: ConfigText = "stack config"
 
     @model_validator(mode="after")
@@ -168,6 +174,7 @@ def _gpu(
     device: str,
     fp8: float | None = None,
     aic: tuple[str, float, float, float] | None = None,
+    peer_to_peer: bool = True,
 ) -> GpuSpec:
     """A catalog entry; ``link``: (interconnect, the datasheet's bidirectional GB/s);
     ``memory_gb``: the datasheet's memory; ``device``: the name the driver reports; ``fp8``:
@@ -195,6 +202,7 @@ def _gpu(
             "memoryGb": memory_gb,
             "deviceName": device,
             "aiconfigurator": aiconfigurator,
+            "peerToPeer": peer_to_peer,
             "source": source,
         }
     )
@@ -324,6 +332,7 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             _ADA + "; FP8 with FP32 accumulate 330.3 TFLOPS dense; 1,008 GB/s GDDR6X, 24 GB",
             memory_gb=24,
             device="NVIDIA GeForce RTX 4090",
+            peer_to_peer=False,
             fp8=330.3,
         ),
         _gpu(
@@ -334,6 +343,7 @@ GPU_CATALOG: dict[str, GpuSpec] = {
             _AMPERE + "; 936 GB/s GDDR6X, 24 GB",
             memory_gb=24,
             device="NVIDIA GeForce RTX 3090",
+            peer_to_peer=False,
         ),
     )
 }
@@ -359,19 +369,23 @@ class UnknownGpuError(KeyError):
 
 
 def catalog_gpu(name: str) -> GpuSpec:
-    """The catalog entry ``name``.
+    """The catalog entry ``name``: its key or the name its driver reports, case, spaces and
+    hyphens aside (``RTX 3090``, ``NVIDIA GeForce RTX 3090`` -> ``rtx-3090``).
 
     Raises:
         UnknownGpuError: not in the catalog (the message lists the names and the other way).
     """
-    try:
-        return GPU_CATALOG[name]
-    except KeyError:
-        hint = did_you_mean(name, GPU_CATALOG)
-        raise UnknownGpuError(
-            f"unknown GPU {name!r}; {hint}known: {', '.join(sorted(GPU_CATALOG))}. Or give its "
-            "figures: {name: ..., bf16DenseTflops: ..., memoryGbPerS: ...}"
-        ) from None
+    key = same_name(name, GPU_CATALOG) or next(
+        (k for k, g in GPU_CATALOG.items() if g.device_name and same_name(name, [g.device_name])),
+        None,
+    )
+    if key is not None:
+        return GPU_CATALOG[key]
+    hint = did_you_mean(name, GPU_CATALOG)
+    raise UnknownGpuError(
+        f"unknown GPU {name!r}; {hint}known: {', '.join(sorted(GPU_CATALOG))}. Or give its "
+        "figures: {name: ..., bf16DenseTflops: ..., memoryGbPerS: ...}"
+    )
 
 
 def datasheet_memory_gb(setting: str | GpuSpec | None) -> float | None:

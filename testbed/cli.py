@@ -22,6 +22,7 @@ from testbed.compare import compare_command
 from testbed.console import EXIT_INTERRUPTED, EXIT_USAGE
 from testbed.diff_command import diff_command
 from testbed.export_command import export_command
+from testbed.import_command import import_command
 from testbed.init_stack import init_stack_command
 from testbed.load_command import load_command
 from testbed.load_role import load_role_command
@@ -94,6 +95,7 @@ DOCS = {
     "calibrate": "docs/simulation.md (testbed calibrate)",
     "serve": "docs/simulation.md (testbed serve)",
     "report": "docs/report.md",
+    "import": "docs/formats.md (testbed import)",
     "recommend": "docs/recommend.md",
     "probe": "docs/kv-path.md (The probe)",
     "init-stack": "README.md (Adapt it to your cluster), docs/config-reference.md",
@@ -115,6 +117,7 @@ app.command("compare", epilog=_epilog("compare"))(compare_command)
 app.command("calibrate", epilog=_epilog("calibrate"))(calibrate_command)
 app.command("serve", epilog=_epilog("serve"))(serve_command)
 app.command("report", epilog=_epilog("report"))(report_command)
+app.command("import", epilog=_epilog("import"))(import_command)
 app.command("recommend", epilog=_epilog("recommend"))(recommend_command)
 app.add_typer(probe_app, name="probe", epilog=_epilog("probe"))
 app.command("init-stack", epilog=_epilog("init-stack"))(init_stack_command)

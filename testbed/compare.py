@@ -117,6 +117,10 @@ def compare_command(
         from outputs.tables import table_console
 
         table_console(highlight=False).print(escape(provenance), soft_wrap=True)
+    for name, folder in zip(names, (a, b), strict=True):
+        source = imported_by(folder)
+        if source is not None:
+            typer.echo(f"{name} was measured by another tool: imported from {source}")
     print_verdicts(points, ab_comparisons(*points, confidence, noise_threshold), simulated)
     print_resource_note(a, b)
 
@@ -196,6 +200,21 @@ def simulated_by(folder: Path) -> str | None:
         return None
     simulated = data.get("simulated") if isinstance(data, dict) else None
     return simulated if isinstance(simulated, str) else None
+
+
+def imported_by(folder: Path) -> str | None:
+    """Which tool measured a results folder that ``testbed import`` wrote (its
+    ``result.json``'s ``imported``, as ``ImportSource.label`` says it); None when testbed
+    measured or simulated it, or the file is unreadable."""
+    from measurement.results import ImportSource
+    from outputs.folder_writer import RESULT_FILE
+
+    try:
+        data = json.loads((folder / RESULT_FILE).read_text())
+        source = ImportSource.model_validate(data["imported"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return source.label()
 
 
 def print_resource_note(a: Path, b: Path) -> None:

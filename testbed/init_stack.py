@@ -22,8 +22,8 @@ HEADER = """\
 # Made by `testbed init-stack {name} --from {source}`. Adapt it to your cluster, then check it
 # with `testbed render {name}` and `testbed simulate {name}` (README: "Adapt it to your cluster"):
 #   nodeClasses  one entry per kind of GPU node: nodeSelector (your nodes' labels),
-#                tolerations (their taints), gpu (e.g. l40s), gpuMemoryGiB, gpusPerNode,
-#                nodes, timeSlicing
+#                tolerations (their taints), gpu (e.g. l40s), gpuMemoryGiB, hostMemoryGiB,
+#                gpusPerNode, nodes, timeSlicing
 #   model        name (a Hugging Face id; known models need nothing else) or configJson (the
 #                model's config.json), maxModelLen
 #   topology     workers: role, replicas, nodeClass, gpuMemoryUtilization, memoryLimit

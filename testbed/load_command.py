@@ -172,6 +172,25 @@ def _check_tokenizer(tokenizer: str, model: str) -> None:
         raise ValueError(f"cannot read the tokenizer {tokenizer!r}: {message}") from None
 
 
+def _check_tls(config: LoadConfig) -> None:
+    """Raise ValueError naming `--ca-file` when its file is not a readable PEM of CAs."""
+    from loadgen.loops import tls_setting
+
+    try:
+        tls_setting(config)
+    except OSError as exc:
+        raise ValueError(
+            f"--ca-file {config.ca_file}: {exc.strerror or exc}; give a PEM file of the CA "
+            "certificate(s) that signed the server's certificate"
+        ) from None
+
+
+INSECURE_LINE = (
+    "warning: --insecure: the server's TLS certificate is not checked (anyone on the path can "
+    "read and answer these requests); recorded as insecure: true in the results folder"
+)
+
+
 def check_reachable(url: str, timeout_s: float) -> None:
     """Open (and close) one TCP connection to the server before the grid; no HTTP is sent.
 
@@ -353,6 +372,10 @@ def load_command(
     prefix_share: Annotated[float | None, _option("prefix_share", REQUESTS)] = None,
     max_tokens: Annotated[int | None, _option("max_tokens", REQUESTS)] = None,
     api: Annotated[str | None, _option("api", REQUESTS)] = None,
+    plain_openai: Annotated[
+        bool,
+        typer.Option("--plain-openai", help=_field_help("plain_openai"), rich_help_panel=REQUESTS),
+    ] = False,
     arrival: Annotated[
         str | None, _option("arrival", REQUESTS, "closed (fixed concurrency) or poisson.")
     ] = None,
@@ -381,6 +404,10 @@ def load_command(
         float | None, _option("request_timeout_s", CLIENT, "Deadline per request (s).")
     ] = None,
     max_connections: Annotated[int | None, _option("max_connections", CLIENT)] = None,
+    ca_file: Annotated[str | None, _option("ca_file", CLIENT, metavar="PATH")] = None,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help=_field_help("insecure"), rich_help_panel=CLIENT)
+    ] = False,
     workers: Annotated[int | None, _option("workers", CLIENT)] = None,
     no_ready_check: Annotated[
         bool,
@@ -487,6 +514,7 @@ def load_command(
                 "prefix_share": prefix_share,
                 "max_tokens": max_tokens,
                 "api": api,
+                "plain_openai": plain_openai or None,
                 "arrival": arrival,
                 "request_rate": request_rate,
                 "seed": seed,
@@ -494,11 +522,14 @@ def load_command(
                 "read_timeout_s": read_timeout_s,
                 "request_timeout_s": request_timeout_s,
                 "max_connections": max_connections,
+                "ca_file": ca_file,
+                "insecure": insecure or None,
                 "workers": workers,
                 "slo": slo_of(slo),
             },
             base=from_sets,
         )
+        _check_tls(load_config)
         if tokenizer is not None:
             _check_tokenizer(tokenizer, model)
         stack_text = _stack_text(stack, mocker)
@@ -584,7 +615,7 @@ def _load(
     from rich.markup import escape
 
     from kubeclient.pod_watch import pod_watch
-    from loadgen.readiness import NotServingError
+    from loadgen.readiness import NotServingError, RefusedAtOnceError
     from loadgen.runner import GridRun, run_grid
     from outputs.folder_writer import ResultsFolder, complete_runs, grid_settings
     from outputs.resume import ResumeError
@@ -602,6 +633,8 @@ def _load(
         except ResumeError as exc:
             fail(str(exc))
     check_reachable(url, load_config.connect_timeout_s)
+    if load_config.insecure:
+        stderr_line(INSECURE_LINE)
     ready = (
         ReadyCheck(successes=ready_successes, timeout_s=ready_timeout_s) if ready_check else None
     )
@@ -631,6 +664,8 @@ def _load(
                     on_run=None if _bar_shows(progress) else _run_line,
                 )
             )
+    except RefusedAtOnceError as exc:
+        fail(f"{exc}; no grid point was run", EXIT_NO_SUCCESS)
     except NotServingError as exc:
         fail(f"{exc}; no grid point was run (--no-ready-check skips this check)", EXIT_NO_SUCCESS)
     except ResumeError as exc:

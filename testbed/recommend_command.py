@@ -1,8 +1,9 @@
 """`testbed recommend`: which topology to deploy on a cluster for a workload and an SLO, and why
 the others lose (docs/recommend.md). Everything it prints and writes is SIMULATED.
 
-Exit codes: 0 a candidate meets the SLO; 1 none does (the nearest candidates and what binds are
-printed; the SLO is never relaxed); 2 a bad option, stack, file or SLO.
+Exit codes: 0 a candidate meets the SLO (under ``--objective capacity``, the default: at the
+workload's stated load x the headroom); 1 none does (what the best holds, the nearest candidates
+and what binds are printed; the SLO is never relaxed); 2 a bad option, stack, file or SLO.
 """
 
 from __future__ import annotations
@@ -34,45 +35,54 @@ def _cluster(
     stack: str | None, stack_file: Path | None, model: str | None
 ) -> tuple[str, dict[str, Any], Any]:
     """(name, raw config, validated config) of the cluster stack, ``model.name`` replaced by
-    ``model`` (:func:`_with_model`); exits 2 on a bad stack or file."""
+    ``model``; exits 2 on a bad stack or file, naming the stack file read (``--cluster-file``'s
+    own path). A model name outside the catalog beside its geometry is warned
+    (:func:`stackmodel.stack_warnings.model_name_warnings`)."""
     from stackmodel.config import project_values
-    from stackmodel.errors import StackConfigError
-    from stackmodel.stacks import StackFileError, load_stack, stack_config
-    from stackmodel.validation import validate_stack
+    from stackmodel.stack_warnings import model_name_warnings
+    from stackmodel.stacks import StackFileError, stack_config
 
     if (stack is None) == (stack_file is None):
         fail("give the cluster as one of --cluster STACK or --cluster-file FILE")
     try:
         if stack is not None:
-            name = stack
+            name, where = stack, f"--cluster {stack} (stacks/Pulumi.{stack}.yaml)"
             base = project_values(stack_config(stack)[0])
-            cfg = load_stack(stack).cfg  # the cluster stack passes the checks preview runs
         else:
             assert stack_file is not None
             import yaml
 
             name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
-            document = yaml.safe_load(stack_file.read_text())
+            where = f"--cluster-file {stack_file}"
+            try:
+                document = yaml.safe_load(stack_file.read_text())
+            except yaml.YAMLError as exc:
+                fail(f"{where}: not YAML: {' '.join(str(exc).split())}")
             config = document.get("config") if isinstance(document, dict) else None
             if not isinstance(config, dict):
-                fail(f"--cluster-file {stack_file}: no `config:` mapping (a stack file)")
+                fail(f"{where}: no `config:` mapping (a stack file)")
             base = project_values({k: v for k, v in config.items()})
-            cfg = validate_stack(name, base).cfg
-    except (FileNotFoundError, StackFileError, StackConfigError, OSError) as exc:
+    except (FileNotFoundError, StackFileError, OSError) as exc:
         fail(" ".join(str(exc).split()))
     if model is not None:
         base["model"] = {**(base.get("model") or {}), "name": model}
-        cfg = _with_model(name, base, cfg, model)
+        where = f"{where} with --model {model}"
+    cfg = _cluster_config(name, base, where)
+    for warning in model_name_warnings(cfg):
+        typer.echo(f"warning: {where}: {warning.render()}", err=True)
     return name, base, cfg
 
 
-def _with_model(name: str, base: dict[str, Any], cfg: Any, model: str) -> Any:
-    """The cluster's validated config ``cfg`` with ``base``'s model (``--model``). The cluster
-    contributes its node classes, links and model, engine and platform settings; its own
-    workers and load are replaced by each candidate's and the workload's, so a problem under
-    ``topology`` or ``load`` (its workers too small for the model) is not the cluster's: each
-    candidate is checked with the model instead. Exits 2 on any other problem."""
-    from stackmodel.config import ModelConfig
+def _cluster_config(name: str, base: dict[str, Any], where: str) -> Any:
+    """The cluster stack's config, checked as a cluster, not as a deployment: its node classes,
+    links, model, engine and platform settings are checked as ``testbed render`` checks them;
+    its own workers and load are replaced by each candidate's and the workload's, so a problem
+    under ``topology`` or ``load`` (its workers too small for the model, a memory floor) is not
+    the cluster's, and each candidate is checked instead. Exits 2 on any other problem, naming
+    ``where`` (the stack file and ``--model``)."""
+    from pydantic import ValidationError
+
+    from stackmodel.config import StackConfig
     from stackmodel.errors import StackConfigError
     from stackmodel.validation import validate_stack
 
@@ -81,8 +91,14 @@ def _with_model(name: str, base: dict[str, Any], cfg: Any, model: str) -> Any:
     except StackConfigError as exc:
         own = [p for p in exc.problems if not p.key.startswith(("topology", "load"))]
         if own:
-            fail(f"--model {model}: " + "; ".join(" ".join(p.render().split()) for p in own))
-    return cfg.model_copy(update={"model": ModelConfig.model_validate(base["model"])})
+            fail(f"{where}: " + "; ".join(" ".join(p.render().split()) for p in own))
+    shape = {k: v for k, v in base.items() if k not in ("load", "baselineStack")}
+    try:
+        return StackConfig.model_validate(shape, context={"stack": name})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        fail(f"{where}: {key}: {first['msg']}")
 
 
 def _too_few_tokens(
@@ -212,16 +228,15 @@ def _print_table(
     from rich.table import Table
 
     from outputs.tables import table_console
-    from recommend.outputs import shown_line
+    from recommend.outputs import per_gpu_name, shown_line
 
     console = table_console(highlight=False)
     table = Table(title="SIMULATED: testbed recommend")
-    for col in ("rank", "candidate", "tok/s/GPU", "load", "why"):
+    for col in ("rank", "candidate", per_gpu_name(inputs.objective), "load", "why"):
         table.add_column(col)
     shown = [r for r in results if r.rank is not None][:top]
-    shown += [r for r in results if r.status in ("slo-not-met", "screened")][
-        : max(0, top - len(shown))
-    ]
+    others = ("validation-failed", "short-of-load", "slo-not-met", "screened")
+    shown += [r for r in results if r.status in others][: max(0, top - len(shown))]
     for r in shown:
         table.add_row(
             str(r.rank or "-"),
@@ -237,14 +252,18 @@ def _print_table(
     console.print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
 
 
-def _nearest(results: list[Result], top: int = 3) -> list[str]:
-    """The candidates nearest the SLO and what binds, closest first (each objective's figure
-    at the lowest load that misses it, or a floor over it)."""
-    lines = []
+def _nearest(results: list[Result], slo: Any, top: int = 3) -> list[str]:
+    """The candidates nearest the SLO and what binds, closest first: by how far their worst
+    objective is over its bound of ``slo`` (its figure at the lowest load that misses it, or a
+    floor over it, ``Result.floor_over``), ties by key."""
+    bounds = slo.objectives()
+    lines: list[tuple[float, str, str]] = []
     for r in results:
         if r.status == "slo-not-met" and r.over is not None:
+            over = [v / bounds[k] for k, v in r.over.values_ms.items() if v and k in bounds]
             lines.append(
                 (
+                    max(over, default=float("inf")),
                     r.candidate.key,
                     f"{r.candidate.key} ({r.candidate.label()}): {r.binding} at "
                     f"{r.over.load_text()}: "
@@ -253,11 +272,33 @@ def _nearest(results: list[Result], top: int = 3) -> list[str]:
                     ),
                 )
             )
-        elif r.status == "screened" and r.reason.endswith("ms") and "at least" in r.reason:
+        elif r.status == "screened" and r.floor_over is not None:
             lines.append(
-                (r.candidate.key, f"{r.candidate.key} ({r.candidate.label()}): {r.reason}")
+                (
+                    r.floor_over,
+                    r.candidate.key,
+                    f"{r.candidate.key} ({r.candidate.label()}): {r.reason}",
+                )
             )
-    return [line for _, line in sorted(lines)[:top]]
+    return [line for *_, line in sorted(lines)[:top]]
+
+
+def _best_held(results: list[Result]) -> str:
+    """Under the capacity question, what the candidate holding the most of the load needed
+    holds: ``the best, c004 (...), holds 6 of the 10 clients needed`` ('' when none was timed
+    or under another objective)."""
+    from recommend.claims import holds_text
+    from recommend.search import held_load
+
+    timed = [
+        (held_load(r.best), r.value or 0.0, r.candidate.key, r)
+        for r in results
+        if r.needed is not None and r.best is not None
+    ]
+    if not timed:
+        return ""
+    best = max(timed, key=lambda t: t[:3])[3]
+    return f"the best, {best.candidate.key} ({best.candidate.label()}), {holds_text(best)}"
 
 
 def _refusals(results: list[Result], top: int = 5) -> list[str]:
@@ -346,6 +387,7 @@ def _space(
 
 
 def recommend_command(
+    ctx: typer.Context,
     cluster: Annotated[
         str | None,
         typer.Option(
@@ -386,8 +428,22 @@ def recommend_command(
     ] = "",
     objective: Annotated[
         str,
-        typer.Option(help="goodput-per-gpu, tokens-per-gpu or pareto.", rich_help_panel=SEARCH),
-    ] = "goodput-per-gpu",
+        typer.Option(
+            help="capacity (the fewest GPUs that serve the workload's stated load within the "
+            "SLO, with the headroom), goodput-per-gpu or tokens-per-gpu (the most from the "
+            "cluster at the highest load each holds), or pareto.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = "capacity",
+    headroom: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="capacity: hold the workload's stated load (its largest concurrency, or an "
+            "open loop's request rate) times this.",
+            rich_help_panel=SEARCH,
+        ),
+    ] = 1.2,
     fix: Annotated[
         list[str] | None,
         typer.Option(
@@ -431,10 +487,11 @@ def recommend_command(
         int,
         typer.Option(
             min=0,
-            help="Run the top K with the real Dynamo routing (the sim group) at the load found.",
+            help="Run the top K with the real Dynamo routing (the sim group) at the load found; "
+            "one over the SLO loses its rank; 0: none.",
             rich_help_panel=SEARCH,
         ),
-    ] = 0,
+    ] = 3,
     emit_stacks: Annotated[
         int, typer.Option(min=0, help="The top N as stack files.", rich_help_panel=OUTPUT)
     ] = 3,
@@ -455,8 +512,9 @@ def recommend_command(
         ),
     ] = False,
 ) -> None:
-    """Search the topologies a cluster can hold for the one that serves a workload best within
-    an SLO; rank them and say why each loses. SIMULATED.
+    """Search the topologies a cluster can hold for the one that serves the workload's load
+    (times --headroom) within an SLO on the fewest GPUs, validated with the real routing; rank
+    them and say why each loses. SIMULATED.
 
     Example: testbed recommend --cluster kv-routing --workload seed --slo ttft_p99_ms=1000
     """
@@ -468,7 +526,9 @@ def recommend_command(
 
     if validate_top:
         missing = missing_group(
-            "sim", "--validate-top runs the real Dynamo routing", "testbed recommend ..."
+            "sim",
+            "--validate-top (default 3) runs the real Dynamo routing; --validate-top 0 skips it",
+            "testbed recommend ...",
         )
         if missing is not None:
             fail(missing)
@@ -502,6 +562,9 @@ def recommend_command(
         emit_stacks,
         folder,
         resume,
+        headroom=headroom,
+        command=_command_line(ctx),
+        cluster_file=cluster_file,
     )
     try:
         found = recommend(request, _Printer())
@@ -517,14 +580,40 @@ def recommend_command(
     _print_outcome(found, folder)
 
 
+def _command_line(ctx: typer.Context) -> str:
+    """The command line as given (the options given on it, not their defaults), as the
+    outputs name it: ``testbed recommend --cluster-file c.yaml --slo ttft_p99_ms=1000``."""
+    import shlex
+
+    words = ["testbed", ctx.info_name or "recommend"]
+    for param in ctx.command.params:
+        name = param.name or ""
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        value, option = ctx.params[name], param.opts[0]
+        if getattr(param, "is_flag", False):
+            words.append(option)
+        else:
+            for item in value if isinstance(value, list | tuple) else [value]:
+                words += [option, str(item)]
+    return shlex.join(words)
+
+
 class _Printer:
     """What ``testbed recommend`` prints while :func:`recommend.run.recommend` runs
     (:class:`recommend.run.RecommendObserver`): the inputs' lines on stderr, a transient
-    progress bar over the search, each validation's line."""
+    progress bar over the search on a terminal, else (a CI log, ``nohup``) a plain line on
+    stderr per batch of candidates (:data:`recommend.search.BATCH`) and at the end; each
+    validation's line."""
 
     def __init__(self) -> None:
+        import sys
+
         self.bar: Any = None
         self.task: Any = None
+        self.plain = not sys.stderr.isatty()
+        self.cluster = ""
 
     def note(self, line: str) -> None:
         typer.echo(line, err=True)
@@ -532,15 +621,24 @@ class _Printer:
     def on_search(self, cluster: str) -> None:
         from rich.progress import Progress
 
+        self.cluster = cluster
+        if self.plain:
+            return
         self.bar = Progress(transient=True)
         self.bar.start()
         self.task = self.bar.add_task(f"timing the candidates of {cluster}", total=None)
 
     def on_candidate(self, done: int, total: int) -> None:
-        self.bar.update(self.task, completed=done, total=total)
+        from recommend.search import BATCH
+
+        if not self.plain:
+            self.bar.update(self.task, completed=done, total=total)
+        elif done % BATCH == 0 or done == total:
+            typer.echo(f"timing the candidates of {self.cluster}: {done} of {total}", err=True)
 
     def on_search_end(self) -> None:
-        self.bar.stop()
+        if self.bar is not None:
+            self.bar.stop()
 
     def on_validated(self, line: str) -> None:
         typer.echo(f"SIMULATED: {line}")
@@ -560,13 +658,17 @@ def _print_outcome(found: Recommendation, folder: Path) -> None:
     _print_table(results, first, inputs, 10, validations)
     if summary := validation_summary(results, first, inputs, validations):
         typer.echo(f"SIMULATED: {summary}")
+    for caveat in inputs.caveats:
+        typer.echo(f"caveat: {caveat}", err=True)
     if first is None:
+        if most := _best_held(results):
+            typer.echo(f"SIMULATED: no candidate holds the load needed: {most}", err=True)
         refused = all(r.status == "refused" for r in results)
         said = "the checks refuse every candidate, for" if refused else "the nearest"
         typer.echo(
             f"SIMULATED: no candidate meets the SLO ({inputs.slo.describe()}); {said}:", err=True
         )
-        for line in _refusals(results) if refused else _nearest(results):
+        for line in _refusals(results) if refused else _nearest(results, inputs.slo):
             typer.echo(f"  {line}", err=True)
         typer.echo(f"wrote {folder}/ (candidates.json says what binds each)", err=True)
         raise typer.Exit(EXIT_NO_SUCCESS)

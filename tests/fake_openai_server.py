@@ -9,16 +9,20 @@ connections and requests in flight.
 Faults of the transport, set on the server rather than per request: `redirects` (an ingress
 that answers a path with a redirect, after `redirect_s`), `responses_per_connection` (a server
 that closes a kept-alive connection after that many responses without saying so: the next
-request written to it is reset unread, and counted in `unread`), `metrics` (what GET /metrics
+request written to it is reset unread, and counted in `unread`), `idle_close_s` (a server that
+closes a kept-alive connection idle that long, with a FIN and without `Connection: close`, as
+an idle keep-alive timeout does: counted in `idle_closed`, `idle_closes` set on each), `tls` (an
+`ssl.SSLContext`: the server speaks HTTPS), `metrics` (what GET /metrics
 answers, made from the server's state: Prometheus text, or a `Status` for a failed scrape).
 A GET to a completions path is answered 405, as an OpenAI-compatible server's POST-only route
 is. A script of `Sleep`s then `Close` reads the request, works on it a while and drops it
-unanswered.
+unanswered; `Sleep`s then a `Status` answers that status after the wait (a gateway's timeout).
 """
 
 import asyncio
 import contextlib
 import json
+import ssl
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -166,6 +170,10 @@ class FakeServer:
     redirect_s: float = 0.0
     responses_per_connection: int | None = None
     unread: int = 0  # requests written to a connection this server had given up
+    idle_close_s: float | None = None
+    idle_closed: int = 0  # kept-alive connections closed for being idle `idle_close_s`
+    idle_closes: threading.Event = field(default_factory=threading.Event)
+    tls: ssl.SSLContext | None = None
     # GET /metrics: Prometheus text, or a `Status` to answer instead (a failed scrape)
     metrics: "Callable[[FakeServer], str | Status] | None" = None
     _server: asyncio.Server | None = None
@@ -175,10 +183,12 @@ class FakeServer:
     def url(self) -> str:
         assert self._server is not None
         port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
 
     async def __aenter__(self) -> "FakeServer":
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024)
+        self._server = await asyncio.start_server(
+            self._serve, "127.0.0.1", 0, backlog=1024, ssl=self.tls
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -202,7 +212,16 @@ class FakeServer:
                     writer.transport.abort()
                     return
                 served += 1
-                head = await reader.readuntil(b"\r\n\r\n")
+                try:
+                    head = await asyncio.wait_for(
+                        reader.readuntil(b"\r\n\r\n"), self.idle_close_s if served > 1 else None
+                    )
+                except TimeoutError:  # idle too long: closed (FIN), nothing said
+                    self.idle_closed += 1
+                    writer.close()
+                    await writer.wait_closed()
+                    self.idle_closes.set()
+                    return
                 self.paths.append(head.split(b" ", 2)[1].decode())
                 fields = (line.partition(b":") for line in head.split(b"\r\n")[1:] if line)
                 self.headers.append(
@@ -269,6 +288,9 @@ class FakeServer:
                 await asyncio.sleep(cast(Sleep, pause).seconds)
             writer.transport.abort()
             return False
+        while steps and isinstance(steps[0], Sleep) and isinstance(steps[-1], Status):
+            await asyncio.sleep(steps[0].seconds)  # waited, then answered (a gateway's 504)
+            steps = steps[1:]
         if steps and isinstance(steps[0], Status):
             status = steps[0]
             lines = "".join(f"{line}\r\n" for line in status.headers)

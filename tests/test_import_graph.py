@@ -76,6 +76,7 @@ COMMAND_MODULES = frozenset(
         "testbed.serve_command",
         "testbed.recommend_command",
         "testbed.export_command",
+        "testbed.import_command",
     }
 )
 """The modules whose functions are `testbed`'s commands. They are read for every `--help`, so

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from configkeys.config_text import ConfigText
 from workload.slo import Slo
 
 
@@ -159,6 +160,15 @@ class LoadConfig(BaseModel):
         "their mean.",
     )
     api: Api = Field(default=Api.CHAT, description="Endpoint: chat or completions.")
+    # The three client switches below are left out of a dump while off (`exclude_if`), so the
+    # settings of stacks and results folders written before them compare equal to today's.
+    plain_openai: bool = Field(
+        default=False,
+        exclude_if=lambda on: not on,
+        description="Send plain OpenAI request bodies, without Dynamo's nvext (the frontend's "
+        "per-request timing and worker ids are then not recorded): for servers that refuse "
+        "unknown request fields.",
+    )
     arrival: Arrival = Field(default=Arrival.CLOSED, description="closed loop or poisson.")
     request_rate: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="Requests/s for arrival=poisson."
@@ -177,6 +187,18 @@ class LoadConfig(BaseModel):
     max_connections: PositiveInt | None = Field(
         default=None,
         description="HTTP connection pool size; default: the run's concurrency.",
+    )
+    ca_file: ConfigText | None = Field(
+        default=None,
+        exclude_if=lambda path: path is None,
+        description="PEM file of the CA certificate(s) that an https server's certificate is "
+        "checked against, instead of the system's.",
+    )
+    insecure: bool = Field(
+        default=False,
+        exclude_if=lambda on: not on,
+        description="Do not check an https server's certificate at all (recorded with the "
+        "results).",
     )
 
     workers: PositiveInt | None = Field(
@@ -198,6 +220,11 @@ class LoadConfig(BaseModel):
         self._set_means()
         if self.slo is not None:
             self.slo.check_outputs(self.max_tokens)
+        if self.insecure and self.ca_file is not None:
+            raise ValueError(
+                "caFile and insecure both set: caFile checks the certificate against that CA, "
+                "insecure checks nothing; keep one"
+            )
         if self.arrival is Arrival.POISSON and self.request_rate is None:
             raise ValueError("arrival 'poisson' needs requestRate (requests/s > 0)")
         if self.arrival is Arrival.POISSON and (self.workers or 1) > 1:

@@ -52,7 +52,7 @@ DOCUMENTED = [
     ("kv-routing", "nodeClasses.gpu-24gb.gpuMemoryGiB", "24", 24.0),
     ("kv-routing", "engine.dynamoVersion", "1.6.2", "1.6.2"),
     ("kv-routing", "model.maxModelLen", "4096", 4096),
-    ("kv-routing", "links.crossNode", "10", 10.0),
+    ("kv-routing", "links.crossNode", "2.5", 2.5),
     ("platform", "platform.chartVersion", "1.6.2", "1.6.2"),
     ("platform", "platform.webhook.namespaceLabelValue", "true", "true"),
     ("platform", "platform.webhook.timeoutSeconds", "15", 15),

@@ -384,18 +384,23 @@ async def test_open_loop_short_of_its_offered_rate_says_so_and_why() -> None:
         result = await run_grid_async(GridRun(server.url, "m", config, None, progress=False))
     (run,) = result.runs
     assert run.offered_rate_per_s == 20.0 and run.max_in_flight == 1
-    assert run.sent_rate_per_s is not None and 5 < run.sent_rate_per_s < 10.5
+    # At most one 100 ms request at a time: at most 10 a second, fewer on a busy machine.
+    assert run.sent_rate_per_s is not None and 0 < run.sent_rate_per_s < 10.5
     assert run.queue_p99_ms is not None and run.queue_p99_ms > 100
     (warning,) = [w for w in result.warnings if "offered" in w]
     assert warning.startswith(
         f"K=1 c=1 rep 1: sent {run.sent_rate_per_s:.1f} of the offered 20.0 requests/s and "
         f"client queue p99 {run.queue_p99_ms:,.0f} ms next to a TTFT p50 of "
     )
-    assert (
-        "the in-flight cap was reached: 1 in flight, at most 1 (concurrency 1, pool of 1 "
-        "connections = maxConnections); at 20 req/s and a mean E2E of 0.10 s about 2 would be "
-        "in flight (Little's law); raise --concurrency and --max-connections"
-    ) in warning
+    little = re.search(
+        r"the in-flight cap was reached: 1 in flight, at most 1 \(concurrency 1, pool of 1 "
+        r"connections = maxConnections\); at 20 req/s and a mean E2E of (\d+\.\d\d) s about "
+        r"(\d+) would be in flight \(Little's law\); raise --concurrency and --max-connections",
+        warning,
+    )
+    assert little is not None, warning
+    mean_e2e_s = float(little.group(1))
+    assert mean_e2e_s >= 0.1 and abs(int(little.group(2)) - 20 * mean_e2e_s) <= 1
     text = table_text(seed_table(result.points))
     assert "offered" in text and "sent" in text and "queue" in text
     line = next(line for line in text.splitlines() if "/s, <=" in line)  # the open loop's row

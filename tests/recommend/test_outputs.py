@@ -5,6 +5,7 @@ under rank 1."""
 from __future__ import annotations
 
 import html
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -169,14 +170,61 @@ def test_under_pareto_front_members_trade_and_the_rest_are_judged_by_who_beats_t
 
 def test_the_kv_path_line_says_it_is_the_best_case() -> None:
     """The bounds time a request whose shared prefix is cached (recommend/bounds.py), so the
-    why-line says "at least" and names that case, not a typical request's cost."""
+    why-line says "at least" and names that case, with the prefix's tokens, not a typical
+    request's cost."""
     d2 = _result("d2", 2, 40.0, 60.0, ttft_p99_ms=900.0)
-    d2.bounds = Bounds(20.0, 5.0, 100.0, "link", prefill_ms=1.2, copies_ms=0.0, link_ms=7.4)
+    d2.bounds = Bounds(
+        20.0, 5.0, 100.0, "link", prefill_ms=12.4, copies_ms=0.0, link_ms=17.4, cached_tokens=2128
+    )
     assert kv_path(d2) == (
-        "each request pays at least ~7 ms on the link, its prefill at least 1 ms (the best "
-        "case: its shared prefix cached)"
+        "each request pays at least ~17 ms on the link, its prefill at least 12 ms (the best "
+        "case: its 2,128-token shared prefix cached)"
     )
     assert reason_line(d2, RESULTS[0]).endswith(kv_path(d2))
+
+
+def test_the_kv_path_line_agrees_with_a_workload_without_a_shared_prefix() -> None:
+    """With ``prefixShare: 0`` nothing is cached: the line names the shortest prompt, not a
+    cached prefix; a sub-millisecond prefill reads as such, never "0 ms"."""
+    d2 = _result("d2", 2, 40.0, 60.0, ttft_p99_ms=900.0)
+    d2.bounds = Bounds(20.0, 5.0, 100.0, "link", prefill_ms=0.42, copies_ms=3.14, link_ms=7.4)
+    assert kv_path(d2) == (
+        "each request pays at least ~3.1 ms of host copies and ~7.4 ms on the link, its prefill "
+        "at least 0.42 ms (the best case: its shortest prompt, no prefix shared)"
+    )
+    assert "cached" not in reason_line(d2, RESULTS[0])
+
+
+def _missing(attainment: float, tokens: float, goodput: float, **missed: float) -> Result:
+    """An aggregated candidate of 3 workers whose requests miss the SLO on their own."""
+    result = _result("a2", 2, goodput, 50.0, itl_p99_ms=40.0)
+    assert result.best is not None
+    result.candidate = Candidate((GroupShape("aggregated", "gpu-24gb", 3, per_gpu=3),), key="a2")
+    result.best = replace(
+        result.best,
+        attainment=attainment,
+        tokens_per_s_per_gpu=tokens,
+        goodput_tokens_per_s_per_gpu=goodput,
+        missed_by=dict(missed),
+    )
+    result.binding = "ITL p99"
+    return result
+
+
+def test_the_why_line_names_requests_missing_the_slo_with_goodput_and_raw_figures() -> None:
+    """27% of a2's requests miss ITL on their own: its goodput (88) is 0.73 of its raw output
+    (120, 1.09x rank 1's 110): the line names that share, the objective and both figures, not
+    its 3 workers against rank 1's 1; ranked by all tokens (``tokens-per-gpu``) the misses cost
+    nothing, and the workers are what differs."""
+    first = RESULTS[0]  # attainment 1.0, 110 output / 100 goodput tok/s per GPU
+    a2 = _missing(0.73, 120.0, 88.0, itl_p99_ms=0.27, ttft_p99_ms=0.02)
+    assert reason_line(a2, first, 1.25) == (
+        "0.88x (too close to call: within the margin 1.25): ITL p99 binds at 8 clients: 27% of "
+        "its requests miss the SLO on their own (ITL p99: 27%) against rank 1's 0%: goodput 88 "
+        "of 120 output tok/s per GPU (raw 1.09x rank 1's)"
+    )
+    by_tokens = reason_line(a2, first, 1.25, "tokens-per-gpu")
+    assert by_tokens.endswith(": 3 workers against rank 1's 1")
 
 
 def _validation(key: str, ttft: float, holds: bool) -> Validation:

@@ -159,7 +159,9 @@ def test_emitted_stacks_render(
         assert f"rank {result.rank} at {result.best.load_text()}, {per_run} measured" in plan
         assert f"--config stacks/Pulumi.{path.name.removeprefix('Pulumi.')}" in plan
     # Both node classes are RTX 4090s: rank 1's own run calibrates them, one profile.
-    assert "testbed calibrate out/load/kv-routing-rank1 --stack kv-routing-rank1 --out " in plan
+    assert (
+        "uv run testbed calibrate out/load/kv-routing-rank1 --stack kv-routing-rank1 --out " in plan
+    )
     assert (
         "`nodeClasses.gpu-24gb.calibration: calib/rtx-4090.json`, "
         "`nodeClasses.gpu-8gb.calibration: calib/rtx-4090.json`."
@@ -193,7 +195,20 @@ def test_plan_commands_run_from_the_project_root_and_calibrate_one_gpu_each(
     results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
     first = first_ranked(results)
     assert first is not None and first.candidate.label() == BOTH_GPUS_KV
-    inputs = Inputs("kv-routing", SHORT, SLO, "goodput-per-gpu", 1.25, cluster_gpus(cfg), "m")
+    cluster_file = tmp_path / "Pulumi.kv-routing.yaml"  # as --cluster-file gives it
+    cluster_file.write_text(
+        yaml.safe_dump({"config": {f"{PROJECT}:{k}": v for k, v in base.items()}})
+    )
+    inputs = Inputs(
+        "kv-routing",
+        SHORT,
+        SLO,
+        "goodput-per-gpu",
+        1.25,
+        cluster_gpus(cfg),
+        "m",
+        cluster_file=cluster_file,
+    )
     out = tmp_path / "out"
     paths = write_stacks(out, inputs, results, first, 1)
     assert [p.name for p in paths] == [
@@ -208,9 +223,11 @@ def test_plan_commands_run_from_the_project_root_and_calibrate_one_gpu_each(
     assert typed_path(stackmodel.stacks.REPO / "out/recommend/kv-routing") == (
         "out/recommend/kv-routing"
     )
-    calibrations = [line for line in plan.splitlines() if line.startswith("testbed calibrate")]
+    calibrations = [
+        line for line in plan.splitlines() if line.startswith("uv run testbed calibrate")
+    ]
     assert calibrations == [
-        "testbed calibrate out/load/kv-routing-rank2 --stack kv-routing-rank2 "
+        "uv run testbed calibrate out/load/kv-routing-rank2 --stack kv-routing-rank2 "
         "--out calib/rtx-4090.json"
     ]
     assert "No candidate on rtx-3090 alone (gpu-8gb) meets the SLO" in plan
@@ -226,7 +243,7 @@ def test_plan_commands_run_from_the_project_root_and_calibrate_one_gpu_each(
         lambda stack, settings=(): original(stack, settings, project),
     )
     monkeypatch.chdir(tmp_path)
-    assert main(shlex.split(calibrations[0])[1:]) == 2
+    assert main(shlex.split(calibrations[0])[3:]) == 2
     err = capsys.readouterr().err
     assert "out/load/kv-routing-rank2" in err and "one GPU" not in err
     # Rank 1's own run would not do: calibrate refuses a stack on two GPUs.
@@ -289,10 +306,11 @@ def test_bad_fix_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_an_emitted_stack_has_the_load_clients_its_records_need() -> None:
     """The seed's workload at 256 clients found (512 requests a run, 4 prefix kinds, 3
-    repetitions of 64-token answers: 9.6 MiB of records) outgrows one in-cluster load client's
+    repetitions of 64-token answers: 10.2 MiB of records) outgrows one in-cluster load client's
     8 MiB of log: the emitted stack asks for 2 clients, and passes the checks."""
     from recommend.search import Figures, check
     from stackmodel.errors import StackConfigError
+    from stackmodel.log_budget import record_line_bytes
     from stackmodel.validation import validate_stack
 
     base, cfg = _cluster()
@@ -307,5 +325,54 @@ def test_an_emitted_stack_has_the_load_clients_its_records_need() -> None:
     assert raw["load"]["concurrency"] == [256]
     assert (raw["load"]["requestsPerRun"], raw["load"]["clients"]) == (512, 2)
     assert validate_stack("kv-routing-rank1", raw).cfg.load.clients == 2
-    with pytest.raises(StackConfigError, match=r"9\.6 MiB .* set load\.clients to 2"):
+    # 6,144 records of at most record_line_bytes(64 tokens) each: 10.2 MiB.
+    assert 512 * 4 * 3 * record_line_bytes(64, LoadConfig().read_timeout_s) / 2**20 == (
+        pytest.approx(10.2, abs=0.05)
+    )
+    with pytest.raises(StackConfigError, match=r"10\.2 MiB .* set load\.clients to 2"):
         validate_stack("kv-routing-rank1", {**raw, "load": {**raw["load"], "clients": 1}})
+
+
+def test_mirrors_of_identical_node_classes_are_timed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second 8 GB class like the seed's (its own node selector): a candidate and its mirror
+    (the two 8 GB classes swapped) are timed once, each keeps its own name and the figures are
+    the mirror's; a candidate on the 24 GB class has no mirror."""
+    import copy
+
+    import recommend.search as search_module
+    from stackmodel.validation import validate_stack
+
+    base, _ = _cluster()
+    base = copy.deepcopy(base)
+    twin = copy.deepcopy(base["nodeClasses"]["gpu-8gb"])
+    twin["nodeSelector"] = {"dynamo-testbed/node-class": "gpu-8gb-b"}
+    base["nodeClasses"]["gpu-8gb-b"] = twin
+    cfg = validate_stack("kv-routing", base).cfg
+    assert search_module.twin_classes(cfg) == (("gpu-8gb", "gpu-8gb-b"),)
+    picked = _pick(
+        cfg,
+        "1 x TP1 aggregated on gpu-8gb; router kv",
+        "1 x TP1 aggregated on gpu-8gb-b; router kv",
+        "1 x TP1 aggregated on gpu-24gb; router kv",
+    )
+    timed: list[int] = []
+    time_candidate = search_module.time_candidate
+
+    def counted(*args: Any) -> Result:
+        timed.append(1)
+        return time_candidate(*args)
+
+    monkeypatch.setattr(search_module, "time_candidate", counted)
+    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
+    assert len(timed) == 2
+    by_label = {r.candidate.label(): r for r in results}
+    a = by_label["1 x TP1 aggregated on gpu-8gb; router kv"]
+    b = by_label["1 x TP1 aggregated on gpu-8gb-b; router kv"]
+    assert a.candidate.key != b.candidate.key
+    assert a.status == b.status == "ranked"
+    assert a.best == b.best and a.best is not None and a.best.concurrency > 1
+    assert b.plan is not None
+    alone = search_module.time_candidate(b.plan, SHORT, SLO, cluster_gpus(cfg))
+    assert alone.best == b.best  # the mirror's own timing gives the same figures

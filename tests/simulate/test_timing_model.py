@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Generator
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from kvpath.copies import DEFAULT_HOST_COPIES, d2h_seconds
 from kvpath.memory import HOST_BASE_BYTES
 from kvpath.profile import LINK_PROFILES, PLAUSIBLE_BYTES_PER_S, LinkProfile, resolve_link
+from simulator import timing_model
 from simulator.calibration import CONSTANTS
 from simulator.hardware import run_topology
 from simulator.timing_model import RunTopology, SimRequest, WorkerSpec, simulate_run
@@ -333,3 +335,55 @@ def test_measured_clients_start_at_once_when_the_warm_up_has_ended() -> None:
     assert min(o.sent_s for o in measured[3:]) > last
     with pytest.raises(ValueError, match=r"warmup must be 0\.\.9 requests, got 10"):
         simulate_run(RunTopology(workers=(worker,)), CONSTANTS, reqs, 3, warmup=10)
+
+
+@pytest.mark.parametrize("frontend", [True, False])
+@pytest.mark.parametrize("concurrency", [1, 3, 8])
+def test_decode_steps_timed_in_one_go_match_the_step_by_step_loop(
+    monkeypatch: pytest.MonkeyPatch, frontend: bool, concurrency: int
+) -> None:
+    """Two aggregated workers, each alone on its GPU (one aggregated worker and a time-sliced
+    pair beside it): the decode-only steps a worker alone on its GPU times in one go give the
+    same token times, to the nanosecond, as the engine loop taking them one by one; requests
+    submitted mid-run join the step after the one in progress, as in the loop."""
+    workers = (
+        WorkerSpec("a-0", "a", "aggregated", "g0/0", STEP, kv_capacity_tokens=40_000),
+        WorkerSpec("a-1", "a", "aggregated", "g1/0", STEP, kv_capacity_tokens=40_000),
+        WorkerSpec("b-0", "b", "aggregated", "g2/0", STEP, kv_capacity_tokens=40_000),
+        WorkerSpec("b-1", "b", "aggregated", "g2/0", STEP, kv_capacity_tokens=40_000),
+    )
+    topology = RunTopology(workers=workers, frontend=frontend)
+    reqs = [dataclasses.replace(r, output_tokens=8 + 37 * (r.index % 5)) for r in requests(60, 3)]
+    taken: list[int] = []
+    one_go = timing_model._Worker._decode_steps
+
+    def counted(self: timing_model._Worker) -> Generator[object, object, None]:
+        taken.append(1)
+        return (yield from one_go(self))
+
+    monkeypatch.setattr(timing_model._Worker, "_decode_steps", counted)
+    fast = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=6)
+    monkeypatch.setattr(timing_model._Model, "exclusive", lambda self, worker: False)
+    slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=6)
+    assert taken  # the workers alone on their GPU took the one-go path
+    assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
+    assert fast == slow
+
+
+def test_a_step_memo_kept_across_runs_changes_no_timing() -> None:
+    """The engine steps' GPU seconds kept across two runs of one topology: the second run
+    computes no step the first did not, and both time what a run without the memo times."""
+    topology = RunTopology(
+        workers=(
+            WorkerSpec("a-0", "a", "aggregated", "g0/0", STEP, kv_capacity_tokens=40_000),
+            WorkerSpec("a-1", "a", "aggregated", "g0/0", STEP, kv_capacity_tokens=40_000),
+        )
+    )
+    memo: dict[tuple[str, int, int, int], float] = {}
+    first = simulate_run(topology, CONSTANTS, requests(30, 2), 4, step_memo=memo)
+    kept = dict(memo)
+    again = simulate_run(topology, CONSTANTS, requests(30, 2), 4, step_memo=memo)
+    assert memo == kept and len(kept) > 10
+    assert first == again == simulate_run(topology, CONSTANTS, requests(30, 2), 4)
+    singles = [(key, seconds) for key, seconds in kept.items() if key[2] == 1]
+    assert singles and all(s == STEP.gpu_s(k[1], [k[3]]) for k, s in singles)

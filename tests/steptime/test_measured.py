@@ -161,17 +161,17 @@ def test_recommend_names_each_groups_source() -> None:
         candidate, "ranked", 10, best=best, rank=1, plan=NEBIUS_QWEN3_32B.plan("disaggregated")
     )
     seed = Result(candidate, "ranked", 1, best=best, rank=1, plan=load_stack("kv-routing"))
-    assert candidate_row(measured, None, 1.25)["stepTimes"] == {
-        "prefill-0": "AIConfigurator measured",
-        "decode-1": "AIConfigurator measured",
-    }
-    assert candidate_row(seed, None, 1.25)["stepTimes"] == {
-        "worker-24gb": "roofline x seed fit",
-        "worker-8gb": "roofline x seed fit",
-    }
     inputs = Inputs(
         "c", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "goodput-per-gpu", 1.25, 2, "m"
     )
+    assert candidate_row(measured, None, inputs)["stepTimes"] == {
+        "prefill-0": "AIConfigurator measured",
+        "decode-1": "AIConfigurator measured",
+    }
+    assert candidate_row(seed, None, inputs)["stepTimes"] == {
+        "worker-24gb": "roofline x seed fit",
+        "worker-8gb": "roofline x seed fit",
+    }
     header = stack_header(measured, None, inputs)
     assert (
         "# step times: prefill-0 AIConfigurator measured, decode-1 AIConfigurator measured\n"

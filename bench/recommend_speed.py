@@ -1,0 +1,171 @@
+"""`testbed recommend`'s search speed: the same searches with this tree's code and a base
+commit's, side by side, with both rankings and the ratio of their times.
+
+Run: `uv run --frozen --all-groups python bench/recommend_speed.py [CASE ...] [--base REV]
+[--jobs N] [--new-only]` (no GPU). The base commit (default: where this branch left ``main``)
+is checked out in a temporary git worktree and each case runs there and here, one after the
+other in fresh
+processes (the project's own modules imported from each tree, the libraries from this
+environment), so both see the same machine load; each prints its wall and CPU seconds (the
+process and its workers) with the load average before and after, the ranking's top 8 (key,
+tok/s per GPU, clients) of each, whether the two rankings agree (the same candidates in the
+same order, each figure within 1%), and new / base.
+
+Cases (default: all):
+
+- **seed**: the seed's cluster and grid (`kv-routing`), TTFT p99 <= 1 s, no validation;
+- **llama-1node** / **llama-2node**: Dynamo's published Llama-70B clusters (one node of 8 H100,
+  two), the published per-user rate as a TPOT p99 bound, as `bench/recommend_search.py` runs
+  them (the first SLO of the one-node case);
+- **qwen-h200**: the Qwen3-32B FP8 pair's cluster (2 x 8 H200, ``NEBIUS_QWEN3_32B``: 4,000 in
+  / 500 out, 10 requests per client), TPOT p99 <= 30 ms;
+- **long-output**: the seed's cluster and prefix kinds with 128-token prompts and 1,024-token
+  outputs, 130 requests a run, one repetition at concurrency 8 (the most the checks let one
+  load client's log hold), TTFT p99 <= 1 s; **short-output**: the same with 64-token outputs,
+  what its cost is compared with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CASES = ("seed", "llama-1node", "llama-2node", "qwen-h200", "long-output", "short-output")
+
+DRIVER = """
+import json, os, resource, sys, time
+import bench.recommend_search as b
+from recommend.search import Problem, search
+from recommend.space import candidates
+from recommend.workload import Workload
+from stackmodel.config import project_values
+from stackmodel.published import DYNAMO_LLAMA_70B, DYNAMO_LLAMA_70B_ONE_NODE, NEBIUS_QWEN3_32B
+from stackmodel.stacks import load_stack, stack_config
+from workload.config import LoadConfig
+from workload.slo import parse_slo
+
+case, jobs = sys.argv[1], int(sys.argv[2])
+if case in ("seed", "long-output", "short-output"):
+    base = project_values(stack_config("kv-routing")[0])
+    cfg = load_stack("kv-routing").cfg
+    load = LoadConfig()
+    if case != "seed":
+        load = load.model_copy(update={
+            "prompt_tokens": 128, "max_tokens": 1024 if case == "long-output" else 64,
+            "repetitions": 1, "concurrency": [8], "requests_per_run": 130,
+        })
+    sent, space, slo = Workload(load), candidates(cfg), parse_slo("ttft_p99_ms=1000")
+else:
+    pair = {"llama-1node": DYNAMO_LLAMA_70B_ONE_NODE, "llama-2node": DYNAMO_LLAMA_70B,
+            "qwen-h200": NEBIUS_QWEN3_32B}[case]
+    base, cfg, sent, space = b._published(pair)
+    tpot = 30.0 if pair.ratio is None else b._tpot_ms(pair)
+    slo = parse_slo(f"tpot_p99_ms={tpot}")
+
+def cpu():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+load_before, c0, w0 = os.getloadavg()[0], cpu(), time.monotonic()
+results = search(Problem(case, base, cfg, sent.load, slo, sent), space, jobs=jobs)
+wall, used = time.monotonic() - w0, cpu() - c0
+ranked = [r for r in results if r.rank is not None]
+print(json.dumps({
+    "wall_s": wall, "cpu_s": used, "load": [load_before, os.getloadavg()[0]],
+    "runs": sum(r.runs for r in results), "candidates": len(results),
+    "ranking": [[r.candidate.key, r.value, r.best.concurrency] for r in ranked],
+}))
+"""
+
+
+def run_case(tree: Path, case: str, jobs: int) -> dict[str, object]:
+    """One case's search in ``tree`` (a fresh process importing that tree's modules)."""
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER, case, str(jobs)],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def same_ranking(a: list[list[object]], b: list[list[object]]) -> bool:
+    """The same candidates in the same order, each figure within 1%."""
+    return len(a) == len(b) and all(
+        x[0] == y[0] and abs(float(x[1]) - float(y[1])) <= 0.01 * abs(float(y[1]))  # type: ignore[arg-type]
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def show(name: str, r: dict[str, object]) -> None:
+    load = r["load"]
+    assert isinstance(load, list)
+    print(
+        f"  {name}: {r['wall_s']:,.1f} s wall, {r['cpu_s']:,.1f} s CPU, {r['runs']} runs "
+        f"(load average {load[0]:.1f} -> {load[1]:.1f})"
+    )
+    ranking = r["ranking"]
+    assert isinstance(ranking, list)
+    for i, (key, value, clients) in enumerate(ranking[:8], 1):
+        print(f"    {i}. {key}: {value:,.0f} tok/s per GPU at {clients} clients")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", metavar="CASE", help=f"of {', '.join(CASES)}")
+    parser.add_argument("--base", help="default: where this branch left main (merge-base)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--new-only", action="store_true")
+    args = parser.parse_args()
+    if args.base is None:
+        args.base = subprocess.run(
+            ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()[:12]
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case {unknown[0]!r}: give one of {', '.join(CASES)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        base_tree = Path(tmp) / "base"
+        if not args.new_only:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), args.base],
+                check=True,
+                capture_output=True,
+            )
+        try:
+            for case in args.cases or CASES:
+                print(f"\n### {case}")
+                new = run_case(ROOT, case, args.jobs)
+                show("new", new)
+                if args.new_only:
+                    continue
+                old = run_case(base_tree, case, args.jobs)
+                show(f"base ({args.base})", old)
+                agree = same_ranking(new["ranking"], old["ranking"])  # type: ignore[arg-type]
+                print(
+                    f"  new / base: {float(new['wall_s']) / float(old['wall_s']):.2f}x wall, "  # type: ignore[arg-type]
+                    f"{float(new['cpu_s']) / float(old['cpu_s']):.2f}x CPU; the same ranking: "  # type: ignore[arg-type]
+                    f"{'yes' if agree else 'NO'}"
+                )
+        finally:
+            if not args.new_only:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
+                    check=False,
+                    capture_output=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
