@@ -56,6 +56,10 @@ PROVIDED_WHERE_USED = {
     # `testbed probe kv-path` copies KV blocks with the GPU server's own torch (vLLM's), and
     # says it skipped the copy part where torch is absent (kvpath/probe/gpu_part.py).
     "torch": "the GPU server's vLLM install",
+    # Measured step times on datacenter GPUs read aiconfigurator-core where the `calibrate` group
+    # installed it (Linux x86_64); without it every step is the roofline's, said once
+    # (steptime/measured.py `core_installed`).
+    "aiconfigurator_core": "the calibrate dependency group",
 }
 
 
