@@ -44,9 +44,12 @@ from stackmodel.sizing import (
     ComponentMemory,
     GpuAllocation,
     GpuWorker,
+    MAX_NUM_SEQS_FLAG,
     SizingReport,
     StackSizing,
     build_sizing_report,
+    default_max_num_seqs,
+    model_base_memory,
     tensor_parallel,
 )
 from stackmodel.ucx import UCX_TLS, moves_between_gpus
@@ -403,6 +406,19 @@ class StackPlan:
         }
 
 
+def base_memory(group: GroupPlan, context: int | None) -> str | int:
+    """A worker group's base memory (quantity or bytes): its ``baseMemory`` where the stack sets
+    it, else :func:`stackmodel.sizing.model_base_memory` for its ``max_num_seqs`` (the last
+    ``--max-num-seqs`` of its engine arguments, else vLLM's default for its GPU) and ``context``
+    (its max model length, :func:`max_model_len`)."""
+    if "base_memory" in group.group.model_fields_set:
+        return group.group.base_memory
+    flag = MAX_NUM_SEQS_FLAG
+    given = [int(a.value) for a in group.engine_args if a.flag == flag and a.value.isdigit()]
+    seqs = given[-1] if given else default_max_num_seqs(group.gpu, group.node_class.gpu_memory_gib)
+    return model_base_memory(seqs, context)
+
+
 def verdict_group(groups: Sequence[GroupPlan]) -> GroupPlan:
     """The worker group whose prefill the disaggregation verdict counts: the first prefill
     group, else (an aggregated stack) the first worker group."""
@@ -581,7 +597,7 @@ def _sizing(
             name=g.name,
             memory_limit=g.group.memory_limit,
             host_buffers_kv=g.group.host_buffers_kv,
-            base_memory=g.group.base_memory,
+            base_memory=base_memory(g, max_model_len(cfg, geometry)),
             shared_memory_size=g.group.shared_memory_size,
             tensor_parallel_size=g.group.tensor_parallel_size,
         )
