@@ -34,6 +34,8 @@ class ClusterView:
 
     Attributes:
         nodes: ``GET /api/v1/nodes`` items.
+        pods: ``GET /api/v1/pods`` items, every namespace's (read with the nodes), for
+            :func:`clusterread.gpu_shares.share_problems`.
         graphs: the DynamoGraphDeployments of every namespace ([] without the CRD).
         graphs_unlisted: why they could not be listed (e.g. ``403 Forbidden``; None: listed
             or not asked).
@@ -51,6 +53,7 @@ class ClusterView:
     """
 
     nodes: list[dict[str, Any]] | None = None
+    pods: list[dict[str, Any]] | None = None
     graphs: list[dict[str, Any]] | None = None
     graphs_unlisted: str | None = None
     releases: list[dict[str, Any]] | None = None
@@ -91,7 +94,8 @@ def read_cluster(
     ``namespace`` whether it exists and the stack's workloads running there (namespaced reads
     only, so a user bound to that namespace can run them), and which of ``access`` the user
     lacks (one ``SelfSubjectAccessReview`` each, ``authorization.k8s.io/v1``: allowed to every
-    authenticated user by the ``system:basic-user`` ClusterRole).
+    authenticated user by the ``system:basic-user`` ClusterRole). With ``nodes`` it reads the
+    pods of every namespace too (``GET /api/v1/pods``; refused, a line in ``unreadable``).
 
     Raises:
         ClusterReadError: no kubeconfig, unknown context, API unreachable or not answering
@@ -126,6 +130,12 @@ def read_cluster(
                         raise
                     # a user bound to the namespace: its own reads still answer
                     view.unreadable.append(f"nodes: {_reason(exc)}")
+                try:
+                    view.pods = get(core.list_pod_for_all_namespaces)
+                except ApiException as exc:
+                    if exc.status != 403:
+                        raise
+                    view.unreadable.append(f"pods of every namespace: {_reason(exc)}")
             if release is not None:  # the release's namespace, not the stack's own
                 release_namespace, name = release
                 selector = f"owner=helm,name={name}"

@@ -23,7 +23,14 @@ from stackmodel.freeform import config_json_problems, freeform_problems
 from stackmodel.log_budget import log_budget_problem
 from stackmodel.models import ModelGeometry
 from stackmodel.placement import ReplicaPlacement, group_of
-from stackmodel.plan import StackInputs, StackPlan, build_plan, kv_link_key, resolve_inputs
+from stackmodel.plan import (
+    StackInputs,
+    StackPlan,
+    base_memory,
+    build_plan,
+    kv_link_key,
+    resolve_inputs,
+)
 from stackmodel.quantities import (
     GI,
     TENSOR_PARALLEL_SHARED_MEMORY,
@@ -296,12 +303,12 @@ def tensor_parallel_problems(cfg: StackConfig, inputs: StackInputs) -> list[Conf
             )
         try:
             shm = parse_quantity(w.shared_memory_size)
-            parse_quantity(w.base_memory)
+            base = parse_quantity(base_memory(cfg, w, gpu, geometry))
         except ValueError:
             continue  # sizing_problems names the quantity
         if shm < parse_quantity(TENSOR_PARALLEL_SHARED_MEMORY):
             floor = memory_floor_bytes(
-                parse_quantity(w.base_memory) * tp,
+                base * tp,
                 parse_quantity(TENSOR_PARALLEL_SHARED_MEMORY),
                 0,
             )

@@ -427,7 +427,9 @@ class WorkerGroup(CamelModel):
         description="Memory the worker needs without host-buffered KV and /dev/shm, per GPU "
         "process (a tensor-parallel worker runs one per GPU: the floor counts "
         "tensorParallelSize of them); the sizing floor adds sharedMemorySize and the host "
-        "mirror on top (3,328Mi + 256Mi = 3,584Mi: every part-3 run passed with it).",
+        "mirror on top (3,328Mi + 256Mi = 3,584Mi: every part-3 run passed with it). Unset: "
+        "3,328Mi with the seed's token tables (256 request slots x 8,192 tokens x 5 B) replaced "
+        "by the worker's (vLLM's max_num_seqs x max model length x 5 B).",
     )
     shared_memory_size: ConfigText = Field(
         default=DEFAULT_SHARED_MEMORY,

@@ -41,12 +41,15 @@ from stackmodel.models import (
 from stackmodel.placement import ReplicaPlacement, gpu_sharing_sets, place_workers
 from stackmodel.quantities import GI, parse_quantity
 from stackmodel.sizing import (
+    MAX_NUM_SEQS_FLAG,
     ComponentMemory,
     GpuAllocation,
     GpuWorker,
     SizingReport,
     StackSizing,
     build_sizing_report,
+    default_max_num_seqs,
+    model_base_memory,
     tensor_parallel,
 )
 from stackmodel.ucx import UCX_TLS, moves_between_gpus
@@ -417,6 +420,24 @@ class StackPlan:
         }
 
 
+def base_memory(
+    cfg: StackConfig, group: WorkerGroup, gpu: GpuSpec, geometry: ModelGeometry | None
+) -> str | int:
+    """A worker group's base memory (quantity or bytes): its ``baseMemory`` where the stack sets
+    it, else :func:`stackmodel.sizing.model_base_memory` for its ``max_num_seqs`` (the last
+    ``--max-num-seqs`` of the engine's then the group's ``extraArgs``, else vLLM's default for
+    its GPU, ``gpu``) and its max model length (:func:`max_model_len`; ``model.maxModelLen``
+    alone without the model's ``geometry``)."""
+    if "base_memory" in group.model_fields_set:
+        return group.base_memory
+    args = parse_engine_args([*cfg.engine.extra_args, *group.extra_args])
+    given = [int(a.value) for a in args if a.flag == MAX_NUM_SEQS_FLAG and a.value.isdigit()]
+    gpu_memory_gib = cfg.node_classes[group.node_class].gpu_memory_gib
+    seqs = given[-1] if given else default_max_num_seqs(gpu, gpu_memory_gib)
+    context = cfg.model.max_model_len if geometry is None else max_model_len(cfg, geometry)
+    return model_base_memory(seqs, context)
+
+
 def verdict_group(groups: Sequence[GroupPlan]) -> GroupPlan:
     """The worker group whose prefill the disaggregation verdict counts: the first prefill
     group, else (an aggregated stack) the first worker group."""
@@ -607,7 +628,7 @@ def _sizing(
             name=g.name,
             memory_limit=g.group.memory_limit,
             host_buffers_kv=g.group.host_buffers_kv,
-            base_memory=g.group.base_memory,
+            base_memory=base_memory(cfg, g.group, g.gpu, geometry),
             shared_memory_size=g.group.shared_memory_size,
             tensor_parallel_size=g.group.tensor_parallel_size,
         )

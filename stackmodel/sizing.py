@@ -809,20 +809,81 @@ MAX_BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
 """vLLM's flag of a worker's per-step token budget."""
 
 
+def _default_tier(gpu: GpuSpec, gpu_memory_gib: float) -> int:
+    """Which of vLLM's API-server defaults a GPU gets (``EngineArgs.get_batch_defaults``): 0 from
+    :data:`HUGE_GPU_GIB` GiB up, 1 from :data:`BIG_GPU_GIB` GiB up on a GPU whose device name
+    (:attr:`steptime.gpus.GpuSpec.device_name`, lowercased as vLLM does; the label where it is
+    unknown) has no "a100", 2 otherwise."""
+    if gpu_memory_gib >= HUGE_GPU_GIB:
+        return 0
+    device = gpu.name if gpu.device_name is None else gpu.device_name.lower()
+    return 1 if gpu_memory_gib >= BIG_GPU_GIB and "a100" not in device else 2
+
+
 def default_max_batched_tokens(gpu: GpuSpec, gpu_memory_gib: float) -> int:
     """vLLM's per-step token budget of a worker without ``--max-num-batched-tokens``: its default
     for an API server, the context Dynamo's vLLM worker builds its engine in
     (``UsageContext.OPENAI_API_SERVER``, ai-dynamo 1.6.1 ``dynamo/vllm/main.py`` line 686;
     ``vllm serve`` uses the same), by the GPU's memory (``gpu_memory_gib``, the node class's
-    ``gpuMemoryGiB``): :data:`MAX_BATCHED_TOKENS_HUGE` from :data:`HUGE_GPU_GIB` GiB up,
-    :data:`MAX_BATCHED_TOKENS_BIG` from :data:`BIG_GPU_GIB` GiB up on a GPU whose device name
-    (:attr:`steptime.gpus.GpuSpec.device_name`, lowercased as vLLM does; the label where it is
-    unknown) has no "a100", :data:`MAX_BATCHED_TOKENS_OTHER` otherwise."""
-    if gpu_memory_gib >= HUGE_GPU_GIB:
-        return MAX_BATCHED_TOKENS_HUGE
-    device = gpu.name if gpu.device_name is None else gpu.device_name.lower()
-    big = gpu_memory_gib >= BIG_GPU_GIB and "a100" not in device
-    return MAX_BATCHED_TOKENS_BIG if big else MAX_BATCHED_TOKENS_OTHER
+    ``gpuMemoryGiB``, :func:`_default_tier`): :data:`MAX_BATCHED_TOKENS_HUGE`,
+    :data:`MAX_BATCHED_TOKENS_BIG` or :data:`MAX_BATCHED_TOKENS_OTHER`."""
+    tiers = (MAX_BATCHED_TOKENS_HUGE, MAX_BATCHED_TOKENS_BIG, MAX_BATCHED_TOKENS_OTHER)
+    return tiers[_default_tier(gpu, gpu_memory_gib)]
+
+
+MAX_NUM_SEQS_BIG, MAX_NUM_SEQS_OTHER = 1_024, 256
+"""vLLM's default ``max_num_seqs`` for an API server on a GPU of :func:`_default_tier` 0 or 1
+(1,024) and on every other GPU (256) (vLLM 0.31.0 ``vllm/engine/arg_utils.py``,
+``EngineArgs.get_batch_defaults``, L2864-2887)."""
+
+MAX_NUM_SEQS_FLAG = "--max-num-seqs"
+"""vLLM's flag of the most requests one worker schedules at once."""
+
+TOKEN_TABLE_BYTES_PER_SLOT = 5
+"""Host bytes per (request slot x token of ``max_model_len``) of a vLLM worker's input batch:
+``InputBatch`` allocates ``token_ids_cpu_tensor`` (int32, 4 B) and ``is_token_ids_tensor``
+(bool, 1 B), each of shape ``(max_num_reqs, max_model_len)``, with ``torch.zeros`` (which
+writes them, so every page is resident) when the model runner starts (vLLM 0.31.0
+``vllm/v1/worker/gpu_input_batch.py``, lines 132-145)."""
+
+SEED_MAX_NUM_SEQS, SEED_MAX_MODEL_LEN = MAX_NUM_SEQS_OTHER, 8_192
+"""The seed's workers, where :data:`~stackmodel.quantities.DEFAULT_BASE_MEMORY` was found: vLLM's
+default ``max_num_seqs`` on its 24 GB and 8 GB GPUs and its ``--max-model-len 8192``."""
+
+
+def default_max_num_seqs(gpu: GpuSpec, gpu_memory_gib: float) -> int:
+    """vLLM's ``max_num_seqs`` of an API-server worker without ``--max-num-seqs``
+    (:data:`MAX_NUM_SEQS_BIG` or :data:`MAX_NUM_SEQS_OTHER`, by :func:`_default_tier`)."""
+    return MAX_NUM_SEQS_OTHER if _default_tier(gpu, gpu_memory_gib) == 2 else MAX_NUM_SEQS_BIG
+
+
+def token_table_bytes(max_num_seqs: int, max_model_len: int) -> int:
+    """Host bytes of a vLLM worker's token tables (:data:`TOKEN_TABLE_BYTES_PER_SLOT` per
+    request slot and token): 10 MiB for the seed's 256 x 8,192, 640 MiB for 1,024 x 131,072."""
+    return TOKEN_TABLE_BYTES_PER_SLOT * max_num_seqs * max_model_len
+
+
+def model_base_memory(max_num_seqs: int, max_model_len: int | None) -> int:
+    """A vLLM worker process's base memory (bytes; without host-buffered KV and /dev/shm) for
+    ``max_num_seqs`` and ``max_model_len`` (None: unknown, the seed's base as it is): the seed's
+    :data:`~stackmodel.quantities.DEFAULT_BASE_MEMORY` with its token tables
+    (:func:`token_table_bytes` at :data:`SEED_MAX_NUM_SEQS` x :data:`SEED_MAX_MODEL_LEN`)
+    replaced by these.
+
+    The rest of the seed's figure (CUDA context, PyTorch, the Python process, the tokenizer) is
+    taken as it is for every model: one figure cannot split it further. The weights are not in
+    it: vLLM 0.31.0 reads safetensors through a memory map by default (``LoadConfig.
+    safetensors_load_strategy`` None or "lazy", ``vllm/config/load.py`` lines 65-77;
+    ``safetensors_weights_iterator``, ``vllm/model_executor/model_loader/weight_utils.py``
+    lines 1162-1168: ``safe_open`` and ``get_tensor`` per tensor, copied to the GPU), so the
+    file's pages are page cache: cgroup v2 counts them in ``memory.current`` but reclaims them
+    before the OOM killer acts. ``--safetensors-load-strategy eager`` reads a whole file into
+    process memory (lines 1126-1128) and is not in this floor."""
+    base = parse_quantity(DEFAULT_BASE_MEMORY)
+    if max_model_len is None:
+        return base
+    seed_tables = token_table_bytes(SEED_MAX_NUM_SEQS, SEED_MAX_MODEL_LEN)
+    return base - seed_tables + token_table_bytes(max_num_seqs, max_model_len)
 
 
 def tensor_parallel(geometry: ModelGeometry, gpu: GpuSpec, size: int) -> TensorParallel | None:

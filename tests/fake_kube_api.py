@@ -1,7 +1,8 @@
 """A tiny fake Kubernetes API server (aiohttp, 127.0.0.1, free port) for the pod watch, cluster
 check and in-cluster tests: `GET /api/v1/namespaces/<ns>/pods` lists the pods (label selector
-applied), and with `?watch=1` streams the events after `resourceVersion` as JSON lines, live,
-until `timeoutSeconds`. Fault injection: drop every watch connection after N events
+applied; `GET /api/v1/pods` those of every namespace), and with `?watch=1` streams the events
+after `resourceVersion` as JSON lines, live, until `timeoutSeconds`. Fault injection: drop
+every watch connection after N events
 (`drop_after`), or answer 410 Gone to versions older than `expired_below`. For the cluster
 checks at preview it also lists `nodes` (`GET /api/v1/nodes`), `secrets` by namespace (`GET
 /api/v1/namespaces/<ns>/secrets`, with `labelSelector` k=v pairs), `cluster_roles` and `graphs`
@@ -332,6 +333,14 @@ class FakeKubeApi:
                 return response
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
+
+    async def list_all_pods(self, request: web.Request) -> web.StreamResponse:
+        """``GET /api/v1/pods``: the pods of every namespace (:meth:`handle`); 403 when the path
+        is in `forbidden` (a user bound to one namespace)."""
+        if request.path in self.forbidden:
+            status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
+            return web.json_response(status, status=403)
+        return await self.handle(request)
 
     async def list_objects(self, request: web.Request) -> web.Response:
         """A list of nodes, of one namespace's secrets (label selector applied) or of
@@ -819,6 +828,9 @@ def fake_kube_api() -> Iterator[FakeKubeApi]:
 
         app = web.Application(middlewares=[rbac])
         app.router.add_get(f"/api/v1/namespaces/{NAMESPACE}/pods", api.handle)
+        # every namespace's pods, as the API lists them (the API reference's "list Pod": GET
+        # /api/v1/pods): the stored pods carry their own namespaces
+        app.router.add_get("/api/v1/pods", api.list_all_pods)
         app.router.add_get("/api/v1/nodes", api.list_objects)
         app.router.add_get("/api/v1/namespaces/{namespace}/secrets", api.list_objects)
         app.router.add_get("/apis/rbac.authorization.k8s.io/v1/clusterroles", api.list_objects)

@@ -239,7 +239,7 @@ def test_a_user_bound_by_the_docs_role_previews_with_the_cluster_reads_as_warnin
     """A RoleBinding cannot grant the cluster-scoped nodes or the namespace object itself; the
     docs' Role grants every permission the program and its load step ask for."""
     namespace = "testbed-kv-routing"
-    api.forbidden = {"/api/v1/nodes", f"/api/v1/namespaces/{namespace}"}
+    api.forbidden = {"/api/v1/nodes", "/api/v1/pods", f"/api/v1/namespaces/{namespace}"}
     api.grants = [(namespace, rule) for rule in docs_role()]
     kubeconfig = str(api.kubeconfig(tmp_path))
     rendered = preview(stack, kubeconfig, createNamespace="false", namespace=namespace)
@@ -247,6 +247,7 @@ def test_a_user_bound_by_the_docs_role_previews_with_the_cluster_reads_as_warnin
     partly = [w for w in warnings if "cluster partly checked" in w]
     assert [w.rsplit(": ", 2)[-2:] for w in partly] == [
         ["nodes", "403 Forbidden"],
+        ["pods of every namespace", "403 Forbidden"],
         [f"namespace {namespace}", "403 Forbidden"],
     ]
     assert lacking(warnings) == []

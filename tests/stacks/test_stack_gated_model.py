@@ -12,6 +12,9 @@ ON_BIG_GPUS = parse_settings(
         f"model.name={LLAMA}",
         "nodeClasses.gpu-24gb.gpuMemoryGiB=141",  # an 8B model's 16 GB of weights fit
         "nodeClasses.gpu-8gb.gpuMemoryGiB=80",
+        # vLLM's 1,024 request slots on GPUs this big: token tables above the seed's base
+        "topology.workers[0].memoryLimit=4Gi",
+        "topology.workers[1].memoryLimit=4Gi",
     ]
 )
 

@@ -38,6 +38,8 @@ MADE_UP = GpuSpec.model_validate(
 
 def _plan(raw: dict[str, Any], gpu: object, memory_gib: float) -> StackPlan:
     raw["nodeClasses"]["gpu-24gb"].update(gpu=gpu, gpuMemoryGiB=memory_gib)
+    for worker in raw["topology"]["workers"]:  # room for the token tables of 1,024 slots
+        worker["memoryLimit"] = "4Gi"
     return validate_stack("zz", raw)
 
 

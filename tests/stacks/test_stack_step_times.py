@@ -102,6 +102,8 @@ def test_the_step_budget_is_vllms_api_server_default_unless_the_args_set_one(
     h100 = DYNAMO_LLAMA_70B_ONE_NODE.plan("disaggregated")
     assert h100.group("prefill-0").step.max_batched_tokens == 8_192
     raw["nodeClasses"]["gpu-24gb"].update(gpu="a100-sxm-80gb", gpuMemoryGiB=80)
+    for worker in raw["topology"]["workers"]:  # room for the token tables of 1,024 slots
+        worker["memoryLimit"] = "4Gi"
     a100 = validate_stack("a100", raw)
     assert a100.group(a100.cfg.topology.workers[0].name).max_batched_tokens == 2_048
     b200 = {"name": "b200", "bf16DenseTflops": 2250, "memoryGbPerS": 8000}

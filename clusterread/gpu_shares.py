@@ -1,0 +1,170 @@
+"""Whether a stack's workers find their GPU memory share free beside other stacks' workers (pure).
+
+On a time-sliced node class the scheduler counts ``nvidia.com/gpu`` units, not GPU memory: a
+stack can fit the free units of a node where another stack's vLLM workers already hold most of
+a GPU's memory, and then its workers never start. vLLM 0.31.0 takes a snapshot of the device's
+free memory when a worker starts and refuses to start when it is below the worker's share of the
+GPU's total memory ("Free memory on device ... is less than desired GPU memory utilization":
+``request_memory``, ``vllm/v1/worker/utils.py`` lines 539-558, called from ``Worker.init_device``,
+``vllm/v1/worker/gpu_worker.py`` line 490).
+
+The other pods are read as the API lists them (:func:`clusterread.read.read_cluster`, every
+namespace): those bound to a node of one of the stack's time-sliced classes
+(``spec.nodeName``), not finished, whose containers request ``nvidia.com/gpu`` and name their
+share with vLLM's ``--gpu-memory-utilization`` (as the program's workers do; a pod without it
+is left out: its share is not known). The stack's own namespace is left out: its pods are
+replaced by the rollout (:mod:`clusterread.rollout`). The time-slicing device plugin does not
+say which GPU a unit is on, so the program's own rule applies
+(:func:`stackmodel.placement.gpu_sharing_sets`): any ``replicasPerGpu`` pods of a node may share
+one of its GPUs; the worst such set with at least one worker of this stack and one of another
+must hold at most the whole GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clusterread.checks import GPU_RESOURCE, _selected, class_needs
+from manifests.graph import GRAPH_LABEL
+from stackmodel.config import StackConfig
+from stackmodel.engine_args import parse_engine_args
+from stackmodel.errors import ConfigProblem
+from stackmodel.topology import Topology
+
+SHARE_FLAG = "--gpu-memory-utilization"
+"""vLLM's flag of a worker's share of its GPU's memory."""
+
+_FINISHED = ("Succeeded", "Failed")
+"""Pod phases whose containers hold no GPU memory."""
+
+
+@dataclass(frozen=True)
+class HeldShare:
+    """One other pod's share of a GPU on a node.
+
+    Attributes:
+        stack: the stack it belongs to (its ``dynamo-testbed/graph`` label, else its
+            namespace).
+        namespace: its namespace.
+        share: its ``--gpu-memory-utilization``.
+    """
+
+    stack: str
+    namespace: str
+    share: float
+
+
+def pod_share(pod: Mapping[str, Any]) -> float | None:
+    """The last ``--gpu-memory-utilization`` of a pod's containers' command and arguments (an
+    item with spaces, a shell command line, split as the shell does); None without one."""
+    items: list[str] = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for item in [*(container.get("command") or []), *(container.get("args") or [])]:
+            items += shlex.split(item) if " " in item else [item]
+    values = [a.value for a in parse_engine_args(items) if a.flag == SHARE_FLAG]
+    try:
+        return float(values[-1]) if values else None
+    except ValueError:
+        return None
+
+
+def _gpu_units(pod: Mapping[str, Any]) -> int:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    limits = [((c.get("resources") or {}).get("limits") or {}) for c in containers]
+    return sum(int(lim.get(GPU_RESOURCE, 0) or 0) for lim in limits)
+
+
+def held_shares(
+    pods: Sequence[Mapping[str, Any]], own_namespace: str
+) -> dict[str, list[HeldShare]]:
+    """Node name -> the shares other stacks' running GPU pods hold there, largest first."""
+    held: dict[str, list[HeldShare]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        namespace = meta.get("namespace", "")
+        phase = (pod.get("status") or {}).get("phase")
+        share = pod_share(pod)
+        if node is None or namespace == own_namespace or phase in _FINISHED or share is None:
+            continue
+        if _gpu_units(pod) == 0:
+            continue
+        stack = (meta.get("labels") or {}).get(GRAPH_LABEL, namespace)
+        held.setdefault(node, []).append(HeldShare(stack, namespace, share))
+    for shares in held.values():
+        shares.sort(key=lambda h: -h.share)
+    return held
+
+
+def worst_set(ours: Sequence[float], theirs: Sequence[float], per_gpu: int) -> tuple[int, float]:
+    """The worst GPU of ``per_gpu`` pods with at least one of ``ours`` and one of ``theirs``
+    (both largest first): (how many of theirs, the shares' sum); (0, 0.0) when none."""
+    best = (0, 0.0)
+    for k in range(1, min(per_gpu - 1, len(theirs)) + 1):
+        total = sum(theirs[:k]) + sum(ours[: per_gpu - k])
+        if ours and total > best[1]:
+            best = (k, total)
+    return best
+
+
+def share_problems(
+    cfg: StackConfig,
+    topology: Topology,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+) -> list[ConfigProblem]:
+    """One problem per worker group whose share would not be free on a node of its time-sliced
+    class beside other stacks' workers there (the module's rule), on that group's
+    ``gpuMemoryUtilization``: the node, the other stack, what it holds, and the fixes."""
+    held = held_shares(pods, cfg.namespace)
+    index = {w.name: i for i, w in enumerate(cfg.topology.workers)}
+    problems: dict[str, ConfigProblem] = {}
+    for need in class_needs(cfg, topology):
+        node_class = cfg.node_classes[need.name]
+        if not need.time_sliced:
+            continue
+        workers = sorted(
+            (
+                (plan.gpu_memory_utilization, plan.name)
+                for plan in topology.components
+                if plan.placement.node_class == need.name and plan.gpu_memory_utilization
+                for _ in range(plan.replicas)
+            ),
+            reverse=True,
+        )
+        ours = [share for share, _ in workers]
+        for node in _selected(need, nodes):
+            name = (node.get("metadata") or {}).get("name", "")
+            theirs = held.get(name, [])
+            k, total = worst_set(ours, [h.share for h in theirs], node_class.units_per_gpu)
+            if total <= 1 + 1e-9 or workers[0][1] in problems:
+                continue
+            share, group = workers[0]
+            others = theirs[:k]
+            stacks = sorted({h.stack for h in others})
+            mine = min(node_class.units_per_gpu - k, len(ours))
+            room = math.floor(round((1 - sum(h.share for h in others)) / mine * 100, 6)) / 100
+            lower = (
+                f"lower gpuMemoryUtilization of this stack's workers on '{need.name}' to at most "
+                f"{room:.2f} each"
+                if room > 0
+                else f"place this stack's workers on another node class than '{need.name}'"
+            )
+            problems[group] = ConfigProblem(
+                f"topology.workers[{index[group]}].gpuMemoryUtilization",
+                share,
+                f"node '{name}' of node class '{need.name}' shares each GPU among "
+                f"{node_class.units_per_gpu} pods, and stack "
+                + " and ".join(f"'{s}'" for s in stacks)
+                + f" holds {' + '.join(f'{h.share:g}' for h in others)} of a GPU's memory there "
+                f"(namespace {others[0].namespace}); with this stack's workers one GPU would be "
+                f"asked for {total:.2f} of its memory, and vLLM 0.31.0 refuses to start a worker "
+                "whose share is not free (request_memory, vllm/v1/worker/utils.py). Run "
+                + " and ".join(f"`pulumi destroy -s {s}`" for s in stacks)
+                + f" first, or {lower}",
+            )
+    return list(problems.values())

@@ -1,0 +1,112 @@
+"""Preview refuses a stack whose workers' GPU memory share another stack's workers on the same
+time-sliced nodes leave too small (vLLM refuses to start below its share), against the fake API
+serving the other stack's pods."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_kube_api import FakeKubeApi, fake_kube_api
+from test_cluster_checks import SEED, node
+from test_cluster_read import preview, refusal
+
+from clusterread.gpu_shares import pod_share, worst_set
+from clusterread.read import read_cluster
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    with fake_kube_api() as server:
+        yield server
+
+
+def worker_pod(
+    name: str, node_name: str, share: float, stack: str = "kv-routing"
+) -> dict[str, Any]:
+    """Another stack's running vLLM worker as ``GET /api/v1/pods`` lists it."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": f"testbed-{stack}",
+            "labels": {"dynamo-testbed/graph": stack, "dynamo-testbed/component": "worker"},
+        },
+        "spec": {
+            "nodeName": node_name,
+            "containers": [
+                {
+                    "name": "main",
+                    "command": ["python3", "-m", "dynamo.vllm"],
+                    "args": ["--model", "Qwen/Qwen3-0.6B", "--gpu-memory-utilization", str(share)],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_pod_share_reads_the_flag_in_a_list_or_a_shell_line() -> None:
+    assert pod_share(worker_pod("a", "main", 0.45)) == 0.45
+    shell = {"spec": {"containers": [{"args": ["vllm serve m --gpu_memory_utilization=0.3"]}]}}
+    assert pod_share(shell) == 0.3
+    assert pod_share({"spec": {"containers": [{"args": ["--model", "m"]}]}}) is None
+
+
+def test_worst_set_takes_at_least_one_of_each() -> None:
+    assert worst_set([0.22] * 4, [0.45], 4) == (1, pytest.approx(0.45 + 3 * 0.22))
+    assert worst_set([0.22] * 4, [], 4) == (0, 0.0)
+    assert worst_set([0.5], [0.3, 0.3, 0.3], 4) == (3, pytest.approx(1.4))
+
+
+def test_another_stacks_worker_on_the_node_refuses_the_stack_naming_it(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    # 8 units on the 24 GB node: disagg-same-node's 4 pods fit the free units
+    api.nodes = [node("main", "gpu-24gb", gpus=8), SEED[1]]
+    api.put(worker_pod("kv-worker-0", "main", 0.45))
+    message = refusal("disagg-same-node", str(api.kubeconfig(tmp_path)))
+    assert "topology.workers[0].gpuMemoryUtilization = 0.22" in message
+    assert "node 'main' of node class 'gpu-24gb'" in message
+    assert (
+        "stack 'kv-routing' holds 0.45 of a GPU's memory there (namespace testbed-kv-routing)"
+        in (message)
+    )
+    assert "asked for 1.11 of its memory" in message
+    assert "Run `pulumi destroy -s kv-routing` first" in message
+    # (1 - 0.45) / the 3 workers of this stack beside it on one GPU
+    assert "lower gpuMemoryUtilization of this stack's workers on 'gpu-24gb' to at most 0.18" in (
+        message
+    )
+
+
+def test_a_small_share_held_beside_it_passes(api: FakeKubeApi, tmp_path: Path) -> None:
+    api.nodes = [node("main", "gpu-24gb", gpus=8), SEED[1]]
+    api.put(worker_pod("kv-worker-0", "main", 0.1))
+    assert preview("disagg-same-node", str(api.kubeconfig(tmp_path))).registrations
+
+
+def test_the_other_stack_on_other_nodes_passes(api: FakeKubeApi, tmp_path: Path) -> None:
+    api.nodes = [node("main", "gpu-24gb", gpus=8), SEED[1]]
+    api.put(worker_pod("kv-worker-0", "laptop", 0.9))
+    assert preview("disagg-same-node", str(api.kubeconfig(tmp_path))).registrations
+
+
+def test_the_stacks_own_running_workers_do_not_count(api: FakeKubeApi, tmp_path: Path) -> None:
+    """Its own pods go with the rollout (clusterread.rollout), not beside the new ones."""
+    api.nodes = [node("main", "gpu-24gb", gpus=8), SEED[1]]
+    api.put(worker_pod("prefill-0", "main", 0.45, stack="disagg-same-node"))
+    assert preview("disagg-same-node", str(api.kubeconfig(tmp_path))).registrations
+
+
+def test_read_cluster_lists_the_pods_of_every_namespace(api: FakeKubeApi, tmp_path: Path) -> None:
+    api.nodes = SEED
+    api.put(worker_pod("kv-worker-0", "main", 0.45))
+    api.put(worker_pod("other-0", "laptop", 0.3, stack="other"))
+    view = read_cluster(str(api.kubeconfig(tmp_path)), None, nodes=True)
+    assert sorted(p["metadata"]["namespace"] for p in view.pods or []) == [
+        "testbed-kv-routing",
+        "testbed-other",
+    ]
