@@ -26,7 +26,17 @@ ONE_CLASS = [
 def _recommend(tmp_path: Path, *args: str, workload: str = TINY) -> int:
     file = tmp_path / "load.yaml"
     file.write_text(workload)
-    out = ["--out", str(tmp_path / "out"), "--jobs", "1", "--emit-stacks", "1"]
+    # Validation with the real routing is tested in test_capacity.py; these test the inputs.
+    out = [
+        "--out",
+        str(tmp_path / "out"),
+        "--jobs",
+        "1",
+        "--emit-stacks",
+        "1",
+        "--validate-top",
+        "0",
+    ]
     return main(["recommend", "--cluster", "kv-routing", "--workload", str(file), *out, *args])
 
 
