@@ -195,7 +195,7 @@ def reason_line(
         return f"lost its rank: {result.reason}"
     if result.status == "short-of-load":
         failed = result.over.load_text() if result.over is not None else "the load needed"
-        return f"{holds_text(result)}: {result.binding} binds at {failed}"
+        return _unsteady(f"{holds_text(result)}: {result.binding} binds at {failed}", result)
     if result.status == "screened":
         path = kv_path(result)
         return f"screened: {result.reason}" + (f": {path}" if path else "")
@@ -219,10 +219,17 @@ def reason_line(
             head = f"loses: {result.gpus} GPUs against rank 1's {first.gpus}"
         else:
             head += f" ({result.gpus} GPU{'s' if result.gpus != 1 else ''})"
-        return f"{head}: {holds_text(result)}"
+        return _unsteady(f"{head}: {holds_text(result)}", result)
     at = result.over if result.over is not None else result.best
     line = f"{head}: {result.binding} binds at {at.load_text()}"
-    return f"{line}: {why}" if why and v not in ("rank 1", "on the Pareto front") else line
+    line = f"{line}: {why}" if why and v not in ("rank 1", "on the Pareto front") else line
+    return _unsteady(line, result)
+
+
+def _unsteady(line: str, result: Result) -> str:
+    """``line`` with where the SLO held again above the load that fails
+    (:attr:`recommend.search.Result.unsteady`), when it did."""
+    return f"{line}; {result.unsteady}" if result.unsteady else line
 
 
 def first_ranked(results: Sequence[Result]) -> Result | None:

@@ -68,7 +68,8 @@ def test_the_highest_load_is_found_to_within_the_resolution(ttft_ms: int, above:
     plan = load_stack("kv-routing")
     slo = parse_slo(f"ttft_p99_ms={ttft_ms}")
     runner = LoadRunner(run_topology(plan), stack_constants(plan), SHORT, slo, 2)
-    best, over = highest_load(runner, [2])
+    found = highest_load(runner, [2])
+    best, over = found.best, found.over
     assert best is not None and over is not None
     assert best.holds and not over.holds
     assert above < best.concurrency < over.concurrency
