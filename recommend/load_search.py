@@ -233,12 +233,15 @@ class Found:
     it the search probed holding too, and the one a resolution step below it (None: not even
     one client); ``over``: the lowest probed load that fails (None: ``best`` is the cap);
     ``unsteady``: where the SLO held again above ``over``, the highest such load (None: it did
-    not), with ``failed_below`` the loads below that which fail (clients, ascending)."""
+    not), with ``failed_below`` the loads below that which fail (clients, ascending);
+    ``steady``: every probed load up to ``best``, ascending (each holds; empty for an open
+    loop's rate search)."""
 
     best: LoadPoint | None
     over: LoadPoint | None
     unsteady: LoadPoint | None = None
     failed_below: tuple[int, ...] = ()
+    steady: tuple[LoadPoint, ...] = ()
 
 
 def step(load: int) -> int:
@@ -272,6 +275,7 @@ def settle(runner: Runs, order: list[int], probes: dict[int, LoadPoint]) -> Foun
         over=probes[low_fail] if low_fail is not None else None,
         unsteady=unsteady,
         failed_below=tuple(sorted(c for c in fails if unsteady and c < unsteady.concurrency)),
+        steady=tuple(probes[c] for c in sorted(probes) if c <= top),
     )
 
 

@@ -463,7 +463,7 @@ def ab_partner(results: Sequence[Result], first: Result) -> Result | None:
     rank 2 either)."""
     ranked = [r for r in results if r.rank is not None and r is not first]
     other = [r for r in ranked if r.candidate.disaggregated != first.candidate.disaggregated]
-    return (other or ranked or [None])[0]
+    return other[0] if other else ranked[0] if ranked else None
 
 
 def plan_text(

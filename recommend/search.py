@@ -183,6 +183,9 @@ class Result:
     holds less is ``short-of-load``, and one the real routing finds over the SLO at it
     ``validation-failed`` (``reason`` says why). ``unsteady``: where the SLO held again above
     the load that fails (:func:`unsteady_text`; '' when it did not), never taken as the answer.
+    ``steady``: the figures at every load probed up to ``best`` (each holds; ascending; none
+    for an open loop), where a verdict compares two candidates at a load both held
+    (:func:`recommend.claims.same_load`).
     """
 
     candidate: Candidate
@@ -204,6 +207,7 @@ class Result:
     dominated_by: Result | None = field(default=None, repr=False)
     needed: float | None = None
     unsteady: str = ""
+    steady: tuple[Figures, ...] = ()
 
 
 def stack_name(cluster: str, candidate: Candidate) -> str:
@@ -363,6 +367,7 @@ def time_candidate(
     result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
     result.binding = _binding(over, slo, best, needed is not None)
     result.unsteady = unsteady_text(found)
+    result.steady = tuple(Figures.of(p, gpus) for p in found.steady)
     if over is not None:
         result.over = Figures.of(over, gpus)
     if best is None:
@@ -582,6 +587,7 @@ def search(
                         store.put(result.candidate.key, timed_json(t))
                 result.status, result.binding, result.runs = t.status, t.binding, t.runs
                 result.best, result.over, result.unsteady = t.best, t.over, t.unsteady
+                result.steady = t.steady
                 if t.best is not None:
                     result.value = objective_value(t.best, objective)
                 done += 1
@@ -605,6 +611,7 @@ def timed_json(result: Result) -> dict[str, Any]:
         "best": asdict(result.best) if result.best is not None else None,
         "over": asdict(result.over) if result.over is not None else None,
         "unsteady": result.unsteady,
+        "steady": [asdict(f) for f in result.steady],
     }
 
 
@@ -619,6 +626,7 @@ def timed_of(data: Mapping[str, Any]) -> Result:
         best=_FIGURES.validate_python(best) if best is not None else None,
         over=_FIGURES.validate_python(over) if over is not None else None,
         unsteady=data.get("unsteady", ""),
+        steady=tuple(_FIGURES.validate_python(f) for f in data.get("steady", ())),
     )
 
 

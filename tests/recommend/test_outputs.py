@@ -170,6 +170,29 @@ def test_the_a_b_measures_rank_1_against_the_best_candidate_of_the_other_kind() 
     assert ab_partner([d1, _result("d2", 2, 99.0, 50.0), a2b], d1) is a2b
 
 
+def test_a_verdict_says_at_which_loads_and_compares_at_one_both_held() -> None:
+    """KV routing held 10 clients and round-robin 8, with the same figures at 8: the ratio
+    (the objective, each at its own highest load) says both loads and the ratio at 8 clients,
+    the highest load both were timed at and held."""
+    at8 = replace(RESULTS[0].best, concurrency=8, goodput_tokens_per_s_per_gpu=61.0)
+    kv = replace(
+        RESULTS[0], steady=(at8, replace(at8, concurrency=10, goodput_tokens_per_s_per_gpu=100.0))
+    )
+    kv.best = kv.steady[-1]
+    rr = replace(
+        RESULTS[1],
+        candidate=replace(RESULTS[0].candidate, key="a2"),
+        value=61.0,
+        steady=(at8,),
+        best=at8,
+    )
+    line = reason_line(rr, kv, 1.25)
+    assert line.startswith(
+        "0.61x (at 8 clients against rank 1's 10 clients; at 8 clients, where both held, 1.00x):"
+    )
+    assert reason_line(kv, kv, 1.25).startswith("rank 1:")
+
+
 def test_under_pareto_front_members_trade_and_the_rest_are_judged_by_who_beats_them() -> None:
     results, inputs = _pareto()
     first = results[0]
