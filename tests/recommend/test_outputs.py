@@ -174,6 +174,7 @@ def test_a_verdict_says_at_which_loads_and_compares_at_one_both_held() -> None:
     """KV routing held 10 clients and round-robin 8, with the same figures at 8: the ratio
     (the objective, each at its own highest load) says both loads and the ratio at 8 clients,
     the highest load both were timed at and held."""
+    assert RESULTS[0].best is not None
     at8 = replace(RESULTS[0].best, concurrency=8, goodput_tokens_per_s_per_gpu=61.0)
     kv = replace(
         RESULTS[0], steady=(at8, replace(at8, concurrency=10, goodput_tokens_per_s_per_gpu=100.0))
