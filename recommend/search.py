@@ -631,11 +631,13 @@ def timed_of(data: Mapping[str, Any]) -> Result:
 
 
 def _stored(store: TimedStore | None, batch: Sequence[Result]) -> dict[str, Result]:
-    """The candidates of ``batch`` ``store`` holds timed already, by key."""
+    """The candidates of ``batch`` ``store`` holds timed already, by key (one timed before the
+    search kept ``steady``, by a search that took the SLO to hold below any load that holds,
+    is timed again)."""
     found = {}
     for r in batch:
         data = store.get(r.candidate.key) if store is not None else None
-        if data is not None:
+        if data is not None and "steady" in data:
             found[r.candidate.key] = timed_of(data)
     return found
 
