@@ -17,7 +17,7 @@ from typing import Literal
 
 from metrics import registry
 from recommend.bounds import ms_text
-from recommend.search import Objective, Result, held_load, load_text
+from recommend.search import Objective, Result, held_load, load_text, objective_value
 
 DEFAULT_MARGIN = 1.25
 """The ratio the model's published-pair ratios are within (+-25%): a smaller difference is no
@@ -67,6 +67,37 @@ def verdict(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN
     if r is not None and r * margin >= 1:
         return "too close to call"
     return "loses"
+
+
+def same_load(result: Result, other: Result, objective: Objective) -> tuple[int, float] | None:
+    """The highest load (clients) both ``result`` and ``other`` were timed at and held
+    (:attr:`recommend.search.Result.steady`) and ``result``'s objective over ``other``'s
+    there (None: no such load, or ``other``'s objective there is 0)."""
+    mine = {f.concurrency: f for f in result.steady}
+    theirs = {f.concurrency: f for f in other.steady}
+    common = max(mine.keys() & theirs.keys(), default=None)
+    if common is None or objective_value(theirs[common], objective) <= 0:
+        return None
+    return common, objective_value(mine[common], objective) / objective_value(
+        theirs[common], objective
+    )
+
+
+def _loads(result: Result, other: Result | None, objective: Objective) -> str:
+    """Where a verdict's figures come from, when ``result`` and ``other`` (what it is judged
+    against) were taken at different loads: ``at 8 clients against rank 1's 10 clients; at 8
+    clients, where both held, 1.00x`` ('' when at one load or without figures)."""
+    if other is None or result.best is None or other.best is None:
+        return ""
+    a, b = result.best, other.best
+    if (a.concurrency, a.rate) == (b.concurrency, b.rate):
+        return ""
+    whose = "rank 1's" if other.rank == 1 else f"{other.candidate.key}'s"
+    text = f"at {a.load_text()} against {whose} {b.load_text()}"
+    both = same_load(result, other, objective)
+    if both is not None:
+        text += f"; at {load_text(both[0])}, where both held, {both[1]:.2f}x"
+    return text
 
 
 def trade(result: Result, first: Result) -> str:
@@ -195,7 +226,7 @@ def reason_line(
         return f"lost its rank: {result.reason}"
     if result.status == "short-of-load":
         failed = result.over.load_text() if result.over is not None else "the load needed"
-        return f"{holds_text(result)}: {result.binding} binds at {failed}"
+        return _unsteady(f"{holds_text(result)}: {result.binding} binds at {failed}", result)
     if result.status == "screened":
         path = kv_path(result)
         return f"screened: {result.reason}" + (f": {path}" if path else "")
@@ -214,15 +245,24 @@ def reason_line(
         head += f" of {result.dominated_by.candidate.key} (on the front, ahead on both)"
     if v == "too close to call":
         head += f" (too close to call: within the margin {margin:g})"
+    loads = _loads(result, compared_with(result, first), objective) if v != "rank 1" else ""
+    head += f" ({loads})" if loads else ""
     if result.needed is not None:
         if first is not None and result.gpus > first.gpus and v == "loses":
             head = f"loses: {result.gpus} GPUs against rank 1's {first.gpus}"
         else:
             head += f" ({result.gpus} GPU{'s' if result.gpus != 1 else ''})"
-        return f"{head}: {holds_text(result)}"
+        return _unsteady(f"{head}: {holds_text(result)}", result)
     at = result.over if result.over is not None else result.best
     line = f"{head}: {result.binding} binds at {at.load_text()}"
-    return f"{line}: {why}" if why and v not in ("rank 1", "on the Pareto front") else line
+    line = f"{line}: {why}" if why and v not in ("rank 1", "on the Pareto front") else line
+    return _unsteady(line, result)
+
+
+def _unsteady(line: str, result: Result) -> str:
+    """``line`` with where the SLO held again above the load that fails
+    (:attr:`recommend.search.Result.unsteady`), when it did."""
+    return f"{line}; {result.unsteady}" if result.unsteady else line
 
 
 def first_ranked(results: Sequence[Result]) -> Result | None:

@@ -25,11 +25,20 @@ A load *holds* when, at every prefix-kinds value of the workload, the point meet
 (:attr:`measurement.results.PointAttainment.slo_met`), no request failed (an OOMKill of a
 host-buffering worker fails requests) and an open loop delivered its offered rate
 (:attr:`KindsPoint.delivered`: with its most in flight taken, requests wait at the client
-and are sent late). :func:`highest_rate` searches an open loop's rate as
-:func:`highest_load` searches the concurrency. :func:`highest_load` doubles the concurrency from 1
-until a load fails (or :data:`CLIENTS_PER_GPU` clients per GPU of the cluster), then bisects to
-within 1/:data:`RESOLUTION` of the load: it takes the SLO to hold below the highest load that
-holds, as a queue's latency grows with load.
+and are sent late). :func:`highest_rate` searches an open loop's rate (doubling or halving,
+then bisecting).
+
+The SLO need not hold below a load that holds: percentiles of short runs, prefill chunks and
+the prefix kinds' spread over the clients make a candidate fail at 7 and 9 clients and hold
+at 8 and 10. So the closed-loop searches do not take monotonicity: :func:`highest_load`
+doubles the concurrency from 1 until a load fails (or the cap, :data:`CLIENTS_PER_GPU` clients
+per GPU of the cluster, holds), and :func:`settle` then bisects between the highest load that
+holds below the lowest that fails and that failing load, to within 1/:data:`RESOLUTION`, and
+probes one step below the answer (a failure there moves the search below it). The answer
+holds, and so does every load below it that was probed (every power of two below it, the
+bisection's loads beneath it and the step below); a load that held above one that fails is
+reported (:attr:`Found.unsteady`), not taken. The capacity question (:func:`required_load`)
+probes the load needed, one step below it, half and a quarter of it (:func:`ladder`).
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from measurement.client_cost import queue_large, short_of_offered
 from measurement.goodput import evaluate_point, evaluate_run
@@ -49,8 +59,11 @@ from simulator.timing_model import RunTopology, TimingConstants, simulate_run
 from workload.config import LoadConfig
 from workload.slo import Slo
 
-CLIENTS_PER_GPU = 64
-"""The most concurrency the search tries, per GPU of the cluster (512 on one 8-GPU node)."""
+CLIENTS_PER_GPU = 256
+"""The cap on the concurrency :func:`highest_load` tries, per GPU of the cluster (2,048 on
+one 8-GPU node): where it still holds, the search stops there and says how much room the SLO
+has left (:func:`room`), as the timing model has no batch limit that would stop the load
+growing past what a GPU serves."""
 
 RESOLUTION = 32
 """The bisection stops within 1/RESOLUTION of the highest load that holds (or at 1 client):
@@ -204,37 +217,82 @@ class LoadRunner:
         return LoadPoint(concurrency, tuple(runs), rate)
 
 
-def highest_load(
-    runner: LoadRunner, kinds: Sequence[int]
-) -> tuple[LoadPoint | None, LoadPoint | None]:
-    """The highest load that holds (None: not even one client) and the lowest load above it
-    that fails (None: the ceiling holds), as the module docstring searches."""
-    ceiling = CLIENTS_PER_GPU * runner.gpus
-    order = sorted(set(kinds), reverse=True)
-    best: LoadPoint | None = None
-    failed: LoadPoint | None = None
-    concurrency = 1
-    while concurrency <= ceiling:
-        point = runner.at(concurrency, order)
-        if not point.holds:
-            failed = point
-            break
-        best = point
-        if concurrency == ceiling:
-            return best, None
-        concurrency = min(concurrency * 2, ceiling)
-    if best is None:
-        return None, failed
-    assert failed is not None
-    low, high = best.concurrency, failed.concurrency
-    while high - low > max(1, low // RESOLUTION):
-        mid = (low + high) // 2
-        point = runner.at(mid, order)
-        if point.holds:
-            best, low = point, mid
+class Runs(Protocol):
+    """What the searches probe: a candidate's load (:meth:`LoadRunner.at`) and its GPUs."""
+
+    gpus: int
+
+    def at(self, concurrency: int, order: list[int], rate: float | None = None) -> LoadPoint:
+        """The load ``concurrency`` over the prefix kinds in ``order``."""
+        ...
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a load search found. ``best``: the highest load that holds with every load below
+    it the search probed holding too, and the one a resolution step below it (None: not even
+    one client); ``over``: the lowest probed load that fails (None: ``best`` is the cap);
+    ``unsteady``: where the SLO held again above ``over``, the highest such load (None: it did
+    not), with ``failed_below`` the loads below that which fail (clients, ascending);
+    ``steady``: every probed load up to ``best``, ascending (each holds; empty for an open
+    loop's rate search)."""
+
+    best: LoadPoint | None
+    over: LoadPoint | None
+    unsteady: LoadPoint | None = None
+    failed_below: tuple[int, ...] = ()
+    steady: tuple[LoadPoint, ...] = ()
+
+
+def step(load: int) -> int:
+    """The bisection's resolution at ``load`` clients (:data:`RESOLUTION`)."""
+    return max(1, load // RESOLUTION)
+
+
+def settle(runner: Runs, order: list[int], probes: dict[int, LoadPoint]) -> Found:
+    """From the loads probed so far (``probes``, by clients), probe until the answer is steady
+    and return it: the lowest failing load F and the highest holding load A below it are
+    bisected to within :func:`step` of A; then the load one step below A is probed (a load that
+    holds one step above a failing one is a spike, not an answer) and, when it fails, the search
+    goes on below it. Every probed load up to ``best`` holds; a load that held above ``over`` is
+    reported (``unsteady``), never taken."""
+    while True:
+        fails = [c for c, p in probes.items() if not p.holds]
+        low_fail = min(fails, default=None)
+        held = [c for c, p in probes.items() if p.holds and (low_fail is None or c < low_fail)]
+        top = max(held, default=0)
+        if low_fail is not None and low_fail - top > step(top):
+            mid = max(1, (top + low_fail) // 2)
+        elif top > 1 and top - step(top) not in probes:
+            mid = top - step(top)
         else:
-            failed, high = point, mid
-    return best, failed
+            break
+        probes[mid] = runner.at(mid, order)
+    above = [c for c, p in probes.items() if p.holds and low_fail is not None and c > low_fail]
+    unsteady = probes[max(above)] if above else None
+    return Found(
+        best=probes[top] if top else None,
+        over=probes[low_fail] if low_fail is not None else None,
+        unsteady=unsteady,
+        failed_below=tuple(sorted(c for c in fails if unsteady and c < unsteady.concurrency)),
+        steady=tuple(probes[c] for c in sorted(probes) if c <= top),
+    )
+
+
+def highest_load(runner: Runs, kinds: Sequence[int]) -> Found:
+    """The highest load that holds, with every probed load below it holding, as the module
+    docstring searches: doubling from 1 client until a load fails or the cap
+    (:data:`CLIENTS_PER_GPU` clients per GPU) holds, then :func:`settle`."""
+    cap = CLIENTS_PER_GPU * runner.gpus
+    order = sorted(set(kinds), reverse=True)
+    probes: dict[int, LoadPoint] = {}
+    concurrency = 1
+    while True:
+        probes[concurrency] = runner.at(concurrency, order)
+        if not probes[concurrency].holds or concurrency == cap:
+            break
+        concurrency = min(concurrency * 2, cap)
+    return settle(runner, order, probes)
 
 
 RATE_STEPS = 16
@@ -248,8 +306,8 @@ def _rate(value: float) -> float:
 
 
 def highest_rate(
-    runner: LoadRunner, kinds: Sequence[int], start: float, cap: int, ceiling: float
-) -> tuple[LoadPoint | None, LoadPoint | None]:
+    runner: Runs, kinds: Sequence[int], start: float, cap: int, ceiling: float
+) -> Found:
     """The open loop's :func:`highest_load`: the highest request rate that holds at most
     ``cap`` in flight (None: not even the lowest tried) and the lowest rate above it that
     fails (None: ``ceiling`` holds, requests/s). From ``start`` (the workload's rate) it
@@ -266,7 +324,7 @@ def highest_rate(
         if best is None:
             rate = _rate(rate / 2)
         elif rate >= ceiling:
-            return best, None
+            return Found(best, None)
         else:
             rate = _rate(min(rate * 2, ceiling))
         point = runner.at(cap, order, rate)
@@ -275,7 +333,7 @@ def highest_rate(
         else:
             failed = point
     if best is None or failed is None:
-        return best, failed
+        return Found(best, failed)
     assert best.rate is not None and failed.rate is not None
     low, high = best.rate, failed.rate
     while high - low > low / RESOLUTION:
@@ -287,28 +345,41 @@ def highest_rate(
             best, low = point, mid
         else:
             failed, high = point, mid
-    return best, failed
+    return Found(best, failed)
 
 
-def required_load(
-    runner: LoadRunner, kinds: Sequence[int], required: int
-) -> tuple[LoadPoint | None, LoadPoint | None]:
+def room(point: LoadPoint, slo: Slo) -> tuple[str, float, float] | None:
+    """The SLO objective nearest its bound at ``point``: (its key, its worst figure over the
+    runs in ms, its bound in ms); None without a figure."""
+    shares = []
+    for key, bound in slo.objectives().items():
+        value = point.worst(lambda r, key=key: r.point.values_ms.get(key))  # type: ignore[misc]
+        if value is not None:
+            shares.append((value / bound, key, value, bound))
+    if not shares:
+        return None
+    _, key, value, bound = max(shares)
+    return key, value, bound
+
+
+def ladder(required: int) -> list[int]:
+    """The loads the capacity question probes (clients): the load ``required``, one
+    :func:`step` below it, half of it and a quarter of it (those of at least 1 client, each
+    once). Half and a quarter stand for the traffic a deployment sees on its way up to its
+    peak; one step below catches a load that holds only as a spike above a failing one."""
+    loads = [required, required - step(required), required // 2, required // 4]
+    return sorted({c for c in loads if c >= 1}, reverse=True)
+
+
+def required_load(runner: Runs, kinds: Sequence[int], required: int) -> Found:
     """The capacity question's closed-loop search: the load ``required`` (clients: the stated
-    load x the headroom) first; when it holds, that point and None (the search stops there:
-    it does not look for more); else the highest load below it that holds (None: not even one
-    client), bisected to within 1/:data:`RESOLUTION` of it as :func:`highest_load` bisects,
-    and the lowest load above that which fails."""
+    load x the headroom) first; when it holds, the rest of its :func:`ladder`, and the search
+    stops at ``required`` when all of them hold (it does not look for more); else
+    :func:`settle` below the lowest that fails (``best`` None: not even one client)."""
     order = sorted(set(kinds), reverse=True)
-    failed = runner.at(required, order)
-    if failed.holds:
-        return failed, None
-    best: LoadPoint | None = None
-    low, high = 0, required
-    while high - low > max(1, low // RESOLUTION):
-        mid = max(1, (low + high) // 2)
-        point = runner.at(mid, order)
-        if point.holds:
-            best, low = point, mid
-        else:
-            failed, high = point, mid
-    return best, failed
+    probes = {required: runner.at(required, order)}
+    for load in ladder(required)[1:] if probes[required].holds else []:
+        probes[load] = runner.at(load, order)
+        if not probes[load].holds:
+            break
+    return settle(runner, order, probes)

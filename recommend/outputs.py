@@ -385,12 +385,11 @@ def write_stacks(
         stale.unlink()
     chosen = [r for r in results if r.rank is not None][:count]
     if first is not None:
-        keys = {r.candidate.key for r in chosen}
-        chosen += [
-            c.result
-            for c in calibration_sources(results, first)
-            if c.result and c.result.candidate.key not in keys
-        ]
+        partner = ab_partner(results, first)
+        extra = [partner] + [c.result for c in calibration_sources(results, first)]
+        for result in extra:
+            if result is not None and all(result is not r for r in chosen):
+                chosen.append(result)
     paths = []
     for result in chosen:
         path = folder / f"Pulumi.{emitted_name(inputs, result)}.yaml"
@@ -457,6 +456,16 @@ def _measure(
     ]
 
 
+def ab_partner(results: Sequence[Result], first: Result) -> Result | None:
+    """What plan.md's A / B measures against rank 1: the best ranked candidate of the other
+    kind (disaggregated against an aggregated rank 1, aggregated against a disaggregated one),
+    every ranked one holding the SLO; rank 2 when none of the other kind holds (None: no
+    rank 2 either)."""
+    ranked = [r for r in results if r.rank is not None and r is not first]
+    other = [r for r in ranked if r.candidate.disaggregated != first.candidate.disaggregated]
+    return other[0] if other else ranked[0] if ranked else None
+
+
 def plan_text(
     inputs: Inputs,
     results: Sequence[Result],
@@ -476,13 +485,13 @@ def plan_text(
         ]
         return "\n".join(lines) + "\n"
     stacks = f"{typed_path(out) if out else f'out/recommend/{inputs.cluster}'}/{STACKS_DIR}"
-    runner_up = ranked[1] if len(ranked) > 1 else None
+    runner_up = ab_partner(ranked, first)
     a = emitted_name(inputs, first)
     timed = [
         f"rank {r.rank} at {r.best.load_text()}, {inputs.load_at(r).requests_per_run} measured "
         "requests a run"
-        for r in ranked[:2]
-        if r.best is not None
+        for r in (first, runner_up)
+        if r is not None and r.best is not None
     ]
     lines += [f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.", ""]
     lines += [*(f"- Caveat: {c}" for c in inputs.caveats), ""] if inputs.caveats else []
@@ -529,7 +538,7 @@ def plan_text(
         deployed = runner_up
     lines += ["```", ""]
     if runner_up is not None:
-        lines += [_runner_up_text(runner_up, first, inputs.margin), ""]
+        lines += [_runner_up_text(runner_up, first, inputs.margin, ranked), ""]
     sources = calibration_sources(results, first)
     lines.append(
         "Feed the measurement back, so the next search steps with the cluster's own figures"
@@ -570,15 +579,24 @@ def plan_text(
     return "\n".join(lines) + "\n"
 
 
-def _runner_up_text(runner_up: Result, first: Result, margin: float) -> str:
-    """plan.md's sentence on what the model claims of rank 2 against rank 1."""
+def _runner_up_text(
+    runner_up: Result, first: Result, margin: float, ranked: Sequence[Result]
+) -> str:
+    """plan.md's sentence on what the A / B compares (:func:`ab_partner`) and what the model
+    claims of it against rank 1."""
+    kind = "disaggregated" if runner_up.candidate.disaggregated else "aggregated"
+    if runner_up.candidate.disaggregated != first.candidate.disaggregated:
+        who = f"Rank {runner_up.rank}, the best {kind} candidate that holds the SLO,"
+    else:
+        other = "aggregated" if kind == "disaggregated" else "disaggregated"
+        who = f"No {other} candidate holds the SLO, so the A / B measures rank {runner_up.rank}; it"
     v = verdict(runner_up, first, margin)
     if v == "on the Pareto front":
         return (
-            f"Rank 2 is on the Pareto front beside rank 1: it trades {trade(runner_up, first)}, so "
+            f"{who} is on the Pareto front beside rank 1: it trades {trade(runner_up, first)}, so "
             "neither beats the other on both; the A / B comparison above measures that trade."
         )
-    head = f"The model puts rank 2 at {ratio(runner_up, first):.2f}x of rank 1: "
+    head = f"{who} reads {ratio(runner_up, first):.2f}x of rank 1 in the model: "
     if v == "too close to call":
         return (
             f"{head}**too close to call** (within the margin {margin:g}); the A / B "

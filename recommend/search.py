@@ -33,11 +33,13 @@ from metrics.registry import objectives
 from recommend.bounds import Bounds, bounds, ms_text
 from recommend.load_search import (
     CLIENTS_PER_GPU,
+    Found,
     LoadPoint,
     LoadRunner,
     highest_load,
     highest_rate,
     required_load,
+    room,
 )
 from recommend.resume import TimedStore
 from recommend.space import Candidate, candidate_raw, transport_reason
@@ -179,7 +181,11 @@ class Result:
     on both with the highest objective (what its ratio and verdict compare it with). Under
     ``capacity`` only: ``needed``, the load it had to hold (:func:`needed_load`); one that
     holds less is ``short-of-load``, and one the real routing finds over the SLO at it
-    ``validation-failed`` (``reason`` says why).
+    ``validation-failed`` (``reason`` says why). ``unsteady``: where the SLO held again above
+    the load that fails (:func:`unsteady_text`; '' when it did not), never taken as the answer.
+    ``steady``: the figures at every load probed up to ``best`` (each holds; ascending; none
+    for an open loop), where a verdict compares two candidates at a load both held
+    (:func:`recommend.claims.same_load`).
     """
 
     candidate: Candidate
@@ -200,6 +206,8 @@ class Result:
     on_front: bool = False
     dominated_by: Result | None = field(default=None, repr=False)
     needed: float | None = None
+    unsteady: str = ""
+    steady: tuple[Figures, ...] = ()
 
 
 def stack_name(cluster: str, candidate: Candidate) -> str:
@@ -286,13 +294,22 @@ def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str, flo
     return None
 
 
-def _binding(over: LoadPoint | None, open_loop: bool, needed: bool = False) -> str:
+def _binding(over: LoadPoint | None, slo: Slo, best: LoadPoint | None, needed: bool) -> str:
     if over is None and needed:
         return "none at the load needed (the search stops there)"
     if over is None:
-        if open_loop:
+        assert best is not None
+        if best.rate is not None:
             return "load ceiling (its request-rate bound)"
-        return f"load ceiling ({CLIENTS_PER_GPU} clients per GPU)"
+        cap = f"load cap ({CLIENTS_PER_GPU} clients per GPU)"
+        near = room(best, slo)
+        if near is None:
+            return cap
+        key, value, bound = near
+        return (
+            f"{cap}: the SLO still has room there, {objectives()[key].name} {ms_text(value)} "
+            f"of its {bound:,.6g} ms"
+        )
     failing = over.failing()
     assert failing is not None
     if failing.kills:
@@ -302,6 +319,22 @@ def _binding(over: LoadPoint | None, open_loop: bool, needed: bool = False) -> s
     if not failing.point.slo_met:
         return objectives()[failing.point.binding].name if failing.point.binding else "SLO"
     return f"in-flight cap (at most {over.concurrency})"
+
+
+def unsteady_text(found: Found) -> str:
+    """Where the SLO held again above the load that fails: ``holds again at 10 clients (51% of
+    its requests meet the SLO), above 7 and 9 clients that fail: not taken`` ('' when it did
+    not)."""
+    if found.unsteady is None:
+        return ""
+    *rest, last = [f"{c:,}" for c in found.failed_below]
+    fails = f"{', '.join(rest)} and {last}" if rest else last
+    fails += " client" if found.failed_below == (1,) else " clients"
+    attained = found.unsteady.mean(lambda r: r.point.attainment)
+    return (
+        f"holds again at {found.unsteady.concurrency} clients ({attained:.0%} of its requests "
+        f"meet the SLO), above {fails} that fail: not taken"
+    )
 
 
 def time_candidate(
@@ -325,13 +358,16 @@ def time_candidate(
         start, top = sent.start_rate, rate_ceiling
         if needed is not None:
             start = top = min(needed, rate_ceiling)
-        best, over = highest_rate(runner, load.prefix_kinds, start, sent.in_flight_cap, top)
+        found = highest_rate(runner, load.prefix_kinds, start, sent.in_flight_cap, top)
     elif needed is not None:
-        best, over = required_load(runner, load.prefix_kinds, int(needed))
+        found = required_load(runner, load.prefix_kinds, int(needed))
     else:
-        best, over = highest_load(runner, load.prefix_kinds)
+        found = highest_load(runner, load.prefix_kinds)
+    best, over = found.best, found.over
     result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
-    result.binding = _binding(over, sent.open_loop, needed is not None)
+    result.binding = _binding(over, slo, best, needed is not None)
+    result.unsteady = unsteady_text(found)
+    result.steady = tuple(Figures.of(p, gpus) for p in found.steady)
     if over is not None:
         result.over = Figures.of(over, gpus)
     if best is None:
@@ -550,7 +586,8 @@ def search(
                     if store is not None:
                         store.put(result.candidate.key, timed_json(t))
                 result.status, result.binding, result.runs = t.status, t.binding, t.runs
-                result.best, result.over = t.best, t.over
+                result.best, result.over, result.unsteady = t.best, t.over, t.unsteady
+                result.steady = t.steady
                 if t.best is not None:
                     result.value = objective_value(t.best, objective)
                 done += 1
@@ -573,6 +610,8 @@ def timed_json(result: Result) -> dict[str, Any]:
         "runs": result.runs,
         "best": asdict(result.best) if result.best is not None else None,
         "over": asdict(result.over) if result.over is not None else None,
+        "unsteady": result.unsteady,
+        "steady": [asdict(f) for f in result.steady],
     }
 
 
@@ -586,15 +625,19 @@ def timed_of(data: Mapping[str, Any]) -> Result:
         runs=data["runs"],
         best=_FIGURES.validate_python(best) if best is not None else None,
         over=_FIGURES.validate_python(over) if over is not None else None,
+        unsteady=data.get("unsteady", ""),
+        steady=tuple(_FIGURES.validate_python(f) for f in data.get("steady", ())),
     )
 
 
 def _stored(store: TimedStore | None, batch: Sequence[Result]) -> dict[str, Result]:
-    """The candidates of ``batch`` ``store`` holds timed already, by key."""
+    """The candidates of ``batch`` ``store`` holds timed already, by key (one timed before the
+    search kept ``steady``, by a search that took the SLO to hold below any load that holds,
+    is timed again)."""
     found = {}
     for r in batch:
         data = store.get(r.candidate.key) if store is not None else None
-        if data is not None:
+        if data is not None and "steady" in data:
             found[r.candidate.key] = timed_of(data)
     return found
 

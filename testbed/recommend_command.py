@@ -493,7 +493,12 @@ def recommend_command(
         ),
     ] = 3,
     emit_stacks: Annotated[
-        int, typer.Option(min=0, help="The top N as stack files.", rich_help_panel=OUTPUT)
+        int,
+        typer.Option(
+            min=0,
+            help="The top N as stack files (and those plan.md measures).",
+            rich_help_panel=OUTPUT,
+        ),
     ] = 3,
     out: Annotated[
         Path | None,

@@ -109,7 +109,7 @@ def test_the_slo_defaults_to_the_workloads_and_slo_wins(
     assert code == 0, err
     assert said in err
     assert json.loads((tmp_path / "out" / "candidates.json").read_text())["slo"] == used
-    (stack,) = (tmp_path / "out").rglob("Pulumi.*.yaml")
+    (stack,) = (tmp_path / "out").rglob("Pulumi.*-rank1.yaml")
     load = yaml.safe_load(stack.read_text())["config"]["dynamo-testbed:load"]
     assert load["slo"] == {"ttftP99Ms": float(used.split("=")[1])}
 

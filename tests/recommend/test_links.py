@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from kvpath.profile import LINK_PROFILES
 from recommend.load_search import LoadRunner
-from recommend.search import check
+from recommend.search import Problem, check, search
 from recommend.space import (
     GPU_NVLINK,
     GPU_TCP,
@@ -23,9 +24,12 @@ from recommend.space import (
     candidates,
     gpu_rdma,
 )
+from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.config import StackConfig
+from stackmodel.crossover import crossover
 from stackmodel.plan import StackPlan
+from stackmodel.published import DYNAMO_LLAMA_70B_ONE_NODE
 from stackmodel.validation import validate_stack
 from workload.config import LoadConfig
 from workload.slo import parse_slo
@@ -232,3 +236,48 @@ def test_a_faster_link_never_makes_gpu_buffers_worse(cluster: str, clients: int)
         assert goodput >= slow_goodput
         assert p99 <= slow_p99 + ROUNDING_MS and p50 <= slow_p50 + ROUNDING_MS
     assert timed[-1][1] < timed[0][1]  # the link is part of the TTFT
+
+
+def _llama_one_node(link: str) -> tuple[dict[str, Any], StackConfig, Workload, list[Candidate]]:
+    """Dynamo's published one-node Llama-70B case on ``link`` between its GPUs: its workload at
+    2 requests a client, and two candidates, the published disaggregated shape (4 x TP1
+    prefill + 1 x TP4 decode) and 2 x TP4 aggregated, each with every transport the link
+    offers."""
+    pair = DYNAMO_LLAMA_70B_ONE_NODE
+    base = pair.plan("disaggregated").cfg.model_dump(
+        mode="json", by_alias=True, exclude_defaults=True
+    )
+    base["links"]["sameNode"] = link
+    cfg = validate_stack(pair.key, base).cfg
+    shapes = {(("prefill", 4, 1), ("decode", 1, 4)), (("aggregated", 2, 4),)}
+    picked = [
+        c
+        for c in candidates(cfg, shared_prefix=False)
+        if c.router == "kv" and tuple((g.role, g.replicas, g.tp) for g in c.groups) in shapes
+    ]
+    load = cfg.load.model_copy(update={"requests_per_run": 1})
+    return base, cfg, Workload(load, pair.key, per_client=2), picked
+
+
+@pytest.mark.parametrize("link", ["10gbe", "100gbe"])
+def test_disaggregation_ranks_first_only_above_the_crossovers_break_even_rate(link: str) -> None:
+    """The crossover ``testbed render`` reports (:func:`stackmodel.crossover.crossover`) puts
+    the break-even link rate of the published one-node Llama-70B shape at 3.64 GB/s: on
+    10 GbE the best aggregated candidate ranks first under the published TPOT bound; on
+    100 GbE, above it, the disaggregated shape does. (The crossover also asks the link to carry
+    the KV its prefill workers make when all busy, 14.5 GB/s, which 100 GbE does not; under a
+    TPOT bound alone the search times them below that and still finds disaggregation ahead.)"""
+    base, cfg, sent, picked = _llama_one_node(link)
+    slo = parse_slo("tpot_p99_ms=26.3")
+    results = search(Problem("lab", base, cfg, sent.load, slo, sent), picked)
+    first = next(r for r in results if r.rank == 1)
+    rates = {
+        r.candidate.transport: crossover(r.plan).break_even_bytes_per_s
+        for r in results
+        if r.candidate.disaggregated and r.plan is not None
+    }
+    assert rates.pop(HOST_TCP) is None  # host copies cost more than the prefill: never
+    assert list(rates.values()) == [pytest.approx(3.64e9, rel=0.01)] * len(rates) != []
+    assert first.candidate.disaggregated == (LINK_PROFILES[link].bytes_per_s > 3.64e9)
+    if first.candidate.disaggregated:
+        assert first.candidate.transport in rates

@@ -4,10 +4,29 @@ kv-routing stack under a short workload)."""
 
 from __future__ import annotations
 
-import pytest
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recommend.bounds import ms_text
 from recommend.claims import DEFAULT_MARGIN
-from recommend.load_search import RESOLUTION, LoadRunner, highest_load
+from recommend.load_search import (
+    CLIENTS_PER_GPU,
+    RESOLUTION,
+    Found,
+    KindsPoint,
+    LoadPoint,
+    LoadRunner,
+    highest_load,
+    ladder,
+    required_load,
+    step,
+)
+from recommend.search import time_candidate, unsteady_text
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.stacks import load_stack
@@ -68,7 +87,8 @@ def test_the_highest_load_is_found_to_within_the_resolution(ttft_ms: int, above:
     plan = load_stack("kv-routing")
     slo = parse_slo(f"ttft_p99_ms={ttft_ms}")
     runner = LoadRunner(run_topology(plan), stack_constants(plan), SHORT, slo, 2)
-    best, over = highest_load(runner, [2])
+    found = highest_load(runner, [2])
+    best, over = found.best, found.over
     assert best is not None and over is not None
     assert best.holds and not over.holds
     assert above < best.concurrency < over.concurrency
@@ -77,3 +97,127 @@ def test_the_highest_load_is_found_to_within_the_resolution(ttft_ms: int, above:
     best_p99 = best.runs[0].point.values_ms["ttft_p99_ms"]
     assert over_p99 is not None and best_p99 is not None
     assert over_p99 > ttft_ms >= best_p99
+
+
+@functools.cache
+def _one_run() -> KindsPoint:
+    """One real run (1 client, 2 kinds) whose SLO point the fake runner's loads copy."""
+    plan = load_stack("kv-routing")
+    runner = LoadRunner(
+        run_topology(plan), stack_constants(plan), SHORT, parse_slo("ttft_p99_ms=1000"), 1
+    )
+    return runner.run(2, 1)
+
+
+@dataclass
+class Pattern:
+    """A fake runner: the SLO holds at the loads ``holds`` says (not a monotone pattern), with
+    ``attainment`` where it holds; it records the loads probed."""
+
+    holds: Callable[[int], bool]
+    gpus: int = 1
+    attainment: float = 0.51
+    probed: list[int] = field(default_factory=list)
+
+    def at(self, concurrency: int, order: list[int], rate: float | None = None) -> LoadPoint:
+        self.probed.append(concurrency)
+        base = _one_run()
+        ok = self.holds(concurrency)
+        point = base.point.model_copy(
+            update={"slo_met": ok, "attainment": self.attainment if ok else 0.3}
+        )
+        return LoadPoint(concurrency, (replace(base, point=point),))
+
+
+def _steady(runner: Pattern, found: Found) -> None:
+    """The answer holds, every load probed up to it held, the load one step below it was
+    probed, the load reported failing fails and is above it; a load that held above that is
+    reported with every failing load beneath it."""
+    probed = set(runner.probed)
+    if found.best is not None:
+        top = found.best.concurrency
+        assert runner.holds(top)
+        assert all(runner.holds(c) for c in probed if c <= top)
+        assert top == 1 or top - step(top) in probed
+    if found.over is not None:
+        low = found.over.concurrency
+        assert not runner.holds(low)
+        assert found.best is None or low > found.best.concurrency
+        assert low == min(c for c in probed if not runner.holds(c))
+        held_above = [c for c in probed if c > low and runner.holds(c)]
+        assert (found.unsteady is not None) == bool(held_above)
+        if found.unsteady is not None:
+            assert found.unsteady.concurrency == max(held_above)
+            assert found.failed_below == tuple(
+                sorted(c for c in probed if c < max(held_above) and not runner.holds(c))
+            )
+
+
+@settings(max_examples=60, deadline=None)
+@given(fails=st.sets(st.integers(1, 80), max_size=6), above=st.integers(2, 300))
+def test_a_load_found_holds_with_every_load_probed_below_it(fails: set[int], above: int) -> None:
+    """Over SLOs that fail at any few loads and from some load up: what the search reports
+    holding, held at every load it probed below it; a load that held above a failing one is
+    reported, never taken."""
+    runner = Pattern(lambda c: c not in fails and c < above)
+    found = highest_load(runner, [2])
+    _steady(runner, found)
+    assert found.best is None or found.best.concurrency < above
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    fails=st.sets(st.integers(1, 40), max_size=4),
+    above=st.integers(2, 60),
+    required=st.integers(1, 40),
+)
+def test_the_load_needed_holds_only_with_its_ladder(
+    fails: set[int], above: int, required: int
+) -> None:
+    """The capacity question: the load needed is reported held only when it, one step below
+    it, half and a quarter of it all hold; else the search settles below the lowest that
+    fails."""
+    runner = Pattern(lambda c: c not in fails and c < above)
+    found = required_load(runner, [2], required)
+    _steady(runner, found)
+    held = found.best is not None and found.best.concurrency == required
+    assert held == all(runner.holds(c) for c in ladder(required))
+    assert ladder(10) == [10, 9, 5, 2]
+
+
+def test_a_spike_above_failing_loads_is_reported_not_taken() -> None:
+    """Fails at 7, 9 and from 11 clients, holds at 8 and 10: the search answers 6 clients
+    and reports that the SLO held again at 10 with 51% of the requests meeting it, above 7
+    and 9 clients that fail (the bisection alone would have landed on 10)."""
+    runner = Pattern(lambda c: c not in (7, 9) and c < 11)
+    found = highest_load(runner, [2])
+    assert found.best is not None and found.over is not None and found.unsteady is not None
+    assert (found.best.concurrency, found.over.concurrency) == (6, 7)
+    assert found.unsteady.concurrency == 10 and found.failed_below == (7, 9)
+    assert unsteady_text(found) == (
+        "holds again at 10 clients (51% of its requests meet the SLO), above 7 and 9 clients "
+        "that fail: not taken"
+    )
+    # The capacity question at 10 clients: 10 holds, so does 9's neighbour 5; 9 fails.
+    needed = Pattern(lambda c: c != 9 and c < 11)
+    found = required_load(needed, [2], 10)
+    assert found.best is not None and found.best.concurrency == 8
+    assert found.unsteady is not None and found.unsteady.concurrency == 10
+
+
+def test_a_load_that_holds_at_the_cap_says_so_and_how_much_room_the_slo_has() -> None:
+    """One GPU whose SLO holds at any load: the search stops at the cap, 256 clients a GPU,
+    and its binding names the cap and the SLO's figure there against its bound."""
+    found = highest_load(Pattern(lambda c: True), [2])
+    assert found.best is not None and found.over is None
+    assert found.best.concurrency == CLIENTS_PER_GPU == 256
+    plan = load_stack("kv-routing")
+    tiny = LoadConfig(prefix_kinds=[2], requests_per_run=1, max_tokens=2, prompt_tokens=64)
+    result = time_candidate(plan, tiny, parse_slo("ttft_p99_ms=600000"), 1)
+    assert result.best is not None and result.best.concurrency == 256
+    value = result.best.values_ms["ttft_p99_ms"]
+    assert value is not None
+    assert result.binding == (
+        f"load cap (256 clients per GPU): the SLO still has room there, TTFT p99 "
+        f"{ms_text(value)} of its 600,000 ms"
+    )

@@ -18,7 +18,9 @@ from recommend.outputs import (
     ChartData,
     Inputs,
     SloLine,
+    ab_partner,
     chart_data,
+    emitted_name,
     plan_text,
     shown_line,
     stack_header,
@@ -138,6 +140,60 @@ def _pareto() -> tuple[list[Result], Inputs]:
     return results, inputs
 
 
+def test_the_a_b_measures_rank_1_against_the_best_candidate_of_the_other_kind() -> None:
+    """Rank 2 is aggregated like rank 1: plan.md's A / B measures rank 1 against rank 3, the
+    best disaggregated candidate that holds, and says so; with no disaggregated candidate it
+    measures rank 2 and says why; a disaggregated rank 1 meets the best aggregated one."""
+    inputs = Inputs(
+        "kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "goodput-per-gpu", 1.25, 2, "m"
+    )
+    a1, a2, d3 = (
+        _result("a1", 1, 100.0, 50.0),
+        _result("a2", 2, 95.0, 50.0),
+        _result("d3", 3, 60.0, 50.0),
+    )
+    assert ab_partner([a1, a2, d3], a1) is d3
+    plan = plan_text(inputs, [a1, a2, d3], a1)
+    compare = f"compare out/load/{emitted_name(inputs, a1)} out/load/{emitted_name(inputs, d3)}"
+    assert compare in plan
+    assert (
+        "Rank 3, the best disaggregated candidate that holds the SLO, reads 0.60x of rank 1 in "
+        "the model: beyond the margin 1.25" in plan
+    )
+    alone = plan_text(inputs, [a1, a2], a1)
+    assert f"out/load/{emitted_name(inputs, a2)}" in alone
+    assert (
+        "No disaggregated candidate holds the SLO, so the A / B measures rank 2; it reads 0.95x"
+        in alone
+    )
+    d1, a2b = _result("d1", 1, 100.0, 50.0), _result("a2", 3, 70.0, 50.0)
+    assert ab_partner([d1, _result("d2", 2, 99.0, 50.0), a2b], d1) is a2b
+
+
+def test_a_verdict_says_at_which_loads_and_compares_at_one_both_held() -> None:
+    """KV routing held 10 clients and round-robin 8, with the same figures at 8: the ratio
+    (the objective, each at its own highest load) says both loads and the ratio at 8 clients,
+    the highest load both were timed at and held."""
+    assert RESULTS[0].best is not None
+    at8 = replace(RESULTS[0].best, concurrency=8, goodput_tokens_per_s_per_gpu=61.0)
+    kv = replace(
+        RESULTS[0], steady=(at8, replace(at8, concurrency=10, goodput_tokens_per_s_per_gpu=100.0))
+    )
+    kv.best = kv.steady[-1]
+    rr = replace(
+        RESULTS[1],
+        candidate=replace(RESULTS[0].candidate, key="a2"),
+        value=61.0,
+        steady=(at8,),
+        best=at8,
+    )
+    line = reason_line(rr, kv, 1.25)
+    assert line.startswith(
+        "0.61x (at 8 clients against rank 1's 10 clients; at 8 clients, where both held, 1.00x):"
+    )
+    assert reason_line(kv, kv, 1.25).startswith("rank 1:")
+
+
 def test_under_pareto_front_members_trade_and_the_rest_are_judged_by_who_beats_them() -> None:
     results, inputs = _pareto()
     first = results[0]
@@ -162,7 +218,8 @@ def test_under_pareto_front_members_trade_and_the_rest_are_judged_by_who_beats_t
     assert lines[3].startswith("0.68x of d2 (on the front, ahead on both):")
     plan = plan_text(inputs, results, first)
     assert (
-        "Rank 2 is on the Pareto front beside rank 1: it trades 0.74x rank 1's tok/s per GPU "
+        "Rank 2, the best disaggregated candidate that holds the SLO, is on the Pareto front "
+        "beside rank 1: it trades 0.74x rank 1's tok/s per GPU "
         "for 1.40x its tok/s per user, so neither beats the other on both" in plan
     )
     assert "the comparison confirms" not in plan

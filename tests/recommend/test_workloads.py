@@ -282,6 +282,12 @@ def test_resume_reuses_timed_candidates_and_ranks_the_same(
     assert [r.rank for r in again] == [r.rank for r in whole]
     with pytest.raises(ResumeError, match=r"other inputs \(slo differ\); drop --resume"):
         TimedStore(tmp_path / "b", {**inputs, "slo": "ttft_p99_ms=900"}, resume=True)
+    # One timed before the search kept its steady loads is timed again, not trusted.
+    old = TimedStore(tmp_path / "c", inputs, resume=False)
+    stale = {k: v for k, v in search_module.timed_json(first).items() if k != "steady"}
+    old.put(first.candidate.key, stale)
+    with pytest.raises(AssertionError, match="a stored candidate was timed again"):
+        search(problem, [first.candidate], store=TimedStore(tmp_path / "c", inputs, resume=True))
 
 
 def test_resume_reads_a_candidate_timed_under_p99_ms(tmp_path: Path) -> None:
