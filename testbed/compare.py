@@ -293,7 +293,8 @@ def comparable_points(
 ) -> tuple[list[PointSummary], list[PointSummary]]:
     """The grid points of results folders `a` and `b` (`folder_points`, against `slo`); exit 2
     with one `error:` line when a folder has no readable summary.json, or when the two share
-    no grid point (nothing comparable)."""
+    no grid point (nothing comparable: the line names the options that measure one at the
+    other's points, and `testbed report`, which draws both)."""
     from outputs.settings_diff import nothing_comparable
 
     try:
@@ -302,7 +303,11 @@ def comparable_points(
         fail(str(exc))
     refusal = nothing_comparable(points_a, points_b)
     if refusal is not None:
-        fail(f"nothing to compare between {a} and {b}: {refusal}")
+        fail(
+            f"nothing to compare between {a} and {b}: {refusal}; measure one at the other's "
+            f"points (testbed load --prefix-kinds, --concurrency), or draw both side by side "
+            f"with testbed report {a} {b}"
+        )
     return points_a, points_b
 
 
