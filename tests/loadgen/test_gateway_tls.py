@@ -291,6 +291,22 @@ def test_ca_file_or_insecure_reach_a_self_signed_server(
         assert "insecure" not in settings and "--insecure" not in said
 
 
+@pytest.mark.parametrize("option", ["--ca-file", "--insecure"])
+def test_a_tls_option_on_a_plain_http_url_is_warned(
+    tmp_path: Path, certificate: tuple[Path, Path], option: str
+) -> None:
+    """`--ca-file` / `--insecure` beside an `http://` URL check nothing: said, not silent."""
+    extra = [option, str(certificate[0])] if option == "--ca-file" else [option]
+    with serve_in_thread(answer) as server:
+        url = server.url
+        result = load(url, tmp_path, "--requests-per-run", "2", *extra)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert f"warning: {url} is plain HTTP: --ca-file and --insecure (caFile, insecure) " in said
+    assert "apply to https:// URLs only; no TLS is used" in said
+    assert "the server's TLS certificate is not checked" not in said
+
+
 def test_a_ca_file_that_is_no_certificate_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "ca.pem"
     bad.write_text("not a certificate\n")
