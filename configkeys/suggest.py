@@ -38,3 +38,12 @@ def did_you_mean(word: str, choices: Iterable[str], cutoff: float = CLOSE, suffi
     rest of the message follows it."""
     close = closest(word, choices, cutoff)
     return f"did you mean {close}{suffix}? " if close is not None else ""
+
+
+def unknown_choice(option: str, value: str, choices: Iterable[str]) -> str:
+    """The one line refusing ``value`` for ``option`` (``--format``): the closest choice, then
+    every choice (``unknown --format 'aiprf': did you mean aiperf? give one of aiperf, ...``)."""
+    listed = list(choices)
+    return (
+        f"unknown {option} {value!r}: {did_you_mean(value, listed)}give one of {', '.join(listed)}"
+    )

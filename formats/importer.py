@@ -37,6 +37,13 @@ from workload.config import Arrival, Lengths, LoadConfig
 FORMATS = ("aiperf", "guidellm", "vllm")
 """The formats `testbed import --format` names."""
 
+WHAT = {
+    "aiperf": "an AIPerf export",
+    "guidellm": "a GuideLLM report",
+    "vllm": "a vllm bench serve result",
+}
+"""What a file or folder of each format is, as the messages name it."""
+
 TOLERANCE = 0.01
 """How far (relative) a figure recomputed from the imported requests may be from the source
 tool's own summary of the same requests: 1%. Every compared figure rests on the same
@@ -65,14 +72,26 @@ def detect(path: Path) -> str:
     if isinstance(data, dict) and "aiperf_version" in data:
         return "aiperf"
     raise FormatError(
-        f"{path}: not an AIPerf export, a GuideLLM report or a vLLM bench serve result; "
+        f"{path}: not {WHAT['aiperf']}, {WHAT['guidellm']} or {WHAT['vllm']}; "
         "give one of those, or --format aiperf|guidellm|vllm to say which it is"
     )
 
 
 def read_source(path: Path, fmt: str | None = None, benchmark: int = 0) -> Imported:
     """`path` read as `fmt` (None: `detect`); `benchmark`: which of a GuideLLM report's
-    benchmarks (0-based), refused for the other formats unless 0."""
+    benchmarks (0-based), refused for the other formats unless 0. A `fmt` other than the one
+    `detect` finds is refused naming the one found (a folder is AIPerf's: no other reader
+    opens it)."""
+    if fmt is not None:
+        try:
+            found = detect(path)
+        except FormatError:
+            found = fmt  # detection knows no format here: the reader says what is missing
+        if found != fmt:
+            raise FormatError(
+                f"{path} is {WHAT[found]}, not {WHAT[fmt]}: give --format {found}, or leave "
+                "--format out"
+            )
     fmt = fmt or detect(path)
     if fmt == "guidellm":
         return guidellm.read(path, benchmark)

@@ -51,15 +51,26 @@ TLS_FIX = (
     "add --ca-file PATH with the CA that signed the server's certificate (or set SSL_CERT_FILE "
     "before starting testbed), or --insecure to skip the check"
 )
+NOT_TLS_SAID = ("WRONG_VERSION_NUMBER", "record layer failure", "packet length too long")
+"""What OpenSSL says when the server's first bytes are no TLS record (a plain-HTTP server on the
+port): 3.0's `ssl/record/ssl3_record.c` raises SSL_R_WRONG_VERSION_NUMBER, 3.2 and later
+report the same as SSL_R_RECORD_LAYER_FAILURE; a large plain answer reads as a record too long.
+No certificate option mends it."""
 
 
 def refused_at_once(url: str, record: RequestRecord) -> str | None:
     """Why `record`'s failure stops the gate at once (`RefusedAtOnceError`), or None: a TLS
-    failure (`ErrorKind.TLS`), or an answer saying a request field is not accepted
-    (`measurement.errors.unknown_field`)."""
+    failure (`ErrorKind.TLS`: a server that answered in plain HTTP (`NOT_TLS_SAID`) is named
+    with the `http://` URL, any other with the certificate options), or an answer saying a
+    request field is not accepted (`measurement.errors.unknown_field`)."""
     said = short_message(record.error or "")
     if record.error_kind is ErrorKind.TLS:
-        return f"{url}: the TLS handshake failed ({said}); {TLS_FIX}"
+        if any(marker in (record.error or "") for marker in NOT_TLS_SAID):
+            plain = url.replace("https://", "http://", 1)
+            fix = f"the server does not speak TLS on that port: give --url {plain}"
+        else:
+            fix = TLS_FIX
+        return f"{url}: the TLS handshake failed ({said}); {fix}"
     if record.error_kind is ErrorKind.HTTP_STATUS and unknown_field(record.status, said):
         return f"{url} refused the request body for a field it does not accept ({said}); " + (
             PLAIN_OPENAI_FIX

@@ -21,7 +21,7 @@ from testbed.console import fail
 from testbed.slo_option import SloOption, slo_of
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from measurement.intervals import PointComparison
     from measurement.results import PointSummary
@@ -38,6 +38,20 @@ def read_stack_file(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and "resources" in data else None
+
+
+def _fraction(low: float, high: float) -> Callable[[float], float]:
+    """An option callback that accepts a fraction from `low` to `high` and refuses any other
+    value naming the range, and for a percentage (a value from 1 to 100 whose hundredth is in
+    range: `--noise-threshold 5`) the fraction meant."""
+
+    def check(value: float) -> float:
+        if low <= value <= high:
+            return value
+        meant = f"; for {value:g}% give {value / 100:g}" if low <= value / 100 <= high else ""
+        raise typer.BadParameter(f"{value:g} is not a fraction from {low:g} to {high:g}{meant}")
+
+    return check
 
 
 def compare_command(
@@ -59,15 +73,18 @@ def compare_command(
     ] = False,
     confidence: Annotated[
         float,
-        typer.Option(min=0.5, max=0.999, help="Confidence level of the intervals and verdicts."),
+        typer.Option(
+            callback=_fraction(0.5, 0.999),
+            help="Confidence level of the intervals and verdicts, from 0.5 to 0.999 (0.95 = 95%).",
+        ),
     ] = CONFIDENCE,
     noise_threshold: Annotated[
         float,
         typer.Option(
-            min=0.0,
-            max=0.5,
-            help="Relative difference (0.05 = 5%) below which a significant one reads 'within "
-            "noise' (its interval reaches inside 1 -+ this); 0 judges by the interval alone.",
+            callback=_fraction(0.0, 0.5),
+            help="Relative difference, from 0 to 0.5 (0.05 = 5%), below which a significant one "
+            "reads 'within noise' (its interval reaches inside 1 -+ this); 0 judges by the "
+            "interval alone.",
         ),
     ] = NOISE_THRESHOLD,
     slo: SloOption = None,
@@ -276,7 +293,8 @@ def comparable_points(
 ) -> tuple[list[PointSummary], list[PointSummary]]:
     """The grid points of results folders `a` and `b` (`folder_points`, against `slo`); exit 2
     with one `error:` line when a folder has no readable summary.json, or when the two share
-    no grid point (nothing comparable)."""
+    no grid point (nothing comparable: the line names the options that measure one at the
+    other's points, and `testbed report`, which draws both)."""
     from outputs.settings_diff import nothing_comparable
 
     try:
@@ -285,7 +303,11 @@ def comparable_points(
         fail(str(exc))
     refusal = nothing_comparable(points_a, points_b)
     if refusal is not None:
-        fail(f"nothing to compare between {a} and {b}: {refusal}")
+        fail(
+            f"nothing to compare between {a} and {b}: {refusal}; measure one at the other's "
+            f"points (testbed load --prefix-kinds, --concurrency), or draw both side by side "
+            f"with testbed report {a} {b}"
+        )
     return points_a, points_b
 
 

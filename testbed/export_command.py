@@ -55,14 +55,11 @@ def export_command(
 
     Example: testbed export out/simulate/kv-routing --format benchmark-report --out br/kv-routing
     """
-    from configkeys.suggest import did_you_mean
+    from configkeys.suggest import unknown_choice
     from testbed.console import fail
 
     if format_name not in FORMATS:
-        fail(
-            f"unknown --format {format_name!r}: "
-            f"{did_you_mean(format_name, FORMATS)}give one of {', '.join(FORMATS)}"
-        )
+        fail(unknown_choice("--format", format_name, FORMATS))
     from formats import aiperf_export, benchmark_report
     from formats.exporter import ExportError, read_source, write_export
 

@@ -8,21 +8,12 @@ Imports what the command runs inside it (``testbed --help`` stays light).
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from testbed.console import fail
-
-
-class SourceFormat(StrEnum):
-    """``--format``: the tool that wrote SOURCE (:data:`formats.importer.FORMATS`)."""
-
-    AIPERF = "aiperf"
-    GUIDELLM = "guidellm"
-    VLLM = "vllm"
 
 
 def import_command(
@@ -36,8 +27,11 @@ def import_command(
     ],
     out: Annotated[Path, typer.Option("--out", help="The results folder to write.")],
     fmt: Annotated[
-        SourceFormat | None,
-        typer.Option("--format", help="The tool that wrote SOURCE (default: detected)."),
+        str | None,
+        typer.Option(
+            "--format",
+            help="The tool that wrote SOURCE: aiperf, guidellm or vllm (default: detected).",
+        ),
     ] = None,
     benchmark: Annotated[
         int,
@@ -55,13 +49,16 @@ def import_command(
 
     Example: testbed import artifacts/my-run --out out/import/my-run
     """
+    from configkeys.suggest import unknown_choice
     from formats.imported import FormatError
-    from formats.importer import read_source, write_imported
+    from formats.importer import FORMATS, read_source, write_imported
 
+    if fmt is not None and fmt not in FORMATS:
+        fail(unknown_choice("--format", fmt, FORMATS))
     if not source.exists():
         fail(f"SOURCE {source} does not exist: give a tool's export file or AIPerf's folder")
     try:
-        imported = read_source(source, None if fmt is None else fmt.value, benchmark)
+        imported = read_source(source, fmt, benchmark)
         result = write_imported(imported, out, force=force)
     except FormatError as exc:
         fail(str(exc))

@@ -633,7 +633,12 @@ def _load(
         except ResumeError as exc:
             fail(str(exc))
     check_reachable(url, load_config.connect_timeout_s)
-    if load_config.insecure:
+    if not url.lower().startswith("https://") and (load_config.ca_file or load_config.insecure):
+        stderr_line(
+            f"warning: {url} is plain HTTP: --ca-file and --insecure (caFile, insecure) apply to "
+            "https:// URLs only; no TLS is used"
+        )
+    elif load_config.insecure:
         stderr_line(INSECURE_LINE)
     ready = (
         ReadyCheck(successes=ready_successes, timeout_s=ready_timeout_s) if ready_check else None

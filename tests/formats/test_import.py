@@ -111,6 +111,28 @@ def test_a_file_of_another_format_is_refused_naming_format() -> None:
         read_source(GUIDELLM, "vllm")
 
 
+def test_a_format_other_than_the_source_is_refused_naming_the_one_it_is(tmp_path: Path) -> None:
+    """AIPerf's folder read as GuideLLM, a vLLM result read as AIPerf: each names what it is
+    and the --format that reads it, not a missing file or an unreadable folder."""
+    with pytest.raises(FormatError) as folder:
+        read_source(AIPERF, "guidellm")
+    assert str(folder.value) == (
+        f"{AIPERF} is an AIPerf export, not a GuideLLM report: give --format aiperf, or leave "
+        "--format out"
+    )
+    with pytest.raises(FormatError, match=r"is a vllm bench serve result, not an AIPerf export: "):
+        read_source(VLLM, "aiperf")
+    result = CliRunner().invoke(
+        app, ["import", str(AIPERF), "--format", "aiprf", "--out", str(tmp_path / "x")]
+    )
+    assert result.exit_code == 2
+    said = " ".join(result.output.replace("│", " ").split())
+    assert (
+        "unknown --format 'aiprf': did you mean aiperf? give one of aiperf, guidellm, vllm" in said
+    )
+    assert not (tmp_path / "x").exists()
+
+
 def _aiperf_copy(tmp_path: Path) -> Path:
     folder = tmp_path / "aiperf"
     shutil.copytree(AIPERF, folder)

@@ -4,7 +4,9 @@ closes idle kept-alive connections: each emulated by `fake_openai_server` on loo
 import datetime
 import ipaddress
 import json
+import socketserver
 import ssl
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -244,6 +246,30 @@ def test_an_untrusted_certificate_stops_the_gate_at_once(
     assert took < 60  # stopped at the first failure, not after the gate's 600 s
 
 
+class PlainHttpAnswer(socketserver.BaseRequestHandler):
+    """A plain-HTTP server's answer to bytes that are no HTTP request (a TLS ClientHello)."""
+
+    def handle(self) -> None:
+        self.request.recv(4096)
+        self.request.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
+@pytest.mark.parametrize("option", [[], ["--insecure"]])
+def test_https_to_a_plain_http_server_names_the_http_url(tmp_path: Path, option: list[str]) -> None:
+    """A plain-HTTP server behind an `https://` URL is no certificate problem: --insecure does
+    not mend it, the `http://` URL does."""
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), PlainHttpAnswer) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        result = load(f"https://127.0.0.1:{port}", tmp_path, "--ready-timeout-s", "30", *option)
+        server.shutdown()
+    assert result.exit_code == EXIT_NO_SUCCESS, result.output
+    said = " ".join(result.output.split())
+    error = said[said.index("error: ") :]
+    assert f"does not speak TLS on that port: give --url http://127.0.0.1:{port}/" in error
+    assert "--ca-file" not in error and "--insecure to skip" not in error
+
+
 @pytest.mark.parametrize("option", ["--ca-file", "--insecure"])
 def test_ca_file_or_insecure_reach_a_self_signed_server(
     tmp_path: Path, certificate: tuple[Path, Path], option: str
@@ -263,6 +289,22 @@ def test_ca_file_or_insecure_reach_a_self_signed_server(
     else:
         assert settings["caFile"] == str(certificate[0])
         assert "insecure" not in settings and "--insecure" not in said
+
+
+@pytest.mark.parametrize("option", ["--ca-file", "--insecure"])
+def test_a_tls_option_on_a_plain_http_url_is_warned(
+    tmp_path: Path, certificate: tuple[Path, Path], option: str
+) -> None:
+    """`--ca-file` / `--insecure` beside an `http://` URL check nothing: said, not silent."""
+    extra = [option, str(certificate[0])] if option == "--ca-file" else [option]
+    with serve_in_thread(answer) as server:
+        url = server.url
+        result = load(url, tmp_path, "--requests-per-run", "2", *extra)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert f"warning: {url} is plain HTTP: --ca-file and --insecure (caFile, insecure) " in said
+    assert "apply to https:// URLs only; no TLS is used" in said
+    assert "the server's TLS certificate is not checked" not in said
 
 
 def test_a_ca_file_that_is_no_certificate_is_named(tmp_path: Path) -> None:

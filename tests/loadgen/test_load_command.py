@@ -91,6 +91,11 @@ def test_load_then_compare(tmp_path: Path) -> None:
     assert refused.exit_code == 2
     assert refused.output.strip().startswith("error: nothing to compare between")
     assert "no grid point in common: A measured K=2 c=2; B measured K=2 c=3" in refused.output
+    # ... naming what does work: the grid options, and report, which draws any two folders
+    assert refused.output.strip().endswith(
+        f"(testbed load --prefix-kinds, --concurrency), or draw both side by side with "
+        f"testbed report {tmp_path / 'a'} {tmp_path / 'c'}"
+    )
 
 
 def test_invalid_option_values_exit_2_naming_the_option(tmp_path: Path) -> None:

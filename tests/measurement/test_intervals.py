@@ -261,6 +261,12 @@ def test_testbed_compare_json_and_verdict_table(tmp_path: Path) -> None:
     assert "-+5% of 1" in table.output
     wrong = CliRunner().invoke(app, ["compare", str(a), str(b), "--noise-threshold", "5"])
     assert wrong.exit_code == 2 and "--noise-threshold" in wrong.output
+    # 5 meant 5%: the one line names the fraction that says it
+    said = " ".join(wrong.output.replace("│", " ").split())  # typer's error box, unwrapped
+    assert "5 is not a fraction from 0 to 0.5; for 5% give 0.05" in said
+    percent = CliRunner().invoke(app, ["compare", str(a), str(b), "--confidence", "95"])
+    assert percent.exit_code == 2
+    assert "for 95% give 0.95" in " ".join(percent.output.replace("│", " ").split())
 
 
 def test_seed_table_shows_each_interval_under_its_value() -> None:
