@@ -150,7 +150,9 @@ class RunsComparison(BaseModel):
     or where every run gave the same value on each side (no run-to-run spread to judge by, a
     zero-width interval: `note` says so); `repetitions`: the runs on each side
     (A, B); `repetitions_needed`: where none was detected, about how many runs per side would
-    detect the observed difference with `POWER` (None: it cannot be said, see `note`);
+    detect the observed difference with `POWER`, and where it is `within noise` with a ratio
+    beyond the threshold, about how many would place the interval wholly beyond it (None: it
+    cannot be said, see `note`);
     `scale`: `log` (the ratio of geometric means, Welch's t on the logs) or `linear` (a 0
     among the runs: Welch's t on the values, Fieller's interval for the ratio). `delta`:
     b - a (the metric's unit); `delta_ci`: the interval of the difference of the runs' means,
@@ -239,6 +241,32 @@ def _verdict(
     return HIGHER if difference > 0 else LOWER
 
 
+def _beyond_noise(
+    difference: float,
+    xa: list[float],
+    xb: list[float],
+    log: bool,
+    noise: float,
+    confidence: float,
+) -> tuple[int | None, str]:
+    """A `within noise` verdict's `repetitions_needed` and `note`: where the observed ratio
+    itself lies beyond the threshold (its interval is wide), about how many runs per side
+    would place the interval wholly beyond it (`repetitions_needed` of the distance from the
+    threshold, on the log scale); else that the difference is within the noise."""
+    bound = math.log1p(noise) if difference > 0 else -math.log1p(-noise)
+    if not log or abs(difference) <= bound:
+        return None, f"a difference within the {noise:.0%} noise threshold"
+    spread = math.sqrt((statistics.variance(xa) + statistics.variance(xb)) / 2)
+    needed = repetitions_needed(
+        abs(difference) - bound, spread, max(len(xa), len(xb)) + 1, confidence
+    )
+    return needed, (
+        f"the ratio lies beyond the {noise:.0%} noise threshold but its interval reaches "
+        "inside it: more runs would tell whether the difference does"
+        + ("" if needed is not None else f" ({TOO_MANY})")
+    )
+
+
 def compare_runs(
     metric: str,
     a: Sequence[float],
@@ -306,6 +334,8 @@ def compare_runs(
         needed = repetitions_needed(difference, spread, max(len(a), len(b)) + 1, confidence)
         if needed is None:
             note = "no difference observed" if difference == 0 else TOO_MANY
+    elif verdict == WITHIN_NOISE:
+        needed, note = _beyond_noise(difference, xa, xb, log, noise, confidence)
     if ci is None:
         note = "A's runs do not tell A from 0: the ratio has no bounded interval"
     values = _welch([float(v) for v in a], [float(v) for v in b])

@@ -218,6 +218,14 @@ def test_a_small_significant_difference_reads_within_noise() -> None:
     assert doubled.verdict == HIGHER and doubled.ratio_ci is not None
     assert doubled.ratio_ci[0] > 1 + NOISE_THRESHOLD
     assert compare_runs("ttft_p50_ms", a, [90.0, 91.0, 89.0]).verdict == LOWER
+    # A ratio beyond the threshold whose wide interval reaches inside it: within noise, and
+    # the runs per side that would tell (the interval wholly beyond the threshold).
+    wide = compare_runs("ttft_p50_ms", [100.0, 102.0, 98.0], [110.0, 122.0, 114.0])
+    assert wide.verdict == WITHIN_NOISE and wide.ratio == pytest.approx(114 / 100)
+    assert wide.ratio_ci is not None and 1 < wide.ratio_ci[0] < 1 + NOISE_THRESHOLD
+    assert wide.repetitions_needed == 5 and "more runs would tell" in (wide.note or "")
+    assert slightly.repetitions_needed is None
+    assert slightly.note == "a difference within the 5% noise threshold"
     # Not detected at all stays `no difference detected`, whatever the threshold.
     assert compare_runs("ttft_p50_ms", a, [100.5, 99.5, 101.0]).verdict == NO_DIFFERENCE
 
