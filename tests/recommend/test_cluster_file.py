@@ -137,3 +137,33 @@ def test_a_model_name_outside_the_catalog_with_its_geometry_is_warned_naming_the
     assert line.startswith(f"warning: --cluster-file {tmp_path / 'Pulumi.home-lab.yaml'}: ")
     assert "'Qwen/Qwen3-0.6' is not a catalog model" in line
     assert "did you mean Qwen/Qwen3-0.6B?" in line
+
+
+@pytest.mark.parametrize(
+    ("file", "copy"),
+    [
+        ("my_lab.yaml", "Pulumi.my-lab.yaml"),
+        ("Pulumi.HomeLab.yml", "Pulumi.homelab.yaml"),
+        ("Pulumi.homelab-homelab-homelab-homelab.yaml", "Pulumi.homelab-homelab-homelab-ho.yaml"),
+    ],
+)
+def test_a_cluster_file_whose_emitted_stacks_render_refuses_is_refused_naming_a_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], file: str, copy: str
+) -> None:
+    """The emitted stacks' topology.name is the file's name with the search's id and rank: a
+    name that is not a short DNS label would emit stacks `testbed render` refuses, so it is
+    refused before the search, naming a copy whose stacks render."""
+    from stackmodel.config import TopologyConfig
+    from testbed.recommend_command import EMITTED_TAIL
+
+    cluster = tmp_path / file
+    cluster.write_text(yaml.safe_dump({"config": CLUSTER}))
+    code = main(["recommend", "--cluster-file", str(cluster), "--slo", "ttft_p99_ms=5000"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"error: --cluster-file {cluster}: the stacks it emits are named ")
+    assert err.rstrip().endswith(f"copy the file to {copy} and give that as --cluster-file")
+    name = copy.removeprefix("Pulumi.").removesuffix(".yaml")
+    workers = [{"name": "w", "role": "aggregated", "replicas": 1, "nodeClass": "box-a"}]
+    topology = TopologyConfig.model_validate({"name": name + EMITTED_TAIL, "workers": workers})
+    assert topology.name == f"{name}-000000-rank99"
