@@ -383,6 +383,17 @@ def _check_lengths(cfg: Any, sent: Workload) -> None:
         fail(f"--workload {sent.source}: {key} = {p.value}: {p.message.replace(p.key, key)}")
 
 
+def _one_slo(given: list[str] | None) -> str:
+    """``--slo``'s value ('' when not given); exits 2 when it is given more than once, which
+    would otherwise keep the last alone, naming the one option that holds them all."""
+    if given and len(given) > 1:
+        fail(
+            f"--slo given {len(given)} times ({', '.join(given)}); give one, its objectives "
+            f"comma-separated: --slo {','.join(given)}"
+        )
+    return given[0] if given else ""
+
+
 def _sent(
     workload: str, slo: str, requests_per_client: int | None, batched_tokens: str | None
 ) -> tuple[Workload, list[int]]:
@@ -475,13 +486,14 @@ def recommend_command(
         ),
     ] = "seed",
     slo: Annotated[
-        str,
+        list[str] | None,
         typer.Option(
+            metavar="SLO",
             help="The SLO, e.g. ttft_p99_ms=1000,itl_p99_ms=50 (ms); default: the workload's "
             "slo (its load settings').",
             rich_help_panel=INPUTS,
         ),
-    ] = "",
+    ] = None,
     objective: Annotated[
         str,
         typer.Option(
@@ -591,8 +603,9 @@ def recommend_command(
     chosen = next((o for o in OBJECTIVES_RANKED if o == objective), None)
     if chosen is None:
         fail(f"--objective {objective!r}: one of {', '.join(OBJECTIVES_RANKED)}")
+    slo_text = _one_slo(slo)
     name, base, cfg = _cluster(cluster, cluster_file, model)
-    sent, budgets = _sent(workload, slo, requests_per_client, batched_tokens)
+    sent, budgets = _sent(workload, slo_text, requests_per_client, batched_tokens)
     _check_lengths(cfg, sent)
     fixes, space = _space(cfg, budgets, sent.load, fix)
     folder = (
@@ -607,7 +620,7 @@ def recommend_command(
         cfg,
         sent,
         sent.load.slo,
-        "--slo" if slo else f"the workload's slo, {workload}",
+        "--slo" if slo_text else f"the workload's slo, {workload}",
         space,
         fixes,
         budgets,
