@@ -108,13 +108,32 @@ def _check_emitted_names(name: str, where: str) -> None:
         )
 
 
+def _workers_problem(problem: Any) -> bool:
+    """Whether a check's ``problem`` is about the cluster stack's own workers or load, not its
+    cluster: one under ``topology`` or ``load``, or a node's host memory its workers' memory
+    limits overfill (:func:`stackmodel.checks.host_memory_problems`, keyed under the node
+    class's ``hostMemoryGiB`` at its valid, positive value; a value the schema refuses is the
+    cluster's)."""
+    if problem.key.startswith(("topology", "load")):
+        return True
+    value = problem.value
+    return (
+        problem.key.startswith("nodeClasses.")
+        and problem.key.endswith(".hostMemoryGiB")
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and value > 0
+    )
+
+
 def _cluster_config(name: str, base: dict[str, Any], where: str) -> Any:
     """The cluster stack's config, checked as a cluster, not as a deployment: its node classes,
     links, model, engine and platform settings are checked as ``testbed render`` checks them;
     its own workers and load are replaced by each candidate's and the workload's, so a problem
-    under ``topology`` or ``load`` (its workers too small for the model, a memory floor) is not
-    the cluster's, and each candidate is checked instead. Exits 2 on any other problem, naming
-    ``where`` (the stack file and ``--model``)."""
+    of its workers (:func:`_workers_problem`: its workers too small for the model, a memory
+    floor, more memory limits than a node's ``hostMemoryGiB``) is not the cluster's, and each
+    candidate is checked instead. Exits 2 on any other problem, naming ``where`` (the stack
+    file and ``--model``)."""
     from pydantic import ValidationError
 
     from stackmodel.config import StackConfig
@@ -124,7 +143,7 @@ def _cluster_config(name: str, base: dict[str, Any], where: str) -> Any:
     try:
         return validate_stack(name, base).cfg
     except StackConfigError as exc:
-        own = [p for p in exc.problems if not p.key.startswith(("topology", "load"))]
+        own = [p for p in exc.problems if not _workers_problem(p)]
         if own:
             fail(f"{where}: " + "; ".join(" ".join(p.render().split()) for p in own))
     shape = {k: v for k, v in base.items() if k not in ("load", "baselineStack")}

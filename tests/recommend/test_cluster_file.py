@@ -5,8 +5,10 @@ hold are refused offline. Kept cheap: the disaggregated TP1 candidates of one cl
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -167,3 +169,25 @@ def test_a_cluster_file_whose_emitted_stacks_render_refuses_is_refused_naming_a_
     workers = [{"name": "w", "role": "aggregated", "replicas": 1, "nodeClass": "box-a"}]
     topology = TopologyConfig.model_validate({"name": name + EMITTED_TAIL, "workers": workers})
     assert topology.name == f"{name}-000000-rank99"
+
+
+def test_the_cluster_files_own_workers_overfilling_a_nodes_host_memory_do_not_block(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """9 workers of 8Gi on box-a (72Gi) overfill its 32 GiB: a problem of the file's own
+    workers, which the candidates replace, so the search runs; a hostMemoryGiB the schema
+    refuses is still the cluster's."""
+    config: Any = copy.deepcopy(CLUSTER)
+    config["dynamo-testbed:topology"]["workers"][0]["memoryLimit"] = "8Gi"
+    only = ("--fix", "transport=GPU buffers over TCP", "--validate-top", "0")
+    code = _recommend(tmp_path, config, "--slo", "ttft_p99_ms=5000", *ONE_CLASS, *only)
+    assert code == 0, capsys.readouterr().err
+    (ranked,) = json.loads((tmp_path / "out" / "candidates.json").read_text())["candidates"]
+    assert ranked["status"] == "ranked"
+    config["dynamo-testbed:nodeClasses"]["box-a"]["hostMemoryGiB"] = -1
+    code = _recommend(tmp_path, config, "--slo", "ttft_p99_ms=5000")
+    assert code == 2
+    assert (
+        "nodeClasses.box-a.hostMemoryGiB = -1: Input should be greater than 0"
+        in capsys.readouterr().err
+    )
