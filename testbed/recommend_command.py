@@ -53,6 +53,7 @@ def _cluster(
             import yaml
 
             name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
+            name = name.removesuffix(".yml")
             where = f"--cluster-file {stack_file}"
             try:
                 document = yaml.safe_load(stack_file.read_text())
@@ -64,6 +65,7 @@ def _cluster(
             base = project_values({k: v for k, v in config.items()})
     except (FileNotFoundError, StackFileError, OSError) as exc:
         fail(" ".join(str(exc).split()))
+    _check_emitted_names(name, where)
     if model is not None:
         base["model"] = {**(base.get("model") or {}), "name": model}
         where = f"{where} with --model {model}"
@@ -73,13 +75,65 @@ def _cluster(
     return name, base, cfg
 
 
+EMITTED_TAIL = "-000000-rank99"
+"""The longest tail :func:`recommend.outputs.emitted_name` puts after the cluster's name: the
+search's six-hex-digit id and a rank of two digits."""
+
+
+def _check_emitted_names(name: str, where: str) -> None:
+    """Exit 2 when the stacks the search would emit, ``<name>-<search id>-rank<N>``
+    (:func:`recommend.outputs.emitted_name`), could not be rendered: that name is each one's
+    ``topology.name``, a DNS label of limited length (:class:`stackmodel.config.TopologyConfig`),
+    which a cluster file's own name (``my_lab.yaml``, ``Pulumi.HomeLab.yaml``) need not be. The
+    fix names a file name whose stacks are: the name lower-cased, other characters as ``-``,
+    cut to the length left."""
+    import re
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from stackmodel.config import TopologyConfig
+
+    field = TopologyConfig.model_fields["name"]
+    try:
+        TypeAdapter(Annotated[str, *field.metadata]).validate_python(name + EMITTED_TAIL)
+    except ValidationError:
+        longest = next(int(m.max_length) for m in field.metadata if hasattr(m, "max_length"))
+        room = longest - len(EMITTED_TAIL)
+        plain = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:room].rstrip("-")
+        fail(
+            f"{where}: the stacks it emits are named {name}-<id>-rank<N>, each one's "
+            f"topology.name, a DNS label (lower-case letters, digits, '-') of at most {longest} "
+            f"characters: a cluster name of at most {room} such characters; copy the file to "
+            f"Pulumi.{plain or 'cluster'}.yaml and give that as --cluster-file"
+        )
+
+
+def _workers_problem(problem: Any) -> bool:
+    """Whether a check's ``problem`` is about the cluster stack's own workers or load, not its
+    cluster: one under ``topology`` or ``load``, or a node's host memory its workers' memory
+    limits overfill (:func:`stackmodel.checks.host_memory_problems`, keyed under the node
+    class's ``hostMemoryGiB`` at its valid, positive value; a value the schema refuses is the
+    cluster's)."""
+    if problem.key.startswith(("topology", "load")):
+        return True
+    value = problem.value
+    return (
+        problem.key.startswith("nodeClasses.")
+        and problem.key.endswith(".hostMemoryGiB")
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and value > 0
+    )
+
+
 def _cluster_config(name: str, base: dict[str, Any], where: str) -> Any:
     """The cluster stack's config, checked as a cluster, not as a deployment: its node classes,
     links, model, engine and platform settings are checked as ``testbed render`` checks them;
     its own workers and load are replaced by each candidate's and the workload's, so a problem
-    under ``topology`` or ``load`` (its workers too small for the model, a memory floor) is not
-    the cluster's, and each candidate is checked instead. Exits 2 on any other problem, naming
-    ``where`` (the stack file and ``--model``)."""
+    of its workers (:func:`_workers_problem`: its workers too small for the model, a memory
+    floor, more memory limits than a node's ``hostMemoryGiB``) is not the cluster's, and each
+    candidate is checked instead. Exits 2 on any other problem, naming ``where`` (the stack
+    file and ``--model``)."""
     from pydantic import ValidationError
 
     from stackmodel.config import StackConfig
@@ -89,7 +143,7 @@ def _cluster_config(name: str, base: dict[str, Any], where: str) -> Any:
     try:
         return validate_stack(name, base).cfg
     except StackConfigError as exc:
-        own = [p for p in exc.problems if not p.key.startswith(("topology", "load"))]
+        own = [p for p in exc.problems if not _workers_problem(p)]
         if own:
             fail(f"{where}: " + "; ".join(" ".join(p.render().split()) for p in own))
     shape = {k: v for k, v in base.items() if k not in ("load", "baselineStack")}
@@ -253,17 +307,36 @@ def _print_table(
 
 
 def _nearest(results: list[Result], slo: Any, top: int = 3) -> list[str]:
-    """The candidates nearest the SLO and what binds, closest first: by how far their worst
-    objective is over its bound of ``slo`` (its figure at the lowest load that misses it, or a
-    floor over it, ``Result.floor_over``), ties by key."""
+    """The candidates nearest the SLO and what binds, closest first: under the capacity
+    question those that hold part of the load needed (``short-of-load``), the most of it first,
+    each with what it holds and what binds (:func:`recommend.claims.reason_line`), ties by the
+    objective's figure as :func:`_best_held` breaks them; then by how far their worst objective
+    is over its bound of ``slo`` (its figure at the lowest load that misses it, or a floor over
+    it, ``Result.floor_over``); ties by key."""
+    from recommend.claims import reason_line
+    from recommend.search import held_load
+
     bounds = slo.objectives()
-    lines: list[tuple[float, str, str]] = []
+    lines: list[tuple[int, float, float, str, str]] = []
     for r in results:
-        if r.status == "slo-not-met" and r.over is not None:
+        if r.status == "short-of-load" and r.needed:
+            held = held_load(r.best) if r.best is not None else 0.0
+            lines.append(
+                (
+                    0,
+                    -held / r.needed,
+                    -(r.value or 0.0),
+                    r.candidate.key,
+                    f"{r.candidate.key} ({r.candidate.label()}): {reason_line(r, None)}",
+                )
+            )
+        elif r.status == "slo-not-met" and r.over is not None:
             over = [v / bounds[k] for k, v in r.over.values_ms.items() if v and k in bounds]
             lines.append(
                 (
+                    1,
                     max(over, default=float("inf")),
+                    0.0,
                     r.candidate.key,
                     f"{r.candidate.key} ({r.candidate.label()}): {r.binding} at "
                     f"{r.over.load_text()}: "
@@ -275,7 +348,9 @@ def _nearest(results: list[Result], slo: Any, top: int = 3) -> list[str]:
         elif r.status == "screened" and r.floor_over is not None:
             lines.append(
                 (
+                    1,
                     r.floor_over,
+                    0.0,
                     r.candidate.key,
                     f"{r.candidate.key} ({r.candidate.label()}): {r.reason}",
                 )
@@ -325,6 +400,17 @@ def _check_lengths(cfg: Any, sent: Workload) -> None:
     for p in problems[:1]:
         key = p.key.removeprefix("load.")
         fail(f"--workload {sent.source}: {key} = {p.value}: {p.message.replace(p.key, key)}")
+
+
+def _one_slo(given: list[str] | None) -> str:
+    """``--slo``'s value ('' when not given); exits 2 when it is given more than once, which
+    would otherwise keep the last alone, naming the one option that holds them all."""
+    if given and len(given) > 1:
+        fail(
+            f"--slo given {len(given)} times ({', '.join(given)}); give one, its objectives "
+            f"comma-separated: --slo {','.join(given)}"
+        )
+    return given[0] if given else ""
 
 
 def _sent(
@@ -419,13 +505,14 @@ def recommend_command(
         ),
     ] = "seed",
     slo: Annotated[
-        str,
+        list[str] | None,
         typer.Option(
+            metavar="SLO",
             help="The SLO, e.g. ttft_p99_ms=1000,itl_p99_ms=50 (ms); default: the workload's "
             "slo (its load settings').",
             rich_help_panel=INPUTS,
         ),
-    ] = "",
+    ] = None,
     objective: Annotated[
         str,
         typer.Option(
@@ -540,8 +627,9 @@ def recommend_command(
     chosen = next((o for o in OBJECTIVES_RANKED if o == objective), None)
     if chosen is None:
         fail(f"--objective {objective!r}: one of {', '.join(OBJECTIVES_RANKED)}")
+    slo_text = _one_slo(slo)
     name, base, cfg = _cluster(cluster, cluster_file, model)
-    sent, budgets = _sent(workload, slo, requests_per_client, batched_tokens)
+    sent, budgets = _sent(workload, slo_text, requests_per_client, batched_tokens)
     _check_lengths(cfg, sent)
     fixes, space = _space(cfg, budgets, sent.load, fix)
     folder = (
@@ -556,7 +644,7 @@ def recommend_command(
         cfg,
         sent,
         sent.load.slo,
-        "--slo" if slo else f"the workload's slo, {workload}",
+        "--slo" if slo_text else f"the workload's slo, {workload}",
         space,
         fixes,
         budgets,
@@ -670,8 +758,10 @@ def _print_outcome(found: Recommendation, folder: Path) -> None:
             typer.echo(f"SIMULATED: no candidate holds the load needed: {most}", err=True)
         refused = all(r.status == "refused" for r in results)
         said = "the checks refuse every candidate, for" if refused else "the nearest"
+        needed = " at the load needed" if most else ""
         typer.echo(
-            f"SIMULATED: no candidate meets the SLO ({inputs.slo.describe()}); {said}:", err=True
+            f"SIMULATED: no candidate meets the SLO ({inputs.slo.describe()}){needed}; {said}:",
+            err=True,
         )
         for line in _refusals(results) if refused else _nearest(results, inputs.slo):
             typer.echo(f"  {line}", err=True)

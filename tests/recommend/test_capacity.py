@@ -112,6 +112,10 @@ def test_a_load_no_candidate_holds_exits_1_naming_what_the_best_holds(
     assert code == 1
     assert "no candidate holds the load needed: the best, " in err
     assert " of the 480 clients needed" in err
+    after = err.split("at the load needed; the nearest:\n", 1)[1].splitlines()
+    nearest = [line for line in after if line.startswith("  ")]
+    assert len(nearest) == 3
+    assert all(re.search(r"holds \d+ of the 480 clients needed: .+ binds at", n) for n in nearest)
     document = yaml.safe_load((tmp_path / "out" / "candidates.json").read_text())
     assert {c["status"] for c in document["candidates"]} >= {"short-of-load"}
     assert all(c["rank"] is None for c in document["candidates"])
@@ -291,3 +295,39 @@ def test_the_caveats_say_what_simulate_says_outside_the_calibration_and_the_marg
     assert len(said) == 2
     assert said[0].startswith("extrapolated: GPU l40s (fit: rtx-4090) is outside the seed")
     assert said[1].startswith("margin 1.25 (the default 1.25 is the timing model's error on")
+
+
+def test_the_nearest_to_a_load_none_holds_hold_the_most_of_it_first() -> None:
+    """No candidate holds the load needed: the nearest are those that hold the most of it
+    (ties by goodput, as the best held is picked), each with what it holds and what binds,
+    before one that meets the SLO at no load."""
+    from recommend.search import Figures, Result
+    from recommend.space import Candidate, GroupShape
+    from testbed.recommend_command import _nearest
+
+    def short(key: str, clients: int, goodput: float) -> Result:
+        shape = Candidate((GroupShape("aggregated", "gpu-24gb", 1),), key=key)
+        held = Figures(clients, goodput, goodput, 50.0, 1.0, 0.5, 1.0, {"ttft_p99_ms": 700.0})
+        over = Figures(clients + 2, goodput, goodput, 50.0, 1.0, 0.5, 0.9, {"ttft_p99_ms": 900.0})
+        return Result(
+            shape,
+            "short-of-load",
+            binding="TTFT p99",
+            best=held,
+            over=over,
+            value=goodput,
+            needed=480,
+        )
+
+    none = Result(Candidate((GroupShape("aggregated", "gpu-8gb", 1),), key="c000"), "slo-not-met")
+    none.binding = "TTFT p99"
+    none.over = Figures(1, 0.0, 0.0, 1.0, 1.0, 0.5, 0.0, {"ttft_p99_ms": 1100.0})
+    results = [
+        none,
+        short("c001", 42, 986.0),
+        short("c008", 131, 2434.0),
+        short("c009", 131, 2444.0),
+    ]
+    lines = _nearest(results, parse_slo("ttft_p99_ms=800"), top=4)
+    assert [line.split(" ")[0] for line in lines] == ["c009", "c008", "c001", "c000"]
+    assert lines[0].endswith(": holds 131 of the 480 clients needed: TTFT p99 binds at 133 clients")

@@ -5,8 +5,10 @@ hold are refused offline. Kept cheap: the disaggregated TP1 candidates of one cl
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -137,3 +139,55 @@ def test_a_model_name_outside_the_catalog_with_its_geometry_is_warned_naming_the
     assert line.startswith(f"warning: --cluster-file {tmp_path / 'Pulumi.home-lab.yaml'}: ")
     assert "'Qwen/Qwen3-0.6' is not a catalog model" in line
     assert "did you mean Qwen/Qwen3-0.6B?" in line
+
+
+@pytest.mark.parametrize(
+    ("file", "copy"),
+    [
+        ("my_lab.yaml", "Pulumi.my-lab.yaml"),
+        ("Pulumi.HomeLab.yml", "Pulumi.homelab.yaml"),
+        ("Pulumi.homelab-homelab-homelab-homelab.yaml", "Pulumi.homelab-homelab-homelab-ho.yaml"),
+    ],
+)
+def test_a_cluster_file_whose_emitted_stacks_render_refuses_is_refused_naming_a_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], file: str, copy: str
+) -> None:
+    """The emitted stacks' topology.name is the file's name with the search's id and rank: a
+    name that is not a short DNS label would emit stacks `testbed render` refuses, so it is
+    refused before the search, naming a copy whose stacks render."""
+    from stackmodel.config import TopologyConfig
+    from testbed.recommend_command import EMITTED_TAIL
+
+    cluster = tmp_path / file
+    cluster.write_text(yaml.safe_dump({"config": CLUSTER}))
+    code = main(["recommend", "--cluster-file", str(cluster), "--slo", "ttft_p99_ms=5000"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"error: --cluster-file {cluster}: the stacks it emits are named ")
+    assert err.rstrip().endswith(f"copy the file to {copy} and give that as --cluster-file")
+    name = copy.removeprefix("Pulumi.").removesuffix(".yaml")
+    workers = [{"name": "w", "role": "aggregated", "replicas": 1, "nodeClass": "box-a"}]
+    topology = TopologyConfig.model_validate({"name": name + EMITTED_TAIL, "workers": workers})
+    assert topology.name == f"{name}-000000-rank99"
+
+
+def test_the_cluster_files_own_workers_overfilling_a_nodes_host_memory_do_not_block(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """9 workers of 8Gi on box-a (72Gi) overfill its 32 GiB: a problem of the file's own
+    workers, which the candidates replace, so the search runs; a hostMemoryGiB the schema
+    refuses is still the cluster's."""
+    config: Any = copy.deepcopy(CLUSTER)
+    config["dynamo-testbed:topology"]["workers"][0]["memoryLimit"] = "8Gi"
+    only = ("--fix", "transport=GPU buffers over TCP", "--validate-top", "0")
+    code = _recommend(tmp_path, config, "--slo", "ttft_p99_ms=5000", *ONE_CLASS, *only)
+    assert code == 0, capsys.readouterr().err
+    (ranked,) = json.loads((tmp_path / "out" / "candidates.json").read_text())["candidates"]
+    assert ranked["status"] == "ranked"
+    config["dynamo-testbed:nodeClasses"]["box-a"]["hostMemoryGiB"] = -1
+    code = _recommend(tmp_path, config, "--slo", "ttft_p99_ms=5000")
+    assert code == 2
+    assert (
+        "nodeClasses.box-a.hostMemoryGiB = -1: Input should be greater than 0"
+        in capsys.readouterr().err
+    )

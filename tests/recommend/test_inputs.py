@@ -350,3 +350,22 @@ def test_a_p90_slo_gets_its_panel_in_the_report(tmp_path: Path) -> None:
     assert "TTFT p90 against tokens/s per GPU: SLO TTFT p90 &lt;= 5,000 ms (horizontal" in page
     ranked = [c for c in _candidates(tmp_path) if c.get("rank") == 1]
     assert len(ranked) == 1
+
+
+def test_slo_given_twice_is_refused_naming_the_one_option_that_holds_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second --slo would replace the first (the search then ignoring TTFT): refused before
+    the search, naming the comma-separated option, which is then accepted."""
+    twice = ("--slo", "ttft_p99_ms=800", "--slo", "itl_p99_ms=40")
+    code = _recommend(tmp_path, *twice, "--validate-top", "0", *ONE_CLASS)
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "error: --slo given 2 times (ttft_p99_ms=800, itl_p99_ms=40); give one, its objectives "
+        "comma-separated: --slo ttft_p99_ms=800,itl_p99_ms=40\n"
+    )
+    both = ("--slo", "ttft_p99_ms=800,itl_p99_ms=40", "--validate-top", "0", *ONE_CLASS)
+    code = _recommend(tmp_path, *both)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "SLO: TTFT p99 <= 800 ms, ITL p99 <= 40 ms (from --slo)" in err
