@@ -16,6 +16,7 @@ from pathlib import Path
 
 POD_MODULES = (
     "configkeys/__init__.py",
+    "configkeys/config_text.py",
     "configkeys/key_paths.py",
     "configkeys/suggest.py",
     "incluster/__init__.py",
