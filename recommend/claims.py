@@ -43,6 +43,11 @@ def compared_with(result: Result, first: Result | None) -> Result | None:
     return result.dominated_by or first
 
 
+def gpus_text(gpus: int) -> str:
+    """``1 GPU``, ``3 GPUs``."""
+    return f"{gpus} GPU{'' if gpus == 1 else 's'}"
+
+
 def ratio(result: Result, first: Result | None) -> float | None:
     """``result``'s objective over that of the one it is judged against
     (:func:`compared_with`; None: either has none)."""
@@ -177,7 +182,7 @@ def _why(result: Result, first: Result | None, objective: Objective) -> str:
     if a.cached_ratio + 0.05 < b.cached_ratio:
         return f"prefix-cache hits {a.cached_ratio:.0%} against rank 1's {b.cached_ratio:.0%}"
     if result.gpus < first.gpus:
-        return f"it leaves GPUs idle: {result.gpus} GPUs against rank 1's {first.gpus}"
+        return f"it leaves GPUs idle: {gpus_text(result.gpus)} against rank 1's {first.gpus}"
     workers = sum(g.replicas for g in result.candidate.groups)
     theirs = sum(g.replicas for g in first.candidate.groups)
     if workers != theirs:
@@ -249,7 +254,7 @@ def reason_line(
     head += f" ({loads})" if loads else ""
     if result.needed is not None:
         if first is not None and result.gpus > first.gpus and v == "loses":
-            head = f"loses: {result.gpus} GPUs against rank 1's {first.gpus}"
+            head = f"loses: {gpus_text(result.gpus)} against rank 1's {first.gpus}"
         else:
             head += f" ({result.gpus} GPU{'s' if result.gpus != 1 else ''})"
         return _unsteady(f"{head}: {holds_text(result)}", result)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from metrics import registry
-from recommend.claims import ratio, reason_line, trade, verdict
+from recommend.claims import gpus_text, ratio, reason_line, trade, verdict
 from recommend.search import Objective, Result, objective_value, pareto_front
 from recommend.validate import Validation
 from recommend.workload import MEASURED_PER_CLIENT, Workload
@@ -191,7 +191,9 @@ def shown_line(
     stays the model's."""
     line = reason_line(result, first, inputs.margin, inputs.objective)
     done = (validations or {}).get(result.candidate.key)
-    return f"{done.verdict(inputs.slo)}; model: {line}" if done is not None else line
+    if done is None or result.status == "validation-failed":  # its line names the miss
+        return line
+    return f"{done.verdict(inputs.slo)}; model: {line}"
 
 
 def validation_summary(
@@ -595,6 +597,13 @@ def _runner_up_text(
         return (
             f"{who} is on the Pareto front beside rank 1: it trades {trade(runner_up, first)}, so "
             "neither beats the other on both; the A / B comparison above measures that trade."
+        )
+    if runner_up.needed is not None and runner_up.gpus > first.gpus:
+        return (
+            f"{who} holds the load too, on {gpus_text(runner_up.gpus)} against rank 1's "
+            f"{first.gpus}: it loses on GPUs, whatever its goodput "
+            f"({ratio(runner_up, first):.2f}x of rank 1's in the model); the A / B comparison "
+            "above measures what the extra GPUs buy."
         )
     head = f"{who} reads {ratio(runner_up, first):.2f}x of rank 1 in the model: "
     if v == "too close to call":

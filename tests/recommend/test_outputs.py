@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from recommend.bounds import Bounds
-from recommend.claims import kv_path, ratio, reason_line, verdict
+from recommend.claims import gpus_text, kv_path, ratio, reason_line, verdict
 from recommend.outputs import (
     PARETO_PNG,
     REPORT_HTML,
@@ -397,3 +397,26 @@ def test_an_objective_on_any_percentile_gets_its_panel_or_line() -> None:
     assert ttft.lines == (SloLine("ttft_p90_ms", "y", 800.0, "TTFT p90 <= 800 ms"),)
     assert e2e.title == "E2E p50 against tokens/s per GPU"
     assert e2e.xy == {"a1": (100.0, 3000.0), "d2": (85.0, 2500.0)}
+
+
+def test_under_capacity_a_runner_up_on_more_gpus_loses_on_gpus_and_lost_ranks_say_it_once() -> None:
+    """Under the capacity question a runner-up on more GPUs loses on them, whatever its
+    goodput: plan.md says so (not "beyond the margin" of a goodput ratio); one GPU is "1 GPU";
+    a candidate the real routing took the rank from says the miss once."""
+    inputs = Inputs(
+        "kv-routing", LoadConfig(), parse_slo("ttft_p99_ms=1000"), "capacity", 1.25, 3, "m"
+    )
+    a1, d2 = _result("a1", 1, 100.0, 50.0), _result("d2", 2, 123.0, 50.0)
+    for r, gpus in ((a1, 1), (d2, 2)):
+        r.gpus, r.needed = gpus, 8.0
+    plan = plan_text(inputs, [a1, d2], a1)
+    assert (
+        "holds the load too, on 2 GPUs against rank 1's 1: it loses on GPUs, whatever its "
+        "goodput (1.23x of rank 1's in the model)" in " ".join(plan.split())
+    )
+    assert "beyond the margin" not in plan
+    assert gpus_text(1) == "1 GPU" and gpus_text(3) == "3 GPUs"
+    lost = _result("a3", 0, 90.0, 50.0)
+    lost.status, lost.rank, lost.reason = "validation-failed", None, "real routing: SLO missed"
+    line = shown_line(lost, a1, inputs, {"a3": _validation("a3", 1019.4, False)})
+    assert line.count("real routing: SLO missed") == 1
