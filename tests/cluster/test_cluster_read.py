@@ -4,15 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pulumi
 import pytest
 import yaml
-from fake_kube_api import FakeKubeApi, fake_kube_api, helm_secret, silent_kube_api
+from fake_kube_api import FakeKubeApi, helm_secret, silent_kube_api
 from test_cluster_checks import SEED, node
 
 from clusterread.checks import release_description
@@ -23,19 +21,6 @@ from stackmodel.errors import PROJECT, StackConfigError
 from stackmodel.stack_layout import VersionGateError
 from stackmodel.stacks import REPO, stack_config
 from testbed.render import EchoMocks, Rendered, _referenced_stacks, run_under_mocks
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeApi]:
-    with fake_kube_api() as server:
-        yield server
-
-
-@pytest.fixture
-def warnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    monkeypatch.setattr(pulumi.log, "warn", lambda message, *a, **k: seen.append(message))
-    return seen
 
 
 def preview(stack: str, kubeconfig: str, **keys: str) -> Rendered:

@@ -4,23 +4,16 @@ serving the other stack's pods."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kube_api import FakeKubeApi, fake_kube_api
+from fake_kube_api import FakeKubeApi
 from test_cluster_checks import SEED, node
 from test_cluster_read import preview, refusal
 
 from clusterread.gpu_shares import pod_share, worst_set
 from clusterread.read import read_cluster
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeApi]:
-    with fake_kube_api() as server:
-        yield server
 
 
 def worker_pod(

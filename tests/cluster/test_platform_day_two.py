@@ -5,13 +5,10 @@ the chart judged against the graphs the cluster runs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pulumi
-import pytest
-from fake_kube_api import FakeHelm, FakeKubeApi, fake_kube_api
+from fake_kube_api import FakeHelm, FakeKubeApi
 from test_cluster_read import preview, refusal
 
 from clusterread.checks import release_description
@@ -25,26 +22,13 @@ OWN = release_description(PROJECT, "platform")
 TIMED_OUT = "context deadline exceeded"
 
 
-@pytest.fixture
-def api() -> Iterator[FakeKubeApi]:
-    with fake_kube_api() as server:
-        yield server
-
-
-@pytest.fixture
-def warned(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    monkeypatch.setattr(pulumi.log, "warn", lambda message, *a, **k: seen.append(message))
-    return seen
-
-
 def release_protect(rendered: Any) -> bool:
     (release,) = [r for r in rendered.registrations if r.type == "kubernetes:helm.sh/v3:Release"]
     return bool(release.protect)
 
 
 def test_a_failed_upgrade_rolled_back_is_retried_and_protect_lifted(
-    api: FakeKubeApi, tmp_path: Path, warned: list[str]
+    api: FakeKubeApi, tmp_path: Path, warnings: list[str]
 ) -> None:
     kubeconfig = str(api.kubeconfig(tmp_path))
     helm = FakeHelm(api)
@@ -62,7 +46,7 @@ def test_a_failed_upgrade_rolled_back_is_retried_and_protect_lifted(
     # not install")
     rendered = preview("platform", kubeconfig, platform=upgrade)
     assert rendered.helm_releases()[0]["version"] == "1.7.0"
-    (note,) = [w for w in warned if "rolled it back" in w]
+    (note,) = [w for w in warnings if "rolled it back" in w]
     assert note == (
         "stack 'platform': Helm release dynamo-system/dynamo-platform: the last upgrade failed"
         f' (revision 2: Upgrade "dynamo-platform" failed: {TIMED_OUT}) and Helm rolled it back'
@@ -70,18 +54,18 @@ def test_a_failed_upgrade_rolled_back_is_retried_and_protect_lifted(
     )
     # the retry fails again: still the stack's release, the note names the latest failure
     helm.upgrade("1.7.0", OWN, error="webhook not ready")
-    warned.clear()
+    warnings.clear()
     preview("platform", kubeconfig, platform=upgrade)
-    (note,) = [w for w in warned if "rolled it back" in w]
+    (note,) = [w for w in warnings if "rolled it back" in w]
     assert "(revision 4: Upgrade" in note and "back to revision 3 (chart 1.6.2, revision 5)" in note
     # protect lifted in the rolled-back state, for destroy
     assert release_protect(preview("platform", kubeconfig, platform='{"protect": false}')) is False
     # the retry that succeeds: the stack's own revision again, no note
     helm.upgrade("1.7.0", OWN)
-    warned.clear()
+    warnings.clear()
     lifted = '{"chartVersion": "1.7.0", "protect": false}'
     assert release_protect(preview("platform", kubeconfig, platform=lifted)) is False
-    assert not [w for w in warned if "Helm release" in w]
+    assert not [w for w in warnings if "Helm release" in w]
 
 
 def graph(stack: str, version: str) -> dict[str, Any]:
