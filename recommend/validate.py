@@ -95,10 +95,11 @@ class Validation:
         return f"{missed}; {self.spread()}" if self.knife_edge else missed
 
     def line(self) -> str:
-        """``c005 at 72 clients with the real Dynamo routing: SLO holds; ttft_p99_ms 812 ms
+        """``c005 at 72 clients with the real Dynamo routing: SLO holds; TTFT p99 812 ms
         (stand-in 905 ms); goodput 1,650 tok/s per GPU (stand-in 1,671)``."""
         figures = "; ".join(
-            f"{k} {v:,.0f} ms (stand-in {self.stand_in_values_ms.get(k) or 0:,.0f} ms)"
+            f"{objectives()[k].name} {v:,.0f} ms (stand-in "
+            f"{self.stand_in_values_ms.get(k) or 0:,.0f} ms)"
             for k, v in self.values_ms.items()
             if v is not None
         )

@@ -420,3 +420,9 @@ def test_under_capacity_a_runner_up_on_more_gpus_loses_on_gpus_and_lost_ranks_sa
     lost.status, lost.rank, lost.reason = "validation-failed", None, "real routing: SLO missed"
     line = shown_line(lost, a1, inputs, {"a3": _validation("a3", 1019.4, False)})
     assert line.count("real routing: SLO missed") == 1
+
+
+def test_a_validation_line_names_its_figures_as_the_tables_do() -> None:
+    """The console's validation line names each figure by its name (TTFT p99), not its key."""
+    line = _validation("a1", 812.4, True).line()
+    assert "TTFT p99 812 ms (stand-in 900 ms)" in line and "ttft_p99_ms" not in line
