@@ -114,20 +114,22 @@ class Latencies:
     def of(
         good: Sequence[RequestRecord],
         tokens: Sequence[list[float]] | None = None,
-        gaps: Sequence[Any] | None = None,
+        reads: Sequence[tuple[Any, Any]] | None = None,
     ) -> Latencies:
-        """The latencies of `good` (successful records); `tokens` / `gaps`: each record's
-        `chunk_tokens` / `icl_array` when computed already."""
+        """The latencies of `good` (successful records); `tokens` / `reads`: each record's
+        `chunk_tokens` / `read_arrays` over them when computed already."""
         import numpy as np
 
         tokens = [chunk_tokens(r) for r in good] if tokens is None else tokens
-        gaps = [icl_array(r) for r in good] if gaps is None else gaps
-        itls = [itl_array(r, n, g) for r, n, g in zip(good, tokens, gaps, strict=True)]
+        if reads is None:
+            reads = [read_arrays(r, n) for r, n in zip(good, tokens, strict=True)]
+        triples = list(zip(good, tokens, reads, strict=True))
+        itls = [itl_array(r, n, read) for r, n, read in triples]
         return Latencies(
             ttft=[ttft_ms(r) for r in good],
             itl=_flat(itls),
             owner=np.repeat(np.arange(len(itls)), [len(i) for i in itls]),
-            tpot=[tpot_ms(r, n) for r, n in zip(good, tokens, strict=True)],
+            tpot=[tpot_ms(r, n, read) for r, n, read in triples],
             e2e=[e2e_ms(r) for r in good],
         )
 
@@ -461,11 +463,11 @@ def summarize_run(
     good = [r for r in records if r.ok]
     span_s = span_seconds(good)
     tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
-    gaps = [icl_array(r) for r in good]
-    latencies = Latencies.of(good, tokens, gaps)
+    reads = [read_arrays(r, n) for r, n in zip(good, tokens, strict=True)]
+    latencies = Latencies.of(good, tokens, reads)
     latency, sample_warnings = _latency_fields(records, latencies, concurrency, offered_rate_per_s)
     lower_bounds = latency.pop("lower_bounds")
-    stream, stream_warnings = _stream_fields(good, tokens, gaps)
+    stream, stream_warnings = _stream_fields(good, tokens, reads)
     output, output_warnings = _output_fields(
         records, good, max_tokens, planned_prompt_tokens, lower_bounds
     )
@@ -574,22 +576,26 @@ def _latency_fields(
 
 
 def _stream_fields(
-    good: Sequence[RequestRecord], tokens: Sequence[list[float]], gaps: Sequence[Any]
+    good: Sequence[RequestRecord],
+    tokens: Sequence[list[float]],
+    reads: Sequence[tuple[Any, Any]],
 ) -> tuple[dict[str, Any], list[str]]:
     """`summarize_run`'s figures of how the stream came (tokens per chunk, inter-chunk gaps,
     content events per read) from the successful records and their `chunk_tokens` / `icl_ms`,
     and the warnings for multi-token chunks and clumped reads."""
     per_chunk = _flat(tokens)
-    icl_p50 = percentile(_flat(gaps), 50)
+    icl_p50 = percentile(
+        _flat([icl_array(r, read) for r, read in zip(good, reads, strict=True)]), 50
+    )
     warnings = []
     multi = sum(bool(n) and sum(n) / len(n) >= MULTI_TOKEN_CHUNK for n in tokens)
     if multi:
         warnings.append(_multi_token_warning(good, multi, per_chunk, icl_p50))
-    reads = [len(read_arrays(r)[0]) for r in good]
+    read_counts = [len(times) for times, _ in reads]
     events = [len(r.token_ns) for r in good]
-    clumped = sum(e / n >= CLUMPED_READS for e, n in zip(events, reads, strict=True) if n)
-    whole = sum(e > 1 and n == 1 for e, n in zip(events, reads, strict=True))
-    per_read = sum(events) / sum(reads) if sum(reads) else None
+    clumped = sum(e / n >= CLUMPED_READS for e, n in zip(events, read_counts, strict=True) if n)
+    whole = sum(e > 1 and n == 1 for e, n in zip(events, read_counts, strict=True))
+    per_read = sum(events) / sum(read_counts) if sum(read_counts) else None
     if clumped or whole:
         warnings.append(_clumped_warning(len(good), max(clumped, whole), whole, per_read))
     return {

@@ -174,58 +174,57 @@ def icl_ms(record: Timed) -> list[float]:
     return list(icl_array(record).tolist())
 
 
-def icl_array(record: Timed) -> Any:
+def icl_array(record: Timed, reads: tuple[Any, Any] | None = None) -> Any:
     """`icl_ms` as a numpy float64 array: each gap (ns, exact in int64) over 1e6, the same
-    float as ``(b - a) / 1e6``."""
+    float as ``(b - a) / 1e6``; `reads`: the record's `read_arrays` when computed already."""
     import numpy as np
 
-    return np.diff(read_arrays(record)[0]) / _NS_PER_MS
+    times = (read_arrays(record) if reads is None else reads)[0]
+    return np.diff(times) / _NS_PER_MS
 
 
-def itl_ms(
-    record: Timed,
-    tokens: list[float] | None = None,
-    gaps: list[float] | None = None,
-) -> list[float]:
+def itl_ms(record: Timed, tokens: list[float] | None = None) -> list[float]:
     """Inter-token latencies (ms), one per content read after the first: the gap to the
     previous content read divided by the tokens the later read carried (`content_reads` over
     `chunk_tokens`), so a chunk of 8 tokens 80 ms after the previous one gives 10 ms. With one
     token per chunk and one chunk per read this is vLLM bench's per-chunk ITL; without a token
-    count, the gaps themselves. `tokens`/`gaps`: the record's `chunk_tokens`/`icl_ms` when
-    already computed. A list of `itl_array`."""
-    return list(itl_array(record, tokens, gaps).tolist())
+    count, the gaps themselves. `tokens`: the record's `chunk_tokens` when already computed.
+    A list of `itl_array`."""
+    return list(itl_array(record, tokens).tolist())
 
 
 def itl_array(
-    record: Timed, tokens: Sequence[float] | None = None, gaps: Sequence[float] | None = None
+    record: Timed, tokens: Sequence[float] | None = None, reads: tuple[Any, Any] | None = None
 ) -> Any:
-    """`itl_ms` as a numpy float64 array (each the same float as ``gap / n``); `gaps`: the
-    record's `icl_array` (or `icl_ms`) when already computed."""
-    import numpy as np
-
-    gaps = icl_array(record) if gaps is None else np.asarray(gaps, dtype=np.float64)
+    """`itl_ms` as a numpy float64 array (each the same float as ``gap / n``); `reads`: the
+    record's `read_arrays` over `tokens` when computed already."""
     tokens = chunk_tokens(record) if tokens is None else tokens
+    reads = read_arrays(record, tokens) if reads is None else reads
+    gaps = icl_array(record, reads)
     if not len(tokens):
         return gaps
-    after = read_arrays(record, tokens)[1][1:]
+    after = reads[1][1:]
     kept = after > 0
     return gaps[kept] / after[kept]
 
 
-def tpot_ms(record: Timed, tokens: list[float] | None = None) -> float | None:
+def tpot_ms(
+    record: Timed, tokens: list[float] | None = None, reads: tuple[Any, Any] | None = None
+) -> float | None:
     """Time per output token (ms) after the first content read: (E2E - TTFT) /
     (tokens seen - tokens of the first read) (`seen_tokens`: hidden reasoning left out;
     `content_reads` over `chunk_tokens`, or `tokens` when already computed). With one token
     per chunk and one chunk per read this is vLLM bench's and AIPerf's (E2E - TTFT) /
     (completion_tokens - 1); with N tokens in k equal chunks it is the mean chunk gap / (N / k).
     None with no usage, or no tokens after the first read (a response delivered in one read:
-    its E2E - TTFT is 0, not a measured time)."""
+    its E2E - TTFT is 0, not a measured time). `reads`: the record's `read_arrays` over
+    `tokens` when computed already."""
     ttft, e2e, out = ttft_ms(record), e2e_ms(record), seen_tokens(record)
     if ttft is None or e2e is None or out is None:
         return None
     tokens = chunk_tokens(record) if tokens is None else tokens
-    reads, carried = read_arrays(record, tokens)
-    if len(reads) < 2:
+    times, carried = read_arrays(record, tokens) if reads is None else reads
+    if len(times) < 2:
         return None
     first = float(carried[0]) if tokens else 1.0
     if out - first < 1:
