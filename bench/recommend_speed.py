@@ -20,7 +20,7 @@ Cases (default: all):
 - **qwen-h200**: the Qwen3-32B FP8 pair's cluster (2 x 8 H200, ``NEBIUS_QWEN3_32B``: 4,000 in
   / 500 out, 10 requests per client), TPOT p99 <= 30 ms;
 - **long-output**: the seed's cluster and prefix kinds with 128-token prompts and 1,024-token
-  outputs, 130 requests a run, one repetition at concurrency 8 (the most the checks let one
+  outputs, 128 requests a run, one repetition at concurrency 8 (the most the checks let one
   load client's log hold), TTFT p99 <= 1 s; **short-output**: the same with 64-token outputs,
   what its cost is compared with.
 """
@@ -58,7 +58,7 @@ if case in ("seed", "long-output", "short-output"):
     if case != "seed":
         load = load.model_copy(update={
             "prompt_tokens": 128, "max_tokens": 1024 if case == "long-output" else 64,
-            "repetitions": 1, "concurrency": [8], "requests_per_run": 130,
+            "repetitions": 1, "concurrency": [8], "requests_per_run": 128,
         })
     sent, space, slo = Workload(load), candidates(cfg), parse_slo("ttft_p99_ms=1000")
 else:

@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING
 from measurement.intervals import CONFIDENCE, SLO_METRICS, UPPER_BOUNDS, point_interval
 from measurement.percentile import percentile
 from measurement.results import MetricInterval, PointAttainment, PointSummary, RunAttainment
-from measurement.stats import bounded_percentile, first_of_client, span_seconds, tails
+from measurement.stats import (
+    Latencies,
+    bounded_percentile,
+    first_of_client,
+    span_seconds,
+    tails,
+)
 from metrics.latency import answered
 from metrics.registry import Objective, objectives
 from workload.slo import Slo, SloError
@@ -70,10 +76,13 @@ def run_figures(records: Sequence[RequestRecord], keys: Iterable[str]) -> dict[s
     return out
 
 
-def figures(records: Sequence[RequestRecord], slo: Slo) -> dict[str, float | None]:
+def figures(
+    records: Sequence[RequestRecord], slo: Slo, latencies: Latencies | None = None
+) -> dict[str, float | None]:
     """The four p99 tails (`measurement.stats.tails`) and the run's figure of each other
-    objective of `slo` (`run_figures`), keyed by objective."""
-    p99 = tails(records)
+    objective of `slo` (`run_figures`), keyed by objective; `latencies`: the successful
+    records' `measurement.stats.Latencies` when computed already."""
+    p99 = tails(records, latencies)
     return p99 | run_figures(records, [k for k in slo.objectives() if k not in p99])
 
 
@@ -120,6 +129,7 @@ def evaluate_run(
     successful request of the run has a value for it (one-token answers, or every response
     read in one piece)."""
     good = [r for r in records if r.ok]
+    latencies = Latencies.of(good)
     bounds = judged(slo)
     for key, (o, _) in bounds.items():
         if not o.metric.two_tokens or not good:
@@ -135,6 +145,7 @@ def evaluate_run(
     span = span_seconds(good)
     cold = first_of_client(records, concurrency, closed)
     warm = [r for r, c in zip(records, cold, strict=True) if r.ok and not c]
+    warm_of_good = [not c for r, c in zip(records, cold, strict=True) if r.ok]
     return RunAttainment(
         requests=len(records),
         met=len(met),
@@ -145,9 +156,9 @@ def evaluate_run(
         goodput_output_tokens_per_s=(
             sum(r.completion_tokens or 0 for r in met) / span if span > 0 else 0.0
         ),
-        values_ms=figures(records, slo),
+        values_ms=figures(records, slo, latencies),
         cold=sum(cold),
-        values_warm_ms=figures(warm, slo),
+        values_warm_ms=figures(warm, slo, latencies.only(warm_of_good)),
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import resource
 import statistics
 from collections import Counter
@@ -19,20 +18,20 @@ from measurement.client_cost import (
 )
 from measurement.errors import AFTER_A_WAIT_S, ErrorKind, unknown_field
 from measurement.intervals import CONFIDENCE, INTERVAL_METRICS, UPPER_BOUNDS, point_interval
-from measurement.percentile import percentile
+from measurement.percentile import interpolated, percentile
 from measurement.phases import phase_warnings, point_phases, run_phases
 from measurement.results import LOW_SAMPLE_P99, MetricInterval, PointSummary, RunSummary
 from metrics.latency import (
     answered,
     between_ms,
     chunk_tokens,
-    content_reads,
     e2e_ms,
     e2e_sample,
     hidden_tokens,
-    icl_ms,
-    itl_ms,
+    icl_array,
+    itl_array,
     queue_ms,
+    read_arrays,
     tpot_ms,
     ttfo_ms,
     ttft_ms,
@@ -61,15 +60,11 @@ def bounded_percentile(
     at or below the upper of the two ranks it interpolates between (that sample's true value
     is higher, so the true percentile may be), exact otherwise (censored samples all above
     it only push it up if anything, and they are above already)."""
-    value = percentile([v for v, _ in samples], q)
-    if value is None:
+    if not samples:
         return None, False
+    value, upper = interpolated([v for v, _ in samples], q)
     cut = [v for v, censored in samples if censored]
-    if not cut:
-        return value, False
-    ordered = sorted(v for v, _ in samples)
-    high = min(math.floor((len(ordered) - 1) * q / 100) + 1, len(ordered) - 1)
-    return value, min(cut) <= ordered[high]
+    return value, bool(cut) and min(cut) <= upper
 
 
 def _present(values: Sequence[float | None]) -> list[float]:
@@ -105,10 +100,13 @@ latency at p99, `metrics.registry.objectives`)."""
 @dataclass(frozen=True, slots=True)
 class Latencies:
     """Each successful request's own latencies (ms), in the order of the records they came
-    from: TTFT, its ITLs (`itl_ms`), TPOT, E2E (None where it has none)."""
+    from: TTFT, TPOT, E2E (None where it has none) and its ITLs (`itl_array`), every request's
+    one after the other in one numpy float64 array `itl` with `owner`, per ITL, the position
+    of its request."""
 
     ttft: list[float | None]
-    itl: list[list[float]]
+    itl: Any
+    owner: Any
     tpot: list[float | None]
     e2e: list[float | None]
 
@@ -116,39 +114,61 @@ class Latencies:
     def of(
         good: Sequence[RequestRecord],
         tokens: Sequence[list[float]] | None = None,
-        gaps: Sequence[list[float]] | None = None,
+        reads: Sequence[tuple[Any, Any]] | None = None,
     ) -> Latencies:
-        """The latencies of `good` (successful records); `tokens` / `gaps`: each record's
-        `chunk_tokens` / `icl_ms` when computed already."""
+        """The latencies of `good` (successful records); `tokens` / `reads`: each record's
+        `chunk_tokens` / `read_arrays` over them when computed already."""
+        import numpy as np
+
         tokens = [chunk_tokens(r) for r in good] if tokens is None else tokens
-        gaps = [icl_ms(r) for r in good] if gaps is None else gaps
+        if reads is None:
+            reads = [read_arrays(r, n) for r, n in zip(good, tokens, strict=True)]
+        triples = list(zip(good, tokens, reads, strict=True))
+        itls = [itl_array(r, n, read) for r, n, read in triples]
         return Latencies(
             ttft=[ttft_ms(r) for r in good],
-            itl=[itl_ms(r, n, g) for r, n, g in zip(good, tokens, gaps, strict=True)],
-            tpot=[tpot_ms(r, n) for r, n in zip(good, tokens, strict=True)],
+            itl=_flat(itls),
+            owner=np.repeat(np.arange(len(itls)), [len(i) for i in itls]),
+            tpot=[tpot_ms(r, n, read) for r, n, read in triples],
             e2e=[e2e_ms(r) for r in good],
+        )
+
+    def only(self, keep: Sequence[bool]) -> Latencies:
+        """The latencies of the requests `keep` marks (one flag per request)."""
+        import numpy as np
+
+        kept = np.asarray(keep, dtype=bool)
+        tokens = kept[self.owner]
+        return Latencies(
+            ttft=[v for v, k in zip(self.ttft, keep, strict=True) if k],
+            itl=self.itl[tokens],
+            owner=(np.cumsum(kept) - 1)[self.owner[tokens]],
+            tpot=[v for v, k in zip(self.tpot, keep, strict=True) if k],
+            e2e=[v for v, k in zip(self.e2e, keep, strict=True) if k],
         )
 
     def p(self, q: float, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
         """The q-th percentile (ms) of each latency, keyed `ttft`, `itl`, `tpot`, `e2e`: TTFT,
         TPOT and E2E one value per request, ITL pooled over every token of every request;
         `keep`: per request, whether it counts (default: all)."""
-        kept = [True] * len(self.ttft) if keep is None else keep
-
-        def of(values: Sequence[float | None]) -> float | None:
-            return percentile(_present([v for v, k in zip(values, kept, strict=True) if k]), q)
-
-        itls = [gap for gaps, k in zip(self.itl, kept, strict=True) if k for gap in gaps]
+        kept = self if keep is None else self.only(keep)
         return {
-            "ttft": of(self.ttft),
-            "itl": percentile(itls, q),
-            "tpot": of(self.tpot),
-            "e2e": of(self.e2e),
+            "ttft": percentile(_present(kept.ttft), q),
+            "itl": percentile(kept.itl, q),
+            "tpot": percentile(_present(kept.tpot), q),
+            "e2e": percentile(_present(kept.e2e), q),
         }
 
     def p99s(self, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
         """`p(99, keep)` keyed as `TAILS` (`ttft_p99_ms`, ...)."""
         return {f"{name}_p99_ms": value for name, value in self.p(99, keep).items()}
+
+
+def _flat(arrays: Sequence[Any]) -> Any:
+    """The values of `arrays` (numpy arrays or lists) one after the other, as one float64 array."""
+    import numpy as np
+
+    return np.concatenate(arrays, dtype=np.float64) if arrays else np.empty(0)
 
 
 def tails(
@@ -182,7 +202,7 @@ def max_in_flight(records: Sequence[RequestRecord]) -> int:
 
 
 def _multi_token_warning(
-    good: Sequence[RequestRecord], multi: int, per_chunk: list[float], icl_p50: float | None
+    good: Sequence[RequestRecord], multi: int, per_chunk: Any, icl_p50: float | None
 ) -> str:
     """The note for a run whose chunks carried several tokens: how many requests, the tokens
     per chunk p50, where the counts came from, and the inter-chunk gap p50 (ms)."""
@@ -443,11 +463,11 @@ def summarize_run(
     good = [r for r in records if r.ok]
     span_s = span_seconds(good)
     tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
-    gaps = [icl_ms(r) for r in good]
-    latencies = Latencies.of(good, tokens, gaps)
+    reads = [read_arrays(r, n) for r, n in zip(good, tokens, strict=True)]
+    latencies = Latencies.of(good, tokens, reads)
     latency, sample_warnings = _latency_fields(records, latencies, concurrency, offered_rate_per_s)
     lower_bounds = latency.pop("lower_bounds")
-    stream, stream_warnings = _stream_fields(good, tokens, gaps)
+    stream, stream_warnings = _stream_fields(good, tokens, reads)
     output, output_warnings = _output_fields(
         records, good, max_tokens, planned_prompt_tokens, lower_bounds
     )
@@ -556,22 +576,26 @@ def _latency_fields(
 
 
 def _stream_fields(
-    good: Sequence[RequestRecord], tokens: Sequence[list[float]], gaps: Sequence[list[float]]
+    good: Sequence[RequestRecord],
+    tokens: Sequence[list[float]],
+    reads: Sequence[tuple[Any, Any]],
 ) -> tuple[dict[str, Any], list[str]]:
     """`summarize_run`'s figures of how the stream came (tokens per chunk, inter-chunk gaps,
     content events per read) from the successful records and their `chunk_tokens` / `icl_ms`,
     and the warnings for multi-token chunks and clumped reads."""
-    per_chunk = [n for counts in tokens for n in counts]
-    icl_p50 = percentile([gap for g in gaps for gap in g], 50)
+    per_chunk = _flat(tokens)
+    icl_p50 = percentile(
+        _flat([icl_array(r, read) for r, read in zip(good, reads, strict=True)]), 50
+    )
     warnings = []
     multi = sum(bool(n) and sum(n) / len(n) >= MULTI_TOKEN_CHUNK for n in tokens)
     if multi:
         warnings.append(_multi_token_warning(good, multi, per_chunk, icl_p50))
-    reads = [len(content_reads(r)[0]) for r in good]
+    read_counts = [len(times) for times, _ in reads]
     events = [len(r.token_ns) for r in good]
-    clumped = sum(e / n >= CLUMPED_READS for e, n in zip(events, reads, strict=True) if n)
-    whole = sum(e > 1 and n == 1 for e, n in zip(events, reads, strict=True))
-    per_read = sum(events) / sum(reads) if sum(reads) else None
+    clumped = sum(e / n >= CLUMPED_READS for e, n in zip(events, read_counts, strict=True) if n)
+    whole = sum(e > 1 and n == 1 for e, n in zip(events, read_counts, strict=True))
+    per_read = sum(events) / sum(read_counts) if sum(read_counts) else None
     if clumped or whole:
         warnings.append(_clumped_warning(len(good), max(clumped, whole), whole, per_read))
     return {

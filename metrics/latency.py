@@ -5,8 +5,8 @@ registry (`metrics.registry`) names each by its key; `measurement.stats` reduces
 percentiles over a run.
 """
 
-import itertools
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 _NS_PER_MS = 1e6
 
@@ -139,20 +139,30 @@ def content_reads(
     content-bearing events carried (`tokens`: `chunk_tokens`, one per event; [] counts each
     event as 1). The clock is read once per read (`loadgen.request`), so events delivered in one
     read share its time and make one entry: a proxy that buffers the stream delivers many
-    events per read, and the gaps between them were never seen by the client."""
-    times = record.token_ns
-    counts = tokens or [1.0] * len(times)
-    if len(set(times)) == len(times):  # one event per read, the common case
+    events per read, and the gaps between them were never seen by the client. Lists of
+    `read_arrays`."""
+    times, carried = read_arrays(record, tokens)
+    return times.tolist(), carried.tolist()
+
+
+def read_arrays(record: Timed, tokens: Sequence[float] | None = None) -> tuple[Any, Any]:
+    """`content_reads` as numpy arrays (int64 times in ns, float64 tokens carried): the one
+    implementation, array-wise for a run's many tokens."""
+    import numpy as np
+
+    times = np.asarray(record.token_ns, dtype=np.int64)
+    counts = np.asarray(tokens, dtype=np.float64) if tokens else np.ones(len(times))
+    if len(times) < 2 or bool(np.all(times[1:] != times[:-1])):  # one event per read
         return times, counts
     reads: list[int] = []
     carried: list[float] = []
-    for t, n in zip(times, counts, strict=True):
+    for t, n in zip(record.token_ns, counts.tolist(), strict=True):
         if reads and reads[-1] == t:
             carried[-1] += n
         else:
             reads.append(t)
             carried.append(n)
-    return reads, carried
+    return np.asarray(reads, dtype=np.int64), np.asarray(carried, dtype=np.float64)
 
 
 def icl_ms(record: Timed) -> list[float]:
@@ -160,46 +170,63 @@ def icl_ms(record: Timed) -> list[float]:
     (`content_reads`); with one event per read these are the gaps between content-bearing
     chunks (vLLM bench's `itl`, AIPerf's inter-chunk latency), equal to ITL when every chunk is
     one token. Events that arrived in one read have no gap the client could measure: none is
-    counted (AIPerf and vLLM bench count a 0 ms gap for each)."""
-    t = content_reads(record)[0]
-    return [(b - a) / _NS_PER_MS for a, b in itertools.pairwise(t)]
+    counted (AIPerf and vLLM bench count a 0 ms gap for each). A list of `icl_array`."""
+    return list(icl_array(record).tolist())
 
 
-def itl_ms(
-    record: Timed,
-    tokens: list[float] | None = None,
-    gaps: list[float] | None = None,
-) -> list[float]:
+def icl_array(record: Timed, reads: tuple[Any, Any] | None = None) -> Any:
+    """`icl_ms` as a numpy float64 array: each gap (ns, exact in int64) over 1e6, the same
+    float as ``(b - a) / 1e6``; `reads`: the record's `read_arrays` when computed already."""
+    import numpy as np
+
+    times = (read_arrays(record) if reads is None else reads)[0]
+    return np.diff(times) / _NS_PER_MS
+
+
+def itl_ms(record: Timed, tokens: list[float] | None = None) -> list[float]:
     """Inter-token latencies (ms), one per content read after the first: the gap to the
     previous content read divided by the tokens the later read carried (`content_reads` over
     `chunk_tokens`), so a chunk of 8 tokens 80 ms after the previous one gives 10 ms. With one
     token per chunk and one chunk per read this is vLLM bench's per-chunk ITL; without a token
-    count, the gaps themselves. `tokens`/`gaps`: the record's `chunk_tokens`/`icl_ms` when
-    already computed."""
-    gaps = icl_ms(record) if gaps is None else gaps
+    count, the gaps themselves. `tokens`: the record's `chunk_tokens` when already computed.
+    A list of `itl_array`."""
+    return list(itl_array(record, tokens).tolist())
+
+
+def itl_array(
+    record: Timed, tokens: Sequence[float] | None = None, reads: tuple[Any, Any] | None = None
+) -> Any:
+    """`itl_ms` as a numpy float64 array (each the same float as ``gap / n``); `reads`: the
+    record's `read_arrays` over `tokens` when computed already."""
     tokens = chunk_tokens(record) if tokens is None else tokens
-    if not tokens:
+    reads = read_arrays(record, tokens) if reads is None else reads
+    gaps = icl_array(record, reads)
+    if not len(tokens):
         return gaps
-    carried = content_reads(record, tokens)[1]
-    return [gap / n for gap, n in zip(gaps, carried[1:], strict=True) if n > 0]
+    after = reads[1][1:]
+    kept = after > 0
+    return gaps[kept] / after[kept]
 
 
-def tpot_ms(record: Timed, tokens: list[float] | None = None) -> float | None:
+def tpot_ms(
+    record: Timed, tokens: list[float] | None = None, reads: tuple[Any, Any] | None = None
+) -> float | None:
     """Time per output token (ms) after the first content read: (E2E - TTFT) /
     (tokens seen - tokens of the first read) (`seen_tokens`: hidden reasoning left out;
     `content_reads` over `chunk_tokens`, or `tokens` when already computed). With one token
     per chunk and one chunk per read this is vLLM bench's and AIPerf's (E2E - TTFT) /
     (completion_tokens - 1); with N tokens in k equal chunks it is the mean chunk gap / (N / k).
     None with no usage, or no tokens after the first read (a response delivered in one read:
-    its E2E - TTFT is 0, not a measured time)."""
+    its E2E - TTFT is 0, not a measured time). `reads`: the record's `read_arrays` over
+    `tokens` when computed already."""
     ttft, e2e, out = ttft_ms(record), e2e_ms(record), seen_tokens(record)
     if ttft is None or e2e is None or out is None:
         return None
     tokens = chunk_tokens(record) if tokens is None else tokens
-    reads, carried = content_reads(record, tokens)
-    if len(reads) < 2:
+    times, carried = read_arrays(record, tokens) if reads is None else reads
+    if len(times) < 2:
         return None
-    first = carried[0] if tokens else 1.0
+    first = float(carried[0]) if tokens else 1.0
     if out - first < 1:
         return None
     return (e2e - ttft) / (out - first)
