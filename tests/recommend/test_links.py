@@ -262,11 +262,12 @@ def _llama_one_node(link: str) -> tuple[dict[str, Any], StackConfig, Workload, l
 @pytest.mark.parametrize("link", ["10gbe", "100gbe"])
 def test_disaggregation_ranks_first_only_above_the_crossovers_break_even_rate(link: str) -> None:
     """The crossover ``testbed render`` reports (:func:`stackmodel.crossover.crossover`) puts
-    the break-even link rate of the published one-node Llama-70B shape at 3.64 GB/s: on
-    10 GbE the best aggregated candidate ranks first under the published TPOT bound; on
-    100 GbE, above it, the disaggregated shape does. (The crossover also asks the link to carry
-    the KV its prefill workers make when all busy, 14.5 GB/s, which 100 GbE does not; under a
-    TPOT bound alone the search times them below that and still finds disaggregation ahead.)"""
+    the break-even link rate of the published one-node Llama-70B shape between 10 GbE and
+    100 GbE (2.3 GB/s with measured step times, 3.6 GB/s on the roofline): on 10 GbE the best
+    aggregated candidate ranks first under the published TPOT bound; on 100 GbE, above it,
+    the disaggregated shape does. (The crossover also asks the link to carry the KV its
+    prefill workers make when all busy, 14.5 GB/s, which 100 GbE does not; under a TPOT bound
+    alone the search times them below that and still finds disaggregation ahead.)"""
     base, cfg, sent, picked = _llama_one_node(link)
     slo = parse_slo("tpot_p99_ms=26.3")
     results = search(Problem("lab", base, cfg, sent.load, slo, sent), picked)
@@ -277,7 +278,9 @@ def test_disaggregation_ranks_first_only_above_the_crossovers_break_even_rate(li
         if r.candidate.disaggregated and r.plan is not None
     }
     assert rates.pop(HOST_TCP) is None  # host copies cost more than the prefill: never
-    assert list(rates.values()) == [pytest.approx(3.64e9, rel=0.01)] * len(rates) != []
-    assert first.candidate.disaggregated == (LINK_PROFILES[link].bytes_per_s > 3.64e9)
+    (break_even,) = {round(rate or 0.0, -6) for rate in rates.values()}
+    slow, fast = LINK_PROFILES["10gbe"].bytes_per_s, LINK_PROFILES["100gbe"].bytes_per_s
+    assert slow < break_even < fast
+    assert first.candidate.disaggregated == (LINK_PROFILES[link].bytes_per_s > break_even)
     if first.candidate.disaggregated:
         assert first.candidate.transport in rates
