@@ -241,6 +241,12 @@ def _verdict(
     return HIGHER if difference > 0 else LOWER
 
 
+def _pooled_sd(xa: list[float], xb: list[float]) -> float:
+    """The two sides' runs' standard deviation, pooled (equal weights): the spread
+    `repetitions_needed` plans with."""
+    return math.sqrt((statistics.variance(xa) + statistics.variance(xb)) / 2)
+
+
 def _beyond_noise(
     difference: float,
     xa: list[float],
@@ -256,7 +262,7 @@ def _beyond_noise(
     bound = math.log1p(noise) if difference > 0 else -math.log1p(-noise)
     if not log or abs(difference) <= bound:
         return None, f"a difference within the {noise:.0%} noise threshold"
-    spread = math.sqrt((statistics.variance(xa) + statistics.variance(xb)) / 2)
+    spread = _pooled_sd(xa, xb)
     needed = repetitions_needed(
         abs(difference) - bound, spread, max(len(xa), len(xb)) + 1, confidence
     )
@@ -330,7 +336,7 @@ def compare_runs(
             "repetitions"
         )
     elif not detected:
-        spread = math.sqrt((statistics.variance(xa) + statistics.variance(xb)) / 2)
+        spread = _pooled_sd(xa, xb)
         needed = repetitions_needed(difference, spread, max(len(a), len(b)) + 1, confidence)
         if needed is None:
             note = "no difference observed" if difference == 0 else TOO_MANY

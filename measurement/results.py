@@ -313,8 +313,9 @@ class RunSummary(BaseModel):
     censored: int = Field(
         default=0,
         description="Requests cut by the client's deadline or read timeout after they were "
-        "sent: in the TTFT and E2E percentiles at the time they were cut (a lower bound); "
-        "abandoned by the client, perhaps still running on the server.",
+        "sent, or failed after a wait (a gateway's 502 / 503 / 504, a connection lost after "
+        "a wait: measurement.errors.after_a_wait): in the TTFT and E2E percentiles at the "
+        "time they ended (a lower bound); perhaps still running on the server.",
     )
     lower_bounds: list[str] = Field(
         default_factory=list,
