@@ -151,7 +151,7 @@ def _selector_text(selector: Mapping[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in selector.items())
 
 
-def _selected(need: ClassNeed, nodes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def selected_nodes(need: ClassNeed, nodes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The schedulable nodes that carry every label of the class's ``nodeSelector``."""
     return [
         n
@@ -164,7 +164,7 @@ def _selected(need: ClassNeed, nodes: Sequence[Mapping[str, Any]]) -> list[Mappi
 def class_gpu_units(need: ClassNeed, nodes: Sequence[Mapping[str, Any]]) -> int:
     """Allocatable ``nvidia.com/gpu`` of the class: the sum over its ``nodes`` usable nodes
     (selected, no taint it does not tolerate) that advertise the most, units."""
-    usable = [n for n in _selected(need, nodes) if not blocking_taints(n, need.tolerations)]
+    usable = [n for n in selected_nodes(need, nodes) if not blocking_taints(n, need.tolerations)]
     units = sorted((int(_allocatable(n, GPU_RESOURCE) or 0) for n in usable), reverse=True)
     return sum(units[: need.nodes])
 
@@ -172,7 +172,7 @@ def class_gpu_units(need: ClassNeed, nodes: Sequence[Mapping[str, Any]]) -> int:
 def class_problems(need: ClassNeed, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     """What the cluster's nodes lack for ``need``; each line names what the nodes have and what
     the stack needs ([] when every check passes)."""
-    selected = _selected(need, nodes)
+    selected = selected_nodes(need, nodes)
     if not selected:
         return [
             f"no schedulable node has the labels {_selector_text(need.selector)}; the stack"

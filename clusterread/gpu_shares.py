@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clusterread.checks import GPU_RESOURCE, _selected, class_needs
+from clusterread.checks import GPU_RESOURCE, class_needs, selected_nodes
 from manifests.graph import GRAPH_LABEL
 from stackmodel.config import StackConfig
 from stackmodel.engine_args import parse_engine_args
@@ -137,7 +137,7 @@ def share_problems(
             reverse=True,
         )
         ours = [share for share, _ in workers]
-        for node in _selected(need, nodes):
+        for node in selected_nodes(need, nodes):
             name = (node.get("metadata") or {}).get("name", "")
             theirs = held.get(name, [])
             k, total = worst_set(ours, [h.share for h in theirs], node_class.units_per_gpu)
