@@ -10,9 +10,10 @@ GPU's total memory ("Free memory on device ... is less than desired GPU memory u
 
 The other pods are read as the API lists them (:func:`clusterread.read.read_cluster`, every
 namespace): those bound to a node of one of the stack's time-sliced classes
-(``spec.nodeName``), not finished, whose containers request ``nvidia.com/gpu`` and name their
-share with vLLM's ``--gpu-memory-utilization`` (as the program's workers do; a pod without it
-is left out: its share is not known). The stack's own namespace is left out: its pods are
+(``spec.nodeName``), not finished, whose containers request ``nvidia.com/gpu`` and run vLLM
+(:func:`runs_vllm`): their share is vLLM's ``--gpu-memory-utilization`` (as the program's
+workers name it), else vLLM's default (:data:`VLLM_DEFAULT_SHARE`); a GPU pod that runs no vLLM
+is left out (its share is not known). The stack's own namespace is left out: its pods are
 replaced by the rollout (:mod:`clusterread.rollout`). The time-slicing device plugin does not
 say which GPU a unit is on, so the program's own rule applies
 (:func:`stackmodel.placement.gpu_sharing_sets`): any ``replicasPerGpu`` pods of a node may share
@@ -26,6 +27,7 @@ import math
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from clusterread.checks import GPU_RESOURCE, class_needs, selected_nodes
@@ -35,8 +37,24 @@ from stackmodel.engine_args import parse_engine_args
 from stackmodel.errors import ConfigProblem
 from stackmodel.topology import Topology
 
-SHARE_FLAG = "--gpu-memory-utilization"
-"""vLLM's flag of a worker's share of its GPU's memory."""
+SHARE_FLAGS = ("--gpu-memory-utilization", "--device-memory-utilization")
+"""vLLM's flag of a worker's share of its GPU's memory and its alias (vLLM 0.31.0
+``vllm/engine/arg_utils.py`` lines 1325-1330: ``--device-memory-utilization`` the same ``dest``)."""
+
+VLLM_DEFAULT_SHARE = 0.92
+"""The share of a vLLM 0.31.0 engine started without the flag: ``CacheConfig``'s default
+``gpu_memory_utilization`` (``vllm/config/cache.py`` line 103), which ``EngineArgs`` takes
+(``vllm/engine/arg_utils.py`` line 588), under ``vllm serve`` and Dynamo's ``dynamo.vllm`` alike
+(ai-dynamo 1.6.1 ``dynamo/vllm/args.py`` lines 137 and 166 parse the worker's arguments with
+vLLM's own ``AsyncEngineArgs``)."""
+
+VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "dynamo.vllm")
+"""Python modules (``-m``) that start a vLLM engine: vLLM's OpenAI server and Dynamo's vLLM
+worker."""
+
+VLLM_IMAGE = "vllm/vllm-openai"
+"""vLLM's own server image, whose entrypoint starts vLLM's OpenAI server (``docker/Dockerfile``,
+stage ``vllm-openai``): a container of it without a ``command`` runs vLLM."""
 
 _FINISHED = ("Succeeded", "Failed")
 """Pod phases whose containers hold no GPU memory."""
@@ -47,27 +65,52 @@ class HeldShare:
     """One other pod's share of a GPU on a node.
 
     Attributes:
-        stack: the stack it belongs to (its ``dynamo-testbed/graph`` label, else its
-            namespace).
+        stack: the stack it belongs to (its ``dynamo-testbed/graph`` label); None for a pod of
+            no stack of this program (a vLLM pod started otherwise).
         namespace: its namespace.
-        share: its ``--gpu-memory-utilization``.
+        share: its share (:func:`pod_share`).
     """
 
-    stack: str
+    stack: str | None
     namespace: str
     share: float
 
 
-def pod_share(pod: Mapping[str, Any]) -> float | None:
-    """The last ``--gpu-memory-utilization`` of a pod's containers' command and arguments (an
-    item with spaces, a shell command line, split as the shell does); None without one."""
+def _items(container: Mapping[str, Any], key: str) -> list[str]:
+    """A container's ``command`` or ``args``, an item with spaces (a shell command line) split
+    as the shell does."""
     items: list[str] = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for item in [*(container.get("command") or []), *(container.get("args") or [])]:
-            items += shlex.split(item) if " " in item else [item]
-    values = [a.value for a in parse_engine_args(items) if a.flag == SHARE_FLAG]
+    for item in container.get(key) or []:
+        items += shlex.split(item) if " " in item else [item]
+    return items
+
+
+def runs_vllm(container: Mapping[str, Any]) -> bool:
+    """Whether a container starts a vLLM engine: ``vllm serve`` in its command or arguments, a
+    ``-m`` of :data:`VLLM_MODULES`, or :data:`VLLM_IMAGE` with its entrypoint kept (no
+    ``command``: Kubernetes runs the image's entrypoint with ``args`` then)."""
+    items = [*_items(container, "command"), *_items(container, "args")]
+    pairs = list(pairwise(items))
+    if any(a.rsplit("/", 1)[-1] == "vllm" and b == "serve" for a, b in pairs):
+        return True
+    if any(a == "-m" and b in VLLM_MODULES for a, b in pairs):
+        return True
+    image = str(container.get("image") or "").split("@")[0].rsplit(":", 1)[0]
+    return not container.get("command") and image.endswith(VLLM_IMAGE)
+
+
+def pod_share(pod: Mapping[str, Any]) -> float | None:
+    """The share of its GPU's memory a pod's vLLM engine holds: the last of
+    :data:`SHARE_FLAGS` in its containers' commands and arguments, else
+    :data:`VLLM_DEFAULT_SHARE` when a container runs vLLM (:func:`runs_vllm`); None for a pod
+    that runs no vLLM, or a value that is no number."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    items = [i for c in containers for i in (*_items(c, "command"), *_items(c, "args"))]
+    values = [a.value for a in parse_engine_args(items) if a.flag in SHARE_FLAGS]
+    if not values:
+        return VLLM_DEFAULT_SHARE if any(runs_vllm(c) for c in containers) else None
     try:
-        return float(values[-1]) if values else None
+        return float(values[-1])
     except ValueError:
         return None
 
@@ -93,7 +136,7 @@ def held_shares(
             continue
         if _gpu_units(pod) == 0:
             continue
-        stack = (meta.get("labels") or {}).get(GRAPH_LABEL, namespace)
+        stack = (meta.get("labels") or {}).get(GRAPH_LABEL)
         held.setdefault(node, []).append(HeldShare(stack, namespace, share))
     for shares in held.values():
         shares.sort(key=lambda h: -h.share)
@@ -145,7 +188,17 @@ def share_problems(
                 continue
             share, group = workers[0]
             others = theirs[:k]
-            stacks = sorted({h.stack for h in others})
+            stacks = sorted({h.stack for h in others if h.stack is not None})
+            foreign = ["vLLM pods of no stack of this program"] if len(stacks) < len(others) else []
+            holders = [*(f"stack '{s}'" for s in stacks), *foreign]
+            namespaces = sorted({h.namespace for h in others})
+            stop = (
+                "Run "
+                + " and ".join(f"`pulumi destroy -s {s}`" for s in stacks)
+                + (", and stop the other vLLM pods," if foreign else "")
+                if stacks
+                else "Stop those vLLM pods"
+            )
             mine = min(node_class.units_per_gpu - k, len(ours))
             room = math.floor(round((1 - sum(h.share for h in others)) / mine * 100, 6)) / 100
             lower = (
@@ -158,13 +211,13 @@ def share_problems(
                 f"topology.workers[{index[group]}].gpuMemoryUtilization",
                 share,
                 f"node '{name}' of node class '{need.name}' shares each GPU among "
-                f"{node_class.units_per_gpu} pods, and stack "
-                + " and ".join(f"'{s}'" for s in stacks)
-                + f" holds {' + '.join(f'{h.share:g}' for h in others)} of a GPU's memory there "
-                f"(namespace {others[0].namespace}); with this stack's workers one GPU would be "
-                f"asked for {total:.2f} of its memory, and vLLM 0.31.0 refuses to start a worker "
-                "whose share is not free (request_memory, vllm/v1/worker/utils.py). Run "
-                + " and ".join(f"`pulumi destroy -s {s}`" for s in stacks)
-                + f" first, or {lower}",
+                f"{node_class.units_per_gpu} pods, and "
+                + " and ".join(holders)
+                + (" holds " if len(holders) == 1 and stacks else " hold ")
+                + f"{' + '.join(f'{h.share:g}' for h in others)} of a GPU's memory there "
+                f"(namespace{'s' if len(namespaces) > 1 else ''} {', '.join(namespaces)}); with "
+                f"this stack's workers one GPU would be asked for {total:.2f} of its memory, and "
+                "vLLM 0.31.0 refuses to start a worker whose share is not free (request_memory, "
+                f"vllm/v1/worker/utils.py). {stop} first, or {lower}",
             )
     return list(problems.values())

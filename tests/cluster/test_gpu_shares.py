@@ -12,7 +12,7 @@ from fake_kube_api import FakeKubeApi
 from test_cluster_checks import SEED, node
 from test_cluster_read import preview, refusal
 
-from clusterread.gpu_shares import pod_share, worst_set
+from clusterread.gpu_shares import VLLM_DEFAULT_SHARE, pod_share, worst_set
 from clusterread.read import read_cluster
 
 
@@ -46,6 +46,62 @@ def test_pod_share_reads_the_flag_in_a_list_or_a_shell_line() -> None:
     shell = {"spec": {"containers": [{"args": ["vllm serve m --gpu_memory_utilization=0.3"]}]}}
     assert pod_share(shell) == 0.3
     assert pod_share({"spec": {"containers": [{"args": ["--model", "m"]}]}}) is None
+    alias = {"spec": {"containers": [{"args": ["vllm serve m --device-memory-utilization 0.5"]}]}}
+    assert pod_share(alias) == 0.5
+
+
+def plain_vllm_pod(name: str, node_name: str, container: dict[str, Any]) -> dict[str, Any]:
+    """A GPU pod of no stack of this program (no graph label) in namespace ``team-b``."""
+    main = {"name": "main", **container, "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    return {
+        "metadata": {"name": name, "namespace": "team-b", "labels": {"app": "chat"}},
+        "spec": {"nodeName": node_name, "containers": [main]},
+        "status": {"phase": "Running"},
+    }
+
+
+@pytest.mark.parametrize(
+    "container",
+    [
+        {"command": ["vllm", "serve"], "args": ["Qwen/Qwen3-0.6B"]},
+        {"command": ["sh", "-c", "exec vllm serve Qwen/Qwen3-0.6B --port 8000"]},
+        {"command": ["python3", "-m", "vllm.entrypoints.openai.api_server"], "args": ["m"]},
+        {"command": ["python3", "-m", "dynamo.vllm"], "args": ["--model", "m"]},
+        {"image": "docker.io/vllm/vllm-openai:v0.31.0", "args": ["Qwen/Qwen3-0.6B"]},
+    ],
+)
+def test_a_vllm_pod_without_the_flag_holds_vllm_s_default_share(container: dict[str, Any]) -> None:
+    """vLLM 0.31.0's default --gpu-memory-utilization, 0.92 (vllm/config/cache.py line 103)."""
+    assert VLLM_DEFAULT_SHARE == 0.92
+    assert pod_share(plain_vllm_pod("chat-0", "main", container)) == 0.92
+
+
+def test_a_gpu_pod_that_runs_no_vllm_holds_no_known_share() -> None:
+    trainer = {"image": "pytorch/pytorch:2.5.0", "command": ["python", "train.py"]}
+    assert pod_share(plain_vllm_pod("train-0", "main", trainer)) is None
+    # The vLLM image with its entrypoint replaced runs what the command says.
+    shell = {"image": "vllm/vllm-openai:v0.31.0", "command": ["sleep", "infinity"]}
+    assert pod_share(plain_vllm_pod("debug-0", "main", shell)) is None
+
+
+def test_a_plain_vllm_pod_without_the_flag_refuses_the_stack(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """kv-routing's 4 workers of 0.22 on the 24 GB node, beside a `vllm serve` of another team
+    that names no share: one GPU would be asked for 0.92 + 3 x 0.22 = 1.58."""
+    api.nodes = [node("main", "gpu-24gb", gpus=8), SEED[1]]
+    serve = {"command": ["vllm", "serve"], "args": ["Qwen/Qwen3-0.6B"]}
+    api.put(plain_vllm_pod("chat-0", "main", serve))
+    message = refusal("kv-routing", str(api.kubeconfig(tmp_path)))
+    assert (
+        "vLLM pods of no stack of this program hold 0.92 of a GPU's memory there "
+        "(namespace team-b)" in message
+    )
+    assert "asked for 1.58 of its memory" in message
+    assert (
+        "Stop those vLLM pods first, or lower gpuMemoryUtilization of this stack's workers on "
+        "'gpu-24gb' to at most 0.02 each" in message
+    )
 
 
 def test_worst_set_takes_at_least_one_of_each() -> None:
