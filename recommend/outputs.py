@@ -427,21 +427,18 @@ def _needs_token(inputs: Inputs) -> bool:
     return inputs.model in GATED_MODELS or f"{PROJECT}:hfToken" in config
 
 
-def _measure(
-    inputs: Inputs, result: Result, stacks: str, deployed: Result | None = None
-) -> list[str]:
-    """The commands that deploy ``result``'s emitted stack and measure it: ``deployed``, the
-    stack deployed before it, is destroyed first when the two share a node class (its workers
-    hold the GPUs: vLLM refuses to start a worker whose GPU has less free memory than its
-    share: vLLM 0.31.0 ``vllm/v1/worker/gpu_worker.py``, ``Worker.init_device``, "Free memory
-    on device ... on startup is less than desired GPU memory utilization"); a gated model's
-    ``hfToken`` secret is set before ``pulumi up`` (:func:`_needs_token`)."""
+def _measure(inputs: Inputs, result: Result, stacks: str, up: list[Result]) -> list[str]:
+    """The commands that deploy ``result``'s emitted stack and measure it: each stack still up
+    (``up``, in the order deployed) that shares a node class with it is destroyed first (its
+    workers hold the GPUs: vLLM refuses to start a worker whose GPU has less free memory than
+    its share: vLLM 0.31.0 ``vllm/v1/worker/gpu_worker.py``, ``Worker.init_device``, "Free
+    memory on device ... on startup is less than desired GPU memory utilization"), and leaves
+    ``up``, which ``result`` then joins; a gated model's ``hfToken`` secret is set before
+    ``pulumi up`` (:func:`_needs_token`)."""
     name = emitted_name(inputs, result)
-    free = (
-        [f"pulumi destroy -s {emitted_name(inputs, deployed)}"]
-        if deployed is not None and _node_classes(deployed) & _node_classes(result)
-        else []
-    )
+    gone = [r for r in up if _node_classes(r) & _node_classes(result)]
+    up[:] = [*(r for r in up if all(r is not g for g in gone)), result]
+    free = [f"pulumi destroy -s {emitted_name(inputs, r)}" for r in gone]
     token = (
         [f"pulumi config set --secret -s {name} hfToken <your hf_ token>"]
         if _needs_token(inputs)
@@ -488,6 +485,7 @@ def plan_text(
         return "\n".join(lines) + "\n"
     stacks = f"{typed_path(out) if out else f'out/recommend/{inputs.cluster}'}/{STACKS_DIR}"
     runner_up = ab_partner(ranked, first)
+    up: list[Result] = []  # the emitted stacks up, in the order deployed
     a = emitted_name(inputs, first)
     timed = [
         f"rank {r.rank} at {r.best.load_text()}, {inputs.load_at(r).requests_per_run} measured "
@@ -514,7 +512,8 @@ def plan_text(
         "Run every command from the project root (the folder of `Pulumi.yaml`). The stacks' "
         f"names carry this search's id, `{inputs.search_id}` (a hash of its inputs), so "
         "another search's stacks do not overwrite them. The stacks share the cluster's GPUs: "
-        "deploy one at a time, each after the one before it is destroyed, and destroy any "
+        "the commands destroy each stack still up on a node class the next one uses before "
+        "deploying it (stacks on separate node classes run side by side), and destroy any "
         f"other stack holding these GPUs first (the cluster stack `{inputs.cluster}` too, if it "
         "is up): vLLM refuses to start a worker whose GPU has less free memory than its "
         "share, and `pulumi preview` refuses a stack whose share another stack's workers on its "
@@ -526,18 +525,16 @@ def plan_text(
         "too when `load.enabled`):",
         "",
         "```sh",
-        *_measure(inputs, first, stacks),
+        *_measure(inputs, first, stacks, up),
     ]
     measured = {first.candidate.key}
-    deployed = first
     if runner_up is not None:
         b = emitted_name(inputs, runner_up)
         lines += [
-            *_measure(inputs, runner_up, stacks, deployed),
+            *_measure(inputs, runner_up, stacks, up),
             f"{TESTBED} compare out/load/{a} out/load/{b}",
         ]
         measured.add(runner_up.candidate.key)
-        deployed = runner_up
     lines += ["```", ""]
     if runner_up is not None:
         lines += [_runner_up_text(runner_up, first, inputs.margin, ranked), ""]
@@ -562,9 +559,8 @@ def plan_text(
             continue
         name = emitted_name(inputs, source.result)
         if source.result.candidate.key not in measured:
-            commands += _measure(inputs, source.result, stacks, deployed)
+            commands += _measure(inputs, source.result, stacks, up)
             measured.add(source.result.candidate.key)
-            deployed = source.result
         commands.append(
             f"{TESTBED} calibrate out/load/{name} --stack {name} --out calib/{source.gpu}.json"
         )
