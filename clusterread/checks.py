@@ -17,7 +17,8 @@ release records, decoded; ClusterRoles), read at ``pulumi preview`` by
   of its workers' memory requests (disagg-same-node: 40Gi on one node), one node the largest.
 
 Allocatable is what the kubelet offers pods in all; pods already running there are not
-subtracted (the scheduler does), so a pass is necessary, not sufficient.
+subtracted here (the scheduler does; :func:`clusterread.gpu_shares.unit_problems` counts the GPU
+units other namespaces' pods hold), so a pass is necessary, not sufficient.
 
 For a platform that installs the release, :func:`existing_operator_problem` says whether the
 cluster already runs an operator this stack did not install (its own release judged by the

@@ -19,6 +19,11 @@ say which GPU a unit is on, so the program's own rule applies
 (:func:`stackmodel.placement.gpu_sharing_sets`): any ``replicasPerGpu`` pods of a node may share
 one of its GPUs; the worst such set with at least one worker of this stack and one of another
 must hold at most the whole GPU.
+
+The units themselves (:func:`unit_problems`), on every node class: a pod of another namespace
+bound to a node holds the ``nvidia.com/gpu`` units its containers request there, whatever it
+runs, and the scheduler leaves this stack's pods Pending until their units are free
+(kubernetes.io, "Schedule GPUs": extended resources are counted as requests, not shared).
 """
 
 from __future__ import annotations
@@ -30,7 +35,13 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from clusterread.checks import GPU_RESOURCE, class_needs, selected_nodes
+from clusterread.checks import (
+    GPU_RESOURCE,
+    ClassNeed,
+    blocking_taints,
+    class_needs,
+    selected_nodes,
+)
 from manifests.graph import GRAPH_LABEL
 from stackmodel.config import StackConfig
 from stackmodel.engine_args import parse_engine_args
@@ -152,6 +163,92 @@ def worst_set(ours: Sequence[float], theirs: Sequence[float], per_gpu: int) -> t
         if ours and total > best[1]:
             best = (k, total)
     return best
+
+
+def held_units(
+    pods: Sequence[Mapping[str, Any]], own_namespace: str
+) -> dict[str, dict[tuple[str | None, str], int]]:
+    """Node name -> (stack or None, namespace) -> the ``nvidia.com/gpu`` units other
+    namespaces' unfinished pods bound there request (:class:`HeldShare` names the stack)."""
+    held: dict[str, dict[tuple[str | None, str], int]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        namespace = meta.get("namespace", "")
+        units = _gpu_units(pod)
+        phase = (pod.get("status") or {}).get("phase")
+        if node is None or namespace == own_namespace or phase in _FINISHED or units == 0:
+            continue
+        holder = ((meta.get("labels") or {}).get(GRAPH_LABEL), namespace)
+        by_holder = held.setdefault(node, {})
+        by_holder[holder] = by_holder.get(holder, 0) + units
+    return held
+
+
+def _node_units(node: Mapping[str, Any]) -> int:
+    return int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0) or 0)
+
+
+def _fits(need: ClassNeed, units: Sequence[int]) -> bool:
+    """Whether the class's pods fit nodes of ``units`` free units (the rule of
+    :func:`clusterread.checks.class_problems`: its ``nodes`` best cover them all, one the
+    largest pod)."""
+    best = sorted(units, reverse=True)[: need.nodes]
+    return bool(best) and sum(best) >= need.gpu_units and best[0] >= need.largest_gpus
+
+
+def unit_problems(
+    cfg: StackConfig,
+    topology: Topology,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+) -> list[ConfigProblem]:
+    """One problem per node class whose workers' ``nvidia.com/gpu`` fit its usable nodes
+    (selected, no taint it does not tolerate) but not the units other namespaces' pods leave
+    free there, keyed ``nodeClasses.<class>``: each node's holders, what the stack requests,
+    and the fix (``pulumi destroy`` of the stacks holding them, or stopping the other pods)."""
+    held = held_units(pods, cfg.namespace)
+    problems = []
+    for need in class_needs(cfg, topology):
+        usable = [
+            n for n in selected_nodes(need, nodes) if not blocking_taints(n, need.tolerations)
+        ]
+        names = [(n.get("metadata") or {}).get("name", "") for n in usable]
+        total = [_node_units(n) for n in usable]
+        free = [u - sum(held.get(name, {}).values()) for name, u in zip(names, total, strict=True)]
+        if need.gpu_units == 0 or not _fits(need, total) or _fits(need, free):
+            continue
+        holders = {h for name in names for h in held.get(name, {})}
+        stacks = sorted({s for s, _ in holders if s is not None})
+        taken = "; ".join(
+            f"node '{name}': {sum(held[name].values())} of {units} by "
+            + " and ".join(
+                f"stack '{s}' ({count}, namespace {ns})"
+                if s
+                else f"pods of namespace {ns} ({count})"
+                for (s, ns), count in sorted(held[name].items(), key=lambda i: str(i[0]))
+            )
+            for name, units in zip(names, total, strict=True)
+            if held.get(name)
+        )
+        stop = (
+            "Run "
+            + " and ".join(f"`pulumi destroy -s {s}`" for s in stacks)
+            + (", and stop the other pods," if len(stacks) < len(holders) else "")
+            if stacks
+            else "Stop those pods"
+        )
+        problems.append(
+            ConfigProblem(
+                f"nodeClasses.{need.name}",
+                {"nodeSelector": need.selector},
+                f"the {GPU_RESOURCE} units of its nodes are held by other pods ({taken}); this "
+                f"stack's workers there request {need.gpu_units} (the largest pod "
+                f"{need.largest_gpus}), and the scheduler leaves a pod Pending until its units "
+                f"are free. {stop} first (to deploy anyway set sizing.clusterCheck: warn)",
+            )
+        )
+    return problems
 
 
 def share_problems(

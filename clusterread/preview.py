@@ -28,7 +28,7 @@ from clusterread.checks import (
     release_description,
     rolled_back_note,
 )
-from clusterread.gpu_shares import share_problems
+from clusterread.gpu_shares import share_problems, unit_problems
 from clusterread.read import ClusterReadError, ClusterView, read_cluster
 from clusterread.rollout import Rollout, plan_rollout
 from manifests.graph import graph_workloads
@@ -82,8 +82,9 @@ def check_cluster(
     up`` needs that the user lacks (:func:`required_permissions`, reviewed by the API server;
     one warning each, with the rule that grants it). With the nodes read, how the change of a
     deployed graph rolls out on the GPU shares (:func:`plan_rollout`, its decisions logged; one
-    that cannot roll out is an error), and with the pods read too, each worker's GPU memory share
-    beside other stacks' workers on its time-sliced nodes (:func:`share_problems`).
+    that cannot roll out is an error), and with the pods read too, the GPU units other
+    namespaces' pods leave free on its nodes (:func:`unit_problems`) and each worker's GPU
+    memory share beside other stacks' workers on its time-sliced nodes (:func:`share_problems`).
     ``topology`` is ``cfg``'s (given with it). Warnings and
     notes go to ``log``.
 
@@ -146,7 +147,8 @@ def check_cluster(
     if cfg is not None and topology is not None and view.nodes is not None:
         problems += _judged(stack, mode, cluster_problems(cfg, topology, view.nodes), log)
         if view.pods is not None:
-            shares = share_problems(cfg, topology, view.nodes, view.pods)
+            shares = unit_problems(cfg, topology, view.nodes, view.pods)
+            shares += share_problems(cfg, topology, view.nodes, view.pods)
             problems += _judged(stack, mode, shares, log)
         rollout = check_rollout(stack, cfg, topology, view, access, log)
         if rollout is not None and rollout.problem is not None:

@@ -159,3 +159,35 @@ def test_read_cluster_lists_the_pods_of_every_namespace(api: FakeKubeApi, tmp_pa
         "testbed-kv-routing",
         "testbed-other",
     ]
+
+
+def test_units_another_stack_holds_refuse_the_stack_naming_it(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """disagg-same-node's 4 pods need the 24 GB node's 4 units; kv-routing's worker holds one
+    (0.1 of the memory, which would fit): the scheduler would leave a pod Pending."""
+    api.nodes = SEED
+    api.put(worker_pod("kv-worker-0", "main", 0.1))
+    message = refusal("disagg-same-node", str(api.kubeconfig(tmp_path)))
+    assert "dynamo-testbed:nodeClasses.gpu-24gb = {'nodeSelector':" in message
+    assert (
+        "the nvidia.com/gpu units of its nodes are held by other pods (node 'main': 1 of 4 by "
+        "stack 'kv-routing' (1, namespace testbed-kv-routing)); this stack's workers there "
+        "request 4 (the largest pod 1), and the scheduler leaves a pod Pending until its units "
+        "are free. Run `pulumi destroy -s kv-routing` first" in message
+    )
+    assert "gpuMemoryUtilization" not in message
+
+
+def test_units_a_pod_of_no_stack_holds_count_whatever_it_runs(
+    api: FakeKubeApi, tmp_path: Path
+) -> None:
+    trainer = {"image": "pytorch/pytorch:2.5.0", "command": ["python", "train.py"]}
+    api.nodes = SEED
+    api.put(plain_vllm_pod("train-0", "main", trainer))
+    message = refusal("disagg-same-node", str(api.kubeconfig(tmp_path)))
+    assert "node 'main': 1 of 4 by pods of namespace team-b (1)" in message
+    assert "Stop those pods first" in message
+    # On nodes the stack does not use, or with units to spare, they do not count.
+    api.nodes = [node("main", "gpu-24gb", gpus=8), SEED[1]]
+    assert preview("disagg-same-node", str(api.kubeconfig(tmp_path))).registrations

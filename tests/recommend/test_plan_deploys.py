@@ -221,6 +221,22 @@ def _ranked(cluster: Mapping[str, Any], *labels: str) -> list[Result]:
     return results
 
 
+def _inputs(cluster_file: Path) -> Inputs:
+    """A search of ``cluster_file`` (id ``5e3a1c``) as recommend's writers take it."""
+    return Inputs(
+        "lab",
+        LoadConfig(),
+        SLO,
+        "goodput-per-gpu",
+        1.25,
+        2,
+        "Qwen/Qwen3-0.6B",
+        command=f"testbed recommend --cluster-file {cluster_file}",
+        cluster_file=cluster_file,
+        search_id="5e3a1c",
+    )
+
+
 def test_a_plan_over_two_gpus_destroys_each_stack_on_the_gpus_it_needs(
     tmp_path: Path, api: FakeKubeApi
 ) -> None:
@@ -236,18 +252,7 @@ def test_a_plan_over_two_gpus_destroys_each_stack_on_the_gpus_it_needs(
     cluster_file.write_text(text)
     cluster = project_values(yaml.safe_load(text)["config"])
     results = _ranked(cluster, BOTH, ON_24GB, ON_8GB, DISAGG_8GB)
-    inputs = Inputs(
-        "lab",
-        LoadConfig(),
-        SLO,
-        "goodput-per-gpu",
-        1.25,
-        2,
-        "Qwen/Qwen3-0.6B",
-        command=f"testbed recommend --cluster-file {cluster_file}",
-        cluster_file=cluster_file,
-        search_id="5e3a1c",
-    )
+    inputs = _inputs(cluster_file)
     out = tmp_path / "out"
     write_stacks(out, inputs, results, results[0], 1)
     plan = plan_text(inputs, results, results[0], out)
@@ -263,3 +268,26 @@ def test_a_plan_over_two_gpus_destroys_each_stack_on_the_gpus_it_needs(
         4: [1],
         3: [4],
     }
+
+
+TWO_ON_8GB = "2 x TP1 aggregated on gpu-8gb, 2 a GPU; router kv"
+
+
+def test_a_stack_whose_units_another_stack_holds_is_refused_until_it_is_destroyed(
+    tmp_path: Path, api: FakeKubeApi
+) -> None:
+    """Rank 1's two workers take the laptop's 2 time-sliced units at 0.45 each; its A / B
+    partner's prefill and decode (0.45 each) would fit the GPU's memory beside them, but no unit
+    is free, so the scheduler would leave them Pending: preview refuses the partner while rank
+    1 is up, naming it, and passes once plan.md has destroyed it."""
+    text = (REPO / "stacks" / "Pulumi.kv-routing.yaml").read_text()
+    cluster_file = tmp_path / "Pulumi.lab.yaml"
+    cluster_file.write_text(text)
+    results = _ranked(project_values(yaml.safe_load(text)["config"]), TWO_ON_8GB, DISAGG_8GB)
+    inputs = _inputs(cluster_file)
+    out = tmp_path / "out"
+    write_stacks(out, inputs, results, results[0], 2)
+    plan = plan_text(inputs, results, results[0], out)
+    done = walk_plan(plan, _project(tmp_path), api, str(api.kubeconfig(tmp_path)))
+    assert done.beside == {"lab-5e3a1c-rank1": [], "lab-5e3a1c-rank2": []}
+    assert done.refused == {"lab-5e3a1c-rank2": ["lab-5e3a1c-rank1"]}
