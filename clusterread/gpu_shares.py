@@ -132,23 +132,34 @@ def _gpu_units(pod: Mapping[str, Any]) -> int:
     return sum(int(lim.get(GPU_RESOURCE, 0) or 0) for lim in limits)
 
 
-def held_shares(
+def _other_gpu_pods(
     pods: Sequence[Mapping[str, Any]], own_namespace: str
-) -> dict[str, list[HeldShare]]:
-    """Node name -> the shares other stacks' running GPU pods hold there, largest first."""
-    held: dict[str, list[HeldShare]] = {}
+) -> list[tuple[str, str | None, str, Mapping[str, Any]]]:
+    """(node name, stack or None, namespace, pod) of each unfinished pod of another namespace
+    bound to a node that requests ``nvidia.com/gpu`` (the stack: its ``dynamo-testbed/graph``
+    label)."""
+    found = []
     for pod in pods:
         meta = pod.get("metadata") or {}
         node = (pod.get("spec") or {}).get("nodeName")
         namespace = meta.get("namespace", "")
         phase = (pod.get("status") or {}).get("phase")
+        if node is None or namespace == own_namespace or phase in _FINISHED:
+            continue
+        if _gpu_units(pod) > 0:
+            found.append((node, (meta.get("labels") or {}).get(GRAPH_LABEL), namespace, pod))
+    return found
+
+
+def held_shares(
+    pods: Sequence[Mapping[str, Any]], own_namespace: str
+) -> dict[str, list[HeldShare]]:
+    """Node name -> the shares other stacks' running GPU pods hold there, largest first."""
+    held: dict[str, list[HeldShare]] = {}
+    for node, stack, namespace, pod in _other_gpu_pods(pods, own_namespace):
         share = pod_share(pod)
-        if node is None or namespace == own_namespace or phase in _FINISHED or share is None:
-            continue
-        if _gpu_units(pod) == 0:
-            continue
-        stack = (meta.get("labels") or {}).get(GRAPH_LABEL)
-        held.setdefault(node, []).append(HeldShare(stack, namespace, share))
+        if share is not None:
+            held.setdefault(node, []).append(HeldShare(stack, namespace, share))
     for shares in held.values():
         shares.sort(key=lambda h: -h.share)
     return held
@@ -171,17 +182,9 @@ def held_units(
     """Node name -> (stack or None, namespace) -> the ``nvidia.com/gpu`` units other
     namespaces' unfinished pods bound there request (:class:`HeldShare` names the stack)."""
     held: dict[str, dict[tuple[str | None, str], int]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        namespace = meta.get("namespace", "")
-        units = _gpu_units(pod)
-        phase = (pod.get("status") or {}).get("phase")
-        if node is None or namespace == own_namespace or phase in _FINISHED or units == 0:
-            continue
-        holder = ((meta.get("labels") or {}).get(GRAPH_LABEL), namespace)
+    for node, stack, namespace, pod in _other_gpu_pods(pods, own_namespace):
         by_holder = held.setdefault(node, {})
-        by_holder[holder] = by_holder.get(holder, 0) + units
+        by_holder[stack, namespace] = by_holder.get((stack, namespace), 0) + _gpu_units(pod)
     return held
 
 
