@@ -166,7 +166,7 @@ def class_gpu_units(need: ClassNeed, nodes: Sequence[Mapping[str, Any]]) -> int:
     """Allocatable ``nvidia.com/gpu`` of the class: the sum over its ``nodes`` usable nodes
     (selected, no taint it does not tolerate) that advertise the most, units."""
     usable = [n for n in selected_nodes(need, nodes) if not blocking_taints(n, need.tolerations)]
-    units = sorted((int(_allocatable(n, GPU_RESOURCE) or 0) for n in usable), reverse=True)
+    units = sorted((node_gpu_units(n) for n in usable), reverse=True)
     return sum(units[: need.nodes])
 
 
@@ -202,13 +202,24 @@ def class_problems(need: ClassNeed, nodes: Sequence[Mapping[str, Any]]) -> list[
     return problems
 
 
+def node_gpu_units(node: Mapping[str, Any]) -> int:
+    """The node's allocatable ``nvidia.com/gpu`` (0 without it)."""
+    return int(_allocatable(node, GPU_RESOURCE) or 0)
+
+
+def units_fit(need: ClassNeed, units: Sequence[int]) -> bool:
+    """Whether the class's pods fit nodes of ``units`` ``nvidia.com/gpu`` each: its ``nodes``
+    nodes with the most cover the units its workers request, and one the largest pod's."""
+    best = sorted(units, reverse=True)[: need.nodes]
+    return bool(best) and sum(best) >= need.gpu_units and best[0] >= need.largest_gpus
+
+
 def _gpu_problems(need: ClassNeed, usable: Sequence[Mapping[str, Any]]) -> list[str]:
     if need.gpu_units == 0:
         return []
-    units = {_name(n): int(_allocatable(n, GPU_RESOURCE) or 0) for n in usable}
-    best = sorted(units.values(), reverse=True)[: need.nodes]
+    units = {_name(n): node_gpu_units(n) for n in usable}
     has = ", ".join(f"{name}: {count}" for name, count in units.items())
-    if sum(best) >= need.gpu_units and best[0] >= need.largest_gpus:
+    if units_fit(need, list(units.values())):
         return []
     hint = ""
     if max(units.values()) == 0:

@@ -37,10 +37,11 @@ from typing import Any
 
 from clusterread.checks import (
     GPU_RESOURCE,
-    ClassNeed,
     blocking_taints,
     class_needs,
+    node_gpu_units,
     selected_nodes,
+    units_fit,
 )
 from manifests.graph import GRAPH_LABEL
 from stackmodel.config import StackConfig
@@ -188,18 +189,6 @@ def held_units(
     return held
 
 
-def _node_units(node: Mapping[str, Any]) -> int:
-    return int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0) or 0)
-
-
-def _fits(need: ClassNeed, units: Sequence[int]) -> bool:
-    """Whether the class's pods fit nodes of ``units`` free units (the rule of
-    :func:`clusterread.checks.class_problems`: its ``nodes`` best cover them all, one the
-    largest pod)."""
-    best = sorted(units, reverse=True)[: need.nodes]
-    return bool(best) and sum(best) >= need.gpu_units and best[0] >= need.largest_gpus
-
-
 def unit_problems(
     cfg: StackConfig,
     topology: Topology,
@@ -217,9 +206,9 @@ def unit_problems(
             n for n in selected_nodes(need, nodes) if not blocking_taints(n, need.tolerations)
         ]
         names = [(n.get("metadata") or {}).get("name", "") for n in usable]
-        total = [_node_units(n) for n in usable]
+        total = [node_gpu_units(n) for n in usable]
         free = [u - sum(held.get(name, {}).values()) for name, u in zip(names, total, strict=True)]
-        if need.gpu_units == 0 or not _fits(need, total) or _fits(need, free):
+        if need.gpu_units == 0 or not units_fit(need, total) or units_fit(need, free):
             continue
         holders = {h for name in names for h in held.get(name, {})}
         stacks = sorted({s for s, _ in holders if s is not None})
