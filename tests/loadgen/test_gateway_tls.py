@@ -313,8 +313,30 @@ def test_a_ca_file_that_is_no_certificate_is_named(tmp_path: Path) -> None:
     result = load("https://127.0.0.1:9", tmp_path / "out", "--ca-file", str(bad))
     assert result.exit_code == 2
     assert f"--ca-file {bad}:" in result.output
-    both = load("https://127.0.0.1:9", tmp_path / "out", "--ca-file", str(bad), "--insecure")
-    assert both.exit_code == 2 and "keep one" in " ".join(both.output.split())
+
+
+@pytest.mark.parametrize(
+    ("file_keys", "options", "said"),
+    [
+        ({}, ["--ca-file", "CA", "--insecure"], "--ca-file and --insecure both set: --ca-file "),
+        ({"caFile": "CA", "insecure": True}, [], "caFile and insecure both set in FILE: caFile "),
+        ({"caFile": "CA"}, ["--insecure"], "caFile and --insecure both set (caFile in FILE): "),
+        ({"insecure": True}, ["--ca-file", "CA"], "--ca-file and insecure both set (insecure in"),
+    ],
+)
+def test_ca_file_and_insecure_together_are_refused_in_one_line_as_given(
+    tmp_path: Path, file_keys: dict[str, Any], options: list[str], said: str
+) -> None:
+    """The options as typed, the keys of a load file as written, in one line with the fix."""
+    ca = tmp_path / "ca.pem"
+    config = tmp_path / "load.yaml"
+    config.write_text(json.dumps({k: str(ca) if v == "CA" else v for k, v in file_keys.items()}))
+    extra = [str(ca) if item == "CA" else item for item in options]
+    result = load("https://127.0.0.1:9", tmp_path / "out", "--config", str(config), *extra)
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: " + said.replace("FILE", str(config))), line
+    assert line.endswith("checks nothing; drop one of them"), line
 
 
 @pytest.mark.asyncio
