@@ -362,6 +362,59 @@ def rolled_back_note(release: str, revisions: Sequence[Mapping[str, Any]]) -> st
     return None
 
 
+PENDING_OPERATIONS = {
+    "pending-install": "install",
+    "pending-upgrade": "upgrade",
+    "pending-rollback": "rollback",
+}
+"""The statuses Helm gives a revision while an operation writes it, and the operation (helm
+v3.20.2 ``pkg/release/status.go`` L36-41; ``Status.IsPending``, L46-49)."""
+
+OPERATION_IN_PROGRESS = "another operation (install/upgrade/rollback) is in progress"
+"""What ``helm upgrade`` (and so `pulumi up`'s upgrade of the release) answers while the latest
+revision is pending (helm v3.20.2 ``pkg/action/upgrade.go`` L218-220, ``errPending``, whose
+text is ``pkg/action/action.go`` L63)."""
+
+
+def operation_in_progress(
+    namespace: str, name: str, releases: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """Why `pulumi up` cannot change release ``namespace``/``name`` now, with the fix: its
+    latest revision is pending (:data:`PENDING_OPERATIONS`), so an install, upgrade or rollback
+    is running, or was interrupted (its process killed) and holds Helm's lock for good; None
+    when no operation is in progress.
+
+    The fix: wait and preview again; when nothing runs it any more, roll back to the deployed
+    revision (a pending upgrade or rollback leaves it ``deployed``: ``pkg/action/upgrade.go``
+    supersedes it only once the new one is deployed), or, where no revision is deployed (an
+    interrupted first install: ``helm rollback`` needs a revision before the latest,
+    ``pkg/action/rollback.go`` L111-131), uninstall it.
+
+    Args:
+        releases: Helm's records of one release (decoded, :func:`clusterread.read.helm_record`).
+    """
+    if not releases:
+        return None
+    latest = max(releases, key=_revision)
+    status = str(_info(latest).get("status"))
+    operation = PENDING_OPERATIONS.get(status)
+    if operation is None:
+        return None
+    deployed = [_revision(r) for r in releases if _info(r).get("status") == "deployed"]
+    if deployed:
+        back = f"`helm rollback {name} {max(deployed)} -n {namespace}` (revision {max(deployed)}"
+        fix = f"{back} is the one deployed)"
+    else:
+        fix = f"`helm uninstall {name} -n {namespace}` (no revision is deployed to roll back to)"
+    return (
+        f"Helm release {namespace}/{name}: an {operation} is in progress (revision"
+        f" {_revision(latest)}, chart {_chart(latest)}, {status}), so `pulumi up` would fail"
+        f' with "{OPERATION_IN_PROGRESS}": wait for it to finish and preview again; if nothing'
+        f" runs it any more (an interrupted `pulumi up` or helm command), run {fix}, then"
+        " `pulumi up`"
+    )
+
+
 def existing_operator_problem(
     cfg: PlatformConfig,
     testbed_namespace: str,

@@ -23,6 +23,7 @@ from clusterread.checks import (
     existing_operator_problem,
     namespace_handover,
     namespace_problem,
+    operation_in_progress,
     own_revisions,
     platform_move_problem,
     release_description,
@@ -205,15 +206,15 @@ def _release_problems(
     own_graphs: str | None,
     log: PreviewLog,
 ) -> list[ConfigProblem]:
-    """The platform's release against the cluster (an operator already running, else the
-    upgrade of this stack's own release: its last update's failure noted, the move checked
-    against Dynamo's path and against the graphs in the cluster but this stack's own, those in
-    namespace ``own_graphs``)."""
+    """The platform's release against the cluster (an install, upgrade or rollback of it in
+    progress, an operator already running, else the upgrade of this stack's own release: its
+    last update's failure noted, the move checked against Dynamo's path and against the graphs
+    in the cluster but this stack's own, those in namespace ``own_graphs``)."""
     problems: list[ConfigProblem] = []
     if platform is not None and release is not None:
         own = release_description(PROJECT, stack)
         releases = view.releases or []
-        found = existing_operator_problem(
+        found = operation_in_progress(*release, releases) or existing_operator_problem(
             platform, namespace, own, releases, view.cluster_roles or []
         )
         if found is not None:

@@ -12,7 +12,9 @@ gate never waits for a server the load would reach differently, nor the other wa
 
 import asyncio
 import json
+import ssl
 import time
+import urllib.parse
 from collections import Counter
 from types import SimpleNamespace
 
@@ -78,6 +80,47 @@ def refused_at_once(url: str, record: RequestRecord) -> str | None:
     return None
 
 
+def tls_on_plain_url(url: str, record: RequestRecord) -> str:
+    """Why an `http://` URL whose port speaks TLS (`speaks_tls`) stops the gate, with the
+    `https://` URL to give instead."""
+    secure = "https://" + url.split("://", 1)[1]
+    said = short_message(record.error or "")
+    return (
+        f"{url}: the server speaks TLS on that port (the plain HTTP request got no HTTP "
+        f"answer: {said}); give --url {secure}"
+    )
+
+
+async def speaks_tls(url: str, timeout_s: float) -> bool:
+    """True when the server at `url`'s host and port answers a TLS ClientHello in TLS: the
+    handshake completes (the certificate is not checked), or the server answers with a TLS
+    alert record (OpenSSL names the alert it received: ``..._ALERT_...``). A plain-HTTP server
+    answers the ClientHello in HTTP or closes: False, as is no connection within `timeout_s`
+    seconds.
+
+    This is how a TLS port is told from a plain-HTTP one when a plain request sent there got no
+    HTTP answer: a TLS server reads the request's first bytes as a record header (RFC 8446
+    section 5.1, `TLSPlaintext`: a content type 20-23, then the version 0x03 0x0N) and either
+    closes without a word (OpenSSL's record layer fails a first record starting "GET " / "POST "
+    with `SSL_R_HTTP_REQUEST` and `SSL_AD_NO_ALERT`) or answers with an alert record (0x15
+    0x03 ...), which aiohttp's HTTP parser cannot read as a status line: aiohttp 3.14.5 reports
+    either as a connection that ended before a response (`client_proto.py` L166,
+    `ServerDisconnectedError`; the parser's "Bad status line")."""
+    parts = urllib.parse.urlsplit(url)
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, writer = await asyncio.open_connection(parts.hostname, parts.port or 80, ssl=context)
+    except ssl.SSLError as exc:
+        return "ALERT" in (exc.reason or "")
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
 async def model_listed(client: aiohttp.ClientSession, model: str) -> str | None:
     """None when `GET /v1/models` (on `client`'s base URL) lists `model`; else why not, in one
     line ("HTTP 503, models []", "ClientConnectorError: ...")."""
@@ -133,7 +176,9 @@ async def wait_until_serving(
     resets the count and is followed by a `POLL_INTERVAL_S` pause.
 
     Raises:
-        RefusedAtOnceError: a failure no wait mends (`refused_at_once`), at its first occurrence.
+        RefusedAtOnceError: a failure no wait mends (`refused_at_once`), at its first occurrence;
+            or, for an `http://` URL, a request dropped with no answer by a server that speaks
+            TLS on that port (`speaks_tls`, asked once, at the first such drop).
         NotServingError: `check.timeout_s` passed first; the message has the failures by kind
             and the last one.
     """
@@ -144,6 +189,7 @@ async def wait_until_serving(
     first: str | None = None
     last: str | None = None
     in_a_row = attempts = 0
+    probe_tls = url.lower().startswith("http://")  # once, at the first request dropped
     async with make_client(url, config, 1) as client:
         while in_a_row < check.successes:
             remaining = check.timeout_s - (time.monotonic() - started)
@@ -164,6 +210,10 @@ async def wait_until_serving(
                 continue
             if (why := refused_at_once(url, record)) is not None:
                 raise RefusedAtOnceError(why)
+            if probe_tls and record.error_kind is ErrorKind.DROPPED:
+                probe_tls = False
+                if await speaks_tls(url, config.connect_timeout_s):
+                    raise RefusedAtOnceError(tls_on_plain_url(url, record))
             in_a_row = 0
             failures[str(record.error_kind)] += 1
             last = short_message(f"{record.error_kind}: {record.error or ''}")

@@ -44,7 +44,7 @@ from kvpath.profile import (
 )
 from stackmodel.engines import EngineKind, EngineProfile, engine_profile
 from stackmodel.errors import PROJECT, ConfigProblem
-from stackmodel.models import ModelGeometry
+from stackmodel.models import ModelGeometry, catalog_spelling
 from stackmodel.platform import PlatformConfig
 from stackmodel.quantities import (
     DEFAULT_ACTIVATION_OVERHEAD_BYTES,
@@ -317,7 +317,11 @@ class EngineConfig(CamelModel):
 class ModelConfig(CamelModel):
     """The served model."""
 
-    name: ConfigText = Field(min_length=1, description="Hugging Face id, e.g. Qwen/Qwen3-0.6B.")
+    name: ConfigText = Field(
+        min_length=1,
+        description="Hugging Face id, e.g. Qwen/Qwen3-0.6B; a catalog model's in any case, "
+        "taken as the catalog spells it.",
+    )
     geometry: ModelGeometry | None = Field(
         default=None,
         description="Layers, KV heads, head dim, dtype bytes; default from configJson, else "
@@ -341,6 +345,11 @@ class ModelConfig(CamelModel):
         "for BF16 models); the fp8 kinds store 1, halving KV bytes per token, host mirrors "
         "and transfers.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _catalog_spelling(cls, name: str) -> str:
+        return catalog_spelling(name)  # as the catalog spells it: qwen/qwen3-0.6b -> Qwen/...
 
 
 # --- topology --------------------------------------------------------------------------------

@@ -327,6 +327,14 @@ to accept the Llama 3.1 Community License; the hub answers 401/403 otherwise). T
 of the catalog are Apache-2.0 and not gated."""
 
 
+def catalog_spelling(name: str) -> str:
+    """``name`` as the catalog spells it when it is a catalog model id in another case
+    (``qwen/qwen3-0.6b`` -> ``Qwen/Qwen3-0.6B``: exactly one `KNOWN_MODELS` entry equal to it
+    ignoring case), else ``name`` as given."""
+    same = [known for known in KNOWN_MODELS if known.casefold() == name.casefold()]
+    return same[0] if len(same) == 1 else name
+
+
 def known_model(name: str) -> ModelGeometry:
     """The catalog geometry of ``name`` (a Hugging Face model id, e.g. ``Qwen/Qwen3-0.6B``).
 

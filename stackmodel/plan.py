@@ -50,6 +50,7 @@ from stackmodel.sizing import (
     build_sizing_report,
     default_max_num_seqs,
     model_base_memory,
+    model_base_memory_note,
     tensor_parallel,
 )
 from stackmodel.ucx import UCX_TLS, moves_between_gpus
@@ -430,12 +431,30 @@ def base_memory(
     alone without the model's ``geometry``)."""
     if "base_memory" in group.model_fields_set:
         return group.base_memory
+    return model_base_memory(*_token_table_shape(cfg, group, gpu, geometry))
+
+
+def base_memory_note(
+    cfg: StackConfig, group: WorkerGroup, gpu: GpuSpec, geometry: ModelGeometry | None
+) -> str:
+    """Where :func:`base_memory` comes from, in words, with its parts
+    (:func:`stackmodel.sizing.model_base_memory_note`), for the memory-floor message."""
+    if "base_memory" in group.model_fields_set:
+        return f"baseMemory {group.base_memory} as set"
+    return model_base_memory_note(*_token_table_shape(cfg, group, gpu, geometry))
+
+
+def _token_table_shape(
+    cfg: StackConfig, group: WorkerGroup, gpu: GpuSpec, geometry: ModelGeometry | None
+) -> tuple[int, int | None]:
+    """(max_num_seqs, max model length) of a worker group's token tables, as
+    :func:`base_memory` reads them."""
     args = parse_engine_args([*cfg.engine.extra_args, *group.extra_args])
     given = [int(a.value) for a in args if a.flag == MAX_NUM_SEQS_FLAG and a.value.isdigit()]
     gpu_memory_gib = cfg.node_classes[group.node_class].gpu_memory_gib
     seqs = given[-1] if given else default_max_num_seqs(gpu, gpu_memory_gib)
     context = cfg.model.max_model_len if geometry is None else max_model_len(cfg, geometry)
-    return model_base_memory(seqs, context)
+    return seqs, context
 
 
 def verdict_group(groups: Sequence[GroupPlan]) -> GroupPlan:
@@ -631,6 +650,7 @@ def _sizing(
             base_memory=base_memory(cfg, g.group, g.gpu, geometry),
             shared_memory_size=g.group.shared_memory_size,
             tensor_parallel_size=g.group.tensor_parallel_size,
+            base_note=base_memory_note(cfg, g.group, g.gpu, geometry),
         )
         for g in groups
     ]

@@ -112,6 +112,7 @@ def check_memory_floor(
     shared_memory: str | int = DEFAULT_SHARED_MEMORY,
     allow_unsafe_memory: bool = False,
     ranks: int = 1,
+    base_note: str = "baseMemory as given",
 ) -> SizingFinding | None:
     """Check a worker's memory limit against its floor, ranks x base + /dev/shm + host mirror
     (:func:`kvpath.memory.memory_floor_bytes`).
@@ -131,6 +132,8 @@ def check_memory_floor(
             ``WorkerProc.make_worker_process`` per rank), each with its own CUDA context,
             PyTorch and vLLM, where a one-GPU worker runs its model in the engine's process;
             taking each at the seed's one-process figure is an assumption, not measured.
+        base_note: where ``base_memory`` comes from, for the message without a host mirror
+            (:func:`model_base_memory_note` for a worker that leaves ``baseMemory`` unset).
 
     Returns:
         None when the limit is at or above the floor, else the finding.
@@ -168,8 +171,8 @@ def check_memory_floor(
         formula = f"{base_text} = {_bytes_text(required)}"
         message = (
             f"worker group '{component}' has memory limit {_bytes_text(configured)}, below its "
-            f"floor {formula} (what the worker needs without host-buffered KV; the defaults "
-            "add up to 3584Mi, the limit every part-3 run of the seed passed with). "
+            f"floor {formula} (what the worker needs without host-buffered KV; base: "
+            f"{base_note}). "
         )
         fix = (
             f"Raise memoryLimit to at least {minimum}, or lower baseMemory or sharedMemorySize "
@@ -558,6 +561,7 @@ class ComponentMemory(BaseModel):
         shared_memory_size: its memory-backed /dev/shm; default `DEFAULT_SHARED_MEMORY`.
         tensor_parallel_size: its GPUs; each GPU's process has a host mirror of its own KV
             cache (vLLM's NixlConnectorWorker runs in every rank), so the pod holds that many.
+        base_note: where ``base_memory`` comes from, in words (`check_memory_floor`'s).
     """
 
     model_config = ConfigDict(
@@ -570,6 +574,7 @@ class ComponentMemory(BaseModel):
     base_memory: str | int = DEFAULT_BASE_MEMORY
     shared_memory_size: str | int = DEFAULT_SHARED_MEMORY
     tensor_parallel_size: int = Field(default=1, ge=1)
+    base_note: str = "baseMemory as given"
 
 
 class GpuAllocation(BaseModel):
@@ -755,6 +760,7 @@ def build_sizing_report(
             shared_memory=component.shared_memory_size,
             allow_unsafe_memory=allow_unsafe_memory,
             ranks=ranks,
+            base_note=component.base_note,
         )
         if finding is not None:
             findings.append(finding)
@@ -884,6 +890,24 @@ def model_base_memory(max_num_seqs: int, max_model_len: int | None) -> int:
         return base
     seed_tables = token_table_bytes(SEED_MAX_NUM_SEQS, SEED_MAX_MODEL_LEN)
     return base - seed_tables + token_table_bytes(max_num_seqs, max_model_len)
+
+
+def model_base_memory_note(max_num_seqs: int, max_model_len: int | None) -> str:
+    """:func:`model_base_memory`'s figure in words, with its parts: ``the seed's 3328Mi with its
+    token tables (256 request slots x 8,192 tokens x 5 B = 10Mi) replaced by this worker's
+    (256 x 40,960 x 5 B = 50Mi)``; the seed's figure alone for an unknown ``max_model_len``."""
+    seed = f"the seed's {DEFAULT_BASE_MEMORY}"
+    if max_model_len is None:
+        return f"{seed} (the max model length is unknown)"
+    seed_tables = token_table_bytes(SEED_MAX_NUM_SEQS, SEED_MAX_MODEL_LEN)
+    tables = token_table_bytes(max_num_seqs, max_model_len)
+    per_slot = TOKEN_TABLE_BYTES_PER_SLOT
+    return (
+        f"{seed} with its token tables ({SEED_MAX_NUM_SEQS} request slots x "
+        f"{SEED_MAX_MODEL_LEN:,} tokens x {per_slot} B = {format_quantity(ceil_mib(seed_tables))}"
+        f") replaced by this worker's ({max_num_seqs} x {max_model_len:,} x {per_slot} B = "
+        f"{format_quantity(ceil_mib(tables))})"
+    )
 
 
 def tensor_parallel(geometry: ModelGeometry, gpu: GpuSpec, size: int) -> TensorParallel | None:

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from configkeys.key_paths import show_path
-from configkeys.suggest import did_you_mean
+from configkeys.suggest import did_you_mean, same_name
 from stackmodel.checks import check_stack
 from stackmodel.config import (
     KNOWN_KEYS,
@@ -234,10 +234,28 @@ def _unknown_keys(data: Mapping[str, Any]) -> list[ConfigProblem]:
     ]
 
 
+AMBIGUOUS_KEYS: dict[str, dict[str, str]] = {
+    spelling: {
+        "gpuMemoryGiB": "the memory of one GPU",
+        "hostMemoryGiB": "the memory of one node for its pods",
+    }
+    for spelling in ("memoryGiB", "memoryGB", "memory")
+}
+"""Unknown keys that could mean either of two keys (spelling, ignoring case, hyphens and
+underscores -> each key it may mean and what that key is): the hint offers both."""
+
+
 def unknown_key_message(key: str, allowed: Iterable[str]) -> str:
-    """``unknown key; did you mean x? allowed here: a, b, c`` (the hint when one is close)."""
+    """``unknown key; did you mean x? allowed here: a, b, c`` (the hint when one is close; both
+    keys, each with what it is, for a key of `AMBIGUOUS_KEYS` where both are allowed)."""
     allowed = sorted(allowed)
-    return f"unknown key; {did_you_mean(key, allowed)}allowed here: {', '.join(allowed)}"
+    meant = AMBIGUOUS_KEYS.get(same_name(key, AMBIGUOUS_KEYS) or "", {})
+    if meant and set(meant) <= set(allowed):
+        either = " or ".join(f"{name} ({what})" for name, what in meant.items())
+        hint = f"did you mean {either}? "
+    else:
+        hint = did_you_mean(key, allowed)
+    return f"unknown key; {hint}allowed here: {', '.join(allowed)}"
 
 
 def _problems(exc: ValidationError) -> list[ConfigProblem]:

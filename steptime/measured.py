@@ -36,8 +36,10 @@ asynchronous scheduling runs it: a step takes the longer of the two
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,18 +141,36 @@ def _engine(steps: MeasuredSteps) -> Any:
     """AIConfigurator's compiled engine of ``steps`` (a few seconds for a GPU's first, as
     ``aiconfigurator_core.sdk.perf_database.get_database`` loads its tables). The loader's
     warnings about other backends' fallback rows (TensorRT-LLM's MLA and DSA tables, which no
-    model here uses) are silenced."""
+    model here uses) are silenced while it loads (:func:`errors_only`)."""
     from aiconfigurator_core.sdk import EngineHandle
 
-    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
-    return EngineHandle.compile(
-        steps.model,
-        steps.system,
-        "vllm",
-        tp_size=steps.tensor_parallel,
-        gemm_quant_mode=steps.gemm_quant,
-        kvcache_quant_mode=steps.kv_quant,
-    )
+    with errors_only(AIC_LOGGER):
+        return EngineHandle.compile(
+            steps.model,
+            steps.system,
+            "vllm",
+            tp_size=steps.tensor_parallel,
+            gemm_quant_mode=steps.gemm_quant,
+            kvcache_quant_mode=steps.kv_quant,
+        )
+
+
+AIC_LOGGER = "aiconfigurator_core"
+"""The logger aiconfigurator-core's modules log under (``logging.getLogger(__name__)``)."""
+
+
+@contextlib.contextmanager
+def errors_only(name: str) -> Iterator[None]:
+    """For the block, logger ``name`` passes only errors (its level raised to ERROR where it
+    was lower); its own level (NOTSET included) is restored after, so the rest of the process
+    logs as configured."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(max(level, logging.ERROR))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from workload.config import LoadConfig, ReadyCheck, error_message
+from workload.config import LoadConfig, ReadyCheck, TlsConflictError, error_message
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -135,12 +135,26 @@ def build_config(
             tokens = "--max-tokens" if "max_tokens" in options else "maxTokens"
             raise ValueError(few.said(slo_from, tokens, "give --max-tokens 2")) from None
         (error, *_) = exc.errors()
+        if isinstance((error.get("ctx") or {}).get("error"), TlsConflictError):
+            raise ValueError(_tls_conflict(options, config_file)) from None
         field = str(error["loc"][0]) if error["loc"] else ""
         if field in options:  # an option's value: name the option (one line)
             option = "--" + field.replace("_", "-")
             raise ValueError(f"{option}: {error_message(error)}; see testbed load --help") from None
         source = f" (from {config_file} and the options)" if config_file is not None else ""
         raise ValueError(_validation_message(exc, source)) from None
+
+
+def _tls_conflict(options: set[str], config_file: Path | None) -> str:
+    """`TlsConflictError`'s line naming `--ca-file` / `--insecure` where they were typed
+    (`options`), the keys `caFile` / `insecure` where they came from `config_file`."""
+    ca_file = "--ca-file" if "ca_file" in options else "caFile"
+    insecure = "--insecure" if "insecure" in options else "insecure"
+    keys = [name for name in (ca_file, insecure) if not name.startswith("--")]
+    where = ""
+    if keys and config_file is not None:
+        where = f" in {config_file}" if len(keys) == 2 else f" ({keys[0]} in {config_file})"
+    return TlsConflictError.said(ca_file, insecure, where)
 
 
 def _default_text(value: Any) -> str:

@@ -221,6 +221,21 @@ class FakeHelm:
             self.revisions.append([version + 1, good[1], "deployed", f"Rollback to {good[0]}"])
         self._write()
 
+    def interrupt(self, operation: str, chart: str) -> None:
+        """The revision ``operation`` (install, upgrade or rollback) writes before it applies
+        anything, left as a killed process leaves it: ``pending-install`` "Initial install
+        underway" (``pkg/action/install.go`` L330), ``pending-upgrade`` "Preparing upgrade"
+        (``pkg/action/upgrade.go`` L286-297), ``pending-rollback`` "Rollback to <N>" to the
+        revision before the latest (``pkg/action/rollback.go`` L109-152)."""
+        version = self.revisions[-1][0] + 1 if self.revisions else 1
+        description = {
+            "install": "Initial install underway",
+            "upgrade": "Preparing upgrade",
+            "rollback": f"Rollback to {version - 2}",
+        }[operation]
+        self.revisions.append([version, chart, f"pending-{operation}", description])
+        self._write()
+
 
 @dataclass
 class FakeKubeApi:

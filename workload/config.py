@@ -26,6 +26,24 @@ def error_message(error: Mapping[str, Any]) -> str:
     return msg
 
 
+class TlsConflictError(ValueError):
+    """`caFile` and `insecure` both set: one checks the server's certificate against a CA, the
+    other checks nothing. Its message names the stack file's keys; `said` names the settings as
+    the user gave them (``--ca-file``, ``--insecure``)."""
+
+    def __init__(self) -> None:
+        super().__init__(self.said("caFile", "insecure"))
+
+    @staticmethod
+    def said(ca_file: str, insecure: str, where: str = "") -> str:
+        """One line naming `ca_file` and `insecure` as the user spelt them; `where`: where the
+        keys among them were set (`` in load.yaml``), empty for options."""
+        return (
+            f"{ca_file} and {insecure} both set{where}: {ca_file} checks the server's "
+            f"certificate against that CA, {insecure} checks nothing; drop one of them"
+        )
+
+
 # The seed's grid: prefix kinds {2, 7, 12, 24} x concurrency {4, 8}, 3 runs
 # per point, median reported; one request averages 2,371 prompt tokens.
 SEED_PREFIX_KINDS = (2, 7, 12, 24)
@@ -221,10 +239,7 @@ class LoadConfig(BaseModel):
         if self.slo is not None:
             self.slo.check_outputs(self.max_tokens)
         if self.insecure and self.ca_file is not None:
-            raise ValueError(
-                "caFile and insecure both set: caFile checks the certificate against that CA, "
-                "insecure checks nothing; keep one"
-            )
+            raise TlsConflictError
         if self.arrival is Arrival.POISSON and self.request_rate is None:
             raise ValueError("arrival 'poisson' needs requestRate (requests/s > 0)")
         if self.arrival is Arrival.POISSON and (self.workers or 1) > 1:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fake_kube_api import FakeHelm, FakeKubeApi
 from test_cluster_read import preview, refusal
 
@@ -66,6 +67,39 @@ def test_a_failed_upgrade_rolled_back_is_retried_and_protect_lifted(
     lifted = '{"chartVersion": "1.7.0", "protect": false}'
     assert release_protect(preview("platform", kubeconfig, platform=lifted)) is False
     assert not [w for w in warnings if "Helm release" in w]
+
+
+@pytest.mark.parametrize(
+    ("operation", "fix"),
+    [
+        ("install", "`helm uninstall dynamo-platform -n dynamo-system` (no revision is deployed"),
+        ("upgrade", "`helm rollback dynamo-platform 1 -n dynamo-system` (revision 1 is the one"),
+        ("rollback", "`helm rollback dynamo-platform 2 -n dynamo-system` (revision 2 is the one"),
+    ],
+)
+def test_a_release_with_an_operation_in_progress_is_named_so_with_the_fix(
+    api: FakeKubeApi, tmp_path: Path, operation: str, fix: str
+) -> None:
+    """A pending install, upgrade or rollback (running, or interrupted and holding Helm's lock)
+    is neither a missing release nor one another tool installed: `pulumi up` would meet
+    Helm's "another operation is in progress"; preview says so with the way out."""
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    helm = FakeHelm(api)
+    if operation != "install":
+        helm.install("1.6.2", OWN)
+    if operation == "rollback":
+        helm.upgrade("1.7.0", OWN)
+    helm.interrupt(operation, "1.7.0")
+    pending = helm.revisions[-1]
+    said = " ".join(refusal("platform", kubeconfig, platform='{"chartVersion": "1.7.0"}').split())
+    assert (
+        f"Helm release dynamo-system/dynamo-platform: an {operation} is in progress (revision"
+        f" {pending[0]}, chart 1.7.0, pending-{operation}), so `pulumi up` would fail with"
+        ' "another operation (install/upgrade/rollback) is in progress": wait for it to finish'
+        " and preview again; if nothing runs it any more (an interrupted `pulumi up` or helm"
+        f" command), run {fix}"
+    ) in said
+    assert "this stack did not install it" not in said
 
 
 def graph(stack: str, version: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from fake_openai_server import (
 from typer.testing import CliRunner
 
 from loadgen.loops import make_client
+from loadgen.readiness import speaks_tls
 from loadgen.request import stream_request
 from measurement.errors import AFTER_A_WAIT_S, ErrorKind, after_a_wait
 from measurement.record import RequestRecord
@@ -270,6 +271,49 @@ def test_https_to_a_plain_http_server_names_the_http_url(tmp_path: Path, option:
     assert "--ca-file" not in error and "--insecure to skip" not in error
 
 
+def test_http_to_a_tls_server_names_the_https_url_at_once(
+    tmp_path: Path, certificate: tuple[Path, Path]
+) -> None:
+    """An `http://` URL aimed at a TLS port: the server closes on the plain request, which
+    alone reads as "Server disconnected" for the whole wait; the gate stops at the first one,
+    naming the `https://` URL."""
+    with serve_in_thread(answer, tls=server_tls(certificate)) as server:
+        secure = server.url
+        plain = secure.replace("https://", "http://", 1)
+        result = load(plain, tmp_path, "--ready-timeout-s", "120")
+        served = len(server.requests)
+    assert result.exit_code == EXIT_NO_SUCCESS, result.output
+    said = " ".join(result.output.split())
+    error = said[said.index("error: ") :]
+    assert error.startswith(f"error: {plain}/: the server speaks TLS on that port (the plain HTTP")
+    assert error.endswith(f"give --url {secure}/; no grid point was run"), error
+    assert "did not serve" not in error  # stopped at once, not at the gate's deadline
+    assert served == 0
+
+
+class TlsAlertAnswer(socketserver.BaseRequestHandler):
+    """A TLS server's answer to bytes it cannot read as a record: a fatal protocol_version
+    alert record (RFC 8446 section 6: content type 21, version 0x0303, length 2, level 2,
+    description 70)."""
+
+    def handle(self) -> None:
+        self.request.recv(4096)
+        self.request.sendall(bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 70]))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("handler", "tls"), [(TlsAlertAnswer, True), (PlainHttpAnswer, False)])
+async def test_speaks_tls_tells_an_alert_from_an_http_answer(
+    handler: type[socketserver.BaseRequestHandler], tls: bool
+) -> None:
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        said = await speaks_tls(f"http://127.0.0.1:{port}/", 10.0)
+        server.shutdown()
+    assert said is tls
+
+
 @pytest.mark.parametrize("option", ["--ca-file", "--insecure"])
 def test_ca_file_or_insecure_reach_a_self_signed_server(
     tmp_path: Path, certificate: tuple[Path, Path], option: str
@@ -313,8 +357,30 @@ def test_a_ca_file_that_is_no_certificate_is_named(tmp_path: Path) -> None:
     result = load("https://127.0.0.1:9", tmp_path / "out", "--ca-file", str(bad))
     assert result.exit_code == 2
     assert f"--ca-file {bad}:" in result.output
-    both = load("https://127.0.0.1:9", tmp_path / "out", "--ca-file", str(bad), "--insecure")
-    assert both.exit_code == 2 and "keep one" in " ".join(both.output.split())
+
+
+@pytest.mark.parametrize(
+    ("file_keys", "options", "said"),
+    [
+        ({}, ["--ca-file", "CA", "--insecure"], "--ca-file and --insecure both set: --ca-file "),
+        ({"caFile": "CA", "insecure": True}, [], "caFile and insecure both set in FILE: caFile "),
+        ({"caFile": "CA"}, ["--insecure"], "caFile and --insecure both set (caFile in FILE): "),
+        ({"insecure": True}, ["--ca-file", "CA"], "--ca-file and insecure both set (insecure in"),
+    ],
+)
+def test_ca_file_and_insecure_together_are_refused_in_one_line_as_given(
+    tmp_path: Path, file_keys: dict[str, Any], options: list[str], said: str
+) -> None:
+    """The options as typed, the keys of a load file as written, in one line with the fix."""
+    ca = tmp_path / "ca.pem"
+    config = tmp_path / "load.yaml"
+    config.write_text(json.dumps({k: str(ca) if v == "CA" else v for k, v in file_keys.items()}))
+    extra = [str(ca) if item == "CA" else item for item in options]
+    result = load("https://127.0.0.1:9", tmp_path / "out", "--config", str(config), *extra)
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: " + said.replace("FILE", str(config))), line
+    assert line.endswith("checks nothing; drop one of them"), line
 
 
 @pytest.mark.asyncio

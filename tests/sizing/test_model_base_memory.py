@@ -1,6 +1,9 @@
 """A worker's base memory for its own model and GPU: the seed's base with its token tables
 (max_num_seqs x max_model_len x 5 B) replaced by the worker's."""
 
+import pytest
+
+from stackmodel.errors import StackConfigError
 from stackmodel.quantities import MI
 from stackmodel.sizing import (
     default_max_num_seqs,
@@ -50,3 +53,28 @@ def test_a_worker_with_more_request_slots_gets_a_higher_floor_and_a_set_base_win
     # 3,328Mi - 10Mi (256 x 8,192 x 5 B) + 40Mi (1,024 x 8,192 x 5 B) + 256Mi of /dev/shm
     assert floors["worker-24gb"] == (3_328 - 10 + 40 + 256) * MI
     assert floors["worker-8gb"] == (3_000 + 256) * MI
+
+
+def test_a_limit_below_the_floor_is_refused_with_the_floor_and_its_parts() -> None:
+    """The seed's 3,584Mi limit is the floor of the seed's settings exactly; 512 request slots
+    raise it, and the refusal gives this worker's floor and where its base comes from."""
+    plan = load_stack("kv-routing")
+    cfg = plan.cfg
+    workers = list(cfg.topology.workers)
+    workers[0] = workers[0].model_copy(update={"extra_args": ("--max-num-seqs", "512")})
+    workers[1] = workers[1].model_copy(update={"base_memory": "3400Mi"})
+    topology = cfg.topology.model_copy(update={"workers": tuple(workers)})
+    with pytest.raises(StackConfigError) as refused:
+        validate_config("lab", cfg.model_copy(update={"topology": topology}))
+    said = {p.key: p.message for p in refused.value.problems}
+    slots = said["topology.workers[0].memoryLimit"]
+    assert "below its floor base 3338Mi + /dev/shm 256Mi = 3594Mi (3,768,582,144 B)" in slots
+    assert (
+        "(what the worker needs without host-buffered KV; base: the seed's 3328Mi with its "
+        "token tables (256 request slots x 8,192 tokens x 5 B = 10Mi) replaced by this "
+        "worker's (512 x 8,192 x 5 B = 20Mi)). Raise memoryLimit to at least 3594Mi"
+    ) in slots
+    set_base = said["topology.workers[1].memoryLimit"]
+    assert "floor base 3400Mi + /dev/shm 256Mi = 3656Mi" in set_base
+    assert "base: baseMemory 3400Mi as set)" in set_base
+    assert "add up to" not in slots + set_base

@@ -80,6 +80,14 @@ BAD_CONFIGS = {
         "2",
         "unknown key; did you mean replicas? allowed here: baseMemory, cpu",
     ),
+    "memory-key-of-a-node-class-is-gpu-or-host": BadConfig(
+        CROSS,
+        setting("nodeClasses", "gpu-24gb", "memoryGiB", value=24),
+        "nodeClasses.gpu-24gb.memoryGiB",
+        "24",
+        "unknown key; did you mean gpuMemoryGiB (the memory of one GPU) or hostMemoryGiB (the "
+        "memory of one node for its pods)? allowed here: calibration,",
+    ),
     "unknown-node-class": BadConfig(
         CROSS,
         setting(*W, 0, "nodeClass", value="gpu-80gb"),

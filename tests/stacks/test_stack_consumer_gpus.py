@@ -102,6 +102,17 @@ def test_a_model_name_the_catalog_lacks_beside_a_geometry_is_warned(
     assert "unknown model 'Qwen/Qwen3-0.6'; did you mean Qwen/Qwen3-0.6B?" in message
 
 
+def test_a_catalog_model_id_is_taken_in_any_case_as_the_catalog_spells_it() -> None:
+    """As GPU names are: the plan, the workers' args and the load step see the catalog's
+    spelling, and the geometry is the catalog's."""
+    plan = load_stack("kv-routing", parse_settings(["model.name=qwen/QWEN3-0.6b"]))
+    assert plan.cfg.model.name == "Qwen/Qwen3-0.6B"
+    assert plan.geometry is not None and plan.geometry.num_layers == 28
+    # Only the case is forgiven: a name one character off is still refused with the hint.
+    message = refusal("kv-routing", "model.name=qwen/qwen3-0.6")
+    assert "unknown model 'qwen/qwen3-0.6'; did you mean Qwen/Qwen3-0.6B?" in message
+
+
 def _two_gpus_one_node(raw: Raw, gpu: str, same_node: object = None) -> StackPlan:
     """disagg-same-node's 1 prefill + 1 decode on a node of two ``gpu``s, GPU buffers with
     cuda in UCX_TLS."""

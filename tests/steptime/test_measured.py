@@ -5,6 +5,7 @@ missing."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 
 import pytest
@@ -15,10 +16,12 @@ from stackmodel.published import NEBIUS_QWEN3_32B
 from stackmodel.stacks import load_stack
 from steptime.gpus import GPU_CATALOG
 from steptime.measured import (
+    AIC_LOGGER,
     MISSING_NOTE,
     MeasuredSteps,
     _engine,
     _part,
+    errors_only,
     measured_source,
     token_bucket,
 )
@@ -50,6 +53,31 @@ def test_the_gpus_and_models_with_data_take_it_and_no_other() -> None:
     assert measured_source(GPU_CATALOG["rtx-4090"], "Qwen/Qwen3-0.6B", 1, False, False) is None
     assert measured_source(GPU_CATALOG["l40s"], "Qwen/Qwen3-8B", 1, False, False) is None
     assert measured_source(H200, "Qwen/Qwen2.5-7B-Instruct", 1, False, False) is None
+
+
+def test_the_loaders_warnings_are_silenced_while_it_loads_and_only_then(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An engine's load leaves aiconfigurator-core's logger as it found it: its warnings
+    after the load are logged as the process is configured to."""
+    assert pytest.importorskip("aiconfigurator_core")
+    logger = logging.getLogger(AIC_LOGGER)
+    before = logger.level
+    caplog.set_level(logging.WARNING)  # on the root logger: the module's logger stays as is
+    _engine.__wrapped__(qwen32b_fp8(1))  # a load of its own, past the cache
+    assert logger.level == before
+    assert [r for r in caplog.records if r.name.startswith(AIC_LOGGER)] == []
+    logger.warning("after the load")
+    assert [r.getMessage() for r in caplog.records] == ["after the load"]
+
+
+def test_errors_only_raises_a_lower_level_and_restores_it() -> None:
+    logger = logging.getLogger("steptime.test.errors_only")
+    for level, inside in ((logging.INFO, logging.ERROR), (logging.CRITICAL, logging.CRITICAL)):
+        logger.setLevel(level)
+        with errors_only(logger.name):
+            assert logger.level == inside
+        assert logger.level == level
 
 
 def test_a_step_is_aiconfigurators_own_step_time() -> None:
