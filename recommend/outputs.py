@@ -667,6 +667,9 @@ class SloLine:
 CAPACITY_LINES = ("needed", "stated", "cluster")
 """The keys of the capacity figure's lines that are no SLO's (:func:`capacity_chart_data`)."""
 
+LINE_STYLES = {"needed": ("tab:red", "-"), "stated": ("tab:red", ":"), "cluster": ("black", ":")}
+"""How the figure draws those lines (color, line style); an SLO's bound is grey and dashed."""
+
 
 def _line_label(line: SloLine) -> str:
     """How the figure and its legend name ``line``: ``SLO TTFT p99 <= 1,000 ms``, a load
@@ -957,7 +960,8 @@ def _chart(inputs: Inputs, data: ChartData) -> bytes:
             )
         for line in panel.lines:
             draw = ax.axvline if line.axis == "x" else ax.axhline
-            draw(line.value, color="grey", linestyle="--", label=_line_label(line))
+            color, style = LINE_STYLES.get(line.key, ("grey", "--"))
+            draw(line.value, color=color, linestyle=style, label=_line_label(line))
         if panel.band is not None:
             axis, low, high = panel.band
             shade = ax.axhspan if axis == "y" else ax.axvspan

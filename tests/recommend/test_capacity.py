@@ -285,10 +285,9 @@ def test_every_objective_of_a_finalist_gets_its_interval_and_any_can_be_the_knif
     problem = Problem("two-gpu", base, cfg, load, slo)
     best = Figures(4, 100.0, 100.0, 10.0, 1.0, 0.5, 1.0, {"ttft_p99_ms": 900.0})
     candidate = Candidate((GroupShape("aggregated", "gpu-24gb", 1),), key="c1")
+    plan: Any = object()  # the simulation is replaced: the plan is only passed on
     done = recommend.validate.validate(
-        problem,
-        Result(candidate, "ranked", 1, best=best, plan=object()),
-        tmp_path,  # type: ignore[arg-type]
+        problem, Result(candidate, "ranked", 1, best=best, plan=plan), tmp_path
     )
     assert done.holds and done.binding == "ttft_p99_ms"
     assert done.values_ms == {"ttft_p99_ms": 970.0, "itl_p99_ms": 36.0}
@@ -497,7 +496,7 @@ def test_a_shape_the_same_with_time_slicing_off_is_not_timed_again(tmp_path: Pat
     carries the figures side by side: candidates.json's timeSlicing, plan.md and report.html."""
     from recommend.outputs import Inputs, plan_text, write_candidates, write_report
     from recommend.run import slicing_off
-    from recommend.search import Figures, Problem, Result
+    from recommend.search import Figures, Problem, Result, Status
 
     base = project_values(stack_config("kv-routing")[0])
     cfg = validate_stack("kv-routing", base).cfg
@@ -509,7 +508,7 @@ def test_a_shape_the_same_with_time_slicing_off_is_not_timed_again(tmp_path: Pat
 
     def timed(label: str, clients: int, goodput: float, rank: int | None) -> Result:
         figures = Figures(clients, goodput, goodput, 50.0, 1.0, 0.5, 1.0, {"ttft_p99_ms": 300.0})
-        status = "ranked" if clients >= 10 else "short-of-load"
+        status: Status = "ranked" if clients >= 10 else "short-of-load"
         return Result(by_label[label], status, 1, best=figures, value=goodput, rank=rank, needed=10)
 
     first = timed("2 x TP1 aggregated on gpu-8gb, 2 a GPU; router kv", 10, 600.0, 1)
