@@ -13,7 +13,8 @@ measurement plan (``plan.md``) says how to settle it on the cluster.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from metrics import registry
 from recommend.bounds import ms_text
@@ -268,6 +269,83 @@ def _unsteady(line: str, result: Result) -> str:
     """``line`` with where the SLO held again above the load that fails
     (:attr:`recommend.search.Result.unsteady`), when it did."""
     return f"{line}; {result.unsteady}" if result.unsteady else line
+
+
+def _held_on(result: Result) -> str:
+    """What ``result`` (timed: its ``best`` figures) holds and on how many GPUs: ``holds 10
+    clients on 1 GPU (goodput 640 tok/s per cluster GPU)``, ``holds 8 of the 10 clients needed
+    on 1 GPU (...)``."""
+    best = result.best
+    assert best is not None
+    held = f"holds {best.load_text()}"
+    if result.needed is not None and held_load(best) < result.needed:
+        needed = needed_text(result.needed, best.rate is not None)
+        held = f"holds {held_load(best):g} of the {needed} needed"
+    return (
+        f"{held} on {gpus_text(result.gpus)} (goodput {best.goodput_tokens_per_s_per_gpu:,.0f} "
+        "tok/s per cluster GPU)"
+    )
+
+
+@dataclass(frozen=True)
+class SlicingCost:
+    """What time-slicing on ``node_class`` buys rank 1 (``first``, which splits a GPU of that
+    class between workers): the best candidate of the search with time-slicing turned off for
+    that class (``off``, timed: ranked as the search ranks, else the one that holds the most of
+    the load; None: none meets the SLO at any load), of which ``timed`` candidates were timed for
+    this (the others are the search's own, timed already)."""
+
+    node_class: str
+    first: Result
+    off: Result | None
+    timed: int
+
+    def line(self) -> str:
+        """``time-slicing on gpu-8gb: rank 1, c012 (2 x TP1 aggregated on gpu-8gb, 2 a GPU;
+        router kv), holds 10 clients on 1 GPU (goodput 640 tok/s per cluster GPU); with it off
+        for gpu-8gb the best, c003 (...), holds 6 of the 10 clients needed on 1 GPU (goodput
+        410 tok/s per cluster GPU), 0.64x rank 1's goodput (2 timed for this)``."""
+        first, other = self.first, self.off
+        off = "no candidate meets the SLO at any load"
+        if other is not None:
+            off = f"the best, {other.candidate.key} ({other.candidate.label()}), {_held_on(other)}"
+            a, b = other.best, first.best
+            if a is not None and b is not None and b.goodput_tokens_per_s_per_gpu > 0:
+                share = a.goodput_tokens_per_s_per_gpu / b.goodput_tokens_per_s_per_gpu
+                off += f", {share:.2f}x rank 1's goodput"
+        return (
+            f"time-slicing on {self.node_class}: rank 1, {first.candidate.key} "
+            f"({first.candidate.label()}), {_held_on(first)}; with it off for "
+            f"{self.node_class} {off} ({self.timed} timed for this)"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """The figures side by side, for ``candidates.json``: each side's key, label, GPUs,
+        load held (clients; an open loop's requests/s too) and goodput per cluster GPU."""
+
+        def side(r: Result | None) -> dict[str, Any] | None:
+            if r is None:
+                return None
+            best = r.best
+            return {
+                "key": r.candidate.key,
+                "label": r.candidate.label(),
+                "status": r.status,
+                "gpus": r.gpus,
+                "concurrency": best.concurrency if best is not None else None,
+                "requestRate": best.rate if best is not None else None,
+                "goodputTokensPerSPerGpu": (
+                    best.goodput_tokens_per_s_per_gpu if best is not None else None
+                ),
+            }
+
+        return {
+            "nodeClass": self.node_class,
+            "rank1": side(self.first),
+            "off": side(self.off),
+            "timed": self.timed,
+            "line": self.line(),
+        }
 
 
 def first_ranked(results: Sequence[Result]) -> Result | None:

@@ -5,7 +5,9 @@ highest load meeting the SLO, what binds, the reason line), the top candidates a
 ``plan.md`` (the ``testbed load`` A / B commands that would confirm the choice and the
 ``testbed calibrate`` step that feeds the measurement back), ``pareto.png`` and ``report.html``
 (tokens/s per GPU against tokens/s per user with the ITL/TPOT bounds' per-user lines, a panel
-per TTFT or E2E bound, the margin band: :func:`chart_data`).
+per TTFT or E2E bound, the margin band: :func:`chart_data`; under the capacity question the
+load each candidate holds against the GPUs it uses, the load needed as a line:
+:func:`capacity_chart_data`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from metrics import registry
-from recommend.claims import gpus_text, ratio, reason_line, trade, verdict
-from recommend.search import Objective, Result, objective_value, pareto_front
+from recommend.claims import SlicingCost, gpus_text, ratio, reason_line, trade, verdict
+from recommend.search import (
+    DEFAULT_HEADROOM,
+    Objective,
+    Result,
+    held_load,
+    needed_load,
+    objective_value,
+    pareto_front,
+    stated_load,
+)
 from recommend.validate import Validation
 from recommend.workload import MEASURED_PER_CLIENT, Workload
 from simulator.provenance import step_sources
@@ -28,7 +39,7 @@ from stackmodel.errors import PROJECT
 from stackmodel.log_budget import clients_for
 from stackmodel.models import GATED_MODELS
 from stackmodel.stacks import REPO
-from workload.config import LoadConfig
+from workload.config import Arrival, LoadConfig
 from workload.slo import Slo, bound_text
 
 SIMULATED = (
@@ -55,7 +66,9 @@ class Inputs:
     ``cluster_file``, the stack file ``--cluster-file`` named (None:
     ``stacks/Pulumi.<cluster>.yaml``), which each emitted stack edits; ``search_id``, a short
     hash of the search's inputs in each emitted stack's name ('' : none), so two searches of
-    one cluster emit stacks of different names."""
+    one cluster emit stacks of different names; ``headroom``, the capacity question's
+    (:func:`recommend.search.needed_load`); ``slicing``, what time-slicing buys rank 1 on each
+    time-sliced class it splits a GPU of (:func:`recommend.run.slicing_off`)."""
 
     cluster: str
     load: LoadConfig
@@ -69,6 +82,8 @@ class Inputs:
     command: str = ""
     cluster_file: Path | None = None
     search_id: str = ""
+    headroom: float = DEFAULT_HEADROOM
+    slicing: tuple[SlicingCost, ...] = ()
 
     @property
     def invocation(self) -> str:
@@ -148,6 +163,7 @@ def write_candidates(
         "objective": inputs.objective,
         "margin": inputs.margin,
         "caveats": list(inputs.caveats),
+        "timeSlicing": [cost.as_json() for cost in inputs.slicing],
         "candidates": rows,
     }
     (out / CANDIDATES_JSON).write_text(json.dumps(document, indent=2) + "\n")
@@ -495,6 +511,7 @@ def plan_text(
     ]
     lines += [f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.", ""]
     lines += [*(f"- Caveat: {c}" for c in inputs.caveats), ""] if inputs.caveats else []
+    lines += [*(f"- {cost.line()}" for cost in inputs.slicing), ""] if inputs.slicing else []
     summary = validation_summary(results, first, inputs, validations or {})
     if summary:
         lines += [f"**{summary}**", ""]
@@ -615,13 +632,14 @@ Axis = Literal["x", "y"]
 
 @dataclass(frozen=True)
 class ChartPoint:
-    """A ranked candidate as the figure draws it: ``per_gpu`` is the objective's figure (output
-    or goodput tokens/s per cluster GPU, what the ranking and the margin read), ``per_user``
-    1 / TPOT p50 (tokens/s), ``values_ms`` the worst figure of each SLO objective (ms, at the
-    objective's own percentile)."""
+    """A ranked candidate as the figure draws it (under the capacity question also one that
+    holds part of the load needed, ``rank`` None): ``per_gpu`` is the objective's figure
+    (output or goodput tokens/s per cluster GPU, what the ranking and the margin read),
+    ``per_user`` 1 / TPOT p50 (tokens/s), ``values_ms`` the worst figure of each SLO objective
+    (ms, at the objective's own percentile)."""
 
     key: str
-    rank: int
+    rank: int | None
     disaggregated: bool
     on_front: bool
     per_gpu: float
@@ -632,12 +650,27 @@ class ChartPoint:
 @dataclass(frozen=True)
 class SloLine:
     """One SLO bound drawn as a line: vertical at ``value`` on the x axis, or horizontal on
-    the y axis, in the panel's units."""
+    the y axis, in the panel's units; ``key`` the objective's (under the capacity question
+    also ``needed``, ``stated`` and ``cluster``, the loads and the cluster's GPUs drawn:
+    :data:`CAPACITY_LINES`)."""
 
     key: str
     axis: Axis
     value: float
     label: str
+
+
+CAPACITY_LINES = ("needed", "stated", "cluster")
+"""The keys of the capacity figure's lines that are no SLO's (:func:`capacity_chart_data`)."""
+
+LINE_STYLES = {"needed": ("tab:red", "-"), "stated": ("tab:red", ":"), "cluster": ("black", ":")}
+"""How the figure draws those lines (color, line style); an SLO's bound is grey and dashed."""
+
+
+def _line_label(line: SloLine) -> str:
+    """How the figure and its legend name ``line``: ``SLO TTFT p99 <= 1,000 ms``, a load
+    line by its own label."""
+    return line.label if line.key in CAPACITY_LINES else f"SLO {line.label}"
 
 
 LABELLED = 3
@@ -707,8 +740,9 @@ def _laid_out(panel: Panel, points: Sequence[ChartPoint]) -> Panel:
     x_max = max(xs, default=0.0) * 1.1 or 1.0
     y_max = max(ys, default=0.0) * 1.2 or 1.0  # room for a column of labels
     crowds: list[list[ChartPoint]] = []
-    for p in sorted((p for p in points if p.key in panel.xy), key=lambda p: p.rank):
-        if p.rank > LABELLED:
+    ranked = (p for p in points if p.key in panel.xy and p.rank is not None)
+    for p in sorted(ranked, key=lambda p: p.rank or 0):
+        if (p.rank or 0) > LABELLED:
             break
         x, y = panel.xy[p.key]
         home = next(
@@ -749,18 +783,13 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
     its user) and the margin band under rank 1; a panel per bound on any other latency (TTFT,
     E2E at any percentile: no rate on the tokens/s axes shows it), each ranked candidate's
     figure of it against its tokens/s per GPU, with the bound as a line and the same band
-    across. The objectives come from `metrics.registry.objectives`, in its order."""
+    across. The objectives come from `metrics.registry.objectives`, in its order. Under the
+    capacity question: :func:`capacity_chart_data`."""
+    if inputs.objective == "capacity":
+        return capacity_chart_data(inputs, results)
     front = pareto_front(results)
     points = tuple(
-        ChartPoint(
-            key=r.candidate.key,
-            rank=r.rank,
-            disaggregated=r.candidate.disaggregated,
-            on_front=r.candidate.key in front,
-            per_gpu=objective_value(r.best, inputs.objective),
-            per_user=r.best.tokens_per_s_per_user,
-            values_ms=dict(r.best.values_ms),
-        )
+        _point(r, inputs, r.candidate.key in front)
         for r in results
         if r.best is not None and r.rank is not None
     )
@@ -798,14 +827,94 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
         for k, o in chosen.items()
         if not o.metric.two_tokens
     )
+    return _chart_data(inputs, points, (pareto, *latency))
+
+
+def _point(result: Result, inputs: Inputs, on_front: bool) -> ChartPoint:
+    """``result`` (timed: its ``best`` figures) as the figure draws it."""
+    assert result.best is not None
+    return ChartPoint(
+        key=result.candidate.key,
+        rank=result.rank,
+        disaggregated=result.candidate.disaggregated,
+        on_front=on_front,
+        per_gpu=objective_value(result.best, inputs.objective),
+        per_user=result.best.tokens_per_s_per_user,
+        values_ms=dict(result.best.values_ms),
+    )
+
+
+def _chart_data(
+    inputs: Inputs, points: tuple[ChartPoint, ...], panels: Sequence[Panel]
+) -> ChartData:
+    """The figure of ``points`` on ``panels``, each laid out (:func:`_laid_out`), with the
+    kinds present and the note of an empty figure."""
     kinds = tuple(
         kind
         for kind, disaggregated in (("aggregated", False), ("disaggregated", True))
         if any(p.disaggregated == disaggregated for p in points)
     )
     note = "" if points else f"no candidate met the SLO ({inputs.slo.describe()})"
-    panels = tuple(_laid_out(panel, points) for panel in (pareto, *latency))
-    return ChartData(points, panels, kinds, note)
+    return ChartData(points, tuple(_laid_out(panel, points) for panel in panels), kinds, note)
+
+
+CAPACITY_SHOWN = ("ranked", "validation-failed", "short-of-load")
+"""The statuses the capacity figure draws: each held some load within the SLO."""
+
+
+def capacity_chart_data(inputs: Inputs, results: Sequence[Result]) -> ChartData:
+    """The capacity question's figure: each candidate that held some load within the SLO
+    (:data:`CAPACITY_SHOWN`) at the load it held (clients, or an open loop's requests/s)
+    against the GPUs it uses, with the load needed (the stated load x the headroom,
+    :func:`recommend.search.needed_load`) and the workload's stated load as lines and the
+    cluster's GPUs as a vertical one; then a panel per SLO objective, its worst figure at that
+    load against the GPUs, the bound as a line. No band: the ranking is by GPUs, not by a ratio
+    of goodputs."""
+    shown = [r for r in results if r.best is not None and r.status in CAPACITY_SHOWN]
+    points = tuple(_point(r, inputs, False) for r in shown)
+    gpus = {r.candidate.key: float(r.gpus) for r in shown}
+    held = {r.candidate.key: held_load(r.best) for r in shown if r.best is not None}
+    open_loop = inputs.load.arrival is Arrival.POISSON and inputs.load.request_rate is not None
+    unit = "requests/s" if open_loop else "clients"
+    needed = needed_load(inputs.load, inputs.headroom)
+    stated = stated_load(inputs.load)
+    load = Panel(
+        title="load held within the SLO against GPUs used",
+        x_label="GPUs the candidate uses",
+        y_label=f"load held within the SLO ({unit})",
+        xy={key: (gpus[key], held[key]) for key in held},
+        lines=(
+            SloLine(
+                "needed",
+                "y",
+                needed,
+                f"the load needed: {needed:g} {unit} (the stated load x the headroom "
+                f"{inputs.headroom:g})",
+            ),
+            SloLine("stated", "y", stated, f"the workload's stated load: {stated:g} {unit}"),
+            SloLine(
+                "cluster",
+                "x",
+                inputs.cluster_gpus,
+                f"the cluster's {gpus_text(inputs.cluster_gpus)}",
+            ),
+        ),
+        band=None,
+    )
+    objectives = inputs.slo.objectives()
+    figures = tuple(
+        Panel(
+            title=f"{o.name} against GPUs used",
+            x_label="GPUs the candidate uses",
+            y_label=f"{o.name} ({o.metric.unit}) at the load held",
+            xy={p.key: (gpus[p.key], v) for p in points if (v := p.values_ms.get(k)) is not None},
+            lines=(SloLine(k, "y", objectives[k], bound_text(k, objectives[k])),),
+            band=None,
+        )
+        for k, o in registry.objectives().items()
+        if k in objectives
+    )
+    return _chart_data(inputs, points, (load, *figures))
 
 
 def _chart(inputs: Inputs, data: ChartData) -> bytes:
@@ -820,6 +929,7 @@ def _chart(inputs: Inputs, data: ChartData) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.text import OffsetFrom
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(data.panels), figsize=(8 * len(data.panels), 5), squeeze=False)
     for ax, panel in zip(axes[0], data.panels, strict=True):
@@ -846,7 +956,8 @@ def _chart(inputs: Inputs, data: ChartData) -> bytes:
             )
         for line in panel.lines:
             draw = ax.axvline if line.axis == "x" else ax.axhline
-            draw(line.value, color="grey", linestyle="--", label=f"SLO {line.label}")
+            color, style = LINE_STYLES.get(line.key, ("grey", "--"))
+            draw(line.value, color=color, linestyle=style, label=_line_label(line))
         if panel.band is not None:
             axis, low, high = panel.band
             shade = ax.axhspan if axis == "y" else ax.axvspan
@@ -863,6 +974,8 @@ def _chart(inputs: Inputs, data: ChartData) -> bytes:
             ax.scatter([], [], marker="s", color="tab:orange", label="disaggregated")
         if data.note:
             ax.text(0.5, 0.5, data.note, transform=ax.transAxes, ha="center", va="center")
+        if inputs.objective == "capacity":  # GPUs on x: whole numbers
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlim(0, panel.limits[0])
         ax.set_ylim(0, panel.limits[1])
         ax.set_xlabel(panel.x_label)
@@ -880,7 +993,7 @@ def _chart(inputs: Inputs, data: ChartData) -> bytes:
 def chart_legend(inputs: Inputs, data: ChartData) -> list[str]:
     """What the figure's lines and band are, one sentence each (for ``report.html``)."""
     lines = [
-        f"{panel.title}: SLO {line.label} "
+        f"{panel.title}: {_line_label(line)} "
         + ("(vertical dashed line)" if line.axis == "x" else "(horizontal dashed line)")
         for panel in data.panels
         for line in panel.lines
@@ -925,6 +1038,7 @@ def write_report(
         f"{inputs.margin:g}; {refused} candidates refused by the checks (candidates.json).</p>"
         + (f"<p><strong>{html.escape(summary)}</strong></p>" if summary else "")
         + "".join(f"<p>Caveat: {html.escape(c)}</p>" for c in inputs.caveats)
+        + "".join(f"<p>{html.escape(cost.line())}</p>" for cost in inputs.slicing)
         + f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
         f"<ul>{legend}</ul>"
         "<table border='1'><tr><th>rank</th><th>status</th><th>candidate</th><th>why</th></tr>"

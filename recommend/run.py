@@ -1,6 +1,7 @@
 """What ``testbed recommend`` runs, from its checked inputs to the files it writes: the timed
 store (``--resume``), the search, the top candidates validated with the real routing (one the
-real routing finds over the SLO loses its rank, and the next is validated in its place), the
+real routing finds over the SLO loses its rank, and the next is validated in its place), what
+time-slicing buys rank 1 (the best candidate with it off, timed: :func:`slicing_off`), the
 caveats (the model or GPU outside the calibration, as ``testbed simulate`` says it, and where
 the margin comes from), then ``candidates.json``/``.csv``, ``plan.md``, the report and the
 stack files (docs/recommend.md).
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from recommend.claims import first_ranked, margin_note
+from recommend.claims import SlicingCost, first_ranked, margin_note
 from recommend.outputs import (
     PLAN_MD,
     Inputs,
@@ -36,12 +37,14 @@ from recommend.search import (
     Result,
     check,
     cluster_gpus,
+    held_load,
     load_text,
     needed_load,
+    rank_results,
     search,
     stack_name,
 )
-from recommend.space import Candidate
+from recommend.space import Candidate, candidates
 from recommend.validate import Validation, validate
 from recommend.workload import Workload, describe
 from simulator.provenance import provenance
@@ -193,6 +196,7 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         )
     validations = _validated(problem, results, request.validate_top, folder, observer)
     first = first_ranked(results)
+    slicing = slicing_off(request, problem, results, first, store, observer)
     inputs = Inputs(
         request.cluster,
         sent.load,
@@ -206,6 +210,8 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         request.command,
         request.cluster_file,
         store.fingerprint.removeprefix("sha256:")[:SEARCH_ID_CHARS],
+        request.headroom,
+        tuple(slicing),
     )
     write_candidates(folder, inputs, results, first, validations)
     (folder / PLAN_MD).write_text(plan_text(inputs, results, first, folder, validations))
@@ -254,6 +260,110 @@ def done_load(done: Validation) -> str:
 
 _GROUP = re.compile(r"^(aggregated|prefill|decode)-\d+: ")
 """A provenance warning's worker-group prefix (the candidates' groups are named by role)."""
+
+
+SLICING_OFF_TOP = 2
+"""Candidates :func:`slicing_off` times per time-sliced class: the shapes with time-slicing
+off whose time-sliced twins the search found best."""
+
+
+def _unsplit(candidate: Candidate) -> Candidate:
+    """``candidate`` but for how many workers its GPUs' memory is split over (candidates
+    compare without their keys)."""
+    groups = tuple(dataclasses.replace(g, split=0) for g in candidate.groups)
+    return dataclasses.replace(candidate, groups=groups)
+
+
+def _standing(result: Result | None) -> tuple[object, ...]:
+    """How far up the search's answer ``result`` stood, best first: ranked by rank, then by
+    the load it held and its objective (None: no such candidate, last)."""
+    if result is None:
+        return (True, True, 0, 0.0, 0.0)
+    held = held_load(result.best) if result.best is not None else 0.0
+    return (False, result.rank is None, result.rank or 0, -held, -(result.value or 0.0))
+
+
+def _on(result: Result, node_class: str) -> bool:
+    """Whether ``result`` puts a worker on ``node_class``."""
+    return any(g.node_class == node_class for g in result.candidate.groups)
+
+
+def slicing_off(
+    request: RecommendRequest,
+    problem: Problem,
+    results: list[Result],
+    first: Result | None,
+    store: TimedStore | None,
+    observer: RecommendObserver,
+) -> list[SlicingCost]:
+    """What time-slicing buys rank 1 (``first``) on each time-sliced class where it splits a
+    GPU between workers (:attr:`recommend.space.GroupShape.split` over 1): the best candidate
+    of the same search with time-slicing turned off for that class. That space is the
+    candidates :func:`recommend.space.candidates` generates with the class's ``timeSlicing``
+    removed (the same budgets, ``--fix`` values and routers): those off the class are the
+    search's own results, as are those on it of the very same shape (one worker alone on a GPU:
+    the same memory share either way); of the rest, the :data:`SLICING_OFF_TOP` whose
+    time-sliced twins (the same shape with its memory split) stood best in the search are timed
+    by :func:`recommend.search.search` itself (``store`` keeps them, keyed
+    ``<key>-off-<class>``), and the whole ranked as the search ranks
+    (:func:`recommend.search.rank_results`). One per class, sorted by name."""
+    if first is None:
+        return []
+    on_space = {r.candidate: r for r in results}
+    twins = {_unsplit(r.candidate): r for r in results}
+    needed = (
+        needed_load(problem.load, request.headroom) if request.objective == "capacity" else None
+    )
+    costs = []
+    for name in sorted({g.node_class for g in first.candidate.groups if g.split > 1}):
+        cfg_classes = dict(problem.cfg.node_classes)
+        cfg_classes[name] = cfg_classes[name].model_copy(update={"time_slicing": None})
+        raw_classes = dict(problem.base["nodeClasses"])
+        raw_classes[name] = {k: v for k, v in raw_classes[name].items() if k != "timeSlicing"}
+        off = dataclasses.replace(
+            problem,
+            base={**problem.base, "nodeClasses": raw_classes},
+            cfg=problem.cfg.model_copy(update={"node_classes": cfg_classes}),
+        )
+        space = candidates(
+            off.cfg, request.budgets, request.fixes, shared_prefix=problem.load.prefix_tokens > 0
+        )
+        same, fresh = [], []
+        for c in space:
+            if all(g.node_class != name for g in c.groups):
+                continue
+            if c in on_space:
+                same.append(on_space[c])
+            else:
+                fresh.append(c)
+        fresh.sort(key=lambda c: (_standing(twins.get(_unsplit(c))), c.key))
+        chosen = [
+            dataclasses.replace(c, key=f"{c.key}-off-{name}") for c in fresh[:SLICING_OFF_TOP]
+        ]
+        if chosen:
+            observer.note(
+                f"time-slicing on {name}: timing the best {len(chosen)} shapes with it off"
+            )
+        timed = search(
+            off,
+            chosen,
+            objective=request.objective,
+            margin=request.margin,
+            store=store,
+            headroom=request.headroom,
+        )
+        world = [
+            dataclasses.replace(r, rank=None, on_front=False, dominated_by=None)
+            for r in [*(r for r in results if not _on(r, name)), *same, *timed]
+        ]
+        rank_results(world, request.objective, needed)
+        best = min(
+            (r for r in world if r.best is not None),
+            key=lambda r: (_standing(r), r.candidate.key),
+            default=None,
+        )
+        costs.append(SlicingCost(name, first, best, len(chosen)))
+    return costs
 
 
 def slicing_cost(problem: Problem, result: Result | None) -> list[str]:

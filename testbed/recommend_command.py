@@ -753,6 +753,8 @@ def _print_outcome(found: Recommendation, folder: Path) -> None:
         typer.echo(f"SIMULATED: {summary}")
     for caveat in inputs.caveats:
         typer.echo(f"caveat: {caveat}", err=True)
+    for cost in inputs.slicing:
+        typer.echo(f"SIMULATED: {cost.line()}")
     if first is None:
         if most := _best_held(results):
             typer.echo(f"SIMULATED: no candidate holds the load needed: {most}", err=True)

@@ -4,10 +4,12 @@ time-sliced classes generated at shares the checks accept."""
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -215,16 +217,91 @@ def test_a_verdict_whose_interval_holds_the_bound_is_a_knife_edge() -> None:
 
     slo = parse_slo("itl_p99_ms=40")
     edge = Validation(
-        "c1", 30, True, {"itl_p99_ms": 39.0}, {}, 1.0, 1.0, None, "itl_p99_ms", 40.0, (31.0, 42.0)
+        "c1",
+        30,
+        True,
+        {"itl_p99_ms": 39.0},
+        {},
+        1.0,
+        1.0,
+        None,
+        "itl_p99_ms",
+        {"itl_p99_ms": 40.0},
+        {"itl_p99_ms": (31.0, 42.0)},
     )
     assert edge.knife_edge
     assert edge.verdict(slo) == (
-        "real routing: SLO holds (ITL p99 31-42 ms over 3 runs against 40 ms: a knife edge)"
+        "real routing: SLO holds (over 3 runs: ITL p99 31-42 ms against 40 ms: a knife edge)"
     )
     clear = Validation(
-        "c1", 30, True, {"itl_p99_ms": 30.0}, {}, 1.0, 1.0, None, "itl_p99_ms", 40.0, (28.0, 33.0)
+        "c1",
+        30,
+        True,
+        {"itl_p99_ms": 30.0},
+        {},
+        1.0,
+        1.0,
+        None,
+        "itl_p99_ms",
+        {"itl_p99_ms": 40.0},
+        {"itl_p99_ms": (28.0, 33.0)},
     )
-    assert not clear.knife_edge and clear.verdict(slo) == "real routing: SLO holds"
+    assert not clear.knife_edge
+    assert (
+        clear.verdict(slo)
+        == "real routing: SLO holds (over 3 runs: ITL p99 28-33 ms against 40 ms)"
+    )
+
+
+def test_every_objective_of_a_finalist_gets_its_interval_and_any_can_be_the_knife_edge(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Three runs with the real routing: TTFT p99 960, 970 and 980 ms against 1,000 ms binds
+    (0.97 of its bound) but its interval stays below the bound; ITL p99 33, 36 and 41 ms
+    against 40 ms (0.90) straddles its bound, so the verdict is a knife edge, and each
+    objective's interval (t on the runs' logs, measurement.intervals.point_interval) is in the
+    validation."""
+    import recommend.validate
+    from measurement.intervals import point_interval
+    from outputs.folder_writer import REQUESTS_FILE, records_frame
+    from recommend.search import Figures, Problem, Result
+    from recommend.space import Candidate, GroupShape
+    from tests.records import record
+
+    runs = [(960, 33), (970, 36), (980, 41)]
+    frame = pd.concat(
+        records_frame(2, 4, rep, [record(i, 10 * i, ttft, [gap] * 8) for i in range(8)])
+        for rep, (ttft, gap) in enumerate(runs, 1)
+    )
+    frame.to_parquet(tmp_path / REQUESTS_FILE, index=False)
+
+    class Simulation:
+        out_dir = tmp_path
+
+    monkeypatch.setattr(recommend.validate, "simulate_stacks", lambda *a, **k: [Simulation()])
+    base, cfg = _two_gpu_time_sliced()
+    slo = parse_slo("ttft_p99_ms=1000,itl_p99_ms=40")
+    load = LoadConfig(prefix_kinds=[2], requests_per_run=8, max_tokens=9, slo=slo)
+    problem = Problem("two-gpu", base, cfg, load, slo)
+    best = Figures(4, 100.0, 100.0, 10.0, 1.0, 0.5, 1.0, {"ttft_p99_ms": 900.0})
+    candidate = Candidate((GroupShape("aggregated", "gpu-24gb", 1),), key="c1")
+    plan: Any = object()  # the simulation is replaced: the plan is only passed on
+    done = recommend.validate.validate(
+        problem, Result(candidate, "ranked", 1, best=best, plan=plan), tmp_path
+    )
+    assert done.holds and done.binding == "ttft_p99_ms"
+    assert done.values_ms == {"ttft_p99_ms": 970.0, "itl_p99_ms": 36.0}
+    assert done.intervals_ms == {
+        "ttft_p99_ms": point_interval([960.0, 970.0, 980.0]),
+        "itl_p99_ms": point_interval([33.0, 36.0, 41.0]),
+    }
+    ttft, itl = done.intervals_ms["ttft_p99_ms"], done.intervals_ms["itl_p99_ms"]
+    assert ttft is not None and ttft[1] < 1000 and itl is not None and itl[0] < 40 < itl[1]
+    assert done.knife_edge and done.straddled() == ["itl_p99_ms"]
+    assert done.verdict(slo) == (
+        f"real routing: SLO holds (over 3 runs: TTFT p99 {ttft[0]:,.0f}-{ttft[1]:,.0f} ms "
+        f"against 1,000 ms; ITL p99 {itl[0]:,.0f}-{itl[1]:,.0f} ms against 40 ms: a knife edge)"
+    )
 
 
 def test_the_seed_cluster_and_load_rank_one_aggregated_gpu_first_validated(
@@ -331,3 +408,135 @@ def test_the_nearest_to_a_load_none_holds_hold_the_most_of_it_first() -> None:
     lines = _nearest(results, parse_slo("ttft_p99_ms=800"), top=4)
     assert [line.split(" ")[0] for line in lines] == ["c009", "c008", "c001", "c000"]
     assert lines[0].endswith(": holds 131 of the 480 clients needed: TTFT p99 binds at 133 clients")
+
+
+class _Quiet:
+    def note(self, line: str) -> None:
+        pass
+
+
+def _request(base: dict[str, Any], cfg: Any, load: LoadConfig, tmp_path: Path) -> Any:
+    from recommend.run import RecommendRequest
+    from recommend.workload import Workload
+
+    assert load.slo is not None
+    fixes = {"kind": "aggregated", "router": "kv", "kvEvents": "true"}
+    return RecommendRequest(
+        "two-gpu",
+        base,
+        cfg,
+        Workload(load),
+        load.slo,
+        "--slo",
+        candidates(cfg, fixes=fixes),
+        fixes,
+        [],
+        "capacity",
+        1.25,
+        1,
+        0,
+        0,
+        tmp_path,
+        False,
+    )
+
+
+def test_what_time_slicing_buys_rank_1_is_the_best_shape_with_it_off_timed() -> None:
+    """Rank 1 puts 2 workers on each of the 2 GPUs of a class time-sliced 2 a GPU. With
+    time-slicing off that class offers 2 x TP1 (0.9 of a GPU each, no longer split 2 ways) and
+    1 x TP2: neither is a shape the search timed, so both are timed, by the search itself, at
+    the load needed (2 clients x 1.2 = 3), and the best of them is set beside rank 1."""
+    from recommend.run import slicing_off
+    from recommend.search import Figures, Problem, Result
+
+    base, cfg = _two_gpu_time_sliced()
+    slo = parse_slo("ttft_p99_ms=1000")
+    load = LoadConfig(prefix_kinds=[2], requests_per_run=12, max_tokens=16, concurrency=[2])
+    load = load.model_copy(update={"slo": slo})
+    request = _request(base, cfg, load, Path("unused"))
+    shared, one_each = (
+        next(c for c in request.space if c.label() == label)
+        for label in (
+            "4 x TP1 aggregated on gpu-24gb, 2 a GPU; router kv",
+            "2 x TP1 aggregated on gpu-24gb, memory split 2 ways; router kv",
+        )
+    )
+    held = Figures(3, 500.0, 500.0, 50.0, 1.0, 0.5, 1.0, {"ttft_p99_ms": 200.0})
+    first = Result(shared, "ranked", 2, best=held, value=500.0, rank=1, needed=3)
+    second = Result(one_each, "ranked", 2, best=held, value=400.0, rank=2, needed=3)
+    problem = Problem("two-gpu", base, cfg, load, slo)
+    [cost] = slicing_off(request, problem, [first, second], first, None, _Quiet())  # type: ignore[arg-type]
+    assert (cost.node_class, cost.first, cost.timed) == ("gpu-24gb", first, 2)
+    off = cost.off
+    assert off is not None and off.best is not None and off.plan is not None
+    assert off.candidate.key.endswith("-off-gpu-24gb")
+    assert off.candidate.label() in (
+        "2 x TP1 aggregated on gpu-24gb; router kv",
+        "1 x TP2 aggregated on gpu-24gb; router kv",
+    )
+    assert off.plan.cfg.node_classes["gpu-24gb"].time_slicing is None
+    assert off.plan.cfg.topology.workers[0].gpu_memory_utilization == 0.9
+    assert (off.rank, off.best.concurrency, off.gpus) == (1, 3, 2)
+    assert cost.line() == (
+        "time-slicing on gpu-24gb: rank 1, "
+        f"{shared.key} (4 x TP1 aggregated on gpu-24gb, 2 a GPU; router kv), holds 3 clients "
+        "on 2 GPUs (goodput 500 tok/s per cluster GPU); with it off for gpu-24gb the best, "
+        f"{off.candidate.key} ({off.candidate.label()}), holds 3 clients on 2 GPUs (goodput "
+        f"{off.best.goodput_tokens_per_s_per_gpu:,.0f} tok/s per cluster GPU), "
+        f"{off.best.goodput_tokens_per_s_per_gpu / 500:.2f}x rank 1's goodput (2 timed for this)"
+    )
+
+
+def test_a_shape_the_same_with_time_slicing_off_is_not_timed_again(tmp_path: Path) -> None:
+    """The seed's cluster (one GPU a class): rank 1 puts 2 workers on the 8 GB GPU. With
+    time-slicing off for it, the class offers one worker alone on its GPU (with or without
+    workers on the 24 GB GPU): the very shapes the search timed (0.9 of the GPU either way),
+    so nothing is timed, and the best with it off is one of those or one off the class (here
+    the 24 GB one, which held more). Every output
+    carries the figures side by side: candidates.json's timeSlicing, plan.md and report.html."""
+    from recommend.outputs import Inputs, plan_text, write_candidates, write_report
+    from recommend.run import slicing_off
+    from recommend.search import Figures, Problem, Result, Status
+
+    base = project_values(stack_config("kv-routing")[0])
+    cfg = validate_stack("kv-routing", base).cfg
+    slo = parse_slo("ttft_p99_ms=1000")
+    load = LoadConfig(prefix_kinds=[2], requests_per_run=12, max_tokens=16, concurrency=[8])
+    load = load.model_copy(update={"slo": slo})
+    request = _request(base, cfg, load, tmp_path)
+    by_label = {c.label(): c for c in request.space}
+
+    def timed(label: str, clients: int, goodput: float, rank: int | None) -> Result:
+        figures = Figures(clients, goodput, goodput, 50.0, 1.0, 0.5, 1.0, {"ttft_p99_ms": 300.0})
+        status: Status = "ranked" if clients >= 10 else "short-of-load"
+        return Result(by_label[label], status, 1, best=figures, value=goodput, rank=rank, needed=10)
+
+    first = timed("2 x TP1 aggregated on gpu-8gb, 2 a GPU; router kv", 10, 600.0, 1)
+    alone = timed("1 x TP1 aggregated on gpu-8gb; router kv", 7, 550.0, None)
+    big = timed("1 x TP1 aggregated on gpu-24gb; router kv", 9, 500.0, None)
+    problem = Problem("kv-routing", base, cfg, load, slo)
+    named = {first.candidate.key, alone.candidate.key, big.candidate.key}
+    rest = [Result(c, "slo-not-met", 2) for c in request.space if c.key not in named]
+    results = [first, alone, big, *rest]
+    [cost] = slicing_off(request, problem, results, first, None, _Quiet())  # type: ignore[arg-type]
+    assert (cost.node_class, cost.timed) == ("gpu-8gb", 0)
+    assert cost.off is not None and cost.off.candidate.key == big.candidate.key
+    assert cost.off.status == "short-of-load" and cost.off.rank is None
+    assert cost.line().endswith(
+        f"with it off for gpu-8gb the best, {big.candidate.key} (1 x TP1 aggregated on gpu-24gb; "
+        "router kv), holds 9 of the 10 clients needed on 1 GPU (goodput 500 tok/s per cluster "
+        "GPU), 0.83x rank 1's goodput (0 timed for this)"
+    )
+    inputs = Inputs("kv-routing", load, slo, "capacity", 1.25, 2, cfg.model.name, slicing=(cost,))
+    write_candidates(tmp_path, inputs, results, first)
+    document = yaml.safe_load((tmp_path / "candidates.json").read_text())
+    [said] = document["timeSlicing"]
+    assert said["nodeClass"] == "gpu-8gb" and said["timed"] == 0
+    assert (said["rank1"]["concurrency"], said["off"]["concurrency"]) == (10, 9)
+    assert (said["rank1"]["goodputTokensPerSPerGpu"], said["off"]["goodputTokensPerSPerGpu"]) == (
+        600.0,
+        500.0,
+    )
+    assert f"- {cost.line()}" in plan_text(inputs, results, first, tmp_path).splitlines()
+    write_report(tmp_path, inputs, results, first)
+    assert html.escape(cost.line()) in (tmp_path / "report.html").read_text()

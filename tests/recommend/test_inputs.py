@@ -344,10 +344,10 @@ def test_a_model_level_workload_error_names_no_empty_key(
 
 def test_a_p90_slo_gets_its_panel_in_the_report(tmp_path: Path) -> None:
     """`--slo ttft_p90_ms=...`: the search judges the TTFT p90, and the report draws its panel
-    with the bound as a line."""
+    (under the capacity question, against the GPUs used) with the bound as a line."""
     assert _recommend(tmp_path, "--slo", "ttft_p90_ms=5000", *ONE_CLASS, "--fix", "tp=1") == 0
     page = (tmp_path / "out" / "report.html").read_text()
-    assert "TTFT p90 against tokens/s per GPU: SLO TTFT p90 &lt;= 5,000 ms (horizontal" in page
+    assert "TTFT p90 against GPUs used: SLO TTFT p90 &lt;= 5,000 ms (horizontal" in page
     ranked = [c for c in _candidates(tmp_path) if c.get("rank") == 1]
     assert len(ranked) == 1
 

@@ -426,3 +426,51 @@ def test_a_validation_line_names_its_figures_as_the_tables_do() -> None:
     """The console's validation line names each figure by its name (TTFT p99), not its key."""
     line = _validation("a1", 812.4, True).line()
     assert "TTFT p99 812 ms (stand-in 900 ms)" in line and "ttft_p99_ms" not in line
+
+
+def test_under_capacity_the_figure_is_the_load_held_against_gpus_with_the_load_needed(
+    tmp_path: Path,
+) -> None:
+    """Under the capacity question the figure shows what the answer is about: each candidate
+    that held some load at that load against the GPUs it uses, the load needed (the stated 8
+    clients x the headroom 1.2 = 10) and the stated load as lines, the cluster's GPUs as a
+    vertical one; one short of the load is drawn where it stopped, unranked and unlabelled; a
+    panel per SLO objective against the GPUs; no goodput band anywhere."""
+    inputs = Inputs(
+        "kv-routing",
+        LoadConfig(concurrency=[4, 8]),
+        parse_slo("ttft_p99_ms=1000,itl_p99_ms=40"),
+        "capacity",
+        1.25,
+        3,
+        "m",
+    )
+    a1 = _result("a1", 1, 100.0, 50.0, ttft_p99_ms=300.0, itl_p99_ms=20.0)
+    d2 = _result("d2", 2, 123.0, 50.0, ttft_p99_ms=700.0, itl_p99_ms=25.0)
+    s3 = _result("a3", 0, 90.0, 50.0, ttft_p99_ms=950.0, itl_p99_ms=30.0)
+    a1.gpus, d2.gpus, s3.gpus = 1, 2, 1
+    for r, clients in ((a1, 10), (d2, 10), (s3, 6)):
+        assert r.best is not None
+        r.best = replace(r.best, concurrency=clients)
+    s3.status, s3.rank = "short-of-load", None
+    refused = Result(Candidate((GroupShape("aggregated", "gpu-8gb", 1),), key="r4"), "refused")
+    data = chart_data(inputs, [a1, d2, s3, refused], a1)
+    load, ttft, itl = data.panels
+    assert load.xy == {"a1": (1.0, 10.0), "d2": (2.0, 10.0), "a3": (1.0, 6.0)}
+    assert load.lines == (
+        SloLine(
+            "needed", "y", 10.0, "the load needed: 10 clients (the stated load x the headroom 1.2)"
+        ),
+        SloLine("stated", "y", 8.0, "the workload's stated load: 8 clients"),
+        SloLine("cluster", "x", 3, "the cluster's 3 GPUs"),
+    )
+    assert [label.text for label in load.labels] == ["#1 a1", "#2 d2"]
+    assert ttft.xy == {"a1": (1.0, 300.0), "d2": (2.0, 700.0), "a3": (1.0, 950.0)}
+    assert ttft.lines == (SloLine("ttft_p99_ms", "y", 1000.0, "TTFT p99 <= 1,000 ms"),)
+    assert itl.title == "ITL p99 against GPUs used" and itl.xy["d2"] == (2.0, 25.0)
+    assert [p.band for p in data.panels] == [None, None, None]
+    assert load.limits == pytest.approx((3.3, 12.0))
+    write_report(tmp_path, inputs, [a1, d2, s3], a1)
+    page = (tmp_path / REPORT_HTML).read_text()
+    assert "the load needed: 10 clients (the stated load x the headroom 1.2) (horizontal" in page
+    assert "shaded" not in page
