@@ -66,10 +66,11 @@ What it models:
   ``router_temperature`` 0.0, no sampling): the lowest active-block count wins (ai-dynamo/dynamo
   at commit 07a6c9ce on the 1.6 line; the decode-affinity branch, ``worker_type == "decode"``
   with a positive credit, is reached only by conditional disaggregation, which keeps a credit).
-  The decode worker's first request
-  from a prefill worker waits for their NIXL handshake, as do the pair's requests while it runs
-  (one handshake at a time per decode worker; its seconds from the prefill worker's descriptor
-  count, :mod:`kvpath.handshake`). The decode worker pulls the
+  On a deployment's first run
+  (``RunTopology.fresh_engines``) the decode worker's first request from a prefill worker
+  waits for their NIXL handshake, as do the pair's requests while it runs (one handshake at a
+  time per decode worker; its seconds from the prefill worker's descriptor count,
+  :mod:`kvpath.handshake`); later runs find every pair handshaken. The decode worker pulls the
   blocks it does not already hold, the prompt minus the run's reported (decode-side) hit (vLLM
   ``NixlConnectorScheduler.get_num_new_matched_tokens`` returns ``len(prompt) -
   num_computed_tokens``) over the connection of that prefill/decode pair,
@@ -89,8 +90,8 @@ What it models:
   (``LEASE_S``, ~10 s for a SIGKILLed worker); after that
   the router uses the remaining workers, or fails the request when no worker of the role is
   left. A killed worker stays down for the rest of the run (a restart reloads the model,
-  about a minute, longer than a run); each run starts with every worker up, its mirror
-  untouched and no prefill/decode pair handshaken (fresh engines).
+  about a minute, longer than a run); each run starts with every worker up and its mirror
+  untouched.
 
 The engine step times (the GPU and host parts above) are each worker's ``WorkerSpec.step``
 (:mod:`steptime`); the KV path reads only a step's end, so its costs do not depend on the step
@@ -194,7 +195,9 @@ class RunTopology:
     workers, and no request pays ``TimingConstants.request_overhead_s``); ``handshakes``: per
     ``(prefill group, decode group, seconds)``, the NIXL handshake a decode worker of the one
     makes with a worker of the other on their first request (:func:`kvpath.handshake.
-    handshake_s`; absent: none)."""
+    handshake_s`; absent: none), paid where ``fresh_engines``: the run is the first on its
+    deployment, no pair has met yet (False: the deployment served before, every pair has
+    handshaken, as in a grid's later runs)."""
 
     workers: tuple[WorkerSpec, ...]
     same_node_link: LinkProfile | None = None
@@ -206,6 +209,7 @@ class RunTopology:
     router: Literal["kv", "round-robin", "random"] = "kv"
     frontend: bool = True
     handshakes: tuple[tuple[str, str, float], ...] = ()
+    fresh_engines: bool = False
 
     def handshake_s(self, prefill: WorkerSpec, decode: WorkerSpec) -> float:
         """Seconds of ``decode``'s handshake with ``prefill`` (0: none)."""
@@ -742,9 +746,12 @@ class _Model:
 
     def handshake(self, prefill: _Worker, decode: _Worker) -> simpy.Process | None:
         """The NIXL handshake ``decode`` makes with ``prefill`` before its first READ from it,
-        still running (None: done, or none): started by the first request of the pair, waited
-        for by every request of the pair until it ends, run on the decode worker's one
-        handshake thread, after the handshakes started before it (:mod:`kvpath.handshake`)."""
+        still running (None: done, none, or the engines are not fresh): started by the first
+        request of the pair, waited for by every request of the pair until it ends, run on the
+        decode worker's one handshake thread, after the handshakes started before it
+        (:mod:`kvpath.handshake`)."""
+        if not self.topology.fresh_engines:
+            return None
         key = (prefill.spec.name, decode.spec.name)
         if key not in self.handshakes:
             seconds = self.topology.handshake_s(prefill.spec, decode.spec)

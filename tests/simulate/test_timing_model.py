@@ -124,16 +124,22 @@ def one_decode(handshake_s: float, prefills: int = 1) -> RunTopology:
         for i in range(prefills)
     )
     return dataclasses.replace(
-        base, workers=(*workers, decode), handshakes=(("prefill", "decode", handshake_s),)
+        base,
+        workers=(*workers, decode),
+        handshakes=(("prefill", "decode", handshake_s),),
+        fresh_engines=True,
     )
 
 
-def test_the_first_request_of_a_pair_waits_for_its_handshake_and_the_next_does_not() -> None:
+def test_a_fresh_pairs_first_request_waits_for_its_handshake_and_the_next_does_not() -> None:
     reqs = requests(3, 1)
     without = ttfts_s(one_decode(0.0), reqs, 1)
     with_handshake = ttfts_s(one_decode(0.5), reqs, 1)
     assert with_handshake[0] - without[0] == pytest.approx(0.5)
     assert with_handshake[1:] == pytest.approx(without[1:])
+    # a deployment that served before: every pair has handshaken, nobody waits
+    warm = dataclasses.replace(one_decode(0.5), fresh_engines=False)
+    assert ttfts_s(warm, reqs, 1) == without
 
 
 def test_a_decode_worker_handshakes_with_one_prefill_worker_at_a_time() -> None:
