@@ -13,7 +13,12 @@ synthetic prompts), a closed loop of ``concurrency`` clients, each run as long a
 source's (:attr:`stackmodel.published.PublishedPair.requests_per_client` measured requests
 per client, after its ``warmup_requests``), sent and started as `testbed recommend` sends a
 run and loadgen starts one (:func:`recommend.load_search.measured_run`: the warm-up awaited,
-then every client at once on idle engines; the warm-up left out of the figures). The figures
+then every client at once on idle engines; the warm-up left out of the figures), each on a
+fresh deployment (``RunTopology.fresh_engines``: each decode worker's first request from each
+prefill worker waits for their NIXL handshake, :mod:`kvpath.handshake`): Dynamo's ``perf.sh``
+sweeps its concurrencies upward from 1 (``concurrency_list="1 2 4 8 16 32 64 128 256"``), so
+a source's concurrency-1 run met fresh engines, and at the higher concurrencies the warm-up
+meets every pair, so those figures do not depend on it. The figures
 are loadgen's (:func:`measurement.stats.summarize_run`: output tokens/s over the span from the
 first send to the last end, as genai-perf's output throughput; TTFT p99) and, for the means
 the sources give, the mean of the requests' TTFT and of their own mean inter-token time
@@ -85,7 +90,7 @@ def simulate(
     # The stack's load is the source's requests; each run pair.requests_per_client a client.
     load = plan.cfg.load.model_copy(update={"requests_per_run": 1})
     sent = Workload(load, pair.key, per_client=pair.requests_per_client)
-    topology = run_topology(plan, measured=measured)
+    topology = dataclasses.replace(run_topology(plan, measured=measured), fresh_engines=True)
     if link is not None:
         topology = dataclasses.replace(topology, same_node_link=link, cross_node_link=link)
     records, _ = measured_run(topology, stack_constants(plan), sent, 1, concurrency)

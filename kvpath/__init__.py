@@ -11,6 +11,8 @@ verdict and ``testbed simulate`` (:mod:`simulator.timing_model`), with figures a
 - :mod:`kvpath.copies`: vLLM's synchronous device <-> host copies and their contention.
 - :mod:`kvpath.transfers`: transfers sharing one connection per prefill/decode pair and one
   wire per node pair.
+- :mod:`kvpath.handshake`: the NIXL handshake a decode worker makes with a prefill worker on
+  their first request, its seconds from the descriptor count (vLLM 0.31.0).
 - :mod:`kvpath.versions`: what each Dynamo release ships, NIXL's ``UCX_TLS`` rule, Dynamo's
   upgrade policy, and the releases each upstream rule of the program was read at.
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import dataclasses
 
 from kvpath.copies import DEFAULT_HOST_COPIES, threads_from_env
+from kvpath.handshake import handshake_s
 from kvpath.memory import HOST_BASE_BYTES
 from simulator.calibration import CONSTANTS
 from simulator.timing_model import RunTopology, TimingConstants, WorkerSpec
 from stackmodel.models import FP8_BYTES
 from stackmodel.plan import GroupPlan, StackPlan
-from stackmodel.quantities import parse_quantity
+from stackmodel.quantities import VLLM_BLOCK_SIZE_TOKENS, parse_quantity
 from steptime.fit import SEED_FIT
 from steptime.measured import measured_for
 from steptime.roofline import EngineFit, EngineStep
@@ -58,7 +59,9 @@ def run_topology(
     copy rates: those a link profile carries from the probe (same node first), else the default
     ones (:data:`kvpath.copies.DEFAULT_HOST_COPIES`). A worker's host memory without its mirror is
     ``host_base_bytes``. Each worker publishes KV events as its group's ``kvEvents`` says; only
-    a ``dynamo`` topology has a frontend (and its fixed cost).
+    a ``dynamo`` topology has a frontend (and its fixed cost). Each decode group's NIXL
+    handshake with each prefill group (:func:`kvpath.handshake.handshake_s`): the model's
+    layers, the prefill worker's KV blocks of vLLM's 16 tokens, both tensor-parallel sizes.
     """
     cfg, sizing = plan.cfg, plan.sizing
     steps = {group.name: group_step(plan, group, fit, measured) for group in plan.groups}
@@ -81,6 +84,23 @@ def run_topology(
                 kv_events=group.kv_events,
             )
         )
+    roles = {
+        role: [g for g in plan.groups if g.group.role == role] for role in ("prefill", "decode")
+    }
+    handshakes = tuple(
+        (
+            p.name,
+            d.name,
+            handshake_s(
+                plan.geometry.num_layers,
+                sizing.gpu_blocks(p.name, VLLM_BLOCK_SIZE_TOKENS),
+                p.group.tensor_parallel_size,
+                d.group.tensor_parallel_size,
+            ),
+        )
+        for p in roles["prefill"]
+        for d in roles["decode"]
+    )
     same = plan.links["sameNode"] if plan.disaggregated else None
     cross = plan.links["crossNode"] if plan.disaggregated else None
     probed = [p.host_copies for p in (same, cross) if p is not None and p.host_copies]
@@ -93,6 +113,7 @@ def run_topology(
         kv_bytes_per_token=sizing.kv_bytes_per_token,
         router=plan.router,
         frontend=cfg.topology.kind == "dynamo",
+        handshakes=handshakes,
     )
 
 

@@ -66,7 +66,11 @@ What it models:
   ``router_temperature`` 0.0, no sampling): the lowest active-block count wins (ai-dynamo/dynamo
   at commit 07a6c9ce on the 1.6 line; the decode-affinity branch, ``worker_type == "decode"``
   with a positive credit, is reached only by conditional disaggregation, which keeps a credit).
-  The decode worker pulls the
+  On a deployment's first run
+  (``RunTopology.fresh_engines``) the decode worker's first request from a prefill worker
+  waits for their NIXL handshake, as do the pair's requests while it runs (one handshake at a
+  time per decode worker; its seconds from the prefill worker's descriptor count,
+  :mod:`kvpath.handshake`); later runs find every pair handshaken. The decode worker pulls the
   blocks it does not already hold, the prompt minus the run's reported (decode-side) hit (vLLM
   ``NixlConnectorScheduler.get_num_new_matched_tokens`` returns ``len(prompt) -
   num_computed_tokens``) over the connection of that prefill/decode pair,
@@ -188,7 +192,12 @@ class RunTopology:
     bytes per token, the router: ``kv`` (Dynamo's KV router) or ``round-robin`` (a
     Kubernetes Service in front of plain vLLM, or Dynamo's round-robin mode), and ``frontend``:
     whether a Dynamo frontend serves the requests (False: a Service sends them straight to the
-    workers, and no request pays ``TimingConstants.request_overhead_s``)."""
+    workers, and no request pays ``TimingConstants.request_overhead_s``); ``handshakes``: per
+    ``(prefill group, decode group, seconds)``, the NIXL handshake a decode worker of the one
+    makes with a worker of the other on their first request (:func:`kvpath.handshake.
+    handshake_s`; absent: none), paid where ``fresh_engines``: the run is the first on its
+    deployment, no pair has met yet (False: the deployment served before, every pair has
+    handshaken, as in a grid's later runs)."""
 
     workers: tuple[WorkerSpec, ...]
     same_node_link: LinkProfile | None = None
@@ -199,6 +208,15 @@ class RunTopology:
     kv_bytes_per_token: int = 0
     router: Literal["kv", "round-robin", "random"] = "kv"
     frontend: bool = True
+    handshakes: tuple[tuple[str, str, float], ...] = ()
+    fresh_engines: bool = False
+
+    def handshake_s(self, prefill: WorkerSpec, decode: WorkerSpec) -> float:
+        """Seconds of ``decode``'s handshake with ``prefill`` (0: none)."""
+        for prefill_group, decode_group, seconds in self.handshakes:
+            if (prefill_group, decode_group) == (prefill.group, decode.group):
+                return seconds
+        return 0.0
 
     def flow(self, prefill: WorkerSpec, decode: WorkerSpec) -> Flow | None:
         """A KV transfer from ``prefill`` to ``decode``: their pair, the link between them and,
@@ -611,6 +629,9 @@ class _Model:
         self.kills: list[Kill] = []
         self.live: dict[int, _Request] = {}
         self.outcomes: list[Outcome] = []
+        # (prefill, decode) -> its handshake; decode worker -> its one handshake thread
+        self.handshakes: dict[tuple[str, str], simpy.Process] = {}
+        self.handshake_threads: dict[str, simpy.Resource] = {}
 
     def exclusive(self, worker: _Worker) -> bool:
         """Whether ``worker``'s decode steps may be timed in one go (:meth:`_Worker.
@@ -681,7 +702,8 @@ class _Model:
         worker.waiting, worker.running = [], []
 
     def transfer(self, prefill: _Worker, r: _Request) -> Generator[simpy.Event, object, None]:
-        """Prefill done and saved to host: pick a decode worker, move the blocks it lacks (the
+        """Prefill done and saved to host: pick a decode worker, wait for the pair's handshake
+        if it is the pair's first request (:meth:`handshake`), move the blocks it lacks (the
         prompt minus the run's reported hit) over the pair's connection (and the node pair's
         wire), then queue it on the decode worker."""
         kvb = self.topology.kv_bytes_per_token
@@ -710,6 +732,10 @@ class _Model:
                 return
         flow = self.topology.flow(prefill.spec, decode.spec)
         if not r.finished() and flow is not None:
+            handshake = self.handshake(prefill, decode)
+            if handshake is not None:
+                yield handshake | r.done
+        if not r.finished() and flow is not None:
             r.transfer = self.flows.serve(r.outcome.moved_bytes, flow)
             yield r.transfer | r.done
             r.transfer = None
@@ -717,6 +743,33 @@ class _Model:
         if r.finished() or not decode.alive:
             return
         decode.submit(r)
+
+    def handshake(self, prefill: _Worker, decode: _Worker) -> simpy.Process | None:
+        """The NIXL handshake ``decode`` makes with ``prefill`` before its first READ from it,
+        still running (None: done, none, or the engines are not fresh): started by the first
+        request of the pair, waited for by every request of the pair until it ends, run on the
+        decode worker's one handshake thread, after the handshakes started before it
+        (:mod:`kvpath.handshake`)."""
+        if not self.topology.fresh_engines:
+            return None
+        key = (prefill.spec.name, decode.spec.name)
+        if key not in self.handshakes:
+            seconds = self.topology.handshake_s(prefill.spec, decode.spec)
+            if seconds <= 0:
+                return None
+            thread = self.handshake_threads.setdefault(
+                decode.spec.name, simpy.Resource(self.env, capacity=1)
+            )
+            self.handshakes[key] = self.env.process(self._handshake(thread, seconds))
+        running = self.handshakes[key]
+        return None if running.processed else running
+
+    def _handshake(
+        self, thread: simpy.Resource, seconds: float
+    ) -> Generator[simpy.Event, object, None]:
+        with thread.request() as turn:
+            yield turn
+            yield self.env.timeout(seconds)
 
     @staticmethod
     def _unavailable(role: str, worker: _Worker | None) -> str:

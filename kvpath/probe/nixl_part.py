@@ -30,7 +30,7 @@ NIXL_DISTRIBUTIONS = ("nixl-cu12", "nixl-cu13")
 ``nixl_cu12._api`` / ``nixl_cu13._api``."""
 
 
-def _nixl() -> tuple[Any, str]:
+def nixl_api() -> tuple[Any, str]:
     """The installed NIXL API module and its distribution name.
 
     Raises:
@@ -59,7 +59,7 @@ def ucx_version() -> str | None:
     except OSError:
         pass
     if not paths:
-        api, _ = _nixl()
+        api, _ = nixl_api()
         libs = os.path.dirname(os.path.dirname(api.__file__)) + os.sep
         paths = glob.glob(libs + f"{api.__name__.split('.')[0]}.libs/libucp*.so*")
     for path in paths:
@@ -73,7 +73,7 @@ def ucx_version() -> str | None:
 
 
 def _agent(name: str) -> Any:
-    api, _ = _nixl()
+    api, _ = nixl_api()
     return api.nixl_agent(name, api.nixl_agent_config(backends=["UCX"]))
 
 
@@ -201,7 +201,7 @@ def run_initiator(
         "machine": machine(),
         "ucx_tls": os.environ.get("UCX_TLS"),
         "ucx_rndv_thresh": os.environ.get("UCX_RNDV_THRESH"),
-        "nixl_version": metadata.version(_nixl()[1]),
+        "nixl_version": metadata.version(nixl_api()[1]),
         "ucx_version": ucx_version(),
         "blocks": blocks,
         "layers": layers,

@@ -18,6 +18,7 @@ from simulator.calibration import CONSTANTS
 from simulator.hardware import run_topology
 from simulator.timing_model import RunTopology, SimRequest, WorkerSpec, simulate_run
 from stackmodel.models import known_model
+from stackmodel.published import NEBIUS_QWEN3_32B
 from stackmodel.stacks import load_stack
 from steptime.fit import SEED_FIT
 from steptime.gpus import GPU_CATALOG
@@ -99,6 +100,61 @@ def test_the_stack_topologies_place_workers_on_shared_gpus() -> None:
         (13 * 1024 * MI, DECODE_MIRROR),
         (13 * 1024 * MI, DECODE_MIRROR),
     ]
+
+
+def test_each_decode_group_gets_its_handshake_with_each_prefill_group() -> None:
+    # the seed's Qwen3-0.6B: 28 layers x 1,854 blocks of the prefill worker, TP1 -> TP1
+    same = run_topology(load_stack("disagg-same-node"))
+    assert [(p, d) for p, d, _ in same.handshakes] == [("prefill", "decode")]
+    assert same.handshakes[0][2] == pytest.approx(0.02964, abs=1e-5)
+    assert run_topology(load_stack("kv-routing")).handshakes == ()
+    # Qwen3-32B: a TP2 prefill worker of 56,649 blocks, read by a TP4 decode worker
+    qwen = run_topology(NEBIUS_QWEN3_32B.plan("disaggregated"))
+    assert [(p, d) for p, d, _ in qwen.handshakes] == [("prefill-0", "decode-1")]
+    assert qwen.handshakes[0][2] == pytest.approx(0.4453, abs=1e-4)
+
+
+def one_decode(handshake_s: float, prefills: int = 1) -> RunTopology:
+    """The cross-node pair with one decode worker, ``prefills`` prefill workers each on its own
+    GPU, a link too fast to matter, and a handshake of ``handshake_s`` per pair."""
+    base = cross_node(8192 * MI, LinkProfile(bytes_per_s=1e12, wire_bytes_per_s=1e12))
+    prefill, decode = base.workers[0], base.workers[1]
+    workers = tuple(
+        dataclasses.replace(prefill, name=f"prefill-{i}", gpu=f"gpu-8gb/{i}")
+        for i in range(prefills)
+    )
+    return dataclasses.replace(
+        base,
+        workers=(*workers, decode),
+        handshakes=(("prefill", "decode", handshake_s),),
+        fresh_engines=True,
+    )
+
+
+def test_a_fresh_pairs_first_request_waits_for_its_handshake_and_the_next_does_not() -> None:
+    reqs = requests(3, 1)
+    without = ttfts_s(one_decode(0.0), reqs, 1)
+    with_handshake = ttfts_s(one_decode(0.5), reqs, 1)
+    assert with_handshake[0] - without[0] == pytest.approx(0.5)
+    assert with_handshake[1:] == pytest.approx(without[1:])
+    # a deployment that served before: every pair has handshaken, nobody waits
+    warm = dataclasses.replace(one_decode(0.5), fresh_engines=False)
+    assert ttfts_s(warm, reqs, 1) == without
+
+
+def test_a_decode_worker_handshakes_with_one_prefill_worker_at_a_time() -> None:
+    # two requests at once, one to each idle prefill worker: the second handshake starts when
+    # the first ends, so the later request waits 2 s longer (without handshakes their host ->
+    # device copies queued on the decode worker, 0.18 s, which the handshakes spread apart)
+    reqs = requests(2, 2, cached=False)
+    assert {
+        o.prefill_worker for o in simulate_run(one_decode(2.0, 2), CONSTANTS, reqs, 2).outcomes
+    } == {"prefill-0", "prefill-1"}
+    without = ttfts_s(one_decode(0.0, prefills=2), reqs, 2)
+    with_handshake = ttfts_s(one_decode(2.0, prefills=2), reqs, 2)
+    added = sorted(w - o for w, o in zip(with_handshake, without, strict=True))
+    assert added[1] - added[0] == pytest.approx(2.0, abs=0.01)
+    assert added[0] == pytest.approx(2.0 - 0.18, abs=0.01)
 
 
 def test_the_decode_worker_pulls_what_the_run_reported_it_lacked() -> None:
