@@ -41,7 +41,8 @@ the answer (a failure there moves the search below it). The answer holds, and so
 load below it that was probed (the climb's loads below it, the bisection's loads beneath it
 and the step below); a load that held above one that fails is reported
 (:attr:`Found.unsteady`), not taken. The capacity question (:func:`required_load`) probes the
-load needed, one step below it, half and a quarter of it (:func:`ladder`).
+load needed and one step below it, and half and a quarter of it where the SLO is near a bound
+there (:func:`ladder`).
 """
 
 from __future__ import annotations
@@ -385,24 +386,46 @@ def room(point: LoadPoint, slo: Slo) -> tuple[str, float, float] | None:
     return key, value, bound
 
 
+RAMP_ROOM = 0.8
+"""The capacity question times the ramp (half and a quarter of the load needed) only where the
+load needed or the one a step below it came above this share of an SLO bound (or gave no
+figure): there a lower load's figures, which move between neighbouring loads, may cross the
+bound. Below it a ramp load fails only with a figure above 1.25 times the load needed's
+(docs/recommend.md, "The capacity question", gives the figures seen on the seed's cluster)."""
+
+
 def ladder(required: float, axis: Axis) -> list[float]:
-    """The loads the capacity question probes on ``axis``: the load ``required``, one
-    :meth:`Axis.step` below it, half of it and a quarter of it (those of the axis, each once,
-    highest first). Half and a quarter stand for the traffic a deployment sees on its way up
-    to its peak; one step below catches a load that holds only as a spike above a failing
-    one."""
+    """The loads the capacity question may probe on ``axis``, in order: the load
+    ``required``, one :meth:`Axis.step` below it, half of it and a quarter of it (those of the
+    axis, each once, highest first). Half and a quarter stand for the traffic a deployment
+    sees on its way up to its peak (the ramp); one step below catches a load that holds only
+    as a spike above a failing one."""
     loads = [required, axis.below(required), axis.snap(required / 2), axis.snap(required / 4)]
     return sorted({x for x in loads if x is not None and x >= axis.least}, reverse=True)
 
 
-def required_load(runner: Runs, kinds: Sequence[int], required: float, axis: Axis) -> Found:
-    """The capacity question's search on ``axis``: the load ``required`` (the stated load x
-    the headroom) first; when it holds, the rest of its :func:`ladder`, and the search stops
-    at ``required`` when all of them hold (it does not look for more); else :func:`settle`
-    below the lowest that fails (``best`` None: not even the axis' least load)."""
+def near_bound(point: LoadPoint, slo: Slo) -> bool:
+    """Whether ``point``'s figure nearest its SLO bound is above :data:`RAMP_ROOM` of that
+    bound (or it has none)."""
+    near = room(point, slo)
+    return near is None or near[1] > RAMP_ROOM * near[2]
+
+
+def required_load(
+    runner: Runs, kinds: Sequence[int], required: float, axis: Axis, slo: Slo
+) -> Found:
+    """The capacity question's search on ``axis``: its :func:`ladder` from the load
+    ``required`` (the stated load x the headroom) down, stopping at the first load that fails;
+    the ramp (half and a quarter) only where the load needed or the step below it is near an
+    SLO bound (:func:`near_bound`; elsewhere they add no information). The search stops at
+    ``required`` when all it timed hold (it does not look for more); else :func:`settle`
+    below the lowest that fails, reusing every load timed (``best`` None: not even the axis'
+    least load)."""
     order = sorted(set(kinds), reverse=True)
-    probes = {required: axis.at(runner, required, order)}
-    for load in ladder(required, axis)[1:] if probes[required].holds else []:
+    probes: dict[float, LoadPoint] = {}
+    for load in ladder(required, axis):
+        if len(probes) >= 2 and not any(near_bound(p, slo) for p in probes.values()):
+            break
         probes[load] = axis.at(runner, load, order)
         if not probes[load].holds:
             break

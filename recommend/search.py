@@ -366,7 +366,7 @@ def time_candidate(
     if required is None:
         found = highest_load(runner, load.prefix_kinds, axis)
     else:
-        found = required_load(runner, load.prefix_kinds, required, axis)
+        found = required_load(runner, load.prefix_kinds, required, axis, slo)
     best, over = found.best, found.over
     result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
     result.binding = _binding(over, slo, best, needed is not None)

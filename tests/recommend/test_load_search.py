@@ -111,13 +111,15 @@ def _one_run() -> KindsPoint:
 
 @dataclass
 class Pattern:
-    """A fake runner: the SLO holds at the loads ``holds`` says (clients, or an open loop's
-    requests/s; not a monotone pattern), with ``attainment`` where it holds; it records the
-    loads probed (each run, one a load: a single prefix-kinds value)."""
+    """A fake runner: the SLO (:data:`SLO`) holds at the loads ``holds`` says (clients, or an
+    open loop's requests/s; not a monotone pattern), with ``attainment`` and TTFT p99
+    ``ttft_ms`` where it holds; it records the loads probed (each run, one a load: a single
+    prefix-kinds value)."""
 
     holds: Callable[[float], bool]
     gpus: int = 1
     attainment: float = 0.51
+    ttft_ms: float = 500.0
     probed: list[float] = field(default_factory=list)
 
     def at(self, concurrency: int, order: list[int], rate: float | None = None) -> LoadPoint:
@@ -126,12 +128,17 @@ class Pattern:
         base = _one_run()
         ok = self.holds(load)
         point = base.point.model_copy(
-            update={"slo_met": ok, "attainment": self.attainment if ok else 0.3}
+            update={
+                "slo_met": ok,
+                "attainment": self.attainment if ok else 0.3,
+                "values_ms": {"ttft_p99_ms": self.ttft_ms if ok else 1_500.0},
+            }
         )
         return LoadPoint(concurrency, (replace(base, point=point),), rate)
 
 
 CLIENTS = Axis.clients(1)
+SLO = parse_slo("ttft_p99_ms=1000")
 
 
 def _steady(runner: Pattern, found: Found, axis: Axis = CLIENTS) -> None:
@@ -203,24 +210,52 @@ def test_a_rate_found_holds_with_every_rate_probed_below_it(
     assert all(p.concurrency == 8 for p in found.steady)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     fails=st.sets(st.integers(1, 40), max_size=4),
     above=st.integers(2, 60),
     required=st.integers(1, 40),
+    ttft_ms=st.sampled_from([500.0, 900.0]),
 )
 def test_the_load_needed_holds_only_with_its_ladder(
-    fails: set[int], above: int, required: int
+    fails: set[int], above: int, required: int, ttft_ms: float
 ) -> None:
-    """The capacity question: the load needed is reported held only when it, one step below
-    it, half and a quarter of it all hold; else the search settles below the lowest that
-    fails."""
-    runner = Pattern(lambda c: c not in fails and c < above)
-    found = required_load(runner, [2], required, CLIENTS)
+    """The capacity question: the load needed is reported held only when it and one step
+    below it hold, and, where the SLO is near its bound there (TTFT p99 900 of 1,000 ms), half
+    and a quarter of it too; else the search settles below the lowest that fails."""
+    runner = Pattern(lambda c: c not in fails and c < above, ttft_ms=ttft_ms)
+    found = required_load(runner, [2], required, CLIENTS, SLO)
     _steady(runner, found)
     held = found.best is not None and found.best.concurrency == required
-    assert held == all(runner.holds(c) for c in ladder(required, CLIENTS))
+    checked = ladder(required, CLIENTS)[: None if ttft_ms > 800 else 2]
+    assert held == all(runner.holds(c) for c in checked)
     assert ladder(10, CLIENTS) == [10, 9, 5, 2]
+
+
+@pytest.mark.parametrize(("ttft_ms", "timed"), [(500.0, [10, 9]), (900.0, [10, 9, 5, 2])])
+def test_a_holding_candidate_times_the_ramp_only_near_the_bound(
+    ttft_ms: float, timed: list[int]
+) -> None:
+    """10 clients needed, held at every load: with TTFT p99 at half its bound there, the
+    search times 10 and 9 clients (2 runs); at 90% of it, also the ramp, 5 and 2 clients (4
+    runs). Either way it holds the load needed, as it did when every candidate was timed at
+    all four; an open loop's rate alike (20/s needed: 20 and 19.4/s)."""
+    runner = Pattern(lambda c: True, ttft_ms=ttft_ms)
+    found = required_load(runner, [2], 10, CLIENTS, SLO)
+    assert runner.probed == timed
+    assert found.best is not None and found.best.concurrency == 10 and found.over is None
+    assert [p.concurrency for p in found.steady] == sorted(timed)
+    rates = Pattern(lambda r: True, ttft_ms=ttft_ms)
+    axis = Axis.rates(8, 20.0, 100.0)
+    found = required_load(rates, [2], 20.0, axis, SLO)
+    assert rates.probed == [20.0, 19.4, 10.0, 5.0][: len(timed)]
+    assert found.best is not None and found.best.rate == 20.0
+    # A ramp load that fails near the bound: the needed load is not held; the search settles
+    # below the half that fails, reusing the loads timed (2 clients is not timed again).
+    ramp = Pattern(lambda c: c not in (5, 4), ttft_ms=900.0)
+    found = required_load(ramp, [2], 10, CLIENTS, SLO)
+    assert found.best is not None and found.best.concurrency == 3
+    assert ramp.probed == [10, 9, 5, 2, 3, 4] and found.unsteady is not None
 
 
 def test_a_spike_above_failing_loads_is_reported_not_taken() -> None:
@@ -238,7 +273,7 @@ def test_a_spike_above_failing_loads_is_reported_not_taken() -> None:
     )
     # The capacity question at 10 clients: 10 holds, so does 9's neighbour 5; 9 fails.
     needed = Pattern(lambda c: c != 9 and c < 11)
-    found = required_load(needed, [2], 10, CLIENTS)
+    found = required_load(needed, [2], 10, CLIENTS, SLO)
     assert found.best is not None and found.best.concurrency == 8
     assert found.unsteady is not None and found.unsteady.concurrency == 10
 

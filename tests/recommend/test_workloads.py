@@ -91,7 +91,7 @@ def test_open_loop_search_finds_a_rate_labelled_as_the_project_does() -> None:
     # the offered rate is kept: what the model served is near what was offered
     assert result.best.requests_per_s == pytest.approx(result.best.rate, rel=0.25)
     # every rate timed up to the answer held (the climb from 2/s and the step below it)
-    rates = [f.rate for f in result.steady]
+    rates = [f.rate or 0.0 for f in result.steady]
     assert rates[:2] == [2.0, 4.0] and rates[-1] == result.best.rate
     assert rates == sorted(rates) and {f.concurrency for f in result.steady} == {8}
     below = Axis.rates(8, 2.0, math.inf).below(result.best.rate)
