@@ -282,10 +282,6 @@ class Axis:
             return runner.at(int(load), order)
         return runner.at(self.in_flight, order, load)
 
-    def of(self, point: LoadPoint) -> float:
-        """The load ``point`` was timed at on this axis."""
-        return point.rate if point.rate is not None else float(point.concurrency)
-
     def up(self, load: float) -> float | None:
         """The climb's next load: twice ``load``, at most ``top`` (None: ``load`` is the top)."""
         higher = self.snap(min(2 * load, self.top))
@@ -304,10 +300,6 @@ class Axis:
         """The load one :meth:`step` below ``load`` (None: none of the axis)."""
         lower = self.snap(load - self.step(load))
         return lower if self.least <= lower < load else None
-
-    def text(self, load: float) -> str:
-        """``load`` as a count in words: ``10`` (clients) or ``26.2/s``."""
-        return f"{int(load):,}" if self.in_flight is None else f"{load:g}/s"
 
 
 @dataclass(frozen=True)

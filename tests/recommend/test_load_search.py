@@ -138,6 +138,13 @@ class Pattern:
 
 
 CLIENTS = Axis.clients(1)
+
+
+def _load(point: LoadPoint) -> float:
+    """The load ``point`` was timed at: an open loop's rate, else its clients."""
+    return point.rate if point.rate is not None else float(point.concurrency)
+
+
 SLO = parse_slo("ttft_p99_ms=1000")
 
 
@@ -148,21 +155,21 @@ def _steady(runner: Pattern, found: Found, axis: Axis = CLIENTS) -> None:
     probed = set(runner.probed)
     assert len(probed) == len(runner.probed), "a load was timed twice"
     if found.best is not None:
-        top = axis.of(found.best)
+        top = _load(found.best)
         assert runner.holds(top)
         assert all(runner.holds(c) for c in probed if c <= top)
         below = axis.below(top)
         assert below is None or (below in probed and runner.holds(below)), "a spike taken"
-        assert [axis.of(p) for p in found.steady] == sorted(c for c in probed if c <= top)
+        assert [_load(p) for p in found.steady] == sorted(c for c in probed if c <= top)
     if found.over is not None:
-        low = axis.of(found.over)
+        low = _load(found.over)
         assert not runner.holds(low)
-        assert found.best is None or low > axis.of(found.best)
+        assert found.best is None or low > _load(found.best)
         assert low == min(c for c in probed if not runner.holds(c))
         held_above = [c for c in probed if c > low and runner.holds(c)]
         assert (found.unsteady is not None) == bool(held_above)
         if found.unsteady is not None:
-            assert axis.of(found.unsteady) == max(held_above)
+            assert _load(found.unsteady) == max(held_above)
             assert found.failed_below == tuple(
                 sorted(c for c in probed if c < max(held_above) and not runner.holds(c))
             )
