@@ -75,13 +75,15 @@ def verdict(result: Result, first: Result | None, margin: float = DEFAULT_MARGIN
     return "loses"
 
 
-def same_load(result: Result, other: Result, objective: Objective) -> tuple[int, float] | None:
-    """The highest load (clients) both ``result`` and ``other`` were timed at and held
-    (:attr:`recommend.search.Result.steady`) and ``result``'s objective over ``other``'s
-    there (None: no such load, or ``other``'s objective there is 0)."""
-    mine = {f.concurrency: f for f in result.steady}
-    theirs = {f.concurrency: f for f in other.steady}
-    common = max(mine.keys() & theirs.keys(), default=None)
+def same_load(
+    result: Result, other: Result, objective: Objective
+) -> tuple[tuple[int, float | None], float] | None:
+    """The highest load (clients, and an open loop's rate) both ``result`` and ``other`` were
+    timed at and held (:attr:`recommend.search.Result.steady`) and ``result``'s objective over
+    ``other``'s there (None: no such load, or ``other``'s objective there is 0)."""
+    mine = {(f.concurrency, f.rate): f for f in result.steady}
+    theirs = {(f.concurrency, f.rate): f for f in other.steady}
+    common = max(mine.keys() & theirs.keys(), key=lambda k: (k[1] or 0.0, k[0]), default=None)
     if common is None or objective_value(theirs[common], objective) <= 0:
         return None
     return common, objective_value(mine[common], objective) / objective_value(
@@ -102,7 +104,7 @@ def _loads(result: Result, other: Result | None, objective: Objective) -> str:
     text = f"at {a.load_text()} against {whose} {b.load_text()}"
     both = same_load(result, other, objective)
     if both is not None:
-        text += f"; at {load_text(both[0])}, where both held, {both[1]:.2f}x"
+        text += f"; at {load_text(*both[0])}, where both held, {both[1]:.2f}x"
     return text
 
 

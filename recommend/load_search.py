@@ -25,24 +25,29 @@ A load *holds* when, at every prefix-kinds value of the workload, the point meet
 (:attr:`measurement.results.PointAttainment.slo_met`), no request failed (an OOMKill of a
 host-buffering worker fails requests) and an open loop delivered its offered rate
 (:attr:`KindsPoint.delivered`: with its most in flight taken, requests wait at the client
-and are sent late). :func:`highest_rate` searches an open loop's rate (doubling or halving,
-then bisecting).
+and are sent late).
 
 The SLO need not hold below a load that holds: percentiles of short runs, prefill chunks and
 the prefix kinds' spread over the clients make a candidate fail at 7 and 9 clients and hold
-at 8 and 10. So the closed-loop searches do not take monotonicity: :func:`highest_load`
-doubles the concurrency from 1 until a load fails (or the cap, :data:`CLIENTS_PER_GPU` clients
-per GPU of the cluster, holds), and :func:`settle` then bisects between the highest load that
-holds below the lowest that fails and that failing load, to within 1/:data:`RESOLUTION`, and
-probes one step below the answer (a failure there moves the search below it). The answer
-holds, and so does every load below it that was probed (every power of two below it, the
-bisection's loads beneath it and the step below); a load that held above one that fails is
-reported (:attr:`Found.unsteady`), not taken. The capacity question (:func:`required_load`)
-probes the load needed, one step below it, half and a quarter of it (:func:`ladder`).
+at 8 and 10. So the searches do not take monotonicity. One search serves both loads, on an
+:class:`Axis`: a closed loop's clients (whole numbers from 1, at most :data:`CLIENTS_PER_GPU`
+per GPU of the cluster) or an open loop's request rate (requests/s at 3 significant digits,
+from the workload's rate, at most the candidate's rate ceiling, the workload's concurrency
+in flight). :func:`highest_load` doubles the load from the axis' start until a load fails (or
+the axis' top holds), and :func:`settle` then bisects between the highest load that holds
+below the lowest that fails and that failing load (halving below a start that fails), to
+within 1/:data:`RESOLUTION` of the load (a whole client at least), and probes one step below
+the answer (a failure there moves the search below it). The answer holds, and so does every
+load below it that was probed (the climb's loads below it, the bisection's loads beneath it
+and the step below); a load that held above one that fails is reported
+(:attr:`Found.unsteady`), not taken. The capacity question (:func:`required_load`) probes the
+load needed and one step below it, and half and a quarter of it where the SLO is near a bound
+there (:func:`ladder`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -227,125 +232,136 @@ class Runs(Protocol):
         ...
 
 
+RATE_STEPS = 16
+"""The most halvings or doublings of the request rate from the workload's own that the
+open-loop search tries (a rate 1/65,536 or 65,536 times the workload's)."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    """The load a search varies: a closed loop's clients (whole numbers, ``in_flight`` None)
+    or an open loop's request rate (requests/s at 3 significant digits, at most ``in_flight``
+    requests in flight). The search climbs from ``start``, doubling, to at most ``top`` (the
+    clients cap, or the rate's ceiling); it goes no lower than ``least``; its resolution at a
+    load is :meth:`step` (1/:data:`RESOLUTION` of it, a whole client at least)."""
+
+    start: float
+    top: float
+    least: float
+    in_flight: int | None = None
+
+    @classmethod
+    def clients(cls, gpus: int) -> Axis:
+        """The closed loop's: 1 client up to :data:`CLIENTS_PER_GPU` clients per GPU."""
+        return cls(start=1, top=CLIENTS_PER_GPU * gpus, least=1)
+
+    @classmethod
+    def rates(cls, in_flight: int, start: float, ceiling: float) -> Axis:
+        """The open loop's: from ``start`` (requests/s) up to ``ceiling`` (rounded down to 3
+        significant digits: no rate tried is above it) or :data:`RATE_STEPS` doublings, down to
+        as many halvings, at most ``in_flight`` in flight."""
+        top = ceiling
+        if math.isfinite(ceiling):
+            unit = 10.0 ** (math.floor(math.log10(ceiling)) - 2)
+            top = float(f"{math.floor(ceiling / unit) * unit:.3g}")
+        first = min(float(f"{start:.3g}"), top)
+        return cls(first, min(top, first * 2**RATE_STEPS), first / 2**RATE_STEPS, in_flight)
+
+    def snap(self, load: float) -> float:
+        """``load`` as the search tries it: whole clients (rounded down), or a rate at 3
+        significant digits."""
+        return float(f"{load:.3g}") if self.in_flight is not None else float(int(load))
+
+    def step(self, load: float) -> float:
+        """The resolution at ``load``: 1/:data:`RESOLUTION` of it (a whole client at least)."""
+        return load / RESOLUTION if self.in_flight is not None else max(1, load // RESOLUTION)
+
+    def at(self, runner: Runs, load: float, order: list[int]) -> LoadPoint:
+        """``runner``'s point at ``load`` (:meth:`LoadRunner.at`)."""
+        if self.in_flight is None:
+            return runner.at(int(load), order)
+        return runner.at(self.in_flight, order, load)
+
+    def up(self, load: float) -> float | None:
+        """The climb's next load: twice ``load``, at most ``top`` (None: ``load`` is the top)."""
+        higher = self.snap(min(2 * load, self.top))
+        return higher if higher > load else None
+
+    def between(self, low: float, high: float) -> float | None:
+        """The bisection's next load between ``low`` (the highest that holds below ``high``;
+        0: none) and ``high`` (the lowest that fails); None when they are within the
+        resolution at ``low`` or no load of the axis lies between."""
+        if high - low <= self.step(low):
+            return None
+        mid = self.snap((low + high) / 2)
+        return mid if low < mid < high and mid >= self.least else None
+
+    def below(self, load: float) -> float | None:
+        """The load one :meth:`step` below ``load`` (None: none of the axis)."""
+        lower = self.snap(load - self.step(load))
+        return lower if self.least <= lower < load else None
+
+
 @dataclass(frozen=True)
 class Found:
     """What a load search found. ``best``: the highest load that holds with every load below
     it the search probed holding too, and the one a resolution step below it (None: not even
-    one client); ``over``: the lowest probed load that fails (None: ``best`` is the cap);
-    ``unsteady``: where the SLO held again above ``over``, the highest such load (None: it did
-    not), with ``failed_below`` the loads below that which fail (clients, ascending);
-    ``steady``: every probed load up to ``best``, ascending (each holds; empty for an open
-    loop's rate search)."""
+    the axis' least load); ``over``: the lowest probed load that fails (None: ``best`` is the
+    axis' top); ``unsteady``: where the SLO held again above ``over``, the highest such load
+    (None: it did not), with ``failed_below`` the loads below that which fail (on the axis:
+    clients or requests/s, ascending); ``steady``: every probed load up to ``best``,
+    ascending (each holds)."""
 
     best: LoadPoint | None
     over: LoadPoint | None
     unsteady: LoadPoint | None = None
-    failed_below: tuple[int, ...] = ()
+    failed_below: tuple[float, ...] = ()
     steady: tuple[LoadPoint, ...] = ()
 
 
-def step(load: int) -> int:
-    """The bisection's resolution at ``load`` clients (:data:`RESOLUTION`)."""
-    return max(1, load // RESOLUTION)
-
-
-def settle(runner: Runs, order: list[int], probes: dict[int, LoadPoint]) -> Found:
-    """From the loads probed so far (``probes``, by clients), probe until the answer is steady
-    and return it: the lowest failing load F and the highest holding load A below it are
-    bisected to within :func:`step` of A; then the load one step below A is probed (a load that
-    holds one step above a failing one is a spike, not an answer) and, when it fails, the search
-    goes on below it. Every probed load up to ``best`` holds; a load that held above ``over`` is
-    reported (``unsteady``), never taken."""
+def settle(runner: Runs, axis: Axis, order: list[int], probes: dict[float, LoadPoint]) -> Found:
+    """From the loads probed so far (``probes``, by their load on ``axis``), probe until the
+    answer is steady and return it: the lowest failing load F and the highest holding load A
+    below it are bisected to within :meth:`Axis.step` of A; then the load one step below A is
+    probed (a load that holds one step above a failing one is a spike, not an answer) and,
+    when it fails, the search goes on below it. Every probed load up to ``best`` holds; a load
+    that held above ``over`` is reported (``unsteady``), never taken."""
     while True:
-        fails = [c for c, p in probes.items() if not p.holds]
+        fails = [x for x, p in probes.items() if not p.holds]
         low_fail = min(fails, default=None)
-        held = [c for c, p in probes.items() if p.holds and (low_fail is None or c < low_fail)]
-        top = max(held, default=0)
-        if low_fail is not None and low_fail - top > step(top):
-            mid = max(1, (top + low_fail) // 2)
-        elif top > 1 and top - step(top) not in probes:
-            mid = top - step(top)
-        else:
+        held = [x for x, p in probes.items() if p.holds and (low_fail is None or x < low_fail)]
+        top = max(held, default=0.0)
+        nxt = axis.between(top, low_fail) if low_fail is not None else None
+        if nxt is None and top:
+            nxt = axis.below(top)
+            nxt = None if nxt in probes else nxt
+        if nxt is None:
             break
-        probes[mid] = runner.at(mid, order)
-    above = [c for c, p in probes.items() if p.holds and low_fail is not None and c > low_fail]
+        probes[nxt] = axis.at(runner, nxt, order)
+    above = [x for x, p in probes.items() if p.holds and low_fail is not None and x > low_fail]
     unsteady = probes[max(above)] if above else None
     return Found(
         best=probes[top] if top else None,
         over=probes[low_fail] if low_fail is not None else None,
         unsteady=unsteady,
-        failed_below=tuple(sorted(c for c in fails if unsteady and c < unsteady.concurrency)),
-        steady=tuple(probes[c] for c in sorted(probes) if c <= top),
+        failed_below=tuple(sorted(x for x in fails if above and x < max(above))),
+        steady=tuple(probes[x] for x in sorted(probes) if x <= top),
     )
 
 
-def highest_load(runner: Runs, kinds: Sequence[int]) -> Found:
-    """The highest load that holds, with every probed load below it holding, as the module
-    docstring searches: doubling from 1 client until a load fails or the cap
-    (:data:`CLIENTS_PER_GPU` clients per GPU) holds, then :func:`settle`."""
-    cap = CLIENTS_PER_GPU * runner.gpus
+def highest_load(runner: Runs, kinds: Sequence[int], axis: Axis | None = None) -> Found:
+    """The highest load on ``axis`` (default: :meth:`Axis.clients` of ``runner``'s GPUs) that
+    holds, with every probed load below it holding, as the module docstring searches: from
+    the axis' start, doubling until a load fails or the axis' top holds, then :func:`settle`
+    (which halves below a start that fails)."""
+    axis = axis if axis is not None else Axis.clients(runner.gpus)
     order = sorted(set(kinds), reverse=True)
-    probes: dict[int, LoadPoint] = {}
-    concurrency = 1
-    while True:
-        probes[concurrency] = runner.at(concurrency, order)
-        if not probes[concurrency].holds or concurrency == cap:
-            break
-        concurrency = min(concurrency * 2, cap)
-    return settle(runner, order, probes)
-
-
-RATE_STEPS = 16
-"""The most halvings or doublings of the request rate from the workload's own before the
-open-loop search stops (a rate 1/65,536 or 65,536 times the workload's)."""
-
-
-def _rate(value: float) -> float:
-    """A rate as the search tries it: 3 significant digits (requests/s)."""
-    return float(f"{value:.3g}")
-
-
-def highest_rate(
-    runner: Runs, kinds: Sequence[int], start: float, cap: int, ceiling: float
-) -> Found:
-    """The open loop's :func:`highest_load`: the highest request rate that holds at most
-    ``cap`` in flight (None: not even the lowest tried) and the lowest rate above it that
-    fails (None: ``ceiling`` holds, requests/s). From ``start`` (the workload's rate) it
-    halves until a rate holds, or doubles until one fails (at most :data:`RATE_STEPS` times),
-    then bisects to within 1/:data:`RESOLUTION` of the rate."""
-    order = sorted(set(kinds), reverse=True)
-    rate = _rate(min(start, ceiling))
-    point = runner.at(cap, order, rate)
-    best: LoadPoint | None = point if point.holds else None
-    failed: LoadPoint | None = None if point.holds else point
-    for _ in range(RATE_STEPS):
-        if best is not None and failed is not None:
-            break
-        if best is None:
-            rate = _rate(rate / 2)
-        elif rate >= ceiling:
-            return Found(best, None)
-        else:
-            rate = _rate(min(rate * 2, ceiling))
-        point = runner.at(cap, order, rate)
-        if point.holds:
-            best = point
-        else:
-            failed = point
-    if best is None or failed is None:
-        return Found(best, failed)
-    assert best.rate is not None and failed.rate is not None
-    low, high = best.rate, failed.rate
-    while high - low > low / RESOLUTION:
-        mid = _rate((low + high) / 2)
-        if mid in (low, high):
-            break
-        point = runner.at(cap, order, mid)
-        if point.holds:
-            best, low = point, mid
-        else:
-            failed, high = point, mid
-    return Found(best, failed)
+    probes: dict[float, LoadPoint] = {}
+    load: float | None = axis.start
+    while load is not None:
+        probes[load] = axis.at(runner, load, order)
+        load = axis.up(load) if probes[load].holds else None
+    return settle(runner, axis, order, probes)
 
 
 def room(point: LoadPoint, slo: Slo) -> tuple[str, float, float] | None:
@@ -362,24 +378,47 @@ def room(point: LoadPoint, slo: Slo) -> tuple[str, float, float] | None:
     return key, value, bound
 
 
-def ladder(required: int) -> list[int]:
-    """The loads the capacity question probes (clients): the load ``required``, one
-    :func:`step` below it, half of it and a quarter of it (those of at least 1 client, each
-    once). Half and a quarter stand for the traffic a deployment sees on its way up to its
-    peak; one step below catches a load that holds only as a spike above a failing one."""
-    loads = [required, required - step(required), required // 2, required // 4]
-    return sorted({c for c in loads if c >= 1}, reverse=True)
+RAMP_ROOM = 0.8
+"""The capacity question times the ramp (half and a quarter of the load needed) only where the
+load needed or the one a step below it came above this share of an SLO bound (or gave no
+figure): there a lower load's figures, which move between neighbouring loads, may cross the
+bound. Below it a ramp load fails only with a figure above 1.25 times the load needed's
+(docs/recommend.md, "The capacity question", gives the figures seen on the seed's cluster)."""
 
 
-def required_load(runner: Runs, kinds: Sequence[int], required: int) -> Found:
-    """The capacity question's closed-loop search: the load ``required`` (clients: the stated
-    load x the headroom) first; when it holds, the rest of its :func:`ladder`, and the search
-    stops at ``required`` when all of them hold (it does not look for more); else
-    :func:`settle` below the lowest that fails (``best`` None: not even one client)."""
+def ladder(required: float, axis: Axis) -> list[float]:
+    """The loads the capacity question may probe on ``axis``, in order: the load
+    ``required``, one :meth:`Axis.step` below it, half of it and a quarter of it (those of the
+    axis, each once, highest first). Half and a quarter stand for the traffic a deployment
+    sees on its way up to its peak (the ramp); one step below catches a load that holds only
+    as a spike above a failing one."""
+    loads = [required, axis.below(required), axis.snap(required / 2), axis.snap(required / 4)]
+    return sorted({x for x in loads if x is not None and x >= axis.least}, reverse=True)
+
+
+def near_bound(point: LoadPoint, slo: Slo) -> bool:
+    """Whether ``point``'s figure nearest its SLO bound is above :data:`RAMP_ROOM` of that
+    bound (or it has none)."""
+    near = room(point, slo)
+    return near is None or near[1] > RAMP_ROOM * near[2]
+
+
+def required_load(
+    runner: Runs, kinds: Sequence[int], required: float, axis: Axis, slo: Slo
+) -> Found:
+    """The capacity question's search on ``axis``: its :func:`ladder` from the load
+    ``required`` (the stated load x the headroom) down, stopping at the first load that fails;
+    the ramp (half and a quarter) only where the load needed or the step below it is near an
+    SLO bound (:func:`near_bound`; elsewhere they add no information). The search stops at
+    ``required`` when all it timed hold (it does not look for more); else :func:`settle`
+    below the lowest that fails, reusing every load timed (``best`` None: not even the axis'
+    least load)."""
     order = sorted(set(kinds), reverse=True)
-    probes = {required: runner.at(required, order)}
-    for load in ladder(required)[1:] if probes[required].holds else []:
-        probes[load] = runner.at(load, order)
+    probes: dict[float, LoadPoint] = {}
+    for load in ladder(required, axis):
+        if len(probes) >= 2 and not any(near_bound(p, slo) for p in probes.values()):
+            break
+        probes[load] = axis.at(runner, load, order)
         if not probes[load].holds:
             break
-    return settle(runner, order, probes)
+    return settle(runner, axis, order, probes)

@@ -33,11 +33,11 @@ from metrics.registry import objectives
 from recommend.bounds import Bounds, bounds, ms_text
 from recommend.load_search import (
     CLIENTS_PER_GPU,
+    Axis,
     Found,
     LoadPoint,
     LoadRunner,
     highest_load,
-    highest_rate,
     required_load,
     room,
 )
@@ -183,9 +183,8 @@ class Result:
     holds less is ``short-of-load``, and one the real routing finds over the SLO at it
     ``validation-failed`` (``reason`` says why). ``unsteady``: where the SLO held again above
     the load that fails (:func:`unsteady_text`; '' when it did not), never taken as the answer.
-    ``steady``: the figures at every load probed up to ``best`` (each holds; ascending; none
-    for an open loop), where a verdict compares two candidates at a load both held
-    (:func:`recommend.claims.same_load`).
+    ``steady``: the figures at every load probed up to ``best`` (each holds; ascending), where
+    a verdict compares two candidates at a load both held (:func:`recommend.claims.same_load`).
     """
 
     candidate: Candidate
@@ -323,17 +322,21 @@ def _binding(over: LoadPoint | None, slo: Slo, best: LoadPoint | None, needed: b
 
 def unsteady_text(found: Found) -> str:
     """Where the SLO held again above the load that fails: ``holds again at 10 clients (51% of
-    its requests meet the SLO), above 7 and 9 clients that fail: not taken`` ('' when it did
-    not)."""
+    its requests meet the SLO), above 7 and 9 clients that fail: not taken`` (an open loop's:
+    ``holds again at 26.2/s, <=8 (...), above 20.1/s and 23.4/s that fail: ...``; '' when it
+    did not)."""
     if found.unsteady is None:
         return ""
-    *rest, last = [f"{c:,}" for c in found.failed_below]
+    rate = found.unsteady.rate is not None
+    *rest, last = [f"{x:g}/s" if rate else f"{int(x):,}" for x in found.failed_below]
     fails = f"{', '.join(rest)} and {last}" if rest else last
-    fails += " client" if found.failed_below == (1,) else " clients"
+    if not rate:
+        fails += " client" if found.failed_below == (1,) else " clients"
     attained = found.unsteady.mean(lambda r: r.point.attainment)
+    held = load_text(found.unsteady.concurrency, found.unsteady.rate)
     return (
-        f"holds again at {found.unsteady.concurrency} clients ({attained:.0%} of its requests "
-        f"meet the SLO), above {fails} that fail: not taken"
+        f"holds again at {held} ({attained:.0%} of its requests meet the SLO), above {fails} "
+        "that fail: not taken"
     )
 
 
@@ -351,18 +354,19 @@ def time_candidate(
     is searched up to ``rate_ceiling`` (requests/s: the candidate's bound; default none).
     ``needed`` (the capacity question, :func:`needed_load`): the search tries that load first
     and stops there when it holds (:func:`recommend.load_search.required_load`; an open loop's
-    rate is searched up to it)."""
+    rate at most ``rate_ceiling``). Clients and rates are searched alike
+    (:class:`recommend.load_search.Axis`)."""
     sent = workload if workload is not None else Workload(load)
     runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, gpus, workload=sent)
+    axis, required = Axis.clients(gpus), needed
     if sent.open_loop:
-        start, top = sent.start_rate, rate_ceiling
-        if needed is not None:
-            start = top = min(needed, rate_ceiling)
-        found = highest_rate(runner, load.prefix_kinds, start, sent.in_flight_cap, top)
-    elif needed is not None:
-        found = required_load(runner, load.prefix_kinds, int(needed))
+        start = sent.start_rate if needed is None else needed
+        axis = Axis.rates(sent.in_flight_cap, start, rate_ceiling)
+        required = None if needed is None else axis.start
+    if required is None:
+        found = highest_load(runner, load.prefix_kinds, axis)
     else:
-        found = highest_load(runner, load.prefix_kinds)
+        found = required_load(runner, load.prefix_kinds, required, axis, slo)
     best, over = found.best, found.over
     result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
     result.binding = _binding(over, slo, best, needed is not None)
@@ -632,12 +636,13 @@ def timed_of(data: Mapping[str, Any]) -> Result:
 
 def _stored(store: TimedStore | None, batch: Sequence[Result]) -> dict[str, Result]:
     """The candidates of ``batch`` ``store`` holds timed already, by key (one timed before the
-    search kept ``steady``, by a search that took the SLO to hold below any load that holds,
-    is timed again)."""
+    search kept ``steady``, or with a best load but no steady one (an open loop's rate searched
+    before rates were searched as clients are), by a search that took the SLO to hold below
+    any load that holds, is timed again)."""
     found = {}
     for r in batch:
         data = store.get(r.candidate.key) if store is not None else None
-        if data is not None and "steady" in data:
+        if data is not None and "steady" in data and (data["best"] is None or data["steady"]):
             found[r.candidate.key] = timed_of(data)
     return found
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from recommend.bounds import ms_text
@@ -17,6 +17,7 @@ from recommend.claims import DEFAULT_MARGIN
 from recommend.load_search import (
     CLIENTS_PER_GPU,
     RESOLUTION,
+    Axis,
     Found,
     KindsPoint,
     LoadPoint,
@@ -24,7 +25,6 @@ from recommend.load_search import (
     highest_load,
     ladder,
     required_load,
-    step,
 )
 from recommend.search import time_candidate, unsteady_text
 from recommend.workload import Workload
@@ -111,43 +111,65 @@ def _one_run() -> KindsPoint:
 
 @dataclass
 class Pattern:
-    """A fake runner: the SLO holds at the loads ``holds`` says (not a monotone pattern), with
-    ``attainment`` where it holds; it records the loads probed."""
+    """A fake runner: the SLO (:data:`SLO`) holds at the loads ``holds`` says (clients, or an
+    open loop's requests/s; not a monotone pattern), with ``attainment`` and TTFT p99
+    ``ttft_ms`` where it holds; it records the loads probed (each run, one a load: a single
+    prefix-kinds value)."""
 
-    holds: Callable[[int], bool]
+    holds: Callable[[float], bool]
     gpus: int = 1
     attainment: float = 0.51
-    probed: list[int] = field(default_factory=list)
+    ttft_ms: float = 500.0
+    probed: list[float] = field(default_factory=list)
 
     def at(self, concurrency: int, order: list[int], rate: float | None = None) -> LoadPoint:
-        self.probed.append(concurrency)
+        load = concurrency if rate is None else rate
+        self.probed.append(load)
         base = _one_run()
-        ok = self.holds(concurrency)
+        ok = self.holds(load)
         point = base.point.model_copy(
-            update={"slo_met": ok, "attainment": self.attainment if ok else 0.3}
+            update={
+                "slo_met": ok,
+                "attainment": self.attainment if ok else 0.3,
+                "values_ms": {"ttft_p99_ms": self.ttft_ms if ok else 1_500.0},
+            }
         )
-        return LoadPoint(concurrency, (replace(base, point=point),))
+        return LoadPoint(concurrency, (replace(base, point=point),), rate)
 
 
-def _steady(runner: Pattern, found: Found) -> None:
+CLIENTS = Axis.clients(1)
+
+
+def _load(point: LoadPoint) -> float:
+    """The load ``point`` was timed at: an open loop's rate, else its clients."""
+    return point.rate if point.rate is not None else float(point.concurrency)
+
+
+SLO = parse_slo("ttft_p99_ms=1000")
+
+
+def _steady(runner: Pattern, found: Found, axis: Axis = CLIENTS) -> None:
     """The answer holds, every load probed up to it held, the load one step below it was
     probed, the load reported failing fails and is above it; a load that held above that is
     reported with every failing load beneath it."""
     probed = set(runner.probed)
+    assert len(probed) == len(runner.probed), "a load was timed twice"
     if found.best is not None:
-        top = found.best.concurrency
+        top = _load(found.best)
         assert runner.holds(top)
         assert all(runner.holds(c) for c in probed if c <= top)
-        assert top == 1 or top - step(top) in probed
+        below = axis.below(top)
+        assert below is None or (below in probed and runner.holds(below)), "a spike taken"
+        assert [_load(p) for p in found.steady] == sorted(c for c in probed if c <= top)
     if found.over is not None:
-        low = found.over.concurrency
+        low = _load(found.over)
         assert not runner.holds(low)
-        assert found.best is None or low > found.best.concurrency
+        assert found.best is None or low > _load(found.best)
         assert low == min(c for c in probed if not runner.holds(c))
         held_above = [c for c in probed if c > low and runner.holds(c)]
         assert (found.unsteady is not None) == bool(held_above)
         if found.unsteady is not None:
-            assert found.unsteady.concurrency == max(held_above)
+            assert _load(found.unsteady) == max(held_above)
             assert found.failed_below == tuple(
                 sorted(c for c in probed if c < max(held_above) and not runner.holds(c))
             )
@@ -165,24 +187,82 @@ def test_a_load_found_holds_with_every_load_probed_below_it(fails: set[int], abo
     assert found.best is None or found.best.concurrency < above
 
 
-@settings(max_examples=60, deadline=None)
+RATE_GAPS = st.lists(st.tuples(st.floats(0.01, 500.0), st.floats(0.001, 0.5)), max_size=4).map(
+    lambda gaps: [(low, low * (1 + width)) for low, width in gaps]
+)
+"""Rates (requests/s) where the SLO fails: a few bands, each up to half its rate wide."""
+
+
+@settings(max_examples=80, deadline=None)
+@example(gaps=[(7.01, 7.1)], above=7.3, start=1.0, ceiling=100.0)  # a spike at 7.25/s
+@given(
+    gaps=RATE_GAPS,
+    above=st.floats(0.05, 2_000.0),
+    start=st.floats(0.1, 100.0),
+    ceiling=st.floats(1.0, 5_000.0),
+)
+def test_a_rate_found_holds_with_every_rate_probed_below_it(
+    gaps: list[tuple[float, float]], above: float, start: float, ceiling: float
+) -> None:
+    """The open loop's rate search under the same rule: over SLOs that fail in a few bands
+    of rates and from some rate up, what it reports holding held at every rate it probed
+    below it (one step below included), never above the ceiling; a rate that held above a
+    failing one is reported with the rates that fail beneath it, never taken."""
+    runner = Pattern(lambda r: r < above and not any(a <= r < b for a, b in gaps))
+    axis = Axis.rates(8, start, ceiling)
+    found = highest_load(runner, [2], axis)
+    _steady(runner, found, axis)
+    assert all(r <= axis.top for r in runner.probed)
+    assert found.best is None or (found.best.rate or 0) < above
+    assert all(p.concurrency == 8 for p in found.steady)
+
+
+@settings(max_examples=80, deadline=None)
 @given(
     fails=st.sets(st.integers(1, 40), max_size=4),
     above=st.integers(2, 60),
     required=st.integers(1, 40),
+    ttft_ms=st.sampled_from([500.0, 900.0]),
 )
 def test_the_load_needed_holds_only_with_its_ladder(
-    fails: set[int], above: int, required: int
+    fails: set[int], above: int, required: int, ttft_ms: float
 ) -> None:
-    """The capacity question: the load needed is reported held only when it, one step below
-    it, half and a quarter of it all hold; else the search settles below the lowest that
-    fails."""
-    runner = Pattern(lambda c: c not in fails and c < above)
-    found = required_load(runner, [2], required)
+    """The capacity question: the load needed is reported held only when it and one step
+    below it hold, and, where the SLO is near its bound there (TTFT p99 900 of 1,000 ms), half
+    and a quarter of it too; else the search settles below the lowest that fails."""
+    runner = Pattern(lambda c: c not in fails and c < above, ttft_ms=ttft_ms)
+    found = required_load(runner, [2], required, CLIENTS, SLO)
     _steady(runner, found)
     held = found.best is not None and found.best.concurrency == required
-    assert held == all(runner.holds(c) for c in ladder(required))
-    assert ladder(10) == [10, 9, 5, 2]
+    checked = ladder(required, CLIENTS)[: None if ttft_ms > 800 else 2]
+    assert held == all(runner.holds(c) for c in checked)
+    assert ladder(10, CLIENTS) == [10, 9, 5, 2]
+
+
+@pytest.mark.parametrize(("ttft_ms", "timed"), [(500.0, [10, 9]), (900.0, [10, 9, 5, 2])])
+def test_a_holding_candidate_times_the_ramp_only_near_the_bound(
+    ttft_ms: float, timed: list[int]
+) -> None:
+    """10 clients needed, held at every load: with TTFT p99 at half its bound there, the
+    search times 10 and 9 clients (2 runs); at 90% of it, also the ramp, 5 and 2 clients (4
+    runs). Either way it holds the load needed, as it did when every candidate was timed at
+    all four; an open loop's rate alike (20/s needed: 20 and 19.4/s)."""
+    runner = Pattern(lambda c: True, ttft_ms=ttft_ms)
+    found = required_load(runner, [2], 10, CLIENTS, SLO)
+    assert runner.probed == timed
+    assert found.best is not None and found.best.concurrency == 10 and found.over is None
+    assert [p.concurrency for p in found.steady] == sorted(timed)
+    rates = Pattern(lambda r: True, ttft_ms=ttft_ms)
+    axis = Axis.rates(8, 20.0, 100.0)
+    found = required_load(rates, [2], 20.0, axis, SLO)
+    assert rates.probed == [20.0, 19.4, 10.0, 5.0][: len(timed)]
+    assert found.best is not None and found.best.rate == 20.0
+    # A ramp load that fails near the bound: the needed load is not held; the search settles
+    # below the half that fails, reusing the loads timed (2 clients is not timed again).
+    ramp = Pattern(lambda c: c not in (5, 4), ttft_ms=900.0)
+    found = required_load(ramp, [2], 10, CLIENTS, SLO)
+    assert found.best is not None and found.best.concurrency == 3
+    assert ramp.probed == [10, 9, 5, 2, 3, 4] and found.unsteady is not None
 
 
 def test_a_spike_above_failing_loads_is_reported_not_taken() -> None:
@@ -200,9 +280,26 @@ def test_a_spike_above_failing_loads_is_reported_not_taken() -> None:
     )
     # The capacity question at 10 clients: 10 holds, so does 9's neighbour 5; 9 fails.
     needed = Pattern(lambda c: c != 9 and c < 11)
-    found = required_load(needed, [2], 10)
+    found = required_load(needed, [2], 10, CLIENTS, SLO)
     assert found.best is not None and found.best.concurrency == 8
     assert found.unsteady is not None and found.unsteady.concurrency == 10
+
+
+def test_a_rate_spike_above_a_failing_band_is_reported_not_taken() -> None:
+    """An open loop from 1/s that fails from 7.3/s and between 7.01 and 7.1/s: the bisection
+    lands on 7.25/s, whose step below (7.02/s) fails, so the answer is 7/s and 7.25/s is
+    reported with the rate beneath it that fails."""
+    runner = Pattern(lambda r: r < 7.3 and not 7.01 <= r < 7.1)
+    axis = Axis.rates(8, 1.0, 100.0)
+    found = highest_load(runner, [2], axis)
+    assert found.best is not None and found.over is not None and found.unsteady is not None
+    assert (found.best.rate, found.over.rate, found.unsteady.rate) == (7.0, 7.02, 7.25)
+    assert found.failed_below == (7.02,)
+    assert runner.probed == [1.0, 2.0, 4.0, 8.0, 6.0, 7.0, 7.5, 7.25, 7.38, 7.02, 6.78]
+    assert unsteady_text(found) == (
+        "holds again at 7.25/s, <=8 (51% of its requests meet the SLO), above 7.02/s that "
+        "fail: not taken"
+    )
 
 
 def test_a_load_that_holds_at_the_cap_says_so_and_how_much_room_the_slo_has() -> None:

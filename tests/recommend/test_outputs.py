@@ -194,6 +194,27 @@ def test_a_verdict_says_at_which_loads_and_compares_at_one_both_held() -> None:
     assert reason_line(kv, kv, 1.25).startswith("rank 1:")
 
 
+def test_an_open_loop_verdict_compares_at_a_rate_both_held() -> None:
+    """Open loops at 8 in flight: one held 12/s, the other 10/s, both held 5/s and 10/s: the
+    ratio is taken at 10/s, the highest rate both held (every load has 8 in flight)."""
+    assert RESULTS[0].best is not None
+    at = [
+        replace(RESULTS[0].best, concurrency=8, rate=r, goodput_tokens_per_s_per_gpu=g)
+        for r, g in ((5.0, 30.0), (10.0, 60.0), (12.0, 70.0))
+    ]
+    first = replace(RESULTS[0], steady=tuple(at), best=at[2])
+    other = replace(
+        RESULTS[1],
+        candidate=replace(RESULTS[0].candidate, key="a2"),
+        value=40.0,
+        steady=(at[0], replace(at[1], goodput_tokens_per_s_per_gpu=40.0)),
+        best=replace(at[1], goodput_tokens_per_s_per_gpu=40.0),
+    )
+    assert reason_line(other, first, 1.25).startswith(
+        "0.40x (at 10/s, <=8 against rank 1's 12/s, <=8; at 10/s, <=8, where both held, 0.67x):"
+    )
+
+
 def test_under_pareto_front_members_trade_and_the_rest_are_judged_by_who_beats_them() -> None:
     results, inputs = _pareto()
     first = results[0]

@@ -4,6 +4,7 @@ cheap: one or two candidates (``--fix``), short runs."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from loadgen.runner import grid_result
 from measurement.stats import summarize_run
 from outputs.folder_writer import MeasuredRun, ResultsFolder, records_frame
 from outputs.resume import ResumeError
+from recommend.load_search import Axis
 from recommend.resume import TimedStore
 from recommend.search import Problem, search
 from recommend.space import candidates
@@ -88,6 +90,12 @@ def test_open_loop_search_finds_a_rate_labelled_as_the_project_does() -> None:
     assert result.best.rate < result.over.rate <= result.best.rate * 1.25
     # the offered rate is kept: what the model served is near what was offered
     assert result.best.requests_per_s == pytest.approx(result.best.rate, rel=0.25)
+    # every rate timed up to the answer held (the climb from 2/s and the step below it)
+    rates = [f.rate or 0.0 for f in result.steady]
+    assert rates[:2] == [2.0, 4.0] and rates[-1] == result.best.rate
+    assert rates == sorted(rates) and {f.concurrency for f in result.steady} == {8}
+    below = Axis.rates(8, 2.0, math.inf).below(result.best.rate)
+    assert below is not None and below <= rates[-2] < result.best.rate
     (again,) = search(problem, picked)
     assert (again.best, again.over) == (result.best, result.over)
 
@@ -288,6 +296,12 @@ def test_resume_reuses_timed_candidates_and_ranks_the_same(
     old.put(first.candidate.key, stale)
     with pytest.raises(AssertionError, match="a stored candidate was timed again"):
         search(problem, [first.candidate], store=TimedStore(tmp_path / "c", inputs, resume=True))
+    # So is one with a best load but none steady (an open loop's rate searched as a monotone
+    # rate, before rates were searched as clients are).
+    older = TimedStore(tmp_path / "d", inputs, resume=False)
+    older.put(first.candidate.key, search_module.timed_json(first) | {"steady": []})
+    with pytest.raises(AssertionError, match="a stored candidate was timed again"):
+        search(problem, [first.candidate], store=TimedStore(tmp_path / "d", inputs, resume=True))
 
 
 def test_resume_reads_a_candidate_timed_under_p99_ms(tmp_path: Path) -> None:
