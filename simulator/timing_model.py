@@ -681,12 +681,13 @@ class _Tenants:
 
 @dataclass
 class _Progress:
-    """A window's replay up to a time: the server's jobs ``[member, work left, total, rate]``,
-    their ``last`` update, its timer (``due_s``, ``due_seq``), per member its host part's end
+    """A window's replay up to a time: the server's jobs ``(member, work left, total)``, their
+    ``rate`` and ``last`` update, its timer (``due_s``, ``due_seq``), per member its host part's end
     ``(at_s, seq)`` (None: on the GPU), the steps it completed and their ends, and the time of
     the first event not replayed (``stop_s``)."""
 
-    jobs: list[list[float]]
+    jobs: list[tuple[int, float, float]]
+    rate: float
     last: float
     due_s: float | None
     hosts: list[tuple[float, int] | None]
@@ -714,9 +715,8 @@ class _Window:
         self.origin = [m.pending for m in members if m.pending is not None]
         owner = {id(p.event): i for i, p in enumerate(self.origin) if p.kind == "gpu"}
         assert len(owner) == len(self.start.jobs), "a job on the GPU outside the window"
-        self.jobs = [
-            [owner[id(done)], rem, total, rate] for rem, total, rate, done in self.start.jobs
-        ]
+        self.jobs = [(owner[id(done)], rem, total) for rem, total, _, done in self.start.jobs]
+        self.rate = self.start.jobs[0][2] if self.start.jobs else 0.0
         self.contexts = [
             [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in m.running]
             for m in members
@@ -732,9 +732,13 @@ class _Window:
         timeout_at(model.env, self.final.stop_s).callbacks.append(lambda _: self.close())
 
     def _work(self, i: int, step: int) -> float:
+        """Member ``i``'s GPU work of its ``step``-th step from the window's start (computed in
+        runs: twice as many steps as before, up to the last it may take)."""
         works = self.works[i]
-        while len(works) <= step:
-            works.append(self.members[i].decode_work(self.contexts[i], len(works)))
+        if step >= len(works):
+            member, contexts = self.members[i], self.contexts[i]
+            upto = max(step + 1, min(2 * len(works) + 8, self.limit[i] + 1))
+            works.extend(member.decode_work(contexts, n) for n in range(len(works), upto))
         return works[step]
 
     def _replay(self, until: float) -> _Progress:
@@ -742,57 +746,76 @@ class _Window:
         member may not take here (:attr:`limit`), in SimPy's order (time, then when scheduled):
         a host part's end serves the member's next step (``_RateServer._start``), the timer
         ends the jobs done (``_on_timer``), each followed by ``_reschedule``; a member whose
-        step ended starts the next one's host part."""
-        rate_of = self.tenants.server.job_rate
-        jobs = [list(j) for j in self.jobs]
-        last, due, due_seq = self.start.last, self.start.due_s, -1
-        hosts: list[tuple[float, int] | None] = [
-            (p.at_s, p.seq) if p.kind == "host" else None for p in self.origin
-        ]
+        step ended starts the next one's host part. Every job on the server has the same rate
+        (``SharedServer.job_rate`` of their number), so one ``rate`` stands for all."""
+        rate_of = [self.tenants.server.job_rate(n) for n in range(len(self.members) + 1)]
+        owner = [i for i, _, _ in self.jobs]
+        left = [rem for _, rem, _ in self.jobs]
+        total = [work for _, _, work in self.jobs]
+        rate, last, due, due_seq = self.rate, self.start.last, self.start.due_s, -1
+        due = math.inf if due is None else due
+        host_at = [p.at_s if p.kind == "host" else math.inf for p in self.origin]
+        host_seq = [p.seq for p in self.origin]
+        members = range(len(self.members))
         steps = [0] * len(self.members)
         ends: list[list[float]] = [[] for _ in self.members]
         host_s = [m.spec.step.host_s for m in self.members]
+        works, limit = self.works, self.limit
         seq = self.base
         while True:
-            at, order, who = (math.inf, 0, -1) if due is None else (due, due_seq, -1)
-            for i, h in enumerate(hosts):
-                if h is not None and (h[0], h[1]) < (at, order):
-                    at, order, who = h[0], h[1], i
+            at, order, who = due, due_seq, -1
+            for i in members:
+                h = host_at[i]
+                if h < at or (h == at and host_seq[i] < order):
+                    at, order, who = h, host_seq[i], i
             if at >= until:
                 break
             elapsed = at - last
-            if who >= 0:
+            if who >= 0:  # its host part ends: the GPU takes its next step's work
                 if elapsed > 0:
-                    for job in jobs:
-                        job[1] -= job[3] * elapsed
-                work = self._work(who, steps[who])
-                jobs.append([who, work, work, 0.0])
-                hosts[who] = None
-            else:
-                left = [job[1] - job[3] * elapsed if elapsed > 0 else job[1] for job in jobs]
-                done = [job_done(left[j], job[2], job[3], at) for j, job in enumerate(jobs)]
-                ended = [int(job[0]) for j, job in enumerate(jobs) if done[j]]
-                if any(steps[i] + 1 > self.limit[i] for i in ended):
+                    left = [rem - rate * elapsed for rem in left]
+                step = steps[who]
+                work = works[who][step] if step < len(works[who]) else self._work(who, step)
+                owner.append(who)
+                left.append(work)
+                total.append(work)
+                host_at[who] = math.inf
+                ended: list[int] = []
+            else:  # the timer: the jobs done end their steps
+                now = [rem - rate * elapsed for rem in left] if elapsed > 0 else left
+                done = [job_done(rem, work, rate, at) for rem, work in zip(now, total, strict=True)]
+                ended = [i for i, d in zip(owner, done, strict=True) if d]
+                if any(steps[i] >= limit[i] for i in ended):
                     break
-                for job, value in zip(jobs, left, strict=True):
-                    job[1] = value
-                jobs = [job for j, job in enumerate(jobs) if not done[j]]
+                if ended:
+                    owner = [i for i, d in zip(owner, done, strict=True) if not d]
+                    total = [w for w, d in zip(total, done, strict=True) if not d]
+                    now = [rem for rem, d in zip(now, done, strict=True) if not d]
+                left = now
             last = at
-            if jobs:
-                rate = rate_of(len(jobs))
-                for job in jobs:
-                    job[3] = rate
-                due = at + max(min(job[1] / rate for job in jobs), 0.0)
+            if left:
+                rate = rate_of[len(left)]
+                due = at + max(min(left) / rate, 0.0)
                 due_seq, seq = seq, seq + 1
             else:
-                due = None
-            if who < 0:
-                for i in ended:
-                    steps[i] += 1
-                    ends[i].append(at)
-                    hosts[i] = (at + host_s[i], seq)
-                    seq += 1
-        return _Progress(jobs, last, due, hosts, steps, ends, at)
+                due = math.inf
+            for i in ended:
+                steps[i] += 1
+                ends[i].append(at)
+                host_at[i], host_seq[i] = at + host_s[i], seq
+                seq += 1
+        return _Progress(
+            jobs=[(i, rem, work) for i, rem, work in zip(owner, left, total, strict=True)],
+            rate=rate,
+            last=last,
+            due_s=None if due == math.inf else due,
+            hosts=[
+                None if a == math.inf else (a, q) for a, q in zip(host_at, host_seq, strict=True)
+            ],
+            steps=steps,
+            ends=ends,
+            stop_s=at,
+        )
 
     def close(self) -> None:
         """Hand back at the present time (the window's end, or an interrupt): the replayed
@@ -814,15 +837,15 @@ class _Window:
                     r.remaining -= taken
         handed: dict[int, _Pending] = {}
         jobs = []
-        for i, left, total, rate in done.jobs:
-            member, origin = int(i), self.origin[int(i)]
+        for member, left, total in done.jobs:
+            origin = self.origin[member]
             if done.steps[member] == 0 and origin.kind == "gpu":
                 event = origin.event
             else:
                 event = env.event()
                 handed[member] = _Pending("gpu", event, now, 0.0, 0)
             assert event is not None
-            jobs.append((left, total, rate, event))
+            jobs.append((left, total, done.rate, event))
         for at, _, member in sorted((h[0], h[1], i) for i, h in enumerate(done.hosts) if h):
             origin = self.origin[member]
             if done.steps[member] == 0 and origin.event is not None:
