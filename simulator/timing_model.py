@@ -133,9 +133,10 @@ expiry")."""
 
 FIRST_HORIZON_STEPS = 4
 HORIZON_STEPS = 256
-"""How many decode steps a worker alone on its GPU times ahead (:meth:`_Worker._decode_steps`):
-at first, and at most. The figures do not depend on them (the steps a submitted request
-interrupts are not taken); only the work of timing steps not taken does."""
+"""How many decode steps a worker alone on its GPU times ahead (:meth:`_Worker._decode_steps`),
+or a worker of a shared GPU in a window (:class:`_Window`): at first, and at most. The figures
+do not depend on them (the steps a submitted request interrupts are not taken); only the work
+of timing steps not taken does."""
 
 OOM_EXIT_CODE = 137  # SIGKILL from the kernel's OOM killer: 128 + 9
 
