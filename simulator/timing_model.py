@@ -722,6 +722,7 @@ class _Window:
             [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in m.running]
             for m in members
         ]
+        self.totals = [sum(c) for c in self.contexts]
         self.works = [[p.work] if p.kind == "host" else [] for p in self.origin]
         self.limit = [
             min(min(r.remaining for r in m.running) - 1, tenants.horizon) for m in members
@@ -738,8 +739,12 @@ class _Window:
         works = self.works[i]
         if step >= len(works):
             member, contexts = self.members[i], self.contexts[i]
+            batch, total = len(contexts), self.totals[i]
             upto = max(step + 1, min(2 * len(works) + 8, self.limit[i] + 1))
-            works.extend(member.decode_work(contexts, n) for n in range(len(works), upto))
+            works.extend(
+                member.gpu_s(0, batch, total + n * batch, contexts, n)
+                for n in range(len(works), upto)
+            )
         return works[step]
 
     def _replay(self, until: float) -> _Progress:
@@ -784,14 +789,13 @@ class _Window:
                 ended: list[int] = []
             else:  # the timer: the jobs done end their steps
                 now = [rem - rate * elapsed for rem in left] if elapsed > 0 else left
-                done = [job_done(rem, work, rate, at) for rem, work in zip(now, total, strict=True)]
-                ended = [i for i, d in zip(owner, done, strict=True) if d]
-                if any(steps[i] >= limit[i] for i in ended):
-                    break
+                ended = [j for j in range(len(now)) if job_done(now[j], total[j], rate, at)]
                 if ended:
-                    owner = [i for i, d in zip(owner, done, strict=True) if not d]
-                    total = [w for w, d in zip(total, done, strict=True) if not d]
-                    now = [rem for rem, d in zip(now, done, strict=True) if not d]
+                    if any(steps[owner[j]] >= limit[owner[j]] for j in ended):
+                        break
+                    for j in reversed(ended):
+                        del now[j], total[j]
+                    ended = [owner.pop(j) for j in reversed(ended)][::-1]
                 left = now
             last = at
             if left:
