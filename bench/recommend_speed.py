@@ -22,7 +22,17 @@ Cases (default: all):
 - **long-output**: the seed's cluster and prefix kinds with 128-token prompts and 1,024-token
   outputs, 128 requests a run, one repetition at concurrency 8 (the most the checks let one
   load client's log hold), TTFT p99 <= 1 s; **short-output**: the same with 64-token outputs,
-  what its cost is compared with.
+  what its cost is compared with;
+- **two-classes**: the seed's cluster with a second 8 GB class identical to the first (its own
+  node selector: the same GPU, count and time-slicing) on the seed's workload, TTFT p99 <= 1 s:
+  a candidate and its mirror (the two classes swapped) are timed once, so its cost is compared
+  with the seed's.
+
+The cases the seed's cluster has (seed, long-output, short-output, two-classes), given in one
+run, show what a long-output or a two-identical-classes search costs beside the seed
+workload's: each is on GPUs shared by time-slicing, whose decode steps are timed together in
+one go (:mod:`simulator.timing_model`); the run ends with each one's CPU and wall seconds over
+the seed's.
 """
 
 from __future__ import annotations
@@ -36,10 +46,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CASES = ("seed", "llama-1node", "llama-2node", "qwen-h200", "long-output", "short-output")
+CASES = (
+    "seed",
+    "llama-1node",
+    "llama-2node",
+    "qwen-h200",
+    "long-output",
+    "short-output",
+    "two-classes",
+)
 
 DRIVER = """
-import json, os, resource, sys, time
+import copy, json, os, resource, sys, time
 import bench.recommend_search as b
 from recommend.search import Problem, search
 from recommend.space import candidates
@@ -47,15 +65,21 @@ from recommend.workload import Workload
 from stackmodel.config import project_values
 from stackmodel.published import DYNAMO_LLAMA_70B, DYNAMO_LLAMA_70B_ONE_NODE, NEBIUS_QWEN3_32B
 from stackmodel.stacks import load_stack, stack_config
+from stackmodel.validation import validate_stack
 from workload.config import LoadConfig
 from workload.slo import parse_slo
 
 case, jobs = sys.argv[1], int(sys.argv[2])
-if case in ("seed", "long-output", "short-output"):
+if case in ("seed", "long-output", "short-output", "two-classes"):
     base = project_values(stack_config("kv-routing")[0])
     cfg = load_stack("kv-routing").cfg
+    if case == "two-classes":
+        twin = copy.deepcopy(base["nodeClasses"]["gpu-8gb"])
+        twin["nodeSelector"] = {"dynamo-testbed/node-class": "gpu-8gb-b"}
+        base["nodeClasses"]["gpu-8gb-b"] = twin
+        cfg = validate_stack("kv-routing", base).cfg
     load = LoadConfig()
-    if case != "seed":
+    if case in ("long-output", "short-output"):
         load = load.model_copy(update={
             "prompt_tokens": 128, "max_tokens": 1024 if case == "long-output" else 64,
             "repetitions": 1, "concurrency": [8], "requests_per_run": 128,
@@ -118,6 +142,22 @@ def show(name: str, r: dict[str, object]) -> None:
         print(f"    {i}. {key}: {value:,.0f} tok/s per GPU at {clients} clients")
 
 
+def beside_seed(times: dict[str, dict[str, object]]) -> None:
+    """Each case of the seed's cluster timed in this run, its CPU and wall seconds over the
+    seed workload's (this tree's code)."""
+    seed = times.get("seed")
+    others = [c for c in ("long-output", "short-output", "two-classes") if c in times]
+    if seed is None or not others:
+        return
+    print("\n### beside the seed workload (this tree)")
+    for case in others:
+        r = times[case]
+        print(
+            f"  {case}: {float(r['cpu_s']) / float(seed['cpu_s']):.2f}x the seed's CPU, "  # type: ignore[arg-type]
+            f"{float(r['wall_s']) / float(seed['wall_s']):.2f}x its wall"  # type: ignore[arg-type]
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"of {', '.join(CASES)}")
@@ -143,10 +183,11 @@ def main() -> None:
                 check=True,
                 capture_output=True,
             )
+        times: dict[str, dict[str, object]] = {}
         try:
             for case in args.cases or CASES:
                 print(f"\n### {case}")
-                new = run_case(ROOT, case, args.jobs)
+                new = times[case] = run_case(ROOT, case, args.jobs)
                 show("new", new)
                 if args.new_only:
                     continue
@@ -158,6 +199,7 @@ def main() -> None:
                     f"{float(new['cpu_s']) / float(old['cpu_s']):.2f}x CPU; the same ranking: "  # type: ignore[arg-type]
                     f"{'yes' if agree else 'NO'}"
                 )
+            beside_seed(times)
         finally:
             if not args.new_only:
                 subprocess.run(

@@ -46,6 +46,13 @@ server would re-arm the same timer for ever (a tiny transfer late in a run, or a
 pushed the clock to years)."""
 
 
+def job_done(remaining: float, total: float, rate: float, now: float) -> bool:
+    """Whether a job of ``total`` work with ``remaining`` left, served at ``rate`` (0: not
+    served), is done at clock time ``now`` (seconds): within the float tolerances above."""
+    left_s = remaining / rate if rate else math.inf
+    return remaining <= total * _DONE_TOLERANCE or left_s <= _CLOCK_ULPS * math.ulp(now)
+
+
 class _RateServer:
     """Jobs in a SimPy environment, each served at a rate that depends on the jobs active now
     (:meth:`_rates`); the rates are re-computed whenever a job starts or ends."""
@@ -57,6 +64,7 @@ class _RateServer:
         self._ids = itertools.count()
         self._last = env.now
         self._version = 0  # timers of an older schedule are ignored
+        self.due_s: float | None = None  # when the current timer fires (None: no job)
 
     @property
     def active(self) -> int:
@@ -97,21 +105,24 @@ class _RateServer:
         keys = list(self._jobs)
         rates = self._job_rates([self._jobs[k] for k in keys])
         self._rates = dict(zip(keys, rates, strict=True))
+        self.due_s = None
         if not keys:
             return
         soonest = min(self._jobs[k].remaining / self._rates[k] for k in keys)
+        self._arm(max(soonest, 0.0))
+
+    def _arm(self, delay: float) -> None:
+        """The current schedule's timer, ``delay`` seconds from now."""
         version = self._version
-        timer = self.env.timeout(max(soonest, 0.0))
-        timer.callbacks.append(lambda _: self._on_timer(version))
+        self.due_s = self.env.now + delay
+        self.env.timeout(delay).callbacks.append(lambda _: self._on_timer(version))
 
     def _on_timer(self, version: int) -> None:
         if version != self._version:
             return
         self._advance()
-        resolution = _CLOCK_ULPS * math.ulp(self.env.now)
         for key, job in list(self._jobs.items()):
-            left_s = job.remaining / self._rates[key] if self._rates.get(key) else math.inf
-            if job.remaining <= job.total * _DONE_TOLERANCE or left_s <= resolution:
+            if job_done(job.remaining, job.total, self._rates.get(key, 0.0), self.env.now):
                 del self._jobs[key]
                 job.done.succeed()
         self._reschedule()
@@ -148,6 +159,61 @@ class SharedServer(_RateServer):
     def serve(self, work: float) -> simpy.Event:
         """An event that succeeds when ``work`` units (>= 0) of this job are done."""
         return self._start(work, None)
+
+    def take(self) -> ServerState:
+        """The server's state now, its jobs taken off it (their events never succeed; its timer
+        is void): what :meth:`put` installs again, here or after the same arithmetic done
+        elsewhere."""
+        jobs = [
+            (job.remaining, job.total, self._rates[key], job.done)
+            for key, job in self._jobs.items()
+        ]
+        state = ServerState(jobs=jobs, last=self._last, due_s=self.due_s)
+        self._jobs, self._rates, self.due_s = {}, {}, None
+        self._version += 1
+        return state
+
+    def put(self, state: ServerState) -> None:
+        """Install ``state`` (no job on the server now): its jobs, in order, with their rates and
+        the time of their last update, and its timer at ``state.due_s`` exactly."""
+        assert not self._jobs, "put() onto a server with jobs"
+        self._version += 1
+        self._last = state.last
+        for remaining, total, rate, done in state.jobs:
+            key = next(self._ids)
+            self._jobs[key] = _Job(remaining=remaining, total=total, done=done)
+            self._rates[key] = rate
+        if state.due_s is not None:
+            self._arm(delay_to(self.env, state.due_s))
+
+
+@dataclass
+class ServerState:
+    """A :class:`SharedServer`'s state: per job in order (work left as of ``last``, its total,
+    its rate, the event its end succeeds), when the jobs were last updated (seconds), and when
+    the timer of the next completion fires (None: no job)."""
+
+    jobs: list[tuple[float, float, float, simpy.Event]]
+    last: float
+    due_s: float | None
+
+
+def delay_to(env: simpy.Environment, at_s: float) -> float:
+    """The delay (>= 0) of a timeout that fires at ``at_s`` exactly: SimPy adds a delay to
+    ``now``, so the difference is nudged by a unit in the last place until that sum is
+    ``at_s``."""
+    delay = at_s - env.now
+    for _ in range(4):
+        reached = env.now + delay
+        if reached == at_s:
+            break
+        delay = math.nextafter(delay, math.inf if reached < at_s else -math.inf)
+    return max(delay, 0.0)
+
+
+def timeout_at(env: simpy.Environment, at_s: float) -> simpy.Event:
+    """A timeout that fires at ``at_s`` exactly (:func:`delay_to`)."""
+    return env.timeout(delay_to(env, at_s))
 
 
 class FlowServer(_RateServer):

@@ -117,7 +117,14 @@ from kvpath.copies import DEFAULT_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d
 from kvpath.memory import HOST_BASE_BYTES, block_bytes
 from kvpath.profile import LinkProfile
 from kvpath.transfers import Flow
-from simulator.sharing import FlowServer, ResidentMirror, SharedServer
+from simulator.sharing import (
+    FlowServer,
+    ResidentMirror,
+    ServerState,
+    SharedServer,
+    job_done,
+    timeout_at,
+)
 from steptime.roofline import EngineStep
 
 Role = Literal["aggregated", "prefill", "decode"]
@@ -130,9 +137,10 @@ expiry")."""
 
 FIRST_HORIZON_STEPS = 4
 HORIZON_STEPS = 256
-"""How many decode steps a worker alone on its GPU times ahead (:meth:`_Worker._decode_steps`):
-at first, and at most. The figures do not depend on them (the steps a submitted request
-interrupts are not taken); only the work of timing steps not taken does."""
+"""How many decode steps a worker alone on its GPU times ahead (:meth:`_Worker._decode_steps`),
+or a worker of a shared GPU in a window (:class:`_Window`): at first, and at most. The figures
+do not depend on them (the steps a submitted request interrupts are not taken); only the work
+of timing steps not taken does."""
 
 OOM_EXIT_CODE = 137  # SIGKILL from the kernel's OOM killer: 128 + 9
 
@@ -330,6 +338,10 @@ class _Worker:
         self.wake = model.env.event()
         self.arrived: simpy.Event | None = None  # a submit during a run of decode steps
         self._horizon = FIRST_HORIZON_STEPS  # decode steps timed ahead (_decode_steps)
+        self.idle = False  # waiting for a request (engine() at its wake)
+        self.tenants: _Tenants | None = None  # the workers of its GPU, where it shares one
+        self.pending: _Pending | None = None  # its decode-only step on a shared GPU, now
+        self.window: _Window | None = None  # the window that times its steps now
         self.mirror: ResidentMirror | None = None
         if spec.memory_limit is not None:
             one = block_bytes(model.topology.kv_bytes_per_token, model.constants.block_tokens)
@@ -365,6 +377,8 @@ class _Worker:
             self.cache.popitem(last=False)
 
     def submit(self, request: _Request) -> None:
+        if self.tenants is not None:
+            self.tenants.interrupt()
         request.workers.add(self.spec.name)
         self.waiting.append(request)
         if not self.wake.triggered:
@@ -405,11 +419,16 @@ class _Worker:
         step = self.spec.step
         while self.alive:
             if not self.waiting and not self.running:
+                self.idle = True
                 yield self.wake
+                self.idle = False
                 self.wake = self.model.env.event()
                 continue
             if not self.waiting and self.model.exclusive(self):
                 yield from self._decode_steps()
+                continue
+            if not self.waiting and self.model.together(self):
+                yield from self._shared_decode()
                 continue
             decoding = list(self.running)
             budget = step.max_batched_tokens
@@ -488,7 +507,7 @@ class _Worker:
             t += self.gpu_s(0, batch, total + i * batch, contexts, i)
             ends.append(t)
         self.arrived = env.event()
-        last = _timeout_at(env, ends[-1])
+        last = timeout_at(env, ends[-1])
         yield last | self.arrived
         self.arrived = None
         taken = steps
@@ -498,7 +517,7 @@ class _Worker:
             taken = min(bisect.bisect_left(ends, env.now) + 1, steps)
             self._horizon = FIRST_HORIZON_STEPS
             if ends[taken - 1] > env.now:
-                yield _timeout_at(env, ends[taken - 1])
+                yield timeout_at(env, ends[taken - 1])
         times = ends[:taken]
         for r in running:
             r.outcome.token_s.extend(times)
@@ -509,6 +528,52 @@ class _Worker:
                 self.running.remove(r)
                 r.workers.discard(self.spec.name)
                 r.done.succeed()
+
+    def decode_work(self, contexts: Sequence[int], grown: int) -> float:
+        """The GPU seconds of a decode-only step of requests of ``contexts`` tokens each grown
+        by ``grown`` (:meth:`gpu_s`)."""
+        batch = len(contexts)
+        return self.gpu_s(0, batch, sum(contexts) + grown * batch, contexts, grown)
+
+    def _shared_decode(self) -> Generator[simpy.Event, object, None]:
+        """One decode-only step on a GPU it shares, as the engine loop takes it (``host_s``,
+        then ``gpu_s(0, contexts)`` served by the shared GPU, the tokens at its end); or, when
+        every other worker of the GPU is idle or in such a step too, those steps and the ones
+        after them timed in one go (:class:`_Window`). A window that adopts it mid-step times
+        the rest; when it closes, this step goes on from the step in progress then
+        (``pending``), whose end emits its tokens as the loop's would."""
+        env, tenants = self.model.env, self.tenants
+        assert tenants is not None
+        decoding = list(self.running)
+        contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in decoding]
+        host_s = self.spec.step.host_s
+        opening = tenants.ready(self)
+        self.pending = _Pending(
+            "host",
+            None if opening else env.timeout(host_s),
+            env.now + host_s,
+            self.decode_work(contexts, 0),
+            self.model.tick(),
+        )
+        if opening:
+            tenants.open(self)
+        while True:
+            step = self.pending
+            if step.event is not None:
+                yield step.event
+            if self.window is not None:  # adopted: wait for the window's end
+                yield self.window.end
+            if self.pending is not step:  # the window handed over another step
+                continue
+            if step.kind == "host":
+                self.pending = _Pending("gpu", self.gpu.serve(step.work), step.at_s, step.work, 0)
+                continue
+            break
+        self.pending = None
+        now = env.now
+        for r in decoding:
+            if not r.finished():
+                self._emit(r, now)
 
     def _save_to_host(self, r: _Request) -> Generator[simpy.Event, object, None]:
         """save_kv_to_host: every block of the prompt, device -> host, blocking the engine; the
@@ -579,16 +644,247 @@ class _Worker:
             r.done.succeed()
 
 
-def _timeout_at(env: simpy.Environment, at_s: float) -> simpy.Event:
-    """A timeout that fires at ``at_s`` exactly (SimPy adds a delay to ``now``; the delay is
-    nudged by a unit in the last place until that sum is ``at_s``)."""
-    delay = at_s - env.now
-    for _ in range(4):
-        reached = env.now + delay
-        if reached == at_s:
-            break
-        delay = math.nextafter(delay, math.inf if reached < at_s else -math.inf)
-    return env.timeout(max(delay, 0.0))
+@dataclass
+class _Pending:
+    """A worker's decode-only step on a shared GPU, where it stands: ``host`` (its host part
+    ends at ``at_s``, ``event`` its timeout, None while a window times it; then ``work`` GPU
+    seconds) or ``gpu`` (``event`` succeeds when the GPU has done its work); ``seq``: when its
+    host part's end was scheduled (:meth:`_Model.tick`), which orders ends at one time."""
+
+    kind: Literal["host", "gpu"]
+    event: simpy.Event | None
+    at_s: float
+    work: float
+    seq: int
+
+
+class _Tenants:
+    """The workers of one shared GPU, its server, and the window timing their decode-only
+    steps now (:class:`_Window`; at most one)."""
+
+    def __init__(self, workers: list[_Worker], server: SharedServer) -> None:
+        self.workers = workers
+        self.server = server
+        self.window: _Window | None = None
+        self.horizon = FIRST_HORIZON_STEPS
+
+    @staticmethod
+    def _adoptable(worker: _Worker) -> bool:
+        """Whether ``worker`` is in a decode-only step (:meth:`_Worker._shared_decode`) with
+        nothing waiting and no failed request, its host part's timeout not fired yet or its GPU
+        work on the server."""
+        step = worker.pending
+        if step is None or step.event is None or worker.window is not None or worker.waiting:
+            return False
+        if any(r.finished() for r in worker.running):
+            return False
+        return not (step.event.processed if step.kind == "host" else step.event.triggered)
+
+    def ready(self, opener: _Worker) -> bool:
+        """Whether a window may open now for ``opener``: every other worker of the GPU waits
+        for a request or is in an adoptable decode-only step."""
+        return self.window is None and all(
+            w is opener or (w.idle and not w.waiting) or self._adoptable(w) for w in self.workers
+        )
+
+    def open(self, opener: _Worker) -> None:
+        """Open a window over ``opener`` (its step just begun) and the busy workers."""
+        members = [w for w in self.workers if w is opener or w.pending is not None]
+        self.window = _Window(self, members, opener.model)
+
+    def interrupt(self) -> None:
+        """Something changed what a worker of this GPU does next: close the window now."""
+        if self.window is not None:
+            self.window.close()
+
+
+@dataclass
+class _Progress:
+    """A window's replay up to a time: the server's jobs ``(member, work left, total)``, their
+    ``rate`` and ``last`` update, its timer (``due_s``, ``due_seq``), per member its host part's end
+    ``(at_s, seq)`` (None: on the GPU), the steps it completed and their ends, and the time of
+    the first event not replayed (``stop_s``)."""
+
+    jobs: list[tuple[int, float, float]]
+    rate: float
+    last: float
+    due_s: float | None
+    hosts: list[tuple[float, int] | None]
+    steps: list[int]
+    ends: list[list[float]]
+    stop_s: float
+
+
+class _Window:
+    """Decode-only steps of the busy workers of one shared GPU timed in one go: the engine
+    loops' events (each worker's host part, then its GPU work served by the
+    :class:`~simulator.sharing.SharedServer`'s processor sharing) replayed without SimPy, with
+    the server's arithmetic in the same order (:meth:`_replay`), from the server's state when
+    the window opens (:meth:`SharedServer.take`) until the first of: the GPU timer that would
+    end a step that finishes a request (or the ``horizon``-th step of a worker), a request
+    submitted to a worker of the GPU, a running request failing. Then :meth:`close` emits the
+    completed steps' tokens and hands the server's state and each worker's step in progress
+    back to the SimPy loop (:meth:`SharedServer.put`), which goes on from there."""
+
+    def __init__(self, tenants: _Tenants, members: list[_Worker], model: _Model) -> None:
+        self.tenants, self.members, self.model = tenants, members, model
+        self.end = model.env.event()
+        self.closed = False
+        self.start = tenants.server.take()
+        self.origin = [m.pending for m in members if m.pending is not None]
+        owner = {id(p.event): i for i, p in enumerate(self.origin) if p.kind == "gpu"}
+        assert len(owner) == len(self.start.jobs), "a job on the GPU outside the window"
+        self.jobs = [(owner[id(done)], rem, total) for rem, total, _, done in self.start.jobs]
+        self.rate = self.start.jobs[0][2] if self.start.jobs else 0.0
+        self.contexts = [
+            [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in m.running]
+            for m in members
+        ]
+        self.totals = [sum(c) for c in self.contexts]
+        self.works = [[p.work] if p.kind == "host" else [] for p in self.origin]
+        self.limit = [
+            min(min(r.remaining for r in m.running) - 1, tenants.horizon) for m in members
+        ]
+        self.base = model.tick()
+        self.final = self._replay(math.inf)
+        for m in members:
+            m.window = self
+        timeout_at(model.env, self.final.stop_s).callbacks.append(lambda _: self.close())
+
+    def _work(self, i: int, step: int) -> float:
+        """Member ``i``'s GPU work of its ``step``-th step from the window's start (computed in
+        runs: twice as many steps as before, up to the last it may take)."""
+        works = self.works[i]
+        if step >= len(works):
+            member, contexts = self.members[i], self.contexts[i]
+            batch, total = len(contexts), self.totals[i]
+            upto = max(step + 1, min(2 * len(works) + 8, self.limit[i] + 1))
+            works.extend(
+                member.gpu_s(0, batch, total + n * batch, contexts, n)
+                for n in range(len(works), upto)
+            )
+        return works[step]
+
+    def _replay(self, until: float) -> _Progress:
+        """The events before ``until`` (seconds), or before the timer that would end a step a
+        member may not take here (:attr:`limit`), in SimPy's order (time, then when scheduled):
+        a host part's end serves the member's next step (``_RateServer._start``), the timer
+        ends the jobs done (``_on_timer``), each followed by ``_reschedule``; a member whose
+        step ended starts the next one's host part. Every job on the server has the same rate
+        (``SharedServer.job_rate`` of their number), so one ``rate`` stands for all."""
+        rate_of = [self.tenants.server.job_rate(n) for n in range(len(self.members) + 1)]
+        owner = [i for i, _, _ in self.jobs]
+        left = [rem for _, rem, _ in self.jobs]
+        total = [work for _, _, work in self.jobs]
+        rate, last, due, due_seq = self.rate, self.start.last, self.start.due_s, -1
+        due = math.inf if due is None else due
+        host_at = [p.at_s if p.kind == "host" else math.inf for p in self.origin]
+        host_seq = [p.seq for p in self.origin]
+        members = range(len(self.members))
+        steps = [0] * len(self.members)
+        ends: list[list[float]] = [[] for _ in self.members]
+        host_s = [m.spec.step.host_s for m in self.members]
+        works, limit = self.works, self.limit
+        seq = self.base
+        while True:
+            at, order, who = due, due_seq, -1
+            for i in members:
+                h = host_at[i]
+                if h < at or (h == at and host_seq[i] < order):
+                    at, order, who = h, host_seq[i], i
+            if at >= until:
+                break
+            elapsed = at - last
+            if who >= 0:  # its host part ends: the GPU takes its next step's work
+                if elapsed > 0:
+                    left = [rem - rate * elapsed for rem in left]
+                step = steps[who]
+                work = works[who][step] if step < len(works[who]) else self._work(who, step)
+                owner.append(who)
+                left.append(work)
+                total.append(work)
+                host_at[who] = math.inf
+                ended: list[int] = []
+            else:  # the timer: the jobs done end their steps
+                now = [rem - rate * elapsed for rem in left] if elapsed > 0 else left
+                ended = [j for j in range(len(now)) if job_done(now[j], total[j], rate, at)]
+                if ended:
+                    if any(steps[owner[j]] >= limit[owner[j]] for j in ended):
+                        break
+                    for j in reversed(ended):
+                        del now[j], total[j]
+                    ended = [owner.pop(j) for j in reversed(ended)][::-1]
+                left = now
+            last = at
+            if left:
+                rate = rate_of[len(left)]
+                due = at + max(min(left) / rate, 0.0)
+                due_seq, seq = seq, seq + 1
+            else:
+                due = math.inf
+            for i in ended:
+                steps[i] += 1
+                ends[i].append(at)
+                host_at[i], host_seq[i] = at + host_s[i], seq
+                seq += 1
+        return _Progress(
+            jobs=[(i, rem, work) for i, rem, work in zip(owner, left, total, strict=True)],
+            rate=rate,
+            last=last,
+            due_s=None if due == math.inf else due,
+            hosts=[
+                None if a == math.inf else (a, q) for a, q in zip(host_at, host_seq, strict=True)
+            ],
+            steps=steps,
+            ends=ends,
+            stop_s=at,
+        )
+
+    def close(self) -> None:
+        """Hand back at the present time (the window's end, or an interrupt): the replayed
+        steps' tokens, the server's state, each member's step in progress."""
+        if self.closed:
+            return
+        self.closed = True
+        env, tenants = self.model.env, self.tenants
+        now = env.now
+        done = self.final if now >= self.final.stop_s else self._replay(now)
+        tenants.window = None
+        tenants.horizon = (
+            min(2 * tenants.horizon, HORIZON_STEPS) if done is self.final else FIRST_HORIZON_STEPS
+        )
+        for m, taken, times in zip(self.members, done.steps, done.ends, strict=True):
+            if taken:
+                for r in m.running:
+                    r.outcome.token_s.extend(times)
+                    r.remaining -= taken
+        handed: dict[int, _Pending] = {}
+        jobs = []
+        for member, left, total in done.jobs:
+            origin = self.origin[member]
+            if done.steps[member] == 0 and origin.kind == "gpu":
+                event = origin.event
+            else:
+                event = env.event()
+                handed[member] = _Pending("gpu", event, now, 0.0, 0)
+            assert event is not None
+            jobs.append((left, total, done.rate, event))
+        for at, _, member in sorted((h[0], h[1], i) for i, h in enumerate(done.hosts) if h):
+            origin = self.origin[member]
+            if done.steps[member] == 0 and origin.event is not None:
+                continue  # its own timeout has not fired: the loop goes on from it
+            work = self._work(member, done.steps[member])
+            handed[member] = _Pending("host", timeout_at(env, at), at, work, self.model.tick())
+        tenants.server.put(ServerState(jobs=jobs, last=done.last, due_s=done.due_s))
+        for i, m in enumerate(self.members):
+            m.window = None
+            if i in handed:
+                m.pending = handed[i]
+                origin = self.origin[i]
+                waits = origin.event if origin.kind == "gpu" else None
+                if waits is not None and not waits.triggered:
+                    waits.succeed()  # its generator waits on the job taken off the GPU
+        self.end.succeed()
 
 
 def request_workers_leave(r: _Request, worker: _Worker) -> None:
@@ -620,6 +916,13 @@ class _Model:
         for w in topology.workers:
             sharing[w.gpu] = sharing.get(w.gpu, 0) + 1
         self._alone = {w.name for w in topology.workers if sharing[w.gpu] == 1}
+        for label, server in gpus.items():
+            tenants = [worker for worker in self.workers if worker.spec.gpu == label]
+            if len(tenants) > 1:
+                shared = _Tenants(tenants, server)
+                for worker in tenants:
+                    worker.tenants = shared
+        self._seq = 0
         self.flows = FlowServer(self.env)
         self.requests = list(requests)
         self.next = 0
@@ -642,6 +945,21 @@ class _Model:
             and worker.mirror is None
             and not any(r.finished() for r in worker.running)
         )
+
+    def together(self, worker: _Worker) -> bool:
+        """Whether ``worker``'s decode-only step may be timed with the other workers of the GPU
+        it shares (:meth:`_Worker._shared_decode`): it shares one, cannot be OOMKilled (no host
+        mirror), and none of its running requests has failed."""
+        return (
+            worker.tenants is not None
+            and worker.mirror is None
+            and not any(r.finished() for r in worker.running)
+        )
+
+    def tick(self) -> int:
+        """The next number of the order in which events of shared GPUs are scheduled."""
+        self._seq += 1
+        return self._seq
 
     def route(self, role: Role, spec: SimRequest) -> _Worker | None:
         """Dynamo's KV router: blocks to prefill (overlap weight 1) + active blocks; for the
@@ -672,6 +990,9 @@ class _Model:
             return
         r.outcome.error, r.outcome.error_kind = message, kind
         r.outcome.error_s = self.env.now
+        for w in self.workers:
+            if w.tenants is not None and r in w.running:
+                w.tenants.interrupt()
         if r.transfer is not None:
             self.flows.cancel(r.transfer)
         r.done.succeed()

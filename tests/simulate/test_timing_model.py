@@ -426,6 +426,54 @@ def test_decode_steps_timed_in_one_go_match_the_step_by_step_loop(
     assert fast == slow
 
 
+@pytest.mark.parametrize(
+    ("stack", "out", "kinds", "concurrency", "frontend"),
+    [
+        ("kv-routing", 400, 4, 8, True),  # long outputs, 4 + 2 workers time-sliced
+        ("kv-routing", 64, 2, 4, False),  # the seed's outputs, no frontend: sends at step ends
+        ("vllm-service", 250, 12, 16, False),  # round-robin, more clients than workers
+        ("disagg-same-node", 120, 7, 6, True),  # prefill workers beside decode workers
+    ],
+)
+def test_decode_steps_of_workers_sharing_a_gpu_timed_together_match_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+    stack: str,
+    out: int,
+    kinds: int,
+    concurrency: int,
+    frontend: bool,
+) -> None:
+    """Workers time-sliced on one GPU: their decode-only steps timed together in one go
+    (the server's arithmetic replayed, handed back where a request is submitted, a request
+    ends or the horizon is reached) give the same records, every float the same, as the engine
+    loop taking each step through the shared server; windows both ran to their end and were
+    interrupted. Outputs of mixed lengths, the routing stand-in's prefix hits, a warm-up."""
+    topology = dataclasses.replace(run_topology(load_stack(stack)), frontend=frontend)
+    # decode workers with GPU buffers (no host mirror to be OOMKilled over): steps in one go
+    workers = [
+        dataclasses.replace(w, memory_limit=None) if w.role == "decode" else w
+        for w in topology.workers
+    ]
+    topology = dataclasses.replace(topology, workers=tuple(workers))
+    reqs = [
+        SimRequest(i, i % kinds, 112, 128, 0, out - 7 * (i % 4)) for i in range(40 + concurrency)
+    ]
+    replays: list[bool] = []
+    replay = timing_model._Window._replay
+
+    def counted(self: timing_model._Window, until: float) -> timing_model._Progress:
+        replays.append(until < float("inf"))
+        return replay(self, until)
+
+    monkeypatch.setattr(timing_model._Window, "_replay", counted)
+    fast = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=concurrency)
+    monkeypatch.setattr(timing_model._Model, "together", lambda self, worker: False)
+    slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=concurrency)
+    assert replays.count(False) > 10 and any(replays)  # windows, some of them interrupted
+    assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
+    assert fast == slow
+
+
 def test_a_step_memo_kept_across_runs_changes_no_timing() -> None:
     """The engine steps' GPU seconds kept across two runs of one topology: the second run
     computes no step the first did not, and both time what a run without the memo times."""
