@@ -22,7 +22,7 @@ import aiohttp
 
 from loadgen.api import API_PATHS, request_body, short_message
 from loadgen.loops import make_client
-from loadgen.request import stream_request
+from loadgen.request import failure_kind, stream_request
 from measurement.errors import ErrorKind, unknown_field
 from measurement.record import RequestRecord
 from measurement.results import Readiness
@@ -121,20 +121,27 @@ async def speaks_tls(url: str, timeout_s: float) -> bool:
     return True
 
 
-async def model_listed(client: aiohttp.ClientSession, model: str) -> str | None:
+async def model_listed(
+    client: aiohttp.ClientSession, model: str, record: RequestRecord | None = None
+) -> str | None:
     """None when `GET /v1/models` (on `client`'s base URL) lists `model`; else why not, in one
-    line ("HTTP 503, models []", "ClientConnectorError: ...")."""
+    line ("HTTP 503, models []", "ClientConnectorError: ..."). A request that got no HTTP
+    answer is also recorded in `record` (its times and `error_kind`, as the load records a
+    failure: `loadgen.request.failure_kind`), which `StopCheck` judges."""
+    # make_client's timing trace writes its times into the request context.
+    context = record if record is not None else SimpleNamespace()
     try:
-        # make_client's timing trace writes its times into the request context: a scratch one.
         async with client.get(
-            MODELS_PATH,
-            headers={"accept-encoding": "identity"},
-            trace_request_ctx=SimpleNamespace(),
+            MODELS_PATH, headers={"accept-encoding": "identity"}, trace_request_ctx=context
         ) as response:
             text = await response.text()
             status = response.status
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        return short_message(f"{type(exc).__name__}: {exc}")
+        said = f"{type(exc).__name__}: {exc}"
+        if record is not None:
+            timeout = isinstance(exc, TimeoutError)
+            record.fail(ErrorKind.TIMEOUT if timeout else failure_kind(record, exc), said)
+        return short_message(said)
     try:
         data = json.loads(text).get("data", [])
         ids = [entry.get("id") for entry in data]
@@ -145,6 +152,28 @@ async def model_listed(client: aiohttp.ClientSession, model: str) -> str | None:
     return short_message(f"HTTP {status}, models {ids}")
 
 
+class StopCheck:
+    """Why a failed request of one wait (the model listing's, the readiness gate's) stops it at
+    once, or None: `refused_at_once`, or, for an `http://` URL, a request dropped with no
+    answer by a server that speaks TLS on that port (`speaks_tls`, asked once, at the wait's
+    first such drop)."""
+
+    def __init__(self, url: str, config: LoadConfig) -> None:
+        self.url = url
+        self.timeout_s = config.connect_timeout_s
+        self.probe_tls = url.lower().startswith("http://")
+
+    async def why(self, record: RequestRecord) -> str | None:
+        """Why `record`'s failure stops the wait at once, or None."""
+        if (why := refused_at_once(self.url, record)) is not None:
+            return why
+        if self.probe_tls and record.error_kind is ErrorKind.DROPPED:
+            self.probe_tls = False
+            if await speaks_tls(self.url, self.timeout_s):
+                return tls_on_plain_url(self.url, record)
+        return None
+
+
 async def wait_for_model(url: str, model: str, config: LoadConfig, timeout_s: float) -> float:
     """Poll `GET <url>/v1/models` (url: a `base_url`) every `POLL_INTERVAL_S` until it lists
     `model`; return the seconds waited.
@@ -153,14 +182,19 @@ async def wait_for_model(url: str, model: str, config: LoadConfig, timeout_s: fl
     listed once a worker serving it has registered.
 
     Raises:
-        ModelNotListedError: not listed within `timeout_s` seconds (message: the last answer).
+        ModelNotListedError: not listed within `timeout_s` seconds (message: the last answer);
+            or at once, at a failure no wait mends (`StopCheck`, as the readiness gate stops).
     """
     started = time.monotonic()
+    stop = StopCheck(url, config)
     async with make_client(url, config, 1) as client:
         while True:
-            why_not = await model_listed(client, model)
+            record = RequestRecord(index=0, prefix_id=0, intended_ns=time.monotonic_ns())
+            why_not = await model_listed(client, model, record)
             if why_not is None:
                 return time.monotonic() - started
+            if record.error_kind is not None and (why := await stop.why(record)) is not None:
+                raise ModelNotListedError(why)
             if time.monotonic() - started + POLL_INTERVAL_S > timeout_s:
                 raise ModelNotListedError(
                     f"{url}v1/models did not list {model!r} within {timeout_s:g} s ({why_not})"
@@ -176,9 +210,7 @@ async def wait_until_serving(
     resets the count and is followed by a `POLL_INTERVAL_S` pause.
 
     Raises:
-        RefusedAtOnceError: a failure no wait mends (`refused_at_once`), at its first occurrence;
-            or, for an `http://` URL, a request dropped with no answer by a server that speaks
-            TLS on that port (`speaks_tls`, asked once, at the first such drop).
+        RefusedAtOnceError: a failure no wait mends (`StopCheck`), at its first occurrence.
         NotServingError: `check.timeout_s` passed first; the message has the failures by kind
             and the last one.
     """
@@ -189,7 +221,7 @@ async def wait_until_serving(
     first: str | None = None
     last: str | None = None
     in_a_row = attempts = 0
-    probe_tls = url.lower().startswith("http://")  # once, at the first request dropped
+    stop = StopCheck(url, config)
     async with make_client(url, config, 1) as client:
         while in_a_row < check.successes:
             remaining = check.timeout_s - (time.monotonic() - started)
@@ -208,12 +240,8 @@ async def wait_until_serving(
             if record.ok:
                 in_a_row += 1
                 continue
-            if (why := refused_at_once(url, record)) is not None:
+            if (why := await stop.why(record)) is not None:
                 raise RefusedAtOnceError(why)
-            if probe_tls and record.error_kind is ErrorKind.DROPPED:
-                probe_tls = False
-                if await speaks_tls(url, config.connect_timeout_s):
-                    raise RefusedAtOnceError(tls_on_plain_url(url, record))
             in_a_row = 0
             failures[str(record.error_kind)] += 1
             last = short_message(f"{record.error_kind}: {record.error or ''}")

@@ -183,6 +183,18 @@ async def _body_sent(
         record.sent_ns = time.monotonic_ns()
 
 
+async def _get_sent(
+    session: aiohttp.ClientSession,
+    context: SimpleNamespace,
+    params: aiohttp.TraceRequestHeadersSentParams,
+) -> None:
+    # A GET has no body, so no chunk is sent: it is sent with its headers (aiohttp 3.14.5
+    # http_writer.py, `write_headers` L219 awaits `on_headers_sent`). The POSTs stay timed by
+    # `_body_sent`.
+    if params.method == "GET" and getattr(context.trace_request_ctx, "sent_ns", None) is None:
+        context.trace_request_ctx.sent_ns = time.monotonic_ns()
+
+
 async def _connection_opened(
     session: aiohttp.ClientSession, context: SimpleNamespace, params: object
 ) -> None:
@@ -190,10 +202,12 @@ async def _connection_opened(
 
 
 def timing_trace() -> aiohttp.TraceConfig:
-    """The trace that fills `RequestRecord.sent_ns` and `connect_ns`; a session made with it
-    must pass the request's record as `trace_request_ctx`."""
+    """The trace that fills `RequestRecord.sent_ns` (a POST's when its body is written, a GET's
+    with its headers) and `connect_ns`; a session made with it must pass the request's record
+    as `trace_request_ctx`."""
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(_body_sent)
+    trace.on_request_headers_sent.append(_get_sent)
     trace.on_connection_create_start.append(_connection_opened)
     return trace
 
@@ -378,7 +392,7 @@ async def stream_request(
             )
             record.censored = record.sent_ns is not None
     except (aiohttp.ClientError, OSError) as exc:
-        record.fail(_failure_kind(record, exc), f"{type(exc).__name__}: {exc}")
+        record.fail(failure_kind(record, exc), f"{type(exc).__name__}: {exc}")
     if not record.ok:
         record.censored = record.censored or after_a_wait(
             record.error_kind,
@@ -424,7 +438,7 @@ def write_failed(exc: BaseException) -> bool:
     return False
 
 
-def _failure_kind(record: RequestRecord, exc: BaseException) -> ErrorKind:
+def failure_kind(record: RequestRecord, exc: BaseException) -> ErrorKind:
     """What a connection-level failure was: the TLS handshake (`TLS`: most often a
     certificate the client does not trust); the client's own socket limit (`CLIENT`); before
     the request was written (`CONNECTION`: it never reached the server); after it was written

@@ -2,12 +2,12 @@
 ``candidates.json`` and ``candidates.csv`` (every candidate: knobs, status, figures at the
 highest load meeting the SLO, what binds, the reason line), the top candidates as stack files
 (``stacks/Pulumi.<name>.yaml``, each with a header comment of its rank, figures and reason),
-``plan.md`` (the ``testbed load`` A / B commands that would confirm the choice and the
-``testbed calibrate`` step that feeds the measurement back), ``pareto.png`` and ``report.html``
-(tokens/s per GPU against tokens/s per user with the ITL/TPOT bounds' per-user lines, a panel
-per TTFT or E2E bound, the margin band: :func:`chart_data`; under the capacity question the
-load each candidate holds against the GPUs it uses, the load needed as a line:
-:func:`capacity_chart_data`).
+``plan.md`` (the commands that deploy and measure the A / B stacks and compare them, the
+``testbed calibrate`` step that feeds the measurement back, and the teardown), ``pareto.png``
+and ``report.html`` (tokens/s per GPU against tokens/s per user with the ITL/TPOT bounds'
+per-user lines, a panel per TTFT or E2E bound, the margin band: :func:`chart_data`; under the
+capacity question the load each candidate holds against the GPUs it uses, the load needed as a
+line: :func:`capacity_chart_data`).
 """
 
 from __future__ import annotations
@@ -443,31 +443,54 @@ def _needs_token(inputs: Inputs) -> bool:
     return inputs.model in GATED_MODELS or f"{PROJECT}:hfToken" in config
 
 
-def _measure(inputs: Inputs, result: Result, stacks: str, up: list[Result]) -> list[str]:
-    """The commands that deploy ``result``'s emitted stack and measure it: each stack still up
-    (``up``, in the order deployed) that shares a node class with it is destroyed first (its
-    workers hold the GPUs: vLLM refuses to start a worker whose GPU has less free memory than
-    its share: vLLM 0.31.0 ``vllm/v1/worker/gpu_worker.py``, ``Worker.init_device``, "Free
-    memory on device ... on startup is less than desired GPU memory utilization"), and leaves
-    ``up``, which ``result`` then joins; a gated model's ``hfToken`` secret is set before
-    ``pulumi up`` (:func:`_needs_token`)."""
+UpStack = tuple[str, frozenset[str]]
+"""A stack plan.md's commands find or leave up: its name and the node classes its workers hold."""
+
+
+def cluster_stack(inputs: Inputs) -> list[UpStack]:
+    """The cluster's own stack as plan.md's commands find it, up: its name and the node classes
+    its workers hold (``topology.workers[].nodeClass``), when the cluster file is the project's
+    stack ``stacks/Pulumi.<cluster>.yaml`` and not ``parked``; [] otherwise (a file elsewhere
+    names no stack that plan.md could destroy)."""
+    import yaml
+
+    if inputs.source.resolve() != (REPO / "stacks" / f"Pulumi.{inputs.cluster}.yaml").resolve():
+        return []
+    config = yaml.safe_load(inputs.source.read_text()).get("config") or {}
+    if str(config.get(f"{PROJECT}:parked", False)).lower() == "true":
+        return []
+    workers = (config.get(f"{PROJECT}:topology") or {}).get("workers") or []
+    return [(inputs.cluster, frozenset(str(w.get("nodeClass")) for w in workers))]
+
+
+def _measure(inputs: Inputs, result: Result, stacks: str, up: list[UpStack]) -> list[str]:
+    """The commands that deploy ``result``'s emitted stack and keep its measurement: each stack
+    still up (``up``, in the order deployed; the cluster's own first, :func:`cluster_stack`)
+    whose workers hold a node class ``result`` uses is destroyed first (vLLM refuses to start
+    a worker whose GPU has less free memory than its share: vLLM 0.31.0
+    ``vllm/v1/worker/gpu_worker.py``, ``Worker.init_device``, "Free memory on device ... on
+    startup is less than desired GPU memory utilization"; preview refuses it naming that
+    ``pulumi destroy``), and leaves ``up``, which ``result`` then joins; a gated model's
+    ``hfToken`` secret is set before ``pulumi up`` (:func:`_needs_token`). ``pulumi up`` runs
+    the stack's grid (its load step); its results folder (the stack output ``loadResultsDir``,
+    kept on disk after a destroy) is copied to ``out/load/<stack>`` while the stack is up."""
     name = emitted_name(inputs, result)
-    gone = [r for r in up if _node_classes(r) & _node_classes(result)]
-    up[:] = [*(r for r in up if all(r is not g for g in gone)), result]
-    free = [f"pulumi destroy -s {emitted_name(inputs, r)}" for r in gone]
+    classes = frozenset(_node_classes(result))
+    gone = [stack for stack, held in up if held & classes]
+    up[:] = [*((s, held) for s, held in up if s not in gone), (name, classes)]
     token = (
         [f"pulumi config set --secret -s {name} hfToken <your hf_ token>"]
         if _needs_token(inputs)
         else []
     )
     return [
-        *free,
+        *(f"pulumi destroy -s {stack}" for stack in gone),
         f"cp {stacks}/Pulumi.{name}.yaml stacks/",
         f"pulumi stack init {name}",
         *token,
         f"pulumi up -s {name}",
-        f"{TESTBED} load --url http://<{name} frontend> --model {inputs.model} "
-        f"--config stacks/Pulumi.{name}.yaml --out out/load/{name}",
+        f'mkdir -p out/load && cp -r "$(pulumi stack output loadResultsDir -s {name})" '
+        f"out/load/{name}",
     ]
 
 
@@ -490,7 +513,8 @@ def plan_text(
 ) -> str:
     """``plan.md``: the measurement that confirms (or overturns) the choice on the cluster,
     every command run from the project root (``out``: the output folder, default
-    ``out/recommend/<cluster>``), and what ``--validate-top``'s real-routing runs found."""
+    ``out/recommend/<cluster>``), what ``--validate-top``'s real-routing runs found, and the
+    ``pulumi destroy`` of each stack its commands brought up."""
     ranked = [r for r in results if r.rank is not None]
     lines = [f"# Measurement plan ({SIMULATED})", ""]
     if first is None:
@@ -501,7 +525,8 @@ def plan_text(
         return "\n".join(lines) + "\n"
     stacks = f"{typed_path(out) if out else f'out/recommend/{inputs.cluster}'}/{STACKS_DIR}"
     runner_up = ab_partner(ranked, first)
-    up: list[Result] = []  # the emitted stacks up, in the order deployed
+    found = cluster_stack(inputs)
+    up = list(found)  # the stacks up, in the order deployed: the cluster's own first
     a = emitted_name(inputs, first)
     timed = [
         f"rank {r.rank} at {r.best.load_text()}, {inputs.load_at(r).requests_per_run} measured "
@@ -530,16 +555,22 @@ def plan_text(
         f"names carry this search's id, `{inputs.search_id}` (a hash of its inputs), so "
         "another search's stacks do not overwrite them. The stacks share the cluster's GPUs: "
         "the commands destroy each stack still up on a node class the next one uses before "
-        "deploying it (stacks on separate node classes run side by side), and destroy any "
-        f"other stack holding these GPUs first (the cluster stack `{inputs.cluster}` too, if it "
-        "is up): vLLM refuses to start a worker whose GPU has less free memory than its "
+        "deploying it (stacks on separate node classes run side by side)"
+        + (
+            f", the cluster's own stack `{inputs.cluster}` first (skip that `pulumi destroy` if "
+            "it is not up)"
+            if found
+            else ""
+        )
+        + ": vLLM refuses to start a worker whose GPU has less free memory than its "
         "share, and `pulumi preview` refuses a stack whose share another stack's workers on its "
-        "nodes leave too small, naming that stack. Copy the emitted stack files into "
-        "`stacks/`, then deploy and measure each in turn "
-        "(the stack's own load grid is the workload at the load found, each run as long as "
-        f"the search timed it there: `load.requestsPerRun`, at least {inputs.per_client} "
-        "measured requests per client; its `load.slo` the SLO searched; `pulumi up` runs it "
-        "too when `load.enabled`):",
+        "nodes leave too small, naming that stack; destroy any other stack holding these GPUs "
+        "first the same way. Copy the emitted stack files into `stacks/`, then deploy and "
+        "measure each in turn: `pulumi up` runs the stack's own load grid (in the cluster, "
+        "as a Job: no address to find), the workload at the load found, each run as long as "
+        f"the search timed it there (`load.requestsPerRun`, at least {inputs.per_client} "
+        "measured requests per client; its `load.slo` the SLO searched), and the next line "
+        "copies its results folder (the stack output `loadResultsDir`) to `out/load/<stack>`:",
         "",
         "```sh",
         *_measure(inputs, first, stacks, up),
@@ -591,6 +622,20 @@ def plan_text(
     ]
     if named:
         lines += ["", f"Then name each profile in the cluster stack: {', '.join(named)}."]
+    brought = [stack for stack, _ in up if all(stack != s for s, _ in found)]
+    back = (
+        f" (`pulumi up -s {inputs.cluster}` brings the cluster's own stack back)"
+        if found and found[0] not in up
+        else ""
+    )
+    lines += [
+        "",
+        f"Tear down the stacks this plan brought up{back}; the results folders stay:",
+        "",
+        "```sh",
+        *(f"pulumi destroy -s {stack}" for stack in brought),
+        "```",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -84,6 +84,8 @@ class Crossover:
         kv_bytes_per_token: KV bytes one prompt token moves.
         cached_share: the share of a prompt the prefix cache is expected to hold.
         needed_bytes_per_s: the KV the busy prefill workers produce: a link must carry it.
+        concurrent_transfers: those busy prefill workers, each on a prefill/decode pair of its
+            own (:func:`stackmodel.sizing.link_capacity`).
     """
 
     points: tuple[CrossoverPoint, ...]
@@ -95,6 +97,7 @@ class Crossover:
     kv_bytes_per_token: int
     cached_share: float = 0.0
     needed_bytes_per_s: float = 0.0
+    concurrent_transfers: int = 1
 
     def summary(self) -> str:
         """One sentence: where it pays, with the numbers."""
@@ -116,7 +119,8 @@ class Crossover:
             name
             for name in SWEEP_LINKS
             if LINK_PROFILES[name].bytes_per_s > self.break_even_bytes_per_s
-            and link_capacity(LINK_PROFILES[name]) >= self.needed_bytes_per_s
+            and link_capacity(LINK_PROFILES[name], self.concurrent_transfers)
+            >= self.needed_bytes_per_s
         ]
         cache = (
             f"; {self.cached_share:.0%} of each prompt in the prefix cache, as the stack's load "
@@ -214,6 +218,7 @@ def crossover(plan: StackPlan) -> Crossover:
         kv_bytes_per_token=kvb,
         cached_share=load[0],
         needed_bytes_per_s=verdict.needed_bytes_per_s,
+        concurrent_transfers=verdict.concurrent_transfers,
     )
 
 

@@ -394,9 +394,10 @@ class DisaggregationVerdict(BaseModel):
     same uncached tokens (a KV-aware router sends a prefix to the workers that hold it). It
     pays when the cost is below the gain and the link carries the KV the busy prefill workers
     produce (``needed_bytes_per_s``: up to ``min(prefill workers, concurrency)`` transfers at
-    once, each prefill worker producing the uncached tokens' KV at its prefill rate) at its
-    capacity with several transfers in flight (the wire's, else one connection's, else the
-    one-transfer rate): above it transfers queue, and every request waits for the link.
+    once, each prefill worker producing the uncached tokens' KV at its prefill rate) with
+    several transfers in flight (:func:`link_capacity`: a connection per busy prefill worker's
+    pair, at most the node pair's wire): above it transfers queue, and every request waits for
+    the link.
 
     Attributes:
         link: the link profile name.
@@ -413,7 +414,8 @@ class DisaggregationVerdict(BaseModel):
             transfer).
         concurrent_transfers: transfers at once when the prefill workers are busy.
         needed_bytes_per_s: the KV the busy prefill workers produce (decimal bytes/s).
-        link_capacity_bytes_per_s: what the link carries with several transfers in flight.
+        link_capacity_bytes_per_s: what the link carries for the busy prefill workers with
+            several transfers in flight (:func:`link_capacity`).
         disaggregation_pays: transfer_seconds + copy_seconds < prefill_seconds and the link
             carries ``needed_bytes_per_s``.
         summary: one sentence with the numbers and the verdict.
@@ -438,10 +440,29 @@ class DisaggregationVerdict(BaseModel):
     summary: str
 
 
-def link_capacity(link: LinkProfile) -> float:
-    """What ``link`` carries with several transfers in flight (decimal bytes/s): its wire's
-    rate, else one pair's connection's, else its one-transfer rate."""
-    return link.wire_bytes_per_s or link.connection_bytes_per_s or link.bytes_per_s
+def link_capacity(link: LinkProfile, pairs: int = 1) -> float:
+    """What ``pairs`` prefill/decode pairs, each with several transfers in flight, carry in all
+    on ``link`` (decimal bytes/s), as :func:`kvpath.transfers.transfer_rates` shares it: a
+    connection per pair (``connection_rate``), all of them together at most the node pair's
+    wire where the link has one."""
+    carried = pairs * link.connection_rate
+    return min(carried, link.wire_bytes_per_s) if link.wire_bytes_per_s else carried
+
+
+def capacity_text(link: LinkProfile, pairs: int) -> str:
+    """What carries :func:`link_capacity` on ``link`` for ``pairs`` pairs, with that figure:
+    ``the node pair's wire carries (2.88 GB/s)``, ``their 2 connections carry (2.4 GB/s: 1.2
+    GB/s a prefill/decode pair with several transfers in flight)``."""
+    capacity = link_capacity(link, pairs)
+    each = gb_per_s_text(link.connection_rate)
+    if link.wire_bytes_per_s and capacity == link.wire_bytes_per_s:
+        return f"the node pair's wire carries ({gb_per_s_text(capacity)})"
+    if pairs == 1:
+        return f"its connection carries ({each} with several transfers in flight)"
+    return (
+        f"their {pairs} connections carry ({gb_per_s_text(capacity)}: {each} a prefill/decode "
+        "pair with several transfers in flight)"
+    )
 
 
 def disaggregation_verdict(
@@ -495,12 +516,14 @@ def disaggregation_verdict(
     cost = moving + copying
     gain = uncached / prefill_tokens_per_s
     needed = concurrent_transfers * moved / gain if gain else 0.0
-    capacity = link_capacity(link)
+    capacity = link_capacity(link, concurrent_transfers)
     saturated = needed > capacity
     pays = cost < gain and not saturated
     copy_text = f" plus {copying * 1000:,.0f} ms of vLLM's host copies" if host_buffered else ""
     rate = gb_per_s_text(link.bytes_per_s)
-    on = f"a {rate} link" if link.name.endswith("GB/s") else f"{link.name} ({rate})"  # links: 2.5
+    others = {link.connection_rate, link.wire_bytes_per_s or link.bytes_per_s}
+    alone = " a transfer alone" if others != {link.bytes_per_s} else ""  # its other rates
+    on = f"a {rate} link" if link.name.endswith("GB/s") else f"{link.name} ({rate}{alone})"
     cached_text = (
         f"{uncached:,} of {prompt_tokens:,} prompt tokens outside the prefix cache"
         if cached_tokens
@@ -509,8 +532,8 @@ def disaggregation_verdict(
     queue = (
         f"{concurrent_transfers} busy prefill "
         + ("worker produces" if concurrent_transfers == 1 else "workers produce")
-        + f" {gb_per_s_text(needed)} of KV, more than the link carries "
-        f"({gb_per_s_text(capacity)}), so transfers queue"
+        + f" {gb_per_s_text(needed)} of KV, more than {capacity_text(link, concurrent_transfers)}"
+        + ", so transfers queue"
     )
     if pays:
         why = (

@@ -28,7 +28,7 @@ from fake_openai_server import (
 from typer.testing import CliRunner
 
 from loadgen.loops import make_client
-from loadgen.readiness import speaks_tls
+from loadgen.readiness import ModelNotListedError, speaks_tls, wait_for_model
 from loadgen.request import stream_request
 from measurement.errors import AFTER_A_WAIT_S, ErrorKind, after_a_wait
 from measurement.record import RequestRecord
@@ -289,6 +289,32 @@ def test_http_to_a_tls_server_names_the_https_url_at_once(
     assert error.endswith(f"give --url {secure}/; no grid point was run"), error
     assert "did not serve" not in error  # stopped at once, not at the gate's deadline
     assert served == 0
+
+
+@pytest.mark.asyncio
+async def test_the_model_wait_stops_at_once_as_the_gate_does(
+    certificate: tuple[Path, Path],
+) -> None:
+    """The load step's `/v1/models` wait judges a failure as the gate does: an `http://` URL
+    aimed at a TLS port stops at the first poll, naming the `https://` URL, and an `https://`
+    URL aimed at a plain-HTTP port names the `http://` one, neither waiting out its 120 s."""
+    with serve_in_thread(answer, tls=server_tls(certificate)) as server:
+        secure = server.url
+        plain = secure.replace("https://", "http://", 1)
+        with pytest.raises(ModelNotListedError) as caught:
+            await wait_for_model(f"{plain}/", "m", LoadConfig(), 120)
+    said = str(caught.value)
+    assert said.startswith(f"{plain}/: the server speaks TLS on that port"), said
+    assert said.endswith(f"give --url {secure}/")
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), PlainHttpAnswer) as plain_server:
+        threading.Thread(target=plain_server.serve_forever, daemon=True).start()
+        port = plain_server.server_address[1]
+        with pytest.raises(ModelNotListedError) as caught:
+            await wait_for_model(f"https://127.0.0.1:{port}/", "m", LoadConfig(), 120)
+        plain_server.shutdown()
+    said = str(caught.value)
+    assert f"does not speak TLS on that port: give --url http://127.0.0.1:{port}/" in said
+    assert "within" not in said
 
 
 class TlsAlertAnswer(socketserver.BaseRequestHandler):

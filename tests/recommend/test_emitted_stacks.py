@@ -187,9 +187,12 @@ def test_plan_deploys_one_stack_on_the_gpus_at_a_time_through_uv_run(tmp_path: P
         "pulumi stack init lab-5e3a1c-rank2",
         "pulumi config set --secret -s lab-5e3a1c-rank2 hfToken <your hf_ token>",
     ]
-    assert lines[up + 1].startswith("uv run testbed load --url http://<lab-5e3a1c-rank2 frontend>")
+    assert lines[up + 1] == (
+        'mkdir -p out/load && cp -r "$(pulumi stack output loadResultsDir -s lab-5e3a1c-rank2)" '
+        "out/load/lab-5e3a1c-rank2"
+    )
     assert "The stacks' names carry this search's id, `5e3a1c`" in plan
-    assert "destroy any other stack holding these GPUs first (the cluster stack `lab`" in plan
+    assert "destroy any other stack holding these GPUs first the same way" in plan
     # An ungated model: the token step only where the cluster's file set one.
     assert "hfToken <your hf_ token>" in plan_text(_inputs(path), results, results[0])
     plain = tmp_path / "Pulumi.plain.yaml"

@@ -10,8 +10,9 @@ for a ranking whose measurement deploys four stacks over the two GPUs."""
 
 from __future__ import annotations
 
+import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -94,30 +95,42 @@ def _worker_pods(rendered: Rendered, nodes: list[dict[str, Any]]) -> list[dict[s
 
 @dataclass
 class Deployed:
-    """What plan.md's walk did: each stack it deployed with the stacks up beside it, and the
-    stacks each was refused beside before plan.md's `pulumi destroy` of them."""
+    """What plan.md's walk did: each stack it deployed with the stacks up beside it, the
+    stacks each was refused beside before plan.md's `pulumi destroy` of them, the stacks it
+    destroyed (in order) and the results folders it copied (`out/load/<stack>`)."""
 
     beside: dict[str, list[str]] = field(default_factory=dict)
     refused: dict[str, list[str]] = field(default_factory=dict)
+    destroyed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
 
 
 def _commands(plan: str) -> list[str]:
-    """plan.md's shell lines, in order (every ```sh block)."""
+    """plan.md's shell lines, in order (every ```sh block), each `a && b` as two."""
     lines, inside = [], False
     for line in plan.splitlines():
         if line.startswith("```"):
             inside = line == "```sh"
         elif inside:
-            lines.append(line)
+            lines += line.split(" && ")
     return lines
 
 
-def walk_plan(plan: str, project: Path, api: FakeKubeApi, kubeconfig: str) -> Deployed:
-    """Run plan.md's commands in order: `cp` copies the stack file into ``project``, `pulumi
-    config set --secret` sets the stack's secret, `pulumi destroy` marks the stack to go and
-    `pulumi up` previews the stack with the cluster checks; each stack marked to go must refuse
-    it first (its workers still there), then its workers go, then it must pass, and its workers
-    join the cluster."""
+OUTPUT = re.compile(r'^cp -r "\$\(pulumi stack output loadResultsDir -s (\S+)\)" out/load/(\S+)$')
+"""plan.md's copy of a stack's results folder, named by its stack output."""
+
+
+def walk_plan(
+    plan: str, project: Path, api: FakeKubeApi, kubeconfig: str, up_first: Sequence[str] = ()
+) -> Deployed:
+    """Run plan.md's commands in order, ``up_first`` (stacks of ``project``) up before them, their
+    workers on the cluster: `cp` copies the stack file into ``project``, `pulumi config set
+    --secret` sets the stack's secret, `pulumi destroy` marks the stack to go and `pulumi up`
+    previews the stack with the cluster checks; each stack marked to go must refuse it first
+    (its workers still there), then its workers go, then it must pass, and its workers join the
+    cluster. The copy of a stack's results folder reads its stack output, so that stack must be
+    up; `testbed compare` and `calibrate` read only folders copied before them. At the end the
+    stacks destroyed last have gone, and no stack's workers are left."""
     done = Deployed()
     up: dict[str, list[str]] = {}
     leaving: list[str] = []
@@ -137,13 +150,33 @@ def walk_plan(plan: str, project: Path, api: FakeKubeApi, kubeconfig: str) -> De
             mocks=EchoMocks(_referenced_stacks(project_values(config), project)),
         )
 
+    def deploy(stack: str) -> None:
+        rendered = preview(stack)
+        done.beside[stack] = sorted(up)
+        pods = _worker_pods(rendered, api.nodes)
+        for pod in pods:
+            api.put(pod)
+        up[stack] = [p["metadata"]["name"] for p in pods]
+
+    for stack in up_first:
+        deploy(stack)
+    done.beside.clear()
     for command in _commands(plan):
         words = command.split()
-        if words[0] == "cp":
+        kept = OUTPUT.match(command)
+        if kept:
+            assert kept[1] in up, f"plan.md reads {kept[1]}'s outputs while it is not up"
+            assert kept[1] == kept[2], command
+            done.kept.append(kept[2])
+        elif words[:3] == ["uv", "run", "testbed"]:
+            folders = [w.removeprefix("out/load/") for w in words if w.startswith("out/load/")]
+            assert set(folders) <= set(done.kept), f"{command}: not copied before it"
+        elif words[0] == "cp":
             shutil.copy(words[1], project / words[2])
         elif words[:2] == ["pulumi", "destroy"]:
             assert words[-1] in up, f"plan.md destroys {words[-1]}, which is not up"
             leaving.append(words[-1])
+            done.destroyed.append(words[-1])
         elif words[:4] == ["pulumi", "config", "set", "--secret"]:
             secrets.setdefault(words[5], {})[words[6]] = "hf_testtoken"
         elif words[:2] == ["pulumi", "up"]:
@@ -156,13 +189,12 @@ def walk_plan(plan: str, project: Path, api: FakeKubeApi, kubeconfig: str) -> De
                 for name in up.pop(other):
                     api.pods.pop(name)
             leaving = []
-            rendered = preview(stack)
-            done.beside[stack] = sorted(up)
-            pods = _worker_pods(rendered, api.nodes)
-            for pod in pods:
-                api.put(pod)
-            up[stack] = [p["metadata"]["name"] for p in pods]
-    assert not leaving, f"plan.md destroys {leaving} and deploys nothing after"
+            deploy(stack)
+    for other in leaving:  # the teardown
+        for name in up.pop(other):
+            api.pods.pop(name)
+    assert not up, f"plan.md leaves {sorted(up)} up"
+    assert not api.pods, sorted(api.pods)
     return done
 
 
@@ -172,9 +204,12 @@ TINY = "prefixKinds: [2]\nconcurrency: [1]\nrequestsPerRun: 4\nmaxTokens: 8\n"
 def test_recommend_s_plan_on_the_seed_cluster_deploys_as_written(
     tmp_path: Path, api: FakeKubeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`testbed recommend --cluster kv-routing`: rank 1 on the 8 GB laptop, its A / B partner
-    (disaggregated) on the 24 GB server; plan.md deploys the partner beside rank 1, and its
-    preview passes with rank 1's worker on the laptop. Every emitted stack renders."""
+    """`testbed recommend --cluster kv-routing`, with kv-routing up (its workers hold both
+    GPUs): plan.md destroys kv-routing first (rank 1's preview refuses it while its workers are
+    there); rank 1 on the 8 GB laptop, its A / B partner (disaggregated) on the 24 GB server;
+    plan.md deploys the partner beside rank 1, and its preview passes with rank 1's worker on
+    the laptop; each stack's results folder is copied while it is up; the teardown destroys
+    both, leaving no worker. Every emitted stack renders."""
     from testbed.render import render_stack
 
     workload = tmp_path / "load.yaml"
@@ -185,10 +220,17 @@ def test_recommend_s_plan_on_the_seed_cluster_deploys_as_written(
     args += ["--fix", "router=kv", "--fix", "kvEvents=true"]
     assert cli_main(["recommend", *args]) == 0, capsys.readouterr().err
     project = _project(tmp_path)
-    done = walk_plan((out / "plan.md").read_text(), project, api, str(api.kubeconfig(tmp_path)))
-    first, *others = done.beside
+    shutil.copy(REPO / "stacks/Pulumi.kv-routing.yaml", project / "stacks")
+    plan = (out / "plan.md").read_text()
+    kubeconfig = str(api.kubeconfig(tmp_path))
+    done = walk_plan(plan, project, api, kubeconfig, up_first=["kv-routing"])
+    first, partner = done.beside
     assert first.endswith("-rank1") and done.beside[first] == []
-    assert [s for s in others if done.beside[s] == [first]], done  # the partner beside rank 1
+    assert done.beside[partner] == [first]  # the partner beside rank 1
+    assert done.refused == {first: ["kv-routing"]}
+    assert done.destroyed == ["kv-routing", first, partner]
+    assert done.kept == [first, partner]
+    assert "`pulumi up -s kv-routing` brings the cluster's own stack back" in plan
     for path in (out / "stacks").iterdir():
         shutil.copy(path, project / "stacks")
         name = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
@@ -268,6 +310,9 @@ def test_a_plan_over_two_gpus_destroys_each_stack_on_the_gpus_it_needs(
         4: [1],
         3: [4],
     }
+    assert [rank[s] for s in done.destroyed] == [1, 4, 2, 3]  # the last two: the teardown
+    assert [rank[s] for s in done.kept] == [1, 4, 2, 3]
+    assert "kv-routing" not in plan  # the cluster file is no stack of the project
 
 
 TWO_ON_8GB = "2 x TP1 aggregated on gpu-8gb, 2 a GPU; router kv"
@@ -291,3 +336,4 @@ def test_a_stack_whose_units_another_stack_holds_is_refused_until_it_is_destroye
     done = walk_plan(plan, _project(tmp_path), api, str(api.kubeconfig(tmp_path)))
     assert done.beside == {"lab-5e3a1c-rank1": [], "lab-5e3a1c-rank2": []}
     assert done.refused == {"lab-5e3a1c-rank2": ["lab-5e3a1c-rank1"]}
+    assert done.destroyed == ["lab-5e3a1c-rank1", "lab-5e3a1c-rank2"]

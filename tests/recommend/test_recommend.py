@@ -145,7 +145,7 @@ def test_emitted_stacks_render(
         rendered = render_stack(stack, project_with(stack, raw))
         assert rendered.outputs["sizing"]["model"] == "Qwen/Qwen3-0.6B"
     assert "rank 1" in emitted_stack_text(_ranked(results)[0], first_ranked(results), inputs)
-    # Each stack's load grid, and so plan.md's `testbed load --config` of it, is the load found,
+    # Each stack's load grid, which plan.md's `pulumi up` of it runs, is the load found,
     # each run as long as the search timed it there: 5 measured requests per client.
     plan = plan_text(inputs, results, first_ranked(results))
     for path, result in zip(paths, _ranked(results), strict=False):
@@ -157,7 +157,7 @@ def test_emitted_stacks_render(
         assert load["slo"] == {"ttftP99Ms": 1000.0}
         assert f"requestsPerRun {per_run}: the load found and the run length" in path.read_text()
         assert f"rank {result.rank} at {result.best.load_text()}, {per_run} measured" in plan
-        assert f"--config stacks/Pulumi.{path.name.removeprefix('Pulumi.')}" in plan
+        assert f"pulumi up -s {path.name.removeprefix('Pulumi.').removesuffix('.yaml')}\n" in plan
     # Both node classes are RTX 4090s: rank 1's own run calibrates them, one profile.
     assert (
         "uv run testbed calibrate out/load/kv-routing-rank1 --stack kv-routing-rank1 --out " in plan

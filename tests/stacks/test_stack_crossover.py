@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 
 from configkeys.key_paths import parse_settings
 from kvpath.profile import LINK_PROFILES
+from kvpath.transfers import Flow, transfer_rates
 from stackmodel.crossover import SWEEP_LINKS, crossover
+from stackmodel.sizing import disaggregation_verdict, link_capacity
 from stackmodel.stacks import load_stack
 from stackmodel.validation import validate_stack
 from testbed import crossover_figure
@@ -148,7 +150,10 @@ def test_the_verdict_counts_prefix_hits_and_a_saturated_link_as_typed() -> None:
     assert verdict.needed_bytes_per_s > verdict.link_capacity_bytes_per_s == 25e9 / 8 * 0.92
     assert not verdict.disaggregation_pays
     assert "can pay" not in verdict.summary
-    assert "more than the link carries (2.88 GB/s), so transfers queue" in verdict.summary
+    assert verdict.summary.startswith("on 25gbe (2.88 GB/s) moving")  # one rate: the wire's
+    assert "more than the node pair's wire carries (2.88 GB/s), so transfers queue" in (
+        verdict.summary
+    )
     result = crossover(plan)
     assert not result.stack_point.pays and result.stack_point.saturated
     assert "of KV its busy prefill workers produce" in result.summary()
@@ -173,3 +178,35 @@ def test_held_out_loads_and_links(extra: list[str], pays: bool, words: str) -> N
     assert verdict.disaggregation_pays is pays, verdict.summary
     assert words in verdict.summary
     assert verdict.needed_bytes_per_s <= verdict.link_capacity_bytes_per_s
+
+
+def test_render_names_which_rate_each_figure_of_one_link_is() -> None:
+    """disagg-same-node's two prefill workers on same-node-tcp: the line gives the one-transfer
+    rate (1 GB/s) as that, and what the link carries as their two prefill/decode pairs'
+    connections (2 x 1.2 GB/s, kvpath.transfers: a connection per pair), never a second bare
+    figure for the same link."""
+    verdict = load_stack("disagg-same-node").sizing.report.disaggregation
+    assert verdict.concurrent_transfers == 2
+    assert verdict.link_capacity_bytes_per_s == 2 * 1.2e9
+    assert verdict.summary.startswith("on same-node-tcp (1 GB/s a transfer alone) moving")
+    assert (
+        "more than their 2 connections carry (2.4 GB/s: 1.2 GB/s a prefill/decode pair with "
+        "several transfers in flight), so transfers queue"
+    ) in verdict.summary
+
+
+def test_busy_prefill_workers_on_one_host_each_have_a_connection() -> None:
+    """Two busy prefill workers each producing 0.8 GB/s of KV on same-node-tcp: each pair's
+    connection carries its 0.8 (of 1.2 GB/s), as the simulation shares them
+    (kvpath.transfers.transfer_rates), so the link is not saturated and disaggregation pays
+    (100 ms of transfer against 125 ms of prefill); the sweep of a stack with that load counts
+    the same pairs."""
+    link = LINK_PROFILES["same-node-tcp"]
+    verdict = disaggregation_verdict(
+        100_000_000, 1_000, link, 8_000.0, "test", concurrent_transfers=2
+    )
+    assert verdict.needed_bytes_per_s == pytest.approx(1.6e9)
+    assert verdict.disaggregation_pays, verdict.summary
+    alone = sum(transfer_rates([Flow(pair, None, link) for pair in (0, 0, 1, 1)]))
+    assert link_capacity(link, 2) == pytest.approx(alone)
+    assert link_capacity(LINK_PROFILES["25gbe"], 2) == 25e9 / 8 * 0.92  # the wire caps
