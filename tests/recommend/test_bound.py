@@ -73,7 +73,8 @@ def _fake_timing(one_gpu_share: float) -> Any:
     one GPU ``one_gpu_share`` of it (above 1: more than its bound allows, a wrong bound)."""
 
     def timed(plan: Any, load: Any, slo: Any, gpus: int, sent: Any, rate: float, *_: Any) -> Any:
-        share = 0.6 if len({g.node_class for g in plan.cfg.topology.workers}) == 2 else one_gpu_share
+        classes = {g.node_class for g in plan.cfg.topology.workers}
+        share = 0.6 if len(classes) == 2 else one_gpu_share
         ceiling = rate * sent.mean_output_tokens / gpus
         value = ceiling * share
         figures = Figures(1, value, value, 10.0, rate * share, 0.0, 1.0, {})
@@ -137,3 +138,16 @@ def test_no_branch_and_bound_under_pareto(monkeypatch: pytest.MonkeyPatch) -> No
     results = search(Problem("kv-routing", base, cfg, SHORT, SLO), space, objective="pareto")
     assert not any(r.reason.startswith("not timed: ") for r in results)
     assert sum(r.status == "ranked" for r in results) == len(space)
+
+
+def test_timing_ahead_in_processes_gives_the_same_results() -> None:
+    """``jobs`` 2 (the next candidates timed ahead in worker processes) gives what one
+    process gives, candidate by candidate."""
+    base, cfg, space = _seed_aggregated()
+    picked = [c for c in space if sum(g.replicas for g in c.groups) <= 2][:3]
+    problem = Problem("kv-routing", base, cfg, SHORT, SLO)
+
+    def seen(results: list[Result]) -> list[tuple[Any, ...]]:
+        return [(r.candidate.key, r.status, r.rank, r.best, r.reason) for r in results]
+
+    assert seen(search(problem, picked, jobs=2)) == seen(search(problem, picked))
