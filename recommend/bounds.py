@@ -14,7 +14,10 @@ bound holds for every request of the run:
   the decode worker's first step;
 - **an inter-token floor**: one decode step of one request (host time + weights + its KV);
 - **a request-rate ceiling**: each GPU's prefill capacity (a GPU computes one request's uncached
-  tokens in ``prefill_s``; workers sharing it by time-slicing share it), each host-buffering
+  tokens at the least GPU time per prompt token any engine step takes, :func:`least_s_per_token`:
+  steps batch several prompts, up to the engine's token budget, and a step's fixed part, the
+  weight read, is paid once for all of them; workers sharing a GPU by time-slicing share it),
+  each host-buffering
   worker's synchronous copies (a prefill worker's engine stalls for each request's device ->
   host copy, a decode worker's for the host -> device one), and the link (each prefill/decode
   pair's connection, each node pair's wire).
@@ -30,8 +33,10 @@ from dataclasses import dataclass
 
 from kvpath.copies import d2h_seconds, h2d_seconds
 from simulator.hardware import run_topology, stack_constants
-from simulator.timing_model import RunTopology, WorkerSpec
+from simulator.timing_model import WorkerSpec
 from stackmodel.plan import StackPlan
+from steptime.measured import token_bucket
+from steptime.roofline import EngineStep
 from workload.config import LoadConfig
 
 
@@ -74,13 +79,45 @@ def _uncached(load: LoadConfig, block: int) -> tuple[int, int]:
     return rest, rest
 
 
-def _gpu_prefill_rate(topology: RunTopology, workers: list[WorkerSpec], tokens: int) -> float:
+def step_token_counts(budget: int) -> list[int]:
+    """The prompt-token counts :func:`least_s_per_token` times a step at, for a token budget
+    of ``budget``: each count the measured source times a step at
+    (:func:`steptime.measured.token_bucket`: every count to 256, then multiples of 64) up to
+    the budget's own."""
+    top = token_bucket(budget)
+    return [*range(1, min(top, 256) + 1), *range(320, top + 1, 64)]
+
+
+_LEAST: dict[EngineStep, float] = {}
+""":func:`least_s_per_token` by step (the same few steps recur over a search's candidates)."""
+
+
+def least_s_per_token(step: EngineStep) -> float:
+    """The least GPU seconds per prompt token of any engine step of ``step`` that computes only
+    prompt tokens, at most its token budget (``max_batched_tokens``): the least over
+    :func:`step_token_counts` of ``gpu_s(tokens) / tokens``. A bound for every step: the
+    measured source times a step of T tokens as one of its :func:`~steptime.measured.
+    token_bucket` (B >= T, so T's time per token is at least B's), and the roofline's step is a
+    fixed part (the weight read, the all-reduces' latency) plus a part per token, whose time per
+    token falls as T grows (so it is at least that of the next count timed). A step's decoding
+    requests only add to its time (``EngineStep.gpu_s``)."""
+    least = _LEAST.get(step)
+    if least is None:
+        assert step.max_batched_tokens is not None  # a group's step always has its budget
+        least = _LEAST[step] = min(
+            step.gpu_s(t, []) / t for t in step_token_counts(step.max_batched_tokens)
+        )
+    return least
+
+
+def _gpu_prefill_rate(workers: list[WorkerSpec], tokens: int) -> float:
     """Requests/s the GPUs of ``workers`` can prefill at ``tokens`` each: each GPU (a
-    tensor-parallel worker is named by its first GPU and its step counts them all) once."""
+    tensor-parallel worker is named by its first GPU and its step counts them all) once, at
+    its least time per prompt token (:func:`least_s_per_token`)."""
     by_gpu: dict[str, WorkerSpec] = {}
     for w in workers:
         by_gpu.setdefault(w.gpu, w)
-    return sum(1 / max(w.step.prefill_s(tokens), 1e-12) for w in by_gpu.values())
+    return sum(1 / max(least_s_per_token(w.step) * tokens, 1e-12) for w in by_gpu.values())
 
 
 def bounds(plan: StackPlan, load: LoadConfig) -> Bounds:
@@ -97,7 +134,7 @@ def bounds(plan: StackPlan, load: LoadConfig) -> Bounds:
     prefill_s = step.host_s + step.gpu_s(uncached, [])
     decode = min((w.step for w in decoders), key=lambda s: s.gpu_s(0, [load.prompt_tokens]))
     itl_s = decode.host_s + decode.gpu_s(0, [load.prompt_tokens])
-    rates = {"prefill": _gpu_prefill_rate(topology, first, uncached)}
+    rates = {"prefill": _gpu_prefill_rate(first, uncached)}
     copies_s = link_s = 0.0
     if plan.disaggregated:
         prompt_bytes = -(-load.prompt_tokens // block) * block * kvb

@@ -7,10 +7,14 @@ Screening, in order (each a reason the table prints):
 
 1. a floor above the SLO: the candidate's TTFT floor over a TTFT bound, its inter-token floor
    over an ITL or TPOT bound, its end-to-end floor over an E2E bound: no load meets it;
-2. the rate ceiling: a candidate whose output tokens/s per GPU at its request-rate ceiling is
-   below the best timed candidate's objective divided by the margin loses by more than the
-   margin whatever its timing (candidates are timed in order of that ceiling, highest first, so
-   the best comes early).
+2. the rate ceiling (:func:`bound_reason`): a candidate's output tokens/s per GPU at its
+   request-rate ceiling bounds its objective at every load. Candidates are timed one after the
+   other in order of that ceiling, highest first (``jobs`` processes time the next ones ahead);
+   one whose bound is below the best objective timed before it divided by the margin loses by
+   more than the margin whatever its timing, and under ``goodput-per-gpu`` and
+   ``tokens-per-gpu`` one whose bound is below that best itself cannot rank first (branch and
+   bound): neither is timed, and its reason gives its bound. Which are timed depends only on
+   the candidates before it, never on ``jobs``.
 
 Ranking is deterministic: by the objective, then the candidate's key.
 """
@@ -385,8 +389,7 @@ Progress = Callable[[int, int], None]
 """Called as candidates are timed: (done, to time)."""
 
 BATCH = 8
-"""Candidates timed between two screenings by the best so far: the screen reads only the
-batches before, so what is timed does not depend on ``jobs`` (deterministic)."""
+"""Candidates between two progress lines of ``testbed recommend``."""
 
 
 def _deaf_to_ctrl_c() -> None:
@@ -472,19 +475,55 @@ def mirror_signature(candidate: Candidate, twins: Sequence[Sequence[str]]) -> tu
     )
 
 
-def _first_of_each(
-    batch: Sequence[Result], twins: Sequence[Sequence[str]], timed: Mapping[Any, Result]
-) -> list[Result]:
-    """The results of ``batch`` to time: the first of each mirror signature not ``timed``
-    yet (the others reuse its figures)."""
-    seen = set(timed)
-    first = []
-    for r in batch:
+def bound_reason(
+    result: Result, best: float, margin: float, objective: Objective, needed: float | None
+) -> str | None:
+    """Why ``result`` (queued, its bounds set) is not timed, given ``best``, the highest
+    objective of the candidates timed before it (None: it is timed). Its rate ceiling's
+    output tokens/s per GPU (``ceiling_value``) bounds its objective at every load, so it is
+    not timed when that bound is below ``best`` over the margin (it loses by more than the
+    margin), or under ``goodput-per-gpu`` and ``tokens-per-gpu`` below ``best`` itself (it
+    cannot rank first: branch and bound; under ``pareto`` it may still be on the front).
+    Never under ``capacity`` (``needed`` set)."""
+    if needed is not None or result.bounds is None or result.ceiling_value is None:
+        return None
+    ceiling, b = result.ceiling_value, result.bounds
+    at_most = (
+        f"at most {ceiling:,.0f} output tok/s per GPU at any load (its {b.limit} ceiling, "
+        f"{b.requests_per_s:,.2f} req/s)"
+    )
+    if ceiling * margin < best:
+        return f"{at_most}, below the best timed so far ({best:,.0f}) / the margin {margin:g}"
+    if objective in ("goodput-per-gpu", "tokens-per-gpu") and ceiling < best:
+        return (
+            f"not timed: {at_most}, {ceiling / best:.2f}x the best timed so far ({best:,.0f}): "
+            "it cannot rank first"
+        )
+    return None
+
+
+def _time_ahead(
+    pool: Any,
+    jobs: int,
+    queued: Sequence[Result],
+    ahead: dict[tuple[Any, ...], Any],
+    timed: Mapping[tuple[Any, ...], Result],
+    args_of: Callable[[Result], TimingArgs],
+    twins: Sequence[Sequence[str]],
+) -> None:
+    """Start timing in ``pool`` the first of ``queued`` (in order; each a mirror signature not
+    timed or under way yet) until ``jobs`` timings are under way (``ahead``, by signature).
+    One that a bound settles once those before it are timed is discarded unread, so what is
+    timed and reported does not depend on ``jobs``."""
+    eligible = {mirror_signature(r.candidate, twins) for r in queued}
+    for gone in [s for s in ahead if s not in eligible]:
+        del ahead[gone]  # settled by a bound meanwhile: its result is never read
+    for r in queued:
+        if len(ahead) >= jobs:
+            return
         signature = mirror_signature(r.candidate, twins)
-        if signature not in seen:
-            seen.add(signature)
-            first.append(r)
-    return first
+        if signature not in timed and signature not in ahead:
+            ahead[signature] = pool.apply_async(_time_in_worker, (args_of(r),))
 
 
 def cluster_gpus(cfg: StackConfig) -> int:
@@ -543,49 +582,39 @@ def search(
         if jobs > 1
         else None
     )
+
+    def args_of(r: Result) -> TimingArgs:
+        assert r.plan is not None
+        ceiling = r.bounds.requests_per_s if r.bounds else math.inf
+        return (r.plan, load, slo, gpus, sent, ceiling, needed)
+
+    stored = _stored(store, queue)
+    ahead: dict[tuple[Any, ...], Any] = {}  # by mirror_signature: timings under way
     try:
-        for start in range(0, len(queue), BATCH):
-            batch = []
-            for result in queue[start : start + BATCH]:
-                assert result.ceiling_value is not None and result.bounds is not None
-                if needed is None and result.ceiling_value * margin < best_value:
-                    result.binding = result.bounds.limit
-                    result.reason = (
-                        f"at most {result.ceiling_value:,.0f} output tok/s per GPU at any load "
-                        f"(its {result.bounds.limit} ceiling, "
-                        f"{result.bounds.requests_per_s:,.2f} req/s), below the best timed so "
-                        f"far ({best_value:,.0f}) / the margin {margin:g}"
-                    )
-                    done += 1
-                else:
-                    batch.append(result)
-            stored = _stored(store, batch)
-            fresh_ones = [r for r in batch if r.candidate.key not in stored]
-            to_time = _first_of_each(fresh_ones, twins, timed)
-            args: list[TimingArgs] = [
-                (
-                    r.plan,
-                    load,
-                    slo,
-                    gpus,
-                    sent,
-                    r.bounds.requests_per_s if r.bounds else math.inf,
-                    needed,
-                )
-                for r in to_time
-                if r.plan is not None
-            ]
-            fresh = (
-                pool.imap(_time_in_worker, args)
-                if pool is not None
-                else (time_candidate(*a) for a in args)
-            )
-            for result in batch:
+        for i, result in enumerate(queue):
+            assert result.ceiling_value is not None and result.bounds is not None
+            if pool is not None:
+                ahead_of = [
+                    r
+                    for r in queue[i:]
+                    if bound_reason(r, best_value, margin, objective, needed) is None
+                    and r.candidate.key not in stored
+                ]
+                _time_ahead(pool, jobs, ahead_of, ahead, timed, args_of, twins)
+            reason = bound_reason(result, best_value, margin, objective, needed)
+            if reason is not None:
+                result.binding, result.reason = result.bounds.limit, reason
+            else:
                 t = stored.get(result.candidate.key)
                 if t is None:
                     signature = mirror_signature(result.candidate, twins)
-                    if any(result is r for r in to_time):
-                        timed[signature] = next(fresh)
+                    if signature not in timed:
+                        under_way = ahead.pop(signature, None)
+                        timed[signature] = (
+                            under_way.get()
+                            if under_way is not None
+                            else time_candidate(*args_of(result))
+                        )
                     t = timed[signature]
                     if store is not None:
                         store.put(result.candidate.key, timed_json(t))
@@ -594,10 +623,10 @@ def search(
                 result.steady = t.steady
                 if t.best is not None:
                     result.value = objective_value(t.best, objective)
-                done += 1
-                if progress is not None:
-                    progress(done, len(queue))
-            best_value = max([best_value, *(r.value or 0.0 for r in batch)])
+                    best_value = max(best_value, result.value)
+            done += 1
+            if progress is not None:
+                progress(done, len(queue))
     finally:
         if pool is not None:
             pool.terminate()

@@ -1,0 +1,153 @@
+"""The search's shortcuts give the full search's answers: the rate ceiling bounds every step's
+prefill work (:func:`recommend.bounds.least_s_per_token`), and a candidate whose bound is below
+the best timed before it is not timed (:func:`recommend.search.bound_reason`) yet rank 1 and
+every timed candidate's figures are those the full search gives; with a bound that is wrong
+the comparison fails."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+import recommend.search as search_module
+from recommend.bounds import least_s_per_token, step_token_counts
+from recommend.search import Figures, Problem, Result, search
+from recommend.space import Candidate, candidates
+from stackmodel.config import project_values
+from stackmodel.published import DYNAMO_LLAMA_70B_ONE_NODE
+from stackmodel.stacks import load_stack, stack_config
+from steptime.measured import core_installed, token_bucket
+from workload.config import LoadConfig
+from workload.slo import parse_slo
+
+SHORT = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
+SLO = parse_slo("ttft_p99_ms=1000")
+
+
+def test_step_token_counts_cover_every_bucket_to_the_budget() -> None:
+    counts = step_token_counts(8192)
+    assert counts[:3] == [1, 2, 3] and 256 in counts and 320 in counts and counts[-1] == 8192
+    assert {token_bucket(t) for t in range(1, 8193)} == set(counts)
+    assert step_token_counts(1000)[-1] == 1024  # the budget's own bucket
+
+
+def _steps(plan: Any) -> list[Any]:
+    """The steps the simulation times ``plan``'s workers by."""
+    from simulator.hardware import run_topology
+
+    return [w.step for w in run_topology(plan).workers]
+
+
+@pytest.mark.parametrize("measured", [False, True])
+def test_least_time_per_token_bounds_every_step(measured: bool) -> None:
+    """No prefill-only step of up to the budget's tokens takes less GPU time per token than the
+    bound, and the bound is below one 3,000-token prompt's own step (what the ceiling read
+    before: steps batching several prompts beat it under the measured source)."""
+    if measured and not core_installed():
+        pytest.skip("aiconfigurator-core is not installed (the calibrate group)")
+    plan = DYNAMO_LLAMA_70B_ONE_NODE.plan("disaggregated")
+    for step in _steps(plan):
+        if not measured:
+            step = type(step)(**{**step.__dict__, "measured": None})
+        assert (step.measured is not None) == measured
+        least = least_s_per_token(step)
+        budget = step.max_batched_tokens
+        assert budget is not None
+        for t in (*range(1, 300), *range(300, budget + 1, 37), budget):
+            assert step.gpu_s(t, []) / t >= least * (1 - 1e-12), t
+        assert least < step.gpu_s(3000, []) / 3000
+        if not measured:  # the roofline's fixed part makes the budget's step the cheapest
+            assert math.isclose(least, step.gpu_s(budget, []) / budget)
+
+
+def _seed_aggregated() -> tuple[dict[str, Any], Any, list[Candidate]]:
+    base, cfg = project_values(stack_config("kv-routing")[0]), load_stack("kv-routing").cfg
+    space = [c for c in candidates(cfg) if not c.disaggregated and c.router == "kv"]
+    return base, cfg, [c for c in space if c.kv_events]
+
+
+def _fake_timing(one_gpu_share: float) -> Any:
+    """A stand-in for the timing: a candidate on both GPUs reaches 0.6 of its ceiling, one on
+    one GPU ``one_gpu_share`` of it (above 1: more than its bound allows, a wrong bound)."""
+
+    def timed(plan: Any, load: Any, slo: Any, gpus: int, sent: Any, rate: float, *_: Any) -> Any:
+        classes = {g.node_class for g in plan.cfg.topology.workers}
+        share = 0.6 if len(classes) == 2 else one_gpu_share
+        ceiling = rate * sent.mean_output_tokens / gpus
+        value = ceiling * share
+        figures = Figures(1, value, value, 10.0, rate * share, 0.0, 1.0, {})
+        return Result(Candidate(groups=()), "ranked", gpus, runs=1, best=figures)
+
+    return timed
+
+
+def _answers(results: list[Result]) -> tuple[str | None, dict[str, Figures | None]]:
+    first = next((r for r in results if r.rank == 1), None)
+    timed = {r.candidate.key: r.best for r in results if r.status == "ranked"}
+    return (first.candidate.key if first else None), timed
+
+
+def _same_answers(full: list[Result], bounded: list[Result]) -> None:
+    """Rank 1 the same; every candidate the bounded search timed has the full search's figures;
+    every one it did not time is below rank 1 in the full search, under its bound."""
+    first, timed = _answers(full)
+    bounded_first, bounded_timed = _answers(bounded)
+    assert bounded_first == first
+    assert all(timed[k] == f for k, f in bounded_timed.items())
+    by_key = {r.candidate.key: r for r in full}
+    for r in bounded:
+        if r.reason.startswith("not timed: "):
+            whole = by_key[r.candidate.key]
+            assert whole.value is not None and r.ceiling_value is not None
+            assert whole.value <= r.ceiling_value and whole.rank != 1
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_branch_and_bound_gives_the_full_search_answers(
+    monkeypatch: pytest.MonkeyPatch, wrong: bool
+) -> None:
+    """One-GPU candidates, their bound below the best timed but within the margin, are not
+    timed, with their bound in the reason; rank 1 and the timed figures are the full search's.
+    With a bound the timing beats (``wrong``), the comparison fails."""
+    base, cfg, space = _seed_aggregated()
+    monkeypatch.setattr(search_module, "time_candidate", _fake_timing(1.5 if wrong else 0.95))
+    problem = Problem("kv-routing", base, cfg, SHORT, SLO)
+    bounded = search(problem, space)
+    skipped = [r for r in bounded if r.reason.startswith("not timed: ")]
+    assert len(skipped) == 6 and {r.status for r in skipped} == {"screened"}
+    assert all(r.runs == 0 and r.value is None for r in skipped)
+    assert "cannot rank first" in skipped[0].reason and "0.83x the best" in skipped[0].reason
+    with monkeypatch.context() as m:
+        m.setattr(search_module, "bound_reason", lambda *_: None)
+        full = search(problem, space)
+    assert sum(r.status == "ranked" for r in full) == len(space)
+    if wrong:
+        with pytest.raises(AssertionError):
+            _same_answers(full, bounded)
+    else:
+        _same_answers(full, bounded)
+
+
+def test_no_branch_and_bound_under_pareto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``pareto`` a candidate below the best may still be on the front: only the margin
+    screens."""
+    base, cfg, space = _seed_aggregated()
+    monkeypatch.setattr(search_module, "time_candidate", _fake_timing(0.95))
+    results = search(Problem("kv-routing", base, cfg, SHORT, SLO), space, objective="pareto")
+    assert not any(r.reason.startswith("not timed: ") for r in results)
+    assert sum(r.status == "ranked" for r in results) == len(space)
+
+
+def test_timing_ahead_in_processes_gives_the_same_results() -> None:
+    """``jobs`` 2 (the next candidates timed ahead in worker processes) gives what one
+    process gives, candidate by candidate."""
+    base, cfg, space = _seed_aggregated()
+    picked = [c for c in space if sum(g.replicas for g in c.groups) <= 2][:3]
+    problem = Problem("kv-routing", base, cfg, SHORT, SLO)
+
+    def seen(results: list[Result]) -> list[tuple[Any, ...]]:
+        return [(r.candidate.key, r.status, r.rank, r.best, r.reason) for r in results]
+
+    assert seen(search(problem, picked, jobs=2)) == seen(search(problem, picked))
