@@ -1,7 +1,7 @@
 """Attainment and goodput against an SLO (`workload.slo.Slo`), from request records.
 
 Works on any run's `RequestRecord`s: the load generator's, the simulator's (the same records,
-`simulator.retime.timing_records`), or a results folder's `requests.parquet`
+`simulator.records.timing_records`), or a results folder's `requests.parquet`
 (`outputs.folder_writer.records_from_frame`). Definitions (docs/metrics.md, "SLOs and goodput"):
 
 - a request *meets* the SLO when it succeeded, showed a visible token (a reply whose output

@@ -9,7 +9,7 @@ an open loop's request rate. A run at one load and one number of prefix kinds is
 (:func:`simulator.timing_model.simulate_run` on :func:`simulator.hardware.run_topology`), its
 requests sent by the model instead of a routing run (``model_hits``: each worker's prefix-cache
 hits are what the model's own KV-router stand-in put on it), turned into loadgen's request
-records (:func:`simulator.retime.timing_records`) and judged as a measured run is
+records (:func:`simulator.records.timing_records`) and judged as a measured run is
 (:func:`measurement.goodput.evaluate_run`, :func:`measurement.goodput.evaluate_point`).
 
 A closed-loop run starts as loadgen starts one (``loadgen.loops.run_share``): its warm-up
@@ -54,7 +54,7 @@ from measurement.record import RequestRecord
 from measurement.results import PointAttainment, RunSummary
 from measurement.stats import summarize_run
 from recommend.workload import Workload
-from simulator.retime import timing_records
+from simulator.records import timing_records
 from simulator.timing_model import RunTopology, TimingConstants, simulate_run
 from workload.config import LoadConfig
 from workload.slo import Slo
