@@ -52,7 +52,7 @@ from measurement.client_cost import queue_large, short_of_offered
 from measurement.goodput import evaluate_point, evaluate_run
 from measurement.record import RequestRecord
 from measurement.results import PointAttainment, RunSummary
-from measurement.stats import summarize_run
+from measurement.stats import Latencies, summarize_run
 from recommend.workload import Workload
 from simulator.records import timing_records
 from simulator.timing_model import RunTopology, TimingConstants, simulate_run
@@ -191,14 +191,18 @@ class LoadRunner:
         records, kills = measured_run(
             self.topology, self.constants, self.sent, kinds, concurrency, rate, self.step_memo
         )
+        latencies = Latencies.of([r for r in records if r.ok])  # for both: computed once
         summary = summarize_run(
             records,
             prefix_kinds=kinds,
             concurrency=concurrency,
             repetition=0,
             offered_rate_per_s=rate,
+            latencies=latencies,
         )
-        attained = evaluate_run(records, self.slo, concurrency=concurrency, closed=rate is None)
+        attained = evaluate_run(
+            records, self.slo, concurrency=concurrency, closed=rate is None, latencies=latencies
+        )
         point = evaluate_point([attained], self.slo, gpus=self.gpus)
         return KindsPoint(kinds, summary, point, kills)
 
