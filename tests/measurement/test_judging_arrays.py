@@ -106,10 +106,18 @@ def test_a_run_judged_from_its_summarys_latencies_is_the_same_to_the_byte(
     slo = parse_slo("ttft_p99_ms=400,itl_p90_ms=20,tpot_p99_ms=25,e2e_p50_ms=900,ttft_p50_ms=300")
     rate = None if closed else 3.5
     shared = Latencies.of([r for r in records if r.ok])
-    kwargs = {"prefix_kinds": 2, "concurrency": concurrency, "repetition": 0}
-    alone = summarize_run(records, offered_rate_per_s=rate, **kwargs)
-    once = summarize_run(records, offered_rate_per_s=rate, latencies=shared, **kwargs)
-    assert once.model_dump_json() == alone.model_dump_json()
+
+    def summary(latencies: Latencies | None) -> str:
+        return summarize_run(
+            records,
+            prefix_kinds=2,
+            concurrency=concurrency,
+            repetition=0,
+            offered_rate_per_s=rate,
+            latencies=latencies,
+        ).model_dump_json()
+
+    assert summary(shared) == summary(None)
 
     def judged(latencies: Latencies | None) -> str:
         try:

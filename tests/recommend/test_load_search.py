@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from measurement.goodput import evaluate_point, evaluate_run
+from measurement.record import RequestRecord
 from measurement.stats import Latencies, summarize_run
 from recommend.bounds import ms_text
 from recommend.claims import DEFAULT_MARGIN
@@ -240,7 +241,12 @@ def test_a_run_is_summarised_and_judged_from_latencies_computed_once(
     runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, 2)
     computed: list[int] = []
     of = Latencies.of
-    monkeypatch.setattr(Latencies, "of", lambda good: computed.append(len(good)) or of(good))
+
+    def counted(good: list[RequestRecord]) -> Latencies:
+        computed.append(len(good))
+        return of(good)
+
+    monkeypatch.setattr(Latencies, "of", counted)
     point = runner.run(2, concurrency, rate)
     assert len(computed) == 1
     monkeypatch.undo()
