@@ -1,7 +1,7 @@
 """Attainment and goodput against an SLO (`workload.slo.Slo`), from request records.
 
 Works on any run's `RequestRecord`s: the load generator's, the simulator's (the same records,
-`simulator.retime.timing_records`), or a results folder's `requests.parquet`
+`simulator.records.timing_records`), or a results folder's `requests.parquet`
 (`outputs.folder_writer.records_from_frame`). Definitions (docs/metrics.md, "SLOs and goodput"):
 
 - a request *meets* the SLO when it succeeded, showed a visible token (a reply whose output
@@ -121,15 +121,22 @@ def request_met(record: RequestRecord, slo: Slo) -> bool:
 
 
 def evaluate_run(
-    records: Sequence[RequestRecord], slo: Slo, *, concurrency: int, closed: bool = True
+    records: Sequence[RequestRecord],
+    slo: Slo,
+    *,
+    concurrency: int,
+    closed: bool = True,
+    latencies: Latencies | None = None,
 ) -> RunAttainment:
     """`records` (one run's, any order) against `slo`; `concurrency` and `closed` (the closed
-    loop, else the open loop) say which requests were the first of their client. Raises
+    loop, else the open loop) say which requests were the first of their client; `latencies`:
+    the successful records' `measurement.stats.Latencies` when computed already (the run's
+    summary computed them: the same figures, to the bit). Raises
     `SloError` when an objective needs two or more tokens per request (ITL, TPOT) and no
     successful request of the run has a value for it (one-token answers, or every response
     read in one piece)."""
     good = [r for r in records if r.ok]
-    latencies = Latencies.of(good)
+    latencies = Latencies.of(good) if latencies is None else latencies
     bounds = judged(slo)
     for key, (o, _) in bounds.items():
         if not o.metric.two_tokens or not good:

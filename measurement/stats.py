@@ -102,27 +102,25 @@ class Latencies:
     """Each successful request's own latencies (ms), in the order of the records they came
     from: TTFT, TPOT, E2E (None where it has none) and its ITLs (`itl_array`), every request's
     one after the other in one numpy float64 array `itl` with `owner`, per ITL, the position
-    of its request."""
+    of its request; and what they were read from, each request's `chunk_tokens` (`tokens`) and
+    `read_arrays` (`reads`). Computed once per run (`of`), they serve both its summary
+    (`summarize_run`) and its SLO judgement (`measurement.goodput.evaluate_run`)."""
 
     ttft: list[float | None]
     itl: Any
     owner: Any
     tpot: list[float | None]
     e2e: list[float | None]
+    tokens: list[list[float]]
+    reads: list[tuple[Any, Any]]
 
     @staticmethod
-    def of(
-        good: Sequence[RequestRecord],
-        tokens: Sequence[list[float]] | None = None,
-        reads: Sequence[tuple[Any, Any]] | None = None,
-    ) -> Latencies:
-        """The latencies of `good` (successful records); `tokens` / `reads`: each record's
-        `chunk_tokens` / `read_arrays` over them when computed already."""
+    def of(good: Sequence[RequestRecord]) -> Latencies:
+        """The latencies of `good` (successful records)."""
         import numpy as np
 
-        tokens = [chunk_tokens(r) for r in good] if tokens is None else tokens
-        if reads is None:
-            reads = [read_arrays(r, n) for r, n in zip(good, tokens, strict=True)]
+        tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
+        reads = [read_arrays(r, n) for r, n in zip(good, tokens, strict=True)]
         triples = list(zip(good, tokens, reads, strict=True))
         itls = [itl_array(r, n, read) for r, n, read in triples]
         return Latencies(
@@ -131,6 +129,8 @@ class Latencies:
             owner=np.repeat(np.arange(len(itls)), [len(i) for i in itls]),
             tpot=[tpot_ms(r, n, read) for r, n, read in triples],
             e2e=[e2e_ms(r) for r in good],
+            tokens=tokens,
+            reads=reads,
         )
 
     def only(self, keep: Sequence[bool]) -> Latencies:
@@ -139,12 +139,18 @@ class Latencies:
 
         kept = np.asarray(keep, dtype=bool)
         tokens = kept[self.owner]
+
+        def mine(values: list[Any]) -> list[Any]:
+            return [v for v, k in zip(values, keep, strict=True) if k]
+
         return Latencies(
-            ttft=[v for v, k in zip(self.ttft, keep, strict=True) if k],
+            ttft=mine(self.ttft),
             itl=self.itl[tokens],
             owner=(np.cumsum(kept) - 1)[self.owner[tokens]],
-            tpot=[v for v, k in zip(self.tpot, keep, strict=True) if k],
-            e2e=[v for v, k in zip(self.e2e, keep, strict=True) if k],
+            tpot=mine(self.tpot),
+            e2e=mine(self.e2e),
+            tokens=mine(self.tokens),
+            reads=mine(self.reads),
         )
 
     def p(self, q: float, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
@@ -435,6 +441,7 @@ def summarize_run(
     unique_suffix_tokens: int = 0,
     max_tokens: int | None = None,
     planned_prompt_tokens: int | None = None,
+    latencies: Latencies | None = None,
 ) -> RunSummary:
     """Reduce one run's records to a `RunSummary` (see its docstring for every definition);
     `loop_lags_ms` are the client event loops' lag samples (ms, `loadgen.lag.LagMonitor`),
@@ -445,7 +452,8 @@ def summarize_run(
     `cached_tokens_summary`), `max_tokens` what every request asked for (output lengths are
     reported against it: `output_tokens_mismatch`, with a warning; None: not compared),
     `planned_prompt_tokens` the prompt length every request was built to (compared with what
-    the server counted: `prompt_tokens_note`; None: not compared).
+    the server counted: `prompt_tokens_note`; None: not compared), `latencies` the successful
+    records' `Latencies` when computed already (the same figures, to the bit).
 
     TTFT and E2E percentiles and the TTFT mean count censored requests (cut by the client's
     timeout after they were sent, or failed after a wait: `measurement.errors.after_a_wait`)
@@ -462,12 +470,10 @@ def summarize_run(
     """
     good = [r for r in records if r.ok]
     span_s = span_seconds(good)
-    tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
-    reads = [read_arrays(r, n) for r, n in zip(good, tokens, strict=True)]
-    latencies = Latencies.of(good, tokens, reads)
+    latencies = Latencies.of(good) if latencies is None else latencies
     latency, sample_warnings = _latency_fields(records, latencies, concurrency, offered_rate_per_s)
     lower_bounds = latency.pop("lower_bounds")
-    stream, stream_warnings = _stream_fields(good, tokens, reads)
+    stream, stream_warnings = _stream_fields(good, latencies.tokens, latencies.reads)
     output, output_warnings = _output_fields(
         records, good, max_tokens, planned_prompt_tokens, lower_bounds
     )

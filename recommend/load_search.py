@@ -9,7 +9,7 @@ an open loop's request rate. A run at one load and one number of prefix kinds is
 (:func:`simulator.timing_model.simulate_run` on :func:`simulator.hardware.run_topology`), its
 requests sent by the model instead of a routing run (``model_hits``: each worker's prefix-cache
 hits are what the model's own KV-router stand-in put on it), turned into loadgen's request
-records (:func:`simulator.retime.timing_records`) and judged as a measured run is
+records (:func:`simulator.records.timing_records`) and judged as a measured run is
 (:func:`measurement.goodput.evaluate_run`, :func:`measurement.goodput.evaluate_point`).
 
 A closed-loop run starts as loadgen starts one (``loadgen.loops.run_share``): its warm-up
@@ -57,9 +57,9 @@ from measurement.client_cost import queue_large, short_of_offered
 from measurement.goodput import evaluate_point, evaluate_run
 from measurement.record import RequestRecord
 from measurement.results import PointAttainment, RunSummary
-from measurement.stats import summarize_run
+from measurement.stats import Latencies, summarize_run
 from recommend.workload import Workload
-from simulator.retime import timing_records
+from simulator.records import timing_records
 from simulator.timing_model import RunTopology, TimingConstants, simulate_run
 from workload.config import LoadConfig
 from workload.slo import Slo
@@ -196,14 +196,18 @@ class LoadRunner:
         records, kills = measured_run(
             self.topology, self.constants, self.sent, kinds, concurrency, rate, self.step_memo
         )
+        latencies = Latencies.of([r for r in records if r.ok])  # for both: computed once
         summary = summarize_run(
             records,
             prefix_kinds=kinds,
             concurrency=concurrency,
             repetition=0,
             offered_rate_per_s=rate,
+            latencies=latencies,
         )
-        attained = evaluate_run(records, self.slo, concurrency=concurrency, closed=rate is None)
+        attained = evaluate_run(
+            records, self.slo, concurrency=concurrency, closed=rate is None, latencies=latencies
+        )
         point = evaluate_point([attained], self.slo, gpus=self.gpus)
         return KindsPoint(kinds, summary, point, kills)
 

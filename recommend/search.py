@@ -28,7 +28,7 @@ import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, astuple, dataclass, field, replace
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, TypeAdapter
 
@@ -45,7 +45,6 @@ from recommend.load_search import (
     required_load,
     room,
 )
-from recommend.resume import TimedStore
 from recommend.space import Candidate, candidate_raw, transport_reason
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
@@ -56,6 +55,9 @@ from stackmodel.plan import StackPlan
 from stackmodel.validation import validate_stack
 from workload.config import Arrival, LoadConfig
 from workload.slo import Slo
+
+if TYPE_CHECKING:  # annotations only: the store writes through outputs.folder_writer (pandas)
+    from recommend.resume import TimedStore
 
 Objective = Literal["capacity", "goodput-per-gpu", "tokens-per-gpu", "pareto"]
 OBJECTIVES_RANKED: tuple[Objective, ...] = (

@@ -54,7 +54,8 @@ from outputs.folder_reader import load_results
 from simulator.calibration import CONSTANTS
 from simulator.hardware import run_topology, stack_constants
 from simulator.phase_scores import PhaseValue, missing_phases, score_phases
-from simulator.retime import retime_grid, sim_requests, timing_records
+from simulator.records import timing_records
+from simulator.retime import retime_grid, sim_requests
 from simulator.timing_model import SimRequest, TimingConstants, simulate_run
 from stackmodel.plan import StackPlan
 from steptime.calibration_profile import ScoredValue

@@ -1,23 +1,20 @@
 """Timing a routing run: the same requests, in the same order and closed loop, on the stack's
-shared hardware (:mod:`simulator.timing_model`), as loadgen request records, so the same
-statistics give the tables; the memory model's OOMKills become incidents.
+shared hardware (:mod:`simulator.timing_model`), as loadgen request records
+(:func:`simulator.records.timing_records`), so the same statistics give the tables; the memory
+model's OOMKills become incidents.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from kvpath.memory import HOST_BASE_BYTES
 from loadgen.plan import run_salt
 from loadgen.runner import first_run_errors, grid_keys, grid_result
-from measurement.errors import ErrorKind
 from measurement.incidents import Incident
-from measurement.record import RequestRecord
 from measurement.results import GridResult
 from measurement.stats import summarize_run
 from outputs.folder_writer import (
@@ -31,12 +28,11 @@ from outputs.folder_writer import (
 from simulator.calibration import CONSTANTS
 from simulator.hardware import run_topology
 from simulator.provenance import provenance
+from simulator.records import timing_records
 from simulator.routing import ROUTING_DIR
 from simulator.timing_model import (
     OOM_EXIT_CODE,
     Kill,
-    Outcome,
-    RunTiming,
     SimRequest,
     TimingConstants,
     simulate_run,
@@ -74,75 +70,6 @@ def sim_requests(
             )
         )
     return out
-
-
-def _ns(seconds: float) -> int:
-    return round(seconds * 1e9)
-
-
-def _ns_all(offset_s: float, seconds: Sequence[float]) -> list[int]:
-    """``_ns(offset_s + t)`` of each of ``seconds``, array-wise: the same sums and products,
-    rounded half to even as ``round`` rounds."""
-    return list(
-        np.rint((offset_s + np.asarray(seconds, dtype=np.float64)) * 1e9).astype(np.int64).tolist()
-    )
-
-
-def timing_records(
-    timing: RunTiming, requests: Sequence[SimRequest], offset_s: float
-) -> list[RequestRecord]:
-    """loadgen :class:`RequestRecord`\\ s of a simulated run, its clock starting at ``offset_s``
-    (seconds since the grid started; the records' "monotonic" ns count from the grid start).
-    A record's cached tokens are those a real deployment's client would be told
-    (``Outcome.cached_tokens``: disaggregated, the prefill worker's modelled hit, not the routing
-    run's decode-side figure)."""
-    by_index = {r.index: r for r in requests}
-    records = []
-    for o in timing.outcomes:
-        spec = by_index[o.index]
-        sent = _ns(offset_s + o.sent_s)
-        due = sent if o.intended_s is None else _ns(offset_s + o.intended_s)
-        record = RequestRecord(index=o.index, prefix_id=spec.prefix_id, intended_ns=due)
-        record.sent_ns = sent
-        if o.error is None:
-            tokens = _ns_all(offset_s, o.token_s)
-            record.status = 200
-            record.first_byte_ns = record.first_chunk_ns = record.first_token_ns = tokens[0]
-            record.token_ns = tokens
-            record.chunks = len(tokens) + 1
-            record.end_ns = record.last_token_ns = tokens[-1]
-            record.finish_reason = "length"
-            record.prompt_tokens = spec.prompt_tokens
-            record.completion_tokens = len(tokens)
-            record.cached_tokens = o.cached_tokens
-            _frontend_timing(record, o)
-        else:
-            record.status = 503 if o.error_kind == ErrorKind.HTTP_STATUS else 200
-            record.error_kind = ErrorKind(o.error_kind or ErrorKind.IN_BAND)
-            record.error = o.error
-            record.error_ns = record.end_ns = _ns(offset_s + (o.error_s or o.sent_s))
-        records.append(record)
-    return records
-
-
-def _frontend_timing(record: RequestRecord, o: Outcome) -> None:
-    """What a Dynamo frontend returns of a successful simulated request
-    (``measurement.record.RequestRecord``'s frontend fields), from its outcome: the replicas'
-    names as worker ids; the prefill wait to ``routed_s``; the frontend's TTFT to the first
-    token (aggregated) or to the prefill leg's return (disaggregated), and there the transfer
-    estimate from that return to the decode worker's first token, as the real frontend's runs.
-    Left empty without a frontend (``routed_s`` None)."""
-    record.prefill_worker_id, record.decode_worker_id = o.prefill_worker, o.decode_worker
-    if o.routed_s is None:
-        return
-    first = o.token_s[0]
-    record.frontend_prefill_wait_ms = (o.routed_s - o.sent_s) * 1e3
-    ttft_end = first if o.prefill_done_s is None else o.prefill_done_s
-    record.frontend_ttft_ms = (ttft_end - o.sent_s) * 1e3
-    record.frontend_prefill_ms = (ttft_end - o.routed_s) * 1e3
-    record.frontend_total_ms = (o.token_s[-1] - o.sent_s) * 1e3
-    if o.prefill_done_s is not None:
-        record.kv_transfer_estimated_ms = (first - o.prefill_done_s) * 1e3
 
 
 def _incident(kill: Kill, run_start: datetime) -> Incident:

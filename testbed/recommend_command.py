@@ -179,12 +179,13 @@ def _too_few_tokens(
 def _workload(text: str, own_slo: bool = True) -> Workload:
     """``--workload``: ``seed`` (the seed's grid), a YAML file of load settings (as ``testbed
     load --config`` reads one, a stack file's ``load`` section included) or a results folder
-    (:func:`recommend.workload.replayed`); exits 2 on a bad one, naming the fix. ``own_slo``
+    (:func:`recommend.replay.replayed`); exits 2 on a bad one, naming the fix. ``own_slo``
     False (``--slo`` given, which replaces it): a file's ``slo`` is left unread."""
     from pydantic import ValidationError
 
     from configkeys.key_paths import show_path
-    from recommend.workload import FOLDER_FILES, HINT, Workload, WorkloadError, replayed
+    from recommend.replay import FOLDER_FILES, HINT, WorkloadError, replayed
+    from recommend.workload import Workload
     from testbed.load_command import read_load_settings
     from workload.config import Arrival, LoadConfig, error_message
     from workload.slo import too_few_tokens

@@ -17,7 +17,7 @@ from formats.guidellm import guidellm_figures, report_figures
 from formats.imported import FormatError
 from formats.importer import TOLERANCE, detect, read_source, write_imported
 from outputs.folder_reader import load_results
-from recommend.workload import replayed
+from recommend.replay import replayed
 from simulator.calibration_fit import read_target
 from stackmodel.stacks import load_stack
 from testbed.cli import app

@@ -11,9 +11,9 @@ from records import MS, record
 from measurement.goodput import evaluate_run, figures
 from measurement.percentile import percentile
 from measurement.record import RequestRecord
-from measurement.stats import bounded_percentile, first_of_client
+from measurement.stats import Latencies, bounded_percentile, first_of_client, summarize_run
 from metrics.latency import icl_ms, itl_ms
-from workload.slo import parse_slo
+from workload.slo import SloError, parse_slo
 
 
 def sorted_percentile(values: list[float], q: float) -> float:
@@ -71,3 +71,61 @@ def test_the_warm_figures_are_the_warm_requests_judged_alone() -> None:
     assert judged.values_ms["itl_p90_ms"] == sorted_percentile(
         [gap for r in records if r.ok for gap in itl_ms(r)], 90
     )
+
+
+@st.composite
+def run_records(draw: st.DrawFn) -> list[RequestRecord]:
+    """A run of successful requests (gaps of 0: events in one read; some with per-chunk
+    counts, some with a hidden reasoning count), failed ones and censored ones."""
+    records: list[RequestRecord] = []
+    for i in range(draw(st.integers(1, 14))):
+        gaps = draw(st.lists(st.integers(0, 40), max_size=30))
+        r = record(i, draw(st.integers(0, 500)), draw(st.integers(1, 900)), gaps)
+        kind = draw(st.sampled_from(["ok", "ok", "chunks", "timeout", "http"]))
+        if kind == "chunks":
+            r.chunk_tokens = draw(st.lists(st.integers(1, 4), min_size=len(r.token_ns)))[
+                : len(r.token_ns)
+            ]
+            r.reasoning_tokens = draw(st.integers(0, 3))
+        elif kind == "timeout":
+            r.error_kind, r.censored, r.error_ns = "timeout", True, r.token_ns[0] + MS
+            r.first_token_ns = None if draw(st.booleans()) else r.first_token_ns
+        elif kind == "http":
+            r.error_kind, r.status, r.error_ns = "http_status", 503, r.sent_ns
+        records.append(r)
+    return records
+
+
+@settings(deadline=None, max_examples=300)
+@given(run_records(), st.integers(1, 6), st.booleans())
+def test_a_run_judged_from_its_summarys_latencies_is_the_same_to_the_byte(
+    records: list[RequestRecord], concurrency: int, closed: bool
+) -> None:
+    """The latencies computed once and handed to both the summary and the SLO judgement give
+    the JSON each gives computing its own."""
+    slo = parse_slo("ttft_p99_ms=400,itl_p90_ms=20,tpot_p99_ms=25,e2e_p50_ms=900,ttft_p50_ms=300")
+    rate = None if closed else 3.5
+    shared = Latencies.of([r for r in records if r.ok])
+
+    def summary(latencies: Latencies | None) -> str:
+        return summarize_run(
+            records,
+            prefix_kinds=2,
+            concurrency=concurrency,
+            repetition=0,
+            offered_rate_per_s=rate,
+            latencies=latencies,
+        ).model_dump_json()
+
+    assert summary(shared) == summary(None)
+
+    def judged(latencies: Latencies | None) -> str:
+        try:
+            run = evaluate_run(
+                records, slo, concurrency=concurrency, closed=closed, latencies=latencies
+            )
+        except SloError as exc:  # no request with an ITL: refused alike
+            return str(exc)
+        return run.model_dump_json()
+
+    assert judged(shared) == judged(None)

@@ -12,6 +12,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from measurement.goodput import evaluate_point, evaluate_run
+from measurement.record import RequestRecord
+from measurement.stats import Latencies, summarize_run
 from recommend.bounds import ms_text
 from recommend.claims import DEFAULT_MARGIN
 from recommend.load_search import (
@@ -24,13 +27,14 @@ from recommend.load_search import (
     LoadRunner,
     highest_load,
     ladder,
+    measured_run,
     required_load,
 )
 from recommend.search import time_candidate, unsteady_text
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.stacks import load_stack
-from workload.config import LoadConfig
+from workload.config import Arrival, LoadConfig
 from workload.slo import parse_slo
 
 SHORT = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
@@ -318,3 +322,36 @@ def test_a_load_that_holds_at_the_cap_says_so_and_how_much_room_the_slo_has() ->
         f"load cap (256 clients per GPU): the SLO still has room there, TTFT p99 "
         f"{ms_text(value)} of its 600,000 ms"
     )
+
+
+@pytest.mark.parametrize(("concurrency", "rate"), [(1, None), (6, None), (24, None), (8, 6.0)])
+def test_a_run_is_summarised_and_judged_from_latencies_computed_once(
+    monkeypatch: pytest.MonkeyPatch, concurrency: int, rate: float | None
+) -> None:
+    """A search's run computes its latencies once for its summary and its SLO judgement, and
+    both are what each gives computing its own, to the byte."""
+    plan = load_stack("kv-routing")
+    load = SHORT
+    if rate is not None:
+        load = SHORT.model_copy(update={"arrival": Arrival.POISSON, "request_rate": rate})
+    slo = parse_slo("ttft_p99_ms=800,itl_p99_ms=40,e2e_p50_ms=2000")
+    runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, 2)
+    computed: list[int] = []
+    of = Latencies.of
+
+    def counted(good: list[RequestRecord]) -> Latencies:
+        computed.append(len(good))
+        return of(good)
+
+    monkeypatch.setattr(Latencies, "of", counted)
+    point = runner.run(2, concurrency, rate)
+    assert len(computed) == 1
+    monkeypatch.undo()
+    sent = runner.sent
+    records, _ = measured_run(runner.topology, runner.constants, sent, 2, concurrency, rate)
+    alone = summarize_run(
+        records, prefix_kinds=2, concurrency=concurrency, repetition=0, offered_rate_per_s=rate
+    )
+    assert point.summary.model_dump_json() == alone.model_dump_json()
+    judged = evaluate_run(records, slo, concurrency=concurrency, closed=rate is None)
+    assert point.point == evaluate_point([judged], slo, gpus=2)

@@ -16,12 +16,13 @@ from measurement.stats import summarize_run
 from outputs.folder_writer import MeasuredRun, ResultsFolder, records_frame
 from outputs.resume import ResumeError
 from recommend.load_search import Axis
+from recommend.replay import replayed
 from recommend.resume import TimedStore
 from recommend.search import Problem, search
 from recommend.space import candidates
-from recommend.workload import Workload, replayed
+from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
-from simulator.retime import timing_records
+from simulator.records import timing_records
 from simulator.timing_model import RunTopology, SimRequest, simulate_run
 from stackmodel.config import project_values
 from stackmodel.stacks import load_stack, stack_config

@@ -344,7 +344,7 @@ def test_simulated_records_carry_the_frontends_phases_and_workers() -> None:
     estimate runs to the decode worker's first token, so one decode step more), the prefill
     wait the frontend's own overhead, and the simulation has no network: residual 0."""
     from measurement.phases import request_phases, run_phases
-    from simulator.retime import timing_records
+    from simulator.records import timing_records
 
     reqs = requests(1, 1, cached=False)
     timing = simulate_run(cross_node(8192 * MI), CONSTANTS, reqs, 1)
