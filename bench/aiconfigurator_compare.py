@@ -425,13 +425,13 @@ def main(
     ] = False,
     jobs: Annotated[int, typer.Option(help="our search's worker processes")] = 2,
 ) -> None:
-    binary = cli_path(aiconfigurator)
     if not search:
         if cases:
             raise typer.BadParameter("cases are --search's: add --search or drop them")
-        estimates(binary)
+        estimates(cli_path(aiconfigurator))
         return
-    compare_searches(binary, chosen(SEARCH_CASES, cases or []), jobs)
+    picked = chosen(SEARCH_CASES, cases or [])
+    compare_searches(cli_path(aiconfigurator), picked, jobs)
 
 
 def chosen(all_cases: Sequence[SearchCase], names: Sequence[str]) -> list[SearchCase]:
