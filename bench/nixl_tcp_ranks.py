@@ -1,9 +1,12 @@
 """NIXL READs over UCX/TCP between several agents at once, as a tensor-parallel prefill worker
 and decode worker's ranks make them: does one agent pair's rate add up over the pairs?
 
-Run: `uv run --frozen --all-groups python bench/nixl_tcp_ranks.py --out FILE.json` (needs the
-``kvprobe`` group's NIXL wheel and ``UCX_TLS`` / ``UCX_RNDV_THRESH`` in the environment, as a
-worker pod has them; about three minutes on a 16-core host).
+Run: `UCX_TLS=tcp,self,cuda_copy UCX_RNDV_THRESH=inf uv run --frozen --all-groups python
+bench/nixl_tcp_ranks.py --out FILE.json` (needs the ``kvprobe`` group's NIXL wheel; the
+``UCX_*`` settings are the worker pods' and the seed's, with ``cuda_copy`` added, which NIXL
+1.5.1 requires on a host with NVIDIA GPUs). What it answers needs a host with the cores of a
+GPU server (16 or more): on fewer the transfers are CPU-bound. ``--max-seconds`` stops before
+the next case once passed, listing the cases left out.
 
 vLLM 0.31.0's NixlConnector runs one NIXL agent per tensor-parallel rank, and each decode rank
 READs its KV heads from one prefill rank: with the decode worker's TP at least the prefill
