@@ -59,7 +59,6 @@ from typing import Protocol
 
 from measurement.client_cost import queue_large, short_of_offered
 from measurement.goodput import evaluate_point, evaluate_run
-from measurement.intervals import NOISE_THRESHOLD
 from measurement.record import RequestRecord
 from measurement.results import PointAttainment, RunSummary
 from measurement.stats import summarize_run
@@ -328,10 +327,15 @@ class Found:
     (``best`` is its ``upper`` load; None: it did not)."""
 
 
-SATURATION = NOISE_THRESHOLD
-"""The share (0.05: 5%) below which doubling a closed loop's clients counts as moving neither
-its output tokens/s nor an SLO figure: the noise the project states between two runs of the
-same stack (:data:`measurement.intervals.NOISE_THRESHOLD`)."""
+SATURATION = 1 / RESOLUTION
+"""The share (1/32: ~3%) below which doubling a closed loop's clients counts as moving neither
+its output tokens/s nor an SLO figure. A saturated run's output tokens/s still creep up with
+its length (the drain at its end, when the queue has emptied and the batch shrinks, is a
+smaller share of a longer run): each doubling adds about half what the one before added, so
+the figures at the answer are below those at any higher load by about the last doubling's
+gain, at most this share: the bisection's own bound (:data:`RESOLUTION`). The project's noise
+between two runs of a stack (:data:`measurement.intervals.NOISE_THRESHOLD`, 5%) would leave
+them up to ~5% low (the one-node Llama-70B search's saturated leaders: 4.5%)."""
 
 
 @dataclass(frozen=True)
