@@ -54,6 +54,10 @@ class Metric:
     microseconds); None: no objective on it. `two_tokens`: a request has a value only when it
     generated at least two tokens. `needs_answer`: a reply that showed no visible token
     (`metrics.latency.answered`: its output was all reasoning) misses every objective on it.
+    `queued`: the latency runs from the request's send, so it includes any wait before an
+    engine takes the request in: a closed loop's queue adds to it once clients are added past
+    what the engines serve (TTFT, TTFO, E2E), where a per-token latency (ITL, TPOT) sees only
+    the batch the request runs in.
 
     The words tables and figures print (`column_header`, `label`, `panel_title`): `short`, the
     name where a column is narrow or its table says the rest (``attainment``; "": `name`);
@@ -74,6 +78,7 @@ class Metric:
     plausible_ms: tuple[float, float] | None = None
     two_tokens: bool = False
     needs_answer: bool = False
+    queued: bool = False
     short: str = ""
     header: str = ""
     title: str = ""
@@ -119,6 +124,7 @@ METRICS: dict[str, Metric] = {
             sample=ttft_sample,
             plausible_ms=(10.0, 600_000.0),
             needs_answer=True,
+            queued=True,
         ),
         Metric(
             "ttfo",
@@ -126,6 +132,7 @@ METRICS: dict[str, Metric] = {
             "ms",
             "sent -> first visible token, reasoning left out (= TTFT without reasoning)",
             per_request=ttfo_ms,
+            queued=True,
         ),
         Metric(
             "itl",
@@ -154,6 +161,7 @@ METRICS: dict[str, Metric] = {
             sample=e2e_sample,
             plausible_ms=(10.0, 3_600_000.0),
             needs_answer=True,
+            queued=True,
         ),
         Metric(
             "queue",

@@ -37,12 +37,16 @@ in flight). :func:`highest_load` doubles the load from the axis' start until a l
 the axis' top holds), and :func:`settle` then bisects between the highest load that holds
 below the lowest that fails and that failing load (halving below a start that fails), to
 within 1/:data:`RESOLUTION` of the load (a whole client at least), and probes one step below
-the answer (a failure there moves the search below it). The answer holds, and so does every
-load below it that was probed (the climb's loads below it, the bisection's loads beneath it
-and the step below); a load that held above one that fails is reported
-(:attr:`Found.unsteady`), not taken. The capacity question (:func:`required_load`) probes the
-load needed and one step below it, and half and a quarter of it where the SLO is near a bound
-there (:func:`ladder`).
+the answer (a failure there moves the search below it). Given the SLO, a closed loop's climb
+also stops where the candidate is saturated (:func:`saturation`): doubling the clients moved
+neither its output tokens/s nor any objective of an SLO that bounds no queued latency by
+:data:`SATURATION` or more, so more clients only wait longer in its queue and the SLO holds at
+any higher load; the highest load timed is then the answer (:attr:`Found.saturated`). The
+answer holds, and so does every load below it that was probed (the climb's loads below it, the
+bisection's loads beneath it and the step below); a load that held above one that fails is
+reported (:attr:`Found.unsteady`), not taken. The capacity question (:func:`required_load`)
+probes the load needed and one step below it, and half and a quarter of it where the SLO is
+near a bound there (:func:`ladder`).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from measurement.client_cost import queue_large, short_of_offered
@@ -58,6 +62,7 @@ from measurement.goodput import evaluate_point, evaluate_run
 from measurement.record import RequestRecord
 from measurement.results import PointAttainment, RunSummary
 from measurement.stats import Latencies, summarize_run
+from metrics.registry import objectives
 from recommend.workload import Workload
 from simulator.records import timing_records
 from simulator.timing_model import RunTopology, TimingConstants, simulate_run
@@ -321,6 +326,58 @@ class Found:
     unsteady: LoadPoint | None = None
     failed_below: tuple[float, ...] = ()
     steady: tuple[LoadPoint, ...] = ()
+    saturated: Saturation | None = None
+    """Where the climb stopped below the axis' top because the candidate is saturated there
+    (``best`` is its ``upper`` load; None: it did not)."""
+
+
+SATURATION = 1 / RESOLUTION
+"""The share (1/32: ~3%) below which doubling a closed loop's clients counts as moving neither
+its output tokens/s nor an SLO figure. A saturated run's output tokens/s still creep up with
+its length (the drain at its end, when the queue has emptied and the batch shrinks, is a
+smaller share of a longer run): each doubling adds about half what the one before added, so
+the figures at the answer are below those at any higher load by about the last doubling's
+gain, at most this share: the bisection's own bound (:data:`RESOLUTION`). The project's noise
+between two runs of a stack (:data:`measurement.intervals.NOISE_THRESHOLD`, 5%) would leave
+them up to ~5% low (the one-node Llama-70B search's saturated leaders: 4.5%)."""
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """A closed loop saturated: from ``lower`` clients to ``upper`` (the climb's last two
+    loads, each holding) the output tokens/s moved by ``gain`` and each SLO objective by
+    ``moved`` (objective key -> its worst figure's change), shares (0.012: +1.2%), each within
+    :data:`SATURATION`; the SLO bounds no latency that is ``queued`` (metrics.registry)."""
+
+    lower: int
+    upper: int
+    gain: float
+    moved: dict[str, float]
+
+
+def saturation(lower: LoadPoint, upper: LoadPoint, slo: Slo) -> Saturation | None:
+    """Whether a closed loop that holds at ``lower`` and ``upper`` clients (``upper`` above) is
+    saturated (:class:`Saturation`), so the SLO holds at any load above ``upper``: no objective
+    of ``slo`` is on a queued latency (TTFT, E2E: those a queue adds to), the output tokens/s
+    and every objective's worst figure moved by less than :data:`SATURATION` from ``lower`` to
+    ``upper``. A closed loop past what its engines serve keeps the same requests in its
+    batches, so the same decode steps and per-token latencies, and queues the rest (None: not
+    saturated, or a figure is missing)."""
+    registry = objectives()
+    if any(registry[key].metric.queued for key in slo.objectives()):
+        return None
+    before = lower.mean(lambda r: r.summary.output_tokens_per_s)
+    after = upper.mean(lambda r: r.summary.output_tokens_per_s)
+    if before <= 0 or abs(after / before - 1) >= SATURATION:
+        return None
+    moved = {}
+    for key in slo.objectives():
+        low = lower.worst(lambda r, key=key: r.point.values_ms.get(key))  # type: ignore[misc]
+        high = upper.worst(lambda r, key=key: r.point.values_ms.get(key))  # type: ignore[misc]
+        if not low or high is None or abs(high / low - 1) >= SATURATION:
+            return None
+        moved[key] = high / low - 1
+    return Saturation(lower.concurrency, upper.concurrency, after / before - 1, moved)
 
 
 def settle(runner: Runs, axis: Axis, order: list[int], probes: dict[float, LoadPoint]) -> Found:
@@ -353,19 +410,30 @@ def settle(runner: Runs, axis: Axis, order: list[int], probes: dict[float, LoadP
     )
 
 
-def highest_load(runner: Runs, kinds: Sequence[int], axis: Axis | None = None) -> Found:
+def highest_load(
+    runner: Runs, kinds: Sequence[int], axis: Axis | None = None, slo: Slo | None = None
+) -> Found:
     """The highest load on ``axis`` (default: :meth:`Axis.clients` of ``runner``'s GPUs) that
     holds, with every probed load below it holding, as the module docstring searches: from
-    the axis' start, doubling until a load fails or the axis' top holds, then :func:`settle`
-    (which halves below a start that fails)."""
+    the axis' start, doubling until a load fails or the axis' top holds, or (a closed loop,
+    given ``slo``) the last doubling shows the candidate saturated (:func:`saturation`), then
+    :func:`settle` (which halves below a start that fails)."""
     axis = axis if axis is not None else Axis.clients(runner.gpus)
     order = sorted(set(kinds), reverse=True)
     probes: dict[float, LoadPoint] = {}
+    saturated = None
     load: float | None = axis.start
+    previous: LoadPoint | None = None
     while load is not None:
-        probes[load] = axis.at(runner, load, order)
-        load = axis.up(load) if probes[load].holds else None
-    return settle(runner, axis, order, probes)
+        point = probes[load] = axis.at(runner, load, order)
+        if slo is not None and axis.in_flight is None and previous is not None and point.holds:
+            saturated = saturation(previous, point, slo)
+        load = axis.up(load) if point.holds and saturated is None else None
+        previous = point
+    found = settle(runner, axis, order, probes)
+    if saturated is None or found.best is None or found.best.concurrency != saturated.upper:
+        return found
+    return replace(found, saturated=saturated)
 
 
 def room(point: LoadPoint, slo: Slo) -> tuple[str, float, float] | None:

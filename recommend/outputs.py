@@ -30,6 +30,7 @@ from recommend.search import (
     needed_load,
     objective_value,
     pareto_front,
+    saturated_line,
     stated_load,
 )
 from recommend.validate import Validation
@@ -1084,6 +1085,7 @@ def write_report(
         + (f"<p><strong>{html.escape(summary)}</strong></p>" if summary else "")
         + "".join(f"<p>Caveat: {html.escape(c)}</p>" for c in inputs.caveats)
         + "".join(f"<p>{html.escape(cost.line())}</p>" for cost in inputs.slicing)
+        + (f"<p>{html.escape(line)}</p>" if (line := saturated_line(results)) else "")
         + f"<img alt='pareto' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
         f"<ul>{legend}</ul>"
         "<table border='1'><tr><th>rank</th><th>status</th><th>candidate</th><th>why</th></tr>"

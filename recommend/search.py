@@ -41,6 +41,7 @@ from recommend.load_search import (
     Found,
     LoadPoint,
     LoadRunner,
+    Saturation,
     highest_load,
     required_load,
     room,
@@ -191,6 +192,8 @@ class Result:
     the load that fails (:func:`unsteady_text`; '' when it did not), never taken as the answer.
     ``steady``: the figures at every load probed up to ``best`` (each holds; ascending), where
     a verdict compares two candidates at a load both held (:func:`recommend.claims.same_load`).
+    ``saturated``: its closed loop's search stopped at ``best`` below the load cap, saturated
+    there (:func:`recommend.load_search.saturation`; ``binding`` says by how much).
     """
 
     candidate: Candidate
@@ -213,6 +216,7 @@ class Result:
     needed: float | None = None
     unsteady: str = ""
     steady: tuple[Figures, ...] = ()
+    saturated: bool = False
 
 
 def stack_name(cluster: str, candidate: Candidate) -> str:
@@ -299,9 +303,37 @@ def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str, flo
     return None
 
 
-def _binding(over: LoadPoint | None, slo: Slo, best: LoadPoint | None, needed: bool) -> str:
+def saturation_text(saturated: Saturation) -> str:
+    """What binds a saturated candidate (:class:`recommend.load_search.Saturation`):
+    ``saturation (128 -> 256 clients: +1.2% output tokens/s, TPOT p99 +0.3%; the SLO bounds no
+    latency the queue adds, so it holds at any higher load)``."""
+    moved = ", ".join(f"{objectives()[k].name} {v:+.1%}" for k, v in saturated.moved.items())
+    return (
+        f"saturation ({saturated.lower:,} -> {saturated.upper:,} clients: "
+        f"{saturated.gain:+.1%} output tokens/s, {moved}; the SLO bounds no latency the queue "
+        "adds, so it holds at any higher load)"
+    )
+
+
+def saturated_line(results: Sequence[Result]) -> str:
+    """How many of ``results`` stopped saturated below the load cap ('' when none):
+    ``3 candidates stopped saturated: more clients would only wait in their queue (their
+    binding says by how much)``."""
+    n = sum(r.saturated for r in results)
+    if not n:
+        return ""
+    return (
+        f"{n} candidate{'s' if n != 1 else ''} stopped saturated: more clients would only wait "
+        f"in {'their' if n != 1 else 'its'} queue (the binding says by how much)"
+    )
+
+
+def _binding(found: Found, slo: Slo, needed: bool) -> str:
+    over, best = found.over, found.best
     if over is None and needed:
         return "none at the load needed (the search stops there)"
+    if found.saturated is not None:
+        return saturation_text(found.saturated)
     if over is None:
         assert best is not None
         if best.rate is not None:
@@ -370,12 +402,13 @@ def time_candidate(
         axis = Axis.rates(sent.in_flight_cap, start, rate_ceiling)
         required = None if needed is None else axis.start
     if required is None:
-        found = highest_load(runner, load.prefix_kinds, axis)
+        found = highest_load(runner, load.prefix_kinds, axis, slo)
     else:
         found = required_load(runner, load.prefix_kinds, required, axis, slo)
     best, over = found.best, found.over
     result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
-    result.binding = _binding(over, slo, best, needed is not None)
+    result.binding = _binding(found, slo, needed is not None)
+    result.saturated = found.saturated is not None
     result.unsteady = unsteady_text(found)
     result.steady = tuple(Figures.of(p, gpus) for p in found.steady)
     if over is not None:
@@ -622,7 +655,7 @@ def search(
                         store.put(result.candidate.key, timed_json(t))
                 result.status, result.binding, result.runs = t.status, t.binding, t.runs
                 result.best, result.over, result.unsteady = t.best, t.over, t.unsteady
-                result.steady = t.steady
+                result.steady, result.saturated = t.steady, t.saturated
                 if t.best is not None:
                     result.value = objective_value(t.best, objective)
                     best_value = max(best_value, result.value)
@@ -647,6 +680,7 @@ def timed_json(result: Result) -> dict[str, Any]:
         "over": asdict(result.over) if result.over is not None else None,
         "unsteady": result.unsteady,
         "steady": [asdict(f) for f in result.steady],
+        "saturated": result.saturated,
     }
 
 
@@ -662,6 +696,7 @@ def timed_of(data: Mapping[str, Any]) -> Result:
         over=_FIGURES.validate_python(over) if over is not None else None,
         unsteady=data.get("unsteady", ""),
         steady=tuple(_FIGURES.validate_python(f) for f in data.get("steady", ())),
+        saturated=data.get("saturated", False),
     )
 
 

@@ -284,6 +284,7 @@ def _print_table(
 
     from outputs.tables import table_console
     from recommend.outputs import per_gpu_name, shown_line
+    from recommend.search import saturated_line
 
     console = table_console(highlight=False)
     table = Table(title="SIMULATED: testbed recommend")
@@ -305,6 +306,8 @@ def _print_table(
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     console.print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    if saturated := saturated_line(results):
+        console.print(saturated)
 
 
 def _nearest(results: list[Result], slo: Any, top: int = 3) -> list[str]:

@@ -25,17 +25,19 @@ from recommend.load_search import (
     KindsPoint,
     LoadPoint,
     LoadRunner,
+    Saturation,
     highest_load,
     ladder,
     measured_run,
     required_load,
 )
-from recommend.search import time_candidate, unsteady_text
+from recommend.search import Result, saturated_line, saturation_text, time_candidate, unsteady_text
+from recommend.space import Candidate
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
 from stackmodel.stacks import load_stack
 from workload.config import Arrival, LoadConfig
-from workload.slo import parse_slo
+from workload.slo import Slo, parse_slo
 
 SHORT = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
 
@@ -355,3 +357,106 @@ def test_a_run_is_summarised_and_judged_from_latencies_computed_once(
     assert point.summary.model_dump_json() == alone.model_dump_json()
     judged = evaluate_run(records, slo, concurrency=concurrency, closed=rate is None)
     assert point.point == evaluate_point([judged], slo, gpus=2)
+
+
+@dataclass
+class Saturating:
+    """A fake runner whose engines serve ``knee`` clients at a time: output tokens/s grow with
+    the clients up to ``knee`` (100 tok/s a client) and stay there; TPOT p99 is 20 ms plus
+    ``tpot_growth`` ms a client above the knee; TTFT p99 and E2E p90 are 100 and 5,000 ms
+    plus ``queue_ms`` a client above the knee (a queue the run may be too short to show).
+    The SLO holds where ``holds`` says; it records the loads probed."""
+
+    knee: float
+    holds: Callable[[float], bool] = lambda c: True
+    tpot_growth: float = 0.0
+    queue_ms: float = 100.0
+    gpus: int = 1
+    probed: list[float] = field(default_factory=list)
+
+    def at(self, concurrency: int, order: list[int], rate: float | None = None) -> LoadPoint:
+        self.probed.append(concurrency)
+        base = _one_run()
+        served = min(concurrency, self.knee)
+        ok = self.holds(concurrency)
+        summary = base.summary.model_copy(update={"output_tokens_per_s": 100.0 * served})
+        over = max(0.0, concurrency - self.knee)
+        values = {
+            "tpot_p99_ms": 20.0 + self.tpot_growth * over,
+            "ttft_p99_ms": 100.0 + self.queue_ms * over,
+            "e2e_p90_ms": 5_000.0 + self.queue_ms * over,
+        }
+        point = base.point.model_copy(update={"slo_met": ok, "values_ms": values})
+        return LoadPoint(concurrency, (replace(base, summary=summary, point=point),), rate)
+
+
+TPOT = parse_slo("tpot_p99_ms=50")
+
+
+def test_a_saturated_climb_stops_after_the_doubling_that_shows_it() -> None:
+    """Engines that serve 64 clients at a time under a TPOT-only SLO: 64 -> 128 clients gives
+    the same output tokens/s and TPOT, so the climb stops at 128 (the highest load timed,
+    with the step below it) instead of timing every doubling to the cap, 256; the binding
+    says why; without the SLO the search climbs to the cap as before."""
+    runner = Saturating(knee=64)
+    found = highest_load(runner, [2], slo=TPOT)
+    assert runner.probed == [1, 2, 4, 8, 16, 32, 64, 128, 124]
+    assert found.best is not None and found.best.concurrency == 128 and found.over is None
+    assert found.saturated == Saturation(64, 128, 0.0, {"tpot_p99_ms": 0.0})
+    assert saturation_text(found.saturated) == (
+        "saturation (64 -> 128 clients: +0.0% output tokens/s, TPOT p99 +0.0%; the SLO bounds "
+        "no latency the queue adds, so it holds at any higher load)"
+    )
+    blind = Saturating(knee=64)
+    climbed = highest_load(blind, [2]).best
+    assert climbed is not None and climbed.concurrency == 256 and blind.probed[-2:] == [256, 248]
+    results = [Result(Candidate(groups=()), "ranked", saturated=s) for s in (True, False, True)]
+    assert saturated_line(results) == (
+        "2 candidates stopped saturated: more clients would only wait in their queue (the "
+        "binding says by how much)"
+    )
+    assert saturated_line(results[1:2]) == ""
+
+
+@pytest.mark.parametrize(
+    ("runner", "slo"),
+    [
+        (Saturating(knee=1_000), TPOT),  # output tokens/s still double with the clients
+        (Saturating(knee=64, tpot_growth=0.1), TPOT),  # TPOT grows 32% from 64 to 128
+        (Saturating(knee=64, queue_ms=0), parse_slo("tpot_p99_ms=50,ttft_p99_ms=600000")),
+        (Saturating(knee=64, queue_ms=0), parse_slo("tpot_p99_ms=50,e2e_p90_ms=3000000")),
+    ],
+)
+def test_a_climb_goes_on_while_more_clients_move_a_figure_or_the_slo_bounds_a_queued_one(
+    runner: Saturating, slo: Slo
+) -> None:
+    """The climb goes on to the cap (256 clients) where the output tokens/s still grow, where
+    an objective's figure moved by SATURATION (~3%) or more, or where the SLO bounds TTFT or
+    E2E, even when the doubling did not move them (a queue adds to those at every load above
+    the knee, so they can fail there)."""
+    found = highest_load(runner, [2], slo=slo)
+    assert found.saturated is None
+    assert found.best is not None and found.best.concurrency == 256
+    assert runner.probed == [1, 2, 4, 8, 16, 32, 64, 128, 256, 248]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    fails=st.sets(st.integers(1, 300), max_size=6),
+    above=st.integers(2, 300),
+    knee=st.integers(1, 300),
+)
+def test_a_saturated_answer_holds_with_every_load_probed_below_it(
+    fails: set[int], above: int, knee: int
+) -> None:
+    """The saturation stop keeps the search's rule: what it reports holding held at every load
+    it probed below it (one step below included); a load that held above a failing one is
+    never taken; a saturated answer is the climb's last load, which doubled a holding one with
+    the same output tokens/s."""
+    runner = Saturating(knee=knee, holds=lambda c: c not in fails and c < above)
+    found = highest_load(runner, [2], slo=TPOT)
+    _steady(runner, found)  # type: ignore[arg-type]
+    if found.saturated is not None:
+        assert found.best is not None and found.over is None
+        assert found.best.concurrency == found.saturated.upper == 2 * found.saturated.lower
+        assert knee <= found.saturated.lower and found.saturated.upper in runner.probed
