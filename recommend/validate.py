@@ -108,6 +108,17 @@ class Validation:
         missed = "real routing: SLO missed" + (f" ({'; '.join(over)})" if over else "")
         return f"{missed}; {spread}" if spread else missed
 
+    def moved(self) -> str:
+        """How far the real routing moved each objective's figure from the stand-in's:
+        ``real routing moved ITL p99 8 -> 14 ms (+82%), TTFT p99 143 -> 164 ms (+15%)`` (''
+        without a pair of figures)."""
+        parts = [
+            f"{objectives()[k].name} {stand_in:,.0f} -> {v:,.0f} ms ({v / stand_in - 1:+.0%})"
+            for k, v in self.values_ms.items()
+            if v is not None and (stand_in := self.stand_in_values_ms.get(k))
+        ]
+        return f"real routing moved {', '.join(parts)}" if parts else ""
+
     def line(self) -> str:
         """``c005 at 72 clients with the real Dynamo routing: SLO holds; TTFT p99 812 ms
         (stand-in 905 ms); goodput 1,650 tok/s per GPU (stand-in 1,671)``."""

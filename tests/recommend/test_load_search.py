@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
@@ -35,7 +36,9 @@ from recommend.search import Result, saturated_line, saturation_text, time_candi
 from recommend.space import Candidate
 from recommend.workload import Workload
 from simulator.hardware import run_topology, stack_constants
-from stackmodel.stacks import load_stack
+from simulator.records import timing_records
+from simulator.timing_model import simulate_run
+from stackmodel.stacks import REPO, load_stack
 from workload.config import Arrival, LoadConfig
 from workload.slo import Slo, parse_slo
 
@@ -460,3 +463,69 @@ def test_a_saturated_answer_holds_with_every_load_probed_below_it(
         assert found.best is not None and found.over is None
         assert found.best.concurrency == found.saturated.upper == 2 * found.saturated.lower
         assert knee <= found.saturated.lower and found.saturated.upper in runner.probed
+
+
+L4_STACK = """\
+config:
+  dynamo-testbed:nodeClasses:
+    l4:
+      nodeSelector: {lab/node: b}
+      gpu: l4
+      gpuMemoryGiB: 24
+      gpusPerNode: 1
+      nodes: 1
+  dynamo-testbed:model:
+    name: Qwen/Qwen3-0.6B
+    maxModelLen: 8192
+  dynamo-testbed:topology:
+    name: l4
+    workers:
+      - {name: aggregated-0, role: aggregated, replicas: 1, nodeClass: l4}
+  dynamo-testbed:load:
+    prefixKinds: [1]
+    concurrency: [19]
+    promptTokens: 1500
+    prefixShare: 0.667
+    maxTokens: 200
+    requestsPerRun: 200
+"""
+
+
+def test_itl_p99_of_a_closed_loop_sits_on_a_knife_edge_the_request_shape_decides(
+    tmp_path: Path,
+) -> None:
+    """One L4 worker (no routing to differ), 19 clients of 1,500-token prompts (2/3 a shared
+    prefix) and 200 output tokens: ITL p99 is either a decode-only step or a step carrying a
+    prefill chunk, whichever more than 1% of the gaps are. The search's run (the settings'
+    1,500 prompt tokens, hits in vLLM's 16-token blocks: 992) reads 26.2 ms; the same run with
+    the prompt the server counts (1,521: the chat template's tokens) and the hit the routing
+    run's mockers report (960: their 64-token blocks), as ``testbed simulate`` times it, reads
+    36.6 ms; either change alone reads ~33 ms. A modelling difference the search's output names
+    (``recommend.outputs.stand_in_note``), not a wrong path."""
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    (tmp_path / "stacks" / "Pulumi.l4.yaml").write_text(L4_STACK)
+    plan = load_stack("l4", project_dir=tmp_path)
+    load, topology, constants = plan.cfg.load, run_topology(plan), stack_constants(plan)
+    sent = Workload(load).closed(1, 19)
+    warmup = load.warmup_count(19)
+
+    def itl_p99(prompt: int, hit: int) -> float:
+        measured = [
+            replace(r, prompt_tokens=prompt, cached_tokens=hit if i else 0)
+            for i, r in enumerate(sent[warmup:])
+        ]
+        timing = simulate_run(topology, constants, measured, 19)
+        return p99(timing_records(timing, measured, 0.0))
+
+    def p99(records: list[RequestRecord]) -> float:
+        summary = summarize_run(records, prefix_kinds=1, concurrency=19, repetition=0)
+        assert summary.itl_p99_ms is not None
+        return summary.itl_p99_ms
+
+    assert p99(measured_run(topology, constants, Workload(load), 1, 19)[0]) == pytest.approx(
+        26.2, abs=0.05
+    )
+    assert itl_p99(1500, 992) == pytest.approx(26.2, abs=0.05)
+    assert itl_p99(1521, 960) == pytest.approx(36.6, abs=0.05)
+    assert 32 < itl_p99(1521, 992) < 34 and 32 < itl_p99(1500, 960) < 34

@@ -327,7 +327,10 @@ def test_a_real_routing_miss_of_rank_1_shows_wherever_rank_1_does(
     assert shown_line(RESULTS[1], first, inputs, validations).startswith(
         "real routing: SLO holds; model: 0.85x"
     )
-    assert shown_line(RESULTS[2], first, inputs, validations) == reason_line(RESULTS[2], first)
+    assert shown_line(RESULTS[2], first, inputs, validations) == (
+        reason_line(RESULTS[2], first) + "; stand-in timing, not validated: on the 2 validated "
+        "the real routing moved TTFT p99 -22% to +13%"
+    )
     summary = (
         "Rank 1 (a1) misses the SLO with the real Dynamo routing at the load found (TTFT p99 "
         "1,019 ms > 1,000 ms); rank 2 (d2) holds it, the best-ranked validated candidate that "
@@ -495,3 +498,39 @@ def test_under_capacity_the_figure_is_the_load_held_against_gpus_with_the_load_n
     page = (tmp_path / REPORT_HTML).read_text()
     assert "the load needed: 10 clients (the stated load x the headroom 1.2) (horizontal" in page
     assert "shaded" not in page
+
+
+def test_an_unvalidated_itl_claim_says_it_is_the_stand_ins_and_how_far_validation_moved() -> None:
+    """Rank 1 validated with ITL p99 13.8 ms against the stand-in's 7.6: its line gives the
+    move; a candidate the validation did not run says its figures are the stand-in's, not
+    validated, with the move the validated one saw (ITL p99 +82%), so "ITL binds at 20" of an
+    L4 candidate never reads as validated; with no validation it still says not validated."""
+    inputs = Inputs(
+        "kv-routing",
+        LoadConfig(),
+        parse_slo("ttft_p99_ms=600,itl_p99_ms=30"),
+        "goodput-per-gpu",
+        1.25,
+        3,
+        "m",
+    )
+    first = _result("a1", 1, 100.0, 50.0, ttft_p99_ms=142.6, itl_p99_ms=7.57)
+    done = Validation(
+        "a1",
+        8,
+        True,
+        {"ttft_p99_ms": 163.6, "itl_p99_ms": 13.78},
+        {"ttft_p99_ms": 142.6, "itl_p99_ms": 7.57},
+        95.0,
+        100.0,
+    )
+    line = shown_line(first, first, inputs, {"a1": done})
+    assert line.endswith(
+        "; real routing moved TTFT p99 143 -> 164 ms (+15%), ITL p99 8 -> 14 ms (+82%)"
+    )
+    other = _result("a2", 2, 90.0, 50.0, itl_p99_ms=26.2)
+    assert shown_line(other, first, inputs, {"a1": done}).endswith(
+        "; stand-in timing, not validated: on the 1 validated the real routing moved TTFT p99 "
+        "+15%, ITL p99 +82%"
+    )
+    assert shown_line(other, first, inputs, {}).endswith("; stand-in timing, not validated")
