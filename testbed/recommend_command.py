@@ -271,7 +271,7 @@ def _load_problem(error: Any) -> str:
     if error["type"] in ("list_type", "tuple_type") and not isinstance(value, list | dict):
         msg += f"; write it as a list: {where}: [{value}]"
     field = fields.get(str(loc[0])) if loc else None
-    what = f" ({field.description.rstrip('.')})" if field is not None and field.description else ""
+    what = f" ({field.description})" if field is not None and field.description else ""
     return f"{where + ': ' if where else ''}{msg}{what}"
 
 
@@ -284,10 +284,11 @@ def _said(value: object, written: bool) -> str:
 def _inputs_block(
     name: str, base: dict[str, Any], cfg: Any, sent: Workload, written: dict[str, Any] | None
 ) -> list[str]:
-    """The lines printed before the search: each node class read (its GPU and memory, GPUs a
-    node x nodes, time-slicing, host memory), the links, the model and the load searched, each
-    value a default filled in (a key the user did not write) marked ``(default)``. The
-    workload's lengths and the SLO follow from :func:`recommend.run.recommend`."""
+    """The lines printed once the inputs are checked, before the search: each node class read
+    (its GPU and GPU memory, ``gpusPerNode`` x ``nodes``, time-slicing, host memory), the links,
+    the model, the load searched and the shared prefix, each value a default filled in (a key
+    the files did not write) marked ``(default)``. The workload's lengths and the SLO, with
+    where it came from, follow from :func:`recommend.run.recommend`."""
     from steptime.gpus import DEFAULT_GPU
 
     lines = [f"cluster {name}:"]
@@ -746,9 +747,9 @@ def recommend_command(
     name, base, cfg = _cluster(cluster, cluster_file, model)
     sent, written, budgets = _sent(workload, slo_text, requests_per_client, batched_tokens)
     _check_lengths(cfg, sent)
+    fixes, space = _space(cfg, budgets, sent.load, fix)
     for line in _inputs_block(name, base, cfg, sent, written):
         typer.echo(line, err=True)
-    fixes, space = _space(cfg, budgets, sent.load, fix)
     folder = (
         under_project(out, RECOMMEND_OUT / name)
         if out
