@@ -625,7 +625,7 @@ def recommend_command(
         typer.Option(
             metavar="SLO",
             help="The SLO, e.g. ttft_p99_ms=1000,itl_p99_ms=50 (ms); default: the workload's "
-            "slo (its load settings').",
+            "slo (its load settings'), which --slo replaces whole.",
             rich_help_panel=INPUTS,
         ),
     ] = None,
