@@ -17,6 +17,7 @@ Imports run one way: ``config`` (the model) <- ``plan`` <- ``checks`` <- this mo
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -39,7 +40,7 @@ from stackmodel.errors import ConfigProblem, StackConfigError
 from stackmodel.plan import StackPlan
 from stackmodel.stack_layout import STACK_ROLES
 from workload.config import error_message
-from workload.slo import SloError
+from workload.slo import SloError, plain
 
 
 def validate_stack(
@@ -315,11 +316,37 @@ def _with_hint(msg: str, loc: tuple[str | int, ...], error: Any) -> str:
         and 1 < value <= 100
     ):
         msg += f"; a fraction, not a percentage: {value / 100:g}"
+    if isinstance(value, str) and loc and str(loc[-1]).endswith("GiB"):
+        msg += _gib_hint(value)
     if loc and loc[-1] in FIELD_HINTS:
         msg += f"; {FIELD_HINTS[str(loc[-1])]}"
     if field is not None and field.description:
         msg += f" ({loc[-1]}: {field.description.rstrip('.')})"
     return msg
+
+
+GIB_PER_UNIT = {
+    **dict.fromkeys(("ki", "kib"), 2**-20),
+    **dict.fromkeys(("mi", "mib"), 2**-10),
+    **dict.fromkeys(("gi", "gib"), 1.0),
+    **dict.fromkeys(("ti", "tib"), 2.0**10),
+    **dict.fromkeys(("k", "kb"), 1e3 / 2**30),
+    **dict.fromkeys(("m", "mb"), 1e6 / 2**30),
+    **dict.fromkeys(("g", "gb"), 1e9 / 2**30),
+    **dict.fromkeys(("t", "tb"), 1e12 / 2**30),
+}
+"""GiB per unit of a Kubernetes quantity's suffix (``Gi`` binary, ``G`` decimal; any case, a
+trailing ``B`` allowed), for the hint on a ``...GiB`` key written as a quantity."""
+
+
+def _gib_hint(text: str) -> str:
+    """``; write 64 (GiB, a plain number)`` for a ``...GiB`` key written as a quantity with a
+    unit (``64Gi``, ``64 GiB``; ``64G``: 59.6), else ''."""
+    quantity = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*", text)
+    per = GIB_PER_UNIT.get(quantity.group(2).casefold()) if quantity else None
+    if quantity is None or per is None:
+        return ""
+    return f"; write {plain(round(float(quantity.group(1)) * per, 1))} (GiB, a plain number)"
 
 
 def _walk(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], type[BaseModel] | None]:

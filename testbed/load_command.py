@@ -77,7 +77,8 @@ def read_load_settings(config_file: Path) -> dict[str, Any]:
 
     - a Pulumi stack file (`stacks/Pulumi.<stack>.yaml`): its `config: dynamo-testbed:load`
       section, without the load step's own keys (:func:`step_keys`); a stack file without
-      that section gives {} (the stack runs the default grid);
+      that section gives {} (the stack runs the default grid); the same for a stack file's
+      `config:` body copied without its `config:` line (a `dynamo-testbed:load:` block);
     - a stack's project values holding a `load:` section (same keys dropped);
     - the settings themselves, e.g. `prefixKinds: [2, 12]` (an empty file gives {}).
 
@@ -97,7 +98,7 @@ def read_load_settings(config_file: Path) -> dict[str, Any]:
         return {}
     if not isinstance(loaded, dict):
         raise ValueError(f"{config_file} does not hold a mapping of load settings")
-    stack_config = loaded.get("config")
+    stack_config = loaded.get("config", loaded)
     if isinstance(stack_config, dict) and any(":" in str(key) for key in stack_config):
         return _without_step_keys(stack_config.get(STACK_LOAD_KEY, {}), config_file, STACK_LOAD_KEY)
     if "load" in loaded:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from recommend.search import Result
     from recommend.space import Candidate
     from recommend.workload import Workload
-    from workload.slo import TooFewTokensError
+    from workload.slo import Slo, TooFewTokensError
 
 INPUTS = "Inputs"
 SEARCH = "Search"
@@ -176,26 +176,26 @@ def _too_few_tokens(
     return few.said(slo_from, tokens, fix)
 
 
-def _workload(text: str, own_slo: bool = True) -> Workload:
-    """``--workload``: ``seed`` (the seed's grid), a YAML file of load settings (as ``testbed
-    load --config`` reads one, a stack file's ``load`` section included) or a results folder
-    (:func:`recommend.replay.replayed`); exits 2 on a bad one, naming the fix. ``own_slo``
-    False (``--slo`` given, which replaces it): a file's ``slo`` is left unread."""
+def _workload(text: str, own_slo: bool = True) -> tuple[Workload, dict[str, Any] | None]:
+    """(what ``--workload`` sends, the settings its file wrote: None for ``seed`` and a results
+    folder). ``--workload``: ``seed`` (the seed's grid), a YAML file of load settings (as
+    ``testbed load --config`` reads one, a stack file's ``load`` section included) or a results
+    folder (:func:`recommend.replay.replayed`); exits 2 on a bad one, naming the fix.
+    ``own_slo`` False (``--slo`` given, which replaces it): a file's ``slo`` is not checked."""
     from pydantic import ValidationError
 
-    from configkeys.key_paths import show_path
     from recommend.replay import FOLDER_FILES, HINT, WorkloadError, replayed
     from recommend.workload import Workload
     from testbed.load_command import read_load_settings
-    from workload.config import Arrival, LoadConfig, error_message
+    from workload.config import Arrival, LoadConfig
     from workload.slo import too_few_tokens
 
     if text == "seed":
-        return Workload(LoadConfig())
+        return Workload(LoadConfig()), None
     path = Path(text)
     if path.is_dir():
         try:
-            return replayed(path)
+            return replayed(path), None
         except WorkloadError as exc:
             fail(str(exc))
     if path.name in FOLDER_FILES and (path.parent / "summary.json").is_file():
@@ -204,9 +204,8 @@ def _workload(text: str, own_slo: bool = True) -> Workload:
             f"--workload {path.parent}"
         )
     try:
-        settings = read_load_settings(path)
-        if not own_slo:
-            settings = {key: value for key, value in settings.items() if key != "slo"}
+        written = read_load_settings(path)
+        settings = {k: v for k, v in written.items() if own_slo or k != "slo"}
         if not settings:
             fail(
                 f"--workload {text}: no load settings (a stack file without a `load:` section, "
@@ -221,14 +220,7 @@ def _workload(text: str, own_slo: bool = True) -> Workload:
             fail(
                 f"--workload {text}: {_too_few_tokens(few, 'slo', text, drawn=drawn, folder=False)}"
             )
-        first = exc.errors()[0]
-        where = show_path(first["loc"])
-        described = {f.alias: f.description for f in LoadConfig.model_fields.values()}
-        what = described.get(str(first["loc"][0])) if first["loc"] else None
-        fail(
-            f"--workload {text}: {where + ': ' if where else ''}{error_message(first)}"
-            + (f" ({what})" if what else "")
-        )
+        fail(f"--workload {text}: {_load_problem(exc.errors()[0])}")
     except ValueError as exc:
         fail(f"--workload {text}: {exc}; {HINT}")
     if load.request_rate is not None and load.arrival is not Arrival.POISSON:
@@ -238,7 +230,102 @@ def _workload(text: str, own_slo: bool = True) -> Workload:
             "arrival: poisson",
             err=True,
         )
-    return Workload(load, text)
+    return Workload(load, text), written
+
+
+LOAD_SYNONYMS = {
+    word: "a closed loop's users are its requests in flight: write concurrency: [{value}]"
+    for word in ("users", "clients", "concurrentusers", "concurrentrequests")
+} | {
+    word: "an open loop's rate: write requestRate: {value} (requests/s) with arrival: poisson"
+    for word in ("rate", "qps", "rps", "requestspersecond")
+}
+"""Workload-file keys that name a load setting in other words (lower-cased) -> the fix, with
+the value written (``{value}``) in the key that takes it."""
+
+
+def _load_problem(error: Any) -> str:
+    """A workload file's refused key (a pydantic error of
+    :class:`workload.config.LoadConfig`), one line: an unknown key with the closest key and
+    every key allowed (:func:`stackmodel.validation.unknown_key_message`); one value where a
+    list belongs with the list to write (``concurrency: [30]``, the form ``testbed load``
+    takes); an SLO's own line, which names the file's key and the fix, as it is; else the
+    message and what the key is."""
+    from configkeys.key_paths import show_path
+    from stackmodel.validation import unknown_key_message
+    from workload.config import LoadConfig, error_message
+    from workload.slo import SloError
+
+    loc = tuple(error["loc"])
+    where = show_path(loc)
+    fields = {f.alias or n: f for n, f in LoadConfig.model_fields.items()}
+    if error["type"] == "extra_forbidden" and len(loc) == 1:
+        meant = LOAD_SYNONYMS.get(str(loc[0]).casefold())
+        if meant is not None:
+            return f"{where}: unknown key; {meant.format(value=error.get('input'))}"
+        return f"{where}: {unknown_key_message(str(loc[0]), fields)}"
+    msg = error_message(error)
+    if isinstance((error.get("ctx") or {}).get("error"), SloError):
+        return f"{where}: {msg}" if where else msg
+    value = error.get("input")
+    if error["type"] in ("list_type", "tuple_type") and not isinstance(value, list | dict):
+        msg += f"; write it as a list: {where}: [{value}]"
+    field = fields.get(str(loc[0])) if loc else None
+    what = f" ({field.description})" if field is not None and field.description else ""
+    return f"{where + ': ' if where else ''}{msg}{what}"
+
+
+def _said(value: object, written: bool) -> str:
+    """``value`` as the inputs' block shows it, `` (default)`` after it where the user's file
+    did not write it."""
+    return f"{value}{'' if written else ' (default)'}"
+
+
+def _inputs_block(
+    name: str, base: dict[str, Any], cfg: Any, sent: Workload, written: dict[str, Any] | None
+) -> list[str]:
+    """The lines printed once the inputs are checked, before the search: each node class read
+    (its GPU and GPU memory, ``gpusPerNode`` x ``nodes``, time-slicing, host memory), the links,
+    the model, the load searched and the shared prefix, each value a default filled in (a key
+    the files did not write) marked ``(default)``. The workload's lengths and the SLO, with
+    where it came from, follow from :func:`recommend.run.recommend`."""
+    from steptime.gpus import DEFAULT_GPU
+
+    lines = [f"cluster {name}:"]
+    classes = base.get("nodeClasses") or {}
+    for key, nc in cfg.node_classes.items():
+        raw = classes.get(key) or {}
+        gpu = nc.gpu_name or f"{DEFAULT_GPU} (default: no gpu named)"
+        shared = nc.time_slicing.replicas_per_gpu if nc.time_slicing else None
+        host = f"{nc.host_memory_gib:g} GiB" if nc.host_memory_gib else "unset (unchecked offline)"
+        lines.append(
+            f"  node class {key}: {gpu}, {nc.gpu_memory_gib:g} GiB a GPU; gpusPerNode "
+            f"{_said(nc.gpus_per_node, 'gpusPerNode' in raw)} x nodes "
+            f"{_said(nc.nodes, 'nodes' in raw)}; time-slicing "
+            f"{f'{shared} workers a GPU' if shared else 'off'}; host memory {host}"
+        )
+    links = base.get("links") or {}
+    lines.append(
+        f"  links: sameNode {_said(cfg.links.same_node, 'sameNode' in links)}, "
+        f"crossNode {_said(cfg.links.cross_node, 'crossNode' in links)}"
+    )
+    lines.append(f"model: {cfg.model.name}")
+    load = sent.load
+    shown = sent.in_flight_cap if sent.open_loop else load.concurrency
+    if written is None:
+        concurrency = f"{shown} ({'the seed' if sent.replay is None else 'the folder'}'s)"
+    else:
+        concurrency = _said(shown, "concurrency" in written)
+    searched = (
+        f"request rate from {load.request_rate:g}/s, at most {concurrency} in flight"
+        if sent.open_loop
+        else f"concurrency {concurrency}"
+    )
+    prefix = f"{load.prefix_share:.0%}"
+    if written is not None and "prefixShare" not in written:
+        prefix += " (default)"
+    lines.append(f"load: {searched}; each prompt's shared prefix {prefix}")
+    return lines
 
 
 def _close(value: str, accepted: list[str]) -> str:
@@ -419,9 +506,11 @@ def _one_slo(given: list[str] | None) -> str:
 
 def _sent(
     workload: str, slo: str, requests_per_client: int | None, batched_tokens: str | None
-) -> tuple[Workload, list[int]]:
+) -> tuple[Workload, dict[str, Any] | None, list[int]]:
     """(what is sent, its load's ``slo`` the SLO searched for: ``--slo``, else the workload's;
-    the ``--batched-tokens`` values); exits 2 on a bad option."""
+    the settings its file wrote (None: not a file); the ``--batched-tokens`` values); exits 2
+    on a bad option. ``--slo`` replaces a file's ``slo`` whole: a warning names the objectives
+    of the file's that it drops and the ``--slo`` that keeps them."""
     from recommend.workload import MEASURED_PER_CLIENT
     from testbed.console import int_list
     from testbed.slo_option import slo_of
@@ -434,7 +523,9 @@ def _sent(
             f"client; give 1 or more (default {MEASURED_PER_CLIENT})"
         )
     given = slo_of(slo or None)
-    sent = _workload(workload, own_slo=given is None)
+    sent, written = _workload(workload, own_slo=given is None)
+    if given is not None and written is not None and (dropped := _dropped(given, written)):
+        typer.echo(f"warning: --workload {workload}: {dropped}", err=True)
     target = given or sent.load.slo
     if target is None:
         fail(
@@ -458,7 +549,31 @@ def _sent(
                 f"--batched-tokens {batched_tokens}: {budget} is not a token budget; give "
                 "positive integers, e.g. --batched-tokens 2048,8192"
             )
-    return sent, budgets
+    return sent, written, budgets
+
+
+def _dropped(given: Slo, written: dict[str, Any]) -> str:
+    """What ``--slo`` (``given``) drops of a workload file's ``slo`` (its ``written``
+    settings'), which it replaces whole: the file's objectives ``--slo`` does not bound, by
+    their keys in the file, and the ``--slo`` that keeps them; '' when none is dropped or the
+    file's ``slo`` is not one (unchecked: ``--slo`` replaces it)."""
+    from pydantic import ValidationError
+
+    from metrics.registry import objectives
+    from workload.slo import Slo, plain
+
+    try:
+        own = Slo.model_validate(written.get("slo"))
+    except ValidationError:
+        return ""
+    dropped = {k: v for k, v in own.objectives().items() if k not in given.bounds}
+    if not dropped:
+        return ""
+    named = ", ".join(f"{objectives()[k].stack_key} {plain(v)}" for k, v in dropped.items())
+    both = Slo.model_validate({**dropped, **given.bounds})
+    return (
+        f"--slo replaces its slo, so {named} is not searched; to keep it give --slo {both.option()}"
+    )
 
 
 def _space(
@@ -513,7 +628,7 @@ def recommend_command(
         typer.Option(
             metavar="SLO",
             help="The SLO, e.g. ttft_p99_ms=1000,itl_p99_ms=50 (ms); default: the workload's "
-            "slo (its load settings').",
+            "slo (its load settings'), which --slo replaces whole.",
             rich_help_panel=INPUTS,
         ),
     ] = None,
@@ -633,9 +748,11 @@ def recommend_command(
         fail(f"--objective {objective!r}: one of {', '.join(OBJECTIVES_RANKED)}")
     slo_text = _one_slo(slo)
     name, base, cfg = _cluster(cluster, cluster_file, model)
-    sent, budgets = _sent(workload, slo_text, requests_per_client, batched_tokens)
+    sent, written, budgets = _sent(workload, slo_text, requests_per_client, batched_tokens)
     _check_lengths(cfg, sent)
     fixes, space = _space(cfg, budgets, sent.load, fix)
+    for line in _inputs_block(name, base, cfg, sent, written):
+        typer.echo(line, err=True)
     folder = (
         under_project(out, RECOMMEND_OUT / name)
         if out

@@ -80,6 +80,28 @@ def _ms(value: float) -> str:
     return ms if value < 1000 else f"{ms} ({plain(value / 1000, grouped=True)} s)"
 
 
+def _check_plausible(written: str, key: str, value: float) -> None:
+    """Raise `SloError` when objective `key`'s bound `value` (ms) is <= 0 or outside its
+    metric's `plausible_ms` (a unit slip); the message names the key as `written` (a file's
+    ``ttftP99Ms``, ``--slo``'s ``ttft_p99_ms``)."""
+    objective = objectives()[key]
+    low, high = objective.metric.plausible_ms or (0.0, float("inf"))
+    if value <= 0:
+        raise SloError(f"{written}={plain(value)}: a bound must be greater than 0 ms")
+    if value < low:
+        raise SloError(
+            f"{written}={plain(value)} is {_ms(value)}, below any {objective.name} (at "
+            f"least {_ms(low)}); the value is in milliseconds: for {plain(value)} s "
+            f"write {plain(value * 1000)}"
+        )
+    if value > high:
+        raise SloError(
+            f"{written}={plain(value)} is {_ms(value)}, above any {objective.name} meant "
+            f"(at most {_ms(high)}); the value is in milliseconds: for {plain(value)} "
+            f"us write {plain(value / 1000)}"
+        )
+
+
 class Slo(BaseModel):
     """Upper bounds (ms) on the objectives named (`metrics.registry.objectives`: a percentile of
     a latency); at least one is set. Built from a mapping of objective keys to bounds: the
@@ -108,31 +130,15 @@ class Slo(BaseModel):
             if name not in by_name:
                 raise SloError(_unknown(str(name), camel=True))
             if value is not None:
-                bounds[by_name[name]] = milliseconds(str(name), value)
+                bound = milliseconds(str(name), value)
+                _check_plausible(str(name), by_name[name], bound)
+                bounds[by_name[name]] = bound
         return {"bounds": bounds}
 
     @model_validator(mode="after")
-    def _check_plausible(self) -> Self:
-        known = objectives()
+    def _check_some(self) -> Self:
         if not self.bounds:
             raise SloError(f"an SLO needs at least one objective: {keys_text()}")
-        for key, value in self.bounds.items():
-            name = known[key].name
-            low, high = known[key].metric.plausible_ms or (0.0, float("inf"))
-            if value <= 0:
-                raise SloError(f"{key}={plain(value)}: a bound must be greater than 0 ms")
-            if value < low:
-                raise SloError(
-                    f"{key}={plain(value)} is {_ms(value)}, below any {name} (at "
-                    f"least {_ms(low)}); the value is in milliseconds: for {plain(value)} s "
-                    f"write {plain(value * 1000)}"
-                )
-            if value > high:
-                raise SloError(
-                    f"{key}={plain(value)} is {_ms(value)}, above any {name} meant "
-                    f"(at most {_ms(high)}); the value is in milliseconds: for {plain(value)} "
-                    f"us write {plain(value / 1000)}"
-                )
         return self
 
     @model_serializer

@@ -191,3 +191,35 @@ def test_the_cluster_files_own_workers_overfilling_a_nodes_host_memory_do_not_bl
         "nodeClasses.box-a.hostMemoryGiB = -1: Input should be greater than 0"
         in capsys.readouterr().err
     )
+
+
+def test_the_inputs_block_says_what_the_cluster_file_gave_and_what_a_default_filled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """box-b writes no gpusPerNode: one GPU, said as a default before the search."""
+    one = ["--fix", "kind=aggregated", "--fix", "nodeClasses=box-b", "--validate-top", "0"]
+    code = _recommend(tmp_path, CLUSTER, "--slo", "ttft_p99_ms=5000", *one)
+    err = capsys.readouterr().err
+    assert code in (0, 1), err  # searched: met (0) or not (1)
+    assert (
+        "cluster home-lab:\n"
+        "  node class box-a: rtx-3090, 24 GiB a GPU; gpusPerNode 2 x nodes 1 (default); "
+        "time-slicing off; host memory 32 GiB\n"
+        "  node class box-b: rtx-3090, 24 GiB a GPU; gpusPerNode 1 (default) x nodes 1 "
+        "(default); time-slicing off; host memory 16 GiB\n"
+        "  links: sameNode same-node-tcp (default), crossNode 10gbe\n"
+        "model: Qwen/Qwen3-0.6B\n"
+        "load: concurrency [1]; each prompt's shared prefix 90% (default)\n"
+    ) in err
+
+
+@pytest.mark.parametrize(("written", "number"), [("64Gi", "64"), ("64 GiB", "64"), ("64G", "59.6")])
+def test_host_memory_written_as_a_quantity_names_the_plain_number(
+    written: str, number: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    classes = CLUSTER["dynamo-testbed:nodeClasses"]
+    assert isinstance(classes, dict)
+    box_b = {**classes["box-b"], "hostMemoryGiB": written}
+    config = {**CLUSTER, "dynamo-testbed:nodeClasses": {**classes, "box-b": box_b}}
+    assert _recommend(tmp_path, config, "--slo", "ttft_p99_ms=500") == 2
+    assert f"; write {number} (GiB, a plain number)" in capsys.readouterr().err

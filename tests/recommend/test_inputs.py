@@ -369,3 +369,96 @@ def test_slo_given_twice_is_refused_naming_the_one_option_that_holds_both(
     err = capsys.readouterr().err
     assert code == 0, err
     assert "SLO: TTFT p99 <= 800 ms, ITL p99 <= 40 ms (from --slo)" in err
+
+
+STOP = ["--fix", "kind=agg"]
+"""A bad ``--fix``: the command exits 2 after reading the workload and ``--slo``, before the
+search."""
+
+SHORT = "prefixKinds: [2]\nrequestsPerRun: 4\nmaxTokens: 8\n"
+"""A tiny workload that sets no concurrency and no prefixShare."""
+
+ONE = ["--fix", "kind=aggregated", "--fix", "nodeClasses=gpu-8gb", "--fix", "tp=1"]
+ONE += ["--fix", "router=kv"]
+"""The fewest candidates that still search: aggregated on the 8 GB GPU, the KV router."""
+
+
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        (
+            "users: 30\n",
+            "users: unknown key; a closed loop's users are its requests in flight: write "
+            "concurrency: [30]",
+        ),
+        ("concurrncy: [4]\n", "concurrncy: unknown key; did you mean concurrency? allowed here: "),
+        (
+            "concurrency: 30\n",
+            "concurrency: Input should be a valid list; write it as a list: concurrency: [30] "
+            "(Grid axis",
+        ),
+        (
+            TINY + "slo: {ttftP99Ms: 0.6}\n",
+            "slo: ttftP99Ms=0.6 is 0.6 ms, below any TTFT p99 (at least 10 ms); the value is in "
+            "milliseconds: for 0.6 s write 600\n",
+        ),
+    ],
+    ids=["users", "typo", "one-concurrency", "slo-seconds"],
+)
+def test_a_bad_workload_key_is_one_line_naming_the_file_the_key_and_the_fix(
+    workload: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not pydantic's words: the file, the key as the file spells it, and what to write."""
+    assert _recommend(tmp_path, *STOP, workload=workload) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --workload {tmp_path / 'load.yaml'}: {message}")
+    assert err.count("\n") == 1
+    assert "Extra inputs" not in err
+    assert "ttft_p99_ms" not in err
+
+
+@pytest.mark.parametrize(
+    ("workload", "line"),
+    [
+        (SHORT, "load: concurrency [4, 8] (default); "),
+        (
+            SHORT + "arrival: poisson\nrequestRate: 8\n",
+            "load: request rate from 8/s, at most 8 (default) in flight; ",
+        ),
+    ],
+    ids=["closed", "open"],
+)
+def test_the_inputs_block_marks_the_load_a_default_fills(
+    workload: str, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A workload file without ``concurrency`` or ``prefixShare`` searches the defaults: the
+    block printed before the search says so."""
+    code = _recommend(tmp_path, "--slo", "ttft_p99_ms=5000", *ONE, workload=workload)
+    err = capsys.readouterr().err
+    assert code in (0, 1), err  # searched: met (0) or not (1)
+    assert f"{line}each prompt's shared prefix 90% (default)\n" in err
+    assert "model: Qwen/Qwen3-0.6B\n" in err
+
+
+def test_a_stack_files_load_block_copied_alone_is_read_as_its_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    block = "dynamo-testbed:load:\n  concurrency: [3]\n  prefixShare: 0.5\n  maxTokens: 8\n"
+    code = _recommend(tmp_path, "--slo", "ttft_p99_ms=5000", *ONE, workload=block)
+    err = capsys.readouterr().err
+    assert code in (0, 1), err  # searched: met (0) or not (1)
+    assert "load: concurrency [3]; each prompt's shared prefix 50%\n" in err
+
+
+def test_slo_warns_naming_the_files_objectives_it_drops_and_how_to_keep_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own = TINY + "slo: {ttftP99Ms: 800, itlP99Ms: 30}\n"
+    assert _recommend(tmp_path, "--slo", "ttft_p99_ms=600", *STOP, workload=own) == 2
+    assert (
+        f"warning: --workload {tmp_path / 'load.yaml'}: --slo replaces its slo, so itlP99Ms 30 is "
+        "not searched; to keep it give --slo ttft_p99_ms=600,itl_p99_ms=30\n"
+    ) in capsys.readouterr().err
+    kept = ["--slo", "ttft_p99_ms=600,itl_p99_ms=30", *STOP]
+    assert _recommend(tmp_path, *kept, workload=own) == 2
+    assert "is not searched" not in capsys.readouterr().err

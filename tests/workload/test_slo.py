@@ -334,3 +334,11 @@ def test_the_slo_option_names_the_flag_once(
         slo_of(text)
     err = " ".join(capsys.readouterr().err.split())
     assert err.startswith(line) and err.count("--slo") == 1 + err.count("write --slo")
+
+
+def test_an_implausible_bound_names_the_key_as_written() -> None:
+    """A file's camelCase key is named as the file spells it; ``--slo``'s as it spells it."""
+    with pytest.raises(ValidationError, match=r"ttftP99Ms=0\.6 is 0\.6 ms, below any TTFT p99"):
+        Slo.model_validate({"ttftP99Ms": 0.6})
+    with pytest.raises(SloError, match=r"ttft_p99_ms=0\.6 is 0\.6 ms"):
+        parse_slo("ttft_p99_ms=0.6")
