@@ -540,3 +540,69 @@ def test_a_shape_the_same_with_time_slicing_off_is_not_timed_again(tmp_path: Pat
     assert f"- {cost.line()}" in plan_text(inputs, results, first, tmp_path).splitlines()
     write_report(tmp_path, inputs, results, first)
     assert html.escape(cost.line()) in (tmp_path / "report.html").read_text()
+
+
+def _two_gpu_class(tmp_path: Path, gpus: int = 2) -> Path:
+    """The seed's cluster as one node of ``gpus`` of its 24 GB GPUs, no time-slicing, as a
+    cluster file."""
+    config = yaml.safe_load(Path("stacks/Pulumi.kv-routing.yaml").read_text())["config"]
+    classes = config["dynamo-testbed:nodeClasses"]
+    box = {k: v for k, v in classes["gpu-24gb"].items() if k != "timeSlicing"}
+    config["dynamo-testbed:nodeClasses"] = {"gpu-24gb": {**box, "gpusPerNode": gpus}}
+    topology = config["dynamo-testbed:topology"]
+    worker = next(w for w in topology["workers"] if w["nodeClass"] == "gpu-24gb")
+    topology["workers"] = [{**worker, "replicas": 2, "gpuMemoryUtilization": 0.9}]
+    path = tmp_path / "Pulumi.two-gpus.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
+
+
+def test_groups_on_part_of_a_class_are_candidates_under_capacity_only(tmp_path: Path) -> None:
+    """On a class of 2 GPUs the capacity objective also tries 1 worker of TP1 (1 GPU); the
+    per-GPU objectives, which charge the idle GPU anyway, do not."""
+    config = yaml.safe_load(_two_gpu_class(tmp_path).read_text())["config"]
+    cfg = validate_stack("two-gpus", project_values(config)).cfg
+    fixes = {"kind": "aggregated", "router": "kv", "kvEvents": "true"}
+    whole = [
+        "2 x TP1 aggregated on gpu-24gb; router kv",
+        "1 x TP2 aggregated on gpu-24gb; router kv",
+    ]
+    assert [c.label() for c in candidates(cfg, fixes=fixes)] == whole
+    partial = candidates(cfg, fixes=fixes, partial=True)
+    assert [c.label() for c in partial] == ["1 x TP1 aggregated on gpu-24gb; router kv", *whole]
+    assert [c.gpus(cfg.node_classes) for c in partial] == [1, 2, 2]
+
+
+def test_prefill_and_decode_on_part_of_a_class_are_candidates_under_capacity_only(
+    tmp_path: Path,
+) -> None:
+    """On a class of 4 GPUs: 1 prefill and 1 decode worker of TP1 (2 GPUs) under capacity; on
+    every GPU (1 + 3, 2 + 2, 3 + 1) always."""
+    config = yaml.safe_load(_two_gpu_class(tmp_path, 4).read_text())["config"]
+    cfg = validate_stack("four-gpus", project_values(config)).cfg
+    fixes = {"kind": "disaggregated", "prefillTp": "1", "decodeTp": "1", "kvEvents": "true"}
+
+    def shapes(partial: bool) -> set[tuple[int, int]]:
+        space = candidates(cfg, fixes=fixes, partial=partial)
+        return {(c.groups[0].replicas, c.groups[1].replicas) for c in space}
+
+    assert shapes(False) == {(1, 3), (2, 2), (3, 1)}
+    assert shapes(True) == {(1, 1), (1, 2), (2, 1), *shapes(False)}
+
+
+def test_one_worker_of_a_two_gpu_class_that_holds_the_load_ranks_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The load one GPU holds (3 clients with the headroom, as on the seed's one-GPU class):
+    rank 1 is 1 worker on 1 of the class's 2 GPUs, not 2 workers on both."""
+    cluster = _two_gpu_class(tmp_path)
+    fixes = ("--fix", "tp=1", "--fix", "router=kv", "--fix", "kvEvents=true")
+    workload = str(_workload(tmp_path, 2))
+    out = ("--validate-top", "0", "--jobs", "1", "--out", str(tmp_path / "out"))
+    code = main(["recommend", "--cluster-file", str(cluster), "--workload", workload, *fixes, *out])
+    assert code == 0, capsys.readouterr().err
+    document = yaml.safe_load((tmp_path / "out" / "candidates.json").read_text())
+    ranked = sorted((c for c in document["candidates"] if c["rank"]), key=lambda c: c["rank"])
+    assert ranked[0]["label"] == "1 x TP1 aggregated on gpu-24gb; router kv"
+    assert ranked[0]["gpus"] == 1
+    assert ranked[0]["best"]["concurrency"] == 3
