@@ -428,7 +428,7 @@ def _request(base: dict[str, Any], cfg: Any, load: LoadConfig, tmp_path: Path) -
         Workload(load),
         load.slo,
         "--slo",
-        candidates(cfg, fixes=fixes),
+        candidates(cfg, fixes=fixes, partial=True),
         fixes,
         [],
         "capacity",
@@ -443,9 +443,10 @@ def _request(base: dict[str, Any], cfg: Any, load: LoadConfig, tmp_path: Path) -
 
 def test_what_time_slicing_buys_rank_1_is_the_best_shape_with_it_off_timed() -> None:
     """Rank 1 puts 2 workers on each of the 2 GPUs of a class time-sliced 2 a GPU. With
-    time-slicing off that class offers 2 x TP1 (0.9 of a GPU each, no longer split 2 ways) and
-    1 x TP2: neither is a shape the search timed, so both are timed, by the search itself, at
-    the load needed (2 clients x 1.2 = 3), and the best of them is set beside rank 1."""
+    time-slicing off that class offers 1 x TP1 (on 1 of its GPUs: the capacity objective's
+    space), 2 x TP1 (0.9 of a GPU each, no longer split 2 ways) and 1 x TP2: none is a shape
+    the search timed, so the best 2 are timed, by the search itself, at the load needed
+    (2 clients x 1.2 = 3), and the best of them, 1 worker on 1 GPU, is set beside rank 1."""
     from recommend.run import slicing_off
     from recommend.search import Figures, Problem, Result
 
@@ -470,18 +471,15 @@ def test_what_time_slicing_buys_rank_1_is_the_best_shape_with_it_off_timed() -> 
     off = cost.off
     assert off is not None and off.best is not None and off.plan is not None
     assert off.candidate.key.endswith("-off-gpu-24gb")
-    assert off.candidate.label() in (
-        "2 x TP1 aggregated on gpu-24gb; router kv",
-        "1 x TP2 aggregated on gpu-24gb; router kv",
-    )
+    assert off.candidate.label() == "1 x TP1 aggregated on gpu-24gb; router kv"
     assert off.plan.cfg.node_classes["gpu-24gb"].time_slicing is None
     assert off.plan.cfg.topology.workers[0].gpu_memory_utilization == 0.9
-    assert (off.rank, off.best.concurrency, off.gpus) == (1, 3, 2)
+    assert (off.rank, off.best.concurrency, off.gpus) == (1, 3, 1)
     assert cost.line() == (
         "time-slicing on gpu-24gb: rank 1, "
         f"{shared.key} (4 x TP1 aggregated on gpu-24gb, 2 a GPU; router kv), holds 3 clients "
         "on 2 GPUs (goodput 500 tok/s per cluster GPU); with it off for gpu-24gb the best, "
-        f"{off.candidate.key} ({off.candidate.label()}), holds 3 clients on 2 GPUs (goodput "
+        f"{off.candidate.key} ({off.candidate.label()}), holds 3 clients on 1 GPU (goodput "
         f"{off.best.goodput_tokens_per_s_per_gpu:,.0f} tok/s per cluster GPU), "
         f"{off.best.goodput_tokens_per_s_per_gpu / 500:.2f}x rank 1's goodput (2 timed for this)"
     )
