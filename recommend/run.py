@@ -326,7 +326,11 @@ def slicing_off(
             cfg=problem.cfg.model_copy(update={"node_classes": cfg_classes}),
         )
         space = candidates(
-            off.cfg, request.budgets, request.fixes, shared_prefix=problem.load.prefix_tokens > 0
+            off.cfg,
+            request.budgets,
+            request.fixes,
+            shared_prefix=problem.load.prefix_tokens > 0,
+            partial=request.objective == "capacity",
         )
         same, fresh = [], []
         for c in space:

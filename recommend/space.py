@@ -9,6 +9,12 @@ What varies, from the cluster (an existing stack's ``nodeClasses`` and ``links``
 - tensor-parallel size per group: 1, or a power of two up to the node's GPUs on a class without
   time-slicing (vLLM needs the GPUs of one node);
 - workers per GPU (time-slicing): 1 up to the class's ``replicasPerGpu``;
+- how many of a class's GPUs a group uses: every one; under the capacity objective (fewest
+  GPUs, ``partial`` of :func:`candidates`) also part: an aggregated group of 1 up to all the
+  workers the class holds (on a time-sliced class fewer workers than its slots too), at most
+  one such group a candidate beside groups on whole classes, and on one class prefill and
+  decode on part of its GPUs (on a time-sliced class its slots are always split that way).
+  Prefill and decode on two classes always use every GPU of both;
 - the KV buffer and transport of a disaggregated stack, those the link its KV crosses offers
   (:func:`link_transports`): on a TCP link host buffers over TCP (the seed's), GPU buffers
   over TCP, and GPU buffers over TCP *without* the CUDA transport (which the checks refuse:
@@ -204,21 +210,57 @@ def _whole(role: Role, name: str, node_class: NodeClass, use: _Use) -> GroupShap
     return GroupShape(role, name, replicas, use.tp, use.per_gpu)
 
 
-def _aggregated_shapes(classes: Mapping[str, NodeClass]) -> Iterator[tuple[GroupShape, ...]]:
+def _groups(role: Role, name: str, node_class: NodeClass, use: _Use) -> list[GroupShape]:
+    """The groups of ``use`` on part or all of the class: 1 up to every worker it holds
+    (:func:`_whole`), each count once: at the least ``per_gpu`` that puts its workers on that
+    many GPUs (on a time-sliced class, 3 workers 2 a GPU take 2 GPUs and are kept, 1 worker
+    2 a GPU is 1 worker 1 a GPU and is not)."""
+    most = _whole(role, name, node_class, use).replicas
+    return [
+        GroupShape(role, name, r, use.tp, use.per_gpu)
+        for r in range(1, most + 1)
+        if r > (use.per_gpu - 1) * -(-r // use.per_gpu)
+    ]
+
+
+def _on_part(group: GroupShape, node_class: NodeClass) -> bool:
+    """Whether ``group`` leaves some of its class's GPUs (or time-slices) to other groups."""
+    use = _Use(group.tp, group.per_gpu)
+    return group.replicas < _whole(group.role, group.node_class, node_class, use).replicas
+
+
+def _aggregated_shapes(
+    classes: Mapping[str, NodeClass], partial: bool
+) -> Iterator[tuple[GroupShape, ...]]:
+    """Aggregated groups on any of the classes, each on every GPU of its class, and with
+    ``partial`` at most one of them on part of its class (:func:`_groups`)."""
     names = sorted(classes)
-    options = [[None, *_uses(classes[n])] for n in names]
+    options: list[list[GroupShape | None]] = [
+        [
+            None,
+            *(
+                g
+                for use in _uses(classes[n])
+                for g in (
+                    _groups("aggregated", n, classes[n], use)
+                    if partial
+                    else [_whole("aggregated", n, classes[n], use)]
+                )
+            ),
+        ]
+        for n in names
+    ]
     for choice in itertools.product(*options):
-        groups = tuple(
-            _whole("aggregated", n, classes[n], use)
-            for n, use in zip(names, choice, strict=True)
-            if use is not None
-        )
-        if groups:
+        groups = tuple(g for g in choice if g is not None)
+        if groups and sum(_on_part(g, classes[g.node_class]) for g in groups) <= 1:
             yield groups
 
 
-def _split_shapes(name: str, node_class: NodeClass) -> Iterator[tuple[GroupShape, ...]]:
-    """Prefill and decode on one class, its GPUs (or its GPUs' time-slices) split between them."""
+def _split_shapes(
+    name: str, node_class: NodeClass, partial: bool
+) -> Iterator[tuple[GroupShape, ...]]:
+    """Prefill and decode on one class, its GPUs (or its GPUs' time-slices) split between
+    them: every GPU, and with ``partial`` (always on a time-sliced class) part of them too."""
     if node_class.time_slicing is not None:
         slots = node_class.gpus * node_class.units_per_gpu
         for p in range(1, slots):
@@ -233,17 +275,19 @@ def _split_shapes(name: str, node_class: NodeClass) -> Iterator[tuple[GroupShape
     for a, b in itertools.product(_uses(node_class), repeat=2):
         for p in range(1, gpus // a.tp + 1):
             rest = gpus - p * a.tp
-            if rest >= b.tp and rest % b.tp == 0:
-                yield (
-                    GroupShape("prefill", name, p, a.tp),
-                    GroupShape("decode", name, rest // b.tp, b.tp),
-                )
+            fits = range(1, rest // b.tp + 1)  # decode workers on the GPUs left
+            for d in fits if partial else [d for d in fits if d * b.tp == rest]:
+                yield (GroupShape("prefill", name, p, a.tp), GroupShape("decode", name, d, b.tp))
 
 
-def _disaggregated_shapes(classes: Mapping[str, NodeClass]) -> Iterator[tuple[GroupShape, ...]]:
+def _disaggregated_shapes(
+    classes: Mapping[str, NodeClass], partial: bool
+) -> Iterator[tuple[GroupShape, ...]]:
+    """Prefill and decode on one class (:func:`_split_shapes`), or each on every GPU of its own
+    class (with ``partial`` too: part of two classes is not generated)."""
     names = sorted(classes)
     for name in names:
-        yield from _split_shapes(name, classes[name])
+        yield from _split_shapes(name, classes[name], partial)
     for p_name, d_name in itertools.permutations(names, 2):
         for a, b in itertools.product(_uses(classes[p_name]), _uses(classes[d_name])):
             yield (
@@ -322,6 +366,7 @@ def candidates(
     batched_tokens: Sequence[int] = (),
     fixes: Mapping[str, str] | None = None,
     shared_prefix: bool = True,
+    partial: bool = False,
 ) -> list[Candidate]:
     """Every candidate of the cluster ``cfg`` describes (its node classes, the transports the
     link each disaggregated shape's KV crosses offers, :func:`link_transports`), in a stable
@@ -329,7 +374,10 @@ def candidates(
     ``--max-num-batched-tokens`` values to try besides vLLM's default; ``fixes``: knob ->
     value (:meth:`Candidate.knobs`) a candidate must have; ``shared_prefix``: whether the
     workload's prompts share a prefix (without one, KV events show the router nothing: they
-    are not varied)."""
+    are not varied); ``partial``: groups on part of a class's GPUs too (the module docstring),
+    for the capacity objective, which ranks by the fewest GPUs used (the per-GPU objectives
+    divide by every GPU of the cluster, :func:`recommend.search.cluster_gpus`: the GPUs a
+    candidate leaves idle count against it there, so they are generated only here)."""
     classes = cfg.node_classes
     links = cluster_links(cfg)
     budgets: list[int | None] = [None, *batched_tokens]
@@ -339,12 +387,12 @@ def candidates(
         if shared_prefix
         else (("kv", True), ("round-robin", True))
     )
-    for groups in _aggregated_shapes(classes):
+    for groups in _aggregated_shapes(classes, partial):
         # With one worker there is nothing to route: one router stands for all.
         choices = routers if sum(g.replicas for g in groups) > 1 else routers[:1]
         for (router, events), budget in itertools.product(choices, budgets):
             out.append(Candidate(groups, router, events, None, budget))
-    for groups in _disaggregated_shapes(classes):
+    for groups in _disaggregated_shapes(classes, partial):
         # KV events steer only the choice among prefill workers (decode is picked by load).
         prefills = sum(g.replicas for g in groups if g.role == "prefill")
         events_choices = (True, False) if prefills > 1 and shared_prefix else (True,)

@@ -577,12 +577,14 @@ def _dropped(given: Slo, written: dict[str, Any]) -> str:
 
 
 def _space(
-    cfg: Any, budgets: list[int], load: Any, fix: list[str] | None
+    cfg: Any, budgets: list[int], load: Any, fix: list[str] | None, objective: str
 ) -> tuple[dict[str, str], list[Candidate]]:
-    """(the ``--fix`` values, the candidates that have them all); exits 2 when none has."""
+    """(the ``--fix`` values, the candidates that have them all); exits 2 when none has. Under
+    ``capacity`` groups on part of a class's GPUs are candidates too."""
     from recommend.space import candidates, with_fixes
 
-    everything = candidates(cfg, budgets, shared_prefix=load.prefix_tokens > 0)
+    partial = objective == "capacity"
+    everything = candidates(cfg, budgets, shared_prefix=load.prefix_tokens > 0, partial=partial)
     fixes = _fixes(fix, everything)
     space = with_fixes(everything, fixes)
     if not space:
@@ -750,7 +752,7 @@ def recommend_command(
     name, base, cfg = _cluster(cluster, cluster_file, model)
     sent, written, budgets = _sent(workload, slo_text, requests_per_client, batched_tokens)
     _check_lengths(cfg, sent)
-    fixes, space = _space(cfg, budgets, sent.load, fix)
+    fixes, space = _space(cfg, budgets, sent.load, fix, chosen)
     for line in _inputs_block(name, base, cfg, sent, written):
         typer.echo(line, err=True)
     folder = (

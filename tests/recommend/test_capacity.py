@@ -44,9 +44,10 @@ def _two_gpu_time_sliced() -> tuple[dict[str, Any], Any]:
 def test_time_sliced_candidates_are_never_refused_as_overcommitted() -> None:
     """On a 2-GPU node with replicasPerGpu 2 the scheduler may put any 2 workers on one GPU:
     a one-worker-per-GPU candidate gets 0.45 of a GPU each (not 0.9, which the checks would
-    refuse), and no candidate is refused as overcommitted."""
+    refuse), and no candidate is refused as overcommitted, those on part of the class (the
+    capacity objective's) included."""
     base, cfg = _two_gpu_time_sliced()
-    space = candidates(cfg)
+    space = candidates(cfg, partial=True)
     load = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
     reasons = [check(stack_name("two-gpu", c), base, c, load) for c in space]
     overcommitted = [r for r in reasons if isinstance(r, str) and "overcommitted" in r]
@@ -428,7 +429,7 @@ def _request(base: dict[str, Any], cfg: Any, load: LoadConfig, tmp_path: Path) -
         Workload(load),
         load.slo,
         "--slo",
-        candidates(cfg, fixes=fixes),
+        candidates(cfg, fixes=fixes, partial=True),
         fixes,
         [],
         "capacity",
@@ -443,9 +444,10 @@ def _request(base: dict[str, Any], cfg: Any, load: LoadConfig, tmp_path: Path) -
 
 def test_what_time_slicing_buys_rank_1_is_the_best_shape_with_it_off_timed() -> None:
     """Rank 1 puts 2 workers on each of the 2 GPUs of a class time-sliced 2 a GPU. With
-    time-slicing off that class offers 2 x TP1 (0.9 of a GPU each, no longer split 2 ways) and
-    1 x TP2: neither is a shape the search timed, so both are timed, by the search itself, at
-    the load needed (2 clients x 1.2 = 3), and the best of them is set beside rank 1."""
+    time-slicing off that class offers 1 x TP1 (on 1 of its GPUs: the capacity objective's
+    space), 2 x TP1 (0.9 of a GPU each, no longer split 2 ways) and 1 x TP2: none is a shape
+    the search timed, so the best 2 are timed, by the search itself, at the load needed
+    (2 clients x 1.2 = 3), and the best of them, 1 worker on 1 GPU, is set beside rank 1."""
     from recommend.run import slicing_off
     from recommend.search import Figures, Problem, Result
 
@@ -470,18 +472,15 @@ def test_what_time_slicing_buys_rank_1_is_the_best_shape_with_it_off_timed() -> 
     off = cost.off
     assert off is not None and off.best is not None and off.plan is not None
     assert off.candidate.key.endswith("-off-gpu-24gb")
-    assert off.candidate.label() in (
-        "2 x TP1 aggregated on gpu-24gb; router kv",
-        "1 x TP2 aggregated on gpu-24gb; router kv",
-    )
+    assert off.candidate.label() == "1 x TP1 aggregated on gpu-24gb; router kv"
     assert off.plan.cfg.node_classes["gpu-24gb"].time_slicing is None
     assert off.plan.cfg.topology.workers[0].gpu_memory_utilization == 0.9
-    assert (off.rank, off.best.concurrency, off.gpus) == (1, 3, 2)
+    assert (off.rank, off.best.concurrency, off.gpus) == (1, 3, 1)
     assert cost.line() == (
         "time-slicing on gpu-24gb: rank 1, "
         f"{shared.key} (4 x TP1 aggregated on gpu-24gb, 2 a GPU; router kv), holds 3 clients "
         "on 2 GPUs (goodput 500 tok/s per cluster GPU); with it off for gpu-24gb the best, "
-        f"{off.candidate.key} ({off.candidate.label()}), holds 3 clients on 2 GPUs (goodput "
+        f"{off.candidate.key} ({off.candidate.label()}), holds 3 clients on 1 GPU (goodput "
         f"{off.best.goodput_tokens_per_s_per_gpu:,.0f} tok/s per cluster GPU), "
         f"{off.best.goodput_tokens_per_s_per_gpu / 500:.2f}x rank 1's goodput (2 timed for this)"
     )
@@ -540,3 +539,69 @@ def test_a_shape_the_same_with_time_slicing_off_is_not_timed_again(tmp_path: Pat
     assert f"- {cost.line()}" in plan_text(inputs, results, first, tmp_path).splitlines()
     write_report(tmp_path, inputs, results, first)
     assert html.escape(cost.line()) in (tmp_path / "report.html").read_text()
+
+
+def _two_gpu_class(tmp_path: Path, gpus: int = 2) -> Path:
+    """The seed's cluster as one node of ``gpus`` of its 24 GB GPUs, no time-slicing, as a
+    cluster file."""
+    config = yaml.safe_load(Path("stacks/Pulumi.kv-routing.yaml").read_text())["config"]
+    classes = config["dynamo-testbed:nodeClasses"]
+    box = {k: v for k, v in classes["gpu-24gb"].items() if k != "timeSlicing"}
+    config["dynamo-testbed:nodeClasses"] = {"gpu-24gb": {**box, "gpusPerNode": gpus}}
+    topology = config["dynamo-testbed:topology"]
+    worker = next(w for w in topology["workers"] if w["nodeClass"] == "gpu-24gb")
+    topology["workers"] = [{**worker, "replicas": 2, "gpuMemoryUtilization": 0.9}]
+    path = tmp_path / "Pulumi.two-gpus.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
+
+
+def test_groups_on_part_of_a_class_are_candidates_under_capacity_only(tmp_path: Path) -> None:
+    """On a class of 2 GPUs the capacity objective also tries 1 worker of TP1 (1 GPU); the
+    per-GPU objectives, which charge the idle GPU anyway, do not."""
+    config = yaml.safe_load(_two_gpu_class(tmp_path).read_text())["config"]
+    cfg = validate_stack("two-gpus", project_values(config)).cfg
+    fixes = {"kind": "aggregated", "router": "kv", "kvEvents": "true"}
+    whole = [
+        "2 x TP1 aggregated on gpu-24gb; router kv",
+        "1 x TP2 aggregated on gpu-24gb; router kv",
+    ]
+    assert [c.label() for c in candidates(cfg, fixes=fixes)] == whole
+    partial = candidates(cfg, fixes=fixes, partial=True)
+    assert [c.label() for c in partial] == ["1 x TP1 aggregated on gpu-24gb; router kv", *whole]
+    assert [c.gpus(cfg.node_classes) for c in partial] == [1, 2, 2]
+
+
+def test_prefill_and_decode_on_part_of_a_class_are_candidates_under_capacity_only(
+    tmp_path: Path,
+) -> None:
+    """On a class of 4 GPUs: 1 prefill and 1 decode worker of TP1 (2 GPUs) under capacity; on
+    every GPU (1 + 3, 2 + 2, 3 + 1) always."""
+    config = yaml.safe_load(_two_gpu_class(tmp_path, 4).read_text())["config"]
+    cfg = validate_stack("four-gpus", project_values(config)).cfg
+    fixes = {"kind": "disaggregated", "prefillTp": "1", "decodeTp": "1", "kvEvents": "true"}
+
+    def shapes(partial: bool) -> set[tuple[int, int]]:
+        space = candidates(cfg, fixes=fixes, partial=partial)
+        return {(c.groups[0].replicas, c.groups[1].replicas) for c in space}
+
+    assert shapes(False) == {(1, 3), (2, 2), (3, 1)}
+    assert shapes(True) == {(1, 1), (1, 2), (2, 1), *shapes(False)}
+
+
+def test_one_worker_of_a_two_gpu_class_that_holds_the_load_ranks_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The load one GPU holds (3 clients with the headroom, as on the seed's one-GPU class):
+    rank 1 is 1 worker on 1 of the class's 2 GPUs, not 2 workers on both."""
+    cluster = _two_gpu_class(tmp_path)
+    fixes = ("--fix", "tp=1", "--fix", "router=kv", "--fix", "kvEvents=true")
+    workload = str(_workload(tmp_path, 2))
+    out = ("--validate-top", "0", "--jobs", "1", "--out", str(tmp_path / "out"))
+    code = main(["recommend", "--cluster-file", str(cluster), "--workload", workload, *fixes, *out])
+    assert code == 0, capsys.readouterr().err
+    document = yaml.safe_load((tmp_path / "out" / "candidates.json").read_text())
+    ranked = sorted((c for c in document["candidates"] if c["rank"]), key=lambda c: c["rank"])
+    assert ranked[0]["label"] == "1 x TP1 aggregated on gpu-24gb; router kv"
+    assert ranked[0]["gpus"] == 1
+    assert ranked[0]["best"]["concurrency"] == 3
