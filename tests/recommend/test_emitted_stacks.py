@@ -11,15 +11,14 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
+from search_inputs import SLO, lab_inputs
 
 from recommend.outputs import (
     CANDIDATES_CSV,
-    Inputs,
     emitted_stack_text,
     plan_text,
     stack_header,
@@ -34,9 +33,7 @@ from stackmodel.stacks import REPO
 from stackmodel.validation import validate_stack
 from testbed.cli import main
 from workload.config import LoadConfig
-from workload.slo import parse_slo
 
-SLO = parse_slo("ttft_p99_ms=1000")
 BOTH_GPUS = "1 x TP1 aggregated on gpu-24gb + 1 x TP1 aggregated on gpu-8gb; router kv"
 ONE_GPU = "1 x TP1 aggregated on gpu-24gb; router kv"
 GATED = "meta-llama/Llama-3.1-8B-Instruct"
@@ -81,22 +78,6 @@ def _ranked(path: Path, *labels: str) -> list[Result]:
     return results
 
 
-def _inputs(path: Path, **changes: object) -> Inputs:
-    inputs = Inputs(
-        "lab",
-        LoadConfig(),
-        SLO,
-        "goodput-per-gpu",
-        1.25,
-        2,
-        "Qwen/Qwen3-0.6B",
-        command=f"testbed recommend --cluster-file {path} --slo ttft_p99_ms=1000",
-        cluster_file=path,
-        search_id="5e3a1c",
-    )
-    return replace(inputs, **changes)  # type: ignore[arg-type]
-
-
 def test_an_emitted_stack_edits_the_cluster_file_and_renders(tmp_path: Path) -> None:
     """The cluster file's comments and sections stay; its namespace, given to a lab that may
     not create one, stays; its hfToken ciphertext (the cluster stack's) goes; topology and load
@@ -106,7 +87,7 @@ def test_an_emitted_stack_edits_the_cluster_file_and_renders(tmp_path: Path) -> 
 
     path = _lab_file(tmp_path)
     (first,) = _ranked(path, BOTH_GPUS)
-    inputs = _inputs(path)
+    inputs = lab_inputs(path)
     text = emitted_stack_text(first, first, inputs)
     assert text.startswith("# SIMULATED")
     assert f"# testbed recommend --cluster-file {path} --slo ttft_p99_ms=1000: rank 1" in text
@@ -140,8 +121,8 @@ def test_a_search_s_stack_files_replace_an_earlier_search_s(tmp_path: Path) -> N
     earlier search left in the folder, so plan.md's `cp` copies only this search's."""
     path = _lab_file(tmp_path)
     results = _ranked(path, BOTH_GPUS)
-    write_stacks(tmp_path, _inputs(path, search_id="000aaa"), results, results[0], 1)
-    write_stacks(tmp_path, _inputs(path), results, results[0], 1)
+    write_stacks(tmp_path, lab_inputs(path, search_id="000aaa"), results, results[0], 1)
+    write_stacks(tmp_path, lab_inputs(path), results, results[0], 1)
     assert [p.name for p in (tmp_path / "stacks").iterdir()] == ["Pulumi.lab-5e3a1c-rank1.yaml"]
 
 
@@ -152,7 +133,7 @@ def test_a_cluster_that_creates_its_namespace_emits_stacks_in_their_own(tmp_path
     text = (REPO / "stacks" / "Pulumi.kv-routing.yaml").read_text()
     path.write_text(text.replace("config:\n", f"config:\n  {PROJECT}:namespace: lab\n", 1))
     (first,) = _ranked(path, BOTH_GPUS)
-    config = yaml.safe_load(emitted_stack_text(first, first, _inputs(path)))["config"]
+    config = yaml.safe_load(emitted_stack_text(first, first, lab_inputs(path)))["config"]
     assert f"{PROJECT}:namespace" not in config
 
 
@@ -162,9 +143,9 @@ def test_the_header_gives_the_objective_s_own_figure(tmp_path: Path) -> None:
     path = _lab_file(tmp_path)
     result = Result(Candidate((GroupShape("aggregated", "gpu-24gb", 1),), key="c0"), "ranked", 2)
     result.best, result.value, result.rank = _figures(), 110.0, 1
-    tokens = stack_header(result, result, _inputs(path, objective="tokens-per-gpu"))
+    tokens = stack_header(result, result, lab_inputs(path, objective="tokens-per-gpu"))
     assert "# at 8 clients: 110 output tok/s per cluster GPU, 50.0 tok/s per user" in tokens
-    goodput = stack_header(result, result, _inputs(path))
+    goodput = stack_header(result, result, lab_inputs(path))
     assert "# at 8 clients: 100 goodput tok/s per cluster GPU, 50.0 tok/s per user" in goodput
 
 
@@ -176,7 +157,7 @@ def test_plan_deploys_one_stack_on_the_gpus_at_a_time_through_uv_run(tmp_path: P
     token of a cluster whose file set one (the emitted files drop its ciphertext)."""
     path = _lab_file(tmp_path)
     results = _ranked(path, BOTH_GPUS, ONE_GPU)
-    plan = plan_text(_inputs(path, model=GATED), results, results[0], tmp_path / "out")
+    plan = plan_text(lab_inputs(path, model=GATED), results, results[0], tmp_path / "out")
     lines = plan.splitlines()
     assert not [line for line in lines if line.startswith("testbed ")]
     assert "uv run testbed compare out/load/lab-5e3a1c-rank1 out/load/lab-5e3a1c-rank2" in lines
@@ -194,17 +175,17 @@ def test_plan_deploys_one_stack_on_the_gpus_at_a_time_through_uv_run(tmp_path: P
     assert "The stacks' names carry this search's id, `5e3a1c`" in plan
     assert "destroy any other stack holding these GPUs first the same way" in plan
     # An ungated model: the token step only where the cluster's file set one.
-    assert "hfToken <your hf_ token>" in plan_text(_inputs(path), results, results[0])
+    assert "hfToken <your hf_ token>" in plan_text(lab_inputs(path), results, results[0])
     plain = tmp_path / "Pulumi.plain.yaml"
     shutil.copy(REPO / "stacks" / "Pulumi.kv-routing.yaml", plain)
-    assert "hfToken" not in plan_text(_inputs(plain), results, results[0])
+    assert "hfToken" not in plan_text(lab_inputs(plain), results, results[0])
 
 
 def test_candidates_csv_writes_counts_as_integers(tmp_path: Path) -> None:
     path = _lab_file(tmp_path)
     ranked = _ranked(path, ONE_GPU)
     refused = Result(Candidate((GroupShape("aggregated", "gpu-8gb", 2),), key="c9"), "refused")
-    write_candidates(tmp_path, _inputs(path), [*ranked, refused], ranked[0])
+    write_candidates(tmp_path, lab_inputs(path), [*ranked, refused], ranked[0])
     with (tmp_path / CANDIDATES_CSV).open() as f:
         rows = list(csv.DictReader(f))
     assert [(r["rank"], r["concurrency"], r["gpus"]) for r in rows] == [

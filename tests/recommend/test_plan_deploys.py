@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 import yaml
 from fake_kube_api import FakeKubeApi, fake_kube_api
+from search_inputs import lab_inputs
 
 from components.program import main
-from recommend.outputs import Inputs, plan_text, write_stacks
+from recommend.outputs import plan_text, write_stacks
 from recommend.search import Figures, Result, check
 from recommend.space import candidates
 from stackmodel.config import project_values
@@ -33,7 +34,6 @@ from stackmodel.validation import validate_stack
 from testbed.cli import main as cli_main
 from testbed.render import EchoMocks, Rendered, _referenced_stacks, run_under_mocks
 from workload.config import LoadConfig
-from workload.slo import parse_slo
 
 
 def _node(name: str, node_class: str, units: int) -> dict[str, Any]:
@@ -237,7 +237,6 @@ def test_recommend_s_plan_on_the_seed_cluster_deploys_as_written(
         assert render_stack(name, project).registrations
 
 
-SLO = parse_slo("ttft_p99_ms=1000")
 BOTH = "1 x TP1 aggregated on gpu-24gb + 1 x TP1 aggregated on gpu-8gb; router kv"
 ON_24GB = "1 x TP1 aggregated on gpu-24gb; router kv"
 ON_8GB = "1 x TP1 aggregated on gpu-8gb; router kv"
@@ -263,22 +262,6 @@ def _ranked(cluster: Mapping[str, Any], *labels: str) -> list[Result]:
     return results
 
 
-def _inputs(cluster_file: Path) -> Inputs:
-    """A search of ``cluster_file`` (id ``5e3a1c``) as recommend's writers take it."""
-    return Inputs(
-        "lab",
-        LoadConfig(),
-        SLO,
-        "goodput-per-gpu",
-        1.25,
-        2,
-        "Qwen/Qwen3-0.6B",
-        command=f"testbed recommend --cluster-file {cluster_file}",
-        cluster_file=cluster_file,
-        search_id="5e3a1c",
-    )
-
-
 def test_a_plan_over_two_gpus_destroys_each_stack_on_the_gpus_it_needs(
     tmp_path: Path, api: FakeKubeApi
 ) -> None:
@@ -294,7 +277,7 @@ def test_a_plan_over_two_gpus_destroys_each_stack_on_the_gpus_it_needs(
     cluster_file.write_text(text)
     cluster = project_values(yaml.safe_load(text)["config"])
     results = _ranked(cluster, BOTH, ON_24GB, ON_8GB, DISAGG_8GB)
-    inputs = _inputs(cluster_file)
+    inputs = lab_inputs(cluster_file)
     out = tmp_path / "out"
     write_stacks(out, inputs, results, results[0], 1)
     plan = plan_text(inputs, results, results[0], out)
@@ -329,7 +312,7 @@ def test_a_stack_whose_units_another_stack_holds_is_refused_until_it_is_destroye
     cluster_file = tmp_path / "Pulumi.lab.yaml"
     cluster_file.write_text(text)
     results = _ranked(project_values(yaml.safe_load(text)["config"]), TWO_ON_8GB, DISAGG_8GB)
-    inputs = _inputs(cluster_file)
+    inputs = lab_inputs(cluster_file)
     out = tmp_path / "out"
     write_stacks(out, inputs, results, results[0], 2)
     plan = plan_text(inputs, results, results[0], out)
