@@ -189,6 +189,15 @@ def held_units(
     return held
 
 
+def stop_text(stacks: Sequence[str], others: bool, pods: str) -> str:
+    """The way to free a GPU: ``pulumi destroy`` of each of ``stacks`` (and stopping the
+    other ``pods`` where ``others``), or stopping those ``pods`` where no stack holds it."""
+    if not stacks:
+        return f"Stop those {pods}"
+    destroy = " and ".join(f"`pulumi destroy -s {s}`" for s in stacks)
+    return f"Run {destroy}" + (f", and stop the other {pods}," if others else "")
+
+
 def unit_problems(
     cfg: StackConfig,
     topology: Topology,
@@ -223,13 +232,7 @@ def unit_problems(
             for name, units in zip(names, total, strict=True)
             if held.get(name)
         )
-        stop = (
-            "Run "
-            + " and ".join(f"`pulumi destroy -s {s}`" for s in stacks)
-            + (", and stop the other pods," if len(stacks) < len(holders) else "")
-            if stacks
-            else "Stop those pods"
-        )
+        stop = stop_text(stacks, len(stacks) < len(holders), "pods")
         problems.append(
             ConfigProblem(
                 f"nodeClasses.{need.name}",
@@ -281,13 +284,7 @@ def share_problems(
             foreign = ["vLLM pods of no stack of this program"] if len(stacks) < len(others) else []
             holders = [*(f"stack '{s}'" for s in stacks), *foreign]
             namespaces = sorted({h.namespace for h in others})
-            stop = (
-                "Run "
-                + " and ".join(f"`pulumi destroy -s {s}`" for s in stacks)
-                + (", and stop the other vLLM pods," if foreign else "")
-                if stacks
-                else "Stop those vLLM pods"
-            )
+            stop = stop_text(stacks, bool(foreign), "vLLM pods")
             mine = min(node_class.units_per_gpu - k, len(ours))
             room = math.floor(round((1 - sum(h.share for h in others)) / mine * 100, 6)) / 100
             lower = (
