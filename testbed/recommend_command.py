@@ -321,9 +321,7 @@ def _inputs_block(
         if sent.open_loop
         else f"concurrency {concurrency}"
     )
-    prefix = f"{load.prefix_share:.0%}"
-    if written is not None and "prefixShare" not in written:
-        prefix += " (default)"
+    prefix = _said(f"{load.prefix_share:.0%}", written is None or "prefixShare" in written)
     lines.append(f"load: {searched}; each prompt's shared prefix {prefix}")
     return lines
 
