@@ -1,36 +1,39 @@
-"""The Qwen3-32B pair's disaggregated figures with its KV on other links: what the
-publication's transport would have to be for the model to meet them.
+"""The Qwen3-32B pair's disaggregated figures with its KV on other links: how much the
+publication's figures say about its transport.
 
 Run: `uv run --frozen --all-groups python bench/kv_link_whatif.py` (about a minute of CPU).
 
-The pair (:data:`stackmodel.published.NEBIUS_QWEN3_32B`) assumes InfiniBand (``rdma``, 20
-GB/s), which its source never states. Dynamo's vLLM deployment examples of its time request no
-RDMA device and set no ``UCX_TLS``, so NIXL's UCX may have moved the KV over TCP. This runs the
+The pair (:data:`stackmodel.published.NEBIUS_QWEN3_32B`) moves its KV over TCP on the pod
+network (``pod-network-tcp``: NIXL over UCX/TCP at the measured rates, 1 GB/s a transfer and
+1.2 GB/s a connection for one agent pair), and a TP2 prefill worker sends to its TP4 decode
+worker over two agent pairs at once (:func:`kvpath.transfers.agent_lanes`). This runs the
 disaggregated side at each published figure's concurrency, with the measured step times, as
-``bench/published_disagg.py`` does, on: the pair's ``rdma`` link; the ``same-node-tcp``
-profile (NIXL over UCX/TCP as measured: 1 GB/s a transfer, 1.2 GB/s a pair's connection); and
-that profile with :data:`CONNECTION_BYTES_PER_S` a connection, the least that carries the
-published throughput's KV. Prints published against each, with the error.
+``bench/published_disagg.py`` does, on: the pair's link; the same link were the two agent
+pairs' rates not to add up (one lane's rates for the worker pair); and the nodes' InfiniBand
+(``rdma``, 20 GB/s). Prints published against each, with the error.
 """
 
 from __future__ import annotations
 
 from bench.published_disagg import TOLERANCE, simulate
 from kvpath.profile import LINK_PROFILES
-from stackmodel.published import NEBIUS_QWEN3_32B
-
-CONNECTION_BYTES_PER_S = 2.4e9
-"""A pair's connection carrying twice what one NIXL/UCX TCP connection was measured at."""
+from kvpath.transfers import agent_lanes
+from stackmodel.published import NEBIUS_QWEN3_32B, POD_NETWORK_TCP
 
 
 def main() -> None:
-    tcp = LINK_PROFILES["same-node-tcp"]
+    lanes = agent_lanes(2, 4)
+    one_lane = POD_NETWORK_TCP.model_copy(
+        update={
+            "name": "one lane",
+            "bytes_per_s": POD_NETWORK_TCP.bytes_per_s / lanes,
+            "connection_bytes_per_s": POD_NETWORK_TCP.connection_rate / lanes,
+        }
+    )
     links = {
-        "rdma (the pair's)": LINK_PROFILES["rdma"],
-        "same-node-tcp": tcp,
-        "tcp, 2.4 GB/s a connection": tcp.model_copy(
-            update={"name": "tcp-2.4", "connection_bytes_per_s": CONNECTION_BYTES_PER_S}
-        ),
+        "pod-network-tcp (the pair's)": None,
+        "tcp, the ranks' rates not adding up": one_lane,
+        "rdma": LINK_PROFILES["rdma"],
     }
     print("| figure | conc | published | " + " | ".join(links) + " |")
     print("|---|---|---|" + "---|" * len(links))

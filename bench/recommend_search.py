@@ -29,7 +29,7 @@ group).
   50 tok/s per user, TPOT p99 <= 20 ms): the best disaggregated must beat the best aggregated
   by more than 1.5x.
 
-The published clusters are each pair's disaggregated stack (its node classes, its RDMA link and
+The published clusters are each pair's disaggregated stack (its node classes, its links and
 its prefill workers' transport); their searches keep the cluster's own transport (the TCP ones
 are refused or lose there, and only cost time), and each run is as long as the published
 measurement's (:attr:`stackmodel.published.PublishedPair.requests_per_client` and

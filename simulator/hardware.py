@@ -82,6 +82,7 @@ def run_topology(
                 host=replica.host_label,
                 threads=threads_from_env(dict(group.env)),
                 kv_events=group.kv_events,
+                tp=group.tensor_parallel_size,
             )
         )
     roles = {

@@ -116,7 +116,7 @@ import simpy
 from kvpath.copies import DEFAULT_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d_seconds
 from kvpath.memory import HOST_BASE_BYTES, block_bytes
 from kvpath.profile import LinkProfile
-from kvpath.transfers import Flow
+from kvpath.transfers import Flow, agent_lanes, worker_pair_link
 from simulator.sharing import (
     FlowServer,
     ResidentMirror,
@@ -171,8 +171,9 @@ class WorkerSpec:
     (``kv_buffer_device: cpu``) ``memory_limit`` (bytes; None: no host buffer, no copies, no
     memory model) and ``mirror_bytes`` (its host mirror, :func:`kvpath.memory.host_mirror_bytes`);
     the ``host`` it runs on (None: the GPU label's part before ``/``), its torch ``threads``,
-    and ``kv_events``: whether it publishes KV events (False: the KV router sees no overlap on
-    it and picks it by load alone, :meth:`_Model.route`)."""
+    ``kv_events``: whether it publishes KV events (False: the KV router sees no overlap on
+    it and picks it by load alone, :meth:`_Model.route`), and its tensor-parallel size ``tp``
+    (the agents its KV moves over, :func:`kvpath.transfers.agent_lanes`)."""
 
     name: str
     group: str
@@ -185,6 +186,7 @@ class WorkerSpec:
     host: str | None = None
     threads: int = 1
     kv_events: bool = True
+    tp: int = 1
 
     @property
     def host_name(self) -> str:
@@ -227,15 +229,19 @@ class RunTopology:
         return 0.0
 
     def flow(self, prefill: WorkerSpec, decode: WorkerSpec) -> Flow | None:
-        """A KV transfer from ``prefill`` to ``decode``: their pair, the link between them and,
-        on two hosts, the node pair's wire (None: no link between them)."""
+        """A KV transfer from ``prefill`` to ``decode``: their pair, the link between them as
+        their ranks' agent pairs carry it (:func:`kvpath.transfers.worker_pair_link`) and, on
+        two hosts, the node pair's wire (None: no link between them)."""
         hosts = prefill.host_name, decode.host_name
         same = hosts[0] == hosts[1]
         profile = self.same_node_link if same else self.cross_node_link
         if profile is None:
             return None
         wire = None if same else frozenset(hosts)
-        return Flow(pair=(prefill.name, decode.name), wire=wire, profile=profile)
+        lanes = agent_lanes(prefill.tp, decode.tp)
+        return Flow(
+            pair=(prefill.name, decode.name), wire=wire, profile=worker_pair_link(profile, lanes)
+        )
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pydantic import TypeAdapter
 
 from kvpath.profile import LINK_PROFILES, LinkProfile
+from kvpath.transfers import worker_pair_link
 from stackmodel.plan import StackPlan
 from stackmodel.sizing import DisaggregationVerdict, disaggregation_verdict, link_capacity
 
@@ -86,6 +87,9 @@ class Crossover:
         needed_bytes_per_s: the KV the busy prefill workers produce: a link must carry it.
         concurrent_transfers: those busy prefill workers, each on a prefill/decode pair of its
             own (:func:`stackmodel.sizing.link_capacity`).
+        lanes: the agent pairs a worker pair moves a request's KV over
+            (:attr:`stackmodel.plan.GroupPlan.kv_lanes`): each named link is taken as they
+            carry it (:meth:`sweep_link`), and so is the break-even rate.
     """
 
     points: tuple[CrossoverPoint, ...]
@@ -98,6 +102,12 @@ class Crossover:
     cached_share: float = 0.0
     needed_bytes_per_s: float = 0.0
     concurrent_transfers: int = 1
+    lanes: int = 1
+
+    def sweep_link(self, name: str) -> LinkProfile:
+        """The named link of :data:`SWEEP_LINKS` as a worker pair of :attr:`lanes` agent pairs
+        carries it (:func:`kvpath.transfers.worker_pair_link`)."""
+        return worker_pair_link(LINK_PROFILES[name], self.lanes)
 
     def summary(self) -> str:
         """One sentence: where it pays, with the numbers."""
@@ -118,8 +128,8 @@ class Crossover:
         faster = [
             name
             for name in SWEEP_LINKS
-            if LINK_PROFILES[name].bytes_per_s > self.break_even_bytes_per_s
-            and link_capacity(LINK_PROFILES[name], self.concurrent_transfers)
+            if self.sweep_link(name).bytes_per_s > self.break_even_bytes_per_s
+            and link_capacity(self.sweep_link(name), self.concurrent_transfers)
             >= self.needed_bytes_per_s
         ]
         cache = (
@@ -134,9 +144,10 @@ class Crossover:
             if self.needed_bytes_per_s
             else ""
         )
+        pair = f" a worker pair (its {self.lanes} rank pairs together)" if self.lanes > 1 else ""
         return (
             f"crossover: disaggregation pays on links above "
-            f"{self.break_even_bytes_per_s / 1e9:.3g} GB/s{carries} at its "
+            f"{self.break_even_bytes_per_s / 1e9:.3g} GB/s{pair}{carries} at its "
             f"{self.stack_point.prompt_tokens:,}-token prompts ({per_token}{cache}; both grow "
             "about linearly with the prompt): of 1 GbE to RDMA, "
             + (", ".join(faster) if faster else "none")
@@ -196,7 +207,7 @@ def crossover(plan: StackPlan) -> Crossover:
     points = []
     for name in SWEEP_LINKS:
         # The stack's copy rates (a probed profile's) go with every link of the sweep.
-        link = LINK_PROFILES[name]
+        link = worker_pair_link(LINK_PROFILES[name], group.kv_lanes)
         if own is not None and own.host_copies is not None:
             link = link.model_copy(update={"host_copies": own.host_copies})
         for length in prompts:
@@ -219,6 +230,7 @@ def crossover(plan: StackPlan) -> Crossover:
         cached_share=load[0],
         needed_bytes_per_s=verdict.needed_bytes_per_s,
         concurrent_transfers=verdict.concurrent_transfers,
+        lanes=group.kv_lanes,
     )
 
 

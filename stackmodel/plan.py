@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from kvpath.profile import LinkProfile, LinkSetting, host_staged, resolve_link
+from kvpath.transfers import agent_lanes, worker_pair_link
 from stackmodel.config import NodeClass, RouterMode, StackConfig, WorkerGroup
 from stackmodel.engine_args import EngineArg, parse_engine_args
 from stackmodel.engines import EngineProfile
@@ -251,6 +252,9 @@ class GroupPlan:
         kv_link: the link its KV crosses to decode (prefill groups; None for the others).
         kv_link_setting: the setting ``kv_link`` stands for (``links.sameNode`` or
             ``links.crossNode``; None for the others).
+        kv_lanes: the NIXL agent pairs that carry one of its requests' KV at once, against
+            the decode group of the least tensor parallelism
+            (:func:`kvpath.transfers.agent_lanes`; 1 for groups without a KV link).
         prefill_table: the cold-prefill times of the measured source the simulation times the
             group by (:func:`steptime.measured.measured_for`), as the package ships them
             (:mod:`steptime.prefill_table`; None: the roofline's ``step`` times it).
@@ -267,11 +271,18 @@ class GroupPlan:
     kv_link: LinkProfile | None
     kv_link_setting: LinkSetting | None
     prefill_table: PrefillTable | None
+    kv_lanes: int = 1
 
     @property
     def name(self) -> str:
         """The group's name."""
         return self.group.name
+
+    @property
+    def kv_path(self) -> LinkProfile | None:
+        """:attr:`kv_link` as a worker pair's :attr:`kv_lanes` agent pairs carry it
+        (:func:`kvpath.transfers.worker_pair_link`): the rates every cost of its KV reads."""
+        return None if self.kv_link is None else worker_pair_link(self.kv_link, self.kv_lanes)
 
     @property
     def max_batched_tokens(self) -> int:
@@ -565,6 +576,8 @@ def _group_plan(
         max_batched_tokens=max_batched_tokens(engine, args, gpu, node_class.gpu_memory_gib),
     )
     key = kv_link_key(cfg, group, links) if group.role == "prefill" else None
+    decode_tps = [g.tensor_parallel_size for g in cfg.topology.workers if g.role == "decode"]
+    lanes = agent_lanes(tp, min(decode_tps)) if key is not None and decode_tps else 1
     settings = {"sameNode": cfg.links.same_node, "crossNode": cfg.links.cross_node}
     return GroupPlan(
         index=index,
@@ -580,6 +593,7 @@ def _group_plan(
         prefill_table=prefill_table(
             measured_for(step, cfg.model.name, tp, geometry.kv_cache_dtype_bytes == FP8_BYTES)
         ),
+        kv_lanes=lanes,
     )
 
 
@@ -636,7 +650,7 @@ def _sizing(
     prefix-cache hits (:func:`expected_cached_tokens`) and the transfers the prefill workers
     run at once (``min(prefill replicas, highest concurrency)``).
     """
-    prefill_links = {g.name: g.kv_link for g in groups if g.kv_link is not None}
+    prefill_links = {g.name: g.kv_path for g in groups if g.kv_path is not None}
     verdict_link = (
         min(prefill_links.values(), key=lambda p: p.bytes_per_s)
         if prefill_links

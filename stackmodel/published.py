@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kvpath.profile import LINK_PROFILES
+from kvpath.profile import LINK_PROFILES, LinkProfile
 from stackmodel.crossover import crossover
 from stackmodel.plan import StackPlan
 from stackmodel.validation import validate_stack
@@ -70,7 +70,10 @@ class PublishedPair:
         fp8_weights: ``--quantization fp8``.
         gpu: catalog GPU (:data:`steptime.gpus.GPU_CATALOG`).
         gpus_per_node, nodes: the cluster.
-        link: the KV link between nodes, a :data:`kvpath.profile.LINK_PROFILES` name.
+        link: the KV link between nodes: a :data:`kvpath.profile.LINK_PROFILES` name, or a
+            profile; on ``rdma`` the workers set an RDMA transport and device (Dynamo's
+            recipes), on any other none (Dynamo's guides of the time).
+        same_node_link: the KV link between two GPUs of one node (None: ``link``).
         input_tokens, output_tokens: each request's prompt and answer (no prefix reuse).
         aggregated, disaggregated: the worker groups of each side.
         figures: the published absolute figures (may be empty).
@@ -91,7 +94,7 @@ class PublishedPair:
     gpu: str
     gpus_per_node: int
     nodes: int
-    link: str
+    link: str | LinkProfile
     input_tokens: int
     output_tokens: int
     aggregated: tuple[WorkerShape, ...]
@@ -102,6 +105,7 @@ class PublishedPair:
     assumptions: tuple[str, ...]
     requests_per_client: int
     warmup_requests: int | None = None
+    same_node_link: str | None = None
 
     def gpus(self, side: Side) -> int:
         """GPUs a side uses."""
@@ -148,8 +152,9 @@ class PublishedPair:
                     "role": "kv_producer" if w.role == "prefill" else "kv_consumer",
                     "bufferDevice": "cuda",
                 }
-                worker["env"] = {"UCX_TLS": "rc,cuda"}
-                worker["rdma"] = {"resource": "rdma/ib"}
+                if self.link == "rdma":
+                    worker["env"] = {"UCX_TLS": "rc,cuda"}
+                    worker["rdma"] = {"resource": "rdma/ib"}
             workers.append(worker)
         length = -(-(self.input_tokens + self.output_tokens) // 1024) * 1024
         raw: dict[str, Any] = {
@@ -157,7 +162,7 @@ class PublishedPair:
             "model": {"name": self.model, "maxModelLen": length}
             | ({"quantization": "fp8"} if self.fp8_weights else {}),
             "topology": {"kind": "dynamo", "name": self.key, "workers": workers},
-            "links": {"crossNode": self.link, "sameNode": self.link},
+            "links": {"crossNode": self.link, "sameNode": self.same_node_link or self.link},
             "load": {
                 "promptTokens": self.input_tokens,
                 "maxTokens": self.output_tokens,
@@ -215,6 +220,19 @@ DYNAMO_LLAMA_70B = PublishedPair(
     warmup_requests=10,
 )
 
+POD_NETWORK_TCP = LINK_PROFILES["same-node-tcp"].model_copy(
+    update={
+        "name": "pod-network-tcp",
+        "source": (
+            "NIXL over UCX's TCP transport between two nodes, no RDMA device in the pods: the "
+            "same-node-tcp profile's rates (one agent pair's, measured), no node-pair wire "
+            "below them (the nodes' NICs are not stated; 7.2 GB/s, three TP2 prefill workers' "
+            "lanes, is under 100 GbE)"
+        ),
+    }
+)
+"""The Qwen3-32B pair's KV path: TCP, as Dynamo's guides of its time deployed."""
+
 NEBIUS_QWEN3_32B = PublishedPair(
     key="nebius-qwen3-32b",
     title="Qwen3-32B FP8 on 10 H200 a side, Dynamo 0.5.0 (disaggregation lost)",
@@ -230,7 +248,7 @@ NEBIUS_QWEN3_32B = PublishedPair(
     gpu="h200",
     gpus_per_node=8,
     nodes=2,
-    link="rdma",
+    link=POD_NETWORK_TCP,
     input_tokens=4_000,
     output_tokens=500,
     aggregated=(WorkerShape("aggregated", 4, 2, 0), WorkerShape("aggregated", 1, 2, 1)),
@@ -250,14 +268,21 @@ NEBIUS_QWEN3_32B = PublishedPair(
         "decode; aggregated 5 x TP2",
         "load: the gist gives no input/output length: Dynamo's own Qwen3-32B-FP8 study "
         "(recipes/qwen3-32b-fp8/aic_based_disagg_perf_tuning.md), 4,000 in / 500 out",
-        "link: Nebius H200 nodes have InfiniBand: the rdma profile; the gist itself suspects "
-        "the KV transfer and did not confirm placement",
+        "link: TCP on the pod network (pod-network-tcp), not the nodes' InfiniBand: the "
+        "gist names no transport and suspects the KV transfer; Dynamo's guides of its time "
+        "deploy Qwen3-32B FP8 on Nebius H200 nodes with vllm-runtime 0.5.0 and no UCX_TLS and "
+        "no RDMA device (ai-dynamo/dynamo docs/benchmarks/kv-router-ab-testing.md at 4dedb8fe; "
+        "components/backends/vllm/deploy/disagg.yaml, images 0.3.2 to 0.6.1), so NIXL's UCX "
+        "takes TCP; a TP2 prefill worker's KV moves over two agent pairs at once "
+        "(kvpath.transfers.agent_lanes, measured: 2.30-2.60 GB/s for 2 -> 4 agents); between two "
+        "GPUs of one node UCX's default transports take cuda_ipc, NVLink (nvlink4)",
         "run length: the gist gives none: 10 measured requests per client, as Dynamo's "
         "benchmark script sends (examples/llm/benchmarks/perf.sh at 91ab83eb, lines 47-48, "
         "later benchmarks/llm/perf.sh: --request-count concurrency * 10), after one warm-up "
         "request per client",
     ),
     requests_per_client=10,
+    same_node_link="nvlink4",
 )
 
 DYNAMO_LLAMA_70B_ONE_NODE = PublishedPair(
@@ -346,14 +371,17 @@ def published_points() -> tuple[PublishedPoint, ...]:
     """Every :data:`PUBLISHED_PAIRS` pair as a :class:`PublishedPoint`."""
     points = []
     for pair in PUBLISHED_PAIRS:
-        result = crossover(pair.plan("disaggregated"))
+        plan = pair.plan("disaggregated")
+        result = crossover(plan)
+        link = plan.verdict_group.kv_path
+        assert link is not None  # a disaggregated side has prefill groups
         points.append(
             PublishedPoint(
                 key=pair.key,
                 title=pair.title,
                 prompt_tokens=pair.input_tokens,
-                link=pair.link,
-                link_bytes_per_s=LINK_PROFILES[pair.link].bytes_per_s,
+                link=link.name,
+                link_bytes_per_s=link.bytes_per_s,
                 paid=pair.paid,
                 break_even_bytes_per_s=result.break_even_bytes_per_s,
             )

@@ -25,7 +25,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from kvpath.profile import LINK_PROFILES
 from outputs.html_report import ReportImage
 from stackmodel.crossover import CROSSOVER_FILE, SWEEP_LINKS, Crossover, crossover, read_crossover
 from stackmodel.models import UnknownModelError
@@ -151,7 +150,7 @@ def crossover_png(result: Crossover, stack: str) -> bytes:
         even = result.break_even_bytes_per_s / 1e9
         ax.axhline(even, color="black", linewidth=1.5, label=f"break-even {even:.3g} GB/s")
     for name in SWEEP_LINKS:
-        rate = LINK_PROFILES[name].bytes_per_s / 1e9
+        rate = result.sweep_link(name).bytes_per_s / 1e9
         ax.axhline(rate, color="grey", linestyle=":", linewidth=1)
         ax.annotate(name, (prompts[0], rate), fontsize=8, va="bottom")
     point = result.stack_point

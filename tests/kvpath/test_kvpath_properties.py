@@ -17,7 +17,7 @@ from kvpath.copies import (
 )
 from kvpath.memory import block_bytes, host_mirror_bytes, resident_bytes
 from kvpath.profile import LINK_PROFILES, LinkProfile
-from kvpath.transfers import Flow, transfer_rates
+from kvpath.transfers import Flow, agent_lanes, transfer_rates, worker_pair_link
 
 SEED_REQUEST = 273_416_192  # 149 blocks x 28 layers x 64 KiB
 SAME = LINK_PROFILES["same-node-tcp"]
@@ -65,6 +65,44 @@ def test_more_workers_copying_never_makes_a_copy_faster(
     assert h2d_seconds(size, DEFAULT_HOST_COPIES, copying_workers=few, **kw) <= h2d_seconds(
         size, DEFAULT_HOST_COPIES, copying_workers=many, **kw
     )
+
+
+def test_a_tensor_parallel_pair_moves_its_kv_over_the_prefill_ranks() -> None:
+    # vLLM 0.31.0: decode rank d reads from prefill rank d x P // D; over TCP the rate adds
+    # up over the sending agents (bench/measured/nixl_tcp_ranks_h100.json: 2 -> 4 2.30-2.60
+    # GB/s against 1.46-1.50 for 1 -> 1), so TP2 -> TP4 is two lanes, TP1 -> TP2 one.
+    assert [agent_lanes(p, d) for p, d in ((1, 1), (1, 2), (2, 2), (2, 4), (4, 4), (4, 2))] == [
+        1,
+        1,
+        2,
+        2,
+        4,
+        2,
+    ]
+    pair = worker_pair_link(SAME, 2)
+    assert (pair.name, pair.bytes_per_s, pair.connection_rate) == (
+        "same-node-tcp x2 ranks",
+        2e9,
+        2.4e9,
+    )
+    assert transfer_rates([Flow("p0-d0", None, pair)] * 2) == [1.2e9, 1.2e9]
+    assert worker_pair_link(SAME, 1) is SAME
+    # A wire that already binds one lane stays the bound: 1 GbE is 1 GbE at any TP.
+    assert worker_pair_link(GBE, 4) is GBE
+    rdma = worker_pair_link(LINK_PROFILES["rdma"], 2)
+    assert (rdma.bytes_per_s, rdma.wire_bytes_per_s) == (20e9, 20e9)
+    with pytest.raises(ValueError, match="tensor parallel"):
+        agent_lanes(0, 2)
+
+
+@given(st.sampled_from(sorted(LINK_PROFILES)), st.integers(1, 8), st.integers(1, 8))
+def test_more_lanes_never_slow_a_link_nor_pass_its_wire(name: str, a: int, b: int) -> None:
+    link = LINK_PROFILES[name]
+    few, many = worker_pair_link(link, min(a, b)), worker_pair_link(link, max(a, b))
+    assert link.bytes_per_s <= few.bytes_per_s <= many.bytes_per_s
+    assert few.connection_rate <= many.connection_rate
+    if link.wire_bytes_per_s is not None:
+        assert many.bytes_per_s <= max(link.bytes_per_s, link.wire_bytes_per_s)
 
 
 def test_transfer_rates_exact() -> None:

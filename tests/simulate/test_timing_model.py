@@ -114,6 +114,20 @@ def test_each_decode_group_gets_its_handshake_with_each_prefill_group() -> None:
     assert qwen.handshakes[0][2] == pytest.approx(0.4453, abs=1e-4)
 
 
+def test_a_tp2_prefill_worker_sends_to_a_tp4_decode_worker_over_two_lanes() -> None:
+    qwen = run_topology(NEBIUS_QWEN3_32B.plan("disaggregated"))
+    prefill, decode = (next(w for w in qwen.workers if w.role == r) for r in ("prefill", "decode"))
+    assert (prefill.tp, decode.tp) == (2, 4)
+    flow = qwen.flow(prefill, decode)
+    assert flow is not None
+    assert (flow.profile.bytes_per_s, flow.profile.connection_rate) == (2e9, 2.4e9)
+    # the seed's TP1 workers: one lane, the profile as set
+    seed = run_topology(load_stack("disagg-cross-node"))
+    prefill, decode = (next(w for w in seed.workers if w.role == r) for r in ("prefill", "decode"))
+    seed_flow = seed.flow(prefill, decode)
+    assert seed_flow is not None and seed_flow.profile is seed.cross_node_link
+
+
 def one_decode(handshake_s: float, prefills: int = 1) -> RunTopology:
     """The cross-node pair with one decode worker, ``prefills`` prefill workers each on its own
     GPU, a link too fast to matter, and a handshake of ``handshake_s`` per pair."""
