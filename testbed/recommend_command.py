@@ -186,7 +186,7 @@ def _workload(text: str, own_slo: bool = True) -> tuple[Workload, dict[str, Any]
 
     from recommend.replay import FOLDER_FILES, HINT, WorkloadError, replayed
     from recommend.workload import Workload
-    from testbed.load_command import read_load_settings
+    from testbed.load_command import load_problem, read_load_settings
     from workload.config import Arrival, LoadConfig
     from workload.slo import too_few_tokens
 
@@ -220,7 +220,7 @@ def _workload(text: str, own_slo: bool = True) -> tuple[Workload, dict[str, Any]
             fail(
                 f"--workload {text}: {_too_few_tokens(few, 'slo', text, drawn=drawn, folder=False)}"
             )
-        fail(f"--workload {text}: {_load_problem(exc.errors()[0])}")
+        fail(f"--workload {text}: {load_problem(exc.errors()[0])}")
     except ValueError as exc:
         fail(f"--workload {text}: {exc}; {HINT}")
     if load.request_rate is not None and load.arrival is not Arrival.POISSON:
@@ -231,48 +231,6 @@ def _workload(text: str, own_slo: bool = True) -> tuple[Workload, dict[str, Any]
             err=True,
         )
     return Workload(load, text), written
-
-
-LOAD_SYNONYMS = {
-    word: "a closed loop's users are its requests in flight: write concurrency: [{value}]"
-    for word in ("users", "clients", "concurrentusers", "concurrentrequests")
-} | {
-    word: "an open loop's rate: write requestRate: {value} (requests/s) with arrival: poisson"
-    for word in ("rate", "qps", "rps", "requestspersecond")
-}
-"""Workload-file keys that name a load setting in other words (lower-cased) -> the fix, with
-the value written (``{value}``) in the key that takes it."""
-
-
-def _load_problem(error: Any) -> str:
-    """A workload file's refused key (a pydantic error of
-    :class:`workload.config.LoadConfig`), one line: an unknown key with the closest key and
-    every key allowed (:func:`stackmodel.validation.unknown_key_message`); one value where a
-    list belongs with the list to write (``concurrency: [30]``, the form ``testbed load``
-    takes); an SLO's own line, which names the file's key and the fix, as it is; else the
-    message and what the key is."""
-    from configkeys.key_paths import show_path
-    from stackmodel.validation import unknown_key_message
-    from workload.config import LoadConfig, error_message
-    from workload.slo import SloError
-
-    loc = tuple(error["loc"])
-    where = show_path(loc)
-    fields = {f.alias or n: f for n, f in LoadConfig.model_fields.items()}
-    if error["type"] == "extra_forbidden" and len(loc) == 1:
-        meant = LOAD_SYNONYMS.get(str(loc[0]).casefold())
-        if meant is not None:
-            return f"{where}: unknown key; {meant.format(value=error.get('input'))}"
-        return f"{where}: {unknown_key_message(str(loc[0]), fields)}"
-    msg = error_message(error)
-    if isinstance((error.get("ctx") or {}).get("error"), SloError):
-        return f"{where}: {msg}" if where else msg
-    value = error.get("input")
-    if error["type"] in ("list_type", "tuple_type") and not isinstance(value, list | dict):
-        msg += f"; write it as a list: {where}: [{value}]"
-    field = fields.get(str(loc[0])) if loc else None
-    what = f" ({field.description})" if field is not None and field.description else ""
-    return f"{where + ': ' if where else ''}{msg}{what}"
 
 
 def _said(value: object, written: bool) -> str:
