@@ -276,18 +276,17 @@ def shape_problem(error: Any, root: type[BaseModel]) -> ConfigProblem:
     """A pydantic error dict of model ``root`` (:class:`StackConfig`, or a section validated
     alone: ``testbed load``'s :class:`~workload.config.LoadConfig`) -> :class:`ConfigProblem`
     with the allowed values spelled out: an unknown key with the closest key and every key
-    allowed there, a refused value with what the key is and, where the input shows what was
-    meant, the value to write (:func:`_with_hint`)."""
+    allowed there, a missing key or a refused value with what the key is and, where the input
+    shows what was meant, the value to write (:func:`_with_hint`)."""
     loc, model = _walk(tuple(error["loc"]), root)
     msg = error_message(error)
     if error["type"] == "extra_forbidden":
         model = _walk(loc[:-1], root)[1]
         names = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []
         msg = unknown_key_message(str(loc[-1]), names) if names else "unknown key; see Pulumi.yaml"
-    elif error["type"] == "missing":
-        msg = "required key is missing"
-    else:
-        msg = _with_hint(msg, loc, error, root)
+    else:  # a missing key or a refused value, with what the key is
+        missing = error["type"] == "missing"
+        msg = _with_hint("required key is missing" if missing else msg, loc, error, root)
     value = None if error["type"] == "missing" else error.get("input")
     return ConfigProblem(show_path(loc), value, msg)
 
