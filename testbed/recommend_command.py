@@ -155,8 +155,10 @@ def _workers_problem(problem: Any) -> bool:
 DEPLOYMENT_KEYS = ("topology", "load", "baselineStack")
 """A stack's keys that describe its own deployment, not its cluster: a cluster file need not
 have them, and one that has them (a stack file as it is deployed) is not checked as a
-deployment; each candidate's workers and the workload stand in (:func:`_cluster_config`;
-:func:`recommend.space.candidate_raw` keeps only the frontend and timeouts of a ``topology``)."""
+deployment; each candidate's workers and the workload stand in (:func:`_cluster_config`). Of a
+``topology`` the candidates keep its frontend and ready timeout
+(:func:`recommend.space.candidate_raw`) and try its prefill workers' KV transport
+(:func:`recommend.space.own_transports`)."""
 
 STAND_IN_WORKER = {"name": "cluster", "role": "aggregated", "replicas": 1}
 """The worker group a cluster file without a ``topology`` is validated with, on its first node
@@ -628,7 +630,8 @@ def recommend_command(
         Path | None,
         typer.Option(
             "--cluster-file",
-            help="The cluster as a stack file (its nodeClasses and links).",
+            help="The cluster as a YAML file: its nodeClasses (and links, model, ...), as a "
+            "plain mapping or a stack file; no topology needed.",
             rich_help_panel=INPUTS,
         ),
     ] = None,

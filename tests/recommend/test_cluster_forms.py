@@ -267,3 +267,20 @@ def test_a_node_class_without_gpus_per_node_is_searched_with_one_gpu_said_as_the
     err = capsys.readouterr().err
     assert code in (0, 1), err
     assert "  node class big: rtx-4090, 24 GiB a GPU; gpusPerNode 1 (default) x nodes 1" in err
+
+
+def test_the_smallest_cluster_file_docs_recommend_shows_is_searched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import textwrap
+
+    from stackmodel.stacks import REPO
+
+    doc = (REPO / "docs" / "recommend.md").read_text()
+    block = doc.split("the smallest one:\n\n", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    cluster = tmp_path / "box.yaml"
+    cluster.write_text(textwrap.dedent(block))
+    code = _recommend(tmp_path, "--cluster-file", str(cluster))
+    err = capsys.readouterr().err
+    assert code in (0, 1), err
+    assert "  node class box: rtx-4090, 24 GiB a GPU; gpusPerNode 2 x nodes 1 (default)" in err
