@@ -36,6 +36,7 @@ from recommend.search import (
 from recommend.validate import Validation
 from recommend.workload import MEASURED_PER_CLIENT, Workload
 from simulator.provenance import step_sources
+from stackmodel.config import config_key
 from stackmodel.errors import PROJECT
 from stackmodel.log_budget import clients_for
 from stackmodel.models import GATED_MODELS
@@ -311,7 +312,9 @@ def emitted_stack_text(
     result: Result, first: Result | None, inputs: Inputs, validations: Validations | None = None
 ) -> str:
     """A stack file of ``result`` under its header comment: the cluster's stack file
-    (:attr:`Inputs.source`) edited as YAML with its comments and sections kept, its
+    (:attr:`Inputs.source`; a cluster file of the keys alone under ``config:``, each key
+    namespaced, :func:`stackmodel.config.config_key`) edited as YAML with its comments and
+    sections kept, its
     ``topology`` the candidate's (each group's ``memoryLimit`` its sizing floor,
     :func:`recommend.search.check`; the graph named as the stack), ``model.name`` the model
     searched, ``baselineStack`` dropped (as :func:`recommend.space.candidate_raw` does), the
@@ -328,6 +331,7 @@ def emitted_stack_text(
     import io
 
     from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
 
     assert result.plan is not None
     cfg = result.plan.cfg
@@ -348,7 +352,13 @@ def emitted_stack_text(
     editor.preserve_quotes = True
     editor.indent(mapping=2, sequence=4, offset=2)
     document = editor.load(inputs.source.read_text())
+    if not isinstance(document.get("config"), dict):  # a cluster file of the keys alone
+        document = CommentedMap(config=document)
     config = document["config"]
+    if any(":" not in str(key) for key in config):  # the project's keys written without it
+        document["config"] = config = CommentedMap(
+            (config_key(str(key)), value) for key, value in config.items()
+        )
     for key in ("baselineStack", "hfToken"):
         config.pop(f"{PROJECT}:{key}", None)
     if str(config.get(f"{PROJECT}:createNamespace", True)).lower() != "false":

@@ -755,6 +755,14 @@ _STACK_NAME = r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+/[A-Za-z0-9._-]+)?$"
 """A stack of this project (``kv-routing``) or a full ``org/project/stack`` name."""
 
 
+NODE_CLASSES_EXAMPLE = (
+    "{gpus: {nodeSelector: {nvidia.com/gpu.present: 'true'}, gpu: h100-sxm, gpuMemoryGiB: 80, "
+    "gpusPerNode: 8}}"
+)
+"""The smallest ``nodeClasses`` worth writing, as a message or description shows one: one class
+of eight 80 GB H100 GPUs a node (``testbed recommend``'s tests search it as a whole cluster)."""
+
+
 class StackConfig(CamelModel):
     """Everything one graph (or standalone) stack deploys and measures.
 
@@ -801,7 +809,11 @@ class StackConfig(CamelModel):
         "these nor dynamo-testbed, kubernetes or pulumi is refused (a misspelt dynamo-tesbed: "
         "would leave its section at the defaults).",
     )
-    node_classes: dict[str, NodeClass] = Field(min_length=1)
+    node_classes: dict[str, NodeClass] = Field(
+        min_length=1,
+        description="The cluster's groups of identical GPU nodes, each by a name you choose, "
+        f"e.g. {NODE_CLASSES_EXAMPLE}.",
+    )
     links: Links = Field(default_factory=Links)
     platform: PlatformConfig = Field(default_factory=PlatformConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
@@ -925,6 +937,14 @@ def namespace_problems(config_map: Mapping[str, Any]) -> list[ConfigProblem]:
             )
         )
     return out
+
+
+def config_key(key: str) -> str:
+    """A stack file's ``config:`` key as the config map holds it: a key without a namespace is
+    the project's (``nodeClasses`` -> ``dynamo-testbed:nodeClasses``); a namespaced key stays
+    as it is. Every reader of a stack file's keys (:func:`stackmodel.stacks.stack_config`,
+    ``testbed recommend``'s cluster file) names them through it."""
+    return key if ":" in key else f"{PROJECT}:{key}"
 
 
 def project_values(config_map: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,12 +38,14 @@ class ConfigProblem:
     message: str
     fixes: tuple[tuple[str, ...], ...] = ()
 
-    def render(self) -> str:
-        """One line: ``dynamo-testbed:<key> = <value>: <message>`` (long values abbreviated)."""
+    def render(self, namespaced: bool = True) -> str:
+        """One line: ``dynamo-testbed:<key> = <value>: <message>`` (long values abbreviated);
+        ``namespaced`` False: the key as a file of the section's keys alone spells it, without
+        the project's namespace (``<key> = <value>: <message>``)."""
         shown = "(missing)" if self.value is None else repr(self.value)
         if len(shown) > MAX_VALUE_CHARS:
             shown = shown[: MAX_VALUE_CHARS - 3] + "..."
-        key = self.key if ":" in self.key else f"{PROJECT}:{self.key}"  # another namespace's
+        key = self.key if ":" in self.key or not namespaced else f"{PROJECT}:{self.key}"
         return f"{key} = {shown}: {self.message}"
 
 

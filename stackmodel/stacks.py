@@ -11,6 +11,7 @@ which resolves it into the stack's plan.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import yaml
 
 from configkeys.key_paths import KeyPathError, Setting, apply_settings, with_new_entries
 from configkeys.suggest import closest, did_you_mean
-from stackmodel.config import project_values, stack_role
+from stackmodel.config import config_key, project_values, stack_role
 from stackmodel.errors import PROJECT, ConfigProblem, StackConfigError
 from stackmodel.plan import PROJECT_DIR, StackPlan
 from stackmodel.stack_layout import VersionGateError, stack_namespace
@@ -38,6 +39,12 @@ def stack_names(project_dir: Path = REPO) -> list[str]:
     return sorted(
         p.name[len("Pulumi.") : -len(".yaml")] for p in project_dir.glob("stacks/Pulumi.*.yaml")
     )
+
+
+NEW_STACK_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+"""A new stack's name (``testbed init-stack NAME``): it is also the graph's name
+(``topology.name``), a DNS label of at most 40 characters
+(:class:`stackmodel.config.TopologyConfig`'s ``name``)."""
 
 
 def stack_config(
@@ -60,12 +67,16 @@ def stack_config(
     path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
     if not path.exists():
         names = stack_names(project_dir)
-        close = closest(stack, names)
-        hint = did_you_mean(stack, names)
+        # A file's name given for the stack's (stacks/Pulumi.lab.yaml): the stack it names.
+        named = Path(stack).name.removeprefix("Pulumi.").removesuffix(".yaml")
+        named = named.removesuffix(".yml")
+        close = closest(named, names)
+        hint = did_you_mean(named, names)
+        new = named if NEW_STACK_NAME.match(named) else "my-cluster"
         known = ", ".join(names) or "(none)"
         raise FileNotFoundError(
             f"stack '{stack}': no stacks/Pulumi.{stack}.yaml in the project; {hint}a new "
-            f"stack: testbed init-stack {stack} --from {close or 'kv-routing'}; "
+            f"stack: testbed init-stack {new} --from {close or 'kv-routing'}; "
             f"known stacks: {known}"
         )
     project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
@@ -75,7 +86,7 @@ def stack_config(
             values[f"{PROJECT}:{key}"] = decl["default"]
     secrets: list[str] = []
     for key, value in _stack_file_config(stack, path).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
+        full = config_key(key)
         if isinstance(value, dict) and set(value) == {"secure"}:
             value = SECRET_PLACEHOLDER
             secrets.append(full)

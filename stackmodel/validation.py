@@ -266,24 +266,27 @@ def _problems(exc: ValidationError) -> list[ConfigProblem]:
     errors = exc.errors()
     locs = [_walk(tuple(e["loc"]))[0] for e in errors]
     return [
-        _problem(error)
+        shape_problem(error, StackConfig)
         for error, loc in zip(errors, locs, strict=True)
         if not any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs)
     ]
 
 
-def _problem(error: Any) -> ConfigProblem:
-    """A pydantic error dict -> :class:`ConfigProblem` with the allowed values spelled out."""
-    loc, model = _walk(tuple(error["loc"]))
+def shape_problem(error: Any, root: type[BaseModel]) -> ConfigProblem:
+    """A pydantic error dict of model ``root`` (:class:`StackConfig`, or a section validated
+    alone: ``testbed load``'s :class:`~workload.config.LoadConfig`) -> :class:`ConfigProblem`
+    with the allowed values spelled out: an unknown key with the closest key and every key
+    allowed there, a missing key or a refused value with what the key is and, where the input
+    shows what was meant, the value to write (:func:`_with_hint`)."""
+    loc, model = _walk(tuple(error["loc"]), root)
     msg = error_message(error)
     if error["type"] == "extra_forbidden":
-        model = _walk(loc[:-1])[1]
+        model = _walk(loc[:-1], root)[1]
         names = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []
         msg = unknown_key_message(str(loc[-1]), names) if names else "unknown key; see Pulumi.yaml"
-    elif error["type"] == "missing":
-        msg = "required key is missing"
-    else:
-        msg = _with_hint(msg, loc, error)
+    else:  # a missing key or a refused value, with what the key is
+        missing = error["type"] == "missing"
+        msg = _with_hint("required key is missing" if missing else msg, loc, error, root)
     value = None if error["type"] == "missing" else error.get("input")
     return ConfigProblem(show_path(loc), value, msg)
 
@@ -294,19 +297,23 @@ FIELD_HINTS = {
 """What to do instead, per key, where the allowed range leaves a user's intent out."""
 
 
-def _with_hint(msg: str, loc: tuple[str | int, ...], error: Any) -> str:
+def _with_hint(
+    msg: str, loc: tuple[str | int, ...], error: Any, root: type[BaseModel] = StackConfig
+) -> str:
     """A shape error's message with what the key is (its description) and, where the input
     shows what was meant, the value that would be accepted: a list written as ``4,8``
-    (``[4,8]``), a fraction written as a percentage (``90`` -> ``0.9``). An SLO's own message
-    (`workload.slo.SloError`) names the key and the fix already: it stays as it is."""
+    (``[4,8]``) or as one number (``30``: ``[30]``), a fraction written as a percentage (``90``
+    -> ``0.9``). An SLO's own message (`workload.slo.SloError`) names the key and the fix
+    already: it stays as it is."""
     if isinstance((error.get("ctx") or {}).get("error"), SloError):
         return msg
     value = error.get("input")
-    parent = _walk(loc[:-1])[1] if loc and isinstance(loc[-1], str) else None
+    parent = _walk(loc[:-1], root)[1] if loc and isinstance(loc[-1], str) else None
     field = None
     if parent is not None:
         field = next((f for n, f in parent.model_fields.items() if (f.alias or n) == loc[-1]), None)
-    if error["type"] in ("list_type", "tuple_type") and isinstance(value, str) and "," in value:
+    listed = isinstance(value, str) and "," in value
+    if error["type"] in ("list_type", "tuple_type") and (listed or _number(value)):
         msg += f"; write it as a list: [{value}]"
     ceiling = (error.get("ctx") or {}).get("le")
     if (
@@ -323,6 +330,11 @@ def _with_hint(msg: str, loc: tuple[str | int, ...], error: Any) -> str:
     if field is not None and field.description:
         msg += f" ({loc[-1]}: {field.description.rstrip('.')})"
     return msg
+
+
+def _number(value: object) -> bool:
+    """An int or a float, not a bool (YAML's ``true`` is one to pydantic)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 GIB_PER_UNIT = {
@@ -349,14 +361,17 @@ def _gib_hint(text: str) -> str:
     return f"; write {plain(round(float(quantity.group(1)) * per, 1))} (GiB, a plain number)"
 
 
-def _walk(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], type[BaseModel] | None]:
-    """Follow a pydantic error location through :class:`StackConfig`'s annotations.
+def _walk(
+    loc: tuple[str | int, ...], root: type[BaseModel] = StackConfig
+) -> tuple[tuple[str | int, ...], type[BaseModel] | None]:
+    """Follow a pydantic error location through the annotations of ``root`` (the model
+    validated: :class:`StackConfig` unless another is named).
 
     Returns the location with pydantic's union-member tags (``'str'``, ``'float'``, model names)
     removed, and the model of the innermost section reached (None below a leaf).
     """
     kept: list[str | int] = []
-    annotation: Any = StackConfig
+    annotation: Any = root
     for part in loc:
         model = _model_in(annotation)
         origin = getattr(annotation, "__origin__", None)

@@ -14,10 +14,6 @@ from typing import Annotated
 
 import typer
 
-NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
-"""A new stack's name: it is also the graph's name (``topology.name``), a DNS label of at most 40
-characters (``stackmodel.config.TopologyConfig.name``)."""
-
 HEADER = """\
 # Made by `testbed init-stack {name} --from {source}`. Adapt it to your cluster, then check it
 # with `testbed render {name}` and `testbed simulate {name}` (README: "Adapt it to your cluster"):
@@ -61,9 +57,9 @@ def write_new_stack(name: str, source: str, project_dir: Path) -> Path:
     """
     from configkeys.suggest import did_you_mean
     from stackmodel.errors import StackConfigError
-    from stackmodel.stacks import StackFileError, load_stack, stack_names
+    from stackmodel.stacks import NEW_STACK_NAME, StackFileError, load_stack, stack_names
 
-    if not NAME_PATTERN.match(name):
+    if not NEW_STACK_NAME.match(name):
         raise ValueError(
             f"NAME {name!r}: use lower-case letters, digits and '-', at most 40 characters "
             "(it names the graph too), e.g. my-cluster"

@@ -15,8 +15,7 @@ import typer
 from workload.config import LoadConfig, ReadyCheck, TlsConflictError, error_message
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
-
+    from configkeys.key_paths import Setting
     from measurement.results import GridResult, Readiness, RunSummary
 from testbed.console import EXIT_INTERRUPTED, EXIT_NO_SUCCESS, fail, int_list, stderr_line
 from testbed.slo_option import SloOption, slo_of
@@ -42,14 +41,42 @@ STACK_LOAD_KEY = "dynamo-testbed:load"
 ERRORS_SHOWN = 3  # first error messages printed after the table
 
 
-def _validation_message(exc: ValidationError, source: str) -> str:
-    from configkeys.key_paths import show_path
+LOAD_SYNONYMS = {
+    word: "a closed loop's users are its requests in flight: write concurrency: [{value}]"
+    for word in ("users", "clients", "concurrentusers", "concurrentrequests")
+} | {
+    word: "an open loop's rate: write requestRate: {value} (requests/s) with arrival: poisson"
+    for word in ("rate", "qps", "rps", "requestspersecond")
+}
+"""Load-settings keys that name a setting in other words (lower-cased) -> the fix, with the value
+written (``{value}``) in the key that takes it."""
 
-    lines = [f"invalid load config{source} ({exc.error_count()} error(s)):"]
-    for error in exc.errors():
-        where = show_path(error["loc"]) or "(config)"
-        lines.append(f"  {where}: {error_message(error)}")
-    return "\n".join(lines)
+
+def load_problem(error: Any) -> str:
+    """A refused load setting (a pydantic error of :class:`workload.config.LoadConfig`
+    validated from its camelCase keys) as one line, the key as a file of load settings spells
+    it, as the stack's checks word a key of theirs
+    (:func:`stackmodel.validation.shape_problem`): an unknown key with the closest key and every
+    key allowed there, or the fix for a key that names a setting in other words
+    (:data:`LOAD_SYNONYMS`); a refused value as ``key = value: what is accepted (what the key
+    is)``, with the value to write where the input shows it (``concurrency = 30: ...; write it
+    as a list: [30]``); an SLO's own line, which names its objective and the fix, after its key;
+    a rule across keys (no key) as it is."""
+    from stackmodel.validation import shape_problem
+    from workload.slo import SloError
+
+    loc = tuple(error["loc"])
+    if not loc:
+        return error_message(error)
+    if error["type"] == "extra_forbidden" and len(loc) == 1:
+        meant = LOAD_SYNONYMS.get(str(loc[0]).casefold())
+        if meant is not None:
+            return f"{loc[0]}: unknown key; {meant.format(value=error.get('input'))}"
+    problem = shape_problem(error, LoadConfig)
+    slo = isinstance((error.get("ctx") or {}).get("error"), SloError)
+    if slo or error["type"] == "extra_forbidden":
+        return f"{problem.key}: {problem.message}"
+    return problem.render(namespaced=False)
 
 
 def step_keys() -> frozenset[str]:
@@ -107,29 +134,29 @@ def read_load_settings(config_file: Path) -> dict[str, Any]:
 
 
 def build_config(
-    config_file: Path | None, overrides: dict[str, Any], base: dict[str, Any] | None = None
+    config_file: Path | None, overrides: dict[str, Any], settings: Sequence[Setting] = ()
 ) -> LoadConfig:
-    """A `LoadConfig` from an optional YAML file (see `read_load_settings`), or the settings
-    `base` read already, with `overrides` (field names; None = unset) on top. Raises
-    ValueError: the file's problem in one line, an option's problem naming the option, an SLO
-    objective that needs more output tokens than asked for naming where the SLO came from and
-    `--max-tokens`, or each invalid field path and its allowed values."""
+    """A `LoadConfig` from an optional YAML file (see `read_load_settings`) with the `--set
+    load.<key>=VALUE` items `settings` applied and `overrides` (field names; None = unset) on
+    top. Raises ValueError: the file's problem in one line; a `--set` outside `load.` (a
+    `KeyPathError`); an SLO objective that needs more output tokens than asked for, naming where
+    the SLO came from and `--max-tokens`; else one line per refused setting, naming where it was
+    given (the option, the `--set` item, or `--config FILE`) and the key's problem
+    (:func:`load_problem`)."""
     from pydantic import ValidationError
 
     from workload.slo import too_few_tokens
 
-    data = dict(base) if base is not None else {}
-    if config_file is not None:
-        data = read_load_settings(config_file)
-    # The file's keys are camelCase, the options' field names: one spelling, or an option
-    # would meet its own key as an "extra input".
-    names = {field.alias: name for name, field in LoadConfig.model_fields.items() if field.alias}
-    data = {names.get(key, key): value for key, value in data.items()}
-    data |= {key: value for key, value in overrides.items() if value is not None}
+    data = read_load_settings(config_file) if config_file is not None else {}
+    data = _with_settings(data, settings)
+    # The file's keys are camelCase; the options' too, or an option would meet its own key as
+    # an "extra input".
+    keys = {name: field.alias or name for name, field in LoadConfig.model_fields.items()}
+    options = {k for k, v in overrides.items() if v is not None}
+    data |= {keys[key]: overrides[key] for key in options}
     try:
         return LoadConfig.model_validate(data)
     except ValidationError as exc:
-        options = {k for k, v in overrides.items() if v is not None}
         few = too_few_tokens(exc)
         if few is not None:  # --max-tokens overrides whatever set the count
             slo_from = "--slo" if "slo" in options else "load.slo"
@@ -138,12 +165,17 @@ def build_config(
         (error, *_) = exc.errors()
         if isinstance((error.get("ctx") or {}).get("error"), TlsConflictError):
             raise ValueError(_tls_conflict(options, config_file)) from None
-        field = str(error["loc"][0]) if error["loc"] else ""
-        if field in options:  # an option's value: name the option (one line)
-            option = "--" + field.replace("_", "-")
-            raise ValueError(f"{option}: {error_message(error)}; see testbed load --help") from None
-        source = f" (from {config_file} and the options)" if config_file is not None else ""
-        raise ValueError(_validation_message(exc, source)) from None
+        typed = {keys[name]: "--" + name.replace("_", "-") for name in options}
+        set_by = {setting.path[1]: f"--set {setting.text}" for setting in settings}
+        lines = []
+        for error in exc.errors():
+            key = str(error["loc"][0]) if error["loc"] else ""
+            if key in typed:  # an option's value: name the option
+                lines.append(f"{typed[key]}: {error_message(error)}; see testbed load --help")
+                continue
+            where = set_by.get(key) or (f"--config {config_file}" if config_file else "")
+            lines.append(f"{where + ': ' if where else ''}{load_problem(error)}")
+        raise ValueError("\n".join(lines)) from None
 
 
 def _tls_conflict(options: set[str], config_file: Path | None) -> str:
@@ -293,14 +325,13 @@ def _option(name: str, panel: str, text: str | None = None, **kwargs: Any) -> An
     return typer.Option(help=_field_help(name, text), rich_help_panel=panel, **kwargs)
 
 
-def load_settings_with(config_file: Path | None, settings: Sequence[Any]) -> dict[str, Any] | None:
-    """The load settings of `config_file` with the `--set load.<key>=VALUE` items
-    (`configkeys.key_paths.Setting`) applied; None when there are none. Raises
+def _with_settings(data: dict[str, Any], settings: Sequence[Setting]) -> dict[str, Any]:
+    """The load settings ``data`` with the ``--set load.<key>=VALUE`` items applied. Raises
     `configkeys.key_paths.KeyPathError` for a key outside `load.`."""
     from configkeys.key_paths import KeyPathError, Setting, apply_settings
 
     if not settings:
-        return None
+        return data
     ours = []
     for setting in settings:
         if setting.path[0] != "load" or len(setting.path) < 2:
@@ -309,7 +340,6 @@ def load_settings_with(config_file: Path | None, settings: Sequence[Any]) -> dic
                 "stack's grid and request shape); render and simulate take the others"
             )
         ours.append(Setting(setting.text, setting.path[1:], setting.value))
-    data = read_load_settings(config_file) if config_file is not None else {}
     return apply_settings(data, ours)
 
 
@@ -512,13 +542,12 @@ def load_command(
     try:
         base_url(url)
         settings = parse_settings(overrides or ())
-        from_sets = load_settings_with(config, settings)
         grid_options = {
             "prefix_kinds": int_list("prefix-kinds", prefix_kinds),
             "concurrency": int_list("concurrency", concurrency),
         }
         load_config = build_config(
-            config if from_sets is None else None,
+            config,
             {
                 **grid_options,
                 "repetitions": repetitions,
@@ -542,7 +571,7 @@ def load_command(
                 "workers": workers,
                 "slo": slo_of(slo),
             },
-            base=from_sets,
+            settings,
         )
         _check_tls(load_config)
         if tokenizer is not None:

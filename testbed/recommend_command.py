@@ -34,9 +34,9 @@ RECOMMEND_OUT = Path("out/recommend")
 def _cluster(
     stack: str | None, stack_file: Path | None, model: str | None
 ) -> tuple[str, dict[str, Any], Any]:
-    """(name, raw config, validated config) of the cluster stack, ``model.name`` replaced by
+    """(name, raw config, validated config) of the cluster, ``model.name`` replaced by
     ``model``; exits 2 on a bad stack or file, naming the stack file read (``--cluster-file``'s
-    own path). A model name outside the catalog beside its geometry is warned
+    own path: :func:`_cluster_file`). A model name outside the catalog beside its geometry is warned
     (:func:`stackmodel.stack_warnings.model_name_warnings`)."""
     from stackmodel.config import project_values
     from stackmodel.stack_warnings import model_name_warnings
@@ -44,35 +44,61 @@ def _cluster(
 
     if (stack is None) == (stack_file is None):
         fail("give the cluster as one of --cluster STACK or --cluster-file FILE")
-    try:
-        if stack is not None:
-            name, where = stack, f"--cluster {stack} (stacks/Pulumi.{stack}.yaml)"
-            base = project_values(stack_config(stack)[0])
-        else:
-            assert stack_file is not None
-            import yaml
-
-            name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
-            name = name.removesuffix(".yml")
-            where = f"--cluster-file {stack_file}"
-            try:
-                document = yaml.safe_load(stack_file.read_text())
-            except yaml.YAMLError as exc:
-                fail(f"{where}: not YAML: {' '.join(str(exc).split())}")
-            config = document.get("config") if isinstance(document, dict) else None
-            if not isinstance(config, dict):
-                fail(f"{where}: no `config:` mapping (a stack file)")
-            base = project_values({k: v for k, v in config.items()})
-    except (FileNotFoundError, StackFileError, OSError) as exc:
-        fail(" ".join(str(exc).split()))
+    namespaced = True
+    if stack is not None:
+        if Path(stack).is_file():
+            fail(f"--cluster {stack}: a file, not a stack name; give it as --cluster-file {stack}")
+        name, where = stack, f"--cluster {stack} (stacks/Pulumi.{stack}.yaml)"
+        try:
+            config_map: dict[str, Any] = dict(stack_config(stack)[0])
+        except (FileNotFoundError, StackFileError, OSError) as exc:
+            fail(" ".join(str(exc).split()))
+    else:
+        assert stack_file is not None
+        name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
+        name = name.removesuffix(".yml")
+        where = f"--cluster-file {stack_file}"
+        config_map, namespaced = _cluster_file(stack_file, where)
+    base = project_values(config_map)
     _check_emitted_names(name, where)
     if model is not None:
         base["model"] = {**(base.get("model") or {}), "name": model}
         where = f"{where} with --model {model}"
-    cfg = _cluster_config(name, base, where)
+    cfg = _cluster_config(name, base, config_map, where, namespaced)
     for warning in model_name_warnings(cfg):
         typer.echo(f"warning: {where}: {warning.render()}", err=True)
     return name, base, cfg
+
+
+def _cluster_file(path: Path, where: str) -> tuple[dict[str, Any], bool]:
+    """(the config map, ``dynamo-testbed:<key>`` -> value, of a ``--cluster-file``; whether
+    the file namespaces its keys): a stack file (its ``config:`` mapping), or the same keys as
+    a plain mapping (``nodeClasses:``, ``links:``, ``model:``, ...), each key without a
+    namespace the project's (:func:`stackmodel.config.config_key`). Exits 2, one line naming
+    the file and the fix, on a directory, a missing file, YAML it cannot parse, an empty file,
+    or a file that is not a mapping."""
+    import yaml
+
+    from stackmodel.config import NODE_CLASSES_EXAMPLE, config_key
+
+    example = f"e.g. nodeClasses: {NODE_CLASSES_EXAMPLE}"
+    if path.is_dir():
+        fail(f"{where}: a directory; give the cluster's YAML file in it (docs/recommend.md)")
+    try:
+        document = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        fail(f"{where}: no such file; give the cluster's YAML file, or --cluster STACK")
+    except yaml.YAMLError as exc:
+        fail(f"{where}: not YAML: {' '.join(str(exc).split())}")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"{where}: cannot be read: {' '.join(str(exc).split())}")
+    if document is None:
+        fail(f"{where}: empty; a cluster file holds its nodeClasses ({example})")
+    config = document.get("config", document) if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        fail(f"{where}: not a mapping of the cluster's keys ({example})")
+    full = {config_key(str(key)): value for key, value in config.items()}
+    return full, config is not document or any(":" in str(key) for key in config)
 
 
 EMITTED_TAIL = "-000000-rank99"
@@ -126,33 +152,67 @@ def _workers_problem(problem: Any) -> bool:
     )
 
 
-def _cluster_config(name: str, base: dict[str, Any], where: str) -> Any:
-    """The cluster stack's config, checked as a cluster, not as a deployment: its node classes,
-    links, model, engine and platform settings are checked as ``testbed render`` checks them;
-    its own workers and load are replaced by each candidate's and the workload's, so a problem
-    of its workers (:func:`_workers_problem`: its workers too small for the model, a memory
-    floor, more memory limits than a node's ``hostMemoryGiB``) is not the cluster's, and each
-    candidate is checked instead. Exits 2 on any other problem, naming ``where`` (the stack
-    file and ``--model``)."""
+DEPLOYMENT_KEYS = ("topology", "load", "baselineStack")
+"""A stack's keys that describe its own deployment, not its cluster: a cluster file need not
+have them, and one that has them (a stack file as it is deployed) is not checked as a
+deployment; each candidate's workers and the workload stand in (:func:`_cluster_config`). Of a
+``topology`` the candidates keep its frontend and ready timeout
+(:func:`recommend.space.candidate_raw`) and try its prefill workers' KV transport
+(:func:`recommend.space.own_transports`)."""
+
+STAND_IN_WORKER = {"name": "cluster", "role": "aggregated", "replicas": 1}
+"""The worker group a cluster file without a ``topology`` is validated with, on its first node
+class: a stack has workers, a cluster need not. Nothing reads it: each candidate has its own
+workers, and it is no prefill worker whose KV transport the search would try
+(:func:`recommend.space.own_transports`)."""
+
+
+def _cluster_config(
+    name: str, base: dict[str, Any], config_map: dict[str, Any], where: str, namespaced: bool
+) -> Any:
+    """The cluster's config, checked as a cluster, not as a deployment: its node classes,
+    links, model, engine and platform settings are checked as ``testbed render`` checks them
+    (a key of a namespace nothing reads among ``config_map``'s included); its own workers and
+    load are replaced by each candidate's and the workload's, so neither is required (a cluster
+    without ``topology`` is checked with :data:`STAND_IN_WORKER`) and a problem of its workers
+    (:func:`_workers_problem`: its workers too small for the model, a memory floor, more memory
+    limits than a node's ``hostMemoryGiB``) is not the cluster's, and each candidate is checked
+    instead. Exits 2 on any other problem, naming ``where`` (the stack file and ``--model``),
+    each key as the file spells it (``namespaced``: ``dynamo-testbed:links``, else ``links``)."""
     from pydantic import ValidationError
 
     from stackmodel.config import StackConfig
     from stackmodel.errors import StackConfigError
-    from stackmodel.validation import validate_stack
+    from stackmodel.validation import shape_problem, validate_stack
 
+    checked = dict(base)
+    if "topology" not in checked:
+        classes = base.get("nodeClasses")
+        first = next(iter(classes), "") if isinstance(classes, dict) else ""
+        checked["topology"] = {"workers": [{**STAND_IN_WORKER, "nodeClass": first}]}
     try:
-        return validate_stack(name, base).cfg
+        return validate_stack(name, checked, config_map).cfg
     except StackConfigError as exc:
         own = [p for p in exc.problems if not _workers_problem(p)]
         if own:
-            fail(f"{where}: " + "; ".join(" ".join(p.render().split()) for p in own))
-    shape = {k: v for k, v in base.items() if k not in ("load", "baselineStack")}
+            fail(f"{where}: " + "; ".join(_cluster_problem(p, namespaced) for p in own))
+    shape = {k: v for k, v in checked.items() if k not in ("load", "baselineStack")}
     try:
         return StackConfig.model_validate(shape, context={"stack": name})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        fail(f"{where}: {key}: {first['msg']}")
+        problem = shape_problem(exc.errors()[0], StackConfig)
+        fail(f"{where}: {_cluster_problem(problem, namespaced)}")
+
+
+def _cluster_problem(problem: Any, namespaced: bool) -> str:
+    """A cluster's problem as one line, its key as the file spells it (``namespaced``: with
+    ``dynamo-testbed:``); a missing model names ``--model`` too, which gives it."""
+    if problem.key == "model" and problem.value is None:
+        return (
+            "no model: give --model MODEL (a catalog name, e.g. Qwen/Qwen3-0.6B) or write "
+            "model: {name: MODEL} in the file"
+        )
+    return " ".join(problem.render(namespaced).split())
 
 
 def _too_few_tokens(
@@ -186,7 +246,7 @@ def _workload(text: str, own_slo: bool = True) -> tuple[Workload, dict[str, Any]
 
     from recommend.replay import FOLDER_FILES, HINT, WorkloadError, replayed
     from recommend.workload import Workload
-    from testbed.load_command import read_load_settings
+    from testbed.load_command import load_problem, read_load_settings
     from workload.config import Arrival, LoadConfig
     from workload.slo import too_few_tokens
 
@@ -220,7 +280,7 @@ def _workload(text: str, own_slo: bool = True) -> tuple[Workload, dict[str, Any]
             fail(
                 f"--workload {text}: {_too_few_tokens(few, 'slo', text, drawn=drawn, folder=False)}"
             )
-        fail(f"--workload {text}: {_load_problem(exc.errors()[0])}")
+        fail(f"--workload {text}: {load_problem(exc.errors()[0])}")
     except ValueError as exc:
         fail(f"--workload {text}: {exc}; {HINT}")
     if load.request_rate is not None and load.arrival is not Arrival.POISSON:
@@ -231,48 +291,6 @@ def _workload(text: str, own_slo: bool = True) -> tuple[Workload, dict[str, Any]
             err=True,
         )
     return Workload(load, text), written
-
-
-LOAD_SYNONYMS = {
-    word: "a closed loop's users are its requests in flight: write concurrency: [{value}]"
-    for word in ("users", "clients", "concurrentusers", "concurrentrequests")
-} | {
-    word: "an open loop's rate: write requestRate: {value} (requests/s) with arrival: poisson"
-    for word in ("rate", "qps", "rps", "requestspersecond")
-}
-"""Workload-file keys that name a load setting in other words (lower-cased) -> the fix, with
-the value written (``{value}``) in the key that takes it."""
-
-
-def _load_problem(error: Any) -> str:
-    """A workload file's refused key (a pydantic error of
-    :class:`workload.config.LoadConfig`), one line: an unknown key with the closest key and
-    every key allowed (:func:`stackmodel.validation.unknown_key_message`); one value where a
-    list belongs with the list to write (``concurrency: [30]``, the form ``testbed load``
-    takes); an SLO's own line, which names the file's key and the fix, as it is; else the
-    message and what the key is."""
-    from configkeys.key_paths import show_path
-    from stackmodel.validation import unknown_key_message
-    from workload.config import LoadConfig, error_message
-    from workload.slo import SloError
-
-    loc = tuple(error["loc"])
-    where = show_path(loc)
-    fields = {f.alias or n: f for n, f in LoadConfig.model_fields.items()}
-    if error["type"] == "extra_forbidden" and len(loc) == 1:
-        meant = LOAD_SYNONYMS.get(str(loc[0]).casefold())
-        if meant is not None:
-            return f"{where}: unknown key; {meant.format(value=error.get('input'))}"
-        return f"{where}: {unknown_key_message(str(loc[0]), fields)}"
-    msg = error_message(error)
-    if isinstance((error.get("ctx") or {}).get("error"), SloError):
-        return f"{where}: {msg}" if where else msg
-    value = error.get("input")
-    if error["type"] in ("list_type", "tuple_type") and not isinstance(value, list | dict):
-        msg += f"; write it as a list: {where}: [{value}]"
-    field = fields.get(str(loc[0])) if loc else None
-    what = f" ({field.description})" if field is not None and field.description else ""
-    return f"{where + ': ' if where else ''}{msg}{what}"
 
 
 def _said(value: object, written: bool) -> str:
@@ -286,6 +304,7 @@ def _inputs_block(
 ) -> list[str]:
     """The lines printed once the inputs are checked, before the search: each node class read
     (its GPU and GPU memory, ``gpusPerNode`` x ``nodes``, time-slicing, host memory), the links,
+    the cluster file's own deployment that is not searched (:data:`DEPLOYMENT_KEYS` it sets),
     the model, the load searched and the shared prefix, each value a default filled in (a key
     the files did not write) marked ``(default)``. The workload's lengths and the SLO, with
     where it came from, follow from :func:`recommend.run.recommend`."""
@@ -309,6 +328,12 @@ def _inputs_block(
         f"  links: sameNode {_said(cfg.links.same_node, 'sameNode' in links)}, "
         f"crossNode {_said(cfg.links.cross_node, 'crossNode' in links)}"
     )
+    deployed = [key for key in DEPLOYMENT_KEYS if base.get(key)]
+    if deployed:
+        lines.append(
+            f"  not searched: its own {', '.join(deployed)} (each candidate's workers and the "
+            "workload stand in)"
+        )
     lines.append(f"model: {cfg.model.name}")
     load = sent.load
     shown = sent.in_flight_cap if sent.open_loop else load.concurrency
@@ -605,7 +630,8 @@ def recommend_command(
         Path | None,
         typer.Option(
             "--cluster-file",
-            help="The cluster as a stack file (its nodeClasses and links).",
+            help="The cluster as a YAML file: its nodeClasses (and links, model, ...), as a "
+            "plain mapping or a stack file; no topology needed.",
             rich_help_panel=INPUTS,
         ),
     ] = None,

@@ -107,6 +107,77 @@ def test_invalid_option_values_exit_2_naming_the_option(tmp_path: Path) -> None:
     )
 
 
+ALLOWED = "allowed here: api, arrival, caFile, concurrency, connectTimeoutS, durationS, "
+
+
+@pytest.mark.parametrize(
+    ("written", "sets", "line"),
+    [
+        (
+            "concurrency: [1]\nprefixTokens: 100\n",
+            [],
+            "--config {file}: prefixTokens: unknown key; did you mean prefixKinds? " + ALLOWED,
+        ),
+        (
+            "config:\n  dynamo-testbed:load:\n    concurrncy: [1]\n",
+            [],
+            "--config {file}: concurrncy: unknown key; did you mean concurrency? " + ALLOWED,
+        ),
+        (
+            None,
+            ["--set", "load.prefixTokens=3"],
+            "--set load.prefixTokens=3: prefixTokens: unknown key; did you mean prefixKinds? "
+            + ALLOWED,
+        ),
+        (
+            "maxTokens: 8\n",
+            ["--set", "load.maxTokens=x"],
+            "--set load.maxTokens=x: maxTokens = 'x': Input should be a valid integer, unable to "
+            "parse string as an integer (maxTokens: max_tokens sent",
+        ),
+        (
+            "prefixShare: 90\n",
+            [],
+            "--config {file}: prefixShare = 90: Input should be less than or equal to 1; a "
+            "fraction, not a percentage: 0.9 (prefixShare: Fraction",
+        ),
+    ],
+    ids=["file-unknown", "stack-file-unknown", "set-unknown", "set-type", "file-percentage"],
+)
+def test_a_bad_load_setting_is_one_line_naming_where_the_key_and_the_fix(
+    written: str | None, sets: list[str], line: str, tmp_path: Path
+) -> None:
+    """Not pydantic's two lines ("invalid load config (1 error(s)):" / "prefixTokens: Extra
+    inputs are not permitted"): where it was given, the key, and what is accepted."""
+    file = tmp_path / "load.yaml"
+    config = []
+    if written is not None:
+        file.write_text(written)
+        config = ["--config", str(file)]
+    result = run("load", "--url", "http://127.0.0.1:1", *SMALL, *config, *sets, "--out", "o")
+    assert_one_error_line(result, "error: " + line.format(file=file))
+    assert "Extra inputs" not in result.output
+
+
+def test_every_refused_setting_is_its_own_line_and_the_fixes_named_are_taken(
+    tmp_path: Path,
+) -> None:
+    file = tmp_path / "load.yaml"
+    file.write_text("concurrency: 30\nprefixShare: 90\n")
+    with pytest.raises(ValueError) as raised:
+        build_config(file, {})
+    assert str(raised.value).splitlines() == [
+        f"--config {file}: concurrency = 30: Input should be a valid list; write it as a list: "
+        "[30] (concurrency: Grid axis: requests in flight in the closed loop (each > 0))",
+        f"--config {file}: prefixShare = 90: Input should be less than or equal to 1; a "
+        "fraction, not a percentage: 0.9 (prefixShare: Fraction of the prompt tokens that is "
+        "the shared prefix (0..1))",
+    ]
+    file.write_text("concurrency: [30]\nprefixShare: 0.9\n")
+    fixed = build_config(file, {})
+    assert (fixed.concurrency, fixed.prefix_share) == ([30], 0.9)
+
+
 def test_set_load_keys_take_effect_and_others_are_refused(tmp_path: Path) -> None:
     stack = STACKS / "Pulumi.kv-routing.yaml"
     sets = ["--set", "load.concurrency=[2]", "--set", "load.prefixKinds=[1]"]
@@ -380,8 +451,12 @@ def test_an_objective_without_a_value_at_max_tokens_1_names_its_source(tmp_path:
 def test_plain_load_yaml_and_its_errors(tmp_path: Path) -> None:
     file = tmp_path / "load.yaml"
     file.write_text("prefixKinds: [3]\nrequestPerRun: 10\n")
-    with pytest.raises(ValueError, match=r"requestPerRun: Extra inputs are not permitted"):
+    with pytest.raises(ValueError) as raised:
         build_config(file, {})
+    assert str(raised.value).startswith(
+        f"--config {file}: requestPerRun: unknown key; did you mean requestsPerRun? allowed "
+        "here: api, arrival, "
+    )
     file.write_text("prefixKinds: [3\n")
     with pytest.raises(ValueError, match=r"is not valid YAML"):
         build_config(file, {})

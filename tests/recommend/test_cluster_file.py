@@ -208,6 +208,7 @@ def test_the_inputs_block_says_what_the_cluster_file_gave_and_what_a_default_fil
         "  node class box-b: rtx-3090, 24 GiB a GPU; gpusPerNode 1 (default) x nodes 1 "
         "(default); time-slicing off; host memory 16 GiB\n"
         "  links: sameNode same-node-tcp (default), crossNode 10gbe\n"
+        "  not searched: its own topology (each candidate's workers and the workload stand in)\n"
         "model: Qwen/Qwen3-0.6B\n"
         "load: concurrency [1]; each prompt's shared prefix 90% (default)\n"
     ) in err

@@ -394,8 +394,8 @@ ONE += ["--fix", "router=kv"]
         ("concurrncy: [4]\n", "concurrncy: unknown key; did you mean concurrency? allowed here: "),
         (
             "concurrency: 30\n",
-            "concurrency: Input should be a valid list; write it as a list: concurrency: [30] "
-            "(Grid axis",
+            "concurrency = 30: Input should be a valid list; write it as a list: [30] "
+            "(concurrency: Grid axis",
         ),
         (
             TINY + "slo: {ttftP99Ms: 0.6}\n",

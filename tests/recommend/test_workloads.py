@@ -241,11 +241,17 @@ def test_a_file_of_a_results_folder_names_the_folder(
     [
         (  # a rate with a unit
             "arrival: poisson\nrequestRate: 8/s\n",
-            ["requestRate: Input should be a valid number", "(Requests/s for arrival=poisson.)"],
+            [
+                "requestRate = '8/s': Input should be a valid number",
+                "(requestRate: Requests/s for arrival=poisson)",
+            ],
         ),
         (  # a distribution whose weights do not sum to 1
             "promptLengths: {values: [500, 3000], weights: [0.5, 0.4]}\n",
-            ["promptLengths: weights sum to 0.9, not 1: give each value's probability"],
+            [
+                "promptLengths = {'values': [500, 3000], 'weights': [0.5, 0.4]}: weights sum to "
+                "0.9, not 1: give each value's probability"
+            ],
         ),
     ],
 )

@@ -261,6 +261,13 @@ BAD_CONFIGS = {
         "'Exist'",
         "'Exists' or 'Equal'",
     ),
+    "one-number-where-a-list-belongs": BadConfig(
+        CROSS,
+        setting("load", "concurrency", value=30),
+        "load.concurrency",
+        "30",
+        "Input should be a valid list; write it as a list: [30] (concurrency: Grid axis",
+    ),
     "zero-load-concurrency": BadConfig(
         CROSS,
         setting("load", "concurrency", value=[0]),

@@ -71,8 +71,9 @@ def test_a_set_that_adds_a_misspelt_node_class_names_the_set_and_the_close_name(
         "stack 'kv-routing': invalid config (1 problem): --set "
         "nodeClasses.gpu-24b.gpuMemoryGiB=48: this adds nodeClasses.gpu-24b, which the stack "
         "lacks (did you mean gpu-24gb? nodeClasses has gpu-24gb, gpu-8gb), so "
-        "dynamo-testbed:nodeClasses.gpu-24b.nodeSelector = (missing): required key is missing. "
-        "Fix the --set value."
+        "dynamo-testbed:nodeClasses.gpu-24b.nodeSelector = (missing): required key is missing "
+        "(nodeSelector: Labels a node must carry (becomes the pod's nodeSelector)). Fix the --set "
+        "value."
     )
 
 
