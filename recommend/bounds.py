@@ -241,46 +241,16 @@ def _grid(top: int) -> list[int]:
     return points
 
 
-@dataclass(frozen=True)
-class Prompts:
-    """What a worker that also computes the prompts (aggregated) owes the requests it decodes,
-    as :func:`decode_rate` reads it: ``per_token`` prompt tokens for each output token after
-    the first (the least prompt over the most output), and ``alone`` the most of those prompt
-    tokens its steps without any such request decoding may compute, per step with one
-    (:func:`prompts_owed`)."""
-
-    per_token: float
-    alone: float
-
-
-def prompts_owed(step: EngineStep, least: int, most: int, outputs: tuple[int, int]) -> Prompts:
-    """:class:`Prompts` of a worker of ``step`` whose requests have ``least`` to ``most``
-    uncached prompt tokens and ``outputs`` (fewest, most) output tokens. vLLM's scheduler
-    (``simulator.timing_model._Worker._schedule``) takes the waiting prompts in order, a
-    chunked one first in the next step, and a request decodes in every step from the one that
-    completes its prompt until its last token, so a run of steps without a met request decoding
-    ends at the step that completes one: it computed at most the prompts that step completes
-    (at most ``budget // least + 1``) and the one it starts, each chunked over steps before
-    it; and the next such run starts at least ``fewest - 1`` steps later. Over a run with any
-    met request that is at most two runs per ``fewest - 1`` steps with one decoding."""
-    fewest, longest_output = outputs
-    budget = step.max_batched_tokens
-    assert budget is not None  # a group's step always has its budget
-    per_run = (budget // max(least, 1) + 2) * most
-    return Prompts(least / (longest_output - 1), 2 * per_run / (fewest - 1))
-
-
-_DECODE: dict[tuple[EngineStep, int, InterToken, Prompts | None], float] = {}
+_DECODE: dict[tuple[EngineStep, int, InterToken, float | None], float] = {}
 """:func:`decode_rate` by its arguments (the same few steps recur over a search's candidates)."""
 
 
-def decode_rate(
-    step: EngineStep, context: int, limits: InterToken, prompts: Prompts | None
-) -> float:
+def decode_rate(step: EngineStep, context: int, limits: InterToken, prompts: float | None) -> float:
     """The most output tokens/s after their first that one worker of ``step`` can give requests
     meeting ``limits`` (met requests), each decoding at ``context`` tokens or more;
-    ``prompts``: what the worker owes them when it also computes their prompts (aggregated,
-    in the same steps: vLLM's chunked prefill, up to the step's ``max_batched_tokens``).
+    ``prompts``: where the worker also computes their prompts (aggregated, in the same steps:
+    vLLM's chunked prefill, up to the step's ``max_batched_tokens``), the least prompt tokens
+    it computes for each of their output tokens after the first (None: it computes none).
 
     A worker's steps run one after another and each token of a decoding request comes at the
     end of a step, so a request's interval before a token is at least that step's time, and a
@@ -291,8 +261,7 @@ def decode_rate(
     (the mean of its intervals) within T means ``sum(w g (T - d) / d) >= 0`` over the met
     tokens; its ITL percentile within T, at least its share s (:func:`itl_share`) of its
     intervals within T: ``sum(w g ([d <= T] - s) / d) >= 0``; the prompts,
-    ``sum(w (P - per_token g) / d) >= 0``, of which the steps with ``g = 0`` compute at most
-    ``alone`` per step with ``g >= 1``. That is a linear programme over the shares, solved
+    ``sum(w (P - prompts g) / d) >= 0``. That is a linear programme over the shares, solved
     (``scipy.optimize.linprog``, HiGHS) over cells of step shapes (:func:`_grid` of batches
     and of prompt tokens), each cell at its most favourable corner (the least step time of the
     cell and above it, the most tokens and prompt tokens). Its dual (a weight per constraint)
@@ -307,7 +276,7 @@ def decode_rate(
 
 
 def _decode_rate(
-    step: EngineStep, context: int, limits: InterToken, prompts: Prompts | None
+    step: EngineStep, context: int, limits: InterToken, prompts: float | None
 ) -> float:
     import numpy as np
 
@@ -338,7 +307,7 @@ def _decode_rate(
 
 
 def _dual_bound(
-    least: Any, batch: Any, prompt: Any, limits: InterToken, prompts: Prompts | None
+    least: Any, batch: Any, prompt: Any, limits: InterToken, prompts: float | None
 ) -> float | None:
     """:func:`decode_rate`'s bound from the least step times ``least`` of the cells from each
     corner of ``batch`` x ``prompt`` (the last batch's row: every batch from it on); None when
@@ -348,30 +317,21 @@ def _dual_bound(
 
     cells, tail = least[:-1], float(least[-1, 0])
     g_lo, g_hi = batch[:-1, None], batch[1:, None] - 1
-    p_lo, p_hi = prompt[None, :], np.append(prompt[1:] - 1, prompt[-1])[None, :]
+    p_hi = np.append(prompt[1:] - 1, prompt[-1])[None, :]
     valid = np.isfinite(cells)
     d = np.where(valid, cells, 1.0)
-    per_token = prompts.per_token if prompts is not None else 0.0
-    alone = np.where(g_lo == 0, p_hi, -prompts.alone) if prompts is not None else 0.0
+    per_token = prompts or 0.0
     # the programme at each cell's most favourable corner gives the constraints' weights
     rows = [np.where(d <= t, g_hi, g_lo) * (t - d) / d for t in limits.tpot_s]
     rows += [np.where(d <= t, g_hi * (1 - s), -g_lo * s) / d for t, s in limits.itl]
     if prompts is not None:
-        rows += [(p_hi - per_token * g_lo) / d, -alone / d]
+        rows.append((p_hi - per_token * g_lo) / d)
     gain = np.broadcast_to(g_hi / d, d.shape)[valid]
     cons = np.array([np.broadcast_to(r, d.shape)[valid] for r in rows])
     weights = _weights(gain, cons, linprog)
     n_tpot, n_itl = len(limits.tpot_s), len(limits.itl)
     w_tpot, w_itl = weights[:n_tpot], weights[n_tpot : n_tpot + n_itl]
-    w_prompt, w_alone = weights[n_tpot + n_itl :] if prompts is not None else (0.0, 0.0)
-    # a cell's prompt tokens at their most, but where no met request decodes (g = 0) the
-    # prompt tokens' weight is w_prompt - w_alone, and at their least when that is negative
-    owed = w_alone * prompts.alone if prompts is not None else 0.0
-    prompted = np.where(
-        g_lo > 0,
-        w_prompt * p_hi + owed,
-        np.maximum((w_prompt - w_alone) * p_hi, (w_prompt - w_alone) * p_lo),
-    )
+    w_prompt = weights[-1] if prompts is not None else 0.0
     bounds_itl = [t for t, _ in limits.itl]
 
     def worth(at: Any, within: Sequence[Any]) -> Any:
@@ -393,12 +353,12 @@ def _dual_bound(
     rate = 0.0
     for at, within in times:
         token = worth(at, within)
-        best = np.maximum(g_lo * token, g_hi * token) + prompted
+        best = np.maximum(g_lo * token, g_hi * token) + w_prompt * p_hi
         rate = max(rate, float(np.max(np.where(valid, best / at, 0.0))))
     # past the last batch timed: every step at least ``tail``, beyond every bound
     if worth(tail, [False] * len(bounds_itl)) > 0:
         return None
-    return max(rate, float(np.max((w_prompt * p_hi[0] + owed) / least[-1])))
+    return max(rate, float(np.max(w_prompt * p_hi[0] / least[-1])))
 
 
 LP_START = 8
@@ -432,31 +392,25 @@ def _weights(gain: Any, cons: Any, linprog: Any) -> Any:
         pick[np.argsort(np.where(better, -worth, np.inf))[: 4 * LP_START]] = True
 
 
-def decode_ceiling(plan: StackPlan, load: LoadConfig, longest: tuple[int, int], slo: Slo) -> float:
+def decode_ceiling(plan: StackPlan, load: LoadConfig, most_output: int, slo: Slo) -> float:
     """The most output tokens/s of requests meeting ``slo``'s inter-token objectives
     (:func:`inter_token`) that ``plan`` can give at any load (its goodput's ceiling; math.inf
     when the SLO sets none): each worker that decodes (aggregated, decode) at most its
     :func:`decode_rate`, its requests decoding at ``load``'s prompt (the workload's best case,
     :meth:`recommend.workload.Workload.best_case`) or longer, an aggregated worker computing
-    their prompts too (:func:`prompts_owed`: at least the best case's uncached prompt tokens,
-    :func:`_uncached`, at most ``longest``'s prompt tokens; ``load``'s output tokens, the
-    fewest, to ``longest``'s); the first token of each met request adds at most
-    ``1 / (n - 1)`` to its ``n - 1`` later ones (``n``: the fewest)."""
-    most_prompt, most_output = longest
+    their prompts too (at least the best case's uncached prompt tokens, :func:`_uncached`, for
+    at most ``most_output - 1`` output tokens after the first); the first token of each met
+    request adds at most ``1 / (n - 1)`` to its ``n - 1`` later ones (``n``: ``load``'s output
+    tokens, the fewest)."""
     limits = inter_token(slo, load.max_tokens, most_output)
     if limits is None:
         return math.inf
     topology = run_topology(plan)
     uncached, _ = _uncached(load, stack_constants(plan).block_tokens)
-    outputs = (load.max_tokens, most_output)
+    per_token = uncached / (most_output - 1)
     total = math.fsum(  # exactly rounded: a mirror's workers, in another order, sum the same
         decode_rate(
-            w.step,
-            load.prompt_tokens,
-            limits,
-            prompts_owed(w.step, uncached, most_prompt, outputs)
-            if w.role == "aggregated"
-            else None,
+            w.step, load.prompt_tokens, limits, per_token if w.role == "aggregated" else None
         )
         for w in topology.workers
         if w.role in ("aggregated", "decode")

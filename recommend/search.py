@@ -452,7 +452,7 @@ def _screen_or_queue(
     the goodput its decoding workers can give under the SLO's TPOT and ITL bounds)."""
     cfg, load = problem.cfg, problem.load
     best_case = problem.sent.best_case()
-    longest = problem.sent.longest
+    longest = problem.sent.longest_output_tokens
     gpus = cluster_gpus(cfg)
     queue: list[Result] = []
     for candidate in candidates:

@@ -173,18 +173,12 @@ class Workload:
         return load.model_copy(update=update)
 
     @property
-    def longest(self) -> tuple[int, int]:
-        """The most prompt tokens and the most output tokens a request has (each its own
-        request's; a decode ceiling reads them)."""
+    def longest_output_tokens(self) -> int:
+        """The most output tokens a request asks for (a decode ceiling reads it)."""
         if self.replay is not None:
-            rows = [r for run in self.replay.values() for r in run]
-            return max(r.prompt_tokens for r in rows), max(r.output_tokens for r in rows)
+            return max(r.output_tokens for run in self.replay.values() for r in run)
         load = self.load
-        prompts, outputs = load.prompt_lengths, load.output_lengths
-        return (
-            max(prompts.values) if prompts else load.prompt_tokens,
-            max(outputs.values) if outputs else load.max_tokens,
-        )
+        return max(load.output_lengths.values) if load.output_lengths else load.max_tokens
 
     @property
     def mean_output_tokens(self) -> float:

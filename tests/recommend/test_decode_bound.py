@@ -17,7 +17,6 @@ from recommend.bounds import (
     decode_rate,
     inter_token,
     itl_share,
-    prompts_owed,
 )
 from recommend.search import (
     Problem,
@@ -78,7 +77,7 @@ QWEN_SHAPES = (
 def _timed_under_ceiling(plan: Any, sent: Workload, slo: Any, gpus: int) -> tuple[float, float]:
     """(the highest goodput per GPU the simulation gives ``plan`` at a load meeting ``slo``,
     its decode ceiling per GPU)."""
-    ceiling = decode_ceiling(plan, sent.best_case(), sent.longest, slo) / gpus
+    ceiling = decode_ceiling(plan, sent.best_case(), sent.longest_output_tokens, slo) / gpus
     timed = time_candidate(plan, sent.load, slo, gpus, sent)
     assert timed.best is not None
     held = [f.goodput_tokens_per_s_per_gpu for f in (*timed.steady, timed.best)]
@@ -125,12 +124,17 @@ def test_a_decode_worker_rate_is_its_best_steady_batch() -> None:
     assert steady <= rate <= 1.1 * steady
 
 
-def test_prompts_owed_of_an_aggregated_worker() -> None:
+def test_an_aggregated_worker_rate_pays_for_its_prompts() -> None:
+    """An aggregated worker computes 8 prompt tokens for each output token: its rate is at
+    least that of the steady schedule of b decoding requests and 8 b prompt tokens a step
+    within the bound, and below its rate without prompts."""
     step = next(w.step for w in run_topology(NEBIUS_QWEN3_32B.plan("aggregated")).workers)
-    assert step.max_batched_tokens == 8192
-    owed = prompts_owed(step, 4000, 4000, (32, 64))
-    assert owed.per_token == 4000 / 63
-    assert owed.alone == 2 * (8192 // 4000 + 2) * 4000 / 31
+    limits = InterToken((0.03,))
+    steady = max(
+        b / d for b in range(1, 256) if (d := step.host_s + step.gpu_s(8 * b, [4000] * b)) <= 0.03
+    )
+    rate = decode_rate(step, 4000, limits, 8.0)
+    assert steady <= rate < 0.8 * decode_rate(step, 4000, limits, None)
 
 
 def test_seed_itl_ceiling_is_above_the_simulation() -> None:
@@ -148,7 +152,9 @@ def test_seed_itl_ceiling_is_above_the_simulation() -> None:
         timed = time_candidate(plan, load, slo, cluster_gpus(cfg), sent)
         if timed.best is None:
             continue
-        ceiling = decode_ceiling(plan, sent.best_case(), sent.longest, slo) / cluster_gpus(cfg)
+        ceiling = decode_ceiling(
+            plan, sent.best_case(), sent.longest_output_tokens, slo
+        ) / cluster_gpus(cfg)
         for figures in (*timed.steady, timed.best):
             assert figures.goodput_tokens_per_s_per_gpu <= ceiling, candidate.label()
         checked += 1
