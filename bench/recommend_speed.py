@@ -108,7 +108,8 @@ print(json.dumps({
     "runs": sum(r.runs for r in results), "candidates": len(results),
     "ranking": [[r.candidate.key, r.value, r.best.concurrency] for r in ranked],
     "not_timed": {r.candidate.key: r.ceiling_value for r in results
-                  if r.reason.startswith("not timed: ")},
+                  if r.status == "screened" and r.ceiling_value is not None
+                  and r.floor_over is None},
 }))
 """
 

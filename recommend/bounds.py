@@ -29,15 +29,19 @@ path costs what it does; its sentence goes with the reasons.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kvpath.copies import d2h_seconds, h2d_seconds
+from metrics.registry import objectives
 from simulator.hardware import run_topology, stack_constants
 from simulator.timing_model import WorkerSpec
 from stackmodel.plan import StackPlan
 from steptime.measured import token_bucket
 from steptime.roofline import EngineStep
 from workload.config import LoadConfig
+from workload.slo import Slo
 
 
 @dataclass(frozen=True)
@@ -174,3 +178,241 @@ def bounds(plan: StackPlan, load: LoadConfig) -> Bounds:
         link_ms=link_s * 1e3,
         cached_tokens=load.prompt_tokens - uncached,
     )
+
+
+@dataclass(frozen=True)
+class InterToken:
+    """The SLO's inter-token objectives as :func:`decode_ceiling` reads them: each TPOT bound
+    (s), and each ITL bound (s) with the least share of a met request's intervals within it
+    (:func:`itl_share`)."""
+
+    tpot_s: tuple[float, ...] = ()
+    itl: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def longest_s(self) -> float:
+        """The largest of the bounds (s)."""
+        return max([*self.tpot_s, *(t for t, _ in self.itl)])
+
+
+def itl_share(q: float, least: int, most: int) -> float:
+    """The least share of a request's inter-token intervals at or below a bound its own ITL
+    p``q`` meets, over requests of ``least`` to ``most`` intervals: of ``m`` intervals the
+    percentile (linear between closest ranks, :func:`measurement.percentile.percentile`) is at
+    least the value of rank ``floor((m - 1) q / 100)``, so that many plus one are within the
+    bound."""
+    return min((math.floor((m - 1) * q / 100) + 1) / m for m in range(least, most + 1))
+
+
+def inter_token(slo: Slo, least_output: int, most_output: int) -> InterToken | None:
+    """``slo``'s TPOT and ITL objectives (:class:`InterToken`) for requests of
+    ``least_output`` to ``most_output`` output tokens; None when it sets neither or a request
+    has fewer than two output tokens (no interval)."""
+    if least_output < 2:
+        return None
+    known = objectives()
+    tpot, itl = [], []
+    for key, bound in slo.objectives().items():
+        metric, q = known[key].metric.key, known[key].q
+        if metric == "tpot":
+            tpot.append(bound / 1e3)
+        elif metric == "itl":
+            itl.append((bound / 1e3, itl_share(q, least_output - 1, most_output - 1)))
+    return InterToken(tuple(tpot), tuple(itl)) if tpot or itl else None
+
+
+GRID_RATIO = 1.0625
+"""Above :data:`GRID_EXACT`, the decode batches and prompt tokens :func:`decode_rate` times a
+step at grow by this ratio (its cells' corners are at most 6.25% apart)."""
+
+GRID_EXACT = 64
+"""Decode batches and prompt tokens up to this count are each timed."""
+
+GRID_TOP = 1 << 16
+"""The most decoding requests :func:`decode_rate` times a step at (past it: no ceiling)."""
+
+
+def _grid(top: int) -> list[int]:
+    """0 .. ``top``: every count to :data:`GRID_EXACT`, then :data:`GRID_RATIO` apart, ``top``
+    last."""
+    points = list(range(min(top, GRID_EXACT) + 1))
+    while points[-1] < top:
+        points.append(min(top, max(points[-1] + 1, math.ceil(points[-1] * GRID_RATIO))))
+    return points
+
+
+_DECODE: dict[tuple[EngineStep, int, InterToken, float | None], float] = {}
+""":func:`decode_rate` by its arguments (the same few steps recur over a search's candidates)."""
+
+
+def decode_rate(step: EngineStep, context: int, limits: InterToken, prompts: float | None) -> float:
+    """The most output tokens/s after their first that one worker of ``step`` can give requests
+    meeting ``limits`` (met requests), each decoding at ``context`` tokens or more;
+    ``prompts``: where the worker also computes their prompts (aggregated, in the same steps:
+    vLLM's chunked prefill, up to the step's ``max_batched_tokens``), the least prompt tokens
+    it computes for each of their output tokens after the first (None: it computes none).
+
+    A worker's steps run one after another and each token of a decoding request comes at the
+    end of a step, so a request's interval before a token is at least that step's time, and a
+    step with ``g`` met requests decoding and ``P`` prompt tokens takes at least
+    ``host_s + gpu_s(P, g requests at context)`` (more requests, longer contexts and longer
+    prompts only add to a step). With ``w`` the share of the worker's time spent in steps of
+    each shape (time ``d``), its met tokens/s is ``sum(w g / d)``, and: a met request's TPOT
+    (the mean of its intervals) within T means ``sum(w g (T - d) / d) >= 0`` over the met
+    tokens; its ITL percentile within T, at least its share s (:func:`itl_share`) of its
+    intervals within T: ``sum(w g ([d <= T] - s) / d) >= 0``; the prompts,
+    ``sum(w (P - prompts g) / d) >= 0``. That is a linear programme over the shares, solved
+    (``scipy.optimize.linprog``, HiGHS) over cells of step shapes (:func:`_grid` of batches
+    and of prompt tokens), each cell at its most favourable corner (the least step time of the
+    cell and above it, the most tokens and prompt tokens). Its dual (a weight per constraint)
+    then bounds the weighted gain of every step shape, those past the last batch timed too
+    (:func:`_dual_bound`): the rate returned is that bound, so it holds whatever the solver's
+    tolerance."""
+    key = (step, context, limits, prompts)
+    cached = _DECODE.get(key)
+    if cached is None:
+        cached = _DECODE[key] = _decode_rate(step, context, limits, prompts)
+    return cached
+
+
+def _decode_rate(
+    step: EngineStep, context: int, limits: InterToken, prompts: float | None
+) -> float:
+    import numpy as np
+
+    budget = step.max_batched_tokens
+    prompt = _grid(budget) if prompts is not None and budget else [0]
+    rows: dict[int, list[float]] = {}
+
+    def row(g: int) -> list[float]:
+        """The step times at ``g`` decoding requests, for each prompt of the grid."""
+        if g not in rows:
+            rows[g] = [step.host_s + step.gpu_s(p, [context] * g) for p in prompt]
+        return rows[g]
+
+    top = GRID_EXACT
+    while row(top)[0] < 2 * limits.longest_s and top < GRID_TOP:
+        top *= 2
+    while top <= GRID_TOP:
+        batch = _grid(top)
+        times = np.array([row(g) for g in batch])
+        times[0, 0] = math.inf  # no decoding request and no prompt token: no step
+        # a cell's least time: that of its corner and of every corner above it
+        least = np.minimum.accumulate(np.minimum.accumulate(times[::-1, ::-1], 0), 1)[::-1, ::-1]
+        rate = _dual_bound(least, np.array(batch, float), np.array(prompt, float), limits, prompts)
+        if rate is not None:
+            return rate
+        top *= 2
+    return math.inf
+
+
+def _dual_bound(
+    least: Any, batch: Any, prompt: Any, limits: InterToken, prompts: float | None
+) -> float | None:
+    """:func:`decode_rate`'s bound from the least step times ``least`` of the cells from each
+    corner of ``batch`` x ``prompt`` (the last batch's row: every batch from it on); None when
+    that last batch is too small to bound the batches past it."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    cells, tail = least[:-1], float(least[-1, 0])
+    g_lo, g_hi = batch[:-1, None], batch[1:, None] - 1
+    p_hi = np.append(prompt[1:] - 1, prompt[-1])[None, :]
+    valid = np.isfinite(cells)
+    d = np.where(valid, cells, 1.0)
+    per_token = prompts or 0.0
+    # the programme at each cell's most favourable corner gives the constraints' weights
+    rows = [np.where(d <= t, g_hi, g_lo) * (t - d) / d for t in limits.tpot_s]
+    rows += [np.where(d <= t, g_hi * (1 - s), -g_lo * s) / d for t, s in limits.itl]
+    if prompts is not None:
+        rows.append((p_hi - per_token * g_lo) / d)
+    gain = np.broadcast_to(g_hi / d, d.shape)[valid]
+    cons = np.array([np.broadcast_to(r, d.shape)[valid] for r in rows])
+    weights = _weights(gain, cons, linprog)
+    n_tpot, n_itl = len(limits.tpot_s), len(limits.itl)
+    w_tpot, w_itl = weights[:n_tpot], weights[n_tpot : n_tpot + n_itl]
+    w_prompt = weights[-1] if prompts is not None else 0.0
+    bounds_itl = [t for t, _ in limits.itl]
+
+    def worth(at: Any, within: Sequence[Any]) -> Any:
+        """A met token's weighted gain times the step's time ``at`` (s), ``within`` each ITL
+        bound."""
+        value = 1 - w_prompt * per_token
+        value = value + sum(w * (t - at) for w, t in zip(w_tpot, limits.tpot_s, strict=True))
+        return value + sum(
+            w * (inside - s) for w, inside, (_, s) in zip(w_itl, within, limits.itl, strict=True)
+        )
+
+    # a step of a cell takes at least the cell's time, and its weighted gain is c / time + a
+    # constant between two ITL bounds: its most is at the least time or at a bound (either side)
+    times = [(d, [d <= t for t in bounds_itl])]
+    for t in bounds_itl:
+        at = np.maximum(d, t)
+        times.append((at, [at <= u for u in bounds_itl]))
+        times.append((at, [np.where(d > t, d <= u, t < u) for u in bounds_itl]))
+    rate = 0.0
+    for at, within in times:
+        token = worth(at, within)
+        best = np.maximum(g_lo * token, g_hi * token) + w_prompt * p_hi
+        rate = max(rate, float(np.max(np.where(valid, best / at, 0.0))))
+    # past the last batch timed: every step at least ``tail``, beyond every bound
+    if worth(tail, [False] * len(bounds_itl)) > 0:
+        return None
+    return max(rate, float(np.max(w_prompt * p_hi[0] / least[-1])))
+
+
+LP_START = 8
+""":func:`_weights` solves first over every ``LP_START``-th step shape."""
+
+
+def _weights(gain: Any, cons: Any, linprog: Any) -> Any:
+    """The constraints' weights (the dual) of the programme max ``gain . w`` over shares ``w``
+    (summing to 1) with ``cons . w >= 0``: solved over every :data:`LP_START`-th column, then
+    again with the columns whose weighted gain beats the programme's value added (column
+    generation), until none does (a few rounds)."""
+    import numpy as np
+
+    pick = np.zeros(gain.size, dtype=bool)
+    pick[::LP_START] = True
+    pick[np.argmax(gain)] = True
+    while True:
+        solved = linprog(
+            -gain[pick],
+            A_ub=-cons[:, pick],
+            b_ub=np.zeros(len(cons)),
+            A_eq=np.ones((1, int(pick.sum()))),
+            b_eq=[1.0],
+            method="highs",
+        )
+        weights = np.maximum(-np.asarray(solved.ineqlin.marginals), 0.0)
+        worth = gain + weights @ cons
+        better = (worth > -solved.fun * (1 + 1e-9)) & ~pick
+        if not better.any():
+            return weights
+        pick[np.argsort(np.where(better, -worth, np.inf))[: 4 * LP_START]] = True
+
+
+def decode_ceiling(plan: StackPlan, load: LoadConfig, most_output: int, slo: Slo) -> float:
+    """The most output tokens/s of requests meeting ``slo``'s inter-token objectives
+    (:func:`inter_token`) that ``plan`` can give at any load (its goodput's ceiling; math.inf
+    when the SLO sets none): each worker that decodes (aggregated, decode) at most its
+    :func:`decode_rate`, its requests decoding at ``load``'s prompt (the workload's best case,
+    :meth:`recommend.workload.Workload.best_case`) or longer, an aggregated worker computing
+    their prompts too (at least the best case's uncached prompt tokens, :func:`_uncached`, for
+    at most ``most_output - 1`` output tokens after the first); the first token of each met
+    request adds at most ``1 / (n - 1)`` to its ``n - 1`` later ones (``n``: ``load``'s output
+    tokens, the fewest)."""
+    limits = inter_token(slo, load.max_tokens, most_output)
+    if limits is None:
+        return math.inf
+    topology = run_topology(plan)
+    uncached, _ = _uncached(load, stack_constants(plan).block_tokens)
+    per_token = uncached / (most_output - 1)
+    total = math.fsum(  # exactly rounded: a mirror's workers, in another order, sum the same
+        decode_rate(
+            w.step, load.prompt_tokens, limits, per_token if w.role == "aggregated" else None
+        )
+        for w in topology.workers
+        if w.role in ("aggregated", "decode")
+    )
+    return total * load.max_tokens / (load.max_tokens - 1)

@@ -34,7 +34,7 @@ from pydantic import AliasChoices, Field, TypeAdapter
 
 from measurement.results import open_loop_load
 from metrics.registry import objectives
-from recommend.bounds import Bounds, bounds, ms_text
+from recommend.bounds import Bounds, bounds, decode_ceiling, ms_text
 from recommend.load_search import (
     CLIENTS_PER_GPU,
     Axis,
@@ -206,6 +206,7 @@ class Result:
     over: Figures | None = None
     value: float | None = None
     ceiling_value: float | None = None
+    ceiling_limit: str = ""
     plan: StackPlan | None = field(default=None, repr=False)
     crossover_summary: str = ""
     runs: int = 0
@@ -442,12 +443,16 @@ def _time_in_worker(args: TimingArgs) -> Result:
 
 
 def _screen_or_queue(
-    problem: Problem, candidates: Sequence[Candidate], results: list[Result]
+    problem: Problem, candidates: Sequence[Candidate], results: list[Result], objective: Objective
 ) -> list[Result]:
     """Check every candidate and apply the floors (each into ``results``); returns those left
-    to time, highest ceiling first."""
+    to time, highest ceiling first. A candidate's ceiling (``ceiling_value``, what sets it
+    ``ceiling_limit``) is its rate ceiling's output tokens/s per GPU, and under
+    ``goodput-per-gpu`` at most its decode ceiling's (:func:`recommend.bounds.decode_ceiling`:
+    the goodput its decoding workers can give under the SLO's TPOT and ITL bounds)."""
     cfg, load = problem.cfg, problem.load
     best_case = problem.sent.best_case()
+    longest = problem.sent.longest_output_tokens
     gpus = cluster_gpus(cfg)
     queue: list[Result] = []
     for candidate in candidates:
@@ -459,12 +464,17 @@ def _screen_or_queue(
         b = bounds(checked, best_case)
         result = Result(candidate, "screened", own, bounds=b, plan=checked)
         result.ceiling_value = b.requests_per_s * problem.sent.mean_output_tokens / gpus
+        result.ceiling_limit = b.limit
         if checked.disaggregated:
             result.crossover_summary = crossover(checked).summary()
         floor = floor_reason(b, problem.slo, best_case.max_tokens)
         if floor is not None:
             result.binding, result.reason, result.floor_over = floor
         else:
+            if objective == "goodput-per-gpu":
+                decode = decode_ceiling(checked, best_case, longest, problem.slo) / gpus
+                if decode < result.ceiling_value:
+                    result.ceiling_value, result.ceiling_limit = decode, "decode"
             queue.append(result)
         results.append(result)
     queue.sort(key=lambda r: (-(r.ceiling_value or 0.0), r.candidate.key))
@@ -527,6 +537,11 @@ def bound_reason(
         f"at most {ceiling:,.0f} output tok/s per GPU at any load (its {b.limit} ceiling, "
         f"{b.requests_per_s:,.2f} req/s)"
     )
+    if result.ceiling_limit == "decode":
+        at_most = (
+            f"at most {ceiling:,.0f} output tok/s per GPU meeting the SLO at any load (its "
+            "decode ceiling: its decoding workers' steps within the SLO's inter-token bounds)"
+        )
     if ceiling * margin < best:
         return f"{at_most}, below the best timed so far ({best:,.0f}) / the margin {margin:g}"
     if objective in ("goodput-per-gpu", "tokens-per-gpu") and ceiling < best:
@@ -604,7 +619,6 @@ def search(
     ``headroom``), with no rate-ceiling screen (a smaller deployment may hold the load on
     fewer GPUs whatever its tokens/s per cluster GPU), and ranked by :func:`rank_results`."""
     results: list[Result] = []
-    queue = _screen_or_queue(problem, candidates, results)
     load, slo, sent = problem.load, problem.slo, problem.sent
     needed = needed_load(load, headroom) if objective == "capacity" else None
     gpus = cluster_gpus(problem.cfg)
@@ -612,6 +626,7 @@ def search(
     timed: dict[tuple[Any, ...], Result] = {}  # by mirror_signature: the mirrors' timing
     best_value = 0.0
     done = 0
+    # started first: its processes import the timing modules while the candidates are screened
     pool = (
         multiprocessing.get_context("spawn").Pool(jobs, initializer=_deaf_to_ctrl_c)
         if jobs > 1
@@ -623,9 +638,10 @@ def search(
         ceiling = r.bounds.requests_per_s if r.bounds else math.inf
         return (r.plan, load, slo, gpus, sent, ceiling, needed)
 
-    stored = _stored(store, queue)
     ahead: dict[tuple[Any, ...], Any] = {}  # by mirror_signature: timings under way
     try:
+        queue = _screen_or_queue(problem, candidates, results, objective)
+        stored = _stored(store, queue)
         for i, result in enumerate(queue):
             assert result.ceiling_value is not None and result.bounds is not None
             if pool is not None:
@@ -638,7 +654,7 @@ def search(
                 _time_ahead(pool, jobs, ahead_of, ahead, timed, args_of, twins)
             reason = bound_reason(result, best_value, margin, objective, needed)
             if reason is not None:
-                result.binding, result.reason = result.bounds.limit, reason
+                result.binding, result.reason = result.ceiling_limit, reason
             else:
                 t = stored.get(result.candidate.key)
                 if t is None:

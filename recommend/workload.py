@@ -173,6 +173,14 @@ class Workload:
         return load.model_copy(update=update)
 
     @property
+    def longest_output_tokens(self) -> int:
+        """The most output tokens a request asks for (a decode ceiling reads it)."""
+        if self.replay is not None:
+            return max(r.output_tokens for run in self.replay.values() for r in run)
+        load = self.load
+        return max(load.output_lengths.values) if load.output_lengths else load.max_tokens
+
+    @property
     def mean_output_tokens(self) -> float:
         """Output tokens per request on average (a rate ceiling's tokens/s reads it)."""
         if self.replay is not None:
