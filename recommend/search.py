@@ -739,9 +739,11 @@ _STATUS_ORDER: dict[Status, int] = {
 }
 
 
-def _order(r: Result) -> tuple[bool, int, int, str]:
-    """Ranked first by rank, then the rest by status and key."""
-    return (r.rank is None, r.rank or 0, _STATUS_ORDER[r.status], r.candidate.key)
+def _order(r: Result) -> tuple[bool, int, int, float, str]:
+    """Ranked first by rank, then the rest by status; candidates short of the load needed by
+    the load they hold, the most first; then by key."""
+    held = held_load(r.best) if r.status == "short-of-load" and r.best is not None else 0.0
+    return (r.rank is None, r.rank or 0, _STATUS_ORDER[r.status], -held, r.candidate.key)
 
 
 def _beats(o: Result, r: Result) -> bool:

@@ -111,7 +111,8 @@ def test_a_load_no_candidate_holds_exits_1_naming_what_the_best_holds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = _recommend(tmp_path, _workload(tmp_path, 400))
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert code == 1
     assert "no candidate holds the load needed: the best, " in err
     assert " of the 480 clients needed" in err
@@ -122,6 +123,13 @@ def test_a_load_no_candidate_holds_exits_1_naming_what_the_best_holds(
     document = yaml.safe_load((tmp_path / "out" / "candidates.json").read_text())
     assert {c["status"] for c in document["candidates"]} >= {"short-of-load"}
     assert all(c["rank"] is None for c in document["candidates"])
+    # the candidates short of the load come the most held first, in the file and the table
+    held = [
+        c["best"]["concurrency"] for c in document["candidates"] if c["status"] == "short-of-load"
+    ]
+    assert held == sorted(held, reverse=True) and len(set(held)) > 1
+    rows = [line for line in (captured.out + err).splitlines() if line.startswith("│ -")]
+    assert rows and rows[0].startswith(f"│ -    │ {nearest[0].split()[0]}:")
 
 
 def test_a_load_one_holds_ranks_the_fewest_gpus_first(
