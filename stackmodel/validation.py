@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -284,11 +284,29 @@ def shape_problem(error: Any, root: type[BaseModel]) -> ConfigProblem:
         model = _walk(loc[:-1], root)[1]
         names = [f.alias or n for n, f in model.model_fields.items()] if model is not None else []
         msg = unknown_key_message(str(loc[-1]), names) if names else "unknown key; see Pulumi.yaml"
+        home = _nested_home(model, str(loc[-1])) if model is not None else None
+        if home is not None:
+            written = f"{home}: {{{loc[-1]}: {error.get('input')}}}"
+            msg = msg.replace(
+                "unknown key; ", f"unknown key here; it belongs under {home}: write {written}; ", 1
+            )
     else:  # a missing key or a refused value, with what the key is
         missing = error["type"] == "missing"
         msg = _with_hint("required key is missing" if missing else msg, loc, error, root)
     value = None if error["type"] == "missing" else error.get("input")
     return ConfigProblem(show_path(loc), value, msg)
+
+
+def _nested_home(model: type[BaseModel], key: str) -> str | None:
+    """The key of ``model``'s section (a nested model field, optional or not) that has
+    ``key`` among its own keys, e.g. ``timeSlicing`` for ``replicasPerGpu`` in a node class;
+    None when no section of it has."""
+    for name, field in model.model_fields.items():
+        for kind in (field.annotation, *get_args(field.annotation)):
+            section = isinstance(kind, type) and issubclass(kind, BaseModel)
+            if section and any((f.alias or n) == key for n, f in kind.model_fields.items()):
+                return field.alias or name
+    return None
 
 
 FIELD_HINTS = {

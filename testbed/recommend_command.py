@@ -60,7 +60,7 @@ def _cluster(
         where = f"--cluster-file {stack_file}"
         config_map, namespaced = _cluster_file(stack_file, where)
     base = project_values(config_map)
-    _check_emitted_names(name, where)
+    name = _emitted_base(name, where)
     if model is not None:
         base["model"] = {**(base.get("model") or {}), "name": model}
         where = f"{where} with --model {model}"
@@ -106,13 +106,12 @@ EMITTED_TAIL = "-000000-rank99"
 search's six-hex-digit id and a rank of two digits."""
 
 
-def _check_emitted_names(name: str, where: str) -> None:
-    """Exit 2 when the stacks the search would emit, ``<name>-<search id>-rank<N>``
-    (:func:`recommend.outputs.emitted_name`), could not be rendered: that name is each one's
-    ``topology.name``, a DNS label of limited length (:class:`stackmodel.config.TopologyConfig`),
-    which a cluster file's own name (``my_lab.yaml``, ``Pulumi.HomeLab.yaml``) need not be. The
-    fix names a file name whose stacks are: the name lower-cased, other characters as ``-``,
-    cut to the length left."""
+def _emitted_base(name: str, where: str) -> str:
+    """The name the search's emitted stacks, ``<name>-<search id>-rank<N>``
+    (:func:`recommend.outputs.emitted_name`), start with: each one's ``topology.name``, a DNS
+    label of limited length (:class:`stackmodel.config.TopologyConfig`), which a cluster file's
+    own name (``my_lab.yaml``, ``Pulumi.HomeLab.yaml``) need not be. Such a name is taken
+    lower-cased, other characters as ``-``, cut to the length left, and a note says so."""
     import re
 
     from pydantic import TypeAdapter, ValidationError
@@ -126,12 +125,14 @@ def _check_emitted_names(name: str, where: str) -> None:
         longest = next(int(m.max_length) for m in field.metadata if hasattr(m, "max_length"))
         room = longest - len(EMITTED_TAIL)
         plain = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:room].rstrip("-")
-        fail(
-            f"{where}: the stacks it emits are named {name}-<id>-rank<N>, each one's "
-            f"topology.name, a DNS label (lower-case letters, digits, '-') of at most {longest} "
-            f"characters: a cluster name of at most {room} such characters; copy the file to "
-            f"Pulumi.{plain or 'cluster'}.yaml and give that as --cluster-file"
+        plain = plain if plain[:1].isalpha() else f"cluster-{plain}"[:room].rstrip("-")
+        typer.echo(
+            f"note: {where}: the stacks it emits are named {plain}-<id>-rank<N> (a DNS label of "
+            f"at most {longest} characters: lower-case letters, digits, '-')",
+            err=True,
         )
+        return plain
+    return name
 
 
 def _workers_problem(problem: Any) -> bool:

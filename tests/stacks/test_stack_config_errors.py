@@ -88,6 +88,14 @@ BAD_CONFIGS = {
         "unknown key; did you mean gpuMemoryGiB (the memory of one GPU) or hostMemoryGiB (the "
         "memory of one node for its pods)? allowed here: calibration,",
     ),
+    "key-of-a-section-written-beside-it": BadConfig(
+        CROSS,
+        setting("nodeClasses", "gpu-24gb", "replicasPerGpu", value=2),
+        "nodeClasses.gpu-24gb.replicasPerGpu",
+        "2",
+        "unknown key here; it belongs under timeSlicing: write timeSlicing: {replicasPerGpu: 2}; "
+        "allowed here: calibration,",
+    ),
     "unknown-node-class": BadConfig(
         CROSS,
         setting(*W, 0, "nodeClass", value="gpu-80gb"),
