@@ -109,8 +109,9 @@ import random
 from collections import OrderedDict
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+import numpy as np
 import simpy
 
 from kvpath.copies import DEFAULT_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d_seconds
@@ -122,7 +123,7 @@ from simulator.sharing import (
     ResidentMirror,
     ServerState,
     SharedServer,
-    job_done,
+    done_jobs,
     timeout_at,
 )
 from steptime.roofline import EngineStep
@@ -468,20 +469,18 @@ class _Worker:
                     if not r.finished():
                         self.running.append(r)
 
-    def gpu_s(
-        self, prefill: int, batch: int, total: int, contexts: Sequence[int], grown: int = 0
-    ) -> float:
+    def gpu_s(self, prefill: int, batch: int, total: int, contexts: Sequence[int]) -> float:
         """The GPU seconds of a step of ``prefill`` uncached prompt tokens and ``batch``
-        decoding requests of ``total`` tokens of context (``contexts``, each ``grown`` tokens
-        longer): the worker's ``EngineStep.gpu_s``, kept in the run's step memo
-        (:func:`simulate_run`'s ``step_memo``) by those three numbers, the figures a step's time
-        depends on (``steptime/roofline.py`` ``EngineStep._decode_compute_s``: the batch's KV
-        read is its total context, its compute its size)."""
+        decoding requests of ``total`` tokens of context (``contexts``): the worker's
+        ``EngineStep.gpu_s``, kept in the run's step memo (:func:`simulate_run`'s
+        ``step_memo``) by those three numbers, the figures a step's time depends on
+        (``steptime/roofline.py`` ``EngineStep._decode_compute_s``: the batch's KV read is its
+        total context, its compute its size). Decode-only steps timed in one go take theirs
+        array-wise instead (``EngineStep.decode_gpu_s``: the same floats)."""
         key = (self.spec.name, prefill, batch, total)
         seconds = self.model.step_memo.get(key)
         if seconds is None:
-            shown = [c + grown for c in contexts] if grown else contexts
-            seconds = self.model.step_memo[key] = self.spec.step.gpu_s(prefill, shown)
+            seconds = self.model.step_memo[key] = self.spec.step.gpu_s(prefill, contexts)
         return seconds
 
     def _decode_steps(self) -> Generator[simpy.Event, object, None]:
@@ -498,14 +497,9 @@ class _Worker:
         running = list(self.running)
         steps = min(min(r.remaining for r in running), self._horizon)
         contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in running]
-        host, start = step.host_s, env.now
-        ends: list[float] = []
-        t = start
         batch, total = len(contexts), sum(contexts)
-        for i in range(steps):
-            t += host
-            t += self.gpu_s(0, batch, total + i * batch, contexts, i)
-            ends.append(t)
+        grown = range(total, total + steps * batch, batch)
+        ends = _step_ends(env.now, step.host_s, step.decode_gpu_s(batch, grown))
         self.arrived = env.event()
         last = timeout_at(env, ends[-1])
         yield last | self.arrived
@@ -529,12 +523,6 @@ class _Worker:
                 r.workers.discard(self.spec.name)
                 r.done.succeed()
 
-    def decode_work(self, contexts: Sequence[int], grown: int) -> float:
-        """The GPU seconds of a decode-only step of requests of ``contexts`` tokens each grown
-        by ``grown`` (:meth:`gpu_s`)."""
-        batch = len(contexts)
-        return self.gpu_s(0, batch, sum(contexts) + grown * batch, contexts, grown)
-
     def _shared_decode(self) -> Generator[simpy.Event, object, None]:
         """One decode-only step on a GPU it shares, as the engine loop takes it (``host_s``,
         then ``gpu_s(0, contexts)`` served by the shared GPU, the tokens at its end); or, when
@@ -552,7 +540,7 @@ class _Worker:
             "host",
             None if opening else env.timeout(host_s),
             env.now + host_s,
-            self.decode_work(contexts, 0),
+            self.gpu_s(0, len(contexts), sum(contexts), contexts),
             self.model.tick(),
         )
         if opening:
@@ -759,10 +747,8 @@ class _Window:
             member, contexts = self.members[i], self.contexts[i]
             batch, total = len(contexts), self.totals[i]
             upto = max(step + 1, min(2 * len(works) + 8, self.limit[i] + 1))
-            works.extend(
-                member.gpu_s(0, batch, total + n * batch, contexts, n)
-                for n in range(len(works), upto)
-            )
+            grown = range(total + len(works) * batch, total + upto * batch, batch)
+            works.extend(member.spec.step.decode_gpu_s(batch, grown).tolist())
         return works[step]
 
     def _replay(self, until: float) -> _Progress:
@@ -778,20 +764,19 @@ class _Window:
         total = [work for _, _, work in self.jobs]
         rate, last, due, due_seq = self.rate, self.start.last, self.start.due_s, -1
         due = math.inf if due is None else due
-        host_at = [p.at_s if p.kind == "host" else math.inf for p in self.origin]
-        host_seq = [p.seq for p in self.origin]
-        members = range(len(self.members))
+        # per member its host part's end (time, when scheduled, member); math.inf: none
+        hosts = [
+            (p.at_s if p.kind == "host" else math.inf, p.seq, i) for i, p in enumerate(self.origin)
+        ]
         steps = [0] * len(self.members)
         ends: list[list[float]] = [[] for _ in self.members]
         host_s = [m.spec.step.host_s for m in self.members]
         works, limit = self.works, self.limit
         seq = self.base
         while True:
-            at, order, who = due, due_seq, -1
-            for i in members:
-                h = host_at[i]
-                if h < at or (h == at and host_seq[i] < order):
-                    at, order, who = h, host_seq[i], i
+            at, order, who = min(hosts)
+            if not (at < due or (at == due and order < due_seq)):
+                at, who = due, -1
             if at >= until:
                 break
             elapsed = at - last
@@ -803,19 +788,21 @@ class _Window:
                 owner.append(who)
                 left.append(work)
                 total.append(work)
-                host_at[who] = math.inf
-                ended: list[int] = []
-            else:  # the timer: the jobs done end their steps
-                now = [rem - rate * elapsed for rem in left] if elapsed > 0 else left
-                ended = [j for j in range(len(now)) if job_done(now[j], total[j], rate, at)]
-                if ended:
-                    if any(steps[owner[j]] >= limit[owner[j]] for j in ended):
-                        break
-                    for j in reversed(ended):
-                        del now[j], total[j]
-                    ended = [owner.pop(j) for j in reversed(ended)][::-1]
-                left = now
-            last = at
+                hosts[who] = (math.inf, 0, who)
+                last = at
+                rate = rate_of[len(left)]
+                due = at + max(min(left) / rate, 0.0)
+                due_seq, seq = seq, seq + 1
+                continue
+            # the timer: the jobs done end their steps
+            now = [rem - rate * elapsed for rem in left] if elapsed > 0 else left
+            done = done_jobs(now, total, rate, at)
+            ended = [owner[j] for j in done]
+            if any(steps[i] >= limit[i] for i in ended):
+                break
+            for j in reversed(done):
+                del now[j], total[j], owner[j]
+            left, last = now, at
             if left:
                 rate = rate_of[len(left)]
                 due = at + max(min(left) / rate, 0.0)
@@ -825,16 +812,14 @@ class _Window:
             for i in ended:
                 steps[i] += 1
                 ends[i].append(at)
-                host_at[i], host_seq[i] = at + host_s[i], seq
+                hosts[i] = (at + host_s[i], seq, i)
                 seq += 1
         return _Progress(
             jobs=[(i, rem, work) for i, rem, work in zip(owner, left, total, strict=True)],
             rate=rate,
             last=last,
             due_s=None if due == math.inf else due,
-            hosts=[
-                None if a == math.inf else (a, q) for a, q in zip(host_at, host_seq, strict=True)
-            ],
+            hosts=[None if a == math.inf else (a, q) for a, q, _ in hosts],
             steps=steps,
             ends=ends,
             stop_s=at,
@@ -885,6 +870,15 @@ class _Window:
                 if waits is not None and not waits.triggered:
                     waits.succeed()  # its generator waits on the job taken off the GPU
         self.end.succeed()
+
+
+def _step_ends(start: float, host_s: float, gpu_s: Any) -> list[float]:
+    """When each of a worker's consecutive steps ends, from ``start`` (seconds): each step its
+    ``host_s`` then its GPU seconds (``gpu_s``, an array), added one after the other in that
+    order (a running sum: the same floats as ``t += host_s; t += gpu`` step by step)."""
+    terms = np.empty(2 * len(gpu_s) + 1)
+    terms[0], terms[1::2], terms[2::2] = start, host_s, gpu_s
+    return list(np.cumsum(terms)[2::2].tolist())
 
 
 def request_workers_leave(r: _Request, worker: _Worker) -> None:

@@ -491,3 +491,32 @@ def test_a_step_memo_kept_across_runs_changes_no_timing() -> None:
     assert first == again == simulate_run(topology, CONSTANTS, requests(30, 2), 4)
     singles = [(key, seconds) for key, seconds in kept.items() if key[2] == 1]
     assert singles and all(s == STEP.gpu_s(k[1], [k[3]]) for k, s in singles)
+
+
+def test_decode_steps_are_timed_per_stretch_not_per_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same 24 requests with 1,024 output tokens instead of 64 (16 times the steps), on a
+    worker alone on its GPU and a time-sliced pair: the decode-only steps timed in one go take
+    their step times array-wise (`EngineStep.decode_gpu_s`), so the step times computed one
+    by one (`EngineStep.gpu_s`: prompts, and a shared GPU's first step of a stretch) grow with
+    the stretches between requests' arrivals and ends, not with the tokens (19 -> 41 here;
+    one per step would give 324 -> 5,124)."""
+    scalar = EngineStep.gpu_s
+    calls: list[int] = []
+
+    def counted(self: EngineStep, prefill_tokens: int, contexts: list[int]) -> float:
+        calls.append(1)
+        return scalar(self, prefill_tokens, contexts)
+
+    monkeypatch.setattr(EngineStep, "gpu_s", counted)
+    workers = (
+        WorkerSpec("a-0", "a", "aggregated", "g0/0", STEP, kv_capacity_tokens=40_000),
+        WorkerSpec("b-0", "b", "aggregated", "g1/0", STEP, kv_capacity_tokens=40_000),
+        WorkerSpec("b-1", "b", "aggregated", "g1/0", STEP, kv_capacity_tokens=40_000),
+    )
+    counts = []
+    for out in (64, 1024):
+        calls.clear()
+        reqs = [SimRequest(i, i % 3, 112, 128, 0, out) for i in range(24)]
+        simulate_run(RunTopology(workers=workers), CONSTANTS, reqs, 6, model_hits=True)
+        counts.append(len(calls))
+    assert counts[1] < 3 * counts[0] < 100, counts
