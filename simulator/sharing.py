@@ -32,6 +32,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import simpy
 
@@ -50,6 +51,20 @@ def job_done(remaining: float, total: float, rate: float, now: float) -> bool:
     """Whether a job of ``total`` work with ``remaining`` left, served at ``rate`` (0: not
     served), is done at clock time ``now`` (seconds): within the float tolerances above."""
     return bool(done_jobs((remaining,), (total,), rate, now))
+
+
+def all_done(remaining: Any, totals: Any, rate: float, now: Any) -> bool:
+    """:func:`job_done` array-wise: whether every job (numpy arrays of the work left, the
+    totals and the clock times at which each is checked, seconds) served at ``rate`` (> 0) is
+    done, by the same float tests."""
+    import numpy as np
+
+    return bool(
+        np.all(
+            (remaining <= totals * _DONE_TOLERANCE)
+            | (remaining / rate <= _CLOCK_ULPS * np.spacing(now))
+        )
+    )
 
 
 def done_jobs(

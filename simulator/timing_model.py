@@ -123,6 +123,7 @@ from simulator.sharing import (
     ResidentMirror,
     ServerState,
     SharedServer,
+    all_done,
     done_jobs,
     timeout_at,
 )
@@ -334,6 +335,7 @@ class _Worker:
         self.killed_at: float | None = None
         self.waiting: list[_Request] = []
         self.running: list[_Request] = []
+        self.tokens = 0  # prompt tokens of waiting and running, as they change (load_blocks)
         self._computed: dict[_Request, int] = {}  # prompt tokens computed of a chunked request
         self.cache: OrderedDict[int, int] = OrderedDict()  # prefix id -> its tokens (LRU)
         self.wake = model.env.event()
@@ -360,8 +362,7 @@ class _Worker:
 
     def load_blocks(self) -> int:
         """Active KV blocks: prompt + output tokens of its requests, in blocks."""
-        tokens = sum(r.spec.prompt_tokens for r in [*self.waiting, *self.running])
-        return tokens // self.model.constants.block_tokens
+        return self.tokens // self.model.constants.block_tokens
 
     def cached_tokens(self, request: SimRequest) -> int:
         """Block-aligned prefix tokens of ``request`` this worker holds."""
@@ -382,6 +383,7 @@ class _Worker:
             self.tenants.interrupt()
         request.workers.add(self.spec.name)
         self.waiting.append(request)
+        self.tokens += request.spec.prompt_tokens
         if not self.wake.triggered:
             self.wake.succeed()
         if self.arrived is not None and not self.arrived.triggered:
@@ -414,6 +416,7 @@ class _Worker:
                 break
             del self._computed[r]
             done.append(self.waiting.pop(0))
+            self.tokens -= r.spec.prompt_tokens
         return done, tokens
 
     def engine(self) -> Generator[simpy.Event, object, None]:
@@ -468,6 +471,7 @@ class _Worker:
                     self._emit(r, self.model.env.now)
                     if not r.finished():
                         self.running.append(r)
+                        self.tokens += r.spec.prompt_tokens
 
     def gpu_s(self, prefill: int, batch: int, total: int, contexts: Sequence[int]) -> float:
         """The GPU seconds of a step of ``prefill`` uncached prompt tokens and ``batch``
@@ -520,6 +524,7 @@ class _Worker:
             if r.remaining <= 0:
                 r.outcome.end_s = times[-1]
                 self.running.remove(r)
+                self.tokens -= r.spec.prompt_tokens
                 r.workers.discard(self.spec.name)
                 r.done.succeed()
 
@@ -628,6 +633,7 @@ class _Worker:
             r.outcome.end_s = now
             if r in self.running:
                 self.running.remove(r)
+                self.tokens -= r.spec.prompt_tokens
             r.workers.discard(self.spec.name)
             r.done.succeed()
 
@@ -757,7 +763,12 @@ class _Window:
         a host part's end serves the member's next step (``_RateServer._start``), the timer
         ends the jobs done (``_on_timer``), each followed by ``_reschedule``; a member whose
         step ended starts the next one's host part. Every job on the server has the same rate
-        (``SharedServer.job_rate`` of their number), so one ``rate`` stands for all."""
+        (``SharedServer.job_rate`` of their number), so one ``rate`` stands for all. A window
+        over one worker and an idle GPU is replayed array-wise (:meth:`_alone`)."""
+        if len(self.members) == 1 and not self.jobs:
+            alone = self._alone(until)
+            if alone is not None:
+                return alone
         rate_of = [self.tenants.server.job_rate(n) for n in range(len(self.members) + 1)]
         owner = [i for i, _, _ in self.jobs]
         left = [rem for _, rem, _ in self.jobs]
@@ -824,6 +835,48 @@ class _Window:
             ends=ends,
             stop_s=at,
         )
+
+    def _alone(self, until: float) -> _Progress | None:
+        """:meth:`_replay` of one worker on an idle GPU, array-wise: step k's host part ends at
+        ``a_k`` (the first: its pending step's), its work then runs alone at ``job_rate(1)``
+        and ends at ``d_k = a_k + max(work_k / rate, 0)``, the next host part at ``d_k +
+        host_s``: one running sum of those terms, in the replay's order, so the same floats;
+        each end is checked done by the server's tolerances (:func:`simulator.sharing.
+        all_done`; None where one is not: the replay takes it step by step)."""
+        origin, limit = self.origin[0], self.limit[0]
+        self._work(0, limit)
+        rate = self.tenants.server.job_rate(1)
+        works = np.asarray(self.works[0][: limit + 1])
+        terms = np.empty(2 * len(works))
+        terms[0], terms[1::2], terms[2::2] = (
+            origin.at_s,
+            np.maximum(works / rate, 0.0),
+            (self.members[0].spec.step.host_s),
+        )
+        times = np.cumsum(terms)  # a_0, d_0, a_1, d_1, ...: each event of the replay
+        # the first event not taken: one at or after `until`, or the timer ending step `limit`
+        stop = min(int(np.searchsorted(times, until, side="left")), 2 * limit + 1)
+        starts, ends = times[0:stop:2], times[1:stop:2]
+        taken = len(ends)
+        elapsed = ends - starts[:taken]
+        left = np.where(elapsed > 0, works[:taken] - rate * elapsed, works[:taken])
+        if not all_done(left, works[:taken], rate, ends):
+            return None
+        at = float(times[stop])
+        progress = _Progress(
+            jobs=[],
+            rate=rate if stop else self.rate,
+            last=float(times[stop - 1]) if stop else self.start.last,
+            due_s=None,
+            hosts=[(at, self.base + stop - 1 if stop else origin.seq)],
+            steps=[taken],
+            ends=[ends.tolist()],
+            stop_s=at,
+        )
+        if stop % 2:  # stopped at the timer: its step's work on the GPU since its host part
+            work = self.works[0][taken]
+            progress.jobs, progress.due_s, progress.hosts = [(0, work, work)], at, [None]
+        return progress
 
     def close(self) -> None:
         """Hand back at the present time (the window's end, or an interrupt): the replayed
@@ -1014,7 +1067,7 @@ class _Model:
         for r in list(self.live.values()):
             if worker.spec.name in r.workers:
                 self.fail(r, "in_band_error", message)
-        worker.waiting, worker.running = [], []
+        worker.waiting, worker.running, worker.tokens = [], [], 0
 
     def transfer(self, prefill: _Worker, r: _Request) -> Generator[simpy.Event, object, None]:
         """Prefill done and saved to host: pick a decode worker, wait for the pair's handshake
