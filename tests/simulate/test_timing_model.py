@@ -520,3 +520,42 @@ def test_decode_steps_are_timed_per_stretch_not_per_token(monkeypatch: pytest.Mo
         simulate_run(RunTopology(workers=workers), CONSTANTS, reqs, 6, model_hits=True)
         counts.append(len(calls))
     assert counts[1] < 3 * counts[0] < 100, counts
+
+
+@pytest.mark.parametrize("concurrency", [1, 2, 3])
+def test_a_window_over_one_worker_replayed_array_wise_matches_the_loop(
+    monkeypatch: pytest.MonkeyPatch, concurrency: int
+) -> None:
+    """The seed's cluster at 1 to 3 clients: a shared GPU's window over its one busy worker is
+    replayed array-wise (`_Window._alone`), to the end of the window or to a request reaching
+    the GPU, and gives the same records, every float the same, as the engine loop taking each
+    step through the shared server; the workers' active blocks, kept as requests come and go,
+    are what their requests add up to at every routing."""
+    topology = run_topology(load_stack("kv-routing"))
+    reqs = [SimRequest(i, i % 4, 112, 128, 0, 300 - 7 * (i % 4)) for i in range(24)]
+    alone = timing_model._Window._alone
+    taken: list[bool] = []
+
+    def counted(self: timing_model._Window, until: float) -> timing_model._Progress | None:
+        progress = alone(self, until)
+        taken.append(progress is not None)
+        return progress
+
+    route = timing_model._Model.route
+
+    def checked(
+        self: timing_model._Model, role: timing_model.Role, spec: SimRequest
+    ) -> timing_model._Worker | None:
+        for w in self.workers:
+            held = sum(r.spec.prompt_tokens for r in [*w.waiting, *w.running])
+            assert w.load_blocks() == held // self.constants.block_tokens
+        return route(self, role, spec)
+
+    monkeypatch.setattr(timing_model._Window, "_alone", counted)
+    monkeypatch.setattr(timing_model._Model, "route", checked)
+    fast = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=2)
+    monkeypatch.setattr(timing_model._Model, "together", lambda self, worker: False)
+    slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=2)
+    assert taken.count(True) > 10
+    assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
+    assert fast == slow
