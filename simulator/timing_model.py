@@ -503,7 +503,8 @@ class _Worker:
         contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in running]
         batch, total = len(contexts), sum(contexts)
         grown = range(total, total + steps * batch, batch)
-        ends = _step_ends(env.now, step.host_s, step.decode_gpu_s(batch, grown))
+        gpu_s = step.decode_gpu_s(batch, grown)
+        ends = _running_sum(env.now, step.host_s, gpu_s, steps)[2::2].tolist()
         self.arrived = env.event()
         last = timeout_at(env, ends[-1])
         yield last | self.arrived
@@ -847,13 +848,9 @@ class _Window:
         self._work(0, limit)
         rate = self.tenants.server.job_rate(1)
         works = np.asarray(self.works[0][: limit + 1])
-        terms = np.empty(2 * len(works))
-        terms[0], terms[1::2], terms[2::2] = (
-            origin.at_s,
-            np.maximum(works / rate, 0.0),
-            (self.members[0].spec.step.host_s),
-        )
-        times = np.cumsum(terms)  # a_0, d_0, a_1, d_1, ...: each event of the replay
+        host_s = self.members[0].spec.step.host_s
+        # a_0, d_0, a_1, d_1, ...: each event of the replay
+        times = _running_sum(origin.at_s, np.maximum(works / rate, 0.0), host_s, len(works))
         # the first event not taken: one at or after `until`, or the timer ending step `limit`
         stop = min(int(np.searchsorted(times, until, side="left")), 2 * limit + 1)
         starts, ends = times[0:stop:2], times[1:stop:2]
@@ -925,13 +922,13 @@ class _Window:
         self.end.succeed()
 
 
-def _step_ends(start: float, host_s: float, gpu_s: Any) -> list[float]:
-    """When each of a worker's consecutive steps ends, from ``start`` (seconds): each step its
-    ``host_s`` then its GPU seconds (``gpu_s``, an array), added one after the other in that
-    order (a running sum: the same floats as ``t += host_s; t += gpu`` step by step)."""
-    terms = np.empty(2 * len(gpu_s) + 1)
-    terms[0], terms[1::2], terms[2::2] = start, host_s, gpu_s
-    return list(np.cumsum(terms)[2::2].tolist())
+def _running_sum(start: float, first: Any, second: Any, pairs: int) -> Any:
+    """``start`` and each partial sum as ``first`` then ``second`` (each a number, or a numpy
+    array of ``pairs``) are added to it in turn, ``pairs`` times (2 x ``pairs`` + 1 values):
+    the same floats as adding them one after the other (``t += first; t += second``)."""
+    terms = np.empty(2 * pairs + 1)
+    terms[0], terms[1::2], terms[2::2] = start, first, second
+    return np.cumsum(terms)
 
 
 def request_workers_leave(r: _Request, worker: _Worker) -> None:
