@@ -747,13 +747,13 @@ class _Window:
         timeout_at(model.env, self.final.stop_s).callbacks.append(lambda _: self.close())
 
     def _work(self, i: int, step: int) -> float:
-        """Member ``i``'s GPU work of its ``step``-th step from the window's start (computed in
-        runs: twice as many steps as before, up to the last it may take)."""
+        """Member ``i``'s GPU work of its ``step``-th step from the window's start (computed
+        array-wise at the first asked for, up to the last it may take)."""
         works = self.works[i]
         if step >= len(works):
             member, contexts = self.members[i], self.contexts[i]
             batch, total = len(contexts), self.totals[i]
-            upto = max(step + 1, min(2 * len(works) + 8, self.limit[i] + 1))
+            upto = max(step, self.limit[i]) + 1
             grown = range(total + len(works) * batch, total + upto * batch, batch)
             works.extend(member.spec.step.decode_gpu_s(batch, grown).tolist())
         return works[step]
