@@ -109,8 +109,9 @@ import random
 from collections import OrderedDict
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+import numpy as np
 import simpy
 
 from kvpath.copies import DEFAULT_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d_seconds
@@ -122,7 +123,8 @@ from simulator.sharing import (
     ResidentMirror,
     ServerState,
     SharedServer,
-    job_done,
+    all_done,
+    done_jobs,
     timeout_at,
 )
 from steptime.roofline import EngineStep
@@ -339,6 +341,7 @@ class _Worker:
         self.killed_at: float | None = None
         self.waiting: list[_Request] = []
         self.running: list[_Request] = []
+        self.tokens = 0  # prompt tokens of waiting and running, as they change (load_blocks)
         self._computed: dict[_Request, int] = {}  # prompt tokens computed of a chunked request
         self.cache: OrderedDict[int, int] = OrderedDict()  # prefix id -> its tokens (LRU)
         self.wake = model.env.event()
@@ -365,8 +368,7 @@ class _Worker:
 
     def load_blocks(self) -> int:
         """Active KV blocks: prompt + output tokens of its requests, in blocks."""
-        tokens = sum(r.spec.prompt_tokens for r in [*self.waiting, *self.running])
-        return tokens // self.model.constants.block_tokens
+        return self.tokens // self.model.constants.block_tokens
 
     def cached_tokens(self, request: SimRequest) -> int:
         """Block-aligned prefix tokens of ``request`` this worker holds."""
@@ -387,6 +389,7 @@ class _Worker:
             self.tenants.interrupt()
         request.workers.add(self.spec.name)
         self.waiting.append(request)
+        self.tokens += request.spec.prompt_tokens
         if not self.wake.triggered:
             self.wake.succeed()
         if self.arrived is not None and not self.arrived.triggered:
@@ -419,6 +422,7 @@ class _Worker:
                 break
             del self._computed[r]
             done.append(self.waiting.pop(0))
+            self.tokens -= r.spec.prompt_tokens
         return done, tokens
 
     def engine(self) -> Generator[simpy.Event, object, None]:
@@ -473,21 +477,20 @@ class _Worker:
                     self._emit(r, self.model.env.now)
                     if not r.finished():
                         self.running.append(r)
+                        self.tokens += r.spec.prompt_tokens
 
-    def gpu_s(
-        self, prefill: int, batch: int, total: int, contexts: Sequence[int], grown: int = 0
-    ) -> float:
+    def gpu_s(self, prefill: int, batch: int, total: int, contexts: Sequence[int]) -> float:
         """The GPU seconds of a step of ``prefill`` uncached prompt tokens and ``batch``
-        decoding requests of ``total`` tokens of context (``contexts``, each ``grown`` tokens
-        longer): the worker's ``EngineStep.gpu_s``, kept in the run's step memo
-        (:func:`simulate_run`'s ``step_memo``) by those three numbers, the figures a step's time
-        depends on (``steptime/roofline.py`` ``EngineStep._decode_compute_s``: the batch's KV
-        read is its total context, its compute its size)."""
+        decoding requests of ``total`` tokens of context (``contexts``): the worker's
+        ``EngineStep.gpu_s``, kept in the run's step memo (:func:`simulate_run`'s
+        ``step_memo``) by those three numbers, the figures a step's time depends on
+        (``steptime/roofline.py`` ``EngineStep._decode_compute_s``: the batch's KV read is its
+        total context, its compute its size). Decode-only steps timed in one go take theirs
+        array-wise instead (``EngineStep.decode_gpu_s``: the same floats)."""
         key = (self.spec.name, prefill, batch, total)
         seconds = self.model.step_memo.get(key)
         if seconds is None:
-            shown = [c + grown for c in contexts] if grown else contexts
-            seconds = self.model.step_memo[key] = self.spec.step.gpu_s(prefill, shown)
+            seconds = self.model.step_memo[key] = self.spec.step.gpu_s(prefill, contexts)
         return seconds
 
     def _decode_steps(self) -> Generator[simpy.Event, object, None]:
@@ -504,14 +507,10 @@ class _Worker:
         running = list(self.running)
         steps = min(min(r.remaining for r in running), self._horizon)
         contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in running]
-        host, start = step.host_s, env.now
-        ends: list[float] = []
-        t = start
         batch, total = len(contexts), sum(contexts)
-        for i in range(steps):
-            t += host
-            t += self.gpu_s(0, batch, total + i * batch, contexts, i)
-            ends.append(t)
+        grown = range(total, total + steps * batch, batch)
+        gpu_s = step.decode_gpu_s(batch, grown)
+        ends = _running_sum(env.now, step.host_s, gpu_s, steps)[2::2].tolist()
         self.arrived = env.event()
         last = timeout_at(env, ends[-1])
         yield last | self.arrived
@@ -532,14 +531,9 @@ class _Worker:
             if r.remaining <= 0:
                 r.outcome.end_s = times[-1]
                 self.running.remove(r)
+                self.tokens -= r.spec.prompt_tokens
                 r.workers.discard(self.spec.name)
                 r.done.succeed()
-
-    def decode_work(self, contexts: Sequence[int], grown: int) -> float:
-        """The GPU seconds of a decode-only step of requests of ``contexts`` tokens each grown
-        by ``grown`` (:meth:`gpu_s`)."""
-        batch = len(contexts)
-        return self.gpu_s(0, batch, sum(contexts) + grown * batch, contexts, grown)
 
     def _shared_decode(self) -> Generator[simpy.Event, object, None]:
         """One decode-only step on a GPU it shares, as the engine loop takes it (``host_s``,
@@ -558,7 +552,7 @@ class _Worker:
             "host",
             None if opening else env.timeout(host_s),
             env.now + host_s,
-            self.decode_work(contexts, 0),
+            self.gpu_s(0, len(contexts), sum(contexts), contexts),
             self.model.tick(),
         )
         if opening:
@@ -646,6 +640,7 @@ class _Worker:
             r.outcome.end_s = now
             if r in self.running:
                 self.running.remove(r)
+                self.tokens -= r.spec.prompt_tokens
             r.workers.discard(self.spec.name)
             r.done.succeed()
 
@@ -758,17 +753,15 @@ class _Window:
         timeout_at(model.env, self.final.stop_s).callbacks.append(lambda _: self.close())
 
     def _work(self, i: int, step: int) -> float:
-        """Member ``i``'s GPU work of its ``step``-th step from the window's start (computed in
-        runs: twice as many steps as before, up to the last it may take)."""
+        """Member ``i``'s GPU work of its ``step``-th step from the window's start (computed
+        array-wise at the first asked for, up to the last it may take)."""
         works = self.works[i]
         if step >= len(works):
             member, contexts = self.members[i], self.contexts[i]
             batch, total = len(contexts), self.totals[i]
-            upto = max(step + 1, min(2 * len(works) + 8, self.limit[i] + 1))
-            works.extend(
-                member.gpu_s(0, batch, total + n * batch, contexts, n)
-                for n in range(len(works), upto)
-            )
+            upto = max(step, self.limit[i]) + 1
+            grown = range(total + len(works) * batch, total + upto * batch, batch)
+            works.extend(member.spec.step.decode_gpu_s(batch, grown).tolist())
         return works[step]
 
     def _replay(self, until: float) -> _Progress:
@@ -777,27 +770,31 @@ class _Window:
         a host part's end serves the member's next step (``_RateServer._start``), the timer
         ends the jobs done (``_on_timer``), each followed by ``_reschedule``; a member whose
         step ended starts the next one's host part. Every job on the server has the same rate
-        (``SharedServer.job_rate`` of their number), so one ``rate`` stands for all."""
+        (``SharedServer.job_rate`` of their number), so one ``rate`` stands for all. A window
+        over one worker and an idle GPU is replayed array-wise (:meth:`_alone`)."""
+        if len(self.members) == 1 and not self.jobs:
+            alone = self._alone(until)
+            if alone is not None:
+                return alone
         rate_of = [self.tenants.server.job_rate(n) for n in range(len(self.members) + 1)]
         owner = [i for i, _, _ in self.jobs]
         left = [rem for _, rem, _ in self.jobs]
         total = [work for _, _, work in self.jobs]
         rate, last, due, due_seq = self.rate, self.start.last, self.start.due_s, -1
         due = math.inf if due is None else due
-        host_at = [p.at_s if p.kind == "host" else math.inf for p in self.origin]
-        host_seq = [p.seq for p in self.origin]
-        members = range(len(self.members))
+        # per member its host part's end (time, when scheduled, member); math.inf: none
+        hosts = [
+            (p.at_s if p.kind == "host" else math.inf, p.seq, i) for i, p in enumerate(self.origin)
+        ]
         steps = [0] * len(self.members)
         ends: list[list[float]] = [[] for _ in self.members]
         host_s = [m.spec.step.host_s for m in self.members]
         works, limit = self.works, self.limit
         seq = self.base
         while True:
-            at, order, who = due, due_seq, -1
-            for i in members:
-                h = host_at[i]
-                if h < at or (h == at and host_seq[i] < order):
-                    at, order, who = h, host_seq[i], i
+            at, order, who = min(hosts)
+            if not (at < due or (at == due and order < due_seq)):
+                at, who = due, -1
             if at >= until:
                 break
             elapsed = at - last
@@ -809,19 +806,21 @@ class _Window:
                 owner.append(who)
                 left.append(work)
                 total.append(work)
-                host_at[who] = math.inf
-                ended: list[int] = []
-            else:  # the timer: the jobs done end their steps
-                now = [rem - rate * elapsed for rem in left] if elapsed > 0 else left
-                ended = [j for j in range(len(now)) if job_done(now[j], total[j], rate, at)]
-                if ended:
-                    if any(steps[owner[j]] >= limit[owner[j]] for j in ended):
-                        break
-                    for j in reversed(ended):
-                        del now[j], total[j]
-                    ended = [owner.pop(j) for j in reversed(ended)][::-1]
-                left = now
-            last = at
+                hosts[who] = (math.inf, 0, who)
+                last = at
+                rate = rate_of[len(left)]
+                due = at + max(min(left) / rate, 0.0)
+                due_seq, seq = seq, seq + 1
+                continue
+            # the timer: the jobs done end their steps
+            now = [rem - rate * elapsed for rem in left] if elapsed > 0 else left
+            done = done_jobs(now, total, rate, at)
+            ended = [owner[j] for j in done]
+            if any(steps[i] >= limit[i] for i in ended):
+                break
+            for j in reversed(done):
+                del now[j], total[j], owner[j]
+            left, last = now, at
             if left:
                 rate = rate_of[len(left)]
                 due = at + max(min(left) / rate, 0.0)
@@ -831,20 +830,56 @@ class _Window:
             for i in ended:
                 steps[i] += 1
                 ends[i].append(at)
-                host_at[i], host_seq[i] = at + host_s[i], seq
+                hosts[i] = (at + host_s[i], seq, i)
                 seq += 1
         return _Progress(
             jobs=[(i, rem, work) for i, rem, work in zip(owner, left, total, strict=True)],
             rate=rate,
             last=last,
             due_s=None if due == math.inf else due,
-            hosts=[
-                None if a == math.inf else (a, q) for a, q in zip(host_at, host_seq, strict=True)
-            ],
+            hosts=[None if a == math.inf else (a, q) for a, q, _ in hosts],
             steps=steps,
             ends=ends,
             stop_s=at,
         )
+
+    def _alone(self, until: float) -> _Progress | None:
+        """:meth:`_replay` of one worker on an idle GPU, array-wise: step k's host part ends at
+        ``a_k`` (the first: its pending step's), its work then runs alone at ``job_rate(1)``
+        and ends at ``d_k = a_k + max(work_k / rate, 0)``, the next host part at ``d_k +
+        host_s``: one running sum of those terms, in the replay's order, so the same floats;
+        each end is checked done by the server's tolerances (:func:`simulator.sharing.
+        all_done`; None where one is not: the replay takes it step by step)."""
+        origin, limit = self.origin[0], self.limit[0]
+        self._work(0, limit)
+        rate = self.tenants.server.job_rate(1)
+        works = np.asarray(self.works[0][: limit + 1])
+        host_s = self.members[0].spec.step.host_s
+        # a_0, d_0, a_1, d_1, ...: each event of the replay
+        times = _running_sum(origin.at_s, np.maximum(works / rate, 0.0), host_s, len(works))
+        # the first event not taken: one at or after `until`, or the timer ending step `limit`
+        stop = min(int(np.searchsorted(times, until, side="left")), 2 * limit + 1)
+        starts, ends = times[0:stop:2], times[1:stop:2]
+        taken = len(ends)
+        elapsed = ends - starts[:taken]
+        left = np.where(elapsed > 0, works[:taken] - rate * elapsed, works[:taken])
+        if not all_done(left, works[:taken], rate, ends):
+            return None
+        at = float(times[stop])
+        progress = _Progress(
+            jobs=[],
+            rate=rate if stop else self.rate,
+            last=float(times[stop - 1]) if stop else self.start.last,
+            due_s=None,
+            hosts=[(at, self.base + stop - 1 if stop else origin.seq)],
+            steps=[taken],
+            ends=[ends.tolist()],
+            stop_s=at,
+        )
+        if stop % 2:  # stopped at the timer: its step's work on the GPU since its host part
+            work = self.works[0][taken]
+            progress.jobs, progress.due_s, progress.hosts = [(0, work, work)], at, [None]
+        return progress
 
     def close(self) -> None:
         """Hand back at the present time (the window's end, or an interrupt): the replayed
@@ -891,6 +926,15 @@ class _Window:
                 if waits is not None and not waits.triggered:
                     waits.succeed()  # its generator waits on the job taken off the GPU
         self.end.succeed()
+
+
+def _running_sum(start: float, first: Any, second: Any, pairs: int) -> Any:
+    """``start`` and each partial sum as ``first`` then ``second`` (each a number, or a numpy
+    array of ``pairs``) are added to it in turn, ``pairs`` times (2 x ``pairs`` + 1 values):
+    the same floats as adding them one after the other (``t += first; t += second``)."""
+    terms = np.empty(2 * pairs + 1)
+    terms[0], terms[1::2], terms[2::2] = start, first, second
+    return np.cumsum(terms)
 
 
 def request_workers_leave(r: _Request, worker: _Worker) -> None:
@@ -1026,7 +1070,7 @@ class _Model:
         for r in list(self.live.values()):
             if worker.spec.name in r.workers:
                 self.fail(r, "in_band_error", message)
-        worker.waiting, worker.running = [], []
+        worker.waiting, worker.running, worker.tokens = [], [], 0
 
     def transfer(self, prefill: _Worker, r: _Request) -> Generator[simpy.Event, object, None]:
         """Prefill done and saved to host: pick a decode worker, wait for the pair's handshake

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -242,3 +242,28 @@ class EngineStep:
             + self._prefill_compute_s(prefill_tokens)
             + self._allreduce_s(self._reduced(prefill_tokens) + len(contexts))
         )
+
+    def decode_gpu_s(self, batch: int, totals: Sequence[int]) -> Any:
+        """:meth:`gpu_s` of decode-only steps of ``batch`` requests (no prompt tokens) whose
+        contexts add up to each of ``totals`` tokens, as a numpy float64 array, one per total:
+        every value the same float as ``gpu_s(0, contexts)`` of any ``contexts`` of that size
+        and sum (the roofline's terms in the same order, array-wise; the measured source's
+        per step, its tables cached by bucket)."""
+        import numpy as np
+
+        if self.measured is not None:
+            measured, host = self.measured, self.fit.step_host_s
+            return np.array(
+                [max(measured.gpu_s(0, batch, t / batch), host) for t in totals], dtype=np.float64
+            )
+        bw = self.gpu.bytes_per_s
+        reading = self.gpu.weight_bytes_per_s(self.fp8_weights) * self.fit.weights_efficiency
+        kv = np.asarray(totals, dtype=np.int64) * self.geometry.kv_bytes_per_token
+        memory = self.geometry.weight_bytes / reading + kv / (bw * self.fit.kv_efficiency)
+        compute = (
+            batch
+            * prefill_flops_per_token(self.geometry)
+            / (self.gpu.compute_flops_per_s(self.fp8_weights) * self.fit.prefill_efficiency)
+        )
+        decode = np.maximum(memory, compute) + self._prefill_compute_s(0)
+        return decode + self._allreduce_s(batch)

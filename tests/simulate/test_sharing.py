@@ -3,6 +3,9 @@ resident host mirror."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import simpy
 from hypothesis import given, settings
@@ -11,7 +14,15 @@ from hypothesis import strategies as st
 from kvpath.memory import block_bytes
 from kvpath.profile import LINK_PROFILES
 from kvpath.transfers import Flow
-from simulator.sharing import FlowServer, ResidentMirror, SharedServer, finish_times
+from simulator.sharing import (
+    FlowServer,
+    ResidentMirror,
+    SharedServer,
+    all_done,
+    done_jobs,
+    finish_times,
+    job_done,
+)
 
 KV_272_MB = 2371 * 114_688  # one seed request's KV (bytes)
 GBE = 115e6  # 1 GbE, B/s (seed: 110-117 MB/s)
@@ -139,3 +150,36 @@ def test_a_tiny_job_late_in_a_run_ends_instead_of_re_arming_for_ever() -> None:
         pytest.approx(KV_272_MB / 1.25 + 0.8),
         pytest.approx(1.6),
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(1e-6, 1.0),  # a job's total work
+            st.sampled_from([0.0, 1e-18, 1e-12, 1e-10, 1e-9, 1e-3, -1e-15]),  # its part left
+            st.floats(1e-3, 1e6),  # the clock
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from([1.0, 0.891282 / 2, 0.25]),
+)
+def test_jobs_done_array_wise_and_in_a_list_are_job_done(
+    jobs: list[tuple[float, float, float]], rate: float
+) -> None:
+    """Whether jobs are done by the server's tolerances (a billionth of the work, or 4 units in
+    the last place of the clock): one job at a time, the jobs of one clock time, and whole
+    arrays of jobs checked at clock times of their own agree."""
+    totals = [total for total, _, _ in jobs]
+    left = [total * part for total, part, _ in jobs]
+    clocks = [clock for _, _, clock in jobs]
+    each = [
+        job_done(rem, total, rate, now)
+        for rem, total, now in zip(left, totals, clocks, strict=True)
+    ]
+    assert done_jobs(left, totals, rate, clocks[0]) == [
+        j for j in range(len(jobs)) if job_done(left[j], totals[j], rate, clocks[0])
+    ]
+    assert all_done(np.array(left), np.array(totals), rate, np.array(clocks)) == all(each)
+    assert math.ulp(clocks[0]) == float(np.spacing(clocks[0]))

@@ -505,3 +505,71 @@ def test_a_step_memo_kept_across_runs_changes_no_timing() -> None:
     assert first == again == simulate_run(topology, CONSTANTS, requests(30, 2), 4)
     singles = [(key, seconds) for key, seconds in kept.items() if key[2] == 1]
     assert singles and all(s == STEP.gpu_s(k[1], [k[3]]) for k, s in singles)
+
+
+def test_decode_steps_are_timed_per_stretch_not_per_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same 24 requests with 1,024 output tokens instead of 64 (16 times the steps), on a
+    worker alone on its GPU and a time-sliced pair: the decode-only steps timed in one go take
+    their step times array-wise (`EngineStep.decode_gpu_s`), so the step times computed one
+    by one (`EngineStep.gpu_s`: prompts, and a shared GPU's first step of a stretch) grow with
+    the stretches between requests' arrivals and ends, not with the tokens (19 -> 41 here;
+    one per step would give 324 -> 5,124)."""
+    scalar = EngineStep.gpu_s
+    calls: list[int] = []
+
+    def counted(self: EngineStep, prefill_tokens: int, contexts: list[int]) -> float:
+        calls.append(1)
+        return scalar(self, prefill_tokens, contexts)
+
+    monkeypatch.setattr(EngineStep, "gpu_s", counted)
+    workers = (
+        WorkerSpec("a-0", "a", "aggregated", "g0/0", STEP, kv_capacity_tokens=40_000),
+        WorkerSpec("b-0", "b", "aggregated", "g1/0", STEP, kv_capacity_tokens=40_000),
+        WorkerSpec("b-1", "b", "aggregated", "g1/0", STEP, kv_capacity_tokens=40_000),
+    )
+    counts = []
+    for out in (64, 1024):
+        calls.clear()
+        reqs = [SimRequest(i, i % 3, 112, 128, 0, out) for i in range(24)]
+        simulate_run(RunTopology(workers=workers), CONSTANTS, reqs, 6, model_hits=True)
+        counts.append(len(calls))
+    assert counts[1] < 3 * counts[0] < 100, counts
+
+
+@pytest.mark.parametrize("concurrency", [1, 2, 3])
+def test_a_window_over_one_worker_replayed_array_wise_matches_the_loop(
+    monkeypatch: pytest.MonkeyPatch, concurrency: int
+) -> None:
+    """The seed's cluster at 1 to 3 clients: a shared GPU's window over its one busy worker is
+    replayed array-wise (`_Window._alone`), to the end of the window or to a request reaching
+    the GPU, and gives the same records, every float the same, as the engine loop taking each
+    step through the shared server; the workers' active blocks, kept as requests come and go,
+    are what their requests add up to at every routing."""
+    topology = run_topology(load_stack("kv-routing"))
+    reqs = [SimRequest(i, i % 4, 112, 128, 0, 300 - 7 * (i % 4)) for i in range(24)]
+    alone = timing_model._Window._alone
+    taken: list[bool] = []
+
+    def counted(self: timing_model._Window, until: float) -> timing_model._Progress | None:
+        progress = alone(self, until)
+        taken.append(progress is not None)
+        return progress
+
+    route = timing_model._Model.route
+
+    def checked(
+        self: timing_model._Model, role: timing_model.Role, spec: SimRequest
+    ) -> timing_model._Worker | None:
+        for w in self.workers:
+            held = sum(r.spec.prompt_tokens for r in [*w.waiting, *w.running])
+            assert w.load_blocks() == held // self.constants.block_tokens
+        return route(self, role, spec)
+
+    monkeypatch.setattr(timing_model._Window, "_alone", counted)
+    monkeypatch.setattr(timing_model._Model, "route", checked)
+    fast = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=2)
+    monkeypatch.setattr(timing_model._Model, "together", lambda self, worker: False)
+    slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=2)
+    assert taken.count(True) > 10
+    assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
+    assert fast == slow

@@ -18,6 +18,7 @@ from steptime.roofline import (
     decode_floor_s,
     prefill_ceiling_tokens_per_s,
 )
+from steptime.tensor_parallel import TensorParallel
 
 PAIRS = list(itertools.product(GPU_CATALOG.values(), KNOWN_MODELS.items()))
 BATCHES: tuple[list[int], ...] = (
@@ -117,3 +118,26 @@ def test_aiconfigurator_gpus_get_its_efficiencies_and_the_seeds_host_time() -> N
     # figures given in a stack are the user's GPU, not the catalog's: the seed fit applies
     given = GpuSpec(name="l40s", bf16_dense_tflops=1, memory_gb_per_s=1)
     assert fit_for(given) == SEED_FIT
+
+
+@pytest.mark.parametrize(("gpu", "model"), PAIRS, ids=lambda p: getattr(p, "name", None))
+@pytest.mark.parametrize("fp8", [False, True])
+def test_decode_steps_array_wise_are_the_scalar_steps_to_the_bit(
+    gpu: GpuSpec, model: tuple[str, object], fp8: bool
+) -> None:
+    """`decode_gpu_s` over a run of growing contexts gives each step's `gpu_s(0, contexts)`,
+    the same float, on every GPU and model (compute- and memory-bound batches alike), with and
+    without a tensor-parallel worker's all-reduces."""
+    name, _ = model
+    tp = TensorParallel(
+        size=4, num_layers=32, hidden_size=4096, interconnect="nvlink", link_bytes_per_s=450e9
+    )
+    for parallel in (None, tp):
+        step = EngineStep(
+            gpu, known_model(name), fit_for(gpu), tensor_parallel=parallel, fp8_weights=fp8
+        )
+        for contexts in ([128], [2_371, 5], [4_096] * 8, [1_000] * 512):
+            batch = len(contexts)
+            grown = [[c + n for c in contexts] for n in range(0, 300, 7)]
+            array = step.decode_gpu_s(batch, [sum(g) for g in grown])
+            assert array.tolist() == [step.gpu_s(0, g) for g in grown]
