@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,6 +134,20 @@ class MeasuredSteps:
         if batch > 0:
             ms += _part(self, "decode", batch, context)
         return ms / 1e3
+
+    def decode_gpu_s(self, batch: int, totals: Sequence[int]) -> Any:
+        """:meth:`gpu_s` of decode-only steps of ``batch`` >= 1 requests whose contexts add up
+        to each of ``totals`` tokens, as a numpy float64 array: the same float per total (the
+        context bucket by the same float division and ties-to-even rounding, the parts added
+        in the same order), each bucket's table looked up once."""
+        import numpy as np
+
+        mean = np.asarray(totals, dtype=np.int64) / batch
+        buckets = np.maximum(CONTEXT_BUCKET, np.round(mean / CONTEXT_BUCKET) * CONTEXT_BUCKET)
+        shared = _part(self, "shared", token_bucket(batch), 0)
+        keys, where = np.unique(buckets, return_inverse=True)
+        parts = np.array([_part(self, "decode", batch, int(k)) for k in keys], dtype=np.float64)
+        return (shared + parts[where]) / 1e3
 
 
 @functools.cache

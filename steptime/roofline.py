@@ -91,6 +91,11 @@ class MeasuredSource(Protocol):
         requests at ``mean_context`` tokens each, all-reduces included."""
         ...
 
+    def decode_gpu_s(self, batch: int, totals: Sequence[int]) -> Any:
+        """:meth:`gpu_s` of decode-only steps of ``batch`` requests whose contexts add up to
+        each of ``totals`` tokens, as a numpy float64 array, the same float per total."""
+        ...
+
 
 class EngineFit(BaseModel):
     """The efficiencies and host time of an engine step (see the module docstring).
@@ -252,10 +257,7 @@ class EngineStep:
         import numpy as np
 
         if self.measured is not None:
-            measured, host = self.measured, self.fit.step_host_s
-            return np.array(
-                [max(measured.gpu_s(0, batch, t / batch), host) for t in totals], dtype=np.float64
-            )
+            return np.maximum(self.measured.decode_gpu_s(batch, totals), self.fit.step_host_s)
         bw = self.gpu.bytes_per_s
         reading = self.gpu.weight_bytes_per_s(self.fp8_weights) * self.fit.weights_efficiency
         kv = np.asarray(totals, dtype=np.int64) * self.geometry.kv_bytes_per_token

@@ -205,3 +205,19 @@ def test_recommend_names_each_groups_source() -> None:
         "# step times: prefill-0 AIConfigurator measured, decode-1 AIConfigurator measured\n"
         in header
     )
+
+
+def test_decode_steps_array_wise_are_the_measured_steps_to_the_bit() -> None:
+    """A stretch of decode steps timed in one array (the simulator's one-go decode) gives each
+    step's own `gpu_s`, the same float, across context buckets and the ties of their rounding,
+    and with the host part of a small model's steps."""
+    assert pytest.importorskip("aiconfigurator_core")
+    plan = NEBIUS_QWEN3_32B.plan("aggregated")
+    step = {w.step for w in run_topology(plan).workers}.pop()
+    small = measured_source(H200, "Qwen/Qwen3-0.6B", 1, fp8_weights=False, fp8_kv=False)
+    for s in (step, dataclasses.replace(step, measured=small)):
+        for contexts in ([64], [4_000, 200], [191] * 2, [1_000] * 100):
+            batch = len(contexts)
+            grown = [[c + n for c in contexts] for n in range(0, 700, 3)]
+            array = s.decode_gpu_s(batch, [sum(g) for g in grown])
+            assert array.tolist() == [s.gpu_s(0, g) for g in grown]
