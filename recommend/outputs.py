@@ -38,7 +38,7 @@ from recommend.workload import MEASURED_PER_CLIENT, Workload
 from simulator.provenance import step_sources
 from stackmodel.config import config_key
 from stackmodel.errors import PROJECT
-from stackmodel.log_budget import clients_for
+from stackmodel.log_budget import logged_load
 from stackmodel.models import GATED_MODELS
 from stackmodel.stacks import REPO
 from workload.config import Arrival, LoadConfig
@@ -104,6 +104,12 @@ class Inputs:
         assert result.best is not None
         sent = Workload(self.load, per_client=self.per_client)
         return sent.load_at(result.best.concurrency, result.best.rate)
+
+    def stack_load(self, result: Result) -> tuple[LoadConfig, dict[str, int | str]]:
+        """(the grid, the load step's keys) ``result``'s emitted stack runs: :meth:`load_at`
+        as in-cluster load clients whose logs hold its records run it
+        (:func:`stackmodel.log_budget.logged_load`)."""
+        return logged_load(self.load_at(result), 1)
 
 
 def per_gpu_name(objective: Objective) -> str:
@@ -324,8 +330,9 @@ def emitted_stack_text(
     default, following the emitted stack's name (two stacks creating one namespace are
     refused, :func:`stackmodel.stacks.namespace_problems_of`); its load grid the workload at the
     load found, each run as long as the search timed it there (:meth:`Inputs.load_at`), with
-    as many in-cluster load clients as their logs need to hold the records
-    (:func:`stackmodel.log_budget.clients_for`), and ``load.slo`` the SLO the search judged by
+    as many in-cluster load clients as their logs need to hold the records, fewer requests a
+    run or the runner local where even the most cannot (:meth:`Inputs.stack_load`), and
+    ``load.slo`` the SLO the search judged by
     (camelCase, :data:`workload.slo.STACK_KEYS`), so ``pulumi up`` and ``testbed load
     --config`` judge goodput against it."""
     import io
@@ -336,18 +343,16 @@ def emitted_stack_text(
     assert result.plan is not None
     cfg = result.plan.cfg
     topology = cfg.topology.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    measured = inputs.load_at(result)
+    measured, step = inputs.stack_load(result)
     load = {
         **cfg.load.model_dump(mode="json", by_alias=True, exclude_defaults=True),
         "concurrency": measured.concurrency,
         "requestsPerRun": measured.requests_per_run,
         "slo": inputs.slo.model_dump(mode="json", by_alias=True, exclude_none=True),
+        **step,
     }
     if measured.request_rate is not None:
         load["requestRate"] = measured.request_rate
-    clients = clients_for(measured, cfg.load.clients)
-    if clients != cfg.load.clients:
-        load["clients"] = clients
     editor = YAML()  # round-trip: the cluster file's comments, order, quotes and sections kept
     editor.preserve_quotes = True
     editor.indent(mapping=2, sequence=4, offset=2)
@@ -541,6 +546,25 @@ def ab_partner(results: Sequence[Result], first: Result) -> Result | None:
     return other[0] if other else ranked[0] if ranked else None
 
 
+def held_text(inputs: Inputs, result: Result) -> str:
+    """Where ``result``'s emitted stack measures otherwise than the search timed it, as its
+    in-cluster load clients' logs cannot hold the records (:meth:`Inputs.stack_load`): its
+    stack's requests a run, or its load run from the machine running Pulumi; else ""."""
+    grid, step = inputs.stack_load(result)
+    if step.get("runner") == "local":
+        return (
+            " (its stack runs the grid from the machine running Pulumi, `load.runner: local`: "
+            "an in-cluster load client's log cannot hold even one request of each run)"
+        )
+    timed = inputs.load_at(result).requests_per_run
+    if grid.requests_per_run < timed:
+        return (
+            f" (its stack measures {grid.requests_per_run}: the most the logs of its "
+            f"{step.get('clients', 1)} in-cluster load clients hold, one a request in flight)"
+        )
+    return ""
+
+
 def plan_text(
     inputs: Inputs,
     results: Sequence[Result],
@@ -567,7 +591,7 @@ def plan_text(
     a = emitted_name(inputs, first)
     timed = [
         f"rank {r.rank} at {r.best.load_text()}, {inputs.load_at(r).requests_per_run} measured "
-        "requests a run"
+        "requests a run" + held_text(inputs, r)
         for r in (first, runner_up)
         if r is not None and r.best is not None
     ]

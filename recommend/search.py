@@ -230,13 +230,16 @@ def check(
 ) -> StackPlan | str:
     """``candidate`` validated as the stack ``name`` (its plan), sized: each group's
     ``memoryLimit`` its floor (:class:`stackmodel.sizing.ComponentMemoryReport`); or the
-    validator's message when the checks refuse it."""
+    validator's message when the checks refuse it. It is judged as serving ``load``: the load
+    step's own checks (its reach, its clients' logs) are left out, as the emitted stack sets
+    its load step itself (:func:`recommend.outputs.emitted_stack_text`)."""
     load_raw = load.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     raw = candidate_raw(base, candidate) | {"load": load_raw}
     try:
-        plan = validate_stack(name, raw)
+        plan = validate_stack(name, raw, load_step=False)
         limits = {c.name: c.memory_floor_quantity for c in plan.sizing.report.components}
-        return validate_stack(name, candidate_raw(base, candidate, limits) | {"load": load_raw})
+        sized = candidate_raw(base, candidate, limits) | {"load": load_raw}
+        return validate_stack(name, sized, load_step=False)
     except StackConfigError as exc:
         return refusal(exc, candidate)
 

@@ -967,7 +967,7 @@ def overlap_problems(cfg: StackConfig) -> list[ConfigProblem]:
 
 
 def check_stack(
-    cfg: StackConfig, *, placement: bool = True
+    cfg: StackConfig, *, placement: bool = True, load_step: bool = True
 ) -> tuple[list[ConfigProblem], StackPlan | None]:
     """Every cross-key problem of a shape-valid config, and its plan (:mod:`stackmodel.plan`)
     when it can be built; the problems are empty when the stack is deployable.
@@ -976,8 +976,12 @@ def check_stack(
     land and the config-only rules; tensor parallelism (the sizing splits the model over the
     GPUs); RDMA links; what the stack's files and settings resolve to; then the plan's sizing.
     With ``placement`` False only the config-only rules and the node classes run (what does
-    not read a worker's or node class's numbers), and no plan is built.
+    not read a worker's or node class's numbers), and no plan is built. With ``load_step``
+    False the post-deploy load step's own reach and log budget (:func:`endpoint_problems`,
+    :func:`cluster_runner_problems`) are left out: the stack judged as serving alone, as
+    ``testbed recommend`` judges a candidate, whose emitted stack sets its load step itself.
     """
+    load_rules = endpoint_problems(cfg) + cluster_runner_problems(cfg) if load_step else []
     config_rules = (
         unit_problems(cfg)
         + freeform_problems(cfg, _problems_only)
@@ -985,8 +989,7 @@ def check_stack(
         + kv_buffer_problems(cfg)
         + engine_problems(cfg)
         + nixl_tls_problems(cfg)
-        + endpoint_problems(cfg)
-        + cluster_runner_problems(cfg)
+        + load_rules
         + overlap_problems(cfg)
     )
     missing = node_class_problems(cfg)

@@ -43,16 +43,27 @@ def record_line_bytes(tokens: int, read_timeout_s: float) -> int:
     return RECORD_LINE_BYTES + FIRST_TOKEN_BYTES + (tokens - 1) * gap
 
 
+def _runs(config: LoadConfig) -> int:
+    """The runs of ``config``'s grid (each client takes part in every one)."""
+    return len(config.prefix_kinds) * len(config.concurrency) * config.repetitions
+
+
+def _per_run(config: LoadConfig) -> int:
+    """Requests of one run a client's log holds, at most, over ``config``'s grid."""
+    per_request = record_line_bytes(config.max_tokens, config.read_timeout_s)
+    return int(LOG_FILE_BYTES * RECORD_SHARE) // (_runs(config) * per_request)
+
+
 def log_budget_problem(config: LoadConfig, clients: int) -> str | None:
     """Why a client's log would outgrow :data:`LOG_FILE_BYTES` (its records' worst case, at
     :data:`RECORD_SHARE`), naming the fix; None when it fits."""
-    runs = len(config.prefix_kinds) * len(config.concurrency) * config.repetitions
+    runs = _runs(config)
     per_request = record_line_bytes(config.max_tokens, config.read_timeout_s)
     budget = int(LOG_FILE_BYTES * RECORD_SHARE)
     per_client = runs * -(-config.requests_per_run // clients)
     if per_client * per_request <= budget:
         return None
-    per_run = budget // (runs * per_request)  # requests of one run a client's log holds
+    per_run = _per_run(config)
     # A client needs a stream of every run: at most the smallest concurrency
     # (LoadSettings' clients check), so more clients than that is no fix to offer.
     most_clients = min(config.concurrency)
@@ -71,11 +82,20 @@ def log_budget_problem(config: LoadConfig, clients: int) -> str | None:
     )
 
 
-def clients_for(config: LoadConfig, clients: int) -> int:
-    """The fewest load clients, ``clients`` or more, whose logs hold ``config``'s grid
-    (:func:`log_budget_problem`; at most the grid's smallest concurrency, as a client needs a
-    stream of every run); ``clients`` when none does."""
-    for n in range(clients, min(config.concurrency) + 1):
+def logged_load(config: LoadConfig, clients: int) -> tuple[LoadConfig, dict[str, int | str]]:
+    """(the grid, the stack ``load`` keys beside it) whose in-cluster clients' logs hold its
+    records (:func:`log_budget_problem`), from ``clients`` clients up: ``config`` and {} when
+    ``clients`` hold it; else ``config`` and the fewest clients that do (``{"clients": n}``);
+    where even the most cannot (the grid's smallest concurrency: a client needs a stream of
+    every run), those clients and ``config`` with ``requestsPerRun`` lowered to the most their
+    logs hold; where not one request of a stream a run fits, ``config`` run on the machine
+    running Pulumi (``{"runner": "local"}``: its records go to a file, no pod log)."""
+    most = min(config.concurrency)
+    for n in range(clients, most + 1):
         if log_budget_problem(config, n) is None:
-            return n
-    return clients
+            return config, ({} if n == clients else {"clients": n})
+    per_run = _per_run(config)
+    if per_run == 0:
+        return config, {"runner": "local"} | ({} if clients == 1 else {"clients": 1})
+    fewer = config.model_copy(update={"requests_per_run": per_run * most})
+    return fewer, ({} if most == clients else {"clients": most})

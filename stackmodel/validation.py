@@ -44,7 +44,11 @@ from workload.slo import SloError, plain
 
 
 def validate_stack(
-    stack: str, raw: Mapping[str, Any], config_map: Mapping[str, Any] | None = None
+    stack: str,
+    raw: Mapping[str, Any],
+    config_map: Mapping[str, Any] | None = None,
+    *,
+    load_step: bool = True,
 ) -> StackPlan:
     """Validate a stack's config (keys without the project prefix) and resolve it into its plan.
 
@@ -55,6 +59,8 @@ def validate_stack(
         config_map: the stack's whole config map, every namespace, when there is one: a key
             of a namespace nothing reads is a problem
             (:func:`stackmodel.config.namespace_problems`).
+        load_step: False: the load step's own reach and log budget are not checked
+            (:func:`~stackmodel.checks.check_stack`).
 
     Returns:
         The plan of the validated config (``.cfg``); all semantic checks passed.
@@ -106,7 +112,7 @@ def validate_stack(
         raise StackConfigError(
             stack, problems + shape + _meaning_beside(stack, known, exc)
         ) from None
-    meaning, plan = check_stack(cfg)
+    meaning, plan = check_stack(cfg, load_step=load_step)
     if problems or meaning or plan is None:
         raise StackConfigError(stack, problems + meaning)
     return plan

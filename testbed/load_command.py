@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -41,15 +41,26 @@ STACK_LOAD_KEY = "dynamo-testbed:load"
 ERRORS_SHOWN = 3  # first error messages printed after the table
 
 
-LOAD_SYNONYMS = {
-    word: "a closed loop's users are its requests in flight: write concurrency: [{value}]"
-    for word in ("users", "clients", "concurrentusers", "concurrentrequests")
-} | {
-    word: "an open loop's rate: write requestRate: {value} (requests/s) with arrival: poisson"
-    for word in ("rate", "qps", "rps", "requestspersecond")
-}
-"""Load-settings keys that name a setting in other words (lower-cased) -> the fix, with the value
-written (``{value}``) in the key that takes it."""
+LOAD_SYNONYMS = (
+    {
+        word: "unknown key; a closed loop's users are its requests in flight: write "
+        "concurrency: [{value}]"
+        for word in ("users", "concurrentusers", "concurrentrequests")
+    }
+    | {
+        word: "unknown key; an open loop's rate: write requestRate: {value} (requests/s) with "
+        "arrival: poisson"
+        for word in ("rate", "qps", "rps", "requestspersecond")
+    }
+    | {
+        "clients": "the number of in-cluster load client pods, a stack's setting (its "
+        "load.clients, which testbed recommend sets itself for the stacks it emits, as many as "
+        "their logs need), not one of the load sent; drop it (the requests in flight are "
+        "concurrency)"
+    }
+)
+"""Load-settings keys that name a setting in other words or another command's (lower-cased) ->
+what it is and the fix, with the value written (``{value}``) in the key that takes it."""
 
 
 def load_problem(error: Any) -> str:
@@ -71,7 +82,7 @@ def load_problem(error: Any) -> str:
     if error["type"] == "extra_forbidden" and len(loc) == 1:
         meant = LOAD_SYNONYMS.get(str(loc[0]).casefold())
         if meant is not None:
-            return f"{loc[0]}: unknown key; {meant.format(value=error.get('input'))}"
+            return f"{loc[0]}: {meant.format(value=error.get('input'))}"
     problem = shape_problem(error, LoadConfig)
     slo = isinstance((error.get("ctx") or {}).get("error"), SloError)
     if slo or error["type"] == "extra_forbidden":
@@ -92,14 +103,16 @@ def step_keys() -> frozenset[str]:
     return frozenset(aliases(StackLoadConfig) - aliases(LoadConfig))
 
 
-def _without_step_keys(section: Any, config_file: Path, where: str) -> dict[str, Any]:
+def _without_step_keys(
+    section: Any, config_file: Path, where: str, kept: Collection[str]
+) -> dict[str, Any]:
     if not isinstance(section, dict):
         raise ValueError(f"{where} in {config_file} is not a mapping of load settings")
-    ignored = step_keys()
+    ignored = step_keys() - set(kept)
     return {key: value for key, value in section.items() if key not in ignored}
 
 
-def read_load_settings(config_file: Path) -> dict[str, Any]:
+def read_load_settings(config_file: Path, kept: Collection[str] = ()) -> dict[str, Any]:
     """The load settings (LoadConfig's camelCase keys) in a YAML file, which is one of:
 
     - a Pulumi stack file (`stacks/Pulumi.<stack>.yaml`): its `config: dynamo-testbed:load`
@@ -108,6 +121,8 @@ def read_load_settings(config_file: Path) -> dict[str, Any]:
       `config:` body copied without its `config:` line (a `dynamo-testbed:load:` block);
     - a stack's project values holding a `load:` section (same keys dropped);
     - the settings themselves, e.g. `prefixKinds: [2, 12]` (an empty file gives {}).
+
+    ``kept``: load step keys kept where a section holds them (the caller refuses them).
 
     Raises ValueError (one line, naming the file) when the file is missing, not YAML, or not a
     mapping.
@@ -127,9 +142,10 @@ def read_load_settings(config_file: Path) -> dict[str, Any]:
         raise ValueError(f"{config_file} does not hold a mapping of load settings")
     stack_config = loaded.get("config", loaded)
     if isinstance(stack_config, dict) and any(":" in str(key) for key in stack_config):
-        return _without_step_keys(stack_config.get(STACK_LOAD_KEY, {}), config_file, STACK_LOAD_KEY)
+        section = stack_config.get(STACK_LOAD_KEY, {})
+        return _without_step_keys(section, config_file, STACK_LOAD_KEY, kept)
     if "load" in loaded:
-        return _without_step_keys(loaded["load"], config_file, "load")
+        return _without_step_keys(loaded["load"], config_file, "load", kept)
     return loaded
 
 

@@ -241,8 +241,10 @@ def _workload(text: str, own_slo: bool = True) -> tuple[Workload, dict[str, Any]
     """(what ``--workload`` sends, the settings its file wrote: None for ``seed`` and a results
     folder). ``--workload``: ``seed`` (the seed's grid), a YAML file of load settings (as
     ``testbed load --config`` reads one, a stack file's ``load`` section included) or a results
-    folder (:func:`recommend.replay.replayed`); exits 2 on a bad one, naming the fix.
-    ``own_slo`` False (``--slo`` given, which replaces it): a file's ``slo`` is not checked."""
+    folder (:func:`recommend.replay.replayed`); exits 2 on a bad one, naming the fix (a
+    section's ``clients`` too: the search sets the emitted stacks' load clients itself, so a
+    file's would be ignored). ``own_slo`` False (``--slo`` given, which replaces it): a file's
+    ``slo`` is not checked."""
     from pydantic import ValidationError
 
     from recommend.replay import FOLDER_FILES, HINT, WorkloadError, replayed
@@ -265,7 +267,7 @@ def _workload(text: str, own_slo: bool = True) -> tuple[Workload, dict[str, Any]
             f"--workload {path.parent}"
         )
     try:
-        written = read_load_settings(path)
+        written = read_load_settings(path, kept=("clients",))  # refused: the stacks' own
         settings = {k: v for k, v in written.items() if own_slo or k != "slo"}
         if not settings:
             fail(
