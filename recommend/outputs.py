@@ -881,7 +881,7 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
     objectives = inputs.slo.objectives()
     chosen = {k: o for k, o in registry.objectives().items() if k in objectives}
     pareto = Panel(
-        title="tokens/s per GPU against tokens/s per user",
+        title="tokens/s per cluster GPU against tokens/s per user",
         x_label=f"output tok/s per user (1 / {registry.figure_name('tpot', 50)})",
         y_label=per_gpu,
         xy={p.key: (p.per_user, p.per_gpu) for p in points},
@@ -899,7 +899,7 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
     )
     latency = tuple(
         Panel(
-            title=f"{o.name} against tokens/s per GPU",
+            title=f"{o.name} against tokens/s per cluster GPU",
             x_label=per_gpu,
             y_label=f"{o.name} ({o.metric.unit}) at the highest load meeting the SLO",
             xy={p.key: (p.per_gpu, v) for p in points if (v := p.values_ms.get(k)) is not None},

@@ -423,13 +423,28 @@ def caveats(results: list[Result], margin: float, top: int = 3) -> tuple[str, ..
     """What every output says beside the ranking: the warnings ``testbed simulate`` gives
     (:func:`simulator.provenance.provenance`: a model or GPU outside the calibration,
     tensor-parallel assumptions) for the top ``top`` candidates with a plan (the ranked first),
-    each once, and where the margin comes from (:func:`recommend.claims.margin_note`)."""
+    each once, and where the margin comes from (:func:`recommend.claims.margin_note`). A
+    warning that holds for some of those candidates only names them and comes last (``for
+    c002 (rank 3): kvEvents is false, ...``): it is not the answer's."""
     planned = sorted(
         (r for r in results if r.plan is not None), key=lambda r: (r.rank is None, r.rank or 0)
-    )
-    seen: dict[str, None] = {}
-    for r in planned[:top]:
+    )[:top]
+    seen: dict[str, list[Result]] = {}
+    for r in planned:
         assert r.plan is not None
         for warning in provenance(r.plan)[1]:
-            seen[_GROUP.sub("", warning)] = None
-    return (*seen, margin_note(margin))
+            holders = seen.setdefault(_GROUP.sub("", warning), [])
+            if not any(h is r for h in holders):
+                holders.append(r)
+    every = [w for w, holders in seen.items() if len(holders) == len(planned)]
+    some = [
+        f"for {', '.join(_named(r) for r in holders)}: {w}"
+        for w, holders in seen.items()
+        if len(holders) < len(planned)
+    ]
+    return (*every, margin_note(margin), *some)
+
+
+def _named(result: Result) -> str:
+    """A candidate as a caveat names it: ``c002 (rank 3)``, or its key alone unranked."""
+    return result.candidate.key + (f" (rank {result.rank})" if result.rank is not None else "")
