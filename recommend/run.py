@@ -155,6 +155,30 @@ def searched_inputs(request: RecommendRequest) -> dict[str, Any]:
     }
 
 
+PERCENT_LIKE = 2.0
+"""The headroom from which :func:`capacity_notes` warns that it may be meant as a percentage."""
+
+
+def capacity_notes(request: RecommendRequest) -> list[str]:
+    """What the capacity question holds, said before the search starts: ``capacity: the load
+    to hold is the workload's stated load x the headroom 1.2 = 48 clients (the search stops
+    there)``, and from a headroom of :data:`PERCENT_LIKE` up a warning that it may have been
+    meant as a percentage, with the multiplier that says that (``--headroom 20 holds 20x ...;
+    for 20% more write --headroom 1.2``)."""
+    headroom, open_loop = request.headroom, request.sent.open_loop
+    needed = needed_load(request.sent.load, headroom)
+    lines = [
+        f"capacity: the load to hold is the workload's stated load x the headroom "
+        f"{headroom:g} = {needed:g}{'/s' if open_loop else ' clients'} (the search stops there)"
+    ]
+    if headroom >= PERCENT_LIKE:
+        lines.append(
+            f"warning: --headroom {headroom:g} holds {headroom:g}x the workload's stated load; "
+            f"for {headroom:g}% more write --headroom {1 + headroom / 100:g}"
+        )
+    return lines
+
+
 def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recommendation:
     """Search, validate and write (the module docstring), telling ``observer``.
 
@@ -171,6 +195,9 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
     observer.note(f"workload: {describe(sent)}")
     observer.note(f"SLO: {target.describe()} (from {request.slo_from})")
     problem = Problem(request.cluster, request.base, request.cfg, sent.load, target, sent)
+    if request.objective == "capacity":
+        for line in capacity_notes(request):
+            observer.note(line)
     observer.on_search(request.cluster)
     try:
         results = search(
@@ -187,13 +214,6 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         raise SearchInterrupted(store.count(), store.path) from None
     finally:
         observer.on_search_end()
-    if request.objective == "capacity":
-        needed = needed_load(sent.load, request.headroom)
-        observer.note(
-            f"capacity: the load to hold is the workload's stated load x the headroom "
-            f"{request.headroom:g} = {needed:g}{'/s' if sent.open_loop else ' clients'} "
-            "(the search stops there)"
-        )
     validations = _validated(problem, results, request.validate_top, folder, observer)
     first = first_ranked(results)
     slicing = slicing_off(request, problem, results, first, store, observer)
