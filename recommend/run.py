@@ -232,6 +232,7 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         store.fingerprint.removeprefix("sha256:")[:SEARCH_ID_CHARS],
         request.headroom,
         tuple(slicing),
+        prerequisites(request.cfg),
     )
     write_candidates(folder, inputs, results, first, validations)
     (folder / PLAN_MD).write_text(plan_text(inputs, results, first, folder, validations))

@@ -22,6 +22,7 @@ from recommend.outputs import (
     chart_data,
     emitted_name,
     plan_text,
+    prerequisites,
     shown_line,
     stack_header,
     validation_summary,
@@ -117,7 +118,9 @@ def test_the_report_names_each_line_and_the_band(tmp_path: Path) -> None:
     )
     write_report(tmp_path, inputs, RESULTS, RESULTS[0])
     page = (tmp_path / REPORT_HTML).read_text()
-    assert "TTFT p99 against tokens/s per cluster GPU: SLO TTFT p99 &lt;= 1,000 ms (horizontal" in page
+    assert (
+        "TTFT p99 against tokens/s per cluster GPU: SLO TTFT p99 &lt;= 1,000 ms (horizontal" in page
+    )
     assert "TPOT p99 &lt;= 25 ms: &gt;= 40.0 tok/s per user (vertical dashed line)" in page
     assert "shaded: 80 to 100 tok/s per cluster GPU, within the margin 1.25 of rank 1" in page
     assert (tmp_path / PARETO_PNG).read_bytes().startswith(b"\x89PNG")
@@ -536,3 +539,61 @@ def test_an_unvalidated_itl_claim_says_it_is_the_stand_ins_and_how_far_validatio
         "+15%, ITL p99 +82%"
     )
     assert shown_line(other, first, inputs, {}).endswith("; stand-in timing, not validated")
+
+
+def test_plan_md_starts_with_what_the_cluster_must_have_each_with_its_check() -> None:
+    """A cluster file of two one-node classes selected by hostname, the second time-sliced 2
+    a GPU: plan.md opens with the platform stack the graph stacks read and, per class, its
+    node and the nvidia.com/gpu it must advertise (gpusPerNode x replicasPerGpu), each with
+    the command that checks it; a hostname is not a label to set by hand."""
+    import yaml
+
+    from stackmodel.config import NodeClass, project_values
+    from stackmodel.stacks import stack_config
+    from stackmodel.validation import validate_stack
+
+    lab = yaml.safe_load(
+        "big: {nodeSelector: {kubernetes.io/hostname: box-a}, gpu: rtx-4090, gpuMemoryGiB: 24,"
+        " gpusPerNode: 2}\n"
+        "small: {nodeSelector: {pool: l4}, gpu: l4, gpuMemoryGiB: 24,"
+        " timeSlicing: {replicasPerGpu: 2}}\n"
+    )
+    seed = validate_stack("kv-routing", project_values(stack_config("kv-routing")[0])).cfg
+    classes = {name: NodeClass.model_validate(v) for name, v in lab.items()}
+    cfg = seed.model_copy(update={"node_classes": classes})
+    said = prerequisites(cfg)
+    columns = "'custom-columns=NODE:.metadata.name,GPUS:.status.allocatable.nvidia\\.com/gpu'"
+    assert said == (
+        "The Dynamo platform (operator, CRDs), once per cluster: the stacks read it from the "
+        "stack `platform`. Check that `pulumi stack output -s platform` lists its outputs; if "
+        "not, `pulumi stack init platform && pulumi up -s platform` (an operator installed by "
+        "hand: `platform.install: false` in `stacks/Pulumi.platform.yaml` first).",
+        "Node class `big`: 1 node labelled `kubernetes.io/hostname=box-a` advertising 2 "
+        "`nvidia.com/gpu` through the NVIDIA device plugin. Check: `kubectl get nodes -l "
+        f"kubernetes.io/hostname=box-a -o {columns}`.",
+        "Node class `small`: 1 node labelled `pool=l4` advertising 2 `nvidia.com/gpu` through "
+        "the NVIDIA device plugin (1 GPU x replicasPerGpu 2: its time-slicing config, "
+        "`sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}`). Check: "
+        f"`kubectl get nodes -l pool=l4 -o {columns}`; label a node with `kubectl label node "
+        "<node> pool=l4`.",
+    )
+    inputs = Inputs(
+        "kv-routing",
+        LoadConfig(),
+        parse_slo("ttft_p99_ms=1000"),
+        "capacity",
+        1.25,
+        3,
+        "m",
+        prerequisites=said,
+    )
+    a1 = _result("a1", 1, 100.0, 50.0)
+    plan = plan_text(inputs, [a1], a1).splitlines()
+    assert plan[2].startswith("Before you start (skip what the cluster already has;")
+    assert plan[4:7] == [f"- {line}" for line in said]
+    assert plan[8].startswith("Rank 1: ")
+    standalone = cfg.model_copy(update={"stack_role": "standalone"})
+    assert [line.split(":")[0] for line in prerequisites(standalone)] == [
+        "Node class `big`",
+        "Node class `small`",
+    ]
