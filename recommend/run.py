@@ -25,6 +25,7 @@ from recommend.outputs import (
     Inputs,
     Validations,
     plan_text,
+    prerequisites,
     write_candidates,
     write_report,
     write_stacks,

@@ -31,12 +31,13 @@ RECOMMEND_OUT = Path("out/recommend")
 """The default ``--out``: ``out/recommend/<cluster>`` in the project folder."""
 
 
-def _headroom(text: str) -> float:
-    """``--headroom``: a multiplier of at least 1 (``1.2`` holds 20% more than the stated
-    load); a percentage (``20%``), a word or a value below 1 is refused in one line that
-    names the multiplier meant."""
+def _headroom(given: str | float) -> float:
+    """``--headroom`` (as typed, or its default as a number): a multiplier of at least 1
+    (``1.2`` holds 20% more than the stated load); a percentage (``20%``), a word or a value
+    below 1 is refused in one line that names the multiplier meant."""
     import math
 
+    text = str(given)
     number = text.strip().removesuffix("%")
     try:
         value = float(number)

@@ -236,7 +236,8 @@ def test_under_pareto_front_members_trade_and_the_rest_are_judged_by_who_beats_t
     assert [ratio(r, first) for r in results] == [1.0, 0.74, 0.87, pytest.approx(50 / 74)]
     lines = [reason_line(r, first, 1.25) for r in results]
     assert lines[1].startswith(
-        "on the Pareto front: trades 0.74x rank 1's tok/s per cluster GPU for 1.40x its tok/s per user:"
+        "on the Pareto front: trades 0.74x rank 1's tok/s per cluster GPU for 1.40x its tok/s "
+        "per user:"
     )
     assert lines[2].startswith("0.87x of a1 (on the front, ahead on both) (too close to call")
     assert lines[3].startswith("0.68x of d2 (on the front, ahead on both):")
