@@ -109,12 +109,12 @@ def _loads(result: Result, other: Result | None, objective: Objective) -> str:
 
 
 def trade(result: Result, first: Result) -> str:
-    """What a Pareto front member trades against rank 1: ``0.74x rank 1's tok/s per GPU for
+    """What a Pareto front member trades against rank 1: ``0.74x rank 1's tok/s per cluster GPU for
     1.31x its tok/s per user``."""
     a, b, r = result.best, first.best, ratio(result, first)
     assert a is not None and b is not None and r is not None
     per_user = a.tokens_per_s_per_user / b.tokens_per_s_per_user
-    return f"{r:.2f}x rank 1's tok/s per GPU for {per_user:.2f}x its tok/s per user"
+    return f"{r:.2f}x rank 1's tok/s per cluster GPU for {per_user:.2f}x its tok/s per user"
 
 
 def kv_path(result: Result) -> str:
@@ -164,7 +164,7 @@ def _missed(result: Result, first: Result, objective: Objective) -> str:
     return (
         f"{1 - a.attainment:.0%} of its requests miss the SLO on their own{what} against rank "
         f"1's {1 - b.attainment:.0%}: goodput {a.goodput_tokens_per_s_per_gpu:,.0f} of "
-        f"{a.tokens_per_s_per_gpu:,.0f} output tok/s per GPU"
+        f"{a.tokens_per_s_per_gpu:,.0f} output tok/s per cluster GPU"
         + (f" (raw {raw:.2f}x rank 1's)" if raw is not None else "")
     )
 

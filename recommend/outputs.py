@@ -36,7 +36,7 @@ from recommend.search import (
 from recommend.validate import Validation
 from recommend.workload import MEASURED_PER_CLIENT, Workload
 from simulator.provenance import step_sources
-from stackmodel.config import config_key
+from stackmodel.config import StackConfig, config_key
 from stackmodel.errors import PROJECT
 from stackmodel.log_budget import logged_load
 from stackmodel.models import GATED_MODELS
@@ -70,7 +70,9 @@ class Inputs:
     hash of the search's inputs in each emitted stack's name ('' : none), so two searches of
     one cluster emit stacks of different names; ``headroom``, the capacity question's
     (:func:`recommend.search.needed_load`); ``slicing``, what time-slicing buys rank 1 on each
-    time-sliced class it splits a GPU of (:func:`recommend.run.slicing_off`)."""
+    time-sliced class it splits a GPU of (:func:`recommend.run.slicing_off`);
+    ``prerequisites``, what the cluster must have before plan.md's first ``pulumi up``
+    (:func:`prerequisites`)."""
 
     cluster: str
     load: LoadConfig
@@ -86,6 +88,7 @@ class Inputs:
     search_id: str = ""
     headroom: float = DEFAULT_HEADROOM
     slicing: tuple[SlicingCost, ...] = ()
+    prerequisites: tuple[str, ...] = ()
 
     @property
     def invocation(self) -> str:
@@ -489,6 +492,56 @@ UpStack = tuple[str, frozenset[str]]
 """A stack plan.md's commands find or leave up: its name and the node classes its workers hold."""
 
 
+def prerequisites(cfg: StackConfig) -> tuple[str, ...]:
+    """What must exist before plan.md's first ``pulumi up``, each as a check with the command
+    that shows it (markdown list items): a graph stack's platform stack (``platformStack``: the
+    Dynamo operator and CRDs, brought up as README.md's "With a cluster" does; a standalone
+    stack installs the release itself), and per node class its nodes, found by its
+    ``nodeSelector``, advertising ``nvidia.com/gpu`` through the NVIDIA device plugin: its GPUs
+    a node, times ``replicasPerGpu`` on a time-sliced class (the plugin's
+    ``sharing.timeSlicing.resources[].replicas``, NVIDIA/k8s-device-plugin README.md "Shared
+    Access to GPUs with CUDA Time-Slicing"), as ``pulumi preview`` checks them
+    (``clusterread/checks.py``)."""
+    lines = []
+    if cfg.stack_role == "graph":
+        platform = cfg.platform_stack
+        lines.append(
+            f"The Dynamo platform (operator, CRDs), once per cluster: the stacks read it from "
+            f"the stack `{platform}`. Check that `pulumi stack output -s {platform}` lists its "
+            f"outputs; if not, `pulumi stack init {platform} && pulumi up -s {platform}` (an "
+            "operator installed by hand: `platform.install: false` in "
+            + (f"`stacks/Pulumi.{platform}.yaml`" if "/" not in platform else "its stack file")
+            + " first)."
+        )
+    for name, nc in cfg.node_classes.items():
+        selector = ",".join(f"{k}={v}" for k, v in nc.node_selector.items())
+        per_node = nc.gpus_per_node * (nc.time_slicing.replicas_per_gpu if nc.time_slicing else 1)
+        nodes = f"{nc.nodes} nodes" if nc.nodes != 1 else "1 node"
+        each = ", each" if nc.nodes != 1 else ""
+        where = f"labelled `{selector}`" if selector else "(no nodeSelector: any node)"
+        sliced = (
+            f" ({nc.gpus_per_node} GPU{'s' if nc.gpus_per_node != 1 else ''} x replicasPerGpu "
+            f"{nc.time_slicing.replicas_per_gpu}: its time-slicing config, "
+            "`sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: "
+            f"{nc.time_slicing.replicas_per_gpu}}}]}}}}`)"
+            if nc.time_slicing
+            else ""
+        )
+        relabel = (
+            f"; label a node with `kubectl label node <node> {selector}`"
+            if selector and "kubernetes.io/hostname" not in nc.node_selector
+            else ""
+        )
+        lines.append(
+            f"Node class `{name}`: {nodes} {where}{each} advertising {per_node} "
+            f"`nvidia.com/gpu` through the NVIDIA device plugin{sliced}. Check: `kubectl get nodes"
+            + (f" -l {selector}" if selector else "")
+            + " -o 'custom-columns=NODE:.metadata.name,GPUS:.status.allocatable.nvidia\\.com/gpu'`"
+            + f"{relabel}."
+        )
+    return tuple(lines)
+
+
 def cluster_stack(inputs: Inputs) -> list[UpStack]:
     """The cluster's own stack as plan.md's commands find it, up: its name and the node classes
     its workers hold (``topology.workers[].nodeClass``), when the cluster file is the project's
@@ -595,6 +648,14 @@ def plan_text(
         for r in (first, runner_up)
         if r is not None and r.best is not None
     ]
+    if inputs.prerequisites:
+        lines += [
+            "Before you start (skip what the cluster already has; `pulumi preview` checks "
+            "each and names what is missing):",
+            "",
+            *(f"- {line}" for line in inputs.prerequisites),
+            "",
+        ]
     lines += [f"Rank 1: {first.candidate.label()}. Timed: {'; '.join(timed)}.", ""]
     lines += [*(f"- Caveat: {c}" for c in inputs.caveats), ""] if inputs.caveats else []
     lines += [*(f"- {cost.line()}" for cost in inputs.slicing), ""] if inputs.slicing else []
@@ -905,7 +966,7 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
     objectives = inputs.slo.objectives()
     chosen = {k: o for k, o in registry.objectives().items() if k in objectives}
     pareto = Panel(
-        title="tokens/s per GPU against tokens/s per user",
+        title="tokens/s per cluster GPU against tokens/s per user",
         x_label=f"output tok/s per user (1 / {registry.figure_name('tpot', 50)})",
         y_label=per_gpu,
         xy={p.key: (p.per_user, p.per_gpu) for p in points},
@@ -923,7 +984,7 @@ def chart_data(inputs: Inputs, results: Sequence[Result], first: Result | None) 
     )
     latency = tuple(
         Panel(
-            title=f"{o.name} against tokens/s per GPU",
+            title=f"{o.name} against tokens/s per cluster GPU",
             x_label=per_gpu,
             y_label=f"{o.name} ({o.metric.unit}) at the highest load meeting the SLO",
             xy={p.key: (p.per_gpu, v) for p in points if (v := p.values_ms.get(k)) is not None},

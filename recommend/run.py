@@ -25,6 +25,7 @@ from recommend.outputs import (
     Inputs,
     Validations,
     plan_text,
+    prerequisites,
     write_candidates,
     write_report,
     write_stacks,
@@ -155,6 +156,30 @@ def searched_inputs(request: RecommendRequest) -> dict[str, Any]:
     }
 
 
+PERCENT_LIKE = 2.0
+"""The headroom from which :func:`capacity_notes` warns that it may be meant as a percentage."""
+
+
+def capacity_notes(request: RecommendRequest) -> list[str]:
+    """What the capacity question holds, said before the search starts: ``capacity: the load
+    to hold is the workload's stated load x the headroom 1.2 = 48 clients (the search stops
+    there)``, and from a headroom of :data:`PERCENT_LIKE` up a warning that it may have been
+    meant as a percentage, with the multiplier that says that (``--headroom 20 holds 20x ...;
+    for 20% more write --headroom 1.2``)."""
+    headroom, open_loop = request.headroom, request.sent.open_loop
+    needed = needed_load(request.sent.load, headroom)
+    lines = [
+        f"capacity: the load to hold is the workload's stated load x the headroom "
+        f"{headroom:g} = {needed:g}{'/s' if open_loop else ' clients'} (the search stops there)"
+    ]
+    if headroom >= PERCENT_LIKE:
+        lines.append(
+            f"warning: --headroom {headroom:g} holds {headroom:g}x the workload's stated load; "
+            f"for {headroom:g}% more write --headroom {1 + headroom / 100:g}"
+        )
+    return lines
+
+
 def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recommendation:
     """Search, validate and write (the module docstring), telling ``observer``.
 
@@ -171,6 +196,9 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
     observer.note(f"workload: {describe(sent)}")
     observer.note(f"SLO: {target.describe()} (from {request.slo_from})")
     problem = Problem(request.cluster, request.base, request.cfg, sent.load, target, sent)
+    if request.objective == "capacity":
+        for line in capacity_notes(request):
+            observer.note(line)
     observer.on_search(request.cluster)
     try:
         results = search(
@@ -187,13 +215,6 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         raise SearchInterrupted(store.count(), store.path) from None
     finally:
         observer.on_search_end()
-    if request.objective == "capacity":
-        needed = needed_load(sent.load, request.headroom)
-        observer.note(
-            f"capacity: the load to hold is the workload's stated load x the headroom "
-            f"{request.headroom:g} = {needed:g}{'/s' if sent.open_loop else ' clients'} "
-            "(the search stops there)"
-        )
     validations = _validated(problem, results, request.validate_top, folder, observer)
     first = first_ranked(results)
     slicing = slicing_off(request, problem, results, first, store, observer)
@@ -212,6 +233,7 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         store.fingerprint.removeprefix("sha256:")[:SEARCH_ID_CHARS],
         request.headroom,
         tuple(slicing),
+        prerequisites(request.cfg),
     )
     write_candidates(folder, inputs, results, first, validations)
     (folder / PLAN_MD).write_text(plan_text(inputs, results, first, folder, validations))
@@ -423,13 +445,28 @@ def caveats(results: list[Result], margin: float, top: int = 3) -> tuple[str, ..
     """What every output says beside the ranking: the warnings ``testbed simulate`` gives
     (:func:`simulator.provenance.provenance`: a model or GPU outside the calibration,
     tensor-parallel assumptions) for the top ``top`` candidates with a plan (the ranked first),
-    each once, and where the margin comes from (:func:`recommend.claims.margin_note`)."""
+    each once, and where the margin comes from (:func:`recommend.claims.margin_note`). A
+    warning that holds for some of those candidates only names them and comes last (``for
+    c002 (rank 3): kvEvents is false, ...``): it is not the answer's."""
     planned = sorted(
         (r for r in results if r.plan is not None), key=lambda r: (r.rank is None, r.rank or 0)
-    )
-    seen: dict[str, None] = {}
-    for r in planned[:top]:
+    )[:top]
+    seen: dict[str, list[Result]] = {}
+    for r in planned:
         assert r.plan is not None
         for warning in provenance(r.plan)[1]:
-            seen[_GROUP.sub("", warning)] = None
-    return (*seen, margin_note(margin))
+            holders = seen.setdefault(_GROUP.sub("", warning), [])
+            if not any(h is r for h in holders):
+                holders.append(r)
+    every = [w for w, holders in seen.items() if len(holders) == len(planned)]
+    some = [
+        f"for {', '.join(_named(r) for r in holders)}: {w}"
+        for w, holders in seen.items()
+        if len(holders) < len(planned)
+    ]
+    return (*every, margin_note(margin), *some)
+
+
+def _named(result: Result) -> str:
+    """A candidate as a caveat names it: ``c002 (rank 3)``, or its key alone unranked."""
+    return result.candidate.key + (f" (rank {result.rank})" if result.rank is not None else "")

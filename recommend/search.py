@@ -342,7 +342,7 @@ def _binding(found: Found, slo: Slo, needed: bool) -> str:
         assert best is not None
         if best.rate is not None:
             return "load ceiling (its request-rate bound)"
-        cap = f"load cap ({CLIENTS_PER_GPU} clients per GPU)"
+        cap = f"load cap ({CLIENTS_PER_GPU} clients per cluster GPU)"
         near = room(best, slo)
         if near is None:
             return cap
@@ -537,12 +537,12 @@ def bound_reason(
         return None
     ceiling, b = result.ceiling_value, result.bounds
     at_most = (
-        f"at most {ceiling:,.0f} output tok/s per GPU at any load (its {b.limit} ceiling, "
+        f"at most {ceiling:,.0f} output tok/s per cluster GPU at any load (its {b.limit} ceiling, "
         f"{b.requests_per_s:,.2f} req/s)"
     )
     if result.ceiling_limit == "decode":
         at_most = (
-            f"at most {ceiling:,.0f} output tok/s per GPU meeting the SLO at any load (its "
+            f"at most {ceiling:,.0f} output tok/s per cluster GPU meeting the SLO at any load (its "
             "decode ceiling: its decoding workers' steps within the SLO's inter-token bounds)"
         )
     if ceiling * margin < best:

@@ -121,7 +121,7 @@ class Validation:
 
     def line(self) -> str:
         """``c005 at 72 clients with the real Dynamo routing: SLO holds; TTFT p99 812 ms
-        (stand-in 905 ms); goodput 1,650 tok/s per GPU (stand-in 1,671)``."""
+        (stand-in 905 ms); goodput 1,650 tok/s per cluster GPU (stand-in 1,671)``."""
         figures = "; ".join(
             f"{objectives()[k].name} {v:,.0f} ms (stand-in "
             f"{self.stand_in_values_ms.get(k) or 0:,.0f} ms)"
@@ -131,7 +131,7 @@ class Validation:
         return (
             f"{self.key} at {load_text(self.concurrency, self.rate)} with the real Dynamo "
             f"routing: SLO {'holds' if self.holds else 'does not hold'}; {figures}; goodput "
-            f"{self.goodput_tokens_per_s_per_gpu:,.0f} tok/s per GPU (stand-in "
+            f"{self.goodput_tokens_per_s_per_gpu:,.0f} tok/s per cluster GPU (stand-in "
             f"{self.stand_in_goodput_tokens_per_s_per_gpu:,.0f})"
             + (f"; {self.spread()}" if self.spread() else "")
         )

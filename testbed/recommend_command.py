@@ -31,6 +31,36 @@ RECOMMEND_OUT = Path("out/recommend")
 """The default ``--out``: ``out/recommend/<cluster>`` in the project folder."""
 
 
+def _headroom(given: str | float) -> float:
+    """``--headroom`` (as typed, or its default as a number): a multiplier of at least 1
+    (``1.2`` holds 20% more than the stated load); a percentage (``20%``), a word or a value
+    below 1 is refused in one line that names the multiplier meant."""
+    import math
+
+    text = str(given)
+    number = text.strip().removesuffix("%")
+    try:
+        value = float(number)
+        assert math.isfinite(value)
+    except (ValueError, AssertionError):
+        raise typer.BadParameter(
+            f"{text!r} is no number: it takes a multiplier of at least 1; for 20% more than "
+            "the stated load write --headroom 1.2"
+        ) from None
+    if number != text.strip():
+        raise typer.BadParameter(
+            f"{text!r} is a percentage: it takes a multiplier; for {value:g}% more than the "
+            f"stated load write --headroom {1 + value / 100:g}"
+        )
+    if value < 1:
+        more = value if value > 0 else 0.2
+        raise typer.BadParameter(
+            f"{value:g} is below 1 (the stated load itself): it takes a multiplier of at "
+            f"least 1; for {more:.0%} more than the stated load write --headroom {1 + more:g}"
+        )
+    return value
+
+
 def _cluster(
     stack: str | None, stack_file: Path | None, model: str | None
 ) -> tuple[str, dict[str, Any], Any]:
@@ -673,7 +703,8 @@ def recommend_command(
     headroom: Annotated[
         float,
         typer.Option(
-            min=1.0,
+            parser=_headroom,
+            metavar="FLOAT",
             help="capacity: hold the workload's stated load (its largest concurrency, or an "
             "open loop's request rate) times this.",
             rich_help_panel=SEARCH,

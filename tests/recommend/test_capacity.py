@@ -383,6 +383,34 @@ def test_the_caveats_say_what_simulate_says_outside_the_calibration_and_the_marg
     assert said[1].startswith("margin 1.25 (the default 1.25 is the timing model's error on")
 
 
+def test_a_caveat_of_some_candidates_names_them_after_those_of_the_answer() -> None:
+    """Ranks 1 and 2 route on KV events, rank 3 routes by KV without them: the kvEvents
+    caveat names rank 3 and comes after the margin's, which holds for every candidate."""
+    from recommend.run import caveats
+    from recommend.search import Result
+
+    base, _ = _two_gpu_time_sliced()
+    base["nodeClasses"]["gpu-24gb"]["gpu"] = "rtx-4090"
+    cfg = validate_stack("two-gpu", base).cfg
+    load = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
+    space = candidates(cfg, fixes={"kind": "aggregated", "router": "kv"})
+    with_events = [c for c in space if c.kv_events][:2]
+    without = next(c for c in space if not c.kv_events)
+    results: list[Result] = []
+    for c in [*with_events, without]:
+        plan = check(stack_name("two-gpu", c), base, c, load)
+        assert not isinstance(plan, str)
+        results.append(Result(c, "ranked", 1, plan=plan, rank=len(results) + 1))
+    said = caveats(results, 1.25)
+    assert len(said) == 2
+    assert said[0].startswith("margin 1.25 (the default 1.25 is the timing model's error on")
+    assert said[1] == (
+        f"for {without.key} (rank 3): kvEvents is false, but the routing run's mockers publish "
+        "KV events (dynamo.mocker always does for a worker that is not decode): its "
+        "prefix-cache hits are a KV-aware router's, not a prefix-blind one's"
+    )
+
+
 def test_the_nearest_to_a_load_none_holds_hold_the_most_of_it_first() -> None:
     """No candidate holds the load needed: the nearest are those that hold the most of it
     (ties by goodput, as the best held is picked), each with what it holds and what binds,

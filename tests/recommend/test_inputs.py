@@ -462,3 +462,33 @@ def test_slo_warns_naming_the_files_objectives_it_drops_and_how_to_keep_them(
     kept = ["--slo", "ttft_p99_ms=600,itl_p99_ms=30", *STOP]
     assert _recommend(tmp_path, *kept, workload=own) == 2
     assert "is not searched" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("given", "fix"),
+    [("20%", "--headroom 1.2"), ("0.5", "--headroom 1.5"), ("twenty", "--headroom 1.2")],
+)
+def test_a_headroom_as_a_percentage_or_below_1_is_one_line_naming_the_multiplier(
+    given: str, fix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _recommend(tmp_path, "--headroom", given, *ONE_CLASS) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'--headroom'" in err and f"write {fix} (see" in err
+
+
+def test_a_headroom_that_reads_as_a_percentage_is_warned_before_the_search_and_its_fix_taken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--headroom 20 is taken (20x the stated load: 20 clients), with a warning naming the
+    multiplier for 20% more, both before the search; that multiplier is taken unwarned."""
+    args = ["--slo", "ttft_p99_ms=5000", *ONE_CLASS, "--fix", "tp=1"]
+    assert _recommend(tmp_path, "--headroom", "20", *args) in (0, 1)
+    err = capsys.readouterr().err
+    assert (
+        "capacity: the load to hold is the workload's stated load x the headroom 20 = 20 "
+        "clients (the search stops there)\nwarning: --headroom 20 holds 20x the workload's "
+        "stated load; for 20% more write --headroom 1.2\ntiming the candidates of kv-routing"
+    ) in err
+    assert _recommend(tmp_path, "--headroom", "1.2", *args) in (0, 1)
+    err = capsys.readouterr().err
+    assert "the headroom 1.2 = 2 clients" in err and "warning: --headroom" not in err

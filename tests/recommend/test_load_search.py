@@ -325,7 +325,7 @@ def test_a_load_that_holds_at_the_cap_says_so_and_how_much_room_the_slo_has() ->
     value = result.best.values_ms["ttft_p99_ms"]
     assert value is not None
     assert result.binding == (
-        f"load cap (256 clients per GPU): the SLO still has room there, TTFT p99 "
+        f"load cap (256 clients per cluster GPU): the SLO still has room there, TTFT p99 "
         f"{ms_text(value)} of its 600,000 ms"
     )
 

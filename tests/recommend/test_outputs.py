@@ -22,6 +22,7 @@ from recommend.outputs import (
     chart_data,
     emitted_name,
     plan_text,
+    prerequisites,
     shown_line,
     stack_header,
     validation_summary,
@@ -117,7 +118,9 @@ def test_the_report_names_each_line_and_the_band(tmp_path: Path) -> None:
     )
     write_report(tmp_path, inputs, RESULTS, RESULTS[0])
     page = (tmp_path / REPORT_HTML).read_text()
-    assert "TTFT p99 against tokens/s per GPU: SLO TTFT p99 &lt;= 1,000 ms (horizontal" in page
+    assert (
+        "TTFT p99 against tokens/s per cluster GPU: SLO TTFT p99 &lt;= 1,000 ms (horizontal" in page
+    )
     assert "TPOT p99 &lt;= 25 ms: &gt;= 40.0 tok/s per user (vertical dashed line)" in page
     assert "shaded: 80 to 100 tok/s per cluster GPU, within the margin 1.25 of rank 1" in page
     assert (tmp_path / PARETO_PNG).read_bytes().startswith(b"\x89PNG")
@@ -233,14 +236,15 @@ def test_under_pareto_front_members_trade_and_the_rest_are_judged_by_who_beats_t
     assert [ratio(r, first) for r in results] == [1.0, 0.74, 0.87, pytest.approx(50 / 74)]
     lines = [reason_line(r, first, 1.25) for r in results]
     assert lines[1].startswith(
-        "on the Pareto front: trades 0.74x rank 1's tok/s per GPU for 1.40x its tok/s per user:"
+        "on the Pareto front: trades 0.74x rank 1's tok/s per cluster GPU for 1.40x its tok/s "
+        "per user:"
     )
     assert lines[2].startswith("0.87x of a1 (on the front, ahead on both) (too close to call")
     assert lines[3].startswith("0.68x of d2 (on the front, ahead on both):")
     plan = plan_text(inputs, results, first)
     assert (
         "Rank 2, the best disaggregated candidate that holds the SLO, is on the Pareto front "
-        "beside rank 1: it trades 0.74x rank 1's tok/s per GPU "
+        "beside rank 1: it trades 0.74x rank 1's tok/s per cluster GPU "
         "for 1.40x its tok/s per user, so neither beats the other on both" in plan
     )
     assert "the comparison confirms" not in plan
@@ -299,7 +303,7 @@ def test_the_why_line_names_requests_missing_the_slo_with_goodput_and_raw_figure
     assert reason_line(a2, first, 1.25) == (
         "0.88x (too close to call: within the margin 1.25): ITL p99 binds at 8 clients: 27% of "
         "its requests miss the SLO on their own (ITL p99: 27%) against rank 1's 0%: goodput 88 "
-        "of 120 output tok/s per GPU (raw 1.09x rank 1's)"
+        "of 120 output tok/s per cluster GPU (raw 1.09x rank 1's)"
     )
     by_tokens = reason_line(a2, first, 1.25, "tokens-per-gpu")
     assert by_tokens.endswith(": 3 workers against rank 1's 1")
@@ -415,11 +419,11 @@ def test_an_objective_on_any_percentile_gets_its_panel_or_line() -> None:
     assert pareto.lines == (
         SloLine("itl_p95_ms", "x", 50.0, "ITL p95 <= 20 ms: >= 50.0 tok/s per user"),
     )
-    assert ttft.title == "TTFT p90 against tokens/s per GPU"
+    assert ttft.title == "TTFT p90 against tokens/s per cluster GPU"
     assert ttft.y_label == "TTFT p90 (ms) at the highest load meeting the SLO"
     assert ttft.xy == {"a1": (100.0, 700.0), "d2": (85.0, 300.0)}
     assert ttft.lines == (SloLine("ttft_p90_ms", "y", 800.0, "TTFT p90 <= 800 ms"),)
-    assert e2e.title == "E2E p50 against tokens/s per GPU"
+    assert e2e.title == "E2E p50 against tokens/s per cluster GPU"
     assert e2e.xy == {"a1": (100.0, 3000.0), "d2": (85.0, 2500.0)}
 
 
@@ -447,9 +451,11 @@ def test_under_capacity_a_runner_up_on_more_gpus_loses_on_gpus_and_lost_ranks_sa
 
 
 def test_a_validation_line_names_its_figures_as_the_tables_do() -> None:
-    """The console's validation line names each figure by its name (TTFT p99), not its key."""
+    """The console's validation line names each figure by its name (TTFT p99), not its key,
+    and its goodput as what it is: over every GPU of the cluster, as the table's."""
     line = _validation("a1", 812.4, True).line()
     assert "TTFT p99 812 ms (stand-in 900 ms)" in line and "ttft_p99_ms" not in line
+    assert " tok/s per cluster GPU (stand-in " in line and " per GPU" not in line
 
 
 def test_under_capacity_the_figure_is_the_load_held_against_gpus_with_the_load_needed(
@@ -534,3 +540,61 @@ def test_an_unvalidated_itl_claim_says_it_is_the_stand_ins_and_how_far_validatio
         "+15%, ITL p99 +82%"
     )
     assert shown_line(other, first, inputs, {}).endswith("; stand-in timing, not validated")
+
+
+def test_plan_md_starts_with_what_the_cluster_must_have_each_with_its_check() -> None:
+    """A cluster file of two one-node classes selected by hostname, the second time-sliced 2
+    a GPU: plan.md opens with the platform stack the graph stacks read and, per class, its
+    node and the nvidia.com/gpu it must advertise (gpusPerNode x replicasPerGpu), each with
+    the command that checks it; a hostname is not a label to set by hand."""
+    import yaml
+
+    from stackmodel.config import NodeClass, project_values
+    from stackmodel.stacks import stack_config
+    from stackmodel.validation import validate_stack
+
+    lab = yaml.safe_load(
+        "big: {nodeSelector: {kubernetes.io/hostname: box-a}, gpu: rtx-4090, gpuMemoryGiB: 24,"
+        " gpusPerNode: 2}\n"
+        "small: {nodeSelector: {pool: l4}, gpu: l4, gpuMemoryGiB: 24,"
+        " timeSlicing: {replicasPerGpu: 2}}\n"
+    )
+    seed = validate_stack("kv-routing", project_values(stack_config("kv-routing")[0])).cfg
+    classes = {name: NodeClass.model_validate(v) for name, v in lab.items()}
+    cfg = seed.model_copy(update={"node_classes": classes})
+    said = prerequisites(cfg)
+    columns = "'custom-columns=NODE:.metadata.name,GPUS:.status.allocatable.nvidia\\.com/gpu'"
+    assert said == (
+        "The Dynamo platform (operator, CRDs), once per cluster: the stacks read it from the "
+        "stack `platform`. Check that `pulumi stack output -s platform` lists its outputs; if "
+        "not, `pulumi stack init platform && pulumi up -s platform` (an operator installed by "
+        "hand: `platform.install: false` in `stacks/Pulumi.platform.yaml` first).",
+        "Node class `big`: 1 node labelled `kubernetes.io/hostname=box-a` advertising 2 "
+        "`nvidia.com/gpu` through the NVIDIA device plugin. Check: `kubectl get nodes -l "
+        f"kubernetes.io/hostname=box-a -o {columns}`.",
+        "Node class `small`: 1 node labelled `pool=l4` advertising 2 `nvidia.com/gpu` through "
+        "the NVIDIA device plugin (1 GPU x replicasPerGpu 2: its time-slicing config, "
+        "`sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}`). Check: "
+        f"`kubectl get nodes -l pool=l4 -o {columns}`; label a node with `kubectl label node "
+        "<node> pool=l4`.",
+    )
+    inputs = Inputs(
+        "kv-routing",
+        LoadConfig(),
+        parse_slo("ttft_p99_ms=1000"),
+        "capacity",
+        1.25,
+        3,
+        "m",
+        prerequisites=said,
+    )
+    a1 = _result("a1", 1, 100.0, 50.0)
+    plan = plan_text(inputs, [a1], a1).splitlines()
+    assert plan[2].startswith("Before you start (skip what the cluster already has;")
+    assert plan[4:7] == [f"- {line}" for line in said]
+    assert plan[8].startswith("Rank 1: ")
+    standalone = cfg.model_copy(update={"stack_role": "standalone"})
+    assert [line.split(":")[0] for line in prerequisites(standalone)] == [
+        "Node class `big`",
+        "Node class `small`",
+    ]
