@@ -366,28 +366,34 @@ def test_the_caveats_say_what_simulate_says_outside_the_calibration_and_the_marg
     """A cluster on L40S GPUs: the step times are extrapolated from the seed fit (an RTX 4090),
     in `testbed simulate`'s own words; the margin's source is named, once each."""
     from recommend.run import caveats
-    from recommend.search import Result
 
     base, _ = _two_gpu_time_sliced()
     base["nodeClasses"]["gpu-24gb"]["gpu"] = "l40s"
     cfg = validate_stack("two-gpu", base).cfg
     load = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
-    results: list[Result] = []
-    for c in candidates(cfg, fixes={"kind": "aggregated", "kvEvents": "true"})[:2]:
-        plan = check(stack_name("two-gpu", c), base, c, load)
-        assert not isinstance(plan, str)
-        results.append(Result(c, "ranked", 1, plan=plan, rank=len(results) + 1))
-    said = caveats(results, 1.25)
+    space = candidates(cfg, fixes={"kind": "aggregated", "kvEvents": "true"})[:2]
+    said = caveats(_ranked(base, space, load), 1.25)
     assert len(said) == 2
     assert said[0].startswith("extrapolated: GPU l40s (fit: rtx-4090) is outside the seed")
     assert said[1].startswith("margin 1.25 (the default 1.25 is the timing model's error on")
+
+
+def _ranked(base: dict[str, Any], space: list[Any], load: LoadConfig) -> list[Any]:
+    """``space``'s candidates on the cluster ``base``, each checked and ranked in order."""
+    from recommend.search import Result
+
+    results: list[Any] = []
+    for c in space:
+        plan = check(stack_name("two-gpu", c), base, c, load)
+        assert not isinstance(plan, str)
+        results.append(Result(c, "ranked", 1, plan=plan, rank=len(results) + 1))
+    return results
 
 
 def test_a_caveat_of_some_candidates_names_them_after_those_of_the_answer() -> None:
     """Ranks 1 and 2 route on KV events, rank 3 routes by KV without them: the kvEvents
     caveat names rank 3 and comes after the margin's, which holds for every candidate."""
     from recommend.run import caveats
-    from recommend.search import Result
 
     base, _ = _two_gpu_time_sliced()
     base["nodeClasses"]["gpu-24gb"]["gpu"] = "rtx-4090"
@@ -396,12 +402,7 @@ def test_a_caveat_of_some_candidates_names_them_after_those_of_the_answer() -> N
     space = candidates(cfg, fixes={"kind": "aggregated", "router": "kv"})
     with_events = [c for c in space if c.kv_events][:2]
     without = next(c for c in space if not c.kv_events)
-    results: list[Result] = []
-    for c in [*with_events, without]:
-        plan = check(stack_name("two-gpu", c), base, c, load)
-        assert not isinstance(plan, str)
-        results.append(Result(c, "ranked", 1, plan=plan, rank=len(results) + 1))
-    said = caveats(results, 1.25)
+    said = caveats(_ranked(base, [*with_events, without], load), 1.25)
     assert len(said) == 2
     assert said[0].startswith("margin 1.25 (the default 1.25 is the timing model's error on")
     assert said[1] == (
