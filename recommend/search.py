@@ -565,14 +565,15 @@ def _time_ahead(
     twins: Sequence[Sequence[str]],
 ) -> None:
     """Start timing in ``pool`` the first of ``queued`` (in order; each a mirror signature not
-    timed or under way yet) until ``jobs`` timings are under way (``ahead``, by signature).
-    One that a bound settles once those before it are timed is discarded unread, so what is
-    timed and reported does not depend on ``jobs``."""
+    timed or under way yet) until ``jobs`` timings are running (``ahead``, by signature, less
+    those finished and not yet read: a worker done ahead of an earlier, longer timing takes
+    the next at once). One that a bound settles once those before it are timed is discarded
+    unread, so what is timed and reported does not depend on ``jobs``."""
     eligible = {mirror_signature(r.candidate, twins) for r in queued}
     for gone in [s for s in ahead if s not in eligible]:
         del ahead[gone]  # settled by a bound meanwhile: its result is never read
     for r in queued:
-        if len(ahead) >= jobs:
+        if sum(not a.ready() for a in ahead.values()) >= jobs:
             return
         signature = mirror_signature(r.candidate, twins)
         if signature not in timed and signature not in ahead:
