@@ -253,7 +253,7 @@ class EngineStep:
         contexts add up to each of ``totals`` tokens, as a numpy float64 array, one per total:
         every value the same float as ``gpu_s(0, contexts)`` of any ``contexts`` of that size
         and sum (the roofline's terms in the same order, array-wise; the measured source's
-        per step, its tables cached by bucket)."""
+        :meth:`MeasuredSource.decode_gpu_s`, each context bucket's table looked up once)."""
         import numpy as np
 
         if self.measured is not None:

@@ -41,12 +41,13 @@ def _headroom(given: str | float) -> float:
     number = text.strip().removesuffix("%")
     try:
         value = float(number)
-        assert math.isfinite(value)
-    except (ValueError, AssertionError):
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
         raise typer.BadParameter(
             f"{text!r} is no number: it takes a multiplier of at least 1; for 20% more than "
             "the stated load write --headroom 1.2"
-        ) from None
+        )
     if number != text.strip():
         raise typer.BadParameter(
             f"{text!r} is a percentage: it takes a multiplier; for {value:g}% more than the "
