@@ -517,6 +517,15 @@ class _Worker:
         self.arrived = None
         taken = steps
         self._horizon = min(2 * self._horizon, HORIZON_STEPS)
+        if not self.alive:
+            # OOMKilled mid-stretch (its requests failed then): the steps that ended before
+            # carried their tokens; the loop's step in progress ends with no token, and none
+            # after it is taken.
+            taken = bisect.bisect_left(ends, env.now)
+            for r in running:
+                r.outcome.token_s.extend(ends[:taken])
+                r.remaining -= taken
+            return
         if not last.processed and env.now < ends[-1]:
             # the step in progress when the request came (or the one starting then) completes
             taken = min(bisect.bisect_left(ends, env.now) + 1, steps)
@@ -676,6 +685,8 @@ class _Tenants:
         work on the server."""
         step = worker.pending
         if step is None or step.event is None or worker.window is not None or worker.waiting:
+            return False
+        if not worker.alive:  # OOMKilled in its step: the loop finishes it, then stops
             return False
         if any(r.finished() for r in worker.running):
             return False
@@ -988,23 +999,19 @@ class _Model:
 
     def exclusive(self, worker: _Worker) -> bool:
         """Whether ``worker``'s decode steps may be timed in one go (:meth:`_Worker.
-        _decode_steps`): it has the GPU to itself, cannot be OOMKilled (no host mirror), and
-        none of its running requests has failed."""
-        return (
-            worker.spec.name in self._alone
-            and worker.mirror is None
-            and not any(r.finished() for r in worker.running)
-        )
+        _decode_steps`): it has the GPU to itself and none of its running requests has failed.
+        A decode-only step copies nothing to or from host memory, so a host-buffered worker
+        takes it as any other; the one OOM kill that can come meanwhile, a transfer routed to
+        a decode worker whose host mirror it fills (:meth:`transfer`), ends the stretch
+        (:meth:`kill`)."""
+        return worker.spec.name in self._alone and not any(r.finished() for r in worker.running)
 
     def together(self, worker: _Worker) -> bool:
         """Whether ``worker``'s decode-only step may be timed with the other workers of the GPU
-        it shares (:meth:`_Worker._shared_decode`): it shares one, cannot be OOMKilled (no host
-        mirror), and none of its running requests has failed."""
-        return (
-            worker.tenants is not None
-            and worker.mirror is None
-            and not any(r.finished() for r in worker.running)
-        )
+        it shares (:meth:`_Worker._shared_decode`): it shares one and none of its running
+        requests has failed (a host-buffered worker too: an OOM kill fails its requests,
+        which closes the window, :meth:`fail`)."""
+        return worker.tenants is not None and not any(r.finished() for r in worker.running)
 
     def tick(self) -> int:
         """The next number of the order in which events of shared GPUs are scheduled."""
@@ -1071,6 +1078,8 @@ class _Model:
             if worker.spec.name in r.workers:
                 self.fail(r, "in_band_error", message)
         worker.waiting, worker.running, worker.tokens = [], [], 0
+        if worker.arrived is not None and not worker.arrived.triggered:
+            worker.arrived.succeed()  # ends its stretch of decode steps (_decode_steps)
 
     def transfer(self, prefill: _Worker, r: _Request) -> Generator[simpy.Event, object, None]:
         """Prefill done and saved to host: pick a decode worker, wait for the pair's handshake

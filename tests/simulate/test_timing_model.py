@@ -573,3 +573,48 @@ def test_a_window_over_one_worker_replayed_array_wise_matches_the_loop(
     assert taken.count(True) > 10
     assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
     assert fast == slow
+
+
+@pytest.mark.parametrize(
+    ("shared", "link", "concurrency", "out"), [(True, "10gbe", 8, 1000), (False, "25gbe", 12, 800)]
+)
+@pytest.mark.parametrize("decode_limit", [13 << 30, HOST_BASE_BYTES + 20 * 149 * 16 * KVB])
+def test_host_buffered_decode_workers_time_decode_steps_in_one_go_as_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+    shared: bool,
+    link: str,
+    concurrency: int,
+    out: int,
+    decode_limit: int,
+) -> None:
+    """Decode workers that buffer KV in host memory (a host mirror, so they can be OOMKilled)
+    time their decode-only steps in one go, on a GPU they share (a window) or alone on their
+    own, and give the same records, every float the same, as the engine loop taking each step:
+    with a limit the run never reaches, and with one a transfer crosses mid-run (20 requests'
+    149 blocks of 16 tokens fit, every prompt fresh): a decode worker is OOMKilled in a window
+    or a stretch of decode steps (the cases chosen so), the steps that ended before carry their
+    tokens, the one in progress none, and its requests fail."""
+    base = cross_node(20 << 30, LINK_PROFILES[link])
+    decode = [
+        dataclasses.replace(w, memory_limit=decode_limit, gpu=w.gpu if shared else f"gpu-24gb/{i}")
+        for i, w in enumerate(base.workers[1:])
+    ]
+    topology = dataclasses.replace(base, workers=(base.workers[0], *decode))
+    reqs = [dataclasses.replace(r, output_tokens=out - 9 * (r.index % 5)) for r in requests(90, 90)]
+    midway: list[bool] = []
+    kill = timing_model._Model.kill
+
+    def counted(self: timing_model._Model, worker: timing_model._Worker, memory: int) -> None:
+        midway.append(worker.window is not None if shared else worker.arrived is not None)
+        kill(self, worker, memory)
+
+    monkeypatch.setattr(timing_model._Model, "kill", counted)
+    fast = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True)
+    monkeypatch.setattr(timing_model._Model, "together", lambda self, worker: False)
+    monkeypatch.setattr(timing_model._Model, "exclusive", lambda self, worker: False)
+    slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True)
+    killed = decode_limit < 13 << 30
+    assert [k.worker[:6] for k in fast.kills] == (["decode"] * 2 if killed else [])
+    assert any(midway[:2]) == killed  # a kill in the fast path's window or stretch
+    assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
+    assert fast == slow
