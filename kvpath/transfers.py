@@ -85,7 +85,8 @@ def worker_pair_link(link: LinkProfile, lanes: int) -> LinkProfile:
 @dataclass(frozen=True)
 class Flow:
     """One transfer in flight: its prefill/decode ``pair``, the node pair's ``wire`` (None:
-    the two workers share a host) and the ``profile`` of its path."""
+    the two workers share a host) and the ``profile`` of its path; the pair decides the other
+    two (every transfer of a pair takes one path)."""
 
     pair: Hashable
     wire: Hashable | None
@@ -93,18 +94,22 @@ class Flow:
 
 
 def transfer_rates(flows: Sequence[Flow]) -> list[float]:
-    """The rate (bytes/s) each of ``flows`` gets while all of them are in flight."""
-    per_pair = Counter(f.pair for f in flows)
-    pairs_on_wire = Counter(w for w, _ in {(f.wire, f.pair) for f in flows if f.wire is not None})
-    rates = []
-    for f in flows:
-        n = per_pair[f.pair]
+    """The rate (bytes/s) each of ``flows`` gets while all of them are in flight: one figure
+    per pair, computed once however many of its transfers are in flight (hundreds, when a slow
+    link queues them)."""
+    pairs = [f.pair for f in flows]
+    per_pair = Counter(pairs)
+    one = dict(zip(pairs, flows, strict=True))  # a flow of each pair
+    pairs_on_wire = Counter(f.wire for f in one.values() if f.wire is not None)
+    rate_of = {}
+    for pair, f in one.items():
+        n = per_pair[pair]
         rate = min(f.profile.bytes_per_s, f.profile.connection_rate / n)
         wire = f.profile.wire_bytes_per_s
         if f.wire is not None and wire is not None:
             rate = min(rate, wire / (pairs_on_wire[f.wire] * n))
-        rates.append(rate)
-    return rates
+        rate_of[pair] = rate
+    return [rate_of[pair] for pair in pairs]
 
 
 def transfer_seconds(kv_bytes: int, link_bytes_per_s: float) -> float:
