@@ -367,7 +367,8 @@ class _Worker:
         return self.killed_at is None or self.model.env.now < self.killed_at + LEASE_S
 
     def load_blocks(self) -> int:
-        """Active KV blocks: prompt + output tokens of its requests, in blocks."""
+        """Active KV blocks: the prompt tokens of its waiting and running requests
+        (``tokens``), in blocks; their output tokens are not counted."""
         return self.tokens // self.model.constants.block_tokens
 
     def cached_tokens(self, request: SimRequest) -> int:
