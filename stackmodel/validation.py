@@ -305,12 +305,16 @@ def shape_problem(error: Any, root: type[BaseModel]) -> ConfigProblem:
 
 def _nested_home(model: type[BaseModel], key: str) -> str | None:
     """The key of ``model``'s section (a nested model field, optional or not) that has
-    ``key`` among its own keys, e.g. ``timeSlicing`` for ``replicasPerGpu`` in a node class;
-    None when no section of it has."""
+    ``key`` among its own keys (its fields, or the keys it lists in ``config_keys``, as an
+    SLO does), e.g. ``timeSlicing`` for ``replicasPerGpu`` in a node class, ``slo`` for
+    ``ttftP99Ms`` in the load settings; None when no section of it has."""
     for name, field in model.model_fields.items():
         for kind in (field.annotation, *get_args(field.annotation)):
-            section = isinstance(kind, type) and issubclass(kind, BaseModel)
-            if section and any((f.alias or n) == key for n, f in kind.model_fields.items()):
+            if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+                continue
+            keys = {f.alias or n for n, f in kind.model_fields.items()}
+            listed = getattr(kind, "config_keys", None)
+            if key in keys or (callable(listed) and key in {k for k, _ in listed()}):
                 return field.alias or name
     return None
 

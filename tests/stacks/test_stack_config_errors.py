@@ -96,6 +96,13 @@ BAD_CONFIGS = {
         "unknown key here; it belongs under timeSlicing: write timeSlicing: {replicasPerGpu: 2}; "
         "allowed here: calibration,",
     ),
+    "slo-objective-written-beside-slo": BadConfig(
+        CROSS,
+        setting("load", "ttftP99Ms", value=500),
+        "load.ttftP99Ms",
+        "500",
+        "unknown key here; it belongs under slo: write slo: {ttftP99Ms: 500}; allowed here: api,",
+    ),
     "unknown-node-class": BadConfig(
         CROSS,
         setting(*W, 0, "nodeClass", value="gpu-80gb"),
