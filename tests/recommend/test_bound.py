@@ -151,3 +151,29 @@ def test_timing_ahead_in_processes_gives_the_same_results() -> None:
         return [(r.candidate.key, r.status, r.rank, r.best, r.reason) for r in results]
 
     assert seen(search(problem, picked, jobs=2)) == seen(search(problem, picked))
+
+
+def test_a_candidate_is_timed_with_rare_garbage_collections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The load search of a candidate runs with the cyclic collector's youngest generation
+    collected every `COLLECT_EVERY` allocations, and the thresholds are restored after, also
+    when the search fails."""
+    import gc
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, ...]] = []
+
+    def failing(*_: Any) -> Any:
+        seen.append(gc.get_threshold())
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(search_module, "highest_load", failing)
+    cfg = load_stack("kv-routing").cfg
+    base = project_values(stack_config("kv-routing")[0])
+    plan = search_module.check("kv-routing", base, candidates(cfg)[0], LoadConfig())
+    assert not isinstance(plan, str)
+    with pytest.raises(RuntimeError, match="stop"):
+        search_module.time_candidate(plan, LoadConfig(), parse_slo("ttft_p99_ms=1000"), 2)
+    assert seen == [(search_module.COLLECT_EVERY, 50, 100)]
+    assert gc.get_threshold() == before != seen[0]
