@@ -7,6 +7,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from measurement.client_cost import (
@@ -153,17 +154,33 @@ class Latencies:
             reads=mine(self.reads),
         )
 
+    def own(self, key: str, q: float) -> list[float | None] | None:
+        """Each request's own value (ms) of the latency `key` as an objective at the `q`-th
+        percentile judges it (`measurement.goodput.request_value`): its TTFT, TPOT or E2E, or
+        the `q`-th percentile of its own ITLs (None without one); None for a latency not kept
+        here."""
+        if key != "itl":
+            return {"ttft": self.ttft, "tpot": self.tpot, "e2e": self.e2e}.get(key)
+        import numpy as np
+
+        ends = np.searchsorted(self.owner, np.arange(len(self.ttft) + 1)).tolist()
+        return [percentile(self.itl[a:b], q) for a, b in pairwise(ends)]
+
+    def pooled(self, key: str) -> Any:
+        """The values (ms) of the latency `key` a percentile over the run takes: every ITL of
+        every request (`itl`), or the TTFT, TPOT or E2E of each request that has one; None for
+        a latency not kept here."""
+        if key == "itl":
+            return self.itl
+        kept = self.own(key, 50)
+        return None if kept is None else _present(kept)
+
     def p(self, q: float, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
         """The q-th percentile (ms) of each latency, keyed `ttft`, `itl`, `tpot`, `e2e`: TTFT,
         TPOT and E2E one value per request, ITL pooled over every token of every request;
         `keep`: per request, whether it counts (default: all)."""
         kept = self if keep is None else self.only(keep)
-        return {
-            "ttft": percentile(_present(kept.ttft), q),
-            "itl": percentile(kept.itl, q),
-            "tpot": percentile(_present(kept.tpot), q),
-            "e2e": percentile(_present(kept.e2e), q),
-        }
+        return {key: percentile(kept.pooled(key), q) for key in ("ttft", "itl", "tpot", "e2e")}
 
     def p99s(self, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
         """`p(99, keep)` keyed as `TAILS` (`ttft_p99_ms`, ...)."""
