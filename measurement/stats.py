@@ -160,7 +160,7 @@ class Latencies:
         the `q`-th percentile of its own ITLs (None without one); None for a latency not kept
         here."""
         if key != "itl":
-            return {"ttft": self.ttft, "tpot": self.tpot, "e2e": self.e2e}.get(key)
+            return self._each(key)
         import numpy as np
 
         ends = np.searchsorted(self.owner, np.arange(len(self.ttft) + 1)).tolist()
@@ -172,8 +172,12 @@ class Latencies:
         a latency not kept here."""
         if key == "itl":
             return self.itl
-        kept = self.own(key, 50)
-        return None if kept is None else _present(kept)
+        each = self._each(key)
+        return None if each is None else _present(each)
+
+    def _each(self, key: str) -> list[float | None] | None:
+        """Each request's TTFT, TPOT or E2E (`key`); None for another latency."""
+        return {"ttft": self.ttft, "tpot": self.tpot, "e2e": self.e2e}.get(key)
 
     def p(self, q: float, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
         """The q-th percentile (ms) of each latency, keyed `ttft`, `itl`, `tpot`, `e2e`: TTFT,
