@@ -97,7 +97,7 @@ def _apply_event(record: RequestRecord, data: str, now: int) -> bool:
         text, visible = _content_text(choice)
         if text:
             record.text.append(text)
-            record.token_ns.append(now)
+            cast(list[int], record.token_ns).append(now)  # the client's records hold lists
             record.last_token_ns = now
             if record.first_token_ns is None:
                 record.first_token_ns = now

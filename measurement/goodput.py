@@ -37,7 +37,7 @@ from measurement.stats import (
     tails,
 )
 from metrics.latency import answered
-from metrics.registry import Objective, objectives
+from metrics.registry import Metric, Objective, objectives
 from workload.slo import Slo, SloError
 
 if TYPE_CHECKING:  # annotations only: loadgen.request imports aiohttp
@@ -55,11 +55,15 @@ def request_value(record: RequestRecord, objective: Objective) -> float | None:
     return metric.per_request(record)
 
 
-def run_figures(records: Sequence[RequestRecord], keys: Iterable[str]) -> dict[str, float | None]:
+def run_figures(
+    records: Sequence[RequestRecord], keys: Iterable[str], latencies: Latencies | None = None
+) -> dict[str, float | None]:
     """The run's figure (ms) of each objective of `keys`: the percentile of its latency over
     the run, as `measurement.stats.tails` takes the p99s: over the successful requests (a
     per-token latency pooled over every token of every request), and for a latency with a
-    `sample` the censored requests too, at the time they were cut (a lower bound)."""
+    `sample` the censored requests too, at the time they were cut (a lower bound).
+    `latencies`: the successful records' `measurement.stats.Latencies` when computed already
+    (the latencies it keeps are read from it: the same values)."""
     known = objectives()
     good = [r for r in records if r.ok]
     out: dict[str, float | None] = {}
@@ -68,12 +72,29 @@ def run_figures(records: Sequence[RequestRecord], keys: Iterable[str]) -> dict[s
         if metric.sample is not None:
             samples = [s for s in map(metric.sample, records) if s is not None]
             out[key] = bounded_percentile(samples, q)[0]
-        elif metric.per_token is not None:
-            out[key] = percentile([v for r in good for v in metric.per_token(r)], q)
         else:
-            assert metric.per_request is not None, f"{metric.key} has no per-request value"
-            out[key] = percentile([v for r in good if (v := metric.per_request(r)) is not None], q)
+            kept = None if latencies is None else latencies.pooled(metric.key)
+            out[key] = percentile(_pooled(good, metric) if kept is None else kept, q)
     return out
+
+
+def _pooled(good: Sequence[RequestRecord], metric: Metric) -> list[float]:
+    """The values (ms) of `metric` over the successful records `good` a percentile takes: a
+    per-token latency's over every token of every request, else one per request that has
+    one."""
+    if metric.per_token is not None:
+        return [v for r in good for v in metric.per_token(r)]
+    assert metric.per_request is not None, f"{metric.key} has no per-request value"
+    return [v for r in good if (v := metric.per_request(r)) is not None]
+
+
+def _own_values(
+    good: Sequence[RequestRecord], objective: Objective, latencies: Latencies | None
+) -> list[float | None]:
+    """`request_value` of each of `good` (successful records): read from `latencies` (theirs)
+    where it keeps the latency, else computed request by request."""
+    kept = None if latencies is None else latencies.own(objective.metric.key, objective.q)
+    return [request_value(r, objective) for r in good] if kept is None else kept
 
 
 def figures(
@@ -83,7 +104,7 @@ def figures(
     objective of `slo` (`run_figures`), keyed by objective; `latencies`: the successful
     records' `measurement.stats.Latencies` when computed already."""
     p99 = tails(records, latencies)
-    return p99 | run_figures(records, [k for k in slo.objectives() if k not in p99])
+    return p99 | run_figures(records, [k for k in slo.objectives() if k not in p99], latencies)
 
 
 def judged(slo: Slo) -> dict[str, tuple[Objective, float]]:
@@ -99,10 +120,15 @@ def missed(record: RequestRecord, slo: Slo) -> list[str]:
     return missed_of(record, judged(slo))
 
 
-def missed_of(record: RequestRecord, bounds: Mapping[str, tuple[Objective, float]]) -> list[str]:
+def missed_of(
+    record: RequestRecord,
+    bounds: Mapping[str, tuple[Objective, float]],
+    values: Mapping[str, float | None] | None = None,
+) -> list[str]:
     """`missed` against objectives already resolved (`judged`); a reply with no visible token
     (not `metrics.latency.answered`) misses each objective whose metric needs one (TTFT,
-    E2E: `Metric.needs_answer`)."""
+    E2E: `Metric.needs_answer`). `values`: the record's `request_value` of each objective,
+    by key, when computed already."""
     if not record.ok:
         return list(bounds)
     blank = not answered(record)
@@ -110,7 +136,10 @@ def missed_of(record: RequestRecord, bounds: Mapping[str, tuple[Objective, float
         k
         for k, (objective, bound) in bounds.items()
         if (blank and objective.metric.needs_answer)
-        or ((v := request_value(record, objective)) is not None and v > bound)
+        or (
+            (v := request_value(record, objective) if values is None else values[k]) is not None
+            and v > bound
+        )
     ]
 
 
@@ -138,16 +167,18 @@ def evaluate_run(
     good = [r for r in records if r.ok]
     latencies = Latencies.of(good) if latencies is None else latencies
     bounds = judged(slo)
+    own = {key: _own_values(good, o, latencies) for key, (o, _) in bounds.items()}
     for key, (o, _) in bounds.items():
         if not o.metric.two_tokens or not good:
             continue
-        if all(request_value(r, o) is None for r in good):
+        if all(v is None for v in own[key]):
             raise SloError(
                 f"slo {key}: no successful request of the run has a {o.name} (each "
                 "generated one token, or came in one network read); drop "
                 f"{key} or raise maxTokens to 2 or more"
             )
-    misses = [missed_of(r, bounds) for r in records]
+    values = iter([{key: own[key][i] for key in bounds} for i in range(len(good))])
+    misses = [missed_of(r, bounds, next(values) if r.ok else None) for r in records]
     met = [r for r, m in zip(records, misses, strict=True) if not m and answered(r)]
     span = span_seconds(good)
     cold = first_of_client(records, concurrency, closed)

@@ -3,10 +3,17 @@ timestamps (`time.monotonic_ns()`), usage, error and the frontend's own figures
 (`loadgen.request.stream_request` fills it; the simulator writes the same records).
 """
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from measurement.errors import ErrorKind
+
+if TYPE_CHECKING:  # annotations only: the load client's pods need no numpy to fill a record
+    import numpy as np
+    import numpy.typing as npt
 
 UNKEPT_FIELDS = ("text",)
 """`RequestRecord` fields that stay in memory: not in requests.parquet, not in a pod's log."""
@@ -43,7 +50,9 @@ class RequestRecord:
     `first_token_ns` (a record made without it, by the simulator or an older version, leaves
     it None); `reasoning_events`: content-bearing events that carried reasoning text only
     (`reasoning_content` or `reasoning`, no `content`); `token_ns`: arrival of every
-    content-bearing event (reasoning included);
+    content-bearing event (reasoning included): a list the client appends to, or an int64
+    numpy array where the times come as one (the simulator's records,
+    `simulator.records.timing_records`; read it with `len()`, never as a truth value);
     `last_token_ns`: the last generated token, where E2E ends: the last content-bearing event,
     or, in a stream that carried no text at all (the Dynamo mocker's), the last event with a
     `choices` entry; never the usage-only chunk, which only supplies counts.
@@ -107,7 +116,7 @@ class RequestRecord:
     first_output_ns: int | None = None
     last_token_ns: int | None = None
     end_ns: int | None = None
-    token_ns: list[int] = field(default_factory=list)
+    token_ns: list[int] | npt.NDArray[np.int64] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     chunks: int = 0
     reasoning_events: int = 0

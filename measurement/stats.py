@@ -7,6 +7,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from measurement.client_cost import (
@@ -24,7 +25,7 @@ from measurement.results import LOW_SAMPLE_P99, MetricInterval, PointSummary, Ru
 from metrics.latency import (
     answered,
     between_ms,
-    chunk_tokens,
+    chunk_array,
     e2e_ms,
     e2e_sample,
     hidden_tokens,
@@ -102,7 +103,7 @@ class Latencies:
     """Each successful request's own latencies (ms), in the order of the records they came
     from: TTFT, TPOT, E2E (None where it has none) and its ITLs (`itl_array`), every request's
     one after the other in one numpy float64 array `itl` with `owner`, per ITL, the position
-    of its request; and what they were read from, each request's `chunk_tokens` (`tokens`) and
+    of its request; and what they were read from, each request's `chunk_array` (`tokens`) and
     `read_arrays` (`reads`). Computed once per run (`of`), they serve both its summary
     (`summarize_run`) and its SLO judgement (`measurement.goodput.evaluate_run`)."""
 
@@ -111,7 +112,7 @@ class Latencies:
     owner: Any
     tpot: list[float | None]
     e2e: list[float | None]
-    tokens: list[list[float]]
+    tokens: list[Any]
     reads: list[tuple[Any, Any]]
 
     @staticmethod
@@ -119,7 +120,7 @@ class Latencies:
         """The latencies of `good` (successful records)."""
         import numpy as np
 
-        tokens = [chunk_tokens(r) for r in good]  # computed once: every per-token figure reads it
+        tokens = [chunk_array(r) for r in good]  # computed once: every per-token figure reads it
         reads = [read_arrays(r, n) for r, n in zip(good, tokens, strict=True)]
         triples = list(zip(good, tokens, reads, strict=True))
         itls = [itl_array(r, n, read) for r, n, read in triples]
@@ -153,17 +154,37 @@ class Latencies:
             reads=mine(self.reads),
         )
 
+    def own(self, key: str, q: float) -> list[float | None] | None:
+        """Each request's own value (ms) of the latency `key` as an objective at the `q`-th
+        percentile judges it (`measurement.goodput.request_value`): its TTFT, TPOT or E2E, or
+        the `q`-th percentile of its own ITLs (None without one); None for a latency not kept
+        here."""
+        if key != "itl":
+            return self._each(key)
+        import numpy as np
+
+        ends = np.searchsorted(self.owner, np.arange(len(self.ttft) + 1)).tolist()
+        return [percentile(self.itl[a:b], q) for a, b in pairwise(ends)]
+
+    def pooled(self, key: str) -> Any:
+        """The values (ms) of the latency `key` a percentile over the run takes: every ITL of
+        every request (`itl`), or the TTFT, TPOT or E2E of each request that has one; None for
+        a latency not kept here."""
+        if key == "itl":
+            return self.itl
+        each = self._each(key)
+        return None if each is None else _present(each)
+
+    def _each(self, key: str) -> list[float | None] | None:
+        """Each request's TTFT, TPOT or E2E (`key`); None for another latency."""
+        return {"ttft": self.ttft, "tpot": self.tpot, "e2e": self.e2e}.get(key)
+
     def p(self, q: float, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
         """The q-th percentile (ms) of each latency, keyed `ttft`, `itl`, `tpot`, `e2e`: TTFT,
         TPOT and E2E one value per request, ITL pooled over every token of every request;
         `keep`: per request, whether it counts (default: all)."""
         kept = self if keep is None else self.only(keep)
-        return {
-            "ttft": percentile(_present(kept.ttft), q),
-            "itl": percentile(kept.itl, q),
-            "tpot": percentile(_present(kept.tpot), q),
-            "e2e": percentile(_present(kept.e2e), q),
-        }
+        return {key: percentile(kept.pooled(key), q) for key in ("ttft", "itl", "tpot", "e2e")}
 
     def p99s(self, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
         """`p(99, keep)` keyed as `TAILS` (`ttft_p99_ms`, ...)."""
@@ -583,18 +604,19 @@ def _latency_fields(
 
 def _stream_fields(
     good: Sequence[RequestRecord],
-    tokens: Sequence[list[float]],
+    tokens: Sequence[Any],
     reads: Sequence[tuple[Any, Any]],
 ) -> tuple[dict[str, Any], list[str]]:
     """`summarize_run`'s figures of how the stream came (tokens per chunk, inter-chunk gaps,
-    content events per read) from the successful records and their `chunk_tokens` / `icl_ms`,
-    and the warnings for multi-token chunks and clumped reads."""
+    content events per read) from the successful records and their `chunk_array` / `icl_array`,
+    and the warnings for multi-token chunks and clumped reads (a request's tokens per chunk:
+    its counts summed one after the other, over the chunks)."""
     per_chunk = _flat(tokens)
     icl_p50 = percentile(
         _flat([icl_array(r, read) for r, read in zip(good, reads, strict=True)]), 50
     )
     warnings = []
-    multi = sum(bool(n) and sum(n) / len(n) >= MULTI_TOKEN_CHUNK for n in tokens)
+    multi = sum(len(n) > 0 and float(n.cumsum()[-1]) / len(n) >= MULTI_TOKEN_CHUNK for n in tokens)
     if multi:
         warnings.append(_multi_token_warning(good, multi, per_chunk, icl_p50))
     read_counts = [len(times) for times, _ in reads]

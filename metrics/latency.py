@@ -5,8 +5,14 @@ registry (`metrics.registry`) names each by its key; `measurement.stats` reduces
 percentiles over a run.
 """
 
+from __future__ import annotations
+
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+if TYPE_CHECKING:  # annotations only: numpy is imported where an array is computed
+    import numpy as np
+    import numpy.typing as npt
 
 _NS_PER_MS = 1e6
 
@@ -21,7 +27,7 @@ class Timed(Protocol):
     first_output_ns: int | None
     last_token_ns: int | None
     error_ns: int | None
-    token_ns: list[int]
+    token_ns: list[int] | npt.NDArray[np.int64]
     chunk_tokens: list[int]
     completion_tokens: int | None
     reasoning_tokens: int | None
@@ -30,6 +36,10 @@ class Timed(Protocol):
 
     @property
     def ok(self) -> bool: ...
+
+
+Counts: TypeAlias = "Sequence[float] | npt.NDArray[np.float64]"
+"""Tokens per content chunk (`chunk_tokens` or `chunk_array`), one per `token_ns` entry."""
 
 
 def between_ms(start: int | None, end: int | None) -> float | None:
@@ -85,7 +95,7 @@ def answered(record: Timed) -> bool:
     misses every TTFT and E2E objective and earns no goodput (`measurement.goodput`)."""
     if record.reasoning_events:
         return record.first_output_ns is not None
-    return bool(record.token_ns) or seen_tokens(record) != 0
+    return len(record.token_ns) > 0 or seen_tokens(record) != 0
 
 
 def e2e_ms(record: Timed) -> float | None:
@@ -106,16 +116,24 @@ def chunk_tokens(record: Timed) -> list[float]:
     it), else the tokens the client saw (`seen_tokens`: hidden reasoning left out, so it is
     never spread over the gaps between visible chunks) spread evenly over the k chunks (the
     final usage says how many tokens, not which chunk held them): `spread_tokens(N / k, k)`;
-    [] without content chunks or a token count."""
+    [] without content chunks or a token count. A list of `chunk_array`."""
+    return list(chunk_array(record).tolist())
+
+
+def chunk_array(record: Timed) -> npt.NDArray[np.float64]:
+    """`chunk_tokens` as a numpy float64 array: the one implementation, array-wise for a
+    run's many chunks."""
+    import numpy as np
+
     chunks = len(record.token_ns)
     if chunks and len(record.chunk_tokens) == chunks and sum(record.chunk_tokens) > 0:
-        counts = [float(n) for n in record.chunk_tokens]
+        counts = np.array([float(n) for n in record.chunk_tokens])
         counts[0] = max(1.0, counts[0] - hidden_tokens(record))  # what came before it, unseen
         return counts
     out = seen_tokens(record)
     if not chunks or not out:
-        return []
-    return [spread_tokens(out / chunks, chunks)] * chunks
+        return np.empty(0)
+    return np.full(chunks, spread_tokens(out / chunks, chunks))
 
 
 def spread_tokens(per_chunk: float, chunks: int) -> float:
@@ -132,31 +150,34 @@ def spread_tokens(per_chunk: float, chunks: int) -> float:
     return 1 + (per_chunk - low) / (2 - low)
 
 
-def content_reads(
-    record: Timed, tokens: list[float] | None = None
-) -> tuple[list[int], list[float]]:
+def content_reads(record: Timed, tokens: Counts | None = None) -> tuple[list[int], list[float]]:
     """The network reads that carried content: each one's time (ns) and the tokens its
-    content-bearing events carried (`tokens`: `chunk_tokens`, one per event; [] counts each
-    event as 1). The clock is read once per read (`loadgen.request`), so events delivered in one
-    read share its time and make one entry: a proxy that buffers the stream delivers many
-    events per read, and the gaps between them were never seen by the client. Lists of
-    `read_arrays`."""
+    content-bearing events carried (`tokens`: `chunk_tokens` or `chunk_array`, one per event;
+    empty or None counts each event as 1). The clock is read once per read (`loadgen.request`),
+    so events delivered in one read share its time and make one entry: a proxy that buffers
+    the stream delivers many events per read, and the gaps between them were never seen by
+    the client. Lists of `read_arrays`."""
     times, carried = read_arrays(record, tokens)
     return times.tolist(), carried.tolist()
 
 
-def read_arrays(record: Timed, tokens: Sequence[float] | None = None) -> tuple[Any, Any]:
+def read_arrays(record: Timed, tokens: Counts | None = None) -> tuple[Any, Any]:
     """`content_reads` as numpy arrays (int64 times in ns, float64 tokens carried): the one
-    implementation, array-wise for a run's many tokens."""
+    implementation, array-wise for a run's many tokens (a record's `token_ns` array, and an
+    array `tokens`, are read as they are, not copied)."""
     import numpy as np
 
     times = np.asarray(record.token_ns, dtype=np.int64)
-    counts = np.asarray(tokens, dtype=np.float64) if tokens else np.ones(len(times))
+    counts = (
+        np.asarray(tokens, dtype=np.float64)
+        if tokens is not None and len(tokens)
+        else np.ones(len(times))
+    )
     if len(times) < 2 or bool(np.all(times[1:] != times[:-1])):  # one event per read
         return times, counts
     reads: list[int] = []
     carried: list[float] = []
-    for t, n in zip(record.token_ns, counts.tolist(), strict=True):
+    for t, n in zip(times.tolist(), counts.tolist(), strict=True):
         if reads and reads[-1] == t:
             carried[-1] += n
         else:
@@ -183,7 +204,7 @@ def icl_array(record: Timed, reads: tuple[Any, Any] | None = None) -> Any:
     return np.diff(times) / _NS_PER_MS
 
 
-def itl_ms(record: Timed, tokens: list[float] | None = None) -> list[float]:
+def itl_ms(record: Timed, tokens: Counts | None = None) -> list[float]:
     """Inter-token latencies (ms), one per content read after the first: the gap to the
     previous content read divided by the tokens the later read carried (`content_reads` over
     `chunk_tokens`), so a chunk of 8 tokens 80 ms after the previous one gives 10 ms. With one
@@ -194,11 +215,11 @@ def itl_ms(record: Timed, tokens: list[float] | None = None) -> list[float]:
 
 
 def itl_array(
-    record: Timed, tokens: Sequence[float] | None = None, reads: tuple[Any, Any] | None = None
+    record: Timed, tokens: Counts | None = None, reads: tuple[Any, Any] | None = None
 ) -> Any:
     """`itl_ms` as a numpy float64 array (each the same float as ``gap / n``); `reads`: the
     record's `read_arrays` over `tokens` when computed already."""
-    tokens = chunk_tokens(record) if tokens is None else tokens
+    tokens = chunk_array(record) if tokens is None else tokens
     reads = read_arrays(record, tokens) if reads is None else reads
     gaps = icl_array(record, reads)
     if not len(tokens):
@@ -209,7 +230,7 @@ def itl_array(
 
 
 def tpot_ms(
-    record: Timed, tokens: list[float] | None = None, reads: tuple[Any, Any] | None = None
+    record: Timed, tokens: Counts | None = None, reads: tuple[Any, Any] | None = None
 ) -> float | None:
     """Time per output token (ms) after the first content read: (E2E - TTFT) /
     (tokens seen - tokens of the first read) (`seen_tokens`: hidden reasoning left out;
@@ -222,11 +243,11 @@ def tpot_ms(
     ttft, e2e, out = ttft_ms(record), e2e_ms(record), seen_tokens(record)
     if ttft is None or e2e is None or out is None:
         return None
-    tokens = chunk_tokens(record) if tokens is None else tokens
+    tokens = chunk_array(record) if tokens is None else tokens
     times, carried = read_arrays(record, tokens) if reads is None else reads
     if len(times) < 2:
         return None
-    first = float(carried[0]) if tokens else 1.0
+    first = float(carried[0]) if len(tokens) else 1.0
     if out - first < 1:
         return None
     return (e2e - ttft) / (out - first)

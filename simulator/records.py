@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from measurement.errors import ErrorKind
 from measurement.record import RequestRecord
@@ -19,12 +20,10 @@ def _ns(seconds: float) -> int:
     return round(seconds * 1e9)
 
 
-def _ns_all(offset_s: float, seconds: Sequence[float]) -> list[int]:
-    """``_ns(offset_s + t)`` of each of ``seconds``, array-wise: the same sums and products,
-    rounded half to even as ``round`` rounds."""
-    return list(
-        np.rint((offset_s + np.asarray(seconds, dtype=np.float64)) * 1e9).astype(np.int64).tolist()
-    )
+def _ns_all(offset_s: float, seconds: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """``_ns(offset_s + t)`` of each of ``seconds``, array-wise (int64): the same sums and
+    products, rounded half to even as ``round`` rounds."""
+    return np.rint((offset_s + seconds) * 1e9).astype(np.int64)
 
 
 def timing_records(
@@ -46,10 +45,10 @@ def timing_records(
         if o.error is None:
             tokens = _ns_all(offset_s, o.token_s)
             record.status = 200
-            record.first_byte_ns = record.first_chunk_ns = record.first_token_ns = tokens[0]
+            record.first_byte_ns = record.first_chunk_ns = record.first_token_ns = int(tokens[0])
             record.token_ns = tokens
             record.chunks = len(tokens) + 1
-            record.end_ns = record.last_token_ns = tokens[-1]
+            record.end_ns = record.last_token_ns = int(tokens[-1])
             record.finish_reason = "length"
             record.prompt_tokens = spec.prompt_tokens
             record.completion_tokens = len(tokens)
@@ -74,11 +73,12 @@ def _frontend_timing(record: RequestRecord, o: Outcome) -> None:
     record.prefill_worker_id, record.decode_worker_id = o.prefill_worker, o.decode_worker
     if o.routed_s is None:
         return
-    first = o.token_s[0]
+    tokens = o.token_s
+    first = float(tokens[0])
     record.frontend_prefill_wait_ms = (o.routed_s - o.sent_s) * 1e3
     ttft_end = first if o.prefill_done_s is None else o.prefill_done_s
     record.frontend_ttft_ms = (ttft_end - o.sent_s) * 1e3
     record.frontend_prefill_ms = (ttft_end - o.routed_s) * 1e3
-    record.frontend_total_ms = (o.token_s[-1] - o.sent_s) * 1e3
+    record.frontend_total_ms = (float(tokens[-1]) - o.sent_s) * 1e3
     if o.prefill_done_s is not None:
         record.kv_transfer_estimated_ms = (first - o.prefill_done_s) * 1e3

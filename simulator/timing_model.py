@@ -103,15 +103,15 @@ frontend's own CPU, network latency besides the KV link, and KV events' delay.
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 from collections import OrderedDict
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import simpy
 
 from kvpath.copies import DEFAULT_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d_seconds
@@ -266,8 +266,9 @@ class Outcome:
     """The simulated timing of one request (seconds from the run's start).
 
     ``sent_s``: when the client sent it; ``intended_s``: when it was due (the open loop's
-    arrival time; in the closed loop its send); ``token_s``: when each output token reached
-    the client (the first is the TTFT's end);
+    arrival time; in the closed loop its send); :attr:`token_s`: when each output token reached
+    the client (the first is the TTFT's end), added as the run goes (:meth:`add_tokens`,
+    :meth:`add_token`);
     ``error``: why it failed (None: success), with ``error_kind`` and ``error_s``;
     ``moved_bytes``: KV bytes it moved over the link; ``cached_tokens``: the prefix-cache hit
     its prefill got, the one a real deployment's client is told: the routing run's for an
@@ -285,7 +286,6 @@ class Outcome:
 
     index: int
     sent_s: float
-    token_s: list[float] = field(default_factory=list)
     intended_s: float | None = None
     end_s: float | None = None
     error: str | None = None
@@ -297,6 +297,49 @@ class Outcome:
     prefill_done_s: float | None = None
     prefill_worker: str | None = None
     decode_worker: str | None = None
+    _pieces: list[npt.NDArray[np.float64]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+    _singles: list[float] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def __eq__(self, other: object) -> bool:
+        """The same fields and the same token times."""
+        if not isinstance(other, Outcome):
+            return NotImplemented
+        same = all(
+            getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.compare
+        )
+        return same and bool(np.array_equal(self.token_s, other.token_s))
+
+    def add_tokens(self, times: npt.NDArray[np.float64]) -> None:
+        """Tokens that came at ``times`` (s, in order, after those added before): a stretch of
+        decode steps whose array the requests of the step share (read-only, not copied)."""
+        self._flush()
+        self._pieces.append(times)
+
+    def add_token(self, at: float) -> None:
+        """One token that came at ``at`` (s, after those added before)."""
+        self._singles.append(at)
+
+    @property
+    def token_s(self) -> npt.NDArray[np.float64]:
+        """When each output token reached the client (s from the run's start; float64, in
+        order; read-only: it may be an array the requests of a stretch share): the pieces
+        added, joined into one array when first read after an addition."""
+        self._flush()
+        if len(self._pieces) != 1:
+            joined = np.concatenate(self._pieces) if self._pieces else np.empty(0)
+            joined.flags.writeable = False
+            self._pieces = [joined]
+        return self._pieces[0]
+
+    def _flush(self) -> None:
+        """The single tokens added since the last piece, as a piece of their own."""
+        if self._singles:
+            single = np.array(self._singles, dtype=np.float64)
+            single.flags.writeable = False
+            self._pieces.append(single)
+            self._singles = []
 
 
 @dataclass(frozen=True)
@@ -511,9 +554,9 @@ class _Worker:
         batch, total = len(contexts), sum(contexts)
         grown = range(total, total + steps * batch, batch)
         gpu_s = step.decode_gpu_s(batch, grown)
-        ends = _running_sum(env.now, step.host_s, gpu_s, steps)[2::2].tolist()
+        ends = _running_sum(env.now, step.host_s, gpu_s, steps)[2::2]
         self.arrived = env.event()
-        last = timeout_at(env, ends[-1])
+        last = timeout_at(env, float(ends[-1]))
         yield last | self.arrived
         self.arrived = None
         taken = steps
@@ -529,17 +572,18 @@ class _Worker:
             return
         if not last.processed and env.now < ends[-1]:
             # the step in progress when the request came (or the one starting then) completes
-            taken = min(bisect.bisect_left(ends, env.now) + 1, steps)
+            taken = min(int(np.searchsorted(ends, env.now, side="left")) + 1, steps)
             self._horizon = FIRST_HORIZON_STEPS
             if ends[taken - 1] > env.now:
-                yield timeout_at(env, ends[taken - 1])
+                yield timeout_at(env, float(ends[taken - 1]))
         times = ends[:taken]
+        times.flags.writeable = False  # shared by the running requests' outcomes
         for r in running:
-            r.outcome.token_s.extend(times)
+            r.outcome.add_tokens(times)
             r.remaining -= taken
         for r in running:
             if r.remaining <= 0:
-                r.outcome.end_s = times[-1]
+                r.outcome.end_s = float(times[-1])
                 self.running.remove(r)
                 self.tokens -= r.spec.prompt_tokens
                 r.workers.discard(self.spec.name)
@@ -644,7 +688,7 @@ class _Worker:
         return max(r.spec.prompt_tokens - r.outcome.cached_tokens, 0)
 
     def _emit(self, r: _Request, now: float) -> None:
-        r.outcome.token_s.append(now)
+        r.outcome.add_token(now)
         r.remaining -= 1
         if r.remaining <= 0:
             r.outcome.end_s = now
@@ -906,10 +950,12 @@ class _Window:
         tenants.horizon = (
             min(2 * tenants.horizon, HORIZON_STEPS) if done is self.final else FIRST_HORIZON_STEPS
         )
-        for m, taken, times in zip(self.members, done.steps, done.ends, strict=True):
+        for m, taken, ends in zip(self.members, done.steps, done.ends, strict=True):
             if taken:
+                times = np.array(ends, dtype=np.float64)
+                times.flags.writeable = False  # shared by the member's running requests
                 for r in m.running:
-                    r.outcome.token_s.extend(times)
+                    r.outcome.add_tokens(times)
                     r.remaining -= taken
         handed: dict[int, _Pending] = {}
         jobs = []

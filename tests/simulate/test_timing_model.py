@@ -436,7 +436,9 @@ def test_decode_steps_timed_in_one_go_match_the_step_by_step_loop(
     monkeypatch.setattr(timing_model._Model, "exclusive", lambda self, worker: False)
     slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=6)
     assert taken  # the workers alone on their GPU took the one-go path
-    assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
+    assert [o.token_s.tolist() for o in fast.outcomes] == [
+        o.token_s.tolist() for o in slow.outcomes
+    ]
     assert fast == slow
 
 
@@ -484,7 +486,9 @@ def test_decode_steps_of_workers_sharing_a_gpu_timed_together_match_the_loop(
     monkeypatch.setattr(timing_model._Model, "together", lambda self, worker: False)
     slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=concurrency)
     assert replays.count(False) > 10 and any(replays)  # windows, some of them interrupted
-    assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
+    assert [o.token_s.tolist() for o in fast.outcomes] == [
+        o.token_s.tolist() for o in slow.outcomes
+    ]
     assert fast == slow
 
 
@@ -571,7 +575,9 @@ def test_a_window_over_one_worker_replayed_array_wise_matches_the_loop(
     monkeypatch.setattr(timing_model._Model, "together", lambda self, worker: False)
     slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=2)
     assert taken.count(True) > 10
-    assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
+    assert [o.token_s.tolist() for o in fast.outcomes] == [
+        o.token_s.tolist() for o in slow.outcomes
+    ]
     assert fast == slow
 
 
