@@ -565,9 +565,11 @@ class _Worker:
             # OOMKilled mid-stretch (its requests failed then): the steps that ended before
             # carried their tokens; the loop's step in progress ends with no token, and none
             # after it is taken.
-            taken = bisect.bisect_left(ends, env.now)
+            taken = int(np.searchsorted(ends, env.now, side="left"))
+            before = ends[:taken]
+            before.flags.writeable = False  # shared by the running requests' outcomes
             for r in running:
-                r.outcome.token_s.extend(ends[:taken])
+                r.outcome.add_tokens(before)
                 r.remaining -= taken
             return
         if not last.processed and env.now < ends[-1]:
