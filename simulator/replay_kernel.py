@@ -30,7 +30,7 @@ def replay_kernel() -> Callable[..., Any]:
         except ImportError:
             _KERNEL.append(replay_events)
         else:
-            _KERNEL.append(numba.njit(cache=True, nogil=True)(replay_events))
+            _KERNEL.append(numba.njit(cache=True)(replay_events))
     return _KERNEL[0]
 
 
@@ -53,7 +53,8 @@ def replay_events(
     ulps: float,
 ) -> tuple[int, Any, Any, Any, float, float, float, Any, Any, Any, Any, float]:
     """A window's events before ``until`` (seconds), or before the timer that would end a step
-    a member may not take (its ``limit``), in SimPy's order (time, then when scheduled).
+    a member may not take (its ``limit``), in SimPy's order: time, then when scheduled (its
+    event queue's key, simpy 4.1.2 ``simpy/core.py`` L172, ``Environment.schedule``).
 
     Args:
         owner, left, total: the jobs on the GPU, in the server's order: the member each
