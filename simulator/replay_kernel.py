@@ -58,8 +58,7 @@ def replay_events(
 
     Args:
         owner, left, total: the jobs on the GPU, in the server's order: the member each
-            belongs to (int64), its work left and its total work (float64, GPU seconds);
-            arrays of one slot per member, the first ``len(owner)`` in use.
+            belongs to (int64), its work left and its total work (float64, GPU seconds).
         rate, last, due: every job's rate (work per second), when the jobs were last updated,
             when the GPU's timer fires (``inf``: none; scheduled before any host part's end).
         host_at, host_seq: per member when its host part ends (``inf``: none) and when that
@@ -72,13 +71,14 @@ def replay_events(
         seq: the next scheduling order number.
         tolerance, ulps: a job is done when at most ``tolerance`` of its work is left, or what
             is left takes at most ``ulps`` units in the last place of the clock
-            (:func:`simulator.sharing.done_jobs`).
+            (:func:`simulator.sharing.done_jobs`); arguments, not globals, which Numba would
+            freeze into the kernel cached on disk.
 
     Returns:
         ``(jobs, owner, left, total, rate, last, due, host_at, host_seq, steps, ends, stop)``:
         the state at the first event not replayed (the first ``jobs`` entries of the job
-        arrays), per member the steps completed and their ends (the first ``steps[i]`` of row
-        ``i`` of ``ends``), and that event's time ``stop``.
+        arrays, one slot per member), per member the steps completed and their ends (the
+        first ``steps[i]`` of row ``i`` of ``ends``), and that event's time ``stop``.
     """
     members = len(host_at)
     jobs = len(owner)
