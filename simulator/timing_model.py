@@ -118,13 +118,15 @@ from kvpath.copies import DEFAULT_HOST_COPIES, HostCopyProfile, d2h_seconds, h2d
 from kvpath.memory import HOST_BASE_BYTES, block_bytes
 from kvpath.profile import LinkProfile
 from kvpath.transfers import Flow, agent_lanes, worker_pair_link
+from simulator.replay_kernel import replay_kernel
 from simulator.sharing import (
+    _CLOCK_ULPS,
+    _DONE_TOLERANCE,
     FlowServer,
     ResidentMirror,
     ServerState,
     SharedServer,
     all_done,
-    done_jobs,
     timeout_at,
 )
 from steptime.roofline import EngineStep
@@ -805,6 +807,7 @@ class _Window:
             min(min(r.remaining for r in m.running) - 1, tenants.horizon) for m in members
         ]
         self.base = model.tick()
+        self.table: Any = None  # self.works as one array, row i up to limit[i] (_replay)
         self.final = self._replay(math.inf)
         for m in members:
             m.window = self
@@ -828,77 +831,58 @@ class _Window:
         a host part's end serves the member's next step (``_RateServer._start``), the timer
         ends the jobs done (``_on_timer``), each followed by ``_reschedule``; a member whose
         step ended starts the next one's host part. Every job on the server has the same rate
-        (``SharedServer.job_rate`` of their number), so one ``rate`` stands for all. A window
-        over one worker and an idle GPU is replayed array-wise (:meth:`_alone`)."""
+        (``SharedServer.job_rate`` of their number), so one ``rate`` stands for all. The event
+        loop is :func:`simulator.replay_kernel.replay_events` (compiled where Numba installs),
+        over each member's step works up to its limit. A window over one worker and an idle
+        GPU is replayed array-wise (:meth:`_alone`)."""
         if len(self.members) == 1 and not self.jobs:
             alone = self._alone(until)
             if alone is not None:
                 return alone
-        rate_of = [self.tenants.server.job_rate(n) for n in range(len(self.members) + 1)]
-        owner = [i for i, _, _ in self.jobs]
-        left = [rem for _, rem, _ in self.jobs]
-        total = [work for _, _, work in self.jobs]
-        rate, last, due, due_seq = self.rate, self.start.last, self.start.due_s, -1
-        due = math.inf if due is None else due
-        # per member its host part's end (time, when scheduled, member); math.inf: none
-        hosts = [
-            (p.at_s if p.kind == "host" else math.inf, p.seq, i) for i, p in enumerate(self.origin)
-        ]
-        steps = [0] * len(self.members)
-        ends: list[list[float]] = [[] for _ in self.members]
-        host_s = [m.spec.step.host_s for m in self.members]
-        works, limit = self.works, self.limit
-        seq = self.base
-        while True:
-            at, order, who = min(hosts)
-            if not (at < due or (at == due and order < due_seq)):
-                at, who = due, -1
-            if at >= until:
-                break
-            elapsed = at - last
-            if who >= 0:  # its host part ends: the GPU takes its next step's work
-                if elapsed > 0:
-                    left = [rem - rate * elapsed for rem in left]
-                step = steps[who]
-                work = works[who][step] if step < len(works[who]) else self._work(who, step)
-                owner.append(who)
-                left.append(work)
-                total.append(work)
-                hosts[who] = (math.inf, 0, who)
-                last = at
-                rate = rate_of[len(left)]
-                due = at + max(min(left) / rate, 0.0)
-                due_seq, seq = seq, seq + 1
-                continue
-            # the timer: the jobs done end their steps
-            now = [rem - rate * elapsed for rem in left] if elapsed > 0 else left
-            done = done_jobs(now, total, rate, at)
-            ended = [owner[j] for j in done]
-            if any(steps[i] >= limit[i] for i in ended):
-                break
-            for j in reversed(done):
-                del now[j], total[j], owner[j]
-            left, last = now, at
-            if left:
-                rate = rate_of[len(left)]
-                due = at + max(min(left) / rate, 0.0)
-                due_seq, seq = seq, seq + 1
-            else:
-                due = math.inf
-            for i in ended:
-                steps[i] += 1
-                ends[i].append(at)
-                hosts[i] = (at + host_s[i], seq, i)
-                seq += 1
+        if self.table is None:  # every member's step works up to its limit, one row each
+            width = max(*self.limit, 0) + 1
+            self.table = np.zeros((len(self.members), width))
+            for i, limit in enumerate(self.limit):
+                self._work(i, max(limit, 0))
+                row = self.works[i][:width]
+                self.table[i, : len(row)] = row
+        server = self.tenants.server
+        due = self.start.due_s
+        jobs, owner, left, total, rate, last, due, host_at, host_seq, steps, ends, stop = (
+            replay_kernel()(
+                np.array([i for i, _, _ in self.jobs], dtype=np.int64),
+                np.array([rem for _, rem, _ in self.jobs], dtype=np.float64),
+                np.array([work for _, _, work in self.jobs], dtype=np.float64),
+                float(self.rate),
+                float(self.start.last),
+                math.inf if due is None else float(due),
+                np.array([p.at_s if p.kind == "host" else math.inf for p in self.origin]),
+                np.array([p.seq for p in self.origin], dtype=np.int64),
+                self.table,
+                np.array(self.limit, dtype=np.int64),
+                np.array([m.spec.step.host_s for m in self.members], dtype=np.float64),
+                np.array([server.job_rate(n) for n in range(len(self.members) + 1)]),
+                self.base,
+                float(until),
+                _DONE_TOLERANCE,
+                float(_CLOCK_ULPS),
+            )
+        )
+        steps, jobs = steps.tolist(), slice(0, jobs)
         return _Progress(
-            jobs=[(i, rem, work) for i, rem, work in zip(owner, left, total, strict=True)],
-            rate=rate,
-            last=last,
-            due_s=None if due == math.inf else due,
-            hosts=[None if a == math.inf else (a, q) for a, q, _ in hosts],
+            jobs=list(
+                zip(owner[jobs].tolist(), left[jobs].tolist(), total[jobs].tolist(), strict=True)
+            ),
+            rate=float(rate),
+            last=float(last),
+            due_s=None if due == math.inf else float(due),
+            hosts=[
+                None if a == math.inf else (a, q)
+                for a, q in zip(host_at.tolist(), host_seq.tolist(), strict=True)
+            ],
             steps=steps,
-            ends=ends,
-            stop_s=at,
+            ends=[ends[i, :n].tolist() for i, n in enumerate(steps)],
+            stop_s=float(stop),
         )
 
     def _alone(self, until: float) -> _Progress | None:
