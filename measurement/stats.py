@@ -6,7 +6,7 @@ import resource
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -105,7 +105,9 @@ class Latencies:
     one after the other in one numpy float64 array `itl` with `owner`, per ITL, the position
     of its request; and what they were read from, each request's `chunk_array` (`tokens`) and
     `read_arrays` (`reads`). Computed once per run (`of`), they serve both its summary
-    (`summarize_run`) and its SLO judgement (`measurement.goodput.evaluate_run`)."""
+    (`summarize_run`) and its SLO judgement (`measurement.goodput.evaluate_run`), which ask
+    for the same percentiles of the same requests: each is computed once (`memo`: the
+    percentiles `p` gave and the subsets `only` gave, by their arguments)."""
 
     ttft: list[float | None]
     itl: Any
@@ -114,6 +116,7 @@ class Latencies:
     e2e: list[float | None]
     tokens: list[Any]
     reads: list[tuple[Any, Any]]
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def of(good: Sequence[RequestRecord]) -> Latencies:
@@ -136,6 +139,13 @@ class Latencies:
 
     def only(self, keep: Sequence[bool]) -> Latencies:
         """The latencies of the requests `keep` marks (one flag per request)."""
+        key = ("only", tuple(keep))
+        if key not in self.memo:
+            self.memo[key] = self._only(keep)
+        subset: Latencies = self.memo[key]
+        return subset
+
+    def _only(self, keep: Sequence[bool]) -> Latencies:
         import numpy as np
 
         kept = np.asarray(keep, dtype=bool)
@@ -184,7 +194,10 @@ class Latencies:
         TPOT and E2E one value per request, ITL pooled over every token of every request;
         `keep`: per request, whether it counts (default: all)."""
         kept = self if keep is None else self.only(keep)
-        return {key: percentile(kept.pooled(key), q) for key in ("ttft", "itl", "tpot", "e2e")}
+        if ("p", q) not in kept.memo:
+            names = ("ttft", "itl", "tpot", "e2e")
+            kept.memo["p", q] = {key: percentile(kept.pooled(key), q) for key in names}
+        return dict(kept.memo["p", q])
 
     def p99s(self, keep: Sequence[bool] | None = None) -> dict[str, float | None]:
         """`p(99, keep)` keyed as `TAILS` (`ttft_p99_ms`, ...)."""

@@ -129,3 +129,33 @@ def test_a_run_judged_from_its_summarys_latencies_is_the_same_to_the_byte(
         return run.model_dump_json()
 
     assert judged(shared) == judged(None)
+
+
+def test_a_runs_summary_and_judgement_take_each_percentile_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The summary and the SLO judgement of one run, handed the same latencies, ask for the
+    p99s of all and of the warm requests twice each: each percentile of each latency is
+    computed once, the warm requests' subset once (`Latencies.memo`), and the figures are
+    those computed afresh."""
+    import measurement.stats as stats
+
+    slo = parse_slo("ttft_p99_ms=1000,itl_p99_ms=40")
+    records = [
+        record(i, i * 3, 100 + 37 * i, [5 + (i * j) % 23 for j in range(30)]) for i in range(9)
+    ]
+    shared = Latencies.of(records)
+    taken: list[int] = []
+    real = stats.percentile
+
+    def counted(values, q):  # type: ignore[no-untyped-def]
+        taken.append(len(values))
+        return real(values, q)
+
+    monkeypatch.setattr(stats, "percentile", counted)
+    summary = summarize_run(records, prefix_kinds=1, concurrency=3, repetition=0, latencies=shared)
+    warm = len(shared.itl) - 3 * 30  # the first request of each of the 3 clients is cold
+    after_summary = [taken.count(len(shared.itl)), taken.count(warm)]
+    judged = evaluate_run(records, slo, concurrency=3, latencies=shared)
+    # every ITL's p50 and p99 and every gap's p50 (as many), the warm ITLs' p99: none again
+    assert [taken.count(len(shared.itl)), taken.count(warm)] == after_summary == [3, 1]
+    assert judged.values_ms == figures(records, slo)
+    assert summary.itl_p99_ms == judged.values_ms["itl_p99_ms"]
