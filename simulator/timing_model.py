@@ -1168,10 +1168,10 @@ class _Model:
         if not r.finished() and flow is not None:
             handshake = self.handshake(prefill, decode)
             if handshake is not None:
-                yield handshake | r.done
+                yield first_of(self.env, handshake, r.done)
         if not r.finished() and flow is not None:
             r.transfer = self.flows.serve(r.outcome.moved_bytes, flow)
-            yield r.transfer | r.done
+            yield first_of(self.env, r.transfer, r.done)
             r.transfer = None
         r.workers.discard(prefill.spec.name)
         if r.finished() or not decode.alive:

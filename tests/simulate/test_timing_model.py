@@ -631,7 +631,7 @@ def test_host_buffered_decode_workers_time_decode_steps_in_one_go_as_the_loop(
 def _own_gpus(kind: str) -> RunTopology:
     """Workers each alone on its GPU: three aggregated ones (a step budget that chunks the
     prompts), or two prefill workers with host mirrors and two decode workers on another
-    host, over 1 GbE."""
+    host, over 1 GbE, each pair's first requests waiting for its NIXL handshake."""
     chunked = dataclasses.replace(STEP, max_batched_tokens=1024)
     if kind == "aggregated":
         workers = tuple(
@@ -644,7 +644,11 @@ def _own_gpus(kind: str) -> RunTopology:
     )
     decode = (WorkerSpec(f"d-{i}", "d", "decode", f"d/{i}", STEP, 80_000) for i in range(2))
     return RunTopology(
-        workers=(*prefill, *decode), cross_node_link=LINK_PROFILES["1gbe"], kv_bytes_per_token=KVB
+        workers=(*prefill, *decode),
+        cross_node_link=LINK_PROFILES["1gbe"],
+        kv_bytes_per_token=KVB,
+        handshakes=(("p", "d", 0.25),),
+        fresh_engines=True,
     )
 
 
