@@ -1078,7 +1078,9 @@ class _Model:
         that publishes no KV events (``WorkerSpec.kv_events`` False) shows the router no
         overlap: every prompt block counts as to prefill."""
         block = self.constants.block_tokens
-        candidates = [w for w in self.roles.get(role, ()) if w.registered()]
+        candidates = self.roles.get(role, [])
+        if self.kills:  # every worker is registered until one is killed
+            candidates = [w for w in candidates if w.registered()]
         if not candidates:
             return None
         if self.topology.router != "kv":  # random is taken as round-robin: same mean load
@@ -1087,14 +1089,22 @@ class _Model:
         if role == "decode":
             costs = [w.load_blocks() for w in candidates]
         else:
+            # cached_tokens and load_blocks inlined (every request's routing reads every worker)
+            held = (spec.prefix_tokens // block) * block
             costs = [
-                (spec.prompt_tokens - (w.cached_tokens(spec) if w.spec.kv_events else 0)) // block
-                + w.load_blocks()
+                (
+                    spec.prompt_tokens
+                    - (held if w.spec.kv_events and spec.prefix_id in w.cache else 0)
+                )
+                // block
+                + w.tokens // block
                 for w in candidates
             ]
         lowest = min(costs)
         # Ties are broken at random, as the router's selection does (seeded: deterministic).
-        return self.rng.choice([w for w, cost in zip(candidates, costs) if cost == lowest])
+        return self.rng.choice(
+            [w for w, cost in zip(candidates, costs, strict=True) if cost == lowest]
+        )
 
     def fail(self, r: _Request, kind: str, message: str) -> None:
         if r.finished():

@@ -663,9 +663,7 @@ def test_workers_with_a_gpu_of_their_own_time_as_through_the_shared_server(
     for the run (`_Worker._stretch_gpu_s`) give the same records, every float the same, as
     steps served by the shared server, `a | b` and step times computed for each stretch."""
     topology = _own_gpus(kind)
-    reqs = [
-        SimRequest(i, i % 3, 112, 600 + 97 * (i % 2), 0, 40 + 24 * (i % 2)) for i in range(48)
-    ]
+    reqs = [SimRequest(i, i % 3, 112, 600 + 97 * (i % 2), 0, 40 + 24 * (i % 2)) for i in range(48)]
     alone: list[bool] = []
     serve_alone = timing_model.SharedServer.serve_alone
 
