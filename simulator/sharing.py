@@ -207,7 +207,11 @@ class SharedServer(_RateServer):
         if self._jobs or work <= 0 or not job_done(left, work, rate, end):
             return self.serve(work)
         done = env.event()
-        env.timeout(delay).callbacks.append(lambda _: done.succeed())
+
+        def ended(_: simpy.Event) -> None:
+            done.succeed()
+
+        env.timeout(delay).callbacks.append(ended)
         return done
 
     def take(self) -> ServerState:
