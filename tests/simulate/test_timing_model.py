@@ -691,5 +691,7 @@ def test_workers_with_a_gpu_of_their_own_time_as_through_the_shared_server(
     monkeypatch.setattr(timing_model._Worker, "_stretch_gpu_s", computed)
     slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=3)
     assert all(o.error is None for o in fast.outcomes)
-    assert [o.token_s for o in fast.outcomes] == [o.token_s for o in slow.outcomes]
+    assert [o.token_s.tolist() for o in fast.outcomes] == [
+        o.token_s.tolist() for o in slow.outcomes
+    ]
     assert fast == slow
