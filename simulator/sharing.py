@@ -188,6 +188,32 @@ class SharedServer(_RateServer):
         """An event that succeeds when ``work`` units (>= 0) of this job are done."""
         return self._start(work, None)
 
+    def serve_alone(self, work: float) -> simpy.Event:
+        """:meth:`serve` for a caller whose jobs are the only ones this server ever has, one at
+        a time (a GPU no other worker shares, serving its engine steps in turn): the same event
+        succeeding at the same float, in the same order among the environment's events (the
+        timer, then the job's end), without the sharing's bookkeeping. A job alone is served at
+        ``job_rate(1)``, so :meth:`_reschedule` arms its timer ``max(work / rate, 0)`` seconds
+        from now, and :meth:`_on_timer` ends it there when what is left of it after
+        :meth:`_advance` passes :func:`job_done`; that arithmetic is repeated here in the same
+        order, and a job it would not end there (or no work, or a job already on the server)
+        goes through :meth:`serve`."""
+        env = self.env
+        rate = self.job_rate(1)
+        delay = max(work / rate, 0.0)
+        end = env.now + delay
+        elapsed = end - env.now
+        left = work - rate * elapsed if elapsed > 0 else work
+        if self._jobs or work <= 0 or not job_done(left, work, rate, end):
+            return self.serve(work)
+        done = env.event()
+
+        def ended(_: simpy.Event) -> None:
+            done.succeed()
+
+        env.timeout(delay).callbacks.append(ended)
+        return done
+
     def take(self) -> ServerState:
         """The server's state now, its jobs taken off it (their events never succeed; its timer
         is void): what :meth:`put` installs again, here or after the same arithmetic done
@@ -242,6 +268,23 @@ def delay_to(env: simpy.Environment, at_s: float) -> float:
 def timeout_at(env: simpy.Environment, at_s: float) -> simpy.Event:
     """A timeout that fires at ``at_s`` exactly (:func:`delay_to`)."""
     return env.timeout(delay_to(env, at_s))
+
+
+def first_of(env: simpy.Environment, a: simpy.Event, b: simpy.Event) -> simpy.Event:
+    """An event that succeeds (no value) when the first of ``a`` and ``b``, neither yet
+    processed nor ever failing, is processed: ``a | b`` (SimPy's ``AnyOf``) without its
+    condition value, scheduled at the same moment, so in the same order among the
+    environment's events (``Condition._check`` succeeds the condition from the first event's
+    callbacks, simpy 4.1.2 ``simpy/events.py`` L591-606)."""
+    either = env.event()
+
+    def first(_: simpy.Event) -> None:
+        if not either.triggered:
+            either.succeed()
+
+    a.callbacks.append(first)  # type: ignore[union-attr]
+    b.callbacks.append(first)  # type: ignore[union-attr]
+    return either
 
 
 class FlowServer(_RateServer):

@@ -127,6 +127,7 @@ from simulator.sharing import (
     ServerState,
     SharedServer,
     all_done,
+    first_of,
     timeout_at,
 )
 from steptime.roofline import EngineStep
@@ -397,6 +398,8 @@ class _Worker:
         self.pending: _Pending | None = None  # its decode-only step on a shared GPU, now
         self.window: _Window | None = None  # the window that times its steps now
         self.mirror: ResidentMirror | None = None
+        # decode stretches' step times, shared by the workers of equal steps (_stretch_gpu_s)
+        self.stretches = model.stretches.setdefault(spec.step, {})
         if spec.memory_limit is not None:
             one = block_bytes(model.topology.kv_bytes_per_token, model.constants.block_tokens)
             self.mirror = ResidentMirror(
@@ -499,7 +502,8 @@ class _Worker:
                     return
             contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in decoding]
             yield self.model.env.timeout(step.host_s)
-            yield self.gpu.serve(self.gpu_s(uncached, len(contexts), sum(contexts), contexts))
+            work = self.gpu_s(uncached, len(contexts), sum(contexts), contexts)
+            yield self.gpu.serve(work) if self.tenants is not None else self.gpu.serve_alone(work)
             if not self.alive:
                 return
             now = self.model.env.now
@@ -553,13 +557,11 @@ class _Worker:
         running = list(self.running)
         steps = min(min(r.remaining for r in running), self._horizon)
         contexts = [r.spec.prompt_tokens + r.spec.output_tokens - r.remaining for r in running]
-        batch, total = len(contexts), sum(contexts)
-        grown = range(total, total + steps * batch, batch)
-        gpu_s = step.decode_gpu_s(batch, grown)
+        gpu_s = self._stretch_gpu_s(len(contexts), sum(contexts), steps)
         ends = _running_sum(env.now, step.host_s, gpu_s, steps)[2::2]
         self.arrived = env.event()
         last = timeout_at(env, float(ends[-1]))
-        yield last | self.arrived
+        yield first_of(env, last, self.arrived)
         self.arrived = None
         taken = steps
         self._horizon = min(2 * self._horizon, HORIZON_STEPS)
@@ -592,6 +594,19 @@ class _Worker:
                 self.tokens -= r.spec.prompt_tokens
                 r.workers.discard(self.spec.name)
                 r.done.succeed()
+
+    def _stretch_gpu_s(self, batch: int, total: int, steps: int) -> Any:
+        """The GPU seconds of ``steps`` decode-only steps of ``batch`` requests whose contexts
+        add up to ``total`` tokens at the first step (``EngineStep.decode_gpu_s`` of ``total``,
+        ``total + batch``, ...: a numpy array, not to be written), kept for the run per step
+        model: workers of equal steps (the replicas of a group) time the same stretches again
+        and again, as their batches take the same requests."""
+        key = (batch, total, steps)
+        seconds = self.stretches.get(key)
+        if seconds is None:
+            grown = range(total, total + steps * batch, batch)
+            seconds = self.stretches[key] = self.spec.step.decode_gpu_s(batch, grown)
+        return seconds
 
     def _shared_decode(self) -> Generator[simpy.Event, object, None]:
         """One decode-only step on a GPU it shares, as the engine loop takes it (``host_s``,
@@ -1005,7 +1020,13 @@ class _Model:
             if w.gpu not in gpus:
                 gpus[w.gpu] = SharedServer(self.env, 1.0, constants.timeslice_efficiency)
         self.copying: dict[str, int] = {}  # host -> workers copying now
+        self.stretches: dict[EngineStep, dict[tuple[int, int, int], Any]] = {}
         self.workers = [_Worker(self, w, gpus[w.gpu]) for w in topology.workers]
+        self.roles: dict[Role, list[_Worker]] = {}  # role -> its workers, in the topology's order
+        for worker in self.workers:
+            self.roles.setdefault(worker.spec.role, []).append(worker)
+        # a disaggregated request goes to a prefill worker first
+        self.first_role: Role = "prefill" if "prefill" in self.roles else "aggregated"
         sharing: dict[str, int] = {}
         for w in topology.workers:
             sharing[w.gpu] = sharing.get(w.gpu, 0) + 1
@@ -1057,23 +1078,33 @@ class _Model:
         that publishes no KV events (``WorkerSpec.kv_events`` False) shows the router no
         overlap: every prompt block counts as to prefill."""
         block = self.constants.block_tokens
-        candidates = [w for w in self.workers if w.spec.role == role and w.registered()]
+        candidates = self.roles.get(role, [])
+        if self.kills:  # every worker is registered until one is killed
+            candidates = [w for w in candidates if w.registered()]
         if not candidates:
             return None
         if self.topology.router != "kv":  # random is taken as round-robin: same mean load
             self.turns += 1
             return candidates[self.turns % len(candidates)]
-
-        def cost(w: _Worker) -> int:
-            if role == "decode":
-                return w.load_blocks()
-            seen = w.cached_tokens(spec) if w.spec.kv_events else 0
-            return (spec.prompt_tokens - seen) // block + w.load_blocks()
-
-        costs = {w.spec.name: cost(w) for w in candidates}
-        lowest = min(costs.values())
+        if role == "decode":
+            costs = [w.load_blocks() for w in candidates]
+        else:
+            # cached_tokens and load_blocks inlined (every request's routing reads every worker)
+            held = (spec.prefix_tokens // block) * block
+            costs = [
+                (
+                    spec.prompt_tokens
+                    - (held if w.spec.kv_events and spec.prefix_id in w.cache else 0)
+                )
+                // block
+                + w.tokens // block
+                for w in candidates
+            ]
+        lowest = min(costs)
         # Ties are broken at random, as the router's selection does (seeded: deterministic).
-        return self.rng.choice([w for w in candidates if costs[w.spec.name] == lowest])
+        return self.rng.choice(
+            [w for w, cost in zip(candidates, costs, strict=True) if cost == lowest]
+        )
 
     def fail(self, r: _Request, kind: str, message: str) -> None:
         if r.finished():
@@ -1147,10 +1178,10 @@ class _Model:
         if not r.finished() and flow is not None:
             handshake = self.handshake(prefill, decode)
             if handshake is not None:
-                yield handshake | r.done
+                yield first_of(self.env, handshake, r.done)
         if not r.finished() and flow is not None:
             r.transfer = self.flows.serve(r.outcome.moved_bytes, flow)
-            yield r.transfer | r.done
+            yield first_of(self.env, r.transfer, r.done)
             r.transfer = None
         r.workers.discard(prefill.spec.name)
         if r.finished() or not decode.alive:
@@ -1221,9 +1252,7 @@ class _Model:
 
     def send(self, spec: SimRequest, due: float) -> Generator[simpy.Event, object, None]:
         """Send one request now (it was due at ``due``) and wait for its end."""
-        first_role: Role = (
-            "prefill" if any(w.spec.role == "prefill" for w in self.workers) else "aggregated"
-        )
+        first_role = self.first_role
         outcome = Outcome(
             index=spec.index, sent_s=self.env.now, cached_tokens=spec.cached_tokens, intended_s=due
         )

@@ -21,6 +21,7 @@ from simulator.sharing import (
     all_done,
     done_jobs,
     finish_times,
+    first_of,
     job_done,
 )
 
@@ -183,3 +184,85 @@ def test_jobs_done_array_wise_and_in_a_list_are_job_done(
     ]
     assert all_done(np.array(left), np.array(totals), rate, np.array(clocks)) == all(each)
     assert math.ulp(clocks[0]) == float(np.spacing(clocks[0]))
+
+
+def _alone_and_beside(serve: str, steps: list[tuple[float, float]], capacity: float) -> list[str]:
+    """Jobs served one after the other (each after ``gap`` seconds idle, ``work``), each ended
+    through ``serve`` (a method name of :class:`SharedServer`), with a timeout armed beside
+    each as it starts that fires when the job's timer does. The order and times of their
+    events, the exact floats' reprs."""
+    env = simpy.Environment()
+    server = SharedServer(env, capacity, 0.5)
+    seen: list[str] = []
+
+    def beside(delay: float):  # type: ignore[no-untyped-def]
+        yield env.timeout(max(delay, 0.0))
+        seen.append(f"timer {env.now!r}")
+
+    def jobs():  # type: ignore[no-untyped-def]
+        for gap, work in steps:
+            yield env.timeout(gap)
+            done = getattr(server, serve)(work)
+            env.process(beside(work / capacity))
+            yield done
+            seen.append(f"job {env.now!r}")
+
+    env.process(jobs())
+    env.run()
+    return seen
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 1e6), st.floats(0, 10) | st.floats(1e-12, 1e-6)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from([1.0, 0.3, 7.0]),
+)
+def test_a_job_served_alone_ends_where_and_when_the_shared_server_ends_it(
+    steps: list[tuple[float, float]], capacity: float
+) -> None:
+    """A server whose jobs come one at a time (a GPU no other worker shares): each job ended by
+    `serve_alone` at the same float as by `serve`, and in the same order among the events of a
+    timeout armed beside it that fires at the same instant (the server's timer, then the job's
+    end: a timeout armed just after the job's start comes before the end); tiny jobs late
+    in a long run (the clock's units in the last place) and jobs of no work included."""
+    alone = _alone_and_beside("serve_alone", steps, capacity)
+    assert alone == _alone_and_beside("serve", steps, capacity)
+    assert len(alone) == 2 * len(steps)
+    assert [e.split()[0] for e in alone[:2]] == (
+        ["job", "timer"] if steps[0][1] == 0 else ["timer", "job"]
+    )
+
+
+def test_first_of_two_events_succeeds_when_and_where_an_any_of_would() -> None:
+    """`first_of` ends at the first of its two events, after the events already due then, as
+    SimPy's `a | b` does; the second event, processed later, changes nothing."""
+
+    def order(either) -> list[str]:  # type: ignore[no-untyped-def]
+        env = simpy.Environment()
+        seen: list[str] = []
+        arrival = env.event()
+
+        def waiter():  # type: ignore[no-untyped-def]
+            yield either(env, env.timeout(2.0), arrival)
+            seen.append(f"woken {env.now}")
+
+        def other(name: str, at: float):  # type: ignore[no-untyped-def]
+            yield env.timeout(at)
+            if name == "arrives":
+                arrival.succeed()
+            seen.append(f"{name} {env.now}")
+
+        env.process(waiter())
+        env.process(other("arrives", 1.0))
+        env.process(other("beside", 1.0))
+        env.process(other("late", 2.0))
+        env.run()
+        return seen
+
+    seen = order(first_of)
+    assert seen == order(lambda env, a, b: a | b)
+    assert seen == ["arrives 1.0", "beside 1.0", "woken 1.0", "late 2.0"]

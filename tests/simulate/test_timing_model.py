@@ -626,3 +626,72 @@ def test_host_buffered_decode_workers_time_decode_steps_in_one_go_as_the_loop(
         o.token_s.tolist() for o in slow.outcomes
     ]
     assert fast == slow
+
+
+def _own_gpus(kind: str) -> RunTopology:
+    """Workers each alone on its GPU: three aggregated ones (a step budget that chunks the
+    prompts), or two prefill workers with host mirrors and two decode workers on another
+    host, over 1 GbE, each pair's first requests waiting for its NIXL handshake."""
+    chunked = dataclasses.replace(STEP, max_batched_tokens=1024)
+    if kind == "aggregated":
+        workers = tuple(
+            WorkerSpec(f"a-{i}", "a", "aggregated", f"g{i}/0", chunked, 40_000) for i in range(3)
+        )
+        return RunTopology(workers=workers)
+    prefill = (
+        WorkerSpec(f"p-{i}", "p", "prefill", f"p/{i}", chunked, 40_000, 64 << 30, PREFILL_MIRROR)
+        for i in range(2)
+    )
+    decode = (WorkerSpec(f"d-{i}", "d", "decode", f"d/{i}", STEP, 80_000) for i in range(2))
+    return RunTopology(
+        workers=(*prefill, *decode),
+        cross_node_link=LINK_PROFILES["1gbe"],
+        kv_bytes_per_token=KVB,
+        handshakes=(("p", "d", 0.25),),
+        fresh_engines=True,
+    )
+
+
+@pytest.mark.parametrize("kind", ["aggregated", "disaggregated"])
+@pytest.mark.parametrize("concurrency", [2, 7])
+def test_workers_with_a_gpu_of_their_own_time_as_through_the_shared_server(
+    monkeypatch: pytest.MonkeyPatch, kind: str, concurrency: int
+) -> None:
+    """Workers each alone on its GPU: their steps ended without the processor-sharing server's
+    bookkeeping (`SharedServer.serve_alone`), their decode stretches waiting on their end or a
+    request's arrival without a SimPy condition (`first_of`) and taking the step times kept
+    for the run (`_Worker._stretch_gpu_s`) give the same records, every float the same, as
+    steps served by the shared server, `a | b` and step times computed for each stretch."""
+    topology = _own_gpus(kind)
+    reqs = [SimRequest(i, i % 3, 112, 600 + 97 * (i % 2), 0, 40 + 24 * (i % 2)) for i in range(48)]
+    alone: list[bool] = []
+    serve_alone = timing_model.SharedServer.serve_alone
+
+    def counted(self: timing_model.SharedServer, work: float) -> object:
+        alone.append(not self._jobs)
+        return serve_alone(self, work)
+
+    stretches = timing_model._Worker._stretch_gpu_s
+    kept: list[bool] = []
+
+    def looked_up(self: timing_model._Worker, batch: int, total: int, steps: int) -> object:
+        kept.append((batch, total, steps) in self.stretches)
+        return stretches(self, batch, total, steps)
+
+    monkeypatch.setattr(timing_model.SharedServer, "serve_alone", counted)
+    monkeypatch.setattr(timing_model._Worker, "_stretch_gpu_s", looked_up)
+    fast = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=3)
+    assert alone.count(True) > 40 and kept.count(True) > 5 and kept.count(False) > 5
+    monkeypatch.setattr(timing_model.SharedServer, "serve_alone", timing_model.SharedServer.serve)
+    monkeypatch.setattr(timing_model, "first_of", lambda env, a, b: a | b)
+
+    def computed(self: timing_model._Worker, batch: int, total: int, steps: int) -> object:
+        return self.spec.step.decode_gpu_s(batch, range(total, total + steps * batch, batch))
+
+    monkeypatch.setattr(timing_model._Worker, "_stretch_gpu_s", computed)
+    slow = simulate_run(topology, CONSTANTS, reqs, concurrency, model_hits=True, warmup=3)
+    assert all(o.error is None for o in fast.outcomes)
+    assert [o.token_s.tolist() for o in fast.outcomes] == [
+        o.token_s.tolist() for o in slow.outcomes
+    ]
+    assert fast == slow
