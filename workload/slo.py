@@ -130,7 +130,7 @@ class Slo(BaseModel):
             if name not in by_name:
                 raise SloError(_unknown(str(name), camel=True))
             if value is not None:
-                bound = milliseconds(str(name), value)
+                bound = milliseconds(str(name), value, by_name[name])
                 _check_plausible(str(name), by_name[name], bound)
                 bounds[by_name[name]] = bound
         return {"bounds": bounds}
@@ -215,19 +215,34 @@ def _unknown(name: str, camel: bool = False) -> str:
     return f"unknown SLO key {name!r}: {hint}the keys are {keys_text(camel)}"
 
 
-def milliseconds(name: str, value: object) -> float:
+def milliseconds(name: str, value: object, key: str | None = None) -> float:
     """An objective's bound `value` (a number, or its text with an optional trailing ``ms``) in
     ms. Raises `SloError` naming `name` (the key as the user spelled it) when it is not a finite
     number: with the value in ms when it was given in seconds (``0.8s``: write ``800``), else an
-    example."""
+    example. For the objective `key`, a value in seconds whose ms lie outside the objective's
+    plausible range (``1000s``) is taken as ms with a stray unit: write ``1000``."""
     text = str(value).strip()
     number = _number(text.removesuffix("ms")) if not isinstance(value, bool) else math.nan
     if math.isfinite(number):
         return number
     seconds = _number(text.removesuffix("s")) if text.endswith("s") else math.nan
-    fix = f"{name}={plain(seconds * 1000)}" if math.isfinite(seconds) else f"e.g. {name}=1000"
+    fix = f"e.g. {name}=1000"
+    if math.isfinite(seconds):
+        meant = seconds * 1000
+        if key is not None and not _plausible(key, meant) and _plausible(key, seconds):
+            meant = seconds
+        fix = f"{name}={plain(meant)}"
     shown = repr(value) if isinstance(value, str) else text
     raise SloError(f"{name}={shown} is not a number of milliseconds: write {fix}")
+
+
+def _plausible(key: str, ms: float) -> bool:
+    """Whether `ms` is a bound objective `key` accepts (`_check_plausible` raises nothing)."""
+    try:
+        _check_plausible(key, key, ms)
+    except SloError:
+        return False
+    return True
 
 
 def _number(text: str) -> float:
@@ -286,7 +301,7 @@ def parse_slo(text: str) -> Slo:
         if key in values:
             raise SloError(f"--slo names {key} twice: give each objective once")
         try:
-            values[key] = milliseconds(key, raw.strip())
+            values[key] = milliseconds(key, raw.strip(), key)
         except SloError as exc:
             raise SloError(f"--slo {exc}") from None
     try:

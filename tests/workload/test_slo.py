@@ -47,6 +47,8 @@ def test_parse_takes_snake_and_camel_keys_and_gives_the_option_back() -> None:
             "--slo ttft_p90_ms='0.8s' is not a number of milliseconds: write ttft_p90_ms=800",
         ),
         ("e2e_p99_ms=12 s", "write e2e_p99_ms=12000"),  # held out
+        # as typed: '1000s' suggested 1000000 ms, which the bound's range refuses: a stray unit
+        ("ttft_p99_ms=1000s", "ttft_p99_ms='1000s' is not a number of milliseconds: write "),
         # objectives separated by spaces: the text with commas
         (
             "ttft_p90_ms=800 tpot_p95_ms=40",
@@ -83,6 +85,14 @@ def test_bad_slo_is_one_line_naming_the_key_and_the_fix(text: str, message: str)
         parse_slo(text)
     assert message in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+def test_a_bound_in_seconds_beyond_the_range_is_taken_as_ms_with_a_stray_unit() -> None:
+    """``1000s`` is 1,000,000 ms, which no TTFT bound accepts: the fix is 1000, which parses."""
+    with pytest.raises(SloError) as raised:
+        parse_slo("ttft_p99_ms=1000s")
+    assert str(raised.value).endswith("write ttft_p99_ms=1000")
+    assert parse_slo("ttft_p99_ms=1000").bounds == {"ttft_p99_ms": 1000.0}
 
 
 def test_stack_keys_are_checked_by_the_model() -> None:
