@@ -48,8 +48,9 @@ from workload.slo import Slo
 class Bounds:
     """A candidate's bounds (see the module docstring). Times in ms, rates per second.
 
-    ``prefill_ms``, ``copies_ms``, ``link_ms``: one request's prefill, host copies (both) and
-    transfer in the best case (the parts of ``ttft_floor_ms``); ``requests_per_s``: the
+    ``prefill_ms``, ``copies_ms``, ``link_ms``, ``frontend_ms``: one request's prefill, host
+    copies (both), transfer and the frontend's fixed cost in the best case (the parts of
+    ``ttft_floor_ms``, besides the engine steps' host time); ``requests_per_s``: the
     ceiling and ``limit`` the resource that sets it (``prefill``, ``host copies``, ``link``);
     ``cached_tokens``: the best case's prompt tokens found in the prefix cache (its shared
     prefix, whole blocks; 0 when the workload's prompts share none).
@@ -63,6 +64,7 @@ class Bounds:
     copies_ms: float
     link_ms: float
     cached_tokens: int = 0
+    frontend_ms: float = 0.0
 
     def e2e_floor_ms(self, output_tokens: int) -> float:
         """The floor of a request's end-to-end time: TTFT + the later tokens' steps."""
@@ -177,6 +179,7 @@ def bounds(plan: StackPlan, load: LoadConfig) -> Bounds:
         copies_ms=copies_s * 1e3,
         link_ms=link_s * 1e3,
         cached_tokens=load.prompt_tokens - uncached,
+        frontend_ms=front * 1e3,
     )
 
 

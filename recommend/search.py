@@ -296,6 +296,8 @@ def floor_reason(b: Bounds, slo: Slo, output_tokens: int) -> tuple[str, str, flo
         name, floor = objectives()[key].name, floors.get(objectives()[key].metric.key, 0.0)
         if floor > bound:
             parts = f"prefill {ms_text(b.prefill_ms)}"
+            if b.frontend_ms:
+                parts = f"the frontend's fixed {ms_text(b.frontend_ms)}, {parts}"
             if b.copies_ms:
                 parts += f", host copies {ms_text(b.copies_ms)}"
             if b.link_ms:

@@ -215,7 +215,8 @@ def describe(workload: Workload) -> str:
     what = (
         f"{sum(len(r) for r in workload.replay.values())} requests of {workload.source}"
         if workload.replay is not None
-        else f"{load.prompt_tokens:,}-token prompts, {load.max_tokens} output tokens"
+        else f"{load.prompt_tokens:,}-token prompts, {load.max_tokens:,} output "
+        + ("token" if load.max_tokens == 1 else "tokens")
     )
     searched = (
         f"the request rate searched (at most {workload.in_flight_cap} in flight)"

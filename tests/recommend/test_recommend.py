@@ -286,6 +286,8 @@ def test_no_slo_met_exits_1_naming_what_binds(
     assert code == 1
     assert "no candidate meets the SLO (TTFT p99 <= 20 ms)" in err
     assert "TTFT p99 is at least" in err
+    # most of the floor is the frontend's fixed cost, named first (not prefill alone)
+    assert "at any load (the frontend's fixed 33 ms, prefill " in err
     document = yaml.safe_load((tmp_path / "candidates.json").read_text())
     assert document["requestsPerClient"] == 2  # the run length searched, with the workload
     assert document["candidates"] and all(c["rank"] is None for c in document["candidates"])
