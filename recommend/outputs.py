@@ -211,17 +211,19 @@ def shown_line(
     first: Result | None,
     inputs: Inputs,
     validations: Validations | None = None,
+    noted: bool = True,
 ) -> str:
     """A candidate's line as every output presents it: its reason line
     (:func:`recommend.claims.reason_line`), led by its real-routing verdict where
-    ``--validate-top`` ran it (:meth:`recommend.validate.Validation.verdict`). The ranking
-    stays the model's."""
+    ``--validate-top`` ran it (:meth:`recommend.validate.Validation.verdict`), else followed by
+    :func:`stand_in_note` (``noted`` False: not; a table that says it once under its rows).
+    The ranking stays the model's."""
     line = reason_line(result, first, inputs.margin, inputs.objective)
     done = (validations or {}).get(result.candidate.key)
     if result.status in ("refused", "screened", "validation-failed"):  # nothing timed to mark
         return line
     if done is None:
-        return f"{line}; {stand_in_note(validations or {})}"
+        return f"{line}; {stand_in_note(validations or {})}" if noted else line
     moved = done.moved()
     return f"{done.verdict(inputs.slo)}; model: {line}" + (f"; {moved}" if moved else "")
 

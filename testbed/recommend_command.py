@@ -427,7 +427,7 @@ def _print_table(
     from rich.table import Table
 
     from outputs.tables import table_console
-    from recommend.outputs import per_gpu_name, shown_line
+    from recommend.outputs import per_gpu_name, shown_line, stand_in_note
     from recommend.search import saturated_line
 
     console = table_console(highlight=False)
@@ -443,9 +443,12 @@ def _print_table(
             f"{r.candidate.key}: {r.candidate.label()}",
             f"{r.value:,.0f}" if r.value is not None else "-",
             r.best.load_text() if r.best else "-",
-            shown_line(r, first, inputs, validations),
+            shown_line(r, first, inputs, validations, noted=False),
         )
     console.print(table)
+    untimed = ("refused", "screened", "validation-failed")
+    if any(r.status not in untimed and r.candidate.key not in validations for r in shown):
+        console.print(f"Figures of the rows not validated: {stand_in_note(validations)}")
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
