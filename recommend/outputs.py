@@ -632,7 +632,8 @@ def plan_text(
     ``out/recommend/<cluster>``), what ``--validate-top``'s real-routing runs found, and the
     ``pulumi destroy`` of each stack its commands brought up."""
     ranked = [r for r in results if r.rank is not None]
-    lines = [f"# Measurement plan ({SIMULATED})", ""]
+    label = SIMULATED.removesuffix(" (plan.md)") + " (the steps below)"
+    lines = [f"# Measurement plan ({label})", ""]
     if first is None:
         lines += [
             "No candidate meets the SLO: nothing to confirm (candidates.json says what binds).",

@@ -342,6 +342,8 @@ def test_a_real_routing_miss_of_rank_1_shows_wherever_rank_1_does(
     )
     plan = plan_text(inputs, RESULTS, first, validations=validations)
     assert f"**{summary}" in plan
+    # its title points at its own steps, not at plan.md (the file it is)
+    assert plan.splitlines()[0].endswith("confirm on the cluster (the steps below))")
     assert (
         "With the real Dynamo routing (`--validate-top`): rank 1 (a1): real routing: SLO missed "
         "(TTFT p99 1,019 ms > 1,000 ms); rank 2 (d2): real routing: SLO holds." in plan
