@@ -448,7 +448,8 @@ def _print_table(
     console.print(table)
     untimed = ("refused", "screened", "validation-failed")
     if any(r.status not in untimed and r.candidate.key not in validations for r in shown):
-        console.print(f"Figures of the rows not validated: {stand_in_note(validations)}")
+        rows = "The rows not validated" if validations else "Every row"
+        console.print(f"{rows}: {stand_in_note(validations)}")
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1

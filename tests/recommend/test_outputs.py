@@ -359,7 +359,7 @@ def test_a_real_routing_miss_of_rank_1_shows_wherever_rank_1_does(
     assert "real routing: SLO missed" in printed
     # the rows not validated carry their reason alone; what their figures are is said once
     assert printed.count("stand-in timing, not validated") == 1
-    assert "Figures of the rows not validated: stand-in timing, not validated: on the 2" in printed
+    assert "The rows not validated: stand-in timing, not validated: on the 2" in printed
     assert validation_summary(RESULTS, first, inputs, {"d2": validations["d2"]}) == ""
 
 
