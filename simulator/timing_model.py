@@ -778,8 +778,8 @@ class _Tenants:
 class _Progress:
     """A window's replay up to a time: the server's jobs ``(member, work left, total)``, their
     ``rate`` and ``last`` update, its timer (``due_s``, ``due_seq``), per member its host part's end
-    ``(at_s, seq)`` (None: on the GPU), the steps it completed and their ends, and the time of
-    the first event not replayed (``stop_s``)."""
+    ``(at_s, seq)`` (None: on the GPU), the steps it completed and their ends (float64
+    arrays), and the time of the first event not replayed (``stop_s``)."""
 
     jobs: list[tuple[int, float, float]]
     rate: float
@@ -787,7 +787,7 @@ class _Progress:
     due_s: float | None
     hosts: list[tuple[float, int] | None]
     steps: list[int]
-    ends: list[list[float]]
+    ends: list[npt.NDArray[np.float64]]
     stop_s: float
 
 
@@ -896,7 +896,7 @@ class _Window:
                 for a, q in zip(host_at.tolist(), host_seq.tolist(), strict=True)
             ],
             steps=steps,
-            ends=[ends[i, :n].tolist() for i, n in enumerate(steps)],
+            ends=[ends[i, :n] for i, n in enumerate(steps)],
             stop_s=float(stop),
         )
 
@@ -930,7 +930,7 @@ class _Window:
             due_s=None,
             hosts=[(at, self.base + stop - 1 if stop else origin.seq)],
             steps=[taken],
-            ends=[ends.tolist()],
+            ends=[ends],
             stop_s=at,
         )
         if stop % 2:  # stopped at the timer: its step's work on the GPU since its host part
@@ -953,10 +953,9 @@ class _Window:
         )
         for m, taken, ends in zip(self.members, done.steps, done.ends, strict=True):
             if taken:
-                times = np.array(ends, dtype=np.float64)
-                times.flags.writeable = False  # shared by the member's running requests
+                ends.flags.writeable = False  # shared by the member's running requests
                 for r in m.running:
-                    r.outcome.add_tokens(times)
+                    r.outcome.add_tokens(ends)
                     r.remaining -= taken
         handed: dict[int, _Pending] = {}
         jobs = []
