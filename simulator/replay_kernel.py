@@ -71,7 +71,7 @@ def replay_events(
         seq: the next scheduling order number.
         tolerance, ulps: a job is done when at most ``tolerance`` of its work is left, or what
             is left takes at most ``ulps`` units in the last place of the clock
-            (:func:`simulator.sharing.done_jobs`); arguments, not globals, which Numba would
+            (:func:`simulator.sharing.job_done`); arguments, not globals, which Numba would
             freeze into the kernel cached on disk.
 
     Returns:

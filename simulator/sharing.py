@@ -50,7 +50,8 @@ pushed the clock to years)."""
 def job_done(remaining: float, total: float, rate: float, now: float) -> bool:
     """Whether a job of ``total`` work with ``remaining`` left, served at ``rate`` (0: not
     served), is done at clock time ``now`` (seconds): within the float tolerances above."""
-    return bool(done_jobs((remaining,), (total,), rate, now))
+    left_s = remaining / rate if rate else math.inf
+    return remaining <= total * _DONE_TOLERANCE or left_s <= _CLOCK_ULPS * math.ulp(now)
 
 
 def all_done(remaining: Any, totals: Any, rate: float, now: Any) -> bool:
@@ -65,20 +66,6 @@ def all_done(remaining: Any, totals: Any, rate: float, now: Any) -> bool:
             | (remaining / rate <= _CLOCK_ULPS * np.spacing(now))
         )
     )
-
-
-def done_jobs(
-    remaining: Sequence[float], totals: Sequence[float], rate: float, now: float
-) -> list[int]:
-    """The indices, in order, of the jobs (``remaining`` work left of ``totals``) served at one
-    ``rate`` (0: not served) that are done at clock time ``now`` (seconds): within the float
-    tolerances above."""
-    ulps = _CLOCK_ULPS * math.ulp(now)
-    return [
-        j
-        for j, rem in enumerate(remaining)
-        if rem <= totals[j] * _DONE_TOLERANCE or (rem / rate if rate else math.inf) <= ulps
-    ]
 
 
 class _RateServer:

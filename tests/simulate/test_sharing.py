@@ -19,7 +19,6 @@ from simulator.sharing import (
     ResidentMirror,
     SharedServer,
     all_done,
-    done_jobs,
     finish_times,
     first_of,
     job_done,
@@ -166,21 +165,18 @@ def test_a_tiny_job_late_in_a_run_ends_instead_of_re_arming_for_ever() -> None:
     ),
     st.sampled_from([1.0, 0.891282 / 2, 0.25]),
 )
-def test_jobs_done_array_wise_and_in_a_list_are_job_done(
+def test_jobs_done_array_wise_are_job_done(
     jobs: list[tuple[float, float, float]], rate: float
 ) -> None:
     """Whether jobs are done by the server's tolerances (a billionth of the work, or 4 units in
-    the last place of the clock): one job at a time, the jobs of one clock time, and whole
-    arrays of jobs checked at clock times of their own agree."""
+    the last place of the clock): one job at a time and whole arrays of jobs checked at clock
+    times of their own agree."""
     totals = [total for total, _, _ in jobs]
     left = [total * part for total, part, _ in jobs]
     clocks = [clock for _, _, clock in jobs]
     each = [
         job_done(rem, total, rate, now)
         for rem, total, now in zip(left, totals, clocks, strict=True)
-    ]
-    assert done_jobs(left, totals, rate, clocks[0]) == [
-        j for j in range(len(jobs)) if job_done(left[j], totals[j], rate, clocks[0])
     ]
     assert all_done(np.array(left), np.array(totals), rate, np.array(clocks)) == all(each)
     assert math.ulp(clocks[0]) == float(np.spacing(clocks[0]))
