@@ -43,24 +43,30 @@ def record_line_bytes(tokens: int, read_timeout_s: float) -> int:
     return RECORD_LINE_BYTES + FIRST_TOKEN_BYTES + (tokens - 1) * gap
 
 
+_RECORD_BYTES = int(LOG_FILE_BYTES * RECORD_SHARE)
+"""What of a load client's log its request records may take (bytes)."""
+
+
 def _runs(config: LoadConfig) -> int:
     """The runs of ``config``'s grid (each client takes part in every one)."""
     return len(config.prefix_kinds) * len(config.concurrency) * config.repetitions
 
 
+def _per_request(config: LoadConfig) -> int:
+    """Bytes of one request's record line at most, under ``config``."""
+    return record_line_bytes(config.max_tokens, config.read_timeout_s)
+
+
 def _per_run(config: LoadConfig) -> int:
     """Requests of one run a client's log holds, at most, over ``config``'s grid."""
-    per_request = record_line_bytes(config.max_tokens, config.read_timeout_s)
-    return int(LOG_FILE_BYTES * RECORD_SHARE) // (_runs(config) * per_request)
+    return _RECORD_BYTES // (_runs(config) * _per_request(config))
 
 
 def log_budget_problem(config: LoadConfig, clients: int) -> str | None:
     """Why a client's log would outgrow :data:`LOG_FILE_BYTES` (its records' worst case, at
     :data:`RECORD_SHARE`), naming the fix; None when it fits."""
-    runs = _runs(config)
-    per_request = record_line_bytes(config.max_tokens, config.read_timeout_s)
-    budget = int(LOG_FILE_BYTES * RECORD_SHARE)
-    per_client = runs * -(-config.requests_per_run // clients)
+    per_request, budget = _per_request(config), _RECORD_BYTES
+    per_client = _runs(config) * -(-config.requests_per_run // clients)
     if per_client * per_request <= budget:
         return None
     per_run = _per_run(config)
