@@ -44,11 +44,11 @@ from stackmodel.stacks import REPO
 from workload.config import Arrival, LoadConfig
 from workload.slo import Slo, bound_text
 
-SIMULATED = (
-    "SIMULATED: the timing model's figures for stacks that have not run; confirm on the "
-    "cluster (plan.md)"
+_UNRUN = (
+    "SIMULATED: the timing model's figures for stacks that have not run; confirm on the cluster"
 )
-"""The label every output carries."""
+SIMULATED = f"{_UNRUN} (plan.md)"
+"""The label every output carries (plan.md's own: its steps)."""
 
 CANDIDATES_JSON = "candidates.json"
 CANDIDATES_CSV = "candidates.csv"
@@ -632,8 +632,7 @@ def plan_text(
     ``out/recommend/<cluster>``), what ``--validate-top``'s real-routing runs found, and the
     ``pulumi destroy`` of each stack its commands brought up."""
     ranked = [r for r in results if r.rank is not None]
-    label = SIMULATED.removesuffix(" (plan.md)") + " (the steps below)"
-    lines = [f"# Measurement plan ({label})", ""]
+    lines = [f"# Measurement plan ({_UNRUN} (the steps below))", ""]
     if first is None:
         lines += [
             "No candidate meets the SLO: nothing to confirm (candidates.json says what binds).",
