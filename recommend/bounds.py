@@ -70,6 +70,18 @@ class Bounds:
         """The floor of a request's end-to-end time: TTFT + the later tokens' steps."""
         return self.ttft_floor_ms + max(output_tokens - 1, 0) * self.itl_floor_ms
 
+    def client_tokens_per_s(self, least_output: int, most_output: int) -> float:
+        """The most output tokens/s one client of a closed loop gets, its requests of
+        ``least_output`` to ``most_output`` output tokens: it sends one request after another
+        (``loadgen.loops.run_closed_loop``), each of ``n`` tokens taking at least
+        :meth:`e2e_floor_ms` of ``n``, and a run's rates are taken over a span that holds each
+        client's requests (:func:`measurement.stats.span_seconds`), so it gets at most the
+        largest ``n / e2e_floor(n)``: at the fewest or the most tokens, as ``n / (T + (n - 1)
+        I)`` only rises or only falls with ``n``. ``c`` clients give at most ``c`` times this,
+        goodput included (math.inf without a floor)."""
+        floors = [(n, self.e2e_floor_ms(n)) for n in (least_output, most_output)]
+        return max(n * 1e3 / ms if ms > 0 else math.inf for n, ms in floors)
+
 
 def ms_text(ms: float) -> str:
     """A time for a reason line: whole ms, two significant figures below 10 ms (``0.42 ms``,
@@ -393,6 +405,50 @@ def _weights(gain: Any, cons: Any, linprog: Any) -> Any:
         if not better.any():
             return weights
         pick[np.argsort(np.where(better, -worth, np.inf))[: 4 * LP_START]] = True
+
+
+CEILING_SLACK = 1e-6
+"""What :func:`kv_read_ceiling` adds to its bound (a share) for the simulation's float
+tolerances: a shared GPU's job counts as done with a billionth of its work left
+(``simulator.sharing.job_done``), and records keep times in whole nanoseconds."""
+
+
+def kv_read_ceiling(plan: StackPlan, load: LoadConfig) -> float:
+    """The most output tokens/s ``plan``'s decoding workers' KV reads allow at any load and
+    under any SLO, requests of ``load``'s prompt and output tokens or more (the workload's best
+    case: :meth:`recommend.workload.Workload.best_case`); math.inf where a decoding worker's
+    steps are timed from measured kernel data (no such term to bound by) or a request has one
+    output token.
+
+    Each output token after a request's first comes at the end of a step in which the request
+    decodes at its context so far (``prompt + tokens emitted``,
+    :meth:`simulator.timing_model._Worker.engine`), and a roofline step's GPU part reads every
+    decoding request's KV: at least ``context x kv_bytes_per_token / (bandwidth x
+    kv_efficiency)`` seconds of it per request (:meth:`steptime.roofline.EngineStep.gpu_s`:
+    the larger of memory and compute, plus prefill and all-reduces). A request of ``P`` prompt
+    and ``n`` output tokens reads ``P + n / 2`` tokens of context per later token on average
+    (``P + 1 .. P + n - 1``), at least the best case's. The steps that emit a run's tokens lie
+    within its span (:func:`measurement.stats.span_seconds`: each request's steps follow its
+    send), and the workers of one GPU share its time (processor sharing, at most the GPU's own
+    rate: :mod:`simulator.sharing`), so each GPU gives at most its fastest decoding worker's
+    later tokens/s: ``bandwidth x kv_efficiency / (kv_bytes_per_token x (P + n / 2))``. The
+    first tokens add at most ``1 / (n - 1)`` to the later ones."""
+    n = load.max_tokens
+    if n < 2:
+        return math.inf
+    context = load.prompt_tokens + n / 2
+    fastest: dict[str, float] = {}
+    for w in run_topology(plan).workers:
+        if w.role not in ("aggregated", "decode"):
+            continue
+        step = w.step
+        if step.measured is not None:
+            return math.inf
+        per_s = (step.gpu.bytes_per_s * step.fit.kv_efficiency) / (
+            step.geometry.kv_bytes_per_token * context
+        )
+        fastest[w.gpu] = max(fastest.get(w.gpu, 0.0), per_s)
+    return math.fsum(fastest.values()) * n / (n - 1) * (1 + CEILING_SLACK)
 
 
 def decode_ceiling(plan: StackPlan, load: LoadConfig, most_output: int, slo: Slo) -> float:

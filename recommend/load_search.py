@@ -234,7 +234,10 @@ class LoadRunner:
 class Runs(Protocol):
     """What the searches probe: a candidate's load (:meth:`LoadRunner.at`) and its GPUs."""
 
-    gpus: int
+    @property
+    def gpus(self) -> int:
+        """The cluster's GPUs."""
+        ...
 
     def at(self, concurrency: int, order: list[int], rate: float | None = None) -> LoadPoint:
         """The load ``concurrency`` over the prefix kinds in ``order``."""
@@ -329,6 +332,11 @@ class Found:
     saturated: Saturation | None = None
     """Where the climb stopped below the axis' top because the candidate is saturated there
     (``best`` is its ``upper`` load; None: it did not)."""
+    short_of: int | None = None
+    """The fewest clients of use to the caller (:func:`highest_load`'s ``first``) when a load
+    at or below them failed (``over``: the lowest that did) or they lie above the axis' top
+    (``over`` None): the answer is below them and the search stopped there (``best`` None;
+    None: it did not)."""
 
 
 SATURATION = 1 / RESOLUTION
@@ -380,16 +388,25 @@ def saturation(lower: LoadPoint, upper: LoadPoint, slo: Slo) -> Saturation | Non
     return Saturation(lower.concurrency, upper.concurrency, after / before - 1, moved)
 
 
-def settle(runner: Runs, axis: Axis, order: list[int], probes: dict[float, LoadPoint]) -> Found:
+def settle(
+    runner: Runs,
+    axis: Axis,
+    order: list[int],
+    probes: dict[float, LoadPoint],
+    first: float | None = None,
+) -> Found:
     """From the loads probed so far (``probes``, by their load on ``axis``), probe until the
     answer is steady and return it: the lowest failing load F and the highest holding load A
     below it are bisected to within :meth:`Axis.step` of A; then the load one step below A is
     probed (a load that holds one step above a failing one is a spike, not an answer) and,
     when it fails, the search goes on below it. Every probed load up to ``best`` holds; a load
-    that held above ``over`` is reported (``unsteady``), never taken."""
+    that held above ``over`` is reported (``unsteady``), never taken. ``first``: once F is at
+    or below it, the answer is below it: the search stops there (:attr:`Found.short_of`)."""
     while True:
         fails = [x for x, p in probes.items() if not p.holds]
         low_fail = min(fails, default=None)
+        if first is not None and low_fail is not None and low_fail <= first:
+            return Found(best=None, over=probes[low_fail], short_of=int(first))
         held = [x for x, p in probes.items() if p.holds and (low_fail is None or x < low_fail)]
         top = max(held, default=0.0)
         nxt = axis.between(top, low_fail) if low_fail is not None else None
@@ -411,15 +428,26 @@ def settle(runner: Runs, axis: Axis, order: list[int], probes: dict[float, LoadP
 
 
 def highest_load(
-    runner: Runs, kinds: Sequence[int], axis: Axis | None = None, slo: Slo | None = None
+    runner: Runs,
+    kinds: Sequence[int],
+    axis: Axis | None = None,
+    slo: Slo | None = None,
+    first: int | None = None,
 ) -> Found:
     """The highest load on ``axis`` (default: :meth:`Axis.clients` of ``runner``'s GPUs) that
     holds, with every probed load below it holding, as the module docstring searches: from
     the axis' start, doubling until a load fails or the axis' top holds, or (a closed loop,
     given ``slo``) the last doubling shows the candidate saturated (:func:`saturation`), then
-    :func:`settle` (which halves below a start that fails)."""
+    :func:`settle` (which halves below a start that fails).
+
+    ``first`` (a closed loop's clients): the fewest clients whose answer is of use to the
+    caller. Once a load at or below them fails, the answer is below them and the search stops
+    (:attr:`Found.short_of`; at once where they lie above the axis' top); until then it is the
+    search above, so where none fails it finds what it finds without ``first``."""
     axis = axis if axis is not None else Axis.clients(runner.gpus)
     order = sorted(set(kinds), reverse=True)
+    if first is not None and axis.in_flight is None and first > axis.top:
+        return Found(best=None, over=None, short_of=first)
     probes: dict[float, LoadPoint] = {}
     saturated = None
     load: float | None = axis.start
@@ -430,7 +458,7 @@ def highest_load(
             saturated = saturation(previous, point, slo)
         load = axis.up(load) if point.holds and saturated is None else None
         previous = point
-    found = settle(runner, axis, order, probes)
+    found = settle(runner, axis, order, probes, first if axis.in_flight is None else None)
     if saturated is None or found.best is None or found.best.concurrency != saturated.upper:
         return found
     return replace(found, saturated=saturated)

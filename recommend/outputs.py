@@ -406,7 +406,7 @@ class CalibrationSource:
     result: Result | None
 
 
-def _gpus(result: Result) -> dict[str, str]:
+def gpus_of(result: Result) -> dict[str, str]:
     """``result``'s node classes -> their GPU (catalog name)."""
     if result.plan is None:
         return {g.node_class: g.node_class for g in result.candidate.groups}
@@ -418,7 +418,7 @@ def calibration_sources(results: Sequence[Result], first: Result) -> list[Calibr
     it runs on one GPU; else, as a calibration fits one GPU (``testbed calibrate`` refuses a
     stack on two), the best-ranked candidate on that GPU alone."""
     by_gpu: dict[str, list[str]] = {}
-    for node_class, gpu in sorted(_gpus(first).items()):
+    for node_class, gpu in sorted(gpus_of(first).items()):
         by_gpu.setdefault(gpu, []).append(node_class)
     ranked = [r for r in results if r.rank is not None]
     return [
@@ -427,7 +427,7 @@ def calibration_sources(results: Sequence[Result], first: Result) -> list[Calibr
             tuple(classes),
             first
             if len(by_gpu) == 1
-            else next((r for r in ranked if set(_gpus(r).values()) == {gpu}), None),
+            else next((r for r in ranked if set(gpus_of(r).values()) == {gpu}), None),
         )
         for gpu, classes in by_gpu.items()
     ]

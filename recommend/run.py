@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +24,8 @@ from recommend.outputs import (
     PLAN_MD,
     Inputs,
     Validations,
+    calibration_sources,
+    gpus_of,
     plan_text,
     prerequisites,
     write_candidates,
@@ -42,6 +44,7 @@ from recommend.search import (
     load_text,
     needed_load,
     rank_results,
+    ranked,
     search,
     stack_name,
 )
@@ -215,6 +218,9 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
         raise SearchInterrupted(store.count(), store.path) from None
     finally:
         observer.on_search_end()
+    results = timed_for_plan(
+        problem, results, observer.note, request.objective, request.margin, request.headroom
+    )
     validations = _validated(problem, results, request.validate_top, folder, observer)
     first = first_ranked(results)
     slicing = slicing_off(request, problem, results, first, store, observer)
@@ -241,6 +247,80 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
     stacks = write_stacks(folder, inputs, results, first, request.emit_stacks, validations)
     holding = [r for r in results if r.rank is not None]
     return Recommendation(results, first, inputs, validations, stacks, holding)
+
+
+PLAN_TRIES = 2
+"""The most untimed candidates :func:`timed_for_plan` times for each thing plan.md needs."""
+
+
+def _untimed(result: Result) -> bool:
+    """Whether a bound left ``result`` untimed or stopped its timing because it could not
+    rank first or would lose by more than the margin (not a floor: that one meets the SLO at
+    no load)."""
+    return result.status == "screened" and result.floor_over is None
+
+
+def _alone_on(gpu: str) -> Callable[[Result], bool]:
+    """Whether a result's workers are all on ``gpu`` (a catalog name)."""
+    return lambda r: set(gpus_of(r).values()) == {gpu}
+
+
+def timed_for_plan(
+    problem: Problem,
+    results: list[Result],
+    note: Callable[[str], None],
+    objective: Objective = "goodput-per-gpu",
+    margin: float = 1.25,
+    headroom: float = DEFAULT_HEADROOM,
+) -> list[Result]:
+    """``results`` with what plan.md measures beside rank 1 timed where a bound left it
+    untimed (:func:`_untimed`), ranked afresh: its A / B, the best candidate of the other kind
+    (aggregated against disaggregated, :func:`recommend.outputs.ab_partner`), and, where rank 1
+    spans GPUs of more than one kind, the best candidate on each alone (its calibration,
+    :func:`recommend.outputs.calibration_sources`). For each missing one, the untimed
+    candidates that would serve, highest ceiling first, are timed one at a time until one
+    meets the SLO, at most :data:`PLAN_TRIES` (each said to ``note``), under the search's
+    ``objective``, ``margin`` and ``headroom``. The bounds that left them untimed still hold:
+    none ranks first."""
+    first = first_ranked(results)
+    if first is None:
+        return results
+    needs: list[tuple[str, Callable[[Result], bool]]] = []
+    kind = not first.candidate.disaggregated  # the other kind's
+    if not any(r.rank is not None and r.candidate.disaggregated == kind for r in results):
+        other = "disaggregated" if kind else "aggregated"
+        needs.append(
+            (
+                f"plan.md's A / B (the best {other} candidate)",
+                lambda r: r.candidate.disaggregated == kind,
+            )
+        )
+    sources = calibration_sources(results, first)
+    for source in sources if len(sources) > 1 else ():
+        if source.result is None:
+            needs.append(
+                (
+                    f"calibrating {source.gpu} (a candidate on it alone)",
+                    _alone_on(source.gpu),
+                )
+            )
+    if not needs:
+        return results
+    needed = needed_load(problem.load, headroom) if objective == "capacity" else None
+    untimed = sorted(
+        (r for r in results if _untimed(r)),
+        key=lambda r: (-(r.ceiling_value or 0.0), r.candidate.key),
+    )
+    for why, serves in needs:
+        for r in [r for r in untimed if serves(r)][:PLAN_TRIES]:
+            note(f"timing {r.candidate.key} for {why}: a bound left it untimed")
+            (timed,) = search(
+                problem, [r.candidate], objective=objective, margin=margin, headroom=headroom
+            )
+            results = [timed if o is r else o for o in results]
+            if timed.status == "ranked":
+                break
+    return ranked(results, objective, needed)
 
 
 def _validated(

@@ -7,14 +7,20 @@ Screening, in order (each a reason the table prints):
 
 1. a floor above the SLO: the candidate's TTFT floor over a TTFT bound, its inter-token floor
    over an ITL or TPOT bound, its end-to-end floor over an E2E bound: no load meets it;
-2. the rate ceiling (:func:`bound_reason`): a candidate's output tokens/s per GPU at its
-   request-rate ceiling bounds its objective at every load. Candidates are timed one after the
-   other in order of that ceiling, highest first (``jobs`` processes time the next ones ahead);
-   one whose bound is below the best objective timed before it divided by the margin loses by
-   more than the margin whatever its timing, and under ``goodput-per-gpu`` and
-   ``tokens-per-gpu`` one whose bound is below that best itself cannot rank first (branch and
-   bound): neither is timed, and its reason gives its bound. Which are timed depends only on
-   the candidates before it, never on ``jobs``.
+2. the ceilings (:func:`bound_reason`): a candidate's output tokens/s per GPU at its
+   request-rate ceiling, and what its decoding workers' KV reads allow, bound its objective at
+   every load. Candidates are timed one after the other in order of that ceiling, highest
+   first (``jobs`` processes time the next ones ahead); one whose bound is below the best
+   objective timed before it divided by the margin loses by more than the margin whatever its
+   timing, and under ``goodput-per-gpu`` and ``tokens-per-gpu`` one whose bound is below that
+   best itself cannot rank first (branch and bound): neither is timed, and its reason gives
+   its bound;
+3. the first load (:func:`first_load`), under those two objectives and a closed loop: a
+   client gets at most one request's output tokens per its end-to-end floor, so a candidate
+   needs some number of clients to beat the best timed before it; its load search stops, the
+   candidate screened, once a load at or below that fails.
+
+Which are timed, and how, depends only on the candidates before it, never on ``jobs``.
 
 Ranking is deterministic: by the objective, then the candidate's key.
 """
@@ -36,7 +42,7 @@ from pydantic import AliasChoices, Field, TypeAdapter
 
 from measurement.results import open_loop_load
 from metrics.registry import objectives
-from recommend.bounds import Bounds, bounds, decode_ceiling, ms_text
+from recommend.bounds import Bounds, bounds, decode_ceiling, kv_read_ceiling, ms_text
 from recommend.load_search import (
     CLIENTS_PER_GPU,
     Axis,
@@ -196,6 +202,9 @@ class Result:
     a verdict compares two candidates at a load both held (:func:`recommend.claims.same_load`).
     ``saturated``: its closed loop's search stopped at ``best`` below the load cap, saturated
     there (:func:`recommend.load_search.saturation`; ``binding`` says by how much).
+    ``first_load``: the fewest clients at which it could rank first, given to its load search
+    (:func:`first_load`; None: none); ``screened``, ``over`` the figures of a load at or below
+    them that failed, when its search stopped there (:func:`first_load_reason`).
     """
 
     candidate: Candidate
@@ -220,6 +229,7 @@ class Result:
     unsteady: str = ""
     steady: tuple[Figures, ...] = ()
     saturated: bool = False
+    first_load: int | None = None
 
 
 def stack_name(cluster: str, candidate: Candidate) -> str:
@@ -416,6 +426,7 @@ def time_candidate(
     workload: Workload | None = None,
     rate_ceiling: float = math.inf,
     needed: float | None = None,
+    first_load: int | None = None,
 ) -> Result:
     """Time one checked candidate (its result without ``candidate`` filled in: the caller's);
     ``workload``: what is sent (default: ``load``'s synthetic requests); an open loop's rate
@@ -423,7 +434,9 @@ def time_candidate(
     ``needed`` (the capacity question, :func:`needed_load`): the search tries that load first
     and stops there when it holds (:func:`recommend.load_search.required_load`; an open loop's
     rate at most ``rate_ceiling``). Clients and rates are searched alike
-    (:class:`recommend.load_search.Axis`)."""
+    (:class:`recommend.load_search.Axis`). ``first_load``: the fewest clients of use to the
+    caller (:func:`first_load`); where a load at or below them fails the search stops there
+    and the result is ``screened``, ``over`` that load's figures."""
     sent = workload if workload is not None else Workload(load)
     runner = LoadRunner(run_topology(plan), stack_constants(plan), load, slo, gpus, workload=sent)
     axis, required = Axis.clients(gpus), needed
@@ -433,11 +446,18 @@ def time_candidate(
         required = None if needed is None else axis.start
     with fewer_collections():
         if required is None:
-            found = highest_load(runner, load.prefix_kinds, axis, slo)
+            found = highest_load(runner, load.prefix_kinds, axis, slo, first_load)
         else:
             found = required_load(runner, load.prefix_kinds, required, axis, slo)
     best, over = found.best, found.over
     result = Result(candidate=Candidate(groups=()), status="ranked", gpus=gpus, runs=runner.runs)
+    result.first_load = first_load
+    if found.short_of is not None:
+        result.status = "screened"
+        if over is not None:
+            result.over = Figures.of(over, gpus)
+            result.binding = _binding(found, slo, False)
+        return result
     result.binding = _binding(found, slo, needed is not None)
     result.saturated = found.saturated is not None
     result.unsteady = unsteady_text(found)
@@ -464,7 +484,7 @@ def _deaf_to_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-TimingArgs = tuple[StackPlan, LoadConfig, Slo, int, Workload, float, float | None]
+TimingArgs = tuple[StackPlan, LoadConfig, Slo, int, Workload, float, float | None, int | None]
 
 
 def _time_in_worker(args: TimingArgs) -> Result:
@@ -477,9 +497,11 @@ def _screen_or_queue(
 ) -> list[Result]:
     """Check every candidate and apply the floors (each into ``results``); returns those left
     to time, highest ceiling first. A candidate's ceiling (``ceiling_value``, what sets it
-    ``ceiling_limit``) is its rate ceiling's output tokens/s per GPU, and under
-    ``goodput-per-gpu`` at most its decode ceiling's (:func:`recommend.bounds.decode_ceiling`:
-    the goodput its decoding workers can give under the SLO's TPOT and ITL bounds)."""
+    ``ceiling_limit``) is its rate ceiling's output tokens/s per GPU, at most its KV-read
+    ceiling's (``KV reads``, :func:`recommend.bounds.kv_read_ceiling`: the output tokens/s its
+    decoding workers' reads of their requests' KV cache allow), and under ``goodput-per-gpu`` at
+    most its decode ceiling's (``decode``, :func:`recommend.bounds.decode_ceiling`: the goodput
+    its decoding workers can give under the SLO's TPOT and ITL bounds)."""
     cfg, load = problem.cfg, problem.load
     best_case = problem.sent.best_case()
     longest = problem.sent.longest_output_tokens
@@ -495,6 +517,9 @@ def _screen_or_queue(
         result = Result(candidate, "screened", own, bounds=b, plan=checked)
         result.ceiling_value = b.requests_per_s * problem.sent.mean_output_tokens / gpus
         result.ceiling_limit = b.limit
+        kv_reads = kv_read_ceiling(checked, best_case) / gpus
+        if kv_reads < result.ceiling_value:
+            result.ceiling_value, result.ceiling_limit = kv_reads, "KV reads"
         if checked.disaggregated:
             result.crossover_summary = crossover(checked).summary()
         floor = floor_reason(b, problem.slo, best_case.max_tokens)
@@ -550,6 +575,12 @@ def mirror_signature(candidate: Candidate, twins: Sequence[Sequence[str]]) -> tu
     )
 
 
+ONE_FIGURE: tuple[Objective, ...] = ("goodput-per-gpu", "tokens-per-gpu")
+"""The objectives one figure ranks by, so a candidate bounded below the best timed so far
+cannot rank first (branch and bound: :func:`bound_reason`, :func:`first_load`); ``pareto``'s
+front has two figures, ``capacity`` ranks by GPUs first."""
+
+
 def bound_reason(
     result: Result, best: float, margin: float, objective: Objective, needed: float | None
 ) -> str | None:
@@ -567,6 +598,12 @@ def bound_reason(
         f"at most {ceiling:,.0f} output tok/s per cluster GPU at any load (its {b.limit} ceiling, "
         f"{b.requests_per_s:,.2f} req/s)"
     )
+    if result.ceiling_limit == "KV reads":
+        at_most = (
+            f"at most {ceiling:,.0f} output tok/s per cluster GPU at any load (its KV-read "
+            "ceiling: each token after a request's first reads the request's KV cache, its prompt "
+            "and half its output on average, at its GPU's memory bandwidth)"
+        )
     if result.ceiling_limit == "decode":
         at_most = (
             f"at most {ceiling:,.0f} output tok/s per cluster GPU meeting the SLO at any load (its "
@@ -574,7 +611,7 @@ def bound_reason(
         )
     if ceiling * margin < best:
         return f"{at_most}, below the best timed so far ({best:,.0f}) / the margin {margin:g}"
-    if objective in ("goodput-per-gpu", "tokens-per-gpu") and ceiling < best:
+    if objective in ONE_FIGURE and ceiling < best:
         return (
             f"not timed: {at_most}, {ceiling / best:.2f}x the best timed so far ({best:,.0f}): "
             "it cannot rank first"
@@ -582,29 +619,82 @@ def bound_reason(
     return None
 
 
+def first_load(
+    result: Result,
+    best: float,
+    objective: Objective,
+    problem: Problem,
+    needed: float | None,
+) -> int | None:
+    """The fewest clients at which ``result`` (queued, its bounds set) could rank first, given
+    ``best``, the highest objective timed before it: ``c`` clients of a closed loop give at
+    most ``c`` x :meth:`recommend.bounds.Bounds.client_tokens_per_s` output tokens/s (goodput
+    included), so below ``best`` x the cluster's GPUs (:func:`cluster_gpus`) / that rate it
+    cannot. Its load search stops once a load at or below them fails
+    (:func:`recommend.load_search.highest_load`'s ``first``). None (its search as usual):
+    under an objective of more than one figure (:data:`ONE_FIGURE`), under ``capacity``
+    (``needed`` set), for an open loop, or at 1 client or fewer (one that fails at 1 client
+    meets the SLO at no load: ``slo-not-met``)."""
+    b, sent = result.bounds, problem.sent
+    if objective not in ONE_FIGURE or needed is not None or sent.open_loop or b is None:
+        return None
+    per_client = b.client_tokens_per_s(sent.shortest_output_tokens, sent.longest_output_tokens)
+    clients = math.ceil(best * cluster_gpus(problem.cfg) / per_client)
+    return clients if clients > 1 else None
+
+
+def first_load_reason(result: Result, sent: Workload) -> str:
+    """Why ``result``, screened where a load at or below its first load failed
+    (:attr:`Result.first_load`), is not timed further: ``cannot rank first: TTFT p99 binds at
+    16 clients, below the 112 it needs to beat the best timed so far (a client gets at most
+    201 output tok/s: its requests run one after another, each at least its TTFT floor 41 ms +
+    4.8 ms a later token)``."""
+    b, clients = result.bounds, result.first_load
+    assert b is not None and clients is not None
+    per_client = b.client_tokens_per_s(sent.shortest_output_tokens, sent.longest_output_tokens)
+    why = (
+        f"a client gets at most {per_client:,.0f} output tok/s: its requests run one after "
+        f"another, each at least its TTFT floor {ms_text(b.ttft_floor_ms)} + "
+        f"{ms_text(b.itl_floor_ms)} a later token"
+    )
+    if result.over is None:
+        return (
+            f"cannot rank first: it would take {clients:,} clients to beat the best timed so "
+            f"far, above the load cap ({CLIENTS_PER_GPU} clients per cluster GPU) ({why})"
+        )
+    return (
+        f"cannot rank first: {result.binding} binds at {result.over.load_text()}, "
+        f"{'below' if result.over.concurrency < clients else 'at'} the {clients:,} it needs to "
+        f"beat the best timed so far ({why})"
+    )
+
+
 def _time_ahead(
     pool: Any,
     jobs: int,
     queued: Sequence[Result],
-    ahead: dict[tuple[Any, ...], Any],
+    ahead: dict[tuple[Any, ...], tuple[int | None, Any]],
     timed: Mapping[tuple[Any, ...], Result],
     args_of: Callable[[Result], TimingArgs],
     twins: Sequence[Sequence[str]],
 ) -> None:
     """Start timing in ``pool`` the first of ``queued`` (in order; each a mirror signature not
-    timed or under way yet) until ``jobs`` timings are running (``ahead``, by signature, less
-    those finished and not yet read: a worker done ahead of an earlier, longer timing takes
-    the next at once). One that a bound settles once those before it are timed is discarded
-    unread, so what is timed and reported does not depend on ``jobs``."""
+    timed or under way yet) until ``jobs`` timings are running (``ahead``, by signature, each
+    with the first load it was given, less those finished and not yet read: a worker done
+    ahead of an earlier, longer timing takes the next at once). One that a bound settles once
+    those before it are timed is discarded unread, and so is one whose first load
+    (:func:`first_load`) has risen by its turn (it is timed again), so what is timed and
+    reported does not depend on ``jobs``."""
     eligible = {mirror_signature(r.candidate, twins) for r in queued}
     for gone in [s for s in ahead if s not in eligible]:
         del ahead[gone]  # settled by a bound meanwhile: its result is never read
     for r in queued:
-        if sum(not a.ready() for a in ahead.values()) >= jobs:
+        if sum(not a.ready() for _, a in ahead.values()) >= jobs:
             return
         signature = mirror_signature(r.candidate, twins)
         if signature not in timed and signature not in ahead:
-            ahead[signature] = pool.apply_async(_time_in_worker, (args_of(r),))
+            args = args_of(r)
+            ahead[signature] = (args[-1], pool.apply_async(_time_in_worker, (args,)))
 
 
 def cluster_gpus(cfg: StackConfig) -> int:
@@ -667,9 +757,11 @@ def search(
     def args_of(r: Result) -> TimingArgs:
         assert r.plan is not None
         ceiling = r.bounds.requests_per_s if r.bounds else math.inf
-        return (r.plan, load, slo, gpus, sent, ceiling, needed)
+        first = first_load(r, best_value, objective, problem, needed)
+        return (r.plan, load, slo, gpus, sent, ceiling, needed, first)
 
-    ahead: dict[tuple[Any, ...], Any] = {}  # by mirror_signature: timings under way
+    # by mirror_signature: timings under way, each with the first load it was given
+    ahead: dict[tuple[Any, ...], tuple[int | None, Any]] = {}
     try:
         queue = _screen_or_queue(problem, candidates, results, objective)
         stored = _stored(store, queue)
@@ -687,22 +779,26 @@ def search(
             if reason is not None:
                 result.binding, result.reason = result.ceiling_limit, reason
             else:
-                t = stored.get(result.candidate.key)
+                signature = mirror_signature(result.candidate, twins)
+                t = timed.get(signature)
                 if t is None:
-                    signature = mirror_signature(result.candidate, twins)
-                    if signature not in timed:
+                    args = args_of(result)
+                    t = stored.get(result.candidate.key)
+                    if t is None or t.first_load != args[-1]:
                         under_way = ahead.pop(signature, None)
-                        timed[signature] = (
-                            under_way.get()
-                            if under_way is not None
-                            else time_candidate(*args_of(result))
-                        )
-                    t = timed[signature]
-                    if store is not None:
-                        store.put(result.candidate.key, timed_json(t))
+                        if under_way is not None and under_way[0] == args[-1]:
+                            t = under_way[1].get()
+                        else:  # not under way, or given a first load that has risen since
+                            t = time_candidate(*args)
+                    timed[signature] = t
+                if store is not None and stored.get(result.candidate.key) is not t:
+                    store.put(result.candidate.key, timed_json(t))
                 result.status, result.binding, result.runs = t.status, t.binding, t.runs
                 result.best, result.over, result.unsteady = t.best, t.over, t.unsteady
                 result.steady, result.saturated = t.steady, t.saturated
+                result.first_load = t.first_load
+                if t.status == "screened":
+                    result.reason = first_load_reason(result, sent)
                 if t.best is not None:
                     result.value = objective_value(t.best, objective)
                     best_value = max(best_value, result.value)
@@ -712,6 +808,14 @@ def search(
     finally:
         if pool is not None:
             pool.terminate()
+    return ranked(results, objective, needed)
+
+
+def ranked(results: Sequence[Result], objective: Objective, needed: float | None) -> list[Result]:
+    """``results`` ranked afresh (:func:`rank_results`, any earlier rank dropped), ranked
+    first by rank, then the rest by status and key."""
+    for r in results:
+        r.rank, r.on_front, r.dominated_by = None, False, None
     rank_results(results, objective, needed)
     return sorted(results, key=_order)
 
@@ -728,6 +832,7 @@ def timed_json(result: Result) -> dict[str, Any]:
         "unsteady": result.unsteady,
         "steady": [asdict(f) for f in result.steady],
         "saturated": result.saturated,
+        "first_load": result.first_load,
     }
 
 
@@ -744,6 +849,7 @@ def timed_of(data: Mapping[str, Any]) -> Result:
         unsteady=data.get("unsteady", ""),
         steady=tuple(_FIGURES.validate_python(f) for f in data.get("steady", ())),
         saturated=data.get("saturated", False),
+        first_load=data.get("first_load"),
     )
 
 

@@ -159,26 +159,33 @@ class Workload:
         if self.replay is not None:
             rows = [r for run in self.replay.values() for r in run]
             prompt = min(r.prompt_tokens for r in rows)
-            output = min(r.output_tokens for r in rows)
         else:
             prompt = load.shortest_prompt_tokens
-            output = min(load.output_lengths.values) if load.output_lengths else load.max_tokens
         update = {
             "prompt_tokens": prompt,
-            "max_tokens": output,
+            "max_tokens": self.shortest_output_tokens,
             "prefix_share": min(1.0, load.prefix_tokens / prompt),
             "prompt_lengths": None,
             "output_lengths": None,
         }
         return load.model_copy(update=update)
 
+    def _output_lengths(self) -> list[int]:
+        """The output tokens requests may ask for: each replayed request's, or the settings'."""
+        if self.replay is not None:
+            return [r.output_tokens for run in self.replay.values() for r in run]
+        load = self.load
+        return list(load.output_lengths.values) if load.output_lengths else [load.max_tokens]
+
+    @property
+    def shortest_output_tokens(self) -> int:
+        """The fewest output tokens a request asks for (the best case's)."""
+        return min(self._output_lengths())
+
     @property
     def longest_output_tokens(self) -> int:
         """The most output tokens a request asks for (a decode ceiling reads it)."""
-        if self.replay is not None:
-            return max(r.output_tokens for run in self.replay.values() for r in run)
-        load = self.load
-        return max(load.output_lengths.values) if load.output_lengths else load.max_tokens
+        return max(self._output_lengths())
 
     @property
     def mean_output_tokens(self) -> float:

@@ -7,19 +7,34 @@ the comparison fails."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import recommend.search as search_module
-from recommend.bounds import least_s_per_token, step_token_counts
+from recommend.bounds import (
+    Bounds,
+    bounds,
+    kv_read_ceiling,
+    least_s_per_token,
+    step_token_counts,
+)
+from recommend.claims import first_ranked
+from recommend.load_search import LoadRunner
+from recommend.outputs import ab_partner
+from recommend.run import timed_for_plan
 from recommend.search import Figures, Problem, Result, search
 from recommend.space import Candidate, candidates
+from recommend.workload import Workload
+from simulator.hardware import run_topology, stack_constants
 from stackmodel.config import project_values
 from stackmodel.published import DYNAMO_LLAMA_70B_ONE_NODE
 from stackmodel.stacks import load_stack, stack_config
 from steptime.measured import core_installed, token_bucket
-from workload.config import LoadConfig
+from workload.config import Lengths, LoadConfig
 from workload.slo import parse_slo
 
 SHORT = LoadConfig(prefix_kinds=[2], requests_per_run=40, max_tokens=16)
@@ -75,7 +90,8 @@ def _fake_timing(one_gpu_share: float) -> Any:
     def timed(plan: Any, load: Any, slo: Any, gpus: int, sent: Any, rate: float, *_: Any) -> Any:
         classes = {g.node_class for g in plan.cfg.topology.workers}
         share = 0.6 if len(classes) == 2 else one_gpu_share
-        ceiling = rate * sent.mean_output_tokens / gpus
+        kv_reads = kv_read_ceiling(plan, sent.best_case())
+        ceiling = min(rate * sent.mean_output_tokens, kv_reads) / gpus
         value = ceiling * share
         figures = Figures(1, value, value, 10.0, rate * share, 0.0, 1.0, {})
         return Result(Candidate(groups=()), "ranked", gpus, runs=1, best=figures)
@@ -177,3 +193,175 @@ def test_a_candidate_is_timed_with_rare_garbage_collections(
         search_module.time_candidate(plan, LoadConfig(), parse_slo("ttft_p99_ms=1000"), 2)
     assert seen == [(search_module.COLLECT_EVERY, 50, 100)]
     assert gc.get_threshold() == before != seen[0]
+
+
+DECODE_HEAVY = LoadConfig(prefix_kinds=[2], requests_per_run=64, prompt_tokens=128, max_tokens=512)
+MIXED = LoadConfig(
+    prefix_kinds=[2],
+    requests_per_run=64,
+    prompt_lengths=Lengths(values=[128, 512]),
+    output_lengths=Lengths(values=[64, 512]),
+)
+
+
+def _runs(key: str, load: LoadConfig, clients: Sequence[int]) -> tuple[Any, Workload, list[Any]]:
+    """The seed cluster's candidate ``key`` checked under ``load`` (its plan), the workload, and
+    its runs at ``clients`` (one prefix-kinds value each)."""
+    base, cfg = project_values(stack_config("kv-routing")[0]), load_stack("kv-routing").cfg
+    candidate = next(c for c in candidates(cfg) if c.key == key)
+    plan = search_module.check("x", base, candidate, load)
+    assert not isinstance(plan, str), plan
+    sent = Workload(load)
+    runner = LoadRunner(run_topology(plan), stack_constants(plan), load, SLO, 2, workload=sent)
+    return plan, sent, [runner.run(2, c) for c in clients]
+
+
+# c000: one worker alone on a GPU; c001: two time-sliced on one; c005: one on each GPU;
+# c039: disaggregated on one GPU, GPU buffers; c044: disaggregated, host buffers, 4 a GPU
+@pytest.mark.parametrize("key", ["c000", "c001", "c005", "c039", "c044"])
+@pytest.mark.parametrize("load", [DECODE_HEAVY, MIXED], ids=["fixed", "mixed"])
+def test_no_run_beats_its_kv_read_ceiling_nor_its_clients_per_client_bound(
+    key: str, load: LoadConfig
+) -> None:
+    """A run's output tokens/s stay within its KV-read ceiling (each later token reads its
+    request's KV cache) and within its clients x the per-client rate (each client's requests
+    one after another at their E2E floor), goodput within both too; the ceiling is near on a
+    worker alone with many clients, and the per-client bound near at one client: a ceiling
+    taking a request's whole output as its context, or a client's rate from its TTFT floor
+    alone, fails."""
+    clients = (1, 16, 256)
+    plan, sent, runs = _runs(key, load, clients)
+    ceiling = kv_read_ceiling(plan, sent.best_case())
+    b = bounds(plan, sent.best_case())
+    per_client = b.client_tokens_per_s(sent.shortest_output_tokens, sent.longest_output_tokens)
+    for c, run in zip(clients, runs, strict=True):
+        tokens = run.summary.output_tokens_per_s
+        goodput = run.point.goodput_output_tokens_per_s
+        assert run.summary.errors == 0 and tokens > 0
+        assert max(tokens, goodput) <= ceiling, (c, tokens, ceiling)
+        assert max(tokens, goodput) <= c * per_client, (c, tokens, per_client)
+    if key == "c000" and load is DECODE_HEAVY:
+        assert runs[-1].summary.output_tokens_per_s > 0.7 * ceiling
+    if key in ("c000", "c005"):
+        assert runs[0].summary.output_tokens_per_s > 0.8 * per_client
+
+
+def test_a_kv_read_ceiling_needs_a_roofline_and_a_later_token() -> None:
+    """No ceiling (math.inf) for requests of one output token (no later token), nor where a
+    decoding worker's steps come from measured kernel data."""
+    plan, sent, _ = _runs("c000", DECODE_HEAVY, ())
+    assert math.isfinite(kv_read_ceiling(plan, sent.best_case()))
+    assert kv_read_ceiling(plan, DECODE_HEAVY.model_copy(update={"max_tokens": 1})) == math.inf
+    measured = DYNAMO_LLAMA_70B_ONE_NODE.plan("disaggregated")
+    if any(w.step.measured is not None for w in run_topology(measured).workers):
+        assert kv_read_ceiling(measured, LoadConfig()) == math.inf
+
+
+@given(
+    ttft=st.floats(0.1, 5_000.0),
+    itl=st.floats(0.01, 500.0),
+    least=st.integers(1, 2_000),
+    more=st.integers(0, 2_000),
+)
+def test_a_client_s_rate_bound_is_the_most_of_any_output_length(
+    ttft: float, itl: float, least: int, more: int
+) -> None:
+    """n / E2E floor(n) over every output length from the fewest to the most is at most the
+    bound, which reads only the two ends."""
+    b = Bounds(ttft, itl, 1.0, "prefill", 0.0, 0.0, 0.0)
+    bound = b.client_tokens_per_s(least, least + more)
+    assert all(
+        n * 1e3 / b.e2e_floor_ms(n) <= bound * (1 + 1e-12)
+        for n in range(least, least + more + 1, max(1, more // 50))
+    )
+
+
+LONG_OUTPUT = LoadConfig(prefix_kinds=[2], requests_per_run=32, prompt_tokens=128, max_tokens=1024)
+# c005 (one worker on each GPU) ranks first; c015 is timed under every screen; c000 and c039
+# decode on one GPU (their KV-read ceiling is below c005's figure); c080 and c113 (host
+# buffers, one GPU decoding) fail TTFT below the clients they would need
+KEYS = {"c005", "c015", "c000", "c039", "c080", "c113"}
+
+
+def _long_output_problem() -> tuple[Problem, list[Candidate]]:
+    base, cfg = project_values(stack_config("kv-routing")[0]), load_stack("kv-routing").cfg
+    space = [c for c in candidates(cfg) if c.key in KEYS]
+    return Problem("kv-routing", base, cfg, LONG_OUTPUT, SLO), space
+
+
+def _seen(results: list[Result]) -> list[tuple[Any, ...]]:
+    return [
+        (r.candidate.key, r.status, r.rank, r.runs, r.best, r.over, r.reason, r.first_load)
+        for r in results
+    ]
+
+
+def test_the_kv_read_and_first_load_screens_give_the_full_search_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On 1,024-token outputs: the KV-read ceiling screens the candidates decoding on one GPU,
+    and (that ceiling left out) the first load stops the load search of those that fail TTFT
+    below the clients they would need, in fewer runs; rank 1 and every timed candidate's
+    figures are the full search's, and each candidate screened ranks below rank 1 there, its
+    answer below its first load."""
+    problem, space = _long_output_problem()
+    screened = search(problem, space)
+    with monkeypatch.context() as m:
+        m.setattr(search_module, "kv_read_ceiling", lambda *_: math.inf)
+        first_only = search(problem, space)
+        m.setattr(search_module, "first_load", lambda *_: None)
+        full = search(problem, space)
+    whole = {r.candidate.key: r for r in full}
+    by_kv = {r.candidate.key for r in screened if r.ceiling_limit == "KV reads" and r.reason}
+    assert by_kv == {"c000", "c039", "c080", "c113"}
+    stopped = [r for r in first_only if r.reason.startswith("cannot rank first: ")]
+    assert {r.candidate.key for r in stopped} == {"c080", "c113"}
+    for r in stopped:
+        assert r.status == "screened" and r.first_load is not None and r.over is not None
+        assert r.over.concurrency <= r.first_load and "TTFT p99 binds at" in r.reason
+        full_r = whole[r.candidate.key]
+        assert full_r.best is not None and full_r.best.concurrency < r.first_load
+        assert 0 < r.runs < full_r.runs and full_r.rank != 1
+    first = next(r for r in full if r.rank == 1)
+    assert first.candidate.key == "c005" and first.value is not None
+    assert all(whole[r.candidate.key].value < first.value for r in stopped)  # type: ignore[operator]
+    _same_answers(full, screened)
+    _same_answers(full, first_only)
+
+
+def test_timing_ahead_with_first_loads_gives_the_same_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``jobs`` 2 under the first-load screen: a candidate timed ahead before rank 1 was known
+    (no first load then) is timed again with its first load, so each result is one process's."""
+    problem, space = _long_output_problem()
+    space = [c for c in space if c.key in ("c005", "c080", "c113")]  # c080 timed beside c005
+    monkeypatch.setattr(search_module, "kv_read_ceiling", lambda *_: math.inf)
+    one = search(problem, space)
+    assert [r.candidate.key for r in one if r.reason.startswith("cannot rank first")] == [
+        "c080",
+        "c113",
+    ]
+    assert _seen(search(problem, space, jobs=2)) == _seen(one)
+
+
+def test_what_plan_md_measures_is_timed_where_a_bound_left_it_untimed() -> None:
+    """Every disaggregated candidate left untimed by a bound, the best of them (by ceiling,
+    then key) is timed for plan.md's A / B and ranks below rank 1; rank 1 and the other
+    figures stay."""
+    problem, space = _long_output_problem()
+    results = search(problem, space)
+    assert not any(r.rank and r.candidate.disaggregated for r in results)
+    said: list[str] = []
+    after = timed_for_plan(problem, results, said.append)
+    assert said == [
+        "timing c039 for plan.md's A / B (the best disaggregated candidate): a bound left it "
+        "untimed"
+    ]
+    first = first_ranked(after)
+    assert first is not None and first.candidate.key == "c005"
+    partner = ab_partner(after, first)
+    assert partner is not None and partner.candidate.key == "c039" and partner.rank == 3
+    before = {r.candidate.key: r.best for r in results if r.rank}
+    assert {r.candidate.key: r.best for r in after if r.rank and r is not partner} == before
+    assert timed_for_plan(problem, after, said.append) == after and len(said) == 1

@@ -182,6 +182,8 @@ def test_the_decode_ceiling_screens_qwen_candidates(monkeypatch: pytest.MonkeyPa
     bounded = search(problem, picked)
     with monkeypatch.context() as m:
         m.setattr(search_module, "decode_ceiling", lambda *_: float("inf"))
+        m.setattr(search_module, "kv_read_ceiling", lambda *_: float("inf"))
+        m.setattr(search_module, "first_load", lambda *_: None)
         full = search(problem, picked)
     first = next(r for r in full if r.rank == 1)
     assert next(r for r in bounded if r.rank == 1).candidate == first.candidate

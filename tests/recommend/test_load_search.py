@@ -197,6 +197,41 @@ def test_a_load_found_holds_with_every_load_probed_below_it(fails: set[int], abo
     assert found.best is None or found.best.concurrency < above
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    fails=st.sets(st.integers(1, 80), max_size=6),
+    above=st.integers(2, 300),
+    first=st.integers(1, CLIENTS_PER_GPU),
+)
+def test_a_search_given_its_first_useful_load_stops_where_a_load_below_it_fails(
+    fails: set[int], above: int, first: int
+) -> None:
+    """Given ``first``, the search is the one without it until a load at or below ``first``
+    fails; then it stops there (``short_of``, ``over`` that load), the full search's answer
+    below that load too. Where none
+    fails it finds what it finds without ``first``, probing the same loads."""
+    holds = lambda c: c not in fails and c < above  # noqa: E731
+    plain = Pattern(holds)
+    without = highest_load(plain, [2])
+    runner = Pattern(holds)
+    found = highest_load(runner, [2], first=first)
+    assert runner.probed == plain.probed[: len(runner.probed)]
+    failed = [c for c in runner.probed if not holds(c)]
+    if not any(c <= first for c in failed):
+        assert found == without and runner.probed == plain.probed
+        return
+    assert found.best is None and found.short_of == first and found.over is not None
+    assert found.over.concurrency == min(failed) == runner.probed[-1] <= first
+    assert without.best is None or without.best.concurrency < min(failed)
+
+
+def test_a_first_load_above_the_axis_top_is_short_of_without_a_run() -> None:
+    """More clients than the axis allows: the answer is below them, nothing timed."""
+    runner = Pattern(lambda c: True)
+    found = highest_load(runner, [2], first=CLIENTS.top + 1)
+    assert runner.probed == [] and found == Found(None, None, short_of=CLIENTS.top + 1)
+
+
 RATE_GAPS = st.lists(st.tuples(st.floats(0.01, 500.0), st.floats(0.001, 0.5)), max_size=4).map(
     lambda gaps: [(low, low * (1 + width)) for low, width in gaps]
 )

@@ -104,9 +104,10 @@ def test_seed_cluster_small_search() -> None:
         "2 x TP1 prefill on gpu-24gb, 4 a GPU: kvTransfer.bufferDevice = 'cuda': "
     )
     assert "stacks/Pulumi" not in refused.reason
-    one = by_label[ONE_GPU]
-    assert one.value is not None and first.value is not None
-    assert one.value < first.value  # per cluster GPU: the idle 8 GB GPU is charged
+    one = by_label[ONE_GPU]  # per cluster GPU: the idle 8 GB GPU is charged
+    assert one.status == "screened" and "KV-read ceiling" in one.reason
+    assert first.value is not None and one.ceiling_value is not None
+    assert one.ceiling_value < first.value
     again = search(Problem("kv-routing", base, cfg, SHORT, SLO), picked)
     assert [(r.candidate.key, r.rank, r.value) for r in again] == [
         (r.candidate.key, r.rank, r.value) for r in results
@@ -126,7 +127,7 @@ def test_emitted_stacks_render(
     from testbed.render import render_stack
 
     base, cfg = _cluster()
-    picked = _pick(cfg, BOTH_GPUS_KV, ONE_GPU)
+    picked = _pick(cfg, BOTH_GPUS_KV, BOTH_GPUS_KV.replace("router kv", "router round-robin"))
     workload = SHORT.model_copy(update={"slo": parse_slo("ttft_p99_ms=500")})
     results = search(Problem("kv-routing", base, cfg, workload, SLO), picked)
     gpus = cluster_gpus(cfg)
