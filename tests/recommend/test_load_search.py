@@ -228,8 +228,9 @@ def test_a_search_given_its_first_useful_load_stops_where_a_load_below_it_fails(
 def test_a_first_load_above_the_axis_top_is_short_of_without_a_run() -> None:
     """More clients than the axis allows: the answer is below them, nothing timed."""
     runner = Pattern(lambda c: True)
-    found = highest_load(runner, [2], first=CLIENTS.top + 1)
-    assert runner.probed == [] and found == Found(None, None, short_of=CLIENTS.top + 1)
+    beyond = int(CLIENTS.top) + 1
+    found = highest_load(runner, [2], first=beyond)
+    assert runner.probed == [] and found == Found(None, None, short_of=beyond)
 
 
 RATE_GAPS = st.lists(st.tuples(st.floats(0.01, 500.0), st.floats(0.001, 0.5)), max_size=4).map(
