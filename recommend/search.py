@@ -669,32 +669,50 @@ def first_load_reason(result: Result, sent: Workload) -> str:
     )
 
 
+def rebased(timed: Result | None, first: int | None) -> Result | None:
+    """``timed`` (a timing done with its own :attr:`Result.first_load`) as the load search with
+    the first load ``first`` gives it, where that can be told (None: it cannot, or ``timed``
+    is None). The two searches probe the same loads until a load at or below either first
+    load fails: the same where they have one first load; and where ``timed`` was not stopped
+    by its own and the lowest load it found failing (``over``) is above ``first`` (or none
+    failed), no load at or below ``first`` failed, so the search with ``first`` is ``timed``
+    too. A search stopped by its first load, or one that found a load at or below ``first``
+    failing, would have stopped elsewhere: timed again."""
+    if timed is None or timed.first_load == first:
+        return timed
+    stopped = timed.status == "screened"
+    if stopped or (
+        first is not None and timed.over is not None and timed.over.concurrency <= first
+    ):
+        return None
+    return replace(timed, first_load=first)
+
+
 def _time_ahead(
     pool: Any,
     jobs: int,
     queued: Sequence[Result],
-    ahead: dict[tuple[Any, ...], tuple[int | None, Any]],
+    ahead: dict[tuple[Any, ...], Any],
     timed: Mapping[tuple[Any, ...], Result],
     args_of: Callable[[Result], TimingArgs],
     twins: Sequence[Sequence[str]],
 ) -> None:
     """Start timing in ``pool`` the first of ``queued`` (in order; each a mirror signature not
-    timed or under way yet) until ``jobs`` timings are running (``ahead``, by signature, each
-    with the first load it was given, less those finished and not yet read: a worker done
-    ahead of an earlier, longer timing takes the next at once). One that a bound settles once
-    those before it are timed is discarded unread, and so is one whose first load
-    (:func:`first_load`) has risen by its turn (it is timed again), so what is timed and
-    reported does not depend on ``jobs``."""
+    timed or under way yet) until ``jobs`` timings are running (``ahead``, by signature, less
+    those finished and not yet read: a worker done ahead of an earlier, longer timing takes
+    the next at once). One that a bound settles once those before it are timed is discarded
+    unread, and one whose first load (:func:`first_load`) has risen by its turn is taken as
+    the search with the new one would give it, or timed again where that cannot be told
+    (:func:`rebased`), so what is timed and reported does not depend on ``jobs``."""
     eligible = {mirror_signature(r.candidate, twins) for r in queued}
     for gone in [s for s in ahead if s not in eligible]:
         del ahead[gone]  # settled by a bound meanwhile: its result is never read
     for r in queued:
-        if sum(not a.ready() for _, a in ahead.values()) >= jobs:
+        if sum(not a.ready() for a in ahead.values()) >= jobs:
             return
         signature = mirror_signature(r.candidate, twins)
         if signature not in timed and signature not in ahead:
-            args = args_of(r)
-            ahead[signature] = (args[-1], pool.apply_async(_time_in_worker, (args,)))
+            ahead[signature] = pool.apply_async(_time_in_worker, (args_of(r),))
 
 
 def cluster_gpus(cfg: StackConfig) -> int:
@@ -760,8 +778,7 @@ def search(
         first = first_load(r, best_value, objective, problem, needed)
         return (r.plan, load, slo, gpus, sent, ceiling, needed, first)
 
-    # by mirror_signature: timings under way, each with the first load it was given
-    ahead: dict[tuple[Any, ...], tuple[int | None, Any]] = {}
+    ahead: dict[tuple[Any, ...], Any] = {}  # by mirror_signature: timings under way
     try:
         queue = _screen_or_queue(problem, candidates, results, objective)
         stored = _stored(store, queue)
@@ -783,13 +800,12 @@ def search(
                 t = timed.get(signature)
                 if t is None:
                     args = args_of(result)
-                    t = stored.get(result.candidate.key)
-                    if t is None or t.first_load != args[-1]:
+                    t = rebased(stored.get(result.candidate.key), args[-1])
+                    if t is None:
                         under_way = ahead.pop(signature, None)
-                        if under_way is not None and under_way[0] == args[-1]:
-                            t = under_way[1].get()
-                        else:  # not under way, or given a first load that has risen since
-                            t = time_candidate(*args)
+                        t = rebased(under_way.get() if under_way else None, args[-1])
+                    if t is None:  # not timed yet, or with a first load that tells otherwise
+                        t = time_candidate(*args)
                     timed[signature] = t
                 if store is not None and stored.get(result.candidate.key) is not t:
                     store.put(result.candidate.key, timed_json(t))

@@ -365,3 +365,24 @@ def test_what_plan_md_measures_is_timed_where_a_bound_left_it_untimed() -> None:
     before = {r.candidate.key: r.best for r in results if r.rank}
     assert {r.candidate.key: r.best for r in after if r.rank and r is not partner} == before
     assert timed_for_plan(problem, after, said.append) == after and len(said) == 1
+
+
+def test_a_timing_with_another_first_load_is_taken_only_where_it_tells_the_same() -> None:
+    """A timing done with no first load (or a lower one) is the one a first load of ``f``
+    gives where no load at or below ``f`` failed in it; one that found such a load failing,
+    or was stopped by its own first load, is not (None: timed again)."""
+
+    def at(clients: int) -> Figures:
+        return Figures(clients, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, {})
+
+    held = Result(Candidate(groups=()), "ranked", 2, runs=9, best=at(40), over=at(41))
+    assert search_module.rebased(held, None) is held
+    moved = search_module.rebased(held, 40)
+    assert moved is not None and moved.first_load == 40 and moved.best == held.best
+    assert moved.runs == 9 and held.first_load is None
+    assert search_module.rebased(held, 41) is None
+    capped = Result(Candidate(groups=()), "ranked", 2, runs=9, best=at(512))
+    assert search_module.rebased(capped, 600) is not None
+    stopped = Result(Candidate(groups=()), "screened", 2, runs=3, over=at(8), first_load=20)
+    assert search_module.rebased(stopped, 20) is stopped
+    assert search_module.rebased(stopped, 30) is None and search_module.rebased(None, 5) is None
