@@ -202,7 +202,7 @@ class Result:
     a verdict compares two candidates at a load both held (:func:`recommend.claims.same_load`).
     ``saturated``: its closed loop's search stopped at ``best`` below the load cap, saturated
     there (:func:`recommend.load_search.saturation`; ``binding`` says by how much).
-    ``first_load``: the fewest clients at which it could rank first, given to its load search
+    ``first_load``: clients below which it cannot rank first, given to its load search
     (:func:`first_load`; None: none); ``screened``, ``over`` the figures of a load at or below
     them that failed, when its search stopped there (:func:`first_load_reason`).
     """
@@ -626,12 +626,15 @@ def first_load(
     problem: Problem,
     needed: float | None,
 ) -> int | None:
-    """The fewest clients at which ``result`` (queued, its bounds set) could rank first, given
+    """Clients below which ``result`` (queued, its bounds set) cannot rank first, given
     ``best``, the highest objective timed before it: ``c`` clients of a closed loop give at
     most ``c`` x :meth:`recommend.bounds.Bounds.client_tokens_per_s` output tokens/s (goodput
     included), so below ``best`` x the cluster's GPUs (:func:`cluster_gpus`) / that rate it
-    cannot. Its load search stops once a load at or below them fails
-    (:func:`recommend.load_search.highest_load`'s ``first``). None (its search as usual):
+    cannot; the power of two at or below that (a power of the climb's own loads: a lower first
+    load is as sound, and with few of them a timing done ahead with an older ``best`` is the
+    one the newer gives more often, :func:`rebased`). Its load search stops once a load at or
+    below them fails (:func:`recommend.load_search.highest_load`'s ``first``). None (its
+    search as usual):
     under an objective of more than one figure (:data:`ONE_FIGURE`), under ``capacity``
     (``needed`` set), for an open loop, or at 1 client or fewer (one that fails at 1 client
     meets the SLO at no load: ``slo-not-met``)."""
@@ -640,15 +643,17 @@ def first_load(
         return None
     per_client = b.client_tokens_per_s(sent.shortest_output_tokens, sent.longest_output_tokens)
     clients = math.ceil(best * cluster_gpus(problem.cfg) / per_client)
-    return clients if clients > 1 else None
+    if clients < 2:
+        return None
+    return 1 << (clients.bit_length() - 1)  # a power of two: the climb's load at or below
 
 
 def first_load_reason(result: Result, sent: Workload) -> str:
     """Why ``result``, screened where a load at or below its first load failed
     (:attr:`Result.first_load`), is not timed further: ``cannot rank first: TTFT p99 binds at
-    16 clients, below the 112 it needs to beat the best timed so far (a client gets at most
-    201 output tok/s: its requests run one after another, each at least its TTFT floor 41 ms +
-    4.8 ms a later token)``."""
+    32 clients, and below 64 it cannot beat the best timed so far (a client gets at most 240
+    output tok/s: its requests run one after another, each at least its TTFT floor 41 ms + 4.2
+    ms a later token)``."""
     b, clients = result.bounds, result.first_load
     assert b is not None and clients is not None
     per_client = b.client_tokens_per_s(sent.shortest_output_tokens, sent.longest_output_tokens)
@@ -659,13 +664,13 @@ def first_load_reason(result: Result, sent: Workload) -> str:
     )
     if result.over is None:
         return (
-            f"cannot rank first: it would take {clients:,} clients to beat the best timed so "
-            f"far, above the load cap ({CLIENTS_PER_GPU} clients per cluster GPU) ({why})"
+            f"cannot rank first: it would take at least {clients:,} clients to beat the best "
+            f"timed so far, above the load cap ({CLIENTS_PER_GPU} clients per cluster GPU) "
+            f"({why})"
         )
     return (
-        f"cannot rank first: {result.binding} binds at {result.over.load_text()}, "
-        f"{'below' if result.over.concurrency < clients else 'at'} the {clients:,} it needs to "
-        f"beat the best timed so far ({why})"
+        f"cannot rank first: {result.binding} binds at {result.over.load_text()}, and below "
+        f"{clients:,} it cannot beat the best timed so far ({why})"
     )
 
 
