@@ -288,10 +288,10 @@ def timed_for_plan(
     needs: list[tuple[str, Callable[[Result], bool]]] = []
     kind = not first.candidate.disaggregated  # the other kind's
     if not any(r.rank is not None and r.candidate.disaggregated == kind for r in results):
-        other = "disaggregated" if kind else "aggregated"
+        other = "a disaggregated" if kind else "an aggregated"
         needs.append(
             (
-                f"plan.md's A / B (the best {other} candidate)",
+                f"plan.md's A / B (rank 1 against {other} candidate)",
                 lambda r: r.candidate.disaggregated == kind,
             )
         )

@@ -454,6 +454,7 @@ def time_candidate(
     result.first_load = first_load
     if found.short_of is not None:
         result.status = "screened"
+        result.binding = f"load cap ({CLIENTS_PER_GPU} clients per cluster GPU)"
         if over is not None:
             result.over = Figures.of(over, gpus)
             result.binding = _binding(found, slo, False)
@@ -634,10 +635,9 @@ def first_load(
     load is as sound, and with few of them a timing done ahead with an older ``best`` is the
     one the newer gives more often, :func:`rebased`). Its load search stops once a load at or
     below them fails (:func:`recommend.load_search.highest_load`'s ``first``). None (its
-    search as usual):
-    under an objective of more than one figure (:data:`ONE_FIGURE`), under ``capacity``
-    (``needed`` set), for an open loop, or at 1 client or fewer (one that fails at 1 client
-    meets the SLO at no load: ``slo-not-met``)."""
+    search as usual): under an objective of more than one figure (:data:`ONE_FIGURE`), under
+    ``capacity`` (``needed`` set), for an open loop, or at 1 client or fewer (one that fails
+    at 1 client meets the SLO at no load: ``slo-not-met``)."""
     b, sent = result.bounds, problem.sent
     if objective not in ONE_FIGURE or needed is not None or sent.open_loop or b is None:
         return None

@@ -355,8 +355,8 @@ def test_what_plan_md_measures_is_timed_where_a_bound_left_it_untimed() -> None:
     said: list[str] = []
     after = timed_for_plan(problem, results, said.append)
     assert said == [
-        "timing c039 for plan.md's A / B (the best disaggregated candidate): a bound left it "
-        "untimed"
+        "timing c039 for plan.md's A / B (rank 1 against a disaggregated candidate): a bound "
+        "left it untimed"
     ]
     first = first_ranked(after)
     assert first is not None and first.candidate.key == "c005"
