@@ -236,7 +236,7 @@ def reason_line(
         failed = result.over.load_text() if result.over is not None else "the load needed"
         return _unsteady(f"{holds_text(result)}: {result.binding} binds at {failed}", result)
     if result.status == "screened":
-        path = kv_path(result)
+        path = kv_path(result) if result.ceiling_limit != "KV reads" else ""
         return f"screened: {result.reason}" + (f": {path}" if path else "")
     why = _why(result, first, objective)
     if result.status == "slo-not-met":
@@ -263,6 +263,8 @@ def reason_line(
         return _unsteady(f"{head}: {holds_text(result)}", result)
     at = result.over if result.over is not None else result.best
     line = f"{head}: {result.binding} binds at {at.load_text()}"
+    if result.over is None and result.binding.startswith("load cap"):
+        line = f"{head}: holds {at.load_text()}, the {result.binding}"
     line = f"{line}: {why}" if why and v not in ("rank 1", "on the Pareto front") else line
     return _unsteady(line, result)
 

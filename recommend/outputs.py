@@ -27,6 +27,7 @@ from recommend.search import (
     Objective,
     Result,
     held_load,
+    left_untimed,
     needed_load,
     objective_value,
     pareto_front,
@@ -143,6 +144,11 @@ def candidate_row(result: Result, first: Result | None, inputs: Inputs) -> dict[
         "best": asdict(result.best) if result.best else None,
         "over": asdict(result.over) if result.over else None,
         "bounds": asdict(result.bounds) if result.bounds else None,
+        "ceiling": (
+            {"limit": result.ceiling_limit, "tokensPerSPerGpu": result.ceiling_value}
+            if result.ceiling_value is not None
+            else None
+        ),
         "crossover": result.crossover_summary or None,
         "runs": result.runs,
         "stepTimes": None if result.plan is None else step_sources(result.plan),
@@ -709,7 +715,11 @@ def plan_text(
         measured.add(runner_up.candidate.key)
     lines += ["```", ""]
     if runner_up is not None:
-        lines += [_runner_up_text(runner_up, first, inputs.margin, ranked), ""]
+        untimed = sum(
+            left_untimed(r) and r.candidate.disaggregated == runner_up.candidate.disaggregated
+            for r in results
+        )
+        lines += [_runner_up_text(runner_up, first, inputs.margin, ranked, untimed), ""]
     sources = calibration_sources(results, first)
     lines.append(
         "Feed the measurement back, so the next search steps with the cluster's own figures"
@@ -764,13 +774,19 @@ def plan_text(
 
 
 def _runner_up_text(
-    runner_up: Result, first: Result, margin: float, ranked: Sequence[Result]
+    runner_up: Result, first: Result, margin: float, ranked: Sequence[Result], untimed: int = 0
 ) -> str:
     """plan.md's sentence on what the A / B compares (:func:`ab_partner`) and what the model
-    claims of it against rank 1."""
+    claims of it against rank 1; ``untimed``: the candidates of its kind a bound left untimed
+    (:func:`recommend.search.left_untimed`)."""
     kind = "disaggregated" if runner_up.candidate.disaggregated else "aggregated"
     if runner_up.candidate.disaggregated != first.candidate.disaggregated:
         who = f"Rank {runner_up.rank}, the best {kind} candidate that holds the SLO,"
+        if untimed:
+            who = (
+                f"Rank {runner_up.rank}, the best {kind} candidate timed that holds the SLO "
+                f"({untimed} more {kind} the bounds left untimed: none of them can rank first),"
+            )
     else:
         other = "aggregated" if kind == "disaggregated" else "disaggregated"
         who = f"No {other} candidate holds the SLO, so the A / B measures rank {runner_up.rank}; it"

@@ -41,6 +41,7 @@ from recommend.search import (
     check,
     cluster_gpus,
     held_load,
+    left_untimed,
     load_text,
     needed_load,
     rank_results,
@@ -219,7 +220,13 @@ def recommend(request: RecommendRequest, observer: RecommendObserver) -> Recomme
     finally:
         observer.on_search_end()
     results = timed_for_plan(
-        problem, results, observer.note, request.objective, request.margin, request.headroom
+        problem,
+        results,
+        observer.note,
+        request.objective,
+        request.margin,
+        request.headroom,
+        store,
     )
     validations = _validated(problem, results, request.validate_top, folder, observer)
     first = first_ranked(results)
@@ -253,13 +260,6 @@ PLAN_TRIES = 2
 """The most untimed candidates :func:`timed_for_plan` times for each thing plan.md needs."""
 
 
-def _untimed(result: Result) -> bool:
-    """Whether a bound left ``result`` untimed or stopped its timing because it could not
-    rank first or would lose by more than the margin (not a floor: that one meets the SLO at
-    no load)."""
-    return result.status == "screened" and result.floor_over is None
-
-
 def _alone_on(gpu: str) -> Callable[[Result], bool]:
     """Whether a result's workers are all on ``gpu`` (a catalog name)."""
     return lambda r: set(gpus_of(r).values()) == {gpu}
@@ -272,16 +272,19 @@ def timed_for_plan(
     objective: Objective = "goodput-per-gpu",
     margin: float = 1.25,
     headroom: float = DEFAULT_HEADROOM,
+    store: TimedStore | None = None,
 ) -> list[Result]:
     """``results`` with what plan.md measures beside rank 1 timed where a bound left it
-    untimed (:func:`_untimed`), ranked afresh: its A / B, the best candidate of the other kind
-    (aggregated against disaggregated, :func:`recommend.outputs.ab_partner`), and, where rank 1
-    spans GPUs of more than one kind, the best candidate on each alone (its calibration,
+    untimed (:func:`recommend.search.left_untimed`), ranked afresh: its A / B, the best
+    candidate of the other kind (aggregated against disaggregated,
+    :func:`recommend.outputs.ab_partner`), and, where rank 1 spans GPUs of more than one kind,
+    the best candidate on each alone (its calibration,
     :func:`recommend.outputs.calibration_sources`). For each missing one, the untimed
     candidates that would serve, highest ceiling first, are timed one at a time until one
     meets the SLO, at most :data:`PLAN_TRIES` (each said to ``note``), under the search's
-    ``objective``, ``margin`` and ``headroom``. The bounds that left them untimed still hold:
-    none ranks first."""
+    ``objective``, ``margin`` and ``headroom``; ``store`` keeps them as the search keeps its
+    own (``--resume`` takes them from it). The bounds that left them untimed still hold: none
+    ranks first."""
     first = first_ranked(results)
     if first is None:
         return results
@@ -308,14 +311,19 @@ def timed_for_plan(
         return results
     needed = needed_load(problem.load, headroom) if objective == "capacity" else None
     untimed = sorted(
-        (r for r in results if _untimed(r)),
+        (r for r in results if left_untimed(r)),
         key=lambda r: (-(r.ceiling_value or 0.0), r.candidate.key),
     )
     for why, serves in needs:
         for r in [r for r in untimed if serves(r)][:PLAN_TRIES]:
             note(f"timing {r.candidate.key} for {why}: a bound left it untimed")
             (timed,) = search(
-                problem, [r.candidate], objective=objective, margin=margin, headroom=headroom
+                problem,
+                [r.candidate],
+                objective=objective,
+                margin=margin,
+                headroom=headroom,
+                store=store,
             )
             results = [timed if o is r else o for o in results]
             if timed.status == "ranked":

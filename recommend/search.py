@@ -832,6 +832,12 @@ def search(
     return ranked(results, objective, needed)
 
 
+def left_untimed(result: Result) -> bool:
+    """Whether a bound left ``result`` untimed, or stopped its timing, because it cannot rank
+    first or loses by more than the margin (not a floor: that one meets the SLO at no load)."""
+    return result.status == "screened" and result.floor_over is None
+
+
 def ranked(results: Sequence[Result], objective: Objective, needed: float | None) -> list[Result]:
     """``results`` ranked afresh (:func:`rank_results`, any earlier rank dropped), ranked
     first by rank, then the rest by status and key."""
