@@ -145,6 +145,12 @@ def read_load_settings(config_file: Path, kept: Collection[str] = ()) -> dict[st
         section = stack_config.get(STACK_LOAD_KEY, {})
         return _without_step_keys(section, config_file, STACK_LOAD_KEY, kept)
     if "load" in loaded:
+        beside = sorted(str(key) for key in loaded if key != "load")
+        if beside:
+            raise ValueError(
+                f"{config_file}: {', '.join(beside)} beside its load: section would be ignored: "
+                "move them under load:"
+            )
         return _without_step_keys(loaded["load"], config_file, "load", kept)
     return loaded
 

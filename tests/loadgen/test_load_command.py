@@ -124,6 +124,11 @@ ALLOWED = "allowed here: api, arrival, caFile, concurrency, connectTimeoutS, dur
             "--config {file}: concurrncy: unknown key; did you mean concurrency? " + ALLOWED,
         ),
         (
+            "load:\n  promptTokens: 128\nmaxTokens: 1024\n",
+            [],
+            "{file}: maxTokens beside its load: section would be ignored: move them under load:",
+        ),
+        (
             None,
             ["--set", "load.prefixTokens=3"],
             "--set load.prefixTokens=3: prefixTokens: unknown key; did you mean prefixKinds? "
@@ -142,7 +147,14 @@ ALLOWED = "allowed here: api, arrival, caFile, concurrency, connectTimeoutS, dur
             "fraction, not a percentage: 0.9 (prefixShare: Fraction",
         ),
     ],
-    ids=["file-unknown", "stack-file-unknown", "set-unknown", "set-type", "file-percentage"],
+    ids=[
+        "file-unknown",
+        "stack-file-unknown",
+        "beside-load",
+        "set-unknown",
+        "set-type",
+        "file-percentage",
+    ],
 )
 def test_a_bad_load_setting_is_one_line_naming_where_the_key_and_the_fix(
     written: str | None, sets: list[str], line: str, tmp_path: Path
