@@ -5,14 +5,16 @@ measures timed after."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 from search_answers import same_answers
 
 import recommend.search as search_module
-from recommend.claims import first_ranked
-from recommend.outputs import ab_partner
+from recommend.claims import first_ranked, reason_line
+from recommend.outputs import Inputs, ab_partner, candidate_row, plan_text
+from recommend.resume import TimedStore
 from recommend.run import timed_for_plan
 from recommend.search import Figures, Problem, Result, search
 from recommend.space import Candidate, candidates
@@ -91,19 +93,23 @@ def test_timing_ahead_with_first_loads_gives_the_same_results(
     assert _seen(search(problem, space, jobs=2)) == _seen(one)
 
 
-def test_what_plan_md_measures_is_timed_where_a_bound_left_it_untimed() -> None:
-    """Every disaggregated candidate left untimed by a bound, the best of them (by ceiling,
-    then key) is timed for plan.md's A / B and ranks below rank 1; rank 1 and the other
-    figures stay."""
+def test_what_plan_md_measures_is_timed_where_a_bound_left_it_untimed(tmp_path: Path) -> None:
+    """Every disaggregated candidate left untimed by a bound, the first of them by ceiling
+    (then key) is timed for plan.md's A / B, kept for ``--resume``, and ranks below rank 1;
+    rank 1 and the other figures stay. plan.md says how many of its kind were left untimed;
+    candidates.json gives each candidate's ceiling; a KV-read screen names no KV path; rank 1,
+    holding at the load cap, reads so."""
     problem, space = _long_output_problem()
     results = search(problem, space)
     assert not any(r.rank and r.candidate.disaggregated for r in results)
     said: list[str] = []
-    after = timed_for_plan(problem, results, said.append)
+    store = TimedStore(tmp_path, {"case": "long"}, resume=False)
+    after = timed_for_plan(problem, results, said.append, store=store)
     assert said == [
         "timing c039 for plan.md's A / B (rank 1 against a disaggregated candidate): a bound "
         "left it untimed"
     ]
+    assert store.get("c039") is not None and store.get("c039")["status"] == "ranked"  # type: ignore[index]
     first = first_ranked(after)
     assert first is not None and first.candidate.key == "c005"
     partner = ab_partner(after, first)
@@ -111,6 +117,19 @@ def test_what_plan_md_measures_is_timed_where_a_bound_left_it_untimed() -> None:
     before = {r.candidate.key: r.best for r in results if r.rank}
     assert {r.candidate.key: r.best for r in after if r.rank and r is not partner} == before
     assert timed_for_plan(problem, after, said.append) == after and len(said) == 1
+    inputs = Inputs("kv-routing", LONG_OUTPUT, SLO, "goodput-per-gpu", 1.25, 2, "m")
+    assert (
+        "Rank 3, the best disaggregated candidate timed that holds the SLO (2 more "
+        "disaggregated the bounds left untimed: none of them can rank first), reads 0.54x"
+    ) in plan_text(inputs, after, first)
+    by_key = {r.candidate.key: r for r in after}
+    row = candidate_row(by_key["c080"], first, inputs)
+    assert row["ceiling"] == {"limit": "KV reads", "tokensPerSPerGpu": by_key["c080"].ceiling_value}
+    assert "its KV-read ceiling" in row["line"] and "on the link" not in row["line"]
+    assert reason_line(first, first).startswith(
+        "rank 1: holds 512 clients, the load cap (256 clients per cluster GPU): the SLO still "
+        "has room there, TTFT p99 "
+    )
 
 
 def test_a_timing_with_another_first_load_is_taken_only_where_it_tells_the_same() -> None:
