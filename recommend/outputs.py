@@ -226,12 +226,18 @@ def shown_line(
     The ranking stays the model's."""
     line = reason_line(result, first, inputs.margin, inputs.objective)
     done = (validations or {}).get(result.candidate.key)
-    if result.status in ("refused", "screened", "validation-failed"):  # nothing timed to mark
+    if not has_figures(result):
         return line
     if done is None:
         return f"{line}; {stand_in_note(validations or {})}" if noted else line
     moved = done.moved()
     return f"{done.verdict(inputs.slo)}; model: {line}" + (f"; {moved}" if moved else "")
+
+
+def has_figures(result: Result) -> bool:
+    """Whether ``result``'s line gives timed figures (the stand-in's or the real routing's):
+    not for one the checks refused, a bound screened or the validation took its rank from."""
+    return result.status not in ("refused", "screened", "validation-failed")
 
 
 def stand_in_note(validations: Validations) -> str:

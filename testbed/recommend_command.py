@@ -427,7 +427,7 @@ def _print_table(
     from rich.table import Table
 
     from outputs.tables import table_console
-    from recommend.outputs import per_gpu_name, shown_line, stand_in_note
+    from recommend.outputs import has_figures, per_gpu_name, shown_line, stand_in_note
     from recommend.search import saturated_line
 
     console = table_console(highlight=False)
@@ -446,8 +446,7 @@ def _print_table(
             shown_line(r, first, inputs, validations, noted=False),
         )
     console.print(table)
-    untimed = ("refused", "screened", "validation-failed")
-    if any(r.status not in untimed and r.candidate.key not in validations for r in shown):
+    if any(has_figures(r) and r.candidate.key not in validations for r in shown):
         rows = "The rows not validated" if validations else "Every row"
         console.print(f"{rows}: {stand_in_note(validations)}")
     counts: dict[str, int] = {}
