@@ -620,6 +620,13 @@ def bound_reason(
     return None
 
 
+def client_rate(b: Bounds, sent: Workload) -> float:
+    """The most output tokens/s a closed-loop client of ``sent`` gets from a candidate of
+    bounds ``b`` (:meth:`recommend.bounds.Bounds.client_tokens_per_s` over its output
+    lengths)."""
+    return b.client_tokens_per_s(sent.shortest_output_tokens, sent.longest_output_tokens)
+
+
 def first_load(
     result: Result,
     best: float,
@@ -641,8 +648,7 @@ def first_load(
     b, sent = result.bounds, problem.sent
     if objective not in ONE_FIGURE or needed is not None or sent.open_loop or b is None:
         return None
-    per_client = b.client_tokens_per_s(sent.shortest_output_tokens, sent.longest_output_tokens)
-    clients = math.ceil(best * cluster_gpus(problem.cfg) / per_client)
+    clients = math.ceil(best * cluster_gpus(problem.cfg) / client_rate(b, sent))
     if clients < 2:
         return None
     return 1 << (clients.bit_length() - 1)  # a power of two: the climb's load at or below
@@ -656,10 +662,9 @@ def first_load_reason(result: Result, sent: Workload) -> str:
     ms a later token)``."""
     b, clients = result.bounds, result.first_load
     assert b is not None and clients is not None
-    per_client = b.client_tokens_per_s(sent.shortest_output_tokens, sent.longest_output_tokens)
     why = (
-        f"a client gets at most {per_client:,.0f} output tok/s: its requests run one after "
-        f"another, each at least its TTFT floor {ms_text(b.ttft_floor_ms)} + "
+        f"a client gets at most {client_rate(b, sent):,.0f} output tok/s: its requests run one "
+        f"after another, each at least its TTFT floor {ms_text(b.ttft_floor_ms)} + "
         f"{ms_text(b.itl_floor_ms)} a later token"
     )
     if result.over is None:
