@@ -236,7 +236,9 @@ def reason_line(
         failed = result.over.load_text() if result.over is not None else "the load needed"
         return _unsteady(f"{holds_text(result)}: {result.binding} binds at {failed}", result)
     if result.status == "screened":
-        path = kv_path(result) if result.ceiling_limit != "KV reads" else ""
+        path = kv_path(result)
+        if path and result.ceiling_limit == "KV reads":  # not the cause: what its TTFT pays
+            return f"screened: {result.reason}; its KV path besides: {path}"
         return f"screened: {result.reason}" + (f": {path}" if path else "")
     why = _why(result, first, objective)
     if result.status == "slo-not-met":

@@ -97,8 +97,8 @@ def test_what_plan_md_measures_is_timed_where_a_bound_left_it_untimed(tmp_path: 
     """Every disaggregated candidate left untimed by a bound, the first of them by ceiling
     (then key) is timed for plan.md's A / B, kept for ``--resume``, and ranks below rank 1;
     rank 1 and the other figures stay. plan.md says how many of its kind were left untimed;
-    candidates.json gives each candidate's ceiling; a KV-read screen names no KV path; rank 1,
-    holding at the load cap, reads so."""
+    candidates.json gives each candidate's ceiling; a KV-read screen gives its KV path
+    beside its reason, not as its cause; rank 1, holding at the load cap, reads so."""
     problem, space = _long_output_problem()
     results = search(problem, space)
     assert not any(r.rank and r.candidate.disaggregated for r in results)
@@ -125,7 +125,8 @@ def test_what_plan_md_measures_is_timed_where_a_bound_left_it_untimed(tmp_path: 
     by_key = {r.candidate.key: r for r in after}
     row = candidate_row(by_key["c080"], first, inputs)
     assert row["ceiling"] == {"limit": "KV reads", "tokensPerSPerGpu": by_key["c080"].ceiling_value}
-    assert "its KV-read ceiling" in row["line"] and "on the link" not in row["line"]
+    assert "its KV-read ceiling" in row["line"] and "margin 1.25: each" not in row["line"]
+    assert "; its KV path besides: each request pays at least ~" in row["line"]
     assert reason_line(first, first).startswith(
         "rank 1: holds 512 clients, the load cap (256 clients per cluster GPU): the SLO still "
         "has room there, TTFT p99 "
